@@ -1,0 +1,194 @@
+"""Architecture families as data: the spec files in ``specbound/archs/*.json``.
+
+A spec names, for one family, where each weight the bounds need is stored and how (its *role*
+and *layout*), which checkpoint tensors are deliberately ignored, and how to read the model's
+dimensions from ``config.json``.  A spec is validated strictly when loaded; the registry is keyed
+by the config's ``model_type``.  A user with a family we do not ship writes the same kind of file
+and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
+
+Roles (row-vector orientation, SPEC section 1): ``q``, ``k``, ``v`` (``N x H d_h``), ``o``
+(``H d_h x N``), ``ff_in`` (``N x d_ff``), ``ff_out`` (``d_ff x N``).
+Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a GPT-2
+``Conv1D.weight`` stored ``(in, out)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecboundError
+
+ROLES = ("q", "k", "v", "o", "ff_in", "ff_out")
+LAYOUTS = ("linear", "conv1d")
+BLOCKS = ("sequential",)
+FEED_FORWARDS = ("plain",)
+CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
+OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
+LAYER_PLACEHOLDER = "${layer}"
+
+
+@dataclass(frozen=True)
+class TensorRule:
+    """Where one role's weight lives: a name template with ``${layer}`` and its storage layout."""
+
+    role: str
+    name: str
+    layout: str
+
+    def name_for(self, layer: int, prefix: str = "") -> str:
+        return prefix + self.name.replace(LAYER_PLACEHOLDER, str(layer))
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """One architecture family, loaded from a spec file and validated."""
+
+    family: str
+    description: str
+    model_types: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    config_keys: dict[str, tuple[str, ...]]
+    block: str
+    feed_forward: str
+    tensors: dict[str, TensorRule]
+    ignore: tuple[re.Pattern, ...]
+    origin: str
+
+    def is_ignored(self, name: str) -> bool:
+        return any(p.search(name) for p in self.ignore)
+
+    def config_value(self, config: dict[str, Any], field: str) -> Any:
+        """The first of the field's config keys present in ``config``, or None."""
+        for key in self.config_keys.get(field, ()):
+            if key in config and config[key] is not None:
+                return config[key]
+        return None
+
+
+def _fail(origin: str, what: str) -> SpecboundError:
+    return SpecboundError(
+        f"invalid architecture spec {origin}: {what} (see docs/architectures.md for the format)"
+    )
+
+
+def _str_list(raw: dict, key: str, origin: str, required: bool = True) -> tuple[str, ...]:
+    value = raw.get(key, None if required else [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(origin, f"'{key}' must be a list of strings, found {value!r}")
+    return tuple(value)
+
+
+def parse_spec(raw: Any, origin: str) -> ArchSpec:
+    """Validate a decoded spec document and build the :class:`ArchSpec`."""
+    if not isinstance(raw, dict):
+        raise _fail(origin, "the document must be a JSON object")
+    known = {"family", "description", "model_types", "prefixes", "config", "block",
+             "feed_forward", "tensors", "ignore"}
+    unknown = set(raw) - known
+    if unknown:
+        raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
+    family = raw.get("family")
+    if not isinstance(family, str) or not family:
+        raise _fail(origin, "'family' must be a non-empty string")
+
+    config = raw.get("config")
+    if not isinstance(config, dict):
+        raise _fail(origin, "'config' must map fields to lists of config.json keys")
+    config_keys = {}
+    for field, keys in config.items():
+        if field not in CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS:
+            raise _fail(origin, f"unknown config field {field!r}; allowed: "
+                        f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
+        config_keys[field] = _str_list(config, field, origin)
+    missing = [f for f in CONFIG_FIELDS if f not in config_keys]
+    if missing:
+        raise _fail(origin, f"'config' lacks the required fields {missing}")
+
+    block = raw.get("block", "sequential")
+    if block not in BLOCKS:
+        raise _fail(origin, f"'block' must be one of {list(BLOCKS)}, found {block!r}")
+    feed_forward = raw.get("feed_forward", "plain")
+    if feed_forward not in FEED_FORWARDS:
+        raise _fail(origin, f"'feed_forward' must be one of {list(FEED_FORWARDS)}, found {feed_forward!r}")
+
+    tensors_raw = raw.get("tensors")
+    if not isinstance(tensors_raw, dict):
+        raise _fail(origin, "'tensors' must map roles to {name, layout}")
+    tensors = {}
+    for role, rule in tensors_raw.items():
+        if role not in ROLES:
+            raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
+        if not isinstance(rule, dict) or set(rule) != {"name", "layout"}:
+            raise _fail(origin, f"tensor rule for {role!r} must be an object with exactly 'name' and 'layout'")
+        if LAYER_PLACEHOLDER not in rule["name"]:
+            raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+        if rule["layout"] not in LAYOUTS:
+            raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
+        tensors[role] = TensorRule(role, rule["name"], rule["layout"])
+    absent = [r for r in ROLES if r not in tensors]
+    if absent:
+        raise _fail(origin, f"'tensors' lacks the roles {absent}")
+
+    patterns = []
+    for pattern in _str_list(raw, "ignore", origin, required=False):
+        try:
+            patterns.append(re.compile(pattern))
+        except re.error as exc:
+            raise _fail(origin, f"ignore pattern {pattern!r} is not a valid regular expression ({exc})")
+
+    return ArchSpec(
+        family=family,
+        description=str(raw.get("description", "")),
+        model_types=_str_list(raw, "model_types", origin),
+        prefixes=_str_list(raw, "prefixes", origin, required=False) or ("",),
+        config_keys=config_keys,
+        block=block,
+        feed_forward=feed_forward,
+        tensors=tensors,
+        ignore=tuple(patterns),
+        origin=origin,
+    )
+
+
+def load_spec_file(path: str | Path) -> ArchSpec:
+    """Load a user's spec file (``--arch-spec FILE``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecboundError(f"architecture spec file not found: {path}")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecboundError(f"cannot read architecture spec {path}: {exc}") from None
+    return parse_spec(raw, str(path))
+
+
+def builtin_specs() -> dict[str, ArchSpec]:
+    """The shipped families, keyed by family name."""
+    specs = {}
+    for entry in sorted(resources.files("specbound.archs").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            spec = parse_spec(json.loads(entry.read_text()), f"specbound/archs/{entry.name}")
+            specs[spec.family] = spec
+    return specs
+
+
+def supported_model_types() -> list[str]:
+    return sorted({t for s in builtin_specs().values() for t in s.model_types})
+
+
+def spec_for_config(config: dict[str, Any]) -> ArchSpec:
+    """The shipped spec whose ``model_types`` contains the config's ``model_type``."""
+    model_type = config.get("model_type")
+    for spec in builtin_specs().values():
+        if model_type in spec.model_types:
+            return spec
+    raise SpecboundError(
+        f"unsupported model family: config.json has model_type={model_type!r}; supported model "
+        f"types: {', '.join(supported_model_types())}. For another family, write a spec file "
+        f"(see docs/architectures.md) and pass it with --arch-spec FILE"
+    )

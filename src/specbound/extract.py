@@ -1,0 +1,155 @@
+"""From checkpoint tensors to the matrices the bounds see (SPEC section 1), one layer at a time.
+
+Every checkpoint tensor is accounted for before any number is computed: it is either a role
+tensor of some layer or matched by one of the family's ignore patterns; anything else, and any
+missing or mis-shaped role tensor, is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .archspec import ArchSpec
+from .checkpoint import Checkpoint
+from .errors import SpecboundError
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Dimensions read from config.json through the family's spec."""
+
+    L: int
+    N: int
+    H: int
+    H_kv: int
+    d_head: int
+    d_ff: int
+    activation: str | None = None
+
+
+@dataclass
+class LayerWeights:
+    """One layer's weights in row-vector orientation, float64.
+
+    Attributes
+    ----------
+    q, k, v : ndarray, shape (H, d_head, N) (k, v: (H_kv, d_head, N))
+        Per-head factors ``W_Q^h``, ``W_K^h``, ``W_V^h``.
+    o : ndarray, shape (H, d_head, N)
+        Per-head ``W_O^h`` (rows of ``out.weight.T``).
+    ff_in : ndarray, shape (N, d_ff)
+    ff_out : ndarray, shape (d_ff, N)
+    """
+
+    layer: int
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    o: np.ndarray
+    ff_in: np.ndarray
+    ff_out: np.ndarray
+
+
+def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
+    def need(field: str) -> int:
+        value = spec.config_value(config, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            keys = " or ".join(spec.config_keys[field])
+            raise SpecboundError(
+                f"config.json needs a positive integer {keys} for the {spec.family} family, found {value!r}"
+            )
+        return value
+
+    L, N, H, d_ff = need("num_layers"), need("hidden_size"), need("num_heads"), need("ff_size")
+    d_head = spec.config_value(config, "head_dim") or (N // H)
+    if not spec.config_value(config, "head_dim") and N % H:
+        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}")
+    H_kv = spec.config_value(config, "num_kv_heads") or H
+    if H % H_kv:
+        raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
+    activation = spec.config_value(config, "activation")
+    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
+                     activation=activation if isinstance(activation, str) else None)
+
+
+def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
+    """Row-vector-orientation shape of each role's matrix."""
+    hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
+    return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "o": (hd, dims.N),
+            "ff_in": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
+
+
+def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
+    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0."""
+    names = set(ckpt.shards)
+    probe = spec.tensors["q"]
+    for prefix in spec.prefixes:
+        if probe.name_for(0, prefix) in names:
+            return prefix
+    tried = [probe.name_for(0, p) for p in spec.prefixes]
+    raise SpecboundError(
+        f"missing tensor: {ckpt.location} has none of {tried} (the {spec.family} family's layer-0 "
+        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names"
+    )
+
+
+def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
+    """Check that every role tensor exists with the right shape and every other tensor is ignored."""
+    expected = _expected_shapes(dims)
+    wanted = {}
+    for layer in range(dims.L):
+        for role, rule in spec.tensors.items():
+            wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
+    for name, (role, layout, layer) in wanted.items():
+        if name not in ckpt.shards:
+            raise SpecboundError(
+                f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
+                f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
+            )
+        stored = ckpt.shape(name)
+        rows, cols = expected[role]
+        want = (cols, rows) if layout == "linear" else (rows, cols)
+        if stored != want:
+            raise SpecboundError(
+                f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
+                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
+                f"{layout} {role} weight: the config does not describe these weights"
+            )
+    stray = [n for n in ckpt.shards if n not in wanted and not spec.is_ignored(n)]
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        raise SpecboundError(
+            f"unaccounted tensors in {ckpt.location}: {shown} are neither a {spec.family} role tensor "
+            f"nor ignored by its spec ({spec.origin}); add them to the spec's ignore list or use "
+            f"--arch-spec FILE"
+        )
+
+
+def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
+    return array.T if layout == "linear" else array
+
+
+def _head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
+    """(N, heads*d_head) -> (heads, d_head, N): head h is ``w[:, h d : (h+1) d].T``."""
+    n = w.shape[0]
+    return np.ascontiguousarray(w.T.reshape(heads, d_head, n))
+
+
+def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerWeights:
+    """Read and slice one layer's role tensors (after :func:`account_for_tensors`)."""
+    mats = {
+        role: _row_oriented(ckpt.read(rule.name_for(layer, prefix)), rule.layout)
+        for role, rule in spec.tensors.items()
+    }
+    o = mats["o"]
+    return LayerWeights(
+        layer=layer,
+        q=_head_columns(mats["q"], dims.H, dims.d_head),
+        k=_head_columns(mats["k"], dims.H_kv, dims.d_head),
+        v=_head_columns(mats["v"], dims.H_kv, dims.d_head),
+        o=np.ascontiguousarray(o.reshape(dims.H, dims.d_head, dims.N)),
+        ff_in=np.ascontiguousarray(mats["ff_in"]),
+        ff_out=np.ascontiguousarray(mats["ff_out"]),
+    )

@@ -1,0 +1,156 @@
+"""The result of an analysis as tidy tables plus the bound values, and its stable JSON schema.
+
+Reports and plots read these records; they never recompute spectra.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .bounds import REGISTRY, BoundResult
+from .measures import ModelMeasures
+from .spectra import numerical_rank
+
+SCHEMA_VERSION = 1
+
+MATRIX_COLUMNS = [
+    "layer", "head", "role", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
+    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
+    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous",
+]
+
+
+@dataclass
+class Analysis:
+    """Everything one analysis produced.
+
+    Attributes
+    ----------
+    source : str
+        Where the weights came from.
+    model : dict
+        ``family, L, N, H, H_kv, d_head, d_ff, activation``.
+    options : dict
+        ``grid_m, rank_tol, l_phi, l_phi_source, method``.
+    bounds : dict[str, float]
+        Registered bound name -> value.
+    matrices : DataFrame, one row per analysed matrix (columns ``MATRIX_COLUMNS``).
+    layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``).
+    singular_values : DataFrame, long form ``(matrix, layer, head, role, index, sigma)``; the
+        computed values only (a factored N x N product's exact zeros are implied by its rank).
+    """
+
+    source: str
+    model: dict[str, Any]
+    options: dict[str, Any]
+    bounds: dict[str, float]
+    matrices: pd.DataFrame
+    layers: pd.DataFrame
+    singular_values: pd.DataFrame = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document of ``specbound analyze --format json`` (schema version 1)."""
+        rows = []
+        for rec in self.matrices.to_dict("records"):
+            rec["head"] = None if pd.isna(rec["head"]) else int(rec["head"])
+            rec["shape"] = [int(rec.pop("rows")), int(rec.pop("cols"))]
+            rec["layer"], rec["rank"] = int(rec["layer"]), int(rec["rank"])
+            rows.append({k: _json_number(v) for k, v in rec.items()})
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "source": self.source,
+            "model": self.model,
+            "options": {k: _json_number(v) for k, v in self.options.items()},
+            "bounds": {k: _json_number(v) for k, v in self.bounds.items()},
+            "bound_references": {k: REGISTRY[k].reference for k in self.bounds},
+            "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
+            "matrices": rows,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def save(self, out_dir: str | Path) -> list[Path]:
+        """Write the tables (Parquet and CSV) and the summary JSON to ``out_dir``, each atomically."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, table in (("matrices", self.matrices), ("layers", self.layers),
+                            ("singular_values", self.singular_values)):
+            written.append(_atomic(out / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False)))
+            written.append(_atomic(out / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False)))
+        written.append(_atomic(out / "summary.json", lambda p: Path(p).write_text(self.to_json())))
+        return written
+
+
+def _json_number(value: Any) -> Any:
+    """numpy scalars -> Python; non-finite floats -> strings, so the JSON stays strict."""
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    return value
+
+
+def _atomic(path: Path, write) -> Path:
+    """Write through a temporary file in the same folder, then rename: never a half file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],
+                   options: dict[str, Any]) -> Analysis:
+    """Assemble the records from the measures and every bound's result."""
+    dims = measures.dims
+    base = []
+    sv_frames = []
+    for i, mm in enumerate(measures.matrices):
+        s = mm.spectrum
+        base.append({
+            "layer": mm.layer, "head": mm.head, "role": mm.role, "rows": s.shape[0], "cols": s.shape[1],
+            "rank": numerical_rank(s.singular_values, s.dim, measures.rank_tol),
+            "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
+            "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
+            "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
+        })
+        sv_frames.append(pd.DataFrame({
+            "matrix": i, "layer": mm.layer, "head": mm.head, "role": mm.role,
+            "index": np.arange(1, s.singular_values.size + 1), "sigma": s.singular_values,
+        }))
+    matrices = pd.DataFrame(base)
+    for result in results.values():
+        for key, column in result.per_matrix.items():
+            matrices[key] = column
+    matrices["head"] = matrices["head"].astype("Int64")
+    matrices = matrices[MATRIX_COLUMNS]
+
+    layers = pd.DataFrame({"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas})
+    for result in results.values():
+        for key, column in result.per_layer.items():
+            layers[key] = column
+    layers["adaptive"] = matrices.groupby("layer")["contribution"].sum().to_numpy()
+
+    singular_values = pd.concat(sv_frames, ignore_index=True)
+    singular_values["head"] = singular_values["head"].astype("Int64")
+    model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
+             "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
+    return Analysis(source=source, model=model, options=options,
+                    bounds={name: r.value for name, r in results.items()},
+                    matrices=matrices, layers=layers, singular_values=singular_values)
