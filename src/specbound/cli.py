@@ -1,0 +1,92 @@
+"""The ``specbound`` command: parses arguments and calls the library, nothing more."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import SpecboundError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="specbound",
+        description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
+    )
+    parser.add_argument("--version", action="version", version=f"specbound {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    an = sub.add_parser("analyze", help="analyse one checkpoint", description=(
+        "Analyse one checkpoint: spectra of every QK/OV head and feed-forward matrix, the "
+        "spectrum-adaptive bound and the Edelman-style baseline."))
+    an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
+    an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
+    an.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")
+    an.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
+    an.add_argument("--rank-tol", type=float, default=1e-10, help="relative rank tolerance (default 1e-10)")
+    an.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act; GELU 1.13)")
+    an.add_argument("--threads", type=_positive_int, help="BLAS threads (default: the BLAS default)")
+    an.add_argument("--method", choices=("factored", "dense"), default="factored",
+                    help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
+
+    be = sub.add_parser("bench", help="time the analysis against the dense reference method")
+    be.add_argument("--format", choices=("text", "json"), default="text")
+    be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
+    be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads (default 1)")
+    be.add_argument("--workdir", metavar="DIR", help="where to write the synthetic checkpoint (default: a temp dir)")
+    return parser
+
+
+def _analyze(args) -> int:
+    from .analysis import analyze
+    from .summary import format_summary
+
+    result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
+                     l_phi=args.l_phi, threads=args.threads, method=args.method)
+    if args.out:
+        result.save(args.out)
+    if args.format == "json":
+        print(result.to_json())
+    else:
+        print(format_summary(result))
+        if args.out:
+            print(f"\ntables and summary written to {args.out}")
+    return 0
+
+
+def _bench(args) -> int:
+    from .bench import format_bench, run_bench
+
+    report = run_bench(repeats=args.repeats, threads=args.threads, workdir=args.workdir)
+    print(json.dumps(report, indent=2) if args.format == "json" else format_bench(report))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"analyze": _analyze, "bench": _bench}[args.command](args)
+    except SpecboundError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `specbound analyze --format json | head`: not an error
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The human-readable summary printed by ``specbound analyze`` (reads records only)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pandas as pd
+
+from .bounds import REGISTRY
+from .measures import ROLE_ORDER
+from .records import Analysis
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}" if abs(x) < 1e7 else f"{x:.4e}"
+
+
+def _p_label(p: float, m: int) -> str:
+    return str(Fraction(round(p * m), m))
+
+
+def format_summary(a: Analysis) -> str:
+    m, mats = a.model, a.matrices
+    o = a.options
+    lines = [
+        f"specbound: {a.source}",
+        f"model    {m['family']}  L={m['L']}  N={m['N']}  heads={m['H']}"
+        + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
+        + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(mats)}",
+        f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
+        f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",
+        "",
+        "bounds",
+    ]
+    for name, value in a.bounds.items():
+        lines.append(f"  {name:<20} {_fmt(value):>14}   {REGISTRY[name].title}")
+    if a.bounds.get("spectral_adaptive"):
+        ratio = a.bounds["edelman"] / a.bounds["spectral_adaptive"]
+        lines.append(f"  edelman / spectral_adaptive = {_fmt(ratio)}")
+
+    lines += ["", "per layer (adaptive = sum of min_p C(p) over the layer's matrices)"]
+    per_layer = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
+    table = pd.DataFrame({"Lambda": a.layers["lambda"], "alpha": a.layers["alpha"]})
+    for role in ROLE_ORDER:
+        table[role] = per_layer[role].to_numpy()
+    table["adaptive"] = a.layers["adaptive"]
+    table["xi (edelman)"] = a.layers["xi"]
+    lines.append(table.to_string(float_format=_fmt))
+
+    lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*"]
+    total = mats["contribution"].sum()
+    rows = []
+    for role in ROLE_ORDER:
+        part = mats[mats["role"] == role]
+        counts = part["p_star"].value_counts().sort_index()
+        dist = ", ".join(f"p*={_p_label(p, o['grid_m'])}: {n}" for p, n in counts.items())
+        rows.append({"role": role, "matrices": len(part), "contribution": part["contribution"].sum(),
+                     "share": f"{100 * part['contribution'].sum() / total:.1f}%" if total else "-",
+                     "median rank": part["rank"].median(), "p* distribution": dist})
+    lines.append(pd.DataFrame(rows).set_index("role").to_string(float_format=_fmt))
+    return "\n".join(lines)

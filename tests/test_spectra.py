@@ -1,0 +1,76 @@
+"""Factored spectra and norms equal dense ones (SPEC section 1); Schatten and rank rules."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbound.spectra import dense_spectrum, factored_spectra, numerical_rank, schatten_power
+
+
+@st.composite
+def head_factors(draw):
+    heads = draw(st.integers(1, 3))
+    d = draw(st.integers(1, 6))
+    n = draw(st.integers(d, 24))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    scale = draw(st.sampled_from([1e-3, 1.0, 1e3]))
+    a = rng.standard_normal((heads, d, n)) * scale
+    b = rng.standard_normal((heads, d, n))
+    if draw(st.booleans()):  # a rank-deficient head: duplicated factor rows
+        a[:, -1, :] = a[:, 0, :]
+    return a, b
+
+
+@settings(max_examples=60, deadline=None)
+@given(head_factors())
+def test_factored_equals_dense(factors):
+    a, b = factors
+    for h, fs in enumerate(factored_spectra(a, b)):
+        dense = a[h].T @ b[h]
+        ds = dense_spectrum(dense)
+        s_dense = np.linalg.svd(dense, compute_uv=False)
+        assert fs.shape == dense.shape
+        k = fs.singular_values.size
+        np.testing.assert_allclose(fs.singular_values, s_dense[:k], rtol=1e-9, atol=1e-12 * s_dense[0])
+        assert np.all(s_dense[k:] <= 1e-12 * max(s_dense[0], 1))
+        assert fs.norm_2_1 == pytest.approx(np.linalg.norm(dense, axis=0).sum(), rel=1e-9)
+        assert fs.norm_1_1 == pytest.approx(np.abs(dense).sum(), rel=1e-9)
+        assert fs.frobenius_norm == pytest.approx(np.linalg.norm(dense), rel=1e-9)
+        assert numerical_rank(fs.singular_values, fs.dim) == numerical_rank(ds.singular_values, ds.dim)
+        assert numerical_rank(ds.singular_values, ds.dim) == np.linalg.matrix_rank(dense)
+        for p in (0.0, 0.05, 0.5, 1.0, 2.0):
+            assert schatten_power(fs.singular_values, p, fs.dim) == pytest.approx(
+                schatten_power(ds.singular_values, p, ds.dim), rel=1e-9)
+
+
+def test_streamed_norm_1_1_uses_several_blocks(monkeypatch):
+    import specbound.spectra as spectra
+
+    monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 50)  # 10 x 10 product in blocks of 5 columns
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((1, 3, 10)), rng.standard_normal((1, 3, 10))
+    (fs,) = spectra.factored_spectra(a, b)
+    assert fs.norm_1_1 == pytest.approx(np.abs(a[0].T @ b[0]).sum(), rel=1e-12)
+
+
+def test_schatten_power_definitions():
+    s = np.array([3.0, 2.0, 1.0, 0.5, 0.0])
+    assert schatten_power(s, 0, 5) == 4
+    assert schatten_power(s, 1, 5) == pytest.approx(6.5)
+    assert schatten_power(s, 2, 5) == pytest.approx(9 + 4 + 1 + 0.25)
+    # rounding noise below the tolerance does not count, however small p is
+    noisy = np.concatenate([s[:4], np.full(100, 1e-15)])
+    assert schatten_power(noisy, 1 / 19, 104) == pytest.approx(schatten_power(s, 1 / 19, 5))
+    assert numerical_rank(np.zeros(3), 3) == 0
+
+
+def test_dense_spectrum_norms_row_orientation():
+    w = np.array([[3.0, 0.0], [4.0, -1.0], [0.0, 0.0]])  # 3 x 2: columns are outputs
+    sp = dense_spectrum(w)
+    assert sp.norm_2_1 == pytest.approx(5.0 + 1.0)
+    assert sp.norm_1_1 == pytest.approx(8.0)
+    assert sp.shape == (3, 2) and sp.dim == 2
+    assert sp.frobenius_norm == pytest.approx(np.sqrt(26))
+    assert sp.stable_rank == pytest.approx(26 / sp.spectral_norm**2)
