@@ -74,3 +74,28 @@ def test_dense_spectrum_norms_row_orientation():
     assert sp.shape == (3, 2) and sp.dim == 2
     assert sp.frobenius_norm == pytest.approx(np.sqrt(26))
     assert sp.stable_rank == pytest.approx(26 / sp.spectral_norm**2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.integers(12, 40), st.booleans())
+def test_gram_path_within_its_proven_bound(seed, n, k, transpose):
+    from specbound.spectra import gram_singular_values
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k))
+    w = w.T if transpose else w
+    s_gram, bound = gram_singular_values(w)
+    s_svd = np.linalg.svd(w, compute_uv=False)
+    assert s_gram.shape == s_svd.shape
+    rel = np.abs(s_gram - s_svd) / s_gram
+    assert np.all(rel <= bound)
+
+
+def test_gram_path_falls_back_to_svd_when_unresolved():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 20))
+    w[-1] = w[0]  # rank deficient: the Gram path cannot resolve the zero singular value
+    sp = dense_spectrum(w, gram_rtol=1e-8)
+    assert sp.sv_method == "svd" and sp.sv_rel_error_bound == 0.0
+    good = dense_spectrum(rng.standard_normal((6, 20)), gram_rtol=1e-8)
+    assert good.sv_method == "gram" and 0 < good.sv_rel_error_bound <= 1e-8

@@ -19,15 +19,20 @@ from .records import Analysis, build_analysis
 from .spectra import dense_spectrum, factored_spectra
 
 METHODS = ("factored", "dense")
+# Feed-forward singular values from the Gram matrix only when each is proven accurate to 1e-8
+# relative (in practice they agree with the SVD to ~1e-14); see spectra.gram_singular_values.
+DEFAULT_GRAM_RTOL = 1e-8
 
 
 def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
-                  with_norm_1_1: bool = True) -> LayerSpectra:
+                  with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices.
 
     ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
     every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
     benchmark's baseline).  ``group`` is the number of query heads per key/value head.
+    Feed-forward singular values use the Gram path when its proven relative error is at most
+    ``gram_rtol`` (0: always LAPACK's SVD; the dense method always uses the SVD).
     """
     k = np.repeat(weights.k, group, axis=0)
     v = np.repeat(weights.v, group, axis=0)
@@ -37,9 +42,12 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     elif method == "dense":
         qk = [dense_spectrum(a.T @ b) for a, b in zip(weights.q, k)]
         ov = [dense_spectrum(a.T @ b) for a, b in zip(v, weights.o)]
+        gram_rtol = 0.0
     else:
         raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    return LayerSpectra(weights.layer, qk, ov, dense_spectrum(weights.ff_in), dense_spectrum(weights.ff_out))
+    ff_in = dense_spectrum(weights.ff_in, gram_rtol=gram_rtol)
+    ff_out = dense_spectrum(weights.ff_out, gram_rtol=gram_rtol)
+    return LayerSpectra(weights.layer, qk, ov, ff_in, ff_out)
 
 
 def analyze(
@@ -51,6 +59,7 @@ def analyze(
     l_phi: float | None = None,
     threads: int | None = None,
     method: str = "factored",
+    gram_rtol: float = DEFAULT_GRAM_RTOL,
     progress: Callable[[int, int], None] | None = None,
 ) -> Analysis:
     """Analyse a checkpoint: every spectral quantity and every registered bound.
@@ -71,7 +80,9 @@ def analyze(
     threads : int, optional
         BLAS threads (threadpoolctl); None leaves the BLAS default.
     method : {"factored", "dense"}
-        How QK/OV spectra are computed; ``"dense"`` is the slow reference.
+        How QK/OV spectra are computed; ``"dense"`` is the slow reference (all SVDs).
+    gram_rtol : float
+        Largest proven relative error accepted from the feed-forward Gram path; 0 forces SVDs.
     progress : callable(done, total), optional
         Called after each layer.
 
@@ -80,6 +91,8 @@ def analyze(
     Analysis
     """
     _check_options(grid_m, rank_tol, l_phi, threads, method)
+    if not (isinstance(gram_rtol, (int, float)) and 0 <= gram_rtol < 1):
+        raise SpecboundError(f"gram_rtol must be a number in [0, 1) (0 forces exact SVDs), got {gram_rtol!r}")
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
@@ -91,7 +104,8 @@ def analyze(
         layers = []
         for layer in range(dims.L):
             weights = layer_weights(spec, ckpt, dims, prefix, layer)
-            layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv))
+            layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv,
+                                        gram_rtol=gram_rtol))
             del weights
             if progress:
                 progress(layer + 1, dims.L)
@@ -103,7 +117,7 @@ def analyze(
         measures = measure(layers, dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
         results = compute_all(measures)
     options = {"grid_m": measures.grid_m, "rank_tol": rank_tol, "l_phi": l_phi,
-               "l_phi_source": l_phi_source, "method": method}
+               "l_phi_source": l_phi_source, "method": method, "gram_rtol": gram_rtol if method == "factored" else 0.0}
     return build_analysis(ckpt.location, spec.family, measures, results, options)
 
 

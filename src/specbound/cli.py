@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--threads", type=_positive_int, help="BLAS threads (default: the BLAS default)")
     an.add_argument("--method", choices=("factored", "dense"), default="factored",
                     help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
+    an.add_argument("--gram-rtol", type=float, default=1e-8,
+                    help="feed-forward singular values from the Gram matrix when proven accurate to this "
+                         "relative error (default 1e-8); 0 forces exact SVDs")
 
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
     be.add_argument("--format", choices=("text", "json"), default="text")
@@ -56,7 +59,8 @@ def _analyze(args) -> int:
     from .summary import format_summary
 
     result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
-                     l_phi=args.l_phi, threads=args.threads, method=args.method)
+                     l_phi=args.l_phi, threads=args.threads, method=args.method,
+                     gram_rtol=args.gram_rtol)
     if args.out:
         result.save(args.out)
     if args.format == "json":

@@ -25,7 +25,8 @@ SCHEMA_VERSION = 1
 MATRIX_COLUMNS = [
     "layer", "head", "role", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
     "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
-    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous",
+    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "sv_method",
+    "sv_rel_error_bound",
 ]
 
 
@@ -129,6 +130,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
             "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
             "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
+            "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
         })
         sv_frames.append(pd.DataFrame({
             "matrix": i, "layer": mm.layer, "head": mm.head, "role": mm.role,

