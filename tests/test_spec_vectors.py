@@ -61,9 +61,9 @@ def _norm_only(c, n21):
 def test_vector_b():
     layers = [
         LayerSpectra(0, qk=[_norm_only(0.25, 3), _norm_only(1, 4)], ov=[_norm_only(1, 5), _norm_only(0.5, 6)],
-                     ff_in=_norm_only(2, 10), ff_out=_norm_only(1.5, 12)),
+                     ff={"FF_in": _norm_only(2, 10), "FF_out": _norm_only(1.5, 12)}),
         LayerSpectra(1, qk=[_norm_only(0.5, 2), _norm_only(0.1, 2.5)], ov=[_norm_only(0.7, 4), _norm_only(0.9, 4.5)],
-                     ff_in=_norm_only(1.2, 8), ff_out=_norm_only(0.8, 9)),
+                     ff={"FF_in": _norm_only(1.2, 8), "FF_out": _norm_only(0.8, 9)}),
     ]
     dims = ModelDims(L=2, N=4, H=2, H_kv=2, d_head=2, d_ff=4)
     ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)

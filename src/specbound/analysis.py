@@ -25,7 +25,7 @@ DEFAULT_GRAM_RTOL = 1e-8
 
 
 def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
-                  with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
+                  block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices.
 
     ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
@@ -45,9 +45,8 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
         gram_rtol = 0.0
     else:
         raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    ff_in = dense_spectrum(weights.ff_in, gram_rtol=gram_rtol)
-    ff_out = dense_spectrum(weights.ff_out, gram_rtol=gram_rtol)
-    return LayerSpectra(weights.layer, qk, ov, ff_in, ff_out)
+    ff = {role: dense_spectrum(w, gram_rtol=gram_rtol) for role, w in weights.ff.items()}
+    return LayerSpectra(weights.layer, qk, ov, ff, block)
 
 
 def analyze(
@@ -105,7 +104,7 @@ def analyze(
         for layer in range(dims.L):
             weights = layer_weights(spec, ckpt, dims, prefix, layer)
             layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv,
-                                        gram_rtol=gram_rtol))
+                                        block=dims.block, gram_rtol=gram_rtol))
             del weights
             if progress:
                 progress(layer + 1, dims.L)

@@ -6,10 +6,13 @@ dimensions from ``config.json``.  A spec is validated strictly when loaded; the 
 by the config's ``model_type``.  A user with a family we do not ship writes the same kind of file
 and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
 
-Roles (row-vector orientation, SPEC section 1): ``q``, ``k``, ``v`` (``N x H d_h``), ``o``
-(``H d_h x N``), ``ff_in`` (``N x d_ff``), ``ff_out`` (``d_ff x N``).
-Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a GPT-2
-``Conv1D.weight`` stored ``(in, out)``.
+Roles (row-vector orientation, SPEC section 1): ``q`` (``N x H d_h``), ``k``, ``v``
+(``N x H_kv d_h``), or one fused ``qkv``; ``o`` (``H d_h x N``); ``ff_in`` (``N x d_ff``) and
+``ff_out`` (``d_ff x N``) for a plain feed-forward, ``ff_gate``, ``ff_up`` and ``ff_out`` for a gated
+one.  Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a
+GPT-2 ``Conv1D.weight`` stored ``(in, out)``.  A fused ``qkv`` also says how its output axis is
+split: ``concat`` (``[q | k | v]``, GPT-2) or ``per_head`` (``[h0: q k v | h1: q k v | ...]``,
+GPT-NeoX).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from typing import Any
 
 from .errors import SpecboundError
 
-ROLES = ("q", "k", "v", "o", "ff_in", "ff_out")
+ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
-BLOCKS = ("sequential",)
-FEED_FORWARDS = ("plain",)
+FUSIONS = ("concat", "per_head")
+BLOCKS = ("sequential", "parallel")
+FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
 LAYER_PLACEHOLDER = "${layer}"
@@ -39,6 +43,7 @@ class TensorRule:
     role: str
     name: str
     layout: str
+    fused: str | None = None
 
     def name_for(self, layer: int, prefix: str = "") -> str:
         return prefix + self.name.replace(LAYER_PLACEHOLDER, str(layer))
@@ -58,6 +63,15 @@ class ArchSpec:
     tensors: dict[str, TensorRule]
     ignore: tuple[re.Pattern, ...]
     origin: str
+    block_switch: dict[str, Any] | None = None
+    ff_size_multiplier: int | None = None
+
+    def block_for(self, config: dict[str, Any]) -> str:
+        """``sequential`` or ``parallel``; a ``block_switch`` reads it from a boolean config key."""
+        if not self.block_switch:
+            return self.block
+        flag = config.get(self.block_switch["config_key"], self.block_switch["default"])
+        return self.block_switch["if_true"] if flag else self.block_switch["if_false"]
 
     def is_ignored(self, name: str) -> bool:
         return any(p.search(name) for p in self.ignore)
@@ -88,7 +102,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     if not isinstance(raw, dict):
         raise _fail(origin, "the document must be a JSON object")
     known = {"family", "description", "model_types", "prefixes", "config", "block",
-             "feed_forward", "tensors", "ignore"}
+             "block_switch", "feed_forward", "ff_size_multiplier", "tensors", "ignore"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -112,9 +126,19 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     block = raw.get("block", "sequential")
     if block not in BLOCKS:
         raise _fail(origin, f"'block' must be one of {list(BLOCKS)}, found {block!r}")
+    block_switch = raw.get("block_switch")
+    if block_switch is not None:
+        keys = {"config_key", "default", "if_true", "if_false"}
+        if not isinstance(block_switch, dict) or set(block_switch) != keys:
+            raise _fail(origin, f"'block_switch' must be an object with exactly the keys {sorted(keys)}")
+        if {block_switch["if_true"], block_switch["if_false"]} - set(BLOCKS):
+            raise _fail(origin, f"'block_switch' blocks must be among {list(BLOCKS)}")
     feed_forward = raw.get("feed_forward", "plain")
     if feed_forward not in FEED_FORWARDS:
         raise _fail(origin, f"'feed_forward' must be one of {list(FEED_FORWARDS)}, found {feed_forward!r}")
+    multiplier = raw.get("ff_size_multiplier")
+    if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
+        raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
 
     tensors_raw = raw.get("tensors")
     if not isinstance(tensors_raw, dict):
@@ -123,16 +147,24 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     for role, rule in tensors_raw.items():
         if role not in ROLES:
             raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
-        if not isinstance(rule, dict) or set(rule) != {"name", "layout"}:
-            raise _fail(origin, f"tensor rule for {role!r} must be an object with exactly 'name' and 'layout'")
+        allowed = {"name", "layout", "fused"} if role == "qkv" else {"name", "layout"}
+        if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
+            raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
+                                f"{sorted(allowed)} ('fused' only, and always, for qkv)")
+        if role == "qkv" and rule.get("fused") not in FUSIONS:
+            raise _fail(origin, f"'fused' for qkv must be one of {list(FUSIONS)}, found {rule.get('fused')!r}")
         if LAYER_PLACEHOLDER not in rule["name"]:
             raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
         if rule["layout"] not in LAYOUTS:
             raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
-        tensors[role] = TensorRule(role, rule["name"], rule["layout"])
-    absent = [r for r in ROLES if r not in tensors]
-    if absent:
-        raise _fail(origin, f"'tensors' lacks the roles {absent}")
+        tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"))
+    attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
+    needed = attention + FEED_FORWARDS[feed_forward]
+    absent = [r for r in needed if r not in tensors]
+    extra = [r for r in tensors if r not in needed]
+    if absent or extra:
+        raise _fail(origin, f"a {feed_forward} feed-forward with {'fused' if 'qkv' in tensors else 'separate'} "
+                            f"q/k/v needs exactly the roles {list(needed)}; missing {absent}, unexpected {extra}")
 
     patterns = []
     for pattern in _str_list(raw, "ignore", origin, required=False):
@@ -152,6 +184,8 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         tensors=tensors,
         ignore=tuple(patterns),
         origin=origin,
+        block_switch=block_switch,
+        ff_size_multiplier=multiplier,
     )
 
 

@@ -27,6 +27,8 @@ class ModelDims:
     d_head: int
     d_ff: int
     activation: str | None = None
+    block: str = "sequential"
+    feed_forward: str = "plain"
 
 
 @dataclass
@@ -39,8 +41,9 @@ class LayerWeights:
         Per-head factors ``W_Q^h``, ``W_K^h``, ``W_V^h``.
     o : ndarray, shape (H, d_head, N)
         Per-head ``W_O^h`` (rows of ``out.weight.T``).
-    ff_in : ndarray, shape (N, d_ff)
-    ff_out : ndarray, shape (d_ff, N)
+    ff : dict[str, ndarray]
+        Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
+        ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``.
     """
 
     layer: int
@@ -48,8 +51,7 @@ class LayerWeights:
     k: np.ndarray
     v: np.ndarray
     o: np.ndarray
-    ff_in: np.ndarray
-    ff_out: np.ndarray
+    ff: dict[str, np.ndarray]
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
@@ -62,7 +64,11 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
             )
         return value
 
-    L, N, H, d_ff = need("num_layers"), need("hidden_size"), need("num_heads"), need("ff_size")
+    L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
+    if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
+        d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
+    else:
+        d_ff = need("ff_size")
     d_head = spec.config_value(config, "head_dim") or (N // H)
     if not spec.config_value(config, "head_dim") and N % H:
         raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}")
@@ -71,20 +77,22 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
-                     activation=activation if isinstance(activation, str) else None)
+                     activation=activation if isinstance(activation, str) else None,
+                     block=spec.block_for(config), feed_forward=spec.feed_forward)
 
 
 def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
     """Row-vector-orientation shape of each role's matrix."""
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
-    return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "o": (hd, dims.N),
-            "ff_in": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
+    return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
+            "o": (hd, dims.N), "ff_in": (dims.N, dims.d_ff), "ff_gate": (dims.N, dims.d_ff),
+            "ff_up": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
 
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
     """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0."""
     names = set(ckpt.shards)
-    probe = spec.tensors["q"]
+    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
     for prefix in spec.prefixes:
         if probe.name_for(0, prefix) in names:
             return prefix
@@ -137,19 +145,36 @@ def _head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
     return np.ascontiguousarray(w.T.reshape(heads, d_head, n))
 
 
+def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split a row-oriented fused ``(N, (H + 2 H_kv) d)`` matrix into ``q``, ``k``, ``v`` columns.
+
+    ``concat``: columns ``[q | k | v]`` (GPT-2 ``c_attn``).  ``per_head``: for each head ``h`` the
+    columns ``[q_h | k_h | v_h]`` in turn (GPT-NeoX ``query_key_value``, i.e. the torch weight's
+    rows viewed as ``(H, 3, d_h)``); it needs ``H_kv = H``.
+    """
+    hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
+    if fused == "concat":
+        return w[:, :hd], w[:, hd:hd + kvd], w[:, hd + kvd:]
+    if dims.H_kv != dims.H:
+        raise SpecboundError("a per-head fused qkv layout needs as many key/value heads as query heads")
+    per_head = w.reshape(dims.N, dims.H, 3, dims.d_head)
+    return tuple(per_head[:, :, i, :].reshape(dims.N, hd) for i in range(3))
+
+
 def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerWeights:
     """Read and slice one layer's role tensors (after :func:`account_for_tensors`)."""
     mats = {
         role: _row_oriented(ckpt.read(rule.name_for(layer, prefix)), rule.layout)
         for role, rule in spec.tensors.items()
     }
-    o = mats["o"]
+    if "qkv" in mats:
+        mats["q"], mats["k"], mats["v"] = split_fused_qkv(mats.pop("qkv"), spec.tensors["qkv"].fused, dims)
+    ff_roles = [r for r in ("ff_in", "ff_gate", "ff_up", "ff_out") if r in mats]
     return LayerWeights(
         layer=layer,
         q=_head_columns(mats["q"], dims.H, dims.d_head),
         k=_head_columns(mats["k"], dims.H_kv, dims.d_head),
         v=_head_columns(mats["v"], dims.H_kv, dims.d_head),
-        o=np.ascontiguousarray(o.reshape(dims.H, dims.d_head, dims.N)),
-        ff_in=np.ascontiguousarray(mats["ff_in"]),
-        ff_out=np.ascontiguousarray(mats["ff_out"]),
+        o=np.ascontiguousarray(mats["o"].reshape(dims.H, dims.d_head, dims.N)),
+        ff={"FF_" + r[3:]: np.ascontiguousarray(mats[r]) for r in ff_roles},
     )

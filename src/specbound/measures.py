@@ -11,25 +11,26 @@ from .extract import ModelDims
 from .propagation import LayerNorms, downstream_factors, layer_lipschitz, sensitivities
 from .spectra import MatrixSpectrum
 
-ROLE_ORDER = ("QK", "OV", "FF_in", "FF_out")
+ROLE_ORDER = ("QK", "OV", "FF_in", "FF_gate", "FF_up", "FF_out")
 
 
 @dataclass(frozen=True)
 class LayerSpectra:
-    """Spectra of one layer's matrices: per query head for QK/OV, one each for feed-forward."""
+    """Spectra of one layer's matrices: per query head for QK/OV, one per feed-forward role
+    (``FF_in``/``FF_out``, or ``FF_gate``/``FF_up``/``FF_out``), and the block structure."""
 
     layer: int
     qk: list[MatrixSpectrum]
     ov: list[MatrixSpectrum]
-    ff_in: MatrixSpectrum
-    ff_out: MatrixSpectrum
+    ff: dict[str, MatrixSpectrum]
+    block: str = "sequential"
 
     def norms(self) -> LayerNorms:
         return LayerNorms(
             qk=np.array([s.spectral_norm for s in self.qk]),
             ov=np.array([s.spectral_norm for s in self.ov]),
-            ff_in=self.ff_in.spectral_norm,
-            ff_out=self.ff_out.spectral_norm,
+            ff={role: s.spectral_norm for role, s in self.ff.items()},
+            block=self.block,
         )
 
 
@@ -92,8 +93,7 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
         gamma = sensitivities(n)
         entries = ([("QK", h, s, gamma["QK"][h]) for h, s in enumerate(layer.qk)]
                    + [("OV", h, s, gamma["OV"][h]) for h, s in enumerate(layer.ov)]
-                   + [("FF_in", None, layer.ff_in, gamma["FF_in"]),
-                      ("FF_out", None, layer.ff_out, gamma["FF_out"])])
+                   + [(role, None, s, gamma[role]) for role, s in layer.ff.items()])
         for role, head, spectrum, g in entries:
             scale = max(float(g) * float(alpha) * dims.L, tiny)
             matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale))

@@ -33,14 +33,16 @@ class LayerNorms:
     ----------
     qk, ov : ndarray, shape (H,)
         ``c(QK^{l,h})`` and ``c(OV^{l,h})`` per query head.
-    ff_in, ff_out : float
-        ``c(FF_in^l)`` and ``c(FF_out^l)``.
+    ff : dict[str, float]
+        ``c`` of each feed-forward matrix by role (``FF_in``/``FF_out`` or ``FF_gate``/``FF_up``/``FF_out``).
+    block : str
+        ``sequential`` (attention, then feed-forward) or ``parallel`` (both on the same input).
     """
 
     qk: np.ndarray
     ov: np.ndarray
-    ff_in: float
-    ff_out: float
+    ff: dict[str, float]
+    block: str = "sequential"
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
@@ -50,10 +52,24 @@ def activation_lipschitz(activation: str | None) -> tuple[float, str]:
     return DEFAULT_L_PHI, f"default (hidden_act={activation!r} not in the table)"
 
 
+def attention_lipschitz(norms: LayerNorms) -> float:
+    """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows)."""
+    return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
+
+
+def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
+    """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
+    ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
+    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md)."""
+    if "FF_gate" in ff:
+        return (l_phi + c_phi) * ff["FF_gate"] * ff["FF_up"] * ff["FF_out"]
+    return l_phi * ff["FF_in"] * ff["FF_out"]
+
+
 def layer_lipschitz(norms: LayerNorms, l_phi: float) -> float:
-    """``Lambda_k`` of one layer (SPEC section 3, multi-head form)."""
-    attention = float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
-    return l_phi * norms.ff_in * norms.ff_out * attention
+    """``Lambda_k``: attention then feed-forward multiply (SPEC section 3); parallel blocks add."""
+    attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
+    return attention + ff if norms.block == "parallel" else attention * ff
 
 
 def downstream_factors(lambdas: np.ndarray) -> np.ndarray:
@@ -66,11 +82,22 @@ def downstream_factors(lambdas: np.ndarray) -> np.ndarray:
 
 
 def sensitivities(norms: LayerNorms) -> dict[str, np.ndarray | float]:
-    """``gamma*`` per role: arrays over heads for ``QK``/``OV``, floats for feed-forward."""
-    ff = norms.ff_out * norms.ff_in
-    return {
-        "QK": 2.0 * norms.ov * ff,
-        "OV": np.full_like(norms.ov, ff),
-        "FF_in": norms.ff_out,
-        "FF_out": 1.0,
+    """``gamma*`` per role: arrays over heads for ``QK``/``OV``, floats for feed-forward.
+
+    As in the reference code, activation constants are set to 1 here (they enter ``Lambda`` only):
+    BERT's ``FF_in`` gets ``c(FF_out)``, not ``L_phi c(FF_out)``.  The feed-forward factor that an
+    attention matrix's perturbation passes through is the feed-forward Lipschitz constant with
+    ``L_phi = c_phi = 1`` in a sequential block, and 1 in a parallel block (the feed-forward does
+    not see the attention's output).
+    """
+    ff = norms.ff
+    after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0)
+    gamma: dict[str, np.ndarray | float] = {
+        "QK": 2.0 * norms.ov * after_attention,
+        "OV": np.full_like(norms.ov, after_attention),
     }
+    if "FF_gate" in ff:
+        gamma.update({"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0})
+    else:
+        gamma.update({"FF_in": ff["FF_out"], "FF_out": 1.0})
+    return gamma

@@ -41,7 +41,8 @@ def format_summary(a: Analysis) -> str:
     lines += ["", "per layer (adaptive = sum of min_p C(p) over the layer's matrices)"]
     per_layer = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
     table = pd.DataFrame({"Lambda": a.layers["lambda"], "alpha": a.layers["alpha"]})
-    for role in ROLE_ORDER:
+    roles = [r for r in ROLE_ORDER if r in per_layer.columns]
+    for role in roles:
         table[role] = per_layer[role].to_numpy()
     table["adaptive"] = a.layers["adaptive"]
     table["xi (edelman)"] = a.layers["xi"]
@@ -50,7 +51,7 @@ def format_summary(a: Analysis) -> str:
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*"]
     total = mats["contribution"].sum()
     rows = []
-    for role in ROLE_ORDER:
+    for role in roles:
         part = mats[mats["role"] == role]
         counts = part["p_star"].value_counts().sort_index()
         dist = ", ".join(f"p*={_p_label(p, o['grid_m'])}: {n}" for p, n in counts.items())

@@ -12,18 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from ..measures import LayerSpectra, ModelMeasures
+from ..propagation import sensitivities
 from . import Bound, BoundResult, register
 
 
 def layer_xi(layer: LayerSpectra) -> float:
-    """``xi_l`` of one layer."""
-    c_in, c_out = layer.ff_in.spectral_norm, layer.ff_out.spectral_norm
-    ff = c_out * c_in
-    c_ov = np.array([s.spectral_norm for s in layer.ov])
-    qk21 = np.array([s.norm_2_1 for s in layer.qk])
-    ov21 = np.array([s.norm_2_1 for s in layer.ov])
-    return float(np.sum((ff * c_ov * qk21) ** (2 / 3)) + np.sum((ff * ov21) ** (2 / 3))
-                 + (c_out * layer.ff_in.norm_2_1) ** (2 / 3) + layer.ff_out.norm_2_1 ** (2 / 3))
+    """``xi_l`` of one layer: ``sum over its matrices of (w ||X||_{2,1})^(2/3)``.
+
+    The weight ``w`` of each matrix is its sensitivity ``gamma*`` (SPEC section 3) except for QK,
+    whose Edelman weight ``c(OV) c(FF_out) c(FF_in)`` lacks the factor 2 of ``gamma*_QK``.  On a BERT
+    layer this is exactly the formula above; it carries over to gated and parallel blocks.
+    """
+    gamma = sensitivities(layer.norms())
+    xi = np.sum((gamma["QK"] / 2 * [s.norm_2_1 for s in layer.qk]) ** (2 / 3))
+    xi += np.sum((gamma["OV"] * [s.norm_2_1 for s in layer.ov]) ** (2 / 3))
+    xi += sum((gamma[role] * s.norm_2_1) ** (2 / 3) for role, s in layer.ff.items())
+    return float(xi)
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
