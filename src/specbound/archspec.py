@@ -59,8 +59,13 @@ class ArchSpec:
     ignore: tuple[re.Pattern, ...]
     origin: str
 
-    def is_ignored(self, name: str) -> bool:
-        return any(p.search(name) for p in self.ignore)
+    def is_ignored(self, name: str, prefix: str = "") -> bool:
+        """Whether ``name`` matches an ignore pattern, as stored or with the model's ``prefix``
+        removed (``^pooler\\.`` must also match ``bert.pooler.dense.weight``)."""
+        names = [name]
+        if prefix and name.startswith(prefix):
+            names.append(name[len(prefix):])
+        return any(p.search(n) for p in self.ignore for n in names)
 
     def config_value(self, config: dict[str, Any], field: str) -> Any:
         """The first of the field's config keys present in ``config``, or None."""

@@ -117,7 +117,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
                 f"{layout} {role} weight: the config does not describe these weights"
             )
-    stray = [n for n in ckpt.shards if n not in wanted and not spec.is_ignored(n)]
+    stray = [n for n in ckpt.shards if n not in wanted and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(
