@@ -97,3 +97,22 @@ def test_fp16_is_upcast_to_float64(tiny_dir):
     full = specbound.analyze(fp32, threads=1)
     np.testing.assert_allclose(result.matrices["spectral_norm"], full.matrices["spectral_norm"], rtol=1e-2)
     assert not np.array_equal(result.matrices["spectral_norm"], full.matrices["spectral_norm"])
+
+
+def test_bf16_is_upcast_to_float64(tiny_dir, tmp_path):
+    """numpy has no bfloat16; bf16 -> float32 is exact, so an fp32 copy made by torch is the reference."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    bf16 = tiny_dir("bert", "bf16")
+    tensors = load_file(str(bf16 / "model.safetensors"))
+    assert tensors["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
+    as_fp32 = tmp_path / "bf16-as-fp32"
+    as_fp32.mkdir()
+    save_file({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()},
+              str(as_fp32 / "model.safetensors"))
+    (as_fp32 / "config.json").write_text((bf16 / "config.json").read_text())
+
+    result = specbound.analyze(bf16, threads=1)
+    assert_matches_oracle(result, *dense_reference(as_fp32))
+    assert result.bounds == specbound.analyze(as_fp32, threads=1).bounds
