@@ -8,6 +8,7 @@ healthy copy is analysed first, so each case fails for the reason it names and n
 import json
 import shutil
 import struct
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -301,3 +302,121 @@ def test_malformed_shard_index(sharded, capsys, text):
     needles = [str(sharded / INDEX), "weight_map"]
     assert_one_line_error(*run_cli(capsys, sharded), needles)
     assert_api_error(needles, sharded)
+
+
+# --- options ------------------------------------------------------------------------------------------
+
+OPTION_CASES = [
+    (["--grid-m", "0"], ["--grid-m", "positive integer", "'0'"]),
+    (["--grid-m", "-3"], ["--grid-m", "'-3'"]),
+    (["--grid-m", "1.5"], ["--grid-m", "'1.5'"]),
+    (["--grid-m", "many"], ["--grid-m", "'many'"]),
+    (["--rank-tol", "abc"], ["--rank-tol", "'abc'"]),
+    (["--rank-tol=-1e-10"], ["rank_tol", "[0, 1)", "-1e-10"]),
+    (["--rank-tol", "1"], ["rank_tol", "[0, 1)"]),
+    (["--rank-tol", "nan"], ["rank_tol", "nan"]),
+    (["--l-phi", "0"], ["l_phi", "positive"]),
+    (["--l-phi", "inf"], ["l_phi", "finite", "inf"]),
+    (["--threads", "0"], ["--threads", "'0'"]),
+    (["--format", "xml"], ["--format", "'xml'"]),
+    (["--no-such-option"], ["--no-such-option"]),
+]
+
+
+@pytest.mark.parametrize("args, needles", OPTION_CASES, ids=[" ".join(a) for a, _ in OPTION_CASES])
+def test_invalid_option(tiny_bert_dir, capsys, args, needles):
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, *args), needles)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(grid_m=0), "grid_m"), (dict(grid_m=1.5), "grid_m"), (dict(rank_tol=-1.0), "rank_tol"),
+    (dict(rank_tol=float("nan")), "rank_tol"), (dict(l_phi=float("inf")), "l_phi"),
+    (dict(threads=0), "threads"), (dict(method="exact"), "method"),
+])
+def test_invalid_option_api(tiny_bert_dir, kwargs, needle):
+    with pytest.raises(SpecboundError, match=needle):
+        specbound.analyze(tiny_bert_dir, **kwargs)
+
+
+def test_valid_options_still_work(tiny_bert_dir, capsys):
+    rc, out, err = run_cli(capsys, tiny_bert_dir, "--grid-m", "3", "--rank-tol", "0", "--format", "json")
+    assert rc == 0 and err == ""
+    doc = json.loads(out)
+    assert doc["options"]["grid_m"] == 3 and doc["options"]["rank_tol"] == 0
+
+
+# --- --arch-spec ------------------------------------------------------------------------------------
+
+def _bert_spec():
+    return json.loads(resources.files("specbound.archs").joinpath("bert.json").read_text())
+
+
+def _without(d, key):
+    d = dict(d)
+    del d[key]
+    return d
+
+
+SPEC_CASES = {
+    "bad_json": ('{"family": "bert",', ["cannot read architecture spec", "JSON"]),
+    "not_an_object": ([1, 2], ["JSON object"]),
+    "unknown_role": (lambda s: {**s, "tensors": {**s["tensors"], "qkv": s["tensors"]["q"]}},
+                     ["unknown role 'qkv'", "'ff_in'"]),
+    "missing_role": (lambda s: {**s, "tensors": _without(s["tensors"], "ff_out")}, ["lacks the roles ['ff_out']"]),
+    "name_not_a_string": (lambda s: {**s, "tensors": {**s["tensors"], "q": {"name": 3, "layout": "linear"}}},
+                          ["'q'", "${layer}"]),
+    "name_without_layer": (lambda s: {**s, "tensors": {**s["tensors"], "q": {"name": "q.weight", "layout": "linear"}}},
+                           ["'q'", "${layer}"]),
+    "unknown_layout": (lambda s: {**s, "tensors": {**s["tensors"], "o": {"name": "${layer}.o", "layout": "fused"}}},
+                       ["layout", "'fused'"]),
+    "unknown_key": (lambda s: {**s, "rotary": True}, ["unknown keys ['rotary']"]),
+    "missing_config_field": (lambda s: {**s, "config": _without(s["config"], "ff_size")}, ["'ff_size'"]),
+    "bad_regex": (lambda s: {**s, "ignore": ["(unclosed"]}, ["'(unclosed'", "regular expression"]),
+}
+
+
+def _spec_file(tmp_path, case):
+    body, needles = SPEC_CASES[case]
+    path = tmp_path / f"{case}.json"
+    if callable(body):
+        body = body(_bert_spec())
+    path.write_text(body if isinstance(body, str) else json.dumps(body))
+    return path, needles
+
+
+def test_shipped_spec_passed_as_file_works(tiny_bert_dir, tmp_path, capsys):
+    path = tmp_path / "bert.json"
+    path.write_text(json.dumps(_bert_spec()))
+    rc, out, err = run_cli(capsys, tiny_bert_dir, "--arch-spec", path, "--format", "json")
+    assert rc == 0 and err == ""
+    assert json.loads(out)["bounds"] == specbound.analyze(tiny_bert_dir, threads=1).to_dict()["bounds"]
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_CASES))
+def test_malformed_arch_spec(tiny_bert_dir, tmp_path, capsys, case):
+    path, needles = _spec_file(tmp_path, case)
+    needles = [str(path), *needles]
+    line = assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--arch-spec", path), needles)
+    assert "docs/architectures.md" in line
+    assert_api_error(needles, tiny_bert_dir, arch_spec=path)
+
+
+def test_arch_spec_file_missing(tiny_bert_dir, tmp_path, capsys):
+    path = tmp_path / "nope.json"
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--arch-spec", path), ["not found", str(path)])
+    assert_api_error(["not found"], tiny_bert_dir, arch_spec=tmp_path)
+
+
+def test_optional_config_field_not_an_integer(tiny_bert_dir, tmp_path, capsys):
+    spec = _bert_spec()
+    spec["config"]["head_dim"] = ["head_dim"]
+    spec_path = tmp_path / "with_head_dim.json"
+    spec_path.write_text(json.dumps(spec))
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, folder)
+    _write_config(folder, head_dim=8)
+    assert specbound.analyze(folder, arch_spec=spec_path, threads=1).model["d_head"] == 8
+    _write_config(folder, head_dim="eight")
+    needles = ["positive integer head_dim", "'eight'"]
+    assert_one_line_error(*run_cli(capsys, folder, "--arch-spec", spec_path), needles)
+    assert_api_error(needles, folder, arch_spec=spec_path)

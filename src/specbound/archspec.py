@@ -130,9 +130,9 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
             raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
         if not isinstance(rule, dict) or set(rule) != {"name", "layout"}:
             raise _fail(origin, f"tensor rule for {role!r} must be an object with exactly 'name' and 'layout'")
-        if LAYER_PLACEHOLDER not in rule["name"]:
+        if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
             raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
-        if rule["layout"] not in LAYOUTS:
+        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
             raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
         tensors[role] = TensorRule(role, rule["name"], rule["layout"])
     absent = [r for r in ROLES if r not in tensors]
@@ -164,11 +164,14 @@ def load_spec_file(path: str | Path) -> ArchSpec:
     """Load a user's spec file (``--arch-spec FILE``)."""
     path = Path(path)
     if not path.is_file():
-        raise SpecboundError(f"architecture spec file not found: {path}")
+        found = "a folder" if path.is_dir() else "nothing"
+        raise SpecboundError(f"architecture spec file not found: {path} is {found}; pass a JSON spec file "
+                             f"(see docs/architectures.md)")
     try:
         raw = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecboundError(f"cannot read architecture spec {path}: {exc}") from None
+        raise SpecboundError(f"cannot read architecture spec {path} as JSON ({exc}); the file must hold "
+                             f"one JSON object (see docs/architectures.md)") from None
     return parse_spec(raw, str(path))
 
 

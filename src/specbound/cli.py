@@ -9,6 +9,15 @@ import sys
 from .errors import SpecboundError
 
 
+class _UsageError(Exception):
+    """A command-line usage error, reported by :func:`main` on one line like every other error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default prints the whole usage block and exits
+        raise _UsageError(f"{message} (see `{self.prog} --help`)")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -22,7 +31,7 @@ def _positive_int(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specbound",
         description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
     )
@@ -77,7 +86,11 @@ def _bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
     try:
         return {"analyze": _analyze, "bench": _bench}[args.command](args)
     except SpecboundError as exc:

@@ -53,8 +53,10 @@ class LayerWeights:
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
-    def need(field: str) -> int:
+    def need(field: str, optional: bool = False) -> int | None:
         value = spec.config_value(config, field)
+        if optional and value is None:
+            return None
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             keys = " or ".join(spec.config_keys[field])
             raise SpecboundError(
@@ -63,10 +65,12 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         return value
 
     L, N, H, d_ff = need("num_layers"), need("hidden_size"), need("num_heads"), need("ff_size")
-    d_head = spec.config_value(config, "head_dim") or (N // H)
-    if not spec.config_value(config, "head_dim") and N % H:
-        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}")
-    H_kv = spec.config_value(config, "num_kv_heads") or H
+    head_dim = need("head_dim", optional=True)
+    d_head = head_dim or (N // H)
+    if not head_dim and N % H:
+        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
+                             f"head size is undefined: fix the config to match the saved model")
+    H_kv = need("num_kv_heads", optional=True) or H
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
