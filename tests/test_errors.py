@@ -97,8 +97,13 @@ def config_not_json(d):
 
 def config_no_weights(d):
     (d / WEIGHTS).unlink()
+    return d, ["has no weights", WEIGHTS, INDEX, "['config.json']", "save_pretrained"]
+
+
+def only_pytorch_bin(d):
+    (d / WEIGHTS).unlink()
     (d / "pytorch_model.bin").write_bytes(b"")
-    return d, ["has no weights", WEIGHTS, INDEX, "pytorch_model.bin"]
+    return d, ["has no weights", WEIGHTS, "pytorch_model.bin", "safe_serialization=True"]
 
 
 def unsupported_family(d):
@@ -211,7 +216,7 @@ def stray_tensor(d):
 
 
 CHECKPOINT_CASES = [
-    missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights,
+    missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights, only_pytorch_bin,
     unsupported_family, no_model_type, missing_tensor, config_says_more_layers, no_layer_tensors,
     ff_size_mismatch, hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, nan_weight,
     inf_weight, quantized_weight, truncated, empty_file, garbage_header, header_length_past_end,
@@ -302,6 +307,21 @@ def test_malformed_shard_index(sharded, capsys, text):
     needles = [str(sharded / INDEX), "weight_map"]
     assert_one_line_error(*run_cli(capsys, sharded), needles)
     assert_api_error(needles, sharded)
+
+
+# --- --out ----------------------------------------------------------------------------------------
+
+def test_out_is_a_file(tiny_bert_dir, tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("keep me")
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--out", target), [str(target), "is a file", "folder"])
+    assert target.read_text() == "keep me"
+
+
+def test_out_cannot_be_created(tiny_bert_dir, tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    target = tmp_path / "taken" / "sub"  # a folder below a file
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--out", target), ["cannot write", str(target)])
 
 
 # --- options ------------------------------------------------------------------------------------------

@@ -203,10 +203,16 @@ def _weight_shards(folder: Path) -> dict[str, Path]:
                 f"lists, or re-save the checkpoint"
             )
         return {name: folder / shard for name, shard in weight_map.items()}
-    present = sorted(p.name for p in folder.iterdir())[:20]
+    present = sorted(p.name for p in folder.iterdir())
+    hint = "save the model with save_pretrained (safetensors is its default format)"
+    if any(name.endswith((".bin", ".pt", ".pth", ".ckpt")) for name in present):
+        hint = ("PyTorch pickle weights (.bin/.pt) are not read, since unpickling needs torch and can run "
+                "code: convert them once with transformers, model.save_pretrained(folder, "
+                "safe_serialization=True)")
+    shown = present[:20] + (["..."] if len(present) > 20 else [])
     raise SpecboundError(
         f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX}, "
-        f"found {present}"
+        f"found {shown}; {hint}"
     )
 
 

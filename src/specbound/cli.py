@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import SpecboundError
@@ -64,10 +65,18 @@ def _analyze(args) -> int:
     from .analysis import analyze
     from .summary import format_summary
 
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
+        raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
     result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
                      l_phi=args.l_phi, threads=args.threads, method=args.method)
     if args.out:
-        result.save(args.out)
+        try:
+            result.save(args.out)
+        except OSError as exc:
+            raise SpecboundError(
+                f"cannot write the tables to {args.out} ({exc.strerror or exc}: {exc.filename or args.out}); "
+                f"pass --out a folder you can write to"
+            ) from None
     if args.format == "json":
         print(result.to_json())
     else:
