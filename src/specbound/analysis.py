@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -133,8 +134,8 @@ def _check_options(grid_m, rank_tol, l_phi, threads, method) -> None:
         raise SpecboundError(f"grid_m must be a positive integer (the grid is {{0, 1/m, ..., 2}}), got {grid_m!r}")
     if not (isinstance(rank_tol, (int, float)) and 0 <= rank_tol < 1):
         raise SpecboundError(f"rank_tol must be a number in [0, 1), got {rank_tol!r}")
-    if l_phi is not None and not (isinstance(l_phi, (int, float)) and l_phi > 0):
-        raise SpecboundError(f"l_phi must be a positive number (GELU: 1.13), got {l_phi!r}")
+    if l_phi is not None and not (isinstance(l_phi, (int, float)) and 0 < l_phi < math.inf):
+        raise SpecboundError(f"l_phi must be a positive finite number (GELU: 1.13), got {l_phi!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise SpecboundError(f"threads must be a positive integer, got {threads!r}")
     if method not in METHODS:

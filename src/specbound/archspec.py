@@ -73,8 +73,13 @@ class ArchSpec:
         flag = config.get(self.block_switch["config_key"], self.block_switch["default"])
         return self.block_switch["if_true"] if flag else self.block_switch["if_false"]
 
-    def is_ignored(self, name: str) -> bool:
-        return any(p.search(name) for p in self.ignore)
+    def is_ignored(self, name: str, prefix: str = "") -> bool:
+        """Whether ``name`` matches an ignore pattern, as stored or with the model's ``prefix``
+        removed (``^pooler\\.`` must also match ``bert.pooler.dense.weight``)."""
+        names = [name]
+        if prefix and name.startswith(prefix):
+            names.append(name[len(prefix):])
+        return any(p.search(n) for p in self.ignore for n in names)
 
     def config_value(self, config: dict[str, Any], field: str) -> Any:
         """The first of the field's config keys present in ``config``, or None."""
@@ -153,9 +158,9 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
                                 f"{sorted(allowed)} ('fused' only, and always, for qkv)")
         if role == "qkv" and rule.get("fused") not in FUSIONS:
             raise _fail(origin, f"'fused' for qkv must be one of {list(FUSIONS)}, found {rule.get('fused')!r}")
-        if LAYER_PLACEHOLDER not in rule["name"]:
+        if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
             raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
-        if rule["layout"] not in LAYOUTS:
+        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
             raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
         tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"))
     attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
@@ -193,11 +198,14 @@ def load_spec_file(path: str | Path) -> ArchSpec:
     """Load a user's spec file (``--arch-spec FILE``)."""
     path = Path(path)
     if not path.is_file():
-        raise SpecboundError(f"architecture spec file not found: {path}")
+        found = "a folder" if path.is_dir() else "nothing"
+        raise SpecboundError(f"architecture spec file not found: {path} is {found}; pass a JSON spec file "
+                             f"(see docs/architectures.md)")
     try:
         raw = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecboundError(f"cannot read architecture spec {path}: {exc}") from None
+        raise SpecboundError(f"cannot read architecture spec {path} as JSON ({exc}); the file must hold "
+                             f"one JSON object (see docs/architectures.md)") from None
     return parse_spec(raw, str(path))
 
 

@@ -9,6 +9,7 @@ NaN/Inf; torch is never imported.
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,26 +45,61 @@ class Checkpoint:
     def names(self) -> list[str]:
         return sorted(self.shards)
 
-    def _handle(self, path: Path):
+    def _handle(self, path: Path, name: str | None = None):
         from safetensors import SafetensorError, safe_open
 
         if path not in self._handles:
             try:
                 self._handles[path] = safe_open(str(path), framework="numpy")
             except (SafetensorError, OSError) as exc:
-                raise _corrupt(path, exc) from None
+                raise _corrupt(path, exc, name) from None
         return self._handles[path]
 
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._handle(self.shards[name]).get_slice(name).get_shape())
-
-    def read(self, name: str) -> np.ndarray:
-        """The tensor ``name`` as a float64 array; NaN/Inf is an error naming the tensor."""
+    def _slice(self, name: str):
+        """The lazy safetensors slice of ``name``; a tensor absent from its file is an error."""
         from safetensors import SafetensorError
 
         path = self.shards[name]
+        handle = self._handle(path, name)
         try:
-            raw = self._handle(path).get_tensor(name)
+            return handle.get_slice(name)
+        except SafetensorError as exc:
+            if name not in handle.keys():
+                raise SpecboundError(
+                    f"{path.name} does not contain the tensor {name!r}, but the shard index "
+                    f"{path.parent / SAFETENSORS_INDEX} maps it there: the index and its shards do not "
+                    f"belong together; re-download or re-save the checkpoint"
+                ) from None
+            raise _corrupt(path, exc, name) from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._slice(name).get_shape())
+
+    def dtype(self, name: str) -> str:
+        """The stored safetensors dtype code (``"F32"``, ``"F16"``, ``"BF16"``, ...)."""
+        return str(self._slice(name).get_dtype())
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor ``name`` as a float64 array; NaN/Inf is an error naming the tensor.
+
+        Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
+        8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
+        """
+        from safetensors import SafetensorError
+
+        path = self.shards[name]
+        dtype = self.dtype(name)
+        if dtype not in FLOAT_DTYPES:
+            raise SpecboundError(
+                f"tensor {name!r} in {path} is stored as {dtype}, not as a floating-point weight "
+                f"({', '.join(FLOAT_DTYPES)}): a quantized checkpoint's stored values are not its "
+                f"weights; dequantize it and save it in float16/bfloat16/float32 first"
+            )
+        try:
+            if dtype == "BF16":  # numpy has no bfloat16: read the raw 16-bit words from the file
+                raw = _read_bf16(path, name)
+            else:
+                raw = self._handle(path, name).get_tensor(name)
         except (SafetensorError, OSError, ValueError, TypeError) as exc:
             raise _corrupt(path, exc, name) from None
         array = np.asarray(raw, dtype=np.float64)
@@ -77,6 +113,25 @@ class Checkpoint:
 
     def close(self) -> None:
         self._handles.clear()
+
+
+FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
+def _read_bf16(path: Path, name: str) -> np.ndarray:
+    """A BF16 tensor as float32 (exact: bfloat16 is the top half of a float32), read through the
+    file's header; the header was already validated by ``safe_open``."""
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        entry = json.loads(f.read(header_len))[name]
+    start, end = entry["data_offsets"]
+    count = int(np.prod(entry["shape"], dtype=np.int64))
+    if end - start != 2 * count:
+        raise ValueError(f"BF16 tensor of shape {entry['shape']} spans {end - start} bytes")
+    words = np.fromfile(path, dtype="<u2", count=count, offset=8 + header_len + start)
+    if words.size != count:
+        raise ValueError(f"expected {count} BF16 values, the file holds {words.size}")
+    return (words.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
 
 
 def _corrupt(path: Path, exc: Exception, name: str | None = None) -> SpecboundError:
@@ -127,21 +182,37 @@ def _weight_shards(folder: Path) -> dict[str, Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SpecboundError(f"cannot read the shard index {index}: {exc!r}") from None
-        shards = {}
-        for name, shard in weight_map.items():
-            shard_path = folder / shard
-            if not shard_path.is_file():
-                raise SpecboundError(
-                    f"the shard index {index} maps {name!r} to {shard}, which is missing from {folder}"
-                )
-            shards[name] = shard_path
-        return shards
-    present = sorted(p.name for p in folder.iterdir())[:20]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise SpecboundError(
+                f"cannot read the shard index {index} ({type(exc).__name__}: {exc}): expected a JSON "
+                f"object with a 'weight_map'; re-download or re-save the checkpoint"
+            ) from None
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+        ):
+            raise SpecboundError(
+                f"the shard index {index} is malformed: its 'weight_map' must map tensor names to shard "
+                f"file names, found {type(weight_map).__name__}; re-download or re-save the checkpoint"
+            )
+        missing = sorted({shard for shard in weight_map.values() if not (folder / shard).is_file()})
+        if missing:
+            names = [n for n, shard in weight_map.items() if shard == missing[0]]
+            raise SpecboundError(
+                f"the shard index {index} names {len(missing)} shard file(s) missing from {folder}: "
+                f"{', '.join(missing)} (holding e.g. {names[0]!r}); download every shard the index "
+                f"lists, or re-save the checkpoint"
+            )
+        return {name: folder / shard for name, shard in weight_map.items()}
+    present = sorted(p.name for p in folder.iterdir())
+    hint = "save the model with save_pretrained (safetensors is its default format)"
+    if any(name.endswith((".bin", ".pt", ".pth", ".ckpt")) for name in present):
+        hint = ("PyTorch pickle weights (.bin/.pt) are not read, since unpickling needs torch and can run "
+                "code: convert them once with transformers, model.save_pretrained(folder, "
+                "safe_serialization=True)")
+    shown = present[:20] + (["..."] if len(present) > 20 else [])
     raise SpecboundError(
         f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX}, "
-        f"found {present}"
+        f"found {shown}; {hint}"
     )
 
 

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import SpecboundError
+
+
+class _UsageError(Exception):
+    """A command-line usage error, reported by :func:`main` on one line like every other error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default prints the whole usage block and exits
+        raise _UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def _positive_int(text: str) -> int:
@@ -22,7 +32,7 @@ def _positive_int(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specbound",
         description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
     )
@@ -58,11 +68,19 @@ def _analyze(args) -> int:
     from .analysis import analyze
     from .summary import format_summary
 
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
+        raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
     result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
                      l_phi=args.l_phi, threads=args.threads, method=args.method,
                      gram_rtol=args.gram_rtol)
     if args.out:
-        result.save(args.out)
+        try:
+            result.save(args.out)
+        except OSError as exc:
+            raise SpecboundError(
+                f"cannot write the tables to {args.out} ({exc.strerror or exc}: {exc.filename or args.out}); "
+                f"pass --out a folder you can write to"
+            ) from None
     if args.format == "json":
         print(result.to_json())
     else:
@@ -81,7 +99,11 @@ def _bench(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
     try:
         return {"analyze": _analyze, "bench": _bench}[args.command](args)
     except SpecboundError as exc:

@@ -55,8 +55,10 @@ class LayerWeights:
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
-    def need(field: str) -> int:
+    def need(field: str, optional: bool = False) -> int | None:
         value = spec.config_value(config, field)
+        if optional and value is None:
+            return None
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             keys = " or ".join(spec.config_keys[field])
             raise SpecboundError(
@@ -69,10 +71,12 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
     else:
         d_ff = need("ff_size")
-    d_head = spec.config_value(config, "head_dim") or (N // H)
-    if not spec.config_value(config, "head_dim") and N % H:
-        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}")
-    H_kv = spec.config_value(config, "num_kv_heads") or H
+    head_dim = need("head_dim", optional=True)
+    d_head = head_dim or (N // H)
+    if not head_dim and N % H:
+        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
+                             f"head size is undefined: fix the config to match the saved model")
+    H_kv = need("num_kv_heads", optional=True) or H
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
@@ -125,8 +129,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
                 f"{layout} {role} weight: the config does not describe these weights"
             )
-    stray = [n for n in ckpt.shards if n not in wanted and not spec.is_ignored(n)
-             and not (prefix and n.startswith(prefix) and spec.is_ignored(n[len(prefix):]))]
+    stray = [n for n in ckpt.shards if n not in wanted and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(

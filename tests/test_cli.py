@@ -1,0 +1,197 @@
+"""`specbound analyze` on the embedded default checkpoint (all-MiniLM-L6-v2): the text summary,
+the JSON schema, the tables written by --out, and what the analysis imports."""
+
+import contextlib
+import io
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import specbound
+from specbound.cli import main
+from specbound.defaults import default_checkpoint
+
+ROLES = ("QK", "OV", "FF_in", "FF_out")
+MATRIX_KEYS = {"layer", "head", "role", "shape", "rank", "spectral_norm", "frobenius_norm", "nuclear_norm",
+               "stable_rank", "norm_2_1", "norm_1_1", "p_star", "contribution", "alpha", "gamma"}
+SRC = str(Path(specbound.__file__).resolve().parents[1])  # the sources under test, for subprocesses
+
+
+def run_main(*args):
+    """``main(["analyze", *args])`` with its stdout/stderr captured (usable in module fixtures)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["analyze", *map(str, args)])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _reject_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+@pytest.fixture(scope="module")
+def api():
+    return specbound.analyze(threads=1)
+
+
+@pytest.fixture(scope="module")
+def text_run():
+    return run_main("--threads", "1")
+
+
+@pytest.fixture(scope="module")
+def json_run(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("cli") / "out"
+    rc, out, err = run_main("--format", "json", "--threads", "1", "--out", out_dir)
+    return rc, out, err, out_dir
+
+
+# --- text -----------------------------------------------------------------------------------------
+
+def test_text_summary_has_the_bounds(text_run, api):
+    rc, out, err = text_run
+    assert rc == 0 and err == ""
+    assert str(default_checkpoint()) in out.splitlines()[0]  # the embedded default was analysed
+    for name in ("spectral_adaptive", "edelman"):
+        match = re.search(rf"^\s*{name}\s+([-+0-9.eE]+)\s", out, re.MULTILINE)
+        assert match, f"no line for {name} in:\n{out}"
+        assert float(match.group(1)) == pytest.approx(api.bounds[name], rel=1e-5)
+
+
+def test_text_summary_has_the_per_role_p_star_distribution(text_run, api):
+    _, out, _ = text_run
+    m = api.options["grid_m"]
+    assert f"m={m}" in out
+    section = out[out.index("per role"):]
+    for role in ROLES:
+        p_stars = api.matrices.loc[api.matrices["role"] == role, "p_star"]
+        line = next(l for l in section.splitlines() if l.split() and l.split()[0] == role)
+        counts = Counter(Fraction(round(p * m), m) for p in p_stars)
+        for p, n in counts.items():
+            assert f"p*={p}: {n}" in line, (role, line)
+        # the per-role matrix count is printed too
+        assert line.split()[1] == str(len(p_stars))
+
+
+# --- JSON -----------------------------------------------------------------------------------------
+
+def test_json_schema(json_run, api):
+    rc, out, err, _ = json_run
+    assert rc == 0 and err == ""
+    doc = json.loads(out, parse_constant=_reject_constant)  # strict JSON: no NaN/Infinity
+
+    model = doc["model"]
+    assert {"family", "L", "N", "H", "d_head", "d_ff"} <= set(model)
+    assert (model["family"], model["L"], model["N"], model["H"], model["d_head"], model["d_ff"]) == \
+        ("bert", 6, 384, 12, 32, 1536)
+
+    assert set(doc["bounds"]) >= {"spectral_adaptive", "edelman"}
+    for name, value in doc["bounds"].items():
+        assert isinstance(value, float) and value == pytest.approx(api.bounds[name], rel=1e-12)
+
+    rows = doc["matrices"]
+    assert len(rows) == model["L"] * (2 * model["H"] + 2)
+    N, d_ff = model["N"], model["d_ff"]
+    shapes = {"QK": [N, N], "OV": [N, N], "FF_in": [N, d_ff], "FF_out": [d_ff, N]}
+    for row in rows:
+        assert MATRIX_KEYS <= set(row), MATRIX_KEYS - set(row)
+        assert row["role"] in ROLES
+        assert isinstance(row["layer"], int) and 0 <= row["layer"] < model["L"]
+        if row["role"] in ("QK", "OV"):
+            assert isinstance(row["head"], int) and 0 <= row["head"] < model["H"]
+        else:
+            assert row["head"] is None
+        assert row["shape"] == shapes[row["role"]]
+        assert isinstance(row["rank"], int) and 0 < row["rank"] <= min(row["shape"])
+        for key in MATRIX_KEYS - {"layer", "head", "role", "shape", "rank"}:
+            assert isinstance(row[key], float) and math.isfinite(row[key]), (key, row[key])
+        assert 0 <= row["p_star"] <= 2
+
+    # the same numbers as the API, row by row
+    ours = api.matrices
+    assert [r["role"] for r in rows] == list(ours["role"])
+    for key in ("rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
+                "norm_1_1", "p_star", "contribution", "alpha", "gamma"):
+        np.testing.assert_allclose([r[key] for r in rows], ours[key].to_numpy(float), rtol=1e-12, err_msg=key)
+
+
+# --- --out ----------------------------------------------------------------------------------------
+
+def test_out_writes_every_table_and_the_summary(json_run):
+    _, _, _, out_dir = json_run
+    names = sorted(p.name for p in out_dir.iterdir())
+    assert names == sorted([f"{t}.{ext}" for t in ("matrices", "layers", "singular_values")
+                            for ext in ("parquet", "csv")] + ["summary.json"])  # no temp files left
+
+
+def test_parquet_round_trips_to_the_api_numbers(json_run, api):
+    _, _, _, out_dir = json_run
+    for name, table in (("matrices", api.matrices), ("layers", api.layers),
+                        ("singular_values", api.singular_values)):
+        back = pd.read_parquet(out_dir / f"{name}.parquet")
+        pd.testing.assert_frame_equal(back, table, check_exact=False, rtol=1e-12, atol=0)
+    back = pd.read_parquet(out_dir / "matrices.parquet")
+    assert back["head"].isna().sum() == 2 * api.model["L"]  # FF rows keep a null head
+    # the singular values of one matrix are its norms' ingredients
+    sv = pd.read_parquet(out_dir / "singular_values.parquet")
+    first = sv[sv["matrix"] == 0]["sigma"].to_numpy()
+    assert np.sqrt(np.sum(first**2)) == pytest.approx(back.loc[0, "frobenius_norm"], rel=1e-12)
+    assert first.max() == pytest.approx(back.loc[0, "spectral_norm"], rel=1e-15)
+
+
+def test_csv_and_summary_json_agree(json_run, api):
+    rc, out, _, out_dir = json_run
+    csv = pd.read_csv(out_dir / "matrices.csv")
+    assert list(csv.columns) == list(api.matrices.columns)
+    for col in ("spectral_norm", "norm_1_1", "contribution", "alpha"):
+        np.testing.assert_allclose(csv[col], api.matrices[col], rtol=1e-12, err_msg=col)
+    assert json.loads((out_dir / "summary.json").read_text()) == json.loads(out)
+
+
+def test_text_with_out_says_where(tmp_path):
+    rc, out, err = run_main("--threads", "1", "--out", tmp_path / "t")
+    assert rc == 0 and err == ""
+    assert f"written to {tmp_path / 't'}" in out
+    assert (tmp_path / "t" / "summary.json").is_file()
+
+
+# --- processes and imports ------------------------------------------------------------------------
+
+def _python(*args):
+    """Run the test's interpreter on the sources under test (PYTHONPATH=SRC), one BLAS thread."""
+    env = {**os.environ, "PYTHONPATH": SRC, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_analysis_imports_no_torch_transformers_or_matplotlib():
+    code = ("import specbound, sys; assert specbound.__file__.startswith(sys.argv[1]), specbound.__file__; "
+            "specbound.analyze(threads=1); "
+            "heavy = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    proc = _python("-c", code, SRC)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_import_specbound_is_cheap():
+    code = ("import specbound, sys; "
+            "heavy = [m for m in ('pandas', 'scipy', 'pyarrow', 'torch', 'transformers', 'matplotlib') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    proc = _python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_real_process_exit_status_and_single_line(tmp_path):
+    proc = _python("-m", "specbound.cli", "analyze", str(tmp_path / "missing"))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("specbound: error: ")
