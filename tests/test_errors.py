@@ -82,7 +82,7 @@ def missing_path(d):
 
 
 def a_file_not_a_folder(d):
-    return d / WEIGHTS, ["expected a model folder", str(d / WEIGHTS)]
+    return d / "config.json", ["expected a model folder or a weights file", str(d / "config.json")]
 
 
 def no_config(d):
@@ -100,10 +100,16 @@ def config_no_weights(d):
     return d, ["has no weights", WEIGHTS, INDEX, "['config.json']", "save_pretrained"]
 
 
-def only_pytorch_bin(d):
+def only_pytorch_bin(d):  # a broken (empty) pickle: refused through torch.load(weights_only=True)
     (d / WEIGHTS).unlink()
     (d / "pytorch_model.bin").write_bytes(b"")
-    return d, ["has no weights", WEIGHTS, "pytorch_model.bin", "safe_serialization=True"]
+    return d, ["pytorch_model.bin", "torch.load(weights_only=True)"]
+
+
+def only_stray_pickle(d):
+    (d / WEIGHTS).unlink()
+    (d / "training_state.pt").write_bytes(b"")
+    return d, ["has no weights", WEIGHTS, "training_state.pt", "weights.pt"]
 
 
 def unsupported_family(d):
@@ -221,7 +227,7 @@ def stray_tensor(d):
 
 CHECKPOINT_CASES = [
     missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights, only_pytorch_bin,
-    unsupported_family, no_model_type, missing_tensor, config_says_more_layers, no_layer_tensors,
+    only_stray_pickle, unsupported_family, no_model_type, missing_tensor, config_says_more_layers, no_layer_tensors,
     ff_size_mismatch, hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, nan_weight,
     inf_weight, quantized_weight, truncated, empty_file, garbage_header, header_length_past_end,
     header_not_json, stray_tensor,

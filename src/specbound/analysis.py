@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -51,8 +51,9 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
 
 
 def analyze(
-    source: str | Path | None = None,
+    source: Any = None,
     *,
+    config: dict | None = None,
     arch_spec: str | Path | ArchSpec | None = None,
     grid_m: int | None = None,
     rank_tol: float = 1e-10,
@@ -66,9 +67,13 @@ def analyze(
 
     Parameters
     ----------
-    source : path, optional
-        A Hugging Face model folder (``config.json`` + ``model.safetensors``).  None: the embedded
-        default checkpoint (all-MiniLM-L6-v2).
+    source : path, str, torch.nn.Module or state dict, optional
+        A Hugging Face model folder (safetensors single or sharded, or ``pytorch_model.bin``), a
+        weights file with config.json beside it, a hub id resolved from the local Hugging Face cache
+        (``org/name[@revision]``), or an in-memory model / state dict.  None: the embedded default
+        checkpoint (all-MiniLM-L6-v2).
+    config : dict, optional
+        config.json contents, for a bare state dict (a module's ``.config`` is used otherwise).
     arch_spec : path or ArchSpec, optional
         A family spec file; by default chosen from config.json's ``model_type``.
     grid_m : int, optional
@@ -96,7 +101,7 @@ def analyze(
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
-        ckpt = open_checkpoint(default_checkpoint() if source is None else source)
+        ckpt = open_checkpoint(default_checkpoint() if source is None else source, config)
         spec = _resolve_spec(arch_spec, ckpt.config)
         dims = model_dims(spec, ckpt.config)
         prefix = detect_prefix(spec, ckpt)

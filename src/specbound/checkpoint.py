@@ -1,14 +1,16 @@
 """Opening a checkpoint: resolve a source to ``config.json`` plus lazily read weight tensors.
 
-Supported now: a local Hugging Face model folder holding ``config.json`` and either
-``model.safetensors`` or a sharded ``model.safetensors.index.json``.  Tensors are read one at a
-time through ``safetensors`` (numpy framework, memory-mapped), upcast to float64 and checked for
-NaN/Inf; torch is never imported.
+Sources: a Hugging Face model folder (``config.json`` + ``model.safetensors``, its sharded index,
+or ``pytorch_model.bin`` single or sharded), a weights file with config.json beside it, a hub id in
+the local cache (``hub_cache.py``), or an in-memory model (``torch_weights.py``).  Tensors are read
+one at a time, upcast to float64 and checked for NaN/Inf; torch is imported only for PyTorch
+pickles and in-memory models.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,16 +24,73 @@ SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
-@dataclass
 class Checkpoint:
-    """A model's config and its weight tensors, read on demand.
+    """A model's config and its weight tensors, read on demand, one at a time.
+
+    Subclasses store the tensors (safetensors files, PyTorch pickles read with
+    ``weights_only=True``, an in-memory state dict); this class upcasts and validates them.
 
     Attributes
     ----------
     location : str
-        Human-readable origin (the folder).
+        Human-readable origin.
     config : dict
-        Decoded ``config.json``.
+        Decoded ``config.json`` (or the in-memory model's config).
+    """
+
+    location: str
+    config: dict[str, Any]
+
+    @property
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def dtype(self, name: str) -> str:
+        """The stored dtype as a safetensors code (``"F32"``, ``"F16"``, ``"BF16"``, ...)."""
+        raise NotImplementedError
+
+    def _raw(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def where(self, name: str) -> str:
+        """The file (or object) holding ``name``, for messages."""
+        return self.location
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor ``name`` as a float64 array; NaN/Inf is an error naming the tensor.
+
+        Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
+        8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
+        """
+        dtype = self.dtype(name)
+        if dtype not in FLOAT_DTYPES:
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} is stored as {dtype}, not as a floating-point weight "
+                f"({', '.join(FLOAT_DTYPES)}): a quantized checkpoint's stored values are not its "
+                f"weights; dequantize it and save it in float16/bfloat16/float32 first"
+            )
+        array = np.asarray(self._raw(name), dtype=np.float64)
+        if not np.isfinite(array).all():
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} holds {bad} NaN/Inf value(s); the bounds are undefined "
+                f"for non-finite weights: re-export the checkpoint from a healthy training state"
+            )
+        return array
+
+    def close(self) -> None:
+        """Release open files and cached shards."""
+
+
+@dataclass
+class SafetensorsCheckpoint(Checkpoint):
+    """Single or sharded safetensors files, read lazily through ``safetensors`` (numpy).
+
+    Attributes
+    ----------
     shards : dict[str, Path]
         Tensor name -> safetensors file holding it.
     """
@@ -44,6 +103,9 @@ class Checkpoint:
     @property
     def names(self) -> list[str]:
         return sorted(self.shards)
+
+    def where(self, name: str) -> str:
+        return str(self.shards[name])
 
     def _handle(self, path: Path, name: str | None = None):
         from safetensors import SafetensorError, safe_open
@@ -79,37 +141,16 @@ class Checkpoint:
         """The stored safetensors dtype code (``"F32"``, ``"F16"``, ``"BF16"``, ...)."""
         return str(self._slice(name).get_dtype())
 
-    def read(self, name: str) -> np.ndarray:
-        """The tensor ``name`` as a float64 array; NaN/Inf is an error naming the tensor.
-
-        Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
-        8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
-        """
+    def _raw(self, name: str) -> np.ndarray:
         from safetensors import SafetensorError
 
         path = self.shards[name]
-        dtype = self.dtype(name)
-        if dtype not in FLOAT_DTYPES:
-            raise SpecboundError(
-                f"tensor {name!r} in {path} is stored as {dtype}, not as a floating-point weight "
-                f"({', '.join(FLOAT_DTYPES)}): a quantized checkpoint's stored values are not its "
-                f"weights; dequantize it and save it in float16/bfloat16/float32 first"
-            )
         try:
-            if dtype == "BF16":  # numpy has no bfloat16: read the raw 16-bit words from the file
-                raw = _read_bf16(path, name)
-            else:
-                raw = self._handle(path, name).get_tensor(name)
+            if self.dtype(name) == "BF16":  # numpy has no bfloat16: read the raw 16-bit words
+                return _read_bf16(path, name)
+            return self._handle(path, name).get_tensor(name)
         except (SafetensorError, OSError, ValueError, TypeError) as exc:
             raise _corrupt(path, exc, name) from None
-        array = np.asarray(raw, dtype=np.float64)
-        if not np.isfinite(array).all():
-            bad = int(np.count_nonzero(~np.isfinite(array)))
-            raise SpecboundError(
-                f"tensor {name!r} in {path} holds {bad} NaN/Inf value(s); the bounds are undefined "
-                f"for non-finite weights: re-export the checkpoint from a healthy training state"
-            )
-        return array
 
     def close(self) -> None:
         self._handles.clear()
@@ -142,20 +183,63 @@ def _corrupt(path: Path, exc: Exception, name: str | None = None) -> SpecboundEr
     )
 
 
-def open_checkpoint(source: str | Path) -> Checkpoint:
-    """Resolve ``source`` (a local Hugging Face model folder) to a :class:`Checkpoint`."""
+def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkpoint:
+    """Resolve ``source`` to a :class:`Checkpoint`.
+
+    ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
+    ``pytorch_model.bin`` single or sharded), a weights file (``.safetensors``, ``.bin``, ``.pt``,
+    ``.pth``) with config.json beside it, a hub id (``org/name[@revision]``) resolved from the local
+    Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
+    bare state dict).
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        from .torch_weights import from_memory
+
+        return from_memory(source, config)
     path = Path(source).expanduser()
     if not path.exists():
+        from .hub_cache import looks_like_hub_id, resolve_hub_id
+
+        if not looks_like_hub_id(str(source)):
+            raise SpecboundError(
+                f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
+                f"(config.json + model.safetensors), a weights file or a hub id in the local cache"
+            )
+        path = resolve_hub_id(str(source))
+    if path.is_file():
+        return _open_file(path)
+    cfg = _read_config(path)
+    shards = _weight_shards(path)
+    if shards is not None:
+        return SafetensorsCheckpoint(location=str(path), config=cfg, shards=shards)
+    from .torch_weights import pickle_shards  # torch only if the folder really holds pickles
+
+    if any((path / n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        return _pickle_folder(path, cfg, pickle_shards)
+    _no_weights(path)
+
+
+def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint:
+    from .torch_weights import PickleCheckpoint
+
+    return PickleCheckpoint(location=str(path), config=cfg, shards=pickle_shards(path))
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def _open_file(path: Path) -> Checkpoint:
+    if path.suffix not in WEIGHT_SUFFIXES:
         raise SpecboundError(
-            f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
-            f"(config.json + model.safetensors)"
+            f"expected a model folder or a weights file ({', '.join(WEIGHT_SUFFIXES)}) with config.json "
+            f"beside it, found the file {path}"
         )
-    if not path.is_dir():
-        raise SpecboundError(
-            f"expected a model folder holding config.json and model.safetensors, found the file {path}"
-        )
-    config = _read_config(path)
-    return Checkpoint(location=str(path), config=config, shards=_weight_shards(path))
+    cfg = _read_config(path.parent)
+    if path.suffix == ".safetensors":
+        return SafetensorsCheckpoint(str(path), cfg, {n: path for n in _safetensors_names(path)})
+    from .torch_weights import from_pickle_file
+
+    return from_pickle_file(path, cfg)
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
@@ -174,7 +258,8 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
-def _weight_shards(folder: Path) -> dict[str, Path]:
+def _weight_shards(folder: Path) -> dict[str, Path] | None:
+    """Tensor -> safetensors file, or None when the folder holds no safetensors weights."""
     single = folder / SAFETENSORS_SINGLE
     index = folder / SAFETENSORS_INDEX
     if single.is_file():
@@ -203,12 +288,15 @@ def _weight_shards(folder: Path) -> dict[str, Path]:
                 f"lists, or re-save the checkpoint"
             )
         return {name: folder / shard for name, shard in weight_map.items()}
+    return None
+
+
+def _no_weights(folder: Path):
     present = sorted(p.name for p in folder.iterdir())
     hint = "save the model with save_pretrained (safetensors is its default format)"
     if any(name.endswith((".bin", ".pt", ".pth", ".ckpt")) for name in present):
-        hint = ("PyTorch pickle weights (.bin/.pt) are not read, since unpickling needs torch and can run "
-                "code: convert them once with transformers, model.save_pretrained(folder, "
-                "safe_serialization=True)")
+        hint = ("PyTorch weights are read from pytorch_model.bin (or its index) in a folder, or when "
+                "named as a file: specbound analyze folder/weights.pt")
     shown = present[:20] + (["..."] if len(present) > 20 else [])
     raise SpecboundError(
         f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX}, "

@@ -95,7 +95,7 @@ def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
     """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0."""
-    names = set(ckpt.shards)
+    names = set(ckpt.names)
     probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
     for prefix in spec.prefixes:
         if probe.name_for(0, prefix) in names:
@@ -110,12 +110,13 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
 def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
     """Check that every role tensor exists with the right shape and every other tensor is ignored."""
     expected = _expected_shapes(dims)
+    names = set(ckpt.names)
     wanted = {}
     for layer in range(dims.L):
         for role, rule in spec.tensors.items():
             wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
     for name, (role, layout, layer) in wanted.items():
-        if name not in ckpt.shards:
+        if name not in names:
             raise SpecboundError(
                 f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
                 f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
@@ -129,7 +130,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
                 f"{layout} {role} weight: the config does not describe these weights"
             )
-    stray = [n for n in ckpt.shards if n not in wanted and not spec.is_ignored(n, prefix)]
+    stray = [n for n in names if n not in wanted and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(

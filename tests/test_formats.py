@@ -1,0 +1,137 @@
+"""Checkpoint formats and sources: PyTorch pickles (single, sharded, training checkpoints, bf16),
+a weights file named directly, hub ids from the local cache, and in-memory models."""
+
+import json
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+
+import specbound
+from specbound import SpecboundError
+
+torch = pytest.importorskip("torch")
+from safetensors.numpy import load_file  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_bert_cls_dir):
+    return specbound.analyze(tiny_bert_cls_dir, threads=1)
+
+
+def _same(a, b, rel=1e-12):
+    assert a.model == b.model
+    for name, value in a.bounds.items():
+        assert b.bounds[name] == pytest.approx(value, rel=rel), name
+    np.testing.assert_allclose(a.matrices["spectral_norm"], b.matrices["spectral_norm"], rtol=rel)
+    np.testing.assert_allclose(a.matrices["norm_1_1"], b.matrices["norm_1_1"], rtol=rel)
+
+
+def _state_dict(folder):
+    return {k: torch.from_numpy(v.copy()) for k, v in load_file(str(folder / "model.safetensors")).items()}
+
+
+def _pickle_folder(src, dst, shards=1, wrap=None, dtype=None):
+    dst.mkdir()
+    shutil.copy(src / "config.json", dst / "config.json")
+    sd = _state_dict(src)
+    if dtype is not None:
+        sd = {k: v.to(dtype) for k, v in sd.items()}
+    if shards == 1:
+        torch.save(sd if wrap is None else {wrap: sd, "step": 7}, dst / "pytorch_model.bin")
+        return dst
+    names = sorted(sd)
+    weight_map = {}
+    for i in range(shards):
+        part = {n: sd[n] for n in names[i::shards]}
+        fname = f"pytorch_model-{i + 1:05d}-of-{shards:05d}.bin"
+        torch.save(part, dst / fname)
+        weight_map.update({n: fname for n in part})
+    (dst / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return dst
+
+
+def test_pytorch_bin_single_and_sharded(tiny_bert_cls_dir, tmp_path, reference):
+    _same(reference, specbound.analyze(_pickle_folder(tiny_bert_cls_dir, tmp_path / "single"), threads=1))
+    _same(reference, specbound.analyze(_pickle_folder(tiny_bert_cls_dir, tmp_path / "sharded", shards=3), threads=1))
+
+
+def test_training_checkpoint_file_named_directly(tiny_bert_cls_dir, tmp_path, reference):
+    folder = _pickle_folder(tiny_bert_cls_dir, tmp_path / "ckpt", wrap="model")
+    target = folder / "step7.pt"
+    (folder / "pytorch_model.bin").rename(target)
+    _same(reference, specbound.analyze(target, threads=1))
+
+
+def test_safetensors_file_named_directly(tiny_bert_cls_dir, reference):
+    _same(reference, specbound.analyze(tiny_bert_cls_dir / "model.safetensors", threads=1))
+
+
+def test_bf16_pickle_is_upcast_exactly(tiny_bert_cls_dir, tmp_path):
+    folder = _pickle_folder(tiny_bert_cls_dir, tmp_path / "bf16", dtype=torch.bfloat16)
+    ours = specbound.analyze(folder, threads=1)
+    sd = {k: v.to(torch.bfloat16).float() for k, v in _state_dict(tiny_bert_cls_dir).items()}
+    config = json.loads((tiny_bert_cls_dir / "config.json").read_text())
+    _same(ours, specbound.analyze(sd, config=config, threads=1))
+    fp32 = specbound.analyze(tiny_bert_cls_dir, threads=1)  # bf16 rounding really reached the numbers
+    assert not np.allclose(ours.matrices["spectral_norm"], fp32.matrices["spectral_norm"], rtol=1e-6)
+
+
+class _Boom:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch PWNED_BY_PICKLE",))
+
+
+def test_pickle_that_would_run_code_is_refused(tiny_bert_cls_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    shutil.copy(tiny_bert_cls_dir / "config.json", folder / "config.json")
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"x": _Boom()}))
+    with pytest.raises(SpecboundError, match=r"weights_only=True"):
+        specbound.analyze(folder)
+    assert not (tmp_path / "PWNED_BY_PICKLE").exists()
+
+
+def _fake_cache(root, repo_id, folder, commit="0123456789abcdef0123456789abcdef01234567"):
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in folder.iterdir():
+        shutil.copy(f, snap / f.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return commit
+
+
+def test_hub_id_from_local_cache(tiny_bert_cls_dir, tmp_path, monkeypatch, reference):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    commit = _fake_cache(tmp_path / "hub", "google/bert_uncased_L-2_H-128_A-2", tiny_bert_cls_dir)
+    _same(reference, specbound.analyze("google/bert_uncased_L-2_H-128_A-2", threads=1))
+    _same(reference, specbound.analyze(f"google/bert_uncased_L-2_H-128_A-2@{commit[:10]}", threads=1))
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))  # HF_HOME/hub
+    _same(reference, specbound.analyze("google/bert_uncased_L-2_H-128_A-2", threads=1))
+
+
+def test_hub_id_missing_from_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(SpecboundError, match=r"never downloads.*huggingface-cli download org/absent"):
+        specbound.analyze("org/absent")
+    (tmp_path / "models--org--present" / "snapshots" / "abc").mkdir(parents=True)
+    with pytest.raises(SpecboundError, match=r"revision 'main' is not"):
+        specbound.analyze("org/present")
+
+
+def test_in_memory_module_and_state_dict(tiny_bert_cls_dir, reference):
+    from conftest import build_tiny_model
+
+    model = build_tiny_model("bert_cls")  # the same seed and config as the saved folder
+    _same(reference, specbound.analyze(model, threads=1))
+    config = json.loads((tiny_bert_cls_dir / "config.json").read_text())
+    _same(reference, specbound.analyze(model.state_dict(), config=config, threads=1))
+    with pytest.raises(SpecboundError, match="needs its config"):
+        specbound.analyze(model.state_dict())
