@@ -70,7 +70,7 @@ def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
     cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p2", "p_continuous",
                             "contribution_continuous", "scale")}
     for mm in measures.matrices:
-        curve = ContributionCurve(mm.spectrum, mm.scale, measures.dims.N, measures.rank_tol)
+        curve = ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol)
         values = curve.on_grid(grid)
         best = int(np.argmin(values))  # first minimum: ties go to the smallest p
         p_cont, c_cont = curve.continuous_minimum()
