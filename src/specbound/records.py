@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bounds import REGISTRY, BoundResult
+from .bounds import REGISTRY, BoundResult, in_group
 from .measures import ModelMeasures
 from .spectra import numerical_rank
 
@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 MATRIX_COLUMNS = [
     "layer", "head", "role", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
     "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
-    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous",
+    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1",
 ]
 
 
@@ -42,11 +42,17 @@ class Analysis:
     options : dict
         ``grid_m, rank_tol, l_phi, l_phi_source, method``.
     bounds : dict[str, float]
-        Registered bound name -> value.
+        The headline comparison: ``spectral_adaptive`` and ``edelman``.
     matrices : DataFrame, one row per analysed matrix (columns ``MATRIX_COLUMNS``).
-    layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``).
+    layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``, the fixed-p and
+        three-type adaptive sums ``adaptive_p0/1/2``, ``adaptive_three_type``, and each baseline's
+        per-layer terms).
     singular_values : DataFrame, long form ``(matrix, layer, head, role, index, sigma)``; the
         computed values only (a factored N x N product's exact zeros are implied by its rank).
+    baselines : dict[str, float]
+        Other bounds and measures from the literature on the same matrices.
+    adaptive_variants : dict[str, float]
+        The spectrum-adaptive bound with a fixed Schatten index, and with three matrix types.
     """
 
     source: str
@@ -56,6 +62,12 @@ class Analysis:
     matrices: pd.DataFrame
     layers: pd.DataFrame
     singular_values: pd.DataFrame = field(repr=False)
+    baselines: dict[str, float] = field(default_factory=dict)
+    adaptive_variants: dict[str, float] = field(default_factory=dict)
+
+    def all_bounds(self) -> dict[str, float]:
+        """Every computed bound and measure, headline first."""
+        return {**self.bounds, **self.adaptive_variants, **self.baselines}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of ``specbound analyze --format json`` (schema version 1)."""
@@ -65,16 +77,19 @@ class Analysis:
             rec["shape"] = [int(rec.pop("rows")), int(rec.pop("cols"))]
             rec["layer"], rec["rank"] = int(rec["layer"]), int(rec["rank"])
             rows.append({k: _json_number(v) for k, v in rec.items()})
-        return {
+        doc = {
             "schema_version": SCHEMA_VERSION,
             "source": self.source,
             "model": self.model,
             "options": {k: _json_number(v) for k, v in self.options.items()},
-            "bounds": {k: _json_number(v) for k, v in self.bounds.items()},
-            "bound_references": {k: REGISTRY[k].reference for k in self.bounds},
+            "bounds": _json_dict(self.bounds),
+            "baselines": _json_dict(self.baselines),
+            "adaptive_variants": _json_dict(self.adaptive_variants),
+            "bound_references": {k: REGISTRY[k].reference for k in self.all_bounds()},
             "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
         }
+        return doc
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -100,6 +115,10 @@ def _json_number(value: Any) -> Any:
         value = float(value)
         return value if math.isfinite(value) else str(value)
     return value
+
+
+def _json_dict(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _json_number(v) for k, v in values.items()}
 
 
 def _atomic(path: Path, write) -> Path:
@@ -145,12 +164,15 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     for result in results.values():
         for key, column in result.per_layer.items():
             layers[key] = column
-    layers["adaptive"] = matrices.groupby("layer")["contribution"].sum().to_numpy()
 
     singular_values = pd.concat(sv_frames, ignore_index=True)
     singular_values["head"] = singular_values["head"].astype("Int64")
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
+    values = {name: r.value for name, r in results.items()}
     return Analysis(source=source, model=model, options=options,
-                    bounds={name: r.value for name, r in results.items()},
-                    matrices=matrices, layers=layers, singular_values=singular_values)
+                    bounds={k: values[k] for k in in_group("bounds") if k in values},
+                    matrices=matrices, layers=layers, singular_values=singular_values,
+                    baselines={k: values[k] for k in in_group("baselines") if k in values},
+                    adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values})
+
