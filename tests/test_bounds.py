@@ -1,5 +1,5 @@
 """Every registered bound: a value computed by hand on a hand-built two-layer model, and the
-properties it must have (invariance under balanced rescaling, monotonicity, orderings)."""
+properties it must have (bracketing, invariance under balanced rescaling, monotonicity)."""
 
 import math
 
@@ -103,9 +103,54 @@ def test_param_count(hand):
     assert r["param_count"].value == 2 * (32 + 64)
 
 
+def test_fixed_p_variants(hand):
+    ms, r = hand
+    # ranks 2, 1, 2, 1 | 1, 2, 1, 1 and N = 4: C(0) = sqrt(4 r)
+    assert r["spectral_fixed_p0"].value == pytest.approx(3 * math.sqrt(8) + 5 * 2 + math.sqrt(2), rel=REL)
+    # scale = gamma* alpha L; gamma*: layer 0 (8, 2, 1, 1), layer 1 (6, 3, 3, 1); alpha (9, 1); L = 2
+    scales = [144, 36, 18, 18, 12, 6, 6, 2]
+    s2 = [1.25, 4, 5, 1, .25, 2, 1, 9]  # S_2 = ||W||_F^2
+    c2 = [s ** 0.25 * k ** 0.5 * 4 ** 0.75 for s, k in zip(s2, scales)]
+    assert r["spectral_fixed_p2"].value == pytest.approx(sum(c2) + math.sqrt(2), rel=REL)
+    s1 = [1.5, 2, 3, 1, .5, 2, 1, 3]  # nuclear norms
+    c1 = [s ** (1 / 3) * k ** (1 / 3) * 4 ** (2 / 3) for s, k in zip(s1, scales)]
+    assert r["spectral_fixed_p1"].value == pytest.approx(sum(c1) + math.sqrt(2), rel=REL)
+    assert r["spectral_fixed_p1"].per_layer["adaptive_p1"] == pytest.approx([sum(c1[:4]), sum(c1[4:])], rel=REL)
+
+
+def test_three_type_feed_forward_block(hand):
+    ms, r = hand
+    res = r["spectral_three_type"]
+    # block diag(FF_in, FF_out): rank 2 + 1 in layer 0, 1 + 1 in layer 1; its scale is
+    # 2 max(gamma*_in, gamma*_out) alpha L = 36 and 12, far above the spectrum, so p* = 0:
+    # C_F(0) = sqrt((r_in + r_out) N)
+    assert res.per_layer["three_type_ff_p_star"].tolist() == [0, 0]
+    assert res.per_layer["three_type_ff"] == pytest.approx([math.sqrt(12), math.sqrt(8)], rel=REL)
+    adaptive = r["spectral_adaptive"]
+    attention = sum(c for c, mm in zip(adaptive.per_matrix["contribution"], ms.matrices) if mm.role in ("QK", "OV"))
+    assert res.value == pytest.approx(attention + math.sqrt(12) + math.sqrt(8) + math.sqrt(2), rel=REL)
+
+
+def test_three_type_picks_a_positive_index_when_the_scale_is_small():
+    # one layer, tiny norms: the block's C_F(p) is minimised away from p = 0
+    nn, nf, fn = (64, 64), (64, 64), (64, 64)
+    s = 1e-3 * np.ones(64)
+    layer = LayerSpectra(0, qk=[spec(nn, s, 1, 1)], ov=[spec(nn, s, 1, 1)], ff_in=spec(nf, s, 1, 1),
+                         ff_out=spec(fn, s, 1, 1))
+    ms = measure([layer], ModelDims(L=1, N=64, H=1, H_kv=1, d_head=64, d_ff=64), l_phi=1.0, rank_tol=1e-10)
+    res = REGISTRY["spectral_three_type"].compute(ms)
+    p = res.per_layer["three_type_ff_p_star"][0]
+    assert p > 0
+    # by hand at that p: S_p = 128 * (1e-3)^p, scale = 2 * max(c_out, 1) * alpha * L = 2
+    expected = (128 * 1e-3**p) ** (1 / (p + 2)) * 2 ** (p / (p + 2)) * 64 ** ((p + 1) / (p + 2))
+    assert res.per_layer["three_type_ff"][0] == pytest.approx(expected, rel=REL)
+
+
 def test_groups_and_references():
     assert set(in_group("bounds")) == {"spectral_adaptive", "edelman"}
     assert {"bft", "nbs", "l11_proxy", "frobenius_product", "spectral_product", "param_count"} <= set(in_group("baselines"))
+    assert {"spectral_fixed_p0", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"} <= set(
+        in_group("adaptive_variants"))
     for bound in REGISTRY.values():
         assert bound.reference and bound.title and bound.needs, bound.name
 
@@ -137,6 +182,18 @@ def results_for(weights, dims):
     layers = [layer_spectra(w) for w in weights]
     ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)
     return ms, compute_all(ms)
+
+
+@settings(max_examples=25, deadline=None)
+@given(random_models())
+def test_adaptive_is_below_every_fixed_p_and_three_type_below_p0(model):
+    _, r = results_for(*model)
+    adaptive = r["spectral_adaptive"]
+    for p in (0, 1, 2):
+        fixed = r[f"spectral_fixed_p{p}"]
+        assert adaptive.value <= fixed.value * (1 + 1e-12)
+        assert np.all(adaptive.per_layer["adaptive"] <= fixed.per_layer[f"adaptive_p{p}"] * (1 + 1e-12))
+    assert r["spectral_three_type"].value <= r["spectral_fixed_p0"].value * (1 + 1e-12)
 
 
 @settings(max_examples=25, deadline=None)
@@ -191,5 +248,5 @@ def test_monotone_in_the_last_feed_forward_norm(model, t):
     w = weights[:-1] + [LayerWeights(last.layer, last.q, last.k, last.v, last.o, last.ff_in, t * last.ff_out)]
     _, grown = results_for(w, dims)
     for name in ("spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "frobenius_product",
-                 "spectral_product"):
+                 "spectral_product", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"):
         assert grown[name].value >= base[name].value * (1 - 1e-12), name

@@ -62,7 +62,7 @@ def test_continuous_infimum_never_above_grid(analysis):
 
 
 def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
-    """Every baseline recomputed from the oracle's dense per-matrix norms (formulas in the bound modules)."""
+    """Every baseline recomputed from the oracle's dense per-matrix norms (formulas of docs/bounds.md)."""
     _, rows = oracle
     ref = pd.DataFrame(rows)
     L, N, H, d_ff = 6, 384, 12, 1536
@@ -84,4 +84,10 @@ def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
     }
     for name, value in expected.items():
         assert analysis.baselines[name] == pytest.approx(value, rel=1e-9), name
+    scale = ref["gamma"] * ref["alpha"] * L
+    c1 = (ref["nuclear_norm"] * scale) ** (1 / 3) * N ** (2 / 3)
+    fixed = {"spectral_fixed_p0": ref["c_p0"].sum(), "spectral_fixed_p1": c1.sum(), "spectral_fixed_p2": ref["c_p2"].sum()}
+    for name, total in fixed.items():
+        assert analysis.adaptive_variants[name] == pytest.approx(total + np.sqrt(L), rel=1e-9), name
+    assert analysis.bounds["spectral_adaptive"] <= min(analysis.adaptive_variants[k] for k in fixed)
     assert analysis.baselines["l11_proxy"] >= analysis.bounds["edelman"]

@@ -55,6 +55,15 @@ def format_summary(a: Analysis) -> str:
     table["xi (edelman)"] = a.layers["xi"]
     lines.append(table.to_string(float_format=_fmt))
 
+    lines += ["", "adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the theory's "
+                  "three types (one FF block)"]
+    gain = pd.DataFrame({"adaptive": a.layers["adaptive"]})
+    for p in (0, 1, 2):
+        gain[f"p={p}"] = a.layers[f"adaptive_p{p}"]
+    gain["3 types"] = a.layers["adaptive_three_type"]
+    gain["FF block p*"] = [_p_label(p, o["grid_m"]) for p in a.layers["three_type_ff_p_star"]]
+    lines.append(gain.to_string(float_format=_fmt))
+
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*"]
     total = mats["contribution"].sum()
     rows = []

@@ -41,13 +41,32 @@ def contribution(schatten_power: float, p: float, scale: float, n: int) -> float
     return math.exp(log_c)
 
 
+def kept_singular_values(spectrum: MatrixSpectrum, rank_tol: float) -> np.ndarray:
+    """The singular values above the rank tolerance (SPEC section 2): those ``S_p`` sums over."""
+    s = spectrum.singular_values
+    return s[s > rank_threshold(s, spectrum.dim, rank_tol)]
+
+
+def grid_minimum(curve: "ContributionCurve", grid: np.ndarray) -> tuple[float, float]:
+    """``(p*, C(p*))`` over the grid; ties go to the smallest p."""
+    values = curve.on_grid(grid)
+    best = int(np.argmin(values))
+    return float(grid[best]), float(values[best])
+
+
 class ContributionCurve:
     """``p -> C(p)`` for one matrix; only singular values above the rank tolerance count."""
 
     def __init__(self, spectrum: MatrixSpectrum, scale: float, n: int, rank_tol: float):
-        s = spectrum.singular_values
-        self.kept = s[s > rank_threshold(s, spectrum.dim, rank_tol)]
+        self.kept = kept_singular_values(spectrum, rank_tol)
         self.scale, self.n = scale, n
+
+    @classmethod
+    def from_kept(cls, kept: np.ndarray, scale: float, n: int) -> "ContributionCurve":
+        """A curve over singular values already filtered by the rank tolerance."""
+        curve = cls.__new__(cls)
+        curve.kept, curve.scale, curve.n = np.asarray(kept, dtype=np.float64), scale, n
+        return curve
 
     def schatten(self, p: float) -> float:
         return float(self.kept.size) if p == 0 else float(np.sum(self.kept**p))
