@@ -13,6 +13,7 @@ from .checkpoint import open_checkpoint
 from .defaults import default_checkpoint
 from .errors import SpecboundError
 from .extract import LayerWeights, account_for_tensors, detect_prefix, layer_weights, model_dims
+from .gap import GapParameters, describe, gap_bounds
 from .measures import LayerSpectra, measure
 from .propagation import activation_lipschitz
 from .records import Analysis, build_analysis
@@ -52,6 +53,11 @@ def analyze(
     threads: int | None = None,
     method: str = "factored",
     progress: Callable[[int, int], None] | None = None,
+    n: int | None = None,
+    margin: float | None = None,
+    delta: float = 0.05,
+    lead_constant: float = 1.0,
+    confidence_constant: float = 1.0,
 ) -> Analysis:
     """Analyse a checkpoint: every spectral quantity and every registered bound.
 
@@ -74,12 +80,20 @@ def analyze(
         How QK/OV spectra are computed; ``"dense"`` is the slow reference.
     progress : callable(done, total), optional
         Called after each layer.
+    n, margin : int, float, optional
+        Sample size and ramp-loss margin: given both, every bound with a margin-bound form becomes
+        a generalisation-gap bound (SPEC section 7, ``Analysis.gap_bound``).
+    delta : float
+        Failure probability of the gap bound (default 0.05).
+    lead_constant, confidence_constant : float
+        The absolute constants of the gap bound's two terms, unstated by the sources (default 1).
 
     Returns
     -------
     Analysis
     """
     _check_options(grid_m, rank_tol, l_phi, threads, method)
+    gap_params = _gap_parameters(n, margin, delta, lead_constant, confidence_constant)
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
@@ -104,7 +118,21 @@ def analyze(
         results = compute_all(measures)
     options = {"grid_m": measures.grid_m, "rank_tol": rank_tol, "l_phi": l_phi,
                "l_phi_source": l_phi_source, "method": method}
-    return build_analysis(ckpt.location, spec.family, measures, results, options)
+    gap = None
+    if gap_params is not None:
+        gap = describe(gap_params)
+        gap["bounds"] = gap_bounds(measures, results, gap_params)
+    return build_analysis(ckpt.location, spec.family, measures, results, options, gap=gap)
+
+
+def _gap_parameters(n, margin, delta, lead_constant, confidence_constant) -> GapParameters | None:
+    if n is None and margin is None:
+        return None
+    if n is None or margin is None:
+        missing = "n (the sample size)" if n is None else "margin"
+        raise SpecboundError(f"a generalisation-gap bound needs both n and margin; {missing} is missing")
+    return GapParameters(n=n, margin=margin, delta=delta, lead_constant=lead_constant,
+                         confidence_constant=confidence_constant)
 
 
 def _resolve_spec(arch_spec, config) -> ArchSpec:

@@ -53,6 +53,9 @@ class Analysis:
         Other bounds and measures from the literature on the same matrices.
     adaptive_variants : dict[str, float]
         The spectrum-adaptive bound with a fixed Schatten index, and with three matrix types.
+    gap_bound : dict or None
+        Generalisation-gap bounds (``n`` and ``margin`` given): parameters, assumptions and, per
+        bound, ``complexity, log_factor, union_cost, leading, confidence, gap, vacuous``.
     """
 
     source: str
@@ -64,6 +67,7 @@ class Analysis:
     singular_values: pd.DataFrame = field(repr=False)
     baselines: dict[str, float] = field(default_factory=dict)
     adaptive_variants: dict[str, float] = field(default_factory=dict)
+    gap_bound: dict[str, Any] | None = None
 
     def all_bounds(self) -> dict[str, float]:
         """Every computed bound and measure, headline first."""
@@ -89,6 +93,8 @@ class Analysis:
             "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
         }
+        if self.gap_bound is not None:
+            doc["gap_bound"] = _json_tree(self.gap_bound)
         return doc
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -121,6 +127,16 @@ def _json_dict(values: dict[str, Any]) -> dict[str, Any]:
     return {k: _json_number(v) for k, v in values.items()}
 
 
+def _json_tree(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_tree(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return _json_number(value)
+
+
 def _atomic(path: Path, write) -> Path:
     """Write through a temporary file in the same folder, then rename: never a half file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -135,8 +151,8 @@ def _atomic(path: Path, write) -> Path:
 
 
 def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],
-                   options: dict[str, Any]) -> Analysis:
-    """Assemble the records from the measures and every bound's result."""
+                   options: dict[str, Any], *, gap: dict[str, Any] | None = None) -> Analysis:
+    """Assemble the records from the measures and every bound's result (``gap``: the gap bounds)."""
     dims = measures.dims
     base = []
     sv_frames = []
@@ -174,5 +190,6 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
                     bounds={k: values[k] for k in in_group("bounds") if k in values},
                     matrices=matrices, layers=layers, singular_values=singular_values,
                     baselines={k: values[k] for k in in_group("baselines") if k in values},
-                    adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values})
+                    adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values},
+                    gap_bound=gap)
 

@@ -20,16 +20,29 @@ def _p_label(p: float, m: int) -> str:
 
 
 def comparison_table(a: Analysis) -> list[str]:
-    """Every bound and measure in one table: value and ratio to the spectrum-adaptive bound."""
+    """Every bound and measure in one table: value, ratio to the spectrum-adaptive bound, and the
+    gap bound when it was computed."""
     adaptive = a.bounds.get("spectral_adaptive")
+    gaps = (a.gap_bound or {}).get("bounds", {})
     rows = []
     for name, value in a.all_bounds().items():
         bound = REGISTRY[name]
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
                "value": _fmt(value), "/ adaptive": _fmt(value / adaptive) if adaptive else "-"}
+        if a.gap_bound is not None:
+            g = gaps.get(name)
+            row["gap"] = "-" if g is None else _fmt(g["gap"]) + (" (vacuous)" if g["vacuous"] else "")
         row["title"] = bound.title
         rows.append(row)
-    return ["bounds (value = the complexity term B)", pd.DataFrame(rows).set_index("bound").to_string()]
+    lines = ["bounds (value = the complexity term B; measures without a margin-bound form have no gap)",
+             pd.DataFrame(rows).set_index("bound").to_string()]
+    if a.gap_bound is not None:
+        p = a.gap_bound["parameters"]
+        lines.append(f"gap = c_lead B log_factor / (margin sqrt(n)) + c_conf sqrt((ln(1/delta) + union cost) / n)"
+                     f" with n={p['n']}, margin={p['margin']:g}, delta={p['delta']:g}; "
+                     f"c_lead={p['lead_constant']:g}, c_conf={p['confidence_constant']:g} "
+                     f"(constants unstated by the sources; default 1); ramp loss in [0, 1]: gap >= 1 is vacuous")
+    return lines
 
 
 def format_summary(a: Analysis) -> str:
