@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--threads", type=_positive_int, help="BLAS threads (default: the BLAS default)")
     an.add_argument("--method", choices=("factored", "dense"), default="factored",
                     help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
+    an.add_argument("--init", metavar="SOURCE",
+                    help="model folder with the initial weights W0: also compute every bound on W - W0")
     gap = an.add_argument_group("generalisation-gap bound (SPEC section 7; needs --n and --margin)")
     gap.add_argument("--n", type=_positive_int, help="number of training sequences")
     gap.add_argument("--margin", type=float, help="ramp-loss margin gamma > 0")
@@ -64,7 +66,7 @@ def _analyze(args) -> int:
     from .summary import format_summary
 
     result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
-                     l_phi=args.l_phi, threads=args.threads, method=args.method,
+                     l_phi=args.l_phi, threads=args.threads, method=args.method, init=args.init,
                      n=args.n, margin=args.margin, delta=args.delta, lead_constant=args.lead_constant,
                      confidence_constant=args.confidence_constant)
     if args.out:

@@ -27,6 +27,10 @@ MATRIX_COLUMNS = [
     "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
     "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1",
 ]
+# Added when the analysis is measured from initial weights: norms of W - W0 and the adaptive
+# bound's choice on them.
+DELTA_COLUMNS = ["delta_rank", "delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1",
+                 "delta_norm_1_1", "delta_p_star", "delta_contribution"]
 
 
 @dataclass
@@ -43,7 +47,8 @@ class Analysis:
         ``grid_m, rank_tol, l_phi, l_phi_source, method``.
     bounds : dict[str, float]
         The headline comparison: ``spectral_adaptive`` and ``edelman``.
-    matrices : DataFrame, one row per analysed matrix (columns ``MATRIX_COLUMNS``).
+    matrices : DataFrame, one row per analysed matrix (columns ``MATRIX_COLUMNS``, plus
+        ``DELTA_COLUMNS`` when measured from initial weights).
     layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``, the fixed-p and
         three-type adaptive sums ``adaptive_p0/1/2``, ``adaptive_three_type``, and each baseline's
         per-layer terms).
@@ -53,6 +58,8 @@ class Analysis:
         Other bounds and measures from the literature on the same matrices.
     adaptive_variants : dict[str, float]
         The spectrum-adaptive bound with a fixed Schatten index, and with three matrix types.
+    from_init : dict[str, float] or None
+        Every bound that measures norms, recomputed on ``W - W0`` (``init=`` given).
     gap_bound : dict or None
         Generalisation-gap bounds (``n`` and ``margin`` given): parameters, assumptions and, per
         bound, ``complexity, log_factor, union_cost, leading, confidence, gap, vacuous``.
@@ -67,6 +74,7 @@ class Analysis:
     singular_values: pd.DataFrame = field(repr=False)
     baselines: dict[str, float] = field(default_factory=dict)
     adaptive_variants: dict[str, float] = field(default_factory=dict)
+    from_init: dict[str, float] | None = None
     gap_bound: dict[str, Any] | None = None
 
     def all_bounds(self) -> dict[str, float]:
@@ -93,6 +101,8 @@ class Analysis:
             "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
         }
+        if self.from_init is not None:
+            doc["from_init"] = _json_dict(self.from_init)
         if self.gap_bound is not None:
             doc["gap_bound"] = _json_tree(self.gap_bound)
         return doc
@@ -151,8 +161,11 @@ def _atomic(path: Path, write) -> Path:
 
 
 def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],
-                   options: dict[str, Any], *, gap: dict[str, Any] | None = None) -> Analysis:
-    """Assemble the records from the measures and every bound's result (``gap``: the gap bounds)."""
+                   options: dict[str, Any], *,
+                   from_init: tuple[ModelMeasures, dict[str, BoundResult]] | None = None,
+                   gap: dict[str, Any] | None = None) -> Analysis:
+    """Assemble the records from the measures and every bound's result (``from_init``: the
+    measures on ``W - W0`` and the bounds computed on them)."""
     dims = measures.dims
     base = []
     sv_frames = []
@@ -180,6 +193,8 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     for result in results.values():
         for key, column in result.per_layer.items():
             layers[key] = column
+    if from_init is not None:
+        matrices, layers = _with_differences(matrices, layers, *from_init)
 
     singular_values = pd.concat(sv_frames, ignore_index=True)
     singular_values["head"] = singular_values["head"].astype("Int64")
@@ -191,5 +206,23 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
                     matrices=matrices, layers=layers, singular_values=singular_values,
                     baselines={k: values[k] for k in in_group("baselines") if k in values},
                     adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values},
+                    from_init=None if from_init is None else {k: r.value for k, r in from_init[1].items()},
                     gap_bound=gap)
 
+
+def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: ModelMeasures,
+                      results: dict[str, BoundResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Add the ``W - W0`` columns (``DELTA_COLUMNS``) and the per-layer terms on the differences
+    (prefixed ``delta_``)."""
+    matrices, layers = matrices.copy(), layers.copy()
+    deltas = [mm.delta for mm in measures.matrices]
+    matrices["delta_rank"] = [numerical_rank(d.singular_values, d.dim, measures.rank_tol) for d in deltas]
+    for key, attr in (("delta_spectral_norm", "spectral_norm"), ("delta_frobenius_norm", "frobenius_norm"),
+                      ("delta_norm_2_1", "norm_2_1"), ("delta_norm_1_1", "norm_1_1")):
+        matrices[key] = [getattr(d, attr) for d in deltas]
+    adaptive = results["spectral_adaptive"].per_matrix
+    matrices["delta_p_star"], matrices["delta_contribution"] = adaptive["p_star"], adaptive["contribution"]
+    for result in results.values():
+        for key, column in result.per_layer.items():
+            layers[f"delta_{key}"] = column
+    return matrices, layers

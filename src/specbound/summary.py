@@ -21,7 +21,7 @@ def _p_label(p: float, m: int) -> str:
 
 def comparison_table(a: Analysis) -> list[str]:
     """Every bound and measure in one table: value, ratio to the spectrum-adaptive bound, and the
-    gap bound when it was computed."""
+    from-init value and gap bound when they were computed."""
     adaptive = a.bounds.get("spectral_adaptive")
     gaps = (a.gap_bound or {}).get("bounds", {})
     rows = []
@@ -29,6 +29,8 @@ def comparison_table(a: Analysis) -> list[str]:
         bound = REGISTRY[name]
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
                "value": _fmt(value), "/ adaptive": _fmt(value / adaptive) if adaptive else "-"}
+        if a.from_init is not None:
+            row["from init"] = _fmt(a.from_init[name]) if name in a.from_init else "-"
         if a.gap_bound is not None:
             g = gaps.get(name)
             row["gap"] = "-" if g is None else _fmt(g["gap"]) + (" (vacuous)" if g["vacuous"] else "")
