@@ -59,3 +59,35 @@ def test_continuous_infimum_never_above_grid(analysis):
     # own formula and test vector A; see docs/theory.md.)
     np.testing.assert_allclose(m["c_p0"], np.sqrt(m["rank"] * 384), rtol=1e-12)
     np.testing.assert_allclose(m["c_p2"], np.sqrt(m["frobenius_norm"] * m["scale"]) * 384**0.75, rtol=1e-9)
+
+
+def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
+    """Every baseline recomputed from the oracle's dense per-matrix norms (formulas of docs/bounds.md)."""
+    _, rows = oracle
+    ref = pd.DataFrame(rows)
+    L, N, H, d_ff = 6, 384, 12, 1536
+
+    def c(layer, role, col="spectral_norm"):
+        part = ref[(ref["layer"] == layer) & (ref["role"] == role)]
+        return part[col].to_numpy(float)
+
+    lam = [1.13 * c(l, "FF_in")[0] * c(l, "FF_out")[0] * np.sum(c(l, "OV") * (1 + 4 * c(l, "QK"))) for l in range(L)]
+    lam_f = [1.13 * c(l, "FF_in", "frobenius_norm")[0] * c(l, "FF_out", "frobenius_norm")[0]
+             * np.sum(c(l, "OV", "frobenius_norm") * (1 + 4 * c(l, "QK", "frobenius_norm"))) for l in range(L)]
+    s2 = ref["spectral_norm"].to_numpy(float)
+    expected = {
+        "spectral_product": np.prod(lam),
+        "frobenius_product": np.prod(lam_f),
+        "bft": np.prod(lam) * np.sum((ref["norm_2_1"] / s2) ** (2 / 3)) ** 1.5,
+        "nbs": 156 * np.sqrt(d_ff * np.log(156 * d_ff)) * np.prod(lam) * np.sqrt(np.sum((ref["frobenius_norm"] / s2) ** 2)),
+        "param_count": L * (4 * N * N + 2 * N * d_ff),
+    }
+    for name, value in expected.items():
+        assert analysis.baselines[name] == pytest.approx(value, rel=1e-9), name
+    scale = ref["gamma"] * ref["alpha"] * L
+    c1 = (ref["nuclear_norm"] * scale) ** (1 / 3) * N ** (2 / 3)
+    fixed = {"spectral_fixed_p0": ref["c_p0"].sum(), "spectral_fixed_p1": c1.sum(), "spectral_fixed_p2": ref["c_p2"].sum()}
+    for name, total in fixed.items():
+        assert analysis.adaptive_variants[name] == pytest.approx(total + np.sqrt(L), rel=1e-9), name
+    assert analysis.bounds["spectral_adaptive"] <= min(analysis.adaptive_variants[k] for k in fixed)
+    assert analysis.baselines["l11_proxy"] >= analysis.bounds["edelman"]

@@ -12,8 +12,10 @@ from .archspec import ArchSpec, load_spec_file, spec_for_config
 from .bounds import compute_all
 from .checkpoint import open_checkpoint
 from .defaults import default_checkpoint
+from .distance import difference_spectra
 from .errors import SpecboundError
 from .extract import LayerWeights, account_for_tensors, detect_prefix, layer_weights, model_dims
+from .gap import GapParameters, describe, gap_bounds
 from .measures import LayerSpectra, measure
 from .propagation import activation_lipschitz
 from .records import Analysis, build_analysis
@@ -62,6 +64,12 @@ def analyze(
     method: str = "factored",
     gram_rtol: float = DEFAULT_GRAM_RTOL,
     progress: Callable[[int, int], None] | None = None,
+    init: str | Path | None = None,
+    n: int | None = None,
+    margin: float | None = None,
+    delta: float = 0.05,
+    lead_constant: float = 1.0,
+    confidence_constant: float = 1.0,
 ) -> Analysis:
     """Analyse a checkpoint: every spectral quantity and every registered bound.
 
@@ -90,6 +98,16 @@ def analyze(
         Largest proven relative error accepted from the feed-forward Gram path; 0 forces SVDs.
     progress : callable(done, total), optional
         Called after each layer.
+    init : path, optional
+        A checkpoint of the same architecture holding the initial weights ``W0``: every bound that
+        has a norm of ``W - W0`` in it is also computed on the differences (``Analysis.from_init``).
+    n, margin : int, float, optional
+        Sample size and ramp-loss margin: given both, every bound with a margin-bound form becomes
+        a generalisation-gap bound (SPEC section 7, ``Analysis.gap_bound``).
+    delta : float
+        Failure probability of the gap bound (default 0.05).
+    lead_constant, confidence_constant : float
+        The absolute constants of the gap bound's two terms, unstated by the sources (default 1).
 
     Returns
     -------
@@ -98,6 +116,7 @@ def analyze(
     _check_options(grid_m, rank_tol, l_phi, threads, method)
     if not (isinstance(gram_rtol, (int, float)) and 0 <= gram_rtol < 1):
         raise SpecboundError(f"gram_rtol must be a number in [0, 1) (0 forces exact SVDs), got {gram_rtol!r}")
+    gap_params = _gap_parameters(n, margin, delta, lead_constant, confidence_constant)
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
@@ -106,24 +125,69 @@ def analyze(
         dims = model_dims(spec, ckpt.config)
         prefix = detect_prefix(spec, ckpt)
         account_for_tensors(spec, ckpt, dims, prefix)
-        layers = []
+        ckpt0, prefix0 = _open_init(init, spec, dims) if init is not None else (None, None)
+        layers, deltas = [], []
         for layer in range(dims.L):
             weights = layer_weights(spec, ckpt, dims, prefix, layer)
             layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv,
                                         block=dims.block, gram_rtol=gram_rtol))
+            if ckpt0 is not None:
+                w0 = layer_weights(spec, ckpt0, dims, prefix0, layer)
+                deltas.append(difference_spectra(weights, w0, group=dims.H // dims.H_kv, method=method,
+                                                 block=dims.block))
+                del w0
             del weights
             if progress:
                 progress(layer + 1, dims.L)
         ckpt.close()
+        if ckpt0 is not None:
+            ckpt0.close()
         if l_phi is None:
             l_phi, l_phi_source = activation_lipschitz(dims.activation)
         else:
             l_phi_source = "user"
         measures = measure(layers, dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
         results = compute_all(measures)
+        from_init = None
+        if ckpt0 is not None:
+            init_measures = measures.measured_from(deltas)
+            from_init = (init_measures, compute_all(init_measures, only_distance=True))
     options = {"grid_m": measures.grid_m, "rank_tol": rank_tol, "l_phi": l_phi,
                "l_phi_source": l_phi_source, "method": method, "gram_rtol": gram_rtol if method == "factored" else 0.0}
-    return build_analysis(ckpt.location, spec.family, measures, results, options)
+    if ckpt0 is not None:
+        options["init"] = str(ckpt0.location)
+    gap = None
+    if gap_params is not None:
+        gap = describe(gap_params)
+        gap["bounds"] = gap_bounds(measures, results, gap_params)
+        if from_init is not None:
+            gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
+    return build_analysis(ckpt.location, spec.family, measures, results, options, from_init=from_init, gap=gap)
+
+
+def _open_init(init, spec: ArchSpec, dims):
+    """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
+    ckpt0 = open_checkpoint(init)
+    dims0 = model_dims(spec, ckpt0.config)
+    if dims0 != dims:
+        ckpt0.close()
+        raise SpecboundError(
+            f"the initial weights in {ckpt0.location} do not match the analysed checkpoint: "
+            f"{dims0} vs {dims}; pass the same architecture's initialisation"
+        )
+    prefix0 = detect_prefix(spec, ckpt0)
+    account_for_tensors(spec, ckpt0, dims, prefix0)
+    return ckpt0, prefix0
+
+
+def _gap_parameters(n, margin, delta, lead_constant, confidence_constant) -> GapParameters | None:
+    if n is None and margin is None:
+        return None
+    if n is None or margin is None:
+        missing = "n (the sample size)" if n is None else "margin"
+        raise SpecboundError(f"a generalisation-gap bound needs both n and margin; {missing} is missing")
+    return GapParameters(n=n, margin=margin, delta=delta, lead_constant=lead_constant,
+                         confidence_constant=confidence_constant)
 
 
 def _resolve_spec(arch_spec, config) -> ArchSpec:

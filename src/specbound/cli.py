@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 
     an = sub.add_parser("analyze", help="analyse one checkpoint", description=(
         "Analyse one checkpoint: spectra of every QK/OV head and feed-forward matrix, the "
-        "spectrum-adaptive bound and the Edelman-style baseline."))
+        "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
     an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
@@ -55,6 +55,16 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--gram-rtol", type=float, default=1e-8,
                     help="feed-forward singular values from the Gram matrix when proven accurate to this "
                          "relative error (default 1e-8); 0 forces exact SVDs")
+    an.add_argument("--init", metavar="SOURCE",
+                    help="model folder with the initial weights W0: also compute every bound on W - W0")
+    gap = an.add_argument_group("generalisation-gap bound (SPEC section 7; needs --n and --margin)")
+    gap.add_argument("--n", type=_positive_int, help="number of training sequences")
+    gap.add_argument("--margin", type=float, help="ramp-loss margin gamma > 0")
+    gap.add_argument("--delta", type=float, default=0.05, help="failure probability (default 0.05)")
+    gap.add_argument("--lead-constant", type=float, default=1.0,
+                     help="absolute constant of the leading term, unstated by the sources (default 1)")
+    gap.add_argument("--confidence-constant", type=float, default=1.0,
+                     help="absolute constant of the confidence term, unstated by the sources (default 1)")
 
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
     be.add_argument("--format", choices=("text", "json"), default="text")
@@ -72,7 +82,9 @@ def _analyze(args) -> int:
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
     result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
                      l_phi=args.l_phi, threads=args.threads, method=args.method,
-                     gram_rtol=args.gram_rtol)
+                     gram_rtol=args.gram_rtol, init=args.init,
+                     n=args.n, margin=args.margin, delta=args.delta, lead_constant=args.lead_constant,
+                     confidence_constant=args.confidence_constant)
     if args.out:
         try:
             result.save(args.out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,7 +36,12 @@ class LayerSpectra:
 
 @dataclass(frozen=True)
 class MatrixMeasure:
-    """One analysed matrix with its place in the network and its propagation factors."""
+    """One analysed matrix with its place in the network and its propagation factors.
+
+    ``spectrum`` is the matrix ``W`` itself; the propagation factors (``alpha``, ``gamma``,
+    ``scale``) always come from it.  ``delta`` is the spectrum of ``W - W0`` when the analysis is
+    measured from initial weights ``W0``; the bounds' complexity terms read :attr:`target`.
+    """
 
     layer: int
     head: int | None
@@ -45,6 +50,12 @@ class MatrixMeasure:
     alpha: float
     gamma: float
     scale: float
+    delta: MatrixSpectrum | None = None
+
+    @property
+    def target(self) -> MatrixSpectrum:
+        """The spectrum the complexity terms measure: ``W - W0`` if given, else ``W``."""
+        return self.spectrum if self.delta is None else self.delta
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,34 @@ class ModelMeasures:
     lambdas: np.ndarray
     alphas: np.ndarray
     matrices: list[MatrixMeasure]
+
+    @property
+    def from_init(self) -> bool:
+        """Whether the complexity terms measure distances ``W - W0`` from initial weights."""
+        return any(mm.delta is not None for mm in self.matrices)
+
+    def layer_of_matrices(self) -> np.ndarray:
+        """Layer index of every matrix, shape (#matrices,), for per-layer sums."""
+        return np.array([mm.layer for mm in self.matrices], dtype=np.int64)
+
+    def per_layer_sum(self, values) -> np.ndarray:
+        """Sum of a per-matrix array over each layer's matrices, shape (L,)."""
+        return np.bincount(self.layer_of_matrices(), weights=np.asarray(values, dtype=np.float64),
+                           minlength=self.dims.L)
+
+    def measured_from(self, deltas: list[LayerSpectra]) -> "ModelMeasures":
+        """The same measures with the complexity terms on ``W - W0`` (``deltas``: spectra of the
+        differences, layer by layer, in :class:`LayerSpectra` form)."""
+        flat = [s for layer in deltas for s in _role_order(layer)]
+        if len(flat) != len(self.matrices):
+            raise ValueError(f"{len(flat)} difference spectra for {len(self.matrices)} matrices")
+        matrices = [replace(mm, delta=d) for mm, d in zip(self.matrices, flat)]
+        return replace(self, matrices=matrices)
+
+
+def _role_order(layer: LayerSpectra) -> list[MatrixSpectrum]:
+    """A layer's spectra in the order of ``ModelMeasures.matrices``: QK heads, OV heads, feed-forward."""
+    return [*layer.qk, *layer.ov, *layer.ff.values()]
 
 
 def default_grid_m(L: int, N: int) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bounds import REGISTRY, BoundResult
+from .bounds import REGISTRY, BoundResult, in_group
 from .measures import ModelMeasures
 from .spectra import numerical_rank
 
@@ -25,9 +25,13 @@ SCHEMA_VERSION = 1
 MATRIX_COLUMNS = [
     "layer", "head", "role", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
     "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
-    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "sv_method",
+    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1", "sv_method",
     "sv_rel_error_bound",
 ]
+# Added when the analysis is measured from initial weights: norms of W - W0 and the adaptive
+# bound's choice on them.
+DELTA_COLUMNS = ["delta_rank", "delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1",
+                 "delta_norm_1_1", "delta_p_star", "delta_contribution"]
 
 
 @dataclass
@@ -43,11 +47,23 @@ class Analysis:
     options : dict
         ``grid_m, rank_tol, l_phi, l_phi_source, method``.
     bounds : dict[str, float]
-        Registered bound name -> value.
-    matrices : DataFrame, one row per analysed matrix (columns ``MATRIX_COLUMNS``).
-    layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``).
+        The headline comparison: ``spectral_adaptive`` and ``edelman``.
+    matrices : DataFrame, one row per analysed matrix (columns ``MATRIX_COLUMNS``, plus
+        ``DELTA_COLUMNS`` when measured from initial weights).
+    layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``, the fixed-p and
+        three-type adaptive sums ``adaptive_p0/1/2``, ``adaptive_three_type``, and each baseline's
+        per-layer terms).
     singular_values : DataFrame, long form ``(matrix, layer, head, role, index, sigma)``; the
         computed values only (a factored N x N product's exact zeros are implied by its rank).
+    baselines : dict[str, float]
+        Other bounds and measures from the literature on the same matrices.
+    adaptive_variants : dict[str, float]
+        The spectrum-adaptive bound with a fixed Schatten index, and with three matrix types.
+    from_init : dict[str, float] or None
+        Every bound that measures norms, recomputed on ``W - W0`` (``init=`` given).
+    gap_bound : dict or None
+        Generalisation-gap bounds (``n`` and ``margin`` given): parameters, assumptions and, per
+        bound, ``complexity, log_factor, union_cost, leading, confidence, gap, vacuous``.
     """
 
     source: str
@@ -57,6 +73,14 @@ class Analysis:
     matrices: pd.DataFrame
     layers: pd.DataFrame
     singular_values: pd.DataFrame = field(repr=False)
+    baselines: dict[str, float] = field(default_factory=dict)
+    adaptive_variants: dict[str, float] = field(default_factory=dict)
+    from_init: dict[str, float] | None = None
+    gap_bound: dict[str, Any] | None = None
+
+    def all_bounds(self) -> dict[str, float]:
+        """Every computed bound and measure, headline first."""
+        return {**self.bounds, **self.adaptive_variants, **self.baselines}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of ``specbound analyze --format json`` (schema version 1)."""
@@ -66,16 +90,23 @@ class Analysis:
             rec["shape"] = [int(rec.pop("rows")), int(rec.pop("cols"))]
             rec["layer"], rec["rank"] = int(rec["layer"]), int(rec["rank"])
             rows.append({k: _json_number(v) for k, v in rec.items()})
-        return {
+        doc = {
             "schema_version": SCHEMA_VERSION,
             "source": self.source,
             "model": self.model,
             "options": {k: _json_number(v) for k, v in self.options.items()},
-            "bounds": {k: _json_number(v) for k, v in self.bounds.items()},
-            "bound_references": {k: REGISTRY[k].reference for k in self.bounds},
+            "bounds": _json_dict(self.bounds),
+            "baselines": _json_dict(self.baselines),
+            "adaptive_variants": _json_dict(self.adaptive_variants),
+            "bound_references": {k: REGISTRY[k].reference for k in self.all_bounds()},
             "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
         }
+        if self.from_init is not None:
+            doc["from_init"] = _json_dict(self.from_init)
+        if self.gap_bound is not None:
+            doc["gap_bound"] = _json_tree(self.gap_bound)
+        return doc
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -103,6 +134,20 @@ def _json_number(value: Any) -> Any:
     return value
 
 
+def _json_dict(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _json_number(v) for k, v in values.items()}
+
+
+def _json_tree(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_tree(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return _json_number(value)
+
+
 def _atomic(path: Path, write) -> Path:
     """Write through a temporary file in the same folder, then rename: never a half file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -117,8 +162,11 @@ def _atomic(path: Path, write) -> Path:
 
 
 def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],
-                   options: dict[str, Any]) -> Analysis:
-    """Assemble the records from the measures and every bound's result."""
+                   options: dict[str, Any], *,
+                   from_init: tuple[ModelMeasures, dict[str, BoundResult]] | None = None,
+                   gap: dict[str, Any] | None = None) -> Analysis:
+    """Assemble the records from the measures and every bound's result (``from_init``: the
+    measures on ``W - W0`` and the bounds computed on them)."""
     dims = measures.dims
     base = []
     sv_frames = []
@@ -147,12 +195,36 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     for result in results.values():
         for key, column in result.per_layer.items():
             layers[key] = column
-    layers["adaptive"] = matrices.groupby("layer")["contribution"].sum().to_numpy()
+    if from_init is not None:
+        matrices, layers = _with_differences(matrices, layers, *from_init)
 
     singular_values = pd.concat(sv_frames, ignore_index=True)
     singular_values["head"] = singular_values["head"].astype("Int64")
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
+    values = {name: r.value for name, r in results.items()}
     return Analysis(source=source, model=model, options=options,
-                    bounds={name: r.value for name, r in results.items()},
-                    matrices=matrices, layers=layers, singular_values=singular_values)
+                    bounds={k: values[k] for k in in_group("bounds") if k in values},
+                    matrices=matrices, layers=layers, singular_values=singular_values,
+                    baselines={k: values[k] for k in in_group("baselines") if k in values},
+                    adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values},
+                    from_init=None if from_init is None else {k: r.value for k, r in from_init[1].items()},
+                    gap_bound=gap)
+
+
+def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: ModelMeasures,
+                      results: dict[str, BoundResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Add the ``W - W0`` columns (``DELTA_COLUMNS``) and the per-layer terms on the differences
+    (prefixed ``delta_``)."""
+    matrices, layers = matrices.copy(), layers.copy()
+    deltas = [mm.delta for mm in measures.matrices]
+    matrices["delta_rank"] = [numerical_rank(d.singular_values, d.dim, measures.rank_tol) for d in deltas]
+    for key, attr in (("delta_spectral_norm", "spectral_norm"), ("delta_frobenius_norm", "frobenius_norm"),
+                      ("delta_norm_2_1", "norm_2_1"), ("delta_norm_1_1", "norm_1_1")):
+        matrices[key] = [getattr(d, attr) for d in deltas]
+    adaptive = results["spectral_adaptive"].per_matrix
+    matrices["delta_p_star"], matrices["delta_contribution"] = adaptive["p_star"], adaptive["contribution"]
+    for result in results.values():
+        for key, column in result.per_layer.items():
+            layers[f"delta_{key}"] = column
+    return matrices, layers

@@ -7,6 +7,11 @@ For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 
 each matrix takes its own minimiser (ties to the smallest p) and
 ``B_spectral = sum_matrices min_p C(p) + sqrt(L)``.
+
+Margin-bound form (SPEC section 7, :mod:`specbound.gap`): the leading term is multiplied by
+``ln n``, and the post-hoc choice of one of ``2m + 1`` indices for each matrix costs
+``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
+of ``W - W0`` while ``scale`` keeps the trained network's propagation factors (docs/bounds.md).
 """
 
 from __future__ import annotations
@@ -36,13 +41,32 @@ def contribution(schatten_power: float, p: float, scale: float, n: int) -> float
     return math.exp(log_c)
 
 
+def kept_singular_values(spectrum: MatrixSpectrum, rank_tol: float) -> np.ndarray:
+    """The singular values above the rank tolerance (SPEC section 2): those ``S_p`` sums over."""
+    s = spectrum.singular_values
+    return s[s > rank_threshold(s, spectrum.dim, rank_tol)]
+
+
+def grid_minimum(curve: "ContributionCurve", grid: np.ndarray) -> tuple[float, float]:
+    """``(p*, C(p*))`` over the grid; ties go to the smallest p."""
+    values = curve.on_grid(grid)
+    best = int(np.argmin(values))
+    return float(grid[best]), float(values[best])
+
+
 class ContributionCurve:
     """``p -> C(p)`` for one matrix; only singular values above the rank tolerance count."""
 
     def __init__(self, spectrum: MatrixSpectrum, scale: float, n: int, rank_tol: float):
-        s = spectrum.singular_values
-        self.kept = s[s > rank_threshold(s, spectrum.dim, rank_tol)]
+        self.kept = kept_singular_values(spectrum, rank_tol)
         self.scale, self.n = scale, n
+
+    @classmethod
+    def from_kept(cls, kept: np.ndarray, scale: float, n: int) -> "ContributionCurve":
+        """A curve over singular values already filtered by the rank tolerance."""
+        curve = cls.__new__(cls)
+        curve.kept, curve.scale, curve.n = np.asarray(kept, dtype=np.float64), scale, n
+        return curve
 
     def schatten(self, p: float) -> float:
         return float(self.kept.size) if p == 0 else float(np.sum(self.kept**p))
@@ -67,15 +91,15 @@ class ContributionCurve:
 def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
     """Per-matrix grid minimiser, its value, C(0), C(2) and the continuous diagnostic."""
     grid = schatten_grid(measures.grid_m)
-    cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p2", "p_continuous",
+    cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p1", "c_p2", "p_continuous",
                             "contribution_continuous", "scale")}
     for mm in measures.matrices:
-        curve = ContributionCurve(mm.spectrum, mm.scale, measures.dims.N, measures.rank_tol)
+        curve = ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol)
         values = curve.on_grid(grid)
         best = int(np.argmin(values))  # first minimum: ties go to the smallest p
         p_cont, c_cont = curve.continuous_minimum()
         for key, val in (("p_star", grid[best]), ("contribution", values[best]), ("c_p0", values[0]),
-                         ("c_p2", values[-1]), ("p_continuous", p_cont),
+                         ("c_p1", values[measures.grid_m]), ("c_p2", values[-1]), ("p_continuous", p_cont),
                          ("contribution_continuous", c_cont), ("scale", mm.scale)):
             cols[key].append(val)
     return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
@@ -84,7 +108,19 @@ def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
 def _compute(measures: ModelMeasures) -> BoundResult:
     per_matrix = optimise_matrices(measures)
     value = float(np.sum(per_matrix["contribution"]) + math.sqrt(measures.dims.L))
-    return BoundResult(value=value, per_matrix=per_matrix)
+    return BoundResult(value=value, per_matrix=per_matrix,
+                       per_layer={"adaptive": measures.per_layer_sum(per_matrix["contribution"])})
+
+
+def log_n(measures: ModelMeasures, n: int) -> float:
+    """``ln n``: the factor a Dudley entropy integral truncated at ``1/sqrt(n)`` puts on the
+    leading term (the sources state no other; docs/bounds.md)."""
+    return math.log(n)
+
+
+def grid_union_cost(measures: ModelMeasures, n: int) -> float:
+    """``#matrices * ln(2m + 1)``: one of ``2m + 1`` Schatten indices chosen per matrix after training."""
+    return len(measures.matrices) * math.log(2 * measures.grid_m + 1)
 
 
 SPECTRAL_ADAPTIVE = register(Bound(
@@ -92,4 +128,7 @@ SPECTRAL_ADAPTIVE = register(Bound(
     title="Spectrum-adaptive (Sakai & Imaizumi 2026)",
     reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 (leading term, post-hoc grid P_m)",
     compute=_compute,
+    needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
+    log_factor=log_n,
+    union_cost=grid_union_cost,
 ))

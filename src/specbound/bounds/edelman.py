@@ -5,35 +5,58 @@ in the multi-head form used by Sakai & Imaizumi's experiment:
     xi_l = sum_h [(c_out c_in c(OV_h) ||QK_h||_{2,1})^(2/3) + (c_out c_in ||OV_h||_{2,1})^(2/3)]
            + (c_out ||FF_in||_{2,1})^(2/3) + ||FF_out||_{2,1}^(2/3)
     B_edelman = (1 + sum_l alpha_l^(2/3) xi_l)^(3/2)
+
+Margin-bound form: leading term times ``ln(2W) ln n`` (``W`` the widest matrix dimension), the
+factor of the (2,1)-norm covering lemma it shares with Bartlett et al. 2017.  Measured from initial
+weights, the (2,1)-norms are those of ``W - W0``; spectral norms stay those of ``W``.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..measures import LayerSpectra, ModelMeasures
-from ..propagation import sensitivities
+from ..measures import ModelMeasures
 from . import Bound, BoundResult, register
 
 
-def layer_xi(layer: LayerSpectra) -> float:
-    """``xi_l`` of one layer: ``sum over its matrices of (w ||X||_{2,1})^(2/3)``.
+def edelman_weights(measures: ModelMeasures) -> np.ndarray:
+    """Per-matrix factor in front of the norm in ``xi``, shape (#matrices,).
 
-    The weight ``w`` of each matrix is its sensitivity ``gamma*`` (SPEC section 3) except for QK,
-    whose Edelman weight ``c(OV) c(FF_out) c(FF_in)`` lacks the factor 2 of ``gamma*_QK``.  On a BERT
-    layer this is exactly the formula above; it carries over to gated and parallel blocks.
+    On BERT: ``c_out c_in c(OV_h)`` for ``QK_h``, ``c_out c_in`` for ``OV_h``, ``c_out`` for
+    ``FF_in``, 1 for ``FF_out``.  That is each matrix's sensitivity ``gamma*`` (SPEC section 3),
+    except for QK, whose weight lacks the factor 2 of ``gamma*_QK``; written this way it carries over
+    to gated and parallel blocks (docs/theory.md, section 3b).
     """
-    gamma = sensitivities(layer.norms())
-    xi = np.sum((gamma["QK"] / 2 * [s.norm_2_1 for s in layer.qk]) ** (2 / 3))
-    xi += np.sum((gamma["OV"] * [s.norm_2_1 for s in layer.ov]) ** (2 / 3))
-    xi += sum((gamma[role] * s.norm_2_1) ** (2 / 3) for role, s in layer.ff.items())
-    return float(xi)
+    return np.array([mm.gamma / 2 if mm.role == "QK" else mm.gamma for mm in measures.matrices],
+                    dtype=np.float64)
+
+
+def xi_per_layer(measures: ModelMeasures, matrix_norms: np.ndarray) -> np.ndarray:
+    """``xi_l = sum_{matrices of layer l} (weight * norm)^(2/3)``, shape (L,)."""
+    return measures.per_layer_sum((edelman_weights(measures) * matrix_norms) ** (2 / 3))
+
+
+def chain_value(measures: ModelMeasures, xi: np.ndarray) -> float:
+    """``(1 + sum_l alpha_l^(2/3) xi_l)^(3/2)``."""
+    return float((1.0 + np.sum(measures.alphas ** (2 / 3) * xi)) ** 1.5)
+
+
+def widest(measures: ModelMeasures) -> int:
+    """``W``: the widest dimension of any analysed matrix."""
+    return max(measures.dims.N, measures.dims.d_ff)
+
+
+def covering_log_factor(measures: ModelMeasures, n: int) -> float:
+    """``ln(2W) ln n``: the log factors of Bartlett, Foster & Telgarsky 2017 (Theorem 1.1), from the
+    (2,1)-norm matrix covering lemma that the Edelman-style and (1,1) proxies share."""
+    return math.log(2 * widest(measures)) * math.log(n)
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
-    xi = np.array([layer_xi(layer) for layer in measures.layers])
-    value = float((1.0 + np.sum(measures.alphas ** (2 / 3) * xi)) ** 1.5)
-    return BoundResult(value=value, per_layer={"xi": xi})
+    xi = xi_per_layer(measures, np.array([mm.target.norm_2_1 for mm in measures.matrices]))
+    return BoundResult(value=chain_value(measures, xi), per_layer={"xi": xi})
 
 
 EDELMAN = register(Bound(
@@ -41,4 +64,6 @@ EDELMAN = register(Bound(
     title="Edelman-style norm proxy",
     reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, SPEC section 5)",
     compute=_compute,
+    needs=("spectral_norm", "norm_2_1", "alpha"),
+    log_factor=covering_log_factor,
 ))

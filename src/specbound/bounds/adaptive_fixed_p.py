@@ -1,0 +1,49 @@
+"""The adaptivity gain: the spectrum-adaptive bound with one Schatten index fixed for every matrix.
+
+    B_p = sum_matrices C(p) + sqrt(L),   p in {0, 1, 2}
+
+(``C`` as in :mod:`~specbound.bounds.adaptive`).  Each fixed p lies on the post-hoc grid ``P_m``,
+so ``B_spectral <= B_p`` for every one of them; the ratio ``B_p / B_spectral`` is what choosing p
+per matrix after training buys.  A fixed p is chosen before seeing the data: its margin-bound form
+pays no union bound over the grid.  ``B_0 = sum sqrt(r N) + sqrt(L)`` counts ranks only;
+``B_2`` is the Frobenius-norm end of the family.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..measures import ModelMeasures
+from . import Bound, BoundResult, register
+from .adaptive import ContributionCurve, log_n
+
+FIXED_P = (0, 1, 2)
+
+
+def fixed_p_contributions(measures: ModelMeasures, p: float) -> np.ndarray:
+    """``C(p)`` of every matrix, shape (#matrices,)."""
+    n = measures.dims.N
+    return np.array([ContributionCurve(mm.target, mm.scale, n, measures.rank_tol)(float(p))
+                     for mm in measures.matrices])
+
+
+def _compute_for(p: int):
+    def compute(measures: ModelMeasures) -> BoundResult:
+        c = fixed_p_contributions(measures, p)
+        return BoundResult(value=float(np.sum(c) + math.sqrt(measures.dims.L)),
+                           per_layer={f"adaptive_p{p}": measures.per_layer_sum(c)})
+    return compute
+
+
+for _p in FIXED_P:
+    register(Bound(
+        name=f"spectral_fixed_p{_p}",
+        title=f"Spectrum-adaptive with p = {_p} for every matrix",
+        reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 with a single a-priori Schatten index",
+        compute=_compute_for(_p),
+        group="adaptive_variants",
+        needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
+        log_factor=log_n,
+    ))

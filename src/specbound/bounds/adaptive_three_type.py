@@ -1,0 +1,87 @@
+"""The theory's matrix types: QK, OV and *one* feed-forward matrix per layer.
+
+The paper's theorem has three matrix types per layer; BERT's feed-forward block
+``x -> phi(x FF_in) FF_out`` has two matrices, which the paper's experiment (and
+:mod:`~specbound.bounds.adaptive`) count as two types.  Here both enter as a single parameter
+matrix, the block-diagonal
+
+    F_l = diag(FF_in^l, FF_out^l),      acting on the stacked input (x, z),
+
+whose singular values are the union of both spectra, so ``S_p(F) = S_p(FF_in) + S_p(FF_out)`` and
+``rank F = rank FF_in + rank FF_out``.  Sensitivity (same assumptions and convention as SPEC
+section 3: each matrix's input in the unit ball, ``L_phi`` not in ``gamma*``): a perturbation
+``(U_in, U_out)`` moves the block's output by at most
+
+    c_out |x U_in| + |z U_out| <= max(c_out, 1) sqrt(2) |(x U_in, z U_out)|
+                               =  max(c_out, 1) sqrt(2) |(x, z) diag(U_in, U_out)|,
+
+and ``(x, z)`` has norm up to ``sqrt(2)``: rescaled into the unit ball this is
+``gamma*_F = 2 max(c_out, 1)`` (= ``2 max(gamma*_in, gamma*_out)``).  A gated block has ``k = 3``
+feed-forward matrices (gate, up, down) and the same argument gives ``gamma*_F = k max_i gamma*_i``
+(``sqrt(k)`` from the sum, ``sqrt(k)`` from the stacked input).  One Schatten index per block:
+
+    C_F(p) = (S_p(FF_in) + S_p(FF_out))^(1/(p+2)) (gamma*_F alpha_l L)^(p/(p+2)) N^((p+1)/(p+2))
+    B_3 = sum_{QK, OV} min_p C(p) + sum_l min_p C_F(p) + sqrt(L)
+
+Because ``min_p C_F(p) <= C_F(0) = sqrt((r_in + r_out) N) <= sqrt(r_in N) + sqrt(r_out N)``, ``B_3``
+never exceeds the fixed ``p = 0`` bound; against the four-type bound it trades a factor 2 in the
+sensitivity for a shared index and a subadditive root.  Union cost: ``L (2H + 1) ln(2m + 1)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..measures import ModelMeasures
+from . import Bound, BoundResult, register
+from .adaptive import ContributionCurve, grid_minimum, kept_singular_values, log_n, schatten_grid
+
+def _is_ff(role: str) -> bool:
+    return role.startswith("FF_")
+
+
+def feed_forward_block_terms(measures: ModelMeasures) -> tuple[np.ndarray, np.ndarray]:
+    """``(p*_F, min_p C_F(p))`` of each layer's feed-forward block (``diag(FF_in, FF_out)``, or the
+    gated block's three matrices), each shape (L,)."""
+    grid = schatten_grid(measures.grid_m)
+    tiny = np.finfo(np.float64).tiny
+    p_star, value = np.zeros(measures.dims.L), np.zeros(measures.dims.L)
+    for layer in range(measures.dims.L):
+        ff = [mm for mm in measures.matrices if mm.layer == layer and _is_ff(mm.role)]
+        kept = np.concatenate([kept_singular_values(mm.target, measures.rank_tol) for mm in ff])
+        scale = max(len(ff) * max(mm.scale for mm in ff), tiny)
+        p_star[layer], value[layer] = grid_minimum(ContributionCurve.from_kept(kept, scale, measures.dims.N), grid)
+    return p_star, value
+
+
+def _compute(measures: ModelMeasures) -> BoundResult:
+    grid = schatten_grid(measures.grid_m)
+    attention = np.array([
+        grid_minimum(ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol), grid)[1]
+        if not _is_ff(mm.role) else 0.0
+        for mm in measures.matrices])
+    ff_p, ff_value = feed_forward_block_terms(measures)
+    per_layer = measures.per_layer_sum(attention) + ff_value
+    value = float(np.sum(per_layer) + math.sqrt(measures.dims.L))
+    return BoundResult(value=value, per_layer={"adaptive_three_type": per_layer, "three_type_ff": ff_value,
+                                               "three_type_ff_p_star": ff_p})
+
+
+def _union_cost(measures: ModelMeasures, n: int) -> float:
+    attention = sum(not _is_ff(mm.role) for mm in measures.matrices)
+    return (attention + measures.dims.L) * math.log(2 * measures.grid_m + 1)
+
+
+register(Bound(
+    name="spectral_three_type",
+    title="Spectrum-adaptive, theory's 3 types (FF block)",
+    reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 with one FF matrix per layer "
+              "(FF_in, FF_out as diag block; docs/bounds.md)",
+    compute=_compute,
+    group="adaptive_variants",
+    needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
+    log_factor=log_n,
+    union_cost=_union_cost,
+))

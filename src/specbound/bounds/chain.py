@@ -1,0 +1,60 @@
+"""What plays the role of a feed-forward network's product of layer norms on the transformer chain.
+
+A depth-``L`` feed-forward network's Lipschitz constant is bounded by the product of its layers'
+spectral norms.  On the transformer chain (SPEC section 3) the layer's factor is
+
+    Lambda_l = L_phi c(FF_in) c(FF_out) sum_h c(OV_h) (1 + 4 c(QK_h)),
+
+so the baselines that multiply norms over layers multiply ``Lambda_l`` (with ``c`` the spectral
+norm) or the same expression with another norm in place of ``c`` (the Frobenius product).  Products
+are formed in logs: they overflow a float64 for deep models long before they stop being meaningful.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..measures import LayerSpectra, ModelMeasures
+from ..propagation import LayerNorms, layer_lipschitz
+
+
+def layer_factor(layer: LayerSpectra, l_phi: float, norm) -> float:
+    """``Lambda_l`` with ``n(spectrum)`` in place of the spectral norm (BERT:
+    ``L_phi n(FF_in) n(FF_out) sum_h n(OV_h) (1 + 4 n(QK_h))``; gated and parallel blocks as in
+    :func:`~specbound.propagation.layer_lipschitz`)."""
+    norms = LayerNorms(qk=np.array([norm(s) for s in layer.qk]), ov=np.array([norm(s) for s in layer.ov]),
+                       ff={role: norm(s) for role, s in layer.ff.items()}, block=layer.block)
+    return layer_lipschitz(norms, l_phi)
+
+
+def log_product(factors) -> float:
+    """``ln prod factors`` (``-inf`` if one of them is zero)."""
+    factors = np.asarray(factors, dtype=np.float64)
+    if np.any(factors <= 0):
+        return -math.inf
+    return float(np.sum(np.log(factors)))
+
+
+def log_lipschitz(measures: ModelMeasures) -> float:
+    """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs."""
+    return log_product(measures.lambdas)
+
+
+def safe_exp(log_value: float) -> float:
+    """``exp`` that returns ``inf`` instead of raising on overflow."""
+    try:
+        return math.exp(log_value)
+    except OverflowError:
+        return math.inf
+
+
+def relative_norms(measures: ModelMeasures, norm) -> np.ndarray:
+    """``n(target) / ||W||_2`` per matrix (``W - W0`` in the numerator when measured from init;
+    the spectral norm is always that of ``W``); 0 where ``W = 0``."""
+    out = []
+    for mm in measures.matrices:
+        s1 = mm.spectrum.spectral_norm
+        out.append(norm(mm.target) / s1 if s1 > 0 else 0.0)
+    return np.asarray(out, dtype=np.float64)

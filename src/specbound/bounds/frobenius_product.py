@@ -1,0 +1,39 @@
+"""Product of Frobenius norms along the transformer chain (a capacity measure, not a bound here).
+
+For feed-forward networks the product of the layers' Frobenius norms bounds the Rademacher
+complexity (Neyshabur, Tomioka & Srebro, COLT 2015; Golowich, Rakhlin & Shamir, COLT 2018, for
+positive-homogeneous 1-Lipschitz activations).  On the transformer chain the layer's product is
+``Lambda_l`` with the Frobenius norm in place of the spectral norm (:mod:`.chain`):
+
+    B_F = prod_l L_phi ||FF_in||_F ||FF_out||_F sum_h ||OV_h||_F (1 + 4 ||QK_h||_F)
+
+Softmax attention and GELU are neither homogeneous nor covered by those theorems, so no
+margin-bound form is attached: it is reported as a measure (Jiang et al., ICLR 2020, "prod-of-fro").
+It bounds the spectral product from above (``||W||_2 <= ||W||_F``).  Not measured from initial
+weights (a product of distances is no capacity measure).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..measures import ModelMeasures
+from . import Bound, BoundResult, register
+from .chain import layer_factor, log_product, safe_exp
+
+
+def _compute(measures: ModelMeasures) -> BoundResult:
+    factors = np.array([layer_factor(layer, measures.l_phi, lambda s: s.frobenius_norm)
+                        for layer in measures.layers])
+    return BoundResult(value=safe_exp(log_product(factors)), per_layer={"lambda_frobenius": factors})
+
+
+register(Bound(
+    name="frobenius_product",
+    title="Frobenius-norm product over the chain",
+    reference="Neyshabur, Tomioka & Srebro, COLT 2015; Golowich et al., COLT 2018 (measure only)",
+    compute=_compute,
+    group="baselines",
+    needs=("frobenius_norm",),
+    distance=False,
+))

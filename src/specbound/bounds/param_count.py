@@ -1,0 +1,36 @@
+"""Parameter counting: the number of stored weights in the analysed tensors.
+
+    P = L (N H d_h [query] + 2 N H_kv d_h [key, value] + H d_h N [output] + 2 N d_ff [feed-forward])
+
+The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
+parameters).  Biases, normalisation parameters and embeddings are outside the analysed matrices and
+are not counted.  Classical VC-type bounds scale as ``sqrt(P ln n / n)`` up to depth factors
+(Bartlett et al., JMLR 2019, for piecewise-linear networks); softmax attention is outside their
+scope, so no margin-bound form is attached: it is reported as a measure.
+"""
+
+from __future__ import annotations
+
+from ..measures import ModelMeasures
+from . import Bound, BoundResult, register
+
+
+def parameter_count(measures: ModelMeasures) -> int:
+    d = measures.dims
+    per_layer = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2 + 2 * d.N * d.d_ff
+    return d.L * per_layer
+
+
+def _compute(measures: ModelMeasures) -> BoundResult:
+    return BoundResult(value=float(parameter_count(measures)))
+
+
+register(Bound(
+    name="param_count",
+    title="Parameter count (analysed tensors)",
+    reference="stored weights of the query/key/value/output and feed-forward tensors (measure only)",
+    compute=_compute,
+    group="baselines",
+    needs=("dims",),
+    distance=False,
+))

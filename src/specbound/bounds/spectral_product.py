@@ -1,0 +1,27 @@
+"""Product of spectral norms along the transformer chain: ``prod_l Lambda_l`` (SPEC section 3).
+
+The chain's Lipschitz bound: the factor every spectrally-normalised bound (Bartlett et al. 2017,
+Neyshabur et al. 2018) multiplies by its correction term.  Reported as a measure (Jiang et al.,
+ICLR 2020, "prod-of-spec"), without a margin-bound form of its own and without a from-init version.
+"""
+
+from __future__ import annotations
+
+from ..measures import ModelMeasures
+from . import Bound, BoundResult, register
+from .chain import log_lipschitz, safe_exp
+
+
+def _compute(measures: ModelMeasures) -> BoundResult:
+    return BoundResult(value=safe_exp(log_lipschitz(measures)))
+
+
+register(Bound(
+    name="spectral_product",
+    title="Spectral-norm product over the chain",
+    reference="prod_l Lambda_l (SPEC section 3); Jiang et al., ICLR 2020 (measure only)",
+    compute=_compute,
+    group="baselines",
+    needs=("Lambda",),
+    distance=False,
+))

@@ -1,0 +1,253 @@
+"""Every registered bound: a value computed by hand on a hand-built two-layer model, and the
+properties it must have (bracketing, invariance under balanced rescaling, monotonicity)."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbound.analysis import layer_spectra
+from specbound.bounds import REGISTRY, compute_all, in_group
+from specbound.extract import LayerWeights, ModelDims
+from specbound.measures import LayerSpectra, measure
+from specbound.spectra import MatrixSpectrum
+
+REL = 1e-9
+
+
+def spec(shape, s, n21, n11):
+    return MatrixSpectrum(shape, np.asarray(s, dtype=float), float(n21), float(n11))
+
+
+# L=2, one head, N=4, d_head=2, d_ff=8, L_phi=1.  Spectral norms c, Frobenius^2, (2,1), (1,1):
+#   layer 0: QK s=(1, .5) F2=1.25 n21=2 n11=3 | OV s=(2) n21=3 n11=4 | FF_in s=(2, 1) F2=5 n21=4 n11=6
+#            FF_out s=(1) n21=2 n11=2.5
+#   layer 1: QK s=(.5) n21=1 n11=1.5 | OV s=(1, 1) F2=2 n21=2 n11=3 | FF_in s=(1) n21=1.5 n11=2
+#            FF_out s=(3) n21=4 n11=5
+# Hand-derived: Lambda_0 = 1*2*1*[2*(1+4*1)] = 20, Lambda_1 = 1*1*3*[1*(1+4*.5)] = 9, alpha = (9, 1).
+HAND_DIMS = ModelDims(L=2, N=4, H=1, H_kv=1, d_head=2, d_ff=8)
+
+
+def hand_layers():
+    nn, nf, fn = (4, 4), (4, 8), (8, 4)
+    return [
+        LayerSpectra(0, qk=[spec(nn, [1, .5], 2, 3)], ov=[spec(nn, [2], 3, 4)],
+                     ff={"FF_in": spec(nf, [2, 1], 4, 6), "FF_out": spec(fn, [1], 2, 2.5)}),
+        LayerSpectra(1, qk=[spec(nn, [.5], 1, 1.5)], ov=[spec(nn, [1, 1], 2, 3)],
+                     ff={"FF_in": spec(nf, [1], 1.5, 2), "FF_out": spec(fn, [3], 4, 5)}),
+    ]
+
+
+@pytest.fixture(scope="module")
+def hand():
+    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10)
+    return ms, compute_all(ms)
+
+
+def test_hand_model_propagation(hand):
+    ms, _ = hand
+    assert ms.lambdas == pytest.approx([20, 9], rel=REL)
+    assert ms.alphas == pytest.approx([9, 1], rel=REL)
+    assert ms.grid_m == 4  # ceil(2 + ln 4)
+
+
+def test_spectral_product(hand):
+    _, r = hand
+    assert r["spectral_product"].value == pytest.approx(180, rel=REL)
+
+
+def test_bft(hand):
+    _, r = hand
+    # ||W||_{2,1} / ||W||_2: layer 0: 2, 1.5, 2, 2; layer 1: 2, 2, 1.5, 4/3
+    terms = 5 * 2 ** (2 / 3) + 2 * 1.5 ** (2 / 3) + (4 / 3) ** (2 / 3)
+    assert r["bft"].value == pytest.approx(180 * terms**1.5, rel=REL)
+    assert r["bft"].per_layer["bft_terms"] == pytest.approx(
+        [3 * 2 ** (2 / 3) + 1.5 ** (2 / 3), 2 * 2 ** (2 / 3) + 1.5 ** (2 / 3) + (4 / 3) ** (2 / 3)], rel=REL)
+
+
+def test_nbs(hand):
+    _, r = hand
+    # stable ranks F^2 / c^2: 1.25, 1, 1.25, 1 | 1, 2, 1, 1 -> 9.5; D = 8 matrices, h = max(4, 8) = 8
+    expected = 8 * math.sqrt(8 * math.log(64)) * 180 * math.sqrt(9.5)
+    assert r["nbs"].value == pytest.approx(expected, rel=REL)
+
+
+def test_l11_proxy(hand):
+    _, r = hand
+    # weights (c_out c_in c_OV, c_out c_in, c_out, 1): layer 0 (4, 2, 1, 1), layer 1 (3, 3, 3, 1)
+    xi0 = 12 ** (2 / 3) + 8 ** (2 / 3) + 6 ** (2 / 3) + 2.5 ** (2 / 3)
+    xi1 = 4.5 ** (2 / 3) + 9 ** (2 / 3) + 6 ** (2 / 3) + 5 ** (2 / 3)
+    assert r["l11_proxy"].per_layer["xi_1_1"] == pytest.approx([xi0, xi1], rel=REL)
+    assert r["l11_proxy"].value == pytest.approx((1 + 9 ** (2 / 3) * xi0 + xi1) ** 1.5, rel=REL)
+
+
+def test_edelman_on_hand_model(hand):
+    _, r = hand
+    xi0 = 8 ** (2 / 3) + 6 ** (2 / 3) + 4 ** (2 / 3) + 2 ** (2 / 3)
+    xi1 = 3 ** (2 / 3) + 6 ** (2 / 3) + 4.5 ** (2 / 3) + 4 ** (2 / 3)
+    assert r["edelman"].value == pytest.approx((1 + 9 ** (2 / 3) * xi0 + xi1) ** 1.5, rel=REL)
+
+
+def test_frobenius_product(hand):
+    _, r = hand
+    lam_f0 = math.sqrt(5) * 1 * 2 * (1 + 4 * math.sqrt(1.25))
+    lam_f1 = 1 * 3 * math.sqrt(2) * (1 + 4 * 0.5)
+    assert r["frobenius_product"].value == pytest.approx(lam_f0 * lam_f1, rel=REL)
+
+
+def test_param_count(hand):
+    _, r = hand
+    # per layer: q, k, v, o: 4 * (4 * 1 * 2) = 32; feed-forward 2 * 4 * 8 = 64
+    assert r["param_count"].value == 2 * (32 + 64)
+
+
+def test_fixed_p_variants(hand):
+    ms, r = hand
+    # ranks 2, 1, 2, 1 | 1, 2, 1, 1 and N = 4: C(0) = sqrt(4 r)
+    assert r["spectral_fixed_p0"].value == pytest.approx(3 * math.sqrt(8) + 5 * 2 + math.sqrt(2), rel=REL)
+    # scale = gamma* alpha L; gamma*: layer 0 (8, 2, 1, 1), layer 1 (6, 3, 3, 1); alpha (9, 1); L = 2
+    scales = [144, 36, 18, 18, 12, 6, 6, 2]
+    s2 = [1.25, 4, 5, 1, .25, 2, 1, 9]  # S_2 = ||W||_F^2
+    c2 = [s ** 0.25 * k ** 0.5 * 4 ** 0.75 for s, k in zip(s2, scales)]
+    assert r["spectral_fixed_p2"].value == pytest.approx(sum(c2) + math.sqrt(2), rel=REL)
+    s1 = [1.5, 2, 3, 1, .5, 2, 1, 3]  # nuclear norms
+    c1 = [s ** (1 / 3) * k ** (1 / 3) * 4 ** (2 / 3) for s, k in zip(s1, scales)]
+    assert r["spectral_fixed_p1"].value == pytest.approx(sum(c1) + math.sqrt(2), rel=REL)
+    assert r["spectral_fixed_p1"].per_layer["adaptive_p1"] == pytest.approx([sum(c1[:4]), sum(c1[4:])], rel=REL)
+
+
+def test_three_type_feed_forward_block(hand):
+    ms, r = hand
+    res = r["spectral_three_type"]
+    # block diag(FF_in, FF_out): rank 2 + 1 in layer 0, 1 + 1 in layer 1; its scale is
+    # 2 max(gamma*_in, gamma*_out) alpha L = 36 and 12, far above the spectrum, so p* = 0:
+    # C_F(0) = sqrt((r_in + r_out) N)
+    assert res.per_layer["three_type_ff_p_star"].tolist() == [0, 0]
+    assert res.per_layer["three_type_ff"] == pytest.approx([math.sqrt(12), math.sqrt(8)], rel=REL)
+    adaptive = r["spectral_adaptive"]
+    attention = sum(c for c, mm in zip(adaptive.per_matrix["contribution"], ms.matrices) if mm.role in ("QK", "OV"))
+    assert res.value == pytest.approx(attention + math.sqrt(12) + math.sqrt(8) + math.sqrt(2), rel=REL)
+
+
+def test_three_type_picks_a_positive_index_when_the_scale_is_small():
+    # one layer, tiny norms: the block's C_F(p) is minimised away from p = 0
+    nn, nf, fn = (64, 64), (64, 64), (64, 64)
+    s = 1e-3 * np.ones(64)
+    layer = LayerSpectra(0, qk=[spec(nn, s, 1, 1)], ov=[spec(nn, s, 1, 1)], ff={"FF_in": spec(nf, s, 1, 1),
+                                                                             "FF_out": spec(fn, s, 1, 1)})
+    ms = measure([layer], ModelDims(L=1, N=64, H=1, H_kv=1, d_head=64, d_ff=64), l_phi=1.0, rank_tol=1e-10)
+    res = REGISTRY["spectral_three_type"].compute(ms)
+    p = res.per_layer["three_type_ff_p_star"][0]
+    assert p > 0
+    # by hand at that p: S_p = 128 * (1e-3)^p, scale = 2 * max(c_out, 1) * alpha * L = 2
+    expected = (128 * 1e-3**p) ** (1 / (p + 2)) * 2 ** (p / (p + 2)) * 64 ** ((p + 1) / (p + 2))
+    assert res.per_layer["three_type_ff"][0] == pytest.approx(expected, rel=REL)
+
+
+def test_groups_and_references():
+    assert set(in_group("bounds")) == {"spectral_adaptive", "edelman"}
+    assert {"bft", "nbs", "l11_proxy", "frobenius_product", "spectral_product", "param_count"} <= set(in_group("baselines"))
+    assert {"spectral_fixed_p0", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"} <= set(
+        in_group("adaptive_variants"))
+    for bound in REGISTRY.values():
+        assert bound.reference and bound.title and bound.needs, bound.name
+
+
+# ---- properties on random layers built from real matrices --------------------------------------
+
+def random_weights(rng, layer, n, heads, d_head, d_ff, scales):
+    q, k, v, o, fi, fo = scales
+
+    def g(*shape):
+        return rng.standard_normal(shape)
+
+    return LayerWeights(layer, q * g(heads, d_head, n), k * g(heads, d_head, n), v * g(heads, d_head, n),
+                        o * g(heads, d_head, n), {"FF_in": fi * g(n, d_ff), "FF_out": fo * g(d_ff, n)})
+
+
+@st.composite
+def random_models(draw):
+    seed = draw(st.integers(0, 2**32 - 1))
+    L = draw(st.integers(1, 3))
+    n, heads, d_head, d_ff = 8, 2, 2, 12
+    rng = np.random.default_rng(seed)
+    exps = draw(st.lists(st.lists(st.floats(-2, 1), min_size=6, max_size=6), min_size=L, max_size=L))
+    weights = [random_weights(rng, l, n, heads, d_head, d_ff, [10.0**e for e in exps[l]]) for l in range(L)]
+    return weights, ModelDims(L=L, N=n, H=heads, H_kv=heads, d_head=d_head, d_ff=d_ff)
+
+
+def results_for(weights, dims):
+    layers = [layer_spectra(w) for w in weights]
+    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)
+    return ms, compute_all(ms)
+
+
+@settings(max_examples=25, deadline=None)
+@given(random_models())
+def test_adaptive_is_below_every_fixed_p_and_three_type_below_p0(model):
+    _, r = results_for(*model)
+    adaptive = r["spectral_adaptive"]
+    for p in (0, 1, 2):
+        fixed = r[f"spectral_fixed_p{p}"]
+        assert adaptive.value <= fixed.value * (1 + 1e-12)
+        assert np.all(adaptive.per_layer["adaptive"] <= fixed.per_layer[f"adaptive_p{p}"] * (1 + 1e-12))
+    assert r["spectral_three_type"].value <= r["spectral_fixed_p0"].value * (1 + 1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(random_models())
+def test_l11_proxy_dominates_edelman_and_frobenius_dominates_spectral(model):
+    _, r = results_for(*model)
+    assert r["l11_proxy"].value >= r["edelman"].value * (1 - 1e-12)
+    assert r["frobenius_product"].value >= r["spectral_product"].value * (1 - 1e-12)
+
+
+BALANCE_INVARIANT = ("bft", "nbs", "spectral_product", "frobenius_product", "param_count")
+
+
+@settings(max_examples=20, deadline=None)
+@given(random_models(), st.floats(0.1, 10))
+def test_balanced_rescaling_invariance(model, t):
+    """(t FF_in^l, FF_out^l / t) and (t FF_in^0, FF_in^1 / t) compute the same function up to the
+    activation's homogeneity; products of layer norms must not see them."""
+    weights, dims = model
+    _, base = results_for(weights, dims)
+    w = [LayerWeights(x.layer, x.q, x.k, x.v, x.o, {r: m.copy() for r, m in x.ff.items()}) for x in weights]
+    w[0].ff["FF_in"] *= t  # within layer 0: Lambda_0 unchanged
+    w[0].ff["FF_out"] /= t
+    if dims.L > 1:  # across layers: Lambda_0 / t, Lambda_{L-1} * t
+        w[0].ff["FF_out"] /= t
+        w[-1].ff["FF_in"] *= t
+    _, moved = results_for(w, dims)
+    for name in BALANCE_INVARIANT:
+        assert moved[name].value == pytest.approx(base[name].value, rel=1e-8), name
+
+
+def test_edelman_is_not_balance_invariant():
+    """The chain-structured proxies weight FF_out by 1 and FF_in by c(FF_out): a balanced rescaling
+    changes them (a documented property, docs/bounds.md)."""
+    rng = np.random.default_rng(3)
+    dims = ModelDims(L=1, N=8, H=2, H_kv=2, d_head=2, d_ff=12)
+    w = random_weights(rng, 0, 8, 2, 2, 12, [1] * 6)
+    _, base = results_for([w], dims)
+    w2 = LayerWeights(0, w.q, w.k, w.v, w.o, {"FF_in": 10 * w.ff["FF_in"], "FF_out": w.ff["FF_out"] / 10})
+    _, moved = results_for([w2], dims)
+    assert moved["edelman"].value != pytest.approx(base["edelman"].value, rel=1e-3)
+
+
+@settings(max_examples=20, deadline=None)
+@given(random_models(), st.floats(1.0, 10))
+def test_monotone_in_the_last_feed_forward_norm(model, t):
+    """Scaling the last layer's FF_out up grows every norm-based bound (its norms, and through
+    Lambda_{L-1} every earlier layer's alpha)."""
+    weights, dims = model
+    _, base = results_for(weights, dims)
+    last = weights[-1]
+    w = weights[:-1] + [LayerWeights(last.layer, last.q, last.k, last.v, last.o,
+                                     {"FF_in": last.ff["FF_in"], "FF_out": t * last.ff["FF_out"]})]
+    _, grown = results_for(w, dims)
+    for name in ("spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "frobenius_product",
+                 "spectral_product", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"):
+        assert grown[name].value >= base[name].value * (1 - 1e-12), name

@@ -1,0 +1,158 @@
+"""Bounds measured from initial weights: spectra of W - W0, factored for QK/OV and checked dense."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specbound
+from numpy_bert import row_weights, tiny_pair, write_tiny_bert  # noqa: F401  (tiny_pair: fixture)
+from specbound.bounds import REGISTRY
+from specbound.distance import stacked_difference
+from specbound.errors import SpecboundError
+from specbound.spectra import dense_spectrum, factored_spectra, numerical_rank
+
+L, N, H, D_FF = 2, 16, 4, 24
+D_HEAD = N // H
+
+
+@st.composite
+def factor_pairs(draw):
+    heads, d = draw(st.integers(1, 3)), draw(st.integers(1, 5))
+    n = draw(st.integers(d, 20))  # 2d may exceed n: the core is then n x n
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    a, b, a0, b0 = (rng.standard_normal((heads, d, n)) for _ in range(4))
+    if draw(st.booleans()):  # W0 = W on one factor: the difference has rank <= d
+        a0 = a.copy()
+    return a, b, a0, b0
+
+
+@settings(max_examples=50, deadline=None)
+@given(factor_pairs())
+def test_factored_difference_equals_dense(factors):
+    a, b, a0, b0 = factors
+    for h, fs in enumerate(factored_spectra(*stacked_difference(a, b, a0, b0))):
+        dense = a[h].T @ b[h] - a0[h].T @ b0[h]
+        ds = dense_spectrum(dense)
+        k = fs.singular_values.size
+        np.testing.assert_allclose(fs.singular_values, ds.singular_values[:k], rtol=1e-9,
+                                   atol=1e-12 * max(ds.spectral_norm, 1))
+        assert fs.shape == dense.shape
+        assert fs.norm_2_1 == pytest.approx(ds.norm_2_1, rel=1e-9)
+        assert fs.norm_1_1 == pytest.approx(ds.norm_1_1, rel=1e-9)
+        assert numerical_rank(fs.singular_values, fs.dim) == np.linalg.matrix_rank(dense)
+        assert numerical_rank(fs.singular_values, fs.dim) <= 2 * a.shape[1]
+
+
+def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
+    from specbound.analysis import layer_spectra
+    from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
+    from specbound.distance import difference_spectra
+    from specbound.extract import LayerWeights, ModelDims
+    from specbound.measures import measure
+
+    rng = np.random.default_rng(0)
+    dims = ModelDims(L=2, N=8, H=2, H_kv=2, d_head=2, d_ff=12)
+
+    def weights(layer):
+        g = rng.standard_normal
+        return LayerWeights(layer, g((2, 2, 8)), g((2, 2, 8)), g((2, 2, 8)), g((2, 2, 8)),
+                            {"FF_in": g((8, 12)), "FF_out": g((12, 8))})
+
+    w = [weights(0), weights(1)]
+    ms = measure([layer_spectra(x) for x in w], dims, l_phi=1.13, rank_tol=1e-10)
+    same = ms.measured_from([difference_spectra(x, x) for x in w])  # W0 = W
+    assert not ms.from_init and same.from_init
+    for a, b in zip(ms.matrices, same.matrices):
+        assert b.spectrum is a.spectrum and b.scale == a.scale and b.target is b.delta
+    assert SPECTRAL_ADAPTIVE.compute(same).value == pytest.approx(np.sqrt(2))  # every rank is 0
+    assert SPECTRAL_ADAPTIVE.compute(ms).value > 10
+    with pytest.raises(ValueError):
+        ms.measured_from([difference_spectra(w[0], w[0])])
+
+
+@pytest.fixture(scope="module")
+def trained_and_init(tiny_pair):
+    src, init = tiny_pair
+    return specbound.analyze(src, init=init, threads=1), src, init
+
+
+def test_difference_columns_match_dense(trained_and_init):
+    a, src, init = trained_and_init
+    rows = a.matrices
+    for layer in range(L):
+        w, w0 = row_weights(src, layer), row_weights(init, layer)
+        mats = []
+        for role, (x, y) in (("QK", ("q", "k")), ("OV", ("v", "o"))):
+            for h in range(H):
+                cols = slice(h * D_HEAD, (h + 1) * D_HEAD)
+                if role == "QK":  # W_Q^h.T W_K^h with head slices as columns of the row-oriented q, k
+                    mats.append((role, h, w[x][:, cols] @ w[y][:, cols].T - w0[x][:, cols] @ w0[y][:, cols].T))
+                else:  # W_V^h.T W_O^h: columns of v, rows of o
+                    mats.append((role, h, w[x][:, cols] @ w[y][cols, :] - w0[x][:, cols] @ w0[y][cols, :]))
+        mats += [("FF_in", None, w["ff_in"] - w0["ff_in"]), ("FF_out", None, w["ff_out"] - w0["ff_out"])]
+        for role, head, dense in mats:
+            sel = (rows["layer"] == layer) & (rows["role"] == role)
+            if head is not None:
+                sel &= rows["head"] == head
+            (row,) = rows[sel].to_dict("records")
+            s = np.linalg.svd(dense, compute_uv=False)
+            assert row["delta_spectral_norm"] == pytest.approx(s[0], rel=1e-9)
+            assert row["delta_frobenius_norm"] == pytest.approx(np.linalg.norm(dense), rel=1e-9)
+            assert row["delta_norm_2_1"] == pytest.approx(np.linalg.norm(dense, axis=0).sum(), rel=1e-9)
+            assert row["delta_norm_1_1"] == pytest.approx(np.abs(dense).sum(), rel=1e-9)
+            assert row["delta_rank"] == np.linalg.matrix_rank(dense)
+    # a random W - W0 of a head has rank 2 d_head (< N here), twice the head's own rank
+    qk = rows[rows["role"] == "QK"]
+    assert (qk["delta_rank"] == 2 * D_HEAD).all() and (qk["rank"] == D_HEAD).all()
+
+
+def test_from_init_bounds_use_differences_and_trained_propagation(trained_and_init):
+    a, _, _ = trained_and_init
+    m = a.matrices
+    assert set(a.from_init) == {k for k, b in REGISTRY.items() if b.distance}
+    # BFT by hand from the table: prod Lambda (of W) * (sum (||W - W0||_{2,1} / ||W||_2)^(2/3))^(3/2)
+    expected = np.prod(a.layers["lambda"]) * np.sum((m["delta_norm_2_1"] / m["spectral_norm"]) ** (2 / 3)) ** 1.5
+    assert a.from_init["bft"] == pytest.approx(expected, rel=1e-9)
+    assert a.from_init["spectral_adaptive"] == pytest.approx(m["delta_contribution"].sum() + np.sqrt(L), rel=1e-12)
+    # the trained-weights bounds are untouched by init=
+    plain = specbound.analyze(a.source, threads=1)
+    for name, value in plain.all_bounds().items():
+        assert a.all_bounds()[name] == pytest.approx(value, rel=1e-12), name
+
+
+def test_dense_method_agrees_from_init(trained_and_init):
+    a, src, init = trained_and_init
+    dense = specbound.analyze(src, init=init, threads=1, method="dense")
+    for name, value in a.from_init.items():
+        assert dense.from_init[name] == pytest.approx(value, rel=1e-8), name
+
+
+def test_zero_distance(tiny_pair):
+    src, _ = tiny_pair
+    a = specbound.analyze(src, init=src, threads=1)
+    assert (a.matrices["delta_rank"] == 0).all()
+    assert a.from_init["spectral_adaptive"] == pytest.approx(np.sqrt(L))  # every C(p) vanishes
+    assert a.from_init["spectral_three_type"] == pytest.approx(np.sqrt(L))
+    # the factored route leaves column norms at rounding level (~1e-16 ||A|| ||B||); raised to the
+    # power 2/3 after the downstream factors they stay below 1e-5
+    assert a.from_init["edelman"] == pytest.approx(1.0, abs=1e-5)
+    assert a.from_init["l11_proxy"] == pytest.approx(1.0, abs=1e-5)
+    assert a.from_init["bft"] < 1e-5 * a.baselines["bft"] and a.from_init["nbs"] < 1e-5 * a.baselines["nbs"]
+
+
+def test_init_of_another_architecture_is_refused(tiny_pair, tmp_path):
+    src, _ = tiny_pair
+    other = write_tiny_bert(tmp_path / "wide", seed=5, N=20, H=4)
+    with pytest.raises(SpecboundError, match="do not match"):
+        specbound.analyze(src, init=other)
+
+
+def test_json_has_from_init(trained_and_init):
+    a, _, init = trained_and_init
+    doc = json.loads(a.to_json())
+    assert doc["options"]["init"] == str(init)
+    assert set(doc["from_init"]) == set(a.from_init)
+    assert "delta_norm_2_1" in doc["matrices"][0]

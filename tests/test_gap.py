@@ -1,0 +1,91 @@
+"""Generalisation-gap bounds in the theorem's form (SPEC section 7)."""
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specbound
+from specbound.bounds import REGISTRY, compute_all
+from specbound.errors import SpecboundError
+from specbound.gap import GapParameters, gap_bounds, gap_terms
+from specbound.measures import measure
+from numpy_bert import tiny_pair  # noqa: F401  (fixture)
+from test_bounds import HAND_DIMS, hand_layers
+
+
+def test_gap_terms_by_hand():
+    params = GapParameters(n=100, margin=0.5, delta=math.exp(-1))
+    # leading 10 * 2 / (0.5 * 10) = 4; confidence sqrt((1 + 3) / 100) = 0.2
+    t = gap_terms(10.0, 2.0, 3.0, params)
+    assert t["leading"] == pytest.approx(4.0) and t["confidence"] == pytest.approx(0.2)
+    assert t["gap"] == pytest.approx(4.2) and t["vacuous"] is True
+    t = gap_terms(0.1, 2.0, 3.0, params)
+    assert t["gap"] == pytest.approx(0.24) and t["vacuous"] is False
+    t = gap_terms(10.0, 2.0, 3.0, GapParameters(n=100, margin=0.5, delta=math.exp(-1), lead_constant=0.5,
+                                                  confidence_constant=2.0))
+    assert t["gap"] == pytest.approx(2.0 + 0.4)
+
+
+def test_gap_bounds_on_hand_model():
+    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10)
+    results = compute_all(ms)
+    n, params = 10_000, GapParameters(n=10_000, margin=1.0, delta=0.01)
+    gaps = gap_bounds(ms, results, params)
+    # measures without a margin-bound form get none
+    assert set(gaps) == {k for k, b in REGISTRY.items() if b.log_factor is not None}
+    assert not {"param_count", "spectral_product", "frobenius_product"} & set(gaps)
+    # 8 matrices, m = 4: the grid costs 8 ln 9; three types: 2 heads' QK/OV + 2 FF blocks -> 6 ln 9
+    assert gaps["spectral_adaptive"]["union_cost"] == pytest.approx(8 * math.log(9))
+    assert gaps["spectral_three_type"]["union_cost"] == pytest.approx(6 * math.log(9))
+    assert gaps["spectral_fixed_p0"]["union_cost"] == 0
+    assert gaps["nbs"]["union_cost"] == pytest.approx(math.log(8 * n))
+    assert gaps["spectral_adaptive"]["log_factor"] == pytest.approx(math.log(n))
+    assert gaps["bft"]["log_factor"] == pytest.approx(math.log(16) * math.log(n))  # ln(2W) ln n, W = 8
+    b = results["spectral_adaptive"].value
+    assert gaps["spectral_adaptive"]["gap"] == pytest.approx(
+        b * math.log(n) / math.sqrt(n) + math.sqrt((math.log(100) + 8 * math.log(9)) / n))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(1e-3, 1e3), st.integers(10, 10**9), st.floats(0.01, 2.0))
+def test_gap_shrinks_with_n_and_margin(value, n, margin):
+    base = gap_terms(value, math.log(n), 5.0, GapParameters(n=n, margin=margin))
+    more_data = gap_terms(value, math.log(2 * n), 5.0, GapParameters(n=2 * n, margin=margin))
+    wider = gap_terms(value, math.log(n), 5.0, GapParameters(n=n, margin=2 * margin))
+    assert more_data["gap"] < base["gap"] and wider["gap"] < base["gap"]
+    assert base["vacuous"] == (base["gap"] >= 1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(n=1, margin=1.0), "n "), (dict(n=10.5, margin=1.0), "n "), (dict(n=True, margin=1.0), "n "),
+    (dict(n=10, margin=0.0), "margin"), (dict(n=10, margin=math.inf), "margin"),
+    (dict(n=10, margin=1.0, delta=1.0), "delta"), (dict(n=10, margin=1.0, delta=0), "delta"),
+    (dict(n=10, margin=1.0, lead_constant=-1), "lead_constant"),
+])
+def test_invalid_gap_parameters(kwargs, message):
+    with pytest.raises(SpecboundError, match=message):
+        GapParameters(**kwargs)
+
+
+def test_analyze_needs_both_n_and_margin_before_reading_anything():
+    with pytest.raises(SpecboundError, match="margin is missing"):
+        specbound.analyze("/nonexistent/folder", n=1000)
+    with pytest.raises(SpecboundError, match="n \\(the sample size\\) is missing"):
+        specbound.analyze("/nonexistent/folder", margin=0.1)
+
+
+def test_gap_bound_in_json(tiny_pair):
+    src, _ = tiny_pair
+    a = specbound.analyze(src, n=5000, margin=0.25, delta=0.1, threads=1)
+    doc = json.loads(a.to_json())
+    g = doc["gap_bound"]
+    assert g["parameters"] == {"n": 5000, "margin": 0.25, "delta": 0.1, "lead_constant": 1.0,
+                               "confidence_constant": 1.0}
+    assert g["loss_range"] == [0.0, 1.0] and "unstated" in g["assumptions"]
+    for name, terms in g["bounds"].items():
+        assert terms["vacuous"] == (terms["gap"] >= 1), name
+        assert terms["gap"] == pytest.approx(terms["leading"] + terms["confidence"])
+    assert "gap_bound" not in specbound.analyze(src, threads=1).to_dict()
