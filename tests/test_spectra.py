@@ -99,3 +99,18 @@ def test_gram_path_falls_back_to_svd_when_unresolved():
     assert sp.sv_method == "svd" and sp.sv_rel_error_bound == 0.0
     good = dense_spectrum(rng.standard_normal((6, 20)), gram_rtol=1e-8)
     assert good.sv_method == "gram" and 0 < good.sv_rel_error_bound <= 1e-8
+
+
+@pytest.mark.parametrize("order", ["C", "F", "strided"])
+def test_blockwise_norms_match_direct(monkeypatch, order):
+    import specbound.spectra as spectra
+
+    monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 7)  # many uneven blocks
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((13, 9))
+    w = {"C": base, "F": np.asfortranarray(base), "strided": rng.standard_normal((26, 9))[::2]}[order]
+    np.testing.assert_allclose(spectra.column_sq_norms(w), (w**2).sum(axis=0), rtol=1e-13)
+    sp = spectra.dense_spectrum(w, gram_rtol=1e-6)
+    assert sp.norm_1_1 == pytest.approx(np.abs(w).sum(), rel=1e-13)
+    assert sp.norm_2_1 == pytest.approx(np.linalg.norm(w, axis=0).sum(), rel=1e-13)
+    np.testing.assert_allclose(sp.singular_values, np.linalg.svd(w, compute_uv=False), rtol=1e-10)

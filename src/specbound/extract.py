@@ -7,6 +7,7 @@ missing or mis-shaped role tensor, is an error.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,9 +42,9 @@ class LayerWeights:
         Per-head factors ``W_Q^h``, ``W_K^h``, ``W_V^h``.
     o : ndarray, shape (H, d_head, N)
         Per-head ``W_O^h`` (rows of ``out.weight.T``).
-    ff : dict[str, ndarray]
+    ff : mapping of str to ndarray
         Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
-        ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``.
+        ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``; from a checkpoint, a :class:`LazyMatrices`.
     """
 
     layer: int
@@ -51,7 +52,7 @@ class LayerWeights:
     k: np.ndarray
     v: np.ndarray
     o: np.ndarray
-    ff: dict[str, np.ndarray]
+    ff: Mapping[str, np.ndarray]
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
@@ -166,20 +167,45 @@ def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndar
     return tuple(per_head[:, :, i, :].reshape(dims.N, hd) for i in range(3))
 
 
+class LazyMatrices(Mapping):
+    """Role -> matrix, each read from the checkpoint when accessed and never cached, so a layer's
+    wide feed-forward matrices are held one at a time (a LLaMA-7B layer's three are 1 GB in float64)."""
+
+    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]]):
+        self._loaders = loaders
+
+    def __getitem__(self, role: str) -> np.ndarray:
+        return self._loaders[role]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+
+FF_ROLES = ("ff_in", "ff_gate", "ff_up", "ff_out")
+
+
 def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerWeights:
-    """Read and slice one layer's role tensors (after :func:`account_for_tensors`)."""
-    mats = {
-        role: _row_oriented(ckpt.read(rule.name_for(layer, prefix)), rule.layout)
-        for role, rule in spec.tensors.items()
-    }
-    if "qkv" in mats:
-        mats["q"], mats["k"], mats["v"] = split_fused_qkv(mats.pop("qkv"), spec.tensors["qkv"].fused, dims)
-    ff_roles = [r for r in ("ff_in", "ff_gate", "ff_up", "ff_out") if r in mats]
+    """Read and slice one layer's attention tensors now and its feed-forward ones lazily (after
+    :func:`account_for_tensors`).  Feed-forward matrices stay views of the read tensors (``W =
+    weight.T`` for a Linear), not copies."""
+
+    def read(role: str) -> np.ndarray:
+        rule = spec.tensors[role]
+        return _row_oriented(ckpt.read(rule.name_for(layer, prefix)), rule.layout)
+
+    if "qkv" in spec.tensors:
+        q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
+    else:
+        q, k, v = read("q"), read("k"), read("v")
+    ff = LazyMatrices({"FF_" + r[3:]: (lambda r=r: read(r)) for r in FF_ROLES if r in spec.tensors})
     return LayerWeights(
         layer=layer,
-        q=_head_columns(mats["q"], dims.H, dims.d_head),
-        k=_head_columns(mats["k"], dims.H_kv, dims.d_head),
-        v=_head_columns(mats["v"], dims.H_kv, dims.d_head),
-        o=np.ascontiguousarray(mats["o"].reshape(dims.H, dims.d_head, dims.N)),
-        ff={"FF_" + r[3:]: np.ascontiguousarray(mats[r]) for r in ff_roles},
+        q=_head_columns(q, dims.H, dims.d_head),
+        k=_head_columns(k, dims.H_kv, dims.d_head),
+        v=_head_columns(v, dims.H_kv, dims.d_head),
+        o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
+        ff=ff,
     )

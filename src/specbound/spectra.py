@@ -142,6 +142,30 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, with_norm_1_1: bool = True
     return out
 
 
+def _row_blocks(w: np.ndarray):
+    """Blocks of at most ``_BLOCK_ENTRIES`` entries along the array's contiguous layout (rows of a
+    C-ordered array, columns of a transposed view), so no full-size temporary is ever made."""
+    axis = 1 if (w.flags.f_contiguous and not w.flags.c_contiguous) else 0
+    step = max(1, _BLOCK_ENTRIES // max(w.shape[1 - axis], 1))
+    for i in range(0, w.shape[axis], step):
+        yield axis, (w[i:i + step] if axis == 0 else w[:, i:i + step])
+
+
+def column_sq_norms(w: np.ndarray) -> np.ndarray:
+    """Squared l2 norm of every column of ``w``, shape (w.shape[1],), computed blockwise."""
+    parts, acc = [], np.zeros(w.shape[1])
+    for axis, block in _row_blocks(w):
+        if axis == 0:
+            acc += np.einsum("ij,ij->j", block, block)
+        else:
+            parts.append(np.einsum("ij,ij->j", block, block))
+    return np.concatenate(parts) if parts else acc
+
+
+def _blockwise_abs_sum(w: np.ndarray) -> float:
+    return float(sum(np.abs(block).sum() for _, block in _row_blocks(w)))
+
+
 def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
     """``sum |A.T @ B|`` computed in column blocks of at most ``_BLOCK_ENTRIES`` entries."""
     n_rows, n_cols = a.shape[1], b.shape[1]
@@ -169,11 +193,18 @@ def gram_singular_values(w: np.ndarray) -> tuple[np.ndarray, float]:
     rel_error_bound : float
         ``delta / s_hat_min^2`` (inf when the smallest value is not resolved).
     """
+    from scipy.linalg import blas
+
     short = w if w.shape[0] <= w.shape[1] else w.T
     n, k = short.shape
     u = np.finfo(np.float64).eps / 2
-    lam = np.linalg.eigvalsh(short @ short.T)[::-1]
-    delta = k * u / (1 - k * u) * float(np.sum(short * short)) + n * u * max(float(lam[0]), 0.0)
+    # SYRK forms one triangle of short @ short.T (half a GEMM's work); BLAS reads the transposed
+    # views of a Linear weight in place.
+    gram = blas.dsyrk(1.0, short.T, trans=1, lower=1) if short.flags.f_contiguous else blas.dsyrk(1.0, short, lower=1)
+    lam = np.linalg.eigvalsh(gram, UPLO="L")[::-1]
+    del gram
+    frob_sq = float(np.sum(column_sq_norms(short)))
+    delta = k * u / (1 - k * u) * frob_sq + n * u * max(float(lam[0]), 0.0)
     s = np.sqrt(np.clip(lam, 0.0, None))
     bound = delta / lam[-1] if lam[-1] > delta else np.inf
     return s, float(bound)
@@ -196,8 +227,8 @@ def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0) -> MatrixSpectrum:
     return MatrixSpectrum(
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,
-        norm_2_1=float(np.linalg.norm(w, axis=0).sum()),
-        norm_1_1=float(np.abs(w).sum()),
+        norm_2_1=float(np.sqrt(column_sq_norms(w)).sum()),
+        norm_1_1=_blockwise_abs_sum(w),
         sv_method=method,
         sv_rel_error_bound=bound,
     )
