@@ -37,14 +37,13 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     Feed-forward singular values use the Gram path when its proven relative error is at most
     ``gram_rtol`` (0: always LAPACK's SVD; the dense method always uses the SVD).
     """
-    k = np.repeat(weights.k, group, axis=0)
-    v = np.repeat(weights.v, group, axis=0)
+    kv = np.arange(weights.q.shape[0]) // group  # query head h uses key/value head h // group
     if method == "factored":
-        qk = factored_spectra(weights.q, k, with_norm_1_1=with_norm_1_1)
-        ov = factored_spectra(v, weights.o, with_norm_1_1=with_norm_1_1)
+        qk = factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1)
+        ov = factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1)
     elif method == "dense":
-        qk = [dense_spectrum(a.T @ b) for a, b in zip(weights.q, k)]
-        ov = [dense_spectrum(a.T @ b) for a, b in zip(v, weights.o)]
+        qk = [dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)]
+        ov = [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)]
         gram_rtol = 0.0
     else:
         raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")

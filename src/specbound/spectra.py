@@ -112,14 +112,19 @@ def _r_factor(stacked: np.ndarray) -> np.ndarray:
     return np.linalg.qr(stacked, mode="r")
 
 
-def factored_spectra(a: np.ndarray, b: np.ndarray, *, with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
-    """Spectra of ``A_h.T @ B_h`` for a stack of head factors, never forming the products whole.
+def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None = None,
+                     b_index: np.ndarray | None = None, with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
+    """Spectra of ``A_{i(h)}.T @ B_{j(h)}`` for every head ``h``, never forming the products whole.
 
     Parameters
     ----------
-    a, b : ndarray, shape (H, d, N)
+    a : ndarray, shape (H_a, d, N)
+    b : ndarray, shape (H_b, d, N)
         Per-head factors in float64 (for ``QK``: ``W_Q^h`` and ``W_K^h``; for ``OV``: ``W_V^h`` and
         ``W_O^h``).
+    a_index, b_index : ndarray of int, shape (H,), optional
+        Which factor each head uses (grouped-query attention: key/value head ``h // group``);
+        default: head ``h`` uses factor ``h``.  Each distinct factor is factorised once.
     with_norm_1_1 : bool
         Stream each product in column blocks to get its entrywise (1,1)-norm
         (``O(N^2 d)`` work per head; the spectrum itself costs ``O(N d^2)``).
@@ -128,17 +133,20 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, with_norm_1_1: bool = True
     -------
     list of MatrixSpectrum, one per head, each of shape (N, N).
     """
-    heads, d, n = a.shape
-    r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H, d', d'), A_h.T = Q_a R_a
+    heads = len(a_index) if a_index is not None else len(b_index) if b_index is not None else a.shape[0]
+    a_index = np.arange(heads) if a_index is None else np.asarray(a_index)
+    b_index = np.arange(heads) if b_index is None else np.asarray(b_index)
+    n = a.shape[2]
+    r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H_a, d', d'), A_i.T = Q_a R_a
     r_b = _r_factor(np.swapaxes(b, 1, 2))
-    cores = r_a @ np.swapaxes(r_b, 1, 2)  # (H, d', d'): same nonzero spectrum as A_h.T @ B_h
+    cores = r_a[a_index] @ np.swapaxes(r_b[b_index], 1, 2)  # same nonzero spectrum as A.T @ B
     svals = np.linalg.svd(cores, compute_uv=False)
-    # Column j of A.T @ B is A.T b_j = Q_a (R_a b_j), so its norm is ||R_a b_j||.
-    col_norms = np.linalg.norm(r_a @ b, axis=1)  # (H, N)
     out = []
-    for h in range(heads):
-        n11 = _streamed_norm_1_1(a[h], b[h]) if with_norm_1_1 else float("nan")
-        out.append(MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), n11, sv_method="core"))
+    for h, (i, j) in enumerate(zip(a_index, b_index)):
+        # Column k of A.T @ B is A.T b_k = Q_a (R_a b_k), so its norm is ||R_a b_k||.
+        col_norms = np.sqrt(column_sq_norms(r_a[i] @ b[j]))
+        n11 = _streamed_norm_1_1(a[i], b[j]) if with_norm_1_1 else float("nan")
+        out.append(MatrixSpectrum((n, n), svals[h], float(col_norms.sum()), n11, sv_method="core"))
     return out
 
 
