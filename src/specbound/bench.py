@@ -56,6 +56,123 @@ def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: i
     return folder
 
 
+LLAMA_LARGE = dict(L=4, N=4096, H=32, H_kv=8, d_ff=11008)
+
+
+def _to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 words (round to nearest even), as uint16."""
+    u = x.view(np.uint32)
+    return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+
+
+def _write_bf16_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], np.ndarray]]) -> int:
+    """A safetensors file of BF16 tensors (``name -> (shape, uint16 words)``); returns its bytes.
+    Written by hand because numpy has no bfloat16 (the format: 8-byte header length, JSON header,
+    raw little-endian data)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (shape, words) in tensors.items():
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + words.nbytes]}
+        offset += words.nbytes
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for _, words in tensors.values():
+            f.write(words.tobytes())
+    return 8 + len(blob) + offset
+
+
+def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
+                           vocab: int = 256, seed: int = 0) -> tuple[Path, int]:
+    """A random LLaMA-shaped checkpoint in bf16, one safetensors shard per layer plus one for the
+    embeddings and norms, with ``model.safetensors.index.json``.  Returns the folder and the largest
+    layer's stored bytes."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    d = N // H
+
+    def gauss(*shape):
+        return shape, _to_bf16((0.02 * rng.standard_normal(shape, dtype=np.float32)))
+
+    ones = lambda n: ((n,), _to_bf16(np.ones(n, np.float32)))  # noqa: E731
+    weight_map, largest = {}, 0
+    shards = [("model-embed.safetensors", {"model.embed_tokens.weight": gauss(vocab, N), "model.norm.weight": ones(N),
+                                           "lm_head.weight": gauss(vocab, N)})]
+    for layer in range(L):
+        p = f"model.layers.{layer}."
+        shards.append((f"model-layer{layer:02d}.safetensors", {
+            p + "self_attn.q_proj.weight": gauss(H * d, N), p + "self_attn.k_proj.weight": gauss(H_kv * d, N),
+            p + "self_attn.v_proj.weight": gauss(H_kv * d, N), p + "self_attn.o_proj.weight": gauss(N, H * d),
+            p + "mlp.gate_proj.weight": gauss(d_ff, N), p + "mlp.up_proj.weight": gauss(d_ff, N),
+            p + "mlp.down_proj.weight": gauss(N, d_ff), p + "input_layernorm.weight": ones(N),
+            p + "post_attention_layernorm.weight": ones(N)}))
+    for fname, tensors in shards:
+        nbytes = _write_bf16_safetensors(folder / fname, tensors)
+        if fname.startswith("model-layer"):
+            largest = max(largest, nbytes)
+        weight_map.update({name: fname for name in tensors})
+        del tensors
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
+              "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": d,
+              "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder, largest
+
+
+def _large_child(folder: str, threads: int, queue) -> None:
+    """Runs in a fresh process, so its peak RSS is the analysis' own."""
+    from .analysis import analyze
+
+    stamps = [time.perf_counter()]
+    result = analyze(folder, threads=threads, progress=lambda done, total: stamps.append(time.perf_counter()))
+    methods = result.matrices[result.matrices["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict()
+    queue.put({"layer_seconds": list(np.diff(stamps)), "peak_rss_mb": _peak_rss_mb(),
+               "bounds": result.bounds, "ff_sv_methods": methods})
+
+
+def run_large_bench(*, threads: int = 1, workdir: str | None = None) -> dict:
+    """LLaMA-shaped bf16 shards (N=4096, 32 query / 8 key-value heads, d_ff=11008, 4 layers):
+    time per layer and peak RSS of the analysis, against three times the largest layer's bytes."""
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        folder, largest = write_llama_checkpoint(Path(tmp) / "llama-large-bf16", **LLAMA_LARGE)
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_large_child, args=(str(folder), threads, queue))
+        child.start()
+        out = queue.get()
+        child.join()
+    limit = 3 * largest / 2**20
+    return {
+        "scenario": "llama-shaped random bf16 shards (L=4, N=4096, H=32, H_kv=8, d_ff=11008)",
+        "threads": threads,
+        "seconds": float(sum(out["layer_seconds"])),
+        "seconds_per_layer": out["layer_seconds"],
+        "peak_rss_mb": out["peak_rss_mb"],
+        "largest_layer_mb": largest / 2**20,
+        "rss_limit_mb": limit,
+        "within_rss_limit": out["peak_rss_mb"] < limit,
+        "ff_sv_methods": out["ff_sv_methods"],
+        "bounds": out["bounds"],
+    }
+
+
+def format_large_bench(report: dict) -> str:
+    per_layer = ", ".join(f"{t:.1f}" for t in report["seconds_per_layer"])
+    return "\n".join([
+        f"scenario          {report['scenario']}",
+        f"BLAS threads      {report['threads']}",
+        f"total             {report['seconds']:.1f} s (per layer: {per_layer} s)",
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB (limit 3 x largest layer = {report['rss_limit_mb']:.0f} MB: "
+        f"{'within' if report['within_rss_limit'] else 'EXCEEDED'})",
+        f"FF spectra        {report['ff_sv_methods']}",
+    ])
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
