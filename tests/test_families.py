@@ -85,6 +85,15 @@ FAMILIES = {
             "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.out_proj, N),
             "FF_in": _proj(b[l].fc1, N), "FF_out": _proj(b[l].fc2, D_FF)})),
 }
+FAMILIES["albert"] = (
+    lambda: transformers.AlbertForSequenceClassification(transformers.AlbertConfig(
+        embedding_size=16, hidden_size=N, num_hidden_layers=4, num_hidden_groups=2, num_attention_heads=H,
+        intermediate_size=D_FF, vocab_size=50, num_labels=2)),
+    # 4 depths over 2 stored groups: depths 0, 1 use group 0 and depths 2, 3 group 1
+    lambda m: (lambda l, g=m.albert.encoder.albert_layer_groups: (lambda a: {
+        "q": _proj(a.attention.query, N), "k": _proj(a.attention.key, N), "v": _proj(a.attention.value, N),
+        "o": _proj(a.attention.dense, N), "FF_in": _proj(a.ffn, N), "FF_out": _proj(a.ffn_output, D_FF)})(
+        g[l * 2 // 4].albert_layers[0])))
 for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistral", "MistralForCausalLM", "MistralConfig"),
                           ("qwen2", "Qwen2ForCausalLM", "Qwen2Config")):
     FAMILIES[_name] = (
@@ -98,10 +107,10 @@ for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistra
             "FF_out": _proj(b[l].mlp.down_proj, D_FF)}))
 
 
-def reference_matrices(get, heads, kv_heads):
+def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references, ordered like specbound's rows."""
     rows = []
-    for layer in range(L):
+    for layer in range(layers):
         w = get(layer)
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
@@ -123,7 +132,7 @@ def saved_family(request, tmp_path_factory):
     model.save_pretrained(folder)
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
     kv = getattr(model.config, "num_key_value_heads", None) or H
-    return request.param, folder, reference_matrices(accessor(model), H, kv)
+    return request.param, folder, reference_matrices(accessor(model), H, kv, model.config.num_hidden_layers)
 
 
 def test_family_matches_module_reference(saved_family):
@@ -146,5 +155,28 @@ def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
     assert result.model["family"] == {"mistral": "llama", "qwen2": "llama"}.get(family, family)
+    if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
+        assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}
+        by_layer = result.matrices.groupby("layer")["spectral_norm"].apply(list)
+        assert by_layer[0] == by_layer[1] and by_layer[2] == by_layer[3] and by_layer[0] != by_layer[2]
     if family in ("llama", "mistral", "qwen2"):
         assert result.model["H_kv"] == 2 and set(result.matrices["role"]) == {"QK", "OV", "FF_gate", "FF_up", "FF_out"}
+
+
+def test_kv_heads_inferred_when_config_omits_them(tmp_path):
+    """Mistral/Qwen2 configs may omit num_key_value_heads (library defaults 8 and 32, not H): the
+    key weight's shape decides, and the numbers equal those with the key present."""
+    import json
+
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(transformers.MistralConfig(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=2,
+        intermediate_size=D_FF, vocab_size=50))
+    model.save_pretrained(tmp_path)
+    with_key = specbound.analyze(tmp_path, threads=1)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["num_key_value_heads"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    without = specbound.analyze(tmp_path, threads=1)
+    assert without.model["H_kv"] == 2
+    assert without.bounds == with_key.bounds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,7 +15,8 @@ from .checkpoint import open_checkpoint
 from .defaults import default_checkpoint
 from .distance import difference_spectra
 from .errors import SpecboundError
-from .extract import LayerWeights, account_for_tensors, detect_prefix, layer_weights, model_dims
+from .extract import (LayerWeights, account_for_tensors, detect_prefix, infer_kv_heads, layer_weights,
+                      model_dims)
 from .gap import GapParameters, describe, gap_bounds
 from .measures import LayerSpectra, measure
 from .propagation import activation_lipschitz
@@ -123,13 +125,21 @@ def analyze(
         spec = _resolve_spec(arch_spec, ckpt.config)
         dims = model_dims(spec, ckpt.config)
         prefix = detect_prefix(spec, ckpt)
+        dims = infer_kv_heads(spec, ckpt, dims, prefix)
         account_for_tensors(spec, ckpt, dims, prefix)
         ckpt0, prefix0 = _open_init(init, spec, dims) if init is not None else (None, None)
-        layers, deltas = [], []
+        layers, deltas, by_stored = [], [], {}
         for layer in range(dims.L):
+            stored = dims.stored_layer(layer)
+            if stored in by_stored and ckpt0 is None:  # shared weights (ALBERT): same spectra, new depth
+                layers.append(replace(by_stored[stored], layer=layer))
+                if progress:
+                    progress(layer + 1, dims.L)
+                continue
             weights = layer_weights(spec, ckpt, dims, prefix, layer)
             layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv,
                                         block=dims.block, gram_rtol=gram_rtol))
+            by_stored[stored] = layers[-1]
             if ckpt0 is not None:
                 w0 = layer_weights(spec, ckpt0, dims, prefix0, layer)
                 deltas.append(difference_spectra(weights, w0, group=dims.H // dims.H_kv, method=method,
@@ -167,14 +177,14 @@ def analyze(
 def _open_init(init, spec: ArchSpec, dims):
     """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
     ckpt0 = open_checkpoint(init)
-    dims0 = model_dims(spec, ckpt0.config)
+    prefix0 = detect_prefix(spec, ckpt0)
+    dims0 = infer_kv_heads(spec, ckpt0, model_dims(spec, ckpt0.config), prefix0)
     if dims0 != dims:
         ckpt0.close()
         raise SpecboundError(
             f"the initial weights in {ckpt0.location} do not match the analysed checkpoint: "
             f"{dims0} vs {dims}; pass the same architecture's initialisation"
         )
-    prefix0 = detect_prefix(spec, ckpt0)
     account_for_tensors(spec, ckpt0, dims, prefix0)
     return ckpt0, prefix0
 

@@ -65,6 +65,22 @@ class ArchSpec:
     origin: str
     block_switch: dict[str, Any] | None = None
     ff_size_multiplier: int | None = None
+    shared_layers: dict[str, str] | None = None
+
+    def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
+        """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
+        ``G`` stored groups, depth ``l`` using group ``floor(l G / L)``."""
+        if not self.shared_layers:
+            return list(range(num_layers))
+        groups = config.get(self.shared_layers["groups_key"], 1)
+        inner = config.get(self.shared_layers.get("inner_key", ""), 1)
+        if not isinstance(groups, int) or not 1 <= groups <= num_layers or num_layers % groups:
+            raise SpecboundError(f"config.json: {self.shared_layers['groups_key']}={groups!r} must be a positive "
+                                 f"divisor of the {num_layers} layers")
+        if inner != 1:
+            raise SpecboundError(f"config.json: {self.shared_layers.get('inner_key')}={inner!r}: only one layer "
+                                 f"per shared group is supported (every released ALBERT has 1)")
+        return [l * groups // num_layers for l in range(num_layers)]
 
     def block_for(self, config: dict[str, Any]) -> str:
         """``sequential`` or ``parallel``; a ``block_switch`` reads it from a boolean config key."""
@@ -107,7 +123,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     if not isinstance(raw, dict):
         raise _fail(origin, "the document must be a JSON object")
     known = {"family", "description", "model_types", "prefixes", "config", "block",
-             "block_switch", "feed_forward", "ff_size_multiplier", "tensors", "ignore"}
+             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -141,6 +157,12 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     feed_forward = raw.get("feed_forward", "plain")
     if feed_forward not in FEED_FORWARDS:
         raise _fail(origin, f"'feed_forward' must be one of {list(FEED_FORWARDS)}, found {feed_forward!r}")
+    shared = raw.get("shared_layers")
+    if shared is not None and (not isinstance(shared, dict) or "groups_key" not in shared
+                               or not set(shared) <= {"groups_key", "inner_key"}
+                               or not all(isinstance(v, str) for v in shared.values())):
+        raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
+                            "naming config.json keys")
     multiplier = raw.get("ff_size_multiplier")
     if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
         raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
@@ -191,6 +213,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         origin=origin,
         block_switch=block_switch,
         ff_size_multiplier=multiplier,
+        shared_layers=shared,
     )
 
 

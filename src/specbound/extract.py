@@ -8,7 +8,7 @@ missing or mis-shaped role tensor, is an error.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,10 @@ class ModelDims:
     activation: str | None = None
     block: str = "sequential"
     feed_forward: str = "plain"
+    stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
+
+    def stored_layer(self, layer: int) -> int:
+        return layer if self.stored is None else self.stored[layer]
 
 
 @dataclass
@@ -81,9 +85,24 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
+    stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
                      activation=activation if isinstance(activation, str) else None,
-                     block=spec.block_for(config), feed_forward=spec.feed_forward)
+                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored)
+
+
+def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
+    """``H_kv`` from the stored key weight when config.json does not name it (Mistral's and Qwen2's
+    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``)."""
+    if "k" not in spec.tensors or spec.config_value(ckpt.config, "num_kv_heads") is not None \
+            or "num_kv_heads" not in spec.config_keys:
+        return dims
+    rule = spec.tensors["k"]
+    shape = ckpt.shape(rule.name_for(0, prefix))
+    rows = shape[0] if rule.layout == "linear" else shape[-1]
+    if len(shape) == 2 and rows % dims.d_head == 0 and dims.H % (rows // dims.d_head) == 0:
+        return replace(dims, H_kv=rows // dims.d_head)
+    return dims
 
 
 def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
@@ -113,7 +132,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
     expected = _expected_shapes(dims)
     names = set(ckpt.names)
     wanted = {}
-    for layer in range(dims.L):
+    for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
         for role, rule in spec.tensors.items():
             wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
     for name, (role, layout, layer) in wanted.items():
@@ -192,9 +211,11 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     :func:`account_for_tensors`).  Feed-forward matrices stay views of the read tensors (``W =
     weight.T`` for a Linear), not copies."""
 
+    stored = dims.stored_layer(layer)
+
     def read(role: str) -> np.ndarray:
         rule = spec.tensors[role]
-        return _row_oriented(ckpt.read(rule.name_for(layer, prefix)), rule.layout)
+        return _row_oriented(ckpt.read(rule.name_for(stored, prefix)), rule.layout)
 
     if "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
