@@ -28,7 +28,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
 	$(VENV)/bin/specbound bench
+	$(VENV)/bin/specbound bench --scenario large
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
@@ -29,27 +30,40 @@ METHODS = ("factored", "dense")
 DEFAULT_GRAM_RTOL = 1e-8
 
 
-def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
-                  block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
-    """Spectra of one layer's QK/OV heads and feed-forward matrices.
+def attention_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
+                      with_norm_1_1: bool = True) -> tuple[list, list]:
+    """Spectra of one layer's per-head QK and OV matrices.
 
     ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
     every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
     benchmark's baseline).  ``group`` is the number of query heads per key/value head.
-    Feed-forward singular values use the Gram path when its proven relative error is at most
-    ``gram_rtol`` (0: always LAPACK's SVD; the dense method always uses the SVD).
     """
     kv = np.arange(weights.q.shape[0]) // group  # query head h uses key/value head h // group
     if method == "factored":
-        qk = factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1)
-        ov = factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1)
-    elif method == "dense":
-        qk = [dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)]
-        ov = [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)]
-        gram_rtol = 0.0
-    else:
-        raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    ff = {role: dense_spectrum(w, gram_rtol=gram_rtol) for role, w in weights.ff.items()}
+        return (factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1),
+                factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1))
+    if method == "dense":
+        return ([dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)],
+                [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)])
+    raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEFAULT_GRAM_RTOL) -> dict:
+    """Spectra of a layer's feed-forward matrices, the Gram path when its proven relative error is
+    at most ``gram_rtol`` (0: always LAPACK's SVD).
+
+    One matrix alive at a time: the (lazy) mapping is indexed inside the call rather than iterated
+    by items, which would load the next matrix while the previous one is still referenced.
+    """
+    return {role: dense_spectrum(ff[role], gram_rtol=gram_rtol) for role in ff}
+
+
+def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
+                  block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
+    """Spectra of one layer's QK/OV heads and feed-forward matrices (the dense method always uses
+    the SVD for feed-forward too)."""
+    qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1)
+    ff = feed_forward_spectra(weights.ff, gram_rtol=0.0 if method == "dense" else gram_rtol)
     return LayerSpectra(weights.layer, qk, ov, ff, block)
 
 
@@ -137,15 +151,17 @@ def analyze(
                     progress(layer + 1, dims.L)
                 continue
             weights = layer_weights(spec, ckpt, dims, prefix, layer)
-            layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv,
-                                        block=dims.block, gram_rtol=gram_rtol))
-            by_stored[stored] = layers[-1]
+            qk, ov = attention_spectra(weights, method=method, group=dims.H // dims.H_kv)
             if ckpt0 is not None:
                 w0 = layer_weights(spec, ckpt0, dims, prefix0, layer)
                 deltas.append(difference_spectra(weights, w0, group=dims.H // dims.H_kv, method=method,
                                                  block=dims.block))
                 del w0
-            del weights
+            ff_matrices = weights.ff
+            del weights  # release the attention factors before the wide feed-forward matrices load
+            ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol)
+            layers.append(LayerSpectra(layer, qk, ov, ff, dims.block))
+            by_stored[stored] = layers[-1]
             if progress:
                 progress(layer + 1, dims.L)
         ckpt.close()

@@ -37,6 +37,8 @@ def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: i
 
     tensors = {"embeddings.word_embeddings.weight": gauss(vocab, N),
                "embeddings.position_embeddings.weight": gauss(64, N),
+               "embeddings.token_type_embeddings.weight": gauss(2, N),
+               "pooler.dense.weight": gauss(N, N), "pooler.dense.bias": np.zeros(N, np.float32),
                "embeddings.LayerNorm.weight": np.ones(N, np.float32),
                "embeddings.LayerNorm.bias": np.zeros(N, np.float32)}
     linears = {"attention.self.query": (N, N), "attention.self.key": (N, N), "attention.self.value": (N, N),
@@ -51,7 +53,7 @@ def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: i
     save_file(tensors, str(folder / "model.safetensors"))
     config = {"model_type": "bert", "architectures": ["BertModel"], "num_hidden_layers": L,
               "hidden_size": N, "num_attention_heads": H, "intermediate_size": d_ff,
-              "hidden_act": "gelu", "vocab_size": vocab}
+              "hidden_act": "gelu", "vocab_size": vocab, "max_position_embeddings": 64, "type_vocab_size": 2}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder
 
@@ -193,7 +195,9 @@ def run_bench(*, repeats: int = 3, threads: int = 1, workdir: str | None = None)
         seconds = statistics.median(t for t, _ in runs)
         fast = runs[0][1]
         peak_fast = _peak_rss_mb()
+        ff_gram, ff_svd = _feed_forward_paths(folder, threads)
         dense_seconds, dense = _timed(lambda: analyze(folder, threads=threads, method="dense"))
+        ww_seconds, ww_note = _weightwatcher_seconds(folder, threads)
     rel = {name: abs(fast.bounds[name] - dense.bounds[name]) / abs(dense.bounds[name]) for name in fast.bounds}
     return {
         "scenario": "bert-base-shaped random checkpoint (L=12, N=768, H=12, d_ff=3072, float32)",
@@ -206,7 +210,48 @@ def run_bench(*, repeats: int = 3, threads: int = 1, workdir: str | None = None)
         "peak_rss_mb": peak_fast,
         "bounds": fast.bounds,
         "max_relative_bound_difference_vs_dense": max(rel.values()),
+        "ff_gram_seconds": ff_gram,
+        "ff_svd_seconds": ff_svd,
+        "ff_gram_speedup": ff_svd / ff_gram,
+        "weightwatcher_seconds": ww_seconds,
+        "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
+        "weightwatcher_note": ww_note,
     }
+
+
+def _feed_forward_paths(folder: Path, threads: int, repeats: int = 3) -> tuple[float, float]:
+    """Median seconds of one ``N x d_ff`` feed-forward spectrum by the Gram path and by the SVD."""
+    from threadpoolctl import threadpool_limits
+
+    from .checkpoint import open_checkpoint
+    from .spectra import dense_spectrum
+
+    w = open_checkpoint(folder).read("encoder.layer.0.intermediate.dense.weight").T
+    with threadpool_limits(limits=threads):
+        gram = statistics.median(_timed(lambda: dense_spectrum(w, gram_rtol=1e-8))[0] for _ in range(repeats))
+        svd = statistics.median(_timed(lambda: dense_spectrum(w, gram_rtol=0.0))[0] for _ in range(repeats))
+    return gram, svd
+
+
+def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, str]:
+    """WeightWatcher's ``analyze()`` on the same weights (a transformers BertModel), if installed."""
+    try:
+        import transformers
+        import weightwatcher
+    except ImportError:
+        return None, "weightwatcher not installed: `make bench` (pip install -e '.[bench]') adds it"
+    import logging
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("weightwatcher").setLevel(logging.ERROR)
+    model = transformers.BertModel.from_pretrained(str(folder))
+    with threadpool_limits(limits=threads), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seconds, details = _timed(lambda: weightwatcher.WeightWatcher(model=model).analyze())
+    return seconds, f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers"
 
 
 def format_bench(report: dict) -> str:
@@ -219,4 +264,9 @@ def format_bench(report: dict) -> str:
         f"peak RSS          {report['peak_rss_mb']:.0f} MB",
         f"bounds            " + ", ".join(f"{k}={v:.6g}" for k, v in report["bounds"].items()),
         f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (fast vs dense bounds)",
+        f"FF spectrum       Gram {report['ff_gram_seconds']:.3f} s vs SVD {report['ff_svd_seconds']:.3f} s "
+        f"({report['ff_gram_speedup']:.1f}x, one 768 x 3072 matrix)",
+        (f"WeightWatcher     {report['weightwatcher_seconds']:.1f} s ({report['weightwatcher_note']}); "
+         f"specbound is {report['speedup_vs_weightwatcher']:.1f}x faster"
+         if report["weightwatcher_seconds"] else f"WeightWatcher     {report['weightwatcher_note']}"),
     ])
