@@ -94,13 +94,29 @@ def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
 
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
-    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0."""
+    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0.
+
+    One of the spec's prefixes, else a wrapper module's attribute path before one of them
+    (``m.`` for a model wrapped for ONNX export, ``module.`` for a DataParallel state dict), when
+    exactly one such path holds the layer-0 query weight; every other tensor must still be a role
+    tensor or ignored (:func:`account_for_tensors`).
+    """
     names = set(ckpt.names)
     probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
     for prefix in spec.prefixes:
         if probe.name_for(0, prefix) in names:
             return prefix
+    bare = probe.name_for(0)
+    wrapped = sorted({n[:-len(bare)] for n in names if n.endswith("." + bare)})
+    if len(wrapped) == 1:
+        return wrapped[0]
     tried = [probe.name_for(0, p) for p in spec.prefixes]
+    if wrapped:
+        raise SpecboundError(
+            f"ambiguous checkpoint: {ckpt.location} holds the {spec.family} family's layer-0 query weight "
+            f"under {len(wrapped)} prefixes ({', '.join(repr(w) for w in wrapped)}): it holds more than one "
+            f"model; save the one to analyse on its own"
+        )
     raise SpecboundError(
         f"missing tensor: {ckpt.location} has none of {tried} (the {spec.family} family's layer-0 "
         f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names"
