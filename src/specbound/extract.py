@@ -139,6 +139,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             )
         stored = ckpt.shape(name)
         rows, cols = expected[role]
+        layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
         want = (cols, rows) if layout == "linear" else (rows, cols)
         if stored != want:
             raise SpecboundError(
@@ -185,8 +186,9 @@ def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndar
 def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerWeights:
     """Read and slice one layer's role tensors (after :func:`account_for_tensors`)."""
     mats = {
-        role: _row_oriented(ckpt.read(rule.name_for(layer, prefix)), rule.layout)
+        role: _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
         for role, rule in spec.tensors.items()
+        for name in [rule.name_for(layer, prefix)]
     }
     if "qkv" in mats:
         mats["q"], mats["k"], mats["v"] = split_fused_qkv(mats.pop("qkv"), spec.tensors["qkv"].fused, dims)
