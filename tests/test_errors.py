@@ -118,7 +118,7 @@ def unsupported_family(d):
 
     listed = ", ".join(supported_model_types())
     assert "gpt2" in listed and "llama" in listed and "bert" in listed
-    return d, ["'t5'", listed, "--arch-spec"]
+    return d, ["'t5'", listed, "--arch-spec", "specbound arch infer SOURCE"]
 
 
 def no_model_type(d):
@@ -140,7 +140,8 @@ def config_says_more_layers(d):
 
 def no_layer_tensors(d):  # layer tensors under other names: not this family's layout
     _edit_tensors(d, lambda t: t.update({k.replace("encoder.layer.", "encoder.block."): t.pop(k) for k in list(t)}))
-    return d, ["encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.0", "--arch-spec"]
+    return d, ["encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.0", "--arch-spec",
+               "specbound arch infer SOURCE"]
 
 
 def two_wrapped_models(d):  # a wrapper prefix is accepted only when it is unambiguous

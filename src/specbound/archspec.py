@@ -241,5 +241,6 @@ def spec_for_config(config: dict[str, Any]) -> ArchSpec:
     raise SpecboundError(
         f"unsupported model family: config.json has model_type={model_type!r}; supported model "
         f"types: {', '.join(supported_model_types())}. For another family, write a spec file "
-        f"(see docs/architectures.md) and pass it with --arch-spec FILE"
+        f"(see docs/architectures.md) and pass it with --arch-spec FILE; `specbound arch infer SOURCE` "
+        f"drafts one from the checkpoint's tensor names and says what it guessed"
     )

@@ -119,7 +119,8 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
         )
     raise SpecboundError(
         f"missing tensor: {ckpt.location} has none of {tried} (the {spec.family} family's layer-0 "
-        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names"
+        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names "
+        f"(`specbound arch infer SOURCE` drafts one)"
     )
 
 
