@@ -118,7 +118,7 @@ def unsupported_family(d):
 
     listed = ", ".join(supported_model_types())
     assert "gpt2" in listed and "llama" in listed and "bert" in listed
-    return d, ["'t5'", listed, "--arch-spec"]
+    return d, ["'t5'", listed, "--arch-spec", "specbound arch infer SOURCE"]
 
 
 def no_model_type(d):
@@ -138,9 +138,19 @@ def config_says_more_layers(d):
     return d, ["missing tensor 'encoder.layer.2.", "3 layers"]
 
 
-def no_layer_tensors(d):  # names under an unknown prefix: not this family's layout
-    _edit_tensors(d, lambda t: t.update({"model." + k: t.pop(k) for k in list(t)}))
-    return d, ["encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.0", "--arch-spec"]
+def no_layer_tensors(d):  # layer tensors under other names: not this family's layout
+    _edit_tensors(d, lambda t: t.update({k.replace("encoder.layer.", "encoder.block."): t.pop(k) for k in list(t)}))
+    return d, ["encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.0", "--arch-spec",
+               "specbound arch infer SOURCE"]
+
+
+def two_wrapped_models(d):  # a wrapper prefix is accepted only when it is unambiguous
+    def edit(t):
+        for k in list(t):
+            t["student." + k] = t[k].copy()
+            t["teacher." + k] = t.pop(k)
+    _edit_tensors(d, edit)
+    return d, ["ambiguous", "'student.'", "'teacher.'"]
 
 
 def ff_size_mismatch(d):
@@ -228,7 +238,7 @@ def stray_tensor(d):
 CHECKPOINT_CASES = [
     missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights, only_pytorch_bin,
     only_stray_pickle, unsupported_family, no_model_type, missing_tensor, config_says_more_layers, no_layer_tensors,
-    ff_size_mismatch, hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, nan_weight,
+    two_wrapped_models, ff_size_mismatch, hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, nan_weight,
     inf_weight, quantized_weight, truncated, empty_file, garbage_header, header_length_past_end,
     header_not_json, stray_tensor,
 ]

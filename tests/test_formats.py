@@ -135,3 +135,13 @@ def test_in_memory_module_and_state_dict(tiny_bert_cls_dir, reference):
     _same(reference, specbound.analyze(model.state_dict(), config=config, threads=1))
     with pytest.raises(SpecboundError, match="needs its config"):
         specbound.analyze(model.state_dict())
+
+
+def test_wrapper_module_prefix(tiny_bert_cls_dir, reference):
+    """A state dict saved from a wrapper (DataParallel's ``module.``) keeps the family's own prefix
+    after it (``module.bert.``) and the wrapper before the head (``module.classifier.weight``, which
+    the spec's ``^classifier\\.`` still ignores)."""
+    config = json.loads((tiny_bert_cls_dir / "config.json").read_text())
+    wrapped = {"module." + k: v for k, v in _state_dict(tiny_bert_cls_dir).items()}
+    assert "module.classifier.weight" in wrapped and "module.bert.pooler.dense.weight" in wrapped
+    _same(reference, specbound.analyze(wrapped, config=config, threads=1))

@@ -91,11 +91,20 @@ class ArchSpec:
 
     def is_ignored(self, name: str, prefix: str = "") -> bool:
         """Whether ``name`` matches an ignore pattern, as stored or with the model's ``prefix``
-        removed (``^pooler\\.`` must also match ``bert.pooler.dense.weight``)."""
+        removed (``^pooler\\.`` must also match ``bert.pooler.dense.weight``), or with only a
+        wrapper's part of it removed (``^classifier\\.`` matches ``m.classifier.weight`` under the
+        prefix ``m.bert.``)."""
         names = [name]
-        if prefix and name.startswith(prefix):
-            names.append(name[len(prefix):])
+        for strip in (prefix, self.wrapper_of(prefix)):
+            if strip and name.startswith(strip):
+                names.append(name[len(strip):])
         return any(p.search(n) for p in self.ignore for n in names)
+
+    def wrapper_of(self, prefix: str) -> str:
+        """The part of a detected ``prefix`` before the longest of the spec's own prefixes that ends
+        it (``"m."`` for ``"m.bert."``); ``""`` when ``prefix`` is one of the spec's prefixes."""
+        own = max((p for p in self.prefixes if prefix.endswith(p)), key=len, default="")
+        return prefix[:len(prefix) - len(own)]
 
     def config_value(self, config: dict[str, Any], field: str) -> Any:
         """The first of the field's config keys present in ``config``, or None."""
@@ -255,5 +264,6 @@ def spec_for_config(config: dict[str, Any]) -> ArchSpec:
     raise SpecboundError(
         f"unsupported model family: config.json has model_type={model_type!r}; supported model "
         f"types: {', '.join(supported_model_types())}. For another family, write a spec file "
-        f"(see docs/architectures.md) and pass it with --arch-spec FILE"
+        f"(see docs/architectures.md) and pass it with --arch-spec FILE; `specbound arch infer SOURCE` "
+        f"drafts one from the checkpoint's tensor names and says what it guessed"
     )

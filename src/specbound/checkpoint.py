@@ -1,10 +1,11 @@
 """Opening a checkpoint: resolve a source to ``config.json`` plus lazily read weight tensors.
 
 Sources: a Hugging Face model folder (``config.json`` + ``model.safetensors``, its sharded index,
-or ``pytorch_model.bin`` single or sharded), a weights file with config.json beside it, a hub id in
-the local cache (``hub_cache.py``), or an in-memory model (``torch_weights.py``).  Tensors are read
-one at a time, upcast to float64 and checked for NaN/Inf; torch is imported only for PyTorch
-pickles and in-memory models.
+``pytorch_model.bin`` single or sharded, or an ONNX export ``model.onnx``), a weights file with
+config.json beside it, a hub id in the local cache (``hub_cache.py``), or an in-memory model
+(``torch_weights.py``).  Tensors are read one at a time, upcast to float64 and checked for NaN/Inf;
+torch is imported only for PyTorch pickles and in-memory models, onnx only for ONNX files
+(``onnx_weights.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ class Checkpoint:
 
     def _raw(self, name: str) -> np.ndarray:
         raise NotImplementedError
+
+    def layout(self, name: str) -> str | None:
+        """How ``name`` is stored when the format, not the model, decides it: ``"linear"`` for
+        ``(out, in)``, ``"conv1d"`` for ``(in, out)`` (an ONNX ``MatMul`` operand). None: as the model
+        stores it, so the family spec's layout applies."""
+        return None
 
     def where(self, name: str) -> str:
         """The file (or object) holding ``name``, for messages."""
@@ -206,9 +213,9 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
     """Resolve ``source`` to a :class:`Checkpoint`.
 
     ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
-    ``pytorch_model.bin`` single or sharded), a weights file (``.safetensors``, ``.bin``, ``.pt``,
-    ``.pth``) with config.json beside it, a hub id (``org/name[@revision]``) resolved from the local
-    Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
+    ``pytorch_model.bin`` single or sharded, else an ONNX export ``model.onnx``), a weights file
+    (``.safetensors``, ``.bin``, ``.pt``, ``.pth``, ``.onnx``) with config.json beside it, a hub id
+    (``org/name[@revision]``) resolved from the local Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).
     """
     if not isinstance(source, (str, os.PathLike)):
@@ -235,6 +242,10 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
 
     if any((path / n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
         return _pickle_folder(path, cfg, pickle_shards)
+    if (path / ONNX_SINGLE).is_file():
+        from .onnx_weights import open_onnx
+
+        return open_onnx(path / ONNX_SINGLE, cfg)
     _no_weights(path)
 
 
@@ -244,7 +255,8 @@ def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint
     return PickleCheckpoint(location=str(path), config=cfg, shards=pickle_shards(path))
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+ONNX_SINGLE = "model.onnx"
 
 
 def _open_file(path: Path) -> Checkpoint:
@@ -256,6 +268,10 @@ def _open_file(path: Path) -> Checkpoint:
     cfg = _read_config(path.parent)
     if path.suffix == ".safetensors":
         return SafetensorsCheckpoint(str(path), cfg, {n: path for n in _safetensors_names(path)})
+    if path.suffix == ".onnx":
+        from .onnx_weights import open_onnx
+
+        return open_onnx(path, cfg)
     from .torch_weights import from_pickle_file
 
     return from_pickle_file(path, cfg)
@@ -316,10 +332,13 @@ def _no_weights(folder: Path):
     if any(name.endswith((".bin", ".pt", ".pth", ".ckpt")) for name in present):
         hint = ("PyTorch weights are read from pytorch_model.bin (or its index) in a folder, or when "
                 "named as a file: specbound analyze folder/weights.pt")
+    if any(name.endswith(".onnx") for name in present):
+        hint = (f"ONNX exports are read from {ONNX_SINGLE} in a folder, or when named as a file: "
+                f"specbound analyze folder/exported.onnx")
     shown = present[:20] + (["..."] if len(present) > 20 else [])
     raise SpecboundError(
-        f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX}, "
-        f"found {shown}; {hint}"
+        f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} (or "
+        f"pytorch_model.bin, {ONNX_SINGLE}), found {shown}; {hint}"
     )
 
 

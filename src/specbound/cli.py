@@ -45,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
-    an.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")
+    an.add_argument("--arch-spec", metavar="FILE",
+                    help="architecture spec file for a family not shipped (`specbound arch infer` drafts one)")
     an.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
     an.add_argument("--rank-tol", type=float, default=1e-10, help="relative rank tolerance (default 1e-10)")
     an.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act; GELU 1.13)")
@@ -65,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="absolute constant of the leading term, unstated by the sources (default 1)")
     gap.add_argument("--confidence-constant", type=float, default=1.0,
                      help="absolute constant of the confidence term, unstated by the sources (default 1)")
+
+    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
+    arch_sub = arch.add_subparsers(dest="arch_command", required=True, metavar="infer")
+    infer = arch_sub.add_parser("infer", help="draft a spec file from a checkpoint's tensor names and config", description=(
+        "Draft an architecture spec from a checkpoint's tensor names, shapes and config.json: the spec on "
+        "stdout (or --out FILE), and on stderr every guess with its evidence and what you must verify "
+        "(square weights cannot reveal their orientation; a fused qkv's split cannot be seen in shapes)."))
+    infer.add_argument("source", help="model folder, weights file (.safetensors, .bin, .onnx, ...) or hub id")
+    infer.add_argument("--out", metavar="FILE", help="write the spec to FILE instead of stdout")
 
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
     be.add_argument("--format", choices=("text", "json"), default="text")
@@ -105,6 +115,31 @@ def _analyze(args) -> int:
     return 0
 
 
+def _arch(args) -> int:
+    from .archinfer import infer_spec
+    from .checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(args.source)
+    try:
+        draft = infer_spec(ckpt)
+    finally:
+        ckpt.close()
+    text = json.dumps(draft.spec, indent=2) + "\n"
+    if args.out:
+        try:
+            with open(args.out, "w") as f:
+                f.write(text)
+        except OSError as exc:
+            raise SpecboundError(f"cannot write the spec to {args.out} ({exc.strerror or exc}); pass --out a "
+                                 f"file path you can write to") from None
+    else:
+        sys.stdout.write(text)
+    where = args.out or "the spec file"
+    print(draft.report() + f"\n\nuse it with: specbound analyze {args.source} --arch-spec {where}",
+          file=sys.stderr)
+    return 0
+
+
 def _bench(args) -> int:
     from .bench import format_bench, format_large_bench, run_bench, run_large_bench
 
@@ -123,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
     try:
-        return {"analyze": _analyze, "bench": _bench}[args.command](args)
+        return {"analyze": _analyze, "arch": _arch, "bench": _bench}[args.command](args)
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2

@@ -114,16 +114,33 @@ def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
 
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
-    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0."""
+    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0.
+
+    One of the spec's prefixes, else a wrapper module's attribute path before one of them
+    (``m.`` for a model wrapped for ONNX export, ``module.`` for a DataParallel state dict), when
+    exactly one such path holds the layer-0 query weight; every other tensor must still be a role
+    tensor or ignored (:func:`account_for_tensors`).
+    """
     names = set(ckpt.names)
     probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
     for prefix in spec.prefixes:
         if probe.name_for(0, prefix) in names:
             return prefix
+    bare = probe.name_for(0)
+    wrapped = sorted({n[:-len(bare)] for n in names if n.endswith("." + bare)})
+    if len(wrapped) == 1:
+        return wrapped[0]
     tried = [probe.name_for(0, p) for p in spec.prefixes]
+    if wrapped:
+        raise SpecboundError(
+            f"ambiguous checkpoint: {ckpt.location} holds the {spec.family} family's layer-0 query weight "
+            f"under {len(wrapped)} prefixes ({', '.join(repr(w) for w in wrapped)}): it holds more than one "
+            f"model; save the one to analyse on its own"
+        )
     raise SpecboundError(
         f"missing tensor: {ckpt.location} has none of {tried} (the {spec.family} family's layer-0 "
-        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names"
+        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names "
+        f"(`specbound arch infer SOURCE` drafts one)"
     )
 
 
@@ -143,6 +160,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             )
         stored = ckpt.shape(name)
         rows, cols = expected[role]
+        layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
         want = (cols, rows) if layout == "linear" else (rows, cols)
         if stored != want:
             raise SpecboundError(
@@ -215,7 +233,9 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
 
     def read(role: str) -> np.ndarray:
         rule = spec.tensors[role]
-        return _row_oriented(ckpt.read(rule.name_for(stored, prefix)), rule.layout)
+        name = rule.name_for(stored, prefix)
+        # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
+        return _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
 
     if "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)

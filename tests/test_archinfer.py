@@ -1,0 +1,232 @@
+"""``specbound arch infer``: a spec drafted from a tiny model of a shipped family, renamed to an
+unknown model_type, analyses to exactly the numbers of the shipped spec; what the weights cannot
+decide is flagged, and flagging it is not vacuous (a square GPT-2 drafted as ``linear`` really gives
+other numbers until the layout is fixed).  Name-level cases use fabricated safetensors files."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import specbound
+from specbound import SpecboundError
+from specbound.archinfer import infer_spec
+from specbound.archspec import builtin_specs, parse_spec
+from specbound.checkpoint import open_checkpoint
+from specbound.cli import main
+
+N, L, H, D_FF = 32, 2, 4, 48
+
+
+def _build(family):
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    T = transformers
+    models = {
+        "bert": lambda: T.BertForSequenceClassification(T.BertConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+        "llama": lambda: T.LlamaForCausalLM(T.LlamaConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
+            intermediate_size=D_FF, vocab_size=50)),
+        "opt": lambda: T.OPTForCausalLM(T.OPTConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, ffn_dim=D_FF, word_embed_proj_dim=N,
+            vocab_size=50, max_position_embeddings=16)),
+        "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=N, n_layer=L, n_head=H, n_inner=None, vocab_size=50,
+                                                       n_positions=16)),
+        "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+        # every matrix square (d_ff = N): nothing reveals the layout
+        "bert_square": lambda: T.BertModel(T.BertConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=N, vocab_size=50)),
+    }
+    torch.manual_seed(0)
+    model = models[family]()
+    with torch.no_grad():
+        for p in model.parameters():  # non-trivial everywhere (biases and norms included)
+            p.normal_(std=0.2)
+    return model
+
+
+@pytest.fixture(scope="module")
+def renamed(tmp_path_factory):
+    """``renamed(family)`` -> (the saved folder, a copy whose model_type is 'my<family>')."""
+    pytest.importorskip("torch")
+    root, built = tmp_path_factory.mktemp("archinfer"), {}
+
+    def get(family):
+        if family not in built:
+            original, copy = root / family, root / f"my{family}"
+            _build(family).save_pretrained(str(original))
+            shutil.copytree(original, copy)
+            config = json.loads((copy / "config.json").read_text())
+            config["model_type"] = f"my{family}"
+            (copy / "config.json").write_text(json.dumps(config))
+            built[family] = original, copy
+        return built[family]
+
+    return get
+
+
+def infer_cli(capsys, source, out=None):
+    capsys.readouterr()
+    rc = main(["arch", "infer", str(source), *(["--out", str(out)] if out else [])])
+    stdout, stderr = capsys.readouterr()
+    assert rc == 0, stderr
+    return stdout, stderr
+
+
+def _numbers(result):
+    doc = json.loads(result.to_json())
+    doc.pop("source")
+    doc["model"].pop("family")
+    return doc
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "opt", "gpt2", "gpt_neox"])
+def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys):
+    original, copy = renamed(family)
+    with pytest.raises(SpecboundError, match="specbound arch infer"):
+        specbound.analyze(copy, threads=1)
+    spec_file = tmp_path / "spec.json"
+    stdout, report = infer_cli(capsys, copy, spec_file)
+    assert stdout == ""
+    drafted = json.loads(spec_file.read_text())
+    assert json.loads(infer_cli(capsys, copy)[0]) == drafted  # stdout without --out: the same document
+    parse_spec(drafted, "draft")
+    assert drafted["model_types"] == [f"my{family}"]
+    assert "self-check on this checkpoint: ok" in report
+    # the draft finds the shipped spec's tensors, and no ignore pattern can swallow one of them
+    reference_spec = builtin_specs()[family]
+    assert {r: t["name"] for r, t in drafted["tensors"].items()} == \
+        {r: t.name for r, t in reference_spec.tensors.items()}
+    roles = [t["name"].replace("${layer}", "0") for t in drafted["tensors"].values()]
+    assert not [(p, n) for p in drafted["ignore"] for n in roles if re.search(p, n)]
+    # every number equals the shipped spec's analysis of the same weights
+    ours = specbound.analyze(copy, arch_spec=spec_file, threads=1)
+    assert _numbers(ours) == _numbers(specbound.analyze(original, threads=1))
+    assert ours.model["family"] == f"my{family}"
+
+
+def test_report_flags_what_the_weights_cannot_decide(renamed, capsys):
+    _, bert = renamed("bert")
+    report = infer_cli(capsys, bert)[1]
+    # BERT's attention weights are 32 x 32: their layout comes from the non-square feed-forward ones
+    assert re.search(r"VERIFY  layout q, k, v, o: linear\n.*A SQUARE MATRIX CANNOT REVEAL ITS ORIENTATION", report)
+    assert re.search(r"\n        layout ff_in, ff_out: linear\n.*non-square", report)
+    assert "VERIFY  block: sequential" in report
+    assert "num_attention_heads = 4" in report and "cannot be seen in the weights" in report
+    _, neox = renamed("gpt_neox")
+    report = infer_cli(capsys, neox)[1]
+    assert "VERIFY  fused qkv: per_head" in report and "cannot be told apart from shapes" in report
+    assert "VERIFY  block: parallel when use_parallel_residual is true" in report
+
+
+def test_a_square_model_is_drafted_linear_and_flagged(renamed, tmp_path, capsys):
+    """BERT with d_ff = N: every weight is square, so nothing shows the layout.  The draft assumes
+    nn.Linear and flags it; the guess matters (Conv1D's orientation gives other numbers) and, being
+    right for BERT, gives the shipped spec's numbers."""
+    original, copy = renamed("bert_square")
+    spec_file = tmp_path / "spec.json"
+    report = infer_cli(capsys, copy, spec_file)[1]
+    assert "VERIFY  layout q, k, v, o, ff_in, ff_out: linear" in report
+    assert "no weight of the layer is non-square" in report
+    reference = _numbers(specbound.analyze(original, threads=1))
+    assert _numbers(specbound.analyze(copy, arch_spec=spec_file, threads=1)) == reference
+    drafted = json.loads(spec_file.read_text())
+    for rule in drafted["tensors"].values():
+        rule["layout"] = "conv1d"
+    spec_file.write_text(json.dumps(drafted))
+    assert _numbers(specbound.analyze(copy, arch_spec=spec_file, threads=1)) != reference
+
+
+# --- fabricated checkpoints: names only ----------------------------------------------------------------
+
+def _fake(folder, shapes, **config):
+    folder.mkdir()
+    save_file({k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"model_type": "mine", **config}))
+    return folder
+
+
+def _layers(template, shapes, layers=2):
+    return {f"{template.format(i)}.{rest}": s for i in range(layers) for rest, s in shapes.items()}
+
+
+META = {"attention.wq.weight": (8, 8), "attention.wk.weight": (8, 8), "attention.wv.weight": (8, 8),
+        "attention.wo.weight": (8, 8), "feed_forward.w1.weight": (12, 8), "feed_forward.w2.weight": (8, 12),
+        "feed_forward.w3.weight": (12, 8), "attention_norm.weight": (8,), "ffn_norm.weight": (8,)}
+CONFIG = dict(dim=8, n_layers=2, n_heads=2, hidden_dim=12, hidden_act="silu")
+
+
+def test_meta_llama_names(tmp_path):
+    shapes = {**_layers("layers.{}", META), "tok_embeddings.weight": (10, 8), "norm.weight": (8,),
+              "output.weight": (10, 8)}
+    draft = infer_spec(open_checkpoint(_fake(tmp_path / "m", shapes, **CONFIG)))
+    tensors = {r: t["name"] for r, t in draft.spec["tensors"].items()}
+    assert tensors == {"q": "layers.${layer}.attention.wq.weight", "k": "layers.${layer}.attention.wk.weight",
+                       "v": "layers.${layer}.attention.wv.weight", "o": "layers.${layer}.attention.wo.weight",
+                       "ff_gate": "layers.${layer}.feed_forward.w1.weight",
+                       "ff_up": "layers.${layer}.feed_forward.w3.weight",
+                       "ff_out": "layers.${layer}.feed_forward.w2.weight"}
+    assert draft.spec["feed_forward"] == "gated"
+    assert draft.spec["config"] == {"num_layers": ["n_layers"], "hidden_size": ["dim"], "num_heads": ["n_heads"],
+                                    "ff_size": ["hidden_dim"], "activation": ["hidden_act"]}
+    assert any(g.topic == "roles w1/w2/w3" and g.verify for g in draft.guesses)
+    assert draft.check.startswith("ok")
+    assert set(draft.spec["ignore"]) >= {r"^tok_embeddings\.", r"^norm\.", r"^output\."}
+
+
+def test_unmatched_layer_weight_is_ignored_loudly(tmp_path):
+    shapes = _layers("layers.{}", {**META, "attention.rel_bias.weight": (8, 8)})
+    draft = infer_spec(open_checkpoint(_fake(tmp_path / "m", shapes, **CONFIG)))
+    flagged = [g for g in draft.guesses if g.topic == "ignored attention.rel_bias.weight"]
+    assert flagged and flagged[0].verify and "leave it out" in flagged[0].evidence
+    assert draft.check.startswith("ok")
+
+
+def test_missing_config_key_is_named_and_the_self_check_fails(tmp_path):
+    config = {k: v for k, v in CONFIG.items() if k != "hidden_dim"}
+    draft = infer_spec(open_checkpoint(_fake(tmp_path / "m", _layers("layers.{}", META), **config)))
+    assert any(g.topic == "config ff_size" and g.verify and "add intermediate_size = 12" in g.evidence
+               for g in draft.guesses)
+    assert draft.check.startswith("FAILS: config.json needs a positive integer intermediate_size")
+
+
+@pytest.mark.parametrize("shapes, needle", [
+    ({"embed.weight": (10, 8), "head.weight": (3, 8)}, "no repeated layer found"),
+    ({**_layers("encoder.block.{}", META), **_layers("decoder.block.{}", META)}, "encoder-decoder"),
+    (_layers("layers.{}", {**META, "feed_forward.experts.0.w2.weight": (8, 12),
+                           "feed_forward.experts.1.w2.weight": (8, 12)}), "mixture of experts"),
+    (_layers("layers.{}", {k: v for k, v in META.items() if "feed_forward" not in k}), "ff_in, ff_out"),
+], ids=["no-layers", "two-stacks", "experts", "no-feed-forward"])
+def test_what_cannot_be_drafted_is_a_one_line_error(tmp_path, capsys, shapes, needle):
+    folder = _fake(tmp_path / "m", shapes, **CONFIG)
+    capsys.readouterr()
+    assert main(["arch", "infer", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and needle in err and "write the spec by hand" in err
+
+
+def test_onnx_source_layouts_are_fixed_by_the_graph(tmp_path):
+    pytest.importorskip("onnx")
+    from test_onnx import _bert_layer, _matmul_graph, _plain
+
+    draft = infer_spec(open_checkpoint(_matmul_graph(tmp_path / "m", *_bert_layer(_plain)[1:])))
+    assert draft.check.startswith("ok")
+    onnx_note = [g for g in draft.guesses if "ONNX graph fixes" in g.evidence]
+    assert onnx_note and onnx_note[0].verify
+
+
+def test_cli_usage_errors_are_one_line(renamed, tmp_path, capsys):
+    _, copy = renamed("bert")
+    for argv, needle in ((["arch"], "infer"), (["arch", "infer"], "source"),
+                         (["arch", "infer", str(copy), "--out", str(tmp_path / "missing" / "x.json")], "cannot write")):
+        capsys.readouterr()
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.splitlines()) == 1 and needle in err, err
