@@ -180,10 +180,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
         })
-        sv_frames.append(pd.DataFrame({
-            "matrix": i, "layer": mm.layer, "head": mm.head, "role": mm.role,
-            "index": np.arange(1, s.singular_values.size + 1), "sigma": s.singular_values,
-        }))
+        sv_frames.append(s.singular_values)
     matrices = pd.DataFrame(base)
     for result in results.values():
         for key, column in result.per_matrix.items():
@@ -198,8 +195,17 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     if from_init is not None:
         matrices, layers = _with_differences(matrices, layers, *from_init)
 
-    singular_values = pd.concat(sv_frames, ignore_index=True)
-    singular_values["head"] = singular_values["head"].astype("Int64")
+    counts = np.array([sv.size for sv in sv_frames])
+    owner = np.repeat(np.arange(len(counts)), counts)  # one table built at once, not one per matrix
+    singular_values = pd.DataFrame({
+        "matrix": owner,
+        "layer": np.repeat([mm.layer for mm in measures.matrices], counts),
+        "head": pd.array(np.repeat(np.array([mm.head for mm in measures.matrices], dtype=object), counts),
+                         dtype="Int64"),
+        "role": np.repeat([mm.role for mm in measures.matrices], counts),
+        "index": np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1,
+        "sigma": np.concatenate(sv_frames) if sv_frames else np.array([]),
+    })
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
     values = {name: r.value for name, r in results.items()}

@@ -75,7 +75,13 @@ class ContributionCurve:
         return contribution(self.schatten(p), p, self.scale, self.n)
 
     def on_grid(self, grid: np.ndarray) -> np.ndarray:
-        return np.array([self(float(p)) for p in grid])
+        """``C(p)`` for every ``p`` of ``grid`` at once (the same formula as :func:`contribution`)."""
+        grid = np.asarray(grid, dtype=np.float64)
+        if self.kept.size == 0:
+            return np.zeros_like(grid)
+        powers = np.where(grid == 0, float(self.kept.size), (self.kept[None, :] ** grid[:, None]).sum(axis=1))
+        log_c = (np.log(powers) + grid * math.log(self.scale) + (grid + 1.0) * math.log(self.n)) / (grid + 2.0)
+        return np.exp(log_c)
 
     def continuous_minimum(self) -> tuple[float, float]:
         """Infimum over ``[0, 2]``: ``p = 0`` apart, then a bounded search on ``(0, 2]``."""
