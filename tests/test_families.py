@@ -151,6 +151,21 @@ def test_family_matches_module_reference(saved_family):
     assert np.isfinite(result.bounds["spectral_adaptive"]) and result.bounds["spectral_adaptive"] > 0
 
 
+def test_family_from_pytorch_bin(saved_family, tmp_path):
+    """The same weights as a pytorch_model.bin (the saved names, as older checkpoints store them)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    family, folder, _ = saved_family
+    shutil.copy(folder / "config.json", tmp_path / "config.json")
+    torch.save(load_file(str(folder / "model.safetensors")), tmp_path / "pytorch_model.bin")
+    from_bin = specbound.analyze(tmp_path, threads=1)
+    reference = specbound.analyze(folder, threads=1)
+    assert from_bin.all_bounds() == reference.all_bounds()
+    assert from_bin.matrices.equals(reference.matrices)
+
+
 def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
