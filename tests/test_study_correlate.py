@@ -18,6 +18,8 @@ def test_kendall_matches_scipy_with_ties(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 40))
     x, y = rng.integers(0, 5, n).astype(float), rng.normal(size=n).round(1)
+    if np.all(x == x[0]):
+        x[0] += 1  # a constant measure is scored 0, not scipy's NaN (test_kendall_edge_cases)
     expected = kendalltau(x, y).statistic
     got = kendall(x, y)
     assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected, abs=1e-12)
@@ -27,7 +29,8 @@ def test_kendall_edge_cases():
     assert kendall([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0)
     assert kendall([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert math.isnan(kendall([1], [2]))
-    assert math.isnan(kendall([1, 1, 1], [1, 2, 3]))  # constant measure: no ranking
+    assert kendall([1, 1, 1], [1, 2, 3]) == 0.0  # a constant measure predicts nothing
+    assert math.isnan(kendall([1, 2, 3], [1, 1, 1]))  # a constant gap: nothing to predict
     assert kendall([1, 2, np.nan, 3, np.inf], [1, 2, 0, 3, 5]) == pytest.approx(1.0)  # non-finite pairs dropped
 
 
@@ -59,7 +62,8 @@ def test_granulated_knows_which_hyperparameter_matters():
     runs["depth_measure"] = runs["depth"]                    # unrelated to the gap
     assert granulated(runs, "data_measure", "gap", "train_size") == (1.0, 32)
     assert granulated(runs, "anti", "gap", "epochs") == (-1.0, 32)
-    psi, groups = granulated(runs, "data_measure", "gap", "depth")  # measure constant in these groups
+    assert granulated(runs, "data_measure", "gap", "epochs") == (0.0, 32)  # blind to what changes the gap
+    psi, groups = granulated(runs, "data_measure", "gap", "depth")  # the gap does not change with depth
     assert math.isnan(psi) and groups == 0
     psi, groups = granulated(runs, "depth_measure", "gap", "depth")  # gap constant along depth
     assert math.isnan(psi) and groups == 0

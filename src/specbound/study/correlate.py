@@ -8,9 +8,10 @@ Measures and Where to Find Them", ICLR 2020, section 2.2 / eq. (4):
   only in ``theta_i``), and average over the groups: ``psi_i``;
 * ``Psi``: the mean of ``psi_i`` over the hyper-parameters.
 
-A positive tau means a larger measure goes with a larger gap.  Groups where the measure or the gap
-is constant (or non-finite), and groups of one run, give no tau and are skipped; the number of
-groups used is reported.  Values lie in [-1, 1]; NaN means no group or pair could be ranked.
+A positive tau means a larger measure goes with a larger gap.  Groups where the gap is constant
+give no tau and are skipped; a measure constant over a group whose gap varies scores 0 there (see
+:func:`kendall`); the number of groups used is reported.  Values lie in [-1, 1]; NaN means no
+group could be ranked.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ GROUP_FIXED = ("task", "seed")  # besides the other hyper-parameters, always hel
 
 
 def kendall(x, y) -> float:
-    """Kendall's tau-b of two sequences, over the entries where both are finite (NaN if fewer than
-    two, or either side constant).
+    """Kendall's tau-b of a measure ``x`` against a gap ``y``, over the entries where both are finite.
 
     Over all pairs ``i < j`` with ``sx = sign(x_i - x_j)`` and ``sy = sign(y_i - y_j)``:
     ``tau_b = sum(sx sy) / sqrt(sum(sx^2) sum(sy^2))`` (concordant minus discordant pairs over the
     geometric mean of the pairs untied in x and in y; equals ``scipy.stats.kendalltau``).  Direct
     O(n^2) numpy: the study has at most a few hundred runs and calls this thousands of times.
+
+    Degenerate cases, as a score of "does the measure rank the gaps": NaN when there is nothing to
+    rank (fewer than two entries, or the gap constant), and **0** when the gap varies but the
+    measure is constant (tau-b is undefined there, but a measure that cannot tell the runs apart
+    predicts nothing; e.g. the parameter count along training length).
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
@@ -41,8 +46,13 @@ def kendall(x, y) -> float:
         return math.nan
     i, j = np.triu_indices(x.size, k=1)
     sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-    denominator = math.sqrt(float(np.sum(sx * sx)) * float(np.sum(sy * sy)))
-    return float(np.sum(sx * sy)) / denominator if denominator > 0 else math.nan
+    ties_free_y = float(np.sum(sy * sy))
+    if ties_free_y == 0:
+        return math.nan
+    ties_free_x = float(np.sum(sx * sx))
+    if ties_free_x == 0:
+        return 0.0
+    return float(np.sum(sx * sy)) / math.sqrt(ties_free_x * ties_free_y)
 
 
 def groups_differing_in(runs: pd.DataFrame, hparam: str, hparams: tuple[str, ...] = HPARAMS) -> list[np.ndarray]:
