@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from specbound.study.correlate import correlations, granulated, groups_differing_in, kendall
+from specbound.study.correlate import (correlations, granulated, groups_differing_in, kendall, twin_agreement,
+                                      twin_pairs)
 from specbound.study.grid import HPARAMS
 
 
@@ -74,10 +75,24 @@ def test_correlation_table_shape_and_range():
     runs["m"] = runs["gap"] + np.random.default_rng(0).normal(size=len(runs))
     measures = pd.DataFrame([{"column": "m", "kind": "complexity", "bound": "m"}])
     corr = correlations(runs, measures, gaps=("gap",))
-    assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi"}
+    assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi", "twins"}
     assert set(corr["scope"]) == {"t", "all"}
     finite = corr["tau"].dropna()
     assert ((finite >= -1) & (finite <= 1)).all()
     psi = corr[(corr["scope"] == "all") & (corr["statistic"].isin(HPARAMS))]["tau"]
     assert corr.loc[(corr["scope"] == "all") & (corr["statistic"] == "Psi"), "tau"].item() == pytest.approx(
         np.nanmean(psi))
+
+
+def test_twin_agreement():
+    runs = _factorial_runs()
+    pairs = twin_pairs(runs)
+    assert len(pairs) == 2 ** 3 * 2  # depth x width x wd, 2 seeds
+    for a, b in pairs:
+        assert (runs.loc[a, "train_size"], runs.loc[a, "epochs"]) == (500, 24)
+        assert (runs.loc[b, "train_size"], runs.loc[b, "epochs"]) == (2000, 6)
+    runs["inv_n"] = 1 / runs["train_size"]
+    runs["steps"] = runs["train_size"] * runs["epochs"]  # equal for twins: blind to them
+    assert twin_agreement(runs, "inv_n", "gap") == (1.0, 16)
+    assert twin_agreement(runs, "steps", "gap") == (0.0, 16)
+    assert twin_agreement(runs, "train_size", "gap") == (-1.0, 16)

@@ -3,11 +3,10 @@
 import pytest
 
 from specbound.errors import SpecboundError
-from specbound.study.correlate import groups_differing_in
-from specbound.study.grid import HPARAMS, RunConfig, make_grid, twins
-from specbound.study.table import runs_table  # noqa: F401  (importable without torch)
-
 import pandas as pd
+
+from specbound.study.correlate import groups_differing_in, twin_pairs
+from specbound.study.grid import HPARAMS, RunConfig, make_grid
 
 
 def _frame(configs):
@@ -32,14 +31,16 @@ def test_every_hyperparameter_has_granulated_groups_in_both_grids():
 
 
 def test_twins_take_the_same_number_of_steps():
-    for name in ("default", "quick"):
-        pairs = twins(make_grid(name))
-        assert pairs
-        for a, b in pairs:
-            assert a.train_size < b.train_size and a.epochs > b.epochs
-        diagonal = [(a, b) for a, b in pairs
-                    if -(-a.train_size // a.batch_size) * a.epochs == -(-b.train_size // b.batch_size) * b.epochs]
-        assert diagonal, name
+    for name, expected in (("default", 48), ("quick", 2)):
+        grid = make_grid(name)
+        pairs = twin_pairs(_frame(grid))
+        assert len(pairs) == expected
+        for i, j in pairs:
+            a, b = grid[i], grid[j]
+            assert a.train_size * 4 == b.train_size and a.epochs == 4 * b.epochs
+            assert (a.task, a.depth, a.width, a.weight_decay, a.seed) == (b.task, b.depth, b.width, b.weight_decay, b.seed)
+            steps = [-(-c.train_size // c.batch_size) * c.epochs for c in (a, b)]
+            assert steps[0] == steps[1], (name, a, b)
 
 
 def test_quick_grid_is_small():

@@ -86,7 +86,7 @@ def test_analysis_is_the_analyze_code_path(quick):
 
 
 def test_correlations_are_in_range_and_granulated_for_every_hyperparameter(corr):
-    assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi"}
+    assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi", "twins"}
     finite = corr["tau"].dropna()
     assert len(finite) > 0 and ((finite >= -1) & (finite <= 1)).all()
     adaptive = corr[(corr["measure"] == "spectral_adaptive") & (corr["scope"] == "all")

@@ -6,7 +6,11 @@ Measures and Where to Find Them", ICLR 2020, section 2.2 / eq. (4):
 * granulated, for hyper-parameter ``theta_i``: group the runs that agree in every other
   hyper-parameter (and the seed and task), take Kendall's tau within each group (the runs differ
   only in ``theta_i``), and average over the groups: ``psi_i``;
-* ``Psi``: the mean of ``psi_i`` over the hyper-parameters.
+* ``Psi``: the mean of ``psi_i`` over the hyper-parameters;
+* ``twins`` (ours): the same score over the twin pairs of the grid, (fewest examples, most epochs)
+  against (most examples, fewest epochs) with everything else equal, which take the same number of
+  optimiser steps in both grids: +1 if the measure orders every pair as the gap does.  A measure
+  that ignores the data it was trained on cannot do better than chance here.
 
 A positive tau means a larger measure goes with a larger gap.  Groups where the gap is constant
 give no tau and are skipped; a measure constant over a group whose gap varies scores 0 there (see
@@ -78,17 +82,44 @@ def granulated(runs: pd.DataFrame, measure: str, gap: str, hparam: str,
     return (float(np.mean(taus)) if taus else math.nan), len(taus)
 
 
+def twin_pairs(runs: pd.DataFrame) -> list[tuple[int, int]]:
+    """Row positions ``(a, b)``: ``a`` trained on the task's fewest examples for the most epochs,
+    ``b`` on the most examples for the fewest epochs, equal in depth, width, weight decay, seed."""
+    runs = runs.reset_index(drop=True)
+    pairs = []
+    for _, sub in runs.groupby("task", sort=False):
+        a = sub[(sub["train_size"] == sub["train_size"].min()) & (sub["epochs"] == sub["epochs"].max())]
+        b = sub[(sub["train_size"] == sub["train_size"].max()) & (sub["epochs"] == sub["epochs"].min())]
+        keys = ["depth", "width", "weight_decay", "seed"]
+        index_b = {tuple(row): i for i, row in zip(b.index, b[keys].itertuples(index=False))}
+        pairs += [(i, index_b[tuple(row)]) for i, row in zip(a.index, a[keys].itertuples(index=False))
+                  if tuple(row) in index_b]
+    return pairs
+
+
+def twin_agreement(runs: pd.DataFrame, measure: str, gap: str, pairs: list[tuple[int, int]] | None = None
+                   ) -> tuple[float, int]:
+    """``(score, pairs)``: mean over twin pairs with different gaps of
+    ``sign(m_a - m_b) sign(g_a - g_b)`` (Kendall's tau of each two-run pair, averaged)."""
+    if pairs is None:
+        pairs = twin_pairs(runs)
+    m, g = runs[measure].to_numpy(dtype=float), runs[gap].to_numpy(dtype=float)
+    taus = [t for t in (kendall(m[[a, b]], g[[a, b]]) for a, b in pairs) if not math.isnan(t)]
+    return (float(np.mean(taus)) if taus else math.nan), len(taus)
+
+
 def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str, ...],
                  hparams: tuple[str, ...] = HPARAMS) -> pd.DataFrame:
     """Long table ``gap, measure, kind, scope, statistic, tau, groups``.
 
     ``scope`` is each task and ``"all"``; ``statistic`` is ``"overall"``, a hyper-parameter name
-    (granulated ``psi_i``) or ``"Psi"``.  For ``"all"`` the overall tau ranks runs of both tasks
+    (granulated ``psi_i``), ``"Psi"`` or ``"twins"`` (:func:`twin_agreement`).  For ``"all"`` the overall tau ranks runs of both tasks
     together, and the granulated groups are the tasks' groups pooled (a group never mixes tasks).
     """
     rows = []
     scopes = [(task, runs[runs["task"] == task]) for task in sorted(runs["task"].unique())] + [("all", runs)]
     groups = {(scope, h): groups_differing_in(sub, h, hparams) for scope, sub in scopes for h in hparams}
+    twins = {scope: twin_pairs(sub) for scope, sub in scopes}
     for gap in gaps:
         for m in measures.itertuples():
             for scope, sub in scopes:
@@ -103,4 +134,6 @@ def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str,
                 finite = [p for p in psis if not math.isnan(p)]
                 rows.append({**base, "statistic": "Psi", "tau": float(np.mean(finite)) if finite else math.nan,
                              "groups": len(finite)})
+                score, n = twin_agreement(sub.reset_index(drop=True), m.column, gap, twins[scope])
+                rows.append({**base, "statistic": "twins", "tau": score, "groups": n})
     return pd.DataFrame(rows)

@@ -124,17 +124,3 @@ def make_grid(name: str, tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
     if unknown or not tasks:
         raise SpecboundError(f"tasks must be among {', '.join(TASKS)}, got {', '.join(tasks) or 'none'}")
     return GRIDS[name](tuple(tasks))
-
-
-def twins(runs: list[RunConfig]) -> list[tuple[RunConfig, RunConfig]]:
-    """Pairs ``(fewer examples trained longer, more examples trained shorter)`` that agree in every
-    other field: the check that a measured gap responds to data and training length."""
-    def rest(c):
-        return (c.task, c.depth, c.width, c.weight_decay, c.seed, c.heads, c.ff_mult, c.lr, c.batch_size)
-
-    pairs = []
-    for a in runs:
-        for b in runs:
-            if rest(a) == rest(b) and a.train_size < b.train_size and a.epochs > b.epochs:
-                pairs.append((a, b))
-    return pairs

@@ -34,7 +34,7 @@ HEADLINE = ("spectral_adaptive", "edelman", "gap:spectral_adaptive", "gap:edelma
 
 def correlation_table(corr: pd.DataFrame, measures: pd.DataFrame, gap: str = PRIMARY_GAP) -> pd.DataFrame:
     """Wide table, one row per measure: overall tau per task and pooled, then the granulated
-    ``psi`` per hyper-parameter and ``Psi`` (pooled over tasks)."""
+    ``psi`` per hyper-parameter, ``Psi``, and the twin agreement (pooled over tasks)."""
     sub = corr[corr["gap"] == gap]
     scopes = [s for s in sub["scope"].unique() if s != "all"] + ["all"]
     rows = []
@@ -45,6 +45,7 @@ def correlation_table(corr: pd.DataFrame, measures: pd.DataFrame, gap: str = PRI
         row.update({f"tau {s}": get.get((s, "overall"), math.nan) for s in scopes})
         row.update({HPARAM_LABELS.get(h, h): get.get(("all", h), math.nan) for h in HPARAMS})
         row["Psi"] = get.get(("all", "Psi"), math.nan)
+        row["twins"] = get.get(("all", "twins"), math.nan)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -75,23 +76,25 @@ def task_summary(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def twin_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per task: pairs (fewest examples with most epochs, most examples with fewest epochs) that
-    agree in depth, width, weight decay and seed, and how often the first has the larger gap."""
+    """Per task: the twin pairs (:func:`.correlate.twin_pairs`) and how often the run on fewer
+    examples trained longer has the larger gap."""
+    from .correlate import twin_pairs
+
     rows = []
+    runs = runs.reset_index(drop=True)
     for task, sub in runs.groupby("task"):
-        small, large = sub["train_size"].min(), sub["train_size"].max()
-        long_, short = sub["epochs"].max(), sub["epochs"].min()
-        keys = ["depth", "width", "weight_decay", "seed"]
-        a = sub[(sub["train_size"] == small) & (sub["epochs"] == long_)]
-        b = sub[(sub["train_size"] == large) & (sub["epochs"] == short)]
-        both = a.merge(b, on=keys, suffixes=("_a", "_b"), how="inner")
-        if both.empty:
+        pairs = twin_pairs(sub)
+        if not pairs:
             continue
-        rows.append({"task": task, "twin A (n, epochs)": f"({small}, {long_})",
-                     "twin B (n, epochs)": f"({large}, {short})", "pairs": len(both),
-                     "A has larger error gap": f"{int((both['error_gap_a'] > both['error_gap_b']).sum())}/{len(both)}",
-                     "A has larger loss gap": f"{int((both['loss_gap_a'] > both['loss_gap_b']).sum())}/{len(both)}",
-                     "mean error gap A": both["error_gap_a"].mean(), "mean error gap B": both["error_gap_b"].mean()})
+        sub = sub.reset_index(drop=True)
+        a, b = sub.iloc[[p[0] for p in pairs]], sub.iloc[[p[1] for p in pairs]]
+        row = {"task": task, "twin A (n, epochs)": f"({a['train_size'].iloc[0]}, {a['epochs'].iloc[0]})",
+               "twin B (n, epochs)": f"({b['train_size'].iloc[0]}, {b['epochs'].iloc[0]})", "pairs": len(pairs)}
+        for gap in GAPS:
+            larger = int((a[gap].to_numpy() > b[gap].to_numpy()).sum())
+            row[f"A has larger {gap}"] = f"{larger}/{len(pairs)}"
+        row.update({"mean error gap A": a["error_gap"].mean(), "mean error gap B": b["error_gap"].mean()})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -224,7 +227,8 @@ def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame
         "and delta = 0.05; a gap bound >= 1 is vacuous. Kendall tau > 0: a larger measure goes with a "
         "larger gap. Granulated columns (depth ... epochs): Jiang et al. (ICLR 2020) psi, the mean tau "
         "over groups of runs that differ only in that hyper-parameter (same seed and task); "
-        "Psi = their mean.",
+        "Psi = their mean. twins: the mean tau over the twin pairs (same steps, 4x the data for B), "
+        "+1 if the measure orders every pair as the gap does.",
         "",
         "## Runs (min / median / max)",
         "",
