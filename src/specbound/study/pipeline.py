@@ -1,0 +1,179 @@
+"""``run_study``: grid -> train (resumable, in worker processes) -> analyze every checkpoint ->
+records -> correlations -> report.
+
+Threads: training models this small gains nothing from intra-op threads (on this 2-core machine
+one process with 2 torch threads trained 5x *slower* than with 1 while another process was busy),
+so the ``threads`` budget is spent on ``jobs`` worker processes (default: one per thread), each with
+``threads // jobs`` torch/BLAS threads, pinned before torch is imported.  Workers are spawned, so
+the calling process never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..errors import SpecboundError
+from .data import TASKS
+from .grid import RunConfig, make_grid
+from .runs import analyze_record, is_trained, load_records, remove_stale_temps, run_path
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass
+class StudyResult:
+    """What :func:`run_study` produced.
+
+    Attributes
+    ----------
+    runs : DataFrame
+        One row per run (``table.runs_table``): hyper-parameters, metrics, every measure.
+    measures : DataFrame
+        The measure columns' catalogue (``column, kind, bound``).
+    correlations : DataFrame
+        Long table of Kendall's tau (``correlate.correlations``).
+    files : dict[str, Path]
+        The report's files (``report.md``, ``runs.csv``, ``correlations.csv``, figures).
+    timing : dict
+        ``seconds`` (wall clock), ``trained``, ``analysed``, ``skipped`` runs, ``jobs``, ``threads``.
+    """
+
+    runs: pd.DataFrame
+    measures: pd.DataFrame
+    correlations: pd.DataFrame
+    files: dict = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+
+
+def run_study(out: str | Path, *, grid: str = "default", tasks: tuple[str, ...] = TASKS, threads: int = 2,
+              jobs: int | None = None, reanalyze: bool = False, figures: bool = True,
+              command: str | None = None, log: Callable[[str], None] | None = None) -> StudyResult:
+    """Train the grid's missing runs, analyse them, and write the report into ``out``.
+
+    Parameters
+    ----------
+    out : path
+        Study folder: ``runs/`` (one folder per run) and the report files.
+    grid : {"default", "quick"}
+    tasks : tuple of {"fmnist", "langid"}
+    threads : int
+        CPU threads to use in all (default 2, this machine's cores).
+    jobs : int, optional
+        Worker processes (default ``threads``); each gets ``max(1, threads // jobs)`` threads.
+    reanalyze : bool
+        Recompute every ``analysis.json`` (after a change to the bounds), keeping the trained runs.
+    figures : bool
+        Draw the figures (matplotlib).
+    command : str, optional
+        The command line, recorded in the report.
+    log : callable(str), optional
+        Progress lines (default: stderr).
+    """
+    from .correlate import correlations
+    from .report import write_report
+    from .table import GAPS, runs_table
+
+    if not isinstance(threads, int) or threads < 1:
+        raise SpecboundError(f"threads must be a positive integer, got {threads!r}")
+    jobs = threads if jobs is None else jobs
+    if not isinstance(jobs, int) or jobs < 1:
+        raise SpecboundError(f"jobs must be a positive integer, got {jobs!r}")
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    out = Path(out)
+    configs = make_grid(grid, tuple(tasks))
+    start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    for tmp in remove_stale_temps(out):
+        log(f"removed {tmp.name}: left by an interrupted run")
+    todo = [c for c in configs if reanalyze or not (is_trained(run_path(out, c))
+                                                   and (run_path(out, c) / "analysis.json").exists())]
+    todo.sort(key=lambda c: -c.cost)  # longest first: the pool finishes together
+    log(f"study '{grid}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
+        f"({jobs} worker process{'es' if jobs > 1 else ''} x {max(1, threads // jobs)} thread)")
+    outcomes = _execute_all(todo, out, jobs=jobs, threads=max(1, threads // jobs), reanalyze=reanalyze, log=log)
+    failed = [o for o in outcomes if o.get("error")]
+    if failed:
+        raise SpecboundError(f"{len(failed)} of {len(todo)} runs failed (first: {failed[0]['run']}: "
+                             f"{failed[0]['error']}); finished runs are kept, run the study again to retry")
+    seconds_runs = time.perf_counter() - start
+    runs, measures = runs_table(load_records(out, configs))
+    corr = correlations(runs, measures, gaps=GAPS)
+    timing = {"seconds": time.perf_counter() - start, "seconds_training_and_analysis": seconds_runs,
+              "trained": sum(o["trained"] for o in outcomes), "analysed": sum(o["analysed"] for o in outcomes),
+              "skipped": len(configs) - len(todo), "jobs": jobs, "threads": threads, "grid": grid,
+              "tasks": list(tasks)}
+    files = write_report(out, runs, measures, corr, timing=timing, command=command, figures=figures)
+    timing["seconds"] = time.perf_counter() - start
+    return StudyResult(runs=runs, measures=measures, correlations=corr, files=files, timing=timing)
+
+
+def _execute_all(todo: list[RunConfig], out: Path, *, jobs: int, threads: int, reanalyze: bool, log) -> list[dict]:
+    if not todo:
+        return []
+    outcomes = []
+    ctx = get_context("spawn")  # never fork a process that may hold threads
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
+                             initargs=(threads,)) as pool:
+        futures = {pool.submit(_execute, c, str(out), reanalyze): c for c in todo}
+        for i, future in enumerate(as_completed(futures), 1):
+            outcome = future.result()
+            outcomes.append(outcome)
+            log(f"[{i}/{len(todo)}] {_describe(futures[future])}: {_outcome_text(outcome)}")
+    return outcomes
+
+
+def _init_worker(threads: int) -> None:
+    """Pin the worker's threads before torch is imported (then again through torch's API)."""
+    for name in THREAD_VARIABLES:
+        os.environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+
+
+def _execute(config: RunConfig, out: str, reanalyze: bool) -> dict:
+    """Train (unless recorded) and analyse (unless analysed) one run, in a worker process."""
+    from .runs import train_and_record
+
+    start = time.perf_counter()
+    outcome = {"run": config.name, "trained": False, "analysed": False}
+    try:
+        outcome["trained"] = train_and_record(config, Path(out))
+        outcome["analysed"] = analyze_record(config, Path(out), reanalyze=reanalyze or outcome["trained"])
+    except Exception as exc:  # reported by the parent, which keeps the other runs going
+        outcome["error"] = f"{type(exc).__name__}: {exc}"
+    outcome["seconds"] = time.perf_counter() - start
+    if outcome["trained"]:
+        import json
+
+        metrics = json.loads((run_path(Path(out), config) / "metrics.json").read_text())
+        outcome.update({k: metrics[k] for k in ("train_error", "test_error", "error_gap")})
+    return outcome
+
+
+def _describe(c: RunConfig) -> str:
+    return (f"{c.task} depth={c.depth} width={c.width} n={c.train_size} wd={c.weight_decay:g} "
+            f"epochs={c.epochs} seed={c.seed}")
+
+
+def _outcome_text(o: dict) -> str:
+    if o.get("error"):
+        return f"FAILED ({o['error']})"
+    done = "trained and analysed" if o["trained"] else ("analysed" if o["analysed"] else "already done")
+    text = f"{done} in {o['seconds']:.1f} s"
+    if "error_gap" in o:
+        text += f" (train error {o['train_error']:.3f}, test error {o['test_error']:.3f})"
+    return text
