@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -10,10 +11,10 @@ import numpy as np
 
 from .archspec import ArchSpec, load_spec_file, spec_for_config
 from .bounds import compute_all
-from .checkpoint import open_checkpoint
+from .checkpoint import Checkpoint, open_checkpoint
 from .defaults import default_checkpoint
 from .errors import SpecboundError
-from .extract import LayerWeights, account_for_tensors, detect_prefix, layer_weights, model_dims
+from .extract import LayerWeights, ModelDims, account_for_tensors, detect_prefix, layer_weights, model_dims
 from .measures import LayerSpectra, measure
 from .propagation import activation_lipschitz
 from .records import Analysis, build_analysis
@@ -96,29 +97,75 @@ def analyze(
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
-        ckpt = open_checkpoint(default_checkpoint() if source is None else source)
-        spec = _resolve_spec(arch_spec, ckpt.config)
-        dims = model_dims(spec, ckpt.config)
-        prefix = detect_prefix(spec, ckpt)
-        account_for_tensors(spec, ckpt, dims, prefix)
+        model = open_model(default_checkpoint() if source is None else source, arch_spec=arch_spec)
         layers = []
-        for layer in range(dims.L):
-            weights = layer_weights(spec, ckpt, dims, prefix, layer)
-            layers.append(layer_spectra(weights, method=method, group=dims.H // dims.H_kv,
-                                        block=dims.block, gram_rtol=gram_rtol))
-            del weights
+        for layer in range(model.dims.L):
+            layers.append(model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol))
             if progress:
-                progress(layer + 1, dims.L)
-        ckpt.close()
-        if l_phi is None:
-            l_phi, l_phi_source = activation_lipschitz(dims.activation)
-        else:
-            l_phi_source = "user"
-        measures = measure(layers, dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
-        results = compute_all(measures)
+                progress(layer + 1, model.dims.L)
+        model.ckpt.close()
+        return assemble(model, layers, grid_m=grid_m, rank_tol=rank_tol, l_phi=l_phi, method=method,
+                        gram_rtol=gram_rtol)
+
+
+@dataclass
+class OpenModel:
+    """A checkpoint opened and accounted for: what every per-layer step needs.
+
+    Attributes
+    ----------
+    ckpt : Checkpoint
+    spec : ArchSpec
+    dims : ModelDims
+    prefix : str
+        The tensor-name prefix (``""``, ``"bert."``, ...).
+    """
+
+    ckpt: Checkpoint
+    spec: ArchSpec
+    dims: ModelDims
+    prefix: str
+
+
+def open_model(source: str | Path, *, arch_spec: str | Path | ArchSpec | None = None) -> OpenModel:
+    """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
+
+    Only config.json and the safetensors headers are read; no weight is loaded yet.
+    """
+    ckpt = open_checkpoint(source)
+    spec = _resolve_spec(arch_spec, ckpt.config)
+    dims = model_dims(spec, ckpt.config)
+    prefix = detect_prefix(spec, ckpt)
+    account_for_tensors(spec, ckpt, dims, prefix)
+    return OpenModel(ckpt, spec, dims, prefix)
+
+
+def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
+                        gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
+    """Read layer ``layer`` of an opened model and compute its spectra (:func:`layer_spectra`).
+
+    Independent of every other layer, so a sweep can run the layers of a large model as separate
+    tasks and :func:`assemble` the results.
+    """
+    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv,
+                         block=model.dims.block, gram_rtol=gram_rtol)
+
+
+def assemble(model: OpenModel, layers: list[LayerSpectra], *, grid_m: int | None = None,
+             rank_tol: float = 1e-10, l_phi: float | None = None, method: str = "factored",
+             gram_rtol: float = DEFAULT_GRAM_RTOL) -> Analysis:
+    """Propagation factors, every registered bound and the records, from all layers' spectra."""
+    dims = model.dims
+    if l_phi is None:
+        l_phi, l_phi_source = activation_lipschitz(dims.activation)
+    else:
+        l_phi_source = "user"
+    measures = measure(layers, dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
+    results = compute_all(measures)
     options = {"grid_m": measures.grid_m, "rank_tol": rank_tol, "l_phi": l_phi,
                "l_phi_source": l_phi_source, "method": method, "gram_rtol": gram_rtol if method == "factored" else 0.0}
-    return build_analysis(ckpt.location, spec.family, measures, results, options)
+    return build_analysis(model.ckpt.location, model.spec.family, measures, results, options)
 
 
 def _resolve_spec(arch_spec, config) -> ArchSpec:

@@ -56,6 +56,36 @@ def _parser() -> argparse.ArgumentParser:
                     help="feed-forward singular values from the Gram matrix when proven accurate to this "
                          "relative error (default 1e-8); 0 forces exact SVDs")
 
+    sw = sub.add_parser("sweep", help="analyse many checkpoints into a results store", description=(
+        "Analyse every source (folders, hub ids in the local cache, globs and brace patterns such as "
+        "'google/bert_uncased_L-{2..12}_H-{128..768}_A-{H/64}') into a results store, one record per "
+        "checkpoint and option set; what is already stored is skipped."))
+    sw.add_argument("sources", nargs="*", metavar="SOURCE", help="model folder, hub id, glob or brace pattern")
+    sw.add_argument("--config", metavar="FILE", help="TOML file naming sources, options and the store (docs/sweeps.md)")
+    sw.add_argument("--store", metavar="DIR", help="results store folder (default: the config's, else specbound-results)")
+    where = sw.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_positive_int, metavar="K", help="run on a local Dask cluster of K worker processes")
+    where.add_argument("--scheduler", metavar="ADDRESS", help="run on an existing Dask cluster (tcp://host:port)")
+    sw.add_argument("--per-layer", choices=("auto", "always", "never"), default="auto",
+                    help="on Dask, one task per layer for checkpoints over 2 GiB (auto), for all, or never")
+    sw.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per task (default 1)")
+    sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
+    sw.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")
+    sw.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
+    sw.add_argument("--rank-tol", type=float, help="relative rank tolerance (default 1e-10)")
+    sw.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act)")
+    sw.add_argument("--method", choices=("factored", "dense"), help="QK/OV spectra method (default factored)")
+    sw.add_argument("--gram-rtol", type=float, help="feed-forward Gram-path tolerance (default 1e-8)")
+
+    mi = sub.add_parser("miniatures", help="write a BERT-Miniatures-shaped family of random checkpoints", description=(
+        "Write 24 random BERT checkpoints with the BERT Miniatures' shapes (L in 2..12, N in 128..768, "
+        "N/64 heads, d_ff = 4N), as a Hugging Face cache (point HF_HUB_CACHE at it and the ids "
+        "google/bert_uncased_L-*_H-*_A-* resolve) or as plain folders."))
+    mi.add_argument("folder", help="where to write (created if missing)")
+    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache")
+    mi.add_argument("--seed", type=int, default=0)
+
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
@@ -90,6 +120,51 @@ def _analyze(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from .sources import expand_sources, load_sweep_config
+    from .sweep import plan_sweep, run_sweep, SweepReport
+
+    config = load_sweep_config(args.config) if args.config else None
+    patterns = list(args.sources) + (config.sources if config else [])
+    if not patterns:
+        raise _UsageError("sweep needs at least one SOURCE or --config FILE (see `specbound sweep --help`)")
+    flags = {k: getattr(args, k) for k in ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
+             if getattr(args, k) is not None}
+    option_sets = [{**o, **flags} for o in (config.option_sets if config else [{}])]
+    store = args.store or (config.store if config and config.store else "specbound-results")
+    sources = expand_sources(patterns)
+    if args.dry_run:
+        from .store import Store
+
+        report = SweepReport(store=Store(store).root)
+        tasks = plan_sweep(sources, option_sets, report)
+        st = Store(store)
+        for task in tasks:
+            labels = " ".join(f"{k}={v}" for k, v in task.source.labels.items())
+            state = "stored" if task.key in st else "to do"
+            print(f"{state:7} {task.key}  {task.source.name}  layers={task.layers} matrices={task.matrices}  {labels}")
+        for source, message in report.failed:
+            print(f"failed  {source}: {message}")
+        print(f"{len(tasks)} task(s), {sum(t.key in st for t in tasks)} already in {store}")
+        return 0
+    report = run_sweep(sources, store, option_sets=option_sets, workers=args.workers, scheduler=args.scheduler,
+                       per_layer=args.per_layer, threads=args.threads,
+                       progress=False if args.no_progress else None)
+    print(report.summary())
+    return 1 if report.failed else 0
+
+
+def _miniatures(args) -> int:
+    from .miniatures import HUB_PATTERN, write_miniatures
+
+    folders = write_miniatures(args.folder, layout=args.layout, seed=args.seed,
+                               progress=lambda name: print(f"wrote {name}", file=sys.stderr))
+    print(f"{len(folders)} checkpoints written to {args.folder}")
+    if args.layout == "hf-cache":
+        print(f"try: HF_HUB_CACHE={args.folder} specbound sweep '{HUB_PATTERN}'")
+    return 0
+
+
 def _bench(args) -> int:
     from .bench import format_bench, run_bench
 
@@ -105,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
     try:
-        return {"analyze": _analyze, "bench": _bench}[args.command](args)
+        return {"analyze": _analyze, "sweep": _sweep, "miniatures": _miniatures, "bench": _bench}[args.command](args)
+    except _UsageError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
