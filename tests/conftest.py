@@ -130,3 +130,16 @@ def tiny_family(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_family")
     write_miniatures(root, layout="folders", depths=TINY_DEPTHS, widths=TINY_WIDTHS, head_size=16, vocab=32)
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_store(tiny_family, tmp_path_factory):
+    """A results store holding the six tiny family members (a local sweep; never modified by tests)."""
+    from specbound.sources import expand_sources
+    from specbound.store import Store
+    from specbound.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("tiny_store") / "store"
+    report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
+    assert len(report.written) == 6, report.summary()
+    return Store(root)

@@ -78,6 +78,33 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--method", choices=("factored", "dense"), help="QK/OV spectra method (default factored)")
     sw.add_argument("--gram-rtol", type=float, help="feed-forward Gram-path tolerance (default 1e-8)")
 
+    sc = sub.add_parser("scaling", help="log-log growth of every bound with depth and width, from a store",
+                        description="Fit, for every bound and every role, log B against log L at fixed N and "
+                                    "against log N at fixed L (slopes with confidence intervals), from stored records.")
+    sc.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
+    sc.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
+    sc.add_argument("--against", metavar="X[:BY]", action="append",
+                    help="fit against column X holding BY fixed (default L:N and N:L; e.g. label_step)")
+    sc.add_argument("--detail", action="store_true", help="one fit per fixed value as well as the pooled one")
+    sc.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text")
+
+    pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
+                        description="Draw every figure from stored records (never recomputing spectra).")
+    pl.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
+    pl.add_argument("--out", metavar="DIR", default="specbound-figures", help="folder for the figures")
+    pl.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
+    pl.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
+    pl.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
+
+    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store")
+    rp.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
+    rp.add_argument("--out", metavar="DIR", default="specbound-report", help="folder for report.html, report.md, figures/")
+    rp.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
+    rp.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
+    rp.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
+    rp.add_argument("--confidence", type=float, default=0.95, help="confidence level of the slopes (default 0.95)")
+
     mi = sub.add_parser("miniatures", help="write a BERT-Miniatures-shaped family of random checkpoints", description=(
         "Write 24 random BERT checkpoints with the BERT Miniatures' shapes (L in 2..12, N in 128..768, "
         "N/64 heads, d_ff = 4N), as a Hugging Face cache (point HF_HUB_CACHE at it and the ids "
@@ -154,6 +181,60 @@ def _sweep(args) -> int:
     return 1 if report.failed else 0
 
 
+def _existing_store(path: str):
+    from .store import Store
+
+    store = Store(path)
+    if not store.keys():
+        raise SpecboundError(f"no records in the results store {path}; run `specbound sweep ... --store {path}` first")
+    return store
+
+
+def _scaling(args) -> int:
+    from .scaling import scaling_table, summary_table
+
+    if not 0 < args.confidence < 1:
+        raise _UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
+    against = [("L", "N"), ("N", "L")]
+    if args.against:
+        against = [(a.split(":", 1)[0], a.split(":", 1)[1] if ":" in a else None) for a in args.against]
+    fits = scaling_table(_existing_store(args.store), bounds=args.bound, confidence=args.confidence,
+                         per_group=args.detail, against=against)
+    table = fits if args.detail or args.format != "text" else summary_table(fits)
+    if args.format == "csv":
+        print(table.to_csv(index=False), end="")
+    elif args.format == "json":
+        print(table.to_json(orient="records", indent=2))
+    elif args.format == "markdown":
+        from .report import _markdown_table
+
+        print(_markdown_table(table))
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0
+
+
+def _plot(args) -> int:
+    from .plots import render_all
+
+    for path in render_all(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
+                           bounds=args.bound):
+        print(path)
+    return 0
+
+
+def _report(args) -> int:
+    from .report import write_report
+
+    paths = write_report(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
+                         bounds=args.bound, confidence=args.confidence)
+    print(f"report: {paths['html']}\nsummary: {paths['markdown']}\nfigures: {paths['figures']}")
+    return 0
+
+
 def _miniatures(args) -> int:
     from .miniatures import HUB_PATTERN, write_miniatures
 
@@ -180,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
     try:
-        return {"analyze": _analyze, "sweep": _sweep, "miniatures": _miniatures, "bench": _bench}[args.command](args)
+        commands = {"analyze": _analyze, "sweep": _sweep, "scaling": _scaling, "plot": _plot, "report": _report,
+                    "miniatures": _miniatures, "bench": _bench}
+        return commands[args.command](args)
     except _UsageError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
