@@ -180,5 +180,7 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         k=_head_columns(mats["k"], dims.H_kv, dims.d_head),
         v=_head_columns(mats["v"], dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(mats["o"].reshape(dims.H, dims.d_head, dims.N)),
-        ff={"FF_" + r[3:]: np.ascontiguousarray(mats[r]) for r in ff_roles},
+        # Feed-forward matrices stay transposed views of the stored weights: BLAS reads either order,
+        # and a transposing copy of a 768 x 3072 matrix costs as much as its Gram product.
+        ff={"FF_" + r[3:]: mats[r] for r in ff_roles},
     )
