@@ -80,14 +80,17 @@ def test_per_layer_tasks_on_an_existing_scheduler_give_identical_records(local_s
 
 
 def test_rerun_skips_and_failures_are_reported(local_store, sources, tmp_path, capsys):
+    import shutil
+
     bad = tmp_path / "not_a_model"
     bad.mkdir()
-    again = run_sweep(sources + expand_sources([str(bad)]), local_store.root, progress=True)
-    assert again.written == [] and len(again.skipped) == 6
+    twin = shutil.copytree(sources[0].target, tmp_path / "twin")  # the same weights under another name
+    again = run_sweep(sources + expand_sources([str(bad), str(twin)]), local_store.root, progress=True)
+    assert again.written == [] and len(again.skipped) == 6 and again.duplicates == [str(twin)]
     assert len(again.failed) == 1 and again.failed[0][0] == str(bad) and "config.json" in again.failed[0][1]
     assert len(local_store) == 6
     err = capsys.readouterr().err
-    assert "checkpoints" in err and "matrices" in err and "6/6" in err  # the progress bars
+    assert "checkpoints" in err and "matrices" in err and "7/7" in err  # the progress bars, complete
     # a second option set is another record per checkpoint
     more = run_sweep(sources[:2], local_store.root, option_sets=[{}, {"grid_m": 4}], progress=False)
     assert len(more.skipped) == 2 and len(more.written) == 2 and len(local_store) == 8

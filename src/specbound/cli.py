@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     mi.add_argument("--seed", type=int, default=0)
 
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
+    be.add_argument("--scenario", choices=("bert-base", "miniatures"), default="bert-base",
+                    help="bert-base: one BERT-base-shaped checkpoint (default); miniatures: a sweep of the 24 "
+                         "BERT-Miniatures shapes, total and per checkpoint")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads (default 1)")
@@ -163,13 +166,15 @@ def _sweep(args) -> int:
     if args.dry_run:
         from .store import Store
 
-        report = SweepReport(store=Store(store).root)
-        tasks = plan_sweep(sources, option_sets, report)
         st = Store(store)
+        report = SweepReport(store=st.root)
+        tasks = plan_sweep(sources, option_sets, report)
         for task in tasks:
             labels = " ".join(f"{k}={v}" for k, v in task.source.labels.items())
             state = "stored" if task.key in st else "to do"
             print(f"{state:7} {task.key}  {task.source.name}  layers={task.layers} matrices={task.matrices}  {labels}")
+        for name in report.duplicates:
+            print(f"same    {name}: same weights and options as a source above")
         for source, message in report.failed:
             print(f"failed  {source}: {message}")
         print(f"{len(tasks)} task(s), {sum(t.key in st for t in tasks)} already in {store}")
@@ -249,6 +254,12 @@ def _miniatures(args) -> int:
 def _bench(args) -> int:
     from .bench import format_bench, run_bench
 
+    if args.scenario == "miniatures":
+        from .bench import format_miniatures_bench, run_miniatures_bench
+
+        report = run_miniatures_bench(threads=args.threads, workdir=args.workdir)
+        print(json.dumps(report, indent=2) if args.format == "json" else format_miniatures_bench(report))
+        return 0
     report = run_bench(repeats=args.repeats, threads=args.threads, workdir=args.workdir)
     print(json.dumps(report, indent=2) if args.format == "json" else format_bench(report))
     return 0

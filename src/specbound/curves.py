@@ -43,17 +43,24 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
 
     grid = schatten_grid(int(grid_m))
     by_matrix = dict(tuple(singular_values.groupby("matrix", sort=False)["sigma"]))
-    frames = []
-    for i, row in enumerate(matrices.itertuples(index=False)):
+    values = np.empty((len(matrices), grid.size))
+    rows, cols, scales = (matrices[c].to_numpy() for c in ("rows", "cols", "scale"))
+    for i in range(len(matrices)):
         sigma = by_matrix.get(i)
         s = np.sort(sigma.to_numpy(np.float64))[::-1] if sigma is not None else np.zeros(0)
-        spectrum = MatrixSpectrum((int(row.rows), int(row.cols)), s, float("nan"), float("nan"))
-        values = ContributionCurve(spectrum, float(row.scale), int(n), float(rank_tol)).on_grid(grid)
-        c0 = values[0]
-        frames.append(pd.DataFrame({
-            "matrix": i, "layer": row.layer, "head": row.head, "role": row.role, "p": grid, "c": values,
-            "c_over_c0": values / c0 if c0 > 0 else np.full_like(values, np.nan),
-        }))
-    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CURVE_COLUMNS)
-    out["head"] = out["head"].astype("Int64")
+        spectrum = MatrixSpectrum((int(rows[i]), int(cols[i])), s, float("nan"), float("nan"))
+        values[i] = ContributionCurve(spectrum, float(scales[i]), int(n), float(rank_tol)).on_grid(grid)
+    c0 = values[:, :1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(c0 > 0, values / np.where(c0 > 0, c0, 1.0), np.nan)
+    k = grid.size
+    out = pd.DataFrame({
+        "matrix": np.repeat(np.arange(len(matrices)), k),
+        "layer": np.repeat(matrices["layer"].to_numpy(), k),
+        "head": pd.array(np.repeat(matrices["head"].to_numpy(), k), dtype="Int64"),
+        "role": np.repeat(matrices["role"].to_numpy(), k),
+        "p": np.tile(grid, len(matrices)),
+        "c": values.ravel(),
+        "c_over_c0": ratio.ravel(),
+    })
     return out[CURVE_COLUMNS]

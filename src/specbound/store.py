@@ -99,7 +99,8 @@ class Record:
         The contents of ``record.json``: ``format, key, source, labels, location, weights_sha256,
         options`` (as requested), ``model``, ``bounds`` (every bound and baseline by name),
         ``analysis`` (the analysis' JSON document without its tables) and ``run`` (``seconds``,
-        ``host``, ``finished``, ``mode``: how this copy was made, not part of its identity).
+        ``cpu_seconds`` (of the analysing thread), ``host``, ``finished``, ``mode``: how this copy was
+        made, not part of its identity).
     tables : dict[str, DataFrame]
         ``matrices, layers, singular_values, curves``.
     """
@@ -136,7 +137,8 @@ def bound_values(analysis) -> dict[str, float]:
 
 
 def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, Any], weights_sha256: str,
-                         options: dict[str, Any], seconds: float, mode: str) -> Record:
+                         options: dict[str, Any], seconds: float, mode: str,
+                         cpu_seconds: float | None = None) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here)."""
     from .curves import contribution_curves
 
@@ -151,7 +153,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
         "options": canonical_options(options), "model": analysis.model,
         "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
         "matrices": int(len(analysis.matrices)), "analysis": doc,
-        "run": {"seconds": seconds, "host": socket.gethostname(), "mode": mode,
+        "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
     }
     tables = {"matrices": analysis.matrices, "layers": analysis.layers,
@@ -263,6 +265,7 @@ class Store:
             row.update({f"label_{k}": v for k, v in meta.get("labels", {}).items()})
             row.update({k: float(v) for k, v in meta["bounds"].items()})
             row["seconds"] = meta["run"]["seconds"]
+            row["cpu_seconds"] = meta["run"].get("cpu_seconds")
             rows.append(row)
         if not rows:
             return pd.DataFrame(columns=["key", "source", "family", "L", "N"])

@@ -2,9 +2,9 @@
 
 A sweep is planned, then run:
 
-* **plan**: every source is opened (config.json and the safetensors headers only), its weights are
-  hashed and, for each option set, the record key is formed (:mod:`specbound.store`); keys already
-  in the store are skipped;
+* **plan**: every source is opened (config.json and the safetensors headers only); its weights are
+  hashed in a background thread, ahead of the analyses, and for each option set the record key is
+  formed (:mod:`specbound.store`); keys already in the store are skipped;
 * **run**: each remaining (checkpoint, option set) is one task, analysed here one after the other
   (the default), or on a Dask cluster: a local one with ``workers=K``, an existing one with
   ``scheduler="tcp://host:port"``.  A very large checkpoint becomes one task per layer plus one that
@@ -13,8 +13,9 @@ A sweep is planned, then run:
   records are identical whichever way they were computed.
 
 Records are written by this process as each task finishes (atomically, see
-:class:`~specbound.store.Store`), so a sweep stopped at any moment keeps what it completed and the
-next run picks up the rest.  With a remote scheduler the workers must be able to read the sources
+:class:`~specbound.store.Store`; in a local run by a writer thread, while the next checkpoint is
+analysed), so a sweep stopped at any moment keeps what it completed and the next run picks up the
+rest.  With a remote scheduler the workers must be able to read the sources
 at the same paths (a shared file system); the store only needs to be writable here.
 """
 
@@ -24,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import SpecboundError
 from .sources import Source
@@ -73,6 +74,8 @@ class SweepReport:
         Every (checkpoint, option set), in order.
     skipped : list of str
         Keys already in the store before this run.
+    duplicates : list of str
+        Sources whose weights and options another source of this sweep already has (analysed once).
     written : list of str
         Keys this run added.
     failed : list of (str, str)
@@ -86,6 +89,7 @@ class SweepReport:
     store: Path
     planned: list[Task] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
@@ -96,44 +100,88 @@ class SweepReport:
                  f"{len(self.skipped)} already in the store, {len(self.failed)} failed; "
                  f"{self.seconds:.1f} s ({self.mode})",
                  f"store: {self.store} ({len(Store(self.store))} records)"]
+        lines += [f"same weights as another source (analysed once): {name}" for name in self.duplicates]
         lines += [f"failed: {source}: {message}" for source, message in self.failed]
         return "\n".join(lines)
 
 
 # --- plan --------------------------------------------------------------------------------------
 
-def plan_task(source: Source, options: dict[str, Any]) -> Task:
-    """Open ``source`` (headers only), hash its weights and form its key for ``options``."""
+@dataclass(frozen=True)
+class Header:
+    """What a task's plan knows before the weights are hashed (config.json and safetensors headers)."""
+
+    source: Source
+    options: dict[str, Any]
+    config: dict[str, Any]
+    files: tuple[Path, ...]
+    layers: int
+    matrices: int
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
+
+
+def read_header(source: Source, options: dict[str, Any]) -> Header:
+    """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
     from .analysis import open_model
 
     options = canonical_options(options)
     model = open_model(source.target, arch_spec=options["arch_spec"])
-    files = sorted(set(model.ckpt.shards.values()))
-    digest = weights_digest(model.ckpt.config, files)
+    files = tuple(sorted({p.resolve() for p in model.ckpt.shards.values()}))
     dims = model.dims
     per_layer = 2 * dims.H + (3 if dims.feed_forward == "gated" else 2)
     model.ckpt.close()
-    return Task(source, options, record_key(digest, options), digest, dims.L, dims.L * per_layer,
-                sum(p.stat().st_size for p in files))
+    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer)
 
 
-def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport,
-               progress: bool = False) -> list[Task]:
-    """Every (source, option set) task, failures noted in ``report`` rather than raised."""
-    tasks, seen = [], set()
-    bar = _bar(progress, total=len(sources) * len(option_sets), desc="hashing", unit="ckpt", leave=False)
+def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
+    """Every (source, option set), in order; a source that cannot be opened is noted in ``report``."""
+    headers = []
     for source in sources:
         for options in option_sets:
             try:
-                task = plan_task(source, options)
+                headers.append(read_header(source, options))
             except SpecboundError as exc:
                 report.failed.append((source.name, str(exc)))
-            else:
-                if task.key not in seen:  # the same weights under two names: analysed once
-                    seen.add(task.key)
-                    tasks.append(task)
-            bar.update(1)
-    bar.close()
+    return headers
+
+
+def iter_tasks(headers: list[Header]) -> Iterator[Task]:
+    """The tasks of ``headers`` in order, their weights hashed by a background thread ahead of the
+    consumer (hashing reads the files while the previous checkpoint is analysed; it also leaves them
+    in the page cache for the analysis)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-hash")
+    try:
+        digests: dict = {}
+        for h in headers:
+            if h.files not in digests:
+                digests[h.files] = pool.submit(weights_digest, h.config, list(h.files))
+        for h in headers:
+            digest = digests[h.files].result()
+            yield Task(h.source, h.options, record_key(digest, h.options), digest, h.layers, h.matrices,
+                       h.weight_bytes)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def plan_task(source: Source, options: dict[str, Any]) -> Task:
+    """Open ``source`` (headers only), hash its weights and form its key for ``options``."""
+    return next(iter_tasks([read_header(source, options)]))
+
+
+def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Task]:
+    """Every distinct (source, option set) task; failures noted in ``report`` rather than raised."""
+    tasks, seen = [], set()
+    for task in iter_tasks(read_headers(sources, option_sets, report)):
+        if task.key in seen:
+            report.duplicates.append(task.source.name)
+        else:
+            seen.add(task.key)
+            tasks.append(task)
     return tasks
 
 
@@ -144,11 +192,12 @@ def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str =
     from .analysis import analyze
 
     opts = dict(task.options)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     analysis = analyze(task.source.target, threads=threads, progress=progress, **opts)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
                                 weights_sha256=task.weights_sha256, options=task.options,
-                                seconds=time.perf_counter() - start, mode=mode)
+                                seconds=time.perf_counter() - start, cpu_seconds=time.thread_time() - cpu,
+                                mode=mode)
 
 
 def layer_task(task: Task, layer: int, threads: int | None = 1):
@@ -157,13 +206,13 @@ def layer_task(task: Task, layer: int, threads: int | None = 1):
 
     from .analysis import model_layer_spectra, open_model
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     with threadpool_limits(limits=threads):
         model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
         spectra = model_layer_spectra(model, layer, method=task.options["method"],
                                       gram_rtol=task.options["gram_rtol"])
         model.ckpt.close()
-    return spectra, time.perf_counter() - start
+    return spectra, time.perf_counter() - start, time.thread_time() - cpu
 
 
 def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> Record:
@@ -172,18 +221,19 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
 
     from .analysis import assemble, open_model
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     o = task.options
     with threadpool_limits(limits=threads):
         model = open_model(task.source.target, arch_spec=o["arch_spec"])
         model.ckpt.close()
-        layers = [spectra for spectra, _ in layer_results]
+        layers = [spectra for spectra, _, _ in layer_results]
         analysis = assemble(model, layers, grid_m=o["grid_m"], rank_tol=o["rank_tol"], l_phi=o["l_phi"],
                             method=o["method"], gram_rtol=o["gram_rtol"])
-    seconds = time.perf_counter() - start + sum(s for _, s in layer_results)
+    seconds = time.perf_counter() - start + sum(s for _, s, _ in layer_results)
+    cpu_seconds = time.thread_time() - cpu + sum(c for _, _, c in layer_results)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
                                 weights_sha256=task.weights_sha256, options=task.options, seconds=seconds,
-                                mode="dask-per-layer")
+                                cpu_seconds=cpu_seconds, mode="dask-per-layer")
 
 
 # --- run ---------------------------------------------------------------------------------------
@@ -230,36 +280,60 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     st = Store(store)
     st.clean_incoming()
     report = SweepReport(store=st.root)
-    report.planned = plan_sweep(sources, option_sets or [{}], report, progress)
-    report.skipped = [t.key for t in report.planned if t.key in st]
-    todo = [t for t in report.planned if t.key not in st]
-    bars = _Progress(progress, report.planned, todo)
+    headers = read_headers(sources, option_sets or [{}], report)
+    bars = _Progress(progress, headers)
+    tasks = _fresh_tasks(iter_tasks(headers), st, report, bars)
     try:
         if workers is None and scheduler is None:
-            _run_here(todo, st, report, threads, bars)
+            _run_here(tasks, st, report, threads, bars)
         else:
-            _run_dask(todo, st, report, threads, bars, workers, scheduler, per_layer)
+            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer)
     finally:
         bars.close()
     report.seconds = time.perf_counter() - start
     return report
 
 
-def _run_here(todo: list[Task], st: Store, report: SweepReport, threads, bars) -> None:
-    for task in todo:
-        per_layer = task.matrices // task.layers
-        try:
-            record = analyze_task(task, threads, progress=lambda done, total: bars.matrices(per_layer))
-        except SpecboundError as exc:
-            report.failed.append((task.source.name, str(exc)))
-            bars.checkpoint(task, failed=True)
-            continue
-        if st.put(record):
-            report.written.append(task.key)
-        bars.checkpoint(task, counted=True)
+def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) -> Iterator[Task]:
+    """The tasks not yet in the store and not repeated; the others are noted in ``report``."""
+    seen = set()
+    for task in tasks:
+        report.planned.append(task)
+        if task.key in seen:
+            report.duplicates.append(task.source.name)
+            bars.checkpoint(task)
+        elif task.key in st:
+            seen.add(task.key)
+            report.skipped.append(task.key)
+            bars.checkpoint(task)
+        else:
+            seen.add(task.key)
+            yield task
 
 
-def _run_dask(todo, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer) -> None:
+def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars) -> None:
+    """One task after the other in this thread; each record is written by a writer thread while
+    the next checkpoint is analysed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-write") as writer:
+        writes = []
+        for task in tasks:
+            per_layer = task.matrices // task.layers
+            try:
+                record = analyze_task(task, threads, progress=lambda done, total: bars.matrices(per_layer))
+            except SpecboundError as exc:
+                report.failed.append((task.source.name, str(exc)))
+                bars.checkpoint(task, failed=True)
+                continue
+            writes.append((task.key, writer.submit(st.put, record)))
+            bars.checkpoint(task, counted=True)
+        for key, write in writes:
+            if write.result():
+                report.written.append(key)
+
+
+def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer) -> None:
     import contextlib
     import logging
 
@@ -282,7 +356,7 @@ def _run_dask(todo, st: Store, report: SweepReport, threads, bars, workers, sche
             client = stack.enter_context(Client(cluster))
             report.mode = f"dask LocalCluster({workers} workers)"
         finals, layers_of, submitted = {}, {}, []
-        for task in todo:
+        for task in tasks:
             split = per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES)
             if split:
                 parts = [client.submit(layer_task, task, layer, threads, pure=False,
@@ -336,19 +410,15 @@ def _bar(enabled: bool, **kwargs):
 class _Progress:
     """Two bars: checkpoints done, and matrices done (per layer when the run reports layers)."""
 
-    def __init__(self, enabled: bool, planned: list[Task], todo: list[Task]):
-        done_matrices = sum(t.matrices for t in planned) - sum(t.matrices for t in todo)
-        self._ckpt = _bar(enabled, total=len(planned), initial=len(planned) - len(todo), desc="checkpoints",
-                          unit="ckpt", position=0)
-        self._mats = _bar(enabled, total=sum(t.matrices for t in planned), initial=done_matrices,
-                          desc="matrices", unit="mat", position=1)
-        self._counted: dict[str, int] = {}
+    def __init__(self, enabled: bool, headers: list[Header]):
+        self._ckpt = _bar(enabled, total=len(headers), desc="checkpoints", unit="ckpt", position=0)
+        self._mats = _bar(enabled, total=sum(h.matrices for h in headers), desc="matrices", unit="mat", position=1)
 
     def matrices(self, n: int) -> None:
         self._mats.update(n)
 
     def checkpoint(self, task: Task, *, counted: bool = False, failed: bool = False) -> None:
-        """A task finished; ``counted``: its matrices were already reported layer by layer."""
+        """A task is done (or was stored already); ``counted``: its matrices were reported layer by layer."""
         if not counted and not failed:
             self._mats.update(task.matrices)
         self._ckpt.update(1)
