@@ -45,6 +45,23 @@ def test_key_depends_on_the_weights_and_the_options_not_the_name(member, tmp_pat
         canonical_options({"grid": 3})
 
 
+def test_remembered_file_hashes_follow_the_file(member, tmp_path):
+    import os
+
+    from specbound.store import file_sha256
+
+    copy = tmp_path / "w.safetensors"
+    copy.write_bytes((member / "model.safetensors").read_bytes())
+    cache = {}
+    first = file_sha256(copy, cache)
+    assert first == file_sha256(member / "model.safetensors") and len(cache) == 1
+    cache[next(iter(cache))] = "stale"  # a remembered hash is used while the file is unchanged
+    assert file_sha256(copy, cache) == "stale"
+    st = copy.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # touched: hashed again
+    assert file_sha256(copy, cache) == first and len(cache) == 2
+
+
 def test_weights_digest_covers_the_config(member):
     config = json.loads((member / "config.json").read_text())
     files = [member / "model.safetensors"]

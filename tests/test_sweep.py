@@ -97,6 +97,18 @@ def test_rerun_skips_and_failures_are_reported(local_store, sources, tmp_path, c
     assert sorted(local_store.table()["grid_m"])[:2] == [4, 4]
 
 
+def test_rerun_reads_no_weights_again(local_store, sources, monkeypatch):
+    import specbound.store
+
+    remembered = local_store.load_digests()  # one hash per weight file, by path, size, mtime, inode
+    for source in sources:
+        path = str(Path(source.target, "model.safetensors").resolve())
+        assert any(k.startswith(path + "|") for k in remembered), path
+    monkeypatch.setattr(specbound.store, "_file_sha256", lambda *a: pytest.fail("re-hashed an unchanged file"))
+    again = run_sweep(sources, local_store.root, progress=False)
+    assert len(again.skipped) == 6 and again.written == []
+
+
 def test_cli_sweep_with_a_config_file(tiny_family, tmp_path, capsys):
     cfg = tmp_path / "fam.toml"
     cfg.write_text(f'sources = ["{tiny_family}/bert_uncased_L-{{1..2}}_H-32_A-2"]\nstore = "out"\n'

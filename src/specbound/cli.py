@@ -168,7 +168,7 @@ def _sweep(args) -> int:
 
         st = Store(store)
         report = SweepReport(store=st.root)
-        tasks = plan_sweep(sources, option_sets, report)
+        tasks = plan_sweep(sources, option_sets, report, st)
         for task in tasks:
             labels = " ".join(f"{k}={v}" for k, v in task.source.labels.items())
             state = "stored" if task.key in st else "to do"

@@ -9,10 +9,12 @@ Layout::
       records/<key>/singular_values.parquet
       records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.curves)
       .incoming/                           records being written (never read)
+      digests.json                         SHA-256 of weight files already hashed, by path/size/mtime/inode
 
 ``key`` is a hash of the weights (config.json and every weight file, byte for byte) and of the
 options that change the numbers, so a record is found again whatever the checkpoint is called
-and a re-run skips it.  A record is written whole in ``.incoming/`` and then published by one
+and a re-run skips it.  A file's hash is remembered in ``digests.json`` under its path, size,
+modification time and inode, so a re-run does not read unchanged weights again.  A record is written whole in ``.incoming/`` and then published by one
 ``rename`` of its folder: a reader (or a sweep killed with ``kill -9`` at any moment) sees a
 complete record or none.  Two writers of the same key cannot both publish; the loser's copy is
 dropped.
@@ -67,13 +69,28 @@ def _file_sha256(path: Path, digest=None):
     return h
 
 
-def weights_digest(config: dict[str, Any], weight_files: list[Path]) -> str:
-    """SHA-256 of the decoded config (canonical JSON) and of every weight file's bytes."""
+def _fingerprint(path: Path) -> str:
+    """Where a file is and which version of it: real path, size, mtime (ns), inode."""
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+
+
+def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
+    """SHA-256 of a file's bytes, remembered in ``cache`` under its fingerprint (:func:`_fingerprint`)."""
+    if cache is None:
+        return _file_sha256(path).hexdigest()
+    key = _fingerprint(path)
+    if key not in cache:
+        cache[key] = _file_sha256(path).hexdigest()
+    return cache[key]
+
+
+def weights_digest(config: dict[str, Any], weight_files: list[Path], cache: dict[str, str] | None = None) -> str:
+    """SHA-256 over the decoded config (canonical JSON) and the SHA-256 of every weight file."""
     h = hashlib.sha256()
     h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
     for path in sorted(set(weight_files), key=lambda p: p.name):
-        h.update(b"\0" + path.name.encode() + b"\0")
-        _file_sha256(path, h)
+        h.update(b"\0" + path.name.encode() + b"\0" + file_sha256(path, cache).encode())
     return h.hexdigest()
 
 
@@ -277,6 +294,23 @@ class Store:
         for key in self.keys():
             names.update(dict.fromkeys(self.load_meta(key)["bounds"]))
         return list(names)
+
+    def load_digests(self) -> dict[str, str]:
+        """The remembered file hashes (empty when none or unreadable: it is only a cache)."""
+        try:
+            cache = json.loads((self.root / "digests.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return cache if isinstance(cache, dict) else {}
+
+    def save_digests(self, cache: dict[str, str]) -> None:
+        """Write the file-hash cache atomically (the last writer wins; entries never go stale)."""
+        if not cache:
+            return
+        self._ensure()
+        tmp = self.incoming_dir / f"digests+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+        os.replace(tmp, self.root / "digests.json")
 
     def clean_incoming(self, max_age: float = 86400.0) -> int:
         """Remove leftovers of killed writers: this host's whose process is gone, and any older than

@@ -148,24 +148,28 @@ def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], repor
     return headers
 
 
-def iter_tasks(headers: list[Header]) -> Iterator[Task]:
+def iter_tasks(headers: list[Header], store: Store | None = None) -> Iterator[Task]:
     """The tasks of ``headers`` in order, their weights hashed by a background thread ahead of the
     consumer (hashing reads the files while the previous checkpoint is analysed; it also leaves them
-    in the page cache for the analysis)."""
+    in the page cache for the analysis).  With ``store``, file hashes it remembers are reused and
+    new ones remembered."""
     from concurrent.futures import ThreadPoolExecutor
 
+    cache = store.load_digests() if store is not None else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-hash")
     try:
         digests: dict = {}
         for h in headers:
             if h.files not in digests:
-                digests[h.files] = pool.submit(weights_digest, h.config, list(h.files))
+                digests[h.files] = pool.submit(weights_digest, h.config, list(h.files), cache)
         for h in headers:
             digest = digests[h.files].result()
             yield Task(h.source, h.options, record_key(digest, h.options), digest, h.layers, h.matrices,
                        h.weight_bytes)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # waits for the file being hashed, if any
+        if store is not None:
+            store.save_digests(dict(cache))
 
 
 def plan_task(source: Source, options: dict[str, Any]) -> Task:
@@ -173,10 +177,11 @@ def plan_task(source: Source, options: dict[str, Any]) -> Task:
     return next(iter_tasks([read_header(source, options)]))
 
 
-def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Task]:
+def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport,
+               store: Store | None = None) -> list[Task]:
     """Every distinct (source, option set) task; failures noted in ``report`` rather than raised."""
     tasks, seen = [], set()
-    for task in iter_tasks(read_headers(sources, option_sets, report)):
+    for task in iter_tasks(read_headers(sources, option_sets, report), store):
         if task.key in seen:
             report.duplicates.append(task.source.name)
         else:
@@ -282,7 +287,7 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     report = SweepReport(store=st.root)
     headers = read_headers(sources, option_sets or [{}], report)
     bars = _Progress(progress, headers)
-    tasks = _fresh_tasks(iter_tasks(headers), st, report, bars)
+    tasks = _fresh_tasks(iter_tasks(headers, st), st, report, bars)
     try:
         if workers is None and scheduler is None:
             _run_here(tasks, st, report, threads, bars)
