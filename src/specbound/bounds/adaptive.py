@@ -51,7 +51,13 @@ class ContributionCurve:
         return contribution(self.schatten(p), p, self.scale, self.n)
 
     def on_grid(self, grid: np.ndarray) -> np.ndarray:
-        return np.array([self(float(p)) for p in grid])
+        """``C(p)`` for every ``p`` of ``grid`` at once (the same formula as :meth:`__call__`, in logs)."""
+        grid = np.asarray(grid, dtype=np.float64)
+        if not self.kept.size:
+            return np.zeros(grid.size)
+        powers = np.sum(self.kept[None, :] ** grid[:, None], axis=1)  # S_p; S_0 = #kept
+        log_c = (np.log(powers) + grid * math.log(self.scale) + (grid + 1.0) * math.log(self.n)) / (grid + 2.0)
+        return np.exp(log_c)
 
     def continuous_minimum(self) -> tuple[float, float]:
         """Infimum over ``[0, 2]``: ``p = 0`` apart, then a bounded search on ``(0, 2]``."""
