@@ -110,8 +110,8 @@ def run_miniatures_bench(*, threads: int = 1, workdir: str | None = None, depths
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         family = Path(tmp) / "family"
         write_seconds, _ = _timed(lambda: write_miniatures(family, layout="folders", depths=depths, widths=widths))
-        sources = expand_sources([str(family / "bert_uncased_L-{2..12}_H-{128..768}_A-{H/64}")]) \
-            if (depths, widths) == (DEPTHS, WIDTHS) else expand_sources([str(family / "*")])
+        groups = ",".join(map(str, depths)), ",".join(map(str, widths))
+        sources = expand_sources([str(family / f"bert_uncased_L-{{{groups[0]}}}_H-{{{groups[1]}}}_A-{{H/64}}")])
         cpu = time.process_time()  # every thread of this process: hashing and writing included
         sweep_seconds, report = _timed(lambda: run_sweep(sources, Path(tmp) / "store", threads=threads,
                                                          progress=False))

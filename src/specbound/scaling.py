@@ -186,6 +186,7 @@ def summary_table(fits):
     for _, r in pooled.iterrows():
         row = out.setdefault((r["bound"], r["role"]), {"bound": r["bound"], "role": r["role"]})
         ci = "" if math.isnan(r["ci_low"]) else f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-        row[f"slope in {r['against']} ({r['fixed'].replace('all ', 'fixed ')})"] = f"{r['slope']:.3f}{ci}"
+        held = "" if r["fixed"] == "-" else f" ({r['fixed'].replace('all ', 'fixed ')})"
+        row[f"slope in {r['against']}{held}"] = f"{r['slope']:.3f}{ci}"
         row[f"points ({r['against']})"] = int(r["points"])
     return pd.DataFrame(list(out.values()))
