@@ -8,7 +8,8 @@ A sweep is planned, then run:
 * **run**: each remaining (checkpoint, option set) is one task, analysed here one after the other
   (the default), or on a Dask cluster: a local one with ``workers=K``, an existing one with
   ``scheduler="tcp://host:port"``.  A very large checkpoint becomes one task per layer plus one that
-  assembles the layers (:func:`specbound.analysis.assemble`), so no worker has to hold a whole model.
+  assembles the layers (:func:`specbound.analysis.assemble`), so the layers of one large model run in
+  parallel on several workers (each task reads only its layer).
   Every mode runs the same functions on the same inputs with BLAS pinned to ``threads``, so the
   records are identical whichever way they were computed.
 
@@ -21,6 +22,7 @@ at the same paths (a shared file system); the store only needs to be writable he
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -159,11 +161,12 @@ def iter_tasks(headers: list[Header], store: Store | None = None) -> Iterator[Ta
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-hash")
     try:
         digests: dict = {}
-        for h in headers:
-            if h.files not in digests:
-                digests[h.files] = pool.submit(weights_digest, h.config, list(h.files), cache)
-        for h in headers:
-            digest = digests[h.files].result()
+        ident = [(h.files, json.dumps(h.config, sort_keys=True)) for h in headers]
+        for h, i in zip(headers, ident):
+            if i not in digests:
+                digests[i] = pool.submit(weights_digest, h.config, list(h.files), cache)
+        for h, i in zip(headers, ident):
+            digest = digests[i].result()
             yield Task(h.source, h.options, record_key(digest, h.options), digest, h.layers, h.matrices,
                        h.weight_bytes)
     finally:
@@ -174,7 +177,8 @@ def iter_tasks(headers: list[Header], store: Store | None = None) -> Iterator[Ta
 
 def plan_task(source: Source, options: dict[str, Any]) -> Task:
     """Open ``source`` (headers only), hash its weights and form its key for ``options``."""
-    return next(iter_tasks([read_header(source, options)]))
+    (task,) = list(iter_tasks([read_header(source, options)]))
+    return task
 
 
 def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport,
@@ -357,7 +361,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
         else:
             cluster = stack.enter_context(LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                silence_logs=logging.ERROR))
+                silence_logs=logging.CRITICAL))  # failures are reported in the summary, once
             client = stack.enter_context(Client(cluster))
             report.mode = f"dask LocalCluster({workers} workers)"
         finals, layers_of, submitted = {}, {}, []
