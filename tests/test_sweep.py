@@ -157,3 +157,15 @@ def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
     assert len(keys) == 8 and set(done_at_kill) <= set(keys)
     assert sorted(store.table()["source"]) == sorted(str(p) for p in family.iterdir())  # each once
     assert os.listdir(store.incoming_dir) == []  # the killed writer's leftovers are gone
+
+
+def test_a_local_sweep_imports_neither_dask_nor_matplotlib(tiny_family, tmp_path):
+    code = ("import sys; from specbound.sources import expand_sources; from specbound.sweep import run_sweep; "
+            "import specbound.plots, specbound.report, specbound.scaling; "
+            f"r = run_sweep(expand_sources([sys.argv[1]]), sys.argv[2], progress=False); assert len(r.written) == 2; "
+            "heavy = [m for m in ('dask', 'distributed', 'matplotlib', 'torch') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    env = {**os.environ, "PYTHONPATH": SRC, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, str(tiny_family / "bert_uncased_L-1_*"), str(tmp_path / "s")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
