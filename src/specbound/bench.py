@@ -158,6 +158,7 @@ def run_miniatures_bench(*, threads: int = 1, workdir: str | None = None, depths
 
 
 def format_miniatures_bench(report: dict) -> str:
+    """The text of ``specbound bench --scenario miniatures``: totals, then one line per checkpoint."""
     lines = [
         f"scenario          {report['scenario']}",
         f"BLAS threads      {report['threads']}",

@@ -155,6 +155,7 @@ class Pattern:
 
     @classmethod
     def parse(cls, text: str) -> "Pattern":
+        """Compile ``text``; a malformed group is a :class:`SpecboundError` naming it."""
         groups, regex, globbed, pos = [], [], [], 0
         for i, match in enumerate(_GROUP.finditer(text)):
             literal = text[pos:match.start()]
@@ -174,6 +175,7 @@ class Pattern:
 
     @property
     def is_pattern(self) -> bool:
+        """Whether ``text`` names more than itself (a group or a wildcard)."""
         return bool(self.groups) or any(c in self.text for c in "*?")
 
     def match(self, candidate: str) -> dict[str, Any] | None:

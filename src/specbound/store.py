@@ -250,6 +250,7 @@ class Store:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def load_meta(self, key: str) -> dict[str, Any]:
+        """The ``record.json`` of record ``key`` (no table is read)."""
         path = self.records_dir / key / "record.json"
         try:
             return json.loads(path.read_text())
@@ -264,6 +265,7 @@ class Store:
         return Record(meta, {t: pd.read_parquet(self.records_dir / key / f"{t}.parquet") for t in tables})
 
     def records(self, tables: tuple[str, ...] = TABLES) -> Iterator[Record]:
+        """Every complete record, in key order, with the named tables read."""
         for key in self.keys():
             yield self.load(key, tables)
 

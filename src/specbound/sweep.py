@@ -98,6 +98,7 @@ class SweepReport:
     mode: str = "local"
 
     def summary(self) -> str:
+        """What ``specbound sweep`` prints: counts, time, the store, and one line per failure."""
         lines = [f"sweep: {len(self.planned)} checkpoint(s) x option set(s): {len(self.written)} analysed, "
                  f"{len(self.skipped)} already in the store, {len(self.failed)} failed; "
                  f"{self.seconds:.1f} s ({self.mode})",
