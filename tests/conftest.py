@@ -110,3 +110,36 @@ def tiny_bert_cls_dir(tiny_dir):
 def tiny_roberta_dir(tiny_dir):
     """A tiny RobertaForMaskedLM (``roberta.`` prefix, tied lm_head): L=2, N=64, 4 heads, d_ff=96."""
     return tiny_dir("roberta_mlm")
+
+
+# ---------------------------------------------------------------------------------------------
+# A tiny BERT-Miniatures-shaped family for sweeps: L in {1, 2, 3} x N in {32, 64}, heads of size 16,
+# d_ff = 4N, written with specbound's own writer (random, BERT's std 0.02).
+# ---------------------------------------------------------------------------------------------
+
+TINY_DEPTHS = (1, 2, 3)
+TINY_WIDTHS = (32, 64)
+TINY_PATTERN = "bert_uncased_L-{1..3}_H-{32..64}_A-{H/16}"
+
+
+@pytest.fixture(scope="session")
+def tiny_family(tmp_path_factory):
+    """Folder holding the six tiny family members as plain model folders."""
+    from specbound.miniatures import write_miniatures
+
+    root = tmp_path_factory.mktemp("tiny_family")
+    write_miniatures(root, layout="folders", depths=TINY_DEPTHS, widths=TINY_WIDTHS, head_size=16, vocab=32)
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_store(tiny_family, tmp_path_factory):
+    """A results store holding the six tiny family members (a local sweep; never modified by tests)."""
+    from specbound.sources import expand_sources
+    from specbound.store import Store
+    from specbound.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("tiny_store") / "store"
+    report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
+    assert len(report.written) == 6, report.summary()
+    return Store(root)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -12,12 +12,12 @@ import numpy as np
 
 from .archspec import ArchSpec, load_spec_file, spec_for_config
 from .bounds import compute_all
-from .checkpoint import open_checkpoint
+from .checkpoint import Checkpoint, open_checkpoint
 from .defaults import default_checkpoint
 from .distance import difference_spectra
 from .errors import SpecboundError
-from .extract import (LayerWeights, account_for_tensors, detect_prefix, infer_kv_heads, layer_weights,
-                      model_dims)
+from .extract import (LayerWeights, ModelDims, account_for_tensors, detect_prefix, infer_kv_heads,
+                      layer_weights, model_dims)
 from .gap import GapParameters, describe, gap_bounds
 from .measures import LayerSpectra, measure
 from .propagation import activation_lipschitz
@@ -135,74 +135,128 @@ def analyze(
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads):
-        ckpt = open_checkpoint(default_checkpoint() if source is None else source, config)
-        spec = _resolve_spec(arch_spec, ckpt.config)
-        dims = model_dims(spec, ckpt.config)
-        prefix = detect_prefix(spec, ckpt)
-        dims = infer_kv_heads(spec, ckpt, dims, prefix)
-        account_for_tensors(spec, ckpt, dims, prefix)
-        ckpt0, prefix0 = _open_init(init, spec, dims) if init is not None else (None, None)
+        model = open_model(default_checkpoint() if source is None else source, arch_spec=arch_spec, config=config)
+        init_model = _open_init(init, model) if init is not None else None
         layers, deltas, by_stored = [], [], {}
-        for layer in range(dims.L):
-            stored = dims.stored_layer(layer)
-            if stored in by_stored and ckpt0 is None:  # shared weights (ALBERT): same spectra, new depth
+        for layer in range(model.dims.L):
+            stored = model.dims.stored_layer(layer)
+            if stored in by_stored and init_model is None:  # shared weights (ALBERT): same spectra
                 layers.append(replace(by_stored[stored], layer=layer))
-                if progress:
-                    progress(layer + 1, dims.L)
-                continue
-            weights = layer_weights(spec, ckpt, dims, prefix, layer)
-            qk, ov = attention_spectra(weights, method=method, group=dims.H // dims.H_kv)
-            if ckpt0 is not None:
-                w0 = layer_weights(spec, ckpt0, dims, prefix0, layer)
-                deltas.append(difference_spectra(weights, w0, group=dims.H // dims.H_kv, method=method,
-                                                 block=dims.block))
-                del w0
-            ff_matrices = weights.ff
-            del weights  # release the attention factors before the wide feed-forward matrices load
-            ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol)
-            layers.append(LayerSpectra(layer, qk, ov, ff, dims.block))
-            by_stored[stored] = layers[-1]
+            else:
+                if init_model is not None:
+                    deltas.append(_difference_spectra(model, init_model, layer, method=method))
+                layers.append(model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol))
+                by_stored[stored] = layers[-1]
             if progress:
-                progress(layer + 1, dims.L)
-        ckpt.close()
-        if ckpt0 is not None:
-            ckpt0.close()
-        if l_phi is None:
-            l_phi, l_phi_source = activation_lipschitz(dims.activation)
-        else:
-            l_phi_source = "user"
-        measures = measure(layers, dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
-        results = compute_all(measures)
-        from_init = None
-        if ckpt0 is not None:
-            init_measures = measures.measured_from(deltas)
-            from_init = (init_measures, compute_all(init_measures, only_distance=True))
+                progress(layer + 1, model.dims.L)
+        model.ckpt.close()
+        if init_model is not None:
+            init_model.ckpt.close()
+        return assemble(model, layers, grid_m=grid_m, rank_tol=rank_tol, l_phi=l_phi, method=method,
+                        gram_rtol=gram_rtol, init=(init_model, deltas) if init_model is not None else None,
+                        gap_params=gap_params)
+
+
+@dataclass
+class OpenModel:
+    """A checkpoint opened and accounted for: what every per-layer step needs.
+
+    Attributes
+    ----------
+    ckpt : Checkpoint
+    spec : ArchSpec
+    dims : ModelDims
+    prefix : str
+        The tensor-name prefix (``""``, ``"bert."``, ...).
+    """
+
+    ckpt: Checkpoint
+    spec: ArchSpec
+    dims: ModelDims
+    prefix: str
+
+
+def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
+               config: dict | None = None) -> OpenModel:
+    """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
+
+    Only config.json and the tensor headers are read; no weight is loaded yet.
+    """
+    ckpt = open_checkpoint(source, config)
+    spec = _resolve_spec(arch_spec, ckpt.config)
+    dims = model_dims(spec, ckpt.config)
+    prefix = detect_prefix(spec, ckpt)
+    dims = infer_kv_heads(spec, ckpt, dims, prefix)
+    account_for_tensors(spec, ckpt, dims, prefix)
+    return OpenModel(ckpt, spec, dims, prefix)
+
+
+def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
+                        gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
+    """Read layer ``layer`` of an opened model and compute its spectra.
+
+    Independent of every other layer, so a sweep can run the layers of a large model as separate
+    tasks and :func:`assemble` the results.  One wide matrix is alive at a time: the attention
+    factors are released before the feed-forward matrices are read, one by one.
+    """
+    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    qk, ov = attention_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv)
+    ff_matrices = weights.ff
+    del weights  # release the attention factors before the wide feed-forward matrices load
+    ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol)
+    return LayerSpectra(layer, qk, ov, ff, model.dims.block)
+
+
+def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, method: str) -> LayerSpectra:
+    """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
+    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    w0 = layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer)
+    return difference_spectra(weights, w0, group=model.dims.H // model.dims.H_kv, method=method,
+                              block=model.dims.block)
+
+
+def assemble(model: OpenModel, layers: list[LayerSpectra], *, grid_m: int | None = None,
+             rank_tol: float = 1e-10, l_phi: float | None = None, method: str = "factored",
+             gram_rtol: float = DEFAULT_GRAM_RTOL, init: tuple[OpenModel, list[LayerSpectra]] | None = None,
+             gap_params: GapParameters | None = None) -> Analysis:
+    """Propagation factors, every registered bound and the records, from all layers' spectra
+    (``init``: the initial-weights model and the spectra of ``W - W0``; ``gap_params``: the
+    generalisation-gap bound's parameters)."""
+    dims = model.dims
+    if l_phi is None:
+        l_phi, l_phi_source = activation_lipschitz(dims.activation)
+    else:
+        l_phi_source = "user"
+    measures = measure(layers, dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
+    results = compute_all(measures)
+    from_init = None
+    if init is not None:
+        init_measures = measures.measured_from(init[1])
+        from_init = (init_measures, compute_all(init_measures, only_distance=True))
     options = {"grid_m": measures.grid_m, "rank_tol": rank_tol, "l_phi": l_phi,
                "l_phi_source": l_phi_source, "method": method, "gram_rtol": gram_rtol if method == "factored" else 0.0}
-    if ckpt0 is not None:
-        options["init"] = str(ckpt0.location)
+    if init is not None:
+        options["init"] = str(init[0].ckpt.location)
     gap = None
     if gap_params is not None:
         gap = describe(gap_params)
         gap["bounds"] = gap_bounds(measures, results, gap_params)
         if from_init is not None:
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
-    return build_analysis(ckpt.location, spec.family, measures, results, options, from_init=from_init, gap=gap)
+    return build_analysis(model.ckpt.location, model.spec.family, measures, results, options,
+                          from_init=from_init, gap=gap)
 
 
-def _open_init(init, spec: ArchSpec, dims):
+def _open_init(init, model: OpenModel) -> OpenModel:
     """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
-    ckpt0 = open_checkpoint(init)
-    prefix0 = detect_prefix(spec, ckpt0)
-    dims0 = infer_kv_heads(spec, ckpt0, model_dims(spec, ckpt0.config), prefix0)
-    if dims0 != dims:
-        ckpt0.close()
+    init_model = open_model(init, arch_spec=model.spec)
+    if init_model.dims != model.dims:
+        init_model.ckpt.close()
         raise SpecboundError(
-            f"the initial weights in {ckpt0.location} do not match the analysed checkpoint: "
-            f"{dims0} vs {dims}; pass the same architecture's initialisation"
+            f"the initial weights in {init_model.ckpt.location} do not match the analysed checkpoint: "
+            f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation"
         )
-    account_for_tensors(spec, ckpt0, dims, prefix0)
-    return ckpt0, prefix0
+    return init_model
 
 
 def _gap_parameters(n, margin, delta, lead_constant, confidence_constant) -> GapParameters | None:

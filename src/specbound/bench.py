@@ -8,6 +8,7 @@ product and take its full SVD.  Both run on the same synthetic BERT-base-shaped 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import tempfile
@@ -260,6 +261,95 @@ def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, st
         warnings.simplefilter("ignore")
         seconds, details = _timed(lambda: weightwatcher.WeightWatcher(model=model).analyze())
     return seconds, f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers"
+
+
+def run_miniatures_bench(*, threads: int = 1, workdir: str | None = None, depths=None, widths=None) -> dict:
+    """The BERT-Miniatures-shaped sweep against the dense reference, on the same checkpoints, in one run.
+
+    Writes the 24 random checkpoints (not timed), sweeps them into a fresh results store (timed:
+    planning and hashing, every analysis, every record written), then analyses each checkpoint
+    again with the dense reference method (timed per checkpoint), BLAS pinned to ``threads``.
+    """
+    from .analysis import analyze
+    from .miniatures import DEPTHS, WIDTHS, write_miniatures
+    from .sources import expand_sources
+    from .store import Store
+    from .sweep import run_sweep
+
+    depths, widths = depths or DEPTHS, widths or WIDTHS
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        family = Path(tmp) / "family"
+        write_seconds, _ = _timed(lambda: write_miniatures(family, layout="folders", depths=depths, widths=widths))
+        groups = ",".join(map(str, depths)), ",".join(map(str, widths))
+        sources = expand_sources([str(family / f"bert_uncased_L-{{{groups[0]}}}_H-{{{groups[1]}}}_A-{{H/64}}")])
+        cpu = time.process_time()  # every thread of this process: hashing and writing included
+        sweep_seconds, report = _timed(lambda: run_sweep(sources, Path(tmp) / "store", threads=threads,
+                                                         progress=False))
+        sweep_cpu = time.process_time() - cpu
+        if report.failed:
+            raise RuntimeError(f"the benchmark sweep failed: {report.failed}")
+        table = Store(Path(tmp) / "store").table().set_index("source")
+        rows = []
+        for source in sources:
+            cpu = time.thread_time()
+            dense_seconds, dense = _timed(lambda: analyze(source.target, threads=threads, method="dense"))
+            dense_cpu = time.thread_time() - cpu
+            rec = table.loc[source.name]
+            rel = max(abs(rec[name] - value) / abs(value) for name, value in dense.bounds.items())
+            rows.append({"source": source.name, "L": int(rec["L"]), "N": int(rec["N"]),
+                         "sweep_seconds": float(rec["seconds"]), "dense_seconds": dense_seconds,
+                         "speedup": dense_seconds / float(rec["seconds"]),
+                         "sweep_cpu_seconds": float(rec["cpu_seconds"]), "dense_cpu_seconds": dense_cpu,
+                         "max_relative_bound_difference": rel})
+        peak = _peak_rss_mb()
+    dense_total = sum(r["dense_seconds"] for r in rows)
+    speedups = sorted(r["speedup"] for r in rows)
+    return {
+        "scenario": f"BERT-Miniatures-shaped family: {len(rows)} random checkpoints, L in {list(depths)}, "
+                    f"N in {list(widths)}, N/64 heads, d_ff=4N, float32",
+        "threads": threads,
+        "checkpoints": len(rows),
+        "family_write_seconds": write_seconds,
+        "sweep_seconds": sweep_seconds,
+        "sweep_analysis_seconds": sum(r["sweep_seconds"] for r in rows),
+        "dense_seconds": dense_total,
+        "speedup_vs_dense": dense_total / sweep_seconds,
+        "sweep_cpu_seconds": sweep_cpu,
+        "dense_cpu_seconds": sum(r["dense_cpu_seconds"] for r in rows),
+        "cpu_speedup_vs_dense": sum(r["dense_cpu_seconds"] for r in rows) / sweep_cpu,
+        "load_average_1min": os.getloadavg()[0],
+        "per_checkpoint_speedup_median": statistics.median(speedups),
+        "per_checkpoint_speedup_min": speedups[0],
+        "per_checkpoint_speedup_max": speedups[-1],
+        "peak_rss_mb": peak,
+        "max_relative_bound_difference_vs_dense": max(r["max_relative_bound_difference"] for r in rows),
+        "per_checkpoint": rows,
+    }
+
+
+def format_miniatures_bench(report: dict) -> str:
+    """The text of ``specbound bench --scenario miniatures``: totals, then one line per checkpoint."""
+    lines = [
+        f"scenario          {report['scenario']}",
+        f"BLAS threads      {report['threads']}",
+        f"sweep, total      {report['sweep_seconds']:.2f} s for {report['checkpoints']} checkpoints "
+        f"(planning, hashing, analyses, records; analyses alone {report['sweep_analysis_seconds']:.2f} s)",
+        f"dense reference   {report['dense_seconds']:.2f} s (the same checkpoints, one after the other)",
+        f"speedup vs dense  {report['speedup_vs_dense']:.1f}x total; per checkpoint median "
+        f"{report['per_checkpoint_speedup_median']:.1f}x (min {report['per_checkpoint_speedup_min']:.1f}x, "
+        f"max {report['per_checkpoint_speedup_max']:.1f}x)",
+        f"CPU time          sweep {report['sweep_cpu_seconds']:.2f} s (all threads), dense "
+        f"{report['dense_cpu_seconds']:.2f} s: {report['cpu_speedup_vs_dense']:.1f}x",
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
+        f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (sweep vs dense bounds)",
+        f"load average      {report['load_average_1min']:.2f} at the end (2 cores: above 1, other work shared them)",
+        "",
+        f"{'L':>3} {'N':>4} {'sweep s':>9} {'dense s':>9} {'speedup':>8}",
+    ]
+    for r in report["per_checkpoint"]:
+        lines.append(f"{r['L']:>3} {r['N']:>4} {r['sweep_seconds']:>9.3f} {r['dense_seconds']:>9.3f} "
+                     f"{r['speedup']:>7.1f}x")
+    return "\n".join(lines)
 
 
 def format_bench(report: dict) -> str:

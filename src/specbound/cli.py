@@ -76,11 +76,69 @@ def _parser() -> argparse.ArgumentParser:
     infer.add_argument("source", help="model folder, weights file (.safetensors, .bin, .onnx, ...) or hub id")
     infer.add_argument("--out", metavar="FILE", help="write the spec to FILE instead of stdout")
 
+    sw = sub.add_parser("sweep", help="analyse many checkpoints into a results store", description=(
+        "Analyse every source (folders, hub ids in the local cache, globs and brace patterns such as "
+        "'google/bert_uncased_L-{2..12}_H-{128..768}_A-{H/64}') into a results store, one record per "
+        "checkpoint and option set; what is already stored is skipped."))
+    sw.add_argument("sources", nargs="*", metavar="SOURCE", help="model folder, hub id, glob or brace pattern")
+    sw.add_argument("--config", metavar="FILE", help="TOML file naming sources, options and the store (docs/sweeps.md)")
+    sw.add_argument("--store", metavar="DIR", help="results store folder (default: the config's, else specbound-results)")
+    where = sw.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_positive_int, metavar="K", help="run on a local Dask cluster of K worker processes")
+    where.add_argument("--scheduler", metavar="ADDRESS", help="run on an existing Dask cluster (tcp://host:port)")
+    sw.add_argument("--per-layer", choices=("auto", "always", "never"), default="auto",
+                    help="on Dask, one task per layer for checkpoints over 2 GiB (auto), for all, or never")
+    sw.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per task (default 1)")
+    sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
+    sw.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")
+    sw.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
+    sw.add_argument("--rank-tol", type=float, help="relative rank tolerance (default 1e-10)")
+    sw.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act)")
+    sw.add_argument("--method", choices=("factored", "dense"), help="QK/OV spectra method (default factored)")
+    sw.add_argument("--gram-rtol", type=float, help="feed-forward Gram-path tolerance (default 1e-8)")
+
+    sc = sub.add_parser("scaling", help="log-log growth of every bound with depth and width, from a store",
+                        description="Fit, for every bound and every role, log B against log L at fixed N and "
+                                    "against log N at fixed L (slopes with confidence intervals), from stored records.")
+    sc.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
+    sc.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
+    sc.add_argument("--against", metavar="X[:BY]", action="append",
+                    help="fit against column X holding BY fixed (default L:N and N:L; e.g. label_step)")
+    sc.add_argument("--detail", action="store_true", help="one fit per fixed value as well as the pooled one")
+    sc.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text")
+
+    pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
+                        description="Draw every figure from stored records (never recomputing spectra).")
+    pl.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
+    pl.add_argument("--out", metavar="DIR", default="specbound-figures", help="folder for the figures")
+    pl.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
+    pl.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
+    pl.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
+
+    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store")
+    rp.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
+    rp.add_argument("--out", metavar="DIR", default="specbound-report", help="folder for report.html, report.md, figures/")
+    rp.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
+    rp.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
+    rp.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
+    rp.add_argument("--confidence", type=float, default=0.95, help="confidence level of the slopes (default 0.95)")
+
+    mi = sub.add_parser("miniatures", help="write a BERT-Miniatures-shaped family of random checkpoints", description=(
+        "Write 24 random BERT checkpoints with the BERT Miniatures' shapes (L in 2..12, N in 128..768, "
+        "N/64 heads, d_ff = 4N), as a Hugging Face cache (point HF_HUB_CACHE at it and the ids "
+        "google/bert_uncased_L-*_H-*_A-* resolve) or as plain folders."))
+    mi.add_argument("folder", help="where to write (created if missing)")
+    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache")
+    mi.add_argument("--seed", type=int, default=0)
+
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
+    be.add_argument("--scenario", choices=("bert-base", "large", "miniatures"), default="bert-base",
+                    help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
+                         "WeightWatcher (default); large: a LLaMA-shaped bf16 checkpoint, time per layer and "
+                         "peak RSS; miniatures: a sweep of the 24 BERT-Miniatures shapes, total and per checkpoint")
     be.add_argument("--format", choices=("text", "json"), default="text")
-    be.add_argument("--scenario", choices=("bert-base", "large"), default="bert-base",
-                    help="bert-base: speed vs the dense reference (default); large: a LLaMA-shaped bf16 "
-                         "checkpoint, time per layer and peak RSS")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads (default 1)")
     be.add_argument("--workdir", metavar="DIR", help="where to write the synthetic checkpoint (default: a temp dir)")
@@ -133,6 +191,107 @@ def _analyze(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from .sources import expand_sources, load_sweep_config
+    from .sweep import plan_sweep, run_sweep, SweepReport
+
+    config = load_sweep_config(args.config) if args.config else None
+    patterns = list(args.sources) + (config.sources if config else [])
+    if not patterns:
+        raise _UsageError("sweep needs at least one SOURCE or --config FILE (see `specbound sweep --help`)")
+    flags = {k: getattr(args, k) for k in ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
+             if getattr(args, k) is not None}
+    option_sets = [{**o, **flags} for o in (config.option_sets if config else [{}])]
+    store = args.store or (config.store if config and config.store else "specbound-results")
+    sources = expand_sources(patterns)
+    if args.dry_run:
+        from .store import Store
+
+        st = Store(store)
+        report = SweepReport(store=st.root)
+        tasks = plan_sweep(sources, option_sets, report, st)
+        for task in tasks:
+            labels = " ".join(f"{k}={v}" for k, v in task.source.labels.items())
+            state = "stored" if task.key in st else "to do"
+            print(f"{state:7} {task.key}  {task.source.name}  layers={task.layers} matrices={task.matrices}  {labels}")
+        for name in report.duplicates:
+            print(f"same    {name}: same weights and options as a source above")
+        for source, message in report.failed:
+            print(f"failed  {source}: {message}")
+        print(f"{len(tasks)} task(s), {sum(t.key in st for t in tasks)} already in {store}")
+        return 0
+    report = run_sweep(sources, store, option_sets=option_sets, workers=args.workers, scheduler=args.scheduler,
+                       per_layer=args.per_layer, threads=args.threads,
+                       progress=False if args.no_progress else None)
+    print(report.summary())
+    return 1 if report.failed else 0
+
+
+def _existing_store(path: str):
+    from .store import Store
+
+    store = Store(path)
+    if not store.keys():
+        raise SpecboundError(f"no records in the results store {path}; run `specbound sweep ... --store {path}` first")
+    return store
+
+
+def _scaling(args) -> int:
+    from .scaling import scaling_table, summary_table
+
+    if not 0 < args.confidence < 1:
+        raise _UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
+    against = [("L", "N"), ("N", "L")]
+    if args.against:
+        against = [(a.split(":", 1)[0], a.split(":", 1)[1] if ":" in a else None) for a in args.against]
+    fits = scaling_table(_existing_store(args.store), bounds=args.bound, confidence=args.confidence,
+                         per_group=args.detail, against=against)
+    table = fits if args.detail or args.format != "text" else summary_table(fits)
+    if args.format == "csv":
+        print(table.to_csv(index=False), end="")
+    elif args.format == "json":
+        print(table.to_json(orient="records", indent=2))
+    elif args.format == "markdown":
+        from .report import _markdown_table
+
+        print(_markdown_table(table))
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    return 0
+
+
+def _plot(args) -> int:
+    from .plots import render_all
+
+    for path in render_all(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
+                           bounds=args.bound):
+        print(path)
+    return 0
+
+
+def _report(args) -> int:
+    from .report import write_report
+
+    paths = write_report(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
+                         bounds=args.bound, confidence=args.confidence)
+    print(f"report: {paths['html']}\nsummary: {paths['markdown']}\nfigures: {paths['figures']}")
+    return 0
+
+
+def _miniatures(args) -> int:
+    from .miniatures import HUB_PATTERN, write_miniatures
+
+    folders = write_miniatures(args.folder, layout=args.layout, seed=args.seed,
+                               progress=lambda name: print(f"wrote {name}", file=sys.stderr))
+    print(f"{len(folders)} checkpoints written to {args.folder}")
+    if args.layout == "hf-cache":
+        print(f"try: HF_HUB_CACHE={args.folder} specbound sweep '{HUB_PATTERN}'")
+    return 0
+
+
 def _arch(args) -> int:
     from .archinfer import infer_spec
     from .checkpoint import open_checkpoint
@@ -158,17 +317,6 @@ def _arch(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from .bench import format_bench, format_large_bench, run_bench, run_large_bench
-
-    if args.scenario == "large":
-        report, fmt = run_large_bench(threads=args.threads, workdir=args.workdir), format_large_bench
-    else:
-        report, fmt = run_bench(repeats=args.repeats, threads=args.threads, workdir=args.workdir), format_bench
-    print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))
-    return 0
-
-
 def _study(args) -> int:
     from .study.pipeline import run_study
     from .study.report import format_study
@@ -183,6 +331,21 @@ def _study(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from . import bench
+
+    runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, workdir=args.workdir),
+                          bench.format_bench),
+            "large": (lambda: bench.run_large_bench(threads=args.threads, workdir=args.workdir),
+                      bench.format_large_bench),
+            "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, workdir=args.workdir),
+                           bench.format_miniatures_bench)}
+    run, fmt = runs[args.scenario]
+    report = run()
+    print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -192,7 +355,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.argv = argv
     try:
-        return {"analyze": _analyze, "arch": _arch, "bench": _bench, "study": _study}[args.command](args)
+        commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
+                    "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
+        return commands[args.command](args)
+    except _UsageError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2

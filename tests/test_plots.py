@@ -1,0 +1,92 @@
+"""Every figure and the report render from stored records alone (no checkpoint is opened)."""
+
+import base64
+import re
+
+import pytest
+
+from specbound.cli import main
+from specbound.plots import build_figures, pick_record
+from specbound.report import write_report
+
+EXPECTED = {
+    "spectral_decay": ("singular value index i", "singular value σ_i"),
+    "bounds_vs_width": ("hidden size N", "bound / bound at smallest N"),
+    "bounds_vs_depth": ("depth L", "bound / bound at smallest L"),
+    "norms_vs_width": ("hidden size N", "(2,1)-norm"),
+    "contribution_curves": ("Schatten index p", "C(p) / C(0)"),
+    "p_star_heatmap": ("layer", "role"),
+    "bounds_side_by_side": ("checkpoint (depth L / hidden size N)", "bound value"),
+}
+
+
+@pytest.fixture
+def no_checkpoints(monkeypatch):
+    """Opening any checkpoint fails: plots and reports must read records only."""
+    import specbound.analysis
+    import specbound.checkpoint
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a plot or report opened a checkpoint")
+
+    monkeypatch.setattr(specbound.checkpoint, "open_checkpoint", refuse)
+    monkeypatch.setattr(specbound.analysis, "open_checkpoint", refuse)
+
+
+def test_every_figure_has_its_axes(tiny_store, no_checkpoints):
+    figures = build_figures(tiny_store)
+    assert set(figures) == set(EXPECTED)
+    for name, (xlabel, ylabel) in EXPECTED.items():
+        ax = figures[name].axes[0]
+        assert (ax.get_xlabel(), ax.get_ylabel()) == (xlabel, ylabel), name
+    scaling = figures["bounds_vs_width"].axes[0]
+    assert scaling.get_yscale() == "log"
+    # one line per (bound, fixed L), each starting at 1
+    lines = [l for l in scaling.get_lines() if len(l.get_xdata()) > 1]
+    assert len(lines) == 2 * 3 and all(l.get_ydata()[0] == 1 for l in lines)
+    assert [a.get_ylabel() for a in figures["norms_vs_width"].axes[:3]] == ["(2,1)-norm", "(1,1)-norm", "spectral norm"]
+    assert [a.get_title() for a in figures["contribution_curves"].axes] == ["QK (per head)", "OV (per head)", "FF_in", "FF_out"]
+    # the heat map shows the stored p* (mean over heads) of the largest model
+    key = pick_record(tiny_store)
+    mats = tiny_store.load(key, tables=("matrices",)).matrices
+    image = figures["p_star_heatmap"].axes[0].get_images()[0].get_array()
+    assert image[0, 0] == pytest.approx(mats[(mats.role == "QK") & (mats.layer == 0)]["p_star"].mean())
+
+
+def test_report_is_self_contained(tiny_store, tmp_path, no_checkpoints):
+    paths = write_report(tiny_store, tmp_path / "rep", model="bert_uncased_L-1_H-32_A-2", fixed_L=2)
+    written = sorted(paths["figures"].iterdir())
+    assert [p.name for p in written] == sorted(f"{n}.{ext}" for n in EXPECTED for ext in ("pdf", "png"))
+    for path in written:  # every figure as PNG and PDF
+        assert path.read_bytes()[:8].startswith(b"\x89PNG" if path.suffix == ".png" else b"%PDF"), path
+    page = paths["html"].read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<img") == len(EXPECTED)
+    sources = re.findall(r'src="([^"]*)"', page)
+    assert all(s.startswith("data:image/png;base64,") for s in sources)  # nothing outside the file
+    assert base64.b64decode(sources[0].split(",", 1)[1])[:4] == b"\x89PNG"
+    assert "spectral_adaptive" in page and "slope in L (fixed N)" in page
+    md = paths["markdown"].read_text()
+    assert "## Scaling" in md and "| source | L | N |" in md and "](figures/bounds_vs_width.png)" in md
+    assert (paths["figures"] / "bounds_vs_width.pdf").stat().st_size > 0
+
+
+def test_cli_plot_and_report(tiny_store, tmp_path, capsys, monkeypatch):
+    import specbound.plots
+    import specbound.report
+
+    calls = []  # the CLI only passes its arguments on (the drawing itself is tested above)
+    monkeypatch.setattr(specbound.plots, "render_all", lambda store, out, **kw: calls.append((out, kw)) or [out])
+    monkeypatch.setattr(specbound.report, "write_report",
+                        lambda store, out, **kw: calls.append((out, kw)) or {"html": "r.html", "markdown": "r.md",
+                                                                             "figures": "f"})
+    assert main(["plot", "--store", str(tiny_store.root), "--out", "f", "--model", "m", "--fixed-l", "2",
+                 "--bound", "edelman"]) == 0
+    assert main(["report", "--store", str(tiny_store.root), "--out", "r", "--confidence", "0.9"]) == 0
+    assert calls == [("f", {"model": "m", "fixed_L": 2, "bounds": ["edelman"]}),
+                     ("r", {"model": None, "fixed_L": None, "bounds": None, "confidence": 0.9})]
+    assert "report: r.html" in capsys.readouterr().out
+    monkeypatch.undo()
+    assert main(["plot", "--store", str(tmp_path / "empty")]) == 2
+    assert "no records" in capsys.readouterr().err
+    assert main(["plot", "--store", str(tiny_store.root), "--model", "nothing-like-this"]) == 2
+    assert "names 0 records" in capsys.readouterr().err

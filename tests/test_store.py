@@ -1,0 +1,140 @@
+"""The results store: keys from weights and options, atomic records, leftovers of killed writers,
+and the contribution curves stored with every record."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import specbound
+from specbound import SpecboundError
+from specbound.store import TABLES, Store, canonical_options, record_from_analysis, record_key, weights_digest
+from specbound.sources import Source
+from specbound.sweep import plan_task
+
+
+@pytest.fixture(scope="module")
+def member(tiny_family):
+    return tiny_family / "bert_uncased_L-2_H-64_A-4"
+
+
+@pytest.fixture(scope="module")
+def record(member):
+    task = plan_task(Source("m", str(member), {"L": 2}), {})
+    analysis = specbound.analyze(member, threads=1)
+    return record_from_analysis(analysis, key=task.key, source="m", labels={"L": 2},
+                                weights_sha256=task.weights_sha256, options={}, seconds=0.1, mode="local")
+
+
+def test_key_depends_on_the_weights_and_the_options_not_the_name(member, tmp_path):
+    base = plan_task(Source("a", str(member)), {})
+    copy = tmp_path / "copy"
+    shutil.copytree(member, copy)
+    assert plan_task(Source("b", str(copy)), {}).key == base.key  # same bytes, another name
+    assert plan_task(Source("a", str(member)), {"rank_tol": 1e-10, "method": "factored"}).key == base.key
+    assert plan_task(Source("a", str(member)), {"grid_m": 9}).key != base.key
+    # one byte of one weight changed: another key
+    data = bytearray((copy / "model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (copy / "model.safetensors").write_bytes(bytes(data))
+    assert plan_task(Source("b", str(copy)), {}).key != base.key
+    with pytest.raises(SpecboundError, match="unknown analysis option"):
+        canonical_options({"grid": 3})
+
+
+def test_remembered_file_hashes_follow_the_file(member, tmp_path):
+    import os
+
+    from specbound.store import file_sha256
+
+    copy = tmp_path / "w.safetensors"
+    copy.write_bytes((member / "model.safetensors").read_bytes())
+    cache = {}
+    first = file_sha256(copy, cache)
+    assert first == file_sha256(member / "model.safetensors") and len(cache) == 1
+    cache[next(iter(cache))] = "stale"  # a remembered hash is used while the file is unchanged
+    assert file_sha256(copy, cache) == "stale"
+    st = copy.stat()
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # touched: hashed again
+    assert file_sha256(copy, cache) == first and len(cache) == 2
+
+
+def test_weights_digest_covers_the_config(member):
+    config = json.loads((member / "config.json").read_text())
+    files = [member / "model.safetensors"]
+    assert weights_digest(config, files) != weights_digest({**config, "hidden_act": "relu"}, files)
+    assert record_key("0" * 64, {}) != record_key("1" * 64, {})
+
+
+def test_curves_reproduce_the_stored_minimisers(record):
+    curves, mats = record.tables["curves"], record.tables["matrices"]
+    m = record.meta["analysis"]["options"]["grid_m"]
+    assert len(curves) == len(mats) * (2 * m + 1)
+    best = curves.loc[curves.groupby("matrix")["c"].idxmin()]
+    np.testing.assert_allclose(best["c"], mats["contribution"], rtol=1e-12)
+    np.testing.assert_allclose(best["p"], mats["p_star"], rtol=0, atol=1e-12)
+    at0 = curves[curves["p"] == 0]
+    np.testing.assert_allclose(at0["c"], mats["c_p0"], rtol=1e-12)
+    assert (at0["c_over_c0"] == 1).all()
+
+
+def test_put_load_and_table(record, tmp_path):
+    st = Store(tmp_path / "s")
+    assert st.keys() == [] and len(st.table()) == 0
+    assert st.put(record) is True
+    assert st.put(record) is False  # already there: never a second copy
+    assert st.keys() == [record.key] and record.key in st
+    back = st.load(record.key)
+    assert back.meta == json.loads(json.dumps(record.meta))
+    for name in TABLES:
+        pd.testing.assert_frame_equal(back.tables[name], record.tables[name], check_exact=True)
+    row = st.table().iloc[0]
+    assert (row["L"], row["N"], row["label_L"], row["source"]) == (2, 64, 2, "m")
+    assert row["spectral_adaptive"] == pytest.approx(record.bounds["spectral_adaptive"], rel=1e-15)
+    assert set(st.bound_names()) >= {"spectral_adaptive", "edelman"}
+    assert os.listdir(st.incoming_dir) == []
+
+
+def test_a_failed_write_publishes_nothing(record, tmp_path, monkeypatch):
+    st = Store(tmp_path / "s")
+    calls = []
+
+    def broken(self, path, **kwargs):
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return original(self, path, **kwargs)
+
+    original = pd.DataFrame.to_parquet
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", broken)
+    with pytest.raises(OSError, match="disk full"):
+        st.put(record)
+    assert st.keys() == [] and not (st.records_dir / record.key).exists()
+    assert os.listdir(st.incoming_dir) == []
+
+
+def test_leftovers_of_dead_writers_are_cleaned(record, tmp_path):
+    st = Store(tmp_path / "s")
+    st.put(record)
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = st.incoming_dir / f"{record.key}+{dead}+abcd1234+{socket.gethostname()}"
+    (stale / "sub").mkdir(parents=True)
+    live = st.incoming_dir / f"{record.key}+{os.getpid()}+abcd1234+{socket.gethostname()}"
+    live.mkdir()
+    assert st.keys() == [record.key]  # leftovers are never read as records
+    assert st.clean_incoming() == 1
+    assert not stale.exists() and live.exists()
+
+
+def test_a_store_that_is_a_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SpecboundError, match="is a file"):
+        Store(tmp_path / "f")
