@@ -122,7 +122,10 @@ def test_hub_id_missing_from_cache(tmp_path, monkeypatch):
     with pytest.raises(SpecboundError, match=r"never downloads.*huggingface-cli download org/absent"):
         specbound.analyze("org/absent")
     (tmp_path / "models--org--present" / "snapshots" / "abc").mkdir(parents=True)
-    with pytest.raises(SpecboundError, match=r"revision 'main' is not"):
+    with pytest.raises(SpecboundError, match=r"revision 'v2' is not"):
+        specbound.analyze("org/present@v2")
+    (tmp_path / "models--org--present" / "snapshots" / "def").mkdir()
+    with pytest.raises(SpecboundError, match=r"2 snapshots .* no refs/main: pass org/present@<commit>"):
         specbound.analyze("org/present")
 
 

@@ -360,7 +360,7 @@ def format_bench(report: dict) -> str:
         f"dense reference   {report['dense_seconds']:.3f} s",
         f"speedup vs dense  {report['speedup_vs_dense']:.1f}x",
         f"peak RSS          {report['peak_rss_mb']:.0f} MB",
-        f"bounds            " + ", ".join(f"{k}={v:.6g}" for k, v in report["bounds"].items()),
+        "bounds            " + ", ".join(f"{k}={v:.6g}" for k, v in report["bounds"].items()),
         f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (fast vs dense bounds)",
         f"FF spectrum       Gram {report['ff_gram_seconds']:.3f} s vs SVD {report['ff_svd_seconds']:.3f} s "
         f"({report['ff_gram_speedup']:.1f}x, one 768 x 3072 matrix)",

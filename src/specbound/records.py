@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .atomic import atomic_write
 from .bounds import REGISTRY, BoundResult, in_group
 from .measures import ModelMeasures
 from .spectra import numerical_rank
@@ -118,9 +117,9 @@ class Analysis:
         written = []
         for name, table in (("matrices", self.matrices), ("layers", self.layers),
                             ("singular_values", self.singular_values)):
-            written.append(_atomic(out / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False)))
-            written.append(_atomic(out / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False)))
-        written.append(_atomic(out / "summary.json", lambda p: Path(p).write_text(self.to_json())))
+            written.append(atomic_write(out / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False)))
+            written.append(atomic_write(out / f"{name}.csv", lambda p, t=table: t.to_csv(p, index=False)))
+        written.append(atomic_write(out / "summary.json", lambda p: Path(p).write_text(self.to_json())))
         return written
 
 
@@ -146,19 +145,6 @@ def _json_tree(value: Any) -> Any:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     return _json_number(value)
-
-
-def _atomic(path: Path, write) -> Path:
-    """Write through a temporary file in the same folder, then rename: never a half file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecboundError
+from .hub_cache import cache_dir, cached_model_ids, find_snapshot
 
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _NAME_BEFORE = re.compile(r"([A-Za-z]+)[-_=:]?$")
@@ -196,51 +197,6 @@ class Pattern:
 
 # --- the Hugging Face cache ----------------------------------------------------------------------
 
-def hf_cache_dir() -> Path:
-    """The hub cache folder, as ``huggingface_hub`` finds it (without importing it)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
-
-
-def cached_model_ids(cache: Path | None = None) -> list[str]:
-    """Hub ids (``org/name``) of the model repositories in the local cache."""
-    cache = hf_cache_dir() if cache is None else cache
-    if not cache.is_dir():
-        return []
-    ids = []
-    for entry in cache.iterdir():
-        if entry.name.startswith("models--") and entry.is_dir():
-            ids.append(entry.name[len("models--"):].replace("--", "/"))
-    return sorted(ids)
-
-
-def cached_snapshot(repo_id: str, cache: Path | None = None) -> Path | None:
-    """The snapshot folder of ``repo_id`` in the cache (the ``main`` ref, else the only one)."""
-    cache = hf_cache_dir() if cache is None else cache
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    snapshots = repo / "snapshots"
-    if not snapshots.is_dir():
-        return None
-    ref = repo / "refs" / "main"
-    if ref.is_file():
-        folder = snapshots / ref.read_text().strip()
-        if folder.is_dir():
-            return folder
-    found = sorted(p for p in snapshots.iterdir() if p.is_dir())
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        return None
-    raise SpecboundError(
-        f"{repo_id} has {len(found)} snapshots in {cache} and no refs/main: pass the snapshot folder you "
-        f"mean ({', '.join(p.name[:12] for p in found)}) instead of the hub id"
-    )
-
-
 def _looks_like_hub_id(text: str) -> bool:
     """``org/name`` (brace groups aside): one slash, not a path that starts from somewhere."""
     bare = _GROUP.sub("0", text)
@@ -272,15 +228,15 @@ def expand_pattern(text: str) -> list[Source]:
         if labels is not None and os.path.isdir(candidate):
             found.append(Source(shown.rstrip("/"), candidate.rstrip("/"), labels))
     if not found and _looks_like_hub_id(text):
-        cache = hf_cache_dir()
+        cache = cache_dir()
         for repo_id in cached_model_ids(cache):
             labels = pattern.match(repo_id)
             if labels is not None:
-                snapshot = cached_snapshot(repo_id, cache)
+                snapshot = find_snapshot(repo_id, cache=cache)
                 if snapshot is not None:
                     found.append(Source(repo_id, str(snapshot), labels))
     if not found:
-        where = f"the file system" + (f" or the Hugging Face cache {hf_cache_dir()}" if _looks_like_hub_id(text) else "")
+        where = "the file system" + (f" or the Hugging Face cache {cache_dir()}" if _looks_like_hub_id(text) else "")
         raise SpecboundError(f"the source pattern {text!r} matches no model folder in {where}; check the "
                              f"pattern (specbound sweep --dry-run lists what it matches)")
     return sorted(found, key=_natural_key)
@@ -289,7 +245,7 @@ def expand_pattern(text: str) -> list[Source]:
 def _plain_source(text: str) -> Source:
     """A source without groups: a path as it is; a hub id found in the cache, its snapshot folder."""
     if not os.path.exists(os.path.expanduser(text)) and _looks_like_hub_id(text):
-        snapshot = cached_snapshot(text)
+        snapshot = find_snapshot(text)
         if snapshot is not None:
             return Source(text, str(snapshot))
     return Source(text, text)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .atomic import process_alive
 from .errors import SpecboundError
 
 RECORD_FORMAT = 1
@@ -324,21 +325,11 @@ class Store:
             parts = tmp.name.split("+", 3)
             stale = now - tmp.stat().st_mtime > max_age
             if len(parts) == 4 and parts[3] == host and parts[1].isdigit():
-                stale = stale or not _alive(int(parts[1]))
+                stale = stale or not process_alive(int(parts[1]))
             if stale:
                 shutil.rmtree(tmp, ignore_errors=True)
                 removed += 1
         return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync(path: Path) -> None:

@@ -271,8 +271,8 @@ def format_study(result) -> str:
         "twins (fewer examples trained longer vs more examples trained shorter):",
         twin_table(runs).to_string(index=False),
         "",
-        f"Kendall tau of each measure with the error gap (test - train error); granulated psi per "
-        f"hyper-parameter and Psi pooled over tasks (Jiang et al. 2020):",
+        "Kendall tau of each measure with the error gap (test - train error); granulated psi per "
+        "hyper-parameter and Psi pooled over tasks (Jiang et al. 2020):",
         format_correlations(corr, measures),
         "",
         f"gap bounds vacuous (>= 1) in every run: {len(vac) - len(never)} of {len(vac)}"

@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from .. import __version__
+from ..atomic import atomic_write, process_alive
 from ..errors import SpecboundError
 from .grid import STUDY_VERSION, RunConfig
 
@@ -46,14 +46,11 @@ def is_trained(path: Path) -> bool:
 
 def write_json_atomic(path: Path, doc: dict) -> None:
     """``json.dump`` to a temp file in the same folder, then rename: never a half file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
+    def dump(tmp: str) -> None:
+        with open(tmp, "w") as f:
             json.dump(doc, f, indent=1, allow_nan=True)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    atomic_write(path, dump)
 
 
 def remove_stale_temps(root: Path) -> list[Path]:
@@ -67,22 +64,10 @@ def remove_stale_temps(root: Path) -> list[Path]:
             pid = int(tmp.name.rsplit("-", 2)[-2])
         except (IndexError, ValueError):
             pid = None
-        if pid is None or not _alive(pid):
+        if pid is None or not process_alive(pid):
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def train_and_record(config: RunConfig, root: Path) -> bool:
