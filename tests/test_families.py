@@ -195,3 +195,26 @@ def test_kv_heads_inferred_when_config_omits_them(tmp_path):
     without = specbound.analyze(tmp_path, threads=1)
     assert without.model["H_kv"] == 2
     assert without.bounds == with_key.bounds
+
+
+def test_shared_count_equals_headline_without_sharing_and_never_exceeds_it(tmp_path):
+    """spectral_shared (each stored matrix once, summed sensitivity) is the headline bound when no
+    weights are shared, and at most the headline bound for an ALBERT, strictly below with sharing."""
+    bert_folder = tmp_path / "bert"
+    torch.manual_seed(1)
+    transformers.BertModel(transformers.BertConfig(hidden_size=N, num_hidden_layers=3, num_attention_heads=H,
+                                                   intermediate_size=D_FF, vocab_size=50)).save_pretrained(bert_folder)
+    unshared = specbound.analyze(bert_folder, threads=1).all_bounds()
+    assert unshared["spectral_shared"] == pytest.approx(unshared["spectral_adaptive"], rel=1e-12)
+
+    for groups in (1, 2):
+        folder = tmp_path / f"albert{groups}"
+        torch.manual_seed(2)
+        model = transformers.AlbertModel(transformers.AlbertConfig(
+            embedding_size=16, hidden_size=N, num_hidden_layers=4, num_hidden_groups=groups,
+            num_attention_heads=H, intermediate_size=D_FF, vocab_size=50))
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.2)
+        model.save_pretrained(folder)
+        bounds = specbound.analyze(folder, threads=1).all_bounds()
+        assert bounds["spectral_shared"] < bounds["spectral_adaptive"]

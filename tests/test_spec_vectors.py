@@ -81,3 +81,28 @@ def test_vector_b():
     result = EDELMAN.compute(ms)
     assert result.per_layer["xi"] == pytest.approx([31.902848, 15.767375], rel=REL)
     assert result.value == pytest.approx(887.139298, rel=REL)
+
+
+def test_shared_count_by_hand():
+    """Two depths sharing one stored layer: each matrix once, scale = 1 * (gamma_0 alpha_0 + gamma_1 alpha_1)."""
+    from specbound.bounds import REGISTRY
+    from specbound.bounds.adaptive import ContributionCurve, schatten_grid
+
+    def spec(c, s2):
+        return MatrixSpectrum((4, 4), np.array([c, s2]), 1.0, 1.0)
+
+    layer = dict(qk=[spec(0.5, 0.2)], ov=[spec(1.5, 0.3)], ff={"FF_in": spec(2.0, 1.0), "FF_out": spec(1.2, 0.4)})
+    layers = [LayerSpectra(0, **layer), LayerSpectra(1, **layer)]
+    dims = ModelDims(L=2, N=4, H=1, H_kv=1, d_head=2, d_ff=4, stored=(0, 0))
+    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)
+    lam = 1.13 * 2.0 * 1.2 * 1.5 * (1 + 4 * 0.5)
+    assert ms.alphas == pytest.approx([lam, 1.0])
+    gamma = {"QK": 2 * 1.5 * 1.2 * 2.0, "OV": 1.2 * 2.0, "FF_in": 1.2, "FF_out": 1.0}
+    grid = schatten_grid(ms.grid_m)
+    expected = math.sqrt(2)
+    for role, s in (("QK", layer["qk"][0]), ("OV", layer["ov"][0]), ("FF_in", layer["ff"]["FF_in"]),
+                    ("FF_out", layer["ff"]["FF_out"])):
+        scale = 1 * (gamma[role] * lam + gamma[role] * 1.0)
+        expected += min(ContributionCurve(s, scale, 4, 1e-10)(float(p)) for p in grid)
+    assert REGISTRY["spectral_shared"].compute(ms).value == pytest.approx(expected, rel=1e-12)
+    assert REGISTRY["spectral_shared"].compute(ms).value < REGISTRY["spectral_adaptive"].compute(ms).value

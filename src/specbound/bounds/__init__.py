@@ -96,5 +96,5 @@ def in_group(group: str) -> list[str]:
 
 
 from . import adaptive, edelman  # noqa: E402,F401  (registration side effect)
-from . import adaptive_fixed_p, adaptive_three_type  # noqa: E402,F401
+from . import adaptive_fixed_p, adaptive_three_type, adaptive_shared  # noqa: E402,F401
 from . import bft, nbs, trauger_tewari, frobenius_product, spectral_product, param_count  # noqa: E402,F401
