@@ -128,9 +128,7 @@ def analyze(
     -------
     Analysis
     """
-    _check_options(grid_m, rank_tol, l_phi, threads, method)
-    if not (isinstance(gram_rtol, (int, float)) and 0 <= gram_rtol < 1):
-        raise SpecboundError(f"gram_rtol must be a number in [0, 1) (0 forces exact SVDs), got {gram_rtol!r}")
+    _check_options(grid_m, rank_tol, l_phi, threads, method, gram_rtol)
     gap_params = _gap_parameters(n, margin, delta, lead_constant, confidence_constant)
     from threadpoolctl import threadpool_limits
 
@@ -277,7 +275,7 @@ def _resolve_spec(arch_spec, config) -> ArchSpec:
     return load_spec_file(arch_spec)
 
 
-def _check_options(grid_m, rank_tol, l_phi, threads, method) -> None:
+def _check_options(grid_m, rank_tol, l_phi, threads, method, gram_rtol) -> None:
     if grid_m is not None and (not isinstance(grid_m, (int, np.integer)) or grid_m < 1):
         raise SpecboundError(f"grid_m must be a positive integer (the grid is {{0, 1/m, ..., 2}}), got {grid_m!r}")
     if not (isinstance(rank_tol, (int, float)) and 0 <= rank_tol < 1):
@@ -288,3 +286,5 @@ def _check_options(grid_m, rank_tol, l_phi, threads, method) -> None:
         raise SpecboundError(f"threads must be a positive integer, got {threads!r}")
     if method not in METHODS:
         raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if not (isinstance(gram_rtol, (int, float)) and 0 <= gram_rtol < 1):
+        raise SpecboundError(f"gram_rtol must be a number in [0, 1) (0 forces exact SVDs), got {gram_rtol!r}")

@@ -155,7 +155,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     measures on ``W - W0`` and the bounds computed on them)."""
     dims = measures.dims
     base = []
-    sv_frames = []
+    sv_arrays = []
     for i, mm in enumerate(measures.matrices):
         s = mm.spectrum
         base.append({
@@ -166,7 +166,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
         })
-        sv_frames.append(s.singular_values)
+        sv_arrays.append(s.singular_values)
     matrices = pd.DataFrame(base)
     for result in results.values():
         for key, column in result.per_matrix.items():
@@ -181,7 +181,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     if from_init is not None:
         matrices, layers = _with_differences(matrices, layers, *from_init)
 
-    counts = np.array([sv.size for sv in sv_frames])
+    counts = np.array([sv.size for sv in sv_arrays])
     owner = np.repeat(np.arange(len(counts)), counts)  # one table built at once, not one per matrix
     singular_values = pd.DataFrame({
         "matrix": owner,
@@ -190,7 +190,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
                          dtype="Int64"),
         "role": np.repeat([mm.role for mm in measures.matrices], counts),
         "index": np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1,
-        "sigma": np.concatenate(sv_frames) if sv_frames else np.array([]),
+        "sigma": np.concatenate(sv_arrays) if sv_arrays else np.array([]),
     })
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}

@@ -77,11 +77,6 @@ class MatrixSpectrum:
         s1 = self.spectral_norm
         return float(np.sum(self.singular_values**2) / s1**2) if s1 > 0 else 0.0
 
-    def full_singular_values(self) -> np.ndarray:
-        """All ``dim`` singular values, the exact zeros of a factored product included."""
-        s = self.singular_values
-        return np.concatenate([s, np.zeros(self.dim - s.size)])
-
 
 def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> float:
     """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (SPEC section 2)."""
