@@ -39,16 +39,25 @@ def test_small_bert_checkpoint_analyses(tmp_path):
 
 
 def test_miniatures_bench_reports_totals_and_every_checkpoint(tmp_path):
-    report = run_miniatures_bench(depths=(1, 2), widths=(64, 128), workdir=str(tmp_path))
-    assert report["checkpoints"] == 4 and len(report["per_checkpoint"]) == 4
-    assert [(r["L"], r["N"]) for r in report["per_checkpoint"]] == [(1, 64), (1, 128), (2, 64), (2, 128)]
-    assert report["max_relative_bound_difference_vs_dense"] < 1e-10  # same bounds as the dense method
-    assert report["speedup_vs_dense"] == report["dense_seconds"] / report["sweep_seconds"]
+    report = run_miniatures_bench(depths=(1, 2), widths=(64, 128), jobs=2, workdir=str(tmp_path))
+    assert report["checkpoints"] == 4 and [b["cores"] for b in report["budgets"]] == [1, 2]
+    for budget in report["budgets"]:
+        rows = budget["per_checkpoint"]
+        assert [(r["L"], r["N"]) for r in rows] == [(1, 64), (1, 128), (2, 64), (2, 128)]
+        assert budget["max_relative_bound_difference_vs_dense"] < 1e-10  # same bounds as the dense method
+        assert budget["speedup_vs_dense"] == budget["dense_seconds"] / budget["sweep_seconds"]
     json.dumps(report)  # the --format json document
     text = format_miniatures_bench(report)
-    assert "speedup vs dense" in text and "per checkpoint median" in text
-    assert len(text.splitlines()) == 10 + 1 + 4
+    assert "speedup vs dense" in text and "per checkpoint median" in text and "on 2 cores" in text
+    assert text.splitlines()[-4].split()[:2] == ["1", "64"] and text.count("x") >= 8
     assert list(tmp_path.iterdir()) == []  # the family and the store lived in a temporary folder
+
+
+def test_core_budgets():
+    from specbound.bench import core_budgets
+
+    assert core_budgets(1) == [1] and core_budgets(4) == [1, 4]
+    assert core_budgets(None)[0] == 1
 
 
 def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
@@ -57,5 +66,7 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
     monkeypatch.setattr(specbound.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
     monkeypatch.setattr(specbound.bench, "format_miniatures_bench", lambda r: f"miniatures {r}")
     assert main(["bench", "--scenario", "miniatures", "--threads", "1"]) == 0
-    assert "miniatures {'called': {'threads': 1, 'workdir': None}}" in capsys.readouterr().out
+    assert "miniatures {'called': {'threads': 1, 'jobs': None, 'workdir': None}}" in capsys.readouterr().out
+    assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
+    assert "'jobs': 2" in capsys.readouterr().out
     assert main(["bench", "--scenario", "nope"]) == 2

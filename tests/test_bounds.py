@@ -251,3 +251,51 @@ def test_monotone_in_the_last_feed_forward_norm(model, t):
     for name in ("spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "frobenius_product",
                  "spectral_product", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"):
         assert grown[name].value >= base[name].value * (1 - 1e-12), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(-6, 6), min_size=1, max_size=40), st.floats(-30, 60), st.integers(2, 5000))
+def test_continuous_minimum_is_the_global_minimum(log_s, log_scale, n):
+    """ln C is quasiconvex in p, so the minimiser found from the sign of its derivative is global:
+    never above C anywhere on a fine grid, nor above any of several other curves' evaluations."""
+    from specbound.bounds.adaptive import ContributionCurve, continuous_minima
+
+    curve = ContributionCurve.from_kept(np.sort(np.exp(log_s))[::-1], math.exp(log_scale), n)
+    p, value = continuous_minima([curve])
+    fine = np.linspace(0.0, 2.0, 2001)
+    assert value[0] <= curve.on_grid(fine).min() * (1 + 1e-12)
+    assert 0.0 <= p[0] <= 2.0 and value[0] == pytest.approx(curve(float(p[0])), rel=1e-12)
+    if 0.0 < p[0] < 2.0:  # an interior minimum: C is no smaller a little to either side
+        for q in (p[0] - 1e-6, p[0] + 1e-6):
+            assert value[0] <= curve(q) * (1 + 1e-14)
+
+
+def test_continuous_minima_batch_equals_one_at_a_time():
+    from specbound.bounds.adaptive import ContributionCurve, continuous_minima
+
+    rng = np.random.default_rng(3)
+    curves = [ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], math.exp(rng.uniform(-5, 25)), 384)
+              for r in (1, 5, 64, 300)]
+    curves.append(ContributionCurve.from_kept(np.array([]), 10.0, 384))  # nothing above the rank tolerance
+    p, value = continuous_minima(curves)
+    for i, curve in enumerate(curves):
+        assert curve.continuous_minimum() == (p[i], value[i])
+    assert (p[-1], value[-1]) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("log_scale", [-3.0, -2.0, -1.0, -0.5])
+def test_continuous_minimum_interior_root(log_scale):
+    """Where the minimum is interior, d ln C / dp = 0 there (central difference), and a bounded
+    scalar search (scipy) finds no smaller value."""
+    from scipy.optimize import minimize_scalar
+
+    from specbound.bounds.adaptive import ContributionCurve
+
+    curve = ContributionCurve.from_kept(np.array([3.0, 1.0, 0.2, 0.01]), math.exp(log_scale), 100)
+    p, value = curve.continuous_minimum()
+    assert 0.0 < p < 2.0
+    eps = 1e-5
+    slope = (math.log(curve(p + eps)) - math.log(curve(p - eps))) / (2 * eps)
+    assert abs(slope) < 1e-8
+    other = minimize_scalar(lambda q: curve(q), bounds=(0.0, 2.0), method="bounded", options={"xatol": 1e-10})
+    assert value <= other.fun * (1 + 1e-14) and p == pytest.approx(other.x, abs=1e-6)

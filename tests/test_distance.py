@@ -156,3 +156,11 @@ def test_json_has_from_init(trained_and_init):
     assert doc["options"]["init"] == str(init)
     assert set(doc["from_init"]) == set(a.from_init)
     assert "delta_norm_2_1" in doc["matrices"][0]
+
+
+def test_layers_in_parallel_from_init(trained_and_init):
+    """With init= every layer is read twice (W and W0); in threads the numbers are the same."""
+    a, src, init = trained_and_init
+    b = specbound.analyze(src, init=init, threads=1, jobs=2)
+    assert b.all_bounds() == a.all_bounds()
+    assert b.to_json() == a.to_json()

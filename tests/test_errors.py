@@ -264,6 +264,17 @@ def test_broken_checkpoint(breaker, healthy, capsys):
     assert assert_api_error(needles, source) == line.removeprefix("specbound: error: ")
 
 
+@pytest.mark.parametrize("breaker", [nan_weight, inf_weight, quantized_weight, truncated],
+                         ids=lambda f: f.__name__)
+def test_broken_layer_with_layers_in_parallel(breaker, healthy, capsys):
+    """A layer failing in a worker thread is the same one-line error, not a traceback."""
+    source, needles = breaker(healthy)
+    line = assert_one_line_error(*run_cli(capsys, source, "--jobs", "2"), needles)
+    with pytest.raises(SpecboundError) as err:
+        specbound.analyze(source, jobs=2)
+    assert str(err.value) == line.removeprefix("specbound: error: ")
+
+
 # --- sharded checkpoints ----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -358,6 +369,7 @@ OPTION_CASES = [
     (["--l-phi", "0"], ["l_phi", "positive"]),
     (["--l-phi", "inf"], ["l_phi", "finite", "inf"]),
     (["--threads", "0"], ["--threads", "'0'"]),
+    (["--jobs", "0"], ["--jobs", "'0'"]),
     (["--format", "xml"], ["--format", "'xml'"]),
     (["--no-such-option"], ["--no-such-option"]),
 ]
@@ -371,7 +383,8 @@ def test_invalid_option(tiny_bert_dir, capsys, args, needles):
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(grid_m=0), "grid_m"), (dict(grid_m=1.5), "grid_m"), (dict(rank_tol=-1.0), "rank_tol"),
     (dict(rank_tol=float("nan")), "rank_tol"), (dict(l_phi=float("inf")), "l_phi"),
-    (dict(threads=0), "threads"), (dict(method="exact"), "method"),
+    (dict(threads=0), "threads"), (dict(method="exact"), "method"), (dict(jobs=0), "jobs"),
+    (dict(jobs=1.5), "jobs"),
 ])
 def test_invalid_option_api(tiny_bert_dir, kwargs, needle):
     with pytest.raises(SpecboundError, match=needle):

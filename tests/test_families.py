@@ -3,6 +3,7 @@ a reference built by *calling the model's own modules* on identity inputs, so a 
 orientation, fused layout or key/value grouping fails here."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -218,3 +219,16 @@ def test_shared_count_equals_headline_without_sharing_and_never_exceeds_it(tmp_p
         model.save_pretrained(folder)
         bounds = specbound.analyze(folder, threads=1).all_bounds()
         assert bounds["spectral_shared"] < bounds["spectral_adaptive"]
+
+
+def test_family_layers_in_parallel_are_identical(saved_family):
+    """jobs > 1 analyses layers in threads: the same numbers in the same order (ALBERT's shared
+    layers included), whatever order the layers finish in."""
+    family, folder, _ = saved_family
+    one = specbound.analyze(folder, threads=1)
+    seen = []
+    many = specbound.analyze(folder, threads=1, jobs=3, progress=lambda done, total: seen.append((done, total)))
+    assert many.all_bounds() == one.all_bounds()
+    pd.testing.assert_frame_equal(many.matrices, one.matrices, check_exact=True)
+    L = one.model["L"]
+    assert seen[-1] == (L, L) and [d for d, _ in seen] == sorted(d for d, _ in seen)

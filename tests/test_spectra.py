@@ -91,6 +91,31 @@ def test_gram_path_within_its_proven_bound(seed, n, k, transpose):
     assert np.all(rel <= bound)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 9), st.integers(10, 40), st.integers(1, 12), st.booleans())
+def test_gram_path_in_several_blocks_within_its_proven_bound(seed, n, k, block, transpose):
+    """The Gram matrix accumulated over column blocks of any width (uneven last block too) gives
+    the SVD's values within the bound, and the bound is the one for that blocking's depth."""
+    import specbound.spectra as spectra
+
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k))
+    w = w.T if transpose else w
+    original = spectra._GRAM_BLOCK
+    spectra._GRAM_BLOCK = block
+    try:
+        s_gram, bound = spectra.gram_singular_values(w)
+    finally:
+        spectra._GRAM_BLOCK = original
+    s_svd = np.linalg.svd(w, compute_uv=False)
+    assert np.all(np.abs(s_gram - s_svd) / s_gram <= bound)
+    u = np.finfo(np.float64).eps / 2
+    b = min(block, k)
+    depth = b + -(-k // b) + 1
+    delta = depth * u / (1 - depth * u) * np.sum(w**2) + n * u * s_gram[0] ** 2
+    assert bound == pytest.approx(delta / s_gram[-1] ** 2, rel=1e-9)
+
+
 def test_gram_path_falls_back_to_svd_when_unresolved():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((6, 20))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 import specbound
 from specbound.cli import main
+from specbound.errors import SpecboundError
 from specbound.sources import expand_sources
 from specbound.store import TABLES, Store
 from specbound.sweep import run_sweep
@@ -169,3 +171,18 @@ def test_a_local_sweep_imports_neither_dask_nor_matplotlib(tiny_family, tmp_path
     proc = subprocess.run([sys.executable, "-c", code, str(tiny_family / "bert_uncased_L-1_*"), str(tmp_path / "s")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_layers_in_parallel_give_identical_records(sources, tmp_path, capsys):
+    run_sweep(sources, tmp_path / "one", progress=False)
+    report = run_sweep(sources, tmp_path / "jobs", jobs=3, progress=True)
+    assert len(report.written) == 6 and not report.failed
+    assert_same_records(Store(tmp_path / "one"), Store(tmp_path / "jobs"))
+    err = capsys.readouterr().err
+    done, total = re.findall(r"matrices:.*?(\d+)/(\d+)", err)[-1]
+    assert "6/6" in err and done == total  # both bars complete with layers run three at a time
+
+
+def test_jobs_must_be_positive(sources, tmp_path):
+    with pytest.raises(SpecboundError, match="jobs must be a positive integer"):
+        run_sweep(sources, tmp_path / "store", jobs=0, progress=False)

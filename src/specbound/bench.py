@@ -125,27 +125,29 @@ def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: 
     return folder, largest
 
 
-def _large_child(folder: str, threads: int, queue) -> None:
+def _large_child(folder: str, threads: int, jobs: int, queue) -> None:
     """Runs in a fresh process, so its peak RSS is the analysis' own."""
     from .analysis import analyze
 
     stamps = [time.perf_counter()]
-    result = analyze(folder, threads=threads, progress=lambda done, total: stamps.append(time.perf_counter()))
+    result = analyze(folder, threads=threads, jobs=jobs,
+                     progress=lambda done, total: stamps.append(time.perf_counter()))
     methods = result.matrices[result.matrices["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict()
     queue.put({"layer_seconds": list(np.diff(stamps)), "peak_rss_mb": _peak_rss_mb(),
                "bounds": result.bounds, "ff_sv_methods": methods})
 
 
-def run_large_bench(*, threads: int = 1, workdir: str | None = None) -> dict:
+def run_large_bench(*, threads: int = 1, jobs: int = 1, workdir: str | None = None) -> dict:
     """LLaMA-shaped bf16 shards (N=4096, 32 query / 8 key-value heads, d_ff=11008, 4 layers):
-    time per layer and peak RSS of the analysis, against three times the largest layer's bytes."""
+    time per layer and peak RSS of the analysis, against three times the largest layer's bytes
+    (with ``jobs`` layers at a time the memory holds that many layers: the limit is for ``jobs=1``)."""
     import multiprocessing
 
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         folder, largest = write_llama_checkpoint(Path(tmp) / "llama-large-bf16", **LLAMA_LARGE)
         ctx = multiprocessing.get_context("spawn")
         queue = ctx.Queue()
-        child = ctx.Process(target=_large_child, args=(str(folder), threads, queue))
+        child = ctx.Process(target=_large_child, args=(str(folder), threads, jobs, queue))
         child.start()
         out = queue.get()
         child.join()
@@ -153,6 +155,7 @@ def run_large_bench(*, threads: int = 1, workdir: str | None = None) -> dict:
     return {
         "scenario": "llama-shaped random bf16 shards (L=4, N=4096, H=32, H_kv=8, d_ff=11008)",
         "threads": threads,
+        "jobs": jobs,
         "seconds": float(sum(out["layer_seconds"])),
         "seconds_per_layer": out["layer_seconds"],
         "peak_rss_mb": out["peak_rss_mb"],
@@ -194,37 +197,57 @@ def _timed(fn):
     return time.perf_counter() - start, out
 
 
-def run_bench(*, repeats: int = 3, threads: int = 1, workdir: str | None = None) -> dict:
-    """Time the analysis (median of ``repeats``) and the dense reference (once) on BERT-base shape."""
+def core_budgets(jobs: int | None) -> list[int]:
+    """The core counts a benchmark times every contender at: one core, and ``jobs`` (default: all
+    the cores this process may use) when that is more."""
+    from .analysis import available_cores
+
+    jobs = available_cores() if jobs is None else jobs
+    return sorted({1, jobs})
+
+
+def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, workdir: str | None = None) -> dict:
+    """Time the analysis (median of ``repeats``), the dense reference and WeightWatcher's
+    ``analyze()`` (once each) on BERT-base shape, at every core budget of :func:`core_budgets`.
+
+    On ``c`` cores specbound and the dense reference analyse ``c`` layers at once (``jobs=c``,
+    ``threads`` BLAS threads each) and WeightWatcher, which has no such option, gets
+    ``c * threads`` BLAS threads: every contender uses the same cores as well as it can.
+    """
     from .analysis import analyze
 
+    budgets = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         folder = write_bert_checkpoint(Path(tmp) / "bert-base-random", **BERT_BASE)
-        runs = [_timed(lambda: analyze(folder, threads=threads)) for _ in range(repeats)]
-        seconds = statistics.median(t for t, _ in runs)
-        fast = runs[0][1]
+        for cores in core_budgets(jobs):
+            runs = [_timed(lambda: analyze(folder, threads=threads, jobs=cores)) for _ in range(repeats)]
+            seconds = statistics.median(t for t, _ in runs)
+            fast = runs[0][1]
+            dense_seconds, dense = _timed(lambda: analyze(folder, threads=threads, jobs=cores, method="dense"))
+            ww_seconds, ww_note = _weightwatcher_seconds(folder, threads * cores)
+            budgets.append({
+                "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
+                "seconds": seconds, "seconds_all": [t for t, _ in runs],
+                "dense_seconds": dense_seconds, "speedup_vs_dense": dense_seconds / seconds,
+                "weightwatcher_seconds": ww_seconds,
+                "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
+                "weightwatcher_note": ww_note,
+            })
         peak_fast = _peak_rss_mb()
         ff_gram, ff_svd = _feed_forward_paths(folder, threads)
-        dense_seconds, dense = _timed(lambda: analyze(folder, threads=threads, method="dense"))
-        ww_seconds, ww_note = _weightwatcher_seconds(folder, threads)
     rel = {name: abs(fast.bounds[name] - dense.bounds[name]) / abs(dense.bounds[name]) for name in fast.bounds}
     return {
         "scenario": "bert-base-shaped random checkpoint (L=12, N=768, H=12, d_ff=3072, float32)",
         "threads": threads,
         "repeats": repeats,
-        "seconds": seconds,
-        "seconds_all": [t for t, _ in runs],
-        "dense_seconds": dense_seconds,
-        "speedup_vs_dense": dense_seconds / seconds,
+        "budgets": budgets,
         "peak_rss_mb": peak_fast,
         "bounds": fast.bounds,
         "max_relative_bound_difference_vs_dense": max(rel.values()),
         "ff_gram_seconds": ff_gram,
         "ff_svd_seconds": ff_svd,
         "ff_gram_speedup": ff_svd / ff_gram,
-        "weightwatcher_seconds": ww_seconds,
-        "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
-        "weightwatcher_note": ww_note,
+        "load_average_1min": os.getloadavg()[0],
     }
 
 
@@ -256,25 +279,33 @@ def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, st
 
     transformers.logging.set_verbosity_error()
     logging.getLogger("weightwatcher").setLevel(logging.ERROR)
+    import torch
+
     model = transformers.BertModel.from_pretrained(str(folder))
-    with threadpool_limits(limits=threads), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        seconds, details = _timed(lambda: weightwatcher.WeightWatcher(model=model).analyze())
-    return seconds, f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers"
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            seconds, details = _timed(lambda: weightwatcher.WeightWatcher(model=model).analyze())
+    finally:
+        torch.set_num_threads(torch_threads)
+    return seconds, (f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers, "
+                     f"{threads} BLAS thread{'s' if threads > 1 else ''}")
 
 
-def run_miniatures_bench(*, threads: int = 1, workdir: str | None = None, depths=None, widths=None) -> dict:
+def run_miniatures_bench(*, threads: int = 1, jobs: int | None = None, workdir: str | None = None, depths=None,
+                         widths=None) -> dict:
     """The BERT-Miniatures-shaped sweep against the dense reference, on the same checkpoints, in one run.
 
-    Writes the 24 random checkpoints (not timed), sweeps them into a fresh results store (timed:
-    planning and hashing, every analysis, every record written), then analyses each checkpoint
-    again with the dense reference method (timed per checkpoint), BLAS pinned to ``threads``.
+    Writes the 24 random checkpoints (not timed), then at every core budget ``c`` of
+    :func:`core_budgets`: sweeps them into a fresh results store (timed: planning and hashing,
+    every analysis, every record written) with ``c`` layers at a time, and analyses each
+    checkpoint again with the dense reference method, ``c`` layers at a time (timed per
+    checkpoint); ``threads`` BLAS threads per job.
     """
-    from .analysis import analyze
     from .miniatures import DEPTHS, WIDTHS, write_miniatures
     from .sources import expand_sources
-    from .store import Store
-    from .sweep import run_sweep
 
     depths, widths = depths or DEPTHS, widths or WIDTHS
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -282,34 +313,49 @@ def run_miniatures_bench(*, threads: int = 1, workdir: str | None = None, depths
         write_seconds, _ = _timed(lambda: write_miniatures(family, layout="folders", depths=depths, widths=widths))
         groups = ",".join(map(str, depths)), ",".join(map(str, widths))
         sources = expand_sources([str(family / f"bert_uncased_L-{{{groups[0]}}}_H-{{{groups[1]}}}_A-{{H/64}}")])
-        cpu = time.process_time()  # every thread of this process: hashing and writing included
-        sweep_seconds, report = _timed(lambda: run_sweep(sources, Path(tmp) / "store", threads=threads,
-                                                         progress=False))
-        sweep_cpu = time.process_time() - cpu
-        if report.failed:
-            raise RuntimeError(f"the benchmark sweep failed: {report.failed}")
-        table = Store(Path(tmp) / "store").table().set_index("source")
-        rows = []
-        for source in sources:
-            cpu = time.thread_time()
-            dense_seconds, dense = _timed(lambda: analyze(source.target, threads=threads, method="dense"))
-            dense_cpu = time.thread_time() - cpu
-            rec = table.loc[source.name]
-            rel = max(abs(rec[name] - value) / abs(value) for name, value in dense.bounds.items())
-            rows.append({"source": source.name, "L": int(rec["L"]), "N": int(rec["N"]),
-                         "sweep_seconds": float(rec["seconds"]), "dense_seconds": dense_seconds,
-                         "speedup": dense_seconds / float(rec["seconds"]),
-                         "sweep_cpu_seconds": float(rec["cpu_seconds"]), "dense_cpu_seconds": dense_cpu,
-                         "max_relative_bound_difference": rel})
+        budgets = [_miniatures_at(sources, Path(tmp) / f"store-{cores}", cores, threads)
+                   for cores in core_budgets(jobs)]
         peak = _peak_rss_mb()
+    return {
+        "scenario": f"BERT-Miniatures-shaped family: {len(sources)} random checkpoints, L in {list(depths)}, "
+                    f"N in {list(widths)}, N/64 heads, d_ff=4N, float32",
+        "threads": threads,
+        "checkpoints": len(sources),
+        "family_write_seconds": write_seconds,
+        "budgets": budgets,
+        "peak_rss_mb": peak,
+        "load_average_1min": os.getloadavg()[0],
+    }
+
+
+def _miniatures_at(sources, store: Path, cores: int, threads: int) -> dict:
+    """One core budget of :func:`run_miniatures_bench`."""
+    from .analysis import analyze
+    from .store import Store
+    from .sweep import run_sweep
+
+    cpu = time.process_time()  # every thread of this process: hashing and writing included
+    sweep_seconds, report = _timed(lambda: run_sweep(sources, store, threads=threads, jobs=cores, progress=False))
+    sweep_cpu = time.process_time() - cpu
+    if report.failed:
+        raise RuntimeError(f"the benchmark sweep failed: {report.failed}")
+    table = Store(store).table().set_index("source")
+    rows = []
+    for source in sources:
+        cpu = time.process_time()
+        dense_seconds, dense = _timed(lambda: analyze(source.target, threads=threads, jobs=cores, method="dense"))
+        dense_cpu = time.process_time() - cpu
+        rec = table.loc[source.name]
+        rel = max(abs(rec[name] - value) / abs(value) for name, value in dense.bounds.items())
+        rows.append({"source": source.name, "L": int(rec["L"]), "N": int(rec["N"]),
+                     "sweep_seconds": float(rec["seconds"]), "dense_seconds": dense_seconds,
+                     "speedup": dense_seconds / float(rec["seconds"]),
+                     "sweep_cpu_seconds": float(rec["cpu_seconds"]), "dense_cpu_seconds": dense_cpu,
+                     "max_relative_bound_difference": rel})
     dense_total = sum(r["dense_seconds"] for r in rows)
     speedups = sorted(r["speedup"] for r in rows)
     return {
-        "scenario": f"BERT-Miniatures-shaped family: {len(rows)} random checkpoints, L in {list(depths)}, "
-                    f"N in {list(widths)}, N/64 heads, d_ff=4N, float32",
-        "threads": threads,
-        "checkpoints": len(rows),
-        "family_write_seconds": write_seconds,
+        "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
         "sweep_seconds": sweep_seconds,
         "sweep_analysis_seconds": sum(r["sweep_seconds"] for r in rows),
         "dense_seconds": dense_total,
@@ -317,54 +363,67 @@ def run_miniatures_bench(*, threads: int = 1, workdir: str | None = None, depths
         "sweep_cpu_seconds": sweep_cpu,
         "dense_cpu_seconds": sum(r["dense_cpu_seconds"] for r in rows),
         "cpu_speedup_vs_dense": sum(r["dense_cpu_seconds"] for r in rows) / sweep_cpu,
-        "load_average_1min": os.getloadavg()[0],
         "per_checkpoint_speedup_median": statistics.median(speedups),
         "per_checkpoint_speedup_min": speedups[0],
         "per_checkpoint_speedup_max": speedups[-1],
-        "peak_rss_mb": peak,
         "max_relative_bound_difference_vs_dense": max(r["max_relative_bound_difference"] for r in rows),
         "per_checkpoint": rows,
     }
 
 
 def format_miniatures_bench(report: dict) -> str:
-    """The text of ``specbound bench --scenario miniatures``: totals, then one line per checkpoint."""
-    lines = [
-        f"scenario          {report['scenario']}",
-        f"BLAS threads      {report['threads']}",
-        f"sweep, total      {report['sweep_seconds']:.2f} s for {report['checkpoints']} checkpoints "
-        f"(planning, hashing, analyses, records; analyses alone {report['sweep_analysis_seconds']:.2f} s)",
-        f"dense reference   {report['dense_seconds']:.2f} s (the same checkpoints, one after the other)",
-        f"speedup vs dense  {report['speedup_vs_dense']:.1f}x total; per checkpoint median "
-        f"{report['per_checkpoint_speedup_median']:.1f}x (min {report['per_checkpoint_speedup_min']:.1f}x, "
-        f"max {report['per_checkpoint_speedup_max']:.1f}x)",
-        f"CPU time          sweep {report['sweep_cpu_seconds']:.2f} s (all threads), dense "
-        f"{report['dense_cpu_seconds']:.2f} s: {report['cpu_speedup_vs_dense']:.1f}x",
-        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
-        f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (sweep vs dense bounds)",
-        f"load average      {report['load_average_1min']:.2f} at the end (2 cores: above 1, other work shared them)",
+    """The text of ``specbound bench --scenario miniatures``: totals per core budget, then one line per
+    checkpoint with a column group per budget."""
+    lines = [f"scenario          {report['scenario']}"]
+    for b in report["budgets"]:
+        lines += [
+            "",
+            f"on {b['cores']} core{'s' if b['cores'] > 1 else ''} ({b['jobs']} layer(s) at a time, "
+            f"{b['blas_threads_per_job']} BLAS thread(s) each)",
+            f"sweep, total      {b['sweep_seconds']:.2f} s for {report['checkpoints']} checkpoints "
+            f"(planning, hashing, analyses, records; analyses alone {b['sweep_analysis_seconds']:.2f} s)",
+            f"dense reference   {b['dense_seconds']:.2f} s (the same checkpoints, one after the other)",
+            f"speedup vs dense  {b['speedup_vs_dense']:.1f}x total; per checkpoint median "
+            f"{b['per_checkpoint_speedup_median']:.1f}x (min {b['per_checkpoint_speedup_min']:.1f}x, "
+            f"max {b['per_checkpoint_speedup_max']:.1f}x)",
+            f"CPU time          sweep {b['sweep_cpu_seconds']:.2f} s (all threads), dense "
+            f"{b['dense_cpu_seconds']:.2f} s: {b['cpu_speedup_vs_dense']:.1f}x",
+            f"max rel. diff     {b['max_relative_bound_difference_vs_dense']:.2e} (sweep vs dense bounds)",
+        ]
+    lines += [
         "",
-        f"{'L':>3} {'N':>4} {'sweep s':>9} {'dense s':>9} {'speedup':>8}",
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
+        f"load average      {report['load_average_1min']:.2f} at the end",
+        "",
+        f"{'L':>3} {'N':>4}" + "".join(f" | {'sweep s':>8} {'dense s':>8} {'speedup':>8}" for _ in report["budgets"])
+        + "   (" + ", ".join(f"{b['cores']} core{'s' if b['cores'] > 1 else ''}" for b in report["budgets"]) + ")",
     ]
-    for r in report["per_checkpoint"]:
-        lines.append(f"{r['L']:>3} {r['N']:>4} {r['sweep_seconds']:>9.3f} {r['dense_seconds']:>9.3f} "
-                     f"{r['speedup']:>7.1f}x")
+    for i, r in enumerate(report["budgets"][0]["per_checkpoint"]):
+        cells = "".join(f" | {b['per_checkpoint'][i]['sweep_seconds']:>8.3f} {b['per_checkpoint'][i]['dense_seconds']:>8.3f} "
+                        f"{b['per_checkpoint'][i]['speedup']:>7.1f}x" for b in report["budgets"])
+        lines.append(f"{r['L']:>3} {r['N']:>4}{cells}")
     return "\n".join(lines)
 
 
 def format_bench(report: dict) -> str:
-    return "\n".join([
+    lines = [
         f"scenario          {report['scenario']}",
-        f"BLAS threads      {report['threads']}",
-        f"specbound         {report['seconds']:.3f} s (median of {report['repeats']})",
-        f"dense reference   {report['dense_seconds']:.3f} s",
-        f"speedup vs dense  {report['speedup_vs_dense']:.1f}x",
         f"peak RSS          {report['peak_rss_mb']:.0f} MB",
         "bounds            " + ", ".join(f"{k}={v:.6g}" for k, v in report["bounds"].items()),
         f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (fast vs dense bounds)",
         f"FF spectrum       Gram {report['ff_gram_seconds']:.3f} s vs SVD {report['ff_svd_seconds']:.3f} s "
-        f"({report['ff_gram_speedup']:.1f}x, one 768 x 3072 matrix)",
-        (f"WeightWatcher     {report['weightwatcher_seconds']:.1f} s ({report['weightwatcher_note']}); "
-         f"specbound is {report['speedup_vs_weightwatcher']:.1f}x faster"
-         if report["weightwatcher_seconds"] else f"WeightWatcher     {report['weightwatcher_note']}"),
-    ])
+        f"({report['ff_gram_speedup']:.1f}x, one 768 x 3072 matrix, {report['threads']} BLAS thread)",
+        f"load average      {report['load_average_1min']:.2f} at the end",
+        "",
+        f"{'cores':>5} {'specbound s':>12} {'dense s':>9} {'vs dense':>9} {'WeightWatcher s':>16} {'vs WW':>7}",
+    ]
+    for b in report["budgets"]:
+        ww = (f"{b['weightwatcher_seconds']:>16.2f} {b['speedup_vs_weightwatcher']:>6.1f}x"
+              if b["weightwatcher_seconds"] else f"{'-':>16} {'-':>7}")
+        lines.append(f"{b['cores']:>5} {b['seconds']:>12.3f} {b['dense_seconds']:>9.2f} "
+                     f"{b['speedup_vs_dense']:>8.1f}x {ww}")
+    lines += ["", f"specbound and the dense reference: --jobs = cores, {report['threads']} BLAS thread(s) per job "
+                  f"(median of {report['repeats']} runs / one run); WeightWatcher: BLAS threads = cores"]
+    if not report["budgets"][0]["weightwatcher_seconds"]:
+        lines.append(f"WeightWatcher: {report['budgets'][0]['weightwatcher_note']}")
+    return "\n".join(lines)

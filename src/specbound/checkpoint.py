@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,14 +73,16 @@ class Checkpoint:
         Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
         8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
         """
-        dtype = self.dtype(name)
-        if dtype not in FLOAT_DTYPES:
+        with _READ_LOCK:  # layers analysed in parallel threads read one tensor at a time
+            dtype = self.dtype(name)
+            raw = self._raw(name) if dtype in FLOAT_DTYPES else None
+        if raw is None:
             raise SpecboundError(
                 f"tensor {name!r} in {self.where(name)} is stored as {dtype}, not as a floating-point weight "
                 f"({', '.join(FLOAT_DTYPES)}): a quantized checkpoint's stored values are not its "
                 f"weights; dequantize it and save it in float16/bfloat16/float32 first"
             )
-        array = np.asarray(self._raw(name), dtype=np.float64)
+        array = np.asarray(raw, dtype=np.float64)
         if not np.isfinite(array).all():
             bad = int(np.count_nonzero(~np.isfinite(array)))
             raise SpecboundError(
@@ -163,6 +166,9 @@ class SafetensorsCheckpoint(Checkpoint):
 
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+# Reads are serialised: file handles, header caches and loaded pickle shards are shared state, and
+# reading is a small part of the work next to the spectra, which run in parallel.
+_READ_LOCK = threading.RLock()
 
 
 # Stored dtype -> numpy dtype of the raw little-endian words (BF16 is the top half of a float32).

@@ -50,7 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
     an.add_argument("--rank-tol", type=float, default=1e-10, help="relative rank tolerance (default 1e-10)")
     an.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act; GELU 1.13)")
-    an.add_argument("--threads", type=_positive_int, help="BLAS threads (default: the BLAS default)")
+    an.add_argument("--threads", type=_positive_int,
+                    help="BLAS threads per job (default: the BLAS default; with --jobs, the cores divided among the jobs)")
+    an.add_argument("--jobs", type=_positive_int, default=1, metavar="J",
+                    help="layers analysed at once, in threads (default 1): the same numbers, about J times "
+                         "faster on J cores, peak memory J layers")
     an.add_argument("--method", choices=("factored", "dense"), default="factored",
                     help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
     an.add_argument("--gram-rtol", type=float, default=1e-8,
@@ -89,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--per-layer", choices=("auto", "always", "never"), default="auto",
                     help="on Dask, one task per layer for checkpoints over 2 GiB (auto), for all, or never")
     sw.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per task (default 1)")
+    sw.add_argument("--jobs", type=_positive_int, default=1, metavar="J",
+                    help="layers of each checkpoint analysed at once, in threads (default 1)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
     sw.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")
@@ -140,7 +146,10 @@ def _parser() -> argparse.ArgumentParser:
                          "peak RSS; miniatures: a sweep of the 24 BERT-Miniatures shapes, total and per checkpoint")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
-    be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads (default 1)")
+    be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
+    be.add_argument("--jobs", type=_positive_int, metavar="J",
+                    help="bert-base and miniatures: also time every contender on J cores (default: all cores "
+                         "this process may use; 1: one core only); large: layers at once (default 1)")
     be.add_argument("--workdir", metavar="DIR", help="where to write the synthetic checkpoint (default: a temp dir)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
@@ -170,7 +179,7 @@ def _analyze(args) -> int:
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
     result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
-                     l_phi=args.l_phi, threads=args.threads, method=args.method,
+                     l_phi=args.l_phi, threads=args.threads, jobs=args.jobs, method=args.method,
                      gram_rtol=args.gram_rtol, init=args.init,
                      n=args.n, margin=args.margin, delta=args.delta, lead_constant=args.lead_constant,
                      confidence_constant=args.confidence_constant)
@@ -221,7 +230,7 @@ def _sweep(args) -> int:
         print(f"{len(tasks)} task(s), {sum(t.key in st for t in tasks)} already in {store}")
         return 0
     report = run_sweep(sources, store, option_sets=option_sets, workers=args.workers, scheduler=args.scheduler,
-                       per_layer=args.per_layer, threads=args.threads,
+                       per_layer=args.per_layer, threads=args.threads, jobs=args.jobs,
                        progress=False if args.no_progress else None)
     print(report.summary())
     return 1 if report.failed else 0
@@ -334,12 +343,12 @@ def _study(args) -> int:
 def _bench(args) -> int:
     from . import bench
 
-    runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, workdir=args.workdir),
-                          bench.format_bench),
-            "large": (lambda: bench.run_large_bench(threads=args.threads, workdir=args.workdir),
+    runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, jobs=args.jobs,
+                                                  workdir=args.workdir), bench.format_bench),
+            "large": (lambda: bench.run_large_bench(threads=args.threads, jobs=args.jobs or 1, workdir=args.workdir),
                       bench.format_large_bench),
-            "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, workdir=args.workdir),
-                           bench.format_miniatures_bench)}
+            "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,
+                                                              workdir=args.workdir), bench.format_miniatures_bench)}
     run, fmt = runs[args.scenario]
     report = run()
     print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))

@@ -197,16 +197,17 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
 
 # --- what a task runs (here or on a Dask worker) -----------------------------------------------
 
-def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local") -> Record:
-    """Analyse one planned task and build its record."""
+def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local", jobs: int = 1) -> Record:
+    """Analyse one planned task (``jobs`` layers at a time) and build its record."""
     from .analysis import analyze
 
     opts = dict(task.options)
-    start, cpu = time.perf_counter(), time.thread_time()
-    analysis = analyze(task.source.target, threads=threads, progress=progress, **opts)
+    clock = time.thread_time if jobs == 1 else time.process_time  # CPU of the layer threads too
+    start, cpu = time.perf_counter(), clock()
+    analysis = analyze(task.source.target, threads=threads, jobs=jobs, progress=progress, **opts)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
                                 weights_sha256=task.weights_sha256, options=task.options,
-                                seconds=time.perf_counter() - start, cpu_seconds=time.thread_time() - cpu,
+                                seconds=time.perf_counter() - start, cpu_seconds=clock() - cpu,
                                 mode=mode)
 
 
@@ -250,7 +251,7 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
 
 def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dict[str, Any]] | None = None,
               workers: int | None = None, scheduler: str | None = None, per_layer: str = "auto",
-              threads: int | None = 1, progress: bool | None = None) -> SweepReport:
+              threads: int | None = 1, jobs: int = 1, progress: bool | None = None) -> SweepReport:
     """Analyse every source with every option set into ``store``, skipping what is there.
 
     Parameters
@@ -271,6 +272,8 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         ``PER_LAYER_BYTES``.
     threads : int or None
         BLAS threads per task (default 1; None: the BLAS default).
+    jobs : int
+        Layers of each checkpoint analysed at once, in threads (default 1; not for per-layer tasks).
     progress : bool, optional
         Progress bars on stderr (checkpoints and matrices); default when stderr is a terminal.
 
@@ -282,6 +285,8 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise SpecboundError(f"jobs must be a positive integer (layers analysed at once), got {jobs!r}")
     if per_layer not in PER_LAYER_MODES:
         raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
     if progress is None:
@@ -295,9 +300,9 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     tasks = _fresh_tasks(iter_tasks(headers, st), st, report, bars)
     try:
         if workers is None and scheduler is None:
-            _run_here(tasks, st, report, threads, bars)
+            _run_here(tasks, st, report, threads, bars, jobs)
         else:
-            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer)
+            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, jobs)
     finally:
         bars.close()
     report.seconds = time.perf_counter() - start
@@ -321,7 +326,7 @@ def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) ->
             yield task
 
 
-def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars) -> None:
+def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int = 1) -> None:
     """One task after the other in this thread; each record is written by a writer thread while
     the next checkpoint is analysed."""
     from concurrent.futures import ThreadPoolExecutor
@@ -329,9 +334,8 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-write") as writer:
         writes = []
         for task in tasks:
-            per_layer = task.matrices // task.layers
             try:
-                record = analyze_task(task, threads, progress=lambda done, total: bars.matrices(per_layer))
+                record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs)
             except SpecboundError as exc:
                 report.failed.append((task.source.name, str(exc)))
                 bars.checkpoint(task, failed=True)
@@ -343,7 +347,19 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
                 report.written.append(key)
 
 
-def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer) -> None:
+def _layer_counter(task: Task, bars):
+    """A progress callback advancing the matrices bar by the layers newly done."""
+    per_layer, before = task.matrices // task.layers, 0
+
+    def advance(done: int, total: int) -> None:
+        nonlocal before
+        bars.matrices(per_layer * (done - before))
+        before = done
+
+    return advance
+
+
+def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer, jobs=1) -> None:
     import contextlib
     import logging
 
@@ -377,7 +393,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
                 final = client.submit(assemble_task, task, parts, threads, pure=False,
                                       key=f"specbound-assemble-{task.key}")
             else:
-                final = client.submit(analyze_task, task, threads, None, "dask", pure=False,
+                final = client.submit(analyze_task, task, threads, None, "dask", jobs, pure=False,
                                       key=f"specbound-{task.key}")
             finals[final.key] = (task, split)
             submitted.append(final)

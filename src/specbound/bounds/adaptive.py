@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from ..measures import ModelMeasures
 from ..spectra import MatrixSpectrum, rank_threshold
@@ -84,14 +83,81 @@ class ContributionCurve:
         return np.exp(log_c)
 
     def continuous_minimum(self) -> tuple[float, float]:
-        """Infimum over ``[0, 2]``: ``p = 0`` apart, then a bounded search on ``(0, 2]``."""
-        candidates = [(self(0.0), 0.0), (self(2.0), 2.0)]
-        if self.kept.size:
-            res = minimize_scalar(lambda p: math.log(self(p)), bounds=(0.0, 2.0), method="bounded",
-                                  options={"xatol": 1e-10})
-            candidates.append((self(float(res.x)), float(res.x)))
-        value, p = min(candidates)
-        return p, value
+        """``(p, C(p))`` minimising ``C`` over all of ``[0, 2]`` (see :func:`continuous_minima`)."""
+        p, value = continuous_minima([self])
+        return float(p[0]), float(value[0])
+
+
+def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
+                      max_steps: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """The minimiser over ``[0, 2]`` and the minimum of ``C`` for every curve at once.
+
+    ``ln C(p) = g(p) / (p + 2)`` with ``g(p) = ln S_p + p ln(scale) + (p + 1) ln N``.  ``ln S_p``
+    is a log-sum-exp of linear functions of ``p``, so ``g`` is convex and ``ln C`` quasiconvex: its
+    derivative has the sign of ``h(p) = (p + 2) g'(p) - g(p)``, and ``h'(p) = (p + 2) g''(p) >= 0``.
+    The minimiser is therefore global and unique up to flat stretches: ``0`` when ``h(0) >= 0``,
+    ``2`` when ``h(2) <= 0``, else the root of ``h``, found by Newton steps kept inside a shrinking
+    bracket (bisection whenever a step would leave it) until the bracket or the step is below
+    ``tol``.  ``g'`` and ``g''`` are the mean and the variance of ``ln s_i`` under the weights
+    ``s_i^p``; a matrix without singular values above the rank tolerance has ``C = 0`` and ``p = 0``.
+
+    Returns
+    -------
+    p : ndarray, shape (len(curves),)
+    value : ndarray, shape (len(curves),)
+        ``C(p)``, never above ``C(0)`` or ``C(2)``.
+    """
+    count = len(curves)
+    ranks = np.array([c.kept.size for c in curves], dtype=int)
+    width = int(ranks.max(initial=0))
+    p = np.zeros(count)
+    if width > 0:
+        mask = np.arange(width)[None, :] < ranks[:, None]
+        logs = np.zeros((count, width))
+        for i, c in enumerate(curves):
+            logs[i, :c.kept.size] = np.log(c.kept)
+        top = np.where(mask, logs, -np.inf).max(axis=1, initial=-np.inf)
+        top = np.where(ranks > 0, top, 0.0)
+        shifted = np.where(mask, logs - top[:, None], 0.0)  # <= 0: no overflow in exp
+        slope = np.array([math.log(c.scale) + math.log(c.n) for c in curves])  # d/dp of the linear part
+        log_n = np.array([math.log(c.n) for c in curves])
+        live = ranks > 0
+
+        def h_and_slope(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            weights = np.where(mask, np.exp(q[:, None] * shifted), 0.0)
+            total = np.where(live, weights.sum(axis=1), 1.0)
+            mean = (weights * shifted).sum(axis=1) / total
+            var = (weights * (shifted - mean[:, None]) ** 2).sum(axis=1) / total
+            g = q * top + np.log(total) + q * slope + log_n
+            g1 = mean + top + slope
+            return (q + 2.0) * g1 - g, (q + 2.0) * var
+
+        h0, _ = h_and_slope(np.zeros(count))
+        h2, _ = h_and_slope(np.full(count, 2.0))
+        lo, hi = np.zeros(count), np.full(count, 2.0)
+        todo = live & (h0 < 0) & (h2 > 0)
+        p = np.where(live & (h0 < 0) & (h2 <= 0), 2.0, 0.0)
+        q = np.where(todo, 1.0, p)
+        for _ in range(max_steps):
+            if not todo.any():
+                break
+            h, dh = h_and_slope(q)
+            lo = np.where(todo & (h < 0), q, lo)
+            hi = np.where(todo & (h > 0), q, hi)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                newton = q - h / dh
+            inside = (dh > 0) & (newton > lo) & (newton < hi)
+            step = np.where(inside, newton, 0.5 * (lo + hi))
+            step = np.where(h == 0, q, step)
+            done = (np.abs(step - q) <= tol) | (hi - lo <= tol) | (h == 0)
+            q = np.where(todo, step, q)
+            todo = todo & ~done
+        p = np.where(live & (h0 < 0) & (h2 > 0), q, p)
+    values = np.empty(count)
+    for i, c in enumerate(curves):  # the same formula as the grid, and never above an end point
+        candidates = [(c(0.0), 0.0), (c(2.0), 2.0), (c(float(p[i])), float(p[i]))]
+        values[i], p[i] = min(candidates)
+    return p, values
 
 
 def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
@@ -99,11 +165,11 @@ def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
     grid = schatten_grid(measures.grid_m)
     cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p1", "c_p2", "p_continuous",
                             "contribution_continuous", "scale")}
-    for mm in measures.matrices:
-        curve = ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol)
+    curves = [ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol) for mm in measures.matrices]
+    p_conts, c_conts = continuous_minima(curves)
+    for mm, curve, p_cont, c_cont in zip(measures.matrices, curves, p_conts, c_conts):
         values = curve.on_grid(grid)
         best = int(np.argmin(values))  # first minimum: ties go to the smallest p
-        p_cont, c_cont = curve.continuous_minimum()
         for key, val in (("p_star", grid[best]), ("contribution", values[best]), ("c_p0", values[0]),
                          ("c_p1", values[measures.grid_m]), ("c_p2", values[-1]), ("p_continuous", p_cont),
                          ("contribution_continuous", c_cont), ("scale", mm.scale)):
