@@ -167,17 +167,18 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
         })
         sv_arrays.append(s.singular_values)
-    matrices = pd.DataFrame(base)
+    # Every column gathered first and the frames built once: inserting columns one by one
+    # re-converts the string columns each time (most of this function's time on a small model).
+    columns = {key: [row[key] for row in base] for key in (base[0] if base else {})}
     for result in results.values():
-        for key, column in result.per_matrix.items():
-            matrices[key] = column
-    matrices["head"] = matrices["head"].astype("Int64")
-    matrices = matrices[MATRIX_COLUMNS]
+        columns.update(result.per_matrix)
+    columns["head"] = pd.array(columns.get("head", []), dtype="Int64")
+    matrices = pd.DataFrame(columns, columns=MATRIX_COLUMNS) if base else pd.DataFrame(base, columns=MATRIX_COLUMNS)
 
-    layers = pd.DataFrame({"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas})
+    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas}
     for result in results.values():
-        for key, column in result.per_layer.items():
-            layers[key] = column
+        per_layer.update(result.per_layer)
+    layers = pd.DataFrame(per_layer)
     if from_init is not None:
         matrices, layers = _with_differences(matrices, layers, *from_init)
 
