@@ -70,3 +70,22 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
     assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
     assert "'jobs': 2" in capsys.readouterr().out
     assert main(["bench", "--scenario", "nope"]) == 2
+
+
+def test_bert_bench_on_one_and_two_cores(tmp_path):
+    """The bert-base scenario's machinery on a tiny shape: every contender at each core budget, the
+    results on two cores identical to one core, the same bounds as the dense method."""
+    from specbound.bench import format_bench, run_bench
+
+    report = run_bench(repeats=1, jobs=2, workdir=str(tmp_path), shape=dict(L=2, N=64, H=4, d_ff=128))
+    assert [b["cores"] for b in report["budgets"]] == [1, 2]
+    for budget in report["budgets"]:
+        assert budget["identical_to_one_core"] and budget["seconds"] > 0
+        assert budget["speedup_vs_dense"] == budget["dense_seconds"] / budget["seconds"]
+    assert report["max_relative_bound_difference_vs_dense"] < 1e-10 and report["ff_shape"] == [64, 128]
+    json.dumps(report)
+    text = format_bench(report)
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["1"], ["2"])]
+    assert [r[0] for r in rows] == ["1", "2"] and all(r[3].endswith("x") for r in rows)
+    assert "64 x 128" in text and "WARNING" not in text
+    assert list(tmp_path.iterdir()) == []

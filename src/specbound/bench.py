@@ -206,23 +206,29 @@ def core_budgets(jobs: int | None) -> list[int]:
     return sorted({1, jobs})
 
 
-def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, workdir: str | None = None) -> dict:
+def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, workdir: str | None = None,
+              shape: dict | None = None) -> dict:
     """Time the analysis (median of ``repeats``), the dense reference and WeightWatcher's
     ``analyze()`` (once each) on BERT-base shape, at every core budget of :func:`core_budgets`.
 
     On ``c`` cores specbound and the dense reference analyse ``c`` layers at once (``jobs=c``,
     ``threads`` BLAS threads each) and WeightWatcher, which has no such option, gets
     ``c * threads`` BLAS threads: every contender uses the same cores as well as it can.
+    ``shape`` (``L, N, H, d_ff``) replaces the BERT-base shape (tests use a tiny one).
     """
     from .analysis import analyze
 
     budgets = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        folder = write_bert_checkpoint(Path(tmp) / "bert-base-random", **BERT_BASE)
+        shape = shape or BERT_BASE
+        folder = write_bert_checkpoint(Path(tmp) / "bert-base-random", **shape)
         for cores in core_budgets(jobs):
             runs = [_timed(lambda: analyze(folder, threads=threads, jobs=cores)) for _ in range(repeats)]
             seconds = statistics.median(t for t, _ in runs)
             fast = runs[0][1]
+            if cores == 1:  # VmHWM only grows: the analysis' own peak, before the dense method and WW
+                peak_fast, one_core = _peak_rss_mb(), fast
+            identical = fast.all_bounds() == one_core.all_bounds() and fast.matrices.equals(one_core.matrices)
             dense_seconds, dense = _timed(lambda: analyze(folder, threads=threads, jobs=cores, method="dense"))
             ww_seconds, ww_note = _weightwatcher_seconds(folder, threads * cores)
             budgets.append({
@@ -232,12 +238,13 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
                 "weightwatcher_seconds": ww_seconds,
                 "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
                 "weightwatcher_note": ww_note,
+                "identical_to_one_core": identical,
             })
-        peak_fast = _peak_rss_mb()
         ff_gram, ff_svd = _feed_forward_paths(folder, threads)
     rel = {name: abs(fast.bounds[name] - dense.bounds[name]) / abs(dense.bounds[name]) for name in fast.bounds}
     return {
-        "scenario": "bert-base-shaped random checkpoint (L=12, N=768, H=12, d_ff=3072, float32)",
+        "scenario": "bert-base-shaped random checkpoint (" + ", ".join(f"{k}={v}" for k, v in shape.items())
+                    + ", float32)",
         "threads": threads,
         "repeats": repeats,
         "budgets": budgets,
@@ -247,6 +254,7 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
         "ff_gram_seconds": ff_gram,
         "ff_svd_seconds": ff_svd,
         "ff_gram_speedup": ff_svd / ff_gram,
+        "ff_shape": [shape["N"], shape["d_ff"]],
         "load_average_1min": os.getloadavg()[0],
     }
 
@@ -412,7 +420,8 @@ def format_bench(report: dict) -> str:
         "bounds            " + ", ".join(f"{k}={v:.6g}" for k, v in report["bounds"].items()),
         f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (fast vs dense bounds)",
         f"FF spectrum       Gram {report['ff_gram_seconds']:.3f} s vs SVD {report['ff_svd_seconds']:.3f} s "
-        f"({report['ff_gram_speedup']:.1f}x, one 768 x 3072 matrix, {report['threads']} BLAS thread)",
+        f"({report['ff_gram_speedup']:.1f}x, one {report['ff_shape'][0]} x {report['ff_shape'][1]} matrix, "
+        f"{report['threads']} BLAS thread)",
         f"load average      {report['load_average_1min']:.2f} at the end",
         "",
         f"{'cores':>5} {'specbound s':>12} {'dense s':>9} {'vs dense':>9} {'WeightWatcher s':>16} {'vs WW':>7}",
@@ -422,6 +431,8 @@ def format_bench(report: dict) -> str:
               if b["weightwatcher_seconds"] else f"{'-':>16} {'-':>7}")
         lines.append(f"{b['cores']:>5} {b['seconds']:>12.3f} {b['dense_seconds']:>9.2f} "
                      f"{b['speedup_vs_dense']:>8.1f}x {ww}")
+    if not all(b["identical_to_one_core"] for b in report["budgets"]):
+        lines.append("WARNING: the results on several cores differ from those on one core")
     lines += ["", f"specbound and the dense reference: --jobs = cores, {report['threads']} BLAS thread(s) per job "
                   f"(median of {report['repeats']} runs / one run); WeightWatcher: BLAS threads = cores"]
     if not report["budgets"][0]["weightwatcher_seconds"]:

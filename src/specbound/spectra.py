@@ -176,22 +176,25 @@ def _blockwise_abs_sum(w: np.ndarray) -> float:
 
 
 def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
-    """``sum |A.T @ B|`` computed in column blocks of at most ``_BLOCK_ENTRIES`` entries, each
-    written into one reused buffer and made absolute in place (no temporaries)."""
+    """``sum |A.T @ B|`` over blocks of at most ``_BLOCK_ENTRIES`` entries, each written into one
+    reused buffer and made absolute in place (no temporaries, no copies of the factors).
+
+    The blocks are row blocks of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T``
+    and ``A`` go to the BLAS as they are stored.
+    """
     n_rows, n_cols = a.shape[1], b.shape[1]
     step = min(max(1, _BLOCK_ENTRIES // max(n_rows, 1)), max(n_cols, 1))
     total = 0.0
-    a_t = np.ascontiguousarray(a.T)
-    buffer = np.empty((n_rows, step))
+    buffer = np.empty((step, n_rows))
     for j in range(0, n_cols, step):
-        block = b[:, j : j + step]
-        out = buffer[:, : block.shape[1]]
-        np.matmul(a_t, block, out=out)
+        block = b[:, j : j + step].T
+        out = buffer[: block.shape[0]]
+        np.matmul(block, a, out=out)
         total += float(np.abs(out, out=out).sum())
     return total
 
 
-def gram_singular_values(w: np.ndarray) -> tuple[np.ndarray, float]:
+def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None) -> tuple[np.ndarray, float]:
     """Singular values from the eigenvalues of the smaller Gram matrix, with an error bound.
 
     For ``W`` of shape ``(n, k)``, ``n <= k``, ``G = W W^T`` is accumulated over ``ceil(k / b)``
@@ -206,6 +209,8 @@ def gram_singular_values(w: np.ndarray) -> tuple[np.ndarray, float]:
 
     Every step is a numpy call that releases the GIL, so layers analysed in parallel threads
     overlap fully.  Extra memory: two ``n x n`` float64 matrices.
+
+    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).
 
     Returns
     -------
@@ -229,7 +234,9 @@ def gram_singular_values(w: np.ndarray) -> tuple[np.ndarray, float]:
     del gram
     depth = width + -(-k // width) + 1
     gamma = depth * u / (1 - depth * u)
-    delta = gamma * float(np.sum(column_sq_norms(short))) + n * u * max(float(lam[0]), 0.0)
+    if frobenius_sq is None:
+        frobenius_sq = float(np.sum(column_sq_norms(short)))
+    delta = gamma * frobenius_sq + n * u * max(float(lam[0]), 0.0)
     s = np.sqrt(np.clip(lam, 0.0, None))
     bound = delta / lam[-1] if lam[-1] > delta else np.inf
     return s, float(bound)
@@ -244,15 +251,16 @@ def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0) -> MatrixSpectrum:
     by default, from LAPACK's SVD.
     """
     method, bound = "svd", 0.0
+    col_sq = column_sq_norms(w)
     if gram_rtol > 0:
-        svals, bound = gram_singular_values(w)
+        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)))
         method = "gram"
     if method == "svd" or bound > gram_rtol:
         svals, method, bound = np.linalg.svd(w, compute_uv=False), "svd", 0.0
     return MatrixSpectrum(
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,
-        norm_2_1=float(np.sqrt(column_sq_norms(w)).sum()),
+        norm_2_1=float(np.sqrt(col_sq).sum()),
         norm_1_1=_blockwise_abs_sum(w),
         sv_method=method,
         sv_rel_error_bound=bound,
