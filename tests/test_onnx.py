@@ -113,6 +113,22 @@ def test_bert_export_matches_safetensors(bert, tmp_path, dynamo, wrap, fold):
     assert_same_numbers(reference, specbound.analyze(folder / "model.onnx", threads=1))
 
 
+def test_hub_layout_onnx_folder_with_config_at_the_root(bert, tmp_path):
+    """sentence-transformers / Optimum repositories keep the export as onnx/model.onnx with
+    config.json at the root: the root folder, and the .onnx file named directly, both analyse."""
+    model, reference = bert
+    exported = _export(model, tmp_path / "export", False, True)
+    root = tmp_path / "repo"
+    (root / "onnx").mkdir(parents=True)
+    shutil.copy(exported / "config.json", root / "config.json")
+    shutil.copy(exported / "model.onnx", root / "onnx" / "model.onnx")
+    assert_same_numbers(reference, specbound.analyze(root, threads=1))
+    assert_same_numbers(reference, specbound.analyze(root / "onnx" / "model.onnx", threads=1))
+    (root / "config.json").unlink()  # no config anywhere: the error names the folder it looked in
+    with pytest.raises(SpecboundError, match="has no config.json"):
+        specbound.analyze(root / "onnx" / "model.onnx")
+
+
 def _family(name):
     import torch
     import transformers

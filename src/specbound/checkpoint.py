@@ -10,6 +10,7 @@ torch is imported only for PyTorch pickles and in-memory models, onnx only for O
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -42,6 +43,10 @@ class Checkpoint:
 
     location: str
     config: dict[str, Any]
+    # Layers analysed in parallel threads read one tensor at a time: loaded pickle shards, ONNX
+    # graphs and in-memory tensors are shared state.  Safetensors reads open their own file handle
+    # and overlap (SafetensorsCheckpoint).
+    _read_lock: Any = threading.RLock()
 
     @property
     def names(self) -> list[str]:
@@ -73,7 +78,7 @@ class Checkpoint:
         Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
         8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
         """
-        with _READ_LOCK:  # layers analysed in parallel threads read one tensor at a time
+        with self._read_lock:  # layers analysed in parallel threads (see _read_lock)
             dtype = self.dtype(name)
             raw = self._raw(name) if dtype in FLOAT_DTYPES else None
         if raw is None:
@@ -110,6 +115,8 @@ class SafetensorsCheckpoint(Checkpoint):
     shards: dict[str, Path]
     _handles: dict[Path, Any] = field(default_factory=dict, repr=False)
     _headers: dict[Path, tuple[int, dict]] = field(default_factory=dict, repr=False)
+    # Every read opens its own file handle; the caches above are filled idempotently.
+    _read_lock: Any = field(default_factory=contextlib.nullcontext, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -166,9 +173,6 @@ class SafetensorsCheckpoint(Checkpoint):
 
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
-# Reads are serialised: file handles, header caches and loaded pickle shards are shared state, and
-# reading is a small part of the work next to the spectra, which run in parallel.
-_READ_LOCK = threading.RLock()
 
 
 # Stored dtype -> numpy dtype of the raw little-endian words (BF16 is the top half of a float32).
@@ -248,10 +252,11 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
 
     if any((path / n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
         return _pickle_folder(path, cfg, pickle_shards)
-    if (path / ONNX_SINGLE).is_file():
-        from .onnx_weights import open_onnx
+    for onnx_file in (path / ONNX_SINGLE, path / ONNX_HUB):
+        if onnx_file.is_file():
+            from .onnx_weights import open_onnx
 
-        return open_onnx(path / ONNX_SINGLE, cfg)
+            return open_onnx(onnx_file, cfg)
     _no_weights(path)
 
 
@@ -263,6 +268,7 @@ def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
 ONNX_SINGLE = "model.onnx"
+ONNX_HUB = Path("onnx") / "model.onnx"  # where sentence-transformers / Optimum repositories keep it
 
 
 def _open_file(path: Path) -> Checkpoint:
@@ -271,7 +277,10 @@ def _open_file(path: Path) -> Checkpoint:
             f"expected a model folder or a weights file ({', '.join(WEIGHT_SUFFIXES)}) with config.json "
             f"beside it, found the file {path}"
         )
-    cfg = _read_config(path.parent)
+    folder = path.parent
+    if path.suffix == ".onnx" and folder.name == "onnx" and not (folder / "config.json").is_file():
+        folder = folder.parent  # the hub layout: onnx/model.onnx, config.json at the repository's root
+    cfg = _read_config(folder)
     if path.suffix == ".safetensors":
         return SafetensorsCheckpoint(str(path), cfg, {n: path for n in _safetensors_names(path)})
     if path.suffix == ".onnx":
@@ -339,8 +348,8 @@ def _no_weights(folder: Path):
         hint = ("PyTorch weights are read from pytorch_model.bin (or its index) in a folder, or when "
                 "named as a file: specbound analyze folder/weights.pt")
     if any(name.endswith(".onnx") for name in present):
-        hint = (f"ONNX exports are read from {ONNX_SINGLE} in a folder, or when named as a file: "
-                f"specbound analyze folder/exported.onnx")
+        hint = (f"ONNX exports are read from {ONNX_SINGLE} or {ONNX_HUB} in a folder, or when named as a "
+                f"file: specbound analyze folder/exported.onnx")
     shown = present[:20] + (["..."] if len(present) > 20 else [])
     raise SpecboundError(
         f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} (or "
