@@ -369,7 +369,7 @@ OPTION_CASES = [
     (["--l-phi", "0"], ["l_phi", "positive"]),
     (["--l-phi", "inf"], ["l_phi", "finite", "inf"]),
     (["--threads", "0"], ["--threads", "'0'"]),
-    (["--jobs", "0"], ["--jobs", "'0'"]),
+    (["--jobs", "0"], ["--jobs", "'0'", "'auto'"]),
     (["--format", "xml"], ["--format", "'xml'"]),
     (["--no-such-option"], ["--no-such-option"]),
 ]
@@ -384,7 +384,7 @@ def test_invalid_option(tiny_bert_dir, capsys, args, needles):
     (dict(grid_m=0), "grid_m"), (dict(grid_m=1.5), "grid_m"), (dict(rank_tol=-1.0), "rank_tol"),
     (dict(rank_tol=float("nan")), "rank_tol"), (dict(l_phi=float("inf")), "l_phi"),
     (dict(threads=0), "threads"), (dict(method="exact"), "method"), (dict(jobs=0), "jobs"),
-    (dict(jobs=1.5), "jobs"),
+    (dict(jobs=1.5), "jobs"), (dict(jobs="many"), "jobs"), (dict(jobs=True), "jobs"),
 ])
 def test_invalid_option_api(tiny_bert_dir, kwargs, needle):
     with pytest.raises(SpecboundError, match=needle):
@@ -479,3 +479,25 @@ def test_optional_config_field_not_an_integer(tiny_bert_dir, tmp_path, capsys):
     needles = ["positive integer head_dim", "'eight'"]
     assert_one_line_error(*run_cli(capsys, folder, "--arch-spec", spec_path), needles)
     assert_api_error(needles, folder, arch_spec=spec_path)
+
+
+def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
+    """jobs="auto" (the command line's default): one layer per core, never more than the layers,
+    and no more than half the available memory holds at three float64 layers a job."""
+    import specbound.analysis as analysis
+
+    model = analysis.open_model(tiny_bert_dir)
+    per_job = 3 * analysis.layer_float64_bytes(model.dims)
+    assert per_job == 3 * 8 * (2 * 32 * 8 * (4 + 4) + 2 * 32 * 48)  # N=32, 4 heads of 8, d_ff=48
+    monkeypatch.setattr(analysis, "available_cores", lambda: 8)
+    monkeypatch.setattr(analysis, "available_memory", lambda: 100 * per_job)
+    assert analysis.auto_jobs(model) == 2  # two layers
+    monkeypatch.setattr(analysis, "available_memory", lambda: 3 * per_job)
+    assert analysis.auto_jobs(model) == 1  # half the memory holds one layer and a half
+    assert analysis.auto_jobs(model, readers=2) == 1
+    monkeypatch.setattr(analysis, "available_memory", lambda: None)
+    monkeypatch.setattr(analysis, "available_cores", lambda: 1)
+    assert analysis.auto_jobs(model) == 1
+    one = specbound.analyze(tiny_bert_dir, threads=1)
+    monkeypatch.setattr(analysis, "available_cores", lambda: 2)
+    assert specbound.analyze(tiny_bert_dir, jobs="auto").all_bounds() == one.all_bounds()

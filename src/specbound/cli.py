@@ -29,6 +29,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _jobs(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -52,9 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act; GELU 1.13)")
     an.add_argument("--threads", type=_positive_int,
                     help="BLAS threads per job (default: the BLAS default; with --jobs, the cores divided among the jobs)")
-    an.add_argument("--jobs", type=_positive_int, default=1, metavar="J",
-                    help="layers analysed at once, in threads (default 1): the same numbers, about J times "
-                         "faster on J cores, peak memory J layers")
+    an.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
+                    help="layers analysed at once, in threads: the same numbers, about J times faster on J "
+                         "cores, peak memory J layers (default auto: one per core, as half the available "
+                         "memory allows)")
     an.add_argument("--method", choices=("factored", "dense"), default="factored",
                     help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
     an.add_argument("--gram-rtol", type=float, default=1e-8,
