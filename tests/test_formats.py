@@ -136,6 +136,7 @@ def test_in_memory_module_and_state_dict(tiny_bert_cls_dir, reference):
     _same(reference, specbound.analyze(model, threads=1))
     config = json.loads((tiny_bert_cls_dir / "config.json").read_text())
     _same(reference, specbound.analyze(model.state_dict(), config=config, threads=1))
+    _same(reference, specbound.analyze(model, threads=1, jobs=3))  # layers read from memory in threads
     with pytest.raises(SpecboundError, match="needs its config"):
         specbound.analyze(model.state_dict())
 
