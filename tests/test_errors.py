@@ -483,12 +483,12 @@ def test_optional_config_field_not_an_integer(tiny_bert_dir, tmp_path, capsys):
 
 def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
     """jobs="auto" (the command line's default): one layer per core, never more than the layers,
-    and no more than half the available memory holds at three float64 layers a job."""
+    and no more than half the available memory holds at a layer's float64 weights a job."""
     import specbound.analysis as analysis
 
     model = analysis.open_model(tiny_bert_dir)
-    per_job = 3 * analysis.layer_float64_bytes(model.dims)
-    assert per_job == 3 * 8 * (2 * 32 * 8 * (4 + 4) + 2 * 32 * 48)  # N=32, 4 heads of 8, d_ff=48
+    assert analysis.layer_float64_bytes(model.dims) == 8 * (2 * 32 * 8 * (4 + 4) + 2 * 32 * 48)  # N=32, 4x8, d_ff=48
+    per_job = analysis._LAYER_PEAK_FACTOR * analysis.layer_float64_bytes(model.dims)
     monkeypatch.setattr(analysis, "available_cores", lambda: 8)
     monkeypatch.setattr(analysis, "available_memory", lambda: 100 * per_job)
     assert analysis.auto_jobs(model) == 2  # two layers

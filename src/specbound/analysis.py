@@ -260,9 +260,11 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     return layers, deltas
 
 
-# Peak memory of one layer in flight, in units of its float64 weights: the weights, the Gram
-# matrix and its block product, the per-head buffers (measured: 2.2x on the LLaMA-shaped benchmark).
-_LAYER_PEAK_FACTOR = 3
+# Peak memory of one layer in flight, in units of the layer's float64 weights.  A layer holds its
+# attention factors, then one feed-forward matrix and two n x n Gram buffers, never all at once:
+# the LLaMA-shaped benchmark peaks at 746 MB for the whole process against 1.35 GB of float64
+# weights a layer, so 1 leaves room for the interpreter and the tables.
+_LAYER_PEAK_FACTOR = 1
 
 
 def layer_float64_bytes(dims: ModelDims) -> int:

@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
                     help="layers analysed at once, in threads: the same numbers, about J times faster on J "
                          "cores, peak memory J layers (default auto: one per core, as half the available "
-                         "memory allows)")
+                         "memory allows at a layer's float64 weights each)")
     an.add_argument("--method", choices=("factored", "dense"), default="factored",
                     help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
     an.add_argument("--gram-rtol", type=float, default=1e-8,
