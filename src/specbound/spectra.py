@@ -109,8 +109,26 @@ def schatten_power(singular_values: np.ndarray, p: float, dim: int, rank_tol: fl
 
 
 def _r_factor(stacked: np.ndarray) -> np.ndarray:
-    """R of the thin QR of each ``(N, d)`` matrix in a ``(..., N, d)`` stack."""
-    return np.linalg.qr(stacked, mode="r")
+    """R of the thin QR of each ``(N, d)`` matrix in an ``(H, N, d)`` stack, shape ``(H, k, d)``
+    with ``k = min(N, d)``.
+
+    LAPACK's ``geqrt`` (Householder, recursive panels) through SciPy: about twice as fast as
+    numpy's ``qr`` on ``768 x 64`` heads, where the blocked ``geqrf`` spends its time in
+    matrix-vector panel updates.  The ``(N, d)`` slices of a stack of transposed ``(d, N)``
+    factors are Fortran-ordered already and go to LAPACK as they are.
+    """
+    from scipy.linalg import lapack
+
+    heads, n, d = stacked.shape
+    k = min(n, d)
+    out = np.empty((heads, k, d))
+    block = max(1, min(16, k))
+    for h in range(heads):
+        factored, _, info = lapack.dgeqrt(block, stacked[h])
+        if info != 0:  # only for an invalid argument, which the shapes above rule out
+            raise RuntimeError(f"LAPACK dgeqrt failed (info={info}) on a {n} x {d} factor")
+        out[h] = np.triu(factored[:k])
+    return out
 
 
 def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None = None,
