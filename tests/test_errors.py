@@ -501,3 +501,22 @@ def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
     one = specbound.analyze(tiny_bert_dir, threads=1)
     monkeypatch.setattr(analysis, "available_cores", lambda: 2)
     assert specbound.analyze(tiny_bert_dir, jobs="auto").all_bounds() == one.all_bounds()
+
+
+def test_finite_check_is_exact_for_huge_values(tmp_path):
+    """The NaN/Inf check sums first: a sum that overflows on huge finite weights is no error, and
+    one NaN among them still is, counted exactly."""
+    import warnings
+
+    from safetensors.numpy import save_file
+
+    from specbound.checkpoint import SafetensorsCheckpoint
+
+    path = tmp_path / "w.safetensors"
+    save_file({"huge": np.array([1e308, 1e308, -1.0]), "nan": np.array([1e308, np.nan, np.inf, 2.0])}, str(path))
+    ckpt = SafetensorsCheckpoint(str(tmp_path), {}, {"huge": path, "nan": path})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning leaks to the user either
+        np.testing.assert_array_equal(ckpt.read("huge"), [1e308, 1e308, -1.0])
+    with pytest.raises(SpecboundError, match=r"'nan' .* holds 2 NaN/Inf"):
+        ckpt.read("nan")

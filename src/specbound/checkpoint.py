@@ -88,8 +88,12 @@ class Checkpoint:
                 f"weights; dequantize it and save it in float16/bfloat16/float32 first"
             )
         array = np.asarray(raw, dtype=np.float64)
-        if not np.isfinite(array).all():
-            bad = int(np.count_nonzero(~np.isfinite(array)))
+        # A NaN or an infinity makes the sum non-finite, so a finite sum clears the tensor in one
+        # pass without a mask; a non-finite sum (or an overflow of huge finite values) is counted.
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = array.sum()
+        bad = 0 if np.isfinite(total) else int(np.count_nonzero(~np.isfinite(array)))
+        if bad:
             raise SpecboundError(
                 f"tensor {name!r} in {self.where(name)} holds {bad} NaN/Inf value(s); the bounds are undefined "
                 f"for non-finite weights: re-export the checkpoint from a healthy training state"
