@@ -186,3 +186,10 @@ def test_layers_in_parallel_give_identical_records(sources, tmp_path, capsys):
 def test_jobs_must_be_positive(sources, tmp_path):
     with pytest.raises(SpecboundError, match="jobs must be a positive integer"):
         run_sweep(sources, tmp_path / "store", jobs=0, progress=False)
+
+
+def test_auto_jobs_sweep(sources, tmp_path):
+    run_sweep(sources[:2], tmp_path / "one", progress=False)
+    report = run_sweep(sources[:2], tmp_path / "auto", jobs="auto", progress=False)
+    assert len(report.written) == 2
+    assert_same_records(Store(tmp_path / "one"), Store(tmp_path / "auto"))

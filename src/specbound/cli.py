@@ -103,8 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--per-layer", choices=("auto", "always", "never"), default="auto",
                     help="on Dask, one task per layer for checkpoints over 2 GiB (auto), for all, or never")
     sw.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per task (default 1)")
-    sw.add_argument("--jobs", type=_positive_int, default=1, metavar="J",
-                    help="layers of each checkpoint analysed at once, in threads (default 1)")
+    sw.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
+                    help="layers of each checkpoint analysed at once, in threads (default auto: one per core "
+                         "as memory allows in a local run, 1 on Dask)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
     sw.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")

@@ -197,7 +197,8 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
 
 # --- what a task runs (here or on a Dask worker) -----------------------------------------------
 
-def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local", jobs: int = 1) -> Record:
+def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local",
+                 jobs: int | str = 1) -> Record:
     """Analyse one planned task (``jobs`` layers at a time) and build its record."""
     from .analysis import analyze
 
@@ -251,7 +252,7 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
 
 def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dict[str, Any]] | None = None,
               workers: int | None = None, scheduler: str | None = None, per_layer: str = "auto",
-              threads: int | None = 1, jobs: int = 1, progress: bool | None = None) -> SweepReport:
+              threads: int | None = 1, jobs: int | str = 1, progress: bool | None = None) -> SweepReport:
     """Analyse every source with every option set into ``store``, skipping what is there.
 
     Parameters
@@ -272,8 +273,10 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         ``PER_LAYER_BYTES``.
     threads : int or None
         BLAS threads per task (default 1; None: the BLAS default).
-    jobs : int
-        Layers of each checkpoint analysed at once, in threads (default 1; not for per-layer tasks).
+    jobs : int or "auto"
+        Layers of each checkpoint analysed at once, in threads (default 1; not for per-layer
+        tasks).  ``"auto"`` (the command line's default): as :func:`specbound.analysis.auto_jobs`
+        decides for a local run, 1 on Dask, whose workers are the parallelism there.
     progress : bool, optional
         Progress bars on stderr (checkpoints and matrices); default when stderr is a terminal.
 
@@ -285,8 +288,8 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
-    if not isinstance(jobs, int) or jobs < 1:
-        raise SpecboundError(f"jobs must be a positive integer (layers analysed at once), got {jobs!r}")
+    if jobs != "auto" and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', got {jobs!r}")
     if per_layer not in PER_LAYER_MODES:
         raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
     if progress is None:
@@ -302,7 +305,7 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         if workers is None and scheduler is None:
             _run_here(tasks, st, report, threads, bars, jobs)
         else:
-            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, jobs)
+            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, 1 if jobs == "auto" else jobs)
     finally:
         bars.close()
     report.seconds = time.perf_counter() - start
@@ -326,7 +329,7 @@ def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) ->
             yield task
 
 
-def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int = 1) -> None:
+def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int | str = 1) -> None:
     """One task after the other in this thread; each record is written by a writer thread while
     the next checkpoint is analysed."""
     from concurrent.futures import ThreadPoolExecutor
