@@ -89,3 +89,14 @@ def test_bert_bench_on_one_and_two_cores(tmp_path):
     assert [r[0] for r in rows] == ["1", "2"] and all(r[3].endswith("x") for r in rows)
     assert "64 x 128" in text and "WARNING" not in text
     assert list(tmp_path.iterdir()) == []
+
+
+def test_large_bench_text_says_what_the_memory_limit_covers():
+    from specbound.bench import format_large_bench
+
+    report = dict(scenario="s", threads=1, jobs=1, seconds=90.0, seconds_per_layer=[45.0, 45.0], peak_rss_mb=700.0,
+                  rss_limit_mb=1000.0, within_rss_limit=True, ff_sv_methods={"gram": 6})
+    assert "per layer: 45.0, 45.0 s" in format_large_bench(report) and "1000 MB: within" in format_large_bench(report)
+    report.update(jobs=2, peak_rss_mb=1400.0, within_rss_limit=False)
+    text = format_large_bench(report)
+    assert "2 layers at a time" in text and "is for one layer at a time" in text and "EXCEEDED" not in text
