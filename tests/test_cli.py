@@ -195,3 +195,12 @@ def test_real_process_exit_status_and_single_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("specbound: error: ")
+
+
+def test_progress_bar_on_request_only(tmp_path):
+    """A layers bar on stderr with --progress (by default only on a terminal); stdout unchanged."""
+    rc, out, err = run_main("--threads", "1", "--progress", "--format", "json")
+    assert rc == 0 and "layers" in err and "6/6" in err
+    rc2, out2, err2 = run_main("--threads", "1", "--no-progress", "--format", "json")
+    assert rc2 == 0 and err2 == ""
+    assert json.loads(out)["bounds"] == json.loads(out2)["bounds"]

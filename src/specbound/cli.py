@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--gram-rtol", type=float, default=1e-8,
                     help="feed-forward singular values from the Gram matrix when proven accurate to this "
                          "relative error (default 1e-8); 0 forces exact SVDs")
+    an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="a layers progress bar on stderr (default: when stderr is a terminal)")
     an.add_argument("--init", metavar="SOURCE",
                     help="model folder with the initial weights W0: also compute every bound on W - W0")
     gap = an.add_argument_group("generalisation-gap bound (SPEC section 7; needs --n and --margin)")
@@ -189,11 +191,23 @@ def _analyze(args) -> int:
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
-    result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
-                     l_phi=args.l_phi, threads=args.threads, jobs=args.jobs, method=args.method,
-                     gram_rtol=args.gram_rtol, init=args.init,
-                     n=args.n, margin=args.margin, delta=args.delta, lead_constant=args.lead_constant,
-                     confidence_constant=args.confidence_constant)
+    from tqdm.auto import tqdm
+
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    bar = tqdm(desc="layers", unit="layer", file=sys.stderr, dynamic_ncols=True, disable=not show, mininterval=0)
+
+    def on_layer(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
+                         l_phi=args.l_phi, threads=args.threads, jobs=args.jobs, method=args.method,
+                         gram_rtol=args.gram_rtol, init=args.init, progress=on_layer,
+                         n=args.n, margin=args.margin, delta=args.delta, lead_constant=args.lead_constant,
+                         confidence_constant=args.confidence_constant)
+    finally:
+        bar.close()
     if args.out:
         try:
             result.save(args.out)
