@@ -190,9 +190,15 @@ def log_n(measures: ModelMeasures, n: int) -> float:
     return math.log(n)
 
 
+def index_choices_cost(measures: ModelMeasures, choices: int) -> float:
+    """``choices * ln(2m + 1)``: the union over ``choices`` Schatten indices, each one of the
+    ``2m + 1`` grid values picked after training."""
+    return choices * math.log(2 * measures.grid_m + 1)
+
+
 def grid_union_cost(measures: ModelMeasures, n: int) -> float:
     """``#matrices * ln(2m + 1)``: one of ``2m + 1`` Schatten indices chosen per matrix after training."""
-    return len(measures.matrices) * math.log(2 * measures.grid_m + 1)
+    return index_choices_cost(measures, len(measures.matrices))
 
 
 SPECTRAL_ADAPTIVE = register(Bound(

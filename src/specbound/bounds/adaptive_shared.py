@@ -27,7 +27,7 @@ import numpy as np
 
 from ..measures import ModelMeasures
 from . import Bound, BoundResult, register
-from .adaptive import ContributionCurve, grid_minimum, log_n, schatten_grid
+from .adaptive import ContributionCurve, grid_minimum, index_choices_cost, log_n, schatten_grid
 
 
 def shared_groups(measures: ModelMeasures) -> dict[tuple, list[int]]:
@@ -54,7 +54,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
 
 
 def _union_cost(measures: ModelMeasures, n: int) -> float:
-    return len(shared_groups(measures)) * math.log(2 * measures.grid_m + 1)
+    return index_choices_cost(measures, len(shared_groups(measures)))
 
 
 register(Bound(

@@ -36,7 +36,8 @@ import numpy as np
 
 from ..measures import ModelMeasures
 from . import Bound, BoundResult, register
-from .adaptive import ContributionCurve, grid_minimum, kept_singular_values, log_n, schatten_grid
+from .adaptive import (ContributionCurve, grid_minimum, index_choices_cost, kept_singular_values, log_n,
+                       schatten_grid)
 
 def _is_ff(role: str) -> bool:
     return role.startswith("FF_")
@@ -71,7 +72,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
 
 def _union_cost(measures: ModelMeasures, n: int) -> float:
     attention = sum(not _is_ff(mm.role) for mm in measures.matrices)
-    return (attention + measures.dims.L) * math.log(2 * measures.grid_m + 1)
+    return index_choices_cost(measures, attention + measures.dims.L)
 
 
 register(Bound(
