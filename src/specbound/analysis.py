@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Mapping
@@ -217,15 +218,9 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     Shared weights (ALBERT) are computed once per stored layer and reused.
     """
     dims = model.dims
-
-    def key(layer: int) -> int:  # the layer whose spectra ``layer`` reuses (itself unless shared)
-        return layer if init_model is not None else dims.stored_layer(layer)
-
-    first: dict[int, int] = {}
-    for layer in range(dims.L):
-        first.setdefault(key(layer), layer)
-    todo = list(first.values())
-    users = {layer: sum(1 for l in range(dims.L) if first[key(l)] == layer) for layer in todo}
+    source = computed_layer_of(dims, shared=init_model is None)
+    todo = sorted(set(source))
+    users = Counter(source)
 
     def one(layer: int) -> tuple[LayerSpectra, LayerSpectra | None]:
         delta = (_difference_spectra(model, init_model, layer, method=method)
@@ -255,9 +250,16 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
                 record(futures[future], future.result())  # the first failure is raised here
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-    layers = [replace(done[first[key(layer)]][0], layer=layer) for layer in range(dims.L)]
+    layers = [replace(done[source[layer]][0], layer=layer) for layer in range(dims.L)]
     deltas = [done[layer][1] for layer in todo] if init_model is not None else []
     return layers, deltas
+
+
+def computed_layer_of(dims: ModelDims, *, shared: bool = True) -> list[int]:
+    """For every depth, the layer whose spectra it uses: the first depth with the same stored
+    weights (ALBERT) when ``shared``, else itself (``init``: every depth has its own ``W - W0``)."""
+    first: dict[int, int] = {}
+    return [first.setdefault(dims.stored_layer(l) if shared else l, l) for l in range(dims.L)]
 
 
 # Peak memory of one layer in flight, in units of the layer's float64 weights.  A layer holds its
@@ -279,7 +281,7 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
     and no more than half the available memory holds (``_LAYER_PEAK_FACTOR`` times a layer's
     float64 weights each, twice that with ``init`` (``readers=2``))."""
     dims = model.dims
-    layers = len({dims.stored_layer(l) for l in range(dims.L)}) if readers == 1 else dims.L
+    layers = len(set(computed_layer_of(dims, shared=readers == 1)))
     per_job = _LAYER_PEAK_FACTOR * readers * layer_float64_bytes(dims)
     free = available_memory()
     by_memory = max(1, int(0.5 * free // per_job)) if free is not None and per_job > 0 else layers

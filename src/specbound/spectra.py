@@ -240,13 +240,12 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None) -> tu
     n, k = short.shape
     u = np.finfo(np.float64).eps / 2
     width = min(_GRAM_BLOCK, max(k, 1))
-    gram = np.zeros((n, n))
-    product = np.empty((n, n)) if k > width else gram
-    for j in range(0, k, width):
+    gram = short[:, :width] @ short[:, :width].T
+    product = np.empty((n, n)) if k > width else None
+    for j in range(width, k, width):
         block = short[:, j:j + width]
         np.matmul(block, block.T, out=product)
-        if product is not gram:
-            gram += product
+        gram += product
     del product
     lam = np.linalg.eigvalsh(gram, UPLO="L")[::-1]
     del gram

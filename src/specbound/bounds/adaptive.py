@@ -135,9 +135,9 @@ def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
         h0, _ = h_and_slope(np.zeros(count))
         h2, _ = h_and_slope(np.full(count, 2.0))
         lo, hi = np.zeros(count), np.full(count, 2.0)
-        todo = live & (h0 < 0) & (h2 > 0)
+        interior = live & (h0 < 0) & (h2 > 0)
         p = np.where(live & (h0 < 0) & (h2 <= 0), 2.0, 0.0)
-        q = np.where(todo, 1.0, p)
+        todo, q = interior.copy(), np.where(interior, 1.0, p)
         for _ in range(max_steps):
             if not todo.any():
                 break
@@ -152,7 +152,7 @@ def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
             done = (np.abs(step - q) <= tol) | (hi - lo <= tol) | (h == 0)
             q = np.where(todo, step, q)
             todo = todo & ~done
-        p = np.where(live & (h0 < 0) & (h2 > 0), q, p)
+        p = np.where(interior, q, p)
     values = np.empty(count)
     for i, c in enumerate(curves):  # the same formula as the grid, and never above an end point
         candidates = [(c(0.0), 0.0), (c(2.0), 2.0), (c(float(p[i])), float(p[i]))]
