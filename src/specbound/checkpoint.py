@@ -119,8 +119,9 @@ class SafetensorsCheckpoint(Checkpoint):
     shards: dict[str, Path]
     _handles: dict[Path, Any] = field(default_factory=dict, repr=False)
     _headers: dict[Path, tuple[int, dict]] = field(default_factory=dict, repr=False)
-    # Every read opens its own file handle; the caches above are filled idempotently.
-    _read_lock: Any = field(default_factory=contextlib.nullcontext, repr=False)
+    # Every read opens its own file handle; the caches above are filled idempotently (a class
+    # attribute, not a field: nothing per instance).
+    _read_lock = contextlib.nullcontext()
 
     @property
     def names(self) -> list[str]:
