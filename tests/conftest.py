@@ -9,7 +9,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 @pytest.fixture(scope="session")
 def minilm_dir():
-    from specbound.defaults import default_checkpoint
+    from specbound.io.default_checkpoint import default_checkpoint
 
     return default_checkpoint()
 
@@ -125,7 +125,7 @@ TINY_PATTERN = "bert_uncased_L-{1..3}_H-{32..64}_A-{H/16}"
 @pytest.fixture(scope="session")
 def tiny_family(tmp_path_factory):
     """Folder holding the six tiny family members as plain model folders."""
-    from specbound.miniatures import write_miniatures
+    from specbound.tools.miniatures import write_miniatures
 
     root = tmp_path_factory.mktemp("tiny_family")
     write_miniatures(root, layout="folders", depths=TINY_DEPTHS, widths=TINY_WIDTHS, head_size=16, vocab=32)
@@ -135,9 +135,9 @@ def tiny_family(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_store(tiny_family, tmp_path_factory):
     """A results store holding the six tiny family members (a local sweep; never modified by tests)."""
-    from specbound.sources import expand_sources
-    from specbound.store import Store
-    from specbound.sweep import run_sweep
+    from specbound.sweep.sources import expand_sources
+    from specbound.sweep.store import Store
+    from specbound.sweep.run import run_sweep
 
     root = tmp_path_factory.mktemp("tiny_store") / "store"
     report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)

@@ -13,9 +13,9 @@ from safetensors.numpy import save_file
 
 import specbound
 from specbound import SpecboundError
-from specbound.archinfer import infer_spec
-from specbound.archspec import builtin_specs, parse_spec
-from specbound.checkpoint import open_checkpoint
+from specbound.archs.infer import infer_spec
+from specbound.archs import builtin_specs, parse_spec
+from specbound.io import open_checkpoint
 from specbound.cli import main
 
 N, L, H, D_FF = 32, 2, 4, 48

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import specbound
-from specbound.bench import (_to_bf16, format_miniatures_bench, run_miniatures_bench, write_bert_checkpoint,
+from specbound.tools.bench import (_to_bf16, format_miniatures_bench, run_miniatures_bench, write_bert_checkpoint,
                              write_llama_checkpoint)
 from specbound.cli import main
 
@@ -54,17 +54,17 @@ def test_miniatures_bench_reports_totals_and_every_checkpoint(tmp_path):
 
 
 def test_core_budgets():
-    from specbound.bench import core_budgets
+    from specbound.tools.bench import core_budgets
 
     assert core_budgets(1) == [1] and core_budgets(4) == [1, 4]
     assert core_budgets(None)[0] == 1
 
 
 def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
-    import specbound.bench
+    import specbound.tools.bench
 
-    monkeypatch.setattr(specbound.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
-    monkeypatch.setattr(specbound.bench, "format_miniatures_bench", lambda r: f"miniatures {r}")
+    monkeypatch.setattr(specbound.tools.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
+    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures {r}")
     assert main(["bench", "--scenario", "miniatures", "--threads", "1"]) == 0
     assert "miniatures {'called': {'threads': 1, 'jobs': None, 'workdir': None}}" in capsys.readouterr().out
     assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
@@ -75,7 +75,7 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
 def test_bert_bench_on_one_and_two_cores(tmp_path):
     """The bert-base scenario's machinery on a tiny shape: every contender at each core budget, the
     results on two cores identical to one core, the same bounds as the dense method."""
-    from specbound.bench import format_bench, run_bench
+    from specbound.tools.bench import format_bench, run_bench
 
     report = run_bench(repeats=1, jobs=2, workdir=str(tmp_path), shape=dict(L=2, N=64, H=4, d_ff=128))
     assert [b["cores"] for b in report["budgets"]] == [1, 2]
@@ -92,7 +92,7 @@ def test_bert_bench_on_one_and_two_cores(tmp_path):
 
 
 def test_large_bench_text_says_what_the_memory_limit_covers():
-    from specbound.bench import format_large_bench
+    from specbound.tools.bench import format_large_bench
 
     report = dict(scenario="s", threads=1, jobs=1, seconds=90.0, seconds_per_layer=[45.0, 45.0], peak_rss_mb=700.0,
                   rss_limit_mb=1000.0, within_rss_limit=True, ff_sv_methods={"gram": 6})

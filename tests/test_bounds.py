@@ -8,11 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbound.analysis import layer_spectra
+from specbound.compute.layer_spectra import layer_spectra
 from specbound.bounds import REGISTRY, compute_all, in_group
-from specbound.extract import LayerWeights, ModelDims
-from specbound.measures import LayerSpectra, measure
-from specbound.spectra import MatrixSpectrum
+from specbound.compute.extract import LayerWeights, ModelDims
+from specbound.bounds.schatten import default_grid_m
+from specbound.compute.layer_spectra import LayerSpectra
+from specbound.compute.measures import measure
+from specbound.compute.spectra import MatrixSpectrum
 
 REL = 1e-9
 
@@ -42,7 +44,7 @@ def hand_layers():
 
 @pytest.fixture(scope="module")
 def hand():
-    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10)
+    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(HAND_DIMS.L, HAND_DIMS.N))
     return ms, compute_all(ms)
 
 
@@ -137,7 +139,7 @@ def test_three_type_picks_a_positive_index_when_the_scale_is_small():
     s = 1e-3 * np.ones(64)
     layer = LayerSpectra(0, qk=[spec(nn, s, 1, 1)], ov=[spec(nn, s, 1, 1)], ff={"FF_in": spec(nf, s, 1, 1),
                                                                              "FF_out": spec(fn, s, 1, 1)})
-    ms = measure([layer], ModelDims(L=1, N=64, H=1, H_kv=1, d_head=64, d_ff=64), l_phi=1.0, rank_tol=1e-10)
+    ms = measure([layer], ModelDims(L=1, N=64, H=1, H_kv=1, d_head=64, d_ff=64), l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(1, 64))
     res = REGISTRY["spectral_three_type"].compute(ms)
     p = res.per_layer["three_type_ff_p_star"][0]
     assert p > 0
@@ -180,7 +182,7 @@ def random_models(draw):
 
 def results_for(weights, dims):
     layers = [layer_spectra(w) for w in weights]
-    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)
+    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
     return ms, compute_all(ms)
 
 
@@ -258,7 +260,7 @@ def test_monotone_in_the_last_feed_forward_norm(model, t):
 def test_continuous_minimum_is_the_global_minimum(log_s, log_scale, n):
     """ln C is quasiconvex in p, so the minimiser found from the sign of its derivative is global:
     never above C anywhere on a fine grid, nor above any of several other curves' evaluations."""
-    from specbound.bounds.adaptive import ContributionCurve, continuous_minima
+    from specbound.bounds.schatten import ContributionCurve, continuous_minima
 
     curve = ContributionCurve.from_kept(np.sort(np.exp(log_s))[::-1], math.exp(log_scale), n)
     p, value = continuous_minima([curve])
@@ -271,7 +273,7 @@ def test_continuous_minimum_is_the_global_minimum(log_s, log_scale, n):
 
 
 def test_continuous_minima_batch_equals_one_at_a_time():
-    from specbound.bounds.adaptive import ContributionCurve, continuous_minima
+    from specbound.bounds.schatten import ContributionCurve, continuous_minima
 
     rng = np.random.default_rng(3)
     curves = [ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], math.exp(rng.uniform(-5, 25)), 384)
@@ -289,7 +291,7 @@ def test_continuous_minimum_interior_root(log_scale):
     scalar search (scipy) finds no smaller value."""
     from scipy.optimize import minimize_scalar
 
-    from specbound.bounds.adaptive import ContributionCurve
+    from specbound.bounds.schatten import ContributionCurve
 
     curve = ContributionCurve.from_kept(np.array([3.0, 1.0, 0.2, 0.01]), math.exp(log_scale), 100)
     p, value = curve.continuous_minimum()

@@ -19,7 +19,7 @@ import pytest
 
 import specbound
 from specbound.cli import main
-from specbound.defaults import default_checkpoint
+from specbound.io.default_checkpoint import default_checkpoint
 
 ROLES = ("QK", "OV", "FF_in", "FF_out")
 MATRIX_KEYS = {"layer", "head", "role", "shape", "rank", "spectral_norm", "frobenius_norm", "nuclear_norm",

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 import specbound
 from numpy_bert import row_weights, tiny_pair, write_tiny_bert  # noqa: F401  (tiny_pair: fixture)
 from specbound.bounds import REGISTRY
-from specbound.distance import stacked_difference
+from specbound.compute.distance import stacked_difference
 from specbound.errors import SpecboundError
-from specbound.spectra import dense_spectrum, factored_spectra, numerical_rank
+from specbound.compute.spectra import dense_spectrum, factored_spectra, numerical_rank
 
 L, N, H, D_FF = 2, 16, 4, 24
 D_HEAD = N // H
@@ -47,11 +47,12 @@ def test_factored_difference_equals_dense(factors):
 
 
 def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
-    from specbound.analysis import layer_spectra
+    from specbound.compute.layer_spectra import layer_spectra
     from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
-    from specbound.distance import difference_spectra
-    from specbound.extract import LayerWeights, ModelDims
-    from specbound.measures import measure
+    from specbound.compute.distance import difference_spectra
+    from specbound.compute.extract import LayerWeights, ModelDims
+    from specbound.bounds.schatten import default_grid_m
+    from specbound.compute.measures import measure
 
     rng = np.random.default_rng(0)
     dims = ModelDims(L=2, N=8, H=2, H_kv=2, d_head=2, d_ff=12)
@@ -62,7 +63,7 @@ def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
                             {"FF_in": g((8, 12)), "FF_out": g((12, 8))})
 
     w = [weights(0), weights(1)]
-    ms = measure([layer_spectra(x) for x in w], dims, l_phi=1.13, rank_tol=1e-10)
+    ms = measure([layer_spectra(x) for x in w], dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
     same = ms.measured_from([difference_spectra(x, x) for x in w])  # W0 = W
     assert not ms.from_init and same.from_init
     for a, b in zip(ms.matrices, same.matrices):

@@ -114,7 +114,7 @@ def only_stray_pickle(d):
 
 def unsupported_family(d):
     _write_config(d, model_type="t5")
-    from specbound.archspec import supported_model_types
+    from specbound.archs import supported_model_types
 
     listed = ", ".join(supported_model_types())
     assert "gpt2" in listed and "llama" in listed and "bert" in listed
@@ -401,7 +401,7 @@ def test_valid_options_still_work(tiny_bert_dir, capsys):
 # --- --arch-spec ------------------------------------------------------------------------------------
 
 def _bert_spec():
-    return json.loads(resources.files("specbound.archs").joinpath("bert.json").read_text())
+    return json.loads(resources.files("specbound.archs").joinpath("data", "bert.json").read_text())
 
 
 def _without(d, key):
@@ -484,7 +484,7 @@ def test_optional_config_field_not_an_integer(tiny_bert_dir, tmp_path, capsys):
 def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
     """jobs="auto" (the command line's default): one layer per core, never more than the layers,
     and no more than half the available memory holds at a layer's float64 weights a job."""
-    import specbound.analysis as analysis
+    import specbound.pipeline as analysis
 
     model = analysis.open_model(tiny_bert_dir)
     assert analysis.layer_float64_bytes(model.dims) == 8 * (2 * 32 * 8 * (4 + 4) + 2 * 32 * 48)  # N=32, 4x8, d_ff=48
@@ -510,7 +510,7 @@ def test_finite_check_is_exact_for_huge_values(tmp_path):
 
     from safetensors.numpy import save_file
 
-    from specbound.checkpoint import SafetensorsCheckpoint
+    from specbound.io.safetensors_file import SafetensorsCheckpoint
 
     path = tmp_path / "w.safetensors"
     save_file({"huge": np.array([1e308, 1e308, -1.0]), "nan": np.array([1e308, np.nan, np.inf, 2.0])}, str(path))

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 import specbound
 from specbound.bounds import REGISTRY, compute_all
 from specbound.errors import SpecboundError
-from specbound.gap import GapParameters, gap_bounds, gap_terms
-from specbound.measures import measure
+from specbound.bounds.gap import GapParameters, gap_bounds, gap_terms
+from specbound.bounds.schatten import default_grid_m
+from specbound.compute.measures import measure
 from numpy_bert import tiny_pair  # noqa: F401  (fixture)
 from test_bounds import HAND_DIMS, hand_layers
 
@@ -30,7 +31,7 @@ def test_gap_terms_by_hand():
 
 
 def test_gap_bounds_on_hand_model():
-    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10)
+    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(HAND_DIMS.L, HAND_DIMS.N))
     results = compute_all(ms)
     n, params = 10_000, GapParameters(n=10_000, margin=1.0, delta=0.01)
     gaps = gap_bounds(ms, results, params)

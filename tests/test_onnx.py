@@ -22,7 +22,7 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from specbound.checkpoint import open_checkpoint
+from specbound.io import open_checkpoint
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -233,7 +233,7 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
     folder = _matmul_graph(tmp_path / "m", nodes, inits)
     ckpt = open_checkpoint(folder)
     assert sorted(ckpt.names) == sorted(f"encoder.layer.0.{p.replace('/', '.')}.weight" for p in BERT_LINEARS)
-    from specbound.extract import _row_oriented
+    from specbound.compute.extract import _row_oriented
 
     for i, (path, w) in enumerate(weights.items()):
         name = f"encoder.layer.0.{path.replace('/', '.')}.weight"

@@ -6,8 +6,8 @@ import re
 import pytest
 
 from specbound.cli import main
-from specbound.plots import build_figures, pick_record
-from specbound.report import write_report
+from specbound.report.plots import build_figures, pick_record
+from specbound.report.html import write_report
 
 EXPECTED = {
     "spectral_decay": ("singular value index i", "singular value σ_i"),
@@ -23,14 +23,14 @@ EXPECTED = {
 @pytest.fixture
 def no_checkpoints(monkeypatch):
     """Opening any checkpoint fails: plots and reports must read records only."""
-    import specbound.analysis
-    import specbound.checkpoint
+    import specbound.pipeline
+    import specbound.io.dispatch
 
     def refuse(*args, **kwargs):
         raise AssertionError("a plot or report opened a checkpoint")
 
-    monkeypatch.setattr(specbound.checkpoint, "open_checkpoint", refuse)
-    monkeypatch.setattr(specbound.analysis, "open_checkpoint", refuse)
+    monkeypatch.setattr(specbound.io.dispatch, "open_checkpoint", refuse)
+    monkeypatch.setattr(specbound.pipeline, "open_checkpoint", refuse)
 
 
 def test_every_figure_has_its_axes(tiny_store, no_checkpoints):
@@ -71,12 +71,12 @@ def test_report_is_self_contained(tiny_store, tmp_path, no_checkpoints):
 
 
 def test_cli_plot_and_report(tiny_store, tmp_path, capsys, monkeypatch):
-    import specbound.plots
-    import specbound.report
+    import specbound.report.plots
+    import specbound.report.html
 
     calls = []  # the CLI only passes its arguments on (the drawing itself is tested above)
-    monkeypatch.setattr(specbound.plots, "render_all", lambda store, out, **kw: calls.append((out, kw)) or [out])
-    monkeypatch.setattr(specbound.report, "write_report",
+    monkeypatch.setattr(specbound.report.plots, "render_all", lambda store, out, **kw: calls.append((out, kw)) or [out])
+    monkeypatch.setattr(specbound.report.html, "write_report",
                         lambda store, out, **kw: calls.append((out, kw)) or {"html": "r.html", "markdown": "r.md",
                                                                              "figures": "f"})
     assert main(["plot", "--store", str(tiny_store.root), "--out", "f", "--model", "m", "--fixed-l", "2",

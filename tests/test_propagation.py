@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specbound.propagation import LayerNorms, layer_lipschitz, sensitivities
+from specbound.compute.propagation import LayerNorms, layer_lipschitz, sensitivities
 
 QK, OV = np.array([0.25, 1.0]), np.array([1.0, 0.5])
 ATTN = 1.0 * (1 + 4 * 0.25) + 0.5 * (1 + 4 * 1.0)  # = 4.5

@@ -9,8 +9,8 @@ import pytest
 
 from specbound import SpecboundError
 from specbound.cli import main
-from specbound.scaling import loglog_fit, quantities, scaling_fits, scaling_table, summary_table
-from specbound.store import Record, Store
+from specbound.report.scaling import loglog_fit, quantities, scaling_fits, scaling_table, summary_table
+from specbound.sweep.store import Record, Store
 
 DEPTHS = (2, 4, 6, 8, 10, 12)
 WIDTHS = (128, 256, 512, 768)

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from specbound import SpecboundError
-from specbound.miniatures import HUB_PATTERN, write_miniatures
-from specbound.sources import Pattern, cached_model_ids, expand_pattern, expand_sources, load_sweep_config
+from specbound.tools.miniatures import HUB_PATTERN, write_miniatures
+from specbound.sweep.sources import Pattern, cached_model_ids, expand_pattern, expand_sources, load_sweep_config
 
 from conftest import TINY_PATTERN
 

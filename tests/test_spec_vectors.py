@@ -5,11 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from specbound.bounds.adaptive import ContributionCurve, schatten_grid
+from specbound.bounds.schatten import ContributionCurve, schatten_grid
 from specbound.bounds.edelman import EDELMAN
-from specbound.extract import ModelDims
-from specbound.measures import LayerSpectra, default_grid_m, measure
-from specbound.spectra import MatrixSpectrum, numerical_rank
+from specbound.compute.extract import ModelDims
+from specbound.bounds.schatten import default_grid_m
+from specbound.compute.layer_spectra import LayerSpectra
+from specbound.compute.measures import measure
+from specbound.compute.spectra import MatrixSpectrum, numerical_rank
 
 REL = 1e-6
 
@@ -66,7 +68,7 @@ def test_vector_b():
                      ff={"FF_in": _norm_only(1.2, 8), "FF_out": _norm_only(0.8, 9)}),
     ]
     dims = ModelDims(L=2, N=4, H=2, H_kv=2, d_head=2, d_ff=4)
-    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)
+    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
     assert ms.lambdas == pytest.approx([15.255, 3.644928], rel=REL)
     assert ms.alphas == pytest.approx([3.644928, 1.0], rel=REL)
     gammas = {(mm.layer, mm.role, mm.head): mm.gamma for mm in ms.matrices}
@@ -86,7 +88,7 @@ def test_vector_b():
 def test_shared_count_by_hand():
     """Two depths sharing one stored layer: each matrix once, scale = 1 * (gamma_0 alpha_0 + gamma_1 alpha_1)."""
     from specbound.bounds import REGISTRY
-    from specbound.bounds.adaptive import ContributionCurve, schatten_grid
+    from specbound.bounds.schatten import ContributionCurve, schatten_grid
 
     def spec(c, s2):
         return MatrixSpectrum((4, 4), np.array([c, s2]), 1.0, 1.0)
@@ -94,7 +96,7 @@ def test_shared_count_by_hand():
     layer = dict(qk=[spec(0.5, 0.2)], ov=[spec(1.5, 0.3)], ff={"FF_in": spec(2.0, 1.0), "FF_out": spec(1.2, 0.4)})
     layers = [LayerSpectra(0, **layer), LayerSpectra(1, **layer)]
     dims = ModelDims(L=2, N=4, H=1, H_kv=1, d_head=2, d_ff=4, stored=(0, 0))
-    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10)
+    ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
     lam = 1.13 * 2.0 * 1.2 * 1.5 * (1 + 4 * 0.5)
     assert ms.alphas == pytest.approx([lam, 1.0])
     gamma = {"QK": 2 * 1.5 * 1.2 * 2.0, "OV": 1.2 * 2.0, "FF_in": 1.2, "FF_out": 1.0}

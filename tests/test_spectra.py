@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specbound.spectra import dense_spectrum, factored_spectra, numerical_rank, schatten_power
+from specbound.bounds.schatten import schatten_power
+from specbound.compute.spectra import dense_spectrum, factored_spectra, numerical_rank
 
 
 @st.composite
@@ -46,7 +47,7 @@ def test_factored_equals_dense(factors):
 
 
 def test_streamed_norm_1_1_uses_several_blocks(monkeypatch):
-    import specbound.spectra as spectra
+    import specbound.compute.spectra as spectra
 
     monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 50)  # 10 x 10 product in blocks of 5 columns
     rng = np.random.default_rng(0)
@@ -79,7 +80,7 @@ def test_dense_spectrum_norms_row_orientation():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.integers(12, 40), st.booleans())
 def test_gram_path_within_its_proven_bound(seed, n, k, transpose):
-    from specbound.spectra import gram_singular_values
+    from specbound.compute.spectra import gram_singular_values
 
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k))
@@ -96,7 +97,7 @@ def test_gram_path_within_its_proven_bound(seed, n, k, transpose):
 def test_gram_path_in_several_blocks_within_its_proven_bound(seed, n, k, block, transpose):
     """The Gram matrix accumulated over column blocks of any width (uneven last block too) gives
     the SVD's values within the bound, and the bound is the one for that blocking's depth."""
-    import specbound.spectra as spectra
+    import specbound.compute.spectra as spectra
 
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k))
@@ -128,7 +129,7 @@ def test_gram_path_falls_back_to_svd_when_unresolved():
 
 @pytest.mark.parametrize("order", ["C", "F", "strided"])
 def test_blockwise_norms_match_direct(monkeypatch, order):
-    import specbound.spectra as spectra
+    import specbound.compute.spectra as spectra
 
     monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 7)  # many uneven blocks
     rng = np.random.default_rng(5)

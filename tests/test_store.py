@@ -11,9 +11,9 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from specbound.store import TABLES, Store, canonical_options, record_from_analysis, record_key, weights_digest
-from specbound.sources import Source
-from specbound.sweep import plan_task
+from specbound.sweep.store import TABLES, Store, canonical_options, record_from_analysis, record_key, weights_digest
+from specbound.sweep.sources import Source
+from specbound.sweep.run import plan_task
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_key_depends_on_the_weights_and_the_options_not_the_name(member, tmp_pat
 def test_remembered_file_hashes_follow_the_file(member, tmp_path):
     import os
 
-    from specbound.store import file_sha256
+    from specbound.sweep.store import file_sha256
 
     copy = tmp_path / "w.safetensors"
     copy.write_bytes((member / "model.safetensors").read_bytes())

@@ -15,9 +15,9 @@ import pytest
 import specbound
 from specbound.cli import main
 from specbound.errors import SpecboundError
-from specbound.sources import expand_sources
-from specbound.store import TABLES, Store
-from specbound.sweep import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import TABLES, Store
+from specbound.sweep.run import run_sweep
 
 from conftest import TINY_PATTERN
 
@@ -100,13 +100,13 @@ def test_rerun_skips_and_failures_are_reported(local_store, sources, tmp_path, c
 
 
 def test_rerun_reads_no_weights_again(local_store, sources, monkeypatch):
-    import specbound.store
+    import specbound.sweep.store
 
     remembered = local_store.load_digests()  # one hash per weight file, by path, size, mtime, inode
     for source in sources:
         path = str(Path(source.target, "model.safetensors").resolve())
         assert any(k.startswith(path + "|") for k in remembered), path
-    monkeypatch.setattr(specbound.store, "_file_sha256", lambda *a: pytest.fail("re-hashed an unchanged file"))
+    monkeypatch.setattr(specbound.sweep.store, "_file_sha256", lambda *a: pytest.fail("re-hashed an unchanged file"))
     again = run_sweep(sources, local_store.root, progress=False)
     assert len(again.skipped) == 6 and again.written == []
 
@@ -136,7 +136,7 @@ def _records_complete(st: Store, expected: int):
 
 
 def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
-    from specbound.miniatures import write_miniatures
+    from specbound.tools.miniatures import write_miniatures
 
     family = tmp_path / "family"  # enough members that the kill lands mid-way
     write_miniatures(family, layout="folders", depths=(4, 5, 6, 7), widths=(64, 96), head_size=16, vocab=16)
@@ -162,8 +162,8 @@ def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
 
 
 def test_a_local_sweep_imports_neither_dask_nor_matplotlib(tiny_family, tmp_path):
-    code = ("import sys; from specbound.sources import expand_sources; from specbound.sweep import run_sweep; "
-            "import specbound.plots, specbound.report, specbound.scaling; "
+    code = ("import sys; from specbound.sweep.sources import expand_sources; from specbound.sweep.run import run_sweep; "
+            "import specbound.report.plots, specbound.report.html, specbound.report.scaling; "
             f"r = run_sweep(expand_sources([sys.argv[1]]), sys.argv[2], progress=False); assert len(r.written) == 2; "
             "heavy = [m for m in ('dask', 'distributed', 'matplotlib', 'torch') if m in sys.modules]; "
             "assert not heavy, heavy")

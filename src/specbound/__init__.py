@@ -16,7 +16,7 @@ __all__ = ["analyze", "Analysis", "SpecboundError", "__version__"]
 
 def __getattr__(name):  # lazy: `import specbound` stays cheap
     if name == "analyze":
-        from .analysis import analyze
+        from .pipeline import analyze
 
         return analyze
     if name == "Analysis":

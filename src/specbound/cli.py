@@ -15,6 +15,10 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # `--n` must never be taken for `--no-progress`
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse's default prints the whole usage block and exits
         raise _UsageError(f"{message} (see `{self.prog} --help`)")
 
@@ -38,6 +42,44 @@ def _jobs(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {text!r}") from None
 
 
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+_KIND_TYPES = {"positive_int": _positive_int, "number": _number, "jobs": _jobs, "path": str, "choice": str}
+
+
+def _add_analysis_options(parser: argparse.ArgumentParser, *, key_only: bool = False) -> None:
+    """One flag per :class:`~specbound.options.AnalysisOptions` field (``key_only``: those that change
+    the numbers).  An absent flag is absent from the namespace, so the option keeps its default."""
+    from .options import option_fields
+
+    groups = {}
+    for f in option_fields():
+        meta = f.metadata
+        if key_only and not meta["key"]:
+            continue
+        target = parser
+        if meta["group"] == "gap":
+            if "gap" not in groups:
+                groups["gap"] = parser.add_argument_group(
+                    "generalisation-gap bound (docs/spec.md section 7; needs --n and --margin)")
+            target = groups["gap"]
+        default = meta["cli_default"] if meta["cli_default"] is not None and not key_only else argparse.SUPPRESS
+        target.add_argument(meta["flag"], dest=f.name, type=_KIND_TYPES[meta["kind"]], choices=meta["choices"],
+                            metavar=meta["metavar"], default=default, help=meta["help"])
+
+
+def _options_from(args) -> dict:
+    """The analysis options given on the command line, by name."""
+    from .options import option_names
+
+    return {name: getattr(args, name) for name in option_names() if hasattr(args, name)}
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -54,34 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
-    an.add_argument("--arch-spec", metavar="FILE",
-                    help="architecture spec file for a family not shipped (`specbound arch infer` drafts one)")
-    an.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
-    an.add_argument("--rank-tol", type=float, default=1e-10, help="relative rank tolerance (default 1e-10)")
-    an.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act; GELU 1.13)")
-    an.add_argument("--threads", type=_positive_int,
-                    help="BLAS threads per job (default: the BLAS default; with --jobs, the cores divided among the jobs)")
-    an.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
-                    help="layers analysed at once, in threads: the same numbers, about J times faster on J "
-                         "cores, peak memory J layers (default auto: one per core, as half the available "
-                         "memory allows at a layer's float64 weights each)")
-    an.add_argument("--method", choices=("factored", "dense"), default="factored",
-                    help="QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)")
-    an.add_argument("--gram-rtol", type=float, default=1e-8,
-                    help="feed-forward singular values from the Gram matrix when proven accurate to this "
-                         "relative error (default 1e-8); 0 forces exact SVDs")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="a layers progress bar on stderr (default: when stderr is a terminal)")
-    an.add_argument("--init", metavar="SOURCE",
-                    help="model folder with the initial weights W0: also compute every bound on W - W0")
-    gap = an.add_argument_group("generalisation-gap bound (SPEC section 7; needs --n and --margin)")
-    gap.add_argument("--n", type=_positive_int, help="number of training sequences")
-    gap.add_argument("--margin", type=float, help="ramp-loss margin gamma > 0")
-    gap.add_argument("--delta", type=float, default=0.05, help="failure probability (default 0.05)")
-    gap.add_argument("--lead-constant", type=float, default=1.0,
-                     help="absolute constant of the leading term, unstated by the sources (default 1)")
-    gap.add_argument("--confidence-constant", type=float, default=1.0,
-                     help="absolute constant of the confidence term, unstated by the sources (default 1)")
+    _add_analysis_options(an)
 
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
     arch_sub = arch.add_subparsers(dest="arch_command", required=True, metavar="infer")
@@ -110,12 +127,7 @@ def _parser() -> argparse.ArgumentParser:
                          "as memory allows in a local run, 1 on Dask)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
-    sw.add_argument("--arch-spec", metavar="FILE", help="architecture spec file for a family not shipped")
-    sw.add_argument("--grid-m", type=_positive_int, metavar="M", help="Schatten grid resolution (default ceil(L + ln N))")
-    sw.add_argument("--rank-tol", type=float, help="relative rank tolerance (default 1e-10)")
-    sw.add_argument("--l-phi", type=float, help="activation Lipschitz constant (default from hidden_act)")
-    sw.add_argument("--method", choices=("factored", "dense"), help="QK/OV spectra method (default factored)")
-    sw.add_argument("--gram-rtol", type=float, help="feed-forward Gram-path tolerance (default 1e-8)")
+    _add_analysis_options(sw, key_only=True)
 
     sc = sub.add_parser("scaling", help="log-log growth of every bound with depth and width, from a store",
                         description="Fit, for every bound and every role, log B against log L at fixed N and "
@@ -186,8 +198,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _analyze(args) -> int:
-    from .analysis import analyze
-    from .summary import format_summary
+    from .pipeline import analyze
+    from .report.summary import format_summary
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
@@ -201,11 +213,7 @@ def _analyze(args) -> int:
         bar.update(done - bar.n)
 
     try:
-        result = analyze(args.source, arch_spec=args.arch_spec, grid_m=args.grid_m, rank_tol=args.rank_tol,
-                         l_phi=args.l_phi, threads=args.threads, jobs=args.jobs, method=args.method,
-                         gram_rtol=args.gram_rtol, init=args.init, progress=on_layer,
-                         n=args.n, margin=args.margin, delta=args.delta, lead_constant=args.lead_constant,
-                         confidence_constant=args.confidence_constant)
+        result = analyze(args.source, progress=on_layer, **_options_from(args))
     finally:
         bar.close()
     if args.out:
@@ -226,20 +234,21 @@ def _analyze(args) -> int:
 
 
 def _sweep(args) -> int:
-    from .sources import expand_sources, load_sweep_config
-    from .sweep import plan_sweep, run_sweep, SweepReport
+    from .sweep.sources import expand_sources, load_sweep_config
+    from .sweep.run import plan_sweep, run_sweep, SweepReport
 
     config = load_sweep_config(args.config) if args.config else None
     patterns = list(args.sources) + (config.sources if config else [])
     if not patterns:
         raise _UsageError("sweep needs at least one SOURCE or --config FILE (see `specbound sweep --help`)")
-    flags = {k: getattr(args, k) for k in ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
-             if getattr(args, k) is not None}
+    from .options import option_names
+
+    flags = {k: v for k, v in _options_from(args).items() if k in option_names(key_only=True)}
     option_sets = [{**o, **flags} for o in (config.option_sets if config else [{}])]
     store = args.store or (config.store if config and config.store else "specbound-results")
     sources = expand_sources(patterns)
     if args.dry_run:
-        from .store import Store
+        from .sweep.store import Store
 
         st = Store(store)
         report = SweepReport(store=st.root)
@@ -262,7 +271,7 @@ def _sweep(args) -> int:
 
 
 def _existing_store(path: str):
-    from .store import Store
+    from .sweep.store import Store
 
     store = Store(path)
     if not store.keys():
@@ -271,7 +280,7 @@ def _existing_store(path: str):
 
 
 def _scaling(args) -> int:
-    from .scaling import scaling_table, summary_table
+    from .report.scaling import scaling_table, summary_table
 
     if not 0 < args.confidence < 1:
         raise _UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
@@ -286,7 +295,7 @@ def _scaling(args) -> int:
     elif args.format == "json":
         print(table.to_json(orient="records", indent=2))
     elif args.format == "markdown":
-        from .report import _markdown_table
+        from .report.html import _markdown_table
 
         print(_markdown_table(table))
     else:
@@ -298,7 +307,7 @@ def _scaling(args) -> int:
 
 
 def _plot(args) -> int:
-    from .plots import render_all
+    from .report.plots import render_all
 
     for path in render_all(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
                            bounds=args.bound):
@@ -307,7 +316,7 @@ def _plot(args) -> int:
 
 
 def _report(args) -> int:
-    from .report import write_report
+    from .report.html import write_report
 
     paths = write_report(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
                          bounds=args.bound, confidence=args.confidence)
@@ -316,7 +325,7 @@ def _report(args) -> int:
 
 
 def _miniatures(args) -> int:
-    from .miniatures import HUB_PATTERN, write_miniatures
+    from .tools.miniatures import HUB_PATTERN, write_miniatures
 
     folders = write_miniatures(args.folder, layout=args.layout, seed=args.seed,
                                progress=lambda name: print(f"wrote {name}", file=sys.stderr))
@@ -327,8 +336,8 @@ def _miniatures(args) -> int:
 
 
 def _arch(args) -> int:
-    from .archinfer import infer_spec
-    from .checkpoint import open_checkpoint
+    from .archs.infer import infer_spec
+    from .io import open_checkpoint
 
     ckpt = open_checkpoint(args.source)
     try:
@@ -366,7 +375,7 @@ def _study(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench
+    from .tools import bench
 
     runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, jobs=args.jobs,
                                                   workdir=args.workdir), bench.format_bench),

@@ -16,8 +16,8 @@ import pandas as pd
 
 from .atomic import atomic_write
 from .bounds import REGISTRY, BoundResult, in_group
-from .measures import ModelMeasures
-from .spectra import numerical_rank
+from .compute.measures import ModelMeasures
+from .compute.spectra import numerical_rank
 
 SCHEMA_VERSION = 1
 

@@ -8,7 +8,7 @@ For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 each matrix takes its own minimiser (ties to the smallest p) and
 ``B_spectral = sum_matrices min_p C(p) + sqrt(L)``.
 
-Margin-bound form (SPEC section 7, :mod:`specbound.gap`): the leading term is multiplied by
+Margin-bound form (SPEC section 7, :mod:`specbound.bounds.gap`): the leading term is multiplied by
 ``ln n``, and the post-hoc choice of one of ``2m + 1`` indices for each matrix costs
 ``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
 of ``W - W0`` while ``scale`` keeps the trained network's propagation factors (docs/bounds.md).
@@ -20,144 +20,9 @@ import math
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from ..spectra import MatrixSpectrum, rank_threshold
-from . import Bound, BoundResult, register
-
-
-def schatten_grid(m: int) -> np.ndarray:
-    """``P_m = {0, 1/m, 2/m, ..., 2}``, shape (2m + 1,)."""
-    if m < 1:
-        raise ValueError(f"the Schatten grid needs m >= 1, got {m}")
-    return np.arange(2 * m + 1, dtype=np.float64) / m
-
-
-def contribution(schatten_power: float, p: float, scale: float, n: int) -> float:
-    """``C(p)`` from ``S_p`` (computed in logs: ``scale`` may be astronomically large)."""
-    if schatten_power <= 0.0:
-        return 0.0
-    log_c = (math.log(schatten_power) + p * math.log(scale) + (p + 1.0) * math.log(n)) / (p + 2.0)
-    return math.exp(log_c)
-
-
-def kept_singular_values(spectrum: MatrixSpectrum, rank_tol: float) -> np.ndarray:
-    """The singular values above the rank tolerance (SPEC section 2): those ``S_p`` sums over."""
-    s = spectrum.singular_values
-    return s[s > rank_threshold(s, spectrum.dim, rank_tol)]
-
-
-def grid_minimum(curve: "ContributionCurve", grid: np.ndarray) -> tuple[float, float]:
-    """``(p*, C(p*))`` over the grid; ties go to the smallest p."""
-    values = curve.on_grid(grid)
-    best = int(np.argmin(values))
-    return float(grid[best]), float(values[best])
-
-
-class ContributionCurve:
-    """``p -> C(p)`` for one matrix; only singular values above the rank tolerance count."""
-
-    def __init__(self, spectrum: MatrixSpectrum, scale: float, n: int, rank_tol: float):
-        self.kept = kept_singular_values(spectrum, rank_tol)
-        self.scale, self.n = scale, n
-
-    @classmethod
-    def from_kept(cls, kept: np.ndarray, scale: float, n: int) -> "ContributionCurve":
-        """A curve over singular values already filtered by the rank tolerance."""
-        curve = cls.__new__(cls)
-        curve.kept, curve.scale, curve.n = np.asarray(kept, dtype=np.float64), scale, n
-        return curve
-
-    def schatten(self, p: float) -> float:
-        return float(self.kept.size) if p == 0 else float(np.sum(self.kept**p))
-
-    def __call__(self, p: float) -> float:
-        return contribution(self.schatten(p), p, self.scale, self.n)
-
-    def on_grid(self, grid: np.ndarray) -> np.ndarray:
-        """``C(p)`` for every ``p`` of ``grid`` at once (the same formula as :func:`contribution`)."""
-        grid = np.asarray(grid, dtype=np.float64)
-        if self.kept.size == 0:
-            return np.zeros_like(grid)
-        powers = np.where(grid == 0, float(self.kept.size), (self.kept[None, :] ** grid[:, None]).sum(axis=1))
-        log_c = (np.log(powers) + grid * math.log(self.scale) + (grid + 1.0) * math.log(self.n)) / (grid + 2.0)
-        return np.exp(log_c)
-
-    def continuous_minimum(self) -> tuple[float, float]:
-        """``(p, C(p))`` minimising ``C`` over all of ``[0, 2]`` (see :func:`continuous_minima`)."""
-        p, value = continuous_minima([self])
-        return float(p[0]), float(value[0])
-
-
-def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
-                      max_steps: int = 200) -> tuple[np.ndarray, np.ndarray]:
-    """The minimiser over ``[0, 2]`` and the minimum of ``C`` for every curve at once.
-
-    ``ln C(p) = g(p) / (p + 2)`` with ``g(p) = ln S_p + p ln(scale) + (p + 1) ln N``.  ``ln S_p``
-    is a log-sum-exp of linear functions of ``p``, so ``g`` is convex and ``ln C`` quasiconvex: its
-    derivative has the sign of ``h(p) = (p + 2) g'(p) - g(p)``, and ``h'(p) = (p + 2) g''(p) >= 0``.
-    The minimiser is therefore global and unique up to flat stretches: ``0`` when ``h(0) >= 0``,
-    ``2`` when ``h(2) <= 0``, else the root of ``h``, found by Newton steps kept inside a shrinking
-    bracket (bisection whenever a step would leave it) until the bracket or the step is below
-    ``tol``.  ``g'`` and ``g''`` are the mean and the variance of ``ln s_i`` under the weights
-    ``s_i^p``; a matrix without singular values above the rank tolerance has ``C = 0`` and ``p = 0``.
-
-    Returns
-    -------
-    p : ndarray, shape (len(curves),)
-    value : ndarray, shape (len(curves),)
-        ``C(p)``, never above ``C(0)`` or ``C(2)``.
-    """
-    count = len(curves)
-    ranks = np.array([c.kept.size for c in curves], dtype=int)
-    width = int(ranks.max(initial=0))
-    p = np.zeros(count)
-    if width > 0:
-        mask = np.arange(width)[None, :] < ranks[:, None]
-        logs = np.zeros((count, width))
-        for i, c in enumerate(curves):
-            logs[i, :c.kept.size] = np.log(c.kept)
-        top = np.where(mask, logs, -np.inf).max(axis=1, initial=-np.inf)
-        top = np.where(ranks > 0, top, 0.0)
-        shifted = np.where(mask, logs - top[:, None], 0.0)  # <= 0: no overflow in exp
-        slope = np.array([math.log(c.scale) + math.log(c.n) for c in curves])  # d/dp of the linear part
-        log_n = np.array([math.log(c.n) for c in curves])
-        live = ranks > 0
-
-        def h_and_slope(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            weights = np.where(mask, np.exp(q[:, None] * shifted), 0.0)
-            total = np.where(live, weights.sum(axis=1), 1.0)
-            mean = (weights * shifted).sum(axis=1) / total
-            var = (weights * (shifted - mean[:, None]) ** 2).sum(axis=1) / total
-            g = q * top + np.log(total) + q * slope + log_n
-            g1 = mean + top + slope
-            return (q + 2.0) * g1 - g, (q + 2.0) * var
-
-        h0, _ = h_and_slope(np.zeros(count))
-        h2, _ = h_and_slope(np.full(count, 2.0))
-        lo, hi = np.zeros(count), np.full(count, 2.0)
-        interior = live & (h0 < 0) & (h2 > 0)
-        p = np.where(live & (h0 < 0) & (h2 <= 0), 2.0, 0.0)
-        todo, q = interior.copy(), np.where(interior, 1.0, p)
-        for _ in range(max_steps):
-            if not todo.any():
-                break
-            h, dh = h_and_slope(q)
-            lo = np.where(todo & (h < 0), q, lo)
-            hi = np.where(todo & (h > 0), q, hi)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                newton = q - h / dh
-            inside = (dh > 0) & (newton > lo) & (newton < hi)
-            step = np.where(inside, newton, 0.5 * (lo + hi))
-            step = np.where(h == 0, q, step)
-            done = (np.abs(step - q) <= tol) | (hi - lo <= tol) | (h == 0)
-            q = np.where(todo, step, q)
-            todo = todo & ~done
-        p = np.where(interior, q, p)
-    values = np.empty(count)
-    for i, c in enumerate(curves):  # the same formula as the grid, and never above an end point
-        candidates = [(c(0.0), 0.0), (c(2.0), 2.0), (c(float(p[i])), float(p[i]))]
-        values[i], p[i] = min(candidates)
-    return p, values
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
+from .schatten import ContributionCurve, continuous_minima, schatten_grid
 
 
 def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
@@ -201,7 +66,7 @@ def grid_union_cost(measures: ModelMeasures, n: int) -> float:
     return index_choices_cost(measures, len(measures.matrices))
 
 
-SPECTRAL_ADAPTIVE = register(Bound(
+SPECTRAL_ADAPTIVE = Bound(
     name="spectral_adaptive",
     title="Spectrum-adaptive (Sakai & Imaizumi 2026)",
     reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 (leading term, post-hoc grid P_m)",
@@ -209,4 +74,6 @@ SPECTRAL_ADAPTIVE = register(Bound(
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
     log_factor=log_n,
     union_cost=grid_union_cost,
-))
+)
+
+BOUNDS = (SPECTRAL_ADAPTIVE,)

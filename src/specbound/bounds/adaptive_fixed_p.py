@@ -15,9 +15,10 @@ import math
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
-from .adaptive import ContributionCurve, log_n
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
+from .adaptive import log_n
+from .schatten import ContributionCurve
 
 FIXED_P = (0, 1, 2)
 
@@ -37,8 +38,8 @@ def _compute_for(p: int):
     return compute
 
 
-for _p in FIXED_P:
-    register(Bound(
+BOUNDS = tuple(
+    Bound(
         name=f"spectral_fixed_p{_p}",
         title=f"Spectrum-adaptive with p = {_p} for every matrix",
         reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 with a single a-priori Schatten index",
@@ -46,4 +47,6 @@ for _p in FIXED_P:
         group="adaptive_variants",
         needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
         log_factor=log_n,
-    ))
+    )
+    for _p in FIXED_P
+)

@@ -25,9 +25,10 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
-from .adaptive import ContributionCurve, grid_minimum, index_choices_cost, log_n, schatten_grid
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
+from .adaptive import index_choices_cost, log_n
+from .schatten import ContributionCurve, grid_minimum, schatten_grid
 
 
 def shared_groups(measures: ModelMeasures) -> dict[tuple, list[int]]:
@@ -57,7 +58,7 @@ def _union_cost(measures: ModelMeasures, n: int) -> float:
     return index_choices_cost(measures, len(shared_groups(measures)))
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="spectral_shared",
     title="Spectrum-adaptive, shared weights counted once",
     reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1, each stored matrix covered once with its "
@@ -67,4 +68,4 @@ register(Bound(
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
     log_factor=log_n,
     union_cost=_union_cost,
-))
+),)

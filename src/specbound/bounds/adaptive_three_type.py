@@ -34,10 +34,11 @@ import math
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
-from .adaptive import (ContributionCurve, grid_minimum, index_choices_cost, kept_singular_values, log_n,
-                       schatten_grid)
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
+from .adaptive import index_choices_cost, log_n
+from .schatten import ContributionCurve, grid_minimum, kept_singular_values, schatten_grid
+
 
 def _is_ff(role: str) -> bool:
     return role.startswith("FF_")
@@ -75,7 +76,7 @@ def _union_cost(measures: ModelMeasures, n: int) -> float:
     return index_choices_cost(measures, attention + measures.dims.L)
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="spectral_three_type",
     title="Spectrum-adaptive, theory's 3 types (FF block)",
     reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 with one FF matrix per layer "
@@ -85,4 +86,4 @@ register(Bound(
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
     log_factor=log_n,
     union_cost=_union_cost,
-))
+),)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 from .chain import log_lipschitz, relative_norms, safe_exp
 from .edelman import covering_log_factor
 
@@ -36,7 +36,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=value, per_layer={"bft_terms": measures.per_layer_sum(terms)})
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="bft",
     title="Bartlett-Foster-Telgarsky spectral complexity",
     reference="Bartlett, Foster & Telgarsky, NeurIPS 2017, Theorem 1.1 (R_A on the transformer chain)",
@@ -44,4 +44,4 @@ register(Bound(
     group="baselines",
     needs=("spectral_norm", "norm_2_1", "Lambda"),
     log_factor=covering_log_factor,
-))
+),)

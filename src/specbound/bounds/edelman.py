@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 
 
 def edelman_weights(measures: ModelMeasures) -> np.ndarray:
@@ -59,11 +59,13 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=chain_value(measures, xi), per_layer={"xi": xi})
 
 
-EDELMAN = register(Bound(
+EDELMAN = Bound(
     name="edelman",
     title="Edelman-style norm proxy",
     reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, SPEC section 5)",
     compute=_compute,
     needs=("spectral_norm", "norm_2_1", "alpha"),
     log_factor=covering_log_factor,
-))
+)
+
+BOUNDS = (EDELMAN,)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 from .chain import layer_factor, log_product, safe_exp
 
 
@@ -28,7 +28,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=safe_exp(log_product(factors)), per_layer={"lambda_frobenius": factors})
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="frobenius_product",
     title="Frobenius-norm product over the chain",
     reference="Neyshabur, Tomioka & Srebro, COLT 2015; Golowich et al., COLT 2018 (measure only)",
@@ -36,4 +36,4 @@ register(Bound(
     group="baselines",
     needs=("frobenius_norm",),
     distance=False,
-))
+),)

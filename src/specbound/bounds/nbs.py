@@ -30,8 +30,8 @@ import math
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 from .chain import log_lipschitz, relative_norms, safe_exp
 from .edelman import widest
 
@@ -56,7 +56,7 @@ def _union_cost(measures: ModelMeasures, n: int) -> float:
     return math.log(len(measures.matrices) * n)
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="nbs",
     title="Neyshabur-Bhojanapalli-Srebro PAC-Bayes",
     reference="Neyshabur, Bhojanapalli & Srebro, ICLR 2018, Theorem 1 (on the transformer chain)",
@@ -65,4 +65,4 @@ register(Bound(
     needs=("spectral_norm", "frobenius_norm", "Lambda"),
     log_factor=lambda measures, n: 1.0,
     union_cost=_union_cost,
-))
+),)

@@ -11,8 +11,8 @@ scope, so no margin-bound form is attached: it is reported as a measure.
 
 from __future__ import annotations
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 
 
 def parameter_count(measures: ModelMeasures) -> int:
@@ -25,7 +25,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=float(parameter_count(measures)))
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="param_count",
     title="Parameter count (analysed tensors)",
     reference="stored weights of the query/key/value/output and feed-forward tensors (measure only)",
@@ -33,4 +33,4 @@ register(Bound(
     group="baselines",
     needs=("dims",),
     distance=False,
-))
+),)

@@ -7,8 +7,8 @@ ICLR 2020, "prod-of-spec"), without a margin-bound form of its own and without a
 
 from __future__ import annotations
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 from .chain import log_lipschitz, safe_exp
 
 
@@ -16,7 +16,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=safe_exp(log_lipschitz(measures)))
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="spectral_product",
     title="Spectral-norm product over the chain",
     reference="prod_l Lambda_l (SPEC section 3); Jiang et al., ICLR 2020 (measure only)",
@@ -24,4 +24,4 @@ register(Bound(
     group="baselines",
     needs=("Lambda",),
     distance=False,
-))
+),)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..measures import ModelMeasures
-from . import Bound, BoundResult, register
+from ..compute.measures import ModelMeasures
+from .base import Bound, BoundResult
 from .edelman import chain_value, covering_log_factor, xi_per_layer
 
 
@@ -30,7 +30,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=chain_value(measures, xi), per_layer={"xi_1_1": xi})
 
 
-register(Bound(
+BOUNDS = (Bound(
     name="l11_proxy",
     title="(1,1)-norm proxy (Trauger & Tewari style)",
     reference="after Trauger & Tewari, AISTATS 2024 ((1,1)-norm covering), in the chain of SPEC section 5",
@@ -38,4 +38,4 @@ register(Bound(
     group="baselines",
     needs=("spectral_norm", "norm_1_1", "alpha"),
     log_factor=covering_log_factor,
-))
+),)

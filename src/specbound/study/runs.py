@@ -105,7 +105,7 @@ def analyze_record(config: RunConfig, root: Path, *, reanalyze: bool = False, th
     initial weights (``init=``: the distance-from-initialisation forms), the training-set size and
     the run's margin (the gap bounds), exactly as ``specbound analyze model/ --init init/ --n N
     --margin GAMMA`` would compute them."""
-    from ..analysis import analyze
+    from ..pipeline import analyze
 
     path = run_path(root, config)
     target = path / "analysis.json"

@@ -1,0 +1,382 @@
+"""``specbound arch infer``: draft an architecture spec from a checkpoint's names, shapes and config.
+
+For a family specbound does not ship.  The draft is a starting point, not a verdict: every choice is
+recorded as a :class:`Guess` with its evidence, and the ones the checkpoint cannot decide are marked
+*verify*:
+
+* the layer stack, roles and ignore patterns come from the tensor names (``tensor_names.py``), and
+  the roles are cross-checked by shapes: every role matrix must share the hidden size ``N``, the
+  feed-forward ones the width ``d_ff``;
+* layouts come from shapes only where they decide it: a non-square ``(d_ff, N)`` feed-forward weight
+  is an ``nn.Linear`` ``(out, in)``.  **A square matrix cannot reveal its orientation**: its layout
+  is taken from the non-square weights of the same layer (or assumed ``linear``) and marked verify;
+* a fused ``qkv``'s split (``concat`` ``[q | k | v]`` or ``per_head``) cannot be told from shapes
+  either: guessed from the name (``query_key_value`` is GPT-NeoX's and BLOOM's per-head layout) and
+  marked verify; so is the block structure (a parallel attention/feed-forward block is invisible in
+  the weights; one normalisation per layer or a ``*parallel*`` config flag hints at it);
+* config keys by matching config.json's values to the observed sizes (``hidden_size = 32`` is the
+  width all role matrices share), usual key names first; the number of heads is not visible in the
+  weights at all and comes from the key's name.
+
+The draft is finally run through ``analyze``'s own accounting and shape checks on the checkpoint it
+came from (:func:`self_check`), so a draft that does not fit says so before it is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .spec import LAYER_PLACEHOLDER, parse_spec
+from ..io import FLOAT_DTYPES, Checkpoint
+from ..errors import SpecboundError
+from .tensor_names import (LayerStack, RoleAssignment, assign_roles, find_layer_stack, ignore_patterns, leaf,
+                           norms_per_layer, wrapper_prefix)
+
+# config.json keys by field, most usual first.  A key is used only when its value matches what the
+# weights show (except the number of heads, which the weights do not show).
+CONFIG_NAMES = {
+    "num_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim", "width"),
+    "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+                  "decoder_attention_heads", "nhead"),
+    "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"),
+    "head_dim": ("head_dim", "d_kv", "attention_head_size", "kv_channels"),
+    "ff_size": ("intermediate_size", "ffn_dim", "n_inner", "hidden_dim", "d_ff", "ffn_hidden_size",
+                "dim_feedforward", "mlp_dim", "encoder_ffn_dim", "decoder_ffn_dim"),
+    "activation": ("hidden_act", "activation_function", "activation", "hidden_activation", "act_fn"),
+}
+_STORAGE = {"linear": "nn.Linear (out, in)", "conv1d": "Conv1D (in, out)"}
+
+
+@dataclass(frozen=True)
+class Guess:
+    """One decision of the draft, its evidence, and whether the user must check it."""
+
+    topic: str
+    choice: str
+    evidence: str
+    verify: bool = False
+
+
+@dataclass
+class Draft:
+    """A drafted spec (the JSON document), the guesses behind it and the self-check's outcome."""
+
+    spec: dict[str, Any] = field(default_factory=dict)
+    guesses: list[Guess] = field(default_factory=list)
+    check: str = ""
+
+    def note(self, topic: str, choice: str, evidence: str, verify: bool = False) -> None:
+        self.guesses.append(Guess(topic, choice, evidence, verify))
+
+    @property
+    def to_verify(self) -> list[Guess]:
+        return [g for g in self.guesses if g.verify]
+
+    def report(self) -> str:
+        """Every guess with its evidence, then what the user must verify (for stderr)."""
+        lines = [f"drafted spec for model_type {self.spec['model_types'][0]!r}; each guess, its evidence, and "
+                 f"VERIFY where the checkpoint cannot decide:", ""]
+        for g in self.guesses:
+            lines += [f"{'VERIFY' if g.verify else '      '}  {g.topic}: {g.choice}", f"          {g.evidence}"]
+        lines += ["", f"self-check on this checkpoint: {self.check}"]
+        if self.to_verify:
+            lines += ["", f"{len(self.to_verify)} guess(es) the weights cannot decide; check them against the "
+                          f"model's code before trusting the numbers:"]
+            lines += [f"  - {g.topic}: {g.choice}" for g in self.to_verify]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the role weights' shapes say: hidden size ``N``, feed-forward width ``d_ff``, attention
+    width ``H d_h`` (o's input) and key/value width ``H_kv d_h``."""
+
+    N: int
+    d_ff: int
+    attention: int
+    kv: int
+
+
+def infer_spec(ckpt: Checkpoint) -> Draft:
+    """Draft a spec for ``ckpt`` (module docstring).  The draft always validates with ``parse_spec``;
+    :attr:`Draft.check` says whether it also fits ``ckpt``."""
+    config, draft = ckpt.config, Draft()
+    model_type = str(config.get("model_type") or "custom")
+    stack = find_layer_stack(ckpt)
+    prefix = wrapper_prefix(stack.path, config)
+    _note_stack(stack, prefix, ckpt, draft)
+    matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2
+                      and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES)
+    assignment = assign_roles(matrices)
+    roles = assignment.roles
+    names = {role: stack.name(0, rest) for role, rest in roles.items()}
+    shapes = {role: tuple(ckpt.shape(name)) for role, name in names.items()}
+    _note_roles(assignment, shapes, stack.path[len(prefix):], draft)
+    sizes = role_sizes(shapes, config)
+    keys, extra, grouped = config_keys(config, stack.L, sizes, draft)
+    layouts = decide_layouts(shapes, names, sizes.N, ckpt, draft)
+    tensors = {role: {"name": f"{stack.path[len(prefix):]}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
+               for role, rest in roles.items()}
+    if "qkv" in tensors:
+        tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, draft)
+    patterns, in_layer = ignore_patterns(ckpt.names, stack, prefix, set(roles.values()))
+    _note_ignored(patterns, in_layer, stack.path[len(prefix):], draft)
+    draft.spec = {
+        "family": model_type,
+        "description": f"drafted by `specbound arch infer` from {ckpt.location}; verify before trusting it",
+        "model_types": [model_type],
+        "prefixes": ["", prefix] if prefix else [""],
+        "config": keys,
+        **_block(config, stack, draft),
+        "feed_forward": "gated" if "ff_gate" in roles else "plain",
+        **extra,
+        "tensors": tensors,
+        "ignore": patterns,
+    }
+    parse_spec(draft.spec, "the drafted spec")  # an invalid draft is a bug here, not the user's problem
+    draft.check = self_check(draft.spec, ckpt)
+    return draft
+
+
+def _note_stack(stack: LayerStack, prefix: str, ckpt: Checkpoint, draft: Draft) -> None:
+    draft.note("layers", f"{stack.path}.{LAYER_PLACEHOLDER} with L = {stack.L}",
+               f"the path whose index runs 0..{stack.L - 1} over the most 2-D weights")
+    if prefix:
+        draft.note("prefix", f"{prefix!r} (names are also tried without it)",
+                   f"{prefix[:-1]!r} names the base model (model_type {ckpt.config.get('model_type')!r}, "
+                   f"architectures {ckpt.config.get('architectures')})")
+    uneven = sorted(stack.anywhere - stack.everywhere)
+    if uneven:
+        matrices = [r for r in uneven if any(len(ckpt.shape(stack.name(i, r))) == 2
+                                             for i, rests in stack.rests.items() if r in rests)]
+        draft.note("uneven layers", ", ".join(uneven[:5]) + (" ..." if len(uneven) > 5 else ""),
+                   "not every layer has these tensors" + (f"; among them the 2-D weights {matrices}: the layers "
+                   f"differ in structure" if matrices else " (an exporter may merge identical norms or biases "
+                   "into one tensor)"), verify=bool(matrices))
+
+
+def _note_roles(assignment: RoleAssignment, shapes: dict, stack_rel: str, draft: Draft) -> None:
+    for role, rest in assignment.roles.items():
+        draft.note(f"role {role}", f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}",
+                   f"module name {leaf(rest)!r}; stored {shapes[role]}")
+    if assignment.meta_llama:
+        draft.note("roles w1/w2/w3", "ff_gate = w1, ff_up = w3, ff_out = w2",
+                   "Meta LLaMA's naming w2(silu(w1(x)) * w3(x))", verify=True)
+    for rest in assignment.unmatched:
+        draft.note(f"ignored {rest}", "a 2-D weight in every layer that matches no role: ignored",
+                   "no role name fits it; if it belongs to attention or the feed-forward block, the bounds leave "
+                   "it out and the spec must name it", verify=True)
+
+
+def _other(shape: tuple[int, int], n: int) -> int:
+    return shape[1] if shape[0] == n else shape[0]
+
+
+def role_sizes(shapes: dict[str, tuple[int, int]], config: dict) -> Sizes:
+    """``N`` is the width every role weight shares (``q`` is ``H d_h x N`` or ``N x H d_h``, ``ff_out``
+    ``N x d_ff`` or ``d_ff x N``, ...): orientation does not matter for it.  Two candidates (no square
+    weight, ``H d_h = d_ff``) are decided by config.json's hidden-size keys."""
+    common = set.intersection(*(set(s) for s in shapes.values()))
+    if len(common) > 1:
+        common = {v for v in common if any(config.get(k) == v for k in CONFIG_NAMES["hidden_size"])}
+    if len(common) != 1:
+        raise SpecboundError(
+            f"the role weights share no single width ({', '.join(f'{r} {s}' for r, s in shapes.items())}): the "
+            f"roles were guessed wrong or the hidden size is ambiguous; write the spec by hand"
+        )
+    n = common.pop()
+    ff_role = "ff_in" if "ff_in" in shapes else "ff_up"
+    d_ff = _other(shapes[ff_role], n)
+    for role in ("ff_gate", "ff_out"):
+        if role in shapes and _other(shapes[role], n) != d_ff:
+            raise SpecboundError(f"{role} {shapes[role]} and {ff_role} {shapes[ff_role]} do not share the "
+                                 f"feed-forward width: the roles were guessed wrong; write the spec by hand")
+    attention = _other(shapes["o"], n)
+    kv = (_other(shapes["qkv"], n) - attention) // 2 if "qkv" in shapes else _other(shapes["k"], n)
+    return Sizes(N=n, d_ff=d_ff, attention=attention, kv=kv)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _keys_holding(config: dict, field: str, value: int) -> list[str]:
+    return [k for k in CONFIG_NAMES[field] if _is_int(config.get(k)) and config[k] == value]
+
+
+def _config_key(config: dict, field: str, value: int, draft: Draft, what: str) -> list[str]:
+    """The config.json keys holding ``value`` for ``field``: usual names first, else any key holding
+    it (verify), else the usual name to add (verify)."""
+    usual = _keys_holding(config, field, value)
+    if usual:
+        draft.note(f"config {field}", " or ".join(usual), f"{usual[0]} = {value} in config.json is {what}")
+        return usual
+    other = sorted(k for k, v in config.items() if _is_int(v) and v == value)
+    if other:
+        draft.note(f"config {field}", other[0], f"{other[0]} = {value} in config.json matches {what}, but it is "
+                                                f"not a usual name for it", verify=True)
+        return other[:1]
+    name = CONFIG_NAMES[field][0]
+    draft.note(f"config {field}", name, f"no config.json key holds {value} ({what}): add {name} = {value} to "
+                                        f"config.json", verify=True)
+    return [name]
+
+
+def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft) -> tuple[dict, dict, bool]:
+    """The spec's ``config`` section, any extra spec keys (``ff_size_multiplier``), and whether there
+    are fewer key/value heads than query heads."""
+    keys = {"num_layers": _config_key(config, "num_layers", L, draft, "the number of layers in the stack"),
+            "hidden_size": _config_key(config, "hidden_size", sizes.N, draft, "the width all role weights share")}
+    heads = next((config[k] for k in CONFIG_NAMES["num_heads"]
+                  if _is_int(config.get(k)) and config[k] > 0 and sizes.attention % config[k] == 0), None)
+    if heads:
+        keys["num_heads"] = _keys_holding(config, "num_heads", heads)[:1]
+        draft.note("config num_heads", keys["num_heads"][0],
+                   f"{keys['num_heads'][0]} = {heads} divides the attention width {sizes.attention}; the number of "
+                   f"heads cannot be seen in the weights, only in config.json")
+    else:
+        keys["num_heads"] = [CONFIG_NAMES["num_heads"][0]]
+        draft.note("config num_heads", keys["num_heads"][0], f"no usual heads key in config.json divides the "
+                   f"attention width {sizes.attention}: add one", verify=True)
+    keys["ff_size"], extra = _ff_size(config, sizes, draft)
+    heads_kv = None
+    if heads:
+        d_head = sizes.attention // heads
+        heads_kv = sizes.kv // d_head if sizes.kv % d_head == 0 else None
+        if heads_kv is not None and (heads_kv != heads or _keys_holding(config, "num_kv_heads", heads_kv)):
+            keys["num_kv_heads"] = _config_key(config, "num_kv_heads", heads_kv, draft,
+                                               f"the key/value width {sizes.kv} / d_head {d_head}")
+        if sizes.attention != sizes.N or _keys_holding(config, "head_dim", d_head):
+            keys["head_dim"] = _config_key(config, "head_dim", d_head, draft,
+                                           f"the attention width {sizes.attention} / {heads} heads")
+    activation = next((k for k in CONFIG_NAMES["activation"] if isinstance(config.get(k), str)), None)
+    if activation:
+        keys["activation"] = [activation]
+        draft.note("config activation", activation, f"{activation} = {config[activation]!r} sets L_phi")
+    else:
+        draft.note("config activation", "none", "no activation key in config.json: L_phi takes the GELU default "
+                                                "1.13 (or pass --l-phi)", verify=True)
+    return keys, extra, heads_kv is not None and heads_kv != heads
+
+
+def _ff_size(config: dict, sizes: Sizes, draft: Draft) -> tuple[list[str], dict]:
+    """The feed-forward width's key; a width left implicit (GPT-2's ``n_inner = null``, BLOOM's fixed
+    ``4 N``) becomes ``ff_size_multiplier`` when it is a multiple of ``N``."""
+    if sizes.d_ff % sizes.N or any(_is_int(v) and v == sizes.d_ff for v in config.values()):
+        return _config_key(config, "ff_size", sizes.d_ff, draft, "the feed-forward width"), {}
+    factor = sizes.d_ff // sizes.N
+    null = [k for k in CONFIG_NAMES["ff_size"] if k in config and config[k] is None]
+    key = (null or [CONFIG_NAMES["ff_size"][0]])[0]
+    draft.note("config ff_size", f"{key} -> ff_size_multiplier {factor}",
+               f"no config.json key holds the feed-forward width {sizes.d_ff} = {factor} N; "
+               + (f"{key} is null" if null else f"{key} is absent") + f", so d_ff = {factor} * hidden size",
+               verify=not null)
+    return [key], {"ff_size_multiplier": factor}
+
+
+def _layout(role: str, shape: tuple[int, int], n: int) -> str | None:
+    """``linear`` or ``conv1d`` when the shape decides it; None for a square weight.  q/k/v/qkv and
+    ff_in/ff_gate/ff_up read N-wide rows, o and ff_out write them: Linear stores ``(out, in)``."""
+    if shape[0] == shape[1]:
+        return None
+    n_axis = 0 if role in ("o", "ff_out") else 1
+    return "linear" if shape[n_axis] == n else "conv1d"
+
+
+def decide_layouts(shapes: dict[str, tuple[int, int]], names: dict[str, str], n: int, ckpt: Checkpoint,
+                   draft: Draft) -> dict[str, str]:
+    """Each role's layout: its own shape's when non-square; else the non-square roles' when they agree,
+    else ``linear`` (both marked verify).  Weights whose orientation the format fixes (ONNX) reveal
+    nothing about how the PyTorch model stores them."""
+    fixed = [r for r in shapes if ckpt.layout(names[r]) is not None]
+    layouts = dict.fromkeys(fixed, "linear")
+    if fixed:
+        draft.note(f"layout {', '.join(fixed)}", "linear",
+                   "the ONNX graph fixes each weight's orientation through its MatMul/Gemm node, which wins over "
+                   "the spec's layout, so this source's analysis does not depend on it; how the PyTorch model "
+                   "stores them (nn.Linear or Conv1D) cannot be seen here: check it before using the spec on a "
+                   "PyTorch checkpoint", verify=True)
+    free = {r: s for r, s in shapes.items() if r not in fixed}
+    known = {r: _layout(r, s, n) for r, s in free.items()}
+    seen = sorted({v for v in known.values() if v})
+    for layout in seen:
+        decided = [r for r in free if known[r] == layout]
+        layouts.update(dict.fromkeys(decided, layout))
+        draft.note(f"layout {', '.join(decided)}", layout, f"non-square {', '.join(f'{r} {free[r]}' for r in decided)}"
+                                                           f" with N = {n}: {_STORAGE[layout]}")
+    square = [r for r in free if known[r] is None]
+    if square:
+        if len(seen) == 1:
+            layout, why = seen[0], "taken from the non-square weights of the same layer"
+        else:
+            layout = "linear"
+            why = ("the non-square weights disagree" if seen else "no weight of the layer is non-square") + \
+                "; nn.Linear (out, in) assumed"
+        layouts.update(dict.fromkeys(square, layout))
+        sides = ", ".join(f"{a} x {a}" for a in sorted({free[r][0] for r in square}))
+        draft.note(f"layout {', '.join(square)}", layout,
+                   f"square {sides}: A SQUARE MATRIX CANNOT REVEAL ITS "
+                   f"ORIENTATION; {why}. Check the module class: nn.Linear stores (out, in), GPT-2's Conv1D "
+                   f"(in, out)", verify=True)
+    return layouts
+
+
+def _fused(rest: str, grouped: bool, draft: Draft) -> str:
+    """``per_head`` for a module named ``query_key_value`` with as many key/value heads as query heads
+    (GPT-NeoX, BLOOM), else ``concat``; always marked verify."""
+    per_head = leaf(rest).lower() == "query_key_value" and not grouped
+    if per_head:
+        why = "'query_key_value' is GPT-NeoX's and BLOOM's name for [h0: q k v | h1: q k v | ...]"
+    elif grouped:
+        why = "fewer key/value heads than query heads rule out per_head; [q | k | v] assumed"
+    else:
+        why = "[q | k | v] (GPT-2's c_attn) is the common split"
+    draft.note("fused qkv", "per_head" if per_head else "concat",
+               why + "; concat and per_head cannot be told apart from shapes", verify=True)
+    return "per_head" if per_head else "concat"
+
+
+def _block(config: dict, stack: LayerStack, draft: Draft) -> dict[str, Any]:
+    """``block`` (and ``block_switch``): parallel when a boolean ``*parallel*`` config key says so, or
+    when every layer has a single normalisation (attention and feed-forward then read the same
+    normalised input, as in GPT-J); sequential otherwise.  Always marked verify."""
+    flags = sorted(k for k, v in config.items() if isinstance(v, bool) and "parallel" in k.lower())
+    if flags:
+        key = flags[0]
+        draft.note("block", f"parallel when {key} is true (now {config[key]})",
+                   f"config.json's boolean {key}; a parallel block cannot be seen in the weights", verify=True)
+        return {"block": "parallel" if config[key] else "sequential",
+                "block_switch": {"config_key": key, "default": config[key], "if_true": "parallel",
+                                 "if_false": "sequential"}}
+    if norms_per_layer(stack) == 1 and stack.everywhere == stack.anywhere:
+        draft.note("block", "parallel (attention + feed-forward on the same input)",
+                   "every layer has a single normalisation, so attention and feed-forward read the same "
+                   "normalised input (GPT-J style); the weights cannot prove it", verify=True)
+        return {"block": "parallel"}
+    draft.note("block", "sequential (attention, then feed-forward)",
+               "no parallel-residual key in config.json and more than one normalisation per layer; a parallel "
+               "block cannot be seen in the weights", verify=True)
+    return {"block": "sequential"}
+
+
+def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draft: Draft) -> None:
+    outside = [p for p in patterns if not p.startswith("^" + stack_rel.replace(".", "\\."))]
+    shown = ", ".join(in_layer[:4]) + (" ..." if len(in_layer) > 4 else "")
+    draft.note("ignore", f"{', '.join(outside)}; per layer: {shown or 'nothing else'}",
+               "biases, norms, embeddings and heads are not part of the bounds (as in the paper's experiment)")
+
+
+def self_check(spec: dict, ckpt: Checkpoint) -> str:
+    """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
+    from ..compute.extract import account_for_tensors, detect_prefix, model_dims
+
+    try:
+        parsed = parse_spec(spec, "the drafted spec")
+        dims = model_dims(parsed, ckpt.config)
+        account_for_tensors(parsed, ckpt, dims, detect_prefix(parsed, ckpt))
+    except SpecboundError as exc:
+        return f"FAILS: {exc}"
+    return (f"ok: every tensor is a role weight or ignored, and the shapes match config.json (L={dims.L}, "
+            f"N={dims.N}, heads={dims.H}, kv heads={dims.H_kv}, d_head={dims.d_head}, d_ff={dims.d_ff})")

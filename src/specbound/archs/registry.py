@@ -1,0 +1,38 @@
+"""The registry of shipped families: ``specbound/archs/data/*.json``, keyed by ``model_type``."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from ..errors import SpecboundError
+from .spec import ArchSpec, parse_spec
+
+
+def builtin_specs() -> dict[str, ArchSpec]:
+    """The shipped families, keyed by family name."""
+    specs = {}
+    for entry in sorted((resources.files("specbound.archs") / "data").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            spec = parse_spec(json.loads(entry.read_text()), f"specbound/archs/data/{entry.name}")
+            specs[spec.family] = spec
+    return specs
+
+
+def supported_model_types() -> list[str]:
+    return sorted({t for s in builtin_specs().values() for t in s.model_types})
+
+
+def spec_for_config(config: dict[str, Any]) -> ArchSpec:
+    """The shipped spec whose ``model_types`` contains the config's ``model_type``."""
+    model_type = config.get("model_type")
+    for spec in builtin_specs().values():
+        if model_type in spec.model_types:
+            return spec
+    raise SpecboundError(
+        f"unsupported model family: config.json has model_type={model_type!r}; supported model "
+        f"types: {', '.join(supported_model_types())}. For another family, write a spec file "
+        f"(see docs/architectures.md) and pass it with --arch-spec FILE; `specbound arch infer SOURCE` "
+        f"drafts one from the checkpoint's tensor names and says what it guessed"
+    )

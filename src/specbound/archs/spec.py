@@ -1,0 +1,241 @@
+"""The architecture spec schema: one family's tensors, roles, layouts and config keys, validated strictly
+(the shipped files are ``specbound/archs/data/*.json``, loaded by :mod:`.registry`).
+
+A spec names, for one family, where each weight the bounds need is stored and how (its *role*
+and *layout*), which checkpoint tensors are deliberately ignored, and how to read the model's
+dimensions from ``config.json``.  A spec is validated strictly when loaded; the registry is keyed
+by the config's ``model_type``.  A user with a family we do not ship writes the same kind of file
+and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
+
+Roles (row-vector orientation, SPEC section 1): ``q`` (``N x H d_h``), ``k``, ``v``
+(``N x H_kv d_h``), or one fused ``qkv``; ``o`` (``H d_h x N``); ``ff_in`` (``N x d_ff``) and
+``ff_out`` (``d_ff x N``) for a plain feed-forward, ``ff_gate``, ``ff_up`` and ``ff_out`` for a gated
+one.  Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a
+GPT-2 ``Conv1D.weight`` stored ``(in, out)``.  A fused ``qkv`` also says how its output axis is
+split: ``concat`` (``[q | k | v]``, GPT-2) or ``per_head`` (``[h0: q k v | h1: q k v | ...]``,
+GPT-NeoX).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecboundError
+
+ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_out")
+LAYOUTS = ("linear", "conv1d")
+FUSIONS = ("concat", "per_head")
+BLOCKS = ("sequential", "parallel")
+FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
+CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
+OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
+LAYER_PLACEHOLDER = "${layer}"
+
+
+@dataclass(frozen=True)
+class TensorRule:
+    """Where one role's weight lives: a name template with ``${layer}`` and its storage layout."""
+
+    role: str
+    name: str
+    layout: str
+    fused: str | None = None
+
+    def name_for(self, layer: int, prefix: str = "") -> str:
+        return prefix + self.name.replace(LAYER_PLACEHOLDER, str(layer))
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """One architecture family, loaded from a spec file and validated."""
+
+    family: str
+    description: str
+    model_types: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    config_keys: dict[str, tuple[str, ...]]
+    block: str
+    feed_forward: str
+    tensors: dict[str, TensorRule]
+    ignore: tuple[re.Pattern, ...]
+    origin: str
+    block_switch: dict[str, Any] | None = None
+    ff_size_multiplier: int | None = None
+    shared_layers: dict[str, str] | None = None
+
+    def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
+        """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
+        ``G`` stored groups, depth ``l`` using group ``floor(l G / L)``."""
+        if not self.shared_layers:
+            return list(range(num_layers))
+        groups = config.get(self.shared_layers["groups_key"], 1)
+        inner = config.get(self.shared_layers.get("inner_key", ""), 1)
+        if not isinstance(groups, int) or not 1 <= groups <= num_layers or num_layers % groups:
+            raise SpecboundError(f"config.json: {self.shared_layers['groups_key']}={groups!r} must be a positive "
+                                 f"divisor of the {num_layers} layers")
+        if inner != 1:
+            raise SpecboundError(f"config.json: {self.shared_layers.get('inner_key')}={inner!r}: only one layer "
+                                 f"per shared group is supported (every released ALBERT has 1)")
+        return [l * groups // num_layers for l in range(num_layers)]
+
+    def block_for(self, config: dict[str, Any]) -> str:
+        """``sequential`` or ``parallel``; a ``block_switch`` reads it from a boolean config key."""
+        if not self.block_switch:
+            return self.block
+        flag = config.get(self.block_switch["config_key"], self.block_switch["default"])
+        return self.block_switch["if_true"] if flag else self.block_switch["if_false"]
+
+    def is_ignored(self, name: str, prefix: str = "") -> bool:
+        """Whether ``name`` matches an ignore pattern, as stored or with the model's ``prefix``
+        removed (``^pooler\\.`` must also match ``bert.pooler.dense.weight``), or with only a
+        wrapper's part of it removed (``^classifier\\.`` matches ``m.classifier.weight`` under the
+        prefix ``m.bert.``)."""
+        names = [name]
+        for strip in (prefix, self.wrapper_of(prefix)):
+            if strip and name.startswith(strip):
+                names.append(name[len(strip):])
+        return any(p.search(n) for p in self.ignore for n in names)
+
+    def wrapper_of(self, prefix: str) -> str:
+        """The part of a detected ``prefix`` before the longest of the spec's own prefixes that ends
+        it (``"m."`` for ``"m.bert."``); ``""`` when ``prefix`` is one of the spec's prefixes."""
+        own = max((p for p in self.prefixes if prefix.endswith(p)), key=len, default="")
+        return prefix[:len(prefix) - len(own)]
+
+    def config_value(self, config: dict[str, Any], field: str) -> Any:
+        """The first of the field's config keys present in ``config``, or None."""
+        for key in self.config_keys.get(field, ()):
+            if key in config and config[key] is not None:
+                return config[key]
+        return None
+
+
+def _fail(origin: str, what: str) -> SpecboundError:
+    return SpecboundError(
+        f"invalid architecture spec {origin}: {what} (see docs/architectures.md for the format)"
+    )
+
+
+def _str_list(raw: dict, key: str, origin: str, required: bool = True) -> tuple[str, ...]:
+    value = raw.get(key, None if required else [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(origin, f"'{key}' must be a list of strings, found {value!r}")
+    return tuple(value)
+
+
+def parse_spec(raw: Any, origin: str) -> ArchSpec:
+    """Validate a decoded spec document and build the :class:`ArchSpec`."""
+    if not isinstance(raw, dict):
+        raise _fail(origin, "the document must be a JSON object")
+    known = {"family", "description", "model_types", "prefixes", "config", "block",
+             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore"}
+    unknown = set(raw) - known
+    if unknown:
+        raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
+    family = raw.get("family")
+    if not isinstance(family, str) or not family:
+        raise _fail(origin, "'family' must be a non-empty string")
+
+    config = raw.get("config")
+    if not isinstance(config, dict):
+        raise _fail(origin, "'config' must map fields to lists of config.json keys")
+    config_keys = {}
+    for field, keys in config.items():
+        if field not in CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS:
+            raise _fail(origin, f"unknown config field {field!r}; allowed: "
+                        f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
+        config_keys[field] = _str_list(config, field, origin)
+    missing = [f for f in CONFIG_FIELDS if f not in config_keys]
+    if missing:
+        raise _fail(origin, f"'config' lacks the required fields {missing}")
+
+    block = raw.get("block", "sequential")
+    if block not in BLOCKS:
+        raise _fail(origin, f"'block' must be one of {list(BLOCKS)}, found {block!r}")
+    block_switch = raw.get("block_switch")
+    if block_switch is not None:
+        keys = {"config_key", "default", "if_true", "if_false"}
+        if not isinstance(block_switch, dict) or set(block_switch) != keys:
+            raise _fail(origin, f"'block_switch' must be an object with exactly the keys {sorted(keys)}")
+        if {block_switch["if_true"], block_switch["if_false"]} - set(BLOCKS):
+            raise _fail(origin, f"'block_switch' blocks must be among {list(BLOCKS)}")
+    feed_forward = raw.get("feed_forward", "plain")
+    if feed_forward not in FEED_FORWARDS:
+        raise _fail(origin, f"'feed_forward' must be one of {list(FEED_FORWARDS)}, found {feed_forward!r}")
+    shared = raw.get("shared_layers")
+    if shared is not None and (not isinstance(shared, dict) or "groups_key" not in shared
+                               or not set(shared) <= {"groups_key", "inner_key"}
+                               or not all(isinstance(v, str) for v in shared.values())):
+        raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
+                            "naming config.json keys")
+    multiplier = raw.get("ff_size_multiplier")
+    if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
+        raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
+
+    tensors_raw = raw.get("tensors")
+    if not isinstance(tensors_raw, dict):
+        raise _fail(origin, "'tensors' must map roles to {name, layout}")
+    tensors = {}
+    for role, rule in tensors_raw.items():
+        if role not in ROLES:
+            raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
+        allowed = {"name", "layout", "fused"} if role == "qkv" else {"name", "layout"}
+        if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
+            raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
+                                f"{sorted(allowed)} ('fused' only, and always, for qkv)")
+        if role == "qkv" and rule.get("fused") not in FUSIONS:
+            raise _fail(origin, f"'fused' for qkv must be one of {list(FUSIONS)}, found {rule.get('fused')!r}")
+        if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
+            raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
+            raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
+        tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"))
+    attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
+    needed = attention + FEED_FORWARDS[feed_forward]
+    absent = [r for r in needed if r not in tensors]
+    extra = [r for r in tensors if r not in needed]
+    if absent or extra:
+        raise _fail(origin, f"a {feed_forward} feed-forward with {'fused' if 'qkv' in tensors else 'separate'} "
+                            f"q/k/v needs exactly the roles {list(needed)}; missing {absent}, unexpected {extra}")
+
+    patterns = []
+    for pattern in _str_list(raw, "ignore", origin, required=False):
+        try:
+            patterns.append(re.compile(pattern))
+        except re.error as exc:
+            raise _fail(origin, f"ignore pattern {pattern!r} is not a valid regular expression ({exc})")
+
+    return ArchSpec(
+        family=family,
+        description=str(raw.get("description", "")),
+        model_types=_str_list(raw, "model_types", origin),
+        prefixes=_str_list(raw, "prefixes", origin, required=False) or ("",),
+        config_keys=config_keys,
+        block=block,
+        feed_forward=feed_forward,
+        tensors=tensors,
+        ignore=tuple(patterns),
+        origin=origin,
+        block_switch=block_switch,
+        ff_size_multiplier=multiplier,
+        shared_layers=shared,
+    )
+
+
+def load_spec_file(path: str | Path) -> ArchSpec:
+    """Load a user's spec file (``--arch-spec FILE``)."""
+    path = Path(path)
+    if not path.is_file():
+        found = "a folder" if path.is_dir() else "nothing"
+        raise SpecboundError(f"architecture spec file not found: {path} is {found}; pass a JSON spec file "
+                             f"(see docs/architectures.md)")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecboundError(f"cannot read architecture spec {path} as JSON ({exc}); the file must hold "
+                             f"one JSON object (see docs/architectures.md)") from None
+    return parse_spec(raw, str(path))

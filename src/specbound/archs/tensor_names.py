@@ -1,0 +1,206 @@
+"""Reading a model's structure from its tensor names alone (for ``specbound arch infer``).
+
+* :func:`find_layer_stack`: the repeated block, a dotted path followed by an index ``0..L-1``
+  (``encoder.layer.<i>.…``) holding the most 2-D tensors;
+* :func:`assign_roles`: which weight of a layer is ``q``, ``k``, ``v`` (or a fused ``qkv``), ``o`` and
+  the feed-forward matrices, from the module names (:data:`ROLE_RULES`);
+* :func:`ignore_patterns`: regular expressions for every other tensor.
+
+Names only: the sizes and orientations these roles imply are checked in ``archinfer.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .spec import FEED_FORWARDS, ROLES
+from ..io import Checkpoint
+from ..errors import SpecboundError
+
+# The weight's module path relative to its layer (``attention.self.query``) -> role: the first rule
+# that matches (case-insensitively) wins, so ``attention.output.dense`` is ``o`` before ``output.dense``
+# can be ``ff_out``, and ``attn.c_proj`` is ``o`` before ``c_proj`` can be ``ff_out``.
+_IN_ATTENTION = r"(?:^|\.)\w*att\w*\.(?:.*\.)?"  # an attention module on the path (attn, attention, SelfAttention)
+ROLE_RULES = (
+    ("qkv", r"(?:^|\.)(?:qkv|qkv_proj|c_attn|query_key_value|wqkv|w_pack|in_proj)$"),
+    ("q", r"(?:^|\.)(?:q|query|q_proj|q_lin|wq|query_proj)$"),
+    ("k", r"(?:^|\.)(?:k|key|k_proj|k_lin|wk|key_proj)$"),
+    ("v", r"(?:^|\.)(?:v|value|v_proj|v_lin|wv|value_proj)$"),
+    ("o", _IN_ATTENTION + r"(?:o|o_proj|out_proj|out_lin|wo|dense|c_proj|proj|output\.dense)$"),
+    ("ff_gate", r"(?:^|\.)(?:gate_proj|gate|wi_0)$"),
+    ("ff_up", r"(?:^|\.)(?:up_proj|wi_1)$"),
+    ("ff_in", r"(?:^|\.)(?:fc1|c_fc|dense_h_to_4h|lin1|fc_in|wi|linear1|intermediate\.dense|w1)$"),
+    ("ff_out", r"(?:^|\.)(?:fc2|c_proj|dense_4h_to_h|lin2|fc_out|wo|linear2|down_proj|output\.dense|w2)$"),
+)
+_WRAPPERS = ("model", "transformer", "base_model")
+_NORM = re.compile(r"(norm|(^|\.)ln_?\w*)\.(weight|scale)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LayerStack:
+    """``<path>.<i>.<rest>`` for ``i = 0..L-1``.
+
+    Attributes
+    ----------
+    path : str
+        The dotted path before the index (``bert.encoder.layer``).
+    L : int
+        Number of layers.
+    rests : dict[int, frozenset[str]]
+        Each layer's tensor names after the index (``attention.self.query.weight``).
+    """
+
+    path: str
+    L: int
+    rests: dict[int, frozenset[str]]
+
+    def name(self, layer: int, rest: str) -> str:
+        return f"{self.path}.{layer}.{rest}"
+
+    @property
+    def everywhere(self) -> frozenset[str]:
+        """The rests every layer has."""
+        return frozenset.intersection(*self.rests.values())
+
+    @property
+    def anywhere(self) -> frozenset[str]:
+        """The rests some layer has."""
+        return frozenset.union(*self.rests.values())
+
+
+def find_layer_stack(ckpt: Checkpoint) -> LayerStack:
+    """The path followed by an index running ``0..L-1`` (the outermost index of a name: ``experts.3``
+    inside ``layers.0`` belongs to the layer) that holds the most 2-D tensors.  Two equally good
+    paths (an encoder-decoder's two stacks) are an error."""
+    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for name in ckpt.names:
+        parts = name.split(".")
+        for i, part in enumerate(parts[1:-1], start=1):
+            if part.isdigit():
+                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
+                break
+    scored = []
+    for path, by_index in stacks.items():
+        if set(by_index) == set(range(len(by_index))):
+            matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
+            scored.append((matrices, path))
+    scored.sort(reverse=True)
+    if not scored or scored[0][0] == 0:
+        raise SpecboundError(
+            f"{ckpt.location}: no repeated layer found (a path like encoder.layer.<i>.* with i = 0..L-1 "
+            f"holding 2-D weights); write the spec by hand (docs/architectures.md)"
+        )
+    if len(scored) > 1 and scored[1][0] == scored[0][0]:
+        raise SpecboundError(
+            f"{ckpt.location}: two layer stacks hold equally many weights ({scored[0][1]!r}, {scored[1][1]!r}): "
+            f"an encoder-decoder is not one chain of blocks; write the spec by hand for the part to analyse"
+        )
+    path = scored[0][1]
+    return LayerStack(path, len(stacks[path]), {i: frozenset(r) for i, r in stacks[path].items()})
+
+
+def wrapper_prefix(stack_path: str, config: dict) -> str:
+    """``"bert."`` for ``bert.encoder.layer``: a first component that names the base model (a usual
+    wrapper attribute, the model_type, or the start of an ``architectures`` class name); else ``""``."""
+    first, _, rest = stack_path.partition(".")
+    if not rest:
+        return ""
+    classes = [str(a).lower() for a in config.get("architectures") or []]  # GPTNeoXForCausalLM: gpt_neox.
+    if first in _WRAPPERS or first == config.get("model_type") or any(
+            c.startswith(first.lower().replace("_", "")) for c in classes):
+        return first + "."
+    return ""
+
+
+def module_of(rest: str) -> str:
+    """``attention.self.query.weight`` -> ``attention.self.query`` (also ``self_attn.in_proj_weight``)."""
+    return re.sub(r"(\.|_)weight$", "", rest)
+
+
+def leaf(rest: str) -> str:
+    """The module's own name: ``attention.self.query.weight`` -> ``query``."""
+    return module_of(rest).rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class RoleAssignment:
+    """Role -> layer-relative weight name, the 2-D weights that matched no role, and whether Meta
+    LLaMA's ``w1``/``w2``/``w3`` naming decided the gated feed-forward."""
+
+    roles: dict[str, str]
+    unmatched: tuple[str, ...]
+    meta_llama: bool = False
+
+
+def assign_roles(matrices: list[str]) -> RoleAssignment:
+    """Assign the 2-D weights of one layer to roles by :data:`ROLE_RULES`.
+
+    ``w1, w2, w3`` together are Meta LLaMA's ``w2(silu(w1 x) * w3 x)`` (gate, down, up); an
+    ``up_proj`` without a gate is a plain ``ff_in``.  Two weights for one role (experts, a second
+    attention block), a fused ``qkv`` beside separate ``q``/``k``/``v``, or a missing role is an error.
+    """
+    found: dict[str | None, list[str]] = defaultdict(list)
+    for rest in matrices:
+        role = next((r for r, rule in ROLE_RULES if re.search(rule, module_of(rest), re.IGNORECASE)), None)
+        found[role].append(rest)
+    leaves = {leaf(r).lower(): r for r in matrices}
+    meta_llama = {"w1", "w2", "w3"} <= set(leaves)
+    if meta_llama:
+        found["ff_in"].remove(leaves["w1"])
+        found[None].remove(leaves["w3"])
+        found["ff_gate"].append(leaves["w1"])
+        found["ff_up"].append(leaves["w3"])
+    if found["ff_up"] and not found["ff_gate"]:
+        found["ff_in"] += found.pop("ff_up")
+    unmatched = tuple(found.pop(None, []))
+    for role, names in found.items():
+        if len(names) > 1:
+            raise SpecboundError(
+                f"several weights of one layer look like the {role} role ({', '.join(names)}): a mixture of "
+                f"experts or a second attention block is not one chain of matrices; write the spec by hand"
+            )
+    roles = {r: found[r][0] for r in ROLES if found.get(r)}
+    if "qkv" in roles and {"q", "k", "v"} & set(roles):
+        raise SpecboundError(f"a layer has both a fused qkv weight ({roles['qkv']}) and separate q/k/v weights; "
+                             f"write the spec by hand")
+    attention = ("qkv", "o") if "qkv" in roles else ("q", "k", "v", "o")
+    needed = attention + FEED_FORWARDS["gated" if "ff_gate" in roles else "plain"]
+    missing = [r for r in needed if r not in roles]
+    if missing:
+        recognised = ", ".join(f"{r}={n}" for r, n in roles.items()) or "none recognised"
+        raise SpecboundError(
+            f"cannot tell which weight plays the role(s) {', '.join(missing)}: a layer's 2-D weights are "
+            f"{', '.join(matrices)} ({recognised}); write the spec by hand (docs/architectures.md)"
+        )
+    return RoleAssignment(roles, unmatched, meta_llama)
+
+
+def norms_per_layer(stack: LayerStack) -> int:
+    """How many normalisation weights every layer has (``ln_1.weight``, ``input_layernorm.weight``)."""
+    return sum(1 for rest in stack.everywhere if _NORM.search(rest))
+
+
+def ignore_patterns(names: list[str], stack: LayerStack, prefix: str, role_rests: set[str]) -> tuple[list[str], list[str]]:
+    """Patterns for every tensor that is not a role weight, and the per-layer rests they cover.
+
+    ``\\.bias$``; each other per-layer tensor exactly (``^encoder\\.layer\\.\\d+\\.output\\.LayerNorm\\.weight$``);
+    and each module outside the stack by its shortest path that is not on the stack's path
+    (``^embeddings\\.``, ``^decoder\\.final_layer_norm\\.``), so no pattern can match a role weight.
+    Patterns are written relative to ``prefix`` (ignore patterns are also tried with it removed).
+    """
+    patterns = [r"\.bias$"] if any(n.endswith(".bias") for n in names) else []
+    stack_rel = stack.path[len(prefix):]
+    in_layer = sorted(r for r in stack.anywhere - role_rests if not r.endswith(".bias"))
+    patterns += [f"^{re.escape(stack_rel)}\\.\\d+\\.{re.escape(rest)}$" for rest in in_layer]
+    stack_parts = stack_rel.split(".")
+    outside = set()
+    for name in names:
+        if name.startswith(stack.path + ".") or name.endswith(".bias"):
+            continue
+        parts = (name[len(prefix):] if prefix and name.startswith(prefix) else name).split(".")
+        k = next(i + 1 for i in range(len(parts)) if i >= len(stack_parts) or parts[i] != stack_parts[i]) \
+            if parts != stack_parts[:len(parts)] else len(parts)
+        outside.add(f"^{re.escape('.'.join(parts[:k]))}" + ("\\." if k < len(parts) else "$"))
+    return patterns + sorted(outside), in_layer

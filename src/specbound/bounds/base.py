@@ -1,0 +1,65 @@
+"""What a bound is: a small object with a name, a title, the reference it implements, the quantities
+it reads and one function from :class:`~specbound.compute.measures.ModelMeasures` to a
+:class:`BoundResult` (the explicit list of bounds is :mod:`.registry`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..compute.measures import ModelMeasures
+
+GROUPS = ("bounds", "baselines", "adaptive_variants")
+
+
+@dataclass(frozen=True)
+class BoundResult:
+    """A bound's value plus its per-matrix / per-layer breakdown (arrays aligned with
+    ``ModelMeasures.matrices`` and with the layers)."""
+
+    value: float
+    per_matrix: dict[str, np.ndarray] = field(default_factory=dict)
+    per_layer: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def no_union_cost(measures: ModelMeasures, n: int) -> float:
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One registered bound.
+
+    Attributes
+    ----------
+    name, title, reference : str
+        Key in the output, a human title, and the paper + equation it implements.
+    compute : callable(ModelMeasures) -> BoundResult
+    group : {"bounds", "baselines", "adaptive_variants"}
+    needs : tuple of str
+        The quantities it reads (documentation; e.g. ``("spectral_norm", "norm_2_1", "Lambda")``).
+    log_factor : callable(ModelMeasures, n) -> float, optional
+        The log factor multiplying ``B / (margin sqrt(n))`` in its margin-bound form; None when the
+        quantity has no such form (it is then reported as a measure only).
+    union_cost : callable(ModelMeasures, n) -> float
+        Log of the number of post-hoc choices a union bound must pay for (added to ``log(1/delta)``).
+    distance : bool
+        Whether measuring from initial weights changes it (False for quantities with no norm of
+        ``W - W0`` in them, e.g. the spectral product or the parameter count).
+    """
+
+    name: str
+    title: str
+    reference: str
+    compute: Callable[[ModelMeasures], BoundResult]
+    group: str = "bounds"
+    needs: tuple[str, ...] = ()
+    log_factor: Callable[[ModelMeasures, int], float] | None = None
+    union_cost: Callable[[ModelMeasures, int], float] = no_union_cost
+    distance: bool = True
+
+    def __post_init__(self):
+        if self.group not in GROUPS:
+            raise ValueError(f"bound {self.name!r}: group must be one of {GROUPS}, got {self.group!r}")

@@ -1,0 +1,97 @@
+"""From complexity proxies to generalisation-gap bounds in the theorem's form (SPEC section 7).
+
+For a sample of ``n`` sequences, a margin ``gamma`` and a confidence ``1 - delta``, every bound with
+a margin-bound form (``Bound.log_factor`` set) becomes
+
+    gap = c_lead * B * log_factor(n) / (gamma sqrt(n))  +  c_conf * sqrt((ln(1/delta) + U) / n)
+
+where ``B`` is the bound's value, ``log_factor`` its log factors and ``U`` the union-bound cost of
+its post-hoc choices (for the spectrum-adaptive bound ``#matrices * ln(2m + 1)``: one of ``2m + 1``
+Schatten indices per matrix).  The loss is the ramp loss at margin ``gamma``, with values in
+``[0, 1]``: the test error is at most the empirical ramp loss plus ``gap``, so a ``gap >= 1`` says
+nothing and is marked vacuous.  ``c_lead`` and ``c_conf`` are the absolute constants the sources do
+not state for these transformer forms; they default to 1 and the output says so.  See
+docs/bounds.md for each bound's log factor and union cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .base import BoundResult
+from .registry import REGISTRY
+from ..options import AnalysisOptions
+from ..compute.measures import ModelMeasures
+
+LOSS_RANGE = (0.0, 1.0)
+ASSUMPTIONS = (
+    "ramp loss at the given margin, values in [0, 1]; test error <= empirical ramp loss + gap; "
+    "gap >= 1 is vacuous. c_lead and c_conf are absolute constants the sources leave unstated "
+    "(default 1, not the true values): the gaps are the theorems' forms, not certified numbers."
+)
+
+
+@dataclass(frozen=True)
+class GapParameters:
+    """Sample size, margin, confidence and the unstated constants of the gap bound.
+
+    Parameters
+    ----------
+    n : int
+        Number of training sequences, at least 2.
+    margin : float
+        The margin ``gamma > 0`` of the ramp loss, in the units of the network's output (token rows
+        in the unit ball).
+    delta : float
+        Failure probability, in (0, 1).
+    lead_constant, confidence_constant : float
+        ``c_lead`` and ``c_conf`` (default 1: unstated by the sources).
+    """
+
+    n: int
+    margin: float
+    delta: float = 0.05
+    lead_constant: float = 1.0
+    confidence_constant: float = 1.0
+
+    def __post_init__(self):  # validated where every option is (options.AnalysisOptions)
+        AnalysisOptions(n=self.n, margin=self.margin, delta=self.delta, lead_constant=self.lead_constant,
+                        confidence_constant=self.confidence_constant)
+
+    @classmethod
+    def from_options(cls, options: AnalysisOptions) -> "GapParameters | None":
+        """The gap parameters of ``options`` (None when no gap bound is asked for)."""
+        if not options.gap_requested:
+            return None
+        return cls(n=options.n, margin=options.margin, delta=options.delta, lead_constant=options.lead_constant,
+                   confidence_constant=options.confidence_constant)
+
+
+def gap_terms(value: float, log_factor: float, union_cost: float, params: GapParameters) -> dict[str, float | bool]:
+    """The leading and confidence terms, their sum and whether it is vacuous."""
+    n = params.n
+    leading = params.lead_constant * value * log_factor / (params.margin * math.sqrt(n)) if value else 0.0
+    confidence = params.confidence_constant * math.sqrt((math.log(1 / params.delta) + union_cost) / n)
+    gap = leading + confidence
+    return {"complexity": value, "log_factor": log_factor, "union_cost": union_cost, "leading": leading,
+            "confidence": confidence, "gap": gap, "vacuous": not gap < LOSS_RANGE[1] - LOSS_RANGE[0]}
+
+
+def gap_bounds(measures: ModelMeasures, results: dict[str, BoundResult], params: GapParameters) -> dict:
+    """``{name: gap_terms}`` for every computed bound that has a margin-bound form."""
+    out = {}
+    for name, result in results.items():
+        bound = REGISTRY[name]
+        if bound.log_factor is None:
+            continue
+        out[name] = gap_terms(result.value, bound.log_factor(measures, params.n),
+                              bound.union_cost(measures, params.n), params)
+    return out
+
+
+def describe(params: GapParameters) -> dict:
+    """The parameters and assumptions, for the output."""
+    return {"parameters": asdict(params), "loss_range": list(LOSS_RANGE), "assumptions": ASSUMPTIONS,
+            "unstated_constants": {"lead_constant": params.lead_constant,
+                                   "confidence_constant": params.confidence_constant}}

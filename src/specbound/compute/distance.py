@@ -1,0 +1,44 @@
+"""Spectra of ``W - W0``: the matrices measured from initial weights ``W0``.
+
+A per-head difference stays a thin product (SPEC section 1): with head factors ``A, B`` and their
+initial values ``A0, B0`` (each ``d x N``),
+
+    A.T B - A0.T B0 = [A; -A0].T [B; B0],
+
+a product of two ``2d x N`` factors, rank at most ``2d``.  Its spectrum and column norms come from
+the ``2d x 2d`` core exactly as for ``A.T B`` (:func:`~specbound.compute.spectra.factored_spectra` on the
+factors stacked along ``d``).  Feed-forward differences are dense.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .extract import LayerWeights
+from .layer_spectra import LayerSpectra
+from .spectra import dense_spectrum, factored_spectra
+
+
+def stacked_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, b0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Factors ``([A; -A0], [B; B0])`` of ``A.T B - A0.T B0``, each (H, 2d, N)."""
+    return np.concatenate([a, -a0], axis=1), np.concatenate([b, b0], axis=1)
+
+
+def difference_spectra(weights: LayerWeights, init: LayerWeights, *, group: int = 1, method: str = "factored",
+                       with_norm_1_1: bool = True, block: str = "sequential") -> LayerSpectra:
+    """Spectra of one layer's ``W - W0`` for every QK/OV head and feed-forward matrix.
+
+    ``group`` is the number of query heads per key/value head; ``method="dense"`` materialises the
+    ``N x N`` differences (the slow reference).
+    """
+    k, k0 = (np.repeat(w.k, group, axis=0) for w in (weights, init))
+    v, v0 = (np.repeat(w.v, group, axis=0) for w in (weights, init))
+    pairs = {"qk": (weights.q, k, init.q, k0), "ov": (v, weights.o, v0, init.o)}
+    spectra = {}
+    for role, (a, b, a0, b0) in pairs.items():
+        if method == "dense":
+            spectra[role] = [dense_spectrum(a[h].T @ b[h] - a0[h].T @ b0[h]) for h in range(a.shape[0])]
+        else:
+            spectra[role] = factored_spectra(*stacked_difference(a, b, a0, b0), with_norm_1_1=with_norm_1_1)
+    ff = {role: dense_spectrum(w - init.ff[role]) for role, w in weights.ff.items()}
+    return LayerSpectra(weights.layer, spectra["qk"], spectra["ov"], ff, block)

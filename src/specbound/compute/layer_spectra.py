@@ -1,0 +1,86 @@
+"""One layer's spectra: every per-head QK/OV matrix and every feed-forward matrix (docs/spec.md 1-2).
+
+The factored method gets QK/OV spectra from ``d_h x d_h`` cores; ``method="dense"`` materialises
+every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
+benchmark's baseline).  Feed-forward spectra come from the proven Gram path or LAPACK's SVD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import SpecboundError
+from ..options import DEFAULT_GRAM_RTOL, METHODS
+from .extract import LayerWeights
+from .propagation import LayerNorms
+from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
+
+
+@dataclass(frozen=True)
+class LayerSpectra:
+    """Spectra of one layer's matrices: per query head for QK/OV, one per feed-forward role
+    (``FF_in``/``FF_out``, or ``FF_gate``/``FF_up``/``FF_out``), and the block structure."""
+
+    layer: int
+    qk: list[MatrixSpectrum]
+    ov: list[MatrixSpectrum]
+    ff: dict[str, MatrixSpectrum]
+    block: str = "sequential"
+
+    def norms(self) -> LayerNorms:
+        return LayerNorms(
+            qk=np.array([s.spectral_norm for s in self.qk]),
+            ov=np.array([s.spectral_norm for s in self.ov]),
+            ff={role: s.spectral_norm for role, s in self.ff.items()},
+            block=self.block,
+        )
+
+
+
+def attention_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
+                      with_norm_1_1: bool = True) -> tuple[list, list]:
+    """Spectra of one layer's per-head QK and OV matrices.
+
+    ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
+    every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
+    benchmark's baseline).  ``group`` is the number of query heads per key/value head.
+    """
+    kv = np.arange(weights.q.shape[0]) // group  # query head h uses key/value head h // group
+    if method == "factored":
+        return (factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1),
+                factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1))
+    if method == "dense":
+        return ([dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)],
+                [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)])
+    raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEFAULT_GRAM_RTOL) -> dict:
+    """Spectra of a layer's feed-forward matrices, the Gram path when its proven relative error is
+    at most ``gram_rtol`` (0: always LAPACK's SVD).
+
+    One matrix alive at a time: the (lazy) mapping is indexed inside the call rather than iterated
+    by items, which would load the next matrix while the previous one is still referenced.
+    """
+    return {role: dense_spectrum(ff[role], gram_rtol=gram_rtol) for role in ff}
+
+
+def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
+                  block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL,
+                  release: bool = False) -> LayerSpectra:
+    """Spectra of one layer's QK/OV heads and feed-forward matrices (the dense method always uses
+    the SVD for feed-forward too).
+
+    ``release``: drop ``weights``' attention factors once their spectra are computed, so that one
+    wide matrix is alive at a time while the feed-forward matrices are read (for weights read just
+    for this call, as :func:`model_layer_spectra` does).
+    """
+    qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1)
+    ff_matrices = weights.ff
+    if release:
+        weights.q = weights.k = weights.v = weights.o = None
+    ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol)
+    return LayerSpectra(weights.layer, qk, ov, ff, block)

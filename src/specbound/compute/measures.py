@@ -1,0 +1,114 @@
+"""Spectra of every matrix plus their propagation factors: what every bound is computed from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .extract import ModelDims
+from .layer_spectra import LayerSpectra
+from .propagation import downstream_factors, layer_lipschitz, sensitivities
+from .spectra import MatrixSpectrum
+
+ROLE_ORDER = ("QK", "OV", "FF_in", "FF_gate", "FF_up", "FF_out")
+
+
+@dataclass(frozen=True)
+class MatrixMeasure:
+    """One analysed matrix with its place in the network and its propagation factors.
+
+    ``spectrum`` is the matrix ``W`` itself; the propagation factors (``alpha``, ``gamma``,
+    ``scale``) always come from it.  ``delta`` is the spectrum of ``W - W0`` when the analysis is
+    measured from initial weights ``W0``; the bounds' complexity terms read :attr:`target`.
+    """
+
+    layer: int
+    head: int | None
+    role: str
+    spectrum: MatrixSpectrum
+    alpha: float
+    gamma: float
+    scale: float
+    delta: MatrixSpectrum | None = None
+
+    @property
+    def target(self) -> MatrixSpectrum:
+        """The spectrum the complexity terms measure: ``W - W0`` if given, else ``W``."""
+        return self.spectrum if self.delta is None else self.delta
+
+
+@dataclass(frozen=True)
+class ModelMeasures:
+    """Everything the bounds read.
+
+    Attributes
+    ----------
+    dims : ModelDims
+    l_phi : float
+        Activation Lipschitz constant used in ``Lambda``.
+    rank_tol : float
+        Relative tolerance of the numerical rank (SPEC section 2).
+    grid_m : int
+        Resolution of the post-hoc Schatten grid ``{0, 1/m, ..., 2}``.
+    layers : list of LayerSpectra
+    lambdas, alphas : ndarray, shape (L,)
+    matrices : list of MatrixMeasure
+        Layer by layer: QK heads, OV heads, FF_in, FF_out.
+    """
+
+    dims: ModelDims
+    l_phi: float
+    rank_tol: float
+    grid_m: int
+    layers: list[LayerSpectra]
+    lambdas: np.ndarray
+    alphas: np.ndarray
+    matrices: list[MatrixMeasure]
+
+    @property
+    def from_init(self) -> bool:
+        """Whether the complexity terms measure distances ``W - W0`` from initial weights."""
+        return any(mm.delta is not None for mm in self.matrices)
+
+    def layer_of_matrices(self) -> np.ndarray:
+        """Layer index of every matrix, shape (#matrices,), for per-layer sums."""
+        return np.array([mm.layer for mm in self.matrices], dtype=np.int64)
+
+    def per_layer_sum(self, values) -> np.ndarray:
+        """Sum of a per-matrix array over each layer's matrices, shape (L,)."""
+        return np.bincount(self.layer_of_matrices(), weights=np.asarray(values, dtype=np.float64),
+                           minlength=self.dims.L)
+
+    def measured_from(self, deltas: list[LayerSpectra]) -> "ModelMeasures":
+        """The same measures with the complexity terms on ``W - W0`` (``deltas``: spectra of the
+        differences, layer by layer, in :class:`LayerSpectra` form)."""
+        flat = [s for layer in deltas for s in _role_order(layer)]
+        if len(flat) != len(self.matrices):
+            raise ValueError(f"{len(flat)} difference spectra for {len(self.matrices)} matrices")
+        matrices = [replace(mm, delta=d) for mm, d in zip(self.matrices, flat)]
+        return replace(self, matrices=matrices)
+
+
+def _role_order(layer: LayerSpectra) -> list[MatrixSpectrum]:
+    """A layer's spectra in the order of ``ModelMeasures.matrices``: QK heads, OV heads, feed-forward."""
+    return [*layer.qk, *layer.ov, *layer.ff.values()]
+
+
+def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_tol: float,
+            grid_m: int) -> ModelMeasures:
+    """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix."""
+    norms = [layer.norms() for layer in layers]
+    lambdas = np.array([layer_lipschitz(n, l_phi) for n in norms])
+    alphas = downstream_factors(lambdas)
+    tiny = np.finfo(np.float64).tiny
+    matrices = []
+    for layer, n, alpha in zip(layers, norms, alphas):
+        gamma = sensitivities(n)
+        entries = ([("QK", h, s, gamma["QK"][h]) for h, s in enumerate(layer.qk)]
+                   + [("OV", h, s, gamma["OV"][h]) for h, s in enumerate(layer.ov)]
+                   + [(role, None, s, gamma[role]) for role, s in layer.ff.items()])
+        for role, head, spectrum, g in entries:
+            scale = max(float(g) * float(alpha) * dims.L, tiny)
+            matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale))
+    return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, matrices)

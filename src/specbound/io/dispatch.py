@@ -1,0 +1,111 @@
+"""Opening a checkpoint: resolve a source to ``config.json`` plus lazily read weight tensors.
+
+Sources: a Hugging Face model folder (``config.json`` + ``model.safetensors``, its sharded index,
+``pytorch_model.bin`` single or sharded, or an ONNX export ``model.onnx``), a weights file with
+config.json beside it, a hub id in the local cache (:mod:`.hub_cache`), or an in-memory model
+(:mod:`.pytorch`).  torch is imported only for PyTorch pickles and in-memory models, onnx only for
+ONNX files (:mod:`.onnx_graph`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecboundError
+from .base import Checkpoint, read_config
+from .safetensors_file import (SAFETENSORS_INDEX, SAFETENSORS_SINGLE, SafetensorsCheckpoint, safetensors_names,
+                               safetensors_shards)
+
+
+def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkpoint:
+    """Resolve ``source`` to a :class:`Checkpoint`.
+
+    ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
+    ``pytorch_model.bin`` single or sharded, else an ONNX export ``model.onnx``), a weights file
+    (``.safetensors``, ``.bin``, ``.pt``, ``.pth``, ``.onnx``) with config.json beside it, a hub id
+    (``org/name[@revision]``) resolved from the local Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
+    bare state dict).
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        from .pytorch import from_memory
+
+        return from_memory(source, config)
+    path = Path(source).expanduser()
+    if not path.exists():
+        from .hub_cache import looks_like_hub_id, resolve_hub_id
+
+        if not looks_like_hub_id(str(source)):
+            raise SpecboundError(
+                f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
+                f"(config.json + model.safetensors), a weights file or a hub id in the local cache"
+            )
+        path = resolve_hub_id(str(source))
+    if path.is_file():
+        return _open_file(path)
+    cfg = read_config(path)
+    shards = safetensors_shards(path)
+    if shards is not None:
+        return SafetensorsCheckpoint(location=str(path), config=cfg, shards=shards)
+    from .pytorch import pickle_shards  # torch only if the folder really holds pickles
+
+    if any((path / n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        return _pickle_folder(path, cfg, pickle_shards)
+    for onnx_file in (path / ONNX_SINGLE, path / ONNX_HUB):
+        if onnx_file.is_file():
+            from .onnx_graph import open_onnx
+
+            return open_onnx(onnx_file, cfg)
+    _no_weights(path)
+
+
+def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint:
+    from .pytorch import PickleCheckpoint
+
+    return PickleCheckpoint(location=str(path), config=cfg, shards=pickle_shards(path))
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+ONNX_SINGLE = "model.onnx"
+ONNX_HUB = Path("onnx") / "model.onnx"  # where sentence-transformers / Optimum repositories keep it
+
+
+def _open_file(path: Path) -> Checkpoint:
+    if path.suffix not in WEIGHT_SUFFIXES:
+        raise SpecboundError(
+            f"expected a model folder or a weights file ({', '.join(WEIGHT_SUFFIXES)}) with config.json "
+            f"beside it, found the file {path}"
+        )
+    folder = path.parent
+    if path.suffix == ".onnx" and folder.name == "onnx" and not (folder / "config.json").is_file():
+        folder = folder.parent  # the hub layout: onnx/model.onnx, config.json at the repository's root
+    cfg = read_config(folder)
+    if path.suffix == ".safetensors":
+        return SafetensorsCheckpoint(str(path), cfg, {n: path for n in safetensors_names(path)})
+    if path.suffix == ".onnx":
+        from .onnx_graph import open_onnx
+
+        return open_onnx(path, cfg)
+    from .pytorch import from_pickle_file
+
+    return from_pickle_file(path, cfg)
+
+
+
+def _no_weights(folder: Path):
+    present = sorted(p.name for p in folder.iterdir())
+    hint = "save the model with save_pretrained (safetensors is its default format)"
+    if any(name.endswith((".bin", ".pt", ".pth", ".ckpt")) for name in present):
+        hint = ("PyTorch weights are read from pytorch_model.bin (or its index) in a folder, or when "
+                "named as a file: specbound analyze folder/weights.pt")
+    if any(name.endswith(".onnx") for name in present):
+        hint = (f"ONNX exports are read from {ONNX_SINGLE} or {ONNX_HUB} in a folder, or when named as a "
+                f"file: specbound analyze folder/exported.onnx")
+    shown = present[:20] + (["..."] if len(present) > 20 else [])
+    raise SpecboundError(
+        f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} (or "
+        f"pytorch_model.bin, {ONNX_SINGLE}), found {shown}; {hint}"
+    )
+
+

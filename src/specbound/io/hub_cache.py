@@ -1,0 +1,93 @@
+"""Hub ids resolved offline from the local Hugging Face cache; nothing is ever downloaded.
+
+The cache layout (``huggingface_hub``): ``<cache>/models--<org>--<name>/refs/<revision>`` holds a
+commit hash and ``snapshots/<hash>/`` the files.  The cache is ``$HF_HUB_CACHE`` (or the older
+``$HUGGINGFACE_HUB_CACHE``), else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``, else
+``~/.cache/huggingface/hub``, as ``huggingface_hub`` finds it (without importing it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..errors import SpecboundError
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?$")
+
+
+def cache_dir() -> Path:
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub"
+
+
+def looks_like_hub_id(source: str) -> bool:
+    return bool(HUB_ID.match(source))
+
+
+def repo_folder(repo_id: str, cache: Path | None = None) -> Path:
+    return (cache_dir() if cache is None else cache) / ("models--" + repo_id.replace("/", "--"))
+
+
+def cached_model_ids(cache: Path | None = None) -> list[str]:
+    """Hub ids (``org/name``) of the model repositories in the local cache."""
+    cache = cache_dir() if cache is None else cache
+    if not cache.is_dir():
+        return []
+    return sorted(e.name[len("models--"):].replace("--", "/") for e in cache.iterdir()
+                  if e.name.startswith("models--") and e.is_dir())
+
+
+def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = None) -> Path | None:
+    """The snapshot folder of ``repo_id`` at ``revision`` (a ref such as ``main``, or a commit hash
+    or its prefix); for ``main`` with no ref, the only snapshot there is.  None when absent; an
+    error when several snapshots could be meant."""
+    repo = repo_folder(repo_id, cache)
+    snapshots = repo / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    if (snapshots / commit).is_dir():
+        return snapshots / commit
+    found = sorted(p for p in snapshots.iterdir() if p.is_dir())
+    matches = [p for p in found if p.name.startswith(commit)]
+    if len(matches) == 1:
+        return matches[0]
+    if revision == "main" and not ref.is_file() and len(found) == 1:
+        return found[0]
+    if revision == "main" and not ref.is_file() and len(found) > 1:
+        raise SpecboundError(
+            f"{repo_id} has {len(found)} snapshots in {repo} and no refs/main: pass {repo_id}@<commit> for "
+            f"one of them ({', '.join(p.name[:12] for p in found)})"
+        )
+    return None
+
+
+def resolve_hub_id(source: str) -> Path:
+    """Snapshot folder of ``org/name`` or ``org/name@revision`` (branch, tag or commit hash)."""
+    repo_id, _, revision = source.partition("@")
+    revision = revision or "main"
+    repo = repo_folder(repo_id)
+    hint = (f"download it on a connected machine (huggingface-cli download {repo_id}) and copy the "
+            f"cache folder {repo.name} into {repo.parent}, or pass a local model folder")
+    if not repo.is_dir():
+        raise SpecboundError(
+            f"checkpoint not found: {source!r} is neither an existing path nor a model in the local "
+            f"Hugging Face cache (looked for {repo}); specbound never downloads: {hint}"
+        )
+    snapshot = find_snapshot(repo_id, revision)
+    if snapshot is not None:
+        return snapshot
+    snapshots = repo / "snapshots"
+    present = sorted(p.name[:12] for p in snapshots.iterdir()) if snapshots.is_dir() else []
+    raise SpecboundError(
+        f"{repo_id} is in the Hugging Face cache ({repo}) but revision {revision!r} is not "
+        f"(snapshots present: {present or 'none'}); pass {repo_id}@<commit> for one of them, or {hint}"
+    )

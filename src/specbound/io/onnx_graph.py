@@ -1,0 +1,262 @@
+"""ONNX exports: every weight mapped back to the PyTorch parameter it came from.
+
+An exporter stores an ``nn.Linear`` weight as the right operand ``B`` of a ``MatMul`` (``x @ B``:
+``B = weight.T`` folded into a new, anonymous initializer ``onnx::MatMul_<n>`` or ``val_<n>``,
+stored ``(in, out)``) or of a ``Gemm`` (``transB=1``: the parameter itself, ``(out, in)``, usually
+under its own name; ``transB=0``: ``(in, out)``, e.g. GPT-2's ``Conv1D`` through ``addmm``).  The
+parameter's name comes from the consuming node: the legacy exporter (``dynamo=False``) names nodes
+after the module path (``/encoder/layer.0/attention/self/query/MatMul``), the dynamo exporter
+records it in the node's ``pkg.torch.onnx.name_scopes`` metadata.  The storage orientation comes
+from the node too (MatMul or Gemm and its ``transB``, and every ``Transpose`` between the
+initializer and the node), never from shapes: :meth:`OnnxCheckpoint.layout` reports it, and the
+family spec's own layout is used only for tensors stored as the model stores them.
+
+What is exposed (every initializer is either exposed or listed in ``skipped`` with the reason):
+
+* a floating-point rank-2 initializer reached (through ``Identity``/``Cast``/``Transpose``) as the
+  ``B`` operand of a MatMul/Gemm: as ``<module path>.weight`` with the orientation the node implies.
+  One whose module cannot be read from its node is an error (it is most likely a weight we need);
+* a floating-point initializer whose name is a dotted parameter path (biases, norms, embeddings:
+  ``encoder.layer.0.attention.self.query.bias``) under its own name, as stored; also the parameter
+  names that de-duplicated tensors keep as ``Identity`` outputs;
+* nothing else.  Integer and boolean initializers are shape/index constants; floating-point ones with
+  generated names (``val_85``, ``embedding_2``: e.g. a position table sliced to the export's sequence
+  length, a folded attention mask or rotary table) are exporter constants, not parameters.  Skipping
+  them cannot hide a weight the bounds need: a role tensor that is not exposed is reported missing.
+
+The ``onnx`` package is imported only here (``pip install 'specbound[onnx]'``).  Tensors are read
+lazily, one at a time, from the model file or its external data (``model.onnx.data``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import Checkpoint
+from ..errors import SpecboundError
+
+ONNX_SINGLE = "model.onnx"
+# TensorProto data types -> safetensors dtype codes (the rest keep their ONNX name and are refused
+# by Checkpoint.read as non-float weights).
+_FLOAT_CODES = {1: "F32", 10: "F16", 11: "F64", 16: "BF16"}
+_PASS_THROUGH = ("Identity", "Cast", "Transpose")
+_QUANTIZED_OPS = ("DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
+                  "MatMulInteger", "MatMulNBits", "QGemm", "DynamicQuantizeMatMul")
+# A PyTorch parameter path: dotted identifiers (``encoder.layer.0.attention.self.query.bias``).
+_PARAMETER_NAME = re.compile(r"^[A-Za-z_]\w*(\.\w+)+$")
+_NAME_SCOPES = "pkg.torch.onnx.name_scopes"
+
+
+def _import_onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise SpecboundError(
+            "reading ONNX models needs the onnx package: pip install 'specbound[onnx]' (or analyse the "
+            "model's safetensors weights, which need no extra package)"
+        ) from None
+    return onnx
+
+
+@dataclass(frozen=True)
+class _Exposed:
+    """One exposed tensor: the initializer (or Constant output) holding it, and its layout
+    (``"linear"`` = ``(out, in)``, ``"conv1d"`` = ``(in, out)``; None: stored as the model stores it)."""
+
+    source: str
+    layout: str | None
+    via: str  # the node (or "initializer") that named it, for messages
+
+
+@dataclass
+class OnnxCheckpoint(Checkpoint):
+    """An ONNX model file, its tensors exposed under PyTorch parameter names (module docstring).
+
+    Attributes
+    ----------
+    path : Path
+        The ``.onnx`` file; external data is read relative to its folder.
+    skipped : dict[str, str]
+        Initializers that are not exposed, and why.
+    """
+
+    location: str
+    config: dict[str, Any]
+    path: Path
+    _tensors: dict[str, Any] = field(repr=False)
+    _exposed: dict[str, _Exposed] = field(repr=False)
+    skipped: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._exposed)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in self._tensors[self._exposed[name].source].dims)
+
+    def dtype(self, name: str) -> str:
+        data_type = self._tensors[self._exposed[name].source].data_type
+        return _FLOAT_CODES.get(data_type) or _import_onnx().TensorProto.DataType.Name(data_type)
+
+    def layout(self, name: str) -> str | None:
+        return self._exposed[name].layout
+
+    def where(self, name: str) -> str:
+        entry = self._exposed[name]
+        return f"{self.path} (initializer {entry.source!r}, named by {entry.via})"
+
+    def _raw(self, name: str) -> np.ndarray:
+        onnx = _import_onnx()
+        from onnx import numpy_helper
+        from onnx.external_data_helper import uses_external_data
+
+        proto = self._tensors[self._exposed[name].source]
+        if uses_external_data(proto):  # read into a copy: the loaded graph stays small
+            copy = onnx.TensorProto()
+            copy.CopyFrom(proto)
+            proto = copy
+        try:
+            array = numpy_helper.to_array(proto, base_dir=str(self.path.parent))
+        except Exception as exc:  # noqa: BLE001  (OSError, ValueError, onnx's ValidationError, ...)
+            raise SpecboundError(
+                f"cannot read tensor {name!r} from {self.where(name)}: {exc}; the model file or its "
+                f"external data (.onnx.data beside it) is missing, truncated or corrupt"
+            ) from None
+        if self.dtype(name) == "BF16":  # ml_dtypes bfloat16: float32 holds it exactly
+            array = array.astype(np.float32)
+        return array
+
+
+def open_onnx(path: Path, config: dict[str, Any]) -> OnnxCheckpoint:
+    """Load ``path``'s graph (not its external data) and map its weights to parameter names."""
+    onnx = _import_onnx()
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # noqa: BLE001  (DecodeError, OSError, ...)
+        raise SpecboundError(f"cannot read {path} as an ONNX model ({type(exc).__name__}: {exc}); "
+                             f"re-export it with torch.onnx.export") from None
+    graph = model.graph
+    tensors = {t.name: t for t in graph.initializer}
+    for node in graph.node:  # some tools store constants as Constant nodes instead of initializers
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value" and attr.HasField("t"):
+                    tensors.setdefault(node.output[0], attr.t)
+    _refuse_quantized(graph, path)
+    exposed, skipped = map_weights(graph, tensors, path)
+    return OnnxCheckpoint(location=str(path), config=config, path=path, _tensors=tensors,
+                          _exposed=exposed, skipped=skipped)
+
+
+def _refuse_quantized(graph, path: Path) -> None:
+    ops = sorted({n.op_type for n in graph.node if n.op_type in _QUANTIZED_OPS})
+    if ops:
+        raise SpecboundError(
+            f"{path} is a quantized ONNX model (it uses {', '.join(ops)}): its stored integers are not "
+            f"the weights; analyse the floating-point export (or its safetensors weights) instead"
+        )
+
+
+def _is_float(tensor) -> bool:
+    return tensor.data_type in _FLOAT_CODES
+
+
+def _trace(name: str, tensors: dict, producers: dict) -> tuple[str | None, int]:
+    """Follow ``name`` back through Identity/Cast/Transpose to a stored tensor.
+
+    Returns the tensor's name (None when the value is computed) and the number of 2-D transposes
+    on the way.  A Transpose with another permutation is not a weight path (None).
+    """
+    transposes = 0
+    while name not in tensors:
+        node = producers.get(name)
+        if node is None or node.op_type not in _PASS_THROUGH:
+            return None, 0
+        if node.op_type == "Transpose":
+            perm = [list(a.ints) for a in node.attribute if a.name == "perm"]
+            if perm and perm[0] != [1, 0]:
+                return None, 0
+            transposes += 1
+        name = node.input[0]
+    return name, transposes
+
+
+def module_path(node) -> str | None:
+    """The PyTorch module a MatMul/Gemm node belongs to, or None when the node does not say.
+
+    Dynamo exporter: ``pkg.torch.onnx.name_scopes`` lists the enclosing module paths and ends with
+    the aten op (``[..., 'encoder.layer.0.attention.self.query', 'linear']``): the module is the
+    second-to-last entry.  Legacy exporter: the node is named ``/<module path with '/'>/MatMul``.
+    """
+    for prop in node.metadata_props:
+        if prop.key == _NAME_SCOPES:
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError):
+                return None
+            if isinstance(scopes, list) and len(scopes) >= 2 and all(isinstance(s, str) for s in scopes):
+                return scopes[-2]
+            return None
+    if node.name.startswith("/"):
+        return ".".join(node.name.split("/")[1:-1])
+    return None
+
+
+def map_weights(graph, tensors: dict, path: Path) -> tuple[dict[str, _Exposed], dict[str, str]]:
+    """Exposed name -> where it is stored and how; and the skipped tensors with the reason."""
+    producers = {out: node for node in graph.node for out in node.output}
+    exposed: dict[str, _Exposed] = {}
+    weights: set[str] = set()
+    for node in graph.node:
+        if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2:
+            continue
+        source, transposes = _trace(node.input[1], tensors, producers)
+        if source is None or not _is_float(tensors[source]) or len(tensors[source].dims) != 2:
+            continue  # a computed operand (attention scores, values), not a stored weight
+        module = module_path(node)
+        if module is None:
+            raise SpecboundError(
+                f"cannot tell which parameter the initializer {source!r} {tuple(tensors[source].dims)} of "
+                f"{path} is: its {node.op_type} node {node.name!r} carries neither a module path in its "
+                f"name (legacy exporter) nor {_NAME_SCOPES} metadata (dynamo exporter); export the model "
+                f"with torch.onnx.export, or analyse its safetensors weights"
+            )
+        trans_b = [a.i for a in node.attribute if a.name == "transB"] if node.op_type == "Gemm" else []
+        flips = transposes + (trans_b[0] if trans_b else 0)
+        # x @ B with B (in, out): Conv1D's storage; one flip more is nn.Linear's (out, in).
+        entry = _Exposed(source, "conv1d" if flips % 2 == 0 else "linear", f"{node.op_type} node {node.name!r}")
+        name = f"{module}.weight" if module else "weight"
+        previous = exposed.get(name)
+        if previous is not None and (previous.source, previous.layout) != (entry.source, entry.layout):
+            raise SpecboundError(
+                f"{path}: two different tensors map to the parameter {name!r} ({previous.source!r} through "
+                f"{previous.via}, {source!r} through {entry.via}); the module calls more than one matrix "
+                f"product of its own, so its weights cannot be named from the graph"
+            )
+        exposed[name] = entry
+        weights.add(source)
+    if not exposed:
+        raise SpecboundError(
+            f"{path} has no MatMul/Gemm node with a stored floating-point weight in its main graph; "
+            f"export the model with torch.onnx.export (weights as initializers, no model-local functions)"
+        )
+    skipped = {}
+    for key, tensor in tensors.items():
+        if not _is_float(tensor):
+            skipped[key] = "integer/boolean constant (a shape, index or mask), not a weight"
+        elif _PARAMETER_NAME.match(key):
+            exposed.setdefault(key, _Exposed(key, None, "initializer"))
+        elif key not in weights:
+            skipped[key] = "floating-point constant generated by the exporter (no parameter name), not a weight"
+    for node in graph.node:  # de-duplicated tensors keep their parameter names as Identity outputs
+        if node.op_type == "Identity" and _PARAMETER_NAME.match(node.output[0]) and node.output[0] not in exposed:
+            source, transposes = _trace(node.input[0], tensors, producers)
+            if source is not None and transposes == 0 and _is_float(tensors[source]):
+                exposed[node.output[0]] = _Exposed(source, None, f"Identity node {node.name!r}")
+    return exposed, skipped

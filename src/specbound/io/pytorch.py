@@ -1,0 +1,163 @@
+"""Weights that come through PyTorch: ``.bin``/``.pt`` pickles (``torch.load(weights_only=True)``
+only: a pickle that would run code is refused) and in-memory ``nn.Module``\\s or state dicts.
+
+torch is imported here only, when such a source is used; it stays an optional dependency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecboundError
+from .base import Checkpoint
+from .shard_index import read_weight_map
+
+PICKLE_SINGLE = "pytorch_model.bin"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+_DTYPE_CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+def _dtype_code(tensor: Any) -> str:
+    name = str(tensor.dtype).replace("torch.", "")
+    return _DTYPE_CODES.get(name, name)
+
+
+def _to_numpy(tensor: Any) -> np.ndarray:
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    t = tensor.detach().cpu()
+    if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
+        t = t.float()
+    return t.numpy()
+
+
+@dataclass
+class TensorMapCheckpoint(Checkpoint):
+    """Tensors held in a mapping (an in-memory state dict), torch tensors or numpy arrays."""
+
+    location: str
+    config: dict[str, Any]
+    tensors: Mapping[str, Any]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.tensors[name].shape)
+
+    def dtype(self, name: str) -> str:
+        return _dtype_code(self.tensors[name])
+
+    def _raw(self, name: str) -> np.ndarray:
+        return _to_numpy(self.tensors[name])
+
+
+@dataclass
+class PickleCheckpoint(Checkpoint):
+    """``.bin``/``.pt`` files, single or sharded, each loaded (memory-mapped) when first needed."""
+
+    location: str
+    config: dict[str, Any]
+    shards: dict[str, Path]
+    _loaded: dict[Path, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.shards)
+
+    def where(self, name: str) -> str:
+        return str(self.shards[name])
+
+    def _tensor(self, name: str) -> Any:
+        path = self.shards[name]
+        if path not in self._loaded:
+            self._loaded[path] = load_state_dict(path)
+        try:
+            return self._loaded[path][name]
+        except KeyError:
+            raise SpecboundError(f"{path.name} does not contain the tensor {name!r}, but the shard index "
+                                 f"maps it there: re-download or re-save the checkpoint") from None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in self._tensor(name).shape)
+
+    def dtype(self, name: str) -> str:
+        return _dtype_code(self._tensor(name))
+
+    def _raw(self, name: str) -> np.ndarray:
+        return _to_numpy(self._tensor(name))
+
+    def close(self) -> None:
+        self._loaded.clear()
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise SpecboundError(
+            "reading PyTorch .bin/.pt weights needs torch: pip install 'specbound[torch]' (or convert "
+            "the checkpoint to safetensors, which needs no torch)"
+        ) from None
+    return torch
+
+
+def load_state_dict(path: Path) -> Mapping[str, Any]:
+    """``torch.load(path, weights_only=True)``; anything but a tensor mapping is refused.
+
+    A plain state dict, or a training checkpoint holding one under ``state_dict`` / ``model``.
+    """
+    torch = _import_torch()
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # noqa: BLE001  (UnpicklingError, RuntimeError, EOFError, ...)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecboundError(
+            f"refused or failed to load {path} with torch.load(weights_only=True): {reason[:300]}. "
+            f"specbound never unpickles arbitrary objects (a pickle can run code); if you trust the "
+            f"file, re-save its state dict with safetensors"
+        ) from None
+    for candidate in (obj, *(obj.get(k) for k in ("state_dict", "model") if isinstance(obj, Mapping))):
+        if isinstance(candidate, Mapping) and candidate and all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in candidate.items()):
+            return candidate
+    raise SpecboundError(f"{path} holds no state dict (a mapping of tensor names to tensors), found "
+                         f"{type(obj).__name__}")
+
+
+def pickle_shards(folder: Path) -> dict[str, Path] | None:
+    """Tensor -> file for ``pytorch_model.bin`` or its sharded index; None when neither is there."""
+    single, index = folder / PICKLE_SINGLE, folder / PICKLE_INDEX
+    if single.is_file():
+        return {name: single for name in load_state_dict(single)}
+    if index.is_file():
+        return read_weight_map(index)
+    return None
+
+
+def from_pickle_file(path: Path, config: dict[str, Any]) -> PickleCheckpoint:
+    return PickleCheckpoint(str(path), config, {name: path for name in load_state_dict(path)})
+
+
+def from_memory(model: Any, config: dict[str, Any] | None) -> TensorMapCheckpoint:
+    """An ``nn.Module`` (its ``state_dict()``; config from ``model.config`` when it has one) or a
+    state dict (``config`` required)."""
+    if hasattr(model, "state_dict") and callable(model.state_dict):
+        if config is None and hasattr(model, "config"):
+            cfg = model.config
+            config = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+        tensors, what = model.state_dict(), f"in-memory {type(model).__name__}"
+    else:
+        tensors, what = model, "in-memory state dict"
+    if config is None:
+        raise SpecboundError(f"analysing an {what} needs its config: pass config=dict(model_type=..., "
+                             f"num_hidden_layers=..., ...) as in config.json")
+    if not isinstance(config, Mapping):
+        raise SpecboundError(f"config must be a mapping like config.json, found {type(config).__name__}")
+    return TensorMapCheckpoint(what, dict(config), dict(tensors))

@@ -1,0 +1,307 @@
+"""``analyze``: load -> extract -> spectra -> measures -> bounds -> records.
+
+The stages are the packages ``io`` (checkpoints), ``archs`` (families), ``compute`` (matrices,
+spectra, propagation factors), ``bounds`` and ``records``; this module runs them in order, layer
+by layer, and is what the command line, sweeps and the study call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from collections.abc import Mapping
+from typing import Any, Callable
+
+
+from .archs import ArchSpec, load_spec_file, spec_for_config
+from .bounds import compute_all
+from .io import Checkpoint, open_checkpoint
+from .io.default_checkpoint import default_checkpoint
+from .compute.distance import difference_spectra
+from .errors import SpecboundError
+from .compute.extract import (ModelDims, account_for_tensors, detect_prefix, infer_kv_heads,
+                      layer_weights, model_dims)
+from .bounds.gap import GapParameters, describe, gap_bounds
+from .bounds.schatten import default_grid_m
+from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.measures import measure
+from .compute.propagation import activation_lipschitz
+from .records import Analysis, build_analysis
+from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
+
+def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
+            config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
+            **overrides) -> Analysis:
+    """Analyse a checkpoint: every spectral quantity and every registered bound.
+
+    Parameters
+    ----------
+    source : path, str, torch.nn.Module or state dict, optional
+        A Hugging Face model folder (safetensors single or sharded, ``pytorch_model.bin``, ONNX), a
+        weights file with config.json beside it, a hub id resolved from the local Hugging Face cache
+        (``org/name[@revision]``), or an in-memory model / state dict.  None: the embedded default
+        checkpoint (all-MiniLM-L6-v2).
+    options : AnalysisOptions or mapping, optional
+        How to analyse (see :class:`~specbound.options.AnalysisOptions` for every option and its
+        default); ``overrides`` are option names as keywords (``analyze(path, grid_m=20, jobs=2)``).
+    config : dict, optional
+        config.json contents, for a bare state dict (a module's ``.config`` is used otherwise).
+    progress : bool or callable(done, total), optional
+        True: a layers progress bar (tqdm); a callable is called after each layer.
+
+    Returns
+    -------
+    Analysis
+    """
+    opts = AnalysisOptions.build(options, **overrides)
+    from threadpoolctl import threadpool_limits
+
+    model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
+    init_model = _open_init(opts.init, model) if opts.init is not None else None
+    jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
+    threads = opts.threads
+    if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
+        threads = max(1, available_cores() // jobs)
+    bar, on_layer = _progress_callback(progress)
+    try:
+        with threadpool_limits(limits=threads):
+            layers, deltas = all_layer_spectra(model, init_model, method=opts.method, gram_rtol=opts.gram_rtol,
+                                               jobs=jobs, progress=on_layer)
+            model.ckpt.close()
+            if init_model is not None:
+                init_model.ckpt.close()
+            return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _progress_callback(progress):
+    """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a tqdm bar on stderr)."""
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="layers", unit="layer", mininterval=0)
+
+        def on_layer(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        return bar, on_layer
+    if progress is None or progress is False:
+        return None, None
+    if not callable(progress):
+        raise SpecboundError(f"progress must be True, False or a callable(done, total), got {progress!r}")
+    return None, progress
+
+
+@dataclass
+class OpenModel:
+    """A checkpoint opened and accounted for: what every per-layer step needs.
+
+    Attributes
+    ----------
+    ckpt : Checkpoint
+    spec : ArchSpec
+    dims : ModelDims
+    prefix : str
+        The tensor-name prefix (``""``, ``"bert."``, ...).
+    """
+
+    ckpt: Checkpoint
+    spec: ArchSpec
+    dims: ModelDims
+    prefix: str
+
+
+def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
+               config: dict | None = None) -> OpenModel:
+    """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
+
+    Only config.json and the tensor headers are read; no weight is loaded yet.
+    """
+    ckpt = open_checkpoint(source, config)
+    spec = _resolve_spec(arch_spec, ckpt.config)
+    dims = model_dims(spec, ckpt.config)
+    prefix = detect_prefix(spec, ckpt)
+    dims = infer_kv_heads(spec, ckpt, dims, prefix)
+    account_for_tensors(spec, ckpt, dims, prefix)
+    return OpenModel(ckpt, spec, dims, prefix)
+
+
+def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
+                        gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
+    """Read layer ``layer`` of an opened model and compute its spectra.
+
+    Independent of every other layer, so a sweep can run the layers of a large model as separate
+    tasks and :func:`assemble` the results.  One wide matrix is alive at a time: the attention
+    factors are released before the feed-forward matrices are read, one by one.
+    """
+    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
+                         gram_rtol=gram_rtol, release=True)
+
+
+def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
+                      gram_rtol: float = DEFAULT_GRAM_RTOL, jobs: int = 1,
+                      progress: Callable[[int, int], None] | None = None
+                      ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
+    """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time.
+
+    Layers are independent: with ``jobs > 1`` they run in a thread pool (the linear algebra
+    releases the GIL; tensor reads are serialised) and the results, in layer order, are the same
+    numbers as one at a time.  Memory grows with ``jobs``: that many layers are alive at once.
+    Shared weights (ALBERT) are computed once per stored layer and reused.
+    """
+    dims = model.dims
+    source = computed_layer_of(dims, shared=init_model is None)
+    todo = sorted(set(source))
+    users = Counter(source)
+
+    def one(layer: int) -> tuple[LayerSpectra, LayerSpectra | None]:
+        delta = (_difference_spectra(model, init_model, layer, method=method)
+                 if init_model is not None else None)
+        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol), delta
+
+    done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
+    covered = 0
+
+    def record(layer: int, result) -> None:
+        nonlocal covered
+        done[layer] = result
+        covered += users[layer]
+        if progress:
+            progress(covered, dims.L)
+
+    if jobs <= 1 or len(todo) <= 1:
+        for layer in todo:
+            record(layer, one(layer))
+    else:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        pool = ThreadPoolExecutor(max_workers=min(jobs, len(todo)), thread_name_prefix="specbound-layer")
+        try:
+            futures = {pool.submit(one, layer): layer for layer in todo}
+            for future in as_completed(futures):
+                record(futures[future], future.result())  # the first failure is raised here
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    layers = [replace(done[source[layer]][0], layer=layer) for layer in range(dims.L)]
+    deltas = [done[layer][1] for layer in todo] if init_model is not None else []
+    return layers, deltas
+
+
+def computed_layer_of(dims: ModelDims, *, shared: bool = True) -> list[int]:
+    """For every depth, the layer whose spectra it uses: the first depth with the same stored
+    weights (ALBERT) when ``shared``, else itself (``init``: every depth has its own ``W - W0``)."""
+    first: dict[int, int] = {}
+    return [first.setdefault(dims.stored_layer(l) if shared else l, l) for l in range(dims.L)]
+
+
+# Peak memory of one layer in flight, in units of the layer's float64 weights.  A layer holds its
+# attention factors, then one feed-forward matrix and two n x n Gram buffers, never all at once:
+# the LLaMA-shaped benchmark peaks at 746 MB for the whole process against 1.35 GB of float64
+# weights a layer, so 1 leaves room for the interpreter and the tables.
+_LAYER_PEAK_FACTOR = 1
+
+
+def layer_float64_bytes(dims: ModelDims) -> int:
+    """Bytes of one layer's attention and feed-forward weights upcast to float64."""
+    attention = 2 * dims.N * dims.d_head * (dims.H + dims.H_kv)
+    feed_forward = (3 if dims.feed_forward == "gated" else 2) * dims.N * dims.d_ff
+    return 8 * (attention + feed_forward)
+
+
+def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
+    """Layers at a time for ``jobs="auto"``: one per core, no more than the layers to compute,
+    and no more than half the available memory holds (``_LAYER_PEAK_FACTOR`` times a layer's
+    float64 weights each, twice that with ``init`` (``readers=2``))."""
+    dims = model.dims
+    layers = len(set(computed_layer_of(dims, shared=readers == 1)))
+    per_job = _LAYER_PEAK_FACTOR * readers * layer_float64_bytes(dims)
+    free = available_memory()
+    by_memory = max(1, int(0.5 * free // per_job)) if free is not None and per_job > 0 else layers
+    return max(1, min(available_cores(), layers, by_memory))
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, method: str) -> LayerSpectra:
+    """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
+    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    w0 = layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer)
+    return difference_spectra(weights, w0, group=model.dims.H // model.dims.H_kv, method=method,
+                              block=model.dims.block)
+
+
+def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
+             init: tuple[OpenModel, list[LayerSpectra]] | None = None) -> Analysis:
+    """Propagation factors, every registered bound and the records, from all layers' spectra
+    (``init``: the initial-weights model and the spectra of ``W - W0``)."""
+    opts = options or AnalysisOptions()
+    dims = model.dims
+    if opts.l_phi is None:
+        l_phi, l_phi_source = activation_lipschitz(dims.activation)
+    else:
+        l_phi, l_phi_source = opts.l_phi, "user"
+    grid_m = default_grid_m(dims.L, dims.N) if opts.grid_m is None else opts.grid_m
+    measures = measure(layers, dims, l_phi=l_phi, rank_tol=opts.rank_tol, grid_m=grid_m)
+    results = compute_all(measures)
+    from_init = None
+    if init is not None:
+        init_measures = measures.measured_from(init[1])
+        from_init = (init_measures, compute_all(init_measures, only_distance=True))
+    recorded = {"grid_m": measures.grid_m, "rank_tol": opts.rank_tol, "l_phi": l_phi,
+                "l_phi_source": l_phi_source, "method": opts.method,
+                "gram_rtol": opts.gram_rtol if opts.method == "factored" else 0.0}
+    if init is not None:
+        recorded["init"] = str(init[0].ckpt.location)
+    gap = None
+    gap_params = GapParameters.from_options(opts)
+    if gap_params is not None:
+        gap = describe(gap_params)
+        gap["bounds"] = gap_bounds(measures, results, gap_params)
+        if from_init is not None:
+            gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
+    return build_analysis(model.ckpt.location, model.spec.family, measures, results, recorded,
+                          from_init=from_init, gap=gap)
+
+
+def _open_init(init, model: OpenModel) -> OpenModel:
+    """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
+    init_model = open_model(init, arch_spec=model.spec)
+    if init_model.dims != model.dims:
+        init_model.ckpt.close()
+        raise SpecboundError(
+            f"the initial weights in {init_model.ckpt.location} do not match the analysed checkpoint: "
+            f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation"
+        )
+    return init_model
+
+
+def _resolve_spec(arch_spec, config) -> ArchSpec:
+    if arch_spec is None:
+        return spec_for_config(config)
+    if isinstance(arch_spec, ArchSpec):
+        return arch_spec
+    return load_spec_file(arch_spec)

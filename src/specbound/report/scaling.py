@@ -1,0 +1,192 @@
+"""``specbound scaling``: how every bound grows with depth and width, from stored records.
+
+The paper's central claim (Sakai & Imaizumi 2026, Section 5, the BERT Miniatures) is that its
+proxy grows much more slowly with depth ``L`` and width ``N`` than the Edelman-style proxy.  Here
+that is measured as log-log slopes: for a quantity ``B`` over a family,
+
+    log B = b log x + c_g + e,
+
+where ``x`` is the varied dimension (``L``) and each group ``g`` of the held-fixed one (``N``) has its
+own intercept ``c_g``: ``b`` is the growth exponent "with ``L`` at fixed ``N``", pooled over every
+fixed ``N``.  Ordinary least squares gives ``b`` and its confidence interval (Student t, with
+``points - groups - 1`` degrees of freedom); the per-group fits are available too.
+
+Quantities (one per bound and role):
+
+* every bound the records carry, whatever its name (role ``all``);
+* each bound restricted to the matrices of one role, where the record has the per-matrix terms:
+  ``spectral_adaptive`` -> ``sum_{role} C(p*)`` (the bound is that sum over roles plus ``sqrt(L)``);
+  ``edelman`` -> ``(sum_{role} alpha_l^(2/3) (w ||W||_{2,1})^(2/3))^(3/2)`` with the weights ``w`` of
+  SPEC section 5 (``gamma*/2`` for QK, ``gamma*`` otherwise), i.e. the bound over that role's
+  matrices alone (the constant 1 left out, like ``sqrt(L)`` above).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from ..errors import SpecboundError
+
+ALL = "all"
+
+
+def _adaptive_by_role(matrices) -> dict[str, float]:
+    return matrices.groupby("role", sort=False)["contribution"].sum().to_dict()
+
+
+def edelman_terms(matrices) -> np.ndarray:
+    """Per-matrix term ``alpha^(2/3) (w ||W||_{2,1})^(2/3)`` of the Edelman-style proxy (SPEC section 5):
+    ``B_edelman = (1 + sum of terms)^(3/2)``."""
+    w = matrices["gamma"].to_numpy(float) * np.where(matrices["role"] == "QK", 0.5, 1.0)
+    return matrices["alpha"].to_numpy(float) ** (2 / 3) * (w * matrices["norm_2_1"].to_numpy(float)) ** (2 / 3)
+
+
+def _edelman_by_role(matrices) -> dict[str, float]:
+    terms = matrices.assign(_t=edelman_terms(matrices)).groupby("role", sort=False)["_t"].sum()
+    return {role: float(t) ** 1.5 for role, t in terms.items()}
+
+
+# bound name -> its value restricted to each role, from a record's matrices table
+ROLE_BREAKDOWN: dict[str, Callable] = {"spectral_adaptive": _adaptive_by_role, "edelman": _edelman_by_role}
+
+
+def quantities(store, bounds: list[str] | None = None):
+    """Long table of every quantity of every record: ``key, source, L, N, label_*, bound, role, value``.
+
+    Parameters
+    ----------
+    store : Store
+    bounds : list of str, optional
+        Only these bounds (default: every bound found in the records).
+    """
+    import pandas as pd
+
+    table = store.table()
+    if table.empty:
+        raise SpecboundError(f"the results store {store.root} holds no records; run `specbound sweep` first")
+    names = bounds or store.bound_names()
+    missing = [b for b in names if b not in table.columns]
+    if missing:
+        raise SpecboundError(f"no bound named {', '.join(missing)} in the store; it holds "
+                             f"{', '.join(store.bound_names())}")
+    ident = ["key", "source", "family", "L", "N"] + [c for c in table.columns if c.startswith("label_")]
+    rows = []
+    for _, rec in table.iterrows():
+        base = {k: rec[k] for k in ident}
+        for name in names:
+            rows.append({**base, "bound": name, "role": ALL, "value": float(rec[name])})
+        wanted = [n for n in names if n in ROLE_BREAKDOWN]
+        if wanted:
+            matrices = store.load(rec["key"], tables=("matrices",)).tables["matrices"]
+            for name in wanted:
+                for role, value in ROLE_BREAKDOWN[name](matrices).items():
+                    rows.append({**base, "bound": name, "role": role, "value": float(value)})
+    return pd.DataFrame(rows)
+
+
+def loglog_fit(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None,
+               confidence: float = 0.95) -> dict[str, float]:
+    """OLS of ``log y`` on ``log x`` with one intercept per group.
+
+    Returns
+    -------
+    dict with ``slope, ci_low, ci_high, stderr, r2`` (of the within-group fit), ``points, dof``.
+    Non-positive or non-finite values are left out; the interval is NaN without degrees of freedom.
+    """
+    from scipy import stats
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    groups = np.zeros(len(x), dtype=int) if groups is None else np.asarray(groups)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    lx, ly, g = np.log(x[ok]), np.log(y[ok]), groups[ok]
+    levels = list(dict.fromkeys(g.tolist()))
+    # keep groups where x varies: a single-point group only fixes its own intercept
+    levels = [lv for lv in levels if np.ptp(lx[g == lv]) > 0]
+    keep = np.isin(g, levels)
+    lx, ly, g = lx[keep], ly[keep], g[keep]
+    n, k = len(lx), len(levels) + 1
+    nan = float("nan")
+    if not levels:
+        return {"slope": nan, "ci_low": nan, "ci_high": nan, "stderr": nan, "r2": nan, "points": n, "dof": 0}
+    design = np.column_stack([lx] + [(g == lv).astype(float) for lv in levels])
+    beta, *_ = np.linalg.lstsq(design, ly, rcond=None)
+    resid = ly - design @ beta
+    dof = n - k
+    slope = float(beta[0])
+    # within-group variation of log x and log y (the intercepts removed)
+    cx = lx - np.array([lx[g == v].mean() for v in g])
+    cy = ly - np.array([ly[g == v].mean() for v in g])
+    sxx, syy = float(cx @ cx), float(cy @ cy)
+    r2 = 1.0 - float(resid @ resid) / syy if syy > 0 else 1.0
+    if dof > 0:
+        stderr = math.sqrt(float(resid @ resid) / dof / sxx)
+        half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * stderr
+    else:
+        stderr = half = nan
+    return {"slope": slope, "ci_low": slope - half, "ci_high": slope + half, "stderr": stderr, "r2": r2,
+            "points": n, "dof": dof}
+
+
+def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float = 0.95, per_group: bool = False):
+    """Growth exponent of every (bound, role) in ``x`` with ``by`` held fixed.
+
+    Parameters
+    ----------
+    data : DataFrame
+        From :func:`quantities`.
+    x : str
+        The varied column (``"L"``, ``"N"`` or a label such as ``"label_step"``).
+    by : str or None
+        The column held fixed (one intercept per value); None: a single group.
+    per_group : bool
+        Also one row per fixed value (``fixed = "N=128"``), besides the pooled row (``fixed = "all N"``).
+
+    Returns
+    -------
+    DataFrame: ``bound, role, against, fixed, points, dof, slope, ci_low, ci_high, stderr, r2``.
+    """
+    import pandas as pd
+
+    for col in (x, by):
+        if col is not None and col not in data.columns:
+            raise SpecboundError(f"no column {col!r} to fit against; the records have "
+                                 f"{', '.join(c for c in data.columns if c not in ('bound', 'role', 'value'))}")
+    rows = []
+    for (bound, role), part in data.groupby(["bound", "role"], sort=False):
+        groups = part[by].to_numpy() if by else None
+        fit = loglog_fit(part[x].to_numpy(float), part["value"].to_numpy(float), groups, confidence)
+        rows.append({"bound": bound, "role": role, "against": x, "fixed": f"all {by}" if by else "-", **fit})
+        if per_group and by:
+            for value, sub in part.groupby(by, sort=True):
+                fit = loglog_fit(sub[x].to_numpy(float), sub["value"].to_numpy(float), None, confidence)
+                rows.append({"bound": bound, "role": role, "against": x, "fixed": f"{by}={value}", **fit})
+    cols = ["bound", "role", "against", "fixed", "points", "dof", "slope", "ci_low", "ci_high", "stderr", "r2"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def scaling_table(store, *, bounds: list[str] | None = None, confidence: float = 0.95, per_group: bool = False,
+                  against: list[tuple[str, str | None]] = (("L", "N"), ("N", "L"))):
+    """All fits: for each ``(x, by)`` in ``against`` (default: ``L`` at fixed ``N``, ``N`` at fixed ``L``)."""
+    import pandas as pd
+
+    data = quantities(store, bounds)
+    return pd.concat([scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group)
+                      for x, by in against], ignore_index=True)
+
+
+def summary_table(fits):
+    """One row per (bound, role): the pooled slopes ``in L`` and ``in N`` with their intervals, as text."""
+    import pandas as pd
+
+    pooled = fits[fits["fixed"].str.startswith("all") | (fits["fixed"] == "-")]
+    out = {}
+    for _, r in pooled.iterrows():
+        row = out.setdefault((r["bound"], r["role"]), {"bound": r["bound"], "role": r["role"]})
+        ci = "" if math.isnan(r["ci_low"]) else f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        held = "" if r["fixed"] == "-" else f" ({r['fixed'].replace('all ', 'fixed ')})"
+        row[f"slope in {r['against']}{held}"] = f"{r['slope']:.3f}{ci}"
+        row[f"points ({r['against']})"] = int(r["points"])
+    return pd.DataFrame(list(out.values()))

@@ -1,0 +1,457 @@
+"""``specbound sweep``: analyse many checkpoints into a results store, here or on a Dask cluster.
+
+A sweep is planned, then run:
+
+* **plan**: every source is opened (config.json and the safetensors headers only); its weights are
+  hashed in a background thread, ahead of the analyses, and for each option set the record key is
+  formed (:mod:`specbound.sweep.store`); keys already in the store are skipped;
+* **run**: each remaining (checkpoint, option set) is one task, analysed here one after the other
+  (the default), or on a Dask cluster: a local one with ``workers=K``, an existing one with
+  ``scheduler="tcp://host:port"``.  A very large checkpoint becomes one task per layer plus one that
+  assembles the layers (:func:`specbound.pipeline.assemble`), so the layers of one large model run in
+  parallel on several workers (each task reads only its layer).
+  Every mode runs the same functions on the same inputs with BLAS pinned to ``threads``, so the
+  records are identical whichever way they were computed.
+
+Records are written by this process as each task finishes (atomically, see
+:class:`~specbound.sweep.store.Store`; in a local run by a writer thread, while the next checkpoint is
+analysed), so a sweep stopped at any moment keeps what it completed and the next run picks up the
+rest.  With a remote scheduler the workers must be able to read the sources
+at the same paths (a shared file system); the store only needs to be writable here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import SpecboundError
+from ..options import AnalysisOptions
+from .sources import Source
+from .store import Record, Store, canonical_options, record_from_analysis, record_key, weights_digest
+
+# A checkpoint whose weight files exceed this many bytes runs as one Dask task per layer.
+PER_LAYER_BYTES = 2 << 30
+PER_LAYER_MODES = ("auto", "always", "never")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One checkpoint with one option set, planned.
+
+    Attributes
+    ----------
+    source : Source
+    options : dict
+        Canonical analysis options (:func:`specbound.sweep.store.canonical_options`).
+    key : str
+        Its record key in the store.
+    weights_sha256 : str
+    layers, matrices : int
+        How many layers and matrices its analysis covers (for progress).
+    weight_bytes : int
+        Total size of its weight files.
+    """
+
+    source: Source
+    options: dict[str, Any]
+    key: str
+    weights_sha256: str
+    layers: int
+    matrices: int
+    weight_bytes: int
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did.
+
+    Attributes
+    ----------
+    store : Path
+    planned : list of Task
+        Every (checkpoint, option set), in order.
+    skipped : list of str
+        Keys already in the store before this run.
+    duplicates : list of str
+        Sources whose weights and options another source of this sweep already has (analysed once).
+    written : list of str
+        Keys this run added.
+    failed : list of (str, str)
+        ``(source, one-line error)`` for each source or task that could not be analysed.
+    seconds : float
+        Wall time of the whole sweep, planning included.
+    mode : str
+        ``"local"``, or ``"dask"`` with the scheduler address.
+    """
+
+    store: Path
+    planned: list[Task] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+    mode: str = "local"
+
+    def summary(self) -> str:
+        """What ``specbound sweep`` prints: counts, time, the store, and one line per failure."""
+        lines = [f"sweep: {len(self.planned)} checkpoint(s) x option set(s): {len(self.written)} analysed, "
+                 f"{len(self.skipped)} already in the store, {len(self.failed)} failed; "
+                 f"{self.seconds:.1f} s ({self.mode})",
+                 f"store: {self.store} ({len(Store(self.store))} records)"]
+        lines += [f"same weights as another source (analysed once): {name}" for name in self.duplicates]
+        lines += [f"failed: {source}: {message}" for source, message in self.failed]
+        return "\n".join(lines)
+
+
+# --- plan --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Header:
+    """What a task's plan knows before the weights are hashed (config.json and safetensors headers)."""
+
+    source: Source
+    options: dict[str, Any]
+    config: dict[str, Any]
+    files: tuple[Path, ...]
+    layers: int
+    matrices: int
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.files)
+
+
+def read_header(source: Source, options: dict[str, Any]) -> Header:
+    """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
+    from ..pipeline import open_model
+
+    options = canonical_options(options)
+    model = open_model(source.target, arch_spec=options["arch_spec"])
+    files = tuple(sorted({p.resolve() for p in model.ckpt.shards.values()}))
+    dims = model.dims
+    per_layer = 2 * dims.H + (3 if dims.feed_forward == "gated" else 2)
+    model.ckpt.close()
+    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer)
+
+
+def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
+    """Every (source, option set), in order; a source that cannot be opened is noted in ``report``."""
+    headers = []
+    for source in sources:
+        for options in option_sets:
+            try:
+                headers.append(read_header(source, options))
+            except SpecboundError as exc:
+                report.failed.append((source.name, str(exc)))
+    return headers
+
+
+def iter_tasks(headers: list[Header], store: Store | None = None) -> Iterator[Task]:
+    """The tasks of ``headers`` in order, their weights hashed by a background thread ahead of the
+    consumer (hashing reads the files while the previous checkpoint is analysed; it also leaves them
+    in the page cache for the analysis).  With ``store``, file hashes it remembers are reused and
+    new ones remembered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = store.load_digests() if store is not None else None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-hash")
+    try:
+        digests: dict = {}
+        ident = [(h.files, json.dumps(h.config, sort_keys=True)) for h in headers]
+        for h, i in zip(headers, ident):
+            if i not in digests:
+                digests[i] = pool.submit(weights_digest, h.config, list(h.files), cache)
+        for h, i in zip(headers, ident):
+            digest = digests[i].result()
+            yield Task(h.source, h.options, record_key(digest, h.options), digest, h.layers, h.matrices,
+                       h.weight_bytes)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # waits for the file being hashed, if any
+        if store is not None:
+            store.save_digests(dict(cache))
+
+
+def plan_task(source: Source, options: dict[str, Any]) -> Task:
+    """Open ``source`` (headers only), hash its weights and form its key for ``options``."""
+    (task,) = list(iter_tasks([read_header(source, options)]))
+    return task
+
+
+def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport,
+               store: Store | None = None) -> list[Task]:
+    """Every distinct (source, option set) task; failures noted in ``report`` rather than raised."""
+    tasks, seen = [], set()
+    for task in iter_tasks(read_headers(sources, option_sets, report), store):
+        if task.key in seen:
+            report.duplicates.append(task.source.name)
+        else:
+            seen.add(task.key)
+            tasks.append(task)
+    return tasks
+
+
+# --- what a task runs (here or on a Dask worker) -----------------------------------------------
+
+def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local",
+                 jobs: int | str = 1) -> Record:
+    """Analyse one planned task (``jobs`` layers at a time) and build its record."""
+    from ..pipeline import analyze
+
+    opts = dict(task.options)
+    clock = time.thread_time if jobs == 1 else time.process_time  # CPU of the layer threads too
+    start, cpu = time.perf_counter(), clock()
+    analysis = analyze(task.source.target, threads=threads, jobs=jobs, progress=progress, **opts)
+    return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
+                                weights_sha256=task.weights_sha256, options=task.options,
+                                seconds=time.perf_counter() - start, cpu_seconds=clock() - cpu,
+                                mode=mode)
+
+
+def layer_task(task: Task, layer: int, threads: int | None = 1):
+    """Spectra of one layer of a planned task, and the seconds they took."""
+    from threadpoolctl import threadpool_limits
+
+    from ..pipeline import model_layer_spectra, open_model
+
+    start, cpu = time.perf_counter(), time.thread_time()
+    with threadpool_limits(limits=threads):
+        model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
+        spectra = model_layer_spectra(model, layer, method=task.options["method"],
+                                      gram_rtol=task.options["gram_rtol"])
+        model.ckpt.close()
+    return spectra, time.perf_counter() - start, time.thread_time() - cpu
+
+
+def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> Record:
+    """The record of a task run layer by layer (:func:`layer_task`), as :func:`analyze_task` makes it."""
+    from threadpoolctl import threadpool_limits
+
+    from ..pipeline import assemble, open_model
+
+    start, cpu = time.perf_counter(), time.thread_time()
+    o = task.options
+    with threadpool_limits(limits=threads):
+        model = open_model(task.source.target, arch_spec=o["arch_spec"])
+        model.ckpt.close()
+        layers = [spectra for spectra, _, _ in layer_results]
+        analysis = assemble(model, layers, AnalysisOptions.build(o))
+    seconds = time.perf_counter() - start + sum(s for _, s, _ in layer_results)
+    cpu_seconds = time.thread_time() - cpu + sum(c for _, _, c in layer_results)
+    return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
+                                weights_sha256=task.weights_sha256, options=task.options, seconds=seconds,
+                                cpu_seconds=cpu_seconds, mode="dask-per-layer")
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dict[str, Any]] | None = None,
+              workers: int | None = None, scheduler: str | None = None, per_layer: str = "auto",
+              threads: int | None = 1, jobs: int | str = 1, progress: bool | None = None) -> SweepReport:
+    """Analyse every source with every option set into ``store``, skipping what is there.
+
+    Parameters
+    ----------
+    sources : list of Source
+        From :func:`specbound.sweep.sources.expand_sources`.
+    store : path
+        The results store folder (created when missing).
+    option_sets : list of dict, optional
+        Analysis options (``grid_m, rank_tol, l_phi, method, gram_rtol, arch_spec``); default one
+        set of defaults.
+    workers : int, optional
+        Run on a local Dask cluster of this many single-threaded worker processes.
+    scheduler : str, optional
+        Run on the existing Dask cluster at this address (``tcp://host:port``).
+    per_layer : {"auto", "always", "never"}
+        On Dask, split a checkpoint into one task per layer: ``"auto"`` when its weight files exceed
+        ``PER_LAYER_BYTES``.
+    threads : int or None
+        BLAS threads per task (default 1; None: the BLAS default).
+    jobs : int or "auto"
+        Layers of each checkpoint analysed at once, in threads (default 1; not for per-layer
+        tasks).  ``"auto"`` (the command line's default): as :func:`specbound.pipeline.auto_jobs`
+        decides for a local run, 1 on Dask, whose workers are the parallelism there.
+    progress : bool, optional
+        Progress bars on stderr (checkpoints and matrices); default when stderr is a terminal.
+
+    Returns
+    -------
+    SweepReport
+    """
+    if workers is not None and scheduler is not None:
+        raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
+    if jobs != "auto" and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', got {jobs!r}")
+    if per_layer not in PER_LAYER_MODES:
+        raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    start = time.perf_counter()
+    st = Store(store)
+    st.clean_incoming()
+    report = SweepReport(store=st.root)
+    headers = read_headers(sources, option_sets or [{}], report)
+    bars = _Progress(progress, headers)
+    tasks = _fresh_tasks(iter_tasks(headers, st), st, report, bars)
+    try:
+        if workers is None and scheduler is None:
+            _run_here(tasks, st, report, threads, bars, jobs)
+        else:
+            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, 1 if jobs == "auto" else jobs)
+    finally:
+        bars.close()
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) -> Iterator[Task]:
+    """The tasks not yet in the store and not repeated; the others are noted in ``report``."""
+    seen = set()
+    for task in tasks:
+        report.planned.append(task)
+        if task.key in seen:
+            report.duplicates.append(task.source.name)
+            bars.checkpoint(task)
+        elif task.key in st:
+            seen.add(task.key)
+            report.skipped.append(task.key)
+            bars.checkpoint(task)
+        else:
+            seen.add(task.key)
+            yield task
+
+
+def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int | str = 1) -> None:
+    """One task after the other in this thread; each record is written by a writer thread while
+    the next checkpoint is analysed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-write") as writer:
+        writes = []
+        for task in tasks:
+            try:
+                record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs)
+            except SpecboundError as exc:
+                report.failed.append((task.source.name, str(exc)))
+                bars.checkpoint(task, failed=True)
+                continue
+            writes.append((task.key, writer.submit(st.put, record)))
+            bars.checkpoint(task, counted=True)
+        for key, write in writes:
+            if write.result():
+                report.written.append(key)
+
+
+def _layer_counter(task: Task, bars):
+    """A progress callback advancing the matrices bar by the layers newly done."""
+    per_layer, before = task.matrices // task.layers, 0
+
+    def advance(done: int, total: int) -> None:
+        nonlocal before
+        bars.matrices(per_layer * (done - before))
+        before = done
+
+    return advance
+
+
+def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer, jobs=1) -> None:
+    import contextlib
+    import logging
+
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise SpecboundError("a Dask sweep needs dask.distributed: pip install 'specbound[sweep]'") from None
+    with contextlib.ExitStack() as stack:
+        if scheduler is not None:
+            try:
+                client = stack.enter_context(Client(scheduler, timeout="20s"))
+            except (OSError, TimeoutError) as exc:
+                raise SpecboundError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
+                                     f"`dask scheduler` or check the address") from None
+            report.mode = f"dask {scheduler}"
+        else:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                silence_logs=logging.CRITICAL))  # failures are reported in the summary, once
+            client = stack.enter_context(Client(cluster))
+            report.mode = f"dask LocalCluster({workers} workers)"
+        finals, layers_of, submitted = {}, {}, []
+        for task in tasks:
+            split = per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES)
+            if split:
+                parts = [client.submit(layer_task, task, layer, threads, pure=False,
+                                       key=f"specbound-layer-{task.key}-{layer}") for layer in range(task.layers)]
+                for part in parts:
+                    layers_of[part.key] = task
+                submitted += parts
+                final = client.submit(assemble_task, task, parts, threads, pure=False,
+                                      key=f"specbound-assemble-{task.key}")
+            else:
+                final = client.submit(analyze_task, task, threads, None, "dask", jobs, pure=False,
+                                      key=f"specbound-{task.key}")
+            finals[final.key] = (task, split)
+            submitted.append(final)
+        for future in as_completed(submitted):
+            if future.key in layers_of:
+                if future.status == "finished":
+                    task = layers_of[future.key]
+                    bars.matrices(task.matrices // task.layers)
+                continue
+            task, split = finals[future.key]
+            try:
+                record = future.result()
+            except SpecboundError as exc:
+                report.failed.append((task.source.name, str(exc)))
+                bars.checkpoint(task, failed=True)
+                continue
+            if st.put(record):
+                report.written.append(task.key)
+            bars.checkpoint(task, counted=split)
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+
+def _bar(enabled: bool, **kwargs):
+    if not enabled:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+
+class _Progress:
+    """Two bars: checkpoints done, and matrices done (per layer when the run reports layers)."""
+
+    def __init__(self, enabled: bool, headers: list[Header]):
+        self._ckpt = _bar(enabled, total=len(headers), desc="checkpoints", unit="ckpt", position=0)
+        self._mats = _bar(enabled, total=sum(h.matrices for h in headers), desc="matrices", unit="mat", position=1)
+
+    def matrices(self, n: int) -> None:
+        self._mats.update(n)
+
+    def checkpoint(self, task: Task, *, counted: bool = False, failed: bool = False) -> None:
+        """A task is done (or was stored already); ``counted``: its matrices were reported layer by layer."""
+        if not counted and not failed:
+            self._mats.update(task.matrices)
+        self._ckpt.update(1)
+
+    def close(self) -> None:
+        self._mats.close()
+        self._ckpt.close()

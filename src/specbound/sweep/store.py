@@ -1,0 +1,329 @@
+"""The results store: one record per (checkpoint, option set), in a plain directory.
+
+Layout::
+
+    STORE/
+      records/<key>/record.json            what was analysed, with which options, the bounds, timing
+      records/<key>/matrices.parquet       Analysis.matrices
+      records/<key>/layers.parquet         Analysis.layers
+      records/<key>/singular_values.parquet
+      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.report.curves)
+      .incoming/                           records being written (never read)
+      digests.json                         SHA-256 of weight files already hashed, by path/size/mtime/inode
+
+``key`` is a hash of the weights (config.json and every weight file, byte for byte) and of the
+options that change the numbers, so a record is found again whatever the checkpoint is called
+and a re-run skips it.  A file's hash is remembered in ``digests.json`` under its path, size,
+modification time and inode, so a re-run does not read unchanged weights again.  A record is written whole in ``.incoming/`` and then published by one
+``rename`` of its folder: a reader (or a sweep killed with ``kill -9`` at any moment) sees a
+complete record or none.  Two writers of the same key cannot both publish; the loser's copy is
+dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..atomic import process_alive
+from ..errors import SpecboundError
+from ..options import AnalysisOptions
+
+RECORD_FORMAT = 1
+TABLES = ("matrices", "layers", "singular_values", "curves")
+_HASH_CHUNK = 1 << 22
+
+
+# --- keys --------------------------------------------------------------------------------------
+
+def canonical_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options that change the numbers, every default filled in, in a fixed order
+    (:meth:`AnalysisOptions.key_options`); unknown names and bad values are an error."""
+    return AnalysisOptions.build(options).key_options()
+
+
+def _file_sha256(path: Path, digest=None):
+    h = digest or hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            h.update(chunk)
+    return h
+
+
+def _fingerprint(path: Path) -> str:
+    """Where a file is and which version of it: real path, size, mtime (ns), inode."""
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+
+
+def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
+    """SHA-256 of a file's bytes, remembered in ``cache`` under its fingerprint (:func:`_fingerprint`)."""
+    if cache is None:
+        return _file_sha256(path).hexdigest()
+    key = _fingerprint(path)
+    if key not in cache:
+        cache[key] = _file_sha256(path).hexdigest()
+    return cache[key]
+
+
+def weights_digest(config: dict[str, Any], weight_files: list[Path], cache: dict[str, str] | None = None) -> str:
+    """SHA-256 over the decoded config (canonical JSON) and the SHA-256 of every weight file."""
+    h = hashlib.sha256()
+    h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
+    for path in sorted(set(weight_files), key=lambda p: p.name):
+        h.update(b"\0" + path.name.encode() + b"\0" + file_sha256(path, cache).encode())
+    return h.hexdigest()
+
+
+def record_key(weights_sha256: str, options: dict[str, Any]) -> str:
+    """The store key of one checkpoint analysed with one option set (24 hex digits)."""
+    options = canonical_options(options)
+    if options["arch_spec"] is not None:  # the spec's content, not where it lies, changes the numbers
+        options["arch_spec"] = _file_sha256(Path(options["arch_spec"])).hexdigest()
+    text = json.dumps({"format": RECORD_FORMAT, "weights": weights_sha256, "options": options},
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+# --- records -----------------------------------------------------------------------------------
+
+@dataclass
+class Record:
+    """One stored analysis.
+
+    Attributes
+    ----------
+    meta : dict
+        The contents of ``record.json``: ``format, key, source, labels, location, weights_sha256,
+        options`` (as requested), ``model``, ``bounds`` (every bound and baseline by name),
+        ``analysis`` (the analysis' JSON document without its tables) and ``run`` (``seconds``,
+        ``cpu_seconds`` (of the analysing thread), ``host``, ``finished``, ``mode``: how this copy was
+        made, not part of its identity).
+    tables : dict[str, DataFrame]
+        ``matrices, layers, singular_values, curves``.
+    """
+
+    meta: dict[str, Any]
+    tables: dict[str, Any] = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return self.meta["key"]
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return self.meta["model"]
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        return self.meta["bounds"]
+
+    def __getattr__(self, name: str):
+        tables = self.__dict__.get("tables", {})
+        if name in tables:
+            return tables[name]
+        raise AttributeError(name)
+
+
+def bound_values(analysis) -> dict[str, float]:
+    """Every bound of an analysis by name: the headline ``bounds`` and any other group of bound
+    values the analysis carries (``adaptive_variants``, ``baselines``)."""
+    values = dict(analysis.bounds)
+    for group in ("adaptive_variants", "baselines"):
+        values.update(getattr(analysis, group, None) or {})
+    return {k: float(v) for k, v in values.items()}
+
+
+def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, Any], weights_sha256: str,
+                         options: dict[str, Any], seconds: float, mode: str,
+                         cpu_seconds: float | None = None) -> Record:
+    """Build the record of one analysis (the contribution curves are evaluated here)."""
+    from ..report.curves import contribution_curves
+
+    doc = analysis.to_dict()
+    for big in ("matrices", "layers"):
+        doc.pop(big, None)
+    curves = contribution_curves(analysis.matrices, analysis.singular_values, n=analysis.model["N"],
+                                 grid_m=analysis.options["grid_m"], rank_tol=analysis.options["rank_tol"])
+    meta = {
+        "format": RECORD_FORMAT, "key": key, "source": source, "labels": labels,
+        "location": analysis.source, "weights_sha256": weights_sha256,
+        "options": canonical_options(options), "model": analysis.model,
+        "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
+        "matrices": int(len(analysis.matrices)), "analysis": doc,
+        "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
+                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+    }
+    tables = {"matrices": analysis.matrices, "layers": analysis.layers,
+              "singular_values": analysis.singular_values, "curves": curves}
+    return Record(meta, tables)
+
+
+def _json_float(value: float):
+    import math
+
+    return value if math.isfinite(value) else str(value)
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+class Store:
+    """A results store folder (created when missing).
+
+    Parameters
+    ----------
+    root : path
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root).expanduser()
+        if self.root.exists() and not self.root.is_dir():
+            raise SpecboundError(f"the results store {self.root} is a file; pass a folder (created if missing)")
+        self.records_dir = self.root / "records"
+        self.incoming_dir = self.root / ".incoming"
+
+    def _ensure(self) -> None:
+        try:
+            self.records_dir.mkdir(parents=True, exist_ok=True)
+            self.incoming_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecboundError(f"cannot create the results store {self.root} ({exc.strerror or exc}); "
+                                 f"pass --store a folder you can write to") from None
+
+    def keys(self) -> list[str]:
+        """Keys of the complete records, sorted."""
+        if not self.records_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.records_dir.iterdir() if (p / "record.json").is_file())
+
+    def __contains__(self, key: str) -> bool:
+        return (self.records_dir / key / "record.json").is_file()
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def put(self, record: Record) -> bool:
+        """Write ``record`` atomically; False when a record with its key is already there."""
+        self._ensure()
+        if record.key in self:
+            return False
+        # <key>+<pid>+<random>+<host>: clean_incoming tells a dead writer's leftovers from a live one's
+        tmp = self.incoming_dir / f"{record.key}+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp.mkdir()
+        try:
+            for name in TABLES:
+                path = tmp / f"{name}.parquet"
+                record.tables[name].to_parquet(path, index=False)
+                _fsync(path)
+            (tmp / "record.json").write_text(json.dumps(record.meta, indent=2, allow_nan=False))
+            _fsync(tmp / "record.json")
+            _fsync(tmp)
+            try:
+                os.rename(tmp, self.records_dir / record.key)  # atomic publication of the whole folder
+            except OSError:
+                if record.key in self:  # another writer published the same key first
+                    return False
+                raise
+            _fsync(self.records_dir)
+            return True
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def load_meta(self, key: str) -> dict[str, Any]:
+        """The ``record.json`` of record ``key`` (no table is read)."""
+        path = self.records_dir / key / "record.json"
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise SpecboundError(f"no record {key} in the store {self.root}") from None
+
+    def load(self, key: str, tables: tuple[str, ...] = TABLES) -> Record:
+        """The record ``key`` with the named tables read."""
+        import pandas as pd
+
+        meta = self.load_meta(key)
+        return Record(meta, {t: pd.read_parquet(self.records_dir / key / f"{t}.parquet") for t in tables})
+
+    def records(self, tables: tuple[str, ...] = TABLES) -> Iterator[Record]:
+        """Every complete record, in key order, with the named tables read."""
+        for key in self.keys():
+            yield self.load(key, tables)
+
+    def table(self):
+        """One row per record: ``key, source, family, L, N, H, H_kv, d_head, d_ff``, the options,
+        ``label_<name>`` for each pattern label and one column per bound; sorted by L, N, source."""
+        import pandas as pd
+
+        rows = []
+        for key in self.keys():
+            meta = self.load_meta(key)
+            row = {"key": key, "source": meta["source"]}
+            row.update({k: meta["model"].get(k) for k in ("family", "L", "N", "H", "H_kv", "d_head", "d_ff")})
+            row.update({k: v for k, v in meta["options"].items() if k != "arch_spec"})
+            row["grid_m"] = meta["analysis"]["options"]["grid_m"]
+            row.update({f"label_{k}": v for k, v in meta.get("labels", {}).items()})
+            row.update({k: float(v) for k, v in meta["bounds"].items()})
+            row["seconds"] = meta["run"]["seconds"]
+            row["cpu_seconds"] = meta["run"].get("cpu_seconds")
+            rows.append(row)
+        if not rows:
+            return pd.DataFrame(columns=["key", "source", "family", "L", "N"])
+        return pd.DataFrame(rows).sort_values(["L", "N", "source"], kind="stable").reset_index(drop=True)
+
+    def bound_names(self) -> list[str]:
+        """Every bound name found in the records, in first-seen order."""
+        names: dict[str, None] = {}
+        for key in self.keys():
+            names.update(dict.fromkeys(self.load_meta(key)["bounds"]))
+        return list(names)
+
+    def load_digests(self) -> dict[str, str]:
+        """The remembered file hashes (empty when none or unreadable: it is only a cache)."""
+        try:
+            cache = json.loads((self.root / "digests.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return cache if isinstance(cache, dict) else {}
+
+    def save_digests(self, cache: dict[str, str]) -> None:
+        """Write the file-hash cache atomically (the last writer wins; entries never go stale)."""
+        if not cache:
+            return
+        self._ensure()
+        tmp = self.incoming_dir / f"digests+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+        os.replace(tmp, self.root / "digests.json")
+
+    def clean_incoming(self, max_age: float = 86400.0) -> int:
+        """Remove leftovers of killed writers: this host's whose process is gone, and any older than
+        ``max_age`` seconds.  Returns how many were removed."""
+        if not self.incoming_dir.is_dir():
+            return 0
+        removed, host, now = 0, socket.gethostname(), time.time()
+        for tmp in self.incoming_dir.iterdir():
+            parts = tmp.name.split("+", 3)
+            stale = now - tmp.stat().st_mtime > max_age
+            if len(parts) == 4 and parts[3] == host and parts[1].isdigit():
+                stale = stale or not process_alive(int(parts[1]))
+            if stale:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed += 1
+        return removed
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or folder to disk, so that a published record survives a machine crash too."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

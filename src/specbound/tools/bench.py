@@ -1,0 +1,447 @@
+"""``specbound bench``: the full analysis against the dense reference method, in one process.
+
+The dense method is what the paper's reference code does: materialise every per-head ``N x N``
+product and take its full SVD.  Both run on the same synthetic BERT-base-shaped checkpoint
+(L=12, N=768, 12 heads, d_ff=3072, float32 safetensors written here), BLAS pinned to ``threads``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+BERT_BASE = dict(L=12, N=768, H=12, d_ff=3072)
+
+
+def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: int, vocab: int = 512,
+                          seed: int = 0) -> Path:
+    """A random BERT-shaped checkpoint (config.json + model.safetensors, float32) in ``folder``.
+
+    Weights are Gaussian with std 0.02 (BERT's initialiser), plus the biases, LayerNorms and
+    embeddings a real checkpoint carries, so the loader's accounting is exercised too.
+    """
+    from safetensors.numpy import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+
+    def gauss(*shape):
+        return (0.02 * rng.standard_normal(shape)).astype(np.float32)
+
+    tensors = {"embeddings.word_embeddings.weight": gauss(vocab, N),
+               "embeddings.position_embeddings.weight": gauss(64, N),
+               "embeddings.token_type_embeddings.weight": gauss(2, N),
+               "pooler.dense.weight": gauss(N, N), "pooler.dense.bias": np.zeros(N, np.float32),
+               "embeddings.LayerNorm.weight": np.ones(N, np.float32),
+               "embeddings.LayerNorm.bias": np.zeros(N, np.float32)}
+    linears = {"attention.self.query": (N, N), "attention.self.key": (N, N), "attention.self.value": (N, N),
+               "attention.output.dense": (N, N), "intermediate.dense": (d_ff, N), "output.dense": (N, d_ff)}
+    for layer in range(L):
+        for name, (out_dim, in_dim) in linears.items():
+            tensors[f"encoder.layer.{layer}.{name}.weight"] = gauss(out_dim, in_dim)
+            tensors[f"encoder.layer.{layer}.{name}.bias"] = np.zeros(out_dim, np.float32)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors[f"encoder.layer.{layer}.{ln}.weight"] = np.ones(N, np.float32)
+            tensors[f"encoder.layer.{layer}.{ln}.bias"] = np.zeros(N, np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = {"model_type": "bert", "architectures": ["BertModel"], "num_hidden_layers": L,
+              "hidden_size": N, "num_attention_heads": H, "intermediate_size": d_ff,
+              "hidden_act": "gelu", "vocab_size": vocab, "max_position_embeddings": 64, "type_vocab_size": 2}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+LLAMA_LARGE = dict(L=4, N=4096, H=32, H_kv=8, d_ff=11008)
+
+
+def _to_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 words (round to nearest even), as uint16."""
+    u = x.view(np.uint32)
+    return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+
+
+def _write_bf16_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], np.ndarray]]) -> int:
+    """A safetensors file of BF16 tensors (``name -> (shape, uint16 words)``); returns its bytes.
+    Written by hand because numpy has no bfloat16 (the format: 8-byte header length, JSON header,
+    raw little-endian data)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, (shape, words) in tensors.items():
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + words.nbytes]}
+        offset += words.nbytes
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for _, words in tensors.values():
+            f.write(words.tobytes())
+    return 8 + len(blob) + offset
+
+
+def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
+                           vocab: int = 256, seed: int = 0) -> tuple[Path, int]:
+    """A random LLaMA-shaped checkpoint in bf16, one safetensors shard per layer plus one for the
+    embeddings and norms, with ``model.safetensors.index.json``.  Returns the folder and the largest
+    layer's stored bytes."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    d = N // H
+
+    def gauss(*shape):
+        return shape, _to_bf16((0.02 * rng.standard_normal(shape, dtype=np.float32)))
+
+    ones = lambda n: ((n,), _to_bf16(np.ones(n, np.float32)))  # noqa: E731
+    weight_map, largest = {}, 0
+    shards = [("model-embed.safetensors", {"model.embed_tokens.weight": gauss(vocab, N), "model.norm.weight": ones(N),
+                                           "lm_head.weight": gauss(vocab, N)})]
+    for layer in range(L):
+        p = f"model.layers.{layer}."
+        shards.append((f"model-layer{layer:02d}.safetensors", {
+            p + "self_attn.q_proj.weight": gauss(H * d, N), p + "self_attn.k_proj.weight": gauss(H_kv * d, N),
+            p + "self_attn.v_proj.weight": gauss(H_kv * d, N), p + "self_attn.o_proj.weight": gauss(N, H * d),
+            p + "mlp.gate_proj.weight": gauss(d_ff, N), p + "mlp.up_proj.weight": gauss(d_ff, N),
+            p + "mlp.down_proj.weight": gauss(N, d_ff), p + "input_layernorm.weight": ones(N),
+            p + "post_attention_layernorm.weight": ones(N)}))
+    for fname, tensors in shards:
+        nbytes = _write_bf16_safetensors(folder / fname, tensors)
+        if fname.startswith("model-layer"):
+            largest = max(largest, nbytes)
+        weight_map.update({name: fname for name in tensors})
+        del tensors
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
+              "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": d,
+              "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder, largest
+
+
+def _large_child(folder: str, threads: int, jobs: int, queue) -> None:
+    """Runs in a fresh process, so its peak RSS is the analysis' own."""
+    from ..pipeline import analyze
+
+    stamps = [time.perf_counter()]
+    result = analyze(folder, threads=threads, jobs=jobs,
+                     progress=lambda done, total: stamps.append(time.perf_counter()))
+    methods = result.matrices[result.matrices["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict()
+    queue.put({"layer_seconds": list(np.diff(stamps)), "peak_rss_mb": _peak_rss_mb(),
+               "bounds": result.bounds, "ff_sv_methods": methods})
+
+
+def run_large_bench(*, threads: int = 1, jobs: int = 1, workdir: str | None = None) -> dict:
+    """LLaMA-shaped bf16 shards (N=4096, 32 query / 8 key-value heads, d_ff=11008, 4 layers):
+    time per layer and peak RSS of the analysis, against three times the largest layer's bytes
+    (with ``jobs`` layers at a time the memory holds that many layers: the limit is for ``jobs=1``)."""
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        folder, largest = write_llama_checkpoint(Path(tmp) / "llama-large-bf16", **LLAMA_LARGE)
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_large_child, args=(str(folder), threads, jobs, queue))
+        child.start()
+        out = queue.get()
+        child.join()
+    limit = 3 * largest / 2**20
+    return {
+        "scenario": "llama-shaped random bf16 shards (L=4, N=4096, H=32, H_kv=8, d_ff=11008)",
+        "threads": threads,
+        "jobs": jobs,
+        "seconds": float(sum(out["layer_seconds"])),
+        "seconds_per_layer": out["layer_seconds"],
+        "peak_rss_mb": out["peak_rss_mb"],
+        "largest_layer_mb": largest / 2**20,
+        "rss_limit_mb": limit,
+        "within_rss_limit": out["peak_rss_mb"] < limit,
+        "ff_sv_methods": out["ff_sv_methods"],
+        "bounds": out["bounds"],
+    }
+
+
+def format_large_bench(report: dict) -> str:
+    jobs = report.get("jobs", 1)
+    stamps = ", ".join(f"{t:.1f}" for t in report["seconds_per_layer"])
+    timing = (f"per layer: {stamps} s" if jobs == 1 else
+              f"{jobs} layers at a time; seconds between layer completions: {stamps}")
+    limit = f"limit 3 x largest layer = {report['rss_limit_mb']:.0f} MB"
+    if jobs > 1:  # the memory holds `jobs` layers: the limit is for one layer at a time
+        verdict = f"{limit} is for one layer at a time; {jobs} layers here"
+    else:
+        verdict = f"{limit}: {'within' if report['within_rss_limit'] else 'EXCEEDED'}"
+    return "\n".join([
+        f"scenario          {report['scenario']}",
+        f"BLAS threads      {report['threads']}",
+        f"total             {report['seconds']:.1f} s ({timing})",
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB ({verdict})",
+        f"FF spectra        {report['ff_sv_methods']}",
+    ])
+
+
+def _peak_rss_mb() -> float:
+    """This process image's peak resident set (``VmHWM``).  Not ``ru_maxrss``: Linux carries that
+    across fork + exec, so a spawned child would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def core_budgets(jobs: int | None) -> list[int]:
+    """The core counts a benchmark times every contender at: one core, and ``jobs`` (default: all
+    the cores this process may use) when that is more."""
+    from ..pipeline import available_cores
+
+    jobs = available_cores() if jobs is None else jobs
+    return sorted({1, jobs})
+
+
+def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, workdir: str | None = None,
+              shape: dict | None = None) -> dict:
+    """Time the analysis (median of ``repeats``), the dense reference and WeightWatcher's
+    ``analyze()`` (once each) on BERT-base shape, at every core budget of :func:`core_budgets`.
+
+    On ``c`` cores specbound and the dense reference analyse ``c`` layers at once (``jobs=c``,
+    ``threads`` BLAS threads each) and WeightWatcher, which has no such option, gets
+    ``c * threads`` BLAS threads: every contender uses the same cores as well as it can.
+    ``shape`` (``L, N, H, d_ff``) replaces the BERT-base shape (tests use a tiny one).
+    """
+    from ..pipeline import analyze
+
+    budgets = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        shape = shape or BERT_BASE
+        folder = write_bert_checkpoint(Path(tmp) / "bert-base-random", **shape)
+        for cores in core_budgets(jobs):
+            runs = [_timed(lambda: analyze(folder, threads=threads, jobs=cores)) for _ in range(repeats)]
+            seconds = statistics.median(t for t, _ in runs)
+            fast = runs[0][1]
+            if cores == 1:  # VmHWM only grows: the analysis' own peak, before the dense method and WW
+                peak_fast, one_core = _peak_rss_mb(), fast
+            identical = fast.all_bounds() == one_core.all_bounds() and fast.matrices.equals(one_core.matrices)
+            dense_seconds, dense = _timed(lambda: analyze(folder, threads=threads, jobs=cores, method="dense"))
+            ww_seconds, ww_note = _weightwatcher_seconds(folder, threads * cores)
+            budgets.append({
+                "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
+                "seconds": seconds, "seconds_all": [t for t, _ in runs],
+                "dense_seconds": dense_seconds, "speedup_vs_dense": dense_seconds / seconds,
+                "weightwatcher_seconds": ww_seconds,
+                "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
+                "weightwatcher_note": ww_note,
+                "identical_to_one_core": identical,
+            })
+        ff_gram, ff_svd = _feed_forward_paths(folder, threads)
+    rel = {name: abs(fast.bounds[name] - dense.bounds[name]) / abs(dense.bounds[name]) for name in fast.bounds}
+    return {
+        "scenario": "bert-base-shaped random checkpoint (" + ", ".join(f"{k}={v}" for k, v in shape.items())
+                    + ", float32)",
+        "threads": threads,
+        "repeats": repeats,
+        "budgets": budgets,
+        "peak_rss_mb": peak_fast,
+        "bounds": fast.bounds,
+        "max_relative_bound_difference_vs_dense": max(rel.values()),
+        "ff_gram_seconds": ff_gram,
+        "ff_svd_seconds": ff_svd,
+        "ff_gram_speedup": ff_svd / ff_gram,
+        "ff_shape": [shape["N"], shape["d_ff"]],
+        "load_average_1min": os.getloadavg()[0],
+    }
+
+
+def _feed_forward_paths(folder: Path, threads: int, repeats: int = 3) -> tuple[float, float]:
+    """Median seconds of one ``N x d_ff`` feed-forward spectrum by the Gram path and by the SVD."""
+    from threadpoolctl import threadpool_limits
+
+    from ..io import open_checkpoint
+    from ..compute.spectra import dense_spectrum
+
+    w = open_checkpoint(folder).read("encoder.layer.0.intermediate.dense.weight").T
+    with threadpool_limits(limits=threads):
+        gram = statistics.median(_timed(lambda: dense_spectrum(w, gram_rtol=1e-8))[0] for _ in range(repeats))
+        svd = statistics.median(_timed(lambda: dense_spectrum(w, gram_rtol=0.0))[0] for _ in range(repeats))
+    return gram, svd
+
+
+def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, str]:
+    """WeightWatcher's ``analyze()`` on the same weights (a transformers BertModel), if installed."""
+    try:
+        import transformers
+        import weightwatcher
+    except ImportError:
+        return None, "weightwatcher not installed: `make bench` (pip install -e '.[bench]') adds it"
+    import logging
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("weightwatcher").setLevel(logging.ERROR)
+    import torch
+
+    model = transformers.BertModel.from_pretrained(str(folder))
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            seconds, details = _timed(lambda: weightwatcher.WeightWatcher(model=model).analyze())
+    finally:
+        torch.set_num_threads(torch_threads)
+    return seconds, (f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers, "
+                     f"{threads} BLAS thread{'s' if threads > 1 else ''}")
+
+
+def run_miniatures_bench(*, threads: int = 1, jobs: int | None = None, workdir: str | None = None, depths=None,
+                         widths=None) -> dict:
+    """The BERT-Miniatures-shaped sweep against the dense reference, on the same checkpoints, in one run.
+
+    Writes the 24 random checkpoints (not timed), then at every core budget ``c`` of
+    :func:`core_budgets`: sweeps them into a fresh results store (timed: planning and hashing,
+    every analysis, every record written) with ``c`` layers at a time, and analyses each
+    checkpoint again with the dense reference method, ``c`` layers at a time (timed per
+    checkpoint); ``threads`` BLAS threads per job.
+    """
+    from .miniatures import DEPTHS, WIDTHS, write_miniatures
+    from ..sweep.sources import expand_sources
+
+    depths, widths = depths or DEPTHS, widths or WIDTHS
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        family = Path(tmp) / "family"
+        write_seconds, _ = _timed(lambda: write_miniatures(family, layout="folders", depths=depths, widths=widths))
+        groups = ",".join(map(str, depths)), ",".join(map(str, widths))
+        sources = expand_sources([str(family / f"bert_uncased_L-{{{groups[0]}}}_H-{{{groups[1]}}}_A-{{H/64}}")])
+        budgets = [_miniatures_at(sources, Path(tmp) / f"store-{cores}", cores, threads)
+                   for cores in core_budgets(jobs)]
+        peak = _peak_rss_mb()
+    return {
+        "scenario": f"BERT-Miniatures-shaped family: {len(sources)} random checkpoints, L in {list(depths)}, "
+                    f"N in {list(widths)}, N/64 heads, d_ff=4N, float32",
+        "threads": threads,
+        "checkpoints": len(sources),
+        "family_write_seconds": write_seconds,
+        "budgets": budgets,
+        "peak_rss_mb": peak,
+        "load_average_1min": os.getloadavg()[0],
+    }
+
+
+def _miniatures_at(sources, store: Path, cores: int, threads: int) -> dict:
+    """One core budget of :func:`run_miniatures_bench`."""
+    from ..pipeline import analyze
+    from ..sweep.store import Store
+    from ..sweep.run import run_sweep
+
+    cpu = time.process_time()  # every thread of this process: hashing and writing included
+    sweep_seconds, report = _timed(lambda: run_sweep(sources, store, threads=threads, jobs=cores, progress=False))
+    sweep_cpu = time.process_time() - cpu
+    if report.failed:
+        raise RuntimeError(f"the benchmark sweep failed: {report.failed}")
+    table = Store(store).table().set_index("source")
+    rows = []
+    for source in sources:
+        cpu = time.process_time()
+        dense_seconds, dense = _timed(lambda: analyze(source.target, threads=threads, jobs=cores, method="dense"))
+        dense_cpu = time.process_time() - cpu
+        rec = table.loc[source.name]
+        rel = max(abs(rec[name] - value) / abs(value) for name, value in dense.bounds.items())
+        rows.append({"source": source.name, "L": int(rec["L"]), "N": int(rec["N"]),
+                     "sweep_seconds": float(rec["seconds"]), "dense_seconds": dense_seconds,
+                     "speedup": dense_seconds / float(rec["seconds"]),
+                     "sweep_cpu_seconds": float(rec["cpu_seconds"]), "dense_cpu_seconds": dense_cpu,
+                     "max_relative_bound_difference": rel})
+    dense_total = sum(r["dense_seconds"] for r in rows)
+    speedups = sorted(r["speedup"] for r in rows)
+    return {
+        "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
+        "sweep_seconds": sweep_seconds,
+        "sweep_analysis_seconds": sum(r["sweep_seconds"] for r in rows),
+        "dense_seconds": dense_total,
+        "speedup_vs_dense": dense_total / sweep_seconds,
+        "sweep_cpu_seconds": sweep_cpu,
+        "dense_cpu_seconds": sum(r["dense_cpu_seconds"] for r in rows),
+        "cpu_speedup_vs_dense": sum(r["dense_cpu_seconds"] for r in rows) / sweep_cpu,
+        "per_checkpoint_speedup_median": statistics.median(speedups),
+        "per_checkpoint_speedup_min": speedups[0],
+        "per_checkpoint_speedup_max": speedups[-1],
+        "max_relative_bound_difference_vs_dense": max(r["max_relative_bound_difference"] for r in rows),
+        "per_checkpoint": rows,
+    }
+
+
+def format_miniatures_bench(report: dict) -> str:
+    """The text of ``specbound bench --scenario miniatures``: totals per core budget, then one line per
+    checkpoint with a column group per budget."""
+    lines = [f"scenario          {report['scenario']}"]
+    for b in report["budgets"]:
+        lines += [
+            "",
+            f"on {b['cores']} core{'s' if b['cores'] > 1 else ''} ({b['jobs']} layer(s) at a time, "
+            f"{b['blas_threads_per_job']} BLAS thread(s) each)",
+            f"sweep, total      {b['sweep_seconds']:.2f} s for {report['checkpoints']} checkpoints "
+            f"(planning, hashing, analyses, records; analyses alone {b['sweep_analysis_seconds']:.2f} s)",
+            f"dense reference   {b['dense_seconds']:.2f} s (the same checkpoints, one after the other)",
+            f"speedup vs dense  {b['speedup_vs_dense']:.1f}x total; per checkpoint median "
+            f"{b['per_checkpoint_speedup_median']:.1f}x (min {b['per_checkpoint_speedup_min']:.1f}x, "
+            f"max {b['per_checkpoint_speedup_max']:.1f}x)",
+            f"CPU time          sweep {b['sweep_cpu_seconds']:.2f} s (all threads), dense "
+            f"{b['dense_cpu_seconds']:.2f} s: {b['cpu_speedup_vs_dense']:.1f}x",
+            f"max rel. diff     {b['max_relative_bound_difference_vs_dense']:.2e} (sweep vs dense bounds)",
+        ]
+    lines += [
+        "",
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
+        f"load average      {report['load_average_1min']:.2f} at the end",
+        "",
+        f"{'L':>3} {'N':>4}" + "".join(f" | {'sweep s':>8} {'dense s':>8} {'speedup':>8}" for _ in report["budgets"])
+        + "   (" + ", ".join(f"{b['cores']} core{'s' if b['cores'] > 1 else ''}" for b in report["budgets"]) + ")",
+    ]
+    for i, r in enumerate(report["budgets"][0]["per_checkpoint"]):
+        cells = "".join(f" | {b['per_checkpoint'][i]['sweep_seconds']:>8.3f} {b['per_checkpoint'][i]['dense_seconds']:>8.3f} "
+                        f"{b['per_checkpoint'][i]['speedup']:>7.1f}x" for b in report["budgets"])
+        lines.append(f"{r['L']:>3} {r['N']:>4}{cells}")
+    return "\n".join(lines)
+
+
+def format_bench(report: dict) -> str:
+    lines = [
+        f"scenario          {report['scenario']}",
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
+        "bounds            " + ", ".join(f"{k}={v:.6g}" for k, v in report["bounds"].items()),
+        f"max rel. diff     {report['max_relative_bound_difference_vs_dense']:.2e} (fast vs dense bounds)",
+        f"FF spectrum       Gram {report['ff_gram_seconds']:.3f} s vs SVD {report['ff_svd_seconds']:.3f} s "
+        f"({report['ff_gram_speedup']:.1f}x, one {report['ff_shape'][0]} x {report['ff_shape'][1]} matrix, "
+        f"{report['threads']} BLAS thread)",
+        f"load average      {report['load_average_1min']:.2f} at the end",
+        "",
+        f"{'cores':>5} {'specbound s':>12} {'dense s':>9} {'vs dense':>9} {'WeightWatcher s':>16} {'vs WW':>7}",
+    ]
+    for b in report["budgets"]:
+        ww = (f"{b['weightwatcher_seconds']:>16.2f} {b['speedup_vs_weightwatcher']:>6.1f}x"
+              if b["weightwatcher_seconds"] else f"{'-':>16} {'-':>7}")
+        lines.append(f"{b['cores']:>5} {b['seconds']:>12.3f} {b['dense_seconds']:>9.2f} "
+                     f"{b['speedup_vs_dense']:>8.1f}x {ww}")
+    if not all(b["identical_to_one_core"] for b in report["budgets"]):
+        lines.append("WARNING: the results on several cores differ from those on one core")
+    lines += ["", f"specbound and the dense reference: --jobs = cores, {report['threads']} BLAS thread(s) per job "
+                  f"(median of {report['repeats']} runs / one run); WeightWatcher: BLAS threads = cores"]
+    if not report["budgets"][0]["weightwatcher_seconds"]:
+        lines.append(f"WeightWatcher: {report['budgets'][0]['weightwatcher_note']}")
+    return "\n".join(lines)
