@@ -21,16 +21,28 @@ from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
 
 
-def edelman_weights(measures: ModelMeasures) -> np.ndarray:
-    """Per-matrix factor in front of the norm in ``xi``, shape (#matrices,).
+def edelman_weight(role, gamma) -> np.ndarray:
+    """Per-matrix factor in front of the norm in ``xi`` from its role and sensitivity ``gamma*``
+    (arrays or scalars).
 
     On BERT: ``c_out c_in c(OV_h)`` for ``QK_h``, ``c_out c_in`` for ``OV_h``, ``c_out`` for
-    ``FF_in``, 1 for ``FF_out``.  That is each matrix's sensitivity ``gamma*`` (SPEC section 3),
+    ``FF_in``, 1 for ``FF_out``.  That is each matrix's sensitivity ``gamma*`` (docs/spec.md section 3),
     except for QK, whose weight lacks the factor 2 of ``gamma*_QK``; written this way it carries over
     to gated and parallel blocks (docs/theory.md, section 3b).
     """
-    return np.array([mm.gamma / 2 if mm.role == "QK" else mm.gamma for mm in measures.matrices],
-                    dtype=np.float64)
+    return np.asarray(gamma, dtype=np.float64) * np.where(np.asarray(role) == "QK", 0.5, 1.0)
+
+
+def matrix_terms(alpha, role, gamma, norm_2_1) -> np.ndarray:
+    """Each matrix's term ``alpha_l^(2/3) (w ||W||_{2,1})^(2/3)``: ``B_edelman = (1 + sum of terms)^(3/2)``
+    (the per-role fits of ``specbound scaling`` sum these from stored records)."""
+    w = edelman_weight(role, gamma)
+    return np.asarray(alpha, dtype=np.float64) ** (2 / 3) * (w * np.asarray(norm_2_1, dtype=np.float64)) ** (2 / 3)
+
+
+def edelman_weights(measures: ModelMeasures) -> np.ndarray:
+    """:func:`edelman_weight` of every matrix of ``measures``, shape (#matrices,)."""
+    return edelman_weight([mm.role for mm in measures.matrices], [mm.gamma for mm in measures.matrices])
 
 
 def xi_per_layer(measures: ModelMeasures, matrix_norms: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import SpecboundError
 from ..options import DEFAULT_GRAM_RTOL, METHODS
 from .extract import LayerWeights
-from .propagation import LayerNorms
+from .propagation import LayerSpectralNorms
 from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
 
 
@@ -30,8 +30,8 @@ class LayerSpectra:
     ff: dict[str, MatrixSpectrum]
     block: str = "sequential"
 
-    def norms(self) -> LayerNorms:
-        return LayerNorms(
+    def norms(self) -> LayerSpectralNorms:
+        return LayerSpectralNorms(
             qk=np.array([s.spectral_norm for s in self.qk]),
             ov=np.array([s.spectral_norm for s in self.ov]),
             ff={role: s.spectral_norm for role, s in self.ff.items()},

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .extract import ModelDims
+from ..archs.binding import ModelDims
 from .layer_spectra import LayerSpectra
 from .propagation import downstream_factors, layer_lipschitz, sensitivities
 from .spectra import MatrixSpectrum

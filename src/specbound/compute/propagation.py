@@ -26,7 +26,7 @@ DEFAULT_L_PHI = 1.13
 
 
 @dataclass(frozen=True)
-class LayerNorms:
+class LayerSpectralNorms:
     """Observed spectral norms of one layer's matrices.
 
     Attributes
@@ -52,7 +52,7 @@ def activation_lipschitz(activation: str | None) -> tuple[float, str]:
     return DEFAULT_L_PHI, f"default (hidden_act={activation!r} not in the table)"
 
 
-def attention_lipschitz(norms: LayerNorms) -> float:
+def attention_lipschitz(norms: LayerSpectralNorms) -> float:
     """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows)."""
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
@@ -66,7 +66,7 @@ def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
-def layer_lipschitz(norms: LayerNorms, l_phi: float) -> float:
+def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``Lambda_k``: attention then feed-forward multiply (SPEC section 3); parallel blocks add."""
     attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
     return attention + ff if norms.block == "parallel" else attention * ff
@@ -81,7 +81,7 @@ def downstream_factors(lambdas: np.ndarray) -> np.ndarray:
     return alphas
 
 
-def sensitivities(norms: LayerNorms) -> dict[str, np.ndarray | float]:
+def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     """``gamma*`` per role: arrays over heads for ``QK``/``OV``, floats for feed-forward.
 
     As in the reference code, activation constants are set to 1 here (they enter ``Lambda`` only):
@@ -101,3 +101,7 @@ def sensitivities(norms: LayerNorms) -> dict[str, np.ndarray | float]:
     else:
         gamma.update({"FF_in": ff["FF_out"], "FF_out": 1.0})
     return gamma
+
+
+# The first round's name (it holds spectral norms, not LayerNorm parameters); kept working.
+LayerNorms = LayerSpectralNorms

@@ -28,12 +28,11 @@ import os
 import shutil
 import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..atomic import process_alive
+from ..atomic import remove_stale, temp_path
 from ..errors import SpecboundError
 from ..options import AnalysisOptions
 
@@ -146,7 +145,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                          options: dict[str, Any], seconds: float, mode: str,
                          cpu_seconds: float | None = None) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here)."""
-    from ..report.curves import contribution_curves
+    from ..curves import contribution_curves
 
     doc = analysis.to_dict()
     for big in ("matrices", "layers"):
@@ -216,7 +215,7 @@ class Store:
         if record.key in self:
             return False
         # <key>+<pid>+<random>+<host>: clean_incoming tells a dead writer's leftovers from a live one's
-        tmp = self.incoming_dir / f"{record.key}+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp = temp_path(self.incoming_dir, record.key)
         tmp.mkdir()
         try:
             for name in TABLES:
@@ -299,7 +298,7 @@ class Store:
         if not cache:
             return
         self._ensure()
-        tmp = self.incoming_dir / f"digests+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp = temp_path(self.incoming_dir, "digests")
         tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
         os.replace(tmp, self.root / "digests.json")
 
@@ -308,16 +307,7 @@ class Store:
         ``max_age`` seconds.  Returns how many were removed."""
         if not self.incoming_dir.is_dir():
             return 0
-        removed, host, now = 0, socket.gethostname(), time.time()
-        for tmp in self.incoming_dir.iterdir():
-            parts = tmp.name.split("+", 3)
-            stale = now - tmp.stat().st_mtime > max_age
-            if len(parts) == 4 and parts[3] == host and parts[1].isdigit():
-                stale = stale or not process_alive(int(parts[1]))
-            if stale:
-                shutil.rmtree(tmp, ignore_errors=True)
-                removed += 1
-        return removed
+        return len(remove_stale(self.incoming_dir.iterdir(), max_age))
 
 
 def _fsync(path: Path) -> None:
