@@ -2,7 +2,7 @@
 
 The plots of ``C(p)/C(0)`` need the whole curve, while an :class:`~specbound.records.Analysis`
 keeps only its minimum and end points.  The curve is a function of the stored singular values,
-the stored ``scale`` and the model's ``N`` (SPEC section 4), so it is evaluated here from the
+the stored ``scale`` and the model's ``N`` (docs/spec.md section 4), so it is evaluated here from the
 records, with the same :class:`~specbound.bounds.adaptive.ContributionCurve` the bound uses; no
 spectrum is recomputed.
 """

@@ -1,5 +1,5 @@
 """The spectrum-adaptive proxy: Sakai & Imaizumi (arXiv:2605.07297), Theorem 3.1, leading term
-(SPEC section 4).
+(docs/spec.md section 4).
 
 For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 
@@ -8,7 +8,7 @@ For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 each matrix takes its own minimiser (ties to the smallest p) and
 ``B_spectral = sum_matrices min_p C(p) + sqrt(L)``.
 
-Margin-bound form (SPEC section 7, :mod:`specbound.bounds.gap`): the leading term is multiplied by
+Margin-bound form (docs/spec.md section 7, :mod:`specbound.bounds.gap`): the leading term is multiplied by
 ``ln n``, and the post-hoc choice of one of ``2m + 1`` indices for each matrix costs
 ``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
 of ``W - W0`` while ``scale`` keeps the trained network's propagation factors (docs/bounds.md).

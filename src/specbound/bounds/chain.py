@@ -1,7 +1,7 @@
 """What plays the role of a feed-forward network's product of layer norms on the transformer chain.
 
 A depth-``L`` feed-forward network's Lipschitz constant is bounded by the product of its layers'
-spectral norms.  On the transformer chain (SPEC section 3) the layer's factor is
+spectral norms.  On the transformer chain (docs/spec.md section 3) the layer's factor is
 
     Lambda_l = L_phi c(FF_in) c(FF_out) sum_h c(OV_h) (1 + 4 c(QK_h)),
 

@@ -1,4 +1,4 @@
-"""The Edelman-style norm proxy, the paper's baseline (SPEC section 5); after Edelman, Goel,
+"""The Edelman-style norm proxy, the paper's baseline (docs/spec.md section 5); after Edelman, Goel,
 Kakade & Zhang, "Inductive Biases and Variable Creation in Self-Attention Mechanisms", ICML 2022,
 in the multi-head form used by Sakai & Imaizumi's experiment:
 
@@ -74,7 +74,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
 EDELMAN = Bound(
     name="edelman",
     title="Edelman-style norm proxy",
-    reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, SPEC section 5)",
+    reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, docs/spec.md section 5)",
     compute=_compute,
     needs=("spectral_norm", "norm_2_1", "alpha"),
     log_factor=covering_log_factor,

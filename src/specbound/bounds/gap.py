@@ -1,4 +1,4 @@
-"""From complexity proxies to generalisation-gap bounds in the theorem's form (SPEC section 7).
+"""From complexity proxies to generalisation-gap bounds in the theorem's form (docs/spec.md section 7).
 
 For a sample of ``n`` sequences, a margin ``margin`` (never ``gamma``, which is the sensitivity ``gamma*``) and a confidence ``1 - delta``, every bound with
 a margin-bound form (``Bound.log_factor`` set) becomes

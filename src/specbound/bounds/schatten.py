@@ -1,4 +1,4 @@
-"""The Schatten machinery of the spectrum-adaptive bound (SPEC sections 2 and 4), in one place:
+"""The Schatten machinery of the spectrum-adaptive bound (docs/spec.md sections 2 and 4), in one place:
 ``S_p`` over the singular values above the rank tolerance, the per-matrix term
 
     C(p) = S_p^(1/(p+2)) * scale^(p/(p+2)) * N^((p+1)/(p+2)),
@@ -18,7 +18,7 @@ from ..compute.spectra import MatrixSpectrum, rank_threshold
 
 
 def default_grid_m(L: int, N: int) -> int:
-    """``m = ceil(L + ln(max(N, 2)))`` (SPEC section 4)."""
+    """``m = ceil(L + ln(max(N, 2)))`` (docs/spec.md section 4)."""
     return int(math.ceil(L + math.log(max(N, 2))))
 
 
@@ -38,7 +38,7 @@ def contribution(schatten_power: float, p: float, scale: float, n: int) -> float
 
 
 def kept_values(singular_values: np.ndarray, dim: int, rank_tol: float) -> np.ndarray:
-    """The singular values above the rank tolerance ``tau`` (SPEC section 2): those ``S_p`` sums over.
+    """The singular values above the rank tolerance ``tau`` (docs/spec.md section 2): those ``S_p`` sums over.
 
     Only these count, so that ``S_p -> S_0 = r`` as ``p -> 0`` and rounding noise (a dense SVD of a
     rank-64 ``768 x 768`` product returns 704 values near ``1e-15``, each worth ``0.16`` at

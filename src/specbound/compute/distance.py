@@ -1,6 +1,6 @@
 """Spectra of ``W - W0``: the matrices measured from initial weights ``W0``.
 
-A per-head difference stays a thin product (SPEC section 1): with head factors ``A, B`` and their
+A per-head difference stays a thin product (docs/spec.md section 1): with head factors ``A, B`` and their
 initial values ``A0, B0`` (each ``d x N``),
 
     A.T B - A0.T B0 = [A; -A0].T [B; B0],

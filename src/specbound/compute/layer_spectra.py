@@ -44,7 +44,7 @@ def attention_spectra(weights: LayerWeights, *, method: str = "factored", group:
                       with_norm_1_1: bool = True) -> tuple[list, list]:
     """Spectra of one layer's per-head QK and OV matrices.
 
-    ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
+    ``method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1); ``"dense"`` materialises
     every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
     benchmark's baseline).  ``group`` is the number of query heads per key/value head.
     """

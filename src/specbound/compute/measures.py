@@ -48,7 +48,7 @@ class ModelMeasures:
     l_phi : float
         Activation Lipschitz constant used in ``Lambda``.
     rank_tol : float
-        Relative tolerance of the numerical rank (SPEC section 2).
+        Relative tolerance of the numerical rank (docs/spec.md section 2).
     grid_m : int
         Resolution of the post-hoc Schatten grid ``{0, 1/m, ..., 2}``.
     layers : list of LayerSpectra

@@ -1,4 +1,4 @@
-"""How a perturbation of one matrix propagates through the network (SPEC section 3).
+"""How a perturbation of one matrix propagates through the network (docs/spec.md section 3).
 
 Under the paper's assumptions (unit-norm token rows, normalisation as projection onto the unit
 ball, biases ignored), a BERT-style layer ``x -> FF(Attn(x))`` is Lipschitz with constant
@@ -67,7 +67,7 @@ def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.
 
 
 def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
-    """``Lambda_k``: attention then feed-forward multiply (SPEC section 3); parallel blocks add."""
+    """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add."""
     attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
     return attention + ff if norms.block == "parallel" else attention * ff
 

@@ -17,7 +17,7 @@ Quantities (one per bound and role):
 * each bound restricted to the matrices of one role, where the record has the per-matrix terms:
   ``spectral_adaptive`` -> ``sum_{role} C(p*)`` (the bound is that sum over roles plus ``sqrt(L)``);
   ``edelman`` -> ``(sum_{role} alpha_l^(2/3) (w ||W||_{2,1})^(2/3))^(3/2)`` with the weights ``w`` of
-  SPEC section 5 (``gamma*/2`` for QK, ``gamma*`` otherwise), i.e. the bound over that role's
+  docs/spec.md section 5 (``gamma*/2`` for QK, ``gamma*`` otherwise), i.e. the bound over that role's
   matrices alone (the constant 1 left out, like ``sqrt(L)`` above).
 """
 
