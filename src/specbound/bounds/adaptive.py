@@ -30,7 +30,8 @@ def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
     grid = schatten_grid(measures.grid_m)
     cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p1", "c_p2", "p_continuous",
                             "contribution_continuous", "scale")}
-    curves = [ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol) for mm in measures.matrices]
+    curves = [ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol)
+              for mm in measures.matrices]
     p_conts, c_conts = continuous_minima(curves)
     for mm, curve, p_cont, c_cont in zip(measures.matrices, curves, p_conts, c_conts):
         values = curve.on_grid(grid)

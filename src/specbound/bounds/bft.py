@@ -32,8 +32,11 @@ from .edelman import covering_log_factor
 def _compute(measures: ModelMeasures) -> BoundResult:
     terms = relative_norms(measures, lambda s: s.norm_2_1) ** (2 / 3)
     correction = float(np.sum(terms)) ** 1.5
-    value = safe_exp(log_lipschitz(measures) + np.log(correction)) if correction > 0 else 0.0
-    return BoundResult(value=value, per_layer={"bft_terms": measures.per_layer_sum(terms)})
+    if not correction > 0:
+        return BoundResult(value=0.0, per_layer={"bft_terms": measures.per_layer_sum(terms)})
+    log_value = log_lipschitz(measures) + float(np.log(correction))
+    return BoundResult(value=safe_exp(log_value), log_value=log_value,
+                       per_layer={"bft_terms": measures.per_layer_sum(terms)})
 
 
 BOUNDS = (Bound(

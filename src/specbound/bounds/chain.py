@@ -18,6 +18,7 @@ import numpy as np
 
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures
+from .schatten import safe_exp  # noqa: F401  (re-exported for the chain bounds)
 from ..compute.propagation import LayerSpectralNorms, layer_lipschitz
 
 
@@ -41,14 +42,6 @@ def log_product(factors) -> float:
 def log_lipschitz(measures: ModelMeasures) -> float:
     """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs."""
     return log_product(measures.lambdas)
-
-
-def safe_exp(log_value: float) -> float:
-    """``exp`` that returns ``inf`` instead of raising on overflow."""
-    try:
-        return math.exp(log_value)
-    except OverflowError:
-        return math.inf
 
 
 def relative_norms(measures: ModelMeasures, norm) -> np.ndarray:

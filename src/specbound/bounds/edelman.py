@@ -19,6 +19,7 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
+from .schatten import log_sum
 
 
 def edelman_weight(role, gamma) -> np.ndarray:
@@ -37,7 +38,8 @@ def matrix_terms(alpha, role, gamma, norm_2_1) -> np.ndarray:
     """Each matrix's term ``alpha_l^(2/3) (w ||W||_{2,1})^(2/3)``: ``B_edelman = (1 + sum of terms)^(3/2)``
     (the per-role fits of ``specbound scaling`` sum these from stored records)."""
     w = edelman_weight(role, gamma)
-    return np.asarray(alpha, dtype=np.float64) ** (2 / 3) * (w * np.asarray(norm_2_1, dtype=np.float64)) ** (2 / 3)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(alpha, dtype=np.float64) ** (2 / 3) * (w * np.asarray(norm_2_1, dtype=np.float64)) ** (2 / 3)
 
 
 def edelman_weights(measures: ModelMeasures) -> np.ndarray:
@@ -51,8 +53,24 @@ def xi_per_layer(measures: ModelMeasures, matrix_norms: np.ndarray) -> np.ndarra
 
 
 def chain_value(measures: ModelMeasures, xi: np.ndarray) -> float:
-    """``(1 + sum_l alpha_l^(2/3) xi_l)^(3/2)``."""
-    return float((1.0 + np.sum(measures.alphas ** (2 / 3) * xi)) ** 1.5)
+    """``(1 + sum_l alpha_l^(2/3) xi_l)^(3/2)`` (``inf`` where it exceeds float64: see :func:`log_chain_value`)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = float((1.0 + np.sum(measures.alphas ** (2 / 3) * xi)) ** 1.5)
+    return value if math.isfinite(value) else math.inf
+
+
+def log_chain_value(measures: ModelMeasures, xi: np.ndarray) -> float:
+    """``ln`` of :func:`chain_value` from ``ln alpha_l``, exact at any depth."""
+    with np.errstate(divide="ignore"):
+        terms = (2 / 3) * measures.log_alphas + np.log(np.asarray(xi, dtype=np.float64))
+    return 1.5 * log_sum(np.append(terms, 0.0))
+
+
+def chain_result(measures: ModelMeasures, xi: np.ndarray, per_layer: dict) -> BoundResult:
+    """The chain bound's result: the product form where it is finite, its log form otherwise."""
+    value = chain_value(measures, xi)
+    log_value = None if value < math.inf else log_chain_value(measures, xi)
+    return BoundResult(value=value, log_value=log_value, per_layer=per_layer)
 
 
 def widest(measures: ModelMeasures) -> int:
@@ -68,7 +86,7 @@ def covering_log_factor(measures: ModelMeasures, n: int) -> float:
 
 def _compute(measures: ModelMeasures) -> BoundResult:
     xi = xi_per_layer(measures, np.array([mm.target.norm_2_1 for mm in measures.matrices]))
-    return BoundResult(value=chain_value(measures, xi), per_layer={"xi": xi})
+    return chain_result(measures, xi, {"xi": xi})
 
 
 EDELMAN = Bound(

@@ -48,7 +48,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     if total == 0:
         return BoundResult(value=0.0, per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})
     log_value = math.log(depth_width_factor(measures)) + log_lipschitz(measures) + 0.5 * math.log(total)
-    return BoundResult(value=safe_exp(log_value),
+    return BoundResult(value=safe_exp(log_value), log_value=log_value,
                        per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})
 
 

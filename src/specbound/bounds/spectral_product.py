@@ -13,7 +13,8 @@ from .chain import log_lipschitz, safe_exp
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
-    return BoundResult(value=safe_exp(log_lipschitz(measures)))
+    log_value = log_lipschitz(measures)
+    return BoundResult(value=safe_exp(log_value), log_value=log_value)
 
 
 BOUNDS = (Bound(

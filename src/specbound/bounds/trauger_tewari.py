@@ -22,12 +22,12 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .edelman import chain_value, covering_log_factor, xi_per_layer
+from .edelman import chain_result, covering_log_factor, xi_per_layer
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
     xi = xi_per_layer(measures, np.array([mm.target.norm_1_1 for mm in measures.matrices]))
-    return BoundResult(value=chain_value(measures, xi), per_layer={"xi_1_1": xi})
+    return chain_result(measures, xi, {"xi_1_1": xi})
 
 
 BOUNDS = (Bound(

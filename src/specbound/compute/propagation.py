@@ -73,12 +73,28 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
 
 
 def downstream_factors(lambdas: np.ndarray) -> np.ndarray:
-    """``alpha_l = prod_{k=l+1}^{L-1} Lambda_k`` (``alpha_{L-1} = 1``), shape (L,)."""
+    """``alpha_l = prod_{k=l+1}^{L-1} Lambda_k`` (``alpha_{L-1} = 1``), shape (L,); ``inf`` where the
+    product exceeds float64 (every bound reads :func:`log_downstream_factors` instead)."""
     lambdas = np.asarray(lambdas, dtype=np.float64)
     alphas = np.ones_like(lambdas)
-    for l in range(lambdas.size - 2, -1, -1):
-        alphas[l] = alphas[l + 1] * lambdas[l + 1]
+    with np.errstate(over="ignore"):
+        for l in range(lambdas.size - 2, -1, -1):
+            alphas[l] = alphas[l + 1] * lambdas[l + 1]
     return alphas
+
+
+def log_downstream_factors(lambdas: np.ndarray) -> np.ndarray:
+    """``ln alpha_l = sum_{k>l} ln Lambda_k``, shape (L,): exact whatever the depth (``-inf`` after a
+    zero factor).  Where ``alpha_l`` itself is a normal float, its ``ln`` is taken directly, so the
+    numbers of models that do not overflow are those of the product form to the last bit."""
+    lambdas = np.asarray(lambdas, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logs = np.log(lambdas)
+    tail = np.concatenate([np.cumsum(logs[:0:-1])[::-1], [0.0]]) if lambdas.size else np.zeros(0)
+    direct = downstream_factors(lambdas)
+    normal = (direct >= np.finfo(np.float64).tiny) & np.isfinite(direct)
+    with np.errstate(divide="ignore"):
+        return np.where(normal, np.log(np.where(normal, direct, 1.0)), tail)
 
 
 def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:

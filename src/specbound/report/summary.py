@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pandas as pd
@@ -11,7 +12,12 @@ from ..compute.measures import ROLE_ORDER
 from ..records import Analysis
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float, log10: float | None = None) -> str:
+    """A number in one format; one beyond float64 (``inf``, its ``log10`` known) as ``10^600.07``."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-" if log10 is None else f"10^{log10:.2f}"
+    if not math.isfinite(x):
+        return f"10^{log10:.2f}" if log10 is not None and math.isfinite(log10) else str(x)
     return f"{x:.6g}" if abs(x) < 1e7 else f"{x:.4e}"
 
 
@@ -27,8 +33,11 @@ def comparison_table(a: Analysis) -> list[str]:
     rows = []
     for name, value in a.all_bounds().items():
         bound = REGISTRY[name]
+        log10 = a.log10_bounds.get(name)
+        ratio = (f"10^{log10 - a.log10_bounds['spectral_adaptive']:.2f}" if not math.isfinite(value) and adaptive
+                 else _fmt(value / adaptive) if adaptive else "-")
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
-               "value": _fmt(value), "/ adaptive": _fmt(value / adaptive) if adaptive else "-"}
+               "value": _fmt(value, log10), "/ adaptive": ratio}
         if a.from_init is not None:
             row["from init"] = _fmt(a.from_init[name]) if name in a.from_init else "-"
         if a.gap_bound is not None:
@@ -63,7 +72,8 @@ def format_summary(a: Analysis) -> str:
 
     lines += ["", "per layer (adaptive = sum of min_p C(p) over the layer's matrices)"]
     per_layer = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
-    table = pd.DataFrame({"Lambda": a.layers["lambda"], "alpha": a.layers["alpha"]})
+    alpha = [_fmt(x, l) for x, l in zip(a.layers["alpha"], a.layers["log10_alpha"])]
+    table = pd.DataFrame({"Lambda": a.layers["lambda"], "alpha": alpha})
     roles = [r for r in ROLE_ORDER if r in per_layer.columns]
     for role in roles:
         table[role] = per_layer[role].to_numpy()

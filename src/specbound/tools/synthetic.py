@@ -13,7 +13,7 @@ def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: i
                           seed: int = 0) -> Path:
     """A random BERT-shaped checkpoint (config.json + model.safetensors, float32) in ``folder``.
 
-    Weights are Gaussian with std 0.02 (BERT's initialiser), plus the biases, LayerSpectralNorms and
+    Weights are Gaussian with std 0.02 (BERT's initialiser), plus the biases, LayerNorm parameters and
     embeddings a real checkpoint carries, so the loader's accounting is exercised too.
     """
     from safetensors.numpy import save_file
