@@ -38,7 +38,7 @@ _OS_FIXES = {
 def os_error(exc: OSError, doing: str) -> SpecboundError:
     """The one-line error for ``exc``, raised while ``doing`` (``"reading /x/config.json"``)."""
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
-    reason = exc.strerror or type(exc).__name__
+    reason = exc.strerror or str(exc) or type(exc).__name__
     fix = _OS_FIXES.get(exc.errno, "check the path and the file system")
     return SpecboundError(f"cannot finish {doing}{where}: {reason}; {fix}")
 
