@@ -53,7 +53,11 @@ def is_stale(path: Path, max_age: float | None = None) -> bool:
     """Whether ``path`` (named by :func:`temp_path`) was left by a writer that is gone: one of this
     host whose process no longer exists, or any older than ``max_age`` seconds."""
     parts = Path(path).name.rsplit("+", 3)
-    if max_age is not None and time.time() - Path(path).stat().st_mtime > max_age:
+    try:
+        age = time.time() - Path(path).stat().st_mtime
+    except OSError:  # published or removed by a concurrent writer meanwhile
+        return False
+    if max_age is not None and age > max_age:
         return True
     return len(parts) == 4 and parts[3] == socket.gethostname() and parts[1].isdigit() and not process_alive(
         int(parts[1]))
