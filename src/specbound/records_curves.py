@@ -1,0 +1,66 @@
+"""Contribution curves ``p -> C(p)`` of every matrix on the post-hoc grid, from stored records.
+
+The plots of ``C(p)/C(0)`` need the whole curve, while an :class:`~specbound.records.Analysis`
+keeps only its minimum and end points.  The curve is a function of the stored singular values,
+the stored ``scale`` and the model's ``N`` (SPEC section 4), so it is evaluated here from the
+records, with the same :class:`~specbound.bounds.adaptive.ContributionCurve` the bound uses; no
+spectrum is recomputed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CURVE_COLUMNS = ["matrix", "layer", "head", "role", "p", "c", "c_over_c0"]
+
+
+def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *, n: int, grid_m: int,
+                        rank_tol: float) -> pd.DataFrame:
+    """``C(p)`` for every matrix and every ``p`` in ``P_m = {0, 1/m, ..., 2}``.
+
+    Parameters
+    ----------
+    matrices : DataFrame
+        The ``Analysis.matrices`` table (``layer, head, role, rows, cols, scale``), one row per
+        matrix in the order of the ``matrix`` index of ``singular_values``.
+    singular_values : DataFrame
+        The ``Analysis.singular_values`` long table (``matrix, sigma``).
+    n : int
+        Hidden size ``N``.
+    grid_m : int
+        Grid resolution ``m`` (the analysis' resolved ``grid_m``).
+    rank_tol : float
+        The analysis' rank tolerance.
+
+    Returns
+    -------
+    DataFrame, long form, columns ``CURVE_COLUMNS``, ``len(matrices) * (2 m + 1)`` rows; ``c_over_c0``
+    is ``C(p) / C(0)`` (NaN for an all-zero matrix).
+    """
+    from .bounds.schatten import ContributionCurve, schatten_grid
+    from .compute.spectra import MatrixSpectrum
+
+    grid = schatten_grid(int(grid_m))
+    by_matrix = dict(tuple(singular_values.groupby("matrix", sort=False)["sigma"]))
+    values = np.empty((len(matrices), grid.size))
+    rows, cols, scales = (matrices[c].to_numpy() for c in ("rows", "cols", "scale"))
+    for i in range(len(matrices)):
+        sigma = by_matrix.get(i)
+        s = np.sort(sigma.to_numpy(np.float64))[::-1] if sigma is not None else np.zeros(0)
+        spectrum = MatrixSpectrum((int(rows[i]), int(cols[i])), s, float("nan"), float("nan"))
+        values[i] = ContributionCurve(spectrum, float(scales[i]), int(n), float(rank_tol)).on_grid(grid)
+    c0 = values[:, :1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(c0 > 0, values / np.where(c0 > 0, c0, 1.0), np.nan)
+    k = grid.size
+    out = pd.DataFrame({
+        "matrix": np.repeat(np.arange(len(matrices)), k),
+        "layer": np.repeat(matrices["layer"].to_numpy(), k),
+        "head": pd.array(np.repeat(matrices["head"].to_numpy(), k), dtype="Int64"),
+        "role": np.repeat(matrices["role"].to_numpy(), k),
+        "p": np.tile(grid, len(matrices)),
+        "c": values.ravel(),
+        "c_over_c0": ratio.ravel(),
+    })
+    return out[CURVE_COLUMNS]
