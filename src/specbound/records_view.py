@@ -26,10 +26,13 @@ _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$"
 _WEIGHT_FILE = re.compile(r"\.(safetensors|bin|pt|pth|onnx)$")
 
 
+SIGNIFICANT = 5  # digits of every number the summary prints
+
+
 def fmt(x: Any) -> str:
-    """Every number of the summary in one format: four significant digits, fixed-point from 0.001
-    to 9999.5 (``0.9344``, ``384.0``, ``3428``), scientific otherwise (``2.057e+04``); integers as
-    they are; NaN as ``-``."""
+    """Every number of the summary in one format: :data:`SIGNIFICANT` significant digits, fixed-point
+    from 0.001 up to 10^SIGNIFICANT (``0.93440``, ``384.00``, ``20573``), scientific otherwise
+    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN as ``-``."""
     if isinstance(x, bool) or x is None:
         return str(x)
     if isinstance(x, (int, np.integer)):
@@ -39,11 +42,11 @@ def fmt(x: Any) -> str:
         return "-"
     if x == 0 or math.isinf(x):
         return str(x) if x else "0"
-    digits = math.floor(math.log10(abs(x)))
-    if 1e-3 <= abs(x) and float(f"{x:.3e}") < 9999.5 and -3 <= digits <= 3:
-        rounded = float(f"{x:.3e}")
-        return f"{rounded:.{max(0, 3 - math.floor(math.log10(abs(rounded))))}f}"
-    return f"{x:.3e}"
+    rounded = float(f"{x:.{SIGNIFICANT - 1}e}")
+    exponent = math.floor(math.log10(abs(rounded)))
+    if -3 <= exponent < SIGNIFICANT:
+        return f"{rounded:.{SIGNIFICANT - 1 - exponent}f}"
+    return f"{x:.{SIGNIFICANT - 1}e}"
 
 
 def short_name(source: str, limit: int = 48) -> str:
