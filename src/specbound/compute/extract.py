@@ -111,3 +111,41 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
         ff=ff,
     )
+
+
+def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tuple[int, int | None, str], str]:
+    """Which checkpoint tensor(s) each analysed matrix is made of, by ``(layer, head, role)``.
+
+    ``QK`` of head ``h`` is ``q[...]|k[...]``, ``OV`` is ``v[...]|o[...]``: each tensor's name with the
+    head's slice of its head axis in brackets (the output features of q, k, v; the input features
+    of o; a fused qkv's slice of its output axis); a feed-forward matrix is its tensor's name.  A
+    shared layer (ALBERT) names the stored layer it reads.
+
+    Returns
+    -------
+    dict mapping ``(layer, head or None, role)`` to the names, ``|``-separated.
+    """
+    d, H, H_kv = dims.d_head, dims.H, dims.H_kv
+    group = H // H_kv
+    out: dict[tuple[int, int | None, str], str] = {}
+    for layer in range(dims.L):
+        stored = dims.stored_layer(layer)
+        name = lambda role: spec.tensors[role].name_for(stored, prefix)  # noqa: E731
+        for h in range(H):
+            g = h // group  # the key/value head query head h uses
+            if "qkv" in spec.tensors:
+                fused = name("qkv")
+                if spec.tensors["qkv"].fused == "per_head":
+                    q0, k0, v0 = 3 * h * d, 3 * h * d + d, 3 * h * d + 2 * d
+                else:
+                    q0, k0, v0 = h * d, H * d + g * d, H * d + H_kv * d + g * d
+                q, k, v = (f"{fused}[{a}:{a + d}]" for a in (q0, k0, v0))
+            else:
+                q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
+                k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
+            out[(layer, h, "QK")] = f"{q}|{k}"
+            out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]"
+        for role in FF_ROLES:
+            if role in spec.tensors:
+                out[(layer, None, "FF_" + role[3:])] = name(role)
+    return out

@@ -174,6 +174,14 @@ def scaling_table(store, *, bounds: list[str] | None = None, confidence: float =
     import pandas as pd
 
     data = quantities(store, bounds)
+    if all(x in data.columns and data[x].nunique() < 2 for x, _ in against):
+        from .trajectory import is_same_shape, no_variation_message
+
+        table = store.table()
+        if is_same_shape(table):  # a run's checkpoints: say which label to fit against
+            raise SpecboundError(no_variation_message(table))
+        raise SpecboundError(f"{', '.join(x for x, _ in against)} take(s) one value over the store's records: "
+                             f"nothing to fit against")
     return pd.concat([scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group)
                       for x, by in against], ignore_index=True)
 

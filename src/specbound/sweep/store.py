@@ -197,7 +197,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                          options: dict[str, Any], seconds: float, mode: str,
                          cpu_seconds: float | None = None) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here)."""
-    from ..curves import contribution_curves
+    from ..records_curves import contribution_curves
 
     doc = analysis.to_dict()
     for big in ("matrices", "layers"):
@@ -206,16 +206,28 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                                  grid_m=analysis.options["grid_m"], rank_tol=analysis.options["rank_tol"])
     meta = {
         "format": RECORD_FORMAT, "key": key, "source": source, "labels": labels,
-        "location": analysis.source, "weights_sha256": weights_sha256,
+        "location": getattr(analysis, "location", None) or analysis.source, "weights_sha256": weights_sha256,
         "options": canonical_options(options), "model": analysis.model,
         "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
         "matrices": int(len(analysis.matrices)), "analysis": doc,
         "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
     }
-    tables = {"matrices": analysis.matrices, "layers": analysis.layers,
-              "singular_values": analysis.singular_values, "curves": curves}
+    # Every table carries its record's key and source first, so the tables of a whole store concatenate
+    # into one tidy frame (dask.dataframe.read_parquet("STORE/records/*/matrices.parquet")).
+    tables = {name: analysis.tidy_table(name, key=key, source=source)
+              for name in ("matrices", "layers", "singular_values")}
+    tables["curves"] = _with_ids(curves, key=key, source=source)
     return Record(meta, tables)
+
+
+def _with_ids(table, *, key: str, source: str):
+    """``table`` with ``key`` and ``source`` columns first (string dtype)."""
+    import pandas as pd
+
+    ids = pd.DataFrame({"key": pd.Series([key] * len(table), dtype="string"),
+                        "source": pd.Series([source] * len(table), dtype="string")})
+    return pd.concat([ids, table.reset_index(drop=True)], axis=1)
 
 
 def _json_float(value: float):
