@@ -175,6 +175,25 @@ def format_headline(a) -> str:
     return "\n".join(f"{name:<{width}}  {fmt(value)}" for name, value in a.bounds.items())
 
 
+def assumptions_block(a, *, verbose: bool = False) -> list[str]:
+    """Which numbers are theorems: the assumptions this model breaks and the extensions it uses
+    (``verbose``: each with its effect)."""
+    applying = [e for e in getattr(a, "assumptions", []) if e["applies"]]
+    if not applying:
+        return []
+    broken = [e["name"] for e in applying if e["kind"] == "theorem"]
+    ours = [e["name"] for e in applying if e["kind"] == "extension"]
+    lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
+             if broken or ours else "assumptions (docs/theory.md section 6)"]
+    if broken:
+        lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
+    if ours:
+        lines.append("  our extensions used: " + ", ".join(ours))
+    if verbose:
+        lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
+    return lines
+
+
 def format_summary(a, *, verbose: bool = False) -> str:
     """The text ``specbound analyze`` prints (``verbose``: also every matrix, one line each)."""
     o = a.options
@@ -195,6 +214,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines.append(gain.to_string())
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
+    lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",
                             "stable_rank", "alpha", "p_star", "contribution") if c in a.matrices.columns]
