@@ -222,9 +222,7 @@ def _spectra_png(a: Analysis) -> str:
     """A small spectrum figure as base64 PNG for the notebook view."""
     from .records_plot import png_base64
 
-    fig = a.plot.spectra()
-    fig.set_size_inches(6.0, 4.0)
-    return png_base64(fig, dpi=72)
+    return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
 
 
 def _from_json_number(value: Any) -> Any:

@@ -156,7 +156,7 @@ def _header(a) -> list[str]:
         + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
         + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(a.matrices)}",
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
-        f"rank_tol={o['rank_tol']:g}  L_phi={fmt(o['l_phi'])} ({o['l_phi_source']})",
+        f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
     return lines
 
@@ -224,6 +224,6 @@ def analysis_html(a, figure_png: str | None = None) -> str:
     if figure_png:
         alt = (f"Singular values of every matrix of {html.escape(short_name(a.source))}, by role, against "
                f"their index (log scale)")
-        parts.append(f'<img alt="{alt}" width="480" src="data:image/png;base64,{figure_png}">')
+        parts.append(f'<img alt="{alt}" width="600" src="data:image/png;base64,{figure_png}">')
     parts.append("</div>")
     return "".join(parts)
