@@ -82,7 +82,9 @@ def infer_cli(capsys, source, out=None):
 
 def _numbers(result):
     doc = json.loads(result.to_json())
-    doc.pop("source")
+    doc.pop("source"), doc.pop("location")  # where the weights are and what their tensors are called
+    for row in doc["matrices"]:
+        row.pop("tensors")
     doc["model"].pop("family")
     return doc
 

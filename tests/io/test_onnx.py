@@ -29,9 +29,12 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def _numbers(result):
-    """Every number of an analysis: its JSON minus the source path."""
+    """Every number of an analysis: its JSON minus the source path, the location and the tensor names
+    (an export names its weights after the wrapping module)."""
     doc = json.loads(result.to_json())
-    doc.pop("source")
+    doc.pop("source"), doc.pop("location")
+    for row in doc["matrices"]:
+        row.pop("tensors")
     return doc
 
 

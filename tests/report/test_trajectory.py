@@ -13,8 +13,11 @@ from specbound.report.html import write_report
 from specbound.report.plots import build_figures
 from specbound.report.scaling import scaling_table
 from specbound.report.trajectory import figure_trajectory, trajectory_axis, trajectory_frame
+import run_store_fixture
 
-STEPS = (100, 200, 300, 1000)  # the steps of the run_store fixture (tests/report/conftest.py)
+run_store = run_store_fixture.run_store  # the fixture (tests/report/run_store_fixture.py)
+
+STEPS = (100, 200, 300, 1000)  # the steps of the run_store fixture (tests/report/run_store_fixture.py)
 
 
 def test_scaling_names_the_label_to_fit_against(run_store, capsys):

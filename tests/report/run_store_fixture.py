@@ -1,4 +1,4 @@
-"""Fixtures of the report tests."""
+"""A fixture of the report tests: one run's checkpoints in a store (imported by the tests that use it)."""
 
 import pytest
 
