@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -265,14 +265,28 @@ def load_analysis(out_dir: str | Path) -> Analysis:
         if name == "singular_values" and "index" in table.columns:  # written before the rename
             table = table.rename(columns={"index": "sv_index"})
         tables[name] = table
-    numbers = lambda d: {k: _from_json_number(v) for k, v in (d or {}).items()}  # noqa: E731
-    return Analysis(source=doc["source"], model=doc["model"], options=numbers(doc["options"]),
-                    bounds=numbers(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
-                    singular_values=tables["singular_values"], baselines=numbers(doc.get("baselines")),
-                    adaptive_variants=numbers(doc.get("adaptive_variants")),
-                    from_init=numbers(doc["from_init"]) if "from_init" in doc else None,
-                    gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
-                    location=doc.get("location"))
+    log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
+
+    def bounds(values):  # JSON null (or a string, before 0.2) for a value beyond float64 -> inf
+        out = {}
+        for k, v in (values or {}).items():
+            v = _from_json_number(v)
+            out[k] = (math.inf if math.isfinite(log10.get(k, math.nan)) else math.nan) if v is None else float(v)
+        return out
+
+    kwargs = dict(source=doc["source"], model=doc["model"],
+                  options={k: _from_json_number(v) for k, v in doc["options"].items()},
+                  bounds=bounds(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
+                  singular_values=tables["singular_values"], baselines=bounds(doc.get("baselines")),
+                  adaptive_variants=bounds(doc.get("adaptive_variants")),
+                  from_init=bounds(doc["from_init"]) if "from_init" in doc else None,
+                  gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
+                  location=doc.get("location"))
+    # any other field the document carries under its own name (e.g. log10_bounds)
+    for f in fields(Analysis):
+        if f.name not in kwargs and f.name in doc and f.name not in TABLE_NAMES:
+            kwargs[f.name] = _from_json_tree(doc[f.name])
+    return Analysis(**kwargs)
 
 
 def _json_number(value: Any) -> Any:

@@ -29,19 +29,22 @@ _WEIGHT_FILE = re.compile(r"\.(safetensors|bin|pt|pth|onnx)$")
 SIGNIFICANT = 5  # digits of every number the summary prints
 
 
-def fmt(x: Any) -> str:
+def fmt(x: Any, log10: float | None = None) -> str:
     """Every number of the summary in one format: :data:`SIGNIFICANT` significant digits, fixed-point
     from 0.001 up to 10^SIGNIFICANT (``0.93440``, ``384.00``, ``20573``), scientific otherwise
-    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN as ``-``."""
-    if isinstance(x, bool) or x is None:
+    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN as ``-``.  A value beyond float64
+    (``inf`` or missing) whose ``log10`` is known is written ``10^600.07``."""
+    if isinstance(x, bool):
         return str(x)
     if isinstance(x, (int, np.integer)):
         return str(int(x))
-    x = float(x)
-    if math.isnan(x):
-        return "-"
-    if x == 0 or math.isinf(x):
-        return str(x) if x else "0"
+    x = math.nan if x is None or x is pd.NA else float(x)
+    if math.isnan(x) or math.isinf(x):
+        if log10 is not None and math.isfinite(log10):
+            return f"10^{log10:.2f}"
+        return "-" if math.isnan(x) else str(x)
+    if x == 0:
+        return "0"
     rounded = float(f"{x:.{SIGNIFICANT - 1}e}")
     exponent = math.floor(math.log10(abs(rounded)))
     if -3 <= exponent < SIGNIFICANT:
@@ -82,10 +85,15 @@ def comparison_frame(a) -> pd.DataFrame:
     adaptive = a.bounds.get("spectral_adaptive")
     gaps = (a.gap_bound or {}).get("bounds", {})
     rows = []
+    log10 = getattr(a, "log10_bounds", None) or {}
     for name, value in a.all_bounds().items():
         bound = REGISTRY[name]
+        if adaptive and not math.isfinite(value) and name in log10 and "spectral_adaptive" in log10:
+            ratio = fmt(math.inf, log10[name] - log10["spectral_adaptive"])  # beyond float64: in logs
+        else:
+            ratio = fmt(value / adaptive) if adaptive else "-"
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
-               "value": fmt(value), "/ adaptive": fmt(value / adaptive) if adaptive else "-"}
+               "value": fmt(value, log10.get(name)), "/ adaptive": ratio}
         if a.from_init is not None:
             row["from init"] = fmt(a.from_init[name]) if name in a.from_init else "-"
         if a.gap_bound is not None:
@@ -122,7 +130,10 @@ def per_layer_frame(a) -> pd.DataFrame:
     """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
     mats = a.matrices
     per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
-    table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": a.layers["alpha"].to_numpy()},
+    alpha = a.layers["alpha"].to_numpy()
+    if "log10_alpha" in a.layers.columns:  # a deep model's alpha may be beyond float64: from its log
+        alpha = [fmt(x, l) for x, l in zip(alpha, a.layers["log10_alpha"])]
+    table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
                          index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
     for role in _roles(mats):
         table[role] = per_role[role].reindex(table.index).to_numpy()
@@ -180,6 +191,8 @@ def format_summary(a, *, verbose: bool = False) -> str:
     for p in (0, 1, 2):
         gain[f"p={p}"] = a.layers[f"adaptive_p{p}"]
     gain["3 types"] = a.layers["adaptive_three_type"]
+    # a per-layer sum beyond float64 is null in the tables: say so rather than print "-"
+    gain = gain.apply(lambda col: [("> 1.8e308" if pd.isna(v) else fmt(v)) for v in col])
     gain["FF block p*"] = [_p_label(p, o["grid_m"]) for p in a.layers["three_type_ff_p_star"]]
     gain.index.name = "layer"
     lines.append(gain.to_string(float_format=fmt))
