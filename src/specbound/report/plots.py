@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import (MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, figure_contributions, figure_p_star,
-                            figure_spectra, new_figure, roles_of, save_figure, style_grid)
+from ..records_plot import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label,
+                            figure_contributions, figure_p_star, figure_spectra, new_figure, roles_of,
+                            save_figure, style_grid)
+from .trajectory import figure_trajectory, natural_order, trajectory_axis
 from ..records_view import short_name
 
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
 FIGSIZE = (7.0, 4.6)
 __all__ = ["ROLE_COLORS", "ROLE_LABELS", "build_figures", "render_all", "save_figure", "pick_record"]
 
@@ -40,47 +41,12 @@ _grid = style_grid
 _roles = roles_of
 
 
-def bound_colors(n: int) -> list:
-    """``n`` distinct colours: tab10 up to 10, tab20 (dark shades first) up to 20, then evenly spaced hues."""
-    from matplotlib import colormaps
-
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    if n <= 20:
-        tab20 = colormaps["tab20"]
-        return [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(n - 10)]
-    hsv = colormaps["hsv"]
-    return [hsv(i / n) for i in range(n)]
-
-
-def natural_order(table):
-    """Records by depth, width, every pattern label, then source with its numbers compared as numbers
-    (``step-200`` before ``step-1000``)."""
-    import re
-
-    def key(text: str):
-        return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(text)))
-
-    order = sorted(range(len(table)), key=lambda i: (
-        int(table["L"].iloc[i]), int(table["N"].iloc[i]),
-        *[key(table[c].iloc[i]) for c in table.columns if c.startswith("label_")], key(table["source"].iloc[i])))
-    return table.iloc[order].reset_index(drop=True)
-
-
 def _integer_ticks(ax, values) -> None:
     """Ticks at the family's own widths or depths, on a log axis, and no others."""
     from matplotlib.ticker import NullLocator
 
     ax.set_xticks(list(values), [str(v) for v in values])
     ax.xaxis.set_minor_locator(NullLocator())
-
-
-def _bound_label(name: str) -> str:
-    """The registry's title of a bound (``name`` for one this version does not know)."""
-    from ..bounds import REGISTRY
-
-    bound = REGISTRY.get(name)
-    return bound.title if bound else name
 
 
 def _model_title(meta) -> str:
@@ -176,7 +142,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     ax.set_title(f"Growth with {'width N at fixed depth L' if x == 'N' else 'depth L at fixed width N'}",
                  fontsize=11)
     _grid(ax)
-    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=_bound_label(n))
+    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=bound_label(n))
                      for i, n in enumerate(names)]
     group_handles = [Line2D([0], [0], color="dimgrey", marker=MARKERS[i % len(MARKERS)], linestyle="",
                             label=f"{other}={v}") for i, v in enumerate(groups)]
@@ -258,7 +224,7 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     _grid(ax)
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
     handles = [Line2D([0], [0], color=colors[i], marker=MARKERS[i % len(MARKERS)], linestyle="",
-                      label=_bound_label(n)) for i, n in enumerate(names)]
+                      label=bound_label(n)) for i, n in enumerate(names)]
     fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
                frameon=False, fontsize=7)
     return fig
@@ -269,8 +235,6 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
 def build_figures(store, *, model: str | None = None, fixed_L: int | None = None,
                   bounds: list[str] | None = None) -> dict[str, object]:
     """Every figure the store supports, by name (the family figures need two or more widths or depths)."""
-    from .trajectory import figure_trajectory, trajectory_axis
-
     key = pick_record(store, model)
     figures = {"spectral_decay": figure_spectral_decay(store, key)}
     table = store.table()
