@@ -14,21 +14,21 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 
-from .archs import ArchSpec, load_spec_file, spec_for_config
-from .bounds import compute_all
+from .errors import SpecboundError
+from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
 from .io import Checkpoint, open_checkpoint
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
-from .compute.distance import difference_spectra
-from .errors import SpecboundError
-from .compute.extract import (ModelDims, account_for_tensors, detect_prefix, infer_kv_heads,
-                      layer_weights, matrix_tensor_names, model_dims)
-from .bounds.gap import GapParameters, describe, gap_bounds
-from .bounds.schatten import default_grid_m
+from .archs import ArchSpec, load_spec_file, spec_for_config
+from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .compute.extract import layer_weights, matrix_tensor_names
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
+from .bounds import compute_all
+from .bounds.gap import GapParameters, describe, gap_bounds
+from .bounds.schatten import default_grid_m
 from .records import Analysis, build_analysis
-from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
             config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,

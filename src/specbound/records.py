@@ -28,8 +28,9 @@ MATRIX_COLUMNS = [
     "layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
     "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
     "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1", "sv_method",
-    "sv_rel_error_bound",
+    "sv_rel_error_bound", "log10_alpha", "log10_scale",
 ]
+LN10 = math.log(10)
 # Added when the analysis is measured from initial weights: norms of W - W0 and the adaptive
 # bound's choice on them.
 DELTA_COLUMNS = ["delta_rank", "delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1",
@@ -70,6 +71,9 @@ class Analysis:
         The spectrum-adaptive bound with a fixed Schatten index, and with three matrix types.
     from_init : dict[str, float] or None
         Every bound that measures norms, recomputed on ``W - W0`` (``init=`` given).
+    log10_bounds : dict[str, float]
+        ``log10`` of every bound and measure, finite even where the value overflows float64 (the
+        value is then ``inf`` here and ``null`` in every output).
     gap_bound : dict or None
         Generalisation-gap bounds (``n`` and ``margin`` given): parameters, assumptions and, per
         bound, ``complexity, log_factor, union_cost, leading, confidence, gap, vacuous``.
@@ -93,6 +97,7 @@ class Analysis:
     adaptive_variants: dict[str, float] = field(default_factory=dict)
     from_init: dict[str, float] | None = None
     gap_bound: dict[str, Any] | None = None
+    log10_bounds: dict[str, float] = field(default_factory=dict)
     location: str | None = None
 
     def all_bounds(self) -> dict[str, float]:
@@ -116,6 +121,7 @@ class Analysis:
             "bounds": _json_dict(self.bounds),
             "baselines": _json_dict(self.baselines),
             "adaptive_variants": _json_dict(self.adaptive_variants),
+            "log10_bounds": _json_dict(self.log10_bounds),
             "bound_references": {k: REGISTRY[k].reference for k in self.all_bounds()},
             "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
@@ -290,13 +296,28 @@ def load_analysis(out_dir: str | Path) -> Analysis:
 
 
 def _json_number(value: Any) -> Any:
-    """numpy scalars -> Python; non-finite floats -> strings, so the JSON stays strict."""
+    """numpy scalars -> Python; non-finite floats (and pandas' NA) -> null, so the JSON stays strict
+    (a bound too large for float64 is in ``log10_bounds``)."""
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (float, np.floating)):
         value = float(value)
-        return value if math.isfinite(value) else str(value)
+        return value if math.isfinite(value) else None
+    if value is pd.NA:
+        return None
     return value
+
+
+def _finite_or_null(table: pd.DataFrame) -> pd.DataFrame:
+    """``inf`` entries of float columns as NaN, which Parquet stores as null and CSV as empty: no
+    output table ever holds an Infinity (the ``log10_*`` columns carry what overflowed)."""
+    floats = table.select_dtypes(include="float").columns
+    if len(floats):
+        values = table[floats].to_numpy()
+        if not np.isfinite(values[~np.isnan(values)]).all():
+            table = table.copy()
+            table[floats] = table[floats].where(np.isfinite(table[floats]))
+    return table
 
 
 def _json_dict(values: dict[str, Any]) -> dict[str, Any]:
@@ -335,6 +356,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
             "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
+            "log10_alpha": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
         })
         sv_arrays.append(s.singular_values)
     # Every column gathered first and the frames built once: inserting columns one by one
@@ -345,7 +367,8 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     columns["head"] = pd.array(columns.get("head", []), dtype="Int64")
     matrices = pd.DataFrame(columns, columns=MATRIX_COLUMNS) if base else pd.DataFrame(base, columns=MATRIX_COLUMNS)
 
-    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas}
+    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas,
+                 "log10_alpha": measures.log_alphas / LN10}
     for result in results.values():
         per_layer.update(result.per_layer)
     layers = pd.DataFrame(per_layer)
@@ -365,8 +388,10 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     })
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
+    matrices, layers = _finite_or_null(matrices), _finite_or_null(layers)
     values = {name: r.value for name, r in results.items()}
     return Analysis(source=source, model=model, options=options,
+                    log10_bounds={name: r.log10_value for name, r in results.items()},
                     bounds={k: values[k] for k in in_group("bounds") if k in values},
                     matrices=matrices, layers=layers, singular_values=singular_values,
                     baselines={k: values[k] for k in in_group("baselines") if k in values},

@@ -27,7 +27,6 @@ PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
 PRINT_DPI = 200
 MAX_WIDTH = 7.5  # inches: a page's text width; no figure is wider
 LEGEND_LAYERS = 12  # up to this many layers get one legend entry each; more get a colour bar
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
 
 
 def new_figure(figsize=(7.0, 4.6), **kwargs):
@@ -59,27 +58,6 @@ def layer_colors(n_layers: int) -> list:
 
     cmap = colormaps["viridis"]
     return [cmap(0.05 + 0.85 * i / max(n_layers - 1, 1)) for i in range(n_layers)]
-
-
-def bound_colors(n: int) -> list:
-    """``n`` distinct colours: tab10 up to 10, tab20 (dark shades first) up to 20, then evenly spaced hues."""
-    from matplotlib import colormaps
-
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    if n <= 20:
-        tab20 = colormaps["tab20"]
-        return [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(n - 10)]
-    hsv = colormaps["hsv"]
-    return [hsv(i / n) for i in range(n)]
-
-
-def bound_label(name: str) -> str:
-    """The registry's title of a bound (``name`` for one this version does not know)."""
-    from .bounds import REGISTRY
-
-    bound = REGISTRY.get(name)
-    return bound.title if bound else name
 
 
 def _layer_key(fig, axes, n_layers: int, colors) -> None:

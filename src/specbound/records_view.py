@@ -32,19 +32,21 @@ SIGNIFICANT = 5  # digits of every number the summary prints
 def fmt(x: Any, log10: float | None = None) -> str:
     """Every number of the summary in one format: :data:`SIGNIFICANT` significant digits, fixed-point
     from 0.001 up to 10^SIGNIFICANT (``0.93440``, ``384.00``, ``20573``), scientific otherwise
-    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN as ``-``.  A value beyond float64
-    (``inf`` or missing) whose ``log10`` is known is written ``10^600.07``."""
+    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN or null as ``-``; a value beyond float64
+    (``inf`` or null) whose ``log10`` is known as ``10^600.07``."""
+    if log10 is not None and math.isfinite(log10) and (x is None or not math.isfinite(float(x))):
+        return f"10^{log10:.2f}"
+    if x is None or x is pd.NA:  # missing, its log unknown: like NaN
+        return "-"
     if isinstance(x, bool):
         return str(x)
     if isinstance(x, (int, np.integer)):
         return str(int(x))
-    x = math.nan if x is None or x is pd.NA else float(x)
-    if math.isnan(x) or math.isinf(x):
-        if log10 is not None and math.isfinite(log10):
-            return f"10^{log10:.2f}"
-        return "-" if math.isnan(x) else str(x)
-    if x == 0:
-        return "0"
+    x = float(x)
+    if math.isnan(x):
+        return "-"
+    if x == 0 or math.isinf(x):
+        return str(x) if x else "0"
     rounded = float(f"{x:.{SIGNIFICANT - 1}e}")
     exponent = math.floor(math.log10(abs(rounded)))
     if -3 <= exponent < SIGNIFICANT:
@@ -85,15 +87,13 @@ def comparison_frame(a) -> pd.DataFrame:
     adaptive = a.bounds.get("spectral_adaptive")
     gaps = (a.gap_bound or {}).get("bounds", {})
     rows = []
-    log10 = getattr(a, "log10_bounds", None) or {}
     for name, value in a.all_bounds().items():
         bound = REGISTRY[name]
-        if adaptive and not math.isfinite(value) and name in log10 and "spectral_adaptive" in log10:
-            ratio = fmt(math.inf, log10[name] - log10["spectral_adaptive"])  # beyond float64: in logs
-        else:
-            ratio = fmt(value / adaptive) if adaptive else "-"
+        log10 = a.log10_bounds.get(name)
+        ratio = (fmt(None, log10 - a.log10_bounds["spectral_adaptive"]) if not math.isfinite(value) and adaptive
+                 else fmt(value / adaptive) if adaptive else "-")
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
-               "value": fmt(value, log10.get(name)), "/ adaptive": ratio}
+               "value": fmt(value, log10), "/ adaptive": ratio}
         if a.from_init is not None:
             row["from init"] = fmt(a.from_init[name]) if name in a.from_init else "-"
         if a.gap_bound is not None:
@@ -130,9 +130,8 @@ def per_layer_frame(a) -> pd.DataFrame:
     """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
     mats = a.matrices
     per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
-    alpha = a.layers["alpha"].to_numpy()
-    if "log10_alpha" in a.layers.columns:  # a deep model's alpha may be beyond float64: from its log
-        alpha = [fmt(x, l) for x, l in zip(alpha, a.layers["log10_alpha"])]
+    alpha = [fmt(x, l) for x, l in zip(a.layers["alpha"], a.layers["log10_alpha"])] if "log10_alpha" in a.layers \
+        else a.layers["alpha"].to_numpy()
     table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
                          index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
     for role in _roles(mats):
@@ -195,7 +194,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     gain = gain.apply(lambda col: [("> 1.8e308" if pd.isna(v) else fmt(v)) for v in col])
     gain["FF block p*"] = [_p_label(p, o["grid_m"]) for p in a.layers["three_type_ff_p_star"]]
     gain.index.name = "layer"
-    lines.append(gain.to_string(float_format=fmt))
+    lines.append(gain.to_string())
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
     if verbose:

@@ -82,9 +82,8 @@ def infer_cli(capsys, source, out=None):
 
 def _numbers(result):
     doc = json.loads(result.to_json())
-    doc.pop("source"), doc.pop("location")  # where the weights are and what their tensors are called
-    for row in doc["matrices"]:
-        row.pop("tensors")
+    doc.pop("source")
+    doc.pop("location", None)
     doc["model"].pop("family")
     return doc
 

@@ -29,12 +29,13 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def _numbers(result):
-    """Every number of an analysis: its JSON minus the source path, the location and the tensor names
-    (an export names its weights after the wrapping module)."""
+    """Every number of an analysis: its JSON minus where it came from (the source path, its location
+    and each matrix's tensor names, which an exporter may prefix)."""
     doc = json.loads(result.to_json())
-    doc.pop("source"), doc.pop("location")
+    doc.pop("source")
+    doc.pop("location", None)
     for row in doc["matrices"]:
-        row.pop("tensors")
+        row.pop("tensors", None)
     return doc
 
 

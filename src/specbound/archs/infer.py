@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .binding import account_for_tensors, detect_prefix, model_dims
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError
@@ -370,8 +371,6 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
-    from ..compute.extract import account_for_tensors, detect_prefix, model_dims
-
     try:
         parsed = parse_spec(spec, "the drafted spec")
         dims = model_dims(parsed, ckpt.config)

@@ -63,7 +63,7 @@ def _fmt(value) -> str:
 
 
 def _records_table(store, bounds):
-    from .trajectory import natural_order
+    from .plots import natural_order
 
     table = natural_order(store.table())
     table["source"] = [short_name(s) for s in table["source"]]

@@ -23,11 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label,
-                            figure_contributions, figure_p_star, figure_spectra, new_figure, roles_of,
-                            save_figure, style_grid)
-from .trajectory import figure_trajectory, natural_order, trajectory_axis
+from ..records_plot import (MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, figure_contributions, figure_p_star,
+                            figure_spectra, new_figure, roles_of, save_figure, style_grid)
 from ..records_view import short_name
+from .figure_style import MARKERS, _bound_label, bound_colors, natural_order  # noqa: F401  (used here and re-exported)
 
 FIGSIZE = (7.0, 4.6)
 __all__ = ["ROLE_COLORS", "ROLE_LABELS", "build_figures", "render_all", "save_figure", "pick_record"]
@@ -142,7 +141,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     ax.set_title(f"Growth with {'width N at fixed depth L' if x == 'N' else 'depth L at fixed width N'}",
                  fontsize=11)
     _grid(ax)
-    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=bound_label(n))
+    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=_bound_label(n))
                      for i, n in enumerate(names)]
     group_handles = [Line2D([0], [0], color="dimgrey", marker=MARKERS[i % len(MARKERS)], linestyle="",
                             label=f"{other}={v}") for i, v in enumerate(groups)]
@@ -224,7 +223,7 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     _grid(ax)
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
     handles = [Line2D([0], [0], color=colors[i], marker=MARKERS[i % len(MARKERS)], linestyle="",
-                      label=bound_label(n)) for i, n in enumerate(names)]
+                      label=_bound_label(n)) for i, n in enumerate(names)]
     fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
                frameon=False, fontsize=7)
     return fig
@@ -235,6 +234,8 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
 def build_figures(store, *, model: str | None = None, fixed_L: int | None = None,
                   bounds: list[str] | None = None) -> dict[str, object]:
     """Every figure the store supports, by name (the family figures need two or more widths or depths)."""
+    from .trajectory import figure_trajectory, trajectory_axis
+
     key = pick_record(store, model)
     figures = {"spectral_decay": figure_spectral_decay(store, key)}
     table = store.table()

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import MARKERS, MAX_WIDTH, bound_colors, bound_label, new_figure, style_grid
+from ..records_plot import MAX_WIDTH, new_figure, style_grid
 from ..records_view import short_name
 
 ORDER = "checkpoint"  # the x column when no label varies: the records in source-name order
@@ -72,6 +72,8 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
                              f"shape (L in {sorted(set(table['L']))}, N in {sorted(set(table['N']))})")
     names = bounds or store.bound_names()
     if x == ORDER:
+        from .figure_style import natural_order
+
         table = natural_order(table)
         table[ORDER] = np.arange(len(table))
     elif x not in table.columns:
@@ -89,24 +91,12 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
     return pd.concat([table[[x, "source", "key", *names]], share], axis=1)
 
 
-def natural_order(table):
-    """Records by depth, width, every pattern label, then source with its numbers compared as numbers
-    (``step-200`` before ``step-1000``)."""
-    import re
-
-    def key(text: str):
-        return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(text)))
-
-    order = sorted(range(len(table)), key=lambda i: (
-        int(table["L"].iloc[i]), int(table["N"].iloc[i]),
-        *[key(table[c].iloc[i]) for c in table.columns if c.startswith("label_")], key(table["source"].iloc[i])))
-    return table.iloc[order].reset_index(drop=True)
-
-
 def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None = None):
     """Every bound against the training step (log scale), and below it the share of the matrices
     choosing each Schatten index ``p*`` at each step (stacked)."""
     from matplotlib import colormaps
+
+    from .figure_style import MARKERS, _bound_label, bound_colors
 
     frame = trajectory_frame(store, x=x, bounds=bounds)
     x = frame.columns[0]
@@ -119,7 +109,7 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     for i, name in enumerate(names):
         y = frame[name].to_numpy(float)
         top.plot(xs, np.where(y > 0, y, np.nan), color=colors[i], marker=MARKERS[i % len(MARKERS)],
-                 markersize=4, linewidth=1.3, label=bound_label(name))
+                 markersize=4, linewidth=1.3, label=_bound_label(name))
     top.set_yscale("log")
     top.set_ylabel("bound value (log scale)")
     x_name = x[len("label_"):] if x.startswith("label_") else x
