@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -234,9 +234,7 @@ def _spectra_png(a: Analysis) -> str:
     """A small spectrum figure as base64 PNG for the notebook view."""
     from .records_plot import png_base64
 
-    fig = a.plot.spectra()
-    fig.set_size_inches(6.0, 4.0)
-    return png_base64(fig, dpi=72)
+    return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
 
 
 def _from_json_number(value: Any) -> Any:
@@ -279,18 +277,28 @@ def load_analysis(out_dir: str | Path) -> Analysis:
         if name == "singular_values" and "index" in table.columns:  # written before the rename
             table = table.rename(columns={"index": "sv_index"})
         tables[name] = table
-    numbers = lambda d: {k: _from_json_number(v) for k, v in (d or {}).items()}  # noqa: E731
-    # a bound stored as null overflowed float64 (its log10 is in log10_bounds): inf again in Python
-    bound_values = lambda d: {k: math.inf if v is None else _from_json_number(v) for k, v in (d or {}).items()}  # noqa: E731
-    return Analysis(source=doc["source"], model=doc["model"], options=numbers(doc["options"]),
-                    bounds=bound_values(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
-                    singular_values=tables["singular_values"], baselines=bound_values(doc.get("baselines")),
-                    adaptive_variants=bound_values(doc.get("adaptive_variants")),
-                    log10_bounds=numbers(doc.get("log10_bounds")),
-                    assumptions=list(doc.get("assumptions") or []),
-                    from_init=bound_values(doc["from_init"]) if "from_init" in doc else None,
-                    gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
-                    location=doc.get("location"))
+    log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
+
+    def bounds(values):  # JSON null (or a string, before 0.2) for a value beyond float64 -> inf
+        out = {}
+        for k, v in (values or {}).items():
+            v = _from_json_number(v)
+            out[k] = (math.inf if math.isfinite(log10.get(k, math.nan)) else math.nan) if v is None else float(v)
+        return out
+
+    kwargs = dict(source=doc["source"], model=doc["model"],
+                  options={k: _from_json_number(v) for k, v in doc["options"].items()},
+                  bounds=bounds(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
+                  singular_values=tables["singular_values"], baselines=bounds(doc.get("baselines")),
+                  adaptive_variants=bounds(doc.get("adaptive_variants")),
+                  from_init=bounds(doc["from_init"]) if "from_init" in doc else None,
+                  gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
+                  location=doc.get("location"))
+    # any other field the document carries under its own name (e.g. log10_bounds)
+    for f in fields(Analysis):
+        if f.name not in kwargs and f.name in doc and f.name not in TABLE_NAMES:
+            kwargs[f.name] = _from_json_tree(doc[f.name])
+    return Analysis(**kwargs)
 
 
 def _json_number(value: Any) -> Any:

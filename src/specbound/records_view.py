@@ -32,11 +32,13 @@ SIGNIFICANT = 5  # digits of every number the summary prints
 def fmt(x: Any, log10: float | None = None) -> str:
     """Every number of the summary in one format: :data:`SIGNIFICANT` significant digits, fixed-point
     from 0.001 up to 10^SIGNIFICANT (``0.93440``, ``384.00``, ``20573``), scientific otherwise
-    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN as ``-``; a value beyond float64
+    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN or null as ``-``; a value beyond float64
     (``inf`` or null) whose ``log10`` is known as ``10^600.07``."""
     if log10 is not None and math.isfinite(log10) and (x is None or not math.isfinite(float(x))):
         return f"10^{log10:.2f}"
-    if isinstance(x, bool) or x is None:
+    if x is None or x is pd.NA:  # missing, its log unknown: like NaN
+        return "-"
+    if isinstance(x, bool):
         return str(x)
     if isinstance(x, (int, np.integer)):
         return str(int(x))
@@ -164,7 +166,7 @@ def _header(a) -> list[str]:
         + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
         + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(a.matrices)}",
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
-        f"rank_tol={o['rank_tol']:g}  L_phi={fmt(o['l_phi'])} ({o['l_phi_source']})",
+        f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
     return lines
 
@@ -254,6 +256,6 @@ def analysis_html(a, figure_png: str | None = None) -> str:
     if figure_png:
         alt = (f"Singular values of every matrix of {html.escape(short_name(a.source))}, by role, against "
                f"their index (log scale)")
-        parts.append(f'<img alt="{alt}" width="480" src="data:image/png;base64,{figure_png}">')
+        parts.append(f'<img alt="{alt}" width="600" src="data:image/png;base64,{figure_png}">')
     parts.append("</div>")
     return "".join(parts)
