@@ -112,7 +112,13 @@ class Analysis:
 
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write the tables (Parquet and CSV) and the summary JSON to ``out_dir``, each atomically."""
+        from .errors import os_errors
+
         out = Path(out_dir)
+        with os_errors(f"write the tables to {out}"):
+            return self._save(out)
+
+    def _save(self, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         written = []
         for name, table in (("matrices", self.matrices), ("layers", self.layers),

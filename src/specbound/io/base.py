@@ -97,7 +97,7 @@ class Checkpoint:
         stored = count * _ITEMSIZE.get(self.dtype(name), 1)
         # A missing file is left to the reader, whose message says which file and why.
         holders = [self._stored_in(name)] if self._stored_in(name) is not None else self.files()
-        with os_errors(f"checking the size of {self.where(name)}"):
+        with os_errors(f"check the size of {self.where(name)}"):
             held = sum(p.stat().st_size for p in holders if p.is_file()) if any(p.is_file() for p in holders) else None
         if held is not None and stored > held:
             raise SpecboundError(
@@ -120,7 +120,7 @@ class Checkpoint:
         Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
         8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
         """
-        with self._read_lock, os_errors(f"reading tensor {name!r} from {self.where(name)}"):
+        with self._read_lock, os_errors(f"read tensor {name!r} from {self.where(name)}"):
             dtype = self.dtype(name)
             if dtype in FLOAT_DTYPES:
                 self.check_size(name)
@@ -163,7 +163,7 @@ def available_memory() -> int | None:
 def load_json(path: Path, what: str, fix: str) -> Any:
     """``path`` decoded as JSON; any failure (unreadable, not UTF-8, not JSON, nested deeper than
     ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and how to ``fix`` it."""
-    with os_errors(f"reading the {what} {path}"):
+    with os_errors(f"read the {what} {path}"):
         text = path.read_bytes()
     try:
         text = text.decode("utf-8")
@@ -171,7 +171,7 @@ def load_json(path: Path, what: str, fix: str) -> Any:
             raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
         return json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise SpecboundError(f"cannot parse the {what} {path} as JSON ({type(exc).__name__}: "
+        raise SpecboundError(f"cannot read the {what} {path} as JSON ({type(exc).__name__}: "
                              f"{str(exc)[:200]}); {fix}") from None
 
 

@@ -59,7 +59,7 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
     if not inside(repo / "refs", ref):
         raise SpecboundError(f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a "
                              f"branch, tag or commit hash")
-    with os_errors(f"reading the cache ref {ref}"):
+    with os_errors(f"read the cache ref {ref}"):
         commit = ref.read_text(errors="replace").strip() if ref.is_file() else revision
     if not _COMMIT.match(commit):
         raise SpecboundError(f"{ref if ref.is_file() else 'the revision'} names {commit[:60]!r}, not a commit "

@@ -149,7 +149,7 @@ class OnnxCheckpoint(Checkpoint):
 def open_onnx(path: Path, config: dict[str, Any]) -> OnnxCheckpoint:
     """Load ``path``'s graph (not its external data) and map its weights to parameter names."""
     onnx = _import_onnx()
-    with os_errors(f"reading {path}"):
+    with os_errors(f"read {path}"):
         path.stat()  # unreadable or missing: an OS error, not a decoding one
     try:
         model = onnx.load(str(path), load_external_data=False)

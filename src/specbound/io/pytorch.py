@@ -122,7 +122,7 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
     first, then is memory-mapped; a legacy (non-zip) one is read into memory, as torch requires.
     """
     torch = _import_torch()
-    with os_errors(f"reading {path}"):
+    with os_errors(f"read {path}"):
         is_zip = _verify_zip(path)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)

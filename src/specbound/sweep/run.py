@@ -175,7 +175,7 @@ def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], repor
             try:
                 headers.append(read_header(source, options))
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
-                report.failed.append((source.name, str(one_line(exc, f"opening {source.name}"))))
+                report.failed.append((source.name, str(one_line(exc, f"open {source.name}"))))
     return headers
 
 
@@ -340,8 +340,18 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', got {jobs!r}")
     if per_layer not in PER_LAYER_MODES:
         raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
+    for options in option_sets or [{}]:  # a bad option set is the request's error, not each source's
+        spec = canonical_options(options)["arch_spec"]
+        if spec is not None:
+            from ..archs.spec import load_spec_file
+
+            load_spec_file(spec)
     if progress is None:
         progress = sys.stderr.isatty()
+    if workers is None and scheduler is None:  # a cluster's workers have their own cores
+        from ..pipeline import cap_threads
+
+        threads = cap_threads(threads)
     start = time.perf_counter()
     st = Store(store)
     st._ensure()  # a store that cannot be written fails now, before any analysis
@@ -389,7 +399,7 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
             try:
                 record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs)
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
-                report.failed.append((task.source.name, str(one_line(exc, f"analysing {task.source.name}"))))
+                report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
                 bars.checkpoint(task, failed=True)
                 continue
             writes.append((task.key, writer.submit(st.put, record)))
@@ -464,7 +474,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             try:
                 record = future.result()
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:
-                report.failed.append((task.source.name, str(one_line(exc, f"analysing {task.source.name}"))))
+                report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
                 bars.checkpoint(task, failed=True)
                 continue
             _count_write(report, task.key, st.put(record))

@@ -77,7 +77,7 @@ def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
     The fingerprint is taken before and after hashing: a file written meanwhile is an error (its
     bytes are none of its versions), so a remembered hash is always that of one whole version.
     """
-    with os_errors(f"hashing {path}"):
+    with os_errors(f"hash {path}"):
         before = fingerprint(path)
         if cache is not None and before in cache:
             return cache[before]
@@ -103,10 +103,10 @@ def hash_weights(config: dict[str, Any], weight_files: list[Path],
     h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
     prints = []
     for path in sorted(set(weight_files), key=lambda p: p.name):
-        with os_errors(f"hashing {path}"):
+        with os_errors(f"hash {path}"):
             prints.append(fingerprint(path))
         digest = file_sha256(path, cache)
-        with os_errors(f"hashing {path}"):
+        with os_errors(f"hash {path}"):
             if fingerprint(path) != prints[-1]:
                 raise SpecboundError(f"{path} changed while it was being hashed; run the sweep again")
         h.update(b"\0" + path.name.encode() + b"\0" + digest.encode())
@@ -259,7 +259,7 @@ class Store:
         aside (:meth:`quarantine`) with a :class:`~specbound.errors.SpecboundWarning`."""
         if not self.records_dir.is_dir():
             return []
-        with os_errors(f"listing the results store {self.root}"):
+        with os_errors(f"list the results store {self.root}"):
             found = sorted(p.name for p in self.records_dir.iterdir() if (p / "record.json").exists())
         return [key for key in found if self._sound(key)]
 
@@ -313,7 +313,7 @@ class Store:
             return False
         # <key>+<pid>+<random>+<host>: clean_incoming tells a dead writer's leftovers from a live one's
         tmp = self.incoming_dir / f"{record.key}+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
-        with os_errors(f"writing record {record.key} to the results store {self.root}"):
+        with os_errors(f"write record {record.key} to the results store {self.root}"):
             return self._publish(record, tmp)
 
     def _publish(self, record: Record, tmp: Path) -> bool:
