@@ -2,12 +2,12 @@
 
 import json
 
+import numpy as np
 import pytest
 
 import specbound
 from specbound import SpecboundError
-from one_line import (assert_one_line_error, run_cli)
-
+from one_line import assert_one_line_error, run_cli
 
 OPTION_CASES = [
     (["--grid-m", "0"], ["--grid-m", "positive integer", "'0'"]),
@@ -48,3 +48,26 @@ def test_valid_options_still_work(tiny_bert_dir, capsys):
     assert rc == 0 and err == ""
     doc = json.loads(out)
     assert doc["options"]["grid_m"] == 3 and doc["options"]["rank_tol"] == 0
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(grid_m=10**9), "from 1 to 10000"),  # was a MemoryError traceback
+    (dict(grid_m=True), "grid_m"), (dict(rank_tol=True), "rank_tol"), (dict(l_phi=True), "l_phi"),
+    (dict(threads=True), "threads"), (dict(n=True, margin=0.1), "n "), (dict(n=100, margin=True), "margin"),
+])
+def test_absurd_and_boolean_values_are_refused(kwargs, needle):
+    from specbound.options import AnalysisOptions
+
+    with pytest.raises(SpecboundError, match=needle):
+        AnalysisOptions(**kwargs)
+
+
+def test_numpy_scalars_are_numbers():
+    from specbound.options import AnalysisOptions
+
+    opts = AnalysisOptions(rank_tol=np.float32(1e-10), grid_m=np.int64(7), l_phi=np.float64(1.1))
+    assert opts.grid_m == 7 and type(opts.grid_m) is int and type(opts.rank_tol) is float
+
+
+def test_grid_m_beyond_the_bound_is_one_line(tiny_bert_dir, capsys):
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--grid-m", str(10**9)), ["grid_m", "10000"])

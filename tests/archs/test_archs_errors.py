@@ -76,6 +76,18 @@ SPEC_CASES = {
     "unknown_key": (lambda s: {**s, "rotary": True}, ["unknown keys ['rotary']"]),
     "missing_config_field": (lambda s: {**s, "config": _without(s["config"], "ff_size")}, ["'ff_size'"]),
     "bad_regex": (lambda s: {**s, "ignore": ["(unclosed"]}, ["'(unclosed'", "regular expression"]),
+    # lists where strings belong (were TypeError: unhashable type 'list')
+    "feed_forward_a_list": (lambda s: {**s, "feed_forward": ["plain"]}, ["'feed_forward'", "['plain']"]),
+    "block_a_list": (lambda s: {**s, "block": ["sequential"]}, ["'block'", "['sequential']"]),
+    "block_switch_a_list": (lambda s: {**s, "block_switch": {"config_key": "x", "default": False,
+                                                             "if_true": ["parallel"], "if_false": "sequential"}},
+                            ["'if_true'", "['parallel']"]),
+    "fused_a_list": (lambda s: {**s, "tensors": {**{k: v for k, v in s["tensors"].items() if k not in "qkv"},
+                                                 "qkv": {"name": "${layer}.qkv", "layout": "linear", "fused": ["concat"]}}},
+                     ["'fused' for qkv", "['concat']"]),
+    "description_a_list": (lambda s: {**s, "description": ["x"]}, ["'description'", "['x']"]),
+    "ignore_a_string": (lambda s: {**s, "ignore": "^pooler"}, ["'ignore' must be a list of strings"]),
+    "deep_json": ("[" * 5000 + "]" * 5000, ["architecture spec", "nested more than"]),
 }
 
 
@@ -124,3 +136,23 @@ def test_optional_config_field_not_an_integer(tiny_bert_dir, tmp_path, capsys):
     needles = ["positive integer head_dim", "'eight'"]
     assert_one_line_error(*run_cli(capsys, folder, "--arch-spec", spec_path), needles)
     assert_api_error(needles, folder, arch_spec=spec_path)
+
+
+def test_catastrophic_ignore_pattern_is_stopped(tiny_bert_dir, tmp_path, capsys):
+    """A backtracking pattern (exponential on a real tensor name) ends in one line, not in minutes:
+    ignore patterns are matched with a time limit."""
+    import time
+
+    spec = _bert_spec()
+    spec["ignore"] = ["^(.|..)*[A-Z]$"] + spec["ignore"]
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps(spec))
+    start = time.perf_counter()
+    needles = ["'^(.|..)*[A-Z]$'", "catastrophic backtracking", str(path)]
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--arch-spec", path), needles)
+    assert time.perf_counter() - start < 10
+
+
+@pytest.mark.parametrize("value", [5, 1.5, ["bert.json"]])
+def test_arch_spec_of_the_wrong_type(tiny_bert_dir, value):
+    assert_api_error(["arch_spec must be the path"], tiny_bert_dir, arch_spec=value)

@@ -60,8 +60,16 @@ def stray_tensor(d):
     return d, ["unaccounted", "encoder.layer.0.attention.adapter.weight", "ignore", "--arch-spec"]
 
 
+def config_says_absurdly_many_layers(d):
+    """num_hidden_layers = 10**30: every layer's tensor names were listed before any was checked
+    (memory grew without limit); now the count is bounded by the tensors present first."""
+    write_config(d, num_hidden_layers=10**30)
+    return d, [f"config.json says {10**30} layers", "tensors in all"]
+
+
 EXTRACT_CASES = [
-    missing_tensor, config_says_more_layers, no_layer_tensors, two_wrapped_models, ff_size_mismatch, hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, stray_tensor,
+    missing_tensor, config_says_more_layers, no_layer_tensors, two_wrapped_models, ff_size_mismatch,
+    hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, stray_tensor, config_says_absurdly_many_layers,
 ]
 
 
@@ -77,3 +85,14 @@ def test_broken_checkpoint(breaker, healthy, capsys):
     source, needles = breaker(healthy)
     line = assert_one_line_error(*run_cli(capsys, source), needles)
     assert assert_api_error(needles, source) == line.removeprefix("specbound: error: ")
+
+
+def test_shared_layer_depth_is_bounded():
+    """ALBERT's depth is not bounded by its stored tensors: a 10**30-deep stack is refused by its spec."""
+    from specbound import SpecboundError
+    from specbound.archs import spec_for_config
+
+    spec = spec_for_config({"model_type": "albert"})
+    assert spec.stored_layers({"num_hidden_groups": 1}, 12) == [0] * 12
+    with pytest.raises(SpecboundError, match="at most 100,000"):
+        spec.stored_layers({"num_hidden_groups": 1}, 10**30)

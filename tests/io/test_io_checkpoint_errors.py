@@ -108,7 +108,9 @@ def header_not_json(d):
 
 
 IO_CASES = [
-    missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights, only_pytorch_bin, only_stray_pickle, nan_weight, inf_weight, quantized_weight, truncated, empty_file, garbage_header, header_length_past_end, header_not_json,
+    missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights, only_pytorch_bin,
+    only_stray_pickle, nan_weight, inf_weight, quantized_weight, truncated, empty_file, garbage_header,
+    header_length_past_end, header_not_json,
 ]
 
 

@@ -394,10 +394,14 @@ class Store:
     def load_digests(self) -> dict[str, str]:
         """The remembered file hashes (empty when none or unreadable: it is only a cache)."""
         try:
-            cache = json.loads((self.root / "digests.json").read_text())
-        except (OSError, ValueError):
+            cache = json.loads((self.root / "digests.json").read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return {}
-        return cache if isinstance(cache, dict) else {}
+        if not isinstance(cache, dict):
+            return {}
+        # only well-formed entries: a damaged cache costs a re-hash, never a wrong key
+        return {k: v for k, v in cache.items() if isinstance(k, str) and isinstance(v, str)
+                and len(v) == 64 and all(c in "0123456789abcdef" for c in v)}
 
     def save_digests(self, cache: dict[str, str]) -> None:
         """Write the file-hash cache atomically (the last writer wins; entries never go stale)."""
