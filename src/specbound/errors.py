@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import re
 
 
 class SpecboundError(Exception):
     """Bad input or an impossible request, with a message that says what was expected, what was
-    found and how to fix it.  The CLI prints the message on one line and exits with status 2."""
+    found and how to fix it.  The CLI prints the message on one line and exits with status 2.
+
+    The message is kept on one line whatever it quotes (a library's multi-line reason, a file
+    name with a newline): line breaks become spaces here, once for every message.
+    """
+
+    def __init__(self, message: str = "", *args):
+        super().__init__(re.sub(r"\s*[\r\n]+\s*", " ", str(message)).strip(), *args)
 
 
 class SpecboundWarning(UserWarning):

@@ -94,3 +94,14 @@ def test_files_lists_the_model_and_its_external_data(tmp_path):
     ckpt = open_checkpoint(folder)
     assert ckpt.files() == [folder / "model.onnx", folder / "model.onnx.data"]
     np.testing.assert_array_equal(ckpt.read("encoder.layer.0.attention.self.query.weight"), np.ones((N, N)))
+
+
+def test_declared_dims_beyond_the_file_are_refused_before_allocation(tmp_path):
+    """An initializer declaring 10^6 x 10^6 values over 256 stored bytes."""
+    weight = _weight()
+    del weight.dims[:]
+    weight.dims.extend([10**6, 10**6])
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul")]
+    ckpt = open_checkpoint(_save(tmp_path / "m", nodes, [weight]))
+    with pytest.raises(SpecboundError, match="lies about the tensor's size"):
+        ckpt.read("encoder.layer.0.attention.self.query.weight")
