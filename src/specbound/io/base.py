@@ -149,6 +149,18 @@ class Checkpoint:
 
 
 
+def fingerprint(path: Path) -> str:
+    """Where a file is and which version of it: real path, size, mtime, ctime (ns) and inode.
+
+    The ctime is what makes it trustworthy: any write, truncation or ``utime`` sets it to the
+    current time and no user can set it back, so a same-size rewrite that restores the old mtime
+    still changes the fingerprint (on file systems with nanosecond timestamps: ext4, XFS, btrfs,
+    tmpfs, ZFS; a coarser one could miss a rewrite within its tick).
+    """
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+
+
 def available_memory() -> int | None:
     """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
     try:

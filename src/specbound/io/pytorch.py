@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError, os_errors
-from .base import Checkpoint
+from .base import Checkpoint, fingerprint
 from .shard_index import read_weight_map
 
 PICKLE_SINGLE = "pytorch_model.bin"
@@ -153,6 +153,9 @@ def _verify_zip(path: Path) -> bool:
 
     if not zipfile.is_zipfile(path):
         return False
+    version = fingerprint(path)
+    if version in _VERIFIED:  # this very version passed already (a sweep opens a file several times)
+        return True
     try:
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
@@ -164,7 +167,13 @@ def _verify_zip(path: Path) -> bool:
             f"{path} is a corrupt PyTorch zip checkpoint ({type(exc).__name__}: {str(exc)[:200]}): its "
             f"stored bytes do not match their checksums (CRC-32); re-download or re-save the checkpoint"
         ) from None
+    if fingerprint(path) == version:  # not rewritten while it was read
+        _VERIFIED.add(version)
     return True
+
+
+# Fingerprints (io.base.fingerprint) of the zip checkpoints whose CRCs this process has verified.
+_VERIFIED: set[str] = set()
 
 
 def pickle_shards(folder: Path) -> dict[str, Path] | None:

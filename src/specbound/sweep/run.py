@@ -158,6 +158,8 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
                              f"files or hub ids")
     cfg_path = model.ckpt.config_path
     side = [cfg_path, *(cfg_path.parent / n for n in _INDEX_FILES)] if cfg_path is not None else []
+    if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
+        side.append(Path(options["arch_spec"]))
     side_prints = tuple(fingerprint(p) for p in side if p.is_file())
     # config.json read again after its fingerprint: the fingerprinted version is the one analysed
     if cfg_path is not None and read_config(cfg_path.parent) != model.ckpt.config:

@@ -35,6 +35,7 @@ from typing import Any, Iterator
 
 from ..atomic import process_alive
 from ..errors import SpecboundError, os_errors
+from ..io.base import fingerprint
 from ..options import AnalysisOptions
 
 RECORD_FORMAT = 1
@@ -57,18 +58,6 @@ def _file_sha256(path: Path, digest=None):
         while chunk := f.read(_HASH_CHUNK):
             h.update(chunk)
     return h
-
-
-def fingerprint(path: Path) -> str:
-    """Where a file is and which version of it: real path, size, mtime, ctime (ns) and inode.
-
-    The ctime is what makes it trustworthy: any write, truncation or ``utime`` sets it to the
-    current time and no user can set it back, so a same-size rewrite that restores the old mtime
-    still changes the fingerprint (on file systems with nanosecond timestamps: ext4, XFS, btrfs,
-    tmpfs, ZFS; a coarser one could miss a rewrite within its tick).
-    """
-    st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
 
 
 def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
