@@ -211,3 +211,17 @@ def test_state_dict_holding_non_tensors(value):
 def test_state_dict_with_non_string_names():
     with pytest.raises(SpecboundError, match="expected tensor names"):
         specbound.analyze({1: np.zeros((2, 2))}, config={"model_type": "bert"})
+
+
+def test_zip_end_record_claiming_several_disks(copy):
+    """Found by the fuzz suite: zipfile.is_zipfile itself raised BadZipFile ("zipfiles that span
+    multiple disks are not supported")."""
+    folder = _as_pickle(copy)
+    path = folder / "pytorch_model.bin"
+    data = bytearray(path.read_bytes())
+    locator = data.rfind(b"PK\x06\x07")  # torch writes zip64: its end locator holds the number of disks
+    assert locator > 0
+    data[locator + 16] = 2
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpecboundError, match="corrupt PyTorch zip checkpoint"):
+        specbound.analyze(folder, threads=1)

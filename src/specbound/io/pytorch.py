@@ -151,12 +151,12 @@ def _verify_zip(path: Path) -> bool:
     """
     import zipfile
 
-    if not zipfile.is_zipfile(path):
-        return False
     version = fingerprint(path)
     if version in _VERIFIED:  # this very version passed already (a sweep opens a file several times)
         return True
     try:
+        if not zipfile.is_zipfile(path):  # itself raises on some damaged end records
+            return False
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
                 with archive.open(info) as member:
