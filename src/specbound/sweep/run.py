@@ -433,7 +433,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
     import logging
 
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
         raise SpecboundError("a Dask sweep needs dask.distributed: pip install 'specbound[sweep]'") from None
     with contextlib.ExitStack() as stack:
@@ -475,8 +475,11 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             task, split = finals[future.key]
             try:
                 record = future.result()
-            except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:
-                report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
+            except (SpecboundError, KilledWorker, *ENVIRONMENT_ERRORS) as exc:
+                message = (f"the Dask worker analysing it died ({exc}): out of memory, or killed; give the "
+                           f"workers more memory" if isinstance(exc, KilledWorker)
+                           else str(one_line(exc, f"analyse {task.source.name}")))
+                report.failed.append((task.source.name, " ".join(message.split())))
                 bars.checkpoint(task, failed=True)
                 continue
             _count_write(report, task.key, st.put(record))
