@@ -188,8 +188,9 @@ def load_json(path: Path, what: str, fix: str) -> Any:
 
 
 def _json_depth(text: str) -> int:
-    """An upper bound of the nesting depth of a JSON text (brackets inside strings count too),
-    without recursion: a deeply nested document is refused before the recursive parser sees it."""
+    """An upper bound of the nesting depth of a JSON text (brackets inside strings count too), or 0
+    when it has too few brackets to exceed ``MAX_JSON_DEPTH``; without recursion, so a deeply nested
+    document is refused before the recursive parser sees it."""
     if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # the usual case, counted in C
         return 0
     depth = best = 0
