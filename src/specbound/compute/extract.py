@@ -151,7 +151,8 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
     if stored_layers * len(spec.tensors) > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
-            f"config.json says {dims.L} layers ({stored_layers} stored, {len(spec.tensors)} role tensors each), "
+            f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
+            f"{len(spec.tensors)} role tensors each, "
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )
