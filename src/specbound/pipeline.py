@@ -17,6 +17,7 @@ from typing import Any, Callable
 from .errors import SpecboundError
 from .options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, AnalysisOptions
 from .io import Checkpoint, open_checkpoint
+from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
@@ -260,17 +261,6 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
     free = available_memory()
     by_memory = max(1, int(0.5 * free // per_job)) if free is not None and per_job > 0 else layers
     return max(1, min(available_cores(), layers, by_memory))
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def cap_threads(threads: int | None) -> int | None:
