@@ -322,9 +322,9 @@ def _scaling(args) -> int:
     elif args.format == "json":
         print(table.to_json(orient="records", indent=2))
     elif args.format == "markdown":
-        from .report.html import _markdown_table
+        from .records_view import markdown_table
 
-        print(_markdown_table(table))
+        print(markdown_table(table))
     else:
         import pandas as pd
 
