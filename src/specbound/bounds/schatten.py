@@ -29,18 +29,16 @@ def schatten_grid(m: int) -> np.ndarray:
     return np.arange(2 * m + 1, dtype=np.float64) / m
 
 
-def log_contribution(schatten_power: float, p: float, log_scale: float, n: int) -> float:
-    """``ln C(p)`` from ``S_p`` and ``ln scale`` (``-inf`` for a zero matrix): exact whatever the size
-    of ``scale``, and ``p = 0`` never multiplies it (``C(0) = sqrt(r N)`` is scale-free)."""
-    if schatten_power <= 0.0:
-        return -math.inf
-    scaled = p * log_scale if p else 0.0
-    return (math.log(schatten_power) + scaled + (p + 1.0) * math.log(n)) / (p + 2.0)
-
-
-def contribution(schatten_power: float, p: float, log_scale: float, n: int) -> float:
-    """``C(p)`` from ``S_p`` and ``ln scale``; ``inf`` where it exceeds float64 (its log is finite)."""
-    return safe_exp(log_contribution(schatten_power, p, log_scale, n))
+def log_contribution(schatten_power, p, log_scale: float, n: int):
+    """``ln C(p) = (ln S_p + p ln scale + (p + 1) ln N) / (p + 2)``, the one home of the formula
+    (scalars or arrays of ``S_p`` and ``p``): exact whatever the size of ``scale``, ``p = 0`` never
+    multiplies it (``C(0) = sqrt(r N)`` is scale-free), and ``-inf`` for a zero matrix (``S_p = 0``)."""
+    powers, p = np.asarray(schatten_power, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logs = np.log(powers)
+    scaled = np.where(p == 0, 0.0, p * log_scale)
+    out = np.where(powers > 0, (logs + scaled + (p + 1.0) * math.log(n)) / (p + 2.0), -np.inf)
+    return float(out) if out.ndim == 0 else out
 
 
 def safe_exp(log_value: float) -> float:
@@ -124,8 +122,7 @@ class ContributionCurve:
         if self.kept.size == 0:
             return np.full_like(grid, -np.inf)
         powers = np.where(grid == 0, float(self.kept.size), (self.kept[None, :] ** grid[:, None]).sum(axis=1))
-        scaled = np.where(grid == 0, 0.0, grid * self.log_scale)
-        return (np.log(powers) + scaled + (grid + 1.0) * math.log(self.n)) / (grid + 2.0)
+        return log_contribution(powers, grid, self.log_scale, self.n)
 
     def on_grid(self, grid: np.ndarray) -> np.ndarray:
         """``C(p)`` for every ``p`` of ``grid``; ``inf`` where it exceeds float64 (never at ``p = 0``)."""
