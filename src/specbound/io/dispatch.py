@@ -66,12 +66,16 @@ def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint
     return PickleCheckpoint(location=str(path), config=cfg, shards=pickle_shards(path))
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".gguf")
 ONNX_SINGLE = "model.onnx"
 ONNX_HUB = Path("onnx") / "model.onnx"  # where sentence-transformers / Optimum repositories keep it
 
 
 def _open_file(path: Path) -> Checkpoint:
+    from .gguf_file import is_gguf, open_gguf  # GGUF: config in the file's metadata, no config.json
+
+    if is_gguf(path):
+        return open_gguf(path)
     if path.suffix not in WEIGHT_SUFFIXES:
         raise SpecboundError(
             f"expected a model folder or a weights file ({', '.join(WEIGHT_SUFFIXES)}) with config.json "

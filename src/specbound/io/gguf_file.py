@@ -1,0 +1,219 @@
+"""GGUF files (llama.cpp, Ollama): the config from the file's metadata, the weights from its tensors,
+read with the ``gguf`` package (a base dependency: numpy, pyyaml, requests, tqdm).
+
+What the file holds and how it is exposed:
+
+* **Config.** The metadata keys ``{arch}.block_count``, ``{arch}.embedding_length``,
+  ``{arch}.attention.head_count``, ... are returned without the ``{arch}.`` prefix (``block_count``,
+  ``attention.head_count``, ``rope.freq_base``, ``context_length``), with the ``general.*`` keys and
+  ``model_type = "gguf-<arch>"`` (the family spec ``archs/data/llama_gguf.json`` reads them).  The
+  tokenizer's vocabulary and every other array longer than :data:`_MAX_LIST` are left out: they are
+  not the model's dimensions.  llama.cpp's graph for the supported architectures is a SiLU-gated
+  feed-forward whatever the metadata says (it stores no activation), so ``hidden_act = "silu"``.
+* **Tensors.** Under their GGUF names (``blk.0.attn_q.weight``), stored ``(out, in)`` row-major as
+  ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; ``gguf`` reverses them).
+  F32 / F16 / BF16 / F64 are upcast exactly; a quantized tensor (Q8_0, Q4_K, ...) is dequantized by
+  ``gguf.quants.dequantize`` to the float32 values llama.cpp multiplies with, so the analysis is of
+  the quantized model (:attr:`GGUFCheckpoint.weights_note` says so).
+* **The rotary permutation.** ``convert_hf_to_gguf.py`` (``LlamaModel.permute``) reorders the rows of
+  every head of ``q_proj`` and ``k_proj`` for llama.cpp's interleaved rotary layout: within each
+  head, row ``2 i + j`` of the GGUF tensor is row ``j d_h/2 + i`` of the Hugging Face one.  For the
+  ``llama`` architecture the rows are put back (:func:`unpermute_rows`), so every matrix equals the
+  Hugging Face checkpoint's (``qwen2`` is converted without the permutation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecboundError
+from .base import Checkpoint
+
+GGUF_MAGIC = b"GGUF"
+# GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does,
+# Qwen2Model does not).  Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
+SUPPORTED_ARCHS = {"llama": True, "qwen2": False}
+_EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
+_MAX_LIST = 64  # metadata arrays longer than this (vocabularies, merges) stay out of the config
+INSTALL_HINT = "pip install -e . (gguf is a base dependency of specbound; or pip install gguf)"
+
+
+def _import_gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise SpecboundError(f"reading GGUF files needs the gguf package: {INSTALL_HINT}") from None
+    return gguf
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether ``path`` is a GGUF file: the ``.gguf`` suffix, or the magic bytes (Ollama's blobs
+    ``sha256-<digest>`` have no suffix)."""
+    if path.suffix == ".gguf":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except OSError:
+        return False
+
+
+def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo ``convert_hf_to_gguf.py``'s ``LlamaModel.permute(w, n_head)``.
+
+    ``permute`` is ``w.reshape(n_head, 2, d_h // 2, in).swapaxes(1, 2).reshape(w.shape)``; its inverse
+    reshapes to ``(n_head, d_h // 2, 2, in)`` and swaps back.
+
+    Parameters
+    ----------
+    weight : ndarray, shape (n_head * d_h, in) (a bias: (n_head * d_h,))
+    n_head : int
+        Heads of this projection (``head_count`` for Q, ``head_count_kv`` for K).
+    """
+    rows = weight.shape[0]
+    return (weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:])
+            .swapaxes(1, 2).reshape(weight.shape))
+
+
+@dataclass
+class GGUFCheckpoint(Checkpoint):
+    """One GGUF file (module docstring).
+
+    Attributes
+    ----------
+    path : Path
+    arch : str
+        ``general.architecture``.
+    quantized : dict[str, str]
+        Tensor name -> ggml quantization type (``"Q8_0"``), for the quantized tensors.
+    """
+
+    location: str
+    config: dict[str, Any]
+    path: Path
+    arch: str
+    _reader: Any = field(repr=False)
+    _tensors: dict[str, Any] = field(repr=False)
+    quantized: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._tensors)
+
+    @property
+    def weights_note(self) -> str | None:  # type: ignore[override]
+        if not self.quantized:
+            return None
+        kinds = sorted(set(self.quantized.values()))
+        return (f"quantized GGUF ({', '.join(kinds)}; {len(self.quantized)} tensors): the weights analysed "
+                f"are the dequantized values llama.cpp computes with, so the bounds are of the quantized model")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in reversed(self._tensors[name].shape.tolist()))
+
+    def dtype(self, name: str) -> str:
+        """``F32``/``F16``/``BF16``/``F64`` as stored, ``F32`` for a quantized tensor (read
+        dequantized to float32); another type (an integer tensor) keeps its ggml name."""
+        kind = self._tensors[name].tensor_type.name
+        return _EXACT.get(kind) or ("F32" if name in self.quantized else kind)
+
+    def where(self, name: str) -> str:
+        kind = self._tensors[name].tensor_type.name
+        return f"{self.path} (GGUF tensor {name!r}, {kind})"
+
+    def _raw(self, name: str) -> np.ndarray:
+        gguf = _import_gguf()
+        tensor = self._tensors[name]
+        kind = tensor.tensor_type.name
+        try:
+            if kind in ("F32", "F16", "F64"):
+                array = np.array(tensor.data)  # a copy: the memory map stays read-only and small
+            else:  # BF16 and the quantized types: bytes, decoded by gguf's own dequantize
+                array = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
+            array = array.reshape(self.shape(name))
+        except NotImplementedError:
+            raise SpecboundError(
+                f"cannot dequantize {self.where(name)}: the gguf package has no dequantization for {kind}; "
+                f"re-quantize the model with llama-quantize to a supported type (Q8_0, Q4_K, ...) or "
+                f"upgrade gguf (pip install -U gguf)") from None
+        except (ValueError, OSError) as exc:
+            raise SpecboundError(f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
+                                 f"({exc}); re-download or re-convert it") from None
+        if self.arch in SUPPORTED_ARCHS and SUPPORTED_ARCHS[self.arch]:
+            heads = _permuted_heads(name, self.config)
+            if heads:
+                array = unpermute_rows(array, heads)
+        return array
+
+
+def _permuted_heads(name: str, config: dict[str, Any]) -> int | None:
+    """The head count ``LlamaModel.permute`` used for ``name`` (Q: ``head_count``; K:
+    ``head_count_kv``, defaulting to ``head_count``), or None when ``name`` was not permuted."""
+    parts = name.split(".")
+    if len(parts) != 4 or parts[0] != "blk" or parts[2] not in ("attn_q", "attn_k"):
+        return None
+    heads = config.get("attention.head_count")
+    if parts[2] == "attn_k":
+        heads = config.get("attention.head_count_kv") or heads
+    return heads if isinstance(heads, int) else None
+
+
+def _field_value(field) -> Any:
+    value = field.contents()
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    return value
+
+
+def read_metadata(reader, path: Path) -> tuple[str, dict[str, Any]]:
+    """``(architecture, config)`` from a reader's metadata (module docstring)."""
+    arch_field = reader.fields.get("general.architecture")
+    arch = _field_value(arch_field) if arch_field is not None else None
+    if not isinstance(arch, str):
+        raise SpecboundError(f"{path} has no general.architecture metadata: it is not a model GGUF file "
+                             f"(a LoRA adapter or vocabulary-only file?); convert the model with "
+                             f"llama.cpp's convert_hf_to_gguf.py")
+    config: dict[str, Any] = {}
+    for key, fld in reader.fields.items():
+        if key.startswith("GGUF.") or key.startswith("tokenizer."):
+            continue
+        if len(fld.data) > _MAX_LIST:
+            continue
+        value = _field_value(fld)
+        config[key[len(arch) + 1:] if key.startswith(arch + ".") else key] = value
+    config["model_type"] = f"gguf-{arch}"
+    if arch in SUPPORTED_ARCHS:
+        config.setdefault("hidden_act", "silu")  # llama.cpp's LLM_FFN_SILU for these graphs
+    return arch, config
+
+
+def open_gguf(path: Path) -> GGUFCheckpoint:
+    """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped)."""
+    gguf = _import_gguf()
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except ValueError as exc:
+        text = str(exc)
+        if "is not a valid GGMLQuantizationType" in text:
+            raise SpecboundError(
+                f"{path} stores a tensor in a quantization type this gguf package does not know ({text}); "
+                f"upgrade gguf (pip install -U gguf) or re-quantize the model with llama-quantize") from None
+        raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt ({text}); "
+                             f"re-download or re-convert it") from None
+    except (OSError, IndexError, KeyError, UnicodeDecodeError) as exc:
+        raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt "
+                             f"({type(exc).__name__}: {exc}); re-download or re-convert it") from None
+    arch, config = read_metadata(reader, path)
+    if arch not in SUPPORTED_ARCHS:
+        raise SpecboundError(
+            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
+            f"analyse the model's Hugging Face safetensors weights instead")
+    tensors = {t.name: t for t in reader.tensors}
+    exact = set(_EXACT) | {"I8", "I16", "I32", "I64"}
+    quantized = {n: t.tensor_type.name for n, t in tensors.items() if t.tensor_type.name not in exact}
+    return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch, _reader=reader,
+                          _tensors=tensors, quantized=quantized)
