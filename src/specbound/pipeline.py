@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 
 from .archs import ArchSpec, load_spec_file, spec_for_config
+from .archs.graph_config import complete_config
 from .bounds import compute_all
 from .io import Checkpoint, open_checkpoint
 from .io.default_checkpoint import default_checkpoint
@@ -121,7 +122,7 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
 
     Only config.json and the tensor headers are read; no weight is loaded yet.
     """
-    ckpt = open_checkpoint(source, config)
+    ckpt = complete_config(open_checkpoint(source, config))  # an ONNX export without config.json
     spec = _resolve_spec(arch_spec, ckpt.config)
     dims = model_dims(spec, ckpt.config)
     prefix = detect_prefix(spec, ckpt)

@@ -102,9 +102,18 @@ class Sizes:
 def infer_spec(ckpt: Checkpoint) -> Draft:
     """Draft a spec for ``ckpt`` (module docstring).  The draft always validates with ``parse_spec``;
     :attr:`Draft.check` says whether it also fits ``ckpt``."""
-    config, draft = ckpt.config, Draft()
+    from .graph_config import infer_config
+
+    draft = Draft()
+    if getattr(ckpt, "needs_config", False):  # an export without config.json: its graph says it
+        config, inferred = infer_config(ckpt)
+        for note in inferred:
+            draft.note(f"config.json {note.field}", str(note.value), f"no config.json; inferred: {note.evidence}",
+                       verify=note.field in ("num_heads", "activation"))
+        ckpt.config, ckpt.needs_config = config, False
+    config = ckpt.config
     model_type = str(config.get("model_type") or "custom")
-    stack = find_layer_stack(ckpt)
+    stack = find_layer_stack(ckpt, next((config[k] for k in CONFIG_NAMES["num_layers"] if _is_int(config.get(k))), None))
     prefix = wrapper_prefix(stack.path, config)
     _note_stack(stack, prefix, ckpt, draft)
     matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2

@@ -32,6 +32,13 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
         from .pytorch import from_memory
 
         return from_memory(source, config)
+    ckpt = _open_path(source, config)
+    if config:  # the caller's keys (--config FILE, --set key=value) win over config.json's
+        ckpt.config = {**ckpt.config, **config}
+    return ckpt
+
+
+def _open_path(source: Any, config: dict[str, Any] | None) -> Checkpoint:
     path = Path(source).expanduser()
     if not path.exists():
         from .hub_cache import looks_like_hub_id, resolve_hub_id
@@ -43,8 +50,12 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
             )
         path = resolve_hub_id(str(source))
     if path.is_file():
-        return _open_file(path)
-    cfg = read_config(path)
+        return _open_file(path, config)
+    if not (path / "config.json").is_file():
+        for onnx_file in (path / ONNX_SINGLE, path / ONNX_HUB):
+            if onnx_file.is_file():  # an export on its own: dimensions inferred from the graph
+                return _open_file(onnx_file)
+    cfg = config if config and not (path / "config.json").is_file() else read_config(path)
     shards = safetensors_shards(path)
     if shards is not None:
         return SafetensorsCheckpoint(location=str(path), config=cfg, shards=shards)
@@ -71,7 +82,7 @@ ONNX_SINGLE = "model.onnx"
 ONNX_HUB = Path("onnx") / "model.onnx"  # where sentence-transformers / Optimum repositories keep it
 
 
-def _open_file(path: Path) -> Checkpoint:
+def _open_file(path: Path, config: dict[str, Any] | None = None) -> Checkpoint:
     from .gguf_file import is_gguf, open_gguf  # GGUF: config in the file's metadata, no config.json
 
     if is_gguf(path):
@@ -84,7 +95,11 @@ def _open_file(path: Path) -> Checkpoint:
     folder = path.parent
     if path.suffix == ".onnx" and folder.name == "onnx" and not (folder / "config.json").is_file():
         folder = folder.parent  # the hub layout: onnx/model.onnx, config.json at the repository's root
-    cfg = read_config(folder)
+    if path.suffix == ".onnx" and not (folder / "config.json").is_file():
+        from .onnx_graph import open_onnx  # an export on its own: dimensions inferred from the graph
+
+        return open_onnx(path, None)
+    cfg = config if config and not (folder / "config.json").is_file() else read_config(folder)
     if path.suffix == ".safetensors":
         return SafetensorsCheckpoint(str(path), cfg, {n: path for n in safetensors_names(path)})
     if path.suffix == ".onnx":
