@@ -38,7 +38,7 @@ def _figure(figsize=FIGSIZE, **kwargs):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise SpecboundError("plots need matplotlib: pip install 'specbound[plot]'") from None
+        raise SpecboundError("plots need matplotlib: pip install -e '.[plot]' in the specbound checkout") from None
     return Figure(figsize=figsize, layout="constrained", **kwargs)
 
 
