@@ -42,7 +42,7 @@ $(BASE_STAMP): pyproject.toml Makefile
 $(STAMP): $(BASE_STAMP)
 	# torch first and pinned: the CPU wheel on this machine's disk, never a CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test,torch,onnx,study,sweep,plot]"
+	$(PY) -m pip install --quiet -e ".[test,torch,onnx,tf,flax,study,sweep,plot]"
 	touch $(STAMP)
 
 demo: $(BASE_STAMP)

@@ -68,6 +68,9 @@ def _open_path(source: Any, config: dict[str, Any] | None) -> Checkpoint:
             from .onnx_graph import open_onnx
 
             return open_onnx(onnx_file, cfg)
+    for other in (path / "tf_model.h5", path / "flax_model.msgpack"):  # TF/Keras, Flax: no torch
+        if other.is_file():
+            return _open_file(other, cfg)
     _no_weights(path)
 
 
@@ -77,7 +80,7 @@ def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint
     return PickleCheckpoint(location=str(path), config=cfg, shards=pickle_shards(path))
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".gguf")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".gguf", ".h5", ".msgpack")
 ONNX_SINGLE = "model.onnx"
 ONNX_HUB = Path("onnx") / "model.onnx"  # where sentence-transformers / Optimum repositories keep it
 
@@ -106,6 +109,14 @@ def _open_file(path: Path, config: dict[str, Any] | None = None) -> Checkpoint:
         from .onnx_graph import open_onnx
 
         return open_onnx(path, cfg)
+    if path.suffix == ".h5":
+        from .tf_file import open_h5
+
+        return open_h5(path, cfg)
+    if path.suffix == ".msgpack":
+        from .flax_file import open_flax
+
+        return open_flax(path, cfg)
     from .pytorch import from_pickle_file
 
     return from_pickle_file(path, cfg)
@@ -124,7 +135,7 @@ def _no_weights(folder: Path):
     shown = present[:20] + (["..."] if len(present) > 20 else [])
     raise SpecboundError(
         f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} (or "
-        f"pytorch_model.bin, {ONNX_SINGLE}), found {shown}; {hint}"
+        f"pytorch_model.bin, {ONNX_SINGLE}, tf_model.h5, flax_model.msgpack), found {shown}; {hint}"
     )
 
 
