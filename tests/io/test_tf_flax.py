@@ -10,6 +10,12 @@ transformers' TF and Flax naming for a BertModel (``tf_bert_model/bert/encoder/l
 
 Oracle: the same tiny BertModel saved with save_pretrained (safetensors): every role matrix equal to
 1e-9 and every number of the analysis to 1e-12.  Bad files are one-line errors.
+
+The msgpack writer here was checked against the real library: its bytes equal
+``flax.serialization.to_bytes`` of the same tree (flax 0.12.8, jax 0.10.2 in a scratch environment),
+and files written by flax itself (float32, bfloat16, chunked arrays) analysed to the safetensors
+numbers (largest relative difference 2e-16); :func:`test_writer_is_flax_to_bytes` repeats the
+byte comparison wherever flax is installed.
 """
 
 import json
@@ -222,6 +228,19 @@ def test_flax_msgpack_matches_safetensors(bert_state, tmp_path, chunked):
     assert ckpt.shape("encoder.layer.1.intermediate.dense.weight") == (32, 48)
     assert_same_matrices(reference_dir, folder)
     assert_same_numbers(specbound.analyze(reference_dir, threads=1), specbound.analyze(folder, threads=1))
+
+
+def test_writer_is_flax_to_bytes(bert_state, tmp_path):
+    serialization = pytest.importorskip("flax.serialization")  # not in the test environment: heavy
+    jnp = pytest.importorskip("jax.numpy")
+    _, state = bert_state
+    tree = flax_tree(state)
+
+    def as_jax(node):
+        return {k: as_jax(v) for k, v in node.items()} if isinstance(node, dict) else jnp.asarray(node)
+
+    expected = serialization.to_bytes(as_jax(tree))
+    assert write_flax(tmp_path / "m.msgpack", tree).read_bytes() == expected
 
 
 def test_flax_bfloat16_is_read_exactly(bert_state, tmp_path):
