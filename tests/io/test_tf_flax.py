@@ -321,3 +321,32 @@ def test_missing_packages_say_how_to_install(bert_state, tmp_path, monkeypatch):
     write_flax(flax_folder / "flax_model.msgpack", flax_tree(state))
     monkeypatch.setitem(sys.modules, "msgpack", None)
     _one_line_error(flax_folder, "pip install -e '.[flax]'")
+
+
+# --- files written by TensorFlow and Flax themselves (tests/io/data/README.md) ------------------------
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_real_tf_and_flax_files_match_safetensors():
+    """A tf_model.h5 written by transformers' TFBertModel.save_pretrained and flax_model.msgpack files
+    written by flax.serialization.to_bytes (chunked arrays) analyse to the numbers of the same weights
+    in safetensors."""
+    reference = specbound.analyze(DATA / "tiny_bert_safetensors", threads=1)
+    for name in ("tiny_bert_tf", "tiny_bert_flax"):
+        assert_same_matrices(DATA / "tiny_bert_safetensors", DATA / name)
+        assert_same_numbers(reference, specbound.analyze(DATA / name, threads=1), rel=1e-12)
+    flax = open_checkpoint(DATA / "tiny_bert_flax")
+    big = [a for a in flax.arrays.values() if 4 * int(np.prod(a.shape)) > 256]  # over the chunk size it was written with
+    assert big and all(len(a.parts) > 1 for a in big)
+
+
+def test_real_flax_bfloat16_file():
+    from safetensors.numpy import load_file
+
+    bf16 = __import__("ml_dtypes").bfloat16
+    state = load_file(str(DATA / "tiny_bert_safetensors" / "model.safetensors"))
+    ckpt = open_checkpoint(DATA / "tiny_bert_flax_bf16")
+    for name in ("encoder.layer.1.attention.output.dense.weight", "encoder.layer.0.output.dense.weight"):
+        assert ckpt.dtype(name) == "BF16" and ckpt.layout(name) == "conv1d"
+        np.testing.assert_array_equal(ckpt.read(name), state[name].T.astype(bf16).astype(np.float64))
