@@ -177,3 +177,28 @@ def test_heads_not_in_the_graph_is_a_one_line_error(tmp_path):
         specbound.analyze(path, threads=1)
     assert "\n" not in str(info.value) and "--set num_attention_heads=H" in str(info.value)
     assert specbound.analyze(path, config={"num_attention_heads": 2}, threads=1).model["H"] == 2
+
+
+class _Names:
+    """A checkpoint of names and shapes only (what the layer-stack search reads)."""
+
+    location = "names"
+
+    def __init__(self, shapes):
+        self._shapes = shapes
+        self.names = sorted(shapes)
+
+    def shape(self, name):
+        return self._shapes[name]
+
+
+def test_layer_stack_prefers_the_configs_layer_count_and_skips_wrappers():
+    from specbound.archs.tensor_names import find_layer_stack
+
+    shapes = {f"encoder.layer.{i}.w{j}.weight": (4, 4) for i in range(4) for j in range(2)}
+    shapes.update({f"decoder.block.{i}.w{j}.weight": (4, 4) for i in range(2) for j in range(5)})
+    assert find_layer_stack(_Names(shapes)).path == "decoder.block"  # the most weights
+    assert find_layer_stack(_Names(shapes), layers=4).path == "encoder.layer"  # the config's count wins
+    wrapped = {f"model.0.auto_model.encoder.layer.{i}.w.weight": (4, 4) for i in range(3)}
+    stack = find_layer_stack(_Names(wrapped))
+    assert (stack.path, stack.L) == ("model.0.auto_model.encoder.layer", 3)  # not model.<0>

@@ -178,9 +178,16 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
 
 
 def complete_config(ckpt: Checkpoint) -> Checkpoint:
-    """Fill ``ckpt.config`` in place when the checkpoint came without config.json (``needs_config``)."""
+    """Fill ``ckpt.config`` in place when the checkpoint came without config.json (``needs_config``).
+
+    When the graph cannot be read but the caller's keys (``--config FILE``) name the family, they
+    are used as they are (a missing dimension is then reported by the family's own checks)."""
     if getattr(ckpt, "needs_config", False):
-        ckpt.config, _ = infer_config(ckpt)
+        try:
+            ckpt.config, _ = infer_config(ckpt)
+        except SpecboundError:
+            if not ckpt.config.get("model_type"):  # the caller's --config/--set names no family either
+                raise
         ckpt.needs_config = False
     return ckpt
 

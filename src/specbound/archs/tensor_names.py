@@ -74,8 +74,8 @@ def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
     """The path followed by an index running ``0..L-1`` that holds the most 2-D tensors.
 
     Every index of a name makes a candidate (``model.0.auto_model.encoder.layer.3.…``: ``model`` and
-    ``model.0.auto_model.encoder.layer``), but a single index ``0`` with further indexed modules below
-    it is a wrapper (``nn.Sequential``: sentence-transformers' ``0.auto_model``), not a stack; an
+    ``model.0.auto_model.encoder.layer``), but a single index ``0`` above a deeper stack of several
+    layers is a wrapper (``nn.Sequential``: sentence-transformers' ``0.auto_model``), not a stack; an
     index inside a stack's layers belongs to the layer (``experts.3`` inside ``layers.0``: ``layers``
     holds more weights).  ``layers`` (the config's layer count, when known) is preferred over
     any other index range.  Two equally good paths (an encoder-decoder's two stacks) are an error."""
@@ -89,9 +89,8 @@ def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
     for path, by_index in stacks.items():
         if not path or set(by_index) != set(range(len(by_index))):
             continue
-        nested = any(p.isdigit() for rests in by_index.values() for r in rests for p in r.split(".")[:-1])
-        if len(by_index) == 1 and nested:
-            continue  # a wrapper around an indexed stack
+        if len(by_index) == 1 and any(q.startswith(path + ".") and len(stacks[q]) > 1 for q in stacks):
+            continue  # a wrapper around a deeper stack of several layers
         matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
         scored.append((len(by_index) == layers, matrices, path))
     matching = any(match for match, _, _ in scored)  # a stack of the config's layer count outranks the rest
