@@ -71,11 +71,12 @@ def llama(tmp_path_factory):
     return folder, {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
-def write_gguf(path, state, types=None, arch="llama"):
+def write_gguf(path, state, types=None, arch="llama", split_max_tensors=0):
     """Write ``state`` (Hugging Face names) as convert_hf_to_gguf.py does; ``types``: GGUF name ->
-    GGMLQuantizationType for the tensors to store otherwise than float32."""
+    GGMLQuantizationType for the tensors to store otherwise than float32; ``split_max_tensors``:
+    split into ``<stem>-0000i-of-0000n.gguf`` parts of at most that many tensors (gguf-split)."""
     types = types or {}
-    writer = gguf.GGUFWriter(str(path), arch)
+    writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
     writer.add_block_count(L)
     writer.add_context_length(64)
     writer.add_embedding_length(N)
@@ -309,3 +310,21 @@ def test_ollama_blob_without_suffix(good_file, tmp_path):
     blob = tmp_path / "sha256-0123abcd"
     blob.write_bytes(good_file.read_bytes())
     assert open_checkpoint(blob).config["model_type"] == "gguf-llama"
+
+
+def test_split_gguf_reads_every_part(llama, tmp_path):
+    """A model split into parts (llama.cpp's gguf-split, GGUFWriter's split_max_tensors): any part
+    names the whole model; a missing part is a one-line error."""
+    folder, state = llama
+    write_gguf(tmp_path / "tiny.gguf", state, split_max_tensors=7)
+    parts = sorted(tmp_path.glob("tiny-*-of-*.gguf"))
+    assert len(parts) == 3 and not (tmp_path / "tiny.gguf").exists()  # 21 tensors
+    reference = specbound.analyze(folder, threads=1)
+    for part in (parts[0], parts[2]):
+        assert "split.count" not in open_checkpoint(part).config
+        assert_same_numbers(reference, specbound.analyze(part, threads=1))
+    parts[2].unlink()
+    _one_line_error(parts[0], "tiny-00003-of-00003.gguf", "is missing", "download every part")
+    renamed = tmp_path / "renamed.gguf"
+    parts[1].rename(renamed)
+    _one_line_error(renamed, "split into 3 files", "original names")

@@ -24,6 +24,7 @@ What the file holds and how it is exposed:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,7 @@ def read_metadata(reader, path: Path) -> tuple[str, dict[str, Any]]:
                              f"llama.cpp's convert_hf_to_gguf.py")
     config: dict[str, Any] = {}
     for key, fld in reader.fields.items():
-        if key.startswith("GGUF.") or key.startswith("tokenizer."):
+        if key.startswith(("GGUF.", "tokenizer.", "split.")):
             continue
         if len(fld.data) > _MAX_LIST:
             continue
@@ -191,11 +192,13 @@ def read_metadata(reader, path: Path) -> tuple[str, dict[str, Any]]:
     return arch, config
 
 
-def open_gguf(path: Path) -> GGUFCheckpoint:
-    """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped)."""
-    gguf = _import_gguf()
+_SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def _reader(gguf, path: Path):
+    """``gguf.GGUFReader(path)``, its failures as one-line errors."""
     try:
-        reader = gguf.GGUFReader(str(path))
+        return gguf.GGUFReader(str(path))
     except ValueError as exc:
         text = str(exc)
         if "is not a valid GGMLQuantizationType" in text:
@@ -207,13 +210,49 @@ def open_gguf(path: Path) -> GGUFCheckpoint:
     except (OSError, IndexError, KeyError, UnicodeDecodeError) as exc:
         raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt "
                              f"({type(exc).__name__}: {exc}); re-download or re-convert it") from None
-    arch, config = read_metadata(reader, path)
+
+
+def _split_count(reader) -> int:
+    fld = reader.fields.get("split.count")
+    return int(_field_value(fld)) if fld is not None else 1
+
+
+def _shards(gguf, path: Path, reader) -> list:
+    """The readers of every part of a split GGUF model (``name-00001-of-00003.gguf``, the metadata in
+    the first part), or ``[reader]`` for a single file.  A missing part is an error."""
+    count = _split_count(reader)
+    if count <= 1:
+        return [reader]
+    match = _SHARD.match(path.name)
+    if match is None or int(match["count"]) != count:
+        raise SpecboundError(f"{path} is part of a GGUF model split into {count} files, but its name does not say "
+                             f"which (expected <name>-NNNNN-of-{count:05d}.gguf); keep the parts' original names")
+    parts = [path.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    missing = [p.name for p in parts if not p.is_file()]
+    if missing:
+        raise SpecboundError(f"{path} is part 1..{count} of a split GGUF model, but {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}: download every part")
+    return [reader if p == path else _reader(gguf, p) for p in parts]
+
+
+def open_gguf(path: Path) -> GGUFCheckpoint:
+    """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped); a split
+    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named."""
+    gguf = _import_gguf()
+    readers = _shards(gguf, path, _reader(gguf, path))
+    arch, config = read_metadata(readers[0], path if len(readers) == 1 else Path(readers[0].data.filename))
     if arch not in SUPPORTED_ARCHS:
         raise SpecboundError(
             f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
-    tensors = {t.name: t for t in reader.tensors}
+    tensors: dict[str, Any] = {}
+    for reader in readers:
+        for t in reader.tensors:
+            if t.name in tensors:
+                raise SpecboundError(f"{path}: tensor {t.name!r} is stored in two parts of the split model; "
+                                     f"the parts belong to different models: re-download them")
+            tensors[t.name] = t
     exact = set(_EXACT) | {"I8", "I16", "I32", "I64"}
     quantized = {n: t.tensor_type.name for n, t in tensors.items() if t.tensor_type.name not in exact}
-    return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch, _reader=reader,
+    return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch, _reader=readers,
                           _tensors=tensors, quantized=quantized)
