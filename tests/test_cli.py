@@ -61,11 +61,14 @@ def json_run(tmp_path_factory):
 def test_text_summary_has_the_bounds(text_run, api):
     rc, out, err = text_run
     assert rc == 0 and err == ""
-    assert str(default_checkpoint()) in out.splitlines()[0]  # the embedded default was analysed
+    # the embedded default was analysed: named by its model, its folder on the next line
+    assert out.splitlines()[0] == "specbound: all-MiniLM-L6-v2 (embedded default)"
+    assert out.splitlines()[1] == f"from     {default_checkpoint()}"
     for name in ("spectral_adaptive", "edelman"):
         match = re.search(rf"^\s*{name}\s+(?:[a-z_]+\s+)?([-+0-9.eE]+)\s", out, re.MULTILINE)
         assert match, f"no line for {name} in:\n{out}"
-        assert float(match.group(1)) == pytest.approx(api.bounds[name], rel=1e-5)
+        # printed with 5 significant digits: within half a unit of the fifth
+        assert float(match.group(1)) == pytest.approx(api.bounds[name], rel=5e-5)
 
 
 def test_text_summary_has_the_per_role_p_star_distribution(text_run, api):
@@ -139,8 +142,9 @@ def test_parquet_round_trips_to_the_api_numbers(json_run, api):
     for name, table in (("matrices", api.matrices), ("layers", api.layers),
                         ("singular_values", api.singular_values)):
         back = pd.read_parquet(out_dir / f"{name}.parquet")
-        pd.testing.assert_frame_equal(back, table, check_exact=False, rtol=1e-12, atol=0)
-    back = pd.read_parquet(out_dir / "matrices.parquet")
+        assert back.columns[0] == "source" and set(back["source"]) == {api.source}  # tidy: says whose rows
+        pd.testing.assert_frame_equal(back.drop(columns="source"), table, check_exact=False, rtol=1e-12, atol=0)
+    back = pd.read_parquet(out_dir / "matrices.parquet").drop(columns="source")
     assert back["head"].isna().sum() == 2 * api.model["L"]  # FF rows keep a null head
     # the singular values of one matrix are its norms' ingredients
     sv = pd.read_parquet(out_dir / "singular_values.parquet")
@@ -152,7 +156,7 @@ def test_parquet_round_trips_to_the_api_numbers(json_run, api):
 def test_csv_and_summary_json_agree(json_run, api):
     rc, out, _, out_dir = json_run
     csv = pd.read_csv(out_dir / "matrices.csv")
-    assert list(csv.columns) == list(api.matrices.columns)
+    assert list(csv.columns) == ["source", *api.matrices.columns]
     for col in ("spectral_norm", "norm_1_1", "contribution", "alpha"):
         np.testing.assert_allclose(csv[col], api.matrices[col], rtol=1e-12, err_msg=col)
     assert json.loads((out_dir / "summary.json").read_text()) == json.loads(out)

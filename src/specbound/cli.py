@@ -120,6 +120,11 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="a layers progress bar on stderr (default: when stderr is a terminal)")
+    talk = an.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", action="store_true",
+                      help="text: the headline bounds only, one per line; no progress bar")
+    talk.add_argument("--verbose", action="store_true",
+                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution)")
     loading = an.add_argument_group("loading (not analysis options: how to read the checkpoint)")
     loading.add_argument("--config", metavar="FILE", dest="config_file",
                          help="a config.json for a checkpoint without one (an ONNX export on its own); its keys "
@@ -228,23 +233,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def _analyze(args) -> int:
     from .pipeline import analyze
-    from .report.summary import format_summary
+    from .report.summary import format_headline, format_summary
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
     from tqdm.auto import tqdm
 
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    bar = tqdm(desc="layers", unit="layer", file=sys.stderr, dynamic_ncols=True, disable=not show, mininterval=0)
+    show = (sys.stderr.isatty() and not args.quiet) if args.progress is None else args.progress
+    bars = []  # made at the first call (done=0, before any layer), so it shows its total from the start
 
     def on_layer(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        if not bars:
+            bars.append(tqdm(desc="layers", unit="layer", total=total, file=sys.stderr, dynamic_ncols=True,
+                             disable=not show, mininterval=0))
+        bars[0].update(done - bars[0].n)
 
     try:
         result = analyze(args.source, progress=on_layer, config=_config_from(args), **_options_from(args))
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     if args.out:
         try:
             result.save(args.out)
@@ -255,8 +263,10 @@ def _analyze(args) -> int:
             ) from None
     if args.format == "json":
         print(result.to_json())
+    elif args.quiet:
+        print(format_headline(result))
     else:
-        print(format_summary(result))
+        print(format_summary(result, verbose=args.verbose))
         if args.out:
             print(f"\ntables and summary written to {args.out}")
     return 0
@@ -365,10 +375,11 @@ def _miniatures(args) -> int:
 
 
 def _arch(args) -> int:
+    from .archs.graph_config import complete_config
     from .archs.infer import infer_spec
     from .io import open_checkpoint
 
-    ckpt = open_checkpoint(args.source)
+    ckpt = complete_config(open_checkpoint(args.source))  # an ONNX export without config.json
     try:
         draft = infer_spec(ckpt)
     finally:

@@ -88,7 +88,7 @@ class AnalysisOptions:
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
                         key=False, kind="path", flag="--init", metavar="SOURCE")
     n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap")
-    margin: float | None = _option(None, "ramp-loss margin gamma > 0", key=True, kind="number", flag="--margin", group="gap")
+    margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap")
     delta: float = _option(0.05, "failure probability (default 0.05)", key=True, kind="number", flag="--delta", group="gap")
     lead_constant: float = _option(1.0, "absolute constant of the leading term, unstated by the sources "
                                    "(default 1)", key=True, kind="number", flag="--lead-constant", group="gap")

@@ -14,22 +14,22 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 
+from .errors import SpecboundError
+from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
+from .io import Checkpoint, open_checkpoint
+from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .bounds import compute_all
-from .io import Checkpoint, open_checkpoint
-from .io.default_checkpoint import default_checkpoint
-from .compute.distance import difference_spectra
-from .errors import SpecboundError
-from .compute.extract import (ModelDims, account_for_tensors, detect_prefix, infer_kv_heads,
-                      layer_weights, model_dims)
-from .bounds.gap import GapParameters, describe, gap_bounds
-from .bounds.schatten import default_grid_m
+from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .compute.extract import layer_weights, matrix_tensor_names
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
+from .bounds import compute_all
+from .bounds.gap import GapParameters, describe, gap_bounds
+from .bounds.schatten import default_grid_m
 from .records import Analysis, build_analysis
-from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
             config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
@@ -72,7 +72,8 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
             model.ckpt.close()
             if init_model is not None:
                 init_model.ckpt.close()
-            return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None)
+            return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
+                            name=f"{DEFAULT_NAME} (embedded default)" if source is None else None)
     finally:
         if bar is not None:
             bar.close()
@@ -83,13 +84,20 @@ def _progress_callback(progress):
     if progress is True:
         from tqdm.auto import tqdm
 
-        bar = tqdm(desc="layers", unit="layer", mininterval=0)
+        class LayersBar:  # the bar is made at the first call (done=0), with its total known
+            bar = None
 
-        def on_layer(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
+            def __call__(self, done: int, total: int) -> None:
+                if self.bar is None:
+                    self.bar = tqdm(desc="layers", unit="layer", total=total, mininterval=0)
+                self.bar.update(done - self.bar.n)
 
-        return bar, on_layer
+            def close(self) -> None:
+                if self.bar is not None:
+                    self.bar.close()
+
+        on_layer = LayersBar()
+        return on_layer, on_layer
     if progress is None or progress is False:
         return None, None
     if not callable(progress):
@@ -167,6 +175,8 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
 
     done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
     covered = 0
+    if progress:  # the total before the first layer: a bar shows 0/L, not 0/?
+        progress(0, dims.L)
 
     def record(layer: int, result) -> None:
         nonlocal covered
@@ -256,9 +266,10 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, 
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
-             init: tuple[OpenModel, list[LayerSpectra]] | None = None) -> Analysis:
+             init: tuple[OpenModel, list[LayerSpectra]] | None = None, name: str | None = None) -> Analysis:
     """Propagation factors, every registered bound and the records, from all layers' spectra
-    (``init``: the initial-weights model and the spectra of ``W - W0``)."""
+    (``init``: the initial-weights model and the spectra of ``W - W0``; ``name``: the analysis'
+    ``source``, default where the weights were read from)."""
     opts = options or AnalysisOptions()
     dims = model.dims
     if opts.l_phi is None:
@@ -284,8 +295,10 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         gap["bounds"] = gap_bounds(measures, results, gap_params)
         if from_init is not None:
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
-    return build_analysis(model.ckpt.location, model.spec.family, measures, results, recorded,
-                          from_init=from_init, gap=gap)
+    location = str(model.ckpt.location)
+    return build_analysis(name or location, model.spec.family, measures, results, recorded,
+                          from_init=from_init, gap=gap, location=location,
+                          tensors=matrix_tensor_names(model.spec, dims, model.prefix))
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:

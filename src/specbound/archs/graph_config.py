@@ -184,7 +184,7 @@ def complete_config(ckpt: Checkpoint) -> Checkpoint:
     are used as they are (a missing dimension is then reported by the family's own checks)."""
     if getattr(ckpt, "needs_config", False):
         try:
-            ckpt.config, _ = infer_config(ckpt)
+            ckpt.config, ckpt.inferred = infer_config(ckpt)  # the notes: for `arch infer`'s report
         except SpecboundError:
             if not ckpt.config.get("model_type"):  # the caller's --config/--set names no family either
                 raise

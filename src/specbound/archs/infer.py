@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .binding import account_for_tensors, detect_prefix, model_dims
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError
@@ -102,15 +103,11 @@ class Sizes:
 def infer_spec(ckpt: Checkpoint) -> Draft:
     """Draft a spec for ``ckpt`` (module docstring).  The draft always validates with ``parse_spec``;
     :attr:`Draft.check` says whether it also fits ``ckpt``."""
-    from .graph_config import infer_config
-
     draft = Draft()
-    if getattr(ckpt, "needs_config", False):  # an export without config.json: its graph says it
-        config, inferred = infer_config(ckpt)
-        for note in inferred:
-            draft.note(f"config.json {note.field}", str(note.value), f"no config.json; inferred: {note.evidence}",
-                       verify=note.field in ("num_heads", "activation"))
-        ckpt.config, ckpt.needs_config = config, False
+    # an export without config.json, completed by archs.graph_config.complete_config: what its graph said
+    for note in getattr(ckpt, "inferred", None) or []:
+        draft.note(f"config.json {note.field}", str(note.value), f"no config.json; inferred: {note.evidence}",
+                   verify=note.field in ("num_heads", "activation"))
     config = ckpt.config
     model_type = str(config.get("model_type") or "custom")
     stack = find_layer_stack(ckpt, next((config[k] for k in CONFIG_NAMES["num_layers"] if _is_int(config.get(k))), None))
@@ -379,8 +376,6 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
-    from ..compute.extract import account_for_tensors, detect_prefix, model_dims
-
     try:
         parsed = parse_spec(spec, "the drafted spec")
         dims = model_dims(parsed, ckpt.config)

@@ -7,7 +7,7 @@ dimensions from ``config.json``.  A spec is validated strictly when loaded; the 
 by the config's ``model_type``.  A user with a family we do not ship writes the same kind of file
 and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
 
-Roles (row-vector orientation, SPEC section 1): ``q`` (``N x H d_h``), ``k``, ``v``
+Roles (row-vector orientation, docs/spec.md section 1): ``q`` (``N x H d_h``), ``k``, ``v``
 (``N x H_kv d_h``), or one fused ``qkv``; ``o`` (``H d_h x N``); ``ff_in`` (``N x d_ff``) and
 ``ff_out`` (``d_ff x N``) for a plain feed-forward, ``ff_gate``, ``ff_up`` and ``ff_out`` for a gated
 one.  Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a

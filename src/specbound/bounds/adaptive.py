@@ -1,5 +1,5 @@
 """The spectrum-adaptive proxy: Sakai & Imaizumi (arXiv:2605.07297), Theorem 3.1, leading term
-(SPEC section 4).
+(docs/spec.md section 4).
 
 For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 
@@ -8,7 +8,7 @@ For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 each matrix takes its own minimiser (ties to the smallest p) and
 ``B_spectral = sum_matrices min_p C(p) + sqrt(L)``.
 
-Margin-bound form (SPEC section 7, :mod:`specbound.bounds.gap`): the leading term is multiplied by
+Margin-bound form (docs/spec.md section 7, :mod:`specbound.bounds.gap`): the leading term is multiplied by
 ``ln n``, and the post-hoc choice of one of ``2m + 1`` indices for each matrix costs
 ``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
 of ``W - W0`` while ``scale`` keeps the trained network's propagation factors (docs/bounds.md).
@@ -30,7 +30,8 @@ def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
     grid = schatten_grid(measures.grid_m)
     cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p1", "c_p2", "p_continuous",
                             "contribution_continuous", "scale")}
-    curves = [ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol) for mm in measures.matrices]
+    curves = [ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol)
+              for mm in measures.matrices]
     p_conts, c_conts = continuous_minima(curves)
     for mm, curve, p_cont, c_cont in zip(measures.matrices, curves, p_conts, c_conts):
         values = curve.on_grid(grid)

@@ -4,6 +4,7 @@ it reads and one function from :class:`~specbound.compute.measures.ModelMeasures
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,11 +18,27 @@ GROUPS = ("bounds", "baselines", "adaptive_variants")
 @dataclass(frozen=True)
 class BoundResult:
     """A bound's value plus its per-matrix / per-layer breakdown (arrays aligned with
-    ``ModelMeasures.matrices`` and with the layers)."""
+    ``ModelMeasures.matrices`` and with the layers) and ``log_value``, its natural log, exact even
+    where ``value`` overflows float64 (then ``inf``)."""
 
     value: float
     per_matrix: dict[str, np.ndarray] = field(default_factory=dict)
     per_layer: dict[str, np.ndarray] = field(default_factory=dict)
+    log_value: float | None = None
+
+    def __post_init__(self):
+        # ln of the value, always finite for a positive bound: where ``value`` overflows float64 the
+        # bound computes it in logs and ``value`` is ``inf``; otherwise it is ``ln value``.
+        if self.log_value is None:
+            v = self.value
+            object.__setattr__(self, "log_value", math.log(v) if 0 < v < math.inf else (-math.inf if v == 0 else math.inf))
+        elif not self.value < math.inf and math.isfinite(self.log_value):
+            object.__setattr__(self, "value", math.inf)
+
+    @property
+    def log10_value(self) -> float:
+        """``log10`` of the bound (finite whenever the bound is positive, however large)."""
+        return self.log_value / math.log(10)
 
 
 def no_union_cost(measures: ModelMeasures, n: int) -> float:

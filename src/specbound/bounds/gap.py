@@ -1,13 +1,13 @@
-"""From complexity proxies to generalisation-gap bounds in the theorem's form (SPEC section 7).
+"""From complexity proxies to generalisation-gap bounds in the theorem's form (docs/spec.md section 7).
 
-For a sample of ``n`` sequences, a margin ``gamma`` and a confidence ``1 - delta``, every bound with
+For a sample of ``n`` sequences, a margin ``margin`` (never ``gamma``, which is the sensitivity ``gamma*``) and a confidence ``1 - delta``, every bound with
 a margin-bound form (``Bound.log_factor`` set) becomes
 
-    gap = c_lead * B * log_factor(n) / (gamma sqrt(n))  +  c_conf * sqrt((ln(1/delta) + U) / n)
+    gap = c_lead * B * log_factor(n) / (margin sqrt(n))  +  c_conf * sqrt((ln(1/delta) + U) / n)
 
 where ``B`` is the bound's value, ``log_factor`` its log factors and ``U`` the union-bound cost of
 its post-hoc choices (for the spectrum-adaptive bound ``#matrices * ln(2m + 1)``: one of ``2m + 1``
-Schatten indices per matrix).  The loss is the ramp loss at margin ``gamma``, with values in
+Schatten indices per matrix).  The loss is the ramp loss at that margin, with values in
 ``[0, 1]``: the test error is at most the empirical ramp loss plus ``gap``, so a ``gap >= 1`` says
 nothing and is marked vacuous.  ``c_lead`` and ``c_conf`` are the absolute constants the sources do
 not state for these transformer forms; they default to 1 and the output says so.  See
@@ -41,7 +41,7 @@ class GapParameters:
     n : int
         Number of training sequences, at least 2.
     margin : float
-        The margin ``gamma > 0`` of the ramp loss, in the units of the network's output (token rows
+        The margin ``> 0`` of the ramp loss, in the units of the network's output (token rows
         in the unit ball).
     delta : float
         Failure probability, in (0, 1).

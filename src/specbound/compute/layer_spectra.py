@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import SpecboundError
 from ..options import DEFAULT_GRAM_RTOL, METHODS
 from .extract import LayerWeights
-from .propagation import LayerNorms
+from .propagation import LayerSpectralNorms
 from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
 
 
@@ -30,8 +30,8 @@ class LayerSpectra:
     ff: dict[str, MatrixSpectrum]
     block: str = "sequential"
 
-    def norms(self) -> LayerNorms:
-        return LayerNorms(
+    def norms(self) -> LayerSpectralNorms:
+        return LayerSpectralNorms(
             qk=np.array([s.spectral_norm for s in self.qk]),
             ov=np.array([s.spectral_norm for s in self.ov]),
             ff={role: s.spectral_norm for role, s in self.ff.items()},
@@ -44,7 +44,7 @@ def attention_spectra(weights: LayerWeights, *, method: str = "factored", group:
                       with_norm_1_1: bool = True) -> tuple[list, list]:
     """Spectra of one layer's per-head QK and OV matrices.
 
-    ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
+    ``method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1); ``"dense"`` materialises
     every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
     benchmark's baseline).  ``group`` is the number of query heads per key/value head.
     """

@@ -1,4 +1,4 @@
-"""Exact spectra and norms of the matrices the bounds see (SPEC sections 1-2).
+"""Exact spectra and norms of the matrices the bounds see (docs/spec.md sections 1-2).
 
 Two kinds of matrix arrive here:
 
@@ -83,7 +83,7 @@ class MatrixSpectrum:
 
 
 def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> float:
-    """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (SPEC section 2)."""
+    """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (docs/spec.md section 2)."""
     s1 = float(singular_values[0]) if singular_values.size else 0.0
     return rank_tol * max(dim, 1) * max(s1, 1.0)
 

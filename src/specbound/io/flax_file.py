@@ -122,6 +122,12 @@ class FlaxCheckpoint(Checkpoint):
     def layout(self, name: str) -> str | None:
         return "conv1d" if name in self.transposed and len(self.shape(name)) == 2 else None
 
+    def files(self) -> list[Path]:
+        return [self.path]
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self.path
+
     def where(self, name: str) -> str:
         return f"{self.path} (array {name!r})"
 

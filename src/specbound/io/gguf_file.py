@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError
-from .base import Checkpoint
+from .base import Checkpoint, available_memory
 
 GGUF_MAGIC = b"GGUF"
 # GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does,
@@ -100,6 +100,7 @@ class GGUFCheckpoint(Checkpoint):
     _reader: Any = field(repr=False)
     _tensors: dict[str, Any] = field(repr=False)
     quantized: dict[str, str] = field(default_factory=dict)
+    _files: dict[str, Path] = field(default_factory=dict, repr=False)  # tensor -> the part holding it
 
     @property
     def names(self) -> list[str]:
@@ -124,7 +125,31 @@ class GGUFCheckpoint(Checkpoint):
 
     def where(self, name: str) -> str:
         kind = self._tensors[name].tensor_type.name
-        return f"{self.path} (GGUF tensor {name!r}, {kind})"
+        return f"{self._files.get(name, self.path)} (GGUF tensor {name!r}, {kind})"
+
+    def files(self) -> list[Path]:
+        return sorted(set(self._files.values()) or {self.path})
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self._files.get(name, self.path)
+
+    def check_size(self, name: str) -> int:
+        """A quantized tensor's stored bytes (``n_bytes``, not 4 bytes a value) must fit in its file;
+        the rest as for every format (:meth:`Checkpoint.check_size`)."""
+        if name not in self.quantized:
+            return super().check_size(name)
+        tensor = self._tensors[name]
+        held = self._stored_in(name).stat().st_size
+        if int(tensor.n_bytes) > held:
+            raise SpecboundError(f"tensor {name!r} in {self.where(name)} declares {int(tensor.n_bytes):,} bytes but "
+                                 f"its file holds {held:,}: the GGUF file is truncated or corrupt; re-download it")
+        free = available_memory()
+        count = int(tensor.n_elements)
+        if free is not None and 8 * count > free:
+            raise SpecboundError(f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
+                                 f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available; use "
+                                 f"a machine with more memory")
+        return count
 
     def _raw(self, name: str) -> np.ndarray:
         gguf = _import_gguf()
@@ -235,6 +260,13 @@ def _shards(gguf, path: Path, reader) -> list:
     return [reader if p == path else _reader(gguf, p) for p in parts]
 
 
+def _part_paths(path: Path, readers: list) -> list[Path]:
+    """The file of each reader (the named file for a single-file model)."""
+    if len(readers) == 1:
+        return [path]
+    return [Path(r.data.filename) for r in readers]
+
+
 def open_gguf(path: Path) -> GGUFCheckpoint:
     """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped); a split
     model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named."""
@@ -246,8 +278,10 @@ def open_gguf(path: Path) -> GGUFCheckpoint:
             f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
     tensors: dict[str, Any] = {}
-    for reader in readers:
+    files: dict[str, Path] = {}
+    for reader, part in zip(readers, _part_paths(path, readers)):
         for t in reader.tensors:
+            files[t.name] = part
             if t.name in tensors:
                 raise SpecboundError(f"{path}: tensor {t.name!r} is stored in two parts of the split model; "
                                      f"the parts belong to different models: re-download them")
@@ -255,4 +289,4 @@ def open_gguf(path: Path) -> GGUFCheckpoint:
     exact = set(_EXACT) | {"I8", "I16", "I32", "I64"}
     quantized = {n: t.tensor_type.name for n, t in tensors.items() if t.tensor_type.name not in exact}
     return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch, _reader=readers,
-                          _tensors=tensors, quantized=quantized)
+                          _tensors=tensors, quantized=quantized, _files=files)

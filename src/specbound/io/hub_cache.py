@@ -17,9 +17,12 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
+from .shard_index import inside
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?$")
+# What a snapshot folder may be named: a commit hash (or a prefix), one path component.
+_COMMIT = re.compile(r"^[\w-][\w.-]{0,99}$")
 
 
 def cache_dir() -> Path:
@@ -58,10 +61,17 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
     if not snapshots.is_dir():
         return None
     ref = repo / "refs" / revision
-    commit = ref.read_text().strip() if ref.is_file() else revision
-    if (snapshots / commit).is_dir():
+    if not inside(repo / "refs", ref):
+        raise SpecboundError(f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a "
+                             f"branch, tag or commit hash")
+    with os_errors(f"reading the cache ref {ref}"):
+        commit = ref.read_text(errors="replace").strip() if ref.is_file() else revision
+    if not _COMMIT.match(commit):
+        raise SpecboundError(f"{ref if ref.is_file() else 'the revision'} names {commit[:60]!r}, not a commit "
+                             f"hash or ref name; the cache entry {repo} is corrupt: download the model again")
+    if (snapshots / commit).is_dir() and inside(snapshots, snapshots / commit):
         return snapshots / commit
-    found = sorted(p for p in snapshots.iterdir() if p.is_dir())
+    found = sorted(p for p in snapshots.iterdir() if p.is_dir() and inside(snapshots, p))
     matches = [p for p in found if p.name.startswith(commit)]
     if len(matches) == 1:
         return matches[0]
@@ -87,7 +97,8 @@ def hub_library_snapshot(repo_id: str, revision: str, cache: Path) -> Path | Non
     except Exception:  # noqa: BLE001  (LocalEntryNotFoundError, a revision it cannot read offline, ...)
         return None
     path = Path(found)
-    return path if path.is_dir() else None
+    inside = path.resolve().is_relative_to(cache.expanduser().resolve())  # confined to the cache, as below
+    return path if path.is_dir() and inside else None
 
 
 def resolve_hub_id(source: str) -> Path:
@@ -95,6 +106,9 @@ def resolve_hub_id(source: str) -> Path:
     commit hash, or its prefix)."""
     repo_id, _, revision = source.partition("@")
     revision = revision or "main"
+    if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
+        raise SpecboundError(f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
+                             f"inside the local Hugging Face cache")
     found = hub_library_snapshot(repo_id, revision, cache_dir())
     if found is not None:
         return found

@@ -115,6 +115,12 @@ class H5Checkpoint(Checkpoint):
             return "conv1d"  # (in, out)
         return None
 
+    def files(self) -> list[Path]:
+        return [self.path]
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self.path
+
     def where(self, name: str) -> str:
         return f"{self.path} (dataset {self.sources[name]!r})"
 
