@@ -335,3 +335,15 @@ def test_split_gguf_reads_every_part(llama, tmp_path):
     renamed = tmp_path / "renamed.gguf"
     parts[1].rename(renamed)
     _one_line_error(renamed, "split into 3 files", "original names")
+
+
+def test_gguf_analysis_needs_only_the_base_install(good_file):
+    """The light install (make demo) analyses GGUF: no torch, onnx, transformers, h5py or msgpack."""
+    import subprocess
+    import sys
+
+    code = ("import sys, specbound; specbound.analyze(sys.argv[1], threads=1); "
+            "heavy = [m for m in ('torch', 'onnx', 'transformers', 'h5py', 'msgpack', 'dask', 'matplotlib') "
+            "if m in sys.modules]; assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", code, str(good_file)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
