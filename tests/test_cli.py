@@ -208,3 +208,63 @@ def test_progress_bar_on_request_only(tmp_path):
     rc2, out2, err2 = run_main("--threads", "1", "--no-progress", "--format", "json")
     assert rc2 == 0 and err2 == ""
     assert json.loads(out)["bounds"] == json.loads(out2)["bounds"]
+
+
+# --- quiet, verbose, abbreviations, sweep options ---------------------------------------------------
+
+def test_quiet_prints_the_headline_bounds_only(api):
+    rc, out, err = run_main("--threads", "1", "--quiet", "--progress")  # --progress still wins over --quiet
+    assert rc == 0 and "layers" in err
+    lines = out.splitlines()
+    assert [l.split()[0] for l in lines] == list(api.bounds)
+    for line in lines:
+        name, value = line.split()
+        assert float(value) == pytest.approx(api.bounds[name], rel=5e-5)
+
+
+def test_verbose_adds_every_matrix_with_its_tensors(api, text_run):
+    rc, out, err = run_main("--threads", "1", "--verbose")
+    assert rc == 0 and out.startswith(text_run[1].rstrip("\n"))  # the summary, then more
+    section = out[out.index("\nevery matrix\n") + 1:].splitlines()[2:]  # past the title and the header
+    assert len(section) == len(api.matrices)
+    assert "encoder.layer.0.attention.self.query.weight[0:32]|encoder.layer.0.attention.self.key.weight[0:32]" \
+        in section[0]
+
+
+def test_quiet_and_verbose_exclude_each_other():
+    rc, out, err = run_main("--quiet", "--verbose")
+    assert rc == 2 and "not allowed with" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["analyze", "--n", "1000", "--marg", "0.5"],       # an abbreviation of --margin
+    ["analyze", "--prog"],                              # of --progress
+    ["sweep", "x", "--no-prog"],                        # of --no-progress
+    ["sweep", "x", "--init", "y"],                      # sweep has no --init (see docs/sweeps.md)
+])
+def test_no_argument_abbreviations(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and err.count("\n") == 1
+
+
+def test_sweep_gap_options_land_in_the_records(tmp_path, capsys):
+    from numpy_bert import write_tiny_bert
+    from specbound.sweep.store import Store
+
+    write_tiny_bert(tmp_path / "m", seed=0)
+    args = ["sweep", str(tmp_path / "m"), "--store", str(tmp_path / "s"), "--no-progress", "--threads", "1"]
+    assert main(args + ["--n", "5000", "--margin", "0.25", "--delta", "0.01"]) == 0
+    assert main(args) == 0  # the same weights without the gap options: another record
+    store = Store(tmp_path / "s")
+    metas = [store.load_meta(k) for k in store.keys()]
+    assert len(metas) == 2
+    gap = next(m for m in metas if "gap_bound" in m["analysis"])
+    assert {k: gap["options"][k] for k in ("n", "margin", "delta")} == {"n": 5000, "margin": 0.25, "delta": 0.01}
+    assert gap["analysis"]["gap_bound"]["parameters"]["n"] == 5000
+    assert gap["analysis"]["gap_bound"]["parameters"]["delta"] == 0.01
+    direct = specbound.analyze(tmp_path / "m", n=5000, margin=0.25, delta=0.01, threads=1)
+    stored = gap["analysis"]["gap_bound"]["bounds"]["spectral_adaptive"]["gap"]
+    assert stored == pytest.approx(direct.gap_bound["bounds"]["spectral_adaptive"]["gap"], rel=1e-12)
+    plain = next(m for m in metas if "gap_bound" not in m["analysis"])
+    assert "n" not in plain["options"]

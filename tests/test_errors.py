@@ -428,7 +428,8 @@ SPEC_CASES = {
                            ["'q'", "${layer}"]),
     "unknown_layout": (lambda s: {**s, "tensors": {**s["tensors"], "o": {"name": "${layer}.o", "layout": "fused"}}},
                        ["layout", "'fused'"]),
-    "unknown_key": (lambda s: {**s, "rotary": True}, ["unknown keys ['rotary']"]),
+    "unknown_key": (lambda s: {**s, "temperature": True}, ["unknown keys ['temperature']"]),
+    "bad_rotary": (lambda s: {**s, "rotary": True}, ["'rotary' must be an object"]),
     "missing_config_field": (lambda s: {**s, "config": _without(s["config"], "ff_size")}, ["'ff_size'"]),
     "bad_regex": (lambda s: {**s, "ignore": ["(unclosed"]}, ["'(unclosed'", "regular expression"]),
 }

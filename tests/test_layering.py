@@ -18,7 +18,7 @@ STAGES = [
     ("archs", 2),
     ("compute", 3),
     ("bounds", 4),
-    ("records", 5), ("records_curves", 5), ("records_view", 5), ("records_plot", 5),
+    ("records", 5), ("assumptions", 5), ("records_curves", 5), ("records_view", 5), ("records_plot", 5),
     ("pipeline", 6),
     ("sweep", 7),
     ("report", 8),

@@ -321,3 +321,21 @@ def test_cli_bar_shows_its_total_from_the_first_frame(tiny):
     assert proc.returncode == 0, proc.stderr
     frames = [f for f in re.split(r"[\r\n]", proc.stderr) if "layers" in f]
     assert frames and all("/3" in f for f in frames) and "3/3" in frames[-1]
+
+
+def test_values_beyond_float64_print_from_their_log():
+    assert fmt(math.inf, 600.0712) == "10^600.07" and fmt(None, 12.5) == "10^12.50"
+    assert fmt(math.inf) == "inf" and fmt(None) == "-"
+
+
+def test_load_reads_a_null_bound_with_its_log_as_infinite(tiny, tmp_path):
+    _, a = tiny
+    a.save(tmp_path / "n")
+    doc = json.loads((tmp_path / "n" / "summary.json").read_text())
+    doc["baselines"]["spectral_product"] = None  # how a value beyond float64 is written (strict JSON)
+    doc.setdefault("log10_bounds", {})["spectral_product"] = 400.0
+    doc["baselines"]["bft"] = None  # null without a log: unknown
+    doc["log10_bounds"].pop("bft", None)
+    (tmp_path / "n" / "summary.json").write_text(json.dumps(doc))
+    b = specbound.Analysis.load(tmp_path / "n")
+    assert b.baselines["spectral_product"] == math.inf and math.isnan(b.baselines["bft"])

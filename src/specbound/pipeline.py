@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 
 from .errors import SpecboundError
-from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
+from .options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, AnalysisOptions
 from .io import Checkpoint, open_checkpoint
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
@@ -26,9 +26,11 @@ from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
+from .compute.rotary import RotaryLayout, rotary_layout_from_config
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
+from .assumptions import assumptions
 from .records import Analysis, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
@@ -68,7 +70,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     try:
         with threadpool_limits(limits=threads):
             layers, deltas = all_layer_spectra(model, init_model, method=opts.method, gram_rtol=opts.gram_rtol,
-                                               jobs=jobs, progress=on_layer)
+                                               jobs=jobs, progress=on_layer, rank_tol=opts.rank_tol)
             model.ckpt.close()
             if init_model is not None:
                 init_model.ckpt.close()
@@ -116,12 +118,15 @@ class OpenModel:
     dims : ModelDims
     prefix : str
         The tensor-name prefix (``""``, ``"bert."``, ...).
+    rotary : RotaryLayout or None
+        The rotary position embedding of a rotary family (read from config.json), else None.
     """
 
     ckpt: Checkpoint
     spec: ArchSpec
     dims: ModelDims
     prefix: str
+    rotary: RotaryLayout | None = None
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
@@ -136,11 +141,26 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     prefix = detect_prefix(spec, ckpt)
     dims = infer_kv_heads(spec, ckpt, dims, prefix)
     account_for_tensors(spec, ckpt, dims, prefix)
-    return OpenModel(ckpt, spec, dims, prefix)
+    return OpenModel(ckpt, spec, dims, prefix, _rotary_layout(spec, ckpt, dims))
+
+
+def _rotary_layout(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims) -> RotaryLayout | None:
+    """The rotary layout of a family that declares one (``"rotary"`` in its spec), from config.json."""
+    if spec.rotary is None:
+        return None
+    try:
+        layout = rotary_layout_from_config(ckpt.config, dims.d_head, pairing=spec.rotary)
+    except ValueError as exc:
+        raise SpecboundError(f"config.json of {ckpt.location}: {exc}; fix the rotary settings (rope_theta, "
+                             f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
+    if layout is None:
+        raise SpecboundError(f"the {spec.family} family uses rotary position embeddings, but config.json of "
+                             f"{ckpt.location} says how for none of them; add max_position_embeddings and rope_theta")
+    return layout
 
 
 def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
-                        gram_rtol: float = DEFAULT_GRAM_RTOL) -> LayerSpectra:
+                        gram_rtol: float = DEFAULT_GRAM_RTOL, rank_tol: float = DEFAULT_RANK_TOL) -> LayerSpectra:
     """Read layer ``layer`` of an opened model and compute its spectra.
 
     Independent of every other layer, so a sweep can run the layers of a large model as separate
@@ -149,12 +169,12 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     """
     weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
     return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True)
+                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol)
 
 
 def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
                       gram_rtol: float = DEFAULT_GRAM_RTOL, jobs: int = 1,
-                      progress: Callable[[int, int], None] | None = None
+                      progress: Callable[[int, int], None] | None = None, rank_tol: float = DEFAULT_RANK_TOL
                       ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
     """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time.
 
@@ -171,7 +191,7 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     def one(layer: int) -> tuple[LayerSpectra, LayerSpectra | None]:
         delta = (_difference_spectra(model, init_model, layer, method=method)
                  if init_model is not None else None)
-        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol), delta
+        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, rank_tol=rank_tol), delta
 
     done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
     covered = 0
@@ -296,9 +316,18 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         if from_init is not None:
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
     location = str(model.ckpt.location)
+    rotary = None if model.rotary is None else {
+        "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
+        "max_positions": model.rotary.max_positions, "scaling": model.rotary.scaling,
+        "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
+    }
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
-                          tensors=matrix_tensor_names(model.spec, dims, model.prefix))
+                          tensors=matrix_tensor_names(model.spec, dims, model.prefix),
+                          model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary},
+                          assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
+                                                  init=init is not None, gap=gap_params is not None,
+                                                  weights_note=getattr(model.ckpt, "weights_note", None)))
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from .atomic import atomic_write
 from .bounds import REGISTRY, BoundResult, in_group
 from .errors import SpecboundError
 from .compute.measures import ModelMeasures
-from .compute.spectra import numerical_rank
+from .bounds.schatten import kept_singular_values
 from .records_plot import AnalysisPlots
 from .records_view import analysis_html, format_summary, short_name
 
@@ -71,6 +71,10 @@ class Analysis:
         The spectrum-adaptive bound with a fixed Schatten index, and with three matrix types.
     from_init : dict[str, float] or None
         Every bound that measures norms, recomputed on ``W - W0`` (``init=`` given).
+    assumptions : list of dict
+        Where this model departs from the theorem's: ``{"name", "applies", "kind", "effect"}`` each
+        (:mod:`specbound.assumptions`); with any ``theorem`` or ``extension`` entry applying, every
+        bound is a proxy under the named assumptions, not a theorem.
     log10_bounds : dict[str, float]
         ``log10`` of every bound and measure, finite even where the value overflows float64 (the
         value is then ``inf`` here and ``null`` in every output).
@@ -98,6 +102,7 @@ class Analysis:
     from_init: dict[str, float] | None = None
     gap_bound: dict[str, Any] | None = None
     log10_bounds: dict[str, float] = field(default_factory=dict)
+    assumptions: list[dict[str, Any]] = field(default_factory=list)
     location: str | None = None
 
     def all_bounds(self) -> dict[str, float]:
@@ -122,6 +127,7 @@ class Analysis:
             "baselines": _json_dict(self.baselines),
             "adaptive_variants": _json_dict(self.adaptive_variants),
             "log10_bounds": _json_dict(self.log10_bounds),
+            "assumptions": self.assumptions,
             "bound_references": {k: REGISTRY[k].reference for k in self.all_bounds()},
             "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
@@ -228,9 +234,7 @@ def _spectra_png(a: Analysis) -> str:
     """A small spectrum figure as base64 PNG for the notebook view."""
     from .records_plot import png_base64
 
-    fig = a.plot.spectra()
-    fig.set_size_inches(6.0, 4.0)
-    return png_base64(fig, dpi=72)
+    return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
 
 
 def _from_json_number(value: Any) -> Any:
@@ -273,17 +277,28 @@ def load_analysis(out_dir: str | Path) -> Analysis:
         if name == "singular_values" and "index" in table.columns:  # written before the rename
             table = table.rename(columns={"index": "sv_index"})
         tables[name] = table
-    numbers = lambda d: {k: _from_json_number(v) for k, v in (d or {}).items()}  # noqa: E731
-    # a bound stored as null overflowed float64 (its log10 is in log10_bounds): inf again in Python
-    bound_values = lambda d: {k: math.inf if v is None else _from_json_number(v) for k, v in (d or {}).items()}  # noqa: E731
-    return Analysis(source=doc["source"], model=doc["model"], options=numbers(doc["options"]),
-                    bounds=bound_values(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
-                    singular_values=tables["singular_values"], baselines=bound_values(doc.get("baselines")),
-                    adaptive_variants=bound_values(doc.get("adaptive_variants")),
-                    log10_bounds=numbers(doc.get("log10_bounds")),
-                    from_init=bound_values(doc["from_init"]) if "from_init" in doc else None,
-                    gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
-                    location=doc.get("location"))
+    log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
+
+    def bounds(values):  # JSON null (or a string, before 0.2) for a value beyond float64 -> inf
+        out = {}
+        for k, v in (values or {}).items():
+            v = _from_json_number(v)
+            out[k] = (math.inf if math.isfinite(log10.get(k, math.nan)) else math.nan) if v is None else float(v)
+        return out
+
+    kwargs = dict(source=doc["source"], model=doc["model"],
+                  options={k: _from_json_number(v) for k, v in doc["options"].items()},
+                  bounds=bounds(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
+                  singular_values=tables["singular_values"], baselines=bounds(doc.get("baselines")),
+                  adaptive_variants=bounds(doc.get("adaptive_variants")),
+                  from_init=bounds(doc["from_init"]) if "from_init" in doc else None,
+                  gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
+                  location=doc.get("location"))
+    # any other field the document carries under its own name (e.g. log10_bounds)
+    for f in fields(Analysis):
+        if f.name not in kwargs and f.name in doc and f.name not in TABLE_NAMES:
+            kwargs[f.name] = _from_json_tree(doc[f.name])
+    return Analysis(**kwargs)
 
 
 def _json_number(value: Any) -> Any:
@@ -330,7 +345,8 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
                    from_init: tuple[ModelMeasures, dict[str, BoundResult]] | None = None,
                    gap: dict[str, Any] | None = None,
                    tensors: dict[tuple[int, int | None, str], str] | None = None,
-                   location: str | None = None) -> Analysis:
+                   location: str | None = None, model_extra: dict[str, Any] | None = None,
+                   assumptions: list[dict[str, Any]] | None = None) -> Analysis:
     """Assemble the records from the measures and every bound's result (``from_init``: the
     measures on ``W - W0`` and the bounds computed on them; ``tensors``: the checkpoint tensor names
     of each ``(layer, head, role)``, from :func:`specbound.compute.extract.matrix_tensor_names`)."""
@@ -342,7 +358,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
         base.append({
             "layer": mm.layer, "head": mm.head, "role": mm.role,
             "tensors": (tensors or {}).get((mm.layer, mm.head, mm.role)), "rows": s.shape[0], "cols": s.shape[1],
-            "rank": numerical_rank(s.singular_values, s.dim, measures.rank_tol),
+            "rank": int(kept_singular_values(s, measures.rank_tol).size),
             "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
             "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
             "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
@@ -379,10 +395,12 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     })
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
+    model.update(model_extra or {})
     matrices, layers = _finite_or_null(matrices), _finite_or_null(layers)
     values = {name: r.value for name, r in results.items()}
     return Analysis(source=source, model=model, options=options,
                     log10_bounds={name: r.log10_value for name, r in results.items()},
+                    assumptions=list(assumptions or []),
                     bounds={k: values[k] for k in in_group("bounds") if k in values},
                     matrices=matrices, layers=layers, singular_values=singular_values,
                     baselines={k: values[k] for k in in_group("baselines") if k in values},
@@ -397,7 +415,7 @@ def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: Mo
     (prefixed ``delta_``)."""
     matrices, layers = matrices.copy(), layers.copy()
     deltas = [mm.delta for mm in measures.matrices]
-    matrices["delta_rank"] = [numerical_rank(d.singular_values, d.dim, measures.rank_tol) for d in deltas]
+    matrices["delta_rank"] = [int(kept_singular_values(d, measures.rank_tol).size) for d in deltas]
     for key, attr in (("delta_spectral_norm", "spectral_norm"), ("delta_frobenius_norm", "frobenius_norm"),
                       ("delta_norm_2_1", "norm_2_1"), ("delta_norm_1_1", "norm_1_1")):
         matrices[key] = [getattr(d, attr) for d in deltas]

@@ -32,11 +32,13 @@ SIGNIFICANT = 5  # digits of every number the summary prints
 def fmt(x: Any, log10: float | None = None) -> str:
     """Every number of the summary in one format: :data:`SIGNIFICANT` significant digits, fixed-point
     from 0.001 up to 10^SIGNIFICANT (``0.93440``, ``384.00``, ``20573``), scientific otherwise
-    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN as ``-``; a value beyond float64
+    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN or null as ``-``; a value beyond float64
     (``inf`` or null) whose ``log10`` is known as ``10^600.07``."""
     if log10 is not None and math.isfinite(log10) and (x is None or not math.isfinite(float(x))):
         return f"10^{log10:.2f}"
-    if isinstance(x, bool) or x is None:
+    if x is None or x is pd.NA:  # missing, its log unknown: like NaN
+        return "-"
+    if isinstance(x, bool):
         return str(x)
     if isinstance(x, (int, np.integer)):
         return str(int(x))
@@ -164,7 +166,7 @@ def _header(a) -> list[str]:
         + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
         + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(a.matrices)}",
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
-        f"rank_tol={o['rank_tol']:g}  L_phi={fmt(o['l_phi'])} ({o['l_phi_source']})",
+        f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
     return lines
 
@@ -173,6 +175,25 @@ def format_headline(a) -> str:
     """The headline bounds only, one per line (``specbound analyze --quiet``)."""
     width = max(len(k) for k in a.bounds) if a.bounds else 0
     return "\n".join(f"{name:<{width}}  {fmt(value)}" for name, value in a.bounds.items())
+
+
+def assumptions_block(a, *, verbose: bool = False) -> list[str]:
+    """Which numbers are theorems: the assumptions this model breaks and the extensions it uses
+    (``verbose``: each with its effect)."""
+    applying = [e for e in getattr(a, "assumptions", []) if e["applies"]]
+    if not applying:
+        return []
+    broken = [e["name"] for e in applying if e["kind"] == "theorem"]
+    ours = [e["name"] for e in applying if e["kind"] == "extension"]
+    lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
+             if broken or ours else "assumptions (docs/theory.md section 6)"]
+    if broken:
+        lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
+    if ours:
+        lines.append("  our extensions used: " + ", ".join(ours))
+    if verbose:
+        lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
+    return lines
 
 
 def format_summary(a, *, verbose: bool = False) -> str:
@@ -195,6 +216,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines.append(gain.to_string())
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
+    lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",
                             "stable_rank", "alpha", "p_star", "contribution") if c in a.matrices.columns]
@@ -234,6 +256,6 @@ def analysis_html(a, figure_png: str | None = None) -> str:
     if figure_png:
         alt = (f"Singular values of every matrix of {html.escape(short_name(a.source))}, by role, against "
                f"their index (log scale)")
-        parts.append(f'<img alt="{alt}" width="480" src="data:image/png;base64,{figure_png}">')
+        parts.append(f'<img alt="{alt}" width="600" src="data:image/png;base64,{figure_png}">')
     parts.append("</div>")
     return "".join(parts)

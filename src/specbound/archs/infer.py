@@ -136,6 +136,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         "prefixes": ["", prefix] if prefix else [""],
         "config": keys,
         **_block(config, stack, draft),
+        **_rotary(config, draft),
         "feed_forward": "gated" if "ff_gate" in roles else "plain",
         **extra,
         "tensors": tensors,
@@ -365,6 +366,25 @@ def _block(config: dict, stack: LayerStack, draft: Draft) -> dict[str, Any]:
                "no parallel-residual key in config.json and more than one normalisation per layer; a parallel "
                "block cannot be seen in the weights", verify=True)
     return {"block": "sequential"}
+
+
+# config.json keys that only rotary position embeddings have (HF names across families)
+ROTARY_KEYS = ("rope_theta", "rotary_emb_base", "rotary_pct", "partial_rotary_factor", "rope_scaling", "rotary_dim",
+               "rope_parameters")
+
+
+def _rotary(config: dict, draft: Draft) -> dict[str, Any]:
+    """``rotary`` when config.json has a rotary setting: pairs as HF's ``rotate_half`` (LLaMA, NeoX);
+    GPT-J-style interleaved pairs cannot be told from the weights, hence verify."""
+    keys = [k for k in ROTARY_KEYS if k in config]
+    if not keys:
+        draft.note("rotary", "none", "no rotary setting in config.json (learned or absolute positions assumed)",
+                   verify=True)
+        return {}
+    draft.note("rotary", "half (dims i and i + rot/2 rotate together, HF rotate_half)",
+               f"config.json has {', '.join(keys)}; interleaved pairs (GPT-J, llama.cpp) look the same in the "
+               f"weights: set \"pairing\": \"interleaved\" for those", verify=True)
+    return {"rotary": {"pairing": "half"}}
 
 
 def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draft: Draft) -> None:

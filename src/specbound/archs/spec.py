@@ -34,6 +34,7 @@ FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
 LAYER_PLACEHOLDER = "${layer}"
+PAIRINGS = ("half", "interleaved")  # rotary: dims (i, i + rot/2) as HF's rotate_half, or (2i, 2i + 1)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class ArchSpec:
     block_switch: dict[str, Any] | None = None
     ff_size_multiplier: int | None = None
     shared_layers: dict[str, str] | None = None
+    rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -132,7 +134,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     if not isinstance(raw, dict):
         raise _fail(origin, "the document must be a JSON object")
     known = {"family", "description", "model_types", "prefixes", "config", "block",
-             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore"}
+             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -172,6 +174,11 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
                                or not all(isinstance(v, str) for v in shared.values())):
         raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
                             "naming config.json keys")
+    rotary = raw.get("rotary")
+    if rotary is not None and (not isinstance(rotary, dict) or set(rotary) != {"pairing"}
+                               or rotary["pairing"] not in PAIRINGS):
+        raise _fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
+                            f"dimensions pair up under rotary position embeddings), found {rotary!r}")
     multiplier = raw.get("ff_size_multiplier")
     if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
         raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
@@ -223,6 +230,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         block_switch=block_switch,
         ff_size_multiplier=multiplier,
         shared_layers=shared,
+        rotary=None if rotary is None else rotary["pairing"],
     )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import log_n
+from .adaptive import entropy_integral_factor
 from .schatten import ContributionCurve, log_sum, safe_exp
 
 FIXED_P = (0, 1, 2)
@@ -54,7 +54,7 @@ BOUNDS = tuple(
         compute=_compute_for(_p),
         group="adaptive_variants",
         needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-        log_factor=log_n,
+        log_factor=entropy_integral_factor,
     )
     for _p in FIXED_P
 )

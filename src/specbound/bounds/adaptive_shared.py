@@ -27,7 +27,7 @@ import numpy as np
 
 from ..compute.measures import LOG_TINY, ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import index_choices_cost, log_n
+from .adaptive import index_choices_cost, entropy_integral_factor
 from .schatten import ContributionCurve, grid_minimum, log_sum, schatten_grid
 
 TINY = np.finfo(np.float64).tiny
@@ -76,6 +76,6 @@ BOUNDS = (Bound(
     compute=_compute,
     group="adaptive_variants",
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    log_factor=log_n,
+    log_factor=entropy_integral_factor,
     union_cost=_union_cost,
 ),)

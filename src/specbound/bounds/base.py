@@ -62,6 +62,8 @@ class Bound:
         quantity has no such form (it is then reported as a measure only).
     union_cost : callable(ModelMeasures, n) -> float
         Log of the number of post-hoc choices a union bound must pay for (added to ``log(1/delta)``).
+    margin_inside : callable(ModelMeasures, margin) -> float, optional
+        The bound with the margin inside each term (the spectrum-adaptive bound's second gap form).
     distance : bool
         Whether measuring from initial weights changes it (False for quantities with no norm of
         ``W - W0`` in them, e.g. the spectral product or the parameter count).
@@ -76,6 +78,7 @@ class Bound:
     log_factor: Callable[[ModelMeasures, int], float] | None = None
     union_cost: Callable[[ModelMeasures, int], float] = no_union_cost
     distance: bool = True
+    margin_inside: Callable[[ModelMeasures, float], float] | None = None
 
     def __post_init__(self):
         if self.group not in GROUPS:

@@ -4,13 +4,13 @@ module that declares ``BOUNDS = (Bound(...), ...)`` and naming it here."""
 from __future__ import annotations
 
 from . import (adaptive, adaptive_fixed_p, adaptive_shared, adaptive_three_type, bft, edelman, frobenius_product,
-               nbs, param_count, spectral_product, trauger_tewari)
+               nbs, param_count, rotation_blind, spectral_product, trauger_tewari)
 from .base import Bound, BoundResult
 from ..compute.measures import ModelMeasures
 
 # Output order: the headline comparison first, then the variants and the baselines.
 MODULES = (adaptive, edelman, adaptive_fixed_p, adaptive_three_type, adaptive_shared, bft, nbs, trauger_tewari,
-           frobenius_product, spectral_product, param_count)
+           frobenius_product, spectral_product, param_count, rotation_blind)
 
 
 def _registry() -> dict[str, Bound]:

@@ -71,7 +71,9 @@ def kept_values(singular_values: np.ndarray, dim: int, rank_tol: float) -> np.nd
 
 
 def kept_singular_values(spectrum: MatrixSpectrum, rank_tol: float) -> np.ndarray:
-    """:func:`kept_values` of a spectrum."""
+    """:func:`kept_values` of a spectrum (a rotary head's certified envelope as it is: ``spectrum.kept``)."""
+    if spectrum.kept is not None:
+        return spectrum.kept
     return kept_values(spectrum.singular_values, spectrum.dim, rank_tol)
 
 

@@ -60,6 +60,9 @@ class ModelMeasures:
     log_alphas : ndarray, shape (L,)
         ``ln alpha_l``, exact at any depth: what the bounds read.
     matrices : list of MatrixMeasure
+    rotation_blind : ModelMeasures, optional
+        Rotary models: the same measures with every QK head's rotation-blind ``W_Q^T W_K`` (the
+        ``*_rotation_blind`` variants read it; None for other models).
         Layer by layer: QK heads, OV heads, FF_in, FF_out.
     """
 
@@ -72,6 +75,7 @@ class ModelMeasures:
     alphas: np.ndarray
     log_alphas: np.ndarray
     matrices: list[MatrixMeasure]
+    rotation_blind: "ModelMeasures | None" = None
 
     @property
     def from_init(self) -> bool:
@@ -120,7 +124,12 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
             scale, log_scale = scale_and_log(float(g), float(alpha), float(log_alpha), dims.L)
             matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale,
                                           float(log_alpha), log_scale))
-    return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, log_alphas, matrices)
+    blind = None
+    if any(layer.qk_rotation_blind is not None for layer in layers):  # rotary: also as if unrotated
+        blind = measure([replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None) for layer in layers],
+                        dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
+    return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, log_alphas, matrices,
+                         rotation_blind=blind)
 
 
 _TINY = np.finfo(np.float64).tiny

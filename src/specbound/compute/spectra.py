@@ -49,6 +49,13 @@ class MatrixSpectrum:
         (eigenvalues of the smaller Gram matrix, see :func:`gram_singular_values`).
     sv_rel_error_bound : float
         Proven bound on ``|s_hat_i - s_i| / s_hat_i`` for the ``"gram"`` method (0 otherwise).
+    kept : ndarray, optional
+        When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
+        head's envelope, ``sv_method="rotary_envelope"``: certified upper bounds that must not be
+        thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
+    spectral_sup : float, optional
+        When set, the spectral norm reported and propagated (a rotary head: the largest spectral
+        norm over every relative position, exact or bounded); None: ``singular_values[0]``.
     """
 
     shape: tuple[int, int]
@@ -57,6 +64,8 @@ class MatrixSpectrum:
     norm_1_1: float
     sv_method: str = "svd"
     sv_rel_error_bound: float = 0.0
+    kept: np.ndarray | None = None
+    spectral_sup: float | None = None
 
     @property
     def dim(self) -> int:
@@ -65,6 +74,8 @@ class MatrixSpectrum:
 
     @property
     def spectral_norm(self) -> float:
+        if self.spectral_sup is not None:
+            return float(self.spectral_sup)
         s = self.singular_values
         return float(s[0]) if s.size else 0.0
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import SpecboundError
 from ..records_plot import MAX_WIDTH, new_figure, style_grid
+from ..records_view import short_name
 
 ORDER = "checkpoint"  # the x column when no label varies: the records in source-name order
 
@@ -126,7 +127,7 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     bottom.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="p*",
                   title_fontsize=7)
     if x == ORDER:
-        bottom.set_xticks(xs, [s[-18:] for s in frame["source"]], rotation=45, ha="right", fontsize=7)
+        bottom.set_xticks(xs, [short_name(s, 24) for s in frame["source"]], rotation=45, ha="right", fontsize=7)
     handles, labels = top.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False, fontsize=7)
     return fig

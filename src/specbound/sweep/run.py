@@ -269,7 +269,7 @@ def layer_task(task: Task, layer: int, threads: int | None = 1):
     with threadpool_limits(limits=threads):
         model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
         spectra = model_layer_spectra(model, layer, method=task.options["method"],
-                                      gram_rtol=task.options["gram_rtol"])
+                                      gram_rtol=task.options["gram_rtol"], rank_tol=task.options["rank_tol"])
         model.ckpt.close()
     check_unchanged(task.fingerprints, task.source.name)
     return spectra, time.perf_counter() - start, time.thread_time() - cpu

@@ -7,7 +7,7 @@ Layout::
       records/<key>/matrices.parquet       Analysis.matrices
       records/<key>/layers.parquet         Analysis.layers
       records/<key>/singular_values.parquet
-      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.report.curves)
+      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.records_curves)
       .incoming/                           records being written (never read)
       digests.json                         SHA-256 of weight files already hashed, by path/size/mtime/ctime/inode
 
