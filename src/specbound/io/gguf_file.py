@@ -9,7 +9,9 @@ What the file holds and how it is exposed:
   ``model_type = "gguf-<arch>"`` (the family spec ``archs/data/llama_gguf.json`` reads them).  The
   tokenizer's vocabulary and every other array longer than :data:`_MAX_LIST` are left out: they are
   not the model's dimensions.  llama.cpp's graph for the supported architectures is a SiLU-gated
-  feed-forward whatever the metadata says (it stores no activation), so ``hidden_act = "silu"``.
+  feed-forward whatever the metadata says (it stores no activation), so ``hidden_act = "silu"``;
+  the rotary settings are also given under the Hugging Face keys (``rope_theta``,
+  ``max_position_embeddings``, ``rotary_dim``, ``rope_scaling``) that the rotary analysis reads.
 * **Tensors.** Under their GGUF names (``blk.0.attn_q.weight``), stored ``(out, in)`` row-major as
   ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; ``gguf`` reverses them).
   F32 / F16 / BF16 / F64 are upcast exactly; a quantized tensor (Q8_0, Q4_K, ...) is dequantized by
@@ -214,7 +216,24 @@ def read_metadata(reader, path: Path) -> tuple[str, dict[str, Any]]:
     config["model_type"] = f"gguf-{arch}"
     if arch in SUPPORTED_ARCHS:
         config.setdefault("hidden_act", "silu")  # llama.cpp's LLM_FFN_SILU for these graphs
+        config.update(_rotary_keys(config))
     return arch, config
+
+
+def _rotary_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """The rotary settings under the Hugging Face config keys ``compute.rotary`` reads: ``rope_theta``
+    (``rope.freq_base``; llama.cpp's default 10000), ``max_position_embeddings``
+    (``context_length``), ``rotary_dim`` (``rope.dimension_count``, when given) and ``rope_scaling``
+    (``rope.scaling.type`` and ``.factor``, recorded)."""
+    keys: dict[str, Any] = {"rope_theta": float(config.get("rope.freq_base", 10000.0))}
+    if isinstance(config.get("context_length"), int):
+        keys["max_position_embeddings"] = config["context_length"]
+    if isinstance(config.get("rope.dimension_count"), int):
+        keys["rotary_dim"] = config["rope.dimension_count"]
+    scaling = config.get("rope.scaling.type")
+    if isinstance(scaling, str) and scaling not in ("none", ""):
+        keys["rope_scaling"] = {"rope_type": scaling, "factor": config.get("rope.scaling.factor")}
+    return keys
 
 
 _SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
