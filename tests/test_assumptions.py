@@ -50,3 +50,6 @@ def test_every_output_carries_the_list(tiny_bert_dir):
     text = str(a)
     assert "not a theorem" in text and "no_residual_connections" in text
     assert "unpaid_unions" in doc["gap_bound"] and len(doc["gap_bound"]["unpaid_unions"]) == 3
+    # no rotary positions: no rotation-blind variants (they would only repeat the headline)
+    assert "spectral_adaptive_rotation_blind" not in a.adaptive_variants and "edelman_rotation_blind" not in a.baselines
+    assert a.model["rotary"] is None

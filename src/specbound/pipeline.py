@@ -144,12 +144,19 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     return OpenModel(ckpt, spec, dims, prefix, _rotary_layout(spec, ckpt, dims))
 
 
+UNBOUNDED_POSITIONS = 1 << 62  # "every offset": the exact max over offsets is then never attempted
+
+
 def _rotary_layout(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims) -> RotaryLayout | None:
     """The rotary layout of a family that declares one (``"rotary"`` in its spec), from config.json."""
     if spec.rotary is None:
         return None
+    config = ckpt.config
+    if not any(k in config for k in ("max_position_embeddings", "n_positions")):
+        # no stated context length: every offset counts, so only the bounds valid for every rotation apply
+        config = {**config, "max_position_embeddings": UNBOUNDED_POSITIONS}
     try:
-        layout = rotary_layout_from_config(ckpt.config, dims.d_head, pairing=spec.rotary)
+        layout = rotary_layout_from_config(config, dims.d_head, pairing=spec.rotary)
     except ValueError as exc:
         raise SpecboundError(f"config.json of {ckpt.location}: {exc}; fix the rotary settings (rope_theta, "
                              f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
@@ -318,7 +325,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     location = str(model.ckpt.location)
     rotary = None if model.rotary is None else {
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
-        "max_positions": model.rotary.max_positions, "scaling": model.rotary.scaling,
+        "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
+        "scaling": model.rotary.scaling,
         "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
     }
     return build_analysis(name or location, model.spec.family, measures, results, recorded,

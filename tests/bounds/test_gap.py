@@ -36,7 +36,7 @@ def test_gap_bounds_on_hand_model():
     n, params = 10_000, GapParameters(n=10_000, margin=1.0, delta=0.01)
     gaps = gap_bounds(ms, results, params)
     # measures without a margin-bound form get none
-    assert set(gaps) == {k for k, b in REGISTRY.items() if b.log_factor is not None}
+    assert set(gaps) == {k for k, b in REGISTRY.items() if b.log_factor is not None and (b.applies is None or b.applies(ms))}
     assert not {"param_count", "spectral_product", "frobenius_product"} & set(gaps)
     # 8 matrices, m = 4: the grid costs 8 ln 9; three types: 2 heads' QK/OV + 2 FF blocks -> 6 ln 9
     assert gaps["spectral_adaptive"]["union_cost"] == pytest.approx(8 * math.log(9))

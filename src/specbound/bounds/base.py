@@ -64,6 +64,9 @@ class Bound:
         Log of the number of post-hoc choices a union bound must pay for (added to ``log(1/delta)``).
     margin_inside : callable(ModelMeasures, margin) -> float, optional
         The bound with the margin inside each term (the spectrum-adaptive bound's second gap form).
+    applies : callable(ModelMeasures) -> bool, optional
+        Whether the bound means anything for this model (None: always); a bound that does not apply
+        is not computed and not reported (e.g. the rotation-blind variants of a model without rotary).
     distance : bool
         Whether measuring from initial weights changes it (False for quantities with no norm of
         ``W - W0`` in them, e.g. the spectral product or the parameter count).
@@ -79,6 +82,7 @@ class Bound:
     union_cost: Callable[[ModelMeasures, int], float] = no_union_cost
     distance: bool = True
     margin_inside: Callable[[ModelMeasures, float], float] | None = None
+    applies: Callable[[ModelMeasures], bool] | None = None
 
     def __post_init__(self):
         if self.group not in GROUPS:

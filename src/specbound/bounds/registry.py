@@ -29,7 +29,7 @@ REGISTRY: dict[str, Bound] = _registry()
 def compute_all(measures: ModelMeasures, *, only_distance: bool = False) -> dict[str, BoundResult]:
     """Every registered bound on ``measures`` (with ``only_distance``: those that measure ``W - W0``)."""
     return {name: bound.compute(measures) for name, bound in REGISTRY.items()
-            if bound.distance or not only_distance}
+            if (bound.distance or not only_distance) and (bound.applies is None or bound.applies(measures))}
 
 
 def in_group(group: str) -> list[str]:

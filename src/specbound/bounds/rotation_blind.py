@@ -5,7 +5,7 @@ at every relative position (docs/rotary.md).  These variants recompute the spect
 the Edelman-style proxy with each head's ``W_Q^T W_K`` as if no rotation were applied, as earlier
 versions (and the paper's BERT experiment) did: they understate what the model can compute (a head with
 ``W_Q^T W_K = 0`` may still attend by position) and are not bounds for rotary models.  For every other
-family they equal the headline bounds.
+family they are not computed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from .adaptive import SPECTRAL_ADAPTIVE, grid_union_cost, entropy_integral_facto
 from .base import Bound, BoundResult
 from .edelman import EDELMAN, covering_log_factor
 from ..compute.measures import ModelMeasures
+
+
+def _rotary(measures: ModelMeasures) -> bool:
+    return measures.rotation_blind is not None
 
 
 def _rotation_blind(bound: Bound):
@@ -35,6 +39,7 @@ BOUNDS = (
         log_factor=entropy_integral_factor,
         union_cost=grid_union_cost,
         distance=False,
+        applies=_rotary,
     ),
     Bound(
         name="edelman_rotation_blind",
@@ -45,5 +50,6 @@ BOUNDS = (
         needs=EDELMAN.needs,
         log_factor=covering_log_factor,
         distance=False,
+        applies=_rotary,
     ),
 )
