@@ -144,7 +144,14 @@ def test_llama_export_without_config(tmp_path):
     model.save_pretrained(str(tmp_path / "st"))
     reference = specbound.analyze(tmp_path / "st", threads=1)
     path = export_alone(model, tmp_path / "onnx" / "model.onnx", True)
-    result = specbound.analyze(path, threads=1)
+    # the rotary settings are not in the graph: never guessed; the bounds valid for every rotation apply
+    blind = specbound.analyze(path, threads=1)
+    assert blind.model["rotary"]["max_positions"] is None
+    from specbound.pipeline import open_model
+
+    assert "--set max_position_embeddings=N" in open_model(path).ckpt.config["specbound_inferred"]["rotary"]
+    rotary = {"max_position_embeddings": 40, "rope_theta": config.rope_parameters["rope_theta"]}
+    result = specbound.analyze(path, config=rotary, threads=1)
     assert (result.model["H"], result.model["H_kv"], result.model["activation"]) == (4, 2, "silu")
     assert_same_numbers(reference, result)
 

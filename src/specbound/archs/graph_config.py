@@ -11,6 +11,10 @@ checkpoint: every value with the tensor or node it was read from.
   approximation; ``Sigmoid``: SiLU; ``Relu``);
 * the family: the shipped spec whose layer-0 weight names the checkpoint holds (under any prefix).
 
+A family with rotary position embeddings (LLaMA) is analysed with the bounds valid for every
+rotation unless ``max_position_embeddings`` and ``rope_theta`` are given (``--set``): an export does
+not keep them, and they are never guessed.
+
 The caller's own keys (``--config FILE``, ``--set key=value``) win over every inferred one.
 """
 
@@ -168,6 +172,12 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
             config[key] = note.value
     config[INFERRED_KEY] = {n.field: f"{n.value} ({n.evidence})" for n in notes}
     config.update(given)  # the caller's keys win
+    if spec.rotary is not None and not any(k in given for k in ("max_position_embeddings", "n_positions")):
+        notes.append(Inferred("rotary", "context length not in the graph",
+                              "an export keeps only cos/sin tables of its own length: the bounds valid for every "
+                              "rotation are used; for the exact ones pass --set max_position_embeddings=N "
+                              "--set rope_theta=BASE from the model card"))
+        config[INFERRED_KEY]["rotary"] = f"{notes[-1].value} ({notes[-1].evidence})"
     missing = [f for f in ("num_heads",) if spec.config_value(config, f) is None]
     if missing:
         keys = spec.config_keys["num_heads"][0]
