@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
+import re
 
 
 class SpecboundError(Exception):
     """Bad input or an impossible request, with a message that says what was expected, what was
-    found and how to fix it.  The CLI prints the message on one line and exits with status 2."""
+    found and how to fix it.  The CLI prints the message on one line and exits with status 2.
+
+    The message is kept on one line whatever it quotes (a library's multi-line reason, a file
+    name with a newline): line breaks become spaces here, once for every message.
+    """
+
+    def __init__(self, message: str = "", *args):
+        super().__init__(re.sub(r"\s*[\r\n]+\s*", " ", str(message)).strip(), *args)
 
 
 class SpecboundWarning(UserWarning):
@@ -36,26 +43,27 @@ _OS_FIXES = {
 
 
 def os_error(exc: OSError, doing: str) -> SpecboundError:
-    """The one-line error for ``exc``, raised while ``doing`` (``"reading /x/config.json"``)."""
+    """The one-line error for ``exc``, raised trying to ``doing`` (``"read /x/config.json"``)."""
     where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
     reason = exc.strerror or str(exc) or type(exc).__name__
     fix = _OS_FIXES.get(exc.errno, "check the path and the file system")
-    return SpecboundError(f"cannot finish {doing}{where}: {reason}; {fix}")
+    return SpecboundError(f"cannot {doing}{where}: {reason}; {fix}")
 
 
 def one_line(exc: BaseException, doing: str) -> SpecboundError | None:
     """The one-line :class:`SpecboundError` for an exception the environment raises rather than
     the library (``OSError``, ``MemoryError``, ``RecursionError``), None for any other (a bug, which
-    should keep its traceback).  Used at the boundaries only: the command line and each sweep task."""
+    should keep its traceback).  ``doing`` is what was tried, as a verb phrase (``"analyse m1"``).
+    Used at the boundaries only: the command line and each sweep task."""
     if isinstance(exc, SpecboundError):
         return exc
     if isinstance(exc, OSError):
         return os_error(exc, doing)
     if isinstance(exc, MemoryError):
-        return SpecboundError(f"ran out of memory {doing}; free memory, analyse fewer layers at once "
+        return SpecboundError(f"ran out of memory trying to {doing}; free memory, analyse fewer layers at once "
                               f"(--jobs 1), or use a machine with more memory")
     if isinstance(exc, RecursionError):
-        return SpecboundError(f"input nested too deeply {doing} (Python's recursion limit); a real config, "
+        return SpecboundError(f"input nested too deeply to {doing} (Python's recursion limit); a real config, "
                               f"index or record is a few levels deep: the file is corrupt or hostile")
     return None
 
@@ -70,23 +78,3 @@ def os_errors(doing: str):
         yield
     except ENVIRONMENT_ERRORS as exc:
         raise one_line(exc, doing) from None
-
-
-def writable_target(path, what: str, *, overwrite: bool = True) -> None:
-    """Check before any work that ``path`` (a file to write) can be written: its folder exists
-    (or can be created) and is writable, and it is not a folder; with ``overwrite=False`` an
-    existing file is an error too."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise SpecboundError(f"cannot write the {what} to {path}: it is a folder; pass a file name")
-    if os.path.exists(path) and not overwrite:
-        raise SpecboundError(f"cannot write the {what} to {path}: the file exists; remove it or pass another name")
-    folder = os.path.dirname(os.path.abspath(path))
-    probe = folder
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        raise SpecboundError(f"cannot write the {what} to {path}: {probe} is a file, not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise SpecboundError(f"cannot write the {what} to {path}: {probe if probe != path else path} is not "
-                             f"writable; pass a location you can write to")

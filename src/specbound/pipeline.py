@@ -17,6 +17,7 @@ from typing import Any, Callable
 from .errors import SpecboundError
 from .options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, AnalysisOptions
 from .io import Checkpoint, open_checkpoint
+from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
@@ -63,7 +64,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
     init_model = _open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
-    threads = opts.threads
+    threads = cap_threads(opts.threads)
     if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
         threads = max(1, available_cores() // jobs)
     bar, on_layer = _progress_callback(progress)
@@ -263,15 +264,19 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
     return max(1, min(available_cores(), layers, by_memory))
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def cap_threads(threads: int | None) -> int | None:
+    """``threads`` BLAS threads, at most the cores (more only thrash: 100000 threads took 72 s where
+    8 took 1.2 s); capping is said in a :class:`~specbound.errors.SpecboundWarning`."""
+    cores = available_cores()
+    if threads is not None and threads > cores:
+        import warnings
+
+        from .errors import SpecboundWarning
+
+        warnings.warn(SpecboundWarning(f"{threads} threads capped at the {cores} core(s) this process may use"),
+                      stacklevel=3)
+        return cores
+    return threads
 
 
 def available_cores() -> int:

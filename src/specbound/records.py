@@ -145,7 +145,13 @@ class Analysis:
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write the tables (Parquet and CSV, each with a ``source`` column first) and the summary JSON
         to ``out_dir``, each atomically; :meth:`load` reopens them."""
+        from .errors import os_errors
+
         out = Path(out_dir)
+        with os_errors(f"write the tables to {out}"):
+            return self._save(out)
+
+    def _save(self, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         written = []
         for name in TABLE_NAMES:

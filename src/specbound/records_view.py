@@ -54,6 +54,19 @@ def fmt(x: Any, log10: float | None = None) -> str:
     return f"{x:.{SIGNIFICANT - 1}e}"
 
 
+def markdown_table(frame: pd.DataFrame, cell=None) -> str:
+    """``frame`` as a Markdown table (no tabulate dependency); ``cell(column, value) -> str`` formats
+    each entry (default: numbers as :func:`fmt`, anything else as ``str``)."""
+    def default(column, value):
+        return fmt(value) if isinstance(value, (float, np.floating)) else str(value)
+
+    cell = cell or default
+    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |", "|" + "|".join("---" for _ in frame.columns) + "|"]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row)) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 def short_name(source: str, limit: int = 48) -> str:
     """A model's name for titles and legends, not its absolute path.
 

@@ -211,3 +211,37 @@ def test_state_dict_holding_non_tensors(value):
 def test_state_dict_with_non_string_names():
     with pytest.raises(SpecboundError, match="expected tensor names"):
         specbound.analyze({1: np.zeros((2, 2))}, config={"model_type": "bert"})
+
+
+def test_zip_end_record_claiming_several_disks(copy):
+    """Found by the fuzz suite: zipfile.is_zipfile itself raised BadZipFile ("zipfiles that span
+    multiple disks are not supported")."""
+    folder = _as_pickle(copy)
+    path = folder / "pytorch_model.bin"
+    data = bytearray(path.read_bytes())
+    locator = data.rfind(b"PK\x06\x07")  # torch writes zip64: its end locator holds the number of disks
+    assert locator > 0
+    data[locator + 16] = 2
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpecboundError, match="corrupt PyTorch zip checkpoint"):
+        specbound.analyze(folder, threads=1)
+
+
+def test_a_header_backed_by_a_sparse_file_is_refused_by_memory(tmp_path, monkeypatch):
+    """A consistent header over a sparse file: 4 GiB of declared float32 (the file really is that
+    long, and safetensors accepts it); its 8 GiB float64 copy is refused before allocation."""
+    import specbound.io.base
+    from specbound.io.safetensors_file import SafetensorsCheckpoint
+
+    n = 1 << 15
+    path = tmp_path / "model.safetensors"
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n, n], "data_offsets": [0, 4 * n * n]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(8 + len(header) + 4 * n * n)  # sparse: no disk used
+    monkeypatch.setattr(specbound.io.base, "available_memory", lambda: 2 << 30)
+    ckpt = SafetensorsCheckpoint("x", {}, {"w": path})
+    assert ckpt.shape("w") == (n, n)
+    with pytest.raises(SpecboundError, match="needs 8.0 GiB and 2.0 GiB of memory is available"):
+        ckpt.read("w")

@@ -1,6 +1,5 @@
 """Sweeps: local and on Dask give identical records; re-runs skip; a killed sweep loses nothing."""
 
-import json
 import os
 import re
 import signal
@@ -167,7 +166,7 @@ def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
 def test_a_local_sweep_imports_neither_dask_nor_matplotlib(tiny_family, tmp_path):
     code = ("import sys; from specbound.sweep.sources import expand_sources; from specbound.sweep.run import run_sweep; "
             "import specbound.report.plots, specbound.report.html, specbound.report.scaling; "
-            f"r = run_sweep(expand_sources([sys.argv[1]]), sys.argv[2], progress=False); assert len(r.written) == 2; "
+            "r = run_sweep(expand_sources([sys.argv[1]]), sys.argv[2], progress=False); assert len(r.written) == 2; "
             "heavy = [m for m in ('dask', 'distributed', 'matplotlib', 'torch') if m in sys.modules]; "
             "assert not heavy, heavy")
     env = {**os.environ, "PYTHONPATH": SRC, "OPENBLAS_NUM_THREADS": "1"}

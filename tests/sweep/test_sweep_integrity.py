@@ -217,3 +217,30 @@ def test_a_sweep_over_onnx_folders(sources, tmp_path):
     record = Store(tmp_path / "store").load(report.written[0])
     direct = specbound.analyze(sources[0].target, threads=1)
     assert record.bounds["spectral_adaptive"] == pytest.approx(direct.bounds["spectral_adaptive"], rel=1e-6)
+
+
+def test_a_changed_arch_spec_after_planning_fails_the_task(member, tmp_path):
+    from importlib import resources
+
+    spec = tmp_path / "bert.json"
+    spec.write_text(resources.files("specbound.archs").joinpath("data", "bert.json").read_text())
+    task = plan_task(Source("m", str(member)), {"arch_spec": str(spec)})
+    spec.write_text(spec.read_text().replace('"family": "bert"', '"family": "bert2"'))
+    with pytest.raises(SpecboundError, match="bert.json changed since"):
+        analyze_task(task)
+
+
+def test_a_corrupt_record_in_a_read_only_store_is_skipped(sources, tmp_path, monkeypatch):
+    """Nothing can be moved: the record is skipped with a warning, readers carry on."""
+    root = tmp_path / "store"
+    run_sweep(sources, root, progress=False)
+    victim = sorted((root / "records").iterdir())[0]
+    (victim / "record.json").write_text("{")
+
+    def deny(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "rename", deny)
+    with pytest.warns(SpecboundWarning, match="skipped \\(the store is read-only\\)"):
+        assert len(Store(root).table()) == 2
+    assert victim.exists()

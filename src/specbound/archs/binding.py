@@ -120,6 +120,14 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
     """Check that every role tensor exists with the right shape and every other tensor is ignored."""
     expected = _expected_shapes(dims)
     names = set(ckpt.names)
+    stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
+    if stored_layers * len(spec.tensors) > len(names):  # before listing every layer: L may be 10**30
+        raise SpecboundError(
+            f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
+            f"{len(spec.tensors)} role tensors each, "
+            f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
+            f"config does not match it"
+        )
     wanted = {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
         for role, rule in spec.tensors.items():

@@ -101,7 +101,7 @@ class Checkpoint:
         stored = count * _ITEMSIZE.get(self.dtype(name), 1)
         # A missing file is left to the reader, whose message says which file and why.
         holders = [self._stored_in(name)] if self._stored_in(name) is not None else self.files()
-        with os_errors(f"checking the size of {self.where(name)}"):
+        with os_errors(f"check the size of {self.where(name)}"):
             held = sum(p.stat().st_size for p in holders if p.is_file()) if any(p.is_file() for p in holders) else None
         if held is not None and stored > held:
             raise SpecboundError(
@@ -124,7 +124,7 @@ class Checkpoint:
         Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
         8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
         """
-        with self._read_lock, os_errors(f"reading tensor {name!r} from {self.where(name)}"):
+        with self._read_lock, os_errors(f"read tensor {name!r} from {self.where(name)}"):
             dtype = self.dtype(name)
             if dtype in FLOAT_DTYPES:
                 self.check_size(name)
@@ -153,6 +153,18 @@ class Checkpoint:
 
 
 
+def fingerprint(path: Path) -> str:
+    """Where a file is and which version of it: real path, size, mtime, ctime (ns) and inode.
+
+    The ctime is what makes it trustworthy: any write, truncation or ``utime`` sets it to the
+    current time and no user can set it back, so a same-size rewrite that restores the old mtime
+    still changes the fingerprint (on file systems with nanosecond timestamps: ext4, XFS, btrfs,
+    tmpfs, ZFS; a coarser one could miss a rewrite within its tick).
+    """
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+
+
 def available_memory() -> int | None:
     """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
     try:
@@ -167,7 +179,7 @@ def available_memory() -> int | None:
 def load_json(path: Path, what: str, fix: str) -> Any:
     """``path`` decoded as JSON; any failure (unreadable, not UTF-8, not JSON, nested deeper than
     ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and how to ``fix`` it."""
-    with os_errors(f"reading the {what} {path}"):
+    with os_errors(f"read the {what} {path}"):
         text = path.read_bytes()
     try:
         text = text.decode("utf-8")
@@ -175,13 +187,16 @@ def load_json(path: Path, what: str, fix: str) -> Any:
             raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
         return json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise SpecboundError(f"cannot parse the {what} {path} as JSON ({type(exc).__name__}: "
+        raise SpecboundError(f"cannot read the {what} {path} as JSON ({type(exc).__name__}: "
                              f"{str(exc)[:200]}); {fix}") from None
 
 
 def _json_depth(text: str) -> int:
-    """An upper bound of the nesting depth of a JSON text (brackets inside strings count too),
-    without recursion: a deeply nested document is refused before the recursive parser sees it."""
+    """An upper bound of the nesting depth of a JSON text (brackets inside strings count too), or 0
+    when it has too few brackets to exceed ``MAX_JSON_DEPTH``; without recursion, so a deeply nested
+    document is refused before the recursive parser sees it."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # the usual case, counted in C
+        return 0
     depth = best = 0
     for ch in text:
         if ch in "[{":

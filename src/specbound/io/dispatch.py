@@ -32,7 +32,7 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
         from .pytorch import from_memory
 
         return from_memory(source, config)
-    with os_errors(f"opening the checkpoint {source}"):
+    with os_errors(f"open the checkpoint {source}"):
         ckpt = _open_path(source, config)
     if config:  # the caller's keys (--config FILE, --set key=value) win over config.json's
         ckpt.config = {**ckpt.config, **config}

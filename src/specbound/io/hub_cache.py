@@ -64,11 +64,13 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
     if not inside(repo / "refs", ref):
         raise SpecboundError(f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a "
                              f"branch, tag or commit hash")
-    with os_errors(f"reading the cache ref {ref}"):
+    with os_errors(f"read the cache ref {ref}"):
         commit = ref.read_text(errors="replace").strip() if ref.is_file() else revision
     if not _COMMIT.match(commit):
-        raise SpecboundError(f"{ref if ref.is_file() else 'the revision'} names {commit[:60]!r}, not a commit "
-                             f"hash or ref name; the cache entry {repo} is corrupt: download the model again")
+        if not ref.is_file():
+            return None  # a revision that is no ref here and cannot be a snapshot's name: not cached
+        raise SpecboundError(f"{ref} names {commit[:60]!r}, not a commit hash; the cache entry {repo} is "
+                             f"corrupt: download the model again")
     if (snapshots / commit).is_dir() and inside(snapshots, snapshots / commit):
         return snapshots / commit
     found = sorted(p for p in snapshots.iterdir() if p.is_dir() and inside(snapshots, p))

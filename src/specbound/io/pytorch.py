@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError, os_errors
-from .base import Checkpoint
+from .base import Checkpoint, fingerprint
 from .shard_index import read_weight_map
 
 PICKLE_SINGLE = "pytorch_model.bin"
@@ -122,7 +122,7 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
     first, then is memory-mapped; a legacy (non-zip) one is read into memory, as torch requires.
     """
     torch = _import_torch()
-    with os_errors(f"reading {path}"):
+    with os_errors(f"read {path}"):
         is_zip = _verify_zip(path)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
@@ -151,9 +151,12 @@ def _verify_zip(path: Path) -> bool:
     """
     import zipfile
 
-    if not zipfile.is_zipfile(path):
-        return False
+    version = fingerprint(path)
+    if version in _VERIFIED:  # this very version passed already (a sweep opens a file several times)
+        return True
     try:
+        if not zipfile.is_zipfile(path):  # itself raises on some damaged end records
+            return False
         with zipfile.ZipFile(path) as archive:
             for info in archive.infolist():
                 with archive.open(info) as member:
@@ -164,7 +167,13 @@ def _verify_zip(path: Path) -> bool:
             f"{path} is a corrupt PyTorch zip checkpoint ({type(exc).__name__}: {str(exc)[:200]}): its "
             f"stored bytes do not match their checksums (CRC-32); re-download or re-save the checkpoint"
         ) from None
+    if fingerprint(path) == version:  # not rewritten while it was read
+        _VERIFIED.add(version)
     return True
+
+
+# Fingerprints (io.base.fingerprint) of the zip checkpoints whose CRCs this process has verified.
+_VERIFIED: set[str] = set()
 
 
 def pickle_shards(folder: Path) -> dict[str, Path] | None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_write
-from ..records_view import fmt, short_name
+from ..records_view import fmt, markdown_table, short_name
 
 CAPTIONS = {
     "bounds_vs_width": "Each bound against the hidden size N at fixed depth L, divided by its value at the "
@@ -70,13 +70,6 @@ def _records_table(store, bounds):
     labels = [c for c in table.columns if c.startswith("label_") and table[c].nunique() > 1]
     cols = ["source", "L", "N", "H", "d_ff", *labels] + bounds + ["seconds"]
     return table[[c for c in cols if c in table.columns]]
-
-
-def _markdown_table(frame) -> str:
-    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
 
 
 def _html_table(frame) -> str:
@@ -157,8 +150,8 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
         second = trajectory_frame(store, x=along, bounds=headline).drop(columns=["key"])
         second["source"] = [short_name(v) for v in second["source"]]
 
-    md = ["# specbound report", "", *overview, "", "## Bounds", "", _markdown_table(records), ""]
-    md += [f"## {section}", "", md_intro, "", _markdown_table(second), ""]
+    md = ["# specbound report", "", *overview, "", "## Bounds", "", markdown_table(records), ""]
+    md += [f"## {section}", "", md_intro, "", markdown_table(second), ""]
     md += ["## Figures", ""]
     for name, png in figures.items():
         md += [f"### {name}", "", CAPTIONS.get(name, ""), "", f"![{ALT.get(name, name)}](figures/{png.name})",

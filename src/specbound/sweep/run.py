@@ -158,6 +158,8 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
                              f"files or hub ids")
     cfg_path = model.ckpt.config_path
     side = [cfg_path, *(cfg_path.parent / n for n in _INDEX_FILES)] if cfg_path is not None else []
+    if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
+        side.append(Path(options["arch_spec"]))
     side_prints = tuple(fingerprint(p) for p in side if p.is_file())
     # config.json read again after its fingerprint: the fingerprinted version is the one analysed
     if cfg_path is not None and read_config(cfg_path.parent) != model.ckpt.config:
@@ -175,7 +177,7 @@ def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], repor
             try:
                 headers.append(read_header(source, options))
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
-                report.failed.append((source.name, str(one_line(exc, f"opening {source.name}"))))
+                report.failed.append((source.name, str(one_line(exc, f"open {source.name}"))))
     return headers
 
 
@@ -340,8 +342,18 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', got {jobs!r}")
     if per_layer not in PER_LAYER_MODES:
         raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
+    for options in option_sets or [{}]:  # a bad option set is the request's error, not each source's
+        spec = canonical_options(options)["arch_spec"]
+        if spec is not None:
+            from ..archs.spec import load_spec_file
+
+            load_spec_file(spec)
     if progress is None:
         progress = sys.stderr.isatty()
+    if workers is None and scheduler is None:  # a cluster's workers have their own cores
+        from ..pipeline import cap_threads
+
+        threads = cap_threads(threads)
     start = time.perf_counter()
     st = Store(store)
     st._ensure()  # a store that cannot be written fails now, before any analysis
@@ -389,7 +401,7 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
             try:
                 record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs)
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
-                report.failed.append((task.source.name, str(one_line(exc, f"analysing {task.source.name}"))))
+                report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
                 bars.checkpoint(task, failed=True)
                 continue
             writes.append((task.key, writer.submit(st.put, record)))
@@ -421,7 +433,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
     import logging
 
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
         raise SpecboundError("a Dask sweep needs dask.distributed: pip install -e '.[sweep]' in the specbound checkout") from None
     with contextlib.ExitStack() as stack:
@@ -463,8 +475,11 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             task, split = finals[future.key]
             try:
                 record = future.result()
-            except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:
-                report.failed.append((task.source.name, str(one_line(exc, f"analysing {task.source.name}"))))
+            except (SpecboundError, KilledWorker, *ENVIRONMENT_ERRORS) as exc:
+                message = (f"the Dask worker analysing it died ({exc}): out of memory, or killed; give the "
+                           f"workers more memory" if isinstance(exc, KilledWorker)
+                           else str(one_line(exc, f"analyse {task.source.name}")))
+                report.failed.append((task.source.name, " ".join(message.split())))
                 bars.checkpoint(task, failed=True)
                 continue
             _count_write(report, task.key, st.put(record))

@@ -35,6 +35,7 @@ from typing import Any, Iterator
 
 from ..atomic import remove_stale, temp_path
 from ..errors import SpecboundError, os_errors
+from ..io.base import fingerprint
 from ..options import AnalysisOptions
 
 RECORD_FORMAT = 1
@@ -59,25 +60,13 @@ def _file_sha256(path: Path, digest=None):
     return h
 
 
-def fingerprint(path: Path) -> str:
-    """Where a file is and which version of it: real path, size, mtime, ctime (ns) and inode.
-
-    The ctime is what makes it trustworthy: any write, truncation or ``utime`` sets it to the
-    current time and no user can set it back, so a same-size rewrite that restores the old mtime
-    still changes the fingerprint (on file systems with nanosecond timestamps: ext4, XFS, btrfs,
-    tmpfs, ZFS; a coarser one could miss a rewrite within its tick).
-    """
-    st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
-
-
 def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
     """SHA-256 of a file's bytes, remembered in ``cache`` under its :func:`fingerprint`.
 
     The fingerprint is taken before and after hashing: a file written meanwhile is an error (its
     bytes are none of its versions), so a remembered hash is always that of one whole version.
     """
-    with os_errors(f"hashing {path}"):
+    with os_errors(f"hash {path}"):
         before = fingerprint(path)
         if cache is not None and before in cache:
             return cache[before]
@@ -103,10 +92,10 @@ def hash_weights(config: dict[str, Any], weight_files: list[Path],
     h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
     prints = []
     for path in sorted(set(weight_files), key=lambda p: p.name):
-        with os_errors(f"hashing {path}"):
+        with os_errors(f"hash {path}"):
             prints.append(fingerprint(path))
         digest = file_sha256(path, cache)
-        with os_errors(f"hashing {path}"):
+        with os_errors(f"hash {path}"):
             if fingerprint(path) != prints[-1]:
                 raise SpecboundError(f"{path} changed while it was being hashed; run the sweep again")
         h.update(b"\0" + path.name.encode() + b"\0" + digest.encode())
@@ -271,7 +260,7 @@ class Store:
         aside (:meth:`quarantine`) with a :class:`~specbound.errors.SpecboundWarning`."""
         if not self.records_dir.is_dir():
             return []
-        with os_errors(f"listing the results store {self.root}"):
+        with os_errors(f"list the results store {self.root}"):
             found = sorted(p.name for p in self.records_dir.iterdir() if (p / "record.json").exists())
         return [key for key in found if self._sound(key)]
 
@@ -325,7 +314,7 @@ class Store:
             return False
         # <key>+<pid>+<random>+<host>: clean_incoming tells a dead writer's leftovers from a live one's
         tmp = temp_path(self.incoming_dir, record.key)
-        with os_errors(f"writing record {record.key} to the results store {self.root}"):
+        with os_errors(f"write record {record.key} to the results store {self.root}"):
             return self._publish(record, tmp)
 
     def _publish(self, record: Record, tmp: Path) -> bool:
@@ -406,10 +395,14 @@ class Store:
     def load_digests(self) -> dict[str, str]:
         """The remembered file hashes (empty when none or unreadable: it is only a cache)."""
         try:
-            cache = json.loads((self.root / "digests.json").read_text())
-        except (OSError, ValueError):
+            cache = json.loads((self.root / "digests.json").read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return {}
-        return cache if isinstance(cache, dict) else {}
+        if not isinstance(cache, dict):
+            return {}
+        # only well-formed entries: a damaged cache costs a re-hash, never a wrong key
+        return {k: v for k, v in cache.items() if isinstance(k, str) and isinstance(v, str)
+                and len(v) == 64 and all(c in "0123456789abcdef" for c in v)}
 
     def save_digests(self, cache: dict[str, str]) -> None:
         """Write the file-hash cache atomically (the last writer wins; entries never go stale)."""
