@@ -42,6 +42,10 @@ class Checkpoint:
     config: dict[str, Any]
     # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
     config_path: Path | None = None
+    # None, or one sentence saying that the weights read are not the stored values as trained (a
+    # quantized GGUF file: dequantized values, so the bounds are of the quantized model); the
+    # analysis reports it.
+    weights_note: str | None = None
     # Layers analysed in parallel threads read one tensor at a time: loaded pickle shards, ONNX
     # graphs and in-memory tensors are shared state.  Safetensors reads open their own file handle
     # and overlap (SafetensorsCheckpoint).

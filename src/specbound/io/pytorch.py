@@ -108,7 +108,7 @@ def _import_torch():
         import torch
     except ImportError:
         raise SpecboundError(
-            "reading PyTorch .bin/.pt weights needs torch: pip install 'specbound[torch]' (or convert "
+            "reading PyTorch .bin/.pt weights needs torch: pip install -e '.[torch]' in the specbound checkout (or convert "
             "the checkpoint to safetensors, which needs no torch)"
         ) from None
     return torch

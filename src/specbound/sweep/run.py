@@ -435,7 +435,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
     try:
         from dask.distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
-        raise SpecboundError("a Dask sweep needs dask.distributed: pip install 'specbound[sweep]'") from None
+        raise SpecboundError("a Dask sweep needs dask.distributed: pip install -e '.[sweep]' in the specbound checkout") from None
     with contextlib.ExitStack() as stack:
         if scheduler is not None:
             try:
