@@ -237,6 +237,7 @@ def test_q8_0_gguf_analyses_the_dequantized_weights(llama, tmp_path):
     # the analysis says it is of the quantized model (one assumption more than the float checkpoint's)
     noted = [a for a in result.assumptions if a["name"] == "quantized_weights"]
     assert len(noted) == 1 and "quantized model" in noted[0]["effect"] and "Q8_0" in noted[0]["effect"]
+    assert "weights: quantized" in str(result)  # the text summary says so too
     result.assumptions.remove(noted[0])
     assert_same_numbers(specbound.analyze(dequantized, threads=1), result)
 
