@@ -14,7 +14,6 @@ undecodable quantization, another architecture) are one-line errors.
 """
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -24,6 +23,12 @@ from specbound import SpecboundError
 from specbound.compute.extract import layer_weights
 from specbound.io import open_checkpoint
 from specbound.pipeline import open_model
+from same_numbers import assert_same_numbers
+
+
+def assert_same_numbers_gguf(a, b, rel=1e-9):
+    """Same numbers, the family's name aside (llama vs llama_gguf: the same blocks)."""
+    assert_same_numbers(a, b, rel, family=False)
 
 gguf = pytest.importorskip("gguf")
 
@@ -109,35 +114,6 @@ def write_gguf(path, state, types=None, arch="llama", split_max_tensors=0):
     return path
 
 
-def numbers(result):
-    """Every number of an analysis: its JSON minus where it came from (source, location, each
-    matrix's tensor names) and the family's name (llama vs llama_gguf: the same blocks)."""
-    doc = json.loads(result.to_json())
-    doc.pop("source")
-    doc.pop("location", None)
-    doc["model"].pop("family")
-    for row in doc["matrices"]:
-        row.pop("tensors", None)
-    return doc
-
-
-def assert_same_numbers(a, b, rel=1e-9):
-    def walk(x, y, where):
-        if isinstance(x, dict):
-            assert sorted(x) == sorted(y), where
-            for k in x:
-                walk(x[k], y[k], f"{where}.{k}")
-        elif isinstance(x, list):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y)):
-                walk(u, v, f"{where}[{i}]")
-        elif isinstance(x, float) and isinstance(y, float) and math.isfinite(x):
-            assert y == pytest.approx(x, rel=rel, abs=1e-300), where
-        else:
-            assert x == y, where
-    walk(numbers(a), numbers(b), "")
-
-
 def assert_same_matrices(folder_a, source_b):
     a, b = open_model(folder_a), open_model(source_b)
     assert (a.dims.L, a.dims.N, a.dims.H, a.dims.H_kv, a.dims.d_head, a.dims.d_ff, a.dims.activation) == \
@@ -168,7 +144,7 @@ def test_float32_gguf_equals_the_hugging_face_checkpoint(llama, tmp_path):
     np.testing.assert_array_equal(ckpt.read("blk.0.attn_k.weight"), hf_k.astype(np.float64))
     assert_same_matrices(folder, path)
     result = specbound.analyze(path, threads=1)
-    assert_same_numbers(specbound.analyze(folder, threads=1), result)
+    assert_same_numbers_gguf(specbound.analyze(folder, threads=1), result)
     assert "blk.0.attn_q.weight" in json.loads(result.to_json())["matrices"][0]["tensors"]
 
 
@@ -239,7 +215,7 @@ def test_q8_0_gguf_analyses_the_dequantized_weights(llama, tmp_path):
     assert len(noted) == 1 and "quantized model" in noted[0]["effect"] and "Q8_0" in noted[0]["effect"]
     assert "weights: quantized" in str(result)  # the text summary says so too
     result.assumptions.remove(noted[0])
-    assert_same_numbers(specbound.analyze(dequantized, threads=1), result)
+    assert_same_numbers_gguf(specbound.analyze(dequantized, threads=1), result)
 
 
 # --- bad files --------------------------------------------------------------------------------------
@@ -339,7 +315,7 @@ def test_split_gguf_reads_every_part(llama, tmp_path):
     reference = specbound.analyze(folder, threads=1)
     for part in (parts[0], parts[2]):
         assert "split.count" not in open_checkpoint(part).config
-        assert_same_numbers(reference, specbound.analyze(part, threads=1))
+        assert_same_numbers_gguf(reference, specbound.analyze(part, threads=1))
     parts[2].unlink()
     _one_line_error(parts[0], "tiny-00003-of-00003.gguf", "is missing", "download every part")
     renamed = tmp_path / "renamed.gguf"

@@ -11,7 +11,6 @@ graphs check the orientation rules and the refusals without torch.
 """
 
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -23,37 +22,10 @@ import pytest
 import specbound
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
+from same_numbers import assert_same_numbers
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-
-def _numbers(result):
-    """Every number of an analysis: its JSON minus where it came from (the source path, its location
-    and each matrix's tensor names, which an exporter may prefix)."""
-    doc = json.loads(result.to_json())
-    doc.pop("source")
-    doc.pop("location", None)
-    for row in doc["matrices"]:
-        row.pop("tensors", None)
-    return doc
-
-
-def assert_same_numbers(a, b, rel=1e-12):
-    def walk(x, y, where):
-        if isinstance(x, dict):
-            assert sorted(x) == sorted(y), where
-            for k in x:
-                walk(x[k], y[k], f"{where}.{k}")
-        elif isinstance(x, list):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y)):
-                walk(u, v, f"{where}[{i}]")
-        elif isinstance(x, float) and isinstance(y, float) and math.isfinite(x):
-            assert y == pytest.approx(x, rel=rel, abs=0), where
-        else:
-            assert x == y, where
-    walk(_numbers(a), _numbers(b), "")
 
 
 # --- exports of tiny transformers models ------------------------------------------------------------

@@ -18,8 +18,6 @@ numbers (largest relative difference 2e-16); :func:`test_writer_is_flax_to_bytes
 byte comparison wherever flax is installed.
 """
 
-import json
-import math
 import shutil
 
 import numpy as np
@@ -30,6 +28,7 @@ from specbound import SpecboundError
 from specbound.compute.extract import layer_weights
 from specbound.io import open_checkpoint
 from specbound.pipeline import open_model
+from same_numbers import assert_same_numbers
 
 h5py = pytest.importorskip("h5py")
 msgpack = pytest.importorskip("msgpack")
@@ -158,31 +157,6 @@ def assert_same_matrices(reference, source, atol=1e-9):
             np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=atol, err_msg=role)
         for role in x.ff:
             np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=atol, err_msg=role)
-
-
-def assert_same_numbers(a, b, rel=1e-12):
-    def walk(x, y, where):
-        if isinstance(x, dict):
-            assert sorted(x) == sorted(y), where
-            for k in x:
-                walk(x[k], y[k], f"{where}.{k}")
-        elif isinstance(x, list):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y)):
-                walk(u, v, f"{where}[{i}]")
-        elif isinstance(x, float) and isinstance(y, float) and math.isfinite(x):
-            assert y == pytest.approx(x, rel=rel, abs=0), where
-        else:
-            assert x == y, where
-    docs = []
-    for result in (a, b):  # minus where it came from: source, location, tensor names (TF's bert. prefix)
-        doc = json.loads(result.to_json())
-        doc.pop("source")
-        doc.pop("location", None)
-        for row in doc["matrices"]:
-            row.pop("tensors", None)
-        docs.append(doc)
-    walk(*docs, "")
 
 
 def test_tf_variable_names_follow_transformers():
