@@ -165,6 +165,26 @@ def fingerprint(path: Path) -> str:
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
 
 
+class ShardedCheckpoint(Checkpoint):
+    """A checkpoint whose tensors lie in files named by a ``shards`` map (tensor name -> file): the
+    safetensors and PyTorch formats."""
+
+    shards: dict[str, Path]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.shards)
+
+    def where(self, name: str) -> str:
+        return str(self.shards[name])
+
+    def files(self) -> list[Path]:
+        return sorted(set(self.shards.values()))
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self.shards[name]
+
+
 def available_memory() -> int | None:
     """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
     try:
