@@ -13,7 +13,7 @@
   songs-poems).  An item is its text with whitespace collapsed, cut to its first 32 characters
   (characters as tokens, as for ``langid``); items that occur twice are dropped.  A fixed shuffle
   puts 250 items per topic in the test set (1,250) and the rest, up to the smallest topic's count,
-  in the training pool (452 per topic).
+  in the training pool (446 per topic).
 
 **Training samples are redrawn by the seed** (:meth:`TaskData.train_subset`): a stratified sample
 of ``n`` examples, the first ``n`` of a class-balanced ordering of the pool drawn with the run's
@@ -223,9 +223,14 @@ def load_language_id(directory: str | Path = DICT_DIR) -> TaskData:
 def read_fortunes(path: Path) -> list[str]:
     """The items of a ``fortune`` file (separated by lines holding ``%``), whitespace collapsed,
     empty ones dropped.  The files are UTF-8 with a few stray Latin-1 bytes (replaced)."""
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    items = (" ".join(item.split()) for item in ("\n" + text).split("\n%\n"))
-    return [item for item in items if item and item != "%"]
+    items, lines = [], []
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines() + ["%"]:
+        if line.strip() == "%":
+            items.append(" ".join(" ".join(lines).split()))
+            lines = []
+        else:
+            lines.append(line)
+    return [item for item in items if item]
 
 
 @lru_cache(maxsize=2)
