@@ -174,6 +174,21 @@ def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path)
     assert wider["sigma_censored"] == -1  # at 2 sigma the error rises by more than the target
 
 
+def test_runs_as_dask_tasks_on_a_local_cluster(tmp_path):
+    """--workers: each run is a Dask task; a run that misses its (tiny) step cap is recorded,
+    listed as excluded, and the report is still written."""
+    pytest.importorskip("dask.distributed")
+    base = dict(task="fmnist", depth=1, width=16, train_size=64, lr=3e-3, batch_size=32, weight_decay=0.0,
+                dropout=0.0, max_steps=4)
+    grid = [RunConfig(seed=s, **base) for s in (0, 1)]
+    result = run_study(tmp_path, grid=grid, workers=2, figures=False, bootstrap=5, log=lambda line: None)
+    assert result.timing["trained"] == 2 and result.timing["dask"] == "LocalCluster(2)"
+    assert sorted(result.runs["run"]) == sorted(c.name for c in grid)
+    assert not result.runs["converged"].any() and result.correlations.empty
+    report = (tmp_path / "report.md").read_text()
+    assert all(c.name in report for c in grid)  # listed among the runs that missed the criterion
+
+
 def test_study_imports_no_torch_in_the_calling_process():
     code = ("import sys, specbound.cli, specbound.study.pipeline, specbound.study.report; "
             "heavy = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; assert not heavy, heavy")

@@ -151,7 +151,12 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     converged = runs[runs["converged"].astype(bool)]
     log(f"{len(converged)} of {len(runs)} runs met the training criterion; correlating those "
         f"({bootstrap} bootstrap replicates)")
-    corr = correlations(converged, measures, gaps=GAPS, bootstrap=bootstrap, bootstrap_k=min(bootstrap, BOOTSTRAP_K))
+    if len(converged):
+        corr = correlations(converged, measures, gaps=GAPS, bootstrap=bootstrap,
+                            bootstrap_k=min(bootstrap, BOOTSTRAP_K))
+    else:  # nothing to correlate: the report still lists every run and why it is excluded
+        corr = pd.DataFrame(columns=["gap", "measure", "kind", "scope", "statistic", "value", "value_lo", "value_hi",
+                                     "groups", "note"])
     timing = {"seconds": time.perf_counter() - start, "seconds_training_and_analysis": seconds_runs,
               "trained": sum(o["trained"] for o in outcomes), "analysed": sum(o["analysed"] for o in outcomes),
               "skipped": len(configs) - len(todo), "jobs": jobs_used, "threads": threads, "grid": grid_name,
