@@ -140,7 +140,7 @@ def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path)
     from specbound.study.train import FLAT_TARGET, flatness_sigma, to_tensor, train_run
 
     torch.set_num_threads(1)
-    c = RunConfig(task=task, depth=1, width=32, train_size=100, lr=3e-3, batch_size=25, weight_decay=0.0,
+    c = RunConfig(task=task, depth=1, width=32, train_size=100, lr=6e-3, batch_size=25, weight_decay=0.0,
                   dropout=0.0, seed=0, max_steps=1500)
     data = load_task(task)
     metrics = train_run(c, data, tmp_path)

@@ -144,7 +144,8 @@ def normalised_cmi(v_mu: np.ndarray, v_g: np.ndarray, cells: np.ndarray, n_cells
     info_k = np.bincount(owner, weights=info, minlength=len(n_cells))
     entropy_k = np.bincount(owner, weights=entropy, minlength=len(n_cells))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(entropy_k > 1e-15, info_k / entropy_k, np.nan)
+        # max(0, .): the plug-in information is >= 0 up to round-off
+        return np.where(entropy_k > 1e-15, np.maximum(info_k, 0.0) / entropy_k, np.nan)
 
 
 def k_score(measure: np.ndarray, gap: np.ndarray, codes: dict, rows: np.ndarray | None = None

@@ -32,7 +32,7 @@ from .data import TASKS
 
 # Bumped whenever training or measuring changes what a run's record means: old records are then
 # simply not found (their key differs) instead of being mixed with new ones.
-STUDY_VERSION = 2
+STUDY_VERSION = 3  # 3: learning-rate warm-up
 HPARAMS = ("depth", "width", "train_size", "lr", "batch_size", "weight_decay", "dropout")
 
 

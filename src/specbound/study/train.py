@@ -2,7 +2,8 @@
 training margin distribution, the normalised margin handed to the gap bounds, and the
 data-dependent reference predictors (PAC-Bayes flatness, inverse margin).
 
-**Training to a criterion.**  AdamW at a constant learning rate ``config.lr``, batch size
+**Training to a criterion.**  AdamW at learning rate ``config.lr`` after a linear warm-up over the
+first ``WARMUP_STEPS`` steps (constant after it), batch size
 ``config.batch_size``; weight decay on the weight matrices, none on biases and normalisation
 parameters.  After every epoch whose running (training-mode) accuracy reaches ``CHECK_ACCURACY``,
 the whole training set is evaluated (eval mode, no dropout); training stops as soon as the
@@ -54,6 +55,7 @@ EVAL_BATCH = 1000
 CRITERION_LOSS = 0.01
 CRITERION_ERROR = 0.01
 CHECK_ACCURACY = 0.8  # running (training-mode, dropout on) accuracy that makes a full evaluation worthwhile
+WARMUP_STEPS = 100  # linear learning-rate warm-up: post-LayerNorm BERT at depth 6 does not train without it
 FLAT_TARGET = 0.1
 FLAT_DRAWS = 3
 FLAT_EXAMPLES = 512
@@ -182,6 +184,7 @@ def train_run(config, task: TaskData, out_dir: Path) -> dict:
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     x_np, y_np = task.train_subset(config.train_size, config.seed)
     x_train, y_train = to_tensor(task, x_np), torch.from_numpy(y_np)
     generator = torch.Generator().manual_seed(config.seed)
@@ -201,6 +204,7 @@ def train_run(config, task: TaskData, out_dir: Path) -> dict:
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            warmup.step()
             correct += int((logits.argmax(1) == y_train[batch]).sum())
             steps += 1
             if steps >= config.max_steps:
