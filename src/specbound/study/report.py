@@ -251,6 +251,9 @@ def plot_psi(corr: pd.DataFrame, measures: list[str], path: Path, *, gap: str = 
             v, lo, hi = (rows[c].to_numpy(dtype=float) for c in ("value", "value_lo", "value_hi"))
             err = np.vstack([np.where(np.isnan(lo), 0, v - lo), np.where(np.isnan(hi), 0, hi - v)])
             ax.errorbar(x, v, yerr=err, fmt="o", ms=2.5, lw=0.8, color=cmap(k % 10), label=m)
+        if not np.isfinite(sub.loc[sub["scope"] == scope, "value"].to_numpy(dtype=float)).any():
+            ax.text(0.5, 0.5, "no group of runs that met the criterion could be ranked", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=7, color="grey")
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_ylim(-1.05, 1.05)
         ax.set_ylabel(f"psi ({scope})", fontsize=7)
