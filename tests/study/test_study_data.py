@@ -1,9 +1,11 @@
-"""The study's two datasets, read from the Debian packages that `make data` installs."""
+"""The study's three datasets, read from the Debian packages that `make data` installs."""
 
 import gzip
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbound.errors import SpecboundError
 from specbound.study import data
@@ -39,17 +41,19 @@ def test_fashion_mnist():
     task = data.load_task("fmnist")
     assert task.x_pool.shape == (60_000, 28, 28) and task.x_test.shape == (10_000, 28, 28)
     assert set(np.unique(task.y_test)) == set(range(10)) and task.num_labels == 10
-    x, y = task.train_subset(500)
-    np.testing.assert_array_equal(x, task.train_subset(2000)[0][:500])  # nested subsets
-    assert len(np.unique(y)) == 10
+    x, y = task.train_subset(500, seed=1)
+    np.testing.assert_array_equal(x, task.train_subset(2000, seed=1)[0][:500])  # nested for one seed
+    assert np.bincount(y).tolist() == [50] * 10
+    x2, _ = task.train_subset(500, seed=2)  # another seed draws another sample
+    assert not np.array_equal(x, x2)
 
 
 def test_language_identification():
     task = data.load_task("langid")
     assert task.x_test.shape[0] == 10_000 and task.num_labels == 5
     assert np.bincount(task.y_test).tolist() == [2000] * 5
-    _, y = task.train_subset(500)
-    assert np.bincount(y).tolist() == [100] * 5  # every prefix of the pool is balanced
+    _, y = task.train_subset(500, seed=3)
+    assert np.bincount(y).tolist() == [100] * 5  # every prefix of a seed's order is balanced
     test_words = data.decode_words(task.x_test, task.meta["chars"])
     pool_words = data.decode_words(task.x_pool, task.meta["chars"])
     assert not set(test_words) & set(pool_words)  # held out
@@ -71,3 +75,35 @@ def test_word_lists_drop_ambiguous_and_non_alphabetic_words(tmp_path):
     words = data.decode_words(task.x_test, task.meta["chars"]) + data.decode_words(task.x_pool, task.meta["chars"])
     # 'berlin' is in two lists (ambiguous), 'x' is too short, "cat's" is not alphabetic
     assert sorted(words) == sorted(["the", "cat", "der", "katze", "le", "chat", "il", "gatto", "el", "gato"])
+
+
+def test_fortunes_topics():
+    task = data.load_task("fortunes")
+    assert task.num_labels == 5 and task.x_test.shape == (1250, data.FORTUNE_CHARS + 1)
+    assert np.bincount(task.y_test).tolist() == [250] * 5
+    assert np.bincount(task.y_pool).min() == np.bincount(task.y_pool).max() >= 400
+    test_items = data.decode_words(task.x_test, task.meta["chars"])
+    pool_items = data.decode_words(task.x_pool, task.meta["chars"])
+    assert not set(test_items) & set(pool_items) and len(set(pool_items)) == len(pool_items)
+    assert all(0 < len(t) <= data.FORTUNE_CHARS for t in test_items)
+
+
+def test_read_fortunes_and_missing_files(tmp_path):
+    (tmp_path / "computers").write_text("first\n  line\n%\nsecond\n%\n%\nthird\n", encoding="utf-8")
+    assert data.read_fortunes(tmp_path / "computers") == ["first line", "second", "third"]
+    with pytest.raises(SpecboundError, match="apt-get install fortunes"):
+        data.load_fortunes.__wrapped__(tmp_path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=60), st.integers(0, 10))
+def test_stratified_order_is_a_balanced_permutation(labels, seed):
+    labels = np.asarray(labels)
+    order = data.stratified_order(labels, seed)
+    assert sorted(order.tolist()) == list(range(len(labels)))
+    classes = np.unique(labels)
+    counts = {c: int((labels == c).sum()) for c in classes}
+    for k in range(1, len(labels) + 1):  # every prefix: no class ahead of another that still has examples
+        got = {c: int((labels[order[:k]] == c).sum()) for c in classes}
+        open_classes = [c for c in classes if got[c] < counts[c]]
+        assert all(got[c] <= min((got[o] for o in open_classes), default=got[c]) + 1 for c in classes)

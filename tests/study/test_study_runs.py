@@ -13,7 +13,8 @@ import pytest
 from specbound.study import runs
 from specbound.study.grid import RunConfig
 
-CONFIG = RunConfig(task="fmnist", depth=1, width=32, train_size=192, weight_decay=0.0, epochs=10, seed=0)
+CONFIG = RunConfig(task="fmnist", depth=1, width=32, train_size=192, lr=1e-3, batch_size=32, weight_decay=0.0, dropout=0.0,
+                   seed=0)
 
 
 def _fake_train(calls, fail=False):

@@ -1,15 +1,18 @@
 """``specbound study``: does the bound track generalization?  Train small transformers on real data
-on the CPU, analyse every checkpoint with :func:`specbound.analyze`, and compare every bound with
-the measured generalisation gap (issue #5).
+on the CPU to a training criterion, analyse every checkpoint with :func:`specbound.analyze`, and
+compare every bound with the measured generalisation gap (issues #5 and #14; docs/study.md).
 
-    data.py      the two tasks (Fashion-MNIST; word-level language identification), from Debian packages
-    models.py    a small ViT and a small BERT-style encoder, built from transformers configs
-    train.py     training, train/test metrics, the margin distribution and the margin used
-    grid.py      RunConfig (hashed into the run's key) and the default / quick grids
+    data.py      the three tasks (Fashion-MNIST; word-level language identification; fortune topics),
+                 from Debian packages; the seed draws the training sample
+    models.py    a small ViT and small BERT-style encoders, built from transformers configs
+    train.py     training to the criterion, train/test metrics, margins normalised by the observed
+                 row norms, PAC-Bayes flatness and inverse margin
+    grid.py      RunConfig (hashed into the run's key) and the one-at-a-time default / quick grids
     runs.py      one atomically written folder per run: the resumable record store
-    pipeline.py  run_study: workers, threads, the stages in order
-    table.py     records -> one row per run with every measure
-    correlate.py Kendall's tau, overall and granulated (Jiang et al. 2020)
+    pipeline.py  run_study: worker processes or Dask tasks, the stages in order
+    table.py     records -> one row per run with every measure; one row per matrix with its p*
+    correlate.py tau, granulated psi, K (Jiang et al. 2020), robust sign-error (Dziugaite et al.
+                 2020), bootstrap intervals
     report.py    Markdown/CSV tables and figures
 
 Only ``models.py`` and ``train.py`` import torch/transformers, and only worker processes import them.

@@ -1,25 +1,42 @@
-"""Rank correlation between a measure and the generalisation gap: overall, and granulated per
-hyper-parameter as in Jiang, Neyshabur, Mobahi, Krishnan & Bengio, "Fantastic Generalization
-Measures and Where to Find Them", ICLR 2020, section 2.2 / eq. (4):
+"""How well a measure predicts the generalisation gap: Kendall's tau overall and granulated per
+hyper-parameter, the conditional-mutual-information score ``K`` of Jiang et al. (2020), and the
+robust sign-error of Dziugaite et al. (2020); each with a bootstrap interval.
 
-* overall: Kendall's tau (tau-b, ties allowed) between the measure and the gap over all runs;
-* granulated, for hyper-parameter ``theta_i``: group the runs that agree in every other
-  hyper-parameter (and the seed and task), take Kendall's tau within each group (the runs differ
-  only in ``theta_i``), and average over the groups: ``psi_i``;
-* ``Psi``: the mean of ``psi_i`` over the hyper-parameters;
-* ``twins`` (ours): the same score over the twin pairs of the grid, (fewest examples, most epochs)
-  against (most examples, fewest epochs) with everything else equal, which take the same number of
-  optimiser steps in both grids: +1 if the measure orders every pair as the gap does.  A measure
-  that ignores the data it was trained on cannot do better than chance here.
+* **overall tau**: Kendall's tau-b between the measure and the gap over a task's runs (``all``:
+  runs of every task ranked together).
+* **granulated psi_i** (Jiang, Neyshabur, Mobahi, Krishnan & Bengio, *Fantastic Generalization
+  Measures and Where to Find Them*, ICLR 2020, eq. 4): runs that agree in every hyper-parameter but
+  ``theta_i`` (and in task and seed) form a group; ``psi_i`` is the mean of the groups' taus;
+  ``Psi`` the mean of the ``psi_i``.  In the one-at-a-time design a group is a base point's three
+  values of ``theta_i`` for one seed.
+* **K** (Jiang et al., section 5): over ordered pairs of runs ``(a, b)`` of a task with different
+  gaps, ``V_g = sign(g_a - g_b)``, ``V_mu = sign(mu_a - mu_b)`` and ``U_S`` the values of the
+  hyper-parameters in ``S`` for both runs; ``K = min over |S| <= 2 of I(V_mu; V_g | U_S) /
+  H(V_g | U_S)`` (plug-in estimates from the pair counts).  In [0, 1]: 1 when, whatever the other
+  hyper-parameters, the measure's order determines the gap's; K ignores the sign (a measure that
+  orders every pair backwards also scores 1), so read it beside tau.  ``K_set`` says which ``S``
+  attained the minimum.  Per task only (pooling pairs across tasks adds nothing the tasks lack).
+* **sign-error** (Dziugaite, Drouin, Neal, Rajkumar, Caballero, Wang, Mitliagkas & Roy, *In search
+  of robust measures of generalization*, NeurIPS 2020): an *environment* is a pair of
+  configurations that differ in exactly one hyper-parameter's value, coupled over seeds (same seed,
+  hence the same sample draw and initialisation stream).  A coupled pair's sign-error is
+  ``(1 - sign(d mu) sign(d g)) / 2`` (0 right, 1 wrong, 1/2 for a tie in the measure); pairs whose
+  gap difference is within the test set's noise (``|d g| <= 2 sqrt(sum e(1-e)/n_test)``, error
+  gap only) are left out, as Dziugaite et al. do.  An environment's sign-error is the mean over its
+  pairs; ``sign_error_max`` (the *robust* sign-error) is the worst environment's, ``sign_error_mean``
+  the mean over environments.  0 is perfect, 0.5 is chance.
 
-A positive tau means a larger measure goes with a larger gap.  Groups where the gap is constant
-give no tau and are skipped; a measure constant over a group whose gap varies scores 0 there (see
-:func:`kendall`); the number of groups used is reported.  Values lie in [-1, 1]; NaN means no
-group could be ranked.
+**Intervals**: 95% percentile bootstrap (``BOOTSTRAP`` replicates, fixed seed): runs resampled for
+the overall tau and K (within each task for ``all``), groups for ``psi`` (and ``Psi`` from the same
+replicates), environments for the sign-errors.  ``value_lo`` / ``value_hi`` in the table.
+
+Degenerate cases: a tau is NaN when the gap is constant, 0 when the measure is constant and the gap
+is not (:func:`kendall`).  Positive tau: a larger measure goes with a larger gap.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -28,20 +45,19 @@ import pandas as pd
 from .grid import HPARAMS
 
 GROUP_FIXED = ("task", "seed")  # besides the other hyper-parameters, always held fixed within a group
+BOOTSTRAP = 200
+BOOTSTRAP_K = 50  # K costs ~4 ms a replicate on ~90 runs (8,000 pairs x 29 sets)
+LEVEL = 0.95
+MAX_SET = 2  # |S| <= 2, as Jiang et al.
 
 
 def kendall(x, y) -> float:
     """Kendall's tau-b of a measure ``x`` against a gap ``y``, over the entries where both are finite.
 
     Over all pairs ``i < j`` with ``sx = sign(x_i - x_j)`` and ``sy = sign(y_i - y_j)``:
-    ``tau_b = sum(sx sy) / sqrt(sum(sx^2) sum(sy^2))`` (concordant minus discordant pairs over the
-    geometric mean of the pairs untied in x and in y; equals ``scipy.stats.kendalltau``).  Direct
-    O(n^2) numpy: the study has at most a few hundred runs and calls this thousands of times.
-
-    Degenerate cases, as a score of "does the measure rank the gaps": NaN when there is nothing to
-    rank (fewer than two entries, or the gap constant), and **0** when the gap varies but the
-    measure is constant (tau-b is undefined there, but a measure that cannot tell the runs apart
-    predicts nothing; e.g. the parameter count along training length).
+    ``tau_b = sum(sx sy) / sqrt(sum(sx^2) sum(sy^2))`` (equals ``scipy.stats.kendalltau``).
+    NaN when there is nothing to rank (fewer than two entries, or the gap constant); **0** when the
+    gap varies but the measure is constant (a measure that cannot tell the runs apart predicts nothing).
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
@@ -70,70 +86,215 @@ def groups_differing_in(runs: pd.DataFrame, hparam: str, hparams: tuple[str, ...
     return groups
 
 
+def group_taus(runs: pd.DataFrame, measure: str, gap: str, groups: list[np.ndarray]) -> np.ndarray:
+    """Kendall's tau within each group, NaN for the groups that cannot be ranked: ``(len(groups),)``."""
+    m, g = runs[measure].to_numpy(dtype=float), runs[gap].to_numpy(dtype=float)
+    return np.array([kendall(m[rows], g[rows]) for rows in groups], dtype=float)
+
+
 def granulated(runs: pd.DataFrame, measure: str, gap: str, hparam: str,
                hparams: tuple[str, ...] = HPARAMS, *, groups: list[np.ndarray] | None = None) -> tuple[float, int]:
-    """``(psi, groups)``: Kendall's tau within each group of runs that differ only in ``hparam``,
-    averaged over the groups that could be ranked (``groups``: precomputed
-    :func:`groups_differing_in`)."""
+    """``(psi, groups)``: the mean of the taus of the groups that differ only in ``hparam`` and
+    could be ranked, and how many there were."""
     if groups is None:
         groups = groups_differing_in(runs, hparam, hparams)
-    m, g = runs[measure].to_numpy(dtype=float), runs[gap].to_numpy(dtype=float)
-    taus = [t for t in (kendall(m[rows], g[rows]) for rows in groups) if not math.isnan(t)]
-    return (float(np.mean(taus)) if taus else math.nan), len(taus)
+    taus = group_taus(runs, measure, gap, groups)
+    taus = taus[~np.isnan(taus)]
+    return (float(taus.mean()) if taus.size else math.nan), int(taus.size)
 
 
-def twin_pairs(runs: pd.DataFrame) -> list[tuple[int, int]]:
-    """Row positions ``(a, b)``: ``a`` trained on the task's fewest examples for the most epochs,
-    ``b`` on the most examples for the fewest epochs, equal in depth, width, weight decay, seed."""
+# --- Jiang et al.'s K ----------------------------------------------------------------------------------
+
+def _codes(runs: pd.DataFrame, hparams: tuple[str, ...]) -> dict[tuple[str, ...], np.ndarray]:
+    """For each ``S`` with ``|S| <= MAX_SET``: each run's code of its values on ``S`` (0 for S empty)."""
+    out = {}
+    for size in range(MAX_SET + 1):
+        for subset in itertools.combinations(hparams, size):
+            if subset:
+                out[subset] = runs.groupby(list(subset), sort=True, dropna=False).ngroup().to_numpy()
+            else:
+                out[subset] = np.zeros(len(runs), dtype=np.int64)
+    return out
+
+
+def _pairs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ordered pairs of distinct positions of ``rows`` (a bootstrap resample may repeat a run: its
+    pairs with its own copies are dropped)."""
+    i, j = np.meshgrid(np.arange(rows.size), np.arange(rows.size), indexing="ij")
+    keep = rows[i.ravel()] != rows[j.ravel()]
+    return rows[i.ravel()[keep]], rows[j.ravel()[keep]]
+
+
+def normalised_cmi(v_mu: np.ndarray, v_g: np.ndarray, cells: np.ndarray, n_cells: np.ndarray) -> np.ndarray:
+    """``I(V_mu; V_g | cell) / H(V_g | cell)`` from plug-in frequencies, for several conditionings at
+    once: ``cells`` ``(k, pairs)`` holds each conditioning's cell code (``0 <= code < n_cells[k]``);
+    ``v_mu`` in {-1, 0, 1} and ``v_g`` in {-1, 1}, ``(pairs,)``.  Returns ``(k,)``, NaN where
+    ``H(V_g | cell) = 0``."""
+    offsets = np.concatenate([[0], np.cumsum(n_cells)[:-1]])
+    total = int(np.sum(n_cells))
+    flat = (cells + offsets[:, None]) * 6 + ((v_mu + 1) * 2 + (v_g > 0))[None, :]
+    joint = np.bincount(flat.ravel(), minlength=6 * total).reshape(total, 3, 2) / v_g.size
+    p_cell = joint.sum(axis=(1, 2))
+    p_mu, p_g = joint.sum(axis=2), joint.sum(axis=1)                  # (cells, 3), (cells, 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = joint * p_cell[:, None, None] / (p_mu[:, :, None] * p_g[:, None, :])
+        info = np.where(joint > 0, joint * np.log(ratio), 0.0).sum(axis=(1, 2))
+        entropy = -np.where(p_g > 0, p_g * np.log(p_g / p_cell[:, None]), 0.0).sum(axis=1)
+    owner = np.repeat(np.arange(len(n_cells)), n_cells)
+    info_k = np.bincount(owner, weights=info, minlength=len(n_cells))
+    entropy_k = np.bincount(owner, weights=entropy, minlength=len(n_cells))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # max(0, .): the plug-in information is >= 0 up to round-off
+        return np.where(entropy_k > 1e-15, np.maximum(info_k, 0.0) / entropy_k, np.nan)
+
+
+def k_score(measure: np.ndarray, gap: np.ndarray, codes: dict, rows: np.ndarray | None = None
+            ) -> tuple[float, tuple[str, ...]]:
+    """``(K, S)``: Jiang et al.'s ``min over |S| <= 2`` of the normalised conditional mutual
+    information between the measure's and the gap's sign over pairs of runs (positions ``rows``,
+    default all; runs with a non-finite measure or gap are left out)."""
+    rows = np.arange(len(measure)) if rows is None else np.asarray(rows)
+    rows = rows[np.isfinite(measure[rows]) & np.isfinite(gap[rows])]
+    a, b = _pairs(rows)
+    v_g = np.sign(gap[a] - gap[b]).astype(np.int64)
+    keep = v_g != 0
+    a, b, v_g = a[keep], b[keep], v_g[keep]
+    if a.size == 0:
+        return math.nan, ()
+    v_mu = np.sign(measure[a] - measure[b]).astype(np.int64)
+    subsets = list(codes)
+    widths = np.array([int(codes[s].max()) + 1 for s in subsets])
+    cells = np.stack([codes[s][a] * w + codes[s][b] for s, w in zip(subsets, widths)])
+    values = normalised_cmi(v_mu, v_g, cells, widths ** 2)
+    if np.all(np.isnan(values)):
+        return math.nan, ()
+    best = int(np.nanargmin(values))
+    return float(values[best]), subsets[best]
+
+
+# --- Dziugaite et al.'s sign-error --------------------------------------------------------------------
+
+def environments(runs: pd.DataFrame, gap: str, hparams: tuple[str, ...] = HPARAMS, *,
+                 noise_filter: bool = True) -> list[list[tuple[int, int]]]:
+    """Each environment's coupled pairs ``(a, b)`` (row positions; ``a`` has the smaller value of the
+    hyper-parameter that differs), keeping pairs whose gap difference exceeds the test noise."""
     runs = runs.reset_index(drop=True)
-    pairs = []
-    for _, sub in runs.groupby("task", sort=False):
-        a = sub[(sub["train_size"] == sub["train_size"].min()) & (sub["epochs"] == sub["epochs"].max())]
-        b = sub[(sub["train_size"] == sub["train_size"].max()) & (sub["epochs"] == sub["epochs"].min())]
-        keys = ["depth", "width", "weight_decay", "seed"]
-        index_b = {tuple(row): i for i, row in zip(b.index, b[keys].itertuples(index=False))}
-        pairs += [(i, index_b[tuple(row)]) for i, row in zip(a.index, a[keys].itertuples(index=False))
-                  if tuple(row) in index_b]
-    return pairs
+    g = runs[gap].to_numpy(dtype=float)
+    if noise_filter and {"test_error", "n_test"} <= set(runs.columns):
+        e, nt = runs["test_error"].to_numpy(dtype=float), runs["n_test"].to_numpy(dtype=float)
+        var = e * (1 - e) / nt
+    else:
+        var = np.zeros(len(runs))
+    envs: dict[tuple, list] = {}
+    for h in hparams:
+        others = [o for o in hparams if o != h] + (["task"] if "task" in runs.columns else [])
+        for rows in groups_differing_in(runs, h, hparams):
+            for a, b in itertools.combinations(rows, 2):
+                if runs[h].iloc[a] > runs[h].iloc[b]:
+                    a, b = b, a
+                if not np.isfinite(g[a] - g[b]) or abs(g[a] - g[b]) <= 2 * math.sqrt(var[a] + var[b]):
+                    continue
+                key = (h, runs[h].iloc[a], runs[h].iloc[b], *runs[others].iloc[a].tolist())
+                envs.setdefault(key, []).append((int(a), int(b)))
+    return list(envs.values())
 
 
-def twin_agreement(runs: pd.DataFrame, measure: str, gap: str, pairs: list[tuple[int, int]] | None = None
-                   ) -> tuple[float, int]:
-    """``(score, pairs)``: mean over twin pairs with different gaps of
-    ``sign(m_a - m_b) sign(g_a - g_b)`` (Kendall's tau of each two-run pair, averaged)."""
-    if pairs is None:
-        pairs = twin_pairs(runs)
+def environment_errors(runs: pd.DataFrame, measure: str, gap: str, envs: list[list[tuple[int, int]]]) -> np.ndarray:
+    """Mean sign-error of each environment (NaN where the measure is not finite): ``(len(envs),)``."""
     m, g = runs[measure].to_numpy(dtype=float), runs[gap].to_numpy(dtype=float)
-    taus = [t for t in (kendall(m[[a, b]], g[[a, b]]) for a, b in pairs) if not math.isnan(t)]
-    return (float(np.mean(taus)) if taus else math.nan), len(taus)
+    out = []
+    for pairs in envs:
+        a, b = np.array(pairs).T
+        dm = m[b] - m[a]
+        ok = np.isfinite(dm)
+        out.append(float(np.mean((1 - np.sign(dm[ok]) * np.sign(g[b][ok] - g[a][ok])) / 2)) if ok.any() else math.nan)
+    return np.array(out, dtype=float)
+
+
+# --- the table ----------------------------------------------------------------------------------------
+
+def _interval(samples) -> tuple[float, float]:
+    s = np.asarray(samples, dtype=float)
+    s = s[np.isfinite(s)]
+    if s.size < 2:
+        return math.nan, math.nan
+    q = (1 - LEVEL) / 2
+    return float(np.quantile(s, q)), float(np.quantile(s, 1 - q))
+
+
+def _resample_within(task_rows: list[np.ndarray], rng) -> np.ndarray:
+    return np.concatenate([rng.choice(rows, size=rows.size, replace=True) for rows in task_rows])
 
 
 def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str, ...],
-                 hparams: tuple[str, ...] = HPARAMS) -> pd.DataFrame:
-    """Long table ``gap, measure, kind, scope, statistic, tau, groups``.
+                 hparams: tuple[str, ...] = HPARAMS, bootstrap: int = BOOTSTRAP, bootstrap_k: int = BOOTSTRAP_K,
+                 seed: int = 0) -> pd.DataFrame:
+    """Long table ``gap, measure, kind, scope, statistic, value, value_lo, value_hi, groups, note``.
 
-    ``scope`` is each task and ``"all"``; ``statistic`` is ``"overall"``, a hyper-parameter name
-    (granulated ``psi_i``), ``"Psi"`` or ``"twins"`` (:func:`twin_agreement`).  For ``"all"`` the overall tau ranks runs of both tasks
-    together, and the granulated groups are the tasks' groups pooled (a group never mixes tasks).
+    ``scope``: each task, and ``"all"`` (overall tau ranks every run together; ``psi`` pools the
+    tasks' groups, never mixing tasks; no K or sign-error).  ``statistic``: ``"overall"``, a
+    hyper-parameter name (``psi_i``), ``"Psi"``, ``"K"`` (``note``: the minimising ``S``),
+    ``"sign_error_max"``, ``"sign_error_mean"``.  ``groups``: runs, groups, pairs or environments
+    used.  Pass ``runs`` already restricted to the runs that met the training criterion.
     """
+    runs = runs.reset_index(drop=True)
+    tasks = sorted(runs["task"].unique())
+    scopes = [(t, np.flatnonzero((runs["task"] == t).to_numpy())) for t in tasks] + [("all", np.arange(len(runs)))]
+    sub = {scope: runs.iloc[rows].reset_index(drop=True) for scope, rows in scopes}
+    groups = {(s, h): groups_differing_in(sub[s], h, hparams) for s, _ in scopes for h in hparams}
+    codes = {t: _codes(sub[t], hparams) for t in tasks}
+    envs = {(t, gap): environments(sub[t], gap, hparams, noise_filter=gap == "error_gap") for t in tasks for gap in gaps}
+    rng = np.random.default_rng(seed)
+    boot_runs = {}
+    for scope, _ in scopes:  # resampled within each task: the pooled scope keeps every task's share
+        strata = [np.flatnonzero((sub[scope]["task"] == t).to_numpy()) for t in sorted(sub[scope]["task"].unique())]
+        boot_runs[scope] = [_resample_within(strata, rng) for _ in range(bootstrap)]
+    boot_k = {t: [rng.choice(len(sub[t]), size=len(sub[t]), replace=True) for _ in range(bootstrap_k)] for t in tasks}
+    boot_groups = {(s, h): [rng.integers(0, len(groups[s, h]), len(groups[s, h])) for _ in range(bootstrap)]
+                   if groups[s, h] else [] for s, _ in scopes for h in hparams}
+    boot_envs = {k: [rng.integers(0, len(v), len(v)) for _ in range(bootstrap)] if v else [] for k, v in envs.items()}
     rows = []
-    scopes = [(task, runs[runs["task"] == task]) for task in sorted(runs["task"].unique())] + [("all", runs)]
-    groups = {(scope, h): groups_differing_in(sub, h, hparams) for scope, sub in scopes for h in hparams}
-    twins = {scope: twin_pairs(sub) for scope, sub in scopes}
     for gap in gaps:
         for m in measures.itertuples():
-            for scope, sub in scopes:
+            for scope, _ in scopes:
+                data = sub[scope]
                 base = {"gap": gap, "measure": m.column, "kind": m.kind, "scope": scope}
-                rows.append({**base, "statistic": "overall", "tau": kendall(sub[m.column], sub[gap]),
-                             "groups": len(sub)})
+                x, y = data[m.column].to_numpy(dtype=float), data[gap].to_numpy(dtype=float)
+
+                def add(statistic, value, samples, count, note=""):
+                    lo, hi = _interval(samples)
+                    rows.append({**base, "statistic": statistic, "value": value, "value_lo": lo, "value_hi": hi,
+                                 "groups": count, "note": note})
+
+                add("overall", kendall(x, y), [kendall(x[r], y[r]) for r in boot_runs[scope]], int(np.isfinite(x).sum()))
+                psi_samples = []
                 psis = []
                 for h in hparams:
-                    psi, n = granulated(sub, m.column, gap, h, hparams, groups=groups[scope, h])
-                    rows.append({**base, "statistic": h, "tau": psi, "groups": n})
+                    taus = group_taus(data, m.column, gap, groups[scope, h])
+                    ok = ~np.isnan(taus)
+                    psi = float(taus[ok].mean()) if ok.any() else math.nan
+                    samples = [np.nanmean(taus[r]) if (~np.isnan(taus[r])).any() else math.nan
+                               for r in boot_groups[scope, h]]
+                    add(h, psi, samples, int(ok.sum()))
                     psis.append(psi)
+                    psi_samples.append(samples if samples else [math.nan] * bootstrap)
                 finite = [p for p in psis if not math.isnan(p)]
-                rows.append({**base, "statistic": "Psi", "tau": float(np.mean(finite)) if finite else math.nan,
-                             "groups": len(finite)})
-                score, n = twin_agreement(sub.reset_index(drop=True), m.column, gap, twins[scope])
-                rows.append({**base, "statistic": "twins", "tau": score, "groups": n})
+                psi_matrix = np.array(psi_samples, dtype=float)  # (hparams, bootstrap)
+                with np.errstate(all="ignore"):
+                    psi_boot = [np.nanmean(col) if np.isfinite(col).any() else math.nan for col in psi_matrix.T]
+                add("Psi", float(np.mean(finite)) if finite else math.nan, psi_boot, len(finite))
+                if scope == "all":
+                    continue
+                k, kset = k_score(x, y, codes[scope])
+                add("K", k, [k_score(x, y, codes[scope], r)[0] for r in boot_k[scope]], len(data),
+                    note="S = {" + ", ".join(kset) + "}")
+                env = envs[scope, gap]
+                errors = environment_errors(data, m.column, gap, env)
+                ok = ~np.isnan(errors)
+                errs_ok = errors[ok]
+                b_env = [errors[r] for r in boot_envs[scope, gap]]
+                add("sign_error_max", float(errs_ok.max()) if errs_ok.size else math.nan,
+                    [np.nanmax(e) if np.isfinite(e).any() else math.nan for e in b_env], int(ok.sum()))
+                add("sign_error_mean", float(errs_ok.mean()) if errs_ok.size else math.nan,
+                    [np.nanmean(e) if np.isfinite(e).any() else math.nan for e in b_env], int(ok.sum()))
     return pd.DataFrame(rows)

@@ -1,26 +1,29 @@
-"""What the study trains: one :class:`RunConfig` per run, and the two grids.
+"""What the study trains: one :class:`RunConfig` per run, and the grids.
 
-The grid varies the five hyper-parameters of issue #5, ``HPARAMS``: depth, width, training-set
-size, weight decay and training length (epochs), over several seeds, for each task.
+Seven hyper-parameters, ``HPARAMS``, each with three values (``AXES``): depth (up to 6), width,
+training-set size, learning rate, batch size, AdamW weight decay and dropout; every run trains to
+the criterion of :mod:`.train` (step cap ``max_steps``), and the seed redraws the initialisation,
+the batch order *and the training sample*.
 
-* ``default``: for each task the full factorial ``2^5`` over ``DEFAULT_AXES``, 3 seeds: 96 runs per
-  task, 192 in all.  The ``(train_size, epochs)`` corners are chosen so that the two "diagonal"
-  twins take the same number of optimiser steps: (500 examples, 24 epochs) and (2000, 6) both take
-  192 steps of batch 64, so their difference is data, not optimisation.
-* ``quick``: for each task, at one small architecture, three corners of the ``(train_size, epochs)``
-  square, (192, 10), (192, 40) and (768, 10) (the fourth, most expensive corner is left out), plus
-  one run changing depth, one width, one weight decay at the (192, 40) corner: every
-  hyper-parameter has one group for the granulated correlation.  One seed; 6 runs per task, 12 in
-  all.  Its twins, (192, 40) and (768, 10), both take 120 steps.
+The full factorial (3^7 = 2,187 configurations per task and seed) is far beyond a 2-core machine.
+The design is **one-at-a-time around base points**, the "coupled networks" design of Dziugaite et
+al. (2020) and the granulated design of Jiang et al. (2020) restricted to single changes: for each
+task, each *base point* is trained, and so is every configuration that changes exactly one
+hyper-parameter of it to another value on its axis.  A base point therefore contributes
+``1 + 7 x 2 = 15`` configurations, every axis gets groups of 3 runs that differ only in it
+(Jiang's granulated tau), and pairs that differ in one value are Dziugaite's environments.
 
-Jiang et al.'s granulated correlation needs groups of runs that differ in exactly one
-hyper-parameter; both designs have them (the factorial everywhere, the quick one around one corner).
+* ``default``: the two base points ``DEFAULT_BASES`` (a shallow-narrow-large-sample one and a
+  deep-wide-small-sample one, so the single changes are seen from two places), 3 seeds, the three
+  tasks: 2 x 15 x 3 x 3 = 270 runs, less the configurations the two bases share.
+* ``quick``: one small base point ``QUICK_BASE``, one other value per axis (``QUICK_AXES``: two
+  values each, small sizes), one seed, the three tasks: 8 x 3 = 24 runs.  For the tests and a
+  first look; it cannot tell anything (one seed, tiny sets).
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from dataclasses import asdict, dataclass, replace
 
@@ -29,8 +32,8 @@ from .data import TASKS
 
 # Bumped whenever training or measuring changes what a run's record means: old records are then
 # simply not found (their key differs) instead of being mixed with new ones.
-STUDY_VERSION = 1
-HPARAMS = ("depth", "width", "train_size", "weight_decay", "epochs")
+STUDY_VERSION = 3  # 3: learning-rate warm-up
+HPARAMS = ("depth", "width", "train_size", "lr", "batch_size", "weight_decay", "dropout")
 
 
 @dataclass(frozen=True)
@@ -41,25 +44,30 @@ class RunConfig:
     depth: int
     width: int
     train_size: int
+    lr: float
+    batch_size: int
     weight_decay: float
-    epochs: int
+    dropout: float
     seed: int
     heads: int = 4
     ff_mult: int = 2
-    lr: float = 1e-3
-    batch_size: int = 64
+    max_steps: int = 3000
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise SpecboundError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        for name in ("depth", "width", "train_size", "epochs", "heads", "ff_mult", "batch_size"):
+        for name in ("depth", "width", "train_size", "heads", "ff_mult", "batch_size", "max_steps"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecboundError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise SpecboundError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.width % self.heads:
             raise SpecboundError(f"width {self.width} is not a multiple of heads {self.heads}")
         if not self.weight_decay >= 0 or not self.lr > 0:
             raise SpecboundError(f"weight_decay must be >= 0 and lr > 0, got {self.weight_decay}, {self.lr}")
+        if not 0 <= self.dropout < 1:
+            raise SpecboundError(f"dropout must be in [0, 1), got {self.dropout}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,41 +85,52 @@ class RunConfig:
 
     @property
     def cost(self) -> float:
-        """Relative training cost (example passes times a model-size factor), for scheduling."""
-        return self.train_size * self.epochs * self.depth * self.width
+        """Relative cost (depth x width x examples, times a rough steps-to-criterion factor), for
+        scheduling the longest runs first."""
+        return self.depth * self.width * self.train_size * (1.0 + 3.0 * self.dropout) / self.lr ** 0.5
 
 
-def factorial(task: str, axes: dict[str, tuple], seeds: tuple[int, ...], **fixed) -> list[RunConfig]:
-    """Every combination of ``axes`` values, for each seed."""
-    names = list(axes)
-    return [RunConfig(task=task, seed=seed, **fixed, **dict(zip(names, values)))
-            for values in itertools.product(*(axes[n] for n in names)) for seed in seeds]
-
-
-DEFAULT_AXES = {"depth": (1, 2), "width": (32, 64), "train_size": (500, 2000), "weight_decay": (0.0, 1.0),
-                "epochs": (6, 24)}
+AXES = {"depth": (2, 4, 6), "width": (32, 64, 128), "train_size": (256, 512, 1024), "lr": (1e-3, 2e-3, 4e-3),
+        "batch_size": (32, 64, 128), "weight_decay": (0.0, 0.1, 0.5), "dropout": (0.0, 0.1, 0.2)}
+DEFAULT_BASES = (
+    {"depth": 2, "width": 32, "train_size": 512, "lr": 2e-3, "batch_size": 64, "weight_decay": 0.0, "dropout": 0.0},
+    {"depth": 4, "width": 64, "train_size": 256, "lr": 2e-3, "batch_size": 32, "weight_decay": 0.1, "dropout": 0.1},
+)
 DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_MAX_STEPS = 3000
 
-QUICK_BASE = {"depth": 1, "width": 32, "weight_decay": 0.0}
-QUICK_POINTS = ({"train_size": 192, "epochs": 10}, {"train_size": 192, "epochs": 40},
-                {"train_size": 768, "epochs": 10})
-QUICK_VARIATIONS = {"depth": 2, "width": 16, "weight_decay": 1.0}  # each applied alone at QUICK_CORNER
-QUICK_CORNER = {"train_size": 192, "epochs": 40}
+QUICK_AXES = {"depth": (1, 2), "width": (16, 24), "train_size": (128, 192), "lr": (2e-3, 3e-3),
+              "batch_size": (32, 64), "weight_decay": (0.0, 0.1), "dropout": (0.0, 0.05)}
+QUICK_BASE = {"depth": 1, "width": 16, "train_size": 128, "lr": 3e-3, "batch_size": 32, "weight_decay": 0.0,
+              "dropout": 0.0}
 QUICK_SEEDS = (0,)
+QUICK_MAX_STEPS = 1000
+
+
+def one_at_a_time(task: str, bases: tuple[dict, ...], axes: dict[str, tuple], seeds: tuple[int, ...],
+                  **fixed) -> list[RunConfig]:
+    """Each base point and every configuration that changes one hyper-parameter of it to another
+    value of its axis, for each seed; a configuration reached from two bases is listed once."""
+    configs, seen = [], set()
+    for base in bases:
+        points = [dict(base)] + [{**base, h: v} for h in axes for v in axes[h] if v != base[h]]
+        for point in points:
+            for seed in seeds:
+                c = RunConfig(task=task, seed=seed, **fixed, **point)
+                if c.key not in seen:
+                    seen.add(c.key)
+                    configs.append(c)
+    return configs
 
 
 def default_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
-    return [c for task in tasks for c in factorial(task, DEFAULT_AXES, DEFAULT_SEEDS)]
+    return [c for task in tasks
+            for c in one_at_a_time(task, DEFAULT_BASES, AXES, DEFAULT_SEEDS, max_steps=DEFAULT_MAX_STEPS)]
 
 
 def quick_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
-    runs = []
-    for task in tasks:
-        runs += [RunConfig(task=task, seed=seed, **QUICK_BASE, **point)
-                 for point in QUICK_POINTS for seed in QUICK_SEEDS]
-        corner = RunConfig(task=task, seed=QUICK_SEEDS[0], **QUICK_BASE, **QUICK_CORNER)
-        runs += [replace(corner, **{name: value}) for name, value in QUICK_VARIATIONS.items()]
-    return runs
+    return [c for task in tasks
+            for c in one_at_a_time(task, (QUICK_BASE,), QUICK_AXES, QUICK_SEEDS, max_steps=QUICK_MAX_STEPS)]
 
 
 GRIDS = {"default": default_grid, "quick": quick_grid}
@@ -124,3 +143,15 @@ def make_grid(name: str, tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
     if unknown or not tasks:
         raise SpecboundError(f"tasks must be among {', '.join(TASKS)}, got {', '.join(tasks) or 'none'}")
     return GRIDS[name](tuple(tasks))
+
+
+def with_seeds(configs: list[RunConfig], seeds: tuple[int, ...]) -> list[RunConfig]:
+    """The same configurations over other seeds (a bigger grid: ``--seeds``)."""
+    out, seen = [], set()
+    for c in configs:
+        for s in seeds:
+            r = replace(c, seed=s)
+            if r.key not in seen:
+                seen.add(r.key)
+                out.append(r)
+    return out

@@ -1,11 +1,15 @@
-"""``run_study``: grid -> train (resumable, in worker processes) -> analyze every checkpoint ->
-records -> correlations -> report.
+"""``run_study``: grid -> train to the criterion (resumable, in worker processes or as Dask tasks)
+-> analyze every checkpoint -> records -> correlations over the runs that met the criterion -> report.
 
 Threads: training models this small gains nothing from intra-op threads (on this 2-core machine
 one process with 2 torch threads trained 5x *slower* than with 1 while another process was busy),
 so the ``threads`` budget is spent on ``jobs`` worker processes (default: one per thread), each with
 ``threads // jobs`` torch/BLAS threads, pinned before torch is imported.  Workers are spawned, so
 the calling process never imports torch.
+
+Bigger grids run as Dask tasks, one per run, as ``specbound sweep`` does (sweep/run.py): a local
+cluster of ``workers`` single-threaded processes, or an existing cluster at ``scheduler`` whose
+workers can read and write ``out`` (a shared file system) and have the datasets installed.
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ class StudyResult:
     measures : DataFrame
         The measure columns' catalogue (``column, kind, bound``).
     correlations : DataFrame
-        Long table of Kendall's tau (``correlate.correlations``).
+        Long table of tau, psi, K and sign-errors with intervals (``correlate.correlations``), over
+        the runs that met the training criterion.
+    pstar : DataFrame
+        One row per analysed matrix: the chosen Schatten index ``p*`` (``table.pstar_table``).
     files : dict[str, Path]
         The report's files (``report.md``, ``runs.csv``, ``correlations.csv``, figures).
     timing : dict
@@ -50,46 +57,71 @@ class StudyResult:
     runs: pd.DataFrame
     measures: pd.DataFrame
     correlations: pd.DataFrame
+    pstar: pd.DataFrame = field(default_factory=pd.DataFrame)
     files: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
 
 
-def run_study(out: str | Path, *, grid: str = "default", tasks: tuple[str, ...] = TASKS, threads: int = 2,
-              jobs: int | None = None, reanalyze: bool = False, figures: bool = True,
-              command: str | None = None, log: Callable[[str], None] | None = None) -> StudyResult:
+def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks: tuple[str, ...] = TASKS,
+              threads: int = 2, jobs: int | None = None, workers: int | None = None, scheduler: str | None = None,
+              seeds: tuple[int, ...] | None = None, reanalyze: bool = False, figures: bool = True,
+              bootstrap: int | None = None, command: str | None = None,
+              log: Callable[[str], None] | None = None) -> StudyResult:
     """Train the grid's missing runs, analyse them, and write the report into ``out``.
 
     Parameters
     ----------
     out : path
         Study folder: ``runs/`` (one folder per run) and the report files.
-    grid : {"default", "quick"}
-    tasks : tuple of {"fmnist", "langid"}
+    grid : {"default", "quick"} or list of RunConfig
+    tasks : tuple of {"fmnist", "langid", "fortunes"}
+        Used with a named grid.
     threads : int
         CPU threads to use in all (default 2, this machine's cores).
     jobs : int, optional
         Worker processes (default ``threads``); each gets ``max(1, threads // jobs)`` threads.
+    workers, scheduler : optional
+        Run every run as a Dask task instead: on a local cluster of ``workers`` processes, or on the
+        existing cluster at ``scheduler`` (``tcp://host:port``); not both.
+    seeds : tuple of int, optional
+        Replace the grid's seeds (a bigger or smaller study over the same configurations).
     reanalyze : bool
         Recompute every ``analysis.json`` (after a change to the bounds), keeping the trained runs.
     figures : bool
         Draw the figures (matplotlib).
+    bootstrap : int, optional
+        Bootstrap replicates for the intervals (default ``correlate.BOOTSTRAP``; K uses at most
+        ``correlate.BOOTSTRAP_K``).
     command : str, optional
         The command line, recorded in the report.
     log : callable(str), optional
         Progress lines (default: stderr).
     """
-    from .correlate import correlations
+    from .correlate import BOOTSTRAP, BOOTSTRAP_K, correlations
+    from .grid import with_seeds
     from .report import write_report
-    from .table import GAPS, runs_table
+    from .table import GAPS, pstar_table, runs_table
 
     if not isinstance(threads, int) or threads < 1:
         raise SpecboundError(f"threads must be a positive integer, got {threads!r}")
     jobs = threads if jobs is None else jobs
     if not isinstance(jobs, int) or jobs < 1:
         raise SpecboundError(f"jobs must be a positive integer, got {jobs!r}")
+    if workers is not None and scheduler is not None:
+        raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
+    bootstrap = BOOTSTRAP if bootstrap is None else bootstrap
+    if not isinstance(bootstrap, int) or bootstrap < 0:
+        raise SpecboundError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(out)
-    configs = make_grid(grid, tuple(tasks))
+    grid_name = grid if isinstance(grid, str) else "custom"
+    configs = make_grid(grid, tuple(tasks)) if isinstance(grid, str) else list(grid)
+    if seeds is not None:
+        configs = with_seeds(configs, tuple(seeds))
+    if not configs:
+        raise SpecboundError("the grid is empty: nothing to train")
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     for tmp in remove_stale_temps(out):
@@ -97,23 +129,81 @@ def run_study(out: str | Path, *, grid: str = "default", tasks: tuple[str, ...] 
     todo = [c for c in configs if reanalyze or not (is_trained(run_path(out, c))
                                                    and (run_path(out, c) / "analysis.json").exists())]
     todo.sort(key=lambda c: -c.cost)  # longest first: the pool finishes together
-    log(f"study '{grid}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
-        f"({jobs} worker process{'es' if jobs > 1 else ''} x {max(1, threads // jobs)} thread)")
-    outcomes = _execute_all(todo, out, jobs=jobs, threads=max(1, threads // jobs), reanalyze=reanalyze, log=log)
+    if workers is not None or scheduler is not None:
+        where = f"Dask scheduler {scheduler}" if scheduler else f"a local Dask cluster of {workers} workers"
+        log(f"study '{grid_name}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
+            f"on {where}")
+        outcomes = _execute_dask(todo, out, workers=workers, scheduler=scheduler, reanalyze=reanalyze, log=log)
+        jobs_used = workers or 0
+    else:
+        log(f"study '{grid_name}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
+            f"({jobs} worker process{'es' if jobs > 1 else ''} x {max(1, threads // jobs)} thread)")
+        outcomes = _execute_all(todo, out, jobs=jobs, threads=max(1, threads // jobs), reanalyze=reanalyze, log=log)
+        jobs_used = jobs
     failed = [o for o in outcomes if o.get("error")]
     if failed:
         raise SpecboundError(f"{len(failed)} of {len(todo)} runs failed (first: {failed[0]['run']}: "
                              f"{failed[0]['error']}); finished runs are kept, run the study again to retry")
     seconds_runs = time.perf_counter() - start
-    runs, measures = runs_table(load_records(out, configs))
-    corr = correlations(runs, measures, gaps=GAPS)
+    records = load_records(out, configs)
+    runs, measures = runs_table(records)
+    pstar = pstar_table(records)
+    converged = runs[runs["converged"].astype(bool)]
+    log(f"{len(converged)} of {len(runs)} runs met the training criterion; correlating those "
+        f"({bootstrap} bootstrap replicates)")
+    if len(converged):
+        corr = correlations(converged, measures, gaps=GAPS, bootstrap=bootstrap,
+                            bootstrap_k=min(bootstrap, BOOTSTRAP_K))
+    else:  # nothing to correlate: the report still lists every run and why it is excluded
+        corr = pd.DataFrame(columns=["gap", "measure", "kind", "scope", "statistic", "value", "value_lo", "value_hi",
+                                     "groups", "note"])
     timing = {"seconds": time.perf_counter() - start, "seconds_training_and_analysis": seconds_runs,
               "trained": sum(o["trained"] for o in outcomes), "analysed": sum(o["analysed"] for o in outcomes),
-              "skipped": len(configs) - len(todo), "jobs": jobs, "threads": threads, "grid": grid,
-              "tasks": list(tasks)}
-    files = write_report(out, runs, measures, corr, timing=timing, command=command, figures=figures)
+              "skipped": len(configs) - len(todo), "jobs": jobs_used, "threads": threads, "grid": grid_name,
+              "tasks": sorted({c.task for c in configs}), "bootstrap": bootstrap,
+              "dask": scheduler or (f"LocalCluster({workers})" if workers else None)}
+    files = write_report(out, runs, measures, corr, pstar, timing=timing, command=command, figures=figures)
     timing["seconds"] = time.perf_counter() - start
-    return StudyResult(runs=runs, measures=measures, correlations=corr, files=files, timing=timing)
+    return StudyResult(runs=runs, measures=measures, correlations=corr, pstar=pstar, files=files, timing=timing)
+
+
+def _execute_dask(todo: list[RunConfig], out: Path, *, workers, scheduler, reanalyze: bool, log) -> list[dict]:
+    """Every run as one Dask task (:func:`_execute`, which trains unless recorded and analyses);
+    a worker's failure is the run's error, reported like a local one."""
+    if not todo:
+        return []
+    import contextlib
+    import logging
+
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise SpecboundError("a Dask study needs dask.distributed: pip install 'specbound[sweep]'") from None
+    outcomes = []
+    with contextlib.ExitStack() as stack:
+        if scheduler is not None:
+            try:
+                client = stack.enter_context(Client(scheduler, timeout="20s"))
+            except (OSError, TimeoutError) as exc:
+                raise SpecboundError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
+                                     f"`dask scheduler` or check the address") from None
+        else:
+            cluster = stack.enter_context(LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                silence_logs=logging.CRITICAL))
+            client = stack.enter_context(Client(cluster))
+        client.run(_init_worker, 1)  # one torch/BLAS thread per worker process, as the local pool
+        futures = {client.submit(_execute, c, str(out.resolve()), reanalyze, pure=False,
+                                 key=f"specbound-study-{c.name}"): c for c in todo}
+        for i, future in enumerate(as_completed(list(futures)), 1):
+            try:
+                outcome = future.result()
+            except Exception as exc:  # KilledWorker and the like: the run failed, the others go on
+                outcome = {"run": futures[future].name, "trained": False, "analysed": False,
+                           "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
+            outcomes.append(outcome)
+            log(f"[{i}/{len(todo)}] {_describe(futures[future])}: {_outcome_text(outcome)}")
+    return outcomes
 
 
 def _execute_all(todo: list[RunConfig], out: Path, *, jobs: int, threads: int, reanalyze: bool, log) -> list[dict]:
@@ -160,13 +250,14 @@ def _execute(config: RunConfig, out: str, reanalyze: bool) -> dict:
         import json
 
         metrics = json.loads((run_path(Path(out), config) / "metrics.json").read_text())
-        outcome.update({k: metrics[k] for k in ("train_error", "test_error", "error_gap")})
+        outcome.update({k: metrics[k] for k in ("train_error", "test_error", "error_gap", "converged", "steps",
+                                                "cpu_seconds")})
     return outcome
 
 
 def _describe(c: RunConfig) -> str:
-    return (f"{c.task} depth={c.depth} width={c.width} n={c.train_size} wd={c.weight_decay:g} "
-            f"epochs={c.epochs} seed={c.seed}")
+    return (f"{c.task} depth={c.depth} width={c.width} n={c.train_size} lr={c.lr:g} batch={c.batch_size} "
+            f"wd={c.weight_decay:g} dropout={c.dropout:g} seed={c.seed}")
 
 
 def _outcome_text(o: dict) -> str:
@@ -175,5 +266,6 @@ def _outcome_text(o: dict) -> str:
     done = "trained and analysed" if o["trained"] else ("analysed" if o["analysed"] else "already done")
     text = f"{done} in {o['seconds']:.1f} s"
     if "error_gap" in o:
-        text += f" (train error {o['train_error']:.3f}, test error {o['test_error']:.3f})"
+        text += (f" ({o['steps']} steps, {'met the criterion' if o['converged'] else 'MISSED the criterion'}; "
+                 f"train error {o['train_error']:.3f}, test error {o['test_error']:.3f}, {o['cpu_seconds']:.0f} CPU s)")
     return text

@@ -1,18 +1,20 @@
 """The study's report: tables (Markdown and CSV) and figures, read from the records.
 
-Reports never recompute anything: they read the runs table and the correlations.  Files written
-into the study folder::
+Reports never recompute a statistic: they read the runs table, the correlations and the p* table.
+Files written into the study folder::
 
-    report.md            setup, per-task summary, twin check, correlation tables, vacuity, timing
-    runs.csv             one row per run: hyper-parameters, metrics, every measure (table.py)
-    correlations.csv     every Kendall tau (correlate.py), both gaps
+    report.md            setup, runs that missed the criterion, per-task tables with intervals, pooled
+                         table, loss gap, vacuity, p* by depth, timing
+    runs.csv             one row per run (every run, ``converged`` says which met the criterion)
+    correlations.csv     tau / psi / Psi / K / sign-errors with ``value_lo`` / ``value_hi`` (converged runs)
+    pstar.csv            one row per analysed matrix: its p* and alpha
     study.json           timing and the command
-    figures/measures_vs_gap.png     every bound / measure against the error gap
-    figures/gap_bounds_vs_gap.png   every gap bound against the error gap (with the vacuity line)
-    figures/headline.png            spectrum-adaptive vs Edelman-style, value and gap bound
+    figures/bounds_vs_gap_<task>.png   every bound, gap bound and reference predictor against the gap
+    figures/psi_per_axis.png           psi per hyper-parameter with its interval, per task
+    figures/pstar_by_depth.png         the distribution of p* over matrices as depth grows, per task
 
-Every figure is written as PNG at print resolution (200 dpi) and as PDF with TrueType fonts beside it,
-at most a page's text width (7.5 in) wide.
+Every figure is written as PNG at print resolution (200 dpi) and as PDF beside it, at most a page's
+text width (7.5 in) wide.
 """
 
 from __future__ import annotations
@@ -26,45 +28,88 @@ import pandas as pd
 
 from ..records_plot import MAX_WIDTH, PRINT_DPI, PRINT_RC
 from .grid import HPARAMS
-from .table import GAPS, PRIMARY_GAP
+from .table import PRIMARY_GAP
 
-HPARAM_LABELS = {"depth": "depth", "width": "width", "train_size": "n", "weight_decay": "wd", "epochs": "epochs"}
-KIND_LABELS = {"complexity": "bound / measure B", "from_init": "B on W - W0",
-               "gap_bound": "gap bound (n, margin)", "gap_bound_from_init": "gap bound on W - W0"}
-HEADLINE = ("spectral_adaptive", "edelman", "gap:spectral_adaptive", "gap:edelman")
+HPARAM_LABELS = {"depth": "depth", "width": "width", "train_size": "n", "lr": "lr", "batch_size": "batch",
+                 "weight_decay": "wd", "dropout": "dropout"}
+HEADLINE = ("spectral_adaptive", "edelman", "bft", "spectral_product", "frobenius_product",
+            "gap:spectral_adaptive", "pacbayes_flatness", "inverse_margin")
+
+
+def _converged(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[runs["converged"].astype(bool)]
+
+
+def _ci(v, lo, hi, signed: bool = True) -> str:
+    """``value [lo, hi]`` with two decimals (signed for taus; K and sign-errors lie in [0, 1])."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    f = "{:+.2f}" if signed else "{:.2f}"
+    if math.isnan(lo) or math.isnan(hi):
+        return f.format(v)
+    return f"{f.format(v)} [{f.format(lo)}, {f.format(hi)}]"
 
 
 # --- tables ---------------------------------------------------------------------------------------
 
-def correlation_table(corr: pd.DataFrame, measures: pd.DataFrame, gap: str = PRIMARY_GAP) -> pd.DataFrame:
-    """Wide table, one row per measure: overall tau per task and pooled, then the granulated
-    ``psi`` per hyper-parameter, ``Psi``, and the twin agreement (pooled over tasks)."""
+def _lookup(corr: pd.DataFrame, gap: str) -> dict:
     sub = corr[corr["gap"] == gap]
-    scopes = [s for s in sub["scope"].unique() if s != "all"] + ["all"]
+    return {(r.measure, r.scope, r.statistic): r for r in sub.itertuples()}
+
+
+def task_table(corr: pd.DataFrame, measures: pd.DataFrame, task: str, gap: str = PRIMARY_GAP) -> pd.DataFrame:
+    """One row per measure for one task: overall tau, Psi, K (with its set S) and the sign-errors,
+    each ``value [lo, hi]``."""
+    get = _lookup(corr, gap)
     rows = []
     for m in measures.itertuples():
-        c = sub[sub["measure"] == m.column]
-        get = {(r.scope, r.statistic): r.tau for r in c.itertuples()}
         row = {"measure": m.column, "kind": m.kind}
-        row.update({f"tau {s}": get.get((s, "overall"), math.nan) for s in scopes})
-        row.update({HPARAM_LABELS.get(h, h): get.get(("all", h), math.nan) for h in HPARAMS})
-        row["Psi"] = get.get(("all", "Psi"), math.nan)
-        row["twins"] = get.get(("all", "twins"), math.nan)
+        for stat, label in (("overall", "tau"), ("Psi", "Psi"), ("K", "K"), ("sign_error_max", "robust sign-error"),
+                            ("sign_error_mean", "mean sign-error")):
+            r = get.get((m.column, task, stat))
+            row[label] = _ci(r.value, r.value_lo, r.value_hi, stat in ("overall", "Psi")) if r is not None else "n/a"
+        r = get.get((m.column, task, "K"))
+        row["K set"] = r.note.replace("S = ", "") if r is not None and isinstance(r.note, str) else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def psi_table(corr: pd.DataFrame, measures: pd.DataFrame, scope: str, gap: str = PRIMARY_GAP) -> pd.DataFrame:
+    """One row per measure: psi per hyper-parameter ``value [lo, hi]`` for one scope."""
+    get = _lookup(corr, gap)
+    rows = []
+    for m in measures.itertuples():
+        row = {"measure": m.column}
+        for h in HPARAMS:
+            r = get.get((m.column, scope, h))
+            row[HPARAM_LABELS[h]] = _ci(r.value, r.value_lo, r.value_hi) if r is not None else "n/a"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pooled_table(corr: pd.DataFrame, measures: pd.DataFrame, gap: str = PRIMARY_GAP) -> pd.DataFrame:
+    get = _lookup(corr, gap)
+    rows = []
+    for m in measures.itertuples():
+        row = {"measure": m.column}
+        for stat, label in (("overall", "tau (all runs ranked together)"), ("Psi", "Psi (tasks' groups pooled)")):
+            r = get.get((m.column, "all", stat))
+            row[label] = _ci(r.value, r.value_lo, r.value_hi) if r is not None else "n/a"
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def vacuity_table(runs: pd.DataFrame, measures: pd.DataFrame) -> pd.DataFrame:
-    """For each gap bound: the share of runs where it is vacuous (>= 1), its smallest and median
-    value, and the median of its ratio to the measured error gap (over runs with a positive gap)."""
+    """For each gap bound over the given runs: how often it is vacuous (>= 1), its smallest and
+    median value, and the median ratio to the measured error gap (runs with a positive gap)."""
     rows = []
     positive = runs[PRIMARY_GAP] > 0
     for m in measures[measures["kind"].str.startswith("gap_bound")].itertuples():
         flag = m.column.replace("gap:", "vacuous:", 1)
         values = runs[m.column]
-        rows.append({"gap bound": m.column, "vacuous in": f"{int(runs[flag].sum())}/{len(runs)} runs",
-                     "min": float(values.min()),
-                     "median": float(values.median()),
+        vacuous = runs[flag].fillna(True).astype(bool) if flag in runs else pd.Series(True, index=runs.index)
+        rows.append({"gap bound": m.column, "vacuous in": f"{int(vacuous.sum())}/{len(runs)} runs",
+                     "min": float(values.min()), "median": float(values.median()),
                      "median bound / gap": float((values[positive] / runs.loc[positive, PRIMARY_GAP]).median())})
     return pd.DataFrame(rows)
 
@@ -72,112 +117,71 @@ def vacuity_table(runs: pd.DataFrame, measures: pd.DataFrame) -> pd.DataFrame:
 def task_summary(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task, sub in runs.groupby("task"):
-        row = {"task": task, "runs": len(sub), "test examples": int(sub["n_test"].iloc[0])}
-        for col in ("train_error", "test_error", "error_gap", "loss_gap", "margin"):
-            row[col] = f"{sub[col].min():.3f} / {sub[col].median():.3f} / {sub[col].max():.3f}"
+        ok = _converged(sub)
+        row = {"task": task, "runs": len(sub), "met the criterion": len(ok), "test examples": int(sub["n_test"].iloc[0])}
+        for col in ("steps", "train_error", "test_error", "error_gap", "margin", "row_norm_max"):
+            v = ok[col] if len(ok) else sub[col]
+            row[col + " (min / median / max)"] = f"{v.min():.3g} / {v.median():.3g} / {v.max():.3g}"
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def twin_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per task: the twin pairs (:func:`.correlate.twin_pairs`) and how often the run on fewer
-    examples trained longer has the larger gap."""
-    from .correlate import twin_pairs
-
-    rows = []
-    runs = runs.reset_index(drop=True)
-    for task, sub in runs.groupby("task"):
-        pairs = twin_pairs(sub)
-        if not pairs:
-            continue
-        sub = sub.reset_index(drop=True)
-        a, b = sub.iloc[[p[0] for p in pairs]], sub.iloc[[p[1] for p in pairs]]
-        row = {"task": task, "twin A (n, epochs)": f"({a['train_size'].iloc[0]}, {a['epochs'].iloc[0]})",
-               "twin B (n, epochs)": f"({b['train_size'].iloc[0]}, {b['epochs'].iloc[0]})", "pairs": len(pairs)}
-        for gap in GAPS:
-            larger = int((a[gap].to_numpy() > b[gap].to_numpy()).sum())
-            row[f"A has larger {gap}"] = f"{larger}/{len(pairs)}"
-        row.update({"mean error gap A": a["error_gap"].mean(), "mean error gap B": b["error_gap"].mean()})
-        rows.append(row)
-    return pd.DataFrame(rows)
+def excluded_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that missed the criterion, with what they reached."""
+    missed = runs[~runs["converged"].astype(bool)]
+    cols = ["run", "task", *HPARAMS, "seed", "steps", "train_loss", "train_error", "test_error"]
+    return missed[cols].reset_index(drop=True)
 
 
-def markdown(df: pd.DataFrame, *, tau_columns: tuple[str, ...] = ()) -> str:
-    """A Markdown table (no tabulate dependency); taus signed with two decimals, NaN as ``n/a``."""
-    def cell(col, v):
+def pstar_summary(pstar: pd.DataFrame) -> pd.DataFrame:
+    """Per task and depth (runs that met the criterion): how many matrices chose each p*."""
+    ok = pstar[pstar["converged"].astype(bool)]
+    if ok.empty:
+        return pd.DataFrame(columns=["task", "depth", "matrices"])
+    ok = ok.assign(bin=pstar_bin(ok["p_star"]))
+    table = ok.groupby(["task", "depth", "bin"]).size().unstack(fill_value=0)
+    table = table[[label for _, _, label in PSTAR_BINS if label in table.columns]]
+    table.columns = [f"p* {c}" for c in table.columns]
+    table.insert(0, "matrices", table.sum(axis=1))
+    table.insert(1, "median p*", ok.groupby(["task", "depth"])["p_star"].median())
+    return table.reset_index()
+
+
+PSTAR_BINS = ((0.0, 0.0, "0 (rank)"), (0.0, 0.5, "(0, 1/2]"), (0.5, 1.0, "(1/2, 1]"), (1.0, 2.0 - 1e-12, "(1, 2)"),
+              (2.0 - 1e-12, math.inf, "2"))
+
+
+def pstar_bin(p: np.ndarray) -> np.ndarray:
+    """The label of each p*'s bin (:data:`PSTAR_BINS`: 0, (0, 1/2], (1/2, 1], (1, 2), 2)."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, "", dtype=object)
+    for lo, hi, label in PSTAR_BINS:
+        out[(p == 0) if hi == 0 else ((p > lo) & (p <= hi))] = label
+    return out
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A Markdown table (no tabulate dependency); NaN as ``n/a``."""
+    def cell(v):
         if isinstance(v, (bool, np.bool_)):
             return "yes" if v else "no"
         if isinstance(v, (float, np.floating)):
             if math.isnan(v):
                 return "n/a"
-            if col in tau_columns:
-                return f"{v:+.2f}"
             return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
         return str(v)
 
     lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(df.columns, row)) + " |" for row in df.itertuples(index=False)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines)
-
-
-def tau_columns(table: pd.DataFrame) -> tuple[str, ...]:
-    return tuple(c for c in table.columns if c not in ("measure", "kind"))
-
-
-def format_correlations(corr: pd.DataFrame, measures: pd.DataFrame, gap: str = PRIMARY_GAP) -> str:
-    """The main table as text for the terminal."""
-    table = correlation_table(corr, measures, gap).drop(columns="kind")
-    fmt = {c: (lambda v: "n/a" if math.isnan(v) else f"{v:+.2f}") for c in tau_columns(table)}
-    return table.to_string(index=False, formatters=fmt)
 
 
 # --- figures --------------------------------------------------------------------------------------
 
-def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, gap: str = PRIMARY_GAP,
-                     ncols: int = 3, vacuity_line: bool = False, panel_size: tuple[float, float] = (2.5, 2.3),
-                     dpi: int = PRINT_DPI) -> Path:
-    """One panel per measure: log10 of its value against the measured gap, a colour per task,
-    filled markers for the smallest training set; the title carries Kendall's tau, pooled and per task.
-    Written as ``path`` (PNG, ``dpi``) and ``path`` with ``.pdf`` (TrueType fonts); panels shrink so
-    that the figure is at most :data:`MAX_WIDTH` wide.
-    (log10 on a linear axis rather than a log axis: the values span up to 40 decades, and
-    matplotlib's log-axis layout is slow.)"""
+def _save(fig, path: Path, dpi: int = PRINT_DPI) -> Path:
     import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .correlate import kendall
-
-    nrows = math.ceil(len(columns) / ncols)
-    width = min(panel_size[0] * ncols, MAX_WIDTH)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_size[1] * nrows + 0.6), squeeze=False)
-    colours = dict(zip(sorted(runs["task"].unique()), ("tab:blue", "tab:orange", "tab:green", "tab:red")))
-    small = runs["train_size"] == runs.groupby("task")["train_size"].transform("min")
-    for ax, col in zip(axes.flat, columns):
-        values = runs[col].to_numpy(dtype=float)
-        positive = bool(np.all(values[np.isfinite(values)] > 0))
-        x = np.log10(values) if positive else values
-        for task, colour in colours.items():
-            for is_small, face in ((True, colour), (False, "none")):
-                sel = ((runs["task"] == task) & (small == is_small)).to_numpy()
-                ax.scatter(x[sel], runs.loc[sel, gap], s=14, edgecolors=colour, facecolors=face, linewidths=0.8,
-                           label=f"{task}, {'smallest' if is_small else 'larger'} n")
-        if vacuity_line:
-            ax.axvline(0.0, color="grey", lw=0.8, ls="--")  # log10(1): vacuous to the right
-        per_task = ", ".join(f"{t} {kendall(values[(runs['task'] == t).to_numpy()], runs.loc[runs['task'] == t, gap]):+.2f}"
-                             for t in colours)
-        ax.set_title(f"{col}\ntau: all {kendall(values, runs[gap]):+.2f}, {per_task}", fontsize=6)
-        ax.set_xlabel("log10 value" if positive else "value", fontsize=7, labelpad=1)
-        ax.set_ylabel(gap, fontsize=7, labelpad=1)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(columns):]:
-        ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), fontsize=7, frameon=False)
-    height = fig.get_figheight()
-    fig.subplots_adjust(left=0.08 if ncols > 2 else 0.12, right=0.98, top=1 - 0.45 / height,
-                        bottom=(0.55 + 0.14 * math.ceil(len(labels) / 2)) / height, wspace=0.4, hspace=0.62)
     path.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context(PRINT_RC):
         fig.savefig(path, dpi=dpi)
@@ -186,108 +190,210 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, gap:
     return path
 
 
+def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, title: str, gap: str = PRIMARY_GAP,
+                     ncols: int = 4, panel_size: tuple[float, float] = (1.9, 1.75)) -> Path:
+    """One panel per measure: log10 of its value (the value itself if not all positive) against the
+    measured gap over one task's runs that met the criterion, coloured by depth; the title carries
+    Kendall's tau.  Gap bounds get a dashed line at 1 (vacuous to the right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .correlate import kendall
+
+    nrows = max(1, math.ceil(len(columns) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(min(panel_size[0] * ncols, MAX_WIDTH), panel_size[1] * nrows + 0.9),
+                             squeeze=False)
+    depths = sorted(runs["depth"].unique())
+    cmap = plt.get_cmap("viridis")
+    colours = {d: cmap(i / max(len(depths) - 1, 1) * 0.9) for i, d in enumerate(depths)}
+    for ax, col in zip(axes.flat, columns):
+        values = runs[col].to_numpy(dtype=float)
+        finite = values[np.isfinite(values)]
+        positive = bool(finite.size and np.all(finite > 0))
+        x = np.log10(values) if positive else values
+        for d in depths:
+            sel = (runs["depth"] == d).to_numpy()
+            ax.scatter(x[sel], runs.loc[sel, gap], s=9, color=colours[d], label=f"depth {d}", linewidths=0)
+        if col.startswith("gap:") and positive:
+            ax.axvline(0.0, color="grey", lw=0.8, ls="--")
+        ax.set_title(f"{col}\ntau {kendall(values, runs[gap]):+.2f}", fontsize=6)
+        ax.set_xlabel("log10 value" if positive else "value", fontsize=6, labelpad=1)
+        ax.set_ylabel(gap, fontsize=6, labelpad=1)
+        ax.tick_params(labelsize=6)
+    for ax in list(axes.flat)[len(columns):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=8)
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.75 / height, bottom=0.55 / height, wspace=0.45, hspace=0.75)
+    return _save(fig, path)
+
+
+def plot_psi(corr: pd.DataFrame, measures: list[str], path: Path, *, gap: str = PRIMARY_GAP) -> Path:
+    """psi per hyper-parameter with its bootstrap interval, a panel per task, a marker per measure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sub = corr[(corr["gap"] == gap) & corr["statistic"].isin(HPARAMS) & corr["measure"].isin(measures)]
+    scopes = [s for s in sorted(sub["scope"].unique()) if s != "all"] + (["all"] if "all" in set(sub["scope"]) else [])
+    fig, axes = plt.subplots(len(scopes), 1, figsize=(MAX_WIDTH, 1.7 * len(scopes) + 0.8), squeeze=False, sharex=True)
+    cmap = plt.get_cmap("tab10")
+    width = 0.8 / max(len(measures), 1)
+    for ax, scope in zip(axes[:, 0], scopes):
+        for k, m in enumerate(measures):
+            rows = sub[(sub["scope"] == scope) & (sub["measure"] == m)].set_index("statistic").reindex(list(HPARAMS))
+            x = np.arange(len(HPARAMS)) - 0.4 + width * (k + 0.5)
+            v, lo, hi = (rows[c].to_numpy(dtype=float) for c in ("value", "value_lo", "value_hi"))
+            err = np.vstack([np.where(np.isnan(lo), 0, v - lo), np.where(np.isnan(hi), 0, hi - v)])
+            ax.errorbar(x, v, yerr=err, fmt="o", ms=2.5, lw=0.8, color=cmap(k % 10), label=m)
+        if not np.isfinite(sub.loc[sub["scope"] == scope, "value"].to_numpy(dtype=float)).any():
+            ax.text(0.5, 0.5, "no group of runs that met the criterion could be ranked", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=7, color="grey")
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.set_ylim(-1.05, 1.05)
+        ax.set_ylabel(f"psi ({scope})", fontsize=7)
+        ax.tick_params(labelsize=7)
+    axes[-1, 0].set_xticks(np.arange(len(HPARAMS)), [HPARAM_LABELS[h] for h in HPARAMS])
+    axes[-1, 0].set_xlim(-0.5, len(HPARAMS) - 0.5)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=6, frameon=False)
+    fig.suptitle(f"granulated Kendall tau (psi) against the {gap}, 95% bootstrap intervals over groups", fontsize=8)
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.09, right=0.99, top=1 - 0.35 / height, bottom=0.75 / height, hspace=0.15)
+    return _save(fig, path)
+
+
+def plot_pstar(pstar: pd.DataFrame, path: Path) -> Path:
+    """Share of matrices choosing each p*, by depth, a panel per task (runs that met the criterion)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = pstar[pstar["converged"].astype(bool)]
+    ok = ok.assign(bin=pstar_bin(ok["p_star"]))
+    tasks = sorted(ok["task"].unique()) or ["(none)"]
+    values = [label for _, _, label in PSTAR_BINS]
+    cmap = plt.get_cmap("plasma")
+    colours = {p: cmap(i / max(len(values) - 1, 1) * 0.9) for i, p in enumerate(values)}
+    fig, axes = plt.subplots(1, len(tasks), figsize=(min(2.4 * len(tasks), MAX_WIDTH), 2.6), squeeze=False, sharey=True)
+    for ax, task in zip(axes[0], tasks):
+        t = ok[ok["task"] == task]
+        depths = sorted(t["depth"].unique())
+        bottom = np.zeros(len(depths))
+        for p in values:
+            share = np.array([(t[t["depth"] == d]["bin"] == p).mean() for d in depths])
+            ax.bar(np.arange(len(depths)), share, bottom=bottom, color=colours[p], label=f"p* {p}")
+            bottom += share
+        ax.set_xticks(np.arange(len(depths)), [str(d) for d in depths])
+        ax.set_xlabel("depth", fontsize=7)
+        ax.set_title(task, fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0, 0].set_ylabel("share of matrices", fontsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(len(labels), 1), fontsize=7, frameon=False)
+    fig.suptitle("the spectrum-adaptive bound's chosen p* as depth grows (share of analysed matrices)", fontsize=8)
+    fig.subplots_adjust(left=0.1, right=0.99, top=0.85, bottom=0.3, wspace=0.1)
+    return _save(fig, path)
+
+
 # --- the report -----------------------------------------------------------------------------------
 
-def write_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame, *,
+def write_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame, pstar: pd.DataFrame, *,
                  timing: dict, command: str | None = None, figures: bool = True) -> dict[str, Path]:
     out = Path(out)
-    files = {"runs.csv": out / "runs.csv", "correlations.csv": out / "correlations.csv",
-             "study.json": out / "study.json", "report.md": out / "report.md"}
+    files = {name: out / name for name in ("runs.csv", "correlations.csv", "pstar.csv", "study.json", "report.md")}
     runs.to_csv(files["runs.csv"], index=False)
     corr.to_csv(files["correlations.csv"], index=False)
+    pstar.to_csv(files["pstar.csv"], index=False)
     files["study.json"].write_text(json.dumps({"command": command, **timing}, indent=1))
-    if figures:
+    ok = _converged(runs)
+    if figures and len(ok):
         fig_dir = out / "figures"
-        by_kind = {k: measures.loc[measures["kind"] == k, "column"].tolist() for k in measures["kind"].unique()}
-        files["measures_vs_gap.png"] = plot_against_gap(
-            runs, by_kind.get("complexity", []) + by_kind.get("from_init", []), fig_dir / "measures_vs_gap.png")
-        files["gap_bounds_vs_gap.png"] = plot_against_gap(
-            runs, by_kind.get("gap_bound", []) + by_kind.get("gap_bound_from_init", []),
-            fig_dir / "gap_bounds_vs_gap.png", vacuity_line=True)
+        columns = [c for c in measures["column"] if not c.endswith("]") and c != "param_count"]
+        for task, sub in ok.groupby("task"):
+            files[f"bounds_vs_gap_{task}.png"] = plot_against_gap(
+                sub.reset_index(drop=True), columns, fig_dir / f"bounds_vs_gap_{task}.png",
+                title=f"{task}: every bound, gap bound and reference predictor against the {PRIMARY_GAP} "
+                      f"({len(sub)} runs that met the criterion)")
         headline = [c for c in HEADLINE if c in set(measures["column"])]
-        files["headline.png"] = plot_against_gap(runs, headline, fig_dir / "headline.png",
-                                                 ncols=min(len(headline), 2) or 1, panel_size=(3.0, 2.6))
-    files["report.md"].write_text(format_report(runs, measures, corr, timing=timing, command=command,
-                                                figures=figures))
+        files["psi_per_axis.png"] = plot_psi(corr, headline, fig_dir / "psi_per_axis.png")
+        files["pstar_by_depth.png"] = plot_pstar(pstar, fig_dir / "pstar_by_depth.png")
+    files["report.md"].write_text(format_report(runs, measures, corr, pstar, timing=timing, command=command,
+                                                figures=[p.name for k, p in files.items() if k.endswith(".png")]))
     return files
 
 
-def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame, *, timing: dict,
-                  command: str | None, figures: bool) -> str:
-    main = correlation_table(corr, measures, PRIMARY_GAP)
-    loss = correlation_table(corr, measures, "loss_gap")
-    loss = loss[["measure"] + [c for c in loss.columns if c.startswith("tau ")] + ["Psi"]]
+def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame, pstar: pd.DataFrame, *,
+                  timing: dict, command: str | None, figures: list[str]) -> str:
+    ok = _converged(runs)
+    tasks = sorted(runs["task"].unique())
     parts = [
         "# Does the bound track generalization? Study report",
         "",
         f"Command: `{command or 'specbound study'}`  ",
-        f"Grid `{timing['grid']}`: {len(runs)} runs ({', '.join(timing['tasks'])}); "
-        f"{timing['trained']} trained and {timing['analysed']} analysed now, {timing['skipped']} reused; "
-        f"{timing['jobs']} worker process(es), {timing['threads']} thread(s) in all; "
-        f"{timing['seconds_training_and_analysis']:.0f} s of training and analysis in this invocation. "
-        f"Recorded in the runs themselves (whenever they were trained): {runs['run_seconds'].sum():.0f} s of "
-        f"training and evaluation summed over runs, at most {runs['run_seconds'].max():.0f} s for one run.",
+        f"Grid `{timing['grid']}`: {len(runs)} runs ({', '.join(timing['tasks'])}), {len(ok)} met the training "
+        f"criterion; {timing['trained']} trained and {timing['analysed']} analysed now, {timing['skipped']} reused; "
+        f"{timing['seconds_training_and_analysis']:.0f} s of training and analysis in this invocation. Recorded in "
+        f"the runs: {runs['cpu_seconds'].sum():.0f} CPU s of training and measuring summed over runs "
+        f"(at most {runs['cpu_seconds'].max():.0f} s for one run). Bootstrap: {timing.get('bootstrap')} replicates.",
         "",
-        "Definitions: **error gap** = test error - train error (primary: what the margin bounds bound); "
-        "loss gap = test - train cross-entropy. Every measure is `specbound.analyze(model, init=init, "
-        "n=train_size, margin=gamma)`; gamma = 10th percentile of the positive training logit margins "
-        "divided by the head's Lipschitz constant. Gap bounds use the unstated constants c_lead = c_conf = 1 "
-        "and delta = 0.05; a gap bound >= 1 is vacuous. Kendall tau > 0: a larger measure goes with a "
-        "larger gap. Granulated columns (depth ... epochs): Jiang et al. (ICLR 2020) psi, the mean tau "
-        "over groups of runs that differ only in that hyper-parameter (same seed and task); "
-        "Psi = their mean. twins: the mean tau over the twin pairs (same steps, 4x the data for B), "
-        "+1 if the measure orders every pair as the gap does.",
+        "Definitions (docs/study.md): every run trains until train cross-entropy <= 0.01 or train error <= 1% "
+        "(step cap in `runs.csv`: `max_steps`); runs that miss it are listed below and **left out of every "
+        "statistic**. **error gap** = test error - train error. Gap bounds use the margin gamma = 10th percentile "
+        "of the training logit margins / (head Lipschitz constant x the largest observed norm of the rows the head "
+        "reads), the unstated constants = 1, delta = 0.05. tau: Kendall's tau-b, > 0 when a larger measure goes "
+        "with a larger gap; Psi: mean of the granulated psi (Jiang et al. 2020); K: Jiang et al.'s conditional "
+        "mutual information score, min over |S| <= 2 (sign-blind, in [0, 1]); robust sign-error: the worst "
+        "environment's sign-error (Dziugaite et al. 2020; 0 perfect, 0.5 chance). Brackets: 95% bootstrap "
+        "intervals.",
         "",
-        "## Runs (min / median / max)",
+        "## Runs",
         "",
         markdown(task_summary(runs)),
         "",
-        "## Twins: fewer examples trained longer vs more examples trained shorter",
-        "",
-        markdown(twin_table(runs)),
-        "",
-        f"## Kendall tau against the error gap ({PRIMARY_GAP})",
-        "",
-        markdown(main.drop(columns="kind"), tau_columns=tau_columns(main)),
-        "",
-        "## Kendall tau against the loss gap",
-        "",
-        markdown(loss, tau_columns=tau_columns(loss)),
-        "",
-        "## Are the gap bounds vacuous?",
-        "",
-        markdown(vacuity_table(runs, measures)),
+        "### Runs that missed the criterion (excluded)",
         "",
     ]
+    missed = excluded_table(runs)
+    parts += [markdown(missed) if len(missed) else "None: every run met it.", ""]
+    for task in tasks:
+        parts += [f"## {task}: each measure against the error gap", "",
+                  markdown(task_table(corr, measures, task).drop(columns="kind")), "",
+                  f"### {task}: granulated psi per hyper-parameter", "",
+                  markdown(psi_table(corr, measures, task)), ""]
+    parts += ["## All tasks pooled (read the per-task tables first)", "",
+              markdown(pooled_table(corr, measures)), "",
+              "## Against the loss gap (test - train cross-entropy), per task", ""]
+    for task in tasks:
+        t = task_table(corr, measures, task, "loss_gap")[["measure", "tau", "Psi", "K"]]
+        parts += [f"### {task}", "", markdown(t), ""]
+    parts += ["## Are the gap bounds vacuous? (runs that met the criterion)", "",
+              markdown(vacuity_table(ok, measures)) if len(ok) else "No run met the criterion.", "",
+              "## p* by depth (matrices of runs that met the criterion)", "",
+              markdown(pstar_summary(pstar)), ""]
     if figures:
-        parts += ["## Figures", "", "PNG at 200 dpi; each also as PDF beside it (`figures/*.pdf`).", "",
-                  "![spectrum-adaptive and Edelman-style bound and gap bound against the measured gap]"
-                  "(figures/headline.png)", "",
-                  "![every bound and measure against the measured gap](figures/measures_vs_gap.png)", "",
-                  "![every generalisation-gap bound against the measured gap](figures/gap_bounds_vs_gap.png)", ""]
+        parts += ["## Figures", "", "PNG at 200 dpi; each also as PDF beside it (`figures/*.pdf`).", ""]
+        parts += [f"![{name}](figures/{name})" for name in figures] + [""]
     return "\n".join(parts)
 
 
 def format_study(result) -> str:
-    """What ``specbound study`` prints: the twin check, the main table, vacuity, where the files are."""
+    """What ``specbound study`` prints: the runs, those excluded, and per task the headline
+    measures' tau, Psi, K and robust sign-error with intervals."""
     runs, measures, corr, timing = result.runs, result.measures, result.correlations, result.timing
-    vac = vacuity_table(runs, measures)
-    never = [m.column for m in measures[measures["kind"].str.startswith("gap_bound")].itertuples()
-             if not runs[m.column.replace("gap:", "vacuous:", 1)].all()]
-    lines = [
-        f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
-        f"in {timing['seconds']:.0f} s with {timing['jobs']} worker(s) x {max(1, timing['threads'] // timing['jobs'])} thread(s)",
-        "",
-        "twins (fewer examples trained longer vs more examples trained shorter):",
-        twin_table(runs).to_string(index=False),
-        "",
-        "Kendall tau of each measure with the error gap (test - train error); granulated psi per "
-        "hyper-parameter and Psi pooled over tasks (Jiang et al. 2020):",
-        format_correlations(corr, measures),
-        "",
-        f"gap bounds vacuous (>= 1) in every run: {len(vac) - len(never)} of {len(vac)}"
-        + (f"; not always vacuous: {', '.join(never)}" if never else ""),
-        "",
-        "report: " + str(result.files.get("report.md", "")),
-    ]
+    ok = _converged(runs)
+    head = measures[measures["column"].isin(HEADLINE)]
+    lines = [f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
+             f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded", ""]
+    for task in sorted(runs["task"].unique()):
+        table = task_table(corr, head, task)[["measure", "tau", "Psi", "K", "robust sign-error"]]
+        lines += [f"{task} (error gap, {int(ok['task'].eq(task).sum())} runs; 95% bootstrap intervals):",
+                  table.to_string(index=False), ""]
+    lines.append("report: " + str(result.files.get("report.md", "")))
     return "\n".join(lines)

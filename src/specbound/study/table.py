@@ -1,5 +1,6 @@
-"""Run records -> one tidy table: a row per run with its hyper-parameters, its measured
-generalisation and every bound and measure that ``analyze`` reported.
+"""Run records -> tidy tables: a row per run with its hyper-parameters, its measured
+generalisation, whether it met the training criterion, and every bound and measure; and a row per
+analysed matrix with its chosen Schatten index ``p*``.
 
 Measure columns, by kind (``MEASURE_KINDS``):
 
@@ -7,10 +8,11 @@ Measure columns, by kind (``MEASURE_KINDS``):
 * ``from_init``: the same on ``W - W0`` (``Analysis.from_init``), column ``<bound>[W-W0]``;
 * ``gap_bound``: the generalisation-gap bound for the run's ``n`` and margin
   (``gap_bound.bounds``), column ``gap:<bound>``, with ``vacuous:<bound>``;
-* ``gap_bound_from_init``: the gap bound from ``W - W0``, column ``gap:<bound>[W-W0]``.
+* ``gap_bound_from_init``: the gap bound from ``W - W0``, column ``gap:<bound>[W-W0]``;
+* ``reference``: the data-dependent predictors measured after training (:mod:`.train`):
+  ``pacbayes_flatness``, ``pacbayes_init``, ``inverse_margin``.
 
-The generalisation gaps: ``error_gap = test error - train error`` (primary: the quantity the
-margin bounds bound, in [0, 1] up to sign) and ``loss_gap = test - train cross-entropy``.
+The generalisation gaps: ``error_gap = test error - train error`` (primary) and ``loss_gap``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from .grid import HPARAMS
 
 GAPS = ("error_gap", "loss_gap")
 PRIMARY_GAP = "error_gap"
-MEASURE_KINDS = ("complexity", "from_init", "gap_bound", "gap_bound_from_init")
-METRICS = ("train_loss", "test_loss", "train_error", "test_error", "error_gap", "loss_gap", "margin",
-           "margin_logit", "head_lipschitz", "train_ramp_loss", "steps", "parameters", "n_test",
-           "train_seconds", "eval_seconds", "run_seconds")
+MEASURE_KINDS = ("complexity", "from_init", "gap_bound", "gap_bound_from_init", "reference")
+REFERENCE = ("pacbayes_flatness", "pacbayes_init", "inverse_margin")
+METRICS = ("converged", "train_loss", "test_loss", "train_error", "test_error", "error_gap", "loss_gap", "margin",
+           "margin_logit", "head_lipschitz", "row_norm_max", "row_norm_median", "train_ramp_loss", "sigma_flat",
+           "sigma_censored", "distance_from_init", "steps", "epochs", "parameters", "n_test", "train_seconds",
+           "eval_seconds", "flat_seconds", "cpu_seconds", "run_seconds")
 INIT_SUFFIX = "[W-W0]"
 
 
@@ -40,7 +44,7 @@ def runs_table(records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
             continue
         cfg, metrics = rec["config"], rec["metrics"]
         row = {"run": rec["path"].rsplit("/", 1)[-1], "key": rec["key"], "task": cfg["task"],
-               **{h: cfg[h] for h in HPARAMS}, "seed": cfg["seed"],
+               **{h: cfg[h] for h in HPARAMS}, "seed": cfg["seed"], "max_steps": cfg["max_steps"],
                **{m: metrics.get(m, math.nan) for m in METRICS}}
         values = {**analysis["bounds"], **analysis["adaptive_variants"], **analysis["baselines"]}
         for bound, value in values.items():
@@ -52,6 +56,8 @@ def runs_table(records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
             for bound, terms in (gap.get(section) or {}).items():
                 _put(row, catalogue, f"gap:{bound}{suffix}", kind, bound, terms["gap"])
                 row[f"vacuous:{bound}{suffix}"] = bool(terms["vacuous"])
+        for name in REFERENCE:
+            _put(row, catalogue, name, "reference", name, metrics.get(name, math.nan))
         rows.append(row)
     runs = pd.DataFrame(rows)
     order = {k: i for i, k in enumerate(MEASURE_KINDS)}
@@ -62,6 +68,21 @@ def runs_table(records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, measures
 
 
+def pstar_table(records: list[dict]) -> pd.DataFrame:
+    """One row per analysed matrix of every run: ``run, task, depth, converged, layer, role, p_star,
+    log10_alpha`` (the spectrum-adaptive bound's chosen Schatten index and the layer's alpha)."""
+    rows = []
+    for rec in records:
+        if rec["analysis"] is None:
+            continue
+        run = rec["path"].rsplit("/", 1)[-1]
+        for m in rec["analysis"].get("matrices", []):
+            rows.append({"run": run, "task": rec["config"]["task"], "depth": rec["config"]["depth"],
+                         "converged": bool(rec["metrics"].get("converged", False)), "layer": m["layer"],
+                         "role": m["role"], "p_star": m["p_star"], "log10_alpha": m.get("log10_alpha", math.nan)})
+    return pd.DataFrame(rows, columns=["run", "task", "depth", "converged", "layer", "role", "p_star", "log10_alpha"])
+
+
 def _put(row: dict, catalogue: dict, column: str, kind: str, bound: str, value) -> None:
-    row[column] = float(value)  # JSON keeps non-finite values as strings ("inf")
+    row[column] = float(value) if value is not None else math.nan  # JSON keeps non-finite values as strings
     catalogue.setdefault(column, (kind, bound))
