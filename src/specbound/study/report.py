@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..records_plot import MAX_WIDTH, PRINT_DPI, PRINT_RC
+from ..records_view import markdown_table
 from .grid import HPARAMS
 from .table import PRIMARY_GAP
 
@@ -160,20 +161,20 @@ def pstar_bin(p: np.ndarray) -> np.ndarray:
     return out
 
 
-def markdown(df: pd.DataFrame) -> str:
-    """A Markdown table (no tabulate dependency); NaN as ``n/a``."""
-    def cell(v):
-        if isinstance(v, (bool, np.bool_)):
-            return "yes" if v else "no"
-        if isinstance(v, (float, np.floating)):
-            if math.isnan(v):
-                return "n/a"
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
-        return str(v)
+def _cell(column, v) -> str:
+    """A study table's entry: booleans as yes/no, NaN as ``n/a``, numbers to three digits."""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return "n/a"
+        return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
+    return str(v)
 
-    lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines)
+
+def markdown(df: pd.DataFrame) -> str:
+    """A Markdown table of a study table (the one writer, :func:`specbound.records_view.markdown_table`)."""
+    return markdown_table(df, _cell)
 
 
 # --- figures --------------------------------------------------------------------------------------
