@@ -143,3 +143,13 @@ def tiny_store(tiny_family, tmp_path_factory):
     report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
     assert len(report.written) == 6, report.summary()
     return Store(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory):
+    """``(trained, init)``: two tiny random BERT folders of the same architecture (L=2, N=16,
+    4 heads, d_ff=24)."""
+    from numpy_bert import write_tiny_bert
+
+    root = tmp_path_factory.mktemp("numpy_bert")
+    return write_tiny_bert(root / "trained", seed=1), write_tiny_bert(root / "init", seed=2)

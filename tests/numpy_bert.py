@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 from safetensors.numpy import save_file
 
 ROLE_NAMES = {
@@ -51,11 +50,3 @@ def row_weights(folder, layer: int) -> dict[str, np.ndarray]:
 
     w = load_file(str(Path(folder) / "model.safetensors"))
     return {role: w[f"encoder.layer.{layer}.{name}.weight"].astype(np.float64).T for role, name in ROLE_NAMES.items()}
-
-
-@pytest.fixture(scope="session")
-def tiny_pair(tmp_path_factory):
-    """``(trained, init)``: two tiny random BERT folders of the same architecture (L=2, N=16,
-    4 heads, d_ff=24).  Import this fixture into a test module to use it."""
-    root = tmp_path_factory.mktemp("numpy_bert")
-    return write_tiny_bert(root / "trained", seed=1), write_tiny_bert(root / "init", seed=2)

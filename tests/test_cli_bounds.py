@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-from numpy_bert import tiny_pair  # noqa: F401  (fixture)
 from specbound.bounds import in_group
 from specbound.cli import main
 

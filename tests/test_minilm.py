@@ -66,7 +66,7 @@ def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
     """Every baseline recomputed from the oracle's dense per-matrix norms (formulas of docs/bounds.md)."""
     _, rows = oracle
     ref = pd.DataFrame(rows)
-    L, N, H, d_ff = 6, 384, 12, 1536
+    L, N, d_ff = 6, 384, 1536
 
     def c(layer, role, col="spectral_norm"):
         part = ref[(ref["layer"] == layer) & (ref["role"] == role)]

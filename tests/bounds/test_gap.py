@@ -13,7 +13,6 @@ from specbound.errors import SpecboundError
 from specbound.bounds.gap import GapParameters, gap_bounds, gap_terms
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.measures import measure
-from numpy_bert import tiny_pair  # noqa: F401  (fixture)
 from test_bounds import HAND_DIMS, hand_layers
 
 

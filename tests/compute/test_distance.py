@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specbound
-from numpy_bert import row_weights, tiny_pair, write_tiny_bert  # noqa: F401  (tiny_pair: fixture)
+from numpy_bert import row_weights, write_tiny_bert
 from specbound.bounds import REGISTRY
 from specbound.compute.distance import stacked_difference
 from specbound.errors import SpecboundError

@@ -68,7 +68,7 @@ def _hf_cos_sin_half(layout, positions):
 def _check_logits(wq, wk, layout, positions, q_rot, k_rot, x):
     """q_rot[t] . k_rot[s] == x_t W_Q^T M(t - s) W_K x_s^T, and q_rot[t] == q[t] @ M(t)."""
     d = wq.shape[0]
-    q, k = x @ wq.T, x @ wk.T
+    q = x @ wq.T
     for a, t in enumerate(positions):
         np.testing.assert_allclose(q_rot[a], q[a] @ rotation(layout, d, t), rtol=0, atol=1e-12)
         for b, s in enumerate(positions):
@@ -202,7 +202,7 @@ def test_interleaved_is_half_conjugated_by_a_permutation():
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 @pytest.mark.parametrize("pair", [0, 1, 3])
 def test_zero_rotation_blind_qk_but_nonzero_rotary(pairing, pair):
-    d = n = 8
+    d = 8
     layout = RotaryLayout(8, pairing, 10000.0, 64)
     a, b = layout.pairs[0][pair], layout.pairs[1][pair]
     e = np.eye(d)
