@@ -258,13 +258,7 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
 
         lam = gram_eigenvalues(short, width, device)
     else:
-        gram = short[:, :width] @ short[:, :width].T
-        product = np.empty((n, n)) if k > width else None
-        for j in range(width, k, width):
-            block = short[:, j:j + width]
-            np.matmul(block, block.T, out=product)
-            gram += product
-        del product
+        gram = blocked_gram(short, width)
         lam = symmetric_eigenvalues(gram)[::-1]
         del gram
     depth = width + -(-k // width) + 1
@@ -275,6 +269,20 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     s = np.sqrt(np.clip(lam, 0.0, None))
     bound = delta / lam[-1] if lam[-1] > delta else np.inf
     return s, float(bound)
+
+
+def blocked_gram(short: np.ndarray, width: int) -> np.ndarray:
+    """``W W^T`` for ``W`` of shape ``(n, k)``, summed over column blocks of ``width``: each block's
+    product is formed on its own (one BLAS call, whatever order it sums ``width`` terms in) and then
+    added, the summation tree whose depth :func:`gram_singular_values` bounds.  Shape ``(n, n)``."""
+    n, k = short.shape
+    gram = short[:, :width] @ short[:, :width].T
+    product = np.empty((n, n)) if k > width else None
+    for j in range(width, k, width):
+        block = short[:, j:j + width]
+        np.matmul(block, block.T, out=product)
+        gram += product
+    return gram
 
 
 def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0, device: str = "numpy") -> MatrixSpectrum:

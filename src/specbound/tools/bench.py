@@ -445,3 +445,343 @@ def format_bench(report: dict) -> str:
     if not report["budgets"][0]["weightwatcher_seconds"]:
         lines.append(f"WeightWatcher: {report['budgets'][0]['weightwatcher_note']}")
     return "\n".join(lines)
+
+
+# --- llama7b: a LLaMA-7B-shaped checkpoint, written, streamed and timed -------------------------
+
+# The issue's shape: 32 layers, N = 4096, 32 query heads sharing 8 key/value heads (LLaMA-2-7B itself
+# has 32 key/value heads; grouped-query attention as in LLaMA-3-8B / Mistral-7B), d_ff = 11008.
+LLAMA_7B = dict(L=32, N=4096, H=32, H_kv=8, d_ff=11008)
+# Hugging Face's shard limit when LLaMA-2-7B was published: two files, a layer split between them.
+SHARD_BYTES = 10 * 10**9
+# Gaussian values drawn once and cut into tensors at random offsets: each matrix is a window of one
+# i.i.d. N(0, 0.02^2) sequence (so i.i.d. Gaussian itself), and 6.7e9 fresh draws (minutes of CPU)
+# are not needed.  Longer than the largest tensor (11008 x 4096), so no matrix repeats a row.
+_POOL_VALUES = 1 << 26
+
+
+def _llama_tensor_shapes(L: int, N: int, H: int, H_kv: int, d_ff: int, vocab: int) -> list[tuple[str, tuple]]:
+    """Every tensor of a LLaMA checkpoint in the order Hugging Face saves them."""
+    d = N // H
+    shapes = [("model.embed_tokens.weight", (vocab, N))]
+    for layer in range(L):
+        p = f"model.layers.{layer}."
+        shapes += [(p + "self_attn.q_proj.weight", (H * d, N)), (p + "self_attn.k_proj.weight", (H_kv * d, N)),
+                   (p + "self_attn.v_proj.weight", (H_kv * d, N)), (p + "self_attn.o_proj.weight", (N, H * d)),
+                   (p + "mlp.gate_proj.weight", (d_ff, N)), (p + "mlp.up_proj.weight", (d_ff, N)),
+                   (p + "mlp.down_proj.weight", (N, d_ff)), (p + "input_layernorm.weight", (N,)),
+                   (p + "post_attention_layernorm.weight", (N,))]
+    return shapes + [("model.norm.weight", (N,)), ("lm_head.weight", (vocab, N))]
+
+
+def write_llama7b_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
+                             vocab: int = 32000, shard_bytes: int = SHARD_BYTES, seed: int = 0) -> tuple[Path, int]:
+    """A random LLaMA-shaped bf16 checkpoint sharded as Hugging Face shards LLaMA-2-7B: tensors in
+    saving order, a new ``model-0000k-of-0000n.safetensors`` whenever the next tensor would pass
+    ``shard_bytes`` (so a layer may span two files), and ``model.safetensors.index.json``.
+
+    Streamed: one tensor in memory at a time.  Returns the folder and the bytes written.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    pool = _to_bf16(0.02 * rng.standard_normal(_POOL_VALUES, dtype=np.float32))
+    shapes = _llama_tensor_shapes(L, N, H, H_kv, d_ff, vocab)
+    shards, size = [[]], 0
+    for name, shape in shapes:
+        nbytes = 2 * int(np.prod(shape))
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape))
+        size += nbytes
+    weight_map, total = {}, 0
+    one = _to_bf16(np.ones(1, np.float32))[0]
+    for k, shard in enumerate(shards, 1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for name, shape in shard:
+            nbytes = 2 * int(np.prod(shape))
+            header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+            weight_map[name] = fname
+        blob = json.dumps(header).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(folder / fname, "wb") as f:
+            f.write(len(blob).to_bytes(8, "little"))
+            f.write(blob)
+            for name, shape in shard:
+                count = int(np.prod(shape))
+                if len(shape) == 1:  # norm weights: ones, as initialised
+                    f.write(np.full(count, one, np.uint16).tobytes())
+                    continue
+                start = int(rng.integers(0, _POOL_VALUES - count + 1))
+                f.write(pool[start:start + count].tobytes())
+        total += 8 + len(blob) + offset
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
+              "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": N // H,
+              "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16",
+              "rms_norm_eps": 1e-5}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder, total
+
+
+def _row_block_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
+    """The (1,1)-norm as the code computed it before the 512 x 512 tiles (1 MB row blocks of
+    ``B.T @ A``), kept verbatim as the benchmark's reference."""
+    n_rows, n_cols = a.shape[1], b.shape[1]
+    step = min(max(1, (1 << 17) // max(n_rows, 1)), max(n_cols, 1))
+    total = 0.0
+    buffer = np.empty((step, n_rows))
+    for j in range(0, n_cols, step):
+        block = b[:, j : j + step].T
+        out = buffer[: block.shape[0]]
+        np.matmul(block, a, out=out)
+        total += float(np.abs(out, out=out).sum())
+    return total
+
+
+class _ReferenceKernels:
+    """Within the block: the kernels of the code before this benchmark's changes (NumPy's one-stage
+    ``eigvalsh`` at every order, the (1,1)-norm in 1 MB row blocks); the reference path."""
+
+    def __enter__(self):
+        from ..compute import eigensolvers, spectra
+
+        self._saved = (eigensolvers.TWO_STAGE_MIN, spectra._streamed_norm_1_1)
+        eigensolvers.TWO_STAGE_MIN = 1 << 62
+        spectra._streamed_norm_1_1 = _row_block_norm_1_1
+        return self
+
+    def __exit__(self, *exc):
+        from ..compute import eigensolvers, spectra
+
+        eigensolvers.TWO_STAGE_MIN, spectra._streamed_norm_1_1 = self._saved
+
+
+# Per-matrix columns compared with the reference path.
+_COMPARED = ("spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1")
+
+
+def _llama7b_child(folder: str, threads: int, jobs: int, device: str, queue) -> None:
+    """The timed analysis, in a fresh process so that its peak RSS is its own."""
+    from ..pipeline import analyze
+
+    start = time.perf_counter()
+    stamps = [start]
+    result = analyze(folder, threads=threads, jobs=jobs, device=device,
+                     progress=lambda done, total: stamps.append(time.perf_counter()))
+    seconds = time.perf_counter() - start
+    m = result.matrices
+    queue.put({"seconds": seconds, "analysis_stamps": [t - start for t in stamps[1:]],
+               "peak_rss_mb": _peak_rss_mb(), "bounds": result.bounds,
+               "ff_sv_methods": m[m["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict(),
+               "max_ff_sv_rel_error_bound": float(m["sv_rel_error_bound"].max()),
+               "matrices": m[["layer", "head", "role", *_COMPARED]].to_dict("list")})
+
+
+def _stage_seconds(model, layer: int, device: str) -> dict:
+    """One layer's stages, timed one after the other: reading, the per-head cores, the (1,1)-norms,
+    and per feed-forward matrix its reading, Gram product and eigenvalues."""
+    from ..compute import spectra
+    from ..pipeline import read_layer
+
+    out = {}
+    t, weights = _timed(lambda: read_layer(model, layer))
+    out["read_attention"] = t
+    kv = np.arange(weights.q.shape[0]) // (weights.q.shape[0] // weights.k.shape[0])
+    out["attention_cores"] = _timed(lambda: (
+        spectra.factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=False, device=device),
+        spectra.factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=False, device=device)))[0]
+    out["norm_1_1"] = _timed(lambda: (
+        spectra.factored_spectra(weights.q, weights.k, b_index=kv, device=device),
+        spectra.factored_spectra(weights.v, weights.o, a_index=kv, device=device)))[0] - out["attention_cores"]
+    out.update(read_ff=0.0, gram=0.0, eigenvalues=0.0, ff_norms=0.0)
+    for role in weights.ff:
+        t, w = _timed(lambda: weights.ff[role])
+        out["read_ff"] += t
+        for stage, seconds in _feed_forward_stage_seconds(w, device).items():
+            out[stage] += seconds
+    return out
+
+
+def _feed_forward_stage_seconds(w: np.ndarray, device: str) -> dict:
+    """Gram product, eigenvalues and the column-norm / abs-sum passes of one feed-forward matrix
+    (on a torch device, the Gram product and its eigenvalues are timed together, under "gram")."""
+    from ..compute import spectra
+    from ..compute.eigensolvers import symmetric_eigenvalues
+
+    short = w if w.shape[0] <= w.shape[1] else w.T
+    out = {"ff_norms": _timed(lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))[0]}
+    if device != "numpy":
+        out["gram"] = _timed(lambda: spectra.gram_singular_values(short, device=device))[0]
+        return out
+    out["gram"], gram = _timed(lambda: spectra.blocked_gram(short, min(spectra._GRAM_BLOCK, short.shape[1])))
+    out["eigenvalues"] = _timed(lambda: symmetric_eigenvalues(gram))[0]
+    return out
+
+
+def _reference_child(folder: str, layers: list[int], probe_layers: list[int], device: str, queue) -> None:
+    """The reference path on ``layers``, and the stage times of ``probe_layers`` at 1 and 2 BLAS
+    threads (one layer at a time)."""
+    from threadpoolctl import threadpool_limits
+
+    from ..pipeline import model_layer_spectra, open_model
+
+    model = open_model(folder)
+    reference = {}
+    start = time.perf_counter()
+    with threadpool_limits(limits=1), _ReferenceKernels():
+        for layer in layers:
+            spectra = model_layer_spectra(model, layer)
+            rows = [("QK", h, s) for h, s in enumerate(spectra.qk)] + [("OV", h, s) for h, s in enumerate(spectra.ov)]
+            rows += [(role, None, s) for role, s in spectra.ff.items()]
+            for role, head, s in rows:
+                reference[(layer, role, head)] = {
+                    "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
+                    "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
+                    "norm_1_1": s.norm_1_1}
+    reference_seconds = time.perf_counter() - start
+    stages = {}
+    for threads in (1, 2):
+        if device != "numpy":
+            import torch
+
+            torch.set_num_threads(threads)
+        with threadpool_limits(limits=threads):
+            stages[threads] = [_stage_seconds(model, layer, device) for layer in probe_layers]
+    model.ckpt.close()
+    queue.put({"reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
+               "reference_seconds": reference_seconds, "stages": stages})
+
+
+def _max_relative_difference(matrices: dict, reference: dict) -> tuple[float, int]:
+    """Largest relative difference over the reference's matrices and the compared columns, and how
+    many matrices were compared."""
+    worst, count = 0.0, 0
+    for i, (layer, role, head) in enumerate(zip(matrices["layer"], matrices["role"], matrices["head"])):
+        head = None if role.startswith("FF") else int(head)
+        ref = reference.get(f"{int(layer)}|{role}|{head}")
+        if ref is None:
+            continue
+        count += 1
+        for column in _COMPARED:
+            a, b = float(matrices[column][i]), float(ref[column])
+            if a != b:
+                worst = max(worst, abs(a - b) / max(abs(a), abs(b)))
+    return worst, count
+
+
+def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int = 2, device: str = "numpy",
+                      workdir: str | None = None, reference_layers: int = 2, probe_layers: int = 2,
+                      shape: dict | None = None) -> dict:
+    """Write a LLaMA-7B-shaped bf16 checkpoint, analyse it (every bound and baseline) in a fresh
+    process, and compare ``reference_layers`` layers (the first and the last) with the reference
+    path (the kernels before this benchmark: NumPy's one-stage eigenvalues, 1 MB (1,1)-norm blocks).
+    Then time each stage of ``probe_layers`` layers at 1 and 2 BLAS threads.
+
+    ``layers``: fewer layers than 32 where the disk cannot hold the 11.9 GB; the report then also gives
+    the 32-layer time extrapolated from the per-layer time (marked as an extrapolation).  ``shape``
+    replaces the 7B shape (tests use a tiny one).  The checkpoint is deleted afterwards.
+    """
+    import multiprocessing
+    import shutil
+
+    from ..errors import SpecboundError
+
+    shape = dict(shape or LLAMA_7B)
+    full_layers = shape["L"]
+    if layers is not None:
+        shape["L"] = layers
+    L, N, d_ff = shape["L"], shape["N"], shape["d_ff"]
+    vocab = 32000 if shape["N"] >= 1024 else 64
+    need = 2 * sum(int(np.prod(s)) for _, s in _llama_tensor_shapes(vocab=vocab, **shape))
+    base = Path(workdir or tempfile.gettempdir())
+    free = shutil.disk_usage(base).free
+    if free < 1.05 * need:
+        fits = max(0, int((free / 1.05 - 4 * vocab * N) // (need / L)))
+        raise SpecboundError(f"the {L}-layer checkpoint needs {need / 1e9:.1f} GB but {base} has "
+                             f"{free / 1e9:.1f} GB free: pass --workdir DIR on a larger disk, or --layers "
+                             f"{max(fits, 1)} (the time for {full_layers} layers is then extrapolated)")
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        write_seconds, (folder, nbytes) = _timed(lambda: write_llama7b_checkpoint(
+            Path(tmp) / "llama7b-bf16", vocab=vocab, **shape))
+        queue = ctx.Queue()
+        child = ctx.Process(target=_llama7b_child, args=(str(folder), threads, jobs, device, queue))
+        child.start()
+        out = queue.get()
+        child.join()
+        ref_layers = sorted({0, L - 1})[:max(1, reference_layers)]
+        probes = list(range(min(probe_layers, L)))
+        child = ctx.Process(target=_reference_child, args=(str(folder), ref_layers, probes, device, queue))
+        child.start()
+        ref = queue.get()
+        child.join()
+        shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    worst, compared = _max_relative_difference(out["matrices"], ref["reference"])
+    stage_medians = {threads_: {stage: statistics.median(s[stage] for s in runs) for stage in runs[0]}
+                     for threads_, runs in ref["stages"].items()}
+    per_layer = {threads_: sum(stages.values()) for threads_, stages in stage_medians.items()}
+    report = {
+        "scenario": f"llama-7b-shaped random bf16 checkpoint (L={L}, N={N}, H={shape['H']}, "
+                    f"H_kv={shape['H_kv']}, d_ff={d_ff}, vocab={vocab}), {len(shards)} shards",
+        "device": device, "threads": threads, "jobs": jobs,
+        "layers": L,
+        "seconds": out["seconds"],
+        "peak_rss_mb": out["peak_rss_mb"],
+        "max_relative_difference_vs_reference": worst,
+        "reference_layers": ref_layers,
+        "reference_matrices_compared": compared,
+        "reference_seconds": ref["reference_seconds"],
+        "checkpoint_bytes": nbytes,
+        "shards": shards,
+        "write_seconds": write_seconds,
+        "layer_completion_seconds": out["analysis_stamps"],
+        "stage_seconds_per_layer": {f"{t}_blas_threads": s for t, s in stage_medians.items()},
+        "seconds_per_layer_one_at_a_time": {f"{t}_blas_threads": s for t, s in per_layer.items()},
+        "ff_sv_methods": out["ff_sv_methods"],
+        "max_ff_sv_rel_error_bound": out["max_ff_sv_rel_error_bound"],
+        "bounds": out["bounds"],
+        "load_average_1min": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
+    }
+    if L < full_layers:
+        report["extrapolated_seconds_all_layers"] = out["seconds"] * full_layers / L
+        report["extrapolated_to_layers"] = full_layers
+    return report
+
+
+def format_llama7b_bench(report: dict) -> str:
+    """The text of ``specbound bench --scenario llama7b``."""
+    lines = [
+        f"scenario          {report['scenario']}",
+        f"analysis          {report['seconds']:.1f} s wall for {report['layers']} layers, every bound and "
+        f"baseline ({report['jobs']} layer(s) at a time, {report['threads']} BLAS thread(s) each, "
+        f"device {report['device']})",
+    ]
+    if "extrapolated_seconds_all_layers" in report:
+        lines.append(f"extrapolated      {report['extrapolated_seconds_all_layers']:.0f} s for "
+                     f"{report['extrapolated_to_layers']} layers (EXTRAPOLATED from {report['layers']} layers)")
+    lines += [
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
+        f"vs reference      max relative difference {report['max_relative_difference_vs_reference']:.2e} over "
+        f"{report['reference_matrices_compared']} matrices of layers {report['reference_layers']} "
+        f"(reference path: {report['reference_seconds']:.0f} s, 1 BLAS thread)",
+        f"FF spectra        {report['ff_sv_methods']}, proven relative error <= "
+        f"{report['max_ff_sv_rel_error_bound']:.1e}",
+        f"checkpoint        {report['checkpoint_bytes'] / 1e9:.1f} GB in {len(report['shards'])} shards, "
+        f"written in {report['write_seconds']:.0f} s (not timed), deleted afterwards",
+        f"load average      {report['load_average_1min']:.2f} at the end on {report['cpu_count']} CPUs",
+        "",
+        "one layer at a time, median seconds per stage:",
+    ]
+    stages = report["stage_seconds_per_layer"]
+    names = list(next(iter(stages.values())))
+    lines.append(f"{'BLAS threads':>14} " + " ".join(f"{n:>15}" for n in names) + f" {'total':>8}")
+    for key, values in stages.items():
+        lines.append(f"{key.split('_')[0]:>14} " + " ".join(f"{values[n]:>15.2f}" for n in names)
+                     + f" {sum(values.values()):>8.2f}")
+    return "\n".join(lines)
