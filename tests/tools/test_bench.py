@@ -153,3 +153,18 @@ def test_llama7b_bench_refuses_a_short_disk(tmp_path, monkeypatch):
     with pytest.raises(SpecboundError, match=r"needs 11\.9 GB but .* has 1\.0 GB free: pass --workdir DIR .* "
                                              r"--layers 1"):
         run_llama7b_bench(workdir=str(tmp_path))
+
+
+def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monkeypatch):
+    import specbound.tools.bench as bench
+    from specbound.io import open_checkpoint
+
+    monkeypatch.setattr(bench, "_POOL_VALUES", 1000)  # smaller than the 64 x 32 embeddings
+    folder, _ = bench.write_llama7b_checkpoint(tmp_path / "m", L=1, N=32, H=2, H_kv=1, d_ff=24, vocab=64)
+    ckpt = open_checkpoint(folder)
+    embed = ckpt.read("model.embed_tokens.weight").ravel()
+    assert embed.size == 2048
+    np.testing.assert_array_equal(embed[1000:2000], embed[:1000])  # a cyclic window of the pool
+    assert not np.array_equal(embed[1:1001], embed[:1000])
+    q = ckpt.read("model.layers.0.self_attn.q_proj.weight")
+    assert abs(q.std() - 0.02) < 0.004

@@ -456,7 +456,7 @@ LLAMA_7B = dict(L=32, N=4096, H=32, H_kv=8, d_ff=11008)
 SHARD_BYTES = 10 * 10**9
 # Gaussian values drawn once and cut into tensors at random offsets: each matrix is a window of one
 # i.i.d. N(0, 0.02^2) sequence (so i.i.d. Gaussian itself), and 6.7e9 fresh draws (minutes of CPU)
-# are not needed.  Longer than the largest tensor (11008 x 4096), so no matrix repeats a row.
+# are not needed.  Longer than the largest analysed tensor (11008 x 4096), so none repeats a value.
 _POOL_VALUES = 1 << 26
 
 
@@ -515,8 +515,14 @@ def write_llama7b_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv
                 if len(shape) == 1:  # norm weights: ones, as initialised
                     f.write(np.full(count, one, np.uint16).tobytes())
                     continue
-                start = int(rng.integers(0, _POOL_VALUES - count + 1))
-                f.write(pool[start:start + count].tobytes())
+                # A window starting at a random offset, wrapping around the pool: only tensors
+                # longer than the pool (the embeddings, which no bound reads) repeat values.
+                start = int(rng.integers(0, _POOL_VALUES))
+                while count > 0:
+                    piece = pool[start:start + count]
+                    f.write(piece.tobytes())
+                    count -= piece.size
+                    start = 0
         total += 8 + len(blob) + offset
     (folder / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
