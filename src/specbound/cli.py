@@ -165,11 +165,12 @@ def _parser() -> argparse.ArgumentParser:
     mi.add_argument("--seed", type=int, default=0)
 
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
-    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "miniatures"), default="bert-base",
+    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: a LLaMA-shaped bf16 checkpoint, time per layer and "
                          "peak RSS; llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
-                         "the whole analysis, peak RSS, stage times; miniatures: a sweep of the 24 "
+                         "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
+                         "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
                          "BERT-Miniatures shapes, total and per checkpoint")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
@@ -391,6 +392,8 @@ def _bench(args) -> int:
             "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
                                                         jobs=args.jobs or 2, device=args.device,
                                                         workdir=args.workdir), bench.format_llama7b_bench),
+            "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
+                        bench.format_kernels_bench),
             "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,
                                                               workdir=args.workdir), bench.format_miniatures_bench)}
     run, fmt = runs[args.scenario]

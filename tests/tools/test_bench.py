@@ -168,3 +168,17 @@ def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monke
     assert not np.array_equal(embed[1:1001], embed[:1000])
     q = ckpt.read("model.layers.0.self_attn.q_proj.weight")
     assert abs(q.std() - 0.02) < 0.004
+
+
+def test_kernels_bench_times_every_candidate(capsys):
+    from specbound.tools.bench import format_kernels_bench, run_kernels_bench
+
+    report = run_kernels_bench(sizes=(40, 70), repeats=1, head_dim=8)
+    assert [r["n"] for r in report["sizes"]] == [40, 70]
+    for r in report["sizes"]:
+        assert {"numpy_dsyevd", "scipy_evd", "scipy_evr"} <= set(r["eigenvalues"])
+        assert r["eigenvalues_fastest"] in r["eigenvalues"] and r["chosen"] == "numpy dsyevd"
+        assert all(t > 0 for t in r["norm_1_1_one_head"].values())
+    json.dumps(report)
+    text = format_kernels_bench(report)
+    assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2

@@ -791,3 +791,72 @@ def format_llama7b_bench(report: dict) -> str:
         lines.append(f"{key.split('_')[0]:>14} " + " ".join(f"{values[n]:>15.2f}" for n in names)
                      + f" {sum(values.values()):>8.2f}")
     return "\n".join(lines)
+
+
+# --- kernels: the measurements behind the kernel choices ---------------------------------------
+
+def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int = 3, head_dim: int = 128) -> dict:
+    """Time the candidate kernels at each size (best of ``repeats``, ``threads`` BLAS threads): the
+    symmetric eigensolvers of a Gram matrix (NumPy's one-stage ``dsyevd``, OpenBLAS's two-stage
+    ``dsyevd_2stage``, torch/MKL's ``eigvalsh``, SciPy's ``evd`` and ``evr`` drivers) and one head's
+    ``N x N`` (1,1)-norm from ``head_dim x N`` factors in 1 MB row blocks against 512 x 512 tiles.
+    The defaults of :mod:`specbound.compute.eigensolvers` and :mod:`specbound.compute.spectra` come
+    from these numbers on the development machine; rerun on yours to check them."""
+    import scipy.linalg
+    from threadpoolctl import threadpool_limits
+
+    from ..compute import eigensolvers, spectra
+
+    def best(fn):
+        return min(_timed(fn)[0] for _ in range(repeats))
+
+    rng = np.random.default_rng(0)
+    rows = []
+    with threadpool_limits(limits=threads):
+        for n in sizes:
+            x = rng.standard_normal((n, n + 64))
+            g = x @ x.T
+            times = {"numpy_dsyevd": best(lambda: np.linalg.eigvalsh(g)),
+                     "scipy_evd": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evd")),
+                     "scipy_evr": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evr"))}
+            saved = eigensolvers.TWO_STAGE_MIN
+            eigensolvers.TWO_STAGE_MIN = 0
+            try:
+                if eigensolvers._two_stage_driver() is not None:
+                    times["openblas_dsyevd_2stage"] = best(lambda: eigensolvers.symmetric_eigenvalues(g))
+            finally:
+                eigensolvers.TWO_STAGE_MIN = saved
+            try:
+                import torch
+
+                torch_threads = torch.get_num_threads()
+                torch.set_num_threads(threads)
+                gt = torch.from_numpy(g)
+                times["torch_mkl_eigvalsh"] = best(lambda: torch.linalg.eigvalsh(gt))
+                torch.set_num_threads(torch_threads)
+            except ImportError:
+                pass
+            del x, g
+            a, b = rng.standard_normal((head_dim, n)), rng.standard_normal((head_dim, n))
+            norms = {"row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
+                     "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b))}
+            rows.append({"n": n, "eigenvalues": times, "eigenvalues_fastest": min(times, key=times.get),
+                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms})
+    return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
+            "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
+
+
+def format_kernels_bench(report: dict) -> str:
+    lines = [f"best of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
+             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "", "eigenvalues of an n x n Gram matrix (s):"]
+    names = sorted({k for r in report["sizes"] for k in r["eigenvalues"]})
+    lines.append(f"{'n':>6} " + " ".join(f"{k:>22}" for k in names) + "   chosen")
+    for r in report["sizes"]:
+        cells = " ".join(f"{r['eigenvalues'][k]:>22.3f}" if k in r["eigenvalues"] else f"{'-':>22}" for k in names)
+        lines.append(f"{r['n']:>6} {cells}   {r['chosen']}")
+    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (s):",
+              f"{'n':>6} {'1 MB row blocks':>16} {'512 x 512 tiles':>16}"]
+    for r in report["sizes"]:
+        v = r["norm_1_1_one_head"]
+        lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
+    return "\n".join(lines)
