@@ -9,8 +9,8 @@ band and band to tridiagonal, each with such a bound).  The Gram error bound of
 them; which driver ran changes only the last bits, well inside that bound.
 
 The choice is by size, from measurements on a 2-core AMD EPYC (Zen 5) with NumPy 2.4's bundled
-OpenBLAS 0.3.31 (seconds, one thread, best of 3 on a busy machine; ``specbound bench --scenario kernels`` repeats
-them):
+OpenBLAS 0.3.31 (seconds, one thread, best of 3 on a busy machine; ``specbound bench --scenario
+kernels`` repeats them):
 
     n       numpy (dsyevd)   two-stage dsyevd (OpenBLAS)   torch (MKL dsyevd)
     384     0.004            0.007                          0.006

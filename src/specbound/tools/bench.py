@@ -836,7 +836,6 @@ def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int
                 torch.set_num_threads(torch_threads)
             except ImportError:
                 pass
-            del x, g
             a, b = rng.standard_normal((head_dim, n)), rng.standard_normal((head_dim, n))
             norms = {"row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
                      "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b))}
