@@ -575,58 +575,72 @@ def _llama7b_child(folder: str, threads: int, jobs: int, device: str, queue) -> 
     """The timed analysis, in a fresh process so that its peak RSS is its own."""
     from ..pipeline import analyze
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     stamps = [start]
     result = analyze(folder, threads=threads, jobs=jobs, device=device,
                      progress=lambda done, total: stamps.append(time.perf_counter()))
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     m = result.matrices
-    queue.put({"seconds": seconds, "analysis_stamps": [t - start for t in stamps[1:]],
+    queue.put({"seconds": seconds, "cpu_seconds": cpu, "analysis_stamps": [t - start for t in stamps[1:]],
                "peak_rss_mb": _peak_rss_mb(), "bounds": result.bounds,
                "ff_sv_methods": m[m["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict(),
                "max_ff_sv_rel_error_bound": float(m["sv_rel_error_bound"].max()),
                "matrices": m[["layer", "head", "role", *_COMPARED]].to_dict("list")})
 
 
+def _timed_cpu(fn):
+    """``(wall seconds, CPU seconds of the whole process (every BLAS thread), result)``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - start, time.process_time() - cpu, out
+
+
+class _StageClock:
+    """Wall and process-CPU seconds per named stage, summed over calls.  On a shared machine the
+    CPU seconds are what a stage costs; the wall seconds also hold the waits for a free core."""
+
+    def __init__(self):
+        self.wall, self.cpu = {}, {}
+
+    def __call__(self, stage: str, fn):
+        wall, cpu, out = _timed_cpu(fn)
+        self.wall[stage] = self.wall.get(stage, 0.0) + wall
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + cpu
+        return out
+
+
 def _stage_seconds(model, layer: int, device: str) -> dict:
-    """One layer's stages, timed one after the other: reading, the per-head cores, the (1,1)-norms,
-    and per feed-forward matrix its reading, Gram product and eigenvalues."""
-    from ..compute import spectra
-    from ..pipeline import read_layer
-
-    out = {}
-    t, weights = _timed(lambda: read_layer(model, layer))
-    out["read_attention"] = t
-    kv = np.arange(weights.q.shape[0]) // (weights.q.shape[0] // weights.k.shape[0])
-    out["attention_cores"] = _timed(lambda: (
-        spectra.factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=False, device=device),
-        spectra.factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=False, device=device)))[0]
-    out["norm_1_1"] = _timed(lambda: (
-        spectra.factored_spectra(weights.q, weights.k, b_index=kv, device=device),
-        spectra.factored_spectra(weights.v, weights.o, a_index=kv, device=device)))[0] - out["attention_cores"]
-    out.update(read_ff=0.0, gram=0.0, eigenvalues=0.0, ff_norms=0.0)
-    for role in weights.ff:
-        t, w = _timed(lambda: weights.ff[role])
-        out["read_ff"] += t
-        for stage, seconds in _feed_forward_stage_seconds(w, device).items():
-            out[stage] += seconds
-    return out
-
-
-def _feed_forward_stage_seconds(w: np.ndarray, device: str) -> dict:
-    """Gram product, eigenvalues and the column-norm / abs-sum passes of one feed-forward matrix
-    (on a torch device, the Gram product and its eigenvalues are timed together, under "gram")."""
+    """One layer's stages, one after the other: reading the attention factors, the per-head cores,
+    the (1,1)-norms, and per feed-forward matrix its reading, Gram product, eigenvalues and the
+    column-norm / abs-sum passes (on a torch device the Gram product and its eigenvalues are timed
+    together, under "gram").  Returns ``{"wall": {stage: s}, "cpu": {stage: s}}``."""
     from ..compute import spectra
     from ..compute.eigensolvers import symmetric_eigenvalues
+    from ..pipeline import read_layer
 
-    short = w if w.shape[0] <= w.shape[1] else w.T
-    out = {"ff_norms": _timed(lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))[0]}
-    if device != "numpy":
-        out["gram"] = _timed(lambda: spectra.gram_singular_values(short, device=device))[0]
-        return out
-    out["gram"], gram = _timed(lambda: spectra.blocked_gram(short, min(spectra._GRAM_BLOCK, short.shape[1])))
-    out["eigenvalues"] = _timed(lambda: symmetric_eigenvalues(gram))[0]
-    return out
+    clock = _StageClock()
+    weights = clock("read_attention", lambda: read_layer(model, layer))
+    kv = np.arange(weights.q.shape[0]) // (weights.q.shape[0] // weights.k.shape[0])
+
+    def attention(with_norm_1_1):
+        return (spectra.factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1, device=device),
+                spectra.factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1, device=device))
+
+    clock("attention_cores", lambda: attention(False))
+    clock("norm_1_1", lambda: attention(True))
+    for stage in ("norm_1_1",):  # the second call redid the cores: keep only the norms' share
+        clock.wall[stage] -= clock.wall["attention_cores"]
+        clock.cpu[stage] -= clock.cpu["attention_cores"]
+    for role in weights.ff:
+        w = clock("read_ff", lambda: weights.ff[role])
+        short = w if w.shape[0] <= w.shape[1] else w.T
+        clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
+        if device != "numpy":
+            clock("gram", lambda: spectra.gram_singular_values(short, device=device))
+            continue
+        gram = clock("gram", lambda: spectra.blocked_gram(short, min(spectra._GRAM_BLOCK, short.shape[1])))
+        clock("eigenvalues", lambda: symmetric_eigenvalues(gram))
+    return {"wall": clock.wall, "cpu": clock.cpu}
 
 
 def _reference_child(folder: str, layers: list[int], probe_layers: list[int], device: str, queue) -> None:
@@ -638,7 +652,7 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
 
     model = open_model(folder)
     reference = {}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with threadpool_limits(limits=1), _ReferenceKernels():
         for layer in layers:
             spectra = model_layer_spectra(model, layer)
@@ -649,7 +663,7 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
                     "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
                     "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
                     "norm_1_1": s.norm_1_1}
-    reference_seconds = time.perf_counter() - start
+    reference_seconds, reference_cpu = time.perf_counter() - start, time.process_time() - cpu
     stages = {}
     for threads in (1, 2):
         if device != "numpy":
@@ -660,7 +674,9 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
             stages[threads] = [_stage_seconds(model, layer, device) for layer in probe_layers]
     model.ckpt.close()
     queue.put({"reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
-               "reference_seconds": reference_seconds, "stages": stages})
+               "reference_seconds": reference_seconds, "reference_cpu_seconds": reference_cpu,
+               "stages": {t: [r["wall"] for r in runs] for t, runs in stages.items()},
+               "stages_cpu": {t: [r["cpu"] for r in runs] for t, runs in stages.items()}})
 
 
 def _max_relative_difference(matrices: dict, reference: dict) -> tuple[float, int]:
@@ -728,26 +744,34 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
         child.join()
         shards = sorted(p.name for p in folder.glob("*.safetensors"))
     worst, compared = _max_relative_difference(out["matrices"], ref["reference"])
-    stage_medians = {threads_: {stage: statistics.median(s[stage] for s in runs) for stage in runs[0]}
-                     for threads_, runs in ref["stages"].items()}
-    per_layer = {threads_: sum(stages.values()) for threads_, stages in stage_medians.items()}
+    def medians(stages):  # {threads: [{stage: seconds} per probed layer]} -> {threads: {stage: median}}
+        return {f"{t}_blas_threads": {stage: statistics.median(r[stage] for r in runs) for stage in runs[0]}
+                for t, runs in stages.items()}
+
+    stage_wall, stage_cpu = medians(ref["stages"]), medians(ref["stages_cpu"])
+    cores = min(jobs * threads, os.cpu_count() or 1)
     report = {
         "scenario": f"llama-7b-shaped random bf16 checkpoint (L={L}, N={N}, H={shape['H']}, "
                     f"H_kv={shape['H_kv']}, d_ff={d_ff}, vocab={vocab}), {len(shards)} shards",
         "device": device, "threads": threads, "jobs": jobs,
         "layers": L,
         "seconds": out["seconds"],
+        "cpu_seconds": out["cpu_seconds"],
+        "cpu_seconds_over_cores": out["cpu_seconds"] / cores,
         "peak_rss_mb": out["peak_rss_mb"],
         "max_relative_difference_vs_reference": worst,
         "reference_layers": ref_layers,
         "reference_matrices_compared": compared,
         "reference_seconds": ref["reference_seconds"],
+        "reference_cpu_seconds": ref["reference_cpu_seconds"],
         "checkpoint_bytes": nbytes,
         "shards": shards,
         "write_seconds": write_seconds,
         "layer_completion_seconds": out["analysis_stamps"],
-        "stage_seconds_per_layer": {f"{t}_blas_threads": s for t, s in stage_medians.items()},
-        "seconds_per_layer_one_at_a_time": {f"{t}_blas_threads": s for t, s in per_layer.items()},
+        "stage_seconds_per_layer": stage_wall,
+        "stage_cpu_seconds_per_layer": stage_cpu,
+        "seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_wall.items()},
+        "cpu_seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_cpu.items()},
         "ff_sv_methods": out["ff_sv_methods"],
         "max_ff_sv_rel_error_bound": out["max_ff_sv_rel_error_bound"],
         "bounds": out["bounds"],
@@ -767,6 +791,8 @@ def format_llama7b_bench(report: dict) -> str:
         f"analysis          {report['seconds']:.1f} s wall for {report['layers']} layers, every bound and "
         f"baseline ({report['jobs']} layer(s) at a time, {report['threads']} BLAS thread(s) each, "
         f"device {report['device']})",
+        f"CPU time          {report['cpu_seconds']:.1f} s (all threads); / cores = "
+        f"{report['cpu_seconds_over_cores']:.1f} s, the wall time on idle cores were the work spread perfectly",
     ]
     if "extrapolated_seconds_all_layers" in report:
         lines.append(f"extrapolated      {report['extrapolated_seconds_all_layers']:.0f} s for "
@@ -775,21 +801,22 @@ def format_llama7b_bench(report: dict) -> str:
         f"peak RSS          {report['peak_rss_mb']:.0f} MB",
         f"vs reference      max relative difference {report['max_relative_difference_vs_reference']:.2e} over "
         f"{report['reference_matrices_compared']} matrices of layers {report['reference_layers']} "
-        f"(reference path: {report['reference_seconds']:.0f} s, 1 BLAS thread)",
+        f"(reference path: {report['reference_seconds']:.0f} s wall, {report['reference_cpu_seconds']:.0f} s CPU, "
+        f"1 BLAS thread)",
         f"FF spectra        {report['ff_sv_methods']}, proven relative error <= "
         f"{report['max_ff_sv_rel_error_bound']:.1e}",
         f"checkpoint        {report['checkpoint_bytes'] / 1e9:.1f} GB in {len(report['shards'])} shards, "
         f"written in {report['write_seconds']:.0f} s (not timed), deleted afterwards",
         f"load average      {report['load_average_1min']:.2f} at the end on {report['cpu_count']} CPUs",
-        "",
-        "one layer at a time, median seconds per stage:",
     ]
-    stages = report["stage_seconds_per_layer"]
-    names = list(next(iter(stages.values())))
-    lines.append(f"{'BLAS threads':>14} " + " ".join(f"{n:>15}" for n in names) + f" {'total':>8}")
-    for key, values in stages.items():
-        lines.append(f"{key.split('_')[0]:>14} " + " ".join(f"{values[n]:>15.2f}" for n in names)
-                     + f" {sum(values.values()):>8.2f}")
+    for title, key in (("wall", "stage_seconds_per_layer"), ("CPU", "stage_cpu_seconds_per_layer")):
+        stages = report[key]
+        names = list(next(iter(stages.values())))
+        lines += ["", f"one layer at a time, median {title} seconds per stage:",
+                  f"{'BLAS threads':>12} " + " ".join(f"{n:>16}" for n in names) + f" {'total':>8}"]
+        for threads, values in stages.items():
+            lines.append(f"{threads.split('_')[0]:>12} " + " ".join(f"{values[n]:>16.2f}" for n in names)
+                         + f" {sum(values.values()):>8.2f}")
     return "\n".join(lines)
 
 
