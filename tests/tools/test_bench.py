@@ -120,6 +120,7 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     assert report["cpu_seconds"] > 0 and report["cpu_seconds_over_cores"] == report["cpu_seconds"] / 2
     assert report["ff_sv_methods"] == {"gram": 9} and 0 < report["max_ff_sv_rel_error_bound"] <= 1e-8
     assert "extrapolated_seconds_all_layers" not in report
+    assert {"spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "param_count"} <= set(report["bounds"])
     json.dumps(report)
     text = format_llama7b_bench(report)
     assert "every bound" in text and "EXTRAPOLATED" not in text

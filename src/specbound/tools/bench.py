@@ -582,7 +582,7 @@ def _llama7b_child(folder: str, threads: int, jobs: int, device: str, queue) -> 
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     m = result.matrices
     queue.put({"seconds": seconds, "cpu_seconds": cpu, "analysis_stamps": [t - start for t in stamps[1:]],
-               "peak_rss_mb": _peak_rss_mb(), "bounds": result.bounds,
+               "peak_rss_mb": _peak_rss_mb(), "bounds": result.all_bounds(),
                "ff_sv_methods": m[m["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict(),
                "max_ff_sv_rel_error_bound": float(m["sv_rel_error_bound"].max()),
                "matrices": m[["layer", "head", "role", *_COMPARED]].to_dict("list")})
