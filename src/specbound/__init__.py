@@ -1,9 +1,13 @@
 """specbound: spectrum-adaptive generalization bounds for trained Transformers.
 
     >>> import specbound
-    >>> result = specbound.analyze()            # the embedded all-MiniLM-L6-v2
-    >>> result.bounds["spectral_adaptive"], result.bounds["edelman"]
-    >>> result.matrices                          # one row per QK/OV head and FF matrix
+    >>> result = specbound.analyze(progress=True)  # the embedded all-MiniLM-L6-v2
+    >>> result                                     # in a notebook: headline bounds, per-role table, spectra
+    >>> print(result)                              # the summary `specbound analyze` prints
+    >>> result.bounds_frame()                      # every bound as one DataFrame
+    >>> result.matrices                            # one row per QK/OV head and FF matrix
+    >>> result.plot.spectra(), result.plot.contributions()
+    >>> result.save("out"); specbound.Analysis.load("out")
 
 Heavy frameworks (torch, transformers, matplotlib) are never imported by ``import specbound``.
 """
@@ -11,7 +15,7 @@ Heavy frameworks (torch, transformers, matplotlib) are never imported by ``impor
 from .errors import SpecboundError
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "Analysis", "SpecboundError", "__version__"]
+__all__ = ["analyze", "Analysis", "AnalysisOptions", "SpecboundError", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import specbound` stays cheap
@@ -23,4 +27,12 @@ def __getattr__(name):  # lazy: `import specbound` stays cheap
         from .records import Analysis
 
         return Analysis
+    if name == "AnalysisOptions":
+        from .options import AnalysisOptions
+
+        return AnalysisOptions
     raise AttributeError(f"module 'specbound' has no attribute {name!r}")
+
+
+def __dir__():  # tab completion offers the API, which the lazy attributes would hide
+    return sorted(__all__)

@@ -6,8 +6,9 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
-from .errors import SpecboundError
+from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, one_line
 
 
 class _UsageError(Exception):
@@ -47,6 +48,13 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _confidence(text: str) -> float:
+    value = _number(text)
+    if not 0 < value < 1:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"expected a confidence level in (0, 1), got {text!r}")
+    return value
 
 
 _KIND_TYPES = {"positive_int": _positive_int, "number": _number, "jobs": _jobs, "path": str, "choice": str}
@@ -98,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="a layers progress bar on stderr (default: when stderr is a terminal)")
+    talk = an.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", action="store_true",
+                      help="text: the headline bounds only, one per line; no progress bar")
+    talk.add_argument("--verbose", action="store_true",
+                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution)")
     _add_analysis_options(an)
 
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
@@ -137,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--against", metavar="X[:BY]", action="append",
                     help="fit against column X holding BY fixed (default L:N and N:L; e.g. label_step)")
     sc.add_argument("--detail", action="store_true", help="one fit per fixed value as well as the pooled one")
-    sc.add_argument("--confidence", type=float, default=0.95, help="confidence level (default 0.95)")
+    sc.add_argument("--confidence", type=_confidence, default=0.95, help="confidence level (default 0.95)")
     sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text")
 
     pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
@@ -154,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
     rp.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
     rp.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
-    rp.add_argument("--confidence", type=float, default=0.95, help="confidence level of the slopes (default 0.95)")
+    rp.add_argument("--confidence", type=_confidence, default=0.95,
+                    help="confidence level of the slopes (default 0.95)")
 
     mi = sub.add_parser("miniatures", help="write a BERT-Miniatures-shaped family of random checkpoints", description=(
         "Write 24 random BERT checkpoints with the BERT Miniatures' shapes (L in 2..12, N in 128..768, "
@@ -207,23 +221,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def _analyze(args) -> int:
     from .pipeline import analyze
-    from .report.summary import format_summary
+    from .report.summary import format_headline, format_summary
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
     from tqdm.auto import tqdm
 
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    bar = tqdm(desc="layers", unit="layer", file=sys.stderr, dynamic_ncols=True, disable=not show, mininterval=0)
+    show = (sys.stderr.isatty() and not args.quiet) if args.progress is None else args.progress
+    bars = []  # made at the first call (done=0, before any layer), so it shows its total from the start
 
     def on_layer(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        if not bars:
+            bars.append(tqdm(desc="layers", unit="layer", total=total, file=sys.stderr, dynamic_ncols=True,
+                             disable=not show, mininterval=0))
+        bars[0].update(done - bars[0].n)
 
     try:
         result = analyze(args.source, progress=on_layer, **_options_from(args))
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     if args.out:
         try:
             result.save(args.out)
@@ -234,8 +251,10 @@ def _analyze(args) -> int:
             ) from None
     if args.format == "json":
         print(result.to_json())
+    elif args.quiet:
+        print(format_headline(result))
     else:
-        print(format_summary(result))
+        print(format_summary(result, verbose=args.verbose))
         if args.out:
             print(f"\ntables and summary written to {args.out}")
     return 0
@@ -287,11 +306,19 @@ def _existing_store(path: str):
     return store
 
 
+def _store_with_bounds(args):
+    """The existing store of ``--store``, every ``--bound`` checked to be in it."""
+    store = _existing_store(args.store)
+    unknown = sorted(set(args.bound or ()) - set(store.bound_names()))
+    if unknown:
+        raise SpecboundError(f"unknown bound(s) {', '.join(unknown)} for --bound; the store holds "
+                             f"{', '.join(store.bound_names())}")
+    return store
+
+
 def _scaling(args) -> int:
     from .report.scaling import scaling_table, summary_table
 
-    if not 0 < args.confidence < 1:
-        raise _UsageError(f"--confidence must be in (0, 1), got {args.confidence}")
     against = [("L", "N"), ("N", "L")]
     if args.against:
         against = [(a.split(":", 1)[0], a.split(":", 1)[1] if ":" in a else None) for a in args.against]
@@ -303,9 +330,9 @@ def _scaling(args) -> int:
     elif args.format == "json":
         print(table.to_json(orient="records", indent=2))
     elif args.format == "markdown":
-        from .report.html import _markdown_table
+        from .records_view import markdown_table
 
-        print(_markdown_table(table))
+        print(markdown_table(table))
     else:
         import pandas as pd
 
@@ -317,8 +344,7 @@ def _scaling(args) -> int:
 def _plot(args) -> int:
     from .report.plots import render_all
 
-    for path in render_all(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
-                           bounds=args.bound):
+    for path in render_all(_store_with_bounds(args), args.out, model=args.model, fixed_L=args.fixed_l, bounds=args.bound):
         print(path)
     return 0
 
@@ -326,7 +352,7 @@ def _plot(args) -> int:
 def _report(args) -> int:
     from .report.html import write_report
 
-    paths = write_report(_existing_store(args.store), args.out, model=args.model, fixed_L=args.fixed_l,
+    paths = write_report(_store_with_bounds(args), args.out, model=args.model, fixed_L=args.fixed_l,
                          bounds=args.bound, confidence=args.confidence)
     print(f"report: {paths['html']}\nsummary: {paths['markdown']}\nfigures: {paths['figures']}")
     return 0
@@ -413,7 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
                     "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
-        return commands[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return commands[args.command](args)
     except _UsageError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
@@ -423,6 +451,22 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `specbound analyze --format json | head`: not an error
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:
+        hint = "; the records finished so far are in the store: run the same command again to continue" \
+            if args.command == "sweep" else ""
+        print(f"specbound: interrupted{hint}", file=sys.stderr)
+        return 130
+    except ENVIRONMENT_ERRORS as exc:  # the one place OS errors become one line on the command line
+        print(f"specbound: error: {one_line(exc, f'run specbound {args.command}')}", file=sys.stderr)
+        return 2
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A :class:`SpecboundWarning` as one line on stderr; any other warning as Python shows it."""
+    if issubclass(category, SpecboundWarning):
+        print(f"specbound: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,80 @@
-"""The library's one exception type."""
+"""The library's one exception type, its one warning type, and the one place that turns what the
+environment raises (OS errors, exhausted memory, runaway nesting) into one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import re
 
 
 class SpecboundError(Exception):
     """Bad input or an impossible request, with a message that says what was expected, what was
-    found and how to fix it.  The CLI prints the message on one line and exits with status 2."""
+    found and how to fix it.  The CLI prints the message on one line and exits with status 2.
+
+    The message is kept on one line whatever it quotes (a library's multi-line reason, a file
+    name with a newline): line breaks become spaces here, once for every message.
+    """
+
+    def __init__(self, message: str = "", *args):
+        super().__init__(re.sub(r"\s*[\r\n]+\s*", " ", str(message)).strip(), *args)
+
+
+class SpecboundWarning(UserWarning):
+    """Something the user should know that does not stop the work (a corrupt store record set aside
+    and recomputed, a request capped at what the machine has).  The CLI prints it on one line."""
+
+
+# What to do about an OS error, by errno: the "how to fix it" half of the message.
+_OS_FIXES = {
+    errno.EACCES: "check the permissions (ls -l) or run as a user who may read/write it",
+    errno.EPERM: "check the permissions (ls -l) or run as a user who may read/write it",
+    errno.EROFS: "the file system is read-only: pass a location on a writable one",
+    errno.ENOSPC: "the disk is full: free some space or pass a location on another disk",
+    errno.EDQUOT: "the disk quota is exhausted: free some space or pass another location",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a component of the path is a file, not a folder: check the path",
+    errno.EISDIR: "expected a file, found a folder: check the path",
+    errno.EEXIST: "it exists already: remove it or pass another path",
+    errno.ENAMETOOLONG: "the path is too long: pass a shorter one",
+    errno.ELOOP: "the path has a symlink loop: fix the links",
+    errno.EIO: "the disk reported an I/O error: check the device, or copy the files elsewhere",
+}
+
+
+def os_error(exc: OSError, doing: str) -> SpecboundError:
+    """The one-line error for ``exc``, raised trying to ``doing`` (``"read /x/config.json"``)."""
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) not in doing else ""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    fix = _OS_FIXES.get(exc.errno, "check the path and the file system")
+    return SpecboundError(f"cannot {doing}{where}: {reason}; {fix}")
+
+
+def one_line(exc: BaseException, doing: str) -> SpecboundError | None:
+    """The one-line :class:`SpecboundError` for an exception the environment raises rather than
+    the library (``OSError``, ``MemoryError``, ``RecursionError``), None for any other (a bug, which
+    should keep its traceback).  ``doing`` is what was tried, as a verb phrase (``"analyse m1"``).
+    Used at the boundaries only: the command line and each sweep task."""
+    if isinstance(exc, SpecboundError):
+        return exc
+    if isinstance(exc, OSError):
+        return os_error(exc, doing)
+    if isinstance(exc, MemoryError):
+        return SpecboundError(f"ran out of memory trying to {doing}; free memory, analyse fewer layers at once "
+                              f"(--jobs 1), or use a machine with more memory")
+    if isinstance(exc, RecursionError):
+        return SpecboundError(f"input nested too deeply to {doing} (Python's recursion limit); a real config, "
+                              f"index or record is a few levels deep: the file is corrupt or hostile")
+    return None
+
+
+ENVIRONMENT_ERRORS = (OSError, MemoryError, RecursionError)
+
+
+@contextlib.contextmanager
+def os_errors(doing: str):
+    """Turn environment errors raised inside the block into one-line :class:`SpecboundError`\\ s."""
+    try:
+        yield
+    except ENVIRONMENT_ERRORS as exc:
+        raise one_line(exc, doing) from None

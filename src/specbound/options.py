@@ -24,6 +24,10 @@ DEVICES = ("numpy", "cpu", "cuda")
 # relative (in practice they agree with the SVD to ~1e-14); see compute.spectra.gram_singular_values.
 DEFAULT_GRAM_RTOL = 1e-8
 DEFAULT_RANK_TOL = 1e-10
+# The finest Schatten grid accepted: 2m + 1 values of p per matrix are evaluated and stored (the
+# curves table), so m bounds time and memory; the default m = ceil(L + ln N) is below 200 for every
+# published model, and a grid finer than 1/10000 moves no minimum measurably.
+GRID_M_MAX = 10_000
 # The options that were in every record key from the first store format on, in their order; any
 # other option enters a key only when it differs from its default, so existing stores keep their keys.
 LEGACY_KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
@@ -96,7 +100,7 @@ class AnalysisOptions:
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
                         key=False, kind="path", flag="--init", metavar="SOURCE")
     n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap")
-    margin: float | None = _option(None, "ramp-loss margin gamma > 0", key=True, kind="number", flag="--margin", group="gap")
+    margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap")
     delta: float = _option(0.05, "failure probability (default 0.05)", key=True, kind="number", flag="--delta", group="gap")
     lead_constant: float = _option(1.0, "absolute constant of the leading term, unstated by the sources "
                                    "(default 1)", key=True, kind="number", flag="--lead-constant", group="gap")
@@ -116,9 +120,9 @@ class AnalysisOptions:
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
         if self.grid_m is not None:
-            if not _is_int(self.grid_m) or self.grid_m < 1:
-                raise SpecboundError(f"grid_m must be a positive integer (the grid is {{0, 1/m, ..., 2}}), "
-                                     f"got {self.grid_m!r}")
+            if not _is_int(self.grid_m) or not 1 <= self.grid_m <= GRID_M_MAX:
+                raise SpecboundError(f"grid_m must be an integer from 1 to {GRID_M_MAX} (the grid is "
+                                     f"{{0, 1/m, ..., 2}}), got {self.grid_m!r}")
             set_("grid_m", int(self.grid_m))
         if not (_is_real(self.rank_tol) and 0 <= self.rank_tol < 1):
             raise SpecboundError(f"rank_tol must be a number in [0, 1), got {self.rank_tol!r}")

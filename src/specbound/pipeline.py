@@ -15,21 +15,24 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 
-from .archs import ArchSpec, load_spec_file, spec_for_config
-from .bounds import compute_all
-from .io import Checkpoint, open_checkpoint
-from .io.default_checkpoint import default_checkpoint
-from .compute.distance import difference_spectra
 from .errors import SpecboundError
-from .compute.extract import (LayerWeights, ModelDims, account_for_tensors, detect_prefix, infer_kv_heads,
-                              layer_weights, model_dims)
-from .bounds.gap import GapParameters, describe, gap_bounds
-from .bounds.schatten import default_grid_m
+from .options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, AnalysisOptions
+from .io import Checkpoint, open_checkpoint
+from .io.base import available_memory
+from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
+from .archs import ArchSpec, load_spec_file, spec_for_config
+from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .compute.extract import LayerWeights, layer_weights, matrix_tensor_names
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
+from .compute.rotary import RotaryLayout, rotary_layout_from_config
+from .bounds import compute_all
+from .bounds.gap import GapParameters, describe, gap_bounds
+from .bounds.schatten import default_grid_m
+from .assumptions import assumptions
 from .records import Analysis, build_analysis
-from .options import DEFAULT_GRAM_RTOL, AnalysisOptions
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
             config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
@@ -61,18 +64,20 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
     init_model = _open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
-    threads = opts.threads
+    threads = cap_threads(opts.threads)
     if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
         threads = max(1, available_cores() // jobs)
     bar, on_layer = _progress_callback(progress)
     try:
         with threadpool_limits(limits=threads), _torch_threads(opts.device, threads):
             layers, deltas = all_layer_spectra(model, init_model, method=opts.method, gram_rtol=opts.gram_rtol,
-                                               jobs=jobs, progress=on_layer, device=opts.device)
+                                               jobs=jobs, progress=on_layer, rank_tol=opts.rank_tol,
+                                               device=opts.device)
             model.ckpt.close()
             if init_model is not None:
                 init_model.ckpt.close()
-            return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None)
+            return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
+                            name=f"{DEFAULT_NAME} (embedded default)" if source is None else None)
     finally:
         if bar is not None:
             bar.close()
@@ -104,13 +109,20 @@ def _progress_callback(progress):
     if progress is True:
         from tqdm.auto import tqdm
 
-        bar = tqdm(desc="layers", unit="layer", mininterval=0)
+        class LayersBar:  # the bar is made at the first call (done=0), with its total known
+            bar = None
 
-        def on_layer(done: int, total: int) -> None:
-            bar.total = total
-            bar.update(done - bar.n)
+            def __call__(self, done: int, total: int) -> None:
+                if self.bar is None:
+                    self.bar = tqdm(desc="layers", unit="layer", total=total, mininterval=0)
+                self.bar.update(done - self.bar.n)
 
-        return bar, on_layer
+            def close(self) -> None:
+                if self.bar is not None:
+                    self.bar.close()
+
+        on_layer = LayersBar()
+        return on_layer, on_layer
     if progress is None or progress is False:
         return None, None
     if not callable(progress):
@@ -129,12 +141,15 @@ class OpenModel:
     dims : ModelDims
     prefix : str
         The tensor-name prefix (``""``, ``"bert."``, ...).
+    rotary : RotaryLayout or None
+        The rotary position embedding of a rotary family (read from config.json), else None.
     """
 
     ckpt: Checkpoint
     spec: ArchSpec
     dims: ModelDims
     prefix: str
+    rotary: RotaryLayout | None = None
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
@@ -149,11 +164,34 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     prefix = detect_prefix(spec, ckpt)
     dims = infer_kv_heads(spec, ckpt, dims, prefix)
     account_for_tensors(spec, ckpt, dims, prefix)
-    return OpenModel(ckpt, spec, dims, prefix)
+    return OpenModel(ckpt, spec, dims, prefix, _rotary_layout(spec, ckpt, dims))
+
+
+UNBOUNDED_POSITIONS = 1 << 62  # "every offset": the exact max over offsets is then never attempted
+
+
+def _rotary_layout(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims) -> RotaryLayout | None:
+    """The rotary layout of a family that declares one (``"rotary"`` in its spec), from config.json."""
+    if spec.rotary is None:
+        return None
+    config = ckpt.config
+    if not any(k in config for k in ("max_position_embeddings", "n_positions")):
+        # no stated context length: every offset counts, so only the bounds valid for every rotation apply
+        config = {**config, "max_position_embeddings": UNBOUNDED_POSITIONS}
+    try:
+        layout = rotary_layout_from_config(config, dims.d_head, pairing=spec.rotary)
+    except ValueError as exc:
+        raise SpecboundError(f"config.json of {ckpt.location}: {exc}; fix the rotary settings (rope_theta, "
+                             f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
+    if layout is None:
+        raise SpecboundError(f"the {spec.family} family uses rotary position embeddings, but config.json of "
+                             f"{ckpt.location} says how for none of them; add max_position_embeddings and rope_theta")
+    return layout
 
 
 def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
-                        gram_rtol: float = DEFAULT_GRAM_RTOL, device: str = "numpy", prefetch: bool = False,
+                        gram_rtol: float = DEFAULT_GRAM_RTOL, rank_tol: float = DEFAULT_RANK_TOL,
+                        device: str = "numpy", prefetch: bool = False,
                         weights: LayerWeights | None = None) -> LayerSpectra:
     """Read layer ``layer`` of an opened model and compute its spectra.
 
@@ -166,7 +204,8 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     if weights is None:
         weights = read_layer(model, layer)
     return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True, device=device, prefetch=prefetch)
+                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol,
+                         device=device, prefetch=prefetch)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
@@ -176,7 +215,8 @@ def read_layer(model: OpenModel, layer: int) -> LayerWeights:
 
 def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
                       gram_rtol: float = DEFAULT_GRAM_RTOL, jobs: int = 1,
-                      progress: Callable[[int, int], None] | None = None, device: str = "numpy"
+                      progress: Callable[[int, int], None] | None = None, rank_tol: float = DEFAULT_RANK_TOL,
+                      device: str = "numpy"
                       ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
     """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time.
 
@@ -198,11 +238,13 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     def one(layer: int, weights: LayerWeights | None = None) -> tuple[LayerSpectra, LayerSpectra | None]:
         delta = (_difference_spectra(model, init_model, layer, method=method)
                  if init_model is not None else None)
-        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, device=device,
-                                   prefetch=overlap, weights=weights), delta
+        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, rank_tol=rank_tol,
+                                   device=device, prefetch=overlap, weights=weights), delta
 
     done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
     covered = 0
+    if progress:  # the total before the first layer: a bar shows 0/L, not 0/?
+        progress(0, dims.L)
 
     def record(layer: int, result) -> None:
         nonlocal covered
@@ -270,15 +312,19 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
     return max(1, min(available_cores(), layers, by_memory))
 
 
-def available_memory() -> int | None:
-    """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def cap_threads(threads: int | None) -> int | None:
+    """``threads`` BLAS threads, at most the cores (more only thrash: 100000 threads took 72 s where
+    8 took 1.2 s); capping is said in a :class:`~specbound.errors.SpecboundWarning`."""
+    cores = available_cores()
+    if threads is not None and threads > cores:
+        import warnings
+
+        from .errors import SpecboundWarning
+
+        warnings.warn(SpecboundWarning(f"{threads} threads capped at the {cores} core(s) this process may use"),
+                      stacklevel=3)
+        return cores
+    return threads
 
 
 def available_cores() -> int:
@@ -300,9 +346,10 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, 
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
-             init: tuple[OpenModel, list[LayerSpectra]] | None = None) -> Analysis:
+             init: tuple[OpenModel, list[LayerSpectra]] | None = None, name: str | None = None) -> Analysis:
     """Propagation factors, every registered bound and the records, from all layers' spectra
-    (``init``: the initial-weights model and the spectra of ``W - W0``)."""
+    (``init``: the initial-weights model and the spectra of ``W - W0``; ``name``: the analysis'
+    ``source``, default where the weights were read from)."""
     opts = options or AnalysisOptions()
     dims = model.dims
     if opts.l_phi is None:
@@ -328,8 +375,20 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         gap["bounds"] = gap_bounds(measures, results, gap_params)
         if from_init is not None:
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
-    return build_analysis(model.ckpt.location, model.spec.family, measures, results, recorded,
-                          from_init=from_init, gap=gap)
+    location = str(model.ckpt.location)
+    rotary = None if model.rotary is None else {
+        "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
+        "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
+        "scaling": model.rotary.scaling,
+        "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
+    }
+    return build_analysis(name or location, model.spec.family, measures, results, recorded,
+                          from_init=from_init, gap=gap, location=location,
+                          tensors=matrix_tensor_names(model.spec, dims, model.prefix),
+                          model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary},
+                          assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
+                                                  init=init is not None, gap=gap_params is not None,
+                                                  weights_note=getattr(model.ckpt, "weights_note", None)))
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:

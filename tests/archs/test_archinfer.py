@@ -83,6 +83,7 @@ def infer_cli(capsys, source, out=None):
 def _numbers(result):
     doc = json.loads(result.to_json())
     doc.pop("source")
+    doc.pop("location", None)
     doc["model"].pop("family")
     return doc
 

@@ -141,8 +141,18 @@ def test_family_matches_module_reference(saved_family):
     result = specbound.analyze(folder, threads=1)
     mats = result.matrices
     assert list(mats["role"]) == [r for r, _ in ref]
+    rotary = result.model.get("rotary") is not None
+    assert rotary == (family in ("llama", "mistral", "qwen2", "gpt_neox"))
     for (role, w), (_, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
+        if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
+            slack = 1 + 1e-12
+            assert row["sv_method"] == "rotary_envelope"
+            assert row["spectral_norm"] * slack >= s[0] and row["frobenius_norm"] * slack >= np.linalg.norm(w)
+            assert row["norm_2_1"] * slack >= np.linalg.norm(w, axis=0).sum()
+            assert row["norm_1_1"] * slack >= np.abs(w).sum()
+            assert row["rank"] >= np.count_nonzero(s > 1e-10 * len(s) * max(s[0], 1))
+            continue
         assert row["spectral_norm"] == pytest.approx(s[0], rel=1e-9), (family, role)
         assert row["frobenius_norm"] == pytest.approx(np.linalg.norm(w), rel=1e-9), (family, role)
         assert row["nuclear_norm"] == pytest.approx(s[s > 1e-10 * len(s) * max(s[0], 1)].sum(), rel=1e-9)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from specbound.compute.layer_spectra import layer_spectra
 from specbound.bounds import REGISTRY, compute_all, in_group
-from specbound.compute.extract import LayerWeights, ModelDims
+from specbound.archs.binding import ModelDims
+from specbound.compute.extract import LayerWeights
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.layer_spectra import LayerSpectra
 from specbound.compute.measures import measure
@@ -262,7 +263,7 @@ def test_continuous_minimum_is_the_global_minimum(log_s, log_scale, n):
     never above C anywhere on a fine grid, nor above any of several other curves' evaluations."""
     from specbound.bounds.schatten import ContributionCurve, continuous_minima
 
-    curve = ContributionCurve.from_kept(np.sort(np.exp(log_s))[::-1], math.exp(log_scale), n)
+    curve = ContributionCurve.from_kept(np.sort(np.exp(log_s))[::-1], log_scale=log_scale, n=n)
     p, value = continuous_minima([curve])
     fine = np.linspace(0.0, 2.0, 2001)
     assert value[0] <= curve.on_grid(fine).min() * (1 + 1e-12)
@@ -276,9 +277,9 @@ def test_continuous_minima_batch_equals_one_at_a_time():
     from specbound.bounds.schatten import ContributionCurve, continuous_minima
 
     rng = np.random.default_rng(3)
-    curves = [ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], math.exp(rng.uniform(-5, 25)), 384)
+    curves = [ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], log_scale=rng.uniform(-5, 25), n=384)
               for r in (1, 5, 64, 300)]
-    curves.append(ContributionCurve.from_kept(np.array([]), 10.0, 384))  # nothing above the rank tolerance
+    curves.append(ContributionCurve.from_kept(np.array([]), log_scale=math.log(10.0), n=384))  # nothing above the rank tolerance
     p, value = continuous_minima(curves)
     for i, curve in enumerate(curves):
         assert curve.continuous_minimum() == (p[i], value[i])
@@ -293,7 +294,7 @@ def test_continuous_minimum_interior_root(log_scale):
 
     from specbound.bounds.schatten import ContributionCurve
 
-    curve = ContributionCurve.from_kept(np.array([3.0, 1.0, 0.2, 0.01]), math.exp(log_scale), 100)
+    curve = ContributionCurve.from_kept(np.array([3.0, 1.0, 0.2, 0.01]), log_scale=log_scale, n=100)
     p, value = curve.continuous_minimum()
     assert 0.0 < p < 2.0
     eps = 1e-5

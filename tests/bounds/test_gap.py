@@ -36,18 +36,43 @@ def test_gap_bounds_on_hand_model():
     n, params = 10_000, GapParameters(n=10_000, margin=1.0, delta=0.01)
     gaps = gap_bounds(ms, results, params)
     # measures without a margin-bound form get none
-    assert set(gaps) == {k for k, b in REGISTRY.items() if b.log_factor is not None}
+    assert set(gaps) == {k for k, b in REGISTRY.items() if b.log_factor is not None and (b.applies is None or b.applies(ms))}
     assert not {"param_count", "spectral_product", "frobenius_product"} & set(gaps)
     # 8 matrices, m = 4: the grid costs 8 ln 9; three types: 2 heads' QK/OV + 2 FF blocks -> 6 ln 9
     assert gaps["spectral_adaptive"]["union_cost"] == pytest.approx(8 * math.log(9))
     assert gaps["spectral_three_type"]["union_cost"] == pytest.approx(6 * math.log(9))
     assert gaps["spectral_fixed_p0"]["union_cost"] == 0
     assert gaps["nbs"]["union_cost"] == pytest.approx(math.log(8 * n))
-    assert gaps["spectral_adaptive"]["log_factor"] == pytest.approx(math.log(n))
+    assert gaps["spectral_adaptive"]["log_factor"] == 1.0  # Dudley's integral converges: no ln n (docs/bounds.md 9)
     assert gaps["bft"]["log_factor"] == pytest.approx(math.log(16) * math.log(n))  # ln(2W) ln n, W = 8
     b = results["spectral_adaptive"].value
     assert gaps["spectral_adaptive"]["gap"] == pytest.approx(
-        b * math.log(n) / math.sqrt(n) + math.sqrt((math.log(100) + 8 * math.log(9)) / n))
+        b / math.sqrt(n) + math.sqrt((math.log(100) + 8 * math.log(9)) / n))
+    # margin 1: the margin-inside form is the same bound
+    inside = gaps["spectral_adaptive"]["margin_inside"]
+    assert inside["complexity"] == pytest.approx(b, rel=1e-12) and inside["gap"] == pytest.approx(
+        gaps["spectral_adaptive"]["gap"], rel=1e-12)
+    assert set(gaps) - {"spectral_adaptive"} == {k for k in gaps if "margin_inside" not in gaps[k]}
+
+
+@pytest.mark.parametrize("margin", [0.01, 0.3, 3.0, 100.0])
+def test_margin_inside_scales_each_term_by_its_own_power(margin):
+    """``B_margin = sum_i min_p margin^(-p/(p+2)) C_i(p) + sqrt(L)``, checked term by term on the grid."""
+    from specbound.bounds.schatten import ContributionCurve, schatten_grid
+
+    ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(HAND_DIMS.L, HAND_DIMS.N))
+    results = compute_all(ms)
+    gaps = gap_bounds(ms, results, GapParameters(n=1000, margin=margin))
+    grid = schatten_grid(ms.grid_m)
+    expected = math.sqrt(HAND_DIMS.L)
+    for mm in ms.matrices:
+        c = ContributionCurve(mm.target, log_scale=mm.log_scale, n=HAND_DIMS.N, rank_tol=1e-10).on_grid(grid)
+        expected += min(margin ** (-p / (p + 2)) * v for p, v in zip(grid, c))
+    inside = gaps["spectral_adaptive"]["margin_inside"]
+    assert inside["complexity"] == pytest.approx(expected, rel=1e-10)
+    assert inside["leading"] == pytest.approx(expected / math.sqrt(1000), rel=1e-10)  # no 1/margin outside
+    # never above the outside form's complexity scaled the worse way, never below the margin-free rank terms
+    assert inside["complexity"] <= max(1.0, 1 / margin) * results["spectral_adaptive"].value * (1 + 1e-12)
 
 
 @settings(max_examples=50, deadline=None)

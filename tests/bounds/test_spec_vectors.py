@@ -7,7 +7,7 @@ import pytest
 
 from specbound.bounds.schatten import ContributionCurve, schatten_grid
 from specbound.bounds.edelman import EDELMAN
-from specbound.compute.extract import ModelDims
+from specbound.archs.binding import ModelDims
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.layer_spectra import LayerSpectra
 from specbound.compute.measures import measure
@@ -18,7 +18,8 @@ REL = 1e-6
 
 def curve(s, scale, n):
     s = np.asarray(s, dtype=float)
-    return ContributionCurve(MatrixSpectrum((s.size, s.size), s, math.nan, math.nan), scale, n, 1e-10)
+    return ContributionCurve(MatrixSpectrum((s.size, s.size), s, math.nan, math.nan), log_scale=math.log(scale), n=n,
+                             rank_tol=1e-10)
 
 
 def grid_minimum(c, m):
@@ -105,6 +106,6 @@ def test_shared_count_by_hand():
     for role, s in (("QK", layer["qk"][0]), ("OV", layer["ov"][0]), ("FF_in", layer["ff"]["FF_in"]),
                     ("FF_out", layer["ff"]["FF_out"])):
         scale = 1 * (gamma[role] * lam + gamma[role] * 1.0)
-        expected += min(ContributionCurve(s, scale, 4, 1e-10)(float(p)) for p in grid)
+        expected += min(ContributionCurve(s, log_scale=math.log(scale), n=4, rank_tol=1e-10)(float(p)) for p in grid)
     assert REGISTRY["spectral_shared"].compute(ms).value == pytest.approx(expected, rel=1e-12)
     assert REGISTRY["spectral_shared"].compute(ms).value < REGISTRY["spectral_adaptive"].compute(ms).value

@@ -50,7 +50,8 @@ def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
     from specbound.compute.layer_spectra import layer_spectra
     from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
     from specbound.compute.distance import difference_spectra
-    from specbound.compute.extract import LayerWeights, ModelDims
+    from specbound.archs.binding import ModelDims
+    from specbound.compute.extract import LayerWeights
     from specbound.bounds.schatten import default_grid_m
     from specbound.compute.measures import measure
 
@@ -132,16 +133,35 @@ def test_dense_method_agrees_from_init(trained_and_init):
 
 
 def test_zero_distance(tiny_pair):
+    """W = W0 exactly: every difference is exactly zero, so every distance bound is exactly its
+    value at zero (issue 15: the stacked [A; -A0] route left 1e-16 round-off that alpha raised to 1e13)."""
     src, _ = tiny_pair
     a = specbound.analyze(src, init=src, threads=1)
     assert (a.matrices["delta_rank"] == 0).all()
+    for column in ("delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1", "delta_norm_1_1"):
+        assert (a.matrices[column] == 0).all(), column
     assert a.from_init["spectral_adaptive"] == pytest.approx(np.sqrt(L))  # every C(p) vanishes
     assert a.from_init["spectral_three_type"] == pytest.approx(np.sqrt(L))
-    # the factored route leaves column norms at rounding level (~1e-16 ||A|| ||B||); raised to the
-    # power 2/3 after the downstream factors they stay below 1e-5
-    assert a.from_init["edelman"] == pytest.approx(1.0, abs=1e-5)
-    assert a.from_init["l11_proxy"] == pytest.approx(1.0, abs=1e-5)
-    assert a.from_init["bft"] < 1e-5 * a.baselines["bft"] and a.from_init["nbs"] < 1e-5 * a.baselines["nbs"]
+    assert a.from_init["edelman"] == 1.0 and a.from_init["l11_proxy"] == 1.0
+    assert a.from_init["bft"] == 0.0 and a.from_init["nbs"] == 0.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1e-4, 1e-8, 1e-12]))
+def test_close_weights_lose_no_digits(seed, eps):
+    """W0 = W + eps E: the factored difference matches the cancellation-free dense oracle
+    (A - A0).T B + A0.T (B - B0) to 1e-9 relative, far below the eps-relative error of forming
+    A.T B - A0.T B0 (about 1e-16 / eps)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((2, 1, 3, 12))
+    a0, b0 = a + eps * rng.standard_normal(a.shape), b + eps * rng.standard_normal(b.shape)
+    (fs,) = factored_spectra(*stacked_difference(a, b, a0, b0))
+    oracle = (a[0] - a0[0]).T @ b[0] + a0[0].T @ (b[0] - b0[0])
+    s = np.linalg.svd(oracle, compute_uv=False)
+    k = fs.singular_values.size
+    np.testing.assert_allclose(fs.singular_values, s[:k], rtol=1e-9)  # rank 2d = 6: all well above 0
+    assert fs.norm_2_1 == pytest.approx(np.linalg.norm(oracle, axis=0).sum(), rel=1e-9)
+    assert fs.norm_1_1 == pytest.approx(np.abs(oracle).sum(), rel=1e-9)
 
 
 def test_init_of_another_architecture_is_refused(tiny_pair, tmp_path):

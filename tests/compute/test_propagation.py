@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from specbound.compute.propagation import LayerNorms, layer_lipschitz, sensitivities
+from specbound.compute.propagation import LayerSpectralNorms, layer_lipschitz, sensitivities
 
 QK, OV = np.array([0.25, 1.0]), np.array([1.0, 0.5])
 ATTN = 1.0 * (1 + 4 * 0.25) + 0.5 * (1 + 4 * 1.0)  # = 4.5
 
 
 def test_bert_layer_matches_spec_vector_b():
-    n = LayerNorms(QK, OV, {"FF_in": 2.0, "FF_out": 1.5})
+    n = LayerSpectralNorms(QK, OV, {"FF_in": 2.0, "FF_out": 1.5})
     assert layer_lipschitz(n, 1.13) == pytest.approx(15.255)
     g = sensitivities(n)
     assert g["QK"] == pytest.approx([6, 3]) and g["OV"] == pytest.approx([3, 3])
@@ -19,7 +19,7 @@ def test_bert_layer_matches_spec_vector_b():
 
 def test_gated_sequential_layer():
     ff = {"FF_gate": 2.0, "FF_up": 3.0, "FF_out": 0.5}
-    n = LayerNorms(QK, OV, ff)
+    n = LayerSpectralNorms(QK, OV, ff)
     l_phi = 1.0998  # SiLU; c_phi = 1
     assert layer_lipschitz(n, l_phi) == pytest.approx(ATTN * (l_phi + 1.0) * 2.0 * 3.0 * 0.5)
     g = sensitivities(n)
@@ -31,7 +31,7 @@ def test_gated_sequential_layer():
 
 
 def test_parallel_layer_adds_and_attention_skips_feed_forward():
-    n = LayerNorms(QK, OV, {"FF_in": 2.0, "FF_out": 1.5}, block="parallel")
+    n = LayerSpectralNorms(QK, OV, {"FF_in": 2.0, "FF_out": 1.5}, block="parallel")
     assert layer_lipschitz(n, 1.13) == pytest.approx(ATTN + 1.13 * 2.0 * 1.5)
     g = sensitivities(n)
     assert g["OV"] == pytest.approx([1.0, 1.0]) and g["QK"] == pytest.approx(2 * OV)

@@ -29,9 +29,13 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def _numbers(result):
-    """Every number of an analysis: its JSON minus the source path."""
+    """Every number of an analysis: its JSON minus where it came from (the source path, its location
+    and each matrix's tensor names, which an exporter may prefix)."""
     doc = json.loads(result.to_json())
     doc.pop("source")
+    doc.pop("location", None)
+    for row in doc["matrices"]:
+        row.pop("tensors", None)
     return doc
 
 

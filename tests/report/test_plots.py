@@ -16,7 +16,7 @@ EXPECTED = {
     "norms_vs_width": ("hidden size N", "(2,1)-norm"),
     "contribution_curves": ("Schatten index p", "C(p) / C(0)"),
     "p_star_heatmap": ("layer", "role"),
-    "bounds_side_by_side": ("checkpoint (depth L / hidden size N)", "bound value"),
+    "bounds_side_by_side": ("bound value (log scale)", "checkpoint (depth L, hidden size N)"),
 }
 
 

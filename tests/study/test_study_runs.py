@@ -3,6 +3,7 @@ folders left by killed runs are cleaned up."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -59,8 +60,8 @@ def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
     folder.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    stale = folder / f"{runs.TMP_PREFIX}{CONFIG.name}-{dead}-abcd1234"
-    live = folder / f"{runs.TMP_PREFIX}{CONFIG.name}-{os.getpid()}-abcd1234"
+    stale = folder / f"{runs.TMP_PREFIX}{CONFIG.name}+{dead}+abcd1234+{socket.gethostname()}"
+    live = folder / f"{runs.TMP_PREFIX}{CONFIG.name}+{os.getpid()}+abcd1234+{socket.gethostname()}"
     stale.mkdir()
     live.mkdir()
     assert runs.remove_stale_temps(tmp_path) == [stale]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .binding import account_for_tensors, detect_prefix, model_dims
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError
@@ -130,6 +131,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         "prefixes": ["", prefix] if prefix else [""],
         "config": keys,
         **_block(config, stack, draft),
+        **_rotary(config, draft),
         "feed_forward": "gated" if "ff_gate" in roles else "plain",
         **extra,
         "tensors": tensors,
@@ -361,6 +363,25 @@ def _block(config: dict, stack: LayerStack, draft: Draft) -> dict[str, Any]:
     return {"block": "sequential"}
 
 
+# config.json keys that only rotary position embeddings have (HF names across families)
+ROTARY_KEYS = ("rope_theta", "rotary_emb_base", "rotary_pct", "partial_rotary_factor", "rope_scaling", "rotary_dim",
+               "rope_parameters")
+
+
+def _rotary(config: dict, draft: Draft) -> dict[str, Any]:
+    """``rotary`` when config.json has a rotary setting: pairs as HF's ``rotate_half`` (LLaMA, NeoX);
+    GPT-J-style interleaved pairs cannot be told from the weights, hence verify."""
+    keys = [k for k in ROTARY_KEYS if k in config]
+    if not keys:
+        draft.note("rotary", "none", "no rotary setting in config.json (learned or absolute positions assumed)",
+                   verify=True)
+        return {}
+    draft.note("rotary", "half (dims i and i + rot/2 rotate together, HF rotate_half)",
+               f"config.json has {', '.join(keys)}; interleaved pairs (GPT-J, llama.cpp) look the same in the "
+               f"weights: set \"pairing\": \"interleaved\" for those", verify=True)
+    return {"rotary": {"pairing": "half"}}
+
+
 def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draft: Draft) -> None:
     outside = [p for p in patterns if not p.startswith("^" + stack_rel.replace(".", "\\."))]
     shown = ", ".join(in_layer[:4]) + (" ..." if len(in_layer) > 4 else "")
@@ -370,8 +391,6 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
-    from ..compute.extract import account_for_tensors, detect_prefix, model_dims
-
     try:
         parsed = parse_spec(spec, "the drafted spec")
         dims = model_dims(parsed, ckpt.config)

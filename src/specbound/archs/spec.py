@@ -7,7 +7,7 @@ dimensions from ``config.json``.  A spec is validated strictly when loaded; the 
 by the config's ``model_type``.  A user with a family we do not ship writes the same kind of file
 and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
 
-Roles (row-vector orientation, SPEC section 1): ``q`` (``N x H d_h``), ``k``, ``v``
+Roles (row-vector orientation, docs/spec.md section 1): ``q`` (``N x H d_h``), ``k``, ``v``
 (``N x H_kv d_h``), or one fused ``qkv``; ``o`` (``H d_h x N``); ``ff_in`` (``N x d_ff``) and
 ``ff_out`` (``d_ff x N``) for a plain feed-forward, ``ff_gate``, ``ff_up`` and ``ff_out`` for a gated
 one.  Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a
@@ -18,11 +18,11 @@ GPT-NeoX).
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from ..errors import SpecboundError
 
@@ -34,6 +34,14 @@ FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
 LAYER_PLACEHOLDER = "${layer}"
+PAIRINGS = ("half", "interleaved")  # rotary: dims (i, i + rot/2) as HF's rotate_half, or (2i, 2i + 1)
+# Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
+# not bound it, and every depth costs a row of every table.
+MAX_SHARED_DEPTH = 100_000
+# Seconds one ignore pattern may take on one tensor name.  A real pattern takes microseconds; a
+# catastrophically backtracking one (``^(\w+\.?)+:$`` in Python's ``re``) would take minutes per name,
+# so ignore patterns are matched with the ``regex`` module, whose matcher can be interrupted.
+IGNORE_TIMEOUT = 0.25
 
 
 @dataclass(frozen=True)
@@ -61,17 +69,21 @@ class ArchSpec:
     block: str
     feed_forward: str
     tensors: dict[str, TensorRule]
-    ignore: tuple[re.Pattern, ...]
+    ignore: tuple[regex.Pattern, ...]
     origin: str
     block_switch: dict[str, Any] | None = None
     ff_size_multiplier: int | None = None
     shared_layers: dict[str, str] | None = None
+    rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
         ``G`` stored groups, depth ``l`` using group ``floor(l G / L)``."""
         if not self.shared_layers:
             return list(range(num_layers))
+        if num_layers > MAX_SHARED_DEPTH:  # a shared-layer stack is not bounded by its stored tensors
+            raise SpecboundError(f"config.json declares {num_layers} layers sharing weights; specbound "
+                                 f"analyses at most {MAX_SHARED_DEPTH:,}: fix num_hidden_layers")
         groups = config.get(self.shared_layers["groups_key"], 1)
         inner = config.get(self.shared_layers.get("inner_key", ""), 1)
         if not isinstance(groups, int) or not 1 <= groups <= num_layers or num_layers % groups:
@@ -98,7 +110,7 @@ class ArchSpec:
         for strip in (prefix, self.wrapper_of(prefix)):
             if strip and name.startswith(strip):
                 names.append(name[len(strip):])
-        return any(p.search(n) for p in self.ignore for n in names)
+        return any(_search(p, n, self.origin) for p in self.ignore for n in names)
 
     def wrapper_of(self, prefix: str) -> str:
         """The part of a detected ``prefix`` before the longest of the spec's own prefixes that ends
@@ -112,6 +124,23 @@ class ArchSpec:
             if key in config and config[key] is not None:
                 return config[key]
         return None
+
+
+def _search(pattern: regex.Pattern, name: str, origin: str) -> bool:
+    try:
+        return pattern.search(name, timeout=IGNORE_TIMEOUT) is not None
+    except TimeoutError:
+        raise _fail(origin, f"the ignore pattern {pattern.pattern!r} takes more than {IGNORE_TIMEOUT} s on the "
+                            f"tensor name {name!r} (catastrophic backtracking, e.g. a repeated group that can "
+                            f"match the same text in many ways); anchor it and avoid nested repeats") from None
+
+
+def _choice(raw: dict, key: str, choices, default: str, origin: str) -> str:
+    """``raw[key]`` (``default`` when absent), one of ``choices``."""
+    value = raw.get(key, default)
+    if not isinstance(value, str) or value not in choices:
+        raise _fail(origin, f"'{key}' must be one of {list(choices)}, found {value!r}")
+    return value
 
 
 def _fail(origin: str, what: str) -> SpecboundError:
@@ -132,11 +161,13 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     if not isinstance(raw, dict):
         raise _fail(origin, "the document must be a JSON object")
     known = {"family", "description", "model_types", "prefixes", "config", "block",
-             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore"}
+             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
     family = raw.get("family")
+    if not isinstance(raw.get("description", ""), str):
+        raise _fail(origin, f"'description' must be a string, found {raw['description']!r}")
     if not isinstance(family, str) or not family:
         raise _fail(origin, "'family' must be a non-empty string")
 
@@ -153,25 +184,28 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     if missing:
         raise _fail(origin, f"'config' lacks the required fields {missing}")
 
-    block = raw.get("block", "sequential")
-    if block not in BLOCKS:
-        raise _fail(origin, f"'block' must be one of {list(BLOCKS)}, found {block!r}")
+    block = _choice(raw, "block", BLOCKS, "sequential", origin)
     block_switch = raw.get("block_switch")
     if block_switch is not None:
         keys = {"config_key", "default", "if_true", "if_false"}
         if not isinstance(block_switch, dict) or set(block_switch) != keys:
             raise _fail(origin, f"'block_switch' must be an object with exactly the keys {sorted(keys)}")
-        if {block_switch["if_true"], block_switch["if_false"]} - set(BLOCKS):
-            raise _fail(origin, f"'block_switch' blocks must be among {list(BLOCKS)}")
-    feed_forward = raw.get("feed_forward", "plain")
-    if feed_forward not in FEED_FORWARDS:
-        raise _fail(origin, f"'feed_forward' must be one of {list(FEED_FORWARDS)}, found {feed_forward!r}")
+        if not isinstance(block_switch["config_key"], str):
+            raise _fail(origin, f"'block_switch' config_key must be a string, found {block_switch['config_key']!r}")
+        _choice(block_switch, "if_true", BLOCKS, "", origin)
+        _choice(block_switch, "if_false", BLOCKS, "", origin)
+    feed_forward = _choice(raw, "feed_forward", FEED_FORWARDS, "plain", origin)
     shared = raw.get("shared_layers")
     if shared is not None and (not isinstance(shared, dict) or "groups_key" not in shared
                                or not set(shared) <= {"groups_key", "inner_key"}
                                or not all(isinstance(v, str) for v in shared.values())):
         raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
                             "naming config.json keys")
+    rotary = raw.get("rotary")
+    if rotary is not None and (not isinstance(rotary, dict) or set(rotary) != {"pairing"}
+                               or rotary["pairing"] not in PAIRINGS):
+        raise _fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
+                            f"dimensions pair up under rotary position embeddings), found {rotary!r}")
     multiplier = raw.get("ff_size_multiplier")
     if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
         raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
@@ -187,7 +221,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
             raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
                                 f"{sorted(allowed)} ('fused' only, and always, for qkv)")
-        if role == "qkv" and rule.get("fused") not in FUSIONS:
+        if role == "qkv" and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in FUSIONS):
             raise _fail(origin, f"'fused' for qkv must be one of {list(FUSIONS)}, found {rule.get('fused')!r}")
         if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
             raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
@@ -205,8 +239,8 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     patterns = []
     for pattern in _str_list(raw, "ignore", origin, required=False):
         try:
-            patterns.append(re.compile(pattern))
-        except re.error as exc:
+            patterns.append(regex.compile(pattern))
+        except (regex.error, RecursionError, OverflowError) as exc:
             raise _fail(origin, f"ignore pattern {pattern!r} is not a valid regular expression ({exc})")
 
     return ArchSpec(
@@ -223,19 +257,23 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         block_switch=block_switch,
         ff_size_multiplier=multiplier,
         shared_layers=shared,
+        rotary=None if rotary is None else rotary["pairing"],
     )
 
 
 def load_spec_file(path: str | Path) -> ArchSpec:
     """Load a user's spec file (``--arch-spec FILE``)."""
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpecboundError(f"arch_spec must be the path of a JSON spec file (or an ArchSpec), found "
+                             f"{type(path).__name__} {path!r}")
     path = Path(path)
     if not path.is_file():
         found = "a folder" if path.is_dir() else "nothing"
         raise SpecboundError(f"architecture spec file not found: {path} is {found}; pass a JSON spec file "
                              f"(see docs/architectures.md)")
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecboundError(f"cannot read architecture spec {path} as JSON ({exc}); the file must hold "
-                             f"one JSON object (see docs/architectures.md)") from None
+    from ..io.base import load_json
+
+    raw = load_json(path, "architecture spec", "the file must hold one JSON object (see docs/architectures.md)")
     return parse_spec(raw, str(path))

@@ -17,24 +17,32 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import log_n
-from .schatten import ContributionCurve
+from .adaptive import entropy_integral_factor
+from .schatten import ContributionCurve, log_sum, safe_exp
 
 FIXED_P = (0, 1, 2)
 
 
-def fixed_p_contributions(measures: ModelMeasures, p: float) -> np.ndarray:
-    """``C(p)`` of every matrix, shape (#matrices,)."""
+def fixed_p_log_contributions(measures: ModelMeasures, p: float) -> np.ndarray:
+    """``ln C(p)`` of every matrix, shape (#matrices,)."""
     n = measures.dims.N
-    return np.array([ContributionCurve(mm.target, mm.scale, n, measures.rank_tol)(float(p))
+    return np.array([ContributionCurve(mm.target, log_scale=mm.log_scale, n=n, rank_tol=measures.rank_tol).log_at(float(p))
                      for mm in measures.matrices])
+
+
+def fixed_p_contributions(measures: ModelMeasures, p: float) -> np.ndarray:
+    """``C(p)`` of every matrix, shape (#matrices,); ``inf`` where one exceeds float64."""
+    return np.array([safe_exp(x) for x in fixed_p_log_contributions(measures, p)])
 
 
 def _compute_for(p: int):
     def compute(measures: ModelMeasures) -> BoundResult:
-        c = fixed_p_contributions(measures, p)
-        return BoundResult(value=float(np.sum(c) + math.sqrt(measures.dims.L)),
-                           per_layer={f"adaptive_p{p}": measures.per_layer_sum(c)})
+        logs = fixed_p_log_contributions(measures, p)
+        c = np.array([safe_exp(x) for x in logs])
+        with np.errstate(over="ignore"):
+            value = float(np.sum(c) + math.sqrt(measures.dims.L))
+        log_value = None if value < math.inf else log_sum(np.append(logs, 0.5 * math.log(measures.dims.L)))
+        return BoundResult(value=value, log_value=log_value, per_layer={f"adaptive_p{p}": measures.per_layer_sum(c)})
     return compute
 
 
@@ -46,7 +54,7 @@ BOUNDS = tuple(
         compute=_compute_for(_p),
         group="adaptive_variants",
         needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-        log_factor=log_n,
+        log_factor=entropy_integral_factor,
     )
     for _p in FIXED_P
 )

@@ -25,10 +25,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..compute.measures import ModelMeasures
+from ..compute.measures import LOG_TINY, ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import index_choices_cost, log_n
-from .schatten import ContributionCurve, grid_minimum, schatten_grid
+from .adaptive import index_choices_cost, entropy_integral_factor
+from .schatten import ContributionCurve, grid_minimum, log_sum, schatten_grid
+
+TINY = np.finfo(np.float64).tiny
 
 
 def shared_groups(measures: ModelMeasures) -> dict[tuple, list[int]]:
@@ -44,13 +46,21 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     grid = schatten_grid(measures.grid_m)
     groups = shared_groups(measures)
     stored = len({key[0] for key in groups})
-    tiny = np.finfo(np.float64).tiny
     total = 0.0
     for members in groups.values():
         first = measures.matrices[members[0]]
-        exposure = sum(measures.matrices[i].gamma * measures.matrices[i].alpha for i in members)
-        scale = max(stored * exposure, tiny)
-        total += grid_minimum(ContributionCurve(first.target, scale, measures.dims.N, measures.rank_tol), grid)[1]
+        # scale = stored * sum_i gamma*_i alpha_i, from the products where they are normal floats
+        with np.errstate(over="ignore"):
+            scale = stored * sum(measures.matrices[i].gamma * measures.matrices[i].alpha for i in members)
+        if TINY <= scale < math.inf:
+            log_scale = math.log(scale)
+        else:
+            with np.errstate(divide="ignore"):
+                logs = [math.log(measures.matrices[i].gamma) + measures.matrices[i].log_alpha if measures.matrices[i].gamma > 0
+                        else -math.inf for i in members]
+            log_scale = max(math.log(stored) + log_sum(logs), LOG_TINY)
+        total += grid_minimum(ContributionCurve(first.target, log_scale=log_scale, n=measures.dims.N,
+                                                rank_tol=measures.rank_tol), grid)[1]
     return BoundResult(value=float(total + math.sqrt(measures.dims.L)))
 
 
@@ -66,6 +76,6 @@ BOUNDS = (Bound(
     compute=_compute,
     group="adaptive_variants",
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    log_factor=log_n,
+    log_factor=entropy_integral_factor,
     union_cost=_union_cost,
 ),)

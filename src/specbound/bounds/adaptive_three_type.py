@@ -34,10 +34,12 @@ import math
 
 import numpy as np
 
-from ..compute.measures import ModelMeasures
+from ..compute.measures import LOG_TINY, ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import index_choices_cost, log_n
+from .adaptive import index_choices_cost, entropy_integral_factor
 from .schatten import ContributionCurve, grid_minimum, kept_singular_values, schatten_grid
+
+TINY = np.finfo(np.float64).tiny
 
 
 def _is_ff(role: str) -> bool:
@@ -48,20 +50,24 @@ def feed_forward_block_terms(measures: ModelMeasures) -> tuple[np.ndarray, np.nd
     """``(p*_F, min_p C_F(p))`` of each layer's feed-forward block (``diag(FF_in, FF_out)``, or the
     gated block's three matrices), each shape (L,)."""
     grid = schatten_grid(measures.grid_m)
-    tiny = np.finfo(np.float64).tiny
     p_star, value = np.zeros(measures.dims.L), np.zeros(measures.dims.L)
     for layer in range(measures.dims.L):
         ff = [mm for mm in measures.matrices if mm.layer == layer and _is_ff(mm.role)]
         kept = np.concatenate([kept_singular_values(mm.target, measures.rank_tol) for mm in ff])
-        scale = max(len(ff) * max(mm.scale for mm in ff), tiny)
-        p_star[layer], value[layer] = grid_minimum(ContributionCurve.from_kept(kept, scale, measures.dims.N), grid)
+        # scale_F = k max_i scale_i (docs/bounds.md), from the product where it is a normal float
+        top = max(ff, key=lambda mm: mm.log_scale)
+        scale = len(ff) * top.scale
+        log_scale = math.log(scale) if TINY <= scale < math.inf else max(math.log(len(ff)) + top.log_scale, LOG_TINY)
+        p_star[layer], value[layer] = grid_minimum(
+            ContributionCurve.from_kept(kept, log_scale=log_scale, n=measures.dims.N), grid)
     return p_star, value
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
     grid = schatten_grid(measures.grid_m)
     attention = np.array([
-        grid_minimum(ContributionCurve(mm.target, mm.scale, measures.dims.N, measures.rank_tol), grid)[1]
+        grid_minimum(ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N,
+                                       rank_tol=measures.rank_tol), grid)[1]
         if not _is_ff(mm.role) else 0.0
         for mm in measures.matrices])
     ff_p, ff_value = feed_forward_block_terms(measures)
@@ -84,6 +90,6 @@ BOUNDS = (Bound(
     compute=_compute,
     group="adaptive_variants",
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    log_factor=log_n,
+    log_factor=entropy_integral_factor,
     union_cost=_union_cost,
 ),)

@@ -4,6 +4,7 @@ it reads and one function from :class:`~specbound.compute.measures.ModelMeasures
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -17,11 +18,27 @@ GROUPS = ("bounds", "baselines", "adaptive_variants")
 @dataclass(frozen=True)
 class BoundResult:
     """A bound's value plus its per-matrix / per-layer breakdown (arrays aligned with
-    ``ModelMeasures.matrices`` and with the layers)."""
+    ``ModelMeasures.matrices`` and with the layers) and ``log_value``, its natural log, exact even
+    where ``value`` overflows float64 (then ``inf``)."""
 
     value: float
     per_matrix: dict[str, np.ndarray] = field(default_factory=dict)
     per_layer: dict[str, np.ndarray] = field(default_factory=dict)
+    log_value: float | None = None
+
+    def __post_init__(self):
+        # ln of the value, always finite for a positive bound: where ``value`` overflows float64 the
+        # bound computes it in logs and ``value`` is ``inf``; otherwise it is ``ln value``.
+        if self.log_value is None:
+            v = self.value
+            object.__setattr__(self, "log_value", math.log(v) if 0 < v < math.inf else (-math.inf if v == 0 else math.inf))
+        elif not self.value < math.inf and math.isfinite(self.log_value):
+            object.__setattr__(self, "value", math.inf)
+
+    @property
+    def log10_value(self) -> float:
+        """``log10`` of the bound (finite whenever the bound is positive, however large)."""
+        return self.log_value / math.log(10)
 
 
 def no_union_cost(measures: ModelMeasures, n: int) -> float:
@@ -45,6 +62,11 @@ class Bound:
         quantity has no such form (it is then reported as a measure only).
     union_cost : callable(ModelMeasures, n) -> float
         Log of the number of post-hoc choices a union bound must pay for (added to ``log(1/delta)``).
+    margin_inside : callable(ModelMeasures, margin) -> float, optional
+        The bound with the margin inside each term (the spectrum-adaptive bound's second gap form).
+    applies : callable(ModelMeasures) -> bool, optional
+        Whether the bound means anything for this model (None: always); a bound that does not apply
+        is not computed and not reported (e.g. the rotation-blind variants of a model without rotary).
     distance : bool
         Whether measuring from initial weights changes it (False for quantities with no norm of
         ``W - W0`` in them, e.g. the spectral product or the parameter count).
@@ -59,6 +81,8 @@ class Bound:
     log_factor: Callable[[ModelMeasures, int], float] | None = None
     union_cost: Callable[[ModelMeasures, int], float] = no_union_cost
     distance: bool = True
+    margin_inside: Callable[[ModelMeasures, float], float] | None = None
+    applies: Callable[[ModelMeasures], bool] | None = None
 
     def __post_init__(self):
         if self.group not in GROUPS:

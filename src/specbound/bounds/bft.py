@@ -1,4 +1,4 @@
-"""Bartlett-Foster-Telgarsky spectral complexity, adapted to the transformer chain (SPEC section 7).
+"""Bartlett-Foster-Telgarsky spectral complexity, adapted to the transformer chain (docs/spec.md section 7).
 
 Bartlett, Foster & Telgarsky, "Spectrally-normalized margin bounds for neural networks",
 NeurIPS 2017, Theorem 1.1: for a feed-forward network with matrices ``A_i``, activations
@@ -7,7 +7,7 @@ NeurIPS 2017, Theorem 1.1: for a feed-forward network with matrices ``A_i``, act
     R_A = (prod_i rho_i ||A_i||_2) (sum_i (||A_i - M_i||_{2,1} / ||A_i||_2)^(2/3))^(3/2).
 
 On the transformer chain the product of ``rho_i ||A_i||_2`` becomes the product of the layers'
-Lipschitz factors ``Lambda_l`` (SPEC section 3, ``L_phi`` included), and the sum runs over every
+Lipschitz factors ``Lambda_l`` (docs/spec.md section 3, ``L_phi`` included), and the sum runs over every
 analysed matrix, each query-key and value-output head separately (as in the Edelman-style proxy):
 
     B_BFT = (prod_l Lambda_l) (sum_W (||W - W0||_{2,1} / ||W||_2)^(2/3))^(3/2),   W0 = 0 by default.
@@ -32,8 +32,11 @@ from .edelman import covering_log_factor
 def _compute(measures: ModelMeasures) -> BoundResult:
     terms = relative_norms(measures, lambda s: s.norm_2_1) ** (2 / 3)
     correction = float(np.sum(terms)) ** 1.5
-    value = safe_exp(log_lipschitz(measures) + np.log(correction)) if correction > 0 else 0.0
-    return BoundResult(value=value, per_layer={"bft_terms": measures.per_layer_sum(terms)})
+    if not correction > 0:
+        return BoundResult(value=0.0, per_layer={"bft_terms": measures.per_layer_sum(terms)})
+    log_value = log_lipschitz(measures) + float(np.log(correction))
+    return BoundResult(value=safe_exp(log_value), log_value=log_value,
+                       per_layer={"bft_terms": measures.per_layer_sum(terms)})
 
 
 BOUNDS = (Bound(

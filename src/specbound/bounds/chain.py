@@ -1,7 +1,7 @@
 """What plays the role of a feed-forward network's product of layer norms on the transformer chain.
 
 A depth-``L`` feed-forward network's Lipschitz constant is bounded by the product of its layers'
-spectral norms.  On the transformer chain (SPEC section 3) the layer's factor is
+spectral norms.  On the transformer chain (docs/spec.md section 3) the layer's factor is
 
     Lambda_l = L_phi c(FF_in) c(FF_out) sum_h c(OV_h) (1 + 4 c(QK_h)),
 
@@ -18,14 +18,15 @@ import numpy as np
 
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures
-from ..compute.propagation import LayerNorms, layer_lipschitz
+from .schatten import safe_exp  # noqa: F401  (re-exported for the chain bounds)
+from ..compute.propagation import LayerSpectralNorms, layer_lipschitz
 
 
 def layer_factor(layer: LayerSpectra, l_phi: float, norm) -> float:
     """``Lambda_l`` with ``n(spectrum)`` in place of the spectral norm (BERT:
     ``L_phi n(FF_in) n(FF_out) sum_h n(OV_h) (1 + 4 n(QK_h))``; gated and parallel blocks as in
     :func:`~specbound.compute.propagation.layer_lipschitz`)."""
-    norms = LayerNorms(qk=np.array([norm(s) for s in layer.qk]), ov=np.array([norm(s) for s in layer.ov]),
+    norms = LayerSpectralNorms(qk=np.array([norm(s) for s in layer.qk]), ov=np.array([norm(s) for s in layer.ov]),
                        ff={role: norm(s) for role, s in layer.ff.items()}, block=layer.block)
     return layer_lipschitz(norms, l_phi)
 
@@ -41,14 +42,6 @@ def log_product(factors) -> float:
 def log_lipschitz(measures: ModelMeasures) -> float:
     """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs."""
     return log_product(measures.lambdas)
-
-
-def safe_exp(log_value: float) -> float:
-    """``exp`` that returns ``inf`` instead of raising on overflow."""
-    try:
-        return math.exp(log_value)
-    except OverflowError:
-        return math.inf
 
 
 def relative_norms(measures: ModelMeasures, norm) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The Edelman-style norm proxy, the paper's baseline (SPEC section 5); after Edelman, Goel,
+"""The Edelman-style norm proxy, the paper's baseline (docs/spec.md section 5); after Edelman, Goel,
 Kakade & Zhang, "Inductive Biases and Variable Creation in Self-Attention Mechanisms", ICML 2022,
 in the multi-head form used by Sakai & Imaizumi's experiment:
 
@@ -19,18 +19,32 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
+from .schatten import log_sum
 
 
-def edelman_weights(measures: ModelMeasures) -> np.ndarray:
-    """Per-matrix factor in front of the norm in ``xi``, shape (#matrices,).
+def edelman_weight(role, gamma) -> np.ndarray:
+    """Per-matrix factor in front of the norm in ``xi`` from its role and sensitivity ``gamma*``
+    (arrays or scalars).
 
     On BERT: ``c_out c_in c(OV_h)`` for ``QK_h``, ``c_out c_in`` for ``OV_h``, ``c_out`` for
-    ``FF_in``, 1 for ``FF_out``.  That is each matrix's sensitivity ``gamma*`` (SPEC section 3),
+    ``FF_in``, 1 for ``FF_out``.  That is each matrix's sensitivity ``gamma*`` (docs/spec.md section 3),
     except for QK, whose weight lacks the factor 2 of ``gamma*_QK``; written this way it carries over
     to gated and parallel blocks (docs/theory.md, section 3b).
     """
-    return np.array([mm.gamma / 2 if mm.role == "QK" else mm.gamma for mm in measures.matrices],
-                    dtype=np.float64)
+    return np.asarray(gamma, dtype=np.float64) * np.where(np.asarray(role) == "QK", 0.5, 1.0)
+
+
+def matrix_terms(alpha, role, gamma, norm_2_1) -> np.ndarray:
+    """Each matrix's term ``alpha_l^(2/3) (w ||W||_{2,1})^(2/3)``: ``B_edelman = (1 + sum of terms)^(3/2)``
+    (the per-role fits of ``specbound scaling`` sum these from stored records)."""
+    w = edelman_weight(role, gamma)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(alpha, dtype=np.float64) ** (2 / 3) * (w * np.asarray(norm_2_1, dtype=np.float64)) ** (2 / 3)
+
+
+def edelman_weights(measures: ModelMeasures) -> np.ndarray:
+    """:func:`edelman_weight` of every matrix of ``measures``, shape (#matrices,)."""
+    return edelman_weight([mm.role for mm in measures.matrices], [mm.gamma for mm in measures.matrices])
 
 
 def xi_per_layer(measures: ModelMeasures, matrix_norms: np.ndarray) -> np.ndarray:
@@ -39,8 +53,24 @@ def xi_per_layer(measures: ModelMeasures, matrix_norms: np.ndarray) -> np.ndarra
 
 
 def chain_value(measures: ModelMeasures, xi: np.ndarray) -> float:
-    """``(1 + sum_l alpha_l^(2/3) xi_l)^(3/2)``."""
-    return float((1.0 + np.sum(measures.alphas ** (2 / 3) * xi)) ** 1.5)
+    """``(1 + sum_l alpha_l^(2/3) xi_l)^(3/2)`` (``inf`` where it exceeds float64: see :func:`log_chain_value`)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = float((1.0 + np.sum(measures.alphas ** (2 / 3) * xi)) ** 1.5)
+    return value if math.isfinite(value) else math.inf
+
+
+def log_chain_value(measures: ModelMeasures, xi: np.ndarray) -> float:
+    """``ln`` of :func:`chain_value` from ``ln alpha_l``, exact at any depth."""
+    with np.errstate(divide="ignore"):
+        terms = (2 / 3) * measures.log_alphas + np.log(np.asarray(xi, dtype=np.float64))
+    return 1.5 * log_sum(np.append(terms, 0.0))
+
+
+def chain_result(measures: ModelMeasures, xi: np.ndarray, per_layer: dict) -> BoundResult:
+    """The chain bound's result: the product form where it is finite, its log form otherwise."""
+    value = chain_value(measures, xi)
+    log_value = None if value < math.inf else log_chain_value(measures, xi)
+    return BoundResult(value=value, log_value=log_value, per_layer=per_layer)
 
 
 def widest(measures: ModelMeasures) -> int:
@@ -56,13 +86,13 @@ def covering_log_factor(measures: ModelMeasures, n: int) -> float:
 
 def _compute(measures: ModelMeasures) -> BoundResult:
     xi = xi_per_layer(measures, np.array([mm.target.norm_2_1 for mm in measures.matrices]))
-    return BoundResult(value=chain_value(measures, xi), per_layer={"xi": xi})
+    return chain_result(measures, xi, {"xi": xi})
 
 
 EDELMAN = Bound(
     name="edelman",
     title="Edelman-style norm proxy",
-    reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, SPEC section 5)",
+    reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, docs/spec.md section 5)",
     compute=_compute,
     needs=("spectral_norm", "norm_2_1", "alpha"),
     log_factor=covering_log_factor,

@@ -25,7 +25,8 @@ from .chain import layer_factor, log_product, safe_exp
 def _compute(measures: ModelMeasures) -> BoundResult:
     factors = np.array([layer_factor(layer, measures.l_phi, lambda s: s.frobenius_norm)
                         for layer in measures.layers])
-    return BoundResult(value=safe_exp(log_product(factors)), per_layer={"lambda_frobenius": factors})
+    log_value = log_product(factors)
+    return BoundResult(value=safe_exp(log_value), log_value=log_value, per_layer={"lambda_frobenius": factors})
 
 
 BOUNDS = (Bound(

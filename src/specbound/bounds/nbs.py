@@ -11,7 +11,7 @@ The ``d^2`` counts the terms of the perturbation sum ``sum_i ||U_i||_2 / ||W_i||
 perturbed matrix) and ``h ln(dh)`` comes from the spectral norm of a Gaussian ``h x h`` perturbation
 with a union bound over the ``d`` matrices.  On the transformer chain (docs/bounds.md):
 
-* the product of spectral norms becomes ``prod_l Lambda_l`` (SPEC section 3);
+* the product of spectral norms becomes ``prod_l Lambda_l`` (docs/spec.md section 3);
 * the perturbed matrices are every analysed matrix, heads separately: ``D = #matrices``;
 * ``h = max(N, d_ff)``, the widest matrix; ``B = 1`` (unit-norm token rows).
 
@@ -48,7 +48,7 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     if total == 0:
         return BoundResult(value=0.0, per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})
     log_value = math.log(depth_width_factor(measures)) + log_lipschitz(measures) + 0.5 * math.log(total)
-    return BoundResult(value=safe_exp(log_value),
+    return BoundResult(value=safe_exp(log_value), log_value=log_value,
                        per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})
 
 

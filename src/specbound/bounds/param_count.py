@@ -1,6 +1,8 @@
 """Parameter counting: the number of stored weights in the analysed tensors.
 
-    P = L (N H d_h [query] + 2 N H_kv d_h [key, value] + H d_h N [output] + 2 N d_ff [feed-forward])
+    P = L (N H d_h [query] + 2 N H_kv d_h [key, value] + H d_h N [output] + k N d_ff [feed-forward])
+
+with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down).
 
 The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
 parameters).  Biases, normalisation parameters and embeddings are outside the analysed matrices and
@@ -17,7 +19,8 @@ from .base import Bound, BoundResult
 
 def parameter_count(measures: ModelMeasures) -> int:
     d = measures.dims
-    per_layer = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2 + 2 * d.N * d.d_ff
+    ff_matrices = 3 if d.feed_forward == "gated" else 2
+    per_layer = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2 + ff_matrices * d.N * d.d_ff
     return d.L * per_layer
 
 

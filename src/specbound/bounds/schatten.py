@@ -1,4 +1,4 @@
-"""The Schatten machinery of the spectrum-adaptive bound (SPEC sections 2 and 4), in one place:
+"""The Schatten machinery of the spectrum-adaptive bound (docs/spec.md sections 2 and 4), in one place:
 ``S_p`` over the singular values above the rank tolerance, the per-matrix term
 
     C(p) = S_p^(1/(p+2)) * scale^(p/(p+2)) * N^((p+1)/(p+2)),
@@ -18,7 +18,7 @@ from ..compute.spectra import MatrixSpectrum, rank_threshold
 
 
 def default_grid_m(L: int, N: int) -> int:
-    """``m = ceil(L + ln(max(N, 2)))`` (SPEC section 4)."""
+    """``m = ceil(L + ln(max(N, 2)))`` (docs/spec.md section 4)."""
     return int(math.ceil(L + math.log(max(N, 2))))
 
 
@@ -29,16 +29,37 @@ def schatten_grid(m: int) -> np.ndarray:
     return np.arange(2 * m + 1, dtype=np.float64) / m
 
 
-def contribution(schatten_power: float, p: float, scale: float, n: int) -> float:
-    """``C(p)`` from ``S_p`` (computed in logs: ``scale`` may be astronomically large)."""
-    if schatten_power <= 0.0:
-        return 0.0
-    log_c = (math.log(schatten_power) + p * math.log(scale) + (p + 1.0) * math.log(n)) / (p + 2.0)
-    return math.exp(log_c)
+def log_contribution(schatten_power, p, log_scale: float, n: int):
+    """``ln C(p) = (ln S_p + p ln scale + (p + 1) ln N) / (p + 2)``, the one home of the formula
+    (scalars or arrays of ``S_p`` and ``p``): exact whatever the size of ``scale``, ``p = 0`` never
+    multiplies it (``C(0) = sqrt(r N)`` is scale-free), and ``-inf`` for a zero matrix (``S_p = 0``)."""
+    powers, p = np.asarray(schatten_power, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logs = np.log(powers)
+    scaled = np.where(p == 0, 0.0, p * log_scale)
+    out = np.where(powers > 0, (logs + scaled + (p + 1.0) * math.log(n)) / (p + 2.0), -np.inf)
+    return float(out) if out.ndim == 0 else out
+
+
+def safe_exp(log_value: float) -> float:
+    """``exp`` that returns ``inf`` instead of raising on overflow (``0`` for ``-inf``)."""
+    try:
+        return math.exp(log_value)
+    except OverflowError:
+        return math.inf
+
+
+def log_sum(log_values) -> float:
+    """``ln sum_i exp(x_i)`` without overflow (``-inf`` for no terms or all ``-inf``)."""
+    x = np.asarray(log_values, dtype=np.float64)
+    if x.size == 0 or not np.any(x > -np.inf):
+        return -math.inf
+    top = float(np.max(x))
+    return top + math.log(float(np.sum(np.exp(x - top))))
 
 
 def kept_values(singular_values: np.ndarray, dim: int, rank_tol: float) -> np.ndarray:
-    """The singular values above the rank tolerance ``tau`` (SPEC section 2): those ``S_p`` sums over.
+    """The singular values above the rank tolerance ``tau`` (docs/spec.md section 2): those ``S_p`` sums over.
 
     Only these count, so that ``S_p -> S_0 = r`` as ``p -> 0`` and rounding noise (a dense SVD of a
     rank-64 ``768 x 768`` product returns 704 values near ``1e-15``, each worth ``0.16`` at
@@ -48,7 +69,9 @@ def kept_values(singular_values: np.ndarray, dim: int, rank_tol: float) -> np.nd
 
 
 def kept_singular_values(spectrum: MatrixSpectrum, rank_tol: float) -> np.ndarray:
-    """:func:`kept_values` of a spectrum."""
+    """:func:`kept_values` of a spectrum (a rotary head's certified envelope as it is: ``spectrum.kept``)."""
+    if spectrum.kept is not None:
+        return spectrum.kept
     return kept_values(spectrum.singular_values, spectrum.dim, rank_tol)
 
 
@@ -72,31 +95,39 @@ def grid_minimum(curve: "ContributionCurve", grid: np.ndarray) -> tuple[float, f
 class ContributionCurve:
     """``p -> C(p)`` for one matrix; only singular values above the rank tolerance count."""
 
-    def __init__(self, spectrum: MatrixSpectrum, scale: float, n: int, rank_tol: float):
+    def __init__(self, spectrum: MatrixSpectrum, *, log_scale: float, n: int, rank_tol: float):
         self.kept = kept_singular_values(spectrum, rank_tol)
-        self.scale, self.n = scale, n
+        self.log_scale, self.n = float(log_scale), n
 
     @classmethod
-    def from_kept(cls, kept: np.ndarray, scale: float, n: int) -> "ContributionCurve":
+    def from_kept(cls, kept: np.ndarray, *, log_scale: float, n: int) -> "ContributionCurve":
         """A curve over singular values already filtered by the rank tolerance."""
         curve = cls.__new__(cls)
-        curve.kept, curve.scale, curve.n = np.asarray(kept, dtype=np.float64), scale, n
+        curve.kept, curve.log_scale, curve.n = np.asarray(kept, dtype=np.float64), float(log_scale), n
         return curve
 
     def schatten(self, p: float) -> float:
         return schatten_of_kept(self.kept, p)
 
-    def __call__(self, p: float) -> float:
-        return contribution(self.schatten(p), p, self.scale, self.n)
+    def log_at(self, p: float) -> float:
+        """``ln C(p)`` (``-inf`` for a zero matrix)."""
+        return log_contribution(self.schatten(p), p, self.log_scale, self.n)
 
-    def on_grid(self, grid: np.ndarray) -> np.ndarray:
-        """``C(p)`` for every ``p`` of ``grid`` at once (the same formula as :func:`contribution`)."""
+    def __call__(self, p: float) -> float:
+        return safe_exp(self.log_at(p))
+
+    def log_on_grid(self, grid: np.ndarray) -> np.ndarray:
+        """``ln C(p)`` for every ``p`` of ``grid`` at once (the formula of :func:`log_contribution`)."""
         grid = np.asarray(grid, dtype=np.float64)
         if self.kept.size == 0:
-            return np.zeros_like(grid)
+            return np.full_like(grid, -np.inf)
         powers = np.where(grid == 0, float(self.kept.size), (self.kept[None, :] ** grid[:, None]).sum(axis=1))
-        log_c = (np.log(powers) + grid * math.log(self.scale) + (grid + 1.0) * math.log(self.n)) / (grid + 2.0)
-        return np.exp(log_c)
+        return log_contribution(powers, grid, self.log_scale, self.n)
+
+    def on_grid(self, grid: np.ndarray) -> np.ndarray:
+        """``C(p)`` for every ``p`` of ``grid``; ``inf`` where it exceeds float64 (never at ``p = 0``)."""
+        with np.errstate(over="ignore"):
+            return np.exp(self.log_on_grid(grid))
 
     def continuous_minimum(self) -> tuple[float, float]:
         """``(p, C(p))`` minimising ``C`` over all of ``[0, 2]`` (see :func:`continuous_minima`)."""
@@ -135,7 +166,7 @@ def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
         top = np.where(mask, logs, -np.inf).max(axis=1, initial=-np.inf)
         top = np.where(ranks > 0, top, 0.0)
         shifted = np.where(mask, logs - top[:, None], 0.0)  # <= 0: no overflow in exp
-        slope = np.array([math.log(c.scale) + math.log(c.n) for c in curves])  # d/dp of the linear part
+        slope = np.array([c.log_scale + math.log(c.n) for c in curves])  # d/dp of the linear part
         log_n = np.array([math.log(c.n) for c in curves])
         live = ranks > 0
 

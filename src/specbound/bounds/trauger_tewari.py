@@ -4,7 +4,7 @@ Trauger & Tewari, "Sequence Length Independent Norm-Based Generalization Bounds 
 Transformers", AISTATS 2024 (arXiv:2310.13088), bound the covering numbers of the linear maps in a
 transformer with entrywise (1,1)-norm constraints (a Zhang 2002-style covering, dimension only in a
 log, independent of sequence length).  We use that norm in the chain structure of the Edelman-style
-proxy (SPEC section 5), with the same weights and downstream factors:
+proxy (docs/spec.md section 5), with the same weights and downstream factors:
 
     xi11_l = sum_h [(c_out c_in c(OV_h) ||QK_h||_{1,1})^(2/3) + (c_out c_in ||OV_h||_{1,1})^(2/3)]
              + (c_out ||FF_in||_{1,1})^(2/3) + ||FF_out||_{1,1}^(2/3)
@@ -22,18 +22,18 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .edelman import chain_value, covering_log_factor, xi_per_layer
+from .edelman import chain_result, covering_log_factor, xi_per_layer
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
     xi = xi_per_layer(measures, np.array([mm.target.norm_1_1 for mm in measures.matrices]))
-    return BoundResult(value=chain_value(measures, xi), per_layer={"xi_1_1": xi})
+    return chain_result(measures, xi, {"xi_1_1": xi})
 
 
 BOUNDS = (Bound(
     name="l11_proxy",
     title="(1,1)-norm proxy (Trauger & Tewari style)",
-    reference="after Trauger & Tewari, AISTATS 2024 ((1,1)-norm covering), in the chain of SPEC section 5",
+    reference="after Trauger & Tewari, AISTATS 2024 ((1,1)-norm covering), in the chain of docs/spec.md section 5",
     compute=_compute,
     group="baselines",
     needs=("spectral_norm", "norm_1_1", "alpha"),

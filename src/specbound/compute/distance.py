@@ -1,11 +1,15 @@
 """Spectra of ``W - W0``: the matrices measured from initial weights ``W0``.
 
-A per-head difference stays a thin product (SPEC section 1): with head factors ``A, B`` and their
+A per-head difference stays a thin product (docs/spec.md section 1): with head factors ``A, B`` and their
 initial values ``A0, B0`` (each ``d x N``),
 
-    A.T B - A0.T B0 = [A; -A0].T [B; B0],
+    A.T B - A0.T B0 = (A - A0).T B + A0.T (B - B0) = [A - A0; A0].T [B; B - B0],
 
-a product of two ``2d x N`` factors, rank at most ``2d``.  Its spectrum and column norms come from
+a product of two ``2d x N`` factors, rank at most ``2d``.  The factors carry the differences
+``A - A0`` and ``B - B0`` themselves, not ``A`` and ``-A0``: equal weights give exactly zero blocks,
+so ``W = W0`` has exactly the zero spectrum (every product in the core is ``0 * x``), and close
+weights lose no digits to cancellation (``[A; -A0].T [B; B0]`` subtracts two products of size
+``|W|`` in the core's round-off, ``~1e-16 |W|``, which ``alpha`` then multiplies).  Its spectrum and column norms come from
 the ``2d x 2d`` core exactly as for ``A.T B`` (:func:`~specbound.compute.spectra.factored_spectra` on the
 factors stacked along ``d``).  Feed-forward differences are dense.
 """
@@ -20,8 +24,12 @@ from .spectra import dense_spectrum, factored_spectra
 
 
 def stacked_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, b0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Factors ``([A; -A0], [B; B0])`` of ``A.T B - A0.T B0``, each (H, 2d, N)."""
-    return np.concatenate([a, -a0], axis=1), np.concatenate([b, b0], axis=1)
+    """Factors ``([A - A0; A0], [B; B - B0])`` of ``A.T B - A0.T B0``, each (H, 2d, N).
+
+    Exact for equal weights (both products vanish term by term) and free of cancellation for
+    close ones: the difference is formed on the factors, entry by entry, before any product.
+    """
+    return np.concatenate([a - a0, a0], axis=1), np.concatenate([b, b - b0], axis=1)
 
 
 def difference_spectra(weights: LayerWeights, init: LayerWeights, *, group: int = 1, method: str = "factored",

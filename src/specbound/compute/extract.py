@@ -1,39 +1,19 @@
-"""From checkpoint tensors to the matrices the bounds see (SPEC section 1), one layer at a time.
-
-Every checkpoint tensor is accounted for before any number is computed: it is either a role
-tensor of some layer or matched by one of the family's ignore patterns; anything else, and any
-missing or mis-shaped role tensor, is an error.
+"""From checkpoint tensors to the matrices the bounds see (docs/spec.md section 1), one layer at a time:
+per-head factors in row-vector orientation, float64, fused QKV split, feed-forward matrices read
+lazily.  The checkpoint has been accounted for already (:mod:`specbound.archs.binding`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from ..archs.binding import ModelDims
 from ..archs.spec import ArchSpec
 from ..io import Checkpoint
 from ..errors import SpecboundError
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """Dimensions read from config.json through the family's spec."""
-
-    L: int
-    N: int
-    H: int
-    H_kv: int
-    d_head: int
-    d_ff: int
-    activation: str | None = None
-    block: str = "sequential"
-    feed_forward: str = "plain"
-    stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
-
-    def stored_layer(self, layer: int) -> int:
-        return layer if self.stored is None else self.stored[layer]
 
 
 @dataclass
@@ -57,125 +37,6 @@ class LayerWeights:
     v: np.ndarray
     o: np.ndarray
     ff: Mapping[str, np.ndarray]
-
-
-def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
-    def need(field: str, optional: bool = False) -> int | None:
-        value = spec.config_value(config, field)
-        if optional and value is None:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            keys = " or ".join(spec.config_keys[field])
-            raise SpecboundError(
-                f"config.json needs a positive integer {keys} for the {spec.family} family, found {value!r}"
-            )
-        return value
-
-    L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
-    if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
-        d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
-    else:
-        d_ff = need("ff_size")
-    head_dim = need("head_dim", optional=True)
-    d_head = head_dim or (N // H)
-    if not head_dim and N % H:
-        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
-                             f"head size is undefined: fix the config to match the saved model")
-    H_kv = need("num_kv_heads", optional=True) or H
-    if H % H_kv:
-        raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
-    activation = spec.config_value(config, "activation")
-    stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
-    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
-                     activation=activation if isinstance(activation, str) else None,
-                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored)
-
-
-def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
-    """``H_kv`` from the stored key weight when config.json does not name it (Mistral's and Qwen2's
-    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``)."""
-    if "k" not in spec.tensors or spec.config_value(ckpt.config, "num_kv_heads") is not None \
-            or "num_kv_heads" not in spec.config_keys:
-        return dims
-    rule = spec.tensors["k"]
-    shape = ckpt.shape(rule.name_for(0, prefix))
-    rows = shape[0] if rule.layout == "linear" else shape[-1]
-    if len(shape) == 2 and rows % dims.d_head == 0 and dims.H % (rows // dims.d_head) == 0:
-        return replace(dims, H_kv=rows // dims.d_head)
-    return dims
-
-
-def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
-    """Row-vector-orientation shape of each role's matrix."""
-    hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
-    return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
-            "o": (hd, dims.N), "ff_in": (dims.N, dims.d_ff), "ff_gate": (dims.N, dims.d_ff),
-            "ff_up": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
-
-
-def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
-    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0.
-
-    One of the spec's prefixes, else a wrapper module's attribute path before one of them
-    (``m.`` for a model wrapped for ONNX export, ``module.`` for a DataParallel state dict), when
-    exactly one such path holds the layer-0 query weight; every other tensor must still be a role
-    tensor or ignored (:func:`account_for_tensors`).
-    """
-    names = set(ckpt.names)
-    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
-    for prefix in spec.prefixes:
-        if probe.name_for(0, prefix) in names:
-            return prefix
-    bare = probe.name_for(0)
-    wrapped = sorted({n[:-len(bare)] for n in names if n.endswith("." + bare)})
-    if len(wrapped) == 1:
-        return wrapped[0]
-    tried = [probe.name_for(0, p) for p in spec.prefixes]
-    if wrapped:
-        raise SpecboundError(
-            f"ambiguous checkpoint: {ckpt.location} holds the {spec.family} family's layer-0 query weight "
-            f"under {len(wrapped)} prefixes ({', '.join(repr(w) for w in wrapped)}): it holds more than one "
-            f"model; save the one to analyse on its own"
-        )
-    raise SpecboundError(
-        f"missing tensor: {ckpt.location} has none of {tried} (the {spec.family} family's layer-0 "
-        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names "
-        f"(`specbound arch infer SOURCE` drafts one)"
-    )
-
-
-def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
-    """Check that every role tensor exists with the right shape and every other tensor is ignored."""
-    expected = _expected_shapes(dims)
-    names = set(ckpt.names)
-    wanted = {}
-    for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
-        for role, rule in spec.tensors.items():
-            wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
-    for name, (role, layout, layer) in wanted.items():
-        if name not in names:
-            raise SpecboundError(
-                f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
-                f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
-            )
-        stored = ckpt.shape(name)
-        rows, cols = expected[role]
-        layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
-        want = (cols, rows) if layout == "linear" else (rows, cols)
-        if stored != want:
-            raise SpecboundError(
-                f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
-                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
-                f"{layout} {role} weight: the config does not describe these weights"
-            )
-    stray = [n for n in names if n not in wanted and not spec.is_ignored(n, prefix)]
-    if stray:
-        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
-        raise SpecboundError(
-            f"unaccounted tensors in {ckpt.location}: {shown} are neither a {spec.family} role tensor "
-            f"nor ignored by its spec ({spec.origin}); add them to the spec's ignore list or use "
-            f"--arch-spec FILE"
-        )
 
 
 def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
@@ -250,3 +111,41 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
         ff=ff,
     )
+
+
+def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tuple[int, int | None, str], str]:
+    """Which checkpoint tensor(s) each analysed matrix is made of, by ``(layer, head, role)``.
+
+    ``QK`` of head ``h`` is ``q[...]|k[...]``, ``OV`` is ``v[...]|o[...]``: each tensor's name with the
+    head's slice of its head axis in brackets (the output features of q, k, v; the input features
+    of o; a fused qkv's slice of its output axis); a feed-forward matrix is its tensor's name.  A
+    shared layer (ALBERT) names the stored layer it reads.
+
+    Returns
+    -------
+    dict mapping ``(layer, head or None, role)`` to the names, ``|``-separated.
+    """
+    d, H, H_kv = dims.d_head, dims.H, dims.H_kv
+    group = H // H_kv
+    out: dict[tuple[int, int | None, str], str] = {}
+    for layer in range(dims.L):
+        stored = dims.stored_layer(layer)
+        name = lambda role: spec.tensors[role].name_for(stored, prefix)  # noqa: E731
+        for h in range(H):
+            g = h // group  # the key/value head query head h uses
+            if "qkv" in spec.tensors:
+                fused = name("qkv")
+                if spec.tensors["qkv"].fused == "per_head":
+                    q0, k0, v0 = 3 * h * d, 3 * h * d + d, 3 * h * d + 2 * d
+                else:
+                    q0, k0, v0 = h * d, H * d + g * d, H * d + H_kv * d + g * d
+                q, k, v = (f"{fused}[{a}:{a + d}]" for a in (q0, k0, v0))
+            else:
+                q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
+                k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
+            out[(layer, h, "QK")] = f"{q}|{k}"
+            out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]"
+        for role in FF_ROLES:
+            if role in spec.tensors:
+                out[(layer, None, "FF_" + role[3:])] = name(role)
+    return out

@@ -13,25 +13,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SpecboundError
-from ..options import DEFAULT_GRAM_RTOL, METHODS
+from ..options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, METHODS
 from .extract import LayerWeights
-from .propagation import LayerNorms
+from .propagation import LayerSpectralNorms
+from .rotary import RotaryLayout, rotary_qk_envelope
 from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
 
 
 @dataclass(frozen=True)
 class LayerSpectra:
     """Spectra of one layer's matrices: per query head for QK/OV, one per feed-forward role
-    (``FF_in``/``FF_out``, or ``FF_gate``/``FF_up``/``FF_out``), and the block structure."""
+    (``FF_in``/``FF_out``, or ``FF_gate``/``FF_up``/``FF_out``), and the block structure.
+
+    With rotary position embeddings ``qk`` holds each head's quantities valid at every relative
+    position (:func:`rotary_qk_spectra`) and ``qk_rotation_blind`` those of ``W_Q^T W_K``."""
 
     layer: int
     qk: list[MatrixSpectrum]
     ov: list[MatrixSpectrum]
     ff: dict[str, MatrixSpectrum]
     block: str = "sequential"
+    qk_rotation_blind: list[MatrixSpectrum] | None = None  # rotary models: W_Q^T W_K as if unrotated
 
-    def norms(self) -> LayerNorms:
-        return LayerNorms(
+    def norms(self) -> LayerSpectralNorms:
+        return LayerSpectralNorms(
             qk=np.array([s.spectral_norm for s in self.qk]),
             ov=np.array([s.spectral_norm for s in self.ov]),
             ff={role: s.spectral_norm for role, s in self.ff.items()},
@@ -44,7 +49,7 @@ def attention_spectra(weights: LayerWeights, *, method: str = "factored", group:
                       with_norm_1_1: bool = True, device: str = "numpy") -> tuple[list, list]:
     """Spectra of one layer's per-head QK and OV matrices.
 
-    ``method="factored"`` uses the ``d_h x d_h`` cores (SPEC section 1); ``"dense"`` materialises
+    ``method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1); ``"dense"`` materialises
     every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
     benchmark's baseline, always in NumPy).  ``group`` is the number of query heads per key/value
     head; ``device`` where the factored method runs.
@@ -57,6 +62,23 @@ def attention_spectra(weights: LayerWeights, *, method: str = "factored", group:
         return ([dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)],
                 [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)])
     raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def rotary_qk_spectra(weights: LayerWeights, kv: np.ndarray, layout: RotaryLayout, *,
+                      rank_tol: float = DEFAULT_RANK_TOL) -> list[MatrixSpectrum]:
+    """Per query head, a QK "spectrum" that holds for ``W_Q^T M(delta) W_K`` at every relative offset
+    ``|delta| < max_positions`` (docs/rotary.md): the spectral norm's maximum over the offsets (exact
+    from the ``d_h x d_h`` cores where affordable, else ``||W_Q|| ||W_K||``), the Horn envelope
+    ``s_i(W_Q) s_i(W_K)`` whose powers bound ``S_p`` for every ``p > 0`` and whose count bounds the
+    rank, and (2,1)- and (1,1)-norm bounds valid for every rotation.  Shapes: ``weights.q``
+    ``(H, d_h, N)``, ``weights.k`` ``(H_kv, d_h, N)``, ``kv`` ``(H,)``."""
+    n = weights.q.shape[2]
+    try:
+        envelopes = rotary_qk_envelope(weights.q, weights.k, kv, layout, rank_tol=rank_tol)
+    except ValueError as exc:
+        raise SpecboundError(f"rotary layout does not fit layer {weights.layer}: {exc}") from None
+    return [MatrixSpectrum((n, n), e.envelope, e.norm_2_1_sup, e.norm_1_1_bound, sv_method="rotary_envelope",
+                           kept=e.kept_envelope, spectral_sup=e.spectral_sup) for e in envelopes]
 
 
 def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEFAULT_GRAM_RTOL,
@@ -88,20 +110,27 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEF
 
 def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
                   block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL,
-                  release: bool = False, device: str = "numpy", prefetch: bool = False) -> LayerSpectra:
+                  release: bool = False, rotary: RotaryLayout | None = None,
+                  rank_tol: float = DEFAULT_RANK_TOL, device: str = "numpy", prefetch: bool = False) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices (the dense method always uses
     the SVD for feed-forward too).
 
-    ``release``: drop ``weights``' attention factors once their spectra are computed, so that one
+    ``rotary``: the model's rotary layout (QK quantities valid at every relative position; the
+    rotation-blind ones are kept in ``qk_rotation_blind``); ``rank_tol`` the rank tolerance their
+    certified envelopes are cut at.  ``release``: drop ``weights``' attention factors once their spectra are computed, so that one
     wide matrix is alive at a time while the feed-forward matrices are read (for weights read just
     for this call, as :func:`model_layer_spectra` does).  ``device``: where the linear algebra runs
     (:mod:`.spectra`).  ``prefetch``: read each feed-forward matrix while the previous one's
     spectrum is computed (see :func:`feed_forward_spectra`).
     """
     qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1, device=device)
+    blind = None
+    if rotary is not None:  # every QK quantity must hold at every relative position
+        blind = qk
+        qk = rotary_qk_spectra(weights, np.arange(weights.q.shape[0]) // group, rotary, rank_tol=rank_tol)
     ff_matrices = weights.ff
     if release:
         weights.q = weights.k = weights.v = weights.o = None
     ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol,
                               device=device if method == "factored" else "numpy", prefetch=prefetch)
-    return LayerSpectra(weights.layer, qk, ov, ff, block)
+    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)

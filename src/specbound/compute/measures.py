@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .extract import ModelDims
+from ..archs.binding import ModelDims
 from .layer_spectra import LayerSpectra
-from .propagation import downstream_factors, layer_lipschitz, sensitivities
+from .propagation import downstream_factors, layer_lipschitz, log_downstream_factors, sensitivities
 from .spectra import MatrixSpectrum
 
 ROLE_ORDER = ("QK", "OV", "FF_in", "FF_gate", "FF_up", "FF_out")
@@ -30,6 +31,8 @@ class MatrixMeasure:
     alpha: float
     gamma: float
     scale: float
+    log_alpha: float = 0.0
+    log_scale: float = 0.0
     delta: MatrixSpectrum | None = None
 
     @property
@@ -48,12 +51,18 @@ class ModelMeasures:
     l_phi : float
         Activation Lipschitz constant used in ``Lambda``.
     rank_tol : float
-        Relative tolerance of the numerical rank (SPEC section 2).
+        Relative tolerance of the numerical rank (docs/spec.md section 2).
     grid_m : int
         Resolution of the post-hoc Schatten grid ``{0, 1/m, ..., 2}``.
     layers : list of LayerSpectra
     lambdas, alphas : ndarray, shape (L,)
+        ``alphas`` is ``inf`` where the product overflows float64.
+    log_alphas : ndarray, shape (L,)
+        ``ln alpha_l``, exact at any depth: what the bounds read.
     matrices : list of MatrixMeasure
+    rotation_blind : ModelMeasures, optional
+        Rotary models: the same measures with every QK head's rotation-blind ``W_Q^T W_K`` (the
+        ``*_rotation_blind`` variants read it; None for other models).
         Layer by layer: QK heads, OV heads, FF_in, FF_out.
     """
 
@@ -64,7 +73,9 @@ class ModelMeasures:
     layers: list[LayerSpectra]
     lambdas: np.ndarray
     alphas: np.ndarray
+    log_alphas: np.ndarray
     matrices: list[MatrixMeasure]
+    rotation_blind: "ModelMeasures | None" = None
 
     @property
     def from_init(self) -> bool:
@@ -97,18 +108,43 @@ def _role_order(layer: LayerSpectra) -> list[MatrixSpectrum]:
 
 def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_tol: float,
             grid_m: int) -> ModelMeasures:
-    """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix."""
+    """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix, each also as its
+    natural log (``log_scale`` is floored at ``ln`` of the smallest positive float, like ``scale``)."""
     norms = [layer.norms() for layer in layers]
     lambdas = np.array([layer_lipschitz(n, l_phi) for n in norms])
     alphas = downstream_factors(lambdas)
-    tiny = np.finfo(np.float64).tiny
+    log_alphas = log_downstream_factors(lambdas)
     matrices = []
-    for layer, n, alpha in zip(layers, norms, alphas):
+    for layer, n, alpha, log_alpha in zip(layers, norms, alphas, log_alphas):
         gamma = sensitivities(n)
         entries = ([("QK", h, s, gamma["QK"][h]) for h, s in enumerate(layer.qk)]
                    + [("OV", h, s, gamma["OV"][h]) for h, s in enumerate(layer.ov)]
                    + [(role, None, s, gamma[role]) for role, s in layer.ff.items()])
         for role, head, spectrum, g in entries:
-            scale = max(float(g) * float(alpha) * dims.L, tiny)
-            matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale))
-    return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, matrices)
+            scale, log_scale = scale_and_log(float(g), float(alpha), float(log_alpha), dims.L)
+            matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale,
+                                          float(log_alpha), log_scale))
+    blind = None
+    if any(layer.qk_rotation_blind is not None for layer in layers):  # rotary: also as if unrotated
+        blind = measure([replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None) for layer in layers],
+                        dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
+    return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, log_alphas, matrices,
+                         rotation_blind=blind)
+
+
+_TINY = np.finfo(np.float64).tiny
+LOG_TINY = math.log(_TINY)
+
+
+def scale_and_log(gamma: float, alpha: float, log_alpha: float, L: int) -> tuple[float, float]:
+    """``(scale, ln scale)`` with ``scale = max(gamma* alpha L, tiny)`` (docs/spec.md section 3): the
+    product where it is a normal float (so its log is that of the product form to the last bit),
+    else from logs (``scale`` is then ``inf``, or ``tiny`` after an underflow)."""
+    with np.errstate(over="ignore"):
+        scale = gamma * alpha * L
+    if _TINY <= scale < math.inf:
+        return scale, math.log(scale)
+    if gamma <= 0 or log_alpha == -math.inf:
+        return _TINY, LOG_TINY
+    log_scale = max(math.log(gamma) + log_alpha + math.log(L), LOG_TINY)
+    return (math.inf if log_scale > LOG_TINY else _TINY), log_scale

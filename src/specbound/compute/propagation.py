@@ -1,4 +1,4 @@
-"""How a perturbation of one matrix propagates through the network (SPEC section 3).
+"""How a perturbation of one matrix propagates through the network (docs/spec.md section 3).
 
 Under the paper's assumptions (unit-norm token rows, normalisation as projection onto the unit
 ball, biases ignored), a BERT-style layer ``x -> FF(Attn(x))`` is Lipschitz with constant
@@ -26,7 +26,7 @@ DEFAULT_L_PHI = 1.13
 
 
 @dataclass(frozen=True)
-class LayerNorms:
+class LayerSpectralNorms:
     """Observed spectral norms of one layer's matrices.
 
     Attributes
@@ -52,7 +52,7 @@ def activation_lipschitz(activation: str | None) -> tuple[float, str]:
     return DEFAULT_L_PHI, f"default (hidden_act={activation!r} not in the table)"
 
 
-def attention_lipschitz(norms: LayerNorms) -> float:
+def attention_lipschitz(norms: LayerSpectralNorms) -> float:
     """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows)."""
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
@@ -66,22 +66,38 @@ def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
-def layer_lipschitz(norms: LayerNorms, l_phi: float) -> float:
-    """``Lambda_k``: attention then feed-forward multiply (SPEC section 3); parallel blocks add."""
+def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
+    """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add."""
     attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
     return attention + ff if norms.block == "parallel" else attention * ff
 
 
 def downstream_factors(lambdas: np.ndarray) -> np.ndarray:
-    """``alpha_l = prod_{k=l+1}^{L-1} Lambda_k`` (``alpha_{L-1} = 1``), shape (L,)."""
+    """``alpha_l = prod_{k=l+1}^{L-1} Lambda_k`` (``alpha_{L-1} = 1``), shape (L,); ``inf`` where the
+    product exceeds float64 (every bound reads :func:`log_downstream_factors` instead)."""
     lambdas = np.asarray(lambdas, dtype=np.float64)
     alphas = np.ones_like(lambdas)
-    for l in range(lambdas.size - 2, -1, -1):
-        alphas[l] = alphas[l + 1] * lambdas[l + 1]
+    with np.errstate(over="ignore"):
+        for l in range(lambdas.size - 2, -1, -1):
+            alphas[l] = alphas[l + 1] * lambdas[l + 1]
     return alphas
 
 
-def sensitivities(norms: LayerNorms) -> dict[str, np.ndarray | float]:
+def log_downstream_factors(lambdas: np.ndarray) -> np.ndarray:
+    """``ln alpha_l = sum_{k>l} ln Lambda_k``, shape (L,): exact whatever the depth (``-inf`` after a
+    zero factor).  Where ``alpha_l`` itself is a normal float, its ``ln`` is taken directly, so the
+    numbers of models that do not overflow are those of the product form to the last bit."""
+    lambdas = np.asarray(lambdas, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        logs = np.log(lambdas)
+    tail = np.concatenate([np.cumsum(logs[:0:-1])[::-1], [0.0]]) if lambdas.size else np.zeros(0)
+    direct = downstream_factors(lambdas)
+    normal = (direct >= np.finfo(np.float64).tiny) & np.isfinite(direct)
+    with np.errstate(divide="ignore"):
+        return np.where(normal, np.log(np.where(normal, direct, 1.0)), tail)
+
+
+def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     """``gamma*`` per role: arrays over heads for ``QK``/``OV``, floats for feed-forward.
 
     As in the reference code, activation constants are set to 1 here (they enter ``Lambda`` only):
@@ -101,3 +117,7 @@ def sensitivities(norms: LayerNorms) -> dict[str, np.ndarray | float]:
     else:
         gamma.update({"FF_in": ff["FF_out"], "FF_out": 1.0})
     return gamma
+
+
+# The first round's name (it holds spectral norms, not LayerNorm parameters); kept working.
+LayerNorms = LayerSpectralNorms

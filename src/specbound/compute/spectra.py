@@ -1,4 +1,4 @@
-"""Exact spectra and norms of the matrices the bounds see (SPEC sections 1-2).
+"""Exact spectra and norms of the matrices the bounds see (docs/spec.md sections 1-2).
 
 Two kinds of matrix arrive here:
 
@@ -57,6 +57,13 @@ class MatrixSpectrum:
         (eigenvalues of the smaller Gram matrix, see :func:`gram_singular_values`).
     sv_rel_error_bound : float
         Proven bound on ``|s_hat_i - s_i| / s_hat_i`` for the ``"gram"`` method (0 otherwise).
+    kept : ndarray, optional
+        When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
+        head's envelope, ``sv_method="rotary_envelope"``: certified upper bounds that must not be
+        thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
+    spectral_sup : float, optional
+        When set, the spectral norm reported and propagated (a rotary head: the largest spectral
+        norm over every relative position, exact or bounded); None: ``singular_values[0]``.
     """
 
     shape: tuple[int, int]
@@ -65,6 +72,8 @@ class MatrixSpectrum:
     norm_1_1: float
     sv_method: str = "svd"
     sv_rel_error_bound: float = 0.0
+    kept: np.ndarray | None = None
+    spectral_sup: float | None = None
 
     @property
     def dim(self) -> int:
@@ -73,6 +82,8 @@ class MatrixSpectrum:
 
     @property
     def spectral_norm(self) -> float:
+        if self.spectral_sup is not None:
+            return float(self.spectral_sup)
         s = self.singular_values
         return float(s[0]) if s.size else 0.0
 
@@ -91,7 +102,7 @@ class MatrixSpectrum:
 
 
 def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> float:
-    """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (SPEC section 2)."""
+    """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (docs/spec.md section 2)."""
     s1 = float(singular_values[0]) if singular_values.size else 0.0
     return rank_tol * max(dim, 1) * max(s1, 1.0)
 

@@ -5,15 +5,23 @@ one at a time, upcast to float64 and checked for NaN/Inf (one module per format 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+# Bytes per stored value, by safetensors dtype code; an unknown code counts as 1 (the least a
+# declared value can take, so the size check never refuses a tensor that could fit).
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+# JSON nesting beyond this is refused before parsing (Python's parser recurses once per level, and
+# a real config.json or shard index is a few levels deep).
+MAX_JSON_DEPTH = 200
 
 
 class Checkpoint:
@@ -32,6 +40,8 @@ class Checkpoint:
 
     location: str
     config: dict[str, Any]
+    # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
+    config_path: Path | None = None
     # Layers analysed in parallel threads read one tensor at a time: loaded pickle shards, ONNX
     # graphs and in-memory tensors are shared state.  Safetensors reads open their own file handle
     # and overlap (SafetensorsCheckpoint).
@@ -61,14 +71,59 @@ class Checkpoint:
         """The file (or object) holding ``name``, for messages."""
         return self.location
 
+    def files(self) -> list[Path]:
+        """The files holding the weights, sorted (empty for an in-memory model): what a sweep hashes
+        into a record's key, and the bytes any declared tensor size must fit in."""
+        return []
+
+    def _stored_in(self, name: str) -> Path | None:
+        """The file holding ``name``'s bytes (None: in memory, or not one file)."""
+        return None
+
+    def check_size(self, name: str) -> int:
+        """The number of values of ``name``, checked against what holds it, before anything is
+        allocated: the one place every declared size is bounded.
+
+        A checkpoint's header, pickle or graph declares each tensor's shape; a hostile or corrupt
+        one may declare 10^12 values in a 2 kB file (a lying header, a stride-0 pickled tensor).
+        The stored values must fit in the file that holds them (the weight files together, when
+        the format does not say which one), and their float64 copy in the memory available now.
+        """
+        shape = self.shape(name)
+        if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+            raise SpecboundError(f"tensor {name!r} in {self.where(name)} declares the shape {shape}: expected "
+                                 f"non-negative integer dimensions; the checkpoint is corrupt, re-save it")
+        count = math.prod(int(d) for d in shape)
+        stored = count * _ITEMSIZE.get(self.dtype(name), 1)
+        # A missing file is left to the reader, whose message says which file and why.
+        holders = [self._stored_in(name)] if self._stored_in(name) is not None else self.files()
+        with os_errors(f"check the size of {self.where(name)}"):
+            held = sum(p.stat().st_size for p in holders if p.is_file()) if any(p.is_file() for p in holders) else None
+        if held is not None and stored > held:
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} declares the shape {tuple(int(d) for d in shape)} "
+                f"({stored:,} bytes as {self.dtype(name)}) but its file holds {held:,} bytes: the header or "
+                f"pickle lies about the tensor's size (a corrupt or hostile file); re-save the checkpoint"
+            )
+        free = available_memory()
+        if free is not None and 8 * count > free:
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
+                f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available; use a "
+                f"machine with more memory"
+            )
+        return count
+
     def read(self, name: str) -> np.ndarray:
         """The tensor ``name`` as a float64 array; NaN/Inf is an error naming the tensor.
 
         Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
         8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
         """
-        with self._read_lock:  # layers analysed in parallel threads (see _read_lock)
+        with self._read_lock, os_errors(f"read tensor {name!r} from {self.where(name)}"):
             dtype = self.dtype(name)
+            if dtype in FLOAT_DTYPES:
+                self.check_size(name)
             raw = self._raw(name) if dtype in FLOAT_DTYPES else None
         if raw is None:
             raise SpecboundError(
@@ -94,17 +149,68 @@ class Checkpoint:
 
 
 
+def fingerprint(path: Path) -> str:
+    """Where a file is and which version of it: real path, size, mtime, ctime (ns) and inode.
+
+    The ctime is what makes it trustworthy: any write, truncation or ``utime`` sets it to the
+    current time and no user can set it back, so a same-size rewrite that restores the old mtime
+    still changes the fingerprint (on file systems with nanosecond timestamps: ext4, XFS, btrfs,
+    tmpfs, ZFS; a coarser one could miss a rewrite within its tick).
+    """
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new work (``MemAvailable``), None when unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def load_json(path: Path, what: str, fix: str) -> Any:
+    """``path`` decoded as JSON; any failure (unreadable, not UTF-8, not JSON, nested deeper than
+    ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and how to ``fix`` it."""
+    with os_errors(f"read the {what} {path}"):
+        text = path.read_bytes()
+    try:
+        text = text.decode("utf-8")
+        if _json_depth(text) > MAX_JSON_DEPTH:
+            raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+        return json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SpecboundError(f"cannot read the {what} {path} as JSON ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}); {fix}") from None
+
+
+def _json_depth(text: str) -> int:
+    """An upper bound of the nesting depth of a JSON text (brackets inside strings count too), or 0
+    when it has too few brackets to exceed ``MAX_JSON_DEPTH``; without recursion, so a deeply nested
+    document is refused before the recursive parser sees it."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # the usual case, counted in C
+        return 0
+    depth = best = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     cfg_path = folder / "config.json"
-    if not cfg_path.is_file():
+    if cfg_path.is_dir() or not cfg_path.exists():
         raise SpecboundError(
             f"{folder} has no config.json: a Hugging Face model folder needs config.json beside "
             f"its weights (save the model with save_pretrained)"
         )
-    try:
-        config = json.loads(cfg_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecboundError(f"cannot parse {cfg_path} as JSON: {exc}") from None
+    config = load_json(cfg_path, "model config", "re-save the model with save_pretrained")
     if not isinstance(config, dict):
         raise SpecboundError(f"{cfg_path} must hold a JSON object, found {type(config).__name__}")
     return config

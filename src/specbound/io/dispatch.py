@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
 from .base import Checkpoint, read_config
 from .safetensors_file import (SAFETENSORS_INDEX, SAFETENSORS_SINGLE, SafetensorsCheckpoint, safetensors_names,
                                safetensors_shards)
@@ -32,6 +32,12 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
         from .pytorch import from_memory
 
         return from_memory(source, config)
+    with os_errors(f"open the checkpoint {source}"):
+        ckpt = _open_path(source)
+    return ckpt
+
+
+def _open_path(source: str | os.PathLike) -> Checkpoint:
     path = Path(source).expanduser()
     if not path.exists():
         from .hub_cache import looks_like_hub_id, resolve_hub_id
@@ -45,19 +51,34 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
     if path.is_file():
         return _open_file(path)
     cfg = read_config(path)
+    _refuse_folders_named_like_files(path)
     shards = safetensors_shards(path)
     if shards is not None:
-        return SafetensorsCheckpoint(location=str(path), config=cfg, shards=shards)
+        return _with_config(SafetensorsCheckpoint(location=str(path), config=cfg, shards=shards), path)
     from .pytorch import pickle_shards  # torch only if the folder really holds pickles
 
     if any((path / n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
-        return _pickle_folder(path, cfg, pickle_shards)
+        return _with_config(_pickle_folder(path, cfg, pickle_shards), path)
     for onnx_file in (path / ONNX_SINGLE, path / ONNX_HUB):
         if onnx_file.is_file():
             from .onnx_graph import open_onnx
 
-            return open_onnx(onnx_file, cfg)
+            return _with_config(open_onnx(onnx_file, cfg), path)
     _no_weights(path)
+
+
+def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
+    ckpt.config_path = folder / "config.json"
+    return ckpt
+
+
+def _refuse_folders_named_like_files(folder: Path) -> None:
+    """A folder where a weights file or index belongs is an error naming it (not "no weights")."""
+    for name in (SAFETENSORS_SINGLE, SAFETENSORS_INDEX, "pytorch_model.bin", "pytorch_model.bin.index.json",
+                 str(ONNX_SINGLE)):
+        if (folder / name).is_dir():
+            raise SpecboundError(f"{folder / name} is a folder, not a file: a model folder holds its weights "
+                                 f"in the file {name}; move the folder away or put the weights file there")
 
 
 def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint:
@@ -82,14 +103,14 @@ def _open_file(path: Path) -> Checkpoint:
         folder = folder.parent  # the hub layout: onnx/model.onnx, config.json at the repository's root
     cfg = read_config(folder)
     if path.suffix == ".safetensors":
-        return SafetensorsCheckpoint(str(path), cfg, {n: path for n in safetensors_names(path)})
+        return _with_config(SafetensorsCheckpoint(str(path), cfg, {n: path for n in safetensors_names(path)}), folder)
     if path.suffix == ".onnx":
         from .onnx_graph import open_onnx
 
-        return open_onnx(path, cfg)
+        return _with_config(open_onnx(path, cfg), folder)
     from .pytorch import from_pickle_file
 
-    return from_pickle_file(path, cfg)
+    return _with_config(from_pickle_file(path, cfg), folder)
 
 
 

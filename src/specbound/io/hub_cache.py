@@ -12,9 +12,12 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
+from .shard_index import inside
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?$")
+# What a snapshot folder may be named: a commit hash (or a prefix), one path component.
+_COMMIT = re.compile(r"^[\w-][\w.-]{0,99}$")
 
 
 def cache_dir() -> Path:
@@ -53,10 +56,19 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
     if not snapshots.is_dir():
         return None
     ref = repo / "refs" / revision
-    commit = ref.read_text().strip() if ref.is_file() else revision
-    if (snapshots / commit).is_dir():
+    if not inside(repo / "refs", ref):
+        raise SpecboundError(f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a "
+                             f"branch, tag or commit hash")
+    with os_errors(f"read the cache ref {ref}"):
+        commit = ref.read_text(errors="replace").strip() if ref.is_file() else revision
+    if not _COMMIT.match(commit):
+        if not ref.is_file():
+            return None  # a revision that is no ref here and cannot be a snapshot's name: not cached
+        raise SpecboundError(f"{ref} names {commit[:60]!r}, not a commit hash; the cache entry {repo} is "
+                             f"corrupt: download the model again")
+    if (snapshots / commit).is_dir() and inside(snapshots, snapshots / commit):
         return snapshots / commit
-    found = sorted(p for p in snapshots.iterdir() if p.is_dir())
+    found = sorted(p for p in snapshots.iterdir() if p.is_dir() and inside(snapshots, p))
     matches = [p for p in found if p.name.startswith(commit)]
     if len(matches) == 1:
         return matches[0]
@@ -74,6 +86,9 @@ def resolve_hub_id(source: str) -> Path:
     """Snapshot folder of ``org/name`` or ``org/name@revision`` (branch, tag or commit hash)."""
     repo_id, _, revision = source.partition("@")
     revision = revision or "main"
+    if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
+        raise SpecboundError(f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
+                             f"inside the local Hugging Face cache")
     repo = repo_folder(repo_id)
     hint = (f"download it on a connected machine (huggingface-cli download {repo_id}) and copy the "
             f"cache folder {repo.name} into {repo.parent}, or pass a local model folder")

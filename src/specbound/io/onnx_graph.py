@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from .base import Checkpoint
-from ..errors import SpecboundError
+from .shard_index import inside
+from ..errors import SpecboundError, os_errors
 
 ONNX_SINGLE = "model.onnx"
 # TensorProto data types -> safetensors dtype codes (the rest keep their ONNX name and are refused
@@ -51,6 +52,9 @@ _QUANTIZED_OPS = ("DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear",
 # A PyTorch parameter path: dotted identifiers (``encoder.layer.0.attention.self.query.bias``).
 _PARAMETER_NAME = re.compile(r"^[A-Za-z_]\w*(\.\w+)+$")
 _NAME_SCOPES = "pkg.torch.onnx.name_scopes"
+# A real name-scope list is a few hundred characters; a longer one is not parsed (literal_eval
+# recurses once per nesting level and allocates with the text).
+_MAX_SCOPES_CHARS = 20_000
 
 
 def _import_onnx():
@@ -111,6 +115,15 @@ class OnnxCheckpoint(Checkpoint):
         entry = self._exposed[name]
         return f"{self.path} (initializer {entry.source!r}, named by {entry.via})"
 
+    def files(self) -> list[Path]:
+        """The model file and every external data file its tensors name."""
+        extra = {self.path.parent / loc for t in self._tensors.values() if (loc := _external_location(t))}
+        return sorted({self.path} | extra)
+
+    def _stored_in(self, name: str) -> Path | None:
+        location = _external_location(self._tensors[self._exposed[name].source])
+        return self.path.parent / location if location else self.path
+
     def _raw(self, name: str) -> np.ndarray:
         onnx = _import_onnx()
         from onnx import numpy_helper
@@ -136,19 +149,22 @@ class OnnxCheckpoint(Checkpoint):
 def open_onnx(path: Path, config: dict[str, Any]) -> OnnxCheckpoint:
     """Load ``path``'s graph (not its external data) and map its weights to parameter names."""
     onnx = _import_onnx()
+    with os_errors(f"read {path}"):
+        path.stat()  # unreadable or missing: an OS error, not a decoding one
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # noqa: BLE001  (DecodeError, OSError, ...)
-        raise SpecboundError(f"cannot read {path} as an ONNX model ({type(exc).__name__}: {exc}); "
+        raise SpecboundError(f"cannot read {path} as an ONNX model ({type(exc).__name__}: {str(exc)[:200]}); "
                              f"re-export it with torch.onnx.export") from None
     graph = model.graph
     tensors = {t.name: t for t in graph.initializer}
     for node in graph.node:  # some tools store constants as Constant nodes instead of initializers
-        if node.op_type == "Constant":
+        if node.op_type == "Constant" and node.output:
             for attr in node.attribute:
                 if attr.name == "value" and attr.HasField("t"):
                     tensors.setdefault(node.output[0], attr.t)
     _refuse_quantized(graph, path)
+    _confine_external_data(tensors, path)
     exposed, skipped = map_weights(graph, tensors, path)
     return OnnxCheckpoint(location=str(path), config=config, path=path, _tensors=tensors,
                           _exposed=exposed, skipped=skipped)
@@ -163,6 +179,24 @@ def _refuse_quantized(graph, path: Path) -> None:
         )
 
 
+def _external_location(tensor) -> str | None:
+    """The external data file a tensor names (relative to the model's folder), None if inline."""
+    if getattr(tensor, "data_location", 0) != 1:  # TensorProto.EXTERNAL
+        return None
+    return next((e.value for e in tensor.external_data if e.key == "location"), None)
+
+
+def _confine_external_data(tensors: dict, path: Path) -> None:
+    """Every external data file must lie in the model's folder (symlinks that stay inside are fine)."""
+    for key, tensor in tensors.items():
+        location = _external_location(tensor)
+        if location is not None and (not location or not inside(path.parent, path.parent / location)):
+            raise SpecboundError(
+                f"{path}: the initializer {key!r} names its external data file {location!r} outside the "
+                f"model's folder {path.parent}; an ONNX model may only name data files beside it (re-export it)"
+            )
+
+
 def _is_float(tensor) -> bool:
     return tensor.data_type in _FLOAT_CODES
 
@@ -173,11 +207,12 @@ def _trace(name: str, tensors: dict, producers: dict) -> tuple[str | None, int]:
     Returns the tensor's name (None when the value is computed) and the number of 2-D transposes
     on the way.  A Transpose with another permutation is not a weight path (None).
     """
-    transposes = 0
+    transposes, seen = 0, set()
     while name not in tensors:
         node = producers.get(name)
-        if node is None or node.op_type not in _PASS_THROUGH:
-            return None, 0
+        if node is None or node.op_type not in _PASS_THROUGH or not node.input or name in seen:
+            return None, 0  # computed, a node without input, or a cycle (a malformed graph)
+        seen.add(name)
         if node.op_type == "Transpose":
             perm = [list(a.ints) for a in node.attribute if a.name == "perm"]
             if perm and perm[0] != [1, 0]:
@@ -196,14 +231,16 @@ def module_path(node) -> str | None:
     """
     for prop in node.metadata_props:
         if prop.key == _NAME_SCOPES:
+            if not isinstance(prop.value, str) or len(prop.value) > _MAX_SCOPES_CHARS:
+                return None
             try:
                 scopes = ast.literal_eval(prop.value)
-            except (ValueError, SyntaxError):
+            except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
                 return None
             if isinstance(scopes, list) and len(scopes) >= 2 and all(isinstance(s, str) for s in scopes):
                 return scopes[-2]
             return None
-    if node.name.startswith("/"):
+    if isinstance(node.name, str) and node.name.startswith("/"):  # bytes: a name that is not UTF-8
         return ".".join(node.name.split("/")[1:-1])
     return None
 
@@ -250,12 +287,13 @@ def map_weights(graph, tensors: dict, path: Path) -> tuple[dict[str, _Exposed], 
     for key, tensor in tensors.items():
         if not _is_float(tensor):
             skipped[key] = "integer/boolean constant (a shape, index or mask), not a weight"
-        elif _PARAMETER_NAME.match(key):
+        elif isinstance(key, str) and _PARAMETER_NAME.match(key):
             exposed.setdefault(key, _Exposed(key, None, "initializer"))
         elif key not in weights:
             skipped[key] = "floating-point constant generated by the exporter (no parameter name), not a weight"
     for node in graph.node:  # de-duplicated tensors keep their parameter names as Identity outputs
-        if node.op_type == "Identity" and _PARAMETER_NAME.match(node.output[0]) and node.output[0] not in exposed:
+        if node.op_type == "Identity" and node.input and node.output and isinstance(node.output[0], str) \
+                and _PARAMETER_NAME.match(node.output[0]) and node.output[0] not in exposed:
             source, transposes = _trace(node.input[0], tensors, producers)
             if source is not None and transposes == 0 and _is_float(tensors[source]):
                 exposed[node.output[0]] = _Exposed(source, None, f"Identity node {node.name!r}")

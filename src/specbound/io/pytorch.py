@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError
-from .base import Checkpoint
+from ..errors import SpecboundError, os_errors
+from .base import Checkpoint, fingerprint
 from .shard_index import read_weight_map
 
 PICKLE_SINGLE = "pytorch_model.bin"
@@ -74,6 +74,12 @@ class PickleCheckpoint(Checkpoint):
     def where(self, name: str) -> str:
         return str(self.shards[name])
 
+    def files(self) -> list[Path]:
+        return sorted(set(self.shards.values()))
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self.shards[name]
+
     def _tensor(self, name: str) -> Any:
         path = self.shards[name]
         if path not in self._loaded:
@@ -112,10 +118,14 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
     """``torch.load(path, weights_only=True)``; anything but a tensor mapping is refused.
 
     A plain state dict, or a training checkpoint holding one under ``state_dict`` / ``model``.
+    A zip checkpoint (``torch.save``'s format since PyTorch 1.6) has every member's CRC-32 checked
+    first, then is memory-mapped; a legacy (non-zip) one is read into memory, as torch requires.
     """
     torch = _import_torch()
+    with os_errors(f"read {path}"):
+        is_zip = _verify_zip(path)
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # noqa: BLE001  (UnpicklingError, RuntimeError, EOFError, ...)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecboundError(
@@ -129,6 +139,41 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
             return candidate
     raise SpecboundError(f"{path} holds no state dict (a mapping of tensor names to tensors), found "
                          f"{type(obj).__name__}")
+
+
+def _verify_zip(path: Path) -> bool:
+    """Whether ``path`` is a zip checkpoint, after checking every member against its CRC-32.
+
+    ``torch.load(mmap=True)`` maps the tensor bytes without reading them, so it never notices
+    altered bytes: a flipped bit would silently become a different weight.  Python's zipfile
+    checks each member's CRC as it reads it to the end (one sequential pass over the file, at disk
+    speed).  A legacy (non-zip) checkpoint carries no checksum to verify.
+    """
+    import zipfile
+
+    version = fingerprint(path)
+    if version in _VERIFIED:  # this very version passed already (a sweep opens a file several times)
+        return True
+    try:
+        if not zipfile.is_zipfile(path):  # itself raises on some damaged end records
+            return False
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as member:
+                    while member.read(1 << 22):
+                        pass
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, NotImplementedError) as exc:
+        raise SpecboundError(
+            f"{path} is a corrupt PyTorch zip checkpoint ({type(exc).__name__}: {str(exc)[:200]}): its "
+            f"stored bytes do not match their checksums (CRC-32); re-download or re-save the checkpoint"
+        ) from None
+    if fingerprint(path) == version:  # not rewritten while it was read
+        _VERIFIED.add(version)
+    return True
+
+
+# Fingerprints (io.base.fingerprint) of the zip checkpoints whose CRCs this process has verified.
+_VERIFIED: set[str] = set()
 
 
 def pickle_shards(folder: Path) -> dict[str, Path] | None:
@@ -145,6 +190,13 @@ def from_pickle_file(path: Path, config: dict[str, Any]) -> PickleCheckpoint:
     return PickleCheckpoint(str(path), config, {name: path for name in load_state_dict(path)})
 
 
+def _is_array(value: Any) -> bool:
+    """A torch tensor or numpy array (what :func:`_to_numpy` converts), without importing torch."""
+    if isinstance(value, np.ndarray):
+        return True
+    return type(value).__module__.startswith("torch") and hasattr(value, "shape") and hasattr(value, "dtype")
+
+
 def from_memory(model: Any, config: dict[str, Any] | None) -> TensorMapCheckpoint:
     """An ``nn.Module`` (its ``state_dict()``; config from ``model.config`` when it has one) or a
     state dict (``config`` required)."""
@@ -153,8 +205,19 @@ def from_memory(model: Any, config: dict[str, Any] | None) -> TensorMapCheckpoin
             cfg = model.config
             config = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
         tensors, what = model.state_dict(), f"in-memory {type(model).__name__}"
-    else:
+    elif isinstance(model, Mapping):
         tensors, what = model, "in-memory state dict"
+    else:
+        raise SpecboundError(
+            f"expected a model folder, a weights file, a hub id (a str or path), a torch.nn.Module or a "
+            f"state dict (a mapping of tensor names to tensors), found {type(model).__name__}"
+        )
+    bad = next(((k, v) for k, v in tensors.items() if not isinstance(k, str) or not _is_array(v)), None)
+    if bad is not None:
+        raise SpecboundError(
+            f"the {what} maps {bad[0]!r} to a {type(bad[1]).__name__}: expected tensor names (str) mapped "
+            f"to torch tensors or numpy arrays; pass model.state_dict()"
+        )
     if config is None:
         raise SpecboundError(f"analysing an {what} needs its config: pass config=dict(model_type=..., "
                              f"num_hidden_layers=..., ...) as in config.json")

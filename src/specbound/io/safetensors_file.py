@@ -46,6 +46,12 @@ class SafetensorsCheckpoint(Checkpoint):
     def where(self, name: str) -> str:
         return str(self.shards[name])
 
+    def files(self) -> list[Path]:
+        return sorted(set(self.shards.values()))
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self.shards[name]
+
     def _handle(self, path: Path, name: str | None = None):
         from safetensors import SafetensorError, safe_open
 

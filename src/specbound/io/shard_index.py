@@ -3,28 +3,29 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import SpecboundError
+from .base import load_json
 
 
 def read_weight_map(index: Path) -> dict[str, Path]:
     """Tensor name -> shard file of the index ``index``; every shard it names must exist in its folder."""
     folder = index.parent
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise SpecboundError(
-            f"cannot read the shard index {index} ({type(exc).__name__}: {exc}): expected a JSON "
-            f"object with a 'weight_map'; re-download or re-save the checkpoint"
-        ) from None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
-    ):
+    fix = "re-download or re-save the checkpoint"
+    doc = load_json(index, "shard index", f"expected a JSON object with a 'weight_map'; {fix}")
+    if not isinstance(doc, dict) or "weight_map" not in doc:
+        found = "an object without one" if isinstance(doc, dict) else f"a JSON {type(doc).__name__}"
+        raise SpecboundError(f"cannot read the shard index {index}: expected a JSON object with a "
+                             f"'weight_map', found {found}; {fix}")
+    weight_map = doc["weight_map"]
+    bad = (None if isinstance(weight_map, dict) else type(weight_map).__name__) or next(
+        (f"{k!r}: {v!r}" for k, v in weight_map.items() if not (isinstance(k, str) and isinstance(v, str) and v)),
+        None)
+    if bad is not None:
         raise SpecboundError(
             f"the shard index {index} is malformed: its 'weight_map' must map tensor names to shard "
-            f"file names, found {type(weight_map).__name__}; re-download or re-save the checkpoint"
+            f"file names, found {bad[:100]}; {fix}"
         )
     outside = sorted({shard for shard in weight_map.values() if not _inside(folder, shard)})
     if outside:
@@ -45,7 +46,15 @@ def read_weight_map(index: Path) -> dict[str, Path]:
 
 def _inside(folder: Path, name: str) -> bool:
     """Whether ``folder / name`` resolves (symlinks followed) to a path inside ``folder``."""
-    root = folder.resolve()
-    target = (folder / name).resolve()
+    return inside(folder, folder / name)
+
+
+def inside(folder: Path, path: Path) -> bool:
+    """Whether ``path`` resolves (symlinks followed) to ``folder`` or a path inside it: the one
+    check that confines every path a file names (shard indexes, ONNX external data, cache refs)."""
+    try:
+        root, target = folder.resolve(), path.resolve()
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte: nothing to follow
+        return False
     return target == root or root in target.parents
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 import time
 from pathlib import Path
 
+import numpy as np
+
 from .. import __version__
+from ..atomic import atomic_write
+from ..records_view import fmt, markdown_table, short_name
 
 CAPTIONS = {
     "bounds_vs_width": "Each bound against the hidden size N at fixed depth L, divided by its value at the "
@@ -27,35 +30,54 @@ CAPTIONS = {
                            "minimiser p*.",
     "p_star_heatmap": "The chosen Schatten index p* over layers and roles (mean over heads).",
     "bounds_side_by_side": "Every bound of every checkpoint.",
+    "trajectory": "Every bound along the run's checkpoints (log scale), and the share of the matrices choosing "
+                  "each Schatten index p*.",
+}
+# What each figure shows, for a reader who cannot see it (the img alt text).
+ALT = {
+    "bounds_vs_width": "Line chart, log-log: each bound divided by its value at the smallest hidden size N, against "
+                       "N, one colour per bound and one marker per fixed depth L.",
+    "bounds_vs_depth": "Line chart, log-log: each bound divided by its value at the smallest depth L, against L, "
+                       "one colour per bound and one marker per fixed hidden size N.",
+    "spectral_decay": "Four-panel line chart: the singular values of every matrix of one model against their "
+                      "index, log scale, one panel per role (QK, OV, feed-forward), one colour per layer.",
+    "norms_vs_width": "Three-panel line chart, log-log: the (2,1)-, (1,1)- and spectral norm of every matrix "
+                      "against the hidden size N at one depth, coloured by role.",
+    "contribution_curves": "Panel line chart: C(p)/C(0) against the Schatten index p from 0 to 2, log scale, "
+                           "one line per matrix, one panel per role, one colour per layer; dots at each "
+                           "matrix's chosen p*.",
+    "p_star_heatmap": "Heat map: the chosen Schatten index p* (0 to 2) of each role (rows) in each layer "
+                      "(columns), mean over heads, each cell annotated with its value.",
+    "bounds_side_by_side": "Dot plot: one row per checkpoint, the value of every bound on a log axis, one "
+                           "colour and marker per bound.",
+    "trajectory": "Two panels: above, every bound against the training step on a log scale, one colour per "
+                  "bound; below, a stacked area chart of the share of matrices choosing each p* at each step.",
 }
 
 
 def _fmt(value) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+    """Numbers as the analysis summary writes them (:func:`specbound.records_view.fmt`)."""
+    if isinstance(value, (float, np.floating)):
+        return fmt(value)
     return str(value)
 
 
 def _records_table(store, bounds):
-    table = store.table()
-    cols = ["source", "L", "N", "H", "d_ff"] + bounds + ["seconds"]
+    from .plots import natural_order
+
+    table = natural_order(store.table())
+    table["source"] = [short_name(s) for s in table["source"]]
+    labels = [c for c in table.columns if c.startswith("label_") and table[c].nunique() > 1]
+    cols = ["source", "L", "N", "H", "d_ff", *labels] + bounds + ["seconds"]
     return table[[c for c in cols if c in table.columns]]
-
-
-def _markdown_table(frame) -> str:
-    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    rows = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([head, rule, *rows])
 
 
 def _html_table(frame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
                    for row in frame.itertuples(index=False))
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # a wide table scrolls inside its own box; the page never gets wider than the screen
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _overview(store, table) -> list[str]:
@@ -92,6 +114,7 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     """
     from .plots import build_figures, save_figure
     from .scaling import scaling_table, summary_table
+    from .trajectory import trajectory_axis, trajectory_frame
 
     out = Path(out_dir)
     figures_dir = out / "figures"
@@ -100,41 +123,65 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     figures = {}
     for name, fig in build_figures(store, model=model, fixed_L=fixed_L, bounds=bounds).items():
         figures[name] = save_figure(fig, figures_dir / name)[0]
-    fits = summary_table(scaling_table(store, bounds=bounds, confidence=confidence))
+    along = trajectory_axis(table)
     records = _records_table(store, names)
     overview = _overview(store, table)
     level = f"{100 * confidence:g}%"
 
-    md = ["# specbound report", "", *overview, "", "## Bounds", "", _markdown_table(records), ""]
-    md += ["## Scaling", "",
-           f"Log-log slope of every bound (and of each bound restricted to one role) in L at fixed N and in N "
-           f"at fixed L, pooled over the fixed values, with {level} confidence intervals "
-           f"(`specbound scaling --detail` gives one fit per fixed value).", ""]
-    md += [_markdown_table(fits), ""]
+    if along is None:  # a family: growth with depth and width
+        fits = summary_table(scaling_table(store, bounds=bounds, confidence=confidence))
+        section = "Scaling"
+        intro = (f"Log-log slope of every bound (and of each bound restricted to one role) in L at fixed N and in "
+                 f"N at fixed L, pooled over the fixed values, with {level} confidence intervals")
+        md_intro = intro + " (`specbound scaling --detail` gives one fit per fixed value)."
+        second = fits
+    else:  # one shape: a run's checkpoints along a label
+        step = along[len("label_"):] if along.startswith("label_") else along
+        section = "Trajectory"
+        intro = (f"All {len(table)} records have one shape (L={int(table['L'].iloc[0])}, N={int(table['N'].iloc[0])}), "
+                 f"so there is no growth with depth or width to fit; every bound and the share of the matrices "
+                 f"choosing each Schatten index p* along {step}")
+        fit_hint = (f" (`specbound scaling --against {along}` fits each bound's log-log slope in {step})"
+                    if along.startswith("label_") else "")
+        md_intro = intro + fit_hint + "."
+        from ..bounds import in_group
+
+        headline = bounds or [n for n in names if n in in_group("bounds")] or names
+        second = trajectory_frame(store, x=along, bounds=headline).drop(columns=["key"])
+        second["source"] = [short_name(v) for v in second["source"]]
+
+    md = ["# specbound report", "", *overview, "", "## Bounds", "", markdown_table(records), ""]
+    md += [f"## {section}", "", md_intro, "", markdown_table(second), ""]
     md += ["## Figures", ""]
     for name, png in figures.items():
-        md += [f"### {name}", "", CAPTIONS.get(name, ""), "", f"![{name}](figures/{png.name})",
+        md += [f"### {name}", "", CAPTIONS.get(name, ""), "", f"![{ALT.get(name, name)}](figures/{png.name})",
                f"([PDF](figures/{png.with_suffix('.pdf').name}))", ""]
     markdown = out / "report.md"
     out.mkdir(parents=True, exist_ok=True)
-    markdown.write_text("\n".join(md))
+    atomic_write(markdown, lambda p: Path(p).write_text("\n".join(md)))
 
-    style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;font-size:13px;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
-             "td:first-child,th:first-child{text-align:left}img{max-width:100%}figure{margin:1.5em 0}"
+    # Fits a laptop screen: the text column is at most 1100 px and shrinks with the window; tables
+    # wider than it scroll inside their box (.scroll); figures scale down to the column.
+    style = ("*{box-sizing:border-box}"
+             "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
+             "overflow-wrap:anywhere}"
+             ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"
+             "table{border-collapse:collapse;font-size:13px}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f3f3}"
+             "td:first-child,th:first-child{text-align:left}img{max-width:100%;height:auto}figure{margin:1.5em 0}"
              "figcaption{color:#555;font-size:14px}code{background:#f3f3f3;padding:1px 4px}")
     body = ["<h1>specbound report</h1>", *(f"<p>{html.escape(line).replace('`', '')}</p>" for line in overview),
-            "<h2>Bounds</h2>", _html_table(records), "<h2>Scaling</h2>",
-            f"<p>Log-log slope of every bound (and of each bound restricted to one role) in L at fixed N and in "
-            f"N at fixed L, pooled over the fixed values, with {level} confidence intervals.</p>",
-            _html_table(fits), "<h2>Figures</h2>"]
+            "<h2>Bounds</h2>", _html_table(records), f"<h2>{section}</h2>",
+            f"<p>{html.escape(md_intro).replace('`', '')}</p>", _html_table(second), "<h2>Figures</h2>"]
     for name, png in figures.items():
         data = base64.b64encode(png.read_bytes()).decode()
-        body.append(f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
-                    f"<figcaption><b>{name}</b>: {html.escape(CAPTIONS.get(name, ''))}</figcaption></figure>")
-    page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>specbound report</title>'
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+        alt = html.escape(ALT.get(name, CAPTIONS.get(name, name)), quote=True)
+        body.append(f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
+                    f"<figcaption><b>{name}</b>: {html.escape(CAPTIONS.get(name, ''))} "
+                    f'(<a href="figures/{png.with_suffix(".pdf").name}">PDF</a>)</figcaption></figure>')
+    page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>specbound report</title><style>{style}</style></head><body>{''.join(body)}</body></html>")
     report = out / "report.html"
-    report.write_text(page)
+    atomic_write(report, lambda p: Path(p).write_text(page))
     return {"html": report, "markdown": markdown, "figures": figures_dir}

@@ -23,28 +23,21 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecboundError
+from ..records_plot import (MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, figure_contributions, figure_p_star,
+                            figure_spectra, new_figure, roles_of, save_figure, style_grid)
+from ..records_view import short_name
+from .figure_style import MARKERS, _bound_label, bound_colors, natural_order  # noqa: F401  (used here and re-exported)
 
-ROLE_COLORS = {"QK": "#d62728", "OV": "#1f77b4", "FF_in": "#556b2f", "FF_out": "#8fbc8f",
-               "FF_gate": "#9467bd", "FF_up": "#bcbd22"}
-ROLE_LABELS = {"QK": "QK (per head)", "OV": "OV (per head)", "FF_in": "FF_in", "FF_out": "FF_out",
-               "FF_gate": "FF_gate", "FF_up": "FF_up"}
-BOUND_COLORS = ["#ff7f0e", "#483d8b", "#2ca02c", "#8c564b", "#e377c2", "#7f7f7f", "#17becf", "#bcbd22",
-                "#1f77b4", "#d62728"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
 FIGSIZE = (7.0, 4.6)
+__all__ = ["ROLE_COLORS", "ROLE_LABELS", "build_figures", "render_all", "save_figure", "pick_record"]
 
 
 def _figure(figsize=FIGSIZE, **kwargs):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise SpecboundError("plots need matplotlib: pip install 'specbound[plot]'") from None
-    return Figure(figsize=figsize, layout="constrained", **kwargs)
+    return new_figure(figsize, **kwargs)
 
 
-def _grid(ax):
-    ax.grid(True, which="major", linewidth=0.5, alpha=0.3)
-    ax.grid(True, which="minor", linewidth=0.3, alpha=0.12)
+_grid = style_grid
+_roles = roles_of
 
 
 def _integer_ticks(ax, values) -> None:
@@ -55,24 +48,9 @@ def _integer_ticks(ax, values) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _bound_label(name: str) -> str:
-    """The registry's title of a bound (``name`` for one this version does not know)."""
-    from ..bounds import REGISTRY
-
-    bound = REGISTRY.get(name)
-    return bound.title if bound else name
-
-
-def _roles(frame) -> list[str]:
-    from ..compute.measures import ROLE_ORDER
-
-    present = list(dict.fromkeys(frame["role"]))
-    return [r for r in ROLE_ORDER if r in present] + [r for r in present if r not in ROLE_ORDER]
-
-
 def _model_title(meta) -> str:
     m = meta["model"]
-    return f"{meta['source']}  (L={m['L']}, N={m['N']}, H={m['H']})"
+    return f"{short_name(meta['source'])} (L={m['L']}, N={m['N']}, H={m['H']})"
 
 
 def pick_record(store, model: str | None = None) -> str:
@@ -92,89 +70,27 @@ def pick_record(store, model: str | None = None) -> str:
     return hits.iloc[0]["key"]
 
 
-# --- one model ---------------------------------------------------------------------------------
+# --- one model (drawn by specbound.records_plot, which result.plot uses too) ---------------------
 
 def figure_spectral_decay(store, key: str):
-    """Raw singular values against their index, every matrix of one model, coloured by role."""
+    """Raw singular values against their index, every matrix of one model, one panel per role."""
     record = store.load(key, tables=("singular_values",))
-    sv = record.tables["singular_values"]
-    fig = _figure()
-    ax = fig.add_subplot()
-    for role in _roles(sv):
-        first = True
-        for _, g in sv[sv["role"] == role].groupby("matrix", sort=True):
-            sigma = g["sigma"].to_numpy()
-            sigma = np.where(sigma > 0, sigma, np.nan)  # exact zeros have no place on a log axis
-            ax.plot(g["index"], sigma, color=ROLE_COLORS.get(role, "grey"), linewidth=1.0,
-                    alpha=0.35 if role in ("QK", "OV") else 0.9, label=ROLE_LABELS.get(role, role) if first else None)
-            first = False
-    ax.set_yscale("log")
-    ax.set_xlabel("singular value index i")
-    ax.set_ylabel("singular value σ_i")
-    ax.set_title(f"Spectral decay: {_model_title(record.meta)}", fontsize=10)
-    _grid(ax)
-    for handle in ax.legend(frameon=False).legend_handles:
-        handle.set_alpha(1.0)
-    return fig
+    return figure_spectra(record.tables["singular_values"], _model_title(record.meta),
+                          n_layers=int(record.model["L"]))
 
 
 def figure_contribution_curves(store, key: str):
     """``C(p)/C(0)`` over the post-hoc grid, every matrix of one model; one panel per role."""
     record = store.load(key, tables=("curves", "matrices"))
-    curves = record.tables["curves"]
-    roles = _roles(curves)
-    cols = 2 if len(roles) > 1 else 1
-    rows = int(np.ceil(len(roles) / cols))
-    fig = _figure(figsize=(7.5, 2.6 * rows + 0.6))
-    axes = fig.subplots(rows, cols, squeeze=False, sharex=True)
-    for ax, role in zip(axes.flat, roles):
-        part = curves[curves["role"] == role]
-        for _, g in part.groupby("matrix", sort=True):
-            ax.plot(g["p"], g["c_over_c0"], color=ROLE_COLORS.get(role, "grey"), linewidth=0.9,
-                    alpha=0.3 if role in ("QK", "OV") else 0.9)
-        mats = record.tables["matrices"]
-        chosen = part.merge(mats.reset_index(names="matrix")[["matrix", "p_star"]], on="matrix")
-        chosen = chosen[np.isclose(chosen["p"], chosen["p_star"])]
-        ax.plot(chosen["p"], chosen["c_over_c0"], "k.", markersize=4, label="p* (grid minimiser)")
-        ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
-        ax.set_yscale("log")
-        ax.set_title(ROLE_LABELS.get(role, role), fontsize=10)
-        ax.set_xlabel("Schatten index p")
-        ax.set_ylabel("C(p) / C(0)")
-        _grid(ax)
-        ax.legend(frameon=False, fontsize=8)
-    for ax in list(axes.flat)[len(roles):]:
-        ax.set_visible(False)
-    m = record.meta["analysis"]["options"]["grid_m"]
-    fig.suptitle(f"Contribution curves on P_m (m={m}): {_model_title(record.meta)}", fontsize=10)
-    return fig
+    return figure_contributions(record.tables["curves"], record.tables["matrices"], _model_title(record.meta),
+                                grid_m=record.meta["analysis"]["options"]["grid_m"],
+                                n_layers=int(record.model["L"]))
 
 
 def figure_p_star_heatmap(store, key: str):
     """Mean ``p*`` over each layer's matrices of each role (heads averaged), annotated."""
     record = store.load(key, tables=("matrices",))
-    mats = record.tables["matrices"]
-    roles = _roles(mats)
-    L = int(record.model["L"])
-    grid = np.full((len(roles), L), np.nan)
-    for i, role in enumerate(roles):
-        means = mats[mats["role"] == role].groupby("layer")["p_star"].mean()
-        grid[i, means.index.to_numpy(int)] = means.to_numpy()
-    fig = _figure(figsize=(max(4.5, 0.6 * L + 2.5), 0.55 * len(roles) + 1.8))
-    ax = fig.add_subplot()
-    image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0.0, vmax=2.0)
-    ax.set_xticks(range(L), [str(l) for l in range(L)])
-    ax.set_yticks(range(len(roles)), roles)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("role")
-    for i in range(len(roles)):
-        for j in range(L):
-            if np.isfinite(grid[i, j]):
-                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if grid[i, j] < 1.2 else "black")
-    fig.colorbar(image, ax=ax, label="p* (mean over heads)")
-    ax.set_title(f"Chosen Schatten index p*: {_model_title(record.meta)}", fontsize=10)
-    return fig
+    return figure_p_star(record.tables["matrices"], _model_title(record.meta), n_layers=int(record.model["L"]))
 
 
 # --- the family --------------------------------------------------------------------------------
@@ -198,6 +114,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
 
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
+    colors = bound_colors(len(names))
     fig = _figure()
     ax = fig.add_subplot()
     groups = sorted(table[other].unique())
@@ -210,7 +127,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
             y = part[name].to_numpy(float)
             if not (np.isfinite(y[0]) and y[0] > 0):
                 continue
-            ax.plot(part[x], y / y[0], color=BOUND_COLORS[bi % len(BOUND_COLORS)],
+            ax.plot(part[x], y / y[0], color=colors[bi],
                     marker=MARKERS[gi % len(MARKERS)], linewidth=1.6, markersize=5)
             drawn += 1
     if not drawn:
@@ -224,7 +141,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     ax.set_title(f"Growth with {'width N at fixed depth L' if x == 'N' else 'depth L at fixed width N'}",
                  fontsize=11)
     _grid(ax)
-    bound_handles = [Line2D([0], [0], color=BOUND_COLORS[i % len(BOUND_COLORS)], linewidth=2, label=_bound_label(n))
+    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=_bound_label(n))
                      for i, n in enumerate(names)]
     group_handles = [Line2D([0], [0], color="dimgrey", marker=MARKERS[i % len(MARKERS)], linestyle="",
                             label=f"{other}={v}") for i, v in enumerate(groups)]
@@ -257,7 +174,7 @@ def figure_norms_vs_width(store, *, L: int | None = None):
         frames.append(mats.assign(N=rec["N"]))
     mats = pd.concat(frames, ignore_index=True)
     roles = _roles(mats)
-    fig = _figure(figsize=(12.0, 4.0))
+    fig = _figure(figsize=(MAX_WIDTH, 3.4))
     axes = fig.subplots(1, len(NORMS))
     for ax, (column, title) in zip(axes, NORMS):
         for (role, layer, head), g in mats.groupby(["role", "layer", "head"], dropna=False, sort=True):
@@ -278,46 +195,52 @@ def figure_norms_vs_width(store, *, L: int | None = None):
 
 
 def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
-    """Every bound of every checkpoint as grouped bars, log scale."""
+    """Every bound of every checkpoint, as a dot plot: one row per checkpoint (short name, depth,
+    width), one distinct colour and marker per bound, the values on a log axis.  The width is a
+    page's; the height grows with the checkpoints (up to a page)."""
+    from matplotlib.lines import Line2D
+
     table, names = _bounds_long(store, bounds, headline_only=False)
-    labels = [f"L{l}/N{n}" for l, n in zip(table["L"], table["N"])]
+    table = natural_order(table).iloc[::-1].reset_index(drop=True)  # the first checkpoint at the top
+    labels = [f"L{l} N{n}" for l, n in zip(table["L"], table["N"])]
     if len(set(labels)) < len(labels):
-        labels = [f"{lab}\n{src.rsplit('/', 1)[-1][:18]}" for lab, src in zip(labels, table["source"])]
-    width = 0.8 / max(len(names), 1)
-    fig = _figure(figsize=(max(7.0, 0.45 * len(table) * max(len(names), 1) ** 0.5 + 2.5), 4.8))
+        labels = [f"{short_name(src, 28)}  ({lab})" for lab, src in zip(labels, table["source"])]
+    colors = bound_colors(len(names))
+    height = min(9.5, 1.9 + 0.24 * len(table) + 0.16 * ((len(names) + 2) // 3))
+    fig = _figure(figsize=(MAX_WIDTH, height))
     ax = fig.add_subplot()
-    xs = np.arange(len(table))
+    ys = np.arange(len(table))
     for i, name in enumerate(names):
         values = table[name].to_numpy(float)
-        ax.bar(xs + (i - (len(names) - 1) / 2) * width, np.where(values > 0, values, np.nan), width,
-               color=BOUND_COLORS[i % len(BOUND_COLORS)], label=_bound_label(name))
-    ax.set_yscale("log")
-    ax.set_xticks(xs, labels, rotation=60, ha="right", fontsize=8)
-    ax.set_xlabel("checkpoint (depth L / hidden size N)")
-    ax.set_ylabel("bound value")
-    ax.set_title("Bounds side by side", fontsize=11)
+        ax.plot(np.where(values > 0, values, np.nan), ys, linestyle="", marker=MARKERS[i % len(MARKERS)],
+                markersize=5, color=colors[i], alpha=0.9)
+    ax.set_xscale("log")
+    ax.set_yticks(ys, labels, fontsize=7 if len(table) > 16 else 8)
+    ax.set_ylim(-0.7, len(table) - 0.3)
+    ax.set_ylabel("checkpoint (depth L, hidden size N)")
+    ax.set_xlabel("bound value (log scale)")
+    ax.set_title("Every bound of every checkpoint", fontsize=11)
     _grid(ax)
-    ax.legend(frameon=False, fontsize=8)
+    ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
+    handles = [Line2D([0], [0], color=colors[i], marker=MARKERS[i % len(MARKERS)], linestyle="",
+                      label=_bound_label(n)) for i, n in enumerate(names)]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
+               frameon=False, fontsize=7)
     return fig
 
 
 # --- all of them -------------------------------------------------------------------------------
 
-def save_figure(fig, base: Path) -> list[Path]:
-    """``base.png`` (150 dpi) and ``base.pdf``."""
-    base.parent.mkdir(parents=True, exist_ok=True)
-    paths = [base.with_suffix(".png"), base.with_suffix(".pdf")]
-    fig.savefig(paths[0], dpi=150)
-    fig.savefig(paths[1])
-    return paths
-
-
 def build_figures(store, *, model: str | None = None, fixed_L: int | None = None,
                   bounds: list[str] | None = None) -> dict[str, object]:
     """Every figure the store supports, by name (the family figures need two or more widths or depths)."""
+    from .trajectory import figure_trajectory, trajectory_axis
+
     key = pick_record(store, model)
     figures = {"spectral_decay": figure_spectral_decay(store, key)}
     table = store.table()
+    if trajectory_axis(table) is not None:  # one shape: a run's checkpoints, drawn along their label
+        figures["trajectory"] = figure_trajectory(store, x=trajectory_axis(table), bounds=bounds)
     for x, name in (("N", "bounds_vs_width"), ("L", "bounds_vs_depth")):
         other = "L" if x == "N" else "N"
         if table.groupby(other)[x].nunique().max() >= 2:

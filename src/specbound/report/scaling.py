@@ -17,7 +17,7 @@ Quantities (one per bound and role):
 * each bound restricted to the matrices of one role, where the record has the per-matrix terms:
   ``spectral_adaptive`` -> ``sum_{role} C(p*)`` (the bound is that sum over roles plus ``sqrt(L)``);
   ``edelman`` -> ``(sum_{role} alpha_l^(2/3) (w ||W||_{2,1})^(2/3))^(3/2)`` with the weights ``w`` of
-  SPEC section 5 (``gamma*/2`` for QK, ``gamma*`` otherwise), i.e. the bound over that role's
+  docs/spec.md section 5 (``gamma*/2`` for QK, ``gamma*`` otherwise), i.e. the bound over that role's
   matrices alone (the constant 1 left out, like ``sqrt(L)`` above).
 """
 
@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..bounds.edelman import matrix_terms
 from ..errors import SpecboundError
 
 ALL = "all"
@@ -38,10 +39,10 @@ def _adaptive_by_role(matrices) -> dict[str, float]:
 
 
 def edelman_terms(matrices) -> np.ndarray:
-    """Per-matrix term ``alpha^(2/3) (w ||W||_{2,1})^(2/3)`` of the Edelman-style proxy (SPEC section 5):
-    ``B_edelman = (1 + sum of terms)^(3/2)``."""
-    w = matrices["gamma"].to_numpy(float) * np.where(matrices["role"] == "QK", 0.5, 1.0)
-    return matrices["alpha"].to_numpy(float) ** (2 / 3) * (w * matrices["norm_2_1"].to_numpy(float)) ** (2 / 3)
+    """Per-matrix term of the Edelman-style proxy from a record's matrices table (the bound's own
+    :func:`~specbound.bounds.edelman.matrix_terms`): ``B_edelman = (1 + sum of terms)^(3/2)``."""
+    return matrix_terms(matrices["alpha"].to_numpy(float), matrices["role"].to_numpy(),
+                        matrices["gamma"].to_numpy(float), matrices["norm_2_1"].to_numpy(float))
 
 
 def _edelman_by_role(matrices) -> dict[str, float]:
@@ -173,6 +174,14 @@ def scaling_table(store, *, bounds: list[str] | None = None, confidence: float =
     import pandas as pd
 
     data = quantities(store, bounds)
+    if all(x in data.columns and data[x].nunique() < 2 for x, _ in against):
+        from .trajectory import is_same_shape, no_variation_message
+
+        table = store.table()
+        if is_same_shape(table):  # a run's checkpoints: say which label to fit against
+            raise SpecboundError(no_variation_message(table))
+        raise SpecboundError(f"{', '.join(x for x, _ in against)} take(s) one value over the store's records: "
+                             f"nothing to fit against")
     return pd.concat([scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group)
                       for x, by in against], ignore_index=True)
 

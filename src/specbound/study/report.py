@@ -10,6 +10,9 @@ into the study folder::
     figures/measures_vs_gap.png     every bound / measure against the error gap
     figures/gap_bounds_vs_gap.png   every gap bound against the error gap (with the vacuity line)
     figures/headline.png            spectrum-adaptive vs Edelman-style, value and gap bound
+
+Every figure is written as PNG at print resolution (200 dpi) and as PDF with TrueType fonts beside it,
+at most a page's text width (7.5 in) wide.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..records_plot import MAX_WIDTH, PRINT_DPI, PRINT_RC
 from .grid import HPARAMS
 from .table import GAPS, PRIMARY_GAP
 
@@ -130,10 +134,12 @@ def format_correlations(corr: pd.DataFrame, measures: pd.DataFrame, gap: str = P
 # --- figures --------------------------------------------------------------------------------------
 
 def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, gap: str = PRIMARY_GAP,
-                     ncols: int = 4, vacuity_line: bool = False, panel_size: tuple[float, float] = (3.0, 2.4),
-                     dpi: int = 90) -> Path:
+                     ncols: int = 3, vacuity_line: bool = False, panel_size: tuple[float, float] = (2.5, 2.3),
+                     dpi: int = PRINT_DPI) -> Path:
     """One panel per measure: log10 of its value against the measured gap, a colour per task,
     filled markers for the smallest training set; the title carries Kendall's tau, pooled and per task.
+    Written as ``path`` (PNG, ``dpi``) and ``path`` with ``.pdf`` (TrueType fonts); panels shrink so
+    that the figure is at most :data:`MAX_WIDTH` wide.
     (log10 on a linear axis rather than a log axis: the values span up to 40 decades, and
     matplotlib's log-axis layout is slow.)"""
     import matplotlib
@@ -144,8 +150,8 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, gap:
     from .correlate import kendall
 
     nrows = math.ceil(len(columns) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(panel_size[0] * ncols, panel_size[1] * nrows + 0.4),
-                             squeeze=False)
+    width = min(panel_size[0] * ncols, MAX_WIDTH)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, panel_size[1] * nrows + 0.6), squeeze=False)
     colours = dict(zip(sorted(runs["task"].unique()), ("tab:blue", "tab:orange", "tab:green", "tab:red")))
     small = runs["train_size"] == runs.groupby("task")["train_size"].transform("min")
     for ax, col in zip(axes.flat, columns):
@@ -161,19 +167,21 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, gap:
             ax.axvline(0.0, color="grey", lw=0.8, ls="--")  # log10(1): vacuous to the right
         per_task = ", ".join(f"{t} {kendall(values[(runs['task'] == t).to_numpy()], runs.loc[runs['task'] == t, gap]):+.2f}"
                              for t in colours)
-        ax.set_title(f"{col}\ntau: all {kendall(values, runs[gap]):+.2f}, {per_task}", fontsize=7)
+        ax.set_title(f"{col}\ntau: all {kendall(values, runs[gap]):+.2f}, {per_task}", fontsize=6)
         ax.set_xlabel("log10 value" if positive else "value", fontsize=7, labelpad=1)
         ax.set_ylabel(gap, fontsize=7, labelpad=1)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(columns):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), fontsize=7, frameon=False)
     height = fig.get_figheight()
-    fig.subplots_adjust(left=0.06 if ncols > 2 else 0.1, right=0.98, top=1 - 0.45 / height, bottom=0.75 / height,
-                        wspace=0.35, hspace=0.75)
+    fig.subplots_adjust(left=0.08 if ncols > 2 else 0.12, right=0.98, top=1 - 0.45 / height,
+                        bottom=(0.55 + 0.14 * math.ceil(len(labels) / 2)) / height, wspace=0.4, hspace=0.62)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    with matplotlib.rc_context(PRINT_RC):
+        fig.savefig(path, dpi=dpi)
+        fig.savefig(path.with_suffix(".pdf"))
     plt.close(fig)
     return path
 
@@ -197,8 +205,8 @@ def write_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, corr: pd
             runs, by_kind.get("gap_bound", []) + by_kind.get("gap_bound_from_init", []),
             fig_dir / "gap_bounds_vs_gap.png", vacuity_line=True)
         headline = [c for c in HEADLINE if c in set(measures["column"])]
-        files["headline.png"] = plot_against_gap(runs, headline, fig_dir / "headline.png", ncols=len(headline) or 1,
-                                                 panel_size=(2.9, 2.7), dpi=80)
+        files["headline.png"] = plot_against_gap(runs, headline, fig_dir / "headline.png",
+                                                 ncols=min(len(headline), 2) or 1, panel_size=(3.0, 2.6))
     files["report.md"].write_text(format_report(runs, measures, corr, timing=timing, command=command,
                                                 figures=figures))
     return files
@@ -252,9 +260,11 @@ def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame
         "",
     ]
     if figures:
-        parts += ["## Figures", "", "![headline](figures/headline.png)", "",
-                  "![every measure](figures/measures_vs_gap.png)", "",
-                  "![every gap bound](figures/gap_bounds_vs_gap.png)", ""]
+        parts += ["## Figures", "", "PNG at 200 dpi; each also as PDF beside it (`figures/*.pdf`).", "",
+                  "![spectrum-adaptive and Edelman-style bound and gap bound against the measured gap]"
+                  "(figures/headline.png)", "",
+                  "![every bound and measure against the measured gap](figures/measures_vs_gap.png)", "",
+                  "![every generalisation-gap bound against the measured gap](figures/gap_bounds_vs_gap.png)", ""]
     return "\n".join(parts)
 
 

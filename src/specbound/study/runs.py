@@ -23,11 +23,10 @@ import json
 import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 
 from .. import __version__
-from ..atomic import atomic_write, process_alive
+from ..atomic import atomic_write, remove_stale, temp_path
 from ..errors import SpecboundError
 from .grid import STUDY_VERSION, RunConfig
 
@@ -55,19 +54,8 @@ def write_json_atomic(path: Path, doc: dict) -> None:
 
 def remove_stale_temps(root: Path) -> list[Path]:
     """Delete temp folders left by killed runs (those whose process is gone)."""
-    removed = []
     runs = Path(root) / RUNS_DIR
-    if not runs.is_dir():
-        return removed
-    for tmp in runs.glob(f"{TMP_PREFIX}*"):
-        try:
-            pid = int(tmp.name.rsplit("-", 2)[-2])
-        except (IndexError, ValueError):
-            pid = None
-        if pid is None or not process_alive(pid):
-            shutil.rmtree(tmp, ignore_errors=True)
-            removed.append(tmp)
-    return removed
+    return remove_stale(runs.glob(f"{TMP_PREFIX}*")) if runs.is_dir() else []
 
 
 def train_and_record(config: RunConfig, root: Path) -> bool:
@@ -79,7 +67,7 @@ def train_and_record(config: RunConfig, root: Path) -> bool:
     if is_trained(final):
         return False
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f"{TMP_PREFIX}{config.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = temp_path(final.parent, f"{TMP_PREFIX}{config.name}")
     tmp.mkdir()
     try:
         start = time.perf_counter()

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import SpecboundError
+from ..errors import ENVIRONMENT_ERRORS, SpecboundError, one_line
 from ..options import AnalysisOptions
 from .sources import Source
-from .store import Record, Store, canonical_options, record_from_analysis, record_key, weights_digest
+from .store import (Record, Store, canonical_options, check_unchanged, fingerprint, hash_weights, record_from_analysis,
+                    record_key)
 
 # A checkpoint whose weight files exceed this many bytes runs as one Dask task per layer.
 PER_LAYER_BYTES = 2 << 30
@@ -55,6 +56,9 @@ class Task:
         How many layers and matrices its analysis covers (for progress).
     weight_bytes : int
         Total size of its weight files.
+    fingerprints : tuple of str
+        :func:`~specbound.sweep.store.fingerprint` of every weight file when it was hashed, and of
+        config.json and any shard index when they were read: the analysis must read these versions.
     """
 
     source: Source
@@ -64,6 +68,7 @@ class Task:
     layers: int
     matrices: int
     weight_bytes: int
+    fingerprints: tuple[str, ...] = ()
 
 
 @dataclass
@@ -76,7 +81,8 @@ class SweepReport:
     planned : list of Task
         Every (checkpoint, option set), in order.
     skipped : list of str
-        Keys already in the store before this run.
+        Keys already in the store: before this run, or published by another sweep on the same
+        store while this one was analysing them.
     duplicates : list of str
         Sources whose weights and options another source of this sweep already has (analysed once).
     written : list of str
@@ -100,13 +106,20 @@ class SweepReport:
 
     def summary(self) -> str:
         """What ``specbound sweep`` prints: counts, time, the store, and one line per failure."""
-        lines = [f"sweep: {len(self.planned)} checkpoint(s) x option set(s): {len(self.written)} analysed, "
+        lines = [f"sweep: {self.total} checkpoint(s) x option set(s): {len(self.written)} analysed, "
                  f"{len(self.skipped)} already in the store, {len(self.failed)} failed; "
                  f"{self.seconds:.1f} s ({self.mode})",
                  f"store: {self.store} ({len(Store(self.store))} records)"]
         lines += [f"same weights as another source (analysed once): {name}" for name in self.duplicates]
         lines += [f"failed: {source}: {message}" for source, message in self.failed]
         return "\n".join(lines)
+
+    @property
+    def total(self) -> int:
+        """Every (checkpoint, option set) this sweep was asked for: each ends in exactly one of
+        ``written``, ``skipped``, ``duplicates`` or ``failed`` (a source that could not be opened
+        or hashed never becomes a planned task)."""
+        return len(self.written) + len(self.skipped) + len(self.duplicates) + len(self.failed)
 
 
 # --- plan --------------------------------------------------------------------------------------
@@ -121,23 +134,39 @@ class Header:
     files: tuple[Path, ...]
     layers: int
     matrices: int
+    side_files: tuple[str, ...] = ()  # fingerprints of config.json and shard indexes, as read
 
     @property
     def weight_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.files)
 
 
+_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
 def read_header(source: Source, options: dict[str, Any]) -> Header:
     """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
+    from ..io.base import read_config
     from ..pipeline import open_model
 
     options = canonical_options(options)
     model = open_model(source.target, arch_spec=options["arch_spec"])
-    files = tuple(sorted({p.resolve() for p in model.ckpt.shards.values()}))
+    model.ckpt.close()
+    files = tuple(sorted({p.resolve() for p in model.ckpt.files()}))
+    if not files:
+        raise SpecboundError(f"{source.name} is not stored in files; a sweep analyses model folders, weight "
+                             f"files or hub ids")
+    cfg_path = model.ckpt.config_path
+    side = [cfg_path, *(cfg_path.parent / n for n in _INDEX_FILES)] if cfg_path is not None else []
+    if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
+        side.append(Path(options["arch_spec"]))
+    side_prints = tuple(fingerprint(p) for p in side if p.is_file())
+    # config.json read again after its fingerprint: the fingerprinted version is the one analysed
+    if cfg_path is not None and read_config(cfg_path.parent) != model.ckpt.config:
+        raise SpecboundError(f"{cfg_path} changed while the sweep read it; run the sweep again")
     dims = model.dims
     per_layer = 2 * dims.H + (3 if dims.feed_forward == "gated" else 2)
-    model.ckpt.close()
-    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer)
+    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer, side_prints)
 
 
 def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
@@ -147,17 +176,22 @@ def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], repor
         for options in option_sets:
             try:
                 headers.append(read_header(source, options))
-            except SpecboundError as exc:
-                report.failed.append((source.name, str(exc)))
+            except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
+                report.failed.append((source.name, str(one_line(exc, f"open {source.name}"))))
     return headers
 
 
-def iter_tasks(headers: list[Header], store: Store | None = None) -> Iterator[Task]:
+def iter_tasks(headers: list[Header], store: Store | None = None,
+               failures: list[tuple[str, str]] | None = None) -> Iterator[Task]:
     """The tasks of ``headers`` in order, their weights hashed by a background thread ahead of the
     consumer (hashing reads the files while the previous checkpoint is analysed; it also leaves them
     in the page cache for the analysis).  With ``store``, file hashes it remembers are reused and
-    new ones remembered."""
+    new ones remembered.  A source whose files cannot be hashed is appended to ``failures``
+    (raised when None)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    if failures is None:
+        failures = _Raise()
 
     cache = store.load_digests() if store is not None else None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-hash")
@@ -166,15 +200,26 @@ def iter_tasks(headers: list[Header], store: Store | None = None) -> Iterator[Ta
         ident = [(h.files, json.dumps(h.config, sort_keys=True)) for h in headers]
         for h, i in zip(headers, ident):
             if i not in digests:
-                digests[i] = pool.submit(weights_digest, h.config, list(h.files), cache)
+                digests[i] = pool.submit(hash_weights, h.config, list(h.files), cache)
         for h, i in zip(headers, ident):
-            digest = digests[i].result()
+            try:
+                digest, prints = digests[i].result()
+            except SpecboundError as exc:  # a file unreadable or changing while hashed: this source only
+                failures.append((h.source.name, str(exc)))
+                continue
             yield Task(h.source, h.options, record_key(digest, h.options), digest, h.layers, h.matrices,
-                       h.weight_bytes)
+                       h.weight_bytes, prints + h.side_files)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # waits for the file being hashed, if any
         if store is not None:
             store.save_digests(dict(cache))
+
+
+class _Raise(list):
+    """A failure list that raises the first failure (for a single task's plan)."""
+
+    def append(self, failure) -> None:
+        raise SpecboundError(failure[1])
 
 
 def plan_task(source: Source, options: dict[str, Any]) -> Task:
@@ -187,7 +232,7 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
                store: Store | None = None) -> list[Task]:
     """Every distinct (source, option set) task; failures noted in ``report`` rather than raised."""
     tasks, seen = [], set()
-    for task in iter_tasks(read_headers(sources, option_sets, report), store):
+    for task in iter_tasks(read_headers(sources, option_sets, report), store, report.failed):
         if task.key in seen:
             report.duplicates.append(task.source.name)
         else:
@@ -206,7 +251,9 @@ def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str =
     opts = dict(task.options)
     clock = time.thread_time if jobs == 1 else time.process_time  # CPU of the layer threads too
     start, cpu = time.perf_counter(), clock()
+    check_unchanged(task.fingerprints, task.source.name)  # the bytes hashed are the bytes analysed
     analysis = analyze(task.source.target, threads=threads, jobs=jobs, progress=progress, **opts)
+    check_unchanged(task.fingerprints, task.source.name)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
                                 weights_sha256=task.weights_sha256, options=task.options,
                                 seconds=time.perf_counter() - start, cpu_seconds=clock() - cpu,
@@ -220,11 +267,13 @@ def layer_task(task: Task, layer: int, threads: int | None = 1):
     from ..pipeline import model_layer_spectra, open_model
 
     start, cpu = time.perf_counter(), time.thread_time()
+    check_unchanged(task.fingerprints, task.source.name)
     with threadpool_limits(limits=threads):
         model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
         spectra = model_layer_spectra(model, layer, method=task.options["method"],
-                                      gram_rtol=task.options["gram_rtol"])
+                                      gram_rtol=task.options["gram_rtol"], rank_tol=task.options["rank_tol"])
         model.ckpt.close()
+    check_unchanged(task.fingerprints, task.source.name)
     return spectra, time.perf_counter() - start, time.thread_time() - cpu
 
 
@@ -241,6 +290,7 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
         model.ckpt.close()
         layers = [spectra for spectra, _, _ in layer_results]
         analysis = assemble(model, layers, AnalysisOptions.build(o))
+    check_unchanged(task.fingerprints, task.source.name)
     seconds = time.perf_counter() - start + sum(s for _, s, _ in layer_results)
     cpu_seconds = time.thread_time() - cpu + sum(c for _, _, c in layer_results)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
@@ -292,15 +342,26 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', got {jobs!r}")
     if per_layer not in PER_LAYER_MODES:
         raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
+    for options in option_sets or [{}]:  # a bad option set is the request's error, not each source's
+        spec = canonical_options(options)["arch_spec"]
+        if spec is not None:
+            from ..archs.spec import load_spec_file
+
+            load_spec_file(spec)
     if progress is None:
         progress = sys.stderr.isatty()
+    if workers is None and scheduler is None:  # a cluster's workers have their own cores
+        from ..pipeline import cap_threads
+
+        threads = cap_threads(threads)
     start = time.perf_counter()
     st = Store(store)
+    st._ensure()  # a store that cannot be written fails now, before any analysis
     st.clean_incoming()
     report = SweepReport(store=st.root)
     headers = read_headers(sources, option_sets or [{}], report)
     bars = _Progress(progress, headers)
-    tasks = _fresh_tasks(iter_tasks(headers, st), st, report, bars)
+    tasks = _fresh_tasks(iter_tasks(headers, st, report.failed), st, report, bars)
     try:
         if workers is None and scheduler is None:
             _run_here(tasks, st, report, threads, bars, jobs)
@@ -339,15 +400,20 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
         for task in tasks:
             try:
                 record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs)
-            except SpecboundError as exc:
-                report.failed.append((task.source.name, str(exc)))
+            except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
+                report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
                 bars.checkpoint(task, failed=True)
                 continue
             writes.append((task.key, writer.submit(st.put, record)))
             bars.checkpoint(task, counted=True)
         for key, write in writes:
-            if write.result():
-                report.written.append(key)
+            _count_write(report, key, write.result())
+
+
+def _count_write(report: SweepReport, key: str, published: bool) -> None:
+    """A record this sweep wrote, or one another sweep on the same store published first while
+    this one was analysing it: already in the store, so every planned task is counted once."""
+    (report.written if published else report.skipped).append(key)
 
 
 def _layer_counter(task: Task, bars):
@@ -367,7 +433,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
     import logging
 
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
         raise SpecboundError("a Dask sweep needs dask.distributed: pip install 'specbound[sweep]'") from None
     with contextlib.ExitStack() as stack:
@@ -409,12 +475,14 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             task, split = finals[future.key]
             try:
                 record = future.result()
-            except SpecboundError as exc:
-                report.failed.append((task.source.name, str(exc)))
+            except (SpecboundError, KilledWorker, *ENVIRONMENT_ERRORS) as exc:
+                message = (f"the Dask worker analysing it died ({exc}): out of memory, or killed; give the "
+                           f"workers more memory" if isinstance(exc, KilledWorker)
+                           else str(one_line(exc, f"analyse {task.source.name}")))
+                report.failed.append((task.source.name, " ".join(message.split())))
                 bars.checkpoint(task, failed=True)
                 continue
-            if st.put(record):
-                report.written.append(task.key)
+            _count_write(report, task.key, st.put(record))
             bars.checkpoint(task, counted=split)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
 from ..options import AnalysisOptions, option_names
 from ..io.hub_cache import cache_dir, cached_model_ids, find_snapshot
 
@@ -105,7 +105,10 @@ def _evaluate(expr: ast.Expression, bound: dict[str, Any], text: str) -> int | N
             ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
                    ast.Div: lambda: a / b if b else None, ast.FloorDiv: lambda: a // b if b else None,
                    ast.Mod: lambda: a % b if b else None}
-            return ops[type(node.op)]()
+            if type(node.op) in ops and a is not None and b is not None:
+                return ops[type(node.op)]()
+            if a is None or b is None:
+                return None
         raise SpecboundError(f"pattern group {{{text}}}: only integers, names of earlier groups and "
                              f"+ - * / // % are allowed")
     value = ev(expr)
@@ -130,13 +133,26 @@ def _parse_group(body: str, before: str, index: int) -> _Group:
     if "," in body:
         return _Group(name, "list", tuple(s.strip() for s in body.split(",")), text=body)
     try:
-        expr = ast.parse(body.strip(), mode="eval")
-    except SyntaxError:
+        expr = ast.parse(body.strip(), mode="eval") if len(body) <= 200 else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         expr = None
     if expr is None or not body.strip():
-        raise SpecboundError(f"cannot read the pattern group {{{body}}}: expected a range {{2..12}}, a list "
+        raise SpecboundError(f"cannot read the pattern group {{{body[:80]}}}: expected a range {{2..12}}, a list "
                              f"{{a,b}} or an integer expression of earlier groups {{H/64}}")
+    for node in ast.walk(expr):
+        if not isinstance(node, _EXPR_NODES) or (isinstance(node, ast.Constant) and not _plain_int(node.value)):
+            raise SpecboundError(f"pattern group {{{body}}}: only integers, names of earlier groups and "
+                                 f"+ - * / // % are allowed, found {type(node).__name__}")
     return _Group(name, "expr", expr=expr, text=body)
+
+
+# What a group expression may hold: integers, names, unary minus and + - * / // %.
+_EXPR_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.BinOp, ast.Add,
+               ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
+
+
+def _plain_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _wildcards_to_regex(text: str) -> str:
@@ -303,12 +319,18 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
     path = Path(path)
+    with os_errors(f"read the sweep config {path}"):
+        raw_bytes = path.read_bytes()
     try:
-        doc = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise SpecboundError(f"cannot read the sweep config {path}: {exc.strerror or exc}") from None
+        doc = tomllib.loads(raw_bytes.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SpecboundError(f"cannot read the sweep config {path}: it is not UTF-8 text ({exc.reason} at byte "
+                             f"{exc.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecboundError(f"cannot parse the sweep config {path} as TOML: {exc}") from None
+    except RecursionError:
+        raise SpecboundError(f"cannot parse the sweep config {path}: it is nested too deeply to be a sweep "
+                             f"config (sources, store, [options])") from None
     unknown = sorted(set(doc) - {"sources", "options", "store"})
     if unknown:
         raise SpecboundError(f"{path}: unknown key(s) {', '.join(unknown)}; expected sources, options, store")
@@ -327,8 +349,15 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         if bad:
             raise SpecboundError(f"{path}: unknown option(s) {', '.join(bad)}; expected some of "
                                  f"{', '.join(option_names(key_only=True))}")
+        spec = options.get("arch_spec")
+        if isinstance(spec, str) and not os.path.isabs(os.path.expanduser(spec)):
+            options["arch_spec"] = str(base / spec)  # relative to the config file, like its sources
         try:
             AnalysisOptions.build(options)
+            if options.get("arch_spec") is not None:
+                from ..archs.spec import load_spec_file
+
+                load_spec_file(options["arch_spec"])  # a bad spec is the config's error, not each source's
         except SpecboundError as exc:
             raise SpecboundError(f"{path}: {exc}") from None
     store = doc.get("store")

@@ -7,14 +7,14 @@ Layout::
       records/<key>/matrices.parquet       Analysis.matrices
       records/<key>/layers.parquet         Analysis.layers
       records/<key>/singular_values.parquet
-      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.report.curves)
+      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.records_curves)
       .incoming/                           records being written (never read)
-      digests.json                         SHA-256 of weight files already hashed, by path/size/mtime/inode
+      digests.json                         SHA-256 of weight files already hashed, by path/size/mtime/ctime/inode
 
 ``key`` is a hash of the weights (config.json and every weight file, byte for byte) and of the
 options that change the numbers, so a record is found again whatever the checkpoint is called
 and a re-run skips it.  A file's hash is remembered in ``digests.json`` under its path, size,
-modification time and inode, so a re-run does not read unchanged weights again.  A record is written whole in ``.incoming/`` and then published by one
+modification and change times and inode, so a re-run does not read unchanged weights again.  A record is written whole in ``.incoming/`` and then published by one
 ``rename`` of its folder: a reader (or a sweep killed with ``kill -9`` at any moment) sees a
 complete record or none.  Two writers of the same key cannot both publish; the loser's copy is
 dropped.
@@ -33,12 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..atomic import process_alive
-from ..errors import SpecboundError
+from ..atomic import remove_stale, temp_path
+from ..errors import SpecboundError, os_errors
+from ..io.base import fingerprint
 from ..options import AnalysisOptions
 
 RECORD_FORMAT = 1
 TABLES = ("matrices", "layers", "singular_values", "curves")
+QUARANTINE = "quarantine"  # records that cannot be read, set aside by Store.quarantine
 _HASH_CHUNK = 1 << 22
 
 
@@ -58,29 +60,67 @@ def _file_sha256(path: Path, digest=None):
     return h
 
 
-def _fingerprint(path: Path) -> str:
-    """Where a file is and which version of it: real path, size, mtime (ns), inode."""
-    st = path.stat()
-    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
-
-
 def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
-    """SHA-256 of a file's bytes, remembered in ``cache`` under its fingerprint (:func:`_fingerprint`)."""
-    if cache is None:
-        return _file_sha256(path).hexdigest()
-    key = _fingerprint(path)
-    if key not in cache:
-        cache[key] = _file_sha256(path).hexdigest()
-    return cache[key]
+    """SHA-256 of a file's bytes, remembered in ``cache`` under its :func:`fingerprint`.
+
+    The fingerprint is taken before and after hashing: a file written meanwhile is an error (its
+    bytes are none of its versions), so a remembered hash is always that of one whole version.
+    """
+    with os_errors(f"hash {path}"):
+        before = fingerprint(path)
+        if cache is not None and before in cache:
+            return cache[before]
+        digest = _file_sha256(path).hexdigest()
+        if fingerprint(path) != before:
+            raise SpecboundError(f"{path} changed while it was being hashed; wait until it is written "
+                                 f"completely and run the sweep again")
+    if cache is not None:
+        cache[before] = digest
+    return digest
 
 
 def weights_digest(config: dict[str, Any], weight_files: list[Path], cache: dict[str, str] | None = None) -> str:
     """SHA-256 over the decoded config (canonical JSON) and the SHA-256 of every weight file."""
+    return hash_weights(config, weight_files, cache)[0]
+
+
+def hash_weights(config: dict[str, Any], weight_files: list[Path],
+                 cache: dict[str, str] | None = None) -> tuple[str, tuple[str, ...]]:
+    """``(digest, fingerprints)``: :func:`weights_digest` and the :func:`fingerprint` of every
+    weight file at the moment its hash was taken, for :func:`check_unchanged` at analysis time."""
     h = hashlib.sha256()
     h.update(json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
+    prints = []
     for path in sorted(set(weight_files), key=lambda p: p.name):
-        h.update(b"\0" + path.name.encode() + b"\0" + file_sha256(path, cache).encode())
-    return h.hexdigest()
+        with os_errors(f"hash {path}"):
+            prints.append(fingerprint(path))
+        digest = file_sha256(path, cache)
+        with os_errors(f"hash {path}"):
+            if fingerprint(path) != prints[-1]:
+                raise SpecboundError(f"{path} changed while it was being hashed; run the sweep again")
+        h.update(b"\0" + path.name.encode() + b"\0" + digest.encode())
+    return h.hexdigest(), tuple(prints)
+
+
+def check_unchanged(fingerprints: tuple[str, ...], source: str) -> None:
+    """Raise when any file is no longer the version whose fingerprint was taken when it was hashed.
+
+    A record's key is the digest of the bytes it analysed only if no weight file (nor config.json)
+    changed between hashing and the end of the analysis; a sweep checks this right before and right
+    after each analysis, so a file replaced meanwhile fails that task instead of storing another
+    file's numbers under the old key.
+    """
+    for then in fingerprints:
+        path = Path(then.rsplit("|", 4)[0])
+        try:
+            now = fingerprint(path)
+        except OSError:
+            now = None
+        if now != then:
+            raise SpecboundError(
+                f"{path} changed since the sweep hashed it (while {source} was waiting or being analysed): "
+                f"its record would not match its key; run the sweep again once the files stay put"
+            )
 
 
 def record_key(weights_sha256: str, options: dict[str, Any]) -> str:
@@ -146,7 +186,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                          options: dict[str, Any], seconds: float, mode: str,
                          cpu_seconds: float | None = None) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here)."""
-    from ..report.curves import contribution_curves
+    from ..records_curves import contribution_curves
 
     doc = analysis.to_dict()
     for big in ("matrices", "layers"):
@@ -155,16 +195,28 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                                  grid_m=analysis.options["grid_m"], rank_tol=analysis.options["rank_tol"])
     meta = {
         "format": RECORD_FORMAT, "key": key, "source": source, "labels": labels,
-        "location": analysis.source, "weights_sha256": weights_sha256,
+        "location": getattr(analysis, "location", None) or analysis.source, "weights_sha256": weights_sha256,
         "options": canonical_options(options), "model": analysis.model,
         "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
         "matrices": int(len(analysis.matrices)), "analysis": doc,
         "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
     }
-    tables = {"matrices": analysis.matrices, "layers": analysis.layers,
-              "singular_values": analysis.singular_values, "curves": curves}
+    # Every table carries its record's key and source first, so the tables of a whole store concatenate
+    # into one tidy frame (dask.dataframe.read_parquet("STORE/records/*/matrices.parquet")).
+    tables = {name: analysis.tidy_table(name, key=key, source=source)
+              for name in ("matrices", "layers", "singular_values")}
+    tables["curves"] = _with_ids(curves, key=key, source=source)
     return Record(meta, tables)
+
+
+def _with_ids(table, *, key: str, source: str):
+    """``table`` with ``key`` and ``source`` columns first (string dtype)."""
+    import pandas as pd
+
+    ids = pd.DataFrame({"key": pd.Series([key] * len(table), dtype="string"),
+                        "source": pd.Series([source] * len(table), dtype="string")})
+    return pd.concat([ids, table.reset_index(drop=True)], axis=1)
 
 
 def _json_float(value: float):
@@ -189,26 +241,71 @@ class Store:
             raise SpecboundError(f"the results store {self.root} is a file; pass a folder (created if missing)")
         self.records_dir = self.root / "records"
         self.incoming_dir = self.root / ".incoming"
+        self._checked: dict[str, int] = {}  # key -> record.json mtime when found sound
 
     def _ensure(self) -> None:
+        """Create the store's folders and check that a record can be written there."""
         try:
             self.records_dir.mkdir(parents=True, exist_ok=True)
             self.incoming_dir.mkdir(parents=True, exist_ok=True)
+            probe = temp_path(self.incoming_dir, "probe")
+            probe.mkdir()
+            probe.rmdir()
         except OSError as exc:
-            raise SpecboundError(f"cannot create the results store {self.root} ({exc.strerror or exc}); "
+            raise SpecboundError(f"cannot write to the results store {self.root} ({exc.strerror or exc}); "
                                  f"pass --store a folder you can write to") from None
 
     def keys(self) -> list[str]:
-        """Keys of the complete records, sorted."""
+        """Keys of the complete, readable records, sorted; a record that cannot be read is set
+        aside (:meth:`quarantine`) with a :class:`~specbound.errors.SpecboundWarning`."""
         if not self.records_dir.is_dir():
             return []
-        return sorted(p.name for p in self.records_dir.iterdir() if (p / "record.json").is_file())
+        with os_errors(f"list the results store {self.root}"):
+            found = sorted(p.name for p in self.records_dir.iterdir() if (p / "record.json").exists())
+        return [key for key in found if self._sound(key)]
 
     def __contains__(self, key: str) -> bool:
-        return (self.records_dir / key / "record.json").is_file()
+        return (self.records_dir / key / "record.json").exists() and self._sound(key)
 
     def __len__(self) -> int:
         return len(self.keys())
+
+    def _sound(self, key: str) -> bool:
+        """Whether record ``key`` can be read; one that cannot is quarantined (and so recomputed by
+        the next sweep).  Checked once per record and store object."""
+        folder = self.records_dir / key
+        try:
+            stamp = (folder / "record.json").stat().st_mtime_ns
+        except OSError:
+            return False
+        if self._checked.get(key) == stamp:
+            return True
+        problem = record_problem(folder, key)
+        if problem is None:
+            self._checked[key] = stamp
+            return True
+        self.quarantine(key, problem)
+        return False
+
+    def quarantine(self, key: str, problem: str) -> Path | None:
+        """Move record ``key`` to ``quarantine/`` (kept for inspection, out of every reader's way),
+        warn, and return where it went (None when the store is read-only: the record is then only
+        skipped)."""
+        import warnings
+
+        from ..errors import SpecboundWarning
+
+        self._checked.pop(key, None)
+        target = self.root / QUARANTINE / f"{key}+{time.strftime('%Y%m%dT%H%M%S')}+{uuid.uuid4().hex[:6]}"
+        try:
+            target.parent.mkdir(exist_ok=True)
+            os.rename(self.records_dir / key, target)
+        except OSError:
+            target = None
+        where = f"moved to {target}" if target else "skipped (the store is read-only)"
+        warnings.warn(SpecboundWarning(f"record {key} in {self.root} cannot be read ({problem}): {where}; "
+                                       f"the next sweep over its checkpoint recomputes it"), stacklevel=3)
+        return target
 
     def put(self, record: Record) -> bool:
         """Write ``record`` atomically; False when a record with its key is already there."""
@@ -216,7 +313,11 @@ class Store:
         if record.key in self:
             return False
         # <key>+<pid>+<random>+<host>: clean_incoming tells a dead writer's leftovers from a live one's
-        tmp = self.incoming_dir / f"{record.key}+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp = temp_path(self.incoming_dir, record.key)
+        with os_errors(f"write record {record.key} to the results store {self.root}"):
+            return self._publish(record, tmp)
+
+    def _publish(self, record: Record, tmp: Path) -> bool:
         tmp.mkdir()
         try:
             for name in TABLES:
@@ -240,18 +341,23 @@ class Store:
 
     def load_meta(self, key: str) -> dict[str, Any]:
         """The ``record.json`` of record ``key`` (no table is read)."""
-        path = self.records_dir / key / "record.json"
-        try:
-            return json.loads(path.read_text())
-        except FileNotFoundError:
-            raise SpecboundError(f"no record {key} in the store {self.root}") from None
+        if key not in self:
+            raise SpecboundError(f"no readable record {key} in the store {self.root}")
+        return json.loads((self.records_dir / key / "record.json").read_text())
 
     def load(self, key: str, tables: tuple[str, ...] = TABLES) -> Record:
-        """The record ``key`` with the named tables read."""
+        """The record ``key`` with the named tables read (one that cannot be read is quarantined
+        and is an error)."""
         import pandas as pd
 
         meta = self.load_meta(key)
-        return Record(meta, {t: pd.read_parquet(self.records_dir / key / f"{t}.parquet") for t in tables})
+        try:
+            return Record(meta, {t: pd.read_parquet(self.records_dir / key / f"{t}.parquet") for t in tables})
+        except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a corrupt file)
+            problem = f"{type(exc).__name__}: {str(exc)[:200]}"
+        self.quarantine(key, problem)
+        raise SpecboundError(f"record {key} in {self.root} cannot be read ({problem}); it was set aside: run "
+                             f"the sweep again to recompute it")
 
     def records(self, tables: tuple[str, ...] = TABLES) -> Iterator[Record]:
         """Every complete record, in key order, with the named tables read."""
@@ -282,24 +388,28 @@ class Store:
     def bound_names(self) -> list[str]:
         """Every bound name found in the records, in first-seen order."""
         names: dict[str, None] = {}
-        for key in self.keys():
+        for key in self.keys():  # sound records: their bounds are a dict
             names.update(dict.fromkeys(self.load_meta(key)["bounds"]))
         return list(names)
 
     def load_digests(self) -> dict[str, str]:
         """The remembered file hashes (empty when none or unreadable: it is only a cache)."""
         try:
-            cache = json.loads((self.root / "digests.json").read_text())
-        except (OSError, ValueError):
+            cache = json.loads((self.root / "digests.json").read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return {}
-        return cache if isinstance(cache, dict) else {}
+        if not isinstance(cache, dict):
+            return {}
+        # only well-formed entries: a damaged cache costs a re-hash, never a wrong key
+        return {k: v for k, v in cache.items() if isinstance(k, str) and isinstance(v, str)
+                and len(v) == 64 and all(c in "0123456789abcdef" for c in v)}
 
     def save_digests(self, cache: dict[str, str]) -> None:
         """Write the file-hash cache atomically (the last writer wins; entries never go stale)."""
         if not cache:
             return
         self._ensure()
-        tmp = self.incoming_dir / f"digests+{os.getpid()}+{uuid.uuid4().hex[:8]}+{socket.gethostname()}"
+        tmp = temp_path(self.incoming_dir, "digests")
         tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
         os.replace(tmp, self.root / "digests.json")
 
@@ -308,16 +418,52 @@ class Store:
         ``max_age`` seconds.  Returns how many were removed."""
         if not self.incoming_dir.is_dir():
             return 0
-        removed, host, now = 0, socket.gethostname(), time.time()
-        for tmp in self.incoming_dir.iterdir():
-            parts = tmp.name.split("+", 3)
-            stale = now - tmp.stat().st_mtime > max_age
-            if len(parts) == 4 and parts[3] == host and parts[1].isdigit():
-                stale = stale or not process_alive(int(parts[1]))
-            if stale:
-                shutil.rmtree(tmp, ignore_errors=True)
-                removed += 1
-        return removed
+        return len(remove_stale(self.incoming_dir.iterdir(), max_age))
+
+
+# What every reader of record.json uses (Store.table, the reports), with the type it must have.
+_META_FIELDS = {"key": str, "source": str, "model": dict, "options": dict, "bounds": dict, "analysis": dict,
+                "run": dict}
+_MODEL_FIELDS = ("family", "L", "N")
+
+
+def record_problem(folder: Path, key: str) -> str | None:
+    """Why the record in ``folder`` cannot be read, or None when it can: ``record.json`` must be a
+    UTF-8 JSON object with the fields every reader uses (and its own key), and every table a
+    Parquet file whose footer reads (truncated and overwritten files fail there)."""
+    try:
+        raw = (folder / "record.json").read_bytes()
+        if len(raw) > 64 << 20:
+            return f"record.json is {len(raw):,} bytes"
+        meta = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return f"record.json: {type(exc).__name__}: {str(exc)[:120]}"
+    if not isinstance(meta, dict):
+        return f"record.json holds a JSON {type(meta).__name__}, not an object"
+    for name, kind in _META_FIELDS.items():
+        if not isinstance(meta.get(name), kind):
+            return f"record.json has no {kind.__name__} '{name}'"
+    if meta["key"] != key:
+        return f"record.json says key {meta['key'][:40]!r}, its folder {key!r}"
+    missing = [f for f in _MODEL_FIELDS if f not in meta["model"]]
+    if missing or not isinstance(meta["model"].get("L"), int) or not isinstance(meta["model"].get("N"), int):
+        return f"record.json's model lacks integer L, N or a family ({', '.join(missing) or 'wrong type'})"
+    grid = meta["analysis"].get("options", {}) if isinstance(meta["analysis"].get("options"), dict) else {}
+    if not isinstance(grid.get("grid_m"), int) or not isinstance(meta["run"].get("seconds"), (int, float)):
+        return "record.json lacks analysis.options.grid_m or run.seconds"
+    for name, value in meta["bounds"].items():
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return f"record.json's bound {name!r} is {str(value)[:40]!r}, not a number"
+    import pyarrow.parquet as pq
+
+    for table in TABLES:
+        try:
+            pq.read_metadata(folder / f"{table}.parquet")
+        except Exception as exc:  # noqa: BLE001  (OSError, ArrowInvalid, ...)
+            return f"{table}.parquet: {type(exc).__name__}: {str(exc)[:120]}"
+    return None
 
 
 def _fsync(path: Path) -> None:

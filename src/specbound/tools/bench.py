@@ -17,46 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .synthetic import write_bert_checkpoint
+
 BERT_BASE = dict(L=12, N=768, H=12, d_ff=3072)
-
-
-def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: int, vocab: int = 512,
-                          seed: int = 0) -> Path:
-    """A random BERT-shaped checkpoint (config.json + model.safetensors, float32) in ``folder``.
-
-    Weights are Gaussian with std 0.02 (BERT's initialiser), plus the biases, LayerNorms and
-    embeddings a real checkpoint carries, so the loader's accounting is exercised too.
-    """
-    from safetensors.numpy import save_file
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-
-    def gauss(*shape):
-        return (0.02 * rng.standard_normal(shape)).astype(np.float32)
-
-    tensors = {"embeddings.word_embeddings.weight": gauss(vocab, N),
-               "embeddings.position_embeddings.weight": gauss(64, N),
-               "embeddings.token_type_embeddings.weight": gauss(2, N),
-               "pooler.dense.weight": gauss(N, N), "pooler.dense.bias": np.zeros(N, np.float32),
-               "embeddings.LayerNorm.weight": np.ones(N, np.float32),
-               "embeddings.LayerNorm.bias": np.zeros(N, np.float32)}
-    linears = {"attention.self.query": (N, N), "attention.self.key": (N, N), "attention.self.value": (N, N),
-               "attention.output.dense": (N, N), "intermediate.dense": (d_ff, N), "output.dense": (N, d_ff)}
-    for layer in range(L):
-        for name, (out_dim, in_dim) in linears.items():
-            tensors[f"encoder.layer.{layer}.{name}.weight"] = gauss(out_dim, in_dim)
-            tensors[f"encoder.layer.{layer}.{name}.bias"] = np.zeros(out_dim, np.float32)
-        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
-            tensors[f"encoder.layer.{layer}.{ln}.weight"] = np.ones(N, np.float32)
-            tensors[f"encoder.layer.{layer}.{ln}.bias"] = np.zeros(N, np.float32)
-    save_file(tensors, str(folder / "model.safetensors"))
-    config = {"model_type": "bert", "architectures": ["BertModel"], "num_hidden_layers": L,
-              "hidden_size": N, "num_attention_heads": H, "intermediate_size": d_ff,
-              "hidden_act": "gelu", "vocab_size": vocab, "max_position_embeddings": 64, "type_vocab_size": 2}
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    return folder
 
 
 LLAMA_LARGE = dict(L=4, N=4096, H=32, H_kv=8, d_ff=11008)
@@ -529,7 +492,7 @@ def write_llama7b_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv
     config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
               "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": N // H,
               "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16",
-              "rms_norm_eps": 1e-5}
+              "rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "rope_theta": 10000.0}
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder, total
 
@@ -627,6 +590,10 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
                 spectra.factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1, device=device))
 
     clock("attention_cores", lambda: attention(False))
+    if model.rotary is not None:  # QK quantities valid at every relative position (docs/rotary.md)
+        from ..compute.layer_spectra import rotary_qk_spectra
+
+        clock("rotary_qk", lambda: rotary_qk_spectra(weights, kv, model.rotary))
     clock("norm_1_1", lambda: attention(True))
     for stage in ("norm_1_1",):  # the second call redid the cores: keep only the norms' share
         clock.wall[stage] -= clock.wall["attention_cores"]

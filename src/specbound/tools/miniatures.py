@@ -4,7 +4,7 @@ The BERT Miniatures (Turc et al., 2019, arXiv:1908.08962; the family of the pape
 are 24 BERT models, ``L in {2, 4, 6, 8, 10, 12}`` by ``N in {128, 256, 512, 768}``, with ``H = N/64``
 heads of size 64 and ``d_ff = 4N``, published as ``google/bert_uncased_L-{L}_H-{N}_A-{H}``.  They
 cannot be downloaded here, so :func:`write_miniatures` writes random checkpoints of the same 24
-shapes (BERT's initialiser, std 0.02; see :func:`specbound.tools.bench.write_bert_checkpoint`), either as
+shapes (BERT's initialiser, std 0.02; see :func:`specbound.tools.synthetic.write_bert_checkpoint`), either as
 a Hugging Face cache (``layout="hf-cache"``: point ``HF_HUB_CACHE`` at the folder and the hub ids
 resolve to them, so a sweep written for the real models runs unchanged) or as plain folders.
 """
@@ -55,7 +55,7 @@ def write_miniatures(root: str | Path, *, layout: str = "hf-cache", depths=DEPTH
     list of Path
         The model folders written (the snapshot folders for the cache layout).
     """
-    from .bench import write_bert_checkpoint
+    from .synthetic import write_bert_checkpoint
 
     if layout not in LAYOUTS:
         raise SpecboundError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")

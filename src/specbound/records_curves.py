@@ -2,12 +2,14 @@
 
 The plots of ``C(p)/C(0)`` need the whole curve, while an :class:`~specbound.records.Analysis`
 keeps only its minimum and end points.  The curve is a function of the stored singular values,
-the stored ``scale`` and the model's ``N`` (SPEC section 4), so it is evaluated here from the
+the stored ``scale`` and the model's ``N`` (docs/spec.md section 4), so it is evaluated here from the
 records, with the same :class:`~specbound.bounds.adaptive.ContributionCurve` the bound uses; no
 spectrum is recomputed.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -38,21 +40,30 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
     DataFrame, long form, columns ``CURVE_COLUMNS``, ``len(matrices) * (2 m + 1)`` rows; ``c_over_c0``
     is ``C(p) / C(0)`` (NaN for an all-zero matrix).
     """
-    from ..bounds.schatten import ContributionCurve, schatten_grid
-    from ..compute.spectra import MatrixSpectrum
+    from .bounds.schatten import ContributionCurve, schatten_grid
+    from .compute.spectra import MatrixSpectrum
 
     grid = schatten_grid(int(grid_m))
     by_matrix = dict(tuple(singular_values.groupby("matrix", sort=False)["sigma"]))
     values = np.empty((len(matrices), grid.size))
     rows, cols, scales = (matrices[c].to_numpy() for c in ("rows", "cols", "scale"))
+    # ln scale: from the stored scale where it is a normal float (as the bound computed it), else from
+    # the stored log10 (a scale that overflows float64 is stored as null)
+    log10_scales = (matrices["log10_scale"].to_numpy(np.float64) if "log10_scale" in matrices
+                    else np.log10(scales.astype(np.float64)))
+    tiny = np.finfo(np.float64).tiny
     for i in range(len(matrices)):
         sigma = by_matrix.get(i)
         s = np.sort(sigma.to_numpy(np.float64))[::-1] if sigma is not None else np.zeros(0)
         spectrum = MatrixSpectrum((int(rows[i]), int(cols[i])), s, float("nan"), float("nan"))
-        values[i] = ContributionCurve(spectrum, float(scales[i]), int(n), float(rank_tol)).on_grid(grid)
+        scale = float(scales[i])
+        log_scale = math.log(scale) if tiny <= scale < math.inf else float(log10_scales[i]) * math.log(10)
+        values[i] = ContributionCurve(spectrum, log_scale=log_scale, n=int(n), rank_tol=float(rank_tol)).on_grid(grid)
     c0 = values[:, :1]
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         ratio = np.where(c0 > 0, values / np.where(c0 > 0, c0, 1.0), np.nan)
+    values = np.where(np.isfinite(values), values, np.nan)  # never an Infinity in a table: null
+    ratio = np.where(np.isfinite(ratio), ratio, np.nan)
     k = grid.size
     out = pd.DataFrame({
         "matrix": np.repeat(np.arange(len(matrices)), k),

@@ -1,0 +1,160 @@
+"""A family spec bound to one checkpoint: the model's dimensions from config.json, the tensor-name
+prefix, the key/value head count when the config omits it, and every tensor accounted for (a role
+weight of some layer or deliberately ignored) before any number is computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import SpecboundError
+from ..io import Checkpoint
+from .spec import ArchSpec
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Dimensions read from config.json through the family's spec."""
+
+    L: int
+    N: int
+    H: int
+    H_kv: int
+    d_head: int
+    d_ff: int
+    activation: str | None = None
+    block: str = "sequential"
+    feed_forward: str = "plain"
+    stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
+
+    def stored_layer(self, layer: int) -> int:
+        return layer if self.stored is None else self.stored[layer]
+
+
+
+def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
+    def need(field: str, optional: bool = False) -> int | None:
+        value = spec.config_value(config, field)
+        if optional and value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            keys = " or ".join(spec.config_keys[field])
+            raise SpecboundError(
+                f"config.json needs a positive integer {keys} for the {spec.family} family, found {value!r}"
+            )
+        return value
+
+    L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
+    if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
+        d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
+    else:
+        d_ff = need("ff_size")
+    head_dim = need("head_dim", optional=True)
+    d_head = head_dim or (N // H)
+    if not head_dim and N % H:
+        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
+                             f"head size is undefined: fix the config to match the saved model")
+    H_kv = need("num_kv_heads", optional=True) or H
+    if H % H_kv:
+        raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
+    activation = spec.config_value(config, "activation")
+    stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
+    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
+                     activation=activation if isinstance(activation, str) else None,
+                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored)
+
+
+def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
+    """``H_kv`` from the stored key weight when config.json does not name it (Mistral's and Qwen2's
+    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``)."""
+    if "k" not in spec.tensors or spec.config_value(ckpt.config, "num_kv_heads") is not None \
+            or "num_kv_heads" not in spec.config_keys:
+        return dims
+    rule = spec.tensors["k"]
+    shape = ckpt.shape(rule.name_for(0, prefix))
+    rows = shape[0] if rule.layout == "linear" else shape[-1]
+    if len(shape) == 2 and rows % dims.d_head == 0 and dims.H % (rows // dims.d_head) == 0:
+        return replace(dims, H_kv=rows // dims.d_head)
+    return dims
+
+
+def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
+    """Row-vector-orientation shape of each role's matrix."""
+    hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
+    return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
+            "o": (hd, dims.N), "ff_in": (dims.N, dims.d_ff), "ff_gate": (dims.N, dims.d_ff),
+            "ff_up": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
+
+
+def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
+    """The name prefix (``""``, ``"bert."``, ...) under which this checkpoint stores layer 0.
+
+    One of the spec's prefixes, else a wrapper module's attribute path before one of them
+    (``m.`` for a model wrapped for ONNX export, ``module.`` for a DataParallel state dict), when
+    exactly one such path holds the layer-0 query weight; every other tensor must still be a role
+    tensor or ignored (:func:`account_for_tensors`).
+    """
+    names = set(ckpt.names)
+    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
+    for prefix in spec.prefixes:
+        if probe.name_for(0, prefix) in names:
+            return prefix
+    bare = probe.name_for(0)
+    wrapped = sorted({n[:-len(bare)] for n in names if n.endswith("." + bare)})
+    if len(wrapped) == 1:
+        return wrapped[0]
+    tried = [probe.name_for(0, p) for p in spec.prefixes]
+    if wrapped:
+        raise SpecboundError(
+            f"ambiguous checkpoint: {ckpt.location} holds the {spec.family} family's layer-0 query weight "
+            f"under {len(wrapped)} prefixes ({', '.join(repr(w) for w in wrapped)}): it holds more than one "
+            f"model; save the one to analyse on its own"
+        )
+    raise SpecboundError(
+        f"missing tensor: {ckpt.location} has none of {tried} (the {spec.family} family's layer-0 "
+        f"query weight); is this checkpoint of another family? pass --arch-spec FILE to map its names "
+        f"(`specbound arch infer SOURCE` drafts one)"
+    )
+
+
+def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
+    """Check that every role tensor exists with the right shape and every other tensor is ignored."""
+    expected = _expected_shapes(dims)
+    names = set(ckpt.names)
+    stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
+    if stored_layers * len(spec.tensors) > len(names):  # before listing every layer: L may be 10**30
+        raise SpecboundError(
+            f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
+            f"{len(spec.tensors)} role tensors each, "
+            f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
+            f"config does not match it"
+        )
+    wanted = {}
+    for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
+        for role, rule in spec.tensors.items():
+            wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
+    for name, (role, layout, layer) in wanted.items():
+        if name not in names:
+            raise SpecboundError(
+                f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
+                f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
+            )
+        stored = ckpt.shape(name)
+        rows, cols = expected[role]
+        layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
+        want = (cols, rows) if layout == "linear" else (rows, cols)
+        if stored != want:
+            raise SpecboundError(
+                f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
+                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
+                f"{layout} {role} weight: the config does not describe these weights"
+            )
+    stray = [n for n in names if n not in wanted and not spec.is_ignored(n, prefix)]
+    if stray:
+        shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        raise SpecboundError(
+            f"unaccounted tensors in {ckpt.location}: {shown} are neither a {spec.family} role tensor "
+            f"nor ignored by its spec ({spec.origin}); add them to the spec's ignore list or use "
+            f"--arch-spec FILE"
+        )
+
+

@@ -1,0 +1,274 @@
+"""One analysis as text and as HTML: the summary ``specbound analyze`` prints, ``print(result)``, and
+the notebook view (``Analysis._repr_html_``).
+
+This module sits beside :mod:`specbound.records` and reads an :class:`~specbound.records.Analysis`
+only through its attributes, so that the records can render themselves without importing the
+report stage (which reads results stores).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .bounds import REGISTRY
+from .compute.measures import ROLE_ORDER
+
+LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
+          "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
+_HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
+_WEIGHT_FILE = re.compile(r"\.(safetensors|bin|pt|pth|onnx)$")
+
+
+SIGNIFICANT = 5  # digits of every number the summary prints
+
+
+def fmt(x: Any, log10: float | None = None) -> str:
+    """Every number of the summary in one format: :data:`SIGNIFICANT` significant digits, fixed-point
+    from 0.001 up to 10^SIGNIFICANT (``0.93440``, ``384.00``, ``20573``), scientific otherwise
+    (``1.4986e+12``, ``9.9900e-04``); integers as they are; NaN or null as ``-``; a value beyond float64
+    (``inf`` or null) whose ``log10`` is known as ``10^600.07``."""
+    if log10 is not None and math.isfinite(log10) and (x is None or not math.isfinite(float(x))):
+        return f"10^{log10:.2f}"
+    if x is None or x is pd.NA:  # missing, its log unknown: like NaN
+        return "-"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    x = float(x)
+    if math.isnan(x):
+        return "-"
+    if x == 0 or math.isinf(x):
+        return str(x) if x else "0"
+    rounded = float(f"{x:.{SIGNIFICANT - 1}e}")
+    exponent = math.floor(math.log10(abs(rounded)))
+    if -3 <= exponent < SIGNIFICANT:
+        return f"{rounded:.{SIGNIFICANT - 1 - exponent}f}"
+    return f"{x:.{SIGNIFICANT - 1}e}"
+
+
+def markdown_table(frame: pd.DataFrame, cell=None) -> str:
+    """``frame`` as a Markdown table (no tabulate dependency); ``cell(column, value) -> str`` formats
+    each entry (default: numbers as :func:`fmt`, anything else as ``str``)."""
+    def default(column, value):
+        return fmt(value) if isinstance(value, (float, np.floating)) else str(value)
+
+    cell = cell or default
+    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |", "|" + "|".join("---" for _ in frame.columns) + "|"]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row)) + " |"
+              for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def short_name(source: str, limit: int = 48) -> str:
+    """A model's name for titles and legends, not its absolute path.
+
+    ``.../models--google--bert_uncased_L-2_H-128_A-2/snapshots/<hash>`` gives
+    ``google/bert_uncased_L-2_H-128_A-2``; any other path its last folder (a weights file's folder
+    and file name); a hub id or a name is kept.  Names over ``limit`` characters are cut in the middle.
+    """
+    text = str(source).rstrip("/")
+    hub = _HUB_CACHE_DIR.search(text)
+    if hub:
+        text = f"{hub.group(1)}/{hub.group(2)}"
+    elif text.startswith(("/", "./", "../", "~")) or "\\" in text:
+        parts = [p for p in re.split(r"[/\\]", text) if p]
+        if parts and _WEIGHT_FILE.search(parts[-1]) and len(parts) > 1:
+            text = f"{parts[-2]}/{parts[-1]}"
+        elif parts:
+            text = parts[-1]
+    if len(text) > limit:
+        half = (limit - 1) // 2
+        text = text[:half] + "…" + text[-(limit - 1 - half):]
+    return text
+
+
+def _p_label(p: float, m: int) -> str:
+    return str(Fraction(round(p * m), m))
+
+
+def comparison_frame(a) -> pd.DataFrame:
+    """Every bound and measure: group, value, ratio to the spectrum-adaptive bound, and the from-init
+    value and gap bound when they were computed (as text, in :func:`fmt`), indexed by name."""
+    adaptive = a.bounds.get("spectral_adaptive")
+    gaps = (a.gap_bound or {}).get("bounds", {})
+    rows = []
+    for name, value in a.all_bounds().items():
+        bound = REGISTRY[name]
+        log10 = a.log10_bounds.get(name)
+        ratio = (fmt(None, log10 - a.log10_bounds["spectral_adaptive"]) if not math.isfinite(value) and adaptive
+                 else fmt(value / adaptive) if adaptive else "-")
+        row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
+               "value": fmt(value, log10), "/ adaptive": ratio}
+        if a.from_init is not None:
+            row["from init"] = fmt(a.from_init[name]) if name in a.from_init else "-"
+        if a.gap_bound is not None:
+            g = gaps.get(name)
+            row["gap"] = "-" if g is None else fmt(g["gap"]) + (" (vacuous)" if g["vacuous"] else "")
+        row["title"] = bound.title
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("bound")
+
+
+def comparison_table(a) -> list[str]:
+    """The bounds table with a header naming exactly its columns."""
+    parts = ["value = the complexity term B", "/ adaptive = value / spectral_adaptive"]
+    if a.from_init is not None:
+        parts.append("from init = the same bound on W - W0")
+    if a.gap_bound is not None:
+        parts.append("gap = the generalisation-gap bound ('-': no margin-bound form)")
+    lines = ["bounds (" + "; ".join(parts) + ")", comparison_frame(a).to_string()]
+    if a.gap_bound is not None:
+        p = a.gap_bound["parameters"]
+        lines.append(f"gap = c_lead B log_factor / (margin sqrt(n)) + c_conf sqrt((ln(1/delta) + union cost) / n)"
+                     f" with n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])}; "
+                     f"c_lead={fmt(p['lead_constant'])}, c_conf={fmt(p['confidence_constant'])} "
+                     f"(constants unstated by the sources; default 1); ramp loss in [0, 1]: gap >= 1 is vacuous")
+    return lines
+
+
+def _roles(mats: pd.DataFrame) -> list[str]:
+    present = set(mats["role"])
+    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
+
+
+def per_layer_frame(a) -> pd.DataFrame:
+    """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
+    mats = a.matrices
+    per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
+    alpha = [fmt(x, l) for x, l in zip(a.layers["alpha"], a.layers["log10_alpha"])] if "log10_alpha" in a.layers \
+        else a.layers["alpha"].to_numpy()
+    table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
+                         index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
+    for role in _roles(mats):
+        table[role] = per_role[role].reindex(table.index).to_numpy()
+    table["adaptive"] = a.layers["adaptive"].to_numpy()
+    table["xi"] = a.layers["xi"].to_numpy()
+    return table
+
+
+def per_role_frame(a) -> pd.DataFrame:
+    """Per role: matrices, contribution to the adaptive bound, its share, median rank, p* counts."""
+    mats, m = a.matrices, a.options["grid_m"]
+    total = mats["contribution"].sum()
+    rows = []
+    for role in _roles(mats):
+        part = mats[mats["role"] == role]
+        counts = part["p_star"].value_counts().sort_index()
+        rows.append({"role": role, "matrices": len(part), "contribution": part["contribution"].sum(),
+                     "share": f"{100 * part['contribution'].sum() / total:.1f}%" if total else "-",
+                     "median rank": int(part["rank"].median()),
+                     "p* distribution": ", ".join(f"p*={_p_label(p, m)}: {n}" for p, n in counts.items())})
+    return pd.DataFrame(rows).set_index("role")
+
+
+def _header(a) -> list[str]:
+    m, o = a.model, a.options
+    lines = [f"specbound: {a.source}"]
+    if getattr(a, "location", None) and a.location != a.source:
+        lines.append(f"from     {a.location}")
+    lines += [
+        f"model    {m['family']}  L={m['L']}  N={m['N']}  heads={m['H']}"
+        + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
+        + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(a.matrices)}",
+        f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
+        f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
+    ]
+    return lines
+
+
+def format_headline(a) -> str:
+    """The headline bounds only, one per line (``specbound analyze --quiet``)."""
+    width = max(len(k) for k in a.bounds) if a.bounds else 0
+    return "\n".join(f"{name:<{width}}  {fmt(value)}" for name, value in a.bounds.items())
+
+
+def assumptions_block(a, *, verbose: bool = False) -> list[str]:
+    """Which numbers are theorems: the assumptions this model breaks and the extensions it uses
+    (``verbose``: each with its effect)."""
+    applying = [e for e in getattr(a, "assumptions", []) if e["applies"]]
+    if not applying:
+        return []
+    broken = [e["name"] for e in applying if e["kind"] == "theorem"]
+    ours = [e["name"] for e in applying if e["kind"] == "extension"]
+    lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
+             if broken or ours else "assumptions (docs/theory.md section 6)"]
+    if broken:
+        lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
+    if ours:
+        lines.append("  our extensions used: " + ", ".join(ours))
+    if verbose:
+        lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
+    return lines
+
+
+def format_summary(a, *, verbose: bool = False) -> str:
+    """The text ``specbound analyze`` prints (``verbose``: also every matrix, one line each)."""
+    o = a.options
+    lines = [*_header(a), ""]
+    lines += comparison_table(a)
+    lines += ["", "per layer (each role: sum of min_p C(p) over the layer's matrices; adaptive = their sum)",
+              LEGEND, per_layer_frame(a).to_string(float_format=fmt)]
+    lines += ["", "adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the theory's "
+                  "three types (one FF block)"]
+    gain = pd.DataFrame({"adaptive": a.layers["adaptive"]})
+    for p in (0, 1, 2):
+        gain[f"p={p}"] = a.layers[f"adaptive_p{p}"]
+    gain["3 types"] = a.layers["adaptive_three_type"]
+    # a per-layer sum beyond float64 is null in the tables: say so rather than print "-"
+    gain = gain.apply(lambda col: [("> 1.8e308" if pd.isna(v) else fmt(v)) for v in col])
+    gain["FF block p*"] = [_p_label(p, o["grid_m"]) for p in a.layers["three_type_ff_p_star"]]
+    gain.index.name = "layer"
+    lines.append(gain.to_string())
+    lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
+              per_role_frame(a).to_string(float_format=fmt)]
+    lines += assumptions_block(a, verbose=verbose)
+    if verbose:
+        cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",
+                            "stable_rank", "alpha", "p_star", "contribution") if c in a.matrices.columns]
+        with pd.option_context("display.max_rows", None, "display.max_colwidth", 90, "display.width", 250):
+            lines += ["", "every matrix", a.matrices[cols].to_string(index=False, float_format=fmt)]
+    return "\n".join(lines)
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+_STYLE = ("<style>.specbound-analysis{font-family:system-ui,sans-serif;font-size:13px;max-width:100%}"
+          ".specbound-analysis .sb-scroll{overflow-x:auto;max-width:100%}"
+          ".specbound-analysis table{border-collapse:collapse;margin:0.4em 0}"
+          ".specbound-analysis td,.specbound-analysis th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+          ".specbound-analysis td:first-child,.specbound-analysis th:first-child{text-align:left}"
+          ".specbound-analysis img{max-width:100%;height:auto}</style>")
+
+
+def html_table(frame: pd.DataFrame, *, index: bool = True) -> str:
+    """A table in a horizontally scrolling box (a wide table never widens the page)."""
+    frame = frame.reset_index() if index else frame
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v if isinstance(v, str) else fmt(v))}</td>" for v in row)
+                   + "</tr>" for row in frame.itertuples(index=False))
+    return f'<div class="sb-scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def analysis_html(a, figure_png: str | None = None) -> str:
+    """The notebook view: header, headline bounds, the bounds table, the per-role table, and (when
+    ``figure_png``, base64 PNG data, is given) the spectrum figure."""
+    header = "<br>".join(html.escape(line) for line in _header(a))
+    headline = " &nbsp; ".join(f"<b>{html.escape(k)}</b> = {html.escape(fmt(v))}" for k, v in a.bounds.items())
+    parts = [_STYLE, '<div class="specbound-analysis">', f"<p>{header}</p>", f"<p>{headline}</p>",
+             "<details><summary>every bound</summary>", html_table(comparison_frame(a)), "</details>",
+             "<p>per role: contribution to the adaptive bound and the chosen Schatten index p*</p>",
+             html_table(per_role_frame(a))]
+    if figure_png:
+        alt = (f"Singular values of every matrix of {html.escape(short_name(a.source))}, by role, against "
+               f"their index (log scale)")
+        parts.append(f'<img alt="{alt}" width="600" src="data:image/png;base64,{figure_png}">')
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,0 +1,54 @@
+"""The pipeline's resource decisions: layers at a time and BLAS threads follow the machine."""
+
+import pytest
+
+import specbound
+from specbound.errors import SpecboundWarning
+
+
+def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
+    """jobs="auto" (the command line's default): one layer per core, never more than the layers,
+    and no more than half the available memory holds at a layer's float64 weights a job."""
+    import specbound.pipeline as analysis
+
+    model = analysis.open_model(tiny_bert_dir)
+    assert analysis.layer_float64_bytes(model.dims) == 8 * (2 * 32 * 8 * (4 + 4) + 2 * 32 * 48)  # N=32, 4x8, d_ff=48
+    per_job = analysis._LAYER_PEAK_FACTOR * analysis.layer_float64_bytes(model.dims)
+    monkeypatch.setattr(analysis, "available_cores", lambda: 8)
+    monkeypatch.setattr(analysis, "available_memory", lambda: 100 * per_job)
+    assert analysis.auto_jobs(model) == 2  # two layers
+    monkeypatch.setattr(analysis, "available_memory", lambda: 3 * per_job)
+    assert analysis.auto_jobs(model) == 1  # half the memory holds one layer and a half
+    assert analysis.auto_jobs(model, readers=2) == 1
+    monkeypatch.setattr(analysis, "available_memory", lambda: None)
+    monkeypatch.setattr(analysis, "available_cores", lambda: 1)
+    assert analysis.auto_jobs(model) == 1
+    one = specbound.analyze(tiny_bert_dir, threads=1)
+    monkeypatch.setattr(analysis, "available_cores", lambda: 2)
+    assert specbound.analyze(tiny_bert_dir, jobs="auto").all_bounds() == one.all_bounds()
+
+
+def test_threads_beyond_the_cores_are_capped_and_said(tiny_bert_dir, monkeypatch, capsys):
+    """--threads 100000 started that many BLAS threads (72 s instead of 1.2 s)."""
+    import specbound.pipeline as analysis
+    from specbound.cli import main
+
+    monkeypatch.setattr(analysis, "available_cores", lambda: 2)
+    seen = []
+    import threadpoolctl  # analyze imports threadpool_limits from it when called
+
+    original = threadpoolctl.threadpool_limits
+
+    def spy(limits=None, **kwargs):
+        seen.append(limits)
+        return original(limits=limits, **kwargs)
+
+    monkeypatch.setattr(threadpoolctl, "threadpool_limits", spy)
+    with pytest.warns(SpecboundWarning, match="100000 threads capped at the 2 core"):
+        capped = specbound.analyze(tiny_bert_dir, threads=100000, jobs=1)
+    assert seen == [2]
+    assert capped.all_bounds() == specbound.analyze(tiny_bert_dir, threads=1).all_bounds()
+    capsys.readouterr()
+    assert main(["analyze", str(tiny_bert_dir), "--threads", "100000", "--jobs", "1"]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["specbound: warning: 100000 threads capped at the 2 core(s) this process may use"]
