@@ -113,6 +113,23 @@ def test_factored_spectra_match_dense_products_with_grouped_heads(device, monkey
         assert s.norm_2_1 == pytest.approx(np.linalg.norm(dense, axis=0).sum(), rel=1e-12)
 
 
+def test_gpu_panels_give_the_same_norms(monkeypatch):
+    """The GPU's tile shape (whole panels of rows), run on the CPU: uneven panels, the same sums."""
+    from specbound.compute import torch_kernels
+
+    assert torch_kernels.tile_shape(4096, "cuda") == (4096, 4096) and torch_kernels.tile_shape(8192, "cuda") == (2048, 8192)
+    monkeypatch.setattr(torch_kernels, "_TILE_CUDA_ENTRIES", 23 * 5)  # 5-row panels of a 23 x 23 product
+    shapes = []
+    monkeypatch.setattr(torch_kernels, "tile_shape", lambda n, kind, real=torch_kernels.tile_shape:
+                        shapes.append(real(n, "cuda")) or shapes[-1])
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal((4, 6, 23)), rng.standard_normal((2, 6, 23))
+    kv = np.arange(4) // 2
+    for h, s in enumerate(spectra.factored_spectra(q, k, b_index=kv, device="cpu")):
+        assert s.norm_1_1 == pytest.approx(np.abs(q[h].T @ k[kv[h]]).sum(), rel=1e-12)
+    assert shapes == [(5, 23)]
+
+
 def test_svd_fallback_runs_on_the_device():
     w = np.random.default_rng(3).standard_normal((12, 40))
     w[0] = w[1]  # rank-deficient: the Gram bound cannot resolve the smallest value, so the SVD runs

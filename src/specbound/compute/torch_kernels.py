@@ -74,16 +74,21 @@ def factored_products(a: np.ndarray, b: np.ndarray, a_index: np.ndarray, b_index
     return svals, col, n11
 
 
+def tile_shape(n: int, device_type: str) -> tuple[int, int]:
+    """``(rows, cols)`` of the (1,1)-norm tiles of an ``n x n`` product on a ``"cpu"`` or ``"cuda"``
+    device: cache-sized tiles on a CPU, whole panels of ``_TILE_CUDA_ENTRIES`` entries on a GPU."""
+    if device_type == "cuda":
+        return max(1, min(n, _TILE_CUDA_ENTRIES // n)), n
+    return _TILE_CPU
+
+
 def _norms_1_1(at, bt, a_index, b_index) -> np.ndarray:
     """``sum |A_i.T @ B_j|`` for every head, over tiles of the ``N x N`` products (never whole on
     the CPU).  Each tile's entries are dot products of length ``d``; tile sums add in order."""
     import torch
 
     n = at.shape[2]
-    if at.device.type == "cuda":
-        rows, cols = max(1, min(n, _TILE_CUDA_ENTRIES // n)), n
-    else:
-        rows, cols = _TILE_CPU
+    rows, cols = tile_shape(n, at.device.type)
     out = np.empty(len(a_index))
     for h, (i, j) in enumerate(zip(a_index, b_index)):
         total = torch.zeros((), dtype=torch.float64, device=at.device)
