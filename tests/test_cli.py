@@ -240,7 +240,7 @@ def test_quiet_and_verbose_exclude_each_other():
     ["analyze", "--n", "1000", "--marg", "0.5"],       # an abbreviation of --margin
     ["analyze", "--prog"],                              # of --progress
     ["sweep", "x", "--no-prog"],                        # of --no-progress
-    ["sweep", "x", "--init", "y"],                      # sweep has no --init (see docs/sweeps.md)
+    ["sweep", "x", "--thr", "1"],                       # of --threads
 ])
 def test_no_argument_abbreviations(argv, capsys):
     assert main(argv) == 2

@@ -81,6 +81,28 @@ def _add_analysis_options(parser: argparse.ArgumentParser, *, key_only: bool = F
                             metavar=meta["metavar"], default=default, help=meta["help"])
 
 
+def _config_from(args) -> dict | None:
+    """``--config FILE`` then ``--set KEY=VALUE`` overrides, or None when neither is given."""
+    config: dict = {}
+    if getattr(args, "config_file", None):
+        try:
+            config = json.loads(open(args.config_file, encoding="utf-8").read())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
+                                 f"file") from None
+        if not isinstance(config, dict):
+            raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
+    for item in getattr(args, "config_set", None) or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise SpecboundError(f"--set expects KEY=VALUE, found {item!r}; e.g. --set num_attention_heads=12")
+        try:
+            config[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            config[key.strip()] = text
+    return config or None
+
+
 def _options_from(args) -> dict:
     """The analysis options given on the command line, by name."""
     from .options import option_names
@@ -111,6 +133,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="text: the headline bounds only, one per line; no progress bar")
     talk.add_argument("--verbose", action="store_true",
                       help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution)")
+    loading = an.add_argument_group("loading (not analysis options: how to read the checkpoint)")
+    loading.add_argument("--config", metavar="FILE", dest="config_file",
+                         help="a config.json for a checkpoint without one (an ONNX export on its own); its keys "
+                              "win over config.json's and over what the graph shows")
+    loading.add_argument("--set", metavar="KEY=VALUE", action="append", dest="config_set", default=[],
+                         help="one config key (repeatable; VALUE read as JSON when it parses, else as text): "
+                              "--set num_attention_heads=12 --set hidden_act=gelu")
     _add_analysis_options(an)
 
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
@@ -237,7 +266,7 @@ def _analyze(args) -> int:
         bars[0].update(done - bars[0].n)
 
     try:
-        result = analyze(args.source, progress=on_layer, **_options_from(args))
+        result = analyze(args.source, progress=on_layer, config=_config_from(args), **_options_from(args))
     finally:
         for bar in bars:
             bar.close()
@@ -370,10 +399,11 @@ def _miniatures(args) -> int:
 
 
 def _arch(args) -> int:
+    from .archs.graph_config import complete_config
     from .archs.infer import infer_spec
     from .io import open_checkpoint
 
-    ckpt = open_checkpoint(args.source)
+    ckpt = complete_config(open_checkpoint(args.source))  # an ONNX export without config.json
     try:
         draft = infer_spec(ckpt)
     finally:

@@ -98,7 +98,7 @@ class AnalysisOptions:
     arch_spec: Any = _option(None, "architecture spec file for a family not shipped (`specbound arch infer` "
                              "drafts one)", key=True, kind="path", flag="--arch-spec", metavar="FILE")
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
-                        key=False, kind="path", flag="--init", metavar="SOURCE")
+                        key=True, kind="path", flag="--init", metavar="SOURCE")
     n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap")
     margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap")
     delta: float = _option(0.05, "failure probability (default 0.05)", key=True, kind="number", flag="--delta", group="gap")
@@ -189,7 +189,7 @@ class AnalysisOptions:
             if not f.metadata["key"]:
                 continue
             if f.name in LEGACY_KEY_OPTIONS or value != f.default:
-                out[f.name] = str(value) if f.name == "arch_spec" and value is not None else value
+                out[f.name] = str(value) if f.name in ("arch_spec", "init") and value is not None else value
         return {**{k: out[k] for k in LEGACY_KEY_OPTIONS}, **{k: v for k, v in out.items()
                                                               if k not in LEGACY_KEY_OPTIONS}}
 

@@ -21,6 +21,7 @@ from .io import Checkpoint, open_checkpoint
 from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
+from .archs.graph_config import complete_config
 from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
 from .compute.extract import LayerWeights, layer_weights, matrix_tensor_names
 from .compute.layer_spectra import LayerSpectra, layer_spectra
@@ -158,7 +159,7 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
 
     Only config.json and the tensor headers are read; no weight is loaded yet.
     """
-    ckpt = open_checkpoint(source, config)
+    ckpt = complete_config(open_checkpoint(source, config))  # an ONNX export without config.json
     spec = _resolve_spec(arch_spec, ckpt.config)
     dims = model_dims(spec, ckpt.config)
     prefix = detect_prefix(spec, ckpt)

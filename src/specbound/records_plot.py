@@ -34,7 +34,7 @@ def new_figure(figsize=(7.0, 4.6), **kwargs):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise SpecboundError("plots need matplotlib: pip install 'specbound[plot]'") from None
+        raise SpecboundError("plots need matplotlib: pip install -e '.[plot]' in the specbound checkout") from None
     width, height = figsize
     return Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
 

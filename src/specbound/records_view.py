@@ -204,6 +204,7 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
         lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
     if ours:
         lines.append("  our extensions used: " + ", ".join(ours))
+    lines += [f"  weights: {e['effect']}" for e in applying if e["name"] == "quantized_weights"]
     if verbose:
         lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
     return lines

@@ -149,3 +149,30 @@ def test_wrapper_module_prefix(tiny_bert_cls_dir, reference):
     wrapped = {"module." + k: v for k, v in _state_dict(tiny_bert_cls_dir).items()}
     assert "module.classifier.weight" in wrapped and "module.bert.pooler.dense.weight" in wrapped
     _same(reference, specbound.analyze(wrapped, config=config, threads=1))
+
+
+def test_hub_id_through_huggingface_hub(tiny_bert_cls_dir, tmp_path, monkeypatch, reference):
+    """With huggingface_hub installed, its offline lookup resolves tags and refs/pr/N (stored under
+    refs/refs/pr/N); without it, this package's own reading of the cache gives the same folder."""
+    pytest.importorskip("huggingface_hub")
+    from specbound.io import hub_cache
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo_id = "google/bert_uncased_L-2_H-128_A-2"
+    commit = _fake_cache(tmp_path / "hub", repo_id, tiny_bert_cls_dir)
+    repo = tmp_path / "hub" / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs" / "v1.0").write_text(commit)
+    (repo / "refs" / "refs" / "pr").mkdir(parents=True)
+    (repo / "refs" / "refs" / "pr" / "3").write_text(commit)
+    calls = []
+    real = hub_cache.hub_library_snapshot
+    monkeypatch.setattr(hub_cache, "hub_library_snapshot", lambda *a: calls.append(a) or real(*a))
+    for revision in ("main", "v1.0", "refs/pr/3", commit):
+        assert real(repo_id, revision, tmp_path / "hub") == repo / "snapshots" / commit, revision
+        _same(reference, specbound.analyze(f"{repo_id}@{revision}", threads=1))
+    assert len(calls) == 4
+    assert real(repo_id, "v9", tmp_path / "hub") is None  # absent: the fallback explains what is there
+    with pytest.raises(SpecboundError, match=r"revision 'v9' is not"):
+        specbound.analyze(f"{repo_id}@v9")
+    monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)  # not installed: the fallback
+    assert hub_cache.resolve_hub_id(f"{repo_id}@refs/pr/3") == repo / "snapshots" / commit

@@ -195,3 +195,42 @@ def test_auto_jobs_sweep(sources, tmp_path):
     report = run_sweep(sources[:2], tmp_path / "auto", jobs="auto", progress=False)
     assert len(report.written) == 2
     assert_same_records(Store(tmp_path / "one"), Store(tmp_path / "auto"))
+
+
+def test_a_sweep_from_initial_weights_keys_on_their_bytes(tmp_path):
+    """``sweep --init``: the records equal ``analyze(..., init=...)``; the key holds the initial
+    weights' digest (a different W0 is a different record, the same bytes elsewhere the same one)."""
+    import shutil
+
+    from numpy_bert import write_tiny_bert
+
+    trained = write_tiny_bert(tmp_path / "trained", seed=1)
+    init = write_tiny_bert(tmp_path / "init", seed=2)
+    store = tmp_path / "store"
+    assert main(["sweep", str(trained), "--init", str(init), "--store", str(store), "--no-progress"]) == 0
+    st = Store(store)
+    (key,) = st.keys()
+    expected = specbound.analyze(trained, init=init, threads=1)
+    stored = st.load_meta(key)["analysis"]["from_init"]
+    assert stored == pytest.approx(expected.from_init, rel=1e-12)
+    assert st.load_meta(key)["options"]["init"] == str(init)
+    # the same initial weights under another name: the same record
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(init, moved)
+    assert main(["sweep", str(trained), "--init", str(moved), "--store", str(store), "--no-progress"]) == 0
+    assert Store(store).keys() == [key]
+    # other initial weights (same shapes): another record; no --init: another one again
+    write_tiny_bert(moved, seed=3)
+    assert main(["sweep", str(trained), "--init", str(moved), "--store", str(store), "--no-progress"]) == 0
+    assert main(["sweep", str(trained), "--store", str(store), "--no-progress"]) == 0
+    assert len(Store(store).keys()) == 3
+
+
+def test_a_sweep_refuses_initial_weights_of_another_shape(tmp_path, capsys):
+    from numpy_bert import write_tiny_bert
+
+    trained = write_tiny_bert(tmp_path / "trained", seed=1)
+    other = write_tiny_bert(tmp_path / "other", seed=2, N=32)
+    assert main(["sweep", str(trained), "--init", str(other), "--store", str(tmp_path / "st"), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "do not match" in out and "failed:" in out

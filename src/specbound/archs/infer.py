@@ -103,9 +103,14 @@ class Sizes:
 def infer_spec(ckpt: Checkpoint) -> Draft:
     """Draft a spec for ``ckpt`` (module docstring).  The draft always validates with ``parse_spec``;
     :attr:`Draft.check` says whether it also fits ``ckpt``."""
-    config, draft = ckpt.config, Draft()
+    draft = Draft()
+    # an export without config.json, completed by archs.graph_config.complete_config: what its graph said
+    for note in getattr(ckpt, "inferred", None) or []:
+        draft.note(f"config.json {note.field}", str(note.value), f"no config.json; inferred: {note.evidence}",
+                   verify=note.field in ("num_heads", "activation"))
+    config = ckpt.config
     model_type = str(config.get("model_type") or "custom")
-    stack = find_layer_stack(ckpt)
+    stack = find_layer_stack(ckpt, next((config[k] for k in CONFIG_NAMES["num_layers"] if _is_int(config.get(k))), None))
     prefix = wrapper_prefix(stack.path, config)
     _note_stack(stack, prefix, ckpt, draft)
     matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2

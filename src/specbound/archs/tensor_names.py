@@ -70,23 +70,31 @@ class LayerStack:
         return frozenset.union(*self.rests.values())
 
 
-def find_layer_stack(ckpt: Checkpoint) -> LayerStack:
-    """The path followed by an index running ``0..L-1`` (the outermost index of a name: ``experts.3``
-    inside ``layers.0`` belongs to the layer) that holds the most 2-D tensors.  Two equally good
-    paths (an encoder-decoder's two stacks) are an error."""
+def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
+    """The path followed by an index running ``0..L-1`` that holds the most 2-D tensors.
+
+    Every index of a name makes a candidate (``model.0.auto_model.encoder.layer.3.…``: ``model`` and
+    ``model.0.auto_model.encoder.layer``), but a single index ``0`` above a deeper stack of several
+    layers is a wrapper (``nn.Sequential``: sentence-transformers' ``0.auto_model``), not a stack; an
+    index inside a stack's layers belongs to the layer (``experts.3`` inside ``layers.0``: ``layers``
+    holds more weights).  ``layers`` (the config's layer count, when known) is preferred over
+    any other index range.  Two equally good paths (an encoder-decoder's two stacks) are an error."""
     stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
     for name in ckpt.names:
         parts = name.split(".")
-        for i, part in enumerate(parts[1:-1], start=1):
+        for i, part in enumerate(parts[:-1]):
             if part.isdigit():
                 stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
-                break
     scored = []
     for path, by_index in stacks.items():
-        if set(by_index) == set(range(len(by_index))):
-            matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
-            scored.append((matrices, path))
-    scored.sort(reverse=True)
+        if not path or set(by_index) != set(range(len(by_index))):
+            continue
+        if len(by_index) == 1 and any(q.startswith(path + ".") and len(stacks[q]) > 1 for q in stacks):
+            continue  # a wrapper around a deeper stack of several layers
+        matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
+        scored.append((len(by_index) == layers, matrices, path))
+    matching = any(match for match, _, _ in scored)  # a stack of the config's layer count outranks the rest
+    scored = sorted(((m, p) for match, m, p in scored if match == matching), reverse=True)
     if not scored or scored[0][0] == 0:
         raise SpecboundError(
             f"{ckpt.location}: no repeated layer found (a path like encoder.layer.<i>.* with i = 0..L-1 "

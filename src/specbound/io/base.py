@@ -42,6 +42,10 @@ class Checkpoint:
     config: dict[str, Any]
     # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
     config_path: Path | None = None
+    # None, or one sentence saying that the weights read are not the stored values as trained (a
+    # quantized GGUF file: dequantized values, so the bounds are of the quantized model); the
+    # analysis reports it.
+    weights_note: str | None = None
     # Layers analysed in parallel threads read one tensor at a time: loaded pickle shards, ONNX
     # graphs and in-memory tensors are shared state.  Safetensors reads open their own file handle
     # and overlap (SafetensorsCheckpoint).
@@ -159,6 +163,26 @@ def fingerprint(path: Path) -> str:
     """
     st = path.stat()
     return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+
+
+class ShardedCheckpoint(Checkpoint):
+    """A checkpoint whose tensors lie in files named by a ``shards`` map (tensor name -> file): the
+    safetensors and PyTorch formats."""
+
+    shards: dict[str, Path]
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.shards)
+
+    def where(self, name: str) -> str:
+        return str(self.shards[name])
+
+    def files(self) -> list[Path]:
+        return sorted(set(self.shards.values()))
+
+    def _stored_in(self, name: str) -> Path | None:
+        return self.shards[name]
 
 
 def available_memory() -> int | None:

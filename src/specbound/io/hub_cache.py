@@ -3,7 +3,12 @@
 The cache layout (``huggingface_hub``): ``<cache>/models--<org>--<name>/refs/<revision>`` holds a
 commit hash and ``snapshots/<hash>/`` the files.  The cache is ``$HF_HUB_CACHE`` (or the older
 ``$HUGGINGFACE_HUB_CACHE``), else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``, else
-``~/.cache/huggingface/hub``, as ``huggingface_hub`` finds it (without importing it).
+``~/.cache/huggingface/hub``, as ``huggingface_hub`` finds it.
+
+Where ``huggingface_hub`` is installed, its own offline lookup (``snapshot_download(...,
+local_files_only=True)``) resolves the revision first, so tags, ``refs/pr/N`` and any future cache
+layout are read as the hub library reads them; this module's own reading of the layout is the
+fallback (no ``huggingface_hub``, or a revision it cannot resolve offline, e.g. a commit prefix).
 """
 
 from __future__ import annotations
@@ -82,13 +87,33 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
     return None
 
 
+def hub_library_snapshot(repo_id: str, revision: str, cache: Path) -> Path | None:
+    """The snapshot folder ``huggingface_hub`` resolves offline, or None (not installed, or not in
+    the cache as it reads it).  Never touches the network (``local_files_only=True``)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        return None
+    try:
+        found = snapshot_download(repo_id, revision=revision, cache_dir=str(cache), local_files_only=True)
+    except Exception:  # noqa: BLE001  (LocalEntryNotFoundError, a revision it cannot read offline, ...)
+        return None
+    path = Path(found)
+    inside = path.resolve().is_relative_to(cache.expanduser().resolve())  # confined to the cache, as below
+    return path if path.is_dir() and inside else None
+
+
 def resolve_hub_id(source: str) -> Path:
-    """Snapshot folder of ``org/name`` or ``org/name@revision`` (branch, tag or commit hash)."""
+    """Snapshot folder of ``org/name`` or ``org/name@revision`` (branch, tag, ``refs/pr/N`` or
+    commit hash, or its prefix)."""
     repo_id, _, revision = source.partition("@")
     revision = revision or "main"
     if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
         raise SpecboundError(f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
                              f"inside the local Hugging Face cache")
+    found = hub_library_snapshot(repo_id, revision, cache_dir())
+    if found is not None:
+        return found
     repo = repo_folder(repo_id)
     hint = (f"download it on a connected machine (huggingface-cli download {repo_id}) and copy the "
             f"cache folder {repo.name} into {repo.parent}, or pass a local model folder")

@@ -24,7 +24,7 @@ What is exposed (every initializer is either exposed or listed in ``skipped`` wi
   length, a folded attention mask or rotary table) are exporter constants, not parameters.  Skipping
   them cannot hide a weight the bounds need: a role tensor that is not exposed is reported missing.
 
-The ``onnx`` package is imported only here (``pip install 'specbound[onnx]'``).  Tensors are read
+The ``onnx`` package is imported only here (``pip install -e '.[onnx]'`` in a checkout).  Tensors are read
 lazily, one at a time, from the model file or its external data (``model.onnx.data``).
 """
 
@@ -50,7 +50,9 @@ _PASS_THROUGH = ("Identity", "Cast", "Transpose")
 _QUANTIZED_OPS = ("DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "QLinearMatMul",
                   "MatMulInteger", "MatMulNBits", "QGemm", "DynamicQuantizeMatMul")
 # A PyTorch parameter path: dotted identifiers (``encoder.layer.0.attention.self.query.bias``).
-_PARAMETER_NAME = re.compile(r"^[A-Za-z_]\w*(\.\w+)+$")
+# Leading components may be digits: a module inside nn.Sequential (sentence-transformers' ``0.auto_model.``);
+# a component starting with a letter rules out numbers (``0.5``).
+_PARAMETER_NAME = re.compile(r"^(?=(?:\w*\.)*[A-Za-z_])\w+(\.\w+)+$")
 _NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 # A real name-scope list is a few hundred characters; a longer one is not parsed (literal_eval
 # recurses once per nesting level and allocates with the text).
@@ -62,7 +64,7 @@ def _import_onnx():
         import onnx
     except ImportError:
         raise SpecboundError(
-            "reading ONNX models needs the onnx package: pip install 'specbound[onnx]' (or analyse the "
+            "reading ONNX models needs the onnx package: pip install -e '.[onnx]' in the specbound checkout (or analyse the "
             "model's safetensors weights, which need no extra package)"
         ) from None
     return onnx
@@ -96,6 +98,10 @@ class OnnxCheckpoint(Checkpoint):
     _tensors: dict[str, Any] = field(repr=False)
     _exposed: dict[str, _Exposed] = field(repr=False)
     skipped: dict[str, str] = field(default_factory=dict, repr=False)
+    # No config.json: the config holds only the user's overrides; ``archs.infer.complete_config``
+    # fills in the rest from the tensor shapes and these graph facts (:class:`GraphHints`).
+    needs_config: bool = False
+    hints: "GraphHints | None" = field(default=None, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -146,8 +152,11 @@ class OnnxCheckpoint(Checkpoint):
         return array
 
 
-def open_onnx(path: Path, config: dict[str, Any]) -> OnnxCheckpoint:
-    """Load ``path``'s graph (not its external data) and map its weights to parameter names."""
+def open_onnx(path: Path, config: dict[str, Any] | None) -> OnnxCheckpoint:
+    """Load ``path``'s graph (not its external data) and map its weights to parameter names.
+
+    ``config`` None: no config.json; the checkpoint's config starts empty and ``needs_config`` is
+    set, with the graph facts the dimensions are inferred from (:func:`graph_hints`)."""
     onnx = _import_onnx()
     with os_errors(f"read {path}"):
         path.stat()  # unreadable or missing: an OS error, not a decoding one
@@ -166,8 +175,9 @@ def open_onnx(path: Path, config: dict[str, Any]) -> OnnxCheckpoint:
     _refuse_quantized(graph, path)
     _confine_external_data(tensors, path)
     exposed, skipped = map_weights(graph, tensors, path)
-    return OnnxCheckpoint(location=str(path), config=config, path=path, _tensors=tensors,
-                          _exposed=exposed, skipped=skipped)
+    return OnnxCheckpoint(location=str(path), config=dict(config or {}), path=path, _tensors=tensors,
+                          _exposed=exposed, skipped=skipped, needs_config=config is None,
+                          hints=graph_hints(graph, tensors) if config is None else None)
 
 
 def _refuse_quantized(graph, path: Path) -> None:
@@ -241,7 +251,15 @@ def module_path(node) -> str | None:
                 return scopes[-2]
             return None
     if isinstance(node.name, str) and node.name.startswith("/"):  # bytes: a name that is not UTF-8
-        return ".".join(node.name.split("/")[1:-1])
+        # A called container (nn.Sequential ``model``) is a scope of its own before its children's
+        # ``model.0``: ``/model/model.0/auto_model/...`` is the module ``model.0.auto_model``.
+        parts: list[str] = []
+        for part in node.name.split("/")[1:-1]:
+            if parts and part.startswith(parts[-1] + "."):
+                parts[-1] = part
+            else:
+                parts.append(part)
+        return ".".join(parts)
     return None
 
 
@@ -298,3 +316,84 @@ def map_weights(graph, tensors: dict, path: Path) -> tuple[dict[str, _Exposed], 
             if source is not None and transposes == 0 and _is_float(tensors[source]):
                 exposed[node.output[0]] = _Exposed(source, None, f"Identity node {node.name!r}")
     return exposed, skipped
+
+
+
+@dataclass
+class GraphHints:
+    """What only the graph says about a model's dimensions, by module path (the module that each
+    node belongs to, as :func:`module_path` reads it), for inferring a missing config.json.
+
+    Attributes
+    ----------
+    reshapes : dict[str, list[tuple[str, list[int | None]]]]
+        Module -> ``(node name, target shape)`` of its Reshape nodes; an entry is None where the
+        target is computed (a batch or sequence length), known where it is a constant.
+    scalars : dict[str, list[tuple[str, str, float]]]
+        Module -> ``(node name, op, value)`` of its Mul/Div nodes by a constant scalar (the attention
+        scale ``1/sqrt(d_head)``, or ``d_head^(-1/4)`` applied to q and k).
+    ops : dict[str, list[tuple[str, str]]]
+        Module -> ``(node name, op)`` of its nodes (``Erf``, ``Tanh``, ``Sigmoid``, ``Gelu`` with its
+        ``approximate`` attribute as ``Gelu:tanh``, ...).
+    """
+
+    reshapes: dict[str, list] = field(default_factory=dict)
+    scalars: dict[str, list] = field(default_factory=dict)
+    ops: dict[str, list] = field(default_factory=dict)
+
+
+def _constant_values(name: str, tensors: dict) -> list[float] | None:
+    if name not in tensors:
+        return None
+    from onnx import numpy_helper
+
+    try:
+        return [float(v) for v in np.asarray(numpy_helper.to_array(tensors[name])).ravel()]
+    except Exception:  # noqa: BLE001  (external data not loaded, unreadable constant)
+        return None
+
+
+def _shape_target(name: str, tensors: dict, producers: dict) -> list[int | None] | None:
+    """A Reshape target with its constant entries: a constant, or a Concat of constants and
+    ``Unsqueeze``d computed scalars (the legacy exporter's dynamic shapes); None when unknown."""
+    values = _constant_values(name, tensors)
+    if values is not None:
+        return [int(v) for v in values]
+    node = producers.get(name)
+    if node is None or node.op_type != "Concat":
+        return None
+    target: list[int | None] = []
+    for part in node.input:
+        values = _constant_values(part, tensors)
+        if values is not None:
+            target += [int(v) for v in values]
+        elif producers.get(part) is not None and producers[part].op_type == "Unsqueeze":
+            target.append(None)
+        else:
+            return None
+    return target
+
+
+def graph_hints(graph, tensors: dict) -> GraphHints:
+    """Collect the :class:`GraphHints` of ``graph`` (every node with a readable module path)."""
+    producers = {out: node for node in graph.node for out in node.output}
+    hints = GraphHints()
+    for node in graph.node:
+        module = module_path(node)
+        if module is None:
+            continue
+        op = node.op_type
+        if op == "Gelu":
+            approx = [a.s.decode() for a in node.attribute if a.name == "approximate"]
+            op = f"Gelu:{approx[0] if approx else 'none'}"
+        hints.ops.setdefault(module, []).append((node.name, op))
+        if node.op_type == "Reshape" and len(node.input) > 1:
+            target = _shape_target(node.input[1], tensors, producers)
+            if target is not None:
+                hints.reshapes.setdefault(module, []).append((node.name, target))
+        elif node.op_type in ("Mul", "Div") and len(node.input) == 2:
+            for operand in node.input:
+                values = _constant_values(operand, tensors)
+                if values is not None and len(values) == 1:
+                    hints.scalars.setdefault(module, []).append((node.name, node.op_type, values[0]))
+    return hints

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError, os_errors
-from .base import Checkpoint, fingerprint
+from .base import Checkpoint, ShardedCheckpoint, fingerprint
 from .shard_index import read_weight_map
 
 PICKLE_SINGLE = "pytorch_model.bin"
@@ -59,26 +59,13 @@ class TensorMapCheckpoint(Checkpoint):
 
 
 @dataclass
-class PickleCheckpoint(Checkpoint):
+class PickleCheckpoint(ShardedCheckpoint):
     """``.bin``/``.pt`` files, single or sharded, each loaded (memory-mapped) when first needed."""
 
     location: str
     config: dict[str, Any]
     shards: dict[str, Path]
     _loaded: dict[Path, Mapping[str, Any]] = field(default_factory=dict, repr=False)
-
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.shards)
-
-    def where(self, name: str) -> str:
-        return str(self.shards[name])
-
-    def files(self) -> list[Path]:
-        return sorted(set(self.shards.values()))
-
-    def _stored_in(self, name: str) -> Path | None:
-        return self.shards[name]
 
     def _tensor(self, name: str) -> Any:
         path = self.shards[name]
@@ -108,7 +95,7 @@ def _import_torch():
         import torch
     except ImportError:
         raise SpecboundError(
-            "reading PyTorch .bin/.pt weights needs torch: pip install 'specbound[torch]' (or convert "
+            "reading PyTorch .bin/.pt weights needs torch: pip install -e '.[torch]' in the specbound checkout (or convert "
             "the checkpoint to safetensors, which needs no torch)"
         ) from None
     return torch

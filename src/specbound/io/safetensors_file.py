@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError
-from .base import Checkpoint
+from .base import ShardedCheckpoint
 from .shard_index import read_weight_map
 
 SAFETENSORS_SINGLE = "model.safetensors"
@@ -21,7 +21,7 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 @dataclass
-class SafetensorsCheckpoint(Checkpoint):
+class SafetensorsCheckpoint(ShardedCheckpoint):
     """Single or sharded safetensors files, read lazily through ``safetensors`` (numpy).
 
     Attributes
@@ -38,19 +38,6 @@ class SafetensorsCheckpoint(Checkpoint):
     # Every read opens its own file handle; the caches above are filled idempotently (a class
     # attribute, not a field: nothing per instance).
     _read_lock = contextlib.nullcontext()
-
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.shards)
-
-    def where(self, name: str) -> str:
-        return str(self.shards[name])
-
-    def files(self) -> list[Path]:
-        return sorted(set(self.shards.values()))
-
-    def _stored_in(self, name: str) -> Path | None:
-        return self.shards[name]
 
     def _handle(self, path: Path, name: str | None = None):
         from safetensors import SafetensorError, safe_open

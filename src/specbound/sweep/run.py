@@ -135,6 +135,7 @@ class Header:
     layers: int
     matrices: int
     side_files: tuple[str, ...] = ()  # fingerprints of config.json and shard indexes, as read
+    init_sha256: str | None = None  # the initial weights' digest (the ``init`` option), hashed when planned
 
     @property
     def weight_bytes(self) -> int:
@@ -164,9 +165,18 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
     # config.json read again after its fingerprint: the fingerprinted version is the one analysed
     if cfg_path is not None and read_config(cfg_path.parent) != model.ckpt.config:
         raise SpecboundError(f"{cfg_path} changed while the sweep read it; run the sweep again")
+    init_sha256 = None
+    if options.get("init") is not None:  # W - W0: the initial weights' bytes are part of the key, and checked
+        init_model = open_model(options["init"], arch_spec=model.spec)
+        init_model.ckpt.close()
+        if init_model.dims != model.dims:
+            raise SpecboundError(f"the initial weights {options['init']} do not match {source.name}: "
+                                 f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation")
+        init_sha256, init_prints = hash_weights(init_model.ckpt.config, sorted(set(init_model.ckpt.files())))
+        side_prints = side_prints + init_prints
     dims = model.dims
     per_layer = 2 * dims.H + (3 if dims.feed_forward == "gated" else 2)
-    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer, side_prints)
+    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer, side_prints, init_sha256)
 
 
 def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
@@ -207,7 +217,7 @@ def iter_tasks(headers: list[Header], store: Store | None = None,
             except SpecboundError as exc:  # a file unreadable or changing while hashed: this source only
                 failures.append((h.source.name, str(exc)))
                 continue
-            yield Task(h.source, h.options, record_key(digest, h.options), digest, h.layers, h.matrices,
+            yield Task(h.source, h.options, record_key(digest, h.options, h.init_sha256), digest, h.layers, h.matrices,
                        h.weight_bytes, prints + h.side_files)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # waits for the file being hashed, if any
@@ -435,7 +445,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
     try:
         from dask.distributed import Client, KilledWorker, LocalCluster, as_completed
     except ImportError:
-        raise SpecboundError("a Dask sweep needs dask.distributed: pip install 'specbound[sweep]'") from None
+        raise SpecboundError("a Dask sweep needs dask.distributed: pip install -e '.[sweep]' in the specbound checkout") from None
     with contextlib.ExitStack() as stack:
         if scheduler is not None:
             try:
@@ -452,7 +462,9 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             report.mode = f"dask LocalCluster({workers} workers)"
         finals, layers_of, submitted = {}, {}, []
         for task in tasks:
-            split = per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES)
+            # W - W0 needs both checkpoints in one task: per-layer tasks compute W's spectra only
+            split = task.options.get("init") is None and (
+                per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES))
             if split:
                 parts = [client.submit(layer_task, task, layer, threads, pure=False,
                                        key=f"specbound-layer-{task.key}-{layer}") for layer in range(task.layers)]

@@ -123,11 +123,17 @@ def check_unchanged(fingerprints: tuple[str, ...], source: str) -> None:
             )
 
 
-def record_key(weights_sha256: str, options: dict[str, Any]) -> str:
-    """The store key of one checkpoint analysed with one option set (24 hex digits)."""
+def record_key(weights_sha256: str, options: dict[str, Any], init_sha256: str | None = None) -> str:
+    """The store key of one checkpoint analysed with one option set (24 hex digits); with an
+    ``init`` option, ``init_sha256`` is the digest of the initial weights (their content, not their
+    path, is in the key)."""
     options = canonical_options(options)
     if options["arch_spec"] is not None:  # the spec's content, not where it lies, changes the numbers
         options["arch_spec"] = _file_sha256(Path(options["arch_spec"])).hexdigest()
+    if options.get("init") is not None:
+        if init_sha256 is None:
+            raise SpecboundError("a record key with initial weights needs their digest (init_sha256)")
+        options["init"] = init_sha256
     text = json.dumps({"format": RECORD_FORMAT, "weights": weights_sha256, "options": options},
                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
