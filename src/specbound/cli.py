@@ -208,10 +208,13 @@ def _parser() -> argparse.ArgumentParser:
     mi.add_argument("--seed", type=int, default=0)
 
     be = sub.add_parser("bench", help="time the analysis against the dense reference method")
-    be.add_argument("--scenario", choices=("bert-base", "large", "miniatures"), default="bert-base",
+    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: a LLaMA-shaped bf16 checkpoint, time per layer and "
-                         "peak RSS; miniatures: a sweep of the 24 BERT-Miniatures shapes, total and per checkpoint")
+                         "peak RSS; llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
+                         "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
+                         "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
+                         "BERT-Miniatures shapes, total and per checkpoint")
     be.add_argument("--format", choices=("text", "json"), default="text")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
@@ -219,6 +222,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="bert-base and miniatures: also time every contender on J cores (default: all cores "
                          "this process may use; 1: one core only); large: layers at once (default 1)")
     be.add_argument("--workdir", metavar="DIR", help="where to write the synthetic checkpoint (default: a temp dir)")
+    be.add_argument("--layers", type=_positive_int, metavar="L",
+                    help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
+                         "is then extrapolated, and says so)")
+    be.add_argument("--device", choices=("numpy", "cpu", "cuda"), default="numpy",
+                    help="llama7b: where the linear algebra runs (default numpy)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -450,6 +458,11 @@ def _bench(args) -> int:
                                                   workdir=args.workdir), bench.format_bench),
             "large": (lambda: bench.run_large_bench(threads=args.threads, jobs=args.jobs or 1, workdir=args.workdir),
                       bench.format_large_bench),
+            "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
+                                                        jobs=args.jobs or 2, device=args.device,
+                                                        workdir=args.workdir), bench.format_llama7b_bench),
+            "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
+                        bench.format_kernels_bench),
             "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,
                                                               workdir=args.workdir), bench.format_miniatures_bench)}
     run, fmt = runs[args.scenario]

@@ -16,6 +16,10 @@ from typing import Any, Mapping
 from .errors import SpecboundError
 
 METHODS = ("factored", "dense")
+# Where the linear algebra runs: "numpy" (NumPy/SciPy LAPACK, the default) or torch in float64 on
+# "cpu" (MKL inside the torch wheel) or "cuda".  Every device computes the same quantities with the
+# same proven Gram error bound; they differ only in rounding, far below that bound (docs/llm-scale.md).
+DEVICES = ("numpy", "cpu", "cuda")
 # Feed-forward singular values from the Gram matrix only when each is proven accurate to 1e-8
 # relative (in practice they agree with the SVD to ~1e-14); see compute.spectra.gram_singular_values.
 DEFAULT_GRAM_RTOL = 1e-8
@@ -74,6 +78,10 @@ class AnalysisOptions:
     jobs : int or "auto"
         Layers analysed at once, in threads; the numbers are identical, peak memory holds ``jobs``
         layers.  ``"auto"``: one per core as memory allows (the command line's default).
+    device : {"numpy", "cpu", "cuda"}
+        Where the Gram products, eigenvalues, per-head cores and (1,1)-norm blocks run: NumPy/SciPy
+        (default) or torch in float64 on the CPU or a CUDA GPU.  Not part of a record's key: the
+        devices differ only in rounding, within the proven error bound each record reports.
     """
 
     grid_m: int | None = _option(None, "Schatten grid resolution (default ceil(L + ln N))", key=True, kind="positive_int",
@@ -105,6 +113,9 @@ class AnalysisOptions:
                               "on J cores, peak memory J layers (default auto: one per core, as half the "
                               "available memory allows at a layer's float64 weights each)", key=False, kind="jobs",
                               flag="--jobs", metavar="J", cli_default="auto")
+    device: str = _option("numpy", "where the linear algebra runs: numpy (default), or torch float64 on cpu or "
+                          "cuda (same numbers up to rounding, within the reported error bounds)", key=False,
+                          kind="choice", flag="--device", choices=DEVICES)
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
@@ -130,6 +141,8 @@ class AnalysisOptions:
         if self.jobs != "auto" and (not _is_int(self.jobs) or self.jobs < 1):
             raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', "
                                  f"got {self.jobs!r}")
+        if self.device not in DEVICES:
+            raise SpecboundError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
         if self.n is None and self.margin is None:
             return
         if self.n is None or self.margin is None:

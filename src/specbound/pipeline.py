@@ -8,6 +8,7 @@ by layer, and is what the command line, sweeps and the study call.
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
-from .compute.extract import layer_weights, matrix_tensor_names
+from .compute.extract import LayerWeights, layer_weights, matrix_tensor_names
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.distance import difference_spectra
 from .compute.measures import measure
@@ -69,9 +70,10 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
         threads = max(1, available_cores() // jobs)
     bar, on_layer = _progress_callback(progress)
     try:
-        with threadpool_limits(limits=threads):
+        with threadpool_limits(limits=threads), _torch_threads(opts.device, threads):
             layers, deltas = all_layer_spectra(model, init_model, method=opts.method, gram_rtol=opts.gram_rtol,
-                                               jobs=jobs, progress=on_layer, rank_tol=opts.rank_tol)
+                                               jobs=jobs, progress=on_layer, rank_tol=opts.rank_tol,
+                                               device=opts.device)
             model.ckpt.close()
             if init_model is not None:
                 init_model.ckpt.close()
@@ -80,6 +82,27 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     finally:
         if bar is not None:
             bar.close()
+
+
+@contextmanager
+def _torch_threads(device: str, threads: int | None):
+    """torch's own thread count for a torch ``device`` (checked usable first: a missing GPU is an
+    error before any weight is read); restored afterwards."""
+    if device == "numpy":
+        yield
+        return
+    from .compute.torch_kernels import torch_device
+
+    torch_device(device)
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _progress_callback(progress):
@@ -168,21 +191,33 @@ def _rotary_layout(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims) -> RotaryL
 
 
 def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
-                        gram_rtol: float = DEFAULT_GRAM_RTOL, rank_tol: float = DEFAULT_RANK_TOL) -> LayerSpectra:
+                        gram_rtol: float = DEFAULT_GRAM_RTOL, rank_tol: float = DEFAULT_RANK_TOL,
+                        device: str = "numpy", prefetch: bool = False,
+                        weights: LayerWeights | None = None) -> LayerSpectra:
     """Read layer ``layer`` of an opened model and compute its spectra.
 
     Independent of every other layer, so a sweep can run the layers of a large model as separate
-    tasks and :func:`assemble` the results.  One wide matrix is alive at a time: the attention
-    factors are released before the feed-forward matrices are read, one by one.
+    tasks and :func:`assemble` the results.  The attention factors are released before the
+    feed-forward matrices are read, one by one (``prefetch``: each read while the previous one's
+    spectrum is computed, two alive at once).  ``weights``: the layer's weights when already read
+    (:func:`all_layer_spectra` reads the next layer ahead).
     """
-    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    if weights is None:
+        weights = read_layer(model, layer)
     return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol)
+                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol,
+                         device=device, prefetch=prefetch)
+
+
+def read_layer(model: OpenModel, layer: int) -> LayerWeights:
+    """Layer ``layer``'s attention factors, read now, and its feed-forward matrices, read lazily."""
+    return layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
 
 
 def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
                       gram_rtol: float = DEFAULT_GRAM_RTOL, jobs: int = 1,
-                      progress: Callable[[int, int], None] | None = None, rank_tol: float = DEFAULT_RANK_TOL
+                      progress: Callable[[int, int], None] | None = None, rank_tol: float = DEFAULT_RANK_TOL,
+                      device: str = "numpy"
                       ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
     """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time.
 
@@ -190,16 +225,22 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     releases the GIL; tensor reads are serialised) and the results, in layer order, are the same
     numbers as one at a time.  Memory grows with ``jobs``: that many layers are alive at once.
     Shared weights (ALBERT) are computed once per stored layer and reused.
+
+    One layer at a time (``jobs=1``), reading overlaps computing: a reader thread reads the next
+    layer's attention factors, and each feed-forward matrix after the first, while the current one's
+    spectra are computed (peak memory: the next layer's attention factors and one more feed-forward
+    matrix).  With ``jobs > 1`` the layers' own reads and computations already interleave.
     """
     dims = model.dims
     source = computed_layer_of(dims, shared=init_model is None)
     todo = sorted(set(source))
     users = Counter(source)
 
-    def one(layer: int) -> tuple[LayerSpectra, LayerSpectra | None]:
+    def one(layer: int, weights: LayerWeights | None = None) -> tuple[LayerSpectra, LayerSpectra | None]:
         delta = (_difference_spectra(model, init_model, layer, method=method)
                  if init_model is not None else None)
-        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, rank_tol=rank_tol), delta
+        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, rank_tol=rank_tol,
+                                   device=device, prefetch=overlap, weights=weights), delta
 
     done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
     covered = 0
@@ -213,9 +254,17 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
         if progress:
             progress(covered, dims.L)
 
-    if jobs <= 1 or len(todo) <= 1:
-        for layer in todo:
-            record(layer, one(layer))
+    overlap = jobs <= 1 or len(todo) <= 1
+    if overlap:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-read") as reader:
+            ahead = reader.submit(read_layer, model, todo[0]) if todo else None
+            for position, layer in enumerate(todo):
+                weights = ahead.result()
+                ahead = reader.submit(read_layer, model, todo[position + 1]) if position + 1 < len(todo) else None
+                record(layer, one(layer, weights))
+                del weights
     else:
         from concurrent.futures import ThreadPoolExecutor, as_completed
 

@@ -46,14 +46,14 @@ def test_factored_equals_dense(factors):
                 schatten_power(ds.singular_values, p, ds.dim), rel=1e-9)
 
 
-def test_streamed_norm_1_1_uses_several_blocks(monkeypatch):
+@pytest.mark.parametrize("n_a, n_b", [(10, 10), (7, 11)])
+def test_streamed_norm_1_1_uses_several_tiles(monkeypatch, n_a, n_b):
     import specbound.compute.spectra as spectra
 
-    monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 50)  # 10 x 10 product in blocks of 5 columns
+    monkeypatch.setattr(spectra, "_TILE", 4)  # 4 x 4 tiles, the last ones partial in both directions
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((1, 3, 10)), rng.standard_normal((1, 3, 10))
-    (fs,) = spectra.factored_spectra(a, b)
-    assert fs.norm_1_1 == pytest.approx(np.abs(a[0].T @ b[0]).sum(), rel=1e-12)
+    a, b = rng.standard_normal((3, n_a)), rng.standard_normal((3, n_b))
+    assert spectra._streamed_norm_1_1(a, b) == pytest.approx(np.abs(a.T @ b).sum(), rel=1e-12)
 
 
 def test_schatten_power_definitions():

@@ -100,3 +100,90 @@ def test_large_bench_text_says_what_the_memory_limit_covers():
     report.update(jobs=2, peak_rss_mb=1400.0, within_rss_limit=False)
     text = format_large_bench(report)
     assert "2 layers at a time" in text and "is for one layer at a time" in text and "EXCEEDED" not in text
+
+
+def test_llama7b_bench_on_a_tiny_shape(tmp_path):
+    """The llama7b scenario's machinery on a tiny shape: sharded like LLaMA-2-7B (a layer split
+    between two files), every key the issue asks for, the reference path agreeing, and nothing left
+    on disk."""
+    from specbound.tools.bench import format_llama7b_bench, run_llama7b_bench
+
+    shape = dict(L=3, N=64, H=4, H_kv=2, d_ff=96)
+    report = run_llama7b_bench(shape=shape, jobs=2, workdir=str(tmp_path), probe_layers=1)
+    assert report["layers"] == 3 and report["seconds"] > 0 and report["peak_rss_mb"] > 0
+    assert report["reference_layers"] == [0, 2] and report["reference_matrices_compared"] == 2 * (2 * 4 + 3)
+    assert report["max_relative_difference_vs_reference"] < 1e-12
+    for key in ("stage_seconds_per_layer", "stage_cpu_seconds_per_layer"):
+        assert set(report[key]) == {"1_blas_threads", "2_blas_threads"}
+        assert set(report[key]["1_blas_threads"]) == {"read_attention", "attention_cores", "rotary_qk", "norm_1_1",
+                                                      "read_ff", "ff_norms", "gram", "eigenvalues"}
+    assert report["cpu_seconds"] > 0 and report["cpu_seconds_over_cores"] == report["cpu_seconds"] / 2
+    assert report["ff_sv_methods"] == {"gram": 9} and 0 < report["max_ff_sv_rel_error_bound"] <= 1e-8
+    assert "extrapolated_seconds_all_layers" not in report
+    assert {"spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "param_count"} <= set(report["bounds"])
+    json.dumps(report)
+    text = format_llama7b_bench(report)
+    assert "every bound" in text and "EXTRAPOLATED" not in text
+    assert list(tmp_path.iterdir()) == []
+    short = run_llama7b_bench(shape=shape, layers=1, jobs=1, workdir=str(tmp_path), probe_layers=1)
+    assert short["layers"] == 1 and short["extrapolated_seconds_all_layers"] == 3 * short["seconds"]
+    assert "EXTRAPOLATED from 1 layers" in format_llama7b_bench(short)
+
+
+def test_llama7b_checkpoint_is_sharded_like_the_real_one(tmp_path):
+    from specbound.tools.bench import write_llama7b_checkpoint
+
+    folder, nbytes = write_llama7b_checkpoint(tmp_path / "m", L=4, N=64, H=4, H_kv=2, d_ff=96, vocab=64,
+                                              shard_bytes=60_000)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    files = sorted(set(index["weight_map"].values()))
+    assert len(files) >= 2 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
+    per_layer = {}
+    for name, f in index["weight_map"].items():
+        if name.startswith("model.layers."):
+            per_layer.setdefault(int(name.split(".")[2]), set()).add(f)
+    assert any(len(f) == 2 for f in per_layer.values())  # a layer spans two shards
+    assert index["metadata"]["total_size"] == nbytes == sum((folder / f).stat().st_size for f in files)
+    result = specbound.analyze(folder, threads=1)
+    assert result.model["L"] == 4 and result.model["H_kv"] == 2
+
+
+def test_llama7b_bench_refuses_a_short_disk(tmp_path, monkeypatch):
+    import shutil
+
+    from specbound.errors import SpecboundError
+    from specbound.tools.bench import run_llama7b_bench
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**11, 10**11 - 10**9, 10**9))
+    with pytest.raises(SpecboundError, match=r"needs 11\.9 GB but .* has 1\.0 GB free: pass --workdir DIR .* "
+                                             r"--layers 1"):
+        run_llama7b_bench(workdir=str(tmp_path))
+
+
+def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monkeypatch):
+    import specbound.tools.bench as bench
+    from specbound.io import open_checkpoint
+
+    monkeypatch.setattr(bench, "_POOL_VALUES", 1000)  # smaller than the 64 x 32 embeddings
+    folder, _ = bench.write_llama7b_checkpoint(tmp_path / "m", L=1, N=32, H=2, H_kv=1, d_ff=24, vocab=64)
+    ckpt = open_checkpoint(folder)
+    embed = ckpt.read("model.embed_tokens.weight").ravel()
+    assert embed.size == 2048
+    np.testing.assert_array_equal(embed[1000:2000], embed[:1000])  # a cyclic window of the pool
+    assert not np.array_equal(embed[1:1001], embed[:1000])
+    q = ckpt.read("model.layers.0.self_attn.q_proj.weight")
+    assert abs(q.std() - 0.02) < 0.004
+
+
+def test_kernels_bench_times_every_candidate(capsys):
+    from specbound.tools.bench import format_kernels_bench, run_kernels_bench
+
+    report = run_kernels_bench(sizes=(40, 70), repeats=1, head_dim=8)
+    assert [r["n"] for r in report["sizes"]] == [40, 70]
+    for r in report["sizes"]:
+        assert {"numpy_dsyevd", "scipy_evd", "scipy_evr"} <= set(r["eigenvalues"])
+        assert r["eigenvalues_fastest"] in r["eigenvalues"] and r["chosen"] == "numpy dsyevd"
+        assert all(t > 0 for t in r["norm_1_1_one_head"].values())
+    json.dumps(report)
+    text = format_kernels_bench(report)
+    assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2

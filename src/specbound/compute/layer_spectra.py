@@ -46,17 +46,18 @@ class LayerSpectra:
 
 
 def attention_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
-                      with_norm_1_1: bool = True) -> tuple[list, list]:
+                      with_norm_1_1: bool = True, device: str = "numpy") -> tuple[list, list]:
     """Spectra of one layer's per-head QK and OV matrices.
 
     ``method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1); ``"dense"`` materialises
     every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
-    benchmark's baseline).  ``group`` is the number of query heads per key/value head.
+    benchmark's baseline, always in NumPy).  ``group`` is the number of query heads per key/value
+    head; ``device`` where the factored method runs.
     """
     kv = np.arange(weights.q.shape[0]) // group  # query head h uses key/value head h // group
     if method == "factored":
-        return (factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1),
-                factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1))
+        return (factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1, device=device),
+                factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1, device=device))
     if method == "dense":
         return ([dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)],
                 [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)])
@@ -80,20 +81,37 @@ def rotary_qk_spectra(weights: LayerWeights, kv: np.ndarray, layout: RotaryLayou
                            kept=e.kept_envelope, spectral_sup=e.spectral_sup) for e in envelopes]
 
 
-def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEFAULT_GRAM_RTOL) -> dict:
+def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEFAULT_GRAM_RTOL,
+                         device: str = "numpy", prefetch: bool = False) -> dict:
     """Spectra of a layer's feed-forward matrices, the Gram path when its proven relative error is
     at most ``gram_rtol`` (0: always LAPACK's SVD).
 
-    One matrix alive at a time: the (lazy) mapping is indexed inside the call rather than iterated
-    by items, which would load the next matrix while the previous one is still referenced.
+    The (lazy) mapping is indexed inside the loop rather than iterated by items, which would load
+    the next matrix while the previous one is still referenced.  ``prefetch``: read the next matrix
+    in a background thread while this one's spectrum is computed (reading is file I/O and an
+    upcast; the spectrum is BLAS/LAPACK work that releases the GIL), at the cost of two matrices
+    alive at once instead of one.
     """
-    return {role: dense_spectrum(ff[role], gram_rtol=gram_rtol) for role in ff}
+    roles = list(ff)
+    if not prefetch or len(roles) < 2:
+        return {role: dense_spectrum(ff[role], gram_rtol=gram_rtol, device=device) for role in roles}
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = {}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-read") as reader:
+        pending = reader.submit(ff.__getitem__, roles[0])
+        for i, role in enumerate(roles):
+            matrix = pending.result()
+            pending = reader.submit(ff.__getitem__, roles[i + 1]) if i + 1 < len(roles) else None
+            out[role] = dense_spectrum(matrix, gram_rtol=gram_rtol, device=device)
+            del matrix
+    return out
 
 
 def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
                   block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL,
                   release: bool = False, rotary: RotaryLayout | None = None,
-                  rank_tol: float = DEFAULT_RANK_TOL) -> LayerSpectra:
+                  rank_tol: float = DEFAULT_RANK_TOL, device: str = "numpy", prefetch: bool = False) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices (the dense method always uses
     the SVD for feed-forward too).
 
@@ -101,9 +119,11 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     rotation-blind ones are kept in ``qk_rotation_blind``); ``rank_tol`` the rank tolerance their
     certified envelopes are cut at.  ``release``: drop ``weights``' attention factors once their spectra are computed, so that one
     wide matrix is alive at a time while the feed-forward matrices are read (for weights read just
-    for this call, as :func:`model_layer_spectra` does).
+    for this call, as :func:`model_layer_spectra` does).  ``device``: where the linear algebra runs
+    (:mod:`.spectra`).  ``prefetch``: read each feed-forward matrix while the previous one's
+    spectrum is computed (see :func:`feed_forward_spectra`).
     """
-    qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1)
+    qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1, device=device)
     blind = None
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
@@ -111,5 +131,6 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     ff_matrices = weights.ff
     if release:
         weights.q = weights.k = weights.v = weights.o = None
-    ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol)
+    ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol,
+                              device=device if method == "factored" else "numpy", prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)

@@ -8,7 +8,9 @@ Two kinds of matrix arrive here:
   product is never held in memory whole (the entrywise (1,1)-norm streams it in column blocks);
 * a *dense* matrix ``W`` (the feed-forward matrices), whose singular values come from LAPACK.
 
-Everything is float64.  A spectrum keeps the singular values it computed together with ``dim``,
+Everything is float64.  ``device`` says where the heavy linear algebra runs: ``"numpy"`` (NumPy and
+SciPy's LAPACK, the default) or torch on ``"cpu"`` / ``"cuda"`` (:mod:`.torch_kernels`, the same
+method and blocking, so the same proven bounds).  A spectrum keeps the singular values it computed together with ``dim``,
 the length of the full spectrum (``min`` of the represented matrix's shape): a factored ``N x N``
 product has ``d`` computed values and ``N - d`` exact zeros.  ``dim`` enters the rank tolerance,
 so the factored and the dense route give the same numerical rank.
@@ -20,10 +22,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Entries of an N x N product held at once while streaming the (1,1)-norm (1 MB): a block that
-# stays in cache between the product and |.|.sum() makes the norm 2-3x faster than 32 MB blocks
-# (768 x 768 product from 64 x 768 factors: 1.8 ms instead of 3.5 ms on one core).
+from .eigensolvers import symmetric_eigenvalues
+
+# Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
 _BLOCK_ENTRIES = 1 << 17
+# Tiles of an N x N product for its (1,1)-norm: 512 x 512 (2 MB, one core's L2 cache).  Every BLAS
+# call re-packs its operands, so thin row blocks spanning all N columns re-pack the whole d x N
+# factor each time: at N = 4096, d = 128 one head took 0.12 s in 32-row blocks and 0.078 s in
+# 512 x 512 tiles (one core, best of 5; 256 x 256: 0.081 s, 1024 x 1024: 0.077 s).  Small
+# products (N <= 512) are one tile, as before.
+_TILE = 512
 # Columns per block of the feed-forward Gram product (see gram_singular_values): the proven error
 # bound grows with b + k/b, the time with the number of blocks; 512 keeps both small (MiniLM's
 # bounds <= 2e-9, a 768 x 3072 spectrum within 10% of one unblocked product).
@@ -129,7 +137,8 @@ def _r_factor(stacked: np.ndarray) -> np.ndarray:
 
 
 def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None = None,
-                     b_index: np.ndarray | None = None, with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
+                     b_index: np.ndarray | None = None, with_norm_1_1: bool = True,
+                     device: str = "numpy") -> list[MatrixSpectrum]:
     """Spectra of ``A_{i(h)}.T @ B_{j(h)}`` for every head ``h``, never forming the products whole.
 
     Parameters
@@ -144,6 +153,8 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None
     with_norm_1_1 : bool
         Stream each product in column blocks to get its entrywise (1,1)-norm
         (``O(N^2 d)`` work per head; the spectrum itself costs ``O(N d^2)``).
+    device : {"numpy", "cpu", "cuda"}
+        Where the QR factors, cores and (1,1)-norm tiles are computed.
 
     Returns
     -------
@@ -153,6 +164,13 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None
     a_index = np.arange(heads) if a_index is None else np.asarray(a_index)
     b_index = np.arange(heads) if b_index is None else np.asarray(b_index)
     n = a.shape[2]
+    if device != "numpy":
+        from .torch_kernels import factored_products
+
+        svals, col_norms, n11 = factored_products(a, b, a_index, b_index, with_norm_1_1=with_norm_1_1,
+                                                  device=device)
+        return [MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
+                for h in range(heads)]
     r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H_a, d', d'), A_i.T = Q_a R_a
     r_b = _r_factor(np.swapaxes(b, 1, 2))
     cores = r_a[a_index] @ np.swapaxes(r_b[b_index], 1, 2)  # same nonzero spectrum as A.T @ B
@@ -191,33 +209,41 @@ def _blockwise_abs_sum(w: np.ndarray) -> float:
 
 
 def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
-    """``sum |A.T @ B|`` over blocks of at most ``_BLOCK_ENTRIES`` entries, each written into one
-    reused buffer and made absolute in place (no temporaries, no copies of the factors).
+    """``sum |A.T @ B|`` over ``_TILE x _TILE`` tiles, each written into one reused buffer and made
+    absolute in place (no temporaries, no copies of the factors).
 
-    The blocks are row blocks of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T``
-    and ``A`` go to the BLAS as they are stored.
+    The tiles are tiles of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T`` and
+    ``A[:, i:i+t]`` go to the BLAS as they are stored.  Each entry is a BLAS dot product of length
+    ``d`` as before; the tile sums (NumPy's pairwise summation) add up in order, a summation tree
+    shallower than the former 1 MB row blocks' (at N = 4096: 64 tile sums of 2^18 entries instead
+    of 128 block sums of 2^17), so its worst-case rounding bound is smaller.
     """
     n_rows, n_cols = a.shape[1], b.shape[1]
-    step = min(max(1, _BLOCK_ENTRIES // max(n_rows, 1)), max(n_cols, 1))
+    rows, cols = min(_TILE, max(n_cols, 1)), min(_TILE, max(n_rows, 1))
     total = 0.0
-    buffer = np.empty((step, n_rows))
-    for j in range(0, n_cols, step):
-        block = b[:, j : j + step].T
-        out = buffer[: block.shape[0]]
-        np.matmul(block, a, out=out)
-        total += float(np.abs(out, out=out).sum())
+    buffer = np.empty((rows, cols))
+    for j in range(0, n_cols, rows):
+        block = b[:, j : j + rows].T
+        for i in range(0, n_rows, cols):
+            right = a[:, i : i + cols]
+            out = buffer[: block.shape[0], : right.shape[1]]
+            np.matmul(block, right, out=out)
+            total += float(np.abs(out, out=out).sum())
     return total
 
 
-def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None) -> tuple[np.ndarray, float]:
+def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
+                         device: str = "numpy") -> tuple[np.ndarray, float]:
     """Singular values from the eigenvalues of the smaller Gram matrix, with an error bound.
 
     For ``W`` of shape ``(n, k)``, ``n <= k``, ``G = W W^T`` is accumulated over ``ceil(k / b)``
     column blocks of width ``b = _GRAM_BLOCK`` (one BLAS product each).  Every entry is then a sum
     whose summation tree has depth at most ``b + k/b + 1``, whatever order the BLAS uses inside a
     block, so ``|E| <= gamma_{b + k/b + 1} |W| |W|^T`` (Higham, *Accuracy and Stability*, sec. 3.1
-    and 4.2; ``gamma_j = j u / (1 - j u)``) and ``||E||_2 <= gamma ||W||_F^2``.  ``eigvalsh`` is
-    backward stable (error ``<= n u ||G||_2``, counted generously).  Weyl's inequality then gives
+    and 4.2; ``gamma_j = j u / (1 - j u)``) and ``||E||_2 <= gamma ||W||_F^2``.  The symmetric
+    eigensolver is backward stable (error ``<= n u ||G||_2``, counted generously; every driver of
+    :mod:`.eigensolvers` and torch's ``eigvalsh`` is a Householder tridiagonal reduction and so
+    qualifies).  Weyl's inequality then gives
     ``|s_hat_i^2 - s_i^2| <= delta`` with ``delta = gamma ||W||_F^2 + n u lambda_max``, so
     ``|s_hat_i - s_i| <= delta / s_hat_i`` and the relative error of every value is at most
     ``delta / s_hat_min^2``.
@@ -225,7 +251,8 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None) -> tu
     Every step is a numpy call that releases the GIL, so layers analysed in parallel threads
     overlap fully.  Extra memory: two ``n x n`` float64 matrices.
 
-    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).
+    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).  ``device``:
+    where ``G`` and its eigenvalues are computed (torch: the same blocks, so the same bound).
 
     Returns
     -------
@@ -237,15 +264,14 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None) -> tu
     n, k = short.shape
     u = np.finfo(np.float64).eps / 2
     width = min(_GRAM_BLOCK, max(k, 1))
-    gram = short[:, :width] @ short[:, :width].T
-    product = np.empty((n, n)) if k > width else None
-    for j in range(width, k, width):
-        block = short[:, j:j + width]
-        np.matmul(block, block.T, out=product)
-        gram += product
-    del product
-    lam = np.linalg.eigvalsh(gram, UPLO="L")[::-1]
-    del gram
+    if device != "numpy":
+        from .torch_kernels import gram_eigenvalues
+
+        lam = gram_eigenvalues(short, width, device)
+    else:
+        gram = blocked_gram(short, width)
+        lam = symmetric_eigenvalues(gram)[::-1]
+        del gram
     depth = width + -(-k // width) + 1
     gamma = depth * u / (1 - depth * u)
     if frobenius_sq is None:
@@ -256,21 +282,36 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None) -> tu
     return s, float(bound)
 
 
-def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0) -> MatrixSpectrum:
+def blocked_gram(short: np.ndarray, width: int) -> np.ndarray:
+    """``W W^T`` for ``W`` of shape ``(n, k)``, summed over column blocks of ``width``: each block's
+    product is formed on its own (one BLAS call, whatever order it sums ``width`` terms in) and then
+    added, the summation tree whose depth :func:`gram_singular_values` bounds.  Shape ``(n, n)``."""
+    n, k = short.shape
+    gram = short[:, :width] @ short[:, :width].T
+    product = np.empty((n, n)) if k > width else None
+    for j in range(width, k, width):
+        block = short[:, j:j + width]
+        np.matmul(block, block.T, out=product)
+        gram += product
+    return gram
+
+
+def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0, device: str = "numpy") -> MatrixSpectrum:
     """Spectrum and norms of a dense float64 matrix ``W`` (row-vector orientation).
 
     With ``gram_rtol > 0`` the singular values come from :func:`gram_singular_values` (about 4x
     faster on a ``768 x 3072`` matrix) whenever its proven relative error bound is at most
     ``gram_rtol`` for every value (which also makes the matrix certainly full rank); otherwise, and
-    by default, from LAPACK's SVD.
+    by default, from LAPACK's SVD.  ``device``: where the Gram path or the SVD runs (the column
+    norms and the abs-sum, memory-bound passes, always run in NumPy).
     """
     method, bound = "svd", 0.0
     col_sq = column_sq_norms(w)
     if gram_rtol > 0:
-        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)))
+        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)), device=device)
         method = "gram"
     if method == "svd" or bound > gram_rtol:
-        svals, method, bound = np.linalg.svd(w, compute_uv=False), "svd", 0.0
+        svals, method, bound = _singular_values(w, device), "svd", 0.0
     return MatrixSpectrum(
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,
@@ -279,3 +320,11 @@ def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0) -> MatrixSpectrum:
         sv_method=method,
         sv_rel_error_bound=bound,
     )
+
+
+def _singular_values(w: np.ndarray, device: str) -> np.ndarray:
+    if device == "numpy":
+        return np.linalg.svd(w, compute_uv=False)
+    from .torch_kernels import singular_values
+
+    return singular_values(w, device)

@@ -408,3 +408,448 @@ def format_bench(report: dict) -> str:
     if not report["budgets"][0]["weightwatcher_seconds"]:
         lines.append(f"WeightWatcher: {report['budgets'][0]['weightwatcher_note']}")
     return "\n".join(lines)
+
+
+# --- llama7b: a LLaMA-7B-shaped checkpoint, written, streamed and timed -------------------------
+
+# The issue's shape: 32 layers, N = 4096, 32 query heads sharing 8 key/value heads (LLaMA-2-7B itself
+# has 32 key/value heads; grouped-query attention as in LLaMA-3-8B / Mistral-7B), d_ff = 11008.
+LLAMA_7B = dict(L=32, N=4096, H=32, H_kv=8, d_ff=11008)
+# Hugging Face's shard limit when LLaMA-2-7B was published: two files, a layer split between them.
+SHARD_BYTES = 10 * 10**9
+# Gaussian values drawn once and cut into tensors at random offsets: each matrix is a window of one
+# i.i.d. N(0, 0.02^2) sequence (so i.i.d. Gaussian itself), and 6.7e9 fresh draws (minutes of CPU)
+# are not needed.  Longer than the largest analysed tensor (11008 x 4096), so none repeats a value.
+_POOL_VALUES = 1 << 26
+
+
+def _llama_tensor_shapes(L: int, N: int, H: int, H_kv: int, d_ff: int, vocab: int) -> list[tuple[str, tuple]]:
+    """Every tensor of a LLaMA checkpoint in the order Hugging Face saves them."""
+    d = N // H
+    shapes = [("model.embed_tokens.weight", (vocab, N))]
+    for layer in range(L):
+        p = f"model.layers.{layer}."
+        shapes += [(p + "self_attn.q_proj.weight", (H * d, N)), (p + "self_attn.k_proj.weight", (H_kv * d, N)),
+                   (p + "self_attn.v_proj.weight", (H_kv * d, N)), (p + "self_attn.o_proj.weight", (N, H * d)),
+                   (p + "mlp.gate_proj.weight", (d_ff, N)), (p + "mlp.up_proj.weight", (d_ff, N)),
+                   (p + "mlp.down_proj.weight", (N, d_ff)), (p + "input_layernorm.weight", (N,)),
+                   (p + "post_attention_layernorm.weight", (N,))]
+    return shapes + [("model.norm.weight", (N,)), ("lm_head.weight", (vocab, N))]
+
+
+def write_llama7b_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
+                             vocab: int = 32000, shard_bytes: int = SHARD_BYTES, seed: int = 0) -> tuple[Path, int]:
+    """A random LLaMA-shaped bf16 checkpoint sharded as Hugging Face shards LLaMA-2-7B: tensors in
+    saving order, a new ``model-0000k-of-0000n.safetensors`` whenever the next tensor would pass
+    ``shard_bytes`` (so a layer may span two files), and ``model.safetensors.index.json``.
+
+    Streamed: one tensor in memory at a time.  Returns the folder and the bytes written.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    pool = _to_bf16(0.02 * rng.standard_normal(_POOL_VALUES, dtype=np.float32))
+    shapes = _llama_tensor_shapes(L, N, H, H_kv, d_ff, vocab)
+    shards, size = [[]], 0
+    for name, shape in shapes:
+        nbytes = 2 * int(np.prod(shape))
+        if shards[-1] and size + nbytes > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape))
+        size += nbytes
+    weight_map, total = {}, 0
+    one = _to_bf16(np.ones(1, np.float32))[0]
+    for k, shard in enumerate(shards, 1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for name, shape in shard:
+            nbytes = 2 * int(np.prod(shape))
+            header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+            weight_map[name] = fname
+        blob = json.dumps(header).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(folder / fname, "wb") as f:
+            f.write(len(blob).to_bytes(8, "little"))
+            f.write(blob)
+            for name, shape in shard:
+                count = int(np.prod(shape))
+                if len(shape) == 1:  # norm weights: ones, as initialised
+                    f.write(np.full(count, one, np.uint16).tobytes())
+                    continue
+                # A window starting at a random offset, wrapping around the pool: only tensors
+                # longer than the pool (the embeddings, which no bound reads) repeat values.
+                start = int(rng.integers(0, _POOL_VALUES))
+                while count > 0:
+                    piece = pool[start:start + count]
+                    f.write(piece.tobytes())
+                    count -= piece.size
+                    start = 0
+        total += 8 + len(blob) + offset
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
+              "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": N // H,
+              "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16",
+              "rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "rope_theta": 10000.0}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    return folder, total
+
+
+def _row_block_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
+    """The (1,1)-norm as the code computed it before the 512 x 512 tiles (1 MB row blocks of
+    ``B.T @ A``), kept verbatim as the benchmark's reference."""
+    n_rows, n_cols = a.shape[1], b.shape[1]
+    step = min(max(1, (1 << 17) // max(n_rows, 1)), max(n_cols, 1))
+    total = 0.0
+    buffer = np.empty((step, n_rows))
+    for j in range(0, n_cols, step):
+        block = b[:, j : j + step].T
+        out = buffer[: block.shape[0]]
+        np.matmul(block, a, out=out)
+        total += float(np.abs(out, out=out).sum())
+    return total
+
+
+class _ReferenceKernels:
+    """Within the block: the kernels of the code before this benchmark's changes (NumPy's one-stage
+    ``eigvalsh`` at every order, the (1,1)-norm in 1 MB row blocks); the reference path."""
+
+    def __enter__(self):
+        from ..compute import eigensolvers, spectra
+
+        self._saved = (eigensolvers.TWO_STAGE_MIN, spectra._streamed_norm_1_1)
+        eigensolvers.TWO_STAGE_MIN = 1 << 62
+        spectra._streamed_norm_1_1 = _row_block_norm_1_1
+        return self
+
+    def __exit__(self, *exc):
+        from ..compute import eigensolvers, spectra
+
+        eigensolvers.TWO_STAGE_MIN, spectra._streamed_norm_1_1 = self._saved
+
+
+# Per-matrix columns compared with the reference path.
+_COMPARED = ("spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1")
+
+
+def _llama7b_child(folder: str, threads: int, jobs: int, device: str, queue) -> None:
+    """The timed analysis, in a fresh process so that its peak RSS is its own."""
+    from ..pipeline import analyze
+
+    start, cpu = time.perf_counter(), time.process_time()
+    stamps = [start]
+    result = analyze(folder, threads=threads, jobs=jobs, device=device,
+                     progress=lambda done, total: stamps.append(time.perf_counter()))
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    m = result.matrices
+    queue.put({"seconds": seconds, "cpu_seconds": cpu, "analysis_stamps": [t - start for t in stamps[1:]],
+               "peak_rss_mb": _peak_rss_mb(), "bounds": result.all_bounds(),
+               "ff_sv_methods": m[m["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict(),
+               "max_ff_sv_rel_error_bound": float(m["sv_rel_error_bound"].max()),
+               "matrices": m[["layer", "head", "role", *_COMPARED]].to_dict("list")})
+
+
+def _timed_cpu(fn):
+    """``(wall seconds, CPU seconds of the whole process (every BLAS thread), result)``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - start, time.process_time() - cpu, out
+
+
+class _StageClock:
+    """Wall and process-CPU seconds per named stage, summed over calls.  On a shared machine the
+    CPU seconds are what a stage costs; the wall seconds also hold the waits for a free core."""
+
+    def __init__(self):
+        self.wall, self.cpu = {}, {}
+
+    def __call__(self, stage: str, fn):
+        wall, cpu, out = _timed_cpu(fn)
+        self.wall[stage] = self.wall.get(stage, 0.0) + wall
+        self.cpu[stage] = self.cpu.get(stage, 0.0) + cpu
+        return out
+
+
+def _stage_seconds(model, layer: int, device: str) -> dict:
+    """One layer's stages, one after the other: reading the attention factors, the per-head cores,
+    the (1,1)-norms, and per feed-forward matrix its reading, Gram product, eigenvalues and the
+    column-norm / abs-sum passes (on a torch device the Gram product and its eigenvalues are timed
+    together, under "gram").  Returns ``{"wall": {stage: s}, "cpu": {stage: s}}``."""
+    from ..compute import spectra
+    from ..compute.eigensolvers import symmetric_eigenvalues
+    from ..pipeline import read_layer
+
+    clock = _StageClock()
+    weights = clock("read_attention", lambda: read_layer(model, layer))
+    kv = np.arange(weights.q.shape[0]) // (weights.q.shape[0] // weights.k.shape[0])
+
+    def attention(with_norm_1_1):
+        return (spectra.factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1, device=device),
+                spectra.factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1, device=device))
+
+    clock("attention_cores", lambda: attention(False))
+    if model.rotary is not None:  # QK quantities valid at every relative position (docs/rotary.md)
+        from ..compute.layer_spectra import rotary_qk_spectra
+
+        clock("rotary_qk", lambda: rotary_qk_spectra(weights, kv, model.rotary))
+    clock("norm_1_1", lambda: attention(True))
+    for stage in ("norm_1_1",):  # the second call redid the cores: keep only the norms' share
+        clock.wall[stage] -= clock.wall["attention_cores"]
+        clock.cpu[stage] -= clock.cpu["attention_cores"]
+    for role in weights.ff:
+        w = clock("read_ff", lambda: weights.ff[role])
+        short = w if w.shape[0] <= w.shape[1] else w.T
+        clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
+        if device != "numpy":
+            clock("gram", lambda: spectra.gram_singular_values(short, device=device))
+            continue
+        gram = clock("gram", lambda: spectra.blocked_gram(short, min(spectra._GRAM_BLOCK, short.shape[1])))
+        clock("eigenvalues", lambda: symmetric_eigenvalues(gram))
+    return {"wall": clock.wall, "cpu": clock.cpu}
+
+
+def _reference_child(folder: str, layers: list[int], probe_layers: list[int], device: str, queue) -> None:
+    """The reference path on ``layers``, and the stage times of ``probe_layers`` at 1 and 2 BLAS
+    threads (one layer at a time)."""
+    from threadpoolctl import threadpool_limits
+
+    from ..pipeline import model_layer_spectra, open_model
+
+    model = open_model(folder)
+    reference = {}
+    start, cpu = time.perf_counter(), time.process_time()
+    with threadpool_limits(limits=1), _ReferenceKernels():
+        for layer in layers:
+            spectra = model_layer_spectra(model, layer)
+            rows = [("QK", h, s) for h, s in enumerate(spectra.qk)] + [("OV", h, s) for h, s in enumerate(spectra.ov)]
+            rows += [(role, None, s) for role, s in spectra.ff.items()]
+            for role, head, s in rows:
+                reference[(layer, role, head)] = {
+                    "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
+                    "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
+                    "norm_1_1": s.norm_1_1}
+    reference_seconds, reference_cpu = time.perf_counter() - start, time.process_time() - cpu
+    stages = {}
+    for threads in (1, 2):
+        if device != "numpy":
+            import torch
+
+            torch.set_num_threads(threads)
+        with threadpool_limits(limits=threads):
+            stages[threads] = [_stage_seconds(model, layer, device) for layer in probe_layers]
+    model.ckpt.close()
+    queue.put({"reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
+               "reference_seconds": reference_seconds, "reference_cpu_seconds": reference_cpu,
+               "stages": {t: [r["wall"] for r in runs] for t, runs in stages.items()},
+               "stages_cpu": {t: [r["cpu"] for r in runs] for t, runs in stages.items()}})
+
+
+def _max_relative_difference(matrices: dict, reference: dict) -> tuple[float, int]:
+    """Largest relative difference over the reference's matrices and the compared columns, and how
+    many matrices were compared."""
+    worst, count = 0.0, 0
+    for i, (layer, role, head) in enumerate(zip(matrices["layer"], matrices["role"], matrices["head"])):
+        head = None if role.startswith("FF") else int(head)
+        ref = reference.get(f"{int(layer)}|{role}|{head}")
+        if ref is None:
+            continue
+        count += 1
+        for column in _COMPARED:
+            a, b = float(matrices[column][i]), float(ref[column])
+            if a != b:
+                worst = max(worst, abs(a - b) / max(abs(a), abs(b)))
+    return worst, count
+
+
+def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int = 2, device: str = "numpy",
+                      workdir: str | None = None, reference_layers: int = 2, probe_layers: int = 2,
+                      shape: dict | None = None) -> dict:
+    """Write a LLaMA-7B-shaped bf16 checkpoint, analyse it (every bound and baseline) in a fresh
+    process, and compare ``reference_layers`` layers (the first and the last) with the reference
+    path (the kernels before this benchmark: NumPy's one-stage eigenvalues, 1 MB (1,1)-norm blocks).
+    Then time each stage of ``probe_layers`` layers at 1 and 2 BLAS threads.
+
+    ``layers``: fewer layers than 32 where the disk cannot hold the 11.9 GB; the report then also gives
+    the 32-layer time extrapolated from the per-layer time (marked as an extrapolation).  ``shape``
+    replaces the 7B shape (tests use a tiny one).  The checkpoint is deleted afterwards.
+    """
+    import multiprocessing
+    import shutil
+
+    from ..errors import SpecboundError
+
+    shape = dict(shape or LLAMA_7B)
+    full_layers = shape["L"]
+    if layers is not None:
+        shape["L"] = layers
+    L, N, d_ff = shape["L"], shape["N"], shape["d_ff"]
+    vocab = 32000 if shape["N"] >= 1024 else 64
+    need = 2 * sum(int(np.prod(s)) for _, s in _llama_tensor_shapes(vocab=vocab, **shape))
+    base = Path(workdir or tempfile.gettempdir())
+    free = shutil.disk_usage(base).free
+    if free < 1.05 * need:
+        fits = max(0, int((free / 1.05 - 4 * vocab * N) // (need / L)))
+        raise SpecboundError(f"the {L}-layer checkpoint needs {need / 1e9:.1f} GB but {base} has "
+                             f"{free / 1e9:.1f} GB free: pass --workdir DIR on a larger disk, or --layers "
+                             f"{max(fits, 1)} (the time for {full_layers} layers is then extrapolated)")
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        write_seconds, (folder, nbytes) = _timed(lambda: write_llama7b_checkpoint(
+            Path(tmp) / "llama7b-bf16", vocab=vocab, **shape))
+        queue = ctx.Queue()
+        child = ctx.Process(target=_llama7b_child, args=(str(folder), threads, jobs, device, queue))
+        child.start()
+        out = queue.get()
+        child.join()
+        ref_layers = sorted({0, L - 1})[:max(1, reference_layers)]
+        probes = list(range(min(probe_layers, L)))
+        child = ctx.Process(target=_reference_child, args=(str(folder), ref_layers, probes, device, queue))
+        child.start()
+        ref = queue.get()
+        child.join()
+        shards = sorted(p.name for p in folder.glob("*.safetensors"))
+    worst, compared = _max_relative_difference(out["matrices"], ref["reference"])
+    def medians(stages):  # {threads: [{stage: seconds} per probed layer]} -> {threads: {stage: median}}
+        return {f"{t}_blas_threads": {stage: statistics.median(r[stage] for r in runs) for stage in runs[0]}
+                for t, runs in stages.items()}
+
+    stage_wall, stage_cpu = medians(ref["stages"]), medians(ref["stages_cpu"])
+    cores = min(jobs * threads, os.cpu_count() or 1)
+    report = {
+        "scenario": f"llama-7b-shaped random bf16 checkpoint (L={L}, N={N}, H={shape['H']}, "
+                    f"H_kv={shape['H_kv']}, d_ff={d_ff}, vocab={vocab}), {len(shards)} shards",
+        "device": device, "threads": threads, "jobs": jobs,
+        "layers": L,
+        "seconds": out["seconds"],
+        "cpu_seconds": out["cpu_seconds"],
+        "cpu_seconds_over_cores": out["cpu_seconds"] / cores,
+        "peak_rss_mb": out["peak_rss_mb"],
+        "max_relative_difference_vs_reference": worst,
+        "reference_layers": ref_layers,
+        "reference_matrices_compared": compared,
+        "reference_seconds": ref["reference_seconds"],
+        "reference_cpu_seconds": ref["reference_cpu_seconds"],
+        "checkpoint_bytes": nbytes,
+        "shards": shards,
+        "write_seconds": write_seconds,
+        "layer_completion_seconds": out["analysis_stamps"],
+        "stage_seconds_per_layer": stage_wall,
+        "stage_cpu_seconds_per_layer": stage_cpu,
+        "seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_wall.items()},
+        "cpu_seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_cpu.items()},
+        "ff_sv_methods": out["ff_sv_methods"],
+        "max_ff_sv_rel_error_bound": out["max_ff_sv_rel_error_bound"],
+        "bounds": out["bounds"],
+        "load_average_1min": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
+    }
+    if L < full_layers:
+        report["extrapolated_seconds_all_layers"] = out["seconds"] * full_layers / L
+        report["extrapolated_to_layers"] = full_layers
+    return report
+
+
+def format_llama7b_bench(report: dict) -> str:
+    """The text of ``specbound bench --scenario llama7b``."""
+    lines = [
+        f"scenario          {report['scenario']}",
+        f"analysis          {report['seconds']:.1f} s wall for {report['layers']} layers, every bound and "
+        f"baseline ({report['jobs']} layer(s) at a time, {report['threads']} BLAS thread(s) each, "
+        f"device {report['device']})",
+        f"CPU time          {report['cpu_seconds']:.1f} s (all threads); / cores = "
+        f"{report['cpu_seconds_over_cores']:.1f} s, the wall time on idle cores were the work spread perfectly",
+    ]
+    if "extrapolated_seconds_all_layers" in report:
+        lines.append(f"extrapolated      {report['extrapolated_seconds_all_layers']:.0f} s for "
+                     f"{report['extrapolated_to_layers']} layers (EXTRAPOLATED from {report['layers']} layers)")
+    lines += [
+        f"peak RSS          {report['peak_rss_mb']:.0f} MB",
+        f"vs reference      max relative difference {report['max_relative_difference_vs_reference']:.2e} over "
+        f"{report['reference_matrices_compared']} matrices of layers {report['reference_layers']} "
+        f"(reference path: {report['reference_seconds']:.0f} s wall, {report['reference_cpu_seconds']:.0f} s CPU, "
+        f"1 BLAS thread)",
+        f"FF spectra        {report['ff_sv_methods']}, proven relative error <= "
+        f"{report['max_ff_sv_rel_error_bound']:.1e}",
+        f"checkpoint        {report['checkpoint_bytes'] / 1e9:.1f} GB in {len(report['shards'])} shards, "
+        f"written in {report['write_seconds']:.0f} s (not timed), deleted afterwards",
+        f"load average      {report['load_average_1min']:.2f} at the end on {report['cpu_count']} CPUs",
+    ]
+    for title, key in (("wall", "stage_seconds_per_layer"), ("CPU", "stage_cpu_seconds_per_layer")):
+        stages = report[key]
+        names = list(next(iter(stages.values())))
+        lines += ["", f"one layer at a time, median {title} seconds per stage:",
+                  f"{'BLAS threads':>12} " + " ".join(f"{n:>16}" for n in names) + f" {'total':>8}"]
+        for threads, values in stages.items():
+            lines.append(f"{threads.split('_')[0]:>12} " + " ".join(f"{values[n]:>16.2f}" for n in names)
+                         + f" {sum(values.values()):>8.2f}")
+    return "\n".join(lines)
+
+
+# --- kernels: the measurements behind the kernel choices ---------------------------------------
+
+def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int = 3, head_dim: int = 128) -> dict:
+    """Time the candidate kernels at each size (best of ``repeats``, ``threads`` BLAS threads): the
+    symmetric eigensolvers of a Gram matrix (NumPy's one-stage ``dsyevd``, OpenBLAS's two-stage
+    ``dsyevd_2stage``, torch/MKL's ``eigvalsh``, SciPy's ``evd`` and ``evr`` drivers) and one head's
+    ``N x N`` (1,1)-norm from ``head_dim x N`` factors in 1 MB row blocks against 512 x 512 tiles.
+    The defaults of :mod:`specbound.compute.eigensolvers` and :mod:`specbound.compute.spectra` come
+    from these numbers on the development machine; rerun on yours to check them."""
+    import scipy.linalg
+    from threadpoolctl import threadpool_limits
+
+    from ..compute import eigensolvers, spectra
+
+    def best(fn):
+        return min(_timed(fn)[0] for _ in range(repeats))
+
+    rng = np.random.default_rng(0)
+    rows = []
+    with threadpool_limits(limits=threads):
+        for n in sizes:
+            x = rng.standard_normal((n, n + 64))
+            g = x @ x.T
+            times = {"numpy_dsyevd": best(lambda: np.linalg.eigvalsh(g)),
+                     "scipy_evd": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evd")),
+                     "scipy_evr": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evr"))}
+            saved = eigensolvers.TWO_STAGE_MIN
+            eigensolvers.TWO_STAGE_MIN = 0
+            try:
+                if eigensolvers._two_stage_driver() is not None:
+                    times["openblas_dsyevd_2stage"] = best(lambda: eigensolvers.symmetric_eigenvalues(g))
+            finally:
+                eigensolvers.TWO_STAGE_MIN = saved
+            try:
+                import torch
+
+                torch_threads = torch.get_num_threads()
+                torch.set_num_threads(threads)
+                gt = torch.from_numpy(g)
+                times["torch_mkl_eigvalsh"] = best(lambda: torch.linalg.eigvalsh(gt))
+                torch.set_num_threads(torch_threads)
+            except ImportError:
+                pass
+            a, b = rng.standard_normal((head_dim, n)), rng.standard_normal((head_dim, n))
+            norms = {"row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
+                     "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b))}
+            rows.append({"n": n, "eigenvalues": times, "eigenvalues_fastest": min(times, key=times.get),
+                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms})
+    return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
+            "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
+
+
+def format_kernels_bench(report: dict) -> str:
+    lines = [f"best of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
+             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "", "eigenvalues of an n x n Gram matrix (s):"]
+    names = sorted({k for r in report["sizes"] for k in r["eigenvalues"]})
+    lines.append(f"{'n':>6} " + " ".join(f"{k:>22}" for k in names) + "   chosen")
+    for r in report["sizes"]:
+        cells = " ".join(f"{r['eigenvalues'][k]:>22.3f}" if k in r["eigenvalues"] else f"{'-':>22}" for k in names)
+        lines.append(f"{r['n']:>6} {cells}   {r['chosen']}")
+    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (s):",
+              f"{'n':>6} {'1 MB row blocks':>16} {'512 x 512 tiles':>16}"]
+    for r in report["sizes"]:
+        v = r["norm_1_1_one_head"]
+        lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
+    return "\n".join(lines)

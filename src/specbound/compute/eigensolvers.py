@@ -1,0 +1,96 @@
+"""Eigenvalues of a symmetric float64 matrix (a Gram matrix), by the fastest exact LAPACK driver.
+
+Every driver here is a Householder reduction to tridiagonal form followed by a tridiagonal solver,
+so every one is backward stable: the computed eigenvalues are the exact ones of ``G + E`` with
+``||E||_2 <= p(n) u ||G||_2`` (Demmel, *Applied Numerical Linear Algebra*, sec. 5.3; the two-stage
+reduction of Haidar, Ltaief and Dongarra (SC 2011) applies two orthogonal reductions, dense to
+band and band to tridiagonal, each with such a bound).  The Gram error bound of
+:func:`specbound.compute.spectra.gram_singular_values` counts ``p(n) = n``, which covers each of
+them; which driver ran changes only the last bits, well inside that bound.
+
+The choice is by size, from measurements on a 2-core AMD EPYC (Zen 5) with NumPy 2.4's bundled
+OpenBLAS 0.3.31 (seconds, one thread, best of 3 on a busy machine; ``specbound bench --scenario
+kernels`` repeats them):
+
+    n       numpy (dsyevd)   two-stage dsyevd (OpenBLAS)   torch (MKL dsyevd)
+    384     0.004            0.007                          0.006
+    768     0.025            0.032                          0.035
+    1024    0.054            0.067                          0.078
+    2048    0.37             0.41                           0.42
+    4096    4.8              2.7                            3.0-4.0
+
+Below ``TWO_STAGE_MIN`` the one-stage reduction is fastest (its matrix fits in the cache) and the
+default path is NumPy's, bit for bit as before; from ``TWO_STAGE_MIN`` on, the two-stage driver of
+the same OpenBLAS (reached through ctypes: neither NumPy nor SciPy wraps it) when the library
+exports it, else NumPy's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+# Smallest order at which the two-stage reduction is faster (between 2048 and 4096 above: the
+# one-stage reduction's matrix-vector products run from memory once G outgrows the 32 MB L3).
+TWO_STAGE_MIN = 3072
+_LAPACK_COL_MAJOR = 102
+
+
+def symmetric_eigenvalues(g: np.ndarray) -> np.ndarray:
+    """Eigenvalues of the symmetric ``g`` (its lower triangle is read), ascending.
+
+    Parameters
+    ----------
+    g : ndarray, shape (n, n), float64
+        Only the lower triangle is referenced; ``g`` is not modified.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+    """
+    n = g.shape[0]
+    driver = _two_stage_driver() if n >= TWO_STAGE_MIN else None
+    if driver is None:
+        return np.linalg.eigvalsh(g, UPLO="L")
+    # LAPACK overwrites its input; a Fortran-ordered copy is the lower triangle it reads ("L" of
+    # the column-major view is "U" of a C-ordered array, the same entries for a symmetric g).
+    a = np.array(g, order="F")
+    w = np.empty(n)
+    info = driver(_LAPACK_COL_MAJOR, b"N", b"L", n, a.ctypes.data, n, w.ctypes.data)
+    if info != 0:  # > 0: the tridiagonal solver did not converge (never seen); < 0: a bad argument
+        raise RuntimeError(f"LAPACK dsyevd_2stage failed (info={info}) on a {n} x {n} matrix")
+    return w
+
+
+def eigensolver_name(n: int) -> str:
+    """The driver :func:`symmetric_eigenvalues` uses at order ``n``."""
+    return "openblas dsyevd_2stage" if n >= TWO_STAGE_MIN and _two_stage_driver() else "numpy dsyevd"
+
+
+@functools.lru_cache(maxsize=1)
+def _two_stage_driver():
+    """``LAPACKE_dsyevd_2stage`` of the OpenBLAS NumPy links, or None where it is not exported
+    (another BLAS, or an OpenBLAS built without it)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        return None
+    for info in threadpool_info():
+        if info.get("internal_api") != "openblas" or "numpy" not in info.get("filepath", ""):
+            continue
+        try:
+            lib = ctypes.CDLL(info["filepath"])
+        except OSError:
+            return None
+        # NumPy's wheels bundle scipy-openblas built with 64-bit integers, whose names end in
+        # "64_"; an unsuffixed name says nothing about its integer width, so it is not used.
+        for name in ("scipy_LAPACKE_dsyevd_2stage64_", "LAPACKE_dsyevd_2stage64_"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype = ctypes.c_int64
+                fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p,
+                               ctypes.c_int64, ctypes.c_void_p]
+                return fn
+    return None
