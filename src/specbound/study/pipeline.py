@@ -172,26 +172,12 @@ def _execute_dask(todo: list[RunConfig], out: Path, *, workers, scheduler, reana
     a worker's failure is the run's error, reported like a local one."""
     if not todo:
         return []
-    import contextlib
-    import logging
+    from ..sweep.cluster import dask_client
 
-    try:
-        from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise SpecboundError("a Dask study needs dask.distributed: pip install 'specbound[sweep]'") from None
     outcomes = []
-    with contextlib.ExitStack() as stack:
-        if scheduler is not None:
-            try:
-                client = stack.enter_context(Client(scheduler, timeout="20s"))
-            except (OSError, TimeoutError) as exc:
-                raise SpecboundError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
-                                     f"`dask scheduler` or check the address") from None
-        else:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                silence_logs=logging.CRITICAL))
-            client = stack.enter_context(Client(cluster))
+    with dask_client(workers=workers, scheduler=scheduler, what="study") as (client, _):
+        from dask.distributed import as_completed
+
         client.run(_init_worker, 1)  # one torch/BLAS thread per worker process, as the local pool
         futures = {client.submit(_execute, c, str(out.resolve()), reanalyze, pure=False,
                                  key=f"specbound-study-{c.name}"): c for c in todo}

@@ -439,27 +439,12 @@ def _layer_counter(task: Task, bars):
 
 
 def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer, jobs=1) -> None:
-    import contextlib
-    import logging
+    from .cluster import dask_client
 
-    try:
-        from dask.distributed import Client, KilledWorker, LocalCluster, as_completed
-    except ImportError:
-        raise SpecboundError("a Dask sweep needs dask.distributed: pip install -e '.[sweep]' in the specbound checkout") from None
-    with contextlib.ExitStack() as stack:
-        if scheduler is not None:
-            try:
-                client = stack.enter_context(Client(scheduler, timeout="20s"))
-            except (OSError, TimeoutError) as exc:
-                raise SpecboundError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
-                                     f"`dask scheduler` or check the address") from None
-            report.mode = f"dask {scheduler}"
-        else:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                silence_logs=logging.CRITICAL))  # failures are reported in the summary, once
-            client = stack.enter_context(Client(cluster))
-            report.mode = f"dask LocalCluster({workers} workers)"
+    with dask_client(workers=workers, scheduler=scheduler, what="sweep") as (client, mode):
+        from dask.distributed import KilledWorker, as_completed
+
+        report.mode = mode
         finals, layers_of, submitted = {}, {}, []
         for task in tasks:
             # W - W0 needs both checkpoints in one task: per-layer tasks compute W's spectra only
