@@ -111,6 +111,8 @@ def _options_from(args) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .options import DEVICES
+
     from . import __version__
 
     parser = _Parser(
@@ -167,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
                     help="layers of each checkpoint analysed at once, in threads (default auto: one per core "
                          "as memory allows in a local run, 1 on Dask)")
+    sw.add_argument("--device", choices=DEVICES, default="numpy",
+                    help="where each task's linear algebra runs: numpy (default), or torch float64 on cpu or cuda "
+                         "(the same records: devices differ only within each record's proven error bound)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
     _add_analysis_options(sw, key_only=True)
@@ -329,7 +334,7 @@ def _sweep(args) -> int:
         return 0
     report = run_sweep(sources, store, option_sets=option_sets, workers=args.workers, scheduler=args.scheduler,
                        per_layer=args.per_layer, threads=args.threads, jobs=args.jobs,
-                       progress=False if args.no_progress else None)
+                       progress=False if args.no_progress else None, device=args.device)
     print(report.summary())
     return 1 if report.failed else 0
 

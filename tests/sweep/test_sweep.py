@@ -234,3 +234,19 @@ def test_a_sweep_refuses_initial_weights_of_another_shape(tmp_path, capsys):
     assert main(["sweep", str(trained), "--init", str(other), "--store", str(tmp_path / "st"), "--no-progress"]) == 1
     out = capsys.readouterr().out
     assert "do not match" in out and "failed:" in out
+
+
+def test_a_sweep_on_the_torch_device_stores_the_same_records(tiny_family, tmp_path):
+    """``sweep --device cpu``: the same keys, and the numbers within rounding of the numpy path's."""
+    pytest.importorskip("torch")
+    pattern = str(tiny_family / TINY_PATTERN)
+    stores = {}
+    for device in ("numpy", "cpu"):
+        store = tmp_path / device
+        assert main(["sweep", pattern, "--store", str(store), "--device", device, "--no-progress",
+                     "--threads", "1"]) == 0
+        stores[device] = Store(store)
+    assert stores["numpy"].keys() == stores["cpu"].keys() and len(stores["cpu"].keys()) == 6
+    for key in stores["numpy"].keys():
+        a, b = stores["numpy"].load_meta(key)["bounds"], stores["cpu"].load_meta(key)["bounds"]
+        assert b == pytest.approx(a, rel=1e-12)

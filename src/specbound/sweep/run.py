@@ -254,15 +254,15 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
 # --- what a task runs (here or on a Dask worker) -----------------------------------------------
 
 def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local",
-                 jobs: int | str = 1) -> Record:
-    """Analyse one planned task (``jobs`` layers at a time) and build its record."""
+                 jobs: int | str = 1, device: str = "numpy") -> Record:
+    """Analyse one planned task (``jobs`` layers at a time, kernels on ``device``) and build its record."""
     from ..pipeline import analyze
 
     opts = dict(task.options)
     clock = time.thread_time if jobs == 1 else time.process_time  # CPU of the layer threads too
     start, cpu = time.perf_counter(), clock()
     check_unchanged(task.fingerprints, task.source.name)  # the bytes hashed are the bytes analysed
-    analysis = analyze(task.source.target, threads=threads, jobs=jobs, progress=progress, **opts)
+    analysis = analyze(task.source.target, threads=threads, jobs=jobs, progress=progress, device=device, **opts)
     check_unchanged(task.fingerprints, task.source.name)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
                                 weights_sha256=task.weights_sha256, options=task.options,
@@ -270,7 +270,7 @@ def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str =
                                 mode=mode)
 
 
-def layer_task(task: Task, layer: int, threads: int | None = 1):
+def layer_task(task: Task, layer: int, threads: int | None = 1, device: str = "numpy"):
     """Spectra of one layer of a planned task, and the seconds they took."""
     from threadpoolctl import threadpool_limits
 
@@ -281,7 +281,8 @@ def layer_task(task: Task, layer: int, threads: int | None = 1):
     with threadpool_limits(limits=threads):
         model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
         spectra = model_layer_spectra(model, layer, method=task.options["method"],
-                                      gram_rtol=task.options["gram_rtol"], rank_tol=task.options["rank_tol"])
+                                      gram_rtol=task.options["gram_rtol"], rank_tol=task.options["rank_tol"],
+                                      device=device)
         model.ckpt.close()
     check_unchanged(task.fingerprints, task.source.name)
     return spectra, time.perf_counter() - start, time.thread_time() - cpu
@@ -312,7 +313,8 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
 
 def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dict[str, Any]] | None = None,
               workers: int | None = None, scheduler: str | None = None, per_layer: str = "auto",
-              threads: int | None = 1, jobs: int | str = 1, progress: bool | None = None) -> SweepReport:
+              threads: int | None = 1, jobs: int | str = 1, progress: bool | None = None,
+              device: str = "numpy") -> SweepReport:
     """Analyse every source with every option set into ``store``, skipping what is there.
 
     Parameters
@@ -374,9 +376,10 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     tasks = _fresh_tasks(iter_tasks(headers, st, report.failed), st, report, bars)
     try:
         if workers is None and scheduler is None:
-            _run_here(tasks, st, report, threads, bars, jobs)
+            _run_here(tasks, st, report, threads, bars, jobs, device)
         else:
-            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, 1 if jobs == "auto" else jobs)
+            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, 1 if jobs == "auto" else jobs,
+                      device)
     finally:
         bars.close()
     report.seconds = time.perf_counter() - start
@@ -400,7 +403,8 @@ def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) ->
             yield task
 
 
-def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int | str = 1) -> None:
+def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int | str = 1,
+              device: str = "numpy") -> None:
     """One task after the other in this thread; each record is written by a writer thread while
     the next checkpoint is analysed."""
     from concurrent.futures import ThreadPoolExecutor
@@ -409,7 +413,7 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
         writes = []
         for task in tasks:
             try:
-                record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs)
+                record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs, device=device)
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
                 report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
                 bars.checkpoint(task, failed=True)
@@ -438,7 +442,8 @@ def _layer_counter(task: Task, bars):
     return advance
 
 
-def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer, jobs=1) -> None:
+def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer, jobs=1,
+              device="numpy") -> None:
     from .cluster import dask_client
 
     with dask_client(workers=workers, scheduler=scheduler, what="sweep") as (client, mode):
@@ -451,7 +456,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             split = task.options.get("init") is None and (
                 per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES))
             if split:
-                parts = [client.submit(layer_task, task, layer, threads, pure=False,
+                parts = [client.submit(layer_task, task, layer, threads, device, pure=False,
                                        key=f"specbound-layer-{task.key}-{layer}") for layer in range(task.layers)]
                 for part in parts:
                     layers_of[part.key] = task
@@ -459,7 +464,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
                 final = client.submit(assemble_task, task, parts, threads, pure=False,
                                       key=f"specbound-assemble-{task.key}")
             else:
-                final = client.submit(analyze_task, task, threads, None, "dask", jobs, pure=False,
+                final = client.submit(analyze_task, task, threads, None, "dask", jobs, device, pure=False,
                                       key=f"specbound-{task.key}")
             finals[final.key] = (task, split)
             submitted.append(final)
