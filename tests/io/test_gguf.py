@@ -79,11 +79,8 @@ def llama(tmp_path_factory):
     return folder, {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
 
-def write_gguf(path, state, types=None, arch="llama", split_max_tensors=0):
-    """Write ``state`` (Hugging Face names) as convert_hf_to_gguf.py does; ``types``: GGUF name ->
-    GGMLQuantizationType for the tensors to store otherwise than float32; ``split_max_tensors``:
-    split into ``<stem>-0000i-of-0000n.gguf`` parts of at most that many tensors (gguf-split)."""
-    types = types or {}
+def _new_writer(path, arch, split_max_tensors=0):
+    """A GGUFWriter with the tiny model's dimensions in its metadata (block count, context, widths, heads)."""
     writer = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
     writer.add_block_count(L)
     writer.add_context_length(64)
@@ -91,6 +88,15 @@ def write_gguf(path, state, types=None, arch="llama", split_max_tensors=0):
     writer.add_feed_forward_length(D_FF)
     writer.add_head_count(H)
     writer.add_head_count_kv(H_KV)
+    return writer
+
+
+def write_gguf(path, state, types=None, arch="llama", split_max_tensors=0):
+    """Write ``state`` (Hugging Face names) as convert_hf_to_gguf.py does; ``types``: GGUF name ->
+    GGMLQuantizationType for the tensors to store otherwise than float32; ``split_max_tensors``:
+    split into ``<stem>-0000i-of-0000n.gguf`` parts of at most that many tensors (gguf-split)."""
+    types = types or {}
+    writer = _new_writer(path, arch, split_max_tensors)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_dimension_count(N // H)
@@ -272,13 +278,7 @@ def test_quantization_without_a_dequantizer(llama, tmp_path):
     block, size = gguf.GGML_QUANT_SIZES[Q.Q8_1]
     writer_state = dict(llama[1])
     path = tmp_path / "q8_1.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(L)
-    writer.add_context_length(64)
-    writer.add_embedding_length(N)
-    writer.add_feed_forward_length(D_FF)
-    writer.add_head_count(H)
-    writer.add_head_count_kv(H_KV)
+    writer = _new_writer(path, "llama")
     for name, array in writer_state.items():
         target = gguf_name(name)
         if target == "blk.0.attn_v.weight":
