@@ -153,3 +153,13 @@ def tiny_pair(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("numpy_bert")
     return write_tiny_bert(root / "trained", seed=1), write_tiny_bert(root / "init", seed=2)
+
+
+@pytest.fixture
+def healthy(tiny_bert_dir, tmp_path):
+    """A writable copy of the tiny BERT checkpoint, for tests that break it."""
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, folder)
+    return folder

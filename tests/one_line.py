@@ -70,3 +70,11 @@ def edit_tensors(folder, edit):
 def data_start(path):
     (n,) = struct.unpack("<Q", path.read_bytes()[:8])
     return 8 + n
+
+
+def assert_broken_checkpoint_error(breaker, folder, capsys):
+    """``breaker(folder)`` damages a copy of a healthy checkpoint and names the words its error must
+    hold: the command line and the API both refuse it with that one line."""
+    source, needles = breaker(folder)
+    line = assert_one_line_error(*run_cli(capsys, source), needles)
+    assert assert_api_error(needles, source) == line.removeprefix("specbound: error: ")

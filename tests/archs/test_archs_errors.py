@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import specbound
-from one_line import (assert_api_error, assert_one_line_error, config_of, run_cli, write_config)
+from one_line import (assert_broken_checkpoint_error, assert_api_error, assert_one_line_error, config_of, run_cli, write_config)
 from importlib import resources
 
 
@@ -31,18 +31,9 @@ FAMILY_CASES = [
 ]
 
 
-@pytest.fixture
-def healthy(tiny_bert_dir, tmp_path):
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_bert_dir, folder)
-    return folder
-
-
 @pytest.mark.parametrize("breaker", FAMILY_CASES, ids=[f.__name__ for f in FAMILY_CASES])
 def test_broken_checkpoint(breaker, healthy, capsys):
-    source, needles = breaker(healthy)
-    line = assert_one_line_error(*run_cli(capsys, source), needles)
-    assert assert_api_error(needles, source) == line.removeprefix("specbound: error: ")
+    assert_broken_checkpoint_error(breaker, healthy, capsys)
 
 
 def _bert_spec():

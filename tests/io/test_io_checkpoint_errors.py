@@ -11,7 +11,7 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from one_line import (INDEX, WEIGHTS, assert_api_error, assert_one_line_error, data_start, edit_tensors,
+from one_line import (assert_broken_checkpoint_error, INDEX, WEIGHTS, assert_api_error, assert_one_line_error, data_start, edit_tensors,
                       run_cli)
 
 
@@ -114,18 +114,9 @@ IO_CASES = [
 ]
 
 
-@pytest.fixture
-def healthy(tiny_bert_dir, tmp_path):
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_bert_dir, folder)
-    return folder
-
-
 @pytest.mark.parametrize("breaker", IO_CASES, ids=[f.__name__ for f in IO_CASES])
 def test_broken_checkpoint(breaker, healthy, capsys):
-    source, needles = breaker(healthy)
-    line = assert_one_line_error(*run_cli(capsys, source), needles)
-    assert assert_api_error(needles, source) == line.removeprefix("specbound: error: ")
+    assert_broken_checkpoint_error(breaker, healthy, capsys)
 
 
 def test_the_healthy_copy_is_analysed(healthy, capsys):
