@@ -111,9 +111,8 @@ def _options_from(args) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .options import DEVICES
-
     from . import __version__
+    from .options import DEVICES
 
     parser = _Parser(
         prog="specbound",

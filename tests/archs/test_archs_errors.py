@@ -1,12 +1,12 @@
 """Family specs: configs no shipped family reads, and malformed --arch-spec files."""
 
 import json
-import shutil
 
 import pytest
 
 import specbound
-from one_line import (assert_broken_checkpoint_error, assert_api_error, assert_one_line_error, config_of, run_cli, write_config)
+from one_line import (assert_api_error, assert_broken_checkpoint_error, assert_one_line_error, config_of, run_cli,
+                      write_config)
 from importlib import resources
 
 
@@ -115,13 +115,12 @@ def test_arch_spec_file_missing(tiny_bert_dir, tmp_path, capsys):
     assert_api_error(["not found"], tiny_bert_dir, arch_spec=tmp_path)
 
 
-def test_optional_config_field_not_an_integer(tiny_bert_dir, tmp_path, capsys):
+def test_optional_config_field_not_an_integer(healthy, tmp_path, capsys):
     spec = _bert_spec()
     spec["config"]["head_dim"] = ["head_dim"]
     spec_path = tmp_path / "with_head_dim.json"
     spec_path.write_text(json.dumps(spec))
-    folder = tmp_path / "model"
-    shutil.copytree(tiny_bert_dir, folder)
+    folder = healthy
     write_config(folder, head_dim=8)
     assert specbound.analyze(folder, arch_spec=spec_path, threads=1).model["d_head"] == 8
     write_config(folder, head_dim="eight")

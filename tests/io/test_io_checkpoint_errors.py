@@ -11,8 +11,8 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from one_line import (assert_broken_checkpoint_error, INDEX, WEIGHTS, assert_api_error, assert_one_line_error, data_start, edit_tensors,
-                      run_cli)
+from one_line import (INDEX, WEIGHTS, assert_api_error, assert_broken_checkpoint_error, assert_one_line_error,
+                      data_start, edit_tensors, run_cli)
 
 
 def missing_path(d):

@@ -17,11 +17,6 @@ from specbound.io import open_checkpoint
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture
-def copy(tiny_bert_dir, tmp_path):
-    return shutil.copytree(tiny_bert_dir, tmp_path / "m")
-
-
 def _state_dict(folder):
     from safetensors.torch import load_file
 
@@ -38,9 +33,9 @@ def _as_pickle(folder, **save_kwargs):
 
 # --- a zip .bin whose tensor bytes were altered ---------------------------------------------------
 
-def test_zip_pickle_with_altered_bytes_is_refused(copy):
+def test_zip_pickle_with_altered_bytes_is_refused(healthy):
     """torch.load(mmap=True) never checks CRCs: a flipped weight byte was analysed silently."""
-    folder = _as_pickle(copy)
+    folder = _as_pickle(healthy)
     path = folder / "pytorch_model.bin"
     reference = specbound.analyze(folder, threads=1)
     with zipfile.ZipFile(path) as archive:
@@ -54,9 +49,9 @@ def test_zip_pickle_with_altered_bytes_is_refused(copy):
     assert reference.bounds  # the healthy file was analysed
 
 
-def test_legacy_torch_save_is_read(copy, tiny_bert_dir):
+def test_legacy_torch_save_is_read(healthy, tiny_bert_dir):
     """A legacy (non-zip) torch.save file cannot be memory-mapped; it is read into memory instead."""
-    folder = _as_pickle(copy, _use_new_zipfile_serialization=False)
+    folder = _as_pickle(healthy, _use_new_zipfile_serialization=False)
     assert not zipfile.is_zipfile(folder / "pytorch_model.bin")
     legacy = specbound.analyze(folder, threads=1)
     assert legacy.bounds == specbound.analyze(tiny_bert_dir, threads=1).bounds
@@ -64,17 +59,17 @@ def test_legacy_torch_save_is_read(copy, tiny_bert_dir):
 
 # --- declared sizes bounded before allocation -----------------------------------------------------
 
-def test_stride_zero_giant_pickled_tensor_is_refused(copy):
+def test_stride_zero_giant_pickled_tensor_is_refused(healthy):
     """A 2 kB pickle holding a 10^6 x 10^6 stride-0 view: refused before its float64 copy."""
-    sd = _state_dict(copy)
+    sd = _state_dict(healthy)
     name = "encoder.layer.0.attention.self.query.weight"
     sd[name] = torch.zeros(1).expand(10**6, 10**6)
-    (copy / "model.safetensors").unlink()
-    torch.save(sd, str(copy / "pytorch_model.bin"))
-    config = json.loads((copy / "config.json").read_text())
+    (healthy / "model.safetensors").unlink()
+    torch.save(sd, str(healthy / "pytorch_model.bin"))
+    config = json.loads((healthy / "config.json").read_text())
     config.update(hidden_size=10**6, intermediate_size=10**6, num_attention_heads=1)
-    (copy / "config.json").write_text(json.dumps(config))
-    ckpt = open_checkpoint(copy)
+    (healthy / "config.json").write_text(json.dumps(config))
+    ckpt = open_checkpoint(healthy)
     with pytest.raises(SpecboundError, match="lies about the tensor's size"):
         ckpt.read(name)
 
@@ -94,12 +89,12 @@ def test_lying_safetensors_header_is_refused_before_allocation(tmp_path, monkeyp
         ckpt.read("w")
 
 
-def test_a_tensor_larger_than_memory_is_refused(copy, monkeypatch):
+def test_a_tensor_larger_than_memory_is_refused(healthy, monkeypatch):
     import specbound.io.base
 
     monkeypatch.setattr(specbound.io.base, "available_memory", lambda: 1000)
     with pytest.raises(SpecboundError, match="memory is available"):
-        open_checkpoint(copy).read("encoder.layer.0.attention.self.query.weight")
+        open_checkpoint(healthy).read("encoder.layer.0.attention.self.query.weight")
 
 
 # --- paths confined ---------------------------------------------------------------------------------
@@ -137,47 +132,47 @@ def test_hub_id_revision_cannot_escape_the_cache(tiny_bert_dir, tmp_path, monkey
 
 @pytest.mark.parametrize("kind", ["safetensors", "pickle"])
 @pytest.mark.parametrize("shard", ["../outside.bin", "/etc/passwd", "sub/../../x"])
-def test_shard_indexes_cannot_name_files_outside_the_folder(copy, kind, shard):
+def test_shard_indexes_cannot_name_files_outside_the_folder(healthy, kind, shard):
     name = "model.safetensors.index.json" if kind == "safetensors" else "pytorch_model.bin.index.json"
-    (copy / "model.safetensors").unlink()
-    (copy / name).write_text(json.dumps({"weight_map": {"encoder.layer.0.attention.self.query.weight": shard}}))
+    (healthy / "model.safetensors").unlink()
+    (healthy / name).write_text(json.dumps({"weight_map": {"encoder.layer.0.attention.self.query.weight": shard}}))
     with pytest.raises(SpecboundError, match="outside its folder"):
-        open_checkpoint(copy)
+        open_checkpoint(healthy)
 
 
 @pytest.mark.parametrize("weight_map", [["a", "b"], {"x": 3}, {"x": ""}, {"x": ["a"]}, "text"])
-def test_pickle_index_of_the_wrong_types(copy, weight_map):
-    (copy / "model.safetensors").unlink()
-    (copy / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+def test_pickle_index_of_the_wrong_types(healthy, weight_map):
+    (healthy / "model.safetensors").unlink()
+    (healthy / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(SpecboundError, match="weight_map"):
-        open_checkpoint(copy)
+        open_checkpoint(healthy)
 
 
 # --- malformed folders and files --------------------------------------------------------------------
 
-def test_a_folder_named_model_safetensors(copy):
-    (copy / "model.safetensors").unlink()
-    (copy / "model.safetensors").mkdir()
+def test_a_folder_named_model_safetensors(healthy):
+    (healthy / "model.safetensors").unlink()
+    (healthy / "model.safetensors").mkdir()
     with pytest.raises(SpecboundError, match="is a folder, not a file"):
-        open_checkpoint(copy)
+        open_checkpoint(healthy)
 
 
 @pytest.mark.parametrize("where", ["config.json", "model.safetensors.index.json"])
-def test_deeply_nested_json_is_one_line(copy, where):
-    (copy / where).write_text("[" * 5000 + "]" * 5000)
+def test_deeply_nested_json_is_one_line(healthy, where):
+    (healthy / where).write_text("[" * 5000 + "]" * 5000)
     if where != "config.json":
-        (copy / "model.safetensors").unlink()
+        (healthy / "model.safetensors").unlink()
     with pytest.raises(SpecboundError, match="nested more than"):
-        open_checkpoint(copy)
+        open_checkpoint(healthy)
 
 
-def test_config_not_utf8(copy):
-    (copy / "config.json").write_bytes(b"\xff\xfe{}")
+def test_config_not_utf8(healthy):
+    (healthy / "config.json").write_bytes(b"\xff\xfe{}")
     with pytest.raises(SpecboundError, match="UnicodeDecodeError"):
-        open_checkpoint(copy)
+        open_checkpoint(healthy)
 
 
-def test_unreadable_files_are_one_line(copy, monkeypatch):
+def test_unreadable_files_are_one_line(healthy, monkeypatch):
     """PermissionError (simulated: the tests may run as root, who reads anything)."""
     from pathlib import Path
 
@@ -190,7 +185,7 @@ def test_unreadable_files_are_one_line(copy, monkeypatch):
 
     monkeypatch.setattr(Path, "read_bytes", deny)
     with pytest.raises(SpecboundError, match="Permission denied; check the permissions"):
-        open_checkpoint(copy)
+        open_checkpoint(healthy)
 
 
 # --- in-memory sources --------------------------------------------------------------------------------
@@ -213,10 +208,10 @@ def test_state_dict_with_non_string_names():
         specbound.analyze({1: np.zeros((2, 2))}, config={"model_type": "bert"})
 
 
-def test_zip_end_record_claiming_several_disks(copy):
+def test_zip_end_record_claiming_several_disks(healthy):
     """Found by the fuzz suite: zipfile.is_zipfile itself raised BadZipFile ("zipfiles that span
     multiple disks are not supported")."""
-    folder = _as_pickle(copy)
+    folder = _as_pickle(healthy)
     path = folder / "pytorch_model.bin"
     data = bytearray(path.read_bytes())
     locator = data.rfind(b"PK\x06\x07")  # torch writes zip64: its end locator holds the number of disks
@@ -229,7 +224,7 @@ def test_zip_end_record_claiming_several_disks(copy):
 
 def test_a_header_backed_by_a_sparse_file_is_refused_by_memory(tmp_path, monkeypatch):
     """A consistent header over a sparse file: 4 GiB of declared float32 (the file really is that
-    long, and safetensors accepts it); its 8 GiB float64 copy is refused before allocation."""
+    long, and safetensors accepts it); its 8 GiB float64 healthy is refused before allocation."""
     import specbound.io.base
     from specbound.io.safetensors_file import SafetensorsCheckpoint
 
