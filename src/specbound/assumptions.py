@@ -13,18 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from .archs.model import ModelDims
+from .archs.structures import STRUCTURES
 
 def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
     return {"name": name, "applies": bool(applies), "kind": kind, "effect": effect}
 
 
 def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: bool,
-                weights_note: str | None = None) -> list[dict[str, Any]]:
+                weights_note: str | None = None, structures: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
     numbers are then proxies), ``"extension"`` for a derivation of ours beyond the paper, and
-    ``"convention"`` for a choice the sources leave open.
+    ``"convention"`` for a choice the sources leave open.  ``structures``: the :data:`STRUCTURES`
+    entries the family's spec names, added after the common ones.
     """
     out = [
         _entry("no_residual_connections", True,
@@ -68,6 +70,9 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
         _entry("rotary_distance_from_init", rotary and init,
                "W - W0 of rotary QK heads is measured as if unrotated (rotation-blind)", "extension"),
     ]
+    for name in structures:
+        kind, effect = STRUCTURES[name]
+        out.append(_entry(name, True, effect, kind))
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
     return out

@@ -22,10 +22,10 @@ from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .archs.binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .archs.binding import account_for_tensors, detect_prefix, infer_from_shapes, model_dims
 from .archs.extract import layer_weights, matrix_tensor_names
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
-from .archs.rotary import rotary_layout
+from .archs.rotary import rotary_by_layer, rotary_layout
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.distance import difference_spectra
 from .compute.measures import measure
@@ -145,6 +145,9 @@ class OpenModel:
         The tensor-name prefix (``""``, ``"bert."``, ...).
     rotary : RotaryLayout or None
         The rotary position embedding of a rotary family (read from config.json), else None.
+    rotary_by_layer : tuple of RotaryLayout, optional
+        Each layer's layout when layers of several types rotate differently (ModernBERT's global
+        and local layers); ``rotary`` is then layer 0's.
     """
 
     ckpt: Checkpoint
@@ -152,6 +155,11 @@ class OpenModel:
     dims: ModelDims
     prefix: str
     rotary: RotaryLayout | None = None
+    rotary_by_layer: tuple[RotaryLayout, ...] | None = None
+
+    def rotary_of(self, layer: int) -> RotaryLayout | None:
+        """The rotary layout of layer ``layer`` (None: not rotary)."""
+        return self.rotary if self.rotary_by_layer is None else self.rotary_by_layer[layer]
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
@@ -161,11 +169,14 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     Only config.json and the tensor headers are read; no weight is loaded yet.
     """
     ckpt = complete_config(open_checkpoint(source, config))  # an ONNX export without config.json
-    spec = _resolve_spec(arch_spec, ckpt.config)
+    spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
     dims = model_dims(spec, ckpt.config)
     prefix = detect_prefix(spec, ckpt)
-    dims = infer_kv_heads(spec, ckpt, dims, prefix)
+    dims = infer_from_shapes(spec, ckpt, dims, prefix)
     account_for_tensors(spec, ckpt, dims, prefix)
+    by_layer = rotary_by_layer(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
+    if by_layer is not None:
+        return OpenModel(ckpt, spec, dims, prefix, by_layer[0], by_layer)
     rotary = rotary_layout(spec, ckpt.config, dims.d_head, where=str(ckpt.location))
     return OpenModel(ckpt, spec, dims, prefix, rotary)
 
@@ -185,8 +196,8 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     if weights is None:
         weights = read_layer(model, layer)
     return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol,
-                         device=device, prefetch=prefetch)
+                         gram_rtol=gram_rtol, release=True, rotary=model.rotary_of(layer), rank_tol=rank_tol,
+                         device=device, prefetch=prefetch, position_terms=model.dims.position_terms)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
@@ -363,13 +374,18 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "scaling": model.rotary.scaling,
         "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
     }
+    if model.rotary_by_layer is not None:  # layers of several types: each layer's base
+        rotary["base"] = None
+        rotary["base_by_layer"] = [r.base for r in model.rotary_by_layer]
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=matrix_tensor_names(model.spec, dims, model.prefix),
-                          model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary},
+                          model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary,
+                                       **({"position_terms": dims.position_terms} if dims.position_terms else {})},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
-                                                  weights_note=getattr(model.ckpt, "weights_note", None)))
+                                                  weights_note=getattr(model.ckpt, "weights_note", None),
+                                                  structures=model.spec.structures))
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:

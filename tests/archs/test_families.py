@@ -32,10 +32,11 @@ def _split_neox(w, heads):
     return [v[:, :, i * d:(i + 1) * d].reshape(w.shape[0], heads * d) for i in range(3)]
 
 
-def bert_like(attn_self, attn_out, ff_in, ff_out):
+def bert_like(attn_self, attn_out, ff_in, ff_out, names=("query", "key", "value")):
     def get(layer):
         a = attn_self(layer)
-        return {"q": _proj(a.query, N), "k": _proj(a.key, N), "v": _proj(a.value, N),
+        q, k, v = (getattr(a, n) for n in names)
+        return {"q": _proj(q, N), "k": _proj(k, N), "v": _proj(v, N),
                 "o": _proj(attn_out(layer), N), "FF_in": _proj(ff_in(layer), N), "FF_out": _proj(ff_out(layer), D_FF)}
     return get
 
@@ -95,6 +96,67 @@ FAMILIES["albert"] = (
         "q": _proj(a.attention.query, N), "k": _proj(a.attention.key, N), "v": _proj(a.attention.value, N),
         "o": _proj(a.attention.dense, N), "FF_in": _proj(a.ffn, N), "FF_out": _proj(a.ffn_output, D_FF)})(
         g[l * 2 // 4].albert_layers[0])))
+def _then(first, second):
+    """``second(first(x))``: a matrix followed by an elementwise scale (LayerScale)."""
+    return lambda x: second(first(x))
+
+
+FAMILIES["mpnet"] = (
+    lambda: transformers.MPNetForMaskedLM(transformers.MPNetConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+    lambda m: (lambda l, b=m.mpnet.encoder.layer: {
+        "q": _proj(b[l].attention.attn.q, N), "k": _proj(b[l].attention.attn.k, N),
+        "v": _proj(b[l].attention.attn.v, N), "o": _proj(b[l].attention.attn.o, N),
+        "FF_in": _proj(b[l].intermediate.dense, N), "FF_out": _proj(b[l].output.dense, D_FF)}))
+# DINOv2: the OV and FF_out references are the module's matrix followed by its own LayerScale
+FAMILIES["dinov2"] = (
+    lambda: transformers.Dinov2Model(transformers.Dinov2Config(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4)),
+    lambda m: (lambda l, b=m.encoder.layer: {
+        "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+        "v": _proj(b[l].attention.v_proj, N), "o": _proj(_then(b[l].attention.o_proj, b[l].layer_scale1), N),
+        "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(_then(b[l].mlp.fc2, b[l].layer_scale2), 2 * N)}))
+FAMILIES["dinov2_swiglu"] = (  # weights_in holds [gate | up]; transformers 5 splits it into gate_proj, up_proj
+    lambda: transformers.Dinov2Model(transformers.Dinov2Config(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4,
+        use_swiglu_ffn=True)),
+    lambda m: (lambda l, b=m.encoder.layer: {
+        "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+        "v": _proj(b[l].attention.v_proj, N), "o": _proj(_then(b[l].attention.o_proj, b[l].layer_scale1), N),
+        "FF_gate": _proj(b[l].mlp.gate_proj, N), "FF_up": _proj(b[l].mlp.up_proj, N),
+        "FF_out": _proj(_then(b[l].mlp.down_proj, b[l].layer_scale2), b[l].mlp.down_proj.in_features)}))
+_AUDIO = dict(hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, conv_dim=(8, 8),
+              conv_stride=(2, 2), conv_kernel=(3, 3), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2)
+for _name, _cls, _cfg, _base in (("wav2vec2", "Wav2Vec2ForCTC", "Wav2Vec2Config", "wav2vec2"),
+                                 ("hubert", "HubertModel", "HubertConfig", None)):
+    FAMILIES[_name] = (
+        lambda c=_cls, g=_cfg: getattr(transformers, c)(getattr(transformers, g)(**_AUDIO, vocab_size=20)),
+        lambda m, base=_base: (lambda l, b=(getattr(m, base) if base else m).encoder.layers: {
+            "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+            "v": _proj(b[l].attention.v_proj, N), "o": _proj(b[l].attention.out_proj, N),
+            "FF_in": _proj(b[l].feed_forward.intermediate_dense, N),
+            "FF_out": _proj(b[l].feed_forward.output_dense, D_FF)}))
+# ModernBERT: layers 0 and 3 global, 1 and 2 local (each type its own rotary base); Wi = [gate | up]
+FAMILIES["modernbert"] = (
+    lambda: transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
+        hidden_size=N, num_hidden_layers=4, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+    lambda m: (lambda l, b=m.model.layers: dict(
+        zip("qkv", _split_concat(_proj(b[l].attn.Wqkv, N))), o=_proj(b[l].attn.Wo, N),
+        **dict(zip(("FF_gate", "FF_up"), np.split(_proj(b[l].mlp.Wi, N), 2, axis=1))),
+        FF_out=_proj(b[l].mlp.Wo, D_FF))))
+FAMILIES["deberta_v2"] = (
+    lambda: transformers.DebertaV2ForSequenceClassification(transformers.DebertaV2Config(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8, max_relative_positions=16,
+        norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)),
+    lambda m: bert_like(lambda l: m.deberta.encoder.layer[l].attention.self,
+                        lambda l: m.deberta.encoder.layer[l].attention.output.dense,
+                        lambda l: m.deberta.encoder.layer[l].intermediate.dense,
+                        lambda l: m.deberta.encoder.layer[l].output.dense,
+                        names=("query_proj", "key_proj", "value_proj")))
+ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "modernbert")
+FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "hubert": "wav2vec2", "dinov2_swiglu": "dinov2"}
 for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistral", "MistralForCausalLM", "MistralConfig"),
                           ("qwen2", "Qwen2ForCausalLM", "Qwen2Config")):
     FAMILIES[_name] = (
@@ -142,7 +204,7 @@ def test_family_matches_module_reference(saved_family):
     mats = result.matrices
     assert list(mats["role"]) == [r for r, _ in ref]
     rotary = result.model.get("rotary") is not None
-    assert rotary == (family in ("llama", "mistral", "qwen2", "gpt_neox"))
+    assert rotary == (family in ROTARY)
     for (role, w), (_, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
         if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
@@ -182,7 +244,7 @@ def test_family_from_pytorch_bin(saved_family, tmp_path):
 def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
-    assert result.model["family"] == {"mistral": "llama", "qwen2": "llama"}.get(family, family)
+    assert result.model["family"] == FAMILY_OF.get(family, family)
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}
         by_layer = result.matrices.groupby("layer")["spectral_norm"].apply(list)

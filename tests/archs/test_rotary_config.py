@@ -73,7 +73,7 @@ def test_the_spec_decides_whether_a_family_is_rotary():
     rotary_config = {"rope_theta": 1e4, "max_position_embeddings": 64}
     assert rotary_layout(specs["bert"], rotary_config, 16, where="m") is None
     assert rotary_layout(specs["llama"], rotary_config, 16, where="m") == RotaryLayout(16, "half", 1e4, 64)
-    assert {f for f, s in specs.items() if s.rotary} == {"gpt_neox", "llama", "llama_gguf"}
+    assert {f for f, s in specs.items() if s.rotary} == {"gpt_neox", "llama", "llama_gguf", "modernbert"}
     with pytest.raises(SpecboundError, match=r"config.json of folder/x: rope_theta") as info:
         rotary_layout(specs["llama"], {**rotary_config, "rope_theta": -1}, 16, where="folder/x")
     assert "\n" not in str(info.value)

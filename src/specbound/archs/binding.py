@@ -27,6 +27,8 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
     if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
+    elif not spec.config_keys["ff_size"]:
+        d_ff = FF_SIZE_FROM_TENSORS  # read from the stored feed-forward weight (infer_from_shapes)
     else:
         d_ff = need("ff_size")
     head_dim = need("head_dim", optional=True)
@@ -41,7 +43,45 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
                      activation=activation if isinstance(activation, str) else None,
-                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored)
+                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored,
+                     position_terms=position_term_count(spec, config))
+
+
+# ``d_ff`` of a family whose config does not state it (DINOv2: ``mlp_ratio``, with SwiGLU's rounding)
+# until :func:`infer_from_shapes` reads it from the stored weight.
+FF_SIZE_FROM_TENSORS = 0
+
+
+def position_term_count(spec: ArchSpec, config: dict) -> int:
+    """How many disentangled position terms (DeBERTa's ``c2p``, ``p2c``) the config switches on, 0
+    for a family without them.  The derivation (docs/theory.md 3d) needs each term to reuse the
+    head's own query and key weights on normalised position embeddings; a config that says
+    otherwise (``share_att_key: false``, un-normalised embeddings) is refused."""
+    terms = spec.position_terms
+    if not terms or not config.get(terms["enabled_by"], False):
+        return 0
+    listed = config.get(terms["config_key"]) or []
+    if isinstance(listed, str):
+        listed = listed.split("|")
+    if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+        raise SpecboundError(f"config.json: {terms['config_key']}={listed!r} must list the attention's position "
+                             f"terms (c2p, p2c)")
+    listed = {t.strip().lower() for t in listed}
+    unknown = sorted(listed - {"c2p", "p2c", "", "c2c"})
+    if unknown:
+        raise SpecboundError(f"config.json: {terms['config_key']} names the position term(s) {unknown}, which "
+                             f"specbound does not model (c2p, p2c are)")
+    count = len(listed & {"c2p", "p2c"})
+    if count == 0:
+        return 0
+    for key, wanted in terms["requires"].items():
+        value = config.get(key)
+        entries = [v.strip().lower() for v in value.split("|")] if isinstance(value, str) else [value]
+        if wanted not in entries:
+            raise SpecboundError(f"config.json: {key}={value!r}, but the {spec.family} derivation needs {key} "
+                                 f"to include {wanted!r} (docs/theory.md 3d): otherwise the attention logits hold "
+                                 f"matrices or norms that the chain does not measure")
+    return count
 
 
 def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
@@ -58,12 +98,29 @@ def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: st
     return dims
 
 
+def infer_from_shapes(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
+    """The dimensions config.json leaves to the stored weights: ``H_kv`` (:func:`infer_kv_heads`)
+    and, for a family whose spec names no ``ff_size`` key, ``d_ff`` from layer 0's ``ff_out``."""
+    dims = infer_kv_heads(spec, ckpt, dims, prefix)
+    if dims.d_ff != FF_SIZE_FROM_TENSORS:
+        return dims
+    rule = spec.tensors["ff_out"]
+    name = rule.name_for(dims.stored_layer(0), prefix)
+    shape = ckpt.shape(name) if name in set(ckpt.names) else ()
+    layout = ckpt.layout(name) or rule.layout if shape else rule.layout
+    d_ff = (shape[1] if layout == "linear" else shape[0]) if len(shape) == 2 else 0
+    if d_ff <= 0:
+        raise SpecboundError(f"cannot read the feed-forward width of {ckpt.location} from {name!r} (found shape "
+                             f"{shape or 'no such tensor'}): the {spec.family} family reads it from that weight")
+    return replace(dims, d_ff=int(d_ff))
+
+
 def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
     """Row-vector-orientation shape of each role's matrix."""
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
     return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
             "o": (hd, dims.N), "ff_in": (dims.N, dims.d_ff), "ff_gate": (dims.N, dims.d_ff),
-            "ff_up": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
+            "ff_up": (dims.N, dims.d_ff), "ff_gate_up": (dims.N, 2 * dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
 
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
@@ -109,10 +166,21 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )
+    _refuse_unsupported(spec, ckpt, prefix)
     wanted = {}
+    scales = {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
         for role, rule in spec.tensors.items():
             wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
+            if rule.output_scale is not None:
+                scales[rule.scale_for(layer, prefix)] = (role, layer)
+    for name, (role, layer) in scales.items():
+        shape = ckpt.shape(name) if name in names else None
+        if shape is None or tuple(shape) != (dims.N,):
+            found = "is missing" if shape is None else f"has shape {tuple(shape)}"
+            raise SpecboundError(f"tensor {name!r} (the output scale of {role} in layer {layer}) {found}; the "
+                                 f"{spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
+                                 f"incomplete or its config does not match it")
     for name, (role, layout, layer) in wanted.items():
         if name not in names:
             raise SpecboundError(
@@ -129,7 +197,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
                 f"{layout} {role} weight: the config does not describe these weights"
             )
-    stray = [n for n in names if n not in wanted and not spec.is_ignored(n, prefix)]
+    stray = [n for n in names if n not in wanted and n not in scales and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(
@@ -139,3 +207,13 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
         )
 
 
+def _refuse_unsupported(spec: ArchSpec, ckpt: Checkpoint, prefix: str) -> None:
+    """A tensor of a block the family's chain cannot hold (the spec's ``unsupported`` patterns) is an
+    error naming the block, before any other check could advise ignoring it."""
+    if not spec.unsupported:
+        return
+    for name in ckpt.names:
+        why = spec.unsupported_block(name, prefix)
+        if why is not None:
+            raise SpecboundError(f"{ckpt.location} holds {name!r}: {why}; specbound cannot bound this checkpoint "
+                                 f"as one chain of matrices")

@@ -43,6 +43,22 @@ def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndar
 FF_ROLES = ("ff_in", "ff_gate", "ff_up", "ff_out")
 
 
+def feed_forward_loaders(spec: ArchSpec, dims: ModelDims, read) -> dict:
+    """Matrix name (``FF_in``, ``FF_gate``, ...) -> a loader of its row-oriented matrix; a fused
+    ``ff_gate_up`` (columns ``[gate | up]``) gives ``FF_gate`` and ``FF_up`` as its two halves."""
+    loaders = {}
+    for role in ("ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out"):
+        if role not in spec.tensors:
+            continue
+        if role == "ff_gate_up":
+            f = dims.d_ff
+            loaders["FF_gate"] = lambda: read("ff_gate_up")[:, :f]
+            loaders["FF_up"] = lambda: read("ff_gate_up")[:, f:2 * f]
+        else:
+            loaders["FF_" + role[3:]] = lambda r=role: read(r)
+    return loaders
+
+
 def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerWeights:
     """Read and slice one layer's attention tensors now and its feed-forward ones lazily (after
     :func:`account_for_tensors`).  Feed-forward matrices stay views of the read tensors (``W =
@@ -54,13 +70,16 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         rule = spec.tensors[role]
         name = rule.name_for(stored, prefix)
         # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
-        return _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
+        w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
+        if rule.output_scale is not None:  # LayerScale: x -> (x W) diag(lambda), folded exactly
+            w = w * np.asarray(ckpt.read(rule.scale_for(stored, prefix)), dtype=np.float64).reshape(1, -1)
+        return w
 
     if "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
     else:
         q, k, v = read("q"), read("k"), read("v")
-    ff = LazyMatrices({"FF_" + r[3:]: (lambda r=r: read(r)) for r in FF_ROLES if r in spec.tensors})
+    ff = LazyMatrices(feed_forward_loaders(spec, dims, read))
     return LayerWeights(
         layer=layer,
         q=_head_columns(q, dims.H, dims.d_head),
@@ -89,6 +108,8 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
     for layer in range(dims.L):
         stored = dims.stored_layer(layer)
         name = lambda role: spec.tensors[role].name_for(stored, prefix)  # noqa: E731
+        scale = lambda role: "" if spec.tensors[role].output_scale is None else \
+            "|" + spec.tensors[role].scale_for(stored, prefix)  # noqa: E731
         for h in range(H):
             g = h // group  # the key/value head query head h uses
             if "qkv" in spec.tensors:
@@ -102,8 +123,12 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
                 q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
                 k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
             out[(layer, h, "QK")] = f"{q}|{k}"
-            out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]"
+            out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]" + scale("o")
         for role in FF_ROLES:
             if role in spec.tensors:
-                out[(layer, None, "FF_" + role[3:])] = name(role)
+                out[(layer, None, "FF_" + role[3:])] = name(role) + scale(role)
+        if "ff_gate_up" in spec.tensors:
+            fused, f = name("ff_gate_up"), dims.d_ff
+            out[(layer, None, "FF_gate")] = f"{fused}[0:{f}]"
+            out[(layer, None, "FF_up")] = f"{fused}[{f}:{2 * f}]"
     return out

@@ -31,6 +31,9 @@ class ModelDims:
     block: str = "sequential"
     feed_forward: str = "plain"
     stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
+    # DeBERTa's disentangled attention: how many of the content-to-position and position-to-content
+    # logit terms (0, 1 or 2) reuse each head's QK matrix against the relative position embeddings
+    position_terms: int = 0
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]

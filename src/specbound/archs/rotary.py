@@ -37,6 +37,54 @@ def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where:
                              f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
 
 
+def rotary_by_layer(spec: ArchSpec, config: dict[str, Any], d_head: int, layers: int, *,
+                    where: str) -> tuple[RotaryLayout, ...] | None:
+    """Each layer's rotary layout when the config gives layers of several types their own rotary
+    settings (``layer_types`` with ``rope_parameters`` per type, as transformers 5 saves ModernBERT's
+    global and local attention layers; or ModernBERT's earlier ``global_rope_theta`` /
+    ``local_rope_theta`` every ``global_attn_every_n_layers``), else None (one layout for the model:
+    :func:`rotary_layout`).  Offsets range over the whole context in every layer, a sliding window's
+    too: a superset of the offsets a local layer sees, so its quantities still hold."""
+    if spec.rotary is None:
+        return None
+    per_type = _per_type_settings(config, layers)
+    if per_type is None:
+        return None
+    types, settings = per_type
+    try:
+        parsed = {t: parse_rotary({**config, **settings[t]}, d_head, spec.rotary) for t in sorted(set(types))}
+    except ValueError as exc:
+        raise SpecboundError(f"config.json of {where}: {exc}; fix the rotary settings of its layer types "
+                             f"(rope_parameters per layer type, layer_types)") from None
+    except KeyError as exc:
+        raise SpecboundError(f"config.json of {where}: layer_types names the type {exc.args[0]!r}, which "
+                             f"rope_parameters does not describe; give every layer type its rope parameters") from None
+    return tuple(parsed[t] for t in types)
+
+
+def _per_type_settings(config: dict, layers: int) -> tuple[list[str], dict[str, dict]] | None:
+    """``(type of each layer, config overrides per type)`` of a config with per-layer-type rotary
+    settings, else None."""
+    params = config.get("rope_parameters")
+    types = config.get("layer_types")
+    per_type = isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()) \
+        and "rope_theta" not in params and "rope_type" not in params
+    if per_type:
+        if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+            raise SpecboundError(f"config.json gives rope_parameters per layer type ({sorted(params)}) but "
+                                 f"layer_types={types!r} does not name the type of each of the {layers} layers")
+        return types, {t: {"rope_parameters": params[t]} for t in params}
+    if "global_rope_theta" in config or "local_rope_theta" in config:  # ModernBERT before transformers 5
+        every = config.get("global_attn_every_n_layers", 3)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise SpecboundError(f"config.json: global_attn_every_n_layers={every!r} must be a positive integer")
+        types = ["full_attention" if l % every == 0 else "sliding_attention" for l in range(layers)]
+        base = lambda key: {"rope_theta": config.get(key, DEFAULT_BASE)}  # noqa: E731
+        return types, {"full_attention": {"rope_parameters": base("global_rope_theta")},
+                       "sliding_attention": {"rope_parameters": base("local_rope_theta")}}
+    return None
+
+
 def _first(config: dict, *keys):
     for key in keys:
         if config.get(key) is not None:

@@ -10,15 +10,24 @@ and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
 Roles (row-vector orientation, docs/spec.md section 1): ``q`` (``N x H d_h``), ``k``, ``v``
 (``N x H_kv d_h``), or one fused ``qkv``; ``o`` (``H d_h x N``); ``ff_in`` (``N x d_ff``) and
 ``ff_out`` (``d_ff x N``) for a plain feed-forward, ``ff_gate``, ``ff_up`` and ``ff_out`` for a gated
-one.  Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a
-GPT-2 ``Conv1D.weight`` stored ``(in, out)``.  A fused ``qkv`` also says how its output axis is
-split: ``concat`` (``[q | k | v]``, GPT-2) or ``per_head`` (``[h0: q k v | h1: q k v | ...]``,
-GPT-NeoX).
+one, or one fused ``ff_gate_up`` (``N x 2 d_ff``, columns ``[gate | up]``: ModernBERT's ``Wi``,
+DINOv2's SwiGLU ``weights_in``) and ``ff_out``.  Layouts: ``linear`` is a PyTorch
+``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a GPT-2 ``Conv1D.weight`` stored ``(in, out)``.
+A fused ``qkv`` also says how its output axis is split: ``concat`` (``[q | k | v]``, GPT-2) or
+``per_head`` (``[h0: q k v | h1: q k v | ...]``, GPT-NeoX).  ``o`` and ``ff_out`` may name an
+``output_scale``: a per-layer vector ``lambda`` (LayerScale, DINOv2) that multiplies the matrix's
+output features, folded exactly into the matrix the bounds see (``W diag(lambda)``).
+
+Optional structure (docs/architectures.md): ``position_terms`` (DeBERTa's disentangled attention:
+which content-to-position and position-to-content terms the config switches on), ``assumptions``
+(names of the entries of :mod:`specbound.assumptions` that describe this family's structure) and
+``unsupported`` (tensor-name patterns of blocks the chain cannot hold, each with the reason, so a
+checkpoint that has one is refused naming it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +35,16 @@ import regex
 
 from ..errors import SpecboundError
 from .model import PAIRINGS
+from .structures import STRUCTURES
 
-ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_out")
+ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
 FUSIONS = ("concat", "per_head")
+FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat",)}  # role -> the splits it may declare
+SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
 BLOCKS = ("sequential", "parallel")
 FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
+FUSED_GATED = ("ff_gate_up", "ff_out")  # a gated feed-forward whose gate and up share one tensor
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
 LAYER_PLACEHOLDER = "${layer}"
@@ -52,9 +65,14 @@ class TensorRule:
     name: str
     layout: str
     fused: str | None = None
+    output_scale: str | None = None  # a per-layer (N,) vector multiplying the output features
 
     def name_for(self, layer: int, prefix: str = "") -> str:
         return prefix + self.name.replace(LAYER_PLACEHOLDER, str(layer))
+
+    def scale_for(self, layer: int, prefix: str = "") -> str | None:
+        """The output-scale vector's tensor name at ``layer``, or None."""
+        return None if self.output_scale is None else prefix + self.output_scale.replace(LAYER_PLACEHOLDER, str(layer))
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,19 @@ class ArchSpec:
     ff_size_multiplier: int | None = None
     shared_layers: dict[str, str] | None = None
     rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
+    position_terms: dict[str, Any] | None = None  # disentangled attention (DeBERTa): see position_term_count
+    structures: tuple[str, ...] = ()  # names of the assumptions entries this family's structure brings
+    unsupported: tuple[tuple[regex.Pattern, str], ...] = ()  # (tensor-name pattern, why the chain cannot hold it)
+    variants: tuple[tuple[dict[str, Any], "ArchSpec"], ...] = ()  # (config condition, the spec it selects)
+
+    def for_config(self, config: dict[str, Any]) -> "ArchSpec":
+        """The spec of the first ``variants`` entry whose condition ``config`` meets (T5 v1.1's gated
+        feed-forward, DINOv2's SwiGLU), else this one.  A condition maps config keys to a value or a
+        list of accepted values; an absent key has the value None."""
+        for when, variant in self.variants:
+            if all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+                return variant
+        return self
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -118,6 +149,15 @@ class ArchSpec:
         own = max((p for p in self.prefixes if prefix.endswith(p)), key=len, default="")
         return prefix[:len(prefix) - len(own)]
 
+    def unsupported_block(self, name: str, prefix: str = "") -> str | None:
+        """Why the tensor ``name`` belongs to a block the chain cannot hold (an ``unsupported``
+        pattern matches it, as stored or with ``prefix`` removed), or None."""
+        names = [name] + ([name[len(prefix):]] if prefix and name.startswith(prefix) else [])
+        for pattern, why in self.unsupported:
+            if any(_search(pattern, n, self.origin) for n in names):
+                return why
+        return None
+
     def config_value(self, config: dict[str, Any], field: str) -> Any:
         """The first of the field's config keys present in ``config``, or None."""
         for key in self.config_keys.get(field, ()):
@@ -157,11 +197,51 @@ def _str_list(raw: dict, key: str, origin: str, required: bool = True) -> tuple[
 
 
 def parse_spec(raw: Any, origin: str) -> ArchSpec:
-    """Validate a decoded spec document and build the :class:`ArchSpec`."""
+    """Validate a decoded spec document and build the :class:`ArchSpec`.
+
+    ``variants`` (a list of ``{"when": {config key: value or values}, ...overrides}``): each variant
+    is the document with its overrides merged in (objects merged key by key, ``null`` removing a
+    key), validated as a spec of its own; :meth:`ArchSpec.for_config` picks one."""
     if not isinstance(raw, dict):
         raise _fail(origin, "the document must be a JSON object")
+    if not isinstance(raw.get("variants", []), list):
+        raise _fail(origin, "'variants' must be a list of objects")
+    variants = []
+    for i, variant in enumerate(raw.get("variants", [])):
+        if not isinstance(variant, dict) or not isinstance(variant.get("when"), dict) or not variant["when"]:
+            raise _fail(origin, f"variant {i} must be an object with a non-empty 'when' (config key -> value or "
+                                f"list of values) and the keys it overrides")
+        overrides = {k: v for k, v in variant.items() if k != "when"}
+        if "variants" in overrides or "family" in overrides or "model_types" in overrides:
+            raise _fail(origin, f"variant {i} may not override 'variants', 'family' or 'model_types'")
+        merged = merge_documents({k: v for k, v in raw.items() if k != "variants"}, overrides)
+        variants.append((dict(variant["when"]), parse_spec(merged, f"{origin} (variant {i})")))
+    raw = {k: v for k, v in raw.items() if k != "variants"}
+    spec = _parse_one(raw, origin)
+    if variants:
+        spec = replace(spec, variants=tuple(variants))
+    return spec
+
+
+def merge_documents(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides`` merged in: objects key by key (recursively), a ``null`` removing
+    the key, anything else replacing it."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_documents(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_one(raw: dict, origin: str) -> ArchSpec:
+    """One spec document without variants, validated."""
     known = {"family", "description", "model_types", "prefixes", "config", "block",
-             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary"}
+             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
+             "position_terms", "assumptions", "unsupported", "variants"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -180,6 +260,8 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
             raise _fail(origin, f"unknown config field {field!r}; allowed: "
                         f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
         config_keys[field] = _str_list(config, field, origin)
+        if not config_keys[field] and field != "ff_size":
+            raise _fail(origin, f"config field {field!r} names no config.json key")
     missing = [f for f in CONFIG_FIELDS if f not in config_keys]
     if missing:
         raise _fail(origin, f"'config' lacks the required fields {missing}")
@@ -215,33 +297,26 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         raise _fail(origin, "'tensors' must map roles to {name, layout}")
     tensors = {}
     for role, rule in tensors_raw.items():
-        if role not in ROLES:
-            raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
-        allowed = {"name", "layout", "fused"} if role == "qkv" else {"name", "layout"}
-        if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
-            raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
-                                f"{sorted(allowed)} ('fused' only, and always, for qkv)")
-        if role == "qkv" and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in FUSIONS):
-            raise _fail(origin, f"'fused' for qkv must be one of {list(FUSIONS)}, found {rule.get('fused')!r}")
-        if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
-            raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
-        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
-            raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
-        tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"))
+        tensors[role] = parse_tensor_rule(role, rule, origin)
     attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
-    needed = attention + FEED_FORWARDS[feed_forward]
+    needed = attention + feed_forward_roles(feed_forward, tensors)
     absent = [r for r in needed if r not in tensors]
     extra = [r for r in tensors if r not in needed]
     if absent or extra:
         raise _fail(origin, f"a {feed_forward} feed-forward with {'fused' if 'qkv' in tensors else 'separate'} "
                             f"q/k/v needs exactly the roles {list(needed)}; missing {absent}, unexpected {extra}")
 
-    patterns = []
-    for pattern in _str_list(raw, "ignore", origin, required=False):
-        try:
-            patterns.append(regex.compile(pattern))
-        except (regex.error, RecursionError, OverflowError) as exc:
-            raise _fail(origin, f"ignore pattern {pattern!r} is not a valid regular expression ({exc})")
+    patterns = [_compile(pattern, "ignore", origin) for pattern in _str_list(raw, "ignore", origin, required=False)]
+    unsupported = raw.get("unsupported", {})
+    if not isinstance(unsupported, dict) or not all(isinstance(v, str) and v for v in unsupported.values()):
+        raise _fail(origin, "'unsupported' must map tensor-name patterns to the reason the chain cannot hold "
+                            "that block")
+    position_terms = _position_terms(raw.get("position_terms"), origin)
+    structures = _str_list(raw, "assumptions", origin, required=False)
+    unknown_structures = [n for n in structures if n not in STRUCTURES]
+    if unknown_structures:
+        raise _fail(origin, f"'assumptions' names {unknown_structures}, which are not entries of "
+                            f"specbound.archs.structures; known: {sorted(STRUCTURES)}")
 
     return ArchSpec(
         family=family,
@@ -258,7 +333,66 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         ff_size_multiplier=multiplier,
         shared_layers=shared,
         rotary=None if rotary is None else rotary["pairing"],
+        position_terms=position_terms,
+        structures=structures,
+        unsupported=tuple((_compile(p, "unsupported", origin), why) for p, why in unsupported.items()),
     )
+
+
+def parse_tensor_rule(role: str, rule: Any, origin: str) -> TensorRule:
+    """One ``tensors`` entry: ``{"name", "layout"}``, ``"fused"`` (always, and only, for a fused role)
+    and ``"output_scale"`` (only for ``o`` and ``ff_out``)."""
+    if role not in ROLES:
+        raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
+    allowed = {"name", "layout"} | ({"fused"} if role in FUSED_ROLES else set()) \
+        | ({"output_scale"} if role in SCALED_ROLES else set())
+    if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
+        raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
+                            f"{sorted(allowed)} ('fused' only, and always, for {' and '.join(FUSED_ROLES)}; "
+                            f"'output_scale' only for {' and '.join(SCALED_ROLES)})")
+    if role in FUSED_ROLES and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in FUSED_ROLES[role]):
+        raise _fail(origin, f"'fused' for {role} must be one of {list(FUSED_ROLES[role])}, found {rule.get('fused')!r}")
+    if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
+        raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+    if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
+        raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
+    scale = rule.get("output_scale")
+    if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
+        raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
+    return TensorRule(role, rule["name"], rule["layout"], rule.get("fused"), scale)
+
+
+def feed_forward_roles(feed_forward: str, tensors) -> tuple[str, ...]:
+    """The roles a ``feed_forward`` block needs, given the roles a spec names (a gated block may fuse
+    its gate and up matrices into one ``ff_gate_up``)."""
+    if feed_forward == "gated" and "ff_gate_up" in tensors:
+        return FUSED_GATED
+    return FEED_FORWARDS[feed_forward]
+
+
+def _compile(pattern: str, key: str, origin: str) -> regex.Pattern:
+    try:
+        return regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError) as exc:
+        raise _fail(origin, f"{key} pattern {pattern!r} is not a valid regular expression ({exc})")
+
+
+POSITION_TERMS = ("c2p", "p2c")  # DeBERTa: content-to-position, position-to-content
+
+
+def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
+    """``{"config_key", "enabled_by", "requires"}``: the config key listing the disentangled terms
+    (a list or a ``|``-joined string of ``c2p``/``p2c``), the boolean key that switches relative
+    attention on, and config values the derivation needs (key -> a value the key's ``|``-split
+    entries must contain)."""
+    if raw is None:
+        return None
+    keys = {"config_key", "enabled_by", "requires"}
+    if not isinstance(raw, dict) or set(raw) != keys or not isinstance(raw["config_key"], str) \
+            or not isinstance(raw["enabled_by"], str) or not isinstance(raw["requires"], dict):
+        raise _fail(origin, f"'position_terms' must be an object with exactly the keys {sorted(keys)} "
+                            f"(config_key and enabled_by naming config.json keys, requires a key -> value map)")
+    return raw
 
 
 def load_spec_file(path: str | Path) -> ArchSpec:

@@ -19,16 +19,14 @@ import numpy as np
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures
 from .schatten import safe_exp  # noqa: F401  (re-exported for the chain bounds)
-from ..compute.propagation import LayerSpectralNorms, layer_lipschitz
+from ..compute.propagation import layer_lipschitz
 
 
 def layer_factor(layer: LayerSpectra, l_phi: float, norm) -> float:
     """``Lambda_l`` with ``n(spectrum)`` in place of the spectral norm (BERT:
     ``L_phi n(FF_in) n(FF_out) sum_h n(OV_h) (1 + 4 n(QK_h))``; gated and parallel blocks as in
     :func:`~specbound.compute.propagation.layer_lipschitz`)."""
-    norms = LayerSpectralNorms(qk=np.array([norm(s) for s in layer.qk]), ov=np.array([norm(s) for s in layer.ov]),
-                       ff={role: norm(s) for role, s in layer.ff.items()}, block=layer.block)
-    return layer_lipschitz(norms, l_phi)
+    return layer_lipschitz(layer.norms(norm), l_phi)
 
 
 def log_product(factors) -> float:

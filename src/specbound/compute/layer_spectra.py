@@ -34,13 +34,18 @@ class LayerSpectra:
     ff: dict[str, MatrixSpectrum]
     block: str = "sequential"
     qk_rotation_blind: list[MatrixSpectrum] | None = None  # rotary models: W_Q^T W_K as if unrotated
+    position_terms: int = 0  # DeBERTa: disentangled position terms reusing each QK (docs/theory.md 3d)
 
-    def norms(self) -> LayerSpectralNorms:
+    def norms(self, norm=None) -> LayerSpectralNorms:
+        """The layer's norms for the propagation factors: ``norm(spectrum)`` of every matrix
+        (default the spectral norm)."""
+        value = (lambda s: s.spectral_norm) if norm is None else norm
         return LayerSpectralNorms(
-            qk=np.array([s.spectral_norm for s in self.qk]),
-            ov=np.array([s.spectral_norm for s in self.ov]),
-            ff={role: s.spectral_norm for role, s in self.ff.items()},
+            qk=np.array([value(s) for s in self.qk]),
+            ov=np.array([value(s) for s in self.ov]),
+            ff={role: value(s) for role, s in self.ff.items()},
             block=self.block,
+            position_terms=self.position_terms,
         )
 
 
@@ -111,7 +116,8 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEF
 def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
                   block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL,
                   release: bool = False, rotary: RotaryLayout | None = None,
-                  rank_tol: float = DEFAULT_RANK_TOL, device: str = "numpy", prefetch: bool = False) -> LayerSpectra:
+                  rank_tol: float = DEFAULT_RANK_TOL, device: str = "numpy", prefetch: bool = False,
+                  position_terms: int = 0) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices (the dense method always uses
     the SVD for feed-forward too).
 
@@ -121,7 +127,8 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     wide matrix is alive at a time while the feed-forward matrices are read (for weights read just
     for this call, as :func:`model_layer_spectra` does).  ``device``: where the linear algebra runs
     (:mod:`.spectra`).  ``prefetch``: read each feed-forward matrix while the previous one's
-    spectrum is computed (see :func:`feed_forward_spectra`).
+    spectrum is computed (see :func:`feed_forward_spectra`).  ``position_terms``: the disentangled
+    position terms of the layer's attention (DeBERTa), recorded for its propagation factors.
     """
     qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1, device=device)
     blind = None
@@ -133,4 +140,4 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
         weights.q = weights.k = weights.v = weights.o = None
     ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol,
                               device=device if method == "factored" else "numpy", prefetch=prefetch)
-    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)
+    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms)

@@ -37,12 +37,16 @@ class LayerSpectralNorms:
         ``c`` of each feed-forward matrix by role (``FF_in``/``FF_out`` or ``FF_gate``/``FF_up``/``FF_out``).
     block : str
         ``sequential`` (attention, then feed-forward) or ``parallel`` (both on the same input).
+    position_terms : int
+        Disentangled position terms (DeBERTa's ``c2p``, ``p2c``: 0, 1 or 2) that reuse each head's
+        QK matrix against normalised relative position embeddings (docs/theory.md 3d).
     """
 
     qk: np.ndarray
     ov: np.ndarray
     ff: dict[str, float]
     block: str = "sequential"
+    position_terms: int = 0
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
@@ -53,7 +57,10 @@ def activation_lipschitz(activation: str | None) -> tuple[float, str]:
 
 
 def attention_lipschitz(norms: LayerSpectralNorms) -> float:
-    """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows)."""
+    """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows); with ``n``
+    disentangled position terms ``sum_h c(OV_h) (1 + 2 (2 + n) c(QK_h))`` (docs/theory.md 3d)."""
+    if norms.position_terms:
+        return float(np.sum(norms.ov * (1.0 + 2.0 * (2 + norms.position_terms) * norms.qk)))
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
 
@@ -108,8 +115,11 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     """
     ff = norms.ff
     after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0)
+    # a perturbation of QK moves each logit by at most its norm once per bilinear term it is in:
+    # x QK x^T, and with disentangled attention also x QK p^T (c2p) and p QK x^T (p2c)
+    logit_terms = 1 + norms.position_terms
     gamma: dict[str, np.ndarray | float] = {
-        "QK": 2.0 * norms.ov * after_attention,
+        "QK": (2.0 * logit_terms if norms.position_terms else 2.0) * norms.ov * after_attention,
         "OV": np.full_like(norms.ov, after_attention),
     }
     if "FF_gate" in ff:
