@@ -20,6 +20,8 @@ METHODS = ("factored", "dense")
 # "cpu" (MKL inside the torch wheel) or "cuda".  Every device computes the same quantities with the
 # same proven Gram error bound; they differ only in rounding, far below that bound (docs/llm-scale.md).
 DEVICES = ("numpy", "cpu", "cuda")
+# The towers of a two-tower model (CLIP, SigLIP), each a chain analysed on its own.
+TOWERS = ("text", "vision")
 # Feed-forward singular values from the Gram matrix only when each is proven accurate to 1e-8
 # relative (in practice they agree with the SVD to ~1e-14); see compute.spectra.gram_singular_values.
 DEFAULT_GRAM_RTOL = 1e-8
@@ -78,6 +80,9 @@ class AnalysisOptions:
     jobs : int or "auto"
         Layers analysed at once, in threads; the numbers are identical, peak memory holds ``jobs``
         layers.  ``"auto"``: one per core as memory allows (the command line's default).
+    tower : {"text", "vision"}, optional
+        A two-tower model's tower to analyse (default both: ``analyze`` then returns a
+        :class:`~specbound.records.TowerAnalyses`); an error for any other model.
     device : {"numpy", "cpu", "cuda"}
         Where the Gram products, eigenvalues, per-head cores and (1,1)-norm blocks run: NumPy/SciPy
         (default) or torch in float64 on the CPU or a CUDA GPU.  Not part of a record's key: the
@@ -107,6 +112,8 @@ class AnalysisOptions:
     confidence_constant: float = _option(1.0, "absolute constant of the confidence term, unstated by the "
                                          "sources (default 1)", key=True, kind="number", flag="--confidence-constant",
                                          group="gap")
+    tower: str | None = _option(None, "two-tower models (CLIP, SigLIP): analyse only this tower (default both, "
+                                "each a chain of its own)", key=True, kind="choice", flag="--tower", choices=TOWERS)
     threads: int | None = _option(None, "BLAS threads per job (default: the BLAS default; with --jobs, the "
                                   "cores divided among the jobs)", key=False, kind="positive_int", flag="--threads")
     jobs: int | str = _option(1, "layers analysed at once, in threads: the same numbers, about J times faster "
@@ -143,6 +150,9 @@ class AnalysisOptions:
                                  f"got {self.jobs!r}")
         if self.device not in DEVICES:
             raise SpecboundError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
+        if self.tower is not None and self.tower not in TOWERS:
+            raise SpecboundError(f"unknown tower {self.tower!r}; a two-tower model's towers are {', '.join(TOWERS)} "
+                                 f"(leave it out for both)")
         if self.n is None and self.margin is None:
             return
         if self.n is None or self.margin is None:

@@ -22,8 +22,8 @@ from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .archs.binding import account_for_tensors, detect_prefix, infer_from_shapes, model_dims
-from .archs.extract import layer_weights, matrix_tensor_names
+from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
+from .archs.towers import tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_by_layer, rotary_layout
 from .compute.layer_spectra import LayerSpectra, layer_spectra
@@ -34,7 +34,7 @@ from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
 from .bounds.assumptions import assumptions
-from .records import Analysis, build_analysis
+from .records import Analysis, TowerAnalyses, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
             config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
@@ -58,12 +58,38 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
 
     Returns
     -------
-    Analysis
+    Analysis, or TowerAnalyses
+        A two-tower model (CLIP, SigLIP) analysed without ``tower``: each tower's :class:`Analysis`,
+        by tower name (:class:`~specbound.records.TowerAnalyses`).
     """
     opts = AnalysisOptions.build(options, **overrides)
+    models = open_models(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec,
+                         config=config, tower=opts.tower)
+    name = f"{DEFAULT_NAME} (embedded default)" if source is None else None
+    try:
+        if models[0].parent_spec is None or opts.tower is not None:
+            return _analyze_one(models[0], opts, progress, name)
+        total, done = sum(m.dims.L for m in models), 0
+        bar, on_layer = _progress_callback(progress)
+        results = {}
+        try:
+            for model in models:  # one bar over both towers' layers
+                tick = None if on_layer is None else (lambda d, _, before=done: on_layer(before + d, total))
+                results[model.tower] = _analyze_one(model, opts, tick, name)
+                done += model.dims.L
+        finally:
+            if bar is not None:
+                bar.close()
+        return TowerAnalyses(results)
+    finally:
+        for base in {id(m.base_checkpoint): m.base_checkpoint for m in models}.values():
+            base.close()
+
+
+def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | None) -> Analysis:
+    """:func:`analyze` of one opened chain (one tower of a two-tower model)."""
     from threadpoolctl import threadpool_limits
 
-    model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
     init_model = _open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
@@ -79,7 +105,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
             if init_model is not None:
                 init_model.ckpt.close()
             return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
-                            name=f"{DEFAULT_NAME} (embedded default)" if source is None else None)
+                            name=name)
     finally:
         if bar is not None:
             bar.close()
@@ -156,6 +182,18 @@ class OpenModel:
     prefix: str
     rotary: RotaryLayout | None = None
     rotary_by_layer: tuple[RotaryLayout, ...] | None = None
+    tower: str | None = None  # the tower this chain is, of a two-tower model (CLIP, SigLIP)
+    parent_spec: ArchSpec | None = None  # the two-tower spec the tower was opened through
+
+    @property
+    def base_checkpoint(self) -> Checkpoint:
+        """The opened checkpoint itself (a tower's ``ckpt`` is a view of it that does not close it)."""
+        return getattr(self.ckpt, "base", self.ckpt)
+
+    def layer_dims(self, layer: int) -> ModelDims:
+        """The dimensions of layer ``layer``'s own chain: its stack's in an encoder-decoder."""
+        part, _ = self.dims.locate(layer)
+        return self.dims if part is None else part.dims
 
     def rotary_of(self, layer: int) -> RotaryLayout | None:
         """The rotary layout of layer ``layer`` (None: not rotary)."""
@@ -163,22 +201,58 @@ class OpenModel:
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
-               config: dict | None = None) -> OpenModel:
+               config: dict | None = None, tower: str | None = None) -> OpenModel:
     """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
 
-    Only config.json and the tensor headers are read; no weight is loaded yet.
+    Only config.json and the tensor headers are read; no weight is loaded yet.  A two-tower model
+    needs ``tower`` (``"text"`` or ``"vision"``): one opened model is one chain.
     """
+    models = open_models(source, arch_spec=arch_spec, config=config, tower=tower)
+    if len(models) > 1:
+        models[0].base_checkpoint.close()
+        raise SpecboundError(f"{models[0].ckpt.location} holds the {' and '.join(m.tower for m in models)} towers of a "
+                             f"two-tower {models[0].parent_spec.family} model; pass tower='text' or tower='vision' "
+                             f"(--tower) to analyse one")
+    return models[0]
+
+
+def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, config: dict | None = None,
+                tower: str | None = None) -> list[OpenModel]:
+    """:func:`open_model`, every tower of a two-tower model (or the one named ``tower``) opened as a
+    chain of its own on the one checkpoint; one chain for any other model."""
     ckpt = complete_config(open_checkpoint(source, config))  # an ONNX export without config.json
-    spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
-    dims = model_dims(spec, ckpt.config)
-    prefix = detect_prefix(spec, ckpt)
-    dims = infer_from_shapes(spec, ckpt, dims, prefix)
-    account_for_tensors(spec, ckpt, dims, prefix)
+    try:
+        spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
+        if spec.towers is None:
+            _check_tower(spec, tower, ckpt)
+            return [_bound(spec, ckpt)]
+        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+    except BaseException:
+        ckpt.close()
+        raise
+
+
+def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
+    """``tower`` asked of a checkpoint that is not a two-tower model: right only for a checkpoint
+    holding that one tower (CLIPTextModel: ``text``)."""
+    if tower is None or tower == spec.tower:
+        return
+    if spec.tower is None:
+        raise SpecboundError(f"tower={tower!r} (--tower) picks a tower of a two-tower model (CLIP, SigLIP); "
+                             f"{ckpt.location} is a {spec.family} checkpoint, one chain: leave tower out")
+    raise SpecboundError(f"{ckpt.location} holds only the {spec.tower} tower of a {spec.family} model, not the "
+                         f"{tower} tower; leave tower out or pass tower={spec.tower!r}")
+
+
+def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel:
+    """``ckpt`` bound to ``spec``: dimensions, prefix, every tensor accounted for, rotary layout."""
+    dims, prefix = bind(spec, ckpt)
     by_layer = rotary_by_layer(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
+    extra = {"tower": spec.tower, "parent_spec": parent}
     if by_layer is not None:
-        return OpenModel(ckpt, spec, dims, prefix, by_layer[0], by_layer)
+        return OpenModel(ckpt, spec, dims, prefix, by_layer[0], by_layer, **extra)
     rotary = rotary_layout(spec, ckpt.config, dims.d_head, where=str(ckpt.location))
-    return OpenModel(ckpt, spec, dims, prefix, rotary)
+    return OpenModel(ckpt, spec, dims, prefix, rotary, **extra)
 
 
 def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
@@ -195,14 +269,15 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     """
     if weights is None:
         weights = read_layer(model, layer)
-    return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
+    dims = model.layer_dims(layer)
+    return layer_spectra(weights, method=method, group=dims.H // dims.H_kv, block=dims.block,
                          gram_rtol=gram_rtol, release=True, rotary=model.rotary_of(layer), rank_tol=rank_tol,
-                         device=device, prefetch=prefetch, position_terms=model.dims.position_terms)
+                         device=device, prefetch=prefetch, position_terms=dims.position_terms)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
     """Layer ``layer``'s attention factors, read now, and its feed-forward matrices, read lazily."""
-    return layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    return read_layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
 
 
 def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
@@ -288,6 +363,8 @@ _LAYER_PEAK_FACTOR = 1
 def layer_float64_bytes(dims: ModelDims) -> int:
     """Bytes of one layer's attention and feed-forward weights upcast to float64."""
     attention = 2 * dims.N * dims.d_head * (dims.H + dims.H_kv)
+    if dims.stacks is not None and any(part.cross for part in dims.stacks):  # a decoder layer: two attentions
+        attention *= 2
     feed_forward = (3 if dims.feed_forward == "gated" else 2) * dims.N * dims.d_ff
     return 8 * (attention + feed_forward)
 
@@ -331,10 +408,9 @@ def available_cores() -> int:
 
 def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, method: str) -> LayerSpectra:
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
-    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
-    w0 = layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer)
-    return difference_spectra(weights, w0, group=model.dims.H // model.dims.H_kv, method=method,
-                              block=model.dims.block)
+    weights, w0 = read_layer(model, layer), read_layer(init_model, layer)
+    dims = model.layer_dims(layer)
+    return difference_spectra(weights, w0, group=dims.H // dims.H_kv, method=method, block=dims.block)
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
@@ -379,9 +455,11 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         rotary["base_by_layer"] = [r.base for r in model.rotary_by_layer]
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
-                          tensors=matrix_tensor_names(model.spec, dims, model.prefix),
+                          tensors=tensor_names(model.spec, dims, model.prefix),
                           model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary,
-                                       **({"position_terms": dims.position_terms} if dims.position_terms else {})},
+                                       **({"position_terms": dims.position_terms} if dims.position_terms else {}),
+                                       **({"stacks": stacks_record(dims)} if dims.stacks is not None else {}),
+                                       **({"tower": model.tower} if model.tower is not None else {})},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None),
@@ -390,7 +468,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
 
 def _open_init(init, model: OpenModel) -> OpenModel:
     """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
-    init_model = open_model(init, arch_spec=model.spec)
+    init_model = open_model(init, arch_spec=model.parent_spec or model.spec, tower=model.tower)
     if init_model.dims != model.dims:
         init_model.ckpt.close()
         raise SpecboundError(

@@ -161,11 +161,11 @@ for _name, _cls, _cfg, _base in (("wav2vec2", "Wav2Vec2ForCTC", "Wav2Vec2Config"
             "v": _proj(b[l].attention.v_proj, N), "o": _proj(b[l].attention.out_proj, N),
             "FF_in": _proj(b[l].feed_forward.intermediate_dense, N),
             "FF_out": _proj(b[l].feed_forward.output_dense, D_FF)}))
-# ModernBERT: 4 layers whatever the depth asked, 0 and 3 global, 1 and 2 local (each type its own
-# rotary base); Wi = [gate | up]
+# ModernBERT: layer 0 global, 1 and 2 local, every third global again (each type its own rotary
+# base); Wi = [gate | up]
 FAMILIES["modernbert"] = (
     lambda layers: _t().ModernBertForMaskedLM(_t().ModernBertConfig(
-        hidden_size=N, num_hidden_layers=4, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
         pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
     lambda m: (lambda l, b=m.model.layers: dict(
         zip("qkv", _split_concat(_proj(b[l].attn.Wqkv, N))), o=_proj(b[l].attn.Wo, N),

@@ -156,13 +156,22 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
 
 def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
     """Check that every role tensor exists with the right shape and every other tensor is ignored."""
+    check_strays(spec, ckpt, prefix, role_tensors(spec, ckpt, dims, prefix))
+
+
+def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, *,
+                 rules: dict | None = None, suffix: str = "") -> set[str]:
+    """The names of every role tensor (and output scale) of ``rules`` (default the spec's tensors) at
+    every stored layer, each checked to exist with the shape ``dims`` implies.  ``suffix`` is added to
+    the role in messages (``_cross`` for a decoder's cross-attention)."""
+    rules = spec.tensors if rules is None else rules
     expected = _expected_shapes(dims)
     names = set(ckpt.names)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    if stored_layers * len(spec.tensors) > len(names):  # before listing every layer: L may be 10**30
+    if stored_layers * len(rules) > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
-            f"{len(spec.tensors)} role tensors each, "
+            f"{len(rules)} role tensors each, "
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )
@@ -170,7 +179,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
     wanted = {}
     scales = {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
-        for role, rule in spec.tensors.items():
+        for role, rule in rules.items():
             wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
             if rule.output_scale is not None:
                 scales[rule.scale_for(layer, prefix)] = (role, layer)
@@ -178,13 +187,13 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
         shape = ckpt.shape(name) if name in names else None
         if shape is None or tuple(shape) != (dims.N,):
             found = "is missing" if shape is None else f"has shape {tuple(shape)}"
-            raise SpecboundError(f"tensor {name!r} (the output scale of {role} in layer {layer}) {found}; the "
-                                 f"{spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
+            raise SpecboundError(f"tensor {name!r} (the output scale of {role}{suffix} in layer {layer}) {found}; "
+                                 f"the {spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
                                  f"incomplete or its config does not match it")
     for name, (role, layout, layer) in wanted.items():
         if name not in names:
             raise SpecboundError(
-                f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
+                f"missing tensor {name!r} ({role}{suffix} of layer {layer}): config.json says "
                 f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
             )
         stored = ckpt.shape(name)
@@ -195,9 +204,14 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
-                f"{layout} {role} weight: the config does not describe these weights"
+                f"{layout} {role}{suffix} weight: the config does not describe these weights"
             )
-    stray = [n for n in names if n not in wanted and n not in scales and not spec.is_ignored(n, prefix)]
+    return set(wanted) | set(scales)
+
+
+def check_strays(spec: ArchSpec, ckpt: Checkpoint, prefix: str, accounted: set[str]) -> None:
+    """Every tensor not in ``accounted`` must match one of the spec's ignore patterns."""
+    stray = [n for n in ckpt.names if n not in accounted and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(

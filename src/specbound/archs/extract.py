@@ -18,7 +18,18 @@ def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
     return array.T if layout == "linear" else array
 
 
-def _head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
+def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str) -> np.ndarray:
+    """The row-oriented matrix of one tensor rule at stored layer ``stored``, its output scale
+    (LayerScale) folded in: ``(x W) diag(lambda)``."""
+    name = rule.name_for(stored, prefix)
+    # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
+    w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
+    if rule.output_scale is not None:
+        w = w * np.asarray(ckpt.read(rule.scale_for(stored, prefix)), dtype=np.float64).reshape(1, -1)
+    return w
+
+
+def head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
     """(N, heads*d_head) -> (heads, d_head, N): head h is ``w[:, h d : (h+1) d].T``."""
     n = w.shape[0]
     return np.ascontiguousarray(w.T.reshape(heads, d_head, n))
@@ -67,13 +78,7 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     stored = dims.stored_layer(layer)
 
     def read(role: str) -> np.ndarray:
-        rule = spec.tensors[role]
-        name = rule.name_for(stored, prefix)
-        # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
-        w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
-        if rule.output_scale is not None:  # LayerScale: x -> (x W) diag(lambda), folded exactly
-            w = w * np.asarray(ckpt.read(rule.scale_for(stored, prefix)), dtype=np.float64).reshape(1, -1)
-        return w
+        return read_rule(spec.tensors[role], ckpt, stored, prefix)
 
     if "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
@@ -82,9 +87,9 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     ff = LazyMatrices(feed_forward_loaders(spec, dims, read))
     return LayerWeights(
         layer=layer,
-        q=_head_columns(q, dims.H, dims.d_head),
-        k=_head_columns(k, dims.H_kv, dims.d_head),
-        v=_head_columns(v, dims.H_kv, dims.d_head),
+        q=head_columns(q, dims.H, dims.d_head),
+        k=head_columns(k, dims.H_kv, dims.d_head),
+        v=head_columns(v, dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
         ff=ff,
     )

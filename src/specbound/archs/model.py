@@ -34,9 +34,40 @@ class ModelDims:
     # DeBERTa's disentangled attention: how many of the content-to-position and position-to-content
     # logit terms (0, 1 or 2) reuse each head's QK matrix against the relative position embeddings
     position_terms: int = 0
+    # An encoder-decoder: its stacks in order (encoder, then decoder), their layers numbered on through
+    # both (``L`` is their sum); None for one chain of layers
+    stacks: "tuple[StackDims, ...] | None" = None
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
+
+    def matrix_count(self) -> int:
+        """How many matrices the analysis reports: per layer ``H`` QK and ``H`` OV heads (a decoder
+        layer's cross-attention ``2 H`` more) and 2 or 3 feed-forward matrices."""
+        if self.stacks is not None:
+            return sum(p.dims.matrix_count() + (2 * p.dims.H * p.dims.L if p.cross else 0) for p in self.stacks)
+        return self.L * (2 * self.H + (3 if self.feed_forward == "gated" else 2))
+
+    def locate(self, layer: int) -> "tuple[StackDims | None, int]":
+        """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""
+        if self.stacks is None:
+            return None, layer
+        for stack in self.stacks:
+            if stack.first <= layer < stack.first + stack.dims.L:
+                return stack, layer - stack.first
+        raise IndexError(f"layer {layer} is outside the {self.L} layers of the stacks")
+
+
+@dataclass(frozen=True)
+class StackDims:
+    """One stack of an encoder-decoder: its name, where its layers start in the model's numbering, its
+    own dimensions (``dims.L`` its layers) and whether its layers hold cross-attention (the decoder:
+    queries from its own stream, keys and values from the encoder's output)."""
+
+    name: str
+    first: int
+    dims: ModelDims
+    cross: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +146,8 @@ class LayerWeights:
     ff : mapping of str to ndarray
         Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
         ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``; from a checkpoint, a :class:`LazyMatrices`.
+    cross : CrossWeights, optional
+        A decoder layer's cross-attention (encoder-decoder models), else None.
     """
 
     layer: int
@@ -123,6 +156,18 @@ class LayerWeights:
     v: np.ndarray
     o: np.ndarray
     ff: Mapping[str, np.ndarray]
+    cross: "CrossWeights | None" = None
+
+
+@dataclass
+class CrossWeights:
+    """A decoder layer's cross-attention factors, shapes as :class:`LayerWeights`' ``q, k, v, o``:
+    ``q`` acts on the decoder's stream, ``k`` and ``v`` on the encoder's output."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    o: np.ndarray
 
 
 class LazyMatrices(Mapping):

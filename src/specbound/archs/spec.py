@@ -97,6 +97,16 @@ class ArchSpec:
     structures: tuple[str, ...] = ()  # names of the assumptions entries this family's structure brings
     unsupported: tuple[tuple[regex.Pattern, str], ...] = ()  # (tensor-name pattern, why the chain cannot hold it)
     variants: tuple[tuple[dict[str, Any], "ArchSpec"], ...] = ()  # (config condition, the spec it selects)
+    stacks: "tuple[StackSpec, ...] | None" = None  # an encoder-decoder's stacks (its own tensors are then {})
+    towers: "tuple[TowerSpec, ...] | None" = None  # a two-tower model's towers (its own tensors are then {})
+    tower: str | None = None  # the tower this spec reads (one tower of a two-tower family)
+    config_defaults: dict[str, Any] | None = None  # config values the library assumes when a key is absent
+
+    def tower_spec(self, name: str) -> "TowerSpec":
+        return next(t for t in self.towers if t.name == name)
+
+    def stack(self, name: str) -> "StackSpec":
+        return next(s for s in self.stacks if s.name == name)
 
     def for_config(self, config: dict[str, Any]) -> "ArchSpec":
         """The spec of the first ``variants`` entry whose condition ``config`` meets (T5 v1.1's gated
@@ -159,11 +169,139 @@ class ArchSpec:
         return None
 
     def config_value(self, config: dict[str, Any], field: str) -> Any:
-        """The first of the field's config keys present in ``config``, or None."""
+        """The first of the field's config keys present in ``config``, else the first with a
+        ``config_defaults`` value (a tower's sub-config may leave out what its library defaults), or None."""
         for key in self.config_keys.get(field, ()):
             if key in config and config[key] is not None:
                 return config[key]
+        for key in self.config_keys.get(field, ()):
+            if key in (self.config_defaults or {}):
+                return self.config_defaults[key]
         return None
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """One stack of an encoder-decoder spec.
+
+    Attributes
+    ----------
+    name : {"encoder", "decoder"}
+    spec : ArchSpec
+        The stack's layers as a chain of their own: the spec document with the stack's ``config``
+        merged over the shared one and the stack's self-attention and feed-forward tensors.
+    cross : dict[str, TensorRule]
+        The decoder's cross-attention weights by role (``q``, ``k``, ``v``, ``o``; from the document's
+        ``q_cross`` ... ``o_cross``); empty for the encoder.
+    """
+
+    name: str
+    spec: ArchSpec
+    cross: dict[str, TensorRule]
+
+
+@dataclass(frozen=True)
+class TowerSpec:
+    """One tower of a two-tower spec (CLIP, SigLIP): its name, the chain it is (a spec of its own,
+    ``tower`` set), and the config.json sections holding its config (the first present is read)."""
+
+    name: str
+    spec: ArchSpec
+    config_sections: tuple[str, ...]
+
+    def config_of(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The tower's config: its section of a two-tower config.json."""
+        for key in self.config_sections:
+            if isinstance(config.get(key), dict):
+                return config[key]
+        raise SpecboundError(f"config.json has none of {list(self.config_sections)} (the {self.name} tower's config) "
+                             f"as an object; a {self.spec.family} checkpoint's config.json needs it")
+
+
+TOWER_NAMES = ("text", "vision")
+_TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward",
+               "assumptions"}
+
+
+def _parse_towered(raw: dict, origin: str) -> ArchSpec:
+    """A two-tower spec: ``"towers": {"text": {...}, "vision": {...}}``, each tower a chain spec of its own
+    (``config_section``: the config.json key(s) of its config; ``model_types``: the types of a checkpoint
+    holding that tower alone; ``defaults``: config values its library assumes when absent).  A tower's
+    ignore list gains the shared one and every other tower's prefixes."""
+    towers_raw = raw["towers"]
+    if not isinstance(towers_raw, dict) or not towers_raw or not set(towers_raw) <= set(TOWER_NAMES):
+        raise _fail(origin, f"'towers' must be an object whose keys are some of {list(TOWER_NAMES)}")
+    if "tensors" in raw or "stacks" in raw:
+        raise _fail(origin, "a spec with 'towers' names its tensors in each tower (and has no 'stacks')")
+    base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore", "assumptions")}
+    prefixes = {}
+    for name, tower in towers_raw.items():
+        if not isinstance(tower, dict) or not {"config_section", "prefixes", "config", "tensors"} <= set(tower) \
+                or not set(tower) <= _TOWER_KEYS:
+            raise _fail(origin, f"tower {name!r} must be an object with 'config_section', 'prefixes', 'config' and "
+                                f"'tensors' (and optionally {sorted(_TOWER_KEYS - {'config_section', 'prefixes', 'config', 'tensors'})})")
+        prefixes[name] = _str_list(tower, "prefixes", origin)
+    towers = []
+    for name, tower in towers_raw.items():
+        where = f"{origin} (tower {name})"
+        others = [p for other, ps in prefixes.items() if other != name for p in ps if p]
+        doc = {**base, **{k: v for k, v in tower.items() if k not in ("config_section", "defaults")},
+               "model_types": tower.get("model_types", []),
+               "ignore": list(tower.get("ignore", [])) + list(raw.get("ignore", []))
+               + [f"^{regex.escape(p)}" for p in others],
+               "assumptions": list(raw.get("assumptions", [])) + list(tower.get("assumptions", []))}
+        sections = tower["config_section"]
+        sections = [sections] if isinstance(sections, str) else sections
+        if not isinstance(sections, list) or not sections or not all(isinstance(x, str) for x in sections):
+            raise _fail(where, "'config_section' must name the config.json key(s) of the tower's config")
+        defaults = tower.get("defaults", {})
+        if not isinstance(defaults, dict):
+            raise _fail(where, "'defaults' must map config.json keys to the values the library assumes")
+        spec = replace(parse_spec(doc, where), tower=name, config_defaults=dict(defaults))
+        towers.append(TowerSpec(name, spec, tuple(sections)))
+    first = towers[0].spec
+    return replace(first, tensors={}, model_types=_str_list(raw, "model_types", origin), towers=tuple(towers),
+                   tower=None, config_defaults=None, variants=(), origin=origin,
+                   ignore=tuple(_compile(p, "ignore", origin) for p in _str_list(raw, "ignore", origin, False)),
+                   structures=_str_list(raw, "assumptions", origin, required=False))
+
+
+STACK_NAMES = ("encoder", "decoder")
+CROSS_ROLES = {"q_cross": "q", "k_cross": "k", "v_cross": "v", "o_cross": "o"}
+
+
+def _parse_stacked(raw: dict, origin: str) -> ArchSpec:
+    """An encoder-decoder spec: ``"stacks": {"encoder": {"config", "tensors"}, "decoder": {...}}``
+    (docs/architectures.md).  Each stack is validated as a spec of its own; the decoder's tensors
+    also name its cross-attention as ``q_cross``, ``k_cross``, ``v_cross``, ``o_cross``."""
+    stacks_raw = raw["stacks"]
+    if not isinstance(stacks_raw, dict) or list(stacks_raw) != list(STACK_NAMES):
+        raise _fail(origin, f"'stacks' must be an object with the keys {list(STACK_NAMES)}, in that order")
+    if "tensors" in raw:
+        raise _fail(origin, "a spec with 'stacks' names its tensors in each stack, not at the top")
+    if raw.get("rotary") is not None or raw.get("shared_layers") is not None or raw.get("position_terms") is not None:
+        raise _fail(origin, "'rotary', 'shared_layers' and 'position_terms' are not supported with 'stacks'")
+    base = {k: v for k, v in raw.items() if k != "stacks"}
+    stacks = []
+    for name in STACK_NAMES:
+        stack = stacks_raw[name]
+        if not isinstance(stack, dict) or "tensors" not in stack or not set(stack) <= {"config", "tensors"} \
+                or not isinstance(stack["tensors"], dict) or not isinstance(stack.get("config", {}), dict):
+            raise _fail(origin, f"stack {name!r} must be an object with 'tensors' (role -> rule) and optionally "
+                                f"'config' (its own config.json keys, over the shared ones)")
+        tensors = dict(stack["tensors"])
+        cross_raw = {CROSS_ROLES[r]: tensors.pop(r) for r in CROSS_ROLES if r in tensors}
+        where = f"{origin} (stack {name})"
+        sub = _parse_one({**base, "config": {**raw.get("config", {}), **stack.get("config", {})}, "tensors": tensors},
+                         where)
+        cross = {role: parse_tensor_rule(role, rule, where) for role, rule in cross_raw.items()}
+        if name == "decoder" and set(cross) != {"q", "k", "v", "o"}:
+            raise _fail(where, f"the decoder needs its cross-attention as exactly {list(CROSS_ROLES)}; found "
+                               f"{sorted(r + '_cross' for r in cross)}")
+        if name == "encoder" and cross:
+            raise _fail(where, "the encoder has no cross-attention; the *_cross roles belong to the decoder")
+        stacks.append(StackSpec(name, sub, cross))
+    return replace(stacks[0].spec, tensors={}, stacks=tuple(stacks))
 
 
 def _search(pattern: regex.Pattern, name: str, origin: str) -> bool:
@@ -241,10 +379,14 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     """One spec document without variants, validated."""
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "position_terms", "assumptions", "unsupported", "variants"}
+             "position_terms", "assumptions", "unsupported", "variants", "stacks", "towers"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
+    if "towers" in raw:
+        return _parse_towered(raw, origin)
+    if "stacks" in raw:
+        return _parse_stacked(raw, origin)
     family = raw.get("family")
     if not isinstance(raw.get("description", ""), str):
         raise _fail(origin, f"'description' must be a string, found {raw['description']!r}")

@@ -32,4 +32,18 @@ STRUCTURES = {
         "relative position embeddings, of norm at most 1 under normalisation_as_projection: with n such terms "
         "Lambda has c(OV)(1 + 2(2 + n) c(QK)) per head and gamma*_QK = 2(1 + n) c(OV) times the feed-forward "
         "factor (our derivation, docs/theory.md 3d); the position embeddings are outside the complexity"),
+    "encoder_decoder_chain": (
+        "extension",
+        "an encoder-decoder is read as two chains joined by cross-attention: a decoder layer's Lambda multiplies "
+        "its self-attention, its cross-attention in the decoder's stream (2 sum_h c(OV) c(QK)) and its "
+        "feed-forward; the encoder's output reaches the decoder's output through every cross-attention (keys and "
+        "values: sum_h c(OV)(1 + 2 c(QK)) times the feed-forward), so an encoder layer's alpha carries "
+        "Z = sum_j alpha_j M_j; every matrix of both stacks is one term of the bound over L_e + L_d layers (our "
+        "derivation, docs/theory.md 3e)"),
+    "two_tower": (
+        "convention",
+        "a two-tower model (CLIP, SigLIP) is bounded tower by tower, each a chain of its own with its own L, "
+        "alphas and bound; the projection heads (SigLIP's attention-pooling head too) and the logit scale are "
+        "outside the bound like a classifier head, and the similarity score that couples the towers is bounded "
+        "by neither number"),
 }

@@ -2,7 +2,8 @@
 
     P = L (N H d_h [query] + 2 N H_kv d_h [key, value] + H d_h N [output] + k N d_ff [feed-forward])
 
-with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down).
+with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down); an
+encoder-decoder sums its stacks, a decoder layer's cross-attention counted like its self-attention.
 
 The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
 parameters).  Biases, normalisation parameters and embeddings are outside the analysed matrices and
@@ -19,8 +20,15 @@ from .base import Bound, BoundResult
 
 def parameter_count(measures: ModelMeasures) -> int:
     d = measures.dims
+    if d.stacks is not None:  # an encoder-decoder: each stack's own, a decoder layer's cross-attention too
+        return sum(_stack_count(part.dims, cross=part.cross) for part in d.stacks)
+    return _stack_count(d)
+
+
+def _stack_count(d, *, cross: bool = False) -> int:
     ff_matrices = 3 if d.feed_forward == "gated" else 2
-    per_layer = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2 + ff_matrices * d.N * d.d_ff
+    attention = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2
+    per_layer = attention * (2 if cross else 1) + ff_matrices * d.N * d.d_ff
     return d.L * per_layer
 
 

@@ -35,18 +35,31 @@ class LayerSpectra:
     block: str = "sequential"
     qk_rotation_blind: list[MatrixSpectrum] | None = None  # rotary models: W_Q^T W_K as if unrotated
     position_terms: int = 0  # DeBERTa: disentangled position terms reusing each QK (docs/theory.md 3d)
+    cross_qk: list[MatrixSpectrum] | None = None  # a decoder layer's cross-attention heads (encoder-decoders)
+    cross_ov: list[MatrixSpectrum] | None = None
 
     def norms(self, norm=None) -> LayerSpectralNorms:
         """The layer's norms for the propagation factors: ``norm(spectrum)`` of every matrix
         (default the spectral norm)."""
         value = (lambda s: s.spectral_norm) if norm is None else norm
+        cross = {} if self.cross_qk is None else {"cross_qk": np.array([value(s) for s in self.cross_qk]),
+                                                  "cross_ov": np.array([value(s) for s in self.cross_ov])}
         return LayerSpectralNorms(
             qk=np.array([value(s) for s in self.qk]),
             ov=np.array([value(s) for s in self.ov]),
             ff={role: value(s) for role, s in self.ff.items()},
             block=self.block,
             position_terms=self.position_terms,
+            **cross,
         )
+
+    def matrices(self) -> list[tuple[str, int | None, MatrixSpectrum]]:
+        """``(role, head, spectrum)`` of every matrix in the order of the analysis' rows: QK heads, OV
+        heads, cross-attention QK and OV heads (a decoder layer), feed-forward."""
+        cross = [] if self.cross_qk is None else ([("QK_cross", h, s) for h, s in enumerate(self.cross_qk)]
+                                                  + [("OV_cross", h, s) for h, s in enumerate(self.cross_ov)])
+        return ([("QK", h, s) for h, s in enumerate(self.qk)] + [("OV", h, s) for h, s in enumerate(self.ov)]
+                + cross + [(role, None, s) for role, s in self.ff.items()])
 
 
 
@@ -131,13 +144,20 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     position terms of the layer's attention (DeBERTa), recorded for its propagation factors.
     """
     qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1, device=device)
+    cross_qk = cross_ov = None
+    if weights.cross is not None:  # a decoder layer's cross-attention: heads like any other
+        if rotary is not None:
+            raise SpecboundError("rotary position embeddings with cross-attention are not supported")
+        cross_qk, cross_ov = attention_spectra(weights.cross, method=method, group=1, with_norm_1_1=with_norm_1_1,
+                                               device=device)
     blind = None
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
         qk = rotary_qk_spectra(weights, np.arange(weights.q.shape[0]) // group, rotary, rank_tol=rank_tol)
     ff_matrices = weights.ff
     if release:
-        weights.q = weights.k = weights.v = weights.o = None
+        weights.q = weights.k = weights.v = weights.o = weights.cross = None
     ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol,
                               device=device if method == "factored" else "numpy", prefetch=prefetch)
-    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms)
+    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms,
+                        cross_qk=cross_qk, cross_ov=cross_ov)

@@ -151,7 +151,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
     from ..pipeline import open_model
 
     options = canonical_options(options)
-    model = open_model(source.target, arch_spec=options["arch_spec"])
+    model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"))
     model.ckpt.close()
     files = tuple(sorted({p.resolve() for p in model.ckpt.files()}))
     if not files:
@@ -167,7 +167,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         raise SpecboundError(f"{cfg_path} changed while the sweep read it; run the sweep again")
     init_sha256 = None
     if options.get("init") is not None:  # W - W0: the initial weights' bytes are part of the key, and checked
-        init_model = open_model(options["init"], arch_spec=model.spec)
+        init_model = open_model(options["init"], arch_spec=model.parent_spec or model.spec, tower=model.tower)
         init_model.ckpt.close()
         if init_model.dims != model.dims:
             raise SpecboundError(f"the initial weights {options['init']} do not match {source.name}: "
@@ -175,8 +175,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         init_sha256, init_prints = hash_weights(init_model.ckpt.config, sorted(set(init_model.ckpt.files())))
         side_prints = side_prints + init_prints
     dims = model.dims
-    per_layer = 2 * dims.H + (3 if dims.feed_forward == "gated" else 2)
-    return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer, side_prints, init_sha256)
+    return Header(source, options, model.ckpt.config, files, dims.L, dims.matrix_count(), side_prints, init_sha256)
 
 
 def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
@@ -279,7 +278,7 @@ def layer_task(task: Task, layer: int, threads: int | None = 1, device: str = "n
     start, cpu = time.perf_counter(), time.thread_time()
     check_unchanged(task.fingerprints, task.source.name)
     with threadpool_limits(limits=threads):
-        model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
+        model = open_model(task.source.target, arch_spec=task.options["arch_spec"], tower=task.options.get("tower"))
         spectra = model_layer_spectra(model, layer, method=task.options["method"],
                                       gram_rtol=task.options["gram_rtol"], rank_tol=task.options["rank_tol"],
                                       device=device)
@@ -297,7 +296,7 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
     start, cpu = time.perf_counter(), time.thread_time()
     o = task.options
     with threadpool_limits(limits=threads):
-        model = open_model(task.source.target, arch_spec=o["arch_spec"])
+        model = open_model(task.source.target, arch_spec=o["arch_spec"], tower=o.get("tower"))
         model.ckpt.close()
         layers = [spectra for spectra, _, _ in layer_results]
         analysis = assemble(model, layers, AnalysisOptions.build(o))
