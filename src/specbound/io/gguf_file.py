@@ -42,7 +42,7 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False}
 _EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
 _MAX_LIST = 64  # metadata arrays longer than this (vocabularies, merges) stay out of the config
-INSTALL_HINT = "pip install -e . (gguf is a base dependency of specbound; or pip install gguf)"
+INSTALL_HINT = "pip install gguf (a base dependency of specbound: reinstall it with pip install specbound)"
 
 
 def _import_gguf():
