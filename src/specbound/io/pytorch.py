@@ -6,6 +6,8 @@ torch is imported here only, when such a source is used; it stays an optional de
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +115,17 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # noqa: BLE001  (UnpicklingError, RuntimeError, EOFError, ...)
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc))  # PyTorch's message carries ANSI escapes
+        pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if pickled:  # torch.save(model): the pickle names the model's class
+            raise SpecboundError(
+                f"{path} is a whole pickled Python object (class {pickled.group(1)}, saved with "
+                f"torch.save(model)), not a state dict; specbound never unpickles arbitrary objects (a pickle "
+                f"can run code). If you trust the file, analyse the loaded model in Python: "
+                f"specbound.analyze(torch.load({str(path)!r}, weights_only=False)); or re-save it with "
+                f"model.save_pretrained(folder) or torch.save(model.state_dict(), file)"
+            ) from None
+        reason = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         raise SpecboundError(
             f"refused or failed to load {path} with torch.load(weights_only=True): {reason[:300]}. "
             f"specbound never unpickles arbitrary objects (a pickle can run code); if you trust the "
