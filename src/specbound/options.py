@@ -31,9 +31,6 @@ DEFAULT_RANK_TOL = 1e-10
 # curves table), so m bounds time and memory; the default m = ceil(L + ln N) is below 200 for every
 # published model, and a grid finer than 1/10000 moves no minimum measurably.
 GRID_M_MAX = 10_000
-# The options that were in every record key from the first store format on, in their order; any
-# other option enters a key only when it differs from its default, so existing stores keep their keys.
-LEGACY_KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
 
 
 # --- constraints -------------------------------------------------------------------------------
@@ -272,19 +269,6 @@ class AnalysisOptions:
     def gap_requested(self) -> bool:
         """Whether a generalisation-gap bound is asked for (``n`` and ``margin`` given)."""
         return self.n is not None
-
-    def key_options(self) -> dict[str, Any]:
-        """The options that change the numbers, as a store's record key sees them: the legacy six
-        always (in their order), every other only when it differs from its default."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not f.metadata["key"]:
-                continue
-            if f.name in LEGACY_KEY_OPTIONS or value != f.default:
-                out[f.name] = str(value) if f.name in ("arch_spec", "init") and value is not None else value
-        return {**{k: out[k] for k in LEGACY_KEY_OPTIONS}, **{k: v for k, v in out.items()
-                                                              if k not in LEGACY_KEY_OPTIONS}}
 
 
 # The options the per-layer kernels read (spectra, Gram path, rank cut, device).

@@ -57,7 +57,7 @@ def entropy_integral_factor(measures: ModelMeasures, n: int) -> float:
     or like ``r N ln(1/eps)`` (``p = 0``), so Dudley's entropy integral converges at 0 without the
     truncation at ``1/sqrt(n)`` that produces a ``ln n`` (as it does for the ``eps^(-2)`` coverings of
     the (2,1)-norm bounds).  The integral's constant, at most 2, is an absolute constant: it belongs
-    in ``c_lead``.  (The first round multiplied by ``ln n``; it could not be justified.)
+    in ``c_lead``.
     """
     return 1.0
 

@@ -40,11 +40,6 @@ def _panels(fig, n: int):
     return list(axes.flat)[:n]
 
 
-def sv_index_column(sv) -> str:
-    """The singular values' index column: ``sv_index`` (``index`` in records written before 0.2)."""
-    return "sv_index" if "sv_index" in sv.columns else "index"
-
-
 def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     """Raw singular values against their index, one panel per role, one colour per layer (every
     head of a layer in its colour); log scale, exact zeros left out.
@@ -58,7 +53,6 @@ def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
         The model's depth (default: from the table).
     """
     sv = singular_values
-    idx = sv_index_column(sv)
     roles = ordered_roles(sv["role"])
     L = int(n_layers if n_layers is not None else sv["layer"].max() + 1)
     colors = layer_colors(L)
@@ -68,7 +62,7 @@ def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
         for (layer, _), g in sv[sv["role"] == role].groupby(["layer", "matrix"], sort=True):
             sigma = g["sigma"].to_numpy(float)
             sigma = np.where(sigma > 0, sigma, np.nan)  # exact zeros have no place on a log axis
-            ax.plot(g[idx].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
+            ax.plot(g["sv_index"].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
                     alpha=0.45 if role in ("QK", "OV") else 0.95)
         ax.set_yscale("log")
         ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)

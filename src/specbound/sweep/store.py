@@ -36,9 +36,14 @@ from typing import Any, Iterator
 from ..atomic import remove_stale, temp_path
 from ..errors import SpecboundError, os_errors
 from ..io.base import fingerprint
-from ..options import AnalysisOptions
+from ..options import AnalysisOptions, option_fields
 
+# The store format, in every key and record.json.  Format 1's key is a hash of the weights and of
+# KEY_OPTIONS (always, in this order) plus every other option that changes the numbers and differs
+# from its default: an option added to AnalysisOptions with a default leaves every key as it is.
+# Changing what a key holds is a new format (and a migration of the stores written in this one).
 RECORD_FORMAT = 1
+KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
 TABLES = ("matrices", "layers", "singular_values", "curves")
 QUARANTINE = "quarantine"  # records that cannot be read, set aside by Store.quarantine
 _HASH_CHUNK = 1 << 22
@@ -46,10 +51,17 @@ _HASH_CHUNK = 1 << 22
 
 # --- keys --------------------------------------------------------------------------------------
 
-def canonical_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The options that change the numbers, every default filled in, in a fixed order
-    (:meth:`AnalysisOptions.key_options`); unknown names and bad values are an error."""
-    return AnalysisOptions.build(options).key_options()
+def canonical_options(options: dict[str, Any] | AnalysisOptions | None) -> dict[str, Any]:
+    """The options of a record key (:data:`KEY_OPTIONS`, then every other option that changes the
+    numbers and differs from its default; paths as strings), in that order; unknown names and bad
+    values are an error."""
+    opts = AnalysisOptions.build(options)
+    out = {}
+    for f in option_fields():
+        value = getattr(opts, f.name)
+        if f.metadata["key"] and (f.name in KEY_OPTIONS or value != f.default):
+            out[f.name] = str(value) if f.metadata["kind"] == "path" and value is not None else value
+    return {**{k: out[k] for k in KEY_OPTIONS}, **{k: v for k, v in out.items() if k not in KEY_OPTIONS}}
 
 
 def _file_sha256(path: Path, digest=None):
@@ -356,9 +368,12 @@ class Store:
         and is an error)."""
         import pandas as pd
 
+        from ..records.schema import read_table
+
         meta = self.load_meta(key)
         try:
-            return Record(meta, {t: pd.read_parquet(self.records_dir / key / f"{t}.parquet") for t in tables})
+            return Record(meta, {t: read_table(t, pd.read_parquet(self.records_dir / key / f"{t}.parquet"))
+                                 for t in tables})
         except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a corrupt file)
             problem = f"{type(exc).__name__}: {str(exc)[:200]}"
         self.quarantine(key, problem)
