@@ -131,3 +131,15 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     targets = [t for t, _ in imported("compute.x", fake, False)]
     assert targets == ["cli"]
     assert stage_of("cli") > stage_of("compute.x")
+
+
+def test_compute_reads_no_config():
+    """The compute stage takes plain data from the architecture stage (``archs.model``: dimensions,
+    rotary layout, layer weights); reading config.json or a family spec is the architecture stage's."""
+    readers = []
+    for module, path, is_package in modules():
+        if module.startswith("compute"):
+            readers += [f"{path.relative_to(ROOT.parent)}:{line}: {module} imports {target}"
+                        for target, line in imported(module, path, is_package)
+                        if target.startswith("archs") and target != "archs.model"]
+    assert not readers, "compute imports a module that reads configs:\n" + "\n".join(readers)

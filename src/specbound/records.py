@@ -355,7 +355,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
                    assumptions: list[dict[str, Any]] | None = None) -> Analysis:
     """Assemble the records from the measures and every bound's result (``from_init``: the
     measures on ``W - W0`` and the bounds computed on them; ``tensors``: the checkpoint tensor names
-    of each ``(layer, head, role)``, from :func:`specbound.compute.extract.matrix_tensor_names`)."""
+    of each ``(layer, head, role)``, from :func:`specbound.archs.extract.matrix_tensor_names`)."""
     dims = measures.dims
     base = []
     sv_arrays = []

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from specbound.compute.layer_spectra import layer_spectra
 from specbound.bounds import REGISTRY, compute_all, in_group
-from specbound.archs.binding import ModelDims
-from specbound.compute.extract import LayerWeights
+from specbound.archs.model import ModelDims
+from specbound.archs.model import LayerWeights
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.layer_spectra import LayerSpectra
 from specbound.compute.measures import measure

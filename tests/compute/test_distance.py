@@ -50,8 +50,8 @@ def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
     from specbound.compute.layer_spectra import layer_spectra
     from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
     from specbound.compute.distance import difference_spectra
-    from specbound.archs.binding import ModelDims
-    from specbound.compute.extract import LayerWeights
+    from specbound.archs.model import ModelDims
+    from specbound.archs.model import LayerWeights
     from specbound.bounds.schatten import default_grid_m
     from specbound.compute.measures import measure
 

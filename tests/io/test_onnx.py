@@ -208,7 +208,7 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
     folder = _matmul_graph(tmp_path / "m", nodes, inits)
     ckpt = open_checkpoint(folder)
     assert sorted(ckpt.names) == sorted(f"encoder.layer.0.{p.replace('/', '.')}.weight" for p in BERT_LINEARS)
-    from specbound.compute.extract import _row_oriented
+    from specbound.archs.extract import _row_oriented
 
     for i, (path, w) in enumerate(weights.items()):
         name = f"encoder.layer.0.{path.replace('/', '.')}.weight"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..archs.binding import ModelDims
+from ..archs.model import ModelDims
 from .layer_spectra import LayerSpectra
 from .propagation import downstream_factors, layer_lipschitz, log_downstream_factors, sensitivities
 from .spectra import MatrixSpectrum

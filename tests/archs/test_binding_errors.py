@@ -1,5 +1,5 @@
-"""Checkpoints whose tensors do not match their config or family, refused by the extraction stage
-(compute/extract.py) before any number is computed."""
+"""Checkpoints whose tensors do not match their config or family, refused when the family is bound
+to the checkpoint (archs/binding.py) before any number is computed."""
 
 import numpy as np
 import pytest
