@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 
-from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, one_line
+from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, one_line, oversized_integer_text
 
 
 class _UsageError(Exception):
@@ -90,6 +90,8 @@ def _config_from(args) -> dict | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
                                  f"file") from None
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --config {args.config_file}", "fix the value") from None
         if not isinstance(config, dict):
             raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
     for item in getattr(args, "config_set", None) or []:
@@ -100,6 +102,8 @@ def _config_from(args) -> dict | None:
             config[key.strip()] = json.loads(text)
         except json.JSONDecodeError:
             config[key.strip()] = text
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --set {key.strip()}=...", "fix the value") from None
     return config or None
 
 

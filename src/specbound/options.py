@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from .errors import SpecboundError
+from .errors import SpecboundError, refuse_oversized_integers
 
 METHODS = ("factored", "dense")
 # Where the linear algebra runs: "numpy" (NumPy/SciPy LAPACK, the default) or torch in float64 on
@@ -31,6 +31,8 @@ GRID_M_MAX = 10_000
 # The options that were in every record key from the first store format on, in their order; any
 # other option enters a key only when it differs from its default, so existing stores keep their keys.
 LEGACY_KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
+# The largest sample size accepted: the gap bound's terms are computed in floating point.
+N_MAX = 10**300
 
 
 def _option(default, help: str, *, key: bool, kind: str, flag: str, metavar: str | None = None,
@@ -119,6 +121,8 @@ class AnalysisOptions:
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
+        for f in fields(self):  # before any check quotes a value: such an integer cannot be printed
+            refuse_oversized_integers(getattr(self, f.name), f.name, "pass a value in its range")
         if self.grid_m is not None:
             if not _is_int(self.grid_m) or not 1 <= self.grid_m <= GRID_M_MAX:
                 raise SpecboundError(f"grid_m must be an integer from 1 to {GRID_M_MAX} (the grid is "
@@ -148,8 +152,9 @@ class AnalysisOptions:
         if self.n is None or self.margin is None:
             missing = "n (the sample size)" if self.n is None else "margin"
             raise SpecboundError(f"a generalisation-gap bound needs both n and margin; {missing} is missing")
-        if not _is_int(self.n) or self.n < 2:
-            raise SpecboundError(f"n (the number of training sequences) must be an integer >= 2, got {self.n!r}")
+        if not _is_int(self.n) or not 2 <= self.n <= N_MAX:
+            raise SpecboundError(f"n (the number of training sequences) must be an integer from 2 to 1e300 (the "
+                                 f"gap bound is computed in floating point), got {self.n!r}")
         _positive_finite("margin", self.margin, "e.g. --margin 0.1")
         if not (_is_real(self.delta) and 0 < self.delta < 1):
             raise SpecboundError(f"delta (the failure probability) must be in (0, 1), got {self.delta!r}")
@@ -209,7 +214,11 @@ def _is_int(value) -> bool:
 
 
 def _is_real(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    """A real number a float can hold (an integer past 1.8e308 cannot: it is refused, not overflowed)."""
+    try:
+        return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    except OverflowError:
+        return False
 
 
 def _positive_finite(name: str, value, hint: str) -> None:
