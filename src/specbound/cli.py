@@ -382,7 +382,7 @@ def _scaling(args) -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
     return 0
 
 

@@ -39,6 +39,29 @@ def new_figure(figsize=(7.0, 4.6), **kwargs):
     return Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
 
 
+# matplotlib places log-axis ticks in float64: data beyond ~10^250 puts a tick past the float64 range
+# and drawing fails.  Values beyond this limit (a deep model's Edelman-style bound, 10^600) are left
+# out of log-scale figures, and the figure says how many; the tables keep them (as 10^k).
+DRAWABLE_LOG10 = 200
+
+
+def drawable(values) -> tuple[np.ndarray, int]:
+    """``(values as float with NaN where a log axis cannot show them, how many finite positive
+    values beyond 10^DRAWABLE_LOG10 were left out)``: zero, negative, NaN, infinite or out of range."""
+    v = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        shown = (v > 0) & (np.abs(np.log10(np.where(v > 0, v, 1.0))) <= DRAWABLE_LOG10) & np.isfinite(v)
+        beyond = int(np.count_nonzero((v > 0) & ~shown))
+    return np.where(shown, v, np.nan), beyond
+
+
+def note_left_out(ax, count: int) -> None:
+    """Say on ``ax`` how many values :func:`drawable` left out (nothing when none)."""
+    if count:
+        ax.text(0.99, 0.01, f"{count} value(s) beyond 10^{DRAWABLE_LOG10} not drawn (see the tables)",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=6, color="dimgrey")
+
+
 def style_grid(ax) -> None:
     """Light grid lines; small minor tick labels (a log axis spanning under two decades labels its
     minor ticks, which would crowd a small panel at full size)."""
@@ -111,11 +134,13 @@ def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
     axes = _panels(fig, len(roles))
     for ax, role in zip(axes, roles):
+        left_out = 0
         for (layer, _), g in sv[sv["role"] == role].groupby(["layer", "matrix"], sort=True):
-            sigma = g["sigma"].to_numpy(float)
-            sigma = np.where(sigma > 0, sigma, np.nan)  # exact zeros have no place on a log axis
+            sigma, beyond = drawable(g["sigma"])  # exact zeros have no place on a log axis
+            left_out += beyond
             ax.plot(g[idx].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
                     alpha=0.45 if role in ("QK", "OV") else 0.95)
+        note_left_out(ax, left_out)
         ax.set_yscale("log")
         ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
         ax.set_xlabel("singular value index i")
@@ -149,11 +174,15 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
     p_star = matrices["p_star"].to_numpy(float)
     for ax, role in zip(axes, roles):
         part = curves[curves["role"] == role]
+        left_out = 0
         for (layer, matrix), g in part.groupby(["layer", "matrix"], sort=True):
-            ax.plot(g["p"], g["c_over_c0"], color=colors[int(layer)], linewidth=0.9,
+            ratio, beyond = drawable(g["c_over_c0"])
+            left_out += beyond
+            ax.plot(g["p"], ratio, color=colors[int(layer)], linewidth=0.9,
                     alpha=0.4 if role in ("QK", "OV") else 0.95)
         chosen = part[np.isclose(part["p"].to_numpy(float), p_star[part["matrix"].to_numpy(int)])]
-        ax.plot(chosen["p"], chosen["c_over_c0"], "k.", markersize=4, label="p* (grid minimiser)")
+        ax.plot(chosen["p"], drawable(chosen["c_over_c0"])[0], "k.", markersize=4, label="p* (grid minimiser)")
+        note_left_out(ax, left_out)
         ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
         ax.set_yscale("log")
         ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import (MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, figure_contributions, figure_p_star,
+from ..records_plot import (MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, drawable, figure_contributions, figure_p_star,
+                            note_left_out,
                             figure_spectra, new_figure, roles_of, save_figure, style_grid)
 from ..records_view import short_name
 from .figure_style import MARKERS, _bound_label, bound_colors, natural_order  # noqa: F401  (used here and re-exported)
@@ -118,20 +119,25 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     fig = _figure()
     ax = fig.add_subplot()
     groups = sorted(table[other].unique())
-    drawn = 0
+    drawn = left_out = 0
     for gi, value in enumerate(groups):
         part = table[table[other] == value].sort_values(x)
         if part[x].nunique() < 2:
             continue
         for bi, name in enumerate(names):
-            y = part[name].to_numpy(float)
-            if not (np.isfinite(y[0]) and y[0] > 0):
+            log10 = part[f"log10_{name}"].to_numpy(float) if f"log10_{name}" in part else \
+                np.log10(part[name].to_numpy(float))
+            if not np.isfinite(log10[0]):
                 continue
-            ax.plot(part[x], y / y[0], color=colors[bi],
+            with np.errstate(over="ignore", invalid="ignore"):  # the ratio from logs: finite where B overflows
+                ratio, beyond = drawable(10.0 ** np.clip(log10 - log10[0], -400, 400))
+            left_out += beyond
+            ax.plot(part[x], ratio, color=colors[bi],
                     marker=MARKERS[gi % len(MARKERS)], linewidth=1.6, markersize=5)
             drawn += 1
     if not drawn:
         raise SpecboundError(f"no {other} value has records at two or more {x} values: nothing to plot")
+    note_left_out(ax, left_out)
     ax.set_yscale("log")
     ax.set_xscale("log", base=2)
     xs = sorted(table[x].unique())
@@ -194,6 +200,13 @@ def figure_norms_vs_width(store, *, L: int | None = None):
     return fig
 
 
+def _overflowed(table, name: str) -> int:
+    """Records whose bound ``name`` is beyond float64 (stored null, its log10 known)."""
+    if f"log10_{name}" not in table:
+        return 0
+    return int((table[name].isna() & table[f"log10_{name}"].notna()).sum())
+
+
 def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     """Every bound of every checkpoint, as a dot plot: one row per checkpoint (short name, depth,
     width), one distinct colour and marker per bound, the values on a log axis.  The width is a
@@ -210,10 +223,13 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     fig = _figure(figsize=(MAX_WIDTH, height))
     ax = fig.add_subplot()
     ys = np.arange(len(table))
+    left_out = 0
     for i, name in enumerate(names):
-        values = table[name].to_numpy(float)
-        ax.plot(np.where(values > 0, values, np.nan), ys, linestyle="", marker=MARKERS[i % len(MARKERS)],
+        values, beyond = drawable(table[name])
+        left_out += beyond + _overflowed(table, name)
+        ax.plot(values, ys, linestyle="", marker=MARKERS[i % len(MARKERS)],
                 markersize=5, color=colors[i], alpha=0.9)
+    note_left_out(ax, left_out)
     ax.set_xscale("log")
     ax.set_yticks(ys, labels, fontsize=7 if len(table) > 16 else 8)
     ax.set_ylim(-0.7, len(table) - 0.3)
