@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import specbound
-from fuzz_support import EDITS, FUZZ, clean_outcome, mutate
+from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
 from specbound.errors import SpecboundError
 
 msgpack = pytest.importorskip("msgpack")

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import specbound
-from fuzz_support import EDITS, FUZZ, clean_outcome, mutate
-from gguf_bytes import ARR, BOOL, F32, F64, GGML_Q8_0, I32, LLAMA, STR, U8, U32, U64, gguf_file, llama_tensors, text
+from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
+from support.gguf_bytes import ARR, BOOL, F32, F64, GGML_Q8_0, I32, LLAMA, STR, U8, U32, U64, gguf_file, llama_tensors, text
 from specbound.errors import SpecboundError
 from specbound.io.gguf_header import read_header
 

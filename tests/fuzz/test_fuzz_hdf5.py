@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 
 import specbound
-from fuzz_support import EDITS, FUZZ, clean_outcome, mutate
+from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
 from specbound.errors import SpecboundError
 
 h5py = pytest.importorskip("h5py")

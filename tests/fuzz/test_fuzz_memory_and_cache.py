@@ -7,8 +7,8 @@ import json
 import pytest
 
 import specbound
-from fuzz_support import clean_outcome
-from numpy_bert import write_tiny_bert
+from support.fuzz import clean_outcome
+from support.numpy_bert import write_tiny_bert
 from specbound.errors import SpecboundError
 
 torch = pytest.importorskip("torch")

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import specbound
-from fuzz_support import FUZZ, clean_outcome
-from onnx_graphs import H, N, bert_graph, save
+from support.fuzz import FUZZ, clean_outcome
+from support.onnx_hints import H, N, bert_graph, save
 from specbound.errors import SpecboundError
 
 onnx = pytest.importorskip("onnx")

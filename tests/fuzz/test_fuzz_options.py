@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import specbound
-from fuzz_support import FUZZ, clean_outcome
-from numpy_bert import write_tiny_bert
-from one_line import assert_one_line_error, run_cli
+from support.fuzz import FUZZ, clean_outcome
+from support.numpy_bert import write_tiny_bert
+from support.one_line import assert_one_line_error, run_cli
 from specbound.errors import SpecboundError
 
 BIG = "9" * 5000  # one digit past nothing: Python's limit is 4,300

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_support import FUZZ, JSON, clean_outcome
-from numpy_bert import write_tiny_bert
+from support.fuzz import FUZZ, JSON, clean_outcome
+from support.numpy_bert import write_tiny_bert
 from specbound.errors import SpecboundWarning
 from specbound.sweep.run import run_sweep
 from specbound.sweep.sources import Source
@@ -80,8 +80,8 @@ def test_the_report_writes_no_infinity(store):
     """The report's bounds table says 10^k for a bound beyond float64, and every figure draws (a
     value near 10^300 on a log axis used to make matplotlib's ticks overflow)."""
     pytest.importorskip("matplotlib")
-    from specbound.records_plot import png_base64
-    from specbound.records_view import markdown_table
+    from specbound.records.style import png_base64
+    from specbound.records.view import markdown_table
     from specbound.report.html import _records_table
     from specbound.report.plots import build_figures
 

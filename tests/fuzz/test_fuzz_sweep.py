@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gguf_bytes import ARR, LLAMA, U8, gguf_file
-from numpy_bert import write_tiny_bert
-from onnx_graphs import bert_graph, save
+from support.gguf_bytes import ARR, LLAMA, U8, gguf_file
+from support.numpy_bert import write_tiny_bert
+from support.onnx_hints import bert_graph, save
 from specbound.sweep.run import run_sweep
 from specbound.sweep.sources import Source
 from specbound.sweep.store import Store

@@ -13,8 +13,9 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import MAX_WIDTH, drawable, new_figure, note_left_out, style_grid
-from ..records_view import short_name
+from ..records.style import (MARKERS, MAX_WIDTH, bound_colors, bound_label, drawable, natural_order, new_figure,
+                             note_left_out, style_grid)
+from ..records.view import short_name
 
 ORDER = "checkpoint"  # the x column when no label varies: the records in source-name order
 
@@ -72,7 +73,6 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
                              f"shape (L in {sorted(set(table['L']))}, N in {sorted(set(table['N']))})")
     names = bounds or store.bound_names()
     if x == ORDER:
-        from .figure_style import natural_order
 
         table = natural_order(table)
         table[ORDER] = np.arange(len(table))
@@ -96,8 +96,6 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     choosing each Schatten index ``p*`` at each step (stacked)."""
     from matplotlib import colormaps
 
-    from .figure_style import MARKERS, _bound_label, bound_colors
-
     frame = trajectory_frame(store, x=x, bounds=bounds)
     x = frame.columns[0]
     names = bounds or store.bound_names()
@@ -111,7 +109,7 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
         y, beyond = drawable(frame[name])
         left_out += beyond
         top.plot(xs, y, color=colors[i], marker=MARKERS[i % len(MARKERS)],
-                 markersize=4, linewidth=1.3, label=_bound_label(name))
+                 markersize=4, linewidth=1.3, label=bound_label(name))
     note_left_out(top, left_out)
     top.set_yscale("log")
     top.set_ylabel("bound value (log scale)")
