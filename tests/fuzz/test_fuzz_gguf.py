@@ -131,17 +131,21 @@ def vocabulary_file(tokens=152_064, merges=151_387) -> bytes:
 
 def test_a_realistic_vocabulary_costs_bounded_time_and_memory(tmp_path):
     """The old reader built one numpy object per token (8 s and 770 MB for this file); the header
-    reader steps over the arrays by their length prefixes (0.14 s and 1 MiB measured)."""
+    reader steps over the arrays by their length prefixes (0.14 s and 1 MiB of Python objects
+    measured).  Memory is the sharp test (tracemalloc sees every object the reader builds); the time
+    limit only catches a return of the per-token work."""
     path = tmp_path / "model.gguf"
     path.write_bytes(vocabulary_file())
-    tracemalloc.start()
     started = time.perf_counter()
+    ckpt = specbound.io.open_checkpoint(path)
+    assert time.perf_counter() - started < 5
+    tracemalloc.start()
     try:
-        ckpt = specbound.io.open_checkpoint(path)
-        seconds, peak = time.perf_counter() - started, tracemalloc.get_traced_memory()[1]
+        specbound.io.open_checkpoint(path)
+        peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert seconds < 3 and peak < 32 * 2**20, (seconds, peak)
+    assert peak < 32 * 2**20, peak
     assert not any(k.startswith("tokenizer.") for k in ckpt.config)
     assert ckpt.config["block_count"] == 1
 

@@ -50,7 +50,7 @@ def test_sweep_toml_options(model, tmp_path, capsys, option):
     (dict(config={"num_hidden_layers": 10**5000}), "config['num_hidden_layers']"),
     (dict(config={"rope_scaling": {"factor": [10**5000]}}), "config['rope_scaling']['factor'][0]"),
     (dict(grid_m=10**5000), "grid_m is an integer of more than"),
-    (dict(n=10**5000, margin=0.1), "n is an integer of more than"),
+    (dict(n=10**5000, margin=0.1), "n (the number of training sequences) is an integer of more than"),
     (dict(n=10, margin=10**5000), "margin is an integer of more than"),
     (dict(n=10, margin=10**400), "margin must be a positive finite number"),
     (dict(n=10**400, margin=0.1), "from 2 to 1e300"),

@@ -119,8 +119,8 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
             log10 = _log10_column(part, name)
             if not np.isfinite(log10[0]):
                 continue
-            # the ratio from the logs: finite where the bound itself overflows float64
-            ratio, beyond = drawable(10.0 ** np.clip(log10 - log10[0], -400, 400))
+            with np.errstate(over="ignore", invalid="ignore"):  # from the logs: finite where B overflows
+                ratio, beyond = drawable(10.0 ** np.clip(log10 - log10[0], -400, 400))
             left_out += beyond
             ax.plot(part[x], ratio, color=colors[bi],
                     marker=MARKERS[gi % len(MARKERS)], linewidth=1.6, markersize=5)
