@@ -101,7 +101,7 @@ AXES = {"depth": (2, 4, 6), "width": (32, 64, 128), "train_size": (256, 512, 102
         "batch_size": (32, 64, 128), "weight_decay": (0.0, 0.1, 0.5), "dropout": (0.0, 0.1, 0.2)}
 # Base B's learning rate is 1e-3 and the axis stops at 2e-3: post-LayerNorm BERT at depth 4-6 on
 # fortunes collapses to chance at 2e-3 (train error 0.80 after 3,000 steps, seeds 0-2) and trains
-# to the criterion at 1e-3 (720 steps at depth 4, 1,000 at depth 6; docs/study.md section 9).
+# to the criterion at 1e-3 (720 steps at depth 4, 1,000 at depth 6; docs/study.md section 10).
 DEFAULT_BASES = (
     {"depth": 2, "width": 32, "train_size": 512, "lr": 2e-3, "batch_size": 64, "weight_decay": 0.0, "dropout": 0.0},
     {"depth": 4, "width": 64, "train_size": 256, "lr": 1e-3, "batch_size": 32, "weight_decay": 0.1, "dropout": 0.1},
