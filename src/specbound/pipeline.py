@@ -22,17 +22,18 @@ from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
-from .compute.extract import LayerWeights, layer_weights, matrix_tensor_names
+from .archs.binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .archs.extract import layer_weights, matrix_tensor_names
+from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
+from .archs.rotary import rotary_layout
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
-from .compute.rotary import RotaryLayout, rotary_layout_from_config
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
-from .assumptions import assumptions
+from .bounds.assumptions import assumptions
 from .records import Analysis, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
@@ -165,29 +166,8 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     prefix = detect_prefix(spec, ckpt)
     dims = infer_kv_heads(spec, ckpt, dims, prefix)
     account_for_tensors(spec, ckpt, dims, prefix)
-    return OpenModel(ckpt, spec, dims, prefix, _rotary_layout(spec, ckpt, dims))
-
-
-UNBOUNDED_POSITIONS = 1 << 62  # "every offset": the exact max over offsets is then never attempted
-
-
-def _rotary_layout(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims) -> RotaryLayout | None:
-    """The rotary layout of a family that declares one (``"rotary"`` in its spec), from config.json."""
-    if spec.rotary is None:
-        return None
-    config = ckpt.config
-    if not any(k in config for k in ("max_position_embeddings", "n_positions")):
-        # no stated context length: every offset counts, so only the bounds valid for every rotation apply
-        config = {**config, "max_position_embeddings": UNBOUNDED_POSITIONS}
-    try:
-        layout = rotary_layout_from_config(config, dims.d_head, pairing=spec.rotary)
-    except ValueError as exc:
-        raise SpecboundError(f"config.json of {ckpt.location}: {exc}; fix the rotary settings (rope_theta, "
-                             f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
-    if layout is None:
-        raise SpecboundError(f"the {spec.family} family uses rotary position embeddings, but config.json of "
-                             f"{ckpt.location} says how for none of them; add max_position_embeddings and rope_theta")
-    return layout
+    rotary = rotary_layout(spec, ckpt.config, dims.d_head, where=str(ckpt.location))
+    return OpenModel(ckpt, spec, dims, prefix, rotary)
 
 
 def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",

@@ -7,7 +7,7 @@ import pytest
 
 from specbound.bounds.schatten import ContributionCurve, schatten_grid
 from specbound.bounds.edelman import EDELMAN
-from specbound.archs.binding import ModelDims
+from specbound.archs.model import ModelDims
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.layer_spectra import LayerSpectra
 from specbound.compute.measures import measure

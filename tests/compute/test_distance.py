@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specbound
-from numpy_bert import row_weights, write_tiny_bert
+from support.numpy_bert import row_weights, write_tiny_bert
 from specbound.bounds import REGISTRY
 from specbound.compute.distance import stacked_difference
 from specbound.errors import SpecboundError
@@ -50,8 +50,8 @@ def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
     from specbound.compute.layer_spectra import layer_spectra
     from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
     from specbound.compute.distance import difference_spectra
-    from specbound.archs.binding import ModelDims
-    from specbound.compute.extract import LayerWeights
+    from specbound.archs.model import ModelDims
+    from specbound.archs.model import LayerWeights
     from specbound.bounds.schatten import default_grid_m
     from specbound.compute.measures import measure
 

@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specbound.archs.model import RotaryLayout
+from specbound.archs.rotary import parse_rotary
 from specbound.compute.rotary import (
-    DEFAULT_MAX_CORE_SVDS, RotaryLayout, exact_qk_at_offsets, rotary_layout_from_config, rotary_qk_envelope,
-    rotation, rotations,
+    DEFAULT_MAX_CORE_SVDS, exact_qk_at_offsets, rotary_qk_envelope, rotation, rotations,
 )
 
 REL = 1e-12
@@ -87,7 +88,7 @@ def test_rotation_matches_hf_llama():
 
     config = LlamaConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
                          max_position_embeddings=64, intermediate_size=48, num_hidden_layers=1)
-    layout = rotary_layout_from_config(config.to_dict(), 16)
+    layout = parse_rotary(config.to_dict(), 16, "half")
     assert layout == RotaryLayout(16, "half", 10000.0, 64)
     # HF's own (float32) tables agree with our angles to float32 accuracy.
     rope = ml.LlamaRotaryEmbedding(config)
@@ -115,7 +116,7 @@ def test_rotation_matches_hf_gpt_neox_partial():
 
     config = GPTNeoXConfig(hidden_size=32, num_attention_heads=2, rotary_pct=0.25, max_position_embeddings=64,
                            intermediate_size=48, num_hidden_layers=1)
-    layout = rotary_layout_from_config(config.to_dict(), 16)
+    layout = parse_rotary(config.to_dict(), 16, "half")
     assert (layout.rotary_dim, layout.pairing, layout.max_positions) == (4, "half", 64)
     rope = mn.GPTNeoXRotaryEmbedding(config)
     np.testing.assert_allclose(rope.inv_freq.double().numpy(), layout.thetas, rtol=1e-6)
@@ -142,7 +143,7 @@ def test_rotation_matches_hf_gptj_interleaved():
     from transformers import GPTJConfig
 
     config = GPTJConfig(n_embd=32, n_head=2, rotary_dim=8, n_positions=64, n_layer=1)
-    layout = rotary_layout_from_config(config.to_dict(), 16, pairing=None)  # inferred from model_type
+    layout = parse_rotary(config.to_dict(), 16, "interleaved")
     assert layout == RotaryLayout(8, "interleaved", 10000.0, 64)
     table32 = mj.create_sinusoidal_positions(64, 8)  # (positions, [sin | cos]) in float32
     ang = np.asarray(POSITIONS, dtype=float)[:, None] * layout.thetas[None, :]
@@ -402,73 +403,6 @@ def test_grouped_query_heads_use_their_kv_head():
             assert getattr(g, field) == pytest.approx(getattr(r, field), rel=1e-14), field
     with pytest.raises(ValueError, match="kv_index"):
         rotary_qk_envelope(q, k, [0, 1, 2, 0], layout)
-
-
-# ------------------------------------------------------------------------------------------------
-# Config parsing
-# ------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("config, d_head, expected", [
-    ({"model_type": "llama", "rope_theta": 500000.0, "max_position_embeddings": 8192}, 128,
-     RotaryLayout(128, "half", 500000.0, 8192)),
-    ({"model_type": "llama", "max_position_embeddings": 2048}, 128, RotaryLayout(128, "half", 10000.0, 2048)),
-    ({"rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}, "max_position_embeddings": 32768,
-      "head_dim": 64}, 64, RotaryLayout(64, "half", 1e6, 32768)),
-    ({"model_type": "gpt_neox", "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048},
-     64, RotaryLayout(16, "half", 10000.0, 2048)),
-    ({"model_type": "phi", "partial_rotary_factor": 0.4, "max_position_embeddings": 2048}, 80,
-     RotaryLayout(32, "half", 10000.0, 2048)),
-    ({"model_type": "gptj", "rotary_dim": 64, "n_positions": 2048}, 256, RotaryLayout(64, "half", 10000.0, 2048)),
-    ({"rope_theta": 10000.0, "max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}},
-     128, RotaryLayout(128, "half", 10000.0, 4096, "linear")),
-    ({"rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}, "max_position_embeddings": 131072},
-     128, RotaryLayout(128, "half", 5e5, 131072, "llama3")),
-])
-def test_config_parsing(config, d_head, expected):
-    assert rotary_layout_from_config(config, d_head) == expected
-
-
-def test_config_pairing_inference_and_override():
-    cfg = {"model_type": "gptj", "rotary_dim": 64, "n_positions": 2048}
-    assert rotary_layout_from_config(cfg, 256, pairing=None).pairing == "interleaved"
-    assert rotary_layout_from_config({**cfg, "model_type": "llama"}, 256, pairing=None).pairing == "half"
-    assert rotary_layout_from_config(cfg, 256, pairing="interleaved").pairing == "interleaved"
-
-
-@pytest.mark.parametrize("config", [
-    {"model_type": "bert", "position_embedding_type": "absolute", "max_position_embeddings": 512},
-    {"model_type": "gpt2", "n_positions": 1024},
-    {"model_type": "falcon", "alibi": True, "rope_theta": 10000.0, "max_position_embeddings": 2048},
-    {},
-])
-def test_config_without_rotary(config):
-    assert rotary_layout_from_config(config, 64) is None
-
-
-@pytest.mark.parametrize("config, d_head, pairing, match", [
-    ({"rope_theta": -1.0, "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rope_theta": 0, "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rope_theta": float("inf"), "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rope_theta": "big", "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rotary_dim": 7, "max_position_embeddings": 64}, 16, "half", "even"),
-    ({"rotary_dim": 0, "max_position_embeddings": 64}, 16, "half", "positive"),
-    ({"rotary_dim": 32, "max_position_embeddings": 64}, 16, "half", "d_head"),
-    ({"rotary_pct": 0.0, "max_position_embeddings": 64}, 16, "half", r"rotary_pct must lie in \(0, 1\]"),
-    ({"partial_rotary_factor": 1.5, "max_position_embeddings": 64}, 16, "half", "partial_rotary_factor"),
-    ({"partial_rotary_factor": 0.3, "max_position_embeddings": 64}, 10, "half", "even"),  # int(3.0) = 3
-    ({"rope_theta": 1e4}, 16, "half", "max_position_embeddings"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 0}, 16, "half", "max_position_embeddings"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64.5}, 16, "half", "max_position_embeddings"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64, "head_dim": 32}, 16, "half", "head_dim"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64}, 16, "zigzag", "pairing"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64}, 0, "half", "d_head"),
-    ({"rope_parameters": {"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}},
-      "max_position_embeddings": 64}, 16, "half", "per layer type"),
-])
-def test_config_errors(config, d_head, pairing, match):
-    with pytest.raises(ValueError, match=match) as info:
-        rotary_layout_from_config(config, d_head, pairing=pairing)
-    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("kwargs, match", [

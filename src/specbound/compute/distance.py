@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .extract import LayerWeights
+from ..archs.model import LayerWeights
 from .layer_spectra import LayerSpectra
 from .spectra import dense_spectrum, factored_spectra
 

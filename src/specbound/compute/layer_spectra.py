@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..archs.model import LayerWeights, RotaryLayout
 from ..errors import SpecboundError
 from ..options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, METHODS
-from .extract import LayerWeights
 from .propagation import LayerSpectralNorms
-from .rotary import RotaryLayout, rotary_qk_envelope
+from .rotary import rotary_qk_envelope
 from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
 
 
