@@ -391,7 +391,7 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter
 
-    from ..report.figure_style import bound_colors
+    from ..records.style import bound_colors
     from .scaling import SCALING_AXES, axis_groups
 
     tasks = sorted(runs["task"].unique())
