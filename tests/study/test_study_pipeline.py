@@ -179,6 +179,10 @@ def test_report_only_rebuilds_everything_from_runs_csv(quick, tmp_path):
     assert rc == 0 and "no pstar.csv" in err and "No per-matrix table" in (tmp_path / "report.md").read_text()
     rc, _, err = _run("--report-only", "--out", tmp_path / "empty")
     assert rc == 2 and "no " in err and "runs.csv" in err
+    (tmp_path / "other").mkdir()
+    pd.read_csv(folder / "runs.csv").drop(columns=["seed", "n_test"]).to_csv(tmp_path / "other" / "runs.csv")
+    rc, _, err = _run("--report-only", "--out", tmp_path / "other")
+    assert rc == 2 and "lacks the column(s) seed, n_test" in err and len(err.strip().splitlines()) == 1
 
 
 def test_estimate_of_the_deep_grid_from_the_quick_runs(quick):

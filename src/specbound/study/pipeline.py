@@ -170,7 +170,7 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
     to the statistics; a change to the bounds needs the run folders and ``--reanalyze``.
     """
     from .correlate import BOOTSTRAP
-    from .table import measures_from_columns
+    from .table import METRICS, measures_from_columns
 
     out = Path(out)
     bootstrap = BOOTSTRAP if bootstrap is None else bootstrap
@@ -183,7 +183,7 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
                              f"run `specbound study --out {out}` first")
     start = time.perf_counter()
     runs = pd.read_csv(path)
-    missing = [c for c in ("run", "task", "seed", "converged", "error_gap", *HPARAMS) if c not in runs.columns]
+    missing = [c for c in ("run", "key", "task", *HPARAMS, "seed", "max_steps", *METRICS) if c not in runs.columns]
     if missing:
         raise SpecboundError(f"{path} lacks the column(s) {', '.join(missing)}: it is not a study's runs.csv")
     runs = runs.drop(columns=[c for c in ("base", "cluster") if c in runs.columns])  # recomputed below

@@ -309,7 +309,7 @@ def plot_psi(corr: pd.DataFrame, measures: list[str], path: Path, *, gap: str = 
     axes[-1, 0].set_xlim(-0.5, len(HPARAMS) - 0.5)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=6, frameon=False)
-    fig.suptitle(f"granulated Kendall tau (psi) against the {gap}, 95% bootstrap intervals over groups", fontsize=8)
+    fig.suptitle(f"granulated Kendall tau (psi) against the {gap}, 95% bootstrap intervals over clusters", fontsize=8)
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.09, right=0.99, top=1 - 0.35 / height, bottom=0.75 / height, hspace=0.15)
     return _save(fig, path)
