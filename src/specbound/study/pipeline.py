@@ -168,9 +168,7 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
     from .table import METRICS, measures_from_columns
 
     out = Path(out)
-    bootstrap = BOOTSTRAP if bootstrap is None else bootstrap
-    if not isinstance(bootstrap, int) or bootstrap < 0:
-        raise SpecboundError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
+    bootstrap = check("bootstrap", BOOTSTRAP if bootstrap is None else bootstrap, NON_NEGATIVE_INT)
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     path = out / "runs.csv"
     if not path.is_file():
