@@ -9,7 +9,8 @@ import pytest
 
 from specbound import SpecboundError
 from specbound.cli import main
-from specbound.report.scaling import loglog_fit, quantities, scaling_fits, scaling_table, summary_table
+from specbound.report.scaling import (group_slopes, loglog_fit, quantities, scaling_fits, scaling_table,
+                                      summary_table)
 from specbound.sweep.store import Record, Store
 
 DEPTHS = (2, 4, 6, 8, 10, 12)
@@ -44,7 +45,8 @@ def test_exact_power_laws_are_recovered_exactly(tmp_path):
         for (against, slope) in (("L", a), ("N", b)):
             rows = fits.loc[bound].loc[against]
             np.testing.assert_allclose(rows["slope"], slope, atol=1e-10)
-            assert (rows["ci_high"] - rows["ci_low"] < 1e-8).all()  # no residual: a zero-width interval
+            fitted = rows.drop(index=f"median over {'N' if against == 'L' else 'L'}")  # the median has none
+            assert (fitted["ci_high"] - fitted["ci_low"] < 1e-8).all()  # no residual: a zero-width interval
     assert set(fits.index.get_level_values("fixed")) >= {"all N", "N=128", "all L", "L=12"}
     assert (fits["role"] == "all").all()  # synthetic bounds have no per-role breakdown
 
@@ -111,3 +113,16 @@ def test_summary_and_cli(tiny_store, capsys):
     assert csv[0].startswith("bound,role,against,fixed,points") and all(l.startswith("edelman,") for l in csv[1:])
     assert main(["scaling", "--store", str(tiny_store.root), "--bound", "nope"]) == 2
     assert "no bound named nope" in capsys.readouterr().err
+
+
+def test_median_over_groups_is_the_median_of_each_groups_own_slope(tmp_path):
+    # B = L^(N/256): at N = 128, 256, 512, 768 the slopes in L are 0.5, 1, 2, 3; their median 1.5
+    st = synthetic_store(tmp_path / "s", {"bent": lambda L, N: 2.0 * L ** (N / 256)})
+    fits = scaling_table(st, per_group=True, against=[("L", "N")]).set_index("fixed")
+    assert [fits.loc[f"N={n}", "slope"] for n in WIDTHS] == pytest.approx([0.5, 1.0, 2.0, 3.0], abs=1e-10)
+    median = fits.loc["median over N"]
+    assert median["slope"] == pytest.approx(1.5, abs=1e-10) and math.isnan(median["ci_low"])
+    assert median["points"] == len(DEPTHS) * len(WIDTHS)
+    levels, slopes = group_slopes(np.array([1.0, 2.0, 1.0, 1.0, 4.0]), np.array([1.0, 8.0, 5.0, 5.0, 5.0]),
+                                  np.array(["a", "a", "b", "b", "c"]))
+    assert levels == ["a", "b", "c"] and slopes[0] == pytest.approx(3.0) and np.isnan(slopes[1:]).all()

@@ -1,4 +1,4 @@
-"""`specbound study` end to end on the quick grid of one task (8 runs on real data, about a minute
+"""`specbound study` end to end on the quick grid of one task (11 runs on real data, about a minute
 on two cores), and one run of each text task trained to the criterion and measured against
 independent recomputations (the head on the observed rows, the margin's normalisation, the
 flatness bisection)."""
@@ -108,16 +108,17 @@ def test_report_tables_and_figures(quick, runs):
     folder, out, err = quick
     report = (folder / "report.md").read_text()
     assert "## fmnist: each measure against the error gap" in report and "| spectral_adaptive |" in report
-    assert "### Runs that missed the criterion (excluded)" in report and "p* by depth" in report
+    assert "### Runs that missed the criterion (excluded)" in report and "p* along each base point" in report
     for name in ("bounds_vs_gap_fmnist.png", "psi_per_axis.png", "pstar_by_depth.png"):
         assert (folder / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (folder / "figures" / name).with_suffix(".pdf").exists()
     pstar = pd.read_csv(folder / "pstar.csv")
     assert set(pstar["run"]) == set(runs["run"]) and ((pstar["p_star"] >= 0) & (pstar["p_star"] <= 2)).all()
     assert "robust sign-error" in out and "met the training criterion" in out
-    assert "[8/8]" in err
+    n = len(make_grid("quick", ("fmnist",)))
+    assert f"[{n}/{n}]" in err
     study = json.loads((folder / "study.json").read_text())
-    assert study["trained"] == 8 and study["bootstrap"] == 40
+    assert study["trained"] == n and study["bootstrap"] == 40
 
 
 def test_rerun_reuses_every_run_and_reanalyses_a_missing_analysis(quick, runs):
@@ -130,6 +131,66 @@ def test_rerun_reuses_every_run_and_reanalyses_a_missing_analysis(quick, runs):
     again = result.runs.set_index("run").sort_index()
     before = runs.set_index("run").sort_index()
     pd.testing.assert_series_equal(again["spectral_adaptive"], before["spectral_adaptive"])
+
+
+def test_quick_study_writes_growth_exponents_that_match_a_fit_by_hand(quick, runs):
+    folder, out, _ = quick
+    scaling = pd.read_csv(folder / "scaling.csv")
+    assert list(scaling.columns) == ["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "groups", "clusters"]
+    table = scaling.set_index(["task", "bound", "axis"])
+    for scope in ("fmnist", "all"):
+        for bound in ("spectral_adaptive", "edelman"):
+            for axis in ("depth", "width"):
+                row = table.loc[(scope, bound, axis)]
+                assert np.isfinite(row[["slope", "slope_lo", "slope_hi"]].to_numpy(dtype=float)).all(), row
+                assert row["slope_lo"] <= row["slope"] <= row["slope_hi"] and row["clusters"] == 2
+        # the parameter count is depth x width^2 in the analysed matrices: exponents 1 and 2
+        assert table.loc[(scope, "param_count", "depth"), "slope"] == pytest.approx(1.0, abs=1e-9)
+        assert table.loc[(scope, "param_count", "width"), "slope"] == pytest.approx(2.0, abs=1e-9)
+    ok = runs[runs["converged"]]
+    for axis in ("depth", "width"):  # by hand: a line through each seed's pair of runs, then the median
+        keys = [h for h in HPARAMS if h != axis] + ["seed"]
+        slopes = [np.polyfit(np.log(g[axis]), np.log(g["spectral_adaptive"]), 1)[0] for _, g in ok.groupby(keys)
+                  if g[axis].nunique() > 1]
+        assert table.loc[("fmnist", "spectral_adaptive", axis), "slope"] == pytest.approx(np.median(slopes), rel=1e-9)
+    assert set(runs["cluster"]) == {"fmnist/0/A", "fmnist/1/A"} and set(runs["base"]) == {"A"}
+    report = (folder / "report.md").read_text()
+    assert "## How each bound grows with depth and width" in report and "### growth exponent in width" in report
+    assert "not a generalisation guarantee" in report and "growth exponents, all tasks" in out
+    assert (folder / "figures" / "bounds_vs_depth_width.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## p* along each base point's depth axis" in report and "| fmnist | A | 2 |" in report
+
+
+def test_report_only_rebuilds_everything_from_runs_csv(quick, tmp_path):
+    """A folder holding only runs.csv and pstar.csv (no run folders) gets the same statistics back."""
+    folder = quick[0]
+    for name in ("runs.csv", "pstar.csv"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    replicates = json.loads((folder / "study.json").read_text())["bootstrap"]  # another test re-reports with 10
+    rc, out, err = _run("--report-only", "--bootstrap", replicates, "--no-figures", "--out", tmp_path)
+    assert rc == 0, err
+    assert "re-reporting 11 runs" in err and not (tmp_path / "runs").exists()
+    for name in ("correlations.csv", "scaling.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / name), pd.read_csv(folder / name), rtol=1e-12)
+    report = (tmp_path / "report.md").read_text()
+    assert "rebuilt from the stored runs.csv and pstar.csv alone" in report and "Grid `quick`" in report
+    (tmp_path / "pstar.csv").unlink()
+    rc, _, err = _run("--report-only", "--bootstrap", "5", "--no-figures", "--out", tmp_path)
+    assert rc == 0 and "no pstar.csv" in err and "No per-matrix table" in (tmp_path / "report.md").read_text()
+    rc, _, err = _run("--report-only", "--out", tmp_path / "empty")
+    assert rc == 2 and "no " in err and "runs.csv" in err
+    (tmp_path / "other").mkdir()
+    pd.read_csv(folder / "runs.csv").drop(columns=["seed", "n_test"]).to_csv(tmp_path / "other" / "runs.csv")
+    rc, _, err = _run("--report-only", "--out", tmp_path / "other")
+    assert rc == 2 and "lacks the column(s) seed, n_test" in err and len(err.strip().splitlines()) == 1
+
+
+def test_estimate_of_the_deep_grid_from_the_quick_runs(quick):
+    rc, out, err = _run("--grid", "quick", "--seeds", "0,1,2", "--estimate", "--tasks", "fmnist", "--out", quick[0])
+    assert rc == 0, err
+    assert "ESTIMATE" in out and "CPU s" in out and "runs to do" in out
+    rc, _, err = _run("--quick", "--grid", "deep", "--out", quick[0])
+    assert rc == 2 and "--quick is --grid quick" in err
 
 
 @pytest.mark.parametrize("task", ["langid", "fortunes"])
