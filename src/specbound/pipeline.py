@@ -16,23 +16,24 @@ from typing import Any, Callable
 
 
 from .errors import SpecboundError
-from .options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, AnalysisOptions
+from .options import AnalysisOptions, KernelOptions
 from .io import Checkpoint, open_checkpoint
 from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .archs.binding import ModelDims, account_for_tensors, detect_prefix, infer_kv_heads, model_dims
-from .compute.extract import LayerWeights, layer_weights, matrix_tensor_names
+from .archs.binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .archs.extract import layer_weights, matrix_tensor_names
+from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
+from .archs.rotary import rotary_layout
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
-from .compute.rotary import RotaryLayout, rotary_layout_from_config
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
-from .assumptions import assumptions
+from .bounds.assumptions import assumptions
 from .records import Analysis, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
@@ -71,9 +72,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     bar, on_layer = _progress_callback(progress)
     try:
         with threadpool_limits(limits=threads), _torch_threads(opts.device, threads):
-            layers, deltas = all_layer_spectra(model, init_model, method=opts.method, gram_rtol=opts.gram_rtol,
-                                               jobs=jobs, progress=on_layer, rank_tol=opts.rank_tol,
-                                               device=opts.device)
+            layers, deltas = all_layer_spectra(model, init_model, opts.kernel, jobs=jobs, progress=on_layer)
             model.ckpt.close()
             if init_model is not None:
                 init_model.ckpt.close()
@@ -105,10 +104,23 @@ def _torch_threads(device: str, threads: int | None):
         torch.set_num_threads(before)
 
 
+def tqdm_class():
+    """tqdm's notebook bar where it can draw (ipywidgets installed), else its text bar, which a
+    notebook shows as well; ``tqdm.auto`` alone warns "IProgress not found" in a notebook
+    without ipywidgets."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm.std import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
+
+
 def _progress_callback(progress):
     """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a tqdm bar on stderr)."""
     if progress is True:
-        from tqdm.auto import tqdm
+        tqdm = tqdm_class()
 
         class LayersBar:  # the bar is made at the first call (done=0), with its total known
             bar = None
@@ -165,36 +177,13 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     prefix = detect_prefix(spec, ckpt)
     dims = infer_kv_heads(spec, ckpt, dims, prefix)
     account_for_tensors(spec, ckpt, dims, prefix)
-    return OpenModel(ckpt, spec, dims, prefix, _rotary_layout(spec, ckpt, dims))
+    rotary = rotary_layout(spec, ckpt.config, dims.d_head, where=str(ckpt.location))
+    return OpenModel(ckpt, spec, dims, prefix, rotary)
 
 
-UNBOUNDED_POSITIONS = 1 << 62  # "every offset": the exact max over offsets is then never attempted
-
-
-def _rotary_layout(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims) -> RotaryLayout | None:
-    """The rotary layout of a family that declares one (``"rotary"`` in its spec), from config.json."""
-    if spec.rotary is None:
-        return None
-    config = ckpt.config
-    if not any(k in config for k in ("max_position_embeddings", "n_positions")):
-        # no stated context length: every offset counts, so only the bounds valid for every rotation apply
-        config = {**config, "max_position_embeddings": UNBOUNDED_POSITIONS}
-    try:
-        layout = rotary_layout_from_config(config, dims.d_head, pairing=spec.rotary)
-    except ValueError as exc:
-        raise SpecboundError(f"config.json of {ckpt.location}: {exc}; fix the rotary settings (rope_theta, "
-                             f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
-    if layout is None:
-        raise SpecboundError(f"the {spec.family} family uses rotary position embeddings, but config.json of "
-                             f"{ckpt.location} says how for none of them; add max_position_embeddings and rope_theta")
-    return layout
-
-
-def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
-                        gram_rtol: float = DEFAULT_GRAM_RTOL, rank_tol: float = DEFAULT_RANK_TOL,
-                        device: str = "numpy", prefetch: bool = False,
+def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False,
                         weights: LayerWeights | None = None) -> LayerSpectra:
-    """Read layer ``layer`` of an opened model and compute its spectra.
+    """Read layer ``layer`` of an opened model and compute its spectra as ``kernel`` says.
 
     Independent of every other layer, so a sweep can run the layers of a large model as separate
     tasks and :func:`assemble` the results.  The attention factors are released before the
@@ -204,9 +193,8 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     """
     if weights is None:
         weights = read_layer(model, layer)
-    return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol,
-                         device=device, prefetch=prefetch)
+    return layer_spectra(weights, kernel, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
+                         release=True, rotary=model.rotary, prefetch=prefetch)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
@@ -214,12 +202,11 @@ def read_layer(model: OpenModel, layer: int) -> LayerWeights:
     return layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
 
 
-def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
-                      gram_rtol: float = DEFAULT_GRAM_RTOL, jobs: int = 1,
-                      progress: Callable[[int, int], None] | None = None, rank_tol: float = DEFAULT_RANK_TOL,
-                      device: str = "numpy"
+def all_layer_spectra(model: OpenModel, init_model: OpenModel | None, kernel: KernelOptions, *, jobs: int,
+                      progress: Callable[[int, int], None] | None = None
                       ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
-    """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time.
+    """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time,
+    computed as ``kernel`` says.
 
     Layers are independent: with ``jobs > 1`` they run in a thread pool (the linear algebra
     releases the GIL; tensor reads are serialised) and the results, in layer order, are the same
@@ -237,10 +224,8 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     users = Counter(source)
 
     def one(layer: int, weights: LayerWeights | None = None) -> tuple[LayerSpectra, LayerSpectra | None]:
-        delta = (_difference_spectra(model, init_model, layer, method=method)
-                 if init_model is not None else None)
-        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, rank_tol=rank_tol,
-                                   device=device, prefetch=overlap, weights=weights), delta
+        delta = _difference_spectra(model, init_model, layer, kernel) if init_model is not None else None
+        return model_layer_spectra(model, layer, kernel, prefetch=overlap, weights=weights), delta
 
     done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
     covered = 0
@@ -338,12 +323,11 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, method: str) -> LayerSpectra:
+def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, kernel: KernelOptions) -> LayerSpectra:
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
     weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
     w0 = layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer)
-    return difference_spectra(weights, w0, group=model.dims.H // model.dims.H_kv, method=method,
-                              block=model.dims.block)
+    return difference_spectra(weights, w0, kernel, group=model.dims.H // model.dims.H_kv, block=model.dims.block)
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,

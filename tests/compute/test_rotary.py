@@ -19,12 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specbound.archs.model import RotaryLayout
+from specbound.archs.rotary import parse_rotary
 from specbound.compute.rotary import (
-    DEFAULT_MAX_CORE_SVDS, RotaryLayout, exact_qk_at_offsets, rotary_layout_from_config, rotary_qk_envelope,
-    rotation, rotations,
+    DEFAULT_MAX_CORE_SVDS, exact_qk_at_offsets, rotary_qk_envelope, rotation, rotations,
 )
 
 REL = 1e-12
+RANK_TOL = 1e-10  # the project's default rank tolerance (project_rank below restates it)
 P_GRID = (1e-3, 0.05, 0.25, 0.5, 1.0, 1.5, 2.0)
 
 
@@ -87,7 +89,7 @@ def test_rotation_matches_hf_llama():
 
     config = LlamaConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
                          max_position_embeddings=64, intermediate_size=48, num_hidden_layers=1)
-    layout = rotary_layout_from_config(config.to_dict(), 16)
+    layout = parse_rotary(config.to_dict(), 16, "half")
     assert layout == RotaryLayout(16, "half", 10000.0, 64)
     # HF's own (float32) tables agree with our angles to float32 accuracy.
     rope = ml.LlamaRotaryEmbedding(config)
@@ -115,7 +117,7 @@ def test_rotation_matches_hf_gpt_neox_partial():
 
     config = GPTNeoXConfig(hidden_size=32, num_attention_heads=2, rotary_pct=0.25, max_position_embeddings=64,
                            intermediate_size=48, num_hidden_layers=1)
-    layout = rotary_layout_from_config(config.to_dict(), 16)
+    layout = parse_rotary(config.to_dict(), 16, "half")
     assert (layout.rotary_dim, layout.pairing, layout.max_positions) == (4, "half", 64)
     rope = mn.GPTNeoXRotaryEmbedding(config)
     np.testing.assert_allclose(rope.inv_freq.double().numpy(), layout.thetas, rtol=1e-6)
@@ -142,7 +144,7 @@ def test_rotation_matches_hf_gptj_interleaved():
     from transformers import GPTJConfig
 
     config = GPTJConfig(n_embd=32, n_head=2, rotary_dim=8, n_positions=64, n_layer=1)
-    layout = rotary_layout_from_config(config.to_dict(), 16, pairing=None)  # inferred from model_type
+    layout = parse_rotary(config.to_dict(), 16, "interleaved")
     assert layout == RotaryLayout(8, "interleaved", 10000.0, 64)
     table32 = mj.create_sinusoidal_positions(64, 8)  # (positions, [sin | cos]) in float32
     ang = np.asarray(POSITIONS, dtype=float)[:, None] * layout.thetas[None, :]
@@ -215,12 +217,12 @@ def test_zero_rotation_blind_qk_but_nonzero_rotary(pairing, pair):
     for t in (1, 11, -11):
         s = np.linalg.svd(dense_qk(wq, wk, layout, t), compute_uv=False)
         assert s[0] == pytest.approx(9 * abs(math.sin(t * layout.thetas[pair])), rel=1e-13)
-    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout)
+    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout, rank_tol=RANK_TOL)
     assert env.spectral_method == "exact_over_offsets"
     assert env.spectral_sup == pytest.approx(expected.max(), rel=1e-13)
     assert env.spectral_sup >= expected.max() * (1 - REL) and env.spectral_bound == pytest.approx(9.0)
     assert env.rank_bound >= 1 and env.schatten_power(1.0) >= expected.max() * (1 - REL)
-    (blind,) = rotary_qk_envelope(wq[None], wk[None], None, layout, max_core_svds=0)
+    (blind,) = rotary_qk_envelope(wq[None], wk[None], None, layout, rank_tol=RANK_TOL, max_core_svds=0)
     assert blind.spectral_method == "product_bound" and blind.spectral_sup == pytest.approx(9.0)
 
 
@@ -271,7 +273,8 @@ def _check_all_bounds(x, env, n):
 def test_reported_bounds_dominate_every_offset(case):
     q, k, kv_index, layout = case
     d, n = q.shape[1:]
-    envs = rotary_qk_envelope(q, k, kv_index, layout, exact_norm_2_1=True, max_core_svds=10**6)
+    envs = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True,
+                              max_core_svds=10**6)
     rng = np.random.default_rng(0)
     for env in envs:
         wq, wk = q[env.head], k[env.kv_head]
@@ -317,7 +320,7 @@ def test_rank_tolerance_needs_the_factor_rule():
     eps = 1e-5
     layout = RotaryLayout(2, "half", 10000.0, 16)  # one pair, theta_0 = 1 rad; cos(11) = 0.0044
     wq = wk = np.diag([1.0, eps])
-    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout)
+    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout, rank_tol=RANK_TOL)
     tau = 1e-10 * 2 * max(env.envelope[0], 1.0)
     assert np.count_nonzero(env.envelope > tau) == 1  # the naive rule
     s = np.linalg.svd(dense_qk(wq, wk, layout, 11), compute_uv=False)
@@ -334,7 +337,8 @@ def test_layouts_share_envelope_but_not_exact_values():
     rng = np.random.default_rng(3)
     q, k = rng.standard_normal((2, 8, 12)), rng.standard_normal((2, 8, 12))
     half, inter = RotaryLayout(8, "half", 100.0, 32), RotaryLayout(8, "interleaved", 100.0, 32)
-    for a, b in zip(rotary_qk_envelope(q, k, None, half), rotary_qk_envelope(q, k, None, inter)):
+    for a, b in zip(rotary_qk_envelope(q, k, None, half, rank_tol=RANK_TOL),
+                    rotary_qk_envelope(q, k, None, inter, rank_tol=RANK_TOL)):
         np.testing.assert_array_equal(a.envelope, b.envelope)
         assert (a.rank_bound, a.spectral_bound, a.norm_2_1_bound, a.norm_1_1_bound) == \
             (b.rank_bound, b.spectral_bound, b.norm_2_1_bound, b.norm_1_1_bound)
@@ -373,8 +377,8 @@ def test_budget_and_scaling_select_the_method():
     rng = np.random.default_rng(6)
     q, k = rng.standard_normal((3, 4, 9)), rng.standard_normal((3, 4, 9))
     layout = RotaryLayout(4, "half", 10000.0, 20)  # 3 heads x 39 offsets = 117 cores
-    exact = rotary_qk_envelope(q, k, None, layout, max_core_svds=117)
-    bound = rotary_qk_envelope(q, k, None, layout, max_core_svds=116)
+    exact = rotary_qk_envelope(q, k, None, layout, rank_tol=RANK_TOL, max_core_svds=117)
+    bound = rotary_qk_envelope(q, k, None, layout, rank_tol=RANK_TOL, max_core_svds=116)
     for e, b in zip(exact, bound):
         assert e.spectral_method == "exact_over_offsets" and b.spectral_method == "product_bound"
         assert e.argmax_offset is not None and b.argmax_offset is None
@@ -383,9 +387,9 @@ def test_budget_and_scaling_select_the_method():
     assert DEFAULT_MAX_CORE_SVDS < 32 * (2 * 4096 - 1)  # a LLaMA-7B layer gets the bound by default
     scaled = RotaryLayout(4, "half", 10000.0, 20, scaling="linear")
     assert all(e.spectral_method == "product_bound" and e.norm_2_1_method == "bound"
-               for e in rotary_qk_envelope(q, k, None, scaled, exact_norm_2_1=True))
+               for e in rotary_qk_envelope(q, k, None, scaled, rank_tol=RANK_TOL, exact_norm_2_1=True))
     with pytest.warns(UserWarning, match="attention factor"):
-        rotary_qk_envelope(q, k, None, RotaryLayout(4, "half", 10000.0, 20, scaling="yarn"))
+        rotary_qk_envelope(q, k, None, RotaryLayout(4, "half", 10000.0, 20, scaling="yarn"), rank_tol=RANK_TOL)
 
 
 def test_grouped_query_heads_use_their_kv_head():
@@ -393,82 +397,15 @@ def test_grouped_query_heads_use_their_kv_head():
     q, k = rng.standard_normal((4, 4, 10)), rng.standard_normal((2, 4, 10))
     layout = RotaryLayout(4, "interleaved", 500.0, 16)
     kv_index = np.arange(4) // 2
-    grouped = rotary_qk_envelope(q, k, kv_index, layout, exact_norm_2_1=True)
-    repeated = rotary_qk_envelope(q, k[kv_index], None, layout, exact_norm_2_1=True)
+    grouped = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True)
+    repeated = rotary_qk_envelope(q, k[kv_index], None, layout, rank_tol=RANK_TOL, exact_norm_2_1=True)
     for g, r in zip(grouped, repeated):
         assert g.kv_head == kv_index[g.head]
         for field in ("spectral_sup", "spectral_bound", "rank_bound", "norm_2_1_sup", "norm_2_1_bound",
                       "norm_1_1_bound"):
             assert getattr(g, field) == pytest.approx(getattr(r, field), rel=1e-14), field
     with pytest.raises(ValueError, match="kv_index"):
-        rotary_qk_envelope(q, k, [0, 1, 2, 0], layout)
-
-
-# ------------------------------------------------------------------------------------------------
-# Config parsing
-# ------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("config, d_head, expected", [
-    ({"model_type": "llama", "rope_theta": 500000.0, "max_position_embeddings": 8192}, 128,
-     RotaryLayout(128, "half", 500000.0, 8192)),
-    ({"model_type": "llama", "max_position_embeddings": 2048}, 128, RotaryLayout(128, "half", 10000.0, 2048)),
-    ({"rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}, "max_position_embeddings": 32768,
-      "head_dim": 64}, 64, RotaryLayout(64, "half", 1e6, 32768)),
-    ({"model_type": "gpt_neox", "rotary_pct": 0.25, "rotary_emb_base": 10000, "max_position_embeddings": 2048},
-     64, RotaryLayout(16, "half", 10000.0, 2048)),
-    ({"model_type": "phi", "partial_rotary_factor": 0.4, "max_position_embeddings": 2048}, 80,
-     RotaryLayout(32, "half", 10000.0, 2048)),
-    ({"model_type": "gptj", "rotary_dim": 64, "n_positions": 2048}, 256, RotaryLayout(64, "half", 10000.0, 2048)),
-    ({"rope_theta": 10000.0, "max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}},
-     128, RotaryLayout(128, "half", 10000.0, 4096, "linear")),
-    ({"rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}, "max_position_embeddings": 131072},
-     128, RotaryLayout(128, "half", 5e5, 131072, "llama3")),
-])
-def test_config_parsing(config, d_head, expected):
-    assert rotary_layout_from_config(config, d_head) == expected
-
-
-def test_config_pairing_inference_and_override():
-    cfg = {"model_type": "gptj", "rotary_dim": 64, "n_positions": 2048}
-    assert rotary_layout_from_config(cfg, 256, pairing=None).pairing == "interleaved"
-    assert rotary_layout_from_config({**cfg, "model_type": "llama"}, 256, pairing=None).pairing == "half"
-    assert rotary_layout_from_config(cfg, 256, pairing="interleaved").pairing == "interleaved"
-
-
-@pytest.mark.parametrize("config", [
-    {"model_type": "bert", "position_embedding_type": "absolute", "max_position_embeddings": 512},
-    {"model_type": "gpt2", "n_positions": 1024},
-    {"model_type": "falcon", "alibi": True, "rope_theta": 10000.0, "max_position_embeddings": 2048},
-    {},
-])
-def test_config_without_rotary(config):
-    assert rotary_layout_from_config(config, 64) is None
-
-
-@pytest.mark.parametrize("config, d_head, pairing, match", [
-    ({"rope_theta": -1.0, "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rope_theta": 0, "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rope_theta": float("inf"), "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rope_theta": "big", "max_position_embeddings": 64}, 16, "half", "rope_theta"),
-    ({"rotary_dim": 7, "max_position_embeddings": 64}, 16, "half", "even"),
-    ({"rotary_dim": 0, "max_position_embeddings": 64}, 16, "half", "positive"),
-    ({"rotary_dim": 32, "max_position_embeddings": 64}, 16, "half", "d_head"),
-    ({"rotary_pct": 0.0, "max_position_embeddings": 64}, 16, "half", r"rotary_pct must lie in \(0, 1\]"),
-    ({"partial_rotary_factor": 1.5, "max_position_embeddings": 64}, 16, "half", "partial_rotary_factor"),
-    ({"partial_rotary_factor": 0.3, "max_position_embeddings": 64}, 10, "half", "even"),  # int(3.0) = 3
-    ({"rope_theta": 1e4}, 16, "half", "max_position_embeddings"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 0}, 16, "half", "max_position_embeddings"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64.5}, 16, "half", "max_position_embeddings"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64, "head_dim": 32}, 16, "half", "head_dim"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64}, 16, "zigzag", "pairing"),
-    ({"rope_theta": 1e4, "max_position_embeddings": 64}, 0, "half", "d_head"),
-    ({"rope_parameters": {"full_attention": {"rope_theta": 1e6}, "sliding_attention": {"rope_theta": 1e4}},
-      "max_position_embeddings": 64}, 16, "half", "per layer type"),
-])
-def test_config_errors(config, d_head, pairing, match):
-    with pytest.raises(ValueError, match=match) as info:
-        rotary_layout_from_config(config, d_head, pairing=pairing)
-    assert "\n" not in str(info.value)
+        rotary_qk_envelope(q, k, [0, 1, 2, 0], layout, rank_tol=RANK_TOL)
 
 
 @pytest.mark.parametrize("kwargs, match", [

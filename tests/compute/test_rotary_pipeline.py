@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
-from specbound.compute.rotary import rotation, rotary_layout_from_config  # noqa: E402
+from specbound.archs.rotary import parse_rotary  # noqa: E402
+from specbound.compute.rotary import rotation  # noqa: E402
 
 N, H, D, P = 16, 2, 8, 24  # hidden size, heads, head size, max positions (small: the exact path runs)
 
@@ -63,7 +64,7 @@ def test_a_head_blind_to_w_q_w_k_is_seen_through_its_rotation(tmp_path):
 def test_every_offset_stays_below_the_reported_quantities(tmp_path, kv):
     model = _llama(seed=3, kv=kv)
     a = specbound.analyze(_save(model, tmp_path / "m"), threads=1)
-    layout = rotary_layout_from_config(model.config.to_dict(), D)
+    layout = parse_rotary(model.config.to_dict(), D, "half")
     sv = a.singular_values
     slack = 1 + 1e-12  # rounding of the dense products (about 1e-15 here)
     for layer in range(2):

@@ -4,31 +4,12 @@ weight of some layer or deliberately ignored) before any number is computed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..errors import SpecboundError
 from ..io import Checkpoint
+from .model import ModelDims
 from .spec import ArchSpec
-
-
-@dataclass(frozen=True)
-class ModelDims:
-    """Dimensions read from config.json through the family's spec."""
-
-    L: int
-    N: int
-    H: int
-    H_kv: int
-    d_head: int
-    d_ff: int
-    activation: str | None = None
-    block: str = "sequential"
-    feed_forward: str = "plain"
-    stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
-
-    def stored_layer(self, layer: int) -> int:
-        return layer if self.stored is None else self.stored[layer]
-
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:

@@ -1,8 +1,12 @@
-"""The registry of shipped families: ``specbound/archs/data/*.json``, keyed by ``model_type``."""
+"""The registry of shipped families: ``specbound/archs/data/*.json``, keyed by ``model_type``.
+
+Each file is read and validated once per process, at the first lookup.
+"""
 
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -10,24 +14,30 @@ from ..errors import SpecboundError
 from .spec import ArchSpec, parse_spec
 
 
-def builtin_specs() -> dict[str, ArchSpec]:
-    """The shipped families, keyed by family name."""
-    specs = {}
+@lru_cache(maxsize=1)
+def _shipped() -> tuple[tuple[str, ArchSpec], ...]:
+    """``(family, spec)`` of every shipped file, in file-name order, parsed once."""
+    specs = []
     for entry in sorted((resources.files("specbound.archs") / "data").iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
             spec = parse_spec(json.loads(entry.read_text()), f"specbound/archs/data/{entry.name}")
-            specs[spec.family] = spec
-    return specs
+            specs.append((spec.family, spec))
+    return tuple(specs)
+
+
+def builtin_specs() -> dict[str, ArchSpec]:
+    """The shipped families, keyed by family name (a new dict each call; the specs are shared)."""
+    return dict(_shipped())
 
 
 def supported_model_types() -> list[str]:
-    return sorted({t for s in builtin_specs().values() for t in s.model_types})
+    return sorted({t for _, s in _shipped() for t in s.model_types})
 
 
 def spec_for_config(config: dict[str, Any]) -> ArchSpec:
     """The shipped spec whose ``model_types`` contains the config's ``model_type``."""
     model_type = config.get("model_type")
-    for spec in builtin_specs().values():
+    for _, spec in _shipped():
         if model_type in spec.model_types:
             return spec
     raise SpecboundError(

@@ -25,6 +25,7 @@ from typing import Any
 import regex
 
 from ..errors import SpecboundError
+from .model import PAIRINGS
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
@@ -34,7 +35,6 @@ FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
 LAYER_PLACEHOLDER = "${layer}"
-PAIRINGS = ("half", "interleaved")  # rotary: dims (i, i + rot/2) as HF's rotate_half, or (2i, 2i + 1)
 # Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
 # not bound it, and every depth costs a row of every table.
 MAX_SHARED_DEPTH = 100_000

@@ -7,12 +7,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..archs.binding import ModelDims
+from ..archs.model import ModelDims
 from .layer_spectra import LayerSpectra
 from .propagation import downstream_factors, layer_lipschitz, log_downstream_factors, sensitivities
 from .spectra import MatrixSpectrum
 
 ROLE_ORDER = ("QK", "OV", "FF_in", "FF_gate", "FF_up", "FF_out")
+
+
+def ordered_roles(roles) -> list[str]:
+    """The distinct roles in ``roles`` (an iterable or a column), in :data:`ROLE_ORDER`, any other after
+    them in order of appearance."""
+    present = list(dict.fromkeys(roles))
+    return [r for r in ROLE_ORDER if r in present] + [r for r in present if r not in ROLE_ORDER]
 
 
 @dataclass(frozen=True)

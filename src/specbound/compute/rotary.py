@@ -35,7 +35,7 @@ import numpy as np
 # process made one 4096 x 128 QR take 1.2 s instead of 7 ms on this 2-core machine.
 from scipy.linalg import lapack
 
-PAIRINGS = ("half", "interleaved")
+from ..archs.model import RotaryLayout
 
 # Default budget of d_h x d_h core SVDs for the exact spectral norm over all offsets.  Measured
 # (numpy 2.4 / OpenBLAS, threadpoolctl at one thread, this repository's 2-core machine, N = 4096):
@@ -49,196 +49,6 @@ DEFAULT_MAX_CORE_SVDS = 4096
 _CHUNK_ENTRIES = 1 << 21
 # rope types that only change the set of angles (the "for every orthogonal R" bounds stay valid).
 _ANGLE_ONLY_SCALINGS = ("linear", "dynamic", "llama3")
-# model_type values whose HF implementation uses rotary embeddings even when the config carries no
-# rotary key (older configs relied on the default base 10000).
-_ROTARY_MODEL_TYPES = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-    "gemma3_text", "phi", "phi3", "gpt_neox", "gpt_neox_japanese", "gptj", "codegen", "stablelm",
-    "olmo", "olmo2", "persimmon", "starcoder2", "cohere", "internlm", "internlm2", "falcon",
-    "granite", "nemotron", "smollm3",
-})
-_INTERLEAVED_MODEL_TYPES = frozenset({"gptj", "codegen"})
-
-
-@dataclass(frozen=True)
-class RotaryLayout:
-    """Where and how fast a head's dimensions rotate.
-
-    Attributes
-    ----------
-    rotary_dim : int
-        Number of rotated dimensions ``rot`` (even, ``<= d_h``); the first ``rot`` dimensions of each
-        head rotate, dimensions ``rot .. d_h - 1`` are left as they are (GPT-NeoX, GPT-J, Phi).
-    pairing : {"half", "interleaved"}
-        ``"half"``: dimensions ``i`` and ``i + rot/2`` form pair ``i`` (HF ``rotate_half``: LLaMA,
-        Mistral, Qwen2, GPT-NeoX).  ``"interleaved"``: dimensions ``2i`` and ``2i + 1`` (GPT-J,
-        llama.cpp's original layout).
-    base : float
-        ``rope_theta``; pair ``i`` turns by ``theta_i = base^(-2i/rot)`` per position.
-    max_positions : int
-        ``P``; offsets ``delta = t - s`` range over ``[-(P - 1), P - 1]``.
-    scaling : str or None
-        The config's ``rope_scaling`` / ``rope_parameters`` type when it is not the default
-        (recorded only: the angles it produces are not modelled, so the exact-over-offsets path is
-        switched off and only the bounds valid for every rotation are reported).
-    """
-
-    rotary_dim: int
-    pairing: str
-    base: float
-    max_positions: int
-    scaling: str | None = None
-
-    def __post_init__(self):
-        rot, p = self.rotary_dim, self.max_positions
-        if isinstance(rot, bool) or not isinstance(rot, (int, np.integer)) or rot <= 0 or rot % 2:
-            raise ValueError(f"rotary_dim must be a positive even integer, got {rot!r}")
-        if self.pairing not in PAIRINGS:
-            raise ValueError(f"rotary pairing must be one of {PAIRINGS}, got {self.pairing!r}")
-        if not isinstance(self.base, (int, float, np.floating, np.integer)) or isinstance(self.base, bool) \
-                or not math.isfinite(self.base) or self.base <= 0:
-            raise ValueError(f"rotary base (rope_theta) must be a finite positive number, got {self.base!r}")
-        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p <= 0:
-            raise ValueError(f"max_positions must be a positive integer, got {p!r}")
-
-    @property
-    def thetas(self) -> np.ndarray:
-        """Angular frequencies ``theta_i = base^(-2i/rot)``, shape ``(rot/2,)``."""
-        return float(self.base) ** (-np.arange(0, self.rotary_dim, 2, dtype=np.float64) / self.rotary_dim)
-
-    @property
-    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Index arrays ``(u, v)``, each of shape ``(rot/2,)``: dimensions ``u[i], v[i]`` form pair ``i``."""
-        half = self.rotary_dim // 2
-        i = np.arange(half)
-        return (i, i + half) if self.pairing == "half" else (2 * i, 2 * i + 1)
-
-    @property
-    def offsets(self) -> np.ndarray:
-        """All relative offsets ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``."""
-        return np.arange(-(self.max_positions - 1), self.max_positions)
-
-    def check_head_dim(self, d_head: int) -> None:
-        if self.rotary_dim > d_head:
-            raise ValueError(f"rotary_dim {self.rotary_dim} exceeds the head dimension {d_head}")
-
-
-def _first(config: dict, *keys):
-    for key in keys:
-        if config.get(key) is not None:
-            return key, config[key]
-    return None, None
-
-
-def _number(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{what} must be a number, got {value!r}")
-    return float(value)
-
-
-def rotary_layout_from_config(config: dict, d_head: int, pairing: str | None = "half") -> RotaryLayout | None:
-    """The rotary layout of a HF-style ``config.json`` dict, or None when the model has no rotary.
-
-    Keys read: ``rope_theta`` / ``rotary_emb_base`` / ``rope_parameters["rope_theta"]`` (default
-    10000); ``partial_rotary_factor`` / ``rotary_pct`` (fraction of ``d_head``, ``rot =
-    int(d_head * f)`` as HF computes it) or ``rotary_dim`` (GPT-J, an absolute count);
-    ``max_position_embeddings`` / ``n_positions``; ``head_dim`` (must equal ``d_head``);
-    ``rope_scaling`` / ``rope_parameters["rope_type"]`` (recorded only).  A config is rotary when it
-    has any rotary key, ``position_embedding_type == "rotary"``, or a ``model_type`` whose HF
-    implementation is rotary (Falcon with ``alibi: true`` is not).
-
-    Parameters
-    ----------
-    config : dict
-        The parsed ``config.json`` (or ``PretrainedConfig.to_dict()``).
-    d_head : int
-        The head dimension ``d_h``.
-    pairing : {"half", "interleaved"} or None
-        Pair layout; None infers it from ``model_type`` (``gptj``/``codegen``: interleaved,
-        otherwise half).  The default ``"half"`` is HF's ``rotate_half``.
-
-    Returns
-    -------
-    RotaryLayout or None
-
-    Raises
-    ------
-    ValueError
-        One line naming the offending key for values that make no sense (non-positive base or
-        positions, a fraction outside ``(0, 1]``, an odd or oversized rotary dimension, a
-        ``head_dim`` that contradicts ``d_head``, an unknown pairing, no maximum position).
-    """
-    if not isinstance(config, dict):
-        raise ValueError(f"config must be a dict, got {type(config).__name__}")
-    if isinstance(d_head, bool) or not isinstance(d_head, (int, np.integer)) or d_head <= 0:
-        raise ValueError(f"d_head must be a positive integer, got {d_head!r}")
-    model_type = config.get("model_type")
-    params = config.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ValueError(f"rope_parameters must be a dict, got {params!r}")
-    if params and "rope_theta" not in params and "rope_type" not in params \
-            and all(isinstance(v, dict) for v in params.values()):
-        raise ValueError("rope_parameters is given per layer type "
-                         f"({sorted(params)}): pass the sub-dict of the layer's type merged into the config")
-    params = params or {}
-    scaling_cfg = config.get("rope_scaling")
-    rotary_keys = ("rope_theta", "rotary_emb_base", "rotary_pct", "partial_rotary_factor", "rotary_dim")
-    has_rotary = (bool(params) or scaling_cfg is not None or any(config.get(k) is not None for k in rotary_keys)
-                  or config.get("position_embedding_type") == "rotary" or model_type in _ROTARY_MODEL_TYPES)
-    if config.get("alibi") or config.get("position_embedding_type") in ("absolute", "alibi", "learned"):
-        has_rotary = False
-    if not has_rotary:
-        return None
-
-    if pairing is None:
-        pairing = "interleaved" if model_type in _INTERLEAVED_MODEL_TYPES else "half"
-    if pairing not in PAIRINGS:
-        raise ValueError(f"rotary pairing must be one of {PAIRINGS}, got {pairing!r}")
-
-    head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim != d_head:
-        raise ValueError(f"config head_dim={head_dim!r} contradicts d_head={d_head}")
-
-    key, base = _first(params, "rope_theta")
-    if key is None:
-        key, base = _first(config, "rope_theta", "rotary_emb_base")
-    base = 10000.0 if key is None else _number(base, key)
-    if not math.isfinite(base) or base <= 0:
-        raise ValueError(f"{key} must be a finite positive number, got {base!r}")
-
-    key, frac = _first(params, "partial_rotary_factor")
-    if key is None:
-        key, frac = _first(config, "partial_rotary_factor", "rotary_pct")
-    explicit_dim = config.get("rotary_dim")
-    if explicit_dim is not None:
-        if isinstance(explicit_dim, bool) or not isinstance(explicit_dim, (int, np.integer)):
-            raise ValueError(f"rotary_dim must be an integer, got {explicit_dim!r}")
-        rot = int(explicit_dim)
-        if key is not None and int(d_head * _number(frac, key)) != rot:
-            raise ValueError(f"rotary_dim={rot} contradicts {key}={frac!r} with d_head={d_head}")
-    elif key is not None:
-        f = _number(frac, key)
-        if not 0 < f <= 1:
-            raise ValueError(f"{key} must lie in (0, 1], got {frac!r}")
-        rot = int(d_head * f)
-    else:
-        rot = int(d_head)
-    if rot <= 0 or rot % 2 or rot > d_head:
-        raise ValueError(f"rotary dimension {rot} (d_head={d_head}) must be positive, even and <= d_head")
-
-    key, p = _first(config, "max_position_embeddings", "n_positions")
-    if key is None:
-        raise ValueError("rotary config has no max_position_embeddings (or n_positions)")
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p <= 0:
-        raise ValueError(f"{key} must be a positive integer, got {p!r}")
-
-    scaling = params.get("rope_type") or params.get("type")
-    if scaling in (None, "default") and isinstance(scaling_cfg, dict):
-        scaling = scaling_cfg.get("rope_type") or scaling_cfg.get("type")
-    elif scaling in (None, "default") and scaling_cfg is not None:
-        scaling = str(scaling_cfg)
-    scaling = None if scaling in (None, "default") else str(scaling)
-    return RotaryLayout(rot, pairing, base, int(p), scaling)
 
 
 def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
@@ -438,7 +248,7 @@ def _rank_bound(s_a: np.ndarray, s_b: np.ndarray, tau0: float) -> int:
 
 
 def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLayout, *,
-                       rank_tol: float = 1e-10, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
+                       rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
                        exact_norm_2_1: bool = False) -> list[RotaryHeadEnvelope]:
     """Per query head, bounds on the rotary QK matrices ``W_Q^T M(delta) W_K`` over all offsets.
 

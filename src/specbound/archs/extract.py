@@ -1,42 +1,17 @@
 """From checkpoint tensors to the matrices the bounds see (docs/spec.md section 1), one layer at a time:
 per-head factors in row-vector orientation, float64, fused QKV split, feed-forward matrices read
-lazily.  The checkpoint has been accounted for already (:mod:`specbound.archs.binding`).
+lazily.  The checkpoint has been accounted for already (:mod:`.binding`); the result is a
+:class:`~.model.LayerWeights`, the compute stage's input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-
 import numpy as np
 
-from ..archs.binding import ModelDims
-from ..archs.spec import ArchSpec
-from ..io import Checkpoint
 from ..errors import SpecboundError
-
-
-@dataclass
-class LayerWeights:
-    """One layer's weights in row-vector orientation, float64.
-
-    Attributes
-    ----------
-    q, k, v : ndarray, shape (H, d_head, N) (k, v: (H_kv, d_head, N))
-        Per-head factors ``W_Q^h``, ``W_K^h``, ``W_V^h``.
-    o : ndarray, shape (H, d_head, N)
-        Per-head ``W_O^h`` (rows of ``out.weight.T``).
-    ff : mapping of str to ndarray
-        Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
-        ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``; from a checkpoint, a :class:`LazyMatrices`.
-    """
-
-    layer: int
-    q: np.ndarray
-    k: np.ndarray
-    v: np.ndarray
-    o: np.ndarray
-    ff: Mapping[str, np.ndarray]
+from ..io import Checkpoint
+from .model import LayerWeights, LazyMatrices, ModelDims
+from .spec import ArchSpec
 
 
 def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
@@ -63,23 +38,6 @@ def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndar
         raise SpecboundError("a per-head fused qkv layout needs as many key/value heads as query heads")
     per_head = w.reshape(dims.N, dims.H, 3, dims.d_head)
     return tuple(per_head[:, :, i, :].reshape(dims.N, hd) for i in range(3))
-
-
-class LazyMatrices(Mapping):
-    """Role -> matrix, each read from the checkpoint when accessed and never cached, so a layer's
-    wide feed-forward matrices are held one at a time (a LLaMA-7B layer's three are 1 GB in float64)."""
-
-    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]]):
-        self._loaders = loaders
-
-    def __getitem__(self, role: str) -> np.ndarray:
-        return self._loaders[role]()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._loaders)
-
-    def __len__(self) -> int:
-        return len(self._loaders)
 
 
 FF_ROLES = ("ff_in", "ff_gate", "ff_up", "ff_out")

@@ -1,10 +1,10 @@
-"""Checkpoints whose tensors do not match their config or family, refused by the extraction stage
-(compute/extract.py) before any number is computed."""
+"""Checkpoints whose tensors do not match their config or family, refused when the family is bound
+to the checkpoint (archs/binding.py) before any number is computed."""
 
 import numpy as np
 import pytest
 
-from one_line import assert_broken_checkpoint_error, edit_tensors, write_config
+from support.one_line import assert_broken_checkpoint_error, edit_tensors, write_config
 
 
 def missing_tensor(d):

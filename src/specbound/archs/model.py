@@ -1,0 +1,139 @@
+"""What the architecture stage hands to the compute stage: a model's dimensions, its rotary layout
+and one layer's weights.  Plain data, shapes in the docstrings; nothing here reads a file or a
+config (that is :mod:`.binding`, :mod:`.rotary` and :mod:`.extract`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+PAIRINGS = ("half", "interleaved")  # rotary: dims (i, i + rot/2) as HF's rotate_half, or (2i, 2i + 1)
+# ``max_positions`` of a rotary model whose config states no context length: every offset counts, so
+# the exact maximum over offsets is never attempted and only the bounds valid for every rotation apply.
+UNBOUNDED_POSITIONS = 1 << 62
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """Dimensions read from config.json through the family's spec."""
+
+    L: int
+    N: int
+    H: int
+    H_kv: int
+    d_head: int
+    d_ff: int
+    activation: str | None = None
+    block: str = "sequential"
+    feed_forward: str = "plain"
+    stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
+
+    def stored_layer(self, layer: int) -> int:
+        return layer if self.stored is None else self.stored[layer]
+
+
+@dataclass(frozen=True)
+class RotaryLayout:
+    """Where and how fast a head's dimensions rotate.
+
+    Attributes
+    ----------
+    rotary_dim : int
+        Number of rotated dimensions ``rot`` (even, ``<= d_h``); the first ``rot`` dimensions of each
+        head rotate, dimensions ``rot .. d_h - 1`` are left as they are (GPT-NeoX, GPT-J, Phi).
+    pairing : {"half", "interleaved"}
+        ``"half"``: dimensions ``i`` and ``i + rot/2`` form pair ``i`` (HF ``rotate_half``: LLaMA,
+        Mistral, Qwen2, GPT-NeoX).  ``"interleaved"``: dimensions ``2i`` and ``2i + 1`` (GPT-J,
+        llama.cpp's original layout).
+    base : float
+        ``rope_theta``; pair ``i`` turns by ``theta_i = base^(-2i/rot)`` per position.
+    max_positions : int
+        ``P``; offsets ``delta = t - s`` range over ``[-(P - 1), P - 1]``.
+    scaling : str or None
+        The config's ``rope_scaling`` / ``rope_parameters`` type when it is not the default
+        (recorded only: the angles it produces are not modelled, so the exact-over-offsets path is
+        switched off and only the bounds valid for every rotation are reported).
+    """
+
+    rotary_dim: int
+    pairing: str
+    base: float
+    max_positions: int
+    scaling: str | None = None
+
+    def __post_init__(self):
+        rot, p = self.rotary_dim, self.max_positions
+        if isinstance(rot, bool) or not isinstance(rot, (int, np.integer)) or rot <= 0 or rot % 2:
+            raise ValueError(f"rotary_dim must be a positive even integer, got {rot!r}")
+        if self.pairing not in PAIRINGS:
+            raise ValueError(f"rotary pairing must be one of {PAIRINGS}, got {self.pairing!r}")
+        if not isinstance(self.base, (int, float, np.floating, np.integer)) or isinstance(self.base, bool) \
+                or not math.isfinite(self.base) or self.base <= 0:
+            raise ValueError(f"rotary base (rope_theta) must be a finite positive number, got {self.base!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p <= 0:
+            raise ValueError(f"max_positions must be a positive integer, got {p!r}")
+
+    @property
+    def thetas(self) -> np.ndarray:
+        """Angular frequencies ``theta_i = base^(-2i/rot)``, shape ``(rot/2,)``."""
+        return float(self.base) ** (-np.arange(0, self.rotary_dim, 2, dtype=np.float64) / self.rotary_dim)
+
+    @property
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Index arrays ``(u, v)``, each of shape ``(rot/2,)``: dimensions ``u[i], v[i]`` form pair ``i``."""
+        half = self.rotary_dim // 2
+        i = np.arange(half)
+        return (i, i + half) if self.pairing == "half" else (2 * i, 2 * i + 1)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """All relative offsets ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``."""
+        return np.arange(-(self.max_positions - 1), self.max_positions)
+
+    def check_head_dim(self, d_head: int) -> None:
+        if self.rotary_dim > d_head:
+            raise ValueError(f"rotary_dim {self.rotary_dim} exceeds the head dimension {d_head}")
+
+
+@dataclass
+class LayerWeights:
+    """One layer's weights in row-vector orientation, float64.
+
+    Attributes
+    ----------
+    q, k, v : ndarray, shape (H, d_head, N) (k, v: (H_kv, d_head, N))
+        Per-head factors ``W_Q^h``, ``W_K^h``, ``W_V^h``.
+    o : ndarray, shape (H, d_head, N)
+        Per-head ``W_O^h`` (rows of ``out.weight.T``).
+    ff : mapping of str to ndarray
+        Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
+        ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``; from a checkpoint, a :class:`LazyMatrices`.
+    """
+
+    layer: int
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    o: np.ndarray
+    ff: Mapping[str, np.ndarray]
+
+
+class LazyMatrices(Mapping):
+    """Role -> matrix, each read from the checkpoint when accessed and never cached, so a layer's
+    wide feed-forward matrices are held one at a time (a LLaMA-7B layer's three are 1 GB in float64)."""
+
+    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]]):
+        self._loaders = loaders
+
+    def __getitem__(self, role: str) -> np.ndarray:
+        return self._loaders[role]()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
