@@ -101,8 +101,9 @@ def test_analysis_is_the_analyze_code_path(quick):
 def test_correlations_use_only_converged_runs_and_carry_intervals(runs, corr):
     n_ok = int(runs["converged"].sum())
     # The input this test needs: a tau over at least two runs.  Not a criterion's edge: the eight
-    # quick fmnist runs meet the criterion in 218-546 of their 1,000 steps (1 and 2 torch threads),
-    # so fewer than two would mean the quick grid has stopped training, not a hair's difference.
+    # quick fmnist runs meet the criterion in 218-546 of their 1,000 steps (one torch thread, as the
+    # study's workers run; two runs tried at two threads took 312 and 308), so fewer than two would
+    # mean the quick grid has stopped training, not a hair's difference.
     assert n_ok >= 2, runs[["run", "converged", "steps", "train_error", "train_loss"]]
     assert {"value", "value_lo", "value_hi"} <= set(corr.columns)
     assert {"overall", *HPARAMS, "Psi", "K", "sign_error_max", "sign_error_mean"} <= set(corr["statistic"])
