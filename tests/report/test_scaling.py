@@ -51,15 +51,37 @@ def test_exact_power_laws_are_recovered_exactly(tmp_path):
     assert (fits["role"] == "all").all()  # synthetic bounds have no per-role breakdown
 
 
-def test_noisy_slopes_lie_in_their_intervals(tmp_path):
+def test_noisy_slopes_are_recovered(tmp_path):
     st = synthetic_store(tmp_path / "s", LAW, noise=0.05, seed=3)
     fits = scaling_table(st).set_index(["bound", "against"])
     for bound, (a, b) in {"power": (1.5, 0.25), "flat_in_depth": (0.0, 2.0)}.items():
         for against, slope in (("L", a), ("N", b)):
             row = fits.loc[(bound, against)]
-            assert row["ci_low"] < slope < row["ci_high"], (bound, against, row.to_dict())
-            assert abs(row["slope"] - slope) < 0.1
+            # 0.1 is over five standard errors (0.016-0.019 here; the largest error is 0.033).  Whether
+            # this one draw's interval holds the true slope is not asserted: it does with probability
+            # 0.95 (here the worst lies 99% of the way to its interval's end); the next test checks
+            # the level over many draws.
+            assert abs(row["slope"] - slope) < 0.1, (bound, against, row.to_dict())
             assert row["dof"] == 24 - (len(WIDTHS) if against == "L" else len(DEPTHS)) - 1
+
+
+def test_intervals_cover_the_true_slope_at_their_level():
+    """250 noisy replications of the same design, four fits each: a 95% interval holds the true
+    slope in 95% of them.  The band is 4.3 binomial standard deviations (0.0069, the fits' slopes
+    are independent on this crossed grid) on either side, so a correct interval leaves it with
+    probability about 1e-5, while one 20% too narrow (coverage 0.89) or 30% too wide (0.986) does
+    (the exact width is test_interval_width_matches_a_textbook_regression's)."""
+    depth, width = (a.ravel().astype(float) for a in np.meshgrid(DEPTHS, WIDTHS, indexing="ij"))
+    laws = {(1.5, 0.25): 3.0 * depth**1.5 * width**0.25, (0.0, 2.0): 7.0 * width**2.0}
+    covered = []
+    for seed in range(250):
+        rng = np.random.default_rng(seed)
+        for (a, b), clean in laws.items():
+            y = clean * np.exp(0.05 * rng.standard_normal(depth.size))
+            for x, held, truth in ((depth, width, a), (width, depth, b)):
+                fit = loglog_fit(x, y, held)
+                covered.append(fit["ci_low"] < truth < fit["ci_high"])
+    assert 0.92 <= np.mean(covered) <= 0.98, np.mean(covered)  # 0.943 with these seeds
 
 
 def test_interval_width_matches_a_textbook_regression():

@@ -34,7 +34,7 @@ def _run(*args):
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     folder = tmp_path_factory.mktemp("study") / "quick"
-    rc, out, err = _run("--quick", "--tasks", "fmnist", "--bootstrap", "40", "--out", folder)
+    rc, out, err = _run("--quick", "--tasks", "fmnist", "--bootstrap", "10", "--out", folder)
     assert rc == 0, err
     return folder, out, err
 
@@ -60,17 +60,26 @@ def test_every_run_has_a_complete_record(quick, runs):
         assert metrics["error_gap"] == pytest.approx(metrics["test_error"] - metrics["train_error"])
         margins = np.load(path / "train_margins.npy")
         assert metrics["train_error"] == pytest.approx(float((margins <= 0).mean()), abs=1e-6)
+        # What the code guarantees, however many runs converge: `converged` is the criterion applied
+        # to the final whole-training-set evaluation (the one recorded here), and a run that missed it
+        # ran to its step cap.
+        assert metrics["converged"] == (metrics["train_error"] <= 0.01 or metrics["train_loss"] <= 0.01)
         if metrics["converged"]:
-            assert metrics["train_error"] <= 0.01 or metrics["train_loss"] <= 0.01
             assert metrics["steps"] <= c.max_steps and metrics["margin"] > 0
             assert metrics["margin"] == pytest.approx(
                 metrics["margin_logit"] / (metrics["head_lipschitz"] * metrics["row_norm_max"]))
         else:
             assert metrics["steps"] == c.max_steps
+        assert bool(runs.set_index("run").loc[c.name, "converged"]) == metrics["converged"]
         assert metrics["row_norm_max"] > 1.5  # LayerNorm rows: nowhere near unit vectors
         for sub in ("init", "model"):
             assert (path / sub / "config.json").exists() and (path / sub / "model.safetensors").exists()
-    assert runs["converged"].sum() >= 4  # most quick runs meet the criterion
+    # every missed run is listed among the excluded ones (and test_correlations_... checks that the
+    # correlations count only the converged ones)
+    excluded = (folder / "report.md").read_text().split("### Runs that missed the criterion (excluded)")[1]
+    excluded = excluded.split("\n## ")[0]
+    assert all(name in excluded for name in runs.loc[~runs["converged"].astype(bool), "run"])
+    assert ("None: every run met it." in excluded) == bool(runs["converged"].all())
     assert not [p for p in (folder / "runs").iterdir() if p.name.startswith(".")]  # no temp folders
 
 
@@ -91,6 +100,11 @@ def test_analysis_is_the_analyze_code_path(quick):
 
 def test_correlations_use_only_converged_runs_and_carry_intervals(runs, corr):
     n_ok = int(runs["converged"].sum())
+    # The input this test needs: a tau over at least two runs.  Not a criterion's edge: the eight
+    # quick fmnist runs meet the criterion in 218-546 of their 1,000 steps (one torch thread, as the
+    # study's workers run; two runs tried at two threads took 312 and 308), so fewer than two would
+    # mean the quick grid has stopped training, not a hair's difference.
+    assert n_ok >= 2, runs[["run", "converged", "steps", "train_error", "train_loss"]]
     assert {"value", "value_lo", "value_hi"} <= set(corr.columns)
     assert {"overall", *HPARAMS, "Psi", "K", "sign_error_max", "sign_error_mean"} <= set(corr["statistic"])
     overall = corr[(corr["statistic"] == "overall") & (corr["scope"] == "fmnist")]
@@ -118,7 +132,7 @@ def test_report_tables_and_figures(quick, runs):
     n = len(make_grid("quick", ("fmnist",)))
     assert f"[{n}/{n}]" in err
     study = json.loads((folder / "study.json").read_text())
-    assert study["trained"] == n and study["bootstrap"] == 40
+    assert study["trained"] == n and study["bootstrap"] == 10
 
 
 def test_rerun_reuses_every_run_and_reanalyses_a_missing_analysis(quick, runs):
@@ -249,13 +263,15 @@ def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path)
 
 def test_runs_as_dask_tasks_on_a_local_cluster(tmp_path):
     """--workers: each run is a Dask task; a run that misses its (tiny) step cap is recorded,
-    listed as excluded, and the report is still written."""
+    listed as excluded, and the report is still written.  One worker process: the two runs are
+    still two tasks, and a second worker would only add its own torch import (half this test's
+    CPU time); two processes writing one run store at once is what the quick study does."""
     pytest.importorskip("dask.distributed")
     base = dict(task="fmnist", depth=1, width=16, train_size=64, lr=3e-3, batch_size=32, weight_decay=0.0,
                 dropout=0.0, max_steps=4)
     grid = [RunConfig(seed=s, **base) for s in (0, 1)]
-    result = run_study(tmp_path, grid=grid, workers=2, figures=False, bootstrap=5, log=lambda line: None)
-    assert result.timing["trained"] == 2 and result.timing["dask"] == "LocalCluster(2)"
+    result = run_study(tmp_path, grid=grid, workers=1, figures=False, bootstrap=5, log=lambda line: None)
+    assert result.timing["trained"] == 2 and result.timing["dask"] == "LocalCluster(1)"
     assert sorted(result.runs["run"]) == sorted(c.name for c in grid)
     assert not result.runs["converged"].any() and result.correlations.empty
     report = (tmp_path / "report.md").read_text()
