@@ -27,6 +27,7 @@ from .archs.extract import layer_weights, matrix_tensor_names
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layout
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.spectra import ROTARY_METHODS
 from .compute.distance import difference_spectra
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
@@ -361,7 +362,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
         "scaling": model.rotary.scaling,
-        "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
+        "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
@@ -370,6 +371,13 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None)))
+
+
+def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
+    """How many rotary QK heads got the exact maximum over offsets and how many the product bound
+    ``||W_Q||_2 ||W_K||_2`` (each head's own in the ``sv_method`` and ``argmax_offset`` columns)."""
+    counts = Counter(s.sv_method for layer in layers for s in layer.qk)
+    return {method: counts.get(name, 0) for method, name in ROTARY_METHODS.items()}
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:
