@@ -14,7 +14,7 @@ activations = pytest.importorskip("transformers.activations")
 
 from specbound.compute.propagation import ACTIVATIONS, activation_lipschitz, check_gated_activation  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
-from one_line import assert_one_line_error, run_cli  # noqa: E402
+from support.one_line import assert_one_line_error, run_cli  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
