@@ -368,7 +368,9 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                           model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
-                                                  weights_note=getattr(model.ckpt, "weights_note", None)))
+                                                  weights_note=getattr(model.ckpt, "weights_note", None),
+                                                  l_phi=l_phi, l_phi_source=l_phi_source,
+                                                  rotary_methods=None if rotary is None else rotary["qk_spectral_norm"]))
 
 
 def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
