@@ -183,3 +183,38 @@ def test_covering_terms_restate_each_bound():
     for name in family:
         form = gap_complexity(REGISTRY[name].covering_terms(ms), math.sqrt(HAND_DIMS.L), 1.0)
         assert form["complexity"] == pytest.approx(results[name].value, rel=1e-12), name
+
+
+@pytest.fixture(scope="module")
+def minilm_gaps():
+    return {margin: specbound.analyze(threads=1, n=10**6, margin=margin) for margin in (1.0, 1.8)}
+
+
+def test_the_default_models_gap_carries_the_derived_entropy_integral(minilm_gaps):
+    """all-MiniLM-L6-v2 at n = 10^6, margin 1: every matrix at p* = 0, so the leading term is
+    ``(sum_i sqrt(D_i) I(ln(9 scale_i ||W_i||_F)) + sqrt(6)) / 10^3`` (docs/bounds.md 9), restated from
+    the matrices table by quadrature: a log factor well above 1, not the former 1."""
+    from scipy.integrate import quad
+
+    a = minilm_gaps[1.0]
+    m = a.matrices
+    assert (m["p_star"] == 0).all()
+    integral = math.sqrt(6)
+    for row in m.itertuples():
+        log_r = math.log(9) + row.log10_scale * math.log(10) + math.log(row.frobenius_norm)
+        value, _ = quad(lambda t: math.sqrt(max(0.0, log_r + t)) * math.exp(-t), 0, math.inf)
+        integral += math.sqrt(min(row.rank * (row.rows + row.cols + 1), row.rows * row.cols)) * value
+    g = a.gap_bound["bounds"]["spectral_adaptive"]
+    assert g["log_factor"] == pytest.approx(integral / a.bounds["spectral_adaptive"], rel=1e-8)
+    assert g["log_factor"] > 5 and g["leading"] == pytest.approx(integral / 1000, rel=1e-8)
+
+
+def test_a_margin_above_one_never_lowers_the_headline_below_the_margin_inside_form(minilm_gaps):
+    """At margin 1.8 the former headline divided B by the margin (11.45 on this model) while the
+    margin-inside form is B_margin / sqrt(n) + confidence (20.60): the headline is at least the latter."""
+    a = minilm_gaps[1.8]
+    g = a.gap_bound["bounds"]["spectral_adaptive"]
+    inside = g["complexity"] / 1000 + g["confidence"]
+    outside = a.bounds["spectral_adaptive"] / (1.8 * 1000) + g["confidence"]
+    assert g["gap"] >= inside > 1.5 * outside
+    assert g["margin_form"].startswith("inside")
