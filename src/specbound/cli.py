@@ -168,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
                     help="layers of each checkpoint analysed at once, in threads (default auto: one per core "
                          "as memory allows in a local run, 1 on Dask)")
-    sw.add_argument("--device", choices=DEVICES, default="numpy",
+    sw.add_argument("--device", choices=DEVICES,
                     help="where each task's linear algebra runs: numpy (default), or torch float64 on cpu or cuda "
                          "(the same records: devices differ only within each record's proven error bound)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
@@ -229,8 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     be.add_argument("--layers", type=_positive_int, metavar="L",
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
-    be.add_argument("--device", choices=("numpy", "cpu", "cuda"), default="numpy",
-                    help="llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--device", choices=DEVICES, help="llama7b: where the linear algebra runs (default numpy)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -456,6 +455,7 @@ def _study(args) -> int:
 
 
 def _bench(args) -> int:
+    from .options import KernelOptions
     from .tools import bench
 
     runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, jobs=args.jobs,
@@ -463,7 +463,8 @@ def _bench(args) -> int:
             "large": (lambda: bench.run_large_bench(threads=args.threads, jobs=args.jobs or 1, workdir=args.workdir),
                       bench.format_large_bench),
             "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
-                                                        jobs=args.jobs or 2, device=args.device,
+                                                        jobs=args.jobs or 2,
+                                                        kernel=KernelOptions(**({"device": args.device} if args.device else {})),
                                                         workdir=args.workdir), bench.format_llama7b_bench),
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),

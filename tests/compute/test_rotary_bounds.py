@@ -126,7 +126,7 @@ def test_the_envelope_is_not_a_per_index_bound():
     layout = RotaryLayout(2, "half", 10000.0, 4)
     for budget in (10**6, 0):
         (spectrum,) = rotary_qk_spectra(LayerWeights(0, a[None], b[None], b[None], a[None], {}), np.zeros(1, int),
-                                        layout, max_core_svds=budget)
+                                        layout, rank_tol=RANK_TOL, max_core_svds=budget)
         np.testing.assert_allclose(spectrum.envelope, [4.0, 1.0])
         s = np.linalg.svd(a.T @ rotation(layout, 2, 0) @ b, compute_uv=False)
         assert s[1] == pytest.approx(2.0) and s[1] > spectrum.envelope[1]

@@ -276,7 +276,7 @@ def _offset_maxima(sv: np.ndarray) -> tuple[np.ndarray, float, float, float]:
 
 
 def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLayout, *,
-                       rank_tol: float = 1e-10, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
+                       rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
                        exact_norm_2_1: bool = False) -> list[RotaryHeadEnvelope]:
     """Per query head, bounds on the rotary QK matrices ``W_Q^T M(delta) W_K`` over all offsets.
 
