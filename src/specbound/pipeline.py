@@ -106,10 +106,23 @@ def _torch_threads(device: str, threads: int | None):
         torch.set_num_threads(before)
 
 
+def tqdm_class():
+    """tqdm's notebook bar where it can draw (ipywidgets installed), else its text bar, which a
+    notebook shows as well; ``tqdm.auto`` alone warns "IProgress not found" in a notebook
+    without ipywidgets."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm.std import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
+
+
 def _progress_callback(progress):
     """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a tqdm bar on stderr)."""
     if progress is True:
-        from tqdm.auto import tqdm
+        tqdm = tqdm_class()
 
         class LayersBar:  # the bar is made at the first call (done=0), with its total known
             bar = None

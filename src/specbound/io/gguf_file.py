@@ -286,9 +286,11 @@ def _part_paths(path: Path, readers: list) -> list[Path]:
     return [Path(r.data.filename) for r in readers]
 
 
-def open_gguf(path: Path) -> GGUFCheckpoint:
+def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoint:
     """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped); a split
-    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named."""
+    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named.  The config
+    is the file's metadata (``config`` is not read: the caller's keys are merged by
+    :func:`~specbound.io.open_checkpoint`)."""
     gguf = _import_gguf()
     readers = _shards(gguf, path, _reader(gguf, path))
     arch, config = read_metadata(readers[0], path if len(readers) == 1 else Path(readers[0].data.filename))

@@ -15,10 +15,9 @@ import numpy as np
 
 from ..errors import SpecboundError, os_errors
 from .base import Checkpoint, ShardedCheckpoint, fingerprint
+from .formats import PYTORCH
 from .shard_index import read_weight_map
 
-PICKLE_SINGLE = "pytorch_model.bin"
-PICKLE_INDEX = "pytorch_model.bin.index.json"
 _DTYPE_CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 
@@ -95,7 +94,7 @@ def _import_torch():
         import torch
     except ImportError:
         raise SpecboundError(
-            "reading PyTorch .bin/.pt weights needs torch: pip install -e '.[torch]' in the specbound checkout (or convert "
+            f"reading PyTorch .bin/.pt weights needs torch: {PYTORCH.install_hint()} (or convert "
             "the checkpoint to safetensors, which needs no torch)"
         ) from None
     return torch
@@ -165,7 +164,7 @@ _VERIFIED: set[str] = set()
 
 def pickle_shards(folder: Path) -> dict[str, Path] | None:
     """Tensor -> file for ``pytorch_model.bin`` or its sharded index; None when neither is there."""
-    single, index = folder / PICKLE_SINGLE, folder / PICKLE_INDEX
+    (single,), (index,) = (folder / f for f in PYTORCH.folder_files), (folder / f for f in PYTORCH.index_files)
     if single.is_file():
         return {name: single for name in load_state_dict(single)}
     if index.is_file():
@@ -174,7 +173,13 @@ def pickle_shards(folder: Path) -> dict[str, Path] | None:
 
 
 def from_pickle_file(path: Path, config: dict[str, Any]) -> PickleCheckpoint:
+    """One pickled state dict (``.bin``, ``.pt``, ``.pth``)."""
     return PickleCheckpoint(str(path), config, {name: path for name in load_state_dict(path)})
+
+
+def open_pickle_folder(folder: Path, config: dict[str, Any]) -> PickleCheckpoint:
+    """A folder's ``pytorch_model.bin`` or its shards."""
+    return PickleCheckpoint(location=str(folder), config=config, shards=pickle_shards(folder))
 
 
 def _is_array(value: Any) -> bool:

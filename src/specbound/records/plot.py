@@ -13,7 +13,7 @@ import numpy as np
 
 from ..compute.measures import ordered_roles
 from .schema import sv_kinds
-from .style import LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, layer_colors, new_figure, style_grid
+from .style import LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, layer_colors, new_figure, require_matplotlib, style_grid
 
 def _layer_key(fig, axes, n_layers: int, colors) -> None:
     """Which colour is which layer: a legend up to :data:`LEGEND_LAYERS` layers, else a colour bar."""
@@ -168,10 +168,12 @@ class AnalysisPlots:
 
     def spectra(self):
         """Singular values of every matrix, one panel per role, one colour per layer."""
+        require_matplotlib()
         return figure_spectra(self._a.singular_values, self._title(), n_layers=self._a.model["L"])
 
     def contributions(self):
         """``C(p)/C(0)`` on the post-hoc grid for every matrix, with each matrix's ``p*``."""
+        require_matplotlib()
         from .curves import contribution_curves
 
         a = self._a
@@ -182,6 +184,7 @@ class AnalysisPlots:
 
     def p_star(self):
         """The chosen Schatten index ``p*`` over layers and roles (mean over heads)."""
+        require_matplotlib()
         return figure_p_star(self._a.matrices, self._title(), n_layers=self._a.model["L"])
 
     def __repr__(self) -> str:

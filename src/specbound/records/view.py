@@ -19,11 +19,12 @@ import pandas as pd
 
 from ..bounds import REGISTRY
 from ..compute.measures import ordered_roles
+from ..io.formats import WEIGHT_SUFFIXES
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
           "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
-_WEIGHT_FILE = re.compile(r"\.(safetensors|bin|pt|pth|onnx)$")
+_WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
 
 
 SIGNIFICANT = 5  # digits of every number the summary prints

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ENVIRONMENT_ERRORS, SpecboundError, one_line
+from ..io.formats import INDEX_FILES
 from ..options import POSITIVE_INT, AnalysisOptions, Choice, check
 from .sources import Source
 from .store import (Record, Store, canonical_options, check_unchanged, fingerprint, hash_weights, record_from_analysis,
@@ -145,9 +146,6 @@ class Header:
         return sum(p.stat().st_size for p in self.files)
 
 
-_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
 def read_header(source: Source, options: dict[str, Any]) -> Header:
     """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
     from ..io.base import read_config
@@ -161,7 +159,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         raise SpecboundError(f"{source.name} is not stored in files; a sweep analyses model folders, weight "
                              f"files or hub ids")
     cfg_path = model.ckpt.config_path
-    side = [cfg_path, *(cfg_path.parent / n for n in _INDEX_FILES)] if cfg_path is not None else []
+    side = [cfg_path, *(cfg_path.parent / n for n in INDEX_FILES)] if cfg_path is not None else []
     if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
         side.append(Path(options["arch_spec"]))
     side_prints = tuple(fingerprint(p) for p in side if p.is_file())
@@ -508,9 +506,9 @@ class _NoBar:
 def _bar(enabled: bool, **kwargs):
     if not enabled:
         return _NoBar()
-    from tqdm.auto import tqdm
+    from ..pipeline import tqdm_class
 
-    return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+    return tqdm_class()(file=sys.stderr, dynamic_ncols=True, **kwargs)
 
 
 class _Progress:
