@@ -9,7 +9,8 @@ import os
 import sys
 import warnings
 
-from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, missing_module, one_line
+from .errors import (ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, missing_module, one_line,
+                     oversized_integer_text)
 
 
 class _UsageError(Exception):
@@ -115,6 +116,8 @@ def _config_from(args) -> dict | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
                                  f"file") from None
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --config {args.config_file}", "fix the value") from None
         if not isinstance(config, dict):
             raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
     for item in getattr(args, "config_set", None) or []:
@@ -125,6 +128,8 @@ def _config_from(args) -> dict | None:
             config[key.strip()] = json.loads(text)
         except json.JSONDecodeError:
             config[key.strip()] = text
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --set {key.strip()}=...", "fix the value") from None
     return config or None
 
 
@@ -412,7 +417,7 @@ def _scaling(args) -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
     return 0
 
 

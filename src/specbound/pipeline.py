@@ -301,8 +301,8 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
 
 
 def cap_threads(threads: int | None) -> int | None:
-    """``threads`` BLAS threads, at most the cores (more only thrash: 100000 threads took 72 s where
-    8 took 1.2 s); capping is said in a :class:`~specbound.errors.SpecboundWarning`."""
+    """``threads`` BLAS threads, at most the cores (more only thrash; docs/benchmarks.md); capping is
+    said in a :class:`~specbound.errors.SpecboundWarning`."""
     cores = available_cores()
     if threads is not None and threads > cores:
         import warnings

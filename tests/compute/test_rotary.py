@@ -2,7 +2,7 @@
 
 * the rotation convention against HF's own ``apply_rotary_pos_emb`` (LLaMA, GPT-NeoX partial
   rotary, GPT-J interleaved);
-* the issue's example: a head whose rotation-blind ``W_Q^T W_K`` is 0 but whose rotary logits are not;
+* a head whose rotation-blind ``W_Q^T W_K`` is 0 but whose rotary logits are not;
 * property tests: at every offset (and at random orthogonal matrices) the dense ``N x N`` product's
   spectral norm, numerical rank, ``S_p``, (2,1)- and (1,1)-norms never exceed the reported bounds.
 
@@ -198,7 +198,7 @@ def test_interleaved_is_half_conjugated_by_a_permutation():
 
 
 # ------------------------------------------------------------------------------------------------
-# The example: rotation-blind QK is 0, the rotary head is not
+# A head whose rotation-blind QK is 0 while its rotary QK is not
 # ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])

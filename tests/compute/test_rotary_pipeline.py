@@ -1,5 +1,5 @@
 """Rotary attention through the whole pipeline: every reported QK quantity holds at every relative
-position, on the issue's example (a head whose W_Q^T W_K is 0), on random heads against dense
+position, on a head whose W_Q^T W_K is 0 but whose rotary logits are not, on random heads against dense
 products at every offset, and against a real rotary attention module's measured Lipschitz ratio."""
 
 import math

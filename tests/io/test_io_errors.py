@@ -1,5 +1,5 @@
-"""Hostile and corrupt inputs to the checkpoint readers (issue 15): each class of defect a fuzzing
-pass found, reproduced; each must end in one :class:`SpecboundError` line, never in a wrong
+"""Hostile and corrupt inputs to the checkpoint readers: each class of defect a fuzzing pass found,
+reproduced; each must end in one :class:`SpecboundError` line, never in a wrong
 number, a hang, a traceback or an allocation the file cannot back."""
 
 import json

@@ -155,7 +155,3 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     else:
         gamma.update({"FF_in": ff["FF_out"], "FF_out": 1.0})
     return gamma
-
-
-# The first round's name (it holds spectral norms, not LayerNorm parameters); kept working.
-LayerNorms = LayerSpectralNorms

@@ -31,19 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 # At import time, not inside the QR helper: threadpoolctl limits only the BLAS libraries already
-# loaded when it is entered, and an unlimited second OpenBLAS (SciPy's) spinning against another
-# process made one 4096 x 128 QR take 1.2 s instead of 7 ms on this 2-core machine.
+# loaded when it is entered, and SciPy's own OpenBLAS, loaded later and unlimited, spins against
+# the other threads (docs/benchmarks.md).
 from scipy.linalg import lapack
 
 from ..archs.model import RotaryLayout
 
-# Default budget of d_h x d_h core SVDs for the exact spectral norm over all offsets.  Measured
-# (numpy 2.4 / OpenBLAS, threadpoolctl at one thread, this repository's 2-core machine, N = 4096):
-# the exact path costs 0.85 ms per 128 x 128 core (forming the core included; the batched SVD is
-# 0.6 ms of it) and 0.18 ms per 64 x 64 core, so 4096 cores take ~3.5 s at d_h = 128 and ~0.75 s at
-# d_h = 64.  A LLaMA-7B layer (32 heads x 8191 offsets = 262 112 cores, ~4 min exact) is over
-# budget and gets the product bound: 0.41 s for the whole layer (0.26 s with 8 kv heads), nearly
-# all of it the 4096 x 128 QR factorisations.
+# Default budget of d_h x d_h core SVDs for the exact spectral norm over all offsets: a few seconds
+# a layer at d_h = 128 on one core (the timings: docs/benchmarks.md).  A LLaMA-7B layer (32 heads x
+# 8191 offsets = 262 112 cores) is over budget and gets the product bound.
 DEFAULT_MAX_CORE_SVDS = 4096
 # Entries of the per-chunk stacks (rotated R factors, cores): 2^21 float64 = 16 MB each.
 _CHUNK_ENTRIES = 1 << 21

@@ -28,10 +28,9 @@ from .eigensolvers import symmetric_eigenvalues
 # Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
 _BLOCK_ENTRIES = 1 << 17
 # Tiles of an N x N product for its (1,1)-norm: 512 x 512 (2 MB, one core's L2 cache).  Every BLAS
-# call re-packs its operands, so thin row blocks spanning all N columns re-pack the whole d x N
-# factor each time: at N = 4096, d = 128 one head took 0.12 s in 32-row blocks and 0.078 s in
-# 512 x 512 tiles (one core, best of 5; 256 x 256: 0.081 s, 1024 x 1024: 0.077 s).  Small
-# products (N <= 512) are one tile, as before.
+# call re-packs its operands, so thin row blocks spanning all N columns would re-pack the whole
+# d x N factor each time (timings of the tile sizes: docs/benchmarks.md).  A product with N <= 512
+# is one tile.
 _TILE = 512
 # Columns per block of the feed-forward Gram product (see gram_singular_values): the proven error
 # bound grows with b + k/b, the time with the number of blocks; 512 keeps both small (MiniLM's
@@ -271,9 +270,8 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
 
     The tiles are tiles of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T`` and
     ``A[:, i:i+t]`` go to the BLAS as they are stored.  Each entry is a BLAS dot product of length
-    ``d`` as before; the tile sums (NumPy's pairwise summation) add up in order, a summation tree
-    shallower than the former 1 MB row blocks' (at N = 4096: 64 tile sums of 2^18 entries instead
-    of 128 block sums of 2^17), so its worst-case rounding bound is smaller.
+    ``d``; the tile sums (NumPy's pairwise summation within a tile) add up in order: at N = 4096,
+    64 sums of 2^18 entries each.
     """
     n_rows, n_cols = a.shape[1], b.shape[1]
     rows, cols = min(_TILE, max(n_cols, 1)), min(_TILE, max(n_rows, 1))

@@ -74,10 +74,20 @@ def json_tree(value: Any) -> Any:
 
 
 def from_json_number(value: Any) -> Any:
-    """Undo :func:`json_number`'s strings for non-finite floats."""
+    """A number as schema 1 writes it: non-finite floats are null, or the strings ``"inf"``,
+    ``"-inf"``, ``"nan"`` (a store's ``record.json`` bounds; some schema 1 documents), read as floats."""
     if isinstance(value, str) and value in ("inf", "-inf", "nan"):
         return float(value)
     return value
+
+
+def read_table(name: str, table: pd.DataFrame) -> pd.DataFrame:
+    """A saved table (an analysis folder's or a store record's) in the columns of :data:`TABLE_NAMES`:
+    the singular values' index column is ``sv_index``, which schema 1 files may also call ``index``.
+    Every reader of saved tables goes through here: the one place a spelling of the format is read."""
+    if name == "singular_values" and "index" in table.columns and "sv_index" not in table.columns:
+        return table.rename(columns={"index": "sv_index"})
+    return table
 
 
 def from_json_tree(value: Any) -> Any:

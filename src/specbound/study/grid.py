@@ -5,7 +5,7 @@ training-set size, learning rate, batch size, AdamW weight decay and dropout; ev
 the criterion of :mod:`.train` (step cap ``max_steps``), and the seed redraws the initialisation,
 the batch order *and the training sample*.
 
-The full factorial (3^7 = 2,187 configurations per task and seed) is far beyond a 2-core machine.
+The full factorial (3^7 = 2,187 configurations per task and seed) is far beyond a CPU study.
 The design is **one-at-a-time around base points**, the "coupled networks" design of Dziugaite et
 al. (2020) and the granulated design of Jiang et al. (2020) restricted to single changes: for each
 task, each *base point* is trained, and so is every configuration that changes exactly one

@@ -1,10 +1,10 @@
 """``run_study``: grid -> train to the criterion (resumable, in worker processes or as Dask tasks)
 -> analyze every checkpoint -> records -> correlations over the runs that met the criterion -> report.
 
-Threads: training models this small gains nothing from intra-op threads (on this 2-core machine
-one process with 2 torch threads trained 5x *slower* than with 1 while another process was busy),
-so the ``threads`` budget is spent on ``jobs`` worker processes (default: one per thread), each with
-``threads // jobs`` torch/BLAS threads, pinned before torch is imported.  Workers are spawned, so
+Threads: training models this small gains nothing from intra-op threads (a second torch thread
+made training slower; docs/benchmarks.md), so the ``threads`` budget is spent on ``jobs`` worker
+processes (default: one per thread), each with ``threads // jobs`` torch/BLAS threads, pinned
+before torch is imported.  Workers are spawned, so
 the calling process never imports torch.
 
 Bigger grids run as Dask tasks, one per run, as ``specbound sweep`` does (sweep/run.py): a local
@@ -78,7 +78,7 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     tasks : tuple of {"fmnist", "langid", "fortunes"}
         Used with a named grid.
     threads : int
-        CPU threads to use in all (default 2, this machine's cores).
+        CPU threads to use in all (default 2).
     jobs : int, optional
         Worker processes (default ``threads``); each gets ``max(1, threads // jobs)`` threads.
     workers, scheduler : optional
