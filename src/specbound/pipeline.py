@@ -27,9 +27,10 @@ from .archs.extract import layer_weights, matrix_tensor_names
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layout
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.spectra import ROTARY_METHODS
 from .compute.distance import difference_spectra
 from .compute.measures import measure
-from .compute.propagation import activation_lipschitz
+from .compute.propagation import activation_lipschitz, check_gated_activation
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
@@ -64,6 +65,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     from threadpoolctl import threadpool_limits
 
     model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
+    activation_constants(model.dims, opts)  # an activation without a known constant: refused before any weight is read
     init_model = _open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
@@ -337,10 +339,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     ``source``, default where the weights were read from)."""
     opts = options or AnalysisOptions()
     dims = model.dims
-    if opts.l_phi is None:
-        l_phi, l_phi_source = activation_lipschitz(dims.activation)
-    else:
-        l_phi, l_phi_source = opts.l_phi, "user"
+    l_phi, l_phi_source = activation_constants(dims, opts)
     grid_m = default_grid_m(dims.L, dims.N) if opts.grid_m is None else opts.grid_m
     measures = measure(layers, dims, l_phi=l_phi, rank_tol=opts.rank_tol, grid_m=grid_m)
     results = compute_all(measures)
@@ -365,7 +364,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
         "scaling": model.rotary.scaling,
-        "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
+        "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
@@ -373,7 +372,26 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                           model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
-                                                  weights_note=getattr(model.ckpt, "weights_note", None)))
+                                                  weights_note=getattr(model.ckpt, "weights_note", None),
+                                                  l_phi=l_phi, l_phi_source=l_phi_source,
+                                                  rotary_methods=None if rotary is None else rotary["qk_spectral_norm"]))
+
+
+def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
+    """How many rotary QK heads got the exact maximum over offsets and how many the product bound
+    ``||W_Q||_2 ||W_K||_2`` (each head's own in the ``sv_method`` and ``argmax_offset`` columns)."""
+    counts = Counter(s.sv_method for layer in layers for s in layer.qk)
+    return {method: counts.get(name, 0) for method, name in ROTARY_METHODS.items()}
+
+
+def activation_constants(dims: ModelDims, options: AnalysisOptions) -> tuple[float, str]:
+    """``(L_phi, where it came from)``: ``options.l_phi`` (``"user"``) or the activation table, which
+    refuses an activation it does not know (one line naming ``--l-phi``); a gated block whose
+    activation has no ``c_phi`` is refused either way."""
+    check_gated_activation(dims.activation, dims.feed_forward)
+    if options.l_phi is not None:
+        return options.l_phi, "user"
+    return activation_lipschitz(dims.activation)
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:

@@ -31,11 +31,16 @@ def test_family_matches_module_reference(saved_family):
     assert list(mats["role"]) == [r for r, _ in ref]
     rotary = result.model.get("rotary") is not None
     assert rotary == (family in ROTARY)
+    if rotary:  # every QK head is counted under the method it got, and the rows say which
+        counts = result.model["rotary"]["qk_spectral_norm"]
+        methods = mats[mats["role"] == "QK"]["sv_method"].value_counts()
+        assert counts == {m: int(methods.get(f"rotary_{m}", 0)) for m in ("exact_over_offsets", "product_bound")}
+        assert sum(counts.values()) == int((mats["role"] == "QK").sum())
     for (role, w), (_, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
         if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
             slack = 1 + 1e-12
-            assert row["sv_method"] == "rotary_envelope"
+            assert row["sv_method"] in ("rotary_exact_over_offsets", "rotary_product_bound")
             assert row["spectral_norm"] * slack >= s[0] and row["frobenius_norm"] * slack >= np.linalg.norm(w)
             assert row["norm_2_1"] * slack >= np.linalg.norm(w, axis=0).sum()
             assert row["norm_1_1"] * slack >= np.abs(w).sum()
