@@ -108,6 +108,63 @@ for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistra
             "FF_out": _proj(b[l].mlp.down_proj, D_FF)}))
 
 
+def _norm_gain(norm, width):
+    """The gain g of an RMSNorm module: ``weight`` (Qwen3, OLMo2) or ``1 + weight`` (Gemma), whichever
+    calling the module confirms: nu(c e_i)_i = g_i c / sqrt(c^2 / n + eps) for the one-hot input c e_i
+    of its n = width features.  The norms compute in float32, so the call decides the convention (to
+    1e-5) and the float64 parameter gives the value."""
+    c = 3.0
+    with torch.no_grad():
+        out = norm(c * torch.eye(width, dtype=torch.float64)).double().numpy()
+    called = np.diag(out) * np.sqrt(c * c / width + norm_eps(norm)) / c
+    w = norm.weight.detach().double().numpy()
+    gain = next(g for g in (w, 1.0 + w) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
+    return gain
+
+
+def norm_eps(norm):
+    return getattr(norm, "variance_epsilon", None) or norm.eps
+
+
+# The families whose queries and keys pass an RMSNorm before the rotation; the reference QK matrix
+# is the gain-folded (G_q W_Q)^T (G_k W_K) (docs/theory.md 3d), gains read by calling the norms.
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads"}
+
+
+def _decoder(cls, cfg, **extra):
+    return lambda: getattr(transformers, cls)(getattr(transformers, cfg)(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        max_position_embeddings=64, **extra))
+
+
+def _decoder_accessor(m, qk_norm=None, heads=H, kv=2, d=None):
+    def get(l):
+        a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N), "o": _proj(a.o_proj, heads * d),
+               "FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N), "FF_out": _proj(mlp.down_proj, D_FF)}
+        if qk_norm == "head":
+            out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), heads)
+            out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), kv)
+        elif qk_norm == "all_heads":
+            out["q_gain"], out["k_gain"] = _norm_gain(a.q_norm, heads * d), _norm_gain(a.k_norm, kv * d)
+        return out
+    return get
+
+
+# head_dim 16 with N / H = 8 (Gemma's head_dim != hidden_size / heads), 2 key/value heads
+FAMILIES["qwen3"] = (_decoder("Qwen3ForCausalLM", "Qwen3Config", num_key_value_heads=2, head_dim=16),
+                     lambda m: _decoder_accessor(m, "head", d=16))
+FAMILIES["gemma"] = (_decoder("GemmaForCausalLM", "GemmaConfig", num_key_value_heads=1, head_dim=16),
+                     lambda m: _decoder_accessor(m, kv=1, d=16))
+FAMILIES["gemma2"] = (_decoder("Gemma2ForCausalLM", "Gemma2Config", num_key_value_heads=2, head_dim=16),
+                      lambda m: _decoder_accessor(m, d=16))
+FAMILIES["gemma3_text"] = (_decoder("Gemma3ForCausalLM", "Gemma3TextConfig", num_key_value_heads=2, head_dim=16),
+                           lambda m: _decoder_accessor(m, "head", d=16))
+FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
+                     lambda m: _decoder_accessor(m, "all_heads", d=N // H))
+ROTARY_FAMILIES = ("llama", "mistral", "qwen2", "gpt_neox", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
+
+
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references, ordered like specbound's rows."""
     rows = []
@@ -116,9 +173,12 @@ def reference_matrices(get, heads, kv_heads, layers=L):
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
-        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T) for h in range(heads)]
-        rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :]) for h in range(heads)]
-        rows += [(r, w[r]) for r in ("FF_in", "FF_gate", "FF_up", "FF_out") if r in w]
+        if "q_gain" in w:  # QK-norm: the gain-folded factors
+            w["q"], w["k"] = w["q"] * w["q_gain"][None, :], w["k"] * w["k_gain"][None, :]
+        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
+                 for h in range(heads)]
+        rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
+        rows += [(r, w[r], None) for r in ("FF_in", "FF_gate", "FF_up", "FF_out") if r in w]
     return rows
 
 
@@ -140,14 +200,18 @@ def test_family_matches_module_reference(saved_family):
     family, folder, ref = saved_family
     result = specbound.analyze(folder, threads=1)
     mats = result.matrices
-    assert list(mats["role"]) == [r for r, _ in ref]
+    assert list(mats["role"]) == [r for r, _, _ in ref]
     rotary = result.model.get("rotary") is not None
-    assert rotary == (family in ("llama", "mistral", "qwen2", "gpt_neox"))
-    for (role, w), (_, row) in zip(ref, mats.iterrows()):
+    assert rotary == (family in ROTARY_FAMILIES)
+    sv = result.singular_values
+    for (role, w, factors), (i, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
         if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
             slack = 1 + 1e-12
             assert row["sv_method"] == "rotary_envelope"
+            # the envelope is s_i(W_Q^h) s_i(W_K^g) of the module's (gain-folded) factors, to 1e-9
+            env = np.linalg.svd(factors[0], compute_uv=False) * np.linalg.svd(factors[1], compute_uv=False)
+            np.testing.assert_allclose(np.sort(sv[sv["matrix"] == i]["sigma"].to_numpy())[::-1], env, rtol=1e-9)
             assert row["spectral_norm"] * slack >= s[0] and row["frobenius_norm"] * slack >= np.linalg.norm(w)
             assert row["norm_2_1"] * slack >= np.linalg.norm(w, axis=0).sum()
             assert row["norm_1_1"] * slack >= np.abs(w).sum()
@@ -183,6 +247,8 @@ def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
     assert result.model["family"] == {"mistral": "llama", "qwen2": "llama"}.get(family, family)
+    assert result.model["d_head"] == (16 if family in ("qwen3", "gemma", "gemma2", "gemma3_text") else
+                                      result.model["N"] // result.model["H"])
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}
         by_layer = result.matrices.groupby("layer")["spectral_norm"].apply(list)
