@@ -117,8 +117,10 @@ def _norm_gain(norm, width):
     with torch.no_grad():
         out = norm(c * torch.eye(width, dtype=torch.float64)).double().numpy()
     called = np.diag(out) * np.sqrt(c * c / width + norm_eps(norm)) / c
-    w = norm.weight.detach().double().numpy()
-    gain = next(g for g in (w, 1.0 + w) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
+    w = norm.weight.detach()
+    plus_one = (1.0 + w.float()).double().numpy()  # Gemma's norm forms 1 + w in float32
+    w = w.double().numpy()
+    gain = next(g for g in (w, plus_one) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
     return gain
 
 
