@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
 import warnings
 
-from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, one_line
+from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, missing_module, one_line
 
 
 class _UsageError(Exception):
@@ -21,7 +22,31 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's default prints the whole usage block and exits
-        raise _UsageError(f"{message} (see `{self.prog} --help`)")
+        raise _UsageError(f"{message}{self._did_you_mean(message)} (see `{self.prog} --help`)")
+
+    def _did_you_mean(self, message: str) -> str:
+        """``--grid_m`` (the Python spelling) or a near miss: the option the user meant."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = sorted(set(_long_options(self)))
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--"):
+                continue
+            dashed = flag.replace("_", "-")
+            guess = [dashed] if dashed in known else difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+            if guess:
+                return f"; did you mean {guess[0]}?"
+        return ""
+
+
+def _long_options(parser: argparse.ArgumentParser):
+    """Every ``--option`` of ``parser`` and of its subcommands."""
+    for action in parser._actions:
+        yield from (o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _long_options(sub)
 
 
 def _positive_int(text: str) -> int:
@@ -119,12 +144,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
     )
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     an = sub.add_parser("analyze", help="analyse one checkpoint", description=(
         "Analyse one checkpoint: spectra of every QK/OV head and feed-forward matrix, the "
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
-    an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
+    an.add_argument("source", nargs="?", help=(
+        "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
+        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION] (default: the embedded all-MiniLM-L6-v2)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -143,7 +170,9 @@ def _parser() -> argparse.ArgumentParser:
                               "--set num_attention_heads=12 --set hidden_act=gelu")
     _add_analysis_options(an)
 
-    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
+    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
+        "Architecture specs map a family's tensor names to the roles of the bounds (docs/architectures.md). "
+        "`specbound arch infer SOURCE` drafts one from a checkpoint; pass it to analyze with --arch-spec."))
     arch_sub = arch.add_subparsers(dest="arch_command", required=True, metavar="infer")
     infer = arch_sub.add_parser("infer", help="draft a spec file from a checkpoint's tensor names and config", description=(
         "Draft an architecture spec from a checkpoint's tensor names, shapes and config.json: the spec on "
@@ -168,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
                     help="layers of each checkpoint analysed at once, in threads (default auto: one per core "
                          "as memory allows in a local run, 1 on Dask)")
-    sw.add_argument("--device", choices=DEVICES, default="numpy",
+    sw.add_argument("--device", choices=DEVICES,
                     help="where each task's linear algebra runs: numpy (default), or torch float64 on cpu or cuda "
                          "(the same records: devices differ only within each record's proven error bound)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
@@ -184,7 +213,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="fit against column X holding BY fixed (default L:N and N:L; e.g. label_step)")
     sc.add_argument("--detail", action="store_true", help="one fit per fixed value as well as the pooled one")
     sc.add_argument("--confidence", type=_confidence, default=0.95, help="confidence level (default 0.95)")
-    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text")
+    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text",
+                    help="output format (default: text)")
 
     pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
                         description="Draw every figure from stored records (never recomputing spectra).")
@@ -194,7 +224,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
     pl.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
 
-    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store")
+    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store",
+                        description="Write report.html (self-contained: figures inline, no external URL), "
+                                    "report.md and figures/ from stored records, never recomputing spectra.")
     rp.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
     rp.add_argument("--out", metavar="DIR", default="specbound-report", help="folder for report.html, report.md, figures/")
     rp.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
@@ -208,10 +240,13 @@ def _parser() -> argparse.ArgumentParser:
         "N/64 heads, d_ff = 4N), as a Hugging Face cache (point HF_HUB_CACHE at it and the ids "
         "google/bert_uncased_L-*_H-*_A-* resolve) or as plain folders."))
     mi.add_argument("folder", help="where to write (created if missing)")
-    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache")
-    mi.add_argument("--seed", type=int, default=0)
+    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache",
+                    help="a Hugging Face cache (default) or one plain folder per checkpoint")
+    mi.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
 
-    be = sub.add_parser("bench", help="time the analysis against the dense reference method")
+    be = sub.add_parser("bench", help="time the analysis against the dense reference method", description=(
+        "Time specbound on a synthetic checkpoint against a baseline run in the same process (the dense "
+        "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
     be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: a LLaMA-shaped bf16 checkpoint, time per layer and "
@@ -219,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
                          "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
                          "BERT-Miniatures shapes, total and per checkpoint")
-    be.add_argument("--format", choices=("text", "json"), default="text")
+    be.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
     be.add_argument("--jobs", type=_positive_int, metavar="J",
@@ -229,8 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     be.add_argument("--layers", type=_positive_int, metavar="L",
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
-    be.add_argument("--device", choices=("numpy", "cpu", "cuda"), default="numpy",
-                    help="llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--device", choices=DEVICES, help="llama7b: where the linear algebra runs (default numpy)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -262,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _analyze(args) -> int:
     from .pipeline import analyze
-    from .report.summary import format_headline, format_summary
+    from .records.view import format_headline, format_summary
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
@@ -371,7 +405,7 @@ def _scaling(args) -> int:
     elif args.format == "json":
         print(table.to_json(orient="records", indent=2))
     elif args.format == "markdown":
-        from .records_view import markdown_table
+        from .records.view import markdown_table
 
         print(markdown_table(table))
     else:
@@ -456,6 +490,7 @@ def _study(args) -> int:
 
 
 def _bench(args) -> int:
+    from .options import KernelOptions
     from .tools import bench
 
     runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, jobs=args.jobs,
@@ -463,7 +498,8 @@ def _bench(args) -> int:
             "large": (lambda: bench.run_large_bench(threads=args.threads, jobs=args.jobs or 1, workdir=args.workdir),
                       bench.format_large_bench),
             "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
-                                                        jobs=args.jobs or 2, device=args.device,
+                                                        jobs=args.jobs or 2,
+                                                        kernel=KernelOptions(**({"device": args.device} if args.device else {})),
                                                         workdir=args.workdir), bench.format_llama7b_bench),
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),
@@ -483,6 +519,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
     args.argv = argv
+    if args.command is None:  # bare `specbound`: the overview, not an error
+        _parser().print_help()
+        return 0
     try:
         commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
                     "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
@@ -494,6 +533,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional package this command needs (a base install)
+        error = missing_module(exc, f"specbound {args.command}")
+        if error is None:
+            raise
+        print(f"specbound: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `specbound analyze --format json | head`: not an error
         sys.stderr.close()

@@ -78,3 +78,24 @@ def os_errors(doing: str):
         yield
     except ENVIRONMENT_ERRORS as exc:
         raise one_line(exc, doing) from None
+
+
+
+# The optional packages and the extra that installs each (pyproject.toml's optional-dependencies).
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "onnx": "onnx", "h5py": "tf", "msgpack": "flax",
+          "dask": "sweep", "distributed": "sweep", "transformers": "study"}
+
+
+def missing_extra(feature: str, package: str, extra: str | None = None) -> str:
+    """The one-line message for an optional feature whose package is not installed, with the one
+    install line that works for a wheel (``pip install 'specbound[EXTRA]'``)."""
+    extra = extra or EXTRAS.get(package, package)
+    return (f"{feature} needs {package}, which is not installed: pip install 'specbound[{extra}]' "
+            f"(in a checkout of specbound: pip install -e '.[{extra}]')")
+
+
+def missing_module(exc: ModuleNotFoundError, doing: str) -> SpecboundError | None:
+    """The one-line error for an optional package found missing while trying to ``doing``, None
+    when the missing module is not one of specbound's optional packages (a bug)."""
+    top = (exc.name or "").split(".")[0]
+    return SpecboundError(missing_extra(doing, top)) if top in EXTRAS else None

@@ -9,7 +9,7 @@ import pytest
 import specbound
 from specbound.compute import spectra
 from specbound.errors import SpecboundError
-from specbound.options import AnalysisOptions
+from specbound.options import AnalysisOptions, KernelOptions
 
 torch = pytest.importorskip("torch")
 
@@ -33,14 +33,10 @@ def assert_same_analysis(ours, reference, rtol=1e-12):
 @pytest.fixture(scope="module", params=["albert", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "llama",
                                         "mistral", "opt", "qwen2", "vit"])
 def family_folder(request, tmp_path_factory):
-    from archs.test_families import FAMILIES
+    from support.families import save_family
 
-    torch.manual_seed(0)
-    model = FAMILIES[request.param][0]().eval()
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.2)
     folder = tmp_path_factory.mktemp(request.param)
-    model.save_pretrained(folder)
+    save_family(request.param, folder)
     return folder
 
 
@@ -77,7 +73,7 @@ def test_torch_cpu_matches_numpy_on_a_llama_shaped_model(tmp_path, monkeypatch):
     # the depth of the blocked sum enters the bound: width 24 over 260 columns = 24 + 11 + 1 = 36
     w = np.random.default_rng(0).standard_normal((96, 260))
     _, bound = spectra.gram_singular_values(w)
-    _, bound_torch = spectra.gram_singular_values(w, device="cpu")
+    _, bound_torch = spectra.gram_singular_values(w, kernel=KernelOptions(device="cpu"))
     assert bound_torch == pytest.approx(bound, rel=1e-12)
     u = np.finfo(float).eps / 2
     lam = np.linalg.eigvalsh(w @ w.T)
@@ -105,7 +101,7 @@ def test_factored_spectra_match_dense_products_with_grouped_heads(device, monkey
     rng = np.random.default_rng(2)
     q, k = rng.standard_normal((6, 5, 23)), rng.standard_normal((2, 5, 23))
     kv = np.arange(6) // 3
-    out = spectra.factored_spectra(q, k, b_index=kv, device=device)
+    out = spectra.factored_spectra(q, k, KernelOptions(device=device), b_index=kv)
     for h, s in enumerate(out):
         dense = q[h].T @ k[kv[h]]
         np.testing.assert_allclose(s.singular_values, np.linalg.svd(dense, compute_uv=False)[:5], rtol=1e-10)
@@ -125,7 +121,7 @@ def test_gpu_panels_give_the_same_norms(monkeypatch):
     rng = np.random.default_rng(7)
     q, k = rng.standard_normal((4, 6, 23)), rng.standard_normal((2, 6, 23))
     kv = np.arange(4) // 2
-    for h, s in enumerate(spectra.factored_spectra(q, k, b_index=kv, device="cpu")):
+    for h, s in enumerate(spectra.factored_spectra(q, k, KernelOptions(device="cpu"), b_index=kv)):
         assert s.norm_1_1 == pytest.approx(np.abs(q[h].T @ k[kv[h]]).sum(), rel=1e-12)
     assert shapes == [(5, 23)]
 
@@ -133,7 +129,7 @@ def test_gpu_panels_give_the_same_norms(monkeypatch):
 def test_svd_fallback_runs_on_the_device():
     w = np.random.default_rng(3).standard_normal((12, 40))
     w[0] = w[1]  # rank-deficient: the Gram bound cannot resolve the smallest value, so the SVD runs
-    ours, ref = spectra.dense_spectrum(w, gram_rtol=1e-8, device="cpu"), spectra.dense_spectrum(w, gram_rtol=1e-8)
+    ours, ref = spectra.dense_spectrum(w, KernelOptions(device="cpu")), spectra.dense_spectrum(w, KernelOptions())
     assert ours.sv_method == ref.sv_method == "svd"
     np.testing.assert_allclose(ours.singular_values[:-1], ref.singular_values[:-1], rtol=1e-12)
 
@@ -171,7 +167,7 @@ def test_feed_forward_read_ahead_gives_identical_spectra():
     rng = np.random.default_rng(6)
     ff = {"FF_gate": rng.standard_normal((16, 40)), "FF_up": rng.standard_normal((16, 40)),
           "FF_out": rng.standard_normal((40, 16))}
-    plain, ahead = feed_forward_spectra(ff), feed_forward_spectra(ff, prefetch=True)
+    plain, ahead = feed_forward_spectra(ff, KernelOptions()), feed_forward_spectra(ff, KernelOptions(), prefetch=True)
     assert list(ahead) == list(plain)
     for role in plain:
         np.testing.assert_array_equal(ahead[role].singular_values, plain[role].singular_values)

@@ -21,7 +21,8 @@ transformers = pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402
 from specbound.io import open_checkpoint  # noqa: E402
-from same_numbers import assert_same_numbers  # noqa: E402
+from support.gguf_convert import write_converted  # noqa: E402
+from support.same_numbers import assert_same_numbers  # noqa: E402
 
 N, H, KV, D, D_FF, VOCAB, CONTEXT = 32, 4, 2, 16, 48, 64, 24
 GLOBAL_SCALING = 8.0
@@ -54,53 +55,10 @@ def _hf_model(family, tmp_path):
     return folder, model
 
 
-def write_converted(path, family, model):
-    """``convert_hf_to_gguf.py``'s file for ``model``: its metadata and tensors (float32)."""
-    _, _, arch, _, layers = FAMILIES[family]
-    cfg = model.config
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_block_count(layers)
-    writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(N)
-    writer.add_feed_forward_length(D_FF)
-    writer.add_head_count(H)
-    writer.add_head_count_kv(KV)
-    head_dim = getattr(cfg, "head_dim", None) or N // H
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
-    writer.add_rope_freq_base(rope["rope_theta"])  # Gemma 3: the global layers' base
-    if rope.get("rope_type") == "linear":
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(rope["factor"])
-    if family == "gemma2":
-        writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
-        writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
-    if family in ("gemma2", "gemma3_text"):
-        writer.add_sliding_window(cfg.sliding_window)
-    writer.add_token_list([f"t{i}" for i in range(VOCAB)])
-    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), layers)
-    for name, tensor in model.state_dict().items():
-        if name == "lm_head.weight" and family.startswith("gemma"):
-            continue  # tied to the embeddings; the converter skips it
-        array = tensor.detach().numpy().astype(np.float32)
-        if family.startswith("gemma") and name.endswith("norm.weight"):
-            array = array + 1  # GemmaModel / Gemma3Model.modify_tensors: Gemma's RMSNorm multiplies by 1 + w
-        target = names.get_name(name, try_suffixes=(".weight",))
-        assert target is not None, name
-        writer.add_tensor(target, np.ascontiguousarray(array))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
     folder, model = _hf_model(family, tmp_path)
-    path = write_converted(tmp_path / f"{family}.gguf", family, model)
+    path = write_converted(tmp_path / f"{family}.gguf", model, FAMILIES[family][2])
     hf = specbound.analyze(folder, threads=1)
     ours = specbound.analyze(path, threads=1)
     assert ours.model["family"] == f"{FAMILIES[family][2]}_gguf"
@@ -125,7 +83,7 @@ def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
 def test_gemma3s_stored_norm_gains_hold_the_added_one(tmp_path):
     """The file really stores 1 + w (else the gain convention would go untested)."""
     folder, model = _hf_model("gemma3_text", tmp_path)
-    path = write_converted(tmp_path / "g3.gguf", "gemma3_text", model)
+    path = write_converted(tmp_path / "g3.gguf", model, "gemma3")
     stored = open_checkpoint(path).read("blk.0.attn_q_norm.weight")
     w = model.model.layers[0].self_attn.q_norm.weight.detach().numpy().astype(np.float32)
     np.testing.assert_array_equal(stored, (w + 1).astype(np.float64))
@@ -135,8 +93,6 @@ def test_rope_freqs_are_the_models_frequencies(tmp_path):
     """Llama 3.1 in GGUF: no rope.scaling.type, a rope_freqs tensor of per-pair divisors (the
     converter's factors theta_default / theta_llama3); the analysis equals the Hugging Face llama3
     model's, whose frequencies transformers computes."""
-    from test_gguf import write_gguf  # the llama writer (Q/K permuted as LlamaModel does)
-
     rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
             "rope_theta": 10000.0, "original_max_position_embeddings": 8}
     config = transformers.LlamaConfig(hidden_size=N, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -150,18 +106,10 @@ def test_rope_freqs_are_the_models_frequencies(tmp_path):
     folder = tmp_path / "hf"
     transformers.logging.set_verbosity_error()
     model.save_pretrained(str(folder))
-    state = {k: v.numpy().copy() for k, v in model.state_dict().items()}
     llama3 = model.model.rotary_emb.inv_freq.double().numpy()
     default = 10000.0 ** -(np.arange(0, N // 4, 2) / (N // 4))
-    state["rope_freqs.weight"] = (default / llama3).astype(np.float32)
-    import test_gguf
-
-    original = test_gguf.gguf_name
-    test_gguf.gguf_name = lambda n: n if n == "rope_freqs.weight" else original(n)
-    try:
-        path = write_gguf(tmp_path / "llama31.gguf", state)
-    finally:
-        test_gguf.gguf_name = original
+    path = write_converted(tmp_path / "llama31.gguf", model, "llama",
+                           extra_tensors={"rope_freqs.weight": default / llama3})
     ours = specbound.analyze(path, threads=1)
     assert ours.model["rotary"]["scaling"] == "rope_freqs"
     hf = specbound.analyze(folder, threads=1)
@@ -175,7 +123,7 @@ def test_rope_freqs_are_the_models_frequencies(tmp_path):
 def test_a_yarn_attention_factor_llama_cpp_would_change_is_refused(tmp_path):
     folder, model = _hf_model("qwen3", tmp_path)
     path = tmp_path / "yarn.gguf"
-    write_converted(path, "qwen3", model)
+    write_converted(path, model, "qwen3")
     reader_config = open_checkpoint(path).config
     assert "rope_scaling" not in reader_config
     # the same file with YaRN metadata and an attn_factor: one line, naming the key

@@ -102,7 +102,7 @@ class Dump:
         self.count = 0
 
     def write(self, text: str) -> None:
-        text = text.replace(self.tmp, "<TMP>").replace(str(REPO), "<REPO>")
+        text = text.replace(self.tmp, "<TMP>").replace(Path(self.tmp).name, "<TMP>").replace(str(REPO), "<REPO>")
         self.out.write(text if text.endswith("\n") else text + "\n")
 
     def frame(self, name: str, frame) -> None:

@@ -245,7 +245,7 @@ def _rank_bound(s_a: np.ndarray, s_b: np.ndarray, tau0: float) -> int:
 
 
 def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLayout, *,
-                       rank_tol: float = 1e-10, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
+                       rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
                        exact_norm_2_1: bool = False) -> list[RotaryHeadEnvelope]:
     """Per query head, bounds on the rotary QK matrices ``W_Q^T M(delta) W_K`` over all offsets.
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..options import EXACT_SVD, KernelOptions
 from .eigensolvers import symmetric_eigenvalues
 
 # Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
@@ -101,13 +102,13 @@ class MatrixSpectrum:
         return float(np.sum(self.singular_values**2) / s1**2) if s1 > 0 else 0.0
 
 
-def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> float:
+def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float) -> float:
     """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (docs/spec.md section 2)."""
     s1 = float(singular_values[0]) if singular_values.size else 0.0
     return rank_tol * max(dim, 1) * max(s1, 1.0)
 
 
-def numerical_rank(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> int:
+def numerical_rank(singular_values: np.ndarray, dim: int, rank_tol: float) -> int:
     """``#{s_i > tau}`` with the tolerance of :func:`rank_threshold`."""
     tau = rank_threshold(singular_values, dim, rank_tol)
     return int(np.count_nonzero(singular_values > tau))
@@ -136,9 +137,9 @@ def _r_factor(stacked: np.ndarray) -> np.ndarray:
     return out
 
 
-def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None = None,
-                     b_index: np.ndarray | None = None, with_norm_1_1: bool = True,
-                     device: str = "numpy") -> list[MatrixSpectrum]:
+def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT_SVD, *,
+                     a_index: np.ndarray | None = None, b_index: np.ndarray | None = None,
+                     with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
     """Spectra of ``A_{i(h)}.T @ B_{j(h)}`` for every head ``h``, never forming the products whole.
 
     Parameters
@@ -153,8 +154,8 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None
     with_norm_1_1 : bool
         Stream each product in column blocks to get its entrywise (1,1)-norm
         (``O(N^2 d)`` work per head; the spectrum itself costs ``O(N d^2)``).
-    device : {"numpy", "cpu", "cuda"}
-        Where the QR factors, cores and (1,1)-norm tiles are computed.
+    kernel : KernelOptions
+        ``kernel.device``: where the QR factors, cores and (1,1)-norm tiles are computed (default NumPy).
 
     Returns
     -------
@@ -164,11 +165,11 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None
     a_index = np.arange(heads) if a_index is None else np.asarray(a_index)
     b_index = np.arange(heads) if b_index is None else np.asarray(b_index)
     n = a.shape[2]
-    if device != "numpy":
+    if kernel.device != "numpy":
         from .torch_kernels import factored_products
 
         svals, col_norms, n11 = factored_products(a, b, a_index, b_index, with_norm_1_1=with_norm_1_1,
-                                                  device=device)
+                                                  device=kernel.device)
         return [MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
                 for h in range(heads)]
     r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H_a, d', d'), A_i.T = Q_a R_a
@@ -233,7 +234,7 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
-                         device: str = "numpy") -> tuple[np.ndarray, float]:
+                         kernel: KernelOptions = EXACT_SVD) -> tuple[np.ndarray, float]:
     """Singular values from the eigenvalues of the smaller Gram matrix, with an error bound.
 
     For ``W`` of shape ``(n, k)``, ``n <= k``, ``G = W W^T`` is accumulated over ``ceil(k / b)``
@@ -251,7 +252,7 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     Every step is a numpy call that releases the GIL, so layers analysed in parallel threads
     overlap fully.  Extra memory: two ``n x n`` float64 matrices.
 
-    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).  ``device``:
+    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).  ``kernel.device``:
     where ``G`` and its eigenvalues are computed (torch: the same blocks, so the same bound).
 
     Returns
@@ -264,10 +265,10 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     n, k = short.shape
     u = np.finfo(np.float64).eps / 2
     width = min(_GRAM_BLOCK, max(k, 1))
-    if device != "numpy":
+    if kernel.device != "numpy":
         from .torch_kernels import gram_eigenvalues
 
-        lam = gram_eigenvalues(short, width, device)
+        lam = gram_eigenvalues(short, width, kernel.device)
     else:
         gram = blocked_gram(short, width)
         lam = symmetric_eigenvalues(gram)[::-1]
@@ -296,22 +297,23 @@ def blocked_gram(short: np.ndarray, width: int) -> np.ndarray:
     return gram
 
 
-def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0, device: str = "numpy") -> MatrixSpectrum:
+def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSpectrum:
     """Spectrum and norms of a dense float64 matrix ``W`` (row-vector orientation).
 
-    With ``gram_rtol > 0`` the singular values come from :func:`gram_singular_values` (about 4x
-    faster on a ``768 x 3072`` matrix) whenever its proven relative error bound is at most
+    With ``kernel.gram_rtol > 0`` the singular values come from :func:`gram_singular_values` (about
+    4x faster on a ``768 x 3072`` matrix) whenever its proven relative error bound is at most
     ``gram_rtol`` for every value (which also makes the matrix certainly full rank); otherwise, and
-    by default, from LAPACK's SVD.  ``device``: where the Gram path or the SVD runs (the column
-    norms and the abs-sum, memory-bound passes, always run in NumPy).
+    by default (:data:`~specbound.options.EXACT_SVD`), from LAPACK's SVD.  ``kernel.device``: where
+    the Gram path or the SVD runs (the column norms and the abs-sum, memory-bound passes, always run
+    in NumPy).
     """
     method, bound = "svd", 0.0
     col_sq = column_sq_norms(w)
-    if gram_rtol > 0:
-        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)), device=device)
+    if kernel.gram_rtol > 0:
+        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)), kernel=kernel)
         method = "gram"
-    if method == "svd" or bound > gram_rtol:
-        svals, method, bound = _singular_values(w, device), "svd", 0.0
+    if method == "svd" or bound > kernel.gram_rtol:
+        svals, method, bound = _singular_values(w, kernel.device), "svd", 0.0
     return MatrixSpectrum(
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,

@@ -25,8 +25,8 @@ import numpy as np
 
 from ..errors import SpecboundError
 from .base import Checkpoint
+from .formats import FLAX
 
-FLAX_SINGLE = "flax_model.msgpack"
 _CHUNKED = "__msgpack_chunked_array__"
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
@@ -35,8 +35,8 @@ def _import_msgpack():
     try:
         import msgpack
     except ImportError:
-        raise SpecboundError("reading Flax flax_model.msgpack weights needs msgpack: pip install -e '.[flax]' in "
-                             "the specbound checkout (or analyse the model's safetensors weights)") from None
+        raise SpecboundError(f"reading Flax flax_model.msgpack weights needs msgpack: {FLAX.install_hint()} (or "
+                             f"analyse the model's safetensors weights)") from None
     return msgpack
 
 

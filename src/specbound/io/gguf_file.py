@@ -57,7 +57,7 @@ _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gem
 _GEMMA3_PATTERN, _GEMMA3_LOCAL_BASE = 6, 10000.0
 _EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
 _MAX_LIST = 64  # metadata arrays longer than this (vocabularies, merges) stay out of the config
-INSTALL_HINT = "pip install -e . (gguf is a base dependency of specbound; or pip install gguf)"
+INSTALL_HINT = "pip install gguf (a base dependency of specbound: reinstall it with pip install specbound)"
 
 
 def _import_gguf():
@@ -343,9 +343,11 @@ def _part_paths(path: Path, readers: list) -> list[Path]:
     return [Path(r.data.filename) for r in readers]
 
 
-def open_gguf(path: Path) -> GGUFCheckpoint:
+def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoint:
     """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped); a split
-    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named."""
+    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named.  The config
+    is the file's metadata (``config`` is not read: the caller's keys are merged by
+    :func:`~specbound.io.open_checkpoint`)."""
     gguf = _import_gguf()
     readers = _shards(gguf, path, _reader(gguf, path))
     arch, config = read_metadata(readers[0], path if len(readers) == 1 else Path(readers[0].data.filename))

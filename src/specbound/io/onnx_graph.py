@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from .base import Checkpoint
+from .formats import ONNX
 from .shard_index import inside
 from ..errors import SpecboundError, os_errors
 
-ONNX_SINGLE = "model.onnx"
 # TensorProto data types -> safetensors dtype codes (the rest keep their ONNX name and are refused
 # by Checkpoint.read as non-float weights).
 _FLOAT_CODES = {1: "F32", 10: "F16", 11: "F64", 16: "BF16"}
@@ -64,7 +64,7 @@ def _import_onnx():
         import onnx
     except ImportError:
         raise SpecboundError(
-            "reading ONNX models needs the onnx package: pip install -e '.[onnx]' in the specbound checkout (or analyse the "
+            f"reading ONNX models needs the onnx package: {ONNX.install_hint()} (or analyse the "
             "model's safetensors weights, which need no extra package)"
         ) from None
     return onnx

@@ -26,8 +26,8 @@ import numpy as np
 
 from ..errors import SpecboundError
 from .base import Checkpoint
+from .formats import TF
 
-TF_SINGLE = "tf_model.h5"
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16"}
 
 
@@ -35,8 +35,8 @@ def _import_h5py():
     try:
         import h5py
     except ImportError:
-        raise SpecboundError("reading TF/Keras tf_model.h5 weights needs h5py: pip install -e '.[tf]' in the "
-                             "specbound checkout (or analyse the model's safetensors weights)") from None
+        raise SpecboundError(f"reading TF/Keras tf_model.h5 weights needs h5py: {TF.install_hint()} (or analyse "
+                             f"the model's safetensors weights)") from None
     return h5py
 
 

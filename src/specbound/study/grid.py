@@ -28,6 +28,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 from ..errors import SpecboundError
+from ..options import NON_NEGATIVE_INT, POSITIVE_INT, Choice, check
 from .data import TASKS
 
 # Bumped whenever training or measuring changes what a run's record means: old records are then
@@ -54,14 +55,10 @@ class RunConfig:
     max_steps: int = 3000
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise SpecboundError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        check("task", self.task, Choice(TASKS))
         for name in ("depth", "width", "train_size", "heads", "ff_mult", "batch_size", "max_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecboundError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise SpecboundError(f"seed must be a non-negative integer, got {self.seed!r}")
+            check(name, getattr(self, name), POSITIVE_INT)
+        check("seed", self.seed, NON_NEGATIVE_INT)
         if self.width % self.heads:
             raise SpecboundError(f"width {self.width} is not a multiple of heads {self.heads}")
         if not self.weight_decay >= 0 or not self.lr > 0:

@@ -26,6 +26,7 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import SpecboundError
+from ..options import NON_NEGATIVE_INT, POSITIVE_INT, check
 from .data import TASKS
 from .grid import RunConfig, make_grid
 from .runs import analyze_record, is_trained, load_records, remove_stale_temps, run_path
@@ -102,18 +103,12 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     from .report import write_report
     from .table import GAPS, pstar_table, runs_table
 
-    if not isinstance(threads, int) or threads < 1:
-        raise SpecboundError(f"threads must be a positive integer, got {threads!r}")
-    jobs = threads if jobs is None else jobs
-    if not isinstance(jobs, int) or jobs < 1:
-        raise SpecboundError(f"jobs must be a positive integer, got {jobs!r}")
+    check("threads", threads, POSITIVE_INT)
+    jobs = check("jobs", threads if jobs is None else jobs, POSITIVE_INT)
     if workers is not None and scheduler is not None:
         raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
-    bootstrap = BOOTSTRAP if bootstrap is None else bootstrap
-    if not isinstance(bootstrap, int) or bootstrap < 0:
-        raise SpecboundError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
+    check("workers", workers, None, POSITIVE_INT)
+    bootstrap = check("bootstrap", BOOTSTRAP if bootstrap is None else bootstrap, NON_NEGATIVE_INT)
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(out)
     grid_name = grid if isinstance(grid, str) else "custom"

@@ -1,9 +1,9 @@
 """One analysis as text and as HTML: the summary ``specbound analyze`` prints, ``print(result)``, and
 the notebook view (``Analysis._repr_html_``).
 
-This module sits beside :mod:`specbound.records` and reads an :class:`~specbound.records.Analysis`
-only through its attributes, so that the records can render themselves without importing the
-report stage (which reads results stores).
+It reads an :class:`~specbound.records.Analysis` only through its attributes, so the records render
+themselves without the report stage (which reads results stores); ``report/`` and the command line
+use the same functions.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bounds import REGISTRY
-from .compute.measures import ROLE_ORDER
+from ..bounds import REGISTRY
+from ..compute.measures import ordered_roles
+from ..io.formats import WEIGHT_SUFFIXES
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
           "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
-_WEIGHT_FILE = re.compile(r"\.(safetensors|bin|pt|pth|onnx)$")
+_WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
 
 
 SIGNIFICANT = 5  # digits of every number the summary prints
@@ -134,11 +135,6 @@ def comparison_table(a) -> list[str]:
     return lines
 
 
-def _roles(mats: pd.DataFrame) -> list[str]:
-    present = set(mats["role"])
-    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
-
-
 def per_layer_frame(a) -> pd.DataFrame:
     """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
     mats = a.matrices
@@ -147,7 +143,7 @@ def per_layer_frame(a) -> pd.DataFrame:
         else a.layers["alpha"].to_numpy()
     table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
                          index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
-    for role in _roles(mats):
+    for role in ordered_roles(mats["role"]):
         table[role] = per_role[role].reindex(table.index).to_numpy()
     table["adaptive"] = a.layers["adaptive"].to_numpy()
     table["xi"] = a.layers["xi"].to_numpy()
@@ -159,7 +155,7 @@ def per_role_frame(a) -> pd.DataFrame:
     mats, m = a.matrices, a.options["grid_m"]
     total = mats["contribution"].sum()
     rows = []
-    for role in _roles(mats):
+    for role in ordered_roles(mats["role"]):
         part = mats[mats["role"] == role]
         counts = part["p_star"].value_counts().sort_index()
         rows.append({"role": role, "matrices": len(part), "contribution": part["contribution"].sum(),
@@ -167,6 +163,21 @@ def per_role_frame(a) -> pd.DataFrame:
                      "median rank": int(part["rank"].median()),
                      "p* distribution": ", ".join(f"p*={_p_label(p, m)}: {n}" for p, n in counts.items())})
     return pd.DataFrame(rows).set_index("role")
+
+
+def p_star_note(a) -> list[str]:
+    """One line saying why, when every matrix chose the rank count (p* = 0): a matrix's p > 0 term
+    grows with its downstream factor alpha (docs/spec.md 4), so a deep stack's large alphas make
+    the rank count the cheapest everywhere; where p* varies instead."""
+    p_star = a.matrices["p_star"]
+    if len(p_star) == 0 or (p_star != 0).any():
+        return []
+    largest = fmt(a.layers["alpha"].max(), a.layers["log10_alpha"].max()) if "log10_alpha" in a.layers \
+        else fmt(a.layers["alpha"].max())
+    return [f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
+            f"alpha (up to {largest} here), so counting the rank is cheapest; p* varies on models with "
+            f"small alphas, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, then "
+            f"specbound analyze DIR/bert_uncased_L-10_H-128_A-2"]
 
 
 def _header(a) -> list[str]:
@@ -232,6 +243,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines.append(gain.to_string())
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
+    lines += p_star_note(a)
     lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .archs.model import ModelDims, RotaryLayout
-from .archs.structure import Structure
+from ..archs.model import ModelDims, RotaryLayout
+from ..archs.structure import Structure
+
 
 def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
     return {"name": name, "applies": bool(applies), "kind": kind, "effect": effect}

@@ -1,0 +1,210 @@
+"""A tiny random ``transformers`` model of every shipped family, and a dense reference of its matrices
+built by *calling the model's own modules* on identity inputs (tests/archs/test_families.py).
+
+``FAMILIES[name] = (build, accessor)``: ``build(layers)`` returns the untrained model with ``layers``
+blocks (ALBERT: always 4 depths over 2 stored groups); ``accessor(model)`` returns ``get(layer)``, the
+layer's row-oriented float64 matrices by role.  torch and transformers are imported when a model is
+built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+N, L, H, D_FF = 32, 2, 4, 48
+ROTARY = ("llama", "mistral", "qwen2", "gpt_neox")  # the families with rotary position embeddings
+
+
+def _proj(module, n_in):
+    """Row-oriented matrix of a linear-like module: module(I) - module(0), float64."""
+    import torch
+
+    with torch.no_grad():
+        eye = torch.eye(n_in, dtype=torch.float64)
+        out = module(eye) - module(torch.zeros(1, n_in, dtype=torch.float64))
+    return out.double().numpy()
+
+
+def _split_concat(w):
+    return np.split(w, 3, axis=1)
+
+
+def _split_neox(w, heads):
+    d = w.shape[1] // (3 * heads)
+    v = w.reshape(w.shape[0], heads, 3 * d)  # GPTNeoXAttention: qkv.view(..., H, 3 d)
+    return [v[:, :, i * d:(i + 1) * d].reshape(w.shape[0], heads * d) for i in range(3)]
+
+
+def _bert_like(attn_self, attn_out, ff_in, ff_out):
+    def get(layer):
+        a = attn_self(layer)
+        return {"q": _proj(a.query, N), "k": _proj(a.key, N), "v": _proj(a.value, N),
+                "o": _proj(attn_out(layer), N), "FF_in": _proj(ff_in(layer), N), "FF_out": _proj(ff_out(layer), D_FF)}
+    return get
+
+
+def _t():
+    import transformers
+
+    return transformers
+
+
+FAMILIES = {
+    "bert": (lambda layers: _t().BertForSequenceClassification(_t().BertConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+        lambda m: _bert_like(lambda l: m.bert.encoder.layer[l].attention.self,
+                             lambda l: m.bert.encoder.layer[l].attention.output.dense,
+                             lambda l: m.bert.encoder.layer[l].intermediate.dense,
+                             lambda l: m.bert.encoder.layer[l].output.dense)),
+    "electra": (lambda layers: _t().ElectraForPreTraining(_t().ElectraConfig(
+        embedding_size=16, hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF,
+        vocab_size=50)),
+        lambda m: _bert_like(lambda l: m.electra.encoder.layer[l].attention.self,
+                             lambda l: m.electra.encoder.layer[l].attention.output.dense,
+                             lambda l: m.electra.encoder.layer[l].intermediate.dense,
+                             lambda l: m.electra.encoder.layer[l].output.dense)),
+    "vit": (lambda layers: _t().ViTForImageClassification(_t().ViTConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, image_size=8,
+        patch_size=4, num_labels=3)),
+        # transformers 5 names ViT's modules layers.N.attention.q_proj, mlp.fc1 but saves the classic
+        # checkpoint names (encoder.layer.N.attention.attention.query), which the spec maps.
+        lambda m: (lambda l, b=m.vit.layers: {
+            "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+            "v": _proj(b[l].attention.v_proj, N), "o": _proj(b[l].attention.o_proj, N),
+            "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(b[l].mlp.fc2, D_FF)})),
+    "distilbert": (lambda layers: _t().DistilBertForSequenceClassification(_t().DistilBertConfig(
+        dim=N, n_layers=layers, n_heads=H, hidden_dim=D_FF, vocab_size=50)),
+        lambda m: (lambda l, b=m.distilbert.transformer.layer: {
+            "q": _proj(b[l].attention.q_lin, N), "k": _proj(b[l].attention.k_lin, N),
+            "v": _proj(b[l].attention.v_lin, N), "o": _proj(b[l].attention.out_lin, N),
+            "FF_in": _proj(b[l].ffn.lin1, N), "FF_out": _proj(b[l].ffn.lin2, D_FF)})),
+    "gpt2": (lambda layers: _t().GPT2LMHeadModel(_t().GPT2Config(
+        n_embd=N, n_layer=layers, n_head=H, n_inner=None, vocab_size=50, n_positions=16)),
+        lambda m: (lambda l, b=m.transformer.h: dict(zip("qkv", _split_concat(_proj(b[l].attn.c_attn, N))),
+                   o=_proj(b[l].attn.c_proj, N), FF_in=_proj(b[l].mlp.c_fc, N), FF_out=_proj(b[l].mlp.c_proj, 4 * N)))),
+    "gpt_neox": (lambda layers: _t().GPTNeoXForCausalLM(_t().GPTNeoXConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+        lambda m: (lambda l, b=m.gpt_neox.layers: dict(zip("qkv", _split_neox(_proj(b[l].attention.query_key_value, N), H)),
+                   o=_proj(b[l].attention.dense, N), FF_in=_proj(b[l].mlp.dense_h_to_4h, N),
+                   FF_out=_proj(b[l].mlp.dense_4h_to_h, D_FF)))),
+    "opt": (lambda layers: _t().OPTForCausalLM(_t().OPTConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, ffn_dim=D_FF, word_embed_proj_dim=N,
+        vocab_size=50, max_position_embeddings=16)),
+        lambda m: (lambda l, b=m.model.decoder.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.out_proj, N),
+            "FF_in": _proj(b[l].fc1, N), "FF_out": _proj(b[l].fc2, D_FF)})),
+    # 4 depths over 2 stored groups whatever the depth asked: depths 0, 1 use group 0 and 2, 3 group 1
+    "albert": (lambda layers: _t().AlbertForSequenceClassification(_t().AlbertConfig(
+        embedding_size=16, hidden_size=N, num_hidden_layers=4, num_hidden_groups=2, num_attention_heads=H,
+        intermediate_size=D_FF, vocab_size=50, num_labels=2)),
+        lambda m: (lambda l, g=m.albert.encoder.albert_layer_groups: (lambda a: {
+            "q": _proj(a.attention.query, N), "k": _proj(a.attention.key, N), "v": _proj(a.attention.value, N),
+            "o": _proj(a.attention.dense, N), "FF_in": _proj(a.ffn, N), "FF_out": _proj(a.ffn_output, D_FF)})(
+            g[l * 2 // 4].albert_layers[0]))),
+}
+for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistral", "MistralForCausalLM", "MistralConfig"),
+                          ("qwen2", "Qwen2ForCausalLM", "Qwen2Config")):
+    FAMILIES[_name] = (
+        lambda layers, c=_cls, g=_cfg: getattr(_t(), c)(getattr(_t(), g)(
+            hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2,
+            intermediate_size=D_FF, vocab_size=50)),
+        lambda m: (lambda l, b=m.model.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.o_proj, N),
+            "FF_gate": _proj(b[l].mlp.gate_proj, N), "FF_up": _proj(b[l].mlp.up_proj, N),
+            "FF_out": _proj(b[l].mlp.down_proj, D_FF)}))
+
+
+def _norm_gain(norm, width):
+    """The gain g of an RMSNorm module: ``weight`` (Qwen3, OLMo2) or ``1 + weight`` (Gemma), whichever
+    calling the module confirms: nu(c e_i)_i = g_i c / sqrt(c^2 / n + eps) for the one-hot input c e_i
+    of its n = width features.  The norms compute in float32, so the call decides the convention (to
+    1e-5) and the parameter gives the value (Gemma's 1 + w formed in float32, as its norm does)."""
+    import torch
+
+    c = 3.0
+    with torch.no_grad():
+        out = norm(c * torch.eye(width, dtype=torch.float64)).double().numpy()
+    eps = getattr(norm, "variance_epsilon", None) or norm.eps
+    called = np.diag(out) * np.sqrt(c * c / width + eps) / c
+    w = norm.weight.detach()
+    plus_one = (1.0 + w.float()).double().numpy()
+    return next(g for g in (w.double().numpy(), plus_one) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
+
+
+def _decoder(cls, cfg, **extra):
+    return lambda layers: getattr(_t(), cls)(getattr(_t(), cfg)(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        max_position_embeddings=64, **extra))
+
+
+def _decoder_accessor(m, qk_norm=None, kv=2, d=N // H):
+    """A LLaMA-named decoder's matrices; with ``qk_norm`` (``"head"`` or ``"all_heads"``) also the
+    query/key norm gains ``q_gain`` ``(H d,)`` and ``k_gain`` ``(kv d,)``, read by calling the norms."""
+    def get(l):
+        a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N), "o": _proj(a.o_proj, H * d),
+               "FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N), "FF_out": _proj(mlp.down_proj, D_FF)}
+        if qk_norm == "head":
+            out["q_gain"], out["k_gain"] = np.tile(_norm_gain(a.q_norm, d), H), np.tile(_norm_gain(a.k_norm, d), kv)
+        elif qk_norm == "all_heads":
+            out["q_gain"], out["k_gain"] = _norm_gain(a.q_norm, H * d), _norm_gain(a.k_norm, kv * d)
+        return out
+    return get
+
+
+# head_dim 16 with N / H = 8 (Gemma's head_dim != hidden_size / heads); QK-norm per head (Qwen3,
+# Gemma 3) and over the whole projection (OLMo2)
+FAMILIES["qwen3"] = (_decoder("Qwen3ForCausalLM", "Qwen3Config", num_key_value_heads=2, head_dim=16),
+                     lambda m: _decoder_accessor(m, "head", d=16))
+FAMILIES["gemma"] = (_decoder("GemmaForCausalLM", "GemmaConfig", num_key_value_heads=1, head_dim=16),
+                     lambda m: _decoder_accessor(m, kv=1, d=16))
+FAMILIES["gemma2"] = (_decoder("Gemma2ForCausalLM", "Gemma2Config", num_key_value_heads=2, head_dim=16),
+                      lambda m: _decoder_accessor(m, d=16))
+FAMILIES["gemma3_text"] = (_decoder("Gemma3ForCausalLM", "Gemma3TextConfig", num_key_value_heads=2, head_dim=16),
+                           lambda m: _decoder_accessor(m, "head", d=16))
+FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
+                     lambda m: _decoder_accessor(m, "all_heads"))
+ROTARY += ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16}  # the others: N / H
+
+
+def build_family(name: str, *, layers: int = L, seed: int = 0):
+    """The family's tiny model, every weight drawn from N(0, 0.2^2) after ``torch.manual_seed(seed)``
+    (some families initialise biases and norms to 0 or 1, which would leave terms untested)."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = FAMILIES[name][0](layers).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    return model
+
+
+def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
+    """:func:`build_family` saved with ``save_pretrained`` to ``folder``; returns the model."""
+    model = build_family(name, layers=layers, seed=seed)
+    model.save_pretrained(folder)
+    return model
+
+
+def reference_matrices(get, heads, kv_heads, layers=L):
+    """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
+    ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a QK row, None otherwise.  A QK-norm
+    family's QK factors are gain-folded, ``G W`` (docs/theory.md 3d)."""
+    rows = []
+    for layer in range(layers):
+        w = get(layer)
+        d = w["q"].shape[1] // heads
+        group = heads // kv_heads
+        cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
+        if "q_gain" in w:
+            w["q"], w["k"] = w["q"] * w["q_gain"][None, :], w["k"] * w["k_gain"][None, :]
+        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
+                 for h in range(heads)]
+        rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
+        rows += [(r, w[r], None) for r in ("FF_in", "FF_gate", "FF_up", "FF_out") if r in w]
+    return rows
