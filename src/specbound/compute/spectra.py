@@ -61,6 +61,9 @@ class MatrixSpectrum:
         When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
         head's envelope, :class:`RotaryQKSpectrum`: certified upper bounds that must not be
         thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
+    spectral_sup : float, optional
+        When set, the spectral norm reported and propagated in place of ``singular_values[0]`` (a
+        query/key-normalised head: the normalised logit's Lipschitz factor, docs/theory.md 3d).
     """
 
     shape: tuple[int, int]
@@ -70,6 +73,7 @@ class MatrixSpectrum:
     sv_method: str = "svd"
     sv_rel_error_bound: float = 0.0
     kept: np.ndarray | None = None
+    spectral_sup: float | None = None
 
     @property
     def dim(self) -> int:
@@ -78,6 +82,8 @@ class MatrixSpectrum:
 
     @property
     def spectral_norm(self) -> float:
+        if self.spectral_sup is not None:
+            return float(self.spectral_sup)
         s = self.singular_values
         return float(s[0]) if s.size else 0.0
 
