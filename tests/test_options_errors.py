@@ -51,7 +51,7 @@ def test_valid_options_still_work(tiny_bert_dir, capsys):
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(grid_m=10**9), "from 1 to 10000"),  # was a MemoryError traceback
+    (dict(grid_m=10**9), "from 1 to 10000"),  # a grid that size would not fit in memory
     (dict(grid_m=True), "grid_m"), (dict(rank_tol=True), "rank_tol"), (dict(l_phi=True), "l_phi"),
     (dict(threads=True), "threads"), (dict(n=True, margin=0.1), "n "), (dict(n=100, margin=True), "margin"),
 ])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from .errors import SpecboundError
+from .errors import SpecboundError, refuse_oversized_integers
 
 METHODS = ("factored", "dense")
 # Where the linear algebra runs: "numpy" (NumPy/SciPy LAPACK, the default) or torch in float64 on
@@ -33,9 +33,8 @@ DEFAULT_RANK_TOL = 1e-10
 # curves table), so m bounds time and memory; the default m = ceil(L + ln N) is below 200 for every
 # published model, and a grid finer than 1/10000 moves no minimum measurably.
 GRID_M_MAX = 10_000
-# The options that were in every record key from the first store format on, in their order; any
-# other option enters a key only when it differs from its default, so existing stores keep their keys.
-LEGACY_KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
+# The largest sample size accepted: the gap bound's terms are computed in floating point.
+N_MAX = 10**300
 
 
 # --- constraints -------------------------------------------------------------------------------
@@ -45,7 +44,11 @@ def _is_int(value) -> bool:
 
 
 def _is_real(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    """A real number a float can hold (an integer past 1.8e308 cannot: it is refused, not overflowed)."""
+    try:
+        return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ def check(name: str, value, *accepted, requirement: str | None = None):
     value None, or a string for that literal), converted as the constraint says; otherwise a
     one-line :class:`SpecboundError`: ``name must be <requirement>, got <value>`` (a choice: ``unknown
     name ...; choose one of ...``)."""
+    # before any message quotes the value: an integer of more than 4,300 digits cannot be printed
+    refuse_oversized_integers(value, name, "pass a value in its range")
     for constraint in accepted:
         if constraint is None or isinstance(constraint, str):
             if value is constraint or (isinstance(constraint, str) and value == constraint):
@@ -212,7 +217,8 @@ class AnalysisOptions:
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
                         key=True, kind="path", flag="--init", metavar="SOURCE")
     n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap",
-                            accepted=(None, Interval(Integral, 2, None)), requirement="an integer >= 2",
+                            accepted=(None, Interval(Integral, 2, N_MAX)),
+                            requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",
                             label="n (the number of training sequences)")
     margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap",
                                    accepted=(None, POSITIVE_FINITE),
@@ -280,19 +286,6 @@ class AnalysisOptions:
     def gap_requested(self) -> bool:
         """Whether a generalisation-gap bound is asked for (``n`` and ``margin`` given)."""
         return self.n is not None
-
-    def key_options(self) -> dict[str, Any]:
-        """The options that change the numbers, as a store's record key sees them: the legacy six
-        always (in their order), every other only when it differs from its default."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not f.metadata["key"]:
-                continue
-            if f.name in LEGACY_KEY_OPTIONS or value != f.default:
-                out[f.name] = str(value) if f.name in ("arch_spec", "init") and value is not None else value
-        return {**{k: out[k] for k in LEGACY_KEY_OPTIONS}, **{k: v for k, v in out.items()
-                                                              if k not in LEGACY_KEY_OPTIONS}}
 
 
 # The options the per-layer kernels read (spectra, Gram path, rank cut, device).

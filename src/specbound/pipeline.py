@@ -22,14 +22,18 @@ from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
+from .archs.binding import qk_norm_eps
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
 from .archs.towers import tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
-from .archs.rotary import rotary_by_layer, rotary_layout
+from .archs.rotary import rotary_layouts
+from .archs.structure import model_structure
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.spectra import ROTARY_METHODS
 from .compute.distance import difference_spectra
+from .compute.qk_logit import logit_factors
 from .compute.measures import measure
-from .compute.propagation import activation_lipschitz
+from .compute.propagation import activation_lipschitz, check_gated_activation
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
@@ -67,6 +71,8 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
                          config=config, tower=opts.tower)
     name = f"{DEFAULT_NAME} (embedded default)" if source is None else None
     try:
+        for model in models:  # an activation without a known constant: refused before any weight is read
+            activation_constants(model.dims, opts)
         if models[0].parent_spec is None or opts.tower is not None:
             return _analyze_one(models[0], opts, progress, name)
         total, done = sum(m.dims.L for m in models), 0
@@ -181,10 +187,11 @@ class OpenModel:
     prefix : str
         The tensor-name prefix (``""``, ``"bert."``, ...).
     rotary : RotaryLayout or None
-        The rotary position embedding of a rotary family (read from config.json), else None.
+        The rotary position embedding of a rotary family (read from config.json), else None; the
+        first layer's when layers differ (:attr:`rotary_by_layer`).
     rotary_by_layer : tuple of RotaryLayout, optional
-        Each layer's layout when layers of several types rotate differently (ModernBERT's global
-        and local layers); ``rotary`` is then layer 0's.
+        Each layer's layout (Gemma 3's local and global layers rotate at different bases); None:
+        every layer uses :attr:`rotary`.
     """
 
     ckpt: Checkpoint
@@ -206,9 +213,15 @@ class OpenModel:
         part, _ = self.dims.locate(layer)
         return self.dims if part is None else part.dims
 
-    def rotary_of(self, layer: int) -> RotaryLayout | None:
-        """The rotary layout of layer ``layer`` (None: not rotary)."""
+    def rotary_for(self, layer: int) -> RotaryLayout | None:
+        """The rotary layout of layer ``layer`` (None for a family without rotary positions)."""
         return self.rotary if self.rotary_by_layer is None else self.rotary_by_layer[layer]
+
+    def rotary_layouts(self) -> list[RotaryLayout]:
+        """The distinct layouts, in layer order (one for most models)."""
+        if self.rotary_by_layer is None:
+            return [] if self.rotary is None else [self.rotary]
+        return list(dict.fromkeys(self.rotary_by_layer))
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
@@ -258,12 +271,13 @@ def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
 def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel:
     """``ckpt`` bound to ``spec``: dimensions, prefix, every tensor accounted for, rotary layout."""
     dims, prefix = bind(spec, ckpt)
-    by_layer = rotary_by_layer(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
+    if spec.qk_norm is not None:
+        qk_norm_eps(spec, ckpt.config)  # a missing or zero eps is an error before any weight is read
     extra = {"tower": spec.tower, "parent_spec": parent}
-    if by_layer is not None:
-        return OpenModel(ckpt, spec, dims, prefix, by_layer[0], by_layer, **extra)
-    rotary = rotary_layout(spec, ckpt.config, dims.d_head, where=str(ckpt.location))
-    return OpenModel(ckpt, spec, dims, prefix, rotary, **extra)
+    layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
+    if layouts is None:
+        return OpenModel(ckpt, spec, dims, prefix, **extra)
+    return OpenModel(ckpt, spec, dims, prefix, layouts[0], None if len(set(layouts)) == 1 else layouts, **extra)
 
 
 def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False,
@@ -280,7 +294,7 @@ def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, 
         weights = read_layer(model, layer)
     dims = model.layer_dims(layer)
     return layer_spectra(weights, kernel, group=dims.H // dims.H_kv, block=dims.block, release=True,
-                         rotary=model.rotary_of(layer), prefetch=prefetch, position_terms=dims.position_terms)
+                         rotary=model.rotary_for(layer), prefetch=prefetch, position_terms=dims.position_terms)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
@@ -387,8 +401,8 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
 
 
 def cap_threads(threads: int | None) -> int | None:
-    """``threads`` BLAS threads, at most the cores (more only thrash: 100000 threads took 72 s where
-    8 took 1.2 s); capping is said in a :class:`~specbound.errors.SpecboundWarning`."""
+    """``threads`` BLAS threads, at most the cores (more only thrash; docs/benchmarks.md); capping is
+    said in a :class:`~specbound.errors.SpecboundWarning`."""
     cores = available_cores()
     if threads is not None and threads > cores:
         import warnings
@@ -413,7 +427,9 @@ def available_cores() -> int:
 
 def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, kernel: KernelOptions) -> LayerSpectra:
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
-    weights, w0 = read_layer(model, layer), read_layer(init_model, layer)
+    rotary = model.rotary_for(layer)
+    a = 1.0 if rotary is None else rotary.attention_factor  # the logit's factors, as for W itself
+    weights, w0 = logit_factors(read_layer(model, layer), a), logit_factors(read_layer(init_model, layer), a)
     dims = model.layer_dims(layer)
     return difference_spectra(weights, w0, kernel, group=dims.H // dims.H_kv, block=dims.block)
 
@@ -425,10 +441,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     ``source``, default where the weights were read from)."""
     opts = options or AnalysisOptions()
     dims = model.dims
-    if opts.l_phi is None:
-        l_phi, l_phi_source = activation_lipschitz(dims.activation)
-    else:
-        l_phi, l_phi_source = opts.l_phi, "user"
+    l_phi, l_phi_source = activation_constants(dims, opts)
     grid_m = default_grid_m(dims.L, dims.N) if opts.grid_m is None else opts.grid_m
     measures = measure(layers, dims, l_phi=l_phi, rank_tol=opts.rank_tol, grid_m=grid_m)
     results = compute_all(measures)
@@ -449,26 +462,67 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         if from_init is not None:
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
     location = str(model.ckpt.location)
+    model_extra: dict[str, Any] = {"block": dims.block, "feed_forward": dims.feed_forward}
     rotary = None if model.rotary is None else {
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
         "scaling": model.rotary.scaling,
-        "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
+        "attention_factor": model.rotary.attention_factor,
+        "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
-    if model.rotary_by_layer is not None:  # layers of several types: each layer's base
-        rotary["base"] = None
-        rotary["base_by_layer"] = [r.base for r in model.rotary_by_layer]
+    qk_norm = _qk_norm_summary(model, layers)
+    if qk_norm is not None:
+        model_extra["qk_norm"] = qk_norm
+    if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
+        rotary["by_layer"] = [{"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
+                              for r in model.rotary_by_layer]
+    model_extra["rotary"] = rotary
+    if dims.position_terms:
+        model_extra["position_terms"] = dims.position_terms
+    if dims.stacks is not None:
+        model_extra["stacks"] = stacks_record(dims)
+    if model.tower is not None:
+        model_extra["tower"] = model.tower
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=tensor_names(model.spec, dims, model.prefix),
-                          model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary,
-                                       **({"position_terms": dims.position_terms} if dims.position_terms else {}),
-                                       **({"stacks": stacks_record(dims)} if dims.stacks is not None else {}),
-                                       **({"tower": model.tower} if model.tower is not None else {})},
+                          model_extra=model_extra,
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None),
-                                                  structures=model.spec.structures))
+                                                  l_phi=l_phi, l_phi_source=l_phi_source,
+                                                  rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
+                                                  rope=model.rotary_layouts(), qk_norm=qk_norm,
+                                                  structure=model_structure(model.spec.structure, model.ckpt.config),
+                                                  tower=model.tower))
+
+
+def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
+    """How many rotary QK heads got the exact maximum over offsets and how many the product bound
+    ``||W_Q||_2 ||W_K||_2`` (each head's own in the ``sv_method`` and ``argmax_offset`` columns)."""
+    counts = Counter(s.sv_method for layer in layers for s in layer.qk)
+    return {method: counts.get(name, 0) for method, name in ROTARY_METHODS.items()}
+
+
+def activation_constants(dims: ModelDims, options: AnalysisOptions) -> tuple[float, str]:
+    """``(L_phi, where it came from)``: ``options.l_phi`` (``"user"``) or the activation table, which
+    refuses an activation it does not know (one line naming ``--l-phi``); a gated block whose
+    activation has no ``c_phi`` is refused either way."""
+    check_gated_activation(dims.activation, dims.feed_forward)
+    if options.l_phi is not None:
+        return options.l_phi, "user"
+    return activation_lipschitz(dims.activation)
+
+
+def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, Any] | None:
+    """The query/key normalisation of a QK-norm family and its largest logit Lipschitz factor (the
+    QK spectral norms, docs/theory.md 3d), for ``model["qk_norm"]`` and the assumptions."""
+    rule = model.spec.qk_norm
+    if rule is None:
+        return None
+    factor, layer, head = max((s.spectral_norm, l.layer, h) for l in layers for h, s in enumerate(l.qk))
+    return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
+            "max_factor": factor, "layer": layer, "head": head}
 
 
 def _open_init(init, model: OpenModel) -> OpenModel:

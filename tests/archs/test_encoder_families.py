@@ -57,8 +57,8 @@ def test_modernbert_layer_types_each_rotate_with_their_base(modernbert):
     result = specbound.analyze(folder, threads=1)
     config = model.config
     expected = [config.rope_parameters[t]["rope_theta"] for t in config.layer_types]
-    assert result.model["rotary"]["base_by_layer"] == expected and len(set(expected)) == 2
-    assert "rotary_layer_types" in {a["name"] for a in result.assumptions if a["applies"]}
+    assert [r["base"] for r in result.model["rotary"]["by_layer"]] == expected and len(set(expected)) == 2
+    assert "sliding_window_attention" in {a["name"] for a in result.assumptions if a["applies"]}
 
 
 def test_modernbert_config_before_transformers_5_reads_the_same(modernbert, tmp_path):

@@ -135,7 +135,7 @@ def test_dense_method_agrees_from_init(trained_and_init):
 
 def test_zero_distance(tiny_pair):
     """W = W0 exactly: every difference is exactly zero, so every distance bound is exactly its
-    value at zero (issue 15: the stacked [A; -A0] route left 1e-16 round-off that alpha raised to 1e13)."""
+    value at zero (factors stacked as [A; -A0] would leave 1e-16 round-off, which alpha can raise to 1e13)."""
     src, _ = tiny_pair
     a = specbound.analyze(src, init=src, threads=1)
     assert (a.matrices["delta_rank"] == 0).all()

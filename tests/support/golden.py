@@ -265,7 +265,7 @@ def sweep(dump: Dump, tmp: Path) -> None:
     """A store of tiny Miniatures under three option sets: keys, records (run times aside), tables."""
     from specbound.sweep.run import run_sweep
     from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
+    from specbound.sweep.store import Store, canonical_options
     from specbound.tools.miniatures import write_miniatures
 
     root = tmp / "minis"
@@ -283,7 +283,7 @@ def sweep(dump: Dump, tmp: Path) -> None:
         for name, table in sorted(record.tables.items()):
             dump.frame(f"{key} {name}", table)
     for options in ({}, {"grid_m": 9}, {"n": 10, "margin": 1.0}, {"device": "cpu", "jobs": 3}):
-        dump.write(f"--- key_options {options} {specbound.AnalysisOptions.build(options).key_options()}")
+        dump.write(f"--- key options {options} {canonical_options(options)}")
 
 
 def main(argv=None) -> int:

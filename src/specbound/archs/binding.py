@@ -54,7 +54,7 @@ FF_SIZE_FROM_TENSORS = 0
 
 def position_term_count(spec: ArchSpec, config: dict) -> int:
     """How many disentangled position terms (DeBERTa's ``c2p``, ``p2c``) the config switches on, 0
-    for a family without them.  The derivation (docs/theory.md 3d) needs each term to reuse the
+    for a family without them.  The derivation (docs/theory.md 3f) needs each term to reuse the
     head's own query and key weights on normalised position embeddings; a config that says
     otherwise (``share_att_key: false``, un-normalised embeddings) is refused."""
     terms = spec.position_terms
@@ -79,7 +79,7 @@ def position_term_count(spec: ArchSpec, config: dict) -> int:
         entries = [v.strip().lower() for v in value.split("|")] if isinstance(value, str) else [value]
         if wanted not in entries:
             raise SpecboundError(f"config.json: {key}={value!r}, but the {spec.family} derivation needs {key} "
-                                 f"to include {wanted!r} (docs/theory.md 3d): otherwise the attention logits hold "
+                                 f"to include {wanted!r} (docs/theory.md 3f): otherwise the attention logits hold "
                                  f"matrices or norms that the chain does not measure")
     return count
 
@@ -190,6 +190,18 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
             raise SpecboundError(f"tensor {name!r} (the output scale of {role}{suffix} in layer {layer}) {found}; "
                                  f"the {spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
                                  f"incomplete or its config does not match it")
+    gains = qk_norm_shapes(spec, dims, prefix)
+    for name, (role, layer, shape) in gains.items():
+        if name not in names:
+            raise SpecboundError(
+                f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises queries "
+                f"and keys (qk_norm in {spec.origin}); the checkpoint is incomplete or of another family")
+        if tuple(ckpt.shape(name)) != shape:
+            raise SpecboundError(
+                f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but a {role} over "
+                f"{'each head' if spec.qk_norm.span == 'head' else 'the whole projection'} with heads={dims.H}, "
+                f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
+                f"does not describe these weights")
     for name, (role, layout, layer) in wanted.items():
         if name not in names:
             raise SpecboundError(
@@ -206,7 +218,7 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
                 f"{layout} {role}{suffix} weight: the config does not describe these weights"
             )
-    return set(wanted) | set(scales)
+    return set(wanted) | set(scales) | set(gains)
 
 
 def check_strays(spec: ArchSpec, ckpt: Checkpoint, prefix: str, accounted: set[str]) -> None:
@@ -231,3 +243,29 @@ def _refuse_unsupported(spec: ArchSpec, ckpt: Checkpoint, prefix: str) -> None:
         if why is not None:
             raise SpecboundError(f"{ckpt.location} holds {name!r}: {why}; specbound cannot bound this checkpoint "
                                  f"as one chain of matrices")
+
+
+def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:
+    """Every stored layer's query/key norm gain: name -> (what, layer, expected shape)."""
+    rule = spec.qk_norm
+    if rule is None:
+        return {}
+    per = {"q": dims.H, "k": dims.H_kv} if rule.span == "all_heads" else {"q": 1, "k": 1}
+    out = {}
+    for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
+        for which, name in zip("qk", rule.names_for(layer, prefix)):
+            out[name] = (f"{which}_norm gain", layer, (per[which] * dims.d_head,))
+    return out
+
+
+def qk_norm_eps(spec: ArchSpec, config: dict) -> float:
+    """The query/key norm's epsilon from config.json (the spec's ``eps`` keys, else its
+    ``eps_default``); it must be positive: without it the normalised logit has no Lipschitz constant."""
+    rule = spec.qk_norm
+    value = next((config[k] for k in rule.eps if config.get(k) is not None), rule.eps_default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise SpecboundError(
+            f"config.json needs a positive {' or '.join(rule.eps)} for the {spec.family} family's query/key "
+            f"normalisation, found {value!r}: with eps = 0 the normalised logit has no Lipschitz constant "
+            f"(docs/theory.md section 3d)")
+    return float(value)

@@ -19,15 +19,14 @@ A fused ``qkv`` also says how its output axis is split: ``concat`` (``[q | k | v
 output features, folded exactly into the matrix the bounds see (``W diag(lambda)``).
 
 Optional structure (docs/architectures.md): ``position_terms`` (DeBERTa's disentangled attention:
-which content-to-position and position-to-content terms the config switches on), ``assumptions``
-(names of the entries of :mod:`specbound.assumptions` that describe this family's structure) and
+which content-to-position and position-to-content terms the config switches on) and
 ``unsupported`` (tensor-name patterns of blocks the chain cannot hold, each with the reason, so a
 checkpoint that has one is refused naming it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ import regex
 
 from ..errors import SpecboundError
 from .model import PAIRINGS
-from .structures import STRUCTURES
+from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
@@ -75,6 +74,30 @@ class TensorRule:
         return None if self.output_scale is None else prefix + self.output_scale.replace(LAYER_PLACEHOLDER, str(layer))
 
 
+QK_NORM_GAINS = ("weight", "one_plus_weight")  # RMSNorm's gain: w, or Gemma's 1 + w
+
+
+@dataclass(frozen=True)
+class QKNormRule:
+    """Where a family's query/key RMSNorm weights live and how they act (docs/theory.md 3d).
+
+    ``q``, ``k``: name templates with ``${layer}`` of the gains (``(d_h,)`` per head or ``(H d_h,)``
+    over the projection, as ``span`` says); ``gain``: ``weight`` (``g = w``) or ``one_plus_weight``
+    (Gemma: ``g = 1 + w``); ``eps``: the config.json keys of the norm's epsilon, first present wins;
+    ``eps_default``: used when none is present (the model class's default).
+    """
+
+    q: str
+    k: str
+    span: str
+    gain: str
+    eps: tuple[str, ...]
+    eps_default: float | None = None
+
+    def names_for(self, layer: int, prefix: str = "") -> tuple[str, str]:
+        return tuple(prefix + t.replace(LAYER_PLACEHOLDER, str(layer)) for t in (self.q, self.k))
+
+
 @dataclass(frozen=True)
 class ArchSpec:
     """One architecture family, loaded from a spec file and validated."""
@@ -94,7 +117,6 @@ class ArchSpec:
     shared_layers: dict[str, str] | None = None
     rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
     position_terms: dict[str, Any] | None = None  # disentangled attention (DeBERTa): see position_term_count
-    structures: tuple[str, ...] = ()  # names of the assumptions entries this family's structure brings
     unsupported: tuple[tuple[regex.Pattern, str], ...] = ()  # (tensor-name pattern, why the chain cannot hold it)
     variants: tuple[tuple[dict[str, Any], "ArchSpec"], ...] = ()  # (config condition, the spec it selects)
     stacks: "tuple[StackSpec, ...] | None" = None  # an encoder-decoder's stacks (its own tensors are then {})
@@ -116,6 +138,10 @@ class ArchSpec:
             if all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
                 return variant
         return self
+    # the rotary object's other keys: rope_type_aliases, legacy_layer_types (docs/architectures.md)
+    rotary_options: dict[str, Any] = field(default_factory=dict)
+    qk_norm: QKNormRule | None = None  # RMSNorm on queries and keys before the rotation (docs/theory.md 3d)
+    structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -219,8 +245,7 @@ class TowerSpec:
 
 
 TOWER_NAMES = ("text", "vision")
-_TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward",
-               "assumptions"}
+_TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward"}
 
 
 def _parse_towered(raw: dict, origin: str) -> ArchSpec:
@@ -233,7 +258,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
         raise _fail(origin, f"'towers' must be an object whose keys are some of {list(TOWER_NAMES)}")
     if "tensors" in raw or "stacks" in raw:
         raise _fail(origin, "a spec with 'towers' names its tensors in each tower (and has no 'stacks')")
-    base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore", "assumptions")}
+    base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore")}
     prefixes = {}
     for name, tower in towers_raw.items():
         if not isinstance(tower, dict) or not {"config_section", "prefixes", "config", "tensors"} <= set(tower) \
@@ -248,8 +273,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
         doc = {**base, **{k: v for k, v in tower.items() if k not in ("config_section", "defaults")},
                "model_types": tower.get("model_types", []),
                "ignore": list(tower.get("ignore", [])) + list(raw.get("ignore", []))
-               + [f"^{regex.escape(p)}" for p in others],
-               "assumptions": list(raw.get("assumptions", [])) + list(tower.get("assumptions", []))}
+               + [f"^{regex.escape(p)}" for p in others]}
         sections = tower["config_section"]
         sections = [sections] if isinstance(sections, str) else sections
         if not isinstance(sections, list) or not sections or not all(isinstance(x, str) for x in sections):
@@ -262,8 +286,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
     first = towers[0].spec
     return replace(first, tensors={}, model_types=_str_list(raw, "model_types", origin), towers=tuple(towers),
                    tower=None, config_defaults=None, variants=(), origin=origin,
-                   ignore=tuple(_compile(p, "ignore", origin) for p in _str_list(raw, "ignore", origin, False)),
-                   structures=_str_list(raw, "assumptions", origin, required=False))
+                   ignore=tuple(_compile(p, "ignore", origin) for p in _str_list(raw, "ignore", origin, False)))
 
 
 STACK_NAMES = ("encoder", "decoder")
@@ -379,7 +402,7 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     """One spec document without variants, validated."""
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "position_terms", "assumptions", "unsupported", "variants", "stacks", "towers"}
+             "position_terms", "unsupported", "variants", "stacks", "towers", "qk_norm", "structure"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -426,10 +449,18 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
                             "naming config.json keys")
     rotary = raw.get("rotary")
-    if rotary is not None and (not isinstance(rotary, dict) or set(rotary) != {"pairing"}
+    if rotary is not None and (not isinstance(rotary, dict) or "pairing" not in rotary
+                               or not set(rotary) <= {"pairing", *_ROTARY_OPTIONS}
                                or rotary["pairing"] not in PAIRINGS):
         raise _fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
-                            f"dimensions pair up under rotary position embeddings), found {rotary!r}")
+                            f"dimensions pair up under rotary position embeddings; optional keys "
+                            f"{sorted(_ROTARY_OPTIONS)}), found {rotary!r}")
+    rotary_options = {} if rotary is None else _rotary_options(rotary, origin)
+    qk_norm = _qk_norm_rule(raw.get("qk_norm"), origin)
+    try:
+        structure = validate_structure(raw.get("structure"))
+    except ValueError as exc:
+        raise _fail(origin, str(exc)) from None
     multiplier = raw.get("ff_size_multiplier")
     if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
         raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
@@ -454,11 +485,6 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         raise _fail(origin, "'unsupported' must map tensor-name patterns to the reason the chain cannot hold "
                             "that block")
     position_terms = _position_terms(raw.get("position_terms"), origin)
-    structures = _str_list(raw, "assumptions", origin, required=False)
-    unknown_structures = [n for n in structures if n not in STRUCTURES]
-    if unknown_structures:
-        raise _fail(origin, f"'assumptions' names {unknown_structures}, which are not entries of "
-                            f"specbound.archs.structures; known: {sorted(STRUCTURES)}")
 
     return ArchSpec(
         family=family,
@@ -476,8 +502,10 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         shared_layers=shared,
         rotary=None if rotary is None else rotary["pairing"],
         position_terms=position_terms,
-        structures=structures,
         unsupported=tuple((_compile(p, "unsupported", origin), why) for p, why in unsupported.items()),
+        rotary_options=rotary_options,
+        qk_norm=qk_norm,
+        structure=structure,
     )
 
 
@@ -535,6 +563,60 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
         raise _fail(origin, f"'position_terms' must be an object with exactly the keys {sorted(keys)} "
                             f"(config_key and enabled_by naming config.json keys, requires a key -> value map)")
     return raw
+
+
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types")
+_LEGACY_LAYER_TYPES = {"pattern_key": str, "pattern_default": int, "local_theta_key": str,
+                       "local_theta_default": (int, float), "global_theta_default": (int, float), "global_type": str}
+# optional: the global layers' base key (default rope_theta), and which layer of each pattern is global
+# ("last": Gemma 3, layer i when (i + 1) % pattern == 0; "first": ModernBERT, when i % pattern == 0)
+_LEGACY_OPTIONAL = {"global_theta_key": str, "global_layer": str}
+
+
+def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
+    """``rope_type_aliases`` (a family's own names for rope types, e.g. Phi-3's ``{"su": "longrope"}``)
+    and ``legacy_layer_types`` (how an older flat config gives local and global layers their bases:
+    Gemma 3's ``rope_local_base_freq`` and ``sliding_window_pattern``)."""
+    out: dict[str, Any] = {}
+    aliases = rotary.get("rope_type_aliases")
+    if aliases is not None:
+        if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
+            raise _fail(origin, f"'rotary' rope_type_aliases must map names to rope types, found {aliases!r}")
+        out["rope_type_aliases"] = dict(aliases)
+    legacy = rotary.get("legacy_layer_types")
+    if legacy is not None:
+        kinds = {**_LEGACY_LAYER_TYPES, **_LEGACY_OPTIONAL}
+        if not isinstance(legacy, dict) or not set(_LEGACY_LAYER_TYPES) <= set(legacy) <= set(kinds) or not all(
+                isinstance(legacy[k], kinds[k]) and not isinstance(legacy[k], bool) for k in legacy) \
+                or legacy.get("global_layer", "last") not in ("first", "last"):
+            raise _fail(origin, f"'rotary' legacy_layer_types must be an object with the keys "
+                                f"{sorted(_LEGACY_LAYER_TYPES)} (and optionally {sorted(_LEGACY_OPTIONAL)}, "
+                                f"global_layer 'first' or 'last'), found {legacy!r}")
+        out["legacy_layer_types"] = dict(legacy)
+    return out
+
+
+def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
+    """The spec's ``qk_norm`` object: ``{"q": NAME, "k": NAME, "span": "head" | "all_heads", "gain":
+    "weight" | "one_plus_weight", "eps": [config keys], "eps_default": number (optional)}``."""
+    if raw is None:
+        return None
+    from .model import QK_NORM_SPANS
+
+    keys = {"q", "k", "span", "gain", "eps"}
+    if not isinstance(raw, dict) or not keys <= set(raw) <= keys | {"eps_default"}:
+        raise _fail(origin, f"'qk_norm' must be an object with the keys {sorted(keys)} (and optionally "
+                            f"'eps_default'), found {raw!r}")
+    for role in ("q", "k"):
+        if not isinstance(raw[role], str) or LAYER_PLACEHOLDER not in raw[role]:
+            raise _fail(origin, f"qk_norm tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+    span = _choice(raw, "span", QK_NORM_SPANS, "", origin)
+    gain = _choice(raw, "gain", QK_NORM_GAINS, "", origin)
+    eps = _str_list(raw, "eps", origin)
+    default = raw.get("eps_default")
+    if default is not None and (isinstance(default, bool) or not isinstance(default, (int, float)) or default <= 0):
+        raise _fail(origin, f"qk_norm eps_default must be a positive number, found {default!r}")
+    return QKNormRule(raw["q"], raw["k"], span, gain, eps, None if default is None else float(default))
 
 
 def load_spec_file(path: str | Path) -> ArchSpec:

@@ -18,7 +18,6 @@ import numpy as np
 
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures
-from .schatten import safe_exp  # noqa: F401  (re-exported for the chain bounds)
 from ..compute.propagation import (encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
                                     memory_lipschitz)
 
@@ -40,7 +39,7 @@ def log_product(factors) -> float:
 
 def log_lipschitz(measures: ModelMeasures) -> float:
     """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs; an encoder-decoder's is
-    ``ln((prod_encoder Lambda) Z + prod_decoder Lambda)`` (docs/theory.md 3e)."""
+    ``ln((prod_encoder Lambda) Z + prod_decoder Lambda)`` (docs/theory.md 3g)."""
     if measures.log_lipschitz is not None:
         return measures.log_lipschitz
     return log_product(measures.lambdas)

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .chain import log_chain_factor, safe_exp
+from .chain import log_chain_factor
+from .schatten import safe_exp
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:

@@ -18,7 +18,7 @@ so the factored and the dense route give the same numerical rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,10 +28,9 @@ from .eigensolvers import symmetric_eigenvalues
 # Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
 _BLOCK_ENTRIES = 1 << 17
 # Tiles of an N x N product for its (1,1)-norm: 512 x 512 (2 MB, one core's L2 cache).  Every BLAS
-# call re-packs its operands, so thin row blocks spanning all N columns re-pack the whole d x N
-# factor each time: at N = 4096, d = 128 one head took 0.12 s in 32-row blocks and 0.078 s in
-# 512 x 512 tiles (one core, best of 5; 256 x 256: 0.081 s, 1024 x 1024: 0.077 s).  Small
-# products (N <= 512) are one tile, as before.
+# call re-packs its operands, so thin row blocks spanning all N columns would re-pack the whole
+# d x N factor each time (timings of the tile sizes: docs/benchmarks.md).  A product with N <= 512
+# is one tile.
 _TILE = 512
 # Columns per block of the feed-forward Gram product (see gram_singular_values): the proven error
 # bound grows with b + k/b, the time with the number of blocks; 512 keeps both small (MiniLM's
@@ -60,11 +59,11 @@ class MatrixSpectrum:
         Proven bound on ``|s_hat_i - s_i| / s_hat_i`` for the ``"gram"`` method (0 otherwise).
     kept : ndarray, optional
         When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
-        head's envelope, ``sv_method="rotary_envelope"``: certified upper bounds that must not be
+        head's envelope, :class:`RotaryQKSpectrum`: certified upper bounds that must not be
         thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
     spectral_sup : float, optional
-        When set, the spectral norm reported and propagated (a rotary head: the largest spectral
-        norm over every relative position, exact or bounded); None: ``singular_values[0]``.
+        When set, the spectral norm reported and propagated in place of ``singular_values[0]`` (a
+        query/key-normalised head: the normalised logit's Lipschitz factor, docs/theory.md 3d).
     """
 
     shape: tuple[int, int]
@@ -100,6 +99,68 @@ class MatrixSpectrum:
     def stable_rank(self) -> float:
         s1 = self.spectral_norm
         return float(np.sum(self.singular_values**2) / s1**2) if s1 > 0 else 0.0
+
+
+ROTARY_METHODS = {"exact_over_offsets": "rotary_exact_over_offsets", "product_bound": "rotary_product_bound"}
+
+
+@dataclass(frozen=True)
+class RotaryQKSpectrum(MatrixSpectrum):
+    """A rotary head's QK quantities, each an upper bound on that of ``X(delta) = W_Q^T M(delta) W_K``
+    at every offset ``|delta| < max_positions`` (docs/rotary.md section 3).
+
+    ``singular_values`` holds the Horn envelope ``e_i = s_i(W_Q) s_i(W_K)``, which is **not** a list
+    of singular values: it bounds partial sums of powers (``sum_{i<=j} s_i(X)^p <= sum_{i<=j} e_i^p``),
+    not each index.  ``kept = e[:rank_bound]`` is what ``S_p`` sums over.  The norms reported are
+    the fields below, never recomputed from the envelope.
+
+    Attributes
+    ----------
+    spectral_sup : float
+        ``max_delta ||X(delta)||_2`` (exact) or ``||W_Q||_2 ||W_K||_2``.
+    sigma_bounds : ndarray, shape (k,)
+        Per-index bounds ``>= s_i(X(delta))`` at every offset.
+    frobenius_sup, nuclear_sup, stable_rank_sup : float
+        Bounds on ``||X||_F``, ``||X||_*`` and ``||X||_F^2 / ||X||_2^2`` at every offset.
+    argmax_offset : int or None
+        An offset attaining ``spectral_sup`` (exact method only).
+
+    ``sv_method`` is ``"rotary_exact_over_offsets"`` (maxima over every integer offset, from the
+    ``d_h x d_h`` cores) or ``"rotary_product_bound"`` (bounds valid for every orthogonal matrix in
+    place of ``M(delta)``).
+    """
+
+    spectral_sup: float = 0.0
+    sigma_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    frobenius_sup: float = 0.0
+    nuclear_sup: float = 0.0
+    stable_rank_sup: float = 0.0
+    argmax_offset: int | None = None
+
+    @property
+    def envelope(self) -> np.ndarray:
+        """The Horn envelope (``singular_values``; not singular values), shape ``(k,)``."""
+        return self.singular_values
+
+    @property
+    def spectral_norm(self) -> float:
+        return float(self.spectral_sup)
+
+    @property
+    def frobenius_norm(self) -> float:
+        return float(self.frobenius_sup)
+
+    @property
+    def nuclear_norm(self) -> float:
+        return float(self.nuclear_sup)
+
+    @property
+    def stable_rank(self) -> float:
+        return float(self.stable_rank_sup)
+
+    @property
+    def exact_over_offsets(self) -> bool:
+        return self.sv_method == ROTARY_METHODS["exact_over_offsets"]
 
 
 def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float) -> float:
@@ -215,9 +276,8 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
 
     The tiles are tiles of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T`` and
     ``A[:, i:i+t]`` go to the BLAS as they are stored.  Each entry is a BLAS dot product of length
-    ``d`` as before; the tile sums (NumPy's pairwise summation) add up in order, a summation tree
-    shallower than the former 1 MB row blocks' (at N = 4096: 64 tile sums of 2^18 entries instead
-    of 128 block sums of 2^17), so its worst-case rounding bound is smaller.
+    ``d``; the tile sums (NumPy's pairwise summation within a tile) add up in order: at N = 4096,
+    64 sums of 2^18 entries each.
     """
     n_rows, n_cols = a.shape[1], b.shape[1]
     rows, cols = min(_TILE, max(n_cols, 1)), min(_TILE, max(n_rows, 1))

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, os_errors, refuse_oversized_integers
 from .base import Checkpoint, read_config
 from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES, format_of
 
@@ -27,6 +27,7 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
     (``org/name[@revision]``) resolved from the local Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).
     """
+    refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
     if not isinstance(source, (str, os.PathLike)):
         from .pytorch import from_memory
 

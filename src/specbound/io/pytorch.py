@@ -28,10 +28,19 @@ def _dtype_code(tensor: Any) -> str:
     return _DTYPE_CODES.get(name, name)
 
 
-def _to_numpy(tensor: Any) -> np.ndarray:
+def _to_numpy(tensor: Any, name: str, where: str) -> np.ndarray:
+    """The tensor's values as an array: a sparse tensor (COO, CSR, ...) as the dense matrix it
+    stands for (its size was checked by ``Checkpoint.check_size``), on any device; a meta tensor
+    has no values and is refused by name."""
     if isinstance(tensor, np.ndarray):
         return tensor
+    if getattr(tensor, "is_meta", False):
+        raise SpecboundError(f"tensor {name!r} in {where} is a meta tensor: it has a shape but no values (a model "
+                             f"built on the meta device, or loaded with device_map/low_cpu_mem_usage and never "
+                             f"materialised); load the weights first (from_pretrained on the CPU) and pass that model")
     t = tensor.detach().cpu()
+    if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
+        t = t.to_dense()
     if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
         t = t.float()
     return t.numpy()
@@ -56,7 +65,7 @@ class TensorMapCheckpoint(Checkpoint):
         return _dtype_code(self.tensors[name])
 
     def _raw(self, name: str) -> np.ndarray:
-        return _to_numpy(self.tensors[name])
+        return _to_numpy(self.tensors[name], name, self.where(name))
 
 
 @dataclass
@@ -85,7 +94,7 @@ class PickleCheckpoint(ShardedCheckpoint):
         return _dtype_code(self._tensor(name))
 
     def _raw(self, name: str) -> np.ndarray:
-        return _to_numpy(self._tensor(name))
+        return _to_numpy(self._tensor(name), name, self.where(name))
 
     def close(self) -> None:
         self._loaded.clear()

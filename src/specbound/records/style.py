@@ -66,6 +66,31 @@ def new_figure(figsize=(7.0, 4.6), **kwargs):
     return figure_class(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
 
 
+# matplotlib places log-axis ticks in float64: data beyond ~10^250 puts a tick past the float64 range
+# and drawing fails.  Values beyond this limit (a deep model's Edelman-style bound, 10^600) are left
+# out of log-scale figures, and the figure says how many; the tables keep them (as 10^k).
+DRAWABLE_LOG10 = 200
+
+
+def drawable(values) -> tuple:
+    """``(values as float with NaN where a log axis cannot show them, how many finite positive
+    values beyond 10^DRAWABLE_LOG10 were left out)``: zero, negative, NaN, infinite or out of range."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shown = (v > 0) & np.isfinite(v) & (np.abs(np.log10(np.where(v > 0, v, 1.0))) <= DRAWABLE_LOG10)
+    beyond = int(np.count_nonzero((v > 0) & ~shown))
+    return np.where(shown, v, np.nan), beyond
+
+
+def note_left_out(ax, count: int) -> None:
+    """Say on ``ax`` how many values :func:`drawable` left out (nothing when none)."""
+    if count:
+        ax.text(0.99, 0.01, f"{count} value(s) beyond 10^{DRAWABLE_LOG10} not drawn (see the tables)",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=6, color="dimgrey")
+
+
 def style_grid(ax) -> None:
     """Light grid lines; small minor tick labels (a log axis spanning under two decades labels its
     minor ticks, which would crowd a small panel at full size)."""

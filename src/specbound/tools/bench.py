@@ -413,8 +413,8 @@ def format_bench(report: dict) -> str:
 
 # --- llama7b: a LLaMA-7B-shaped checkpoint, written, streamed and timed -------------------------
 
-# The shape: 32 layers, N = 4096, 32 query heads sharing 8 key/value heads (LLaMA-2-7B itself
-# has 32 key/value heads; grouped-query attention as in LLaMA-3-8B / Mistral-7B), d_ff = 11008.
+# LLaMA-2-7B's depth, width and d_ff (32 layers, N = 4096, d_ff = 11008), its 32 query heads sharing
+# 8 key/value heads as in LLaMA-3-8B / Mistral-7B (LLaMA-2-7B itself has 32 key/value heads).
 LLAMA_7B = dict(L=32, N=4096, H=32, H_kv=8, d_ff=11008)
 # Hugging Face's shard limit when LLaMA-2-7B was published: two files, a layer split between them.
 SHARD_BYTES = 10 * 10**9
