@@ -288,3 +288,20 @@ def test_a_stack_of_the_wrong_depth_is_one_line(saved, tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "decoder.layers.3" in err and len(err.splitlines()) == 1
+
+
+def test_older_t5_configs_name_the_activation_by_feed_forward_proj(saved, analysed, tmp_path):
+    """T5 v1.1 configs saved before dense_act_fn existed say only feed_forward_proj = gated-gelu, HF's
+    gelu_new: the same L_phi and the same numbers."""
+    import shutil
+
+    name, family, folder, _ = saved
+    if name != "flan_t5":
+        pytest.skip("one family is enough")
+    shutil.copy(folder / "model.safetensors", tmp_path / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    assert config.pop("dense_act_fn") == "gelu_new" and config["feed_forward_proj"] == "gated-gelu"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    older = specbound.analyze(tmp_path, threads=1)
+    assert older.model["activation"] == "gelu_new"
+    assert older.all_bounds() == analysed.all_bounds()

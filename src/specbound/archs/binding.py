@@ -40,6 +40,8 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
+    if isinstance(activation, str) and spec.activation_names:  # a family's own name for an HF activation
+        activation = spec.activation_names.get(activation, activation)
     stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
                      activation=activation if isinstance(activation, str) else None,

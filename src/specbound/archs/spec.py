@@ -142,6 +142,8 @@ class ArchSpec:
     rotary_options: dict[str, Any] = field(default_factory=dict)
     qk_norm: QKNormRule | None = None  # RMSNorm on queries and keys before the rotation (docs/theory.md 3d)
     structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
+    # the family's own names for activations (T5's feed_forward_proj "gated-gelu" is HF's gelu_new)
+    activation_names: dict[str, str] | None = None
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -402,7 +404,8 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     """One spec document without variants, validated."""
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "position_terms", "unsupported", "variants", "stacks", "towers", "qk_norm", "structure"}
+             "position_terms", "unsupported", "variants", "stacks", "towers", "qk_norm", "structure",
+             "activation_names"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -485,6 +488,11 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         raise _fail(origin, "'unsupported' must map tensor-name patterns to the reason the chain cannot hold "
                             "that block")
     position_terms = _position_terms(raw.get("position_terms"), origin)
+    activation_names = raw.get("activation_names")
+    if activation_names is not None and (not isinstance(activation_names, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in activation_names.items())):
+        raise _fail(origin, f"'activation_names' must map the family's activation names to HF's, found "
+                            f"{activation_names!r}")
 
     return ArchSpec(
         family=family,
@@ -506,6 +514,7 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         rotary_options=rotary_options,
         qk_norm=qk_norm,
         structure=structure,
+        activation_names=activation_names,
     )
 
 

@@ -70,6 +70,26 @@ class LayerStack:
         return frozenset.union(*self.rests.values())
 
 
+def _indexed_paths(ckpt: Checkpoint) -> tuple[dict[str, dict[int, set[str]]], list[str]]:
+    """Every dotted path followed by an index (path -> index -> the rests after it), and those that can
+    be a layer stack: indices ``0..L-1``, and not a single index wrapping a deeper stack of several
+    layers (sentence-transformers' ``0.auto_model``)."""
+    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for name in ckpt.names:
+        parts = name.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if part.isdigit():
+                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
+    candidates = [p for p, by in stacks.items() if p and set(by) == set(range(len(by)))
+                  and not (len(by) == 1 and any(q.startswith(p + ".") and len(stacks[q]) > 1 for q in stacks))]
+    return stacks, candidates
+
+
+def _matrix_count(ckpt: Checkpoint, path: str, by_index: dict[int, set[str]]) -> int:
+    """How many 2-D tensors the stack at ``path`` holds, over all its layers."""
+    return sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
+
+
 def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
     """The path followed by an index running ``0..L-1`` that holds the most 2-D tensors.
 
@@ -79,20 +99,8 @@ def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
     index inside a stack's layers belongs to the layer (``experts.3`` inside ``layers.0``: ``layers``
     holds more weights).  ``layers`` (the config's layer count, when known) is preferred over
     any other index range.  Two equally good paths (an encoder-decoder's two stacks) are an error."""
-    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for name in ckpt.names:
-        parts = name.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if part.isdigit():
-                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
-    scored = []
-    for path, by_index in stacks.items():
-        if not path or set(by_index) != set(range(len(by_index))):
-            continue
-        if len(by_index) == 1 and any(q.startswith(path + ".") and len(stacks[q]) > 1 for q in stacks):
-            continue  # a wrapper around a deeper stack of several layers
-        matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
-        scored.append((len(by_index) == layers, matrices, path))
+    stacks, candidates = _indexed_paths(ckpt)
+    scored = [(len(stacks[path]) == layers, _matrix_count(ckpt, path, stacks[path]), path) for path in candidates]
     matching = any(match for match, _, _ in scored)  # a stack of the config's layer count outranks the rest
     scored = sorted(((m, p) for match, m, p in scored if match == matching), reverse=True)
     if not scored or scored[0][0] == 0:
@@ -115,23 +123,11 @@ def find_layer_stacks(ckpt: Checkpoint) -> list[LayerStack]:
     another stack's layers (``encoder.block.0.layer`` inside ``encoder.block``).  An encoder-decoder
     has two (``encoder.block``, ``decoder.block``), a two-tower model too (``text_model.encoder.layers``,
     ``vision_model.encoder.layers``)."""
-    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for name in ckpt.names:
-        parts = name.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if part.isdigit():
-                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
-    candidates = [p for p, by in stacks.items() if p and set(by) == set(range(len(by)))
-                  and not (len(by) == 1 and any(q.startswith(p + ".") and len(stacks[q]) > 1 for q in stacks))]
+    stacks, candidates = _indexed_paths(ckpt)
     inner = re.compile(r"\.\d+\.")
     top = [p for p in candidates
            if not any(p.startswith(q + ".") and inner.match(p[len(q):] + ".") for q in candidates if q != p)]
-    scored = []
-    for path in top:
-        by_index = stacks[path]
-        matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
-        if matrices:
-            scored.append((matrices, path))
+    scored = [(m, p) for p in top if (m := _matrix_count(ckpt, p, stacks[p]))]
     return [LayerStack(p, len(stacks[p]), {i: frozenset(r) for i, r in stacks[p].items()})
             for _, p in sorted(scored, key=lambda x: (-x[0], x[1]))]
 

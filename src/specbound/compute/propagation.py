@@ -39,8 +39,6 @@ ACTIVATIONS = {
     "silu": (1.0999, 1.0), "swish": (1.0999, 1.0), "quick_gelu": (1.0999, 1.0),
     "mish": (1.0885, 1.0), "hardswish": (1.5, 1.0), "sigmoid": (0.25, None),
     "relu": (1.0, 1.0), "relu6": (1.0, 1.0), "leaky_relu": (1.0, 1.0), "tanh": (1.0, 1.0), "linear": (1.0, 1.0),
-    # T5's feed_forward_proj (older configs state no dense_act_fn): "gated-" then the activation
-    "gated-gelu": (1.13, 1.0), "gated-gelu_new": (1.13, 1.0), "gated-silu": (1.0999, 1.0), "gated-relu": (1.0, 1.0),
 }
 ACTIVATION_LIPSCHITZ = {name: constants[0] for name, constants in ACTIVATIONS.items()}
 # A config.json without an activation key: GELU's constant (the paper's), said in the assumptions.
