@@ -176,3 +176,19 @@ def test_opening_one_chain_of_a_two_tower_model_needs_the_tower(saved):
     model = open_model(saved[1], tower="text")
     assert model.tower == "text" and model.dims.N == TEXT["hidden_size"]
     model.base_checkpoint.close()
+
+
+def test_a_sweep_analyses_the_tower_it_is_given(saved, tmp_path, capsys):
+    """A sweep stores one record per tower asked for (``--tower``); without it the two-tower checkpoint
+    is a failed source whose line says to pass one, and the sweep goes on."""
+    from specbound.cli import main
+
+    store = tmp_path / "store"
+    capsys.readouterr()
+    assert main(["sweep", str(saved[1]), "--store", str(store), "--no-progress", "--jobs", "1"]) == 1
+    assert "pass tower='text' or tower='vision'" in capsys.readouterr().out
+    for _ in range(2):  # the second run finds the record stored (config.json and weights unchanged)
+        assert main(["sweep", str(saved[1]), "--tower", "vision", "--store", str(store), "--no-progress",
+                     "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 analysed" in out and "1 already in the store" in out

@@ -61,6 +61,8 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
 
     found = []
     for spec in specs.values():
+        if not spec.tensors:  # an encoder-decoder's or two-tower family's tensors are its stacks' or towers'
+            continue
         probes = [rule.name_for(0) for rule in spec.tensors.values()]
         norms = spec.qk_norm.names_for(0) if spec.qk_norm else ()
         # a query/key-norm family only where its norms are, and no other family there
