@@ -107,7 +107,7 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
             layers, deltas = all_layer_spectra(model, init_model, opts.kernel, jobs=jobs, progress=on_layer)
             model.ckpt.close()
             if init_model is not None:
-                init_model.ckpt.close()
+                init_model.base_checkpoint.close()
             return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
                             name=name)
     finally:
@@ -529,7 +529,7 @@ def _open_init(init, model: OpenModel) -> OpenModel:
     """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
     init_model = open_model(init, arch_spec=model.parent_spec or model.spec, tower=model.tower)
     if init_model.dims != model.dims:
-        init_model.ckpt.close()
+        init_model.base_checkpoint.close()
         raise SpecboundError(
             f"the initial weights in {init_model.ckpt.location} do not match the analysed checkpoint: "
             f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation"

@@ -99,6 +99,9 @@ def test_outputs_carry_the_tower(saved, both, tmp_path, capsys):
     both.save(tmp_path / "out")
     back = specbound.TowerAnalyses.load(tmp_path / "out")
     assert back.all_bounds() == both.all_bounds()
+    with pytest.raises(SpecboundError, match="TowerAnalyses.load"):
+        specbound.Analysis.load(tmp_path / "out")
+    assert specbound.Analysis.load(tmp_path / "out" / "text").all_bounds() == both["text"].all_bounds()
     assert main(["analyze", str(saved[1]), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "text.spectral_adaptive" in out and "vision.spectral_adaptive" in out
@@ -192,3 +195,9 @@ def test_a_sweep_analyses_the_tower_it_is_given(saved, tmp_path, capsys):
                      "--jobs", "1"]) == 0
     out = capsys.readouterr().out
     assert "1 analysed" in out and "1 already in the store" in out
+
+
+def test_a_tower_measured_from_its_initial_weights(saved):
+    """``init`` opens the initial weights through the same two-tower spec, as the same tower."""
+    a = specbound.analyze(saved[1], threads=1, tower="text", init=saved[1])
+    assert a.model["tower"] == "text" and (a.matrices["delta_spectral_norm"] == 0).all()
