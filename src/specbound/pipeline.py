@@ -64,7 +64,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     from threadpoolctl import threadpool_limits
 
     model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
-    init_model = _open_init(opts.init, model) if opts.init is not None else None
+    init_model = open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
     if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
@@ -104,23 +104,32 @@ def _torch_threads(device: str, threads: int | None):
         torch.set_num_threads(before)
 
 
+class LayersBar:
+    """A progress callback ``(done, total)`` drawing a tqdm bar of the layers on stderr (``enabled``:
+    whether it shows).  The bar is made at the first call (``done=0``, before any layer), so it shows
+    its total from the start; :meth:`close` ends it."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.bar = enabled, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            import sys
+
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(desc="layers", unit="layer", total=total, file=sys.stderr, dynamic_ncols=True,
+                            disable=not self.enabled, mininterval=0)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _progress_callback(progress):
-    """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a tqdm bar on stderr)."""
+    """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a :class:`LayersBar`)."""
     if progress is True:
-        from tqdm.auto import tqdm
-
-        class LayersBar:  # the bar is made at the first call (done=0), with its total known
-            bar = None
-
-            def __call__(self, done: int, total: int) -> None:
-                if self.bar is None:
-                    self.bar = tqdm(desc="layers", unit="layer", total=total, mininterval=0)
-                self.bar.update(done - self.bar.n)
-
-            def close(self) -> None:
-                if self.bar is not None:
-                    self.bar.close()
-
         on_layer = LayersBar()
         return on_layer, on_layer
     if progress is None or progress is False:
@@ -363,8 +372,9 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   weights_note=getattr(model.ckpt, "weights_note", None)))
 
 
-def _open_init(init, model: OpenModel) -> OpenModel:
-    """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
+def open_init(init, model: OpenModel) -> OpenModel:
+    """The initial-weights checkpoint ``init`` (``--init``), checked to have ``model``'s architecture
+    (the same family spec and dimensions)."""
     init_model = open_model(init, arch_spec=model.spec)
     if init_model.dims != model.dims:
         init_model.ckpt.close()
