@@ -339,3 +339,17 @@ def test_load_reads_a_null_bound_with_its_log_as_infinite(tiny, tmp_path):
     (tmp_path / "n" / "summary.json").write_text(json.dumps(doc))
     b = specbound.Analysis.load(tmp_path / "n")
     assert b.baselines["spectral_product"] == math.inf and math.isnan(b.baselines["bft"])
+
+
+def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
+    """MiniLM chooses p* = 0 everywhere: the summary says why (the downstream factors) and points
+    to a model where p* varies; that model's summary has no such line and does vary."""
+    from specbound.tools.miniatures import write_miniatures
+
+    text = str(default)
+    line = next(x for x in text.splitlines() if x.startswith("every matrix chose p* = 0"))
+    assert "alpha (up to 2.8291e+22 here)" in line and "bert_uncased_L-10_H-128_A-2" in line
+    write_miniatures(tmp_path, layout="folders", depths=(10,), widths=(128,))
+    narrow = specbound.analyze(tmp_path / "bert_uncased_L-10_H-128_A-2", threads=1, jobs=1)
+    assert (narrow.matrices["p_star"] > 0).any()
+    assert "every matrix chose p* = 0" not in str(narrow)

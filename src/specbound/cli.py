@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
 import warnings
 
-from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, one_line
+from .errors import (ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, missing_module, one_line,
+                     oversized_integer_text)
 
 
 class _UsageError(Exception):
@@ -21,7 +23,31 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's default prints the whole usage block and exits
-        raise _UsageError(f"{message} (see `{self.prog} --help`)")
+        raise _UsageError(f"{message}{self._did_you_mean(message)} (see `{self.prog} --help`)")
+
+    def _did_you_mean(self, message: str) -> str:
+        """``--grid_m`` (the Python spelling) or a near miss: the option the user meant."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = sorted(set(_long_options(self)))
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--"):
+                continue
+            dashed = flag.replace("_", "-")
+            guess = [dashed] if dashed in known else difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+            if guess:
+                return f"; did you mean {guess[0]}?"
+        return ""
+
+
+def _long_options(parser: argparse.ArgumentParser):
+    """Every ``--option`` of ``parser`` and of its subcommands."""
+    for action in parser._actions:
+        yield from (o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _long_options(sub)
 
 
 def _positive_int(text: str) -> int:
@@ -90,6 +116,8 @@ def _config_from(args) -> dict | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
                                  f"file") from None
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --config {args.config_file}", "fix the value") from None
         if not isinstance(config, dict):
             raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
     for item in getattr(args, "config_set", None) or []:
@@ -100,6 +128,8 @@ def _config_from(args) -> dict | None:
             config[key.strip()] = json.loads(text)
         except json.JSONDecodeError:
             config[key.strip()] = text
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --set {key.strip()}=...", "fix the value") from None
     return config or None
 
 
@@ -119,12 +149,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
     )
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     an = sub.add_parser("analyze", help="analyse one checkpoint", description=(
         "Analyse one checkpoint: spectra of every QK/OV head and feed-forward matrix, the "
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
-    an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
+    an.add_argument("source", nargs="?", help=(
+        "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
+        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION] (default: the embedded all-MiniLM-L6-v2)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -143,7 +175,9 @@ def _parser() -> argparse.ArgumentParser:
                               "--set num_attention_heads=12 --set hidden_act=gelu")
     _add_analysis_options(an)
 
-    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
+    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
+        "Architecture specs map a family's tensor names to the roles of the bounds (docs/architectures.md). "
+        "`specbound arch infer SOURCE` drafts one from a checkpoint; pass it to analyze with --arch-spec."))
     arch_sub = arch.add_subparsers(dest="arch_command", required=True, metavar="infer")
     infer = arch_sub.add_parser("infer", help="draft a spec file from a checkpoint's tensor names and config", description=(
         "Draft an architecture spec from a checkpoint's tensor names, shapes and config.json: the spec on "
@@ -184,7 +218,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="fit against column X holding BY fixed (default L:N and N:L; e.g. label_step)")
     sc.add_argument("--detail", action="store_true", help="one fit per fixed value as well as the pooled one")
     sc.add_argument("--confidence", type=_confidence, default=0.95, help="confidence level (default 0.95)")
-    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text")
+    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text",
+                    help="output format (default: text)")
 
     pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
                         description="Draw every figure from stored records (never recomputing spectra).")
@@ -194,7 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
     pl.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
 
-    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store")
+    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store",
+                        description="Write report.html (self-contained: figures inline, no external URL), "
+                                    "report.md and figures/ from stored records, never recomputing spectra.")
     rp.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
     rp.add_argument("--out", metavar="DIR", default="specbound-report", help="folder for report.html, report.md, figures/")
     rp.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
@@ -208,10 +245,13 @@ def _parser() -> argparse.ArgumentParser:
         "N/64 heads, d_ff = 4N), as a Hugging Face cache (point HF_HUB_CACHE at it and the ids "
         "google/bert_uncased_L-*_H-*_A-* resolve) or as plain folders."))
     mi.add_argument("folder", help="where to write (created if missing)")
-    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache")
-    mi.add_argument("--seed", type=int, default=0)
+    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache",
+                    help="a Hugging Face cache (default) or one plain folder per checkpoint")
+    mi.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
 
-    be = sub.add_parser("bench", help="time the analysis against the dense reference method")
+    be = sub.add_parser("bench", help="time the analysis against the dense reference method", description=(
+        "Time specbound on a synthetic checkpoint against a baseline run in the same process (the dense "
+        "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
     be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: the llama7b scenario on 4 layers (time per layer, peak "
@@ -219,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
                          "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
                          "BERT-Miniatures shapes, total and per checkpoint")
-    be.add_argument("--format", choices=("text", "json"), default="text")
+    be.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
     be.add_argument("--jobs", type=_positive_int, metavar="J",
@@ -366,7 +406,7 @@ def _scaling(args) -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
@@ -475,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
     args.argv = argv
+    if args.command is None:  # bare `specbound`: the overview, not an error
+        _parser().print_help()
+        return 0
     try:
         commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
                     "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
@@ -486,6 +529,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional package this command needs (a base install)
+        error = missing_module(exc, f"specbound {args.command}")
+        if error is None:
+            raise
+        print(f"specbound: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `specbound analyze --format json | head`: not an error
         sys.stderr.close()

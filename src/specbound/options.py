@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from .errors import SpecboundError
+from .errors import SpecboundError, refuse_oversized_integers
 
 METHODS = ("factored", "dense")
 # Where the linear algebra runs: "numpy" (NumPy/SciPy LAPACK, the default) or torch in float64 on
@@ -31,6 +31,8 @@ DEFAULT_RANK_TOL = 1e-10
 # curves table), so m bounds time and memory; the default m = ceil(L + ln N) is below 200 for every
 # published model, and a grid finer than 1/10000 moves no minimum measurably.
 GRID_M_MAX = 10_000
+# The largest sample size accepted: the gap bound's terms are computed in floating point.
+N_MAX = 10**300
 
 
 # --- constraints -------------------------------------------------------------------------------
@@ -40,7 +42,11 @@ def _is_int(value) -> bool:
 
 
 def _is_real(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    """A real number a float can hold (an integer past 1.8e308 cannot: it is refused, not overflowed)."""
+    try:
+        return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,8 @@ def check(name: str, value, *accepted, requirement: str | None = None):
     value None, or a string for that literal), converted as the constraint says; otherwise a
     one-line :class:`SpecboundError`: ``name must be <requirement>, got <value>`` (a choice: ``unknown
     name ...; choose one of ...``)."""
+    # before any message quotes the value: an integer of more than 4,300 digits cannot be printed
+    refuse_oversized_integers(value, name, "pass a value in its range")
     for constraint in accepted:
         if constraint is None or isinstance(constraint, str):
             if value is constraint or (isinstance(constraint, str) and value == constraint):
@@ -204,7 +212,8 @@ class AnalysisOptions:
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
                         key=True, kind="path", flag="--init", metavar="SOURCE")
     n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap",
-                            accepted=(None, Interval(Integral, 2, None)), requirement="an integer >= 2",
+                            accepted=(None, Interval(Integral, 2, N_MAX)),
+                            requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",
                             label="n (the number of training sequences)")
     margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap",
                                    accepted=(None, POSITIVE_FINITE),

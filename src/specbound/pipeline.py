@@ -104,6 +104,19 @@ def _torch_threads(device: str, threads: int | None):
         torch.set_num_threads(before)
 
 
+def tqdm_class():
+    """tqdm's notebook bar where it can draw (ipywidgets installed), else its text bar, which a
+    notebook shows as well; ``tqdm.auto`` alone warns "IProgress not found" in a notebook
+    without ipywidgets."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm.std import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
+
+
 class LayersBar:
     """A progress callback ``(done, total)`` drawing a tqdm bar of the layers on stderr (``enabled``:
     whether it shows).  The bar is made at the first call (``done=0``, before any layer), so it shows
@@ -116,10 +129,8 @@ class LayersBar:
         if self.bar is None:
             import sys
 
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(desc="layers", unit="layer", total=total, file=sys.stderr, dynamic_ncols=True,
-                            disable=not self.enabled, mininterval=0)
+            self.bar = tqdm_class()(desc="layers", unit="layer", total=total, file=sys.stderr,
+                                    dynamic_ncols=True, disable=not self.enabled, mininterval=0)
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:

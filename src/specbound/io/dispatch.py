@@ -8,11 +8,12 @@ dependency (torch, onnx, h5py, msgpack), is imported only for a file of that for
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, os_errors, refuse_oversized_integers
 from .base import Checkpoint, read_config
 from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES, format_of
 
@@ -26,6 +27,7 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
     (``org/name[@revision]``) resolved from the local Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).
     """
+    refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
     if not isinstance(source, (str, os.PathLike)):
         from .pytorch import from_memory
 
@@ -51,6 +53,10 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None) -> Chec
     if path.is_file():
         return _open_file(path, config)
     if not (path / "config.json").is_file():
+        inner = sentence_transformers_module(path)
+        if inner is not None:  # the sentence-transformers layout: modules.json names the model's folder
+            return _open_path(inner, config)
+        _refuse_tokenizer_only(path)
         for onnx_file in ONNX.folder_files:
             if (path / onnx_file).is_file():  # an export on its own: dimensions inferred from the graph
                 return _open_file(path / onnx_file)
@@ -60,6 +66,51 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None) -> Chec
         if fmt.in_folder(path):
             return _with_config(fmt.open_folder(path, cfg), path)
     _no_weights(path)
+
+
+MODULES_JSON_MAX_BYTES = 1 << 20
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "special_tokens_map.json")
+
+
+def sentence_transformers_module(folder: Path) -> Path | None:
+    """The folder of the Transformer module a sentence-transformers ``modules.json`` names (the
+    older layout keeps the model in ``0_Transformer/``), or None when there is no such file or it
+    names the folder itself.  The path must stay inside ``folder``."""
+    listing = folder / "modules.json"
+    if not listing.is_file():
+        return None
+    if listing.stat().st_size > MODULES_JSON_MAX_BYTES:
+        raise SpecboundError(f"{listing} is {listing.stat().st_size} bytes; a sentence-transformers modules.json is "
+                             f"a few hundred: the file is corrupt or not one")
+    try:
+        modules = json.loads(listing.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecboundError(f"{listing} is not valid JSON ({exc}); sentence-transformers writes a list of "
+                             f"{{idx, name, path, type}} entries") from None
+    entries = modules if isinstance(modules, list) else []
+    transformer = [m for m in entries if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer")]
+    if not transformer:
+        raise SpecboundError(f"{listing} names no Transformer module (expected an entry with type "
+                             f"sentence_transformers.models.Transformer); pass the model's own folder")
+    inner = (folder / str(transformer[0].get("path", ""))).resolve()
+    root = folder.resolve()
+    if inner == root:
+        return None
+    if root not in inner.parents or not inner.is_dir():
+        raise SpecboundError(f"{listing} names the module folder {transformer[0].get('path')!r}, which is not a "
+                             f"folder inside {folder}; fix modules.json or pass the model's own folder")
+    return inner
+
+
+def _refuse_tokenizer_only(folder: Path) -> None:
+    """A folder holding a tokenizer and nothing of a model says so first (not "no config.json")."""
+    names = {p.name for p in folder.iterdir()}
+    tokenizer = sorted(names & set(TOKENIZER_FILES))
+    weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES) or n.endswith(".index.json")]
+    if tokenizer and not weights and "onnx" not in names:
+        raise SpecboundError(f"{folder} holds a tokenizer only ({', '.join(tokenizer)}): no model weights and no "
+                             f"config.json; point specbound at the model's folder (config.json + model.safetensors)")
 
 
 def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:

@@ -35,7 +35,7 @@ class Format:
         ``"module:function"``, ``function(folder, config) -> Checkpoint``, for a format whose folder
         may hold shards; None: the folder's first existing ``folder_files`` entry is opened as a file.
     extra : str or None
-        The optional dependency group (``pip install -e '.[extra]'``) whose package reads it; None
+        The optional dependency group (``pip install 'specbound[extra]'``) whose package reads it; None
         for a reader among specbound's own dependencies.
     """
 
@@ -63,7 +63,7 @@ class Format:
 
     def install_hint(self) -> str:
         """How to install this format's reader."""
-        return f"pip install -e '.[{self.extra}]' in the specbound checkout"
+        return f"pip install 'specbound[{self.extra}]'"
 
 
 SAFETENSORS = Format("safetensors", (".safetensors",), ("model.safetensors",), ("model.safetensors.index.json",),

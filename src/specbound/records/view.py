@@ -165,6 +165,21 @@ def per_role_frame(a) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("role")
 
 
+def p_star_note(a) -> list[str]:
+    """One line saying why, when every matrix chose the rank count (p* = 0): a matrix's p > 0 term
+    grows with its downstream factor alpha (docs/spec.md 4), so a deep stack's large alphas make
+    the rank count the cheapest everywhere; where p* varies instead."""
+    p_star = a.matrices["p_star"]
+    if len(p_star) == 0 or (p_star != 0).any():
+        return []
+    largest = fmt(a.layers["alpha"].max(), a.layers["log10_alpha"].max()) if "log10_alpha" in a.layers \
+        else fmt(a.layers["alpha"].max())
+    return [f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
+            f"alpha (up to {largest} here), so counting the rank is cheapest; p* varies on models with "
+            f"small alphas, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, then "
+            f"specbound analyze DIR/bert_uncased_L-10_H-128_A-2"]
+
+
 def _header(a) -> list[str]:
     m, o = a.model, a.options
     lines = [f"specbound: {a.source}"]
@@ -226,6 +241,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines.append(gain.to_string())
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
+    lines += p_star_note(a)
     lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",

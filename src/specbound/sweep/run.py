@@ -503,9 +503,9 @@ class _NoBar:
 def _bar(enabled: bool, **kwargs):
     if not enabled:
         return _NoBar()
-    from tqdm.auto import tqdm
+    from ..pipeline import tqdm_class
 
-    return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+    return tqdm_class()(file=sys.stderr, dynamic_ncols=True, **kwargs)
 
 
 class _Progress:
