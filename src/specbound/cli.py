@@ -277,8 +277,17 @@ def _parser() -> argparse.ArgumentParser:
         "report how every bound ranks the measured generalisation gap: Kendall's tau, granulated psi (Jiang et "
         "al. 2020), Jiang's K and the robust sign-error (Dziugaite et al. 2020), with bootstrap intervals, per "
         "task; figures; which bounds are vacuous. Resumable: finished runs in --out are reused. docs/study.md."))
-    st.add_argument("--quick", action="store_true", help="the small grid (24 runs, about 3 minutes) instead of "
-                                                         "the default grid (270 runs)")
+    st.add_argument("--quick", action="store_true", help="the small grid (33 runs, about 2-3 minutes) instead of "
+                                                         "the default grid (270 runs); the same as --grid quick")
+    st.add_argument("--grid", choices=("default", "quick", "deep"),
+                    help="default (270 runs), quick (33) or deep (the default grid with depth up to 12: 324 runs, "
+                         "the 54 deep ones for Dask workers; README)")
+    st.add_argument("--report-only", action="store_true",
+                    help="rebuild the statistics and the report from --out's runs.csv (and pstar.csv) alone: "
+                         "nothing trained or analysed, no run folder read")
+    st.add_argument("--estimate", action="store_true",
+                    help="print the runs the grid still needs and an estimate of their CPU time from the CPU "
+                         "seconds measured in --out's runs.csv; train nothing")
     st.add_argument("--out", metavar="DIR", default="specbound-study",
                     help="study folder: runs/ and the report (default: specbound-study)")
     st.add_argument("--threads", type=_positive_int, default=2, help="CPU threads in all (default 2)")
@@ -475,10 +484,25 @@ def _study(args) -> int:
         seeds = tuple(int(v) for v in args.seeds.split(",") if v.strip()) if args.seeds else None
     except ValueError:
         raise SpecboundError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
-    result = run_study(args.out, grid="quick" if args.quick else "default", tasks=tasks, threads=args.threads,
-                       jobs=args.jobs, workers=args.workers, scheduler=args.scheduler, seeds=seeds,
-                       bootstrap=args.bootstrap, reanalyze=args.reanalyze, figures=not args.no_figures,
-                       command=" ".join(["specbound", *args.argv]))
+    if args.quick and args.grid not in (None, "quick"):
+        raise SpecboundError(f"--quick is --grid quick; it cannot be combined with --grid {args.grid}")
+    grid = "quick" if args.quick else (args.grid or "default")
+    command = " ".join(["specbound", *args.argv])
+    if args.report_only and args.estimate:
+        raise SpecboundError("--report-only and --estimate do different things; pass one")
+    if args.report_only:
+        from .study.pipeline import report_study
+
+        result = report_study(args.out, bootstrap=args.bootstrap, figures=not args.no_figures, command=command)
+    elif args.estimate:
+        from .study.timing import estimate_grid, format_estimate
+
+        print(format_estimate(estimate_grid(args.out, grid=grid, tasks=tasks, seeds=seeds), args.workers))
+        return 0
+    else:
+        result = run_study(args.out, grid=grid, tasks=tasks, threads=args.threads, jobs=args.jobs,
+                           workers=args.workers, scheduler=args.scheduler, seeds=seeds, bootstrap=args.bootstrap,
+                           reanalyze=args.reanalyze, figures=not args.no_figures, command=command)
     print(format_study(result))
     return 0
 

@@ -56,11 +56,20 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
     for spec in specs.values():
         if wanted in spec.model_types:
             return spec, f"model_type {wanted!r} given"
+    def held(probe: str) -> bool:
+        return any(n == probe or n.endswith("." + probe) for n in names)
+
     found = []
     for spec in specs.values():
         probes = [rule.name_for(0) for rule in spec.tensors.values()]
-        if all(any(n == p or n.endswith("." + p) for n in names) for p in probes):
+        norms = spec.qk_norm.names_for(0) if spec.qk_norm else ()
+        # a query/key-norm family only where its norms are, and no other family there
+        if all(held(p) for p in probes) and all(held(p) for p in norms) and (norms or not any(
+                held(p) for s in specs.values() if s.qk_norm for p in s.qk_norm.names_for(0))):
             found.append(spec)
+    # the names cannot show a family's structural facts (Gemma's (1 + w) norms, OLMo2's post-norms):
+    # the family with the fewest of them first (LLaMA before Gemma, Qwen3 before OLMo2 and Gemma 3)
+    found.sort(key=lambda s: sum(k in ("embedding_scale", "norm_gain", "sublayer_norms") for k in (s.structure or {})))
     if not found:
         raise SpecboundError(
             f"no shipped family's layer-0 weight names are in the checkpoint (it has e.g. {sorted(names)[:4]}); "

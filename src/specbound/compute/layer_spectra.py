@@ -8,7 +8,7 @@ benchmark's baseline).  Feed-forward spectra come from the proven Gram path or L
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,8 +16,9 @@ from ..archs.model import LayerWeights, RotaryLayout
 from ..errors import SpecboundError
 from ..options import EXACT_SVD, KernelOptions
 from .propagation import LayerSpectralNorms
-from .rotary import rotary_qk_envelope
-from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
+from .qk_logit import logit_factors, qk_norm_lipschitz
+from .rotary import DEFAULT_MAX_CORE_SVDS, rotary_qk_envelope
+from .spectra import ROTARY_METHODS, MatrixSpectrum, RotaryQKSpectrum, dense_spectrum, factored_spectra
 
 
 @dataclass(frozen=True)
@@ -63,20 +64,25 @@ def attention_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: in
 
 
 def rotary_qk_spectra(weights: LayerWeights, kv: np.ndarray, layout: RotaryLayout, *,
-                      rank_tol: float) -> list[MatrixSpectrum]:
+                      rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS) -> list[RotaryQKSpectrum]:
     """Per query head, a QK "spectrum" that holds for ``W_Q^T M(delta) W_K`` at every relative offset
-    ``|delta| < max_positions`` (docs/rotary.md): the spectral norm's maximum over the offsets (exact
-    from the ``d_h x d_h`` cores where affordable, else ``||W_Q|| ||W_K||``), the Horn envelope
-    ``s_i(W_Q) s_i(W_K)`` whose powers bound ``S_p`` for every ``p > 0`` and whose count bounds the
-    rank, and (2,1)- and (1,1)-norm bounds valid for every rotation.  Shapes: ``weights.q``
-    ``(H, d_h, N)``, ``weights.k`` ``(H_kv, d_h, N)``, ``kv`` ``(H,)``."""
+    ``|delta| < max_positions`` (docs/rotary.md): the spectral and Frobenius norms', nuclear norm's,
+    stable rank's and each singular value's maximum over the offsets (exact from the ``d_h x d_h``
+    cores where affordable, else bounds valid for every rotation), the Horn envelope
+    ``s_i(W_Q) s_i(W_K)`` whose powers bound ``S_p`` for every ``p > 0`` (not singular values), a rank
+    bound, and (2,1)- and (1,1)-norm bounds valid for every rotation (:class:`RotaryQKSpectrum`).  Shapes: ``weights.q``
+    ``(H, d_h, N)``, ``weights.k`` ``(H_kv, d_h, N)``, ``kv`` ``(H,)``; ``max_core_svds`` the budget of the
+    exact path (:func:`~specbound.compute.rotary.rotary_qk_envelope`)."""
     n = weights.q.shape[2]
     try:
-        envelopes = rotary_qk_envelope(weights.q, weights.k, kv, layout, rank_tol=rank_tol)
+        envelopes = rotary_qk_envelope(weights.q, weights.k, kv, layout, rank_tol=rank_tol, max_core_svds=max_core_svds)
     except ValueError as exc:
         raise SpecboundError(f"rotary layout does not fit layer {weights.layer}: {exc}") from None
-    return [MatrixSpectrum((n, n), e.envelope, e.norm_2_1_sup, e.norm_1_1_bound, sv_method="rotary_envelope",
-                           kept=e.kept_envelope, spectral_sup=e.spectral_sup) for e in envelopes]
+    return [RotaryQKSpectrum((n, n), e.envelope, e.norm_2_1_sup, e.norm_1_1_bound,
+                             sv_method=ROTARY_METHODS[e.spectral_method], kept=e.kept_envelope,
+                             spectral_sup=e.spectral_sup, sigma_bounds=e.sigma_bounds, frobenius_sup=e.frobenius_sup,
+                             nuclear_sup=e.nuclear_sup, stable_rank_sup=e.stable_rank_sup,
+                             argmax_offset=e.argmax_offset) for e in envelopes]
 
 
 def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *, prefetch: bool = False) -> dict:
@@ -119,13 +125,22 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     ``prefetch``: read each feed-forward matrix while the previous one's spectrum is computed (see
     :func:`feed_forward_spectra`).
     """
+    raw = weights
+    kv = np.arange(weights.q.shape[0]) // group
+    # the logit's own factors: norm gains and the rope attention factor folded in (qk_logit.py)
+    weights = logit_factors(raw, 1.0 if rotary is None else rotary.attention_factor)
     qk, ov = attention_spectra(weights, kernel, group=group, with_norm_1_1=with_norm_1_1)
     blind = None
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
-        qk = rotary_qk_spectra(weights, np.arange(weights.q.shape[0]) // group, rotary, rank_tol=kernel.rank_tol)
+        qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=kernel.rank_tol)
+    if raw.qk_norm is not None:  # the normalised logit's Lipschitz constant is c(QK) (docs/theory.md 3d)
+        kappa = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, 1.0 if rotary is None else rotary.attention_factor)
+        qk = [replace(s, spectral_sup=float(c)) for s, c in zip(qk, kappa)]
+        blind = None if blind is None else [replace(s, spectral_sup=float(c)) for s, c in zip(blind, kappa)]
     ff_matrices = weights.ff
     if release:
-        weights.q = weights.k = weights.v = weights.o = None
+        for w in {id(raw): raw, id(weights): weights}.values():
+            w.q = w.k = w.v = w.o = None
     ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)

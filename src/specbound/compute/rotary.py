@@ -26,7 +26,6 @@ Everything is float64.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +42,6 @@ from ..archs.model import RotaryLayout
 DEFAULT_MAX_CORE_SVDS = 4096
 # Entries of the per-chunk stacks (rotated R factors, cores): 2^21 float64 = 16 MB each.
 _CHUNK_ENTRIES = 1 << 21
-# rope types that only change the set of angles (the "for every orthogonal R" bounds stay valid).
-_ANGLE_ONLY_SCALINGS = ("linear", "dynamic", "llama3")
 
 
 def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
@@ -178,7 +175,8 @@ class RotaryHeadEnvelope:
     spectral_sup : float
         ``max_delta ||X(delta)||_2`` (exact) or ``spectral_bound``.
     spectral_method : str
-        ``"exact_over_offsets"`` or ``"product_bound"``.
+        ``"exact_over_offsets"`` or ``"product_bound"``: how ``spectral_sup`` and the other
+        ``*_sup`` fields and ``sigma_bounds`` were obtained.
     argmax_offset : int or None
         An offset attaining ``spectral_sup`` when exact.
     spectral_bound : float
@@ -195,6 +193,17 @@ class RotaryHeadEnvelope:
     norm_1_1_bound : float
         ``min((sum_i ||W_Q[:, i]||)(sum_j ||W_K[:, j]||), sqrt(N) norm_2_1_bound,
         sqrt(N) ||W_K||_2 sum_i ||W_Q[:, i]||)``.
+    sigma_bounds : ndarray, shape (k,)
+        A per-index bound ``sigma_bounds[i] >= s_{i+1}(X(delta))`` at every offset: the exact
+        ``max_delta s_{i+1}(X(delta))`` (exact) or ``f_{i+1} = min_{j+l=i+2} s_j(W_Q) s_l(W_K)``
+        (Weyl-Horn, every orthogonal matrix).  The envelope is *not* such a bound (docs/rotary.md 3.2).
+    frobenius_sup, nuclear_sup : float
+        ``max_delta ||X(delta)||_F`` and ``max_delta ||X(delta)||_*`` (exact), else the envelope's
+        ``||e||_2`` and ``sum e_i`` (Horn at ``p = 2`` and ``p = 1``).
+    stable_rank_sup : float
+        ``max_delta ||X(delta)||_F^2 / ||X(delta)||_2^2`` (exact; 0 at an offset where ``X = 0``),
+        else ``#{i : f_i > 0}``, which bounds the rank and so the stable rank of every ``X``
+        (no cheap lower bound on ``min_delta ||X(delta)||_2`` exists to do better).
     """
 
     head: int
@@ -210,6 +219,10 @@ class RotaryHeadEnvelope:
     norm_2_1_method: str
     norm_2_1_bound: float
     norm_1_1_bound: float
+    sigma_bounds: np.ndarray
+    frobenius_sup: float
+    nuclear_sup: float
+    stable_rank_sup: float
 
     @property
     def kept_envelope(self) -> np.ndarray:
@@ -232,15 +245,27 @@ class RotaryHeadEnvelope:
         return float(np.sum(self.kept_envelope**p))
 
 
-def _rank_bound(s_a: np.ndarray, s_b: np.ndarray, tau0: float) -> int:
-    """``#{i : f_i > tau0}`` with ``f_i = min_{j+l=i+1} s_j(A) s_l(B) >= s_i(A R B)`` for every
-    orthogonal ``R`` (Weyl/Horn: ``s_{j+l-1}(XY) <= s_j(X) s_l(Y)``)."""
+def weyl_horn_bounds(s_a: np.ndarray, s_b: np.ndarray) -> np.ndarray:
+    """``f_i = min_{j+l=i+1} s_j(A) s_l(B)``, ``i = 1..k`` (``k = min`` of the lengths), shape (k,):
+    ``s_i(A^T R B) <= f_i`` for every orthogonal ``R`` (Weyl/Horn: ``s_{j+l-1}(XY) <= s_j(X) s_l(Y)``,
+    Horn & Johnson, *Topics in Matrix Analysis*, Thm 3.3.16).  Non-increasing, ``f_1 = s_1(A) s_1(B)``."""
     k = min(s_a.size, s_b.size)
-    for i in range(k):  # f is non-increasing: stop at the first index at or below tau0
-        f_i = np.min(s_a[:i + 1] * s_b[i::-1])
-        if not f_i > tau0:
-            return i
-    return k
+    return np.array([np.min(s_a[:i + 1] * s_b[i::-1]) for i in range(k)], dtype=np.float64)
+
+
+def _rank_bound(f: np.ndarray, tau0: float) -> int:
+    """``#{i : f_i > tau0}`` (``f`` non-increasing, :func:`weyl_horn_bounds`)."""
+    return int(np.count_nonzero(f > tau0))
+
+
+def _offset_maxima(sv: np.ndarray) -> tuple[np.ndarray, float, float, float]:
+    """From the singular values of ``X(delta)`` at every offset, shape ``(K, k)``: the per-index
+    maxima (shape ``(k,)``), and the maxima of ``||X||_F``, ``||X||_*`` and the stable rank."""
+    top = sv[:, 0]
+    frob_sq = np.sum(sv**2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stable = np.where(top > 0, frob_sq / np.where(top > 0, top, 1.0) ** 2, 0.0)
+    return sv.max(axis=0), float(np.sqrt(frob_sq.max())), float(sv.sum(axis=1).max()), float(stable.max())
 
 
 def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLayout, *,
@@ -251,7 +276,8 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     Parameters
     ----------
     q : ndarray, shape (H, d_h, N)
-        ``W_Q^h`` per query head, float64.
+        ``W_Q^h`` per query head, float64: the logit's factors (a rope scaling's attention factor
+        and any query/key norm gains already folded in by the caller, ``compute.qk_logit``).
     k : ndarray, shape (H_kv, d_h, N)
         ``W_K^g`` per key head.
     kv_index : array_like of int, shape (H,), or None
@@ -260,13 +286,14 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     rank_tol : float
         The project's rank tolerance: ``tau = rank_tol * N * max(s_1, 1)`` for an ``N x N`` matrix.
     max_core_svds : int
-        Budget of ``d_h x d_h`` core SVDs.  When ``H * (2P - 1)`` fits (and the layout has no rope
-        scaling), ``spectral_sup`` is the exact maximum over all offsets; otherwise it is the
+        Budget of ``d_h x d_h`` core SVDs.  When ``H * (2P - 1)`` fits (and the layout is
+        ``offset_invariant``: every rope type but LongRoPE), ``spectral_sup`` is the exact maximum
+        over all offsets at the layout's frequencies; otherwise it is the
         product bound.  The default (4096) keeps the exact path near 3.5 s at ``d_h = 128`` (one
         thread; see ``DEFAULT_MAX_CORE_SVDS``).
     exact_norm_2_1 : bool
         Also compute ``max_delta ||X(delta)||_{2,1}`` exactly (``O(H P N d_h^2)`` work, not gated
-        by the budget; ignored, i.e. the bound is reported, when the layout has a rope scaling).
+        by the budget; ignored, i.e. the bound is reported, when the layout is not offset-invariant).
 
     Returns
     -------
@@ -281,9 +308,6 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     kv_index = np.arange(heads) if kv_index is None else np.asarray(kv_index, dtype=int)
     if kv_index.shape != (heads,) or (heads and (kv_index.min() < 0 or kv_index.max() >= k.shape[0])):
         raise ValueError(f"kv_index must have shape ({heads},) with entries in [0, {k.shape[0]})")
-    if layout.scaling is not None and layout.scaling not in _ANGLE_ONLY_SCALINGS:
-        warnings.warn(f"rope type {layout.scaling!r} may scale cos/sin by an attention factor a; "
-                      "the logit matrix is then a^2 W_Q^T R W_K and these bounds omit a^2", stacklevel=2)
 
     r_q = [_r_factor(w) for w in q]
     used_kv = sorted(set(kv_index.tolist()))
@@ -294,7 +318,7 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     colsum_k = {g: float(np.sqrt(np.einsum("ij,ij->j", k[g], k[g])).sum()) for g in used_kv}
 
     # the offsets are allocated only when the exact path is affordable (P may be huge)
-    exact = layout.scaling is None and heads * (2 * layout.max_positions - 1) <= max_core_svds
+    exact = layout.offset_invariant and heads * (2 * layout.max_positions - 1) <= max_core_svds
     offsets = layout.offsets.astype(np.float64) if exact or exact_norm_2_1 else np.zeros(0)
     tau0 = rank_tol * max(n, 1)  # the tolerance's floor: max(s_1, 1) >= 1 at every offset
     out = []
@@ -306,22 +330,27 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
         s1a = float(sa[0]) if sa.size else 0.0
         s1b = float(sb[0]) if sb.size else 0.0
         product = float(env[0]) if kk else 0.0
+        f = weyl_horn_bounds(sa, sb)
+        fro = float(np.sqrt(np.sum(env**2)))
         if exact and kk:
-            top = _core_singular_values(r_q[h], r_k[g], layout, offsets)[:, 0]
-            j = int(np.argmax(top))
-            spectral, method, argmax = float(top[j]), "exact_over_offsets", int(offsets[j])
+            sv = _core_singular_values(r_q[h], r_k[g], layout, offsets)  # (2P - 1, k)
+            j = int(np.argmax(sv[:, 0]))
+            spectral, method, argmax = float(sv[j, 0]), "exact_over_offsets", int(offsets[j])
+            sigma, fro_sup, nuc_sup, stable_sup = _offset_maxima(sv)
         else:
             spectral, method, argmax = product, "product_bound", None
-        fro = float(np.sqrt(np.sum(env**2)))
+            sigma, fro_sup, nuc_sup = f, fro, float(np.sum(env))
+            stable_sup = float(np.count_nonzero(f > 0))
         n21_bound = min(s1a * colsum_k[g], math.sqrt(n) * fro)
-        if exact_norm_2_1 and kk and layout.scaling is None:
+        if exact_norm_2_1 and kk and layout.offset_invariant:
             n21, n21_method = _sup_norm_2_1(r_q[h], k[g], layout, offsets), "exact_over_offsets"
         else:
             n21, n21_method = n21_bound, "bound"
         n11_bound = min(float(colsum_q[h]) * colsum_k[g], math.sqrt(n) * n21_bound,
                         math.sqrt(n) * s1b * float(colsum_q[h]))
         out.append(RotaryHeadEnvelope(h, g, n, spectral, method, argmax, product, env,
-                                      _rank_bound(sa, sb, tau0), n21, n21_method, n21_bound, n11_bound))
+                                      _rank_bound(f, tau0), n21, n21_method, n21_bound, n11_bound,
+                                      sigma, fro_sup, nuc_sup, stable_sup))
     return out
 
 

@@ -18,7 +18,7 @@ so the factored and the dense route give the same numerical rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,11 +59,11 @@ class MatrixSpectrum:
         Proven bound on ``|s_hat_i - s_i| / s_hat_i`` for the ``"gram"`` method (0 otherwise).
     kept : ndarray, optional
         When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
-        head's envelope, ``sv_method="rotary_envelope"``: certified upper bounds that must not be
+        head's envelope, :class:`RotaryQKSpectrum`: certified upper bounds that must not be
         thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
     spectral_sup : float, optional
-        When set, the spectral norm reported and propagated (a rotary head: the largest spectral
-        norm over every relative position, exact or bounded); None: ``singular_values[0]``.
+        When set, the spectral norm reported and propagated in place of ``singular_values[0]`` (a
+        query/key-normalised head: the normalised logit's Lipschitz factor, docs/theory.md 3d).
     """
 
     shape: tuple[int, int]
@@ -99,6 +99,68 @@ class MatrixSpectrum:
     def stable_rank(self) -> float:
         s1 = self.spectral_norm
         return float(np.sum(self.singular_values**2) / s1**2) if s1 > 0 else 0.0
+
+
+ROTARY_METHODS = {"exact_over_offsets": "rotary_exact_over_offsets", "product_bound": "rotary_product_bound"}
+
+
+@dataclass(frozen=True)
+class RotaryQKSpectrum(MatrixSpectrum):
+    """A rotary head's QK quantities, each an upper bound on that of ``X(delta) = W_Q^T M(delta) W_K``
+    at every offset ``|delta| < max_positions`` (docs/rotary.md section 3).
+
+    ``singular_values`` holds the Horn envelope ``e_i = s_i(W_Q) s_i(W_K)``, which is **not** a list
+    of singular values: it bounds partial sums of powers (``sum_{i<=j} s_i(X)^p <= sum_{i<=j} e_i^p``),
+    not each index.  ``kept = e[:rank_bound]`` is what ``S_p`` sums over.  The norms reported are
+    the fields below, never recomputed from the envelope.
+
+    Attributes
+    ----------
+    spectral_sup : float
+        ``max_delta ||X(delta)||_2`` (exact) or ``||W_Q||_2 ||W_K||_2``.
+    sigma_bounds : ndarray, shape (k,)
+        Per-index bounds ``>= s_i(X(delta))`` at every offset.
+    frobenius_sup, nuclear_sup, stable_rank_sup : float
+        Bounds on ``||X||_F``, ``||X||_*`` and ``||X||_F^2 / ||X||_2^2`` at every offset.
+    argmax_offset : int or None
+        An offset attaining ``spectral_sup`` (exact method only).
+
+    ``sv_method`` is ``"rotary_exact_over_offsets"`` (maxima over every integer offset, from the
+    ``d_h x d_h`` cores) or ``"rotary_product_bound"`` (bounds valid for every orthogonal matrix in
+    place of ``M(delta)``).
+    """
+
+    spectral_sup: float = 0.0
+    sigma_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    frobenius_sup: float = 0.0
+    nuclear_sup: float = 0.0
+    stable_rank_sup: float = 0.0
+    argmax_offset: int | None = None
+
+    @property
+    def envelope(self) -> np.ndarray:
+        """The Horn envelope (``singular_values``; not singular values), shape ``(k,)``."""
+        return self.singular_values
+
+    @property
+    def spectral_norm(self) -> float:
+        return float(self.spectral_sup)
+
+    @property
+    def frobenius_norm(self) -> float:
+        return float(self.frobenius_sup)
+
+    @property
+    def nuclear_norm(self) -> float:
+        return float(self.nuclear_sup)
+
+    @property
+    def stable_rank(self) -> float:
+        return float(self.stable_rank_sup)
+
+    @property
+    def exact_over_offsets(self) -> bool:
+        return self.sv_method == ROTARY_METHODS["exact_over_offsets"]
 
 
 def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float) -> float:

@@ -12,10 +12,16 @@ What the file holds and how it is exposed:
   tokenizer's vocabulary and every other array longer than :data:`~.gguf_header.MAX_LIST` are left
   out (stepped over unread): they are not the model's dimensions.  The keys the dimensions are read
   from must hold their type (a count an integer, ``rope.freq_base`` a number) and no value may be
-  NaN or infinite: anything else is refused by name.  llama.cpp's graph for the supported architectures is a SiLU-gated
-  feed-forward whatever the metadata says (it stores no activation), so ``hidden_act = "silu"``;
-  the rotary settings are also given under the Hugging Face keys (``rope_theta``,
-  ``max_position_embeddings``, ``rotary_dim``, ``rope_scaling``) that the rotary analysis reads.
+  NaN or infinite: anything else is refused by name.  llama.cpp's graph for the supported
+  architectures is a gated feed-forward whose activation it stores nowhere, so ``hidden_act`` is its
+  graph's (SiLU; GELU for the Gemmas); the rotary settings are also given under the Hugging Face keys
+  (``rope_theta``, ``max_position_embeddings``, ``rotary_dim``, ``rope_scaling``; Gemma 3's
+  ``layer_types`` and per-type ``rope_parameters``; ``rope_freq_factors`` from a ``rope_freqs``
+  tensor) that the rotary analysis reads.
+* **Norm weights.** llama.cpp's converter adds 1 to every Gemma norm weight (Gemma's RMSNorm
+  multiplies by ``1 + w``), so a Gemma 3 file's ``attn_q_norm``/``attn_k_norm`` hold the gain itself:
+  the GGUF family specs (``archs/data/*_gguf.json``) read them as ``weight``, the Hugging Face ones as
+  ``one_plus_weight``: the same gains either way.
 * **Tensors.** Under their GGUF names (``blk.0.attn_q.weight``), stored ``(out, in)`` row-major as
   ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; the header reader reverses them).
   F32 / F16 / BF16 / F64 are upcast exactly; a quantized tensor (Q8_0, Q4_K, ...) is dequantized by
@@ -27,7 +33,8 @@ What the file holds and how it is exposed:
   every head of ``q_proj`` and ``k_proj`` for llama.cpp's interleaved rotary layout: within each
   head, row ``2 i + j`` of the GGUF tensor is row ``j d_h/2 + i`` of the Hugging Face one.  For the
   ``llama`` architecture the rows are put back (:func:`unpermute_rows`), so every matrix equals the
-  Hugging Face checkpoint's (``qwen2`` is converted without the permutation).
+  Hugging Face checkpoint's (``qwen2``, ``qwen3``, ``gemma*`` and ``olmo2`` are converted without
+  the permutation).
 """
 
 from __future__ import annotations
@@ -45,9 +52,17 @@ from .base import Checkpoint, available_memory
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
 
-# GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does,
-# Qwen2Model does not).  Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
-SUPPORTED_ARCHS = {"llama": True, "qwen2": False}
+# GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
+# Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style).
+# Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
+SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
+                   "olmo2": False}
+# llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the Gemmas'
+# GELU (tanh approximation, LLM_FFN_GELU)
+_ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh"}
+# Gemma 3 in llama.cpp: every sixth layer global (rope.freq_base, the rope scaling), the others
+# sliding-window layers rotating at base 10000 unscaled (rope.freq_base_swa when the file says so)
+_GEMMA3_PATTERN, _GEMMA3_LOCAL_BASE = 6, 10000.0
 _EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
 _NUMPY = {"F32": "f4", "F16": "f2", "F64": "f8"}
 _INTEGER = ("I8", "I16", "I32", "I64")
@@ -254,8 +269,10 @@ def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
             _check_type(path, f"{arch}.{key}", config[key], key in _COUNT_KEYS, key in _NUMBER_KEYS)
     config["model_type"] = f"gguf-{arch}"
     if arch in SUPPORTED_ARCHS:
-        config.setdefault("hidden_act", "silu")  # llama.cpp's LLM_FFN_SILU for these graphs
-        config.update(_rotary_keys(config))
+        config.setdefault("hidden_act", _ACTIVATION.get(arch, "silu"))  # llama.cpp's graph for the arch
+        config.update(_rotary_keys(config, path))
+        if arch == "gemma3":
+            config.update(_gemma3_layers(config))
     return arch, config
 
 
@@ -280,11 +297,35 @@ def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> 
                          f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
 
 
-def _rotary_keys(config: dict[str, Any]) -> dict[str, Any]:
-    """The rotary settings under the Hugging Face config keys ``compute.rotary`` reads: ``rope_theta``
+def _gemma3_layers(config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 3's local and global layers in transformers 5's form (``layer_types`` and
+    ``rope_parameters`` per layer type), from llama.cpp's convention (:data:`_GEMMA3_PATTERN`)."""
+    layers = config.get("block_count")
+    pattern = config.get("attention.sliding_window_pattern", _GEMMA3_PATTERN)
+    if not isinstance(layers, int) or layers <= 0:
+        return {}
+    if isinstance(pattern, list):  # one flag per layer, True for a sliding-window layer
+        types = ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]
+    elif isinstance(pattern, int) and pattern > 0:
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    else:
+        types = []
+    glob = {"rope_type": "default", "rope_theta": config["rope_theta"]}
+    if "rope_scaling" in config:
+        glob.update(config["rope_scaling"])
+    local = {"rope_type": "default", "rope_theta": float(config.get("rope.freq_base_swa", _GEMMA3_LOCAL_BASE))}
+    return {"layer_types": types, "rope_parameters": {"full_attention": glob, "sliding_attention": local}}
+
+
+def _rotary_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The rotary settings under the Hugging Face config keys ``archs.rotary`` reads: ``rope_theta``
     (``rope.freq_base``; llama.cpp's default 10000), ``max_position_embeddings``
     (``context_length``), ``rotary_dim`` (``rope.dimension_count``, when given) and ``rope_scaling``
-    (``rope.scaling.type`` and ``.factor``, recorded)."""
+    from ``rope.scaling.type``: ``linear`` (``.factor``) and ``yarn`` (``.factor``,
+    ``.original_context_length``; llama.cpp's attention factor ``1 + 0.1 ln(factor)`` is
+    transformers' default, so a file whose ``.attn_factor`` changes it is refused).  Another type is
+    passed on under its own name, for the rotary reader to refuse; llama.cpp's ``rope_freqs`` factors
+    (Llama 3.1) are read with the tensors (:func:`open_gguf`)."""
     keys: dict[str, Any] = {"rope_theta": float(config.get("rope.freq_base", 10000.0))}
     if isinstance(config.get("context_length"), int):
         keys["max_position_embeddings"] = config["context_length"]
@@ -292,7 +333,18 @@ def _rotary_keys(config: dict[str, Any]) -> dict[str, Any]:
         keys["rotary_dim"] = config["rope.dimension_count"]
     scaling = config.get("rope.scaling.type")
     if isinstance(scaling, str) and scaling not in ("none", ""):
-        keys["rope_scaling"] = {"rope_type": scaling, "factor": config.get("rope.scaling.factor")}
+        rope = {"rope_type": scaling, "factor": config.get("rope.scaling.factor")}
+        if scaling == "yarn":
+            attn = config.get("rope.scaling.attn_factor", 1.0)
+            if attn not in (None, 1.0):
+                raise SpecboundError(f"{path}: YaRN with rope.scaling.attn_factor = {attn!r}: llama.cpp's attention "
+                                     f"factor then differs from transformers' and is not modelled; analyse the model's "
+                                     f"Hugging Face safetensors weights instead")
+            rope["original_max_position_embeddings"] = config.get("rope.scaling.original_context_length")
+            for ours, theirs in (("beta_fast", "rope.scaling.yarn_beta_fast"), ("beta_slow", "rope.scaling.yarn_beta_slow")):
+                if config.get(theirs) is not None:
+                    rope[ours] = config[theirs]
+        keys["rope_scaling"] = rope
     return keys
 
 
@@ -346,8 +398,11 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
             tensors[name], files[name] = tensor, header.path
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
-    return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
+    ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
                           _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files)
+    if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
+        ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
+    return ckpt
 
 
 def _refuse_big_endian_blocks(headers: list[GGUFHeader], files: dict[str, Path], quantized: dict[str, str]) -> None:

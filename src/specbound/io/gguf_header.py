@@ -166,11 +166,21 @@ class _Cursor:
             raise _Bad(f"{what} is not UTF-8", start) from None
 
 
+def _shortest_float32(value: float) -> float:
+    """The shortest decimal whose float32 rounding is ``value``'s (as numpy prints a float32)."""
+    import numpy as np
+
+    return float(str(np.float32(value)))
+
+
 def _value(cur: _Cursor, code: int, what: str, depth: int = 0):
     """One metadata value of type ``code``: decoded, or (a long array) stepped over."""
     if code not in VALUE_TYPES:
         raise _Bad(f"{what} has the unknown value type {code} (GGUF defines 0..12)", cur.at - 4)
     name, fmt = VALUE_TYPES[code]
+    if fmt == "f":  # float32: read as the shortest decimal that rounds to it (1e-06, not 9.99999997e-07),
+        value = cur.scalar(fmt, what)  # the config's constant the converter wrote, equal to the folder's
+        return _shortest_float32(value) if math.isfinite(value) else value
     if fmt is not None:
         return cur.scalar(fmt, what)
     if code == _STRING:

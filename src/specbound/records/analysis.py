@@ -43,8 +43,10 @@ class Analysis:
     layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``, the fixed-p and
         three-type adaptive sums ``adaptive_p0/1/2``, ``adaptive_three_type``, and each baseline's
         per-layer terms).
-    singular_values : DataFrame, long form ``(matrix, layer, head, role, sv_index, sigma)``; the
+    singular_values : DataFrame, long form ``(matrix, layer, head, role, kind, sv_index, sigma)``; the
         computed values only (a factored N x N product's exact zeros are implied by its rank).
+        ``kind`` (:data:`~.schema.SV_KINDS`): ``singular_value``; for a rotary QK head ``sigma_bound``
+        (per-index bounds at every offset) and ``horn_envelope`` (not singular values).
     baselines : dict[str, float]
         Other bounds and measures from the literature on the same matrices.
     adaptive_variants : dict[str, float]

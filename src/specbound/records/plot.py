@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..compute.measures import ordered_roles
+from .schema import sv_kinds
 from .style import (LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, drawable, layer_colors, new_figure, note_left_out,
                     require_matplotlib, style_grid)
 
@@ -43,17 +44,19 @@ def _panels(fig, n: int):
 
 def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     """Raw singular values against their index, one panel per role, one colour per layer (every
-    head of a layer in its colour); log scale, exact zeros left out.
+    head of a layer in its colour); log scale, exact zeros left out.  A rotary QK head shows its
+    per-index bounds over every offset (``kind = sigma_bound``), never its Horn envelope, which is
+    not a list of singular values.
 
     Parameters
     ----------
     singular_values : DataFrame
-        ``Analysis.singular_values`` (``matrix, layer, role, sv_index, sigma``).
+        ``Analysis.singular_values`` (``matrix, layer, role, kind, sv_index, sigma``).
     title : str
     n_layers : int, optional
         The model's depth (default: from the table).
     """
-    sv = singular_values
+    sv = singular_values[sv_kinds(singular_values) != "horn_envelope"]
     roles = ordered_roles(sv["role"])
     L = int(n_layers if n_layers is not None else sv["layer"].max() + 1)
     colors = layer_colors(L)

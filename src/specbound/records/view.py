@@ -128,10 +128,12 @@ def comparison_table(a) -> list[str]:
     lines = ["bounds (" + "; ".join(parts) + ")", comparison_frame(a).to_string()]
     if a.gap_bound is not None:
         p = a.gap_bound["parameters"]
-        lines.append(f"gap = c_lead B log_factor / (margin sqrt(n)) + c_conf sqrt((ln(1/delta) + union cost) / n)"
-                     f" with n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])}; "
-                     f"c_lead={fmt(p['lead_constant'])}, c_conf={fmt(p['confidence_constant'])} "
-                     f"(constants unstated by the sources; default 1); ramp loss in [0, 1]: gap >= 1 is vacuous")
+        lines.append(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
+                     f"sqrt((ln(1/delta) + union cost) / n); leading = c_lead B_margin log_factor / sqrt(n) for "
+                     f"spectral_* (the margin inside each term, log_factor its entropy integral), c_lead B log_factor "
+                     f"/ (margin sqrt(n)) otherwise (docs/bounds.md 9); c_lead={fmt(p['lead_constant'])}, "
+                     f"c_conf={fmt(p['confidence_constant'])} (constants unstated by the sources; default 1); ramp "
+                     f"loss in [0, 1]: gap >= 1 is vacuous; these forms are proxies, not theorems")
     return lines
 
 
@@ -192,6 +194,14 @@ def _header(a) -> list[str]:
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
         f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
+    rotary = m.get("rotary")
+    if rotary:
+        methods = rotary.get("qk_spectral_norm")
+        counts = (f"QK spectral norm: exact maximum over offsets for {methods.get('exact_over_offsets', 0)} "
+                  f"heads, product bound ||W_Q|| ||W_K|| for {methods.get('product_bound', 0)}"
+                  if isinstance(methods, dict) else f"QK spectral norm: {methods}")
+        lines.append(f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
+                     f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}")
     return lines
 
 
@@ -208,14 +218,19 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
     if not applying:
         return []
     broken = [e["name"] for e in applying if e["kind"] == "theorem"]
+    conditions = [e["name"] for e in applying if e["kind"] == "condition"]
     ours = [e["name"] for e in applying if e["kind"] == "extension"]
     lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
              if broken or ours else "assumptions (docs/theory.md section 6)"]
     if broken:
         lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
+    if conditions:
+        lines.append("  the theorem's conditions on the data and its use (not checked here): " + ", ".join(conditions))
     if ours:
         lines.append("  our extensions used: " + ", ".join(ours))
-    lines += [f"  weights: {e['effect']}" for e in applying if e["name"] == "quantized_weights"]
+    # what changes the numbers themselves is said in full even without --verbose
+    shown = {"quantized_weights": "weights", "rope_scaling": "rotary", "qk_norm": "qk-norm"}
+    lines += [f"  {shown[e['name']]}: {e['effect']}" for e in applying if e["name"] in shown]
     if verbose:
         lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
     return lines

@@ -159,6 +159,18 @@ def loglog_fit(x: np.ndarray, y: np.ndarray | None, groups: np.ndarray | None = 
             "points": n, "dof": dof}
 
 
+def group_slopes(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[list, np.ndarray]:
+    """Each group's own growth exponent: :func:`loglog_fit` of ``y`` on ``x`` within the group.
+
+    Returns ``(levels, slopes)``: the groups in order of first appearance and their slopes
+    ``(len(levels),)``, NaN for a group in which ``x`` does not vary (or has under two positive values).
+    """
+    x, y, groups = np.asarray(x, float), np.asarray(y, float), np.asarray(groups)
+    levels = list(dict.fromkeys(groups.tolist()))
+    slopes = np.array([loglog_fit(x[groups == lv], y[groups == lv])["slope"] for lv in levels], dtype=float)
+    return levels, slopes
+
+
 def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float = 0.95, per_group: bool = False):
     """Growth exponent of every (bound, role) in ``x`` with ``by`` held fixed.
 
@@ -171,7 +183,9 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
     by : str or None
         The column held fixed (one intercept per value); None: a single group.
     per_group : bool
-        Also one row per fixed value (``fixed = "N=128"``), besides the pooled row (``fixed = "all N"``).
+        Also one row per fixed value (``fixed = "N=128"``) and the median of their slopes
+        (``fixed = "median over N"``, :func:`group_slopes`; no interval), besides the pooled row
+        (``fixed = "all N"``).
 
     Returns
     -------
@@ -193,6 +207,12 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
                 fit = loglog_fit(sub[x].to_numpy(float), None, None, confidence,
                                  log10_y=sub["log10_value"].to_numpy(float))
                 rows.append({"bound": bound, "role": role, "against": x, "fixed": f"{by}={value}", **fit})
+            _, slopes = group_slopes(part[x].to_numpy(float), part["value"].to_numpy(float), part[by].to_numpy())
+            finite = slopes[np.isfinite(slopes)]
+            nan = float("nan")
+            rows.append({"bound": bound, "role": role, "against": x, "fixed": f"median over {by}",
+                         "points": len(part), "dof": 0, "slope": float(np.median(finite)) if finite.size else nan,
+                         "ci_low": nan, "ci_high": nan, "stderr": nan, "r2": nan})
     cols = ["bound", "role", "against", "fixed", "points", "dof", "slope", "ci_low", "ci_high", "stderr", "r2"]
     return pd.DataFrame(rows, columns=cols)
 
