@@ -170,6 +170,9 @@ FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_h
                      lambda m: _decoder_accessor(m, "all_heads"))
 ROTARY += ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16}  # the others: N / H
+# Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
+# blocks, Gemma 3 also Qwen3's QK-norm): a 200-layer run of each would test nothing new.
+SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
