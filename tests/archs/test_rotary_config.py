@@ -73,7 +73,12 @@ def test_the_spec_decides_whether_a_family_is_rotary():
     rotary_config = {"rope_theta": 1e4, "max_position_embeddings": 64}
     assert rotary_layout(specs["bert"], rotary_config, 16, where="m") is None
     assert rotary_layout(specs["llama"], rotary_config, 16, where="m") == RotaryLayout(16, "half", 1e4, 64)
-    assert {f for f, s in specs.items() if s.rotary} == {"gpt_neox", "llama", "llama_gguf"}
+    assert {f for f, s in specs.items() if s.rotary} == {"gpt_neox", "llama", "llama_gguf", "phi", "phi3", "gptj",
+                                                        "falcon", "mixtral", "qwen2_moe"}
+    assert specs["gptj"].rotary == "interleaved"
+    # Falcon's alibi switches rotary off (ALiBi biases instead), and its config is then not read as rotary
+    assert rotary_layout(specs["falcon"], {**rotary_config, "alibi": True}, 16, where="m") is None
+    assert rotary_layout(specs["falcon"], {**rotary_config, "alibi": False}, 16, where="m") == RotaryLayout(16, "half", 1e4, 64)
     with pytest.raises(SpecboundError, match=r"config.json of folder/x: rope_theta") as info:
         rotary_layout(specs["llama"], {**rotary_config, "rope_theta": -1}, 16, where="folder/x")
     assert "\n" not in str(info.value)

@@ -22,16 +22,18 @@ DEFAULT_BASE = 10000.0
 
 
 def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where: str) -> RotaryLayout | None:
-    """The rotary layout of a family that declares one (``"rotary"`` in its spec), else None.
+    """The rotary layout of a family that declares one (``"rotary"`` in its spec, not switched off
+    by its ``off_when`` config key: Falcon's ``alibi``), else None.
 
     A config that states no context length (an ONNX export without config.json, say) gets
     ``max_positions = UNBOUNDED_POSITIONS``: every offset counts, so only the bounds valid for every
     rotation apply.  ``where`` names the checkpoint in the one-line error a bad setting raises.
     """
-    if spec.rotary is None:
+    pairing = spec.rotary_for(config)
+    if pairing is None:
         return None
     try:
-        return parse_rotary(config, d_head, spec.rotary)
+        return parse_rotary(config, d_head, pairing)
     except ValueError as exc:
         raise SpecboundError(f"config.json of {where}: {exc}; fix the rotary settings (rope_theta, "
                              f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
