@@ -108,6 +108,120 @@ for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistra
             "FF_out": _proj(b[l].mlp.down_proj, D_FF)}))
 
 
+def _phi3(m):
+    def get(layer):
+        b = m.model.layers[layer]
+        qkv = _proj(b.self_attn.qkv_proj, N)  # Phi3Attention: [q | k | v], q of H heads, k and v of H_kv heads
+        d = b.self_attn.head_dim
+        q, k, v = np.split(qkv, [H * d, (H + m.config.num_key_value_heads) * d], axis=1)
+        gate, up = np.split(_proj(b.mlp.gate_up_proj, N), 2, axis=1)  # Phi3MLP: gate, up = chunk(2)
+        return {"q": q, "k": k, "v": v, "o": _proj(b.self_attn.o_proj, N), "FF_gate": gate, "FF_up": up,
+                "FF_out": _proj(b.mlp.down_proj, D_FF)}
+    return get
+
+
+def _falcon(m):
+    """q, k, v through FalconAttention's own ``_split_heads`` of the fused weight's output."""
+    def get(layer):
+        b = m.transformer.h[layer]
+        attn = b.self_attention
+        with torch.no_grad():
+            fused = torch.tensor(_proj(attn.query_key_value, N))[None]  # (1, N inputs, fused width)
+            q, k, v = attn._split_heads(fused)  # (1, N, heads, d_h)
+        d = attn.head_dim
+        kv = k.shape[2] if not m.config.new_decoder_architecture else m.config.num_kv_heads
+        if m.config.new_decoder_architecture:  # keys and values come broadcast to every query head
+            k, v = k[:, :, ::H // kv], v[:, :, ::H // kv]
+        flat = lambda t: t[0].reshape(N, -1).numpy()  # noqa: E731
+        return {"q": flat(q), "k": flat(k), "v": flat(v), "o": _proj(attn.dense, N),
+                "FF_in": _proj(b.mlp.dense_h_to_4h, N), "FF_out": _proj(b.mlp.dense_4h_to_h, 4 * N)}
+    return get
+
+
+def _bloom(m):
+    def get(layer):
+        b = m.transformer.h[layer]
+        with torch.no_grad():
+            q, k, v = b.self_attention._reshape(torch.tensor(_proj(b.self_attention.query_key_value, N))[None])
+        flat = lambda t: t[0].transpose(0, 1).reshape(N, -1).numpy()  # (1, H, N, d) -> (N, H d)  # noqa: E731
+        return {"q": flat(q), "k": flat(k), "v": flat(v), "o": _proj(b.self_attention.dense, N),
+                "FF_in": _proj(b.mlp.dense_h_to_4h, N), "FF_out": _proj(b.mlp.dense_4h_to_h, 4 * N)}
+    return get
+
+
+def expert_matrices(experts, e, d_ff):
+    """Expert ``e``'s gate, up and down matrices, row-oriented, as the experts module's forward computes
+    them (``linear(x, gate_up_proj[e]).chunk(2)``, ``linear(h, down_proj[e])``)."""
+    with torch.no_grad():
+        eye = torch.eye(N, dtype=torch.float64)
+        gate, up = torch.nn.functional.linear(eye, experts.gate_up_proj[e]).chunk(2, dim=-1)
+        down = torch.nn.functional.linear(torch.eye(d_ff, dtype=torch.float64), experts.down_proj[e])
+    return gate.numpy(), up.numpy(), down.numpy()
+
+
+def _moe(m, block, d_ff, shared=False):
+    def get(layer):
+        b = m.model.layers[layer]
+        out = {"q": _proj(b.self_attn.q_proj, N), "k": _proj(b.self_attn.k_proj, N),
+               "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, N)}
+        moe = getattr(b, block)
+        for e in range(moe.experts.gate_up_proj.shape[0]):
+            out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"), expert_matrices(moe.experts, e, d_ff)))
+        if shared:
+            s = moe.shared_expert
+            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
+                        "FF_out[shared]": _proj(s.down_proj, s.down_proj.in_features)})
+        return out
+    return get
+
+
+MOE_EXPERTS, MOE_TOP_K, MOE_D_FF, SHARED_D_FF = 4, 2, 24, 40
+FAMILIES.update({
+    "phi": (lambda: transformers.PhiForCausalLM(transformers.PhiConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        max_position_embeddings=16)),  # partial_rotary_factor 0.5: 4 of each head's 8 dimensions rotate
+        lambda m: (lambda l, b=m.model.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.dense, N),
+            "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(b[l].mlp.fc2, D_FF)})),
+    "phi3": (lambda: transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        vocab_size=50, pad_token_id=0, max_position_embeddings=16, original_max_position_embeddings=16)), _phi3),
+    "gptj": (lambda: transformers.GPTJForCausalLM(transformers.GPTJConfig(
+        n_embd=N, n_layer=L, n_head=H, rotary_dim=4, vocab_size=50, n_positions=16)),
+        lambda m: (lambda l, b=m.transformer.h: {
+            "q": _proj(b[l].attn.q_proj, N), "k": _proj(b[l].attn.k_proj, N), "v": _proj(b[l].attn.v_proj, N),
+            "o": _proj(b[l].attn.out_proj, N), "FF_in": _proj(b[l].mlp.fc_in, N),
+            "FF_out": _proj(b[l].mlp.fc_out, 4 * N)})),
+    "bloom": (lambda: transformers.BloomForCausalLM(transformers.BloomConfig(
+        hidden_size=N, n_layer=L, n_head=H, vocab_size=50)), _bloom),
+    # Falcon-7B's layout: multi_query (one key/value head), one shared LayerNorm, parallel block, rotary
+    "falcon": (lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, vocab_size=50, max_position_embeddings=16)),
+        _falcon),
+    # the original layout without multi_query (a key/value head per query head), sequential, ALiBi
+    "falcon_alibi": (lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, vocab_size=50, multi_query=False,
+        parallel_attn=False, alibi=True, bias=True)), _falcon),
+    # Falcon-40B's new_decoder_architecture: 2 key/value groups, a LayerNorm per branch
+    "falcon_new": (lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_kv_heads=2, vocab_size=50,
+        new_decoder_architecture=True, max_position_embeddings=16)), _falcon),
+    "mixtral": (lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=MOE_D_FF,
+        vocab_size=50, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, max_position_embeddings=16)),
+        lambda m: _moe(m, "mlp", MOE_D_FF)),
+    "qwen2_moe": (lambda: transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        moe_intermediate_size=MOE_D_FF, shared_expert_intermediate_size=SHARED_D_FF, vocab_size=50,
+        num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, max_position_embeddings=16)),
+        lambda m: _moe(m, "mlp", MOE_D_FF, shared=True)),
+})
+ROTARY = {"llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
+          "qwen2_moe"}
+FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon"}
+
+
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references, ordered like specbound's rows."""
     rows = []
@@ -118,7 +232,7 @@ def reference_matrices(get, heads, kv_heads, layers=L):
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
         rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T) for h in range(heads)]
         rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :]) for h in range(heads)]
-        rows += [(r, w[r]) for r in ("FF_in", "FF_gate", "FF_up", "FF_out") if r in w]
+        rows += [(r, m) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts: e0, e1, ...)
     return rows
 
 
@@ -132,8 +246,9 @@ def saved_family(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     model.save_pretrained(folder)
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
-    kv = getattr(model.config, "num_key_value_heads", None) or H
-    return request.param, folder, reference_matrices(accessor(model), H, kv, model.config.num_hidden_layers)
+    get = accessor(model)
+    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H)  # key/value heads as the module splits them
+    return request.param, folder, reference_matrices(get, H, kv, model.config.num_hidden_layers)
 
 
 def test_family_matches_module_reference(saved_family):
@@ -142,7 +257,7 @@ def test_family_matches_module_reference(saved_family):
     mats = result.matrices
     assert list(mats["role"]) == [r for r, _ in ref]
     rotary = result.model.get("rotary") is not None
-    assert rotary == (family in ("llama", "mistral", "qwen2", "gpt_neox"))
+    assert rotary == (family in ROTARY)
     for (role, w), (_, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
         if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
@@ -182,7 +297,7 @@ def test_family_from_pytorch_bin(saved_family, tmp_path):
 def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
-    assert result.model["family"] == {"mistral": "llama", "qwen2": "llama"}.get(family, family)
+    assert result.model["family"] == FAMILY_OF.get(family, family)
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}
         by_layer = result.matrices.groupby("layer")["spectral_norm"].apply(list)
