@@ -7,7 +7,7 @@ import pytest
 
 import specbound
 from specbound.archs.model import ModelDims
-from specbound.assumptions import assumptions, is_theorem
+from specbound.bounds.assumptions import assumptions, is_theorem
 
 BERT = ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24)
 

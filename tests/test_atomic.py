@@ -60,7 +60,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
 
 def test_saved_analysis_tables_follow_the_umask(tmp_path, umask):
     import specbound
-    from numpy_bert import write_tiny_bert
+    from support.numpy_bert import write_tiny_bert
 
     umask(0o002)
     folder = write_tiny_bert(tmp_path / "m", seed=0)

@@ -249,7 +249,7 @@ def test_no_argument_abbreviations(argv, capsys):
 
 
 def test_sweep_gap_options_land_in_the_records(tmp_path, capsys):
-    from numpy_bert import write_tiny_bert
+    from support.numpy_bert import write_tiny_bert
     from specbound.sweep.store import Store
 
     write_tiny_bert(tmp_path / "m", seed=0)

@@ -51,7 +51,7 @@ def test_analysis_path_imports_no_heavy_framework(tiny_pair):
     src, init = tiny_pair
     code = (
         "import sys, specbound\n"
-        "from specbound.report.summary import format_summary\n"
+        "from specbound.records.view import format_summary\n"
         f"a = specbound.analyze({str(src)!r}, init={str(init)!r}, n=100, margin=1.0, threads=1)\n"
         "format_summary(a); a.to_json()\n"
         "heavy = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]\n"

@@ -5,7 +5,7 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from one_line import assert_one_line_error, run_cli
+from support.one_line import assert_one_line_error, run_cli
 
 
 def test_out_is_a_file(tiny_bert_dir, tmp_path, capsys):

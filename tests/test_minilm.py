@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import specbound
-from oracle import dense_reference
+from support.oracle import dense_reference
 
 COLUMNS = ["rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
            "norm_1_1", "alpha", "gamma", "p_star", "contribution", "c_p0", "c_p2"]

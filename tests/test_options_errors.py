@@ -7,7 +7,7 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from one_line import assert_one_line_error, run_cli
+from support.one_line import assert_one_line_error, run_cli
 
 OPTION_CASES = [
     (["--grid-m", "0"], ["--grid-m", "positive integer", "'0'"]),

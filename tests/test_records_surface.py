@@ -19,11 +19,11 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import specbound
-from numpy_bert import write_tiny_bert
+from support.numpy_bert import write_tiny_bert
 from specbound.bounds import REGISTRY
 from specbound.cli import main
 from specbound.io.default_checkpoint import DEFAULT_NAME, default_checkpoint
-from specbound.records_view import fmt, format_summary, short_name
+from specbound.records.view import fmt, format_summary, short_name
 
 
 @pytest.fixture(scope="module")

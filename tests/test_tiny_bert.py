@@ -1,5 +1,5 @@
 """Tiny random BERT-family checkpoints saved by `transformers` itself: the analysis equals the
-independent dense oracle (tests/oracle.py) to 1e-9 relative, whatever the tensor-name prefix, the
+independent dense oracle (tests/support/oracle.py) to 1e-9 relative, whatever the tensor-name prefix, the
 sharding or the stored precision."""
 
 import json
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import specbound
-from oracle import dense_reference
+from support.oracle import dense_reference
 
 REL = 1e-9
 COLUMNS = ["rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",

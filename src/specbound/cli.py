@@ -262,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _analyze(args) -> int:
     from .pipeline import analyze
-    from .report.summary import format_headline, format_summary
+    from .records.view import format_headline, format_summary
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
@@ -371,7 +371,7 @@ def _scaling(args) -> int:
     elif args.format == "json":
         print(table.to_json(orient="records", indent=2))
     elif args.format == "markdown":
-        from .records_view import markdown_table
+        from .records.view import markdown_table
 
         print(markdown_table(table))
     else:

@@ -33,7 +33,7 @@ from .compute.propagation import activation_lipschitz
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
-from .assumptions import assumptions
+from .bounds.assumptions import assumptions
 from .records import Analysis, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,

@@ -17,7 +17,7 @@ from specbound.archs.infer import infer_spec
 from specbound.archs import builtin_specs, parse_spec
 from specbound.io import open_checkpoint
 from specbound.cli import main
-from same_numbers import numbers
+from support.same_numbers import numbers
 
 
 def numbers_without_family(result):
@@ -270,9 +270,9 @@ def test_what_cannot_be_drafted_is_a_one_line_error(tmp_path, capsys, shapes, ne
 
 def test_onnx_source_layouts_are_fixed_by_the_graph(tmp_path):
     pytest.importorskip("onnx")
-    from test_onnx import _bert_layer, _matmul_graph, _plain
+    from support.onnx_graphs import bert_layer, matmul_graph, plain_matmul
 
-    draft = infer_spec(open_checkpoint(_matmul_graph(tmp_path / "m", *_bert_layer(_plain)[1:])))
+    draft = infer_spec(open_checkpoint(matmul_graph(tmp_path / "m", *bert_layer(plain_matmul)[1:])))
     assert draft.check.startswith("ok")
     onnx_note = [g for g in draft.guesses if "ONNX graph fixes" in g.evidence]
     assert onnx_note and onnx_note[0].verify

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import specbound
-from one_line import (assert_api_error, assert_broken_checkpoint_error, assert_one_line_error, config_of, run_cli,
+from support.one_line import (assert_api_error, assert_broken_checkpoint_error, assert_one_line_error, config_of, run_cli,
                       write_config)
 from importlib import resources
 

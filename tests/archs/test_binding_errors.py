@@ -4,7 +4,7 @@ to the checkpoint (archs/binding.py) before any number is computed."""
 import numpy as np
 import pytest
 
-from one_line import assert_broken_checkpoint_error, edit_tensors, write_config
+from support.one_line import assert_broken_checkpoint_error, edit_tensors, write_config
 
 
 def missing_tensor(d):

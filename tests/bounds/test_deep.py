@@ -1,5 +1,5 @@
 """Deep models: bounds exact at any depth (logs), no NaN or Infinity in any output, no RuntimeWarning;
-checked against an independent log-space oracle (tests/log_oracle.py) at 96 and 200 layers."""
+checked against an independent log-space oracle (tests/support/log_oracle.py) at 96 and 200 layers."""
 
 import json
 import math
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import specbound
-from log_oracle import log_bounds
-from numpy_bert import row_weights, write_tiny_bert
+from support.log_oracle import log_bounds
+from support.numpy_bert import row_weights, write_tiny_bert
 
 
 def _strict(text):
@@ -27,7 +27,7 @@ def test_deep_bert_matches_the_log_space_oracle(tmp_path, L):
         warnings.simplefilter("error")  # no RuntimeWarning anywhere on the way
         a = specbound.analyze(folder, threads=1)
         text = str(a.to_json())
-        from specbound.report.summary import format_summary
+        from specbound.records.view import format_summary
         summary = format_summary(a)
     rows = []
     for layer in range(L):
@@ -65,23 +65,14 @@ def test_outputs_hold_no_nan_or_infinity(tmp_path):
 
 @pytest.fixture(scope="module")
 def deep_family_bounds(tmp_path_factory):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    import test_families
+    from support.families import FAMILIES, save_family
 
     out = {}
-    for name in sorted(test_families.FAMILIES):
-        test_families.L = 200  # the builders read the module's depth when called
-        try:
-            build, _ = test_families.FAMILIES[name]
-            torch.manual_seed(0)
-            model = build().eval()
-        finally:
-            test_families.L = 2
-        for p in model.parameters():
-            torch.nn.init.normal_(p, std=0.2)
+    for name in sorted(FAMILIES):
         folder = tmp_path_factory.mktemp(name)
-        model.save_pretrained(folder)
+        save_family(name, folder, layers=200)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             out[name] = specbound.analyze(folder, threads=1)

@@ -13,7 +13,7 @@ from specbound.errors import SpecboundError
 from specbound.bounds.gap import GapParameters, gap_bounds, gap_terms
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.measures import measure
-from test_bounds import HAND_DIMS, hand_layers
+from support.hand_model import HAND_DIMS, hand_layers
 
 
 def test_gap_terms_by_hand():

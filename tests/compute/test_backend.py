@@ -33,14 +33,10 @@ def assert_same_analysis(ours, reference, rtol=1e-12):
 @pytest.fixture(scope="module", params=["albert", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "llama",
                                         "mistral", "opt", "qwen2", "vit"])
 def family_folder(request, tmp_path_factory):
-    from archs.test_families import FAMILIES
+    from support.families import save_family
 
-    torch.manual_seed(0)
-    model = FAMILIES[request.param][0]().eval()
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.2)
     folder = tmp_path_factory.mktemp(request.param)
-    model.save_pretrained(folder)
+    save_family(request.param, folder)
     return folder
 
 

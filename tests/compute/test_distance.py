@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specbound
-from numpy_bert import row_weights, write_tiny_bert
+from support.numpy_bert import row_weights, write_tiny_bert
 from specbound.bounds import REGISTRY
 from specbound.compute.distance import stacked_difference
 from specbound.errors import SpecboundError

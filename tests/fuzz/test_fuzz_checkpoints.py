@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import specbound
-from fuzz_support import EDITS, FUZZ, JSON, clean_outcome, mutate
-from numpy_bert import write_tiny_bert
+from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
+from support.numpy_bert import write_tiny_bert
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import specbound
-from fuzz_support import clean_outcome
-from numpy_bert import write_tiny_bert
+from support.fuzz import clean_outcome
+from support.numpy_bert import write_tiny_bert
 from specbound.errors import SpecboundError, SpecboundWarning
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz_support import EDITS, FUZZ, JSON, clean_outcome, mutate
+from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
 
 BERT_SPEC = json.loads(resources.files("specbound.archs").joinpath("data", "bert.json").read_text())
 

@@ -130,7 +130,7 @@ def test_hub_id_missing_from_cache(tmp_path, monkeypatch):
 
 
 def test_in_memory_module_and_state_dict(tiny_bert_cls_dir, reference):
-    from conftest import build_tiny_model
+    from support.tiny_models import build_tiny_model
 
     model = build_tiny_model("bert_cls")  # the same seed and config as the saved folder
     _same(reference, specbound.analyze(model, threads=1))

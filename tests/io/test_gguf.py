@@ -23,7 +23,7 @@ from specbound import SpecboundError
 from specbound.archs.extract import layer_weights
 from specbound.io import open_checkpoint
 from specbound.pipeline import open_model
-from same_numbers import assert_same_numbers
+from support.same_numbers import assert_same_numbers
 
 
 def assert_same_numbers_gguf(a, b, rel=1e-9):

@@ -11,7 +11,7 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from one_line import (INDEX, WEIGHTS, assert_api_error, assert_broken_checkpoint_error, assert_one_line_error,
+from support.one_line import (INDEX, WEIGHTS, assert_api_error, assert_broken_checkpoint_error, assert_one_line_error,
                       data_start, edit_tensors, run_cli)
 
 

@@ -22,10 +22,12 @@ import pytest
 import specbound
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
-from same_numbers import assert_same_numbers
+from support.same_numbers import assert_same_numbers
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from support.onnx_graphs import BERT_LINEARS, N, RNG, bert_layer, initializer, matmul_graph, plain_matmul  # noqa: E402
 
 
 # --- exports of tiny transformers models ------------------------------------------------------------
@@ -61,7 +63,7 @@ def _export(model, folder, dynamo, wrap, **kwargs):
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
     pytest.importorskip("torch")
-    from conftest import build_tiny_model
+    from support.tiny_models import build_tiny_model
 
     return build_tiny_model("bert"), specbound.analyze(tiny_bert_dir, threads=1)
 
@@ -144,42 +146,6 @@ def test_decoder_export_matches_safetensors(family, dynamo, layout, tmp_path):
 
 # --- hand-built graphs: orientation rules and refusals ------------------------------------------------
 
-N, D_FF = 4, 6
-RNG = np.random.default_rng(0)
-
-
-def _matmul_graph(folder, nodes, initializers, config=None):
-    """A one-layer BERT-named graph; ``nodes``/``initializers`` are the onnx protos."""
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
-                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-                              initializer=initializers)
-    folder.mkdir(exist_ok=True)
-    onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
-    (folder / "config.json").write_text(json.dumps(config or dict(
-        model_type="bert", num_hidden_layers=1, hidden_size=N, num_attention_heads=2, intermediate_size=D_FF)))
-    return folder
-
-
-BERT_LINEARS = {"attention/self/query": (N, N), "attention/self/key": (N, N), "attention/self/value": (N, N),
-                "attention/output/dense": (N, N), "intermediate/dense": (D_FF, N), "output/dense": (N, D_FF)}
-
-
-def _bert_layer(how):
-    """One BERT layer's six Linear weights (torch (out, in)) in a chain of products, each stored as
-    ``how(path, weight)`` -> (nodes, initializers, product output)."""
-    weights = {path: RNG.normal(size=shape) for path, shape in BERT_LINEARS.items()}
-    nodes, inits, x = [], [], "x"
-    for i, (path, w) in enumerate(weights.items()):
-        n, t, x = how(f"/encoder/layer.0/{path}", w, x, i)
-        nodes += n
-        inits += t
-    return weights, nodes, inits
-
-
-def _init(name, array, dtype=np.float32):
-    return numpy_helper.from_array(array.astype(dtype), name)
-
-
 BF16 = __import__("ml_dtypes").bfloat16  # onnx's own dependency
 STORED = (np.float32, np.float32, np.float16, BF16)
 
@@ -192,20 +158,20 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
         out = f"y{i}"
         kind = i % 4
         if kind == 0:
-            return [helper.make_node("MatMul", [x, f"W{i}"], [out], name=f"{path}/MatMul")], [_init(f"W{i}", w.T)], out
+            return [helper.make_node("MatMul", [x, f"W{i}"], [out], name=f"{path}/MatMul")], [initializer(f"W{i}", w.T)], out
         if kind == 1:
             return ([helper.make_node("Transpose", [f"W{i}"], [f"t{i}"], perm=[1, 0], name=f"{path}/Transpose"),
-                     helper.make_node("MatMul", [x, f"t{i}"], [out], name=f"{path}/MatMul")], [_init(f"W{i}", w)], out)
+                     helper.make_node("MatMul", [x, f"t{i}"], [out], name=f"{path}/MatMul")], [initializer(f"W{i}", w)], out)
         if kind == 2:
             return ([helper.make_node("Cast", [f"W{i}"], [f"c{i}"], to=TensorProto.FLOAT, name=f"{path}/Cast"),
                      helper.make_node("Gemm", [x, f"c{i}"], [out], transB=1, name=f"{path}/Gemm")],
-                    [_init(f"W{i}", w, np.float16)], out)
+                    [initializer(f"W{i}", w, np.float16)], out)
         return ([helper.make_node("Identity", [f"W{i}"], [f"d{i}"]),
                  helper.make_node("Gemm", [x, f"d{i}"], [out], transB=0, name=f"{path}/Gemm")],
-                [_init(f"W{i}", w.T, BF16)], out)
+                [initializer(f"W{i}", w.T, BF16)], out)
 
-    weights, nodes, inits = _bert_layer(how)
-    folder = _matmul_graph(tmp_path / "m", nodes, inits)
+    weights, nodes, inits = bert_layer(how)
+    folder = matmul_graph(tmp_path / "m", nodes, inits)
     ckpt = open_checkpoint(folder)
     assert sorted(ckpt.names) == sorted(f"encoder.layer.0.{p.replace('/', '.')}.weight" for p in BERT_LINEARS)
     from specbound.archs.extract import _row_oriented
@@ -222,16 +188,12 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
     assert_same_numbers(specbound.analyze(state, config=config, threads=1), specbound.analyze(folder, threads=1))
 
 
-def _plain(path, w, x, i):
-    return [helper.make_node("MatMul", [x, f"W{i}"], [f"y{i}"], name=f"{path}/MatMul")], [_init(f"W{i}", w.T)], f"y{i}"
-
-
 def test_generated_constants_are_skipped_and_parameters_kept(tmp_path):
-    weights, nodes, inits = _bert_layer(_plain)
-    inits += [_init("embeddings.word_embeddings.weight", RNG.normal(size=(10, N))),
-              _init("embedding_2", RNG.normal(size=(1, 5, N))),  # a folded position table
+    weights, nodes, inits = bert_layer(plain_matmul)
+    inits += [initializer("embeddings.word_embeddings.weight", RNG.normal(size=(10, N))),
+              initializer("embedding_2", RNG.normal(size=(1, 5, N))),  # a folded position table
               numpy_helper.from_array(np.array([1, 5, N], dtype=np.int64), "val_7")]
-    ckpt = open_checkpoint(_matmul_graph(tmp_path / "m", nodes, inits))
+    ckpt = open_checkpoint(matmul_graph(tmp_path / "m", nodes, inits))
     assert "embeddings.word_embeddings.weight" in ckpt.names and ckpt.layout("embeddings.word_embeddings.weight") is None
     assert set(ckpt.skipped) == {"embedding_2", "val_7"}
     assert "W0" not in ckpt.names and "W0" not in ckpt.skipped  # exposed under its module's name
@@ -246,38 +208,38 @@ def _error(folder):
 
 
 def test_unnamed_weight_is_an_error(tmp_path):
-    weights, nodes, inits = _bert_layer(_plain)
+    weights, nodes, inits = bert_layer(plain_matmul)
     nodes[2].name = "node_MatMul_12"  # neither a module path nor name-scope metadata
-    message = _error(_matmul_graph(tmp_path / "m", nodes, inits))
+    message = _error(matmul_graph(tmp_path / "m", nodes, inits))
     assert "'W2'" in message and "node_MatMul_12" in message and "pkg.torch.onnx.name_scopes" in message
 
 
 def test_name_scopes_metadata_names_the_module(tmp_path):
-    weights, nodes, inits = _bert_layer(_plain)
+    weights, nodes, inits = bert_layer(plain_matmul)
     nodes[2].name = "node_MatMul_12"
     entry = nodes[2].metadata_props.add()
     entry.key, entry.value = "pkg.torch.onnx.name_scopes", "['', 'encoder', 'encoder.layer.0.attention.self.value', 'linear_2']"
-    ckpt = open_checkpoint(_matmul_graph(tmp_path / "m", nodes, inits))
+    ckpt = open_checkpoint(matmul_graph(tmp_path / "m", nodes, inits))
     assert ckpt.where("encoder.layer.0.attention.self.value.weight").count("node_MatMul_12") == 1
 
 
 def test_quantized_model_is_refused(tmp_path):
-    weights, nodes, inits = _bert_layer(_plain)
+    weights, nodes, inits = bert_layer(plain_matmul)
     nodes.insert(0, helper.make_node("DequantizeLinear", ["q", "s"], ["dq"]))
-    message = _error(_matmul_graph(tmp_path / "m", nodes, inits))
+    message = _error(matmul_graph(tmp_path / "m", nodes, inits))
     assert "quantized" in message and "DequantizeLinear" in message
 
 
 def test_not_an_onnx_file(tmp_path):
     folder = tmp_path / "m"
-    _matmul_graph(folder, *_bert_layer(_plain)[1:])
+    matmul_graph(folder, *bert_layer(plain_matmul)[1:])
     (folder / "model.onnx").write_bytes(b"\x00garbage")
     assert "cannot read" in _error(folder)
 
 
 def test_missing_external_data(tmp_path):
-    weights, nodes, inits = _bert_layer(_plain)
-    folder = _matmul_graph(tmp_path / "m", nodes, inits)
+    weights, nodes, inits = bert_layer(plain_matmul)
+    folder = matmul_graph(tmp_path / "m", nodes, inits)
     model = onnx.load(str(folder / "model.onnx"))
     onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data",
               size_threshold=0)
@@ -288,21 +250,21 @@ def test_missing_external_data(tmp_path):
 
 
 def test_missing_onnx_package_says_how_to_install(tmp_path, monkeypatch):
-    folder = _matmul_graph(tmp_path / "m", *_bert_layer(_plain)[1:])
+    folder = matmul_graph(tmp_path / "m", *bert_layer(plain_matmul)[1:])
     monkeypatch.setitem(sys.modules, "onnx", None)
     message = _error(folder)
     assert "pip install -e '.[onnx]'" in message
 
 
 def test_onnx_file_among_other_files_is_named_in_the_hint(tmp_path):
-    folder = _matmul_graph(tmp_path / "m", *_bert_layer(_plain)[1:])
+    folder = matmul_graph(tmp_path / "m", *bert_layer(plain_matmul)[1:])
     shutil.move(folder / "model.onnx", folder / "exported.onnx")
     message = _error(folder)
     assert "has no weights" in message and "exported.onnx" in message and "model.onnx" in message
 
 
 def test_onnx_analysis_imports_no_torch(tmp_path):
-    folder = _matmul_graph(tmp_path / "m", *_bert_layer(_plain)[1:])
+    folder = matmul_graph(tmp_path / "m", *bert_layer(plain_matmul)[1:])
     code = ("import specbound, sys; specbound.analyze(sys.argv[1], threads=1); "
             "assert 'onnx' in sys.modules; heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
             "assert not heavy, heavy")

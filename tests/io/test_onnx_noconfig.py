@@ -16,7 +16,7 @@ import specbound
 from specbound import SpecboundError
 from specbound.cli import main
 from specbound.io import open_checkpoint
-from same_numbers import assert_same_numbers
+from support.same_numbers import assert_same_numbers
 
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
@@ -62,7 +62,7 @@ def export_alone(model, path, dynamo, deeper=False):
 
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
-    from conftest import build_tiny_model
+    from support.tiny_models import build_tiny_model
 
     return build_tiny_model("bert"), specbound.analyze(tiny_bert_dir, threads=1)
 

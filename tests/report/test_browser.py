@@ -10,9 +10,8 @@ import subprocess
 import pytest
 
 from specbound.report.html import write_report
-import run_store_fixture
+from support.run_store import run_store  # noqa: F401  (a fixture)
 
-run_store = run_store_fixture.run_store  # the fixture (tests/report/run_store_fixture.py)
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless browser: `make browser` installs Debian's "

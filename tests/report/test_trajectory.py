@@ -13,11 +13,9 @@ from specbound.report.html import write_report
 from specbound.report.plots import build_figures
 from specbound.report.scaling import scaling_table
 from specbound.report.trajectory import figure_trajectory, trajectory_axis, trajectory_frame
-import run_store_fixture
+from support.run_store import RUN_STEPS, run_store  # noqa: F401  (a fixture)
 
-run_store = run_store_fixture.run_store  # the fixture (tests/report/run_store_fixture.py)
 
-STEPS = (100, 200, 300, 1000)  # the steps of the run_store fixture (tests/report/run_store_fixture.py)
 
 
 def test_scaling_names_the_label_to_fit_against(run_store, capsys):
@@ -30,14 +28,14 @@ def test_scaling_names_the_label_to_fit_against(run_store, capsys):
     # and the fit it names works: edelman grows with the step, the slope is finite
     fits = scaling_table(run_store, against=[("label_step", None)])
     edelman = fits[(fits["bound"] == "edelman") & (fits["role"] == "all")].iloc[0]
-    assert edelman["points"] == len(STEPS) and edelman["slope"] > 0
+    assert edelman["points"] == len(RUN_STEPS) and edelman["slope"] > 0
 
 
 def test_trajectory_frame_orders_by_step_and_counts_p_star(run_store):
     table = run_store.table()
     assert trajectory_axis(table) == "label_step"
     frame = trajectory_frame(run_store)
-    assert list(frame["label_step"]) == list(STEPS)  # numeric order, not 100, 1000, 200, 300
+    assert list(frame["label_step"]) == list(RUN_STEPS)  # numeric order, not 100, 1000, 200, 300
     shares = frame[[c for c in frame.columns if c.startswith("p*=")]]
     np.testing.assert_allclose(shares.sum(axis=1), 1.0)
     for (_, row), share in zip(frame.iterrows(), shares.itertuples(index=False)):
@@ -57,7 +55,7 @@ def test_trajectory_figure_draws_every_bound_against_the_step(run_store):
     assert len(top.get_lines()) == len(names)
     frame = trajectory_frame(run_store)
     for line, name in zip(top.get_lines(), names):
-        np.testing.assert_array_equal(line.get_xdata(), list(STEPS))
+        np.testing.assert_array_equal(line.get_xdata(), list(RUN_STEPS))
         np.testing.assert_allclose(line.get_ydata(), frame[name].where(frame[name] > 0))
     assert fig.get_figwidth() <= 7.5
 
@@ -78,7 +76,7 @@ def test_store_tables_read_back_as_one_tidy_frame(run_store):
     import dask.dataframe as dd
 
     files = sorted(str(p) for p in (run_store.root / "records").glob("*/matrices.parquet"))
-    assert len(files) == len(STEPS)
+    assert len(files) == len(RUN_STEPS)
     frame = pd.read_parquet(files)
     lazy = dd.read_parquet(str(run_store.root / "records" / "*" / "matrices.parquet")).compute()
     assert len(frame) == len(lazy) == sum(len(run_store.load(k, ("matrices",)).matrices) for k in run_store.keys())

@@ -8,7 +8,7 @@ from specbound import SpecboundError
 from specbound.tools.miniatures import HUB_PATTERN, write_miniatures
 from specbound.sweep.sources import Pattern, cached_model_ids, expand_pattern, expand_sources, load_sweep_config
 
-from conftest import TINY_PATTERN
+from support.tiny_models import TINY_PATTERN
 
 
 def test_the_miniatures_pattern_matches_exactly_the_24_ids():

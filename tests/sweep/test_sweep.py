@@ -18,7 +18,7 @@ from specbound.sweep.sources import expand_sources
 from specbound.sweep.store import TABLES, Store
 from specbound.sweep.run import run_sweep
 
-from conftest import TINY_PATTERN
+from support.tiny_models import TINY_PATTERN
 
 SRC = str(Path(specbound.__file__).resolve().parents[1])
 
@@ -202,7 +202,7 @@ def test_a_sweep_from_initial_weights_keys_on_their_bytes(tmp_path):
     weights' digest (a different W0 is a different record, the same bytes elsewhere the same one)."""
     import shutil
 
-    from numpy_bert import write_tiny_bert
+    from support.numpy_bert import write_tiny_bert
 
     trained = write_tiny_bert(tmp_path / "trained", seed=1)
     init = write_tiny_bert(tmp_path / "init", seed=2)
@@ -227,7 +227,7 @@ def test_a_sweep_from_initial_weights_keys_on_their_bytes(tmp_path):
 
 
 def test_a_sweep_refuses_initial_weights_of_another_shape(tmp_path, capsys):
-    from numpy_bert import write_tiny_bert
+    from support.numpy_bert import write_tiny_bert
 
     trained = write_tiny_bert(tmp_path / "trained", seed=1)
     other = write_tiny_bert(tmp_path / "other", seed=2, N=32)

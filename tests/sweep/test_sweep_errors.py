@@ -6,11 +6,11 @@ import shutil
 
 import pytest
 
-from one_line import assert_one_line_error, run_cli
+from support.one_line import assert_one_line_error, run_cli
 from specbound.errors import SpecboundError
 from specbound.sweep.sources import Pattern, load_sweep_config
 
-from conftest import TINY_PATTERN
+from support.tiny_models import TINY_PATTERN
 
 
 def _toml(tmp_path, text, name="sweep.toml"):

@@ -18,7 +18,7 @@ from specbound.sweep.run import analyze_task, plan_task, run_sweep
 from specbound.sweep.sources import Source, expand_sources
 from specbound.sweep.store import QUARANTINE, Store, file_sha256
 
-from conftest import TINY_PATTERN
+from support.tiny_models import TINY_PATTERN
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,13 @@ from .spectra import MatrixSpectrum
 ROLE_ORDER = ("QK", "OV", "FF_in", "FF_gate", "FF_up", "FF_out")
 
 
+def ordered_roles(roles) -> list[str]:
+    """The distinct roles in ``roles`` (an iterable or a column), in :data:`ROLE_ORDER`, any other after
+    them in order of appearance."""
+    present = list(dict.fromkeys(roles))
+    return [r for r in ROLE_ORDER if r in present] + [r for r in present if r not in ROLE_ORDER]
+
+
 @dataclass(frozen=True)
 class MatrixMeasure:
     """One analysed matrix with its place in the network and its propagation factors.

@@ -17,7 +17,8 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_write
-from ..records_view import fmt, markdown_table, short_name
+from ..records.style import natural_order, save_figure
+from ..records.view import fmt, markdown_table, short_name
 
 CAPTIONS = {
     "bounds_vs_width": "Each bound against the hidden size N at fixed depth L, divided by its value at the "
@@ -56,14 +57,13 @@ ALT = {
 
 
 def _fmt(value) -> str:
-    """Numbers as the analysis summary writes them (:func:`specbound.records_view.fmt`)."""
+    """Numbers as the analysis summary writes them (:func:`specbound.records.view.fmt`)."""
     if isinstance(value, (float, np.floating)):
         return fmt(value)
     return str(value)
 
 
 def _records_table(store, bounds):
-    from .plots import natural_order
 
     table = natural_order(store.table())
     table["source"] = [short_name(s) for s in table["source"]]
@@ -112,7 +112,7 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     -------
     dict with the paths of ``html``, ``markdown`` and ``figures`` (the folder).
     """
-    from .plots import build_figures, save_figure
+    from .plots import build_figures
     from .scaling import scaling_table, summary_table
     from .trajectory import trajectory_axis, trajectory_frame
 

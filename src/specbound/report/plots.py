@@ -23,21 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import (MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, figure_contributions, figure_p_star,
-                            figure_spectra, new_figure, roles_of, save_figure, style_grid)
-from ..records_view import short_name
-from .figure_style import MARKERS, _bound_label, bound_colors, natural_order  # noqa: F401  (used here and re-exported)
+from ..compute.measures import ordered_roles
+from ..records.plot import figure_contributions, figure_p_star, figure_spectra
+from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label, natural_order,
+                             new_figure, save_figure, style_grid)
+from ..records.view import short_name
 
-FIGSIZE = (7.0, 4.6)
-__all__ = ["ROLE_COLORS", "ROLE_LABELS", "build_figures", "render_all", "save_figure", "pick_record"]
-
-
-def _figure(figsize=FIGSIZE, **kwargs):
-    return new_figure(figsize, **kwargs)
-
-
-_grid = style_grid
-_roles = roles_of
+__all__ = ["build_figures", "render_all", "pick_record"]
 
 
 def _integer_ticks(ax, values) -> None:
@@ -70,7 +62,7 @@ def pick_record(store, model: str | None = None) -> str:
     return hits.iloc[0]["key"]
 
 
-# --- one model (drawn by specbound.records_plot, which result.plot uses too) ---------------------
+# --- one model (drawn by specbound.records.plot, which result.plot uses too) ---------------------
 
 def figure_spectral_decay(store, key: str):
     """Raw singular values against their index, every matrix of one model, one panel per role."""
@@ -115,7 +107,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
     colors = bound_colors(len(names))
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     groups = sorted(table[other].unique())
     drawn = 0
@@ -140,8 +132,8 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     ax.set_ylabel(f"bound / bound at smallest {x}")
     ax.set_title(f"Growth with {'width N at fixed depth L' if x == 'N' else 'depth L at fixed width N'}",
                  fontsize=11)
-    _grid(ax)
-    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=_bound_label(n))
+    style_grid(ax)
+    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=bound_label(n))
                      for i, n in enumerate(names)]
     group_handles = [Line2D([0], [0], color="dimgrey", marker=MARKERS[i % len(MARKERS)], linestyle="",
                             label=f"{other}={v}") for i, v in enumerate(groups)]
@@ -173,8 +165,8 @@ def figure_norms_vs_width(store, *, L: int | None = None):
         mats = store.load(rec["key"], tables=("matrices",)).tables["matrices"]
         frames.append(mats.assign(N=rec["N"]))
     mats = pd.concat(frames, ignore_index=True)
-    roles = _roles(mats)
-    fig = _figure(figsize=(MAX_WIDTH, 3.4))
+    roles = ordered_roles(mats["role"])
+    fig = new_figure((MAX_WIDTH, 3.4))
     axes = fig.subplots(1, len(NORMS))
     for ax, (column, title) in zip(axes, NORMS):
         for (role, layer, head), g in mats.groupby(["role", "layer", "head"], dropna=False, sort=True):
@@ -187,7 +179,7 @@ def figure_norms_vs_width(store, *, L: int | None = None):
         ax.set_xlabel("hidden size N")
         ax.set_ylabel(title)
         ax.set_title(title, fontsize=10)
-        _grid(ax)
+        style_grid(ax)
     axes[0].legend(handles=[Line2D([0], [0], color=ROLE_COLORS.get(r, "grey"), label=ROLE_LABELS.get(r, r))
                             for r in roles], frameon=False, fontsize=8)
     fig.suptitle(f"Norms of every matrix against N at depth L={L}", fontsize=11)
@@ -207,7 +199,7 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
         labels = [f"{short_name(src, 28)}  ({lab})" for lab, src in zip(labels, table["source"])]
     colors = bound_colors(len(names))
     height = min(9.5, 1.9 + 0.24 * len(table) + 0.16 * ((len(names) + 2) // 3))
-    fig = _figure(figsize=(MAX_WIDTH, height))
+    fig = new_figure((MAX_WIDTH, height))
     ax = fig.add_subplot()
     ys = np.arange(len(table))
     for i, name in enumerate(names):
@@ -220,10 +212,10 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     ax.set_ylabel("checkpoint (depth L, hidden size N)")
     ax.set_xlabel("bound value (log scale)")
     ax.set_title("Every bound of every checkpoint", fontsize=11)
-    _grid(ax)
+    style_grid(ax)
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
     handles = [Line2D([0], [0], color=colors[i], marker=MARKERS[i % len(MARKERS)], linestyle="",
-                      label=_bound_label(n)) for i, n in enumerate(names)]
+                      label=bound_label(n)) for i, n in enumerate(names)]
     fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
                frameon=False, fontsize=7)
     return fig

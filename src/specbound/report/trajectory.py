@@ -13,8 +13,8 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records_plot import MAX_WIDTH, new_figure, style_grid
-from ..records_view import short_name
+from ..records.style import MARKERS, MAX_WIDTH, bound_colors, bound_label, natural_order, new_figure, style_grid
+from ..records.view import short_name
 
 ORDER = "checkpoint"  # the x column when no label varies: the records in source-name order
 
@@ -72,7 +72,6 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
                              f"shape (L in {sorted(set(table['L']))}, N in {sorted(set(table['N']))})")
     names = bounds or store.bound_names()
     if x == ORDER:
-        from .figure_style import natural_order
 
         table = natural_order(table)
         table[ORDER] = np.arange(len(table))
@@ -96,8 +95,6 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     choosing each Schatten index ``p*`` at each step (stacked)."""
     from matplotlib import colormaps
 
-    from .figure_style import MARKERS, _bound_label, bound_colors
-
     frame = trajectory_frame(store, x=x, bounds=bounds)
     x = frame.columns[0]
     names = bounds or store.bound_names()
@@ -109,7 +106,7 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     for i, name in enumerate(names):
         y = frame[name].to_numpy(float)
         top.plot(xs, np.where(y > 0, y, np.nan), color=colors[i], marker=MARKERS[i % len(MARKERS)],
-                 markersize=4, linewidth=1.3, label=_bound_label(name))
+                 markersize=4, linewidth=1.3, label=bound_label(name))
     top.set_yscale("log")
     top.set_ylabel("bound value (log scale)")
     x_name = x[len("label_"):] if x.startswith("label_") else x

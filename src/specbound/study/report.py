@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..records_plot import MAX_WIDTH, PRINT_DPI, PRINT_RC
-from ..records_view import markdown_table
+from ..records.style import MAX_WIDTH, PRINT_DPI, save_figure
+from ..records.view import markdown_table
 from .grid import HPARAMS
 from .table import PRIMARY_GAP
 
@@ -173,20 +173,17 @@ def _cell(column, v) -> str:
 
 
 def markdown(df: pd.DataFrame) -> str:
-    """A Markdown table of a study table (the one writer, :func:`specbound.records_view.markdown_table`)."""
+    """A Markdown table of a study table (the one writer, :func:`specbound.records.view.markdown_table`)."""
     return markdown_table(df, _cell)
 
 
 # --- figures --------------------------------------------------------------------------------------
 
 def _save(fig, path: Path, dpi: int = PRINT_DPI) -> Path:
-    import matplotlib
+    """``path`` (PNG) and the PDF beside it, in the one figure style; the pyplot figure is closed."""
     import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context(PRINT_RC):
-        fig.savefig(path, dpi=dpi)
-        fig.savefig(path.with_suffix(".pdf"))
+    save_figure(fig, path, dpi=dpi)
     plt.close(fig)
     return path
 

@@ -7,7 +7,7 @@ Layout::
       records/<key>/matrices.parquet       Analysis.matrices
       records/<key>/layers.parquet         Analysis.layers
       records/<key>/singular_values.parquet
-      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.records_curves)
+      records/<key>/curves.parquet         C(p) of every matrix on the grid (specbound.records.curves)
       .incoming/                           records being written (never read)
       digests.json                         SHA-256 of weight files already hashed, by path/size/mtime/ctime/inode
 
@@ -192,7 +192,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                          options: dict[str, Any], seconds: float, mode: str,
                          cpu_seconds: float | None = None) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here)."""
-    from ..records_curves import contribution_curves
+    from ..records.curves import contribution_curves
 
     doc = analysis.to_dict()
     for big in ("matrices", "layers"):

@@ -1,8 +1,9 @@
-"""A fixture of the report tests: one run's checkpoints in a store (imported by the tests that use it)."""
+"""The ``run_store`` fixture of the report tests: one run's checkpoints in a store (a test module
+imports it to use it)."""
 
 import pytest
 
-from numpy_bert import write_tiny_bert
+from support.numpy_bert import write_tiny_bert
 
 RUN_STEPS = (100, 200, 300, 1000)
 

@@ -1,9 +1,9 @@
 """One analysis as text and as HTML: the summary ``specbound analyze`` prints, ``print(result)``, and
 the notebook view (``Analysis._repr_html_``).
 
-This module sits beside :mod:`specbound.records` and reads an :class:`~specbound.records.Analysis`
-only through its attributes, so that the records can render themselves without importing the
-report stage (which reads results stores).
+It reads an :class:`~specbound.records.Analysis` only through its attributes, so the records render
+themselves without the report stage (which reads results stores); ``report/`` and the command line
+use the same functions.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .bounds import REGISTRY
-from .compute.measures import ROLE_ORDER
+from ..bounds import REGISTRY
+from ..compute.measures import ordered_roles
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
           "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
@@ -134,11 +134,6 @@ def comparison_table(a) -> list[str]:
     return lines
 
 
-def _roles(mats: pd.DataFrame) -> list[str]:
-    present = set(mats["role"])
-    return [r for r in ROLE_ORDER if r in present] + sorted(present - set(ROLE_ORDER))
-
-
 def per_layer_frame(a) -> pd.DataFrame:
     """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
     mats = a.matrices
@@ -147,7 +142,7 @@ def per_layer_frame(a) -> pd.DataFrame:
         else a.layers["alpha"].to_numpy()
     table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
                          index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
-    for role in _roles(mats):
+    for role in ordered_roles(mats["role"]):
         table[role] = per_role[role].reindex(table.index).to_numpy()
     table["adaptive"] = a.layers["adaptive"].to_numpy()
     table["xi"] = a.layers["xi"].to_numpy()
@@ -159,7 +154,7 @@ def per_role_frame(a) -> pd.DataFrame:
     mats, m = a.matrices, a.options["grid_m"]
     total = mats["contribution"].sum()
     rows = []
-    for role in _roles(mats):
+    for role in ordered_roles(mats["role"]):
         part = mats[mats["role"] == role]
         counts = part["p_star"].value_counts().sort_index()
         rows.append({"role": role, "matrices": len(part), "contribution": part["contribution"].sum(),

@@ -4,61 +4,15 @@
 
 Every function takes tables (never a checkpoint, never a store) and returns a matplotlib ``Figure``
 built without pyplot (no global state, no display); matplotlib is imported only when a figure is
-drawn.  :func:`save_figure` writes PNG at print resolution and PDF with TrueType fonts.
+drawn; :func:`.style.save_figure` writes them for print.
 """
 
 from __future__ import annotations
 
-import base64
-import io
-from pathlib import Path
-
 import numpy as np
 
-from .compute.measures import ROLE_ORDER
-from .errors import SpecboundError
-
-ROLE_COLORS = {"QK": "#d62728", "OV": "#1f77b4", "FF_in": "#556b2f", "FF_out": "#8fbc8f",
-               "FF_gate": "#9467bd", "FF_up": "#bcbd22"}
-ROLE_LABELS = {"QK": "QK (per head)", "OV": "OV (per head)", "FF_in": "FF_in", "FF_out": "FF_out",
-               "FF_gate": "FF_gate", "FF_up": "FF_up"}
-# TrueType (Type 42) fonts in PDF and PostScript: journals refuse Type 3, and text stays editable.
-PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
-PRINT_DPI = 200
-MAX_WIDTH = 7.5  # inches: a page's text width; no figure is wider
-LEGEND_LAYERS = 12  # up to this many layers get one legend entry each; more get a colour bar
-
-
-def new_figure(figsize=(7.0, 4.6), **kwargs):
-    """A constrained-layout Figure, no wider than :data:`MAX_WIDTH`."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise SpecboundError("plots need matplotlib: pip install -e '.[plot]' in the specbound checkout") from None
-    width, height = figsize
-    return Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
-
-
-def style_grid(ax) -> None:
-    """Light grid lines; small minor tick labels (a log axis spanning under two decades labels its
-    minor ticks, which would crowd a small panel at full size)."""
-    ax.tick_params(which="minor", labelsize=6)
-    ax.grid(True, which="major", linewidth=0.5, alpha=0.3)
-    ax.grid(True, which="minor", linewidth=0.3, alpha=0.12)
-
-
-def roles_of(frame) -> list[str]:
-    present = list(dict.fromkeys(frame["role"]))
-    return [r for r in ROLE_ORDER if r in present] + [r for r in present if r not in ROLE_ORDER]
-
-
-def layer_colors(n_layers: int) -> list:
-    """One colour per layer, from the first layer (dark) to the last (light), all distinct."""
-    from matplotlib import colormaps
-
-    cmap = colormaps["viridis"]
-    return [cmap(0.05 + 0.85 * i / max(n_layers - 1, 1)) for i in range(n_layers)]
-
+from ..compute.measures import ordered_roles
+from .style import LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, layer_colors, new_figure, style_grid
 
 def _layer_key(fig, axes, n_layers: int, colors) -> None:
     """Which colour is which layer: a legend up to :data:`LEGEND_LAYERS` layers, else a colour bar."""
@@ -105,7 +59,7 @@ def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     """
     sv = singular_values
     idx = sv_index_column(sv)
-    roles = roles_of(sv)
+    roles = ordered_roles(sv["role"])
     L = int(n_layers if n_layers is not None else sv["layer"].max() + 1)
     colors = layer_colors(L)
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
@@ -134,14 +88,14 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
     Parameters
     ----------
     curves : DataFrame
-        From :func:`specbound.records_curves.contribution_curves` (``matrix, layer, role, p, c_over_c0``).
+        From :func:`specbound.records.curves.contribution_curves` (``matrix, layer, role, p, c_over_c0``).
     matrices : DataFrame
         ``Analysis.matrices`` (``p_star``), in the order of ``curves``' ``matrix`` index.
     title : str
     grid_m : int
     n_layers : int, optional
     """
-    roles = roles_of(curves)
+    roles = ordered_roles(curves["role"])
     L = int(n_layers if n_layers is not None else curves["layer"].max() + 1)
     colors = layer_colors(L)
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
@@ -169,7 +123,7 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
 
 def figure_p_star(matrices, title: str, *, n_layers: int):
     """Mean ``p*`` over each layer's matrices of each role (heads averaged), annotated."""
-    roles = roles_of(matrices)
+    roles = ordered_roles(matrices["role"])
     L = int(n_layers)
     grid = np.full((len(roles), L), np.nan)
     for i, role in enumerate(roles):
@@ -194,26 +148,6 @@ def figure_p_star(matrices, title: str, *, n_layers: int):
     return fig
 
 
-def save_figure(fig, base: Path, *, dpi: int = PRINT_DPI) -> list[Path]:
-    """``base.png`` (``dpi``, default print resolution) and ``base.pdf`` (TrueType fonts)."""
-    from matplotlib import rc_context
-
-    base = Path(base)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    paths = [base.with_suffix(".png"), base.with_suffix(".pdf")]
-    with rc_context(PRINT_RC):
-        fig.savefig(paths[0], dpi=dpi)
-        fig.savefig(paths[1])
-    return paths
-
-
-def png_base64(fig, *, dpi: int = 80) -> str:
-    """The figure as base64 PNG data (for a notebook or a self-contained page)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 class AnalysisPlots:
     """``result.plot``: the one-model figures of an analysis, without a results store.
 
@@ -224,7 +158,7 @@ class AnalysisPlots:
         self._a = analysis
 
     def _title(self) -> str:
-        from .records_view import short_name
+        from .view import short_name
 
         m = self._a.model
         return f"{short_name(self._a.source)} (L={m['L']}, N={m['N']}, H={m['H']})"
@@ -235,7 +169,7 @@ class AnalysisPlots:
 
     def contributions(self):
         """``C(p)/C(0)`` on the post-hoc grid for every matrix, with each matrix's ``p*``."""
-        from .records_curves import contribution_curves
+        from .curves import contribution_curves
 
         a = self._a
         curves = contribution_curves(a.matrices, a.singular_values, n=a.model["N"], grid_m=a.options["grid_m"],

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .archs.model import ModelDims
+from ..archs.model import ModelDims
+
 
 def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
     return {"name": name, "applies": bool(applies), "kind": kind, "effect": effect}

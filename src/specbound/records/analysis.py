@@ -1,4 +1,5 @@
-"""The result of an analysis as tidy tables plus the bound values, and its stable JSON schema.
+"""The result of an analysis: :class:`Analysis`, its tidy tables and bound values, its JSON document,
+``save`` and ``load``.
 
 Reports and plots read these records; they never recompute spectra.
 """
@@ -11,36 +12,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from .atomic import atomic_write
-from .bounds import REGISTRY, BoundResult, in_group
-from .errors import SpecboundError
-from .compute.measures import ModelMeasures
-from .bounds.schatten import kept_singular_values
-from .records_plot import AnalysisPlots
-from .records_view import analysis_html, format_summary, short_name
-
-SCHEMA_VERSION = 1
-
-MATRIX_COLUMNS = [
-    "layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
-    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
-    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1", "sv_method",
-    "sv_rel_error_bound", "log10_alpha", "log10_scale",
-]
-LN10 = math.log(10)
-# Added when the analysis is measured from initial weights: norms of W - W0 and the adaptive
-# bound's choice on them.
-DELTA_COLUMNS = ["delta_rank", "delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1",
-                 "delta_norm_1_1", "delta_p_star", "delta_contribution"]
-
-
-# Columns an analysis' saved tables and a store's tables carry besides the analysis' own: which record
-# and which model each row belongs to, so that tables of many analyses concatenate into one tidy frame.
-ID_COLUMNS = ("key", "source")
-
+from ..atomic import atomic_write
+from ..bounds import REGISTRY
+from ..errors import SpecboundError
+from .plot import AnalysisPlots
+from .schema import (ID_COLUMNS, SCHEMA_VERSION, TABLE_NAMES, from_json_number, from_json_tree, json_dict,
+                     json_number, json_tree)
+from .view import analysis_html, format_summary, short_name
 
 @dataclass(repr=False)
 class Analysis:
@@ -117,25 +97,25 @@ class Analysis:
             rec["rows"], rec["cols"] = int(rec["rows"]), int(rec["cols"])  # as the Parquet table has them
             rec["shape"] = [rec["rows"], rec["cols"]]  # schema 1's form, kept
             rec["layer"], rec["rank"] = int(rec["layer"]), int(rec["rank"])
-            rows.append({k: _json_number(v) for k, v in rec.items()})
+            rows.append({k: json_number(v) for k, v in rec.items()})
         doc = {
             "schema_version": SCHEMA_VERSION,
             "source": self.source,
             "model": self.model,
-            "options": {k: _json_number(v) for k, v in self.options.items()},
-            "bounds": _json_dict(self.bounds),
-            "baselines": _json_dict(self.baselines),
-            "adaptive_variants": _json_dict(self.adaptive_variants),
-            "log10_bounds": _json_dict(self.log10_bounds),
+            "options": {k: json_number(v) for k, v in self.options.items()},
+            "bounds": json_dict(self.bounds),
+            "baselines": json_dict(self.baselines),
+            "adaptive_variants": json_dict(self.adaptive_variants),
+            "log10_bounds": json_dict(self.log10_bounds),
             "assumptions": self.assumptions,
             "bound_references": {k: REGISTRY[k].reference for k in self.all_bounds()},
-            "layers": [{k: _json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
+            "layers": [{k: json_number(v) for k, v in r.items()} for r in self.layers.to_dict("records")],
             "matrices": rows,
         }
         if self.from_init is not None:
-            doc["from_init"] = _json_dict(self.from_init)
+            doc["from_init"] = json_dict(self.from_init)
         if self.gap_bound is not None:
-            doc["gap_bound"] = _json_tree(self.gap_bound)
+            doc["gap_bound"] = json_tree(self.gap_bound)
         doc["location"] = self.location
         return doc
 
@@ -145,7 +125,7 @@ class Analysis:
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write the tables (Parquet and CSV, each with a ``source`` column first) and the summary JSON
         to ``out_dir``, each atomically; :meth:`load` reopens them."""
-        from .errors import os_errors
+        from ..errors import os_errors
 
         out = Path(out_dir)
         with os_errors(f"write the tables to {out}"):
@@ -226,9 +206,6 @@ class Analysis:
         return analysis_html(self, figure)
 
 
-TABLE_NAMES = ("matrices", "layers", "singular_values")
-
-
 def _log10(value: float) -> float:
     value = float(value)
     if value > 0:
@@ -238,24 +215,9 @@ def _log10(value: float) -> float:
 
 def _spectra_png(a: Analysis) -> str:
     """A small spectrum figure as base64 PNG for the notebook view."""
-    from .records_plot import png_base64
+    from .style import png_base64
 
     return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
-
-
-def _from_json_number(value: Any) -> Any:
-    """Undo :func:`_json_number`'s strings for non-finite floats."""
-    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
-        return float(value)
-    return value
-
-
-def _from_json_tree(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _from_json_tree(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_json_tree(v) for v in value]
-    return _from_json_number(value)
 
 
 def load_analysis(out_dir: str | Path) -> Analysis:
@@ -288,146 +250,22 @@ def load_analysis(out_dir: str | Path) -> Analysis:
     def bounds(values):  # JSON null (or a string, before 0.2) for a value beyond float64 -> inf
         out = {}
         for k, v in (values or {}).items():
-            v = _from_json_number(v)
+            v = from_json_number(v)
             out[k] = (math.inf if math.isfinite(log10.get(k, math.nan)) else math.nan) if v is None else float(v)
         return out
 
     kwargs = dict(source=doc["source"], model=doc["model"],
-                  options={k: _from_json_number(v) for k, v in doc["options"].items()},
+                  options={k: from_json_number(v) for k, v in doc["options"].items()},
                   bounds=bounds(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
                   singular_values=tables["singular_values"], baselines=bounds(doc.get("baselines")),
                   adaptive_variants=bounds(doc.get("adaptive_variants")),
                   from_init=bounds(doc["from_init"]) if "from_init" in doc else None,
-                  gap_bound=_from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
+                  gap_bound=from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
                   location=doc.get("location"))
     # any other field the document carries under its own name (e.g. log10_bounds)
     for f in fields(Analysis):
         if f.name not in kwargs and f.name in doc and f.name not in TABLE_NAMES:
-            kwargs[f.name] = _from_json_tree(doc[f.name])
+            kwargs[f.name] = from_json_tree(doc[f.name])
     return Analysis(**kwargs)
 
 
-def _json_number(value: Any) -> Any:
-    """numpy scalars -> Python; non-finite floats (and pandas' NA) -> null, so the JSON stays strict
-    (a bound too large for float64 is in ``log10_bounds``)."""
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    if value is pd.NA:
-        return None
-    return value
-
-
-def _finite_or_null(table: pd.DataFrame) -> pd.DataFrame:
-    """``inf`` entries of float columns as NaN, which Parquet stores as null and CSV as empty: no
-    output table ever holds an Infinity (the ``log10_*`` columns carry what overflowed)."""
-    floats = table.select_dtypes(include="float").columns
-    if len(floats):
-        values = table[floats].to_numpy()
-        if not np.isfinite(values[~np.isnan(values)]).all():
-            table = table.copy()
-            table[floats] = table[floats].where(np.isfinite(table[floats]))
-    return table
-
-
-def _json_dict(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: _json_number(v) for k, v in values.items()}
-
-
-def _json_tree(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _json_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_tree(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    return _json_number(value)
-
-
-def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],
-                   options: dict[str, Any], *,
-                   from_init: tuple[ModelMeasures, dict[str, BoundResult]] | None = None,
-                   gap: dict[str, Any] | None = None,
-                   tensors: dict[tuple[int, int | None, str], str] | None = None,
-                   location: str | None = None, model_extra: dict[str, Any] | None = None,
-                   assumptions: list[dict[str, Any]] | None = None) -> Analysis:
-    """Assemble the records from the measures and every bound's result (``from_init``: the
-    measures on ``W - W0`` and the bounds computed on them; ``tensors``: the checkpoint tensor names
-    of each ``(layer, head, role)``, from :func:`specbound.archs.extract.matrix_tensor_names`)."""
-    dims = measures.dims
-    base = []
-    sv_arrays = []
-    for i, mm in enumerate(measures.matrices):
-        s = mm.spectrum
-        base.append({
-            "layer": mm.layer, "head": mm.head, "role": mm.role,
-            "tensors": (tensors or {}).get((mm.layer, mm.head, mm.role)), "rows": s.shape[0], "cols": s.shape[1],
-            "rank": int(kept_singular_values(s, measures.rank_tol).size),
-            "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
-            "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
-            "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
-            "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
-            "log10_alpha": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
-        })
-        sv_arrays.append(s.singular_values)
-    # Every column gathered first and the frames built once: inserting columns one by one
-    # re-converts the string columns each time (most of this function's time on a small model).
-    columns = {key: [row[key] for row in base] for key in (base[0] if base else {})}
-    for result in results.values():
-        columns.update(result.per_matrix)
-    columns["head"] = pd.array(columns.get("head", []), dtype="Int64")
-    matrices = pd.DataFrame(columns, columns=MATRIX_COLUMNS) if base else pd.DataFrame(base, columns=MATRIX_COLUMNS)
-
-    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas,
-                 "log10_alpha": measures.log_alphas / LN10}
-    for result in results.values():
-        per_layer.update(result.per_layer)
-    layers = pd.DataFrame(per_layer)
-    if from_init is not None:
-        matrices, layers = _with_differences(matrices, layers, *from_init)
-
-    counts = np.array([sv.size for sv in sv_arrays])
-    owner = np.repeat(np.arange(len(counts)), counts)  # one table built at once, not one per matrix
-    singular_values = pd.DataFrame({
-        "matrix": owner,
-        "layer": np.repeat([mm.layer for mm in measures.matrices], counts),
-        "head": pd.array(np.repeat(np.array([mm.head for mm in measures.matrices], dtype=object), counts),
-                         dtype="Int64"),
-        "role": np.repeat([mm.role for mm in measures.matrices], counts),
-        "sv_index": np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1,
-        "sigma": np.concatenate(sv_arrays) if sv_arrays else np.array([]),
-    })
-    model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
-             "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
-    model.update(model_extra or {})
-    matrices, layers = _finite_or_null(matrices), _finite_or_null(layers)
-    values = {name: r.value for name, r in results.items()}
-    return Analysis(source=source, model=model, options=options,
-                    log10_bounds={name: r.log10_value for name, r in results.items()},
-                    assumptions=list(assumptions or []),
-                    bounds={k: values[k] for k in in_group("bounds") if k in values},
-                    matrices=matrices, layers=layers, singular_values=singular_values,
-                    baselines={k: values[k] for k in in_group("baselines") if k in values},
-                    adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values},
-                    from_init=None if from_init is None else {k: r.value for k, r in from_init[1].items()},
-                    gap_bound=gap, location=location)
-
-
-def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: ModelMeasures,
-                      results: dict[str, BoundResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Add the ``W - W0`` columns (``DELTA_COLUMNS``) and the per-layer terms on the differences
-    (prefixed ``delta_``)."""
-    matrices, layers = matrices.copy(), layers.copy()
-    deltas = [mm.delta for mm in measures.matrices]
-    matrices["delta_rank"] = [int(kept_singular_values(d, measures.rank_tol).size) for d in deltas]
-    for key, attr in (("delta_spectral_norm", "spectral_norm"), ("delta_frobenius_norm", "frobenius_norm"),
-                      ("delta_norm_2_1", "norm_2_1"), ("delta_norm_1_1", "norm_1_1")):
-        matrices[key] = [getattr(d, attr) for d in deltas]
-    adaptive = results["spectral_adaptive"].per_matrix
-    matrices["delta_p_star"], matrices["delta_contribution"] = adaptive["p_star"], adaptive["contribution"]
-    for result in results.values():
-        for key, column in result.per_layer.items():
-            layers[f"delta_{key}"] = column
-    return matrices, layers

@@ -40,8 +40,8 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
     DataFrame, long form, columns ``CURVE_COLUMNS``, ``len(matrices) * (2 m + 1)`` rows; ``c_over_c0``
     is ``C(p) / C(0)`` (NaN for an all-zero matrix).
     """
-    from .bounds.schatten import ContributionCurve, schatten_grid
-    from .compute.spectra import MatrixSpectrum
+    from ..bounds.schatten import ContributionCurve, schatten_grid
+    from ..compute.spectra import MatrixSpectrum
 
     grid = schatten_grid(int(grid_m))
     by_matrix = dict(tuple(singular_values.groupby("matrix", sort=False)["sigma"]))

@@ -1,0 +1,114 @@
+"""Building an :class:`~.analysis.Analysis` from the measures and every bound's result: one row per
+matrix, per layer and per singular value (the columns of :mod:`.schema`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..bounds import BoundResult, in_group
+from ..bounds.schatten import kept_singular_values
+from ..compute.measures import ModelMeasures
+from .analysis import Analysis
+from .schema import LN10, MATRIX_COLUMNS
+
+
+def _finite_or_null(table: pd.DataFrame) -> pd.DataFrame:
+    """``inf`` entries of float columns as NaN, which Parquet stores as null and CSV as empty: no
+    output table ever holds an Infinity (the ``log10_*`` columns carry what overflowed)."""
+    floats = table.select_dtypes(include="float").columns
+    if len(floats):
+        values = table[floats].to_numpy()
+        if not np.isfinite(values[~np.isnan(values)]).all():
+            table = table.copy()
+            table[floats] = table[floats].where(np.isfinite(table[floats]))
+    return table
+
+
+def build_analysis(source: str, family: str, measures: ModelMeasures, results: dict[str, BoundResult],
+                   options: dict[str, Any], *,
+                   from_init: tuple[ModelMeasures, dict[str, BoundResult]] | None = None,
+                   gap: dict[str, Any] | None = None,
+                   tensors: dict[tuple[int, int | None, str], str] | None = None,
+                   location: str | None = None, model_extra: dict[str, Any] | None = None,
+                   assumptions: list[dict[str, Any]] | None = None) -> Analysis:
+    """Assemble the records from the measures and every bound's result (``from_init``: the
+    measures on ``W - W0`` and the bounds computed on them; ``tensors``: the checkpoint tensor names
+    of each ``(layer, head, role)``, from :func:`specbound.archs.extract.matrix_tensor_names`)."""
+    dims = measures.dims
+    base = []
+    sv_arrays = []
+    for i, mm in enumerate(measures.matrices):
+        s = mm.spectrum
+        base.append({
+            "layer": mm.layer, "head": mm.head, "role": mm.role,
+            "tensors": (tensors or {}).get((mm.layer, mm.head, mm.role)), "rows": s.shape[0], "cols": s.shape[1],
+            "rank": int(kept_singular_values(s, measures.rank_tol).size),
+            "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
+            "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
+            "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
+            "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
+            "log10_alpha": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
+        })
+        sv_arrays.append(s.singular_values)
+    # Every column gathered first and the frames built once: inserting columns one by one
+    # re-converts the string columns each time (most of this function's time on a small model).
+    columns = {key: [row[key] for row in base] for key in (base[0] if base else {})}
+    for result in results.values():
+        columns.update(result.per_matrix)
+    columns["head"] = pd.array(columns.get("head", []), dtype="Int64")
+    matrices = pd.DataFrame(columns, columns=MATRIX_COLUMNS) if base else pd.DataFrame(base, columns=MATRIX_COLUMNS)
+
+    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas,
+                 "log10_alpha": measures.log_alphas / LN10}
+    for result in results.values():
+        per_layer.update(result.per_layer)
+    layers = pd.DataFrame(per_layer)
+    if from_init is not None:
+        matrices, layers = _with_differences(matrices, layers, *from_init)
+
+    counts = np.array([sv.size for sv in sv_arrays])
+    owner = np.repeat(np.arange(len(counts)), counts)  # one table built at once, not one per matrix
+    singular_values = pd.DataFrame({
+        "matrix": owner,
+        "layer": np.repeat([mm.layer for mm in measures.matrices], counts),
+        "head": pd.array(np.repeat(np.array([mm.head for mm in measures.matrices], dtype=object), counts),
+                         dtype="Int64"),
+        "role": np.repeat([mm.role for mm in measures.matrices], counts),
+        "sv_index": np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1,
+        "sigma": np.concatenate(sv_arrays) if sv_arrays else np.array([]),
+    })
+    model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
+             "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
+    model.update(model_extra or {})
+    matrices, layers = _finite_or_null(matrices), _finite_or_null(layers)
+    values = {name: r.value for name, r in results.items()}
+    return Analysis(source=source, model=model, options=options,
+                    log10_bounds={name: r.log10_value for name, r in results.items()},
+                    assumptions=list(assumptions or []),
+                    bounds={k: values[k] for k in in_group("bounds") if k in values},
+                    matrices=matrices, layers=layers, singular_values=singular_values,
+                    baselines={k: values[k] for k in in_group("baselines") if k in values},
+                    adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values},
+                    from_init=None if from_init is None else {k: r.value for k, r in from_init[1].items()},
+                    gap_bound=gap, location=location)
+
+
+def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: ModelMeasures,
+                      results: dict[str, BoundResult]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Add the ``W - W0`` columns (``DELTA_COLUMNS``) and the per-layer terms on the differences
+    (prefixed ``delta_``)."""
+    matrices, layers = matrices.copy(), layers.copy()
+    deltas = [mm.delta for mm in measures.matrices]
+    matrices["delta_rank"] = [int(kept_singular_values(d, measures.rank_tol).size) for d in deltas]
+    for key, attr in (("delta_spectral_norm", "spectral_norm"), ("delta_frobenius_norm", "frobenius_norm"),
+                      ("delta_norm_2_1", "norm_2_1"), ("delta_norm_1_1", "norm_1_1")):
+        matrices[key] = [getattr(d, attr) for d in deltas]
+    adaptive = results["spectral_adaptive"].per_matrix
+    matrices["delta_p_star"], matrices["delta_contribution"] = adaptive["p_star"], adaptive["contribution"]
+    for result in results.values():
+        for key, column in result.per_layer.items():
+            layers[f"delta_{key}"] = column
+    return matrices, layers

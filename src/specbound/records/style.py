@@ -1,0 +1,107 @@
+"""One figure style for every figure specbound draws (``result.plot``, ``specbound plot`` / ``report``,
+``specbound study``): page width, print resolution and fonts, colours of roles, layers and bounds,
+markers, the order of family members and the bounds' labels.
+
+matplotlib is imported only inside the functions that draw.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+from ..errors import SpecboundError
+
+ROLE_COLORS = {"QK": "#d62728", "OV": "#1f77b4", "FF_in": "#556b2f", "FF_out": "#8fbc8f",
+               "FF_gate": "#9467bd", "FF_up": "#bcbd22"}
+ROLE_LABELS = {"QK": "QK (per head)", "OV": "OV (per head)", "FF_in": "FF_in", "FF_out": "FF_out",
+               "FF_gate": "FF_gate", "FF_up": "FF_up"}
+# TrueType (Type 42) fonts in PDF and PostScript: journals refuse Type 3, and text stays editable.
+PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
+PRINT_DPI = 200
+MAX_WIDTH = 7.5  # inches: a page's text width; no figure is wider
+LEGEND_LAYERS = 12  # up to this many layers get one legend entry each; more get a colour bar
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
+
+
+def new_figure(figsize=(7.0, 4.6), **kwargs):
+    """A constrained-layout Figure, no wider than :data:`MAX_WIDTH`."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise SpecboundError("plots need matplotlib: pip install -e '.[plot]' in the specbound checkout") from None
+    width, height = figsize
+    return Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
+
+
+def style_grid(ax) -> None:
+    """Light grid lines; small minor tick labels (a log axis spanning under two decades labels its
+    minor ticks, which would crowd a small panel at full size)."""
+    ax.tick_params(which="minor", labelsize=6)
+    ax.grid(True, which="major", linewidth=0.5, alpha=0.3)
+    ax.grid(True, which="minor", linewidth=0.3, alpha=0.12)
+
+
+def layer_colors(n_layers: int) -> list:
+    """One colour per layer, from the first layer (dark) to the last (light), all distinct."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return [cmap(0.05 + 0.85 * i / max(n_layers - 1, 1)) for i in range(n_layers)]
+
+
+def save_figure(fig, base: Path, *, dpi: int = PRINT_DPI) -> list[Path]:
+    """``base.png`` (``dpi``, default print resolution) and ``base.pdf`` (TrueType fonts)."""
+    from matplotlib import rc_context
+
+    base = Path(base)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    paths = [base.with_suffix(".png"), base.with_suffix(".pdf")]
+    with rc_context(PRINT_RC):
+        fig.savefig(paths[0], dpi=dpi)
+        fig.savefig(paths[1])
+    return paths
+
+
+def png_base64(fig, *, dpi: int = 80) -> str:
+    """The figure as base64 PNG data (for a notebook or a self-contained page)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+
+def bound_colors(n: int) -> list:
+    """``n`` distinct colours: tab10 up to 10, tab20 (dark shades first) up to 20, then evenly spaced hues."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        tab20 = colormaps["tab20"]
+        return [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(n - 10)]
+    hsv = colormaps["hsv"]
+    return [hsv(i / n) for i in range(n)]
+
+
+def natural_order(table):
+    """Records by depth, width, every pattern label, then source with its numbers compared as numbers
+    (``step-200`` before ``step-1000``)."""
+    import re
+
+    def key(text: str):
+        return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(text)))
+
+    order = sorted(range(len(table)), key=lambda i: (
+        int(table["L"].iloc[i]), int(table["N"].iloc[i]),
+        *[key(table[c].iloc[i]) for c in table.columns if c.startswith("label_")], key(table["source"].iloc[i])))
+    return table.iloc[order].reset_index(drop=True)
+
+
+def bound_label(name: str) -> str:
+    """The registry's title of a bound (``name`` for one this version does not know)."""
+    from ..bounds import REGISTRY
+
+    bound = REGISTRY.get(name)
+    return bound.title if bound else name

@@ -1,0 +1,272 @@
+"""A tiny random ``transformers`` model of every shipped family, and a dense reference of its matrices
+built by *calling the model's own modules* on identity inputs (tests/archs/test_families.py).
+
+``FAMILIES[name] = (build, accessor)``: ``build(layers)`` returns the untrained model with ``layers``
+blocks (ALBERT: always 4 depths over 2 stored groups); ``accessor(model)`` returns ``get(layer)``, the
+layer's row-oriented float64 matrices by role.  torch and transformers are imported when a model is
+built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+N, L, H, D_FF = 32, 2, 4, 48
+# the families with rotary position embeddings
+ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
+          "qwen2_moe")
+# test variants -> the shipped family that reads them
+FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon"}
+MOE_EXPERTS, MOE_TOP_K, MOE_D_FF, SHARED_D_FF = 4, 2, 24, 40
+
+
+def _proj(module, n_in):
+    """Row-oriented matrix of a linear-like module: module(I) - module(0), float64."""
+    import torch
+
+    with torch.no_grad():
+        eye = torch.eye(n_in, dtype=torch.float64)
+        out = module(eye) - module(torch.zeros(1, n_in, dtype=torch.float64))
+    return out.double().numpy()
+
+
+def _split_concat(w):
+    return np.split(w, 3, axis=1)
+
+
+def _split_neox(w, heads):
+    d = w.shape[1] // (3 * heads)
+    v = w.reshape(w.shape[0], heads, 3 * d)  # GPTNeoXAttention: qkv.view(..., H, 3 d)
+    return [v[:, :, i * d:(i + 1) * d].reshape(w.shape[0], heads * d) for i in range(3)]
+
+
+def _bert_like(attn_self, attn_out, ff_in, ff_out):
+    def get(layer):
+        a = attn_self(layer)
+        return {"q": _proj(a.query, N), "k": _proj(a.key, N), "v": _proj(a.value, N),
+                "o": _proj(attn_out(layer), N), "FF_in": _proj(ff_in(layer), N), "FF_out": _proj(ff_out(layer), D_FF)}
+    return get
+
+
+def _t():
+    import transformers
+
+    return transformers
+
+
+FAMILIES = {
+    "bert": (lambda layers: _t().BertForSequenceClassification(_t().BertConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+        lambda m: _bert_like(lambda l: m.bert.encoder.layer[l].attention.self,
+                             lambda l: m.bert.encoder.layer[l].attention.output.dense,
+                             lambda l: m.bert.encoder.layer[l].intermediate.dense,
+                             lambda l: m.bert.encoder.layer[l].output.dense)),
+    "electra": (lambda layers: _t().ElectraForPreTraining(_t().ElectraConfig(
+        embedding_size=16, hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF,
+        vocab_size=50)),
+        lambda m: _bert_like(lambda l: m.electra.encoder.layer[l].attention.self,
+                             lambda l: m.electra.encoder.layer[l].attention.output.dense,
+                             lambda l: m.electra.encoder.layer[l].intermediate.dense,
+                             lambda l: m.electra.encoder.layer[l].output.dense)),
+    "vit": (lambda layers: _t().ViTForImageClassification(_t().ViTConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, image_size=8,
+        patch_size=4, num_labels=3)),
+        # transformers 5 names ViT's modules layers.N.attention.q_proj, mlp.fc1 but saves the classic
+        # checkpoint names (encoder.layer.N.attention.attention.query), which the spec maps.
+        lambda m: (lambda l, b=m.vit.layers: {
+            "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+            "v": _proj(b[l].attention.v_proj, N), "o": _proj(b[l].attention.o_proj, N),
+            "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(b[l].mlp.fc2, D_FF)})),
+    "distilbert": (lambda layers: _t().DistilBertForSequenceClassification(_t().DistilBertConfig(
+        dim=N, n_layers=layers, n_heads=H, hidden_dim=D_FF, vocab_size=50)),
+        lambda m: (lambda l, b=m.distilbert.transformer.layer: {
+            "q": _proj(b[l].attention.q_lin, N), "k": _proj(b[l].attention.k_lin, N),
+            "v": _proj(b[l].attention.v_lin, N), "o": _proj(b[l].attention.out_lin, N),
+            "FF_in": _proj(b[l].ffn.lin1, N), "FF_out": _proj(b[l].ffn.lin2, D_FF)})),
+    "gpt2": (lambda layers: _t().GPT2LMHeadModel(_t().GPT2Config(
+        n_embd=N, n_layer=layers, n_head=H, n_inner=None, vocab_size=50, n_positions=16)),
+        lambda m: (lambda l, b=m.transformer.h: dict(zip("qkv", _split_concat(_proj(b[l].attn.c_attn, N))),
+                   o=_proj(b[l].attn.c_proj, N), FF_in=_proj(b[l].mlp.c_fc, N), FF_out=_proj(b[l].mlp.c_proj, 4 * N)))),
+    "gpt_neox": (lambda layers: _t().GPTNeoXForCausalLM(_t().GPTNeoXConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+        lambda m: (lambda l, b=m.gpt_neox.layers: dict(zip("qkv", _split_neox(_proj(b[l].attention.query_key_value, N), H)),
+                   o=_proj(b[l].attention.dense, N), FF_in=_proj(b[l].mlp.dense_h_to_4h, N),
+                   FF_out=_proj(b[l].mlp.dense_4h_to_h, D_FF)))),
+    "opt": (lambda layers: _t().OPTForCausalLM(_t().OPTConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, ffn_dim=D_FF, word_embed_proj_dim=N,
+        vocab_size=50, max_position_embeddings=16)),
+        lambda m: (lambda l, b=m.model.decoder.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.out_proj, N),
+            "FF_in": _proj(b[l].fc1, N), "FF_out": _proj(b[l].fc2, D_FF)})),
+    # 4 depths over 2 stored groups whatever the depth asked: depths 0, 1 use group 0 and 2, 3 group 1
+    "albert": (lambda layers: _t().AlbertForSequenceClassification(_t().AlbertConfig(
+        embedding_size=16, hidden_size=N, num_hidden_layers=4, num_hidden_groups=2, num_attention_heads=H,
+        intermediate_size=D_FF, vocab_size=50, num_labels=2)),
+        lambda m: (lambda l, g=m.albert.encoder.albert_layer_groups: (lambda a: {
+            "q": _proj(a.attention.query, N), "k": _proj(a.attention.key, N), "v": _proj(a.attention.value, N),
+            "o": _proj(a.attention.dense, N), "FF_in": _proj(a.ffn, N), "FF_out": _proj(a.ffn_output, D_FF)})(
+            g[l * 2 // 4].albert_layers[0]))),
+}
+for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistral", "MistralForCausalLM", "MistralConfig"),
+                          ("qwen2", "Qwen2ForCausalLM", "Qwen2Config")):
+    FAMILIES[_name] = (
+        lambda layers, c=_cls, g=_cfg: getattr(_t(), c)(getattr(_t(), g)(
+            hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2,
+            intermediate_size=D_FF, vocab_size=50)),
+        lambda m: (lambda l, b=m.model.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.o_proj, N),
+            "FF_gate": _proj(b[l].mlp.gate_proj, N), "FF_up": _proj(b[l].mlp.up_proj, N),
+            "FF_out": _proj(b[l].mlp.down_proj, D_FF)}))
+
+
+def _phi3(m):
+    def get(layer):
+        b = m.model.layers[layer]
+        qkv = _proj(b.self_attn.qkv_proj, N)  # Phi3Attention: [q | k | v], q of H heads, k and v of H_kv heads
+        d = b.self_attn.head_dim
+        q, k, v = np.split(qkv, [H * d, (H + m.config.num_key_value_heads) * d], axis=1)
+        gate, up = np.split(_proj(b.mlp.gate_up_proj, N), 2, axis=1)  # Phi3MLP: gate, up = chunk(2)
+        return {"q": q, "k": k, "v": v, "o": _proj(b.self_attn.o_proj, N), "FF_gate": gate, "FF_up": up,
+                "FF_out": _proj(b.mlp.down_proj, D_FF)}
+    return get
+
+
+def _falcon(m):
+    """q, k, v through FalconAttention's own ``_split_heads`` of the fused weight's output."""
+    import torch
+
+    def get(layer):
+        b = m.transformer.h[layer]
+        attn = b.self_attention
+        with torch.no_grad():
+            fused = torch.tensor(_proj(attn.query_key_value, N))[None]  # (1, N inputs, fused width)
+            q, k, v = attn._split_heads(fused)  # (1, N, heads, d_h)
+        if m.config.new_decoder_architecture:  # keys and values come broadcast to every query head
+            kv = m.config.num_kv_heads
+            k, v = k[:, :, ::H // kv], v[:, :, ::H // kv]
+        flat = lambda t: t[0].reshape(N, -1).numpy()  # noqa: E731
+        return {"q": flat(q), "k": flat(k), "v": flat(v), "o": _proj(attn.dense, N),
+                "FF_in": _proj(b.mlp.dense_h_to_4h, N), "FF_out": _proj(b.mlp.dense_4h_to_h, 4 * N)}
+    return get
+
+
+def _bloom(m):
+    """q, k, v through BloomAttention's own ``_reshape`` of the fused weight's output."""
+    import torch
+
+    def get(layer):
+        b = m.transformer.h[layer]
+        with torch.no_grad():
+            q, k, v = b.self_attention._reshape(torch.tensor(_proj(b.self_attention.query_key_value, N))[None])
+        flat = lambda t: t[0].transpose(0, 1).reshape(N, -1).numpy()  # (1, H, N, d) -> (N, H d)  # noqa: E731
+        return {"q": flat(q), "k": flat(k), "v": flat(v), "o": _proj(b.self_attention.dense, N),
+                "FF_in": _proj(b.mlp.dense_h_to_4h, N), "FF_out": _proj(b.mlp.dense_4h_to_h, 4 * N)}
+    return get
+
+
+def expert_matrices(experts, e, d_ff):
+    """Expert ``e``'s gate, up and down matrices, row-oriented, as the experts module's forward computes
+    them (``linear(x, gate_up_proj[e]).chunk(2)``, ``linear(h, down_proj[e])``)."""
+    import torch
+
+    with torch.no_grad():
+        eye = torch.eye(N, dtype=torch.float64)
+        gate, up = torch.nn.functional.linear(eye, experts.gate_up_proj[e]).chunk(2, dim=-1)
+        down = torch.nn.functional.linear(torch.eye(d_ff, dtype=torch.float64), experts.down_proj[e])
+    return gate.numpy(), up.numpy(), down.numpy()
+
+
+def _moe(m, shared=False):
+    def get(layer):
+        b = m.model.layers[layer]
+        out = {"q": _proj(b.self_attn.q_proj, N), "k": _proj(b.self_attn.k_proj, N),
+               "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, N)}
+        for e in range(b.mlp.experts.gate_up_proj.shape[0]):
+            out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
+                           expert_matrices(b.mlp.experts, e, MOE_D_FF)))
+        if shared:
+            s = b.mlp.shared_expert
+            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
+                        "FF_out[shared]": _proj(s.down_proj, SHARED_D_FF)})
+        return out
+    return get
+
+
+FAMILIES.update({
+    "phi": (lambda layers: _t().PhiForCausalLM(_t().PhiConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        max_position_embeddings=16)),  # partial_rotary_factor 0.5: 4 of each head's 8 dimensions rotate
+        lambda m: (lambda l, b=m.model.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.dense, N),
+            "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(b[l].mlp.fc2, D_FF)})),
+    "phi3": (lambda layers: _t().Phi3ForCausalLM(_t().Phi3Config(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        vocab_size=50, pad_token_id=0, max_position_embeddings=16, original_max_position_embeddings=16)), _phi3),
+    "gptj": (lambda layers: _t().GPTJForCausalLM(_t().GPTJConfig(
+        n_embd=N, n_layer=layers, n_head=H, rotary_dim=4, vocab_size=50, n_positions=16)),
+        lambda m: (lambda l, b=m.transformer.h: {
+            "q": _proj(b[l].attn.q_proj, N), "k": _proj(b[l].attn.k_proj, N), "v": _proj(b[l].attn.v_proj, N),
+            "o": _proj(b[l].attn.out_proj, N), "FF_in": _proj(b[l].mlp.fc_in, N),
+            "FF_out": _proj(b[l].mlp.fc_out, 4 * N)})),
+    "bloom": (lambda layers: _t().BloomForCausalLM(_t().BloomConfig(
+        hidden_size=N, n_layer=layers, n_head=H, vocab_size=50)), _bloom),
+    # Falcon-7B's layout: multi_query (one key/value head), one shared LayerNorm, parallel block, rotary
+    "falcon": (lambda layers: _t().FalconForCausalLM(_t().FalconConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, vocab_size=50, max_position_embeddings=16)),
+        _falcon),
+    # the original layout without multi_query (a key/value head per query head), sequential, ALiBi
+    "falcon_alibi": (lambda layers: _t().FalconForCausalLM(_t().FalconConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, vocab_size=50, multi_query=False,
+        parallel_attn=False, alibi=True, bias=True)), _falcon),
+    # Falcon-40B's new_decoder_architecture: 2 key/value groups, a LayerNorm per branch
+    "falcon_new": (lambda layers: _t().FalconForCausalLM(_t().FalconConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_kv_heads=2, vocab_size=50,
+        new_decoder_architecture=True, max_position_embeddings=16)), _falcon),
+    "mixtral": (lambda layers: _t().MixtralForCausalLM(_t().MixtralConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2,
+        intermediate_size=MOE_D_FF, vocab_size=50, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+        max_position_embeddings=16)), _moe),
+    "qwen2_moe": (lambda layers: _t().Qwen2MoeForCausalLM(_t().Qwen2MoeConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        moe_intermediate_size=MOE_D_FF, shared_expert_intermediate_size=SHARED_D_FF, vocab_size=50,
+        num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, max_position_embeddings=16)),
+        lambda m: _moe(m, shared=True)),
+})
+
+
+def build_family(name: str, *, layers: int = L, seed: int = 0):
+    """The family's tiny model, every weight drawn from N(0, 0.2^2) after ``torch.manual_seed(seed)``
+    (some families initialise biases and norms to 0 or 1, which would leave terms untested)."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = FAMILIES[name][0](layers).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    return model
+
+
+def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
+    """:func:`build_family` saved with ``save_pretrained`` to ``folder``; returns the model."""
+    model = build_family(name, layers=layers, seed=seed)
+    model.save_pretrained(folder)
+    return model
+
+
+def reference_matrices(get, heads, kv_heads, layers=L):
+    """Dense per-matrix references ``[(role, matrix)]``, ordered like specbound's rows."""
+    rows = []
+    for layer in range(layers):
+        w = get(layer)
+        d = w["q"].shape[1] // heads
+        group = heads // kv_heads
+        cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
+        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T) for h in range(heads)]
+        rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :]) for h in range(heads)]
+        rows += [(r, m) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, e1, ...)
+    return rows
