@@ -22,12 +22,14 @@ from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .archs.binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .archs.binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims, qk_norm_eps
 from .archs.extract import layer_weights, matrix_tensor_names
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
-from .archs.rotary import rotary_layout
+from .archs.rotary import rotary_layouts
+from .archs.structure import model_structure
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.distance import difference_spectra
+from .compute.qk_logit import logit_factors
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz
 from .bounds import compute_all
@@ -144,7 +146,11 @@ class OpenModel:
     prefix : str
         The tensor-name prefix (``""``, ``"bert."``, ...).
     rotary : RotaryLayout or None
-        The rotary position embedding of a rotary family (read from config.json), else None.
+        The rotary position embedding of a rotary family (read from config.json), else None; the
+        first layer's when layers differ (:attr:`rotary_by_layer`).
+    rotary_by_layer : tuple of RotaryLayout, optional
+        Each layer's layout (Gemma 3's local and global layers rotate at different bases); None:
+        every layer uses :attr:`rotary`.
     """
 
     ckpt: Checkpoint
@@ -152,6 +158,17 @@ class OpenModel:
     dims: ModelDims
     prefix: str
     rotary: RotaryLayout | None = None
+    rotary_by_layer: tuple[RotaryLayout, ...] | None = None
+
+    def rotary_for(self, layer: int) -> RotaryLayout | None:
+        """The rotary layout of layer ``layer`` (None for a family without rotary positions)."""
+        return self.rotary if self.rotary_by_layer is None else self.rotary_by_layer[layer]
+
+    def rotary_layouts(self) -> list[RotaryLayout]:
+        """The distinct layouts, in layer order (one for most models)."""
+        if self.rotary_by_layer is None:
+            return [] if self.rotary is None else [self.rotary]
+        return list(dict.fromkeys(self.rotary_by_layer))
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
@@ -166,8 +183,12 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     prefix = detect_prefix(spec, ckpt)
     dims = infer_kv_heads(spec, ckpt, dims, prefix)
     account_for_tensors(spec, ckpt, dims, prefix)
-    rotary = rotary_layout(spec, ckpt.config, dims.d_head, where=str(ckpt.location))
-    return OpenModel(ckpt, spec, dims, prefix, rotary)
+    if spec.qk_norm is not None:
+        qk_norm_eps(spec, ckpt.config)  # a missing or zero eps is an error before any weight is read
+    layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
+    if layouts is None:
+        return OpenModel(ckpt, spec, dims, prefix)
+    return OpenModel(ckpt, spec, dims, prefix, layouts[0], None if len(set(layouts)) == 1 else layouts)
 
 
 def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
@@ -185,7 +206,7 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     if weights is None:
         weights = read_layer(model, layer)
     return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True, rotary=model.rotary, rank_tol=rank_tol,
+                         gram_rtol=gram_rtol, release=True, rotary=model.rotary_for(layer), rank_tol=rank_tol,
                          device=device, prefetch=prefetch)
 
 
@@ -320,8 +341,10 @@ def available_cores() -> int:
 
 def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, method: str) -> LayerSpectra:
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
-    weights = layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
-    w0 = layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer)
+    rotary = model.rotary_for(layer)
+    a = 1.0 if rotary is None else rotary.attention_factor  # the logit's factors, as for W itself
+    weights = logit_factors(layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer), a)
+    w0 = logit_factors(layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer), a)
     return difference_spectra(weights, w0, group=model.dims.H // model.dims.H_kv, method=method,
                               block=model.dims.block)
 
@@ -357,20 +380,41 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         if from_init is not None:
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
     location = str(model.ckpt.location)
+    model_extra: dict[str, Any] = {"block": dims.block, "feed_forward": dims.feed_forward}
     rotary = None if model.rotary is None else {
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
         "scaling": model.rotary.scaling,
+        "attention_factor": model.rotary.attention_factor,
         "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
     }
+    qk_norm = _qk_norm_summary(model, layers)
+    if qk_norm is not None:
+        model_extra["qk_norm"] = qk_norm
+    if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
+        rotary["by_layer"] = [{"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
+                              for r in model.rotary_by_layer]
+    model_extra["rotary"] = rotary
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=matrix_tensor_names(model.spec, dims, model.prefix),
-                          model_extra={"block": dims.block, "feed_forward": dims.feed_forward, "rotary": rotary,
-                                       **_structure_extra(model)},
+                          model_extra={**model_extra, **_structure_extra(model)},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
-                                                  weights_note=getattr(model.ckpt, "weights_note", None)))
+                                                  weights_note=getattr(model.ckpt, "weights_note", None),
+                                                  rope=model.rotary_layouts(), qk_norm=qk_norm,
+                                                  structure=model_structure(model.spec.structure, model.ckpt.config)))
+
+
+def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, Any] | None:
+    """The query/key normalisation of a QK-norm family and its largest logit Lipschitz factor (the
+    QK spectral norms, docs/theory.md 3d), for ``model["qk_norm"]`` and the assumptions."""
+    rule = model.spec.qk_norm
+    if rule is None:
+        return None
+    factor, layer, head = max((s.spectral_norm, l.layer, h) for l in layers for h, s in enumerate(l.qk))
+    return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
+            "max_factor": factor, "layer": layer, "head": head}
 
 
 def _structure_extra(model: OpenModel) -> dict[str, Any]:

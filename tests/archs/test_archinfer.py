@@ -63,6 +63,15 @@ def _build(family):
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=64,
             moe_intermediate_size=D_FF, shared_expert_intermediate_size=40, vocab_size=50, num_experts=3,
             num_experts_per_tok=2)),
+        "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
+        "olmo2": lambda: T.Olmo2ForCausalLM(T.Olmo2Config(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
+            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
+        "gemma3_text": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
         # every matrix square (d_ff = N): nothing reveals the layout
         "bert_square": lambda: T.BertModel(T.BertConfig(
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=N, vocab_size=50)),
@@ -154,6 +163,42 @@ def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys)
         assert ours["options"].pop("l_phi_source").startswith("default") and shipped["options"].pop("l_phi_source")
     assert ours == shipped
     assert json.loads(spec_file.read_text())["family"] == f"my{family}"
+
+
+@pytest.mark.parametrize("family, span", [("qwen3", "head"), ("olmo2", "all_heads"), ("gemma3_text", "head")])
+def test_query_key_norms_are_drafted_not_ignored(family, span, renamed, tmp_path, capsys):
+    """q_norm / k_norm change the logit: the draft names them (span from their size, the gain's w or
+    1 + w flagged) and analyses to the shipped family's numbers; no ignore pattern swallows them."""
+    original, copy = renamed(family)
+    spec_file = tmp_path / "spec.json"
+    report = infer_cli(capsys, copy, spec_file)[1]
+    drafted = json.loads(spec_file.read_text())
+    shipped = builtin_specs()[family].qk_norm
+    assert drafted["qk_norm"]["q"] == shipped.q and drafted["qk_norm"]["k"] == shipped.k
+    assert drafted["qk_norm"]["span"] == span == shipped.span and drafted["qk_norm"]["gain"] == shipped.gain
+    assert "VERIFY  qk_norm gain" in report and "self-check on this checkpoint: ok" in report
+    norms = [drafted["qk_norm"][w].replace("${layer}", "0") for w in "qk"]
+    assert not [(p, n) for p in drafted["ignore"] for n in norms if re.search(p, n)]
+    ours, theirs = (numbers_without_family(a) for a in (specbound.analyze(copy, arch_spec=spec_file, threads=1),
+                                                        specbound.analyze(original, threads=1)))
+    # the shipped spec also names what the weights cannot show (norms after each sublayer, ...)
+    seen = {e["name"] for e in ours["assumptions"]}
+    theirs["assumptions"] = [e for e in theirs["assumptions"] if e["name"] in seen]
+    assert "qk_norm" in seen and ours == theirs
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"attention.q_norm.weight": (4,), "attention.k_norm.weight": (4,), "attention.q_norm.bias": (4,),
+      "attention.k_norm.bias": (4,)}, "with a bias"),
+    ({"attention.q_norm.weight": (4,)}, "one q and one k gain"),
+    ({"attention.q_norm.weight": (3,), "attention.k_norm.weight": (3,)}, "normalise something else"),
+], ids=["layernorm", "q-only", "odd-size"])
+def test_a_query_key_norm_that_cannot_be_drafted_is_refused_naming_it(tmp_path, capsys, extra, needle):
+    folder = _fake(tmp_path / "m", _layers("layers.{}", {**META, **extra}), **CONFIG)
+    capsys.readouterr()
+    assert main(["arch", "infer", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and needle in err and "layers.0.attention.q_norm" in err
 
 
 def test_report_flags_what_the_weights_cannot_decide(renamed, capsys):

@@ -29,14 +29,18 @@ def test_family_matches_module_reference(saved_family):
     family, folder, ref = saved_family
     result = specbound.analyze(folder, threads=1)
     mats = result.matrices
-    assert list(mats["role"]) == [r for r, _ in ref]
+    assert list(mats["role"]) == [r for r, _, _ in ref]
     rotary = result.model.get("rotary") is not None
     assert rotary == (family in ROTARY)
-    for (role, w), (_, row) in zip(ref, mats.iterrows()):
+    sv = result.singular_values
+    for (role, w, factors), (i, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
         if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
             slack = 1 + 1e-12
             assert row["sv_method"] == "rotary_envelope"
+            # the envelope is s_i(W_Q^h) s_i(W_K^g) of the module's (gain-folded) factors, to 1e-9
+            env = np.linalg.svd(factors[0], compute_uv=False) * np.linalg.svd(factors[1], compute_uv=False)
+            np.testing.assert_allclose(np.sort(sv[sv["matrix"] == i]["sigma"].to_numpy())[::-1], env, rtol=1e-9)
             assert row["spectral_norm"] * slack >= s[0] and row["frobenius_norm"] * slack >= np.linalg.norm(w)
             assert row["norm_2_1"] * slack >= np.linalg.norm(w, axis=0).sum()
             assert row["norm_1_1"] * slack >= np.abs(w).sum()
@@ -72,6 +76,8 @@ def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
     assert result.model["family"] == FAMILY_OF.get(family, family)
+    assert result.model["d_head"] == (16 if family in ("qwen3", "gemma", "gemma2", "gemma3_text") else
+                                      result.model["N"] // result.model["H"])
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}
         by_layer = result.matrices.groupby("layer")["spectral_norm"].apply(list)

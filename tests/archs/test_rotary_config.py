@@ -21,10 +21,8 @@ from specbound.archs.rotary import parse_rotary, rotary_layout
     ({"model_type": "phi", "partial_rotary_factor": 0.4, "max_position_embeddings": 2048}, 80,
      RotaryLayout(32, "half", 10000.0, 2048)),
     ({"model_type": "gptj", "rotary_dim": 64, "n_positions": 2048}, 256, RotaryLayout(64, "half", 10000.0, 2048)),
-    ({"rope_theta": 10000.0, "max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}},
-     128, RotaryLayout(128, "half", 10000.0, 4096, "linear")),
-    ({"rope_parameters": {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0}, "max_position_embeddings": 131072},
-     128, RotaryLayout(128, "half", 5e5, 131072, "llama3")),
+    ({"rope_parameters": {"rope_theta": 5e5, "rope_type": "dynamic", "factor": 4.0}, "max_position_embeddings": 64},
+     16, RotaryLayout(16, "half", 5e5, 64, "dynamic")),  # NTK changes the base only beyond the context
     ({"rope_theta": 1e4}, 16, RotaryLayout(16, "half", 1e4, UNBOUNDED_POSITIONS)),  # no context length stated
     ({}, 16, RotaryLayout(16, "half", 10000.0, UNBOUNDED_POSITIONS)),
 ])
@@ -73,8 +71,10 @@ def test_the_spec_decides_whether_a_family_is_rotary():
     rotary_config = {"rope_theta": 1e4, "max_position_embeddings": 64}
     assert rotary_layout(specs["bert"], rotary_config, 16, where="m") is None
     assert rotary_layout(specs["llama"], rotary_config, 16, where="m") == RotaryLayout(16, "half", 1e4, 64)
-    assert {f for f, s in specs.items() if s.rotary} == {"gpt_neox", "llama", "llama_gguf", "phi", "phi3", "gptj",
-                                                        "falcon", "mixtral", "qwen2_moe"}
+    assert {f for f, s in specs.items() if s.rotary} >= {"gpt_neox", "llama", "llama_gguf", "qwen3", "gemma", "gemma2",
+                                                          "gemma3_text", "olmo2", "phi", "phi3", "gptj", "falcon",
+                                                          "mixtral", "qwen2_moe"}
+    assert not {f for f, s in specs.items() if s.rotary} & {"bert", "gpt2", "opt", "vit", "bloom"}
     assert specs["gptj"].rotary == "interleaved"
     # Falcon's alibi switches rotary off (ALiBi biases instead), and its config is then not read as rotary
     assert rotary_layout(specs["falcon"], {**rotary_config, "alibi": True}, 16, where="m") is None

@@ -382,11 +382,15 @@ def test_budget_and_scaling_select_the_method():
         assert e.spectral_sup <= b.spectral_sup == b.spectral_bound == e.spectral_bound
         assert b.norm_2_1_method == "bound" and b.norm_2_1_sup == b.norm_2_1_bound
     assert DEFAULT_MAX_CORE_SVDS < 32 * (2 * 4096 - 1)  # a LLaMA-7B layer gets the bound by default
-    scaled = RotaryLayout(4, "half", 10000.0, 20, scaling="linear")
-    assert all(e.spectral_method == "product_bound" and e.norm_2_1_method == "bound"
+    # a rope scaling's frequencies are modelled: the exact path runs at them ...
+    halved = tuple(float(t) / 2 for t in layout.thetas)
+    scaled = RotaryLayout(4, "half", 10000.0, 20, scaling="linear", inv_freq=halved)
+    assert all(e.spectral_method == "exact_over_offsets" and e.norm_2_1_method == "exact_over_offsets"
                for e in rotary_qk_envelope(q, k, None, scaled, exact_norm_2_1=True))
-    with pytest.warns(UserWarning, match="attention factor"):
-        rotary_qk_envelope(q, k, None, RotaryLayout(4, "half", 10000.0, 20, scaling="yarn"))
+    # ... but LongRoPE's pairs are not a function of their offset alone: the bounds for every rotation
+    mixed = RotaryLayout(4, "half", 10000.0, 20, scaling="longrope", inv_freq=halved, offset_invariant=False)
+    assert all(e.spectral_method == "product_bound" and e.norm_2_1_method == "bound"
+               for e in rotary_qk_envelope(q, k, None, mixed, exact_norm_2_1=True))
 
 
 def test_grouped_query_heads_use_their_kv_head():

@@ -16,7 +16,7 @@ import numpy as np
 N, L, H, D_FF = 32, 2, 4, 48
 # the families with rotary position embeddings
 ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
-          "qwen2_moe")
+          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
 # test variants -> the shipped family that reads them
 FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon"}
 MOE_EXPERTS, MOE_TOP_K, MOE_D_FF, SHARED_D_FF = 4, 2, 24, 40
@@ -239,6 +239,64 @@ FAMILIES.update({
 })
 
 
+def _norm_gain(norm, width):
+    """The gain g of an RMSNorm module: ``weight`` (Qwen3, OLMo2) or ``1 + weight`` (Gemma), whichever
+    calling the module confirms: nu(c e_i)_i = g_i c / sqrt(c^2 / n + eps) for the one-hot input c e_i
+    of its n = width features.  The norms compute in float32, so the call decides the convention (to
+    1e-5) and the float64 parameter gives the value."""
+    import torch
+
+    c = 3.0
+    with torch.no_grad():
+        out = norm(c * torch.eye(width, dtype=torch.float64)).double().numpy()
+    called = np.diag(out) * np.sqrt(c * c / width + norm_eps(norm)) / c
+    w = norm.weight.detach().double().numpy()
+    gain = next(g for g in (w, 1.0 + w) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
+    return gain
+
+
+def norm_eps(norm):
+    return getattr(norm, "variance_epsilon", None) or norm.eps
+
+
+# The families whose queries and keys pass an RMSNorm before the rotation; the reference QK matrix
+# is the gain-folded (G_q W_Q)^T (G_k W_K) (docs/theory.md 3d), gains read by calling the norms.
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads"}
+
+
+def _decoder(cls, cfg, **extra):
+    return lambda layers: getattr(_t(), cls)(getattr(_t(), cfg)(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        max_position_embeddings=64, **extra))
+
+
+def _decoder_accessor(m, qk_norm=None, heads=H, kv=2, d=None):
+    def get(l):
+        a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N), "o": _proj(a.o_proj, heads * d),
+               "FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N), "FF_out": _proj(mlp.down_proj, D_FF)}
+        if qk_norm == "head":
+            out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), heads)
+            out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), kv)
+        elif qk_norm == "all_heads":
+            out["q_gain"], out["k_gain"] = _norm_gain(a.q_norm, heads * d), _norm_gain(a.k_norm, kv * d)
+        return out
+    return get
+
+
+# head_dim 16 with N / H = 8 (Gemma's head_dim != hidden_size / heads), 2 key/value heads
+FAMILIES["qwen3"] = (_decoder("Qwen3ForCausalLM", "Qwen3Config", num_key_value_heads=2, head_dim=16),
+                     lambda m: _decoder_accessor(m, "head", d=16))
+FAMILIES["gemma"] = (_decoder("GemmaForCausalLM", "GemmaConfig", num_key_value_heads=1, head_dim=16),
+                     lambda m: _decoder_accessor(m, kv=1, d=16))
+FAMILIES["gemma2"] = (_decoder("Gemma2ForCausalLM", "Gemma2Config", num_key_value_heads=2, head_dim=16),
+                      lambda m: _decoder_accessor(m, d=16))
+FAMILIES["gemma3_text"] = (_decoder("Gemma3ForCausalLM", "Gemma3TextConfig", num_key_value_heads=2, head_dim=16),
+                           lambda m: _decoder_accessor(m, "head", d=16))
+FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
+                     lambda m: _decoder_accessor(m, "all_heads", d=N // H))
+
+
 def build_family(name: str, *, layers: int = L, seed: int = 0):
     """The family's tiny model, every weight drawn from N(0, 0.2^2) after ``torch.manual_seed(seed)``
     (some families initialise biases and norms to 0 or 1, which would leave terms untested)."""
@@ -259,14 +317,18 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 
 
 def reference_matrices(get, heads, kv_heads, layers=L):
-    """Dense per-matrix references ``[(role, matrix)]``, ordered like specbound's rows."""
+    """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
+    ``factors`` is ``(W_Q^h, W_K^g)`` of a QK matrix (gain-folded for a QK-norm family), else None."""
     rows = []
     for layer in range(layers):
         w = get(layer)
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
-        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T) for h in range(heads)]
-        rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :]) for h in range(heads)]
-        rows += [(r, m) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, e1, ...)
+        if "q_gain" in w:  # QK-norm: the gain-folded factors
+            w["q"], w["k"] = w["q"] * w["q_gain"][None, :], w["k"] * w["k_gain"][None, :]
+        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
+                 for h in range(heads)]
+        rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
+        rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, ...)
     return rows

@@ -166,6 +166,18 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
         for name, what, rule, shape in layer_rules(spec, dims, layer, prefix):
             wanted[name] = (what, rule.layout, layer, shape)
+    gains = qk_norm_shapes(spec, dims, prefix)
+    for name, (role, layer, shape) in gains.items():
+        if name not in names:
+            raise SpecboundError(
+                f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises queries "
+                f"and keys (qk_norm in {spec.origin}); the checkpoint is incomplete or of another family")
+        if tuple(ckpt.shape(name)) != shape:
+            raise SpecboundError(
+                f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but a {role} over "
+                f"{'each head' if spec.qk_norm.span == 'head' else 'the whole projection'} with heads={dims.H}, "
+                f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
+                f"does not describe these weights")
     for name, (role, layout, layer, (rows, cols)) in wanted.items():
         if name not in names:
             raise SpecboundError(
@@ -181,7 +193,7 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}{_experts_said(dims)}) implies {want} "
                 f"for a {layout} {role} weight: the config does not describe these weights"
             )
-    stray = [n for n in names if n not in wanted and not spec.is_ignored(n, prefix)]
+    stray = [n for n in names if n not in wanted and n not in gains and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(
@@ -196,3 +208,30 @@ def _experts_said(dims: ModelDims) -> str:
         return ""
     shared = f", a shared expert of width {dims.moe.shared_d_ff}" if dims.moe.shared_d_ff else ""
     return f", {dims.moe.experts} experts{shared}"
+
+
+
+def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:
+    """Every stored layer's query/key norm gain: name -> (what, layer, expected shape)."""
+    rule = spec.qk_norm
+    if rule is None:
+        return {}
+    per = {"q": dims.H, "k": dims.H_kv} if rule.span == "all_heads" else {"q": 1, "k": 1}
+    out = {}
+    for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
+        for which, name in zip("qk", rule.names_for(layer, prefix)):
+            out[name] = (f"{which}_norm gain", layer, (per[which] * dims.d_head,))
+    return out
+
+
+def qk_norm_eps(spec: ArchSpec, config: dict) -> float:
+    """The query/key norm's epsilon from config.json (the spec's ``eps`` keys, else its
+    ``eps_default``); it must be positive: without it the normalised logit has no Lipschitz constant."""
+    rule = spec.qk_norm
+    value = next((config[k] for k in rule.eps if config.get(k) is not None), rule.eps_default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+        raise SpecboundError(
+            f"config.json needs a positive {' or '.join(rule.eps)} for the {spec.family} family's query/key "
+            f"normalisation, found {value!r}: with eps = 0 the normalised logit has no Lipschitz constant "
+            f"(docs/theory.md section 3d)")
+    return float(value)

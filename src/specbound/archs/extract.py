@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import SpecboundError
 from ..io import Checkpoint
-from .model import LayerWeights, LazyMatrices, ModelDims
+from .binding import qk_norm_eps
+from .model import LayerWeights, LazyMatrices, ModelDims, QKNorm
 from .spec import ArchSpec
 
 
@@ -119,13 +120,28 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         v=_head_columns(v, dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
         ff=LazyMatrices(loaders),
+        qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
     )
+
+
+def qk_norm_gains(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, stored: int) -> QKNorm:
+    """The query/key norm of stored layer ``stored``: gains per head ``(H, d_h)`` / ``(H_kv, d_h)`` in
+    float64 (a per-head gain is shared by every head; Gemma's ``1 + w`` added)."""
+    rule = spec.qk_norm
+    gains = []
+    for name, heads in zip(rule.names_for(stored, prefix), (dims.H, dims.H_kv)):
+        w = np.asarray(ckpt.read(name), dtype=np.float64)
+        g = 1.0 + w if rule.gain == "one_plus_weight" else w
+        gains.append(np.broadcast_to(g, (heads, dims.d_head)).copy() if rule.span == "head"
+                     else g.reshape(heads, dims.d_head))
+    return QKNorm(gains[0], gains[1], qk_norm_eps(spec, ckpt.config), rule.span)
 
 
 def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tuple[int, int | None, str], str]:
     """Which checkpoint tensor(s) each analysed matrix is made of, by ``(layer, head, role)``.
 
-    ``QK`` of head ``h`` is ``q[...]|k[...]``, ``OV`` is ``v[...]|o[...]``: each tensor's name with the
+    ``QK`` of head ``h`` is ``q[...]|k[...]`` (then ``|q_norm|k_norm`` gains for a QK-norm family, with
+    the head's slice when the norm spans the projection), ``OV`` is ``v[...]|o[...]``: each tensor's name with the
     head's slice of its head axis in brackets (the output features of q, k, v; the input features
     of o; a fused qkv's slice of its output axis); a feed-forward matrix is its tensor's name (a
     fused gate_up's half in brackets).  A shared layer (ALBERT) names the stored layer it reads.
@@ -148,7 +164,7 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             else:
                 q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
                 k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
-            out[(layer, h, "QK")] = f"{q}|{k}"
+            out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if spec.qk_norm else "")
             out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]"
         if spec.experts is None:
             out.update(_ff_names(spec.tensors, layer, stored, prefix, None, None, dims.d_ff))
@@ -173,3 +189,11 @@ def _ff_names(rules: dict, layer: int, stored: int, prefix: str, expert: int | N
         else:
             out[(layer, None, ff_role_name(role, branch))] = name
     return out
+
+
+def _norm_names(spec: ArchSpec, prefix: str, stored: int, h: int, g: int, d: int) -> str:
+    """``|q_norm|k_norm`` of query head ``h`` and its key head ``g`` (sliced over a whole-projection norm)."""
+    qn, kn = spec.qk_norm.names_for(stored, prefix)
+    if spec.qk_norm.span == "head":
+        return f"|{qn}|{kn}"
+    return f"|{qn}[{h * d}:{(h + 1) * d}]|{kn}[{g * d}:{(g + 1) * d}]"

@@ -30,6 +30,7 @@ came from (:func:`self_check`), so a draft that does not fit says so before it i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,7 +173,8 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     experts_spec = None
     if moe is not None:
         experts_spec = _experts_section(moe, tensors, stack, stack_rel, ckpt, config, sizes, keys, draft)
-    used = set(assignment.roles.values()) | (moe.role_rests() if moe else set())
+    qk_norm, norm_rests = _qk_norm(ckpt, stack, prefix, config, sizes, keys, draft)
+    used = set(assignment.roles.values()) | (moe.role_rests() if moe else set()) | norm_rests
     patterns, in_layer = ignore_patterns(ckpt.names, stack, prefix, used)
     _note_ignored(patterns, in_layer, stack_rel, draft)
     draft.spec = {
@@ -183,6 +185,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         "config": keys,
         **_block(config, stack, draft),
         **_positions(config, draft),
+        **qk_norm,
         "feed_forward": "gated" if {"ff_gate", "ff_gate_up"} & set(roles) else "plain",
         **extra,
         "tensors": tensors,
@@ -210,7 +213,6 @@ def moe_parts(ckpt: Checkpoint, stack: LayerStack, experts: ExpertStack, matrice
     """The parts of a mixture-of-experts layer (layer 0): each expert's feed-forward roles, the router
     (a weight named like a gate or router with one axis of length ``E``), the shared expert (under
     ``shared_expert``) and its gate (a ``(1, N)`` weight named like ``shared_expert_gate``)."""
-    import re
 
     expert_matrices = sorted(r for r in experts.rests if experts.rest(0, r) in matrices)
     roles = assign_roles(expert_matrices, part="feed_forward")
@@ -543,11 +545,74 @@ def _positions(config: dict, draft: Draft) -> dict[str, Any]:
     return out
 
 
+# A per-layer 1-D weight normalising the queries or the keys (Qwen3, Gemma 3, OLMo2: q_norm / k_norm;
+# Persimmon, StableLM: q_layernorm / k_layernorm; Cohere: q_norm with a LayerNorm).  It changes the
+# logit, so it is drafted (an RMSNorm gain) or refused, never ignored.
+_QK_NORM_LEAF = {"q": re.compile(r"^(?:q_norm|q_layernorm|query_norm|query_layernorm|q_ln|norm_q)$", re.IGNORECASE),
+                 "k": re.compile(r"^(?:k_norm|k_layernorm|key_norm|key_layernorm|k_ln|norm_k)$", re.IGNORECASE)}
+EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "norm_eps", "layer_norm_epsilon", "layernorm_epsilon")
+
+
+def _qk_norm(ckpt: Checkpoint, stack: LayerStack, prefix: str, config: dict, sizes: Sizes, keys: dict,
+             draft: Draft) -> tuple[dict[str, Any], set[str]]:
+    """``{"qk_norm": ...}`` and the layer-relative names it covers, when every layer has a query and
+    a key norm gain; a norm that cannot be drafted (a bias, i.e. a LayerNorm; a size that is neither
+    a head nor the projection; one of the pair only) is a one-line error naming the weight."""
+    found: dict[str, list[str]] = {"q": [], "k": []}
+    for rest in sorted(stack.anywhere):
+        module, _, param = rest.rpartition(".")
+        for which, pattern in _QK_NORM_LEAF.items():
+            if pattern.match(module.rsplit(".", 1)[-1]):
+                found[which].append(rest)
+    if not found["q"] and not found["k"]:
+        return {}, set()
+    names = [stack.name(0, r) for r in found["q"] + found["k"]]
+    where = f"{ckpt.location}: {', '.join(names)}"
+    biases = [r for r in found["q"] + found["k"] if not r.endswith(".weight")]
+    if biases:
+        raise SpecboundError(f"{where} normalise queries and keys with a bias ({stack.name(0, biases[0])}): a LayerNorm "
+                             f"on q/k changes the logit and is not supported (only an RMSNorm gain); write the spec "
+                             f"by hand for a family without it, or analyse another checkpoint")
+    if len(found["q"]) != 1 or len(found["k"]) != 1 or not {found["q"][0], found["k"][0]} <= stack.everywhere:
+        raise SpecboundError(f"{where}: a query/key normalisation must be one q and one k gain in every layer, found "
+                             f"q {found['q']} and k {found['k']}; it changes the logit, so it cannot be ignored: "
+                             f"write the spec by hand (docs/architectures.md, qk_norm)")
+    heads_key = keys["num_heads"][0]
+    heads = config.get(heads_key)
+    d_head = sizes.attention // heads if _is_int(heads) and heads > 0 else None
+    shapes = {w: tuple(ckpt.shape(stack.name(0, found[w][0]))) for w in "qk"}
+    if d_head and shapes == {"q": (d_head,), "k": (d_head,)}:
+        span = "head"
+    elif shapes == {"q": (sizes.attention,), "k": (sizes.kv,)}:
+        span = "all_heads"
+    else:
+        raise SpecboundError(f"{where} have shapes q {shapes['q']} and k {shapes['k']}, neither one head's d_head = "
+                             f"{d_head} features nor the projections' ({sizes.attention},) and ({sizes.kv},): they "
+                             f"normalise something else; write the spec by hand")
+    names_of_model = [str(config.get("model_type", ""))] + [str(a) for a in config.get("architectures") or []]
+    gemma = any(n.lower().startswith("gemma") for n in names_of_model)
+    eps = [k for k in EPS_KEYS if isinstance(config.get(k), (int, float)) and not isinstance(config.get(k), bool)]
+    stack_rel = stack.path[len(prefix):]
+    rule = {"q": f"{stack_rel}.{LAYER_PLACEHOLDER}.{found['q'][0]}", "k": f"{stack_rel}.{LAYER_PLACEHOLDER}.{found['k'][0]}",
+            "span": span, "gain": "one_plus_weight" if gemma else "weight", "eps": eps[:1] or [EPS_KEYS[0]]}
+    draft.note("qk_norm", f"RMSNorm on queries and keys over {'each head' if span == 'head' else 'the whole projection'}"
+               f" ({found['q'][0]}, {found['k'][0]})",
+               f"1-D weights of {shapes['q'][0]} and {shapes['k'][0]} features in every layer; they change the logit "
+               f"(docs/theory.md 3d), so they are part of the bound, not ignored")
+    draft.note("qk_norm gain", "1 + w (Gemma's RMSNorm)" if gemma else "w",
+               "whether the norm multiplies by w or by 1 + w cannot be seen in the weights"
+               + (" (a Gemma model_type or architecture: 1 + w)" if gemma else ""), verify=True)
+    draft.note("qk_norm eps", rule["eps"][0], f"{rule['eps'][0]} = {config.get(rule['eps'][0])!r} in config.json"
+               if eps else f"no epsilon key in config.json: add {EPS_KEYS[0]}", verify=not eps)
+    return {"qk_norm": rule}, {found["q"][0], found["k"][0]}
+
+
 def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draft: Draft) -> None:
     outside = [p for p in patterns if not p.startswith("^" + stack_rel.replace(".", "\\."))]
     shown = ", ".join(in_layer[:4]) + (" ..." if len(in_layer) > 4 else "")
     draft.note("ignore", f"{', '.join(outside)}; per layer: {shown or 'nothing else'}",
-               "biases, norms, embeddings and heads are not part of the bounds (as in the paper's experiment)")
+               "biases, norms, embeddings and heads are not part of the bounds (as in the paper's experiment); a "
+               "query/key norm is not ignored (qk_norm)")
 
 
 def self_check(spec: dict, ckpt: Checkpoint) -> str:

@@ -88,9 +88,20 @@ class RotaryLayout:
     max_positions : int
         ``P``; offsets ``delta = t - s`` range over ``[-(P - 1), P - 1]``.
     scaling : str or None
-        The config's ``rope_scaling`` / ``rope_parameters`` type when it is not the default
-        (recorded only: the angles it produces are not modelled, so the exact-over-offsets path is
-        switched off and only the bounds valid for every rotation are reported).
+        The config's ``rope_type`` when it is not the default (``linear``, ``dynamic``, ``yarn``,
+        ``longrope``, ``llama3``; :mod:`.rotary` reads each as transformers computes it).
+    inv_freq : tuple of float, optional
+        The angular frequencies the model uses, ``(rot/2,)`` (a rope scaling's); None: the default
+        ``base^(-2i/rot)``.
+    attention_factor : float
+        ``a``: the model multiplies ``cos`` and ``sin`` by it (YaRN, LongRoPE), so every logit
+        matrix is ``a^2 W_Q^T M(delta) W_K``; 1 for the other types.  The compute stage folds it into
+        the query and key factors (``a W_Q``, ``a W_K``).
+    offset_invariant : bool
+        Whether a query-key pair's rotation depends on its offset alone (so the exact maximum over
+        offsets is the maximum over every pair).  False for LongRoPE: a cache filled with the short
+        factor set and read with the long one rotates a pair by ``t theta_long - s theta_short``;
+        only the bounds valid for every rotation are then reported.
     """
 
     rotary_dim: int
@@ -98,6 +109,9 @@ class RotaryLayout:
     base: float
     max_positions: int
     scaling: str | None = None
+    inv_freq: tuple[float, ...] | None = None
+    attention_factor: float = 1.0
+    offset_invariant: bool = True
 
     def __post_init__(self):
         rot, p = self.rotary_dim, self.max_positions
@@ -110,10 +124,20 @@ class RotaryLayout:
             raise ValueError(f"rotary base (rope_theta) must be a finite positive number, got {self.base!r}")
         if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p <= 0:
             raise ValueError(f"max_positions must be a positive integer, got {p!r}")
+        if self.inv_freq is not None:
+            freq = np.asarray(self.inv_freq, dtype=np.float64)
+            if freq.shape != (rot // 2,) or not np.all(np.isfinite(freq)) or np.any(freq < 0):
+                raise ValueError(f"inv_freq must hold {rot // 2} finite non-negative frequencies, got {self.inv_freq!r}")
+        a = self.attention_factor
+        if isinstance(a, bool) or not isinstance(a, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(a) or a <= 0:
+            raise ValueError(f"attention_factor must be a finite positive number, got {a!r}")
 
     @property
     def thetas(self) -> np.ndarray:
-        """Angular frequencies ``theta_i = base^(-2i/rot)``, shape ``(rot/2,)``."""
+        """Angular frequencies, shape ``(rot/2,)``: ``inv_freq`` when given, else ``base^(-2i/rot)``."""
+        if self.inv_freq is not None:
+            return np.asarray(self.inv_freq, dtype=np.float64)
         return float(self.base) ** (-np.arange(0, self.rotary_dim, 2, dtype=np.float64) / self.rotary_dim)
 
     @property
@@ -133,6 +157,38 @@ class RotaryLayout:
             raise ValueError(f"rotary_dim {self.rotary_dim} exceeds the head dimension {d_head}")
 
 
+QK_NORM_SPANS = ("head", "all_heads")  # RMSNorm over each head's d_h features, or over the whole projection
+
+
+@dataclass(frozen=True)
+class QKNorm:
+    """RMSNorm on the queries and keys before the rotation (Qwen3, Gemma 3: per head; OLMo2: over
+    the whole projection): ``nu(u) = g * u / sqrt(mean(u^2) + eps)`` (docs/theory.md section 3d).
+
+    Attributes
+    ----------
+    q_gain : ndarray, shape (H, d_head)
+        The effective gain ``g`` of each query head's features (Gemma's ``1 + w`` already added).
+    k_gain : ndarray, shape (H_kv, d_head)
+    eps : float
+        The norm's ``eps`` (> 0: it is what makes the logit Lipschitz).
+    span : {"head", "all_heads"}
+        ``head``: the mean runs over one head's ``d_h`` features; ``all_heads``: over all ``H d_h``
+        (``H_kv d_h`` for keys) features of the projection.
+    """
+
+    q_gain: np.ndarray
+    k_gain: np.ndarray
+    eps: float
+    span: str = "head"
+
+    def __post_init__(self):
+        if self.span not in QK_NORM_SPANS:
+            raise ValueError(f"qk-norm span must be one of {QK_NORM_SPANS}, got {self.span!r}")
+        if not (isinstance(self.eps, (int, float, np.floating)) and math.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"qk-norm eps must be a finite positive number, got {self.eps!r}")
+
+
 @dataclass
 class LayerWeights:
     """One layer's weights in row-vector orientation, float64.
@@ -146,6 +202,8 @@ class LayerWeights:
     ff : mapping of str to ndarray
         Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
         ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``; from a checkpoint, a :class:`LazyMatrices`.
+    qk_norm : QKNorm, optional
+        The normalisation of queries and keys (QK-norm families); None: the logit is ``q k^T``.
     """
 
     layer: int
@@ -154,6 +212,7 @@ class LayerWeights:
     v: np.ndarray
     o: np.ndarray
     ff: Mapping[str, np.ndarray]
+    qk_norm: QKNorm | None = None
 
 
 class LazyMatrices(Mapping):

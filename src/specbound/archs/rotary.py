@@ -1,5 +1,11 @@
 """A checkpoint's rotary layout: the family spec says whether (and how a head's dimensions pair up),
-config.json says with which base, how many dimensions and over how many positions (docs/rotary.md).
+config.json says with which base, how many dimensions, over how many positions and with which rope
+scaling (docs/rotary.md).
+
+Every ``rope_type`` transformers knows is read as its ``modeling_rope_utils`` computes it: the
+frequencies (``default``, ``linear``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``) and the
+attention factor ``a`` that multiplies ``cos`` and ``sin`` (YaRN, LongRoPE).  Any other type is
+refused: its angles are not modelled, and analysing it as plain rope would be silently wrong.
 
 The mathematics of rotary heads is :mod:`specbound.compute.rotary`; this module only reads settings.
 """
@@ -19,24 +25,94 @@ from .spec import ArchSpec
 POSITION_KEYS = ("max_position_embeddings", "n_positions")
 # HF's default rope_theta, used when the config names no base
 DEFAULT_BASE = 10000.0
+# The rope types whose angles and attention factor are modelled (transformers' ROPE_INIT_FUNCTIONS
+# and its "default"); the config names one in rope_parameters["rope_type"] or rope_scaling["type"].
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+# rope types that take the pretraining context from original_max_position_embeddings
+_WITH_ORIGINAL_CONTEXT = ("yarn", "longrope", "llama3")
 
 
 def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where: str) -> RotaryLayout | None:
     """The rotary layout of a family that declares one (``"rotary"`` in its spec, not switched off
-    by its ``off_when`` config key: Falcon's ``alibi``), else None.
+    by its ``off_when`` config key: Falcon's ``alibi``), else None; for a model whose layers differ
+    (Gemma 3's local and global layers), the first layer's (see :func:`rotary_layouts`).
 
     A config that states no context length (an ONNX export without config.json, say) gets
     ``max_positions = UNBOUNDED_POSITIONS``: every offset counts, so only the bounds valid for every
     rotation apply.  ``where`` names the checkpoint in the one-line error a bad setting raises.
     """
+    layouts = rotary_layouts(spec, config, d_head, 1, where=where)
+    return None if layouts is None else layouts[0]
+
+
+def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_layers: int, *,
+                   where: str) -> tuple[RotaryLayout, ...] | None:
+    """Each layer's rotary layout, ``(L,)``, or None for a family without ``"rotary"`` (or whose
+    ``off_when`` config key switches it off).
+
+    Layers differ when config.json gives ``rope_parameters`` per layer type (transformers 5's
+    ``{"full_attention": {...}, "sliding_attention": {...}}`` with ``layer_types``), or, for a family
+    whose spec describes its ``legacy_layer_types`` (Gemma 3's ``rope_local_base_freq`` and
+    ``sliding_window_pattern``), in the older flat form.
+    """
     pairing = spec.rotary_for(config)
     if pairing is None:
         return None
     try:
-        return parse_rotary(config, d_head, pairing)
+        configs = _per_layer_configs(config, num_layers, spec.rotary_options.get("legacy_layer_types"))
+        aliases = spec.rotary_options.get("rope_type_aliases", {})
+        parsed: dict[int, RotaryLayout] = {}
+        out = []
+        for cfg in configs:
+            key = id(cfg)
+            if key not in parsed:
+                parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases)
+            out.append(parsed[key])
+        return tuple(out)
     except ValueError as exc:
         raise SpecboundError(f"config.json of {where}: {exc}; fix the rotary settings (rope_theta, "
-                             f"max_position_embeddings, partial_rotary_factor / rotary_pct)") from None
+                             f"rope_parameters / rope_scaling, max_position_embeddings, partial_rotary_factor / "
+                             f"rotary_pct)") from None
+
+
+def _nested(params: Any) -> bool:
+    """Whether ``rope_parameters`` is given per layer type (every value a dict or None)."""
+    return (isinstance(params, dict) and bool(params) and "rope_theta" not in params and "rope_type" not in params
+            and all(isinstance(v, dict) or v is None for v in params.values()))
+
+
+def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> list[dict]:
+    """One config dict per layer whose ``rope_parameters`` is that layer's (the same object for
+    layers of one type, so each type is parsed once)."""
+    params = config.get("rope_parameters")
+    types = config.get("layer_types")
+    if _nested(params):
+        if not isinstance(types, list) or len(types) < num_layers:
+            raise ValueError(f"rope_parameters is given per layer type ({sorted(params)}) but layer_types "
+                             f"{'is missing' if types is None else f'has {len(types) if isinstance(types, list) else types!r} entries'} "
+                             f"for {num_layers} layers")
+        missing = sorted({t for t in types[:num_layers] if not isinstance(params.get(t), dict)}, key=str)
+        if missing:
+            raise ValueError(f"layer_types names {missing}, which rope_parameters ({sorted(params)}) does not "
+                             f"describe (a layer without rotary positions is not supported)")
+        by_type = {t: {**config, "rope_parameters": params[t]} for t in set(types[:num_layers])}
+        return [by_type[t] for t in types[:num_layers]]
+    if legacy is None or params is not None:
+        return [config] * num_layers
+    pattern = config.get(legacy["pattern_key"], legacy["pattern_default"])
+    if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+        raise ValueError(f"{legacy['pattern_key']} must be a positive integer, got {pattern!r}")
+    local_theta = config.get(legacy["local_theta_key"], legacy["local_theta_default"])
+    # HF's conversion of the older form: the top-level rope_theta and rope_scaling are the global
+    # layers', the local layers rotate by rope_local_base_freq with no scaling
+    global_cfg = {**config, "rope_theta": config.get("rope_theta", legacy["global_theta_default"])}
+    local_cfg = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_theta")}
+    local_cfg["rope_theta"] = local_theta
+    if isinstance(types, list) and len(types) >= num_layers:
+        pick = [t == legacy["global_type"] for t in types[:num_layers]]
+    else:
+        pick = [(i + 1) % pattern == 0 for i in range(num_layers)]
+    return [global_cfg if g else local_cfg for g in pick]
 
 
 def _first(config: dict, *keys):
@@ -52,15 +128,153 @@ def _number(value, what: str) -> float:
     return float(value)
 
 
-def parse_rotary(config: dict, d_head: int, pairing: str) -> RotaryLayout:
+def _positive(params: dict, key: str, what: str, default=None) -> float:
+    value = params.get(key, default)
+    if value is None:
+        raise ValueError(f"{what} needs {key} in rope_parameters")
+    value = _number(value, f"rope_parameters {key}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"rope_parameters {key} must be a finite positive number, got {value!r}")
+    return value
+
+
+def rope_settings(config: dict, aliases: dict[str, str] | None = None) -> tuple[str, dict]:
+    """``(rope_type, params)``: the rope scaling's type (one of :data:`ROPE_TYPES`) and its parameters,
+    from ``rope_parameters`` (transformers 5) or ``rope_scaling`` (older configs), the former first.
+
+    ``aliases`` map a family's own names to the types (Phi-3's ``"su"``).  Any other type raises.
+    """
+    params = config.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"rope_parameters must be a dict, got {params!r}")
+    if _nested(params):
+        raise ValueError("rope_parameters is given per layer type "
+                         f"({sorted(params)}): pass the sub-dict of the layer's type merged into the config")
+    scaling = config.get("rope_scaling")
+    if scaling is not None and not isinstance(scaling, dict):
+        raise ValueError(f"rope_scaling must be a dict (with rope_type / type), got {scaling!r}")
+    merged = {**(scaling or {}), **(params or {})}
+    kind = merged.get("rope_type") or merged.get("type") or "default"
+    if isinstance(params, dict) and params.get("rope_type") in (None, "default") and scaling:
+        kind = scaling.get("rope_type") or scaling.get("type") or kind  # rope_scaling names the scaling
+    kind = (aliases or {}).get(kind, kind)
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope type {kind!r} is not one specbound models ({', '.join(ROPE_TYPES)}): its angles "
+                         f"would be analysed as another type's")
+    return str(kind), merged
+
+
+def _original_context(config: dict, params: dict, kind: str) -> int:
+    """``original_max_position_embeddings`` as transformers' ``standardize_rope_params`` takes it: a
+    top-level key wins (Phi-3), then the rope parameters', then ``max_position_embeddings``."""
+    value = config.get("original_max_position_embeddings") or params.get("original_max_position_embeddings") \
+        or config.get("max_position_embeddings")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"rope type {kind!r} needs a positive integer original_max_position_embeddings "
+                         f"(or max_position_embeddings), got {value!r}")
+    return int(value)
+
+
+def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: int
+                     ) -> tuple[np.ndarray | None, float, np.ndarray | None]:
+    """``(inv_freq, attention_factor, short_inv_freq)`` of one rope type, in float64, by the formulas
+    of transformers' ``modeling_rope_utils`` (which evaluates them in float32).
+
+    ``inv_freq`` is None for the default frequencies ``base^(-2i/rot)``; ``short_inv_freq`` is
+    LongRoPE's set for sequences up to ``original_max_position_embeddings`` (``inv_freq`` is then
+    the long set), else None.
+
+    ``dynamic`` (NTK): transformers recomputes the base for a sequence of length
+    ``seq_len > max_position_embeddings`` only (``base (factor seq_len / P - (factor - 1))^(rot /
+    (rot - 2))``, which is ``base`` at ``seq_len = P``), so within the context every sequence uses
+    the default frequencies.
+    """
+    exponents = np.arange(0, rot, 2, dtype=np.float64) / rot
+    default = base ** -exponents
+    if kind in ("default", "dynamic"):
+        return None, 1.0, None
+    if kind == "linear":
+        return default / _positive(params, "factor", "linear rope scaling"), 1.0, None
+    mpe = config.get("max_position_embeddings")
+    original = _original_context(config, params, kind)
+    if kind == "llama3":
+        factor = _positive(params, "factor", "llama3 rope scaling")
+        low = _positive(params, "low_freq_factor", "llama3 rope scaling")
+        high = _positive(params, "high_freq_factor", "llama3 rope scaling")
+        if high == low:
+            raise ValueError("llama3 rope scaling needs high_freq_factor != low_freq_factor")
+        wavelen = 2 * math.pi / default
+        scaled = np.where(wavelen > original / low, default / factor, default)
+        smooth = (original / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < original / high) & ~(wavelen > original / low)
+        return np.where(medium, smoothed, scaled), 1.0, None
+    factor = params.get("factor")
+    if factor is None:  # DeepSeek-V3, Phi-3: the ratio of the context lengths
+        if not isinstance(mpe, (int, np.integer)) or isinstance(mpe, bool):
+            raise ValueError(f"rope type {kind!r} without a factor needs max_position_embeddings")
+        factor = mpe / original
+    factor = _number(factor, "rope_parameters factor")
+    if not math.isfinite(factor) or factor <= 0:
+        raise ValueError(f"rope_parameters factor must be a finite positive number, got {factor!r}")
+    given = params.get("attention_factor")
+    if given is not None:
+        given = _positive(params, "attention_factor", f"{kind} rope scaling")
+    if kind == "yarn":
+        def mscale(scale, m=1.0):
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        m, m_all = params.get("mscale"), params.get("mscale_all_dim")
+        if given is not None:
+            attention = given
+        elif m and m_all:
+            attention = float(mscale(factor, _number(m, "mscale")) / mscale(factor, _number(m_all, "mscale_all_dim")))
+        else:
+            attention = mscale(factor)
+        beta_fast = _number(params.get("beta_fast") or 32, "beta_fast")
+        beta_slow = _number(params.get("beta_slow") or 1, "beta_slow")
+
+        def correction_dim(rotations):
+            return rot * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+        lo, hi = correction_dim(beta_fast), correction_dim(beta_slow)
+        if params.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, rot - 1)
+        if lo == hi:
+            hi += 0.001  # transformers' guard against a zero-width ramp
+        ramp = np.clip((np.arange(rot // 2, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+        extrapolation = 1 - ramp
+        return (default / factor) * (1 - extrapolation) + default * extrapolation, attention, None
+    # longrope
+    if given is not None:
+        attention = given
+    else:
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    sets = []
+    for key in ("long_factor", "short_factor"):
+        ext = params.get(key)
+        if not isinstance(ext, (list, tuple)) or len(ext) != rot // 2:
+            raise ValueError(f"longrope needs rope_parameters {key} with {rot // 2} numbers (one per rotary pair), "
+                             f"got {ext!r}")
+        ext = np.array([_number(e, key) for e in ext])
+        if not np.all(np.isfinite(ext)) or np.any(ext <= 0):
+            raise ValueError(f"rope_parameters {key} must hold finite positive numbers")
+        sets.append(default / ext)
+    return sets[0], attention, sets[1]
+
+
+def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None) -> RotaryLayout:
     """The rotary layout of a HF-style ``config.json`` dict of a rotary family.
 
     Keys read: ``rope_theta`` / ``rotary_emb_base`` / ``rope_parameters["rope_theta"]`` (default
     10000); ``partial_rotary_factor`` / ``rotary_pct`` (fraction of ``d_head``, ``rot =
     int(d_head * f)`` as HF computes it) or ``rotary_dim`` (GPT-J, an absolute count);
     ``max_position_embeddings`` / ``n_positions`` (neither key: ``UNBOUNDED_POSITIONS``);
-    ``head_dim`` (must equal ``d_head``); ``rope_scaling`` / ``rope_parameters["rope_type"]``
-    (recorded only).
+    ``head_dim`` (must equal ``d_head``); the rope type and its parameters from
+    ``rope_parameters`` / ``rope_scaling`` (:func:`rope_settings`, :func:`rope_frequencies`);
+    ``rope_freq_factors`` (llama.cpp's ``rope_freqs`` tensor, put there by the GGUF reader: each
+    frequency divided by its factor).
 
     Parameters
     ----------
@@ -70,14 +284,16 @@ def parse_rotary(config: dict, d_head: int, pairing: str) -> RotaryLayout:
         The head dimension ``d_h``.
     pairing : {"half", "interleaved"}
         The family spec's pair layout (``"half"`` is HF's ``rotate_half``).
+    aliases : dict, optional
+        A family's own names for rope types (the spec's ``rope_type_aliases``).
 
     Raises
     ------
     ValueError
         One line naming the offending key for values that make no sense (non-positive base or
         positions, a fraction outside ``(0, 1]``, an odd or oversized rotary dimension, a
-        ``head_dim`` that contradicts ``d_head``, an unknown pairing, positions stated as ALiBi or
-        absolute).
+        ``head_dim`` that contradicts ``d_head``, an unknown pairing or rope type, a rope type's
+        missing parameter, positions stated as ALiBi or absolute).
     """
     if not isinstance(config, dict):
         raise ValueError(f"config must be a dict, got {type(config).__name__}")
@@ -89,15 +305,7 @@ def parse_rotary(config: dict, d_head: int, pairing: str) -> RotaryLayout:
         stated = "alibi: true" if config.get("alibi") else f"position_embedding_type={config['position_embedding_type']!r}"
         raise ValueError(f"{stated} says the positions are not rotary, but the family spec declares rotary "
                          f"position embeddings; pass a spec without \"rotary\" (--arch-spec FILE)")
-    params = config.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ValueError(f"rope_parameters must be a dict, got {params!r}")
-    if params and "rope_theta" not in params and "rope_type" not in params \
-            and all(isinstance(v, dict) for v in params.values()):
-        raise ValueError("rope_parameters is given per layer type "
-                         f"({sorted(params)}): pass the sub-dict of the layer's type merged into the config")
-    params = params or {}
-    scaling_cfg = config.get("rope_scaling")
+    kind, params = rope_settings(config, aliases)
 
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim != d_head:
@@ -139,10 +347,16 @@ def parse_rotary(config: dict, d_head: int, pairing: str) -> RotaryLayout:
     else:
         p = UNBOUNDED_POSITIONS
 
-    scaling = params.get("rope_type") or params.get("type")
-    if scaling in (None, "default") and isinstance(scaling_cfg, dict):
-        scaling = scaling_cfg.get("rope_type") or scaling_cfg.get("type")
-    elif scaling in (None, "default") and scaling_cfg is not None:
-        scaling = str(scaling_cfg)
-    scaling = None if scaling in (None, "default") else str(scaling)
-    return RotaryLayout(rot, pairing, base, int(p), scaling)
+    inv_freq, attention, short = rope_frequencies(kind, params, config, base, rot)
+    factors = config.get("rope_freq_factors")
+    if factors is not None:
+        if kind != "default":
+            raise ValueError(f"rope_freq_factors and rope type {kind!r} both rescale the frequencies")
+        factors = np.asarray(factors, dtype=np.float64)
+        if factors.shape != (rot // 2,) or not np.all(np.isfinite(factors)) or np.any(factors <= 0):
+            raise ValueError(f"rope_freq_factors must hold {rot // 2} finite positive numbers")
+        inv_freq = (base ** -(np.arange(0, rot, 2, dtype=np.float64) / rot)) / factors
+        kind = "rope_freqs"
+    return RotaryLayout(rot, pairing, base, int(p), None if kind == "default" else kind,
+                        inv_freq=None if inv_freq is None else tuple(float(x) for x in inv_freq),
+                        attention_factor=float(attention), offset_invariant=short is None)

@@ -26,7 +26,7 @@ model, each with the one-line reason it is refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import regex
 
 from ..errors import SpecboundError
 from .model import PAIRINGS
+from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
@@ -104,6 +105,30 @@ class Refusal:
     allowed: tuple = ()
 
 
+QK_NORM_GAINS = ("weight", "one_plus_weight")  # RMSNorm's gain: w, or Gemma's 1 + w
+
+
+@dataclass(frozen=True)
+class QKNormRule:
+    """Where a family's query/key RMSNorm weights live and how they act (docs/theory.md 3d).
+
+    ``q``, ``k``: name templates with ``${layer}`` of the gains (``(d_h,)`` per head or ``(H d_h,)``
+    over the projection, as ``span`` says); ``gain``: ``weight`` (``g = w``) or ``one_plus_weight``
+    (Gemma: ``g = 1 + w``); ``eps``: the config.json keys of the norm's epsilon, first present wins;
+    ``eps_default``: used when none is present (the model class's default).
+    """
+
+    q: str
+    k: str
+    span: str
+    gain: str
+    eps: tuple[str, ...]
+    eps_default: float | None = None
+
+    def names_for(self, layer: int, prefix: str = "") -> tuple[str, str]:
+        return tuple(prefix + t.replace(LAYER_PLACEHOLDER, str(layer)) for t in (self.q, self.k))
+
+
 @dataclass(frozen=True)
 class ArchSpec:
     """One architecture family, loaded from a spec file and validated."""
@@ -127,6 +152,10 @@ class ArchSpec:
     activation: str | None = None  # the family's activation when config.json names none (BLOOM's GELU)
     experts: ExpertsSpec | None = None
     refuse: tuple[Refusal, ...] = ()
+    # the rotary object's other keys: rope_type_aliases, legacy_layer_types (docs/architectures.md)
+    rotary_options: dict[str, Any] = field(default_factory=dict)
+    qk_norm: QKNormRule | None = None  # RMSNorm on queries and keys before the rotation (docs/theory.md 3d)
+    structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -239,7 +268,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         raise _fail(origin, "the document must be a JSON object")
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "alibi", "activation", "experts", "refuse"}
+             "alibi", "activation", "experts", "refuse", "qk_norm", "structure"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -282,12 +311,20 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
                             "naming config.json keys")
     rotary = raw.get("rotary")
-    if rotary is not None and (not isinstance(rotary, dict) or not {"pairing"} <= set(rotary) <= {"pairing", "off_when"}
+    if rotary is not None and (not isinstance(rotary, dict) or "pairing" not in rotary
+                               or not set(rotary) <= {"pairing", *_ROTARY_OPTIONS}
                                or rotary["pairing"] not in PAIRINGS
                                or not isinstance(rotary.get("off_when", ""), str)):
         raise _fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
-                            f"dimensions pair up under rotary position embeddings), optionally with \"off_when\": a "
-                            f"boolean config.json key that switches rotary off (ALiBi instead), found {rotary!r}")
+                            f"dimensions pair up under rotary position embeddings; optional keys "
+                            f"{sorted(_ROTARY_OPTIONS)}, off_when naming a boolean config.json key that switches "
+                            f"rotary off, ALiBi instead), found {rotary!r}")
+    rotary_options = {} if rotary is None else _rotary_options(rotary, origin)
+    qk_norm = _qk_norm_rule(raw.get("qk_norm"), origin)
+    try:
+        structure = validate_structure(raw.get("structure"))
+    except ValueError as exc:
+        raise _fail(origin, str(exc)) from None
     alibi = raw.get("alibi", False)
     if not isinstance(alibi, (bool, str)):
         raise _fail(origin, f"'alibi' must be true, false or a boolean config.json key, found {alibi!r}")
@@ -337,6 +374,9 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         activation=activation,
         experts=experts,
         refuse=_refusals(raw.get("refuse", []), origin),
+        rotary_options=rotary_options,
+        qk_norm=qk_norm,
+        structure=structure,
     )
 
 
@@ -431,6 +471,53 @@ def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:
         else:
             out.append(Refusal(item["reason"], config=item["config"], allowed=tuple(item["allowed"])))
     return tuple(out)
+
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when")
+_LEGACY_LAYER_TYPES = {"pattern_key": str, "pattern_default": int, "local_theta_key": str,
+                       "local_theta_default": (int, float), "global_theta_default": (int, float), "global_type": str}
+
+
+def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
+    """``rope_type_aliases`` (a family's own names for rope types, e.g. Phi-3's ``{"su": "longrope"}``)
+    and ``legacy_layer_types`` (how an older flat config gives local and global layers their bases:
+    Gemma 3's ``rope_local_base_freq`` and ``sliding_window_pattern``)."""
+    out: dict[str, Any] = {}
+    aliases = rotary.get("rope_type_aliases")
+    if aliases is not None:
+        if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
+            raise _fail(origin, f"'rotary' rope_type_aliases must map names to rope types, found {aliases!r}")
+        out["rope_type_aliases"] = dict(aliases)
+    legacy = rotary.get("legacy_layer_types")
+    if legacy is not None:
+        if not isinstance(legacy, dict) or set(legacy) != set(_LEGACY_LAYER_TYPES) or not all(
+                isinstance(legacy[k], t) and not isinstance(legacy[k], bool) for k, t in _LEGACY_LAYER_TYPES.items()):
+            raise _fail(origin, f"'rotary' legacy_layer_types must be an object with the keys "
+                                f"{sorted(_LEGACY_LAYER_TYPES)}, found {legacy!r}")
+        out["legacy_layer_types"] = dict(legacy)
+    return out
+
+
+def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
+    """The spec's ``qk_norm`` object: ``{"q": NAME, "k": NAME, "span": "head" | "all_heads", "gain":
+    "weight" | "one_plus_weight", "eps": [config keys], "eps_default": number (optional)}``."""
+    if raw is None:
+        return None
+    from .model import QK_NORM_SPANS
+
+    keys = {"q", "k", "span", "gain", "eps"}
+    if not isinstance(raw, dict) or not keys <= set(raw) <= keys | {"eps_default"}:
+        raise _fail(origin, f"'qk_norm' must be an object with the keys {sorted(keys)} (and optionally "
+                            f"'eps_default'), found {raw!r}")
+    for role in ("q", "k"):
+        if not isinstance(raw[role], str) or LAYER_PLACEHOLDER not in raw[role]:
+            raise _fail(origin, f"qk_norm tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+    span = _choice(raw, "span", QK_NORM_SPANS, "", origin)
+    gain = _choice(raw, "gain", QK_NORM_GAINS, "", origin)
+    eps = _str_list(raw, "eps", origin)
+    default = raw.get("eps_default")
+    if default is not None and (isinstance(default, bool) or not isinstance(default, (int, float)) or default <= 0):
+        raise _fail(origin, f"qk_norm eps_default must be a positive number, found {default!r}")
+    return QKNormRule(raw["q"], raw["k"], span, gain, eps, None if default is None else float(default))
 
 
 def load_spec_file(path: str | Path) -> ArchSpec:

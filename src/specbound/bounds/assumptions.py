@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..archs.model import ModelDims
+from ..archs.model import ModelDims, RotaryLayout
+from ..archs.structure import Structure
 
 
 def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
@@ -20,12 +21,16 @@ def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
 
 
 def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: bool,
-                weights_note: str | None = None) -> list[dict[str, Any]]:
+                weights_note: str | None = None, rope: list[RotaryLayout] | None = None,
+                qk_norm: dict[str, Any] | None = None, structure: Structure | None = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
     numbers are then proxies), ``"extension"`` for a derivation of ours beyond the paper, and
-    ``"convention"`` for a choice the sources leave open.
+    ``"convention"`` for a choice the sources leave open.  ``rope``: the model's distinct rotary
+    layouts; ``qk_norm``: its query/key normalisation (``span``, ``eps``, ``gain`` and the largest
+    Lipschitz factor ``max_factor`` with its ``layer`` and ``head``); ``structure``: what the family
+    does beyond its matrices (:mod:`.archs.structure`).
     """
     out = [
         _entry("no_residual_connections", True,
@@ -74,6 +79,9 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
                "input (docs/theory.md 3e)", "extension"),
     ]
+    out += _rope_entries(rope or [])
+    out += _qk_norm_entries(qk_norm)
+    out += _structure_entries(structure)
     if dims.moe is not None:
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
@@ -93,6 +101,83 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
         ]
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
+    return out
+
+
+def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
+    """``rope_scaling``: which scaling, and the attention factor folded into every QK quantity."""
+    scaled = [r for r in layouts if r.scaling is not None]
+    if not scaled:
+        return []
+    parts = []
+    for r in scaled:
+        text = f"{r.scaling}"
+        if r.attention_factor != 1.0:
+            text += (f" with attention factor a = {r.attention_factor:.6g} (cos and sin are multiplied by a, so "
+                     f"every QK quantity is that of a^2 W_Q^T M W_K, a^2 = {r.attention_factor ** 2:.6g})")
+        if r.scaling == "longrope":
+            text += ("; its short and long factor sets (and a cache that mixes them) are covered by the bounds "
+                     "valid for every rotation")
+        if r.scaling == "dynamic":
+            text += "; within max_position_embeddings the NTK frequencies are the default ones"
+        parts.append(text)
+    return [_entry("rope_scaling", True,
+                   "rope scaling " + "; ".join(parts) + ": frequencies and attention factor as transformers' "
+                   "modeling_rope_utils computes them (docs/rotary.md section 5)", "convention")]
+
+
+def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not qk_norm:
+        return []
+    where = "each head's" if qk_norm["span"] == "head" else "the whole projection's"
+    gain = "1 + w" if qk_norm["gain"] == "one_plus_weight" else "w"
+    return [_entry("qk_norm", True,
+                   f"RMSNorm over {where} queries and keys (gain {gain}, eps = {qk_norm['eps']:g}) before the "
+                   f"rotation: the logit's Lipschitz constant, finite because eps > 0, is "
+                   f"kappa = a^2 max(L_q R_k, R_q L_k) with L = ||g||_inf ||W||_2 / sqrt(eps) (docs/theory.md 3d); "
+                   f"it is the QK spectral_norm used in Lambda and every baseline (largest {qk_norm['max_factor']:.6g}, "
+                   f"layer {qk_norm['layer']} head {qk_norm['head']}); S_p, rank and the other norms are those of the "
+                   f"gain-folded (G_q W_Q)^T M (G_k W_K), the logit at unit-RMS queries and keys (our proxy)",
+                   "extension")]
+
+
+def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
+    if st is None:
+        return []
+    out = []
+    if st.attention_softcap is not None:
+        out.append(_entry("logit_soft_capping", True,
+                          f"attention logits are capped, cap tanh(l / cap) with cap = {st.attention_softcap:g}: "
+                          f"t -> cap tanh(t / cap) is 1-Lipschitz, so every Lipschitz factor of l holds for the "
+                          f"capped logit; the bounds are not tightened by the cap", "extension"))
+    if st.final_softcap is not None:
+        out.append(_entry("final_logit_soft_capping", True,
+                          f"the head's output logits are capped (cap = {st.final_softcap:g}), a 1-Lipschitz map after "
+                          f"the fixed head: outside the analysed matrices, no factor changes", "convention"))
+    if st.sliding_window is not None:
+        out.append(_entry("sliding_window_attention", True,
+                          f"some layers attend to the last {st.sliding_window} tokens only: their offsets are a subset "
+                          f"of all offsets, so the QK quantities (over every offset up to the context) are upper "
+                          f"bounds for them; no weight matrix changes", "convention"))
+    if st.attention_scalar is not None:
+        out.append(_entry("attention_temperature", True,
+                          f"logits are scaled by query_pre_attn_scalar^(-1/2) = {st.attention_scalar:g}^(-1/2); like "
+                          f"1/sqrt(d_head) in every family, the temperature is left out of the QK matrices", "convention"))
+    if st.embedding_scale is not None:
+        out.append(_entry("embedding_scaling", True,
+                          "the embeddings are multiplied by sqrt(hidden_size): outside the complexity "
+                          "(fixed_embeddings_and_head) and without effect on any factor under "
+                          "normalisation_as_projection (every block normalises its input)", "convention"))
+    if st.norm_gain == "one_plus_weight":
+        out.append(_entry("one_plus_weight_norms", True,
+                          "RMSNorm multiplies by (1 + w): those gains are ignored like every normalisation gain "
+                          "(normalisation_as_projection), except the query/key norms', which are folded into QK",
+                          "convention"))
+    if st.sublayer_norms != "before":
+        out.append(_entry("norm_after_sublayer", True,
+                          "each sublayer's output is normalised before the residual sum: under "
+                          "normalisation_as_projection that norm is 1-Lipschitz and its gain ignored, so Lambda is "
+                          "the one of the un-normalised sublayers (an upper bound)", "convention"))
     return out
 
 

@@ -8,7 +8,7 @@ benchmark's baseline).  Feed-forward spectra come from the proven Gram path or L
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from ..archs.model import LayerWeights, RotaryLayout
 from ..errors import SpecboundError
 from ..options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, METHODS
 from .propagation import LayerSpectralNorms
+from .qk_logit import logit_factors, qk_norm_lipschitz
 from .rotary import rotary_qk_envelope
 from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
 
@@ -123,14 +124,23 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     (:mod:`.spectra`).  ``prefetch``: read each feed-forward matrix while the previous one's
     spectrum is computed (see :func:`feed_forward_spectra`).
     """
+    raw = weights
+    kv = np.arange(weights.q.shape[0]) // group
+    # the logit's own factors: norm gains and the rope attention factor folded in (qk_logit.py)
+    weights = logit_factors(raw, 1.0 if rotary is None else rotary.attention_factor)
     qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1, device=device)
     blind = None
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
-        qk = rotary_qk_spectra(weights, np.arange(weights.q.shape[0]) // group, rotary, rank_tol=rank_tol)
+        qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=rank_tol)
+    if raw.qk_norm is not None:  # the normalised logit's Lipschitz constant is c(QK) (docs/theory.md 3d)
+        kappa = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, 1.0 if rotary is None else rotary.attention_factor)
+        qk = [replace(s, spectral_sup=float(c)) for s, c in zip(qk, kappa)]
+        blind = None if blind is None else [replace(s, spectral_sup=float(c)) for s, c in zip(blind, kappa)]
     ff_matrices = weights.ff
     if release:
-        weights.q = weights.k = weights.v = weights.o = None
+        for w in {id(raw): raw, id(weights): weights}.values():
+            w.q = w.k = w.v = w.o = None
     ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol,
                               device=device if method == "factored" else "numpy", prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)

@@ -26,7 +26,6 @@ Everything is float64.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,8 +46,6 @@ from ..archs.model import RotaryLayout
 DEFAULT_MAX_CORE_SVDS = 4096
 # Entries of the per-chunk stacks (rotated R factors, cores): 2^21 float64 = 16 MB each.
 _CHUNK_ENTRIES = 1 << 21
-# rope types that only change the set of angles (the "for every orthogonal R" bounds stay valid).
-_ANGLE_ONLY_SCALINGS = ("linear", "dynamic", "llama3")
 
 
 def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
@@ -255,7 +252,8 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     Parameters
     ----------
     q : ndarray, shape (H, d_h, N)
-        ``W_Q^h`` per query head, float64.
+        ``W_Q^h`` per query head, float64: the logit's factors (a rope scaling's attention factor
+        and any query/key norm gains already folded in by the caller, ``compute.qk_logit``).
     k : ndarray, shape (H_kv, d_h, N)
         ``W_K^g`` per key head.
     kv_index : array_like of int, shape (H,), or None
@@ -264,13 +262,14 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     rank_tol : float
         The project's rank tolerance: ``tau = rank_tol * N * max(s_1, 1)`` for an ``N x N`` matrix.
     max_core_svds : int
-        Budget of ``d_h x d_h`` core SVDs.  When ``H * (2P - 1)`` fits (and the layout has no rope
-        scaling), ``spectral_sup`` is the exact maximum over all offsets; otherwise it is the
+        Budget of ``d_h x d_h`` core SVDs.  When ``H * (2P - 1)`` fits (and the layout is
+        ``offset_invariant``: every rope type but LongRoPE), ``spectral_sup`` is the exact maximum
+        over all offsets at the layout's frequencies; otherwise it is the
         product bound.  The default (4096) keeps the exact path near 3.5 s at ``d_h = 128`` (one
         thread; see ``DEFAULT_MAX_CORE_SVDS``).
     exact_norm_2_1 : bool
         Also compute ``max_delta ||X(delta)||_{2,1}`` exactly (``O(H P N d_h^2)`` work, not gated
-        by the budget; ignored, i.e. the bound is reported, when the layout has a rope scaling).
+        by the budget; ignored, i.e. the bound is reported, when the layout is not offset-invariant).
 
     Returns
     -------
@@ -285,9 +284,6 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     kv_index = np.arange(heads) if kv_index is None else np.asarray(kv_index, dtype=int)
     if kv_index.shape != (heads,) or (heads and (kv_index.min() < 0 or kv_index.max() >= k.shape[0])):
         raise ValueError(f"kv_index must have shape ({heads},) with entries in [0, {k.shape[0]})")
-    if layout.scaling is not None and layout.scaling not in _ANGLE_ONLY_SCALINGS:
-        warnings.warn(f"rope type {layout.scaling!r} may scale cos/sin by an attention factor a; "
-                      "the logit matrix is then a^2 W_Q^T R W_K and these bounds omit a^2", stacklevel=2)
 
     r_q = [_r_factor(w) for w in q]
     used_kv = sorted(set(kv_index.tolist()))
@@ -298,7 +294,7 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     colsum_k = {g: float(np.sqrt(np.einsum("ij,ij->j", k[g], k[g])).sum()) for g in used_kv}
 
     # the offsets are allocated only when the exact path is affordable (P may be huge)
-    exact = layout.scaling is None and heads * (2 * layout.max_positions - 1) <= max_core_svds
+    exact = layout.offset_invariant and heads * (2 * layout.max_positions - 1) <= max_core_svds
     offsets = layout.offsets.astype(np.float64) if exact or exact_norm_2_1 else np.zeros(0)
     tau0 = rank_tol * max(n, 1)  # the tolerance's floor: max(s_1, 1) >= 1 at every offset
     out = []
@@ -318,7 +314,7 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
             spectral, method, argmax = product, "product_bound", None
         fro = float(np.sqrt(np.sum(env**2)))
         n21_bound = min(s1a * colsum_k[g], math.sqrt(n) * fro)
-        if exact_norm_2_1 and kk and layout.scaling is None:
+        if exact_norm_2_1 and kk and layout.offset_invariant:
             n21, n21_method = _sup_norm_2_1(r_q[h], k[g], layout, offsets), "exact_over_offsets"
         else:
             n21, n21_method = n21_bound, "bound"

@@ -199,7 +199,9 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
         lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
     if ours:
         lines.append("  our extensions used: " + ", ".join(ours))
-    lines += [f"  weights: {e['effect']}" for e in applying if e["name"] == "quantized_weights"]
+    # what changes the numbers themselves is said in full even without --verbose
+    shown = {"quantized_weights": "weights", "rope_scaling": "rotary", "qk_norm": "qk-norm"}
+    lines += [f"  {shown[e['name']]}: {e['effect']}" for e in applying if e["name"] in shown]
     if verbose:
         lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
     return lines

@@ -1,0 +1,91 @@
+"""What a family does beyond the matrices the bounds see, read from its spec's ``structure`` object
+and config.json, so that every analysis can name it (``assumptions``; docs/theory.md section 3e).
+
+None of these change a weight matrix: soft-capping, sliding windows, Gemma's attention temperature,
+embedding scaling, ``(1 + w)`` norm gains and norms after each sublayer.  Each is either harmless
+under the theorem's assumptions or covered by a bound that is not tightened by it; the entries say
+which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
+CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar")
+FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
+         "sublayer_norms": ("before", "after", "before_and_after")}
+
+
+@dataclass(frozen=True)
+class Structure:
+    """One model's departures from a plain pre-norm block (each None / default when absent).
+
+    Attributes
+    ----------
+    attention_softcap : float or None
+        Gemma 2: attention logits become ``cap tanh(l / cap)``.
+    final_softcap : float or None
+        Gemma 2/3: the head's logits are capped the same way.
+    sliding_window : int or None
+        Some layers attend to the last ``W`` tokens only.
+    attention_scalar : float or None
+        Gemma: logits are scaled by ``query_pre_attn_scalar^(-1/2)`` instead of ``d_h^(-1/2)``.
+    embedding_scale : str or None
+        ``"sqrt_hidden"``: the embeddings are multiplied by ``sqrt(N)`` (Gemma).
+    norm_gain : str
+        ``"one_plus_weight"``: RMSNorm multiplies by ``1 + w`` (Gemma), else ``"weight"``.
+    sublayer_norms : str
+        Where each block normalises: ``before`` each sublayer (LLaMA), ``after`` it, before the
+        residual sum (OLMo2), or both (Gemma 2/3).
+    """
+
+    attention_softcap: float | None = None
+    final_softcap: float | None = None
+    sliding_window: int | None = None
+    attention_scalar: float | None = None
+    embedding_scale: str | None = None
+    norm_gain: str = "weight"
+    sublayer_norms: str = "before"
+
+
+def validate_structure(raw: Any) -> dict[str, str] | None:
+    """The spec's ``structure`` object checked, or a message saying what is wrong (raised by the
+    caller with the spec's origin)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not set(raw) <= set(CONFIG_VALUED) | set(FIXED):
+        raise ValueError(f"'structure' must be an object with keys among {sorted(set(CONFIG_VALUED) | set(FIXED))}, "
+                         f"found {raw!r}")
+    for key, value in raw.items():
+        if key in FIXED and value not in FIXED[key]:
+            raise ValueError(f"'structure' {key} must be one of {list(FIXED[key])}, found {value!r}")
+        if key in CONFIG_VALUED and not isinstance(value, str):
+            raise ValueError(f"'structure' {key} must name a config.json key, found {value!r}")
+    return dict(raw)
+
+
+def _positive(config: dict, key: str | None) -> float | None:
+    value = config.get(key) if key else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return None
+    return value
+
+
+def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> Structure:
+    """The :class:`Structure` of one checkpoint: the spec's declared facts, and the config values its
+    declared keys hold (a null or absent value: not used by this model)."""
+    declared = declared or {}
+    window = _positive(config, declared.get("sliding_window"))
+    if window is not None and config.get("use_sliding_window") is False:
+        window = None  # Qwen-style configs state a window they do not use
+    return Structure(
+        attention_softcap=_positive(config, declared.get("attention_softcap")),
+        final_softcap=_positive(config, declared.get("final_softcap")),
+        sliding_window=None if window is None else int(window),
+        attention_scalar=_positive(config, declared.get("attention_scalar")),
+        embedding_scale=declared.get("embedding_scale"),
+        norm_gain=declared.get("norm_gain", "weight"),
+        sublayer_norms=declared.get("sublayer_norms", "before"),
+    )

@@ -1,0 +1,86 @@
+"""The factors of a head's attention logit when the model scales or normalises its queries and keys
+(docs/theory.md section 3d, docs/rotary.md section 5).
+
+Two things sit between ``x W_Q^T`` and the dot product in today's decoders:
+
+* a rope scaling's **attention factor** ``a`` (YaRN, LongRoPE): transformers multiplies ``cos`` and
+  ``sin`` by ``a``, so the logit is ``a^2 x W_Q^T M(delta) W_K y^T``.  Folding ``a`` into both factors
+  (``a W_Q``, ``a W_K``) makes every QK quantity that of the matrix the logit uses;
+* **QK-norm** (Qwen3, Gemma 3, OLMo2): ``q = nu_q(x W_Q^T)``, ``k = nu_k(y W_K^T)`` with RMSNorm
+  ``nu(u) = g * u / sqrt(mean(u^2) + eps)``.  Writing ``nu(u) = s(u) g * u`` with the scalar
+  ``s(u) = 1 / sqrt(mean(u^2) + eps)``, the logit is ``s s' x (G_q W_Q)^T M(delta) (G_k W_K) y^T``:
+  the bilinear form of the gain-folded factors (:func:`logit_factors`), scaled per token pair.  Its
+  Lipschitz constant in the two tokens is not that form's spectral norm: :func:`qk_norm_lipschitz`.
+
+Shapes as everywhere: ``q`` ``(H, d_h, N)``, ``k`` ``(H_kv, d_h, N)``, float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from ..archs.model import LayerWeights, QKNorm
+
+
+def logit_factors(weights: LayerWeights, attention_factor: float = 1.0) -> LayerWeights:
+    """``weights`` with ``q``, ``k`` replaced by the logit's factors: each head's rows scaled by its
+    norm gain (``G W``) and both by the attention factor ``a``.  The same object when neither applies
+    (no copy on the plain path)."""
+    norm = weights.qk_norm
+    if norm is None and attention_factor == 1.0:
+        return weights
+    q, k = weights.q, weights.k
+    if norm is not None:
+        q = q * norm.q_gain[:, :, None]
+        k = k * norm.k_gain[:, :, None]
+    if attention_factor != 1.0:
+        q = q * attention_factor
+        k = k * attention_factor
+    return replace(weights, q=q, k=k)
+
+
+def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per head ``(L, R)``: ``L`` bounds the Lipschitz constant of ``x -> nu(x W^T)_h`` and ``R`` its
+    norm over the unit ball ``||x|| <= 1`` (docs/theory.md 3d).
+
+    With ``n`` the normalised width (``d_h`` per head, ``H d_h`` over the projection) and
+    ``nu(u) = sqrt(n) G u / sqrt(||u||^2 + n eps)``, the Jacobian is
+    ``sqrt(n) G (I - u u^T / (||u||^2 + n eps)) / sqrt(||u||^2 + n eps)``, of norm at most
+    ``||g||_inf / sqrt(eps)`` (at ``u = 0``), so ``L = ||g_h||_inf ||W_group||_2 / sqrt(eps)`` with
+    ``W_group`` the normalised projection (the head's ``W^h``, or all heads' stacked).  Head ``h``'s
+    block has norm ``sqrt(n) ||g_h * u_h|| / sqrt(||u||^2 + n eps) <= sqrt(n) ||g_h||_inf r / sqrt(r^2 +
+    n eps)`` with ``r = ||u_h|| <= ||W^h||_2``, increasing in ``r``.
+    """
+    heads, d, _ = w.shape
+    s1 = np.linalg.norm(w, ord=2, axis=(1, 2))  # ||W^h||_2 per head
+    g_inf = np.max(np.abs(gain), axis=1)
+    if span == "head":
+        n, group = d, s1
+    else:  # ||[W^1; ...; W^H]||_2 <= sqrt(sum ||W^h||^2) (and <= ||W||_F): no SVD of the whole projection
+        n = heads * d
+        group = np.full(heads, min(math.sqrt(float(np.sum(s1**2))), float(np.linalg.norm(w))))
+    lipschitz = g_inf * group / math.sqrt(eps)
+    reach = g_inf * math.sqrt(n) * s1 / np.sqrt(s1**2 + n * eps)
+    return lipschitz, reach
+
+
+def qk_norm_lipschitz(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: QKNorm,
+                      attention_factor: float = 1.0) -> np.ndarray:
+    """Per query head ``kappa_h``, shape ``(H,)``: for unit-norm tokens ``x, x', y, y'`` and every
+    orthogonal ``M`` (any offset, any rope scaling's angles), the normalised logit
+    ``l(x, y) = a^2 nu_q(x W_Q^T)_h M nu_k(y W_K^T)_g^T`` satisfies
+
+        ``|l(x, y) - l(x', y')| <= kappa_h (||x - x'|| + ||y - y'||)``,
+        ``kappa_h = a^2 max(L_q R_k, R_q L_k)``
+
+    (``L``, ``R`` of :func:`_normed_reach`; split ``q M k^T - q' M k'^T = (q - q') M k^T + q' M (k -
+    k')^T``).  ``q``, ``k`` are the raw projections (gains not folded); ``kv_index`` ``(H,)`` the key
+    head of each query head.  Finite because ``eps > 0``.
+    """
+    lq, rq = _normed_reach(q, norm.q_gain, norm.eps, norm.span)
+    lk, rk = _normed_reach(k, norm.k_gain, norm.eps, norm.span)
+    kv = np.asarray(kv_index, dtype=int)
+    return attention_factor**2 * np.maximum(lq * rk[kv], rq * lk[kv])
