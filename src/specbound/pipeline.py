@@ -420,7 +420,7 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
 def _structure_extra(model: OpenModel) -> dict[str, Any]:
     """The records' model entries for structure only some families have: ``alibi`` (ALiBi position
     biases) and ``experts`` (a mixture of experts: counts, widths, and the router and shared-expert gate
-    tensors of layer 0, read and shape-checked but not analysed as matrices: docs/theory.md 3d)."""
+    tensors of layer 0, read and shape-checked but not analysed as matrices: docs/theory.md 3f)."""
     dims, spec = model.dims, model.spec
     extra: dict[str, Any] = {"alibi": True} if dims.alibi else {}
     if dims.moe is not None:

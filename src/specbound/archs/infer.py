@@ -256,7 +256,7 @@ def _experts_section(moe: MoEParts, tensors: dict, stack: LayerStack, stack_rel:
     draft.note("router", section["router"]["name"],
                f"stored {router_shape}: one row per expert; read and shape-checked, not analysed as a matrix")
     draft.note("routing", "gates >= 0 summing to at most 1 (softmax over the router's top-k)",
-               "how the router weighs the chosen experts is code, not weights; the bounds (docs/theory.md 3d) need "
+               "how the router weighs the chosen experts is code, not weights; the bounds (docs/theory.md 3f) need "
                "non-negative gates summing to at most 1 (Mixtral, Qwen-MoE) and a shared expert's gate at most 1 "
                "(a sigmoid); a router that scales its gates (a routed scaling factor) is outside them", verify=True)
     keys["num_experts"] = _config_key(config, "num_experts", moe.experts.count, draft,

@@ -21,7 +21,7 @@ UNBOUNDED_POSITIONS = 1 << 62
 class MixtureOfExperts:
     """A sparse feed-forward block: ``experts`` routed experts of width ``d_ff`` each (the model's
     ``d_ff``), ``top_k`` of them chosen per token by a router, and optionally one always-on shared
-    expert of width ``shared_d_ff`` (with a sigmoid gate when ``shared_gate``); docs/theory.md 3d."""
+    expert of width ``shared_d_ff`` (with a sigmoid gate when ``shared_gate``); docs/theory.md 3f."""
 
     experts: int
     top_k: int

@@ -17,7 +17,7 @@ GPT-NeoX, BLOOM) or ``per_group`` (per key/value head ``g``: its query heads, th
 value, ``[g0: q.. k v | g1: q.. k v | ...]``, Falcon; ``per_head`` when ``H_kv = H``, ``concat`` when
 ``H_kv = 1``).  A fused ``ff_gate_up`` (Phi-3) is ``[gate | up]`` along its output axis.
 
-A mixture of experts (``experts``, docs/theory.md 3d) names its router, its routed experts' feed-forward
+A mixture of experts (``experts``, docs/theory.md 3f) names its router, its routed experts' feed-forward
 tensors (templates with ``${expert}`` as well as ``${layer}``) and optionally a shared expert with its
 sigmoid gate; the router and the gate are read and shape-checked, never analysed as matrices of the
 chain.  ``refuse`` lists tensors and config values that change the function in a way specbound does not
@@ -73,7 +73,7 @@ class TensorRule:
 
 @dataclass(frozen=True)
 class ExpertsSpec:
-    """A mixture-of-experts feed-forward block (docs/theory.md 3d).
+    """A mixture-of-experts feed-forward block (docs/theory.md 3f).
 
     Attributes
     ----------

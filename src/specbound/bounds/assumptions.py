@@ -77,7 +77,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
         _entry("alibi_positions", dims.alibi,
                "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
                "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
-               "input (docs/theory.md 3e)", "extension"),
+               "input (docs/theory.md 3g)", "extension"),
     ]
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
@@ -92,7 +92,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                    f" every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
                    f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
                    f"expert's{shared}, since the top-k gates are non-negative and sum to at most 1 (our derivation, "
-                   f"docs/theory.md 3d)", "extension"),
+                   f"docs/theory.md 3f)", "extension"),
             _entry("moe_routing_fixed", True,
                    "the router's choice of experts and its gate values are held fixed: top-k routing is "
                    "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "

@@ -89,7 +89,7 @@ def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.
 
     A mixture of experts (roles ``FF_gate[e3]``, ...): the largest routed expert's constant plus the
     shared expert's, since the top-k gates are non-negative and sum to at most 1 and the shared
-    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3d)."""
+    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3f)."""
     if not any(role.endswith("]") for role in ff):  # a dense block (the LLaMA path: no grouping)
         return _branch_lipschitz(ff, l_phi, c_phi)
     branches = feed_forward_branches(ff)
