@@ -57,10 +57,13 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
         if wanted in spec.model_types:
             return spec, f"model_type {wanted!r} given"
     found = []
-    for spec in specs.values():
-        probes = [rule.name_for(0) for rule in spec.tensors.values()]
+    for index, spec in enumerate(specs.values()):
+        probes = _layer0_probes(spec)
         if all(any(n == p or n.endswith("." + p) for n in names) for p in probes):
-            found.append(spec)
+            found.append((-len(probes), bool(spec.structure), index, spec))
+    # the most specific match first (experts, query/key norms), then a family without structure beyond
+    # its matrices (LLaMA before Gemma, whose tensors are named alike), then file order
+    found = [spec for *_, spec in sorted(found, key=lambda f: f[:3])]
     if not found:
         raise SpecboundError(
             f"no shipped family's layer-0 weight names are in the checkpoint (it has e.g. {sorted(names)[:4]}); "
@@ -69,6 +72,19 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
     spec = found[0]
     also = f" (also matches {', '.join(s.family for s in found[1:])}: the same tensor names)" if found[1:] else ""
     return spec, f"its layer-0 weights are named as in {spec.origin}{also}"
+
+
+def _layer0_probes(spec: ArchSpec) -> list[str]:
+    """The layer-0 tensor names a checkpoint of ``spec`` must hold: its role weights, its query/key
+    norms, and with experts the router, expert 0's weights and the shared expert's."""
+    probes = [rule.name_for(0) for rule in spec.tensors.values()]
+    if spec.qk_norm is not None:
+        probes += list(spec.qk_norm.names_for(0))
+    if spec.experts is not None:
+        e = spec.experts
+        probes += [e.router.name_for(0)] + [rule.name_for(0, expert=0) for rule in e.tensors.values()]
+        probes += [rule.name_for(0) for rule in (e.shared or {}).values()]
+    return probes
 
 
 def _heads_from_reshapes(module: str, hints, attention: int, kv: int) -> tuple[int, int | None, str] | None:

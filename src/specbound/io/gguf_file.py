@@ -5,13 +5,14 @@ What the file holds and how it is exposed:
 
 * **Config.** The metadata keys ``{arch}.block_count``, ``{arch}.embedding_length``,
   ``{arch}.attention.head_count``, ... are returned without the ``{arch}.`` prefix (``block_count``,
-  ``attention.head_count``, ``rope.freq_base``, ``context_length``), with the ``general.*`` keys and
-  ``model_type = "gguf-<arch>"`` (the family spec ``archs/data/llama_gguf.json`` reads them).  The
-  tokenizer's vocabulary and every other array longer than :data:`_MAX_LIST` are left out: they are
-  not the model's dimensions.  llama.cpp's graph for the supported architectures is a SiLU-gated
-  feed-forward whatever the metadata says (it stores no activation), so ``hidden_act = "silu"``;
-  the rotary settings are also given under the Hugging Face keys (``rope_theta``,
-  ``max_position_embeddings``, ``rotary_dim``, ``rope_scaling``) that the rotary analysis reads.
+  ``attention.head_count``, ``rope.freq_base``, ``context_length``, ``expert_count``), with the
+  ``general.*`` keys and ``model_type = "gguf-<arch>"`` (the family specs ``archs/data/*_gguf.json``
+  read them).  The tokenizer's vocabulary and every other array longer than :data:`_MAX_LIST` are left
+  out: they are not the model's dimensions.  llama.cpp stores no activation: ``hidden_act`` is what its
+  graph for the architecture computes (:data:`ARCHS`: SiLU-gated for llama, qwen2, phi3 and the MoE
+  architectures, the tanh GELU ``ggml_gelu`` for phi2, gptj, falcon and bloom); the rotary settings
+  are also given under the Hugging Face keys (``rope_theta``, ``max_position_embeddings``,
+  ``rotary_dim``, ``rope_scaling``) that the rotary analysis reads.
 * **Tensors.** Under their GGUF names (``blk.0.attn_q.weight``), stored ``(out, in)`` row-major as
   ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; ``gguf`` reverses them).
   F32 / F16 / BF16 / F64 are upcast exactly; a quantized tensor (Q8_0, Q4_K, ...) is dequantized by
@@ -21,7 +22,14 @@ What the file holds and how it is exposed:
   every head of ``q_proj`` and ``k_proj`` for llama.cpp's interleaved rotary layout: within each
   head, row ``2 i + j`` of the GGUF tensor is row ``j d_h/2 + i`` of the Hugging Face one.  For the
   ``llama`` architecture the rows are put back (:func:`unpermute_rows`), so every matrix equals the
-  Hugging Face checkpoint's (``qwen2`` is converted without the permutation).
+  Hugging Face checkpoint's (the other architectures are converted without the permutation).
+* **Expert banks.** llama.cpp stores the experts of a layer as one 3-D tensor per role
+  (``blk.N.ffn_gate_exps.weight``, shape ``(E, d_ff, N)`` as ``(out, in)`` per expert); the reader exposes
+  expert ``e`` as the 2-D tensor ``blk.N.ffn_gate_exps.weight[e]`` (a slice of the bank, read alone;
+  a quantized bank dequantizes only that expert's rows), so a family spec names experts as it does
+  for a Hugging Face checkpoint.
+* **Fused layouts** are as llama.cpp's converter writes them: Falcon's and BLOOM's ``attn_qkv`` are
+  rearranged to ``[q | k | v]``, Phi-3's ``ffn_up`` is its ``[gate | up]``.
 """
 
 from __future__ import annotations
@@ -37,9 +45,26 @@ from ..errors import SpecboundError
 from .base import Checkpoint, available_memory
 
 GGUF_MAGIC = b"GGUF"
-# GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does,
-# Qwen2Model does not).  Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
-SUPPORTED_ARCHS = {"llama": True, "qwen2": False}
+
+
+@dataclass(frozen=True)
+class GGUFArch:
+    """What llama.cpp does for one GGUF architecture that the metadata does not say: whether
+    convert_hf_to_gguf.py permuted the rows of Q and K (``LlamaModel.permute``), the activation its
+    graph computes, and whether its positions are rotary."""
+
+    permuted: bool = False
+    activation: str = "silu"
+    rotary: bool = True
+
+
+# Mistral, Mixtral and most Llama derivatives and fine-tunes are "llama".
+ARCHS = {"llama": GGUFArch(permuted=True), "qwen2": GGUFArch(), "qwen2moe": GGUFArch(), "phi3": GGUFArch(),
+         "phi2": GGUFArch(activation="gelu_pytorch_tanh"), "gptj": GGUFArch(activation="gelu_pytorch_tanh"),
+         "falcon": GGUFArch(activation="gelu_pytorch_tanh"),
+         "bloom": GGUFArch(activation="gelu_pytorch_tanh", rotary=False)}
+# 3-D expert banks, exposed one expert at a time: ``blk.N.ffn_gate_exps.weight[e]``
+_BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
 _EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
 _MAX_LIST = 64  # metadata arrays longer than this (vocabularies, merges) stay out of the config
 INSTALL_HINT = "pip install -e . (gguf is a base dependency of specbound; or pip install gguf)"
@@ -103,10 +128,16 @@ class GGUFCheckpoint(Checkpoint):
     _tensors: dict[str, Any] = field(repr=False)
     quantized: dict[str, str] = field(default_factory=dict)
     _files: dict[str, Path] = field(default_factory=dict, repr=False)  # tensor -> the part holding it
+    _experts: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)  # slice -> (bank, e)
 
     @property
     def names(self) -> list[str]:
-        return sorted(self._tensors)
+        banks = {bank for bank, _ in self._experts.values()}
+        return sorted([n for n in self._tensors if n not in banks] + list(self._experts))
+
+    def _tensor(self, name: str):
+        """The stored tensor holding ``name`` (an expert's slice: its bank)."""
+        return self._tensors[self._experts[name][0] if name in self._experts else name]
 
     @property
     def weights_note(self) -> str | None:  # type: ignore[override]
@@ -117,36 +148,43 @@ class GGUFCheckpoint(Checkpoint):
                 f"are the dequantized values llama.cpp computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in reversed(self._tensors[name].shape.tolist()))
+        dims = tuple(int(d) for d in reversed(self._tensor(name).shape.tolist()))
+        return dims[1:] if name in self._experts else dims
 
     def dtype(self, name: str) -> str:
         """``F32``/``F16``/``BF16``/``F64`` as stored, ``F32`` for a quantized tensor (read
         dequantized to float32); another type (an integer tensor) keeps its ggml name."""
-        kind = self._tensors[name].tensor_type.name
-        return _EXACT.get(kind) or ("F32" if name in self.quantized else kind)
+        kind = self._tensor(name).tensor_type.name
+        stored = self._experts[name][0] if name in self._experts else name
+        return _EXACT.get(kind) or ("F32" if stored in self.quantized else kind)
 
     def where(self, name: str) -> str:
-        kind = self._tensors[name].tensor_type.name
+        kind = self._tensor(name).tensor_type.name
+        if name in self._experts:
+            bank, e = self._experts[name]
+            return f"{self._files.get(bank, self.path)} (expert {e} of GGUF tensor {bank!r}, {kind})"
         return f"{self._files.get(name, self.path)} (GGUF tensor {name!r}, {kind})"
 
     def files(self) -> list[Path]:
         return sorted(set(self._files.values()) or {self.path})
 
     def _stored_in(self, name: str) -> Path | None:
-        return self._files.get(name, self.path)
+        return self._files.get(self._experts[name][0] if name in self._experts else name, self.path)
 
     def check_size(self, name: str) -> int:
         """A quantized tensor's stored bytes (``n_bytes``, not 4 bytes a value) must fit in its file;
-        the rest as for every format (:meth:`Checkpoint.check_size`)."""
-        if name not in self.quantized:
+        the rest as for every format (:meth:`Checkpoint.check_size`).  An expert's slice: its share
+        of its bank."""
+        stored = self._experts[name][0] if name in self._experts else name
+        if stored not in self.quantized:
             return super().check_size(name)
-        tensor = self._tensors[name]
+        tensor = self._tensors[stored]
         held = self._stored_in(name).stat().st_size
         if int(tensor.n_bytes) > held:
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} declares {int(tensor.n_bytes):,} bytes but "
+            raise SpecboundError(f"tensor {stored!r} in {self.where(name)} declares {int(tensor.n_bytes):,} bytes but "
                                  f"its file holds {held:,}: the GGUF file is truncated or corrupt; re-download it")
         free = available_memory()
-        count = int(tensor.n_elements)
+        count = int(tensor.n_elements) // (int(tensor.shape.tolist()[-1]) if name in self._experts else 1)
         if free is not None and 8 * count > free:
             raise SpecboundError(f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
                                  f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available; use "
@@ -155,13 +193,14 @@ class GGUFCheckpoint(Checkpoint):
 
     def _raw(self, name: str) -> np.ndarray:
         gguf = _import_gguf()
-        tensor = self._tensors[name]
+        tensor = self._tensor(name)
         kind = tensor.tensor_type.name
+        data = tensor.data if name not in self._experts else tensor.data[self._experts[name][1]]
         try:
             if kind in ("F32", "F16", "F64"):
-                array = np.array(tensor.data)  # a copy: the memory map stays read-only and small
+                array = np.array(data)  # a copy: the memory map stays read-only and small
             else:  # BF16 and the quantized types: bytes, decoded by gguf's own dequantize
-                array = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
+                array = gguf.quants.dequantize(np.asarray(data), tensor.tensor_type)
             array = array.reshape(self.shape(name))
         except NotImplementedError:
             raise SpecboundError(
@@ -171,7 +210,7 @@ class GGUFCheckpoint(Checkpoint):
         except (ValueError, OSError) as exc:
             raise SpecboundError(f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
                                  f"({exc}); re-download or re-convert it") from None
-        if self.arch in SUPPORTED_ARCHS and SUPPORTED_ARCHS[self.arch]:
+        if self.arch in ARCHS and ARCHS[self.arch].permuted:
             heads = _permuted_heads(name, self.config)
             if heads:
                 array = unpermute_rows(array, heads)
@@ -214,9 +253,12 @@ def read_metadata(reader, path: Path) -> tuple[str, dict[str, Any]]:
         value = _field_value(fld)
         config[key[len(arch) + 1:] if key.startswith(arch + ".") else key] = value
     config["model_type"] = f"gguf-{arch}"
-    if arch in SUPPORTED_ARCHS:
-        config.setdefault("hidden_act", "silu")  # llama.cpp's LLM_FFN_SILU for these graphs
-        config.update(_rotary_keys(config))
+    if arch in ARCHS:
+        config.setdefault("hidden_act", ARCHS[arch].activation)  # what llama.cpp's graph computes
+        if ARCHS[arch].rotary:
+            config.update(_rotary_keys(config))
+    if arch == "llama" and isinstance(config.get("expert_count"), int) and config["expert_count"] > 0:
+        config["model_type"] = "gguf-llama-moe"  # Mixtral: the llama graph with expert banks
     return arch, config
 
 
@@ -233,6 +275,28 @@ def _rotary_keys(config: dict[str, Any]) -> dict[str, Any]:
     scaling = config.get("rope.scaling.type")
     if isinstance(scaling, str) and scaling not in ("none", ""):
         keys["rope_scaling"] = {"rope_type": scaling, "factor": config.get("rope.scaling.factor")}
+    return keys
+
+
+def _longrope_keys(config: dict[str, Any], tensors: dict[str, Any], path: Path) -> dict[str, Any]:
+    """LongRoPE (Phi-3's ``longrope``, formerly ``su``) as the Hugging Face keys the rotary analysis reads:
+    convert_hf_to_gguf.py stores its two factor sets as the tensors ``rope_factors_long`` and
+    ``rope_factors_short`` and the pretraining context as ``rope.scaling.original_context_length``;
+    the attention factor it writes (``rope.scaling.attn_factor``) is transformers' default formula,
+    which the rotary analysis evaluates itself from the two context lengths."""
+    names = ("rope_factors_long.weight", "rope_factors_short.weight")
+    present = [n for n in names if n in tensors]
+    if not present:
+        return {}
+    if len(present) == 1:
+        raise SpecboundError(f"{path} holds {present[0]} but not {[n for n in names if n not in present][0]}: "
+                             f"LongRoPE needs both factor sets; re-convert the model")
+    original = config.get("rope.scaling.original_context_length")
+    factors = {key: [float(v) for v in np.asarray(tensors[name].data, dtype=np.float64).ravel()]
+               for key, name in zip(("long_factor", "short_factor"), names)}
+    keys: dict[str, Any] = {"rope_scaling": {"rope_type": "longrope", **factors}}
+    if isinstance(original, int):
+        keys["original_max_position_embeddings"] = original
     return keys
 
 
@@ -292,9 +356,9 @@ def open_gguf(path: Path) -> GGUFCheckpoint:
     gguf = _import_gguf()
     readers = _shards(gguf, path, _reader(gguf, path))
     arch, config = read_metadata(readers[0], path if len(readers) == 1 else Path(readers[0].data.filename))
-    if arch not in SUPPORTED_ARCHS:
+    if arch not in ARCHS:
         raise SpecboundError(
-            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
+            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
     tensors: dict[str, Any] = {}
     files: dict[str, Path] = {}
@@ -307,5 +371,8 @@ def open_gguf(path: Path) -> GGUFCheckpoint:
             tensors[t.name] = t
     exact = set(_EXACT) | {"I8", "I16", "I32", "I64"}
     quantized = {n: t.tensor_type.name for n, t in tensors.items() if t.tensor_type.name not in exact}
+    experts = {f"{n}[{e}]": (n, e) for n, t in tensors.items() if _BANK.match(n) and len(t.shape) == 3
+               for e in range(int(t.shape.tolist()[-1]))}
+    config.update(_longrope_keys(config, tensors, path))
     return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch, _reader=readers,
-                          _tensors=tensors, quantized=quantized, _files=files)
+                          _tensors=tensors, quantized=quantized, _files=files, _experts=experts)
