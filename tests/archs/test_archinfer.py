@@ -63,6 +63,10 @@ def _build(family):
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=64,
             moe_intermediate_size=D_FF, shared_expert_intermediate_size=40, vocab_size=50, num_experts=3,
             num_experts_per_tok=2)),
+        "qwen3_moe": lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+            intermediate_size=64, moe_intermediate_size=D_FF, vocab_size=50, num_experts=3, num_experts_per_tok=2,
+            max_position_embeddings=32)),
         "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
             intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
@@ -131,7 +135,7 @@ def _expert_names(spec):
 
 
 @pytest.mark.parametrize("family", ["bert", "llama", "opt", "gpt2", "gpt_neox", "phi", "phi3", "gptj", "bloom",
-                                    "falcon", "mixtral", "qwen2_moe"])
+                                    "falcon", "mixtral", "qwen2_moe", "qwen3_moe"])
 def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys):
     original, copy = renamed(family)
     with pytest.raises(SpecboundError, match="specbound arch infer"):

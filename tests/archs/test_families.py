@@ -76,7 +76,7 @@ def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
     assert result.model["family"] == FAMILY_OF.get(family, family)
-    assert result.model["d_head"] == (16 if family in ("qwen3", "gemma", "gemma2", "gemma3_text") else
+    assert result.model["d_head"] == (16 if family in ("qwen3", "gemma", "gemma2", "gemma3_text", "qwen3_moe") else
                                       result.model["N"] // result.model["H"])
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}

@@ -1,4 +1,4 @@
-"""Mixtures of experts (Mixtral, Qwen2-MoE): the matrices specbound reads, with the router it reads,
+"""Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): the matrices specbound reads, with the router it reads,
 reproduce the model's own sparse block on random inputs; the feed-forward Lipschitz factor it reports
 holds for every expert mix the router can pick (routing frozen), while the real block, routing
 included, jumps where the top-k selection switches (why routing is an assumption); the router is read
@@ -28,6 +28,13 @@ def _build(kind):
                                             num_local_experts=E, num_experts_per_tok=K, max_position_embeddings=8,
                                             experts_implementation="eager")
         model = transformers.MixtralForCausalLM(config)
+    elif kind == "qwen3_moe":  # per-head query/key RMSNorms, no shared expert
+        config = transformers.Qwen3MoeConfig(hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
+                                             num_key_value_heads=1, head_dim=8, intermediate_size=24,
+                                             moe_intermediate_size=D_FF, vocab_size=32, num_experts=E,
+                                             num_experts_per_tok=K, max_position_embeddings=8, norm_topk_prob=True,
+                                             experts_implementation="eager")
+        model = transformers.Qwen3MoeForCausalLM(config)
     else:
         config = transformers.Qwen2MoeConfig(hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
                                              num_key_value_heads=1, intermediate_size=24, moe_intermediate_size=D_FF,
@@ -41,7 +48,7 @@ def _build(kind):
     return model.eval()
 
 
-@pytest.fixture(scope="module", params=["mixtral", "qwen2_moe"])
+@pytest.fixture(scope="module", params=["mixtral", "qwen2_moe", "qwen3_moe"])
 def moe(request, tmp_path_factory):
     """``(kind, folder, model in float64)``."""
     model = _build(request.param)
@@ -177,6 +184,7 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     assert experts["experts"] == E and experts["top_k"] == K and experts["d_ff"] == D_FF
     assert experts["router"] == ("model.layers.0.block_sparse_moe.gate.weight" if kind == "mixtral"
                                  else "model.layers.0.mlp.gate.weight")
+    assert ("qk_norm" in a.model) == (kind == "qwen3_moe")
     assert experts["shared_d_ff"] == (SHARED if kind == "qwen2_moe" else None)
     applying = {e["name"]: e for e in a.assumptions if e["applies"]}
     assert applying["mixture_of_experts"]["kind"] == "extension"
@@ -205,10 +213,10 @@ def _rewrite_config(folder, tmp_path, **changes):
 
 def test_what_the_families_do_not_model_is_refused_in_one_line(moe, tmp_path):
     kind, folder, _ = moe
-    key = "num_local_experts" if kind == "mixtral" else "num_experts"
+    key = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_local_experts"}[kind]
     with pytest.raises(SpecboundError, match=r"gate\.weight' has shape \(4, 16\), but config.json .*5 experts.*\) implies \(5, 16\) for a linear router") as info:
         specbound.analyze(_rewrite_config(folder, tmp_path, **{key: 5}), threads=1)
     assert "\n" not in str(info.value)
-    if kind == "qwen2_moe":
+    if kind != "mixtral":
         with pytest.raises(SpecboundError, match=r"mlp_only_layers=\[1\]: these layers have a dense feed-forward"):
             specbound.analyze(_rewrite_config(folder, tmp_path / "b", mlp_only_layers=[1]), threads=1)

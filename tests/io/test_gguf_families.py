@@ -1,4 +1,4 @@
-"""llama.cpp's other architectures (phi2, phi3, gptj, falcon, bloom, qwen2moe, and llama with experts)
+"""llama.cpp's other architectures (phi2, phi3, gptj, falcon, bloom, qwen2moe, qwen3moe, and llama with experts)
 in GGUF files written by the ``gguf`` package's GGUFWriter the way ``convert_hf_to_gguf.py`` writes
 each one: its tensor names, its metadata keys, its rearrangements (Falcon's per-group and BLOOM's
 per-head fused QKV rewritten as ``[q | k | v]``, experts stacked into 3-D banks, Llama's Q/K rows
@@ -159,6 +159,29 @@ def _qwen2moe(state, config):
     return out, meta
 
 
+def _qwen3moe(state, config):
+    """Qwen3MoeModel: Qwen2MoeModel's names and expert merge, and the query/key norms."""
+    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
+           "output_norm.weight": state["model.norm.weight"]}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        out.update({f"blk.{l}.attn_{r}.weight": state[p + f"self_attn.{r}_proj.weight"] for r in "qkv"})
+        out.update({f"blk.{l}.attn_output.weight": state[p + "self_attn.o_proj.weight"],
+                    f"blk.{l}.attn_q_norm.weight": state[p + "self_attn.q_norm.weight"],
+                    f"blk.{l}.attn_k_norm.weight": state[p + "self_attn.k_norm.weight"],
+                    f"blk.{l}.ffn_gate_inp.weight": state[p + "mlp.gate.weight"],
+                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
+                    f"blk.{l}.ffn_norm.weight": state[p + "post_attention_layernorm.weight"]})
+        banks = _stack(state, p + "mlp", {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}, config.num_experts)
+        out.update({f"blk.{l}.ffn_{r}_exps.weight": bank for r, bank in banks.items()})
+    meta = dict(context_length=config.max_position_embeddings, embedding_length=N,
+                feed_forward_length=config.intermediate_size, head_count=H, head_count_kv=config.num_key_value_heads,
+                key_length=config.head_dim, value_length=config.head_dim, layer_norm_rms_eps=config.rms_norm_eps,
+                rope_freq_base=config.rope_parameters["rope_theta"], expert_count=config.num_experts,
+                expert_used_count=config.num_experts_per_tok, expert_feed_forward_length=config.moe_intermediate_size)
+    return out, meta
+
+
 def _mixtral(state, config):
     kv = config.num_key_value_heads
     out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
@@ -210,6 +233,12 @@ MODELS = {
     "qwen2moe": ("qwen2moe", lambda: T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
         hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=48,
         moe_intermediate_size=32, shared_expert_intermediate_size=64, num_experts=3, **_moe_kwargs())), _qwen2moe),
+    # GGUF metadata holds floats as float32: an epsilon float32 represents exactly (2^-16), so the
+    # query/key norms' Lipschitz factor (which scales with eps^(-1/2)) is the same number in both
+    "qwen3moe": ("qwen3moe", lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+        intermediate_size=48, moe_intermediate_size=32, num_experts=3, rms_norm_eps=2.0 ** -16, **_moe_kwargs())),
+        _qwen3moe),
     "mixtral": ("llama", lambda: T.MixtralForCausalLM(T.MixtralConfig(
         hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=32,
         num_local_experts=3, **_moe_kwargs())), _mixtral),

@@ -16,7 +16,7 @@ import numpy as np
 N, L, H, D_FF = 32, 2, 4, 48
 # the families with rotary position embeddings
 ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
-          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
+          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe")
 # test variants -> the shipped family that reads them
 FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon"}
 MOE_EXPERTS, MOE_TOP_K, MOE_D_FF, SHARED_D_FF = 4, 2, 24, 40
@@ -184,7 +184,7 @@ def _moe(m, shared=False):
     def get(layer):
         b = m.model.layers[layer]
         out = {"q": _proj(b.self_attn.q_proj, N), "k": _proj(b.self_attn.k_proj, N),
-               "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, N)}
+               "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, b.self_attn.o_proj.in_features)}
         for e in range(b.mlp.experts.gate_up_proj.shape[0]):
             out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
                            expert_matrices(b.mlp.experts, e, MOE_D_FF)))
@@ -293,6 +293,23 @@ FAMILIES["gemma2"] = (_decoder("Gemma2ForCausalLM", "Gemma2Config", num_key_valu
                       lambda m: _decoder_accessor(m, d=16))
 FAMILIES["gemma3_text"] = (_decoder("Gemma3ForCausalLM", "Gemma3TextConfig", num_key_value_heads=2, head_dim=16),
                            lambda m: _decoder_accessor(m, "head", d=16))
+def _qwen3_moe(m):
+    """Qwen3-MoE: the experts' matrices and the query/key gains read by calling the norms."""
+    moe = _moe(m)
+
+    def get(l):
+        out = moe(l)
+        a, d = m.model.layers[l].self_attn, m.config.head_dim
+        out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), H)
+        out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), m.config.num_key_value_heads)
+        return out
+    return get
+
+
+FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+    intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+    vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads", d=N // H))
 

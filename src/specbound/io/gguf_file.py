@@ -59,7 +59,8 @@ class GGUFArch:
 
 
 # Mistral, Mixtral and most Llama derivatives and fine-tunes are "llama".
-ARCHS = {"llama": GGUFArch(permuted=True), "qwen2": GGUFArch(), "qwen2moe": GGUFArch(), "phi3": GGUFArch(),
+ARCHS = {"llama": GGUFArch(permuted=True), "qwen2": GGUFArch(), "qwen2moe": GGUFArch(), "qwen3moe": GGUFArch(),
+         "phi3": GGUFArch(),
          "phi2": GGUFArch(activation="gelu_pytorch_tanh"), "gptj": GGUFArch(activation="gelu_pytorch_tanh"),
          "falcon": GGUFArch(activation="gelu_pytorch_tanh"),
          "bloom": GGUFArch(activation="gelu_pytorch_tanh", rotary=False)}
