@@ -194,6 +194,15 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     tensors = a.matrices.set_index("role")["tensors"]
     assert tensors["FF_gate[e3]"].iloc[0].endswith("experts.3.w1.weight" if kind == "mixtral"
                                                    else "experts.3.gate_proj.weight")
+    # the summary sums each role over the routed experts (a model with 64 experts keeps its tables narrow)
+    from specbound.records.view import per_layer_frame, per_role_frame
+
+    columns = set(per_layer_frame(a).columns)
+    assert {"FF_gate[experts]", "FF_out[experts]"} <= columns and not any("[e" in c for c in columns)
+    roles = per_role_frame(a)
+    assert roles.loc["FF_up[experts]", "matrices"] == E
+    assert roles.loc["FF_up[experts]", "contribution"] == pytest.approx(
+        a.matrices[a.matrices["role"].str.match(r"FF_up\[e\d\]")]["contribution"].sum(), rel=1e-12)
     # every expert's stored weights are counted (the router's are not analysed matrices)
     widths = E * D_FF + (SHARED if kind == "qwen2_moe" else 0)
     attention = N * H * (N // H) * 2 + N * 1 * (N // H) * 2
