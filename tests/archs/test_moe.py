@@ -5,6 +5,7 @@ included, jumps where the top-k selection switches (why routing is an assumption
 and named, never dropped; what the family does not model is refused in one line."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -198,7 +199,7 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     from specbound.records.view import per_layer_frame, per_role_frame
 
     columns = set(per_layer_frame(a).columns)
-    assert {"FF_gate[experts]", "FF_out[experts]"} <= columns and not any("[e" in c for c in columns)
+    assert {"FF_gate[experts]", "FF_out[experts]"} <= columns and not any(re.search(r"\[e\d+\]", c) for c in columns)
     roles = per_role_frame(a)
     assert roles.loc["FF_up[experts]", "matrices"] == E
     assert roles.loc["FF_up[experts]", "contribution"] == pytest.approx(
