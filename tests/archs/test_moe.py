@@ -201,7 +201,7 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     columns = set(per_layer_frame(a).columns)
     assert {"FF_gate[experts]", "FF_out[experts]"} <= columns and not any(re.search(r"\[e\d+\]", c) for c in columns)
     roles = per_role_frame(a)
-    assert roles.loc["FF_up[experts]", "matrices"] == E
+    assert roles.loc["FF_up[experts]", "matrices"] == 2 * E  # 2 layers
     assert roles.loc["FF_up[experts]", "contribution"] == pytest.approx(
         a.matrices[a.matrices["role"].str.match(r"FF_up\[e\d\]")]["contribution"].sum(), rel=1e-12)
     # every expert's stored weights are counted (the router's are not analysed matrices)
