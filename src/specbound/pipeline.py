@@ -312,7 +312,7 @@ _LAYER_PEAK_FACTOR = 1
 def layer_float64_bytes(dims: ModelDims) -> int:
     """Bytes of one layer's attention and feed-forward weights upcast to float64."""
     attention = 2 * dims.N * dims.d_head * (dims.H + dims.H_kv)
-    feed_forward = (3 if dims.feed_forward == "gated" else 2) * dims.N * dims.d_ff
+    feed_forward = dims.ff_parameters
     return 8 * (attention + feed_forward)
 
 
@@ -408,7 +408,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=matrix_tensor_names(model.spec, dims, model.prefix),
-                          model_extra=model_extra,
+                          model_extra={**model_extra, **_structure_extra(model)},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None),
@@ -444,6 +444,22 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
     factor, layer, head = max((s.spectral_norm, l.layer, h) for l in layers for h, s in enumerate(l.qk))
     return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
             "max_factor": factor, "layer": layer, "head": head}
+
+
+def _structure_extra(model: OpenModel) -> dict[str, Any]:
+    """The records' model entries for structure only some families have: ``alibi`` (ALiBi position
+    biases) and ``experts`` (a mixture of experts: counts, widths, and the router and shared-expert gate
+    tensors of layer 0, read and shape-checked but not analysed as matrices: docs/theory.md 3f)."""
+    dims, spec = model.dims, model.spec
+    extra: dict[str, Any] = {"alibi": True} if dims.alibi else {}
+    if dims.moe is not None:
+        gate = spec.experts.shared_gate
+        extra["experts"] = {
+            "experts": dims.moe.experts, "top_k": dims.moe.top_k, "d_ff": dims.d_ff,
+            "shared_d_ff": dims.moe.shared_d_ff,
+            "router": spec.experts.router.name_for(0, model.prefix),
+            "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
+    return extra
 
 
 def open_init(init, model: OpenModel) -> OpenModel:

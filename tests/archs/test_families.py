@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 
-from support.families import D_FF, FAMILIES, HEAD_DIM, H, N, ROTARY, reference_matrices, save_family  # noqa: E402
+from support.families import D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, reference_matrices, save_family  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -20,8 +20,9 @@ def saved_family(request, tmp_path_factory):
     model = save_family(request.param, folder)
     accessor = FAMILIES[request.param][1]
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
-    kv = getattr(model.config, "num_key_value_heads", None) or H
-    return request.param, folder, reference_matrices(accessor(model), H, kv, model.config.num_hidden_layers)
+    get = accessor(model)
+    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H)  # key/value heads as the module splits them
+    return request.param, folder, reference_matrices(get, H, kv, model.config.num_hidden_layers)
 
 
 def test_family_matches_module_reference(saved_family):
@@ -80,7 +81,7 @@ def test_family_from_pytorch_bin(saved_family, tmp_path):
 def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
-    assert result.model["family"] == {"mistral": "llama", "qwen2": "llama"}.get(family, family)
+    assert result.model["family"] == FAMILY_OF.get(family, family)
     assert result.model["d_head"] == HEAD_DIM.get(family, result.model["N"] // result.model["H"])
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}

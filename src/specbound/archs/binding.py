@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from ..errors import SpecboundError
 from ..io import Checkpoint
-from .model import ModelDims
-from .spec import ArchSpec
+from .model import MixtureOfExperts, ModelDims
+from .spec import ArchSpec, TensorRule
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
@@ -38,15 +38,40 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
+    if not isinstance(activation, str):
+        activation = spec.activation
     stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
-    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
-                     activation=activation if isinstance(activation, str) else None,
-                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored)
+    moe = None
+    if spec.experts is not None:
+        experts, top_k = need("num_experts"), need("experts_per_token")
+        if top_k > experts:
+            raise SpecboundError(f"config.json: {top_k} experts per token but only {experts} experts: fix the config")
+        moe = MixtureOfExperts(experts=experts, top_k=top_k,
+                               shared_d_ff=need("shared_ff_size") if spec.experts.shared else None,
+                               shared_gate=spec.experts.shared_gate is not None)
+    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
+                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
+                     alibi=spec.alibi_for(config))
 
 
 def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
     """``H_kv`` from the stored key weight when config.json does not name it (Mistral's and Qwen2's
-    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``)."""
+    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``).
+
+    A fused ``qkv`` (``(H + 2 H_kv) d_h`` outputs) whose spec maps no ``num_kv_heads`` key takes
+    ``H_kv`` from its width: Falcon's config keeps ``num_kv_heads`` even where ``multi_query`` means one
+    key/value head, and GPT-2 or GPT-NeoX get ``H_kv = H``.  A shape that fits no ``H_kv`` leaves the
+    dimensions as they are, for :func:`account_for_tensors` to report."""
+    if "qkv" in spec.tensors:
+        if "num_kv_heads" in spec.config_keys:
+            return dims
+        rule = spec.tensors["qkv"]
+        shape = ckpt.shape(rule.name_for(0, prefix))
+        width = (shape[0] if rule.layout == "linear" else shape[-1]) if len(shape) == 2 else -1
+        twice_kv = width // dims.d_head - dims.H if width % dims.d_head == 0 else -1
+        if twice_kv > 0 and twice_kv % 2 == 0 and dims.H % (twice_kv // 2) == 0:
+            return replace(dims, H_kv=twice_kv // 2)
+        return dims
     if "k" not in spec.tensors or spec.config_value(ckpt.config, "num_kv_heads") is not None \
             or "num_kv_heads" not in spec.config_keys:
         return dims
@@ -58,12 +83,38 @@ def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: st
     return dims
 
 
-def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
-    """Row-vector-orientation shape of each role's matrix."""
+def _expected_shapes(dims: ModelDims, d_ff: int | None = None) -> dict[str, tuple[int, int]]:
+    """Row-vector-orientation shape of each role's matrix (``d_ff``: a shared expert's own width)."""
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
+    d_ff = dims.d_ff if d_ff is None else d_ff
     return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
-            "o": (hd, dims.N), "ff_in": (dims.N, dims.d_ff), "ff_gate": (dims.N, dims.d_ff),
-            "ff_up": (dims.N, dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
+            "o": (hd, dims.N), "ff_in": (dims.N, d_ff), "ff_gate": (dims.N, d_ff),
+            "ff_up": (dims.N, d_ff), "ff_gate_up": (dims.N, 2 * d_ff), "ff_out": (d_ff, dims.N),
+            "router": (dims.N, dims.moe.experts if dims.moe else 0), "gate": (dims.N, 1)}
+
+
+def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
+                ) -> list[tuple[str, str, TensorRule, tuple[int, int]]]:
+    """Every tensor a stored layer must hold: ``(name, what, rule, row-oriented shape)``, ``what``
+    naming it in messages (``ff_gate of expert 3``).  With a mixture of experts: the attention roles,
+    the router, every expert's feed-forward roles, the shared expert's and its gate."""
+    expected = _expected_shapes(dims)
+    out = [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in spec.tensors.items()]
+    experts = spec.experts
+    if experts is None:
+        return out
+    out.append((experts.router.name_for(layer, prefix), "router", experts.router, expected["router"]))
+    for e in range(dims.moe.experts):
+        out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
+                for role, rule in experts.tensors.items()]
+    if experts.shared:
+        shared = _expected_shapes(dims, dims.moe.shared_d_ff)
+        out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
+                for role, rule in experts.shared.items()]
+    if experts.shared_gate is not None:
+        rule = experts.shared_gate
+        out.append((rule.name_for(layer, prefix), "the shared expert's gate", rule, expected["gate"]))
+    return out
 
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
@@ -98,21 +149,23 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
 
 
 def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
-    """Check that every role tensor exists with the right shape and every other tensor is ignored."""
-    expected = _expected_shapes(dims)
+    """Check that every role tensor exists with the right shape and every other tensor is ignored
+    (after the spec's refusals: a tensor or config value it names is an error of its own)."""
     names = set(ckpt.names)
+    spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    if stored_layers * len(spec.tensors) > len(names):  # before listing every layer: L may be 10**30
+    per_layer = len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
+    if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
-            f"{len(spec.tensors)} role tensors each, "
+            f"{per_layer} role tensors each, "
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )
     wanted = {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
-        for role, rule in spec.tensors.items():
-            wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
+        for name, what, rule, shape in layer_rules(spec, dims, layer, prefix):
+            wanted[name] = (what, rule.layout, layer, shape)
     gains = qk_norm_shapes(spec, dims, prefix)
     for name, (role, layer, shape) in gains.items():
         if name not in names:
@@ -125,21 +178,20 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"{'each head' if spec.qk_norm.span == 'head' else 'the whole projection'} with heads={dims.H}, "
                 f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
                 f"does not describe these weights")
-    for name, (role, layout, layer) in wanted.items():
+    for name, (role, layout, layer, (rows, cols)) in wanted.items():
         if name not in names:
             raise SpecboundError(
                 f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
-                f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
+                f"{dims.L} layers{_experts_said(dims)}; the checkpoint is incomplete or its config does not match it"
             )
         stored = ckpt.shape(name)
-        rows, cols = expected[role]
         layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
         want = (cols, rows) if layout == "linear" else (rows, cols)
         if stored != want:
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
-                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
-                f"{layout} {role} weight: the config does not describe these weights"
+                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}{_experts_said(dims)}) implies {want} "
+                f"for a {layout} {role} weight: the config does not describe these weights"
             )
     stray = [n for n in names if n not in wanted and n not in gains and not spec.is_ignored(n, prefix)]
     if stray:
@@ -150,6 +202,12 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             f"--arch-spec FILE"
         )
 
+
+def _experts_said(dims: ModelDims) -> str:
+    if dims.moe is None:
+        return ""
+    shared = f", a shared expert of width {dims.moe.shared_d_ff}" if dims.moe.shared_d_ff else ""
+    return f", {dims.moe.experts} experts{shared}"
 
 
 

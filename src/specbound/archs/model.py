@@ -18,6 +18,24 @@ UNBOUNDED_POSITIONS = 1 << 62
 
 
 @dataclass(frozen=True)
+class MixtureOfExperts:
+    """A sparse feed-forward block: ``experts`` routed experts of width ``d_ff`` each (the model's
+    ``d_ff``), ``top_k`` of them chosen per token by a router, and optionally one always-on shared
+    expert of width ``shared_d_ff`` (with a sigmoid gate when ``shared_gate``); docs/theory.md 3f."""
+
+    experts: int
+    top_k: int
+    shared_d_ff: int | None = None
+    shared_gate: bool = False
+
+    @property
+    def branches(self) -> tuple[str, ...]:
+        """The role suffix of each expert, in the order the matrices are listed: ``e0 .. e{E-1}``,
+        then ``shared``."""
+        return tuple(f"e{e}" for e in range(self.experts)) + (("shared",) if self.shared_d_ff else ())
+
+
+@dataclass(frozen=True)
 class ModelDims:
     """Dimensions read from config.json through the family's spec."""
 
@@ -31,9 +49,25 @@ class ModelDims:
     block: str = "sequential"
     feed_forward: str = "plain"
     stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
+    moe: MixtureOfExperts | None = None  # a mixture-of-experts feed-forward block in every layer
+    alibi: bool = False  # attention logits carry ALiBi's position biases (no change to any matrix)
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
+
+    @property
+    def ff_matrices(self) -> int:
+        """Feed-forward matrices per layer (every expert's, with a mixture of experts)."""
+        per_branch = 3 if self.feed_forward == "gated" else 2
+        return per_branch * (1 if self.moe is None else len(self.moe.branches))
+
+    @property
+    def ff_parameters(self) -> int:
+        """Stored feed-forward weights per layer: ``k N d_ff`` per expert (``k`` = 2 or 3)."""
+        per_branch = 3 if self.feed_forward == "gated" else 2
+        if self.moe is None:
+            return per_branch * self.N * self.d_ff
+        return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "of docs/theory.md 3b are our derivation", "extension"),
         _entry("parallel_block", dims.block == "parallel",
                "attention and feed-forward on the same input: Lambda = Lip(attn) + Lip(ff), no feed-forward "
-               "factor on attention sensitivities (our derivation, docs/theory.md 3b)", "extension"),
+               "factor on attention sensitivities (our derivation, docs/theory.md 3b); one shared normalisation "
+               "(GPT-J, Phi, Falcon-7B) or one per branch (GPT-NeoX, Falcon-40B) give the same factor", "extension"),
         _entry("grouped_query_attention", dims.H_kv < dims.H,
                f"{dims.H // max(dims.H_kv, 1)} query heads share each key/value head; every query head is counted "
                f"as its own QK and OV matrix (our extension)", "extension"),
@@ -111,10 +112,31 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "bounds are proxies; the *_rotation_blind variants ignore the rotation", "extension"),
         _entry("rotary_distance_from_init", rotary and init,
                "W - W0 of rotary QK heads is measured as if unrotated (rotation-blind)", "extension"),
+        _entry("alibi_positions", dims.alibi,
+               "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
+               "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
+               "input (docs/theory.md 3g)", "extension"),
     ]
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     out += _structure_entries(structure)
+    if dims.moe is not None:
+        moe = dims.moe
+        shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
+                  else " plus the shared expert's" if moe.shared_d_ff else "")
+        out += [
+            _entry("mixture_of_experts", True,
+                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}:"
+                   f" every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
+                   f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
+                   f"expert's{shared}, since the top-k gates are non-negative and sum to at most 1 (our derivation, "
+                   f"docs/theory.md 3f)", "extension"),
+            _entry("moe_routing_fixed", True,
+                   "the router's choice of experts and its gate values are held fixed: top-k routing is "
+                   "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
+                   "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
+                   "of the chain, and every bound is of the network with its routing frozen", "extension"),
+        ]
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
     return out

@@ -95,13 +95,45 @@ def attention_lipschitz(norms: LayerSpectralNorms) -> float:
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
 
-def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
-    """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
-    ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
-    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md)."""
+def split_role(role: str) -> tuple[str, str | None]:
+    """``"FF_gate[e3]"`` -> ``("FF_gate", "e3")``, ``"FF_up[shared]"`` -> ``("FF_up", "shared")``,
+    ``"FF_out"`` -> ``("FF_out", None)``: a matrix's kind and the expert it belongs to."""
+    if role.endswith("]") and "[" in role:
+        kind, _, branch = role[:-1].partition("[")
+        return kind, branch
+    return role, None
+
+
+def feed_forward_branches(ff: dict) -> dict[str | None, dict]:
+    """A layer's feed-forward values grouped by expert: ``{None: {"FF_in": .., "FF_out": ..}}`` for a
+    dense block; ``{"e0": {...}, "e1": {...}, ..., "shared": {...}}`` for a mixture of experts."""
+    branches: dict[str | None, dict] = {}
+    for role, value in ff.items():
+        kind, branch = split_role(role)
+        branches.setdefault(branch, {})[kind] = value
+    return branches
+
+
+def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float) -> float:
     if "FF_gate" in ff:
         return (l_phi + c_phi) * ff["FF_gate"] * ff["FF_up"] * ff["FF_out"]
     return l_phi * ff["FF_in"] * ff["FF_out"]
+
+
+def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
+    """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
+    ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
+    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).
+
+    A mixture of experts (roles ``FF_gate[e3]``, ...): the largest routed expert's constant plus the
+    shared expert's, since the top-k gates are non-negative and sum to at most 1 and the shared
+    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3f)."""
+    if not any(role.endswith("]") for role in ff):  # a dense block (the LLaMA path: no grouping)
+        return _branch_lipschitz(ff, l_phi, c_phi)
+    branches = feed_forward_branches(ff)
+    routed = [_branch_lipschitz(b, l_phi, c_phi) for key, b in branches.items() if key != "shared"]
+    shared = _branch_lipschitz(branches["shared"], l_phi, c_phi) if "shared" in branches else 0.0
+    return max(routed) + shared
 
 
 def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
@@ -150,8 +182,16 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
         "QK": 2.0 * norms.ov * after_attention,
         "OV": np.full_like(norms.ov, after_attention),
     }
-    if "FF_gate" in ff:
-        gamma.update({"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0})
-    else:
-        gamma.update({"FF_in": ff["FF_out"], "FF_out": 1.0})
+    if not any(role.endswith("]") for role in ff):
+        gamma.update(_branch_sensitivities(ff))
+        return gamma
+    # a mixture of experts: each expert's matrices as in a dense block, its gate (<= 1) dropped
+    for branch, values in feed_forward_branches(ff).items():
+        gamma.update({f"{kind}[{branch}]": g for kind, g in _branch_sensitivities(values).items()})
     return gamma
+
+
+def _branch_sensitivities(ff: dict) -> dict[str, float]:
+    if "FF_gate" in ff:
+        return {"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0}
+    return {"FF_in": ff["FF_out"], "FF_out": 1.0}

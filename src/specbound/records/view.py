@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..bounds import REGISTRY
-from ..compute.measures import ordered_roles
+from ..compute.measures import ordered_roles, with_role_groups
 from ..io.formats import WEIGHT_SUFFIXES
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
@@ -138,8 +138,9 @@ def comparison_table(a) -> list[str]:
 
 
 def per_layer_frame(a) -> pd.DataFrame:
-    """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
-    mats = a.matrices
+    """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi`` (a
+    mixture of experts' routed experts summed per role: ``FF_gate[experts]``)."""
+    mats = with_role_groups(a.matrices)
     per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
     alpha = [fmt(x, l) for x, l in zip(a.layers["alpha"], a.layers["log10_alpha"])] if "log10_alpha" in a.layers \
         else a.layers["alpha"].to_numpy()
@@ -153,8 +154,9 @@ def per_layer_frame(a) -> pd.DataFrame:
 
 
 def per_role_frame(a) -> pd.DataFrame:
-    """Per role: matrices, contribution to the adaptive bound, its share, median rank, p* counts."""
-    mats, m = a.matrices, a.options["grid_m"]
+    """Per role: matrices, contribution to the adaptive bound, its share, median rank, p* counts (a
+    mixture of experts' routed experts together per role: ``FF_gate[experts]``)."""
+    mats, m = with_role_groups(a.matrices), a.options["grid_m"]
     total = mats["contribution"].sum()
     rows = []
     for role in ordered_roles(mats["role"]):

@@ -173,7 +173,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         init_sha256, init_prints = hash_weights(init_model.ckpt.config, sorted(set(init_model.ckpt.files())))
         side_prints = side_prints + init_prints
     dims = model.dims
-    per_layer = 2 * dims.H + (3 if dims.feed_forward == "gated" else 2)
+    per_layer = 2 * dims.H + dims.ff_matrices
     return Header(source, options, model.ckpt.config, files, dims.L, dims.L * per_layer, side_prints, init_sha256)
 
 
