@@ -176,14 +176,14 @@ def test_unreadable_files_are_one_line(healthy, monkeypatch):
     """PermissionError (simulated: the tests may run as root, who reads anything)."""
     from pathlib import Path
 
-    real = Path.read_bytes
+    real = Path.open
 
-    def deny(self):
+    def deny(self, *args, **kwargs):
         if self.name == "config.json":
             raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(Path, "open", deny)
     with pytest.raises(SpecboundError, match="Permission denied; check the permissions"):
         open_checkpoint(healthy)
 
