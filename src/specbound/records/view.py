@@ -104,8 +104,13 @@ def comparison_frame(a) -> pd.DataFrame:
     for name, value in a.all_bounds().items():
         bound = REGISTRY[name]
         log10 = a.log10_bounds.get(name)
-        ratio = (fmt(None, log10 - a.log10_bounds["spectral_adaptive"]) if not math.isfinite(value) and adaptive
-                 else fmt(value / adaptive) if adaptive else "-")
+        adaptive_log10 = a.log10_bounds.get("spectral_adaptive")
+        if not adaptive:
+            ratio = "-"
+        elif math.isfinite(value):
+            ratio = fmt(value / adaptive)
+        else:  # beyond float64: the ratio from the logs, when both are known (null without a log: unknown)
+            ratio = fmt(None, log10 - adaptive_log10) if log10 is not None and adaptive_log10 is not None else "-"
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
                "value": fmt(value, log10), "/ adaptive": ratio}
         if a.from_init is not None:
