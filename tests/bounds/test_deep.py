@@ -67,10 +67,10 @@ def test_outputs_hold_no_nan_or_infinity(tmp_path):
 def deep_family_bounds(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import FAMILIES, save_family
+    from support.families import FAMILIES, FAMILY_OF, save_family
 
     out = {}
-    for name in sorted(FAMILIES):
+    for name in sorted(set(FAMILIES) - set(FAMILY_OF)):  # one model per shipped family (variants read alike)
         folder = tmp_path_factory.mktemp(name)
         save_family(name, folder, layers=200)
         with warnings.catch_warnings():
