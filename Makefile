@@ -82,7 +82,7 @@ pins:
 	.pins-venv/bin/python -m pip install --quiet "torch==2.13.0"
 	.pins-venv/bin/python -m pip install --quiet -e ".[$(TEST_EXTRAS)]"
 	{ sed -n '/^#/p' $(PINS); .pins-venv/bin/python -m pip freeze --exclude-editable \
-	    | grep -v -i -e '^specbound' -e '^my[-_]internal' | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > $(PINS).new
+	    | grep -v -i -e "^specbound" -e "^my[-_]internal" -e "^#" | sed 's/^torch==\([^+]*\)+.*/torch==\1/'; } > $(PINS).new
 	mv $(PINS).new $(PINS)
 	rm -rf .pins-venv
 	@echo "constraints.txt refreshed: review the diff, run make test, commit"

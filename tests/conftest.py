@@ -4,7 +4,7 @@ import pytest
 
 from support.tiny_models import TINY_DEPTHS, TINY_PATTERN, TINY_WIDTHS, build_tiny_model, save_tiny
 
-# Tests pin BLAS to one thread: two processes on two cores otherwise thrash.
+# Tests pin BLAS to one thread: test processes side by side otherwise oversubscribe the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -51,7 +51,7 @@ def test_valid_options_still_work(tiny_bert_dir, capsys):
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(grid_m=10**9), "from 1 to 10000"),  # was a MemoryError traceback
+    (dict(grid_m=10**9), "from 1 to 10000"),  # a grid that size would not fit in memory
     (dict(grid_m=True), "grid_m"), (dict(rank_tol=True), "rank_tol"), (dict(l_phi=True), "l_phi"),
     (dict(threads=True), "threads"), (dict(n=True, margin=0.1), "n "), (dict(n=100, margin=True), "margin"),
 ])
@@ -71,3 +71,29 @@ def test_numpy_scalars_are_numbers():
 
 def test_grid_m_beyond_the_bound_is_one_line(tiny_bert_dir, capsys):
     assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--grid-m", str(10**9)), ["grid_m", "10000"])
+
+
+def test_no_option_default_outside_options():
+    """The kernel options' defaults live in specbound/options.py only: no function elsewhere declares
+    a default for a parameter of theirs (it takes a KernelOptions, the value is required, or None
+    stands for "not given": the option's own default)."""
+    import ast
+    from pathlib import Path
+
+    from specbound.options import KERNEL_OPTIONS
+
+    root = Path(specbound.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "options.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                positional = args.posonlyargs + args.args
+                defaults = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+                defaults += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
+                found += [f"{path.relative_to(root)}:{node.lineno} {node.name}({a.arg}={ast.unparse(d)})"
+                          for a, d in defaults if a.arg in KERNEL_OPTIONS
+                          and not (isinstance(d, ast.Constant) and d.value is None)]
+    assert not found, "option defaults outside options.py:\n" + "\n".join(found)

@@ -136,7 +136,11 @@ def test_bounds_frame_is_every_bound(default):
     assert list(frame["bound"]) == list(every)  # headline first
     assert list(frame.columns) == ["bound", "group", "title", "reference", "value", "log10_value"]
     np.testing.assert_array_equal(frame["value"], [every[k] for k in frame["bound"]])
-    np.testing.assert_allclose(frame["log10_value"], np.log10(frame["value"]), rtol=1e-15)
+    # Two rounding paths: log10_value is the bound's own natural log (a sum of logs where it has
+    # one) over ln 10, value its linear-space product.  Each is within a few hundred roundings of the
+    # exact number, so they agree to 1e-13 in log10 (here: 1 ulp).  A relative 1e-15 allowed 4.6 ulps
+    # at log10 = 16.5 and would not have allowed one at a bound near 1 (log10 near 0).
+    np.testing.assert_allclose(frame["log10_value"], np.log10(frame["value"]), rtol=1e-14, atol=1e-13)
     for row in frame.itertuples():
         assert (row.group, row.title, row.reference) == (REGISTRY[row.bound].group, REGISTRY[row.bound].title,
                                                          REGISTRY[row.bound].reference)
@@ -339,3 +343,17 @@ def test_load_reads_a_null_bound_with_its_log_as_infinite(tiny, tmp_path):
     (tmp_path / "n" / "summary.json").write_text(json.dumps(doc))
     b = specbound.Analysis.load(tmp_path / "n")
     assert b.baselines["spectral_product"] == math.inf and math.isnan(b.baselines["bft"])
+
+
+def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
+    """MiniLM chooses p* = 0 everywhere: the summary says why (the downstream factors) and points
+    to a model where p* varies; that model's summary has no such line and does vary."""
+    from specbound.tools.miniatures import write_miniatures
+
+    text = str(default)
+    line = next(x for x in text.splitlines() if x.startswith("every matrix chose p* = 0"))
+    assert "alpha (up to 2.8291e+22 here)" in line and "bert_uncased_L-10_H-128_A-2" in line
+    write_miniatures(tmp_path, layout="folders", depths=(10,), widths=(128,))
+    narrow = specbound.analyze(tmp_path / "bert_uncased_L-10_H-128_A-2", threads=1, jobs=1)
+    assert (narrow.matrices["p_star"] > 0).any()
+    assert "every matrix chose p* = 0" not in str(narrow)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
 import warnings
 
-from .errors import ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, one_line
+from .errors import (ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, missing_module, one_line,
+                     oversized_integer_text)
 
 
 class _UsageError(Exception):
@@ -21,7 +23,31 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # argparse's default prints the whole usage block and exits
-        raise _UsageError(f"{message} (see `{self.prog} --help`)")
+        raise _UsageError(f"{message}{self._did_you_mean(message)} (see `{self.prog} --help`)")
+
+    def _did_you_mean(self, message: str) -> str:
+        """``--grid_m`` (the Python spelling) or a near miss: the option the user meant."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = sorted(set(_long_options(self)))
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--"):
+                continue
+            dashed = flag.replace("_", "-")
+            guess = [dashed] if dashed in known else difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+            if guess:
+                return f"; did you mean {guess[0]}?"
+        return ""
+
+
+def _long_options(parser: argparse.ArgumentParser):
+    """Every ``--option`` of ``parser`` and of its subcommands."""
+    for action in parser._actions:
+        yield from (o for o in action.option_strings if o.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _long_options(sub)
 
 
 def _positive_int(text: str) -> int:
@@ -90,6 +116,8 @@ def _config_from(args) -> dict | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
                                  f"file") from None
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --config {args.config_file}", "fix the value") from None
         if not isinstance(config, dict):
             raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
     for item in getattr(args, "config_set", None) or []:
@@ -100,6 +128,8 @@ def _config_from(args) -> dict | None:
             config[key.strip()] = json.loads(text)
         except json.JSONDecodeError:
             config[key.strip()] = text
+        except ValueError:  # an integer beyond Python's int-string limit
+            raise oversized_integer_text(f"read --set {key.strip()}=...", "fix the value") from None
     return config or None
 
 
@@ -119,12 +149,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
     )
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     an = sub.add_parser("analyze", help="analyse one checkpoint", description=(
         "Analyse one checkpoint: spectra of every QK/OV head and feed-forward matrix, the "
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
-    an.add_argument("source", nargs="?", help="Hugging Face model folder (default: the embedded all-MiniLM-L6-v2)")
+    an.add_argument("source", nargs="?", help=(
+        "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
+        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION] (default: the embedded all-MiniLM-L6-v2)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -143,7 +175,9 @@ def _parser() -> argparse.ArgumentParser:
                               "--set num_attention_heads=12 --set hidden_act=gelu")
     _add_analysis_options(an)
 
-    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped")
+    arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
+        "Architecture specs map a family's tensor names to the roles of the bounds (docs/architectures.md). "
+        "`specbound arch infer SOURCE` drafts one from a checkpoint; pass it to analyze with --arch-spec."))
     arch_sub = arch.add_subparsers(dest="arch_command", required=True, metavar="infer")
     infer = arch_sub.add_parser("infer", help="draft a spec file from a checkpoint's tensor names and config", description=(
         "Draft an architecture spec from a checkpoint's tensor names, shapes and config.json: the spec on "
@@ -168,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
                     help="layers of each checkpoint analysed at once, in threads (default auto: one per core "
                          "as memory allows in a local run, 1 on Dask)")
-    sw.add_argument("--device", choices=DEVICES, default="numpy",
+    sw.add_argument("--device", choices=DEVICES,
                     help="where each task's linear algebra runs: numpy (default), or torch float64 on cpu or cuda "
                          "(the same records: devices differ only within each record's proven error bound)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
@@ -184,7 +218,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="fit against column X holding BY fixed (default L:N and N:L; e.g. label_step)")
     sc.add_argument("--detail", action="store_true", help="one fit per fixed value as well as the pooled one")
     sc.add_argument("--confidence", type=_confidence, default=0.95, help="confidence level (default 0.95)")
-    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text")
+    sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text",
+                    help="output format (default: text)")
 
     pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
                         description="Draw every figure from stored records (never recomputing spectra).")
@@ -194,7 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--fixed-l", type=_positive_int, metavar="L", help="depth of the norms-vs-N figure (default smallest)")
     pl.add_argument("--bound", action="append", metavar="NAME", help="only this bound (repeatable; default all)")
 
-    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store")
+    rp = sub.add_parser("report", help="one self-contained HTML report and a Markdown summary from a store",
+                        description="Write report.html (self-contained: figures inline, no external URL), "
+                                    "report.md and figures/ from stored records, never recomputing spectra.")
     rp.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
     rp.add_argument("--out", metavar="DIR", default="specbound-report", help="folder for report.html, report.md, figures/")
     rp.add_argument("--model", metavar="SOURCE", help="the record of one-model figures (default the largest)")
@@ -208,10 +245,13 @@ def _parser() -> argparse.ArgumentParser:
         "N/64 heads, d_ff = 4N), as a Hugging Face cache (point HF_HUB_CACHE at it and the ids "
         "google/bert_uncased_L-*_H-*_A-* resolve) or as plain folders."))
     mi.add_argument("folder", help="where to write (created if missing)")
-    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache")
-    mi.add_argument("--seed", type=int, default=0)
+    mi.add_argument("--layout", choices=("hf-cache", "folders"), default="hf-cache",
+                    help="a Hugging Face cache (default) or one plain folder per checkpoint")
+    mi.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
 
-    be = sub.add_parser("bench", help="time the analysis against the dense reference method")
+    be = sub.add_parser("bench", help="time the analysis against the dense reference method", description=(
+        "Time specbound on a synthetic checkpoint against a baseline run in the same process (the dense "
+        "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
     be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: a LLaMA-shaped bf16 checkpoint, time per layer and "
@@ -219,7 +259,7 @@ def _parser() -> argparse.ArgumentParser:
                          "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
                          "BERT-Miniatures shapes, total and per checkpoint")
-    be.add_argument("--format", choices=("text", "json"), default="text")
+    be.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
     be.add_argument("--jobs", type=_positive_int, metavar="J",
@@ -229,8 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     be.add_argument("--layers", type=_positive_int, metavar="L",
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
-    be.add_argument("--device", choices=("numpy", "cpu", "cuda"), default="numpy",
-                    help="llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--device", choices=DEVICES, help="llama7b: where the linear algebra runs (default numpy)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -238,8 +277,17 @@ def _parser() -> argparse.ArgumentParser:
         "report how every bound ranks the measured generalisation gap: Kendall's tau, granulated psi (Jiang et "
         "al. 2020), Jiang's K and the robust sign-error (Dziugaite et al. 2020), with bootstrap intervals, per "
         "task; figures; which bounds are vacuous. Resumable: finished runs in --out are reused. docs/study.md."))
-    st.add_argument("--quick", action="store_true", help="the small grid (24 runs, about 3 minutes) instead of "
-                                                         "the default grid (270 runs)")
+    st.add_argument("--quick", action="store_true", help="the small grid (33 runs, about 2-3 minutes) instead of "
+                                                         "the default grid (270 runs); the same as --grid quick")
+    st.add_argument("--grid", choices=("default", "quick", "deep"),
+                    help="default (270 runs), quick (33) or deep (the default grid with depth up to 12: 324 runs, "
+                         "the 54 deep ones for Dask workers; README)")
+    st.add_argument("--report-only", action="store_true",
+                    help="rebuild the statistics and the report from --out's runs.csv (and pstar.csv) alone: "
+                         "nothing trained or analysed, no run folder read")
+    st.add_argument("--estimate", action="store_true",
+                    help="print the runs the grid still needs and an estimate of their CPU time from the CPU "
+                         "seconds measured in --out's runs.csv; train nothing")
     st.add_argument("--out", metavar="DIR", default="specbound-study",
                     help="study folder: runs/ and the report (default: specbound-study)")
     st.add_argument("--threads", type=_positive_int, default=2, help="CPU threads in all (default 2)")
@@ -378,7 +426,7 @@ def _scaling(args) -> int:
         import pandas as pd
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
@@ -447,15 +495,31 @@ def _study(args) -> int:
         seeds = tuple(int(v) for v in args.seeds.split(",") if v.strip()) if args.seeds else None
     except ValueError:
         raise SpecboundError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
-    result = run_study(args.out, grid="quick" if args.quick else "default", tasks=tasks, threads=args.threads,
-                       jobs=args.jobs, workers=args.workers, scheduler=args.scheduler, seeds=seeds,
-                       bootstrap=args.bootstrap, reanalyze=args.reanalyze, figures=not args.no_figures,
-                       command=" ".join(["specbound", *args.argv]))
+    if args.quick and args.grid not in (None, "quick"):
+        raise SpecboundError(f"--quick is --grid quick; it cannot be combined with --grid {args.grid}")
+    grid = "quick" if args.quick else (args.grid or "default")
+    command = " ".join(["specbound", *args.argv])
+    if args.report_only and args.estimate:
+        raise SpecboundError("--report-only and --estimate do different things; pass one")
+    if args.report_only:
+        from .study.pipeline import report_study
+
+        result = report_study(args.out, bootstrap=args.bootstrap, figures=not args.no_figures, command=command)
+    elif args.estimate:
+        from .study.timing import estimate_grid, format_estimate
+
+        print(format_estimate(estimate_grid(args.out, grid=grid, tasks=tasks, seeds=seeds), args.workers))
+        return 0
+    else:
+        result = run_study(args.out, grid=grid, tasks=tasks, threads=args.threads, jobs=args.jobs,
+                           workers=args.workers, scheduler=args.scheduler, seeds=seeds, bootstrap=args.bootstrap,
+                           reanalyze=args.reanalyze, figures=not args.no_figures, command=command)
     print(format_study(result))
     return 0
 
 
 def _bench(args) -> int:
+    from .options import KernelOptions
     from .tools import bench
 
     runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, jobs=args.jobs,
@@ -463,7 +527,8 @@ def _bench(args) -> int:
             "large": (lambda: bench.run_large_bench(threads=args.threads, jobs=args.jobs or 1, workdir=args.workdir),
                       bench.format_large_bench),
             "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
-                                                        jobs=args.jobs or 2, device=args.device,
+                                                        jobs=args.jobs or 2,
+                                                        kernel=KernelOptions(**({"device": args.device} if args.device else {})),
                                                         workdir=args.workdir), bench.format_llama7b_bench),
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),
@@ -483,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: {exc}", file=sys.stderr)
         return 2
     args.argv = argv
+    if args.command is None:  # bare `specbound`: the overview, not an error
+        _parser().print_help()
+        return 0
     try:
         commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
                     "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
@@ -494,6 +562,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SpecboundError as exc:
         print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional package this command needs (a base install)
+        error = missing_module(exc, f"specbound {args.command}")
+        if error is None:
+            raise
+        print(f"specbound: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `specbound analyze --format json | head`: not an error
         sys.stderr.close()

@@ -70,6 +70,42 @@ def one_line(exc: BaseException, doing: str) -> SpecboundError | None:
 
 ENVIRONMENT_ERRORS = (OSError, MemoryError, RecursionError)
 
+# Python converts integers of at most this many digits to and from text (a guard against
+# quadratic-time conversion): a JSON, TOML or --set value with more fails to parse, and an API value
+# with more could not even be printed in a message.  Such a value is refused where it enters.
+MAX_INT_DIGITS = 4300
+_MAX_INT_BITS = 14_284  # 10^4300 < 2^14284
+
+
+def oversized_integer(value, what: str, depth: int = 0) -> str | None:
+    """Where in ``value`` (a scalar, or lists and dicts of them) an integer of more than
+    :data:`MAX_INT_DIGITS` digits is (``"what['key'][0]"``), or None; not followed below 200 levels."""
+    stack = [(value, what, 0)]
+    while stack:
+        item, where, level = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > _MAX_INT_BITS:
+            return where
+        if level < 200 and isinstance(item, dict):
+            stack.extend((v, f"{where}[{k!r:.40}]", level + 1) for k, v in item.items())
+        elif level < 200 and isinstance(item, (list, tuple)):
+            stack.extend((v, f"{where}[{i}]", level + 1) for i, v in enumerate(item))
+    return None
+
+
+def refuse_oversized_integers(value, what: str, fix: str) -> None:
+    """A one-line error when ``value`` holds an integer of more than :data:`MAX_INT_DIGITS` digits."""
+    where = oversized_integer(value, what)
+    if where is not None:
+        raise SpecboundError(f"{where} is an integer of more than {MAX_INT_DIGITS:,} digits: no dimension, count or "
+                             f"option is that large; {fix}")
+
+
+def oversized_integer_text(doing: str, fix: str) -> SpecboundError:
+    """The error for a document that Python refused to parse for an integer of more than
+    :data:`MAX_INT_DIGITS` digits (its ``ValueError``)."""
+    return SpecboundError(f"cannot {doing}: it holds an integer of more than {MAX_INT_DIGITS:,} digits (Python's "
+                          f"limit for integers written as text); no dimension, count or option is that large: {fix}")
+
 
 @contextlib.contextmanager
 def os_errors(doing: str):
@@ -78,3 +114,24 @@ def os_errors(doing: str):
         yield
     except ENVIRONMENT_ERRORS as exc:
         raise one_line(exc, doing) from None
+
+
+
+# The optional packages and the extra that installs each (pyproject.toml's optional-dependencies).
+EXTRAS = {"matplotlib": "plot", "torch": "torch", "onnx": "onnx", "h5py": "tf", "msgpack": "flax",
+          "dask": "sweep", "distributed": "sweep", "transformers": "study"}
+
+
+def missing_extra(feature: str, package: str, extra: str | None = None) -> str:
+    """The one-line message for an optional feature whose package is not installed, with the one
+    install line that works for a wheel (``pip install 'specbound[EXTRA]'``)."""
+    extra = extra or EXTRAS.get(package, package)
+    return (f"{feature} needs {package}, which is not installed: pip install 'specbound[{extra}]' "
+            f"(in a checkout of specbound: pip install -e '.[{extra}]')")
+
+
+def missing_module(exc: ModuleNotFoundError, doing: str) -> SpecboundError | None:
+    """The one-line error for an optional package found missing while trying to ``doing``, None
+    when the missing module is not one of specbound's optional packages (a bug)."""
+    top = (exc.name or "").split(".")[0]
+    return SpecboundError(missing_extra(doing, top)) if top in EXTRAS else None

@@ -1,9 +1,12 @@
-"""Every analysis option in one place: its default, its check, its command-line flag and whether it
-changes the numbers (and so belongs in a results store's record key).
+"""Every analysis option in one place: its default, its constraint, its command-line flag and whether
+it changes the numbers (and so belongs in a results store's record key).
 
 ``specbound.analyze(source, options, **overrides)``, the command line (``analyze`` and ``sweep``
 flags), sweep TOML ``[options]`` tables and the store's record keys all derive from
-:class:`AnalysisOptions`: a new option is one field here.
+:class:`AnalysisOptions`: a new option is one field here.  The per-layer kernels receive the four
+options they read as one :class:`KernelOptions`.  Each option declares its constraint once
+(:class:`Interval`, :class:`Choice`; the pattern of scikit-learn's parameter constraints) and one
+checker, :func:`check`, validates it and every other setting of the library (sweep, study).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from .errors import SpecboundError
+from .errors import SpecboundError, refuse_oversized_integers
 
 METHODS = ("factored", "dense")
 # Where the linear algebra runs: "numpy" (NumPy/SciPy LAPACK, the default) or torch in float64 on
@@ -28,21 +31,123 @@ DEFAULT_RANK_TOL = 1e-10
 # curves table), so m bounds time and memory; the default m = ceil(L + ln N) is below 200 for every
 # published model, and a grid finer than 1/10000 moves no minimum measurably.
 GRID_M_MAX = 10_000
-# The options that were in every record key from the first store format on, in their order; any
-# other option enters a key only when it differs from its default, so existing stores keep their keys.
-LEGACY_KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
+# The largest sample size accepted: the gap bound's terms are computed in floating point.
+N_MAX = 10**300
 
 
-def _option(default, help: str, *, key: bool, kind: str, flag: str, metavar: str | None = None,
-            cli_default: Any = None, choices: tuple | None = None, group: str | None = None):
-    """A dataclass field with the metadata the command line and the store read.
+# --- constraints -------------------------------------------------------------------------------
 
-    ``kind`` says how the command line parses the flag's text: ``positive_int``, ``number``,
-    ``choice``, ``path`` or ``jobs`` (a positive integer or ``auto``).
+def _is_int(value) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    """A real number a float can hold (an integer past 1.8e308 cannot: it is refused, not overflowed)."""
+    try:
+        return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
+    except OverflowError:
+        return False
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Numbers of one kind (``Integral`` or ``Real``; never a bool, never NaN) between two bounds.
+
+    ``closed`` says which ends belong: ``"both"``, ``"left"``, ``"right"`` or ``"neither"``; a bound
+    of None is no bound.  ``cast``: the value is stored as ``int`` / ``float`` (numpy scalars too).
     """
+
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    closed: str = "both"
+    cast: bool = False
+
+    def accepts(self, value) -> bool:
+        if not (_is_int(value) if self.kind is Integral else _is_real(value)):
+            return False
+        left, right = self.closed in ("both", "left"), self.closed in ("both", "right")
+        if self.low is not None and not (value >= self.low if left else value > self.low):
+            return False
+        return self.high is None or (value <= self.high if right else value < self.high)
+
+    def convert(self, value):
+        return (int(value) if self.kind is Integral else float(value)) if self.cast else value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed set of values."""
+
+    values: tuple
+
+    def accepts(self, value) -> bool:
+        return isinstance(value, str) and value in self.values
+
+    def convert(self, value):
+        return value
+
+
+POSITIVE_INT = Interval(Integral, 1, None)
+NON_NEGATIVE_INT = Interval(Integral, 0, None)
+POSITIVE_FINITE = Interval(Real, 0, math.inf, "neither")
+
+
+def check(name: str, value, *accepted, requirement: str | None = None):
+    """``value`` if it meets one of ``accepted`` (:class:`Interval`, :class:`Choice`, None for the
+    value None, or a string for that literal), converted as the constraint says; otherwise a
+    one-line :class:`SpecboundError`: ``name must be <requirement>, got <value>`` (a choice: ``unknown
+    name ...; choose one of ...``)."""
+    # before any message quotes the value: an integer of more than 4,300 digits cannot be printed
+    refuse_oversized_integers(value, name, "pass a value in its range")
+    for constraint in accepted:
+        if constraint is None or isinstance(constraint, str):
+            if value is constraint or (isinstance(constraint, str) and value == constraint):
+                return value
+        elif constraint.accepts(value):
+            return constraint.convert(value)
+    choices = [c for c in accepted if isinstance(c, Choice)]
+    if choices and requirement is None:
+        raise SpecboundError(f"unknown {name} {value!r}; choose one of {', '.join(choices[0].values)}")
+    raise SpecboundError(f"{name} must be {requirement or _describe(accepted)}, got {value!r}")
+
+
+def _describe(accepted) -> str:
+    parts = []
+    for c in accepted:
+        if isinstance(c, Interval):
+            noun = "an integer" if c.kind is Integral else "a number"
+            if c == POSITIVE_INT:
+                parts.append("a positive integer")
+            elif c == NON_NEGATIVE_INT:
+                parts.append("a non-negative integer")
+            elif c == POSITIVE_FINITE:
+                parts.append("a positive finite number")
+            else:
+                left = "[" if c.closed in ("both", "left") else "("
+                right = "]" if c.closed in ("both", "right") else ")"
+                parts.append(f"{noun} in {left}{c.low}, {c.high}{right}")
+        elif isinstance(c, Choice):
+            parts.append(f"one of {', '.join(c.values)}")
+        elif isinstance(c, str):
+            parts.append(repr(c))
+    return " or ".join(parts) or "None"
+
+
+# --- the options -------------------------------------------------------------------------------
+
+def _option(default, help: str, *, key: bool, kind: str, flag: str, accepted: tuple = (), requirement: str | None = None,
+            label: str | None = None, metavar: str | None = None, cli_default: Any = None, group: str | None = None):
+    """A dataclass field with its constraint and the metadata the command line and the store read.
+
+    ``accepted`` and ``requirement`` are :func:`check`'s (empty: any value); ``label`` names the
+    option in its error (default its name).  ``kind`` says how the command line parses the flag's
+    text: ``positive_int``, ``number``, ``choice``, ``path`` or ``jobs`` (a positive integer or ``auto``).
+    """
+    choices = next((c.values for c in accepted if isinstance(c, Choice)), None)
     return field(default=default, metadata={
         "help": help, "key": key, "kind": kind, "flag": flag, "metavar": metavar, "cli_default": cli_default,
-        "choices": choices, "group": group})
+        "choices": choices, "group": group, "accepted": accepted, "requirement": requirement, "label": label})
 
 
 @dataclass(frozen=True)
@@ -85,76 +190,65 @@ class AnalysisOptions:
     """
 
     grid_m: int | None = _option(None, "Schatten grid resolution (default ceil(L + ln N))", key=True, kind="positive_int",
-                                 flag="--grid-m", metavar="M")
+                                 flag="--grid-m", metavar="M",
+                                 accepted=(None, Interval(Integral, 1, GRID_M_MAX, cast=True)),
+                                 requirement=f"an integer from 1 to {GRID_M_MAX} (the grid is {{0, 1/m, ..., 2}})")
     rank_tol: float = _option(DEFAULT_RANK_TOL, "relative rank tolerance (default 1e-10)", key=True, kind="number",
-                              flag="--rank-tol")
+                              flag="--rank-tol", accepted=(Interval(Real, 0, 1, "left", cast=True),),
+                              requirement="a number in [0, 1)")
     l_phi: float | None = _option(None, "activation Lipschitz constant (default from hidden_act; GELU 1.13)",
-                                  key=True, kind="number", flag="--l-phi")
+                                  key=True, kind="number", flag="--l-phi",
+                                  accepted=(None, Interval(Real, 0, math.inf, "neither", cast=True)),
+                                  requirement="a positive finite number (GELU: 1.13)")
     method: str = _option("factored", "QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs "
-                          "(slow reference)", key=True, kind="choice", flag="--method", choices=METHODS)
+                          "(slow reference)", key=True, kind="choice", flag="--method", accepted=(Choice(METHODS),))
     gram_rtol: float = _option(DEFAULT_GRAM_RTOL, "feed-forward singular values from the Gram matrix when "
                                "proven accurate to this relative error (default 1e-8); 0 forces exact SVDs",
-                               key=True, kind="number", flag="--gram-rtol")
+                               key=True, kind="number", flag="--gram-rtol",
+                               accepted=(Interval(Real, 0, 1, "left", cast=True),),
+                               requirement="a number in [0, 1) (0 forces exact SVDs)")
     arch_spec: Any = _option(None, "architecture spec file for a family not shipped (`specbound arch infer` "
                              "drafts one)", key=True, kind="path", flag="--arch-spec", metavar="FILE")
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
                         key=True, kind="path", flag="--init", metavar="SOURCE")
-    n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap")
-    margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap")
-    delta: float = _option(0.05, "failure probability (default 0.05)", key=True, kind="number", flag="--delta", group="gap")
+    n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap",
+                            accepted=(None, Interval(Integral, 2, N_MAX)),
+                            requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",
+                            label="n (the number of training sequences)")
+    margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap",
+                                   accepted=(None, POSITIVE_FINITE),
+                                   requirement="a positive finite number (e.g. --margin 0.1)")
+    delta: float = _option(0.05, "failure probability (default 0.05)", key=True, kind="number", flag="--delta",
+                           group="gap", accepted=(Interval(Real, 0, 1, "neither"),), requirement="in (0, 1)",
+                           label="delta (the failure probability)")
     lead_constant: float = _option(1.0, "absolute constant of the leading term, unstated by the sources "
-                                   "(default 1)", key=True, kind="number", flag="--lead-constant", group="gap")
+                                   "(default 1)", key=True, kind="number", flag="--lead-constant", group="gap",
+                                   accepted=(POSITIVE_FINITE,), requirement="a positive finite number (default 1)")
     confidence_constant: float = _option(1.0, "absolute constant of the confidence term, unstated by the "
                                          "sources (default 1)", key=True, kind="number", flag="--confidence-constant",
-                                         group="gap")
+                                         group="gap", accepted=(POSITIVE_FINITE,),
+                                         requirement="a positive finite number (default 1)")
     threads: int | None = _option(None, "BLAS threads per job (default: the BLAS default; with --jobs, the "
-                                  "cores divided among the jobs)", key=False, kind="positive_int", flag="--threads")
+                                  "cores divided among the jobs)", key=False, kind="positive_int", flag="--threads",
+                                  accepted=(None, POSITIVE_INT))
     jobs: int | str = _option(1, "layers analysed at once, in threads: the same numbers, about J times faster "
                               "on J cores, peak memory J layers (default auto: one per core, as half the "
                               "available memory allows at a layer's float64 weights each)", key=False, kind="jobs",
-                              flag="--jobs", metavar="J", cli_default="auto")
+                              flag="--jobs", metavar="J", cli_default="auto", accepted=("auto", POSITIVE_INT),
+                              requirement="a positive integer (layers analysed at once) or 'auto'")
     device: str = _option("numpy", "where the linear algebra runs: numpy (default), or torch float64 on cpu or "
                           "cuda (same numbers up to rounding, within the reported error bounds)", key=False,
-                          kind="choice", flag="--device", choices=DEVICES)
+                          kind="choice", flag="--device", accepted=(Choice(DEVICES),))
 
     def __post_init__(self):
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
-        if self.grid_m is not None:
-            if not _is_int(self.grid_m) or not 1 <= self.grid_m <= GRID_M_MAX:
-                raise SpecboundError(f"grid_m must be an integer from 1 to {GRID_M_MAX} (the grid is "
-                                     f"{{0, 1/m, ..., 2}}), got {self.grid_m!r}")
-            set_("grid_m", int(self.grid_m))
-        if not (_is_real(self.rank_tol) and 0 <= self.rank_tol < 1):
-            raise SpecboundError(f"rank_tol must be a number in [0, 1), got {self.rank_tol!r}")
-        set_("rank_tol", float(self.rank_tol))
-        if self.l_phi is not None:
-            if not (_is_real(self.l_phi) and 0 < self.l_phi < math.inf):
-                raise SpecboundError(f"l_phi must be a positive finite number (GELU: 1.13), got {self.l_phi!r}")
-            set_("l_phi", float(self.l_phi))
-        if self.method not in METHODS:
-            raise SpecboundError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
-        if not (_is_real(self.gram_rtol) and 0 <= self.gram_rtol < 1):
-            raise SpecboundError(f"gram_rtol must be a number in [0, 1) (0 forces exact SVDs), got {self.gram_rtol!r}")
-        set_("gram_rtol", float(self.gram_rtol))
-        if self.threads is not None and (not _is_int(self.threads) or self.threads < 1):
-            raise SpecboundError(f"threads must be a positive integer, got {self.threads!r}")
-        if self.jobs != "auto" and (not _is_int(self.jobs) or self.jobs < 1):
-            raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', "
-                                 f"got {self.jobs!r}")
-        if self.device not in DEVICES:
-            raise SpecboundError(f"unknown device {self.device!r}; choose one of {', '.join(DEVICES)}")
-        if self.n is None and self.margin is None:
-            return
-        if self.n is None or self.margin is None:
+        for f in fields(self):
+            if f.metadata["accepted"]:
+                value = check(f.metadata["label"] or f.name, getattr(self, f.name), *f.metadata["accepted"],
+                              requirement=f.metadata["requirement"])
+                object.__setattr__(self, f.name, value)  # frozen: the checked (converted) value
+        if (self.n is None) != (self.margin is None):
             missing = "n (the sample size)" if self.n is None else "margin"
             raise SpecboundError(f"a generalisation-gap bound needs both n and margin; {missing} is missing")
-        if not _is_int(self.n) or self.n < 2:
-            raise SpecboundError(f"n (the number of training sequences) must be an integer >= 2, got {self.n!r}")
-        _positive_finite("margin", self.margin, "e.g. --margin 0.1")
-        if not (_is_real(self.delta) and 0 < self.delta < 1):
-            raise SpecboundError(f"delta (the failure probability) must be in (0, 1), got {self.delta!r}")
-        _positive_finite("lead_constant", self.lead_constant, "default 1")
-        _positive_finite("confidence_constant", self.confidence_constant, "default 1")
 
     @classmethod
     def build(cls, options: "AnalysisOptions | Mapping[str, Any] | None" = None, **overrides) -> "AnalysisOptions":
@@ -176,22 +270,53 @@ class AnalysisOptions:
         return replace(base, **overrides) if overrides else base
 
     @property
+    def kernel(self) -> "KernelOptions":
+        """The options the per-layer kernels read, as one object."""
+        return KernelOptions(**{name: getattr(self, name) for name in KERNEL_OPTIONS})
+
+    @property
     def gap_requested(self) -> bool:
         """Whether a generalisation-gap bound is asked for (``n`` and ``margin`` given)."""
         return self.n is not None
 
-    def key_options(self) -> dict[str, Any]:
-        """The options that change the numbers, as a store's record key sees them: the legacy six
-        always (in their order), every other only when it differs from its default."""
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not f.metadata["key"]:
-                continue
-            if f.name in LEGACY_KEY_OPTIONS or value != f.default:
-                out[f.name] = str(value) if f.name in ("arch_spec", "init") and value is not None else value
-        return {**{k: out[k] for k in LEGACY_KEY_OPTIONS}, **{k: v for k, v in out.items()
-                                                              if k not in LEGACY_KEY_OPTIONS}}
+
+# The options the per-layer kernels read (spectra, Gram path, rank cut, device).
+KERNEL_OPTIONS = ("method", "gram_rtol", "rank_tol", "device")
+
+
+def _default(name: str):
+    return next(f.default for f in fields(AnalysisOptions) if f.name == name)
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """What the per-layer kernels read, passed down whole (``AnalysisOptions(...).kernel``); each
+    field's default and constraint are :class:`AnalysisOptions`'.
+
+    Attributes
+    ----------
+    method : {"factored", "dense"}
+    gram_rtol : float
+        0: every singular value from LAPACK's SVD.
+    rank_tol : float
+    device : {"numpy", "cpu", "cuda"}
+    """
+
+    method: str = _default("method")
+    gram_rtol: float = _default("gram_rtol")
+    rank_tol: float = _default("rank_tol")
+    device: str = _default("device")
+
+    def __post_init__(self):
+        for f in fields(AnalysisOptions):
+            if f.name in KERNEL_OPTIONS:
+                value = check(f.metadata["label"] or f.name, getattr(self, f.name), *f.metadata["accepted"],
+                              requirement=f.metadata["requirement"])
+                object.__setattr__(self, f.name, value)
+
+
+# The reference spectrum: every singular value from LAPACK's SVD, in NumPy.
+EXACT_SVD = KernelOptions(gram_rtol=0.0)
 
 
 def option_names(*, key_only: bool = False) -> list[str]:
@@ -202,17 +327,3 @@ def option_names(*, key_only: bool = False) -> list[str]:
 def option_fields():
     """The dataclass fields of :class:`AnalysisOptions`, with their metadata (help, flag, key, ...)."""
     return fields(AnalysisOptions)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(float(value))
-
-
-def _positive_finite(name: str, value, hint: str) -> None:
-    if not _is_real(value) or not (0 < value < math.inf):
-        raise SpecboundError(f"{name} must be a positive finite number ({hint}), got {value!r}")
-

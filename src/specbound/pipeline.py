@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 
 from .errors import SpecboundError
-from .options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, AnalysisOptions
+from .options import AnalysisOptions, KernelOptions
 from .io import Checkpoint, open_checkpoint
 from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
@@ -28,10 +28,11 @@ from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLay
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
 from .compute.layer_spectra import LayerSpectra, layer_spectra
+from .compute.spectra import ROTARY_METHODS
 from .compute.distance import difference_spectra
 from .compute.qk_logit import logit_factors
 from .compute.measures import measure
-from .compute.propagation import activation_lipschitz
+from .compute.propagation import activation_lipschitz, check_gated_activation
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
@@ -66,6 +67,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     from threadpoolctl import threadpool_limits
 
     model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
+    activation_constants(model.dims, opts)  # an activation without a known constant: refused before any weight is read
     init_model = _open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
@@ -74,9 +76,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     bar, on_layer = _progress_callback(progress)
     try:
         with threadpool_limits(limits=threads), _torch_threads(opts.device, threads):
-            layers, deltas = all_layer_spectra(model, init_model, method=opts.method, gram_rtol=opts.gram_rtol,
-                                               jobs=jobs, progress=on_layer, rank_tol=opts.rank_tol,
-                                               device=opts.device)
+            layers, deltas = all_layer_spectra(model, init_model, opts.kernel, jobs=jobs, progress=on_layer)
             model.ckpt.close()
             if init_model is not None:
                 init_model.ckpt.close()
@@ -108,10 +108,23 @@ def _torch_threads(device: str, threads: int | None):
         torch.set_num_threads(before)
 
 
+def tqdm_class():
+    """tqdm's notebook bar where it can draw (ipywidgets installed), else its text bar, which a
+    notebook shows as well; ``tqdm.auto`` alone warns "IProgress not found" in a notebook
+    without ipywidgets."""
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        from tqdm.std import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
+
+
 def _progress_callback(progress):
     """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a tqdm bar on stderr)."""
     if progress is True:
-        from tqdm.auto import tqdm
+        tqdm = tqdm_class()
 
         class LayersBar:  # the bar is made at the first call (done=0), with its total known
             bar = None
@@ -191,11 +204,9 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     return OpenModel(ckpt, spec, dims, prefix, layouts[0], None if len(set(layouts)) == 1 else layouts)
 
 
-def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored",
-                        gram_rtol: float = DEFAULT_GRAM_RTOL, rank_tol: float = DEFAULT_RANK_TOL,
-                        device: str = "numpy", prefetch: bool = False,
+def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False,
                         weights: LayerWeights | None = None) -> LayerSpectra:
-    """Read layer ``layer`` of an opened model and compute its spectra.
+    """Read layer ``layer`` of an opened model and compute its spectra as ``kernel`` says.
 
     Independent of every other layer, so a sweep can run the layers of a large model as separate
     tasks and :func:`assemble` the results.  The attention factors are released before the
@@ -205,9 +216,8 @@ def model_layer_spectra(model: OpenModel, layer: int, *, method: str = "factored
     """
     if weights is None:
         weights = read_layer(model, layer)
-    return layer_spectra(weights, method=method, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         gram_rtol=gram_rtol, release=True, rotary=model.rotary_for(layer), rank_tol=rank_tol,
-                         device=device, prefetch=prefetch)
+    return layer_spectra(weights, kernel, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
+                         release=True, rotary=model.rotary_for(layer), prefetch=prefetch)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
@@ -215,12 +225,11 @@ def read_layer(model: OpenModel, layer: int) -> LayerWeights:
     return layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
 
 
-def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, method: str = "factored",
-                      gram_rtol: float = DEFAULT_GRAM_RTOL, jobs: int = 1,
-                      progress: Callable[[int, int], None] | None = None, rank_tol: float = DEFAULT_RANK_TOL,
-                      device: str = "numpy"
+def all_layer_spectra(model: OpenModel, init_model: OpenModel | None, kernel: KernelOptions, *, jobs: int,
+                      progress: Callable[[int, int], None] | None = None
                       ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
-    """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time.
+    """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time,
+    computed as ``kernel`` says.
 
     Layers are independent: with ``jobs > 1`` they run in a thread pool (the linear algebra
     releases the GIL; tensor reads are serialised) and the results, in layer order, are the same
@@ -238,10 +247,8 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None = None, *, 
     users = Counter(source)
 
     def one(layer: int, weights: LayerWeights | None = None) -> tuple[LayerSpectra, LayerSpectra | None]:
-        delta = (_difference_spectra(model, init_model, layer, method=method)
-                 if init_model is not None else None)
-        return model_layer_spectra(model, layer, method=method, gram_rtol=gram_rtol, rank_tol=rank_tol,
-                                   device=device, prefetch=overlap, weights=weights), delta
+        delta = _difference_spectra(model, init_model, layer, kernel) if init_model is not None else None
+        return model_layer_spectra(model, layer, kernel, prefetch=overlap, weights=weights), delta
 
     done: dict[int, tuple[LayerSpectra, LayerSpectra | None]] = {}
     covered = 0
@@ -315,8 +322,8 @@ def auto_jobs(model: OpenModel, *, readers: int = 1) -> int:
 
 
 def cap_threads(threads: int | None) -> int | None:
-    """``threads`` BLAS threads, at most the cores (more only thrash: 100000 threads took 72 s where
-    8 took 1.2 s); capping is said in a :class:`~specbound.errors.SpecboundWarning`."""
+    """``threads`` BLAS threads, at most the cores (more only thrash; docs/benchmarks.md); capping is
+    said in a :class:`~specbound.errors.SpecboundWarning`."""
     cores = available_cores()
     if threads is not None and threads > cores:
         import warnings
@@ -339,14 +346,13 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, *, method: str) -> LayerSpectra:
+def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, kernel: KernelOptions) -> LayerSpectra:
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
     rotary = model.rotary_for(layer)
     a = 1.0 if rotary is None else rotary.attention_factor  # the logit's factors, as for W itself
     weights = logit_factors(layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer), a)
     w0 = logit_factors(layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer), a)
-    return difference_spectra(weights, w0, group=model.dims.H // model.dims.H_kv, method=method,
-                              block=model.dims.block)
+    return difference_spectra(weights, w0, kernel, group=model.dims.H // model.dims.H_kv, block=model.dims.block)
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
@@ -356,10 +362,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     ``source``, default where the weights were read from)."""
     opts = options or AnalysisOptions()
     dims = model.dims
-    if opts.l_phi is None:
-        l_phi, l_phi_source = activation_lipschitz(dims.activation)
-    else:
-        l_phi, l_phi_source = opts.l_phi, "user"
+    l_phi, l_phi_source = activation_constants(dims, opts)
     grid_m = default_grid_m(dims.L, dims.N) if opts.grid_m is None else opts.grid_m
     measures = measure(layers, dims, l_phi=l_phi, rank_tol=opts.rank_tol, grid_m=grid_m)
     results = compute_all(measures)
@@ -386,7 +389,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
         "scaling": model.rotary.scaling,
         "attention_factor": model.rotary.attention_factor,
-        "qk_spectral_norm": sorted({s.sv_method for layer in layers for s in layer.qk}),
+        "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
     qk_norm = _qk_norm_summary(model, layers)
     if qk_norm is not None:
@@ -402,8 +405,27 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None),
+                                                  l_phi=l_phi, l_phi_source=l_phi_source,
+                                                  rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
                                                   structure=model_structure(model.spec.structure, model.ckpt.config)))
+
+
+def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
+    """How many rotary QK heads got the exact maximum over offsets and how many the product bound
+    ``||W_Q||_2 ||W_K||_2`` (each head's own in the ``sv_method`` and ``argmax_offset`` columns)."""
+    counts = Counter(s.sv_method for layer in layers for s in layer.qk)
+    return {method: counts.get(name, 0) for method, name in ROTARY_METHODS.items()}
+
+
+def activation_constants(dims: ModelDims, options: AnalysisOptions) -> tuple[float, str]:
+    """``(L_phi, where it came from)``: ``options.l_phi`` (``"user"``) or the activation table, which
+    refuses an activation it does not know (one line naming ``--l-phi``); a gated block whose
+    activation has no ``c_phi`` is refused either way."""
+    check_gated_activation(dims.activation, dims.feed_forward)
+    if options.l_phi is not None:
+        return options.l_phi, "user"
+    return activation_lipschitz(dims.activation)
 
 
 def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 
-from support.families import D_FF, FAMILIES, FAMILY_OF, H, N, ROTARY, reference_matrices, save_family  # noqa: E402
+from support.families import D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, reference_matrices, save_family  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -32,15 +32,21 @@ def test_family_matches_module_reference(saved_family):
     assert list(mats["role"]) == [r for r, _, _ in ref]
     rotary = result.model.get("rotary") is not None
     assert rotary == (family in ROTARY)
+    if rotary:  # every QK head is counted under the method it got, and the rows say which
+        counts = result.model["rotary"]["qk_spectral_norm"]
+        methods = mats[mats["role"] == "QK"]["sv_method"].value_counts()
+        assert counts == {m: int(methods.get(f"rotary_{m}", 0)) for m in ("exact_over_offsets", "product_bound")}
+        assert sum(counts.values()) == int((mats["role"] == "QK").sum())
     sv = result.singular_values
     for (role, w, factors), (i, row) in zip(ref, mats.iterrows()):
         s = np.linalg.svd(w, compute_uv=False)
         if rotary and role == "QK":  # every quantity holds at every offset, offset 0 (this W_Q^T W_K) included
             slack = 1 + 1e-12
-            assert row["sv_method"] == "rotary_envelope"
-            # the envelope is s_i(W_Q^h) s_i(W_K^g) of the module's (gain-folded) factors, to 1e-9
+            assert row["sv_method"] in ("rotary_exact_over_offsets", "rotary_product_bound")
+            # the Horn envelope is s_i(W_Q^h) s_i(W_K^g) of the module's (gain-folded) factors, to 1e-9
             env = np.linalg.svd(factors[0], compute_uv=False) * np.linalg.svd(factors[1], compute_uv=False)
-            np.testing.assert_allclose(np.sort(sv[sv["matrix"] == i]["sigma"].to_numpy())[::-1], env, rtol=1e-9)
+            rows = sv[(sv["matrix"] == i) & (sv["kind"] == "horn_envelope")]
+            np.testing.assert_allclose(np.sort(rows["sigma"].to_numpy())[::-1], env, rtol=1e-9)
             assert row["spectral_norm"] * slack >= s[0] and row["frobenius_norm"] * slack >= np.linalg.norm(w)
             assert row["norm_2_1"] * slack >= np.linalg.norm(w, axis=0).sum()
             assert row["norm_1_1"] * slack >= np.abs(w).sum()
@@ -76,8 +82,7 @@ def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
     result = specbound.analyze(folder, threads=1)
     assert result.model["family"] == FAMILY_OF.get(family, family)
-    assert result.model["d_head"] == (16 if family in ("qwen3", "gemma", "gemma2", "gemma3_text", "qwen3_moe") else
-                                      result.model["N"] // result.model["H"])
+    assert result.model["d_head"] == HEAD_DIM.get(family, result.model["N"] // result.model["H"])
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
         assert result.model["L"] == 4 and set(result.matrices["layer"]) == {0, 1, 2, 3}
         by_layer = result.matrices.groupby("layer")["spectral_norm"].apply(list)

@@ -76,8 +76,8 @@ def test_every_layers_qk_quantities_hold_under_its_own_rotation(gemma3):
         c = eye[None] * cos[:, None, :] + half[None] * sin[:, None, :]
         pair = np.einsum("tij,skj->tsik", c, c)
         attn = model.model.layers[layer].self_attn
-        gq = 1.0 + attn.q_norm.weight.detach().numpy()  # (1 + w), as test_families checks by calling the norm
-        gk = 1.0 + attn.k_norm.weight.detach().numpy()
+        gq = (1.0 + attn.q_norm.weight.detach().float()).double().numpy()  # (1 + w), as test_families checks
+        gk = (1.0 + attn.k_norm.weight.detach().float()).double().numpy()
         q = attn.q_proj.weight.detach().numpy().reshape(H, D, N) * gq[None, :, None]
         k = attn.k_proj.weight.detach().numpy().reshape(KV, D, N) * gk[None, :, None]
         rows = qk[qk["layer"] == layer]

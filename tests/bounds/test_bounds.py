@@ -14,6 +14,7 @@ from specbound.archs.model import LayerWeights, ModelDims
 from specbound.bounds.schatten import default_grid_m
 from specbound.compute.layer_spectra import LayerSpectra
 from specbound.compute.measures import measure
+from specbound.options import KernelOptions
 from support.hand_model import HAND_DIMS, hand_layers, spec
 
 REL = 1e-9
@@ -158,7 +159,7 @@ def random_models(draw):
 
 
 def results_for(weights, dims):
-    layers = [layer_spectra(w) for w in weights]
+    layers = [layer_spectra(w, KernelOptions()) for w in weights]
     ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
     return ms, compute_all(ms)
 

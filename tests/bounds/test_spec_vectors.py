@@ -33,7 +33,7 @@ def test_vector_a():
     s = np.array([3, 2, 1, 0.5, 0])
     assert default_grid_m(2, 8) == 5
     assert len(schatten_grid(5)) == 11
-    assert numerical_rank(s, 5) == 4
+    assert numerical_rank(s, 5, 1e-10) == 4
     c = curve(s, 2.0, 8)
     assert c(0) == pytest.approx(5.656854, rel=REL)
     assert c(1) == pytest.approx(9.405339, rel=REL)

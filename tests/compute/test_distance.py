@@ -13,6 +13,7 @@ from specbound.bounds import REGISTRY
 from specbound.compute.distance import stacked_difference
 from specbound.errors import SpecboundError
 from specbound.compute.spectra import dense_spectrum, factored_spectra, numerical_rank
+from specbound.options import DEFAULT_RANK_TOL as RANK_TOL, KernelOptions
 
 L, N, H, D_FF = 2, 16, 4, 24
 D_HEAD = N // H
@@ -42,8 +43,8 @@ def test_factored_difference_equals_dense(factors):
         assert fs.shape == dense.shape
         assert fs.norm_2_1 == pytest.approx(ds.norm_2_1, rel=1e-9)
         assert fs.norm_1_1 == pytest.approx(ds.norm_1_1, rel=1e-9)
-        assert numerical_rank(fs.singular_values, fs.dim) == np.linalg.matrix_rank(dense)
-        assert numerical_rank(fs.singular_values, fs.dim) <= 2 * a.shape[1]
+        assert numerical_rank(fs.singular_values, fs.dim, RANK_TOL) == np.linalg.matrix_rank(dense)
+        assert numerical_rank(fs.singular_values, fs.dim, RANK_TOL) <= 2 * a.shape[1]
 
 
 def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
@@ -64,15 +65,15 @@ def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
                             {"FF_in": g((8, 12)), "FF_out": g((12, 8))})
 
     w = [weights(0), weights(1)]
-    ms = measure([layer_spectra(x) for x in w], dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
-    same = ms.measured_from([difference_spectra(x, x) for x in w])  # W0 = W
+    ms = measure([layer_spectra(x, KernelOptions()) for x in w], dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
+    same = ms.measured_from([difference_spectra(x, x, KernelOptions()) for x in w])  # W0 = W
     assert not ms.from_init and same.from_init
     for a, b in zip(ms.matrices, same.matrices):
         assert b.spectrum is a.spectrum and b.scale == a.scale and b.target is b.delta
     assert SPECTRAL_ADAPTIVE.compute(same).value == pytest.approx(np.sqrt(2))  # every rank is 0
     assert SPECTRAL_ADAPTIVE.compute(ms).value > 10
     with pytest.raises(ValueError):
-        ms.measured_from([difference_spectra(w[0], w[0])])
+        ms.measured_from([difference_spectra(w[0], w[0], KernelOptions())])
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,7 @@ def test_dense_method_agrees_from_init(trained_and_init):
 
 def test_zero_distance(tiny_pair):
     """W = W0 exactly: every difference is exactly zero, so every distance bound is exactly its
-    value at zero (issue 15: the stacked [A; -A0] route left 1e-16 round-off that alpha raised to 1e13)."""
+    value at zero (factors stacked as [A; -A0] would leave 1e-16 round-off, which alpha can raise to 1e13)."""
     src, _ = tiny_pair
     a = specbound.analyze(src, init=src, threads=1)
     assert (a.matrices["delta_rank"] == 0).all()

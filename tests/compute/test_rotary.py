@@ -2,7 +2,7 @@
 
 * the rotation convention against HF's own ``apply_rotary_pos_emb`` (LLaMA, GPT-NeoX partial
   rotary, GPT-J interleaved);
-* the issue's example: a head whose rotation-blind ``W_Q^T W_K`` is 0 but whose rotary logits are not;
+* a head whose rotation-blind ``W_Q^T W_K`` is 0 but whose rotary logits are not;
 * property tests: at every offset (and at random orthogonal matrices) the dense ``N x N`` product's
   spectral norm, numerical rank, ``S_p``, (2,1)- and (1,1)-norms never exceed the reported bounds.
 
@@ -26,6 +26,7 @@ from specbound.compute.rotary import (
 )
 
 REL = 1e-12
+RANK_TOL = 1e-10  # the project's default rank tolerance (project_rank below restates it)
 P_GRID = (1e-3, 0.05, 0.25, 0.5, 1.0, 1.5, 2.0)
 
 
@@ -197,7 +198,7 @@ def test_interleaved_is_half_conjugated_by_a_permutation():
 
 
 # ------------------------------------------------------------------------------------------------
-# The example: rotation-blind QK is 0, the rotary head is not
+# A head whose rotation-blind QK is 0 while its rotary QK is not
 # ------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
@@ -216,12 +217,12 @@ def test_zero_rotation_blind_qk_but_nonzero_rotary(pairing, pair):
     for t in (1, 11, -11):
         s = np.linalg.svd(dense_qk(wq, wk, layout, t), compute_uv=False)
         assert s[0] == pytest.approx(9 * abs(math.sin(t * layout.thetas[pair])), rel=1e-13)
-    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout)
+    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout, rank_tol=RANK_TOL)
     assert env.spectral_method == "exact_over_offsets"
     assert env.spectral_sup == pytest.approx(expected.max(), rel=1e-13)
     assert env.spectral_sup >= expected.max() * (1 - REL) and env.spectral_bound == pytest.approx(9.0)
     assert env.rank_bound >= 1 and env.schatten_power(1.0) >= expected.max() * (1 - REL)
-    (blind,) = rotary_qk_envelope(wq[None], wk[None], None, layout, max_core_svds=0)
+    (blind,) = rotary_qk_envelope(wq[None], wk[None], None, layout, rank_tol=RANK_TOL, max_core_svds=0)
     assert blind.spectral_method == "product_bound" and blind.spectral_sup == pytest.approx(9.0)
 
 
@@ -272,7 +273,8 @@ def _check_all_bounds(x, env, n):
 def test_reported_bounds_dominate_every_offset(case):
     q, k, kv_index, layout = case
     d, n = q.shape[1:]
-    envs = rotary_qk_envelope(q, k, kv_index, layout, exact_norm_2_1=True, max_core_svds=10**6)
+    envs = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True,
+                              max_core_svds=10**6)
     rng = np.random.default_rng(0)
     for env in envs:
         wq, wk = q[env.head], k[env.kv_head]
@@ -318,7 +320,7 @@ def test_rank_tolerance_needs_the_factor_rule():
     eps = 1e-5
     layout = RotaryLayout(2, "half", 10000.0, 16)  # one pair, theta_0 = 1 rad; cos(11) = 0.0044
     wq = wk = np.diag([1.0, eps])
-    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout)
+    (env,) = rotary_qk_envelope(wq[None], wk[None], None, layout, rank_tol=RANK_TOL)
     tau = 1e-10 * 2 * max(env.envelope[0], 1.0)
     assert np.count_nonzero(env.envelope > tau) == 1  # the naive rule
     s = np.linalg.svd(dense_qk(wq, wk, layout, 11), compute_uv=False)
@@ -335,7 +337,8 @@ def test_layouts_share_envelope_but_not_exact_values():
     rng = np.random.default_rng(3)
     q, k = rng.standard_normal((2, 8, 12)), rng.standard_normal((2, 8, 12))
     half, inter = RotaryLayout(8, "half", 100.0, 32), RotaryLayout(8, "interleaved", 100.0, 32)
-    for a, b in zip(rotary_qk_envelope(q, k, None, half), rotary_qk_envelope(q, k, None, inter)):
+    for a, b in zip(rotary_qk_envelope(q, k, None, half, rank_tol=RANK_TOL),
+                    rotary_qk_envelope(q, k, None, inter, rank_tol=RANK_TOL)):
         np.testing.assert_array_equal(a.envelope, b.envelope)
         assert (a.rank_bound, a.spectral_bound, a.norm_2_1_bound, a.norm_1_1_bound) == \
             (b.rank_bound, b.spectral_bound, b.norm_2_1_bound, b.norm_1_1_bound)
@@ -374,8 +377,8 @@ def test_budget_and_scaling_select_the_method():
     rng = np.random.default_rng(6)
     q, k = rng.standard_normal((3, 4, 9)), rng.standard_normal((3, 4, 9))
     layout = RotaryLayout(4, "half", 10000.0, 20)  # 3 heads x 39 offsets = 117 cores
-    exact = rotary_qk_envelope(q, k, None, layout, max_core_svds=117)
-    bound = rotary_qk_envelope(q, k, None, layout, max_core_svds=116)
+    exact = rotary_qk_envelope(q, k, None, layout, rank_tol=RANK_TOL, max_core_svds=117)
+    bound = rotary_qk_envelope(q, k, None, layout, rank_tol=RANK_TOL, max_core_svds=116)
     for e, b in zip(exact, bound):
         assert e.spectral_method == "exact_over_offsets" and b.spectral_method == "product_bound"
         assert e.argmax_offset is not None and b.argmax_offset is None
@@ -386,11 +389,11 @@ def test_budget_and_scaling_select_the_method():
     halved = tuple(float(t) / 2 for t in layout.thetas)
     scaled = RotaryLayout(4, "half", 10000.0, 20, scaling="linear", inv_freq=halved)
     assert all(e.spectral_method == "exact_over_offsets" and e.norm_2_1_method == "exact_over_offsets"
-               for e in rotary_qk_envelope(q, k, None, scaled, exact_norm_2_1=True))
+               for e in rotary_qk_envelope(q, k, None, scaled, rank_tol=RANK_TOL, exact_norm_2_1=True))
     # ... but LongRoPE's pairs are not a function of their offset alone: the bounds for every rotation
     mixed = RotaryLayout(4, "half", 10000.0, 20, scaling="longrope", inv_freq=halved, offset_invariant=False)
     assert all(e.spectral_method == "product_bound" and e.norm_2_1_method == "bound"
-               for e in rotary_qk_envelope(q, k, None, mixed, exact_norm_2_1=True))
+               for e in rotary_qk_envelope(q, k, None, mixed, rank_tol=RANK_TOL, exact_norm_2_1=True))
 
 
 def test_grouped_query_heads_use_their_kv_head():
@@ -398,15 +401,15 @@ def test_grouped_query_heads_use_their_kv_head():
     q, k = rng.standard_normal((4, 4, 10)), rng.standard_normal((2, 4, 10))
     layout = RotaryLayout(4, "interleaved", 500.0, 16)
     kv_index = np.arange(4) // 2
-    grouped = rotary_qk_envelope(q, k, kv_index, layout, exact_norm_2_1=True)
-    repeated = rotary_qk_envelope(q, k[kv_index], None, layout, exact_norm_2_1=True)
+    grouped = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True)
+    repeated = rotary_qk_envelope(q, k[kv_index], None, layout, rank_tol=RANK_TOL, exact_norm_2_1=True)
     for g, r in zip(grouped, repeated):
         assert g.kv_head == kv_index[g.head]
         for field in ("spectral_sup", "spectral_bound", "rank_bound", "norm_2_1_sup", "norm_2_1_bound",
                       "norm_1_1_bound"):
             assert getattr(g, field) == pytest.approx(getattr(r, field), rel=1e-14), field
     with pytest.raises(ValueError, match="kv_index"):
-        rotary_qk_envelope(q, k, [0, 1, 2, 0], layout)
+        rotary_qk_envelope(q, k, [0, 1, 2, 0], layout, rank_tol=RANK_TOL)
 
 
 @pytest.mark.parametrize("kwargs, match", [

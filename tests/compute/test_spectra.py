@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from specbound.bounds.schatten import schatten_power
 from specbound.compute.spectra import dense_spectrum, factored_spectra, numerical_rank
+from specbound.options import DEFAULT_RANK_TOL as RANK_TOL, KernelOptions
 
 
 @st.composite
@@ -39,11 +40,11 @@ def test_factored_equals_dense(factors):
         assert fs.norm_2_1 == pytest.approx(np.linalg.norm(dense, axis=0).sum(), rel=1e-9)
         assert fs.norm_1_1 == pytest.approx(np.abs(dense).sum(), rel=1e-9)
         assert fs.frobenius_norm == pytest.approx(np.linalg.norm(dense), rel=1e-9)
-        assert numerical_rank(fs.singular_values, fs.dim) == numerical_rank(ds.singular_values, ds.dim)
-        assert numerical_rank(ds.singular_values, ds.dim) == np.linalg.matrix_rank(dense)
+        assert numerical_rank(fs.singular_values, fs.dim, RANK_TOL) == numerical_rank(ds.singular_values, ds.dim, RANK_TOL)
+        assert numerical_rank(ds.singular_values, ds.dim, RANK_TOL) == np.linalg.matrix_rank(dense)
         for p in (0.0, 0.05, 0.5, 1.0, 2.0):
-            assert schatten_power(fs.singular_values, p, fs.dim) == pytest.approx(
-                schatten_power(ds.singular_values, p, ds.dim), rel=1e-9)
+            assert schatten_power(fs.singular_values, p, fs.dim, RANK_TOL) == pytest.approx(
+                schatten_power(ds.singular_values, p, ds.dim, RANK_TOL), rel=1e-9)
 
 
 @pytest.mark.parametrize("n_a, n_b", [(10, 10), (7, 11)])
@@ -58,13 +59,13 @@ def test_streamed_norm_1_1_uses_several_tiles(monkeypatch, n_a, n_b):
 
 def test_schatten_power_definitions():
     s = np.array([3.0, 2.0, 1.0, 0.5, 0.0])
-    assert schatten_power(s, 0, 5) == 4
-    assert schatten_power(s, 1, 5) == pytest.approx(6.5)
-    assert schatten_power(s, 2, 5) == pytest.approx(9 + 4 + 1 + 0.25)
+    assert schatten_power(s, 0, 5, RANK_TOL) == 4
+    assert schatten_power(s, 1, 5, RANK_TOL) == pytest.approx(6.5)
+    assert schatten_power(s, 2, 5, RANK_TOL) == pytest.approx(9 + 4 + 1 + 0.25)
     # rounding noise below the tolerance does not count, however small p is
     noisy = np.concatenate([s[:4], np.full(100, 1e-15)])
-    assert schatten_power(noisy, 1 / 19, 104) == pytest.approx(schatten_power(s, 1 / 19, 5))
-    assert numerical_rank(np.zeros(3), 3) == 0
+    assert schatten_power(noisy, 1 / 19, 104, RANK_TOL) == pytest.approx(schatten_power(s, 1 / 19, 5, RANK_TOL))
+    assert numerical_rank(np.zeros(3), 3, RANK_TOL) == 0
 
 
 def test_dense_spectrum_norms_row_orientation():
@@ -121,9 +122,9 @@ def test_gram_path_falls_back_to_svd_when_unresolved():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((6, 20))
     w[-1] = w[0]  # rank deficient: the Gram path cannot resolve the zero singular value
-    sp = dense_spectrum(w, gram_rtol=1e-8)
+    sp = dense_spectrum(w, KernelOptions(gram_rtol=1e-8))
     assert sp.sv_method == "svd" and sp.sv_rel_error_bound == 0.0
-    good = dense_spectrum(rng.standard_normal((6, 20)), gram_rtol=1e-8)
+    good = dense_spectrum(rng.standard_normal((6, 20)), KernelOptions(gram_rtol=1e-8))
     assert good.sv_method == "gram" and 0 < good.sv_rel_error_bound <= 1e-8
 
 
@@ -136,7 +137,7 @@ def test_blockwise_norms_match_direct(monkeypatch, order):
     base = rng.standard_normal((13, 9))
     w = {"C": base, "F": np.asfortranarray(base), "strided": rng.standard_normal((26, 9))[::2]}[order]
     np.testing.assert_allclose(spectra.column_sq_norms(w), (w**2).sum(axis=0), rtol=1e-13)
-    sp = spectra.dense_spectrum(w, gram_rtol=1e-6)
+    sp = spectra.dense_spectrum(w, KernelOptions(gram_rtol=1e-6))
     assert sp.norm_1_1 == pytest.approx(np.abs(w).sum(), rel=1e-13)
     assert sp.norm_2_1 == pytest.approx(np.linalg.norm(w, axis=0).sum(), rel=1e-13)
     np.testing.assert_allclose(sp.singular_values, np.linalg.svd(w, compute_uv=False), rtol=1e-10)

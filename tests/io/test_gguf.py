@@ -1,7 +1,7 @@
 """GGUF files written by the ``gguf`` package's own GGUFWriter, the way llama.cpp's
 ``convert_hf_to_gguf.py`` writes a LlamaForCausalLM: GGUF tensor names, the config in the metadata,
-and the rows of Q and K permuted by ``LlamaModel.permute`` (copied below from the converter: the
-reader's inverse must undo exactly it).
+and the rows of Q and K permuted by ``LlamaModel.permute`` (copied from the converter into
+tests/support/gguf_convert.py: the reader's inverse must undo exactly it).
 
 Oracles: every role matrix of the GGUF file equals the Hugging Face checkpoint's (saved with
 save_pretrained, read through safetensors) to 1e-9, and so does every number of the analysis; a
@@ -23,6 +23,7 @@ from specbound import SpecboundError
 from specbound.archs.extract import layer_weights
 from specbound.io import open_checkpoint
 from specbound.pipeline import open_model
+from support.gguf_convert import permute
 from support.same_numbers import assert_same_numbers
 
 
@@ -33,16 +34,6 @@ def assert_same_numbers_gguf(a, b, rel=1e-9):
 gguf = pytest.importorskip("gguf")
 
 L, N, H, H_KV, D_FF, VOCAB = 2, 32, 4, 2, 64, 64
-
-
-def permute(weights, n_head, n_head_kv):
-    """convert_hf_to_gguf.py, ``LlamaModel.permute`` (applied to q_proj with ``(n_head, n_head)`` and
-    to k_proj with ``(n_head, n_head_kv)``)."""
-    if n_head_kv is not None and n_head != n_head_kv:
-        n_head = n_head_kv
-    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-            .swapaxes(1, 2)
-            .reshape(weights.shape))
 
 
 _GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",

@@ -1,361 +1,145 @@
-"""llama.cpp's other architectures (phi2, phi3, gptj, falcon, bloom, qwen2moe, qwen3moe, and llama with experts)
-in GGUF files written by the ``gguf`` package's GGUFWriter the way ``convert_hf_to_gguf.py`` writes
-each one: its tensor names, its metadata keys, its rearrangements (Falcon's per-group and BLOOM's
-per-head fused QKV rewritten as ``[q | k | v]``, experts stacked into 3-D banks, Llama's Q/K rows
-permuted; each transcribed below from the converter).  Oracle: the tiny Hugging Face model saved with
-save_pretrained; every matrix and every number of the GGUF analysis equals the folder's (to 1e-9),
-apart from the family's name and, where llama.cpp computes another GELU than the Hugging Face class
-(Falcon's erf GELU, Phi's and GPT-J's ``gelu_new``: llama.cpp's ``ggml_gelu`` is the tanh form), the
-activation's name (its Lipschitz constant, 1.13, is the same)."""
+"""GGUF files of Qwen3, Gemma (1), Gemma 2, Gemma 3 and OLMo 2, written with the ``gguf`` package's
+writer the way llama.cpp's ``convert_hf_to_gguf.py`` converts each model (tensor names from gguf's
+own ``TensorNameMap``; 1 added to every Gemma norm weight; no Q/K permutation for these
+architectures; the metadata keys the converter writes), analyse to the numbers of the Hugging Face
+folder they came from, to 1e-9.
+
+Gemma 3's file has no per-layer rope settings: llama.cpp fixes its local layers at base 10000 and
+every sixth layer global, which the reader restores; the global layers' linear scaling comes from
+``rope.scaling.*``.  A Llama 3.1-style ``rope_freqs`` tensor (llama.cpp's frequency divisors) is read
+as the model's frequencies."""
+
+import json
 
 import numpy as np
 import pytest
-
-import specbound
-from specbound.archs.extract import layer_weights
-from specbound.pipeline import open_model
-from support.same_numbers import numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-N, H, L = 32, 4, 2
-T = transformers
+import specbound  # noqa: E402
+from specbound import SpecboundError  # noqa: E402
+from specbound.io import open_checkpoint  # noqa: E402
+from support.gguf_convert import write_converted  # noqa: E402
+from support.same_numbers import assert_same_numbers  # noqa: E402
 
+N, H, KV, D, D_FF, VOCAB, CONTEXT = 32, 4, 2, 16, 48, 64, 24
+GLOBAL_SCALING = 8.0
 
-def _stack(state, prefix, names, experts):
-    """The converter's expert merge: ``torch.stack([expert e's weight for e], dim=0)``."""
-    return {gguf_role: np.stack([state[f"{prefix}.experts.{e}.{hf}.weight"] for e in range(experts)])
-            for hf, gguf_role in names.items()}
-
-
-def permute(weights, n_head, n_head_kv):
-    """convert_hf_to_gguf.py's ``LlamaModel.permute``."""
-    if n_head_kv is not None and n_head != n_head_kv:
-        n_head = n_head_kv
-    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-            .swapaxes(1, 2).reshape(weights.shape))
-
-
-def _phi2(state, config):
-    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
-           "output_norm.weight": state["model.final_layernorm.weight"]}
-    for l in range(L):
-        p = f"model.layers.{l}."
-        out.update({f"blk.{l}.attn_q.weight": state[p + "self_attn.q_proj.weight"],
-                    f"blk.{l}.attn_k.weight": state[p + "self_attn.k_proj.weight"],
-                    f"blk.{l}.attn_v.weight": state[p + "self_attn.v_proj.weight"],
-                    f"blk.{l}.attn_output.weight": state[p + "self_attn.dense.weight"],
-                    f"blk.{l}.ffn_up.weight": state[p + "mlp.fc1.weight"],
-                    f"blk.{l}.ffn_down.weight": state[p + "mlp.fc2.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"]})
-    rot = config.rope_parameters["partial_rotary_factor"]
-    meta = dict(context_length=config.max_position_embeddings, embedding_length=N, feed_forward_length=4 * N,
-                head_count=H, head_count_kv=H, rope_dimension_count=int(rot * N) // H)
-    return out, meta
-
-
-def _phi3(state, config):
-    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
-           "output_norm.weight": state["model.norm.weight"]}
-    for l in range(L):
-        p = f"model.layers.{l}."
-        out.update({f"blk.{l}.attn_qkv.weight": state[p + "self_attn.qkv_proj.weight"],
-                    f"blk.{l}.attn_output.weight": state[p + "self_attn.o_proj.weight"],
-                    f"blk.{l}.ffn_up.weight": state[p + "mlp.gate_up_proj.weight"],
-                    f"blk.{l}.ffn_down.weight": state[p + "mlp.down_proj.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
-                    f"blk.{l}.ffn_norm.weight": state[p + "post_attention_layernorm.weight"]})
-    rope = config.rope_parameters
-    meta = dict(context_length=config.max_position_embeddings, embedding_length=N,
-                feed_forward_length=config.intermediate_size, head_count=H, head_count_kv=config.num_key_value_heads,
-                rope_dimension_count=int(rope.get("partial_rotary_factor", 1.0) * N) // H,
-                rope_freq_base=rope["rope_theta"], rope_scaling_orig_ctx_len=config.original_max_position_embeddings)
-    if rope.get("rope_type") == "longrope":  # Phi3MiniModel.generate_extra_tensors
-        out["rope_factors_long.weight"] = np.array(rope["long_factor"], dtype=np.float32)
-        out["rope_factors_short.weight"] = np.array(rope["short_factor"], dtype=np.float32)
-    return out, meta
-
-
-def _gptj(state, config):
-    out = {"token_embd.weight": state["transformer.wte.weight"], "output.weight": state["lm_head.weight"],
-           "output_norm.weight": state["transformer.ln_f.weight"]}
-    for l in range(L):
-        p = f"transformer.h.{l}."
-        out.update({f"blk.{l}.attn_q.weight": state[p + "attn.q_proj.weight"],
-                    f"blk.{l}.attn_k.weight": state[p + "attn.k_proj.weight"],
-                    f"blk.{l}.attn_v.weight": state[p + "attn.v_proj.weight"],
-                    f"blk.{l}.attn_output.weight": state[p + "attn.out_proj.weight"],
-                    f"blk.{l}.ffn_up.weight": state[p + "mlp.fc_in.weight"],
-                    f"blk.{l}.ffn_down.weight": state[p + "mlp.fc_out.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "ln_1.weight"]})
-    meta = dict(context_length=config.n_positions, embedding_length=N, feed_forward_length=4 * N, head_count=H,
-                rope_dimension_count=config.rotary_dim)
-    return out, meta
-
-
-def _falcon(state, config):
-    """FalconModel.modify_tensors: the per-group fused QKV rewritten as ``[q | k | v]``."""
-    kv, d = config.num_kv_heads, N // H
-    out = {"token_embd.weight": state["transformer.word_embeddings.weight"],
-           "output.weight": state["lm_head.weight"] if "lm_head.weight" in state else
-           state["transformer.word_embeddings.weight"], "output_norm.weight": state["transformer.ln_f.weight"]}
-    for l in range(L):
-        p = f"transformer.h.{l}."
-        qkv = state[p + "self_attention.query_key_value.weight"].reshape(kv, H // kv + 2, d, d * H)
-        fused = np.concatenate([qkv[:, :-2].reshape(H * d, d * H), qkv[:, [-2]].reshape(kv * d, d * H),
-                                qkv[:, [-1]].reshape(kv * d, d * H)])
-        out.update({f"blk.{l}.attn_qkv.weight": fused,
-                    f"blk.{l}.attn_output.weight": state[p + "self_attention.dense.weight"],
-                    f"blk.{l}.ffn_up.weight": state[p + "mlp.dense_h_to_4h.weight"],
-                    f"blk.{l}.ffn_down.weight": state[p + "mlp.dense_4h_to_h.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "ln_attn.weight"],
-                    f"blk.{l}.attn_norm_2.weight": state[p + "ln_mlp.weight"]})
-    meta = dict(context_length=2048, embedding_length=N, feed_forward_length=4 * N, head_count=H, head_count_kv=kv)
-    return out, meta
-
-
-def _bloom(state, config):
-    """BloomModel.modify_tensors: the per-head fused QKV rewritten as ``[q | k | v]``."""
-    d = N // H
-    out = {"token_embd.weight": state["transformer.word_embeddings.weight"],
-           "token_embd_norm.weight": state["transformer.word_embeddings_layernorm.weight"],
-           "output_norm.weight": state["transformer.ln_f.weight"], "output.weight": state["transformer.word_embeddings.weight"]}
-    for l in range(L):
-        p = f"transformer.h.{l}."
-        qkv = state[p + "self_attention.query_key_value.weight"].reshape(H, 3, d, N)
-        out.update({f"blk.{l}.attn_qkv.weight": np.concatenate([qkv[:, i].reshape(-1, N) for i in range(3)]),
-                    f"blk.{l}.attn_output.weight": state[p + "self_attention.dense.weight"],
-                    f"blk.{l}.ffn_up.weight": state[p + "mlp.dense_h_to_4h.weight"],
-                    f"blk.{l}.ffn_down.weight": state[p + "mlp.dense_4h_to_h.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
-                    f"blk.{l}.ffn_norm.weight": state[p + "post_attention_layernorm.weight"]})
-    meta = dict(context_length=N, embedding_length=N, feed_forward_length=4 * N, head_count=H, head_count_kv=H)
-    return out, meta
-
-
-def _qwen2moe(state, config):
-    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
-           "output_norm.weight": state["model.norm.weight"]}
-    for l in range(L):
-        p = f"model.layers.{l}."
-        out.update({f"blk.{l}.attn_{r}.weight": state[p + f"self_attn.{r}_proj.weight"] for r in "qkv"})
-        out.update({f"blk.{l}.attn_output.weight": state[p + "self_attn.o_proj.weight"],
-                    f"blk.{l}.ffn_gate_inp.weight": state[p + "mlp.gate.weight"],
-                    f"blk.{l}.ffn_gate_inp_shexp.weight": state[p + "mlp.shared_expert_gate.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
-                    f"blk.{l}.ffn_norm.weight": state[p + "post_attention_layernorm.weight"]})
-        out.update({f"blk.{l}.ffn_{r}_shexp.weight": state[p + f"mlp.shared_expert.{r}_proj.weight"]
-                    for r in ("gate", "up", "down")})
-        banks = _stack(state, p + "mlp", {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}, config.num_experts)
-        out.update({f"blk.{l}.ffn_{r}_exps.weight": bank for r, bank in banks.items()})
-    meta = dict(context_length=config.max_position_embeddings, embedding_length=N,
-                feed_forward_length=config.intermediate_size, head_count=H, head_count_kv=config.num_key_value_heads,
-                rope_freq_base=config.rope_parameters["rope_theta"], expert_count=config.num_experts,
-                expert_used_count=config.num_experts_per_tok,
-                expert_feed_forward_length=config.moe_intermediate_size,
-                expert_shared_feed_forward_length=config.shared_expert_intermediate_size)
-    return out, meta
-
-
-def _qwen3moe(state, config):
-    """Qwen3MoeModel: Qwen2MoeModel's names and expert merge, and the query/key norms."""
-    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
-           "output_norm.weight": state["model.norm.weight"]}
-    for l in range(L):
-        p = f"model.layers.{l}."
-        out.update({f"blk.{l}.attn_{r}.weight": state[p + f"self_attn.{r}_proj.weight"] for r in "qkv"})
-        out.update({f"blk.{l}.attn_output.weight": state[p + "self_attn.o_proj.weight"],
-                    f"blk.{l}.attn_q_norm.weight": state[p + "self_attn.q_norm.weight"],
-                    f"blk.{l}.attn_k_norm.weight": state[p + "self_attn.k_norm.weight"],
-                    f"blk.{l}.ffn_gate_inp.weight": state[p + "mlp.gate.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
-                    f"blk.{l}.ffn_norm.weight": state[p + "post_attention_layernorm.weight"]})
-        banks = _stack(state, p + "mlp", {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}, config.num_experts)
-        out.update({f"blk.{l}.ffn_{r}_exps.weight": bank for r, bank in banks.items()})
-    meta = dict(context_length=config.max_position_embeddings, embedding_length=N,
-                feed_forward_length=config.intermediate_size, head_count=H, head_count_kv=config.num_key_value_heads,
-                key_length=config.head_dim, value_length=config.head_dim, layer_norm_rms_eps=config.rms_norm_eps,
-                rope_freq_base=config.rope_parameters["rope_theta"], expert_count=config.num_experts,
-                expert_used_count=config.num_experts_per_tok, expert_feed_forward_length=config.moe_intermediate_size)
-    return out, meta
-
-
-def _mixtral(state, config):
-    kv = config.num_key_value_heads
-    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
-           "output_norm.weight": state["model.norm.weight"]}
-    for l in range(L):
-        p = f"model.layers.{l}."
-        out.update({f"blk.{l}.attn_q.weight": permute(state[p + "self_attn.q_proj.weight"], H, H),
-                    f"blk.{l}.attn_k.weight": permute(state[p + "self_attn.k_proj.weight"], H, kv),
-                    f"blk.{l}.attn_v.weight": state[p + "self_attn.v_proj.weight"],
-                    f"blk.{l}.attn_output.weight": state[p + "self_attn.o_proj.weight"],
-                    f"blk.{l}.ffn_gate_inp.weight": state[p + "block_sparse_moe.gate.weight"],
-                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
-                    f"blk.{l}.ffn_norm.weight": state[p + "post_attention_layernorm.weight"]})
-        banks = _stack(state, p + "block_sparse_moe", {"w1": "gate", "w3": "up", "w2": "down"}, config.num_local_experts)
-        out.update({f"blk.{l}.ffn_{r}_exps.weight": bank for r, bank in banks.items()})
-    meta = dict(context_length=config.max_position_embeddings, embedding_length=N,
-                feed_forward_length=config.intermediate_size, head_count=H, head_count_kv=kv,
-                rope_freq_base=config.rope_parameters["rope_theta"], rope_dimension_count=N // H,
-                expert_count=config.num_local_experts, expert_used_count=config.num_experts_per_tok)
-    return out, meta
-
-
-def _moe_kwargs():
-    return dict(num_experts_per_tok=2, max_position_embeddings=32, vocab_size=64)
-
-
-# name -> (GGUF architecture, Hugging Face model, converter)
-MODELS = {
-    "phi2": ("phi2", lambda: T.PhiForCausalLM(T.PhiConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=4 * N, vocab_size=64,
-        max_position_embeddings=32)), _phi2),
-    "phi3": ("phi3", lambda: T.Phi3ForCausalLM(T.Phi3Config(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=48,
-        vocab_size=64, pad_token_id=0, max_position_embeddings=32, original_max_position_embeddings=32,
-        partial_rotary_factor=0.75)), _phi3),
-    # LongRoPE (factor sets of float32-exact numbers, as the converter stores them in float32)
-    "phi3_longrope": ("phi3", lambda: T.Phi3ForCausalLM(T.Phi3Config(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=48,
-        vocab_size=64, pad_token_id=0, max_position_embeddings=64, original_max_position_embeddings=16,
-        rope_scaling={"rope_type": "longrope", "long_factor": [1.0, 1.5, 2.0, 4.0],
-                      "short_factor": [1.0, 1.0, 1.25, 1.5]})), _phi3),
-    "gptj": ("gptj", lambda: T.GPTJForCausalLM(T.GPTJConfig(
-        n_embd=N, n_layer=L, n_head=H, rotary_dim=4, vocab_size=64, n_positions=32)), _gptj),
-    "falcon": ("falcon", lambda: T.FalconForCausalLM(T.FalconConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_kv_heads=2, new_decoder_architecture=True,
-        vocab_size=64, max_position_embeddings=2048)), _falcon),
-    "bloom": ("bloom", lambda: T.BloomForCausalLM(T.BloomConfig(hidden_size=N, n_layer=L, n_head=H, vocab_size=64)),
-              _bloom),
-    "qwen2moe": ("qwen2moe", lambda: T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=48,
-        moe_intermediate_size=32, shared_expert_intermediate_size=64, num_experts=3, **_moe_kwargs())), _qwen2moe),
-    # GGUF metadata holds floats as float32: an epsilon float32 represents exactly (2^-16), so the
-    # query/key norms' Lipschitz factor (which scales with eps^(-1/2)) is the same number in both
-    "qwen3moe": ("qwen3moe", lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
-        intermediate_size=48, moe_intermediate_size=32, num_experts=3, rms_norm_eps=2.0 ** -16, **_moe_kwargs())),
-        _qwen3moe),
-    "mixtral": ("llama", lambda: T.MixtralForCausalLM(T.MixtralConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=32,
-        num_local_experts=3, **_moe_kwargs())), _mixtral),
+FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", "qwen3", {"head_dim": D}, 2),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig", "gemma", {"head_dim": D}, 2),
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", "gemma2", {"head_dim": D, "sliding_window": 8}, 2),
+    "gemma3_text": ("Gemma3ForCausalLM", "Gemma3TextConfig", "gemma3",
+                    {"head_dim": D, "sliding_window": 8, "rope_parameters": {
+                        "full_attention": {"rope_type": "linear", "factor": GLOBAL_SCALING, "rope_theta": 1e6},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, 6),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", "olmo2", {}, 2),
 }
-# GELU variants: the class's (erf or gelu_new) and llama.cpp's tanh GELU have the same L_phi
-RENAMED_ACTIVATION = {"phi2", "gptj", "falcon"}
 
 
-def write_gguf(path, arch, tensors, meta, types=None):
-    """The GGUFWriter calls convert_hf_to_gguf.py makes for these keys and tensors; ``types``: GGUF
-    name -> GGMLQuantizationType for tensors stored quantized."""
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_block_count(L)
-    for key, value in meta.items():
-        getattr(writer, f"add_{key}")(value)
-    writer.add_token_list([f"t{i}" for i in range(64)])
-    for name, array in tensors.items():
-        qtype = (types or {}).get(name)
-        if qtype is None:
-            writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
-        else:
-            writer.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(array, dtype=np.float32), qtype),
-                              raw_dtype=qtype)
+def _hf_model(family, tmp_path):
+    cls, cfg, _, extra, layers = FAMILIES[family]
+    config = getattr(transformers, cfg)(hidden_size=N, num_hidden_layers=layers, num_attention_heads=H,
+                                        num_key_value_heads=KV, intermediate_size=D_FF, vocab_size=VOCAB,
+                                        max_position_embeddings=CONTEXT, **extra)
+    torch.manual_seed(7)
+    model = getattr(transformers, cls)(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # every weight non-trivial, the norms' included
+            p.normal_(0.0, 0.3)
+    folder = tmp_path / "hf"
+    transformers.logging.set_verbosity_error()
+    model.save_pretrained(str(folder))
+    return folder, model
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
+    folder, model = _hf_model(family, tmp_path)
+    path = write_converted(tmp_path / f"{family}.gguf", model, FAMILIES[family][2])
+    hf = specbound.analyze(folder, threads=1)
+    ours = specbound.analyze(path, threads=1)
+    assert ours.model["family"] == f"{FAMILIES[family][2]}_gguf"
+    # the file does not state Gemma's attention temperature (llama.cpp derives it): the one entry the
+    # Hugging Face analysis has beyond the file's, and it changes no number
+    named = {e["name"] for e in ours.assumptions}
+    hf.assumptions = [e for e in hf.assumptions if e["name"] in named]
+    assert {e["name"] for e in hf.assumptions} == named
+    if family == "gemma3_text":  # the gain is stored as 1 + w in the file, as w in the folder: the same g
+        assert (hf.model["qk_norm"]["gain"], ours.model["qk_norm"]["gain"]) == ("one_plus_weight", "weight")
+        hf.model["qk_norm"]["gain"] = "weight"
+        for e in hf.assumptions:
+            e["effect"] = e["effect"].replace("(gain 1 + w,", "(gain w,")
+    assert_same_numbers(hf, ours, rel=1e-9, family=False)
+    if family == "gemma3_text":
+        assert [r["base"] for r in ours.model["rotary"]["by_layer"]] == [1e4] * 5 + [1e6]
+        assert ours.model["rotary"]["by_layer"][5]["scaling"] == "linear"
+    if FAMILIES[family][0] in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", "Olmo2ForCausalLM"):
+        assert ours.model["qk_norm"] == hf.model["qk_norm"]
+
+
+def test_gemma3s_stored_norm_gains_hold_the_added_one(tmp_path):
+    """The file really stores 1 + w (else the gain convention would go untested)."""
+    folder, model = _hf_model("gemma3_text", tmp_path)
+    path = write_converted(tmp_path / "g3.gguf", model, "gemma3")
+    stored = open_checkpoint(path).read("blk.0.attn_q_norm.weight")
+    w = model.model.layers[0].self_attn.q_norm.weight.detach().numpy().astype(np.float32)
+    np.testing.assert_array_equal(stored, (w + 1).astype(np.float64))
+
+
+def test_rope_freqs_are_the_models_frequencies(tmp_path):
+    """Llama 3.1 in GGUF: no rope.scaling.type, a rope_freqs tensor of per-pair divisors (the
+    converter's factors theta_default / theta_llama3); the analysis equals the Hugging Face llama3
+    model's, whose frequencies transformers computes."""
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "rope_theta": 10000.0, "original_max_position_embeddings": 8}
+    config = transformers.LlamaConfig(hidden_size=N, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                                      rope_parameters=rope)
+    torch.manual_seed(3)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.1)
+    folder = tmp_path / "hf"
+    transformers.logging.set_verbosity_error()
+    model.save_pretrained(str(folder))
+    llama3 = model.model.rotary_emb.inv_freq.double().numpy()
+    default = 10000.0 ** -(np.arange(0, N // 4, 2) / (N // 4))
+    path = write_converted(tmp_path / "llama31.gguf", model, "llama",
+                           extra_tensors={"rope_freqs.weight": default / llama3})
+    ours = specbound.analyze(path, threads=1)
+    assert ours.model["rotary"]["scaling"] == "rope_freqs"
+    hf = specbound.analyze(folder, threads=1)
+    assert hf.model["rotary"]["scaling"] == "llama3"
+    for a in (hf, ours):  # the scaling's name differs, its frequencies not
+        a.model["rotary"]["scaling"] = None
+        a.assumptions = [e for e in a.assumptions if e["name"] != "rope_scaling"]
+    assert_same_numbers(hf, ours, rel=1e-6, family=False)  # float32 divisors: 1e-7 in each frequency
+
+
+def test_a_yarn_attention_factor_llama_cpp_would_change_is_refused(tmp_path):
+    folder, model = _hf_model("qwen3", tmp_path)
+    path = tmp_path / "yarn.gguf"
+    write_converted(path, model, "qwen3")
+    reader_config = open_checkpoint(path).config
+    assert "rope_scaling" not in reader_config
+    # the same file with YaRN metadata and an attn_factor: one line, naming the key
+    writer = gguf.GGUFWriter(str(tmp_path / "yarn2.gguf"), "qwen3")
+    for key, value in (("block_count", 2), ("context_length", CONTEXT), ("embedding_length", N),
+                       ("feed_forward_length", D_FF), ("attention.head_count", H), ("attention.head_count_kv", KV)):
+        writer.add_uint32(f"qwen3.{key}", value)
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(4.0)
+    writer.add_rope_scaling_attn_factors(0.7)
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((H * D, N), np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
-
-
-@pytest.fixture(scope="module", params=sorted(MODELS))
-def converted(request, tmp_path_factory):
-    """``(name, Hugging Face folder, GGUF file)``."""
-    from safetensors.numpy import load_file
-
-    arch, build, convert = MODELS[request.param]
-    torch.manual_seed(7)
-    model = build().eval()
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.2)
-    root = tmp_path_factory.mktemp(request.param)
-    transformers.logging.set_verbosity_error()
-    model.save_pretrained(root / "hf")
-    state = load_file(str(root / "hf" / "model.safetensors"))  # the saved names, as the converter reads them
-    tensors, meta = convert(state, model.config)
-    return request.param, root / "hf", write_gguf(root / "model.gguf", arch, tensors, meta)
-
-
-def test_every_matrix_equals_the_hugging_face_checkpoints(converted):
-    name, folder, path = converted
-    a, b = open_model(folder), open_model(path)
-    assert a.dims.moe == b.dims.moe and a.dims.block == b.dims.block and a.dims.alibi == b.dims.alibi
-    assert (a.dims.L, a.dims.N, a.dims.H, a.dims.H_kv, a.dims.d_head, a.dims.d_ff) == \
-           (b.dims.L, b.dims.N, b.dims.H, b.dims.H_kv, b.dims.d_head, b.dims.d_ff)
-    assert a.rotary == b.rotary
-    for layer in range(L):
-        x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)
-        y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
-        for role in "qkvo":
-            np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=1e-9, err_msg=role)
-        assert list(x.ff) == list(y.ff)
-        for role in x.ff:
-            np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=1e-9, err_msg=role)
-
-
-def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
-    name, folder, path = converted
-    hf, ours = numbers(specbound.analyze(folder, threads=1), family=False), \
-        numbers(specbound.analyze(path, threads=1), family=False)
-    if "experts" in hf["model"]:  # the router's and the shared gate's tensor names: provenance, like "tensors"
-        for key in ("router", "shared_gate"):
-            assert (hf["model"]["experts"].pop(key) is None) == (ours["model"]["experts"].pop(key) is None)
-    if name in RENAMED_ACTIVATION:  # the same L_phi under llama.cpp's name for the GELU it computes
-        assert ours["options"]["l_phi"] == hf["options"]["l_phi"] == 1.13
-        assert ours["model"].pop("activation") == "gelu_pytorch_tanh" and hf["model"].pop("activation")
-        ours["options"].pop("l_phi_source"), hf["options"].pop("l_phi_source")
-    _assert_close(hf, ours)
-
-
-def _assert_close(x, y, where=""):
-    if isinstance(x, dict):
-        assert sorted(x) == sorted(y), where
-        for k in x:
-            _assert_close(x[k], y[k], f"{where}.{k}")
-    elif isinstance(x, list):
-        assert len(x) == len(y), where
-        for i, (u, v) in enumerate(zip(x, y)):
-            _assert_close(u, v, f"{where}[{i}]")
-    elif isinstance(x, float) and isinstance(y, float) and np.isfinite(x):
-        assert y == pytest.approx(x, rel=1e-9, abs=1e-300), where
-    else:
-        assert x == y, where
-
-
-def test_a_quantized_expert_bank_is_read_one_expert_at_a_time(tmp_path):
-    """A Q8_0 bank: expert e's slice dequantizes to the rows of the whole bank dequantized at once
-    (the oracle: gguf's own dequantize of the stored bytes)."""
-    from safetensors.numpy import load_file
-
-    _, build, convert = MODELS["qwen2moe"]
-    torch.manual_seed(3)
-    model = build().eval()
-    model.save_pretrained(tmp_path / "hf")
-    tensors, meta = convert(load_file(str(tmp_path / "hf" / "model.safetensors")), model.config)
-    Q = gguf.GGMLQuantizationType
-    types = {n: Q.Q8_0 for n in tensors if n.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight"))}
-    path = write_gguf(tmp_path / "q8.gguf", "qwen2moe", tensors, meta, types)
-    opened = open_model(path)
-    reader = gguf.GGUFReader(str(path))
-    bank = next(t for t in reader.tensors if t.name == "blk.1.ffn_up_exps.weight")
-    whole = gguf.quants.dequantize(np.asarray(bank.data), bank.tensor_type).reshape(3, 32, N)
-    assert np.abs(whole - tensors["blk.1.ffn_up_exps.weight"]).max() > 1e-5  # really quantized
-    for e in range(3):
-        np.testing.assert_array_equal(opened.ckpt.read(f"blk.1.ffn_up_exps.weight[{e}]"), whole[e])
-    assert opened.ckpt.shape("blk.1.ffn_up_exps.weight[2]") == (32, N)
-    assert "expert 2 of GGUF tensor 'blk.1.ffn_up_exps.weight'" in opened.ckpt.where("blk.1.ffn_up_exps.weight[2]")
-    assert "blk.1.ffn_up_exps.weight" not in opened.ckpt.names
-    result = specbound.analyze(path, threads=1)
-    assert any(a["name"] == "quantized_weights" and a["applies"] for a in result.assumptions)
-    assert result.matrices.set_index("role").loc["FF_up[e2]", "tensors"].iloc[1] == "blk.1.ffn_up_exps.weight[2]"
+    with pytest.raises(SpecboundError, match="rope.scaling.attn_factor") as info:
+        specbound.analyze(tmp_path / "yarn2.gguf", threads=1)
+    assert "\n" not in str(info.value)
+    json.dumps(reader_config)  # the config the reader builds is plain JSON

@@ -1,5 +1,5 @@
-"""Hostile and corrupt inputs to the checkpoint readers (issue 15): each class of defect a fuzzing
-pass found, reproduced; each must end in one :class:`SpecboundError` line, never in a wrong
+"""Hostile and corrupt inputs to the checkpoint readers: each class of defect a fuzzing pass found,
+reproduced; each must end in one :class:`SpecboundError` line, never in a wrong
 number, a hang, a traceback or an allocation the file cannot back."""
 
 import json
@@ -174,16 +174,17 @@ def test_config_not_utf8(healthy):
 
 def test_unreadable_files_are_one_line(healthy, monkeypatch):
     """PermissionError (simulated: the tests may run as root, who reads anything)."""
+    import builtins
     from pathlib import Path
 
-    real = Path.read_bytes
+    real = builtins.open
 
-    def deny(self):
-        if self.name == "config.json":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real(self)
+    def deny(file, *args, **kwargs):
+        if Path(str(file)).name == "config.json":
+            raise PermissionError(13, "Permission denied", str(file))
+        return real(file, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr(builtins, "open", deny)
     with pytest.raises(SpecboundError, match="Permission denied; check the permissions"):
         open_checkpoint(healthy)
 

@@ -253,7 +253,7 @@ def test_missing_onnx_package_says_how_to_install(tmp_path, monkeypatch):
     folder = matmul_graph(tmp_path / "m", *bert_layer(plain_matmul)[1:])
     monkeypatch.setitem(sys.modules, "onnx", None)
     message = _error(folder)
-    assert "pip install -e '.[onnx]'" in message
+    assert "pip install 'specbound[onnx]'" in message
 
 
 def test_onnx_file_among_other_files_is_named_in_the_hint(tmp_path):

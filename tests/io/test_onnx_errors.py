@@ -1,4 +1,4 @@
-"""Malformed ONNX graphs (issue 15): cycles on a weight's path, nodes without inputs, oversized
+"""Malformed ONNX graphs: cycles on a weight's path, nodes without inputs, oversized
 metadata and external data outside the model's folder end in one line, never in a hang."""
 
 import json

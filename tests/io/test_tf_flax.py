@@ -296,11 +296,11 @@ def test_missing_packages_say_how_to_install(bert_state, tmp_path, monkeypatch):
     folder = _folder_with(tmp_path, reference_dir, "nopkg")
     write_keras_h5(folder / "tf_model.h5", state)
     monkeypatch.setitem(sys.modules, "h5py", None)
-    _one_line_error(folder, "pip install -e '.[tf]'")
+    _one_line_error(folder, "pip install 'specbound[tf]'")
     flax_folder = _folder_with(tmp_path, reference_dir, "nopkg2")
     write_flax(flax_folder / "flax_model.msgpack", flax_tree(state))
     monkeypatch.setitem(sys.modules, "msgpack", None)
-    _one_line_error(flax_folder, "pip install -e '.[flax]'")
+    _one_line_error(flax_folder, "pip install 'specbound[flax]'")
 
 
 # --- files written by TensorFlow and Flax themselves (tests/io/data/README.md) ------------------------

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from specbound.study.correlate import (_codes, correlations, environment_errors, environments, granulated,
-                                      groups_differing_in, k_score, kendall, normalised_cmi)
-from specbound.study.grid import HPARAMS
+from specbound.study.correlate import (_codes, cluster_draws, clusters, correlations, environment_errors,
+                                      environments, granulated, groups_differing_in, k_score, kendall,
+                                      normalised_cmi)
+from specbound.study.grid import DEFAULT_BASES, DEFAULT_SEEDS, HPARAMS, make_grid
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -136,6 +137,9 @@ def test_correlation_table_with_intervals():
     runs = _factorial_runs()
     runs["m"] = runs["gap"] + np.random.default_rng(0).normal(size=len(runs)) * 0.3
     runs["exact"] = runs["gap"]
+    # every run its own cluster, so that the interval machinery has many to draw (a factorial of two
+    # seeds is two clusters, :func:`clusters`; the grid's clusters are tested below)
+    runs["cluster"] = runs.index.astype(str)
     measures = pd.DataFrame([{"column": c, "kind": "complexity", "bound": c} for c in ("m", "exact")])
     corr = correlations(runs, measures, gaps=("gap",), bootstrap=60, bootstrap_k=20)
     assert set(corr["statistic"]) == {"overall", *HPARAMS, "Psi", "K", "sign_error_max", "sign_error_mean"}
@@ -152,3 +156,60 @@ def test_correlation_table_with_intervals():
     psi = corr[(corr["scope"] == "all") & (corr["statistic"].isin(HPARAMS)) & (corr["measure"] == "m")]["value"]
     assert corr.loc[(corr["scope"] == "all") & (corr["statistic"] == "Psi") & (corr["measure"] == "m"),
                     "value"].item() == pytest.approx(np.nanmean(psi))
+
+
+def _grid_frame(tasks=("fmnist", "langid")):
+    return pd.DataFrame([c.to_dict() for c in make_grid("default", tasks)])
+
+
+def test_clusters_are_a_base_points_runs_of_one_task_and_seed():
+    runs = _grid_frame()
+    base, cluster = clusters(runs)
+    for i, point in enumerate(DEFAULT_BASES):
+        letter = "AB"[i]
+        mine = runs[base == letter]
+        # the base point and its 14 single changes, for every task and seed
+        assert len(mine) == 2 * len(DEFAULT_SEEDS) * 15
+        assert all(sum(r[h] != point[h] for h in HPARAMS) <= 1 for _, r in mine.iterrows())
+    assert len(set(cluster)) == 2 * len(DEFAULT_SEEDS) * len(DEFAULT_BASES)
+    for label, rows in runs.groupby(cluster):
+        assert len(rows) == 15 and rows["task"].nunique() == 1 and rows["seed"].nunique() == 1
+        assert label == f"{rows['task'].iloc[0]}/{rows['seed'].iloc[0]}/{base[rows.index[0]]}"
+
+
+def test_cluster_draws_stay_within_strata_and_need_two_clusters():
+    rng = np.random.default_rng(0)
+    labels = np.array(["a1", "a1", "a2", "b1", "b1", "b2", "b3"], dtype=object)
+    strata = np.array(["a", "a", "a", "b", "b", "b", "b"], dtype=object)
+    codes, draws = cluster_draws(labels, strata, 50, rng)
+    assert len(draws) == 50 and len(set(codes.tolist())) == 5
+    a = set(codes[:3].tolist())
+    for d in draws:  # as many clusters as each task holds, drawn from that task's
+        assert len(d) == 5 and sum(c in a for c in d) == 2
+    assert cluster_draws(["x", "x", "x"], ["t", "t", "t"], 50, rng)[1] == []  # one cluster: no interval
+    assert cluster_draws(["x", "y"], ["t", "u"], 50, rng)[1] == []  # one cluster per task: none either
+
+
+def test_the_bootstrap_resamples_clusters_not_runs():
+    """Four clusters that repeat the same seven runs: between clusters there is nothing to vary, so
+    every replicate of a cluster bootstrap reproduces the statistic (a run bootstrap would not); a
+    single cluster gets no interval at all; the robust sign-error never gets one."""
+    rng = np.random.default_rng(3)
+    one = pd.DataFrame({"depth": [1, 2, 3, 1, 1, 1, 1], "width": [1, 1, 1, 2, 3, 1, 1],
+                        "train_size": [1, 1, 1, 1, 1, 2, 3], "gap": rng.normal(size=7)})
+    one["m"] = one["gap"] + rng.normal(size=7)
+    hparams = ("depth", "width", "train_size")
+    runs = pd.concat([one.assign(seed=s, task="t") for s in range(4)], ignore_index=True)
+    measures = pd.DataFrame([{"column": "m", "kind": "complexity", "bound": "m"}])
+    corr = correlations(runs, measures, gaps=("gap",), hparams=hparams, bootstrap=40, bootstrap_k=10)
+    t = corr[corr["scope"] == "t"].set_index("statistic")
+    assert (t["clusters"] == 4).all()
+    for stat in ("overall", "depth", "Psi", "sign_error_mean"):
+        assert t.loc[stat, "value_lo"] == pytest.approx(t.loc[stat, "value"], abs=1e-12)
+        assert t.loc[stat, "value_hi"] == pytest.approx(t.loc[stat, "value"], abs=1e-12)
+    assert math.isnan(t.loc["sign_error_max", "value_lo"]) and math.isnan(t.loc["sign_error_max", "value_hi"])
+    # three axes x three pairs of values, each coupled over the four seeds
+    assert t.loc["sign_error_max", "environments"] == 9 and t.loc["sign_error_max", "pairs"] == 9 * 4
+    single = correlations(runs[runs["seed"] == 0], measures, gaps=("gap",), hparams=hparams, bootstrap=40,
+                          bootstrap_k=10)
+    assert single["value_lo"].isna().all() and (single["clusters"] == 1).all()

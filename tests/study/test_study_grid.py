@@ -1,12 +1,14 @@
 """The study's grids: seven axes with three values, one-at-a-time around base points, stable keys."""
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
 from specbound.errors import SpecboundError
-from specbound.study.correlate import groups_differing_in
-from specbound.study.grid import (AXES, DEFAULT_BASES, DEFAULT_SEEDS, HPARAMS, RunConfig, make_grid, one_at_a_time,
-                                  with_seeds)
+from specbound.study.correlate import clusters, groups_differing_in
+from specbound.study.grid import (AXES, DEEP_DEPTHS, DEFAULT_BASES, DEFAULT_SEEDS, HPARAMS, RunConfig, make_grid,
+                                  one_at_a_time, with_seeds)
 
 
 def _frame(configs):
@@ -46,18 +48,35 @@ def test_one_at_a_time_lists_a_shared_configuration_once():
 
 def test_quick_grid_is_small_and_has_a_group_per_axis():
     grid = make_grid("quick")
-    assert len(grid) == 24
+    assert len(grid) == 3 * (8 + 3)
     df = _frame(grid)
     for task, sub in df.groupby("task"):
+        sub = sub.reset_index(drop=True)
         for h in HPARAMS:
-            assert len(groups_differing_in(sub.reset_index(drop=True), h)) == 1
+            # depth and width: a group per seed, two clusters for the growth exponents' intervals
+            assert len(groups_differing_in(sub, h)) == (2 if h in ("depth", "width") else 1)
+        assert len(set(clusters(sub)[1])) == 2
     assert make_grid("quick", ("fmnist",)) == [c for c in grid if c.task == "fmnist"]
+
+
+def test_deep_grid_extends_the_default_grids_depth_axis_to_twelve():
+    default, deep = make_grid("default", ("fmnist",)), make_grid("deep", ("fmnist",))
+    assert {c.key for c in default} < {c.key for c in deep}  # a default folder is extended, not redone
+    extra = [c for c in deep if c.key not in {d.key for d in default}]
+    assert sorted({c.depth for c in extra}) == [8, 10, 12] and max(DEEP_DEPTHS) == 12
+    assert len(extra) == 3 * len(DEFAULT_BASES) * len(DEFAULT_SEEDS)
+    for c in extra:  # a base point with only its depth changed
+        assert any(all(getattr(c, h) == b[h] for h in HPARAMS if h != "depth") for b in DEFAULT_BASES)
+    groups = groups_differing_in(_frame(deep), "depth")
+    assert len(groups) == len(DEFAULT_BASES) * len(DEFAULT_SEEDS) and all(len(g) == 6 for g in groups)
 
 
 def test_with_seeds():
     grid = make_grid("quick", ("fmnist",))
     bigger = with_seeds(grid, (0, 1, 2))
-    assert len(bigger) == 3 * len(grid) and {c.seed for c in bigger} == {0, 1, 2}
+    configurations = {replace(c, seed=0) for c in grid}  # the quick grid repeats three of them at seed 1
+    assert len(configurations) == 8
+    assert len(bigger) == 3 * len(configurations) and {c.seed for c in bigger} == {0, 1, 2}
 
 
 def test_key_is_stable_and_covers_every_field():

@@ -243,16 +243,16 @@ def _norm_gain(norm, width):
     """The gain g of an RMSNorm module: ``weight`` (Qwen3, OLMo2) or ``1 + weight`` (Gemma), whichever
     calling the module confirms: nu(c e_i)_i = g_i c / sqrt(c^2 / n + eps) for the one-hot input c e_i
     of its n = width features.  The norms compute in float32, so the call decides the convention (to
-    1e-5) and the float64 parameter gives the value."""
+    1e-5) and the parameter gives the value (Gemma's 1 + w formed in float32, as its norm does)."""
     import torch
 
     c = 3.0
     with torch.no_grad():
         out = norm(c * torch.eye(width, dtype=torch.float64)).double().numpy()
     called = np.diag(out) * np.sqrt(c * c / width + norm_eps(norm)) / c
-    w = norm.weight.detach().double().numpy()
-    gain = next(g for g in (w, 1.0 + w) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
-    return gain
+    w = norm.weight.detach()
+    plus_one = (1.0 + w.float()).double().numpy()
+    return next(g for g in (w.double().numpy(), plus_one) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
 
 
 def norm_eps(norm):
@@ -261,7 +261,7 @@ def norm_eps(norm):
 
 # The families whose queries and keys pass an RMSNorm before the rotation; the reference QK matrix
 # is the gain-folded (G_q W_Q)^T (G_k W_K) (docs/theory.md 3d), gains read by calling the norms.
-QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads"}
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head"}
 
 
 def _decoder(cls, cfg, **extra):
@@ -270,7 +270,9 @@ def _decoder(cls, cfg, **extra):
         max_position_embeddings=64, **extra))
 
 
-def _decoder_accessor(m, qk_norm=None, heads=H, kv=2, d=None):
+def _decoder_accessor(m, qk_norm=None, heads=H, kv=2, d=N // H):
+    """A LLaMA-named decoder's matrices; with ``qk_norm`` (``"head"`` or ``"all_heads"``) also the
+    query/key norm gains ``q_gain`` ``(heads d,)`` and ``k_gain`` ``(kv d,)``, read by calling the norms."""
     def get(l):
         a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
         out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N), "o": _proj(a.o_proj, heads * d),
@@ -284,7 +286,8 @@ def _decoder_accessor(m, qk_norm=None, heads=H, kv=2, d=None):
     return get
 
 
-# head_dim 16 with N / H = 8 (Gemma's head_dim != hidden_size / heads), 2 key/value heads
+# head_dim 16 with N / H = 8 (Gemma's head_dim != hidden_size / heads); QK-norm per head (Qwen3,
+# Gemma 3) and over the whole projection (OLMo2)
 FAMILIES["qwen3"] = (_decoder("Qwen3ForCausalLM", "Qwen3Config", num_key_value_heads=2, head_dim=16),
                      lambda m: _decoder_accessor(m, "head", d=16))
 FAMILIES["gemma"] = (_decoder("GemmaForCausalLM", "GemmaConfig", num_key_value_heads=1, head_dim=16),
@@ -311,7 +314,11 @@ FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeCo
     intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
     vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
-                     lambda m: _decoder_accessor(m, "all_heads", d=N // H))
+                     lambda m: _decoder_accessor(m, "all_heads"))
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
+# Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
+# blocks, Gemma 3 also Qwen3's QK-norm): a 200-layer run of each would test nothing new.
+SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
@@ -335,7 +342,9 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
-    ``factors`` is ``(W_Q^h, W_K^g)`` of a QK matrix (gain-folded for a QK-norm family), else None."""
+    ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a QK row, None otherwise.  A QK-norm
+    family's QK factors are gain-folded, ``G W`` (docs/theory.md 3d); a mixture of experts' rows come
+    in the model's order (experts e0, e1, ..., then the shared one)."""
     rows = []
     for layer in range(layers):
         w = get(layer)

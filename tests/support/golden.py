@@ -102,7 +102,7 @@ class Dump:
         self.count = 0
 
     def write(self, text: str) -> None:
-        text = text.replace(self.tmp, "<TMP>").replace(str(REPO), "<REPO>")
+        text = text.replace(self.tmp, "<TMP>").replace(Path(self.tmp).name, "<TMP>").replace(str(REPO), "<REPO>")
         self.out.write(text if text.endswith("\n") else text + "\n")
 
     def frame(self, name: str, frame) -> None:
@@ -265,7 +265,7 @@ def sweep(dump: Dump, tmp: Path) -> None:
     """A store of tiny Miniatures under three option sets: keys, records (run times aside), tables."""
     from specbound.sweep.run import run_sweep
     from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
+    from specbound.sweep.store import Store, canonical_options
     from specbound.tools.miniatures import write_miniatures
 
     root = tmp / "minis"
@@ -283,7 +283,7 @@ def sweep(dump: Dump, tmp: Path) -> None:
         for name, table in sorted(record.tables.items()):
             dump.frame(f"{key} {name}", table)
     for options in ({}, {"grid_m": 9}, {"n": 10, "margin": 1.0}, {"device": "cpu", "jobs": 3}):
-        dump.write(f"--- key_options {options} {specbound.AnalysisOptions.build(options).key_options()}")
+        dump.write(f"--- key options {options} {canonical_options(options)}")
 
 
 def main(argv=None) -> int:

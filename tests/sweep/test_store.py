@@ -138,3 +138,55 @@ def test_a_store_that_is_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(SpecboundError, match="is a file"):
         Store(tmp_path / "f")
+
+
+# Record format 1's contract: a key is the first 24 hex digits of SHA-256 over this JSON (sorted
+# keys, no spaces).  Each case: the options asked for, and the options the key holds.
+FORMAT_1_KEYS = [
+    ({}, {"grid_m": None, "rank_tol": 1e-10, "l_phi": None, "method": "factored", "gram_rtol": 1e-08,
+          "arch_spec": None}, "c77e414eaf052fa196466717"),
+    ({"grid_m": 9, "method": "dense"}, {"grid_m": 9, "rank_tol": 1e-10, "l_phi": None, "method": "dense",
+                                        "gram_rtol": 1e-08, "arch_spec": None}, "461f199d87bedeade74d9821"),
+    ({"n": 1000, "margin": 0.5, "l_phi": 1.0}, {"grid_m": None, "rank_tol": 1e-10, "l_phi": 1.0, "method": "factored",
+                                                "gram_rtol": 1e-08, "arch_spec": None, "n": 1000, "margin": 0.5},
+     "63596ce63eb886fe863a0848"),
+    ({"jobs": 3, "device": "cpu", "threads": 2}, {"grid_m": None, "rank_tol": 1e-10, "l_phi": None,
+                                                  "method": "factored", "gram_rtol": 1e-08, "arch_spec": None},
+     "c77e414eaf052fa196466717"),
+]
+
+
+@pytest.mark.parametrize("asked, held, key", FORMAT_1_KEYS)
+def test_keys_are_those_of_record_format_1(asked, held, key):
+    """Existing stores keep their keys: the key of every option set is format 1's (the hash of the
+    documented JSON, and the value a store written by format 1 holds)."""
+    import hashlib
+
+    weights = "ab" * 32
+    text = json.dumps({"format": 1, "weights": weights, "options": held}, sort_keys=True, separators=(",", ":"))
+    assert canonical_options(asked) == held and list(canonical_options(asked)) == list(held)
+    assert record_key(weights, asked) == hashlib.sha256(text.encode()).hexdigest()[:24] == key
+
+
+def test_a_store_with_the_other_spelling_of_format_1_reads_and_keeps_its_keys(tiny_store, tiny_family, tmp_path):
+    """Schema 1 tables may name the singular values' index ``index``: such a store reads as one in
+    today's spelling (``sv_index``, the figures drawn), and a sweep of the same checkpoints finds
+    every record under its key."""
+    from specbound.report.plots import figure_spectral_decay
+    from specbound.sweep.run import run_sweep
+    from specbound.sweep.sources import expand_sources
+
+    from support.tiny_models import TINY_PATTERN
+
+    root = tmp_path / "store"
+    shutil.copytree(tiny_store.root, root)
+    store = Store(root)
+    keys = store.keys()
+    for key in keys:
+        path = root / "records" / key / "singular_values.parquet"
+        pd.read_parquet(path).rename(columns={"sv_index": "index"}).to_parquet(path, index=False)
+    record = store.load(keys[0])
+    assert "sv_index" in record.tables["singular_values"] and "index" not in record.tables["singular_values"]
+    assert figure_spectral_decay(store, keys[0]).axes
+    report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
+    assert sorted(report.skipped) == keys and not report.written and Store(root).keys() == keys

@@ -1,5 +1,5 @@
 """A sweep's records are the numbers of the bytes their keys name, whatever happens to the files
-and the store meanwhile (issue 15): files replaced between hashing and analysis, same-size
+and the store meanwhile: files replaced between hashing and analysis, same-size
 rewrites that keep the old mtime, corrupt records, one bad checkpoint among good ones, two
 sweeps on one store, ONNX folders."""
 

@@ -104,7 +104,7 @@ def test_large_bench_text_says_what_the_memory_limit_covers():
 
 def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     """The llama7b scenario's machinery on a tiny shape: sharded like LLaMA-2-7B (a layer split
-    between two files), every key the issue asks for, the reference path agreeing, and nothing left
+    between two files), every key of its report, the reference path agreeing, and nothing left
     on disk."""
     from specbound.tools.bench import format_llama7b_bench, run_llama7b_bench
 

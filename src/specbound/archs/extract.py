@@ -131,7 +131,9 @@ def qk_norm_gains(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     gains = []
     for name, heads in zip(rule.names_for(stored, prefix), (dims.H, dims.H_kv)):
         w = np.asarray(ckpt.read(name), dtype=np.float64)
-        g = 1.0 + w if rule.gain == "one_plus_weight" else w
+        # Gemma's RMSNorm computes 1 + w in float32 (``1.0 + self.weight.float()``), as llama.cpp's
+        # converter does before storing it: the gain the model multiplies by is that float32 sum
+        g = (np.float32(1.0) + w.astype(np.float32)).astype(np.float64) if rule.gain == "one_plus_weight" else w
         gains.append(np.broadcast_to(g, (heads, dims.d_head)).copy() if rule.span == "head"
                      else g.reshape(heads, dims.d_head))
     return QKNorm(gains[0], gains[1], qk_norm_eps(spec, ckpt.config), rule.span)

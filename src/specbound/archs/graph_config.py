@@ -56,13 +56,18 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
     for spec in specs.values():
         if wanted in spec.model_types:
             return spec, f"model_type {wanted!r} given"
+    def held(probe: str) -> bool:
+        return any(n == probe or n.endswith("." + probe) for n in names)
+
     found = []
     for index, spec in enumerate(specs.values()):
         probes = _layer0_probes(spec)
         if all(any(n == p or n.endswith("." + p) for n in names) for p in probes):
-            found.append((-len(probes), bool(spec.structure), index, spec))
-    # the most specific match first (experts, query/key norms), then a family without structure beyond
-    # its matrices (LLaMA before Gemma, whose tensors are named alike), then file order
+            structural = sum(k in ("embedding_scale", "norm_gain", "sublayer_norms") for k in (spec.structure or {}))
+            found.append((-len(probes), structural, index, spec))
+    # the most specific match first (experts, query/key norms); the names cannot show a family's
+    # structural facts (Gemma's (1 + w) norms, OLMo2's post-norms), so then the family with the fewest
+    # of them (LLaMA before Gemma, Qwen3 before OLMo2 and Gemma 3), then file order
     found = [spec for *_, spec in sorted(found, key=lambda f: f[:3])]
     if not found:
         raise SpecboundError(
@@ -90,9 +95,9 @@ def _layer0_probes(spec: ArchSpec) -> list[str]:
 def _heads_from_reshapes(module: str, hints, attention: int, kv: int) -> tuple[int, int | None, str] | None:
     """``(H, H_kv or None, evidence)`` from a 4-D Reshape target ``[..., h, d]`` in ``module`` with
     ``h d`` the query width (and another with ``h d`` the key/value width when they differ); ``h = -1``
-    (``view(..., -1, d_head)``) reads as the query width over ``d``."""
-    heads = kv_heads = None
-    evidence = ""
+    (``view(..., -1, d_head)``) reads as the query width over ``d``.  Two targets that split one
+    width differently contradict each other: an error quoting both, never the first by node order."""
+    splits: dict[str, dict[tuple[int, int], str]] = {"query": {}, "key/value": {}}
     for scope, entries in sorted(hints.reshapes.items()):
         if scope != module and not scope.startswith(module + "."):
             continue
@@ -102,11 +107,26 @@ def _heads_from_reshapes(module: str, hints, attention: int, kv: int) -> tuple[i
             h, d = target[2], target[3]
             if h == -1 and d > 0 and attention % d == 0:  # view(..., -1, d_head): d_head is given
                 h = attention // d
-            if h * d == attention and heads is None:
-                heads, evidence = h, f"Reshape node {node!r} of {scope} has the target shape {target}"
-            elif h * d == kv and kv != attention and kv_heads is None:
-                kv_heads = h
-    return (heads, kv_heads, evidence) if heads else None
+            width = "query" if h * d == attention else "key/value" if h * d == kv else None
+            if width is not None:
+                splits[width].setdefault((h, d), f"Reshape node {node!r} of {scope} has the target shape {target}")
+    for width, found in splits.items():
+        if len(found) > 1:
+            (a, first), (b, second) = list(found.items())[:2]
+            raise SpecboundError(
+                f"the graph's Reshape targets contradict each other about the {width} heads: {first} ({a[0]} heads "
+                f"of {a[1]}), but {second} ({b[0]} heads of {b[1]}); pass the head count (--set), or the model's "
+                f"config.json")
+    if not splits["query"]:
+        return None
+    ((heads, _), evidence), = splits["query"].items()
+    kv_heads = next(iter(splits["key/value"]))[0] if splits["key/value"] and kv != attention else None
+    return heads, kv_heads, evidence
+
+
+# A scale constant d^(+-1/2) or d^(+-1/4) for d_head in 2..10^6 lies well inside this range; outside
+# it (a mask's -1e9, an overflowing 1e300) a constant is no scale, and its powers are not computed.
+_SCALE_RANGE = (1e-3, 1e3)
 
 
 def _heads_from_scale(module: str, hints, attention: int) -> tuple[int, str] | None:
@@ -116,7 +136,7 @@ def _heads_from_scale(module: str, hints, attention: int) -> tuple[int, str] | N
         if scope != module and not scope.startswith(module + "."):
             continue
         for node, op, value in entries:
-            if not value > 0:
+            if not _SCALE_RANGE[0] < value < _SCALE_RANGE[1]:
                 continue
             for power in (-2.0, 2.0, -4.0, 4.0):  # value = d^(1/power)
                 d = value ** power
@@ -159,7 +179,12 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
                                              f"{shapes.get('ff_in') or shapes['ff_up']}")]
     hints = getattr(ckpt, "hints", None)
     attention_module = module_of(stack.name(0, roles.get("q") or roles["qkv"])).rsplit(".", 1)[0]
-    found = _heads_from_reshapes(attention_module, hints, sizes.attention, sizes.kv) if hints else None
+    try:
+        found = _heads_from_reshapes(attention_module, hints, sizes.attention, sizes.kv) if hints else None
+    except SpecboundError:
+        if spec.config_value(given, "num_heads") is None:
+            raise
+        found = None  # contradictory targets, but the caller gave the head count (it wins anyway)
     if found:
         heads, kv_heads, evidence = found
         notes.append(Inferred("num_heads", heads, evidence))

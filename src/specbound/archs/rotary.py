@@ -95,7 +95,9 @@ def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> li
         if missing:
             raise ValueError(f"layer_types names {missing}, which rope_parameters ({sorted(params)}) does not "
                              f"describe (a layer without rotary positions is not supported)")
-        by_type = {t: {**config, "rope_parameters": params[t]} for t in set(types[:num_layers])}
+        # each type's parameters are complete (transformers merges a flat rope_scaling into them)
+        flat = {k: v for k, v in config.items() if k != "rope_scaling"}
+        by_type = {t: {**flat, "rope_parameters": params[t]} for t in set(types[:num_layers])}
         return [by_type[t] for t in types[:num_layers]]
     if legacy is None or params is not None:
         return [config] * num_layers

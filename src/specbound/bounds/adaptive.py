@@ -8,9 +8,9 @@ For a matrix with Schatten powers ``S_p`` and ``scale = gamma* alpha L``,
 each matrix takes its own minimiser (ties to the smallest p) and
 ``B_spectral = sum_matrices min_p C(p) + sqrt(L)``.
 
-Margin-bound form (docs/spec.md section 7, :mod:`specbound.bounds.gap`): no log factor on the leading
-term (:func:`entropy_integral_factor`), and the post-hoc choice of one of ``2m + 1`` indices for each matrix costs
-``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
+Margin-bound form (docs/spec.md section 7, :mod:`specbound.bounds.gap`): the margin inside each term and
+each term's entropy integral (:mod:`.covering`, :func:`matrix_terms`), and the post-hoc choice of one of
+``2m + 1`` indices for each matrix costs ``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
 of ``W - W0`` while ``scale`` keeps the trained network's propagation factors (docs/bounds.md).
 """
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
+from .covering import CoveringTerm, matrix_term
 from .schatten import ContributionCurve, continuous_minima, schatten_grid
 
 
@@ -50,30 +51,12 @@ def _compute(measures: ModelMeasures) -> BoundResult:
                        per_layer={"adaptive": measures.per_layer_sum(per_matrix["contribution"])})
 
 
-def entropy_integral_factor(measures: ModelMeasures, n: int) -> float:
-    """1: no ``ln n`` on the spectrum-adaptive family's leading term (docs/bounds.md section 9).
-
-    The covering numbers behind ``C(p)`` grow like ``eps^(-2p/(p+2))`` (``p > 0``; an exponent below 2)
-    or like ``r N ln(1/eps)`` (``p = 0``), so Dudley's entropy integral converges at 0 without the
-    truncation at ``1/sqrt(n)`` that produces a ``ln n`` (as it does for the ``eps^(-2)`` coverings of
-    the (2,1)-norm bounds).  The integral's constant, at most 2, is an absolute constant: it belongs
-    in ``c_lead``.  (The first round multiplied by ``ln n``; it could not be justified.)
-    """
-    return 1.0
-
-
-def margin_inside_value(measures: ModelMeasures, margin: float) -> float:
-    """The bound with the margin inside every term: ``sum_i min_p C_i(p; scale_i / margin) + sqrt(L)``,
-    i.e. each term times ``margin^(-p/(p+2))`` at its own ``p`` (the ``p = 0`` rank terms are
-    margin-free), for the gap form ``c_lead B_margin / sqrt(n)`` (docs/bounds.md section 9)."""
-    grid = schatten_grid(measures.grid_m)
-    shift = math.log(margin)
-    total = 0.0
-    for mm in measures.matrices:
-        curve = ContributionCurve(mm.target, log_scale=mm.log_scale - shift, n=measures.dims.N,
-                                  rank_tol=measures.rank_tol)
-        total += float(np.min(curve.on_grid(grid)))
-    return total + math.sqrt(measures.dims.L)
+def matrix_terms(measures: ModelMeasures, grid: np.ndarray | None = None) -> list[CoveringTerm]:
+    """One covering term per matrix, each on ``grid`` (default the post-hoc grid ``P_m``): the terms
+    of the gap form (:mod:`.covering`; docs/bounds.md section 9)."""
+    grid = schatten_grid(measures.grid_m) if grid is None else grid
+    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid)
+            for mm in measures.matrices]
 
 
 def index_choices_cost(measures: ModelMeasures, choices: int) -> float:
@@ -93,8 +76,7 @@ SPECTRAL_ADAPTIVE = Bound(
     reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 (leading term, post-hoc grid P_m)",
     compute=_compute,
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    log_factor=entropy_integral_factor,
-    margin_inside=margin_inside_value,
+    covering_terms=matrix_terms,
     union_cost=grid_union_cost,
 )
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import entropy_integral_factor
+from .adaptive import matrix_terms
 from .schatten import ContributionCurve, log_sum, safe_exp
 
 FIXED_P = (0, 1, 2)
@@ -54,7 +54,7 @@ BOUNDS = tuple(
         compute=_compute_for(_p),
         group="adaptive_variants",
         needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-        log_factor=entropy_integral_factor,
+        covering_terms=lambda measures, _p=_p: matrix_terms(measures, np.array([float(_p)])),
     )
     for _p in FIXED_P
 )

@@ -27,8 +27,9 @@ import numpy as np
 
 from ..compute.measures import LOG_TINY, ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import index_choices_cost, entropy_integral_factor
-from .schatten import ContributionCurve, grid_minimum, log_sum, schatten_grid
+from .adaptive import index_choices_cost
+from .covering import CoveringTerm, matrix_term
+from .schatten import grid_minimum, log_sum, schatten_grid
 
 TINY = np.finfo(np.float64).tiny
 
@@ -42,11 +43,12 @@ def shared_groups(measures: ModelMeasures) -> dict[tuple, list[int]]:
     return dict(groups)
 
 
-def _compute(measures: ModelMeasures) -> BoundResult:
+def covering_terms(measures: ModelMeasures) -> list[CoveringTerm]:
+    """One term per stored matrix, at its summed scale ``scale_g`` (docs/bounds.md 9)."""
     grid = schatten_grid(measures.grid_m)
     groups = shared_groups(measures)
     stored = len({key[0] for key in groups})
-    total = 0.0
+    out = []
     for members in groups.values():
         first = measures.matrices[members[0]]
         # scale = stored * sum_i gamma*_i alpha_i, from the products where they are normal floats
@@ -59,8 +61,13 @@ def _compute(measures: ModelMeasures) -> BoundResult:
                 logs = [math.log(measures.matrices[i].gamma) + measures.matrices[i].log_alpha if measures.matrices[i].gamma > 0
                         else -math.inf for i in members]
             log_scale = max(math.log(stored) + log_sum(logs), LOG_TINY)
-        total += grid_minimum(ContributionCurve(first.target, log_scale=log_scale, n=measures.dims.N,
-                                                rank_tol=measures.rank_tol), grid)[1]
+        out.append(matrix_term(first.target, log_scale=log_scale, n=measures.dims.N, rank_tol=measures.rank_tol,
+                               grid=grid))
+    return out
+
+
+def _compute(measures: ModelMeasures) -> BoundResult:
+    total = sum(grid_minimum(term.curve, term.grid)[1] for term in covering_terms(measures))
     return BoundResult(value=float(total + math.sqrt(measures.dims.L)))
 
 
@@ -76,6 +83,6 @@ BOUNDS = (Bound(
     compute=_compute,
     group="adaptive_variants",
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    log_factor=entropy_integral_factor,
+    covering_terms=covering_terms,
     union_cost=_union_cost,
 ),)

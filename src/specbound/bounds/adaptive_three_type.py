@@ -36,7 +36,8 @@ import numpy as np
 
 from ..compute.measures import LOG_TINY, ModelMeasures
 from .base import Bound, BoundResult
-from .adaptive import index_choices_cost, entropy_integral_factor
+from .adaptive import index_choices_cost
+from .covering import CoveringTerm, matrix_term, rank_class_dimension
 from .schatten import ContributionCurve, grid_minimum, kept_singular_values, schatten_grid
 
 TINY = np.finfo(np.float64).tiny
@@ -46,21 +47,37 @@ def _is_ff(role: str) -> bool:
     return role.startswith("FF_")
 
 
-def feed_forward_block_terms(measures: ModelMeasures) -> tuple[np.ndarray, np.ndarray]:
-    """``(p*_F, min_p C_F(p))`` of each layer's feed-forward block (``diag(FF_in, FF_out)``, or the
-    gated block's three matrices), each shape (L,)."""
+def feed_forward_blocks(measures: ModelMeasures) -> list[CoveringTerm]:
+    """Each layer's feed-forward block (``diag(FF_in, FF_out)``, or the gated block's three matrices)
+    as one covering term on the grid ``P_m``: the union of the matrices' kept values, ``scale_F``, and
+    the sum of the matrices' rank-class dimensions (a block-diagonal matrix is covered block by block)."""
     grid = schatten_grid(measures.grid_m)
-    p_star, value = np.zeros(measures.dims.L), np.zeros(measures.dims.L)
+    out = []
     for layer in range(measures.dims.L):
         ff = [mm for mm in measures.matrices if mm.layer == layer and _is_ff(mm.role)]
-        kept = np.concatenate([kept_singular_values(mm.target, measures.rank_tol) for mm in ff])
+        kept = [kept_singular_values(mm.target, measures.rank_tol) for mm in ff]
         # scale_F = k max_i scale_i (docs/bounds.md), from the product where it is a normal float
         top = max(ff, key=lambda mm: mm.log_scale)
         scale = len(ff) * top.scale
         log_scale = math.log(scale) if TINY <= scale < math.inf else max(math.log(len(ff)) + top.log_scale, LOG_TINY)
-        p_star[layer], value[layer] = grid_minimum(
-            ContributionCurve.from_kept(kept, log_scale=log_scale, n=measures.dims.N), grid)
-    return p_star, value
+        curve = ContributionCurve.from_kept(np.concatenate(kept), log_scale=log_scale, n=measures.dims.N)
+        dimension = sum(rank_class_dimension(*mm.target.shape, k.size) for mm, k in zip(ff, kept))
+        out.append(CoveringTerm(curve, grid, dimension))
+    return out
+
+
+def feed_forward_block_terms(measures: ModelMeasures) -> tuple[np.ndarray, np.ndarray]:
+    """``(p*_F, min_p C_F(p))`` of each layer's feed-forward block, each shape (L,)."""
+    minima = [grid_minimum(term.curve, term.grid) for term in feed_forward_blocks(measures)]
+    return np.array([m[0] for m in minima]), np.array([m[1] for m in minima])
+
+
+def covering_terms(measures: ModelMeasures) -> list[CoveringTerm]:
+    """The QK and OV matrices' terms and one term per feed-forward block (docs/bounds.md 9)."""
+    attention = [mm for mm in measures.matrices if not _is_ff(mm.role)]
+    grid = schatten_grid(measures.grid_m)
+    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid)
+            for mm in attention] + feed_forward_blocks(measures)
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
@@ -90,6 +107,6 @@ BOUNDS = (Bound(
     compute=_compute,
     group="adaptive_variants",
     needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    log_factor=entropy_integral_factor,
+    covering_terms=covering_terms,
     union_cost=_union_cost,
 ),)

@@ -59,11 +59,12 @@ class Bound:
         The quantities it reads (documentation; e.g. ``("spectral_norm", "norm_2_1", "Lambda")``).
     log_factor : callable(ModelMeasures, n) -> float, optional
         The log factor multiplying ``B / (margin sqrt(n))`` in its margin-bound form; None when the
-        quantity has no such form (it is then reported as a measure only).
+        quantity has no such form (it is then reported as a measure only) or has ``covering_terms``.
     union_cost : callable(ModelMeasures, n) -> float
         Log of the number of post-hoc choices a union bound must pay for (added to ``log(1/delta)``).
-    margin_inside : callable(ModelMeasures, margin) -> float, optional
-        The bound with the margin inside each term (the spectrum-adaptive bound's second gap form).
+    covering_terms : callable(ModelMeasures) -> list of CoveringTerm, optional
+        The spectrum-adaptive family's terms: its gap form puts the margin inside each term and
+        integrates each term's entropy (:mod:`.covering`) instead of ``log_factor``.
     applies : callable(ModelMeasures) -> bool, optional
         Whether the bound means anything for this model (None: always); a bound that does not apply
         is not computed and not reported (e.g. the rotation-blind variants of a model without rotary).
@@ -81,9 +82,16 @@ class Bound:
     log_factor: Callable[[ModelMeasures, int], float] | None = None
     union_cost: Callable[[ModelMeasures, int], float] = no_union_cost
     distance: bool = True
-    margin_inside: Callable[[ModelMeasures, float], float] | None = None
+    covering_terms: Callable[[ModelMeasures], list] | None = None
     applies: Callable[[ModelMeasures], bool] | None = None
 
     def __post_init__(self):
         if self.group not in GROUPS:
             raise ValueError(f"bound {self.name!r}: group must be one of {GROUPS}, got {self.group!r}")
+        if self.log_factor is not None and self.covering_terms is not None:
+            raise ValueError(f"bound {self.name!r}: a gap form has either a log factor or covering terms")
+
+    @property
+    def has_gap_form(self) -> bool:
+        """Whether the bound becomes a generalisation-gap bound (``--n``, ``--margin``)."""
+        return self.log_factor is not None or self.covering_terms is not None

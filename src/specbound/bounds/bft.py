@@ -25,7 +25,8 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .chain import log_lipschitz, relative_norms, safe_exp
+from .chain import log_lipschitz, relative_norms
+from .schatten import safe_exp
 from .edelman import covering_log_factor
 
 

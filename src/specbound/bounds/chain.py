@@ -18,7 +18,6 @@ import numpy as np
 
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures
-from .schatten import safe_exp  # noqa: F401  (re-exported for the chain bounds)
 from ..compute.propagation import LayerSpectralNorms, layer_lipschitz
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .chain import layer_factor, log_product, safe_exp
+from .chain import layer_factor, log_product
+from .schatten import safe_exp
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:

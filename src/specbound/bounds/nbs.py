@@ -13,7 +13,8 @@ with a union bound over the ``d`` matrices.  On the transformer chain (docs/boun
 
 * the product of spectral norms becomes ``prod_l Lambda_l`` (docs/spec.md section 3);
 * the perturbed matrices are every analysed matrix, heads separately: ``D = #matrices``;
-* ``h = max(N, d_ff)``, the widest matrix; ``B = 1`` (unit-norm token rows).
+* ``h = max(N, d_ff)``, the widest matrix; ``B = 1`` (unit-norm token rows);
+* a rotary head's stable rank is its bound over every relative offset (:func:`stable_ranks`).
 
 We report the quantity that takes the place of ``B`` in ``B / (margin sqrt(n))``:
 
@@ -32,7 +33,8 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .chain import log_lipschitz, relative_norms, safe_exp
+from .chain import log_lipschitz, relative_norms
+from .schatten import safe_exp
 from .edelman import widest
 
 
@@ -42,8 +44,21 @@ def depth_width_factor(measures: ModelMeasures) -> float:
     return d * math.sqrt(h * math.log(d * h))
 
 
+def stable_ranks(measures: ModelMeasures) -> np.ndarray:
+    """``||W - W0||_F^2 / ||W||_2^2`` per matrix, shape (#matrices,): the spectrum's own stable rank
+    when measured from 0, which for a rotary head is its bound over every offset (``stable_rank_sup``).
+
+    A rotary head's term is then valid at every offset: the NBS sum at offset ``delta`` is
+    ``(prod_l Lambda_l(delta))^2 sum_W sr_W(delta)``; ``Lambda_l`` grows with every ``c(QK)``, so
+    ``Lambda_l(delta) <= Lambda_l`` (which reads the maxima), and ``sr_W(delta) <= stable_rank_sup``.
+    Dividing a bound on ``||X||_F`` by the maximum of ``||X||_2`` would not be (docs/bounds.md 6)."""
+    from_init = relative_norms(measures, lambda s: s.frobenius_norm) ** 2
+    return np.array([mm.spectrum.stable_rank if mm.delta is None else r
+                     for mm, r in zip(measures.matrices, from_init)], dtype=np.float64)
+
+
 def _compute(measures: ModelMeasures) -> BoundResult:
-    stable = relative_norms(measures, lambda s: s.frobenius_norm) ** 2
+    stable = stable_ranks(measures)
     total = float(np.sum(stable))
     if total == 0:
         return BoundResult(value=0.0, per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})

@@ -10,7 +10,7 @@ family they are not computed.
 
 from __future__ import annotations
 
-from .adaptive import SPECTRAL_ADAPTIVE, grid_union_cost, entropy_integral_factor
+from .adaptive import SPECTRAL_ADAPTIVE, grid_union_cost, matrix_terms
 from .base import Bound, BoundResult
 from .edelman import EDELMAN, covering_log_factor
 from ..compute.measures import ModelMeasures
@@ -36,7 +36,7 @@ BOUNDS = (
         compute=_rotation_blind(SPECTRAL_ADAPTIVE),
         group="adaptive_variants",
         needs=SPECTRAL_ADAPTIVE.needs,
-        log_factor=entropy_integral_factor,
+        covering_terms=lambda measures: matrix_terms(measures.rotation_blind or measures),
         union_cost=grid_union_cost,
         distance=False,
         applies=_rotary,

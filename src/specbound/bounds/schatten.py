@@ -80,7 +80,7 @@ def schatten_of_kept(kept: np.ndarray, p: float) -> float:
     return float(kept.size) if p == 0 else float(np.sum(kept**p))
 
 
-def schatten_power(singular_values: np.ndarray, p: float, dim: int, rank_tol: float = 1e-10) -> float:
+def schatten_power(singular_values: np.ndarray, p: float, dim: int, rank_tol: float) -> float:
     """``S_p`` of a spectrum of full length ``dim``: over the values above the rank tolerance; ``S_0`` is the rank."""
     return schatten_of_kept(kept_values(singular_values, dim, rank_tol), p)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .chain import log_lipschitz, safe_exp
+from .chain import log_lipschitz
+from .schatten import safe_exp
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..archs.model import LayerWeights
+from ..options import KernelOptions
 from .layer_spectra import LayerSpectra
 from .spectra import dense_spectrum, factored_spectra
 
@@ -32,19 +33,21 @@ def stacked_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, b0: np.ndar
     return np.concatenate([a - a0, a0], axis=1), np.concatenate([b, b - b0], axis=1)
 
 
-def difference_spectra(weights: LayerWeights, init: LayerWeights, *, group: int = 1, method: str = "factored",
+def difference_spectra(weights: LayerWeights, init: LayerWeights, kernel: KernelOptions, *, group: int = 1,
                        with_norm_1_1: bool = True, block: str = "sequential") -> LayerSpectra:
     """Spectra of one layer's ``W - W0`` for every QK/OV head and feed-forward matrix.
 
-    ``group`` is the number of query heads per key/value head; ``method="dense"`` materialises the
-    ``N x N`` differences (the slow reference).
+    ``group`` is the number of query heads per key/value head; ``kernel.method="dense"``
+    materialises the ``N x N`` differences (the slow reference).  Differences are computed in NumPy
+    with LAPACK's SVD (:data:`~specbound.options.EXACT_SVD`; ``kernel.gram_rtol`` and
+    ``kernel.device`` do not apply).
     """
     k, k0 = (np.repeat(w.k, group, axis=0) for w in (weights, init))
     v, v0 = (np.repeat(w.v, group, axis=0) for w in (weights, init))
     pairs = {"qk": (weights.q, k, init.q, k0), "ov": (v, weights.o, v0, init.o)}
     spectra = {}
     for role, (a, b, a0, b0) in pairs.items():
-        if method == "dense":
+        if kernel.method == "dense":
             spectra[role] = [dense_spectrum(a[h].T @ b[h] - a0[h].T @ b0[h]) for h in range(a.shape[0])]
         else:
             spectra[role] = factored_spectra(*stacked_difference(a, b, a0, b0), with_norm_1_1=with_norm_1_1)

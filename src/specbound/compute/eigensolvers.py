@@ -8,21 +8,11 @@ band and band to tridiagonal, each with such a bound).  The Gram error bound of
 :func:`specbound.compute.spectra.gram_singular_values` counts ``p(n) = n``, which covers each of
 them; which driver ran changes only the last bits, well inside that bound.
 
-The choice is by size, from measurements on a 2-core AMD EPYC (Zen 5) with NumPy 2.4's bundled
-OpenBLAS 0.3.31 (seconds, one thread, best of 3 on a busy machine; ``specbound bench --scenario
-kernels`` repeats them):
-
-    n       numpy (dsyevd)   two-stage dsyevd (OpenBLAS)   torch (MKL dsyevd)
-    384     0.004            0.007                          0.006
-    768     0.025            0.032                          0.035
-    1024    0.054            0.067                          0.078
-    2048    0.37             0.41                           0.42
-    4096    4.8              2.7                            3.0-4.0
-
-Below ``TWO_STAGE_MIN`` the one-stage reduction is fastest (its matrix fits in the cache) and the
-default path is NumPy's, bit for bit as before; from ``TWO_STAGE_MIN`` on, the two-stage driver of
-the same OpenBLAS (reached through ctypes: neither NumPy nor SciPy wraps it) when the library
-exports it, else NumPy's.
+The choice is by size (the timings behind it: docs/llm-scale.md; ``specbound bench --scenario
+kernels`` measures them again).  Below ``TWO_STAGE_MIN`` the one-stage reduction is fastest (its
+matrix fits in the cache) and the path is NumPy's ``dsyevd``; from ``TWO_STAGE_MIN`` on, the
+two-stage driver of the same OpenBLAS (reached through ctypes: neither NumPy nor SciPy wraps it)
+when the library exports it, else NumPy's.
 """
 
 from __future__ import annotations

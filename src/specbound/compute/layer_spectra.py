@@ -14,11 +14,11 @@ import numpy as np
 
 from ..archs.model import LayerWeights, RotaryLayout
 from ..errors import SpecboundError
-from ..options import DEFAULT_GRAM_RTOL, DEFAULT_RANK_TOL, METHODS
+from ..options import EXACT_SVD, KernelOptions
 from .propagation import LayerSpectralNorms
 from .qk_logit import logit_factors, qk_norm_lipschitz
-from .rotary import rotary_qk_envelope
-from .spectra import MatrixSpectrum, dense_spectrum, factored_spectra
+from .rotary import DEFAULT_MAX_CORE_SVDS, rotary_qk_envelope
+from .spectra import ROTARY_METHODS, MatrixSpectrum, RotaryQKSpectrum, dense_spectrum, factored_spectra
 
 
 @dataclass(frozen=True)
@@ -46,46 +46,48 @@ class LayerSpectra:
 
 
 
-def attention_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
-                      with_norm_1_1: bool = True, device: str = "numpy") -> tuple[list, list]:
+def attention_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 1,
+                      with_norm_1_1: bool = True) -> tuple[list, list]:
     """Spectra of one layer's per-head QK and OV matrices.
 
-    ``method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1); ``"dense"`` materialises
-    every ``N x N`` per-head product and runs a full SVD, as the paper's reference code does (the
-    benchmark's baseline, always in NumPy).  ``group`` is the number of query heads per key/value
-    head; ``device`` where the factored method runs.
+    ``kernel.method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1), on
+    ``kernel.device``; ``"dense"`` materialises every ``N x N`` per-head product and runs a full SVD,
+    as the paper's reference code does (the benchmark's baseline, always in NumPy).  ``group`` is the
+    number of query heads per key/value head.
     """
     kv = np.arange(weights.q.shape[0]) // group  # query head h uses key/value head h // group
-    if method == "factored":
-        return (factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1, device=device),
-                factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1, device=device))
-    if method == "dense":
-        return ([dense_spectrum(weights.q[h].T @ weights.k[g]) for h, g in enumerate(kv)],
-                [dense_spectrum(weights.v[g].T @ weights.o[h]) for h, g in enumerate(kv)])
-    raise SpecboundError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if kernel.method == "factored":
+        return (factored_spectra(weights.q, weights.k, kernel, b_index=kv, with_norm_1_1=with_norm_1_1),
+                factored_spectra(weights.v, weights.o, kernel, a_index=kv, with_norm_1_1=with_norm_1_1))
+    return ([dense_spectrum(weights.q[h].T @ weights.k[g], EXACT_SVD) for h, g in enumerate(kv)],
+            [dense_spectrum(weights.v[g].T @ weights.o[h], EXACT_SVD) for h, g in enumerate(kv)])
 
 
 def rotary_qk_spectra(weights: LayerWeights, kv: np.ndarray, layout: RotaryLayout, *,
-                      rank_tol: float = DEFAULT_RANK_TOL) -> list[MatrixSpectrum]:
+                      rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS) -> list[RotaryQKSpectrum]:
     """Per query head, a QK "spectrum" that holds for ``W_Q^T M(delta) W_K`` at every relative offset
-    ``|delta| < max_positions`` (docs/rotary.md): the spectral norm's maximum over the offsets (exact
-    from the ``d_h x d_h`` cores where affordable, else ``||W_Q|| ||W_K||``), the Horn envelope
-    ``s_i(W_Q) s_i(W_K)`` whose powers bound ``S_p`` for every ``p > 0`` and whose count bounds the
-    rank, and (2,1)- and (1,1)-norm bounds valid for every rotation.  Shapes: ``weights.q``
-    ``(H, d_h, N)``, ``weights.k`` ``(H_kv, d_h, N)``, ``kv`` ``(H,)``."""
+    ``|delta| < max_positions`` (docs/rotary.md): the spectral and Frobenius norms', nuclear norm's,
+    stable rank's and each singular value's maximum over the offsets (exact from the ``d_h x d_h``
+    cores where affordable, else bounds valid for every rotation), the Horn envelope
+    ``s_i(W_Q) s_i(W_K)`` whose powers bound ``S_p`` for every ``p > 0`` (not singular values), a rank
+    bound, and (2,1)- and (1,1)-norm bounds valid for every rotation (:class:`RotaryQKSpectrum`).  Shapes: ``weights.q``
+    ``(H, d_h, N)``, ``weights.k`` ``(H_kv, d_h, N)``, ``kv`` ``(H,)``; ``max_core_svds`` the budget of the
+    exact path (:func:`~specbound.compute.rotary.rotary_qk_envelope`)."""
     n = weights.q.shape[2]
     try:
-        envelopes = rotary_qk_envelope(weights.q, weights.k, kv, layout, rank_tol=rank_tol)
+        envelopes = rotary_qk_envelope(weights.q, weights.k, kv, layout, rank_tol=rank_tol, max_core_svds=max_core_svds)
     except ValueError as exc:
         raise SpecboundError(f"rotary layout does not fit layer {weights.layer}: {exc}") from None
-    return [MatrixSpectrum((n, n), e.envelope, e.norm_2_1_sup, e.norm_1_1_bound, sv_method="rotary_envelope",
-                           kept=e.kept_envelope, spectral_sup=e.spectral_sup) for e in envelopes]
+    return [RotaryQKSpectrum((n, n), e.envelope, e.norm_2_1_sup, e.norm_1_1_bound,
+                             sv_method=ROTARY_METHODS[e.spectral_method], kept=e.kept_envelope,
+                             spectral_sup=e.spectral_sup, sigma_bounds=e.sigma_bounds, frobenius_sup=e.frobenius_sup,
+                             nuclear_sup=e.nuclear_sup, stable_rank_sup=e.stable_rank_sup,
+                             argmax_offset=e.argmax_offset) for e in envelopes]
 
 
-def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEFAULT_GRAM_RTOL,
-                         device: str = "numpy", prefetch: bool = False) -> dict:
+def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *, prefetch: bool = False) -> dict:
     """Spectra of a layer's feed-forward matrices, the Gram path when its proven relative error is
-    at most ``gram_rtol`` (0: always LAPACK's SVD).
+    at most ``kernel.gram_rtol`` (0: always LAPACK's SVD), on ``kernel.device``.
 
     The (lazy) mapping is indexed inside the loop rather than iterated by items, which would load
     the next matrix while the previous one is still referenced.  ``prefetch``: read the next matrix
@@ -95,7 +97,7 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEF
     """
     roles = list(ff)
     if not prefetch or len(roles) < 2:
-        return {role: dense_spectrum(ff[role], gram_rtol=gram_rtol, device=device) for role in roles}
+        return {role: dense_spectrum(ff[role], kernel) for role in roles}
     from concurrent.futures import ThreadPoolExecutor
 
     out = {}
@@ -104,35 +106,34 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], *, gram_rtol: float = DEF
         for i, role in enumerate(roles):
             matrix = pending.result()
             pending = reader.submit(ff.__getitem__, roles[i + 1]) if i + 1 < len(roles) else None
-            out[role] = dense_spectrum(matrix, gram_rtol=gram_rtol, device=device)
+            out[role] = dense_spectrum(matrix, kernel)
             del matrix
     return out
 
 
-def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int = 1,
-                  block: str = "sequential", with_norm_1_1: bool = True, gram_rtol: float = DEFAULT_GRAM_RTOL,
-                  release: bool = False, rotary: RotaryLayout | None = None,
-                  rank_tol: float = DEFAULT_RANK_TOL, device: str = "numpy", prefetch: bool = False) -> LayerSpectra:
-    """Spectra of one layer's QK/OV heads and feed-forward matrices (the dense method always uses
-    the SVD for feed-forward too).
+def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 1, block: str = "sequential",
+                  with_norm_1_1: bool = True, release: bool = False, rotary: RotaryLayout | None = None,
+                  prefetch: bool = False) -> LayerSpectra:
+    """Spectra of one layer's QK/OV heads and feed-forward matrices, computed as ``kernel`` says
+    (the dense method always uses the SVD in NumPy, feed-forward too).
 
-    ``rotary``: the model's rotary layout (QK quantities valid at every relative position; the
-    rotation-blind ones are kept in ``qk_rotation_blind``); ``rank_tol`` the rank tolerance their
-    certified envelopes are cut at.  ``release``: drop ``weights``' attention factors once their spectra are computed, so that one
-    wide matrix is alive at a time while the feed-forward matrices are read (for weights read just
-    for this call, as :func:`model_layer_spectra` does).  ``device``: where the linear algebra runs
-    (:mod:`.spectra`).  ``prefetch``: read each feed-forward matrix while the previous one's
-    spectrum is computed (see :func:`feed_forward_spectra`).
+    ``rotary``: the model's rotary layout (QK quantities valid at every relative position, their
+    certified envelopes cut at ``kernel.rank_tol``; the rotation-blind ones are kept in
+    ``qk_rotation_blind``).  ``release``: drop ``weights``' attention factors once their spectra are
+    computed, so that one wide matrix is alive at a time while the feed-forward matrices are read
+    (for weights read just for this call, as :func:`specbound.pipeline.model_layer_spectra` does).
+    ``prefetch``: read each feed-forward matrix while the previous one's spectrum is computed (see
+    :func:`feed_forward_spectra`).
     """
     raw = weights
     kv = np.arange(weights.q.shape[0]) // group
     # the logit's own factors: norm gains and the rope attention factor folded in (qk_logit.py)
     weights = logit_factors(raw, 1.0 if rotary is None else rotary.attention_factor)
-    qk, ov = attention_spectra(weights, method=method, group=group, with_norm_1_1=with_norm_1_1, device=device)
+    qk, ov = attention_spectra(weights, kernel, group=group, with_norm_1_1=with_norm_1_1)
     blind = None
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
-        qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=rank_tol)
+        qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=kernel.rank_tol)
     if raw.qk_norm is not None:  # the normalised logit's Lipschitz constant is c(QK) (docs/theory.md 3d)
         kappa = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, 1.0 if rotary is None else rotary.attention_factor)
         qk = [replace(s, spectral_sup=float(c)) for s, c in zip(qk, kappa)]
@@ -141,6 +142,5 @@ def layer_spectra(weights: LayerWeights, *, method: str = "factored", group: int
     if release:
         for w in {id(raw): raw, id(weights): weights}.values():
             w.q = w.k = w.v = w.o = None
-    ff = feed_forward_spectra(ff_matrices, gram_rtol=0.0 if method == "dense" else gram_rtol,
-                              device=device if method == "factored" else "numpy", prefetch=prefetch)
+    ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)

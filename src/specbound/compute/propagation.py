@@ -16,12 +16,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Lipschitz constants of the activations named in config.json's hidden_act.  GELU's is 1.1289...,
-# the paper rounds it up to 1.13; SiLU's is 1.0998...; ReLU's is 1.
-ACTIVATION_LIPSCHITZ = {
-    "gelu": 1.13, "gelu_new": 1.13, "gelu_fast": 1.13, "gelu_pytorch_tanh": 1.13,
-    "quick_gelu": 1.13, "relu": 1.0, "silu": 1.0998, "swish": 1.0998,
+from ..errors import SpecboundError
+
+# Constants of the activations named in config.json's hidden_act (HF's ACT2FN names):
+# ``(L_phi, c_phi)`` with ``L_phi >= sup_t |phi'(t)|`` (the Lipschitz constant, in Lambda) and
+# ``c_phi >= sup_t |phi(t) / t|`` (the gated block's bound, docs/theory.md 3b; None where no finite
+# one exists).  The suprema, each rounded up (tests/compute/test_activations.py checks them on a
+# fine grid against HF's own implementations):
+# * GELU, erf form (gelu, gelu_python, gelu_10 clipped) 1.128904; tanh form (gelu_new, gelu_fast,
+#   gelu_pytorch_tanh, gelu_accurate, gelu_python_tanh) 1.128993: the paper's 1.13;
+# * SiLU/swish x sigmoid(x) 1.099839, and quick_gelu x sigmoid(1.702 x) = silu(1.702 x) / 1.702 has
+#   the same derivative's supremum: 1.0999;
+# * mish 1.088498: 1.0885; hardswish 1.5 (slope 1/6 (2x + 3) at x -> 3); sigmoid 1/4;
+# * relu, relu6, leaky_relu (slope 0.01 below 0), tanh and the identity (linear): 1.
+# Every one but sigmoid has |phi(t)| <= |t|, so c_phi = 1.  relu2 = relu(x)^2 has no global constant
+# (phi' = 2x): it is refused unless --l-phi gives one.
+ACTIVATIONS = {
+    "gelu": (1.13, 1.0), "gelu_python": (1.13, 1.0), "gelu_10": (1.13, 1.0),
+    "gelu_new": (1.13, 1.0), "gelu_fast": (1.13, 1.0), "gelu_pytorch_tanh": (1.13, 1.0),
+    "gelu_accurate": (1.13, 1.0), "gelu_python_tanh": (1.13, 1.0),
+    "silu": (1.0999, 1.0), "swish": (1.0999, 1.0), "quick_gelu": (1.0999, 1.0),
+    "mish": (1.0885, 1.0), "hardswish": (1.5, 1.0), "sigmoid": (0.25, None),
+    "relu": (1.0, 1.0), "relu6": (1.0, 1.0), "leaky_relu": (1.0, 1.0), "tanh": (1.0, 1.0), "linear": (1.0, 1.0),
 }
+ACTIVATION_LIPSCHITZ = {name: constants[0] for name, constants in ACTIVATIONS.items()}
+# A config.json without an activation key: GELU's constant (the paper's), said in the assumptions.
 DEFAULT_L_PHI = 1.13
 
 
@@ -46,10 +65,29 @@ class LayerSpectralNorms:
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
-    """``L_phi`` for a config's ``hidden_act`` and where the value came from."""
-    if activation in ACTIVATION_LIPSCHITZ:
-        return ACTIVATION_LIPSCHITZ[activation], f"hidden_act={activation}"
-    return DEFAULT_L_PHI, f"default (hidden_act={activation!r} not in the table)"
+    """``L_phi`` for a config's ``hidden_act`` and where the value came from.
+
+    No activation named: GELU's 1.13 (``"default (...)"``, said in the assumptions).  An activation
+    not in the table (relu2, whose derivative is unbounded, or any other) is refused: a silent default
+    could be below its true constant.  Pass ``l_phi`` (``--l-phi``) to analyse it with a stated value.
+    """
+    if activation is None:
+        return DEFAULT_L_PHI, "default (config.json names no activation; GELU's)"
+    if activation in ACTIVATIONS:
+        return ACTIVATIONS[activation][0], f"hidden_act={activation}"
+    raise SpecboundError(
+        f"activation {activation!r} (config.json) has no Lipschitz constant in specbound's table "
+        f"({', '.join(sorted(ACTIVATIONS))}); pass --l-phi VALUE (API l_phi=VALUE), an upper bound on "
+        f"sup |phi'| over the inputs the model sees, to analyse it with that value")
+
+
+def check_gated_activation(activation: str | None, feed_forward: str) -> None:
+    """A gated block's Lipschitz bound needs ``|phi(t)| <= c_phi |t|`` (docs/theory.md 3b): refuse an
+    activation of the table without such a constant (sigmoid) rather than use ``c_phi = 1``."""
+    if feed_forward == "gated" and activation in ACTIVATIONS and ACTIVATIONS[activation][1] is None:
+        raise SpecboundError(f"activation {activation!r} in a gated feed-forward block has no c_phi with "
+                             f"|phi(t)| <= c_phi |t|, which the gated block's Lipschitz bound needs "
+                             f"(docs/theory.md 3b); specbound cannot analyse this block")
 
 
 def attention_lipschitz(norms: LayerSpectralNorms) -> float:
@@ -157,7 +195,3 @@ def _branch_sensitivities(ff: dict) -> dict[str, float]:
     if "FF_gate" in ff:
         return {"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0}
     return {"FF_in": ff["FF_out"], "FF_out": 1.0}
-
-
-# The first round's name (it holds spectral norms, not LayerNorm parameters); kept working.
-LayerNorms = LayerSpectralNorms

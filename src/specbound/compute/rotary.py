@@ -30,19 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 # At import time, not inside the QR helper: threadpoolctl limits only the BLAS libraries already
-# loaded when it is entered, and an unlimited second OpenBLAS (SciPy's) spinning against another
-# process made one 4096 x 128 QR take 1.2 s instead of 7 ms on this 2-core machine.
+# loaded when it is entered, and SciPy's own OpenBLAS, loaded later and unlimited, spins against
+# the other threads (docs/benchmarks.md).
 from scipy.linalg import lapack
 
 from ..archs.model import RotaryLayout
 
-# Default budget of d_h x d_h core SVDs for the exact spectral norm over all offsets.  Measured
-# (numpy 2.4 / OpenBLAS, threadpoolctl at one thread, this repository's 2-core machine, N = 4096):
-# the exact path costs 0.85 ms per 128 x 128 core (forming the core included; the batched SVD is
-# 0.6 ms of it) and 0.18 ms per 64 x 64 core, so 4096 cores take ~3.5 s at d_h = 128 and ~0.75 s at
-# d_h = 64.  A LLaMA-7B layer (32 heads x 8191 offsets = 262 112 cores, ~4 min exact) is over
-# budget and gets the product bound: 0.41 s for the whole layer (0.26 s with 8 kv heads), nearly
-# all of it the 4096 x 128 QR factorisations.
+# Default budget of d_h x d_h core SVDs for the exact spectral norm over all offsets: a few seconds
+# a layer at d_h = 128 on one core (the timings: docs/benchmarks.md).  A LLaMA-7B layer (32 heads x
+# 8191 offsets = 262 112 cores) is over budget and gets the product bound.
 DEFAULT_MAX_CORE_SVDS = 4096
 # Entries of the per-chunk stacks (rotated R factors, cores): 2^21 float64 = 16 MB each.
 _CHUNK_ENTRIES = 1 << 21
@@ -179,7 +175,8 @@ class RotaryHeadEnvelope:
     spectral_sup : float
         ``max_delta ||X(delta)||_2`` (exact) or ``spectral_bound``.
     spectral_method : str
-        ``"exact_over_offsets"`` or ``"product_bound"``.
+        ``"exact_over_offsets"`` or ``"product_bound"``: how ``spectral_sup`` and the other
+        ``*_sup`` fields and ``sigma_bounds`` were obtained.
     argmax_offset : int or None
         An offset attaining ``spectral_sup`` when exact.
     spectral_bound : float
@@ -196,6 +193,17 @@ class RotaryHeadEnvelope:
     norm_1_1_bound : float
         ``min((sum_i ||W_Q[:, i]||)(sum_j ||W_K[:, j]||), sqrt(N) norm_2_1_bound,
         sqrt(N) ||W_K||_2 sum_i ||W_Q[:, i]||)``.
+    sigma_bounds : ndarray, shape (k,)
+        A per-index bound ``sigma_bounds[i] >= s_{i+1}(X(delta))`` at every offset: the exact
+        ``max_delta s_{i+1}(X(delta))`` (exact) or ``f_{i+1} = min_{j+l=i+2} s_j(W_Q) s_l(W_K)``
+        (Weyl-Horn, every orthogonal matrix).  The envelope is *not* such a bound (docs/rotary.md 3.2).
+    frobenius_sup, nuclear_sup : float
+        ``max_delta ||X(delta)||_F`` and ``max_delta ||X(delta)||_*`` (exact), else the envelope's
+        ``||e||_2`` and ``sum e_i`` (Horn at ``p = 2`` and ``p = 1``).
+    stable_rank_sup : float
+        ``max_delta ||X(delta)||_F^2 / ||X(delta)||_2^2`` (exact; 0 at an offset where ``X = 0``),
+        else ``#{i : f_i > 0}``, which bounds the rank and so the stable rank of every ``X``
+        (no cheap lower bound on ``min_delta ||X(delta)||_2`` exists to do better).
     """
 
     head: int
@@ -211,6 +219,10 @@ class RotaryHeadEnvelope:
     norm_2_1_method: str
     norm_2_1_bound: float
     norm_1_1_bound: float
+    sigma_bounds: np.ndarray
+    frobenius_sup: float
+    nuclear_sup: float
+    stable_rank_sup: float
 
     @property
     def kept_envelope(self) -> np.ndarray:
@@ -233,19 +245,31 @@ class RotaryHeadEnvelope:
         return float(np.sum(self.kept_envelope**p))
 
 
-def _rank_bound(s_a: np.ndarray, s_b: np.ndarray, tau0: float) -> int:
-    """``#{i : f_i > tau0}`` with ``f_i = min_{j+l=i+1} s_j(A) s_l(B) >= s_i(A R B)`` for every
-    orthogonal ``R`` (Weyl/Horn: ``s_{j+l-1}(XY) <= s_j(X) s_l(Y)``)."""
+def weyl_horn_bounds(s_a: np.ndarray, s_b: np.ndarray) -> np.ndarray:
+    """``f_i = min_{j+l=i+1} s_j(A) s_l(B)``, ``i = 1..k`` (``k = min`` of the lengths), shape (k,):
+    ``s_i(A^T R B) <= f_i`` for every orthogonal ``R`` (Weyl/Horn: ``s_{j+l-1}(XY) <= s_j(X) s_l(Y)``,
+    Horn & Johnson, *Topics in Matrix Analysis*, Thm 3.3.16).  Non-increasing, ``f_1 = s_1(A) s_1(B)``."""
     k = min(s_a.size, s_b.size)
-    for i in range(k):  # f is non-increasing: stop at the first index at or below tau0
-        f_i = np.min(s_a[:i + 1] * s_b[i::-1])
-        if not f_i > tau0:
-            return i
-    return k
+    return np.array([np.min(s_a[:i + 1] * s_b[i::-1]) for i in range(k)], dtype=np.float64)
+
+
+def _rank_bound(f: np.ndarray, tau0: float) -> int:
+    """``#{i : f_i > tau0}`` (``f`` non-increasing, :func:`weyl_horn_bounds`)."""
+    return int(np.count_nonzero(f > tau0))
+
+
+def _offset_maxima(sv: np.ndarray) -> tuple[np.ndarray, float, float, float]:
+    """From the singular values of ``X(delta)`` at every offset, shape ``(K, k)``: the per-index
+    maxima (shape ``(k,)``), and the maxima of ``||X||_F``, ``||X||_*`` and the stable rank."""
+    top = sv[:, 0]
+    frob_sq = np.sum(sv**2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stable = np.where(top > 0, frob_sq / np.where(top > 0, top, 1.0) ** 2, 0.0)
+    return sv.max(axis=0), float(np.sqrt(frob_sq.max())), float(sv.sum(axis=1).max()), float(stable.max())
 
 
 def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLayout, *,
-                       rank_tol: float = 1e-10, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
+                       rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
                        exact_norm_2_1: bool = False) -> list[RotaryHeadEnvelope]:
     """Per query head, bounds on the rotary QK matrices ``W_Q^T M(delta) W_K`` over all offsets.
 
@@ -306,13 +330,17 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
         s1a = float(sa[0]) if sa.size else 0.0
         s1b = float(sb[0]) if sb.size else 0.0
         product = float(env[0]) if kk else 0.0
+        f = weyl_horn_bounds(sa, sb)
+        fro = float(np.sqrt(np.sum(env**2)))
         if exact and kk:
-            top = _core_singular_values(r_q[h], r_k[g], layout, offsets)[:, 0]
-            j = int(np.argmax(top))
-            spectral, method, argmax = float(top[j]), "exact_over_offsets", int(offsets[j])
+            sv = _core_singular_values(r_q[h], r_k[g], layout, offsets)  # (2P - 1, k)
+            j = int(np.argmax(sv[:, 0]))
+            spectral, method, argmax = float(sv[j, 0]), "exact_over_offsets", int(offsets[j])
+            sigma, fro_sup, nuc_sup, stable_sup = _offset_maxima(sv)
         else:
             spectral, method, argmax = product, "product_bound", None
-        fro = float(np.sqrt(np.sum(env**2)))
+            sigma, fro_sup, nuc_sup = f, fro, float(np.sum(env))
+            stable_sup = float(np.count_nonzero(f > 0))
         n21_bound = min(s1a * colsum_k[g], math.sqrt(n) * fro)
         if exact_norm_2_1 and kk and layout.offset_invariant:
             n21, n21_method = _sup_norm_2_1(r_q[h], k[g], layout, offsets), "exact_over_offsets"
@@ -321,7 +349,8 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
         n11_bound = min(float(colsum_q[h]) * colsum_k[g], math.sqrt(n) * n21_bound,
                         math.sqrt(n) * s1b * float(colsum_q[h]))
         out.append(RotaryHeadEnvelope(h, g, n, spectral, method, argmax, product, env,
-                                      _rank_bound(sa, sb, tau0), n21, n21_method, n21_bound, n11_bound))
+                                      _rank_bound(f, tau0), n21, n21_method, n21_bound, n11_bound,
+                                      sigma, fro_sup, nuc_sup, stable_sup))
     return out
 
 

@@ -18,19 +18,19 @@ so the factored and the dense route give the same numerical rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..options import EXACT_SVD, KernelOptions
 from .eigensolvers import symmetric_eigenvalues
 
 # Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
 _BLOCK_ENTRIES = 1 << 17
 # Tiles of an N x N product for its (1,1)-norm: 512 x 512 (2 MB, one core's L2 cache).  Every BLAS
-# call re-packs its operands, so thin row blocks spanning all N columns re-pack the whole d x N
-# factor each time: at N = 4096, d = 128 one head took 0.12 s in 32-row blocks and 0.078 s in
-# 512 x 512 tiles (one core, best of 5; 256 x 256: 0.081 s, 1024 x 1024: 0.077 s).  Small
-# products (N <= 512) are one tile, as before.
+# call re-packs its operands, so thin row blocks spanning all N columns would re-pack the whole
+# d x N factor each time (timings of the tile sizes: docs/benchmarks.md).  A product with N <= 512
+# is one tile.
 _TILE = 512
 # Columns per block of the feed-forward Gram product (see gram_singular_values): the proven error
 # bound grows with b + k/b, the time with the number of blocks; 512 keeps both small (MiniLM's
@@ -59,11 +59,11 @@ class MatrixSpectrum:
         Proven bound on ``|s_hat_i - s_i| / s_hat_i`` for the ``"gram"`` method (0 otherwise).
     kept : ndarray, optional
         When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
-        head's envelope, ``sv_method="rotary_envelope"``: certified upper bounds that must not be
+        head's envelope, :class:`RotaryQKSpectrum`: certified upper bounds that must not be
         thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
     spectral_sup : float, optional
-        When set, the spectral norm reported and propagated (a rotary head: the largest spectral
-        norm over every relative position, exact or bounded); None: ``singular_values[0]``.
+        When set, the spectral norm reported and propagated in place of ``singular_values[0]`` (a
+        query/key-normalised head: the normalised logit's Lipschitz factor, docs/theory.md 3d).
     """
 
     shape: tuple[int, int]
@@ -101,13 +101,75 @@ class MatrixSpectrum:
         return float(np.sum(self.singular_values**2) / s1**2) if s1 > 0 else 0.0
 
 
-def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> float:
+ROTARY_METHODS = {"exact_over_offsets": "rotary_exact_over_offsets", "product_bound": "rotary_product_bound"}
+
+
+@dataclass(frozen=True)
+class RotaryQKSpectrum(MatrixSpectrum):
+    """A rotary head's QK quantities, each an upper bound on that of ``X(delta) = W_Q^T M(delta) W_K``
+    at every offset ``|delta| < max_positions`` (docs/rotary.md section 3).
+
+    ``singular_values`` holds the Horn envelope ``e_i = s_i(W_Q) s_i(W_K)``, which is **not** a list
+    of singular values: it bounds partial sums of powers (``sum_{i<=j} s_i(X)^p <= sum_{i<=j} e_i^p``),
+    not each index.  ``kept = e[:rank_bound]`` is what ``S_p`` sums over.  The norms reported are
+    the fields below, never recomputed from the envelope.
+
+    Attributes
+    ----------
+    spectral_sup : float
+        ``max_delta ||X(delta)||_2`` (exact) or ``||W_Q||_2 ||W_K||_2``.
+    sigma_bounds : ndarray, shape (k,)
+        Per-index bounds ``>= s_i(X(delta))`` at every offset.
+    frobenius_sup, nuclear_sup, stable_rank_sup : float
+        Bounds on ``||X||_F``, ``||X||_*`` and ``||X||_F^2 / ||X||_2^2`` at every offset.
+    argmax_offset : int or None
+        An offset attaining ``spectral_sup`` (exact method only).
+
+    ``sv_method`` is ``"rotary_exact_over_offsets"`` (maxima over every integer offset, from the
+    ``d_h x d_h`` cores) or ``"rotary_product_bound"`` (bounds valid for every orthogonal matrix in
+    place of ``M(delta)``).
+    """
+
+    spectral_sup: float = 0.0
+    sigma_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    frobenius_sup: float = 0.0
+    nuclear_sup: float = 0.0
+    stable_rank_sup: float = 0.0
+    argmax_offset: int | None = None
+
+    @property
+    def envelope(self) -> np.ndarray:
+        """The Horn envelope (``singular_values``; not singular values), shape ``(k,)``."""
+        return self.singular_values
+
+    @property
+    def spectral_norm(self) -> float:
+        return float(self.spectral_sup)
+
+    @property
+    def frobenius_norm(self) -> float:
+        return float(self.frobenius_sup)
+
+    @property
+    def nuclear_norm(self) -> float:
+        return float(self.nuclear_sup)
+
+    @property
+    def stable_rank(self) -> float:
+        return float(self.stable_rank_sup)
+
+    @property
+    def exact_over_offsets(self) -> bool:
+        return self.sv_method == ROTARY_METHODS["exact_over_offsets"]
+
+
+def rank_threshold(singular_values: np.ndarray, dim: int, rank_tol: float) -> float:
     """The paper's tolerance ``tau = rank_tol * dim * max(s_1, 1)`` (docs/spec.md section 2)."""
     s1 = float(singular_values[0]) if singular_values.size else 0.0
     return rank_tol * max(dim, 1) * max(s1, 1.0)
 
 
-def numerical_rank(singular_values: np.ndarray, dim: int, rank_tol: float = 1e-10) -> int:
+def numerical_rank(singular_values: np.ndarray, dim: int, rank_tol: float) -> int:
     """``#{s_i > tau}`` with the tolerance of :func:`rank_threshold`."""
     tau = rank_threshold(singular_values, dim, rank_tol)
     return int(np.count_nonzero(singular_values > tau))
@@ -136,9 +198,9 @@ def _r_factor(stacked: np.ndarray) -> np.ndarray:
     return out
 
 
-def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None = None,
-                     b_index: np.ndarray | None = None, with_norm_1_1: bool = True,
-                     device: str = "numpy") -> list[MatrixSpectrum]:
+def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT_SVD, *,
+                     a_index: np.ndarray | None = None, b_index: np.ndarray | None = None,
+                     with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
     """Spectra of ``A_{i(h)}.T @ B_{j(h)}`` for every head ``h``, never forming the products whole.
 
     Parameters
@@ -153,8 +215,8 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None
     with_norm_1_1 : bool
         Stream each product in column blocks to get its entrywise (1,1)-norm
         (``O(N^2 d)`` work per head; the spectrum itself costs ``O(N d^2)``).
-    device : {"numpy", "cpu", "cuda"}
-        Where the QR factors, cores and (1,1)-norm tiles are computed.
+    kernel : KernelOptions
+        ``kernel.device``: where the QR factors, cores and (1,1)-norm tiles are computed (default NumPy).
 
     Returns
     -------
@@ -164,11 +226,11 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, *, a_index: np.ndarray | None
     a_index = np.arange(heads) if a_index is None else np.asarray(a_index)
     b_index = np.arange(heads) if b_index is None else np.asarray(b_index)
     n = a.shape[2]
-    if device != "numpy":
+    if kernel.device != "numpy":
         from .torch_kernels import factored_products
 
         svals, col_norms, n11 = factored_products(a, b, a_index, b_index, with_norm_1_1=with_norm_1_1,
-                                                  device=device)
+                                                  device=kernel.device)
         return [MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
                 for h in range(heads)]
     r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H_a, d', d'), A_i.T = Q_a R_a
@@ -214,9 +276,8 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
 
     The tiles are tiles of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T`` and
     ``A[:, i:i+t]`` go to the BLAS as they are stored.  Each entry is a BLAS dot product of length
-    ``d`` as before; the tile sums (NumPy's pairwise summation) add up in order, a summation tree
-    shallower than the former 1 MB row blocks' (at N = 4096: 64 tile sums of 2^18 entries instead
-    of 128 block sums of 2^17), so its worst-case rounding bound is smaller.
+    ``d``; the tile sums (NumPy's pairwise summation within a tile) add up in order: at N = 4096,
+    64 sums of 2^18 entries each.
     """
     n_rows, n_cols = a.shape[1], b.shape[1]
     rows, cols = min(_TILE, max(n_cols, 1)), min(_TILE, max(n_rows, 1))
@@ -233,7 +294,7 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
-                         device: str = "numpy") -> tuple[np.ndarray, float]:
+                         kernel: KernelOptions = EXACT_SVD) -> tuple[np.ndarray, float]:
     """Singular values from the eigenvalues of the smaller Gram matrix, with an error bound.
 
     For ``W`` of shape ``(n, k)``, ``n <= k``, ``G = W W^T`` is accumulated over ``ceil(k / b)``
@@ -251,7 +312,7 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     Every step is a numpy call that releases the GIL, so layers analysed in parallel threads
     overlap fully.  Extra memory: two ``n x n`` float64 matrices.
 
-    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).  ``device``:
+    ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).  ``kernel.device``:
     where ``G`` and its eigenvalues are computed (torch: the same blocks, so the same bound).
 
     Returns
@@ -264,10 +325,10 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     n, k = short.shape
     u = np.finfo(np.float64).eps / 2
     width = min(_GRAM_BLOCK, max(k, 1))
-    if device != "numpy":
+    if kernel.device != "numpy":
         from .torch_kernels import gram_eigenvalues
 
-        lam = gram_eigenvalues(short, width, device)
+        lam = gram_eigenvalues(short, width, kernel.device)
     else:
         gram = blocked_gram(short, width)
         lam = symmetric_eigenvalues(gram)[::-1]
@@ -296,22 +357,23 @@ def blocked_gram(short: np.ndarray, width: int) -> np.ndarray:
     return gram
 
 
-def dense_spectrum(w: np.ndarray, *, gram_rtol: float = 0.0, device: str = "numpy") -> MatrixSpectrum:
+def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSpectrum:
     """Spectrum and norms of a dense float64 matrix ``W`` (row-vector orientation).
 
-    With ``gram_rtol > 0`` the singular values come from :func:`gram_singular_values` (about 4x
-    faster on a ``768 x 3072`` matrix) whenever its proven relative error bound is at most
+    With ``kernel.gram_rtol > 0`` the singular values come from :func:`gram_singular_values` (about
+    4x faster on a ``768 x 3072`` matrix) whenever its proven relative error bound is at most
     ``gram_rtol`` for every value (which also makes the matrix certainly full rank); otherwise, and
-    by default, from LAPACK's SVD.  ``device``: where the Gram path or the SVD runs (the column
-    norms and the abs-sum, memory-bound passes, always run in NumPy).
+    by default (:data:`~specbound.options.EXACT_SVD`), from LAPACK's SVD.  ``kernel.device``: where
+    the Gram path or the SVD runs (the column norms and the abs-sum, memory-bound passes, always run
+    in NumPy).
     """
     method, bound = "svd", 0.0
     col_sq = column_sq_norms(w)
-    if gram_rtol > 0:
-        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)), device=device)
+    if kernel.gram_rtol > 0:
+        svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)), kernel=kernel)
         method = "gram"
-    if method == "svd" or bound > gram_rtol:
-        svals, method, bound = _singular_values(w, device), "svd", 0.0
+    if method == "svd" or bound > kernel.gram_rtol:
+        svals, method, bound = _singular_values(w, kernel.device), "svd", 0.0
     return MatrixSpectrum(
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,

@@ -1,8 +1,9 @@
 """Stage 1, load: checkpoints in every format as a config plus float64 tensors read one at a time.
 
-:func:`open_checkpoint` (``dispatch.py``) picks the format; each format is one module
-(``safetensors_file.py``, ``pytorch.py``, ``onnx_graph.py``) on the :class:`Checkpoint` base
-(``base.py``); ``hub_cache.py`` resolves hub ids offline and ``shard_index.py`` reads shard indexes.
+:func:`open_checkpoint` (``dispatch.py``) picks the format by the table of ``formats.py``; each
+format is one module (``safetensors_file.py``, ``pytorch.py``, ``onnx_graph.py``, ``gguf_file.py``,
+``tf_file.py``, ``flax_file.py``) on the :class:`Checkpoint` base (``base.py``); ``hub_cache.py``
+resolves hub ids offline and ``shard_index.py`` reads shard indexes.
 """
 
 from .base import FLOAT_DTYPES, Checkpoint, read_config

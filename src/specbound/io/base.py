@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -196,11 +197,33 @@ def available_memory() -> int | None:
     return None
 
 
-def load_json(path: Path, what: str, fix: str) -> Any:
-    """``path`` decoded as JSON; any failure (unreadable, not UTF-8, not JSON, nested deeper than
-    ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and how to ``fix`` it."""
+# The largest JSON document read (config.json, a shard index: kilobytes; an LLM's index: megabytes).
+MAX_JSON_BYTES = 256 << 20
+
+
+def read_regular_file(path: Path, limit: int, what: str, fix: str) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes: checked with
+    ``stat`` before it is opened (a FIFO would block the read, ``/dev/zero`` never end it), and read
+    no further than ``limit`` (a file that grows meanwhile)."""
     with os_errors(f"read the {what} {path}"):
-        text = path.read_bytes()
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecboundError(f"the {what} {path} is not a regular file (a FIFO, a device or a folder); {fix}")
+        if info.st_size > limit:
+            raise SpecboundError(f"the {what} {path} is {info.st_size:,} bytes, more than any {what} holds "
+                                 f"({limit:,}); {fix}")
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise SpecboundError(f"the {what} {path} grew past {limit:,} bytes while it was read; {fix}")
+    return data
+
+
+def load_json(path: Path, what: str, fix: str) -> Any:
+    """``path`` decoded as JSON; any failure (not a regular file, too large, unreadable, not UTF-8,
+    not JSON, nested deeper than ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and
+    how to ``fix`` it."""
+    text = read_regular_file(path, MAX_JSON_BYTES, what, fix)
     try:
         text = text.decode("utf-8")
         if _json_depth(text) > MAX_JSON_DEPTH:

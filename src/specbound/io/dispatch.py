@@ -1,22 +1,21 @@
 """Opening a checkpoint: resolve a source to ``config.json`` plus lazily read weight tensors.
 
-Sources: a Hugging Face model folder (``config.json`` + ``model.safetensors``, its sharded index,
-``pytorch_model.bin`` single or sharded, or an ONNX export ``model.onnx``), a weights file with
-config.json beside it, a hub id in the local cache (:mod:`.hub_cache`), or an in-memory model
-(:mod:`.pytorch`).  torch is imported only for PyTorch pickles and in-memory models, onnx only for
-ONNX files (:mod:`.onnx_graph`).
+Sources: a Hugging Face model folder (probed for each format of :mod:`.formats` in turn), a weights
+file with config.json beside it (its format by suffix), a hub id in the local cache
+(:mod:`.hub_cache`), or an in-memory model (:mod:`.pytorch`).  Each format's reader, and its
+dependency (torch, onnx, h5py, msgpack), is imported only for a file of that format.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, os_errors, refuse_oversized_integers
 from .base import Checkpoint, read_config
-from .safetensors_file import (SAFETENSORS_INDEX, SAFETENSORS_SINGLE, SafetensorsCheckpoint, safetensors_names,
-                               safetensors_shards)
+from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES, format_of
 
 
 def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkpoint:
@@ -28,6 +27,7 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
     (``org/name[@revision]``) resolved from the local Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).
     """
+    refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
     if not isinstance(source, (str, os.PathLike)):
         from .pytorch import from_memory
 
@@ -53,27 +53,64 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None) -> Chec
     if path.is_file():
         return _open_file(path, config)
     if not (path / "config.json").is_file():
-        for onnx_file in (path / ONNX_SINGLE, path / ONNX_HUB):
-            if onnx_file.is_file():  # an export on its own: dimensions inferred from the graph
-                return _open_file(onnx_file)
+        inner = sentence_transformers_module(path)
+        if inner is not None:  # the sentence-transformers layout: modules.json names the model's folder
+            return _open_path(inner, config)
+        _refuse_tokenizer_only(path)
+        for onnx_file in ONNX.folder_files:
+            if (path / onnx_file).is_file():  # an export on its own: dimensions inferred from the graph
+                return _open_file(path / onnx_file)
     cfg = config if config and not (path / "config.json").is_file() else read_config(path)
     _refuse_folders_named_like_files(path)
-    shards = safetensors_shards(path)
-    if shards is not None:
-        return _with_config(SafetensorsCheckpoint(location=str(path), config=cfg, shards=shards), path)
-    from .pytorch import pickle_shards  # torch only if the folder really holds pickles
-
-    if any((path / n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")):
-        return _with_config(_pickle_folder(path, cfg, pickle_shards), path)
-    for onnx_file in (path / ONNX_SINGLE, path / ONNX_HUB):
-        if onnx_file.is_file():
-            from .onnx_graph import open_onnx
-
-            return _with_config(open_onnx(onnx_file, cfg), path)
-    for other in (path / "tf_model.h5", path / "flax_model.msgpack"):  # TF/Keras, Flax: no torch
-        if other.is_file():
-            return _open_file(other, cfg)
+    for fmt in FORMATS:  # torch, onnx, h5py, msgpack are imported only for their own format
+        if fmt.in_folder(path):
+            return _with_config(fmt.open_folder(path, cfg), path)
     _no_weights(path)
+
+
+MODULES_JSON_MAX_BYTES = 1 << 20
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "special_tokens_map.json")
+
+
+def sentence_transformers_module(folder: Path) -> Path | None:
+    """The folder of the Transformer module a sentence-transformers ``modules.json`` names (the
+    older layout keeps the model in ``0_Transformer/``), or None when there is no such file or it
+    names the folder itself.  The path must stay inside ``folder``."""
+    listing = folder / "modules.json"
+    if not listing.is_file():
+        return None
+    if listing.stat().st_size > MODULES_JSON_MAX_BYTES:
+        raise SpecboundError(f"{listing} is {listing.stat().st_size} bytes; a sentence-transformers modules.json is "
+                             f"a few hundred: the file is corrupt or not one")
+    try:
+        modules = json.loads(listing.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecboundError(f"{listing} is not valid JSON ({exc}); sentence-transformers writes a list of "
+                             f"{{idx, name, path, type}} entries") from None
+    entries = modules if isinstance(modules, list) else []
+    transformer = [m for m in entries if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer")]
+    if not transformer:
+        raise SpecboundError(f"{listing} names no Transformer module (expected an entry with type "
+                             f"sentence_transformers.models.Transformer); pass the model's own folder")
+    inner = (folder / str(transformer[0].get("path", ""))).resolve()
+    root = folder.resolve()
+    if inner == root:
+        return None
+    if root not in inner.parents or not inner.is_dir():
+        raise SpecboundError(f"{listing} names the module folder {transformer[0].get('path')!r}, which is not a "
+                             f"folder inside {folder}; fix modules.json or pass the model's own folder")
+    return inner
+
+
+def _refuse_tokenizer_only(folder: Path) -> None:
+    """A folder holding a tokenizer and nothing of a model says so first (not "no config.json")."""
+    names = {p.name for p in folder.iterdir()}
+    tokenizer = sorted(names & set(TOKENIZER_FILES))
+    weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES) or n.endswith(".index.json")]
+    if tokenizer and not weights and "onnx" not in names:
+        raise SpecboundError(f"{folder} holds a tokenizer only ({', '.join(tokenizer)}): no model weights and no "
+                             f"config.json; point specbound at the model's folder (config.json + model.safetensors)")
 
 
 def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
@@ -84,75 +121,44 @@ def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
 
 def _refuse_folders_named_like_files(folder: Path) -> None:
     """A folder where a weights file or index belongs is an error naming it (not "no weights")."""
-    for name in (SAFETENSORS_SINGLE, SAFETENSORS_INDEX, "pytorch_model.bin", "pytorch_model.bin.index.json",
-                 str(ONNX_SINGLE), "tf_model.h5", "flax_model.msgpack"):
+    for name in (*FOLDER_FILES, *INDEX_FILES):
         if (folder / name).is_dir():
             raise SpecboundError(f"{folder / name} is a folder, not a file: a model folder holds its weights "
                                  f"in the file {name}; move the folder away or put the weights file there")
 
 
-def _pickle_folder(path: Path, cfg: dict[str, Any], pickle_shards) -> Checkpoint:
-    from .pytorch import PickleCheckpoint
-
-    return PickleCheckpoint(location=str(path), config=cfg, shards=pickle_shards(path))
-
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx", ".gguf", ".h5", ".msgpack")
-ONNX_SINGLE = "model.onnx"
-ONNX_HUB = Path("onnx") / "model.onnx"  # where sentence-transformers / Optimum repositories keep it
-
-
 def _open_file(path: Path, config: dict[str, Any] | None = None) -> Checkpoint:
-    from .gguf_file import is_gguf, open_gguf  # GGUF: config in the file's metadata, no config.json
+    from .gguf_file import is_gguf  # GGUF: config in the file's metadata, no config.json
 
-    if is_gguf(path):
-        return open_gguf(path)
-    if path.suffix not in WEIGHT_SUFFIXES:
+    if is_gguf(path):  # by suffix or by its magic bytes (Ollama's blobs have no suffix)
+        return GGUF.open(path, None)
+    fmt = format_of(path)
+    if fmt is None:
         raise SpecboundError(
             f"expected a model folder or a weights file ({', '.join(WEIGHT_SUFFIXES)}) with config.json "
             f"beside it, found the file {path}"
         )
     folder = path.parent
-    if path.suffix == ".onnx" and folder.name == "onnx" and not (folder / "config.json").is_file():
+    if fmt is ONNX and folder.name == "onnx" and not (folder / "config.json").is_file():
         folder = folder.parent  # the hub layout: onnx/model.onnx, config.json at the repository's root
-    if path.suffix == ".onnx" and not (folder / "config.json").is_file():
-        from .onnx_graph import open_onnx  # an export on its own: dimensions inferred from the graph
-
-        return open_onnx(path, None)
+    if fmt is ONNX and not (folder / "config.json").is_file():
+        return fmt.open(path, None)  # an export on its own: dimensions inferred from the graph
     cfg = config if config and not (folder / "config.json").is_file() else read_config(folder)
-    if path.suffix == ".safetensors":
-        return _with_config(SafetensorsCheckpoint(str(path), cfg, {n: path for n in safetensors_names(path)}), folder)
-    if path.suffix == ".onnx":
-        from .onnx_graph import open_onnx
-
-        return _with_config(open_onnx(path, cfg), folder)
-    if path.suffix == ".h5":
-        from .tf_file import open_h5
-
-        return _with_config(open_h5(path, cfg), folder)
-    if path.suffix == ".msgpack":
-        from .flax_file import open_flax
-
-        return _with_config(open_flax(path, cfg), folder)
-    from .pytorch import from_pickle_file
-
-    return _with_config(from_pickle_file(path, cfg), folder)
-
+    return _with_config(fmt.open(path, cfg), folder)
 
 
 def _no_weights(folder: Path):
     present = sorted(p.name for p in folder.iterdir())
     hint = "save the model with save_pretrained (safetensors is its default format)"
-    if any(name.endswith((".bin", ".pt", ".pth", ".ckpt")) for name in present):
-        hint = ("PyTorch weights are read from pytorch_model.bin (or its index) in a folder, or when "
+    if any(name.endswith((*PYTORCH.suffixes, ".ckpt")) for name in present):
+        hint = (f"PyTorch weights are read from {PYTORCH.folder_files[0]} (or its index) in a folder, or when "
                 "named as a file: specbound analyze folder/weights.pt")
-    if any(name.endswith(".onnx") for name in present):
-        hint = (f"ONNX exports are read from {ONNX_SINGLE} or {ONNX_HUB} in a folder, or when named as a "
+    if any(name.endswith(ONNX.suffixes) for name in present):
+        hint = (f"ONNX exports are read from {' or '.join(ONNX.folder_files)} in a folder, or when named as a "
                 f"file: specbound analyze folder/exported.onnx")
     shown = present[:20] + (["..."] if len(present) > 20 else [])
+    others = [f.folder_files[0] for f in FORMATS[1:] if f.folder_files]
     raise SpecboundError(
-        f"{folder} has no weights: expected {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} (or "
-        f"pytorch_model.bin, {ONNX_SINGLE}, tf_model.h5, flax_model.msgpack), found {shown}; {hint}"
+        f"{folder} has no weights: expected {' or '.join((*SAFETENSORS.folder_files, *SAFETENSORS.index_files))} "
+        f"(or {', '.join(others)}), found {shown}; {hint}"
     )
-
-

@@ -1,39 +1,45 @@
-"""GGUF files (llama.cpp, Ollama): the config from the file's metadata, the weights from its tensors,
-read with the ``gguf`` package (a base dependency: numpy, pyyaml, requests, tqdm).
+"""GGUF files (llama.cpp, Ollama): the config from the file's metadata, the weights from its tensors.
+The header is read and checked by :mod:`.gguf_header` (bounded work, every offset inside the file);
+the quantized blocks are decoded by the ``gguf`` package (a base dependency: numpy, pyyaml,
+requests, tqdm).
 
 What the file holds and how it is exposed:
 
 * **Config.** The metadata keys ``{arch}.block_count``, ``{arch}.embedding_length``,
   ``{arch}.attention.head_count``, ... are returned without the ``{arch}.`` prefix (``block_count``,
-  ``attention.head_count``, ``rope.freq_base``, ``context_length``, ``expert_count``), with the
-  ``general.*`` keys and ``model_type = "gguf-<arch>"`` (the family specs ``archs/data/*_gguf.json``
-  read them).  The tokenizer's vocabulary and every other array longer than :data:`_MAX_LIST` are left
-  out: they are not the model's dimensions.  llama.cpp stores no activation: ``hidden_act`` is what its
-  graph for the architecture computes (:data:`ARCHS`: SiLU-gated for llama, qwen2, phi3 and the MoE
-  architectures, the tanh GELU ``ggml_gelu`` for phi2, gptj, falcon and bloom); the rotary settings
-  are also given under the Hugging Face keys (``rope_theta``, ``max_position_embeddings``,
-  ``rotary_dim``, ``rope_scaling``) that the rotary analysis reads.
+  ``attention.head_count``, ``rope.freq_base``, ``context_length``), with the ``general.*`` keys and
+  ``model_type = "gguf-<arch>"`` (the family spec ``archs/data/llama_gguf.json`` reads them).  The
+  tokenizer's vocabulary and every other array longer than :data:`~.gguf_header.MAX_LIST` are left
+  out (stepped over unread): they are not the model's dimensions.  The keys the dimensions are read
+  from must hold their type (a count an integer, ``rope.freq_base`` a number) and no value may be
+  NaN or infinite: anything else is refused by name.  llama.cpp's graph for the supported
+  architectures is a gated feed-forward whose activation it stores nowhere, so ``hidden_act`` is its
+  graph's (SiLU; GELU for the Gemmas); the rotary settings are also given under the Hugging Face keys
+  (``rope_theta``, ``max_position_embeddings``, ``rotary_dim``, ``rope_scaling``; Gemma 3's
+  ``layer_types`` and per-type ``rope_parameters``; ``rope_freq_factors`` from a ``rope_freqs``
+  tensor) that the rotary analysis reads.
+* **Norm weights.** llama.cpp's converter adds 1 to every Gemma norm weight (Gemma's RMSNorm
+  multiplies by ``1 + w``), so a Gemma 3 file's ``attn_q_norm``/``attn_k_norm`` hold the gain itself:
+  the GGUF family specs (``archs/data/*_gguf.json``) read them as ``weight``, the Hugging Face ones as
+  ``one_plus_weight``: the same gains either way.
 * **Tensors.** Under their GGUF names (``blk.0.attn_q.weight``), stored ``(out, in)`` row-major as
-  ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; ``gguf`` reverses them).
+  ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; the header reader reverses them).
   F32 / F16 / BF16 / F64 are upcast exactly; a quantized tensor (Q8_0, Q4_K, ...) is dequantized by
   ``gguf.quants.dequantize`` to the float32 values llama.cpp multiplies with, so the analysis is of
-  the quantized model (:attr:`GGUFCheckpoint.weights_note` says so).
+  the quantized model (:attr:`GGUFCheckpoint.weights_note` says so).  A big-endian file's values
+  are read in its byte order (a quantized type's fp16 scales too, for the types whose layout is
+  known); see :mod:`.gguf_header`.
 * **The rotary permutation.** ``convert_hf_to_gguf.py`` (``LlamaModel.permute``) reorders the rows of
   every head of ``q_proj`` and ``k_proj`` for llama.cpp's interleaved rotary layout: within each
   head, row ``2 i + j`` of the GGUF tensor is row ``j d_h/2 + i`` of the Hugging Face one.  For the
   ``llama`` architecture the rows are put back (:func:`unpermute_rows`), so every matrix equals the
-  Hugging Face checkpoint's (the other architectures are converted without the permutation).
-* **Expert banks.** llama.cpp stores the experts of a layer as one 3-D tensor per role
-  (``blk.N.ffn_gate_exps.weight``, shape ``(E, d_ff, N)`` as ``(out, in)`` per expert); the reader exposes
-  expert ``e`` as the 2-D tensor ``blk.N.ffn_gate_exps.weight[e]`` (a slice of the bank, read alone;
-  a quantized bank dequantizes only that expert's rows), so a family spec names experts as it does
-  for a Hugging Face checkpoint.
-* **Fused layouts** are as llama.cpp's converter writes them: Falcon's and BLOOM's ``attn_qkv`` are
-  rearranged to ``[q | k | v]``, Phi-3's ``ffn_up`` is its ``[gate | up]``.
+  Hugging Face checkpoint's (``qwen2``, ``qwen3``, ``gemma*`` and ``olmo2`` are converted without
+  the permutation).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,50 +47,42 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
 from .base import Checkpoint, available_memory
+from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
+                          read_header)
 
-GGUF_MAGIC = b"GGUF"
-
-
-@dataclass(frozen=True)
-class GGUFArch:
-    """What llama.cpp does for one GGUF architecture that the metadata does not say: whether
-    convert_hf_to_gguf.py permuted the rows of Q and K (``LlamaModel.permute``), the activation its
-    graph computes, and whether its positions are rotary."""
-
-    permuted: bool = False
-    activation: str = "silu"
-    rotary: bool = True
-
-
-# Mistral, Mixtral and most Llama derivatives and fine-tunes are "llama".
-ARCHS = {"llama": GGUFArch(permuted=True), "qwen2": GGUFArch(), "qwen2moe": GGUFArch(), "qwen3moe": GGUFArch(),
-         "phi3": GGUFArch(),
-         "phi2": GGUFArch(activation="gelu_pytorch_tanh"), "gptj": GGUFArch(activation="gelu_pytorch_tanh"),
-         "falcon": GGUFArch(activation="gelu_pytorch_tanh"),
-         "bloom": GGUFArch(activation="gelu_pytorch_tanh", rotary=False)}
-# 3-D expert banks, exposed one expert at a time: ``blk.N.ffn_gate_exps.weight[e]``
-_BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
+# GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
+# Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style).
+# Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
+SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
+                   "olmo2": False}
+# llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the Gemmas'
+# GELU (tanh approximation, LLM_FFN_GELU)
+_ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh"}
+# Gemma 3 in llama.cpp: every sixth layer global (rope.freq_base, the rope scaling), the others
+# sliding-window layers rotating at base 10000 unscaled (rope.freq_base_swa when the file says so)
+_GEMMA3_PATTERN, _GEMMA3_LOCAL_BASE = 6, 10000.0
 _EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
-_MAX_LIST = 64  # metadata arrays longer than this (vocabularies, merges) stay out of the config
-INSTALL_HINT = "pip install -e . (gguf is a base dependency of specbound; or pip install gguf)"
-
-
-def _import_gguf():
-    try:
-        import gguf
-    except ImportError:
-        raise SpecboundError(f"reading GGUF files needs the gguf package: {INSTALL_HINT}") from None
-    return gguf
+_NUMPY = {"F32": "f4", "F16": "f2", "F64": "f8"}
+_INTEGER = ("I8", "I16", "I32", "I64")
+# The metadata keys the config is read from (without the ``{arch}.`` prefix), by the type they must
+# hold: a count stored as a string, an array or a float is refused by name instead of failing later.
+_COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+               "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count")
+_NUMBER_KEYS = ("rope.freq_base", "rope.scaling.factor", "attention.layer_norm_rms_eps",
+                "attention.layer_norm_epsilon")
+_TEXT_KEYS = ("rope.scaling.type",)
 
 
 def is_gguf(path: Path) -> bool:
     """Whether ``path`` is a GGUF file: the ``.gguf`` suffix, or the magic bytes (Ollama's blobs
-    ``sha256-<digest>`` have no suffix)."""
+    ``sha256-<digest>`` have no suffix).  Only a regular file is opened (a FIFO would block)."""
     if path.suffix == ".gguf":
         return True
     try:
+        if not path.is_file():
+            return False
         with open(path, "rb") as f:
             return f.read(4) == GGUF_MAGIC
     except OSError:
@@ -110,7 +108,7 @@ def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
 
 @dataclass
 class GGUFCheckpoint(Checkpoint):
-    """One GGUF file (module docstring).
+    """One GGUF file, or the parts of a split one (module docstring).
 
     Attributes
     ----------
@@ -125,20 +123,15 @@ class GGUFCheckpoint(Checkpoint):
     config: dict[str, Any]
     path: Path
     arch: str
-    _reader: Any = field(repr=False)
-    _tensors: dict[str, Any] = field(repr=False)
+    _headers: dict[Path, GGUFHeader] = field(repr=False)
+    _tensors: dict[str, TensorInfo] = field(repr=False)
     quantized: dict[str, str] = field(default_factory=dict)
     _files: dict[str, Path] = field(default_factory=dict, repr=False)  # tensor -> the part holding it
-    _experts: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)  # slice -> (bank, e)
+    _maps: dict[Path, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def names(self) -> list[str]:
-        banks = {bank for bank, _ in self._experts.values()}
-        return sorted([n for n in self._tensors if n not in banks] + list(self._experts))
-
-    def _tensor(self, name: str):
-        """The stored tensor holding ``name`` (an expert's slice: its bank)."""
-        return self._tensors[self._experts[name][0] if name in self._experts else name]
+        return sorted(self._tensors)
 
     @property
     def weights_note(self) -> str | None:  # type: ignore[override]
@@ -149,60 +142,72 @@ class GGUFCheckpoint(Checkpoint):
                 f"are the dequantized values llama.cpp computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
-        dims = tuple(int(d) for d in reversed(self._tensor(name).shape.tolist()))
-        return dims[1:] if name in self._experts else dims
+        return self._tensors[name].shape
 
     def dtype(self, name: str) -> str:
         """``F32``/``F16``/``BF16``/``F64`` as stored, ``F32`` for a quantized tensor (read
         dequantized to float32); another type (an integer tensor) keeps its ggml name."""
-        kind = self._tensor(name).tensor_type.name
-        stored = self._experts[name][0] if name in self._experts else name
-        return _EXACT.get(kind) or ("F32" if stored in self.quantized else kind)
+        kind = self._tensors[name].kind
+        return _EXACT.get(kind) or ("F32" if name in self.quantized else kind)
 
     def where(self, name: str) -> str:
-        kind = self._tensor(name).tensor_type.name
-        if name in self._experts:
-            bank, e = self._experts[name]
-            return f"{self._files.get(bank, self.path)} (expert {e} of GGUF tensor {bank!r}, {kind})"
-        return f"{self._files.get(name, self.path)} (GGUF tensor {name!r}, {kind})"
+        return f"{self._files.get(name, self.path)} (GGUF tensor {name!r}, {self._tensors[name].kind})"
 
     def files(self) -> list[Path]:
         return sorted(set(self._files.values()) or {self.path})
 
     def _stored_in(self, name: str) -> Path | None:
-        return self._files.get(self._experts[name][0] if name in self._experts else name, self.path)
+        return self._files.get(name, self.path)
 
     def check_size(self, name: str) -> int:
         """A quantized tensor's stored bytes (``n_bytes``, not 4 bytes a value) must fit in its file;
-        the rest as for every format (:meth:`Checkpoint.check_size`).  An expert's slice: its share
-        of its bank."""
-        stored = self._experts[name][0] if name in self._experts else name
-        if stored not in self.quantized:
+        the rest as for every format (:meth:`Checkpoint.check_size`)."""
+        if name not in self.quantized:
             return super().check_size(name)
-        tensor = self._tensors[stored]
-        held = self._stored_in(name).stat().st_size
-        if int(tensor.n_bytes) > held:
-            raise SpecboundError(f"tensor {stored!r} in {self.where(name)} declares {int(tensor.n_bytes):,} bytes but "
-                                 f"its file holds {held:,}: the GGUF file is truncated or corrupt; re-download it")
+        tensor = self._tensors[name]
+        with os_errors(f"check the size of {self.where(name)}"):
+            held = self._stored_in(name).stat().st_size
+        if tensor.start + tensor.n_bytes > held:
+            raise SpecboundError(f"tensor {name!r} in {self.where(name)} lies at bytes {tensor.start:,}.."
+                                 f"{tensor.start + tensor.n_bytes:,} but its file holds {held:,}: the GGUF file is "
+                                 f"truncated or corrupt; re-download it")
         free = available_memory()
-        count = int(tensor.n_elements) // (int(tensor.shape.tolist()[-1]) if name in self._experts else 1)
+        count = tensor.n_elements
         if free is not None and 8 * count > free:
             raise SpecboundError(f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
                                  f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available; use "
                                  f"a machine with more memory")
         return count
 
+    def _bytes(self, name: str) -> np.ndarray:
+        """The stored bytes of ``name`` (uint8, a view of the file's read-only memory map)."""
+        part = self._stored_in(name)
+        if part not in self._maps:
+            self._maps[part] = np.memmap(part, dtype=np.uint8, mode="r")
+        tensor = self._tensors[name]
+        data = self._maps[part][tensor.start:tensor.start + tensor.n_bytes]
+        if data.size != tensor.n_bytes:
+            raise ValueError(f"{data.size:,} of its {tensor.n_bytes:,} bytes are in the file")
+        return data
+
     def _raw(self, name: str) -> np.ndarray:
-        gguf = _import_gguf()
-        tensor = self._tensor(name)
-        kind = tensor.tensor_type.name
-        data = tensor.data if name not in self._experts else tensor.data[self._experts[name][1]]
+        gguf = import_gguf()
+        tensor = self._tensors[name]
+        order = self._headers[self._stored_in(name)].byteorder
+        kind = tensor.kind
         try:
-            if kind in ("F32", "F16", "F64"):
-                array = np.array(data)  # a copy: the memory map stays read-only and small
-            else:  # BF16 and the quantized types: bytes, decoded by gguf's own dequantize
-                array = gguf.quants.dequantize(np.asarray(data), tensor.tensor_type)
-            array = array.reshape(self.shape(name))
+            data = self._bytes(name)
+            if kind in _NUMPY:  # a copy: the memory map stays read-only and small
+                array = data.view(order + _NUMPY[kind]).astype(np.dtype(_NUMPY[kind]))
+            elif kind == "BF16":  # the top half of a float32: exact
+                array = (data.view(order + "u2").astype(np.uint32) << 16).view(np.float32)
+            else:  # the quantized types: decoded by gguf's own dequantize, block by block
+                qtype = gguf.GGMLQuantizationType[kind]
+                if order == ">":
+                    data = _native_blocks(data, kind, gguf.GGML_QUANT_SIZES[qtype][1])
+                rows = gguf.quants.quant_shape_to_byte_shape(tensor.shape, qtype)
+                array = gguf.quants.dequantize(np.asarray(data).reshape(rows), qtype)
+            array = array.reshape(tensor.shape)
         except NotImplementedError:
             raise SpecboundError(
                 f"cannot dequantize {self.where(name)}: the gguf package has no dequantization for {kind}; "
@@ -211,11 +216,23 @@ class GGUFCheckpoint(Checkpoint):
         except (ValueError, OSError) as exc:
             raise SpecboundError(f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
                                  f"({exc}); re-download or re-convert it") from None
-        if self.arch in ARCHS and ARCHS[self.arch].permuted:
+        if self.arch in SUPPORTED_ARCHS and SUPPORTED_ARCHS[self.arch]:
             heads = _permuted_heads(name, self.config)
             if heads:
                 array = unpermute_rows(array, heads)
         return array
+
+    def close(self) -> None:
+        self._maps.clear()
+
+
+def _native_blocks(data: np.ndarray, kind: str, block_bytes: int) -> np.ndarray:
+    """The blocks of a big-endian file's quantized tensor with their fp16 fields in little-endian
+    order, as ``gguf.quants`` decodes them (the inverse of gguf_convert_endian.py's swap)."""
+    blocks = np.array(data).reshape(-1, block_bytes)
+    for at in BIG_ENDIAN_FIELDS[kind]:
+        blocks[:, [at, at + 1]] = blocks[:, [at + 1, at]]
+    return blocks.reshape(-1)
 
 
 def _permuted_heads(name: str, config: dict[str, Any]) -> int | None:
@@ -230,44 +247,85 @@ def _permuted_heads(name: str, config: dict[str, Any]) -> int | None:
     return heads if isinstance(heads, int) else None
 
 
-def _field_value(field) -> Any:
-    value = field.contents()
-    if isinstance(value, (np.generic,)):
-        value = value.item()
-    return value
-
-
-def read_metadata(reader, path: Path) -> tuple[str, dict[str, Any]]:
-    """``(architecture, config)`` from a reader's metadata (module docstring)."""
-    arch_field = reader.fields.get("general.architecture")
-    arch = _field_value(arch_field) if arch_field is not None else None
+def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
+    """``(architecture, config)`` from a header's metadata (module docstring), each key the config
+    is read from checked to hold the type it must (a count an integer, a base a finite number)."""
+    path = header.path
+    arch = header.metadata.get("general.architecture")
     if not isinstance(arch, str):
         raise SpecboundError(f"{path} has no general.architecture metadata: it is not a model GGUF file "
                              f"(a LoRA adapter or vocabulary-only file?); convert the model with "
                              f"llama.cpp's convert_hf_to_gguf.py")
     config: dict[str, Any] = {}
-    for key, fld in reader.fields.items():
-        if key.startswith(("GGUF.", "tokenizer.", "split.")):
+    for key, value in header.metadata.items():
+        if key.startswith(("tokenizer.", "split.")) or isinstance(value, SkippedArray):
             continue
-        if len(fld.data) > _MAX_LIST:
-            continue
-        value = _field_value(fld)
+        if not _finite(value):
+            raise SpecboundError(f"{path}: the metadata key {key!r} holds {value!r}, not a finite value; the file "
+                                 f"is corrupt: re-convert the model")
         config[key[len(arch) + 1:] if key.startswith(arch + ".") else key] = value
+    for key in (*_COUNT_KEYS, *_NUMBER_KEYS, *_TEXT_KEYS):
+        if key in config:
+            _check_type(path, f"{arch}.{key}", config[key], key in _COUNT_KEYS, key in _NUMBER_KEYS)
     config["model_type"] = f"gguf-{arch}"
-    if arch in ARCHS:
-        config.setdefault("hidden_act", ARCHS[arch].activation)  # what llama.cpp's graph computes
-        if ARCHS[arch].rotary:
-            config.update(_rotary_keys(config))
-    if arch == "llama" and isinstance(config.get("expert_count"), int) and config["expert_count"] > 0:
-        config["model_type"] = "gguf-llama-moe"  # Mixtral: the llama graph with expert banks
+    if arch in SUPPORTED_ARCHS:
+        config.setdefault("hidden_act", _ACTIVATION.get(arch, "silu"))  # llama.cpp's graph for the arch
+        config.update(_rotary_keys(config, path))
+        if arch == "gemma3":
+            config.update(_gemma3_layers(config))
     return arch, config
 
 
-def _rotary_keys(config: dict[str, Any]) -> dict[str, Any]:
-    """The rotary settings under the Hugging Face config keys ``compute.rotary`` reads: ``rope_theta``
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return all(_finite(v) for v in value) if isinstance(value, list) else True
+
+
+def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> None:
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if count and not (is_int and value >= 0):
+        expected = "a non-negative integer"
+    elif number and not (is_int or isinstance(value, float)):
+        expected = "a number"
+    elif not count and not number and not isinstance(value, str):
+        expected = "a string"
+    else:
+        return
+    shown = repr(value) if not isinstance(value, list) else f"an array of {len(value)}"
+    raise SpecboundError(f"{path}: the metadata key {key!r} must hold {expected}, found {shown[:80]} "
+                         f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
+
+
+def _gemma3_layers(config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 3's local and global layers in transformers 5's form (``layer_types`` and
+    ``rope_parameters`` per layer type), from llama.cpp's convention (:data:`_GEMMA3_PATTERN`)."""
+    layers = config.get("block_count")
+    pattern = config.get("attention.sliding_window_pattern", _GEMMA3_PATTERN)
+    if not isinstance(layers, int) or layers <= 0:
+        return {}
+    if isinstance(pattern, list):  # one flag per layer, True for a sliding-window layer
+        types = ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]
+    elif isinstance(pattern, int) and pattern > 0:
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    else:
+        types = []
+    glob = {"rope_type": "default", "rope_theta": config["rope_theta"]}
+    if "rope_scaling" in config:
+        glob.update(config["rope_scaling"])
+    local = {"rope_type": "default", "rope_theta": float(config.get("rope.freq_base_swa", _GEMMA3_LOCAL_BASE))}
+    return {"layer_types": types, "rope_parameters": {"full_attention": glob, "sliding_attention": local}}
+
+
+def _rotary_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The rotary settings under the Hugging Face config keys ``archs.rotary`` reads: ``rope_theta``
     (``rope.freq_base``; llama.cpp's default 10000), ``max_position_embeddings``
     (``context_length``), ``rotary_dim`` (``rope.dimension_count``, when given) and ``rope_scaling``
-    (``rope.scaling.type`` and ``.factor``, recorded)."""
+    from ``rope.scaling.type``: ``linear`` (``.factor``) and ``yarn`` (``.factor``,
+    ``.original_context_length``; llama.cpp's attention factor ``1 + 0.1 ln(factor)`` is
+    transformers' default, so a file whose ``.attn_factor`` changes it is refused).  Another type is
+    passed on under its own name, for the rotary reader to refuse; llama.cpp's ``rope_freqs`` factors
+    (Llama 3.1) are read with the tensors (:func:`open_gguf`)."""
     keys: dict[str, Any] = {"rope_theta": float(config.get("rope.freq_base", 10000.0))}
     if isinstance(config.get("context_length"), int):
         keys["max_position_embeddings"] = config["context_length"]
@@ -275,63 +333,38 @@ def _rotary_keys(config: dict[str, Any]) -> dict[str, Any]:
         keys["rotary_dim"] = config["rope.dimension_count"]
     scaling = config.get("rope.scaling.type")
     if isinstance(scaling, str) and scaling not in ("none", ""):
-        keys["rope_scaling"] = {"rope_type": scaling, "factor": config.get("rope.scaling.factor")}
-    return keys
-
-
-def _longrope_keys(config: dict[str, Any], tensors: dict[str, Any], path: Path) -> dict[str, Any]:
-    """LongRoPE (Phi-3's ``longrope``, formerly ``su``) as the Hugging Face keys the rotary analysis reads:
-    convert_hf_to_gguf.py stores its two factor sets as the tensors ``rope_factors_long`` and
-    ``rope_factors_short`` and the pretraining context as ``rope.scaling.original_context_length``;
-    the attention factor it writes (``rope.scaling.attn_factor``) is transformers' default formula,
-    which the rotary analysis evaluates itself from the two context lengths."""
-    names = ("rope_factors_long.weight", "rope_factors_short.weight")
-    present = [n for n in names if n in tensors]
-    if not present:
-        return {}
-    if len(present) == 1:
-        raise SpecboundError(f"{path} holds {present[0]} but not {[n for n in names if n not in present][0]}: "
-                             f"LongRoPE needs both factor sets; re-convert the model")
-    original = config.get("rope.scaling.original_context_length")
-    factors = {key: [float(v) for v in np.asarray(tensors[name].data, dtype=np.float64).ravel()]
-               for key, name in zip(("long_factor", "short_factor"), names)}
-    keys: dict[str, Any] = {"rope_scaling": {"rope_type": "longrope", **factors}}
-    if isinstance(original, int):
-        keys["original_max_position_embeddings"] = original
+        rope = {"rope_type": scaling, "factor": config.get("rope.scaling.factor")}
+        if scaling == "yarn":
+            attn = config.get("rope.scaling.attn_factor", 1.0)
+            if attn not in (None, 1.0):
+                raise SpecboundError(f"{path}: YaRN with rope.scaling.attn_factor = {attn!r}: llama.cpp's attention "
+                                     f"factor then differs from transformers' and is not modelled; analyse the model's "
+                                     f"Hugging Face safetensors weights instead")
+            rope["original_max_position_embeddings"] = config.get("rope.scaling.original_context_length")
+            for ours, theirs in (("beta_fast", "rope.scaling.yarn_beta_fast"), ("beta_slow", "rope.scaling.yarn_beta_slow")):
+                if config.get(theirs) is not None:
+                    rope[ours] = config[theirs]
+        keys["rope_scaling"] = rope
     return keys
 
 
 _SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
-def _reader(gguf, path: Path):
-    """``gguf.GGUFReader(path)``, its failures as one-line errors."""
-    try:
-        return gguf.GGUFReader(str(path))
-    except ValueError as exc:
-        text = str(exc)
-        if "is not a valid GGMLQuantizationType" in text:
-            raise SpecboundError(
-                f"{path} stores a tensor in a quantization type this gguf package does not know ({text}); "
-                f"upgrade gguf (pip install -U gguf) or re-quantize the model with llama-quantize") from None
-        raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt ({text}); "
-                             f"re-download or re-convert it") from None
-    except (OSError, IndexError, KeyError, UnicodeDecodeError) as exc:
-        raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt "
-                             f"({type(exc).__name__}: {exc}); re-download or re-convert it") from None
+def _split_count(header: GGUFHeader) -> int:
+    count = header.metadata.get("split.count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise SpecboundError(f"{header.path}: the metadata key 'split.count' must hold a positive integer, found "
+                             f"{count!r}; the file is corrupt: re-download it")
+    return count
 
 
-def _split_count(reader) -> int:
-    fld = reader.fields.get("split.count")
-    return int(_field_value(fld)) if fld is not None else 1
-
-
-def _shards(gguf, path: Path, reader) -> list:
-    """The readers of every part of a split GGUF model (``name-00001-of-00003.gguf``, the metadata in
-    the first part), or ``[reader]`` for a single file.  A missing part is an error."""
-    count = _split_count(reader)
+def _shards(path: Path, header: GGUFHeader) -> list[GGUFHeader]:
+    """The headers of every part of a split GGUF model (``name-00001-of-00003.gguf``, the metadata in
+    the first part), or ``[header]`` for a single file.  A missing part is an error."""
+    count = _split_count(header)
     if count <= 1:
-        return [reader]
+        return [header]
     match = _SHARD.match(path.name)
     if match is None or int(match["count"]) != count:
         raise SpecboundError(f"{path} is part of a GGUF model split into {count} files, but its name does not say "
@@ -341,39 +374,46 @@ def _shards(gguf, path: Path, reader) -> list:
     if missing:
         raise SpecboundError(f"{path} is part 1..{count} of a split GGUF model, but {', '.join(missing)} "
                              f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}: download every part")
-    return [reader if p == path else _reader(gguf, p) for p in parts]
+    return [header if p == path else read_header(p) for p in parts]
 
 
-def _part_paths(path: Path, readers: list) -> list[Path]:
-    """The file of each reader (the named file for a single-file model)."""
-    if len(readers) == 1:
-        return [path]
-    return [Path(r.data.filename) for r in readers]
-
-
-def open_gguf(path: Path) -> GGUFCheckpoint:
-    """Read ``path``'s metadata and tensor index (the weights stay on disk, memory-mapped); a split
-    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named."""
-    gguf = _import_gguf()
-    readers = _shards(gguf, path, _reader(gguf, path))
-    arch, config = read_metadata(readers[0], path if len(readers) == 1 else Path(readers[0].data.filename))
-    if arch not in ARCHS:
+def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoint:
+    """Read and check ``path``'s header (the weights stay on disk, memory-mapped when read); a split
+    model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named.  The config
+    is the file's metadata (``config`` is not read: the caller's keys are merged by
+    :func:`~specbound.io.open_checkpoint`)."""
+    headers = _shards(path, read_header(path))
+    arch, config = read_metadata(headers[0])
+    if arch not in SUPPORTED_ARCHS:
         raise SpecboundError(
-            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); "
+            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
-    tensors: dict[str, Any] = {}
+    tensors: dict[str, TensorInfo] = {}
     files: dict[str, Path] = {}
-    for reader, part in zip(readers, _part_paths(path, readers)):
-        for t in reader.tensors:
-            files[t.name] = part
-            if t.name in tensors:
-                raise SpecboundError(f"{path}: tensor {t.name!r} is stored in two parts of the split model; "
+    for header in headers:
+        for name, tensor in header.tensors.items():
+            if name in tensors:
+                raise SpecboundError(f"{path}: tensor {name!r} is stored in two parts of the split model; "
                                      f"the parts belong to different models: re-download them")
-            tensors[t.name] = t
-    exact = set(_EXACT) | {"I8", "I16", "I32", "I64"}
-    quantized = {n: t.tensor_type.name for n, t in tensors.items() if t.tensor_type.name not in exact}
-    experts = {f"{n}[{e}]": (n, e) for n, t in tensors.items() if _BANK.match(n) and len(t.shape) == 3
-               for e in range(int(t.shape.tolist()[-1]))}
-    config.update(_longrope_keys(config, tensors, path))
-    return GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch, _reader=readers,
-                          _tensors=tensors, quantized=quantized, _files=files, _experts=experts)
+            tensors[name], files[name] = tensor, header.path
+    quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
+    _refuse_big_endian_blocks(headers, files, quantized)
+    ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
+                          _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files)
+    if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
+        ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
+    return ckpt
+
+
+def _refuse_big_endian_blocks(headers: list[GGUFHeader], files: dict[str, Path], quantized: dict[str, str]) -> None:
+    """A big-endian file's quantized blocks are read only for the types whose byte-swapped fields
+    are known (:data:`~.gguf_header.BIG_ENDIAN_FIELDS`); any other would decode to wrong scales."""
+    big = {h.path for h in headers if h.big_endian}
+    unknown = sorted((kind, name) for name, kind in quantized.items()
+                     if files[name] in big and kind not in BIG_ENDIAN_FIELDS)
+    if unknown:
+        kind, name = unknown[0]
+        raise SpecboundError(
+            f"{files[name]} is a big-endian GGUF file holding {kind} tensors (e.g. {name!r}), whose block layout "
+            f"this reader cannot byte-swap (it reads {', '.join(BIG_ENDIAN_FIELDS)} big-endian); convert it "
+            f"with gguf_convert_endian.py FILE little, or re-convert the model")

@@ -52,12 +52,26 @@ def cached_model_ids(cache: Path | None = None) -> list[str]:
                   if e.name.startswith("models--") and e.is_dir())
 
 
+def confined_snapshots(repo_id: str, cache: Path | None = None) -> Path:
+    """``<cache>/models--<org>--<name>/snapshots``, checked (symlinks followed) to stay inside the
+    cache: a repository folder or ``snapshots`` folder that links elsewhere is refused before it is
+    listed or read (its listing and files are not the cache's)."""
+    cache = cache_dir() if cache is None else cache
+    repo = repo_folder(repo_id, cache)
+    snapshots = repo / "snapshots"
+    for folder, parent in ((repo, cache), (snapshots, repo)):
+        if folder.exists() and not inside(parent, folder):
+            raise SpecboundError(f"the cache entry {folder} of {repo_id} is a link leading out of {parent}; a Hugging "
+                                 f"Face cache entry holds its own files: remove the link and download the model again")
+    return snapshots
+
+
 def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = None) -> Path | None:
     """The snapshot folder of ``repo_id`` at ``revision`` (a ref such as ``main``, or a commit hash
     or its prefix); for ``main`` with no ref, the only snapshot there is.  None when absent; an
     error when several snapshots could be meant."""
     repo = repo_folder(repo_id, cache)
-    snapshots = repo / "snapshots"
+    snapshots = confined_snapshots(repo_id, cache)
     if not snapshots.is_dir():
         return None
     ref = repo / "refs" / revision
@@ -111,6 +125,7 @@ def resolve_hub_id(source: str) -> Path:
     if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
         raise SpecboundError(f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
                              f"inside the local Hugging Face cache")
+    confined_snapshots(repo_id)
     found = hub_library_snapshot(repo_id, revision, cache_dir())
     if found is not None:
         return found
@@ -125,7 +140,7 @@ def resolve_hub_id(source: str) -> Path:
     snapshot = find_snapshot(repo_id, revision)
     if snapshot is not None:
         return snapshot
-    snapshots = repo / "snapshots"
+    snapshots = confined_snapshots(repo_id)
     present = sorted(p.name[:12] for p in snapshots.iterdir()) if snapshots.is_dir() else []
     raise SpecboundError(
         f"{repo_id} is in the Hugging Face cache ({repo}) but revision {revision!r} is not "

@@ -31,6 +31,7 @@ lazily, one at a time, from the model file or its external data (``model.onnx.da
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +40,10 @@ from typing import Any
 import numpy as np
 
 from .base import Checkpoint
+from .formats import ONNX
 from .shard_index import inside
 from ..errors import SpecboundError, os_errors
 
-ONNX_SINGLE = "model.onnx"
 # TensorProto data types -> safetensors dtype codes (the rest keep their ONNX name and are refused
 # by Checkpoint.read as non-float weights).
 _FLOAT_CODES = {1: "F32", 10: "F16", 11: "F64", 16: "BF16"}
@@ -64,7 +65,7 @@ def _import_onnx():
         import onnx
     except ImportError:
         raise SpecboundError(
-            "reading ONNX models needs the onnx package: pip install -e '.[onnx]' in the specbound checkout (or analyse the "
+            f"reading ONNX models needs the onnx package: {ONNX.install_hint()} (or analyse the "
             "model's safetensors weights, which need no extra package)"
         ) from None
     return onnx
@@ -177,7 +178,7 @@ def open_onnx(path: Path, config: dict[str, Any] | None) -> OnnxCheckpoint:
     exposed, skipped = map_weights(graph, tensors, path)
     return OnnxCheckpoint(location=str(path), config=dict(config or {}), path=path, _tensors=tensors,
                           _exposed=exposed, skipped=skipped, needs_config=config is None,
-                          hints=graph_hints(graph, tensors) if config is None else None)
+                          hints=graph_hints(graph, tensors, path) if config is None else None)
 
 
 def _refuse_quantized(graph, path: Path) -> None:
@@ -197,14 +198,23 @@ def _external_location(tensor) -> str | None:
 
 
 def _confine_external_data(tensors: dict, path: Path) -> None:
-    """Every external data file must lie in the model's folder (symlinks that stay inside are fine)."""
+    """Every external data file must lie in the model's folder (symlinks that stay inside are fine)
+    and be a regular file (a FIFO would block the read, a device never end); a missing one is
+    reported when its tensor is read."""
     for key, tensor in tensors.items():
         location = _external_location(tensor)
-        if location is not None and (not location or not inside(path.parent, path.parent / location)):
+        if location is None:
+            continue
+        if not location or not inside(path.parent, path.parent / location):
             raise SpecboundError(
                 f"{path}: the initializer {key!r} names its external data file {location!r} outside the "
                 f"model's folder {path.parent}; an ONNX model may only name data files beside it (re-export it)"
             )
+        target = path.parent / location
+        with os_errors(f"check the external data file {target}"):
+            if target.exists() and not target.is_file():
+                raise SpecboundError(f"{path}: the initializer {key!r} names the external data file {target}, which "
+                                     f"is not a regular file (a folder, FIFO or device); re-export the model")
 
 
 def _is_float(tensor) -> bool:
@@ -342,31 +352,56 @@ class GraphHints:
     ops: dict[str, list] = field(default_factory=dict)
 
 
-def _constant_values(name: str, tensors: dict) -> list[float] | None:
-    if name not in tensors:
+# A graph hint is a shape (a few entries) or a scalar; a constant with more values is no hint and is
+# not read (it may be external data of any size).
+_MAX_HINT_VALUES = 64
+_INTEGER_TYPES = (6, 7)  # TensorProto INT32, INT64: what a Reshape's shape input may be
+
+
+def _constant(name: str, tensors: dict, base_dir: Path) -> np.ndarray | None:
+    """The values of the constant ``name`` (flat), or None when it is not a small readable constant.
+    External data is read from the model's folder (``base_dir``; confined by :func:`open_onnx`),
+    never from the current directory."""
+    if name not in tensors or math.prod(int(d) for d in tensors[name].dims) > _MAX_HINT_VALUES:
         return None
     from onnx import numpy_helper
 
     try:
-        return [float(v) for v in np.asarray(numpy_helper.to_array(tensors[name])).ravel()]
-    except Exception:  # noqa: BLE001  (external data not loaded, unreadable constant)
+        return np.asarray(numpy_helper.to_array(tensors[name], base_dir=str(base_dir))).ravel()
+    except Exception:  # noqa: BLE001  (external data missing or unreadable, a malformed constant)
         return None
 
 
-def _shape_target(name: str, tensors: dict, producers: dict) -> list[int | None] | None:
+def _integers(name: str, node, tensors: dict, path: Path) -> list[int] | None:
+    """A shape constant's entries; a non-integer one (a float tensor, NaN, infinity) is a malformed
+    graph, refused naming the node, never rounded."""
+    values = _constant(name, tensors, path.parent)
+    if values is None:
+        return None
+    if tensors[name].data_type not in _INTEGER_TYPES:
+        shown = ", ".join(str(v) for v in values[:8])
+        kind = _import_onnx().TensorProto.DataType.Name(tensors[name].data_type)
+        raise SpecboundError(
+            f"{path}: the Reshape node {node.name!r} reshapes to the constant {name!r} = [{shown}] of type {kind}, "
+            f"not an int64 shape: the graph is malformed (ONNX Reshape takes int64 shapes); re-export the model, "
+            f"or put its config.json beside it")
+    return [int(v) for v in values]
+
+
+def _shape_target(name: str, node, tensors: dict, producers: dict, path: Path) -> list[int | None] | None:
     """A Reshape target with its constant entries: a constant, or a Concat of constants and
     ``Unsqueeze``d computed scalars (the legacy exporter's dynamic shapes); None when unknown."""
-    values = _constant_values(name, tensors)
+    values = _integers(name, node, tensors, path)
     if values is not None:
-        return [int(v) for v in values]
-    node = producers.get(name)
-    if node is None or node.op_type != "Concat":
+        return values
+    concat = producers.get(name)
+    if concat is None or concat.op_type != "Concat":
         return None
     target: list[int | None] = []
-    for part in node.input:
-        values = _constant_values(part, tensors)
+    for part in concat.input:
+        values = _integers(part, node, tensors, path)
         if values is not None:
-            target += [int(v) for v in values]
+            target += values
         elif producers.get(part) is not None and producers[part].op_type == "Unsqueeze":
             target.append(None)
         else:
@@ -374,26 +409,38 @@ def _shape_target(name: str, tensors: dict, producers: dict) -> list[int | None]
     return target
 
 
-def graph_hints(graph, tensors: dict) -> GraphHints:
-    """Collect the :class:`GraphHints` of ``graph`` (every node with a readable module path)."""
+def _gelu_op(node, path: Path) -> str:
+    """``Gelu:<approximate>`` (``none`` when the attribute is absent); an attribute that is not
+    UTF-8 text is a malformed graph."""
+    approx = [a.s for a in node.attribute if a.name == "approximate"]
+    if not approx:
+        return "Gelu:none"
+    try:
+        return f"Gelu:{approx[0].decode('utf-8')}"
+    except UnicodeDecodeError:
+        raise SpecboundError(f"{path}: the Gelu node {node.name!r} has an 'approximate' attribute that is not "
+                             f"UTF-8 text ({approx[0][:20]!r}): the graph is malformed; re-export the model, or put "
+                             f"its config.json beside it") from None
+
+
+def graph_hints(graph, tensors: dict, path: Path) -> GraphHints:
+    """Collect the :class:`GraphHints` of the graph of the model file ``path`` (every node with a
+    readable module path); constants stored as external data are read from the model's folder."""
     producers = {out: node for node in graph.node for out in node.output}
     hints = GraphHints()
     for node in graph.node:
         module = module_path(node)
         if module is None:
             continue
-        op = node.op_type
-        if op == "Gelu":
-            approx = [a.s.decode() for a in node.attribute if a.name == "approximate"]
-            op = f"Gelu:{approx[0] if approx else 'none'}"
+        op = _gelu_op(node, path) if node.op_type == "Gelu" else node.op_type
         hints.ops.setdefault(module, []).append((node.name, op))
         if node.op_type == "Reshape" and len(node.input) > 1:
-            target = _shape_target(node.input[1], tensors, producers)
+            target = _shape_target(node.input[1], node, tensors, producers, path)
             if target is not None:
                 hints.reshapes.setdefault(module, []).append((node.name, target))
         elif node.op_type in ("Mul", "Div") and len(node.input) == 2:
             for operand in node.input:
-                values = _constant_values(operand, tensors)
-                if values is not None and len(values) == 1:
-                    hints.scalars.setdefault(module, []).append((node.name, node.op_type, values[0]))
+                values = _constant(operand, tensors, path.parent)
+                if values is not None and len(values) == 1 and values.dtype.kind in "fiu" and np.isfinite(values[0]):
+                    hints.scalars.setdefault(module, []).append((node.name, node.op_type, float(values[0])))
     return hints

@@ -6,6 +6,8 @@ torch is imported here only, when such a source is used; it stays an optional de
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,10 +17,9 @@ import numpy as np
 
 from ..errors import SpecboundError, os_errors
 from .base import Checkpoint, ShardedCheckpoint, fingerprint
+from .formats import PYTORCH
 from .shard_index import read_weight_map
 
-PICKLE_SINGLE = "pytorch_model.bin"
-PICKLE_INDEX = "pytorch_model.bin.index.json"
 _DTYPE_CODES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}
 
 
@@ -27,10 +28,19 @@ def _dtype_code(tensor: Any) -> str:
     return _DTYPE_CODES.get(name, name)
 
 
-def _to_numpy(tensor: Any) -> np.ndarray:
+def _to_numpy(tensor: Any, name: str, where: str) -> np.ndarray:
+    """The tensor's values as an array: a sparse tensor (COO, CSR, ...) as the dense matrix it
+    stands for (its size was checked by ``Checkpoint.check_size``), on any device; a meta tensor
+    has no values and is refused by name."""
     if isinstance(tensor, np.ndarray):
         return tensor
+    if getattr(tensor, "is_meta", False):
+        raise SpecboundError(f"tensor {name!r} in {where} is a meta tensor: it has a shape but no values (a model "
+                             f"built on the meta device, or loaded with device_map/low_cpu_mem_usage and never "
+                             f"materialised); load the weights first (from_pretrained on the CPU) and pass that model")
     t = tensor.detach().cpu()
+    if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
+        t = t.to_dense()
     if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
         t = t.float()
     return t.numpy()
@@ -55,7 +65,7 @@ class TensorMapCheckpoint(Checkpoint):
         return _dtype_code(self.tensors[name])
 
     def _raw(self, name: str) -> np.ndarray:
-        return _to_numpy(self.tensors[name])
+        return _to_numpy(self.tensors[name], name, self.where(name))
 
 
 @dataclass
@@ -84,7 +94,7 @@ class PickleCheckpoint(ShardedCheckpoint):
         return _dtype_code(self._tensor(name))
 
     def _raw(self, name: str) -> np.ndarray:
-        return _to_numpy(self._tensor(name))
+        return _to_numpy(self._tensor(name), name, self.where(name))
 
     def close(self) -> None:
         self._loaded.clear()
@@ -95,7 +105,7 @@ def _import_torch():
         import torch
     except ImportError:
         raise SpecboundError(
-            "reading PyTorch .bin/.pt weights needs torch: pip install -e '.[torch]' in the specbound checkout (or convert "
+            f"reading PyTorch .bin/.pt weights needs torch: {PYTORCH.install_hint()} (or convert "
             "the checkpoint to safetensors, which needs no torch)"
         ) from None
     return torch
@@ -114,7 +124,17 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=is_zip)
     except Exception as exc:  # noqa: BLE001  (UnpicklingError, RuntimeError, EOFError, ...)
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", str(exc))  # PyTorch's message carries ANSI escapes
+        pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if pickled:  # torch.save(model): the pickle names the model's class
+            raise SpecboundError(
+                f"{path} is a whole pickled Python object (class {pickled.group(1)}, saved with "
+                f"torch.save(model)), not a state dict; specbound never unpickles arbitrary objects (a pickle "
+                f"can run code). If you trust the file, analyse the loaded model in Python: "
+                f"specbound.analyze(torch.load({str(path)!r}, weights_only=False)); or re-save it with "
+                f"model.save_pretrained(folder) or torch.save(model.state_dict(), file)"
+            ) from None
+        reason = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         raise SpecboundError(
             f"refused or failed to load {path} with torch.load(weights_only=True): {reason[:300]}. "
             f"specbound never unpickles arbitrary objects (a pickle can run code); if you trust the "
@@ -165,7 +185,7 @@ _VERIFIED: set[str] = set()
 
 def pickle_shards(folder: Path) -> dict[str, Path] | None:
     """Tensor -> file for ``pytorch_model.bin`` or its sharded index; None when neither is there."""
-    single, index = folder / PICKLE_SINGLE, folder / PICKLE_INDEX
+    (single,), (index,) = (folder / f for f in PYTORCH.folder_files), (folder / f for f in PYTORCH.index_files)
     if single.is_file():
         return {name: single for name in load_state_dict(single)}
     if index.is_file():
@@ -174,7 +194,13 @@ def pickle_shards(folder: Path) -> dict[str, Path] | None:
 
 
 def from_pickle_file(path: Path, config: dict[str, Any]) -> PickleCheckpoint:
+    """One pickled state dict (``.bin``, ``.pt``, ``.pth``)."""
     return PickleCheckpoint(str(path), config, {name: path for name in load_state_dict(path)})
+
+
+def open_pickle_folder(folder: Path, config: dict[str, Any]) -> PickleCheckpoint:
+    """A folder's ``pytorch_model.bin`` or its shards."""
+    return PickleCheckpoint(location=str(folder), config=config, shards=pickle_shards(folder))
 
 
 def _is_array(value: Any) -> bool:

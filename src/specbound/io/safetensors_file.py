@@ -14,10 +14,9 @@ import numpy as np
 
 from ..errors import SpecboundError
 from .base import ShardedCheckpoint
+from .formats import SAFETENSORS
 from .shard_index import read_weight_map
 
-SAFETENSORS_SINGLE = "model.safetensors"
-SAFETENSORS_INDEX = "model.safetensors.index.json"
 
 
 @dataclass
@@ -61,7 +60,7 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
             if name not in handle.keys():
                 raise SpecboundError(
                     f"{path.name} does not contain the tensor {name!r}, but the shard index "
-                    f"{path.parent / SAFETENSORS_INDEX} maps it there: the index and its shards do not "
+                    f"{path.parent / SAFETENSORS.index_files[0]} maps it there: the index and its shards do not "
                     f"belong together; re-download or re-save the checkpoint"
                 ) from None
             raise _corrupt(path, exc, name) from None
@@ -142,10 +141,19 @@ def safetensors_names(path: Path) -> list[str]:
         raise _corrupt(path, exc) from None
 
 
+def open_safetensors_file(path: Path, config: dict[str, Any]) -> SafetensorsCheckpoint:
+    """One ``.safetensors`` file."""
+    return SafetensorsCheckpoint(str(path), config, {n: path for n in safetensors_names(path)})
+
+
+def open_safetensors_folder(folder: Path, config: dict[str, Any]) -> SafetensorsCheckpoint:
+    """A folder's ``model.safetensors`` or its shards."""
+    return SafetensorsCheckpoint(location=str(folder), config=config, shards=safetensors_shards(folder))
+
+
 def safetensors_shards(folder: Path) -> dict[str, Path] | None:
     """Tensor -> safetensors file, or None when the folder holds no safetensors weights."""
-    single = folder / SAFETENSORS_SINGLE
-    index = folder / SAFETENSORS_INDEX
+    (single,), (index,) = (folder / f for f in SAFETENSORS.folder_files), (folder / f for f in SAFETENSORS.index_files)
     if single.is_file():
         return {name: single for name in safetensors_names(single)}
     if index.is_file():

@@ -26,8 +26,9 @@ import numpy as np
 
 from ..errors import SpecboundError
 from .base import Checkpoint
+from .formats import TF
+from .hdf5_confine import confined_dataset, resolve
 
-TF_SINGLE = "tf_model.h5"
 _CODES = {"float64": "F64", "float32": "F32", "float16": "F16"}
 
 
@@ -35,8 +36,8 @@ def _import_h5py():
     try:
         import h5py
     except ImportError:
-        raise SpecboundError("reading TF/Keras tf_model.h5 weights needs h5py: pip install -e '.[tf]' in the "
-                             "specbound checkout (or analyse the model's safetensors weights)") from None
+        raise SpecboundError(f"reading TF/Keras tf_model.h5 weights needs h5py: {TF.install_hint()} (or analyse "
+                             f"the model's safetensors weights)") from None
     return h5py
 
 
@@ -153,22 +154,23 @@ def open_h5(path: Path, config: dict[str, Any]) -> H5Checkpoint:
         sources: dict[str, str] = {}
         transposed: set[str] = set()
         for layer in layers:
-            group = handle.get(layer)
-            if group is None:
-                raise SpecboundError(f"{path}: layer {layer!r} is listed in layer_names but absent; the file is "
-                                     f"truncated or corrupt: re-download it")
+            if not isinstance(layer, str) or not layer.strip("/"):
+                raise SpecboundError(f"{path}: layer_names lists {layer!r}, not a layer group's name; the file is "
+                                     f"corrupt: re-download it")
+            group = handle[resolve(h5py, handle, layer, path)]
+            if not isinstance(group, h5py.Group):
+                raise SpecboundError(f"{path}: layer {layer!r} listed in layer_names is a {type(group).__name__}, not a "
+                                     f"group; the file is truncated or corrupt: re-download it")
             for weight in _attribute_list(group.attrs, "weight_names") or []:
-                if weight not in group:
-                    raise SpecboundError(f"{path}: variable {weight!r} of layer {layer!r} is listed but absent; the "
-                                         f"file is truncated or corrupt: re-download it")
+                location = confined_dataset(h5py, handle, f"{group.name}/{weight}", path)
                 name, flip = pt_name(weight)
                 if name in sources:
                     raise SpecboundError(f"{path}: two variables map to the parameter {name!r} ({sources[name]!r}, "
                                          f"{layer}/{weight!r}); not a transformers TF checkpoint")
-                sources[name] = f"{layer}/{weight}"
+                sources[name] = location
                 if flip:
                     transposed.add(name)
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
         raise SpecboundError(f"cannot read {path}: the HDF5 file is truncated or corrupt ({exc}); "
                              f"re-download it") from None
     finally:

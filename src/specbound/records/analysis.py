@@ -19,7 +19,7 @@ from ..bounds import REGISTRY
 from ..errors import SpecboundError
 from .plot import AnalysisPlots
 from .schema import (ID_COLUMNS, SCHEMA_VERSION, TABLE_NAMES, from_json_number, from_json_tree, json_dict,
-                     json_number, json_tree)
+                     json_number, json_tree, read_table)
 from .view import analysis_html, format_summary, short_name
 
 @dataclass(repr=False)
@@ -43,8 +43,10 @@ class Analysis:
     layers : DataFrame, one row per layer (``layer, lambda, alpha, xi, adaptive``, the fixed-p and
         three-type adaptive sums ``adaptive_p0/1/2``, ``adaptive_three_type``, and each baseline's
         per-layer terms).
-    singular_values : DataFrame, long form ``(matrix, layer, head, role, sv_index, sigma)``; the
+    singular_values : DataFrame, long form ``(matrix, layer, head, role, kind, sv_index, sigma)``; the
         computed values only (a factored N x N product's exact zeros are implied by its rank).
+        ``kind`` (:data:`~.schema.SV_KINDS`): ``singular_value``; for a rotary QK head ``sigma_bound``
+        (per-index bounds at every offset) and ``horn_envelope`` (not singular values).
     baselines : dict[str, float]
         Other bounds and measures from the literature on the same matrices.
     adaptive_variants : dict[str, float]
@@ -241,13 +243,10 @@ def load_analysis(out_dir: str | Path) -> Analysis:
             table = pd.read_parquet(path)
         except (OSError, ValueError) as exc:
             raise SpecboundError(f"cannot read {path} ({exc}); write the folder again with Analysis.save") from None
-        table = table.drop(columns=[c for c in ID_COLUMNS if c in table.columns])
-        if name == "singular_values" and "index" in table.columns:  # written before the rename
-            table = table.rename(columns={"index": "sv_index"})
-        tables[name] = table
+        tables[name] = read_table(name, table.drop(columns=[c for c in ID_COLUMNS if c in table.columns]))
     log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
 
-    def bounds(values):  # JSON null (or a string, before 0.2) for a value beyond float64 -> inf
+    def bounds(values):  # a value beyond float64 (null or a string in the document) -> inf, its log10 kept
         out = {}
         for k, v in (values or {}).items():
             v = from_json_number(v)

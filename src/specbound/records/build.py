@@ -11,6 +11,7 @@ import pandas as pd
 from ..bounds import BoundResult, in_group
 from ..bounds.schatten import kept_singular_values
 from ..compute.measures import ModelMeasures
+from ..compute.spectra import RotaryQKSpectrum
 from .analysis import Analysis
 from .schema import LN10, MATRIX_COLUMNS
 
@@ -51,14 +52,16 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
             "log10_alpha": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
+            "argmax_offset": getattr(s, "argmax_offset", None),
         })
-        sv_arrays.append(s.singular_values)
+        sv_arrays.extend(_spectrum_rows(i, s))
     # Every column gathered first and the frames built once: inserting columns one by one
     # re-converts the string columns each time (most of this function's time on a small model).
     columns = {key: [row[key] for row in base] for key in (base[0] if base else {})}
     for result in results.values():
         columns.update(result.per_matrix)
     columns["head"] = pd.array(columns.get("head", []), dtype="Int64")
+    columns["argmax_offset"] = pd.array(columns.get("argmax_offset", []), dtype="Int64")
     matrices = pd.DataFrame(columns, columns=MATRIX_COLUMNS) if base else pd.DataFrame(base, columns=MATRIX_COLUMNS)
 
     per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas,
@@ -69,17 +72,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     if from_init is not None:
         matrices, layers = _with_differences(matrices, layers, *from_init)
 
-    counts = np.array([sv.size for sv in sv_arrays])
-    owner = np.repeat(np.arange(len(counts)), counts)  # one table built at once, not one per matrix
-    singular_values = pd.DataFrame({
-        "matrix": owner,
-        "layer": np.repeat([mm.layer for mm in measures.matrices], counts),
-        "head": pd.array(np.repeat(np.array([mm.head for mm in measures.matrices], dtype=object), counts),
-                         dtype="Int64"),
-        "role": np.repeat([mm.role for mm in measures.matrices], counts),
-        "sv_index": np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1,
-        "sigma": np.concatenate(sv_arrays) if sv_arrays else np.array([]),
-    })
+    singular_values = _singular_value_table(measures, sv_arrays)
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
     model.update(model_extra or {})
@@ -94,6 +87,34 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
                     adaptive_variants={k: values[k] for k in in_group("adaptive_variants") if k in values},
                     from_init=None if from_init is None else {k: r.value for k, r in from_init[1].items()},
                     gap_bound=gap, location=location)
+
+
+def _spectrum_rows(matrix: int, spectrum) -> list[tuple[int, str, np.ndarray]]:
+    """``(matrix, kind, values)`` of one spectrum: its singular values, or for a rotary QK head its
+    per-index bounds and its Horn envelope (``SV_KINDS``)."""
+    if isinstance(spectrum, RotaryQKSpectrum):
+        return [(matrix, "sigma_bound", spectrum.sigma_bounds), (matrix, "horn_envelope", spectrum.envelope)]
+    return [(matrix, "singular_value", spectrum.singular_values)]
+
+
+def _singular_value_table(measures: ModelMeasures, parts: list[tuple[int, str, np.ndarray]]) -> pd.DataFrame:
+    """The long table ``matrix, layer, head, role, kind, sv_index, sigma``, built at once (not one
+    frame per matrix); ``sv_index`` runs ``1..k`` within each matrix and kind."""
+    counts = np.array([values.size for _, _, values in parts], dtype=np.int64)
+    owners = [measures.matrices[i] for i, _, _ in parts]
+
+    def per_row(values, dtype=None):
+        return np.repeat(np.array(values, dtype=dtype), counts)
+
+    return pd.DataFrame({
+        "matrix": per_row([i for i, _, _ in parts], np.int64),
+        "layer": per_row([mm.layer for mm in owners], np.int64),
+        "head": pd.array(per_row([mm.head for mm in owners], object), dtype="Int64"),
+        "role": per_row([mm.role for mm in owners], object),
+        "kind": per_row([kind for _, kind, _ in parts], object),
+        "sv_index": np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1,
+        "sigma": np.concatenate([values for _, _, values in parts]) if parts else np.array([]),
+    })
 
 
 def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: ModelMeasures,

@@ -14,6 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from .schema import sv_kinds
+
 CURVE_COLUMNS = ["matrix", "layer", "head", "role", "p", "c", "c_over_c0"]
 
 
@@ -27,7 +29,8 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
         The ``Analysis.matrices`` table (``layer, head, role, rows, cols, scale``), one row per
         matrix in the order of the ``matrix`` index of ``singular_values``.
     singular_values : DataFrame
-        The ``Analysis.singular_values`` long table (``matrix, sigma``).
+        The ``Analysis.singular_values`` long table (``matrix, kind, sigma``): ``singular_value`` rows,
+        or a rotary head's ``horn_envelope`` rows, whose first ``rank`` values its ``S_p`` sums over.
     n : int
         Hidden size ``N``.
     grid_m : int
@@ -44,7 +47,11 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
     from ..compute.spectra import MatrixSpectrum
 
     grid = schatten_grid(int(grid_m))
-    by_matrix = dict(tuple(singular_values.groupby("matrix", sort=False)["sigma"]))
+    kinds = sv_kinds(singular_values)
+    by_matrix = dict(tuple(singular_values[kinds == "singular_value"].groupby("matrix", sort=False)["sigma"]))
+    # a rotary QK head: its S_p sums over its Horn envelope's first `rank` values, never re-thresholded
+    envelopes = dict(tuple(singular_values[kinds == "horn_envelope"].groupby("matrix", sort=False)["sigma"]))
+    ranks = matrices["rank"].to_numpy()
     values = np.empty((len(matrices), grid.size))
     rows, cols, scales = (matrices[c].to_numpy() for c in ("rows", "cols", "scale"))
     # ln scale: from the stored scale where it is a normal float (as the bound computed it), else from
@@ -53,12 +60,17 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
                     else np.log10(scales.astype(np.float64)))
     tiny = np.finfo(np.float64).tiny
     for i in range(len(matrices)):
-        sigma = by_matrix.get(i)
-        s = np.sort(sigma.to_numpy(np.float64))[::-1] if sigma is not None else np.zeros(0)
-        spectrum = MatrixSpectrum((int(rows[i]), int(cols[i])), s, float("nan"), float("nan"))
         scale = float(scales[i])
         log_scale = math.log(scale) if tiny <= scale < math.inf else float(log10_scales[i]) * math.log(10)
-        values[i] = ContributionCurve(spectrum, log_scale=log_scale, n=int(n), rank_tol=float(rank_tol)).on_grid(grid)
+        if i in envelopes:
+            kept = np.sort(envelopes[i].to_numpy(np.float64))[::-1][:int(ranks[i])]
+            curve = ContributionCurve.from_kept(kept, log_scale=log_scale, n=int(n))
+        else:
+            sigma = by_matrix.get(i)
+            s = np.sort(sigma.to_numpy(np.float64))[::-1] if sigma is not None else np.zeros(0)
+            spectrum = MatrixSpectrum((int(rows[i]), int(cols[i])), s, float("nan"), float("nan"))
+            curve = ContributionCurve(spectrum, log_scale=log_scale, n=int(n), rank_tol=float(rank_tol))
+        values[i] = curve.on_grid(grid)
     c0 = values[:, :1]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         ratio = np.where(c0 > 0, values / np.where(c0 > 0, c0, 1.0), np.nan)

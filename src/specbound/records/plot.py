@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..compute.measures import ordered_roles, with_role_groups
-from .style import LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, layer_colors, new_figure, style_grid
+from .schema import sv_kinds
+from .style import (LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, drawable, layer_colors, new_figure, note_left_out,
+                    require_matplotlib, style_grid)
 
 def _layer_key(fig, axes, n_layers: int, colors) -> None:
     """Which colour is which layer: a legend up to :data:`LEGEND_LAYERS` layers, else a colour bar."""
@@ -40,40 +42,38 @@ def _panels(fig, n: int):
     return list(axes.flat)[:n]
 
 
-def sv_index_column(sv) -> str:
-    """The singular values' index column: ``sv_index`` (``index`` in records written before 0.2)."""
-    return "sv_index" if "sv_index" in sv.columns else "index"
-
-
 def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     """Raw singular values against their index, one panel per role, one colour per layer (every
-    head of a layer in its colour); log scale, exact zeros left out.
+    head of a layer in its colour); log scale, exact zeros left out.  A rotary QK head shows its
+    per-index bounds over every offset (``kind = sigma_bound``), never its Horn envelope, which is
+    not a list of singular values.
 
     Parameters
     ----------
     singular_values : DataFrame
-        ``Analysis.singular_values`` (``matrix, layer, role, sv_index, sigma``).
+        ``Analysis.singular_values`` (``matrix, layer, role, kind, sv_index, sigma``).
     title : str
     n_layers : int, optional
         The model's depth (default: from the table).
     """
-    sv = with_role_groups(singular_values)  # a mixture of experts: all routed experts in one panel per role
-    idx = sv_index_column(sv)
+    sv = with_role_groups(singular_values[sv_kinds(singular_values) != "horn_envelope"])  # routed experts: one panel per role
     roles = ordered_roles(sv["role"])
     L = int(n_layers if n_layers is not None else sv["layer"].max() + 1)
     colors = layer_colors(L)
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
     axes = _panels(fig, len(roles))
     for ax, role in zip(axes, roles):
+        left_out = 0
         for (layer, _), g in sv[sv["role"] == role].groupby(["layer", "matrix"], sort=True):
-            sigma = g["sigma"].to_numpy(float)
-            sigma = np.where(sigma > 0, sigma, np.nan)  # exact zeros have no place on a log axis
-            ax.plot(g[idx].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
+            sigma, beyond = drawable(g["sigma"])  # exact zeros have no place on a log axis
+            left_out += beyond
+            ax.plot(g["sv_index"].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
                     alpha=0.45 if role in ("QK", "OV") else 0.95)
+        note_left_out(ax, left_out)
         ax.set_yscale("log")
         ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
         ax.set_xlabel("singular value index i")
-        ax.set_ylabel("singular value σ_i")
+        ax.set_ylabel(r"singular value $\sigma_i$")
         ax.tick_params(labelsize=8)
         style_grid(ax)
     _layer_key(fig, axes, L, colors)
@@ -104,11 +104,15 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
     p_star = matrices["p_star"].to_numpy(float)
     for ax, role in zip(axes, roles):
         part = curves[curves["role"] == role]
+        left_out = 0
         for (layer, matrix), g in part.groupby(["layer", "matrix"], sort=True):
-            ax.plot(g["p"], g["c_over_c0"], color=colors[int(layer)], linewidth=0.9,
+            ratio, beyond = drawable(g["c_over_c0"])
+            left_out += beyond
+            ax.plot(g["p"], ratio, color=colors[int(layer)], linewidth=0.9,
                     alpha=0.4 if role in ("QK", "OV") else 0.95)
         chosen = part[np.isclose(part["p"].to_numpy(float), p_star[part["matrix"].to_numpy(int)])]
-        ax.plot(chosen["p"], chosen["c_over_c0"], "k.", markersize=4, label="p* (grid minimiser)")
+        ax.plot(chosen["p"], drawable(chosen["c_over_c0"])[0], "k.", markersize=4, label="p* (grid minimiser)")
+        note_left_out(ax, left_out)
         ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
         ax.set_yscale("log")
         ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
@@ -167,10 +171,12 @@ class AnalysisPlots:
 
     def spectra(self):
         """Singular values of every matrix, one panel per role, one colour per layer."""
+        require_matplotlib()
         return figure_spectra(self._a.singular_values, self._title(), n_layers=self._a.model["L"])
 
     def contributions(self):
         """``C(p)/C(0)`` on the post-hoc grid for every matrix, with each matrix's ``p*``."""
+        require_matplotlib()
         from .curves import contribution_curves
 
         a = self._a
@@ -181,6 +187,7 @@ class AnalysisPlots:
 
     def p_star(self):
         """The chosen Schatten index ``p*`` over layers and roles (mean over heads)."""
+        require_matplotlib()
         return figure_p_star(self._a.matrices, self._title(), n_layers=self._a.model["L"])
 
     def __repr__(self) -> str:

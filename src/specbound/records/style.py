@@ -11,7 +11,7 @@ import base64
 import io
 from pathlib import Path
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, missing_extra
 
 ROLE_COLORS = {"QK": "#d62728", "OV": "#1f77b4", "FF_in": "#556b2f", "FF_out": "#8fbc8f",
                "FF_gate": "#9467bd", "FF_up": "#bcbd22"}
@@ -20,19 +20,75 @@ ROLE_LABELS = {"QK": "QK (per head)", "OV": "OV (per head)", "FF_in": "FF_in", "
 # TrueType (Type 42) fonts in PDF and PostScript: journals refuse Type 3, and text stays editable.
 PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
 PRINT_DPI = 200
+NOTEBOOK_DPI = 100  # a figure shown in a notebook: 7.5 in wide is 750 px
 MAX_WIDTH = 7.5  # inches: a page's text width; no figure is wider
 LEGEND_LAYERS = 12  # up to this many layers get one legend entry each; more get a colour bar
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">"]
 
 
-def new_figure(figsize=(7.0, 4.6), **kwargs):
-    """A constrained-layout Figure, no wider than :data:`MAX_WIDTH`."""
-    try:
+_DISPLAY_FIGURE = None
+
+
+def _display_figure_class():
+    """``Figure`` with ``_repr_png_``: built without pyplot (no global state, nothing opens a window in
+    a script), such a figure has no display hook in Jupyter unless pyplot's inline backend happens to
+    be active, and would print as ``<Figure size ...>``; IPython shows any object with ``_repr_png_``
+    as an image, so the last line of a cell shows the figure with no magic."""
+    global _DISPLAY_FIGURE
+    if _DISPLAY_FIGURE is None:
         from matplotlib.figure import Figure
+
+        class DisplayFigure(Figure):
+            def _repr_png_(self) -> bytes:
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", dpi=NOTEBOOK_DPI)
+                return buf.getvalue()
+
+        _DISPLAY_FIGURE = DisplayFigure
+    return _DISPLAY_FIGURE
+
+
+def require_matplotlib() -> None:
+    """Raise the one-line install hint before any drawing code imports matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
-        raise SpecboundError("plots need matplotlib: pip install -e '.[plot]' in the specbound checkout") from None
+        raise SpecboundError(missing_extra("drawing figures", "matplotlib")) from None
+
+
+def new_figure(figsize=(7.0, 4.6), **kwargs):
+    """A constrained-layout Figure, no wider than :data:`MAX_WIDTH`, that a notebook displays."""
+    try:
+        figure_class = _display_figure_class()
+    except ImportError:
+        raise SpecboundError(missing_extra("drawing figures", "matplotlib")) from None
     width, height = figsize
-    return Figure(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
+    return figure_class(figsize=(min(width, MAX_WIDTH), height), layout="constrained", **kwargs)
+
+
+# matplotlib places log-axis ticks in float64: data beyond ~10^250 puts a tick past the float64 range
+# and drawing fails.  Values beyond this limit (a deep model's Edelman-style bound, 10^600) are left
+# out of log-scale figures, and the figure says how many; the tables keep them (as 10^k).
+DRAWABLE_LOG10 = 200
+
+
+def drawable(values) -> tuple:
+    """``(values as float with NaN where a log axis cannot show them, how many finite positive
+    values beyond 10^DRAWABLE_LOG10 were left out)``: zero, negative, NaN, infinite or out of range."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shown = (v > 0) & np.isfinite(v) & (np.abs(np.log10(np.where(v > 0, v, 1.0))) <= DRAWABLE_LOG10)
+    beyond = int(np.count_nonzero((v > 0) & ~shown))
+    return np.where(shown, v, np.nan), beyond
+
+
+def note_left_out(ax, count: int) -> None:
+    """Say on ``ax`` how many values :func:`drawable` left out (nothing when none)."""
+    if count:
+        ax.text(0.99, 0.01, f"{count} value(s) beyond 10^{DRAWABLE_LOG10} not drawn (see the tables)",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=6, color="dimgrey")
 
 
 def style_grid(ax) -> None:

@@ -19,11 +19,12 @@ import pandas as pd
 
 from ..bounds import REGISTRY
 from ..compute.measures import ordered_roles, with_role_groups
+from ..io.formats import WEIGHT_SUFFIXES
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
           "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
-_WEIGHT_FILE = re.compile(r"\.(safetensors|bin|pt|pth|onnx)$")
+_WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
 
 
 SIGNIFICANT = 5  # digits of every number the summary prints
@@ -127,10 +128,12 @@ def comparison_table(a) -> list[str]:
     lines = ["bounds (" + "; ".join(parts) + ")", comparison_frame(a).to_string()]
     if a.gap_bound is not None:
         p = a.gap_bound["parameters"]
-        lines.append(f"gap = c_lead B log_factor / (margin sqrt(n)) + c_conf sqrt((ln(1/delta) + union cost) / n)"
-                     f" with n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])}; "
-                     f"c_lead={fmt(p['lead_constant'])}, c_conf={fmt(p['confidence_constant'])} "
-                     f"(constants unstated by the sources; default 1); ramp loss in [0, 1]: gap >= 1 is vacuous")
+        lines.append(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
+                     f"sqrt((ln(1/delta) + union cost) / n); leading = c_lead B_margin log_factor / sqrt(n) for "
+                     f"spectral_* (the margin inside each term, log_factor its entropy integral), c_lead B log_factor "
+                     f"/ (margin sqrt(n)) otherwise (docs/bounds.md 9); c_lead={fmt(p['lead_constant'])}, "
+                     f"c_conf={fmt(p['confidence_constant'])} (constants unstated by the sources; default 1); ramp "
+                     f"loss in [0, 1]: gap >= 1 is vacuous; these forms are proxies, not theorems")
     return lines
 
 
@@ -166,6 +169,21 @@ def per_role_frame(a) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("role")
 
 
+def p_star_note(a) -> list[str]:
+    """One line saying why, when every matrix chose the rank count (p* = 0): a matrix's p > 0 term
+    grows with its downstream factor alpha (docs/spec.md 4), so a deep stack's large alphas make
+    the rank count the cheapest everywhere; where p* varies instead."""
+    p_star = a.matrices["p_star"]
+    if len(p_star) == 0 or (p_star != 0).any():
+        return []
+    largest = fmt(a.layers["alpha"].max(), a.layers["log10_alpha"].max()) if "log10_alpha" in a.layers \
+        else fmt(a.layers["alpha"].max())
+    return [f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
+            f"alpha (up to {largest} here), so counting the rank is cheapest; p* varies on models with "
+            f"small alphas, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, then "
+            f"specbound analyze DIR/bert_uncased_L-10_H-128_A-2"]
+
+
 def _header(a) -> list[str]:
     m, o = a.model, a.options
     lines = [f"specbound: {a.source}"]
@@ -178,6 +196,14 @@ def _header(a) -> list[str]:
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
         f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
+    rotary = m.get("rotary")
+    if rotary:
+        methods = rotary.get("qk_spectral_norm")
+        counts = (f"QK spectral norm: exact maximum over offsets for {methods.get('exact_over_offsets', 0)} "
+                  f"heads, product bound ||W_Q|| ||W_K|| for {methods.get('product_bound', 0)}"
+                  if isinstance(methods, dict) else f"QK spectral norm: {methods}")
+        lines.append(f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
+                     f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}")
     return lines
 
 
@@ -194,11 +220,14 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
     if not applying:
         return []
     broken = [e["name"] for e in applying if e["kind"] == "theorem"]
+    conditions = [e["name"] for e in applying if e["kind"] == "condition"]
     ours = [e["name"] for e in applying if e["kind"] == "extension"]
     lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
              if broken or ours else "assumptions (docs/theory.md section 6)"]
     if broken:
         lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
+    if conditions:
+        lines.append("  the theorem's conditions on the data and its use (not checked here): " + ", ".join(conditions))
     if ours:
         lines.append("  our extensions used: " + ", ".join(ours))
     # what changes the numbers themselves is said in full even without --verbose
@@ -229,6 +258,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines.append(gain.to_string())
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
+    lines += p_star_note(a)
     lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",

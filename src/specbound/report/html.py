@@ -68,6 +68,9 @@ def _records_table(store, bounds):
     table = natural_order(store.table())
     table["source"] = [short_name(s) for s in table["source"]]
     labels = [c for c in table.columns if c.startswith("label_") and table[c].nunique() > 1]
+    for name in bounds:  # a bound beyond float64 as 10^k, from its stored log10
+        if f"log10_{name}" in table:
+            table[name] = [fmt(v, l) for v, l in zip(table[name], table[f"log10_{name}"])]
     cols = ["source", "L", "N", "H", "d_ff", *labels] + bounds + ["seconds"]
     return table[[c for c in cols if c in table.columns]]
 

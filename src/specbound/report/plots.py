@@ -25,8 +25,8 @@ import numpy as np
 from ..errors import SpecboundError
 from ..compute.measures import ordered_roles
 from ..records.plot import figure_contributions, figure_p_star, figure_spectra
-from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label, natural_order,
-                             new_figure, save_figure, style_grid)
+from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label, drawable,
+                             natural_order, new_figure, note_left_out, save_figure, style_grid)
 from ..records.view import short_name
 
 __all__ = ["build_figures", "render_all", "pick_record"]
@@ -110,20 +110,24 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     fig = new_figure()
     ax = fig.add_subplot()
     groups = sorted(table[other].unique())
-    drawn = 0
+    drawn = left_out = 0
     for gi, value in enumerate(groups):
         part = table[table[other] == value].sort_values(x)
         if part[x].nunique() < 2:
             continue
         for bi, name in enumerate(names):
-            y = part[name].to_numpy(float)
-            if not (np.isfinite(y[0]) and y[0] > 0):
+            log10 = _log10_column(part, name)
+            if not np.isfinite(log10[0]):
                 continue
-            ax.plot(part[x], y / y[0], color=colors[bi],
+            with np.errstate(over="ignore", invalid="ignore"):  # from the logs: finite where B overflows
+                ratio, beyond = drawable(10.0 ** np.clip(log10 - log10[0], -400, 400))
+            left_out += beyond
+            ax.plot(part[x], ratio, color=colors[bi],
                     marker=MARKERS[gi % len(MARKERS)], linewidth=1.6, markersize=5)
             drawn += 1
     if not drawn:
         raise SpecboundError(f"no {other} value has records at two or more {x} values: nothing to plot")
+    note_left_out(ax, left_out)
     ax.set_yscale("log")
     ax.set_xscale("log", base=2)
     xs = sorted(table[x].unique())
@@ -186,6 +190,22 @@ def figure_norms_vs_width(store, *, L: int | None = None):
     return fig
 
 
+def _log10_column(table, name: str) -> np.ndarray:
+    """``log10`` of bound ``name`` per record: the store's ``log10_<name>`` column (finite where the
+    bound overflows float64), else the logs of the values."""
+    if f"log10_{name}" in table:
+        return table[f"log10_{name}"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log10(table[name].to_numpy(float))
+
+
+def _overflowed(table, name: str) -> int:
+    """Records whose bound ``name`` is beyond float64 (stored null, its log10 known)."""
+    if f"log10_{name}" not in table:
+        return 0
+    return int((table[name].isna() & table[f"log10_{name}"].notna()).sum())
+
+
 def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     """Every bound of every checkpoint, as a dot plot: one row per checkpoint (short name, depth,
     width), one distinct colour and marker per bound, the values on a log axis.  The width is a
@@ -202,10 +222,13 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     fig = new_figure((MAX_WIDTH, height))
     ax = fig.add_subplot()
     ys = np.arange(len(table))
+    left_out = 0
     for i, name in enumerate(names):
-        values = table[name].to_numpy(float)
-        ax.plot(np.where(values > 0, values, np.nan), ys, linestyle="", marker=MARKERS[i % len(MARKERS)],
+        values, beyond = drawable(table[name])
+        left_out += beyond + _overflowed(table, name)
+        ax.plot(values, ys, linestyle="", marker=MARKERS[i % len(MARKERS)],
                 markersize=5, color=colors[i], alpha=0.9)
+    note_left_out(ax, left_out)
     ax.set_xscale("log")
     ax.set_yticks(ys, labels, fontsize=7 if len(table) > 16 else 8)
     ax.set_ylim(-0.7, len(table) - 0.3)

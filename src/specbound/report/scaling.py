@@ -28,14 +28,19 @@ from typing import Callable
 
 import numpy as np
 
-from ..bounds.edelman import matrix_terms
+from ..bounds.edelman import edelman_weight, matrix_terms
+from ..bounds.schatten import log_sum
 from ..errors import SpecboundError
 
 ALL = "all"
+LN10 = math.log(10)
 
 
 def _adaptive_by_role(matrices) -> dict[str, float]:
-    return matrices.groupby("role", sort=False)["contribution"].sum().to_dict()
+    """``log10`` of each role's ``sum C(p*)`` (NaN where a contribution overflowed and was stored null)."""
+    sums = matrices.groupby("role", sort=False)["contribution"].sum(min_count=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {role: float(np.log10(v)) if v > 0 else math.nan for role, v in sums.items()}
 
 
 def edelman_terms(matrices) -> np.ndarray:
@@ -45,17 +50,34 @@ def edelman_terms(matrices) -> np.ndarray:
                         matrices["gamma"].to_numpy(float), matrices["norm_2_1"].to_numpy(float))
 
 
+def log_edelman_terms(matrices) -> np.ndarray:
+    """``ln`` of :func:`edelman_terms`, from the table's ``log10_alpha`` where it has one: finite where
+    ``alpha`` overflowed float64 (and was stored null)."""
+    alpha = matrices["alpha"].to_numpy(float)
+    log_alpha = (matrices["log10_alpha"].to_numpy(float) * LN10 if "log10_alpha" in matrices
+                 else np.full(len(alpha), np.nan))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_alpha = np.where(np.isfinite(log_alpha), log_alpha, np.log(alpha))
+        weighted = edelman_weight(matrices["role"].to_numpy(), matrices["gamma"].to_numpy(float)) \
+            * matrices["norm_2_1"].to_numpy(float)
+        return (2 / 3) * (log_alpha + np.log(weighted))
+
+
 def _edelman_by_role(matrices) -> dict[str, float]:
-    terms = matrices.assign(_t=edelman_terms(matrices)).groupby("role", sort=False)["_t"].sum()
-    return {role: float(t) ** 1.5 for role, t in terms.items()}
+    """``log10`` of each role's Edelman-style bound, summed in logs (it overflows float64 long before
+    it stops being meaningful)."""
+    logs = matrices.assign(_t=log_edelman_terms(matrices))
+    return {role: 1.5 * log_sum(part["_t"].to_numpy(float)) / LN10 for role, part in logs.groupby("role", sort=False)}
 
 
-# bound name -> its value restricted to each role, from a record's matrices table
+# bound name -> log10 of its value restricted to each role, from a record's matrices table
 ROLE_BREAKDOWN: dict[str, Callable] = {"spectral_adaptive": _adaptive_by_role, "edelman": _edelman_by_role}
 
 
 def quantities(store, bounds: list[str] | None = None):
-    """Long table of every quantity of every record: ``key, source, L, N, label_*, bound, role, value``.
+    """Long table of every quantity of every record: ``key, source, L, N, label_*, bound, role,
+    value, log10_value``.  ``value`` is NaN where the quantity overflows float64; ``log10_value`` is
+    finite wherever the quantity is positive (the fits use it).
 
     Parameters
     ----------
@@ -78,31 +100,37 @@ def quantities(store, bounds: list[str] | None = None):
     for _, rec in table.iterrows():
         base = {k: rec[k] for k in ident}
         for name in names:
-            rows.append({**base, "bound": name, "role": ALL, "value": float(rec[name])})
+            rows.append({**base, "bound": name, "role": ALL, "value": float(rec[name]),
+                         "log10_value": float(rec.get(f"log10_{name}", math.nan))})
         wanted = [n for n in names if n in ROLE_BREAKDOWN]
         if wanted:
             matrices = store.load(rec["key"], tables=("matrices",)).tables["matrices"]
             for name in wanted:
-                for role, value in ROLE_BREAKDOWN[name](matrices).items():
-                    rows.append({**base, "bound": name, "role": role, "value": float(value)})
+                for role, log10 in ROLE_BREAKDOWN[name](matrices).items():
+                    value = 10.0 ** log10 if math.isfinite(log10) and log10 < 300 else math.nan
+                    rows.append({**base, "bound": name, "role": role, "value": value, "log10_value": float(log10)})
     return pd.DataFrame(rows)
 
 
-def loglog_fit(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None,
-               confidence: float = 0.95) -> dict[str, float]:
-    """OLS of ``log y`` on ``log x`` with one intercept per group.
+def loglog_fit(x: np.ndarray, y: np.ndarray | None, groups: np.ndarray | None = None,
+               confidence: float = 0.95, *, log10_y: np.ndarray | None = None) -> dict[str, float]:
+    """OLS of ``log y`` on ``log x`` with one intercept per group (``log10_y``: the logs given
+    instead of ``y``, finite where ``y`` overflows).
 
     Returns
     -------
     dict with ``slope, ci_low, ci_high, stderr, r2`` (of the within-group fit), ``points, dof``.
-    Non-positive or non-finite values are left out; the interval is NaN without degrees of freedom.
+    Non-positive or non-finite values are left out; the slope is NaN when no group has two values
+    of ``x``, the interval NaN without degrees of freedom (:func:`summary_table` says so in words).
     """
     from scipy import stats
 
-    x, y = np.asarray(x, float), np.asarray(y, float)
+    x = np.asarray(x, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.asarray(log10_y, float) * LN10 if log10_y is not None else np.log(np.asarray(y, float))
     groups = np.zeros(len(x), dtype=int) if groups is None else np.asarray(groups)
-    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
-    lx, ly, g = np.log(x[ok]), np.log(y[ok]), groups[ok]
+    ok = (x > 0) & np.isfinite(x) & np.isfinite(logs)
+    lx, ly, g = np.log(x[ok]), logs[ok], groups[ok]
     levels = list(dict.fromkeys(g.tolist()))
     # keep groups where x varies: a single-point group only fixes its own intercept
     levels = [lv for lv in levels if np.ptp(lx[g == lv]) > 0]
@@ -131,6 +159,18 @@ def loglog_fit(x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None,
             "points": n, "dof": dof}
 
 
+def group_slopes(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[list, np.ndarray]:
+    """Each group's own growth exponent: :func:`loglog_fit` of ``y`` on ``x`` within the group.
+
+    Returns ``(levels, slopes)``: the groups in order of first appearance and their slopes
+    ``(len(levels),)``, NaN for a group in which ``x`` does not vary (or has under two positive values).
+    """
+    x, y, groups = np.asarray(x, float), np.asarray(y, float), np.asarray(groups)
+    levels = list(dict.fromkeys(groups.tolist()))
+    slopes = np.array([loglog_fit(x[groups == lv], y[groups == lv])["slope"] for lv in levels], dtype=float)
+    return levels, slopes
+
+
 def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float = 0.95, per_group: bool = False):
     """Growth exponent of every (bound, role) in ``x`` with ``by`` held fixed.
 
@@ -143,7 +183,9 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
     by : str or None
         The column held fixed (one intercept per value); None: a single group.
     per_group : bool
-        Also one row per fixed value (``fixed = "N=128"``), besides the pooled row (``fixed = "all N"``).
+        Also one row per fixed value (``fixed = "N=128"``) and the median of their slopes
+        (``fixed = "median over N"``, :func:`group_slopes`; no interval), besides the pooled row
+        (``fixed = "all N"``).
 
     Returns
     -------
@@ -158,12 +200,19 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
     rows = []
     for (bound, role), part in data.groupby(["bound", "role"], sort=False):
         groups = part[by].to_numpy() if by else None
-        fit = loglog_fit(part[x].to_numpy(float), part["value"].to_numpy(float), groups, confidence)
+        fit = loglog_fit(part[x].to_numpy(float), None, groups, confidence, log10_y=part["log10_value"].to_numpy(float))
         rows.append({"bound": bound, "role": role, "against": x, "fixed": f"all {by}" if by else "-", **fit})
         if per_group and by:
             for value, sub in part.groupby(by, sort=True):
-                fit = loglog_fit(sub[x].to_numpy(float), sub["value"].to_numpy(float), None, confidence)
+                fit = loglog_fit(sub[x].to_numpy(float), None, None, confidence,
+                                 log10_y=sub["log10_value"].to_numpy(float))
                 rows.append({"bound": bound, "role": role, "against": x, "fixed": f"{by}={value}", **fit})
+            _, slopes = group_slopes(part[x].to_numpy(float), part["value"].to_numpy(float), part[by].to_numpy())
+            finite = slopes[np.isfinite(slopes)]
+            nan = float("nan")
+            rows.append({"bound": bound, "role": role, "against": x, "fixed": f"median over {by}",
+                         "points": len(part), "dof": 0, "slope": float(np.median(finite)) if finite.size else nan,
+                         "ci_low": nan, "ci_high": nan, "stderr": nan, "r2": nan})
     cols = ["bound", "role", "against", "fixed", "points", "dof", "slope", "ci_low", "ci_high", "stderr", "r2"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -194,8 +243,11 @@ def summary_table(fits):
     out = {}
     for _, r in pooled.iterrows():
         row = out.setdefault((r["bound"], r["role"]), {"bound": r["bound"], "role": r["role"]})
-        ci = "" if math.isnan(r["ci_low"]) else f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        ci = "" if not math.isfinite(r["ci_low"]) else f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
         held = "" if r["fixed"] == "-" else f" ({r['fixed'].replace('all ', 'fixed ')})"
-        row[f"slope in {r['against']}{held}"] = f"{r['slope']:.3f}{ci}"
+        fixed = "" if r["fixed"] == "-" else f" at one fixed {r['fixed'].replace('all ', '')}"
+        slope = (f"{r['slope']:.3f}{ci}" if math.isfinite(r["slope"])
+                 else f"no fit (no two positive values at two {r['against']}{fixed})")
+        row[f"slope in {r['against']}{held}"] = slope
         row[f"points ({r['against']})"] = int(r["points"])
     return pd.DataFrame(list(out.values()))

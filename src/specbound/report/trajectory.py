@@ -13,7 +13,8 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records.style import MARKERS, MAX_WIDTH, bound_colors, bound_label, natural_order, new_figure, style_grid
+from ..records.style import (MARKERS, MAX_WIDTH, bound_colors, bound_label, drawable, natural_order, new_figure,
+                             note_left_out, style_grid)
 from ..records.view import short_name
 
 ORDER = "checkpoint"  # the x column when no label varies: the records in source-name order
@@ -103,10 +104,13 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2.2, 1.0))
     xs = frame[x].to_numpy(float)
     colors = bound_colors(len(names))
+    left_out = 0
     for i, name in enumerate(names):
-        y = frame[name].to_numpy(float)
-        top.plot(xs, np.where(y > 0, y, np.nan), color=colors[i], marker=MARKERS[i % len(MARKERS)],
+        y, beyond = drawable(frame[name])
+        left_out += beyond
+        top.plot(xs, y, color=colors[i], marker=MARKERS[i % len(MARKERS)],
                  markersize=4, linewidth=1.3, label=bound_label(name))
+    note_left_out(top, left_out)
     top.set_yscale("log")
     top.set_ylabel("bound value (log scale)")
     x_name = x[len("label_"):] if x.startswith("label_") else x

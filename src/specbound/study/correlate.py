@@ -26,9 +26,17 @@ robust sign-error of Dziugaite et al. (2020); each with a bootstrap interval.
   pairs; ``sign_error_max`` (the *robust* sign-error) is the worst environment's, ``sign_error_mean``
   the mean over environments.  0 is perfect, 0.5 is chance.
 
-**Intervals**: 95% percentile bootstrap (``BOOTSTRAP`` replicates, fixed seed): runs resampled for
-the overall tau and K (within each task for ``all``), groups for ``psi`` (and ``Psi`` from the same
-replicates), environments for the sign-errors.  ``value_lo`` / ``value_hi`` in the table.
+**Intervals**: 95% percentile bootstrap (``BOOTSTRAP`` replicates, fixed seed) that resamples
+*clusters*, not runs (:func:`clusters`).  Runs of one seed share the training sample and the
+initialisation stream, and the runs around one base point share that base run (it sits in every one
+of the base point's groups and environments), so they are not independent draws; a cluster is one
+task's runs of one seed around one base point, and every statistic of a replicate (tau, each psi_i
+and Psi, K, the mean sign-error) is computed from the same draw of clusters, drawn within each task
+for ``all``.  With fewer than two clusters to draw from there is no interval (NaN).  The robust
+sign-error is a maximum over environments: a resample can only drop environments, so its bootstrap
+never exceeds the observed value and says nothing about it; it has no interval, and the table says
+how many environments (and coupled pairs) it rests on.  ``value_lo`` / ``value_hi`` in the table,
+``clusters`` the number resampled.
 
 Degenerate cases: a tau is NaN when the gap is constant, 0 when the measure is constant and the gap
 is not (:func:`kendall`).  Positive tau: a larger measure goes with a larger gap.
@@ -199,16 +207,87 @@ def environments(runs: pd.DataFrame, gap: str, hparams: tuple[str, ...] = HPARAM
     return list(envs.values())
 
 
-def environment_errors(runs: pd.DataFrame, measure: str, gap: str, envs: list[list[tuple[int, int]]]) -> np.ndarray:
-    """Mean sign-error of each environment (NaN where the measure is not finite): ``(len(envs),)``."""
+def pair_errors(runs: pd.DataFrame, measure: str, gap: str, envs: list[list[tuple[int, int]]]) -> list[np.ndarray]:
+    """Each environment's coupled pairs' sign-errors ``(1 - sign(d mu) sign(d g)) / 2`` (NaN where
+    the measure is not finite): one array per environment, ``(pairs,)``."""
     m, g = runs[measure].to_numpy(dtype=float), runs[gap].to_numpy(dtype=float)
     out = []
     for pairs in envs:
         a, b = np.array(pairs).T
-        dm = m[b] - m[a]
-        ok = np.isfinite(dm)
-        out.append(float(np.mean((1 - np.sign(dm[ok]) * np.sign(g[b][ok] - g[a][ok])) / 2)) if ok.any() else math.nan)
-    return np.array(out, dtype=float)
+        out.append((1 - np.sign(m[b] - m[a]) * np.sign(g[b] - g[a])) / 2)
+    return out
+
+
+def environment_errors(runs: pd.DataFrame, measure: str, gap: str, envs: list[list[tuple[int, int]]]) -> np.ndarray:
+    """Mean sign-error of each environment (NaN where the measure is not finite): ``(len(envs),)``."""
+    with np.errstate(all="ignore"):
+        return np.array([float(np.nanmean(e)) if np.isfinite(e).any() else math.nan
+                         for e in pair_errors(runs, measure, gap, envs)], dtype=float)
+
+
+# --- clusters: what the bootstrap resamples -------------------------------------------------------------
+
+def clusters(runs: pd.DataFrame, hparams: tuple[str, ...] = HPARAMS) -> tuple[np.ndarray, np.ndarray]:
+    """``(base, cluster)``: two labels per run, ``(len(runs),)`` each.
+
+    Runs of one task and seed that differ in exactly one hyper-parameter are linked; a cluster is a
+    connected set of linked runs.  In the one-at-a-time design (:mod:`.grid`) that is one base
+    point's runs of one task and seed, because two base points' changes differ in at least
+    ``7 - 2`` hyper-parameters.  ``base`` names the cluster's base point, the run linked to the most
+    others, as ``A``, ``B``, ... in the order its hyper-parameters first appear; ``cluster`` is
+    ``"<task>/<seed>/<base>"``.  Pass every run trained (before leaving out those that missed the
+    criterion): without its base run a star falls apart into single runs.
+    """
+    runs = runs.reset_index(drop=True)
+    n = len(runs)
+    parent = np.arange(n)
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return int(i)
+
+    degree = np.zeros(n, dtype=np.int64)
+    for h in hparams:
+        for rows in groups_differing_in(runs, h, hparams):
+            degree[rows] += len(rows) - 1
+            for r in rows[1:]:
+                parent[find(int(r))] = find(int(rows[0]))
+    roots = np.array([find(i) for i in range(n)], dtype=np.int64)
+    letters: dict[tuple, str] = {}
+    base = np.empty(n, dtype=object)
+    for root in dict.fromkeys(roots.tolist()):  # components in the order of their first run
+        members = np.flatnonzero(roots == root)
+        hub = members[int(np.argmax(degree[members]))]
+        point = tuple(runs[list(hparams)].iloc[hub].tolist())
+        base[members] = letters.setdefault(point, _letter(len(letters)))
+    prefix = [runs[c].astype(str).to_numpy() for c in GROUP_FIXED if c in runs.columns]
+    cluster = np.array(["/".join([*(p[i] for p in prefix), base[i]]) for i in range(n)], dtype=object)
+    return base, cluster
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"B{i + 1}"
+
+
+def cluster_draws(labels, strata, bootstrap: int, rng) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(codes, draws)``: each run's cluster code ``(runs,)``, and per replicate the codes of the
+    clusters drawn (with replacement, as many as each stratum holds, within each stratum).  No
+    draws when no stratum holds two clusters: one cluster cannot show its own variability."""
+    codes, _ = pd.factorize(np.asarray(labels, dtype=object))
+    strata = np.asarray(strata, dtype=object)
+    per = [np.unique(codes[strata == s]) for s in pd.unique(strata)]
+    if not per or max(p.size for p in per) < 2:
+        return codes, []
+    return codes, [np.concatenate([rng.choice(p, size=p.size, replace=True) for p in per]) for _ in range(bootstrap)]
+
+
+def weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
+    """Mean of the finite ``values`` weighted by ``weights`` (a cluster drawn twice counts twice);
+    NaN when no finite value has weight."""
+    ok = np.isfinite(values) & (weights > 0)
+    return float(np.sum(values[ok] * weights[ok]) / np.sum(weights[ok])) if ok.any() else math.nan
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -222,22 +301,26 @@ def _interval(samples) -> tuple[float, float]:
     return float(np.quantile(s, q)), float(np.quantile(s, 1 - q))
 
 
-def _resample_within(task_rows: list[np.ndarray], rng) -> np.ndarray:
-    return np.concatenate([rng.choice(rows, size=rows.size, replace=True) for rows in task_rows])
+CORRELATION_COLUMNS = ["gap", "measure", "kind", "scope", "statistic", "value", "value_lo", "value_hi", "groups",
+                       "clusters", "environments", "pairs", "note"]
 
 
 def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str, ...],
                  hparams: tuple[str, ...] = HPARAMS, bootstrap: int = BOOTSTRAP, bootstrap_k: int = BOOTSTRAP_K,
                  seed: int = 0) -> pd.DataFrame:
-    """Long table ``gap, measure, kind, scope, statistic, value, value_lo, value_hi, groups, note``.
+    """Long table with :data:`CORRELATION_COLUMNS`.
 
     ``scope``: each task, and ``"all"`` (overall tau ranks every run together; ``psi`` pools the
     tasks' groups, never mixing tasks; no K or sign-error).  ``statistic``: ``"overall"``, a
     hyper-parameter name (``psi_i``), ``"Psi"``, ``"K"`` (``note``: the minimising ``S``),
-    ``"sign_error_max"``, ``"sign_error_mean"``.  ``groups``: runs, groups, pairs or environments
-    used.  Pass ``runs`` already restricted to the runs that met the training criterion.
+    ``"sign_error_max"``, ``"sign_error_mean"``.  ``groups``: runs, groups or environments used;
+    ``clusters``: the clusters the interval resamples; ``environments`` and ``pairs`` (sign-errors
+    only): the environments with a usable pair and their coupled pairs.  Pass ``runs`` already
+    restricted to the runs that met the training criterion, with a ``cluster`` column from
+    :func:`clusters` over every run trained (computed from ``runs`` when absent).
     """
     runs = runs.reset_index(drop=True)
+    labels = runs["cluster"].to_numpy(dtype=object) if "cluster" in runs.columns else clusters(runs, hparams)[1]
     tasks = sorted(runs["task"].unique())
     scopes = [(t, np.flatnonzero((runs["task"] == t).to_numpy())) for t in tasks] + [("all", np.arange(len(runs)))]
     sub = {scope: runs.iloc[rows].reset_index(drop=True) for scope, rows in scopes}
@@ -245,56 +328,61 @@ def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str,
     codes = {t: _codes(sub[t], hparams) for t in tasks}
     envs = {(t, gap): environments(sub[t], gap, hparams, noise_filter=gap == "error_gap") for t in tasks for gap in gaps}
     rng = np.random.default_rng(seed)
-    boot_runs = {}
-    for scope, _ in scopes:  # resampled within each task: the pooled scope keeps every task's share
-        strata = [np.flatnonzero((sub[scope]["task"] == t).to_numpy()) for t in sorted(sub[scope]["task"].unique())]
-        boot_runs[scope] = [_resample_within(strata, rng) for _ in range(bootstrap)]
-    boot_k = {t: [rng.choice(len(sub[t]), size=len(sub[t]), replace=True) for _ in range(bootstrap_k)] for t in tasks}
-    boot_groups = {(s, h): [rng.integers(0, len(groups[s, h]), len(groups[s, h])) for _ in range(bootstrap)]
-                   if groups[s, h] else [] for s, _ in scopes for h in hparams}
-    boot_envs = {k: [rng.integers(0, len(v), len(v)) for _ in range(bootstrap)] if v else [] for k, v in envs.items()}
+    # one draw of clusters per replicate and scope, shared by every statistic of that replicate
+    cl, draws, members = {}, {}, {}
+    for scope, rows in scopes:  # drawn within each task: the pooled scope keeps every task's share
+        cl[scope], draws[scope] = cluster_draws(labels[rows], sub[scope]["task"].to_numpy(), bootstrap, rng)
+        members[scope] = [np.flatnonzero(cl[scope] == c) for c in range(int(cl[scope].max()) + 1)]
+    n_clusters = {scope: len(members[scope]) for scope, _ in scopes}
+    weights = {scope: [np.bincount(d, minlength=n_clusters[scope]) for d in draws[scope]] for scope, _ in scopes}
+    boot_rows = {scope: [np.concatenate([members[scope][c] for c in d]) for d in draws[scope]] for scope, _ in scopes}
+    group_cluster = {(s, h): np.array([cl[s][g[0]] for g in groups[s, h]], dtype=np.int64) for s, _ in scopes
+                     for h in hparams}
+    pair_cluster = {k: [cl[k[0]][np.array(p)[:, 0]] for p in v] for k, v in envs.items()}
     rows = []
     for gap in gaps:
         for m in measures.itertuples():
             for scope, _ in scopes:
                 data = sub[scope]
-                base = {"gap": gap, "measure": m.column, "kind": m.kind, "scope": scope}
+                base = {"gap": gap, "measure": m.column, "kind": m.kind, "scope": scope,
+                        "clusters": n_clusters[scope]}
                 x, y = data[m.column].to_numpy(dtype=float), data[gap].to_numpy(dtype=float)
 
-                def add(statistic, value, samples, count, note=""):
+                def add(statistic, value, samples, count, note="", **extra):
                     lo, hi = _interval(samples)
                     rows.append({**base, "statistic": statistic, "value": value, "value_lo": lo, "value_hi": hi,
-                                 "groups": count, "note": note})
+                                 "groups": count, "note": note, **extra})
 
-                add("overall", kendall(x, y), [kendall(x[r], y[r]) for r in boot_runs[scope]], int(np.isfinite(x).sum()))
-                psi_samples = []
-                psis = []
+                add("overall", kendall(x, y), [kendall(x[r], y[r]) for r in boot_rows[scope]], int(np.isfinite(x).sum()))
+                psis, psi_samples = [], []
                 for h in hparams:
                     taus = group_taus(data, m.column, gap, groups[scope, h])
                     ok = ~np.isnan(taus)
                     psi = float(taus[ok].mean()) if ok.any() else math.nan
-                    samples = [np.nanmean(taus[r]) if (~np.isnan(taus[r])).any() else math.nan
-                               for r in boot_groups[scope, h]]
+                    samples = [weighted_mean(taus, w[group_cluster[scope, h]]) for w in weights[scope]]
                     add(h, psi, samples, int(ok.sum()))
                     psis.append(psi)
-                    psi_samples.append(samples if samples else [math.nan] * bootstrap)
+                    psi_samples.append(samples if samples else [math.nan] * len(draws[scope]))
                 finite = [p for p in psis if not math.isnan(p)]
-                psi_matrix = np.array(psi_samples, dtype=float)  # (hparams, bootstrap)
-                with np.errstate(all="ignore"):
-                    psi_boot = [np.nanmean(col) if np.isfinite(col).any() else math.nan for col in psi_matrix.T]
+                psi_matrix = np.array(psi_samples, dtype=float)  # (hparams, replicates)
+                psi_boot = [np.nanmean(col) if np.isfinite(col).any() else math.nan for col in psi_matrix.T] \
+                    if draws[scope] else []
                 add("Psi", float(np.mean(finite)) if finite else math.nan, psi_boot, len(finite))
                 if scope == "all":
                     continue
                 k, kset = k_score(x, y, codes[scope])
-                add("K", k, [k_score(x, y, codes[scope], r)[0] for r in boot_k[scope]], len(data),
+                add("K", k, [k_score(x, y, codes[scope], r)[0] for r in boot_rows[scope][:bootstrap_k]], len(data),
                     note="S = {" + ", ".join(kset) + "}")
-                env = envs[scope, gap]
-                errors = environment_errors(data, m.column, gap, env)
-                ok = ~np.isnan(errors)
-                errs_ok = errors[ok]
-                b_env = [errors[r] for r in boot_envs[scope, gap]]
-                add("sign_error_max", float(errs_ok.max()) if errs_ok.size else math.nan,
-                    [np.nanmax(e) if np.isfinite(e).any() else math.nan for e in b_env], int(ok.sum()))
-                add("sign_error_mean", float(errs_ok.mean()) if errs_ok.size else math.nan,
-                    [np.nanmean(e) if np.isfinite(e).any() else math.nan for e in b_env], int(ok.sum()))
-    return pd.DataFrame(rows)
+                per_pair = pair_errors(data, m.column, gap, envs[scope, gap])
+                used = [e for e in per_pair if np.isfinite(e).any()]
+                errors = np.array([float(np.nanmean(e)) for e in used], dtype=float)
+                counts = {"environments": len(used), "pairs": int(sum(np.isfinite(e).sum() for e in used))}
+                add("sign_error_max", float(errors.max()) if errors.size else math.nan, [], len(used),
+                    note="a maximum over environments: no bootstrap interval", **counts)
+                clusters_of = pair_cluster[scope, gap]
+                samples = []
+                for w in weights[scope]:
+                    env_values = np.array([weighted_mean(e, w[c]) for e, c in zip(per_pair, clusters_of)], dtype=float)
+                    samples.append(float(np.nanmean(env_values)) if np.isfinite(env_values).any() else math.nan)
+                add("sign_error_mean", float(errors.mean()) if errors.size else math.nan, samples, len(used), **counts)
+    return pd.DataFrame(rows, columns=CORRELATION_COLUMNS)

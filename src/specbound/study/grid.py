@@ -5,7 +5,7 @@ training-set size, learning rate, batch size, AdamW weight decay and dropout; ev
 the criterion of :mod:`.train` (step cap ``max_steps``), and the seed redraws the initialisation,
 the batch order *and the training sample*.
 
-The full factorial (3^7 = 2,187 configurations per task and seed) is far beyond a 2-core machine.
+The full factorial (3^7 = 2,187 configurations per task and seed) is far beyond a CPU study.
 The design is **one-at-a-time around base points**, the "coupled networks" design of Dziugaite et
 al. (2020) and the granulated design of Jiang et al. (2020) restricted to single changes: for each
 task, each *base point* is trained, and so is every configuration that changes exactly one
@@ -17,8 +17,15 @@ hyper-parameter of it to another value on its axis.  A base point therefore cont
   deep-wide-small-sample one, so the single changes are seen from two places), 3 seeds, the three
   tasks: 2 x 15 x 3 x 3 = 270 runs, less the configurations the two bases share.
 * ``quick``: one small base point ``QUICK_BASE``, one other value per axis (``QUICK_AXES``: two
-  values each, small sizes), one seed, the three tasks: 8 x 3 = 24 runs.  For the tests and a
-  first look; it cannot tell anything (one seed, tiny sets).
+  values each, small sizes), seed 0, plus the base and its depth and width changes again at seed 1
+  (``QUICK_SCALING_SEEDS``), so that the growth exponents in depth and width have two clusters to
+  resample: (8 + 3) x 3 = 33 runs.  For the tests and a first look; it cannot tell anything (one or
+  two seeds, tiny sets).
+* ``deep``: the default grid with the depth axis extended to 12 (``DEEP_DEPTHS``, the BERT
+  Miniatures' depths), around both bases, 3 seeds: 270 + 3 x 2 x 3 x 3 = 324 runs.  It contains
+  every default-grid run (same keys), so a default study folder is extended, not redone; the extra
+  runs are the deepest and slowest of all and are meant for Dask workers (``--workers`` /
+  ``--scheduler``; README for the estimate).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 from ..errors import SpecboundError
+from ..options import NON_NEGATIVE_INT, POSITIVE_INT, Choice, check
 from .data import TASKS
 
 # Bumped whenever training or measuring changes what a run's record means: old records are then
@@ -54,14 +62,10 @@ class RunConfig:
     max_steps: int = 3000
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise SpecboundError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        check("task", self.task, Choice(TASKS))
         for name in ("depth", "width", "train_size", "heads", "ff_mult", "batch_size", "max_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecboundError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise SpecboundError(f"seed must be a non-negative integer, got {self.seed!r}")
+            check(name, getattr(self, name), POSITIVE_INT)
+        check("seed", self.seed, NON_NEGATIVE_INT)
         if self.width % self.heads:
             raise SpecboundError(f"width {self.width} is not a multiple of heads {self.heads}")
         if not self.weight_decay >= 0 or not self.lr > 0:
@@ -94,7 +98,7 @@ AXES = {"depth": (2, 4, 6), "width": (32, 64, 128), "train_size": (256, 512, 102
         "batch_size": (32, 64, 128), "weight_decay": (0.0, 0.1, 0.5), "dropout": (0.0, 0.1, 0.2)}
 # Base B's learning rate is 1e-3 and the axis stops at 2e-3: post-LayerNorm BERT at depth 4-6 on
 # fortunes collapses to chance at 2e-3 (train error 0.80 after 3,000 steps, seeds 0-2) and trains
-# to the criterion at 1e-3 (720 steps at depth 4, 1,000 at depth 6; docs/study.md section 9).
+# to the criterion at 1e-3 (720 steps at depth 4, 1,000 at depth 6; docs/study.md section 10).
 DEFAULT_BASES = (
     {"depth": 2, "width": 32, "train_size": 512, "lr": 2e-3, "batch_size": 64, "weight_decay": 0.0, "dropout": 0.0},
     {"depth": 4, "width": 64, "train_size": 256, "lr": 1e-3, "batch_size": 32, "weight_decay": 0.1, "dropout": 0.1},
@@ -107,7 +111,9 @@ QUICK_AXES = {"depth": (1, 2), "width": (16, 24), "train_size": (128, 192), "lr"
 QUICK_BASE = {"depth": 1, "width": 16, "train_size": 128, "lr": 3e-3, "batch_size": 32, "weight_decay": 0.0,
               "dropout": 0.0}
 QUICK_SEEDS = (0,)
+QUICK_SCALING_SEEDS = (1,)  # the base and its depth and width changes once more: a second cluster
 QUICK_MAX_STEPS = 1000
+DEEP_DEPTHS = (2, 4, 6, 8, 10, 12)
 
 
 def one_at_a_time(task: str, bases: tuple[dict, ...], axes: dict[str, tuple], seeds: tuple[int, ...],
@@ -132,11 +138,20 @@ def default_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
 
 
 def quick_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
+    scaling_axes = {h: QUICK_AXES[h] for h in ("depth", "width")}
     return [c for task in tasks
-            for c in one_at_a_time(task, (QUICK_BASE,), QUICK_AXES, QUICK_SEEDS, max_steps=QUICK_MAX_STEPS)]
+            for c in (one_at_a_time(task, (QUICK_BASE,), QUICK_AXES, QUICK_SEEDS, max_steps=QUICK_MAX_STEPS)
+                      + one_at_a_time(task, (QUICK_BASE,), scaling_axes, QUICK_SCALING_SEEDS,
+                                      max_steps=QUICK_MAX_STEPS))]
 
 
-GRIDS = {"default": default_grid, "quick": quick_grid}
+def deep_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
+    axes = {**AXES, "depth": DEEP_DEPTHS}
+    return [c for task in tasks
+            for c in one_at_a_time(task, DEFAULT_BASES, axes, DEFAULT_SEEDS, max_steps=DEFAULT_MAX_STEPS)]
+
+
+GRIDS = {"default": default_grid, "quick": quick_grid, "deep": deep_grid}
 
 
 def make_grid(name: str, tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:

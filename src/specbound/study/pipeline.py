@@ -1,10 +1,12 @@
 """``run_study``: grid -> train to the criterion (resumable, in worker processes or as Dask tasks)
--> analyze every checkpoint -> records -> correlations over the runs that met the criterion -> report.
+-> analyze every checkpoint -> records -> correlations and growth exponents over the runs that met
+the criterion -> report.  ``report_study``: the same statistics and report from a stored
+``runs.csv`` alone.
 
-Threads: training models this small gains nothing from intra-op threads (on this 2-core machine
-one process with 2 torch threads trained 5x *slower* than with 1 while another process was busy),
-so the ``threads`` budget is spent on ``jobs`` worker processes (default: one per thread), each with
-``threads // jobs`` torch/BLAS threads, pinned before torch is imported.  Workers are spawned, so
+Threads: training models this small gains nothing from intra-op threads (a second torch thread
+made training slower; docs/benchmarks.md), so the ``threads`` budget is spent on ``jobs`` worker
+processes (default: one per thread), each with ``threads // jobs`` torch/BLAS threads, pinned
+before torch is imported.  Workers are spawned, so
 the calling process never imports torch.
 
 Bigger grids run as Dask tasks, one per run, as ``specbound sweep`` does (sweep/run.py): a local
@@ -26,8 +28,9 @@ from typing import Callable
 import pandas as pd
 
 from ..errors import SpecboundError
+from ..options import NON_NEGATIVE_INT, POSITIVE_INT, check
 from .data import TASKS
-from .grid import RunConfig, make_grid
+from .grid import HPARAMS, RunConfig, make_grid
 from .runs import analyze_record, is_trained, load_records, remove_stale_temps, run_path
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -40,7 +43,8 @@ class StudyResult:
     Attributes
     ----------
     runs : DataFrame
-        One row per run (``table.runs_table``): hyper-parameters, metrics, every measure.
+        One row per run (``table.runs_table``): hyper-parameters, metrics, every measure, and its
+        ``base`` point and bootstrap ``cluster`` (``correlate.clusters``).
     measures : DataFrame
         The measure columns' catalogue (``column, kind, bound``).
     correlations : DataFrame
@@ -48,8 +52,10 @@ class StudyResult:
         the runs that met the training criterion.
     pstar : DataFrame
         One row per analysed matrix: the chosen Schatten index ``p*`` (``table.pstar_table``).
+    scaling : DataFrame
+        Every bound's growth exponent in depth and width (``scaling.scaling_slopes``).
     files : dict[str, Path]
-        The report's files (``report.md``, ``runs.csv``, ``correlations.csv``, figures).
+        The report's files (``report.md``, ``runs.csv``, ``correlations.csv``, ``scaling.csv``, figures).
     timing : dict
         ``seconds`` (wall clock), ``trained``, ``analysed``, ``skipped`` runs, ``jobs``, ``threads``.
     """
@@ -58,6 +64,7 @@ class StudyResult:
     measures: pd.DataFrame
     correlations: pd.DataFrame
     pstar: pd.DataFrame = field(default_factory=pd.DataFrame)
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     files: dict = field(default_factory=dict)
     timing: dict = field(default_factory=dict)
 
@@ -73,11 +80,11 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     ----------
     out : path
         Study folder: ``runs/`` (one folder per run) and the report files.
-    grid : {"default", "quick"} or list of RunConfig
+    grid : {"default", "quick", "deep"} or list of RunConfig
     tasks : tuple of {"fmnist", "langid", "fortunes"}
         Used with a named grid.
     threads : int
-        CPU threads to use in all (default 2, this machine's cores).
+        CPU threads to use in all (default 2).
     jobs : int, optional
         Worker processes (default ``threads``); each gets ``max(1, threads // jobs)`` threads.
     workers, scheduler : optional
@@ -97,23 +104,16 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     log : callable(str), optional
         Progress lines (default: stderr).
     """
-    from .correlate import BOOTSTRAP, BOOTSTRAP_K, correlations
+    from .correlate import BOOTSTRAP
     from .grid import with_seeds
-    from .report import write_report
-    from .table import GAPS, pstar_table, runs_table
+    from .table import pstar_table, runs_table
 
-    if not isinstance(threads, int) or threads < 1:
-        raise SpecboundError(f"threads must be a positive integer, got {threads!r}")
-    jobs = threads if jobs is None else jobs
-    if not isinstance(jobs, int) or jobs < 1:
-        raise SpecboundError(f"jobs must be a positive integer, got {jobs!r}")
+    check("threads", threads, POSITIVE_INT)
+    jobs = check("jobs", threads if jobs is None else jobs, POSITIVE_INT)
     if workers is not None and scheduler is not None:
         raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
-    bootstrap = BOOTSTRAP if bootstrap is None else bootstrap
-    if not isinstance(bootstrap, int) or bootstrap < 0:
-        raise SpecboundError(f"bootstrap must be a non-negative integer, got {bootstrap!r}")
+    check("workers", workers, None, POSITIVE_INT)
+    bootstrap = check("bootstrap", BOOTSTRAP if bootstrap is None else bootstrap, NON_NEGATIVE_INT)
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     out = Path(out)
     grid_name = grid if isinstance(grid, str) else "custom"
@@ -148,23 +148,89 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     records = load_records(out, configs)
     runs, measures = runs_table(records)
     pstar = pstar_table(records)
-    converged = runs[runs["converged"].astype(bool)]
-    log(f"{len(converged)} of {len(runs)} runs met the training criterion; correlating those "
-        f"({bootstrap} bootstrap replicates)")
-    if len(converged):
-        corr = correlations(converged, measures, gaps=GAPS, bootstrap=bootstrap,
-                            bootstrap_k=min(bootstrap, BOOTSTRAP_K))
-    else:  # nothing to correlate: the report still lists every run and why it is excluded
-        corr = pd.DataFrame(columns=["gap", "measure", "kind", "scope", "statistic", "value", "value_lo", "value_hi",
-                                     "groups", "note"])
     timing = {"seconds": time.perf_counter() - start, "seconds_training_and_analysis": seconds_runs,
               "trained": sum(o["trained"] for o in outcomes), "analysed": sum(o["analysed"] for o in outcomes),
               "skipped": len(configs) - len(todo), "jobs": jobs_used, "threads": threads, "grid": grid_name,
               "tasks": sorted({c.task for c in configs}), "bootstrap": bootstrap,
               "dask": scheduler or (f"LocalCluster({workers})" if workers else None)}
-    files = write_report(out, runs, measures, corr, pstar, timing=timing, command=command, figures=figures)
+    return _analyse_and_report(out, runs, measures, pstar, timing=timing, start=start, figures=figures,
+                               command=command, log=log)
+
+
+def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool = True, command: str | None = None,
+                 log: Callable[[str], None] | None = None) -> StudyResult:
+    """Rebuild a study's statistics and report from its stored ``runs.csv`` (and ``pstar.csv`` when
+    present) alone: no run folder is read, nothing is trained or analysed.  For a study folder whose
+    ``runs/`` is gone (a published one, such as docs/study-default/), or to re-report after a change
+    to the statistics; a change to the bounds needs the run folders and ``--reanalyze``.
+    """
+    from .correlate import BOOTSTRAP
+    from .table import METRICS, measures_from_columns
+
+    out = Path(out)
+    bootstrap = check("bootstrap", BOOTSTRAP if bootstrap is None else bootstrap, NON_NEGATIVE_INT)
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    path = out / "runs.csv"
+    if not path.is_file():
+        raise SpecboundError(f"no {path}: --report-only rebuilds the report of a study folder that holds runs.csv; "
+                             f"run `specbound study --out {out}` first")
+    start = time.perf_counter()
+    runs = pd.read_csv(path)
+    missing = [c for c in ("run", "key", "task", *HPARAMS, "seed", "max_steps", *METRICS) if c not in runs.columns]
+    if missing:
+        raise SpecboundError(f"{path} lacks the column(s) {', '.join(missing)}: it is not a study's runs.csv")
+    runs = runs.drop(columns=[c for c in ("base", "cluster") if c in runs.columns])  # recomputed below
+    measures = measures_from_columns(runs.columns)
+    pstar_path = out / "pstar.csv"
+    pstar = pd.read_csv(pstar_path) if pstar_path.is_file() else pd.DataFrame()
+    grid = _grid_of(runs)
+    log(f"re-reporting {len(runs)} runs from {path}" + ("" if len(pstar) else " (no pstar.csv: no p* table)"))
+    timing = {"seconds": 0.0, "seconds_training_and_analysis": 0.0, "trained": 0, "analysed": 0, "skipped": len(runs),
+              "jobs": 0, "threads": 1, "grid": grid, "tasks": sorted(runs["task"].unique()), "bootstrap": bootstrap,
+              "dask": None, "reported_from": "runs.csv" + (" and pstar.csv" if len(pstar) else "")}
+    return _analyse_and_report(out, runs, measures, pstar, timing=timing, start=start, figures=figures,
+                               command=command, log=log)
+
+
+def _grid_of(runs: pd.DataFrame) -> str:
+    """The named grid whose runs are exactly ``runs`` (by key), or a description."""
+    from .grid import GRIDS
+
+    keys, tasks = set(runs["key"].astype(str)), tuple(sorted(runs["task"].unique()))
+    for name in GRIDS:
+        if {c.key for c in make_grid(name, tasks)} == keys:
+            return name
+    return "custom (as recorded in runs.csv)"
+
+
+def _analyse_and_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, pstar: pd.DataFrame, *, timing: dict,
+                        start: float, figures: bool, command: str | None, log) -> StudyResult:
+    """Clusters over every run, then correlations and growth exponents over the runs that met the
+    criterion, then the report files."""
+    from .correlate import BOOTSTRAP_K, CORRELATION_COLUMNS, clusters, correlations
+    from .report import write_report
+    from .scaling import SCALING_COLUMNS, scaling_slopes
+    from .table import GAPS
+
+    bootstrap = timing["bootstrap"]
+    base, cluster = clusters(runs)
+    runs = runs.assign(base=base, cluster=cluster)
+    converged = runs[runs["converged"].astype(bool)]
+    log(f"{len(converged)} of {len(runs)} runs met the training criterion; correlating those "
+        f"({bootstrap} bootstrap replicates over {len(set(converged['cluster']))} clusters)")
+    if len(converged):
+        corr = correlations(converged, measures, gaps=GAPS, bootstrap=bootstrap,
+                            bootstrap_k=min(bootstrap, BOOTSTRAP_K))
+        bounds = measures.loc[measures["kind"] == "complexity", "column"].tolist()
+        scaling = scaling_slopes(converged, bounds, bootstrap=bootstrap)
+    else:  # nothing to correlate: the report still lists every run and why it is excluded
+        corr = pd.DataFrame(columns=CORRELATION_COLUMNS)
+        scaling = pd.DataFrame(columns=SCALING_COLUMNS)
+    files = write_report(out, runs, measures, corr, pstar, scaling=scaling, timing=timing, command=command,
+                         figures=figures)
     timing["seconds"] = time.perf_counter() - start
-    return StudyResult(runs=runs, measures=measures, correlations=corr, pstar=pstar, files=files, timing=timing)
+    return StudyResult(runs=runs, measures=measures, correlations=corr, pstar=pstar, scaling=scaling, files=files,
+                       timing=timing)
 
 
 def _execute_dask(todo: list[RunConfig], out: Path, *, workers, scheduler, reanalyze: bool, log) -> list[dict]:

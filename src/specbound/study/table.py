@@ -68,6 +68,30 @@ def runs_table(records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return runs, measures
 
 
+IDENTITY = ("run", "key", "task", *HPARAMS, "seed", "max_steps", "base", "cluster")
+
+
+def measures_from_columns(columns) -> pd.DataFrame:
+    """The measure columns' catalogue (``column, kind, bound``) of a stored ``runs.csv``, from its
+    column names alone (the names :func:`runs_table` gives them), in :func:`runs_table`'s order."""
+    catalogue = {}
+    for c in columns:
+        if c in IDENTITY or c in METRICS or c.startswith("vacuous:"):
+            continue
+        init = c.endswith(INIT_SUFFIX)
+        if c.startswith("gap:"):
+            kind, bound = ("gap_bound_from_init" if init else "gap_bound"), c[len("gap:"):]
+        elif c in REFERENCE:
+            kind, bound = "reference", c
+        else:
+            kind, bound = ("from_init" if init else "complexity"), c
+        catalogue[c] = (kind, bound[: -len(INIT_SUFFIX)] if init else bound)
+    order = {k: i for i, k in enumerate(MEASURE_KINDS)}
+    measures = pd.DataFrame([{"column": c, "kind": k, "bound": b} for c, (k, b) in catalogue.items()],
+                            columns=["column", "kind", "bound"])
+    return measures.sort_values("kind", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+
+
 def pstar_table(records: list[dict]) -> pd.DataFrame:
     """One row per analysed matrix of every run: ``run, task, depth, converged, layer, role, p_star,
     log10_alpha`` (the spectrum-adaptive bound's chosen Schatten index and the layer's alpha)."""

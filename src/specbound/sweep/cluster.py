@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Iterator
 
-from ..errors import SpecboundError
+from ..errors import SpecboundError, missing_extra
 
 
 @contextlib.contextmanager
@@ -18,8 +18,7 @@ def dask_client(*, workers: int | None, scheduler: str | None, what: str) -> Ite
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
-        raise SpecboundError(f"a Dask {what} needs dask.distributed: pip install -e '.[sweep]' in the specbound "
-                             f"checkout") from None
+        raise SpecboundError(missing_extra(f"a Dask {what}", "distributed")) from None
     with contextlib.ExitStack() as stack:
         if scheduler is not None:
             try:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import ENVIRONMENT_ERRORS, SpecboundError, one_line
-from ..options import AnalysisOptions
+from ..io.formats import INDEX_FILES
+from ..options import POSITIVE_INT, AnalysisOptions, Choice, check
 from .sources import Source
 from .store import (Record, Store, canonical_options, check_unchanged, fingerprint, hash_weights, record_from_analysis,
                     record_key)
@@ -38,6 +39,9 @@ from .store import (Record, Store, canonical_options, check_unchanged, fingerpri
 # A checkpoint whose weight files exceed this many bytes runs as one Dask task per layer.
 PER_LAYER_BYTES = 2 << 30
 PER_LAYER_MODES = ("auto", "always", "never")
+# How a task runs unless told otherwise (the options that do not change the numbers): one BLAS
+# thread, so that tasks side by side do not oversubscribe the cores.
+TASK_RUN = AnalysisOptions(threads=1)
 
 
 @dataclass(frozen=True)
@@ -142,9 +146,6 @@ class Header:
         return sum(p.stat().st_size for p in self.files)
 
 
-_INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
 def read_header(source: Source, options: dict[str, Any]) -> Header:
     """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
     from ..io.base import read_config
@@ -158,7 +159,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         raise SpecboundError(f"{source.name} is not stored in files; a sweep analyses model folders, weight "
                              f"files or hub ids")
     cfg_path = model.ckpt.config_path
-    side = [cfg_path, *(cfg_path.parent / n for n in _INDEX_FILES)] if cfg_path is not None else []
+    side = [cfg_path, *(cfg_path.parent / n for n in INDEX_FILES)] if cfg_path is not None else []
     if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
         side.append(Path(options["arch_spec"]))
     side_prints = tuple(fingerprint(p) for p in side if p.is_file())
@@ -253,16 +254,15 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
 
 # --- what a task runs (here or on a Dask worker) -----------------------------------------------
 
-def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str = "local",
-                 jobs: int | str = 1, device: str = "numpy") -> Record:
-    """Analyse one planned task (``jobs`` layers at a time, kernels on ``device``) and build its record."""
+def analyze_task(task: Task, run: AnalysisOptions = TASK_RUN, progress=None, mode: str = "local") -> Record:
+    """Analyse one planned task and build its record; ``run`` says how (its ``threads``, ``jobs`` and
+    ``device``; its other options are the task's)."""
     from ..pipeline import analyze
 
-    opts = dict(task.options)
-    clock = time.thread_time if jobs == 1 else time.process_time  # CPU of the layer threads too
+    clock = time.thread_time if run.jobs == 1 else time.process_time  # CPU of the layer threads too
     start, cpu = time.perf_counter(), clock()
     check_unchanged(task.fingerprints, task.source.name)  # the bytes hashed are the bytes analysed
-    analysis = analyze(task.source.target, threads=threads, jobs=jobs, progress=progress, device=device, **opts)
+    analysis = analyze(task.source.target, task_options(task, run), progress=progress)
     check_unchanged(task.fingerprints, task.source.name)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
                                 weights_sha256=task.weights_sha256, options=task.options,
@@ -270,37 +270,42 @@ def analyze_task(task: Task, threads: int | None = 1, progress=None, mode: str =
                                 mode=mode)
 
 
-def layer_task(task: Task, layer: int, threads: int | None = 1, device: str = "numpy"):
-    """Spectra of one layer of a planned task, and the seconds they took."""
+def task_options(task: Task, run: AnalysisOptions) -> AnalysisOptions:
+    """The task's options with ``run``'s ``threads``, ``jobs`` and ``device``."""
+    return AnalysisOptions.build(task.options, threads=run.threads, jobs=run.jobs, device=run.device)
+
+
+def layer_task(task: Task, layer: int, run: AnalysisOptions = TASK_RUN):
+    """Spectra of one layer of a planned task (``run``: its ``threads`` and ``device``), and the
+    seconds they took."""
     from threadpoolctl import threadpool_limits
 
     from ..pipeline import model_layer_spectra, open_model
 
     start, cpu = time.perf_counter(), time.thread_time()
     check_unchanged(task.fingerprints, task.source.name)
-    with threadpool_limits(limits=threads):
-        model = open_model(task.source.target, arch_spec=task.options["arch_spec"])
-        spectra = model_layer_spectra(model, layer, method=task.options["method"],
-                                      gram_rtol=task.options["gram_rtol"], rank_tol=task.options["rank_tol"],
-                                      device=device)
+    options = task_options(task, run)
+    with threadpool_limits(limits=run.threads):
+        model = open_model(task.source.target, arch_spec=options.arch_spec)
+        spectra = model_layer_spectra(model, layer, options.kernel)
         model.ckpt.close()
     check_unchanged(task.fingerprints, task.source.name)
     return spectra, time.perf_counter() - start, time.thread_time() - cpu
 
 
-def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> Record:
+def assemble_task(task: Task, layer_results: list, run: AnalysisOptions = TASK_RUN) -> Record:
     """The record of a task run layer by layer (:func:`layer_task`), as :func:`analyze_task` makes it."""
     from threadpoolctl import threadpool_limits
 
     from ..pipeline import assemble, open_model
 
     start, cpu = time.perf_counter(), time.thread_time()
-    o = task.options
-    with threadpool_limits(limits=threads):
-        model = open_model(task.source.target, arch_spec=o["arch_spec"])
+    options = task_options(task, run)
+    with threadpool_limits(limits=run.threads):
+        model = open_model(task.source.target, arch_spec=options.arch_spec)
         model.ckpt.close()
         layers = [spectra for spectra, _, _ in layer_results]
-        analysis = assemble(model, layers, AnalysisOptions.build(o))
+        analysis = assemble(model, layers, options)
     check_unchanged(task.fingerprints, task.source.name)
     seconds = time.perf_counter() - start + sum(s for _, s, _ in layer_results)
     cpu_seconds = time.thread_time() - cpu + sum(c for _, _, c in layer_results)
@@ -313,8 +318,8 @@ def assemble_task(task: Task, layer_results: list, threads: int | None = 1) -> R
 
 def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dict[str, Any]] | None = None,
               workers: int | None = None, scheduler: str | None = None, per_layer: str = "auto",
-              threads: int | None = 1, jobs: int | str = 1, progress: bool | None = None,
-              device: str = "numpy") -> SweepReport:
+              threads: int | None = 1, jobs: int | str | None = None, progress: bool | None = None,
+              device: str | None = None) -> SweepReport:
     """Analyse every source with every option set into ``store``, skipping what is there.
 
     Parameters
@@ -335,10 +340,13 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         ``PER_LAYER_BYTES``.
     threads : int or None
         BLAS threads per task (default 1; None: the BLAS default).
-    jobs : int or "auto"
-        Layers of each checkpoint analysed at once, in threads (default 1; not for per-layer
-        tasks).  ``"auto"`` (the command line's default): as :func:`specbound.pipeline.auto_jobs`
-        decides for a local run, 1 on Dask, whose workers are the parallelism there.
+    jobs : int or "auto", optional
+        Layers of each checkpoint analysed at once, in threads (default: the ``jobs`` option's; not
+        for per-layer tasks).  ``"auto"`` (the command line's default): as
+        :func:`specbound.pipeline.auto_jobs` decides for a local run, 1 on Dask, whose workers are
+        the parallelism there.
+    device : {"numpy", "cpu", "cuda"}, optional
+        Where each task's linear algebra runs (default: the ``device`` option's).
     progress : bool, optional
         Progress bars on stderr (checkpoints and matrices); default when stderr is a terminal.
 
@@ -348,12 +356,10 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     """
     if workers is not None and scheduler is not None:
         raise SpecboundError("pass either workers (a local Dask cluster) or scheduler (an existing one), not both")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise SpecboundError(f"workers must be a positive integer, got {workers!r}")
-    if jobs != "auto" and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
-        raise SpecboundError(f"jobs must be a positive integer (layers analysed at once) or 'auto', got {jobs!r}")
-    if per_layer not in PER_LAYER_MODES:
-        raise SpecboundError(f"per_layer must be one of {', '.join(PER_LAYER_MODES)}, got {per_layer!r}")
+    check("workers", workers, None, POSITIVE_INT)
+    check("per_layer", per_layer, Choice(PER_LAYER_MODES))
+    given = {"jobs": jobs, "device": device}
+    run = AnalysisOptions.build(threads=threads, **{k: v for k, v in given.items() if v is not None})
     for options in option_sets or [{}]:  # a bad option set is the request's error, not each source's
         spec = canonical_options(options)["arch_spec"]
         if spec is not None:
@@ -365,7 +371,7 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     if workers is None and scheduler is None:  # a cluster's workers have their own cores
         from ..pipeline import cap_threads
 
-        threads = cap_threads(threads)
+        run = AnalysisOptions.build(run, threads=cap_threads(run.threads))
     start = time.perf_counter()
     st = Store(store)
     st._ensure()  # a store that cannot be written fails now, before any analysis
@@ -376,10 +382,10 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     tasks = _fresh_tasks(iter_tasks(headers, st, report.failed), st, report, bars)
     try:
         if workers is None and scheduler is None:
-            _run_here(tasks, st, report, threads, bars, jobs, device)
+            _run_here(tasks, st, report, run, bars)
         else:
-            _run_dask(tasks, st, report, threads, bars, workers, scheduler, per_layer, 1 if jobs == "auto" else jobs,
-                      device)
+            _run_dask(tasks, st, report, AnalysisOptions.build(run, jobs=1) if run.jobs == "auto" else run, bars,
+                      workers, scheduler, per_layer)
     finally:
         bars.close()
     report.seconds = time.perf_counter() - start
@@ -403,8 +409,7 @@ def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) ->
             yield task
 
 
-def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, bars, jobs: int | str = 1,
-              device: str = "numpy") -> None:
+def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, run: AnalysisOptions, bars) -> None:
     """One task after the other in this thread; each record is written by a writer thread while
     the next checkpoint is analysed."""
     from concurrent.futures import ThreadPoolExecutor
@@ -413,7 +418,7 @@ def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, threads, ba
         writes = []
         for task in tasks:
             try:
-                record = analyze_task(task, threads, progress=_layer_counter(task, bars), jobs=jobs, device=device)
+                record = analyze_task(task, run, progress=_layer_counter(task, bars))
             except (SpecboundError, *ENVIRONMENT_ERRORS) as exc:  # one bad checkpoint never stops a sweep
                 report.failed.append((task.source.name, str(one_line(exc, f"analyse {task.source.name}"))))
                 bars.checkpoint(task, failed=True)
@@ -442,8 +447,8 @@ def _layer_counter(task: Task, bars):
     return advance
 
 
-def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, scheduler, per_layer, jobs=1,
-              device="numpy") -> None:
+def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars, workers, scheduler,
+              per_layer) -> None:
     from .cluster import dask_client
 
     with dask_client(workers=workers, scheduler=scheduler, what="sweep") as (client, mode):
@@ -456,15 +461,15 @@ def _run_dask(tasks, st: Store, report: SweepReport, threads, bars, workers, sch
             split = task.options.get("init") is None and (
                 per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES))
             if split:
-                parts = [client.submit(layer_task, task, layer, threads, device, pure=False,
+                parts = [client.submit(layer_task, task, layer, run, pure=False,
                                        key=f"specbound-layer-{task.key}-{layer}") for layer in range(task.layers)]
                 for part in parts:
                     layers_of[part.key] = task
                 submitted += parts
-                final = client.submit(assemble_task, task, parts, threads, pure=False,
+                final = client.submit(assemble_task, task, parts, run, pure=False,
                                       key=f"specbound-assemble-{task.key}")
             else:
-                final = client.submit(analyze_task, task, threads, None, "dask", jobs, device, pure=False,
+                final = client.submit(analyze_task, task, run, None, "dask", pure=False,
                                       key=f"specbound-{task.key}")
             finals[final.key] = (task, split)
             submitted.append(final)
@@ -501,9 +506,9 @@ class _NoBar:
 def _bar(enabled: bool, **kwargs):
     if not enabled:
         return _NoBar()
-    from tqdm.auto import tqdm
+    from ..pipeline import tqdm_class
 
-    return tqdm(file=sys.stderr, dynamic_ncols=True, **kwargs)
+    return tqdm_class()(file=sys.stderr, dynamic_ncols=True, **kwargs)
 
 
 class _Progress:

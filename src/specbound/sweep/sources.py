@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, os_errors, oversized_integer_text
 from ..options import AnalysisOptions, option_names
 from ..io.hub_cache import cache_dir, cached_model_ids, find_snapshot
 
@@ -328,6 +328,8 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
                              f"{exc.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecboundError(f"cannot parse the sweep config {path} as TOML: {exc}") from None
+    except ValueError:  # an integer beyond Python's int-string limit (TOMLDecodeError is caught above)
+        raise oversized_integer_text(f"parse the sweep config {path}", "fix the value") from None
     except RecursionError:
         raise SpecboundError(f"cannot parse the sweep config {path}: it is nested too deeply to be a sweep "
                              f"config (sources, store, [options])") from None

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -35,10 +37,15 @@ from typing import Any, Iterator
 
 from ..atomic import remove_stale, temp_path
 from ..errors import SpecboundError, os_errors
-from ..io.base import fingerprint
-from ..options import AnalysisOptions
+from ..io.base import fingerprint, read_regular_file
+from ..options import AnalysisOptions, option_fields
 
+# The store format, in every key and record.json.  Format 1's key is a hash of the weights and of
+# KEY_OPTIONS (always, in this order) plus every other option that changes the numbers and differs
+# from its default: an option added to AnalysisOptions with a default leaves every key as it is.
+# Changing what a key holds is a new format (and a migration of the stores written in this one).
 RECORD_FORMAT = 1
+KEY_OPTIONS = ("grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec")
 TABLES = ("matrices", "layers", "singular_values", "curves")
 QUARANTINE = "quarantine"  # records that cannot be read, set aside by Store.quarantine
 _HASH_CHUNK = 1 << 22
@@ -46,10 +53,17 @@ _HASH_CHUNK = 1 << 22
 
 # --- keys --------------------------------------------------------------------------------------
 
-def canonical_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """The options that change the numbers, every default filled in, in a fixed order
-    (:meth:`AnalysisOptions.key_options`); unknown names and bad values are an error."""
-    return AnalysisOptions.build(options).key_options()
+def canonical_options(options: dict[str, Any] | AnalysisOptions | None) -> dict[str, Any]:
+    """The options of a record key (:data:`KEY_OPTIONS`, then every other option that changes the
+    numbers and differs from its default; paths as strings), in that order; unknown names and bad
+    values are an error."""
+    opts = AnalysisOptions.build(options)
+    out = {}
+    for f in option_fields():
+        value = getattr(opts, f.name)
+        if f.metadata["key"] and (f.name in KEY_OPTIONS or value != f.default):
+            out[f.name] = str(value) if f.metadata["kind"] == "path" and value is not None else value
+    return {**{k: out[k] for k in KEY_OPTIONS}, **{k: v for k, v in out.items() if k not in KEY_OPTIONS}}
 
 
 def _file_sha256(path: Path, digest=None):
@@ -204,6 +218,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
         "location": getattr(analysis, "location", None) or analysis.source, "weights_sha256": weights_sha256,
         "options": canonical_options(options), "model": analysis.model,
         "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
+        "log10_bounds": log10_bounds(analysis),
         "matrices": int(len(analysis.matrices)), "analysis": doc,
         "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
@@ -225,10 +240,31 @@ def _with_ids(table, *, key: str, source: str):
     return pd.concat([ids, table.reset_index(drop=True)], axis=1)
 
 
-def _json_float(value: float):
-    import math
+def _json_float(value: float) -> float | None:
+    """A bound as record.json holds it: finite, or null (too large for float64: its ``log10_bounds``
+    entry says how large)."""
+    return value if math.isfinite(value) else None
 
-    return value if math.isfinite(value) else str(value)
+
+def log10_bounds(analysis) -> dict[str, float | None]:
+    """``log10`` of every bound (:func:`bound_values`), finite however large the bound; null for a
+    bound that is zero or undefined."""
+    known = getattr(analysis, "log10_bounds", None) or {}
+    out = {}
+    for name, value in bound_values(analysis).items():
+        log10 = known.get(name)
+        if log10 is None:
+            log10 = math.log10(value) if 0 < value < math.inf else math.nan
+        out[name] = float(log10) if math.isfinite(log10) else None
+    return out
+
+
+def meta_checksum(meta: dict[str, Any]) -> str:
+    """SHA-256 of a record's ``record.json`` without its ``checksum`` (canonical JSON): every field,
+    the SHA-256 of each table file among them, so that an edit anywhere in a record is noticed."""
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                     allow_nan=False).encode()).hexdigest()
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -326,10 +362,14 @@ class Store:
     def _publish(self, record: Record, tmp: Path) -> bool:
         tmp.mkdir()
         try:
+            hashes = {}
             for name in TABLES:
                 path = tmp / f"{name}.parquet"
                 record.tables[name].to_parquet(path, index=False)
                 _fsync(path)
+                hashes[name] = _file_sha256(path).hexdigest()
+            record.meta["tables"] = hashes
+            record.meta["checksum"] = meta_checksum(record.meta)
             (tmp / "record.json").write_text(json.dumps(record.meta, indent=2, allow_nan=False))
             _fsync(tmp / "record.json")
             _fsync(tmp)
@@ -349,16 +389,28 @@ class Store:
         """The ``record.json`` of record ``key`` (no table is read)."""
         if key not in self:
             raise SpecboundError(f"no readable record {key} in the store {self.root}")
-        return json.loads((self.records_dir / key / "record.json").read_text())
+        return json.loads(_read_record_file(self.records_dir / key / "record.json"))
 
     def load(self, key: str, tables: tuple[str, ...] = TABLES) -> Record:
         """The record ``key`` with the named tables read (one that cannot be read is quarantined
         and is an error)."""
         import pandas as pd
 
+        import io
+
+        from ..records.schema import read_table
+
         meta = self.load_meta(key)
         try:
-            return Record(meta, {t: pd.read_parquet(self.records_dir / key / f"{t}.parquet") for t in tables})
+            read = {}
+            for t in tables:
+                data = _read_record_file(self.records_dir / key / f"{t}.parquet")
+                expected = (meta.get("tables") or {}).get(t)
+                if expected is not None and hashlib.sha256(data).hexdigest() != expected:
+                    raise ValueError(f"{t}.parquet is not the file the record was written with (its SHA-256 "
+                                     f"differs from record.json's)")
+                read[t] = read_table(t, pd.read_parquet(io.BytesIO(data)))
+            return Record(meta, read)
         except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a corrupt file)
             problem = f"{type(exc).__name__}: {str(exc)[:200]}"
         self.quarantine(key, problem)
@@ -383,7 +435,12 @@ class Store:
             row.update({k: v for k, v in meta["options"].items() if k != "arch_spec"})
             row["grid_m"] = meta["analysis"]["options"]["grid_m"]
             row.update({f"label_{k}": v for k, v in meta.get("labels", {}).items()})
-            row.update({k: float(v) for k, v in meta["bounds"].items()})
+            log10 = meta.get("log10_bounds") or (meta["analysis"].get("log10_bounds") or {})
+            for name, value in meta["bounds"].items():
+                row[name] = _finite(value)
+                row[f"log10_{name}"] = _finite(log10.get(name)) if isinstance(log10, dict) else math.nan
+                if not math.isfinite(row[f"log10_{name}"]) and row[name] > 0:
+                    row[f"log10_{name}"] = math.log10(row[name])
             row["seconds"] = meta["run"]["seconds"]
             row["cpu_seconds"] = meta["run"].get("cpu_seconds")
             rows.append(row)
@@ -401,8 +458,8 @@ class Store:
     def load_digests(self) -> dict[str, str]:
         """The remembered file hashes (empty when none or unreadable: it is only a cache)."""
         try:
-            cache = json.loads((self.root / "digests.json").read_bytes().decode("utf-8"))
-        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            cache = json.loads(_read_record_file(self.root / "digests.json").decode("utf-8"))
+        except (SpecboundError, OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return {}
         if not isinstance(cache, dict):
             return {}
@@ -431,19 +488,67 @@ class Store:
 _META_FIELDS = {"key": str, "source": str, "model": dict, "options": dict, "bounds": dict, "analysis": dict,
                 "run": dict}
 _MODEL_FIELDS = ("family", "L", "N")
+# Dimensions and integer labels a record may hold: far above any model, far below where converting
+# them to a float (scaling fits, plots) or printing them could fail.
+_MAX_RECORD_INT = 2**53
+_RECORD_BYTES = 64 << 20  # record.json: kilobytes; a table file: its stored bytes, read whole
+_TABLE_BYTES = 4 << 30
+_SHA256 = frozenset("0123456789abcdef")
 
 
-def record_problem(folder: Path, key: str) -> str | None:
-    """Why the record in ``folder`` cannot be read, or None when it can: ``record.json`` must be a
-    UTF-8 JSON object with the fields every reader uses (and its own key), and every table a
-    Parquet file whose footer reads (truncated and overwritten files fail there)."""
-    try:
-        raw = (folder / "record.json").read_bytes()
-        if len(raw) > 64 << 20:
-            return f"record.json is {len(raw):,} bytes"
-        meta = json.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        return f"record.json: {type(exc).__name__}: {str(exc)[:120]}"
+def _read_record_file(path: Path, limit: int | None = None) -> bytes:
+    """A store file's bytes: a regular file of bounded size only (a FIFO or ``/dev/zero`` put in
+    its place is refused before it is opened)."""
+    limit = limit or (_RECORD_BYTES if path.suffix == ".json" else _TABLE_BYTES)
+    return read_regular_file(path, limit, f"store file {path.name}", "the record is recomputed by the next sweep")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"the non-standard JSON constant {name}")
+
+
+def _is_digest(value) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _SHA256
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < _MAX_RECORD_INT
+
+
+def _is_number(value) -> bool:
+    """A finite float, or an integer below 2^53 in size (a float holds it exactly)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) < _MAX_RECORD_INT
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _label_problem(labels) -> str | None:
+    if not isinstance(labels, dict):
+        return f"record.json's labels are a {type(labels).__name__}, not an object"
+    for name, value in labels.items():
+        if not (value is None or isinstance(value, (str, bool)) or _is_number(value)):
+            return f"record.json's label {name!r:.40} is {str(value)[:40]!r}, not a number, string or null"
+    return None
+
+
+def _bound_problem(meta) -> str | None:
+    for group in ("bounds", "log10_bounds"):
+        values = meta.get(group, {})
+        if not isinstance(values, dict):
+            return f"record.json's {group} is a {type(values).__name__}, not an object"
+        for name, value in values.items():
+            legacy = group == "bounds" and value in ("inf", "nan")  # written before log10_bounds
+            if not (value is None or legacy or _is_number(value)):
+                return f"record.json's {group[:-1]} {name!r:.40} is {str(value)[:40]!r}, not a finite number or null"
+    return None
+
+
+def meta_problem(meta: Any, key: str) -> str | None:
+    """Why a decoded ``record.json`` is not one every reader can use, or None: the fields and types
+    they read, dimensions and labels in range, finite bounds (or null), its own key, and, for a
+    record written with one, its checksum (an edited record is caught here like a damaged one)."""
     if not isinstance(meta, dict):
         return f"record.json holds a JSON {type(meta).__name__}, not an object"
     for name, kind in _META_FIELDS.items():
@@ -451,25 +556,65 @@ def record_problem(folder: Path, key: str) -> str | None:
             return f"record.json has no {kind.__name__} '{name}'"
     if meta["key"] != key:
         return f"record.json says key {meta['key'][:40]!r}, its folder {key!r}"
-    missing = [f for f in _MODEL_FIELDS if f not in meta["model"]]
-    if missing or not isinstance(meta["model"].get("L"), int) or not isinstance(meta["model"].get("N"), int):
-        return f"record.json's model lacks integer L, N or a family ({', '.join(missing) or 'wrong type'})"
+    if "checksum" in meta and meta.get("checksum") != meta_checksum(meta):
+        return "record.json was altered after it was written (its checksum does not match its contents)"
+    if "weights_sha256" in meta and not _is_digest(meta["weights_sha256"]):
+        return "record.json's weights_sha256 is not a SHA-256 digest"
+    tables = meta.get("tables", {})
+    if not isinstance(tables, dict) or not all(_is_digest(tables.get(t)) for t in tables):
+        return "record.json's table digests are malformed"
+    model = meta["model"]
+    missing = [f for f in _MODEL_FIELDS if f not in model]
+    if missing or not isinstance(model["family"], str) or not _is_count(model["L"]) or not _is_count(model["N"]):
+        return (f"record.json's model lacks a family and positive integer L and N below 2^53 "
+                f"({', '.join(missing) or 'wrong type or range'})")
+    for name in ("H", "H_kv", "d_head", "d_ff"):
+        if model.get(name) is not None and not _is_count(model[name]):
+            return f"record.json's model {name} is {str(model[name])[:40]!r}, not a positive integer below 2^53"
     grid = meta["analysis"].get("options", {}) if isinstance(meta["analysis"].get("options"), dict) else {}
-    if not isinstance(grid.get("grid_m"), int) or not isinstance(meta["run"].get("seconds"), (int, float)):
+    seconds = meta["run"].get("seconds")
+    if not _is_count(grid.get("grid_m")) or not _is_number(seconds):
         return "record.json lacks analysis.options.grid_m or run.seconds"
-    for name, value in meta["bounds"].items():
-        try:
-            float(value)
-        except (TypeError, ValueError):
-            return f"record.json's bound {name!r} is {str(value)[:40]!r}, not a number"
+    return _label_problem(meta.get("labels", {})) or _bound_problem(meta)
+
+
+def record_problem(folder: Path, key: str) -> str | None:
+    """Why the record in ``folder`` cannot be read, or None when it can: ``record.json`` must be a
+    regular file of bounded size holding a UTF-8 JSON object that :func:`meta_problem` accepts,
+    and every table a regular file whose Parquet footer reads (truncated and overwritten files fail
+    there; a table edited in place fails its SHA-256 when it is read, :meth:`Store.load`)."""
+    try:
+        raw = _read_record_file(folder / "record.json")
+        meta = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except SpecboundError as exc:
+        return str(exc)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return f"record.json: {type(exc).__name__}: {str(exc)[:120]}"
+    problem = meta_problem(meta, key)
+    if problem is not None:
+        return problem
     import pyarrow.parquet as pq
 
     for table in TABLES:
+        path = folder / f"{table}.parquet"
         try:
-            pq.read_metadata(folder / f"{table}.parquet")
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _TABLE_BYTES:
+                return f"{table}.parquet is not a regular file of at most {_TABLE_BYTES:,} bytes"
+            pq.read_metadata(path)
         except Exception as exc:  # noqa: BLE001  (OSError, ArrowInvalid, ...)
             return f"{table}.parquet: {type(exc).__name__}: {str(exc)[:120]}"
     return None
+
+
+def _finite(value) -> float:
+    """A stored number as a float, NaN for null, a legacy ``"inf"`` or anything non-finite: what the
+    store's tables hold, so that no output ever prints an infinity."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+    return value if math.isfinite(value) else math.nan
 
 
 def _fsync(path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..options import EXACT_SVD, KernelOptions
 from .synthetic import write_bert_checkpoint
 
 BERT_BASE = dict(L=12, N=768, H=12, d_ff=3072)
@@ -238,8 +239,8 @@ def _feed_forward_paths(folder: Path, threads: int, repeats: int = 3) -> tuple[f
 
     w = open_checkpoint(folder).read("encoder.layer.0.intermediate.dense.weight").T
     with threadpool_limits(limits=threads):
-        gram = statistics.median(_timed(lambda: dense_spectrum(w, gram_rtol=1e-8))[0] for _ in range(repeats))
-        svd = statistics.median(_timed(lambda: dense_spectrum(w, gram_rtol=0.0))[0] for _ in range(repeats))
+        gram = statistics.median(_timed(lambda: dense_spectrum(w, KernelOptions()))[0] for _ in range(repeats))
+        svd = statistics.median(_timed(lambda: dense_spectrum(w, EXACT_SVD))[0] for _ in range(repeats))
     return gram, svd
 
 
@@ -412,8 +413,8 @@ def format_bench(report: dict) -> str:
 
 # --- llama7b: a LLaMA-7B-shaped checkpoint, written, streamed and timed -------------------------
 
-# The issue's shape: 32 layers, N = 4096, 32 query heads sharing 8 key/value heads (LLaMA-2-7B itself
-# has 32 key/value heads; grouped-query attention as in LLaMA-3-8B / Mistral-7B), d_ff = 11008.
+# LLaMA-2-7B's depth, width and d_ff (32 layers, N = 4096, d_ff = 11008), its 32 query heads sharing
+# 8 key/value heads as in LLaMA-3-8B / Mistral-7B (LLaMA-2-7B itself has 32 key/value heads).
 LLAMA_7B = dict(L=32, N=4096, H=32, H_kv=8, d_ff=11008)
 # Hugging Face's shard limit when LLaMA-2-7B was published: two files, a layer split between them.
 SHARD_BYTES = 10 * 10**9
@@ -585,15 +586,17 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
     weights = clock("read_attention", lambda: read_layer(model, layer))
     kv = np.arange(weights.q.shape[0]) // (weights.q.shape[0] // weights.k.shape[0])
 
+    kernel = KernelOptions(device=device)
+
     def attention(with_norm_1_1):
-        return (spectra.factored_spectra(weights.q, weights.k, b_index=kv, with_norm_1_1=with_norm_1_1, device=device),
-                spectra.factored_spectra(weights.v, weights.o, a_index=kv, with_norm_1_1=with_norm_1_1, device=device))
+        return (spectra.factored_spectra(weights.q, weights.k, kernel, b_index=kv, with_norm_1_1=with_norm_1_1),
+                spectra.factored_spectra(weights.v, weights.o, kernel, a_index=kv, with_norm_1_1=with_norm_1_1))
 
     clock("attention_cores", lambda: attention(False))
     if model.rotary is not None:  # QK quantities valid at every relative position (docs/rotary.md)
         from ..compute.layer_spectra import rotary_qk_spectra
 
-        clock("rotary_qk", lambda: rotary_qk_spectra(weights, kv, model.rotary))
+        clock("rotary_qk", lambda: rotary_qk_spectra(weights, kv, model.rotary, rank_tol=kernel.rank_tol))
     clock("norm_1_1", lambda: attention(True))
     for stage in ("norm_1_1",):  # the second call redid the cores: keep only the norms' share
         clock.wall[stage] -= clock.wall["attention_cores"]
@@ -603,7 +606,7 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
         short = w if w.shape[0] <= w.shape[1] else w.T
         clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
         if device != "numpy":
-            clock("gram", lambda: spectra.gram_singular_values(short, device=device))
+            clock("gram", lambda: spectra.gram_singular_values(short, kernel=kernel))
             continue
         gram = clock("gram", lambda: spectra.blocked_gram(short, min(spectra._GRAM_BLOCK, short.shape[1])))
         clock("eigenvalues", lambda: symmetric_eigenvalues(gram))
@@ -622,7 +625,7 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
     start, cpu = time.perf_counter(), time.process_time()
     with threadpool_limits(limits=1), _ReferenceKernels():
         for layer in layers:
-            spectra = model_layer_spectra(model, layer)
+            spectra = model_layer_spectra(model, layer, KernelOptions())
             rows = [("QK", h, s) for h, s in enumerate(spectra.qk)] + [("OV", h, s) for h, s in enumerate(spectra.ov)]
             rows += [(role, None, s) for role, s in spectra.ff.items()]
             for role, head, s in rows:
@@ -663,9 +666,9 @@ def _max_relative_difference(matrices: dict, reference: dict) -> tuple[float, in
     return worst, count
 
 
-def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int = 2, device: str = "numpy",
-                      workdir: str | None = None, reference_layers: int = 2, probe_layers: int = 2,
-                      shape: dict | None = None) -> dict:
+def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int = 2,
+                      kernel: KernelOptions = KernelOptions(), workdir: str | None = None, reference_layers: int = 2,
+                      probe_layers: int = 2, shape: dict | None = None) -> dict:
     """Write a LLaMA-7B-shaped bf16 checkpoint, analyse it (every bound and baseline) in a fresh
     process, and compare ``reference_layers`` layers (the first and the last) with the reference
     path (the kernels before this benchmark: NumPy's one-stage eigenvalues, 1 MB (1,1)-norm blocks).
@@ -673,13 +676,15 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
 
     ``layers``: fewer layers than 32 where the disk cannot hold the 11.9 GB; the report then also gives
     the 32-layer time extrapolated from the per-layer time (marked as an extrapolation).  ``shape``
-    replaces the 7B shape (tests use a tiny one).  The checkpoint is deleted afterwards.
+    replaces the 7B shape (tests use a tiny one).  ``kernel.device``: where the linear algebra runs.
+    The checkpoint is deleted afterwards.
     """
     import multiprocessing
     import shutil
 
     from ..errors import SpecboundError
 
+    device = kernel.device
     shape = dict(shape or LLAMA_7B)
     full_layers = shape["L"]
     if layers is not None:

@@ -1,0 +1,80 @@
+"""Writing a tiny ``transformers`` model as llama.cpp's ``convert_hf_to_gguf.py`` would, with the
+``gguf`` package's own writer (tests/io/test_gguf.py, tests/io/test_gguf_families.py).
+
+What the converter does and these helpers repeat: tensor names from gguf's own ``TensorNameMap``;
+``LlamaModel.permute`` on Q and K for the ``llama`` architecture only; 1 added to every Gemma norm
+weight (``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
+``1 + w``); Gemma's tied ``lm_head`` skipped; the metadata keys each model class writes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def permute(weights, n_head, n_head_kv):
+    """convert_hf_to_gguf.py, ``LlamaModel.permute`` (applied to q_proj with ``(n_head, n_head)`` and
+    to k_proj with ``(n_head, n_head_kv)``)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2)
+            .reshape(weights.shape))
+
+
+def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None):
+    """``model`` (a transformers decoder of the LLaMA naming) as a float32 GGUF file of ``arch``.
+
+    Metadata: block count, context, widths, heads, key/value length, RMS epsilon, the rope base (Gemma
+    3: the global layers'), a linear rope scaling, Gemma 2's soft-capping, Gemma 2/3's sliding window,
+    a vocabulary list.  ``extra_tensors``: GGUF name -> array written as well (``rope_freqs.weight``).
+    """
+    import gguf
+
+    cfg = model.config
+    layers = cfg.num_hidden_layers
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(layers)
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
+    writer.add_rope_freq_base(rope["rope_theta"])
+    if rope.get("rope_type") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(rope["factor"])
+    if arch == "gemma2":
+        writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    if arch in ("gemma2", "gemma3"):
+        writer.add_sliding_window(cfg.sliding_window)
+    writer.add_token_list([f"t{i}" for i in range(cfg.vocab_size)])
+    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), layers)
+    gemma = arch.startswith("gemma")
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and gemma:
+            continue  # tied to the embeddings
+        array = tensor.detach().float().numpy()
+        if gemma and name.endswith("norm.weight"):
+            array = array + np.float32(1)
+        if arch == "llama" and name.endswith("q_proj.weight"):
+            array = permute(array, cfg.num_attention_heads, cfg.num_attention_heads)
+        elif arch == "llama" and name.endswith("k_proj.weight"):
+            array = permute(array, cfg.num_attention_heads, cfg.num_key_value_heads)
+        target = names.get_name(name, try_suffixes=(".weight",))
+        if target is None:
+            raise ValueError(f"gguf's tensor map has no name for {name}")
+        writer.add_tensor(target, np.ascontiguousarray(array, dtype=np.float32))
+    for name, array in (extra_tensors or {}).items():
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
