@@ -156,7 +156,10 @@ def _parser() -> argparse.ArgumentParser:
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
     an.add_argument("source", nargs="?", help=(
         "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
-        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION] (default: the embedded all-MiniLM-L6-v2)"))
+        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION], read from the Hugging Face cache or fetched "
+        "(config.json and safetensors only) (default: the embedded all-MiniLM-L6-v2)"))
+    an.add_argument("--revision", metavar="REV", help=(
+        "the hub id's branch, tag or commit hash (the same as ORG/NAME@REV; default: main)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -325,8 +328,14 @@ def _analyze(args) -> int:
                              disable=not show, mininterval=0))
         bars[0].update(done - bars[0].n)
 
+    source = args.source
+    if args.revision:
+        if not source or "@" in source or os.path.exists(source):
+            raise SpecboundError(f"--revision {args.revision} needs a hub id ORG/NAME without @REV; got "
+                                 f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")
+        source = f"{source}@{args.revision}"
     try:
-        result = analyze(args.source, progress=on_layer, config=_config_from(args), **_options_from(args))
+        result = analyze(source, progress=on_layer, config=_config_from(args), **_options_from(args))
     finally:
         for bar in bars:
             bar.close()
