@@ -163,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="a layers progress bar on stderr (default: when stderr is a terminal)")
+                    help="a layers progress bar on stderr (default: when stderr is a terminal); --no-progress "
+                         "and --quiet also hide a hub id's download bars")
     talk = an.add_mutually_exclusive_group()
     talk.add_argument("--quiet", action="store_true",
                       help="text: the headline bounds only, one per line; no progress bar")
@@ -320,6 +321,8 @@ def _analyze(args) -> int:
     from tqdm.auto import tqdm
 
     show = (sys.stderr.isatty() and not args.quiet) if args.progress is None else args.progress
+    if args.quiet or args.progress is False:  # huggingface_hub, imported when a hub id is fetched, reads it
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     bars = []  # made at the first call (done=0, before any layer), so it shows its total from the start
 
     def on_layer(done: int, total: int) -> None:
