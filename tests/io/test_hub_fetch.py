@@ -155,3 +155,25 @@ def test_cli_fetch_revision_option(tmp_path, hub_env):
                              env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1 and "is not a model on" in bad.stderr
+
+
+def test_cache_snapshot_shards_resolve_only_into_blobs(tmp_path):
+    """In a cache snapshot the shard index may name links into ``<repo>/blobs``, and nothing else
+    outside the snapshot: a link elsewhere, or a name with ``..``, is refused."""
+    from specbound.io.shard_index import _inside
+
+    repo = tmp_path / "models--org--m"
+    snap, blobs = repo / "snapshots" / ("c" * 40), repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    (blobs / "0123").write_bytes(b"x")
+    (tmp_path / "elsewhere").write_bytes(b"x")
+    (snap / "model-1.safetensors").symlink_to("../../blobs/0123")
+    (snap / "model-2.safetensors").symlink_to(tmp_path / "elsewhere")
+    assert _inside(snap, "model-1.safetensors")
+    assert not _inside(snap, "model-2.safetensors")
+    assert not _inside(snap, "../../blobs/0123")
+    plain = tmp_path / "plain"  # not a snapshot: the link into a blobs-like folder is outside
+    plain.mkdir()
+    (plain / "model-1.safetensors").symlink_to(blobs / "0123")
+    assert not _inside(plain, "model-1.safetensors")
