@@ -156,11 +156,15 @@ def _parser() -> argparse.ArgumentParser:
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
     an.add_argument("source", nargs="?", help=(
         "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
-        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION] (default: the embedded all-MiniLM-L6-v2)"))
+        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION], read from the Hugging Face cache or fetched "
+        "(config.json and safetensors only) (default: the embedded all-MiniLM-L6-v2)"))
+    an.add_argument("--revision", metavar="REV", help=(
+        "the hub id's branch, tag or commit hash (the same as ORG/NAME@REV; default: main)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="a layers progress bar on stderr (default: when stderr is a terminal)")
+                    help="a layers progress bar on stderr (default: when stderr is a terminal); --no-progress "
+                         "and --quiet also hide a hub id's download bars")
     talk = an.add_mutually_exclusive_group()
     talk.add_argument("--quiet", action="store_true",
                       help="text: the headline bounds only, one per line; no progress bar")
@@ -314,9 +318,18 @@ def _analyze(args) -> int:
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
-    bar = LayersBar((sys.stderr.isatty() and not args.quiet) if args.progress is None else args.progress)
+    show = (sys.stderr.isatty() and not args.quiet) if args.progress is None else args.progress
+    if args.quiet or args.progress is False:  # huggingface_hub, imported when a hub id is fetched, reads it
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    bar = LayersBar(show)
+    source = args.source
+    if args.revision:
+        if not source or "@" in source or os.path.exists(source):
+            raise SpecboundError(f"--revision {args.revision} needs a hub id ORG/NAME without @REV; got "
+                                 f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")
+        source = f"{source}@{args.revision}"
     try:
-        result = analyze(args.source, progress=bar, config=_config_from(args), **_options_from(args))
+        result = analyze(source, progress=bar, config=_config_from(args), **_options_from(args))
     finally:
         bar.close()
     if args.out:
