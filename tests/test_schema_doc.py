@@ -50,11 +50,18 @@ def documents(tiny_bert_dir, tmp_path_factory):
     pytest.importorskip("transformers")
     from support.families import save_family
 
-    folder = tmp_path_factory.mktemp("llama") / "m"
-    save_family("llama", folder)
-    plain = json.loads(specbound.analyze(tiny_bert_dir, threads=1).to_json())
-    full = json.loads(specbound.analyze(folder, threads=1, init=folder, n=1000, margin=1.0).to_json())
-    return {(): plain, ("init", "gap", "rotary"): full}
+    root = tmp_path_factory.mktemp("families")
+    for name in ("llama", "gemma3_text", "bloom", "qwen3_moe"):
+        save_family(name, root / name)
+
+    def document(folder, **options):
+        return json.loads(specbound.analyze(folder, threads=1, **options).to_json())
+
+    return {(): document(tiny_bert_dir),
+            ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
+            ("rotary", "qk_norm"): document(root / "gemma3_text"),
+            ("alibi",): document(root / "bloom"),
+            ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe")}
 
 
 def test_the_page_describes_every_section():
