@@ -230,3 +230,13 @@ def test_what_the_families_do_not_model_is_refused_in_one_line(moe, tmp_path):
     if kind != "mixtral":
         with pytest.raises(SpecboundError, match=r"mlp_only_layers=\[1\]: these layers have a dense feed-forward"):
             specbound.analyze(_rewrite_config(folder, tmp_path / "b", mlp_only_layers=[1]), threads=1)
+
+
+def test_an_in_memory_mixture_of_experts_is_refused_with_what_to_do(moe):
+    """transformers 5 holds a loaded model's experts as 3-D banks (``mlp.experts.gate_up_proj``); its
+    files hold one tensor per expert, which the spec names: the module is refused, saying to save it."""
+    kind, folder, model = moe
+    with pytest.raises(SpecboundError, match=r"holds its experts as 3-D banks \(model\.layers\.0\.mlp\.experts\.down_proj .*save the "
+                                             r"model with save_pretrained") as info:
+        specbound.analyze(model, threads=1)
+    assert "\n" not in str(info.value)

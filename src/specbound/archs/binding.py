@@ -179,6 +179,8 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
                 f"does not describe these weights")
     for name, (role, layout, layer, (rows, cols)) in wanted.items():
+        if name not in names and dims.moe is not None:
+            _refuse_expert_banks(ckpt, names)
         if name not in names:
             raise SpecboundError(
                 f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
@@ -201,6 +203,19 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             f"nor ignored by its spec ({spec.origin}); add them to the spec's ignore list or use "
             f"--arch-spec FILE"
         )
+
+
+def _refuse_expert_banks(ckpt: Checkpoint, names: set[str]) -> None:
+    """A mixture of experts whose experts are stored as 3-D banks (transformers 5 holds a loaded
+    Mixtral or Qwen-MoE this way in memory: ``mlp.experts.gate_up_proj``) where the spec names one
+    tensor per expert: said as such, not as a missing tensor."""
+    banks = sorted(n for n in names if "expert" in n and len(ckpt.shape(n)) == 3)
+    if banks:
+        raise SpecboundError(
+            f"{ckpt.location} holds its experts as 3-D banks ({banks[0]} {tuple(ckpt.shape(banks[0]))}, every expert "
+            f"along the first axis), as transformers 5 keeps a loaded mixture of experts in memory; the family spec "
+            f"names one tensor per expert, as the saved files hold them: save the model with save_pretrained and "
+            f"analyse the folder")
 
 
 def _experts_said(dims: ModelDims) -> str:
