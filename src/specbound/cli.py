@@ -156,11 +156,15 @@ def _parser() -> argparse.ArgumentParser:
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
     an.add_argument("source", nargs="?", help=(
         "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
-        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION] (default: the embedded all-MiniLM-L6-v2)"))
+        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION], read from the Hugging Face cache or fetched "
+        "(config.json and safetensors only) (default: the embedded all-MiniLM-L6-v2)"))
+    an.add_argument("--revision", metavar="REV", help=(
+        "the hub id's branch, tag or commit hash (the same as ORG/NAME@REV; default: main)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     an.add_argument("--out", metavar="DIR", help="also write tables (Parquet, CSV) and summary.json to DIR")
     an.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="a layers progress bar on stderr (default: when stderr is a terminal)")
+                    help="a layers progress bar on stderr (default: when stderr is a terminal); --no-progress "
+                         "and --quiet also hide a hub id's download bars")
     talk = an.add_mutually_exclusive_group()
     talk.add_argument("--quiet", action="store_true",
                       help="text: the headline bounds only, one per line; no progress bar")
@@ -254,8 +258,8 @@ def _parser() -> argparse.ArgumentParser:
         "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
     be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
-                         "WeightWatcher (default); large: a LLaMA-shaped bf16 checkpoint, time per layer and "
-                         "peak RSS; llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
+                         "WeightWatcher (default); large: the llama7b scenario on 4 layers (time per layer, peak "
+                         "RSS, stage times); llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
                          "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
                          "BERT-Miniatures shapes, total and per checkpoint")
@@ -264,12 +268,12 @@ def _parser() -> argparse.ArgumentParser:
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
     be.add_argument("--jobs", type=_positive_int, metavar="J",
                     help="bert-base and miniatures: also time every contender on J cores (default: all cores "
-                         "this process may use; 1: one core only); large: layers at once (default 1)")
+                         "this process may use; 1: one core only); large, llama7b: layers at once (default 1, 2)")
     be.add_argument("--workdir", metavar="DIR", help="where to write the synthetic checkpoint (default: a temp dir)")
     be.add_argument("--layers", type=_positive_int, metavar="L",
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
-    be.add_argument("--device", choices=DEVICES, help="llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--device", choices=DEVICES, help="large, llama7b: where the linear algebra runs (default numpy)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -309,27 +313,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _analyze(args) -> int:
-    from .pipeline import analyze
+    from .pipeline import LayersBar, analyze
     from .records.view import format_headline, format_summary
 
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing) for the tables")
-    from tqdm.auto import tqdm
-
     show = (sys.stderr.isatty() and not args.quiet) if args.progress is None else args.progress
-    bars = []  # made at the first call (done=0, before any layer), so it shows its total from the start
-
-    def on_layer(done: int, total: int) -> None:
-        if not bars:
-            bars.append(tqdm(desc="layers", unit="layer", total=total, file=sys.stderr, dynamic_ncols=True,
-                             disable=not show, mininterval=0))
-        bars[0].update(done - bars[0].n)
-
+    if args.quiet or args.progress is False:  # huggingface_hub, imported when a hub id is fetched, reads it
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    bar = LayersBar(show)
+    source = args.source
+    if args.revision:
+        if not source or "@" in source or os.path.exists(source):
+            raise SpecboundError(f"--revision {args.revision} needs a hub id ORG/NAME without @REV; got "
+                                 f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")
+        source = f"{source}@{args.revision}"
     try:
-        result = analyze(args.source, progress=on_layer, config=_config_from(args), **_options_from(args))
+        result = analyze(source, progress=bar, config=_config_from(args), **_options_from(args))
     finally:
-        for bar in bars:
-            bar.close()
+        bar.close()
     if args.out:
         try:
             result.save(args.out)
@@ -523,14 +525,16 @@ def _bench(args) -> int:
     from .options import KernelOptions
     from .tools import bench
 
+    kernel = KernelOptions(**({"device": args.device} if args.device else {}))
+
     runs = {"bert-base": (lambda: bench.run_bench(repeats=args.repeats, threads=args.threads, jobs=args.jobs,
                                                   workdir=args.workdir), bench.format_bench),
-            "large": (lambda: bench.run_large_bench(threads=args.threads, jobs=args.jobs or 1, workdir=args.workdir),
-                      bench.format_large_bench),
+            "large": (lambda: bench.run_llama7b_bench(layers=bench.LARGE_LAYERS, threads=args.threads,
+                                                      jobs=args.jobs or 1, kernel=kernel, workdir=args.workdir),
+                      bench.format_llama7b_bench),
             "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
-                                                        jobs=args.jobs or 2,
-                                                        kernel=KernelOptions(**({"device": args.device} if args.device else {})),
-                                                        workdir=args.workdir), bench.format_llama7b_bench),
+                                                        jobs=args.jobs or 2, kernel=kernel, workdir=args.workdir),
+                        bench.format_llama7b_bench),
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),
             "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,

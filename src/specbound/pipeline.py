@@ -96,7 +96,7 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
     """:func:`analyze` of one opened chain (one tower of a two-tower model)."""
     from threadpoolctl import threadpool_limits
 
-    init_model = _open_init(opts.init, model) if opts.init is not None else None
+    init_model = open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
     if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
@@ -149,23 +149,30 @@ def tqdm_class():
     return tqdm
 
 
+class LayersBar:
+    """A progress callback ``(done, total)`` drawing a tqdm bar of the layers on stderr (``enabled``:
+    whether it shows).  The bar is made at the first call (``done=0``, before any layer), so it shows
+    its total from the start; :meth:`close` ends it."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled, self.bar = enabled, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            import sys
+
+            self.bar = tqdm_class()(desc="layers", unit="layer", total=total, file=sys.stderr,
+                                    dynamic_ncols=True, disable=not self.enabled, mininterval=0)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def _progress_callback(progress):
-    """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a tqdm bar on stderr)."""
+    """``(bar, callback)`` for ``analyze``'s ``progress`` (True: a :class:`LayersBar`)."""
     if progress is True:
-        tqdm = tqdm_class()
-
-        class LayersBar:  # the bar is made at the first call (done=0), with its total known
-            bar = None
-
-            def __call__(self, done: int, total: int) -> None:
-                if self.bar is None:
-                    self.bar = tqdm(desc="layers", unit="layer", total=total, mininterval=0)
-                self.bar.update(done - self.bar.n)
-
-            def close(self) -> None:
-                if self.bar is not None:
-                    self.bar.close()
-
         on_layer = LayersBar()
         return on_layer, on_layer
     if progress is None or progress is False:
@@ -384,7 +391,7 @@ def layer_float64_bytes(dims: ModelDims) -> int:
     attention = 2 * dims.N * dims.d_head * (dims.H + dims.H_kv)
     if dims.stacks is not None and any(part.cross for part in dims.stacks):  # a decoder layer: two attentions
         attention *= 2
-    feed_forward = (3 if dims.feed_forward == "gated" else 2) * dims.N * dims.d_ff
+    feed_forward = dims.ff_parameters
     return 8 * (attention + feed_forward)
 
 
@@ -486,7 +493,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=tensor_names(model.spec, dims, model.prefix),
-                          model_extra=model_extra,
+                          model_extra={**model_extra, **_structure_extra(model)},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None),
@@ -525,8 +532,25 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
             "max_factor": factor, "layer": layer, "head": head}
 
 
-def _open_init(init, model: OpenModel) -> OpenModel:
-    """The initial-weights checkpoint, checked to have the analysed checkpoint's architecture."""
+def _structure_extra(model: OpenModel) -> dict[str, Any]:
+    """The records' model entries for structure only some families have: ``alibi`` (ALiBi position
+    biases) and ``experts`` (a mixture of experts: counts, widths, and the router and shared-expert gate
+    tensors of layer 0, read and shape-checked but not analysed as matrices: docs/theory.md 3f)."""
+    dims, spec = model.dims, model.spec
+    extra: dict[str, Any] = {"alibi": True} if dims.alibi else {}
+    if dims.moe is not None:
+        gate = spec.experts.shared_gate
+        extra["experts"] = {
+            "experts": dims.moe.experts, "top_k": dims.moe.top_k, "d_ff": dims.d_ff,
+            "shared_d_ff": dims.moe.shared_d_ff,
+            "router": spec.experts.router.name_for(0, model.prefix),
+            "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
+    return extra
+
+
+def open_init(init, model: OpenModel) -> OpenModel:
+    """The initial-weights checkpoint ``init`` (``--init``), checked to have ``model``'s architecture
+    (the same family spec and dimensions; a tower of a two-tower model: the same tower)."""
     init_model = open_model(init, arch_spec=model.parent_spec or model.spec, tower=model.tower)
     if init_model.dims != model.dims:
         init_model.base_checkpoint.close()

@@ -52,7 +52,7 @@ SPEC_CASES = {
     "unknown_role": (lambda s: {**s, "tensors": {**s["tensors"], "qkvo": s["tensors"]["q"]}},
                      ["unknown role 'qkvo'", "'ff_in'"]),
     "fused_without_layout": (lambda s: {**s, "tensors": {**s["tensors"], "qkv": s["tensors"]["q"]}},
-                             ["'fused' for qkv must be one of ['concat', 'per_head']"]),
+                             ["'fused' for qkv must be one of ['concat', 'per_head', 'per_group']"]),
     "fused_and_separate": (lambda s: {**s, "tensors": {**s["tensors"], "qkv": {**s["tensors"]["q"], "fused": "concat"}}},
                            ["unexpected ['q', 'k', 'v']"]),
     "gated_roles_in_plain": (lambda s: {**s, "tensors": {**s["tensors"], "ff_gate": s["tensors"]["ff_in"]}},

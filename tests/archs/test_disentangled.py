@@ -1,4 +1,4 @@
-"""DeBERTa-v2/v3's disentangled attention (docs/theory.md 3f), held against the module itself.
+"""DeBERTa-v2/v3's disentangled attention (docs/theory.md 3h), held against the module itself.
 
 The derivation rests on one structural fact: with ``share_att_key`` every logit of head ``h`` is
 

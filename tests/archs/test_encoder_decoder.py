@@ -1,6 +1,6 @@
 """Encoder-decoders (T5, mT5, Flan-T5, BART, mBART, Marian, Whisper): every matrix of both stacks,
 every cross-attention head included, equal to a reference built by calling the model's own modules;
-the counts complete (``H (L_e + 2 L_d)`` QK matrices); the propagation factors of docs/theory.md 3g
+the counts complete (``H (L_e + 2 L_d)`` QK matrices); the propagation factors of docs/theory.md 3i
 recomputed from the reported norms by an independent oracle; cross-attention's two Lipschitz
 constants checked on a real module."""
 
@@ -146,7 +146,7 @@ def test_every_matrix_matches_the_module(saved, analysed):
 
 
 def _oracle(m, l_phi):
-    """docs/theory.md 3g from the reported spectral norms, written out loop by loop."""
+    """docs/theory.md 3i from the reported spectral norms, written out loop by loop."""
     c = lambda layer, role: m[(m["layer"] == layer) & (m["role"] == role)]["spectral_norm"].to_numpy()  # noqa: E731
     gated = (m["role"] == "FF_gate").any()
 

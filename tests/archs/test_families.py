@@ -20,8 +20,9 @@ def saved_family(request, tmp_path_factory):
     model = save_family(request.param, folder)
     accessor = FAMILIES[request.param][1]
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
-    kv = getattr(model.config, "num_key_value_heads", None) or H
-    return request.param, folder, reference_matrices(accessor(model), H, kv, model.config.num_hidden_layers)
+    get = accessor(model)
+    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H)  # key/value heads as the module splits them
+    return request.param, folder, reference_matrices(get, H, kv, model.config.num_hidden_layers)
 
 
 def test_family_matches_module_reference(saved_family):

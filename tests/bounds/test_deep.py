@@ -67,10 +67,12 @@ def test_outputs_hold_no_nan_or_infinity(tmp_path):
 def deep_family_bounds(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import FAMILIES, save_family
+    from support.families import FAMILIES, FAMILY_OF, SAME_PATH_AT_DEPTH, save_family
 
     out = {}
-    for name in sorted(FAMILIES):
+    # one model per code path: the test variants (Mistral, Qwen2, Falcon's other layouts) are read by the
+    # spec of the family they vary, the Gemmas take LLaMA's and Qwen3's paths
+    for name in sorted(set(FAMILIES) - set(SAME_PATH_AT_DEPTH) - set(FAMILY_OF)):
         folder = tmp_path_factory.mktemp(name)
         save_family(name, folder, layers=200)
         with warnings.catch_warnings():

@@ -63,7 +63,8 @@ def test_torch_cpu_matches_numpy_on_a_llama_shaped_model(tmp_path, monkeypatch):
     from specbound.compute import torch_kernels
     from specbound.tools.bench import write_llama_checkpoint
 
-    folder, _ = write_llama_checkpoint(tmp_path / "llama", L=2, N=96, H=6, H_kv=2, d_ff=260, seed=3)
+    folder, _ = write_llama_checkpoint(tmp_path / "llama", L=2, N=96, H=6, H_kv=2, d_ff=260, vocab=64,
+                                       seed=3)
     monkeypatch.setattr(spectra, "_GRAM_BLOCK", 24)
     monkeypatch.setattr(spectra, "_TILE", 40)
     monkeypatch.setattr(torch_kernels, "_TILE_CPU", (40, 56))

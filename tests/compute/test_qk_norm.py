@@ -38,7 +38,7 @@ def _model(family, eps, seed=0):
     return model
 
 
-@pytest.fixture(params=[(f, eps) for f in FAMILIES for eps in (1e-6, 1e-2)], ids=lambda p: f"{p[0]}-eps{p[1]:g}")
+@pytest.fixture(params=[(f, 1e-6) for f in FAMILIES] + [("olmo2", 1e-2)], ids=lambda p: f"{p[0]}-eps{p[1]:g}")
 def analysed(request, tmp_path, monkeypatch):
     family, eps = request.param
     model = _model(family, eps)
@@ -80,9 +80,10 @@ def test_the_modules_logits_never_exceed_the_reported_factor(analysed):
     kappa = qk["spectral_norm"].to_numpy()
     assert a.model["qk_norm"]["span"] == ("all_heads" if family == "olmo2" else "head")
     assert "qk_norm" in {e["name"] for e in a.assumptions if e["applies"] and e["kind"] == "extension"}
+    assert f"qk-norm: RMSNorm over" in str(a) and f"largest {kappa.max():.6g}" in str(a)  # said in the summary
     rng = np.random.default_rng(1)
     worst = np.zeros(H)
-    for trial in range(30):
+    for trial in range(20):
         T = int(rng.integers(2, P))
         x = _inputs(rng, T)
         e = rng.standard_normal((T, N)) * 10 ** rng.uniform(-7, -3)

@@ -118,8 +118,11 @@ def test_hub_id_from_local_cache(tiny_bert_cls_dir, tmp_path, monkeypatch, refer
 
 
 def test_hub_id_missing_from_cache(tmp_path, monkeypatch):
+    """Offline (HF_HUB_OFFLINE), a hub id not in the cache is one line saying so; tests/io/test_hub_fetch.py
+    holds the download."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(SpecboundError, match=r"never downloads.*huggingface-cli download org/absent"):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SpecboundError, match=r"org/absent is not in the local .*HF_HUB_OFFLINE is set: unset"):
         specbound.analyze("org/absent")
     (tmp_path / "models--org--present" / "snapshots" / "abc").mkdir(parents=True)
     with pytest.raises(SpecboundError, match=r"revision 'v2' is not"):
@@ -172,6 +175,7 @@ def test_hub_id_through_huggingface_hub(tiny_bert_cls_dir, tmp_path, monkeypatch
         _same(reference, specbound.analyze(f"{repo_id}@{revision}", threads=1))
     assert len(calls) == 4
     assert real(repo_id, "v9", tmp_path / "hub") is None  # absent: the fallback explains what is there
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # (online, v9 would be fetched)
     with pytest.raises(SpecboundError, match=r"revision 'v9' is not"):
         specbound.analyze(f"{repo_id}@v9")
     monkeypatch.setitem(__import__("sys").modules, "huggingface_hub", None)  # not installed: the fallback

@@ -174,17 +174,16 @@ def test_config_not_utf8(healthy):
 
 def test_unreadable_files_are_one_line(healthy, monkeypatch):
     """PermissionError (simulated: the tests may run as root, who reads anything)."""
-    import builtins
     from pathlib import Path
 
-    real = builtins.open
+    real = Path.open
 
-    def deny(file, *args, **kwargs):
-        if Path(str(file)).name == "config.json":
-            raise PermissionError(13, "Permission denied", str(file))
-        return real(file, *args, **kwargs)
+    def deny(self, *args, **kwargs):
+        if self.name == "config.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", deny)
+    monkeypatch.setattr(Path, "open", deny)
     with pytest.raises(SpecboundError, match="Permission denied; check the permissions"):
         open_checkpoint(healthy)
 

@@ -10,7 +10,7 @@ from specbound.report.plots import build_figures, pick_record
 from specbound.report.html import write_report
 
 EXPECTED = {
-    "spectral_decay": ("singular value index i", "singular value σ_i"),
+    "spectral_decay": ("singular value index i", r"singular value $\sigma_i$"),
     "bounds_vs_width": ("hidden size N", "bound / bound at smallest N"),
     "bounds_vs_depth": ("depth L", "bound / bound at smallest L"),
     "norms_vs_width": ("hidden size N", "(2,1)-norm"),

@@ -14,9 +14,13 @@ from pathlib import Path
 import numpy as np
 
 N, L, H, D_FF = 32, 2, 4, 48
-ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "modernbert")  # the families with rotary position embeddings
-# test name -> the family specbound reports, where they differ
-FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "hubert": "wav2vec2", "dinov2_swiglu": "dinov2"}
+# the families with rotary position embeddings
+ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
+          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "modernbert")
+# test variants -> the shipped family that reads them
+FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon",
+             "hubert": "wav2vec2", "dinov2_swiglu": "dinov2"}
+MOE_EXPERTS, MOE_TOP_K, MOE_D_FF, SHARED_D_FF = 4, 2, 24, 40
 
 
 def _proj(module, n_in):
@@ -183,6 +187,122 @@ FAMILIES["deberta_v2"] = (
                          names=("query_proj", "key_proj", "value_proj")))
 
 
+def _phi3(m):
+    def get(layer):
+        b = m.model.layers[layer]
+        qkv = _proj(b.self_attn.qkv_proj, N)  # Phi3Attention: [q | k | v], q of H heads, k and v of H_kv heads
+        d = b.self_attn.head_dim
+        q, k, v = np.split(qkv, [H * d, (H + m.config.num_key_value_heads) * d], axis=1)
+        gate, up = np.split(_proj(b.mlp.gate_up_proj, N), 2, axis=1)  # Phi3MLP: gate, up = chunk(2)
+        return {"q": q, "k": k, "v": v, "o": _proj(b.self_attn.o_proj, N), "FF_gate": gate, "FF_up": up,
+                "FF_out": _proj(b.mlp.down_proj, D_FF)}
+    return get
+
+
+def _falcon(m):
+    """q, k, v through FalconAttention's own ``_split_heads`` of the fused weight's output."""
+    import torch
+
+    def get(layer):
+        b = m.transformer.h[layer]
+        attn = b.self_attention
+        with torch.no_grad():
+            fused = torch.tensor(_proj(attn.query_key_value, N))[None]  # (1, N inputs, fused width)
+            q, k, v = attn._split_heads(fused)  # (1, N, heads, d_h)
+        if m.config.new_decoder_architecture:  # keys and values come broadcast to every query head
+            kv = m.config.num_kv_heads
+            k, v = k[:, :, ::H // kv], v[:, :, ::H // kv]
+        flat = lambda t: t[0].reshape(N, -1).numpy()  # noqa: E731
+        return {"q": flat(q), "k": flat(k), "v": flat(v), "o": _proj(attn.dense, N),
+                "FF_in": _proj(b.mlp.dense_h_to_4h, N), "FF_out": _proj(b.mlp.dense_4h_to_h, 4 * N)}
+    return get
+
+
+def _bloom(m):
+    """q, k, v through BloomAttention's own ``_reshape`` of the fused weight's output."""
+    import torch
+
+    def get(layer):
+        b = m.transformer.h[layer]
+        with torch.no_grad():
+            q, k, v = b.self_attention._reshape(torch.tensor(_proj(b.self_attention.query_key_value, N))[None])
+        flat = lambda t: t[0].transpose(0, 1).reshape(N, -1).numpy()  # (1, H, N, d) -> (N, H d)  # noqa: E731
+        return {"q": flat(q), "k": flat(k), "v": flat(v), "o": _proj(b.self_attention.dense, N),
+                "FF_in": _proj(b.mlp.dense_h_to_4h, N), "FF_out": _proj(b.mlp.dense_4h_to_h, 4 * N)}
+    return get
+
+
+def expert_matrices(experts, e, d_ff):
+    """Expert ``e``'s gate, up and down matrices, row-oriented, as the experts module's forward computes
+    them (``linear(x, gate_up_proj[e]).chunk(2)``, ``linear(h, down_proj[e])``)."""
+    import torch
+
+    with torch.no_grad():
+        eye = torch.eye(N, dtype=torch.float64)
+        gate, up = torch.nn.functional.linear(eye, experts.gate_up_proj[e]).chunk(2, dim=-1)
+        down = torch.nn.functional.linear(torch.eye(d_ff, dtype=torch.float64), experts.down_proj[e])
+    return gate.numpy(), up.numpy(), down.numpy()
+
+
+def _moe(m, shared=False):
+    def get(layer):
+        b = m.model.layers[layer]
+        out = {"q": _proj(b.self_attn.q_proj, N), "k": _proj(b.self_attn.k_proj, N),
+               "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, b.self_attn.o_proj.in_features)}
+        for e in range(b.mlp.experts.gate_up_proj.shape[0]):
+            out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
+                           expert_matrices(b.mlp.experts, e, MOE_D_FF)))
+        if shared:
+            s = b.mlp.shared_expert
+            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
+                        "FF_out[shared]": _proj(s.down_proj, SHARED_D_FF)})
+        return out
+    return get
+
+
+FAMILIES.update({
+    "phi": (lambda layers: _t().PhiForCausalLM(_t().PhiConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        max_position_embeddings=16)),  # partial_rotary_factor 0.5: 4 of each head's 8 dimensions rotate
+        lambda m: (lambda l, b=m.model.layers: {
+            "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+            "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.dense, N),
+            "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(b[l].mlp.fc2, D_FF)})),
+    "phi3": (lambda layers: _t().Phi3ForCausalLM(_t().Phi3Config(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        vocab_size=50, pad_token_id=0, max_position_embeddings=16, original_max_position_embeddings=16)), _phi3),
+    "gptj": (lambda layers: _t().GPTJForCausalLM(_t().GPTJConfig(
+        n_embd=N, n_layer=layers, n_head=H, rotary_dim=4, vocab_size=50, n_positions=16)),
+        lambda m: (lambda l, b=m.transformer.h: {
+            "q": _proj(b[l].attn.q_proj, N), "k": _proj(b[l].attn.k_proj, N), "v": _proj(b[l].attn.v_proj, N),
+            "o": _proj(b[l].attn.out_proj, N), "FF_in": _proj(b[l].mlp.fc_in, N),
+            "FF_out": _proj(b[l].mlp.fc_out, 4 * N)})),
+    "bloom": (lambda layers: _t().BloomForCausalLM(_t().BloomConfig(
+        hidden_size=N, n_layer=layers, n_head=H, vocab_size=50)), _bloom),
+    # Falcon-7B's layout: multi_query (one key/value head), one shared LayerNorm, parallel block, rotary
+    "falcon": (lambda layers: _t().FalconForCausalLM(_t().FalconConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, vocab_size=50, max_position_embeddings=16)),
+        _falcon),
+    # the original layout without multi_query (a key/value head per query head), sequential, ALiBi
+    "falcon_alibi": (lambda layers: _t().FalconForCausalLM(_t().FalconConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, vocab_size=50, multi_query=False,
+        parallel_attn=False, alibi=True, bias=True)), _falcon),
+    # Falcon-40B's new_decoder_architecture: 2 key/value groups, a LayerNorm per branch
+    "falcon_new": (lambda layers: _t().FalconForCausalLM(_t().FalconConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_kv_heads=2, vocab_size=50,
+        new_decoder_architecture=True, max_position_embeddings=16)), _falcon),
+    "mixtral": (lambda layers: _t().MixtralForCausalLM(_t().MixtralConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2,
+        intermediate_size=MOE_D_FF, vocab_size=50, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+        max_position_embeddings=16)), _moe),
+    "qwen2_moe": (lambda layers: _t().Qwen2MoeForCausalLM(_t().Qwen2MoeConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        moe_intermediate_size=MOE_D_FF, shared_expert_intermediate_size=SHARED_D_FF, vocab_size=50,
+        num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, max_position_embeddings=16)),
+        lambda m: _moe(m, shared=True)),
+})
+
+
 def _norm_gain(norm, width):
     """The gain g of an RMSNorm module: ``weight`` (Qwen3, OLMo2) or ``1 + weight`` (Gemma), whichever
     calling the module confirms: nu(c e_i)_i = g_i c / sqrt(c^2 / n + eps) for the one-hot input c e_i
@@ -193,11 +313,19 @@ def _norm_gain(norm, width):
     c = 3.0
     with torch.no_grad():
         out = norm(c * torch.eye(width, dtype=torch.float64)).double().numpy()
-    eps = getattr(norm, "variance_epsilon", None) or norm.eps
-    called = np.diag(out) * np.sqrt(c * c / width + eps) / c
+    called = np.diag(out) * np.sqrt(c * c / width + norm_eps(norm)) / c
     w = norm.weight.detach()
     plus_one = (1.0 + w.float()).double().numpy()
     return next(g for g in (w.double().numpy(), plus_one) if np.allclose(called, g, rtol=1e-5, atol=1e-6))
+
+
+def norm_eps(norm):
+    return getattr(norm, "variance_epsilon", None) or norm.eps
+
+
+# The families whose queries and keys pass an RMSNorm before the rotation; the reference QK matrix
+# is the gain-folded (G_q W_Q)^T (G_k W_K) (docs/theory.md 3d), gains read by calling the norms.
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head"}
 
 
 def _decoder(cls, cfg, **extra):
@@ -206,17 +334,18 @@ def _decoder(cls, cfg, **extra):
         max_position_embeddings=64, **extra))
 
 
-def _decoder_accessor(m, qk_norm=None, kv=2, d=N // H):
+def _decoder_accessor(m, qk_norm=None, heads=H, kv=2, d=N // H):
     """A LLaMA-named decoder's matrices; with ``qk_norm`` (``"head"`` or ``"all_heads"``) also the
-    query/key norm gains ``q_gain`` ``(H d,)`` and ``k_gain`` ``(kv d,)``, read by calling the norms."""
+    query/key norm gains ``q_gain`` ``(heads d,)`` and ``k_gain`` ``(kv d,)``, read by calling the norms."""
     def get(l):
         a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
-        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N), "o": _proj(a.o_proj, H * d),
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N), "o": _proj(a.o_proj, heads * d),
                "FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N), "FF_out": _proj(mlp.down_proj, D_FF)}
         if qk_norm == "head":
-            out["q_gain"], out["k_gain"] = np.tile(_norm_gain(a.q_norm, d), H), np.tile(_norm_gain(a.k_norm, d), kv)
+            out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), heads)
+            out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), kv)
         elif qk_norm == "all_heads":
-            out["q_gain"], out["k_gain"] = _norm_gain(a.q_norm, H * d), _norm_gain(a.k_norm, kv * d)
+            out["q_gain"], out["k_gain"] = _norm_gain(a.q_norm, heads * d), _norm_gain(a.k_norm, kv * d)
         return out
     return get
 
@@ -231,10 +360,29 @@ FAMILIES["gemma2"] = (_decoder("Gemma2ForCausalLM", "Gemma2Config", num_key_valu
                       lambda m: _decoder_accessor(m, d=16))
 FAMILIES["gemma3_text"] = (_decoder("Gemma3ForCausalLM", "Gemma3TextConfig", num_key_value_heads=2, head_dim=16),
                            lambda m: _decoder_accessor(m, "head", d=16))
+def _qwen3_moe(m):
+    """Qwen3-MoE: the experts' matrices and the query/key gains read by calling the norms."""
+    moe = _moe(m)
+
+    def get(l):
+        out = moe(l)
+        a, d = m.model.layers[l].self_attn, m.config.head_dim
+        out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), H)
+        out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), m.config.num_key_value_heads)
+        return out
+    return get
+
+
+FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+    intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+    vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
-ROTARY += ("qwen3", "gemma", "gemma2", "gemma3_text", "olmo2")
-HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16}  # the others: N / H
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
+# Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
+# blocks, Gemma 3 also Qwen3's QK-norm): a 200-layer run of each would test nothing new.
+SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
@@ -259,17 +407,18 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
     ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a QK row, None otherwise.  A QK-norm
-    family's QK factors are gain-folded, ``G W`` (docs/theory.md 3d)."""
+    family's QK factors are gain-folded, ``G W`` (docs/theory.md 3d); a mixture of experts' rows come
+    in the model's order (experts e0, e1, ..., then the shared one)."""
     rows = []
     for layer in range(layers):
         w = get(layer)
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
-        if "q_gain" in w:
+        if "q_gain" in w:  # QK-norm: the gain-folded factors
             w["q"], w["k"] = w["q"] * w["q_gain"][None, :], w["k"] * w["k_gain"][None, :]
         rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
                  for h in range(heads)]
         rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
-        rows += [(r, w[r], None) for r in ("FF_in", "FF_gate", "FF_up", "FF_out") if r in w]
+        rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, ...)
     return rows

@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import specbound  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))  # the other helpers of tests/support, when run as a script
 N, L, H, D_FF = 32, 2, 4, 48
 
 
@@ -215,50 +216,16 @@ def formats(dump: Dump, tmp: Path) -> None:
 
 
 def _write_gguf(folder: Path, path: Path):
-    """A float32 GGUF of a LLaMA checkpoint, as convert_hf_to_gguf.py writes it (Q/K rows permuted)."""
+    """A float32 GGUF of the LLaMA checkpoint in ``folder``, as convert_hf_to_gguf.py writes it."""
     try:
-        import gguf
+        import gguf  # noqa: F401
     except ImportError:
         return None
-    from safetensors.numpy import load_file
+    import transformers
 
-    config = json.loads((folder / "config.json").read_text())
-    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    from support.gguf_convert import write_converted
 
-    def permute(w, n_head):
-        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-    glob = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-            "lm_head.weight": "output.weight"}
-    per_layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-                 "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-                 "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(config["num_hidden_layers"])
-    writer.add_context_length(config["max_position_embeddings"])
-    writer.add_embedding_length(config["hidden_size"])
-    writer.add_feed_forward_length(config["intermediate_size"])
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv)
-    writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_dimension_count(config["hidden_size"] // heads)
-    for name, array in sorted(load_file(str(folder / "model.safetensors")).items()):
-        if name.endswith("q_proj.weight"):
-            array = permute(array, heads)
-        elif name.endswith("k_proj.weight"):
-            array = permute(array, kv)
-        if name in glob:
-            target = glob[name]
-        else:
-            parts = name.split(".")
-            target = f"blk.{parts[2]}.{per_layer['.'.join(parts[3:-1])]}.{parts[-1]}"
-        writer.add_tensor(target, np.ascontiguousarray(array, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_converted(path, transformers.AutoModelForCausalLM.from_pretrained(str(folder)), "llama")
 
 
 def sweep(dump: Dump, tmp: Path) -> None:
@@ -278,7 +245,8 @@ def sweep(dump: Dump, tmp: Path) -> None:
     for key in sorted(store.keys()):
         record = store.load(key)
         meta = dict(record.meta)
-        meta.pop("run", None)
+        for volatile in ("run", "checksum", "tables"):  # run times, and the digests of files written at other times
+            meta.pop(volatile, None)
         dump.write(f"--- record {key}\n" + json.dumps(meta, indent=1, sort_keys=True))
         for name, table in sorted(record.tables.items()):
             dump.frame(f"{key} {name}", table)

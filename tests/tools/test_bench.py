@@ -22,12 +22,12 @@ def test_bf16_rounding_matches_torch():
 
 
 def test_small_llama_checkpoint_analyses(tmp_path):
-    folder, largest = write_llama_checkpoint(tmp_path / "llama", L=2, N=64, H=4, H_kv=2, d_ff=96)
+    folder, nbytes = write_llama_checkpoint(tmp_path / "llama", L=2, N=64, H=4, H_kv=2, d_ff=96, vocab=64)
     result = specbound.analyze(folder, threads=1)
     assert result.model["family"] == "llama" and result.model["H_kv"] == 2 and result.model["L"] == 2
     assert set(result.matrices["role"]) == {"QK", "OV", "FF_gate", "FF_up", "FF_out"}
     layer_params = 2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 96 + 2 * 64
-    assert largest >= 2 * layer_params  # bf16 payload plus the header
+    assert nbytes >= 2 * (2 * layer_params + 2 * 64 * 64 + 64)  # bf16 payload of every tensor, headers
 
 
 def test_small_bert_checkpoint_analyses(tmp_path):
@@ -91,17 +91,6 @@ def test_bert_bench_on_one_and_two_cores(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_large_bench_text_says_what_the_memory_limit_covers():
-    from specbound.tools.bench import format_large_bench
-
-    report = dict(scenario="s", threads=1, jobs=1, seconds=90.0, seconds_per_layer=[45.0, 45.0], peak_rss_mb=700.0,
-                  rss_limit_mb=1000.0, within_rss_limit=True, ff_sv_methods={"gram": 6})
-    assert "per layer: 45.0, 45.0 s" in format_large_bench(report) and "1000 MB: within" in format_large_bench(report)
-    report.update(jobs=2, peak_rss_mb=1400.0, within_rss_limit=False)
-    text = format_large_bench(report)
-    assert "2 layers at a time" in text and "is for one layer at a time" in text and "EXCEEDED" not in text
-
-
 def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     """The llama7b scenario's machinery on a tiny shape: sharded like LLaMA-2-7B (a layer split
     between two files), every key of its report, the reference path agreeing, and nothing left
@@ -130,10 +119,22 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     assert "EXTRAPOLATED from 1 layers" in format_llama7b_bench(short)
 
 
-def test_llama7b_checkpoint_is_sharded_like_the_real_one(tmp_path):
-    from specbound.tools.bench import write_llama7b_checkpoint
+def test_the_large_scenario_is_llama7b_on_a_few_layers(monkeypatch, capsys):
+    import specbound.tools.bench as bench
 
-    folder, nbytes = write_llama7b_checkpoint(tmp_path / "m", L=4, N=64, H=4, H_kv=2, d_ff=96, vocab=64,
+    calls = []
+    monkeypatch.setattr(bench, "run_llama7b_bench", lambda **kw: calls.append(kw) or {"kw": kw})
+    monkeypatch.setattr(bench, "format_llama7b_bench", lambda report: "formatted")
+    assert main(["bench", "--scenario", "large", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out == "formatted\n"
+    (kw,) = calls
+    assert kw["layers"] == bench.LARGE_LAYERS < bench.LLAMA_7B["L"] and kw["jobs"] == 1 and kw["kernel"].device == "cpu"
+
+
+def test_llama7b_checkpoint_is_sharded_like_the_real_one(tmp_path):
+    from specbound.tools.bench import write_llama_checkpoint
+
+    folder, nbytes = write_llama_checkpoint(tmp_path / "m", L=4, N=64, H=4, H_kv=2, d_ff=96, vocab=64,
                                               shard_bytes=60_000)
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     files = sorted(set(index["weight_map"].values()))
@@ -165,7 +166,7 @@ def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monke
     from specbound.io import open_checkpoint
 
     monkeypatch.setattr(bench, "_POOL_VALUES", 1000)  # smaller than the 64 x 32 embeddings
-    folder, _ = bench.write_llama7b_checkpoint(tmp_path / "m", L=1, N=32, H=2, H_kv=1, d_ff=24, vocab=64)
+    folder, _ = bench.write_llama_checkpoint(tmp_path / "m", L=1, N=32, H=2, H_kv=1, d_ff=24, vocab=64)
     ckpt = open_checkpoint(folder)
     embed = ckpt.read("model.embed_tokens.weight").ravel()
     assert embed.size == 2048

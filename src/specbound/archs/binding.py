@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from ..errors import SpecboundError
 from ..io import Checkpoint
-from .model import ModelDims
-from .spec import ArchSpec
+from .model import MixtureOfExperts, ModelDims
+from .spec import ArchSpec, TensorRule
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
@@ -27,7 +27,7 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
     if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
-    elif not spec.config_keys["ff_size"]:
+    elif not spec.config_keys.get("ff_size", ("",)):
         d_ff = FF_SIZE_FROM_TENSORS  # read from the stored feed-forward weight (infer_from_shapes)
     else:
         d_ff = need("ff_size")
@@ -42,11 +42,20 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     activation = spec.config_value(config, "activation")
     if isinstance(activation, str) and spec.activation_names:  # a family's own name for an HF activation
         activation = spec.activation_names.get(activation, activation)
+    if not isinstance(activation, str):
+        activation = spec.activation
     stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
-    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff,
-                     activation=activation if isinstance(activation, str) else None,
-                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored,
-                     position_terms=position_term_count(spec, config))
+    moe = None
+    if spec.experts is not None:
+        experts, top_k = need("num_experts"), need("experts_per_token")
+        if top_k > experts:
+            raise SpecboundError(f"config.json: {top_k} experts per token but only {experts} experts: fix the config")
+        moe = MixtureOfExperts(experts=experts, top_k=top_k,
+                               shared_d_ff=need("shared_ff_size") if spec.experts.shared else None,
+                               shared_gate=spec.experts.shared_gate is not None)
+    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
+                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
+                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config))
 
 
 # ``d_ff`` of a family whose config does not state it (DINOv2: ``mlp_ratio``, with SwiGLU's rounding)
@@ -56,7 +65,7 @@ FF_SIZE_FROM_TENSORS = 0
 
 def position_term_count(spec: ArchSpec, config: dict) -> int:
     """How many disentangled position terms (DeBERTa's ``c2p``, ``p2c``) the config switches on, 0
-    for a family without them.  The derivation (docs/theory.md 3f) needs each term to reuse the
+    for a family without them.  The derivation (docs/theory.md 3h) needs each term to reuse the
     head's own query and key weights on normalised position embeddings; a config that says
     otherwise (``share_att_key: false``, un-normalised embeddings) is refused."""
     terms = spec.position_terms
@@ -81,14 +90,29 @@ def position_term_count(spec: ArchSpec, config: dict) -> int:
         entries = [v.strip().lower() for v in value.split("|")] if isinstance(value, str) else [value]
         if wanted not in entries:
             raise SpecboundError(f"config.json: {key}={value!r}, but the {spec.family} derivation needs {key} "
-                                 f"to include {wanted!r} (docs/theory.md 3f): otherwise the attention logits hold "
+                                 f"to include {wanted!r} (docs/theory.md 3h): otherwise the attention logits hold "
                                  f"matrices or norms that the chain does not measure")
     return count
 
 
 def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
     """``H_kv`` from the stored key weight when config.json does not name it (Mistral's and Qwen2's
-    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``)."""
+    configs may omit ``num_key_value_heads``, whose library defaults are then 8 and 32, not ``H``).
+
+    A fused ``qkv`` (``(H + 2 H_kv) d_h`` outputs) whose spec maps no ``num_kv_heads`` key takes
+    ``H_kv`` from its width: Falcon's config keeps ``num_kv_heads`` even where ``multi_query`` means one
+    key/value head, and GPT-2 or GPT-NeoX get ``H_kv = H``.  A shape that fits no ``H_kv`` leaves the
+    dimensions as they are, for :func:`account_for_tensors` to report."""
+    if "qkv" in spec.tensors:
+        if "num_kv_heads" in spec.config_keys:
+            return dims
+        rule = spec.tensors["qkv"]
+        shape = ckpt.shape(rule.name_for(0, prefix))
+        width = (shape[0] if rule.layout == "linear" else shape[-1]) if len(shape) == 2 else -1
+        twice_kv = width // dims.d_head - dims.H if width % dims.d_head == 0 else -1
+        if twice_kv > 0 and twice_kv % 2 == 0 and dims.H % (twice_kv // 2) == 0:
+            return replace(dims, H_kv=twice_kv // 2)
+        return dims
     if "k" not in spec.tensors or spec.config_value(ckpt.config, "num_kv_heads") is not None \
             or "num_kv_heads" not in spec.config_keys:
         return dims
@@ -117,12 +141,38 @@ def infer_from_shapes(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix:
     return replace(dims, d_ff=int(d_ff))
 
 
-def _expected_shapes(dims: ModelDims) -> dict[str, tuple[int, int]]:
-    """Row-vector-orientation shape of each role's matrix."""
+def _expected_shapes(dims: ModelDims, d_ff: int | None = None) -> dict[str, tuple[int, int]]:
+    """Row-vector-orientation shape of each role's matrix (``d_ff``: a shared expert's own width)."""
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
+    d_ff = dims.d_ff if d_ff is None else d_ff
     return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
-            "o": (hd, dims.N), "ff_in": (dims.N, dims.d_ff), "ff_gate": (dims.N, dims.d_ff),
-            "ff_up": (dims.N, dims.d_ff), "ff_gate_up": (dims.N, 2 * dims.d_ff), "ff_out": (dims.d_ff, dims.N)}
+            "o": (hd, dims.N), "ff_in": (dims.N, d_ff), "ff_gate": (dims.N, d_ff),
+            "ff_up": (dims.N, d_ff), "ff_gate_up": (dims.N, 2 * d_ff), "ff_out": (d_ff, dims.N),
+            "router": (dims.N, dims.moe.experts if dims.moe else 0), "gate": (dims.N, 1)}
+
+
+def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
+                ) -> list[tuple[str, str, TensorRule, tuple[int, int]]]:
+    """Every tensor a stored layer must hold: ``(name, what, rule, row-oriented shape)``, ``what``
+    naming it in messages (``ff_gate of expert 3``).  With a mixture of experts: the attention roles,
+    the router, every expert's feed-forward roles, the shared expert's and its gate."""
+    expected = _expected_shapes(dims)
+    out = [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in spec.tensors.items()]
+    experts = spec.experts
+    if experts is None:
+        return out
+    out.append((experts.router.name_for(layer, prefix), "router", experts.router, expected["router"]))
+    for e in range(dims.moe.experts):
+        out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
+                for role, rule in experts.tensors.items()]
+    if experts.shared:
+        shared = _expected_shapes(dims, dims.moe.shared_d_ff)
+        out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
+                for role, rule in experts.shared.items()]
+    if experts.shared_gate is not None:
+        rule = experts.shared_gate
+        out.append((rule.name_for(layer, prefix), "the shared expert's gate", rule, expected["gate"]))
+    return out
 
 
 def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
@@ -157,42 +207,45 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
 
 
 def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
-    """Check that every role tensor exists with the right shape and every other tensor is ignored."""
+    """Check that every role tensor exists with the right shape and every other tensor is ignored
+    (after the spec's refusals: a tensor or config value it names is an error of its own)."""
     check_strays(spec, ckpt, prefix, role_tensors(spec, ckpt, dims, prefix))
 
 
 def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, *,
                  rules: dict | None = None, suffix: str = "") -> set[str]:
-    """The names of every role tensor (and output scale) of ``rules`` (default the spec's tensors) at
-    every stored layer, each checked to exist with the shape ``dims`` implies.  ``suffix`` is added to
-    the role in messages (``_cross`` for a decoder's cross-attention)."""
-    rules = spec.tensors if rules is None else rules
-    expected = _expected_shapes(dims)
+    """The names of every tensor the spec reads at every stored layer (its roles, a mixture's experts,
+    output scales, query/key norm gains), each checked to exist with the shape ``dims`` implies; with
+    ``rules``, those rules' tensors only (a decoder's cross-attention, ``suffix`` ``_cross`` naming
+    them in messages)."""
     names = set(ckpt.names)
+    spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    if stored_layers * len(rules) > len(names):  # before listing every layer: L may be 10**30
+    per_layer = len(rules) if rules is not None else len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
+    if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
-            f"{len(rules)} role tensors each, "
+            f"{per_layer} role tensors each, "
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )
-    _refuse_unsupported(spec, ckpt, prefix)
-    wanted = {}
-    scales = {}
+    expected = _expected_shapes(dims)
+    wanted, scales = {}, {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
-        for role, rule in rules.items():
-            wanted[rule.name_for(layer, prefix)] = (role, rule.layout, layer)
+        entries = layer_rules(spec, dims, layer, prefix) if rules is None else \
+            [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in rules.items()]
+        for name, what, rule, shape in entries:
+            wanted[name] = (what + suffix, rule.layout, layer, shape)
             if rule.output_scale is not None:
-                scales[rule.scale_for(layer, prefix)] = (role, layer)
+                scales[rule.scale_for(layer, prefix)] = (what + suffix, layer)
     for name, (role, layer) in scales.items():
         shape = ckpt.shape(name) if name in names else None
         if shape is None or tuple(shape) != (dims.N,):
             found = "is missing" if shape is None else f"has shape {tuple(shape)}"
-            raise SpecboundError(f"tensor {name!r} (the output scale of {role}{suffix} in layer {layer}) {found}; "
-                                 f"the {spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
+            raise SpecboundError(f"tensor {name!r} (the output scale of {role} in layer {layer}) {found}; the "
+                                 f"{spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
                                  f"incomplete or its config does not match it")
-    gains = qk_norm_shapes(spec, dims, prefix)
+    gains = qk_norm_shapes(spec, dims, prefix) if rules is None else {}
     for name, (role, layer, shape) in gains.items():
         if name not in names:
             raise SpecboundError(
@@ -204,21 +257,22 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
                 f"{'each head' if spec.qk_norm.span == 'head' else 'the whole projection'} with heads={dims.H}, "
                 f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
                 f"does not describe these weights")
-    for name, (role, layout, layer) in wanted.items():
+    for name, (role, layout, layer, (rows, cols)) in wanted.items():
+        if name not in names and dims.moe is not None:
+            _refuse_expert_banks(ckpt, names)
         if name not in names:
             raise SpecboundError(
-                f"missing tensor {name!r} ({role}{suffix} of layer {layer}): config.json says "
-                f"{dims.L} layers; the checkpoint is incomplete or its config does not match it"
+                f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
+                f"{dims.L} layers{_experts_said(dims)}; the checkpoint is incomplete or its config does not match it"
             )
         stored = ckpt.shape(name)
-        rows, cols = expected[role]
         layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
         want = (cols, rows) if layout == "linear" else (rows, cols)
         if stored != want:
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
-                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}) implies {want} for a "
-                f"{layout} {role}{suffix} weight: the config does not describe these weights"
+                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}{_experts_said(dims)}) implies {want} "
+                f"for a {layout} {role} weight: the config does not describe these weights"
             )
     return set(wanted) | set(scales) | set(gains)
 
@@ -235,16 +289,25 @@ def check_strays(spec: ArchSpec, ckpt: Checkpoint, prefix: str, accounted: set[s
         )
 
 
-def _refuse_unsupported(spec: ArchSpec, ckpt: Checkpoint, prefix: str) -> None:
-    """A tensor of a block the family's chain cannot hold (the spec's ``unsupported`` patterns) is an
-    error naming the block, before any other check could advise ignoring it."""
-    if not spec.unsupported:
-        return
-    for name in ckpt.names:
-        why = spec.unsupported_block(name, prefix)
-        if why is not None:
-            raise SpecboundError(f"{ckpt.location} holds {name!r}: {why}; specbound cannot bound this checkpoint "
-                                 f"as one chain of matrices")
+def _refuse_expert_banks(ckpt: Checkpoint, names: set[str]) -> None:
+    """A mixture of experts whose experts are stored as 3-D banks (transformers 5 holds a loaded
+    Mixtral or Qwen-MoE this way in memory: ``mlp.experts.gate_up_proj``) where the spec names one
+    tensor per expert: said as such, not as a missing tensor."""
+    banks = sorted(n for n in names if "expert" in n and len(ckpt.shape(n)) == 3)
+    if banks:
+        raise SpecboundError(
+            f"{ckpt.location} holds its experts as 3-D banks ({banks[0]} {tuple(ckpt.shape(banks[0]))}, every expert "
+            f"along the first axis), as transformers 5 keeps a loaded mixture of experts in memory; the family spec "
+            f"names one tensor per expert, as the saved files hold them: save the model with save_pretrained and "
+            f"analyse the folder")
+
+
+def _experts_said(dims: ModelDims) -> str:
+    if dims.moe is None:
+        return ""
+    shared = f", a shared expert of width {dims.moe.shared_d_ff}" if dims.moe.shared_d_ff else ""
+    return f", {dims.moe.experts} experts{shared}"
+
 
 
 def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:

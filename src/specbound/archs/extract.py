@@ -19,10 +19,10 @@ def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
     return array.T if layout == "linear" else array
 
 
-def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str) -> np.ndarray:
-    """The row-oriented matrix of one tensor rule at stored layer ``stored``, its output scale
-    (LayerScale) folded in: ``(x W) diag(lambda)``."""
-    name = rule.name_for(stored, prefix)
+def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | None = None) -> np.ndarray:
+    """The row-oriented matrix of one tensor rule at stored layer ``stored`` (of expert ``expert``),
+    its output scale (LayerScale) folded in: ``(x W) diag(lambda)``."""
+    name = rule.name_for(stored, prefix, expert)
     # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
     w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
     if rule.output_scale is not None:
@@ -39,60 +39,94 @@ def head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
 def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Split a row-oriented fused ``(N, (H + 2 H_kv) d)`` matrix into ``q``, ``k``, ``v`` columns.
 
-    ``concat``: columns ``[q | k | v]`` (GPT-2 ``c_attn``).  ``per_head``: for each head ``h`` the
-    columns ``[q_h | k_h | v_h]`` in turn (GPT-NeoX ``query_key_value``, i.e. the torch weight's
-    rows viewed as ``(H, 3, d_h)``); it needs ``H_kv = H``.
+    ``concat``: columns ``[q | k | v]`` (GPT-2 ``c_attn``, Phi-3 ``qkv_proj``).  ``per_head``: for each
+    head ``h`` the columns ``[q_h | k_h | v_h]`` in turn (GPT-NeoX and BLOOM ``query_key_value``, i.e.
+    the torch weight's rows viewed as ``(H, 3, d_h)``); it needs ``H_kv = H``.  ``per_group``: for each
+    key/value head ``g`` its ``H / H_kv`` query heads, then its key, then its value (Falcon's
+    ``query_key_value``, rows viewed as ``(H_kv, H / H_kv + 2, d_h)``).
     """
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
     if fused == "concat":
         return w[:, :hd], w[:, hd:hd + kvd], w[:, hd + kvd:]
+    if fused == "per_group":
+        grouped = w.reshape(dims.N, dims.H_kv, dims.H // dims.H_kv + 2, dims.d_head)
+        return (grouped[:, :, :-2, :].reshape(dims.N, hd), grouped[:, :, -2, :].reshape(dims.N, kvd),
+                grouped[:, :, -1, :].reshape(dims.N, kvd))
     if dims.H_kv != dims.H:
         raise SpecboundError("a per-head fused qkv layout needs as many key/value heads as query heads")
     per_head = w.reshape(dims.N, dims.H, 3, dims.d_head)
     return tuple(per_head[:, :, i, :].reshape(dims.N, hd) for i in range(3))
 
 
+def fused_qkv_columns(fused: str, h: int, dims: ModelDims) -> tuple[int, int, int]:
+    """First output feature of query head ``h``'s slice, and of its key's and value's, in a fused qkv
+    (:func:`split_fused_qkv`'s layouts); each slice is ``d_h`` wide."""
+    d, H, H_kv = dims.d_head, dims.H, dims.H_kv
+    g = h // (H // H_kv)  # the key/value head query head h uses
+    if fused == "per_head":
+        return 3 * h * d, 3 * h * d + d, 3 * h * d + 2 * d
+    if fused == "per_group":
+        width = (H // H_kv + 2) * d  # one group: its query heads, its key, its value
+        return g * width + (h - g * (H // H_kv)) * d, g * width + width - 2 * d, g * width + width - d
+    return h * d, H * d + g * d, H * d + H_kv * d + g * d
+
+
 FF_ROLES = ("ff_in", "ff_gate", "ff_up", "ff_out")
 
 
-def feed_forward_loaders(spec: ArchSpec, dims: ModelDims, read) -> dict:
-    """Matrix name (``FF_in``, ``FF_gate``, ...) -> a loader of its row-oriented matrix; a fused
-    ``ff_gate_up`` (columns ``[gate | up]``) gives ``FF_gate`` and ``FF_up`` as its two halves."""
+def ff_role_name(role: str, branch: str | None = None) -> str:
+    """The analysed matrix's role: ``ff_gate`` -> ``FF_gate``; of expert 3 ``FF_gate[e3]``, of the
+    shared expert ``FF_gate[shared]`` (``branch`` is a suffix of ``MixtureOfExperts.branches``)."""
+    return "FF_" + role[3:] + ("" if branch is None else f"[{branch}]")
+
+
+def _ff_loaders(rules: dict, read, branch: str | None, d_ff: int) -> dict:
+    """Role -> loader of one feed-forward block's matrices; a fused ``ff_gate_up`` ``[gate | up]`` gives
+    ``FF_gate`` and ``FF_up`` (each loader reads the fused tensor and keeps its half)."""
     loaders = {}
-    for role in ("ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out"):
-        if role not in spec.tensors:
+    for role in ("ff_in", "ff_gate", "ff_gate_up", "ff_up", "ff_out"):
+        if role not in rules:
             continue
         if role == "ff_gate_up":
-            f = dims.d_ff
-            loaders["FF_gate"] = lambda: read("ff_gate_up")[:, :f]
-            loaders["FF_up"] = lambda: read("ff_gate_up")[:, f:2 * f]
+            loaders[ff_role_name("ff_gate", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, :d_ff])
+            loaders[ff_role_name("ff_up", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, d_ff:])
         else:
-            loaders["FF_" + role[3:]] = lambda r=role: read(r)
+            loaders[ff_role_name(role, branch)] = lambda rule=rules[role]: read(rule)
     return loaders
 
 
 def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerWeights:
     """Read and slice one layer's attention tensors now and its feed-forward ones lazily (after
     :func:`account_for_tensors`).  Feed-forward matrices stay views of the read tensors (``W =
-    weight.T`` for a Linear), not copies."""
+    weight.T`` for a Linear), not copies.  A mixture of experts lists every routed expert's
+    matrices (``FF_gate[e0]``, ``FF_up[e0]``, ``FF_out[e0]``, ``FF_gate[e1]``, ...), then the shared
+    expert's (``FF_gate[shared]``, ...)."""
 
     stored = dims.stored_layer(layer)
 
-    def read(role: str) -> np.ndarray:
-        return read_rule(spec.tensors[role], ckpt, stored, prefix)
+    def read(rule, expert: int | None = None) -> np.ndarray:
+        """A rule's matrix, or a role's: ``read("q")``."""
+        return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert)
 
     if "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
     else:
         q, k, v = read("q"), read("k"), read("v")
-    ff = LazyMatrices(feed_forward_loaders(spec, dims, read))
+    if spec.experts is None:
+        loaders = _ff_loaders(spec.tensors, read, None, dims.d_ff)
+    else:
+        loaders = {}
+        for e in range(dims.moe.experts):
+            loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
+        if spec.experts.shared:
+            loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
     return LayerWeights(
         layer=layer,
         q=head_columns(q, dims.H, dims.d_head),
         k=head_columns(k, dims.H_kv, dims.d_head),
         v=head_columns(v, dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
-        ff=ff,
+        ff=LazyMatrices(loaders),
         qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
     )
 
@@ -118,8 +152,8 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
     ``QK`` of head ``h`` is ``q[...]|k[...]`` (then ``|q_norm|k_norm`` gains for a QK-norm family, with
     the head's slice when the norm spans the projection), ``OV`` is ``v[...]|o[...]``: each tensor's name with the
     head's slice of its head axis in brackets (the output features of q, k, v; the input features
-    of o; a fused qkv's slice of its output axis); a feed-forward matrix is its tensor's name.  A
-    shared layer (ALBERT) names the stored layer it reads.
+    of o; a fused qkv's slice of its output axis); a feed-forward matrix is its tensor's name (a
+    fused gate_up's half in brackets).  A shared layer (ALBERT) names the stored layer it reads.
 
     Returns
     -------
@@ -137,23 +171,35 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             g = h // group  # the key/value head query head h uses
             if "qkv" in spec.tensors:
                 fused = name("qkv")
-                if spec.tensors["qkv"].fused == "per_head":
-                    q0, k0, v0 = 3 * h * d, 3 * h * d + d, 3 * h * d + 2 * d
-                else:
-                    q0, k0, v0 = h * d, H * d + g * d, H * d + H_kv * d + g * d
-                q, k, v = (f"{fused}[{a}:{a + d}]" for a in (q0, k0, v0))
+                q, k, v = (f"{fused}[{a}:{a + d}]" for a in fused_qkv_columns(spec.tensors["qkv"].fused, h, dims))
             else:
                 q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
                 k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
             out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if spec.qk_norm else "")
             out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]" + scale("o")
-        for role in FF_ROLES:
-            if role in spec.tensors:
-                out[(layer, None, "FF_" + role[3:])] = name(role) + scale(role)
-        if "ff_gate_up" in spec.tensors:
-            fused, f = name("ff_gate_up"), dims.d_ff
-            out[(layer, None, "FF_gate")] = f"{fused}[0:{f}]"
-            out[(layer, None, "FF_up")] = f"{fused}[{f}:{2 * f}]"
+        if spec.experts is None:
+            out.update(_ff_names(spec.tensors, layer, stored, prefix, None, None, dims.d_ff))
+            continue
+        for e in range(dims.moe.experts):
+            out.update(_ff_names(spec.experts.tensors, layer, stored, prefix, e, f"e{e}", dims.d_ff))
+        if spec.experts.shared:
+            out.update(_ff_names(spec.experts.shared, layer, stored, prefix, None, "shared", dims.moe.shared_d_ff))
+    return out
+
+
+def _ff_names(rules: dict, layer: int, stored: int, prefix: str, expert: int | None, branch: str | None,
+              d_ff: int) -> dict:
+    out = {}
+    for role in ("ff_in", "ff_gate", "ff_gate_up", "ff_up", "ff_out"):
+        if role not in rules:
+            continue
+        name = rules[role].name_for(stored, prefix, expert)
+        if role == "ff_gate_up":
+            out[(layer, None, ff_role_name("ff_gate", branch))] = f"{name}[0:{d_ff}]"
+            out[(layer, None, ff_role_name("ff_up", branch))] = f"{name}[{d_ff}:{2 * d_ff}]"
+        else:  # a LayerScale vector folded into the matrix is one of its tensors
+            scale = rules[role].scale_for(stored, prefix)
+            out[(layer, None, ff_role_name(role, branch))] = name + ("" if scale is None else f"|{scale}")
     return out
 
 

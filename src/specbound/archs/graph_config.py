@@ -60,18 +60,17 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
         return any(n == probe or n.endswith("." + probe) for n in names)
 
     found = []
-    for spec in specs.values():
+    for index, spec in enumerate(specs.values()):
         if not spec.tensors:  # an encoder-decoder's or two-tower family's tensors are its stacks' or towers'
             continue
-        probes = [rule.name_for(0) for rule in spec.tensors.values()]
-        norms = spec.qk_norm.names_for(0) if spec.qk_norm else ()
-        # a query/key-norm family only where its norms are, and no other family there
-        if all(held(p) for p in probes) and all(held(p) for p in norms) and (norms or not any(
-                held(p) for s in specs.values() if s.qk_norm for p in s.qk_norm.names_for(0))):
-            found.append(spec)
-    # the names cannot show a family's structural facts (Gemma's (1 + w) norms, OLMo2's post-norms):
-    # the family with the fewest of them first (LLaMA before Gemma, Qwen3 before OLMo2 and Gemma 3)
-    found.sort(key=lambda s: sum(k in ("embedding_scale", "norm_gain", "sublayer_norms") for k in (s.structure or {})))
+        probes = _layer0_probes(spec)
+        if all(any(n == p or n.endswith("." + p) for n in names) for p in probes):
+            structural = sum(k in ("embedding_scale", "norm_gain", "sublayer_norms") for k in (spec.structure or {}))
+            found.append((-len(probes), structural, index, spec))
+    # the most specific match first (experts, query/key norms); the names cannot show a family's
+    # structural facts (Gemma's (1 + w) norms, OLMo2's post-norms), so then the family with the fewest
+    # of them (LLaMA before Gemma, Qwen3 before OLMo2 and Gemma 3), then file order
+    found = [spec for *_, spec in sorted(found, key=lambda f: f[:3])]
     if not found:
         raise SpecboundError(
             f"no shipped family's layer-0 weight names are in the checkpoint (it has e.g. {sorted(names)[:4]}); "
@@ -80,6 +79,19 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
     spec = found[0]
     also = f" (also matches {', '.join(s.family for s in found[1:])}: the same tensor names)" if found[1:] else ""
     return spec, f"its layer-0 weights are named as in {spec.origin}{also}"
+
+
+def _layer0_probes(spec: ArchSpec) -> list[str]:
+    """The layer-0 tensor names a checkpoint of ``spec`` must hold: its role weights, its query/key
+    norms, and with experts the router, expert 0's weights and the shared expert's."""
+    probes = [rule.name_for(0) for rule in spec.tensors.values()]
+    if spec.qk_norm is not None:
+        probes += list(spec.qk_norm.names_for(0))
+    if spec.experts is not None:
+        e = spec.experts
+        probes += [e.router.name_for(0)] + [rule.name_for(0, expert=0) for rule in e.tensors.values()]
+        probes += [rule.name_for(0) for rule in (e.shared or {}).values()]
+    return probes
 
 
 def _heads_from_reshapes(module: str, hints, attention: int, kv: int) -> tuple[int, int | None, str] | None:

@@ -16,7 +16,13 @@ recorded as a :class:`Guess` with its evidence, and the ones the checkpoint cann
   the weights; one normalisation per layer or a ``*parallel*`` config flag hints at it);
 * config keys by matching config.json's values to the observed sizes (``hidden_size = 32`` is the
   width all role matrices share), usual key names first; the number of heads is not visible in the
-  weights at all and comes from the key's name.
+  weights at all and comes from the key's name;
+* a mixture of experts (an expert stack ``<...>.experts.<e>.*`` inside each layer) becomes an
+  ``experts`` section: the experts' feed-forward roles, the router (the ``(E, N)`` weight named like a
+  gate or router), and a shared expert with its gate when there is one.  How the router weighs its
+  experts is not in the weights (the derivation needs gates >= 0 summing to at most 1): marked verify.
+  Weights no spec can describe are refused with a line naming them: 3-D expert banks, two expert
+  stacks, a dense feed-forward beside the experts, a router that cannot be found.
 
 The draft is finally run through ``analyze``'s own accounting and shape checks on the checkpoint it
 came from (:func:`self_check`), so a draft that does not fit says so before it is used.
@@ -28,13 +34,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .binding import account_for_tensors, detect_prefix, model_dims
+from .binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError
-from .tensor_names import (LayerStack, RoleAssignment, assign_attention_roles, assign_roles, find_layer_stack,
-                           find_layer_stacks, ignore_patterns, is_cross_attention, leaf, module_of, norms_per_layer,
-                           stacks_ignore_patterns, wrapper_prefix)
+from .tensor_names import (ExpertStack, LayerStack, RoleAssignment, assign_attention_roles, assign_roles,
+                           find_expert_stack, find_layer_stack, find_layer_stacks, ignore_patterns, is_cross_attention,
+                           leaf, module_of, norms_per_layer, stacks_ignore_patterns, wrapper_prefix)
 
 # config.json keys by field, most usual first.  A key is used only when its value matches what the
 # weights show (except the number of heads, which the weights do not show).
@@ -47,9 +53,15 @@ CONFIG_NAMES = {
     "num_kv_heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"),
     "head_dim": ("head_dim", "d_kv", "attention_head_size", "kv_channels"),
     "ff_size": ("intermediate_size", "ffn_dim", "n_inner", "hidden_dim", "d_ff", "ffn_hidden_size",
-                "dim_feedforward", "mlp_dim", "encoder_ffn_dim", "decoder_ffn_dim"),
+                "dim_feedforward", "mlp_dim", "encoder_ffn_dim", "decoder_ffn_dim", "moe_intermediate_size"),
     "activation": ("hidden_act", "activation_function", "activation", "hidden_activation", "act_fn", "dense_act_fn"),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_layer"),
+    "experts_per_token": ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "n_experts_per_tok"),
+    "shared_ff_size": ("shared_expert_intermediate_size", "shared_intermediate_size", "moe_shared_intermediate_size"),
 }
+# a mixture of experts' router and its shared expert's gate, by module name
+_ROUTER = r"(?:^|\.)(?:gate|router|gate_inp|wg|moe_gate|switch)$"
+_SHARED = r"(?:^|\.)shared_experts?\."
 _STORAGE = {"linear": "nn.Linear (out, in)", "conv1d": "Conv1D (in, out)"}
 
 
@@ -103,6 +115,23 @@ class Sizes:
     kv: int
 
 
+@dataclass
+class MoEParts:
+    """What a mixture-of-experts layer is made of (layer-relative names): the expert stack, each
+    expert's roles (expert 0's names), the router, the shared expert's roles and its gate."""
+
+    experts: ExpertStack
+    roles: RoleAssignment
+    router: str
+    shared: dict[str, str] = field(default_factory=dict)
+    shared_gate: str | None = None
+
+    def role_rests(self) -> set[str]:
+        """Every layer-relative name these parts read."""
+        rests = {self.experts.rest(e, r) for e in range(self.experts.count) for r in self.roles.roles.values()}
+        return rests | {self.router, *self.shared.values(), *([self.shared_gate] if self.shared_gate else [])}
+
+
 def infer_spec(ckpt: Checkpoint) -> Draft:
     """Draft a spec for ``ckpt`` (module docstring).  The draft always validates with ``parse_spec``;
     :attr:`Draft.check` says whether it also fits ``ckpt``."""
@@ -118,24 +147,41 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         return _infer_two(ckpt, draft, model_type, *shape)
     stack = find_layer_stack(ckpt, next((config[k] for k in CONFIG_NAMES["num_layers"] if _is_int(config.get(k))), None))
     prefix = wrapper_prefix(stack.path, config)
+    stack_rel = stack.path[len(prefix):]
     _note_stack(stack, prefix, ckpt, draft)
+    _refuse_banks(ckpt, stack)
     matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2
                       and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES)
-    assignment = assign_roles(matrices)
-    roles = assignment.roles
+    experts = find_expert_stack(stack.rests[0])
+    moe = None if experts is None else moe_parts(ckpt, stack, experts, matrices)
+    assignment = assign_roles(matrices) if moe is None else \
+        assign_roles([m for m in matrices if m not in moe.role_rests() and not m.startswith(experts.path + ".")],
+                     part="attention")
+    roles = dict(assignment.roles)
+    if moe is not None:  # the experts' roles, by expert 0's names, for the sizes and layouts
+        roles.update({r: experts.rest(0, rest) for r, rest in moe.roles.roles.items()})
     names = {role: stack.name(0, rest) for role, rest in roles.items()}
     shapes = {role: tuple(ckpt.shape(name)) for role, name in names.items()}
-    _note_roles(assignment, shapes, stack.path[len(prefix):], draft)
+    _note_roles(assignment, shapes, stack_rel, draft)
     sizes = role_sizes(shapes, config)
-    keys, extra, grouped = config_keys(config, stack.L, sizes, draft)
+    keys, extra, grouped = config_keys(config, stack.L, sizes, draft, fused_qkv="qkv" in roles)
     layouts = decide_layouts(shapes, names, sizes.N, ckpt, draft)
-    tensors = {role: {"name": f"{stack.path[len(prefix):]}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
+    tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
                for role, rest in roles.items()}
     if "qkv" in tensors:
         tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, draft)
+    if "ff_gate_up" in tensors:
+        tensors["ff_gate_up"]["fused"] = "concat"
+        draft.note("fused gate_up", "concat ([gate | up])",
+                   "the first half of the outputs is the gate (Phi-3's gate_up_proj, chunked in that order); "
+                   "[up | gate] cannot be told apart from shapes and gives other numbers", verify=True)
+    experts_spec = None
+    if moe is not None:
+        experts_spec = _experts_section(moe, tensors, stack, stack_rel, ckpt, config, sizes, keys, draft)
     qk_norm, norm_rests = _qk_norm(ckpt, stack, prefix, config, sizes, keys, draft)
-    patterns, in_layer = ignore_patterns(ckpt.names, stack, prefix, set(roles.values()) | norm_rests)
-    _note_ignored(patterns, in_layer, stack.path[len(prefix):], draft)
+    used = set(assignment.roles.values()) | (moe.role_rests() if moe else set()) | norm_rests
+    patterns, in_layer = ignore_patterns(ckpt.names, stack, prefix, used)
+    _note_ignored(patterns, in_layer, stack_rel, draft)
     draft.spec = {
         "family": model_type,
         "description": f"drafted by `specbound arch infer` from {ckpt.location}; verify before trusting it",
@@ -143,16 +189,106 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         "prefixes": ["", prefix] if prefix else [""],
         "config": keys,
         **_block(config, stack, draft),
-        **_rotary(config, draft),
+        **_positions(config, draft),
         **qk_norm,
-        "feed_forward": "gated" if "ff_gate" in roles else "plain",
+        "feed_forward": "gated" if {"ff_gate", "ff_gate_up"} & set(roles) else "plain",
         **extra,
         "tensors": tensors,
+        **({"experts": experts_spec} if experts_spec else {}),
         "ignore": patterns,
     }
     parse_spec(draft.spec, "the drafted spec")  # an invalid draft is a bug here, not the user's problem
     draft.check = self_check(draft.spec, ckpt)
     return draft
+
+
+def _refuse_banks(ckpt: Checkpoint, stack: LayerStack) -> None:
+    """A 3-D floating-point tensor in a layer (every expert's weights in one bank, as transformers 5
+    holds Mixtral's ``experts.gate_up_proj`` in memory) is not a matrix a spec can name."""
+    for rest in sorted(stack.rests[0]):
+        name = stack.name(0, rest)
+        if len(ckpt.shape(name)) == 3 and ckpt.dtype(name) in FLOAT_DTYPES:
+            raise SpecboundError(
+                f"{name} is a 3-D tensor {tuple(ckpt.shape(name))}: a bank of expert weights (one matrix per "
+                f"expert along its first axis), which a spec cannot map; save the model with save_pretrained "
+                f"(it writes one tensor per expert) and run arch infer on the saved folder, or write the spec by hand")
+
+
+def moe_parts(ckpt: Checkpoint, stack: LayerStack, experts: ExpertStack, matrices: list[str]) -> MoEParts:
+    """The parts of a mixture-of-experts layer (layer 0): each expert's feed-forward roles, the router
+    (a weight named like a gate or router with one axis of length ``E``), the shared expert (under
+    ``shared_expert``) and its gate (a ``(1, N)`` weight named like ``shared_expert_gate``)."""
+
+    expert_matrices = sorted(r for r in experts.rests if experts.rest(0, r) in matrices)
+    roles = assign_roles(expert_matrices, part="feed_forward")
+    outside = [m for m in matrices if not m.startswith(experts.path + ".")]
+    shape = lambda rest: tuple(ckpt.shape(stack.name(0, rest)))  # noqa: E731
+    shared_rests = [m for m in outside if re.search(_SHARED, m, re.IGNORECASE)]  # inside the shared expert
+    gates = [m for m in outside if m not in shared_rests and "shared" in leaf(m).lower() and "gate" in leaf(m).lower()
+             and 1 in shape(m)]
+    routers = [m for m in outside if m not in shared_rests and m not in gates
+               and re.search(_ROUTER, module_of(m), re.IGNORECASE) and experts.count in shape(m)]
+    if len(routers) != 1:
+        found = ", ".join(routers) if routers else f"no weight named like a router with an axis of {experts.count}"
+        raise SpecboundError(
+            f"{stack.name(0, experts.path)} holds {experts.count} experts, but their router cannot be told ({found}): "
+            f"the router decides which experts run, so it cannot be left out; write the spec by hand")
+    shared = {}
+    if shared_rests:
+        shared = assign_roles(sorted(shared_rests), part="feed_forward").roles
+        if set(shared) != set(roles.roles):
+            raise SpecboundError(f"the shared expert ({', '.join(sorted(shared_rests))}) and the routed experts "
+                                 f"({', '.join(expert_matrices)}) are not the same kind of block; write the spec by hand")
+    return MoEParts(experts, roles, routers[0], shared, gates[0] if gates else None)
+
+
+def _experts_section(moe: MoEParts, tensors: dict, stack: LayerStack, stack_rel: str, ckpt: Checkpoint,
+                     config: dict, sizes: "Sizes", keys: dict, draft: Draft) -> dict:
+    """The spec's ``experts`` object (the feed-forward rules move out of ``tensors`` into it) and its
+    config keys: the expert count from the weights, the experts per token from a key's name only,
+    the shared expert's width from its weights."""
+    layer_path = f"{stack_rel}.{LAYER_PLACEHOLDER}"
+    section: dict[str, Any] = {"tensors": {}}
+    for role, rest in moe.roles.roles.items():
+        rule = tensors.pop(role)
+        rule["name"] = f"{layer_path}.{moe.experts.path}.${{expert}}.{rest}"
+        section["tensors"][role] = rule
+        draft.note(f"expert role {role}", rule["name"], f"module name {leaf(rest)!r} in each of the "
+                                                        f"{moe.experts.count} experts")
+    router_shape = tuple(ckpt.shape(stack.name(0, moe.router)))
+    section["router"] = {"name": f"{layer_path}.{moe.router}",
+                         "layout": "linear" if router_shape[0] == moe.experts.count else "conv1d"}
+    draft.note("router", section["router"]["name"],
+               f"stored {router_shape}: one row per expert; read and shape-checked, not analysed as a matrix")
+    draft.note("routing", "gates >= 0 summing to at most 1 (softmax over the router's top-k)",
+               "how the router weighs the chosen experts is code, not weights; the bounds (docs/theory.md 3f) need "
+               "non-negative gates summing to at most 1 (Mixtral, Qwen-MoE) and a shared expert's gate at most 1 "
+               "(a sigmoid); a router that scales its gates (a routed scaling factor) is outside them", verify=True)
+    keys["num_experts"] = _config_key(config, "num_experts", moe.experts.count, draft,
+                                      f"the {moe.experts.count} experts of {moe.experts.path}")
+    top_k = next((k for k in CONFIG_NAMES["experts_per_token"]
+                  if _is_int(config.get(k)) and 0 < config[k] <= moe.experts.count), None)
+    keys["experts_per_token"] = [top_k or CONFIG_NAMES["experts_per_token"][0]]
+    draft.note("config experts_per_token", keys["experts_per_token"][0],
+               (f"{top_k} = {config[top_k]}: how many experts run per token cannot be seen in the weights"
+                if top_k else "no usual key names the experts per token: add one"), verify=top_k is None)
+    if moe.shared:
+        section["shared"] = {"tensors": {}}
+        for role, rest in moe.shared.items():
+            section["shared"]["tensors"][role] = {"name": f"{layer_path}.{rest}",
+                                                  "layout": section["tensors"][role]["layout"]}
+            if "fused" in section["tensors"][role]:
+                section["shared"]["tensors"][role]["fused"] = section["tensors"][role]["fused"]
+        out = tuple(ckpt.shape(stack.name(0, moe.shared["ff_out"])))
+        width = _other(out, sizes.N)
+        keys["shared_ff_size"] = _config_key(config, "shared_ff_size", width, draft, "the shared expert's width")
+        draft.note("shared expert", ", ".join(moe.shared.values()), "always on, beside the routed experts")
+        if moe.shared_gate:
+            section["shared"]["gate"] = {"name": f"{layer_path}.{moe.shared_gate}", "layout": "linear"
+                                         if tuple(ckpt.shape(stack.name(0, moe.shared_gate)))[0] == 1 else "conv1d"}
+            draft.note("shared expert gate", moe.shared_gate, "a (1, N) weight: its sigmoid scales the shared "
+                                                              "expert's output (at most 1)", verify=True)
+    return section
 
 
 def _note_stack(stack: LayerStack, prefix: str, ckpt: Checkpoint, draft: Draft) -> None:
@@ -202,8 +338,8 @@ def role_sizes(shapes: dict[str, tuple[int, int]], config: dict) -> Sizes:
             f"roles were guessed wrong or the hidden size is ambiguous; write the spec by hand"
         )
     n = common.pop()
-    ff_role = "ff_in" if "ff_in" in shapes else "ff_up"
-    d_ff = _other(shapes[ff_role], n)
+    ff_role = next(r for r in ("ff_in", "ff_up", "ff_gate_up") if r in shapes)
+    d_ff = _other(shapes[ff_role], n) // (2 if ff_role == "ff_gate_up" else 1)  # a fused [gate | up]
     for role in ("ff_gate", "ff_out"):
         if role in shapes and _other(shapes[role], n) != d_ff:
             raise SpecboundError(f"{role} {shapes[role]} and {ff_role} {shapes[ff_role]} do not share the "
@@ -248,9 +384,12 @@ def _config_key(config: dict, field: str, value: int, draft: Draft, what: str, n
     return [name]
 
 
-def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, names=None) -> tuple[dict, dict, bool]:
+def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, fused_qkv: bool = False,
+                names=None) -> tuple[dict, dict, bool]:
     """The spec's ``config`` section, any extra spec keys (``ff_size_multiplier``), and whether there
-    are fewer key/value heads than query heads (``names``: the keys to try, default :data:`CONFIG_NAMES`)."""
+    are fewer key/value heads than query heads.  A fused qkv maps no ``num_kv_heads`` key: the analysis
+    reads ``H_kv`` from its width (Falcon's config keeps ``num_kv_heads`` where ``multi_query`` means 1).
+    ``names``: the keys to try (default :data:`CONFIG_NAMES`; one stack's, for an encoder-decoder)."""
     names = names or CONFIG_NAMES
     keys = {"num_layers": _config_key(config, "num_layers", L, draft, "the number of layers in the stack", names),
             "hidden_size": _config_key(config, "hidden_size", sizes.N, draft, "the width all role weights share",
@@ -271,7 +410,10 @@ def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, names=None) ->
     if heads:
         d_head = sizes.attention // heads
         heads_kv = sizes.kv // d_head if sizes.kv % d_head == 0 else None
-        if heads_kv is not None and (heads_kv != heads or _keys_holding(config, "num_kv_heads", heads_kv, names)):
+        if fused_qkv and heads_kv is not None:
+            draft.note("config num_kv_heads", f"{heads_kv} from the fused qkv's width",
+                       f"(H + 2 H_kv) d_h = {sizes.attention + 2 * sizes.kv}; read from the weight at analysis")
+        elif heads_kv is not None and (heads_kv != heads or _keys_holding(config, "num_kv_heads", heads_kv, names)):
             keys["num_kv_heads"] = _config_key(config, "num_kv_heads", heads_kv, draft,
                                                f"the key/value width {sizes.kv} / d_head {d_head}", names)
         if sizes.attention != sizes.N or _keys_holding(config, "head_dim", d_head, names):
@@ -351,18 +493,21 @@ def decide_layouts(shapes: dict[str, tuple[int, int]], names: dict[str, str], n:
 
 
 def _fused(rest: str, grouped: bool, draft: Draft) -> str:
-    """``per_head`` for a module named ``query_key_value`` with as many key/value heads as query heads
-    (GPT-NeoX, BLOOM), else ``concat``; always marked verify."""
-    per_head = leaf(rest).lower() == "query_key_value" and not grouped
-    if per_head:
-        why = "'query_key_value' is GPT-NeoX's and BLOOM's name for [h0: q k v | h1: q k v | ...]"
+    """For a module named ``query_key_value``: ``per_head`` with as many key/value heads as query heads
+    (GPT-NeoX, BLOOM), ``per_group`` with fewer (Falcon); else ``concat``; always marked verify."""
+    named = leaf(rest).lower() == "query_key_value"
+    if named and not grouped:
+        choice, why = "per_head", "'query_key_value' is GPT-NeoX's and BLOOM's name for [h0: q k v | h1: q k v | ...]"
+    elif named:
+        choice, why = "per_group", ("'query_key_value' with fewer key/value heads than query heads is Falcon's "
+                                    "[g0: q.. k v | g1: q.. k v | ...]")
     elif grouped:
-        why = "fewer key/value heads than query heads rule out per_head; [q | k | v] assumed"
+        choice, why = "concat", "fewer key/value heads than query heads rule out per_head; [q | k | v] assumed"
     else:
-        why = "[q | k | v] (GPT-2's c_attn) is the common split"
-    draft.note("fused qkv", "per_head" if per_head else "concat",
-               why + "; concat and per_head cannot be told apart from shapes", verify=True)
-    return "per_head" if per_head else "concat"
+        choice, why = "concat", "[q | k | v] (GPT-2's c_attn) is the common split"
+    draft.note("fused qkv", choice, why + "; concat, per_head and per_group cannot be told apart from shapes",
+               verify=True)
+    return choice
 
 
 def _block(config: dict, stack: LayerStack, draft: Draft) -> dict[str, Any]:
@@ -393,18 +538,30 @@ ROTARY_KEYS = ("rope_theta", "rotary_emb_base", "rotary_pct", "partial_rotary_fa
                "rope_parameters")
 
 
-def _rotary(config: dict, draft: Draft) -> dict[str, Any]:
-    """``rotary`` when config.json has a rotary setting: pairs as HF's ``rotate_half`` (LLaMA, NeoX);
-    GPT-J-style interleaved pairs cannot be told from the weights, hence verify."""
+def _positions(config: dict, draft: Draft) -> dict[str, Any]:
+    """``rotary`` when config.json has a rotary setting: pairs as HF's ``rotate_half`` (LLaMA, NeoX),
+    or interleaved for a GPT-J / CodeGen class; which pairs cannot be told from the weights, hence
+    verify.  A boolean ``alibi`` key (Falcon) switches rotary off when true and marks ALiBi."""
     keys = [k for k in ROTARY_KEYS if k in config]
+    alibi = isinstance(config.get("alibi"), bool)
+    out: dict[str, Any] = {"alibi": "alibi"} if alibi else {}
+    if alibi:
+        draft.note("positions", f"ALiBi when alibi is true (now {config['alibi']})",
+                   "config.json's boolean alibi: position biases on the logits, no change to any matrix")
     if not keys:
-        draft.note("rotary", "none", "no rotary setting in config.json (learned or absolute positions assumed)",
-                   verify=True)
-        return {}
-    draft.note("rotary", "half (dims i and i + rot/2 rotate together, HF rotate_half)",
-               f"config.json has {', '.join(keys)}; interleaved pairs (GPT-J, llama.cpp) look the same in the "
-               f"weights: set \"pairing\": \"interleaved\" for those", verify=True)
-    return {"rotary": {"pairing": "half"}}
+        if not alibi:
+            draft.note("rotary", "none", "no rotary setting in config.json (learned or absolute positions assumed)",
+                       verify=True)
+        return out
+    classes = " ".join(str(a) for a in config.get("architectures") or [])
+    interleaved = any(name in classes for name in ("GPTJ", "CodeGen"))
+    draft.note("rotary", "interleaved (dims 2i and 2i + 1 rotate together)" if interleaved else
+               "half (dims i and i + rot/2 rotate together, HF rotate_half)",
+               f"config.json has {', '.join(keys)}" + (f"; {classes} rotates every two dimensions" if interleaved else
+               "; interleaved pairs (GPT-J, llama.cpp) look the same in the weights: set \"pairing\": "
+               "\"interleaved\" for those"), verify=True)
+    out["rotary"] = {"pairing": "interleaved" if interleaved else "half", **({"off_when": "alibi"} if alibi else {})}
+    return out
 
 
 # A per-layer 1-D weight normalising the queries or the keys (Qwen3, Gemma 3, OLMo2: q_norm / k_norm;
@@ -491,7 +648,9 @@ def self_check(spec: dict, ckpt: Checkpoint) -> str:
             found = [(part.name, part.dims) for part in dims.stacks]
         else:
             dims = model_dims(parsed, ckpt.config)
-            account_for_tensors(parsed, ckpt, dims, detect_prefix(parsed, ckpt))
+            prefix = detect_prefix(parsed, ckpt)
+            dims = infer_kv_heads(parsed, ckpt, dims, prefix)
+            account_for_tensors(parsed, ckpt, dims, prefix)
             found = [(None, dims)]
     except SpecboundError as exc:
         return f"FAILS: {exc}"
@@ -568,12 +727,16 @@ def _draft_chain(ckpt: Checkpoint, stack: LayerStack, prefix: str, config: dict,
     shapes = {role: tuple(ckpt.shape(n)) for role, n in names_of.items()}
     _note_roles(assignment, shapes, stack_rel, sub)
     sizes = role_sizes(shapes, config)
-    keys, extra, grouped = config_keys(config, stack.L, sizes, sub, names)
+    keys, extra, grouped = config_keys(config, stack.L, sizes, sub, fused_qkv="qkv" in roles, names=names)
     layouts = decide_layouts(shapes, names_of, sizes.N, ckpt, sub)
     tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
                for role, rest in roles.items()}
     if "qkv" in tensors:
         tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, sub)
+    if "ff_gate_up" in tensors:
+        tensors["ff_gate_up"]["fused"] = "concat"
+        sub.note("fused gate_up", "concat ([gate | up])", "the first half of the outputs is the gate; [up | gate] "
+                 "cannot be told apart from shapes and gives other numbers", verify=True)
     if cross_roles:
         cross_names = {role: stack.name(0, rest) for role, rest in cross_roles.items()}
         cross_shapes = {role: tuple(ckpt.shape(n)) for role, n in cross_names.items()}
@@ -589,7 +752,7 @@ def _draft_chain(ckpt: Checkpoint, stack: LayerStack, prefix: str, config: dict,
             tensors[role + "_cross"] = {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": cross_layouts[role]}
     for g in sub.guesses:
         draft.note(f"{label} {g.topic}", g.choice, g.evidence, g.verify)
-    return _Chain(tensors, keys, extra, "gated" if "ff_gate" in roles else "plain",
+    return _Chain(tensors, keys, extra, "gated" if {"ff_gate", "ff_gate_up"} & set(roles) else "plain",
                   set(roles.values()) | set(cross_roles.values()))
 
 

@@ -18,6 +18,24 @@ UNBOUNDED_POSITIONS = 1 << 62
 
 
 @dataclass(frozen=True)
+class MixtureOfExperts:
+    """A sparse feed-forward block: ``experts`` routed experts of width ``d_ff`` each (the model's
+    ``d_ff``), ``top_k`` of them chosen per token by a router, and optionally one always-on shared
+    expert of width ``shared_d_ff`` (with a sigmoid gate when ``shared_gate``); docs/theory.md 3f."""
+
+    experts: int
+    top_k: int
+    shared_d_ff: int | None = None
+    shared_gate: bool = False
+
+    @property
+    def branches(self) -> tuple[str, ...]:
+        """The role suffix of each expert, in the order the matrices are listed: ``e0 .. e{E-1}``,
+        then ``shared``."""
+        return tuple(f"e{e}" for e in range(self.experts)) + (("shared",) if self.shared_d_ff else ())
+
+
+@dataclass(frozen=True)
 class ModelDims:
     """Dimensions read from config.json through the family's spec."""
 
@@ -37,16 +55,32 @@ class ModelDims:
     # An encoder-decoder: its stacks in order (encoder, then decoder), their layers numbered on through
     # both (``L`` is their sum); None for one chain of layers
     stacks: "tuple[StackDims, ...] | None" = None
+    moe: MixtureOfExperts | None = None  # a mixture-of-experts feed-forward block in every layer
+    alibi: bool = False  # attention logits carry ALiBi's position biases (no change to any matrix)
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
 
+    @property
+    def ff_matrices(self) -> int:
+        """Feed-forward matrices per layer (every expert's, with a mixture of experts)."""
+        per_branch = 3 if self.feed_forward == "gated" else 2
+        return per_branch * (1 if self.moe is None else len(self.moe.branches))
+
+    @property
+    def ff_parameters(self) -> int:
+        """Stored feed-forward weights per layer: ``k N d_ff`` per expert (``k`` = 2 or 3)."""
+        per_branch = 3 if self.feed_forward == "gated" else 2
+        if self.moe is None:
+            return per_branch * self.N * self.d_ff
+        return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
+
     def matrix_count(self) -> int:
         """How many matrices the analysis reports: per layer ``H`` QK and ``H`` OV heads (a decoder
-        layer's cross-attention ``2 H`` more) and 2 or 3 feed-forward matrices."""
+        layer's cross-attention ``2 H`` more) and :attr:`ff_matrices` feed-forward matrices."""
         if self.stacks is not None:
             return sum(p.dims.matrix_count() + (2 * p.dims.H * p.dims.L if p.cross else 0) for p in self.stacks)
-        return self.L * (2 * self.H + (3 if self.feed_forward == "gated" else 2))
+        return self.L * (2 * self.H + self.ff_matrices)
 
     def locate(self, layer: int) -> "tuple[StackDims | None, int]":
         """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""

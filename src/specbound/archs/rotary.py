@@ -33,9 +33,9 @@ _WITH_ORIGINAL_CONTEXT = ("yarn", "longrope", "llama3")
 
 
 def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where: str) -> RotaryLayout | None:
-    """The rotary layout of a family that declares one (``"rotary"`` in its spec), else None; for a
-    model whose layers differ (Gemma 3's local and global layers), the first layer's (see
-    :func:`rotary_layouts`).
+    """The rotary layout of a family that declares one (``"rotary"`` in its spec, not switched off
+    by its ``off_when`` config key: Falcon's ``alibi``), else None; for a model whose layers differ
+    (Gemma 3's local and global layers), the first layer's (see :func:`rotary_layouts`).
 
     A config that states no context length (an ONNX export without config.json, say) gets
     ``max_positions = UNBOUNDED_POSITIONS``: every offset counts, so only the bounds valid for every
@@ -47,14 +47,16 @@ def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where:
 
 def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_layers: int, *,
                    where: str) -> tuple[RotaryLayout, ...] | None:
-    """Each layer's rotary layout, ``(L,)``, or None for a family without ``"rotary"``.
+    """Each layer's rotary layout, ``(L,)``, or None for a family without ``"rotary"`` (or whose
+    ``off_when`` config key switches it off).
 
     Layers differ when config.json gives ``rope_parameters`` per layer type (transformers 5's
     ``{"full_attention": {...}, "sliding_attention": {...}}`` with ``layer_types``), or, for a family
     whose spec describes its ``legacy_layer_types`` (Gemma 3's ``rope_local_base_freq`` and
     ``sliding_window_pattern``), in the older flat form.
     """
-    if spec.rotary is None:
+    pairing = spec.rotary_for(config)
+    if pairing is None:
         return None
     try:
         configs = _per_layer_configs(config, num_layers, spec.rotary_options.get("legacy_layer_types"))
@@ -64,7 +66,7 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
         for cfg in configs:
             key = id(cfg)
             if key not in parsed:
-                parsed[key] = parse_rotary(cfg, d_head, spec.rotary, aliases=aliases)
+                parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases)
             out.append(parsed[key])
         return tuple(out)
     except ValueError as exc:

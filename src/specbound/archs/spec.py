@@ -10,18 +10,22 @@ and passes it with ``--arch-spec FILE`` (see docs/architectures.md).
 Roles (row-vector orientation, docs/spec.md section 1): ``q`` (``N x H d_h``), ``k``, ``v``
 (``N x H_kv d_h``), or one fused ``qkv``; ``o`` (``H d_h x N``); ``ff_in`` (``N x d_ff``) and
 ``ff_out`` (``d_ff x N``) for a plain feed-forward, ``ff_gate``, ``ff_up`` and ``ff_out`` for a gated
-one, or one fused ``ff_gate_up`` (``N x 2 d_ff``, columns ``[gate | up]``: ModernBERT's ``Wi``,
-DINOv2's SwiGLU ``weights_in``) and ``ff_out``.  Layouts: ``linear`` is a PyTorch
-``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a GPT-2 ``Conv1D.weight`` stored ``(in, out)``.
-A fused ``qkv`` also says how its output axis is split: ``concat`` (``[q | k | v]``, GPT-2) or
-``per_head`` (``[h0: q k v | h1: q k v | ...]``, GPT-NeoX).  ``o`` and ``ff_out`` may name an
-``output_scale``: a per-layer vector ``lambda`` (LayerScale, DINOv2) that multiplies the matrix's
-output features, folded exactly into the matrix the bounds see (``W diag(lambda)``).
+one.  Layouts: ``linear`` is a PyTorch ``nn.Linear.weight`` stored ``(out, in)``; ``conv1d`` is a
+GPT-2 ``Conv1D.weight`` stored ``(in, out)``.  A fused ``qkv`` also says how its output axis is
+split: ``concat`` (``[q | k | v]``, GPT-2, Phi-3), ``per_head`` (``[h0: q k v | h1: q k v | ...]``,
+GPT-NeoX, BLOOM) or ``per_group`` (per key/value head ``g``: its query heads, then its key, then its
+value, ``[g0: q.. k v | g1: q.. k v | ...]``, Falcon; ``per_head`` when ``H_kv = H``, ``concat`` when
+``H_kv = 1``).  A fused ``ff_gate_up`` (Phi-3) is ``[gate | up]`` along its output axis.
 
-Optional structure (docs/architectures.md): ``position_terms`` (DeBERTa's disentangled attention:
-which content-to-position and position-to-content terms the config switches on) and
-``unsupported`` (tensor-name patterns of blocks the chain cannot hold, each with the reason, so a
-checkpoint that has one is refused naming it).
+A mixture of experts (``experts``, docs/theory.md 3f) names its router, its routed experts' feed-forward
+tensors (templates with ``${expert}`` as well as ``${layer}``) and optionally a shared expert with its
+sigmoid gate; the router and the gate are read and shape-checked, never analysed as matrices of the
+chain.  ``refuse`` lists tensors and config values that change the function in a way specbound does not
+model, each with the one-line reason it is refused.
+``o`` and ``ff_out`` may name an ``output_scale``: a per-layer vector ``lambda`` (LayerScale, DINOv2)
+that multiplies the matrix's output features, folded exactly into the matrix the bounds see
+(``W diag(lambda)``).  ``position_terms`` declares DeBERTa's disentangled attention (which
+content-to-position and position-to-content terms the config switches on).
 """
 
 from __future__ import annotations
@@ -38,15 +42,17 @@ from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
-FUSIONS = ("concat", "per_head")
-FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat",)}  # role -> the splits it may declare
-SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
+FUSIONS = ("concat", "per_head", "per_group")
+FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat",)}
 BLOCKS = ("sequential", "parallel")
 FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
-FUSED_GATED = ("ff_gate_up", "ff_out")  # a gated feed-forward whose gate and up share one tensor
+ATTENTION_ROLES = ("q", "k", "v", "qkv", "o")
+SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
-OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation")
+OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation", "num_experts", "experts_per_token",
+                          "shared_ff_size")
 LAYER_PLACEHOLDER = "${layer}"
+EXPERT_PLACEHOLDER = "${expert}"
 # Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
 # not bound it, and every depth costs a row of every table.
 MAX_SHARED_DEPTH = 100_000
@@ -66,12 +72,47 @@ class TensorRule:
     fused: str | None = None
     output_scale: str | None = None  # a per-layer (N,) vector multiplying the output features
 
-    def name_for(self, layer: int, prefix: str = "") -> str:
-        return prefix + self.name.replace(LAYER_PLACEHOLDER, str(layer))
+    def name_for(self, layer: int, prefix: str = "", expert: int | None = None) -> str:
+        name = self.name.replace(LAYER_PLACEHOLDER, str(layer))
+        return prefix + (name if expert is None else name.replace(EXPERT_PLACEHOLDER, str(expert)))
 
     def scale_for(self, layer: int, prefix: str = "") -> str | None:
         """The output-scale vector's tensor name at ``layer``, or None."""
         return None if self.output_scale is None else prefix + self.output_scale.replace(LAYER_PLACEHOLDER, str(layer))
+
+
+@dataclass(frozen=True)
+class ExpertsSpec:
+    """A mixture-of-experts feed-forward block (docs/theory.md 3f).
+
+    Attributes
+    ----------
+    router : TensorRule
+        The router's ``(E, N)`` weight (``nn.Linear``): read and shape-checked, not a matrix of the chain.
+    tensors : dict[str, TensorRule]
+        Each routed expert's feed-forward roles, names with ``${layer}`` and ``${expert}``.
+    shared : dict[str, TensorRule] or None
+        The always-on shared expert's feed-forward roles (Qwen2-MoE), names with ``${layer}``.
+    shared_gate : TensorRule or None
+        The shared expert's ``(1, N)`` sigmoid gate (``sigmoid(x w) <= 1`` scales its output).
+    """
+
+    router: TensorRule
+    tensors: dict[str, TensorRule]
+    shared: dict[str, TensorRule] | None = None
+    shared_gate: TensorRule | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A tensor (``pattern`` on its name) or a config value (``config`` not among ``allowed``) that
+    changes the model's function in a way specbound does not model: analysing it would be silently
+    wrong, so it is refused with ``reason``."""
+
+    reason: str
+    pattern: regex.Pattern | None = None
+    config: str | None = None
+    allowed: tuple = ()
 
 
 QK_NORM_GAINS = ("weight", "one_plus_weight")  # RMSNorm's gain: w, or Gemma's 1 + w
@@ -117,7 +158,6 @@ class ArchSpec:
     shared_layers: dict[str, str] | None = None
     rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
     position_terms: dict[str, Any] | None = None  # disentangled attention (DeBERTa): see position_term_count
-    unsupported: tuple[tuple[regex.Pattern, str], ...] = ()  # (tensor-name pattern, why the chain cannot hold it)
     variants: tuple[tuple[dict[str, Any], "ArchSpec"], ...] = ()  # (config condition, the spec it selects)
     stacks: "tuple[StackSpec, ...] | None" = None  # an encoder-decoder's stacks (its own tensors are then {})
     towers: "tuple[TowerSpec, ...] | None" = None  # a two-tower model's towers (its own tensors are then {})
@@ -138,6 +178,11 @@ class ArchSpec:
             if all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
                 return variant
         return self
+    rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
+    alibi: bool | str = False  # ALiBi logit biases: always (True) or when this boolean config key is true
+    activation: str | None = None  # the family's activation when config.json names none (BLOOM's GELU)
+    experts: ExpertsSpec | None = None
+    refuse: tuple[Refusal, ...] = ()
     # the rotary object's other keys: rope_type_aliases, legacy_layer_types (docs/architectures.md)
     rotary_options: dict[str, Any] = field(default_factory=dict)
     qk_norm: QKNormRule | None = None  # RMSNorm on queries and keys before the rotation (docs/theory.md 3d)
@@ -170,6 +215,31 @@ class ArchSpec:
         flag = config.get(self.block_switch["config_key"], self.block_switch["default"])
         return self.block_switch["if_true"] if flag else self.block_switch["if_false"]
 
+    def rotary_for(self, config: dict[str, Any]) -> str | None:
+        """The rotary pairing, or None when the family has no rotary positions or config.json
+        switches them off (``rotary_off_when``)."""
+        if self.rotary is None or (self.rotary_off_when and config.get(self.rotary_off_when)):
+            return None
+        return self.rotary
+
+    def alibi_for(self, config: dict[str, Any]) -> bool:
+        """Whether attention logits carry ALiBi biases."""
+        return bool(config.get(self.alibi)) if isinstance(self.alibi, str) else bool(self.alibi)
+
+    def refused(self, config: dict[str, Any], names: list[str], prefix: str = "") -> None:
+        """Raise for the first tensor or config value the spec refuses (module docstring)."""
+        for rule in self.refuse:
+            if rule.config is not None:
+                value = config.get(rule.config)
+                if value not in rule.allowed:
+                    raise SpecboundError(f"config.json has {rule.config}={value!r}: {rule.reason}")
+                continue
+            hit = next((n for n in names if _search(rule.pattern, n[len(prefix):] if prefix and
+                                                    n.startswith(prefix) else n, self.origin)), None)
+            if hit is not None:
+                raise SpecboundError(f"tensor {hit!r} (the {self.family} spec refuses {rule.pattern.pattern!r}): "
+                                     f"{rule.reason}")
+
     def is_ignored(self, name: str, prefix: str = "") -> bool:
         """Whether ``name`` matches an ignore pattern, as stored or with the model's ``prefix``
         removed (``^pooler\\.`` must also match ``bert.pooler.dense.weight``), or with only a
@@ -186,15 +256,6 @@ class ArchSpec:
         it (``"m."`` for ``"m.bert."``); ``""`` when ``prefix`` is one of the spec's prefixes."""
         own = max((p for p in self.prefixes if prefix.endswith(p)), key=len, default="")
         return prefix[:len(prefix) - len(own)]
-
-    def unsupported_block(self, name: str, prefix: str = "") -> str | None:
-        """Why the tensor ``name`` belongs to a block the chain cannot hold (an ``unsupported``
-        pattern matches it, as stored or with ``prefix`` removed), or None."""
-        names = [name] + ([name[len(prefix):]] if prefix and name.startswith(prefix) else [])
-        for pattern, why in self.unsupported:
-            if any(_search(pattern, n, self.origin) for n in names):
-                return why
-        return None
 
     def config_value(self, config: dict[str, Any], field: str) -> Any:
         """The first of the field's config keys present in ``config``, else the first with a
@@ -288,7 +349,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
     first = towers[0].spec
     return replace(first, tensors={}, model_types=_str_list(raw, "model_types", origin), towers=tuple(towers),
                    tower=None, config_defaults=None, variants=(), origin=origin,
-                   ignore=tuple(_compile(p, "ignore", origin) for p in _str_list(raw, "ignore", origin, False)))
+                   ignore=tuple(_compile(p, origin, "ignore") for p in _str_list(raw, "ignore", origin, False)))
 
 
 STACK_NAMES = ("encoder", "decoder")
@@ -319,7 +380,7 @@ def _parse_stacked(raw: dict, origin: str) -> ArchSpec:
         where = f"{origin} (stack {name})"
         sub = _parse_one({**base, "config": {**raw.get("config", {}), **stack.get("config", {})}, "tensors": tensors},
                          where)
-        cross = {role: parse_tensor_rule(role, rule, where) for role, rule in cross_raw.items()}
+        cross = _tensor_rules(cross_raw, ("q", "k", "v", "o"), where, "stacks.decoder.tensors")
         if name == "decoder" and set(cross) != {"q", "k", "v", "o"}:
             raise _fail(where, f"the decoder needs its cross-attention as exactly {list(CROSS_ROLES)}; found "
                                f"{sorted(r + '_cross' for r in cross)}")
@@ -404,8 +465,8 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     """One spec document without variants, validated."""
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "position_terms", "unsupported", "variants", "stacks", "towers", "qk_norm", "structure",
-             "activation_names"}
+             "alibi", "activation", "experts", "refuse", "qk_norm", "structure", "position_terms", "variants",
+             "stacks", "towers", "activation_names"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -430,7 +491,9 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         config_keys[field] = _str_list(config, field, origin)
         if not config_keys[field] and field != "ff_size":
             raise _fail(origin, f"config field {field!r} names no config.json key")
-    missing = [f for f in CONFIG_FIELDS if f not in config_keys]
+    # a fixed feed-forward width (BLOOM's 4 N) needs no config key: ff_size_multiplier gives it
+    missing = [f for f in CONFIG_FIELDS if f not in config_keys
+               and not (f == "ff_size" and raw.get("ff_size_multiplier") is not None)]
     if missing:
         raise _fail(origin, f"'config' lacks the required fields {missing}")
 
@@ -454,16 +517,24 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     rotary = raw.get("rotary")
     if rotary is not None and (not isinstance(rotary, dict) or "pairing" not in rotary
                                or not set(rotary) <= {"pairing", *_ROTARY_OPTIONS}
-                               or rotary["pairing"] not in PAIRINGS):
+                               or rotary["pairing"] not in PAIRINGS
+                               or not isinstance(rotary.get("off_when", ""), str)):
         raise _fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
                             f"dimensions pair up under rotary position embeddings; optional keys "
-                            f"{sorted(_ROTARY_OPTIONS)}), found {rotary!r}")
+                            f"{sorted(_ROTARY_OPTIONS)}, off_when naming a boolean config.json key that switches "
+                            f"rotary off, ALiBi instead), found {rotary!r}")
     rotary_options = {} if rotary is None else _rotary_options(rotary, origin)
     qk_norm = _qk_norm_rule(raw.get("qk_norm"), origin)
     try:
         structure = validate_structure(raw.get("structure"))
     except ValueError as exc:
         raise _fail(origin, str(exc)) from None
+    alibi = raw.get("alibi", False)
+    if not isinstance(alibi, (bool, str)):
+        raise _fail(origin, f"'alibi' must be true, false or a boolean config.json key, found {alibi!r}")
+    activation = raw.get("activation")
+    if activation is not None and not isinstance(activation, str):
+        raise _fail(origin, f"'activation' must be an activation name (as config.json's hidden_act), found {activation!r}")
     multiplier = raw.get("ff_size_multiplier")
     if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
         raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
@@ -471,22 +542,21 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     tensors_raw = raw.get("tensors")
     if not isinstance(tensors_raw, dict):
         raise _fail(origin, "'tensors' must map roles to {name, layout}")
-    tensors = {}
-    for role, rule in tensors_raw.items():
-        tensors[role] = parse_tensor_rule(role, rule, origin)
+    experts = _experts(raw.get("experts"), feed_forward, config_keys, origin)
+    tensors = _tensor_rules(tensors_raw, ROLES, origin, "tensors")
     attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
-    needed = attention + feed_forward_roles(feed_forward, tensors)
+    needed = attention + (() if experts else _ff_roles(feed_forward, tensors))
     absent = [r for r in needed if r not in tensors]
     extra = [r for r in tensors if r not in needed]
     if absent or extra:
-        raise _fail(origin, f"a {feed_forward} feed-forward with {'fused' if 'qkv' in tensors else 'separate'} "
+        what = ("a mixture of experts (its feed-forward roles are under 'experts')" if experts
+                else f"a {feed_forward} feed-forward")
+        raise _fail(origin, f"{what} with {'fused' if 'qkv' in tensors else 'separate'} "
                             f"q/k/v needs exactly the roles {list(needed)}; missing {absent}, unexpected {extra}")
 
-    patterns = [_compile(pattern, "ignore", origin) for pattern in _str_list(raw, "ignore", origin, required=False)]
-    unsupported = raw.get("unsupported", {})
-    if not isinstance(unsupported, dict) or not all(isinstance(v, str) and v for v in unsupported.values()):
-        raise _fail(origin, "'unsupported' must map tensor-name patterns to the reason the chain cannot hold "
-                            "that block")
+    patterns = []
+    for pattern in _str_list(raw, "ignore", origin, required=False):
+        patterns.append(_compile(pattern, origin, "ignore"))
     position_terms = _position_terms(raw.get("position_terms"), origin)
     activation_names = raw.get("activation_names")
     if activation_names is not None and (not isinstance(activation_names, dict) or not all(
@@ -510,7 +580,11 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         shared_layers=shared,
         rotary=None if rotary is None else rotary["pairing"],
         position_terms=position_terms,
-        unsupported=tuple((_compile(p, "unsupported", origin), why) for p, why in unsupported.items()),
+        rotary_off_when=None if rotary is None else rotary.get("off_when"),
+        alibi=alibi,
+        activation=activation,
+        experts=experts,
+        refuse=_refusals(raw.get("refuse", []), origin),
         rotary_options=rotary_options,
         qk_norm=qk_norm,
         structure=structure,
@@ -518,43 +592,101 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     )
 
 
-def parse_tensor_rule(role: str, rule: Any, origin: str) -> TensorRule:
-    """One ``tensors`` entry: ``{"name", "layout"}``, ``"fused"`` (always, and only, for a fused role)
-    and ``"output_scale"`` (only for ``o`` and ``ff_out``)."""
-    if role not in ROLES:
-        raise _fail(origin, f"unknown role {role!r}; roles are {list(ROLES)}")
-    allowed = {"name", "layout"} | ({"fused"} if role in FUSED_ROLES else set()) \
-        | ({"output_scale"} if role in SCALED_ROLES else set())
-    if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
-        raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
-                            f"{sorted(allowed)} ('fused' only, and always, for {' and '.join(FUSED_ROLES)}; "
-                            f"'output_scale' only for {' and '.join(SCALED_ROLES)})")
-    if role in FUSED_ROLES and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in FUSED_ROLES[role]):
-        raise _fail(origin, f"'fused' for {role} must be one of {list(FUSED_ROLES[role])}, found {rule.get('fused')!r}")
-    if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
-        raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
-    if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
-        raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
-    scale = rule.get("output_scale")
-    if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
-        raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
-    return TensorRule(role, rule["name"], rule["layout"], rule.get("fused"), scale)
-
-
-def feed_forward_roles(feed_forward: str, tensors) -> tuple[str, ...]:
-    """The roles a ``feed_forward`` block needs, given the roles a spec names (a gated block may fuse
-    its gate and up matrices into one ``ff_gate_up``)."""
-    if feed_forward == "gated" and "ff_gate_up" in tensors:
-        return FUSED_GATED
-    return FEED_FORWARDS[feed_forward]
-
-
-def _compile(pattern: str, key: str, origin: str) -> regex.Pattern:
+def _compile(pattern: str, origin: str, what: str) -> regex.Pattern:
     try:
         return regex.compile(pattern)
     except (regex.error, RecursionError, OverflowError) as exc:
-        raise _fail(origin, f"{key} pattern {pattern!r} is not a valid regular expression ({exc})")
+        raise _fail(origin, f"{what} pattern {pattern!r} is not a valid regular expression ({exc})") from None
 
+
+def _ff_roles(feed_forward: str, tensors: dict) -> tuple[str, ...]:
+    """The feed-forward roles a block needs: a gated one's gate and up may be one fused ``ff_gate_up``."""
+    if feed_forward == "gated" and "ff_gate_up" in tensors:
+        return ("ff_gate_up", "ff_out")
+    return FEED_FORWARDS[feed_forward]
+
+
+def _tensor_rules(raw: Any, roles, origin: str, where: str, expert: bool = False) -> dict[str, TensorRule]:
+    """``{role: TensorRule}`` from a ``{role: {name, layout[, fused]}}`` object; ``expert``: names must
+    also contain ``${expert}``."""
+    if not isinstance(raw, dict):
+        raise _fail(origin, f"'{where}' must map roles to {{name, layout}}")
+    tensors = {}
+    for role, rule in raw.items():
+        if role not in roles:
+            raise _fail(origin, f"unknown role {role!r} in '{where}'; roles are {list(roles)}")
+        fusions = FUSED_ROLES.get(role)
+        allowed = {"name", "layout"} | ({"fused"} if fusions else set()) | ({"output_scale"} if role in SCALED_ROLES else set())
+        if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
+            raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
+                                f"{sorted(allowed)} ('fused' only, and always, for {' and '.join(FUSED_ROLES)}; "
+                                f"'output_scale' only for {' and '.join(SCALED_ROLES)})")
+        if fusions and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in fusions):
+            raise _fail(origin, f"'fused' for {role} must be one of {list(fusions)}, found {rule.get('fused')!r}")
+        if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
+            raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+        if expert != (EXPERT_PLACEHOLDER in rule["name"]):
+            raise _fail(origin, f"tensor name for {role!r} in '{where}' must {'' if expert else 'not '}contain "
+                                f"{EXPERT_PLACEHOLDER}")
+        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
+            raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
+        scale = rule.get("output_scale")
+        if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
+            raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
+        tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"), scale)
+    return tensors
+
+
+def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> ExpertsSpec | None:
+    """The ``experts`` object: ``router``, ``tensors`` (each expert's feed-forward roles) and optionally
+    ``shared`` (``tensors`` and ``gate``); its sizes come from the config fields ``num_experts``,
+    ``experts_per_token`` and, with a shared expert, ``shared_ff_size``."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not {"router", "tensors"} <= set(raw) <= {"router", "tensors", "shared"}:
+        raise _fail(origin, "'experts' must be an object with 'router' and 'tensors' (and optionally 'shared')")
+    needs = ["num_experts", "experts_per_token"] + (["shared_ff_size"] if "shared" in raw else [])
+    missing = [f for f in needs if f not in config_keys]
+    if missing:
+        raise _fail(origin, f"a mixture of experts needs the config fields {missing}")
+    router = _tensor_rules({"router": raw["router"]}, ("router",), origin, "experts")["router"]
+    tensors = _tensor_rules(raw["tensors"], FEED_FORWARDS["gated"] + FEED_FORWARDS["plain"] + ("ff_gate_up",),
+                            origin, "experts.tensors", expert=True)
+    if set(tensors) != set(_ff_roles(feed_forward, tensors)):
+        raise _fail(origin, f"'experts.tensors' of a {feed_forward} feed-forward needs exactly the roles "
+                            f"{list(_ff_roles(feed_forward, tensors))}, found {sorted(tensors)}")
+    shared = gate = None
+    if "shared" in raw:
+        part = raw["shared"]
+        if not isinstance(part, dict) or not {"tensors"} <= set(part) <= {"tensors", "gate"}:
+            raise _fail(origin, "'experts.shared' must be an object with 'tensors' (and optionally 'gate')")
+        shared = _tensor_rules(part["tensors"], tuple(tensors), origin, "experts.shared.tensors")
+        if set(shared) != set(tensors):
+            raise _fail(origin, f"'experts.shared.tensors' needs the routed experts' roles {sorted(tensors)}, "
+                                f"found {sorted(shared)}")
+        if "gate" in part:
+            gate = _tensor_rules({"gate": part["gate"]}, ("gate",), origin, "experts.shared")["gate"]
+    return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate)
+
+
+def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:
+    """``refuse``: ``{"tensor": pattern, "reason"}`` or ``{"config": key, "allowed": [values], "reason"}``."""
+    if not isinstance(raw, list):
+        raise _fail(origin, f"'refuse' must be a list, found {raw!r}")
+    out = []
+    for item in raw:
+        ok = isinstance(item, dict) and isinstance(item.get("reason"), str) and (
+            (set(item) == {"tensor", "reason"} and isinstance(item["tensor"], str))
+            or (set(item) == {"config", "allowed", "reason"} and isinstance(item["config"], str)
+                and isinstance(item["allowed"], list)))
+        if not ok:
+            raise _fail(origin, f"each 'refuse' entry must be {{\"tensor\": pattern, \"reason\": text}} or "
+                                f"{{\"config\": key, \"allowed\": [values], \"reason\": text}}, found {item!r}")
+        if "tensor" in item:
+            out.append(Refusal(item["reason"], pattern=_compile(item["tensor"], origin, "refuse")))
+        else:
+            out.append(Refusal(item["reason"], config=item["config"], allowed=tuple(item["allowed"])))
+    return tuple(out)
 
 POSITION_TERMS = ("c2p", "p2c")  # DeBERTa: content-to-position, position-to-content
 
@@ -574,7 +706,7 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types")
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when")
 _LEGACY_LAYER_TYPES = {"pattern_key": str, "pattern_default": int, "local_theta_key": str,
                        "local_theta_default": (int, float), "global_theta_default": (int, float), "global_type": str}
 # optional: the global layers' base key (default rope_theta), and which layer of each pattern is global

@@ -4,6 +4,8 @@
   (``encoder.layer.<i>.…``) holding the most 2-D tensors;
 * :func:`assign_roles`: which weight of a layer is ``q``, ``k``, ``v`` (or a fused ``qkv``), ``o`` and
   the feed-forward matrices, from the module names (:data:`ROLE_RULES`);
+* :func:`find_expert_stack`: a mixture of experts' repeated expert inside a layer
+  (``block_sparse_moe.experts.<e>.…``);
 * :func:`ignore_patterns`: regular expressions for every other tensor.
 
 Names only: the sizes and orientations these roles imply are checked in ``archinfer.py``.
@@ -29,6 +31,7 @@ ROLE_RULES = (
     ("k", r"(?:^|\.)(?:k|key|k_proj|k_lin|wk|key_proj)$"),
     ("v", r"(?:^|\.)(?:v|value|v_proj|v_lin|wv|value_proj)$"),
     ("o", _IN_ATTENTION + r"(?:o|o_proj|out_proj|out_lin|wo|dense|c_proj|proj|output\.dense)$"),
+    ("ff_gate_up", r"(?:^|\.)(?:gate_up_proj|gate_up|w13)$"),
     ("ff_gate", r"(?:^|\.)(?:gate_proj|gate|wi_0)$"),
     ("ff_up", r"(?:^|\.)(?:up_proj|wi_1)$"),
     ("ff_in", r"(?:^|\.)(?:fc1|c_fc|dense_h_to_4h|lin1|fc_in|wi|linear1|intermediate\.dense|w1)$"),
@@ -72,16 +75,18 @@ class LayerStack:
 
 def _indexed_paths(ckpt: Checkpoint) -> tuple[dict[str, dict[int, set[str]]], list[str]]:
     """Every dotted path followed by an index (path -> index -> the rests after it), and those that can
-    be a layer stack: indices ``0..L-1``, and not a single index wrapping a deeper stack of several
-    layers (sentence-transformers' ``0.auto_model``)."""
+    be a layer stack: indices ``0..L-1``, not an expert stack, and not a single index wrapping a
+    deeper stack of several layers (sentence-transformers' ``0.auto_model``)."""
     stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
     for name in ckpt.names:
         parts = name.split(".")
         for i, part in enumerate(parts[:-1]):
             if part.isdigit():
                 stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
-    candidates = [p for p, by in stacks.items() if p and set(by) == set(range(len(by)))
-                  and not (len(by) == 1 and any(q.startswith(p + ".") and len(stacks[q]) > 1 for q in stacks))]
+    # a mixture of experts' experts are inside a layer, never the layer stack
+    candidates = [p for p, by in stacks.items() if p and set(by) == set(range(len(by))) and not _is_expert_path(p)
+                  and not (len(by) == 1 and any(q.startswith(p + ".") and len(stacks[q]) > 1 and not _is_expert_path(q)
+                                                for q in stacks))]
     return stacks, candidates
 
 
@@ -160,6 +165,11 @@ def assign_attention_roles(matrices: list[str]) -> dict[str, str]:
     return roles
 
 
+def _is_expert_path(path: str) -> bool:
+    """Whether ``path`` ends in an expert stack's name (``…block_sparse_moe.experts``)."""
+    return re.search(r"experts?$", path, re.IGNORECASE) is not None
+
+
 def wrapper_prefix(stack_path: str, config: dict) -> str:
     """``"bert."`` for ``bert.encoder.layer``: a first component that names the base model (a usual
     wrapper attribute, the model_type, or the start of an ``architectures`` class name); else ``""``."""
@@ -193,12 +203,18 @@ class RoleAssignment:
     meta_llama: bool = False
 
 
-def assign_roles(matrices: list[str]) -> RoleAssignment:
+PARTS = {"layer": ("attention", "feed_forward"), "attention": ("attention",), "feed_forward": ("feed_forward",)}
+
+
+def assign_roles(matrices: list[str], part: str = "layer") -> RoleAssignment:
     """Assign the 2-D weights of one layer to roles by :data:`ROLE_RULES`.
 
     ``w1, w2, w3`` together are Meta LLaMA's ``w2(silu(w1 x) * w3 x)`` (gate, down, up); an
-    ``up_proj`` without a gate is a plain ``ff_in``.  Two weights for one role (experts, a second
-    attention block), a fused ``qkv`` beside separate ``q``/``k``/``v``, or a missing role is an error.
+    ``up_proj`` without a gate is a plain ``ff_in``; a ``gate_up_proj`` is a fused ``ff_gate_up``.  Two
+    weights for one role (experts not found as an expert stack, a second attention block), a fused
+    ``qkv`` beside separate ``q``/``k``/``v``, or a missing role is an error.  ``part``: ``"layer"``
+    (attention and feed-forward), ``"attention"`` (a mixture of experts' layer without its experts) or
+    ``"feed_forward"`` (one expert).
     """
     found: dict[str | None, list[str]] = defaultdict(list)
     for rest in matrices:
@@ -217,23 +233,85 @@ def assign_roles(matrices: list[str]) -> RoleAssignment:
     for role, names in found.items():
         if len(names) > 1:
             raise SpecboundError(
-                f"several weights of one layer look like the {role} role ({', '.join(names)}): a mixture of "
-                f"experts or a second attention block is not one chain of matrices; write the spec by hand"
+                f"several weights of one layer look like the {role} role ({', '.join(names)}): a second "
+                f"attention block or feed-forward is not one chain of matrices; write the spec by hand"
             )
     roles = {r: found[r][0] for r in ROLES if found.get(r)}
     if "qkv" in roles and {"q", "k", "v"} & set(roles):
         raise SpecboundError(f"a layer has both a fused qkv weight ({roles['qkv']}) and separate q/k/v weights; "
                              f"write the spec by hand")
     attention = ("qkv", "o") if "qkv" in roles else ("q", "k", "v", "o")
-    needed = attention + FEED_FORWARDS["gated" if "ff_gate" in roles else "plain"]
+    if "ff_gate_up" in roles:
+        feed_forward = ("ff_gate_up", "ff_out")
+    else:
+        feed_forward = FEED_FORWARDS["gated" if "ff_gate" in roles else "plain"]
+    wanted = {"attention": attention, "feed_forward": feed_forward}
+    needed = tuple(r for kind in PARTS[part] for r in wanted[kind])
+    other = [roles.pop(r) for r in list(roles) if r not in needed]
+    if other:
+        where = {"feed_forward": "an expert holds attention-like weights",
+                 "attention": "a layer holds feed-forward weights beside its experts",
+                 "layer": "a layer holds more feed-forward weights than one block has"}[part]
+        raise SpecboundError(f"{where} ({', '.join(other)}): not one chain of matrices; write the spec by hand")
     missing = [r for r in needed if r not in roles]
     if missing:
         recognised = ", ".join(f"{r}={n}" for r, n in roles.items()) or "none recognised"
         raise SpecboundError(
-            f"cannot tell which weight plays the role(s) {', '.join(missing)}: a layer's 2-D weights are "
+            f"cannot tell which weight plays the role(s) {', '.join(missing)}: "
+            f"{'an expert' if part == 'feed_forward' else 'a layer'}'s 2-D weights are "
             f"{', '.join(matrices)} ({recognised}); write the spec by hand (docs/architectures.md)"
         )
     return RoleAssignment(roles, unmatched, meta_llama)
+
+
+@dataclass(frozen=True)
+class ExpertStack:
+    """A mixture of experts' repeated expert inside a layer: ``<path>.<e>.<rest>`` for ``e = 0..E-1``.
+
+    Attributes
+    ----------
+    path : str
+        Relative to the layer (``block_sparse_moe.experts``).
+    count : int
+        ``E``.
+    rests : frozenset[str]
+        Each expert's tensors after its index (``w1.weight``).
+    """
+
+    path: str
+    count: int
+    rests: frozenset[str]
+
+    def rest(self, expert: int | str, rest: str) -> str:
+        return f"{self.path}.{expert}.{rest}"
+
+    def members(self) -> set[str]:
+        """Every layer-relative name the stack holds."""
+        return {self.rest(e, r) for e in range(self.count) for r in self.rests}
+
+
+_EXPERT_INDEX = re.compile(r"^(?P<path>(?:.*\.)?\w*experts?)\.(?P<index>\d+)\.(?P<rest>.+)$", re.IGNORECASE)
+
+
+def find_expert_stack(layer_rests: frozenset[str]) -> ExpertStack | None:
+    """The expert stack of one layer's tensor names (a path ending in ``expert`` / ``experts``,
+    then an index ``0..E-1``, every expert with the same tensors), or None.  Two stacks, indices with
+    gaps or experts of different make-up are errors (not one mixture a spec can describe)."""
+    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for rest in layer_rests:
+        match = _EXPERT_INDEX.match(rest)
+        if match:
+            stacks[match["path"]][int(match["index"])].add(match["rest"])
+    if not stacks:
+        return None
+    if len(stacks) > 1:
+        raise SpecboundError(f"a layer holds several expert stacks ({', '.join(sorted(stacks))}): not one mixture "
+                             f"of experts; write the spec by hand")
+    path, by_index = next(iter(stacks.items()))
+    if set(by_index) != set(range(len(by_index))) or len({frozenset(r) for r in by_index.values()}) != 1:
+        raise SpecboundError(f"the experts under {path} are not numbered 0..E-1 with the same tensors each "
+                             f"(indices {sorted(by_index)[:8]}): write the spec by hand")
+    return ExpertStack(path, len(by_index), frozenset(by_index[0]))
 
 
 def norms_per_layer(stack: LayerStack) -> int:

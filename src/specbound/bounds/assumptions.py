@@ -26,7 +26,7 @@ def layer_form(dims: ModelDims, *, rotary: bool = False) -> str:
     attention = f"sum_h c(OV_h)(1 + {2 * (2 + dims.position_terms)} {qk})"
     ff = ("(L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out)" if dims.feed_forward == "gated"
           else "L_phi c(FF_in) c(FF_out)")
-    if dims.stacks is not None and any(part.cross for part in dims.stacks):  # docs/theory.md 3g
+    if dims.stacks is not None and any(part.cross for part in dims.stacks):  # docs/theory.md 3i
         return (f"Lambda = {ff} {attention}, a decoder layer's also times its cross-attention's "
                 f"2 sum_h c(OV_cross,h) c(QK_cross,h)")
     return f"Lambda = {attention} + {ff}" if dims.block == "parallel" else f"Lambda = {ff} {attention}"
@@ -98,7 +98,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "of docs/theory.md 3b are our derivation", "extension"),
         _entry("parallel_block", dims.block == "parallel",
                "attention and feed-forward on the same input: Lambda = Lip(attn) + Lip(ff), no feed-forward "
-               "factor on attention sensitivities (our derivation, docs/theory.md 3b)", "extension"),
+               "factor on attention sensitivities (our derivation, docs/theory.md 3b); one shared normalisation "
+               "(GPT-J, Phi, Falcon-7B) or one per branch (GPT-NeoX, Falcon-40B) give the same factor", "extension"),
         _entry("grouped_query_attention", dims.H_kv < dims.H,
                f"{dims.H // max(dims.H_kv, 1)} query heads share each key/value head; every query head is counted "
                f"as its own QK and OV matrix (our extension)", "extension"),
@@ -115,10 +116,31 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "bounds are proxies; the *_rotation_blind variants ignore the rotation", "extension"),
         _entry("rotary_distance_from_init", rotary and init,
                "W - W0 of rotary QK heads is measured as if unrotated (rotation-blind)", "extension"),
+        _entry("alibi_positions", dims.alibi,
+               "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
+               "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
+               "input (docs/theory.md 3g)", "extension"),
     ]
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     out += _structure_entries(structure)
+    if dims.moe is not None:
+        moe = dims.moe
+        shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
+                  else " plus the shared expert's" if moe.shared_d_ff else "")
+        out += [
+            _entry("mixture_of_experts", True,
+                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}:"
+                   f" every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
+                   f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
+                   f"expert's{shared}, since the top-k gates are non-negative and sum to at most 1 (our derivation, "
+                   f"docs/theory.md 3f)", "extension"),
+            _entry("moe_routing_fixed", True,
+                   "the router's choice of experts and its gate values are held fixed: top-k routing is "
+                   "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
+                   "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
+                   "of the chain, and every bound is of the network with its routing frozen", "extension"),
+        ]
     out += _chain_shape_entries(dims, tower)
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
@@ -199,7 +221,7 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "a learned relative position bias is added to the attention logits (MPNet, T5): it does not "
                           "depend on the input, so the logit differences the softmax argument uses, and with them "
                           "every Lipschitz factor and sensitivity, are unchanged; the bias table is outside the "
-                          "complexity like every bias (docs/theory.md 3f)", "convention"))
+                          "complexity like every bias (docs/theory.md 3h)", "convention"))
     if st.layer_scale == "folded":
         out.append(_entry("layer_scale_folded", True,
                           "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices "
@@ -229,7 +251,7 @@ def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, A
             f"DeBERTa's {n} position term(s) (content-to-position, position-to-content) reuse each head's QK matrix "
             f"on the relative position embeddings, of norm at most 1 under normalisation_as_projection: Lambda has "
             f"c(OV)(1 + {2 * (2 + n)} c(QK)) per head and gamma*_QK = {2 * (1 + n)} c(OV) times the feed-forward "
-            f"factor (our derivation, docs/theory.md 3f); the position embeddings are outside the complexity",
+            f"factor (our derivation, docs/theory.md 3h); the position embeddings are outside the complexity",
             "extension"))
     if dims.stacks is not None and any(part.cross for part in dims.stacks):
         out.append(_entry(
@@ -239,14 +261,14 @@ def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, A
             "feed-forward; the encoder's output reaches the decoder's output through every cross-attention (keys "
             "and values: M_j = sum_h c(OV)(1 + 2 c(QK)) times the feed-forward), so an encoder layer's alpha "
             "carries Z = sum_j alpha_j M_j; every matrix of both stacks is one term of the bound over L_e + L_d "
-            "layers (our derivation, docs/theory.md 3g)", "extension"))
+            "layers (our derivation, docs/theory.md 3i)", "extension"))
     if tower is not None:
         out.append(_entry(
             "two_tower", True,
             f"the {tower} tower of a two-tower model (CLIP, SigLIP), bounded as a chain of its own with its own L, "
             f"alphas and bound; the projection heads (SigLIP's attention-pooling head too) and the logit scale are "
             f"outside the bound like a classifier head, and the similarity score that couples the towers is "
-            f"bounded by neither tower's number (docs/theory.md 3h)", "convention"))
+            f"bounded by neither tower's number (docs/theory.md 3j)", "convention"))
     return out
 
 

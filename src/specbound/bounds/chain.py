@@ -39,7 +39,7 @@ def log_product(factors) -> float:
 
 def log_lipschitz(measures: ModelMeasures) -> float:
     """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs; an encoder-decoder's is
-    ``ln((prod_encoder Lambda) Z + prod_decoder Lambda)`` (docs/theory.md 3g)."""
+    ``ln((prod_encoder Lambda) Z + prod_decoder Lambda)`` (docs/theory.md 3i)."""
     if measures.log_lipschitz is not None:
         return measures.log_lipschitz
     return log_product(measures.lambdas)

@@ -75,8 +75,9 @@ def chain_result(measures: ModelMeasures, xi: np.ndarray, per_layer: dict) -> Bo
 
 
 def widest(measures: ModelMeasures) -> int:
-    """``W``: the widest dimension of any analysed matrix."""
-    return max(measures.dims.N, measures.dims.d_ff)
+    """``W``: the widest dimension of any analysed matrix (``max(N, d_ff)``; a mixture of experts'
+    shared expert may be wider than its routed ones)."""
+    return max(measures.dims.N, measures.dims.d_ff, *(max(mm.spectrum.shape) for mm in measures.matrices))
 
 
 def covering_log_factor(measures: ModelMeasures, n: int) -> float:

@@ -2,7 +2,9 @@
 
     P = L (N H d_h [query] + 2 N H_kv d_h [key, value] + H d_h N [output] + k N d_ff [feed-forward])
 
-with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down); an
+with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down); a
+mixture of experts counts ``k N d_ff`` for every routed expert and ``k N d_ff_shared`` for its shared
+expert (the router's ``E x N`` weights are not analysed matrices and are not counted); an
 encoder-decoder sums its stacks, a decoder layer's cross-attention counted like its self-attention.
 
 The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
@@ -26,9 +28,8 @@ def parameter_count(measures: ModelMeasures) -> int:
 
 
 def _stack_count(d, *, cross: bool = False) -> int:
-    ff_matrices = 3 if d.feed_forward == "gated" else 2
     attention = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2
-    per_layer = attention * (2 if cross else 1) + ff_matrices * d.N * d.d_ff
+    per_layer = attention * (2 if cross else 1) + d.ff_parameters
     return d.L * per_layer
 
 

@@ -35,7 +35,7 @@ class LayerSpectra:
     ff: dict[str, MatrixSpectrum]
     block: str = "sequential"
     qk_rotation_blind: list[MatrixSpectrum] | None = None  # rotary models: W_Q^T W_K as if unrotated
-    position_terms: int = 0  # DeBERTa: disentangled position terms reusing each QK (docs/theory.md 3f)
+    position_terms: int = 0  # DeBERTa: disentangled position terms reusing each QK (docs/theory.md 3h)
     cross_qk: list[MatrixSpectrum] | None = None  # a decoder layer's cross-attention heads (encoder-decoders)
     cross_ov: list[MatrixSpectrum] | None = None
 

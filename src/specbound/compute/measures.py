@@ -10,7 +10,7 @@ import numpy as np
 from ..archs.model import ModelDims
 from .layer_spectra import LayerSpectra
 from .propagation import (downstream_factors, encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
-                          log_downstream_factors, memory_lipschitz, sensitivities)
+                          log_downstream_factors, memory_lipschitz, sensitivities, split_role)
 from .spectra import MatrixSpectrum
 
 ROLE_ORDER = ("QK", "OV", "QK_cross", "OV_cross", "FF_in", "FF_gate", "FF_up", "FF_out")
@@ -21,6 +21,22 @@ def ordered_roles(roles) -> list[str]:
     them in order of appearance."""
     present = list(dict.fromkeys(roles))
     return [r for r in ROLE_ORDER if r in present] + [r for r in present if r not in ROLE_ORDER]
+
+
+def role_group(role: str) -> str:
+    """The role a summary groups a matrix under: every routed expert's ``FF_gate[e3]`` under
+    ``FF_gate[experts]`` (a mixture of experts has ``E`` of each), any other role as it is."""
+    kind, branch = split_role(role)
+    return role if branch is None or branch == "shared" else f"{kind}[experts]"
+
+
+def with_role_groups(frame):
+    """``frame`` (a table with a ``role`` column) with each role replaced by its :func:`role_group`;
+    ``frame`` itself when no matrix belongs to a routed expert."""
+    roles = frame["role"]
+    if not roles.astype(str).str.contains(r"\[e\d+\]$", regex=True).any():
+        return frame
+    return frame.assign(role=roles.map(role_group))
 
 
 @dataclass(frozen=True)

@@ -60,10 +60,10 @@ class LayerSpectralNorms:
         ``sequential`` (attention, then feed-forward) or ``parallel`` (both on the same input).
     position_terms : int
         Disentangled position terms (DeBERTa's ``c2p``, ``p2c``: 0, 1 or 2) that reuse each head's
-        QK matrix against normalised relative position embeddings (docs/theory.md 3f).
+        QK matrix against normalised relative position embeddings (docs/theory.md 3h).
     cross_qk, cross_ov : ndarray, shape (H,), optional
         ``c`` of a decoder layer's cross-attention heads (queries from the decoder's stream, keys and
-        values from the encoder's output; docs/theory.md 3g); None for a layer without one.
+        values from the encoder's output; docs/theory.md 3i); None for a layer without one.
     """
 
     qk: np.ndarray
@@ -103,31 +103,63 @@ def check_gated_activation(activation: str | None, feed_forward: str) -> None:
 
 def attention_lipschitz(norms: LayerSpectralNorms) -> float:
     """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows); with ``n``
-    disentangled position terms ``sum_h c(OV_h) (1 + 2 (2 + n) c(QK_h))`` (docs/theory.md 3f)."""
+    disentangled position terms ``sum_h c(OV_h) (1 + 2 (2 + n) c(QK_h))`` (docs/theory.md 3h)."""
     if norms.position_terms:
         return float(np.sum(norms.ov * (1.0 + 2.0 * (2 + norms.position_terms) * norms.qk)))
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
 
-def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
-    """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
-    ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
-    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md)."""
+def split_role(role: str) -> tuple[str, str | None]:
+    """``"FF_gate[e3]"`` -> ``("FF_gate", "e3")``, ``"FF_up[shared]"`` -> ``("FF_up", "shared")``,
+    ``"FF_out"`` -> ``("FF_out", None)``: a matrix's kind and the expert it belongs to."""
+    if role.endswith("]") and "[" in role:
+        kind, _, branch = role[:-1].partition("[")
+        return kind, branch
+    return role, None
+
+
+def feed_forward_branches(ff: dict) -> dict[str | None, dict]:
+    """A layer's feed-forward values grouped by expert: ``{None: {"FF_in": .., "FF_out": ..}}`` for a
+    dense block; ``{"e0": {...}, "e1": {...}, ..., "shared": {...}}`` for a mixture of experts."""
+    branches: dict[str | None, dict] = {}
+    for role, value in ff.items():
+        kind, branch = split_role(role)
+        branches.setdefault(branch, {})[kind] = value
+    return branches
+
+
+def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float) -> float:
     if "FF_gate" in ff:
         return (l_phi + c_phi) * ff["FF_gate"] * ff["FF_up"] * ff["FF_out"]
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
+def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
+    """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
+    ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
+    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).
+
+    A mixture of experts (roles ``FF_gate[e3]``, ...): the largest routed expert's constant plus the
+    shared expert's, since the top-k gates are non-negative and sum to at most 1 and the shared
+    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3f)."""
+    if not any(role.endswith("]") for role in ff):  # a dense block (the LLaMA path: no grouping)
+        return _branch_lipschitz(ff, l_phi, c_phi)
+    branches = feed_forward_branches(ff)
+    routed = [_branch_lipschitz(b, l_phi, c_phi) for key, b in branches.items() if key != "shared"]
+    shared = _branch_lipschitz(branches["shared"], l_phi, c_phi) if "shared" in branches else 0.0
+    return max(routed) + shared
+
+
 def cross_query_lipschitz(norms: LayerSpectralNorms) -> float:
     """Cross-attention's Lipschitz constant in its queries (the decoder's stream), the encoder's output
     held fixed: ``2 sum_h c(OV_h) c(QK_h)`` (the softmax's weights move, the values do not;
-    docs/theory.md 3g)."""
+    docs/theory.md 3i)."""
     return float(np.sum(2.0 * norms.cross_ov * norms.cross_qk))
 
 
 def cross_memory_lipschitz(norms: LayerSpectralNorms) -> float:
     """Cross-attention's Lipschitz constant in the encoder's output (its keys and values), the queries
-    held fixed: ``sum_h c(OV_h) (1 + 2 c(QK_h))`` (docs/theory.md 3g)."""
+    held fixed: ``sum_h c(OV_h) (1 + 2 c(QK_h))`` (docs/theory.md 3i)."""
     return float(np.sum(norms.cross_ov * (1.0 + 2.0 * norms.cross_qk)))
 
 
@@ -152,7 +184,7 @@ def memory_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
 def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
                             ) -> tuple[np.ndarray, np.ndarray, float]:
     """``(alphas, ln alphas, ln Z)`` of an encoder-decoder whose layers ``0 .. first_decoder - 1`` are
-    the encoder's and the rest the decoder's (docs/theory.md 3g).
+    the encoder's and the rest the decoder's (docs/theory.md 3i).
 
     A decoder layer's downstream factor is the chain's, over the decoder alone:
     ``alpha_j = prod_{k > j} Lambda_k``.  The encoder's output ``z`` enters every decoder layer through
@@ -185,7 +217,7 @@ def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decod
 def encoder_decoder_log_lipschitz(lambdas: np.ndarray, log_z: float, first_decoder: int) -> float:
     """``ln K`` with ``K = (prod_encoder Lambda) Z + prod_decoder Lambda``: the model's Lipschitz
     constant in its two inputs (the encoder's rows and the decoder's), what a chain's ``prod Lambda``
-    is for the baselines that multiply norms along it (docs/theory.md 3g)."""
+    is for the baselines that multiply norms along it (docs/theory.md 3i)."""
     lambdas = np.asarray(lambdas, dtype=np.float64)
     with np.errstate(divide="ignore"):
         a = float(np.sum(np.log(lambdas[:first_decoder]))) + log_z
@@ -242,8 +274,16 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
         "OV": np.full_like(norms.ov, after_attention),
         **cross,
     }
-    if "FF_gate" in ff:
-        gamma.update({"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0})
-    else:
-        gamma.update({"FF_in": ff["FF_out"], "FF_out": 1.0})
+    if not any(role.endswith("]") for role in ff):
+        gamma.update(_branch_sensitivities(ff))
+        return gamma
+    # a mixture of experts: each expert's matrices as in a dense block, its gate (<= 1) dropped
+    for branch, values in feed_forward_branches(ff).items():
+        gamma.update({f"{kind}[{branch}]": g for kind, g in _branch_sensitivities(values).items()})
     return gamma
+
+
+def _branch_sensitivities(ff: dict) -> dict[str, float]:
+    if "FF_gate" in ff:
+        return {"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0}
+    return {"FF_in": ff["FF_out"], "FF_out": 1.0}

@@ -212,7 +212,7 @@ def read_regular_file(path: Path, limit: int, what: str, fix: str) -> bytes:
         if info.st_size > limit:
             raise SpecboundError(f"the {what} {path} is {info.st_size:,} bytes, more than any {what} holds "
                                  f"({limit:,}); {fix}")
-        with open(path, "rb") as handle:
+        with path.open("rb") as handle:
             data = handle.read(limit + 1)
     if len(data) > limit:
         raise SpecboundError(f"the {what} {path} grew past {limit:,} bytes while it was read; {fix}")

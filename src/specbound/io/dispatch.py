@@ -1,7 +1,7 @@
 """Opening a checkpoint: resolve a source to ``config.json`` plus lazily read weight tensors.
 
 Sources: a Hugging Face model folder (probed for each format of :mod:`.formats` in turn), a weights
-file with config.json beside it (its format by suffix), a hub id in the local cache
+file with config.json beside it (its format by suffix), a hub id (the local cache, else fetched)
 (:mod:`.hub_cache`), or an in-memory model (:mod:`.pytorch`).  Each format's reader, and its
 dependency (torch, onnx, h5py, msgpack), is imported only for a file of that format.
 """
@@ -24,7 +24,7 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkp
     ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
     ``pytorch_model.bin`` single or sharded, else an ONNX export ``model.onnx``), a weights file
     (``.safetensors``, ``.bin``, ``.pt``, ``.pth``, ``.onnx``) with config.json beside it, a hub id
-    (``org/name[@revision]``) resolved from the local Hugging Face cache, or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
+    (``org/name[@revision]``) from the local Hugging Face cache or fetched (:mod:`.hub_fetch`), or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).
     """
     refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
@@ -47,7 +47,7 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None) -> Chec
         if not looks_like_hub_id(str(source)):
             raise SpecboundError(
                 f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
-                f"(config.json + model.safetensors), a weights file or a hub id in the local cache"
+                f"(config.json + model.safetensors), a weights file or a hub id ORG/NAME[@REVISION]"
             )
         path = resolve_hub_id(str(source))
     if path.is_file():

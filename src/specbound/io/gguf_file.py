@@ -33,8 +33,21 @@ What the file holds and how it is exposed:
   every head of ``q_proj`` and ``k_proj`` for llama.cpp's interleaved rotary layout: within each
   head, row ``2 i + j`` of the GGUF tensor is row ``j d_h/2 + i`` of the Hugging Face one.  For the
   ``llama`` architecture the rows are put back (:func:`unpermute_rows`), so every matrix equals the
-  Hugging Face checkpoint's (``qwen2``, ``qwen3``, ``gemma*`` and ``olmo2`` are converted without
-  the permutation).
+  Hugging Face checkpoint's (the other architectures are converted without the permutation; GPT-J's
+  own rotation is llama.cpp's interleaved one, Falcon's, Phi's and Qwen's are rotated NeoX-style).
+* **Fused layouts** as the converter writes them: Falcon's and BLOOM's ``attn_qkv`` rearranged to
+  ``[q | k | v]``, Phi-3's ``attn_qkv`` (``[q | k | v]``) and ``ffn_up`` (its ``[gate | up]``) as stored.
+* **Expert banks.** llama.cpp stores a mixture of experts' weights of one role as one 3-D tensor
+  (``blk.N.ffn_gate_exps.weight``, ``(E, d_ff, N)`` outermost first, each expert ``(out, in)``); the
+  reader exposes expert ``e`` as the 2-D tensor ``blk.N.ffn_gate_exps.weight[e]``, the bank's ``e``-th
+  contiguous slice (a quantized bank's rows are whole blocks, so a slice dequantizes on its own), and
+  not the bank itself: a family spec names experts as it does for a Hugging Face checkpoint.  A
+  ``llama`` file with ``expert_count > 0`` (Mixtral) has ``model_type = "gguf-llama-moe"``.
+* **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
+  and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
+  ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
+  factor the converter writes is transformers' default formula, which the rotary reader evaluates
+  from the two context lengths.
 """
 
 from __future__ import annotations
@@ -56,10 +69,16 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 # Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style).
 # Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
-                   "olmo2": False}
-# llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the Gemmas'
-# GELU (tanh approximation, LLM_FFN_GELU)
-_ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh"}
+                   "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
+                   "qwen2moe": False, "qwen3moe": False}
+# llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
+# approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
+_ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
+               "phi2": "gelu_pytorch_tanh", "gptj": "gelu_pytorch_tanh", "falcon": "gelu_pytorch_tanh",
+               "bloom": "gelu_pytorch_tanh"}
+# 3-D expert banks, exposed one expert at a time as ``blk.N.ffn_gate_exps.weight[e]``
+_BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
+_LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
 # Gemma 3 in llama.cpp: every sixth layer global (rope.freq_base, the rope scaling), the others
 # sliding-window layers rotating at base 10000 unscaled (rope.freq_base_swa when the file says so)
 _GEMMA3_PATTERN, _GEMMA3_LOCAL_BASE = 6, 10000.0
@@ -69,7 +88,9 @@ _INTEGER = ("I8", "I16", "I32", "I64")
 # The metadata keys the config is read from (without the ``{arch}.`` prefix), by the type they must
 # hold: a count stored as a string, an array or a float is refused by name instead of failing later.
 _COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-               "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count")
+               "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
+               "expert_count", "expert_used_count", "expert_feed_forward_length",
+               "expert_shared_feed_forward_length", "rope.scaling.original_context_length")
 _NUMBER_KEYS = ("rope.freq_base", "rope.scaling.factor", "attention.layer_norm_rms_eps",
                 "attention.layer_norm_epsilon")
 _TEXT_KEYS = ("rope.scaling.type",)
@@ -151,7 +172,9 @@ class GGUFCheckpoint(Checkpoint):
         return _EXACT.get(kind) or ("F32" if name in self.quantized else kind)
 
     def where(self, name: str) -> str:
-        return f"{self._files.get(name, self.path)} (GGUF tensor {name!r}, {self._tensors[name].kind})"
+        bank = re.match(r"^(?P<bank>.+)\[(?P<e>\d+)\]$", name)
+        what = f"expert {bank['e']} of GGUF tensor {bank['bank']!r}" if bank else f"GGUF tensor {name!r}"
+        return f"{self._files.get(name, self.path)} ({what}, {self._tensors[name].kind})"
 
     def files(self) -> list[Path]:
         return sorted(set(self._files.values()) or {self.path})
@@ -268,6 +291,8 @@ def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
         if key in config:
             _check_type(path, f"{arch}.{key}", config[key], key in _COUNT_KEYS, key in _NUMBER_KEYS)
     config["model_type"] = f"gguf-{arch}"
+    if arch == "llama" and isinstance(config.get("expert_count"), int) and config["expert_count"] > 0:
+        config["model_type"] = "gguf-llama-moe"  # Mixtral: the llama graph with expert banks
     if arch in SUPPORTED_ARCHS:
         config.setdefault("hidden_act", _ACTIVATION.get(arch, "silu"))  # llama.cpp's graph for the arch
         config.update(_rotary_keys(config, path))
@@ -396,13 +421,51 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
                 raise SpecboundError(f"{path}: tensor {name!r} is stored in two parts of the split model; "
                                      f"the parts belong to different models: re-download them")
             tensors[name], files[name] = tensor, header.path
+    tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
     ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
                           _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files)
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
+    ckpt.config.update(_longrope_keys(ckpt))
     return ckpt
+
+
+def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]
+                   ) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
+    """Every 3-D expert bank replaced by its experts' slices ``name[e]`` (module docstring): expert
+    ``e``'s bytes are the ``e``-th of ``E`` equal contiguous parts of the bank's."""
+    out, where = {}, {}
+    for name, t in tensors.items():
+        if not (_BANK.match(name) and len(t.shape) == 3 and t.shape[0] > 0 and t.n_bytes % t.shape[0] == 0):
+            out[name], where[name] = t, files[name]
+            continue
+        experts = t.shape[0]
+        size, count = t.n_bytes // experts, t.n_elements // experts
+        for e in range(experts):
+            part = f"{name}[{e}]"
+            out[part] = TensorInfo(part, t.kind, t.shape[1:], t.start + e * size, size, count)
+            where[part] = files[name]
+    return out, where
+
+
+def _longrope_keys(ckpt: GGUFCheckpoint) -> dict[str, Any]:
+    """LongRoPE's factor tensors as the Hugging Face ``rope_scaling`` (module docstring)."""
+    present = [n for n in _LONGROPE if n in ckpt.names]
+    if not present:
+        return {}
+    if len(present) == 1:
+        missing = next(n for n in _LONGROPE if n not in present)
+        raise SpecboundError(f"{ckpt.path} holds {present[0]} but not {missing}: LongRoPE needs both factor sets; "
+                             f"re-convert the model")
+    long_factor, short_factor = ([float(x) for x in ckpt.read(n).ravel()] for n in _LONGROPE)
+    keys: dict[str, Any] = {"rope_scaling": {"rope_type": "longrope", "long_factor": long_factor,
+                                             "short_factor": short_factor}}
+    original = ckpt.config.get("rope.scaling.original_context_length")
+    if isinstance(original, int) and not isinstance(original, bool):
+        keys["original_max_position_embeddings"] = original
+    return keys
 
 
 def _refuse_big_endian_blocks(headers: list[GGUFHeader], files: dict[str, Path], quantized: dict[str, str]) -> None:

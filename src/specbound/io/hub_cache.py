@@ -1,4 +1,4 @@
-"""Hub ids resolved offline from the local Hugging Face cache; nothing is ever downloaded.
+"""Hub ids resolved from the local Hugging Face cache; one not cached is fetched (:mod:`.hub_fetch`).
 
 The cache layout (``huggingface_hub``): ``<cache>/models--<org>--<name>/refs/<revision>`` holds a
 commit hash and ``snapshots/<hash>/`` the files.  The cache is ``$HF_HUB_CACHE`` (or the older
@@ -130,19 +130,17 @@ def resolve_hub_id(source: str) -> Path:
     if found is not None:
         return found
     repo = repo_folder(repo_id)
-    hint = (f"download it on a connected machine (huggingface-cli download {repo_id}) and copy the "
-            f"cache folder {repo.name} into {repo.parent}, or pass a local model folder")
-    if not repo.is_dir():
-        raise SpecboundError(
-            f"checkpoint not found: {source!r} is neither an existing path nor a model in the local "
-            f"Hugging Face cache (looked for {repo}); specbound never downloads: {hint}"
-        )
-    snapshot = find_snapshot(repo_id, revision)
+    snapshot = find_snapshot(repo_id, revision) if repo.is_dir() else None
     if snapshot is not None:
         return snapshot
-    snapshots = confined_snapshots(repo_id)
-    present = sorted(p.name[:12] for p in snapshots.iterdir()) if snapshots.is_dir() else []
-    raise SpecboundError(
-        f"{repo_id} is in the Hugging Face cache ({repo}) but revision {revision!r} is not "
-        f"(snapshots present: {present or 'none'}); pass {repo_id}@<commit> for one of them, or {hint}"
-    )
+    from .hub_fetch import fetch_hub_id, offline  # not cached (or not this revision): fetched, or why not
+
+    if offline() and repo.is_dir():
+        snapshots = confined_snapshots(repo_id)
+        present = sorted(p.name[:12] for p in snapshots.iterdir()) if snapshots.is_dir() else []
+        raise SpecboundError(
+            f"{repo_id} is in the Hugging Face cache ({repo}) but revision {revision!r} is not "
+            f"(snapshots present: {present or 'none'}); pass {repo_id}@<commit> for one of them, or unset "
+            f"HF_HUB_OFFLINE to download it"
+        )
+    return fetch_hub_id(repo_id, revision, cache_dir())

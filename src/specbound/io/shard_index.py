@@ -45,8 +45,13 @@ def read_weight_map(index: Path) -> dict[str, Path]:
 
 
 def _inside(folder: Path, name: str) -> bool:
-    """Whether ``folder / name`` resolves (symlinks followed) to a path inside ``folder``."""
-    return inside(folder, folder / name)
+    """Whether ``folder / name`` resolves (symlinks followed) to a path inside ``folder``; in a
+    Hugging Face cache snapshot (``<repo>/snapshots/<commit>``), whose files are links into
+    ``<repo>/blobs``, a name without ``..`` that resolves into that blobs folder is inside too."""
+    if inside(folder, folder / name):
+        return True
+    plain = not Path(name).is_absolute() and ".." not in Path(name).parts
+    return plain and folder.parent.name == "snapshots" and inside(folder.parent.parent / "blobs", folder / name)
 
 
 def inside(folder: Path, path: Path) -> bool:

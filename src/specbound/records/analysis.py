@@ -18,8 +18,8 @@ from ..atomic import atomic_write
 from ..bounds import REGISTRY
 from ..errors import SpecboundError
 from .plot import AnalysisPlots
-from .schema import (ID_COLUMNS, SCHEMA_VERSION, TABLE_NAMES, from_json_number, from_json_tree, json_dict,
-                     json_number, json_tree, read_table)
+from .schema import (ID_COLUMNS, SCHEMA_VERSION, TABLE_NAMES, document_problem, from_json_number, from_json_tree,
+                     json_dict, json_number, json_tree, read_table, table_problem)
 from .view import analysis_html, format_summary, short_name
 
 @dataclass(repr=False)
@@ -222,8 +222,27 @@ def _spectra_png(a: Analysis) -> str:
     return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
 
 
+# summary.json and each table: bytes, read only from a regular file of at most this size
+_SAVED_BYTES = {"summary.json": 256 << 20, "table": 4 << 30}
+
+
+def _saved_bytes(path: Path, what: str) -> bytes:
+    from ..io.base import read_regular_file
+
+    return read_regular_file(path, _SAVED_BYTES.get(path.name, _SAVED_BYTES["table"]), what,
+                             "write the folder again with Analysis.save")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"the non-standard JSON constant {name}")
+
+
 def load_analysis(out_dir: str | Path) -> Analysis:
-    """The :class:`Analysis` that ``save(out_dir)`` wrote."""
+    """The :class:`Analysis` that ``save(out_dir)`` wrote, checked once against everything its
+    readers use (:func:`~.schema.document_problem`, :func:`~.schema.table_problem`): an Analysis
+    this returns can be printed, saved and serialised; any other folder is one line."""
+    import io
+
     folder = Path(out_dir)
     summary = folder / "summary.json"
     if not summary.is_file():
@@ -233,20 +252,29 @@ def load_analysis(out_dir: str | Path) -> Analysis:
         raise SpecboundError(f"{folder} holds no summary.json; pass a folder written by Analysis.save or "
                              f"`specbound analyze --out`")
     try:
-        doc = json.loads(summary.read_text())
-    except (OSError, ValueError) as exc:
-        raise SpecboundError(f"cannot read {summary} ({exc}); write it again with Analysis.save") from None
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise SpecboundError(f"{summary} has schema version {doc.get('schema_version')!r}; this specbound reads "
-                             f"version {SCHEMA_VERSION}")
+        doc = json.loads(_saved_bytes(summary, "analysis summary").decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SpecboundError(f"cannot read {summary} ({type(exc).__name__}: {str(exc)[:200]}); write it again "
+                             f"with Analysis.save") from None
+    problem = document_problem(doc)
+    if problem:
+        raise SpecboundError(f"{summary} is not a saved analysis: {problem}; write it again with Analysis.save")
     tables = {}
     for name in TABLE_NAMES:
         path = folder / f"{name}.parquet"
         try:
-            table = pd.read_parquet(path)
-        except (OSError, ValueError) as exc:
-            raise SpecboundError(f"cannot read {path} ({exc}); write the folder again with Analysis.save") from None
-        tables[name] = read_table(name, table.drop(columns=[c for c in ID_COLUMNS if c in table.columns]))
+            table = pd.read_parquet(io.BytesIO(_saved_bytes(path, "analysis table")))
+        except SpecboundError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a damaged file)
+            raise SpecboundError(f"cannot read {path} ({type(exc).__name__}: {str(exc)[:200]}); write the folder "
+                                 f"again with Analysis.save") from None
+        table = read_table(name, table.drop(columns=[c for c in ID_COLUMNS if c in table.columns]))
+        problem = table_problem(name, table, doc["model"]["L"])
+        if problem:
+            raise SpecboundError(f"{path} is not a saved analysis table: {problem}; write the folder again with "
+                                 f"Analysis.save")
+        tables[name] = table
     log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
 
     def bounds(values):  # a value beyond float64 (null or a string in the document) -> inf, its log10 kept
@@ -269,5 +297,3 @@ def load_analysis(out_dir: str | Path) -> Analysis:
         if f.name not in kwargs and f.name in doc and f.name not in TABLE_NAMES:
             kwargs[f.name] = from_json_tree(doc[f.name])
     return Analysis(**kwargs)
-
-

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute.measures import ordered_roles
+from ..compute.measures import ordered_roles, with_role_groups
 from .schema import sv_kinds
 from .style import (LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, drawable, layer_colors, new_figure, note_left_out,
                     require_matplotlib, style_grid)
@@ -56,7 +56,7 @@ def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     n_layers : int, optional
         The model's depth (default: from the table).
     """
-    sv = singular_values[sv_kinds(singular_values) != "horn_envelope"]
+    sv = with_role_groups(singular_values[sv_kinds(singular_values) != "horn_envelope"])  # routed experts: one panel per role
     roles = ordered_roles(sv["role"])
     L = int(n_layers if n_layers is not None else sv["layer"].max() + 1)
     colors = layer_colors(L)
@@ -95,6 +95,7 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
     grid_m : int
     n_layers : int, optional
     """
+    curves = with_role_groups(curves)
     roles = ordered_roles(curves["role"])
     L = int(n_layers if n_layers is not None else curves["layer"].max() + 1)
     colors = layer_colors(L)
@@ -126,7 +127,8 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
 
 
 def figure_p_star(matrices, title: str, *, n_layers: int):
-    """Mean ``p*`` over each layer's matrices of each role (heads averaged), annotated."""
+    """Mean ``p*`` over each layer's matrices of each role (heads and routed experts averaged), annotated."""
+    matrices = with_role_groups(matrices)
     roles = ordered_roles(matrices["role"])
     L = int(n_layers)
     grid = np.full((len(roles), L), np.nan)

@@ -8,6 +8,7 @@ A float beyond float64 is ``inf`` in memory, ``null`` in JSON and in the tables;
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -96,3 +97,145 @@ def from_json_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [from_json_tree(v) for v in value]
     return from_json_number(value)
+
+
+# --- what Analysis.load accepts ------------------------------------------------------------------
+# One check of a saved analysis (summary.json and its tables) against everything its readers use:
+# ``str()``, ``to_json()``, ``save()``, the notebook view and the figures.  A folder that passes
+# reopens into an Analysis none of them can fail on; one that does not is one line naming the first
+# field that is wrong.
+
+_MAX_INT = 2**53  # dimensions and counts: far above any model, exactly a float
+
+
+def _is_count(value, low: int = 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < _MAX_INT
+
+
+def _is_finite(value) -> bool:
+    """A number a float holds: finite, and (an integer) at most the largest float (compared exactly, no overflow)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max \
+        and math.isfinite(value)
+
+
+def _is_bound(value) -> bool:
+    return value is None or _is_finite(value) or value in ("inf", "-inf", "nan")  # strings: before 0.2
+
+
+# summary.json: field -> (what it must be, check)
+_MODEL = {"family": ("a string", lambda v: isinstance(v, str)),
+          **{k: ("a positive integer below 2^53", _is_count) for k in ("L", "N", "H", "H_kv", "d_head", "d_ff")}}
+_OPTIONS = {"grid_m": ("a positive integer below 2^53", _is_count),
+            "rank_tol": ("a finite number", _is_finite), "l_phi": ("a finite number", _is_finite),
+            "l_phi_source": ("a string", lambda v: isinstance(v, str)), "method": ("a string", lambda v: isinstance(v, str))}
+_ASSUMPTION = {"name": str, "applies": bool, "kind": str, "effect": str}
+_GAP_PARAMETERS = ("n", "margin", "delta", "lead_constant", "confidence_constant")
+
+
+def _fields_problem(where: str, value, spec: dict) -> str | None:
+    if not isinstance(value, dict):
+        return f"{where} is {type(value).__name__}, not an object"
+    for key, (what, ok) in spec.items():
+        if key not in value:
+            return f"{where} has no {key!r}"
+        if not ok(value[key]):
+            return f"{where}[{key!r}] is {str(value[key])[:40]!r}, not {what}"
+    return None
+
+
+def _bounds_problem(doc: dict) -> str | None:
+    from ..bounds import REGISTRY
+
+    log10 = doc.get("log10_bounds", {})
+    if not isinstance(log10, dict) or not all(v is None or _is_finite(v) for v in log10.values()):
+        return "log10_bounds is not an object of finite numbers (or null)"
+    for group in ("bounds", "baselines", "adaptive_variants", "from_init"):
+        if group not in doc and group != "bounds":
+            continue
+        values = doc.get(group)
+        if not isinstance(values, dict):
+            return f"{group} is {type(values).__name__}, not an object"
+        for name, value in values.items():
+            if group != "from_init" and name not in REGISTRY:
+                return f"{group} names the unknown bound {name!r:.40}"
+            if not _is_bound(value):
+                return f"{group}[{name!r:.40}] is {str(value)[:40]!r}, not a number or null"
+    if "spectral_adaptive" in doc["bounds"] and not _is_finite(doc["bounds"]["spectral_adaptive"]) \
+            and doc["bounds"]["spectral_adaptive"] is not None:
+        return "bounds['spectral_adaptive'] is not a finite number"
+    return None
+
+
+def _gap_problem(gap) -> str | None:
+    if gap is None:
+        return None
+    if not isinstance(gap, dict) or not isinstance(gap.get("parameters"), dict) or not isinstance(gap.get("bounds"), dict):
+        return "gap_bound lacks its parameters and bounds objects"
+    for name in _GAP_PARAMETERS:
+        if not _is_finite(gap["parameters"].get(name)):
+            return f"gap_bound['parameters'][{name!r}] is not a finite number"
+    for name, entry in gap["bounds"].items():
+        if not isinstance(entry, dict) or not _is_bound(entry.get("gap")) or not isinstance(entry.get("vacuous"), bool):
+            return f"gap_bound['bounds'][{name!r:.40}] lacks a numeric gap and a boolean vacuous"
+    return None
+
+
+def document_problem(doc: Any) -> str | None:
+    """Why a decoded ``summary.json`` is not a saved analysis every reader can use, or None."""
+    if not isinstance(doc, dict):
+        return f"it holds a JSON {type(doc).__name__}, not an object"
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        return f"it has schema version {str(doc.get('schema_version'))[:20]!r}; this specbound reads version {SCHEMA_VERSION}"
+    if not isinstance(doc.get("source"), str):
+        return "it has no string 'source'"
+    if doc.get("location") is not None and not isinstance(doc["location"], str):
+        return "its 'location' is neither a string nor null"
+    problem = (_fields_problem("model", doc.get("model"), _MODEL) or _fields_problem("options", doc.get("options"), _OPTIONS)
+               or _bounds_problem(doc) or _gap_problem(doc.get("gap_bound")))
+    if problem:
+        return problem
+    assumptions = doc.get("assumptions", [])
+    if not isinstance(assumptions, list) or not all(
+            isinstance(e, dict) and all(isinstance(e.get(k), kind) for k, kind in _ASSUMPTION.items()) for e in assumptions):
+        return "assumptions is not a list of {name, applies, kind, effect} objects"
+    return None
+
+
+# table -> (column -> "int" (integers, no nulls), "int?" (integers or null), "num" (finite numbers),
+# "num?" (numbers or null), "str" (text))
+_TABLE_COLUMNS = {
+    "matrices": {"layer": "int", "head": "int?", "role": "str", "rows": "int", "cols": "int", "rank": "int",
+                 "p_star": "num", "contribution": "num?"},
+    "layers": {"layer": "int", "lambda": "num?", "alpha": "num?", "xi": "num?", "adaptive": "num?",
+               "adaptive_p0": "num?", "adaptive_p1": "num?", "adaptive_p2": "num?", "adaptive_three_type": "num?",
+               "three_type_ff_p_star": "num"},
+    "singular_values": {"matrix": "int", "layer": "int", "role": "str", "sigma": "num?"},
+}
+
+
+def table_problem(name: str, table: pd.DataFrame, L: int) -> str | None:
+    """Why a saved table is not one every reader can use (columns, their types, layers in
+    ``0..L-1``), or None."""
+    for column, kind in _TABLE_COLUMNS[name].items():
+        if column not in table.columns:
+            return f"{name} has no column {column!r}"
+        values = table[column]
+        if kind == "str":
+            if not all(isinstance(v, str) for v in values):
+                return f"{name}[{column!r}] holds values that are not text"
+            continue
+        if not (pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)):
+            return f"{name}[{column!r}] is not numeric ({values.dtype})"
+        present = values.dropna().to_numpy(dtype=float)
+        if not kind.endswith("?") and len(present) != len(values):
+            return f"{name}[{column!r}] has missing values"
+        if not np.isfinite(present).all():
+            return f"{name}[{column!r}] holds an infinity or NaN"
+        if kind.startswith("int") and ((present != np.round(present)).any() or (np.abs(present) >= _MAX_INT).any()
+                                       or (present < 0).any()):
+            return f"{name}[{column!r}] holds values that are not non-negative integers below 2^53"
+    if (table["layer"] >= L).any():
+        return f"{name} has layers beyond the model's L = {L}"
+    if name == "matrices" and not table["p_star"].between(0, 2).all():
+        return "matrices['p_star'] lies outside [0, 2]"
+    return None

@@ -1,5 +1,5 @@
 """A two-tower model's analyses (CLIP, SigLIP): one :class:`~.analysis.Analysis` per tower, each tower
-a chain bounded on its own (docs/theory.md 3h), reported together under a ``tower`` key."""
+a chain bounded on its own (docs/theory.md 3j), reported together under a ``tower`` key."""
 
 from __future__ import annotations
 

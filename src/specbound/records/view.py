@@ -18,14 +18,14 @@ import numpy as np
 import pandas as pd
 
 from ..bounds import REGISTRY
-from ..compute.measures import ordered_roles
+from ..compute.measures import ordered_roles, with_role_groups
 from ..io.formats import WEIGHT_SUFFIXES
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
           "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
 LEGEND_STACKS = ("Lambda = layer Lipschitz constant; M = a decoder layer's Lipschitz constant in the encoder's output "
                  "(through its cross-attention); alpha = downstream factor, an encoder layer's carrying "
-                 "Z = sum_j alpha_j M_j over the decoder (docs/theory.md 3g); xi = the layer's Edelman-style term")
+                 "Z = sum_j alpha_j M_j over the decoder (docs/theory.md 3i); xi = the layer's Edelman-style term")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
 _WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
 
@@ -107,8 +107,13 @@ def comparison_frame(a) -> pd.DataFrame:
     for name, value in a.all_bounds().items():
         bound = REGISTRY[name]
         log10 = a.log10_bounds.get(name)
-        ratio = (fmt(None, log10 - a.log10_bounds["spectral_adaptive"]) if not math.isfinite(value) and adaptive
-                 else fmt(value / adaptive) if adaptive else "-")
+        adaptive_log10 = a.log10_bounds.get("spectral_adaptive")
+        if not adaptive:
+            ratio = "-"
+        elif math.isfinite(value):
+            ratio = fmt(value / adaptive)
+        else:  # beyond float64: the ratio from the logs, when both are known (null without a log: unknown)
+            ratio = fmt(None, log10 - adaptive_log10) if log10 is not None and adaptive_log10 is not None else "-"
         row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
                "value": fmt(value, log10), "/ adaptive": ratio}
         if a.from_init is not None:
@@ -141,8 +146,9 @@ def comparison_table(a) -> list[str]:
 
 
 def per_layer_frame(a) -> pd.DataFrame:
-    """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi``."""
-    mats = a.matrices
+    """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi`` (a
+    mixture of experts' routed experts summed per role: ``FF_gate[experts]``)."""
+    mats = with_role_groups(a.matrices)
     per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
     alpha = [fmt(x, l) for x, l in zip(a.layers["alpha"], a.layers["log10_alpha"])] if "log10_alpha" in a.layers \
         else a.layers["alpha"].to_numpy()
@@ -160,8 +166,9 @@ def per_layer_frame(a) -> pd.DataFrame:
 
 
 def per_role_frame(a) -> pd.DataFrame:
-    """Per role: matrices, contribution to the adaptive bound, its share, median rank, p* counts."""
-    mats, m = a.matrices, a.options["grid_m"]
+    """Per role: matrices, contribution to the adaptive bound, its share, median rank, p* counts (a
+    mixture of experts' routed experts together per role: ``FF_gate[experts]``)."""
+    mats, m = with_role_groups(a.matrices), a.options["grid_m"]
     total = mats["contribution"].sum()
     rows = []
     for role in ordered_roles(mats["role"]):

@@ -149,7 +149,7 @@ class Header:
 def read_header(source: Source, options: dict[str, Any]) -> Header:
     """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
     from ..io.base import read_config
-    from ..pipeline import open_model
+    from ..pipeline import open_init, open_model
 
     options = canonical_options(options)
     model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"))
@@ -168,11 +168,8 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         raise SpecboundError(f"{cfg_path} changed while the sweep read it; run the sweep again")
     init_sha256 = None
     if options.get("init") is not None:  # W - W0: the initial weights' bytes are part of the key, and checked
-        init_model = open_model(options["init"], arch_spec=model.parent_spec or model.spec, tower=model.tower)
+        init_model = open_init(options["init"], model)
         init_model.base_checkpoint.close()
-        if init_model.dims != model.dims:
-            raise SpecboundError(f"the initial weights {options['init']} do not match {source.name}: "
-                                 f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation")
         init_sha256, init_prints = hash_weights(init_model.base_checkpoint.config, sorted(set(init_model.ckpt.files())))
         side_prints = side_prints + init_prints
     dims = model.dims

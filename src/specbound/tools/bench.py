@@ -23,131 +23,10 @@ from .synthetic import write_bert_checkpoint
 BERT_BASE = dict(L=12, N=768, H=12, d_ff=3072)
 
 
-LLAMA_LARGE = dict(L=4, N=4096, H=32, H_kv=8, d_ff=11008)
-
-
 def _to_bf16(x: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 words (round to nearest even), as uint16."""
     u = x.view(np.uint32)
     return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
-
-
-def _write_bf16_safetensors(path: Path, tensors: dict[str, tuple[tuple[int, ...], np.ndarray]]) -> int:
-    """A safetensors file of BF16 tensors (``name -> (shape, uint16 words)``); returns its bytes.
-    Written by hand because numpy has no bfloat16 (the format: 8-byte header length, JSON header,
-    raw little-endian data)."""
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, (shape, words) in tensors.items():
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + words.nbytes]}
-        offset += words.nbytes
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(len(blob).to_bytes(8, "little"))
-        f.write(blob)
-        for _, words in tensors.values():
-            f.write(words.tobytes())
-    return 8 + len(blob) + offset
-
-
-def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
-                           vocab: int = 256, seed: int = 0) -> tuple[Path, int]:
-    """A random LLaMA-shaped checkpoint in bf16, one safetensors shard per layer plus one for the
-    embeddings and norms, with ``model.safetensors.index.json``.  Returns the folder and the largest
-    layer's stored bytes."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    d = N // H
-
-    def gauss(*shape):
-        return shape, _to_bf16((0.02 * rng.standard_normal(shape, dtype=np.float32)))
-
-    ones = lambda n: ((n,), _to_bf16(np.ones(n, np.float32)))  # noqa: E731
-    weight_map, largest = {}, 0
-    shards = [("model-embed.safetensors", {"model.embed_tokens.weight": gauss(vocab, N), "model.norm.weight": ones(N),
-                                           "lm_head.weight": gauss(vocab, N)})]
-    for layer in range(L):
-        p = f"model.layers.{layer}."
-        shards.append((f"model-layer{layer:02d}.safetensors", {
-            p + "self_attn.q_proj.weight": gauss(H * d, N), p + "self_attn.k_proj.weight": gauss(H_kv * d, N),
-            p + "self_attn.v_proj.weight": gauss(H_kv * d, N), p + "self_attn.o_proj.weight": gauss(N, H * d),
-            p + "mlp.gate_proj.weight": gauss(d_ff, N), p + "mlp.up_proj.weight": gauss(d_ff, N),
-            p + "mlp.down_proj.weight": gauss(N, d_ff), p + "input_layernorm.weight": ones(N),
-            p + "post_attention_layernorm.weight": ones(N)}))
-    for fname, tensors in shards:
-        nbytes = _write_bf16_safetensors(folder / fname, tensors)
-        if fname.startswith("model-layer"):
-            largest = max(largest, nbytes)
-        weight_map.update({name: fname for name in tensors})
-        del tensors
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
-              "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": d,
-              "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16"}
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    return folder, largest
-
-
-def _large_child(folder: str, threads: int, jobs: int, queue) -> None:
-    """Runs in a fresh process, so its peak RSS is the analysis' own."""
-    from ..pipeline import analyze
-
-    stamps = [time.perf_counter()]
-    result = analyze(folder, threads=threads, jobs=jobs,
-                     progress=lambda done, total: stamps.append(time.perf_counter()))
-    methods = result.matrices[result.matrices["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict()
-    queue.put({"layer_seconds": list(np.diff(stamps)), "peak_rss_mb": _peak_rss_mb(),
-               "bounds": result.bounds, "ff_sv_methods": methods})
-
-
-def run_large_bench(*, threads: int = 1, jobs: int = 1, workdir: str | None = None) -> dict:
-    """LLaMA-shaped bf16 shards (N=4096, 32 query / 8 key-value heads, d_ff=11008, 4 layers):
-    time per layer and peak RSS of the analysis, against three times the largest layer's bytes
-    (with ``jobs`` layers at a time the memory holds that many layers: the limit is for ``jobs=1``)."""
-    import multiprocessing
-
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        folder, largest = write_llama_checkpoint(Path(tmp) / "llama-large-bf16", **LLAMA_LARGE)
-        ctx = multiprocessing.get_context("spawn")
-        queue = ctx.Queue()
-        child = ctx.Process(target=_large_child, args=(str(folder), threads, jobs, queue))
-        child.start()
-        out = queue.get()
-        child.join()
-    limit = 3 * largest / 2**20
-    return {
-        "scenario": "llama-shaped random bf16 shards (L=4, N=4096, H=32, H_kv=8, d_ff=11008)",
-        "threads": threads,
-        "jobs": jobs,
-        "seconds": float(sum(out["layer_seconds"])),
-        "seconds_per_layer": out["layer_seconds"],
-        "peak_rss_mb": out["peak_rss_mb"],
-        "largest_layer_mb": largest / 2**20,
-        "rss_limit_mb": limit,
-        "within_rss_limit": out["peak_rss_mb"] < limit,
-        "ff_sv_methods": out["ff_sv_methods"],
-        "bounds": out["bounds"],
-    }
-
-
-def format_large_bench(report: dict) -> str:
-    jobs = report.get("jobs", 1)
-    stamps = ", ".join(f"{t:.1f}" for t in report["seconds_per_layer"])
-    timing = (f"per layer: {stamps} s" if jobs == 1 else
-              f"{jobs} layers at a time; seconds between layer completions: {stamps}")
-    limit = f"limit 3 x largest layer = {report['rss_limit_mb']:.0f} MB"
-    if jobs > 1:  # the memory holds `jobs` layers: the limit is for one layer at a time
-        verdict = f"{limit} is for one layer at a time; {jobs} layers here"
-    else:
-        verdict = f"{limit}: {'within' if report['within_rss_limit'] else 'EXCEEDED'}"
-    return "\n".join([
-        f"scenario          {report['scenario']}",
-        f"BLAS threads      {report['threads']}",
-        f"total             {report['seconds']:.1f} s ({timing})",
-        f"peak RSS          {report['peak_rss_mb']:.0f} MB ({verdict})",
-        f"FF spectra        {report['ff_sv_methods']}",
-    ])
 
 
 def _peak_rss_mb() -> float:
@@ -416,6 +295,8 @@ def format_bench(report: dict) -> str:
 # LLaMA-2-7B's depth, width and d_ff (32 layers, N = 4096, d_ff = 11008), its 32 query heads sharing
 # 8 key/value heads as in LLaMA-3-8B / Mistral-7B (LLaMA-2-7B itself has 32 key/value heads).
 LLAMA_7B = dict(L=32, N=4096, H=32, H_kv=8, d_ff=11008)
+# ``--scenario large``: the llama7b scenario on this many layers (a LLaMA-7B layer's time and memory).
+LARGE_LAYERS = 4
 # Hugging Face's shard limit when LLaMA-2-7B was published: two files, a layer split between them.
 SHARD_BYTES = 10 * 10**9
 # Gaussian values drawn once and cut into tensors at random offsets: each matrix is a window of one
@@ -438,8 +319,8 @@ def _llama_tensor_shapes(L: int, N: int, H: int, H_kv: int, d_ff: int, vocab: in
     return shapes + [("model.norm.weight", (N,)), ("lm_head.weight", (vocab, N))]
 
 
-def write_llama7b_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
-                             vocab: int = 32000, shard_bytes: int = SHARD_BYTES, seed: int = 0) -> tuple[Path, int]:
+def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
+                           vocab: int = 32000, shard_bytes: int = SHARD_BYTES, seed: int = 0) -> tuple[Path, int]:
     """A random LLaMA-shaped bf16 checkpoint sharded as Hugging Face shards LLaMA-2-7B: tensors in
     saving order, a new ``model-0000k-of-0000n.safetensors`` whenever the next tensor would pass
     ``shard_bytes`` (so a layer may span two files), and ``model.safetensors.index.json``.
@@ -499,8 +380,8 @@ def write_llama7b_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv
 
 
 def _row_block_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
-    """The (1,1)-norm as the code computed it before the 512 x 512 tiles (1 MB row blocks of
-    ``B.T @ A``), kept verbatim as the benchmark's reference."""
+    """The reference path's (1,1)-norm: 1 MB row blocks of ``B.T @ A`` (the benchmark compares the
+    512 x 512 tiles of :func:`specbound.compute.spectra._streamed_norm_1_1` with it)."""
     n_rows, n_cols = a.shape[1], b.shape[1]
     step = min(max(1, (1 << 17) // max(n_rows, 1)), max(n_cols, 1))
     total = 0.0
@@ -514,8 +395,8 @@ def _row_block_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
 
 
 class _ReferenceKernels:
-    """Within the block: the kernels of the code before this benchmark's changes (NumPy's one-stage
-    ``eigvalsh`` at every order, the (1,1)-norm in 1 MB row blocks); the reference path."""
+    """Within the block, the reference path's kernels: NumPy's one-stage ``eigvalsh`` at every order
+    and the (1,1)-norm in 1 MB row blocks."""
 
     def __enter__(self):
         from ..compute import eigensolvers, spectra
@@ -671,11 +552,12 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
                       probe_layers: int = 2, shape: dict | None = None) -> dict:
     """Write a LLaMA-7B-shaped bf16 checkpoint, analyse it (every bound and baseline) in a fresh
     process, and compare ``reference_layers`` layers (the first and the last) with the reference
-    path (the kernels before this benchmark: NumPy's one-stage eigenvalues, 1 MB (1,1)-norm blocks).
+    path (:class:`_ReferenceKernels`: NumPy's one-stage eigenvalues, 1 MB (1,1)-norm blocks).
     Then time each stage of ``probe_layers`` layers at 1 and 2 BLAS threads.
 
-    ``layers``: fewer layers than 32 where the disk cannot hold the 11.9 GB; the report then also gives
-    the 32-layer time extrapolated from the per-layer time (marked as an extrapolation).  ``shape``
+    ``layers``: fewer layers than 32 (``--scenario large``: :data:`LARGE_LAYERS`; or where the disk
+    cannot hold the 11.9 GB); the report then also gives the 32-layer time extrapolated from the
+    per-layer time (marked as an extrapolation).  ``shape``
     replaces the 7B shape (tests use a tiny one).  ``kernel.device``: where the linear algebra runs.
     The checkpoint is deleted afterwards.
     """
@@ -701,7 +583,7 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
                              f"{max(fits, 1)} (the time for {full_layers} layers is then extrapolated)")
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        write_seconds, (folder, nbytes) = _timed(lambda: write_llama7b_checkpoint(
+        write_seconds, (folder, nbytes) = _timed(lambda: write_llama_checkpoint(
             Path(tmp) / "llama7b-bf16", vocab=vocab, **shape))
         queue = ctx.Queue()
         child = ctx.Process(target=_llama7b_child, args=(str(folder), threads, jobs, device, queue))
