@@ -103,16 +103,20 @@ def reference_rows(enc, dec):
     return rows
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
-def saved(request, tmp_path_factory):
-    family, build, refs = FAMILIES[request.param]
+def save_family(name, folder):
+    """``(name, family, folder, reference rows)`` of FAMILIES[name], built with random weights and saved."""
+    family, build, refs = FAMILIES[name]
     torch.manual_seed(0)
     model = build().eval()
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.2)
-    folder = tmp_path_factory.mktemp(request.param)
     model.save_pretrained(folder)
-    return request.param, family, folder, reference_rows(*refs(model.double()))
+    return name, family, folder, reference_rows(*refs(model.double()))
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def saved(request, tmp_path_factory):
+    return save_family(request.param, tmp_path_factory.mktemp(request.param))
 
 
 @pytest.fixture(scope="module")
@@ -274,34 +278,35 @@ def test_encoder_only_export_is_read_as_its_encoder(tmp_path):
     assert result.layers["alpha"].tolist() == pytest.approx([lambdas[1], 1.0], rel=1e-12)
 
 
-def test_a_stack_of_the_wrong_depth_is_one_line(saved, tmp_path, capsys):
+def test_a_stack_of_the_wrong_depth_is_one_line(tmp_path, capsys):
     import shutil
 
     from specbound.cli import main
 
-    name, family, folder, _ = saved
-    if name != "bart":
-        pytest.skip("one family is enough")
-    shutil.copy(folder / "model.safetensors", tmp_path / "model.safetensors")
+    folder, deeper = save_family("bart", tmp_path / "bart")[2], tmp_path / "deeper"
+    capsys.readouterr()
+    deeper.mkdir()
+    shutil.copy(folder / "model.safetensors", deeper / "model.safetensors")
     config = json.loads((folder / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "decoder_layers": L_D + 1}))
-    assert main(["analyze", str(tmp_path)]) == 2
+    (deeper / "config.json").write_text(json.dumps({**config, "decoder_layers": L_D + 1}))
+    assert main(["analyze", str(deeper)]) == 2
     err = capsys.readouterr().err.strip()
     assert "decoder.layers.3" in err and len(err.splitlines()) == 1
 
 
-def test_older_t5_configs_name_the_activation_by_feed_forward_proj(saved, analysed, tmp_path):
+def test_older_t5_configs_name_the_activation_by_feed_forward_proj(tmp_path):
     """T5 v1.1 configs saved before dense_act_fn existed say only feed_forward_proj = gated-gelu, HF's
     gelu_new: the same L_phi and the same numbers."""
     import shutil
 
-    name, family, folder, _ = saved
-    if name != "flan_t5":
-        pytest.skip("one family is enough")
-    shutil.copy(folder / "model.safetensors", tmp_path / "model.safetensors")
+    folder = save_family("flan_t5", tmp_path / "flan_t5")[2]
+    current = specbound.analyze(folder, threads=1)
+    older_dir = tmp_path / "older"
+    older_dir.mkdir()
+    shutil.copy(folder / "model.safetensors", older_dir / "model.safetensors")
     config = json.loads((folder / "config.json").read_text())
     assert config.pop("dense_act_fn") == "gelu_new" and config["feed_forward_proj"] == "gated-gelu"
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    older = specbound.analyze(tmp_path, threads=1)
+    (older_dir / "config.json").write_text(json.dumps(config))
+    older = specbound.analyze(older_dir, threads=1)
     assert older.model["activation"] == "gelu_new"
-    assert older.all_bounds() == analysed.all_bounds()
+    assert older.all_bounds() == current.all_bounds()

@@ -160,21 +160,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     roles = dict(assignment.roles)
     if moe is not None:  # the experts' roles, by expert 0's names, for the sizes and layouts
         roles.update({r: experts.rest(0, rest) for r, rest in moe.roles.roles.items()})
-    names = {role: stack.name(0, rest) for role, rest in roles.items()}
-    shapes = {role: tuple(ckpt.shape(name)) for role, name in names.items()}
-    _note_roles(assignment, shapes, stack_rel, draft)
-    sizes = role_sizes(shapes, config)
-    keys, extra, grouped = config_keys(config, stack.L, sizes, draft, fused_qkv="qkv" in roles)
-    layouts = decide_layouts(shapes, names, sizes.N, ckpt, draft)
-    tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
-               for role, rest in roles.items()}
-    if "qkv" in tensors:
-        tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, draft)
-    if "ff_gate_up" in tensors:
-        tensors["ff_gate_up"]["fused"] = "concat"
-        draft.note("fused gate_up", "concat ([gate | up])",
-                   "the first half of the outputs is the gate (Phi-3's gate_up_proj, chunked in that order); "
-                   "[up | gate] cannot be told apart from shapes and gives other numbers", verify=True)
+    tensors, keys, extra, sizes = _drafted_tensors(ckpt, stack, stack_rel, roles, assignment, config, draft)
     experts_spec = None
     if moe is not None:
         experts_spec = _experts_section(moe, tensors, stack, stack_rel, ckpt, config, sizes, keys, draft)
@@ -289,6 +275,29 @@ def _experts_section(moe: MoEParts, tensors: dict, stack: LayerStack, stack_rel:
             draft.note("shared expert gate", moe.shared_gate, "a (1, N) weight: its sigmoid scales the shared "
                                                               "expert's output (at most 1)", verify=True)
     return section
+
+
+def _drafted_tensors(ckpt: Checkpoint, stack: LayerStack, stack_rel: str, roles: dict, assignment: RoleAssignment,
+                     config: dict, draft: Draft, names=None) -> tuple[dict, dict, dict, Sizes]:
+    """``(tensors, config keys, extra spec keys, sizes)`` of one stack's roles: the roles noted, the
+    sizes read from their shapes, the config keys matched to them (``names``: the keys to try), the
+    layouts decided, a fused qkv's and gate/up's split guessed."""
+    tensor_names = {role: stack.name(0, rest) for role, rest in roles.items()}
+    shapes = {role: tuple(ckpt.shape(name)) for role, name in tensor_names.items()}
+    _note_roles(assignment, shapes, stack_rel, draft)
+    sizes = role_sizes(shapes, config)
+    keys, extra, grouped = config_keys(config, stack.L, sizes, draft, fused_qkv="qkv" in roles, names=names)
+    layouts = decide_layouts(shapes, tensor_names, sizes.N, ckpt, draft)
+    tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
+               for role, rest in roles.items()}
+    if "qkv" in tensors:
+        tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, draft)
+    if "ff_gate_up" in tensors:
+        tensors["ff_gate_up"]["fused"] = "concat"
+        draft.note("fused gate_up", "concat ([gate | up])",
+                   "the first half of the outputs is the gate (Phi-3's gate_up_proj, chunked in that order); "
+                   "[up | gate] cannot be told apart from shapes and gives other numbers", verify=True)
+    return tensors, keys, extra, sizes
 
 
 def _note_stack(stack: LayerStack, prefix: str, ckpt: Checkpoint, draft: Draft) -> None:
@@ -723,20 +732,7 @@ def _draft_chain(ckpt: Checkpoint, stack: LayerStack, prefix: str, config: dict,
         raise SpecboundError(f"{ckpt.location}: a fused cross-attention weight ({cross_roles['qkv']}) is not "
                              f"supported; write the spec by hand")
     stack_rel = stack.path[len(prefix):]
-    names_of = {role: stack.name(0, rest) for role, rest in roles.items()}
-    shapes = {role: tuple(ckpt.shape(n)) for role, n in names_of.items()}
-    _note_roles(assignment, shapes, stack_rel, sub)
-    sizes = role_sizes(shapes, config)
-    keys, extra, grouped = config_keys(config, stack.L, sizes, sub, fused_qkv="qkv" in roles, names=names)
-    layouts = decide_layouts(shapes, names_of, sizes.N, ckpt, sub)
-    tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
-               for role, rest in roles.items()}
-    if "qkv" in tensors:
-        tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, sub)
-    if "ff_gate_up" in tensors:
-        tensors["ff_gate_up"]["fused"] = "concat"
-        sub.note("fused gate_up", "concat ([gate | up])", "the first half of the outputs is the gate; [up | gate] "
-                 "cannot be told apart from shapes and gives other numbers", verify=True)
+    tensors, keys, extra, sizes = _drafted_tensors(ckpt, stack, stack_rel, roles, assignment, config, sub, names)
     if cross_roles:
         cross_names = {role: stack.name(0, rest) for role, rest in cross_roles.items()}
         cross_shapes = {role: tuple(ckpt.shape(n)) for role, n in cross_names.items()}
