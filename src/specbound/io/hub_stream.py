@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import SpecboundError
 from .base import MAX_JSON_BYTES, Checkpoint, check_config, decode_json
+from .formats import SAFETENSORS
 from .safetensors_file import check_header, header_length, upcast
 from .shard_index import check_weight_map
 
@@ -234,21 +235,19 @@ class StreamedCheckpoint(Checkpoint):
 
 def read_json_weight_map(remote: HubFiles) -> dict[str, str]:
     """The checked ``weight_map`` of the repository's shard index, read into memory."""
-    from .hub_fetch import INDEX
-
-    return check_weight_map(read_json(remote, INDEX, "shard index"), f"{INDEX} of {remote.name}")
+    index = SAFETENSORS.index_files[0]
+    return check_weight_map(read_json(remote, index, "shard index"), f"{index} of {remote.name}")
 
 
 def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None) -> StreamedCheckpoint:
     """The checkpoint of ``remote``'s config.json and safetensors weights: the shards of
     ``weight_map`` (its shard index's, checked to be in the repository), or ``model.safetensors``
     when None.  Only config.json and every shard's header are read now."""
-    from .hub_fetch import SINGLE
-
+    single = SAFETENSORS.folder_files[0]
     config = check_config(read_json(remote, "config.json", "model config"), f"config.json of {remote.name}")
     where = f"{remote.repo_id}@{remote.commit} (streamed from {remote._host()})"
     ckpt = StreamedCheckpoint(where, config, {}, remote)
-    ckpt.shards = dict(weight_map) if weight_map else {name: SINGLE for name in ckpt.header(SINGLE)[1]}
+    ckpt.shards = dict(weight_map) if weight_map else {name: single for name in ckpt.header(single)[1]}
     for shard in sorted(set(ckpt.shards.values())):  # every header now: a lying one fails before any tensor
         ckpt.header(shard)
     return ckpt
