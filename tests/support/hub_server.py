@@ -3,7 +3,7 @@ download and range-read a model repository: the tests point ``HF_ENDPOINT`` at i
 the internet.
 
 Routes (as ``huggingface_hub`` calls them):
-* ``GET /api/models/{org}/{name}/revision/{rev}``: the model info, whose ``siblings`` list the files
+* ``GET /api/models/{org}/{name}[/revision/{rev}]``: the model info, whose ``siblings`` list the files
   with their sizes (``files_metadata=True``);
 * ``GET /api/models/{org}/{name}/tree/{rev}[/{path}]``: the files under ``path`` (``list_repo_tree``,
   ``HfFileSystem.ls``), and ``POST /api/models/{org}/{name}/paths-info/{rev}`` (``get_paths_info``);
@@ -115,7 +115,7 @@ class HubServer:
             self.on_request()
         length = int(h.headers.get("Content-Length") or 0)
         payload = h.rfile.read(length) if h.command == "POST" and length else b""
-        info = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path)
+        info = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/(.+))?", path)
         tree = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)/?(.*)", path)
         paths_info = re.fullmatch(r"/api/models/([^/]+/[^/]+)/paths-info/([^/]+)", path)
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
@@ -125,7 +125,7 @@ class HubServer:
             return self._error(h, 404, "RepoNotFound")
         if repo_id in self.gated and h.headers.get("Authorization") != "Bearer hf_granted":
             return self._error(h, 403, "GatedRepo")
-        if route.group(2) not in ("main", self.commit):
+        if (route.group(2) or "main") not in ("main", self.commit):
             return self._error(h, 404, "RevisionNotFound")
         folder = self.repos[repo_id]
         if info:
