@@ -138,7 +138,10 @@ def test_auto_stream_over_disk_budget(tmp_path, hub_env):
         assert numbers(streamed) == numbers(reference)
         downloaded = specbound.analyze(REPO, disk_budget="1GB", threads=1, jobs=1)
         assert hub.fetched() >= {"config.json", "model.safetensors"}
-    assert numbers(downloaded) == numbers(reference)
+        hub.log.clear()
+        cached = specbound.analyze(REPO, stream=True, threads=1, jobs=1)  # in the cache: read from there
+        assert hub.log == []
+    assert numbers(downloaded) == numbers(cached) == numbers(reference)
     assert (tmp_path / "cache" / "models--org--tiny-bert").is_dir()
 
 
@@ -246,6 +249,13 @@ def test_hub_server_tree_and_paths_info(tmp_path, hub_env):
         assert tree == {p.name: p.stat().st_size for p in local.iterdir()}
         info = api.get_paths_info(REPO, ["config.json"])
         assert [(i.path, i.size) for i in info] == [("config.json", (local / "config.json").stat().st_size)]
+        from huggingface_hub import HfFileSystem
+
+        fs = HfFileSystem(endpoint=hub.url)
+        assert sorted(fs.ls(REPO, detail=False)) == sorted(f"{REPO}/{p.name}" for p in local.iterdir())
+        with fs.open(f"{REPO}/model.safetensors", "rb") as f:
+            f.seek(8)
+            assert f.read(16) == (local / "model.safetensors").read_bytes()[8:24]
 
 
 def test_finished_layers_are_released(tmp_path, hub_env):
