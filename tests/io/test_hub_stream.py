@@ -32,7 +32,8 @@ LAYERS = 4
 
 
 def _tree_bytes(*folders: Path) -> int:
-    return sum(p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file())
+    """Bytes of the files under ``folders`` (a cache snapshot's links to its blobs not counted twice)."""
+    return sum(p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def _layer_bytes(folder: Path) -> dict[int, int]:
