@@ -57,7 +57,26 @@ def documents(tiny_bert_dir, tmp_path_factory):
     def document(folder, **options):
         return json.loads(specbound.analyze(folder, threads=1, **options).to_json())
 
+    import torch
+    import transformers as t
+
+    torch.manual_seed(0)
+    t.T5ForConditionalGeneration(t.T5Config(d_model=32, d_kv=8, num_layers=1, num_decoder_layers=2, num_heads=4,
+                                            d_ff=48, vocab_size=50)).save_pretrained(root / "t5")
+    t.DebertaV2Model(t.DebertaV2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
+                                       vocab_size=50, relative_attention=True, pos_att_type=["p2c", "c2p"],
+                                       norm_rel_ebd="layer_norm", share_att_key=True)).save_pretrained(root / "deberta")
+    t.CLIPModel(t.CLIPConfig(text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                              intermediate_size=48, vocab_size=50, max_position_embeddings=16),
+                             vision_config=dict(hidden_size=24, num_hidden_layers=1, num_attention_heads=2,
+                                                intermediate_size=40, image_size=8, patch_size=4),
+                             projection_dim=16)).save_pretrained(root / "clip")
+    clip = json.loads(specbound.analyze(root / "clip", threads=1).to_json())
+    assert set(clip) == {"schema_version", "source", "towers"} and set(clip["towers"]) == {"text", "vision"}
     return {(): document(tiny_bert_dir),
+            ("stacks",): document(root / "t5"),
+            ("disentangled",): document(root / "deberta"),
+            ("tower",): clip["towers"]["vision"],
             ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
             ("rotary", "qk_norm"): document(root / "gemma3_text"),
             ("alibi",): document(root / "bloom"),

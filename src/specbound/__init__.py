@@ -15,7 +15,7 @@ Heavy frameworks (torch, transformers, matplotlib) are never imported by ``impor
 from .errors import SpecboundError
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "Analysis", "AnalysisOptions", "SpecboundError", "__version__"]
+__all__ = ["analyze", "Analysis", "AnalysisOptions", "SpecboundError", "TowerAnalyses", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import specbound` stays cheap
@@ -27,6 +27,10 @@ def __getattr__(name):  # lazy: `import specbound` stays cheap
         from .records import Analysis
 
         return Analysis
+    if name == "TowerAnalyses":
+        from .records import TowerAnalyses
+
+        return TowerAnalyses
     if name == "AnalysisOptions":
         from .options import AnalysisOptions
 

@@ -340,12 +340,13 @@ def _analyze(args) -> int:
                 f"cannot write the tables to {args.out} ({exc.strerror or exc}: {exc.filename or args.out}); "
                 f"pass --out a folder you can write to"
             ) from None
+    towers = not hasattr(result, "matrices")  # a two-tower model's TowerAnalyses
     if args.format == "json":
         print(result.to_json())
     elif args.quiet:
-        print(format_headline(result))
+        print(result.headline() if towers else format_headline(result))
     else:
-        print(format_summary(result, verbose=args.verbose))
+        print(result.summary(verbose=args.verbose) if towers else format_summary(result, verbose=args.verbose))
         if args.out:
             print(f"\ntables and summary written to {args.out}")
     return 0

@@ -23,6 +23,8 @@ METHODS = ("factored", "dense")
 # "cpu" (MKL inside the torch wheel) or "cuda".  Every device computes the same quantities with the
 # same proven Gram error bound; they differ only in rounding, far below that bound (docs/llm-scale.md).
 DEVICES = ("numpy", "cpu", "cuda")
+# The towers of a two-tower model (CLIP, SigLIP), each a chain analysed on its own.
+TOWERS = ("text", "vision")
 # Feed-forward singular values from the Gram matrix only when each is proven accurate to 1e-8
 # relative (in practice they agree with the SVD to ~1e-14); see compute.spectra.gram_singular_values.
 DEFAULT_GRAM_RTOL = 1e-8
@@ -178,6 +180,9 @@ class AnalysisOptions:
         Failure probability of the gap bound.
     lead_constant, confidence_constant : float
         The absolute constants of the gap bound's two terms, unstated by the sources (default 1).
+    tower : {"text", "vision"}, optional
+        A two-tower model's tower to analyse (default both: ``analyze`` then returns a
+        :class:`~specbound.records.TowerAnalyses`); an error for any other model.
     threads : int, optional
         BLAS threads (None: the BLAS default; with ``jobs > 1``, the cores divided among the jobs).
     jobs : int or "auto"
@@ -228,6 +233,9 @@ class AnalysisOptions:
                                          "sources (default 1)", key=True, kind="number", flag="--confidence-constant",
                                          group="gap", accepted=(POSITIVE_FINITE,),
                                          requirement="a positive finite number (default 1)")
+    tower: str | None = _option(None, "two-tower models (CLIP, SigLIP): analyse only this tower (default both, "
+                                "each a chain of its own)", key=True, kind="choice", flag="--tower",
+                                accepted=(None, Choice(TOWERS)))
     threads: int | None = _option(None, "BLAS threads per job (default: the BLAS default; with --jobs, the "
                                   "cores divided among the jobs)", key=False, kind="positive_int", flag="--threads",
                                   accepted=(None, POSITIVE_INT))

@@ -22,8 +22,9 @@ from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
-from .archs.binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims, qk_norm_eps
-from .archs.extract import layer_weights, matrix_tensor_names
+from .archs.binding import qk_norm_eps
+from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
+from .archs.towers import tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
@@ -37,7 +38,7 @@ from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
 from .bounds.assumptions import assumptions
-from .records import Analysis, build_analysis
+from .records import Analysis, TowerAnalyses, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
             config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
@@ -61,13 +62,40 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
 
     Returns
     -------
-    Analysis
+    Analysis, or TowerAnalyses
+        A two-tower model (CLIP, SigLIP) analysed without ``tower``: each tower's :class:`Analysis`,
+        by tower name (:class:`~specbound.records.TowerAnalyses`).
     """
     opts = AnalysisOptions.build(options, **overrides)
+    models = open_models(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec,
+                         config=config, tower=opts.tower)
+    name = f"{DEFAULT_NAME} (embedded default)" if source is None else None
+    try:
+        for model in models:  # an activation without a known constant: refused before any weight is read
+            activation_constants(model.dims, opts)
+        if models[0].parent_spec is None or opts.tower is not None:
+            return _analyze_one(models[0], opts, progress, name)
+        total, done = sum(m.dims.L for m in models), 0
+        bar, on_layer = _progress_callback(progress)
+        results = {}
+        try:
+            for model in models:  # one bar over both towers' layers
+                tick = None if on_layer is None else (lambda d, _, before=done: on_layer(before + d, total))
+                results[model.tower] = _analyze_one(model, opts, tick, name)
+                done += model.dims.L
+        finally:
+            if bar is not None:
+                bar.close()
+        return TowerAnalyses(results)
+    finally:
+        for base in {id(m.base_checkpoint): m.base_checkpoint for m in models}.values():
+            base.close()
+
+
+def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | None) -> Analysis:
+    """:func:`analyze` of one opened chain (one tower of a two-tower model)."""
     from threadpoolctl import threadpool_limits
 
-    model = open_model(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec, config=config)
-    activation_constants(model.dims, opts)  # an activation without a known constant: refused before any weight is read
     init_model = open_init(opts.init, model) if opts.init is not None else None
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
@@ -79,9 +107,9 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
             layers, deltas = all_layer_spectra(model, init_model, opts.kernel, jobs=jobs, progress=on_layer)
             model.ckpt.close()
             if init_model is not None:
-                init_model.ckpt.close()
+                init_model.base_checkpoint.close()
             return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
-                            name=f"{DEFAULT_NAME} (embedded default)" if source is None else None)
+                            name=name)
     finally:
         if bar is not None:
             bar.close()
@@ -179,6 +207,18 @@ class OpenModel:
     prefix: str
     rotary: RotaryLayout | None = None
     rotary_by_layer: tuple[RotaryLayout, ...] | None = None
+    tower: str | None = None  # the tower this chain is, of a two-tower model (CLIP, SigLIP)
+    parent_spec: ArchSpec | None = None  # the two-tower spec the tower was opened through
+
+    @property
+    def base_checkpoint(self) -> Checkpoint:
+        """The opened checkpoint itself (a tower's ``ckpt`` is a view of it that does not close it)."""
+        return getattr(self.ckpt, "base", self.ckpt)
+
+    def layer_dims(self, layer: int) -> ModelDims:
+        """The dimensions of layer ``layer``'s own chain: its stack's in an encoder-decoder."""
+        part, _ = self.dims.locate(layer)
+        return self.dims if part is None else part.dims
 
     def rotary_for(self, layer: int) -> RotaryLayout | None:
         """The rotary layout of layer ``layer`` (None for a family without rotary positions)."""
@@ -192,23 +232,59 @@ class OpenModel:
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
-               config: dict | None = None) -> OpenModel:
+               config: dict | None = None, tower: str | None = None) -> OpenModel:
     """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
 
-    Only config.json and the tensor headers are read; no weight is loaded yet.
+    Only config.json and the tensor headers are read; no weight is loaded yet.  A two-tower model
+    needs ``tower`` (``"text"`` or ``"vision"``): one opened model is one chain.
     """
+    models = open_models(source, arch_spec=arch_spec, config=config, tower=tower)
+    if len(models) > 1:
+        models[0].base_checkpoint.close()
+        raise SpecboundError(f"{models[0].ckpt.location} holds the {' and '.join(m.tower for m in models)} towers of a "
+                             f"two-tower {models[0].parent_spec.family} model; pass tower='text' or tower='vision' "
+                             f"(--tower) to analyse one")
+    return models[0]
+
+
+def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, config: dict | None = None,
+                tower: str | None = None) -> list[OpenModel]:
+    """:func:`open_model`, every tower of a two-tower model (or the one named ``tower``) opened as a
+    chain of its own on the one checkpoint; one chain for any other model."""
     ckpt = complete_config(open_checkpoint(source, config))  # an ONNX export without config.json
-    spec = _resolve_spec(arch_spec, ckpt.config)
-    dims = model_dims(spec, ckpt.config)
-    prefix = detect_prefix(spec, ckpt)
-    dims = infer_kv_heads(spec, ckpt, dims, prefix)
-    account_for_tensors(spec, ckpt, dims, prefix)
+    try:
+        spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
+        if spec.towers is None:
+            _check_tower(spec, tower, ckpt)
+            return [_bound(spec, ckpt)]
+        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+    except BaseException:
+        ckpt.close()
+        raise
+
+
+def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
+    """``tower`` asked of a checkpoint that is not a two-tower model: right only for a checkpoint
+    holding that one tower (CLIPTextModel: ``text``)."""
+    if tower is None or tower == spec.tower:
+        return
+    if spec.tower is None:
+        raise SpecboundError(f"tower={tower!r} (--tower) picks a tower of a two-tower model (CLIP, SigLIP); "
+                             f"{ckpt.location} is a {spec.family} checkpoint, one chain: leave tower out")
+    raise SpecboundError(f"{ckpt.location} holds only the {spec.tower} tower of a {spec.family} model, not the "
+                         f"{tower} tower; leave tower out or pass tower={spec.tower!r}")
+
+
+def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel:
+    """``ckpt`` bound to ``spec``: dimensions, prefix, every tensor accounted for, rotary layout."""
+    dims, prefix = bind(spec, ckpt)
     if spec.qk_norm is not None:
         qk_norm_eps(spec, ckpt.config)  # a missing or zero eps is an error before any weight is read
+    extra = {"tower": spec.tower, "parent_spec": parent}
     layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
     if layouts is None:
-        return OpenModel(ckpt, spec, dims, prefix)
-    return OpenModel(ckpt, spec, dims, prefix, layouts[0], None if len(set(layouts)) == 1 else layouts)
+        return OpenModel(ckpt, spec, dims, prefix, **extra)
+    return OpenModel(ckpt, spec, dims, prefix, layouts[0], None if len(set(layouts)) == 1 else layouts, **extra)
 
 
 def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False,
@@ -223,13 +299,14 @@ def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, 
     """
     if weights is None:
         weights = read_layer(model, layer)
-    return layer_spectra(weights, kernel, group=model.dims.H // model.dims.H_kv, block=model.dims.block,
-                         release=True, rotary=model.rotary_for(layer), prefetch=prefetch)
+    dims = model.layer_dims(layer)
+    return layer_spectra(weights, kernel, group=dims.H // dims.H_kv, block=dims.block, release=True,
+                         rotary=model.rotary_for(layer), prefetch=prefetch, position_terms=dims.position_terms)
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
     """Layer ``layer``'s attention factors, read now, and its feed-forward matrices, read lazily."""
-    return layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    return read_layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
 
 
 def all_layer_spectra(model: OpenModel, init_model: OpenModel | None, kernel: KernelOptions, *, jobs: int,
@@ -312,6 +389,8 @@ _LAYER_PEAK_FACTOR = 1
 def layer_float64_bytes(dims: ModelDims) -> int:
     """Bytes of one layer's attention and feed-forward weights upcast to float64."""
     attention = 2 * dims.N * dims.d_head * (dims.H + dims.H_kv)
+    if dims.stacks is not None and any(part.cross for part in dims.stacks):  # a decoder layer: two attentions
+        attention *= 2
     feed_forward = dims.ff_parameters
     return 8 * (attention + feed_forward)
 
@@ -357,9 +436,9 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
     rotary = model.rotary_for(layer)
     a = 1.0 if rotary is None else rotary.attention_factor  # the logit's factors, as for W itself
-    weights = logit_factors(layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer), a)
-    w0 = logit_factors(layer_weights(init_model.spec, init_model.ckpt, init_model.dims, init_model.prefix, layer), a)
-    return difference_spectra(weights, w0, kernel, group=model.dims.H // model.dims.H_kv, block=model.dims.block)
+    weights, w0 = logit_factors(read_layer(model, layer), a), logit_factors(read_layer(init_model, layer), a)
+    dims = model.layer_dims(layer)
+    return difference_spectra(weights, w0, kernel, group=dims.H // dims.H_kv, block=dims.block)
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
@@ -405,9 +484,15 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         rotary["by_layer"] = [{"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
                               for r in model.rotary_by_layer]
     model_extra["rotary"] = rotary
+    if dims.position_terms:
+        model_extra["position_terms"] = dims.position_terms
+    if dims.stacks is not None:
+        model_extra["stacks"] = stacks_record(dims)
+    if model.tower is not None:
+        model_extra["tower"] = model.tower
     return build_analysis(name or location, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
-                          tensors=matrix_tensor_names(model.spec, dims, model.prefix),
+                          tensors=tensor_names(model.spec, dims, model.prefix),
                           model_extra={**model_extra, **_structure_extra(model)},
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
@@ -415,7 +500,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   l_phi=l_phi, l_phi_source=l_phi_source,
                                                   rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
-                                                  structure=model_structure(model.spec.structure, model.ckpt.config)))
+                                                  structure=model_structure(model.spec.structure, model.ckpt.config),
+                                                  tower=model.tower))
 
 
 def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
@@ -464,10 +550,10 @@ def _structure_extra(model: OpenModel) -> dict[str, Any]:
 
 def open_init(init, model: OpenModel) -> OpenModel:
     """The initial-weights checkpoint ``init`` (``--init``), checked to have ``model``'s architecture
-    (the same family spec and dimensions)."""
-    init_model = open_model(init, arch_spec=model.spec)
+    (the same family spec and dimensions; a tower of a two-tower model: the same tower)."""
+    init_model = open_model(init, arch_spec=model.parent_spec or model.spec, tower=model.tower)
     if init_model.dims != model.dims:
-        init_model.ckpt.close()
+        init_model.base_checkpoint.close()
         raise SpecboundError(
             f"the initial weights in {init_model.ckpt.location} do not match the analysed checkpoint: "
             f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation"

@@ -335,3 +335,72 @@ def test_cli_usage_errors_are_one_line(renamed, tmp_path, capsys):
         assert main(argv) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1 and needle in err, err
+
+
+# --- two chains: encoder-decoders and two-tower models ------------------------------------------
+
+def _seq2seq(name):
+    import transformers as t
+
+    seq = dict(vocab_size=60, max_position_embeddings=16, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+               decoder_start_token_id=2)
+    sizes = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
+                 encoder_ffn_dim=48, decoder_ffn_dim=40)
+    text = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, vocab_size=50,
+                max_position_embeddings=16)
+    vision = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8,
+                  patch_size=4)
+    return {
+        "t5": lambda: t.T5ForConditionalGeneration(t.T5Config(
+            d_model=32, d_kv=8, num_layers=2, num_decoder_layers=3, num_heads=4, d_ff=48, vocab_size=50,
+            feed_forward_proj="gated-gelu")),
+        "bart": lambda: t.BartForConditionalGeneration(t.BartConfig(**sizes, **seq)),
+        "whisper": lambda: t.WhisperForConditionalGeneration(t.WhisperConfig(
+            **sizes, vocab_size=60, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+            num_mel_bins=8, max_source_positions=8, max_target_positions=8)),
+        "clip": lambda: t.CLIPModel(t.CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)),
+        "siglip": lambda: t.SiglipModel(t.SiglipConfig(text_config=text, vision_config=vision)),
+    }[name]()
+
+
+@pytest.mark.parametrize("name", ["t5", "bart", "whisper", "clip", "siglip"])
+def test_two_chains_are_drafted_and_analyse_as_the_shipped_family(tmp_path, name, capsys):
+    """An encoder-decoder's stacks (the decoder's cross-attention as q_cross ... o_cross) and a
+    two-tower model's towers are drafted from the names; the draft passes its self-check and gives the
+    shipped family's numbers."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = _seq2seq(name)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    model.save_pretrained(tmp_path / "m")
+    capsys.readouterr()
+    assert main(["arch", "infer", str(tmp_path / "m"), "--out", str(tmp_path / "draft.json")]) == 0
+    err = capsys.readouterr().err
+    draft = json.loads((tmp_path / "draft.json").read_text())
+    assert "self-check on this checkpoint: ok" in err
+    if name in ("clip", "siglip"):
+        assert set(draft["towers"]) == {"text", "vision"}
+        drafted = specbound.analyze(tmp_path / "m", threads=1, arch_spec=tmp_path / "draft.json")
+        shipped = specbound.analyze(tmp_path / "m", threads=1)
+        assert drafted.all_bounds() == shipped.all_bounds()
+    else:
+        assert list(draft["stacks"]) == ["encoder", "decoder"]
+        assert {"q_cross", "k_cross", "v_cross", "o_cross"} <= set(draft["stacks"]["decoder"]["tensors"])
+        assert not any(r.endswith("_cross") for r in draft["stacks"]["encoder"]["tensors"])
+        drafted = specbound.analyze(tmp_path / "m", threads=1, arch_spec=tmp_path / "draft.json")
+        shipped = specbound.analyze(tmp_path / "m", threads=1)
+        assert drafted.all_bounds() == shipped.all_bounds()
+        assert list(drafted.matrices["role"]) == list(shipped.matrices["role"])
+
+
+def test_a_decoder_whose_second_attention_is_unnamed_is_refused_naming_it(tmp_path, capsys):
+    shapes = {**_layers("encoder.block.{}", META), **_layers("decoder.block.{}", {
+        **META, "other_attention.q.weight": (8, 8), "other_attention.k.weight": (8, 8)})}
+    folder = _fake(tmp_path / "m", shapes, **CONFIG)
+    capsys.readouterr()
+    assert main(["arch", "infer", str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "write the spec by hand" in err
+    assert "other_attention" in err

@@ -11,12 +11,12 @@ from importlib import resources
 
 
 def unsupported_family(d):
-    write_config(d, model_type="t5")
+    write_config(d, model_type="xlnet")
     from specbound.archs import supported_model_types
 
     listed = ", ".join(supported_model_types())
     assert "gpt2" in listed and "llama" in listed and "bert" in listed
-    return d, ["'t5'", listed, "--arch-spec", "specbound arch infer SOURCE"]
+    return d, ["'xlnet'", listed, "--arch-spec", "specbound arch infer SOURCE"]
 
 
 def no_model_type(d):

@@ -73,7 +73,7 @@ def test_the_spec_decides_whether_a_family_is_rotary():
     assert rotary_layout(specs["llama"], rotary_config, 16, where="m") == RotaryLayout(16, "half", 1e4, 64)
     assert {f for f, s in specs.items() if s.rotary} >= {"gpt_neox", "llama", "llama_gguf", "qwen3", "gemma", "gemma2",
                                                           "gemma3_text", "olmo2", "phi", "phi3", "gptj", "falcon",
-                                                          "mixtral", "qwen2_moe"}
+                                                          "mixtral", "qwen2_moe", "modernbert"}
     assert not {f for f, s in specs.items() if s.rotary} & {"bert", "gpt2", "opt", "vit", "bloom"}
     assert specs["gptj"].rotary == "interleaved"
     # Falcon's alibi switches rotary off (ALiBi biases instead), and its config is then not read as rotary

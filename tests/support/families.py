@@ -16,9 +16,10 @@ import numpy as np
 N, L, H, D_FF = 32, 2, 4, 48
 # the families with rotary position embeddings
 ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
-          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe")
+          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "modernbert")
 # test variants -> the shipped family that reads them
-FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon"}
+FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon",
+             "hubert": "wav2vec2", "dinov2_swiglu": "dinov2"}
 MOE_EXPERTS, MOE_TOP_K, MOE_D_FF, SHARED_D_FF = 4, 2, 24, 40
 
 
@@ -42,10 +43,11 @@ def _split_neox(w, heads):
     return [v[:, :, i * d:(i + 1) * d].reshape(w.shape[0], heads * d) for i in range(3)]
 
 
-def _bert_like(attn_self, attn_out, ff_in, ff_out):
+def _bert_like(attn_self, attn_out, ff_in, ff_out, names=("query", "key", "value")):
     def get(layer):
         a = attn_self(layer)
-        return {"q": _proj(a.query, N), "k": _proj(a.key, N), "v": _proj(a.value, N),
+        q, k, v = (getattr(a, n) for n in names)
+        return {"q": _proj(q, N), "k": _proj(k, N), "v": _proj(v, N),
                 "o": _proj(attn_out(layer), N), "FF_in": _proj(ff_in(layer), N), "FF_out": _proj(ff_out(layer), D_FF)}
     return get
 
@@ -121,6 +123,68 @@ for _name, _cls, _cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistra
             "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.o_proj, N),
             "FF_gate": _proj(b[l].mlp.gate_proj, N), "FF_up": _proj(b[l].mlp.up_proj, N),
             "FF_out": _proj(b[l].mlp.down_proj, D_FF)}))
+
+
+def _then(first, second):
+    """``second(first(x))``: a matrix followed by an elementwise scale (LayerScale)."""
+    return lambda x: second(first(x))
+
+
+FAMILIES["mpnet"] = (
+    lambda layers: _t().MPNetForMaskedLM(_t().MPNetConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+    lambda m: (lambda l, b=m.mpnet.encoder.layer: {
+        "q": _proj(b[l].attention.attn.q, N), "k": _proj(b[l].attention.attn.k, N),
+        "v": _proj(b[l].attention.attn.v, N), "o": _proj(b[l].attention.attn.o, N),
+        "FF_in": _proj(b[l].intermediate.dense, N), "FF_out": _proj(b[l].output.dense, D_FF)}))
+# DINOv2: the OV and FF_out references are the module's matrix followed by its own LayerScale
+FAMILIES["dinov2"] = (
+    lambda layers: _t().Dinov2Model(_t().Dinov2Config(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4)),
+    lambda m: (lambda l, b=m.encoder.layer: {
+        "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+        "v": _proj(b[l].attention.v_proj, N), "o": _proj(_then(b[l].attention.o_proj, b[l].layer_scale1), N),
+        "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(_then(b[l].mlp.fc2, b[l].layer_scale2), 2 * N)}))
+FAMILIES["dinov2_swiglu"] = (  # weights_in holds [gate | up]; transformers 5 splits it into gate_proj, up_proj
+    lambda layers: _t().Dinov2Model(_t().Dinov2Config(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4,
+        use_swiglu_ffn=True)),
+    lambda m: (lambda l, b=m.encoder.layer: {
+        "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+        "v": _proj(b[l].attention.v_proj, N), "o": _proj(_then(b[l].attention.o_proj, b[l].layer_scale1), N),
+        "FF_gate": _proj(b[l].mlp.gate_proj, N), "FF_up": _proj(b[l].mlp.up_proj, N),
+        "FF_out": _proj(_then(b[l].mlp.down_proj, b[l].layer_scale2), b[l].mlp.down_proj.in_features)}))
+_AUDIO = dict(hidden_size=N, num_attention_heads=H, intermediate_size=D_FF, conv_dim=(8, 8), conv_stride=(2, 2),
+              conv_kernel=(3, 3), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2, vocab_size=20)
+for _name, _cls, _cfg, _base in (("wav2vec2", "Wav2Vec2ForCTC", "Wav2Vec2Config", "wav2vec2"),
+                                 ("hubert", "HubertModel", "HubertConfig", None)):
+    FAMILIES[_name] = (
+        lambda layers, c=_cls, g=_cfg: getattr(_t(), c)(getattr(_t(), g)(**_AUDIO, num_hidden_layers=layers)),
+        lambda m, base=_base: (lambda l, b=(getattr(m, base) if base else m).encoder.layers: {
+            "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+            "v": _proj(b[l].attention.v_proj, N), "o": _proj(b[l].attention.out_proj, N),
+            "FF_in": _proj(b[l].feed_forward.intermediate_dense, N),
+            "FF_out": _proj(b[l].feed_forward.output_dense, D_FF)}))
+# ModernBERT: layer 0 global, 1 and 2 local, every third global again (each type its own rotary
+# base); Wi = [gate | up]
+FAMILIES["modernbert"] = (
+    lambda layers: _t().ModernBertForMaskedLM(_t().ModernBertConfig(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+    lambda m: (lambda l, b=m.model.layers: dict(
+        zip("qkv", _split_concat(_proj(b[l].attn.Wqkv, N))), o=_proj(b[l].attn.Wo, N),
+        **dict(zip(("FF_gate", "FF_up"), np.split(_proj(b[l].mlp.Wi, N), 2, axis=1))),
+        FF_out=_proj(b[l].mlp.Wo, D_FF))))
+FAMILIES["deberta_v2"] = (
+    lambda layers: _t().DebertaV2ForSequenceClassification(_t().DebertaV2Config(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8, max_relative_positions=16,
+        norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)),
+    lambda m: _bert_like(lambda l: m.deberta.encoder.layer[l].attention.self,
+                         lambda l: m.deberta.encoder.layer[l].attention.output.dense,
+                         lambda l: m.deberta.encoder.layer[l].intermediate.dense,
+                         lambda l: m.deberta.encoder.layer[l].output.dense,
+                         names=("query_proj", "key_proj", "value_proj")))
 
 
 def _phi3(m):

@@ -27,6 +27,8 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
     if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
+    elif not spec.config_keys.get("ff_size", ("",)):
+        d_ff = FF_SIZE_FROM_TENSORS  # read from the stored feed-forward weight (infer_from_shapes)
     else:
         d_ff = need("ff_size")
     head_dim = need("head_dim", optional=True)
@@ -38,6 +40,8 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
     activation = spec.config_value(config, "activation")
+    if isinstance(activation, str) and spec.activation_names:  # a family's own name for an HF activation
+        activation = spec.activation_names.get(activation, activation)
     if not isinstance(activation, str):
         activation = spec.activation
     stored = tuple(spec.stored_layers(config, L)) if spec.shared_layers else None
@@ -51,7 +55,44 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
                                shared_gate=spec.experts.shared_gate is not None)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
-                     alibi=spec.alibi_for(config))
+                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config))
+
+
+# ``d_ff`` of a family whose config does not state it (DINOv2: ``mlp_ratio``, with SwiGLU's rounding)
+# until :func:`infer_from_shapes` reads it from the stored weight.
+FF_SIZE_FROM_TENSORS = 0
+
+
+def position_term_count(spec: ArchSpec, config: dict) -> int:
+    """How many disentangled position terms (DeBERTa's ``c2p``, ``p2c``) the config switches on, 0
+    for a family without them.  The derivation (docs/theory.md 3h) needs each term to reuse the
+    head's own query and key weights on normalised position embeddings; a config that says
+    otherwise (``share_att_key: false``, un-normalised embeddings) is refused."""
+    terms = spec.position_terms
+    if not terms or not config.get(terms["enabled_by"], False):
+        return 0
+    listed = config.get(terms["config_key"]) or []
+    if isinstance(listed, str):
+        listed = listed.split("|")
+    if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+        raise SpecboundError(f"config.json: {terms['config_key']}={listed!r} must list the attention's position "
+                             f"terms (c2p, p2c)")
+    listed = {t.strip().lower() for t in listed}
+    unknown = sorted(listed - {"c2p", "p2c", "", "c2c"})
+    if unknown:
+        raise SpecboundError(f"config.json: {terms['config_key']} names the position term(s) {unknown}, which "
+                             f"specbound does not model (c2p, p2c are)")
+    count = len(listed & {"c2p", "p2c"})
+    if count == 0:
+        return 0
+    for key, wanted in terms["requires"].items():
+        value = config.get(key)
+        entries = [v.strip().lower() for v in value.split("|")] if isinstance(value, str) else [value]
+        if wanted not in entries:
+            raise SpecboundError(f"config.json: {key}={value!r}, but the {spec.family} derivation needs {key} "
+                                 f"to include {wanted!r} (docs/theory.md 3h): otherwise the attention logits hold "
+                                 f"matrices or norms that the chain does not measure")
+    return count
 
 
 def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
@@ -81,6 +122,23 @@ def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: st
     if len(shape) == 2 and rows % dims.d_head == 0 and dims.H % (rows // dims.d_head) == 0:
         return replace(dims, H_kv=rows // dims.d_head)
     return dims
+
+
+def infer_from_shapes(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> ModelDims:
+    """The dimensions config.json leaves to the stored weights: ``H_kv`` (:func:`infer_kv_heads`)
+    and, for a family whose spec names no ``ff_size`` key, ``d_ff`` from layer 0's ``ff_out``."""
+    dims = infer_kv_heads(spec, ckpt, dims, prefix)
+    if dims.d_ff != FF_SIZE_FROM_TENSORS:
+        return dims
+    rule = spec.tensors["ff_out"]
+    name = rule.name_for(dims.stored_layer(0), prefix)
+    shape = ckpt.shape(name) if name in set(ckpt.names) else ()
+    layout = ckpt.layout(name) or rule.layout if shape else rule.layout
+    d_ff = (shape[1] if layout == "linear" else shape[0]) if len(shape) == 2 else 0
+    if d_ff <= 0:
+        raise SpecboundError(f"cannot read the feed-forward width of {ckpt.location} from {name!r} (found shape "
+                             f"{shape or 'no such tensor'}): the {spec.family} family reads it from that weight")
+    return replace(dims, d_ff=int(d_ff))
 
 
 def _expected_shapes(dims: ModelDims, d_ff: int | None = None) -> dict[str, tuple[int, int]]:
@@ -151,10 +209,19 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
 def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str) -> None:
     """Check that every role tensor exists with the right shape and every other tensor is ignored
     (after the spec's refusals: a tensor or config value it names is an error of its own)."""
+    check_strays(spec, ckpt, prefix, role_tensors(spec, ckpt, dims, prefix))
+
+
+def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, *,
+                 rules: dict | None = None, suffix: str = "") -> set[str]:
+    """The names of every tensor the spec reads at every stored layer (its roles, a mixture's experts,
+    output scales, query/key norm gains), each checked to exist with the shape ``dims`` implies; with
+    ``rules``, those rules' tensors only (a decoder's cross-attention, ``suffix`` ``_cross`` naming
+    them in messages)."""
     names = set(ckpt.names)
     spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    per_layer = len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
+    per_layer = len(rules) if rules is not None else len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
     if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
@@ -162,11 +229,23 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )
-    wanted = {}
+    expected = _expected_shapes(dims)
+    wanted, scales = {}, {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
-        for name, what, rule, shape in layer_rules(spec, dims, layer, prefix):
-            wanted[name] = (what, rule.layout, layer, shape)
-    gains = qk_norm_shapes(spec, dims, prefix)
+        entries = layer_rules(spec, dims, layer, prefix) if rules is None else \
+            [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in rules.items()]
+        for name, what, rule, shape in entries:
+            wanted[name] = (what + suffix, rule.layout, layer, shape)
+            if rule.output_scale is not None:
+                scales[rule.scale_for(layer, prefix)] = (what + suffix, layer)
+    for name, (role, layer) in scales.items():
+        shape = ckpt.shape(name) if name in names else None
+        if shape is None or tuple(shape) != (dims.N,):
+            found = "is missing" if shape is None else f"has shape {tuple(shape)}"
+            raise SpecboundError(f"tensor {name!r} (the output scale of {role} in layer {layer}) {found}; the "
+                                 f"{spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
+                                 f"incomplete or its config does not match it")
+    gains = qk_norm_shapes(spec, dims, prefix) if rules is None else {}
     for name, (role, layer, shape) in gains.items():
         if name not in names:
             raise SpecboundError(
@@ -195,7 +274,12 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
                 f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}{_experts_said(dims)}) implies {want} "
                 f"for a {layout} {role} weight: the config does not describe these weights"
             )
-    stray = [n for n in names if n not in wanted and n not in gains and not spec.is_ignored(n, prefix)]
+    return set(wanted) | set(scales) | set(gains)
+
+
+def check_strays(spec: ArchSpec, ckpt: Checkpoint, prefix: str, accounted: set[str]) -> None:
+    """Every tensor not in ``accounted`` must match one of the spec's ignore patterns."""
+    stray = [n for n in ckpt.names if n not in accounted and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
         raise SpecboundError(

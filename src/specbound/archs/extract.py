@@ -19,7 +19,18 @@ def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
     return array.T if layout == "linear" else array
 
 
-def _head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
+def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | None = None) -> np.ndarray:
+    """The row-oriented matrix of one tensor rule at stored layer ``stored`` (of expert ``expert``),
+    its output scale (LayerScale) folded in: ``(x W) diag(lambda)``."""
+    name = rule.name_for(stored, prefix, expert)
+    # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
+    w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
+    if rule.output_scale is not None:
+        w = w * np.asarray(ckpt.read(rule.scale_for(stored, prefix)), dtype=np.float64).reshape(1, -1)
+    return w
+
+
+def head_columns(w: np.ndarray, heads: int, d_head: int) -> np.ndarray:
     """(N, heads*d_head) -> (heads, d_head, N): head h is ``w[:, h d : (h+1) d].T``."""
     n = w.shape[0]
     return np.ascontiguousarray(w.T.reshape(heads, d_head, n))
@@ -93,31 +104,27 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
 
     stored = dims.stored_layer(layer)
 
-    def read_rule(rule, expert: int | None = None) -> np.ndarray:
-        name = rule.name_for(stored, prefix, expert)
-        # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
-        return _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
-
-    def read(role: str) -> np.ndarray:
-        return read_rule(spec.tensors[role])
+    def read(rule, expert: int | None = None) -> np.ndarray:
+        """A rule's matrix, or a role's: ``read("q")``."""
+        return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert)
 
     if "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
     else:
         q, k, v = read("q"), read("k"), read("v")
     if spec.experts is None:
-        loaders = _ff_loaders(spec.tensors, read_rule, None, dims.d_ff)
+        loaders = _ff_loaders(spec.tensors, read, None, dims.d_ff)
     else:
         loaders = {}
         for e in range(dims.moe.experts):
-            loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read_rule(rule, e), f"e{e}", dims.d_ff))
+            loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
         if spec.experts.shared:
-            loaders.update(_ff_loaders(spec.experts.shared, read_rule, "shared", dims.moe.shared_d_ff))
+            loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
     return LayerWeights(
         layer=layer,
-        q=_head_columns(q, dims.H, dims.d_head),
-        k=_head_columns(k, dims.H_kv, dims.d_head),
-        v=_head_columns(v, dims.H_kv, dims.d_head),
+        q=head_columns(q, dims.H, dims.d_head),
+        k=head_columns(k, dims.H_kv, dims.d_head),
+        v=head_columns(v, dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
         ff=LazyMatrices(loaders),
         qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
@@ -158,6 +165,8 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
     for layer in range(dims.L):
         stored = dims.stored_layer(layer)
         name = lambda role: spec.tensors[role].name_for(stored, prefix)  # noqa: E731
+        scale = lambda role: "" if spec.tensors[role].output_scale is None else \
+            "|" + spec.tensors[role].scale_for(stored, prefix)  # noqa: E731
         for h in range(H):
             g = h // group  # the key/value head query head h uses
             if "qkv" in spec.tensors:
@@ -167,7 +176,7 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
                 q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
                 k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
             out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if spec.qk_norm else "")
-            out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]"
+            out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]" + scale("o")
         if spec.experts is None:
             out.update(_ff_names(spec.tensors, layer, stored, prefix, None, None, dims.d_ff))
             continue
@@ -188,8 +197,9 @@ def _ff_names(rules: dict, layer: int, stored: int, prefix: str, expert: int | N
         if role == "ff_gate_up":
             out[(layer, None, ff_role_name("ff_gate", branch))] = f"{name}[0:{d_ff}]"
             out[(layer, None, ff_role_name("ff_up", branch))] = f"{name}[{d_ff}:{2 * d_ff}]"
-        else:
-            out[(layer, None, ff_role_name(role, branch))] = name
+        else:  # a LayerScale vector folded into the matrix is one of its tensors
+            scale = rules[role].scale_for(stored, prefix)
+            out[(layer, None, ff_role_name(role, branch))] = name + ("" if scale is None else f"|{scale}")
     return out
 
 

@@ -61,6 +61,8 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
 
     found = []
     for index, spec in enumerate(specs.values()):
+        if not spec.tensors:  # an encoder-decoder's or two-tower family's tensors are its stacks' or towers'
+            continue
         probes = _layer0_probes(spec)
         if all(any(n == p or n.endswith("." + p) for n in names) for p in probes):
             structural = sum(k in ("embedding_scale", "norm_gain", "sublayer_norms") for k in (spec.structure or {}))

@@ -38,13 +38,15 @@ from .binding import account_for_tensors, detect_prefix, infer_kv_heads, model_d
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError
-from .tensor_names import (ExpertStack, LayerStack, RoleAssignment, assign_roles, find_expert_stack, find_layer_stack,
-                           ignore_patterns, leaf, module_of, norms_per_layer, wrapper_prefix)
+from .tensor_names import (ExpertStack, LayerStack, RoleAssignment, assign_attention_roles, assign_roles,
+                           find_expert_stack, find_layer_stack, find_layer_stacks, ignore_patterns, is_cross_attention,
+                           leaf, module_of, norms_per_layer, stacks_ignore_patterns, wrapper_prefix)
 
 # config.json keys by field, most usual first.  A key is used only when its value matches what the
 # weights show (except the number of heads, which the weights do not show).
 CONFIG_NAMES = {
-    "num_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers"),
+    "num_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers",
+                   "num_decoder_layers"),
     "hidden_size": ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "model_dim", "width"),
     "num_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
                   "decoder_attention_heads", "nhead"),
@@ -52,7 +54,7 @@ CONFIG_NAMES = {
     "head_dim": ("head_dim", "d_kv", "attention_head_size", "kv_channels"),
     "ff_size": ("intermediate_size", "ffn_dim", "n_inner", "hidden_dim", "d_ff", "ffn_hidden_size",
                 "dim_feedforward", "mlp_dim", "encoder_ffn_dim", "decoder_ffn_dim", "moe_intermediate_size"),
-    "activation": ("hidden_act", "activation_function", "activation", "hidden_activation", "act_fn"),
+    "activation": ("hidden_act", "activation_function", "activation", "hidden_activation", "act_fn", "dense_act_fn"),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_layer"),
     "experts_per_token": ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k", "n_experts_per_tok"),
     "shared_ff_size": ("shared_expert_intermediate_size", "shared_intermediate_size", "moe_shared_intermediate_size"),
@@ -140,6 +142,9 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
                    verify=note.field in ("num_heads", "activation"))
     config = ckpt.config
     model_type = str(config.get("model_type") or "custom")
+    shape = two_chains(find_layer_stacks(ckpt), config)
+    if shape is not None:
+        return _infer_two(ckpt, draft, model_type, *shape)
     stack = find_layer_stack(ckpt, next((config[k] for k in CONFIG_NAMES["num_layers"] if _is_int(config.get(k))), None))
     prefix = wrapper_prefix(stack.path, config)
     stack_rel = stack.path[len(prefix):]
@@ -155,21 +160,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     roles = dict(assignment.roles)
     if moe is not None:  # the experts' roles, by expert 0's names, for the sizes and layouts
         roles.update({r: experts.rest(0, rest) for r, rest in moe.roles.roles.items()})
-    names = {role: stack.name(0, rest) for role, rest in roles.items()}
-    shapes = {role: tuple(ckpt.shape(name)) for role, name in names.items()}
-    _note_roles(assignment, shapes, stack_rel, draft)
-    sizes = role_sizes(shapes, config)
-    keys, extra, grouped = config_keys(config, stack.L, sizes, draft, fused_qkv="qkv" in roles)
-    layouts = decide_layouts(shapes, names, sizes.N, ckpt, draft)
-    tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
-               for role, rest in roles.items()}
-    if "qkv" in tensors:
-        tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, draft)
-    if "ff_gate_up" in tensors:
-        tensors["ff_gate_up"]["fused"] = "concat"
-        draft.note("fused gate_up", "concat ([gate | up])",
-                   "the first half of the outputs is the gate (Phi-3's gate_up_proj, chunked in that order); "
-                   "[up | gate] cannot be told apart from shapes and gives other numbers", verify=True)
+    tensors, keys, extra, sizes = _drafted_tensors(ckpt, stack, stack_rel, roles, assignment, config, draft)
     experts_spec = None
     if moe is not None:
         experts_spec = _experts_section(moe, tensors, stack, stack_rel, ckpt, config, sizes, keys, draft)
@@ -286,6 +277,29 @@ def _experts_section(moe: MoEParts, tensors: dict, stack: LayerStack, stack_rel:
     return section
 
 
+def _drafted_tensors(ckpt: Checkpoint, stack: LayerStack, stack_rel: str, roles: dict, assignment: RoleAssignment,
+                     config: dict, draft: Draft, names=None) -> tuple[dict, dict, dict, Sizes]:
+    """``(tensors, config keys, extra spec keys, sizes)`` of one stack's roles: the roles noted, the
+    sizes read from their shapes, the config keys matched to them (``names``: the keys to try), the
+    layouts decided, a fused qkv's and gate/up's split guessed."""
+    tensor_names = {role: stack.name(0, rest) for role, rest in roles.items()}
+    shapes = {role: tuple(ckpt.shape(name)) for role, name in tensor_names.items()}
+    _note_roles(assignment, shapes, stack_rel, draft)
+    sizes = role_sizes(shapes, config)
+    keys, extra, grouped = config_keys(config, stack.L, sizes, draft, fused_qkv="qkv" in roles, names=names)
+    layouts = decide_layouts(shapes, tensor_names, sizes.N, ckpt, draft)
+    tensors = {role: {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": layouts[role]}
+               for role, rest in roles.items()}
+    if "qkv" in tensors:
+        tensors["qkv"]["fused"] = _fused(roles["qkv"], grouped, draft)
+    if "ff_gate_up" in tensors:
+        tensors["ff_gate_up"]["fused"] = "concat"
+        draft.note("fused gate_up", "concat ([gate | up])",
+                   "the first half of the outputs is the gate (Phi-3's gate_up_proj, chunked in that order); "
+                   "[up | gate] cannot be told apart from shapes and gives other numbers", verify=True)
+    return tensors, keys, extra, sizes
+
+
 def _note_stack(stack: LayerStack, prefix: str, ckpt: Checkpoint, draft: Draft) -> None:
     draft.note("layers", f"{stack.path}.{LAYER_PLACEHOLDER} with L = {stack.L}",
                f"the path whose index runs 0..{stack.L - 1} over the most 2-D weights")
@@ -348,14 +362,23 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _keys_holding(config: dict, field: str, value: int) -> list[str]:
-    return [k for k in CONFIG_NAMES[field] if _is_int(config.get(k)) and config[k] == value]
+def names_for_stack(stack: str) -> dict[str, tuple[str, ...]]:
+    """:data:`CONFIG_NAMES` for one stack of an encoder-decoder: the keys naming the other stack left
+    out, the stack's own first (``encoder_layers`` before ``num_layers`` for the encoder)."""
+    other = "decoder" if stack == "encoder" else "encoder"
+    return {field: tuple(sorted((k for k in keys if other not in k), key=lambda k: stack not in k))
+            for field, keys in CONFIG_NAMES.items()}
 
 
-def _config_key(config: dict, field: str, value: int, draft: Draft, what: str) -> list[str]:
+def _keys_holding(config: dict, field: str, value: int, names=None) -> list[str]:
+    return [k for k in (names or CONFIG_NAMES)[field] if _is_int(config.get(k)) and config[k] == value]
+
+
+def _config_key(config: dict, field: str, value: int, draft: Draft, what: str, names=None) -> list[str]:
     """The config.json keys holding ``value`` for ``field``: usual names first, else any key holding
     it (verify), else the usual name to add (verify)."""
-    usual = _keys_holding(config, field, value)
+    names = names or CONFIG_NAMES
+    usual = _keys_holding(config, field, value, names)
     if usual:
         draft.note(f"config {field}", " or ".join(usual), f"{usual[0]} = {value} in config.json is {what}")
         return usual
@@ -364,30 +387,34 @@ def _config_key(config: dict, field: str, value: int, draft: Draft, what: str) -
         draft.note(f"config {field}", other[0], f"{other[0]} = {value} in config.json matches {what}, but it is "
                                                 f"not a usual name for it", verify=True)
         return other[:1]
-    name = CONFIG_NAMES[field][0]
+    name = names[field][0]
     draft.note(f"config {field}", name, f"no config.json key holds {value} ({what}): add {name} = {value} to "
                                         f"config.json", verify=True)
     return [name]
 
 
-def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, fused_qkv: bool = False) -> tuple[dict, dict, bool]:
+def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, fused_qkv: bool = False,
+                names=None) -> tuple[dict, dict, bool]:
     """The spec's ``config`` section, any extra spec keys (``ff_size_multiplier``), and whether there
     are fewer key/value heads than query heads.  A fused qkv maps no ``num_kv_heads`` key: the analysis
-    reads ``H_kv`` from its width (Falcon's config keeps ``num_kv_heads`` where ``multi_query`` means 1)."""
-    keys = {"num_layers": _config_key(config, "num_layers", L, draft, "the number of layers in the stack"),
-            "hidden_size": _config_key(config, "hidden_size", sizes.N, draft, "the width all role weights share")}
-    heads = next((config[k] for k in CONFIG_NAMES["num_heads"]
+    reads ``H_kv`` from its width (Falcon's config keeps ``num_kv_heads`` where ``multi_query`` means 1).
+    ``names``: the keys to try (default :data:`CONFIG_NAMES`; one stack's, for an encoder-decoder)."""
+    names = names or CONFIG_NAMES
+    keys = {"num_layers": _config_key(config, "num_layers", L, draft, "the number of layers in the stack", names),
+            "hidden_size": _config_key(config, "hidden_size", sizes.N, draft, "the width all role weights share",
+                                       names)}
+    heads = next((config[k] for k in names["num_heads"]
                   if _is_int(config.get(k)) and config[k] > 0 and sizes.attention % config[k] == 0), None)
     if heads:
-        keys["num_heads"] = _keys_holding(config, "num_heads", heads)[:1]
+        keys["num_heads"] = _keys_holding(config, "num_heads", heads, names)[:1]
         draft.note("config num_heads", keys["num_heads"][0],
                    f"{keys['num_heads'][0]} = {heads} divides the attention width {sizes.attention}; the number of "
                    f"heads cannot be seen in the weights, only in config.json")
     else:
-        keys["num_heads"] = [CONFIG_NAMES["num_heads"][0]]
+        keys["num_heads"] = [names["num_heads"][0]]
         draft.note("config num_heads", keys["num_heads"][0], f"no usual heads key in config.json divides the "
                    f"attention width {sizes.attention}: add one", verify=True)
-    keys["ff_size"], extra = _ff_size(config, sizes, draft)
+    keys["ff_size"], extra = _ff_size(config, sizes, draft, names)
     heads_kv = None
     if heads:
         d_head = sizes.attention // heads
@@ -395,13 +422,13 @@ def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, fused_qkv: boo
         if fused_qkv and heads_kv is not None:
             draft.note("config num_kv_heads", f"{heads_kv} from the fused qkv's width",
                        f"(H + 2 H_kv) d_h = {sizes.attention + 2 * sizes.kv}; read from the weight at analysis")
-        elif heads_kv is not None and (heads_kv != heads or _keys_holding(config, "num_kv_heads", heads_kv)):
+        elif heads_kv is not None and (heads_kv != heads or _keys_holding(config, "num_kv_heads", heads_kv, names)):
             keys["num_kv_heads"] = _config_key(config, "num_kv_heads", heads_kv, draft,
-                                               f"the key/value width {sizes.kv} / d_head {d_head}")
-        if sizes.attention != sizes.N or _keys_holding(config, "head_dim", d_head):
+                                               f"the key/value width {sizes.kv} / d_head {d_head}", names)
+        if sizes.attention != sizes.N or _keys_holding(config, "head_dim", d_head, names):
             keys["head_dim"] = _config_key(config, "head_dim", d_head, draft,
-                                           f"the attention width {sizes.attention} / {heads} heads")
-    activation = next((k for k in CONFIG_NAMES["activation"] if isinstance(config.get(k), str)), None)
+                                           f"the attention width {sizes.attention} / {heads} heads", names)
+    activation = next((k for k in names["activation"] if isinstance(config.get(k), str)), None)
     if activation:
         keys["activation"] = [activation]
         draft.note("config activation", activation, f"{activation} = {config[activation]!r} sets L_phi")
@@ -411,14 +438,15 @@ def config_keys(config: dict, L: int, sizes: Sizes, draft: Draft, fused_qkv: boo
     return keys, extra, heads_kv is not None and heads_kv != heads
 
 
-def _ff_size(config: dict, sizes: Sizes, draft: Draft) -> tuple[list[str], dict]:
+def _ff_size(config: dict, sizes: Sizes, draft: Draft, names=None) -> tuple[list[str], dict]:
     """The feed-forward width's key; a width left implicit (GPT-2's ``n_inner = null``, BLOOM's fixed
     ``4 N``) becomes ``ff_size_multiplier`` when it is a multiple of ``N``."""
+    names = names or CONFIG_NAMES
     if sizes.d_ff % sizes.N or any(_is_int(v) and v == sizes.d_ff for v in config.values()):
-        return _config_key(config, "ff_size", sizes.d_ff, draft, "the feed-forward width"), {}
+        return _config_key(config, "ff_size", sizes.d_ff, draft, "the feed-forward width", names), {}
     factor = sizes.d_ff // sizes.N
-    null = [k for k in CONFIG_NAMES["ff_size"] if k in config and config[k] is None]
-    key = (null or [CONFIG_NAMES["ff_size"][0]])[0]
+    null = [k for k in names["ff_size"] if k in config and config[k] is None]
+    key = (null or [names["ff_size"][0]])[0]
     draft.note("config ff_size", f"{key} -> ff_size_multiplier {factor}",
                f"no config.json key holds the feed-forward width {sizes.d_ff} = {factor} N; "
                + (f"{key} is null" if null else f"{key} is absent") + f", so d_ff = {factor} * hidden size",
@@ -617,13 +645,174 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
+    from .stacks import bind
+    from .towers import tower_views
+
     try:
         parsed = parse_spec(spec, "the drafted spec")
-        dims = model_dims(parsed, ckpt.config)
-        prefix = detect_prefix(parsed, ckpt)
-        dims = infer_kv_heads(parsed, ckpt, dims, prefix)
-        account_for_tensors(parsed, ckpt, dims, prefix)
+        if parsed.towers is not None:
+            found = [(t.name, bind(t.spec, view)[0]) for t, view in tower_views(parsed, ckpt, None)]
+        elif parsed.stacks is not None:
+            dims = bind(parsed, ckpt)[0]
+            found = [(part.name, part.dims) for part in dims.stacks]
+        else:
+            dims = model_dims(parsed, ckpt.config)
+            prefix = detect_prefix(parsed, ckpt)
+            dims = infer_kv_heads(parsed, ckpt, dims, prefix)
+            account_for_tensors(parsed, ckpt, dims, prefix)
+            found = [(None, dims)]
     except SpecboundError as exc:
         return f"FAILS: {exc}"
-    return (f"ok: every tensor is a role weight or ignored, and the shapes match config.json (L={dims.L}, "
-            f"N={dims.N}, heads={dims.H}, kv heads={dims.H_kv}, d_head={dims.d_head}, d_ff={dims.d_ff})")
+    shapes = "; ".join((f"{name}: " if name else "") + f"L={d.L}, N={d.N}, heads={d.H}, kv heads={d.H_kv}, "
+                       f"d_head={d.d_head}, d_ff={d.d_ff}" for name, d in found)
+    return f"ok: every tensor is a role weight or ignored, and the shapes match config.json ({shapes})"
+
+
+# --- two chains: an encoder-decoder, or a two-tower model ----------------------------------------
+
+def two_chains(stacks: list[LayerStack], config: dict) -> tuple[str, list[LayerStack]] | None:
+    """``("stacks", [encoder, decoder])`` when the two top-level layer stacks holding the most weights
+    are an encoder's and a decoder's (a path component ``encoder`` / ``decoder``), ``("towers", [text,
+    vision])`` when they are a text and a vision tower (first components naming ``text`` and
+    ``vision``, config.json's ``text_config`` and ``vision_config``); None otherwise (one chain)."""
+    if len(stacks) < 2:
+        return None
+    a, b = stacks[0], stacks[1]
+
+    def where(stack: LayerStack, word: str) -> bool:
+        return word in stack.path.lower().split(".")
+
+    for enc, dec in ((a, b), (b, a)):
+        if where(enc, "encoder") and where(dec, "decoder") and not where(enc, "decoder"):
+            return "stacks", [enc, dec]
+    first = lambda s: s.path.split(".")[0].lower()  # noqa: E731
+    if isinstance(config.get("text_config"), dict) and isinstance(config.get("vision_config"), dict):
+        for text, vision in ((a, b), (b, a)):
+            if "text" in first(text) and "vision" in first(vision):
+                return "towers", [text, vision]
+    return None
+
+
+@dataclass
+class _Chain:
+    """One stack's part of a draft: its tensors, config keys, extra keys, feed-forward form, the
+    layer-relative weights it uses (for the ignore patterns)."""
+
+    tensors: dict
+    config: dict
+    extra: dict
+    feed_forward: str
+    role_rests: set
+
+
+def _draft_chain(ckpt: Checkpoint, stack: LayerStack, prefix: str, config: dict, draft: Draft, label: str,
+                 names=None, *, cross: bool = False) -> _Chain:
+    """Roles, layouts and config keys of one stack (``label`` heads its notes; ``cross``: a decoder,
+    whose cross-attention block is drafted as ``q_cross`` ... ``o_cross``)."""
+    sub = Draft()
+    matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2
+                      and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES)
+    cross_rests = [r for r in matrices if is_cross_attention(r)]
+    if cross and not cross_rests:
+        try:
+            assign_roles(matrices)
+        except SpecboundError as exc:  # a second attention block under another name: say which weights
+            raise SpecboundError(f"{ckpt.location}: the decoder stack {stack.path} has no block named as a "
+                                 f"cross-attention (encoder_attn, EncDecAttention, crossattention, ...): {exc}") from None
+        raise SpecboundError(f"{ckpt.location}: the decoder stack {stack.path} holds no cross-attention block (a "
+                             f"second attention reading the encoder's output, e.g. encoder_attn, EncDecAttention) in "
+                             f"layer 0, so this encoder-decoder cannot be drafted; write the spec by hand")
+    if not cross and cross_rests:
+        raise SpecboundError(f"{ckpt.location}: the stack {stack.path} holds a cross-attention block "
+                             f"({', '.join(cross_rests)}) but is not a decoder; write the spec by hand")
+    assignment = assign_roles([r for r in matrices if r not in cross_rests])
+    roles = dict(assignment.roles)
+    cross_roles = assign_attention_roles(cross_rests) if cross else {}
+    if "qkv" in cross_roles:
+        raise SpecboundError(f"{ckpt.location}: a fused cross-attention weight ({cross_roles['qkv']}) is not "
+                             f"supported; write the spec by hand")
+    stack_rel = stack.path[len(prefix):]
+    tensors, keys, extra, sizes = _drafted_tensors(ckpt, stack, stack_rel, roles, assignment, config, sub, names)
+    if cross_roles:
+        cross_names = {role: stack.name(0, rest) for role, rest in cross_roles.items()}
+        cross_shapes = {role: tuple(ckpt.shape(n)) for role, n in cross_names.items()}
+        layout_notes = Draft()
+        cross_layouts = decide_layouts(cross_shapes, cross_names, sizes.N, ckpt, layout_notes)
+        for g in layout_notes.guesses:  # the cross-attention's roles named as such
+            topic = "layout " + ", ".join(f"{r}_cross" for r in g.topic[len("layout "):].split(", "))
+            sub.note(topic, g.choice, g.evidence, g.verify)
+        for role, rest in cross_roles.items():
+            sub.note(f"role {role}_cross", f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}",
+                     f"module {module_of(rest)!r} is a cross-attention (its keys and values read the encoder's "
+                     f"output); stored {cross_shapes[role]}")
+            tensors[role + "_cross"] = {"name": f"{stack_rel}.{LAYER_PLACEHOLDER}.{rest}", "layout": cross_layouts[role]}
+    for g in sub.guesses:
+        draft.note(f"{label} {g.topic}", g.choice, g.evidence, g.verify)
+    return _Chain(tensors, keys, extra, "gated" if {"ff_gate", "ff_gate_up"} & set(roles) else "plain",
+                  set(roles.values()) | set(cross_roles.values()))
+
+
+def _infer_two(ckpt: Checkpoint, draft: Draft, model_type: str, shape: str, stacks: list[LayerStack]) -> Draft:
+    """The draft of an encoder-decoder (``shape = "stacks"``) or a two-tower model (``"towers"``)."""
+    config = ckpt.config
+    if any(k in config for k in ROTARY_KEYS):
+        raise SpecboundError(f"{ckpt.location}: config.json has rotary settings ({', '.join(k for k in ROTARY_KEYS if k in config)}), "
+                             f"which specbound does not model with two chains; write the spec by hand")
+    base = {"family": model_type,
+            "description": f"drafted by `specbound arch infer` from {ckpt.location}; verify before trusting it",
+            "model_types": [model_type]}
+    if shape == "stacks":
+        prefix = wrapper_prefix(stacks[0].path, config)
+        for stack, name in zip(stacks, ("encoder", "decoder")):
+            draft.note(f"{name} layers", f"{stack.path}.{LAYER_PLACEHOLDER} with L = {stack.L}",
+                       f"a top-level stack named {name}" + ("; its layers hold a cross-attention" if name == "decoder"
+                                                            else ""))
+        parts = [_draft_chain(ckpt, stack, prefix, config, draft, name, names_for_stack(name), cross=name == "decoder")
+                 for stack, name in zip(stacks, ("encoder", "decoder"))]
+        if parts[0].feed_forward != parts[1].feed_forward or parts[0].extra or parts[1].extra:
+            raise SpecboundError(f"{ckpt.location}: the encoder's and decoder's feed-forward blocks differ "
+                                 f"({parts[0].feed_forward}, {parts[1].feed_forward}) or their width is implicit; "
+                                 f"write the spec by hand")
+        patterns, in_layer = stacks_ignore_patterns(ckpt.names, [(s, p.role_rests) for s, p in zip(stacks, parts)],
+                                                    prefix)
+        _note_ignored(patterns, in_layer, stacks[0].path[len(prefix):], draft)
+        draft.note("block", "sequential (self-attention, cross-attention in the decoder, then feed-forward)",
+                   "an encoder-decoder's blocks; a parallel block cannot be seen in the weights", verify=True)
+        draft.spec = {**base, "prefixes": ["", prefix] if prefix else [""], "config": {}, "block": "sequential",
+                      "feed_forward": parts[0].feed_forward,
+                      "stacks": {name: {"config": p.config, "tensors": p.tensors}
+                                 for name, p in zip(("encoder", "decoder"), parts)},
+                      "ignore": patterns}
+    else:
+        towers, shared = {}, []
+        inside = []
+        for stack, name in zip(stacks, ("text", "vision")):
+            prefix = stack.path.split(".")[0] + "."
+            draft.note(f"{name} tower", f"{stack.path}.{LAYER_PLACEHOLDER} with L = {stack.L}, config {name}_config",
+                       f"the first component {prefix[:-1]!r} names the {name} tower; config.json has {name}_config")
+            sub_config = config[f"{name}_config"]
+            part = _draft_chain(ckpt, stack, prefix, sub_config, draft, name)
+            own = [n for n in ckpt.names if n.startswith(prefix)]
+            inside += own
+            patterns, _ = ignore_patterns(own, stack, prefix, part.role_rests)  # relative to the tower's prefix
+            towers[name] = {"config_section": [f"{name}_config"], "prefixes": [prefix], "config": part.config,
+                            "feed_forward": part.feed_forward, **part.extra, "tensors": part.tensors,
+                            "ignore": patterns}
+        outside = sorted({_outside_pattern(n) for n in ckpt.names if n not in set(inside)})
+        draft.note("ignore (shared)", ", ".join(outside) or "nothing",
+                   "outside both towers: projection heads, the logit scale (outside the bound, like a classifier head)")
+        draft.spec = {**base, "block": "sequential", "feed_forward": towers["text"]["feed_forward"], "towers": towers,
+                      "ignore": outside}
+        for tower in towers.values():
+            if "ff_size_multiplier" in tower:
+                raise SpecboundError(f"{ckpt.location}: a tower's feed-forward width is implicit in config.json; "
+                                     f"write the spec by hand")
+    parse_spec(draft.spec, "the drafted spec")  # an invalid draft is a bug here, not the user's problem
+    draft.check = self_check(draft.spec, ckpt)
+    return draft
+
+
+def _outside_pattern(name: str) -> str:
+    r"""``^first\.`` (or ``^name$``) for a tensor outside every tower."""
+    first, _, rest = name.partition(".")
+    return f"^{re.escape(first)}" + ("\\." if rest else "$")

@@ -49,6 +49,12 @@ class ModelDims:
     block: str = "sequential"
     feed_forward: str = "plain"
     stored: tuple[int, ...] | None = None  # stored layer used at each depth (shared layers); None: l
+    # DeBERTa's disentangled attention: how many of the content-to-position and position-to-content
+    # logit terms (0, 1 or 2) reuse each head's QK matrix against the relative position embeddings
+    position_terms: int = 0
+    # An encoder-decoder: its stacks in order (encoder, then decoder), their layers numbered on through
+    # both (``L`` is their sum); None for one chain of layers
+    stacks: "tuple[StackDims, ...] | None" = None
     moe: MixtureOfExperts | None = None  # a mixture-of-experts feed-forward block in every layer
     alibi: bool = False  # attention logits carry ALiBi's position biases (no change to any matrix)
 
@@ -68,6 +74,34 @@ class ModelDims:
         if self.moe is None:
             return per_branch * self.N * self.d_ff
         return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
+
+    def matrix_count(self) -> int:
+        """How many matrices the analysis reports: per layer ``H`` QK and ``H`` OV heads (a decoder
+        layer's cross-attention ``2 H`` more) and :attr:`ff_matrices` feed-forward matrices."""
+        if self.stacks is not None:
+            return sum(p.dims.matrix_count() + (2 * p.dims.H * p.dims.L if p.cross else 0) for p in self.stacks)
+        return self.L * (2 * self.H + self.ff_matrices)
+
+    def locate(self, layer: int) -> "tuple[StackDims | None, int]":
+        """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""
+        if self.stacks is None:
+            return None, layer
+        for stack in self.stacks:
+            if stack.first <= layer < stack.first + stack.dims.L:
+                return stack, layer - stack.first
+        raise IndexError(f"layer {layer} is outside the {self.L} layers of the stacks")
+
+
+@dataclass(frozen=True)
+class StackDims:
+    """One stack of an encoder-decoder: its name, where its layers start in the model's numbering, its
+    own dimensions (``dims.L`` its layers) and whether its layers hold cross-attention (the decoder:
+    queries from its own stream, keys and values from the encoder's output)."""
+
+    name: str
+    first: int
+    dims: ModelDims
+    cross: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,6 +236,8 @@ class LayerWeights:
     ff : mapping of str to ndarray
         Feed-forward matrices by role: ``FF_in`` (N, d_ff) and ``FF_out`` (d_ff, N), or
         ``FF_gate``, ``FF_up`` (N, d_ff) and ``FF_out``; from a checkpoint, a :class:`LazyMatrices`.
+    cross : CrossWeights, optional
+        A decoder layer's cross-attention (encoder-decoder models), else None.
     qk_norm : QKNorm, optional
         The normalisation of queries and keys (QK-norm families); None: the logit is ``q k^T``.
     """
@@ -212,7 +248,19 @@ class LayerWeights:
     v: np.ndarray
     o: np.ndarray
     ff: Mapping[str, np.ndarray]
+    cross: "CrossWeights | None" = None
     qk_norm: QKNorm | None = None
+
+
+@dataclass
+class CrossWeights:
+    """A decoder layer's cross-attention factors, shapes as :class:`LayerWeights`' ``q, k, v, o``:
+    ``q`` acts on the decoder's stream, ``k`` and ``v`` on the encoder's output."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    o: np.ndarray
 
 
 class LazyMatrices(Mapping):

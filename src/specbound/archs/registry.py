@@ -30,14 +30,20 @@ def builtin_specs() -> dict[str, ArchSpec]:
     return dict(_shipped())
 
 
+def _served() -> list[ArchSpec]:
+    """Every shipped spec and, after a two-tower family's, each of its towers' (a checkpoint of one
+    tower alone, CLIPTextModel, has that tower's model type)."""
+    return [x for _, s in _shipped() for x in (s, *(t.spec for t in s.towers or ()))]
+
+
 def supported_model_types() -> list[str]:
-    return sorted({t for _, s in _shipped() for t in s.model_types})
+    return sorted({t for s in _served() for t in s.model_types})
 
 
 def spec_for_config(config: dict[str, Any]) -> ArchSpec:
     """The shipped spec whose ``model_types`` contains the config's ``model_type``."""
     model_type = config.get("model_type")
-    for _, spec in _shipped():
+    for spec in _served():
         if model_type in spec.model_types:
             return spec
     raise SpecboundError(

@@ -107,13 +107,15 @@ def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> li
     local_theta = config.get(legacy["local_theta_key"], legacy["local_theta_default"])
     # HF's conversion of the older form: the top-level rope_theta and rope_scaling are the global
     # layers', the local layers rotate by rope_local_base_freq with no scaling
-    global_cfg = {**config, "rope_theta": config.get("rope_theta", legacy["global_theta_default"])}
+    global_cfg = {**config, "rope_theta": config.get(legacy.get("global_theta_key", "rope_theta"),
+                                                     legacy["global_theta_default"])}
     local_cfg = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_theta")}
     local_cfg["rope_theta"] = local_theta
     if isinstance(types, list) and len(types) >= num_layers:
         pick = [t == legacy["global_type"] for t in types[:num_layers]]
     else:
-        pick = [(i + 1) % pattern == 0 for i in range(num_layers)]
+        first = legacy.get("global_layer", "last") == "first"
+        pick = [(i if first else i + 1) % pattern == 0 for i in range(num_layers)]
     return [global_cfg if g else local_cfg for g in pick]
 
 

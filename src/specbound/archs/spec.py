@@ -22,11 +22,15 @@ tensors (templates with ``${expert}`` as well as ``${layer}``) and optionally a 
 sigmoid gate; the router and the gate are read and shape-checked, never analysed as matrices of the
 chain.  ``refuse`` lists tensors and config values that change the function in a way specbound does not
 model, each with the one-line reason it is refused.
+``o`` and ``ff_out`` may name an ``output_scale``: a per-layer vector ``lambda`` (LayerScale, DINOv2)
+that multiplies the matrix's output features, folded exactly into the matrix the bounds see
+(``W diag(lambda)``).  ``position_terms`` declares DeBERTa's disentangled attention (which
+content-to-position and position-to-content terms the config switches on).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,7 @@ FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat",)}
 BLOCKS = ("sequential", "parallel")
 FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
 ATTENTION_ROLES = ("q", "k", "v", "qkv", "o")
+SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation", "num_experts", "experts_per_token",
                           "shared_ff_size")
@@ -65,10 +70,15 @@ class TensorRule:
     name: str
     layout: str
     fused: str | None = None
+    output_scale: str | None = None  # a per-layer (N,) vector multiplying the output features
 
     def name_for(self, layer: int, prefix: str = "", expert: int | None = None) -> str:
         name = self.name.replace(LAYER_PLACEHOLDER, str(layer))
         return prefix + (name if expert is None else name.replace(EXPERT_PLACEHOLDER, str(expert)))
+
+    def scale_for(self, layer: int, prefix: str = "") -> str | None:
+        """The output-scale vector's tensor name at ``layer``, or None."""
+        return None if self.output_scale is None else prefix + self.output_scale.replace(LAYER_PLACEHOLDER, str(layer))
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,27 @@ class ArchSpec:
     ff_size_multiplier: int | None = None
     shared_layers: dict[str, str] | None = None
     rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
+    position_terms: dict[str, Any] | None = None  # disentangled attention (DeBERTa): see position_term_count
+    variants: tuple[tuple[dict[str, Any], "ArchSpec"], ...] = ()  # (config condition, the spec it selects)
+    stacks: "tuple[StackSpec, ...] | None" = None  # an encoder-decoder's stacks (its own tensors are then {})
+    towers: "tuple[TowerSpec, ...] | None" = None  # a two-tower model's towers (its own tensors are then {})
+    tower: str | None = None  # the tower this spec reads (one tower of a two-tower family)
+    config_defaults: dict[str, Any] | None = None  # config values the library assumes when a key is absent
+
+    def tower_spec(self, name: str) -> "TowerSpec":
+        return next(t for t in self.towers if t.name == name)
+
+    def stack(self, name: str) -> "StackSpec":
+        return next(s for s in self.stacks if s.name == name)
+
+    def for_config(self, config: dict[str, Any]) -> "ArchSpec":
+        """The spec of the first ``variants`` entry whose condition ``config`` meets (T5 v1.1's gated
+        feed-forward, DINOv2's SwiGLU), else this one.  A condition maps config keys to a value or a
+        list of accepted values; an absent key has the value None."""
+        for when, variant in self.variants:
+            if all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+                return variant
+        return self
     rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
     alibi: bool | str = False  # ALiBi logit biases: always (True) or when this boolean config key is true
     activation: str | None = None  # the family's activation when config.json names none (BLOOM's GELU)
@@ -156,6 +187,8 @@ class ArchSpec:
     rotary_options: dict[str, Any] = field(default_factory=dict)
     qk_norm: QKNormRule | None = None  # RMSNorm on queries and keys before the rotation (docs/theory.md 3d)
     structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
+    # the family's own names for activations (T5's feed_forward_proj "gated-gelu" is HF's gelu_new)
+    activation_names: dict[str, str] | None = None
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -225,11 +258,136 @@ class ArchSpec:
         return prefix[:len(prefix) - len(own)]
 
     def config_value(self, config: dict[str, Any], field: str) -> Any:
-        """The first of the field's config keys present in ``config``, or None."""
+        """The first of the field's config keys present in ``config``, else the first with a
+        ``config_defaults`` value (a tower's sub-config may leave out what its library defaults), or None."""
         for key in self.config_keys.get(field, ()):
             if key in config and config[key] is not None:
                 return config[key]
+        for key in self.config_keys.get(field, ()):
+            if key in (self.config_defaults or {}):
+                return self.config_defaults[key]
         return None
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """One stack of an encoder-decoder spec.
+
+    Attributes
+    ----------
+    name : {"encoder", "decoder"}
+    spec : ArchSpec
+        The stack's layers as a chain of their own: the spec document with the stack's ``config``
+        merged over the shared one and the stack's self-attention and feed-forward tensors.
+    cross : dict[str, TensorRule]
+        The decoder's cross-attention weights by role (``q``, ``k``, ``v``, ``o``; from the document's
+        ``q_cross`` ... ``o_cross``); empty for the encoder.
+    """
+
+    name: str
+    spec: ArchSpec
+    cross: dict[str, TensorRule]
+
+
+@dataclass(frozen=True)
+class TowerSpec:
+    """One tower of a two-tower spec (CLIP, SigLIP): its name, the chain it is (a spec of its own,
+    ``tower`` set), and the config.json sections holding its config (the first present is read)."""
+
+    name: str
+    spec: ArchSpec
+    config_sections: tuple[str, ...]
+
+    def config_of(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The tower's config: its section of a two-tower config.json."""
+        for key in self.config_sections:
+            if isinstance(config.get(key), dict):
+                return config[key]
+        raise SpecboundError(f"config.json has none of {list(self.config_sections)} (the {self.name} tower's config) "
+                             f"as an object; a {self.spec.family} checkpoint's config.json needs it")
+
+
+TOWER_NAMES = ("text", "vision")
+_TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward"}
+
+
+def _parse_towered(raw: dict, origin: str) -> ArchSpec:
+    """A two-tower spec: ``"towers": {"text": {...}, "vision": {...}}``, each tower a chain spec of its own
+    (``config_section``: the config.json key(s) of its config; ``model_types``: the types of a checkpoint
+    holding that tower alone; ``defaults``: config values its library assumes when absent).  A tower's
+    ignore list gains the shared one and every other tower's prefixes."""
+    towers_raw = raw["towers"]
+    if not isinstance(towers_raw, dict) or not towers_raw or not set(towers_raw) <= set(TOWER_NAMES):
+        raise _fail(origin, f"'towers' must be an object whose keys are some of {list(TOWER_NAMES)}")
+    if "tensors" in raw or "stacks" in raw:
+        raise _fail(origin, "a spec with 'towers' names its tensors in each tower (and has no 'stacks')")
+    base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore")}
+    prefixes = {}
+    for name, tower in towers_raw.items():
+        if not isinstance(tower, dict) or not {"config_section", "prefixes", "config", "tensors"} <= set(tower) \
+                or not set(tower) <= _TOWER_KEYS:
+            raise _fail(origin, f"tower {name!r} must be an object with 'config_section', 'prefixes', 'config' and "
+                                f"'tensors' (and optionally {sorted(_TOWER_KEYS - {'config_section', 'prefixes', 'config', 'tensors'})})")
+        prefixes[name] = _str_list(tower, "prefixes", origin)
+    towers = []
+    for name, tower in towers_raw.items():
+        where = f"{origin} (tower {name})"
+        others = [p for other, ps in prefixes.items() if other != name for p in ps if p]
+        doc = {**base, **{k: v for k, v in tower.items() if k not in ("config_section", "defaults")},
+               "model_types": tower.get("model_types", []),
+               "ignore": list(tower.get("ignore", [])) + list(raw.get("ignore", []))
+               + [f"^{regex.escape(p)}" for p in others]}
+        sections = tower["config_section"]
+        sections = [sections] if isinstance(sections, str) else sections
+        if not isinstance(sections, list) or not sections or not all(isinstance(x, str) for x in sections):
+            raise _fail(where, "'config_section' must name the config.json key(s) of the tower's config")
+        defaults = tower.get("defaults", {})
+        if not isinstance(defaults, dict):
+            raise _fail(where, "'defaults' must map config.json keys to the values the library assumes")
+        spec = replace(parse_spec(doc, where), tower=name, config_defaults=dict(defaults))
+        towers.append(TowerSpec(name, spec, tuple(sections)))
+    first = towers[0].spec
+    return replace(first, tensors={}, model_types=_str_list(raw, "model_types", origin), towers=tuple(towers),
+                   tower=None, config_defaults=None, variants=(), origin=origin,
+                   ignore=tuple(_compile(p, origin, "ignore") for p in _str_list(raw, "ignore", origin, False)))
+
+
+STACK_NAMES = ("encoder", "decoder")
+CROSS_ROLES = {"q_cross": "q", "k_cross": "k", "v_cross": "v", "o_cross": "o"}
+
+
+def _parse_stacked(raw: dict, origin: str) -> ArchSpec:
+    """An encoder-decoder spec: ``"stacks": {"encoder": {"config", "tensors"}, "decoder": {...}}``
+    (docs/architectures.md).  Each stack is validated as a spec of its own; the decoder's tensors
+    also name its cross-attention as ``q_cross``, ``k_cross``, ``v_cross``, ``o_cross``."""
+    stacks_raw = raw["stacks"]
+    if not isinstance(stacks_raw, dict) or list(stacks_raw) != list(STACK_NAMES):
+        raise _fail(origin, f"'stacks' must be an object with the keys {list(STACK_NAMES)}, in that order")
+    if "tensors" in raw:
+        raise _fail(origin, "a spec with 'stacks' names its tensors in each stack, not at the top")
+    if raw.get("rotary") is not None or raw.get("shared_layers") is not None or raw.get("position_terms") is not None:
+        raise _fail(origin, "'rotary', 'shared_layers' and 'position_terms' are not supported with 'stacks'")
+    base = {k: v for k, v in raw.items() if k != "stacks"}
+    stacks = []
+    for name in STACK_NAMES:
+        stack = stacks_raw[name]
+        if not isinstance(stack, dict) or "tensors" not in stack or not set(stack) <= {"config", "tensors"} \
+                or not isinstance(stack["tensors"], dict) or not isinstance(stack.get("config", {}), dict):
+            raise _fail(origin, f"stack {name!r} must be an object with 'tensors' (role -> rule) and optionally "
+                                f"'config' (its own config.json keys, over the shared ones)")
+        tensors = dict(stack["tensors"])
+        cross_raw = {CROSS_ROLES[r]: tensors.pop(r) for r in CROSS_ROLES if r in tensors}
+        where = f"{origin} (stack {name})"
+        sub = _parse_one({**base, "config": {**raw.get("config", {}), **stack.get("config", {})}, "tensors": tensors},
+                         where)
+        cross = _tensor_rules(cross_raw, ("q", "k", "v", "o"), where, "stacks.decoder.tensors")
+        if name == "decoder" and set(cross) != {"q", "k", "v", "o"}:
+            raise _fail(where, f"the decoder needs its cross-attention as exactly {list(CROSS_ROLES)}; found "
+                               f"{sorted(r + '_cross' for r in cross)}")
+        if name == "encoder" and cross:
+            raise _fail(where, "the encoder has no cross-attention; the *_cross roles belong to the decoder")
+        stacks.append(StackSpec(name, sub, cross))
+    return replace(stacks[0].spec, tensors={}, stacks=tuple(stacks))
 
 
 def _search(pattern: regex.Pattern, name: str, origin: str) -> bool:
@@ -263,15 +421,59 @@ def _str_list(raw: dict, key: str, origin: str, required: bool = True) -> tuple[
 
 
 def parse_spec(raw: Any, origin: str) -> ArchSpec:
-    """Validate a decoded spec document and build the :class:`ArchSpec`."""
+    """Validate a decoded spec document and build the :class:`ArchSpec`.
+
+    ``variants`` (a list of ``{"when": {config key: value or values}, ...overrides}``): each variant
+    is the document with its overrides merged in (objects merged key by key, ``null`` removing a
+    key), validated as a spec of its own; :meth:`ArchSpec.for_config` picks one."""
     if not isinstance(raw, dict):
         raise _fail(origin, "the document must be a JSON object")
+    if not isinstance(raw.get("variants", []), list):
+        raise _fail(origin, "'variants' must be a list of objects")
+    variants = []
+    for i, variant in enumerate(raw.get("variants", [])):
+        if not isinstance(variant, dict) or not isinstance(variant.get("when"), dict) or not variant["when"]:
+            raise _fail(origin, f"variant {i} must be an object with a non-empty 'when' (config key -> value or "
+                                f"list of values) and the keys it overrides")
+        overrides = {k: v for k, v in variant.items() if k != "when"}
+        if "variants" in overrides or "family" in overrides or "model_types" in overrides:
+            raise _fail(origin, f"variant {i} may not override 'variants', 'family' or 'model_types'")
+        merged = merge_documents({k: v for k, v in raw.items() if k != "variants"}, overrides)
+        variants.append((dict(variant["when"]), parse_spec(merged, f"{origin} (variant {i})")))
+    raw = {k: v for k, v in raw.items() if k != "variants"}
+    spec = _parse_one(raw, origin)
+    if variants:
+        spec = replace(spec, variants=tuple(variants))
+    return spec
+
+
+def merge_documents(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides`` merged in: objects key by key (recursively), a ``null`` removing
+    the key, anything else replacing it."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_documents(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_one(raw: dict, origin: str) -> ArchSpec:
+    """One spec document without variants, validated."""
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "alibi", "activation", "experts", "refuse", "qk_norm", "structure"}
+             "alibi", "activation", "experts", "refuse", "qk_norm", "structure", "position_terms", "variants",
+             "stacks", "towers", "activation_names"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
+    if "towers" in raw:
+        return _parse_towered(raw, origin)
+    if "stacks" in raw:
+        return _parse_stacked(raw, origin)
     family = raw.get("family")
     if not isinstance(raw.get("description", ""), str):
         raise _fail(origin, f"'description' must be a string, found {raw['description']!r}")
@@ -287,6 +489,8 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
             raise _fail(origin, f"unknown config field {field!r}; allowed: "
                         f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
         config_keys[field] = _str_list(config, field, origin)
+        if not config_keys[field] and field != "ff_size":
+            raise _fail(origin, f"config field {field!r} names no config.json key")
     # a fixed feed-forward width (BLOOM's 4 N) needs no config key: ff_size_multiplier gives it
     missing = [f for f in CONFIG_FIELDS if f not in config_keys
                and not (f == "ff_size" and raw.get("ff_size_multiplier") is not None)]
@@ -353,6 +557,12 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     patterns = []
     for pattern in _str_list(raw, "ignore", origin, required=False):
         patterns.append(_compile(pattern, origin, "ignore"))
+    position_terms = _position_terms(raw.get("position_terms"), origin)
+    activation_names = raw.get("activation_names")
+    if activation_names is not None and (not isinstance(activation_names, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in activation_names.items())):
+        raise _fail(origin, f"'activation_names' must map the family's activation names to HF's, found "
+                            f"{activation_names!r}")
 
     return ArchSpec(
         family=family,
@@ -369,6 +579,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         ff_size_multiplier=multiplier,
         shared_layers=shared,
         rotary=None if rotary is None else rotary["pairing"],
+        position_terms=position_terms,
         rotary_off_when=None if rotary is None else rotary.get("off_when"),
         alibi=alibi,
         activation=activation,
@@ -377,6 +588,7 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         rotary_options=rotary_options,
         qk_norm=qk_norm,
         structure=structure,
+        activation_names=activation_names,
     )
 
 
@@ -404,10 +616,11 @@ def _tensor_rules(raw: Any, roles, origin: str, where: str, expert: bool = False
         if role not in roles:
             raise _fail(origin, f"unknown role {role!r} in '{where}'; roles are {list(roles)}")
         fusions = FUSED_ROLES.get(role)
-        allowed = {"name", "layout", "fused"} if fusions else {"name", "layout"}
+        allowed = {"name", "layout"} | ({"fused"} if fusions else set()) | ({"output_scale"} if role in SCALED_ROLES else set())
         if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
             raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
-                                f"{sorted(allowed)} ('fused' only, and always, for {' and '.join(FUSED_ROLES)})")
+                                f"{sorted(allowed)} ('fused' only, and always, for {' and '.join(FUSED_ROLES)}; "
+                                f"'output_scale' only for {' and '.join(SCALED_ROLES)})")
         if fusions and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in fusions):
             raise _fail(origin, f"'fused' for {role} must be one of {list(fusions)}, found {rule.get('fused')!r}")
         if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
@@ -417,7 +630,10 @@ def _tensor_rules(raw: Any, roles, origin: str, where: str, expert: bool = False
                                 f"{EXPERT_PLACEHOLDER}")
         if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
             raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
-        tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"))
+        scale = rule.get("output_scale")
+        if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
+            raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
+        tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"), scale)
     return tensors
 
 
@@ -472,9 +688,30 @@ def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:
             out.append(Refusal(item["reason"], config=item["config"], allowed=tuple(item["allowed"])))
     return tuple(out)
 
+POSITION_TERMS = ("c2p", "p2c")  # DeBERTa: content-to-position, position-to-content
+
+
+def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
+    """``{"config_key", "enabled_by", "requires"}``: the config key listing the disentangled terms
+    (a list or a ``|``-joined string of ``c2p``/``p2c``), the boolean key that switches relative
+    attention on, and config values the derivation needs (key -> a value the key's ``|``-split
+    entries must contain)."""
+    if raw is None:
+        return None
+    keys = {"config_key", "enabled_by", "requires"}
+    if not isinstance(raw, dict) or set(raw) != keys or not isinstance(raw["config_key"], str) \
+            or not isinstance(raw["enabled_by"], str) or not isinstance(raw["requires"], dict):
+        raise _fail(origin, f"'position_terms' must be an object with exactly the keys {sorted(keys)} "
+                            f"(config_key and enabled_by naming config.json keys, requires a key -> value map)")
+    return raw
+
+
 _ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when")
 _LEGACY_LAYER_TYPES = {"pattern_key": str, "pattern_default": int, "local_theta_key": str,
                        "local_theta_default": (int, float), "global_theta_default": (int, float), "global_type": str}
+# optional: the global layers' base key (default rope_theta), and which layer of each pattern is global
+# ("last": Gemma 3, layer i when (i + 1) % pattern == 0; "first": ModernBERT, when i % pattern == 0)
+_LEGACY_OPTIONAL = {"global_theta_key": str, "global_layer": str}
 
 
 def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
@@ -489,10 +726,13 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
         out["rope_type_aliases"] = dict(aliases)
     legacy = rotary.get("legacy_layer_types")
     if legacy is not None:
-        if not isinstance(legacy, dict) or set(legacy) != set(_LEGACY_LAYER_TYPES) or not all(
-                isinstance(legacy[k], t) and not isinstance(legacy[k], bool) for k, t in _LEGACY_LAYER_TYPES.items()):
+        kinds = {**_LEGACY_LAYER_TYPES, **_LEGACY_OPTIONAL}
+        if not isinstance(legacy, dict) or not set(_LEGACY_LAYER_TYPES) <= set(legacy) <= set(kinds) or not all(
+                isinstance(legacy[k], kinds[k]) and not isinstance(legacy[k], bool) for k in legacy) \
+                or legacy.get("global_layer", "last") not in ("first", "last"):
             raise _fail(origin, f"'rotary' legacy_layer_types must be an object with the keys "
-                                f"{sorted(_LEGACY_LAYER_TYPES)}, found {legacy!r}")
+                                f"{sorted(_LEGACY_LAYER_TYPES)} (and optionally {sorted(_LEGACY_OPTIONAL)}, "
+                                f"global_layer 'first' or 'last'), found {legacy!r}")
         out["legacy_layer_types"] = dict(legacy)
     return out
 

@@ -2,7 +2,8 @@
 and config.json, so that every analysis can name it (``assumptions``; docs/theory.md section 3e).
 
 None of these change a weight matrix: soft-capping, sliding windows, Gemma's attention temperature,
-embedding scaling, ``(1 + w)`` norm gains and norms after each sublayer.  Each is either harmless
+embedding scaling, ``(1 + w)`` norm gains, norms after each sublayer, a relative position bias and a
+convolutional front-end; LayerScale is folded into the matrices it scales (exactly).  Each is either harmless
 under the theorem's assumptions or covered by a bound that is not tightened by it; the entries say
 which.
 """
@@ -15,7 +16,8 @@ from typing import Any
 # spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
 CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar")
 FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
-         "sublayer_norms": ("before", "after", "before_and_after")}
+         "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
+         "layer_scale": ("folded",), "front_end": ("convolutional",)}
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,13 @@ class Structure:
     sublayer_norms : str
         Where each block normalises: ``before`` each sublayer (LLaMA), ``after`` it, before the
         residual sum (OLMo2), or both (Gemma 2/3).
+    position_bias : str or None
+        ``"relative"``: a learned relative position bias is added to the logits (MPNet, T5).
+    layer_scale : str or None
+        ``"folded"``: LayerScale vectors, folded into the OV and FF_out matrices (DINOv2).
+    front_end : str or None
+        ``"convolutional"``: a convolutional front-end makes the encoder's input rows (wav2vec2,
+        HuBERT, Whisper).
     """
 
     attention_softcap: float | None = None
@@ -48,6 +57,9 @@ class Structure:
     embedding_scale: str | None = None
     norm_gain: str = "weight"
     sublayer_norms: str = "before"
+    position_bias: str | None = None
+    layer_scale: str | None = None
+    front_end: str | None = None
 
 
 def validate_structure(raw: Any) -> dict[str, str] | None:
@@ -88,4 +100,7 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         embedding_scale=declared.get("embedding_scale"),
         norm_gain=declared.get("norm_gain", "weight"),
         sublayer_norms=declared.get("sublayer_norms", "before"),
+        position_bias=declared.get("position_bias"),
+        layer_scale=declared.get("layer_scale"),
+        front_end=declared.get("front_end"),
     )

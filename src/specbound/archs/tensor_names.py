@@ -73,6 +73,28 @@ class LayerStack:
         return frozenset.union(*self.rests.values())
 
 
+def _indexed_paths(ckpt: Checkpoint) -> tuple[dict[str, dict[int, set[str]]], list[str]]:
+    """Every dotted path followed by an index (path -> index -> the rests after it), and those that can
+    be a layer stack: indices ``0..L-1``, not an expert stack, and not a single index wrapping a
+    deeper stack of several layers (sentence-transformers' ``0.auto_model``)."""
+    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for name in ckpt.names:
+        parts = name.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if part.isdigit():
+                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
+    # a mixture of experts' experts are inside a layer, never the layer stack
+    candidates = [p for p, by in stacks.items() if p and set(by) == set(range(len(by))) and not _is_expert_path(p)
+                  and not (len(by) == 1 and any(q.startswith(p + ".") and len(stacks[q]) > 1 and not _is_expert_path(q)
+                                                for q in stacks))]
+    return stacks, candidates
+
+
+def _matrix_count(ckpt: Checkpoint, path: str, by_index: dict[int, set[str]]) -> int:
+    """How many 2-D tensors the stack at ``path`` holds, over all its layers."""
+    return sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
+
+
 def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
     """The path followed by an index running ``0..L-1`` that holds the most 2-D tensors.
 
@@ -82,21 +104,8 @@ def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
     index inside a stack's layers belongs to the layer (``experts.3`` inside ``layers.0``: ``layers``
     holds more weights).  ``layers`` (the config's layer count, when known) is preferred over
     any other index range.  Two equally good paths (an encoder-decoder's two stacks) are an error."""
-    stacks: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for name in ckpt.names:
-        parts = name.split(".")
-        for i, part in enumerate(parts[:-1]):
-            if part.isdigit():
-                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
-    scored = []
-    for path, by_index in stacks.items():
-        if not path or set(by_index) != set(range(len(by_index))) or _is_expert_path(path):
-            continue  # a mixture of experts' experts are inside a layer, never the layer stack
-        if len(by_index) == 1 and any(q.startswith(path + ".") and len(stacks[q]) > 1 and not _is_expert_path(q)
-                                      for q in stacks):
-            continue  # a wrapper around a deeper stack of several layers
-        matrices = sum(len(ckpt.shape(f"{path}.{i}.{r}")) == 2 for i, rests in by_index.items() for r in rests)
-        scored.append((len(by_index) == layers, matrices, path))
+    stacks, candidates = _indexed_paths(ckpt)
+    scored = [(len(stacks[path]) == layers, _matrix_count(ckpt, path, stacks[path]), path) for path in candidates]
     matching = any(match for match, _, _ in scored)  # a stack of the config's layer count outranks the rest
     scored = sorted(((m, p) for match, m, p in scored if match == matching), reverse=True)
     if not scored or scored[0][0] == 0:
@@ -111,6 +120,49 @@ def find_layer_stack(ckpt: Checkpoint, layers: int | None = None) -> LayerStack:
         )
     path = scored[0][1]
     return LayerStack(path, len(stacks[path]), {i: frozenset(r) for i, r in stacks[path].items()})
+
+
+def find_layer_stacks(ckpt: Checkpoint) -> list[LayerStack]:
+    """Every top-level layer stack holding 2-D weights, most weights first: the candidates of
+    :func:`find_layer_stack` that are neither a wrapper around a deeper stack nor an index inside
+    another stack's layers (``encoder.block.0.layer`` inside ``encoder.block``).  An encoder-decoder
+    has two (``encoder.block``, ``decoder.block``), a two-tower model too (``text_model.encoder.layers``,
+    ``vision_model.encoder.layers``)."""
+    stacks, candidates = _indexed_paths(ckpt)
+    inner = re.compile(r"\.\d+\.")
+    top = [p for p in candidates
+           if not any(p.startswith(q + ".") and inner.match(p[len(q):] + ".") for q in candidates if q != p)]
+    scored = [(m, p) for p in top if (m := _matrix_count(ckpt, p, stacks[p]))]
+    return [LayerStack(p, len(stacks[p]), {i: frozenset(r) for i, r in stacks[p].items()})
+            for _, p in sorted(scored, key=lambda x: (-x[0], x[1]))]
+
+
+# A decoder layer's cross-attention module (queries from its stream, keys and values from the
+# encoder's output): BART/Whisper encoder_attn, T5 EncDecAttention, BERT-generation crossattention.
+CROSS_ATTENTION = re.compile(r"(?:^|\.)(?:encoder_attn|encdecattention|cross_?attn|crossattention|cross_attention"
+                             r"|enc_dec_attn|src_attn)(?:\.|$)", re.IGNORECASE)
+
+
+def is_cross_attention(rest: str) -> bool:
+    """Whether a layer-relative weight belongs to a cross-attention module."""
+    return CROSS_ATTENTION.search(module_of(rest)) is not None
+
+
+def assign_attention_roles(matrices: list[str]) -> dict[str, str]:
+    """``q``, ``k``, ``v``, ``o`` (or ``qkv``, ``o``) of one attention block's 2-D weights, by
+    :data:`ROLE_RULES`; anything else, or a role seen twice or missing, is an error naming them."""
+    found: dict[str | None, list[str]] = defaultdict(list)
+    for rest in matrices:
+        role = next((r for r, rule in ROLE_RULES if r in ("q", "k", "v", "qkv", "o")
+                     and re.search(rule, module_of(rest), re.IGNORECASE)), None)
+        found[role].append(rest)
+    roles = {r: names[0] for r, names in found.items() if r is not None and len(names) == 1}
+    needed = ("qkv", "o") if "qkv" in roles else ("q", "k", "v", "o")
+    if found.get(None) or any(len(n) > 1 for r, n in found.items() if r) or set(roles) != set(needed):
+        raise SpecboundError(
+            f"cannot place the cross-attention weights {', '.join(matrices)} as q, k, v, o (recognised: "
+            f"{', '.join(f'{r}={n}' for r, n in roles.items()) or 'none'}); write the spec by hand")
+    return roles
 
 
 def _is_expert_path(path: str) -> bool:
@@ -268,6 +320,12 @@ def norms_per_layer(stack: LayerStack) -> int:
 
 
 def ignore_patterns(names: list[str], stack: LayerStack, prefix: str, role_rests: set[str]) -> tuple[list[str], list[str]]:
+    """:func:`stacks_ignore_patterns` of one stack."""
+    return stacks_ignore_patterns(names, [(stack, role_rests)], prefix)
+
+
+def stacks_ignore_patterns(names: list[str], stacks: list[tuple[LayerStack, set[str]]],
+                           prefix: str) -> tuple[list[str], list[str]]:
     """Patterns for every tensor that is not a role weight, and the per-layer rests they cover.
 
     ``\\.bias$``; each other per-layer tensor exactly (``^encoder\\.layer\\.\\d+\\.output\\.LayerNorm\\.weight$``);
@@ -276,16 +334,25 @@ def ignore_patterns(names: list[str], stack: LayerStack, prefix: str, role_rests
     Patterns are written relative to ``prefix`` (ignore patterns are also tried with it removed).
     """
     patterns = [r"\.bias$"] if any(n.endswith(".bias") for n in names) else []
-    stack_rel = stack.path[len(prefix):]
-    in_layer = sorted(r for r in stack.anywhere - role_rests if not r.endswith(".bias"))
-    patterns += [f"^{re.escape(stack_rel)}\\.\\d+\\.{re.escape(rest)}$" for rest in in_layer]
-    stack_parts = stack_rel.split(".")
+    in_layer = []
+    for stack, role_rests in stacks:
+        stack_rel = stack.path[len(prefix):]
+        rests = sorted(r for r in stack.anywhere - role_rests if not r.endswith(".bias"))
+        patterns += [f"^{re.escape(stack_rel)}\\.\\d+\\.{re.escape(rest)}$" for rest in rests]
+        in_layer += rests
+    all_parts = [stack.path[len(prefix):].split(".") for stack, _ in stacks]
     outside = set()
     for name in names:
-        if name.startswith(stack.path + ".") or name.endswith(".bias"):
+        if any(name.startswith(stack.path + ".") for stack, _ in stacks) or name.endswith(".bias"):
             continue
         parts = (name[len(prefix):] if prefix and name.startswith(prefix) else name).split(".")
-        k = next(i + 1 for i in range(len(parts)) if i >= len(stack_parts) or parts[i] != stack_parts[i]) \
-            if parts != stack_parts[:len(parts)] else len(parts)
+        k = max(_diverges(parts, stack_parts) for stack_parts in all_parts)
         outside.add(f"^{re.escape('.'.join(parts[:k]))}" + ("\\." if k < len(parts) else "$"))
     return patterns + sorted(outside), in_layer
+
+
+def _diverges(parts: list[str], stack_parts: list[str]) -> int:
+    """How many leading components of a name make a path that is not on the stack's path."""
+    if parts == stack_parts[:len(parts)]:
+        return len(parts)
+    return next(i + 1 for i in range(len(parts)) if i >= len(stack_parts) or parts[i] != stack_parts[i])

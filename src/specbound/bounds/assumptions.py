@@ -23,9 +23,12 @@ def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
 def layer_form(dims: ModelDims, *, rotary: bool = False) -> str:
     """The ``Lambda`` this family's layers get (docs/spec.md section 3, docs/theory.md 3b), as text."""
     qk = "c*(QK_h)" if rotary else "c(QK_h)"
-    attention = f"sum_h c(OV_h)(1 + 4 {qk})"
+    attention = f"sum_h c(OV_h)(1 + {2 * (2 + dims.position_terms)} {qk})"
     ff = ("(L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out)" if dims.feed_forward == "gated"
           else "L_phi c(FF_in) c(FF_out)")
+    if dims.stacks is not None and any(part.cross for part in dims.stacks):  # docs/theory.md 3i
+        return (f"Lambda = {ff} {attention}, a decoder layer's also times its cross-attention's "
+                f"2 sum_h c(OV_cross,h) c(QK_cross,h)")
     return f"Lambda = {attention} + {ff}" if dims.block == "parallel" else f"Lambda = {ff} {attention}"
 
 
@@ -43,7 +46,8 @@ def _activation_effect(l_phi: float | None, source: str | None, gated: bool) -> 
 def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: bool,
                 weights_note: str | None = None, l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
-                qk_norm: dict[str, Any] | None = None, structure: Structure | None = None) -> list[dict[str, Any]]:
+                qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
+                tower: str | None = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
@@ -55,7 +59,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     the product bound; ``rope``: the model's distinct rotary layouts; ``qk_norm``: its query/key
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
-    (:mod:`.archs.structure`).
+    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is.
     """
     gated = dims.feed_forward == "gated"
     methods = rotary_methods or {}
@@ -137,6 +141,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                    "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
                    "of the chain, and every bound is of the network with its routing frozen", "extension"),
         ]
+    out += _chain_shape_entries(dims, tower)
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
     return out
@@ -194,7 +199,7 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           f"the fixed head: outside the analysed matrices, no factor changes", "convention"))
     if st.sliding_window is not None:
         out.append(_entry("sliding_window_attention", True,
-                          f"some layers attend to the last {st.sliding_window} tokens only: their offsets are a subset "
+                          f"some layers attend within a window of {st.sliding_window} tokens only: their offsets are a subset "
                           f"of all offsets, so the QK quantities (over every offset up to the context) are upper "
                           f"bounds for them; no weight matrix changes", "convention"))
     if st.attention_scalar is not None:
@@ -211,11 +216,59 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "RMSNorm multiplies by (1 + w): those gains are ignored like every normalisation gain "
                           "(normalisation_as_projection), except the query/key norms', which are folded into QK",
                           "convention"))
+    if st.position_bias == "relative":
+        out.append(_entry("relative_position_bias", True,
+                          "a learned relative position bias is added to the attention logits (MPNet, T5): it does not "
+                          "depend on the input, so the logit differences the softmax argument uses, and with them "
+                          "every Lipschitz factor and sensitivity, are unchanged; the bias table is outside the "
+                          "complexity like every bias (docs/theory.md 3h)", "convention"))
+    if st.layer_scale == "folded":
+        out.append(_entry("layer_scale_folded", True,
+                          "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices "
+                          "(W diag(lambda)): the bounds see the scaled matrices, and lambda is not counted as a "
+                          "parameter of its own", "convention"))
+    if st.front_end == "convolutional":
+        out.append(_entry("front_end_as_embedding", True,
+                          "the convolutional front-end (wav2vec2/HuBERT's feature extractor, projection and "
+                          "convolutional position embedding; Whisper's two convolutions) is the embedding, like a "
+                          "tokenizer: fixed, outside the complexity, the encoder's input rows are its output",
+                          "theorem"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "
                           "normalisation_as_projection that norm is 1-Lipschitz and its gain ignored, so Lambda is "
                           "the one of the un-normalised sublayers (an upper bound)", "convention"))
+    return out
+
+
+def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, Any]]:
+    """Disentangled attention (DeBERTa), an encoder-decoder's two stacks, a two-tower model's tower."""
+    out = []
+    if dims.position_terms:
+        n = dims.position_terms
+        out.append(_entry(
+            "disentangled_attention", True,
+            f"DeBERTa's {n} position term(s) (content-to-position, position-to-content) reuse each head's QK matrix "
+            f"on the relative position embeddings, of norm at most 1 under normalisation_as_projection: Lambda has "
+            f"c(OV)(1 + {2 * (2 + n)} c(QK)) per head and gamma*_QK = {2 * (1 + n)} c(OV) times the feed-forward "
+            f"factor (our derivation, docs/theory.md 3h); the position embeddings are outside the complexity",
+            "extension"))
+    if dims.stacks is not None and any(part.cross for part in dims.stacks):
+        out.append(_entry(
+            "encoder_decoder_chain", True,
+            "an encoder-decoder is read as two chains joined by cross-attention: a decoder layer's Lambda multiplies "
+            "its self-attention, its cross-attention in the decoder's stream (2 sum_h c(OV) c(QK)) and its "
+            "feed-forward; the encoder's output reaches the decoder's output through every cross-attention (keys "
+            "and values: M_j = sum_h c(OV)(1 + 2 c(QK)) times the feed-forward), so an encoder layer's alpha "
+            "carries Z = sum_j alpha_j M_j; every matrix of both stacks is one term of the bound over L_e + L_d "
+            "layers (our derivation, docs/theory.md 3i)", "extension"))
+    if tower is not None:
+        out.append(_entry(
+            "two_tower", True,
+            f"the {tower} tower of a two-tower model (CLIP, SigLIP), bounded as a chain of its own with its own L, "
+            f"alphas and bound; the projection heads (SigLIP's attention-pooling head too) and the logit scale are "
+            f"outside the bound like a classifier head, and the similarity score that couples the towers is "
+            f"bounded by neither tower's number (docs/theory.md 3j)", "convention"))
     return out
 
 

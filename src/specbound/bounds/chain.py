@@ -18,16 +18,15 @@ import numpy as np
 
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures
-from ..compute.propagation import LayerSpectralNorms, layer_lipschitz
+from ..compute.propagation import (encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
+                                    memory_lipschitz)
 
 
 def layer_factor(layer: LayerSpectra, l_phi: float, norm) -> float:
     """``Lambda_l`` with ``n(spectrum)`` in place of the spectral norm (BERT:
     ``L_phi n(FF_in) n(FF_out) sum_h n(OV_h) (1 + 4 n(QK_h))``; gated and parallel blocks as in
     :func:`~specbound.compute.propagation.layer_lipschitz`)."""
-    norms = LayerSpectralNorms(qk=np.array([norm(s) for s in layer.qk]), ov=np.array([norm(s) for s in layer.ov]),
-                       ff={role: norm(s) for role, s in layer.ff.items()}, block=layer.block)
-    return layer_lipschitz(norms, l_phi)
+    return layer_lipschitz(layer.norms(norm), l_phi)
 
 
 def log_product(factors) -> float:
@@ -39,8 +38,24 @@ def log_product(factors) -> float:
 
 
 def log_lipschitz(measures: ModelMeasures) -> float:
-    """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs."""
+    """``ln prod_l Lambda_l``: the chain's Lipschitz bound, in logs; an encoder-decoder's is
+    ``ln((prod_encoder Lambda) Z + prod_decoder Lambda)`` (docs/theory.md 3i)."""
+    if measures.log_lipschitz is not None:
+        return measures.log_lipschitz
     return log_product(measures.lambdas)
+
+
+def log_chain_factor(measures: ModelMeasures, norm) -> tuple[float, np.ndarray]:
+    """``(ln of the chain's Lipschitz bound with norm in place of the spectral norm, each layer's
+    factor)``: ``ln prod_l Lambda_l(norm)``, or an encoder-decoder's ``ln K(norm)``."""
+    factors = np.array([layer_factor(layer, measures.l_phi, norm) for layer in measures.layers])
+    if measures.log_lipschitz is None:
+        return log_product(factors), factors
+    memory = np.array([memory_lipschitz(layer.norms(norm), measures.l_phi) if layer.cross_qk is not None
+                       else math.nan for layer in measures.layers])
+    first = int(np.argmax(~np.isnan(memory)))
+    _, _, log_z = encoder_decoder_factors(factors, memory, first)
+    return encoder_decoder_log_lipschitz(factors, log_z, first), factors
 
 
 def relative_norms(measures: ModelMeasures, norm) -> np.ndarray:

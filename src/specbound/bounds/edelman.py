@@ -28,10 +28,11 @@ def edelman_weight(role, gamma) -> np.ndarray:
 
     On BERT: ``c_out c_in c(OV_h)`` for ``QK_h``, ``c_out c_in`` for ``OV_h``, ``c_out`` for
     ``FF_in``, 1 for ``FF_out``.  That is each matrix's sensitivity ``gamma*`` (docs/spec.md section 3),
-    except for QK, whose weight lacks the factor 2 of ``gamma*_QK``; written this way it carries over
-    to gated and parallel blocks (docs/theory.md, section 3b).
+    except for QK (and a decoder's cross-attention QK), whose weight lacks the factor 2 of ``gamma*_QK``;
+    written this way it carries over to gated and parallel blocks and to encoder-decoders
+    (docs/theory.md, sections 3b and 3e).
     """
-    return np.asarray(gamma, dtype=np.float64) * np.where(np.asarray(role) == "QK", 0.5, 1.0)
+    return np.asarray(gamma, dtype=np.float64) * np.where(np.isin(np.asarray(role), ("QK", "QK_cross")), 0.5, 1.0)
 
 
 def matrix_terms(alpha, role, gamma, norm_2_1) -> np.ndarray:

@@ -19,14 +19,12 @@ import numpy as np
 
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
-from .chain import layer_factor, log_product
+from .chain import log_chain_factor
 from .schatten import safe_exp
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
-    factors = np.array([layer_factor(layer, measures.l_phi, lambda s: s.frobenius_norm)
-                        for layer in measures.layers])
-    log_value = log_product(factors)
+    log_value, factors = log_chain_factor(measures, lambda s: s.frobenius_norm)
     return BoundResult(value=safe_exp(log_value), log_value=log_value, per_layer={"lambda_frobenius": factors})
 
 

@@ -4,7 +4,8 @@
 
 with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down); a
 mixture of experts counts ``k N d_ff`` for every routed expert and ``k N d_ff_shared`` for its shared
-expert (the router's ``E x N`` weights are not analysed matrices and are not counted).
+expert (the router's ``E x N`` weights are not analysed matrices and are not counted); an
+encoder-decoder sums its stacks, a decoder layer's cross-attention counted like its self-attention.
 
 The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
 parameters).  Biases, normalisation parameters and embeddings are outside the analysed matrices and
@@ -21,7 +22,14 @@ from .base import Bound, BoundResult
 
 def parameter_count(measures: ModelMeasures) -> int:
     d = measures.dims
-    per_layer = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2 + d.ff_parameters
+    if d.stacks is not None:  # an encoder-decoder: each stack's own, a decoder layer's cross-attention too
+        return sum(_stack_count(part.dims, cross=part.cross) for part in d.stacks)
+    return _stack_count(d)
+
+
+def _stack_count(d, *, cross: bool = False) -> int:
+    attention = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2
+    per_layer = attention * (2 if cross else 1) + d.ff_parameters
     return d.L * per_layer
 
 

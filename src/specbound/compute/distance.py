@@ -45,6 +45,9 @@ def difference_spectra(weights: LayerWeights, init: LayerWeights, kernel: Kernel
     k, k0 = (np.repeat(w.k, group, axis=0) for w in (weights, init))
     v, v0 = (np.repeat(w.v, group, axis=0) for w in (weights, init))
     pairs = {"qk": (weights.q, k, init.q, k0), "ov": (v, weights.o, v0, init.o)}
+    if weights.cross is not None:  # a decoder layer's cross-attention (one key/value head per query head)
+        pairs["cross_qk"] = (weights.cross.q, weights.cross.k, init.cross.q, init.cross.k)
+        pairs["cross_ov"] = (weights.cross.v, weights.cross.o, init.cross.v, init.cross.o)
     spectra = {}
     for role, (a, b, a0, b0) in pairs.items():
         if kernel.method == "dense":
@@ -52,4 +55,5 @@ def difference_spectra(weights: LayerWeights, init: LayerWeights, kernel: Kernel
         else:
             spectra[role] = factored_spectra(*stacked_difference(a, b, a0, b0), with_norm_1_1=with_norm_1_1)
     ff = {role: dense_spectrum(w - init.ff[role]) for role, w in weights.ff.items()}
-    return LayerSpectra(weights.layer, spectra["qk"], spectra["ov"], ff, block)
+    return LayerSpectra(weights.layer, spectra["qk"], spectra["ov"], ff, block, cross_qk=spectra.get("cross_qk"),
+                        cross_ov=spectra.get("cross_ov"))

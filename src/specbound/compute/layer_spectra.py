@@ -35,14 +35,32 @@ class LayerSpectra:
     ff: dict[str, MatrixSpectrum]
     block: str = "sequential"
     qk_rotation_blind: list[MatrixSpectrum] | None = None  # rotary models: W_Q^T W_K as if unrotated
+    position_terms: int = 0  # DeBERTa: disentangled position terms reusing each QK (docs/theory.md 3h)
+    cross_qk: list[MatrixSpectrum] | None = None  # a decoder layer's cross-attention heads (encoder-decoders)
+    cross_ov: list[MatrixSpectrum] | None = None
 
-    def norms(self) -> LayerSpectralNorms:
+    def norms(self, norm=None) -> LayerSpectralNorms:
+        """The layer's norms for the propagation factors: ``norm(spectrum)`` of every matrix
+        (default the spectral norm)."""
+        value = (lambda s: s.spectral_norm) if norm is None else norm
+        cross = {} if self.cross_qk is None else {"cross_qk": np.array([value(s) for s in self.cross_qk]),
+                                                  "cross_ov": np.array([value(s) for s in self.cross_ov])}
         return LayerSpectralNorms(
-            qk=np.array([s.spectral_norm for s in self.qk]),
-            ov=np.array([s.spectral_norm for s in self.ov]),
-            ff={role: s.spectral_norm for role, s in self.ff.items()},
+            qk=np.array([value(s) for s in self.qk]),
+            ov=np.array([value(s) for s in self.ov]),
+            ff={role: value(s) for role, s in self.ff.items()},
             block=self.block,
+            position_terms=self.position_terms,
+            **cross,
         )
+
+    def matrices(self) -> list[tuple[str, int | None, MatrixSpectrum]]:
+        """``(role, head, spectrum)`` of every matrix in the order of the analysis' rows: QK heads, OV
+        heads, cross-attention QK and OV heads (a decoder layer), feed-forward."""
+        cross = [] if self.cross_qk is None else ([("QK_cross", h, s) for h, s in enumerate(self.cross_qk)]
+                                                  + [("OV_cross", h, s) for h, s in enumerate(self.cross_ov)])
+        return ([("QK", h, s) for h, s in enumerate(self.qk)] + [("OV", h, s) for h, s in enumerate(self.ov)]
+                + cross + [(role, None, s) for role, s in self.ff.items()])
 
 
 
@@ -113,7 +131,7 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *,
 
 def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 1, block: str = "sequential",
                   with_norm_1_1: bool = True, release: bool = False, rotary: RotaryLayout | None = None,
-                  prefetch: bool = False) -> LayerSpectra:
+                  prefetch: bool = False, position_terms: int = 0) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices, computed as ``kernel`` says
     (the dense method always uses the SVD in NumPy, feed-forward too).
 
@@ -123,13 +141,20 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     computed, so that one wide matrix is alive at a time while the feed-forward matrices are read
     (for weights read just for this call, as :func:`specbound.pipeline.model_layer_spectra` does).
     ``prefetch``: read each feed-forward matrix while the previous one's spectrum is computed (see
-    :func:`feed_forward_spectra`).
+    :func:`feed_forward_spectra`).  ``position_terms``: the disentangled position terms of the
+    layer's attention (DeBERTa), recorded for its propagation factors.  A decoder layer's
+    cross-attention (``weights.cross``) gets its heads' spectra like the self-attention's.
     """
     raw = weights
     kv = np.arange(weights.q.shape[0]) // group
     # the logit's own factors: norm gains and the rope attention factor folded in (qk_logit.py)
     weights = logit_factors(raw, 1.0 if rotary is None else rotary.attention_factor)
     qk, ov = attention_spectra(weights, kernel, group=group, with_norm_1_1=with_norm_1_1)
+    cross_qk = cross_ov = None
+    if weights.cross is not None:  # a decoder layer's cross-attention: heads like any other
+        if rotary is not None:
+            raise SpecboundError("rotary position embeddings with cross-attention are not supported")
+        cross_qk, cross_ov = attention_spectra(weights.cross, kernel, group=1, with_norm_1_1=with_norm_1_1)
     blind = None
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
@@ -141,6 +166,7 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     ff_matrices = weights.ff
     if release:
         for w in {id(raw): raw, id(weights): weights}.values():
-            w.q = w.k = w.v = w.o = None
+            w.q = w.k = w.v = w.o = w.cross = None
     ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
-    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind)
+    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms,
+                        cross_qk=cross_qk, cross_ov=cross_ov)

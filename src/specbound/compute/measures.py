@@ -9,10 +9,11 @@ import numpy as np
 
 from ..archs.model import ModelDims
 from .layer_spectra import LayerSpectra
-from .propagation import downstream_factors, layer_lipschitz, log_downstream_factors, sensitivities, split_role
+from .propagation import (downstream_factors, encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
+                          log_downstream_factors, memory_lipschitz, sensitivities, split_role)
 from .spectra import MatrixSpectrum
 
-ROLE_ORDER = ("QK", "OV", "FF_in", "FF_gate", "FF_up", "FF_out")
+ROLE_ORDER = ("QK", "OV", "QK_cross", "OV_cross", "FF_in", "FF_gate", "FF_up", "FF_out")
 
 
 def ordered_roles(roles) -> list[str]:
@@ -99,6 +100,8 @@ class ModelMeasures:
     log_alphas: np.ndarray
     matrices: list[MatrixMeasure]
     rotation_blind: "ModelMeasures | None" = None
+    memory: np.ndarray | None = None  # encoder-decoders: M_j per layer (nan in the encoder's)
+    log_lipschitz: float | None = None  # encoder-decoders: ln K of the two stacks (a chain's is ln prod Lambda)
 
     @property
     def from_init(self) -> bool:
@@ -125,8 +128,16 @@ class ModelMeasures:
 
 
 def _role_order(layer: LayerSpectra) -> list[MatrixSpectrum]:
-    """A layer's spectra in the order of ``ModelMeasures.matrices``: QK heads, OV heads, feed-forward."""
-    return [*layer.qk, *layer.ov, *layer.ff.values()]
+    """A layer's spectra in the order of ``ModelMeasures.matrices``: QK heads, OV heads, (cross-attention
+    QK and OV heads,) feed-forward."""
+    return [s for _, _, s in layer.matrices()]
+
+
+def _decoder_start(dims: ModelDims) -> int | None:
+    """The first decoder layer of an encoder-decoder, None for one chain (an encoder-only export too)."""
+    if dims.stacks is None or not any(part.cross for part in dims.stacks):
+        return None
+    return next(part.first for part in dims.stacks if part.cross)
 
 
 def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_tol: float,
@@ -135,14 +146,20 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
     natural log (``log_scale`` is floored at ``ln`` of the smallest positive float, like ``scale``)."""
     norms = [layer.norms() for layer in layers]
     lambdas = np.array([layer_lipschitz(n, l_phi) for n in norms])
-    alphas = downstream_factors(lambdas)
-    log_alphas = log_downstream_factors(lambdas)
+    decoder = _decoder_start(dims)
+    memory = log_lipschitz = None
+    if decoder is None:
+        alphas = downstream_factors(lambdas)
+        log_alphas = log_downstream_factors(lambdas)
+    else:  # the encoder's output reaches the decoder's output through every cross-attention
+        memory = np.array([memory_lipschitz(n, l_phi) if n.cross_qk is not None else math.nan for n in norms])
+        alphas, log_alphas, log_z = encoder_decoder_factors(lambdas, memory, decoder)
+        log_lipschitz = encoder_decoder_log_lipschitz(lambdas, log_z, decoder)
     matrices = []
     for layer, n, alpha, log_alpha in zip(layers, norms, alphas, log_alphas):
         gamma = sensitivities(n)
-        entries = ([("QK", h, s, gamma["QK"][h]) for h, s in enumerate(layer.qk)]
-                   + [("OV", h, s, gamma["OV"][h]) for h, s in enumerate(layer.ov)]
-                   + [(role, None, s, gamma[role]) for role, s in layer.ff.items()])
+        entries = [(role, head, s, gamma[role] if head is None else gamma[role][head])
+                   for role, head, s in layer.matrices()]
         for role, head, spectrum, g in entries:
             scale, log_scale = scale_and_log(float(g), float(alpha), float(log_alpha), dims.L)
             matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale,
@@ -152,7 +169,7 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
         blind = measure([replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None) for layer in layers],
                         dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
     return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, log_alphas, matrices,
-                         rotation_blind=blind)
+                         rotation_blind=blind, memory=memory, log_lipschitz=log_lipschitz)
 
 
 _TINY = np.finfo(np.float64).tiny

@@ -12,6 +12,7 @@ reference code, ``L_phi`` enters ``Lambda`` but not ``gamma*``.  See docs/theory
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,7 @@ ACTIVATIONS = {
 ACTIVATION_LIPSCHITZ = {name: constants[0] for name, constants in ACTIVATIONS.items()}
 # A config.json without an activation key: GELU's constant (the paper's), said in the assumptions.
 DEFAULT_L_PHI = 1.13
+_TINY = np.finfo(np.float64).tiny
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,21 @@ class LayerSpectralNorms:
         ``c`` of each feed-forward matrix by role (``FF_in``/``FF_out`` or ``FF_gate``/``FF_up``/``FF_out``).
     block : str
         ``sequential`` (attention, then feed-forward) or ``parallel`` (both on the same input).
+    position_terms : int
+        Disentangled position terms (DeBERTa's ``c2p``, ``p2c``: 0, 1 or 2) that reuse each head's
+        QK matrix against normalised relative position embeddings (docs/theory.md 3h).
+    cross_qk, cross_ov : ndarray, shape (H,), optional
+        ``c`` of a decoder layer's cross-attention heads (queries from the decoder's stream, keys and
+        values from the encoder's output; docs/theory.md 3i); None for a layer without one.
     """
 
     qk: np.ndarray
     ov: np.ndarray
     ff: dict[str, float]
     block: str = "sequential"
+    position_terms: int = 0
+    cross_qk: np.ndarray | None = None  # a decoder layer's cross-attention heads, shape (H,)
+    cross_ov: np.ndarray | None = None
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
@@ -91,7 +102,10 @@ def check_gated_activation(activation: str | None, feed_forward: str) -> None:
 
 
 def attention_lipschitz(norms: LayerSpectralNorms) -> float:
-    """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows)."""
+    """``sum_h c(OV_h) (1 + 4 c(QK_h))`` (multi-head attention on unit-norm rows); with ``n``
+    disentangled position terms ``sum_h c(OV_h) (1 + 2 (2 + n) c(QK_h))`` (docs/theory.md 3h)."""
+    if norms.position_terms:
+        return float(np.sum(norms.ov * (1.0 + 2.0 * (2 + norms.position_terms) * norms.qk)))
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
 
@@ -136,10 +150,79 @@ def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.
     return max(routed) + shared
 
 
+def cross_query_lipschitz(norms: LayerSpectralNorms) -> float:
+    """Cross-attention's Lipschitz constant in its queries (the decoder's stream), the encoder's output
+    held fixed: ``2 sum_h c(OV_h) c(QK_h)`` (the softmax's weights move, the values do not;
+    docs/theory.md 3i)."""
+    return float(np.sum(2.0 * norms.cross_ov * norms.cross_qk))
+
+
+def cross_memory_lipschitz(norms: LayerSpectralNorms) -> float:
+    """Cross-attention's Lipschitz constant in the encoder's output (its keys and values), the queries
+    held fixed: ``sum_h c(OV_h) (1 + 2 c(QK_h))`` (docs/theory.md 3i)."""
+    return float(np.sum(norms.cross_ov * (1.0 + 2.0 * norms.cross_qk)))
+
+
 def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
-    """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add."""
+    """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add.
+    A decoder layer (self-attention, cross-attention, feed-forward) multiplies the three, the
+    cross-attention's factor in the decoder's stream (:func:`cross_query_lipschitz`)."""
     attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
+    if norms.cross_qk is not None:
+        if norms.block == "parallel":
+            raise ValueError("a parallel block with cross-attention is not modelled")
+        return attention * cross_query_lipschitz(norms) * ff
     return attention + ff if norms.block == "parallel" else attention * ff
+
+
+def memory_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
+    """``M_j``: a decoder layer's Lipschitz constant in the encoder's output, which reaches it only
+    through the cross-attention's keys and values: ``cross_memory_lipschitz * Lip(FF)``."""
+    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi)
+
+
+def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
+                            ) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(alphas, ln alphas, ln Z)`` of an encoder-decoder whose layers ``0 .. first_decoder - 1`` are
+    the encoder's and the rest the decoder's (docs/theory.md 3i).
+
+    A decoder layer's downstream factor is the chain's, over the decoder alone:
+    ``alpha_j = prod_{k > j} Lambda_k``.  The encoder's output ``z`` enters every decoder layer through
+    its cross-attention, so the decoder's output moves by at most ``Z ||dz||`` with
+    ``Z = sum_j alpha_j M_j`` (``memory``: ``M_j`` at the decoder's layers), and an encoder layer's
+    factor is ``alpha_l = (prod_{l < k < first_decoder} Lambda_k) Z``.  ``alphas`` is ``inf`` where the
+    product overflows; the logs are exact at any depth (taken of the product where it is a normal float).
+    """
+    lambdas = np.asarray(lambdas, dtype=np.float64)
+    dec = lambdas[first_decoder:]
+    m = np.asarray(memory, dtype=np.float64)[first_decoder:]
+    alpha_d, log_alpha_d = downstream_factors(dec), log_downstream_factors(dec)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        z = float(np.sum(alpha_d * m))
+        log_terms = log_alpha_d + np.log(m)
+    top = np.max(log_terms) if log_terms.size else -math.inf
+    log_z = top if not math.isfinite(top) else top + math.log(float(np.sum(np.exp(log_terms - top))))
+    if _TINY <= z < math.inf:
+        log_z = math.log(z)
+    enc = lambdas[:first_decoder]
+    with np.errstate(over="ignore", invalid="ignore"):
+        alpha_e = downstream_factors(enc) * z
+    log_alpha_e = log_downstream_factors(enc) + log_z
+    normal = (alpha_e >= _TINY) & np.isfinite(alpha_e)
+    with np.errstate(divide="ignore"):
+        log_alpha_e = np.where(normal, np.log(np.where(normal, alpha_e, 1.0)), log_alpha_e)
+    return np.concatenate([alpha_e, alpha_d]), np.concatenate([log_alpha_e, log_alpha_d]), log_z
+
+
+def encoder_decoder_log_lipschitz(lambdas: np.ndarray, log_z: float, first_decoder: int) -> float:
+    """``ln K`` with ``K = (prod_encoder Lambda) Z + prod_decoder Lambda``: the model's Lipschitz
+    constant in its two inputs (the encoder's rows and the decoder's), what a chain's ``prod Lambda``
+    is for the baselines that multiply norms along it (docs/theory.md 3i)."""
+    lambdas = np.asarray(lambdas, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        a = float(np.sum(np.log(lambdas[:first_decoder]))) + log_z
+        b = float(np.sum(np.log(lambdas[first_decoder:])))
+    return float(np.logaddexp(a, b))
 
 
 def downstream_factors(lambdas: np.ndarray) -> np.ndarray:
@@ -178,9 +261,18 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     """
     ff = norms.ff
     after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0)
+    cross = {}
+    if norms.cross_qk is not None:  # decoder: cross-attention between self-attention and feed-forward
+        cross = {"QK_cross": 2.0 * norms.cross_ov * after_attention,
+                 "OV_cross": np.full_like(norms.cross_ov, after_attention)}
+        after_attention = cross_query_lipschitz(norms) * after_attention
+    # a perturbation of QK moves each logit by at most its norm once per bilinear term it is in:
+    # x QK x^T, and with disentangled attention also x QK p^T (c2p) and p QK x^T (p2c)
+    logit_terms = 1 + norms.position_terms
     gamma: dict[str, np.ndarray | float] = {
-        "QK": 2.0 * norms.ov * after_attention,
+        "QK": (2.0 * logit_terms if norms.position_terms else 2.0) * norms.ov * after_attention,
         "OV": np.full_like(norms.ov, after_attention),
+        **cross,
     }
     if not any(role.endswith("]") for role in ff):
         gamma.update(_branch_sensitivities(ff))

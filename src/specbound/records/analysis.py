@@ -246,6 +246,9 @@ def load_analysis(out_dir: str | Path) -> Analysis:
     folder = Path(out_dir)
     summary = folder / "summary.json"
     if not summary.is_file():
+        if (folder / "towers.json").is_file():  # a two-tower model's folder: one analysis per tower below it
+            raise SpecboundError(f"{folder} holds a two-tower model's analyses (towers.json); open it with "
+                                 f"TowerAnalyses.load, or one tower's subfolder with Analysis.load")
         raise SpecboundError(f"{folder} holds no summary.json; pass a folder written by Analysis.save or "
                              f"`specbound analyze --out`")
     try:

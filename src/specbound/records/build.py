@@ -76,6 +76,8 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     model = {"family": family, "L": dims.L, "N": dims.N, "H": dims.H, "H_kv": dims.H_kv,
              "d_head": dims.d_head, "d_ff": dims.d_ff, "activation": dims.activation}
     model.update(model_extra or {})
+    if dims.stacks is not None:
+        matrices, layers, singular_values = _with_stacks(measures, matrices, layers, singular_values)
     matrices, layers = _finite_or_null(matrices), _finite_or_null(layers)
     values = {name: r.value for name, r in results.items()}
     return Analysis(source=source, model=model, options=options,
@@ -133,3 +135,22 @@ def _with_differences(matrices: pd.DataFrame, layers: pd.DataFrame, measures: Mo
         for key, column in result.per_layer.items():
             layers[f"delta_{key}"] = column
     return matrices, layers
+
+
+def _with_stacks(measures: ModelMeasures, *tables: pd.DataFrame) -> tuple[pd.DataFrame, ...]:
+    """An encoder-decoder's tables with a ``stack`` column (``encoder`` or ``decoder``) after ``layer``
+    (the layers numbered on through both stacks), and the layers table with each decoder layer's
+    ``memory_lipschitz`` ``M_j`` (its Lipschitz constant in the encoder's output; null in the encoder)."""
+    names = np.empty(measures.dims.L, dtype=object)
+    for part in measures.dims.stacks:
+        names[part.first:part.first + part.dims.L] = part.name
+    out = []
+    for table in tables:
+        table = table.copy()
+        table.insert(table.columns.get_loc("layer") + 1, "stack",
+                     pd.Series(names[table["layer"].to_numpy()], dtype="string", index=table.index))
+        out.append(table)
+    if measures.memory is not None:
+        layers = out[1]
+        layers.insert(layers.columns.get_loc("alpha"), "memory_lipschitz", measures.memory)
+    return tuple(out)

@@ -23,6 +23,9 @@ from ..io.formats import WEIGHT_SUFFIXES
 
 LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
           "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
+LEGEND_STACKS = ("Lambda = layer Lipschitz constant; M = a decoder layer's Lipschitz constant in the encoder's output "
+                 "(through its cross-attention); alpha = downstream factor, an encoder layer's carrying "
+                 "Z = sum_j alpha_j M_j over the decoder (docs/theory.md 3i); xi = the layer's Edelman-style term")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
 _WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
 
@@ -151,6 +154,10 @@ def per_layer_frame(a) -> pd.DataFrame:
         else a.layers["alpha"].to_numpy()
     table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
                          index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
+    if "stack" in a.layers:  # an encoder-decoder: which stack, and a decoder layer's M_j
+        table.insert(0, "stack", a.layers["stack"].to_numpy())
+        if "memory_lipschitz" in a.layers:
+            table.insert(2, "M", a.layers["memory_lipschitz"].to_numpy())
     for role in ordered_roles(mats["role"]):
         table[role] = per_role[role].reindex(table.index).to_numpy()
     table["adaptive"] = a.layers["adaptive"].to_numpy()
@@ -198,6 +205,7 @@ def _header(a) -> list[str]:
         f"model    {m['family']}  L={m['L']}  N={m['N']}  heads={m['H']}"
         + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
         + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(a.matrices)}",
+        *_stacks_line(m),
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
         f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
@@ -210,6 +218,16 @@ def _header(a) -> list[str]:
         lines.append(f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
                      f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}")
     return lines
+
+
+def _stacks_line(model: dict) -> list[str]:
+    """An encoder-decoder's stacks: which layers each holds (the layers are numbered on through both)."""
+    stacks = model.get("stacks")
+    if not stacks:
+        return []
+    parts = [f"{s['stack']} layers {s['first_layer']}-{s['first_layer'] + s['L'] - 1} (heads={s['H']} d_ff={s['d_ff']}"
+             + (", cross-attention)" if s["cross_attention"] else ")") for s in stacks]
+    return ["stacks   " + "; ".join(parts)]
 
 
 def format_headline(a) -> str:
@@ -249,7 +267,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines = [*_header(a), ""]
     lines += comparison_table(a)
     lines += ["", "per layer (each role: sum of min_p C(p) over the layer's matrices; adaptive = their sum)",
-              LEGEND, per_layer_frame(a).to_string(float_format=fmt)]
+              LEGEND_STACKS if "memory_lipschitz" in a.layers else LEGEND, per_layer_frame(a).to_string(float_format=fmt)]
     lines += ["", "adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the theory's "
                   "three types (one FF block)"]
     gain = pd.DataFrame({"adaptive": a.layers["adaptive"]})

@@ -1,0 +1,133 @@
+"""What the encoder families bring beyond a BERT chain, each held against the module or the config it
+comes from: ModernBERT's fused GeGLU and its per-layer-type rotary bases (in both config formats),
+DINOv2's LayerScale folded into the matrices, and the structures said in ``assumptions``."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import specbound  # noqa: E402
+from specbound.pipeline import open_model, read_layer  # noqa: E402
+
+N, H, D_FF = 32, 4, 48
+
+
+def _save(model, folder):
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    model.save_pretrained(folder)
+    return model.double().eval()
+
+
+@pytest.fixture(scope="module")
+def modernbert(tmp_path_factory):
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("modernbert")
+    model = _save(transformers.ModernBertModel(transformers.ModernBertConfig(
+        hidden_size=N, num_hidden_layers=4, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)), folder)
+    return folder, model
+
+
+def test_modernbert_geglu_gate_is_the_activated_half(modernbert):
+    """The module computes Wo(gelu(x Wi)[:d_ff] * (x Wi)[d_ff:]): specbound's FF_gate is the half the
+    activation acts on, FF_up the other, FF_out Wo."""
+    folder, model = modernbert
+    opened = open_model(folder)
+    weights = read_layer(opened, 1)
+    mlp = model.layers[1].mlp
+    x = torch.randn(5, N, dtype=torch.float64)
+    with torch.no_grad():
+        out = mlp(x).numpy()
+    xn = x.numpy()
+    act = mlp.act
+    with torch.no_grad():
+        gated = act(torch.tensor(xn @ weights.ff["FF_gate"])).numpy()
+    mine = (gated * (xn @ weights.ff["FF_up"])) @ weights.ff["FF_out"]
+    np.testing.assert_allclose(out, mine, rtol=0, atol=1e-9)
+    opened.ckpt.close()
+
+
+def test_modernbert_layer_types_each_rotate_with_their_base(modernbert):
+    folder, model = modernbert
+    result = specbound.analyze(folder, threads=1)
+    config = model.config
+    expected = [config.rope_parameters[t]["rope_theta"] for t in config.layer_types]
+    assert [r["base"] for r in result.model["rotary"]["by_layer"]] == expected and len(set(expected)) == 2
+    assert "sliding_window_attention" in {a["name"] for a in result.assumptions if a["applies"]}
+
+
+def test_modernbert_config_before_transformers_5_reads_the_same(modernbert, tmp_path):
+    """Released ModernBERT configs (transformers 4.x) state global_rope_theta, local_rope_theta and
+    global_attn_every_n_layers instead of layer_types and per-type rope_parameters."""
+    import shutil
+
+    folder, model = modernbert
+    shutil.copy(folder / "model.safetensors", tmp_path / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text())
+    params = config.pop("rope_parameters")
+    types = config.pop("layer_types")
+    every = types[1:].index("full_attention") + 1
+    config.update(global_rope_theta=params["full_attention"]["rope_theta"],
+                  local_rope_theta=params["sliding_attention"]["rope_theta"], global_attn_every_n_layers=every)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    new, old = specbound.analyze(folder, threads=1), specbound.analyze(tmp_path, threads=1)
+    assert old.model["rotary"] == new.model["rotary"]
+    assert old.all_bounds() == new.all_bounds()
+
+
+def test_dinov2_bounds_see_the_scaled_matrices(tmp_path):
+    """LayerScale folded: with lambda = t * ones the OV and FF_out matrices are t times the unscaled
+    ones, exactly; lambda = 1 gives the unscaled numbers."""
+    torch.manual_seed(1)
+    model = transformers.Dinov2Model(transformers.Dinov2Config(
+        hidden_size=N, num_hidden_layers=2, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4))
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)
+    results = {}
+    for t in (1.0, 0.25):
+        for layer in model.encoder.layer:
+            torch.nn.init.constant_(layer.layer_scale1.lambda1, t)
+            torch.nn.init.constant_(layer.layer_scale2.lambda1, t)
+        model.save_pretrained(tmp_path / str(t))
+        results[t] = specbound.analyze(tmp_path / str(t), threads=1).matrices
+    one, quarter = results[1.0], results[0.25]
+    scaled = one["role"].isin(["OV", "FF_out"])
+    np.testing.assert_allclose(quarter["spectral_norm"][scaled], 0.25 * one["spectral_norm"][scaled], rtol=1e-6)
+    np.testing.assert_allclose(quarter["spectral_norm"][~scaled], one["spectral_norm"][~scaled], rtol=0)
+
+
+@pytest.mark.parametrize("family, build, structure", [
+    ("mpnet", lambda: transformers.MPNetModel(transformers.MPNetConfig(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
+     "relative_position_bias"),
+    ("wav2vec2", lambda: transformers.HubertModel(transformers.HubertConfig(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, conv_dim=(8,),
+        conv_stride=(2,), conv_kernel=(3,), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2)),
+     "front_end_as_embedding"),
+])
+def test_structures_are_said(tmp_path, family, build, structure):
+    torch.manual_seed(0)
+    build().save_pretrained(tmp_path)
+    result = specbound.analyze(tmp_path, threads=1)
+    assert result.model["family"] == family
+    entry = next(a for a in result.assumptions if a["name"] == structure)
+    assert entry["applies"] and entry["kind"] in ("theorem", "convention", "extension")
+
+
+def test_wav2vec2_adapter_is_refused_naming_it(tmp_path, capsys):
+    from specbound.cli import main
+
+    torch.manual_seed(0)
+    transformers.Wav2Vec2Model(transformers.Wav2Vec2Config(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, conv_dim=(8,),
+        conv_stride=(2,), conv_kernel=(3,), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
+        add_adapter=True, output_hidden_size=N, num_adapter_layers=1)).save_pretrained(tmp_path)
+    capsys.readouterr()
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "adapter" in err and len(err.splitlines()) == 1
