@@ -211,6 +211,15 @@ def test_wrong_length_lying_header_gated_offline_are_one_line(tmp_path, hub_env)
                                                  r"\(org/tiny-bert\) with \d+ bytes, expected HTTP 206 and \d+"):
             specbound.analyze(REPO, stream=True)
         hub.short.clear()
+
+        def revoke_at_first_tensor():  # access withdrawn mid-analysis: the first tensor's range is refused
+            method, path, asked = hub.log[-1]
+            if method == "GET" and asked and int(asked.split("=")[1].split("-")[0]) > 8 + n:
+                hub.gated.add(REPO)
+        hub.on_request = revoke_at_first_tensor
+        with pytest.raises(SpecboundError, match=r"^org/tiny-bert is gated on .*accept its terms"):
+            specbound.analyze(REPO, stream=True)
+        hub.on_request = None
         with pytest.raises(SpecboundError, match=r"^org/gated is gated .*accept its terms.*HF_TOKEN"):
             specbound.analyze("org/gated", stream=True)
         hub_env.setenv("HF_TOKEN", "hf_granted")
@@ -300,7 +309,10 @@ def test_cli_stream_and_disk_budget(tmp_path, hub_env):
         assert budget.returncode == 0, budget.stderr[-2000:]
         assert [ln for ln in budget.stderr.splitlines() if "disk budget" in ln] == [budget.stderr.strip()]
         bad = run(REPO, "--disk-budget", "lots")
+        folder = run(str(local), "--stream")
     assert bad.returncode == 2 and "expected a size in bytes such as 20GB" in bad.stderr
+    assert folder.returncode == 2 and len(folder.stderr.strip().splitlines()) == 1
+    assert "is not one: leave --stream out for a local model" in folder.stderr
     doc, ref = json.loads(streamed.stdout), json.loads(run(str(local), "--format", "json").stdout)
     for d in (doc, ref):
         d.pop("source"), d.pop("location", None)

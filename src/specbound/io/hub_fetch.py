@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import SpecboundError
+from .hub_errors import display
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -91,44 +91,6 @@ def free_disk(cache: Path) -> int | None:
     return None
 
 
-@contextmanager
-def hub_errors(repo_id: str, revision: str, doing: str = "fetching"):
-    """Every huggingface_hub and network failure inside the block as a one-line SpecboundError."""
-    from huggingface_hub import errors as hf_errors
-
-    from .hub_stream import transport_error
-
-    name, host = _display(repo_id, revision), _endpoint() or "huggingface.co"
-    try:
-        yield
-    except hf_errors.GatedRepoError:
-        raise SpecboundError(f"{name} is gated on {host}: accept its terms on the model page, then set "
-                             f"HF_TOKEN to a token of that account (or run `hf auth login`)") from None
-    except hf_errors.RepositoryNotFoundError:
-        raise SpecboundError(f"{repo_id} is not a model on {host} (or it is private): check the id, or set "
-                             f"HF_TOKEN to a token that can read it") from None
-    except hf_errors.RevisionNotFoundError:
-        raise SpecboundError(f"{repo_id} has no revision {revision!r} on {host}: pass a branch, tag or "
-                             f"commit hash that exists") from None
-    except hf_errors.HfHubHTTPError as e:
-        status = getattr(getattr(e, "response", None), "status_code", "?")
-        raise SpecboundError(f"{host} answered HTTP {status} while {doing} {name}: retry later, or "
-                             f"download it yourself and pass the folder") from None
-    except (OSError, ValueError) as e:  # network down, DNS, a refused connection, a full disk
-        detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise SpecboundError(f"could not fetch {name} from {host} ({detail}): check the network (or "
-                             f"HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
-    except Exception as e:  # noqa: BLE001  (the HTTP client's transport errors are not OSError)
-        if not transport_error(e):
-            raise
-        raise SpecboundError(f"could not fetch {name} from {host} ({type(e).__name__}): check the network "
-                             f"(or HF_ENDPOINT), or pass a local model folder") from None
-
-
-def _display(repo_id: str, revision: str) -> str:
-    return f"{repo_id}@{revision}" if revision != "main" else repo_id
-
-
 def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = False,
                  disk_budget: int | str | None = None):
     """Download what the analysis needs of ``repo_id`` at ``revision`` into ``cache``: the snapshot
@@ -137,7 +99,7 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
     :class:`~.hub_stream.StreamedCheckpoint` reading them by byte ranges (the automatic case says so
     in a :class:`~specbound.errors.SpecboundWarning`).  Every failure is a one-line SpecboundError
     with the fix."""
-    name = _display(repo_id, revision)
+    name = display(repo_id, revision)
     budget = None if disk_budget is None else parse_size(disk_budget)
     if offline():
         if stream:
@@ -150,14 +112,15 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
     except ImportError:
         raise SpecboundError(f"{name} is not in the local Hugging Face cache and huggingface_hub is not "
                              f"installed to fetch it: pip install huggingface_hub") from None
+    from .hub_errors import hub_errors
     from .hub_stream import HubFiles, open_streamed, read_json_weight_map
 
     endpoint, token = _endpoint(), _token()
 
-    with hub_errors(repo_id, revision):
+    with hub_errors(repo_id, revision, _endpoint()):
         info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, files_metadata=True)
         sizes = {s.rfilename: s.size for s in info.siblings or []}
-        remote = HubFiles(repo_id, info.sha or revision, name, endpoint, token)  # every read at one commit
+        remote = HubFiles(repo_id, revision, info.sha or revision, endpoint, token)  # every read at one commit
         weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
         try:
             wanted = needed_files(list(sizes), lambda: list(weight_map.values()))

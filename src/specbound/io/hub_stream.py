@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import SpecboundError
 from .base import MAX_JSON_BYTES, Checkpoint, check_config, decode_json
 from .formats import SAFETENSORS
+from .hub_errors import display, hub_errors, transport_error
 from .safetensors_file import check_header, header_length, upcast
 from .shard_index import check_weight_map
 
@@ -38,20 +39,16 @@ _BACKOFF_S = 0.2  # seconds before the first retry, doubled for each next one
 _BODY_CHUNK = 1 << 20  # bytes of an HTTP body handed to the decoder at a time
 
 
-def transport_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is the network failing (the HTTP client's transport errors are not OSError)."""
-    return isinstance(exc, OSError) or type(exc).__module__.startswith(("httpx", "httpcore", "requests", "urllib3"))
-
-
 @dataclass
 class HubFiles:
     """The files of one repository at one commit, read by byte ranges.
 
     Attributes
     ----------
-    repo_id, commit : str
-    name : str
-        ``org/name[@revision]`` as the user wrote it, for messages.
+    repo_id, revision : str
+        As the user named them.
+    commit : str
+        The commit ``revision`` named when the analysis began: every read is of that commit.
     endpoint, token : str or None
         ``HF_ENDPOINT`` and ``HF_TOKEN`` (None: huggingface_hub's defaults).
     sent : int
@@ -59,12 +56,21 @@ class HubFiles:
     """
 
     repo_id: str
+    revision: str
     commit: str
-    name: str
     endpoint: str | None = None
     token: str | None = None
     sent: int = 0
     _sizes: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        """``org/name[@revision]``, for messages."""
+        return display(self.repo_id, self.revision)
+
+    def _errors(self):
+        """The Hub's failures, as one line each (an HTTP error or the network, mid-analysis too)."""
+        return hub_errors(self.repo_id, self.revision, self.endpoint, doing="streaming")
 
     def url(self, filename: str) -> str:
         from huggingface_hub import hf_hub_url
@@ -76,8 +82,9 @@ class HubFiles:
         if filename not in self._sizes:
             from huggingface_hub import get_hf_file_metadata
 
-            meta = self._retried(lambda: get_hf_file_metadata(self.url(filename), token=self.token,
-                                                              endpoint=self.endpoint), filename)
+            with self._errors():
+                meta = self._retried(lambda: get_hf_file_metadata(self.url(filename), token=self.token,
+                                                                  endpoint=self.endpoint))
             if meta.size is None:
                 raise SpecboundError(f"the server of {self.name} reports no size for {filename} (no Content-Length "
                                      f"on its HEAD answer): streaming needs it; download the model instead")
@@ -90,24 +97,25 @@ class HubFiles:
         if length <= 0:
             return
         got, failures = 0, 0
-        while got < length:
-            try:
-                for piece in self._range(filename, start + got, length - got):
-                    got += len(piece)
-                    yield piece
-            except SpecboundError:
-                raise
-            except Exception as exc:  # noqa: BLE001  (only the network failing is retried)
-                if not transport_error(exc):
+        with self._errors():  # an HTTP error answer, mid-analysis too
+            while got < length:
+                try:
+                    for piece in self._range(filename, start + got, length - got):
+                        got += len(piece)
+                        yield piece
+                except SpecboundError:
                     raise
-                failures += 1
-                if failures > RETRIES:
-                    raise SpecboundError(
-                        f"the connection to {self._host()} dropped {failures} times while reading {filename} of "
-                        f"{self.name} (bytes {start + got:,}..{start + length - 1:,}; last: {type(exc).__name__}): "
-                        f"check the network and run again, or download the model instead of --stream"
-                    ) from None
-                time.sleep(_BACKOFF_S * 2 ** (failures - 1))
+                except Exception as exc:  # noqa: BLE001  (only the network failing is retried)
+                    if not transport_error(exc):
+                        raise
+                    failures += 1
+                    if failures > RETRIES:
+                        raise SpecboundError(
+                            f"the connection to {self._host()} dropped {failures} times while reading {filename} "
+                            f"of {self.name} (bytes {start + got:,}..{start + length - 1:,}; last: "
+                            f"{type(exc).__name__}): check the network and run again, or download the model "
+                            f"instead of --stream") from None
+                    time.sleep(_BACKOFF_S * 2 ** (failures - 1))
 
     def read(self, filename: str, start: int, length: int) -> bytes:
         return b"".join(self.chunks(filename, start, length))
@@ -120,7 +128,9 @@ class HubFiles:
         headers = build_hf_headers(token=self.token)
         headers.update({"Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"})
         with get_session().stream("GET", self.url(filename), headers=headers) as response:
-            hf_raise_for_status(response)
+            if response.status_code >= 400:
+                response.read()  # the error's body, which hf_raise_for_status reads for its code
+                hf_raise_for_status(response)
             told = response.headers.get("Content-Range", "")
             size = self._sizes.get(filename)
             if response.status_code != 206 or told.split("/")[0] != f"bytes {start}-{end}" or (
@@ -141,7 +151,7 @@ class HubFiles:
                               f"with {found}, expected HTTP 206 and {end - start + 1:,} bytes: the server (or a "
                               f"proxy) does not serve byte ranges faithfully; download the model instead of --stream")
 
-    def _retried(self, call, filename: str):
+    def _retried(self, call):
         for failures in range(RETRIES + 1):
             try:
                 return call()
@@ -157,8 +167,8 @@ class HubFiles:
 
 def read_json(files: HubFiles, filename: str, what: str) -> Any:
     """A small JSON file of the repository (config.json, the shard index), read whole into memory."""
-    size = files.size(filename)
     fix = f"the repository's {filename} is corrupt; download the model instead of --stream"
+    size = files.size(filename)
     if size > MAX_JSON_BYTES:
         raise SpecboundError(f"{filename} of {files.name} is {size:,} bytes, more than any {what} holds "
                              f"({MAX_JSON_BYTES:,}); {fix}")
