@@ -160,6 +160,8 @@ def test_parse_size_refuses():
     for bad in ("twenty", "-5GB", "5 XB", ""):
         with pytest.raises(SpecboundError, match=r"^expected a size in bytes such as 20GB"):
             parse_size(bad)
+    with pytest.raises(SpecboundError, match=r"^expected a size in bytes such as 20GB, .* found 'lots'"):
+        specbound.analyze(None, disk_budget="lots")  # refused before anything is read
 
 
 def test_dropped_connections_retried_then_one_line(tmp_path, hub_env):

@@ -34,6 +34,10 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream
     if stream and (not isinstance(source, (str, os.PathLike)) or Path(source).expanduser().exists()):
         raise SpecboundError(f"stream=True (--stream) reads a hub id ORG/NAME by HTTP range requests; "
                              f"{_shown(source)} is not one: leave --stream out for a local model")
+    if disk_budget is not None:  # a budget that does not parse is an error, cached model or not
+        from .hub_fetch import parse_size
+
+        disk_budget = parse_size(disk_budget)
     if not isinstance(source, (str, os.PathLike)):
         from .pytorch import from_memory
 
