@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 from safetensors.numpy import load_file, save_file
-
-import specbound
-from specbound.errors import SpecboundError, SpecboundWarning
 from support.hub_server import HubServer
 from support.numpy_bert import write_tiny_bert
 from support.same_numbers import numbers
+
+import specbound
+from specbound.errors import SpecboundError, SpecboundWarning
 
 pytest.importorskip("huggingface_hub")
 
@@ -215,7 +215,7 @@ def test_wrong_length_lying_header_gated_offline_are_one_line(tmp_path, hub_env)
         hub.short.clear()
 
         def revoke_at_first_tensor():  # access withdrawn mid-analysis: the first tensor's range is refused
-            method, path, asked = hub.log[-1]
+            method, _, asked = hub.log[-1]
             if method == "GET" and asked and int(asked.split("=")[1].split("-")[0]) > 8 + n:
                 hub.gated.add(REPO)
         hub.on_request = revoke_at_first_tensor

@@ -49,7 +49,7 @@ def hub_errors(repo_id: str, revision: str, endpoint: str | None, doing: str = "
         detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
         raise SpecboundError(f"could not fetch {name} from {host} ({detail}): check the network (or "
                              f"HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
-    except Exception as e:  # noqa: BLE001  (the HTTP client's transport errors are not OSError)
+    except Exception as e:  # (the HTTP client's transport errors are not OSError)
         if not transport_error(e):
             raise
         raise SpecboundError(f"could not fetch {name} from {host} ({type(e).__name__}): check the network "

@@ -22,8 +22,9 @@ reader's check); a dropped connection is retried from the byte where it stopped,
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class HubFiles:
                         yield piece
                 except SpecboundError:
                     raise
-                except Exception as exc:  # noqa: BLE001  (only the network failing is retried)
+                except Exception as exc:  # only the network failing is retried
                     if not transport_error(exc):
                         raise
                     failures += 1
@@ -155,7 +156,7 @@ class HubFiles:
         for failures in range(RETRIES + 1):
             try:
                 return call()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # the network failing is retried, anything else raised
                 if not transport_error(exc) or failures == RETRIES:
                     raise
                 time.sleep(_BACKOFF_S * 2 ** failures)
