@@ -8,7 +8,8 @@ A LoRA adapter replaces a base weight ``W0`` (``(out, in)``, torch ``nn.Linear``
 with ``A`` (``lora_A``, ``(r, in)``) and ``B`` (``lora_B``, ``(out, r)``).  A weight stored as
 ``(in, out)`` (GPT-2's ``Conv1D``, ``fan_in_fan_out``) and an embedding (``lora_embedding_A``
 ``(r, vocab)``, ``lora_embedding_B`` ``(dim, r)``) take the transpose ``s (B A)^T``.  A module in
-``modules_to_save`` is stored whole in the adapter and replaces the base tensor.
+``modules_to_save`` is stored whole in the adapter and replaces the base tensor, and so does the
+``base_layer`` weight PEFT saves beside an adapted embedding (the update then applies to it).
 
 :class:`LoraCheckpoint` serves the merged tensors under the base's names, so every family reads an
 adapted model as it reads the base (a fused qkv included), and :meth:`LoraCheckpoint.delta_factors`
@@ -58,11 +59,12 @@ def is_adapter_folder(path: Path) -> bool:
 
 @dataclass(frozen=True)
 class LoraUpdate:
-    """The update of one base tensor: ``delta = scale * B @ A`` (``transposed``: its transpose).
+    """The update of one base tensor: ``W = W0 + scale * B @ A`` (``transposed``: its transpose).
 
     ``a_name`` / ``b_name`` are the adapter's tensors ``lora_A`` ``(r, in)`` and ``lora_B`` ``(out, r)``
-    (of an embedding: ``(r, vocab)``, ``(dim, r)``); ``replace_name``: a ``modules_to_save`` tensor that
-    replaces the base tensor whole (then the other fields are unused)."""
+    (of an embedding: ``(r, vocab)``, ``(dim, r)``), None for a tensor only replaced; ``replace_name``:
+    an adapter tensor that stands in for ``W0`` (a ``modules_to_save`` module's, or an adapted
+    embedding's saved ``base_layer``), None when ``W0`` is the base's."""
 
     target: str
     a_name: str | None = None
@@ -135,10 +137,11 @@ class LoraCheckpoint(Checkpoint):
         update = self.updates.get(name)
         if update is None:
             return self.base_ckpt.read(name)
-        if update.replace_name is not None:
-            return self.adapter.read(update.replace_name)
+        w0 = self.base_ckpt.read(name) if update.replace_name is None else self.adapter.read(update.replace_name)
+        if update.a_name is None:
+            return w0
         first, second = self.delta_factors(name)
-        return self.base_ckpt.read(name) + first @ second
+        return w0 + first @ second
 
     def delta_factors(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
         """``(P, Q)`` with the stored tensor's update ``W - W0 = P @ Q`` (stored orientation), or None
@@ -149,23 +152,24 @@ class LoraCheckpoint(Checkpoint):
         check :meth:`replaced` first).
         """
         update = self.updates.get(name)
-        if update is None:
+        if update is None or update.a_name is None:
             return None
         if update.replace_name is not None:
-            raise ValueError(f"{name} is replaced whole by modules_to_save: it has no low-rank factors")
+            raise ValueError(f"{name} is replaced whole by the adapter: W - W0 has no low-rank factors")
         a, b = self.adapter.read(update.a_name), self.adapter.read(update.b_name)
         if update.transposed:
             return np.ascontiguousarray(a.T), np.ascontiguousarray(update.scale * b.T)
         return update.scale * b, a
 
     def replaced(self, name: str) -> bool:
-        """Whether ``name`` is replaced whole by a ``modules_to_save`` tensor (its update is dense)."""
+        """Whether the adapter replaces ``name``'s ``W0`` by a tensor of its own (``modules_to_save``, a
+        saved ``base_layer``): ``W - W0`` is then not low rank."""
         update = self.updates.get(name)
         return update is not None and update.replace_name is not None
 
     def describe(self) -> dict[str, Any]:
         """The adapter, for the records' ``model.adapter``."""
-        cfg, low_rank = self.adapter_config, [u for u in self.updates.values() if u.replace_name is None]
+        cfg, low_rank = self.adapter_config, [u for u in self.updates.values() if u.a_name is not None]
         return {
             "path": str(self.folder), "peft_type": "LORA", "base": self.base_name,
             "base_location": str(self.base_ckpt.location),
@@ -307,10 +311,11 @@ def _module_of(key: str) -> tuple[str, str] | None:
 
 
 def _saved_target(key: str) -> str:
-    """The module tensor a ``modules_to_save`` entry replaces (``classifier.modules_to_save.weight``
-    and ``classifier.weight`` both name ``classifier.weight``)."""
+    """The module tensor a saved whole tensor replaces (``classifier.modules_to_save.weight`` and
+    ``classifier.weight`` both name ``classifier.weight``, ``embed_tokens.base_layer.weight``
+    ``embed_tokens.weight``)."""
     name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
-    for marker in (".modules_to_save.default.", ".modules_to_save."):
+    for marker in (".modules_to_save.default.", ".modules_to_save.", ".base_layer."):
         name = name.replace(marker, ".")
     return name
 
@@ -354,6 +359,7 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         for start in range(1, len(parts) - 1):
             by_suffix.setdefault(".".join(parts[start:]), []).append(n)
     modules: dict[str, dict[str, str]] = {}
+    replaced: dict[str, str] = {}
     updates: dict[str, LoraUpdate] = {}
 
     def target_of(candidate: str, key: str) -> str:
@@ -372,7 +378,10 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
                 raise SpecboundError(f"the adapter's modules_to_save tensor {key} has the shape {adapter.shape(key)} "
                                      f"but the base's {target} is {base.shape(target)}: the adapter was trained on "
                                      f"another model; pass its base with --base BASE")
-            updates[target] = LoraUpdate(target, replace_name=key)
+            if target in replaced:
+                raise SpecboundError(f"{folder} replaces {target} twice ({replaced[target]} and {key}); re-save the "
+                                     f"adapter with save_pretrained")
+            replaced[target] = key
             continue
         module, part = found
         if part == "magnitude":
@@ -416,10 +425,12 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         alpha = float(_pattern_value(cfg.get("alpha_pattern"), module, cfg["lora_alpha"]))
         scale = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
         if target in updates:
-            raise SpecboundError(f"{folder} updates {target} twice (LoRA factors and modules_to_save); re-save the "
-                                 f"adapter with save_pretrained")
-        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed)
-    if not updates:
+            raise SpecboundError(f"{folder} holds two LoRA updates of {target}; re-save the adapter with "
+                                 f"save_pretrained")
+        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None))
+    for target, key in replaced.items():
+        updates[target] = LoraUpdate(target, replace_name=key)
+    if not any(u.a_name is not None for u in updates.values()):
         raise SpecboundError(f"{folder} is {adapter_summary(cfg)} but holds no LoRA factors (lora_A/lora_B); "
                              f"re-save the adapter with save_pretrained")
     return updates
