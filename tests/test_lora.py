@@ -219,6 +219,57 @@ def test_gpt2_fan_in_fan_out_fused_qkv(tmp_path):
     assert_same_deltas(ours, analyze(merged, init=base, method="dense"), DENSE_REL)
 
 
+def _t5():
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        d_model=32, d_kv=8, num_layers=1, num_decoder_layers=2, num_heads=4, d_ff=48, vocab_size=50))
+
+
+def _qwen3():
+    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
+        vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=32))
+
+
+def _phi3():
+    return transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=32, pad_token_id=0, bos_token_id=0, eos_token_id=0))
+
+
+def _clip():
+    return transformers.CLIPModel(transformers.CLIPConfig(
+        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
+                         vocab_size=50, max_position_embeddings=16, bos_token_id=0, eos_token_id=0, pad_token_id=0),
+        vision_config=dict(hidden_size=24, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40,
+                           image_size=8, patch_size=4), projection_dim=16))
+
+
+LAYOUTS = {  # builder, targets: what each case's layout puts between a stored tensor and a matrix
+    "t5_cross_attention": (_t5, ["q", "v", "wo"]),  # the decoder's cross-attention q and v too
+    "qwen3_qk_norm": (_qwen3, ["q_proj", "k_proj", "down_proj"]),  # the logit's norm gains fold into q, k
+    "phi3_fused_qkv_gate_up": (_phi3, ["qkv_proj", "gate_up_proj", "o_proj"]),
+    "clip_two_towers": (_clip, ["q_proj", "v_proj", "fc1"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS))
+def test_other_layouts(tmp_path, monkeypatch, case):
+    import specbound.pipeline as pipeline
+
+    make, targets = LAYOUTS[case]
+    base, adapter, merged = build_adapter(tmp_path, make, seed=4, r=2, lora_alpha=4, target_modules=targets)
+    dense = analyze(merged, init=base, method="dense")
+    theirs = analyze(merged)
+    monkeypatch.setattr(pipeline, "difference_spectra", None)  # every layer from the factors
+    ours = analyze(adapter, base=base)
+    pairs = [(ours, theirs, dense)] if hasattr(ours, "matrices") else \
+        [(ours[t], theirs[t], dense[t]) for t in ("text", "vision")]
+    for one, merged_one, dense_one in pairs:
+        assert_same_analysis(one, merged_one, MERGED_REL)
+        assert_same_deltas(one, dense_one, DENSE_REL)
+        assert max(one.matrices["delta_rank"]) > 0
+
+
 def test_pickled_adapter_and_the_base_it_names(tmp_path):
     """adapter_model.bin (read with weights_only=True) and, without base, the base_model_name_or_path
     the adapter names when it is a folder here."""
@@ -276,6 +327,19 @@ def test_other_peft_types_are_refused(tmp_path):
     with pytest.raises(SpecboundError) as err:
         analyze(tmp_path / "ia3", base=tmp_path / "base")
     _one_line(err, "IA3", "LoRA adapters only", "merge_and_unload")
+
+
+def test_prompt_learning_is_refused(tmp_path):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = _llama().double()
+        peft.get_peft_model(model, peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)
+                            ).save_pretrained(tmp_path / "prefix")
+        model.save_pretrained(tmp_path / "base")
+    with pytest.raises(SpecboundError) as err:
+        analyze(tmp_path / "prefix", base=tmp_path / "base")
+    _one_line(err, "PREFIX_TUNING", "LoRA adapters only", "prompt tuning")
 
 
 def test_an_adapter_without_its_base_says_what_is_needed(tmp_path, monkeypatch, capsys):

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..archs.low_rank import HeadUpdate, LayerUpdates
-from ..archs.model import LayerWeights
+from ..archs.model import HeadUpdate, LayerUpdates, LayerWeights
 from .layer_spectra import LayerSpectra
 from .qk_logit import logit_factors
 from .spectra import MatrixSpectrum, _streamed_norm_1_1, column_sq_norms, factored_spectra

@@ -63,7 +63,7 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, base: A
     from .lora import is_adapter_folder, open_adapter
 
     if is_adapter_folder(path):  # before any "no config.json": an adapter has none of its own
-        return open_adapter(path, base, config)
+        return open_adapter(path, base, config, open_checkpoint)
     _refuse_base(base, str(source))
     if path.is_file():
         return _open_file(path, config)

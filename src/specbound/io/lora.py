@@ -244,11 +244,10 @@ def adapter_weights(folder: Path) -> Checkpoint:
                          f"{' or '.join(ADAPTER_WEIGHTS)}, found {present}; re-save the adapter with save_pretrained")
 
 
-def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None) -> LoraCheckpoint:
+def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None, open_checkpoint) -> LoraCheckpoint:
     """The adapter in ``folder`` merged into ``base`` (a source as for any analysis; None: the
-    adapter's ``base_model_name_or_path`` when it resolves to a local folder or a hub id)."""
-    from .dispatch import open_checkpoint
-
+    adapter's ``base_model_name_or_path`` when it resolves to a local folder or a hub id), opened with
+    ``open_checkpoint(source, config)`` (:func:`~.dispatch.open_checkpoint`)."""
     cfg = read_adapter_config(folder)
     named = cfg.get("base_model_name_or_path")
     if base is None:
