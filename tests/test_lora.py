@@ -387,3 +387,15 @@ def test_cli_analyses_an_adapter(llama, capsys):
     assert main(["analyze", str(adapter), "--base", str(base), "--jobs", "1", "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "LoRA adapter" in text and str(base) in text
+
+
+def test_a_sweep_stores_the_adapter_with_its_base(llama, llama_results, tmp_path, capsys):
+    from specbound.cli import main
+
+    base, adapter, _ = llama
+    store = tmp_path / "store"
+    assert main(["sweep", str(adapter), "--base", str(base), "--store", str(store), "--no-progress"]) == 0
+    (record,) = [json.loads(p.read_text()) for p in store.glob("records/*/record.json")]
+    analysis = record.get("analysis", record)
+    assert analysis["model"]["adapter"]["base"] == str(base)
+    assert analysis["from_init"] == pytest.approx(llama_results[0].from_init, rel=1e-12)
