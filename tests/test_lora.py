@@ -399,3 +399,84 @@ def test_a_sweep_stores_the_adapter_with_its_base(llama, llama_results, tmp_path
     analysis = record.get("analysis", record)
     assert analysis["model"]["adapter"]["base"] == str(base)
     assert analysis["from_init"] == pytest.approx(llama_results[0].from_init, rel=1e-12)
+
+
+def test_the_base_it_names_as_a_hub_id_is_fetched(tmp_path, monkeypatch):
+    """base_model_name_or_path a hub id not in the cache: fetched (from a local stand-in for the Hub)."""
+    from support.hub_server import HubServer
+
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    base, adapter, _ = build_adapter(tmp_path, _bert, seed=5, r=2, lora_alpha=2, target_modules=["query", "dense"])
+    reference = analyze(adapter, base=base)
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "org/tiny-base"
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+    with HubServer({"org/tiny-base": base}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        fetched = analyze(adapter)
+        assert hub.fetched() == {"config.json", "model.safetensors"}
+    assert fetched.model["adapter"]["base"] == "org/tiny-base"
+    assert fetched.bounds == pytest.approx(reference.bounds, rel=1e-12)
+    assert fetched.from_init == pytest.approx(reference.from_init, rel=1e-12)
+
+
+@pytest.fixture
+def small_adapter(tmp_path):
+    base, adapter, _ = build_adapter(tmp_path, _bert, seed=6, r=2, lora_alpha=2, target_modules=["query"])
+    return base, adapter
+
+
+def _rewrite(adapter, edit):
+    """Rewrite the adapter's safetensors file with ``edit(tensors)`` applied."""
+    from safetensors.numpy import load_file, save_file
+
+    path = adapter / "adapter_model.safetensors"
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path))
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (lambda t: t.update({k: v.reshape(*v.shape, 1, 1) for k, v in t.items() if "lora_A" in k}),
+     ["convolution", "merge_and_unload"]),
+    (lambda t: t.update({k.replace("lora_A.weight", "lora_magnitude_vector"): np.ones(24)
+                         for k in list(t) if "lora_A" in k}), ["DoRA", "merge_and_unload"]),
+    (lambda t: [t.pop(k) for k in list(t) if "lora_B" in k], ["only one LoRA factor", "save_pretrained"]),
+    (lambda t: t.update({k: np.concatenate([v, v], axis=0) for k, v in t.items() if "lora_A" in k}),
+     ["do not multiply", "save_pretrained"]),
+    (lambda t: t.update({k: np.full_like(v, np.nan) for k, v in t.items() if "lora_B" in k}), ["NaN"]),
+], ids=["conv", "dora_magnitudes", "one_factor", "ranks_differ", "nan"])
+def test_malformed_adapters_are_one_line(small_adapter, edit, needles):
+    base, adapter = small_adapter
+    _rewrite(adapter, edit)
+    with pytest.raises(SpecboundError) as err:
+        analyze(adapter, base=base)
+    _one_line(err, *needles)
+
+
+@pytest.mark.parametrize("change, needles", [
+    ({"r": 0}, ["r=0", "positive number"]),
+    ({"lora_alpha": "sixteen"}, ["lora_alpha='sixteen'", "positive number"]),
+    ({"use_dora": True}, ["use_dora", "DoRA"]),
+    ({"layer_replication": [[0, 2]]}, ["layer_replication"]),
+    ({"alpha_pattern": {"(": 3}}, ["not a regular expression"]),
+], ids=["zero_rank", "alpha_text", "use_dora", "layer_replication", "bad_pattern"])
+def test_config_values_are_checked(small_adapter, change, needles):
+    base, adapter = small_adapter
+    path = adapter / "adapter_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(SpecboundError) as err:
+        analyze(adapter, base=base)
+    _one_line(err, *needles)
+
+
+def test_alpha_pattern_overrides_one_module(tmp_path):
+    base, adapter, merged = build_adapter(tmp_path, _bert, seed=7, r=2, lora_alpha=2,
+                                          target_modules=["query", "value"], alpha_pattern={"value": 6})
+    ours = analyze(adapter, base=base)
+    assert ours.model["adapter"]["scales"] == [1.0, 3.0]
+    assert_same_analysis(ours, analyze(merged), MERGED_REL)
