@@ -480,3 +480,27 @@ def test_alpha_pattern_overrides_one_module(tmp_path):
     ours = analyze(adapter, base=base)
     assert ours.model["adapter"]["scales"] == [1.0, 3.0]
     assert_same_analysis(ours, analyze(merged), MERGED_REL)
+
+
+def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
+    """An adapter and the base it names, both hub ids not in the cache: each fetched (only the
+    adapter's config and safetensors, the base's config.json and safetensors)."""
+    from support.hub_server import HubServer
+
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    base, adapter, _ = build_adapter(tmp_path, _bert, seed=8, r=2, lora_alpha=2, target_modules=["value"])
+    reference = analyze(adapter, base=base)
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "org/tiny-base"
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+    (adapter / "adapter_model.bin").write_bytes(b"a duplicate the analysis never reads")
+    with HubServer({"org/tiny-base": base, "org/tiny-lora": adapter}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        fetched = analyze("org/tiny-lora")
+        assert hub.fetched() == {"config.json", "model.safetensors", "adapter_config.json",
+                                 "adapter_model.safetensors"}
+    assert fetched.from_init == pytest.approx(reference.from_init, rel=1e-12)
