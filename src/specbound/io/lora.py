@@ -19,6 +19,7 @@ serves each update as its two factors, never multiplied out, for the norms of ``
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,9 @@ class LoraUpdate:
 class LoraCheckpoint(Checkpoint):
     """A base checkpoint with a LoRA adapter merged in, tensor by tensor, as it is read.
 
+    It keeps no state of its own beyond its tables: each read goes to the base's and the adapter's
+    ``read``, which take their own locks, so layers read in parallel threads merge in parallel.
+
     Attributes
     ----------
     base_ckpt : Checkpoint
@@ -88,6 +92,8 @@ class LoraCheckpoint(Checkpoint):
     updates : dict[str, LoraUpdate]
         Base tensor name -> its update.
     """
+
+    _read_lock = contextlib.nullcontext()
 
     def __init__(self, folder: Path, adapter_config: dict[str, Any], adapter: Checkpoint, base: Checkpoint,
                  base_name: str):
