@@ -113,6 +113,28 @@ def test_llama_adapter_merged_equals_peft_merge(llama_results):
     assert_same_analysis(ours, merged, MERGED_REL)
 
 
+def test_every_tensor_read_is_peft_merged_tensor(llama):
+    """Tensor by tensor, the adapter read with its base is PEFT's merged model: the adapted
+    projections, the adapted embedding (on its saved base_layer), lm_head from modules_to_save and
+    every tensor the adapter leaves alone."""
+    from safetensors.numpy import load_file
+
+    from specbound.io import open_checkpoint
+
+    base, adapter, merged = llama
+    theirs = load_file(str(merged / "model.safetensors"))
+    ckpt = open_checkpoint(adapter, base=base)
+    try:
+        assert sorted(ckpt.names) == sorted(theirs)
+        for name in ckpt.names:
+            np.testing.assert_allclose(ckpt.read(name), theirs[name], rtol=MERGED_REL, atol=1e-15, err_msg=name)
+        base_tensors = load_file(str(base / "model.safetensors"))
+        changed = {n for n in ckpt.names if not np.array_equal(base_tensors[n], theirs[n])}
+        assert {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.up_proj.weight"} <= changed
+    finally:
+        ckpt.close()
+
+
 def test_llama_adapter_from_init_equals_dense_init_path(llama_results):
     ours, _, dense = llama_results
     assert ours.from_init is not None and all(v > 0 for v in ours.from_init.values())

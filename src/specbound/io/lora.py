@@ -126,7 +126,7 @@ class LoraCheckpoint(Checkpoint):
         if update is None:
             return self.base_ckpt.where(name)
         if update.replace_name is not None:
-            return f"{self.adapter.where(update.replace_name)} (modules_to_save)"
+            return f"{self.adapter.where(update.replace_name)} (the adapter's own copy of {name})"
         return f"{self.base_ckpt.where(name)} + the LoRA adapter {self.folder}"
 
     def files(self) -> list[Path]:
@@ -146,7 +146,7 @@ class LoraCheckpoint(Checkpoint):
         w0 = self.base_ckpt.read(name) if update.replace_name is None else self.adapter.read(update.replace_name)
         if update.a_name is None:
             return w0
-        first, second = self.delta_factors(name)
+        first, second = self._factors(update)
         return w0 + first @ second
 
     def delta_factors(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
@@ -154,14 +154,19 @@ class LoraCheckpoint(Checkpoint):
         for a tensor the adapter leaves alone.
 
         ``P = s B`` ``(out, r)``, ``Q = A`` ``(r, in)``; transposed (``fan_in_fan_out``, embeddings):
-        ``P = A^T``, ``Q = s B^T``.  A ``modules_to_save`` tensor has no factors: an error (callers
-        check :meth:`replaced` first).
+        ``P = A^T``, ``Q = s B^T``.  A tensor whose ``W0`` the adapter replaces has no such factors:
+        an error (callers check :meth:`replaced` first).
         """
         update = self.updates.get(name)
         if update is None or update.a_name is None:
             return None
         if update.replace_name is not None:
             raise ValueError(f"{name} is replaced whole by the adapter: W - W0 has no low-rank factors")
+        return self._factors(update)
+
+    def _factors(self, update: LoraUpdate) -> tuple[np.ndarray, np.ndarray]:
+        """``(P, Q)`` of :meth:`delta_factors`: the update of the tensor's own ``W0`` (the base's, or
+        the one the adapter saved)."""
         a, b = self.adapter.read(update.a_name), self.adapter.read(update.b_name)
         if update.transposed:
             return np.ascontiguousarray(a.T), np.ascontiguousarray(update.scale * b.T)
