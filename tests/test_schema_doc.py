@@ -4,6 +4,7 @@ comes with ``--init``, ``--n/--margin`` or a rotary family is emitted when that 
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ SECTIONS = {  # heading of docs/schema.md -> the objects of a document that sect
     "Top level": lambda d: [d],
     "`model`": lambda d: [d["model"]],
     "`model.rotary` (rotary)": lambda d: [d["model"]["rotary"]] if d["model"]["rotary"] else [],
+    "`model.adapter` (adapter)": lambda d: [d["model"]["adapter"]] if "adapter" in d["model"] else [],
     "`options`": lambda d: [d["options"]],
     "`assumptions[]`": lambda d: d["assumptions"],
     "`layers[]`": lambda d: d["layers"],
@@ -72,6 +74,22 @@ def documents(tiny_bert_dir, tmp_path_factory):
                                                 intermediate_size=40, image_size=8, patch_size=4),
                              projection_dim=16)).save_pretrained(root / "clip")
     clip = json.loads(specbound.analyze(root / "clip", threads=1).to_json())
+    adapted = {}
+    try:
+        import peft
+    except ImportError:
+        pass
+    else:  # a LoRA adapter on the tiny BERT (PEFT starts lora_B at 0: set it, so W - W0 is not 0)
+        with warnings.catch_warnings():  # transformers' deprecation note, raised inside PEFT
+            warnings.simplefilter("ignore", FutureWarning)
+            wrapped = peft.get_peft_model(t.BertModel.from_pretrained(tiny_bert_dir),
+                                          peft.LoraConfig(r=2, lora_alpha=4, target_modules=["query", "value"]))
+        with torch.no_grad():
+            for name, p in wrapped.named_parameters():
+                if "lora_B" in name:
+                    p.normal_()
+        wrapped.save_pretrained(root / "adapter")
+        adapted[("adapter", "init")] = document(root / "adapter", base=tiny_bert_dir)
     assert set(clip) == {"schema_version", "source", "towers"} and set(clip["towers"]) == {"text", "vision"}
     return {(): document(tiny_bert_dir),
             ("stacks",): document(root / "t5"),
@@ -80,7 +98,7 @@ def documents(tiny_bert_dir, tmp_path_factory):
             ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
             ("rotary", "qk_norm"): document(root / "gemma3_text"),
             ("alibi",): document(root / "bloom"),
-            ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe")}
+            ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe"), **adapted}
 
 
 def test_the_page_describes_every_section():

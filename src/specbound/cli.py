@@ -156,8 +156,9 @@ def _parser() -> argparse.ArgumentParser:
         "spectrum-adaptive bound, the Edelman-style baseline and the other baselines (docs/bounds.md)."))
     an.add_argument("source", nargs="?", help=(
         "a model folder (Hugging Face layout), a weights file (.safetensors, .bin/.pt, .onnx, .gguf, tf_model.h5, "
-        "flax_model.msgpack) or a hub id ORG/NAME[@REVISION], read from the Hugging Face cache or fetched "
-        "(config.json and safetensors only) (default: the embedded all-MiniLM-L6-v2)"))
+        "flax_model.msgpack), a PEFT LoRA adapter folder (merged into --base, or the base it names) or a hub id "
+        "ORG/NAME[@REVISION], read from the Hugging Face cache or fetched (config.json and safetensors only) "
+        "(default: the embedded all-MiniLM-L6-v2)"))
     an.add_argument("--revision", metavar="REV", help=(
         "the hub id's branch, tag or commit hash (the same as ORG/NAME@REV; default: main)"))
     an.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")

@@ -173,6 +173,10 @@ class AnalysisOptions:
     init : path, optional
         A checkpoint of the same architecture holding the initial weights ``W0``: every bound with a
         norm of ``W - W0`` in it is also computed on the differences.
+    base : path, optional
+        The base model of a PEFT LoRA adapter ``source`` (any source; default: the adapter's
+        ``base_model_name_or_path``): the merged model ``W0 + s B A`` is analysed, and every bound on
+        ``W - W0`` with the base as ``W0`` (unless ``init`` names other initial weights).
     n, margin : int, float, optional
         Sample size and ramp-loss margin: given both, every bound with a margin-bound form becomes a
         generalisation-gap bound (docs/spec.md 7).
@@ -216,6 +220,9 @@ class AnalysisOptions:
                              "drafts one)", key=True, kind="path", flag="--arch-spec", metavar="FILE")
     init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
                         key=True, kind="path", flag="--init", metavar="SOURCE")
+    base: Any = _option(None, "the base model of a PEFT LoRA adapter SOURCE (a folder, weights file or hub id; "
+                        "default: the adapter's base_model_name_or_path): analyse the merged model, and W - W0 "
+                        "with the base as W0", key=True, kind="path", flag="--base", metavar="BASE")
     n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap",
                             accepted=(None, Interval(Integral, 2, N_MAX)),
                             requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",

@@ -31,6 +31,9 @@ from .archs.structure import model_structure
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.spectra import ROTARY_METHODS
 from .compute.distance import difference_spectra
+from .compute.low_rank import update_difference_spectra
+from .archs.low_rank import DenseUpdate, read_layer_updates
+from .io.lora import LoraCheckpoint
 from .compute.qk_logit import logit_factors
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz, check_gated_activation
@@ -51,7 +54,8 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
         A Hugging Face model folder (safetensors single or sharded, ``pytorch_model.bin``, ONNX), a
         weights file with config.json beside it, a hub id resolved from the local Hugging Face cache
         (``org/name[@revision]``), or an in-memory model / state dict.  None: the embedded default
-        checkpoint (all-MiniLM-L6-v2).
+        checkpoint (all-MiniLM-L6-v2).  A PEFT LoRA adapter folder is analysed merged into its base
+        (option ``base``, default the base the adapter names), with ``W - W0`` measured from the base.
     options : AnalysisOptions or mapping, optional
         How to analyse (see :class:`~specbound.options.AnalysisOptions` for every option and its
         default); ``overrides`` are option names as keywords (``analyze(path, grid_m=20, jobs=2)``).
@@ -74,7 +78,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     """
     opts = AnalysisOptions.build(options, **overrides)
     models = open_models(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec,
-                         config=config, tower=opts.tower, stream=stream, disk_budget=disk_budget)
+                         config=config, tower=opts.tower, stream=stream, disk_budget=disk_budget, base=opts.base)
     name = f"{DEFAULT_NAME} (embedded default)" if source is None else None
     try:
         for model in models:  # an activation without a known constant: refused before any weight is read
@@ -102,7 +106,7 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
     """:func:`analyze` of one opened chain (one tower of a two-tower model)."""
     from threadpoolctl import threadpool_limits
 
-    init_model = open_init(opts.init, model) if opts.init is not None else None
+    init_model = open_init(opts.init, model) if opts.init is not None else adapter_base(model)
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
     if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
@@ -238,13 +242,13 @@ class OpenModel:
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
-               config: dict | None = None, tower: str | None = None) -> OpenModel:
+               config: dict | None = None, tower: str | None = None, base: Any = None) -> OpenModel:
     """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
 
     Only config.json and the tensor headers are read; no weight is loaded yet.  A two-tower model
     needs ``tower`` (``"text"`` or ``"vision"``): one opened model is one chain.
     """
-    models = open_models(source, arch_spec=arch_spec, config=config, tower=tower)
+    models = open_models(source, arch_spec=arch_spec, config=config, tower=tower, base=base)
     if len(models) > 1:
         models[0].base_checkpoint.close()
         raise SpecboundError(f"{models[0].ckpt.location} holds the {' and '.join(m.tower for m in models)} towers of a "
@@ -254,13 +258,14 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
 
 
 def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, config: dict | None = None,
-                tower: str | None = None, stream: bool = False, disk_budget: int | str | None = None
-                ) -> list[OpenModel]:
+                tower: str | None = None, stream: bool = False, disk_budget: int | str | None = None,
+                base: Any = None) -> list[OpenModel]:
     """:func:`open_model`, every tower of a two-tower model (or the one named ``tower``) opened as a
     chain of its own on the one checkpoint; one chain for any other model (``stream``,
-    ``disk_budget``: how a hub id is read, :func:`~specbound.io.open_checkpoint`)."""
+    ``disk_budget``: how a hub id is read, :func:`~specbound.io.open_checkpoint`; ``base``: a LoRA
+    adapter's base model)."""
     # complete_config: an ONNX export without config.json
-    ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget))
+    ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
         spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
         if spec.towers is None:
@@ -445,9 +450,42 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
     """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
     rotary = model.rotary_for(layer)
     a = 1.0 if rotary is None else rotary.attention_factor  # the logit's factors, as for W itself
-    weights, w0 = logit_factors(read_layer(model, layer), a), logit_factors(read_layer(init_model, layer), a)
+    raw, raw0 = read_layer(model, layer), read_layer(init_model, layer)
     dims = model.layer_dims(layer)
+    updates = adapter_updates(model, init_model, layer, kernel)
+    if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)
+        found = update_difference_spectra(raw, raw0, updates, group=dims.H // dims.H_kv, block=dims.block,
+                                          attention_factor=a)
+        if found is not None:
+            return found
+    weights, w0 = logit_factors(raw, a), logit_factors(raw0, a)
     return difference_spectra(weights, w0, kernel, group=dims.H // dims.H_kv, block=dims.block)
+
+
+def adapter_base(model: OpenModel) -> OpenModel | None:
+    """The base model of a LoRA adapter, opened as ``model``'s initial weights (the same family spec and
+    tower, the checkpoint the adapter is merged into); None for any other checkpoint."""
+    ckpt = model.base_checkpoint
+    if not isinstance(ckpt, LoraCheckpoint):
+        return None
+    if model.tower is None:
+        return _bound(model.spec, ckpt.base_ckpt)
+    ((_, view),) = tower_views(model.parent_spec, ckpt.base_ckpt, model.tower)
+    return _bound(model.spec, view, parent=model.parent_spec)
+
+
+def adapter_updates(model: OpenModel, init_model: OpenModel, layer: int, kernel: KernelOptions):
+    """Layer ``layer``'s updates as factors when ``model`` is a LoRA adapter and ``init_model`` its own
+    base (not a ``--init`` of other weights), the method is factored and no tensor of the layer is
+    replaced whole (``modules_to_save``); None otherwise (the differences come from the weights)."""
+    ckpt = model.base_checkpoint
+    if kernel.method != "factored" or not isinstance(ckpt, LoraCheckpoint) or \
+            getattr(init_model.ckpt, "base", init_model.ckpt) is not ckpt.base_ckpt:
+        return None
+    try:
+        return read_layer_updates(model.spec, model.ckpt, model.dims, model.prefix, layer)
+    except DenseUpdate:
+        return None
 
 
 def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
@@ -470,6 +508,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                 "gram_rtol": opts.gram_rtol if opts.method == "factored" else 0.0}
     if init is not None:
         recorded["init"] = str(init[0].ckpt.location)
+
     gap = None
     gap_params = GapParameters.from_options(opts)
     if gap_params is not None:
@@ -479,6 +518,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
     location = str(model.ckpt.location)
     model_extra: dict[str, Any] = {"block": dims.block, "feed_forward": dims.feed_forward}
+    if isinstance(model.base_checkpoint, LoraCheckpoint):  # the adapter merged into the base (W0 when init)
+        model_extra["adapter"] = model.base_checkpoint.describe()
     rotary = None if model.rotary is None else {
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,

@@ -46,16 +46,17 @@ def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndar
     ``query_key_value``, rows viewed as ``(H_kv, H / H_kv + 2, d_h)``).
     """
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
+    n = w.shape[0]  # N for a weight; the rank r for the right factor of a low-rank update (archs.low_rank)
     if fused == "concat":
         return w[:, :hd], w[:, hd:hd + kvd], w[:, hd + kvd:]
     if fused == "per_group":
-        grouped = w.reshape(dims.N, dims.H_kv, dims.H // dims.H_kv + 2, dims.d_head)
-        return (grouped[:, :, :-2, :].reshape(dims.N, hd), grouped[:, :, -2, :].reshape(dims.N, kvd),
-                grouped[:, :, -1, :].reshape(dims.N, kvd))
+        grouped = w.reshape(n, dims.H_kv, dims.H // dims.H_kv + 2, dims.d_head)
+        return (grouped[:, :, :-2, :].reshape(n, hd), grouped[:, :, -2, :].reshape(n, kvd),
+                grouped[:, :, -1, :].reshape(n, kvd))
     if dims.H_kv != dims.H:
         raise SpecboundError("a per-head fused qkv layout needs as many key/value heads as query heads")
-    per_head = w.reshape(dims.N, dims.H, 3, dims.d_head)
-    return tuple(per_head[:, :, i, :].reshape(dims.N, hd) for i in range(3))
+    per_head = w.reshape(n, dims.H, 3, dims.d_head)
+    return tuple(per_head[:, :, i, :].reshape(n, hd) for i in range(3))
 
 
 def fused_qkv_columns(fused: str, h: int, dims: ModelDims) -> tuple[int, int, int]:

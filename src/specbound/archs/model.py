@@ -278,3 +278,33 @@ class LazyMatrices(Mapping):
 
     def __len__(self) -> int:
         return len(self._loaders)
+
+
+@dataclass
+class HeadUpdate:
+    """The low-rank update of one role's per-head factors (a LoRA adapter, :mod:`.low_rank`):
+    ``X^h - X0^h = u[h] @ v[h]``.
+
+    Attributes
+    ----------
+    u : ndarray, shape (H, d_head, r)
+    v : ndarray, shape (H, r, N)
+    """
+
+    u: np.ndarray
+    v: np.ndarray
+
+    def repeated(self, group: int) -> "HeadUpdate":
+        """Each key/value head's update once per query head it serves (grouped-query attention)."""
+        return self if group == 1 else HeadUpdate(np.repeat(self.u, group, axis=0), np.repeat(self.v, group, axis=0))
+
+
+@dataclass
+class LayerUpdates:
+    """One layer's updates: per role (``q``, ``k``, ``v``, ``o``; a decoder layer's ``cross_q`` ...) a
+    :class:`HeadUpdate` or None (unchanged), per feed-forward role (``FF_in``, ...) ``(L, R)`` with
+    ``W - W0 = L @ R`` (row-vector orientation) or None."""
+
+    heads: dict[str, HeadUpdate | None]
+    ff: dict[str, tuple[np.ndarray, np.ndarray] | None]
+    ff_shapes: dict[str, tuple[int, int]]  # each feed-forward matrix's (row-oriented) shape

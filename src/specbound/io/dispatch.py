@@ -2,7 +2,8 @@
 
 Sources: a Hugging Face model folder (probed for each format of :mod:`.formats` in turn), a weights
 file with config.json beside it (its format by suffix), a hub id (the local cache, else fetched)
-(:mod:`.hub_cache`), or an in-memory model (:mod:`.pytorch`).  Each format's reader, and its
+(:mod:`.hub_cache`), an in-memory model (:mod:`.pytorch`), or a PEFT LoRA adapter folder read with
+its base as the merged model (:mod:`.lora`).  Each format's reader, and its
 dependency (torch, onnx, h5py, msgpack), is imported only for a file of that format.
 """
 
@@ -19,7 +20,7 @@ from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SA
 
 
 def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream: bool = False,
-                    disk_budget: int | str | None = None) -> Checkpoint:
+                    disk_budget: int | str | None = None, base: Any = None) -> Checkpoint:
     """Resolve ``source`` to a :class:`Checkpoint`.
 
     ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
@@ -28,7 +29,8 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream
     (``org/name[@revision]``) from the local Hugging Face cache or fetched (:mod:`.hub_fetch`), or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).  ``stream``: a hub id not in the cache is read by HTTP range requests, never
     downloaded; ``disk_budget`` (bytes, or ``"20GB"``): a hub id whose files exceed it is streamed
-    (default: the free space of the cache's filesystem) (:mod:`.hub_fetch`).
+    (default: the free space of the cache's filesystem) (:mod:`.hub_fetch`).  A PEFT LoRA adapter folder (``adapter_config.json``) is merged into ``base``
+    (any source above; None: the base the adapter names) as it is read (:mod:`.lora`).
     """
     refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
     if stream and (not isinstance(source, (str, os.PathLike)) or Path(source).expanduser().exists()):
@@ -39,11 +41,12 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream
 
         disk_budget = parse_size(disk_budget)
     if not isinstance(source, (str, os.PathLike)):
+        _refuse_base(base, f"an in-memory {type(source).__name__}")
         from .pytorch import from_memory
 
         return from_memory(source, config)
     with os_errors(f"open the checkpoint {source}"):
-        ckpt = _open_path(source, config, stream=stream, disk_budget=disk_budget)
+        ckpt = _open_path(source, config, stream=stream, disk_budget=disk_budget, base=base)
     if config:  # the caller's keys (--config FILE, --set key=value) win over config.json's
         ckpt.config = {**ckpt.config, **config}
     return ckpt
@@ -53,8 +56,15 @@ def _shown(source: Any) -> str:
     return str(source) if isinstance(source, (str, os.PathLike)) else f"an in-memory {type(source).__name__}"
 
 
+def _refuse_base(base: Any, what: str) -> None:
+    if base is not None:
+        raise SpecboundError(f"base={base!s} (--base) names the base model of a PEFT LoRA adapter, but {what} is "
+                             f"not an adapter folder (adapter_config.json + adapter_model.safetensors); leave base "
+                             f"out, or pass initial weights with init (--init)")
+
+
 def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stream: bool = False,
-               disk_budget: int | str | None = None) -> Checkpoint:
+               disk_budget: int | str | None = None, base: Any = None) -> Checkpoint:
     path = Path(source).expanduser()
     if not path.exists():
         from .hub_cache import looks_like_hub_id, resolve_hub_id
@@ -66,7 +76,13 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
             )
         path = resolve_hub_id(str(source), stream=stream, disk_budget=disk_budget)
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
+            _refuse_base(base, f"the streamed model {source!s}")
             return path
+    from .lora import is_adapter_folder, open_adapter
+
+    if is_adapter_folder(path):  # before any "no config.json": an adapter has none of its own
+        return open_adapter(path, base, config, open_checkpoint)
+    _refuse_base(base, str(source))
     if path.is_file():
         return _open_file(path, config)
     if not (path / "config.json").is_file():

@@ -2,7 +2,8 @@
 
 What is fetched: ``config.json`` and the safetensors weights (``model.safetensors``, or the shard
 index ``model.safetensors.index.json`` and the shards it names).  A ``.bin``, ONNX, GGUF, TF or Flax
-duplicate beside them is never fetched.  Each file goes through ``hf_hub_download`` into the usual
+duplicate beside them is never fetched.  A PEFT adapter repository: ``adapter_config.json`` and
+``adapter_model.safetensors`` (its base is fetched as a hub id of its own).  Each file goes through ``hf_hub_download`` into the usual
 cache layout, so a later run finds it offline; a dropped connection resumes where it stopped (a
 Range request) and the hub library's progress bar shows.
 
@@ -29,6 +30,7 @@ from .hub_errors import display
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a PEFT adapter repository
 
 
 def offline() -> bool:
@@ -48,6 +50,10 @@ def needed_files(files: list[str], read_index) -> list[str]:
     """The files of a repository listing (``files``: paths relative to its root) that the analysis
     reads, in download order; ``read_index()`` returns the shard index's ``weight_map`` values.  Raises when the repository holds no config.json or no safetensors."""
     present = set(files)
+    if CONFIG not in present and ADAPTER_CONFIG in present:  # a PEFT adapter: merged into its base (io.lora)
+        if ADAPTER_WEIGHTS not in present:
+            raise SpecboundError(f"a PEFT adapter ({ADAPTER_CONFIG}) without {ADAPTER_WEIGHTS}")
+        return [ADAPTER_CONFIG, ADAPTER_WEIGHTS]
     if CONFIG not in present:
         raise SpecboundError("no config.json")
     if INDEX in present:

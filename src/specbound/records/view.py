@@ -206,6 +206,7 @@ def _header(a) -> list[str]:
         + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
         + f"  d_head={m['d_head']}  d_ff={m['d_ff']}  matrices={len(a.matrices)}",
         *_stacks_line(m),
+        *_adapter_line(m),
         f"options  grid P_m with m={o['grid_m']} ({2 * o['grid_m'] + 1} values of p)  "
         f"rank_tol={o['rank_tol']:g}  L_phi={o['l_phi']:g} ({o['l_phi_source']})",  # options as given
     ]
@@ -218,6 +219,18 @@ def _header(a) -> list[str]:
         lines.append(f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
                      f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}")
     return lines
+
+
+def _adapter_line(model: dict) -> list[str]:
+    """A LoRA adapter's rank, scale and base (the analysed weights are the merged ones)."""
+    ad = model.get("adapter")
+    if not ad:
+        return []
+    ranks = "/".join(str(r) for r in ad["ranks"])
+    scales = "/".join(fmt(s) for s in ad["scales"])
+    return [f"adapter  LoRA adapter r={ranks} scale={scales} on {len(ad['adapted_tensors'])} tensors"
+            + (f" (+{len(ad['replaced_tensors'])} saved whole)" if ad["replaced_tensors"] else "")
+            + f", merged into the base {ad['base']}; from init = W - W0 with the base as W0"]
 
 
 def _stacks_line(model: dict) -> list[str]:

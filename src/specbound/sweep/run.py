@@ -152,7 +152,8 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
     from ..pipeline import open_init, open_model
 
     options = canonical_options(options)
-    model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"))
+    model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"),
+                       base=options.get("base"))
     model.base_checkpoint.close()
     files = tuple(sorted({p.resolve() for p in model.ckpt.files()}))
     if not files:
@@ -282,7 +283,7 @@ def layer_task(task: Task, layer: int, run: AnalysisOptions = TASK_RUN):
     check_unchanged(task.fingerprints, task.source.name)
     options = task_options(task, run)
     with threadpool_limits(limits=run.threads):
-        model = open_model(task.source.target, arch_spec=options.arch_spec, tower=options.tower)
+        model = open_model(task.source.target, arch_spec=options.arch_spec, tower=options.tower, base=options.base)
         spectra = model_layer_spectra(model, layer, options.kernel)
         model.base_checkpoint.close()
     check_unchanged(task.fingerprints, task.source.name)
@@ -298,7 +299,7 @@ def assemble_task(task: Task, layer_results: list, run: AnalysisOptions = TASK_R
     start, cpu = time.perf_counter(), time.thread_time()
     options = task_options(task, run)
     with threadpool_limits(limits=run.threads):
-        model = open_model(task.source.target, arch_spec=options.arch_spec, tower=options.tower)
+        model = open_model(task.source.target, arch_spec=options.arch_spec, tower=options.tower, base=options.base)
         model.base_checkpoint.close()
         layers = [spectra for spectra, _, _ in layer_results]
         analysis = assemble(model, layers, options)
@@ -445,6 +446,7 @@ def _layer_counter(task: Task, bars):
 
 def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars, workers, scheduler,
               per_layer) -> None:
+    from ..io.lora import is_adapter_folder
     from .cluster import dask_client
 
     with dask_client(workers=workers, scheduler=scheduler, what="sweep") as (client, mode):
@@ -453,8 +455,9 @@ def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars,
         report.mode = mode
         finals, layers_of, submitted = {}, {}, []
         for task in tasks:
-            # W - W0 needs both checkpoints in one task: per-layer tasks compute W's spectra only
-            split = task.options.get("init") is None and (
+            # W - W0 needs both checkpoints in one task: per-layer tasks compute W's spectra only (a LoRA
+            # adapter is measured from its base, so it is one task too)
+            split = task.options.get("init") is None and not is_adapter_folder(Path(str(task.source.target))) and (
                 per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES))
             if split:
                 parts = [client.submit(layer_task, task, layer, run, pure=False,
