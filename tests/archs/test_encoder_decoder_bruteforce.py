@@ -181,13 +181,13 @@ def _perturbations(model):
                                    ("dec QK_cross", L_E, "QK_cross", dec[0].layer[1].EncDecAttention)):
         delta = torch.zeros_like(att.q.weight)
         delta[_head_rows(1)] = torch.randn(D_KV, N, dtype=torch.float64, generator=gen)
-        dm = delta[_head_rows(1)].T @ att.k.weight[_head_rows(1)]
+        dm = delta[_head_rows(1)].T @ att.k.weight[_head_rows(1)].detach()
         out.append((name, layer, role, 1, att.q.weight, delta, dm))
     for name, layer, role, att in (("enc OV", 0, "OV", enc[0].layer[0].SelfAttention),
                                    ("dec OV_cross", L_E + 1, "OV_cross", dec[1].layer[1].EncDecAttention)):
         delta = torch.zeros_like(att.o.weight)
         delta[:, _head_rows(0)] = torch.randn(N, D_KV, dtype=torch.float64, generator=gen)
-        dm = att.v.weight[_head_rows(0)].T @ delta[:, _head_rows(0)].T
+        dm = att.v.weight[_head_rows(0)].detach().T @ delta[:, _head_rows(0)].T
         out.append((name, layer, role, 0, att.o.weight, delta, dm))
     wo = enc[1].layer[1].DenseReluDense.wo.weight
     delta = torch.randn(*wo.shape, dtype=torch.float64, generator=gen)
