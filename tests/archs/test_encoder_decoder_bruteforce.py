@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
+from support.lipschitz import measured_lipschitz, unit_rows  # noqa: E402
 
 N, H, D_KV, D_FF = 16, 2, 8, 24
 L_E, L_D = 2, 2
@@ -70,35 +71,6 @@ class TheoremT5:
         for j in range(L_D):
             y = self.decoder_layer(j, y, z)
         return y
-
-
-def _rows(shape, norm, gen):
-    a = torch.randn(*shape, dtype=torch.float64, generator=gen)
-    return norm * a / a.norm(dim=-1, keepdim=True)
-
-
-def measured_lipschitz(f, shapes, moved, eps=1e-4, restarts=2, steps=30, seed=0):
-    """Largest ``max_t ||f(u + du)_t - f(u)_t|| / max_s ||du_s||`` found by gradient ascent: ``shapes``
-    the inputs' shapes, ``moved`` which of them are perturbed (rows of norm ``eps``); every input row of
-    norm ``1 - eps``, so that the moved ones stay in the unit ball."""
-    gen = torch.Generator().manual_seed(seed)
-    best = 0.0
-    for _ in range(restarts):
-        base = [_rows(s, 1.0, gen).requires_grad_() for s in shapes]
-        dirs = [_rows(shapes[i], 1.0, gen).requires_grad_() for i in moved]
-        opt = torch.optim.Adam(base + dirs, lr=0.1)
-        for _ in range(steps):
-            u = [(1 - eps) * b / b.norm(dim=-1, keepdim=True) for b in base]
-            du = [eps * d / d.norm(dim=-1, keepdim=True) for d in dirs]
-            moved_u = list(u)
-            for i, d in zip(moved, du):
-                moved_u[i] = u[i] + d
-            ratio = (f(*moved_u) - f(*u)).norm(dim=-1).max() / eps
-            best = max(best, float(ratio.detach()))
-            opt.zero_grad()
-            (-ratio).backward()
-            opt.step()
-    return best
 
 
 @pytest.fixture(scope="module", params=["relu", "gated-gelu"])
@@ -213,7 +185,7 @@ def test_each_sensitivity_bounds_its_layer_s_move(t5):
             f = lambda x, y, layer=layer: model.decoder_layer(layer - L_E, y, x)  # noqa: E731
         worst = 0.0
         for _ in range(8):
-            x, y = _rows((N_ENC, N), 1.0, gen), _rows((N_DEC, N), 1.0, gen)
+            x, y = unit_rows((N_ENC, N), 1.0, gen), unit_rows((N_DEC, N), 1.0, gen)
             with torch.no_grad():
                 before = f(x, y)
                 param += step * delta
