@@ -76,6 +76,11 @@ def _build(family):
         "gemma3_text": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
             intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
+        # disentangled attention: its position terms are in config.json, not in the weights
+        "deberta_v2": lambda: T.DebertaV2ForSequenceClassification(T.DebertaV2Config(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+            relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8, max_relative_positions=16,
+            norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)),
         # every matrix square (d_ff = N): nothing reveals the layout
         "bert_square": lambda: T.BertModel(T.BertConfig(
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=N, vocab_size=50)),
@@ -135,7 +140,7 @@ def _expert_names(spec):
 
 
 @pytest.mark.parametrize("family", ["bert", "llama", "opt", "gpt2", "gpt_neox", "phi", "phi3", "gptj", "bloom",
-                                    "falcon", "mixtral", "qwen2_moe", "qwen3_moe"])
+                                    "falcon", "mixtral", "qwen2_moe", "qwen3_moe", "deberta_v2"])
 def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys):
     original, copy = renamed(family)
     with pytest.raises(SpecboundError, match="specbound arch infer"):

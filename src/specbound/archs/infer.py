@@ -176,6 +176,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         "config": keys,
         **_block(config, stack, draft),
         **_positions(config, draft),
+        **_disentangled(config, draft),
         **qk_norm,
         "feed_forward": "gated" if {"ff_gate", "ff_gate_up"} & set(roles) else "plain",
         **extra,
@@ -571,6 +572,22 @@ def _positions(config: dict, draft: Draft) -> dict[str, Any]:
                "\"interleaved\" for those"), verify=True)
     out["rotary"] = {"pairing": "interleaved" if interleaved else "half", **({"off_when": "alibi"} if alibi else {})}
     return out
+
+
+def _disentangled(config: dict, draft: Draft) -> dict[str, Any]:
+    """``position_terms`` when config.json has DeBERTa-v2/v3's disentangled-attention keys: the
+    content-to-position and position-to-content terms reuse each head's QK on the relative position
+    embeddings and enter Lambda and gamma* (docs/theory.md 3h).  The weights cannot show them, and a
+    draft without them would analyse the attention as a plain one (its factors too small)."""
+    if "pos_att_type" not in config or "relative_attention" not in config:
+        return {}
+    draft.note("position terms", f"disentangled attention: pos_att_type={config['pos_att_type']!r} when "
+               f"relative_attention (now {config['relative_attention']})",
+               "config.json's pos_att_type and relative_attention (DeBERTa-v2/v3): each term reuses the head's QK "
+               "against the normalised relative embeddings, which needs share_att_key and norm_rel_ebd layer_norm "
+               "(checked when analysed)", verify=True)
+    return {"position_terms": {"config_key": "pos_att_type", "enabled_by": "relative_attention",
+                               "requires": {"share_att_key": True, "norm_rel_ebd": "layer_norm"}}}
 
 
 # A per-layer 1-D weight normalising the queries or the keys (Qwen3, Gemma 3, OLMo2: q_norm / k_norm;
