@@ -156,14 +156,20 @@ def _perturbations(model):
         dm = delta[_head_rows(1)].T @ att.k.weight[_head_rows(1)].detach()
         out.append((name, layer, role, 1, att.q.weight, delta, dm))
     for name, layer, role, att in (("enc OV", 0, "OV", enc[0].layer[0].SelfAttention),
+                                   ("dec OV", L_E, "OV", dec[0].layer[0].SelfAttention),
                                    ("dec OV_cross", L_E + 1, "OV_cross", dec[1].layer[1].EncDecAttention)):
         delta = torch.zeros_like(att.o.weight)
         delta[:, _head_rows(0)] = torch.randn(N, D_KV, dtype=torch.float64, generator=gen)
         dm = att.v.weight[_head_rows(0)].detach().T @ delta[:, _head_rows(0)].T
         out.append((name, layer, role, 0, att.o.weight, delta, dm))
-    wo = enc[1].layer[1].DenseReluDense.wo.weight
-    delta = torch.randn(*wo.shape, dtype=torch.float64, generator=gen)
-    out.append(("enc FF_out", 1, "FF_out", None, wo, delta, delta.T))
+    for name, layer, ff in (("enc FF_out", 1, enc[1].layer[1].DenseReluDense),
+                            ("dec FF_out", L_E + 1, dec[1].layer[2].DenseReluDense)):
+        delta = torch.randn(*ff.wo.weight.shape, dtype=torch.float64, generator=gen)
+        out.append((name, layer, "FF_out", None, ff.wo.weight, delta, delta.T))
+    first = dec[0].layer[2].DenseReluDense  # FF_in, or the gated block's FF_gate
+    w, role = (first.wi_0.weight, "FF_gate") if hasattr(first, "wi_0") else (first.wi.weight, "FF_in")
+    delta = torch.randn(*w.shape, dtype=torch.float64, generator=gen)
+    out.append((f"dec {role}", L_E, role, None, w, delta, delta.T))
     return out
 
 
