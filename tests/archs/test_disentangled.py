@@ -220,3 +220,36 @@ def test_attention_output_obeys_the_factors_by_brute_force(terms):
             att.query_proj.weight -= step * _module_scale(1 + n) * delta
         worst = max(worst, float((after - before).norm(dim=-1).max()) / step)
     assert 0 < worst <= 2 * (1 + n) * ov[1] * d_qk
+
+
+def test_without_relative_attention_the_terms_are_off(tmp_path):
+    """``relative_attention: false`` with ``pos_att_type`` still listed: the module adds no position
+    term (its logits are ``x QK x^T`` over its scale), and the analysis is the plain chain's
+    (``1 + 4 c(QK)``, no ``disentangled_attention``)."""
+    torch.manual_seed(4)
+    model = transformers.DebertaV2Model(transformers.DebertaV2Config(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        relative_attention=False, pos_att_type=["p2c", "c2p"])).eval()
+    for name, p in model.named_parameters():
+        torch.nn.init.normal_(p, std=0.3)
+        if name.endswith("_proj.bias"):
+            torch.nn.init.zeros_(p)
+    model.save_pretrained(tmp_path)
+    model = model.double()
+    att = model.encoder.layer[0].attention.self
+    x = _unit_rows(np.random.default_rng(2))
+    with torch.no_grad():
+        _, probs = att(torch.tensor(x[None]), torch.ones(1, 1, T, T, dtype=torch.bool), output_attentions=True)
+    logits = torch.log(probs[0]).numpy()
+    wq, wk = _row(att.query_proj), _row(att.key_proj)
+    for h in range(H):
+        plain = x @ wq[:, h * D:(h + 1) * D] @ wk[:, h * D:(h + 1) * D].T @ x.T / _module_scale(3)
+        np.testing.assert_allclose(logits[h] - logits[h].mean(-1, keepdims=True),
+                                   plain - plain.mean(-1, keepdims=True), rtol=0, atol=1e-9)
+    result = specbound.analyze(tmp_path, threads=1)
+    assert "position_terms" not in result.model
+    assert "disentangled_attention" not in {a["name"] for a in result.assumptions if a["applies"]}
+    m = result.matrices
+    c = {role: m[m["role"] == role]["spectral_norm"].to_numpy() for role in ("QK", "OV", "FF_in", "FF_out")}
+    lam = 1.13 * c["FF_in"][0] * c["FF_out"][0] * np.sum(c["OV"] * (1 + 4 * c["QK"]))
+    assert result.layers["lambda"][0] == pytest.approx(lam, rel=1e-12)
