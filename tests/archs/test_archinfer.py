@@ -409,3 +409,18 @@ def test_a_decoder_whose_second_attention_is_unnamed_is_refused_naming_it(tmp_pa
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and "write the spec by hand" in err
     assert "other_attention" in err
+
+
+def test_a_one_layer_stack_is_refused_naming_it(tmp_path, capsys):
+    """A decoder of one layer looks like a wrapper around its sub-blocks (decoder.block.0.layer.{0,1,2}):
+    refused in one line that says so, not as a decoder without cross-attention."""
+    torch = pytest.importorskip("torch")
+    t = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    t.T5ForConditionalGeneration(t.T5Config(d_model=32, d_kv=8, num_layers=2, num_decoder_layers=1, num_heads=4,
+                                            d_ff=48, vocab_size=50)).save_pretrained(tmp_path / "m")
+    capsys.readouterr()
+    assert main(["arch", "infer", str(tmp_path / "m")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "decoder.block.0.layer" in err and "one layer" in err

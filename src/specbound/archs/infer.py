@@ -781,6 +781,12 @@ def _infer_two(ckpt: Checkpoint, draft: Draft, model_type: str, shape: str, stac
     if shape == "stacks":
         prefix = wrapper_prefix(stacks[0].path, config)
         for stack, name in zip(stacks, ("encoder", "decoder")):
+            inner = re.search(r"\.\d+\.", stack.path)
+            if inner:  # e.g. decoder.block.0.layer: block 0's sub-blocks, under a stack of one layer
+                raise SpecboundError(f"{ckpt.location}: the {name} stack found is {stack.path}, the sub-blocks of "
+                                     f"layer {inner.group()[1:-1]} of {stack.path[:inner.start()]}: a stack of one "
+                                     f"layer cannot be told from a wrapper around one; write the spec by hand "
+                                     f"(docs/architectures.md)")
             draft.note(f"{name} layers", f"{stack.path}.{LAYER_PLACEHOLDER} with L = {stack.L}",
                        f"a top-level stack named {name}" + ("; its layers hold a cross-attention" if name == "decoder"
                                                             else ""))
