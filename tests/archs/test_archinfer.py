@@ -76,6 +76,11 @@ def _build(family):
         "gemma3_text": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
             intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
+        # disentangled attention: its position terms are in config.json, not in the weights
+        "deberta_v2": lambda: T.DebertaV2ForSequenceClassification(T.DebertaV2Config(
+            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+            relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8, max_relative_positions=16,
+            norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)),
         # every matrix square (d_ff = N): nothing reveals the layout
         "bert_square": lambda: T.BertModel(T.BertConfig(
             hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=N, vocab_size=50)),
@@ -135,7 +140,7 @@ def _expert_names(spec):
 
 
 @pytest.mark.parametrize("family", ["bert", "llama", "opt", "gpt2", "gpt_neox", "phi", "phi3", "gptj", "bloom",
-                                    "falcon", "mixtral", "qwen2_moe", "qwen3_moe"])
+                                    "falcon", "mixtral", "qwen2_moe", "qwen3_moe", "deberta_v2"])
 def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys):
     original, copy = renamed(family)
     with pytest.raises(SpecboundError, match="specbound arch infer"):
@@ -404,3 +409,18 @@ def test_a_decoder_whose_second_attention_is_unnamed_is_refused_naming_it(tmp_pa
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and "write the spec by hand" in err
     assert "other_attention" in err
+
+
+def test_a_one_layer_stack_is_refused_naming_it(tmp_path, capsys):
+    """A decoder of one layer looks like a wrapper around its sub-blocks (decoder.block.0.layer.{0,1,2}):
+    refused in one line that says so, not as a decoder without cross-attention."""
+    torch = pytest.importorskip("torch")
+    t = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    t.T5ForConditionalGeneration(t.T5Config(d_model=32, d_kv=8, num_layers=2, num_decoder_layers=1, num_heads=4,
+                                            d_ff=48, vocab_size=50)).save_pretrained(tmp_path / "m")
+    capsys.readouterr()
+    assert main(["arch", "infer", str(tmp_path / "m")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "decoder.block.0.layer" in err and "one layer" in err

@@ -169,3 +169,87 @@ def test_convolution_layer_is_refused_naming_it(tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "encoder.conv." in err and "convolution" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("terms", [("p2c", "c2p"), ("c2p",)])
+def test_attention_output_obeys_the_factors_by_brute_force(terms):
+    """The module's attention output (self-attention then ``attention.output.dense``, biases zero) on
+    rows in the unit ball, the position rows ``p`` of norm 1 (normalisation as projection) and the
+    query weights scaled by the module's ``sqrt((1 + n) d_h)``, so that its logits are exactly the
+    theorem's: gradient ascent over the inputs finds no ratio above ``sum_h c(OV_h)(1 + 2 (2 + n)
+    c(QK_h))``, and perturbing head 1's ``QK`` by ``Delta`` moves the output by at most
+    ``2 (1 + n) c(OV_1) ||Delta||`` (docs/theory.md 3h; the feed-forward factor is section 3's)."""
+    from support.lipschitz import measured_lipschitz, unit_rows
+
+    n = len(terms)
+    model = _model(terms)
+    enc, layer = model.encoder, model.encoder.layer[0]
+    att, dense = layer.attention.self, layer.attention.output.dense
+    with torch.no_grad():
+        torch.nn.init.zeros_(dense.bias)
+        for w in (att.query_proj.weight, att.key_proj.weight):
+            w *= 0.3  # logits of order one, so the softmax is not saturated
+        wq, wk, wv, wo = (_row(m).copy() for m in (att.query_proj, att.key_proj, att.value_proj, dense))
+        att.query_proj.weight *= _module_scale(1 + n)
+        rel = enc.get_rel_embedding()
+        rel = rel / rel.norm(dim=-1, keepdim=True)
+    heads = [slice(h * D, (h + 1) * D) for h in range(H)]
+    qk = [np.linalg.norm(wq[:, s] @ wk[:, s].T, 2) for s in heads]
+    ov = [np.linalg.norm(wv[:, s] @ wo[s], 2) for s in heads]
+    mask = torch.ones(1, 1, T, T, dtype=torch.bool)
+    rel_pos = enc.get_rel_pos(torch.zeros(1, T, N, dtype=torch.float64))
+
+    def output(x):
+        return dense(att(x[None], mask, relative_pos=rel_pos, rel_embeddings=rel)[0][0])
+
+    factor = sum(o * (1 + 2 * (2 + n) * q) for o, q in zip(ov, qk))
+    assert 0 < measured_lipschitz(output, [(T, N)], [0], steps=40) <= factor
+
+    gen = torch.Generator().manual_seed(5)
+    delta = torch.zeros_like(att.query_proj.weight)
+    delta[heads[1]] = torch.randn(D, N, dtype=torch.float64, generator=gen)
+    d_qk = float(np.linalg.norm(delta[heads[1]].numpy().T @ wk[:, heads[1]].T, 2))
+    step = 1e-6 / d_qk
+    worst = 0.0
+    for _ in range(8):
+        x = unit_rows((T, N), 1.0, gen)
+        with torch.no_grad():
+            before = output(x)
+            att.query_proj.weight += step * _module_scale(1 + n) * delta  # the logits' QK moves by step * dQK
+            after = output(x)
+            att.query_proj.weight -= step * _module_scale(1 + n) * delta
+        worst = max(worst, float((after - before).norm(dim=-1).max()) / step)
+    assert 0 < worst <= 2 * (1 + n) * ov[1] * d_qk
+
+
+def test_without_relative_attention_the_terms_are_off(tmp_path):
+    """``relative_attention: false`` with ``pos_att_type`` still listed: the module adds no position
+    term (its logits are ``x QK x^T`` over its scale), and the analysis is the plain chain's
+    (``1 + 4 c(QK)``, no ``disentangled_attention``)."""
+    torch.manual_seed(4)
+    model = transformers.DebertaV2Model(transformers.DebertaV2Config(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
+        relative_attention=False, pos_att_type=["p2c", "c2p"])).eval()
+    for name, p in model.named_parameters():
+        torch.nn.init.normal_(p, std=0.3)
+        if name.endswith("_proj.bias"):
+            torch.nn.init.zeros_(p)
+    model.save_pretrained(tmp_path)
+    model = model.double()
+    att = model.encoder.layer[0].attention.self
+    x = _unit_rows(np.random.default_rng(2))
+    with torch.no_grad():
+        _, probs = att(torch.tensor(x[None]), torch.ones(1, 1, T, T, dtype=torch.bool), output_attentions=True)
+    logits = torch.log(probs[0]).numpy()
+    wq, wk = _row(att.query_proj), _row(att.key_proj)
+    for h in range(H):
+        plain = x @ wq[:, h * D:(h + 1) * D] @ wk[:, h * D:(h + 1) * D].T @ x.T / _module_scale(3)
+        np.testing.assert_allclose(logits[h] - logits[h].mean(-1, keepdims=True),
+                                   plain - plain.mean(-1, keepdims=True), rtol=0, atol=1e-9)
+    result = specbound.analyze(tmp_path, threads=1)
+    assert "position_terms" not in result.model
+    assert "disentangled_attention" not in {a["name"] for a in result.assumptions if a["applies"]}
+    m = result.matrices
+    c = {role: m[m["role"] == role]["spectral_norm"].to_numpy() for role in ("QK", "OV", "FF_in", "FF_out")}
+    lam = 1.13 * c["FF_in"][0] * c["FF_out"][0] * np.sum(c["OV"] * (1 + 4 * c["QK"]))
+    assert result.layers["lambda"][0] == pytest.approx(lam, rel=1e-12)

@@ -295,8 +295,8 @@ def test_a_stack_of_the_wrong_depth_is_one_line(tmp_path, capsys):
 
 
 def test_older_t5_configs_name_the_activation_by_feed_forward_proj(tmp_path):
-    """T5 v1.1 configs saved before dense_act_fn existed say only feed_forward_proj = gated-gelu, HF's
-    gelu_new: the same L_phi and the same numbers."""
+    """T5 v1.1 configs saved before dense_act_fn and is_gated_act existed say only feed_forward_proj =
+    gated-gelu, HF's gelu_new: the same gated block, the same L_phi and the same numbers."""
     import shutil
 
     folder = save_family("flan_t5", tmp_path / "flan_t5")[2]
@@ -306,7 +306,48 @@ def test_older_t5_configs_name_the_activation_by_feed_forward_proj(tmp_path):
     shutil.copy(folder / "model.safetensors", older_dir / "model.safetensors")
     config = json.loads((folder / "config.json").read_text())
     assert config.pop("dense_act_fn") == "gelu_new" and config["feed_forward_proj"] == "gated-gelu"
+    assert config.pop("is_gated_act") is True
     (older_dir / "config.json").write_text(json.dumps(config))
     older = specbound.analyze(older_dir, threads=1)
     assert older.model["activation"] == "gelu_new"
     assert older.all_bounds() == current.all_bounds()
+
+
+@pytest.mark.parametrize("proj, l_phi", [("gated-gelu_pytorch_tanh", 1.13), ("gated-quick_gelu", 1.0999),
+                                         ("gelu", 1.13)])
+def test_any_gated_activation_t5_accepts_is_a_gated_block(tmp_path, proj, l_phi):
+    """T5Config takes any ``gated-<activation>`` (is_gated_act, dense_act_fn): wi_0 the gate, wi_1 the up
+    projection, whatever the activation, each matrix the module's; a plain ``<activation>`` is one wi."""
+    torch.manual_seed(2)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        d_model=N, d_kv=8, num_layers=1, num_decoder_layers=1, num_heads=H, d_ff=D_FF, vocab_size=50,
+        feed_forward_proj=proj)).eval()
+    model.save_pretrained(tmp_path)
+    m = specbound.analyze(tmp_path, threads=1)
+    assert m.options["l_phi"] == l_phi
+    for layer, block in ((0, model.encoder.block[0].layer[1]), (1, model.decoder.block[0].layer[2])):
+        d = block.DenseReluDense.double()
+        names = {"FF_gate": (d.wi_0, N), "FF_up": (d.wi_1, N)} if proj.startswith("gated") else {"FF_in": (d.wi, N)}
+        for role, (module, n_in) in {**names, "FF_out": (d.wo, D_FF)}.items():
+            row = m.matrices[(m.matrices["layer"] == layer) & (m.matrices["role"] == role)].iloc[0]
+            assert row["spectral_norm"] == pytest.approx(np.linalg.norm(_proj(module, n_in), 2), rel=1e-9), (layer, role)
+
+
+def test_a_variant_s_when_may_list_conditions():
+    """``when`` as a list: any one condition selects the variant (T5's is_gated_act, or feed_forward_proj
+    for configs without it); an entry that is not a non-empty object is a one-line error."""
+    from importlib.resources import files
+
+    from specbound.archs.spec import parse_spec
+    from specbound.errors import SpecboundError
+
+    doc = json.loads((files("specbound.archs") / "data" / "t5.json").read_text())
+    spec = parse_spec(doc, "t5.json")
+    gated = lambda config: spec.for_config(config).feed_forward  # noqa: E731
+    assert gated({"is_gated_act": True, "feed_forward_proj": "gated-mish"}) == "gated"
+    assert gated({"feed_forward_proj": "gated-gelu"}) == "gated"
+    assert gated({"is_gated_act": False, "feed_forward_proj": "relu"}) == "plain"
+    doc["variants"][0]["when"] = [{"is_gated_act": True}, "gated"]
+    with pytest.raises(SpecboundError, match="any one selects the variant") as err:
+        parse_spec(doc, "t5.json")
+    assert "\n" not in str(err.value)

@@ -131,3 +131,41 @@ def test_wav2vec2_adapter_is_refused_naming_it(tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "adapter" in err and len(err.splitlines()) == 1
+
+
+def test_modernbert_rotary_qk_norm_is_the_max_over_every_position_pair(tmp_path):
+    """Five layers with a global layer every third (3 does not divide 5), a local window and two small
+    bases: each head's reported c(QK) is max over all query and key positions ``t, s <
+    max_position_embeddings`` of ``||rot_t(W_Q) rot_s(W_K)^T||_2``, the rotation applied by the module's own
+    ``apply_rotary_pos_emb`` with the base of the layer's type in its config.  (The module's ``cos``,
+    ``sin`` are float32, so the reference recomputes them in float64 from the same base: docs/rotary.md.)"""
+    from transformers.models.modernbert.modeling_modernbert import apply_rotary_pos_emb
+
+    positions = 12
+    torch.manual_seed(3)
+    model = _save(transformers.ModernBertModel(transformers.ModernBertConfig(
+        hidden_size=N, num_hidden_layers=5, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=3,
+        local_attention=4, max_position_embeddings=positions, global_rope_theta=300.0, local_rope_theta=20.0)),
+        tmp_path)
+    matrices = specbound.analyze(tmp_path, threads=1).matrices
+    config, d = model.config, N // H
+    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention", "full_attention",
+                                  "sliding_attention"]
+    eye = torch.eye(N, dtype=torch.float64)
+    for i, layer in enumerate(model.layers):
+        base = config.rope_parameters[layer.attention_type]["rope_theta"]
+        angles = torch.arange(positions, dtype=torch.float64)[:, None] / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        emb = torch.cat([angles, angles], dim=-1)[None, :, None]  # (1, positions, 1, d)
+        module_cos, _ = model.rotary_emb(eye[None, :positions], torch.arange(positions)[None], layer.attention_type)
+        np.testing.assert_allclose(module_cos[0].numpy(), emb.cos()[0, :, 0].numpy(), rtol=0, atol=1e-6)
+        with torch.no_grad():
+            q, k, _ = (layer.attn.Wqkv(eye) - layer.attn.Wqkv(0 * eye[:1])).view(N, 3, H, d).unbind(1)
+            # every basis row at every position: (1, positions, N, H, d) -> rotated
+            rq, rk = apply_rotary_pos_emb(q.expand(1, positions, N, H, d), k.expand(1, positions, N, H, d),
+                                          emb.cos(), emb.sin(), unsqueeze_dim=2)
+        reported = matrices[(matrices["layer"] == i) & (matrices["role"] == "QK")]["spectral_norm"].to_numpy()
+        for h in range(H):
+            logits = torch.einsum("tnd,smd->tsnm", rq[0, :, :, h], rk[0, :, :, h])  # (t, s, N, N)
+            exact = torch.linalg.matrix_norm(logits, 2).max().item()
+            assert reported[h] == pytest.approx(exact, rel=1e-9), (i, layer.attention_type, h)

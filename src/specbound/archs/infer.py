@@ -176,6 +176,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
         "config": keys,
         **_block(config, stack, draft),
         **_positions(config, draft),
+        **_disentangled(config, draft),
         **qk_norm,
         "feed_forward": "gated" if {"ff_gate", "ff_gate_up"} & set(roles) else "plain",
         **extra,
@@ -573,6 +574,22 @@ def _positions(config: dict, draft: Draft) -> dict[str, Any]:
     return out
 
 
+def _disentangled(config: dict, draft: Draft) -> dict[str, Any]:
+    """``position_terms`` when config.json has DeBERTa-v2/v3's disentangled-attention keys: the
+    content-to-position and position-to-content terms reuse each head's QK on the relative position
+    embeddings and enter Lambda and gamma* (docs/theory.md 3h).  The weights cannot show them, and a
+    draft without them would analyse the attention as a plain one (its factors too small)."""
+    if "pos_att_type" not in config or "relative_attention" not in config:
+        return {}
+    draft.note("position terms", f"disentangled attention: pos_att_type={config['pos_att_type']!r} when "
+               f"relative_attention (now {config['relative_attention']})",
+               "config.json's pos_att_type and relative_attention (DeBERTa-v2/v3): each term reuses the head's QK "
+               "against the normalised relative embeddings, which needs share_att_key and norm_rel_ebd layer_norm "
+               "(checked when analysed)", verify=True)
+    return {"position_terms": {"config_key": "pos_att_type", "enabled_by": "relative_attention",
+                               "requires": {"share_att_key": True, "norm_rel_ebd": "layer_norm"}}}
+
+
 # A per-layer 1-D weight normalising the queries or the keys (Qwen3, Gemma 3, OLMo2: q_norm / k_norm;
 # Persimmon, StableLM: q_layernorm / k_layernorm; Cohere: q_norm with a LayerNorm).  It changes the
 # logit, so it is drafted (an RMSNorm gain) or refused, never ignored.
@@ -764,6 +781,12 @@ def _infer_two(ckpt: Checkpoint, draft: Draft, model_type: str, shape: str, stac
     if shape == "stacks":
         prefix = wrapper_prefix(stacks[0].path, config)
         for stack, name in zip(stacks, ("encoder", "decoder")):
+            inner = re.search(r"\.\d+\.", stack.path)
+            if inner:  # e.g. decoder.block.0.layer: block 0's sub-blocks, under a stack of one layer
+                raise SpecboundError(f"{ckpt.location}: the {name} stack found is {stack.path}, the sub-blocks of "
+                                     f"layer {inner.group()[1:-1]} of {stack.path[:inner.start()]}: a stack of one "
+                                     f"layer cannot be told from a wrapper around one; write the spec by hand "
+                                     f"(docs/architectures.md)")
             draft.note(f"{name} layers", f"{stack.path}.{LAYER_PLACEHOLDER} with L = {stack.L}",
                        f"a top-level stack named {name}" + ("; its layers hold a cross-attention" if name == "decoder"
                                                             else ""))

@@ -158,7 +158,8 @@ class ArchSpec:
     shared_layers: dict[str, str] | None = None
     rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
     position_terms: dict[str, Any] | None = None  # disentangled attention (DeBERTa): see position_term_count
-    variants: tuple[tuple[dict[str, Any], "ArchSpec"], ...] = ()  # (config condition, the spec it selects)
+    # (config conditions, any of which selects the spec, the spec)
+    variants: tuple[tuple[tuple[dict[str, Any], ...], "ArchSpec"], ...] = ()
     stacks: "tuple[StackSpec, ...] | None" = None  # an encoder-decoder's stacks (its own tensors are then {})
     towers: "tuple[TowerSpec, ...] | None" = None  # a two-tower model's towers (its own tensors are then {})
     tower: str | None = None  # the tower this spec reads (one tower of a two-tower family)
@@ -171,11 +172,12 @@ class ArchSpec:
         return next(s for s in self.stacks if s.name == name)
 
     def for_config(self, config: dict[str, Any]) -> "ArchSpec":
-        """The spec of the first ``variants`` entry whose condition ``config`` meets (T5 v1.1's gated
-        feed-forward, DINOv2's SwiGLU), else this one.  A condition maps config keys to a value or a
-        list of accepted values; an absent key has the value None."""
-        for when, variant in self.variants:
-            if all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items()):
+        """The spec of the first ``variants`` entry one of whose conditions ``config`` meets (T5 v1.1's
+        gated feed-forward, DINOv2's SwiGLU), else this one.  A condition maps config keys to a value or
+        a list of accepted values; an absent key has the value None."""
+        for conditions, variant in self.variants:
+            if any(all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
+                   for when in conditions):
                 return variant
         return self
     rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
@@ -423,7 +425,8 @@ def _str_list(raw: dict, key: str, origin: str, required: bool = True) -> tuple[
 def parse_spec(raw: Any, origin: str) -> ArchSpec:
     """Validate a decoded spec document and build the :class:`ArchSpec`.
 
-    ``variants`` (a list of ``{"when": {config key: value or values}, ...overrides}``): each variant
+    ``variants`` (a list of ``{"when": {config key: value or values}, ...overrides}``, ``when`` also a
+    list of such conditions, any of which selects the variant): each variant
     is the document with its overrides merged in (objects merged key by key, ``null`` removing a
     key), validated as a spec of its own; :meth:`ArchSpec.for_config` picks one."""
     if not isinstance(raw, dict):
@@ -432,14 +435,17 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
         raise _fail(origin, "'variants' must be a list of objects")
     variants = []
     for i, variant in enumerate(raw.get("variants", [])):
-        if not isinstance(variant, dict) or not isinstance(variant.get("when"), dict) or not variant["when"]:
+        when = variant.get("when") if isinstance(variant, dict) else None
+        conditions = when if isinstance(when, list) else [when]
+        if not when or not all(isinstance(c, dict) and c for c in conditions):
             raise _fail(origin, f"variant {i} must be an object with a non-empty 'when' (config key -> value or "
-                                f"list of values) and the keys it overrides")
+                                f"list of values, or a list of such objects: any one selects the variant) and the "
+                                f"keys it overrides")
         overrides = {k: v for k, v in variant.items() if k != "when"}
         if "variants" in overrides or "family" in overrides or "model_types" in overrides:
             raise _fail(origin, f"variant {i} may not override 'variants', 'family' or 'model_types'")
         merged = merge_documents({k: v for k, v in raw.items() if k != "variants"}, overrides)
-        variants.append((dict(variant["when"]), parse_spec(merged, f"{origin} (variant {i})")))
+        variants.append((tuple(dict(c) for c in conditions), parse_spec(merged, f"{origin} (variant {i})")))
     raw = {k: v for k, v in raw.items() if k != "variants"}
     spec = _parse_one(raw, origin)
     if variants:
