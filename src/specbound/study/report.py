@@ -8,7 +8,7 @@ Files written into the study folder::
     runs.csv             one row per run (every run, ``converged`` says which met the criterion)
     correlations.csv     tau / psi / Psi / K / sign-errors with ``value_lo`` / ``value_hi`` (converged runs)
     scaling.csv          every bound's growth exponent in depth and in width, per task and pooled
-    pstar.csv            one row per analysed matrix: its p* and alpha
+    pstar.csv            one row per analysed matrix: its p* and log10 downstream factor
     study.json           timing and the command
     figures/bounds_vs_gap_<task>.png   every bound, gap bound and reference predictor against the gap
     figures/psi_per_axis.png           psi per hyper-parameter with its interval, per task
