@@ -79,7 +79,7 @@ def json_tree(value: Any) -> Any:
 
 
 def from_json_number(value: Any) -> Any:
-    """A number as schema 1 writes it: non-finite floats are null, or the strings ``"inf"``,
+    """A number as schemas 1 and 2 write it: non-finite floats are null, or the strings ``"inf"``,
     ``"-inf"``, ``"nan"`` (a store's ``record.json`` bounds; some schema 1 documents), read as floats."""
     if isinstance(value, str) and value in ("inf", "-inf", "nan"):
         return float(value)
