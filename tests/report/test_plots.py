@@ -134,3 +134,18 @@ def test_the_p_star_cells_are_legible(tiny_store, no_checkpoints):
     """The heat map's cell labels are at least the axes' tick size at a small depth."""
     ax = build_figures(tiny_store)["p_star_heatmap"].axes[0]
     assert ax.texts and min(t.get_fontsize() for t in ax.texts) >= 9
+
+
+def test_a_model_name_with_dollars_does_not_break_the_mathtext():
+    """The contribution figure's title mixes mathtext ($P_m$) with the model's name, taken as plain text."""
+    import io
+
+    import pandas as pd
+
+    from specbound.records.plot import figure_contributions
+
+    curves = pd.DataFrame({"matrix": [0] * 3, "layer": [0] * 3, "role": ["QK"] * 3, "p": [0.0, 1.0, 2.0],
+                           "c_over_c0": [1.0, 2.0, 3.0]})
+    fig = figure_contributions(curves, pd.DataFrame({"p_star": [0.0]}), "runs/$HOME/$x_1", grid_m=1, n_layers=1)
+    fig.savefig(io.BytesIO(), format="png")  # a bad mathtext string raises here
+    assert fig._suptitle.get_text().endswith(r"runs/\$HOME/\$x_1")

@@ -122,7 +122,8 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
         style_grid(ax)
         ax.legend(frameon=False, fontsize=7, loc="best")
     _layer_key(fig, axes, L, colors)
-    fig.suptitle(f"Contribution curves on $P_m$ (m={grid_m}): {title}", fontsize=10)
+    # the model's name as plain text: a "$" in it must not pair with the mathtext of P_m
+    fig.suptitle(f"Contribution curves on $P_m$ (m={grid_m}): " + title.replace("$", r"\$"), fontsize=10)
     return fig
 
 
