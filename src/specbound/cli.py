@@ -177,6 +177,12 @@ def _parser() -> argparse.ArgumentParser:
     loading.add_argument("--set", metavar="KEY=VALUE", action="append", dest="config_set", default=[],
                          help="one config key (repeatable; VALUE read as JSON when it parses, else as text): "
                               "--set num_attention_heads=12 --set hidden_act=gelu")
+    loading.add_argument("--stream", action="store_true",
+                         help="read a hub id not in the cache by HTTP range requests (each shard's header, then each "
+                              "tensor when its layer is analysed), never downloading it: disk use none, memory one layer")
+    loading.add_argument("--disk-budget", metavar="BYTES", type=_disk_budget,
+                         help="stream a hub id not in the cache when its weights exceed BYTES (20GB, 500MiB, "
+                              "1000000); default: the free space of the cache's filesystem")
     _add_analysis_options(an)
 
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
@@ -312,6 +318,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _disk_budget(text: str) -> int:
+    from .io.hub_fetch import parse_size
+
+    try:
+        return parse_size(text)
+    except SpecboundError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _analyze(args) -> int:
     from .pipeline import LayersBar, analyze
     from .records.view import format_headline, format_summary
@@ -329,7 +344,8 @@ def _analyze(args) -> int:
                                  f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")
         source = f"{source}@{args.revision}"
     try:
-        result = analyze(source, progress=bar, config=_config_from(args), **_options_from(args))
+        result = analyze(source, progress=bar, config=_config_from(args), stream=args.stream,
+                         disk_budget=args.disk_budget, **_options_from(args))
     finally:
         bar.close()
     if args.out:

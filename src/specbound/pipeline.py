@@ -42,7 +42,7 @@ from .records import Analysis, TowerAnalyses, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
             config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
-            **overrides) -> Analysis:
+            stream: bool = False, disk_budget: int | str | None = None, **overrides) -> Analysis:
     """Analyse a checkpoint: every spectral quantity and every registered bound.
 
     Parameters
@@ -59,6 +59,12 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
         config.json contents, for a bare state dict (a module's ``.config`` is used otherwise).
     progress : bool or callable(done, total), optional
         True: a layers progress bar (tqdm); a callable is called after each layer.
+    stream : bool, optional
+        A hub id not in the local cache is read by HTTP range requests (each shard's header, then
+        each tensor when its layer is analysed), never downloaded: disk use none, memory a layer.
+    disk_budget : int or str, optional
+        Bytes (``20GB``, ``500MiB``): a hub id not in the cache whose weights exceed it is streamed
+        instead of downloaded, with a warning (default: the free space of the cache's filesystem).
 
     Returns
     -------
@@ -68,7 +74,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     """
     opts = AnalysisOptions.build(options, **overrides)
     models = open_models(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec,
-                         config=config, tower=opts.tower)
+                         config=config, tower=opts.tower, stream=stream, disk_budget=disk_budget)
     name = f"{DEFAULT_NAME} (embedded default)" if source is None else None
     try:
         for model in models:  # an activation without a known constant: refused before any weight is read
@@ -248,10 +254,13 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
 
 
 def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, config: dict | None = None,
-                tower: str | None = None) -> list[OpenModel]:
+                tower: str | None = None, stream: bool = False, disk_budget: int | str | None = None
+                ) -> list[OpenModel]:
     """:func:`open_model`, every tower of a two-tower model (or the one named ``tower``) opened as a
-    chain of its own on the one checkpoint; one chain for any other model."""
-    ckpt = complete_config(open_checkpoint(source, config))  # an ONNX export without config.json
+    chain of its own on the one checkpoint; one chain for any other model (``stream``,
+    ``disk_budget``: how a hub id is read, :func:`~specbound.io.open_checkpoint`)."""
+    # complete_config: an ONNX export without config.json
+    ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget))
     try:
         spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
         if spec.towers is None:

@@ -1,12 +1,20 @@
-"""A local stand-in for the Hugging Face Hub's HTTP API, enough for ``huggingface_hub`` to list and
-download a model repository: the tests point ``HF_ENDPOINT`` at it and never reach the internet.
+"""A local stand-in for the Hugging Face Hub's HTTP API, enough for ``huggingface_hub`` to list,
+download and range-read a model repository: the tests point ``HF_ENDPOINT`` at it and never reach
+the internet.
 
 Routes (as ``huggingface_hub`` calls them):
-* ``GET /api/models/{org}/{name}/revision/{rev}``: the model info, whose ``siblings`` list the files;
+* ``GET /api/models/{org}/{name}[/revision/{rev}]``: the model info, whose ``siblings`` list the files
+  with their sizes (``files_metadata=True``);
+* ``GET /api/models/{org}/{name}/tree/{rev}[/{path}]``: the files under ``path`` (``list_repo_tree``,
+  ``HfFileSystem.ls``), and ``POST /api/models/{org}/{name}/paths-info/{rev}`` (``get_paths_info``);
 * ``HEAD /{org}/{name}/resolve/{rev}/{file}``: ``ETag``, ``X-Repo-Commit`` and ``Content-Length``;
-* ``GET`` on the same route, honouring ``Range: bytes=a-`` / ``bytes=a-b`` (a resumed download).
-Every request is logged in :attr:`HubServer.log` as ``(method, path, Range header)``.
-Errors carry the hub's ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``, ``RevisionNotFound``).
+* ``GET`` on the same route, honouring ``Range: bytes=a-`` / ``bytes=a-b`` (206 with ``Content-Range``);
+  any other Range (several ranges, a suffix ``bytes=-n``, a start past the end) is refused with 416,
+  never answered with the wrong bytes.
+Every request is logged in :attr:`HubServer.log` as ``(method, path, Range header)``, the body bytes
+sent in :attr:`HubServer.sent`; ``on_request`` (if set) is called before each answer (a test samples
+the disk there).  Errors carry the hub's ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``,
+``RevisionNotFound``).
 """
 
 from __future__ import annotations
@@ -27,10 +35,16 @@ class HubServer:
     half the bytes and drops the connection (a network failure mid-download)."""
 
     def __init__(self, repos: dict[str, Path], commit: str = "a" * 40, gated: tuple[str, ...] = (),
-                 cut: tuple[str, ...] = ()):
+                 cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = ()):
         self.repos, self.commit, self.gated = {k: Path(v) for k, v in repos.items()}, commit, set(gated)
         self.cut = set(cut)
+        # cut_ranges: the next that many ranged GETs of a weights file send half their bytes and drop
+        # the connection; short: files whose ranges are answered one byte short (a consistent but wrong
+        # Content-Length).
+        self.cut_ranges, self.short = cut_ranges, set(short)
         self.log: list[tuple[str, str, str]] = []
+        self.sent = 0
+        self.on_request = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -41,6 +55,9 @@ class HubServer:
                 server._answer(self, body=False)
 
             def do_GET(self):
+                server._answer(self, body=True)
+
+            def do_POST(self):
                 server._answer(self, body=True)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -68,52 +85,102 @@ class HubServer:
         h.end_headers()
         h.wfile.write(body)
 
+    def _json(self, h, doc, body: bool) -> None:
+        data = json.dumps(doc).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        if body:
+            h.wfile.write(data)
+            self.sent += len(data)
+
+    def _entries(self, folder: Path, under: str, recursive: bool) -> list[dict]:
+        """The tree listing's entries below ``under`` (a file, or a folder's children)."""
+        base = folder / under if under else folder
+        if base.is_file():
+            found = [base]
+        else:
+            found = sorted(base.rglob("*") if recursive else base.iterdir()) if base.is_dir() else []
+        return [{"type": "file", "path": str(p.relative_to(folder)), "size": p.stat().st_size,
+                 "oid": hashlib.sha1(p.read_bytes()).hexdigest()} if p.is_file()
+                else {"type": "directory", "path": str(p.relative_to(folder)), "oid": "0" * 40, "size": 0}
+                for p in found]
+
     def _answer(self, h, body: bool) -> None:
-        path = unquote(urlsplit(h.path).path)
+        parts = urlsplit(h.path)
+        path = unquote(parts.path)
         self.log.append((h.command, path, h.headers.get("Range", "")))
-        info = re.fullmatch(r"/api/models/([^/]+/[^/]+)/revision/(.+)", path)
+        if self.on_request is not None:
+            self.on_request()
+        length = int(h.headers.get("Content-Length") or 0)
+        payload = h.rfile.read(length) if h.command == "POST" and length else b""
+        info = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/(.+))?", path)
+        tree = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)/?(.*)", path)
+        paths_info = re.fullmatch(r"/api/models/([^/]+/[^/]+)/paths-info/([^/]+)", path)
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
-        repo_id = (info or resolve).group(1) if (info or resolve) else None
+        route = info or tree or paths_info or resolve
+        repo_id = route.group(1) if route else None
         if repo_id not in self.repos:
             return self._error(h, 404, "RepoNotFound")
         if repo_id in self.gated and h.headers.get("Authorization") != "Bearer hf_granted":
             return self._error(h, 403, "GatedRepo")
-        if (info or resolve).group(2) not in ("main", self.commit):
+        if (route.group(2) or "main") not in ("main", self.commit):
             return self._error(h, 404, "RevisionNotFound")
         folder = self.repos[repo_id]
         if info:
-            files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
-            data = json.dumps({"id": repo_id, "modelId": repo_id, "sha": self.commit, "private": False,
-                               "siblings": [{"rfilename": f} for f in files]}).encode()
-            h.send_response(200)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            if body:
-                h.wfile.write(data)
-            return None
+            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            return self._json(h, {"id": repo_id, "modelId": repo_id, "sha": self.commit, "private": False,
+                                  "siblings": [{"rfilename": str(p.relative_to(folder)), "size": p.stat().st_size}
+                                               for p in files]}, body)
+        if tree:
+            return self._json(h, self._entries(folder, tree.group(3), "recursive=true" in parts.query.lower()), body)
+        if paths_info:
+            asked = [unquote(v) for k, v in (f.partition("=")[::2] for f in payload.decode().split("&")) if k == "paths"]
+            return self._json(h, [e for p in asked for e in self._entries(folder, p, False)[:1]
+                                  if e["path"] == p], body)
         file = folder / resolve.group(3)
         if not file.is_file():
             return self._error(h, 404, "EntryNotFound")
         data = file.read_bytes()
         start, end, status = 0, len(data) - 1, 200
-        ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", h.headers.get("Range", ""))
-        if ranged and body:
-            start, end, status = int(ranged.group(1)), int(ranged.group(2) or end), 206
+        asked = h.headers.get("Range")
+        if asked is not None:
+            ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", asked.strip())
+            if ranged is None or int(ranged.group(1)) >= len(data) or (
+                    ranged.group(2) and int(ranged.group(2)) < int(ranged.group(1))):
+                h.send_response(416)  # not understood or not satisfiable: refused, never guessed
+                h.send_header("Content-Range", f"bytes */{len(data)}")
+                h.send_header("Content-Length", "0")
+                h.end_headers()
+                return None
+            start, status = int(ranged.group(1)), 206
+            end = min(int(ranged.group(2) or end), len(data) - 1)
+        name, claimed = resolve.group(3), end
+        if status == 206 and name in self.short and end > start:
+            end -= 1  # one byte short, consistently declared
         h.send_response(status)
         h.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
         h.send_header("X-Repo-Commit", self.commit)
         h.send_header("Content-Length", str(end - start + 1))
         if status == 206:
-            h.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            h.send_header("Content-Range", f"bytes {start}-{claimed}/{len(data)}")
         h.end_headers()
-        if body and status == 200 and resolve.group(3) in self.cut:
-            self.cut.discard(resolve.group(3))
-            h.wfile.write(data[: len(data) // 2])
+        if not body:
+            return None
+        cut = (status == 200 and name in self.cut) or (status == 206 and self.cut_ranges > 0
+                                                       and name.endswith(".safetensors") and end - start > 64)
+        if cut:
+            if status == 200:
+                self.cut.discard(name)
+            else:
+                self.cut_ranges -= 1
+            h.wfile.write(data[start:start + (end - start + 1) // 2])
             h.wfile.flush()
+            self.sent += (end - start + 1) // 2
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
             return None
-        if body:
-            h.wfile.write(data[start:end + 1])
+        h.wfile.write(data[start:end + 1])
+        self.sent += end - start + 1
         return None

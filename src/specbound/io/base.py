@@ -223,14 +223,20 @@ def load_json(path: Path, what: str, fix: str) -> Any:
     """``path`` decoded as JSON; any failure (not a regular file, too large, unreadable, not UTF-8,
     not JSON, nested deeper than ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and
     how to ``fix`` it."""
-    text = read_regular_file(path, MAX_JSON_BYTES, what, fix)
+    return decode_json(read_regular_file(path, MAX_JSON_BYTES, what, fix), f"the {what} {path}", fix)
+
+
+def decode_json(data: bytes, where: str, fix: str) -> Any:
+    """``data`` (at most ``MAX_JSON_BYTES``, from a file or an HTTP response) decoded as UTF-8 JSON
+    nested at most ``MAX_JSON_DEPTH`` levels; a failure is a one-line error naming ``where`` it
+    came from and how to ``fix`` it."""
     try:
-        text = text.decode("utf-8")
+        text = data.decode("utf-8")
         if _json_depth(text) > MAX_JSON_DEPTH:
             raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
         return json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise SpecboundError(f"cannot read the {what} {path} as JSON ({type(exc).__name__}: "
+        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
                              f"{str(exc)[:200]}); {fix}") from None
 
 
@@ -257,9 +263,13 @@ def read_config(folder: Path) -> dict[str, Any]:
             f"{folder} has no config.json: a Hugging Face model folder needs config.json beside "
             f"its weights (save the model with save_pretrained)"
         )
-    config = load_json(cfg_path, "model config", "re-save the model with save_pretrained")
+    return check_config(load_json(cfg_path, "model config", "re-save the model with save_pretrained"), cfg_path)
+
+
+def check_config(config: Any, where: Any) -> dict[str, Any]:
+    """A decoded config.json, which must be a JSON object."""
     if not isinstance(config, dict):
-        raise SpecboundError(f"{cfg_path} must hold a JSON object, found {type(config).__name__}")
+        raise SpecboundError(f"{where} must hold a JSON object, found {type(config).__name__}")
     return config
 
 

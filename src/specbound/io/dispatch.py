@@ -18,28 +18,43 @@ from .base import Checkpoint, read_config
 from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES, format_of
 
 
-def open_checkpoint(source: Any, config: dict[str, Any] | None = None) -> Checkpoint:
+def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream: bool = False,
+                    disk_budget: int | str | None = None) -> Checkpoint:
     """Resolve ``source`` to a :class:`Checkpoint`.
 
     ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
     ``pytorch_model.bin`` single or sharded, else an ONNX export ``model.onnx``), a weights file
     (``.safetensors``, ``.bin``, ``.pt``, ``.pth``, ``.onnx``) with config.json beside it, a hub id
     (``org/name[@revision]``) from the local Hugging Face cache or fetched (:mod:`.hub_fetch`), or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
-    bare state dict).
+    bare state dict).  ``stream``: a hub id not in the cache is read by HTTP range requests, never
+    downloaded; ``disk_budget`` (bytes, or ``"20GB"``): a hub id whose files exceed it is streamed
+    (default: the free space of the cache's filesystem) (:mod:`.hub_fetch`).
     """
     refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
+    if stream and (not isinstance(source, (str, os.PathLike)) or Path(source).expanduser().exists()):
+        raise SpecboundError(f"stream=True (--stream) reads a hub id ORG/NAME by HTTP range requests; "
+                             f"{_shown(source)} is not one: leave --stream out for a local model")
+    if disk_budget is not None:  # a budget that does not parse is an error, cached model or not
+        from .hub_fetch import parse_size
+
+        disk_budget = parse_size(disk_budget)
     if not isinstance(source, (str, os.PathLike)):
         from .pytorch import from_memory
 
         return from_memory(source, config)
     with os_errors(f"open the checkpoint {source}"):
-        ckpt = _open_path(source, config)
+        ckpt = _open_path(source, config, stream=stream, disk_budget=disk_budget)
     if config:  # the caller's keys (--config FILE, --set key=value) win over config.json's
         ckpt.config = {**ckpt.config, **config}
     return ckpt
 
 
-def _open_path(source: str | os.PathLike, config: dict[str, Any] | None) -> Checkpoint:
+def _shown(source: Any) -> str:
+    return str(source) if isinstance(source, (str, os.PathLike)) else f"an in-memory {type(source).__name__}"
+
+
+def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stream: bool = False,
+               disk_budget: int | str | None = None) -> Checkpoint:
     path = Path(source).expanduser()
     if not path.exists():
         from .hub_cache import looks_like_hub_id, resolve_hub_id
@@ -49,7 +64,9 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None) -> Chec
                 f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
                 f"(config.json + model.safetensors), a weights file or a hub id ORG/NAME[@REVISION]"
             )
-        path = resolve_hub_id(str(source))
+        path = resolve_hub_id(str(source), stream=stream, disk_budget=disk_budget)
+        if isinstance(path, Checkpoint):  # streamed: config.json read from the server
+            return path
     if path.is_file():
         return _open_file(path, config)
     if not (path / "config.json").is_file():

@@ -117,9 +117,11 @@ def hub_library_snapshot(repo_id: str, revision: str, cache: Path) -> Path | Non
     return path if path.is_dir() and inside else None
 
 
-def resolve_hub_id(source: str) -> Path:
+def resolve_hub_id(source: str, *, stream: bool = False, disk_budget: int | str | None = None):
     """Snapshot folder of ``org/name`` or ``org/name@revision`` (branch, tag, ``refs/pr/N`` or
-    commit hash, or its prefix)."""
+    commit hash, or its prefix); one not in the cache is fetched, or streamed (``stream``, or over
+    ``disk_budget``: then the :class:`~.hub_stream.StreamedCheckpoint`, :func:`.hub_fetch.fetch_hub_id`).
+    A snapshot already in the cache is read from there, streamed or not: nothing is downloaded."""
     repo_id, _, revision = source.partition("@")
     revision = revision or "main"
     if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
@@ -141,6 +143,6 @@ def resolve_hub_id(source: str) -> Path:
         raise SpecboundError(
             f"{repo_id} is in the Hugging Face cache ({repo}) but revision {revision!r} is not "
             f"(snapshots present: {present or 'none'}); pass {repo_id}@<commit> for one of them, or unset "
-            f"HF_HUB_OFFLINE to download it"
+            f"HF_HUB_OFFLINE to {'stream' if stream else 'download'} it"
         )
-    return fetch_hub_id(repo_id, revision, cache_dir())
+    return fetch_hub_id(repo_id, revision, cache_dir(), stream=stream, disk_budget=disk_budget)

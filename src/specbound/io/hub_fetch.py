@@ -6,6 +6,10 @@ duplicate beside them is never fetched.  Each file goes through ``hf_hub_downloa
 cache layout, so a later run finds it offline; a dropped connection resumes where it stopped (a
 Range request) and the hub library's progress bar shows.
 
+Streamed instead (:mod:`.hub_stream`, nothing downloaded) with ``stream=True`` (``--stream``), or
+without asking when those files exceed the disk budget (``--disk-budget``; default: the free space
+of the cache's filesystem), which a one-line warning says.
+
 The environment is read at call time (not at ``huggingface_hub``'s import): ``HF_ENDPOINT`` (a
 mirror or a local server), ``HF_TOKEN`` (gated or private repositories), ``HF_HUB_OFFLINE`` (never
 touch the network); the cache folder (``HF_HUB_CACHE``, ``HF_HOME``) is the caller's
@@ -14,11 +18,13 @@ touch the network); the cache folder (``HF_HUB_CACHE``, ``HF_HOME``) is the call
 
 from __future__ import annotations
 
-import json
 import os
+import re
+import shutil
 from pathlib import Path
 
 from ..errors import SpecboundError
+from .hub_errors import display
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
@@ -40,8 +46,7 @@ def _token() -> str | None:
 
 def needed_files(files: list[str], read_index) -> list[str]:
     """The files of a repository listing (``files``: paths relative to its root) that the analysis
-    reads, in download order; ``read_index()`` returns the shard index's ``weight_map`` values once
-    the index is fetched.  Raises when the repository holds no config.json or no safetensors."""
+    reads, in download order; ``read_index()`` returns the shard index's ``weight_map`` values.  Raises when the repository holds no config.json or no safetensors."""
     present = set(files)
     if CONFIG not in present:
         raise SpecboundError("no config.json")
@@ -58,59 +63,96 @@ def needed_files(files: list[str], read_index) -> list[str]:
                                                        or "no files") + ")")
 
 
-def fetch_hub_id(repo_id: str, revision: str, cache: Path) -> Path:
-    """Download what the analysis needs of ``repo_id`` at ``revision`` into ``cache``; the snapshot
-    folder holding it.  Every failure is a one-line SpecboundError with the fix."""
-    name = f"{repo_id}@{revision}" if revision != "main" else repo_id
+def parse_size(text: str | int) -> int:
+    """Bytes from ``20GB``, ``1.5GiB``, ``500M``, ``1e9`` or an int: decimal units (kB, MB, GB, TB: powers
+    of 1000) and binary ones (KiB, MiB, GiB, TiB: powers of 1024); a bare K/M/G/T is decimal."""
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    match = _SIZE.fullmatch(str(text).strip())
+    if match is None:
+        raise SpecboundError(f"expected a size in bytes such as 20GB, 500MiB or 1000000000, found {text!r}")
+    unit = match.group(2).upper().rstrip("B")
+    scale = 1024 ** _UNITS.index(unit[0]) if unit.endswith("I") else 1000 ** _UNITS.index(unit[:1])
+    return int(float(match.group(1)) * scale)
+
+
+_UNITS = ("", "K", "M", "G", "T", "P")
+_SIZE = re.compile(r"(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*((?:[kKmMgGtTpP]i?)?[bB]?)")
+
+
+def free_disk(cache: Path) -> int | None:
+    """Free bytes on the filesystem of ``cache`` (its nearest existing ancestor), None when unknown."""
+    for folder in (cache, *cache.parents):
+        if folder.exists():
+            try:
+                return shutil.disk_usage(folder).free
+            except OSError:
+                return None
+    return None
+
+
+def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = False,
+                 disk_budget: int | str | None = None):
+    """Download what the analysis needs of ``repo_id`` at ``revision`` into ``cache``: the snapshot
+    folder holding it.  With ``stream``, or when those files exceed ``disk_budget`` bytes (default:
+    the free space of the cache's filesystem), nothing is downloaded: the
+    :class:`~.hub_stream.StreamedCheckpoint` reading them by byte ranges (the automatic case says so
+    in a :class:`~specbound.errors.SpecboundWarning`).  Every failure is a one-line SpecboundError
+    with the fix."""
+    name = display(repo_id, revision)
+    budget = None if disk_budget is None else parse_size(disk_budget)
     if offline():
+        if stream:
+            raise SpecboundError(f"--stream reads {name} over the network and HF_HUB_OFFLINE is set: unset "
+                                 f"HF_HUB_OFFLINE, or pass a model folder or a hub id in the local cache")
         raise SpecboundError(f"{name} is not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE "
                              f"is set: unset HF_HUB_OFFLINE to download it, or pass a local model folder")
     try:
         from huggingface_hub import HfApi, hf_hub_download
-        from huggingface_hub import errors as hf_errors
     except ImportError:
         raise SpecboundError(f"{name} is not in the local Hugging Face cache and huggingface_hub is not "
                              f"installed to fetch it: pip install huggingface_hub") from None
+    from .hub_errors import hub_errors
+    from .hub_stream import HubFiles, open_streamed, read_json_weight_map
+
     endpoint, token = _endpoint(), _token()
-    host = endpoint or "huggingface.co"
 
-    def download(filename: str) -> Path:
-        return Path(hf_hub_download(repo_id, filename, revision=revision, cache_dir=str(cache),
-                                    endpoint=endpoint, token=token))
-
-    def read_index() -> list[str]:
-        with open(download(INDEX), encoding="utf-8") as f:
-            return list(json.load(f).get("weight_map", {}).values())
-
-    try:
-        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision)
-        files = [s.rfilename for s in info.siblings or []]
+    with hub_errors(repo_id, revision, _endpoint()):
+        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, files_metadata=True)
+        sizes = {s.rfilename: s.size for s in info.siblings or []}
+        remote = HubFiles(repo_id, revision, info.sha or revision, endpoint, token)  # every read at one commit
+        weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
         try:
-            wanted = needed_files(files, read_index)
+            wanted = needed_files(list(sizes), lambda: list(weight_map.values()))
         except SpecboundError as e:
-            raise SpecboundError(f"the hub model {name} holds {e}: specbound fetches only config.json and "
+            raise SpecboundError(f"the hub model {name} holds {e}: specbound reads only config.json and "
                                  f"safetensors weights; download it yourself and pass the folder") from None
-        paths = [download(f) for f in wanted]
-    except hf_errors.GatedRepoError:
-        raise SpecboundError(f"{name} is gated on {host}: accept its terms on the model page, then set "
-                             f"HF_TOKEN to a token of that account (or run `hf auth login`)") from None
-    except hf_errors.RepositoryNotFoundError:
-        raise SpecboundError(f"{repo_id} is not a model on {host} (or it is private): check the id, or set "
-                             f"HF_TOKEN to a token that can read it") from None
-    except hf_errors.RevisionNotFoundError:
-        raise SpecboundError(f"{repo_id} has no revision {revision!r} on {host}: pass a branch, tag or "
-                             f"commit hash that exists") from None
-    except hf_errors.HfHubHTTPError as e:
-        status = getattr(getattr(e, "response", None), "status_code", "?")
-        raise SpecboundError(f"{host} answered HTTP {status} while fetching {name}: retry later, or "
-                             f"download it yourself and pass the folder") from None
-    except (OSError, ValueError) as e:  # network down, DNS, a refused connection, a full disk
-        detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise SpecboundError(f"could not fetch {name} from {host} ({detail}): check the network (or "
-                             f"HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
-    except Exception as e:  # noqa: BLE001  (the HTTP client's transport errors are not OSError)
-        if not type(e).__module__.startswith(("httpx", "httpcore", "requests", "urllib3")):
-            raise
-        raise SpecboundError(f"could not fetch {name} from {host} ({type(e).__name__}): check the network "
-                             f"(or HF_ENDPOINT), or pass a local model folder") from None
+        if not stream:
+            stream = _over_budget(name, [sizes[f] for f in wanted], budget, cache)
+        if stream:
+            return open_streamed(remote, weight_map)
+        paths = [Path(hf_hub_download(repo_id, f, revision=remote.commit, cache_dir=str(cache), endpoint=endpoint,
+                                      token=token)) for f in wanted]
     return paths[0].parent
+
+
+def _over_budget(name: str, sizes: list[int | None], budget: int | None, cache: Path) -> bool:
+    """Whether files of ``sizes`` bytes exceed ``budget`` (None: the free space of the cache's
+    filesystem); said in one line when they do.  Unknown sizes or free space: they fit."""
+    room = free_disk(cache) if budget is None else budget
+    if room is None or None in sizes or sum(sizes) <= room:
+        return False
+    import warnings
+
+    from ..errors import SpecboundWarning
+
+    where = f" free in {cache}" if budget is None else ""
+    warnings.warn(SpecboundWarning(
+        f"the weights of {name} ({sum(sizes) / 1e9:.2f} GB) exceed the disk budget ({room / 1e9:.2f} GB{where}): "
+        f"streaming them by HTTP range requests instead of downloading (--disk-budget sets the budget)"), stacklevel=4)
+    return True
+
+
+def _is_shard(filename: str) -> bool:
+    """A sharded safetensors file at the repository's root (``model-00001-of-00004.safetensors``)."""
+    return "/" not in filename and filename.endswith(".safetensors") and filename != SINGLE

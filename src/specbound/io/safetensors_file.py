@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,37 +90,95 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
 # Stored dtype -> numpy dtype of the raw little-endian words (BF16 is the top half of a float32).
 _RAW_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 _CHUNK = 1 << 22  # values converted at a time (32 MB of float64)
+# The safetensors format's own limit on the JSON header (the Rust reader refuses longer ones).
+MAX_HEADER_BYTES = 100_000_000
+
+
+def header_length(first8: bytes, file_size: int) -> int:
+    """The JSON header's length from a safetensors file's first 8 bytes (little-endian u64), checked
+    to fit in a file of ``file_size`` bytes (a raised ValueError says why not)."""
+    if len(first8) != 8 or file_size < 8:
+        raise ValueError(f"a safetensors file starts with an 8-byte header length; this one has {file_size} bytes")
+    (n,) = struct.unpack("<Q", first8)
+    if n > MAX_HEADER_BYTES or 8 + n > file_size:
+        raise ValueError(f"its header length {n:,} exceeds the file's {file_size:,} bytes "
+                         f"(or the format's {MAX_HEADER_BYTES:,})")
+    return n
+
+
+def check_header(raw: bytes, file_size: int) -> dict:
+    """The decoded safetensors header (``raw``: its JSON bytes), every entry checked against a file
+    of ``file_size`` bytes: a dtype, a shape of non-negative integers, and ``data_offsets`` ``[a, b]``
+    inside the data (``0 <= a <= b <= file_size - 8 - len(raw)``) spanning exactly the shape's values
+    of a floating-point dtype.  ``__metadata__`` is dropped.  A raised ValueError says what lies."""
+    header = json.loads(raw)
+    if not isinstance(header, dict):
+        raise ValueError(f"its header is a JSON {type(header).__name__}, not an object")
+    data = file_size - 8 - len(raw)
+    header.pop("__metadata__", None)
+    for name, entry in header.items():
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
+                and isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
+                and isinstance(entry.get("dtype"), str)):
+            raise ValueError(f"tensor {name!r} has no dtype, shape and data_offsets [start, end]")
+        start, end = offsets
+        if not 0 <= start <= end <= data:
+            raise ValueError(f"tensor {name!r} lies at data bytes {start:,}..{end:,}, beyond the "
+                             f"{max(data, 0):,} bytes of data the file holds")
+        if entry["dtype"] in _RAW_DTYPES:
+            stored = math.prod(shape) * np.dtype(_RAW_DTYPES[entry["dtype"]]).itemsize
+            if end - start != stored:
+                raise ValueError(f"{entry['dtype']} tensor {name!r} of shape {shape} spans {end - start:,} "
+                                 f"bytes, not {stored:,}")
+    return header
 
 
 def _read_header(path: Path) -> tuple[int, dict]:
-    """``(header length, header)`` of a safetensors file (already validated by ``safe_open``)."""
+    """``(header length, header)`` of a safetensors file, checked by :func:`check_header`."""
+    size = path.stat().st_size
     with open(path, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        return header_len, json.loads(f.read(header_len))
+        header_len = header_length(f.read(8), size)
+        return header_len, check_header(f.read(header_len), size)
+
+
+def upcast(entry: dict, chunks) -> np.ndarray:
+    """One tensor as float64 from its stored bytes, upcast exactly, chunk by chunk.
+
+    ``entry``: its header entry (dtype, shape, data_offsets); ``chunks``: its stored bytes, in order,
+    in pieces of any size (a file read in chunks, an HTTP body as it arrives).  Never holding a
+    second full-size copy: peak memory is the float64 result plus one chunk, whatever the dtype.
+    """
+    raw_dtype = np.dtype(_RAW_DTYPES[entry["dtype"]])
+    count = math.prod(entry["shape"])
+    out = np.empty(count, dtype=np.float64)
+    filled, carry = 0, b""
+    for chunk in chunks:
+        buf = carry + chunk if carry else chunk
+        n = len(buf) // raw_dtype.itemsize
+        if filled + n > count:
+            raise ValueError(f"expected {count} values, the bytes hold more")
+        words = np.frombuffer(buf, dtype=raw_dtype, count=n)
+        out[filled:filled + n] = (words.astype(np.uint32) << 16).view(np.float32) if entry["dtype"] == "BF16" else words
+        filled, carry = filled + n, bytes(buf[n * raw_dtype.itemsize:])
+    if filled != count or carry:
+        raise ValueError(f"expected {count} values, the file ends after {filled}")
+    return out.reshape(entry["shape"])
 
 
 def _read_float_tensor(path: Path, header_len: int, header: dict, name: str) -> np.ndarray:
-    """One tensor as float64, read with plain file reads in chunks and upcast exactly.
-
-    Not memory-mapped, and never holding a second full-size copy: peak memory is the float64
-    result plus one chunk, whatever the stored dtype.
-    """
+    """One tensor as float64, read with plain file reads in chunks (not memory-mapped) and upcast."""
     entry = header[name]
-    raw_dtype = np.dtype(_RAW_DTYPES[entry["dtype"]])
     start, end = entry["data_offsets"]
-    count = int(np.prod(entry["shape"], dtype=np.int64))
-    if end - start != count * raw_dtype.itemsize:
-        raise ValueError(f"{entry['dtype']} tensor of shape {entry['shape']} spans {end - start} bytes")
-    out = np.empty(count, dtype=np.float64)
-    with open(path, "rb") as f:
-        f.seek(8 + header_len + start)
-        for i in range(0, count, _CHUNK):
-            n = min(_CHUNK, count - i)
-            words = np.fromfile(f, dtype=raw_dtype, count=n)
-            if words.size != n:
-                raise ValueError(f"expected {count} values, the file ends after {i + words.size}")
-            out[i:i + n] = (words.astype(np.uint32) << 16).view(np.float32) if entry["dtype"] == "BF16" else words
-    return out.reshape(entry["shape"])
+    step = _CHUNK * np.dtype(_RAW_DTYPES[entry["dtype"]]).itemsize
+
+    def chunks():
+        with open(path, "rb") as f:
+            f.seek(8 + header_len + start)
+            for at in range(start, end, step):
+                yield f.read(min(step, end - at))
+    return upcast(entry, chunks())
 
 
 def _corrupt(path: Path, exc: Exception, name: str | None = None) -> SpecboundError:
