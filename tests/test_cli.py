@@ -23,7 +23,7 @@ from specbound.io.default_checkpoint import default_checkpoint
 
 ROLES = ("QK", "OV", "FF_in", "FF_out")
 MATRIX_KEYS = {"layer", "head", "role", "shape", "rank", "spectral_norm", "frobenius_norm", "nuclear_norm",
-               "stable_rank", "norm_2_1", "norm_1_1", "p_star", "contribution", "alpha", "gamma"}
+               "stable_rank", "norm_2_1", "norm_1_1", "p_star", "contribution", "downstream_factor", "gamma"}
 SRC = str(Path(specbound.__file__).resolve().parents[1])  # the sources under test, for subprocesses
 
 
@@ -124,7 +124,7 @@ def test_json_schema(json_run, api):
     ours = api.matrices
     assert [r["role"] for r in rows] == list(ours["role"])
     for key in ("rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
-                "norm_1_1", "p_star", "contribution", "alpha", "gamma"):
+                "norm_1_1", "p_star", "contribution", "downstream_factor", "gamma"):
         np.testing.assert_allclose([r[key] for r in rows], ours[key].to_numpy(float), rtol=1e-12, err_msg=key)
 
 
@@ -157,7 +157,7 @@ def test_csv_and_summary_json_agree(json_run, api):
     rc, out, _, out_dir = json_run
     csv = pd.read_csv(out_dir / "matrices.csv")
     assert list(csv.columns) == ["source", *api.matrices.columns]
-    for col in ("spectral_norm", "norm_1_1", "contribution", "alpha"):
+    for col in ("spectral_norm", "norm_1_1", "contribution", "downstream_factor"):
         np.testing.assert_allclose(csv[col], api.matrices[col], rtol=1e-12, err_msg=col)
     assert json.loads((out_dir / "summary.json").read_text()) == json.loads(out)
 

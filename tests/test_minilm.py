@@ -8,7 +8,7 @@ import specbound
 from support.oracle import dense_reference
 
 COLUMNS = ["rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
-           "norm_1_1", "alpha", "gamma", "p_star", "contribution", "c_p0", "c_p2"]
+           "norm_1_1", "downstream_factor", "gamma", "p_star", "contribution", "c_p0", "c_p2"]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
     }
     for name, value in expected.items():
         assert analysis.baselines[name] == pytest.approx(value, rel=1e-9), name
-    scale = ref["gamma"] * ref["alpha"] * L
+    scale = ref["gamma"] * ref["downstream_factor"] * L
     c1 = (ref["nuclear_norm"] * scale) ** (1 / 3) * N ** (2 / 3)
     fixed = {"spectral_fixed_p0": ref["c_p0"].sum(), "spectral_fixed_p1": c1.sum(), "spectral_fixed_p2": ref["c_p2"].sum()}
     for name, total in fixed.items():

@@ -68,11 +68,13 @@ def test_summary_header_names_only_the_columns_it_has(default, tiny):
     gap_header = next(l for l in str(gap).splitlines() if l.startswith("bounds ("))
     table_head = str(gap).splitlines()[str(gap).splitlines().index(gap_header) + 1]
     assert "gap =" in gap_header and "gap" in table_head.split()
-    # one legend line says what Lambda, alpha and xi are, just above the per-layer table
+    # one legend line says what Lambda, the downstream factor and xi are, just above the per-layer table;
+    # the downstream factor is the paper's alpha_l, named so that no reader takes it for WeightWatcher's alpha
     lines = text.splitlines()
     legend = next(i for i, l in enumerate(lines) if l.startswith("Lambda ="))
-    assert "alpha =" in lines[legend] and "xi =" in lines[legend]
-    assert lines[legend + 1].split()[:2] == ["Lambda", "alpha"] and "xi" in lines[legend + 1].split()
+    assert "downstream_factor =" in lines[legend] and "alpha_l" in lines[legend] and "xi =" in lines[legend]
+    assert lines[legend + 1].split()[:2] == ["Lambda", "downstream_factor"] and "xi" in lines[legend + 1].split()
+    assert "alpha" not in lines[legend + 1]
 
 
 @pytest.mark.parametrize("x, text", [
@@ -166,6 +168,56 @@ def test_save_then_load_round_trips(tiny, tmp_path):
     assert b.bounds == a.bounds and b.baselines == a.baselines and b.adaptive_variants == a.adaptive_variants
     assert (b.source, b.location, b.model, b.options) == (a.source, a.location, a.model, a.options)
     assert b.to_dict() == a.to_dict() and str(b) == str(a)
+
+
+def _as_schema_1(folder):
+    """Rewrite a saved analysis as the version before schema 2 wrote it: the downstream factor under
+    its old name ``alpha`` (``log10_alpha``) in the tables and the document, schema version 1."""
+    from specbound.records.schema import RENAMED_COLUMNS
+
+    old = {new: old for old, new in RENAMED_COLUMNS.items()}
+    for name in ("matrices", "layers"):
+        for ext in ("parquet", "csv"):
+            path = folder / f"{name}.{ext}"
+            table = pd.read_parquet(path) if ext == "parquet" else pd.read_csv(path)
+            assert set(old) <= set(table.columns)
+            table = table.rename(columns=old)
+            table.to_parquet(path, index=False) if ext == "parquet" else table.to_csv(path, index=False)
+    doc = json.loads((folder / "summary.json").read_text())
+    doc["schema_version"] = 1
+    for name in ("matrices", "layers"):
+        doc[name] = [{old.get(k, k): v for k, v in row.items()} for row in doc[name]]
+    (folder / "summary.json").write_text(json.dumps(doc))
+
+
+def test_a_folder_saved_with_schema_1_names_loads(tiny, tmp_path):
+    """Schema 1 named the downstream factor ``alpha``: such a folder reopens with today's columns,
+    the same numbers, and saves again as schema 2."""
+    _, a = tiny
+    a.save(tmp_path / "old")
+    _as_schema_1(tmp_path / "old")
+    assert "alpha" in pd.read_parquet(tmp_path / "old" / "layers.parquet").columns
+    b = specbound.Analysis.load(tmp_path / "old")
+    for name in ("matrices", "layers"):
+        pd.testing.assert_frame_equal(getattr(b, name), getattr(a, name), check_exact=True)
+        assert "alpha" not in getattr(b, name).columns and "log10_alpha" not in getattr(b, name).columns
+    assert str(b) == str(a) and b.to_dict() == a.to_dict() and b.to_dict()["schema_version"] == 2
+
+
+def test_no_output_names_a_column_alpha(tiny, tmp_path):
+    """WeightWatcher's alpha is a power-law exponent: no table, JSON key or first-screen column of
+    ours is called alpha (the downstream factor is ``downstream_factor``)."""
+    _, a = tiny
+    doc = a.to_dict()
+    keys = {k for row in doc["layers"] + doc["matrices"] for k in row}
+    assert "downstream_factor" in keys and "log10_downstream_factor" in keys
+    assert not any("alpha" in k for k in keys)
+    for name in ("matrices", "layers"):
+        assert not any("alpha" in c for c in getattr(a, name).columns)
+    verbose = format_summary(a, verbose=True)
+    headers = [line.split() for line in verbose.splitlines()  # the table heads, not the legend line
+               if line.lstrip().startswith(("Lambda", "layer")) and not line.startswith("Lambda =")]
+    assert headers and not any("alpha" in h for row in headers for h in row)
 
 
 def test_load_restores_non_finite_bounds_and_the_gap(tiny, tmp_path):
@@ -352,7 +404,7 @@ def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
 
     text = str(default)
     line = next(x for x in text.splitlines() if x.startswith("every matrix chose p* = 0"))
-    assert "alpha (up to 2.8291e+22 here)" in line and "bert_uncased_L-10_H-128_A-2" in line
+    assert "downstream factor (up to 2.8291e+22 here)" in line and "bert_uncased_L-10_H-128_A-2" in line
     write_miniatures(tmp_path, layout="folders", depths=(10,), widths=(128,))
     narrow = specbound.analyze(tmp_path / "bert_uncased_L-10_H-128_A-2", threads=1, jobs=1)
     assert (narrow.matrices["p_star"] > 0).any()

@@ -13,7 +13,7 @@ from support.oracle import dense_reference
 
 REL = 1e-9
 COLUMNS = ["rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
-           "norm_1_1", "alpha", "gamma", "p_star", "contribution", "c_p0", "c_p2"]
+           "norm_1_1", "downstream_factor", "gamma", "p_star", "contribution", "c_p0", "c_p2"]
 
 
 def assert_matches_oracle(analysis, bounds, rows):

@@ -288,7 +288,7 @@ def _parser() -> argparse.ArgumentParser:
         "report how every bound ranks the measured generalisation gap: Kendall's tau, granulated psi (Jiang et "
         "al. 2020), Jiang's K and the robust sign-error (Dziugaite et al. 2020), with bootstrap intervals, per "
         "task; figures; which bounds are vacuous. Resumable: finished runs in --out are reused. docs/study.md."))
-    st.add_argument("--quick", action="store_true", help="the small grid (33 runs, about 2-3 minutes) instead of "
+    st.add_argument("--quick", action="store_true", help="the small grid (33 runs, about 3 minutes on two idle cores) instead of "
                                                          "the default grid (270 runs); the same as --grid quick")
     st.add_argument("--grid", choices=("default", "quick", "deep"),
                     help="default (270 runs), quick (33) or deep (the default grid with depth up to 12: 324 runs, "

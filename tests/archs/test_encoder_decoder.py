@@ -189,7 +189,7 @@ def test_propagation_factors_match_the_oracle(analysed):
     for layer in range(L_E + L_D):
         row = layers[layers["layer"] == layer].iloc[0]
         assert row["lambda"] == pytest.approx(lam[layer], rel=1e-12)
-        assert row["alpha"] == pytest.approx(alpha[layer], rel=1e-12)
+        assert row["downstream_factor"] == pytest.approx(alpha[layer], rel=1e-12)
         assert row["stack"] == ("encoder" if layer < L_E else "decoder")
         if layer >= L_E:
             assert row["memory_lipschitz"] == pytest.approx(mem[layer], rel=1e-12)
@@ -199,7 +199,7 @@ def test_propagation_factors_match_the_oracle(analysed):
             if (layer, role) in gamma:
                 got = m[(m["layer"] == layer) & (m["role"] == role)]["gamma"].to_numpy()
                 np.testing.assert_allclose(got, gamma[(layer, role)], rtol=1e-12)
-        assert (m[m["layer"] == layer]["alpha"] == row["alpha"]).all()
+        assert (m[m["layer"] == layer]["downstream_factor"] == row["downstream_factor"]).all()
     # the chain baselines multiply along the two stacks: the spectral product is K itself
     assert analysed.baselines["spectral_product"] == pytest.approx(k_total, rel=1e-10)
     assert math.isfinite(analysed.bounds["spectral_adaptive"]) and analysed.bounds["spectral_adaptive"] > math.sqrt(L_E + L_D)
@@ -275,7 +275,7 @@ def test_encoder_only_export_is_read_as_its_encoder(tmp_path):
     for (_, _, role, w), s in zip(ref, result.matrices["spectral_norm"]):
         assert s == pytest.approx(np.linalg.norm(w, 2), rel=1e-9), role
     lambdas = result.layers["lambda"].to_numpy()
-    assert result.layers["alpha"].tolist() == pytest.approx([lambdas[1], 1.0], rel=1e-12)
+    assert result.layers["downstream_factor"].tolist() == pytest.approx([lambdas[1], 1.0], rel=1e-12)
 
 
 def test_a_stack_of_the_wrong_depth_is_one_line(tmp_path, capsys):

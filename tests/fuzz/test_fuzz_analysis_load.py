@@ -91,7 +91,8 @@ SUMMARY_EDITS = {
     "baseline_1e400": (lambda d: d["baselines"].update(bft=10**400), "baselines['bft']"),
     "baseline_text": (lambda d: d["baselines"].update(bft="x"), "baselines['bft']"),
     "unknown_bound": (lambda d: d["bounds"].update(mystery=1.0), "unknown bound 'mystery'"),
-    "schema_version": (lambda d: d.update(schema_version=2), "schema version"),
+    "schema_version": (lambda d: d.update(schema_version=3), "schema version"),
+    "schema_version_true": (lambda d: d.update(schema_version=True), "schema version"),
     "not_an_object": (lambda d: d.clear() or d.update(x=[1]), "schema version"),
     "gap_without_parameters": (lambda d: d.update(gap_bound={"bounds": {}}), "gap_bound"),
 }

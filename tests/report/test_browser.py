@@ -28,7 +28,7 @@ PROBE = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'no
          "const boxes=[...document.querySelectorAll('.scroll')];const o=document.createElement('pre');"
          "o.id='probe';o.textContent=JSON.stringify({scrollWidth:d.scrollWidth,clientWidth:d.clientWidth,"
          "blocked:window.__blocked,images:[...document.images].map(i=>({done:i.complete,w:i.naturalWidth,"
-         "right:i.getBoundingClientRect().right,alt:i.alt})),boxes:boxes.map(b=>({right:b.getBoundingClientRect().right,"
+         "right:i.getBoundingClientRect().right,shown:i.getBoundingClientRect().width,alt:i.alt})),boxes:boxes.map(b=>({right:b.getBoundingClientRect().right,"
          "scrolls:b.scrollWidth>b.clientWidth}))});document.body.appendChild(o);});</script>")
 
 
@@ -61,17 +61,27 @@ def family_report(tiny_store, tmp_path_factory):
     return write_report(tiny_store, tmp_path_factory.mktemp("family") / "rep")
 
 
+def assert_one_scale(result: dict) -> None:
+    """Every figure is shown at the same scale (displayed px per PNG px), so their fonts match: a
+    narrow figure (the p* heat map) is not blown up to the column's width."""
+    scales = [image["shown"] / image["w"] for image in result["images"]]
+    assert max(scales) / min(scales) < 1.02, scales
+
+
 @pytest.mark.parametrize("width", [1280, 1024])
 def test_family_report_fits_a_laptop_screen(family_report, tmp_path, width):
     result = render(family_report["html"], tmp_path, width)
     assert_fits(result, width, figures=len(list(family_report["figures"].glob("*.png"))))
-    assert any(box["scrolls"] for box in result["boxes"])  # the wide bounds table scrolls in its box
+    assert_one_scale(result)
+    if width == 1280:  # every table whole on a laptop screen: the bounds in two parts, none scrolling
+        assert len(result["boxes"]) >= 3 and not any(box["scrolls"] for box in result["boxes"]), result["boxes"]
 
 
 def test_trajectory_report_fits_a_laptop_screen(run_store, tmp_path):
     paths = write_report(run_store, tmp_path / "rep")
     result = render(paths["html"], tmp_path, 1280)
     assert_fits(result, 1280, figures=len(list(paths["figures"].glob("*.png"))))
+    assert_one_scale(result)
     assert any("training step" in image["alt"] for image in result["images"])
 
 

@@ -90,3 +90,62 @@ def test_cli_plot_and_report(tiny_store, tmp_path, capsys, monkeypatch):
     assert "no records" in capsys.readouterr().err
     assert main(["plot", "--store", str(tiny_store.root), "--model", "nothing-like-this"]) == 2
     assert "names 0 records" in capsys.readouterr().err
+
+
+def test_the_headline_bound_is_drawn_last_and_distinct(tiny_store, no_checkpoints):
+    """The spectrum-adaptive bound equals some of its variants on every row (spectral_shared without
+    sharing, spectral_fixed_p2 where p* = 2): it is drawn on top, as the one open black ring, first in
+    the legend, so the variants it equals show inside it instead of hiding it."""
+    from specbound.report.plots import HEADLINE, figure_bounds_side_by_side
+
+    fig = figure_bounds_side_by_side(tiny_store)
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    table = tiny_store.table()
+    assert table["spectral_shared"].to_numpy() == pytest.approx(table[HEADLINE].to_numpy(), rel=1e-9)  # what hid it
+    ring = max(lines, key=lambda l: l.get_zorder())
+    assert list(ring.get_xdata()[::-1]) == pytest.approx(list(natural_order_values(table, HEADLINE)))
+    assert ring.get_markerfacecolor() == "none" and ring.get_markersize() > 1.5 * max(
+        l.get_markersize() for l in lines if l is not ring)
+    assert all(l.get_marker() != ring.get_marker() for l in lines if l is not ring)
+    legend = fig.legends[0]
+    assert legend.get_texts()[0].get_text().startswith("Spectrum-adaptive (Sakai") and "headline" in \
+        legend.get_texts()[0].get_text()
+
+
+def natural_order_values(table, name):
+    from specbound.records.style import natural_order
+
+    return natural_order(table)[name].to_numpy(float)
+
+
+def test_axis_labels_are_mathtext_not_underscores(tiny_store, no_checkpoints):
+    """No axis label shows a literal underscore (sigma_i, P_m): subscripts are mathtext ($\\sigma_i$)."""
+    import re
+
+    figures = build_figures(tiny_store)
+    for name, fig in figures.items():
+        for text in (t for ax in fig.axes for t in (ax.get_xlabel(), ax.get_ylabel())):
+            assert "_" not in re.sub(r"\$[^$]*\$", "", text), (name, text)
+    assert "$P_m$" in figures["contribution_curves"]._suptitle.get_text()
+
+
+def test_the_p_star_cells_are_legible(tiny_store, no_checkpoints):
+    """The heat map's cell labels are at least the axes' tick size at a small depth."""
+    ax = build_figures(tiny_store)["p_star_heatmap"].axes[0]
+    assert ax.texts and min(t.get_fontsize() for t in ax.texts) >= 9
+
+
+def test_a_model_name_with_dollars_does_not_break_the_mathtext():
+    """The contribution figure's title mixes mathtext ($P_m$) with the model's name, taken as plain text."""
+    import io
+
+    import pandas as pd
+
+    from specbound.records.plot import figure_contributions
+
+    curves = pd.DataFrame({"matrix": [0] * 3, "layer": [0] * 3, "role": ["QK"] * 3, "p": [0.0, 1.0, 2.0],
+                           "c_over_c0": [1.0, 2.0, 3.0]})
+    fig = figure_contributions(curves, pd.DataFrame({"p_star": [0.0]}), "runs/$HOME/$x_1", grid_m=1, n_layers=1)
+    fig.savefig(io.BytesIO(), format="png")  # a bad mathtext string raises here
+    assert fig._suptitle.get_text().endswith(r"runs/\$HOME/\$x_1")

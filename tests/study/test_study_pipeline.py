@@ -127,6 +127,7 @@ def test_report_tables_and_figures(quick, runs):
         assert (folder / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (folder / "figures" / name).with_suffix(".pdf").exists()
     pstar = pd.read_csv(folder / "pstar.csv")
+    assert "log10_downstream_factor" in pstar and not any("alpha" in c for c in pstar.columns)
     assert set(pstar["run"]) == set(runs["run"]) and ((pstar["p_star"] >= 0) & (pstar["p_star"] <= 2)).all()
     assert "robust sign-error" in out and "met the training criterion" in out
     n = len(make_grid("quick", ("fmnist",)))
@@ -178,8 +179,9 @@ def test_quick_study_writes_growth_exponents_that_match_a_fit_by_hand(quick, run
 def test_report_only_rebuilds_everything_from_runs_csv(quick, tmp_path):
     """A folder holding only runs.csv and pstar.csv (no run folders) gets the same statistics back."""
     folder = quick[0]
-    for name in ("runs.csv", "pstar.csv"):
-        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    (tmp_path / "runs.csv").write_bytes((folder / "runs.csv").read_bytes())
+    pstar = pd.read_csv(folder / "pstar.csv")  # as written before the downstream factor was renamed
+    pstar.rename(columns={"log10_downstream_factor": "log10_alpha"}).to_csv(tmp_path / "pstar.csv", index=False)
     replicates = json.loads((folder / "study.json").read_text())["bootstrap"]  # another test re-reports with 10
     rc, out, err = _run("--report-only", "--bootstrap", replicates, "--no-figures", "--out", tmp_path)
     assert rc == 0, err
@@ -188,6 +190,7 @@ def test_report_only_rebuilds_everything_from_runs_csv(quick, tmp_path):
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / name), pd.read_csv(folder / name), rtol=1e-12)
     report = (tmp_path / "report.md").read_text()
     assert "rebuilt from the stored runs.csv and pstar.csv alone" in report and "Grid `quick`" in report
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "pstar.csv"), pstar)  # today's column names
     (tmp_path / "pstar.csv").unlink()
     rc, _, err = _run("--report-only", "--bootstrap", "5", "--no-figures", "--out", tmp_path)
     assert rc == 0 and "no pstar.csv" in err and "No per-matrix table" in (tmp_path / "report.md").read_text()

@@ -194,3 +194,45 @@ def test_a_store_with_the_other_spelling_of_format_1_reads_and_keeps_its_keys(ti
     assert figure_spectral_decay(store, keys[0]).axes
     report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
     assert sorted(report.skipped) == keys and not report.written and Store(root).keys() == keys
+
+
+def test_a_store_written_before_the_downstream_factor_was_renamed_reads(tiny_store, tiny_family, tmp_path):
+    """A store the previous version wrote (schema 1: the downstream factor named ``alpha`` and
+    ``log10_alpha`` in its tables, each table's SHA-256 and the record checksum over those files)
+    reads in today's names with the same numbers: its records are sound, the scaling fits equal the
+    new store's, and a sweep of the same checkpoints finds every record under its key."""
+    import hashlib
+
+    from specbound.records.schema import RENAMED_COLUMNS
+    from specbound.report.scaling import scaling_table
+    from specbound.sweep.run import run_sweep
+    from specbound.sweep.sources import expand_sources
+    from specbound.sweep.store import meta_checksum
+
+    from support.tiny_models import TINY_PATTERN
+
+    old_names = {new: old for old, new in RENAMED_COLUMNS.items()}
+    root = tmp_path / "store"
+    shutil.copytree(tiny_store.root, root)
+    keys = tiny_store.keys()
+    for key in keys:
+        folder = root / "records" / key
+        meta = json.loads((folder / "record.json").read_text())
+        for name in ("matrices", "layers"):
+            path = folder / f"{name}.parquet"
+            pd.read_parquet(path).rename(columns=old_names).to_parquet(path, index=False)
+            meta["tables"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        meta["analysis"]["schema_version"] = 1
+        meta["checksum"] = meta_checksum(meta)
+        (folder / "record.json").write_text(json.dumps(meta, indent=2))
+    store = Store(root)
+    assert store.keys() == keys  # nothing quarantined
+    assert "alpha" in pd.read_parquet(root / "records" / keys[0] / "layers.parquet").columns
+    for key in keys:
+        old, new = store.load(key), tiny_store.load(key)
+        for name in ("matrices", "layers"):
+            assert "alpha" not in old.tables[name] and "log10_alpha" not in old.tables[name]
+            pd.testing.assert_frame_equal(old.tables[name], new.tables[name], check_exact=True)
+    pd.testing.assert_frame_equal(scaling_table(store), scaling_table(tiny_store))
+    report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
+    assert sorted(report.skipped) == keys and not report.written

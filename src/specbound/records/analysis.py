@@ -92,7 +92,7 @@ class Analysis:
         return {**self.bounds, **self.adaptive_variants, **self.baselines}
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document of ``specbound analyze --format json`` (schema version 1)."""
+        """The JSON document of ``specbound analyze --format json`` (schema version 2)."""
         rows = []
         for rec in self.matrices.to_dict("records"):
             rec["head"] = None if pd.isna(rec["head"]) else int(rec["head"])

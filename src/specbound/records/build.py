@@ -49,9 +49,9 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "rank": int(kept_singular_values(s, measures.rank_tol).size),
             "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
             "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
-            "norm_1_1": s.norm_1_1, "alpha": mm.alpha, "gamma": mm.gamma,
+            "norm_1_1": s.norm_1_1, "downstream_factor": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
-            "log10_alpha": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
+            "log10_downstream_factor": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
             "argmax_offset": getattr(s, "argmax_offset", None),
         })
         sv_arrays.extend(_spectrum_rows(i, s))
@@ -64,8 +64,8 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
     columns["argmax_offset"] = pd.array(columns.get("argmax_offset", []), dtype="Int64")
     matrices = pd.DataFrame(columns, columns=MATRIX_COLUMNS) if base else pd.DataFrame(base, columns=MATRIX_COLUMNS)
 
-    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "alpha": measures.alphas,
-                 "log10_alpha": measures.log_alphas / LN10}
+    per_layer = {"layer": np.arange(dims.L), "lambda": measures.lambdas, "downstream_factor": measures.alphas,
+                 "log10_downstream_factor": measures.log_alphas / LN10}
     for result in results.values():
         per_layer.update(result.per_layer)
     layers = pd.DataFrame(per_layer)
@@ -152,5 +152,5 @@ def _with_stacks(measures: ModelMeasures, *tables: pd.DataFrame) -> tuple[pd.Dat
         out.append(table)
     if measures.memory is not None:
         layers = out[1]
-        layers.insert(layers.columns.get_loc("alpha"), "memory_lipschitz", measures.memory)
+        layers.insert(layers.columns.get_loc("downstream_factor"), "memory_lipschitz", measures.memory)
     return tuple(out)

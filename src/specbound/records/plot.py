@@ -122,7 +122,8 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
         style_grid(ax)
         ax.legend(frameon=False, fontsize=7, loc="best")
     _layer_key(fig, axes, L, colors)
-    fig.suptitle(f"Contribution curves on P_m (m={grid_m}): {title}", fontsize=10)
+    # the model's name as plain text: a "$" in it must not pair with the mathtext of P_m
+    fig.suptitle(f"Contribution curves on $P_m$ (m={grid_m}): " + title.replace("$", r"\$"), fontsize=10)
     return fig
 
 
@@ -144,10 +145,12 @@ def figure_p_star(matrices, title: str, *, n_layers: int):
     ax.set_xlabel("layer")
     ax.set_ylabel("role")
     if L <= 24:
+        # as large as a cell allows: a cell is at least (7.5 in - margins) / L wide (0.25 in at L = 24)
+        size = 10 if L <= 12 else 8 if L <= 16 else 6
         for i in range(len(roles)):
             for j in range(L):
                 if np.isfinite(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7 if L <= 12 else 5,
+                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=size,
                             color="white" if grid[i, j] < 1.2 else "black")
     fig.colorbar(image, ax=ax, label="p* (mean over heads)")
     ax.set_title(f"Chosen Schatten index p* (mean over heads)\n{title}", fontsize=10)

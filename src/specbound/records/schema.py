@@ -1,5 +1,5 @@
 """The stable schema of an analysis: the columns of its tables and the JSON conversions of its values
-(schema version 1; documented key by key in docs/schema.md).
+(schema version 2; documented key by key in docs/schema.md).
 
 A float beyond float64 is ``inf`` in memory, ``null`` in JSON and in the tables; its ``log10`` is kept
 (``log10_bounds``, the ``log10_*`` columns), so no output ever holds an Infinity.
@@ -14,13 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 named the downstream factor ``alpha`` (the paper's alpha_l), which readers of WeightWatcher
+# take for its power-law exponent; version 2 calls it ``downstream_factor``.  Every reader accepts both.
+READABLE_VERSIONS = (1, 2)
+RENAMED_COLUMNS = {"alpha": "downstream_factor", "log10_alpha": "log10_downstream_factor"}  # version 1 -> 2
 
 MATRIX_COLUMNS = [
     "layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
-    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "alpha", "gamma", "scale", "p_star",
+    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "downstream_factor", "gamma", "scale", "p_star",
     "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1", "sv_method",
-    "sv_rel_error_bound", "log10_alpha", "log10_scale", "argmax_offset",
+    "sv_rel_error_bound", "log10_downstream_factor", "log10_scale", "argmax_offset",
 ]
 # What a row of the singular_values table holds (its ``kind`` column).  Only ``singular_value`` rows are
 # singular values; a rotary QK head has ``sigma_bound`` rows (per-index bounds at every offset) and
@@ -75,7 +79,7 @@ def json_tree(value: Any) -> Any:
 
 
 def from_json_number(value: Any) -> Any:
-    """A number as schema 1 writes it: non-finite floats are null, or the strings ``"inf"``,
+    """A number as schemas 1 and 2 write it: non-finite floats are null, or the strings ``"inf"``,
     ``"-inf"``, ``"nan"`` (a store's ``record.json`` bounds; some schema 1 documents), read as floats."""
     if isinstance(value, str) and value in ("inf", "-inf", "nan"):
         return float(value)
@@ -84,10 +88,16 @@ def from_json_number(value: Any) -> Any:
 
 def read_table(name: str, table: pd.DataFrame) -> pd.DataFrame:
     """A saved table (an analysis folder's or a store record's) in the columns of :data:`TABLE_NAMES`:
-    the singular values' index column is ``sv_index``, which schema 1 files may also call ``index``.
-    Every reader of saved tables goes through here: the one place a spelling of the format is read."""
+    the singular values' index column is ``sv_index``, which schema 1 files may also call ``index``;
+    schema 1's ``alpha`` and ``log10_alpha`` are read as ``downstream_factor`` and
+    ``log10_downstream_factor`` (:data:`RENAMED_COLUMNS`).  Every reader of saved tables goes through
+    here: the one place a spelling of the format is read."""
     if name == "singular_values" and "index" in table.columns and "sv_index" not in table.columns:
         return table.rename(columns={"index": "sv_index"})
+    if name in ("matrices", "layers"):
+        old = {a: b for a, b in RENAMED_COLUMNS.items() if a in table.columns and b not in table.columns}
+        if old:
+            return table.rename(columns=old)
     return table
 
 
@@ -184,8 +194,9 @@ def document_problem(doc: Any) -> str | None:
     """Why a decoded ``summary.json`` is not a saved analysis every reader can use, or None."""
     if not isinstance(doc, dict):
         return f"it holds a JSON {type(doc).__name__}, not an object"
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        return f"it has schema version {str(doc.get('schema_version'))[:20]!r}; this specbound reads version {SCHEMA_VERSION}"
+    if doc.get("schema_version") not in READABLE_VERSIONS or isinstance(doc.get("schema_version"), bool):
+        return (f"it has schema version {str(doc.get('schema_version'))[:20]!r}; this specbound reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(doc.get("source"), str):
         return "it has no string 'source'"
     if doc.get("location") is not None and not isinstance(doc["location"], str):
@@ -206,7 +217,7 @@ def document_problem(doc: Any) -> str | None:
 _TABLE_COLUMNS = {
     "matrices": {"layer": "int", "head": "int?", "role": "str", "rows": "int", "cols": "int", "rank": "int",
                  "p_star": "num", "contribution": "num?"},
-    "layers": {"layer": "int", "lambda": "num?", "alpha": "num?", "xi": "num?", "adaptive": "num?",
+    "layers": {"layer": "int", "lambda": "num?", "downstream_factor": "num?", "xi": "num?", "adaptive": "num?",
                "adaptive_p0": "num?", "adaptive_p1": "num?", "adaptive_p2": "num?", "adaptive_three_type": "num?",
                "three_type_ff_p_star": "num"},
     "singular_values": {"matrix": "int", "layer": "int", "role": "str", "sigma": "num?"},

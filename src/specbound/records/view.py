@@ -21,10 +21,10 @@ from ..bounds import REGISTRY
 from ..compute.measures import ordered_roles, with_role_groups
 from ..io.formats import WEIGHT_SUFFIXES
 
-LEGEND = ("Lambda = layer Lipschitz constant; alpha = prod of Lambda over the layers above (downstream factor); "
-          "xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
+LEGEND = ("Lambda = layer Lipschitz constant; downstream_factor = prod of Lambda over the layers above (the paper's "
+          "alpha_l, not a power-law exponent); xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
 LEGEND_STACKS = ("Lambda = layer Lipschitz constant; M = a decoder layer's Lipschitz constant in the encoder's output "
-                 "(through its cross-attention); alpha = downstream factor, an encoder layer's carrying "
+                 "(through its cross-attention); downstream_factor = the paper's alpha_l, an encoder layer's carrying "
                  "Z = sum_j alpha_j M_j over the decoder (docs/theory.md 3i); xi = the layer's Edelman-style term")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
 _WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
@@ -146,13 +146,14 @@ def comparison_table(a) -> list[str]:
 
 
 def per_layer_frame(a) -> pd.DataFrame:
-    """``Lambda, alpha``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi`` (a
+    """``Lambda, downstream_factor``, each role's sum of ``min_p C(p)``, the adaptive sum and Edelman's ``xi`` (a
     mixture of experts' routed experts summed per role: ``FF_gate[experts]``)."""
     mats = with_role_groups(a.matrices)
     per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
-    alpha = [fmt(x, l) for x, l in zip(a.layers["alpha"], a.layers["log10_alpha"])] if "log10_alpha" in a.layers \
-        else a.layers["alpha"].to_numpy()
-    table = pd.DataFrame({"Lambda": a.layers["lambda"].to_numpy(), "alpha": alpha},
+    layers = a.layers
+    alpha = [fmt(x, l) for x, l in zip(layers["downstream_factor"], layers["log10_downstream_factor"])] \
+        if "log10_downstream_factor" in layers else layers["downstream_factor"].to_numpy()
+    table = pd.DataFrame({"Lambda": layers["lambda"].to_numpy(), "downstream_factor": alpha},
                          index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
     if "stack" in a.layers:  # an encoder-decoder: which stack, and a decoder layer's M_j
         table.insert(0, "stack", a.layers["stack"].to_numpy())
@@ -188,11 +189,12 @@ def p_star_note(a) -> list[str]:
     p_star = a.matrices["p_star"]
     if len(p_star) == 0 or (p_star != 0).any():
         return []
-    largest = fmt(a.layers["alpha"].max(), a.layers["log10_alpha"].max()) if "log10_alpha" in a.layers \
-        else fmt(a.layers["alpha"].max())
+    factors = a.layers["downstream_factor"]
+    largest = fmt(factors.max(), a.layers["log10_downstream_factor"].max()) if "log10_downstream_factor" in a.layers \
+        else fmt(factors.max())
     return [f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
-            f"alpha (up to {largest} here), so counting the rank is cheapest; p* varies on models with "
-            f"small alphas, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, then "
+            f"(up to {largest} here), so counting the rank is cheapest; p* varies on models with "
+            f"small downstream factors, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, then "
             f"specbound analyze DIR/bert_uncased_L-10_H-128_A-2"]
 
 
@@ -298,7 +300,7 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",
-                            "stable_rank", "alpha", "p_star", "contribution") if c in a.matrices.columns]
+                            "stable_rank", "downstream_factor", "p_star", "contribution") if c in a.matrices.columns]
         with pd.option_context("display.max_rows", None, "display.max_colwidth", 90, "display.width", 250):
             lines += ["", "every matrix", a.matrices[cols].to_string(index=False, float_format=fmt)]
     return "\n".join(lines)

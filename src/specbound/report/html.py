@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_write
-from ..records.style import natural_order, save_figure
+from ..records.style import MAX_WIDTH, natural_order, save_figure
 from ..records.view import fmt, markdown_table, short_name
 
 CAPTIONS = {
@@ -67,20 +67,56 @@ def _records_table(store, bounds):
 
     table = natural_order(store.table())
     table["source"] = [short_name(s) for s in table["source"]]
-    labels = [c for c in table.columns if c.startswith("label_") and table[c].nunique() > 1]
+    shapes = ("L", "N", "H", "d_ff")
+    # a pattern's labels that only repeat a shape column (bert_uncased_L-{L}_H-{H}: label_H is N) are left out
+    labels = [c for c in table.columns if c.startswith("label_") and table[c].nunique() > 1
+              and not any(s in table and table[c].astype(str).tolist() == table[s].astype(str).tolist() for s in shapes)]
     for name in bounds:  # a bound beyond float64 as 10^k, from its stored log10
         if f"log10_{name}" in table:
             table[name] = [fmt(v, l) for v, l in zip(table[name], table[f"log10_{name}"])]
-    cols = ["source", "L", "N", "H", "d_ff", *labels] + bounds + ["seconds"]
+    cols = ["source", *shapes, *labels] + bounds + ["seconds"]
     return table[[c for c in cols if c in table.columns]]
 
 
+def _bound_tables(records, bounds) -> list[tuple[str, object]]:
+    """The records table in two parts a laptop screen shows whole: the spectrum-adaptive bound with its
+    variants and the Edelman-style proxy, then the baselines (and the seconds each analysis took),
+    each part led by the columns that say which checkpoint a row is."""
+    from ..bounds import in_group
+
+    ours = set(in_group("bounds")) | set(in_group("adaptive_variants"))
+    first = [b for b in bounds if b in ours and b in records]
+    rest = [c for c in records.columns if c in bounds and c not in ours or c == "seconds"]
+    ident = [c for c in records.columns if c not in bounds and c != "seconds"]
+    if not first or not rest:
+        return [("", records)]
+    return [("Spectrum-adaptive bound, its variants and the Edelman-style proxy", records[ident + first]),
+            ("Baselines from the literature", records[[c for c in ("source", "L", "N") if c in records] + rest])]
+
+
+def _html_header(name) -> str:
+    """A column name that may wrap after its underscores (``spectral_three_type``) instead of widening its column."""
+    text = html.escape(str(name))
+    return text.replace("_", "_<wbr>") if len(text) > 10 else text
+
+
 def _html_table(frame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    head = "".join(f"<th>{_html_header(c)}</th>" for c in frame.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
                    for row in frame.itertuples(index=False))
     # a wide table scrolls inside its own box; the page never gets wider than the screen
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+# Every figure is shown at one scale, so that its fonts match the others': a figure's width on the page
+# is its width in inches times FIGURE_PX_PER_INCH (a full-width 7.5 in figure: 960 px), and on a
+# narrower window every figure shrinks by the same factor (the same share of the column per inch).
+FIGURE_PX_PER_INCH = 128
+
+
+def _figure_width(width_in: float) -> str:
+    """The img style that shows a ``width_in``-inch figure at the report's one scale."""
+    return f"width:{100 * min(width_in / MAX_WIDTH, 1):.1f}%;max-width:{round(width_in * FIGURE_PX_PER_INCH)}px"
 
 
 def _overview(store, table) -> list[str]:
@@ -123,9 +159,10 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     figures_dir = out / "figures"
     names = bounds or store.bound_names()
     table = store.table()
-    figures = {}
+    figures, inches = {}, {}
     for name, fig in build_figures(store, model=model, fixed_L=fixed_L, bounds=bounds).items():
         figures[name] = save_figure(fig, figures_dir / name)[0]
+        inches[name] = float(fig.get_size_inches()[0])
     along = trajectory_axis(table)
     records = _records_table(store, names)
     overview = _overview(store, table)
@@ -153,7 +190,11 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
         second = trajectory_frame(store, x=along, bounds=headline).drop(columns=["key"])
         second["source"] = [short_name(v) for v in second["source"]]
 
-    md = ["# specbound report", "", *overview, "", "## Bounds", "", markdown_table(records), ""]
+    parts = _bound_tables(records, names)
+    md = ["# specbound report", "", *overview, "", "## Bounds", ""]
+    for title, part in parts:
+        md += [f"### {title}", ""] if title else []
+        md += [markdown_table(part), ""]
     md += [f"## {section}", "", md_intro, "", markdown_table(second), ""]
     md += ["## Figures", ""]
     for name, png in figures.items():
@@ -171,15 +212,16 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
              ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"
              "table{border-collapse:collapse;font-size:13px}"
              "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f3f3}"
-             "td:first-child,th:first-child{text-align:left}img{max-width:100%;height:auto}figure{margin:1.5em 0}"
+             "td:first-child,th:first-child{text-align:left}img{height:auto}figure{margin:1.5em 0}"
              "figcaption{color:#555;font-size:14px}code{background:#f3f3f3;padding:1px 4px}")
     body = ["<h1>specbound report</h1>", *(f"<p>{html.escape(line).replace('`', '')}</p>" for line in overview),
-            "<h2>Bounds</h2>", _html_table(records), f"<h2>{section}</h2>",
+            "<h2>Bounds</h2>", *(f"<h3>{html.escape(title)}</h3>{_html_table(part)}" if title else _html_table(part)
+                                 for title, part in parts), f"<h2>{section}</h2>",
             f"<p>{html.escape(md_intro).replace('`', '')}</p>", _html_table(second), "<h2>Figures</h2>"]
     for name, png in figures.items():
         data = base64.b64encode(png.read_bytes()).decode()
         alt = html.escape(ALT.get(name, CAPTIONS.get(name, name)), quote=True)
-        body.append(f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
+        body.append(f'<figure><img alt="{alt}" style="{_figure_width(inches[name])}" src="data:image/png;base64,{data}">'
                     f"<figcaption><b>{name}</b>: {html.escape(CAPTIONS.get(name, ''))} "
                     f'(<a href="figures/{png.with_suffix(".pdf").name}">PDF</a>)</figcaption></figure>')
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -206,28 +206,40 @@ def _overflowed(table, name: str) -> int:
     return int((table[name].isna() & table[f"log10_{name}"].notna()).sum())
 
 
+HEADLINE = "spectral_adaptive"  # the paper's bound: drawn last, as a ring no other bound uses
+HEADLINE_STYLE = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "markeredgecolor": "black",
+                  "markeredgewidth": 1.8, "color": "black"}
+
+
 def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     """Every bound of every checkpoint, as a dot plot: one row per checkpoint (short name, depth,
-    width), one distinct colour and marker per bound, the values on a log axis.  The width is a
-    page's; the height grows with the checkpoints (up to a page)."""
+    width), one distinct colour and marker per bound, the values on a log axis.  The headline
+    spectrum-adaptive bound is drawn last as a large open black ring (first in the legend), so a
+    variant equal to it (the shared-weights bound without sharing, a fixed p equal to p*) shows
+    inside the ring instead of hiding it.  The width is a page's; the height grows with the
+    checkpoints (up to a page)."""
     from matplotlib.lines import Line2D
 
     table, names = _bounds_long(store, bounds, headline_only=False)
+    names = sorted(names, key=lambda n: n != HEADLINE)  # the headline first in the legend
     table = natural_order(table).iloc[::-1].reset_index(drop=True)  # the first checkpoint at the top
     labels = [f"L{l} N{n}" for l, n in zip(table["L"], table["N"])]
     if len(set(labels)) < len(labels):
         labels = [f"{short_name(src, 28)}  ({lab})" for lab, src in zip(labels, table["source"])]
-    colors = bound_colors(len(names))
+    others = [n for n in names if n != HEADLINE]
+    colors = dict(zip(others, bound_colors(len(others))))
+    markers = {n: MARKERS[1:][i % (len(MARKERS) - 1)] for i, n in enumerate(others)}  # "o" is the headline's
+    styles = {n: {"marker": markers[n], "markersize": 5, "color": colors[n], "alpha": 0.9} for n in others}
+    styles[HEADLINE] = HEADLINE_STYLE
     height = min(9.5, 1.9 + 0.24 * len(table) + 0.16 * ((len(names) + 2) // 3))
     fig = new_figure((MAX_WIDTH, height))
     ax = fig.add_subplot()
     ys = np.arange(len(table))
     left_out = 0
-    for i, name in enumerate(names):
+    for name in others + [n for n in names if n == HEADLINE]:  # the headline on top of everything
         values, beyond = drawable(table[name])
         left_out += beyond + _overflowed(table, name)
-        ax.plot(values, ys, linestyle="", marker=MARKERS[i % len(MARKERS)],
-                markersize=5, color=colors[i], alpha=0.9)
+        ax.plot(values, ys, linestyle="", zorder=4 if name == HEADLINE else 2, **styles[name])
     note_left_out(ax, left_out)
     ax.set_xscale("log")
     ax.set_yticks(ys, labels, fontsize=7 if len(table) > 16 else 8)
@@ -237,8 +249,8 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     ax.set_title("Every bound of every checkpoint", fontsize=11)
     style_grid(ax)
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
-    handles = [Line2D([0], [0], color=colors[i], marker=MARKERS[i % len(MARKERS)], linestyle="",
-                      label=bound_label(n)) for i, n in enumerate(names)]
+    handles = [Line2D([0], [0], linestyle="", label=bound_label(n) + (" [headline]" if n == HEADLINE else ""),
+                      **styles[n]) for n in names]
     fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
                frameon=False, fontsize=7)
     return fig

@@ -46,15 +46,15 @@ def _adaptive_by_role(matrices) -> dict[str, float]:
 def edelman_terms(matrices) -> np.ndarray:
     """Per-matrix term of the Edelman-style proxy from a record's matrices table (the bound's own
     :func:`~specbound.bounds.edelman.matrix_terms`): ``B_edelman = (1 + sum of terms)^(3/2)``."""
-    return matrix_terms(matrices["alpha"].to_numpy(float), matrices["role"].to_numpy(),
+    return matrix_terms(matrices["downstream_factor"].to_numpy(float), matrices["role"].to_numpy(),
                         matrices["gamma"].to_numpy(float), matrices["norm_2_1"].to_numpy(float))
 
 
 def log_edelman_terms(matrices) -> np.ndarray:
-    """``ln`` of :func:`edelman_terms`, from the table's ``log10_alpha`` where it has one: finite where
-    ``alpha`` overflowed float64 (and was stored null)."""
-    alpha = matrices["alpha"].to_numpy(float)
-    log_alpha = (matrices["log10_alpha"].to_numpy(float) * LN10 if "log10_alpha" in matrices
+    """``ln`` of :func:`edelman_terms`, from the table's ``log10_downstream_factor`` where it has one:
+    finite where the downstream factor overflowed float64 (and was stored null)."""
+    alpha = matrices["downstream_factor"].to_numpy(float)
+    log_alpha = (matrices["log10_downstream_factor"].to_numpy(float) * LN10 if "log10_downstream_factor" in matrices
                  else np.full(len(alpha), np.nan))
     with np.errstate(divide="ignore", invalid="ignore"):
         log_alpha = np.where(np.isfinite(log_alpha), log_alpha, np.log(alpha))

@@ -183,6 +183,7 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
     measures = measures_from_columns(runs.columns)
     pstar_path = out / "pstar.csv"
     pstar = pd.read_csv(pstar_path) if pstar_path.is_file() else pd.DataFrame()
+    pstar = pstar.rename(columns={"log10_alpha": "log10_downstream_factor"})  # written before the rename
     grid = _grid_of(runs)
     log(f"re-reporting {len(runs)} runs from {path}" + ("" if len(pstar) else " (no pstar.csv: no p* table)"))
     timing = {"seconds": 0.0, "seconds_training_and_analysis": 0.0, "trained": 0, "analysed": 0, "skipped": len(runs),

@@ -8,7 +8,7 @@ Files written into the study folder::
     runs.csv             one row per run (every run, ``converged`` says which met the criterion)
     correlations.csv     tau / psi / Psi / K / sign-errors with ``value_lo`` / ``value_hi`` (converged runs)
     scaling.csv          every bound's growth exponent in depth and in width, per task and pooled
-    pstar.csv            one row per analysed matrix: its p* and alpha
+    pstar.csv            one row per analysed matrix: its p* and log10 downstream factor
     study.json           timing and the command
     figures/bounds_vs_gap_<task>.png   every bound, gap bound and reference predictor against the gap
     figures/psi_per_axis.png           psi per hyper-parameter with its interval, per task
@@ -265,9 +265,9 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, titl
             ax.scatter(x[sel], runs.loc[sel, gap], s=9, color=colours[d], label=f"depth {d}", linewidths=0)
         if col.startswith("gap:") and positive:
             ax.axvline(0.0, color="grey", lw=0.8, ls="--")
-        ax.set_title(f"{col}\ntau {kendall(values, runs[gap]):+.2f}", fontsize=6)
+        ax.set_title(f"{col}\n$\\tau$ {kendall(values, runs[gap]):+.2f}", fontsize=6)
         ax.set_xlabel("log10 value" if positive else "value", fontsize=6, labelpad=1)
-        ax.set_ylabel(gap, fontsize=6, labelpad=1)
+        ax.set_ylabel(gap.replace("_", " "), fontsize=6, labelpad=1)
         ax.tick_params(labelsize=6)
     for ax in list(axes.flat)[len(columns):]:
         ax.axis("off")
@@ -303,13 +303,13 @@ def plot_psi(corr: pd.DataFrame, measures: list[str], path: Path, *, gap: str = 
                     ha="center", va="center", fontsize=7, color="grey")
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_ylim(-1.05, 1.05)
-        ax.set_ylabel(f"psi ({scope})", fontsize=7)
+        ax.set_ylabel(rf"$\psi$ ({scope})", fontsize=7)
         ax.tick_params(labelsize=7)
     axes[-1, 0].set_xticks(np.arange(len(HPARAMS)), [HPARAM_LABELS[h] for h in HPARAMS])
     axes[-1, 0].set_xlim(-0.5, len(HPARAMS) - 0.5)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=6, frameon=False)
-    fig.suptitle(f"granulated Kendall tau (psi) against the {gap}, 95% bootstrap intervals over clusters", fontsize=8)
+    fig.suptitle(rf"granulated Kendall $\tau$ ($\psi$) against the {gap.replace('_', ' ')}, 95% bootstrap intervals over clusters", fontsize=8)
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.09, right=0.99, top=1 - 0.35 / height, bottom=0.75 / height, hspace=0.15)
     return _save(fig, path)

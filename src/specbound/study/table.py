@@ -94,7 +94,8 @@ def measures_from_columns(columns) -> pd.DataFrame:
 
 def pstar_table(records: list[dict]) -> pd.DataFrame:
     """One row per analysed matrix of every run: ``run, task, depth, converged, layer, role, p_star,
-    log10_alpha`` (the spectrum-adaptive bound's chosen Schatten index and the layer's alpha)."""
+    log10_downstream_factor`` (the spectrum-adaptive bound's chosen Schatten index and the log10 of the
+    layer's downstream factor, the paper's alpha_l; schema 1 documents call it ``log10_alpha``)."""
     rows = []
     for rec in records:
         if rec["analysis"] is None:
@@ -103,8 +104,10 @@ def pstar_table(records: list[dict]) -> pd.DataFrame:
         for m in rec["analysis"].get("matrices", []):
             rows.append({"run": run, "task": rec["config"]["task"], "depth": rec["config"]["depth"],
                          "converged": bool(rec["metrics"].get("converged", False)), "layer": m["layer"],
-                         "role": m["role"], "p_star": m["p_star"], "log10_alpha": m.get("log10_alpha", math.nan)})
-    return pd.DataFrame(rows, columns=["run", "task", "depth", "converged", "layer", "role", "p_star", "log10_alpha"])
+                         "role": m["role"], "p_star": m["p_star"],
+                         "log10_downstream_factor": m.get("log10_downstream_factor", m.get("log10_alpha", math.nan))})
+    return pd.DataFrame(rows, columns=["run", "task", "depth", "converged", "layer", "role", "p_star",
+                                       "log10_downstream_factor"])
 
 
 def _put(row: dict, catalogue: dict, column: str, kind: str, bound: str, value) -> None:

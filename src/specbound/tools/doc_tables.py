@@ -78,7 +78,7 @@ def bounds_minilm() -> str:
     g_adaptive, g_p0 = gaps["bounds"]["spectral_adaptive"], gaps["bounds"]["spectral_fixed_p0"]
     who = (f"Every one of the {len(m)} matrices takes `p* = 0`" if at_zero == len(m)
            else f"{at_zero} of the {len(m)} matrices take `p* = 0`")
-    lines += ["", f"{who} (`alpha_0 = {number(a.layers['alpha'].iloc[0])}`): the downstream factors make any "
+    lines += ["", f"{who} (`alpha_0 = {number(a.layers['downstream_factor'].iloc[0])}`): the downstream factors make any "
               f"`p > 0` far more expensive"
               + (", so the adaptive bound *equals* the rank-counting bound `B_0` (`sum sqrt(r N) + sqrt(L)`), "
                  f"and its gap exceeds the fixed-p0 gap ({number(g_p0['gap'])}) only by the grid's union cost "
