@@ -117,7 +117,7 @@ def test_the_encoder_s_output_factor_z_bounds_the_decoder(t5):
     z_factor = sum(math.prod(lambdas[L_E + k] for k in range(j + 1, L_D)) * decoder[j]["memory_lipschitz"]
                    for j in range(L_D))
     # the encoder's last layer has alpha = Z (nothing of the encoder after it)
-    assert _layer(analysis, L_E - 1)["alpha"] == pytest.approx(z_factor, rel=1e-12)
+    assert _layer(analysis, L_E - 1)["downstream_factor"] == pytest.approx(z_factor, rel=1e-12)
     shapes = [(N_ENC, N), (N_DEC, N)]
     dec_only = lambda z, y: model.decoder_layer(1, model.decoder_layer(0, y, z), z)  # noqa: E731
     assert 0 < measured_lipschitz(dec_only, shapes, [0], seed=3) <= z_factor
@@ -132,7 +132,7 @@ def test_the_model_s_factors_bound_it_end_to_end(t5):
     lambdas = analysis.layers["lambda"].to_numpy()
     shapes = [(N_ENC, N), (N_DEC, N)]
     through_encoder = measured_lipschitz(model, shapes, [0], seed=4)
-    assert 0 < through_encoder <= math.prod(lambdas[:L_E]) * _layer(analysis, L_E - 1)["alpha"]
+    assert 0 < through_encoder <= math.prod(lambdas[:L_E]) * _layer(analysis, L_E - 1)["downstream_factor"]
     assert 0 < measured_lipschitz(model, shapes, [0, 1], seed=5) <= analysis.baselines["spectral_product"]
 
 
