@@ -381,8 +381,10 @@ FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_h
                      lambda m: _decoder_accessor(m, "all_heads"))
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
-# blocks, Gemma 3 also Qwen3's QK-norm): a 200-layer run of each would test nothing new.
-SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3"}
+# blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
+# bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
+SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3", "mpnet": "bert", "dinov2": "bert",
+                      "wav2vec2": "bert"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
