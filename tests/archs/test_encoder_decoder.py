@@ -333,6 +333,34 @@ def test_any_gated_activation_t5_accepts_is_a_gated_block(tmp_path, proj, l_phi)
             assert row["spectral_norm"] == pytest.approx(np.linalg.norm(_proj(module, n_in), 2), rel=1e-9), (layer, role)
 
 
+def test_configs_written_before_is_gated_act_take_any_gated_activation(tmp_path):
+    """A config.json saved before T5Config wrote is_gated_act and dense_act_fn names the block only by
+    feed_forward_proj: every gated-<activation> whose constant specbound knows is the gated block with
+    that activation (gated-gelu: gelu_new, as T5Config maps it); t5.json lists each one."""
+    from importlib.resources import files
+
+    from specbound.compute.propagation import ACTIVATIONS
+
+    doc = json.loads((files("specbound.archs") / "data" / "t5.json").read_text())
+    listed = next(c["feed_forward_proj"] for v in doc["variants"] if isinstance(v["when"], list)
+                  for c in v["when"] if "feed_forward_proj" in c)
+    assert {f"gated-{a}" for a in ACTIVATIONS} == set(listed) == set(doc["activation_names"])
+    torch.manual_seed(3)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        d_model=N, d_kv=8, num_layers=1, num_decoder_layers=1, num_heads=H, d_ff=D_FF, vocab_size=50,
+        feed_forward_proj="gated-gelu_pytorch_tanh")).eval()
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["is_gated_act"], config["dense_act_fn"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    m = specbound.analyze(tmp_path, threads=1)
+    assert m.options["l_phi"] == ACTIVATIONS["gelu_pytorch_tanh"][0]
+    d = model.encoder.block[0].layer[1].DenseReluDense.double()
+    for role, module in (("FF_gate", d.wi_0), ("FF_up", d.wi_1)):
+        row = m.matrices[(m.matrices["layer"] == 0) & (m.matrices["role"] == role)].iloc[0]
+        assert row["spectral_norm"] == pytest.approx(np.linalg.norm(_proj(module, N), 2), rel=1e-9), role
+
+
 def test_a_variant_s_when_may_list_conditions():
     """``when`` as a list: any one condition selects the variant (T5's is_gated_act, or feed_forward_proj
     for configs without it); an entry that is not a non-empty object is a one-line error."""
