@@ -425,13 +425,9 @@ def test_a_sweep_stores_the_adapter_with_its_base(llama, llama_results, tmp_path
 
 def test_the_base_it_names_as_a_hub_id_is_fetched(tmp_path, monkeypatch):
     """base_model_name_or_path a hub id not in the cache: fetched (from a local stand-in for the Hub)."""
-    from support.hub_server import HubServer
+    from support.hub_server import HubServer, isolate_hub_environment
 
-    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    isolate_hub_environment(monkeypatch, tmp_path)
     base, adapter, _ = build_adapter(tmp_path, _bert, seed=5, r=2, lora_alpha=2, target_modules=["query", "dense"])
     reference = analyze(adapter, base=base)
     cfg = json.loads((adapter / "adapter_config.json").read_text())
@@ -507,13 +503,9 @@ def test_alpha_pattern_overrides_one_module(tmp_path):
 def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
     """An adapter and the base it names, both hub ids not in the cache: each fetched (only the
     adapter's config and safetensors, the base's config.json and safetensors)."""
-    from support.hub_server import HubServer
+    from support.hub_server import HubServer, isolate_hub_environment
 
-    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    isolate_hub_environment(monkeypatch, tmp_path)
     base, adapter, _ = build_adapter(tmp_path, _bert, seed=8, r=2, lora_alpha=2, target_modules=["value"])
     reference = analyze(adapter, base=base)
     cfg = json.loads((adapter / "adapter_config.json").read_text())

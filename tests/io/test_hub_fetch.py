@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 import specbound
 from specbound.errors import SpecboundError
-from support.hub_server import HubServer
+from support.hub_server import HubServer, isolate_hub_environment
 from support.numpy_bert import write_tiny_bert
 
 pytest.importorskip("huggingface_hub")
@@ -46,12 +46,7 @@ def _served(tmp_path, local: Path) -> Path:
 
 @pytest.fixture
 def hub_env(tmp_path, monkeypatch):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))  # no stored login of this machine is sent
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    isolate_hub_environment(monkeypatch, tmp_path)
     return monkeypatch
 
 

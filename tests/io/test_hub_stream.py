@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from safetensors.numpy import load_file, save_file
-from support.hub_server import HubServer
+from support.hub_server import HubServer, isolate_hub_environment
 from support.numpy_bert import write_tiny_bert
 from support.same_numbers import numbers
 
@@ -69,12 +69,7 @@ def _sharded(local: Path, folder: Path, parts: int = 2) -> Path:
 
 @pytest.fixture
 def hub_env(tmp_path, monkeypatch):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))  # no stored login of this machine is sent
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    isolate_hub_environment(monkeypatch, tmp_path)
     (tmp_path / "tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # temp files land where the disk is measured
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))

@@ -29,6 +29,16 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 
+def isolate_hub_environment(monkeypatch, root: Path) -> None:
+    """Point huggingface_hub at a cache and home under ``root``, with no token, offline flag or Xet
+    transfer of this machine's environment (every test that talks to :class:`HubServer`)."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(root / "home"))  # no stored login of this machine is sent
+    monkeypatch.setenv("HF_HUB_CACHE", str(root / "cache"))
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+
+
 class HubServer:
     """``repos``: ``{"org/name": folder}``; every repository has one revision ``main`` at ``commit``.
     ``gated``: ids answered 403 GatedRepo unless the request carries ``Authorization: Bearer hf_granted``.  ``cut``: file names whose first full GET stops after
