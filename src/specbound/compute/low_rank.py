@@ -24,20 +24,15 @@ import numpy as np
 from ..archs.model import HeadUpdate, LayerUpdates, LayerWeights
 from .layer_spectra import LayerSpectra
 from .qk_logit import logit_factors
-from .spectra import MatrixSpectrum, _streamed_norm_1_1, column_sq_norms, factored_spectra
+from .spectra import MatrixSpectrum, factored_spectra
 
 
 def low_rank_spectrum(left: np.ndarray, right: np.ndarray, *, with_norm_1_1: bool = True) -> MatrixSpectrum:
     """Spectrum and norms of the ``(m, n)`` matrix ``left @ right`` (``left`` ``(m, r)``, ``right``
-    ``(r, n)``) from its ``r x r`` core; the product is never held whole (the (1,1)-norm streams it
-    in tiles)."""
-    r_left = np.linalg.qr(left, mode="r")  # (k, r), left = Q_L R_L
-    r_right = np.linalg.qr(right.T, mode="r")  # (k', r), right^T = Q_R R_R
-    svals = np.linalg.svd(r_left @ r_right.T, compute_uv=False)
-    col_norms = np.sqrt(column_sq_norms(r_left @ right))
-    n11 = _streamed_norm_1_1(np.ascontiguousarray(left.T), right) if with_norm_1_1 else float("nan")
-    return MatrixSpectrum((int(left.shape[0]), int(right.shape[1])), svals, float(col_norms.sum()), n11,
-                          sv_method="core")
+    ``(r, n)``) from its ``r x r`` core: a head's factored product ``A^T B`` with ``A = left^T``,
+    ``B = right`` (:func:`~.spectra.factored_spectra`); the product is never held whole (the
+    (1,1)-norm streams it in tiles)."""
+    return factored_spectra(np.ascontiguousarray(left.T)[None], right[None], with_norm_1_1=with_norm_1_1)[0]
 
 
 def zero_spectrum(shape: tuple[int, int]) -> MatrixSpectrum:

@@ -206,9 +206,9 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT
     Parameters
     ----------
     a : ndarray, shape (H_a, d, N)
-    b : ndarray, shape (H_b, d, N)
+    b : ndarray, shape (H_b, d, M)
         Per-head factors in float64 (for ``QK``: ``W_Q^h`` and ``W_K^h``; for ``OV``: ``W_V^h`` and
-        ``W_O^h``).
+        ``W_O^h``; ``M = N`` for both; a low-rank update's two factors have ``M != N``).
     a_index, b_index : ndarray of int, shape (H,), optional
         Which factor each head uses (grouped-query attention: key/value head ``h // group``);
         default: head ``h`` uses factor ``h``.  Each distinct factor is factorised once.
@@ -220,18 +220,18 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT
 
     Returns
     -------
-    list of MatrixSpectrum, one per head, each of shape (N, N).
+    list of MatrixSpectrum, one per head, each of shape (N, M).
     """
     heads = len(a_index) if a_index is not None else len(b_index) if b_index is not None else a.shape[0]
     a_index = np.arange(heads) if a_index is None else np.asarray(a_index)
     b_index = np.arange(heads) if b_index is None else np.asarray(b_index)
-    n = a.shape[2]
+    shape = (int(a.shape[2]), int(b.shape[2]))
     if kernel.device != "numpy":
         from .torch_kernels import factored_products
 
         svals, col_norms, n11 = factored_products(a, b, a_index, b_index, with_norm_1_1=with_norm_1_1,
                                                   device=kernel.device)
-        return [MatrixSpectrum((n, n), svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
+        return [MatrixSpectrum(shape, svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
                 for h in range(heads)]
     r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H_a, d', d'), A_i.T = Q_a R_a
     r_b = _r_factor(np.swapaxes(b, 1, 2))
@@ -242,7 +242,7 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT
         # Column k of A.T @ B is A.T b_k = Q_a (R_a b_k), so its norm is ||R_a b_k||.
         col_norms = np.sqrt(column_sq_norms(r_a[i] @ b[j]))
         n11 = _streamed_norm_1_1(a[i], b[j]) if with_norm_1_1 else float("nan")
-        out.append(MatrixSpectrum((n, n), svals[h], float(col_norms.sum()), n11, sv_method="core"))
+        out.append(MatrixSpectrum(shape, svals[h], float(col_norms.sum()), n11, sv_method="core"))
     return out
 
 
