@@ -60,6 +60,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    return 0 if text.strip() == "0" else _positive_int(text)
+
+
 def _jobs(text: str) -> int | str:
     if text == "auto":
         return text
@@ -263,13 +267,16 @@ def _parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="time the analysis against the dense reference method", description=(
         "Time specbound on a synthetic checkpoint against a baseline run in the same process (the dense "
         "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
-    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
+    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures", "threads"),
+                    default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: the llama7b scenario on 4 layers (time per layer, peak "
                          "RSS, stage times); llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
                          "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
-                         "BERT-Miniatures shapes, total and per checkpoint")
+                         "BERT-Miniatures shapes, total and per checkpoint; threads: analyze() with its defaults "
+                         "against threads=1 and jobs=1 on the embedded checkpoint, interleaved (with --load K busy "
+                         "processes beside it)")
     be.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
@@ -281,6 +288,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
     be.add_argument("--device", choices=DEVICES, help="large, llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--load", type=_non_negative_int, default=0, metavar="K",
+                    help="threads: K busy processes run beside the measurement (default 0: idle)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -540,7 +549,7 @@ def _study(args) -> int:
 
 def _bench(args) -> int:
     from .options import KernelOptions
-    from .tools import bench
+    from .tools import bench, bench_threads
 
     kernel = KernelOptions(**({"device": args.device} if args.device else {}))
 
@@ -555,7 +564,9 @@ def _bench(args) -> int:
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),
             "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,
-                                                              workdir=args.workdir), bench.format_miniatures_bench)}
+                                                              workdir=args.workdir), bench.format_miniatures_bench),
+            "threads": (lambda: bench_threads.run_threads_bench(repeats=args.repeats, load=args.load),
+                        bench_threads.format_threads_bench)}
     run, fmt = runs[args.scenario]
     report = run()
     print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))
