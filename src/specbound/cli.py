@@ -190,6 +190,19 @@ def _parser() -> argparse.ArgumentParser:
                               "1000000); default: the free space of the cache's filesystem")
     _add_analysis_options(an)
 
+    cp = sub.add_parser("compare", help="two or more models side by side: bounds, per layer, per role, a figure",
+                        description=(
+        "Analyse (or reopen) two or more models and put them side by side: every bound of each, its ratio to the "
+        "first model's, the spectrum-adaptive contribution per layer and per role with the differences, and one "
+        "figure (--out). A model is anything `analyze` reads (a folder, a weights file, a hub id, a LoRA adapter: "
+        "--base names its base), a folder written by `analyze --out`, or a results store's record STORE#KEY "
+        "(a key, a key prefix or a source name). docs/compare.md."))
+    cp.add_argument("sources", nargs="+", metavar="MODEL", help="two or more models; the first is the reference")
+    cp.add_argument("--names", metavar="A,B,...", help="display names, one per model, comma-separated")
+    cp.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    cp.add_argument("--out", metavar="DIR", help="also write bounds.csv, layers.csv, roles.csv and compare.png/.pdf")
+    _add_analysis_options(cp)
+
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
         "Architecture specs map a family's tensor names to the roles of the bounds (docs/architectures.md). "
         "`specbound arch infer SOURCE` drafts one from a checkpoint; pass it to analyze with --arch-spec."))
@@ -375,6 +388,23 @@ def _analyze(args) -> int:
         print(result.summary(verbose=args.verbose) if towers else format_summary(result, verbose=args.verbose))
         if args.out:
             print(f"\ntables and summary written to {args.out}")
+    return 0
+
+
+def _compare(args) -> int:
+    from .report.compare import compare
+
+    if len(args.sources) < 2:
+        raise _UsageError(f"compare needs two or more models, found {len(args.sources)} (see `specbound compare --help`)")
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
+        raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing)")
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    result = compare(*args.sources, names=names, **_options_from(args))
+    print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if args.format == "json" else result)
+    if args.out:
+        written = result.save(args.out)
+        if args.format == "text":
+            print(f"\n{len(written)} file(s) written to {args.out}")
     return 0
 
 
@@ -585,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_help()
         return 0
     try:
-        commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
+        commands = {"analyze": _analyze, "compare": _compare, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
                     "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

@@ -275,6 +275,15 @@ def load_analysis(out_dir: str | Path) -> Analysis:
             raise SpecboundError(f"{path} is not a saved analysis table: {problem}; write the folder again with "
                                  f"Analysis.save")
         tables[name] = table
+    return analysis_from_document(doc, tables)
+
+
+def analysis_from_document(doc: dict, tables: dict) -> Analysis:
+    """The :class:`Analysis` of a checked JSON document (``to_dict()`` without its tables) and its
+    tables (``matrices, layers, singular_values``; any ``key``/``source`` columns are dropped):
+    what :func:`load_analysis` and a results store's records are reopened with."""
+    tables = {name: read_table(name, tables[name].drop(columns=[c for c in ID_COLUMNS if c in tables[name].columns]))
+              for name in TABLE_NAMES}
     log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
 
     def bounds(values):  # a value beyond float64 (null or a string in the document) -> inf, its log10 kept

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import SpecboundError
 from ..compute.measures import ordered_roles
 from ..records.plot import figure_contributions, figure_p_star, figure_spectra
-from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label, drawable,
+from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_color, bound_label, drawable,
                              natural_order, new_figure, note_left_out, save_figure, style_grid)
 from ..records.view import short_name
 
@@ -106,7 +106,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
 
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
-    colors = bound_colors(len(names))
+    colors = [bound_color(n) for n in names]
     fig = new_figure()
     ax = fig.add_subplot()
     groups = sorted(table[other].unique())
@@ -227,7 +227,7 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     if len(set(labels)) < len(labels):
         labels = [f"{short_name(src, 28)}  ({lab})" for lab, src in zip(labels, table["source"])]
     others = [n for n in names if n != HEADLINE]
-    colors = dict(zip(others, bound_colors(len(others))))
+    colors = {n: bound_color(n) for n in others}
     markers = {n: MARKERS[1:][i % (len(MARKERS) - 1)] for i, n in enumerate(others)}  # "o" is the headline's
     styles = {n: {"marker": markers[n], "markersize": 5, "color": colors[n], "alpha": 0.9} for n in others}
     styles[HEADLINE] = HEADLINE_STYLE

@@ -391,12 +391,12 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter
 
-    from ..records.style import bound_colors
+    from ..records.style import bound_color
     from .scaling import SCALING_AXES, axis_groups
 
     tasks = sorted(runs["task"].unique())
     get = {(r.task, r.bound, r.axis): r.slope for r in scaling.itertuples()}
-    colours = dict(zip(bounds, bound_colors(len(bounds))))
+    colours = {b: bound_color(b) for b in bounds}
     fig, axes = plt.subplots(len(SCALING_AXES), len(tasks), figsize=(min(max(2.45 * len(tasks), 5.0), MAX_WIDTH), 5.2),
                              squeeze=False)
     for i, axis in enumerate(SCALING_AXES):

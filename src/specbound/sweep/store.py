@@ -186,6 +186,17 @@ class Record:
     def bounds(self) -> dict[str, float]:
         return self.meta["bounds"]
 
+    def analysis(self):
+        """This record as an :class:`~specbound.records.Analysis` (its stored document and tables;
+        load it with the ``matrices``, ``layers`` and ``singular_values`` tables)."""
+        from ..records.analysis import analysis_from_document
+
+        missing = [t for t in ("matrices", "layers", "singular_values") if t not in self.tables]
+        if missing:
+            raise SpecboundError(f"record {self.key} was loaded without its {', '.join(missing)} table(s); "
+                                 f"load it with Store.load(key)")
+        return analysis_from_document(self.meta["analysis"], self.tables)
+
     def __getattr__(self, name: str):
         tables = self.__dict__.get("tables", {})
         if name in tables:
