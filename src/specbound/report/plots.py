@@ -46,11 +46,18 @@ def _model_title(meta) -> str:
 
 
 def pick_record(store, model: str | None = None) -> str:
-    """The key of the record named by ``model`` (a key prefix or a source); default the largest model."""
+    """The key of the record named by ``model`` (a key prefix or a source); default the largest model,
+    or the last checkpoint of a run (a store of one shape, ordered along its label)."""
     table = store.table()
     if table.empty:
         raise SpecboundError(f"the results store {store.root} holds no records; run `specbound sweep` first")
-    if model is None:
+    if model is None:  # the largest model; of a run's checkpoints (one shape), the last along the run
+        from .trajectory import ORDER, trajectory_axis
+
+        along = trajectory_axis(table)
+        if along is not None:
+            ordered = natural_order(table) if along == ORDER else table.sort_values(along, kind="stable")
+            return ordered.iloc[-1]["key"]
         return table.sort_values(["L", "N"], kind="stable").iloc[-1]["key"]
     hits = table[(table["source"] == model) | table["key"].str.startswith(model)]
     if hits.empty:
@@ -277,6 +284,11 @@ def build_figures(store, *, model: str | None = None, fixed_L: int | None = None
     figures["contribution_curves"] = figure_contribution_curves(store, key)
     figures["p_star_heatmap"] = figure_p_star_heatmap(store, key)
     figures["bounds_side_by_side"] = figure_bounds_side_by_side(store, bounds=bounds)
+    from .distance import figure_from_init
+
+    distance = figure_from_init(store)
+    if distance is not None:  # records measured from initial weights (--init, LoRA adapters)
+        figures["from_init"] = distance
     return figures
 
 
