@@ -233,6 +233,10 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--device", choices=DEVICES,
                     help="where each task's linear algebra runs: numpy (default), or torch float64 on cpu or cuda "
                          "(the same records: devices differ only within each record's proven error bound)")
+    sw.add_argument("--metrics", metavar="FILE",
+                    help="your numbers per checkpoint (loss, accuracy, gap): a CSV with a 'source' column, or JSON "
+                         "{source: {name: value}}; carried into the records beside each checkpoint's own "
+                         "metrics.json, and correlated with every bound by scaling and report (docs/metrics.md)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
     _add_analysis_options(sw, key_only=True)
@@ -422,6 +426,13 @@ def _sweep(args) -> int:
     option_sets = [{**o, **flags} for o in (config.option_sets if config else [{}])]
     store = args.store or (config.store if config and config.store else "specbound-results")
     sources = expand_sources(patterns)
+    if args.metrics:
+        from dataclasses import replace
+
+        from .sweep.metrics import match_metrics, read_metrics_file
+
+        given = match_metrics([s.name for s in sources], read_metrics_file(args.metrics))
+        sources = [replace(s, metrics=given.get(s.name, {})) for s in sources]
     if args.dry_run:
         from .sweep.store import Store
 
@@ -486,7 +497,21 @@ def _scaling(args) -> int:
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
             print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
+    _print_metric_correlations(args)
     return 0
+
+
+def _print_metric_correlations(args) -> None:
+    """Kendall's tau of every bound against each of the records' own metrics, when they have any."""
+    from .report.metrics import metric_correlations, metric_names
+
+    store = _existing_store(args.store)
+    table = store.table()
+    if args.format != "text" or not metric_names(table):
+        return
+    corr = metric_correlations(table, args.bound or store.bound_names())
+    print("\nyour metrics: Kendall's tau of each bound with each metric over the records (p = two-sided p-value)")
+    print(corr.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))
 
 
 def _plot(args) -> int:

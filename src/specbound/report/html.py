@@ -35,6 +35,8 @@ CAPTIONS = {
                   "each Schatten index p*.",
     "from_init": "The headline bounds on W (filled) and on W - W0 (open) of each record measured from initial "
                  "weights (--init, or a LoRA adapter with its base as W0).",
+    "metrics": "Each headline bound against each of your metrics (metrics.json or sweep --metrics), one dot per "
+               "record, Kendall's tau in each panel's title.",
 }
 ONE_MODEL = ("spectral_decay", "contribution_curves", "p_star_heatmap")  # figures of the record --model names
 # What each figure shows, for a reader who cannot see it (the img alt text).
@@ -59,6 +61,8 @@ ALT = {
     "from_init": "Dot plot, log scale: for each record measured from initial weights, two rows (the spectrum-"
                  "adaptive bound, the Edelman-style proxy), a filled dot at the bound on W and an open dot at the "
                  "bound on W - W0.",
+    "metrics": "Scatter plots, log vertical axis: one panel per headline bound and metric, the bound of each "
+               "record against its metric, Kendall's tau in the panel's title.",
 }
 
 
@@ -158,6 +162,7 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     dict with the paths of ``html``, ``markdown`` and ``figures`` (the folder).
     """
     from .distance import from_init_frame
+    from .metrics import metric_correlations, metric_names
     from .plots import build_figures, pick_record
     from .scaling import scaling_table, summary_table
     from .trajectory import trajectory_axis, trajectory_frame
@@ -202,6 +207,10 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     shown = short_name(store.load_meta(pick_record(store, model))["source"])
     captions = {name: CAPTIONS.get(name, "") + (f" The model shown: {shown} (`--model SOURCE` picks another)."
                                                 if name in ONE_MODEL else "") for name in figures}
+    correlations = metric_correlations(table, names) if metric_names(table) else None
+    metrics_intro = ("Kendall's tau between every bound and each of your metrics (metrics.json beside each checkpoint, "
+                     "or sweep --metrics), over the records that have both, with its two-sided p-value; a rank "
+                     "correlation, it needs no model of how a bound relates to the metric.")
     distance_intro = ("Records measured from initial weights (`--init`, or a LoRA adapter with its base as W0): the "
                       "headline bounds on W and on W - W0, and their ratio.")
     md = ["# specbound report", "", *overview, "", "## Bounds", ""]
@@ -210,6 +219,8 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
         md += [markdown_table(part), ""]
     if len(distance):
         md += ["## Distance from initialisation (W - W0)", "", distance_intro, "", markdown_table(distance), ""]
+    if correlations is not None:
+        md += ["## Your metrics", "", metrics_intro, "", markdown_table(correlations), ""]
     md += [f"## {section}", "", md_intro, "", markdown_table(second), ""]
     md += ["## Figures", ""]
     for name, png in figures.items():
@@ -233,7 +244,9 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
             "<h2>Bounds</h2>", *(f"<h3>{html.escape(title)}</h3>{_html_table(part)}" if title else _html_table(part)
                                  for title, part in parts),
             *([f"<h2>Distance from initialisation (W - W0)</h2><p>{html.escape(distance_intro).replace('`', '')}</p>",
-               _html_table(distance)] if len(distance) else []), f"<h2>{section}</h2>",
+               _html_table(distance)] if len(distance) else []),
+            *([f"<h2>Your metrics</h2><p>{html.escape(metrics_intro)}</p>", _html_table(correlations)]
+              if correlations is not None else []), f"<h2>{section}</h2>",
             f"<p>{html.escape(md_intro).replace('`', '')}</p>", _html_table(second), "<h2>Figures</h2>"]
     for name, png in figures.items():
         data = base64.b64encode(png.read_bytes()).decode()

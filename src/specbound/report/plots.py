@@ -285,6 +285,11 @@ def build_figures(store, *, model: str | None = None, fixed_L: int | None = None
     figures["p_star_heatmap"] = figure_p_star_heatmap(store, key)
     figures["bounds_side_by_side"] = figure_bounds_side_by_side(store, bounds=bounds)
     from .distance import figure_from_init
+    from .metrics import figure_metrics
+
+    correlated = figure_metrics(store, bounds=bounds)
+    if correlated is not None:  # the records carry the user's own metrics
+        figures["metrics"] = correlated
 
     distance = figure_from_init(store)
     if distance is not None:  # records measured from initial weights (--init, LoRA adapters)
