@@ -483,6 +483,8 @@ def _scaling(args) -> int:
         against = [(a.split(":", 1)[0], a.split(":", 1)[1] if ":" in a else None) for a in args.against]
     fits = scaling_table(_existing_store(args.store), bounds=args.bound, confidence=args.confidence,
                          per_group=args.detail, against=against)
+    from .report.scaling import left_out_note
+
     table = fits if args.detail or args.format != "text" else summary_table(fits)
     if args.format == "csv":
         print(table.to_csv(index=False), end="")
@@ -497,6 +499,8 @@ def _scaling(args) -> int:
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
             print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
+    for line in left_out_note(fits):
+        print(f"specbound: note: {line}", file=sys.stderr)
     _print_metric_correlations(args)
     return 0
 

@@ -73,6 +73,10 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
     pytest.importorskip("matplotlib")
     from specbound.cli import main
 
+    capsys.readouterr()
+    assert main(["scaling", "--store", str(tmp_path / "store"), "--against", "label_step"]) == 0
+    err = capsys.readouterr().err  # step 0 has no logarithm: the fit leaves it out and says so
+    assert "left out of the fits in label_step: 1 record(s) with label_step <= 0" in err and "tiny/step-0" in err
     assert main(["report", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "report")]) == 0
     assert "along step" in (tmp_path / "report" / "report.html").read_text()  # the trajectory's section
     assert (tmp_path / "report" / "figures" / "trajectory.png").exists()

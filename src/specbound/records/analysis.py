@@ -194,7 +194,10 @@ class Analysis:
     def __repr__(self) -> str:
         m = self.model
         bounds = ", ".join(f"{k}={v:.4g}" for k, v in self.bounds.items())
-        return (f"<specbound.Analysis of {short_name(self.source)}: {m['family']} L={m['L']} N={m['N']}, "
+        adapter = m.get("adapter")
+        what = (f" (LoRA adapter r={'/'.join(str(r) for r in adapter['ranks'])} merged into "
+                f"{short_name(str(adapter['base']))}; from_init = W - W0)" if adapter else "")
+        return (f"<specbound.Analysis of {short_name(self.source)}{what}: {m['family']} L={m['L']} N={m['N']}, "
                 f"{len(self.matrices)} matrices; {bounds}>")
 
     def _repr_html_(self) -> str:

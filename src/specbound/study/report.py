@@ -585,7 +585,11 @@ def format_study(result) -> str:
     ok = _converged(runs)
     head = measures[measures["column"].isin(HEADLINE)]
     lines = [f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
-             f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded", ""]
+             f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded"]
+    if timing["grid"] == "quick":  # issue 34: its numbers had been read as findings
+        lines.append("a smoke test: the quick grid checks that training, analysis and statistics run; with this few "
+                     "runs per task its correlations say nothing (the default grid: specbound study)")
+    lines.append("")
     for task in sorted(runs["task"].unique()):
         table = task_table(corr, head, task)[["measure", "tau", "Psi", "K", "robust sign-error"]]
         lines += [f"{task} (error gap, {int(ok['task'].eq(task).sum())} runs; 95% bootstrap intervals over "
