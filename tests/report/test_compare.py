@@ -111,6 +111,11 @@ def test_figure_axes_and_notebook_view(pair):
     fig = Figure()
     ax = fig.add_subplot()
     assert c.plot_bounds(ax=ax) is ax and len(ax.lines) == 2  # composes into the caller's Axes
+    ratios = Figure().add_subplot()
+    assert c.plot_ratios(ax=ratios) is ratios
+    (drawn,) = [line for line in ratios.lines if line.get_label() == "b / a"]  # the reference line at 1 aside
+    expected = [b / a for a, b in zip(pair[0].all_bounds().values(), pair[1].all_bounds().values())]
+    assert drawn.get_ydata()[:len(expected)] == pytest.approx(expected, rel=1e-9)
     assert c.plot_layers() is not None
     html = c._repr_html_()
     assert "<img src='data:image/png;base64," in html and "per role" in html and "b / a" in html

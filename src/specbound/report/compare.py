@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..bounds import REGISTRY
@@ -179,47 +180,88 @@ class Comparison:
     # --- figures ------------------------------------------------------------------------------
 
     def plot_bounds(self, ax=None):
-        """``log10`` of every bound, one marker and colour per model; returns the Axes."""
-        from ..records.style import MARKERS, model_colors, new_figure, style_grid
+        """``log10`` of every bound, one marker and colour per model (the reference filled, the others
+        open and side by side, so equal values stay visible); returns the Axes."""
+        from ..records.style import new_figure, style_grid
 
         logs = self.log10_frame()
         ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
-        x = range(len(logs))
-        for i, (name, color) in enumerate(zip(self.names, model_colors(len(self.names)))):
-            ax.plot(x, logs[name].to_numpy(), MARKERS[i % len(MARKERS)], color=color, label=name, markersize=6,
-                    alpha=0.85)
-        ax.set_xticks(list(x), list(logs.index), rotation=60, ha="right", fontsize=7)
+        for i, name in enumerate(self.names):
+            ax.plot(self._dodged(len(logs), i), logs[name].to_numpy(), linestyle="none", label=name,
+                    **self._marker(i))
+        self._bound_ticks(ax, logs.index)
         ax.set_ylabel(r"$\log_{10} B$")
         ax.set_title("every bound, per model", fontsize=9)
         style_grid(ax)
         ax.legend(fontsize=7, frameon=False)
         return ax
 
+    def plot_ratios(self, ax=None):
+        """Each model's bounds divided by the reference's (log scale, 1 = the same), one marker per
+        model; returns the Axes."""
+        from ..records.style import drawable, new_figure, note_left_out, style_grid
+
+        logs = self.log10_frame()
+        ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        left_out = 0
+        for i, name in enumerate(self.names[1:], start=1):
+            with np.errstate(over="ignore", invalid="ignore"):
+                ratio, beyond = drawable(10.0 ** np.clip((logs[name] - logs[self.reference]).to_numpy(), -400, 400))
+            left_out += beyond
+            ax.plot(self._dodged(len(logs), i - 1, len(self.names) - 1), ratio, linestyle="none",
+                    label=f"{name} / {self.reference}", **self._marker(i))
+        ax.set_yscale("log")
+        self._bound_ticks(ax, logs.index)
+        ax.set_ylabel(f"B / B({self.reference})")
+        ax.set_title(f"each bound relative to {self.reference}", fontsize=9)
+        style_grid(ax)
+        note_left_out(ax, left_out)
+        ax.legend(fontsize=7, frameon=False)
+        return ax
+
     def plot_layers(self, ax=None):
         """The adaptive contribution of each layer, one line per model; returns the Axes."""
-        from ..records.style import MARKERS, model_colors, new_figure, style_grid
+        from ..records.style import new_figure, style_grid
 
         layers = self.layers_frame()
         ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
-        for i, (name, color) in enumerate(zip(self.names, model_colors(len(self.names)))):
-            ax.plot(layers.index, layers[name].to_numpy(), marker=MARKERS[i % len(MARKERS)], color=color,
-                    label=name)
+        for i, name in enumerate(self.names):
+            ax.plot(layers.index, layers[name].to_numpy(), label=name, linewidth=1.2, **self._marker(i))
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("layer (0 = input)")
         ax.set_ylabel(r"$\sum \min_p C(p)$ of the layer")
-        ax.set_title("spectrum-adaptive contribution per layer", fontsize=9)
+        ax.set_title("adaptive contribution per layer", fontsize=9)
         style_grid(ax)
         ax.legend(fontsize=7, frameon=False)
         return ax
 
+    def _marker(self, i: int) -> dict:
+        from ..records.style import MARKERS, model_colors
+
+        color = model_colors(len(self.names))[i]
+        filled = i == 0
+        return {"marker": MARKERS[i % len(MARKERS)], "color": color, "markersize": 6 if filled else 7,
+                "markerfacecolor": color if filled else "none", "markeredgewidth": 1.3}
+
+    @staticmethod
+    def _dodged(n: int, i: int, k: int | None = None) -> np.ndarray:
+        """x positions of series ``i`` of ``k`` side by side around 0..n-1."""
+        k = k or 1
+        return np.arange(n) + (i - (k - 1) / 2) * min(0.6 / k, 0.2)
+
+    def _bound_ticks(self, ax, names) -> None:
+        ax.set_xticks(list(range(len(names))), list(names), rotation=60, ha="right", fontsize=7)
+
     def figure(self):
-        """The comparison figure: every bound per model (left) and the per-layer contribution (right)."""
+        """The comparison figure: each bound relative to the reference (left) and the per-layer
+        adaptive contribution (right)."""
         from ..records.style import new_figure, require_matplotlib
 
         require_matplotlib()
-        fig = new_figure((7.5, 3.8))
+        fig = new_figure((7.5, 3.9))
         left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
-        self.plot_bounds(left)
+        self.plot_ratios(left)
         self.plot_layers(right)
         fig.suptitle(" vs ".join(self.names), fontsize=9)
         return fig
