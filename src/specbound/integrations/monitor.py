@@ -46,7 +46,8 @@ class BoundMonitor:
     at_start : bool
         Also analyse the weights before training (step 0).
     quiet : bool
-        Do not print the cost of one analysis (printed once, on stderr, after the first).
+        Do not print the cost of one analysis (printed once, on stderr, after the first one past step 0,
+        against the time of a training step).
     **options
         Analysis options (:class:`~specbound.options.AnalysisOptions`: ``grid_m``, ``n``, ``margin``,
         ``threads``, ...), checked here.
@@ -75,6 +76,7 @@ class BoundMonitor:
             self.store._ensure()  # a store that cannot be written fails now, not at step N
         self.history: list[dict[str, Any]] = []  # one entry per analysis: step, seconds, bounds
         self._done: set[int] = set()
+        self._said = False
         self._started = time.perf_counter()
 
     @staticmethod
@@ -107,7 +109,7 @@ class BoundMonitor:
         from ..pipeline import analyze
 
         self._done.add(step)
-        training = time.perf_counter() - self._started
+        training = time.perf_counter() - self._started - sum(h["seconds"] for h in self.history)
         begin, cpu = time.perf_counter(), time.process_time()
         analysis = analyze(model, self.options)
         seconds = time.perf_counter() - begin
@@ -127,17 +129,13 @@ class BoundMonitor:
             if log10 is not None and math.isfinite(log10):
                 scalars[f"{PREFIX}/log10_{name}"] = float(log10)
         self.history.append({"step": step, "seconds": seconds, "bounds": {k: values[k] for k in values}})
-        if len(self.history) == 1 and not self.quiet:
-            self._say_cost(step, seconds, training)
+        if step > 0 and not self._said and not self.quiet:  # once, when a step's cost is known to set it against
+            self._said = True
+            per_step = training / step
+            print(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
+                  f"{self.every_n_steps} steps adds about {100 * seconds / (per_step * self.every_n_steps):.0f}%",
+                  file=sys.stderr)
         return scalars
-
-    def _say_cost(self, step: int, seconds: float, training: float) -> None:
-        if step > 0:
-            share = f"; the {step} training step(s) before it took {training:.2f} s, so every {self.every_n_steps} " \
-                    f"steps adds about {100 * seconds * step / (training * self.every_n_steps):.0f}%"
-        else:
-            share = f" (before training; every_n_steps={self.every_n_steps})"
-        print(f"specbound: one analysis of the model took {seconds:.2f} s{share}", file=sys.stderr)
 
     def _store(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float) -> None:
         from ..sweep.store import record_from_analysis, record_key
