@@ -431,3 +431,23 @@ def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
     narrow = specbound.analyze(tmp_path / "bert_uncased_L-10_H-128_A-2", threads=1, jobs=1)
     assert (narrow.matrices["p_star"] > 0).any()
     assert "every matrix chose p* = 0" not in str(narrow)
+
+
+def test_plots_compose_into_the_callers_axes(tiny):
+    """Issue 34: every plot takes ax= and returns its Axes (matplotlib's convention); one role's panel
+    holds one line per matrix of that role, and the figure-level call is unchanged."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    _, a = tiny
+    fig = Figure()
+    left, middle, right = fig.subplots(1, 3)
+    assert a.plot.spectra(role="OV", ax=left) is left
+    assert len(left.lines) == int((a.matrices["role"] == "OV").sum())  # one spectrum per OV head
+    assert a.plot.contributions(role="FF_in", ax=middle) is middle
+    assert len(middle.lines) == int((a.matrices["role"] == "FF_in").sum()) + 2  # + the p* dots and the C(0) line
+    assert a.plot.p_star(ax=right) is right and right.images
+    assert a.plot.spectra(role="QK").get_title().startswith("QK")  # a panel of its own: a new figure's Axes
+    assert hasattr(a.plot.spectra(), "savefig")  # no ax, no role: the whole figure as before
+    with pytest.raises(specbound.SpecboundError, match="no role .XX."):
+        a.plot.spectra(role="XX")
