@@ -201,6 +201,8 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--names", metavar="A,B,...", help="display names, one per model, comma-separated")
     cp.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     cp.add_argument("--out", metavar="DIR", help="also write bounds.csv, layers.csv, roles.csv and compare.png/.pdf")
+    cp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="a layers progress bar on stderr for each model analysed (default: when stderr is a terminal)")
     _add_analysis_options(cp)
 
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
@@ -403,7 +405,8 @@ def _compare(args) -> int:
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
         raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing)")
     names = [n.strip() for n in args.names.split(",")] if args.names else None
-    result = compare(*args.sources, names=names, **_options_from(args))
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    result = compare(*args.sources, names=names, progress=show, **_options_from(args))
     print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if args.format == "json" else result)
     if args.out:
         written = result.save(args.out)

@@ -123,3 +123,11 @@ def test_figure_axes_and_notebook_view(pair):
         compare(pair[0])
     with pytest.raises(SpecboundError, match="one per model"):
         compare(pair[0], pair[1], names=["x"])
+
+
+def test_default_names_are_short_and_distinct():
+    from specbound.report.compare import default_names
+
+    assert default_names(["minis/bert_L-4", "minis/bert_L-8"]) == ["bert_L-4", "bert_L-8"]
+    assert default_names(["a/model", "b/model"]) == ["a/model", "b/model"]
+    assert default_names(["x", "x"]) == ["x #1", "x #2"]

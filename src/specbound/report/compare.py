@@ -286,7 +286,8 @@ class Comparison:
             return written + save_figure(self.figure(), out / "compare")
 
 
-def compare(*sources: Any, names: list[str] | None = None, options=None, **overrides) -> Comparison:
+def compare(*sources: Any, names: list[str] | None = None, options=None, progress: bool | None = None,
+            **overrides) -> Comparison:
     """Analyse (or reopen) two or more models and put them side by side.
 
     Parameters
@@ -297,6 +298,8 @@ def compare(*sources: Any, names: list[str] | None = None, options=None, **overr
         source name).  The first is the reference of every ratio and difference.
     names : list of str, optional
         Display names (default: each source's short name, numbered when two coincide).
+    progress : bool, optional
+        A layers progress bar for each model analysed here (as :func:`specbound.analyze`'s).
     options, **overrides
         Analysis options for the sources that are analysed here (``base`` applies to adapters only).
 
@@ -309,12 +312,12 @@ def compare(*sources: Any, names: list[str] | None = None, options=None, **overr
                              f"specbound.compare('base/', 'finetuned/')")
     if names is not None and len(names) != len(sources):
         raise SpecboundError(f"names gives {len(names)} name(s) for {len(sources)} models; give one per model")
-    analyses = [_analysis_of(source, options, overrides) for source in sources]
-    labels = list(names) if names is not None else _unique([short_name(a.source, 32) for a in analyses])
+    analyses = [_analysis_of(source, options, overrides, progress) for source in sources]
+    labels = list(names) if names is not None else default_names([a.source for a in analyses])
     return Comparison(dict(zip(labels, analyses)))
 
 
-def _analysis_of(source: Any, options, overrides: dict) -> Analysis:
+def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = None) -> Analysis:
     """The Analysis a compare source stands for."""
     from ..records import TowerAnalyses
 
@@ -332,7 +335,7 @@ def _analysis_of(source: Any, options, overrides: dict) -> Analysis:
     given = dict(overrides)
     if "base" in given and not (isinstance(source, (str, Path)) and is_adapter_folder(Path(source))):
         given.pop("base")  # --base names the base of the adapters among the sources
-    result = analyze(source, options, **given)
+    result = analyze(source, options, progress=progress, **given)
     if isinstance(result, TowerAnalyses):
         raise SpecboundError(f"{short_name(str(source))} is a two-tower model; compare one tower of it: "
                              f"pass --tower text or --tower vision")
@@ -354,6 +357,14 @@ def store_analysis(store: str, selector: str) -> Analysis:
         raise SpecboundError(f"{store}#{selector}: {found} with that key, key prefix or source name in the store "
                              f"({len(keys)} records); `specbound report --store {store}` lists them")
     return st.load(chosen[0]).analysis()
+
+
+def default_names(sources: list[str]) -> list[str]:
+    """Short display names: each source's last path component when they differ
+    (``runs/a/step-100`` -> ``step-100``), else the short names, numbered where two coincide."""
+    shorts = [short_name(s, 32) for s in sources]
+    last = [s.rstrip("/").rsplit("/", 1)[-1] or s for s in shorts]
+    return _unique(last if len(set(last)) == len(last) else shorts)
 
 
 def _unique(labels: list[str]) -> list[str]:
