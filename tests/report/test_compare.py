@@ -46,7 +46,8 @@ def test_two_folders_side_by_side_equal_their_own_analyses(tiny_bert_dir, tiny_b
         assert roles.loc[role, "cls - small"] == pytest.approx(theirs - mine)
     assert roles["small"].sum() == pytest.approx(a.matrices["contribution"].sum())
     text = str(c)
-    assert "cls / small" in text and "per role" in text and max(map(len, text.splitlines())) <= 100
+    assert "B / A" in text and "B - A" in text and "per role" in text and max(map(len, text.splitlines())) <= 100
+    assert any(line.split()[:2] == ["B", "cls"] for line in text.splitlines())  # the models table: B is cls
 
 
 def test_a_saved_analysis_and_a_store_record_compare_as_the_checkpoint(tiny_bert_dir, pair, tmp_path):

@@ -131,17 +131,35 @@ class Comparison:
                                                   else "-" for d in diff]
         return text
 
+    def _letters(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with each model's name shortened to its letter (A, B, ...: the models table says
+        which is which), so the text tables stay narrow whatever the names."""
+        letters = {name: _letter(i) for i, name in enumerate(self.names)}
+        ref = letters[self.reference]
+
+        def short(column: str) -> str:
+            for name, letter in letters.items():
+                if column == name:
+                    return letter
+                for op in (" / ", " - "):
+                    if column == f"{name}{op}{self.reference}":
+                        return f"{letter}{op}{ref}"
+            return column
+
+        return frame.rename(columns=short)
+
     def __str__(self) -> str:
-        pd_opts = ("display.width", 100, "display.max_columns", 20)
-        with pd.option_context(*pd_opts):
-            lines = [f"specbound compare: {len(self.analyses)} models, ratios and differences against "
-                     f"{self.reference}", self.models_frame().to_string(), "",
-                     "bounds (value = the complexity term B; B / A = the ratio to the first model)",
-                     self._bounds_text().to_string(), "",
-                     "per layer (adaptive = sum of min_p C(p) over the layer's matrices)",
-                     _format(self.layers_frame()).to_string(), "",
-                     "per role (adaptive contribution, summed over layers and heads)",
-                     _format(self.roles_frame()).to_string()]
+        models = self.models_frame()
+        models.insert(0, "name", models.index)
+        models.index = pd.Index([_letter(i) for i in range(len(models))], name="model")
+        lines = [f"specbound compare: {len(self.analyses)} models; ratios (B / A) and differences (B - A) against "
+                 f"A, the first", models.to_string(), "",
+                 "bounds (value = the complexity term B of each model; B / A = its ratio to the first model's)",
+                 self._letters(self._bounds_text()).to_string(), "",
+                 "per layer (adaptive = sum of min_p C(p) over the layer's matrices)",
+                 self._letters(_format(self.layers_frame())).to_string(), "",
+                 "per role (adaptive contribution, summed over layers and heads)",
+                 self._letters(_format(self.roles_frame())).to_string()]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -357,6 +375,11 @@ def store_analysis(store: str, selector: str) -> Analysis:
         raise SpecboundError(f"{store}#{selector}: {found} with that key, key prefix or source name in the store "
                              f"({len(keys)} records); `specbound report --store {store}` lists them")
     return st.load(chosen[0]).analysis()
+
+
+def _letter(i: int) -> str:
+    """A, B, ..., Z, then M27, M28, ...: a model's name in the text tables."""
+    return chr(ord("A") + i) if i < 26 else f"M{i + 1}"
 
 
 def default_names(sources: list[str]) -> list[str]:
