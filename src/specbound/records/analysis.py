@@ -201,14 +201,10 @@ class Analysis:
                 f"{len(self.matrices)} matrices; {bounds}>")
 
     def _repr_html_(self) -> str:
-        figure = None
-        try:
-            import matplotlib  # noqa: F401  (the figure is optional)
-        except ImportError:
-            pass
-        else:
-            figure = _spectra_png(self)
-        return analysis_html(self, figure)
+        from .style import optional_png
+
+        # a small spectrum figure, 600 px wide: legible, about 60 kB
+        return analysis_html(self, optional_png(lambda: self.plot.spectra(), dpi=80))
 
 
 def _log10(value: float) -> float:
@@ -216,13 +212,6 @@ def _log10(value: float) -> float:
     if value > 0:
         return math.log10(value)
     return -math.inf if value == 0 else math.nan
-
-
-def _spectra_png(a: Analysis) -> str:
-    """A small spectrum figure as base64 PNG for the notebook view."""
-    from .style import png_base64
-
-    return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
 
 
 # summary.json and each table: bytes, read only from a regular file of at most this size

@@ -120,6 +120,16 @@ def save_figure(fig, base: Path, *, dpi: int = PRINT_DPI) -> list[Path]:
     return paths
 
 
+def optional_png(make_figure, *, dpi: int = 80) -> str | None:
+    """``png_base64(make_figure())`` for a notebook view, or None without matplotlib (the view then
+    shows its tables alone)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return None
+    return png_base64(make_figure(), dpi=dpi)
+
+
 def png_base64(fig, *, dpi: int = 80) -> str:
     """The figure as base64 PNG data (for a notebook or a self-contained page)."""
     buf = io.BytesIO()

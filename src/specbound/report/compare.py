@@ -166,15 +166,9 @@ class Comparison:
         return f"<specbound.Comparison of {', '.join(self.names)}>"
 
     def _repr_html_(self) -> str:
-        figure = None
-        try:
-            import matplotlib  # noqa: F401  (the figure is optional)
-        except ImportError:
-            pass
-        else:
-            from ..records.style import png_base64
+        from ..records.style import optional_png
 
-            figure = png_base64(self.figure(), dpi=80)
+        figure = optional_png(self.figure, dpi=80)
         parts = ["<div class='specbound-analysis'>",
                  f"<b>specbound compare</b>: ratios and differences against <b>{_escape(self.reference)}</b>",
                  html_table(self.models_frame()), "<b>bounds</b>", html_table(self._bounds_text()),
