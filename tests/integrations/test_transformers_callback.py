@@ -77,7 +77,14 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
     assert main(["scaling", "--store", str(tmp_path / "store"), "--against", "label_step"]) == 0
     err = capsys.readouterr().err  # step 0 has no logarithm: the fit leaves it out and says so
     assert "left out of the fits in label_step: 1 record(s) with label_step <= 0" in err and "tiny/step-0" in err
-    assert main(["report", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "report")]) == 0
+    import specbound.report.plots as plots
+    from specbound.report.trajectory import figure_trajectory
+
+    # the report's other figures are tested in tests/report: this one draws the run's trajectory only
+    drawn = lambda store, **kw: {"trajectory": figure_trajectory(store, x="label_step")}  # noqa: E731
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "build_figures", drawn)
+        assert main(["report", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "report")]) == 0
     assert "along step" in (tmp_path / "report" / "report.html").read_text()  # the trajectory's section
     assert (tmp_path / "report" / "figures" / "trajectory.png").exists()
 
