@@ -73,7 +73,9 @@ def test_nothing_is_fetched_from_elsewhere(site):
 def test_math_is_mathml_written_at_build_time(site):
     theory = (site / "theory.html").read_text()
     assert "<math" in (site / "index.html").read_text() and theory.count("<math") >= 20
-    assert 'class="arithmatex"' not in theory and "\\(" not in theory  # no LaTeX left for a script
+    for page in ("theory", "bounds", "rotary"):  # no LaTeX left for a script, none shown as text
+        html = (site / f"{page}.html").read_text()
+        assert 'class="arithmatex"' not in html and "\\(" not in html and "$$" not in html, page
 
 
 # Put in each page's <head> before anything loads: a content security policy that allows only the

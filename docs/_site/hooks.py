@@ -80,6 +80,11 @@ def _mathml(match, page) -> str:
     block = match["tag"] == "div"
     latex = body[2:-2] if body[:2] in ("\\(", "\\[") else body
     try:
-        return convert(latex.strip(), display="block" if block else "inline")
+        mathml = convert(latex.strip(), display="block" if block else "inline")
     except Exception as exc:  # latex2mathml raises its own exception types, and plain ones
         raise PluginError(f"{page.file.src_uri}: cannot render the math {latex!r} ({exc})") from None
+    # What latex2mathml does not know it copies through: a command as `\\name`, an environment's
+    # column separator as `&` (`aligned` is one: write `split`)
+    if "\\" in mathml or "<mi>&</mi>" in mathml:
+        raise PluginError(f"{page.file.src_uri}: the math {latex!r} uses LaTeX that latex2mathml does not render")
+    return mathml
