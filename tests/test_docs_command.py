@@ -3,7 +3,7 @@ names a page, and a section of it, that the command can show from an installed p
 ship in the wheel."""
 
 import re
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,11 @@ import pytest
 from specbound.cli import main
 from specbound.errors import SpecboundError
 from specbound.tools import doc_pages
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the base install's tomli (pyproject.toml: python_version < '3.11')
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "specbound"
