@@ -30,6 +30,7 @@ def _fake_package(tmp_path, monkeypatch, *, config_suffix: bytes = b"", drop: st
     if drop is not None:
         (package / "model_files" / drop).unlink()
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, dc.DEFAULT_PACKAGE, raising=False)  # find_spec reads it first
     importlib.invalidate_caches()
     return package / "model_files"
 
