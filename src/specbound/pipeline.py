@@ -573,11 +573,11 @@ def activation_constants(dims: ModelDims, options: AnalysisOptions) -> tuple[flo
 
 def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, Any] | None:
     """The query/key normalisation of a QK-norm family and its largest logit Lipschitz factor (the
-    QK spectral norms, docs/theory.md 3d), for ``model["qk_norm"]`` and the assumptions."""
+    QK rows' ``lipschitz_factor``, docs/theory.md 3d), for ``model["qk_norm"]`` and the assumptions."""
     rule = model.spec.qk_norm
     if rule is None:
         return None
-    factor, layer, head = max((s.spectral_norm, l.layer, h) for l in layers for h, s in enumerate(l.qk))
+    factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
     return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
             "max_factor": factor, "layer": layer, "head": head}
 

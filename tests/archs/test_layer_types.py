@@ -86,4 +86,4 @@ def test_every_layers_qk_quantities_hold_under_its_own_rotation(gemma3):
             s = np.linalg.svd(mats, compute_uv=False)
             assert np.sqrt(np.sum(s ** 2, axis=1)).max() <= row["frobenius_norm"] * (1 + 1e-5)
             assert np.abs(mats).sum(axis=(1, 2)).max() <= row["norm_1_1"] * (1 + 1e-5)
-            assert s[:, 0].max() <= row["spectral_norm"]  # kappa, the normalised logit's factor
+            assert s[:, 0].max() <= row["spectral_norm"] * (1 + 1e-5)  # the max over offsets (float32 rope)

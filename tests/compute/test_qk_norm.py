@@ -1,7 +1,7 @@
 """QK-norm heads (Qwen3 and Gemma 3: RMSNorm per head; OLMo2: over the whole projection) against the
 real attention modules of tiny transformers models: the logit ``q_t . k_s`` the module forms (after
 its norms and its rotation, captured from its attention function) never changes faster than the
-reported Lipschitz factor ``kappa_h`` (the QK row's spectral_norm, docs/theory.md 3d) allows, and
+reported Lipschitz factor ``kappa_h`` (the QK row's lipschitz_factor, docs/theory.md 3d) allows, and
 the module's output never faster than ``sum_h c(OV) (1 + 4 kappa_h)``.
 
 Inputs are rows in the unit ball (the theorem's unit-norm inputs), some of them short (the norms'
@@ -77,7 +77,7 @@ def _run(model, xs):
 def test_the_modules_logits_never_exceed_the_reported_factor(analysed):
     family, model, a, captured = analysed
     qk = a.matrices[a.matrices["role"] == "QK"]
-    kappa = qk["spectral_norm"].to_numpy()
+    kappa = qk["lipschitz_factor"].to_numpy()
     assert a.model["qk_norm"]["span"] == ("all_heads" if family == "olmo2" else "head")
     assert "qk_norm" in {e["name"] for e in a.assumptions if e["applies"] and e["kind"] == "extension"}
     assert f"qk-norm: RMSNorm over" in str(a) and f"largest {kappa.max():.6g}" in str(a)  # said in the summary
@@ -103,8 +103,8 @@ def test_the_modules_logits_never_exceed_the_reported_factor(analysed):
 def test_the_attention_module_never_exceeds_the_reported_layer_factor(analysed):
     family, model, a, _ = analysed
     rows = a.matrices[a.matrices["layer"] == 0]
-    factor = float(np.sum(rows[rows["role"] == "OV"]["spectral_norm"].to_numpy()
-                          * (1 + 4 * rows[rows["role"] == "QK"]["spectral_norm"].to_numpy())))
+    factor = float(np.sum(rows[rows["role"] == "OV"]["lipschitz_factor"].to_numpy()
+                          * (1 + 4 * rows[rows["role"] == "QK"]["lipschitz_factor"].to_numpy())))
     rng = np.random.default_rng(2)
     worst = 0.0
     for trial in range(20):

@@ -178,8 +178,9 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
                    f"RMSNorm over {where} queries and keys (gain {gain}, eps = {qk_norm['eps']:g}) before the "
                    f"rotation: the logit's Lipschitz constant, finite because eps > 0, is "
                    f"kappa = a^2 max(L_q R_k, R_q L_k) with L = ||g||_inf ||W||_2 / sqrt(eps) (docs/theory.md 3d); "
-                   f"it is the QK spectral_norm used in Lambda and every baseline (largest {qk_norm['max_factor']:.6g}, "
-                   f"layer {qk_norm['layer']} head {qk_norm['head']}); S_p, rank and the other norms are those of the "
+                   f"it is each QK row's lipschitz_factor, read by Lambda and the sensitivities (largest "
+                   f"{qk_norm['max_factor']:.6g}, layer {qk_norm['layer']} head {qk_norm['head']}); the row's norms, "
+                   f"S_p and rank are those of the "
                    f"gain-folded (G_q W_Q)^T M (G_k W_K), the logit at unit-RMS queries and keys (our proxy)",
                    "extension")]
 

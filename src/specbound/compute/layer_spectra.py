@@ -40,9 +40,10 @@ class LayerSpectra:
     cross_ov: list[MatrixSpectrum] | None = None
 
     def norms(self, norm=None) -> LayerSpectralNorms:
-        """The layer's norms for the propagation factors: ``norm(spectrum)`` of every matrix
-        (default the spectral norm)."""
-        value = (lambda s: s.spectral_norm) if norm is None else norm
+        """The layer's factors for the propagation: ``norm(spectrum)`` of every matrix (default its
+        :attr:`~.spectra.MatrixSpectrum.lipschitz_factor`: the spectral norm, or a QK-norm head's
+        ``kappa_h``)."""
+        value = (lambda s: s.lipschitz_factor) if norm is None else norm
         cross = {} if self.cross_qk is None else {"cross_qk": np.array([value(s) for s in self.cross_qk]),
                                                   "cross_ov": np.array([value(s) for s in self.cross_ov])}
         return LayerSpectralNorms(
@@ -159,10 +160,13 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     if rotary is not None:  # every QK quantity must hold at every relative position
         blind = qk
         qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=kernel.rank_tol)
-    if raw.qk_norm is not None:  # the normalised logit's Lipschitz constant is c(QK) (docs/theory.md 3d)
-        kappa = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, 1.0 if rotary is None else rotary.attention_factor)
-        qk = [replace(s, spectral_sup=float(c)) for s, c in zip(qk, kappa)]
-        blind = None if blind is None else [replace(s, spectral_sup=float(c)) for s, c in zip(blind, kappa)]
+    if raw.qk_norm is not None:  # the normalised logit's Lipschitz constant is its factor (docs/theory.md 3d)
+        a = 1.0 if rotary is None else rotary.attention_factor
+        kappa = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, a)
+        kappa_f = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, a, frobenius=True)
+        factors = [dict(lipschitz=float(c), lipschitz_frobenius=float(f)) for c, f in zip(kappa, kappa_f)]
+        qk = [replace(s, **f) for s, f in zip(qk, factors)]
+        blind = None if blind is None else [replace(s, **f) for s, f in zip(blind, factors)]
     ff_matrices = weights.ff
     if release:
         for w in {id(raw): raw, id(weights): weights}.values():

@@ -42,7 +42,8 @@ def logit_factors(weights: LayerWeights, attention_factor: float = 1.0) -> Layer
     return replace(weights, q=q, k=k)
 
 
-def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str) -> tuple[np.ndarray, np.ndarray]:
+def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str, *, frobenius: bool = False
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per head ``(L, R)``: ``L`` bounds the Lipschitz constant of ``x -> nu(x W^T)_h`` and ``R`` its
     norm over the unit ball ``||x|| <= 1`` (docs/theory.md 3d).
 
@@ -53,12 +54,20 @@ def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str) -> tup
     ``W_group`` the normalised projection (the head's ``W^h``, or all heads' stacked).  Head ``h``'s
     block has norm ``sqrt(n) ||g_h * u_h|| / sqrt(||u||^2 + n eps) <= sqrt(n) ||g_h||_inf r / sqrt(r^2 +
     n eps)`` with ``r = ||u_h|| <= ||W^h||_2``, increasing in ``r``.
+
+    ``frobenius``: every spectral norm replaced by the Frobenius norm of the same matrix (``L``, ``R``
+    increase in it, so each value is at least the spectral one): the Frobenius-side analogue.
     """
     heads, d, _ = w.shape
-    s1 = np.linalg.norm(w, ord=2, axis=(1, 2))  # ||W^h||_2 per head
+    if frobenius:
+        s1 = np.linalg.norm(w, axis=(1, 2))  # ||W^h||_F per head
+    else:
+        s1 = np.linalg.norm(w, ord=2, axis=(1, 2))  # ||W^h||_2 per head
     g_inf = np.max(np.abs(gain), axis=1)
     if span == "head":
         n, group = d, s1
+    elif frobenius:  # ||[W^1; ...; W^H]||_F = sqrt(sum ||W^h||_F^2)
+        n, group = heads * d, np.full(heads, float(np.linalg.norm(w)))
     else:  # ||[W^1; ...; W^H]||_2 <= sqrt(sum ||W^h||^2) (and <= ||W||_F): no SVD of the whole projection
         n = heads * d
         group = np.full(heads, min(math.sqrt(float(np.sum(s1**2))), float(np.linalg.norm(w))))
@@ -68,7 +77,7 @@ def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str) -> tup
 
 
 def qk_norm_lipschitz(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: QKNorm,
-                      attention_factor: float = 1.0) -> np.ndarray:
+                      attention_factor: float = 1.0, *, frobenius: bool = False) -> np.ndarray:
     """Per query head ``kappa_h``, shape ``(H,)``: for unit-norm tokens ``x, x', y, y'`` and every
     orthogonal ``M`` (any offset, any rope scaling's angles), the normalised logit
     ``l(x, y) = a^2 nu_q(x W_Q^T)_h M nu_k(y W_K^T)_g^T`` satisfies
@@ -78,9 +87,11 @@ def qk_norm_lipschitz(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: 
 
     (``L``, ``R`` of :func:`_normed_reach`; split ``q M k^T - q' M k'^T = (q - q') M k^T + q' M (k -
     k')^T``).  ``q``, ``k`` are the raw projections (gains not folded); ``kv_index`` ``(H,)`` the key
-    head of each query head.  Finite because ``eps > 0``.
+    head of each query head.  Finite because ``eps > 0``.  ``frobenius``: the Frobenius-side analogue
+    ``kappa_F >= kappa_h`` (every ``||.||_2`` of the factors replaced by ``||.||_F``), the factor the
+    Frobenius product reads in place of ``kappa_h`` (docs/bounds.md 8).
     """
-    lq, rq = _normed_reach(q, norm.q_gain, norm.eps, norm.span)
-    lk, rk = _normed_reach(k, norm.k_gain, norm.eps, norm.span)
+    lq, rq = _normed_reach(q, norm.q_gain, norm.eps, norm.span, frobenius=frobenius)
+    lk, rk = _normed_reach(k, norm.k_gain, norm.eps, norm.span, frobenius=frobenius)
     kv = np.asarray(kv_index, dtype=int)
     return attention_factor**2 * np.maximum(lq * rk[kv], rq * lk[kv])
