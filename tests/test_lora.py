@@ -268,7 +268,7 @@ def _clip():
 
 LAYOUTS = {  # builder, targets: what each case's layout puts between a stored tensor and a matrix
     "t5_cross_attention": (_t5, ["q", "v", "wo"]),  # the decoder's cross-attention q and v too
-    "qwen3_qk_norm": (_qwen3, ["q_proj", "k_proj", "down_proj"]),  # the logit's norm gains fold into q, k
+    "qwen3_qk_norm": (_qwen3, ["q_proj", "k_proj", "down_proj"]),  # a QK row is the stacked q, k factors
     "phi3_fused_qkv_gate_up": (_phi3, ["qkv_proj", "gate_up_proj", "o_proj"]),
     "clip_two_towers": (_clip, ["q_proj", "v_proj", "fc1"]),
 }

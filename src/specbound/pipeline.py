@@ -454,10 +454,8 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
     dims = model.layer_dims(layer)
     updates = adapter_updates(model, init_model, layer, kernel)
     if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)
-        found = update_difference_spectra(raw, raw0, updates, group=dims.H // dims.H_kv, block=dims.block,
-                                          attention_factor=a)
-        if found is not None:
-            return found
+        return update_difference_spectra(raw, raw0, updates, group=dims.H // dims.H_kv, block=dims.block,
+                                         attention_factor=a)
     weights, w0 = logit_factors(raw, a), logit_factors(raw0, a)
     return difference_spectra(weights, w0, kernel, group=dims.H // dims.H_kv, block=dims.block)
 

@@ -11,7 +11,9 @@ so ``W = W0`` has exactly the zero spectrum (every product in the core is ``0 * 
 weights lose no digits to cancellation (``[A; -A0].T [B; B0]`` subtracts two products of size
 ``|W|`` in the core's round-off, ``~1e-16 |W|``, which ``alpha`` then multiplies).  Its spectrum and column norms come from
 the ``2d x 2d`` core exactly as for ``A.T B`` (:func:`~specbound.compute.spectra.factored_spectra` on the
-factors stacked along ``d``).  Feed-forward differences are dense.
+factors stacked along ``d``).  Feed-forward differences are dense, and so is a QK-norm head's: its row is
+the stacked raw factors ``Z_h = [W_Q^h; W_K^g]`` (docs/theory.md 3d), so ``Z_h - Z0_h`` is the stacked
+factors' differences, ``2 d_h x N``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from ..archs.model import LayerWeights
 from ..options import KernelOptions
 from .layer_spectra import LayerSpectra
+from .qk_logit import qk_norm_factors
 from .spectra import dense_spectrum, factored_spectra
 
 
@@ -49,6 +52,11 @@ def difference_spectra(weights: LayerWeights, init: LayerWeights, kernel: Kernel
         pairs["cross_qk"] = (weights.cross.q, weights.cross.k, init.cross.q, init.cross.k)
         pairs["cross_ov"] = (weights.cross.v, weights.cross.o, init.cross.v, init.cross.o)
     spectra = {}
+    if weights.qk_norm is not None:  # the stacked raw factors' differences (docs/theory.md 3d)
+        kv = np.arange(weights.q.shape[0]) // group
+        del pairs["qk"]
+        spectra["qk"] = [dense_spectrum(z - z0) for z, z0 in zip(qk_norm_factors(weights.q, weights.k, kv),
+                                                                 qk_norm_factors(init.q, init.k, kv))]
     for role, (a, b, a0, b0) in pairs.items():
         if kernel.method == "dense":
             spectra[role] = [dense_spectrum(a[h].T @ b[h] - a0[h].T @ b0[h]) for h in range(a.shape[0])]
