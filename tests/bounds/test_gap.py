@@ -31,29 +31,13 @@ def test_gap_terms_by_hand():
     assert t["gap"] == pytest.approx(2.0 + 0.4)
 
 
-def _entropy(s, a, b, p, delta):
-    """``ln N(K, delta)`` of the class ``{S_p(W) <= S_p(s), ||W||_F <= ||s||}`` (``a x b``) restated from
-    docs/bounds.md 9 by a direct search: the least rank ``k`` whose truncation error bound ``tau_k`` is at
-    most ``delta / 2`` (``p = 0``: the rank), then Candes & Plan's net at ``delta - tau_k``."""
-    rho = math.sqrt(np.sum(s**2))
-    if p == 0:
-        k, net = s.size, delta
-    else:  # the net at delta / 2 <= delta - tau_k, as the derivation bounds it
-        total = float(np.sum(s**p))
-        k = next((k for k in range(min(a, b) + 1) if (total / (k + 1)) ** (1 / p) <= delta / 2), min(a, b))
-        net = delta / 2
-    dim = min(k * (a + b + 1), a * b)
-    return dim * max(0.0, math.log(9 * rho / net))
-
-
 def _entropy_oracle(ms, margin, fixed_p=None):
-    """The spectrum-adaptive gap's numerator restated from docs/bounds.md section 9, by quadrature: the
-    error budget split over the ``T`` covered matrices (``scale_T = scale T / L``), each matrix at the
-    index of the grid whose ``int_0^1 sqrt(ln N(delta = margin eps / scale_T)) d eps`` (:func:`_entropy`) is
-    smallest, and ``C(p; scale_T / margin)`` there.  Returns ``(B_margin, integral)``."""
-    from scipy.integrate import quad
-
+    """The spectrum-adaptive gap's numerator restated from docs/bounds.md section 9 (tests/support/
+    gap_oracle.py): the error budget split over the ``T`` covered matrices (``scale_T = scale T / L``), each
+    matrix at the index of the grid whose entropy integral is smallest, and ``C(p; scale_T / margin)`` there.
+    Returns ``(B_margin, integral)``."""
     from specbound.bounds.schatten import kept_singular_values, schatten_grid
+    from support.gap_oracle import entropy_integral
 
     grid = schatten_grid(ms.grid_m) if fixed_p is None else np.array([float(fixed_p)])
     n = ms.dims.N
@@ -64,17 +48,7 @@ def _entropy_oracle(ms, margin, fixed_p=None):
         if s.size == 0:
             continue
         scale = mm.scale * t / ms.dims.L
-        a, b = mm.target.shape
-
-        def entropy_integral(p):  # eps = e^-u on (0, 1], broken where the truncation rank changes and at the radius
-            f = lambda u: math.sqrt(_entropy(s, a, b, p, margin * math.exp(-u) / scale)) * math.exp(-u)  # noqa: E731
-            breaks = [math.log(scale / margin) - math.log(9 * math.sqrt(np.sum(s**2)) * (2 if p else 1))]
-            if p:
-                breaks += [-math.log(2 * scale / margin) - math.log(np.sum(s**p) / j) / p for j in range(1, min(a, b) + 1)]
-            breaks = sorted(u for u in breaks if 0 < u < 80)
-            return sum(quad(f, lo, hi, epsabs=0, epsrel=1e-12)[0] for lo, hi in zip([0] + breaks, breaks + [80]))
-
-        values = [entropy_integral(p) for p in grid]
+        values = [entropy_integral(s, *mm.target.shape, p, scale / margin) for p in grid]
         p = grid[int(np.argmin(values))]
         complexity += float(np.sum(s**p) if p else s.size) ** (1 / (p + 2)) * (scale / margin) ** (p / (p + 2)) \
             * n ** ((p + 1) / (p + 2))
