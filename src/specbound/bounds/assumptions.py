@@ -118,8 +118,6 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "and the rank come from the Horn envelope (singular_values rows of kind horn_envelope, not "
                "singular values); the theorem's covering argument is not proven for rotary heads, so these "
                "bounds are proxies; the *_rotation_blind variants ignore the rotation", "extension"),
-        _entry("rotary_distance_from_init", rotary and init and not qk_norm,
-               "W - W0 of rotary QK heads is measured as if unrotated (rotation-blind)", "extension"),
         _entry("alibi_positions", dims.alibi,
                "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
                "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
