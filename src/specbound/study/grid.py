@@ -25,7 +25,7 @@ hyper-parameter of it to another value on its axis.  A base point therefore cont
   Miniatures' depths), around both bases, 3 seeds: 270 + 3 x 2 x 3 x 3 = 324 runs.  It contains
   every default-grid run (same keys), so a default study folder is extended, not redone; the extra
   runs are the deepest and slowest of all and are meant for Dask workers (``--workers`` /
-  ``--scheduler``; README for the estimate).
+  ``--scheduler``; docs/study-results.md for the estimate).
 """
 
 from __future__ import annotations

@@ -564,7 +564,7 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
              "95% bootstrap interval over clusters and the number of groups; `all` pools every task's groups "
              "(`scaling.csv`; the fit is `specbound scaling`'s, `report.scaling.group_slopes`). For contrast, "
              "the same fit on random checkpoints of the BERT Miniatures' shapes: `specbound miniatures`, "
-             "`specbound sweep`, `specbound scaling --detail` (its `median over` rows; README).", "",
+             "`specbound sweep`, `specbound scaling --detail` (its `median over` rows; docs/study-results.md).", "",
              "A slope is the growth rate of a complexity term in this grid's range, not a generalisation "
              "guarantee: the bounds multiply it by log n / (margin sqrt n), and how it ranks the measured gaps is "
              "the tables above. Where the adaptive bound chooses p* = 0 (the rank count) each matrix contributes "

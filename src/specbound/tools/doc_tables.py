@@ -97,7 +97,100 @@ def bounds_minilm() -> str:
     return "\n".join(lines) + "\n"
 
 
-GENERATORS = {"bounds-minilm": bounds_minilm}
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell: one line, ``|`` escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+GGUF = "gguf-"  # the model types of GGUF families: gguf-<llama.cpp architecture>
+
+
+def families() -> str:
+    """docs/families.md: every shipped family, from ``archs/data/*.json`` (each once, none missing)."""
+    from ..archs.registry import builtin_specs
+
+    specs = builtin_specs().values()
+    hub = [s for s in specs if not any(t.startswith(GGUF) for t in s.model_types)]
+    gguf = [s for s in specs if s not in hub]
+
+    def types(spec) -> str:
+        towers = [t for tower in spec.towers or () for t in tower.spec.model_types]
+        return ", ".join(f"`{t}`" for t in spec.model_types) + (
+            f" (a tower alone: {', '.join(f'`{t}`' for t in towers)})" if towers else "")
+
+    lines = [f"{len(hub)} families of Hugging Face checkpoints (`model_type` of config.json):", "",
+             "| family | model types | what it is |", "|---|---|---|"]
+    lines += [f"| `{s.family}` | {types(s)} | {_cell(s.description)} |" for s in hub]
+    lines += ["", f"{len(gguf)} families of llama.cpp GGUF files (`general.architecture` of the file):", "",
+              "| family | GGUF architectures | what it is |", "|---|---|---|"]
+    lines += [f"| `{s.family}` | {', '.join(f'`{t.removeprefix(GGUF)}`' for t in s.model_types)} | "
+              f"{_cell(s.description)} |" for s in gguf]
+    return "\n".join(lines) + "\n"
+
+
+def bounds_registry() -> str:
+    """docs/registry.md: every registered bound, in output order, from ``bounds/registry.py``."""
+    from ..bounds.registry import REGISTRY
+
+    lines = ["| bound | group | title | reference | reads | on `W - W0` |", "|---|---|---|---|---|---|"]
+    for name, b in REGISTRY.items():
+        needs = ", ".join(f"`{n}`" for n in b.needs)
+        lines.append(f"| `{name}` | {b.group} | {_cell(b.title)} | {_cell(b.reference)} | {needs} | "
+                     f"{'yes' if b.distance else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def cli_reference(parser) -> str:
+    """docs/cli.md: every subcommand and option of ``parser`` (``specbound.cli._parser()``), read from
+    the argparse objects themselves, so the page cannot drift from ``--help``."""
+    import argparse
+
+    def commands(p, words):
+        yield words, p
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from commands(sub, [*words, name])
+
+    def flag(action) -> str:
+        if not action.option_strings:
+            return f"`{action.metavar or action.dest}`"
+        shown = ", ".join(f"`{o}`" for o in action.option_strings)
+        takes = action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction)
+        return shown + (f" `{action.metavar or action.dest.upper()}`" if takes and action.metavar != argparse.SUPPRESS
+                        else "")
+
+    lines = ["# Command line", "",
+             "Generated from the argument parser itself (`specbound.cli`), so it says what `--help` says. "
+             "Every error is one line on stderr and exit status 2.", ""]
+    for words, p in commands(parser, [parser.prog]):
+        if len(words) > 1:
+            lines += [f"## `{' '.join(words)}`", ""]
+        lines += ["```text", p.format_usage().strip().removeprefix("usage: "), "```", ""]
+        if p.description:
+            lines += [_cell(p.description), ""]
+        for group in p._action_groups:
+            rows = [a for a in group._group_actions
+                    if a.help != argparse.SUPPRESS and not isinstance(a, argparse._SubParsersAction)]
+            if not rows:
+                continue
+            lines += [f"**{_cell(group.title)}**", "", "| argument | what it does |", "|---|---|"]
+            for a in rows:
+                help_text = a.help % {"default": a.default, "prog": p.prog} if a.help else ""
+                choices = f" Choices: {', '.join(f'`{c}`' for c in a.choices)}." if a.choices and not \
+                    isinstance(a.choices, dict) else ""
+                lines.append(f"| {flag(a)} | {_cell(help_text)}{choices} |")
+            lines.append("")
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in subs:
+            lines += ["| command | what it does |", "|---|---|"]
+            lines += [f"| [`{' '.join([*words, c.dest])}`](#{'-'.join([*words, c.dest])}) | {_cell(c.help)} |"
+                      for c in action._choices_actions]
+            lines.append("")
+    return "\n".join(lines)
+
+
+GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry}
 
 
 def blocks(text: str) -> dict[str, str]:
