@@ -32,7 +32,7 @@ def test_bert_breaks_the_theorems_own_assumptions_and_uses_no_extension():
     (ModelDims(L=2, N=16, H=4, H_kv=2, d_head=4, d_ff=24, feed_forward="gated"), dict(rotary=True),
      {"gated_feed_forward", "grouped_query_attention", "rotary_positions"}),
     (ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"), dict(rotary=True, init=True),
-     {"parallel_block", "rotary_positions", "rotary_distance_from_init"}),
+     {"parallel_block", "rotary_positions"}),
     (ModelDims(L=4, N=16, H=4, H_kv=4, d_head=4, d_ff=24, stored=(0, 0, 1, 1)), dict(gap=True),
      {"shared_weights", "iid_samples"}),
 ])

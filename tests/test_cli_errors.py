@@ -124,3 +124,39 @@ def test_specbound_warnings_are_one_line(tiny_store, tmp_path, capsys):
     assert rc == 0, err
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"specbound: warning: record {victim.name} in {root} cannot be read")
+
+
+# --- --n in scientific notation, and a path that is neither a local folder nor a reachable hub id --------
+
+def test_n_accepts_integral_scientific_notation(tiny_bert_dir, tmp_path, capsys):
+    rc, _, err = run_cli(capsys, tiny_bert_dir, "--n", "1e6", "--margin", "1", "--format", "json", "--out", tmp_path)
+    assert rc == 0, err
+    import json
+
+    assert json.loads((tmp_path / "summary.json").read_text())["gap_bound"]["parameters"]["n"] == 1_000_000
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("1.5", ["--n", "positive integer", "'1.5'", "1e6"]), ("2.5e0", ["positive integer", "'2.5e0'"]),
+    ("1e-3", ["positive integer"]), ("nan", ["positive integer"]), ("0e3", ["positive integer"]),
+    ("1e301", ["at most 1e300", "'1e301'"]), ("1e999999999999", ["at most 1e300"]),
+])
+def test_n_that_is_not_a_whole_number_or_is_huge_is_one_line(tiny_bert_dir, capsys, text, needles):
+    assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--n", text, "--margin", "1"), needles)
+
+
+def test_a_missing_folder_named_like_a_hub_id_says_both(tmp_path, capsys, monkeypatch):
+    """``m/gemma2_qs`` is no local folder, and the hub cannot be reached: the line says both."""
+    import socket
+
+    from support.hub_server import isolate_hub_environment
+
+    isolate_hub_environment(monkeypatch, tmp_path)
+    with socket.socket() as s:  # a port nothing listens on: the network is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(*run_cli(capsys, "m/gemma2_qs"),
+                          ["could not fetch m/gemma2_qs", "the hub could not be reached",
+                           "no local folder or file m/gemma2_qs exists", str(tmp_path)])

@@ -192,38 +192,42 @@ def test_save_then_load_round_trips(tiny, tmp_path):
     assert b.to_dict() == a.to_dict() and str(b) == str(a)
 
 
-def _as_schema_1(folder):
-    """Rewrite a saved analysis as the version before schema 2 wrote it: the downstream factor under
-    its old name ``alpha`` (``log10_alpha``) in the tables and the document, schema version 1."""
-    from specbound.records.schema import RENAMED_COLUMNS
+def _as_schema(folder, version):
+    """Rewrite a saved analysis as ``version`` (1 or 2) wrote it: without schema 3's
+    ``lipschitz_factor`` columns, and (schema 1) the downstream factor under its old name ``alpha``
+    (``log10_alpha``) in the tables and the document."""
+    from specbound.records.schema import DERIVED_COLUMNS, RENAMED_COLUMNS
 
-    old = {new: old for old, new in RENAMED_COLUMNS.items()}
+    old = {new: old for old, new in RENAMED_COLUMNS.items()} if version == 1 else {}
     for name in ("matrices", "layers"):
         for ext in ("parquet", "csv"):
             path = folder / f"{name}.{ext}"
             table = pd.read_parquet(path) if ext == "parquet" else pd.read_csv(path)
-            assert set(old) <= set(table.columns)
-            table = table.rename(columns=old)
+            assert set(RENAMED_COLUMNS.values()) <= set(table.columns)
+            table = table.rename(columns=old).drop(columns=[c for c in DERIVED_COLUMNS if c in table.columns])
             table.to_parquet(path, index=False) if ext == "parquet" else table.to_csv(path, index=False)
     doc = json.loads((folder / "summary.json").read_text())
-    doc["schema_version"] = 1
+    doc["schema_version"] = version
     for name in ("matrices", "layers"):
-        doc[name] = [{old.get(k, k): v for k, v in row.items()} for row in doc[name]]
+        doc[name] = [{old.get(k, k): v for k, v in row.items() if k not in DERIVED_COLUMNS} for row in doc[name]]
     (folder / "summary.json").write_text(json.dumps(doc))
 
 
-def test_a_folder_saved_with_schema_1_names_loads(tiny, tmp_path):
-    """Schema 1 named the downstream factor ``alpha``: such a folder reopens with today's columns,
-    the same numbers, and saves again as schema 2."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_folder_saved_with_an_older_schema_loads(tiny, tmp_path, version):
+    """Schema 1 named the downstream factor ``alpha``; schemas 1 and 2 had no ``lipschitz_factor``
+    columns (a plain model's are its spectral and Frobenius norms): such a folder reopens with today's
+    columns, the same numbers, and saves again as schema 3."""
     _, a = tiny
     a.save(tmp_path / "old")
-    _as_schema_1(tmp_path / "old")
-    assert "alpha" in pd.read_parquet(tmp_path / "old" / "layers.parquet").columns
+    _as_schema(tmp_path / "old", version)
+    columns = pd.read_parquet(tmp_path / "old" / "matrices.parquet").columns
+    assert ("alpha" in columns) == (version == 1) and "lipschitz_factor" not in columns
     b = specbound.Analysis.load(tmp_path / "old")
     for name in ("matrices", "layers"):
         pd.testing.assert_frame_equal(getattr(b, name), getattr(a, name), check_exact=True)
         assert "alpha" not in getattr(b, name).columns and "log10_alpha" not in getattr(b, name).columns
-    assert str(b) == str(a) and b.to_dict() == a.to_dict() and b.to_dict()["schema_version"] == 2
+    assert str(b) == str(a) and b.to_dict() == a.to_dict() and b.to_dict()["schema_version"] == 3
 
 
 def test_no_output_names_a_column_alpha(tiny, tmp_path):

@@ -64,6 +64,24 @@ def _non_negative_int(text: str) -> int:
     return 0 if text.strip() == "0" else _positive_int(text)
 
 
+def _count(text: str) -> int:
+    """A positive integer, also in integral scientific notation (``--n 1e6``, ``6E4``): a decimal number that
+    is a whole number; a fraction, a non-number or one beyond 1e300 is refused (before any huge integer is
+    formed)."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(text.strip())
+    except (InvalidOperation, ValueError):
+        value = None
+    if value is None or not value.is_finite() or value < 1 or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"expected a positive integer (digits, or a whole number in scientific "
+                                         f"notation such as 1e6), got {text!r}")
+    if value.adjusted() >= 300 and value > Decimal(10) ** 300:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most 1e300, got {text!r}")
+    return int(value)
+
+
 def _jobs(text: str) -> int | str:
     if text == "auto":
         return text
@@ -87,7 +105,8 @@ def _confidence(text: str) -> float:
     return value
 
 
-_KIND_TYPES = {"positive_int": _positive_int, "number": _number, "jobs": _jobs, "path": str, "choice": str}
+_KIND_TYPES = {"positive_int": _positive_int, "count": _count, "number": _number, "jobs": _jobs, "path": str,
+               "choice": str}
 
 
 def _add_analysis_options(parser: argparse.ArgumentParser, *, key_only: bool = False) -> None:

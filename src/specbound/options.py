@@ -226,7 +226,8 @@ class AnalysisOptions:
     base: Any = _option(None, "the base model of a PEFT LoRA adapter SOURCE (a folder, weights file or hub id; "
                         "default: the adapter's base_model_name_or_path): analyse the merged model, and W - W0 "
                         "with the base as W0", key=True, kind="path", flag="--base", metavar="BASE")
-    n: int | None = _option(None, "number of training sequences", key=True, kind="positive_int", flag="--n", group="gap",
+    n: int | None = _option(None, "number of training sequences (digits, or e.g. 1e6)", key=True, kind="count", flag="--n",
+                            group="gap",
                             accepted=(None, Interval(Integral, 2, N_MAX)),
                             requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",
                             label="n (the number of training sequences)")

@@ -31,7 +31,7 @@ from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.spectra import ROTARY_METHODS
-from .compute.distance import difference_spectra
+from .compute.distance import difference_spectra, rotary_difference_spectra
 from .compute.low_rank import update_difference_spectra
 from .archs.low_rank import DenseUpdate, read_layer_updates
 from .io.lora import LoraCheckpoint
@@ -471,19 +471,22 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 
 
 def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, kernel: KernelOptions) -> LayerSpectra:
-    """Spectra of layer ``layer``'s ``W - W0`` (``--init``)."""
+    """Spectra of layer ``layer``'s ``W - W0`` (``--init``); a rotary head's at every offset, as the model's."""
     rotary = model.rotary_for(layer)
     a = 1.0 if rotary is None else rotary.attention_factor  # the logit's factors, as for W itself
     raw, raw0 = read_layer(model, layer), read_layer(init_model, layer)
     dims = model.layer_dims(layer)
+    group = dims.H // dims.H_kv
     updates = adapter_updates(model, init_model, layer, kernel)
-    if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)
-        found = update_difference_spectra(raw, raw0, updates, group=dims.H // dims.H_kv, block=dims.block,
-                                          attention_factor=a)
-        if found is not None:
-            return found
     weights, w0 = logit_factors(raw, a), logit_factors(raw0, a)
-    return difference_spectra(weights, w0, kernel, group=dims.H // dims.H_kv, block=dims.block)
+    if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)
+        delta = update_difference_spectra(raw, raw0, updates, group=group, block=dims.block, attention_factor=a)
+    else:
+        delta = difference_spectra(weights, w0, kernel, group=group, block=dims.block)
+    if rotary is None or raw.qk_norm is not None:  # a QK-norm row is rotation-free (docs/theory.md 3d)
+        return delta
+    return replace(delta, qk=rotary_difference_spectra(weights, w0, rotary, group=group, rank_tol=kernel.rank_tol,
+                                                       updates=None if updates is None else updates.heads))
 
 
 def adapter_base(model: OpenModel) -> OpenModel | None:
@@ -597,11 +600,11 @@ def activation_constants(dims: ModelDims, options: AnalysisOptions) -> tuple[flo
 
 def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, Any] | None:
     """The query/key normalisation of a QK-norm family and its largest logit Lipschitz factor (the
-    QK spectral norms, docs/theory.md 3d), for ``model["qk_norm"]`` and the assumptions."""
+    QK rows' ``lipschitz_factor``, docs/theory.md 3d), for ``model["qk_norm"]`` and the assumptions."""
     rule = model.spec.qk_norm
     if rule is None:
         return None
-    factor, layer, head = max((s.spectral_norm, l.layer, h) for l in layers for h, s in enumerate(l.qk))
+    factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
     return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
             "max_factor": factor, "layer": layer, "head": head}
 

@@ -169,3 +169,22 @@ def test_modernbert_rotary_qk_norm_is_the_max_over_every_position_pair(tmp_path)
             logits = torch.einsum("tnd,smd->tsnm", rq[0, :, :, h], rk[0, :, :, h])  # (t, s, N, N)
             exact = torch.linalg.matrix_norm(logits, 2).max().item()
             assert reported[h] == pytest.approx(exact, rel=1e-9), (i, layer.attention_type, h)
+
+
+def test_dinov2_swiglu_is_analysed_with_the_activation_its_module_applies(tmp_path):
+    """DINOv2's SwiGLU block computes ``silu(x W_g) * (x W_u)`` whatever ``hidden_act`` says (GELU by
+    default): the analysis names SiLU and uses its constant (1.0999), not GELU's 1.13.  The module is
+    checked to apply SiLU, so a transformers that honoured hidden_act there would fail this test."""
+    model = transformers.Dinov2Model(transformers.Dinov2Config(
+        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4,
+        use_swiglu_ffn=True))
+    assert model.config.hidden_act == "gelu"
+    mlp = model.encoder.layer[0].mlp
+    x = torch.randn(3, N)
+    with torch.no_grad():
+        gate, up = mlp.gate_proj(x), mlp.up_proj(x)
+        torch.testing.assert_close(mlp(x), mlp.down_proj(torch.nn.functional.silu(gate) * up))
+    model.save_pretrained(tmp_path)
+    a = specbound.analyze(tmp_path, threads=1)
+    assert a.model["activation"] == "silu" and a.options["l_phi"] == pytest.approx(1.0999)
+    assert "silu" in a.options["l_phi_source"]

@@ -1,12 +1,14 @@
 """Layers of several kinds (Gemma 3: five local layers, rope base 10000, to one global layer, base
 1e6 with the checkpoint's rope scaling): each layer gets the layout its own ``rotary_emb`` branch
 uses, from transformers 5's per-layer-type ``rope_parameters`` and from the older flat config
-(``rope_local_base_freq``, ``sliding_window_pattern``, ``rope_scaling``) alike, and every QK quantity
-of a layer holds for every pair of positions under that layer's cos and sin."""
+(``rope_local_base_freq``, ``sliding_window_pattern``, ``rope_scaling``) alike; Gemma 3's QK rows, its
+heads' normalised factors, hold whatever the rotation (every position pair of a rotary head without
+QK-norm: ModernBERT's layers of two kinds, tests/archs/test_encoder_families.py)."""
 
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -60,30 +62,29 @@ def test_each_layer_gets_its_types_layout_in_both_config_forms(gemma3):
     assert [lay.base for lay in new] == [1e4] * 5 + [1e6]
 
 
-def test_every_layers_qk_quantities_hold_under_its_own_rotation(gemma3):
+def test_a_qk_norm_layers_rows_are_its_factors_whatever_its_rotation(gemma3, tmp_path):
+    """Gemma 3 normalises its queries and keys: each QK row is the head's stacked raw factors
+    ``[W_Q^h; W_K^g]`` (docs/theory.md 3d), on which no rotation acts, so the local and the global layers'
+    rows are those factors' norms, and the older flat config gives the same analysis."""
     folder, model = gemma3
     a = specbound.analyze(folder, threads=1)
     assert [r["base"] for r in a.model["rotary"]["by_layer"]] == [1e4] * 5 + [1e6]
     qk = a.matrices[a.matrices["role"] == "QK"]
-    rope = model.model.rotary_emb
-    eye = np.eye(D)
-    half = np.concatenate([-eye[:, D // 2:], eye[:, :D // 2]], axis=1)
+    assert (qk["rows"] == N).all() and (qk["cols"] == 2 * D).all() and (qk["sv_method"] != "rotary_product_bound").all()
     for layer in (0, 5):
-        kind = model.config.layer_types[layer]
-        with torch.no_grad():
-            cos, sin = rope(torch.zeros(1, P, N), torch.arange(P)[None], kind)
-        cos, sin = cos[0].double().numpy(), sin[0].double().numpy()
-        c = eye[None] * cos[:, None, :] + half[None] * sin[:, None, :]
-        pair = np.einsum("tij,skj->tsik", c, c)
         attn = model.model.layers[layer].self_attn
-        gq = (1.0 + attn.q_norm.weight.detach().float()).double().numpy()  # (1 + w), as test_families checks
-        gk = (1.0 + attn.k_norm.weight.detach().float()).double().numpy()
-        q = attn.q_proj.weight.detach().numpy().reshape(H, D, N) * gq[None, :, None]
-        k = attn.k_proj.weight.detach().numpy().reshape(KV, D, N) * gk[None, :, None]
-        rows = qk[qk["layer"] == layer]
-        for h, (_, row) in enumerate(rows.iterrows()):
-            mats = np.einsum("ia,tsij,jb->tsab", q[h], pair, k[h // (H // KV)]).reshape(-1, N, N)
-            s = np.linalg.svd(mats, compute_uv=False)
-            assert np.sqrt(np.sum(s ** 2, axis=1)).max() <= row["frobenius_norm"] * (1 + 1e-5)
-            assert np.abs(mats).sum(axis=(1, 2)).max() <= row["norm_1_1"] * (1 + 1e-5)
-            assert s[:, 0].max() <= row["spectral_norm"]  # kappa, the normalised logit's factor
+        q = attn.q_proj.weight.detach().numpy().reshape(H, D, N)
+        k = attn.k_proj.weight.detach().numpy().reshape(KV, D, N)
+        for h, (_, row) in enumerate(qk[qk["layer"] == layer].iterrows()):
+            z = np.concatenate([q[h], k[h // (H // KV)]]).T
+            s = np.linalg.svd(z, compute_uv=False)
+            assert row["spectral_norm"] == pytest.approx(s[0], rel=1e-9)
+            assert row["frobenius_norm"] == pytest.approx(np.linalg.norm(z), rel=1e-9)
+            assert row["norm_1_1"] == pytest.approx(np.abs(z).sum(), rel=1e-9)
+    import shutil
+
+    for name in ("model.safetensors",):
+        shutil.copy(folder / name, tmp_path / name)
+    (tmp_path / "config.json").write_text(json.dumps(_legacy(json.loads((folder / "config.json").read_text()))))
+    legacy = specbound.analyze(tmp_path, threads=1)
+    pd.testing.assert_frame_equal(legacy.matrices, a.matrices)

@@ -186,3 +186,69 @@ def test_layers_in_parallel_from_init(trained_and_init):
     b = specbound.analyze(src, init=init, threads=1, jobs=2)
     assert b.all_bounds() == a.all_bounds()
     assert b.to_json() == a.to_json()
+
+
+@st.composite
+def rotary_differences(draw):
+    """Random rotary factors and their initial values: ``(a, b, a0, b0, layout)``, some differences of low
+    rank (a factor unchanged, or changed by a rank-1 update)."""
+    from specbound.archs.model import RotaryLayout
+
+    d = draw(st.sampled_from([2, 4, 6]))
+    rot = draw(st.sampled_from([r for r in (2, 4, 6) if r <= d]))
+    n, heads = draw(st.integers(d, 10)), draw(st.integers(1, 2))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    a, b = rng.standard_normal((heads, d, n)), rng.standard_normal((heads, d, n))
+    change = draw(st.sampled_from(["dense", "rank1", "none"]))
+    step = {"dense": lambda w: rng.standard_normal(w.shape),
+            "rank1": lambda w: rng.standard_normal((heads, d, 1)) @ rng.standard_normal((heads, 1, n)),
+            "none": lambda w: np.zeros_like(w)}[change]
+    layout = RotaryLayout(rotary_dim=rot, pairing=draw(st.sampled_from(["half", "interleaved"])),
+                          base=draw(st.sampled_from([3.0, 1e4])), max_positions=draw(st.integers(1, 12)))
+    return a, b, a - step(a), b - rng.standard_normal(b.shape) * draw(st.sampled_from([0.0, 1.0])), layout
+
+
+@settings(max_examples=40, deadline=None)
+@given(rotary_differences())
+def test_a_rotary_heads_difference_holds_at_every_offset(case):
+    """``W - W0`` of a rotary head (docs/theory.md 3c): every reported quantity is at least that of the dense
+    ``A^T M(delta) B - A0^T M(delta) B0`` at every offset, the spectral norm its exact maximum, and the rank
+    bound at least every offset's rank (the doubled layout's ``M2`` is ``diag(M, M)`` up to the permutation)."""
+    from specbound.archs.model import LayerWeights
+    from specbound.compute.distance import rotary_difference_spectra
+    from specbound.compute.rotary import doubled_layout, rotations
+
+    a, b, a0, b0, layout = case
+    heads, d, n = a.shape
+    layout2, order = doubled_layout(layout, d)
+    m, m2 = rotations(layout, d, layout.offsets), rotations(layout2, 2 * d, layout.offsets)
+    blocks = np.zeros_like(m2)
+    blocks[:, :d, :d], blocks[:, d:, d:] = m, m
+    np.testing.assert_allclose(m2, blocks[:, order][:, :, order], atol=1e-15)
+    w = lambda q, k: LayerWeights(0, q, k, k, q, {})  # noqa: E731
+    spectra = rotary_difference_spectra(w(a, b), w(a0, b0), layout, rank_tol=RANK_TOL)
+    for h, s in enumerate(spectra):
+        x = np.einsum("ai,tij,jb->tab", a[h].T, m, b[h]) - np.einsum("ai,tij,jb->tab", a0[h].T, m, b0[h])
+        sv = np.linalg.svd(x, compute_uv=False)
+        tau = RANK_TOL * n * np.maximum(sv[:, 0], 1.0)
+        rank = np.count_nonzero(sv > tau[:, None], axis=1).max()
+        slack = 1 + 1e-9
+        assert s.spectral_norm * slack >= sv[:, 0].max() and s.frobenius_norm * slack >= np.linalg.norm(x, axis=(1, 2)).max()
+        assert s.nuclear_norm * slack >= sv.sum(axis=1).max() and s.kept.size >= rank
+        assert s.norm_2_1 * slack >= np.linalg.norm(x, axis=1).sum(axis=1).max()
+        assert s.norm_1_1 * slack >= np.abs(x).sum(axis=(1, 2)).max()
+        for p in (0.5, 1.0, 2.0):
+            assert np.sum(s.kept**p) * slack >= max(np.sum(v[v > t] ** p) for v, t in zip(sv, tau))
+        if s.exact_over_offsets:
+            assert s.spectral_norm == pytest.approx(sv[:, 0].max(), rel=1e-9, abs=1e-12)
+
+
+def test_a_rotary_init_of_equal_weights_is_exactly_zero():
+    from specbound.archs.model import LayerWeights, RotaryLayout
+    from specbound.compute.distance import rotary_difference_spectra
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 4, 8))
+    w = LayerWeights(0, a, b, b, a, {})
+    for s in rotary_difference_spectra(w, w, RotaryLayout(4, "half", 1e4, 16), rank_tol=RANK_TOL):
+        assert s.spectral_norm == 0 and s.kept.size == 0 and s.norm_1_1 == 0

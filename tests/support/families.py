@@ -323,8 +323,8 @@ def norm_eps(norm):
     return getattr(norm, "variance_epsilon", None) or norm.eps
 
 
-# The families whose queries and keys pass an RMSNorm before the rotation; the reference QK matrix
-# is the gain-folded (G_q W_Q)^T (G_k W_K) (docs/theory.md 3d), gains read by calling the norms.
+# The families whose queries and keys pass an RMSNorm before the rotation; the reference QK row is the
+# head's stacked raw factors (docs/theory.md 3d); the gains, read by calling the norms, mark the family.
 QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head"}
 
 
@@ -409,18 +409,21 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
     ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a QK row, None otherwise.  A QK-norm
-    family's QK factors are gain-folded, ``G W`` (docs/theory.md 3d); a mixture of experts' rows come
-    in the model's order (experts e0, e1, ..., then the shared one)."""
+    family's QK row is the head's stacked raw factors ``[W_Q^h.T, W_K^g.T]`` (``N x 2d``, docs/theory.md
+    3d; ``factors`` None: no rotation acts on it); a mixture of experts' rows come in the model's order
+    (experts e0, e1, ..., then the shared one)."""
     rows = []
     for layer in range(layers):
         w = get(layer)
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
-        if "q_gain" in w:  # QK-norm: the gain-folded factors
-            w["q"], w["k"] = w["q"] * w["q_gain"][None, :], w["k"] * w["k_gain"][None, :]
-        rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
-                 for h in range(heads)]
+        if "q_gain" in w:  # QK-norm: the stacked raw factors
+            rows += [("QK", np.concatenate([cols(w["q"], h), cols(w["k"], h // group)], axis=1), None)
+                     for h in range(heads)]
+        else:
+            rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
+                     for h in range(heads)]
         rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
         rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, ...)
     return rows

@@ -55,7 +55,8 @@ def matrix_terms(measures: ModelMeasures, grid: np.ndarray | None = None) -> lis
     """One covering term per matrix, each on ``grid`` (default the post-hoc grid ``P_m``): the terms
     of the gap form (:mod:`.covering`; docs/bounds.md section 9)."""
     grid = schatten_grid(measures.grid_m) if grid is None else grid
-    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid)
+    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid,
+                        budget_parts=measures.dims.L)
             for mm in measures.matrices]
 
 

@@ -62,7 +62,7 @@ def covering_terms(measures: ModelMeasures) -> list[CoveringTerm]:
                         else -math.inf for i in members]
             log_scale = max(math.log(stored) + log_sum(logs), LOG_TINY)
         out.append(matrix_term(first.target, log_scale=log_scale, n=measures.dims.N, rank_tol=measures.rank_tol,
-                               grid=grid))
+                               grid=grid, budget_parts=stored))
     return out
 
 

@@ -62,7 +62,9 @@ def feed_forward_blocks(measures: ModelMeasures) -> list[CoveringTerm]:
         log_scale = math.log(scale) if TINY <= scale < math.inf else max(math.log(len(ff)) + top.log_scale, LOG_TINY)
         curve = ContributionCurve.from_kept(np.concatenate(kept), log_scale=log_scale, n=measures.dims.N)
         dimension = sum(rank_class_dimension(*mm.target.shape, k.size) for mm, k in zip(ff, kept))
-        out.append(CoveringTerm(curve, grid, dimension))
+        shape = (sum(mm.target.shape[0] for mm in ff), sum(mm.target.shape[1] for mm in ff))
+        dense = sum(mm.target.shape[0] * mm.target.shape[1] for mm in ff)
+        out.append(CoveringTerm(curve, grid, dimension, shape, dense, measures.dims.L))
     return out
 
 
@@ -76,8 +78,8 @@ def covering_terms(measures: ModelMeasures) -> list[CoveringTerm]:
     """The QK and OV matrices' terms and one term per feed-forward block (docs/bounds.md 9)."""
     attention = [mm for mm in measures.matrices if not _is_ff(mm.role)]
     grid = schatten_grid(measures.grid_m)
-    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid)
-            for mm in attention] + feed_forward_blocks(measures)
+    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid,
+                        budget_parts=measures.dims.L) for mm in attention] + feed_forward_blocks(measures)
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:

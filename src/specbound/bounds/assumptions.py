@@ -108,14 +108,16 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "spectral_shared counts each stored matrix once (our reading of the theorem's error split)",
                "extension"),
         _entry("rotary_positions", rotary,
+               "the queries and keys are normalised before the rotation: each QK row is its head's stacked factors "
+               "[W_Q^h; W_K^g], on which no rotation acts, and its sensitivity and Lipschitz factor kappa hold "
+               "for every rotation (docs/theory.md 3d), so every number is valid at every relative position; "
+               "no rotation-blind variant is computed" if qk_norm else
                "every QK number bounds its value at every relative position (docs/rotary.md): c*(QK) is the exact "
                f"maximum over offsets for {methods.get('exact_over_offsets', 0)} heads and the product "
                f"||W_Q|| ||W_K|| for {methods.get('product_bound', 0)} (columns sv_method, argmax_offset); S_p "
                "and the rank come from the Horn envelope (singular_values rows of kind horn_envelope, not "
                "singular values); the theorem's covering argument is not proven for rotary heads, so these "
                "bounds are proxies; the *_rotation_blind variants ignore the rotation", "extension"),
-        _entry("rotary_distance_from_init", rotary and init,
-               "W - W0 of rotary QK heads is measured as if unrotated (rotation-blind)", "extension"),
         _entry("alibi_positions", dims.alibi,
                "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
                "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
@@ -176,11 +178,14 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
     gain = "1 + w" if qk_norm["gain"] == "one_plus_weight" else "w"
     return [_entry("qk_norm", True,
                    f"RMSNorm over {where} queries and keys (gain {gain}, eps = {qk_norm['eps']:g}) before the "
-                   f"rotation: the logit's Lipschitz constant, finite because eps > 0, is "
-                   f"kappa = a^2 max(L_q R_k, R_q L_k) with L = ||g||_inf ||W||_2 / sqrt(eps) (docs/theory.md 3d); "
-                   f"it is the QK spectral_norm used in Lambda and every baseline (largest {qk_norm['max_factor']:.6g}, "
-                   f"layer {qk_norm['layer']} head {qk_norm['head']}); S_p, rank and the other norms are those of the "
-                   f"gain-folded (G_q W_Q)^T M (G_k W_K), the logit at unit-RMS queries and keys (our proxy)",
+                   f"rotation, so the logit is a function of the head's raw factors, not of one bilinear matrix: "
+                   f"each QK row is the stacked [W_Q^h; W_K^g] (norms, S_p and rank its own), covered with "
+                   f"sensitivity a^2 (||g_q||_inf R_k + R_q ||g_k||_inf) / sqrt(eps) per unit spectral change "
+                   f"(every head's, summed, for a norm over the whole projection), and its lipschitz_factor, read "
+                   f"by Lambda and the sensitivities, is the logit's Lipschitz constant kappa = a^2 max(L_q R_k, "
+                   f"R_q L_k), L = ||g||_inf ||W||_2 / sqrt(eps), finite because eps > 0 (largest "
+                   f"{qk_norm['max_factor']:.6g}, layer {qk_norm['layer']} head {qk_norm['head']}; our derivation, "
+                   f"docs/theory.md 3d)",
                    "extension")]
 
 

@@ -96,7 +96,7 @@ EDELMAN = Bound(
     title="Edelman-style norm proxy",
     reference="Edelman et al., ICML 2022 (multi-head form of Sakai & Imaizumi's experiment, docs/spec.md section 5)",
     compute=_compute,
-    needs=("spectral_norm", "norm_2_1", "alpha"),
+    needs=("lipschitz_factor", "norm_2_1", "alpha"),
     log_factor=covering_log_factor,
 )
 

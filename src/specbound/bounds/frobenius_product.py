@@ -7,9 +7,14 @@ positive-homogeneous 1-Lipschitz activations).  On the transformer chain the lay
 
     B_F = prod_l L_phi ||FF_in||_F ||FF_out||_F sum_h ||OV_h||_F (1 + 4 ||QK_h||_F)
 
+(a QK-norm head's ``||QK_h||_F`` is ``kappa_F``, the Frobenius-side analogue of its Lipschitz factor
+``kappa_h``: each row's ``lipschitz_factor_frobenius``, as ``Lambda`` reads ``lipschitz_factor``).
+
 Softmax attention and GELU are neither homogeneous nor covered by those theorems, so no
 margin-bound form is attached: it is reported as a measure (Jiang et al., ICLR 2020, "prod-of-fro").
-It bounds the spectral product from above (``||W||_2 <= ||W||_F``).  Not measured from initial
+It bounds the spectral product from above: every factor is at least its spectral counterpart
+(``||W||_2 <= ||W||_F``; a QK-norm head reads ``kappa_F >= kappa``, docs/theory.md 3d) and ``Lambda``
+is non-decreasing in each.  Not measured from initial
 weights (a product of distances is no capacity measure).
 """
 
@@ -24,7 +29,7 @@ from .schatten import safe_exp
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
-    log_value, factors = log_chain_factor(measures, lambda s: s.frobenius_norm)
+    log_value, factors = log_chain_factor(measures, lambda s: s.lipschitz_factor_frobenius)
     return BoundResult(value=safe_exp(log_value), log_value=log_value, per_layer={"lambda_frobenius": factors})
 
 
@@ -34,6 +39,6 @@ BOUNDS = (Bound(
     reference="Neyshabur, Tomioka & Srebro, COLT 2015; Golowich et al., COLT 2018 (measure only)",
     compute=_compute,
     group="baselines",
-    needs=("frobenius_norm",),
+    needs=("lipschitz_factor_frobenius",),
     distance=False,
 ),)

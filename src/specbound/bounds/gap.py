@@ -10,7 +10,8 @@ with ``U`` the union-bound cost of its post-hoc choices (for the spectrum-adapti
 ``#matrices * ln(2m + 1)``: one of ``2m + 1`` Schatten indices per matrix).  The leading term is
 
 * the spectrum-adaptive family: ``c_lead * B_margin * log_factor / sqrt(n)``, the margin inside each
-  term and ``B_margin * log_factor`` the entropy integral of its covering terms (:mod:`.covering`);
+  term and ``B_margin * log_factor`` the entropy integral of its covering terms, the error budget split
+  over the ``T`` terms summed (:mod:`.covering`);
 * every other bound: ``c_lead * B * log_factor(n) / (margin sqrt(n))``, ``B`` the bound's value.
 
 The loss is the ramp loss at that margin, with values in ``[0, 1]``: the test error is at most the
@@ -47,8 +48,8 @@ KIND = "extension"
 # Post-hoc choices whose union bound is not paid in the confidence term (docs/bounds.md section 9):
 # each makes the gap optimistic by a union cost of order log log.
 UNPAID_UNIONS = (
-    "S_p radii: the observed S_p of each matrix is used as the radius of its class (a union over a "
-    "geometric grid of radii costs about ln ln per matrix)",
+    "S_p and Frobenius radii: the observed S_p and ||W||_F of each matrix are used as the radii of its class "
+    "(a union over a geometric grid of radii costs about ln ln per matrix)",
     "spectral radii: the observed spectral norms set alpha and the sensitivities (layerwise spectral-norm "
     "control after training; a union over norm levels is not paid)",
     "the margin: chosen after seeing the data (a union over a grid of margins is not paid)",

@@ -36,6 +36,6 @@ BOUNDS = (Bound(
     reference="after Trauger & Tewari, AISTATS 2024 ((1,1)-norm covering), in the chain of docs/spec.md section 5",
     compute=_compute,
     group="baselines",
-    needs=("spectral_norm", "norm_1_1", "alpha"),
+    needs=("lipschitz_factor", "norm_1_1", "alpha"),
     log_factor=covering_log_factor,
 ),)

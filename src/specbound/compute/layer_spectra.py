@@ -16,7 +16,7 @@ from ..archs.model import LayerWeights, RotaryLayout
 from ..errors import SpecboundError
 from ..options import EXACT_SVD, KernelOptions
 from .propagation import LayerSpectralNorms
-from .qk_logit import logit_factors, qk_norm_lipschitz
+from .qk_logit import logit_factors, qk_norm_factors, qk_norm_lipschitz, qk_norm_sensitivity
 from .rotary import DEFAULT_MAX_CORE_SVDS, rotary_qk_envelope
 from .spectra import ROTARY_METHODS, MatrixSpectrum, RotaryQKSpectrum, dense_spectrum, factored_spectra
 
@@ -38,11 +38,15 @@ class LayerSpectra:
     position_terms: int = 0  # DeBERTa: disentangled position terms reusing each QK (docs/theory.md 3h)
     cross_qk: list[MatrixSpectrum] | None = None  # a decoder layer's cross-attention heads (encoder-decoders)
     cross_ov: list[MatrixSpectrum] | None = None
+    # QK-norm layers: (H, H), how far head i's logits move per unit spectral change of head h's QK row
+    # (its stacked factors; docs/theory.md 3d); None: 1 on the diagonal, a plain head's |x Delta y^T| <= ||Delta||
+    qk_sensitivity: np.ndarray | None = None
 
     def norms(self, norm=None) -> LayerSpectralNorms:
-        """The layer's norms for the propagation factors: ``norm(spectrum)`` of every matrix
-        (default the spectral norm)."""
-        value = (lambda s: s.spectral_norm) if norm is None else norm
+        """The layer's factors for the propagation: ``norm(spectrum)`` of every matrix (default its
+        :attr:`~.spectra.MatrixSpectrum.lipschitz_factor`: the spectral norm, or a QK-norm head's
+        ``kappa_h``)."""
+        value = (lambda s: s.lipschitz_factor) if norm is None else norm
         cross = {} if self.cross_qk is None else {"cross_qk": np.array([value(s) for s in self.cross_qk]),
                                                   "cross_ov": np.array([value(s) for s in self.cross_ov])}
         return LayerSpectralNorms(
@@ -51,6 +55,7 @@ class LayerSpectra:
             ff={role: value(s) for role, s in self.ff.items()},
             block=self.block,
             position_terms=self.position_terms,
+            qk_sensitivity=self.qk_sensitivity,
             **cross,
         )
 
@@ -147,26 +152,42 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     """
     raw = weights
     kv = np.arange(weights.q.shape[0]) // group
-    # the logit's own factors: norm gains and the rope attention factor folded in (qk_logit.py)
-    weights = logit_factors(raw, 1.0 if rotary is None else rotary.attention_factor)
-    qk, ov = attention_spectra(weights, kernel, group=group, with_norm_1_1=with_norm_1_1)
+    a = 1.0 if rotary is None else rotary.attention_factor
+    # the bilinear logit's factors: the rope attention factor folded in (qk_logit.py)
+    weights = logit_factors(raw, a)
+    sensitivity = None
+    if raw.qk_norm is not None:  # each head covered through its stacked raw factors (docs/theory.md 3d)
+        qk = qk_norm_spectra(raw, kv, a, kernel)
+        ov = attention_spectra(weights, kernel, group=group, with_norm_1_1=with_norm_1_1)[1]
+        sensitivity = qk_norm_sensitivity(raw.q, raw.k, kv, raw.qk_norm, a)
+    else:
+        qk, ov = attention_spectra(weights, kernel, group=group, with_norm_1_1=with_norm_1_1)
     cross_qk = cross_ov = None
     if weights.cross is not None:  # a decoder layer's cross-attention: heads like any other
         if rotary is not None:
             raise SpecboundError("rotary position embeddings with cross-attention are not supported")
         cross_qk, cross_ov = attention_spectra(weights.cross, kernel, group=1, with_norm_1_1=with_norm_1_1)
     blind = None
-    if rotary is not None:  # every QK quantity must hold at every relative position
+    if rotary is not None and raw.qk_norm is None:  # every QK quantity must hold at every relative position
         blind = qk
         qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=kernel.rank_tol)
-    if raw.qk_norm is not None:  # the normalised logit's Lipschitz constant is c(QK) (docs/theory.md 3d)
-        kappa = qk_norm_lipschitz(raw.q, raw.k, kv, raw.qk_norm, 1.0 if rotary is None else rotary.attention_factor)
-        qk = [replace(s, spectral_sup=float(c)) for s, c in zip(qk, kappa)]
-        blind = None if blind is None else [replace(s, spectral_sup=float(c)) for s, c in zip(blind, kappa)]
     ff_matrices = weights.ff
     if release:
         for w in {id(raw): raw, id(weights): weights}.values():
             w.q = w.k = w.v = w.o = w.cross = None
     ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms,
-                        cross_qk=cross_qk, cross_ov=cross_ov)
+                        cross_qk=cross_qk, cross_ov=cross_ov, qk_sensitivity=sensitivity)
+
+
+def qk_norm_spectra(weights: LayerWeights, kv: np.ndarray, attention_factor: float,
+                    kernel: KernelOptions) -> list[MatrixSpectrum]:
+    """A QK-norm layer's QK rows (docs/theory.md 3d): each head's stacked raw factors ``Z_h^T`` ``(N, 2 d_h)``
+    (:func:`~.qk_logit.qk_norm_factors`), every norm its own, whatever the rotation, with the normalised
+    logit's Lipschitz factor ``kappa_h`` as ``lipschitz`` and ``kappa_F`` as ``lipschitz_frobenius``."""
+    norm = weights.qk_norm
+    kappa = qk_norm_lipschitz(weights.q, weights.k, kv, norm, attention_factor)
+    kappa_f = qk_norm_lipschitz(weights.q, weights.k, kv, norm, attention_factor, frobenius=True)
+    kernel = kernel if kernel.method == "factored" else EXACT_SVD  # as for the feed-forward matrices
+    return [replace(dense_spectrum(z, kernel), lipschitz=float(c), lipschitz_frobenius=float(f))
+            for z, c, f in zip(qk_norm_factors(weights.q, weights.k, kv), kappa, kappa_f)]

@@ -12,9 +12,12 @@
 
       A^T B - A0^T B0 = (u_a v_a)^T B + A0^T u_b v_b = [v_a; u_b^T A0]^T [u_a^T B; v_b],
 
-  a product of two ``(r_a + r_b) x N`` factors (one block when only one side is adapted), whose
+      a product of two ``(r_a + r_b) x N`` factors (one block when only one side is adapted), whose
   spectrum and norms :func:`~.spectra.factored_spectra` computes from its core.  Every block is made
   from the update's own factors: equal weights give no term at all, and nothing cancels.
+* A QK-norm head's row is its stacked raw factors ``Z_h = [W_Q^h; W_K^g]`` (docs/theory.md 3d), so
+  ``(Z_h - Z0_h)^T = [v_q; v_k]^T diag(u_q, u_k)^T``: a low-rank ``(N, 2 d_h)`` product of rank at most
+  ``r_q + r_k``.
 """
 
 from __future__ import annotations
@@ -40,13 +43,6 @@ def zero_spectrum(shape: tuple[int, int]) -> MatrixSpectrum:
     return MatrixSpectrum((int(shape[0]), int(shape[1])), np.zeros(min(shape)), 0.0, 0.0, sv_method="core")
 
 
-def _scaled(update: HeadUpdate | None, scale: np.ndarray | None) -> HeadUpdate | None:
-    """``update`` with each head's rows scaled as the logit's factors are (``scale`` ``(H, d_h)``)."""
-    if update is None or scale is None:
-        return update
-    return HeadUpdate(update.u * scale[:, :, None], update.v)
-
-
 def pair_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, ua: HeadUpdate | None, ub: HeadUpdate | None,
                     *, with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
     """Spectra of ``A^T B - A0^T B0`` per head from the updates ``A - A0 = u_a v_a``, ``B - B0 = u_b v_b``
@@ -65,32 +61,51 @@ def pair_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, ua: HeadUpdate
                             np.ascontiguousarray(np.concatenate(right, axis=1)), with_norm_1_1=with_norm_1_1)
 
 
+def stacked_difference(q: np.ndarray, uq: HeadUpdate | None, uk: HeadUpdate | None, *,
+                       with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
+    """Spectra of each QK-norm head's ``(Z_h - Z0_h)^T = [v_q; v_k]^T diag(u_q, u_k)^T`` (``N x 2 d_h``) from
+    the updates of its query and (already repeated per query head) key factors; ``q`` (H, d, N) for the
+    shapes.  A side without an update is a zero block."""
+    heads, d, n = q.shape
+    if uq is None and uk is None:
+        return [zero_spectrum((n, 2 * d)) for _ in range(heads)]
+    out = []
+    for h in range(heads):
+        left, right = [], []
+        for side, update in enumerate((uq, uk)):
+            if update is None:
+                continue
+            block = np.zeros((update.u.shape[2], 2 * d))
+            block[:, side * d:(side + 1) * d] = update.u[h].T
+            left.append(update.v[h].T)
+            right.append(block)
+        out.append(low_rank_spectrum(np.concatenate(left, axis=1), np.concatenate(right, axis=0),
+                                     with_norm_1_1=with_norm_1_1))
+    return out
+
+
 def update_difference_spectra(weights: LayerWeights, init: LayerWeights, updates: LayerUpdates, *, group: int = 1,
                               block: str = "sequential", attention_factor: float = 1.0,
-                              with_norm_1_1: bool = True) -> LayerSpectra | None:
+                              with_norm_1_1: bool = True) -> LayerSpectra:
     """The spectra :func:`~.distance.difference_spectra` gives for one layer's ``W - W0``, from the
     updates' factors (``weights``, ``init``: the raw weights, read as the pipeline reads them; their
-    feed-forward matrices are never read).  None when the logit's query/key norm gains differ between
-    the two (the QK update is then not of this form): the caller falls back to the weights."""
-    if (weights.qk_norm is None) != (init.qk_norm is None) or (weights.qk_norm is not None and not (
-            np.array_equal(weights.qk_norm.q_gain, init.qk_norm.q_gain)
-            and np.array_equal(weights.qk_norm.k_gain, init.qk_norm.k_gain))):
-        return None
+    feed-forward matrices are never read)."""
     logit, logit0 = logit_factors(weights, attention_factor), logit_factors(init, attention_factor)
-    norm = weights.qk_norm
-    q_scale = None if norm is None and attention_factor == 1.0 else \
-        (np.ones_like(weights.q[:, :, 0]) if norm is None else norm.q_gain) * attention_factor
-    k_scale = None if norm is None and attention_factor == 1.0 else \
-        (np.ones_like(weights.k[:, :, 0]) if norm is None else norm.k_gain) * attention_factor
     heads = updates.heads
 
     def repeated(update: HeadUpdate | None) -> HeadUpdate | None:
         return None if update is None else update.repeated(group)
 
+    def scaled(update: HeadUpdate | None) -> HeadUpdate | None:  # the attention factor, as logit_factors folds it
+        return update if logit is weights or update is None else HeadUpdate(update.u * attention_factor, update.v)
+
     k, k0 = (np.repeat(w.k, group, axis=0) for w in (logit, logit0))
     v, v0 = (np.repeat(w.v, group, axis=0) for w in (logit, logit0))
-    qk = pair_difference(logit.q, k, logit0.q, _scaled(heads["q"], q_scale), repeated(_scaled(heads["k"], k_scale)),
-                         with_norm_1_1=with_norm_1_1)
+    if weights.qk_norm is not None:  # the stacked raw factors (docs/theory.md 3d)
+        qk = stacked_difference(weights.q, heads["q"], repeated(heads["k"]), with_norm_1_1=with_norm_1_1)
+    else:
+        qk = pair_difference(logit.q, k, logit0.q, scaled(heads["q"]), repeated(scaled(heads["k"])),
+                             with_norm_1_1=with_norm_1_1)
     ov = pair_difference(v, weights.o, v0, repeated(heads["v"]), heads["o"], with_norm_1_1=with_norm_1_1)
     cross = {}
     if weights.cross is not None:

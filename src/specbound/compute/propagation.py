@@ -64,6 +64,10 @@ class LayerSpectralNorms:
     cross_qk, cross_ov : ndarray, shape (H,), optional
         ``c`` of a decoder layer's cross-attention heads (queries from the decoder's stream, keys and
         values from the encoder's output; docs/theory.md 3i); None for a layer without one.
+    qk_sensitivity : ndarray, shape (H, H), optional
+        QK-norm layers: ``S[i, h]`` bounds the change of head ``i``'s logits per unit spectral change of
+        head ``h``'s QK row (its stacked factors, docs/theory.md 3d); None: a plain head's logit ``x QK y^T``
+        moves by at most ``||Delta QK||_2`` and no other head's does (``S = I``).
     """
 
     qk: np.ndarray
@@ -73,6 +77,7 @@ class LayerSpectralNorms:
     position_terms: int = 0
     cross_qk: np.ndarray | None = None  # a decoder layer's cross-attention heads, shape (H,)
     cross_ov: np.ndarray | None = None
+    qk_sensitivity: np.ndarray | None = None  # QK-norm: (H, H), logit change of head i per unit change of row h
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
@@ -269,8 +274,10 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     # a perturbation of QK moves each logit by at most its norm once per bilinear term it is in:
     # x QK x^T, and with disentangled attention also x QK p^T (c2p) and p QK x^T (p2c)
     logit_terms = 1 + norms.position_terms
+    # a QK-norm row moves head i's logits by S[i, h] per unit: gamma_h = 2 sum_i c(OV_i) S[i, h] (docs/theory.md 3d)
+    per_logit = norms.ov if norms.qk_sensitivity is None else norms.ov @ norms.qk_sensitivity
     gamma: dict[str, np.ndarray | float] = {
-        "QK": (2.0 * logit_terms if norms.position_terms else 2.0) * norms.ov * after_attention,
+        "QK": (2.0 * logit_terms if norms.position_terms else 2.0) * per_logit * after_attention,
         "OV": np.full_like(norms.ov, after_attention),
         **cross,
     }

@@ -26,7 +26,7 @@ Everything is float64.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 # At import time, not inside the QR helper: threadpoolctl limits only the BLAS libraries already
@@ -363,3 +363,26 @@ def _sup_norm_2_1(r_a: np.ndarray, w_k: np.ndarray, layout: RotaryLayout, deltas
         cols = (_rotated_r(r_a, layout, part).reshape(-1, d) @ w_k).reshape(part.size, k_a, n)
         best = max(best, float(np.sqrt(np.einsum("kij,kij->kj", cols, cols)).sum(axis=1).max()))
     return best
+
+
+def doubled_layout(layout: RotaryLayout, d_head: int) -> tuple[RotaryLayout, np.ndarray]:
+    """``(layout2, order)``: ``diag(M(delta), M(delta))``, the rotation of a ``2 d_h``-row stacked factor
+    ``[X; Y]`` (each ``d_h`` rows rotated by ``M(delta)``), as one layout's ``M2(delta)`` after a permutation
+    of the rows: ``[X; Y][order]`` rotates by ``M2`` exactly as ``[X; Y]`` by ``diag(M, M)`` (docs/rotary.md;
+    the ``W - W0`` of a rotary head, :func:`~.distance.rotary_difference_spectra`).
+
+    ``layout2`` rotates ``2 rot`` dimensions with the same pairing and the frequencies twice, ``(theta,
+    theta)``: the permuted rows are ``[X_rot, Y_rot, X_rest, Y_rest]`` for interleaved pairs, and ``[X_lo,
+    Y_lo, X_hi, Y_hi, X_rest, Y_rest]`` (``lo``, ``hi`` the two halves of the rotated dimensions) for half
+    pairs, so that pair ``i`` of ``layout2`` joins the dimensions pair ``i mod rot/2`` of ``layout`` joins, in
+    ``X`` for ``i < rot/2`` and in ``Y`` after."""
+    layout.check_head_dim(d_head)
+    rot, half = layout.rotary_dim, layout.rotary_dim // 2
+    x, y = np.arange(d_head), d_head + np.arange(d_head)
+    rest = [x[rot:], y[rot:]]
+    if layout.pairing == "half":
+        order = np.concatenate([x[:half], y[:half], x[half:rot], y[half:rot], *rest])
+    else:
+        order = np.concatenate([x[:rot], y[:rot], *rest])
+    thetas = np.concatenate([layout.thetas, layout.thetas])
+    return replace(layout, rotary_dim=2 * rot, inv_freq=tuple(float(t) for t in thetas), attention_factor=1.0), order

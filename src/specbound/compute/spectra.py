@@ -61,9 +61,13 @@ class MatrixSpectrum:
         When set, the values ``S_p`` sums over and whose count is the rank, already decided (a rotary
         head's envelope, :class:`RotaryQKSpectrum`: certified upper bounds that must not be
         thresholded again; docs/rotary.md).  None: the singular values above the rank tolerance.
-    spectral_sup : float, optional
-        When set, the spectral norm reported and propagated in place of ``singular_values[0]`` (a
-        query/key-normalised head: the normalised logit's Lipschitz factor, docs/theory.md 3d).
+    lipschitz : float, optional
+        When set, the factor the propagation reads for this matrix (``Lambda``, ``gamma*``, ``alpha``)
+        in place of its spectral norm: a query/key-normalised head's logit Lipschitz factor
+        ``kappa_h`` (docs/theory.md 3d).  Every norm of the spectrum stays that of the matrix itself.
+    lipschitz_frobenius : float, optional
+        Its Frobenius-side analogue (``kappa_F >= kappa``), read by the Frobenius product in place of
+        the Frobenius norm.
     """
 
     shape: tuple[int, int]
@@ -73,7 +77,8 @@ class MatrixSpectrum:
     sv_method: str = "svd"
     sv_rel_error_bound: float = 0.0
     kept: np.ndarray | None = None
-    spectral_sup: float | None = None
+    lipschitz: float | None = None
+    lipschitz_frobenius: float | None = None
 
     @property
     def dim(self) -> int:
@@ -82,10 +87,20 @@ class MatrixSpectrum:
 
     @property
     def spectral_norm(self) -> float:
-        if self.spectral_sup is not None:
-            return float(self.spectral_sup)
         s = self.singular_values
         return float(s[0]) if s.size else 0.0
+
+    @property
+    def lipschitz_factor(self) -> float:
+        """What ``Lambda``, ``gamma*`` and ``alpha`` read for this matrix: its spectral norm, or the
+        head's own factor where its logit is not the bilinear form of the matrix (QK-norm: ``kappa_h``)."""
+        return self.spectral_norm if self.lipschitz is None else float(self.lipschitz)
+
+    @property
+    def lipschitz_factor_frobenius(self) -> float:
+        """The Frobenius-side analogue of :attr:`lipschitz_factor` (the Frobenius product's): the
+        Frobenius norm, or ``kappa_F >= kappa_h`` for a QK-norm head (docs/theory.md 3d)."""
+        return self.frobenius_norm if self.lipschitz_frobenius is None else float(self.lipschitz_frobenius)
 
     @property
     def frobenius_norm(self) -> float:

@@ -74,7 +74,11 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
                 f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
                 f"(config.json + model.safetensors), a weights file or a hub id ORG/NAME[@REVISION]"
             )
-        path = resolve_hub_id(str(source), stream=stream, disk_budget=disk_budget)
+        try:
+            path = resolve_hub_id(str(source), stream=stream, disk_budget=disk_budget)
+        except SpecboundError as exc:  # say both readings: no such local path, and what the hub said
+            raise SpecboundError(f"{exc}; no local folder or file {source!s} exists either (looked in "
+                                 f"{Path.cwd()})") from None
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
             _refuse_base(base, f"the streamed model {source!s}")
             return path

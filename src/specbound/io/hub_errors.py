@@ -47,10 +47,11 @@ def hub_errors(repo_id: str, revision: str, endpoint: str | None, doing: str = "
                              f"download it yourself and pass the folder") from None
     except (OSError, ValueError) as e:  # network down, DNS, a refused connection, a full disk
         detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise SpecboundError(f"could not fetch {name} from {host} ({detail}): check the network (or "
-                             f"HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
+        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached ({detail}); check "
+                             f"the network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
     except Exception as e:  # (the HTTP client's transport errors are not OSError)
         if not transport_error(e):
             raise
-        raise SpecboundError(f"could not fetch {name} from {host} ({type(e).__name__}): check the network "
-                             f"(or HF_ENDPOINT), or pass a local model folder") from None
+        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached "
+                             f"({type(e).__name__}); check the network (or HF_ENDPOINT), or pass a local model "
+                             f"folder") from None

@@ -1,5 +1,5 @@
 """The stable schema of an analysis: the columns of its tables and the JSON conversions of its values
-(schema version 2; documented key by key in docs/schema.md).
+(schema version 3; documented key by key in docs/schema.md).
 
 A float beyond float64 is ``inf`` in memory, ``null`` in JSON and in the tables; its ``log10`` is kept
 (``log10_bounds``, the ``log10_*`` columns), so no output ever holds an Infinity.
@@ -14,15 +14,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version 1 named the downstream factor ``alpha`` (the paper's alpha_l), which readers of WeightWatcher
-# take for its power-law exponent; version 2 calls it ``downstream_factor``.  Every reader accepts both.
-READABLE_VERSIONS = (1, 2)
+# take for its power-law exponent; version 2 calls it ``downstream_factor``.  Version 3 adds each row's
+# ``lipschitz_factor`` (what Lambda and the sensitivities read) and ``lipschitz_factor_frobenius`` (what the
+# Frobenius product reads), so that every norm column is of the row's own matrix: before it, a QK-norm
+# head's ``spectral_norm`` held its logit's factor kappa.  Every reader accepts all three.
+READABLE_VERSIONS = (1, 2, 3)
 RENAMED_COLUMNS = {"alpha": "downstream_factor", "log10_alpha": "log10_downstream_factor"}  # version 1 -> 2
+# Version 3's columns, read from a version 1 or 2 table as what that version's propagation and Frobenius
+# product read (a QK-norm head's old spectral_norm was its kappa): new column -> the column it came from.
+DERIVED_COLUMNS = {"lipschitz_factor": "spectral_norm", "lipschitz_factor_frobenius": "frobenius_norm"}
 
 MATRIX_COLUMNS = [
     "layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
-    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "downstream_factor", "gamma", "scale", "p_star",
+    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "lipschitz_factor", "lipschitz_factor_frobenius",
+    "downstream_factor", "gamma", "scale", "p_star",
     "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1", "sv_method",
     "sv_rel_error_bound", "log10_downstream_factor", "log10_scale", "argmax_offset",
 ]
@@ -90,14 +97,23 @@ def read_table(name: str, table: pd.DataFrame) -> pd.DataFrame:
     """A saved table (an analysis folder's or a store record's) in the columns of :data:`TABLE_NAMES`:
     the singular values' index column is ``sv_index``, which schema 1 files may also call ``index``;
     schema 1's ``alpha`` and ``log10_alpha`` are read as ``downstream_factor`` and
-    ``log10_downstream_factor`` (:data:`RENAMED_COLUMNS`).  Every reader of saved tables goes through
+    ``log10_downstream_factor`` (:data:`RENAMED_COLUMNS`); a matrices table of schema 1 or 2 gets
+    version 3's ``lipschitz_factor`` and ``lipschitz_factor_frobenius`` from the columns that version's
+    bounds read for them (:data:`DERIVED_COLUMNS`).  Every reader of saved tables goes through
     here: the one place a spelling of the format is read."""
     if name == "singular_values" and "index" in table.columns and "sv_index" not in table.columns:
         return table.rename(columns={"index": "sv_index"})
     if name in ("matrices", "layers"):
         old = {a: b for a, b in RENAMED_COLUMNS.items() if a in table.columns and b not in table.columns}
         if old:
-            return table.rename(columns=old)
+            table = table.rename(columns=old)
+    if name == "matrices":
+        missing = {new: old for new, old in DERIVED_COLUMNS.items() if new not in table.columns and old in table.columns}
+        if missing:
+            table = table.copy()
+            at = table.columns.get_loc("norm_1_1") + 1 if "norm_1_1" in table.columns else len(table.columns)
+            for i, (new, old) in enumerate(missing.items()):
+                table.insert(at + i, new, table[old])
     return table
 
 

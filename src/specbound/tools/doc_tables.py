@@ -65,9 +65,11 @@ def bounds_minilm() -> str:
     from ..bounds.gap import GapParameters, gap_terms
 
     m = a.matrices
-    # I(ln R) of every matrix, R = 9 scale ||W||_F from the table (its Frobenius norm counts the values
-    # below the rank tolerance too, ~1e-13 relative on this model: no printed digit moves)
-    log_r = math.log(NET_CONSTANT) + m["log10_scale"] * math.log(10) + (m["frobenius_norm"]).map(math.log)
+    # I(ln R) of every matrix, R = 9 scale_T ||W||_F, scale_T = scale T / L with T = #matrices (the budget
+    # split over the covers summed), from the table (its Frobenius norm counts the values below the rank
+    # tolerance too, ~1e-13 relative on this model: no printed digit moves)
+    log_r = (math.log(NET_CONSTANT * len(m) / dims["L"]) + m["log10_scale"] * math.log(10)
+             + (m["frobenius_norm"]).map(math.log))
     factors = [dudley_log_integral(u) for u in log_r]
     wide = analyze(n=N_GAP, margin=WIDE_MARGIN, threads=1)
     g_wide = wide.gap_bound["bounds"]["spectral_adaptive"]
@@ -85,8 +87,8 @@ def bounds_minilm() -> str:
                  f"(`{len(m)} ln {2 * grid_m + 1}`), paid for a choice that did not help."
                  if at_zero == len(m) else "."),
               f"The gap's entropy integral (section 9) is `{number(g_adaptive['log_factor'])}` times `B`: every "
-              f"rank term's `sqrt(D ln(9 scale ||W||_F / eps))` integrated, `scale` up to "
-              f"`10^{m['log10_scale'].max():.1f}`. With margin 1 the adaptive gap falls below 1 only for "
+              f"rank term's `sqrt(D ln(9 scale_T ||W||_F / eps))` integrated, `scale_T = scale T / L` (`T = {len(m)}` "
+              f"covers) up to `10^{m['log10_scale'].max() + math.log10(len(m) / dims['L']):.1f}`. With margin 1 the adaptive gap falls below 1 only for "
               f"`n` around `{number(below_one_at(g_adaptive['gap'], N_GAP))}`.",
               f"Per matrix, `I(ln R)` runs from `{number(min(factors))}` to `{number(max(factors))}`. At margin "
               f"{WIDE_MARGIN} (`n = 10^6`) the headline gap is `{number(g_wide['gap'])}`; dividing `B` by the margin "
