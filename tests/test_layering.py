@@ -22,6 +22,7 @@ STAGES = [
     ("pipeline", 6),
     ("sweep", 7),
     ("report", 8),
+    ("integrations", 8),
     ("study", 9),
     ("tools", 10),
     ("cli", 11),

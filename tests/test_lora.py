@@ -541,3 +541,11 @@ def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
         assert hub.fetched() == {"config.json", "model.safetensors", "adapter_config.json",
                                  "adapter_model.safetensors"}
     assert fetched.from_init == pytest.approx(reference.from_init, rel=1e-12)
+
+
+def test_the_repr_of_an_adapter_analysis_says_it_is_one(llama_results):
+    """Issue 34: the repr of an adapter's analysis did not say it was one."""
+    ours, merged, _ = llama_results
+    assert "LoRA" not in repr(merged)
+    text = repr(ours)
+    assert "LoRA adapter r=" in text and "merged into" in text and "from_init = W - W0" in text

@@ -24,6 +24,7 @@ def test_every_figure_call_shows_an_image_in_a_fresh_kernel(tiny_bert_dir, tmp_p
         "r.plot.spectra()",
         "r.plot.contributions()",
         "r.plot.p_star()",
+        f"specbound.compare(r, {str(tiny_bert_dir)!r}, names=['live', 'again'])",  # issue 34: compare's view
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
@@ -42,6 +43,8 @@ def test_every_figure_call_shows_an_image_in_a_fresh_kernel(tiny_bert_dir, tmp_p
     stderr = "".join(o.get("text", "") for o in first if o.get("name") == "stderr")
     assert "IProgress" not in stderr and "Warning" not in stderr, stderr
     assert "text/html" in nb.cells[1].outputs[0]["data"]
-    for cell in nb.cells[2:]:
+    compared = [o["data"] for o in nb.cells[-1].outputs if o["output_type"] == "execute_result"]
+    assert compared and "again / live" in compared[0]["text/html"] and "data:image/png" in compared[0]["text/html"]
+    for cell in nb.cells[2:-1]:
         data = [o["data"] for o in cell.outputs if o["output_type"] == "execute_result"]
         assert data and "image/png" in data[0], (cell.source, cell.outputs)

@@ -59,18 +59,40 @@ def test_repr_is_one_short_line(default):
     assert text.startswith(f"<specbound.Analysis of {DEFAULT_NAME}") and "spectral_adaptive=" in text
 
 
+def paragraphs(text: str) -> list[str]:
+    """The summary's lines with each wrapped paragraph joined (a continuation line starts with two
+    spaces and then text; a table's lines start with more spaces, or none)."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if out and line.startswith("  ") and not line.startswith("   ") and out[-1] and not out[-1].startswith(" "):
+            out[-1] += " " + line.strip()
+        else:
+            out.append(line)
+    return out
+
+
+def test_summary_lines_fit_100_columns(default, tiny):
+    """Issue 34: two lines of the first screen exceeded 200 columns."""
+    folder, _ = tiny
+    gap = specbound.analyze(folder, n=1000, margin=0.5, threads=1, jobs=1)
+    for text in (str(default), str(gap)):
+        assert max(map(len, text.splitlines())) <= 100
+
+
 def test_summary_header_names_only_the_columns_it_has(default, tiny):
     folder, _ = tiny
     text = str(default)
-    header = next(l for l in text.splitlines() if l.startswith("bounds ("))
+    header = next(l for l in paragraphs(text) if l.startswith("bounds ("))
     assert "gap" not in header and "from init" not in header  # neither column is in this table
     gap = specbound.analyze(folder, n=1000, margin=0.5, threads=1, jobs=1)
-    gap_header = next(l for l in str(gap).splitlines() if l.startswith("bounds ("))
-    table_head = str(gap).splitlines()[str(gap).splitlines().index(gap_header) + 1]
+    lines = paragraphs(str(gap))
+    gap_header = next(l for l in lines if l.startswith("bounds ("))
+    table_head = lines[lines.index(gap_header) + 1]
     assert "gap =" in gap_header and "gap" in table_head.split()
-    # one legend line says what Lambda, the downstream factor and xi are, just above the per-layer table;
-    # the downstream factor is the paper's alpha_l, named so that no reader takes it for WeightWatcher's alpha
-    lines = text.splitlines()
+    # one legend paragraph says what Lambda, the downstream factor and xi are, just above the per-layer
+    # table; the downstream factor is the paper's alpha_l, named so that no reader takes it for
+    # WeightWatcher's alpha
+    lines = paragraphs(text)
     legend = next(i for i, l in enumerate(lines) if l.startswith("Lambda ="))
     assert "downstream_factor =" in lines[legend] and "alpha_l" in lines[legend] and "xi =" in lines[legend]
     assert lines[legend + 1].split()[:2] == ["Lambda", "downstream_factor"] and "xi" in lines[legend + 1].split()
@@ -407,9 +429,29 @@ def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
     from specbound.tools.miniatures import write_miniatures
 
     text = str(default)
-    line = next(x for x in text.splitlines() if x.startswith("every matrix chose p* = 0"))
+    line = next(x for x in paragraphs(text) if x.startswith("every matrix chose p* = 0"))
     assert "downstream factor (up to 2.8291e+22 here)" in line and "bert_uncased_L-10_H-128_A-2" in line
     write_miniatures(tmp_path, layout="folders", depths=(10,), widths=(128,))
     narrow = specbound.analyze(tmp_path / "bert_uncased_L-10_H-128_A-2", threads=1, jobs=1)
     assert (narrow.matrices["p_star"] > 0).any()
     assert "every matrix chose p* = 0" not in str(narrow)
+
+
+def test_plots_compose_into_the_callers_axes(tiny):
+    """Issue 34: every plot takes ax= and returns its Axes (matplotlib's convention); one role's panel
+    holds one line per matrix of that role, and the figure-level call is unchanged."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    _, a = tiny
+    fig = Figure()
+    left, middle, right = fig.subplots(1, 3)
+    assert a.plot.spectra(role="OV", ax=left) is left
+    assert len(left.lines) == int((a.matrices["role"] == "OV").sum())  # one spectrum per OV head
+    assert a.plot.contributions(role="FF_in", ax=middle) is middle
+    assert len(middle.lines) == int((a.matrices["role"] == "FF_in").sum()) + 2  # + the p* dots and the C(0) line
+    assert a.plot.p_star(ax=right) is right and right.images
+    assert a.plot.spectra(role="QK").get_title().startswith("QK")  # a panel of its own: a new figure's Axes
+    assert hasattr(a.plot.spectra(), "savefig")  # no ax, no role: the whole figure as before
+    with pytest.raises(specbound.SpecboundError, match="no role .XX."):
+        a.plot.spectra(role="XX")

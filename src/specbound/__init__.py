@@ -8,6 +8,7 @@
     >>> result.matrices                            # one row per QK/OV head and FF matrix
     >>> result.plot.spectra(), result.plot.contributions()
     >>> result.save("out"); specbound.Analysis.load("out")
+    >>> specbound.compare("base/", "finetuned/")    # two or more models side by side (a notebook view too)
 
 Heavy frameworks (torch, transformers, matplotlib) are never imported by ``import specbound``.
 """
@@ -15,7 +16,7 @@ Heavy frameworks (torch, transformers, matplotlib) are never imported by ``impor
 from .errors import SpecboundError
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "Analysis", "AnalysisOptions", "SpecboundError", "TowerAnalyses", "__version__"]
+__all__ = ["analyze", "compare", "Analysis", "AnalysisOptions", "SpecboundError", "TowerAnalyses", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import specbound` stays cheap
@@ -23,6 +24,10 @@ def __getattr__(name):  # lazy: `import specbound` stays cheap
         from .pipeline import analyze
 
         return analyze
+    if name == "compare":
+        from .report.compare import compare
+
+        return compare
     if name == "Analysis":
         from .records import Analysis
 

@@ -60,6 +60,10 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    return 0 if text.strip() == "0" else _positive_int(text)
+
+
 def _count(text: str) -> int:
     """A positive integer, also in integral scientific notation (``--n 1e6``, ``6E4``): a decimal number that
     is a whole number; a fraction, a non-number or one beyond 1e300 is refused (before any huge integer is
@@ -205,6 +209,21 @@ def _parser() -> argparse.ArgumentParser:
                               "1000000); default: the free space of the cache's filesystem")
     _add_analysis_options(an)
 
+    cp = sub.add_parser("compare", help="two or more models side by side: bounds, per layer, per role, a figure",
+                        description=(
+        "Analyse (or reopen) two or more models and put them side by side: every bound of each, its ratio to the "
+        "first model's, the spectrum-adaptive contribution per layer and per role with the differences, and one "
+        "figure (--out). A model is anything `analyze` reads (a folder, a weights file, a hub id, a LoRA adapter: "
+        "--base names its base), a folder written by `analyze --out`, or a results store's record STORE#KEY "
+        "(a key, a key prefix or a source name). docs/compare.md."))
+    cp.add_argument("sources", nargs="+", metavar="MODEL", help="two or more models; the first is the reference")
+    cp.add_argument("--names", metavar="A,B,...", help="display names, one per model, comma-separated")
+    cp.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    cp.add_argument("--out", metavar="DIR", help="also write bounds.csv, layers.csv, roles.csv and compare.png/.pdf")
+    cp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="a layers progress bar on stderr for each model analysed (default: when stderr is a terminal)")
+    _add_analysis_options(cp)
+
     arch = sub.add_parser("arch", help="architecture specs: draft one for a family not shipped", description=(
         "Architecture specs map a family's tensor names to the roles of the bounds (docs/architectures.md). "
         "`specbound arch infer SOURCE` drafts one from a checkpoint; pass it to analyze with --arch-spec."))
@@ -235,6 +254,10 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--device", choices=DEVICES,
                     help="where each task's linear algebra runs: numpy (default), or torch float64 on cpu or cuda "
                          "(the same records: devices differ only within each record's proven error bound)")
+    sw.add_argument("--metrics", metavar="FILE",
+                    help="your numbers per checkpoint (loss, accuracy, gap): a CSV with a 'source' column, or JSON "
+                         "{source: {name: value}}; carried into the records beside each checkpoint's own "
+                         "metrics.json, and correlated with every bound by scaling and report (docs/metrics.md)")
     sw.add_argument("--dry-run", action="store_true", help="list the checkpoints and what is stored; analyse nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bars (default: shown on a terminal)")
     _add_analysis_options(sw, key_only=True)
@@ -282,13 +305,16 @@ def _parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="time the analysis against the dense reference method", description=(
         "Time specbound on a synthetic checkpoint against a baseline run in the same process (the dense "
         "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
-    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures"), default="bert-base",
+    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures", "threads"),
+                    default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: the llama7b scenario on 4 layers (time per layer, peak "
                          "RSS, stage times); llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
                          "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
-                         "BERT-Miniatures shapes, total and per checkpoint")
+                         "BERT-Miniatures shapes, total and per checkpoint; threads: analyze() with its defaults "
+                         "against threads=1 and jobs=1 on the embedded checkpoint, interleaved (with --load K busy "
+                         "processes beside it)")
     be.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     be.add_argument("--repeats", type=_positive_int, default=3, help="timed runs of the fast path (median reported)")
     be.add_argument("--threads", type=_positive_int, default=1, help="BLAS threads per job (default 1)")
@@ -300,6 +326,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
     be.add_argument("--device", choices=DEVICES, help="large, llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--load", type=_non_negative_int, default=0, metavar="K",
+                    help="threads: K busy processes run beside the measurement (default 0: idle)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
                         description=(
         "Train a grid of small transformers to a criterion on the CPU (a ViT on Fashion-MNIST, BERT-style "
@@ -397,6 +425,24 @@ def _analyze(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from .report.compare import compare
+
+    if len(args.sources) < 2:
+        raise _UsageError(f"compare needs two or more models, found {len(args.sources)} (see `specbound compare --help`)")
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):  # fail before the work
+        raise SpecboundError(f"--out {args.out} is a file; pass a folder (created if missing)")
+    names = [n.strip() for n in args.names.split(",")] if args.names else None
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    result = compare(*args.sources, names=names, progress=show, **_options_from(args))
+    print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if args.format == "json" else result)
+    if args.out:
+        written = result.save(args.out)
+        if args.format == "text":
+            print(f"\n{len(written)} file(s) written to {args.out}")
+    return 0
+
+
 def _sweep(args) -> int:
     from .sweep.sources import expand_sources, load_sweep_config
     from .sweep.run import plan_sweep, run_sweep, SweepReport
@@ -411,6 +457,13 @@ def _sweep(args) -> int:
     option_sets = [{**o, **flags} for o in (config.option_sets if config else [{}])]
     store = args.store or (config.store if config and config.store else "specbound-results")
     sources = expand_sources(patterns)
+    if args.metrics:
+        from dataclasses import replace
+
+        from .sweep.metrics import match_metrics, read_metrics_file
+
+        given = match_metrics([s.name for s in sources], read_metrics_file(args.metrics))
+        sources = [replace(s, metrics=given.get(s.name, {})) for s in sources]
     if args.dry_run:
         from .sweep.store import Store
 
@@ -461,6 +514,8 @@ def _scaling(args) -> int:
         against = [(a.split(":", 1)[0], a.split(":", 1)[1] if ":" in a else None) for a in args.against]
     fits = scaling_table(_existing_store(args.store), bounds=args.bound, confidence=args.confidence,
                          per_group=args.detail, against=against)
+    from .report.scaling import left_out_note
+
     table = fits if args.detail or args.format != "text" else summary_table(fits)
     if args.format == "csv":
         print(table.to_csv(index=False), end="")
@@ -475,7 +530,23 @@ def _scaling(args) -> int:
 
         with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
             print(table.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}"))
+    for line in left_out_note(fits):
+        print(f"specbound: note: {line}", file=sys.stderr)
+    _print_metric_correlations(args)
     return 0
+
+
+def _print_metric_correlations(args) -> None:
+    """Kendall's tau of every bound against each of the records' own metrics, when they have any."""
+    from .report.metrics import metric_correlations, metric_names
+
+    store = _existing_store(args.store)
+    table = store.table()
+    if args.format != "text" or not metric_names(table):
+        return
+    corr = metric_correlations(table, args.bound or store.bound_names())
+    print("\nyour metrics: Kendall's tau of each bound with each metric over the records (p = two-sided p-value)")
+    print(corr.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))
 
 
 def _plot(args) -> int:
@@ -568,7 +639,7 @@ def _study(args) -> int:
 
 def _bench(args) -> int:
     from .options import KernelOptions
-    from .tools import bench
+    from .tools import bench, bench_threads
 
     kernel = KernelOptions(**({"device": args.device} if args.device else {}))
 
@@ -583,7 +654,9 @@ def _bench(args) -> int:
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),
             "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,
-                                                              workdir=args.workdir), bench.format_miniatures_bench)}
+                                                              workdir=args.workdir), bench.format_miniatures_bench),
+            "threads": (lambda: bench_threads.run_threads_bench(repeats=args.repeats, load=args.load),
+                        bench_threads.format_threads_bench)}
     run, fmt = runs[args.scenario]
     report = run()
     print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))
@@ -616,8 +689,8 @@ def main(argv: list[str] | None = None) -> int:
         _parser().print_help()
         return 0
     try:
-        commands = {"analyze": _analyze, "arch": _arch, "sweep": _sweep, "scaling": _scaling, "plot": _plot,
-                    "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study,
+        commands = {"analyze": _analyze, "compare": _compare, "arch": _arch, "sweep": _sweep, "scaling": _scaling,
+                    "plot": _plot, "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study,
                     "docs": _docs}
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

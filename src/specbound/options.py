@@ -188,10 +188,13 @@ class AnalysisOptions:
         A two-tower model's tower to analyse (default both: ``analyze`` then returns a
         :class:`~specbound.records.TowerAnalyses`); an error for any other model.
     threads : int, optional
-        BLAS threads (None: the BLAS default; with ``jobs > 1``, the cores divided among the jobs).
+        BLAS threads per job (None: 1, so that jobs x threads is at most the usable cores; more BLAS
+        threads on these small products only spin, badly so on a busy machine: docs/benchmarks.md).
     jobs : int or "auto"
         Layers analysed at once, in threads; the numbers are identical, peak memory holds ``jobs``
-        layers.  ``"auto"``: one per core as memory allows (the command line's default).
+        layers.  ``"auto"`` (the default): one per usable core (``os.sched_getaffinity`` within the
+        cgroup CPU quota), as memory allows.  A caller that runs many analyses side by side (the
+        study) passes ``jobs=1``.
     device : {"numpy", "cpu", "cuda"}
         Where the Gram products, eigenvalues, per-head cores and (1,1)-norm blocks run: NumPy/SciPy
         (default) or torch in float64 on the CPU or a CUDA GPU.  Not part of a record's key: the
@@ -244,10 +247,10 @@ class AnalysisOptions:
     tower: str | None = _option(None, "two-tower models (CLIP, SigLIP): analyse only this tower (default both, "
                                 "each a chain of its own)", key=True, kind="choice", flag="--tower",
                                 accepted=(None, Choice(TOWERS)))
-    threads: int | None = _option(None, "BLAS threads per job (default: the BLAS default; with --jobs, the "
-                                  "cores divided among the jobs)", key=False, kind="positive_int", flag="--threads",
+    threads: int | None = _option(None, "BLAS threads per job (default 1: the layers, not BLAS, use the "
+                                  "cores; more only spin on a busy machine)", key=False, kind="positive_int", flag="--threads",
                                   accepted=(None, POSITIVE_INT))
-    jobs: int | str = _option(1, "layers analysed at once, in threads: the same numbers, about J times faster "
+    jobs: int | str = _option("auto", "layers analysed at once, in threads: the same numbers, about J times faster "
                               "on J cores, peak memory J layers (default auto: one per core, as half the "
                               "available memory allows at a layer's float64 weights each)", key=False, kind="jobs",
                               flag="--jobs", metavar="J", cli_default="auto", accepted=("auto", POSITIVE_INT),

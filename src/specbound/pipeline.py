@@ -7,6 +7,7 @@ by layer, and is what the command line, sweeps and the study call.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -109,8 +110,8 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
     init_model = open_init(opts.init, model) if opts.init is not None else adapter_base(model)
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
-    if threads is None and jobs > 1:  # jobs x BLAS threads should not exceed the cores
-        threads = max(1, available_cores() // jobs)
+    if threads is None:  # the layers use the cores, not BLAS: its threads spin when a core is busy
+        threads = 1      # (17.6 s against 1.0 s on a loaded 2-core machine; docs/benchmarks.md)
     bar, on_layer = _progress_callback(progress)
     try:
         with threadpool_limits(limits=threads), _torch_threads(opts.device, threads):
@@ -437,13 +438,36 @@ def cap_threads(threads: int | None) -> int | None:
 
 
 def available_cores() -> int:
-    """CPU cores this process may run on."""
+    """CPU cores this process may use: the CPUs it may run on (``os.sched_getaffinity``), at most
+    its cgroup's CPU quota rounded up (a container given 2 CPUs of a 64-core host: 2)."""
     import os
 
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, cores if quota is None else min(cores, math.ceil(quota)))
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPUs the cgroup quota allows (quota / period), or None without one: cgroup v2's ``cpu.max``
+    (``"200000 100000"``; ``"max 100000"`` is none), else cgroup v1's ``cpu/cpu.cfs_quota_us`` and
+    ``cpu/cpu.cfs_period_us`` (a quota of -1 is none).  Unreadable or malformed files: None."""
+    def read(name: str) -> list[str] | None:
+        try:
+            return (root / name).read_text().split()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    v2, v1 = read("cpu.max"), (read("cpu/cpu.cfs_quota_us"), read("cpu/cpu.cfs_period_us"))
+    quota, period = (v2 if v2 is not None and len(v2) == 2
+                     else (v1[0][0], v1[1][0]) if v1[0] and v1[1] else (None, None))
+    try:
+        quota, period = float(quota), float(period)
+    except (TypeError, ValueError):  # "max", or nothing readable
+        return None
+    return quota / period if quota > 0 and period > 0 and math.isfinite(quota / period) else None
 
 
 def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, kernel: KernelOptions) -> LayerSpectra:

@@ -148,3 +148,10 @@ def test_median_over_groups_is_the_median_of_each_groups_own_slope(tmp_path):
     levels, slopes = group_slopes(np.array([1.0, 2.0, 1.0, 1.0, 4.0]), np.array([1.0, 8.0, 5.0, 5.0, 5.0]),
                                   np.array(["a", "a", "b", "b", "c"]))
     assert levels == ["a", "b", "c"] and slopes[0] == pytest.approx(3.0) and np.isnan(slopes[1:]).all()
+
+
+def test_no_minus_zero():
+    """Issue 34: scaling printed -0.000 for a slope that rounds to zero."""
+    from specbound.report.scaling import _three_places
+
+    assert _three_places(-0.0001) == "0.000" and _three_places(-0.0006) == "-0.001" and _three_places(1.0) == "1.000"

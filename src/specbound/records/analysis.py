@@ -194,18 +194,17 @@ class Analysis:
     def __repr__(self) -> str:
         m = self.model
         bounds = ", ".join(f"{k}={v:.4g}" for k, v in self.bounds.items())
-        return (f"<specbound.Analysis of {short_name(self.source)}: {m['family']} L={m['L']} N={m['N']}, "
+        adapter = m.get("adapter")
+        what = (f" (LoRA adapter r={'/'.join(str(r) for r in adapter['ranks'])} merged into "
+                f"{short_name(str(adapter['base']))}; from_init = W - W0)" if adapter else "")
+        return (f"<specbound.Analysis of {short_name(self.source)}{what}: {m['family']} L={m['L']} N={m['N']}, "
                 f"{len(self.matrices)} matrices; {bounds}>")
 
     def _repr_html_(self) -> str:
-        figure = None
-        try:
-            import matplotlib  # noqa: F401  (the figure is optional)
-        except ImportError:
-            pass
-        else:
-            figure = _spectra_png(self)
-        return analysis_html(self, figure)
+        from .style import optional_png
+
+        # a small spectrum figure, 600 px wide: legible, about 60 kB
+        return analysis_html(self, optional_png(lambda: self.plot.spectra(), dpi=80))
 
 
 def _log10(value: float) -> float:
@@ -213,13 +212,6 @@ def _log10(value: float) -> float:
     if value > 0:
         return math.log10(value)
     return -math.inf if value == 0 else math.nan
-
-
-def _spectra_png(a: Analysis) -> str:
-    """A small spectrum figure as base64 PNG for the notebook view."""
-    from .style import png_base64
-
-    return png_base64(a.plot.spectra(), dpi=80)  # 600 px wide: legible, about 60 kB
 
 
 # summary.json and each table: bytes, read only from a regular file of at most this size
@@ -275,6 +267,15 @@ def load_analysis(out_dir: str | Path) -> Analysis:
             raise SpecboundError(f"{path} is not a saved analysis table: {problem}; write the folder again with "
                                  f"Analysis.save")
         tables[name] = table
+    return analysis_from_document(doc, tables)
+
+
+def analysis_from_document(doc: dict, tables: dict) -> Analysis:
+    """The :class:`Analysis` of a checked JSON document (``to_dict()`` without its tables) and its
+    tables (``matrices, layers, singular_values``; any ``key``/``source`` columns are dropped):
+    what :func:`load_analysis` and a results store's records are reopened with."""
+    tables = {name: read_table(name, tables[name].drop(columns=[c for c in ID_COLUMNS if c in tables[name].columns]))
+              for name in TABLE_NAMES}
     log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
 
     def bounds(values):  # a value beyond float64 (null or a string in the document) -> inf, its log10 kept

@@ -2,9 +2,11 @@
 ``result.plot.contributions()``, ``result.plot.p_star()`` in a notebook, and the one-model figures of
 ``specbound plot`` / ``report`` (which pass a stored record's tables to the same functions).
 
-Every function takes tables (never a checkpoint, never a store) and returns a matplotlib ``Figure``
-built without pyplot (no global state, no display); matplotlib is imported only when a figure is
-drawn; :func:`.style.save_figure` writes them for print.
+Every function takes tables (never a checkpoint, never a store).  The ``plot_*`` functions draw one
+panel into ``ax=`` (default a new figure's) and return that Axes, matplotlib's convention, so they
+compose into figures of your own; the ``figure_*`` functions put them together and return a
+``Figure``, built without pyplot (no global state, no display).  matplotlib is imported only when a
+figure is drawn; :func:`.style.save_figure` writes them for print.
 """
 
 from __future__ import annotations
@@ -42,48 +44,67 @@ def _panels(fig, n: int):
     return list(axes.flat)[:n]
 
 
-def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
-    """Raw singular values against their index, one panel per role, one colour per layer (every
-    head of a layer in its colour); log scale, exact zeros left out.  A rotary QK head shows its
-    per-index bounds over every offset (``kind = sigma_bound``), never its Horn envelope, which is
-    not a list of singular values.
+def _axes(ax, figsize=(MAX_WIDTH / 2, 2.8)):
+    """``ax``, or the one Axes of a new figure (a panel drawn on its own)."""
+    return ax if ax is not None else new_figure(figsize).add_subplot()
+
+
+def _depth(table, n_layers: int | None) -> int:
+    return int(n_layers if n_layers is not None else table["layer"].max() + 1)
+
+
+def plot_spectra(singular_values, role: str, *, ax=None, n_layers: int | None = None):
+    """One role's raw singular values against their index, one colour per layer (every head of a
+    layer in its colour), log scale, exact zeros left out; a rotary QK head's per-index bounds over
+    every offset (``kind = sigma_bound``), never its Horn envelope.  Returns the Axes.
 
     Parameters
     ----------
     singular_values : DataFrame
         ``Analysis.singular_values`` (``matrix, layer, role, kind, sv_index, sigma``).
-    title : str
+    role : str
+        ``QK``, ``OV``, ``FF_in``, ... (routed experts grouped: ``FF_gate[experts]``).
+    ax : matplotlib Axes, optional
+        Where to draw (default: a new figure's).
     n_layers : int, optional
-        The model's depth (default: from the table).
+        The model's depth, for the layer colours (default: from the table).
     """
+    sv = with_role_groups(singular_values[sv_kinds(singular_values) != "horn_envelope"])
+    colors = layer_colors(_depth(sv, n_layers))
+    ax = _axes(ax)
+    left_out = 0
+    for (layer, _), g in sv[sv["role"] == role].groupby(["layer", "matrix"], sort=True):
+        sigma, beyond = drawable(g["sigma"])  # exact zeros have no place on a log axis
+        left_out += beyond
+        ax.plot(g["sv_index"].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
+                alpha=0.45 if role in ("QK", "OV") else 0.95)
+    note_left_out(ax, left_out)
+    ax.set_yscale("log")
+    ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
+    ax.set_xlabel("singular value index i")
+    ax.set_ylabel(r"singular value $\sigma_i$")
+    ax.tick_params(labelsize=8)
+    style_grid(ax)
+    return ax
+
+
+def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
+    """:func:`plot_spectra` of every role, one panel each, with the layer key and the model's name."""
     sv = with_role_groups(singular_values[sv_kinds(singular_values) != "horn_envelope"])  # routed experts: one panel per role
     roles = ordered_roles(sv["role"])
-    L = int(n_layers if n_layers is not None else sv["layer"].max() + 1)
-    colors = layer_colors(L)
+    L = _depth(sv, n_layers)
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
     axes = _panels(fig, len(roles))
     for ax, role in zip(axes, roles):
-        left_out = 0
-        for (layer, _), g in sv[sv["role"] == role].groupby(["layer", "matrix"], sort=True):
-            sigma, beyond = drawable(g["sigma"])  # exact zeros have no place on a log axis
-            left_out += beyond
-            ax.plot(g["sv_index"].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
-                    alpha=0.45 if role in ("QK", "OV") else 0.95)
-        note_left_out(ax, left_out)
-        ax.set_yscale("log")
-        ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
-        ax.set_xlabel("singular value index i")
-        ax.set_ylabel(r"singular value $\sigma_i$")
-        ax.tick_params(labelsize=8)
-        style_grid(ax)
-    _layer_key(fig, axes, L, colors)
+        plot_spectra(singular_values, role, ax=ax, n_layers=L)
+    _layer_key(fig, axes, L, layer_colors(L))
     fig.suptitle(f"Spectral decay: {title}", fontsize=10)
     return fig
 
 
-def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers: int | None = None):
-    """``C(p)/C(0)`` over the post-hoc grid, one panel per role, one colour per layer; dots mark each
-    matrix's grid minimiser ``p*``.
+def plot_contributions(curves, matrices, role: str, *, ax=None, n_layers: int | None = None):
+    """One role's ``C(p)/C(0)`` over the post-hoc grid, one colour per layer, a dot at each matrix's
+    grid minimiser ``p*``.  Returns the Axes.
 
     Parameters
     ----------
@@ -91,44 +112,51 @@ def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers:
         From :func:`specbound.records.curves.contribution_curves` (``matrix, layer, role, p, c_over_c0``).
     matrices : DataFrame
         ``Analysis.matrices`` (``p_star``), in the order of ``curves``' ``matrix`` index.
-    title : str
-    grid_m : int
+    role : str
+    ax : matplotlib Axes, optional
     n_layers : int, optional
     """
     curves = with_role_groups(curves)
-    roles = ordered_roles(curves["role"])
-    L = int(n_layers if n_layers is not None else curves["layer"].max() + 1)
-    colors = layer_colors(L)
+    colors = layer_colors(_depth(curves, n_layers))
+    ax = _axes(ax)
+    p_star = matrices["p_star"].to_numpy(float)
+    part = curves[curves["role"] == role]
+    left_out = 0
+    for (layer, matrix), g in part.groupby(["layer", "matrix"], sort=True):
+        ratio, beyond = drawable(g["c_over_c0"])
+        left_out += beyond
+        ax.plot(g["p"], ratio, color=colors[int(layer)], linewidth=0.9, alpha=0.4 if role in ("QK", "OV") else 0.95)
+    chosen = part[np.isclose(part["p"].to_numpy(float), p_star[part["matrix"].to_numpy(int)])]
+    ax.plot(chosen["p"], drawable(chosen["c_over_c0"])[0], "k.", markersize=4, label="p* (grid minimiser)")
+    note_left_out(ax, left_out)
+    ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
+    ax.set_yscale("log")
+    ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
+    ax.set_xlabel("Schatten index p")
+    ax.set_ylabel("C(p) / C(0)")
+    ax.tick_params(labelsize=8)
+    style_grid(ax)
+    ax.legend(frameon=False, fontsize=7, loc="best")
+    return ax
+
+
+def figure_contributions(curves, matrices, title: str, *, grid_m: int, n_layers: int | None = None):
+    """:func:`plot_contributions` of every role, one panel each, with the layer key and the model's name."""
+    roles = ordered_roles(with_role_groups(curves)["role"])
+    L = _depth(curves, n_layers)
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
     axes = _panels(fig, len(roles))
-    p_star = matrices["p_star"].to_numpy(float)
     for ax, role in zip(axes, roles):
-        part = curves[curves["role"] == role]
-        left_out = 0
-        for (layer, matrix), g in part.groupby(["layer", "matrix"], sort=True):
-            ratio, beyond = drawable(g["c_over_c0"])
-            left_out += beyond
-            ax.plot(g["p"], ratio, color=colors[int(layer)], linewidth=0.9,
-                    alpha=0.4 if role in ("QK", "OV") else 0.95)
-        chosen = part[np.isclose(part["p"].to_numpy(float), p_star[part["matrix"].to_numpy(int)])]
-        ax.plot(chosen["p"], drawable(chosen["c_over_c0"])[0], "k.", markersize=4, label="p* (grid minimiser)")
-        note_left_out(ax, left_out)
-        ax.axhline(1.0, color="black", linewidth=0.6, linestyle=":")
-        ax.set_yscale("log")
-        ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
-        ax.set_xlabel("Schatten index p")
-        ax.set_ylabel("C(p) / C(0)")
-        ax.tick_params(labelsize=8)
-        style_grid(ax)
-        ax.legend(frameon=False, fontsize=7, loc="best")
-    _layer_key(fig, axes, L, colors)
+        plot_contributions(curves, matrices, role, ax=ax, n_layers=L)
+    _layer_key(fig, axes, L, layer_colors(L))
     # the model's name as plain text: a "$" in it must not pair with the mathtext of P_m
     fig.suptitle(f"Contribution curves on $P_m$ (m={grid_m}): " + title.replace("$", r"\$"), fontsize=10)
     return fig
 
 
-def figure_p_star(matrices, title: str, *, n_layers: int):
-    """Mean ``p*`` over each layer's matrices of each role (heads and routed experts averaged), annotated."""
+def plot_p_star(matrices, *, n_layers: int, ax=None, title: str | None = None):
+    """Mean ``p*`` over each layer's matrices of each role (heads and routed experts averaged), a heat
+    map annotated with its values, with its colour bar.  Returns the Axes."""
     matrices = with_role_groups(matrices)
     roles = ordered_roles(matrices["role"])
     L = int(n_layers)
@@ -136,8 +164,7 @@ def figure_p_star(matrices, title: str, *, n_layers: int):
     for i, role in enumerate(roles):
         means = matrices[matrices["role"] == role].groupby("layer")["p_star"].mean()
         grid[i, means.index.to_numpy(int)] = means.to_numpy()
-    fig = new_figure((max(4.5, 0.5 * L + 2.5), 0.5 * len(roles) + 1.8))
-    ax = fig.add_subplot()
+    ax = _axes(ax, (max(4.5, 0.5 * L + 2.5), 0.5 * len(roles) + 1.8))
     image = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0.0, vmax=2.0)
     step = max(1, int(np.ceil(L / 16)))  # at most 16 layer ticks
     ax.set_xticks(range(0, L, step), [str(l) for l in range(0, L, step)])
@@ -152,9 +179,14 @@ def figure_p_star(matrices, title: str, *, n_layers: int):
                 if np.isfinite(grid[i, j]):
                     ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=size,
                             color="white" if grid[i, j] < 1.2 else "black")
-    fig.colorbar(image, ax=ax, label="p* (mean over heads)")
-    ax.set_title(f"Chosen Schatten index p* (mean over heads)\n{title}", fontsize=10)
-    return fig
+    ax.figure.colorbar(image, ax=ax, label="p* (mean over heads)")
+    ax.set_title("Chosen Schatten index p* (mean over heads)" + (f"\n{title}" if title else ""), fontsize=10)
+    return ax
+
+
+def figure_p_star(matrices, title: str, *, n_layers: int):
+    """:func:`plot_p_star` on a figure of its own, titled with the model's name."""
+    return plot_p_star(matrices, n_layers=n_layers, title=title).figure
 
 
 class AnalysisPlots:
@@ -172,26 +204,47 @@ class AnalysisPlots:
         m = self._a.model
         return f"{short_name(self._a.source)} (L={m['L']}, N={m['N']}, H={m['H']})"
 
-    def spectra(self):
-        """Singular values of every matrix, one panel per role, one colour per layer."""
-        require_matplotlib()
-        return figure_spectra(self._a.singular_values, self._title(), n_layers=self._a.model["L"])
+    def _role(self, table, role: str | None) -> str:
+        roles = ordered_roles(with_role_groups(table)["role"])
+        if role is None:
+            return roles[0]
+        if role not in roles:
+            from ..errors import SpecboundError
 
-    def contributions(self):
-        """``C(p)/C(0)`` on the post-hoc grid for every matrix, with each matrix's ``p*``."""
+            raise SpecboundError(f"no role {role!r} in this model; it has {', '.join(roles)}")
+        return role
+
+    def spectra(self, role: str | None = None, *, ax=None):
+        """Singular values of every matrix, one panel per role, one colour per layer (a Figure); with
+        ``ax=`` or ``role=``, one role's panel (default the first, QK) drawn into ``ax`` (default a new
+        figure's), and that Axes returned."""
+        require_matplotlib()
+        a = self._a
+        if ax is None and role is None:
+            return figure_spectra(a.singular_values, self._title(), n_layers=a.model["L"])
+        return plot_spectra(a.singular_values, self._role(a.singular_values, role), ax=ax, n_layers=a.model["L"])
+
+    def contributions(self, role: str | None = None, *, ax=None):
+        """``C(p)/C(0)`` on the post-hoc grid for every matrix, with each matrix's ``p*`` (a Figure);
+        with ``ax=`` or ``role=``, one role's panel drawn into ``ax``, and that Axes returned."""
         require_matplotlib()
         from .curves import contribution_curves
 
         a = self._a
         curves = contribution_curves(a.matrices, a.singular_values, n=a.model["N"], grid_m=a.options["grid_m"],
                                      rank_tol=a.options["rank_tol"])
-        return figure_contributions(curves, a.matrices, self._title(), grid_m=a.options["grid_m"],
-                                    n_layers=a.model["L"])
+        if ax is None and role is None:
+            return figure_contributions(curves, a.matrices, self._title(), grid_m=a.options["grid_m"],
+                                        n_layers=a.model["L"])
+        return plot_contributions(curves, a.matrices, self._role(curves, role), ax=ax, n_layers=a.model["L"])
 
-    def p_star(self):
-        """The chosen Schatten index ``p*`` over layers and roles (mean over heads)."""
+    def p_star(self, *, ax=None):
+        """The chosen Schatten index ``p*`` over layers and roles (mean over heads): a Figure, or with
+        ``ax=`` the heat map drawn into ``ax`` and that Axes returned."""
         require_matplotlib()
-        return figure_p_star(self._a.matrices, self._title(), n_layers=self._a.model["L"])
+        if ax is None:
+            return figure_p_star(self._a.matrices, self._title(), n_layers=self._a.model["L"])
+        return plot_p_star(self._a.matrices, n_layers=self._a.model["L"], ax=ax, title=self._title())
 
     def __repr__(self) -> str:
-        return "<specbound plots: .spectra(), .contributions(), .p_star()>"
+        return "<specbound plots: .spectra(role=, ax=), .contributions(role=, ax=), .p_star(ax=)>"

@@ -120,6 +120,16 @@ def save_figure(fig, base: Path, *, dpi: int = PRINT_DPI) -> list[Path]:
     return paths
 
 
+def optional_png(make_figure, *, dpi: int = 80) -> str | None:
+    """``png_base64(make_figure())`` for a notebook view, or None without matplotlib (the view then
+    shows its tables alone)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return None
+    return png_base64(make_figure(), dpi=dpi)
+
+
 def png_base64(fig, *, dpi: int = 80) -> str:
     """The figure as base64 PNG data (for a notebook or a self-contained page)."""
     buf = io.BytesIO()
@@ -128,17 +138,33 @@ def png_base64(fig, *, dpi: int = 80) -> str:
 
 
 
-def bound_colors(n: int) -> list:
-    """``n`` distinct colours: tab10 up to 10, tab20 (dark shades first) up to 20, then evenly spaced hues."""
+def bound_color(name: str):
+    """The one colour of bound ``name`` in every figure: the headline spectrum-adaptive bound black,
+    every other registered bound its own shade of tab20 in registry order (dark shades first), and a
+    name the registry does not know (the study's measures, ``gap:...``) a tab20b shade of its own."""
+    import zlib
+
     from matplotlib import colormaps
 
-    if n <= 10:
-        return [colormaps["tab10"](i) for i in range(n)]
-    if n <= 20:
-        tab20 = colormaps["tab20"]
-        return [tab20(2 * i) for i in range(10)] + [tab20(2 * i + 1) for i in range(n - 10)]
-    hsv = colormaps["hsv"]
-    return [hsv(i / n) for i in range(n)]
+    from ..bounds import REGISTRY
+
+    if name == "spectral_adaptive":
+        return (0.0, 0.0, 0.0, 1.0)
+    names = [n for n in REGISTRY if n != "spectral_adaptive"]
+    if name in names:
+        i = names.index(name)
+        return colormaps["tab20"](2 * i if i < 10 else 2 * (i - 10) + 1)
+    return colormaps["tab20b"](zlib.crc32(name.encode()) % 20)
+
+
+def model_colors(n: int) -> list:
+    """``n`` distinct colours for models side by side (``specbound compare``): Dark2, then evenly
+    spaced hues; never a bound's colour scheme, so a model is not read as a bound."""
+    from matplotlib import colormaps
+
+    if n <= 8:
+        return [colormaps["Dark2"](i) for i in range(n)]
+    return [colormaps["hsv"](i / n) for i in range(n)]
 
 
 def natural_order(table):

@@ -21,6 +21,7 @@ from ..bounds import REGISTRY
 from ..compute.measures import ordered_roles, with_role_groups
 from ..io.formats import WEIGHT_SUFFIXES
 
+WIDTH = 100  # columns of the text summary's lines (its prose is wrapped, its bounds table fitted)
 LEGEND = ("Lambda = layer Lipschitz constant; downstream_factor = prod of Lambda over the layers above (the paper's "
           "alpha_l, not a power-law exponent); xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
 LEGEND_STACKS = ("Lambda = layer Lipschitz constant; M = a decoder layer's Lipschitz constant in the encoder's output "
@@ -126,17 +127,43 @@ def comparison_frame(a) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("bound")
 
 
+def wrap(text: str, indent: str = "") -> list[str]:
+    """``text`` as lines of at most :data:`WIDTH` columns, the first indented by ``indent``, the
+    others by two more."""
+    import textwrap
+
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_on_hyphens=False, break_long_words=False) or [""]
+
+
+def fitted_table(frame: pd.DataFrame, column: str = "title") -> str:
+    """``frame`` as text no wider than :data:`WIDTH`: its ``column`` (free text) left-aligned and cut
+    to the room the other columns leave (``...``), or left out when under 12 columns remain."""
+    rest = frame.drop(columns=[column]).to_string()
+    room = WIDTH - max(map(len, rest.splitlines())) - 2
+    if room < 12:
+        return rest
+    cut = [t if len(t) <= room else t[:room - 3] + "..." for t in frame[column]]
+    width = max(map(len, cut + [column]))
+    shown = frame.assign(**{column: [t.ljust(width) for t in cut]})
+    text = shown.rename(columns={column: column.ljust(width)}).to_string()
+    return "\n".join(line.rstrip() for line in text.splitlines())
+
+
 def comparison_table(a) -> list[str]:
-    """The bounds table with a header naming exactly its columns."""
+    """The bounds table with a header naming exactly its columns, and what the values mean."""
     parts = ["value = the complexity term B", "/ adaptive = value / spectral_adaptive"]
     if a.from_init is not None:
         parts.append("from init = the same bound on W - W0")
     if a.gap_bound is not None:
         parts.append("gap = the generalisation-gap bound ('-': no margin-bound form)")
-    lines = ["bounds (" + "; ".join(parts) + ")", comparison_frame(a).to_string()]
+    lines = [*wrap("bounds (" + "; ".join(parts) + ")"), fitted_table(comparison_frame(a))]
+    if a.gap_bound is None:
+        lines += wrap("B is a complexity term, not an error bound: a gap bound is of order B / (margin sqrt(n)) "
+                      "(docs/bounds.md 9); --n N --margin G gives each bound as a generalisation-gap bound")
     if a.gap_bound is not None:
         p = a.gap_bound["parameters"]
-        lines.append(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
+        lines += wrap(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
                      f"sqrt((ln(1/delta) + union cost) / n); leading = c_lead B_margin log_factor / sqrt(n) for "
                      f"spectral_* (the margin inside each term, log_factor its entropy integral), c_lead B log_factor "
                      f"/ (margin sqrt(n)) otherwise (docs/bounds.md 9); c_lead={fmt(p['lead_constant'])}, "
@@ -192,10 +219,10 @@ def p_star_note(a) -> list[str]:
     factors = a.layers["downstream_factor"]
     largest = fmt(factors.max(), a.layers["log10_downstream_factor"].max()) if "log10_downstream_factor" in a.layers \
         else fmt(factors.max())
-    return [f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
-            f"(up to {largest} here), so counting the rank is cheapest; p* varies on models with "
-            f"small downstream factors, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, then "
-            f"specbound analyze DIR/bert_uncased_L-10_H-128_A-2"]
+    return wrap(f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
+                f"(up to {largest} here), so counting the rank is cheapest; p* varies on models with "
+                f"small downstream factors, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, "
+                f"then specbound analyze DIR/bert_uncased_L-10_H-128_A-2")
 
 
 def _header(a) -> list[str]:
@@ -262,17 +289,20 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
     ours = [e["name"] for e in applying if e["kind"] == "extension"]
     lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
              if broken or ours else "assumptions (docs/theory.md section 6)"]
+    items = []
     if broken:
-        lines.append("  the theorem's, broken by this model: " + ", ".join(broken))
+        items.append("the theorem's, broken by this model: " + ", ".join(broken))
     if conditions:
-        lines.append("  the theorem's conditions on the data and its use (not checked here): " + ", ".join(conditions))
+        items.append("the theorem's conditions on the data and its use (not checked here): " + ", ".join(conditions))
     if ours:
-        lines.append("  our extensions used: " + ", ".join(ours))
+        items.append("our extensions used: " + ", ".join(ours))
     # what changes the numbers themselves is said in full even without --verbose
     shown = {"quantized_weights": "weights", "rope_scaling": "rotary", "qk_norm": "qk-norm"}
-    lines += [f"  {shown[e['name']]}: {e['effect']}" for e in applying if e["name"] in shown]
+    items += [f"{shown[e['name']]}: {e['effect']}" for e in applying if e["name"] in shown]
     if verbose:
-        lines += [f"  - {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
+        items += [f"- {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
+    for item in items:
+        lines += wrap(item, "  ")
     return lines
 
 
@@ -281,10 +311,13 @@ def format_summary(a, *, verbose: bool = False) -> str:
     o = a.options
     lines = [*_header(a), ""]
     lines += comparison_table(a)
-    lines += ["", "per layer (each role: sum of min_p C(p) over the layer's matrices; adaptive = their sum)",
-              LEGEND_STACKS if "memory_lipschitz" in a.layers else LEGEND, per_layer_frame(a).to_string(float_format=fmt)]
-    lines += ["", "adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the theory's "
-                  "three types (one FF block)"]
+    lines += ["", *wrap("per layer (each role: sum of min_p C(p) over the layer's matrices; adaptive = the "
+                        "layer's sum of them; spectral_adaptive = the sum over the layers + sqrt(L), "
+                        f"sqrt({a.model['L']}) = {fmt(math.sqrt(a.model['L']))})"),
+              *wrap(LEGEND_STACKS if "memory_lipschitz" in a.layers else LEGEND),
+              per_layer_frame(a).to_string(float_format=fmt)]
+    lines += ["", *wrap("adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the "
+                        "theory's three types (one FF block)")]
     gain = pd.DataFrame({"adaptive": a.layers["adaptive"]})
     for p in (0, 1, 2):
         gain[f"p={p}"] = a.layers[f"adaptive_p{p}"]
@@ -297,6 +330,9 @@ def format_summary(a, *, verbose: bool = False) -> str:
     lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
               per_role_frame(a).to_string(float_format=fmt)]
     lines += p_star_note(a)
+    lines += wrap("a row for each head's QK and OV and each feed-forward matrix (tensors, rank, p*, "
+                  "contribution): --verbose prints them at the end, --out DIR writes matrices.csv, "
+                  "result.matrices holds them")
     lines += assumptions_block(a, verbose=verbose)
     if verbose:
         cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",

@@ -33,7 +33,12 @@ CAPTIONS = {
     "bounds_side_by_side": "Every bound of every checkpoint.",
     "trajectory": "Every bound along the run's checkpoints (log scale), and the share of the matrices choosing "
                   "each Schatten index p*.",
+    "from_init": "The headline bounds on W (filled) and on W - W0 (open) of each record measured from initial "
+                 "weights (--init, or a LoRA adapter with its base as W0).",
+    "metrics": "Each headline bound against each of your metrics (metrics.json or sweep --metrics), one dot per "
+               "record, Kendall's tau in each panel's title.",
 }
+ONE_MODEL = ("spectral_decay", "contribution_curves", "p_star_heatmap")  # figures of the record --model names
 # What each figure shows, for a reader who cannot see it (the img alt text).
 ALT = {
     "bounds_vs_width": "Line chart, log-log: each bound divided by its value at the smallest hidden size N, against "
@@ -53,6 +58,11 @@ ALT = {
                            "colour and marker per bound.",
     "trajectory": "Two panels: above, every bound against the training step on a log scale, one colour per "
                   "bound; below, a stacked area chart of the share of matrices choosing each p* at each step.",
+    "from_init": "Dot plot, log scale: for each record measured from initial weights, two rows (the spectrum-"
+                 "adaptive bound, the Edelman-style proxy), a filled dot at the bound on W and an open dot at the "
+                 "bound on W - W0.",
+    "metrics": "Scatter plots, log vertical axis: one panel per headline bound and metric, the bound of each "
+               "record against its metric, Kendall's tau in the panel's title.",
 }
 
 
@@ -151,7 +161,9 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     -------
     dict with the paths of ``html``, ``markdown`` and ``figures`` (the folder).
     """
-    from .plots import build_figures
+    from .distance import from_init_frame
+    from .metrics import metric_correlations, metric_names
+    from .plots import build_figures, pick_record
     from .scaling import scaling_table, summary_table
     from .trajectory import trajectory_axis, trajectory_frame
 
@@ -191,14 +203,28 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
         second["source"] = [short_name(v) for v in second["source"]]
 
     parts = _bound_tables(records, names)
+    distance = from_init_frame(store)
+    shown = short_name(store.load_meta(pick_record(store, model))["source"])
+    captions = {name: CAPTIONS.get(name, "") + (f" The model shown: {shown} (`--model SOURCE` picks another)."
+                                                if name in ONE_MODEL else "") for name in figures}
+    correlations = metric_correlations(table, names) if metric_names(table) else None
+    metrics_intro = ("Kendall's tau between every bound and each of your metrics (metrics.json beside each checkpoint, "
+                     "or sweep --metrics), over the records that have both, with its two-sided p-value; a rank "
+                     "correlation, it needs no model of how a bound relates to the metric.")
+    distance_intro = ("Records measured from initial weights (`--init`, or a LoRA adapter with its base as W0): the "
+                      "headline bounds on W and on W - W0, and their ratio.")
     md = ["# specbound report", "", *overview, "", "## Bounds", ""]
     for title, part in parts:
         md += [f"### {title}", ""] if title else []
         md += [markdown_table(part), ""]
+    if len(distance):
+        md += ["## Distance from initialisation (W - W0)", "", distance_intro, "", markdown_table(distance), ""]
+    if correlations is not None:
+        md += ["## Your metrics", "", metrics_intro, "", markdown_table(correlations), ""]
     md += [f"## {section}", "", md_intro, "", markdown_table(second), ""]
     md += ["## Figures", ""]
     for name, png in figures.items():
-        md += [f"### {name}", "", CAPTIONS.get(name, ""), "", f"![{ALT.get(name, name)}](figures/{png.name})",
+        md += [f"### {name}", "", captions[name], "", f"![{ALT.get(name, name)}](figures/{png.name})",
                f"([PDF](figures/{png.with_suffix('.pdf').name}))", ""]
     markdown = out / "report.md"
     out.mkdir(parents=True, exist_ok=True)
@@ -216,13 +242,17 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
              "figcaption{color:#555;font-size:14px}code{background:#f3f3f3;padding:1px 4px}")
     body = ["<h1>specbound report</h1>", *(f"<p>{html.escape(line).replace('`', '')}</p>" for line in overview),
             "<h2>Bounds</h2>", *(f"<h3>{html.escape(title)}</h3>{_html_table(part)}" if title else _html_table(part)
-                                 for title, part in parts), f"<h2>{section}</h2>",
+                                 for title, part in parts),
+            *([f"<h2>Distance from initialisation (W - W0)</h2><p>{html.escape(distance_intro).replace('`', '')}</p>",
+               _html_table(distance)] if len(distance) else []),
+            *([f"<h2>Your metrics</h2><p>{html.escape(metrics_intro)}</p>", _html_table(correlations)]
+              if correlations is not None else []), f"<h2>{section}</h2>",
             f"<p>{html.escape(md_intro).replace('`', '')}</p>", _html_table(second), "<h2>Figures</h2>"]
     for name, png in figures.items():
         data = base64.b64encode(png.read_bytes()).decode()
         alt = html.escape(ALT.get(name, CAPTIONS.get(name, name)), quote=True)
         body.append(f'<figure><img alt="{alt}" style="{_figure_width(inches[name])}" src="data:image/png;base64,{data}">'
-                    f"<figcaption><b>{name}</b>: {html.escape(CAPTIONS.get(name, ''))} "
+                    f"<figcaption><b>{name}</b>: {html.escape(captions[name]).replace('`', '')} "
                     f'(<a href="figures/{png.with_suffix(".pdf").name}">PDF</a>)</figcaption></figure>')
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import SpecboundError
 from ..compute.measures import ordered_roles
 from ..records.plot import figure_contributions, figure_p_star, figure_spectra
-from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_colors, bound_label, drawable,
+from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_color, bound_label, drawable,
                              natural_order, new_figure, note_left_out, save_figure, style_grid)
 from ..records.view import short_name
 
@@ -46,11 +46,18 @@ def _model_title(meta) -> str:
 
 
 def pick_record(store, model: str | None = None) -> str:
-    """The key of the record named by ``model`` (a key prefix or a source); default the largest model."""
+    """The key of the record named by ``model`` (a key prefix or a source); default the largest model,
+    or the last checkpoint of a run (a store of one shape, ordered along its label)."""
     table = store.table()
     if table.empty:
         raise SpecboundError(f"the results store {store.root} holds no records; run `specbound sweep` first")
-    if model is None:
+    if model is None:  # the largest model; of a run's checkpoints (one shape), the last along the run
+        from .trajectory import ORDER, trajectory_axis
+
+        along = trajectory_axis(table)
+        if along is not None:
+            ordered = natural_order(table) if along == ORDER else table.sort_values(along, kind="stable")
+            return ordered.iloc[-1]["key"]
         return table.sort_values(["L", "N"], kind="stable").iloc[-1]["key"]
     hits = table[(table["source"] == model) | table["key"].str.startswith(model)]
     if hits.empty:
@@ -106,7 +113,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
 
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
-    colors = bound_colors(len(names))
+    colors = [bound_color(n) for n in names]
     fig = new_figure()
     ax = fig.add_subplot()
     groups = sorted(table[other].unique())
@@ -227,7 +234,7 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     if len(set(labels)) < len(labels):
         labels = [f"{short_name(src, 28)}  ({lab})" for lab, src in zip(labels, table["source"])]
     others = [n for n in names if n != HEADLINE]
-    colors = dict(zip(others, bound_colors(len(others))))
+    colors = {n: bound_color(n) for n in others}
     markers = {n: MARKERS[1:][i % (len(MARKERS) - 1)] for i, n in enumerate(others)}  # "o" is the headline's
     styles = {n: {"marker": markers[n], "markersize": 5, "color": colors[n], "alpha": 0.9} for n in others}
     styles[HEADLINE] = HEADLINE_STYLE
@@ -277,6 +284,16 @@ def build_figures(store, *, model: str | None = None, fixed_L: int | None = None
     figures["contribution_curves"] = figure_contribution_curves(store, key)
     figures["p_star_heatmap"] = figure_p_star_heatmap(store, key)
     figures["bounds_side_by_side"] = figure_bounds_side_by_side(store, bounds=bounds)
+    from .distance import figure_from_init
+    from .metrics import figure_metrics
+
+    correlated = figure_metrics(store, bounds=bounds)
+    if correlated is not None:  # the records carry the user's own metrics
+        figures["metrics"] = correlated
+
+    distance = figure_from_init(store)
+    if distance is not None:  # records measured from initial weights (--init, LoRA adapters)
+        figures["from_init"] = distance
     return figures
 
 

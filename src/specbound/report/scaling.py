@@ -231,8 +231,25 @@ def scaling_table(store, *, bounds: list[str] | None = None, confidence: float =
             raise SpecboundError(no_variation_message(table))
         raise SpecboundError(f"{', '.join(x for x, _ in against)} take(s) one value over the store's records: "
                              f"nothing to fit against")
-    return pd.concat([scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group)
+    fits = pd.concat([scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group)
                       for x, by in against], ignore_index=True)
+    # a log-log fit cannot use x <= 0 (a run's step 0): say which records it left out, never silently
+    positive = {x: pd.to_numeric(data[x], errors="coerce") > 0 for x, _ in against if x in data.columns}
+    fits.attrs["left_out"] = {x: sorted(set(data.loc[~ok, "source"])) for x, ok in positive.items() if not ok.all()}
+    return fits
+
+
+def left_out_note(fits) -> list[str]:
+    """One line per fitted column whose non-positive values the fits left out (log of 0)."""
+    return [f"left out of the fits in {x}: {len(sources)} record(s) with {x} <= 0, whose logarithm is undefined "
+            f"({', '.join(str(s) for s in sources[:3])}{', ...' if len(sources) > 3 else ''})"
+            for x, sources in fits.attrs.get("left_out", {}).items()]
+
+
+def _three_places(value: float) -> str:
+    """``value`` to three decimals, never ``-0.000``."""
+    text = f"{value:.3f}"
+    return "0.000" if text == "-0.000" else text
 
 
 def summary_table(fits):
@@ -243,10 +260,10 @@ def summary_table(fits):
     out = {}
     for _, r in pooled.iterrows():
         row = out.setdefault((r["bound"], r["role"]), {"bound": r["bound"], "role": r["role"]})
-        ci = "" if not math.isfinite(r["ci_low"]) else f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        ci = "" if not math.isfinite(r["ci_low"]) else f" [{_three_places(r['ci_low'])}, {_three_places(r['ci_high'])}]"
         held = "" if r["fixed"] == "-" else f" ({r['fixed'].replace('all ', 'fixed ')})"
         fixed = "" if r["fixed"] == "-" else f" at one fixed {r['fixed'].replace('all ', '')}"
-        slope = (f"{r['slope']:.3f}{ci}" if math.isfinite(r["slope"])
+        slope = (f"{_three_places(r['slope'])}{ci}" if math.isfinite(r["slope"])
                  else f"no fit (no two positive values at two {r['against']}{fixed})")
         row[f"slope in {r['against']}{held}"] = slope
         row[f"points ({r['against']})"] = int(r["points"])

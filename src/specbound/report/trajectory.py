@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import SpecboundError
-from ..records.style import (MARKERS, MAX_WIDTH, bound_colors, bound_label, drawable, natural_order, new_figure,
+from ..records.style import (MARKERS, MAX_WIDTH, bound_color, bound_label, drawable, natural_order, new_figure,
                              note_left_out, style_grid)
 from ..records.view import short_name
 
@@ -103,7 +103,7 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     fig = new_figure((MAX_WIDTH, 7.2))
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2.2, 1.0))
     xs = frame[x].to_numpy(float)
-    colors = bound_colors(len(names))
+    colors = [bound_color(n) for n in names]
     left_out = 0
     for i, name in enumerate(names):
         y, beyond = drawable(frame[name])

@@ -391,12 +391,12 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter
 
-    from ..records.style import bound_colors
+    from ..records.style import bound_color
     from .scaling import SCALING_AXES, axis_groups
 
     tasks = sorted(runs["task"].unique())
     get = {(r.task, r.bound, r.axis): r.slope for r in scaling.itertuples()}
-    colours = dict(zip(bounds, bound_colors(len(bounds))))
+    colours = {b: bound_color(b) for b in bounds}
     fig, axes = plt.subplots(len(SCALING_AXES), len(tasks), figsize=(min(max(2.45 * len(tasks), 5.0), MAX_WIDTH), 5.2),
                              squeeze=False)
     for i, axis in enumerate(SCALING_AXES):
@@ -585,7 +585,11 @@ def format_study(result) -> str:
     ok = _converged(runs)
     head = measures[measures["column"].isin(HEADLINE)]
     lines = [f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
-             f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded", ""]
+             f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded"]
+    if timing["grid"] == "quick":  # issue 34: its numbers had been read as findings
+        lines.append("a smoke test: the quick grid checks that training, analysis and statistics run; with this few "
+                     "runs per task its correlations say nothing (the default grid: specbound study)")
+    lines.append("")
     for task in sorted(runs["task"].unique()):
         table = task_table(corr, head, task)[["measure", "tau", "Psi", "K", "robust sign-error"]]
         lines += [f"{task} (error gap, {int(ok['task'].eq(task).sum())} runs; 95% bootstrap intervals over "

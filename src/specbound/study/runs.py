@@ -103,7 +103,7 @@ def analyze_record(config: RunConfig, root: Path, *, reanalyze: bool = False, th
     margin = metrics["margin"]
     gap = {"n": config.train_size, "margin": margin} if margin > 0 else {}  # NaN when nothing was learnt
     start = time.perf_counter()
-    result = analyze(path / "model", init=path / "init", threads=threads, **gap)
+    result = analyze(path / "model", init=path / "init", threads=threads, jobs=1, **gap)  # runs side by side
     doc = result.to_dict()
     doc["source"], doc["options"]["init"] = "model", "init"  # relative: the folder may move
     doc["analysis_seconds"] = time.perf_counter() - start

@@ -262,9 +262,17 @@ def analyze_task(task: Task, run: AnalysisOptions = TASK_RUN, progress=None, mod
     analysis = analyze(task.source.target, task_options(task, run), progress=progress)
     check_unchanged(task.fingerprints, task.source.name)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
+                                metrics=task_metrics(task),
                                 weights_sha256=task.weights_sha256, options=task.options,
                                 seconds=time.perf_counter() - start, cpu_seconds=clock() - cpu,
                                 mode=mode)
+
+
+def task_metrics(task: Task) -> dict[str, float]:
+    """The user's numbers for the task's checkpoint: its ``metrics.json``, then ``--metrics FILE``'s."""
+    from .metrics import checkpoint_metrics
+
+    return {**checkpoint_metrics(task.source.target), **task.source.metrics}
 
 
 def task_options(task: Task, run: AnalysisOptions) -> AnalysisOptions:
@@ -307,6 +315,7 @@ def assemble_task(task: Task, layer_results: list, run: AnalysisOptions = TASK_R
     seconds = time.perf_counter() - start + sum(s for _, s, _ in layer_results)
     cpu_seconds = time.thread_time() - cpu + sum(c for _, _, c in layer_results)
     return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
+                                metrics=task_metrics(task),
                                 weights_sha256=task.weights_sha256, options=task.options, seconds=seconds,
                                 cpu_seconds=cpu_seconds, mode="dask-per-layer")
 

@@ -52,11 +52,14 @@ class Source:
         its snapshot folder.
     labels : dict
         Values bound by the pattern's brace groups (``{"L": 2, "H": 128, "A": 2}``).
+    metrics : dict
+        Your numbers for this checkpoint (``--metrics FILE``; :mod:`specbound.sweep.metrics`).
     """
 
     name: str
     target: str
     labels: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 # --- patterns ----------------------------------------------------------------------------------

@@ -186,6 +186,17 @@ class Record:
     def bounds(self) -> dict[str, float]:
         return self.meta["bounds"]
 
+    def analysis(self):
+        """This record as an :class:`~specbound.records.Analysis` (its stored document and tables;
+        load it with the ``matrices``, ``layers`` and ``singular_values`` tables)."""
+        from ..records.analysis import analysis_from_document
+
+        missing = [t for t in ("matrices", "layers", "singular_values") if t not in self.tables]
+        if missing:
+            raise SpecboundError(f"record {self.key} was loaded without its {', '.join(missing)} table(s); "
+                                 f"load it with Store.load(key)")
+        return analysis_from_document(self.meta["analysis"], self.tables)
+
     def __getattr__(self, name: str):
         tables = self.__dict__.get("tables", {})
         if name in tables:
@@ -204,8 +215,9 @@ def bound_values(analysis) -> dict[str, float]:
 
 def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, Any], weights_sha256: str,
                          options: dict[str, Any], seconds: float, mode: str,
-                         cpu_seconds: float | None = None) -> Record:
-    """Build the record of one analysis (the contribution curves are evaluated here)."""
+                         cpu_seconds: float | None = None, metrics: dict[str, float] | None = None) -> Record:
+    """Build the record of one analysis (the contribution curves are evaluated here); ``metrics``:
+    the user's own numbers for the checkpoint (:mod:`specbound.sweep.metrics`), not part of the key."""
     from ..records.curves import contribution_curves
 
     doc = analysis.to_dict()
@@ -219,7 +231,7 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
         "options": canonical_options(options), "model": analysis.model,
         "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
         "log10_bounds": log10_bounds(analysis),
-        "matrices": int(len(analysis.matrices)), "analysis": doc,
+        "matrices": int(len(analysis.matrices)), "analysis": doc, "metrics": dict(metrics or {}),
         "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
                 "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
     }
@@ -435,6 +447,9 @@ class Store:
             row.update({k: v for k, v in meta["options"].items() if k != "arch_spec"})
             row["grid_m"] = meta["analysis"]["options"]["grid_m"]
             row.update({f"label_{k}": v for k, v in meta.get("labels", {}).items()})
+            metrics = meta.get("metrics")
+            row.update({f"metric_{k}": float(v) for k, v in (metrics if isinstance(metrics, dict) else {}).items()
+                        if _is_number(v)})
             log10 = meta.get("log10_bounds") or (meta["analysis"].get("log10_bounds") or {})
             for name, value in meta["bounds"].items():
                 row[name] = _finite(value)

@@ -1,0 +1,165 @@
+"""What the training callbacks share: analyse the model in memory every N optimizer steps, hand the
+headline bounds to the trainer's loggers, and append a record to a results store.
+
+Nothing is written to disk but the store's records (and what the trainer's own loggers write): the
+weights are read from the module's ``state_dict()`` (``specbound.analyze(module)``), on whatever
+device they live.  Each record is keyed, as a sweep's are, by a digest of the weights analysed and
+the options (:func:`state_digest`), and labelled ``step`` (and ``run``), so ``specbound report
+--store`` draws the trajectory along ``label_step``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecboundError
+from ..options import AnalysisOptions
+
+HEADLINE = ("spectral_adaptive", "edelman")
+PREFIX = "specbound"
+_NOT_HERE = ("init", "base", "tower")  # options a model in memory cannot take (say why below)
+
+
+class BoundMonitor:
+    """Analyse a model every ``every_n_steps`` steps; the callbacks of :mod:`.transformers` and
+    :mod:`.lightning` are thin adapters around one.
+
+    Parameters
+    ----------
+    every_n_steps : int
+        Analyse after every this many optimizer steps (and once before the first, ``at_start``).
+    store : path, optional
+        A results store folder (created when missing): one record per analysis, labelled
+        ``step`` and ``run``, which ``specbound report --store`` / ``scaling`` / ``plot`` read.
+    bounds : "headline", "all" or iterable of str
+        Which bounds are logged (default the headline ``spectral_adaptive`` and ``edelman``); the
+        store keeps every bound regardless.
+    run_name : str, optional
+        The records' ``run`` label and source prefix (``RUN/step-S``; default ``"train"``).
+    at_start : bool
+        Also analyse the weights before training (step 0).
+    quiet : bool
+        Do not print the cost of one analysis (printed once, on stderr, after the first one past step 0,
+        against the time of a training step).
+    **options
+        Analysis options (:class:`~specbound.options.AnalysisOptions`: ``grid_m``, ``n``, ``margin``,
+        ``threads``, ...), checked here.
+    """
+
+    def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None,
+                 bounds: str | Iterable[str] = "headline", run_name: str = "train", at_start: bool = True,
+                 quiet: bool = False, **options: Any):
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+            raise SpecboundError(f"every_n_steps must be a positive integer (analyse every that many steps), "
+                                 f"found {every_n_steps!r}")
+        given = sorted(set(options) & set(_NOT_HERE))
+        if given:
+            raise SpecboundError(f"the training callbacks analyse the model in memory and take no {given[0]}= "
+                                 f"option; analyse a saved checkpoint with specbound.analyze(path, {given[0]}=...)")
+        self.options = AnalysisOptions.build(options)
+        self.every_n_steps = every_n_steps
+        self.bounds = self._bound_names(bounds)
+        self.run_name = str(run_name)
+        self.at_start, self.quiet = at_start, quiet
+        self.store = None
+        if store is not None:
+            from ..sweep.store import Store
+
+            self.store = Store(store)
+            self.store._ensure()  # a store that cannot be written fails now, not at step N
+        self.history: list[dict[str, Any]] = []  # one entry per analysis: step, seconds, bounds
+        self._done: set[int] = set()
+        self._said = False
+        self._started = time.perf_counter()
+
+    @staticmethod
+    def _bound_names(bounds) -> tuple[str, ...] | None:
+        from ..bounds.registry import REGISTRY
+
+        if bounds == "all":
+            return None
+        names = HEADLINE if bounds == "headline" else tuple(bounds)
+        unknown = [b for b in names if b not in REGISTRY]
+        if isinstance(bounds, str) and bounds not in ("headline", "all") or unknown:
+            raise SpecboundError(f"bounds must be 'headline', 'all' or bound names ({', '.join(REGISTRY)}), "
+                                 f"found {bounds!r}")
+        return names
+
+    def start(self) -> None:
+        """Training begins: the clock against which the first analysis' cost is set."""
+        self._started = time.perf_counter()
+
+    def due(self, step: int, *, start: bool = False) -> bool:
+        """Whether the model at ``step`` is to be analysed (each step once)."""
+        if step in self._done:
+            return False
+        return self.at_start and step == 0 if start else step > 0 and step % self.every_n_steps == 0
+
+    def measure(self, model: Any, step: int) -> dict[str, float]:
+        """Analyse ``model`` (an ``nn.Module`` with a ``.config``) as it is at ``step``; append its
+        record to the store; return the scalars to log, ``{"specbound/<bound>": value}`` and
+        ``{"specbound/log10_<bound>": log10 value}`` (the log is finite however large the bound)."""
+        from ..pipeline import analyze
+
+        self._done.add(step)
+        training = time.perf_counter() - self._started - sum(h["seconds"] for h in self.history)
+        begin, cpu = time.perf_counter(), time.process_time()
+        analysis = analyze(model, self.options)
+        seconds = time.perf_counter() - begin
+        if self.store is not None:
+            self._store(model, analysis, step, seconds, time.process_time() - cpu)
+        values = analysis.all_bounds()
+        logs = analysis.log10_bounds or {}
+        scalars = {}
+        for name in self.bounds or tuple(values):
+            if name not in values:  # a bound this model does not get (the rotation-blind ones)
+                continue
+            value, log10 = values[name], logs.get(name)
+            if log10 is None and 0 < value < math.inf:
+                log10 = math.log10(value)
+            if math.isfinite(value) and abs(value) < 3.0e38:  # a TensorBoard scalar is a float32
+                scalars[f"{PREFIX}/{name}"] = float(value)
+            if log10 is not None and math.isfinite(log10):
+                scalars[f"{PREFIX}/log10_{name}"] = float(log10)
+        self.history.append({"step": step, "seconds": seconds, "bounds": {k: values[k] for k in values}})
+        if step > 0 and not self._said and not self.quiet:  # once, when a step's cost is known to set it against
+            self._said = True
+            per_step = training / step
+            print(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
+                  f"{self.every_n_steps} steps adds about {100 * seconds / (per_step * self.every_n_steps):.0f}%",
+                  file=sys.stderr)
+        return scalars
+
+    def _store(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float) -> None:
+        from ..sweep.store import record_from_analysis, record_key
+
+        digest = state_digest(model)
+        record = record_from_analysis(
+            analysis, key=record_key(digest, self.options), source=f"{self.run_name}/step-{step}",
+            labels={"run": self.run_name, "step": int(step)}, weights_sha256=digest, options=self.options,
+            seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
+        self.store.put(record)
+
+
+def state_digest(model: Any) -> str:
+    """SHA-256 over a module's config (canonical JSON) and every tensor of its ``state_dict()``
+    (name, dtype, shape, bytes, in name order): the weights' identity in a record key."""
+    import torch
+
+    h = hashlib.sha256()
+    config = getattr(model, "config", None)
+    config = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+    h.update(json.dumps(config, sort_keys=True, separators=(",", ":"), default=str).encode())
+    state: Mapping[str, Any] = model.state_dict()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        h.update(b"\0" + name.encode() + b"\0" + f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())  # bytes: numpy has no bfloat16
+    return h.hexdigest()

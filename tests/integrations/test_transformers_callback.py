@@ -1,0 +1,115 @@
+"""SpecboundCallback in a real transformers Trainer: the model analysed in memory every N steps,
+the bounds in the Trainer's TensorBoard run beside the loss (read back from the event files), one
+record per analysis in a store that `specbound report` reads, the same numbers as an analysis of the
+saved weights."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("tensorboard")
+transformers = pytest.importorskip("transformers")
+
+import specbound
+from specbound import SpecboundError
+from specbound.sweep.store import Store
+
+from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches
+
+
+def _train(tmp_path, callback, report_to=("tensorboard",)):
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=4,
+                             logging_steps=2, report_to=list(report_to), save_strategy="no", use_cpu=True,
+                             disable_tqdm=True, learning_rate=5e-2, run_name="tiny")
+    trainer = Trainer(model=tiny_classifier(), args=args, train_dataset=_Dataset(token_batches(4 * STEPS, batch=1)),
+                      callbacks=[callback])
+    trainer.train()
+    return trainer
+
+
+class _Dataset:  # a list of examples, as Trainer's default collator wants them
+    def __init__(self, batches):
+        self.items = [{"input_ids": b["input_ids"][0], "labels": b["labels"][0]} for b in batches]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_transformers, capsys):
+    from specbound.integrations.transformers import SpecboundCallback
+
+    callback = SpecboundCallback(every_n_steps=EVERY, store=tmp_path / "store", grid_m=4)
+    trainer = _train(tmp_path, callback)
+    steps = [0, 3, 6]
+    assert [h["step"] for h in callback.monitor.history] == steps
+
+    runs = [p for p in (tmp_path / "out" / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1  # the bounds are in the Trainer's own TensorBoard run
+    logged = scalars(runs[0])
+    assert "train/loss" in logged
+    for bound in ("spectral_adaptive", "edelman"):
+        assert [s for s, _ in logged[f"specbound/{bound}"]] == steps
+        assert [s for s, _ in logged[f"specbound/log10_{bound}"]] == steps
+        for (step, value), entry in zip(logged[f"specbound/{bound}"], callback.monitor.history):
+            assert value == pytest.approx(entry["bounds"][bound], rel=1e-6)  # TensorBoard keeps float32
+
+    records = sorted(Store(tmp_path / "store").records(tables=()), key=lambda r: r.meta["labels"]["step"])
+    assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s} for s in steps]
+    assert records[0].bounds["spectral_adaptive"] != records[-1].bounds["spectral_adaptive"]  # it trained
+
+    # the last record is the analysis of the weights the Trainer ends with, saved and read back
+    trainer.model.save_pretrained(tmp_path / "final")
+    final = specbound.analyze(tmp_path / "final", grid_m=4, threads=1)
+    assert records[-1].bounds == pytest.approx(final.all_bounds(), rel=1e-12)
+    assert any(e.get("step") == 6 and "specbound/spectral_adaptive" in e for e in trainer.state.log_history)
+    err = capsys.readouterr().err
+    assert err.count("specbound: one analysis took") == 1 and "a training step" in err  # the cost, said once
+
+    pytest.importorskip("matplotlib")
+    from specbound.cli import main
+
+    capsys.readouterr()
+    assert main(["scaling", "--store", str(tmp_path / "store"), "--against", "label_step"]) == 0
+    err = capsys.readouterr().err  # step 0 has no logarithm: the fit leaves it out and says so
+    assert "left out of the fits in label_step: 1 record(s) with label_step <= 0" in err and "tiny/step-0" in err
+    import specbound.report.plots as plots
+    from specbound.report.trajectory import figure_trajectory
+
+    # the report's other figures are tested in tests/report: this one draws the run's trajectory only
+    drawn = lambda store, **kw: {"trajectory": figure_trajectory(store, x="label_step")}  # noqa: E731
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "build_figures", drawn)
+        assert main(["report", "--store", str(tmp_path / "store"), "--out", str(tmp_path / "report")]) == 0
+    assert "along step" in (tmp_path / "report" / "report.html").read_text()  # the trajectory's section
+    assert (tmp_path / "report" / "figures" / "trajectory.png").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(every_n_steps=0), "every_n_steps must be a positive integer"),
+    (dict(init="somewhere"), "take no init= option"),
+    (dict(bounds=["no_such_bound"]), "bounds must be"),
+    (dict(grid_m=-1), "grid_m"),
+])
+def test_bad_arguments_are_one_line_before_training(kwargs, message):
+    from specbound.integrations.transformers import SpecboundCallback
+
+    with pytest.raises(SpecboundError, match=message) as err:
+        SpecboundCallback(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_the_digest_is_the_weights(quiet_transformers):
+    from specbound.integrations.monitor import state_digest
+
+    a, b = tiny_classifier(), tiny_classifier()
+    assert state_digest(a) == state_digest(b)
+    import torch
+
+    with torch.no_grad():
+        b.classifier.bias[0] += 1e-7
+    assert state_digest(a) != state_digest(b)
