@@ -50,9 +50,19 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         experts, top_k = need("num_experts"), need("experts_per_token")
         if top_k > experts:
             raise SpecboundError(f"config.json: {top_k} experts per token but only {experts} experts: fix the config")
-        moe = MixtureOfExperts(experts=experts, top_k=top_k,
-                               shared_d_ff=need("shared_ff_size") if spec.experts.shared else None,
-                               shared_gate=spec.experts.shared_gate is not None)
+        shared_d_ff = need("shared_ff_size") if spec.experts.shared else None
+        count = spec.config_value(config, "num_shared_experts") if spec.experts.shared else None
+        if count is not None:  # n shared experts of one expert's width each, stored as one block
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                keys = " or ".join(spec.config_keys["num_shared_experts"])
+                raise SpecboundError(f"config.json needs a non-negative integer {keys}, found {count!r}")
+            shared_d_ff = shared_d_ff * count or None
+        layers = spec.experts.moe_layers(config, L)
+        gate_max, gate_sum, scoring = spec.experts.gate_bounds(config, top_k)
+        moe = MixtureOfExperts(experts=experts, top_k=top_k, shared_d_ff=shared_d_ff,
+                               shared_gate=spec.experts.shared_gate is not None and shared_d_ff is not None,
+                               layers=layers, dense_d_ff=need("dense_ff_size") if layers is not None else None,
+                               gate_max=gate_max, gate_sum=gate_sum, scoring=scoring)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
                      alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config))
@@ -161,15 +171,19 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     experts = spec.experts
     if experts is None:
         return out
+    if not dims.moe.in_layer(layer):  # a dense layer between the mixtures
+        dense = _expected_shapes(dims, dims.moe.dense_d_ff)
+        return out + [(rule.name_for(layer, prefix), f"{role} of the dense layer", rule, dense[role])
+                      for role, rule in experts.dense.items()]
     out.append((experts.router.name_for(layer, prefix), "router", experts.router, expected["router"]))
     for e in range(dims.moe.experts):
         out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
                 for role, rule in experts.tensors.items()]
-    if experts.shared:
+    if experts.shared and dims.moe.shared_d_ff:
         shared = _expected_shapes(dims, dims.moe.shared_d_ff)
         out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
                 for role, rule in experts.shared.items()]
-    if experts.shared_gate is not None:
+    if experts.shared_gate is not None and dims.moe.shared_d_ff:
         rule = experts.shared_gate
         out.append((rule.name_for(layer, prefix), "the shared expert's gate", rule, expected["gate"]))
     return out
@@ -221,7 +235,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     names = set(ckpt.names)
     spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    per_layer = len(rules) if rules is not None else len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
+    per_layer = len(rules) if rules is not None else len(spec.tensors) + (
+        0 if dims.moe is None or dims.moe.layers is not None else dims.moe.experts)
     if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "

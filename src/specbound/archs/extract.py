@@ -115,11 +115,13 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         q, k, v = read("q"), read("k"), read("v")
     if spec.experts is None:
         loaders = _ff_loaders(spec.tensors, read, None, dims.d_ff)
+    elif not dims.moe.in_layer(layer):  # a dense layer between the mixtures (DeepSeek's first layers)
+        loaders = _ff_loaders(spec.experts.dense, read, None, dims.moe.dense_d_ff)
     else:
         loaders = {}
         for e in range(dims.moe.experts):
             loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
-        if spec.experts.shared:
+        if spec.experts.shared and dims.moe.shared_d_ff:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
     return LayerWeights(
         layer=layer,
@@ -129,6 +131,7 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
         ff=LazyMatrices(loaders),
         qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
+        moe_gates=dims.moe.gates if dims.moe is not None and dims.moe.in_layer(layer) else None,
     )
 
 
@@ -181,9 +184,12 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
         if spec.experts is None:
             out.update(_ff_names(spec.tensors, layer, stored, prefix, None, None, dims.d_ff))
             continue
+        if not dims.moe.in_layer(layer):
+            out.update(_ff_names(spec.experts.dense, layer, stored, prefix, None, None, dims.moe.dense_d_ff))
+            continue
         for e in range(dims.moe.experts):
             out.update(_ff_names(spec.experts.tensors, layer, stored, prefix, e, f"e{e}", dims.d_ff))
-        if spec.experts.shared:
+        if spec.experts.shared and dims.moe.shared_d_ff:
             out.update(_ff_names(spec.experts.shared, layer, stored, prefix, None, "shared", dims.moe.shared_d_ff))
     return out
 

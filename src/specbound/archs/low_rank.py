@@ -83,9 +83,14 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
              "v": _columns_update(v, dims.H_kv, d), "o": _rows_update(factors("o"), dims.H, d)}
     ff: dict = {}
     shapes: dict = {}
-    blocks = [(spec.tensors, None, None, dims.d_ff)] if spec.experts is None else \
-        [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + \
-        ([(spec.experts.shared, None, "shared", dims.moe.shared_d_ff)] if spec.experts.shared else [])
+    if spec.experts is None:
+        blocks = [(spec.tensors, None, None, dims.d_ff)]
+    elif not dims.moe.in_layer(layer):  # a dense layer between the mixtures
+        blocks = [(spec.experts.dense, None, None, dims.moe.dense_d_ff)]
+    else:
+        blocks = [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + \
+            ([(spec.experts.shared, None, "shared", dims.moe.shared_d_ff)]
+             if spec.experts.shared and dims.moe.shared_d_ff else [])
     for block_rules, expert, branch, d_ff in blocks:
         for role in ("ff_in", "ff_gate", "ff_gate_up", "ff_up", "ff_out"):
             if role not in block_rules:

@@ -27,12 +27,31 @@ class MixtureOfExperts:
     top_k: int
     shared_d_ff: int | None = None
     shared_gate: bool = False
+    # which layers hold the experts (one flag per layer; None: every layer), the others a dense
+    # gated block of width ``dense_d_ff`` (DeepSeek's and GLM's first_k_dense_replace, ERNIE's interval)
+    layers: tuple[bool, ...] | None = None
+    dense_d_ff: int | None = None
+    # bounds on the routed gates with the routing frozen: one gate ``g_e <= gate_max`` and their sum
+    # ``sum_e g_e <= gate_sum`` (1 and 1 for a softmax router; DeepSeek's routed_scaling_factor rescales
+    # both, and un-normalised sigmoid scores sum to less than k): docs/theory.md 3f
+    gate_max: float = 1.0
+    gate_sum: float = 1.0
+    scoring: str = "softmax"  # how the router scores experts: "softmax" or "sigmoid"
 
     @property
     def branches(self) -> tuple[str, ...]:
         """The role suffix of each expert, in the order the matrices are listed: ``e0 .. e{E-1}``,
         then ``shared``."""
         return tuple(f"e{e}" for e in range(self.experts)) + (("shared",) if self.shared_d_ff else ())
+
+    def in_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` holds the experts (else a dense feed-forward block)."""
+        return self.layers is None or self.layers[layer]
+
+    @property
+    def gates(self) -> tuple[float, float]:
+        """``(gate_max, gate_sum)``: what the propagation multiplies the experts' factors by."""
+        return self.gate_max, self.gate_sum
 
 
 @dataclass(frozen=True)
@@ -63,24 +82,42 @@ class ModelDims:
 
     @property
     def ff_matrices(self) -> int:
-        """Feed-forward matrices per layer (every expert's, with a mixture of experts)."""
+        """Feed-forward matrices per layer (every expert's, with a mixture of experts; the largest
+        layer's when some layers are dense)."""
+        if self.moe is None or self.moe.layers is None:
+            return self.layer_ff_matrices(0)
+        return max(self.layer_ff_matrices(l) for l in range(self.L))
+
+    def layer_ff_matrices(self, layer: int) -> int:
+        """Feed-forward matrices of layer ``layer``."""
         per_branch = 3 if self.feed_forward == "gated" else 2
-        return per_branch * (1 if self.moe is None else len(self.moe.branches))
+        return per_branch * (len(self.moe.branches) if self.moe is not None and self.moe.in_layer(layer) else 1)
 
     @property
     def ff_parameters(self) -> int:
-        """Stored feed-forward weights per layer: ``k N d_ff`` per expert (``k`` = 2 or 3)."""
+        """Stored feed-forward weights per layer: ``k N d_ff`` per expert (``k`` = 2 or 3); the largest
+        layer's when some layers are dense (:meth:`layer_ff_parameters` counts each)."""
+        if self.moe is None or self.moe.layers is None:
+            return self.layer_ff_parameters(0)
+        return max(self.layer_ff_parameters(l) for l in range(self.L))
+
+    def layer_ff_parameters(self, layer: int) -> int:
+        """Stored feed-forward weights of layer ``layer``."""
         per_branch = 3 if self.feed_forward == "gated" else 2
         if self.moe is None:
             return per_branch * self.N * self.d_ff
+        if not self.moe.in_layer(layer):
+            return per_branch * self.N * self.moe.dense_d_ff
         return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
 
     def matrix_count(self) -> int:
         """How many matrices the analysis reports: per layer ``H`` QK and ``H`` OV heads (a decoder
-        layer's cross-attention ``2 H`` more) and :attr:`ff_matrices` feed-forward matrices."""
+        layer's cross-attention ``2 H`` more) and its feed-forward matrices."""
         if self.stacks is not None:
             return sum(p.dims.matrix_count() + (2 * p.dims.H * p.dims.L if p.cross else 0) for p in self.stacks)
-        return self.L * (2 * self.H + self.ff_matrices)
+        if self.moe is None or self.moe.layers is None:
+            return self.L * (2 * self.H + self.ff_matrices)
+        return 2 * self.H * self.L + sum(self.layer_ff_matrices(l) for l in range(self.L))
 
     def locate(self, layer: int) -> "tuple[StackDims | None, int]":
         """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""
@@ -240,6 +277,8 @@ class LayerWeights:
         A decoder layer's cross-attention (encoder-decoder models), else None.
     qk_norm : QKNorm, optional
         The normalisation of queries and keys (QK-norm families); None: the logit is ``q k^T``.
+    moe_gates : (float, float), optional
+        A mixture of experts' bounds on one routed gate and on their sum (docs/theory.md 3f).
     """
 
     layer: int
@@ -250,6 +289,9 @@ class LayerWeights:
     ff: Mapping[str, np.ndarray]
     cross: "CrossWeights | None" = None
     qk_norm: QKNorm | None = None
+    # a mixture-of-experts layer's gate bounds ``(gate_max, gate_sum)`` (:attr:`MixtureOfExperts.gates`);
+    # None: (1, 1), a softmax router's
+    moe_gates: tuple[float, float] | None = None
 
 
 @dataclass

@@ -50,7 +50,7 @@ ATTENTION_ROLES = ("q", "k", "v", "qkv", "o")
 SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation", "num_experts", "experts_per_token",
-                          "shared_ff_size")
+                          "shared_ff_size", "num_shared_experts", "dense_ff_size")
 LAYER_PLACEHOLDER = "${layer}"
 EXPERT_PLACEHOLDER = "${expert}"
 # Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
@@ -101,6 +101,58 @@ class ExpertsSpec:
     tensors: dict[str, TensorRule]
     shared: dict[str, TensorRule] | None = None
     shared_gate: TensorRule | None = None
+    # the dense gated block of the layers without experts (names with ${layer}); with ``layers``
+    dense: dict[str, TensorRule] | None = None
+    # which layers hold the experts: config keys of ``first``, ``last`` and ``interval`` and the
+    # ``phase`` (layer l holds them when first <= l <= last and (l + phase) % interval == 0)
+    layers: dict[str, Any] | None = None
+    # how the router weighs the chosen experts: ``scoring`` (softmax, sigmoid), ``normalised`` (a boolean
+    # or a config key, ``normalised_default`` when absent), ``scale`` (a config key: routed_scaling_factor)
+    gates: dict[str, Any] = field(default_factory=dict)
+
+    def moe_layers(self, config: dict[str, Any], num_layers: int) -> tuple[bool, ...] | None:
+        """One flag per layer, whether it holds the experts (None: every layer does)."""
+        if self.layers is None:
+            return None
+
+        def value(key: str, default: int) -> int:
+            name = self.layers.get(key)
+            v = config.get(name) if name else None
+            if v is None:
+                return default
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise SpecboundError(f"config.json: {name}={v!r} must be an integer (which layers hold the experts)")
+            return v
+
+        first, last, interval = value("first", 0), value("last", num_layers - 1), value("interval", 1)
+        if last < 0:  # ERNIE's moe_layer_end_index -1: the last layer
+            last += num_layers
+        if interval < 1 or first < 0:
+            raise SpecboundError(f"config.json: experts from layer {first} every {interval} layers: the first layer "
+                                 f"must be >= 0 and the interval >= 1")
+        phase = self.layers.get("phase", 0)
+        return tuple(first <= l <= last and (l + phase) % interval == 0 for l in range(num_layers))
+
+    def gate_bounds(self, config: dict[str, Any], top_k: int) -> tuple[float, float, str]:
+        """``(gate_max, gate_sum, scoring)`` with the routing frozen (docs/theory.md 3f): a softmax's top-k
+        probabilities (renormalised or not) are each at most 1 and sum to at most 1; sigmoid scores are
+        each below 1, their sum below ``k`` unless renormalised to 1; a ``scale`` key
+        (routed_scaling_factor) multiplies both."""
+        scoring = self.gates.get("scoring", "softmax")
+        normalised = self.gates.get("normalised", False)
+        if isinstance(normalised, str):
+            normalised = config.get(normalised)
+            normalised = self.gates.get("normalised_default", False) if normalised is None else bool(normalised)
+        scale = 1.0
+        key = self.gates.get("scale")
+        if key and config.get(key) is not None:
+            scale = config[key]
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+                raise SpecboundError(f"config.json: {key}={scale!r} must be a positive number (it scales every "
+                                     f"routed expert's output)")
+            scale = float(scale)
+        total = 1.0 if scoring == "softmax" or normalised else float(top_k)
+        return scale, scale * total, scoring
 
 
 @dataclass(frozen=True)
@@ -649,9 +701,12 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
     ``experts_per_token`` and, with a shared expert, ``shared_ff_size``."""
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not {"router", "tensors"} <= set(raw) <= {"router", "tensors", "shared"}:
-        raise _fail(origin, "'experts' must be an object with 'router' and 'tensors' (and optionally 'shared')")
-    needs = ["num_experts", "experts_per_token"] + (["shared_ff_size"] if "shared" in raw else [])
+    optional = {"shared", "dense", "layers", "gates"}
+    if not isinstance(raw, dict) or not {"router", "tensors"} <= set(raw) <= {"router", "tensors"} | optional:
+        raise _fail(origin, f"'experts' must be an object with 'router' and 'tensors' (and optionally "
+                            f"{sorted(optional)})")
+    needs = ["num_experts", "experts_per_token"] + (["shared_ff_size"] if "shared" in raw else []) \
+        + (["dense_ff_size"] if "dense" in raw else [])
     missing = [f for f in needs if f not in config_keys]
     if missing:
         raise _fail(origin, f"a mixture of experts needs the config fields {missing}")
@@ -672,7 +727,34 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
                                 f"found {sorted(shared)}")
         if "gate" in part:
             gate = _tensor_rules({"gate": part["gate"]}, ("gate",), origin, "experts.shared")["gate"]
-    return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate)
+    dense = None
+    if ("dense" in raw) != ("layers" in raw):
+        raise _fail(origin, "'experts.dense' (the dense layers' feed-forward) and 'experts.layers' (which layers "
+                            "hold the experts) come together")
+    if "dense" in raw:
+        dense = _tensor_rules(raw["dense"], tuple(tensors), origin, "experts.dense")
+        if set(dense) != set(tensors):
+            raise _fail(origin, f"'experts.dense' needs the routed experts' roles {sorted(tensors)}, found {sorted(dense)}")
+        layers = raw["layers"]
+        keys = {"first", "last", "interval", "phase"}
+        if not isinstance(layers, dict) or not set(layers) <= keys or not all(
+                isinstance(layers[k], str) for k in set(layers) - {"phase"}) \
+                or layers.get("phase", 0) not in (0, 1):
+            raise _fail(origin, f"'experts.layers' must be an object with keys among {sorted(keys)}: config keys of "
+                                f"the first and last layers holding experts and of their interval, and the phase 0 or 1 "
+                                f"(layer l holds them when (l + phase) % interval == 0), found {layers!r}")
+    gates = raw.get("gates", {})
+    gate_keys = {"scoring", "normalised", "normalised_default", "scale"}
+    if not isinstance(gates, dict) or not set(gates) <= gate_keys \
+            or gates.get("scoring", "softmax") not in ("softmax", "sigmoid") \
+            or not isinstance(gates.get("normalised", False), (bool, str)) \
+            or not isinstance(gates.get("normalised_default", False), bool) \
+            or not isinstance(gates.get("scale", ""), str):
+        raise _fail(origin, f"'experts.gates' must be an object with keys among {sorted(gate_keys)}: scoring "
+                            f"'softmax' or 'sigmoid', normalised a boolean or a config key (normalised_default when "
+                            f"absent), scale a config key, found {gates!r}")
+    return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate, dense=dense,
+                       layers=raw.get("layers"), gates=dict(gates))
 
 
 def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:

@@ -130,18 +130,32 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
                   else " plus the shared expert's" if moe.shared_d_ff else "")
+        if moe.gates == (1.0, 1.0):
+            times, gates = "", "since the top-k gates are non-negative and sum to at most 1"
+        else:
+            times = f" times {moe.gate_sum:g}"
+            gates = (f"since the top-k gates ({moe.scoring} scores"
+                     f"{' times routed_scaling_factor' if moe.gate_max != 1.0 else ''}) are non-negative, each at "
+                     f"most {moe.gate_max:g} and summing to at most {moe.gate_sum:g}; each routed expert's "
+                     f"sensitivities are multiplied by {moe.gate_max:g}")
+        dense = "" if moe.layers is None else (
+            f"; the dense layers ({_layer_list([l for l, m in enumerate(moe.layers) if not m])}) have a gated "
+            f"feed-forward of width {moe.dense_d_ff} instead, analysed as a dense block")
         out += [
-            _entry("mixture_of_experts", True,
+            _entry("mixture_of_experts", any(moe.layers) if moe.layers is not None else True,
                    f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}:"
                    f" every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
                    f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
-                   f"expert's{shared}, since the top-k gates are non-negative and sum to at most 1 (our derivation, "
-                   f"docs/theory.md 3f)", "extension"),
-            _entry("moe_routing_fixed", True,
+                   f"expert's{times}{shared}, {gates} (our derivation, docs/theory.md 3f){dense}", "extension"),
+            _entry("moe_routing_fixed", any(moe.layers) if moe.layers is not None else True,
                    "the router's choice of experts and its gate values are held fixed: top-k routing is "
                    "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
                    "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
-                   "of the chain, and every bound is of the network with its routing frozen", "extension"),
+                   "of the chain, and every bound is of the network with its routing frozen"
+                   + ("; the selection alone uses group-limited top-k and a score correction bias "
+                      "(e_score_correction_bias), which change which experts are chosen, never a gate's value or "
+                      "bound, so the frozen network is the same" if moe.scoring == "sigmoid" or moe.layers is not None
+                      else ""), "extension"),
         ]
     out += _chain_shape_entries(dims, tower)
     if weights_note:
@@ -281,3 +295,15 @@ def is_theorem(entries: list[dict[str, Any]]) -> bool:
     """Whether no assumption of the theorem is broken and no extension is used (never for a real
     checkpoint: residual connections alone make every number a proxy)."""
     return not any(e["applies"] and e["kind"] in ("theorem", "extension") for e in entries)
+
+
+def _layer_list(layers: list[int]) -> str:
+    """``0-2, 5`` for ``[0, 1, 2, 5]``; ``none`` for an empty list."""
+    if not layers:
+        return "none"
+    runs, start = [], layers[0]
+    for prev, cur in zip(layers, layers[1:] + [None]):
+        if cur != prev + 1:
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+            start = cur
+    return ", ".join(runs)

@@ -4,7 +4,8 @@
 
 with ``k = 2`` feed-forward matrices (in, out), or ``k = 3`` for a gated block (gate, up, down); a
 mixture of experts counts ``k N d_ff`` for every routed expert and ``k N d_ff_shared`` for its shared
-expert (the router's ``E x N`` weights are not analysed matrices and are not counted); an
+expert (the router's ``E x N`` weights are not analysed matrices and are not counted), a dense layer
+between mixtures (DeepSeek's first layers) ``k N d_ff_dense``; an
 encoder-decoder sums its stacks, a decoder layer's cross-attention counted like its self-attention.
 
 The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
@@ -29,6 +30,8 @@ def parameter_count(measures: ModelMeasures) -> int:
 
 def _stack_count(d, *, cross: bool = False) -> int:
     attention = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2
+    if d.moe is not None and d.moe.layers is not None:  # dense layers between the mixtures of experts
+        return d.L * attention + sum(d.layer_ff_parameters(l) for l in range(d.L))
     per_layer = attention * (2 if cross else 1) + d.ff_parameters
     return d.L * per_layer
 

@@ -41,6 +41,8 @@ class LayerSpectra:
     # QK-norm layers: (H, H), how far head i's logits move per unit spectral change of head h's QK row
     # (its stacked factors; docs/theory.md 3d); None: 1 on the diagonal, a plain head's |x Delta y^T| <= ||Delta||
     qk_sensitivity: np.ndarray | None = None
+    # a mixture of experts' (gate_max, gate_sum) with the routing frozen (docs/theory.md 3f); None: (1, 1)
+    ff_gates: tuple[float, float] | None = None
 
     def norms(self, norm=None) -> LayerSpectralNorms:
         """The layer's factors for the propagation: ``norm(spectrum)`` of every matrix (default its
@@ -56,6 +58,7 @@ class LayerSpectra:
             block=self.block,
             position_terms=self.position_terms,
             qk_sensitivity=self.qk_sensitivity,
+            ff_gates=self.ff_gates,
             **cross,
         )
 
@@ -171,13 +174,13 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     if rotary is not None and raw.qk_norm is None:  # every QK quantity must hold at every relative position
         blind = qk
         qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=kernel.rank_tol)
-    ff_matrices = weights.ff
+    ff_matrices, gates = weights.ff, raw.moe_gates
     if release:
         for w in {id(raw): raw, id(weights): weights}.values():
             w.q = w.k = w.v = w.o = w.cross = None
     ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms,
-                        cross_qk=cross_qk, cross_ov=cross_ov, qk_sensitivity=sensitivity)
+                        cross_qk=cross_qk, cross_ov=cross_ov, qk_sensitivity=sensitivity, ff_gates=gates)
 
 
 def qk_norm_spectra(weights: LayerWeights, kv: np.ndarray, attention_factor: float,

@@ -78,6 +78,7 @@ class LayerSpectralNorms:
     cross_qk: np.ndarray | None = None  # a decoder layer's cross-attention heads, shape (H,)
     cross_ov: np.ndarray | None = None
     qk_sensitivity: np.ndarray | None = None  # QK-norm: (H, H), logit change of head i per unit change of row h
+    ff_gates: tuple[float, float] | None = None  # a mixture of experts' (gate_max, gate_sum); None: (1, 1)
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
@@ -139,20 +140,25 @@ def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float) -> float:
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
-def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
+def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0,
+                           gates: tuple[float, float] | None = None) -> float:
     """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
     ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
     (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).
 
     A mixture of experts (roles ``FF_gate[e3]``, ...): the largest routed expert's constant plus the
     shared expert's, since the top-k gates are non-negative and sum to at most 1 and the shared
-    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3f)."""
+    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3f).
+    ``gates``: ``(gate_max, gate_sum)`` when the gates are not probabilities (DeepSeek's
+    ``routed_scaling_factor``, un-normalised sigmoid scores): the routed experts' term is
+    ``gate_sum max_e Lip(F_e)``."""
     if not any(role.endswith("]") for role in ff):  # a dense block (the LLaMA path: no grouping)
         return _branch_lipschitz(ff, l_phi, c_phi)
     branches = feed_forward_branches(ff)
     routed = [_branch_lipschitz(b, l_phi, c_phi) for key, b in branches.items() if key != "shared"]
     shared = _branch_lipschitz(branches["shared"], l_phi, c_phi) if "shared" in branches else 0.0
-    return max(routed) + shared
+    total = 1.0 if gates is None else gates[1]
+    return (max(routed) * total if total != 1.0 else max(routed)) + shared
 
 
 def cross_query_lipschitz(norms: LayerSpectralNorms) -> float:
@@ -172,7 +178,7 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add.
     A decoder layer (self-attention, cross-attention, feed-forward) multiplies the three, the
     cross-attention's factor in the decoder's stream (:func:`cross_query_lipschitz`)."""
-    attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
+    attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi, gates=norms.ff_gates)
     if norms.cross_qk is not None:
         if norms.block == "parallel":
             raise ValueError("a parallel block with cross-attention is not modelled")
@@ -183,7 +189,7 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
 def memory_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``M_j``: a decoder layer's Lipschitz constant in the encoder's output, which reaches it only
     through the cross-attention's keys and values: ``cross_memory_lipschitz * Lip(FF)``."""
-    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi)
+    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi, gates=norms.ff_gates)
 
 
 def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
@@ -265,7 +271,7 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     not see the attention's output).
     """
     ff = norms.ff
-    after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0)
+    after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0, gates=norms.ff_gates)
     cross = {}
     if norms.cross_qk is not None:  # decoder: cross-attention between self-attention and feed-forward
         cross = {"QK_cross": 2.0 * norms.cross_ov * after_attention,
@@ -284,9 +290,13 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     if not any(role.endswith("]") for role in ff):
         gamma.update(_branch_sensitivities(ff))
         return gamma
-    # a mixture of experts: each expert's matrices as in a dense block, its gate (<= 1) dropped
+    # a mixture of experts: each expert's matrices as in a dense block times the largest its gate can be
+    # (1 for probabilities: dropped; DeepSeek's routed_scaling_factor), the shared expert's gate <= 1 dropped
+    top = 1.0 if norms.ff_gates is None else norms.ff_gates[0]
     for branch, values in feed_forward_branches(ff).items():
-        gamma.update({f"{kind}[{branch}]": g for kind, g in _branch_sensitivities(values).items()})
+        g_max = 1.0 if branch == "shared" else top
+        gamma.update({f"{kind}[{branch}]": (g * g_max if g_max != 1.0 else g)
+                      for kind, g in _branch_sensitivities(values).items()})
     return gamma
 
 
