@@ -16,7 +16,8 @@ import numpy as np
 N, L, H, D_FF = 32, 2, 4, 48
 # the families with rotary position embeddings
 ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
-          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "modernbert")
+          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "modernbert", "glm4_moe",
+          "ernie4_5_moe")
 # test variants -> the shipped family that reads them
 FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon",
              "hubert": "wav2vec2", "dinov2_swiglu": "dinov2"}
@@ -325,7 +326,7 @@ def norm_eps(norm):
 
 # The families whose queries and keys pass an RMSNorm before the rotation; the reference QK row is the
 # head's stacked raw factors (docs/theory.md 3d); the gains, read by calling the norms, mark the family.
-QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head"}
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head", "glm4_moe": "head"}
 
 
 def _decoder(cls, cfg, **extra):
@@ -377,14 +378,53 @@ FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeCo
     hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
     intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
     vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
+def _dense_then_experts(m, qk_norm=False, d=N // H):
+    """GLM-4-MoE, ERNIE 4.5 MoE: each layer's attention, then either its dense gated block (``mlp.gate_proj``
+    ...) or its experts (through the experts module's own forward, :func:`expert_matrices`) and shared
+    experts; with ``qk_norm`` the query/key gains read by calling the norms."""
+    def get(l):
+        a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+               "o": _proj(a.o_proj, a.o_proj.in_features)}
+        if hasattr(mlp, "experts"):
+            for e in range(mlp.experts.gate_up_proj.shape[0]):
+                out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
+                               expert_matrices(mlp.experts, e, MOE_D_FF)))
+            s = mlp.shared_experts
+            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
+                        "FF_out[shared]": _proj(s.down_proj, s.down_proj.in_features)})
+        else:
+            out.update({"FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N),
+                        "FF_out": _proj(mlp.down_proj, D_FF)})
+        if qk_norm:
+            out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), H)
+            out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), m.config.num_key_value_heads)
+        return out
+    return get
+
+
+# GLM-4.5's layout: the first layer dense, then sigmoid-routed experts scaled by routed_scaling_factor
+# (2.5, as DeepSeek-V3's) with group-limited top-k, a shared expert, QK-norm, attention biases, half the
+# head rotating (partial_rotary_factor 0.5)
+FAMILIES["glm4_moe"] = (lambda layers: _t().Glm4MoeForCausalLM(_t().Glm4MoeConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+    intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS,
+    num_experts_per_tok=MOE_TOP_K, n_group=2, topk_group=1, first_k_dense_replace=1, n_shared_experts=1,
+    routed_scaling_factor=2.5, use_qk_norm=True, attention_bias=True, vocab_size=50, max_position_embeddings=64)),
+    lambda m: _dense_then_experts(m, qk_norm=True, d=16))
+# ERNIE 4.5: layer 0 dense, the others softmax-routed experts with a shared expert; interleaved rotary pairs
+FAMILIES["ernie4_5_moe"] = (lambda layers: _t().Ernie4_5_MoeForCausalLM(_t().Ernie4_5_MoeConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+    moe_intermediate_size=MOE_D_FF, moe_num_experts=MOE_EXPERTS, moe_k=MOE_TOP_K, moe_layer_start_index=1,
+    moe_num_shared_experts=1, vocab_size=50, max_position_embeddings=64)), _dense_then_experts)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
-HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
 SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3", "mpnet": "bert", "dinov2": "bert",
-                      "wav2vec2": "bert"}
+                      "wav2vec2": "bert", "glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
