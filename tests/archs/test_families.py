@@ -21,7 +21,7 @@ def saved_family(request, tmp_path_factory):
     accessor = FAMILIES[request.param][1]
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
     get = accessor(model)
-    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H)  # key/value heads as the module splits them
+    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H) if "q" in get(0) else H  # latent attention: H  # key/value heads as the module splits them
     return request.param, folder, reference_matrices(get, H, kv, model.config.num_hidden_layers)
 
 

@@ -384,8 +384,9 @@ def _dense_then_experts(m, qk_norm=False, d=N // H):
     experts; with ``qk_norm`` the query/key gains read by calling the norms."""
     def get(l):
         a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
-        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
-               "o": _proj(a.o_proj, a.o_proj.in_features)}
+        out = {} if getattr(a, "k_proj", None) is None else {  # latent attention: the caller's rows
+            "q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+            "o": _proj(a.o_proj, a.o_proj.in_features)}
         if hasattr(mlp, "experts"):
             for e in range(mlp.experts.gate_up_proj.shape[0]):
                 out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
@@ -417,9 +418,48 @@ FAMILIES["ernie4_5_moe"] = (lambda layers: _t().Ernie4_5_MoeForCausalLM(_t().Ern
     hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
     moe_intermediate_size=MOE_D_FF, moe_num_experts=MOE_EXPERTS, moe_k=MOE_TOP_K, moe_layer_start_index=1,
     moe_num_shared_experts=1, vocab_size=50, max_position_embeddings=64)), _dense_then_experts)
+def _block_diagonal(*blocks):
+    rows, cols = sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)
+    out, r, c = np.zeros((rows, cols)), 0, 0
+    for b in blocks:
+        out[r:r + b.shape[0], c:c + b.shape[1]] = b
+        r, c = r + b.shape[0], c + b.shape[1]
+    return out
+
+
+def _latent(m):
+    """DeepSeek-V3's multi-head latent attention: each head's QK and OV rows as the dense block-diagonal
+    matrices of docs/theory.md 3l, every block from calling the model's own projections on identity inputs
+    (``q_a_proj``, ``kv_a_proj_with_mqa``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``); the feed-forward blocks as
+    GLM-4-MoE's."""
+    ff = _dense_then_experts(m)
+
+    def get(l):
+        a, c = m.model.layers[l].self_attn, m.config
+        nope, rope, dv, rq, rk = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.q_lora_rank, c.kv_lora_rank
+        q_a, kv_a = _proj(a.q_a_proj, N), _proj(a.kv_a_proj_with_mqa, N)  # (N, r_q), (N, r_kv + d_rope)
+        q_b, kv_b, o = _proj(a.q_b_proj, rq), _proj(a.kv_b_proj, rk), _proj(a.o_proj, H * dv)
+        dq, dkv = nope + rope, nope + dv
+        qk_rows, ov_rows = [], []
+        for h in range(H):
+            b_n, b_r = q_b[:, h * dq:h * dq + nope], q_b[:, h * dq + nope:(h + 1) * dq]  # (r_q, .)
+            c_n, c_v = kv_b[:, h * dkv:h * dkv + nope], kv_b[:, h * dkv + nope:(h + 1) * dkv]  # (r_kv, .)
+            qk_rows.append(_block_diagonal(q_a, kv_a, b_n @ c_n.T, b_r))
+            ov_rows.append(_block_diagonal(kv_a[:, :rk], c_v @ o[h * dv:(h + 1) * dv]))
+        return {"qk_rows": qk_rows, "ov_rows": ov_rows, **ff(l)}
+    return get
+
+
+# DeepSeek-V3's layout (Kimi-K2's too): a query latent of 12 features, a key/value latent of 10, 6 non-rotary and
+# 4 rotary key features, 5 value features; the first layer dense, then sigmoid-routed experts (as GLM-4.5's)
+FAMILIES["deepseek_v3"] = (lambda layers: _t().DeepseekV3ForCausalLM(_t().DeepseekV3Config(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF,
+    moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2,
+    topk_group=1, first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
+    qk_nope_head_dim=6, v_head_dim=5, vocab_size=50, max_position_embeddings=64)), _latent)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
-HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16}  # the others: N / H
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16, "deepseek_v3": 5}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
@@ -455,6 +495,10 @@ def reference_matrices(get, heads, kv_heads, layers=L):
     rows = []
     for layer in range(layers):
         w = get(layer)
+        if "qk_rows" in w:  # rows built by the accessor (multi-head latent attention, docs/theory.md 3l)
+            rows += [("QK", z, None) for z in w["qk_rows"]] + [("OV", z, None) for z in w["ov_rows"]]
+            rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]
+            continue
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731

@@ -25,13 +25,18 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         return value
 
     L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
+    latent = None
+    if spec.latent is not None:
+        from .latent import latent_dims
+
+        latent = latent_dims(spec, config)
     if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
     elif not spec.config_keys.get("ff_size", ("",)):
         d_ff = FF_SIZE_FROM_TENSORS  # read from the stored feed-forward weight (infer_from_shapes)
     else:
         d_ff = need("ff_size")
-    head_dim = need("head_dim", optional=True)
+    head_dim = latent.d_v if latent is not None else need("head_dim", optional=True)
     d_head = head_dim or (N // H)
     if not head_dim and N % H:
         raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
@@ -65,7 +70,7 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
                                gate_max=gate_max, gate_sum=gate_sum, scoring=scoring)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
-                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config))
+                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent)
 
 
 # ``d_ff`` of a family whose config does not state it (DINOv2: ``mlp_ratio``, with SwiGLU's rounding)
@@ -168,6 +173,10 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     the router, every expert's feed-forward roles, the shared expert's and its gate."""
     expected = _expected_shapes(dims)
     out = [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in spec.tensors.items()]
+    if spec.latent is not None:
+        from .latent import latent_rules
+
+        out += latent_rules(spec, dims, layer, prefix)
     experts = spec.experts
     if experts is None:
         return out
@@ -198,7 +207,7 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
     tensor or ignored (:func:`account_for_tensors`).
     """
     names = set(ckpt.names)
-    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
+    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "o" if spec.latent else "q"]
     for prefix in spec.prefixes:
         if probe.name_for(0, prefix) in names:
             return prefix
@@ -264,8 +273,9 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     for name, (role, layer, shape) in gains.items():
         if name not in names:
             raise SpecboundError(
-                f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises queries "
-                f"and keys (qk_norm in {spec.origin}); the checkpoint is incomplete or of another family")
+                f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises "
+                f"{'its latents' if spec.latent else 'queries and keys (qk_norm in ' + spec.origin + ')'}; the "
+                f"checkpoint is incomplete or of another family")
         if tuple(ckpt.shape(name)) != shape:
             raise SpecboundError(
                 f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but a {role} over "
@@ -328,6 +338,10 @@ def _experts_said(dims: ModelDims) -> str:
 def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:
     """Every stored layer's query/key norm gain: name -> (what, layer, expected shape)."""
     rule = spec.qk_norm
+    if spec.latent is not None:
+        from .latent import latent_gain_shapes
+
+        return latent_gain_shapes(spec, dims, prefix, sorted({dims.stored_layer(l) for l in range(dims.L)}))
     if rule is None:
         return {}
     per = {"q": dims.H, "k": dims.H_kv} if rule.span == "all_heads" else {"q": 1, "k": 1}

@@ -109,7 +109,12 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         """A rule's matrix, or a role's: ``read("q")``."""
         return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert)
 
-    if "qkv" in spec.tensors:
+    latent = None
+    if spec.latent is not None:  # multi-head latent attention: its own factors (docs/theory.md 3l)
+        from .latent import read_latent
+
+        latent = read_latent(spec, ckpt, dims, prefix, stored, read("o"))
+    elif "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
     else:
         q, k, v = read("q"), read("k"), read("v")
@@ -123,6 +128,9 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
             loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
         if spec.experts.shared and dims.moe.shared_d_ff:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
+    if latent is not None:
+        return LayerWeights(layer=layer, q=None, k=None, v=None, o=None, ff=LazyMatrices(loaders), latent=latent,
+                            moe_gates=dims.moe.gates if dims.moe is not None and dims.moe.in_layer(layer) else None)
     return LayerWeights(
         layer=layer,
         q=head_columns(q, dims.H, dims.d_head),
@@ -173,6 +181,11 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             "|" + spec.tensors[role].scale_for(stored, prefix)  # noqa: E731
         for h in range(H):
             g = h // group  # the key/value head query head h uses
+            if spec.latent is not None:
+                from .latent import latent_tensor_names
+
+                out[(layer, h, "QK")], out[(layer, h, "OV")] = latent_tensor_names(spec, dims, prefix, stored, h)
+                continue
             if "qkv" in spec.tensors:
                 fused = name("qkv")
                 q, k, v = (f"{fused}[{a}:{a + d}]" for a in fused_qkv_columns(spec.tensors["qkv"].fused, h, dims))

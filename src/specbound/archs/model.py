@@ -55,6 +55,38 @@ class MixtureOfExperts:
 
 
 @dataclass(frozen=True)
+class LatentDims:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; docs/theory.md 3l): queries through the
+    rank-``q_rank`` latent ``q_a_proj -> RMSNorm -> q_b_proj`` (or one ``q_proj`` when ``q_rank`` is
+    None), keys and values through the shared rank-``kv_rank`` latent ``kv_a_proj_with_mqa -> RMSNorm ->
+    kv_b_proj``, each head's key ``d_nope`` non-rotary features from the latent and ``d_rope`` rotary
+    ones shared by every head straight from ``kv_a_proj_with_mqa``, values of ``d_v`` features.
+
+    ``logit_scale``: YaRN's ``mscale^2`` multiplying the softmax scale beyond ``qk_head_dim^(-1/2)``
+    (1 without it); ``rope_factor``: the rope scaling's attention factor ``a`` on ``cos`` and ``sin``
+    (the rotary part of the logit times ``a^2``); ``q_eps``, ``kv_eps``: the latent norms' epsilons."""
+
+    q_rank: int | None
+    kv_rank: int
+    d_nope: int
+    d_rope: int
+    d_v: int
+    q_eps: float
+    kv_eps: float
+    logit_scale: float = 1.0
+    rope_factor: float = 1.0
+
+    @property
+    def d_qk(self) -> int:
+        return self.d_nope + self.d_rope
+
+    def attention_parameters(self, N: int, H: int) -> int:
+        """Stored weights of one layer's attention projections (the norms' gains not counted)."""
+        query = N * H * self.d_qk if self.q_rank is None else N * self.q_rank + self.q_rank * H * self.d_qk
+        return query + N * (self.kv_rank + self.d_rope) + self.kv_rank * H * (self.d_nope + self.d_v) + H * self.d_v * N
+
+
+@dataclass(frozen=True)
 class ModelDims:
     """Dimensions read from config.json through the family's spec."""
 
@@ -76,6 +108,7 @@ class ModelDims:
     stacks: "tuple[StackDims, ...] | None" = None
     moe: MixtureOfExperts | None = None  # a mixture-of-experts feed-forward block in every layer
     alibi: bool = False  # attention logits carry ALiBi's position biases (no change to any matrix)
+    latent: LatentDims | None = None  # multi-head latent attention (d_head is then v_head_dim)
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
@@ -292,6 +325,39 @@ class LayerWeights:
     # a mixture-of-experts layer's gate bounds ``(gate_max, gate_sum)`` (:attr:`MixtureOfExperts.gates`);
     # None: (1, 1), a softmax router's
     moe_gates: tuple[float, float] | None = None
+    # multi-head latent attention's factors (``q``, ``k``, ``v``, ``o`` are then None)
+    latent: "LatentWeights | None" = None
+
+
+@dataclass
+class LatentWeights:
+    """One layer's multi-head latent attention factors (:class:`LatentDims`), float64, each as the
+    model's ``Linear`` stores it (``out x in``; docs/theory.md 3l).
+
+    Attributes
+    ----------
+    q_a : ndarray, shape (q_rank, N), or None without a query latent
+    q_gain : ndarray, shape (q_rank,), or None
+    q_b : ndarray, shape (H, d_nope + d_rope, q_rank), or (H, d_nope + d_rope, N) without a query latent
+        Each head's query rows: its ``d_nope`` non-rotary ones, then its ``d_rope`` rotary ones.
+    kv_a : ndarray, shape (kv_rank + d_rope, N)
+        The latent's rows, then the shared rotary key's.
+    kv_gain : ndarray, shape (kv_rank,)
+    kv_b : ndarray, shape (H, d_nope + d_v, kv_rank)
+        Each head's key rows, then its value rows.
+    o : ndarray, shape (H, d_v, N)
+        Each head's output rows (row-vector orientation, rows of ``o_proj.weight.T``).
+    dims : LatentDims
+    """
+
+    q_a: np.ndarray | None
+    q_gain: np.ndarray | None
+    q_b: np.ndarray
+    kv_a: np.ndarray
+    kv_gain: np.ndarray
+    kv_b: np.ndarray
+    o: np.ndarray
+    dims: LatentDims
 
 
 @dataclass

@@ -167,6 +167,48 @@ class Refusal:
     allowed: tuple = ()
 
 
+LATENT_TENSORS = ("q_a", "q_a_norm", "q_b", "q", "kv_a", "kv_a_norm", "kv_b")
+LATENT_CONFIG = ("q_rank", "kv_rank", "d_nope", "d_rope", "d_v")
+
+
+@dataclass(frozen=True)
+class LatentRule:
+    """Where a multi-head latent attention family's tensors live (docs/theory.md 3l): name templates with
+    ``${layer}`` of ``q_a`` (``q_a_proj``), ``q_a_norm``, ``q_b``, ``q`` (``q_proj``, used when the config's
+    ``q_rank`` is null), ``kv_a`` (``kv_a_proj_with_mqa``), ``kv_a_norm``, ``kv_b``; ``config``: the
+    config.json keys of ``q_rank``, ``kv_rank``, ``d_nope``, ``d_rope``, ``d_v``; ``eps``: the keys of the
+    latent norms' epsilon (none: ``eps_default``, DeepSeek's norms take no config value)."""
+
+    names: dict[str, str]
+    config: dict[str, tuple[str, ...]]
+    eps: tuple[str, ...] = ()
+    eps_default: float = 1e-6
+
+    def name_for(self, which: str, layer: int, prefix: str = "") -> str:
+        return prefix + self.names[which].replace(LAYER_PLACEHOLDER, str(layer))
+
+
+def _latent_rule(raw: Any, origin: str) -> LatentRule | None:
+    if raw is None:
+        return None
+    keys = {"tensors", "config", "eps", "eps_default"}
+    if not isinstance(raw, dict) or not {"tensors", "config"} <= set(raw) <= keys:
+        raise _fail(origin, f"'latent_attention' must be an object with 'tensors' and 'config' (and optionally "
+                            f"'eps', 'eps_default'), found {raw!r}")
+    names, config = raw["tensors"], raw["config"]
+    if not isinstance(names, dict) or set(names) != set(LATENT_TENSORS) or not all(
+            isinstance(v, str) and LAYER_PLACEHOLDER in v for v in names.values()):
+        raise _fail(origin, f"'latent_attention' tensors must name exactly {list(LATENT_TENSORS)}, each with "
+                            f"{LAYER_PLACEHOLDER}")
+    if not isinstance(config, dict) or set(config) != set(LATENT_CONFIG):
+        raise _fail(origin, f"'latent_attention' config must map exactly {list(LATENT_CONFIG)} to config.json keys")
+    default = raw.get("eps_default", 1e-6)
+    if isinstance(default, bool) or not isinstance(default, (int, float)) or not default > 0:
+        raise _fail(origin, f"'latent_attention' eps_default must be a positive number, found {default!r}")
+    return LatentRule(dict(names), {k: _str_list(config, k, origin) for k in LATENT_CONFIG},
+                      _str_list(raw, "eps", origin, required=False), float(default))
+
+
 QK_NORM_GAINS = ("weight", "one_plus_weight")  # RMSNorm's gain: w, or Gemma's 1 + w
 
 
@@ -243,6 +285,7 @@ class ArchSpec:
     structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
     # the family's own names for activations (T5's feed_forward_proj "gated-gelu" is HF's gelu_new)
     activation_names: dict[str, str] | None = None
+    latent: LatentRule | None = None  # multi-head latent attention (docs/theory.md 3l)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -524,7 +567,7 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
              "alibi", "activation", "experts", "refuse", "qk_norm", "structure", "position_terms", "variants",
-             "stacks", "towers", "activation_names"}
+             "stacks", "towers", "activation_names", "latent_attention"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -602,7 +645,8 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         raise _fail(origin, "'tensors' must map roles to {name, layout}")
     experts = _experts(raw.get("experts"), feed_forward, config_keys, origin)
     tensors = _tensor_rules(tensors_raw, ROLES, origin, "tensors")
-    attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
+    latent = _latent_rule(raw.get("latent_attention"), origin)
+    attention = ("o",) if latent else ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
     needed = attention + (() if experts else _ff_roles(feed_forward, tensors))
     absent = [r for r in needed if r not in tensors]
     extra = [r for r in tensors if r not in needed]
@@ -647,6 +691,7 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         qk_norm=qk_norm,
         structure=structure,
         activation_names=activation_names,
+        latent=latent,
     )
 
 

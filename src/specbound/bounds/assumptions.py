@@ -125,6 +125,26 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     ]
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
+    if dims.latent is not None:
+        lat = dims.latent
+        scales = ""
+        if lat.logit_scale != 1.0 or lat.rope_factor != 1.0:
+            scales = (f"; YaRN's mscale^2 = {lat.logit_scale:.6g} multiplies every logit and the rope scaling's "
+                      f"attention factor a = {lat.rope_factor:.6g} its rotary part by a^2, both in the factors")
+        query = ("queries through q_a_proj, an RMSNorm of its " f"{lat.q_rank} features and q_b_proj"
+                 if lat.q_rank is not None else "queries through q_proj")
+        out.append(_entry(
+            "latent_attention", True,
+            f"multi-head latent attention: {query}; keys and values through the shared latent kv_a_proj_with_mqa, "
+            f"an RMSNorm of its {lat.kv_rank} features (eps = {lat.kv_eps:g}) and kv_b_proj, {lat.d_rope} rotary key "
+            f"features shared by every head. The logit and the values are not bilinear forms of one matrix, so each "
+            f"head is covered through its raw factors: its QK row is the block-diagonal diag(W_qa, [W_kv; A], X_h = "
+            f"B_n^T C_n, B_r) and its OV row diag(W_kv, Y_h = C_v^T O_h) (the shared latent projections counted in "
+            f"every head's rows), every norm, S_p and rank those of the block-diagonal matrix; the QK row's "
+            f"lipschitz_factor is the logit's Lipschitz constant kappa_h and the OV row's the value path's L_k "
+            f"||Y_h||, both finite because eps > 0, and the head's term of Lambda is L_k ||Y_h|| + 4 kappa_h R_k "
+            f"||Y_h||; every number holds for every rotation of the shared rotary key, so at every relative "
+            f"position{scales} (our derivation, docs/theory.md 3l)", "extension"))
     out += _structure_entries(structure)
     if dims.moe is not None:
         moe = dims.moe

@@ -8,7 +8,8 @@ expert (the router's ``E x N`` weights are not analysed matrices and are not cou
 between mixtures (DeepSeek's first layers) ``k N d_ff_dense``; an
 encoder-decoder sums its stacks, a decoder layer's cross-attention counted like its self-attention.
 
-The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
+Multi-head latent attention counts its stored projections (``q_a_proj``, ``q_b_proj`` or ``q_proj``,
+``kv_a_proj_with_mqa``, ``kv_b_proj``, ``o_proj``).  The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
 parameters).  Biases, normalisation parameters and embeddings are outside the analysed matrices and
 are not counted.  Classical VC-type bounds scale as ``sqrt(P ln n / n)`` up to depth factors
 (Bartlett et al., JMLR 2019, for piecewise-linear networks); softmax attention is outside their
@@ -30,6 +31,8 @@ def parameter_count(measures: ModelMeasures) -> int:
 
 def _stack_count(d, *, cross: bool = False) -> int:
     attention = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2
+    if d.latent is not None:  # multi-head latent attention: its stored projections (docs/theory.md 3l)
+        attention = d.latent.attention_parameters(d.N, d.H)
     if d.moe is not None and d.moe.layers is not None:  # dense layers between the mixtures of experts
         return d.L * attention + sum(d.layer_ff_parameters(l) for l in range(d.L))
     per_layer = attention * (2 if cross else 1) + d.ff_parameters
