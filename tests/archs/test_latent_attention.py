@@ -285,3 +285,25 @@ def test_a_missing_latent_dimension_is_one_line(tmp_path):
 def _save_plain(folder):
     _build().save_pretrained(folder)
     return folder
+
+
+def test_deepseek_v32s_indexer_is_named_and_its_layer_types_followed(tmp_path):
+    """DeepSeek-V3.2: the indexer's weights are stored but not analysed, the assumption says the key selection is
+    held fixed, and mlp_layer_types decides which layers hold experts, as the modules are built."""
+    config = transformers.DeepseekV32Config(
+        hidden_size=N, num_hidden_layers=3, num_attention_heads=H, intermediate_size=20, moe_intermediate_size=8,
+        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, q_lora_rank=RQ, kv_lora_rank=RKV,
+        qk_rope_head_dim=ROPE, qk_nope_head_dim=NOPE, v_head_dim=DV, index_topk=2, index_head_dim=4, index_n_heads=2,
+        mlp_layer_types=["sparse", "dense", "sparse"], vocab_size=32, max_position_embeddings=64)
+    model = transformers.DeepseekV32ForCausalLM(config)
+    transformers.logging.set_verbosity_error()
+    model.save_pretrained(tmp_path)
+    a = specbound.analyze(tmp_path, threads=1)
+    applies = {e["name"]: e["applies"] for e in a.assumptions}
+    assert applies["sparse_attention_fixed"] and applies["latent_attention"] and applies["mixture_of_experts"]
+    for layer, block in enumerate(model.model.layers):
+        roles = set(a.matrices[a.matrices["layer"] == layer]["role"])
+        assert ("FF_gate[e0]" in roles) == hasattr(block.mlp, "experts") and ("FF_gate" in roles) != ("FF_gate[e0]" in roles)
+    opened = open_model(tmp_path)
+    assert any(".indexer." in n for n in opened.ckpt.names)  # read, accounted for as ignored, never a row
+    opened.ckpt.close()

@@ -457,14 +457,22 @@ FAMILIES["deepseek_v3"] = (lambda layers: _t().DeepseekV3ForCausalLM(_t().Deepse
     moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2,
     topk_group=1, first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
     qk_nope_head_dim=6, v_head_dim=5, vocab_size=50, max_position_embeddings=64)), _latent)
+# DeepSeek-V3.2: the same attention and experts, and an indexer choosing 4 keys per query (not a matrix of the chain)
+FAMILIES["deepseek_v32"] = (lambda layers: _t().DeepseekV32ForCausalLM(_t().DeepseekV32Config(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF,
+    moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2,
+    topk_group=1, first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
+    qk_nope_head_dim=6, v_head_dim=5, index_topk=4, index_head_dim=8, index_n_heads=2, vocab_size=50,
+    max_position_embeddings=64)), _latent)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
-HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16, "deepseek_v3": 5}  # the others: N / H
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16, "deepseek_v3": 5, "deepseek_v32": 5}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
 SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3", "mpnet": "bert", "dinov2": "bert",
-                      "wav2vec2": "bert", "glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe"}
+                      "wav2vec2": "bert", "glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe",
+                      "deepseek_v32": "deepseek_v3"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):

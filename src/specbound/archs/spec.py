@@ -124,6 +124,12 @@ class ExpertsSpec:
                 raise SpecboundError(f"config.json: {name}={v!r} must be an integer (which layers hold the experts)")
             return v
 
+        types = config.get(self.layers["types"]) if self.layers.get("types") else None
+        if types is not None:  # one type per layer (DeepSeek-V3.2's mlp_layer_types)
+            if not isinstance(types, list) or len(types) != num_layers or not all(isinstance(t, str) for t in types):
+                raise SpecboundError(f"config.json: {self.layers['types']} must list one type per layer "
+                                     f"({num_layers}), found {types!r}")
+            return tuple(t == self.layers["expert_type"] for t in types)
         first, last, interval = value("first", 0), value("last", num_layers - 1), value("interval", 1)
         if last < 0:  # ERNIE's moe_layer_end_index -1: the last layer
             last += num_layers
@@ -781,13 +787,14 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
         if set(dense) != set(tensors):
             raise _fail(origin, f"'experts.dense' needs the routed experts' roles {sorted(tensors)}, found {sorted(dense)}")
         layers = raw["layers"]
-        keys = {"first", "last", "interval", "phase"}
+        keys = {"first", "last", "interval", "phase", "types", "expert_type"}
         if not isinstance(layers, dict) or not set(layers) <= keys or not all(
                 isinstance(layers[k], str) for k in set(layers) - {"phase"}) \
-                or layers.get("phase", 0) not in (0, 1):
+                or layers.get("phase", 0) not in (0, 1) or ("types" in layers) != ("expert_type" in layers):
             raise _fail(origin, f"'experts.layers' must be an object with keys among {sorted(keys)}: config keys of "
                                 f"the first and last layers holding experts and of their interval, and the phase 0 or 1 "
-                                f"(layer l holds them when (l + phase) % interval == 0), found {layers!r}")
+                                f"(layer l holds them when (l + phase) % interval == 0), or 'types' (a config key listing each layer's "
+                                f"type) with 'expert_type' (the type holding experts), found {layers!r}")
     gates = raw.get("gates", {})
     gate_keys = {"scoring", "normalised", "normalised_default", "scale"}
     if not isinstance(gates, dict) or not set(gates) <= gate_keys \

@@ -17,7 +17,7 @@ from typing import Any
 CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar")
 FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
          "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
-         "layer_scale": ("folded",), "front_end": ("convolutional",)}
+         "layer_scale": ("folded",), "front_end": ("convolutional",), "key_selection": ("indexer",)}
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Structure:
     position_bias: str | None = None
     layer_scale: str | None = None
     front_end: str | None = None
+    key_selection: str | None = None  # "indexer": DeepSeek-V3.2's top-k indexer picks the keys (theory 3l)
 
 
 def validate_structure(raw: Any) -> dict[str, str] | None:
@@ -103,4 +104,5 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         position_bias=declared.get("position_bias"),
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
+        key_selection=declared.get("key_selection"),
     )

@@ -261,6 +261,13 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "depend on the input, so the logit differences the softmax argument uses, and with them "
                           "every Lipschitz factor and sensitivity, are unchanged; the bias table is outside the "
                           "complexity like every bias (docs/theory.md 3h)", "convention"))
+    if st.key_selection == "indexer":
+        out.append(_entry("sparse_attention_fixed", True,
+                          "a top-k indexer chooses the keys each query attends to (DeepSeek-V3.2): the choice is held "
+                          "fixed, as the experts' routing is; the softmax over any subset of the keys is a probability "
+                          "vector, so every head's factors hold unchanged, and the indexer's weights (wq_b, wk, k_norm, "
+                          "weights_proj) only choose the subset, never enter a logit's value or an output: they are not "
+                          "matrices of the chain (docs/theory.md 3l)", "extension"))
     if st.layer_scale == "folded":
         out.append(_entry("layer_scale_folded", True,
                           "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices "
