@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound.bounds.schatten import schatten_grid  # noqa: E402
 
-from support.families import FAMILIES, H, reference_matrices, save_family  # noqa: E402
+from support.families import FAMILIES, H, num_layers, reference_matrices, save_family  # noqa: E402
 
 N_SAMPLES, MARGIN, DELTA = 10**6, 1.0, 0.05
 REL = 1e-9  # rounding of the reported norms (float64 spectra of float32 weights)
@@ -99,7 +99,7 @@ def test_every_bound_claiming_column_holds_for_its_matrix_at_every_offset(analys
     family, a, model, folder = analysed
     get = FAMILIES[family][1](model)
     kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H) if "q" in get(0) else H  # latent attention: H
-    ref = reference_matrices(get, H, kv, model.config.num_hidden_layers)
+    ref = reference_matrices(get, H, kv, num_layers(model))
     opened = open_model(folder)
     rank_tol = a.options["rank_tol"]
     columns = ("spectral_norm", "frobenius_norm", "nuclear_norm", "norm_2_1", "norm_1_1", "rank", "stable_rank")

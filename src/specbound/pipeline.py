@@ -84,7 +84,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     try:
         for model in models:  # an activation without a known constant: refused before any weight is read
             activation_constants(model.dims, opts)
-        if models[0].parent_spec is None or opts.tower is not None:
+        if models[0].parent_spec is None or opts.tower is not None or len(models) == 1:  # one chain (Kimi's text)
             return _analyze_one(models[0], opts, progress, name)
         total, done = sum(m.dims.L for m in models), 0
         bar, on_layer = _progress_callback(progress)

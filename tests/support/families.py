@@ -383,7 +383,7 @@ def _dense_then_experts(m, qk_norm=False, d=N // H):
     ...) or its experts (through the experts module's own forward, :func:`expert_matrices`) and shared
     experts; with ``qk_norm`` the query/key gains read by calling the norms."""
     def get(l):
-        a, mlp = m.model.layers[l].self_attn, m.model.layers[l].mlp
+        a, mlp = m.layers[l].self_attn, m.layers[l].mlp
         out = {} if getattr(a, "k_proj", None) is None else {  # latent attention: the caller's rows
             "q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
             "o": _proj(a.o_proj, a.o_proj.in_features)}
@@ -412,12 +412,12 @@ FAMILIES["glm4_moe"] = (lambda layers: _t().Glm4MoeForCausalLM(_t().Glm4MoeConfi
     intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS,
     num_experts_per_tok=MOE_TOP_K, n_group=2, topk_group=1, first_k_dense_replace=1, n_shared_experts=1,
     routed_scaling_factor=2.5, use_qk_norm=True, attention_bias=True, vocab_size=50, max_position_embeddings=64)),
-    lambda m: _dense_then_experts(m, qk_norm=True, d=16))
+    lambda m: _dense_then_experts(m.model, qk_norm=True, d=16))
 # ERNIE 4.5: layer 0 dense, the others softmax-routed experts with a shared expert; interleaved rotary pairs
 FAMILIES["ernie4_5_moe"] = (lambda layers: _t().Ernie4_5_MoeForCausalLM(_t().Ernie4_5_MoeConfig(
     hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
     moe_intermediate_size=MOE_D_FF, moe_num_experts=MOE_EXPERTS, moe_k=MOE_TOP_K, moe_layer_start_index=1,
-    moe_num_shared_experts=1, vocab_size=50, max_position_embeddings=64)), _dense_then_experts)
+    moe_num_shared_experts=1, vocab_size=50, max_position_embeddings=64)), lambda m: _dense_then_experts(m.model))
 def _block_diagonal(*blocks):
     rows, cols = sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)
     out, r, c = np.zeros((rows, cols)), 0, 0
@@ -427,15 +427,15 @@ def _block_diagonal(*blocks):
     return out
 
 
-def _latent(m):
+def _latent(m, base=lambda m: m.model):
     """DeepSeek-V3's multi-head latent attention: each head's QK and OV rows as the dense block-diagonal
     matrices of docs/theory.md 3l, every block from calling the model's own projections on identity inputs
     (``q_a_proj``, ``kv_a_proj_with_mqa``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``); the feed-forward blocks as
     GLM-4-MoE's."""
-    ff = _dense_then_experts(m)
+    ff = _dense_then_experts(base(m))
 
     def get(l):
-        a, c = m.model.layers[l].self_attn, m.config
+        a, c = base(m).layers[l].self_attn, base(m).config
         nope, rope, dv, rq, rk = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.q_lora_rank, c.kv_lora_rank
         q_a, kv_a = _proj(a.q_a_proj, N), _proj(a.kv_a_proj_with_mqa, N)  # (N, r_q), (N, r_kv + d_rope)
         q_b, kv_b, o = _proj(a.q_b_proj, rq), _proj(a.kv_b_proj, rk), _proj(a.o_proj, H * dv)
@@ -464,15 +464,47 @@ FAMILIES["deepseek_v32"] = (lambda layers: _t().DeepseekV32ForCausalLM(_t().Deep
     topk_group=1, first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
     qk_nope_head_dim=6, v_head_dim=5, index_topk=4, index_head_dim=8, index_n_heads=2, vocab_size=50,
     max_position_embeddings=64)), _latent)
+# Kimi-K2.5: DeepSeek-V3's text model under text_config and language_model.model., a small MoonViT beside it
+FAMILIES["kimi_k25"] = (lambda layers: _t().Kimi_K25ForConditionalGeneration(_t().Kimi_K25Config(
+    text_config=dict(model_type="deepseek_v3", hidden_size=N, num_hidden_layers=layers, num_attention_heads=H,
+                     num_key_value_heads=H, intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF,
+                     n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2, topk_group=1,
+                     first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10,
+                     qk_rope_head_dim=4, qk_nope_head_dim=6, v_head_dim=5, vocab_size=50, max_position_embeddings=64),
+    vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24, patch_size=4,
+                       pos_emb_height=4, pos_emb_width=4, pos_emb_time=2))),
+    lambda m: _latent(m, base=lambda m: m.model.language_model))
+
+
+def _kimi_original_names(folder):
+    """transformers 5 saves Kimi-K2.5's text layers as ``language_model.model.blocks.N`` (its vision rename
+    ``blocks -> layers`` reversed onto every key); the released checkpoints, which its loader reads, hold
+    ``language_model.model.layers.N``: the saved file is put back in that layout."""
+    from safetensors.numpy import load_file, save_file
+
+    path = Path(folder) / "model.safetensors"
+    tensors = load_file(str(path))
+    save_file({(k.replace(".model.blocks.", ".model.layers.") if k.startswith("language_model.") else k): v
+               for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
+
+
+POST_SAVE = {"kimi_k25": _kimi_original_names}
+
+
+def num_layers(model) -> int:
+    """The model's depth (a multimodal model's text model's)."""
+    return getattr(model.config, "text_config", model.config).num_hidden_layers
+
+
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
-HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16, "deepseek_v3": 5, "deepseek_v32": 5}  # the others: N / H
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16, "deepseek_v3": 5, "deepseek_v32": 5, "kimi_k25": 5}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
 SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3", "mpnet": "bert", "dinov2": "bert",
                       "wav2vec2": "bert", "glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe",
-                      "deepseek_v32": "deepseek_v3"}
+                      "deepseek_v32": "deepseek_v3", "kimi_k25": "deepseek_v3"}
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
@@ -491,6 +523,8 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
     """:func:`build_family` saved with ``save_pretrained`` to ``folder``; returns the model."""
     model = build_family(name, layers=layers, seed=seed)
     model.save_pretrained(folder)
+    if name in POST_SAVE:
+        POST_SAVE[name](folder)
     return model
 
 
