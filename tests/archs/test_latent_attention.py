@@ -307,3 +307,37 @@ def test_deepseek_v32s_indexer_is_named_and_its_layer_types_followed(tmp_path):
     opened = open_model(tmp_path)
     assert any(".indexer." in n for n in opened.ckpt.names)  # read, accounted for as ignored, never a row
     opened.ckpt.close()
+
+
+def test_init_measures_each_rows_blocks_differences(tmp_path):
+    """``--init``: a latent row's ``W - W0`` is the block-diagonal of its blocks' differences (the shared latent
+    projections', ``X_h - X0_h``, ``B_r - B0_r``, ``Y_h - Y0_h``), computed here densely from the two models'
+    weights; a model against itself has every difference 0."""
+    transformers.logging.set_verbosity_error()
+    model, model0 = _build(), _build()
+    torch.manual_seed(1)
+    for p in model0.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    model.save_pretrained(tmp_path / "w")
+    model0.save_pretrained(tmp_path / "w0")
+    a = specbound.analyze(tmp_path / "w", threads=1, init=tmp_path / "w0")
+    heads = []
+    for m in (model, model0):
+        opened = open_model(tmp_path / ("w" if m is model else "w0"))
+        lat = layer_weights(opened.spec, opened.ckpt, opened.dims, opened.prefix, 0).latent
+        heads.append((lat, latent_heads(lat)))
+        opened.ckpt.close()
+    (lat, (xs, brs, ys)), (lat0, (xs0, brs0, ys0)) = heads
+    for row in a.matrices.itertuples():
+        if row.role == "QK":
+            blocks = [lat.q_a - lat0.q_a, lat.kv_a - lat0.kv_a, xs[row.head] - xs0[row.head],
+                      brs[row.head] - brs0[row.head]]
+        elif row.role == "OV":
+            blocks = [lat.kv_a[:RKV] - lat0.kv_a[:RKV], ys[row.head] - ys0[row.head]]
+        else:
+            continue
+        s = np.concatenate([np.linalg.svd(b, compute_uv=False) for b in blocks])
+        assert row.delta_spectral_norm == pytest.approx(s.max(), rel=1e-9)
+        assert row.delta_frobenius_norm == pytest.approx(np.sqrt(np.sum(s**2)), rel=1e-9)
+    same = specbound.analyze(tmp_path / "w", threads=1, init=tmp_path / "w")
+    assert (same.matrices["delta_spectral_norm"] == 0).all()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SpecboundError
 from ..io import Checkpoint
 from .extract import ff_role_name, head_columns, split_fused_qkv
 from .model import HeadUpdate, LayerUpdates, ModelDims
@@ -62,6 +63,9 @@ def _rows_update(factors, heads: int, d_head: int) -> HeadUpdate | None:
 def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerUpdates:
     """Layer ``layer``'s updates as factors (``ckpt``: a :class:`~specbound.io.lora.LoraCheckpoint`);
     :class:`DenseUpdate` when a tensor of the layer is replaced whole."""
+    if spec.latent is not None:
+        raise SpecboundError(f"a LoRA adapter on a {spec.family} model (multi-head latent attention) is not supported: "
+                             f"merge the adapter into the base and pass the base with --init")
     stored = dims.stored_layer(layer)
     rules = spec.tensors
 
