@@ -308,7 +308,13 @@ def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, A
             "and values: M_j = sum_h c(OV)(1 + 2 c(QK)) times the feed-forward), so an encoder layer's alpha "
             "carries Z = sum_j alpha_j M_j; every matrix of both stacks is one term of the bound over L_e + L_d "
             "layers (our derivation, docs/theory.md 3i)", "extension"))
-    if tower is not None:
+    if tower is not None and dims.latent is not None:  # Kimi-K2.5's text model beside its vision tower
+        out.append(_entry(
+            "text_model_of_multimodal", True,
+            f"the {tower} model of a multimodal checkpoint (Kimi-K2.5), bounded as a chain of its own; the vision "
+            f"tower and the projector that feed it image tokens are outside the bound, like an embedding "
+            f"(fixed_embeddings_and_head)", "convention"))
+    elif tower is not None:
         out.append(_entry(
             "two_tower", True,
             f"the {tower} tower of a two-tower model (CLIP, SigLIP), bounded as a chain of its own with its own L, "
