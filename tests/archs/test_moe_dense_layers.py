@@ -211,3 +211,14 @@ def test_bad_routing_config_is_one_line(key, value, says, tmp_path):
     with pytest.raises(SpecboundError, match=says) as info:
         specbound.analyze(tmp_path, threads=1)
     assert "\n" not in str(info.value)
+
+
+def test_no_shared_expert_when_the_config_counts_none(tmp_path):
+    """ERNIE with moe_num_shared_experts 0 builds no shared expert: none is read, none is a row, none enters
+    the factor."""
+    model = _save(_ernie(layers=2, moe_num_shared_experts=0), tmp_path)
+    assert model.model.layers[1].mlp.shared_experts is None
+    a = specbound.analyze(tmp_path, threads=1)
+    roles = set(a.matrices["role"])
+    assert "FF_gate[e0]" in roles and not any(r.endswith("[shared]") for r in roles)
+    assert a.model["experts"]["shared_d_ff"] is None

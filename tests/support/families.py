@@ -250,15 +250,20 @@ def _moe(m, shared=False):
         b = m.model.layers[layer]
         out = {"q": _proj(b.self_attn.q_proj, N), "k": _proj(b.self_attn.k_proj, N),
                "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, b.self_attn.o_proj.in_features)}
-        for e in range(b.mlp.experts.gate_up_proj.shape[0]):
-            out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
-                           expert_matrices(b.mlp.experts, e, MOE_D_FF)))
-        if shared:
-            s = b.mlp.shared_expert
-            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
-                        "FF_out[shared]": _proj(s.down_proj, SHARED_D_FF)})
+        out.update(_expert_rows(b.mlp, b.mlp.shared_expert if shared else None))
         return out
     return get
+
+
+def _expert_rows(mlp, shared=None):
+    """Every routed expert's gate, up and down matrices (:func:`expert_matrices`), then the shared expert's."""
+    out = {}
+    for e in range(mlp.experts.gate_up_proj.shape[0]):
+        out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"), expert_matrices(mlp.experts, e, MOE_D_FF)))
+    if shared is not None:
+        out.update({"FF_gate[shared]": _proj(shared.gate_proj, N), "FF_up[shared]": _proj(shared.up_proj, N),
+                    "FF_out[shared]": _proj(shared.down_proj, shared.down_proj.in_features)})
+    return out
 
 
 FAMILIES.update({
@@ -378,6 +383,8 @@ FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeCo
     hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
     intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
     vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
+
+
 def _dense_then_experts(m, qk_norm=False, d=N // H):
     """GLM-4-MoE, ERNIE 4.5 MoE: each layer's attention, then either its dense gated block (``mlp.gate_proj``
     ...) or its experts (through the experts module's own forward, :func:`expert_matrices`) and shared
@@ -388,12 +395,7 @@ def _dense_then_experts(m, qk_norm=False, d=N // H):
             "q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
             "o": _proj(a.o_proj, a.o_proj.in_features)}
         if hasattr(mlp, "experts"):
-            for e in range(mlp.experts.gate_up_proj.shape[0]):
-                out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
-                               expert_matrices(mlp.experts, e, MOE_D_FF)))
-            s = mlp.shared_experts
-            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
-                        "FF_out[shared]": _proj(s.down_proj, s.down_proj.in_features)})
+            out.update(_expert_rows(mlp, mlp.shared_experts))
         else:
             out.update({"FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N),
                         "FF_out": _proj(mlp.down_proj, D_FF)})
