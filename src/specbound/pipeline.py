@@ -633,17 +633,22 @@ def _latent_summary(dims: ModelDims, layers: list[LayerSpectra]) -> dict[str, An
 
 def _structure_extra(model: OpenModel) -> dict[str, Any]:
     """The records' model entries for structure only some families have: ``alibi`` (ALiBi position
-    biases) and ``experts`` (a mixture of experts: counts, widths, and the router and shared-expert gate
-    tensors of layer 0, read and shape-checked but not analysed as matrices: docs/theory.md 3f)."""
+    biases) and ``experts`` (a mixture of experts: counts, widths, the router and shared-expert gate
+    tensors of the first layer holding experts, read and shape-checked but not analysed as matrices, the
+    gate bounds and the dense layers between the mixtures: docs/theory.md 3f)."""
     dims, spec = model.dims, model.spec
     extra: dict[str, Any] = {"alibi": True} if dims.alibi else {}
     if dims.moe is not None:
         gate = spec.experts.shared_gate
+        first = next((l for l in range(dims.L) if dims.moe.in_layer(l)), 0)  # the first layer holding experts
         extra["experts"] = {
             "experts": dims.moe.experts, "top_k": dims.moe.top_k, "d_ff": dims.d_ff,
-            "shared_d_ff": dims.moe.shared_d_ff,
-            "router": spec.experts.router.name_for(0, model.prefix),
-            "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
+            "shared_d_ff": dims.moe.shared_d_ff, "scoring": dims.moe.scoring, "gate_max": dims.moe.gate_max,
+            "gate_sum": dims.moe.gate_sum,
+            "dense_layers": [] if dims.moe.layers is None else [l for l, m in enumerate(dims.moe.layers) if not m],
+            "dense_d_ff": dims.moe.dense_d_ff,
+            "router": spec.experts.router.name_for(first, model.prefix),
+            "shared_gate": None if gate is None else gate.name_for(first, model.prefix)}
     return extra
 
 

@@ -196,6 +196,7 @@ def test_the_layer_rule_matches_the_modules_for_each_config(build, flags, tmp_pa
     assert len(a.matrices) == opened.dims.matrix_count()
     applies = {e["name"]: e["applies"] for e in a.assumptions}
     assert applies["mixture_of_experts"] == any(truth) and applies["moe_routing_fixed"] == any(truth)
+    assert a.model["experts"]["dense_layers"] == [l for l, t in enumerate(truth) if not t]
     opened.ckpt.close()
 
 
