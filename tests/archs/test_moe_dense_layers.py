@@ -223,3 +223,26 @@ def test_no_shared_expert_when_the_config_counts_none(tmp_path):
     roles = set(a.matrices["role"])
     assert "FF_gate[e0]" in roles and not any(r.endswith("[shared]") for r in roles)
     assert a.model["experts"]["shared_d_ff"] is None
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d["experts"].update(gates={"scoring": "relu"}), "'experts.gates' must be"),
+    (lambda d: d["experts"].pop("layers"), "'experts.dense' .* and 'experts.layers' .* come together"),
+    (lambda d: d["experts"].update(layers={"first": "first_k_dense_replace", "phase": 2}), "'experts.layers' must be"),
+    (lambda d: d["config"].pop("dense_ff_size"), "needs the config fields \\['dense_ff_size'\\]"),
+    (lambda d: d["latent_attention"]["tensors"].pop("kv_b"), "'latent_attention' tensors must name exactly"),
+    (lambda d: d["latent_attention"].update(eps_default=0), "eps_default must be a positive number"),
+])
+def test_a_bad_spec_for_the_new_keys_is_one_line(change, says):
+    import copy
+    from importlib.resources import files
+
+    from specbound.archs.spec import parse_spec
+
+    doc = json.loads((files("specbound.archs") / "data" / "deepseek_v3.json").read_text())
+    bad = copy.deepcopy(doc)
+    change(bad)
+    with pytest.raises(SpecboundError, match=says) as info:
+        parse_spec(bad, "test.json")
+    assert "\n" not in str(info.value)
+    parse_spec(doc, "test.json")  # the shipped document itself is valid
