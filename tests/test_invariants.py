@@ -139,11 +139,12 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
     rows = a.matrices[a.matrices["role"] == "QK"]
     for layer in range(model.config.num_hidden_layers):
         attn = model.model.layers[layer].self_attn
-        layout = opened.rotary_for(layer)
+        layout = opened.rotary_for(layer)  # None: a layer without rotary positions (EXAONE 4's global layers)
         group = H // model.config.num_key_value_heads
-        factor = layout.attention_factor**2
-        for delta in (0, layout.max_positions - 1):
-            m = torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
+        factor = 1.0 if layout is None else layout.attention_factor**2
+        for delta in (0,) if layout is None else (0, layout.max_positions - 1):
+            m = torch.eye(attn.head_dim, dtype=torch.float64) if layout is None else \
+                torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
             for h, kappa in enumerate(rows[rows["layer"] == layer]["lipschitz_factor"]):
                 def logit(x, y):  # noqa: B023 (called within the loop)
                     q, k = _normalised(attn, "q", x)[..., h, :], _normalised(attn, "k", y)[..., h // group, :]

@@ -379,6 +379,69 @@ FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeCo
     vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
+
+
+def _scaled(module, factor):
+    """``factor * module(x)``: a module's output times a multiplier the model applies to it (Granite)."""
+    return lambda x: factor * module(x)
+
+
+def _granite(m):
+    """Granite: each sublayer's output times the layer's own residual_multiplier (OV and FF_out), the
+    queries times the attention's own scaling (attention_multiplier) over the 1/sqrt(d_h) every family
+    leaves out of QK (docs/theory.md 3e)."""
+    plain = _decoder_accessor(m)
+
+    def get(l):
+        b = m.model.layers[l]
+        out = plain(l)
+        r, a = b.residual_multiplier, b.self_attn.scaling * b.self_attn.head_dim ** 0.5
+        out["q"] = _proj(_scaled(b.self_attn.q_proj, a), N)
+        out["o"] = _proj(_scaled(b.self_attn.o_proj, r), N)
+        out["FF_out"] = _proj(_scaled(b.mlp.down_proj, r), D_FF)
+        return out
+    return get
+
+
+def _nope(accessor, unrotated):
+    """``accessor``'s matrices with ``nope: True`` where the layer's own attention module says it applies no
+    rotary positions (``unrotated(attn)``): its QK reference is the plain bilinear matrix."""
+    def wrap(m):
+        get = accessor(m)
+
+        def layer(l):
+            out = get(l)
+            out["nope"] = bool(unrotated(m.model.layers[l].self_attn))
+            return out
+        return layer
+    return wrap
+
+
+# Today's decoders with a twist each: StarCoder2 (biases, a plain GELU feed-forward), Granite (its
+# multipliers away from 1 so that each fold is seen), SmolLM3 (every second layer NoPE here), OLMo 3
+# (OLMo 2 with sliding and full layers), EXAONE 4 (per-head QK-norm, norms after each sublayer, the global
+# layer NoPE), Cohere2 (parallel block, interleaved pairs, the global layer NoPE)
+FAMILIES["starcoder2"] = (_decoder("Starcoder2ForCausalLM", "Starcoder2Config", num_key_value_heads=2, sliding_window=8),
+                          lambda m: (lambda l, b=m.model.layers: {
+                              "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+                              "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.o_proj, N),
+                              "FF_in": _proj(b[l].mlp.c_fc, N), "FF_out": _proj(b[l].mlp.c_proj, D_FF)}))
+FAMILIES["granite"] = (_decoder("GraniteForCausalLM", "GraniteConfig", num_key_value_heads=2, residual_multiplier=0.22,
+                                attention_multiplier=0.5, embedding_multiplier=12.0, logits_scaling=8.0), _granite)
+FAMILIES["smollm3"] = (_decoder("SmolLM3ForCausalLM", "SmolLM3Config", num_key_value_heads=2, no_rope_layer_interval=2,
+                                pad_token_id=0),
+                       _nope(_decoder_accessor, lambda a: not a.use_rope))
+FAMILIES["olmo3"] = (_decoder("Olmo3ForCausalLM", "Olmo3Config", num_key_value_heads=2, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"]),
+                     lambda m: _decoder_accessor(m, "all_heads"))
+FAMILIES["exaone4"] = (_decoder("Exaone4ForCausalLM", "Exaone4Config", num_key_value_heads=2, sliding_window=8,
+                                layer_types=["sliding_attention", "full_attention"]),
+                       _nope(lambda m: _decoder_accessor(m, "head"), lambda a: not a.is_sliding))
+FAMILIES["cohere2"] = (_decoder("Cohere2ForCausalLM", "Cohere2Config", num_key_value_heads=2, sliding_window=8,
+                                layer_types=["sliding_attention", "full_attention"], pad_token_id=0),
+                       _nope(_decoder_accessor, lambda a: a.sliding_window is None))
+ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2")
+QK_NORM.update({"olmo3": "all_heads", "exaone4": "head"})
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
@@ -408,8 +471,8 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
-    ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a QK row, None otherwise.  A QK-norm
-    family's QK row is the head's stacked raw factors ``[W_Q^h.T, W_K^g.T]`` (``N x 2d``, docs/theory.md
+    ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a rotary QK row, None otherwise (a NoPE
+    layer's too: its accessor marks it ``nope``).  A QK-norm family's QK row is the head's stacked raw factors ``[W_Q^h.T, W_K^g.T]`` (``N x 2d``, docs/theory.md
     3d; ``factors`` None: no rotation acts on it); a mixture of experts' rows come in the model's order
     (experts e0, e1, ..., then the shared one)."""
     rows = []
@@ -421,6 +484,8 @@ def reference_matrices(get, heads, kv_heads, layers=L):
         if "q_gain" in w:  # QK-norm: the stacked raw factors
             rows += [("QK", np.concatenate([cols(w["q"], h), cols(w["k"], h // group)], axis=1), None)
                      for h in range(heads)]
+        elif w.get("nope"):  # a layer without rotary positions: the plain bilinear matrix, no offsets
+            rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, None) for h in range(heads)]
         else:
             rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
                      for h in range(heads)]

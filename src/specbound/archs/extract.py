@@ -13,6 +13,7 @@ from ..io import Checkpoint
 from .binding import qk_norm_eps
 from .model import LayerWeights, LazyMatrices, ModelDims, QKNorm
 from .spec import ArchSpec
+from .structure import folded_scales
 
 
 def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
@@ -121,12 +122,20 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
             loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
         if spec.experts.shared:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
+    q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head)  # Granite's multipliers
+    o = read("o")
+    if q_scale != 1.0:
+        q = q * q_scale
+    if out_scale != 1.0:
+        o = o * out_scale
+        loaders = {role: (lambda f=f: f() * out_scale) if role.startswith("FF_out") else f
+                   for role, f in loaders.items()}
     return LayerWeights(
         layer=layer,
         q=head_columns(q, dims.H, dims.d_head),
         k=head_columns(k, dims.H_kv, dims.d_head),
         v=head_columns(v, dims.H_kv, dims.d_head),
-        o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
+        o=np.ascontiguousarray(o.reshape(dims.H, dims.d_head, dims.N)),
         ff=LazyMatrices(loaders),
         qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
     )

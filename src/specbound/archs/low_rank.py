@@ -18,6 +18,7 @@ from ..io import Checkpoint
 from .extract import ff_role_name, head_columns, split_fused_qkv
 from .model import HeadUpdate, LayerUpdates, ModelDims
 from .spec import ArchSpec
+from .structure import folded_scales
 
 
 class DenseUpdate(Exception):
@@ -64,6 +65,8 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     :class:`DenseUpdate` when a tensor of the layer is replaced whole."""
     stored = dims.stored_layer(layer)
     rules = spec.tensors
+    if folded_scales(spec.structure, ckpt.config, dims.d_head) != (1.0, 1.0):
+        raise DenseUpdate("multipliers folded into the matrices")  # Granite: the differences of the weights
 
     def factors(role, expert=None):
         return _rule_factors(rules[role] if isinstance(role, str) else role, ckpt, stored, prefix, expert)

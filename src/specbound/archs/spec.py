@@ -712,7 +712,13 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when")
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope")
+# "nope": which layers have no rotary positions (NoPE): a per-layer flag list (SmolLM3, Llama 4:
+# ``no_rope_layers``, 0 = no rotation) or the layer types left unrotated (Cohere2, EXAONE 4: the global
+# layers), the latter with the config key of the window and what a model without one does
+_NOPE_FLAGS = {"flags": str, "interval_key": str, "interval_default": int}
+_NOPE_TYPES = {"layer_types": list, "window_key": str, "without_window": str, "pattern_key": str,
+               "pattern_default": int}
 _LEGACY_LAYER_TYPES = {"pattern_key": str, "pattern_default": int, "local_theta_key": str,
                        "local_theta_default": (int, float), "global_theta_default": (int, float), "global_type": str}
 # optional: the global layers' base key (default rope_theta), and which layer of each pattern is global
@@ -740,7 +746,32 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
                                 f"{sorted(_LEGACY_LAYER_TYPES)} (and optionally {sorted(_LEGACY_OPTIONAL)}, "
                                 f"global_layer 'first' or 'last'), found {legacy!r}")
         out["legacy_layer_types"] = dict(legacy)
+    nope = rotary.get("nope")
+    if nope is not None:
+        out["nope"] = _nope_rule(nope, origin)
     return out
+
+
+def _nope_rule(nope: Any, origin: str) -> dict[str, Any]:
+    """The rotary object's ``nope``: ``{"flags": KEY[, "interval_key", "interval_default"]}`` (a list of
+    0/1 per layer, 0: no rotation; absent: every ``interval``-th layer unrotated) or ``{"layer_types":
+    [types], "window_key": KEY, "without_window": "rope" | "nope"[, "pattern_key", "pattern_default"]}``
+    (layers of those types unrotated; a config whose window key is null rotates every layer (``rope``)
+    or none (``nope``); without ``layer_types`` in config.json, layer ``i`` is of the first listed type
+    when ``(i + 1) % pattern == 0``)."""
+    flags = isinstance(nope, dict) and "flags" in nope
+    kinds = _NOPE_FLAGS if flags else _NOPE_TYPES
+    required = {"flags"} if flags else {"layer_types", "window_key", "without_window"}
+    ok = isinstance(nope, dict) and required <= set(nope) <= set(kinds) and all(
+        isinstance(nope[k], kinds[k]) and not isinstance(nope[k], bool) for k in nope)
+    if ok and not flags:
+        ok = nope["without_window"] in ("rope", "nope") and bool(nope["layer_types"]) and all(
+            isinstance(t, str) for t in nope["layer_types"])
+    if not ok:
+        raise _fail(origin, f"'rotary' nope must be {{\"flags\": config key[, \"interval_key\", \"interval_default\"]}} "
+                            f"or {{\"layer_types\": [types], \"window_key\": config key, \"without_window\": \"rope\" "
+                            f"or \"nope\"[, \"pattern_key\", \"pattern_default\"]}}, found {nope!r}")
+    return dict(nope)
 
 
 def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:

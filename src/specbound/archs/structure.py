@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 # spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
-CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar")
+CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar",
+                 # Granite's multipliers (residual and attention folded into the matrices they scale), the
+                 # head's logit scale (Granite divides by logits_scaling, Cohere multiplies by logit_scale)
+                 "residual_multiplier", "attention_multiplier", "embedding_multiplier", "logit_divisor",
+                 "logit_scale")
 FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
          "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
          "layer_scale": ("folded",), "front_end": ("convolutional",)}
@@ -48,6 +52,17 @@ class Structure:
     front_end : str or None
         ``"convolutional"``: a convolutional front-end makes the encoder's input rows (wav2vec2,
         HuBERT, Whisper).
+    residual_multiplier : float or None
+        Granite: each sublayer's output is multiplied by ``r`` before the residual sum; folded into
+        the OV and FF_out matrices (:func:`folded_scales`).
+    attention_multiplier : float or None
+        Granite: the logit is ``m q k^T`` instead of ``q k^T / sqrt(d_h)``; ``m sqrt(d_h)`` is folded
+        into the query factors (:func:`folded_scales`).
+    embedding_multiplier : float or None
+        Granite: the embeddings are multiplied by it (outside the complexity).
+    logit_divisor, logit_scale : float or None
+        The head's logits divided by ``logits_scaling`` (Granite) or multiplied by ``logit_scale``
+        (Cohere): after the fixed head, outside the complexity.
     """
 
     attention_softcap: float | None = None
@@ -60,6 +75,11 @@ class Structure:
     position_bias: str | None = None
     layer_scale: str | None = None
     front_end: str | None = None
+    residual_multiplier: float | None = None
+    attention_multiplier: float | None = None
+    embedding_multiplier: float | None = None
+    logit_divisor: float | None = None
+    logit_scale: float | None = None
 
 
 def validate_structure(raw: Any) -> dict[str, str] | None:
@@ -103,4 +123,16 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         position_bias=declared.get("position_bias"),
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
+        **{key: _positive(config, declared.get(key)) for key in CONFIG_VALUED[4:]},
     )
+
+
+def folded_scales(declared: dict[str, str] | None, config: dict[str, Any], d_head: int) -> tuple[float, float]:
+    """``(q_scale, out_scale)``: the scalars folded exactly into the matrices they scale (docs/theory.md
+    3e).  Granite's residual multiplier ``r`` multiplies each sublayer's output, so every OV and FF_out
+    matrix becomes ``r W``; its attention multiplier ``m`` replaces the ``1/sqrt(d_h)`` that every family's
+    QK leaves out (docs/spec.md section 1), so the query factors become ``m sqrt(d_h) W_Q``.  ``(1, 1)``
+    for every other family."""
+    st = model_structure(declared, config)
+    q_scale = 1.0 if st.attention_multiplier is None else st.attention_multiplier * d_head ** 0.5
+    return q_scale, 1.0 if st.residual_multiplier is None else st.residual_multiplier

@@ -47,7 +47,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                 weights_note: str | None = None, l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
-                tower: str | None = None) -> list[dict[str, Any]]:
+                tower: str | None = None, nope_layers: list[int] | None = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
@@ -59,7 +59,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     the product bound; ``rope``: the model's distinct rotary layouts; ``qk_norm``: its query/key
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
-    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is.
+    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is; ``nope_layers``:
+    the layers without rotary positions of a model whose other layers rotate.
     """
     gated = dims.feed_forward == "gated"
     methods = rotary_methods or {}
@@ -123,6 +124,11 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
                "input (docs/theory.md 3g)", "extension"),
     ]
+    if nope_layers:
+        out.append(_entry("nope_layers", True,
+                          f"layers {_ranges(nope_layers)} have no rotary positions (NoPE): their QK rows are the "
+                          f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
+                          f"other layers (docs/theory.md 3e)", "convention"))
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     out += _structure_entries(structure)
@@ -147,6 +153,12 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
     return out
+
+
+def _ranges(layers: list[int]) -> str:
+    """``[3, 7, 11]`` -> ``"3, 7, 11"``; a long list shortened to its first and last few."""
+    return ", ".join(map(str, layers)) if len(layers) <= 8 else \
+        ", ".join(map(str, layers[:4])) + f", ... ({len(layers)} layers), " + ", ".join(map(str, layers[-2:]))
 
 
 def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
@@ -238,6 +250,27 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "convolutional position embedding; Whisper's two convolutions) is the embedding, like a "
                           "tokenizer: fixed, outside the complexity, the encoder's input rows are its output",
                           "theorem"))
+    if st.residual_multiplier is not None:
+        out.append(_entry("residual_multiplier_folded", True,
+                          f"each sublayer's output is multiplied by residual_multiplier = {st.residual_multiplier:g} "
+                          f"before the residual sum: folded exactly into every OV and FF_out matrix (r W), so Lambda, "
+                          f"the sensitivities and every norm are those of the scaled matrices (docs/theory.md 3e)",
+                          "convention"))
+    if st.attention_multiplier is not None:
+        out.append(_entry("attention_multiplier_folded", True,
+                          f"the logit is attention_multiplier q k^T with m = {st.attention_multiplier:g} instead of "
+                          f"q k^T / sqrt(d_head): every family's QK leaves 1/sqrt(d_head) out, so m sqrt(d_head) is "
+                          f"folded exactly into the query factors (docs/theory.md 3e)", "convention"))
+    if st.embedding_multiplier is not None:
+        out.append(_entry("embedding_multiplier", True,
+                          f"the embeddings are multiplied by embedding_multiplier = {st.embedding_multiplier:g}: "
+                          f"outside the complexity (fixed_embeddings_and_head) and without effect on any factor "
+                          f"under normalisation_as_projection", "convention"))
+    for value, text in ((st.logit_divisor, "divided by logits_scaling"), (st.logit_scale, "multiplied by logit_scale")):
+        if value is not None:
+            out.append(_entry("head_logit_scale", True,
+                              f"the head's output logits are {text} = {value:g}: after the fixed head, outside the "
+                              f"analysed matrices, no factor changes", "convention"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "
