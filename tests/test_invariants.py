@@ -104,7 +104,7 @@ def test_every_bound_claiming_column_holds_for_its_matrix_at_every_offset(analys
     for (role, w, factors), row in zip(ref, a.matrices.itertuples()):
         if factors is not None and opened.rotary is not None:
             layout = opened.rotary_for(row.layer)
-            stack = _offset_matrices(factors, layout, layout.attention_factor)
+            stack = _offset_matrices(factors, layout, 1.0)  # the factors carry the module's attention factor
         else:
             stack = w[None]
         truth = _measured(stack, rank_tol)

@@ -440,7 +440,42 @@ FAMILIES["exaone4"] = (_decoder("Exaone4ForCausalLM", "Exaone4Config", num_key_v
 FAMILIES["cohere2"] = (_decoder("Cohere2ForCausalLM", "Cohere2Config", num_key_value_heads=2, sliding_window=8,
                                 layer_types=["sliding_attention", "full_attention"], pad_token_id=0),
                        _nope(_decoder_accessor, lambda a: a.sliding_window is None))
-ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2")
+
+
+def _gpt_oss(m):
+    """gpt-oss: attention through its projections (biases cancel in ``_proj``), each expert's gate and up
+    the columns the module's own ``_apply_gate`` reads (checked by calling it), its down projection the
+    bank's slice as the module's forward multiplies by it (``h @ down_proj[e]``)."""
+    import torch
+
+    def get(l):
+        b = m.model.layers[l]
+        a, experts = b.self_attn, b.mlp.experts
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+               "o": _proj(a.o_proj, a.o_proj.in_features),
+               "attention_factor": m.model.rotary_emb.attention_scaling}  # YaRN's: cos and sin times it
+        with torch.no_grad():
+            probe = torch.randn(5, experts.gate_up_proj.shape[-1], dtype=torch.float64)
+            gate, up = probe[:, ::2].clamp(max=experts.limit), probe[:, 1::2].clamp(-experts.limit, experts.limit)
+            assert torch.allclose(experts._apply_gate(probe), (up + 1) * gate * torch.sigmoid(experts.alpha * gate))
+            for e in range(experts.gate_up_proj.shape[0]):
+                w = experts.gate_up_proj[e].numpy()  # x @ gate_up_proj[e], as the forward computes it
+                out.update({f"FF_gate[e{e}]": w[:, ::2], f"FF_up[e{e}]": w[:, 1::2],
+                            f"FF_out[e{e}]": experts.down_proj[e].numpy()})
+        return out
+    return get
+
+
+# gpt-oss: sinks, biases, alternating sliding and full layers, YaRN (its default: factor 32), expert banks
+FAMILIES["gpt_oss"] = (lambda layers: _t().GptOssForCausalLM(_t().GptOssConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=N // H,
+    intermediate_size=MOE_D_FF, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, vocab_size=50,
+    pad_token_id=0, max_position_embeddings=64, sliding_window=8,
+    rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 150000.0,
+                     "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
+    layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2))),
+    _gpt_oss)
+ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss")
 QK_NORM.update({"olmo3": "all_heads", "exaone4": "head"})
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
@@ -471,7 +506,8 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
-    ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a rotary QK row, None otherwise (a NoPE
+    ``factors`` is ``(a W_Q^h.T, a W_K^g.T)`` (``N x d`` each; ``a`` a rope scaling's attention factor, the
+    accessor's ``attention_factor``, else 1) for a rotary QK row, None otherwise (a NoPE
     layer's too: its accessor marks it ``nope``).  A QK-norm family's QK row is the head's stacked raw factors ``[W_Q^h.T, W_K^g.T]`` (``N x 2d``, docs/theory.md
     3d; ``factors`` None: no rotation acts on it); a mixture of experts' rows come in the model's order
     (experts e0, e1, ..., then the shared one)."""
@@ -486,9 +522,10 @@ def reference_matrices(get, heads, kv_heads, layers=L):
                      for h in range(heads)]
         elif w.get("nope"):  # a layer without rotary positions: the plain bilinear matrix, no offsets
             rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, None) for h in range(heads)]
-        else:
-            rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
-                     for h in range(heads)]
+        else:  # a rope scaling's attention factor a (the module's own) multiplies both factors
+            a = w.get("attention_factor", 1.0)
+            rows += [("QK", a * a * cols(w["q"], h) @ cols(w["k"], h // group).T,
+                      (a * cols(w["q"], h), a * cols(w["k"], h // group))) for h in range(heads)]
         rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
         rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, ...)
     return rows

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..errors import SpecboundError
 from ..io import Checkpoint
 from .model import MixtureOfExperts, ModelDims
-from .spec import ArchSpec, TensorRule
+from .spec import BANK, ArchSpec, TensorRule
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
@@ -162,9 +162,12 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     if experts is None:
         return out
     out.append((experts.router.name_for(layer, prefix), "router", experts.router, expected["router"]))
+    banks = {role: rule for role, rule in experts.tensors.items() if rule.layout == BANK}
+    out += [(rule.name_for(layer, prefix), f"{role} of every expert (a bank)", rule, expected[role])
+            for role, rule in banks.items()]
     for e in range(dims.moe.experts):
         out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
-                for role, rule in experts.tensors.items()]
+                for role, rule in experts.tensors.items() if role not in banks]
     if experts.shared:
         shared = _expected_shapes(dims, dims.moe.shared_d_ff)
         out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
@@ -221,7 +224,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     names = set(ckpt.names)
     spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    per_layer = len(rules) if rules is not None else len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
+    per_layer = len(rules) if rules is not None else len(spec.tensors) + (
+        0 if dims.moe is None else 1 if any(r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts)
     if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
@@ -267,7 +271,7 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
             )
         stored = ckpt.shape(name)
         layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
-        want = (cols, rows) if layout == "linear" else (rows, cols)
+        want = (dims.moe.experts, rows, cols) if layout == BANK else (cols, rows) if layout == "linear" else (rows, cols)
         if stored != want:
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "

@@ -12,7 +12,7 @@ from ..errors import SpecboundError
 from ..io import Checkpoint
 from .binding import qk_norm_eps
 from .model import LayerWeights, LazyMatrices, ModelDims, QKNorm
-from .spec import ArchSpec
+from .spec import BANK, ArchSpec
 from .structure import folded_scales
 
 
@@ -24,6 +24,8 @@ def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | No
     """The row-oriented matrix of one tensor rule at stored layer ``stored`` (of expert ``expert``),
     its output scale (LayerScale) folded in: ``(x W) diag(lambda)``."""
     name = rule.name_for(stored, prefix, expert)
+    if rule.layout == BANK:  # every expert in one tensor, each stored (in, out): read expert ``expert`` alone
+        return ckpt.read_part(name, expert)
     # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
     w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
     if rule.output_scale is not None:
@@ -82,6 +84,14 @@ def ff_role_name(role: str, branch: str | None = None) -> str:
     return "FF_" + role[3:] + ("" if branch is None else f"[{branch}]")
 
 
+def gate_up_columns(fused: str, d_ff: int) -> tuple[slice, slice]:
+    """The gate's and the up projection's columns of a fused ``ff_gate_up``: ``[gate | up]`` (``concat``)
+    or alternating, gate first (``interleaved``: gpt-oss's ``gate_up[..., ::2]``, ``gate_up[..., 1::2]``)."""
+    if fused == "interleaved":
+        return slice(0, 2 * d_ff, 2), slice(1, 2 * d_ff, 2)
+    return slice(0, d_ff), slice(d_ff, 2 * d_ff)
+
+
 def _ff_loaders(rules: dict, read, branch: str | None, d_ff: int) -> dict:
     """Role -> loader of one feed-forward block's matrices; a fused ``ff_gate_up`` ``[gate | up]`` gives
     ``FF_gate`` and ``FF_up`` (each loader reads the fused tensor and keeps its half)."""
@@ -90,8 +100,9 @@ def _ff_loaders(rules: dict, read, branch: str | None, d_ff: int) -> dict:
         if role not in rules:
             continue
         if role == "ff_gate_up":
-            loaders[ff_role_name("ff_gate", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, :d_ff])
-            loaders[ff_role_name("ff_up", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, d_ff:])
+            gate, up = gate_up_columns(rules["ff_gate_up"].fused, d_ff)
+            loaders[ff_role_name("ff_gate", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, gate])
+            loaders[ff_role_name("ff_up", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, up])
         else:
             loaders[ff_role_name(role, branch)] = lambda rule=rules[role]: read(rule)
     return loaders
@@ -204,9 +215,12 @@ def _ff_names(rules: dict, layer: int, stored: int, prefix: str, expert: int | N
         if role not in rules:
             continue
         name = rules[role].name_for(stored, prefix, expert)
+        if rules[role].layout == BANK:
+            name += f"[{expert}]"
         if role == "ff_gate_up":
-            out[(layer, None, ff_role_name("ff_gate", branch))] = f"{name}[0:{d_ff}]"
-            out[(layer, None, ff_role_name("ff_up", branch))] = f"{name}[{d_ff}:{2 * d_ff}]"
+            for half, cols in zip(("ff_gate", "ff_up"), gate_up_columns(rules[role].fused, d_ff)):
+                step = "" if cols.step in (None, 1) else f":{cols.step}"
+                out[(layer, None, ff_role_name(half, branch))] = f"{name}[{cols.start}:{cols.stop}{step}]"
         else:  # a LayerScale vector folded into the matrix is one of its tensors
             scale = rules[role].scale_for(stored, prefix)
             out[(layer, None, ff_role_name(role, branch))] = name + ("" if scale is None else f"|{scale}")

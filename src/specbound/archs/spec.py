@@ -42,8 +42,12 @@ from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
+# an expert bank: one tensor holding every expert's matrix along its first axis, each stored (in, out)
+# (gpt-oss, Llama 4: ``mlp.experts.gate_up_proj`` of shape (E, N, 2 d_ff)); routed experts only
+BANK = "bank"
 FUSIONS = ("concat", "per_head", "per_group")
-FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat",)}
+# a fused [gate | up] (concat), or gate and up alternating along the output axis (gpt-oss: interleaved)
+FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat", "interleaved")}
 BLOCKS = ("sequential", "parallel")
 FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
 ATTENTION_ROLES = ("q", "k", "v", "qkv", "o")
@@ -631,11 +635,16 @@ def _tensor_rules(raw: Any, roles, origin: str, where: str, expert: bool = False
             raise _fail(origin, f"'fused' for {role} must be one of {list(fusions)}, found {rule.get('fused')!r}")
         if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
             raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
-        if expert != (EXPERT_PLACEHOLDER in rule["name"]):
-            raise _fail(origin, f"tensor name for {role!r} in '{where}' must {'' if expert else 'not '}contain "
-                                f"{EXPERT_PLACEHOLDER}")
-        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
-            raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
+        layouts = LAYOUTS + ((BANK,) if expert else ())
+        if not isinstance(rule["layout"], str) or rule["layout"] not in layouts:
+            raise _fail(origin, f"layout for {role!r} must be one of {list(layouts)}, found {rule['layout']!r}"
+                                + ("" if expert else f" ('{BANK}' only for routed experts)"))
+        if expert and (rule["layout"] != BANK) != (EXPERT_PLACEHOLDER in rule["name"]):
+            raise _fail(origin, f"tensor name for {role!r} in '{where}' must "
+                                f"{'not ' if rule['layout'] == BANK else ''}contain {EXPERT_PLACEHOLDER} "
+                                f"(a '{BANK}' holds every expert in one tensor)")
+        if not expert and EXPERT_PLACEHOLDER in rule["name"]:
+            raise _fail(origin, f"tensor name for {role!r} in '{where}' must not contain {EXPERT_PLACEHOLDER}")
         scale = rule.get("output_scale")
         if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
             raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")

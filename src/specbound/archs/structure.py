@@ -18,10 +18,13 @@ CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attent
                  # Granite's multipliers (residual and attention folded into the matrices they scale), the
                  # head's logit scale (Granite divides by logits_scaling, Cohere multiplies by logit_scale)
                  "residual_multiplier", "attention_multiplier", "embedding_multiplier", "logit_divisor",
-                 "logit_scale")
+                 "logit_scale",
+                 # gpt-oss's clamped SwiGLU: (clamp(u, -l, l) + 1) * g sigmoid(alpha g), g = min(gate, l)
+                 "swiglu_limit", "swiglu_alpha")
 FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
          "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
-         "layer_scale": ("folded",), "front_end": ("convolutional",)}
+         "layer_scale": ("folded",), "front_end": ("convolutional",),
+         "attention_sinks": ("learned",)}  # gpt-oss: a learned logit per head in the softmax's denominator
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,11 @@ class Structure:
     logit_divisor, logit_scale : float or None
         The head's logits divided by ``logits_scaling`` (Granite) or multiplied by ``logit_scale``
         (Cohere): after the fixed head, outside the complexity.
+    swiglu_limit, swiglu_alpha : float or None
+        gpt-oss's clamped SwiGLU: the gate clamped above at ``l``, the up projection to ``[-l, l]``, the
+        activation ``g sigmoid(alpha g)`` and the up branch offset by 1 (docs/theory.md 3l).
+    attention_sinks : str or None
+        ``"learned"``: each head has a learned logit in its softmax's denominator (gpt-oss; docs/theory.md 3l).
     """
 
     attention_softcap: float | None = None
@@ -80,6 +88,9 @@ class Structure:
     embedding_multiplier: float | None = None
     logit_divisor: float | None = None
     logit_scale: float | None = None
+    swiglu_limit: float | None = None
+    swiglu_alpha: float | None = None
+    attention_sinks: str | None = None
 
 
 def validate_structure(raw: Any) -> dict[str, str] | None:
@@ -123,6 +134,7 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         position_bias=declared.get("position_bias"),
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
+        attention_sinks=declared.get("attention_sinks"),
         **{key: _positive(config, declared.get(key)) for key in CONFIG_VALUED[4:]},
     )
 

@@ -271,6 +271,27 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
             out.append(_entry("head_logit_scale", True,
                               f"the head's output logits are {text} = {value:g}: after the fixed head, outside the "
                               f"analysed matrices, no factor changes", "convention"))
+    if st.attention_sinks is not None:
+        out.append(_entry("attention_sinks", True,
+                          "each head's softmax has a learned sink logit in its denominator and no value: the sink is "
+                          "an extra key whose logit does not depend on the input and whose value is 0, so the softmax "
+                          "step (||p - p'||_1 <= 2 max |l - l'| over the logits, the sink's difference 0) and the "
+                          "value step (weights summing to 1 - p_sink <= 1) of the head's bound hold unchanged: "
+                          "c(OV)(1 + 4 c(QK)) bounds a head with a sink, which never increases it; the sink logits "
+                          "are outside the complexity (our derivation, docs/theory.md 3l)", "extension"))
+    if st.swiglu_limit is not None:
+        from ..compute.propagation import clamped_swiglu_constants
+
+        limit, alpha = st.swiglu_limit, st.swiglu_alpha or 1.702
+        l_phi, c_phi = clamped_swiglu_constants(limit, alpha)
+        out.append(_entry("clamped_swiglu", True,
+                          f"the experts compute (clamp(u, -{limit:g}, {limit:g}) + 1) * phi(g), phi(t) = m sigmoid("
+                          f"{alpha:g} m), m = min(t, {limit:g}): sup |phi'| = {l_phi:.6g} and |phi(t)| <= "
+                          f"{c_phi:.6g} |t| (the clamps only lower SiLU's constants; the up clamp is 1-Lipschitz with "
+                          f"|clamp(u)| <= |u|), so the gated block's (L_phi + c_phi) c_g c_u c_d holds with the "
+                          f"table's L_phi = 1.0999 and c_phi = 1; the up branch's + 1 is a constant offset, read like "
+                          f"the up projection's bias (biases_ignored; counted, it would add L_phi c_g c_d; "
+                          f"docs/theory.md 3l)", "extension"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "
