@@ -68,9 +68,9 @@ class Structure:
         (Cohere): after the fixed head, outside the complexity.
     swiglu_limit, swiglu_alpha : float or None
         gpt-oss's clamped SwiGLU: the gate clamped above at ``l``, the up projection to ``[-l, l]``, the
-        activation ``g sigmoid(alpha g)`` and the up branch offset by 1 (docs/theory.md 3l).
+        activation ``g sigmoid(alpha g)`` and the up branch offset by 1 (docs/theory.md 3n).
     attention_sinks : str or None
-        ``"learned"``: each head has a learned logit in its softmax's denominator (gpt-oss; docs/theory.md 3l).
+        ``"learned"``: each head has a learned logit in its softmax's denominator (gpt-oss; docs/theory.md 3n).
     """
 
     attention_softcap: float | None = None

@@ -278,7 +278,7 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "step (||p - p'||_1 <= 2 max |l - l'| over the logits, the sink's difference 0) and the "
                           "value step (weights summing to 1 - p_sink <= 1) of the head's bound hold unchanged: "
                           "c(OV)(1 + 4 c(QK)) bounds a head with a sink, which never increases it; the sink logits "
-                          "are outside the complexity (our derivation, docs/theory.md 3l)", "extension"))
+                          "are outside the complexity (our derivation, docs/theory.md 3n)", "extension"))
     if st.swiglu_limit is not None:
         from ..compute.propagation import clamped_swiglu_constants
 
@@ -291,7 +291,7 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           f"|clamp(u)| <= |u|), so the gated block's (L_phi + c_phi) c_g c_u c_d holds with the "
                           f"table's L_phi = 1.0999 and c_phi = 1; the up branch's + 1 is a constant offset, read like "
                           f"the up projection's bias (biases_ignored; counted, it would add L_phi c_g c_d; "
-                          f"docs/theory.md 3l)", "extension"))
+                          f"docs/theory.md 3n)", "extension"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "

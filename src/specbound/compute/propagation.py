@@ -82,17 +82,17 @@ class LayerSpectralNorms:
 
 def clamped_swiglu_constants(limit: float, alpha: float) -> tuple[float, float]:
     """``(L_phi, c_phi)`` of gpt-oss's clamped gate activation ``phi(t) = m sigmoid(alpha m)``, ``m = min(t,
-    limit)`` (docs/theory.md 3l): ``sup |phi'| = sup_{s <= alpha limit} silu'(s)`` (the derivative in ``s =
+    limit)`` (docs/theory.md 3n): ``sup |phi'| = sup_{s <= alpha limit} silu'(s)`` (the derivative in ``s =
     alpha t`` is SiLU's whatever ``alpha``; 0 above the clamp), which is SiLU's own supremum once ``alpha
     limit`` passes its argmax ``s* = 2.3994``; and ``sup |phi(t) / t| = sigmoid(alpha limit)``."""
     def silu_prime(x: float) -> float:
         sig = 1.0 / (1.0 + math.exp(-x))
         return sig * (1.0 + x * (1.0 - sig))
 
-    lo, hi = 2.0, 3.0  # silu' rises to its maximum at s*, where 1 - s tanh(s / 2) = 0, then falls
+    lo, hi = 2.0, 3.0  # silu' rises to its maximum at s*, where 2 - s tanh(s / 2) = 0, then falls
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if 1.0 - mid * math.tanh(mid / 2) > 0 else (lo, mid)
+        lo, hi = (mid, hi) if 2.0 - mid * math.tanh(mid / 2) > 0 else (lo, mid)
     top = alpha * limit
     return silu_prime(min(top, lo)), 1.0 / (1.0 + math.exp(-top))
 
