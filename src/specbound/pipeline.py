@@ -612,6 +612,7 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
         return None
     factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
     return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
+            **({} if rule.layers == "all" else {"layers": rule.layers}),
             "max_factor": factor, "layer": layer, "head": head}
 
 
@@ -626,7 +627,9 @@ def _structure_extra(model: OpenModel) -> dict[str, Any]:
         extra["experts"] = {
             "experts": dims.moe.experts, "top_k": dims.moe.top_k, "d_ff": dims.d_ff,
             "shared_d_ff": dims.moe.shared_d_ff,
-            "router": spec.experts.router.name_for(0, model.prefix),
+            **({} if dims.moe.layers is None else {"layers": list(dims.moe.layers), "dense_d_ff": dims.moe.dense_d_ff}),
+            **({} if dims.moe.gate_sum == 1 else {"gate_sum": dims.moe.gate_sum}),
+            "router": spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
             "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
     return extra
 

@@ -475,7 +475,55 @@ FAMILIES["gpt_oss"] = (lambda layers: _t().GptOssForCausalLM(_t().GptOssConfig(
                      "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
     layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2))),
     _gpt_oss)
-ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss")
+
+
+def _llama4(m):
+    """Llama 4: a rotating layer's QK row is its stacked factors (the weightless L2 norm, gains 1, where the
+    module has its ``qk_norm``); a NoPE layer's (``use_rope`` 0) the plain matrix with the queries times the
+    largest temperature its module applies at a position below the context; dense layers' blocks, and the
+    layers of experts' banks (``bmm(x, gate_up_proj)`` chunked into gate and up, ``bmm(h, down_proj)``) and
+    shared expert, as the modules compute them."""
+    import torch
+
+    def get(l):
+        b = m.model.layers[l]
+        a, ff = b.self_attn, b.feed_forward
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+               "o": _proj(a.o_proj, a.o_proj.in_features), "nope": not a.use_rope}
+        if not a.use_rope and a.attn_temperature_tuning:
+            t = torch.arange(m.config.max_position_embeddings, dtype=torch.float64)
+            tau = torch.log1p(torch.floor((t + 1.0) / a.floor_scale)) * a.attn_scale + 1.0  # the module's formula
+            out["q"] = out["q"] * float(tau.abs().max())
+        if hasattr(a, "qk_norm"):  # weightless: every gain 1
+            out["q_gain"], out["k_gain"] = np.ones(out["q"].shape[1]), np.ones(out["k"].shape[1])
+        if not b.is_moe_layer:
+            out.update({"FF_gate": _proj(ff.gate_proj, N), "FF_up": _proj(ff.up_proj, N),
+                        "FF_out": _proj(ff.down_proj, ff.down_proj.in_features)})
+            return out
+        experts = ff.experts
+        with torch.no_grad():
+            for e in range(experts.gate_up_proj.shape[0]):
+                gate, up = torch.bmm(torch.eye(N, dtype=torch.float64)[None], experts.gate_up_proj[e:e + 1])[0].chunk(2, -1)
+                down = torch.bmm(torch.eye(experts.down_proj.shape[1], dtype=torch.float64)[None],
+                                 experts.down_proj[e:e + 1])[0]
+                out.update({f"FF_gate[e{e}]": gate.numpy(), f"FF_up[e{e}]": up.numpy(), f"FF_out[e{e}]": down.numpy()})
+        s = ff.shared_expert
+        out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
+                    "FF_out[shared]": _proj(s.down_proj, s.down_proj.in_features)})
+        return out
+    return get
+
+
+# Llama 4: layer 0 rotating (L2 QK-norm, chunked) and dense, layer 1 NoPE (temperature tuning) with experts
+# (top 2 of 4: sigmoid gates summing to at most 2) and a shared expert
+FAMILIES["llama4_text"] = (lambda layers: _t().Llama4ForCausalLM(_t().Llama4TextConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=N // H,
+    intermediate_size=MOE_D_FF, intermediate_size_mlp=D_FF, num_local_experts=MOE_EXPERTS,
+    num_experts_per_tok=MOE_TOP_K, vocab_size=50, pad_token_id=0, max_position_embeddings=64, no_rope_layer_interval=2,
+    interleave_moe_layer_step=2, attention_chunk_size=8, attn_temperature_tuning=True, floor_scale=4, attn_scale=0.1)),
+    _llama4)
+QK_NORM["llama4_text"] = "head"
+ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss", "llama4_text")
 QK_NORM.update({"olmo3": "all_heads", "exaone4": "head"})
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's

@@ -13,6 +13,7 @@ from ..io import Checkpoint
 from .binding import qk_norm_eps
 from .model import LayerWeights, LazyMatrices, ModelDims, QKNorm
 from .spec import BANK, ArchSpec
+from .rotary import nope_flags
 from .structure import folded_scales
 
 
@@ -127,13 +128,17 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         q, k, v = read("q"), read("k"), read("v")
     if spec.experts is None:
         loaders = _ff_loaders(spec.tensors, read, None, dims.d_ff)
+    elif not dims.routed(layer):  # a dense layer between layers of experts (Llama 4)
+        loaders = _ff_loaders(spec.experts.dense, read, None, dims.moe.dense_d_ff)
     else:
         loaders = {}
         for e in range(dims.moe.experts):
             loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
         if spec.experts.shared:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
-    q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head)  # Granite's multipliers
+    rotates = nope_flags(spec.rotary_options.get("nope"), ckpt.config, dims.L)[layer] if spec.rotary else True
+    # Granite's multipliers, Llama 4's query temperature on its NoPE layers
+    q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head, rotates=rotates)
     o = read("o")
     if q_scale != 1.0:
         q = q * q_scale
@@ -148,14 +153,26 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         v=head_columns(v, dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(o.reshape(dims.H, dims.d_head, dims.N)),
         ff=LazyMatrices(loaders),
-        qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
+        qk_norm=qk_norm_gains(spec, ckpt, dims, prefix, stored) if normalises(spec, ckpt.config, dims, layer) else None,
     )
+
+
+def normalises(spec: ArchSpec, config: dict, dims: ModelDims, layer: int) -> bool:
+    """Whether layer ``layer`` normalises its queries and keys: a spec with ``qk_norm``, on every layer or
+    (``layers: rotary``, Llama 4) on those that rotate."""
+    rule = spec.qk_norm
+    if rule is None:
+        return False
+    return rule.layers == "all" or nope_flags(spec.rotary_options.get("nope"), config, dims.L)[layer]
 
 
 def qk_norm_gains(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, stored: int) -> QKNorm:
     """The query/key norm of stored layer ``stored``: gains per head ``(H, d_h)`` / ``(H_kv, d_h)`` in
     float64 (a per-head gain is shared by every head; Gemma's ``1 + w`` added)."""
     rule = spec.qk_norm
+    if rule.gain == "none":  # a weightless norm (Llama 4's L2 norm): every gain 1
+        return QKNorm(np.ones((dims.H, dims.d_head)), np.ones((dims.H_kv, dims.d_head)), qk_norm_eps(spec, ckpt.config),
+                      rule.span)
     gains = []
     for name, heads in zip(rule.names_for(stored, prefix), (dims.H, dims.H_kv)):
         w = np.asarray(ckpt.read(name), dtype=np.float64)
@@ -196,10 +213,14 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             else:
                 q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
                 k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
-            out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if spec.qk_norm else "")
+            named = spec.qk_norm is not None and spec.qk_norm.gain != "none"  # a weightless norm has no tensors
+            out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if named else "")
             out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]" + scale("o")
         if spec.experts is None:
             out.update(_ff_names(spec.tensors, layer, stored, prefix, None, None, dims.d_ff))
+            continue
+        if not dims.routed(layer):
+            out.update(_ff_names(spec.experts.dense, layer, stored, prefix, None, None, dims.moe.dense_d_ff))
             continue
         for e in range(dims.moe.experts):
             out.update(_ff_names(spec.experts.tensors, layer, stored, prefix, e, f"e{e}", dims.d_ff))

@@ -88,7 +88,7 @@ def nope_flags(rule: dict[str, Any] | None, config: dict[str, Any], num_layers: 
         return [True] * num_layers
     if "flags" in rule:
         flags = config.get(rule["flags"])
-        if flags is None:
+        if flags is None or flags == []:  # absent or empty: the config builds it from the interval (Llama 4)
             interval = config.get(rule.get("interval_key", ""), rule.get("interval_default"))
             if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
                 raise ValueError(f"{rule['flags']} is missing and {rule.get('interval_key')}={interval!r} is not a "

@@ -10,8 +10,11 @@ which.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
+
+from ..errors import SpecboundError
 
 # spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
 CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar",
@@ -20,11 +23,15 @@ CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attent
                  "residual_multiplier", "attention_multiplier", "embedding_multiplier", "logit_divisor",
                  "logit_scale",
                  # gpt-oss's clamped SwiGLU: (clamp(u, -l, l) + 1) * g sigmoid(alpha g), g = min(gate, l)
-                 "swiglu_limit", "swiglu_alpha")
+                 "swiglu_limit", "swiglu_alpha",
+                 # Llama 4's chunked attention: queries attend within their chunk of this many tokens
+                 "attention_chunk")
 FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
          "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
          "layer_scale": ("folded",), "front_end": ("convolutional",),
-         "attention_sinks": ("learned",)}  # gpt-oss: a learned logit per head in the softmax's denominator
+         "attention_sinks": ("learned",),  # gpt-oss: a learned logit per head in the softmax's denominator
+         # Llama 4: the NoPE layers' queries times 1 + attn_scale log(1 + floor((t + 1) / floor_scale))
+         "temperature_tuning": ("llama4",)}
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,11 @@ class Structure:
         activation ``g sigmoid(alpha g)`` and the up branch offset by 1 (docs/theory.md 3n).
     attention_sinks : str or None
         ``"learned"``: each head has a learned logit in its softmax's denominator (gpt-oss; docs/theory.md 3n).
+    attention_chunk : float or None
+        Llama 4: the rotating layers attend within chunks of this many tokens (a mask).
+    temperature : float or None
+        Llama 4 with ``attn_temperature_tuning``: the largest factor ``tau(t)`` its NoPE layers' queries are
+        multiplied by at a position up to ``max_position_embeddings`` (:func:`temperature_max`).
     """
 
     attention_softcap: float | None = None
@@ -91,6 +103,8 @@ class Structure:
     swiglu_limit: float | None = None
     swiglu_alpha: float | None = None
     attention_sinks: str | None = None
+    attention_chunk: float | None = None
+    temperature: float | None = None
 
 
 def validate_structure(raw: Any) -> dict[str, str] | None:
@@ -135,16 +149,39 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
         attention_sinks=declared.get("attention_sinks"),
+        temperature=temperature_max(config) if declared.get("temperature_tuning") else None,
         **{key: _positive(config, declared.get(key)) for key in CONFIG_VALUED[4:]},
     )
 
 
-def folded_scales(declared: dict[str, str] | None, config: dict[str, Any], d_head: int) -> tuple[float, float]:
+def temperature_max(config: dict[str, Any]) -> float | None:
+    """Llama 4's query temperature: at position ``t`` its NoPE layers multiply the queries by ``tau(t) = 1 +
+    attn_scale log(1 + floor((t + 1) / floor_scale))``, monotone in ``t``, so its largest size over the
+    positions ``0 .. P - 1`` (``P = max_position_embeddings``) is at an end (docs/theory.md 3n); None when
+    ``attn_temperature_tuning`` is off."""
+    if not config.get("attn_temperature_tuning"):
+        return None
+    scale, floor, positions = (config.get(k) for k in ("attn_scale", "floor_scale", "max_position_embeddings"))
+    for key, value in (("attn_scale", scale), ("floor_scale", floor), ("max_position_embeddings", positions)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+                key != "attn_scale" and value <= 0):
+            raise SpecboundError(f"config.json: {key}={value!r}: attn_temperature_tuning needs a finite attn_scale and "
+                                 f"positive floor_scale and max_position_embeddings (the query temperature's size)")
+    ends = [1.0 + scale * math.log1p(math.floor((t + 1) / floor)) for t in (0, int(positions) - 1)]
+    return max(abs(e) for e in ends)
+
+
+def folded_scales(declared: dict[str, str] | None, config: dict[str, Any], d_head: int, *,
+                  rotates: bool = True) -> tuple[float, float]:
     """``(q_scale, out_scale)``: the scalars folded exactly into the matrices they scale (docs/theory.md
     3e).  Granite's residual multiplier ``r`` multiplies each sublayer's output, so every OV and FF_out
     matrix becomes ``r W``; its attention multiplier ``m`` replaces the ``1/sqrt(d_h)`` that every family's
     QK leaves out (docs/spec.md section 1), so the query factors become ``m sqrt(d_h) W_Q``.  ``(1, 1)``
-    for every other family."""
+    for every other family.  Llama 4's query temperature (a NoPE layer's, ``rotates`` False) at its largest,
+    ``max_t |tau(t)|``, scales the query factors: every QK quantity then bounds the logit's at every
+    position up to the context."""
     st = model_structure(declared, config)
     q_scale = 1.0 if st.attention_multiplier is None else st.attention_multiplier * d_head ** 0.5
+    if st.temperature is not None and not rotates:
+        q_scale *= st.temperature
     return q_scale, 1.0 if st.residual_multiplier is None else st.residual_multiplier

@@ -136,13 +136,17 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
                   else " plus the shared expert's" if moe.shared_d_ff else "")
+        where = "" if moe.layers is None else (
+            f" in layers {_ranges(list(moe.layers))} (the other layers a dense block of width {moe.dense_d_ff})")
+        gates = ("the top-k gates are non-negative and sum to at most 1" if moe.gate_sum == 1 else
+                 f"each chosen expert's gate is a sigmoid in (0, 1) and they multiply its input (x -> F_e(g_e x) has "
+                 f"constant g_e Lip(F_e)), so the routed part's factor is at most {moe.gate_sum} (top_k) times it")
         out += [
             _entry("mixture_of_experts", True,
-                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}:"
-                   f" every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
+                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}"
+                   f"{where}: every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
                    f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
-                   f"expert's{shared}, since the top-k gates are non-negative and sum to at most 1 (our derivation, "
-                   f"docs/theory.md 3f)", "extension"),
+                   f"expert's{shared}, since {gates} (our derivation, docs/theory.md 3f)", "extension"),
             _entry("moe_routing_fixed", True,
                    "the router's choice of experts and its gate values are held fixed: top-k routing is "
                    "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
@@ -187,7 +191,9 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not qk_norm:
         return []
     where = "each head's" if qk_norm["span"] == "head" else "the whole projection's"
-    gain = "1 + w" if qk_norm["gain"] == "one_plus_weight" else "w"
+    gain = {"one_plus_weight": "1 + w", "none": "1: a weightless L2 norm, x / sqrt(mean(x^2) + eps)"}.get(qk_norm["gain"], "w")
+    if qk_norm.get("layers") == "rotary":
+        where += " (on the layers that rotate; the others' QK rows are plain bilinear matrices)"
     return [_entry("qk_norm", True,
                    f"RMSNorm over {where} queries and keys (gain {gain}, eps = {qk_norm['eps']:g}) before the "
                    f"rotation, so the logit is a function of the head's raw factors, not of one bilinear matrix: "
@@ -271,6 +277,19 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
             out.append(_entry("head_logit_scale", True,
                               f"the head's output logits are {text} = {value:g}: after the fixed head, outside the "
                               f"analysed matrices, no factor changes", "convention"))
+    if st.attention_chunk is not None:
+        out.append(_entry("chunked_attention", True,
+                          f"the rotating layers attend within chunks of {st.attention_chunk:g} tokens: a mask, like a "
+                          f"sliding window, whose offsets are a subset of every offset the QK quantities are taken "
+                          f"over (the chunk a token falls in is fixed by positions, not by the input); no matrix "
+                          f"changes (docs/theory.md 3n)", "convention"))
+    if st.temperature is not None:
+        out.append(_entry("attention_temperature_tuning", True,
+                          f"the layers without rotary positions multiply their queries by tau(t) = 1 + attn_scale "
+                          f"log(1 + floor((t + 1) / floor_scale)), a factor of the logit at position t: its largest "
+                          f"size up to max_position_embeddings, {st.temperature:.6g}, is folded into their query "
+                          f"factors, so every QK quantity bounds the logit's at every position (docs/theory.md 3n)",
+                          "extension"))
     if st.attention_sinks is not None:
         out.append(_entry("attention_sinks", True,
                           "each head's softmax has a learned sink logit in its denominator and no value: the sink is "
