@@ -629,7 +629,8 @@ def _structure_extra(model: OpenModel) -> dict[str, Any]:
             "shared_d_ff": dims.moe.shared_d_ff,
             **({} if dims.moe.layers is None else {"layers": list(dims.moe.layers), "dense_d_ff": dims.moe.dense_d_ff}),
             **({} if dims.moe.gate_sum == 1 else {"gate_sum": dims.moe.gate_sum}),
-            "router": spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
+            "router": None if dims.moe.layers == () else
+            spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
             "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
     return extra
 

@@ -115,6 +115,16 @@ def test_a_bad_list_of_expert_layers_is_one_line(tmp_path, moe_layers, message):
     assert "\n" not in str(err.value)
 
 
+def test_a_dense_layer_where_the_checkpoint_holds_experts_is_one_line(tmp_path):
+    build_family("llama4_text").save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["moe_layers"] = []
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SpecboundError, match="missing tensor 'model.layers.1.feed_forward.gate_proj.weight' "
+                                             "\\(ff_gate of the dense feed-forward of layer 1\\)"):
+        specbound.analyze(tmp_path, threads=1)
+
+
 def test_without_the_list_every_step_th_layer_holds_the_experts(tmp_path):
     build_family("llama4_text", layers=4).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -123,3 +133,16 @@ def test_without_the_list_every_step_th_layer_holds_the_experts(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     a = specbound.analyze(tmp_path, threads=1)
     assert a.model["experts"]["layers"] == [1, 3]
+
+
+def test_an_empty_list_of_expert_layers_is_a_dense_model(tmp_path):
+    config = build_family("llama4_text").config
+    config.moe_layers = []
+    torch.manual_seed(0)
+    transformers.Llama4ForCausalLM(config).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["moe_layers"] == []
+    a = specbound.analyze(tmp_path, threads=1)
+    assert a.model["experts"]["layers"] == [] and a.model["experts"]["router"] is None
+    assert not any("[" in r for r in a.matrices["role"]) and np.isfinite(a.bounds["spectral_adaptive"])
+    assert not {"mixture_of_experts", "moe_routing_fixed"} & {e["name"] for e in a.assumptions if e["applies"]}
+    assert a.baselines["param_count"] == 2 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 48)

@@ -289,8 +289,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
                 f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
                 f"does not describe these weights")
     for name, (role, layout, layer, (rows, cols)) in wanted.items():
-        if name not in names and dims.moe is not None:
-            _refuse_expert_banks(ckpt, names)
+        if name not in names and dims.moe is not None and not any(r.layout == BANK for r in spec.experts.tensors.values()):
+            _refuse_expert_banks(ckpt, names)  # a bank where the spec names one tensor per expert
         if name not in names:
             raise SpecboundError(
                 f"missing tensor {name!r} ({role} of layer {layer}): config.json says "

@@ -114,7 +114,7 @@ class ModelDims:
         if self.moe is None or self.moe.layers is None:
             return self.L * (2 * self.H + self.ff_matrices)
         routed = sum(1 for l in set(self.moe.layers) if l < self.L)
-        return self.L * 2 * self.H + routed * self.layer_ff_matrices(self.moe.layers[0]) + \
+        return self.L * 2 * self.H + (routed and routed * self.layer_ff_matrices(self.moe.layers[0])) + \
             (self.L - routed) * (3 if self.feed_forward == "gated" else 2)
 
     def locate(self, layer: int) -> "tuple[StackDims | None, int]":

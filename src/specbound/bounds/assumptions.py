@@ -132,7 +132,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     out += _structure_entries(structure)
-    if dims.moe is not None:
+    if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
                   else " plus the shared expert's" if moe.shared_d_ff else "")
