@@ -213,3 +213,19 @@ def test_a_bank_of_the_wrong_shape_is_one_line(tmp_path):
     with pytest.raises(SpecboundError, match="down_proj.*has shape \\(3, 24, 32\\).*implies \\(4, 24, 32\\)") as err:
         specbound.analyze(tmp_path, threads=1)
     assert "\n" not in str(err.value)
+
+
+def test_mxfp4_experts_are_refused_in_one_line(tmp_path):
+    """The released checkpoints store the experts as MXFP4 blocks and scales: named, with how to dequantize."""
+    from safetensors.torch import load_file, save_file
+
+    build_family("gpt_oss").save_pretrained(tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    for layer in (0, 1):
+        bank = tensors.pop(f"model.layers.{layer}.mlp.experts.gate_up_proj")
+        tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj_blocks"] = torch.zeros(bank.shape, dtype=torch.uint8)
+        tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj_scales"] = torch.zeros(bank.shape[:2], dtype=torch.uint8)
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(SpecboundError, match="MXFP4-quantized.*Mxfp4Config\\(dequantize=True\\)") as err:
+        specbound.analyze(tmp_path, threads=1)
+    assert "\n" not in str(err.value)
