@@ -531,6 +531,12 @@ HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_mo
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
 SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3", "mpnet": "bert", "dinov2": "bert",
                       "wav2vec2": "bert"}
+# at depth, the new families take paths the others cover: Granite's and StarCoder2's LLaMA's (scalars folded, a
+# plain block of GPT-2's kind), OLMo 3's OLMo 2's, EXAONE 4's Qwen3's, Cohere2's Phi's (a parallel block), gpt-oss's
+# Mixtral's (its banks are a way of reading, its sinks change no factor); SmolLM3's NoPE layers and EXAONE 4's and
+# Cohere2's are Llama 4's, the one new family run at depth 200 (its layers of experts between dense ones too)
+SAME_PATH_AT_DEPTH.update({"granite": "llama", "starcoder2": "llama", "olmo3": "olmo2", "exaone4": "qwen3",
+                           "cohere2": "phi", "gpt_oss": "mixtral", "smollm3": "llama4_text"})
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
