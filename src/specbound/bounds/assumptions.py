@@ -192,10 +192,10 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
         return []
     where = "each head's" if qk_norm["span"] == "head" else "the whole projection's"
     gain = {"one_plus_weight": "1 + w", "none": "1: a weightless L2 norm, x / sqrt(mean(x^2) + eps)"}.get(qk_norm["gain"], "w")
-    if qk_norm.get("layers") == "rotary":
-        where += " (on the layers that rotate; the others' QK rows are plain bilinear matrices)"
+    only = (" on the layers that rotate (the others' QK rows are plain bilinear matrices)"
+            if qk_norm.get("layers") == "rotary" else "")
     return [_entry("qk_norm", True,
-                   f"RMSNorm over {where} queries and keys (gain {gain}, eps = {qk_norm['eps']:g}) before the "
+                   f"RMSNorm over {where} queries and keys{only} (gain {gain}, eps = {qk_norm['eps']:g}) before the "
                    f"rotation, so the logit is a function of the head's raw factors, not of one bilinear matrix: "
                    f"each QK row is the stacked [W_Q^h; W_K^g] (norms, S_p and rank its own), covered with "
                    f"sensitivity a^2 (||g_q||_inf R_k + R_q ||g_k||_inf) / sqrt(eps) per unit spectral change "
