@@ -103,7 +103,6 @@ def test_the_matrices_and_the_modules_router_reproduce_the_block_and_the_gate_bo
         if not hasattr(block.mlp, "experts"):
             continue
         weights = layer_weights(opened.spec, opened.ckpt, opened.dims, opened.prefix, layer)
-        assert weights.moe_gates == moe.gates
         ff = {role: weights.ff[role] for role in weights.ff}
         x = rng.standard_normal((64, N)) * 3
         with torch.no_grad():
@@ -117,11 +116,11 @@ def test_the_matrices_and_the_modules_router_reproduce_the_block_and_the_gate_bo
         worst_sum = max(worst_sum, gate_values.sum(axis=1).max())
     assert worst_max <= moe.gate_max * (1 + 1e-6) and worst_sum <= moe.gate_sum * (1 + 1e-6)
     if kind == "glm_normalised":  # the scale reaches the gates: probabilities would be wrong
-        assert moe.gates == (2.5, 2.5) and worst_sum > 2.5 * (1 - 1e-6)
+        assert (moe.gate_max, moe.gate_sum) == (2.5, 2.5) and worst_sum > 2.5 * (1 - 1e-6)
     elif kind == "glm_sigmoid_raw":  # un-normalised sigmoid scores: their sum passes one scale, up to k of them
-        assert moe.gates == (1.5, 1.5 * K) and worst_sum > 1.5
+        assert (moe.gate_max, moe.gate_sum) == (1.5, 1.5 * K) and worst_sum > 1.5
     else:
-        assert moe.gates == (1.0, 1.0)
+        assert (moe.gate_max, moe.gate_sum) == (1.0, 1.0)
     opened.ckpt.close()
 
 
@@ -137,7 +136,7 @@ def test_the_reported_factor_holds_for_the_frozen_block_and_carries_the_gates(sa
     rows = a.matrices[a.matrices["layer"] == layer]
     norms = {r: s for r, s in zip(rows["role"], rows["spectral_norm"]) if r.startswith("FF_")}
     l_phi = a.options["l_phi"]
-    factor = feed_forward_lipschitz(norms, l_phi, gates=moe.gates)
+    factor = feed_forward_lipschitz(norms, l_phi, gate_sum=moe.gate_sum)
     branches = {}
     for role, s in norms.items():
         kind_, branch = role[:-1].split("[")
@@ -191,12 +190,12 @@ def test_the_layer_rule_matches_the_modules_for_each_config(build, flags, tmp_pa
     opened = open_model(tmp_path)
     truth = [hasattr(b.mlp, "experts") for b in model.model.layers]
     assert flags is None or truth == flags
-    assert list(opened.dims.moe.layers) == truth
+    assert [opened.dims.routed(l) for l in range(len(truth))] == truth
     a = specbound.analyze(tmp_path, threads=1)
     assert len(a.matrices) == opened.dims.matrix_count()
     applies = {e["name"]: e["applies"] for e in a.assumptions}
-    assert applies["mixture_of_experts"] == any(truth) and applies["moe_routing_fixed"] == any(truth)
-    assert a.model["experts"]["dense_layers"] == [l for l, t in enumerate(truth) if not t]
+    assert applies.get("mixture_of_experts", False) == any(truth) and applies.get("moe_routing_fixed", False) == any(truth)
+    assert a.model["experts"]["layers"] == [l for l, t in enumerate(truth) if t]
     opened.ckpt.close()
 
 
@@ -227,8 +226,9 @@ def test_no_shared_expert_when_the_config_counts_none(tmp_path):
 
 @pytest.mark.parametrize("change, says", [
     (lambda d: d["experts"].update(gates={"scoring": "relu"}), "'experts.gates' must be"),
-    (lambda d: d["experts"].pop("layers"), "'experts.dense' .* and 'experts.layers' .* come together"),
-    (lambda d: d["experts"].update(layers={"first": "first_k_dense_replace", "phase": 2}), "'experts.layers' must be"),
+    (lambda d: d["experts"]["dense"].pop("layers"), "'experts.dense' must be an object with 'tensors'"),
+    (lambda d: d["experts"]["dense"].update(layers={"first": "first_k_dense_replace", "phase": 2}),
+     "'experts.dense' must be an object with 'tensors'"),
     (lambda d: d["config"].pop("dense_ff_size"), "needs the config fields \\['dense_ff_size'\\]"),
     (lambda d: d["latent_attention"]["tensors"].pop("kv_b"), "'latent_attention' tensors must name exactly"),
     (lambda d: d["latent_attention"].update(eps_default=0), "eps_default must be a positive number"),

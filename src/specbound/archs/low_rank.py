@@ -18,7 +18,8 @@ from ..errors import SpecboundError
 from ..io import Checkpoint
 from .extract import ff_role_name, head_columns, split_fused_qkv
 from .model import HeadUpdate, LayerUpdates, ModelDims
-from .spec import ArchSpec
+from .spec import BANK, ArchSpec
+from .structure import folded_scales
 
 
 class DenseUpdate(Exception):
@@ -68,6 +69,12 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
                              f"merge the adapter into the base and pass the base with --init")
     stored = dims.stored_layer(layer)
     rules = spec.tensors
+    if folded_scales(spec.structure, ckpt.config, dims.d_head) != (1.0, 1.0):
+        raise DenseUpdate("multipliers folded into the matrices")  # Granite: the differences of the weights
+    if spec.experts is not None and any(r.layout == BANK for r in spec.experts.tensors.values()):
+        raise DenseUpdate("expert banks")  # one adapter factor pair for every expert: the weights' differences
+    if any(r.fused == "interleaved" for r in spec.tensors.values()):
+        raise DenseUpdate("interleaved gate and up")
 
     def factors(role, expert=None):
         return _rule_factors(rules[role] if isinstance(role, str) else role, ckpt, stored, prefix, expert)
@@ -89,7 +96,7 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     shapes: dict = {}
     if spec.experts is None:
         blocks = [(spec.tensors, None, None, dims.d_ff)]
-    elif not dims.moe.in_layer(layer):  # a dense layer between the mixtures
+    elif not dims.moe.routed(layer):  # a dense layer between the mixtures
         blocks = [(spec.experts.dense, None, None, dims.moe.dense_d_ff)]
     else:
         blocks = [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + \

@@ -27,31 +27,26 @@ class MixtureOfExperts:
     top_k: int
     shared_d_ff: int | None = None
     shared_gate: bool = False
-    # which layers hold the experts (one flag per layer; None: every layer), the others a dense
-    # gated block of width ``dense_d_ff`` (DeepSeek's and GLM's first_k_dense_replace, ERNIE's interval)
-    layers: tuple[bool, ...] | None = None
+    # the layers holding the experts when not every layer does (Llama 4's interleaved dense and sparse
+    # layers: the others a dense block of width ``dense_d_ff``); None: every layer
+    layers: tuple[int, ...] | None = None
     dense_d_ff: int | None = None
-    # bounds on the routed gates with the routing frozen: one gate ``g_e <= gate_max`` and their sum
-    # ``sum_e g_e <= gate_sum`` (1 and 1 for a softmax router; DeepSeek's routed_scaling_factor rescales
-    # both, and un-normalised sigmoid scores sum to less than k): docs/theory.md 3f
+    # a bound on the sum of the chosen experts' gates: 1 for a softmax over the top k (Mixtral, gpt-oss),
+    # k for a sigmoid per chosen expert (Llama 4), times routed_scaling_factor (DeepSeek), docs/theory.md 3f;
+    # and on one gate: 1, or routed_scaling_factor
+    gate_sum: float = 1
     gate_max: float = 1.0
-    gate_sum: float = 1.0
     scoring: str = "softmax"  # how the router scores experts: "softmax" or "sigmoid"
+
+    def routed(self, layer: int) -> bool:
+        """Whether layer ``layer`` holds the experts (else a dense block)."""
+        return self.layers is None or layer in self.layers
 
     @property
     def branches(self) -> tuple[str, ...]:
         """The role suffix of each expert, in the order the matrices are listed: ``e0 .. e{E-1}``,
         then ``shared``."""
         return tuple(f"e{e}" for e in range(self.experts)) + (("shared",) if self.shared_d_ff else ())
-
-    def in_layer(self, layer: int) -> bool:
-        """Whether layer ``layer`` holds the experts (else a dense feed-forward block)."""
-        return self.layers is None or self.layers[layer]
-
-    @property
-    def gates(self) -> tuple[float, float]:
-        """``(gate_max, gate_sum)``: what the propagation multiplies the experts' factors by."""
-        return self.gate_max, self.gate_sum
 
 
 @dataclass(frozen=True)
@@ -113,35 +108,39 @@ class ModelDims:
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
 
-    @property
-    def ff_matrices(self) -> int:
-        """Feed-forward matrices per layer (every expert's, with a mixture of experts; the largest
-        layer's when some layers are dense)."""
-        if self.moe is None or self.moe.layers is None:
-            return self.layer_ff_matrices(0)
-        return max(self.layer_ff_matrices(l) for l in range(self.L))
+    def routed(self, layer: int) -> bool:
+        """Whether layer ``layer``'s feed-forward block is the mixture of experts."""
+        return self.moe is not None and self.moe.routed(layer)
 
     def layer_ff_matrices(self, layer: int) -> int:
-        """Feed-forward matrices of layer ``layer``."""
+        """Feed-forward matrices of layer ``layer`` (every expert's in a layer of experts)."""
         per_branch = 3 if self.feed_forward == "gated" else 2
-        return per_branch * (len(self.moe.branches) if self.moe is not None and self.moe.in_layer(layer) else 1)
+        return per_branch * (len(self.moe.branches) if self.routed(layer) else 1)
+
+    @property
+    def ff_matrices(self) -> int:
+        """Feed-forward matrices per layer (every expert's, with a mixture of experts); the most of any layer."""
+        return max(self.layer_ff_matrices(layer) for layer in self._kinds())
+
+    def layer_ff_parameters(self, layer: int) -> int:
+        """Stored feed-forward weights of layer ``layer``: ``k N d_ff`` per expert (``k`` = 2 or 3)."""
+        per_branch = 3 if self.feed_forward == "gated" else 2
+        if not self.routed(layer):
+            d_ff = self.d_ff if self.moe is None or self.moe.dense_d_ff is None else self.moe.dense_d_ff
+            return per_branch * self.N * d_ff
+        return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
 
     @property
     def ff_parameters(self) -> int:
-        """Stored feed-forward weights per layer: ``k N d_ff`` per expert (``k`` = 2 or 3); the largest
-        layer's when some layers are dense (:meth:`layer_ff_parameters` counts each)."""
-        if self.moe is None or self.moe.layers is None:
-            return self.layer_ff_parameters(0)
-        return max(self.layer_ff_parameters(l) for l in range(self.L))
+        """Stored feed-forward weights per layer (the most of any layer: a mixture's layers of experts)."""
+        return max(self.layer_ff_parameters(layer) for layer in self._kinds())
 
-    def layer_ff_parameters(self, layer: int) -> int:
-        """Stored feed-forward weights of layer ``layer``."""
-        per_branch = 3 if self.feed_forward == "gated" else 2
-        if self.moe is None:
-            return per_branch * self.N * self.d_ff
-        if not self.moe.in_layer(layer):
-            return per_branch * self.N * self.moe.dense_d_ff
-        return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
+    def _kinds(self) -> list[int]:
+        """One layer of each kind (a layer of experts and a dense one), not all ``L``: L may be huge."""
+        if self.moe is None or self.moe.layers is None:
+            return [0]
+        dense = next((l for l in range(min(self.L, len(self.moe.layers) + 1)) if l not in self.moe.layers), None)
+        return ([self.moe.layers[0]] if self.moe.layers else []) + ([] if dense is None else [dense])
 
     def matrix_count(self) -> int:
         """How many matrices the analysis reports: per layer ``H`` QK and ``H`` OV heads (a decoder
@@ -150,7 +149,9 @@ class ModelDims:
             return sum(p.dims.matrix_count() + (2 * p.dims.H * p.dims.L if p.cross else 0) for p in self.stacks)
         if self.moe is None or self.moe.layers is None:
             return self.L * (2 * self.H + self.ff_matrices)
-        return 2 * self.H * self.L + sum(self.layer_ff_matrices(l) for l in range(self.L))
+        routed = sum(1 for l in set(self.moe.layers) if l < self.L)
+        return self.L * 2 * self.H + (routed and routed * self.layer_ff_matrices(self.moe.layers[0])) + \
+            (self.L - routed) * (3 if self.feed_forward == "gated" else 2)
 
     def locate(self, layer: int) -> "tuple[StackDims | None, int]":
         """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""
@@ -310,8 +311,6 @@ class LayerWeights:
         A decoder layer's cross-attention (encoder-decoder models), else None.
     qk_norm : QKNorm, optional
         The normalisation of queries and keys (QK-norm families); None: the logit is ``q k^T``.
-    moe_gates : (float, float), optional
-        A mixture of experts' bounds on one routed gate and on their sum (docs/theory.md 3f).
     """
 
     layer: int
@@ -322,9 +321,6 @@ class LayerWeights:
     ff: Mapping[str, np.ndarray]
     cross: "CrossWeights | None" = None
     qk_norm: QKNorm | None = None
-    # a mixture-of-experts layer's gate bounds ``(gate_max, gate_sum)`` (:attr:`MixtureOfExperts.gates`);
-    # None: (1, 1), a softmax router's
-    moe_gates: tuple[float, float] | None = None
     # multi-head latent attention's factors (``q``, ``k``, ``v``, ``o`` are then None)
     latent: "LatentWeights | None" = None
 

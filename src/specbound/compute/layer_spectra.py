@@ -41,8 +41,6 @@ class LayerSpectra:
     # QK-norm layers: (H, H), how far head i's logits move per unit spectral change of head h's QK row
     # (its stacked factors; docs/theory.md 3d); None: 1 on the diagonal, a plain head's |x Delta y^T| <= ||Delta||
     qk_sensitivity: np.ndarray | None = None
-    # a mixture of experts' (gate_max, gate_sum) with the routing frozen (docs/theory.md 3f); None: (1, 1)
-    ff_gates: tuple[float, float] | None = None
     # multi-head latent attention (docs/theory.md 3l): per head the value path's largest output and how far
     # it moves per unit spectral change of the OV row; None: a plain head's c(OV) and 1
     ov_reach: np.ndarray | None = None
@@ -62,7 +60,6 @@ class LayerSpectra:
             block=self.block,
             position_terms=self.position_terms,
             qk_sensitivity=self.qk_sensitivity,
-            ff_gates=self.ff_gates,
             ov_reach=self.ov_reach,
             ov_sensitivity=self.ov_sensitivity,
             **cross,
@@ -164,12 +161,12 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
         from .latent import latent_spectra
 
         qk, ov, sensitivity, reach, ov_sens = latent_spectra(raw.latent, kernel)
-        ff_matrices, gates = weights.ff, raw.moe_gates
+        ff_matrices = weights.ff
         if release:
             raw.latent = None
         ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
-        return LayerSpectra(weights.layer, qk, ov, ff, block, qk_sensitivity=sensitivity, ff_gates=gates,
-                            ov_reach=reach, ov_sensitivity=ov_sens)
+        return LayerSpectra(weights.layer, qk, ov, ff, block, qk_sensitivity=sensitivity, ov_reach=reach,
+                            ov_sensitivity=ov_sens)
     kv = np.arange(weights.q.shape[0]) // group
     a = 1.0 if rotary is None else rotary.attention_factor
     # the bilinear logit's factors: the rope attention factor folded in (qk_logit.py)
@@ -190,13 +187,13 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     if rotary is not None and raw.qk_norm is None:  # every QK quantity must hold at every relative position
         blind = qk
         qk = rotary_qk_spectra(weights, kv, rotary, rank_tol=kernel.rank_tol)
-    ff_matrices, gates = weights.ff, raw.moe_gates
+    ff_matrices = weights.ff
     if release:
         for w in {id(raw): raw, id(weights): weights}.values():
             w.q = w.k = w.v = w.o = w.cross = None
     ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
     return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms,
-                        cross_qk=cross_qk, cross_ov=cross_ov, qk_sensitivity=sensitivity, ff_gates=gates)
+                        cross_qk=cross_qk, cross_ov=cross_ov, qk_sensitivity=sensitivity)
 
 
 def qk_norm_spectra(weights: LayerWeights, kv: np.ndarray, attention_factor: float,
