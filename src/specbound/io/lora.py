@@ -29,7 +29,7 @@ import numpy as np
 import regex
 
 from ..errors import SpecboundError
-from .base import Checkpoint, load_json
+from .base import MAX_SMALL_FILE_BYTES, Checkpoint, load_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -54,8 +54,10 @@ _UNSUPPORTED = {
 
 
 def is_adapter_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder holding ``adapter_config.json`` (a PEFT adapter)."""
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
+    """Whether ``path`` is a folder holding ``adapter_config.json`` (a PEFT adapter; whatever the
+    entry is: a FIFO or a device there is refused by the reader, in one line)."""
+    config = path / ADAPTER_CONFIG
+    return path.is_dir() and (config.exists() or config.is_symlink())
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,8 @@ def adapter_summary(cfg: dict[str, Any]) -> str:
 def read_adapter_config(folder: Path) -> dict[str, Any]:
     """``adapter_config.json``, checked to describe an adapter specbound can merge (one line naming
     what is unsupported otherwise)."""
-    cfg = load_json(folder / ADAPTER_CONFIG, "PEFT adapter config", "re-save the adapter with save_pretrained")
+    cfg = load_json(folder / ADAPTER_CONFIG, "PEFT adapter config", "re-save the adapter with save_pretrained",
+                    MAX_SMALL_FILE_BYTES)
     if not isinstance(cfg, dict):
         raise SpecboundError(f"{folder / ADAPTER_CONFIG} must hold a JSON object, found {type(cfg).__name__}")
     kind = str(cfg.get("peft_type", "")).upper()
