@@ -290,12 +290,20 @@ def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
                          f"{tower} tower; leave tower out or pass tower={spec.tower!r}")
 
 
+def _config_where(ckpt) -> str:
+    """Where a checkpoint's config values come from, for messages."""
+    path = getattr(ckpt, "config_path", None)
+    return f"the config of {ckpt.location}" if path is None else str(path)
+
+
 def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel:
     """``ckpt`` bound to ``spec``: dimensions, prefix, every tensor accounted for, rotary layout."""
     dims, prefix = bind(spec, ckpt)
     if spec.qk_norm is not None:
         qk_norm_eps(spec, ckpt.config)  # a missing or zero eps is an error before any weight is read
     extra = {"tower": spec.tower, "parent_spec": parent}
+    # the structure's config values (windows, soft-caps, scalars) checked before any weight is read
+    model_structure(spec.structure, ckpt.config, _config_where(ckpt))
     layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
     if layouts is None:
         return OpenModel(ckpt, spec, dims, prefix, **extra)
@@ -577,7 +585,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   l_phi=l_phi, l_phi_source=l_phi_source,
                                                   rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
-                                                  structure=model_structure(model.spec.structure, model.ckpt.config),
+                                                  structure=model_structure(model.spec.structure, model.ckpt.config,
+                                                                            _config_where(model.ckpt)),
                                                   tower=model.tower))
 
 
