@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import numpy as np
 import regex
 
 from ..errors import SpecboundError
+from ..options import shown
 from .base import MAX_SMALL_FILE_BYTES, Checkpoint, load_json
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -37,6 +40,8 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 _PEFT_PREFIX = "base_model.model."
 # A pattern of rank_pattern / alpha_pattern is matched with a timeout (the adapter's file is input).
 _PATTERN_TIMEOUT = 1.0
+# ... and all of one adapter's pattern matching within this many seconds.
+_PATTERN_BUDGET = 5.0
 # Config keys whose feature changes the adapted function in a way a merged W0 + s B A does not
 # express; a truthy value is refused with the reason.
 _UNSUPPORTED = {
@@ -232,12 +237,49 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
         if cfg.get(key):
             raise SpecboundError(f"{folder} is {adapter_summary(cfg)} with {key}: {reason}; merge it "
                                  f"(merge_and_unload(), save_pretrained) and analyse the merged model")
-    for key in ("r", "lora_alpha"):
+    where = folder / ADAPTER_CONFIG
+    _check_number(where, "r", cfg.get("r"), integral=True)
+    _check_number(where, "lora_alpha", cfg.get("lora_alpha"), integral=False)
+    for key in ("use_rslora", "fan_in_fan_out"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+            raise SpecboundError(f"{where} gives {key}={shown(cfg[key])}: expected true or false; {_RESAVE}")
+    for key in ("target_modules", "modules_to_save"):
         value = cfg.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise SpecboundError(f"{folder / ADAPTER_CONFIG} gives {key}={value!r}: expected a positive number; "
-                                 f"re-save the adapter with save_pretrained")
+        if value is not None and not isinstance(value, str) and not (
+                isinstance(value, list) and len(value) <= MAX_PATTERNS and all(isinstance(v, str) for v in value)):
+            raise SpecboundError(f"{where} gives {key}={shown(value)}: expected a module name, a regular expression "
+                                 f"or a list of at most {MAX_PATTERNS:,} module names; {_RESAVE}")
+    for key, integral in (("rank_pattern", True), ("alpha_pattern", False)):
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or len(value) > MAX_PATTERNS:
+            raise SpecboundError(f"{where} gives {key} as {shown(value) if not isinstance(value, dict) else f'{len(value):,} keys'}: "
+                                 f"expected an object of at most {MAX_PATTERNS:,} module patterns, each a number; {_RESAVE}")
+        for pattern, number in value.items():
+            _check_number(where, f"{key}[{pattern[:60]!r}]", number, integral=integral)
     return cfg
+
+
+# A rank_pattern / alpha_pattern / target_modules of more entries than any model has modules is
+# refused (each pattern is matched against every adapted module).
+MAX_PATTERNS = 1000
+# The largest lora_alpha (or alpha_pattern value) read: real adapters use 1 to a few hundred; with
+# rank >= 1 the scale s = alpha / r stays far inside float range, so no merged weight overflows.
+MAX_ALPHA = 1e6
+_RESAVE = "re-save the adapter with save_pretrained"
+
+
+def _check_number(where: Path, key: str, value: Any, *, integral: bool) -> None:
+    """A rank (a positive integer of at most 2^53) or an alpha (a positive finite number of at most
+    :data:`MAX_ALPHA`), in the vocabulary of :mod:`specbound.options`; one line otherwise."""
+    from ..options import COUNT, Interval
+
+    accepted = COUNT if integral else Interval(Real, 0, MAX_ALPHA, "right")
+    if not accepted.accepts(value):
+        expected = ("a positive number: a whole rank of at most 2^53" if integral
+                    else f"a positive number: finite, at most {MAX_ALPHA:g}")
+        raise SpecboundError(f"{where} gives {key}={shown(value)}: expected {expected}; {_RESAVE}")
 
 
 def adapter_weights(folder: Path) -> Checkpoint:
@@ -293,8 +335,19 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> Any:
     if not isinstance(named, str) or not named.strip():
         raise SpecboundError(f"{what} and names no base model (base_model_name_or_path is empty); pass the base "
                              f"it was trained on with --base BASE (a model folder, weights file or hub id)")
+    from .shard_index import inside
+
     path = Path(named).expanduser()
-    if path.exists():
+    if not path.is_absolute():
+        # PEFT records the path the base was loaded from: relative, it is read from the adapter's
+        # folder (not from wherever the command runs), and stays within the folder holding the adapter
+        path = folder / path
+        if path.exists() or path.is_symlink():
+            if not inside(folder.absolute().parent, path):
+                raise SpecboundError(f"{what} for the base model {named[:200]!r}, which leads outside the folder holding "
+                                     f"the adapter ({folder.absolute().parent}); pass the base with --base BASE")
+            return path
+    elif path.exists():
         return path
     if looks_like_hub_id(named):
         from .hub_cache import resolve_hub_id
@@ -305,8 +358,9 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> Any:
             reason = str(exc).split(";")[0]
             raise SpecboundError(f"{what} for the base model {named}, which cannot be opened ({reason}); pass "
                                  f"the base with --base BASE (a model folder, weights file or hub id)") from None
-    raise SpecboundError(f"{what} for the base model {named!r}, which is neither a path here nor a hub id; pass "
-                         f"the base with --base BASE (a model folder, weights file or hub id)")
+    raise SpecboundError(f"{what} for the base model {named[:200]!r}, which is neither a path here nor a hub id (a "
+                         f"relative path is read from the adapter's folder); pass the base with --base BASE (a model "
+                         f"folder, weights file or hub id)")
 
 
 def _module_of(key: str) -> tuple[str, str] | None:
@@ -348,17 +402,71 @@ def _base_name(candidate: str, names: set[str], by_suffix: dict[str, list[str]])
     return longer[0] if len(longer) == 1 else None
 
 
-def _pattern_value(patterns: dict, module: str, default: float) -> float:
-    """PEFT's per-module override (``rank_pattern`` / ``alpha_pattern``): the first key that matches
-    the module path's end (``(.*\\.)?key$``)."""
-    for key, value in (patterns or {}).items():
-        try:
-            if regex.match(rf"(.*\.)?(?:{key})$", module, timeout=_PATTERN_TIMEOUT):
-                return value
-        except (regex.error, TimeoutError):
-            raise SpecboundError(f"the adapter's pattern {key!r} is not a regular expression specbound can match "
-                                 f"(in rank_pattern or alpha_pattern of {ADAPTER_CONFIG})") from None
-    return default
+class _Patterns:
+    """PEFT's per-module overrides (``rank_pattern`` / ``alpha_pattern``, checked by
+    :func:`read_adapter_config`: at most :data:`MAX_PATTERNS` keys), each key compiled once: the
+    value of the first key matching the module path's end (``(.*\\.)?key$``, PEFT's
+    ``get_pattern_key``).  Matching is linear in the keys, and all of an adapter's matching shares
+    one time budget (a catastrophically backtracking key is one line, not minutes)."""
+
+    def __init__(self, patterns: dict | None, what: str):
+        self.what = what
+        self.compiled = []
+        for key, value in (patterns or {}).items():
+            try:
+                self.compiled.append((key, regex.compile(rf"(.*\.)?(?:{key})$"), value))
+            except (regex.error, RecursionError, OverflowError):
+                self._refuse(key)
+        self.deadline = time.monotonic() + _PATTERN_BUDGET
+
+    def _refuse(self, key: str):
+        raise SpecboundError(f"the adapter's pattern {key[:80]!r} is not a regular expression specbound can match "
+                             f"within {_PATTERN_BUDGET:g} s (in {self.what} of {ADAPTER_CONFIG})") from None
+
+    def value(self, module: str, default: float) -> float:
+        for key, pattern, value in self.compiled:
+            try:
+                if pattern.match(module, timeout=max(1e-3, min(_PATTERN_TIMEOUT, self.deadline - time.monotonic()))):
+                    return value
+            except TimeoutError:
+                self._refuse(key)
+        return default
+
+
+def _in_out_layouts(base: Checkpoint):
+    """``layout(name)``: True when the base stores ``name`` as ``(in, out)`` (a Conv1D of the family
+    spec, or the format's own ``(in, out)`` storage), False for ``(out, in)`` (an ``nn.Linear``),
+    None when unknown (no shipped family reads the base's config, or a family with Conv1D modules
+    does not name this one)."""
+    import re
+
+    from ..archs.registry import spec_for_config
+
+    try:
+        spec = spec_for_config(base.config)
+    except (SpecboundError, KeyError, TypeError, ValueError):
+        spec = None
+    rules = []
+    pending = [spec] if spec is not None else []
+    while pending:
+        s = pending.pop()
+        rules += list(s.tensors.values()) + [r for st in (s.stacks or ()) for r in st.cross.values()]
+        pending += [st.spec for st in (s.stacks or ())] + [t.spec for t in (s.towers or ())]
+        pending += [v for _, v in s.variants]
+    patterns = [(re.compile(r"(?:.*\.)?" + re.escape(r.name).replace(re.escape("${layer}"), r"\d+") + "$"), r.layout)
+                for r in rules if isinstance(r.name, str)]
+    conv1d = any(r.layout == "conv1d" for r in rules)
+
+    def layout(name: str) -> bool | None:
+        stored = base.layout(name)
+        if stored is not None:
+            return stored == "conv1d"
+        found = {lay for pattern, lay in patterns if pattern.match(name)}
+        if found:
+            return None if len(found) != 1 else found == {"conv1d"}
+        return False if spec is not None and not conv1d else None  # a family of Linear modules only
+
+    return layout
 
 
 def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, folder: Path,
@@ -404,8 +512,15 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
             raise SpecboundError(f"{folder} holds the adapter tensor {key}, which is not a LoRA factor specbound "
                                  f"merges (lora_A.weight, lora_B.weight, lora_embedding_A/B); merge_and_unload() "
                                  f"and analyse the merged model")
-        modules.setdefault(module, {})[part] = key
+        held = modules.setdefault(module, {})
+        if part in held:  # base_model.model.X.lora_A.weight and X.lora_A.weight: PEFT would load one
+            raise SpecboundError(f"{folder} holds two lora_{part[-1]} factors of {module} ({held[part]} and {key}); "
+                                 f"which one PEFT loads depends on their order: {_RESAVE}")
+        held[part] = key
     fan_in_fan_out = bool(cfg.get("fan_in_fan_out"))
+    alpha_patterns = _Patterns(cfg.get("alpha_pattern"), "alpha_pattern")
+    _Patterns(cfg.get("rank_pattern"), "rank_pattern")  # compiled: a key no regex can be is refused
+    in_out = _in_out_layouts(base)
     for module, parts in sorted(modules.items()):
         embedding = "EA" in parts or "EB" in parts
         a_key, b_key = (parts.get("EA"), parts.get("EB")) if embedding else (parts.get("A"), parts.get("B"))
@@ -418,16 +533,26 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
                                  f"LoRA on a convolution is not supported (only Linear, Conv1D and Embedding "
                                  f"modules); merge_and_unload() and analyse the merged model")
         rank = a_shape[0]
+        if rank == 0:
+            raise SpecboundError(f"the LoRA factors of {module} in {folder} have rank 0 (lora_A is {a_shape}): "
+                                 f"PEFT's scale alpha / r is undefined; {_RESAVE}")
         if b_shape[1] != rank:
             raise SpecboundError(f"the LoRA factors of {module} in {folder} do not multiply: lora_A is {a_shape} "
                                  f"and lora_B is {b_shape}; re-save the adapter with save_pretrained")
         target = target_of(module + ".weight", a_key)
         stored = tuple(base.shape(target))
-        # PEFT stores s (B A)^T for a Conv1D (fan_in_fan_out) and an embedding; the shapes decide where
-        # they can (PEFT turns fan_in_fan_out off for Linear modules of a Conv1D model), the config
-        # for a square weight.
+        # PEFT merges s (B A)^T into a Conv1D and an embedding, s B A into an nn.Linear whatever
+        # fan_in_fan_out says (it warns and resets the flag for a Linear, sets it for a Conv1D): the
+        # shapes decide where they can, the module's layout for a square weight (the family's
+        # conv1d tensors, or the format's (in, out) storage); the flag only when neither is known.
         plain, flipped = (b_shape[0], a_shape[1]), (a_shape[1], b_shape[0])
-        transposed = (embedding or fan_in_fan_out) if plain == flipped else stored == flipped
+        if plain != flipped:
+            transposed = stored == flipped
+        elif embedding:
+            transposed = True
+        else:
+            layout = in_out(target)
+            transposed = fan_in_fan_out if layout is None else layout
         delta_shape = flipped if transposed else plain
         if stored != delta_shape:
             layout = " (fan_in_fan_out)" if fan_in_fan_out and not embedding else ""
@@ -435,7 +560,7 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
                 f"the LoRA update of {module} in {folder} is {delta_shape}{layout} but the base's {target} is "
                 f"{stored}: the adapter was trained on another model (or fan_in_fan_out is "
                 f"wrong); pass its base with --base BASE")
-        alpha = float(_pattern_value(cfg.get("alpha_pattern"), module, cfg["lora_alpha"]))
+        alpha = float(alpha_patterns.value(module, cfg["lora_alpha"]))
         scale = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
         if target in updates:
             raise SpecboundError(f"{folder} holds two LoRA updates of {target}; re-save the adapter with "
