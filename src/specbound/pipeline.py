@@ -24,6 +24,7 @@ from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
+from .archs.spec import stored_in_out
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
 from .archs.towers import tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
@@ -269,6 +270,8 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
     ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
         spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
+        if isinstance(ckpt, LoraCheckpoint):  # square updates oriented by their module's kind, as PEFT does
+            ckpt.use_layouts(stored_in_out(spec))
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]

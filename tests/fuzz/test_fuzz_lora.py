@@ -62,7 +62,11 @@ def build(root, make, seed=0, **lora):
 
 
 def assert_reads_as_peft_merges(adapter, base, merged, adapted):
-    ckpt = open_checkpoint(adapter, base=base)
+    """Opened as an analysis opens it (the family spec bound, which orients square updates by their
+    module's kind), every adapted tensor is PEFT's merged tensor."""
+    from specbound.pipeline import open_models
+
+    ckpt = open_models(adapter, base=base)[0].base_checkpoint
     try:
         for suffix in adapted:  # the same tensor under each one's names (GPT-2's transformer. prefix)
             [ours] = [n for n in ckpt.names if n == suffix or n.endswith("." + suffix)]
@@ -81,10 +85,11 @@ def test_fan_in_fan_out_on_a_square_linear_is_reset_as_peft_resets_it(tmp_path):
     cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), "fan_in_fan_out": True}))
     names = ["encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.value.weight"]
     assert_reads_as_peft_merges(adapter, base, merged, names)
-    # the transposed update would differ: the test is not blind to the orientation
+    # the transposed update would differ: the test is not blind to the orientation; read without a
+    # family spec, the update follows the flag (what PEFT saves, right for every adapter it wrote)
     ckpt = open_checkpoint(adapter, base=base)
     p, q = ckpt.delta_factors(names[0])
-    assert not np.allclose(p @ q, (p @ q).T)
+    assert not np.allclose(p @ q, (p @ q).T) and ckpt.updates[names[0]].transposed
     ckpt.close()
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Real
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,9 @@ class LoraUpdate:
     scale: float = 0.0
     transposed: bool = False
     replace_name: str | None = None
+    # a square update of a module that is not an embedding: its orientation is the module's layout
+    # (LoraCheckpoint.use_layouts), not its shape
+    square: bool = False
 
 
 class LoraCheckpoint(Checkpoint):
@@ -178,6 +181,19 @@ class LoraCheckpoint(Checkpoint):
         if update.transposed:
             return np.ascontiguousarray(a.T), np.ascontiguousarray(update.scale * b.T)
         return update.scale * b, a
+
+    def use_layouts(self, in_out) -> None:
+        """Orient every square update as PEFT does, by its module's kind: ``in_out(name)`` is True
+        for a module stored ``(in, out)`` (GPT-2's ``Conv1D``: ``s (B A)^T``), False for an
+        ``nn.Linear`` (``s B A``, whatever ``fan_in_fan_out`` says: PEFT resets it), None when the
+        family spec does not say (the flag stays).  A layout the format decides (``layout()``)
+        wins.  Called by the pipeline once the family spec is known."""
+        for name, update in list(self.updates.items()):
+            if not update.square or self.base_ckpt.layout(name) is not None:
+                continue
+            found = in_out(name)
+            if found is not None and found != update.transposed:
+                self.updates[name] = replace(update, transposed=bool(found))
 
     def replaced(self, name: str) -> bool:
         """Whether the adapter replaces ``name``'s ``W0`` by a tensor of its own (``modules_to_save``, a
@@ -433,42 +449,6 @@ class _Patterns:
         return default
 
 
-def _in_out_layouts(base: Checkpoint):
-    """``layout(name)``: True when the base stores ``name`` as ``(in, out)`` (a Conv1D of the family
-    spec, or the format's own ``(in, out)`` storage), False for ``(out, in)`` (an ``nn.Linear``),
-    None when unknown (no shipped family reads the base's config, or a family with Conv1D modules
-    does not name this one)."""
-    import re
-
-    from ..archs.registry import spec_for_config
-
-    try:
-        spec = spec_for_config(base.config)
-    except (SpecboundError, KeyError, TypeError, ValueError):
-        spec = None
-    rules = []
-    pending = [spec] if spec is not None else []
-    while pending:
-        s = pending.pop()
-        rules += list(s.tensors.values()) + [r for st in (s.stacks or ()) for r in st.cross.values()]
-        pending += [st.spec for st in (s.stacks or ())] + [t.spec for t in (s.towers or ())]
-        pending += [v for _, v in s.variants]
-    patterns = [(re.compile(r"(?:.*\.)?" + re.escape(r.name).replace(re.escape("${layer}"), r"\d+") + "$"), r.layout)
-                for r in rules if isinstance(r.name, str)]
-    conv1d = any(r.layout == "conv1d" for r in rules)
-
-    def layout(name: str) -> bool | None:
-        stored = base.layout(name)
-        if stored is not None:
-            return stored == "conv1d"
-        found = {lay for pattern, lay in patterns if pattern.match(name)}
-        if found:
-            return None if len(found) != 1 else found == {"conv1d"}
-        return False if spec is not None and not conv1d else None  # a family of Linear modules only
-
-    return layout
-
-
 def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, folder: Path,
                    base_name: str) -> dict[str, LoraUpdate]:
     """Every adapter tensor matched to the base tensor it updates, shapes checked (one line for an
@@ -520,7 +500,6 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
     fan_in_fan_out = bool(cfg.get("fan_in_fan_out"))
     alpha_patterns = _Patterns(cfg.get("alpha_pattern"), "alpha_pattern")
     _Patterns(cfg.get("rank_pattern"), "rank_pattern")  # compiled: a key no regex can be is refused
-    in_out = _in_out_layouts(base)
     for module, parts in sorted(modules.items()):
         embedding = "EA" in parts or "EB" in parts
         a_key, b_key = (parts.get("EA"), parts.get("EB")) if embedding else (parts.get("A"), parts.get("B"))
@@ -542,17 +521,17 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         target = target_of(module + ".weight", a_key)
         stored = tuple(base.shape(target))
         # PEFT merges s (B A)^T into a Conv1D and an embedding, s B A into an nn.Linear whatever
-        # fan_in_fan_out says (it warns and resets the flag for a Linear, sets it for a Conv1D): the
-        # shapes decide where they can, the module's layout for a square weight (the family's
-        # conv1d tensors, or the format's (in, out) storage); the flag only when neither is known.
+        # fan_in_fan_out says (it warns and resets the flag for a Linear, sets it for a Conv1D, and
+        # saves the flag it ended with): the shapes decide where they can; a square weight's
+        # orientation is the format's (in, out) storage, else the flag PEFT saved, until the family
+        # spec names the module's layout (LoraCheckpoint.use_layouts, called when a spec is bound).
         plain, flipped = (b_shape[0], a_shape[1]), (a_shape[1], b_shape[0])
-        if plain != flipped:
-            transposed = stored == flipped
-        elif embedding:
-            transposed = True
+        square = plain == flipped and not embedding
+        if not square:
+            transposed = embedding or stored == flipped
         else:
-            layout = in_out(target)
-            transposed = fan_in_fan_out if layout is None else layout
+            layout = base.layout(target)
+            transposed = fan_in_fan_out if layout is None else layout == "conv1d"
         delta_shape = flipped if transposed else plain
         if stored != delta_shape:
             layout = " (fan_in_fan_out)" if fan_in_fan_out and not embedding else ""
@@ -565,7 +544,8 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         if target in updates:
             raise SpecboundError(f"{folder} holds two LoRA updates of {target}; re-save the adapter with "
                                  f"save_pretrained")
-        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None))
+        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None),
+                                     square)
     for target, key in replaced.items():
         updates[target] = LoraUpdate(target, replace_name=key)
     if not any(u.a_name is not None for u in updates.values()):
