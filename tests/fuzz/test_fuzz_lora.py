@@ -14,7 +14,6 @@ import json
 import math
 import shutil
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from support.fuzz import FUZZ, JSON, clean_outcome, time_limit
+from support.peft_models import build_adapter, tiny_bert, tiny_gpt2
 from specbound.errors import SpecboundError
 from specbound.io import open_checkpoint
 
@@ -30,35 +30,16 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 
-def _bert():
-    cfg = transformers.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=24, max_position_embeddings=16)
-    return transformers.BertModel(cfg, add_pooling_layer=False)
-
-
-def _gpt2():
-    cfg = transformers.GPT2Config(vocab_size=30, n_embd=16, n_layer=1, n_head=2, n_positions=16,
-                                  bos_token_id=0, eos_token_id=0)
-    return transformers.GPT2LMHeadModel(cfg)
+_bert, _gpt2 = tiny_bert, tiny_gpt2
 
 
 def build(root, make, seed=0, **lora):
-    """``(base, adapter, merged tensors)``: ``make()`` saved as the base, a LoRA adapter with random
-    factors on it, and PEFT's own ``merge_and_unload()`` tensors (float64)."""
-    torch.manual_seed(seed)
-    base, adapter = root / "base", root / "adapter"
-    with warnings.catch_warnings():  # PEFT's fan_in_fan_out warning is the point of two tests here
-        warnings.simplefilter("ignore")
-        model = make().double()
-        model.save_pretrained(base)
-        wrapped = peft.get_peft_model(model, peft.LoraConfig(**lora))
-        with torch.no_grad():
-            for name, p in wrapped.named_parameters():
-                if "lora_" in name:
-                    p.copy_(0.3 * torch.randn_like(p))
-        wrapped.save_pretrained(adapter)
-        merged = {k: v.detach().numpy().copy() for k, v in wrapped.merge_and_unload().state_dict().items()}
-    return base, adapter, merged
+    """``(base, adapter, merged tensors)``: :func:`build_adapter`'s folders, PEFT's own
+    ``merge_and_unload()`` read back as float64 arrays."""
+    from safetensors.numpy import load_file
+
+    base, adapter, merged = build_adapter(root, make, seed=seed, **lora)
+    return base, adapter, load_file(str(merged / "model.safetensors"))
 
 
 def assert_reads_as_peft_merges(adapter, base, merged, adapted):
