@@ -118,3 +118,14 @@ def test_towers_json_of_every_json_shape_is_one_line(tmp_path):
         (tmp_path / "towers.json").write_text(json.dumps(doc))
         outcome = clean_outcome(specbound.TowerAnalyses.load, tmp_path)
         assert isinstance(outcome, SpecboundError) and "towers.json" in str(outcome), doc
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_sweep_config(tmp_path, capsys, kind):
+    make_hostile(tmp_path / "s.toml", kind, MAX_SMALL_FILE_BYTES)
+    if kind == "deep":  # TOML, not JSON: nested arrays are the TOML reader's own one line
+        (tmp_path / "s.toml").write_text("sources = " + "[" * 100_000 + "]" * 100_000)
+    with time_limit(20):
+        outcome = run_cli(capsys, "--config", tmp_path / "s.toml", "--store", tmp_path / "st", "--dry-run",
+                          command="sweep")
+    assert_one_line_error(*outcome, ["sweep config"] + ([] if kind == "deep" else [NEEDLE[kind]]))
