@@ -270,8 +270,9 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
         if value is None:
             continue
         if not isinstance(value, dict) or len(value) > MAX_PATTERNS:
-            raise SpecboundError(f"{where} gives {key} as {shown(value) if not isinstance(value, dict) else f'{len(value):,} keys'}: "
-                                 f"expected an object of at most {MAX_PATTERNS:,} module patterns, each a number; {_RESAVE}")
+            found = f"{len(value):,} keys" if isinstance(value, dict) else shown(value)
+            raise SpecboundError(f"{where} gives {key} as {found}: expected an object of at most {MAX_PATTERNS:,} "
+                                 f"module patterns, each a number; {_RESAVE}")
         for pattern, number in value.items():
             _check_number(where, f"{key}[{pattern[:60]!r}]", number, integral=integral)
     return cfg
