@@ -86,6 +86,13 @@ def test_gpt2_conv1d_is_merged_transposed_whatever_the_flag(tmp_path, flag):
                                                         "h.0.mlp.c_proj.weight"])
 
 
+def test_rank_and_alpha_patterns_are_merged_as_peft_merges(tmp_path):
+    base, adapter, merged = build(tmp_path, _bert, seed=4, r=2, lora_alpha=4, rank_pattern={"value": 3},
+                                  alpha_pattern={"value": 9}, target_modules=["query", "value"])
+    assert_reads_as_peft_merges(adapter, base, merged, ["layer.0.attention.self.query.weight",
+                                                        "layer.0.attention.self.value.weight"])
+
+
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     return build(tmp_path_factory.mktemp("lora"), _bert, seed=3, r=2, lora_alpha=2, target_modules=["query", "value"])
@@ -156,6 +163,8 @@ def test_hostile_factors_are_one_line(small, tmp_path, edit, needles):
     ({"modules_to_save": 3}, ["modules_to_save=3"]),
     ({"use_rslora": "yes"}, ["use_rslora='yes'"]),
     ({"alpha_pattern": {"(a+)+$" + "x" * 30: 2}}, []),
+    ({"r": 4}, ["have rank 2", "declares r=4"]),
+    ({"rank_pattern": {"query": 3}}, ["attention.self.query", "declares r=3"]),
 ])
 def test_hostile_config_values_are_one_line(small, tmp_path, change, needles):
     base, adapter = copy_adapter(small, tmp_path, edit_config=lambda c: c.update(change))

@@ -500,7 +500,7 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         held[part] = key
     fan_in_fan_out = bool(cfg.get("fan_in_fan_out"))
     alpha_patterns = _Patterns(cfg.get("alpha_pattern"), "alpha_pattern")
-    _Patterns(cfg.get("rank_pattern"), "rank_pattern")  # compiled: a key no regex can be is refused
+    rank_patterns = _Patterns(cfg.get("rank_pattern"), "rank_pattern")
     for module, parts in sorted(modules.items()):
         embedding = "EA" in parts or "EB" in parts
         a_key, b_key = (parts.get("EA"), parts.get("EB")) if embedding else (parts.get("A"), parts.get("B"))
@@ -519,6 +519,11 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         if b_shape[1] != rank:
             raise SpecboundError(f"the LoRA factors of {module} in {folder} do not multiply: lora_A is {a_shape} "
                                  f"and lora_B is {b_shape}; re-save the adapter with save_pretrained")
+        declared = rank_patterns.value(module, cfg["r"])
+        if rank != declared:  # PEFT scales by the declared r and could not load these factors
+            raise SpecboundError(f"the LoRA factors of {module} in {folder} have rank {rank} (lora_A is {a_shape}) but "
+                                 f"{ADAPTER_CONFIG} declares r={declared} for it (r or rank_pattern): PEFT would not "
+                                 f"load them, and its scale alpha / r would not be this rank's; {_RESAVE}")
         target = target_of(module + ".weight", a_key)
         stored = tuple(base.shape(target))
         # PEFT merges s (B A)^T into a Conv1D and an embedding, s B A into an nn.Linear whatever
