@@ -395,7 +395,10 @@ def _analyze(args) -> int:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     bar = LayersBar(show)
     source = args.source
-    if args.revision:
+    if args.revision is not None:
+        if not args.revision.strip():
+            raise SpecboundError("--revision names an empty revision: leave --revision out for the main branch, "
+                                 "or pass a branch, tag or commit hash")
         if not source or "@" in source or os.path.exists(source):
             raise SpecboundError(f"--revision {args.revision} needs a hub id ORG/NAME without @REV; got "
                                  f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")

@@ -45,8 +45,12 @@ class HubServer:
     half the bytes and drops the connection (a network failure mid-download)."""
 
     def __init__(self, repos: dict[str, Path], commit: str = "a" * 40, gated: tuple[str, ...] = (),
-                 cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = ()):
+                 cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = (),
+                 info_patch: dict | None = None, header_patch: dict | None = None):
         self.repos, self.commit, self.gated = {k: Path(v) for k, v in repos.items()}, commit, set(gated)
+        # A hostile server: info_patch replaces fields of the model info (a hostile "sha", "siblings"),
+        # header_patch the headers of every resolve answer (a hostile ETag, X-Linked-Etag, X-Repo-Commit).
+        self.info_patch, self.header_patch = dict(info_patch or {}), dict(header_patch or {})
         self.cut = set(cut)
         # cut_ranges: the next that many ranged GETs of a weights file send half their bytes and drop
         # the connection; short: files whose ranges are answered one byte short (a consistent but wrong
@@ -142,7 +146,7 @@ class HubServer:
             files = sorted(p for p in folder.rglob("*") if p.is_file())
             return self._json(h, {"id": repo_id, "modelId": repo_id, "sha": self.commit, "private": False,
                                   "siblings": [{"rfilename": str(p.relative_to(folder)), "size": p.stat().st_size}
-                                               for p in files]}, body)
+                                               for p in files], **self.info_patch}, body)
         if tree:
             return self._json(h, self._entries(folder, tree.group(3), "recursive=true" in parts.query.lower()), body)
         if paths_info:
@@ -170,9 +174,10 @@ class HubServer:
         if status == 206 and name in self.short and end > start:
             end -= 1  # one byte short, consistently declared
         h.send_response(status)
-        h.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
-        h.send_header("X-Repo-Commit", self.commit)
-        h.send_header("Content-Length", str(end - start + 1))
+        headers = {"ETag": '"' + hashlib.sha256(data).hexdigest() + '"', "X-Repo-Commit": self.commit,
+                   "Content-Length": str(end - start + 1), **self.header_patch}
+        for key, value in headers.items():
+            h.send_header(key, value)
         if status == 206:
             h.send_header("Content-Range", f"bytes {start}-{claimed}/{len(data)}")
         h.end_headers()
