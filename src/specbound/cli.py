@@ -193,7 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     talk.add_argument("--quiet", action="store_true",
                       help="text: the headline bounds only, one per line; no progress bar")
     talk.add_argument("--verbose", action="store_true",
-                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution)")
+                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution); "
+                           "a hub fetch: huggingface_hub's own lines (each retry)")
     loading = an.add_argument_group("loading (not analysis options: how to read the checkpoint)")
     loading.add_argument("--config", metavar="FILE", dest="config_file",
                          help="a config.json for a checkpoint without one (an ONNX export on its own); its keys "
@@ -394,6 +395,9 @@ def _analyze(args) -> int:
     if args.quiet or args.progress is False:  # huggingface_hub, imported when a hub id is fetched, reads it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     bar = LayersBar(show)
+    from .io.hub_errors import show_details
+
+    show_details(args.verbose)  # huggingface_hub's retry lines on stderr only with --verbose
     source = args.source
     if args.revision is not None:
         if not args.revision.strip():

@@ -199,3 +199,40 @@ def test_cli_empty_revision_and_huge_budget(capsys, world):
     rc, out, err = run_cli(capsys, REPO, "--disk-budget", "1e400")
     assert rc == 2 and "Traceback" not in err and "more bytes than any disk holds" in err
     assert len([line for line in err.splitlines() if "error" in line]) == 1, err
+
+
+def _cli(capfd, *args):
+    from specbound.cli import main
+
+    capfd.readouterr()
+    rc = main(["analyze", *args])
+    out, err = capfd.readouterr()
+    return rc, out, err.splitlines()
+
+
+@pytest.mark.parametrize("server", [{"cut_always": ("config.json",)}, {"get_patch": {"Content-Length": "100"}},
+                                    {"get_patch": {"Content-Length": "100000"}}])
+def test_cut_short_or_wrong_length_is_one_line(world, model, monkeypatch, capfd, server):
+    """huggingface_hub's retry lines (a body cut short, a GET whose Content-Length the HEAD did not
+    say) are kept off stderr: one line, exit 2; --verbose shows them.  A later run against an honest
+    server fetches again: the folder the failed fetch left is not read as the model."""
+    from specbound.io.hub_errors import show_details
+
+    root, cache = world
+    monkeypatch.setattr("time.sleep", lambda seconds: None)  # huggingface_hub waits 1 s per retry
+    with HubServer({REPO: model}, **server) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        rc, out, lines = _cli(capfd, REPO)
+        assert rc == 2 and len(lines) == 1 and lines[0].startswith("specbound: error: could not fetch"), lines
+        try:
+            rc, out, lines = _cli(capfd, REPO, "--verbose")
+        finally:
+            show_details(False)
+        assert rc == 2 and lines[-1].startswith("specbound: error: "), lines
+        if "cut_always" in server:  # each retry of the cut body, said by huggingface_hub
+            assert len(lines) > 1 and any("resume" in line for line in lines), lines
+    with HubServer({REPO: model}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        rc, out, lines = _cli(capfd, REPO, "--quiet")
+        assert rc == 0, lines
+        assert hub.fetched() == {"config.json", "model.safetensors"}

@@ -46,11 +46,15 @@ class HubServer:
 
     def __init__(self, repos: dict[str, Path], commit: str = "a" * 40, gated: tuple[str, ...] = (),
                  cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = (),
-                 info_patch: dict | None = None, header_patch: dict | None = None):
+                 info_patch: dict | None = None, header_patch: dict | None = None,
+                 get_patch: dict | None = None, cut_always: tuple[str, ...] = ()):
         self.repos, self.commit, self.gated = {k: Path(v) for k, v in repos.items()}, commit, set(gated)
         # A hostile server: info_patch replaces fields of the model info (a hostile "sha", "siblings"),
         # header_patch the headers of every resolve answer (a hostile ETag, X-Linked-Etag, X-Repo-Commit).
         self.info_patch, self.header_patch = dict(info_patch or {}), dict(header_patch or {})
+        # get_patch: headers of the GET answers only (a Content-Length the HEAD did not say);
+        # cut_always: files whose every GET stops after half the bytes (a download that never completes).
+        self.get_patch, self.cut_always = dict(get_patch or {}), set(cut_always)
         self.cut = set(cut)
         # cut_ranges: the next that many ranged GETs of a weights file send half their bytes and drop
         # the connection; short: files whose ranges are answered one byte short (a consistent but wrong
@@ -175,7 +179,8 @@ class HubServer:
             end -= 1  # one byte short, consistently declared
         h.send_response(status)
         headers = {"ETag": '"' + hashlib.sha256(data).hexdigest() + '"', "X-Repo-Commit": self.commit,
-                   "Content-Length": str(end - start + 1), **self.header_patch}
+                   "Content-Length": str(end - start + 1), **self.header_patch,
+                   **(self.get_patch if body else {})}
         for key, value in headers.items():
             h.send_header(key, value)
         if status == 206:
@@ -183,10 +188,12 @@ class HubServer:
         h.end_headers()
         if not body:
             return None
-        cut = (status == 200 and name in self.cut) or (status == 206 and self.cut_ranges > 0
+        cut = name in self.cut_always or (status == 200 and name in self.cut) or (status == 206 and self.cut_ranges > 0
                                                        and name.endswith(".safetensors") and end - start > 64)
         if cut:
-            if status == 200:
+            if name in self.cut_always:
+                pass
+            elif status == 200:
                 self.cut.discard(name)
             else:
                 self.cut_ranges -= 1

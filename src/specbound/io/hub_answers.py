@@ -126,9 +126,20 @@ def _hook(response) -> None:
     if host is None:  # not inside guarded(): another user of huggingface_hub in this process
         return
     request = response.request
-    if "/resolve/" not in request.url.path:
-        return
     check_headers(response.headers, host, response.status_code, request.method)
+    sizes = getattr(_active, "sizes", None)
+    path = request.url.path
+    if request.method != "HEAD" or not sizes or "/resolve/" not in path or response.status_code >= 400:
+        return
+    from urllib.parse import unquote
+
+    filename = unquote(path.split("/resolve/", 1)[1].partition("/")[2])
+    expected = sizes.get(filename)
+    told = response.headers.get("X-Linked-Size") or (
+        None if 300 <= response.status_code < 400 else response.headers.get("Content-Length"))
+    if expected is not None and told is not None and int(told) != expected:
+        raise refuse(host, f"a size of {filename!r}:", int(told),
+                     f"{expected:,} bytes, as its own listing (model_info) says")
 
 
 def _add_hook(session) -> None:
@@ -160,11 +171,13 @@ def _install() -> None:
 @contextmanager
 def guarded(host: str):
     """Inside the block, every answer of ``huggingface_hub``'s session on this thread is checked
-    (:func:`check_headers`) before the library reads it; ``host`` names the server in messages."""
+    (:func:`check_headers`) before the library reads it; ``host`` names the server in messages.  The
+    dict it yields takes each file's size from the listing (:func:`check_siblings`): a ``HEAD`` that
+    declares another size for that file is refused (a body the client would cut, or pad, to it)."""
     _install()
-    previous = getattr(_active, "host", None)
-    _active.host = host
+    previous = getattr(_active, "host", None), getattr(_active, "sizes", None)
+    _active.host, _active.sizes = host, {}
     try:
-        yield
+        yield _active.sizes
     finally:
-        _active.host = previous
+        _active.host, _active.sizes = previous

@@ -145,6 +145,27 @@ def check_snapshot_links(snapshot: Path, repo_id: str) -> None:
                                      f"download the model again")
 
 
+def complete_snapshot(snapshot: Path) -> bool:
+    """Whether a cached snapshot holds a model (config.json, or an adapter's adapter_config.json), and
+    every shard its shard index names: a fetch that stopped midway (a dropped connection, a refused
+    answer) leaves a snapshot folder without them, which the next run fetches again rather than
+    reads as the model."""
+    if not (snapshot / "config.json").is_file() and not (snapshot / "adapter_config.json").is_file():
+        return False
+    index = snapshot / "model.safetensors.index.json"
+    if not index.is_file():
+        return True
+    from .base import load_json
+
+    try:
+        weight_map = load_json(index, "shard index", "download the model again").get("weight_map")
+    except (SpecboundError, AttributeError):
+        return True  # a corrupt index: the reader says so
+    if not isinstance(weight_map, dict):
+        return True
+    return all(isinstance(v, str) and (snapshot / v).is_file() for v in set(weight_map.values()))
+
+
 def hub_library_snapshot(repo_id: str, revision: str, cache: Path) -> Path | None:
     """The snapshot folder ``huggingface_hub`` resolves offline, or None (not installed, or not in
     the cache as it reads it).  Never touches the network (``local_files_only=True``)."""
@@ -180,11 +201,13 @@ def resolve_hub_id(source: str, *, stream: bool = False, disk_budget: int | str 
     if found is None:
         repo = repo_folder(repo_id)
         found = find_snapshot(repo_id, revision) if repo.is_dir() else None
+    from .hub_fetch import fetch_hub_id, offline  # not cached (or not this revision): fetched, or why not
+
     if found is not None:
         check_snapshot_links(found, repo_id)
-        return found
+        if offline() or complete_snapshot(found):
+            return found  # (offline, an incomplete one says what it lacks)
     repo = repo_folder(repo_id)
-    from .hub_fetch import fetch_hub_id, offline  # not cached (or not this revision): fetched, or why not
 
     if offline() and repo.is_dir():
         snapshots = confined_snapshots(repo_id)

@@ -3,9 +3,45 @@
 
 from __future__ import annotations
 
+import logging
+import warnings
 from contextlib import contextmanager
 
 from ..errors import SpecboundError
+
+# Whether huggingface_hub's own log lines (each retry, each resumed download) and warnings reach
+# stderr; off by default: a failure is specbound's one line.  The CLI's --verbose turns it on.
+SHOW_DETAILS = False
+
+
+def show_details(flag: bool) -> None:
+    global SHOW_DETAILS
+    SHOW_DETAILS = bool(flag)
+
+
+@contextmanager
+def hub_logging():
+    """huggingface_hub's log records and warnings inside the block kept off stderr (unless
+    :data:`SHOW_DETAILS`): a download cut short is one line, not one per retry.  The records kept
+    are on the yielded list (the last becomes a failure's detail)."""
+    kept: list[logging.LogRecord] = []
+    if SHOW_DETAILS:
+        yield kept
+        return
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record)
+
+    logger = logging.getLogger("huggingface_hub")
+    handlers, propagate = logger.handlers[:], logger.propagate
+    logger.handlers, logger.propagate = [Keep()], False
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"huggingface_hub(\.|$)")
+            yield kept
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
 
 
 def display(repo_id: str, revision: str) -> str:
@@ -47,11 +83,13 @@ def hub_errors(repo_id: str, revision: str, endpoint: str | None, doing: str = "
                              f"download it yourself and pass the folder") from None
     except (OSError, ValueError) as e:  # network down, DNS, a refused connection, a full disk
         detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached ({detail}); check "
+        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached, or its answer was "
+                             f"not what it declared ({detail}); check "
                              f"the network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
     except Exception as e:  # (the HTTP client's transport errors are not OSError)
         if not transport_error(e):
             raise
-        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached "
-                             f"({type(e).__name__}); check the network (or HF_ENDPOINT), or pass a local model "
-                             f"folder") from None
+        detail = (str(e).splitlines() or [""])[0][:160]
+        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached, or its answer "
+                             f"was cut short ({type(e).__name__}{': ' + detail if detail else ''}); check the network "
+                             f"(or HF_ENDPOINT), or pass a local model folder (--verbose shows each retry)") from None

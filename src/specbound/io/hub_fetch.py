@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..errors import SpecboundError, os_errors
 from .hub_answers import check_commit, check_filename, check_siblings, guarded
-from .hub_errors import display
+from .hub_errors import display, hub_logging
 from .shard_index import inside
 
 CONFIG = "config.json"
@@ -133,10 +133,11 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
     endpoint, token = _endpoint(), _token()
     host = endpoint or "huggingface.co"
 
-    with hub_errors(repo_id, revision, endpoint), guarded(host):
+    with hub_errors(repo_id, revision, endpoint), guarded(host) as expected_sizes, hub_logging():
         info = _model_info(HfApi(endpoint=endpoint, token=token), repo_id, revision, host)
         commit = check_commit(info.sha, host, "the commit (model_info 'sha')")
         sizes = check_siblings(info.siblings, host)
+        expected_sizes.update(sizes)
         remote = HubFiles(repo_id, revision, commit, endpoint, token)  # every read at one commit
         weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
         try:
