@@ -33,7 +33,12 @@ def hub_logging():
         def emit(self, record: logging.LogRecord) -> None:
             kept.append(record)
 
-    logger = logging.getLogger("huggingface_hub")
+    try:  # its own stderr handler added now, not while the block runs (it would escape the capture)
+        from huggingface_hub.utils import logging as hub_logs
+
+        logger = hub_logs.get_logger("huggingface_hub")
+    except ImportError:
+        logger = logging.getLogger("huggingface_hub")
     handlers, propagate = logger.handlers[:], logger.propagate
     logger.handlers, logger.propagate = [Keep()], False
     try:
