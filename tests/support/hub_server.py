@@ -47,7 +47,8 @@ class HubServer:
     def __init__(self, repos: dict[str, Path], commit: str = "a" * 40, gated: tuple[str, ...] = (),
                  cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = (),
                  info_patch: dict | None = None, header_patch: dict | None = None,
-                 get_patch: dict | None = None, cut_always: tuple[str, ...] = ()):
+                 get_patch: dict | None = None, cut_always: tuple[str, ...] = (),
+                 bare_status: dict[str, int] | None = None):
         self.repos, self.commit, self.gated = {k: Path(v) for k, v in repos.items()}, commit, set(gated)
         # A hostile server: info_patch replaces fields of the model info (a hostile "sha", "siblings"),
         # header_patch the headers of every resolve answer (a hostile ETag, X-Linked-Etag, X-Repo-Commit).
@@ -55,6 +56,8 @@ class HubServer:
         # get_patch: headers of the GET answers only (a Content-Length the HEAD did not say);
         # cut_always: files whose every GET stops after half the bytes (a download that never completes).
         self.get_patch, self.cut_always = dict(get_patch or {}), set(cut_always)
+        # bare_status: ids answered with that HTTP status and no X-Error-Code (a mirror's plain 404, a 401)
+        self.bare_status = dict(bare_status or {})
         self.cut = set(cut)
         # cut_ranges: the next that many ranged GETs of a weights file send half their bytes and drop
         # the connection; short: files whose ranges are answered one byte short (a consistent but wrong
@@ -139,6 +142,11 @@ class HubServer:
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         route = info or tree or paths_info or resolve
         repo_id = route.group(1) if route else None
+        if repo_id in self.bare_status:
+            h.send_response(self.bare_status[repo_id])
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
         if repo_id not in self.repos:
             return self._error(h, 404, "RepoNotFound")
         if repo_id in self.gated and h.headers.get("Authorization") != "Bearer hf_granted":

@@ -77,13 +77,16 @@ def hub_errors(repo_id: str, revision: str, endpoint: str | None, doing: str = "
         raise SpecboundError(f"{name} is gated on {host}: accept its terms on the model page, then set "
                              f"HF_TOKEN to a token of that account (or run `hf auth login`)") from None
     except hf_errors.RepositoryNotFoundError:
-        raise SpecboundError(f"{repo_id} is not a model on {host} (or it is private): check the id, or set "
-                             f"HF_TOKEN to a token that can read it") from None
+        raise SpecboundError(f"{repo_id} is not a model on {host}: no such repository, or it is private: check "
+                             f"the id, or set HF_TOKEN to a token that can read it") from None
     except hf_errors.RevisionNotFoundError:
         raise SpecboundError(f"{repo_id} has no revision {revision!r} on {host}: pass a branch, tag or "
                              f"commit hash that exists") from None
     except hf_errors.HfHubHTTPError as e:
         status = getattr(getattr(e, "response", None), "status_code", "?")
+        if status in (401, 403, 404):  # a mirror's plain answer, without the Hub's error code
+            raise SpecboundError(f"{host} answered HTTP {status} for {name}: no such repository, or it is private "
+                                 f"(or gated): check the id, or set HF_TOKEN to a token that can read it") from None
         raise SpecboundError(f"{host} answered HTTP {status} while {doing} {name}: retry later, or "
                              f"download it yourself and pass the folder") from None
     except (OSError, ValueError) as e:  # network down, DNS, a refused connection, a full disk

@@ -258,6 +258,7 @@ def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None) -> Stream
     config = check_config(read_json(remote, "config.json", "model config"), f"config.json of {remote.name}")
     where = f"{remote.repo_id}@{remote.commit} (streamed from {remote._host()})"
     ckpt = StreamedCheckpoint(where, config, {}, remote)
+    ckpt.hub_source = f"{remote.repo_id}@{remote.commit}"
     ckpt.shards = dict(weight_map) if weight_map else {name: single for name in ckpt.header(single)[1]}
     for shard in sorted(set(ckpt.shards.values())):  # every header now: a lying one fails before any tensor
         ckpt.header(shard)
