@@ -32,6 +32,7 @@ from .shard_index import inside
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+DOWNLOAD_WORKERS = 8  # files downloaded at once (huggingface_hub's snapshot_download uses 8 too)
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a PEFT adapter repository
 
 
@@ -139,6 +140,7 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
         sizes = check_siblings(info.siblings, host)
         expected_sizes.update(sizes)
         remote = HubFiles(repo_id, revision, commit, endpoint, token)  # every read at one commit
+        remote._sizes.update({f: n for f, n in sizes.items() if n is not None})  # no HEAD per file to stream
         weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
         try:
             wanted = needed_files(list(sizes), lambda: [check_filename(v, host, "a shard name of the index")
@@ -151,9 +153,20 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
         if not stream:
             stream = _over_budget(name, [sizes[f] for f in wanted], budget, cache)
         if stream:
-            return open_streamed(remote, weight_map)
-        paths = [Path(hf_hub_download(repo_id, f, revision=commit, cache_dir=str(cache), endpoint=endpoint,
-                                      token=token)) for f in wanted]
+            return open_streamed(remote, weight_map, sizes)
+        def download(filename: str) -> Path:
+            with guarded(host) as checked:  # (each worker thread checks the answers it gets)
+                checked.update(sizes)
+                return Path(hf_hub_download(repo_id, filename, revision=commit, cache_dir=str(cache),
+                                            endpoint=endpoint, token=token))
+
+        if len(wanted) <= 2:
+            paths = [download(f) for f in wanted]
+        else:  # thousands of small shards: their round trips overlap, as huggingface_hub's snapshot_download does
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(DOWNLOAD_WORKERS, len(wanted))) as pool:
+                paths = list(pool.map(download, wanted))
     snapshot = _repo_folder(repo_id, cache) / "snapshots" / commit
     for path, filename in zip(paths, wanted):
         if path != snapshot / filename:
