@@ -17,7 +17,7 @@ import specbound
 from specbound.errors import SpecboundError
 from specbound.io import hub_answers
 from support.fuzz import FUZZ, time_limit
-from support.hub_server import HubServer, isolate_hub_environment
+from support.hub_server import HubServer, isolate_hub_environment, walk_outside
 from support.numpy_bert import write_tiny_bert
 
 pytest.importorskip("huggingface_hub")
@@ -57,19 +57,6 @@ def test_checks_accept_only_what_stays_in_the_cache(case):
         assert _stays_inside(accepted, check is hub_answers.check_etag), accepted
 
 
-def _walk(root: Path, cache: Path) -> dict[str, tuple]:
-    seen = {}
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        if here == cache or cache in here.parents:
-            continue
-        for name in dirs + files:
-            if here / name != cache:
-                info = (here / name).lstat()
-                seen[str(here / name)] = (info.st_mode, info.st_size, info.st_mtime_ns)
-    return seen
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     return write_tiny_bert(tmp_path_factory.mktemp("fuzz_hub") / "tiny", seed=12)
@@ -96,7 +83,7 @@ def test_hostile_answers_write_nothing_outside_the_cache(served, monkeypatch, ca
         isolate_hub_environment(monkeypatch, root)
         monkeypatch.setenv("HF_HUB_CACHE", str(cache))
         patch = {key: value}
-        before = _walk(root, cache)
+        before = walk_outside(root, cache)
         with HubServer({REPO: served}, info_patch=patch if where == "info" else None,
                        header_patch=patch if where == "header" else None) as hub:
             monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -105,5 +92,5 @@ def test_hostile_answers_write_nothing_outside_the_cache(served, monkeypatch, ca
                     specbound.analyze(REPO, threads=1)
                 except SpecboundError as exc:
                     assert "\n" not in str(exc)
-        assert _walk(root, cache) == before, case
+        assert walk_outside(root, cache) == before, case
         assert not (root.parent / "x").exists()

@@ -39,7 +39,8 @@ def test_hub_analysis_is_named_org_name_at_commit(tmp_path, hub_env):
         assert a.location == str(snapshot)
         assert a.to_dict()["source"] == f"{REPO}@{SHA}"
         header = format_summary(a).splitlines()
-        assert header[0] == f"specbound: {REPO}@{SHA}" and header[1].endswith(str(snapshot)), header[:2]
+        assert header[0] == f"specbound: {REPO}@{SHA}", header[:2]
+        assert header[1].startswith("from ") and header[1].endswith(f"snapshots/{SHA}"), header[:2]
         assert f"{REPO}@{SHA[:8]}" in a._repr_html_()
 
     from specbound.sweep.run import run_sweep

@@ -13,7 +13,7 @@ import pytest
 
 import specbound
 from specbound.errors import SpecboundError
-from support.hub_server import HubServer, isolate_hub_environment
+from support.hub_server import HubServer, isolate_hub_environment, walk_outside
 from support.numpy_bert import write_tiny_bert
 from support.one_line import assert_one_line_error, run_cli
 
@@ -39,36 +39,20 @@ def world(tmp_path, monkeypatch):
     return root, cache
 
 
-def walk(root: Path, cache: Path) -> dict[str, tuple]:
-    """Every path under ``root`` outside ``cache`` with its kind, size and modification time."""
-    seen = {}
-    for folder, dirs, files in os.walk(root):
-        here = Path(folder)
-        if here == cache or cache in here.parents:
-            continue
-        for name in dirs + files:
-            path = here / name
-            if path == cache:
-                continue
-            info = path.lstat()
-            seen[str(path)] = (info.st_mode, info.st_size, info.st_mtime_ns)
-    return seen
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     return write_tiny_bert(tmp_path_factory.mktemp("served") / "tiny", seed=11)
 
 
 def _refused(root, cache, needles, call):
-    before = walk(root, cache)
+    before = walk_outside(root, cache)
     with pytest.raises(SpecboundError) as info:
         call()
     message = str(info.value)
     assert "\n" not in message
     for needle in needles:
         assert needle in message, (needle, message)
-    assert walk(root, cache) == before, "a file outside the cache was created or changed"
+    assert walk_outside(root, cache) == before, "a file outside the cache was created or changed"
     assert not (root.parent / "x").exists() and not Path("/x").exists()
     return message
 
@@ -132,12 +116,12 @@ def test_streamed_hostile_answers_refused(world, model, monkeypatch):
 def test_honest_server_still_fetches(world, model, monkeypatch):
     """The checks refuse nothing a Hub-like server sends: the fetch writes only inside the cache."""
     root, cache = world
-    before = walk(root, cache)
+    before = walk_outside(root, cache)
     with HubServer({REPO: model}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         result = specbound.analyze(REPO, threads=1)
     assert result.bounds
-    assert walk(root, cache) == before
+    assert walk_outside(root, cache) == before
     assert (cache / "models--org--tiny-bert" / "snapshots" / SHA / "config.json").is_file()
 
 

@@ -39,6 +39,23 @@ def isolate_hub_environment(monkeypatch, root: Path) -> None:
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
 
 
+def walk_outside(root: Path, cache: Path) -> dict[str, tuple]:
+    """Every path under ``root`` outside ``cache``, with its kind, size and modification time: taken
+    before and after a hostile answer, the two must be equal (nothing written outside the cache)."""
+    import os
+
+    seen = {}
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        if here == cache or cache in here.parents:
+            continue
+        for name in dirs + files:
+            if here / name != cache:
+                info = (here / name).lstat()
+                seen[str(here / name)] = (info.st_mode, info.st_size, info.st_mtime_ns)
+    return seen
+
+
 class HubServer:
     """``repos``: ``{"org/name": folder}``; every repository has one revision ``main`` at ``commit``.
     ``gated``: ids answered 403 GatedRepo unless the request carries ``Authorization: Bearer hf_granted``.  ``cut``: file names whose first full GET stops after
