@@ -127,7 +127,7 @@ def check_snapshot_links(snapshot: Path, repo_id: str) -> None:
     """Refuse a snapshot whose files (links into ``blobs/``, as huggingface_hub writes them) resolve
     outside the repository's cache folder: what is read must be what the cache holds."""
     repo = snapshot.parent.parent
-    if not inside(repo.parent, snapshot):
+    if not inside(repo / "snapshots", snapshot):
         raise SpecboundError(f"the snapshot {snapshot} of {repo_id} leads out of the Hugging Face cache; remove "
                              f"the link and download the model again")
     count = 0
