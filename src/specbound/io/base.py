@@ -43,6 +43,9 @@ class Checkpoint:
     config: dict[str, Any]
     # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
     config_path: Path | None = None
+    # ``ORG/NAME@commit`` for a hub id (fetched, cached or streamed): the analysis's source, while
+    # ``location`` stays the snapshot folder it was read from; None for anything else.
+    hub_source: str | None = None
     # None, or one sentence saying that the weights read are not the stored values as trained (a
     # quantized GGUF file: dequantized values, so the bounds are of the quantized model); the
     # analysis reports it.

@@ -81,6 +81,9 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
             _refuse_base(base, f"the streamed model {source!s}")
             return path
+        ckpt = _open_path(path, config, base=base)  # the snapshot folder, read as any folder
+        ckpt.hub_source = f"{str(source).partition('@')[0]}@{path.name}"  # ORG/NAME@commit: what was read
+        return ckpt
     from .lora import is_adapter_folder, open_adapter
 
     if is_adapter_folder(path):  # before any "no config.json": an adapter has none of its own
