@@ -19,7 +19,7 @@ FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 # Bytes per stored value, by safetensors dtype code; an unknown code counts as 1 (the least a
 # declared value can take, so the size check never refuses a tensor that could fit).
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E8M0": 1}
 # JSON nesting beyond this is refused before parsing (Python's parser recurses once per level, and
 # a real config.json or shard index is a few levels deep).
 MAX_JSON_DEPTH = 200

@@ -82,7 +82,9 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
                                  f"{Path.cwd()})") from None
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
             _refuse_base(base, f"the streamed model {source!s}")
-            return path
+            from .quantized import maybe_quantized
+
+            return maybe_quantized(path)
     from .lora import is_adapter_folder, open_adapter
 
     if is_adapter_folder(path):  # before any "no config.json": an adapter has none of its own
@@ -152,6 +154,9 @@ def _refuse_tokenizer_only(folder: Path) -> None:
 
 
 def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
+    from .quantized import maybe_quantized  # GPTQ, AWQ, compressed-tensors, bitsandbytes, MLX
+
+    ckpt = maybe_quantized(ckpt)
     if (folder / "config.json").is_file() and not getattr(ckpt, "config_from_weights", False):  # not when the caller's --config stands in for it
         ckpt.config_path = folder / "config.json"
     return ckpt
