@@ -282,7 +282,12 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
     if not hasattr(ckpt, "stored"):
         raise SpecboundError(f"{where}: a {method} checkpoint is read from safetensors files; this one is "
                              f"{type(ckpt).__name__}: save it with save_pretrained (safetensors)")
-    description, modules = builders[method](ckpt, qc, where)
+    try:
+        description, modules = builders[method](ckpt, qc, where)
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # a shape or setting of the wrong kind
+        raise SpecboundError(f"{where}: its {method} tensors do not have the shapes and types its quantization "
+                             f"config implies ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is corrupt "
+                             f"or not what its quantization_config says") from None
     if method == "compressed-tensors" and not modules and qc.get("format", "dense") == "dense":
         return ckpt  # a dense (decompressed) compressed-tensors save: float weights as stored
     if not modules:
@@ -301,6 +306,14 @@ def _int(qc: dict, key: str, where: str, default: Any = None, allowed: tuple = (
 
 def _modules_with(ckpt: Checkpoint, suffix: str) -> list[str]:
     return sorted(n[: -len(suffix)] for n in ckpt.names if n.endswith(suffix))
+
+
+def _matrix(ckpt: Checkpoint, name: str, where: str) -> tuple[int, int]:
+    shape = tuple(ckpt.shape(name))
+    if len(shape) != 2:
+        raise SpecboundError(f"{where}: tensor {name!r} has the shape {shape}, not a matrix; the checkpoint is "
+                             f"corrupt or not what its quantization_config says")
+    return shape
 
 
 def _expect(ckpt: Checkpoint, name: str, shape: tuple[int, ...], dtypes: tuple[str, ...], where: str) -> None:
@@ -329,7 +342,7 @@ def _gptq(ckpt: Checkpoint, qc: dict, where: str):
         parts = {r: f"{prefix}.{r}" for r in ("qweight", "qzeros", "scales", "g_idx") if f"{prefix}.{r}" in names}
         if not {"qweight", "qzeros", "scales"} <= set(parts):
             raise SpecboundError(f"{where}: module {prefix!r} has a qweight but not its qzeros and scales")
-        rows, out = ckpt.shape(parts["qweight"])
+        rows, out = _matrix(ckpt, parts["qweight"], where)
         if rows * 32 % bits:
             raise SpecboundError(f"{where}: {parts['qweight']!r} has {rows} rows, not a whole number of {bits}-bit "
                                  f"values")
@@ -390,7 +403,7 @@ def _awq(ckpt: Checkpoint, qc: dict, where: str):
         parts = {r: f"{prefix}.{r}" for r in ("qweight", "qzeros", "scales") if f"{prefix}.{r}" in names}
         if len(parts) != 3:
             raise SpecboundError(f"{where}: module {prefix!r} has a qweight but not its qzeros and scales")
-        n_in, packed = ckpt.shape(parts["qweight"])
+        n_in, packed = _matrix(ckpt, parts["qweight"], where)
         out = packed * 32 // bits
         if group <= 0 or n_in % group:
             raise SpecboundError(f"{where}: {n_in} input rows of {prefix!r} are not whole groups of {group}")
@@ -479,7 +492,7 @@ def _compressed(ckpt: Checkpoint, qc: dict, where: str):
         elif fmt == "nvfp4-pack-quantized":
             if "weight_packed" not in parts or kind != "float" or bits != 4:
                 raise SpecboundError(f"{where}: nvfp4 module {prefix!r} needs a uint8 weight_packed of FP4 values")
-            rows, half = ckpt.shape(parts["weight_packed"])
+            rows, half = _matrix(ckpt, parts["weight_packed"], where)
             shape = (rows, 2 * half)
             _expect(ckpt, parts["weight_packed"], (rows, half), ("U8",), where)
             out_code = "BF16"
