@@ -140,3 +140,23 @@ def test_gptq_shapes_that_disagree_are_refused(base):
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(SpecboundError, match="groups"):
         open_checkpoint(folder)
+
+
+def test_activation_and_kv_cache_scales_are_set_aside_and_said(base):
+    """A W8A8 FP8 checkpoint stores input_scale per Linear and k_scale / v_scale per attention: not
+    weights; the analysis reads the weights and its note counts what it set aside."""
+    pytest.importorskip("compressed_tensors")
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    root, model, hf = base
+    folder = root / "w8a8"
+    expected = qw.write_compressed(model, folder, CT["fp8-channel"][1], "float-quantized")
+    tensors = load_file(str(folder / "model.safetensors"))
+    for i in range(2):
+        for p in qw.PROJ:
+            tensors[f"model.layers.{i}.{p}.input_scale"] = torch.tensor([0.01])
+        tensors[f"model.layers.{i}.self_attn.k_scale"] = torch.tensor(1.0)
+    save_file(tensors, str(folder / "model.safetensors"))
+    ours = _check(folder, expected, hf, ["16 activation / KV-cache quantization scales set aside"], 0.2)
+    assert not any("input_scale" in t for row in ours.to_dict()["matrices"] for t in row.get("tensors", []))

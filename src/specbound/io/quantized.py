@@ -175,10 +175,13 @@ class QuantizedCheckpoint(Checkpoint):
     modules: dict[str, Module]
     location: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    # Activation and KV-cache quantization scales (``input_scale``, ``k_scale``, ...): not weights,
+    # set aside (the weights note says how many).
+    set_aside: frozenset[str] = frozenset()
 
     def __post_init__(self):
         self.location, self.config = self.base.location, self.base.config
-        self._hidden = {p for m in self.modules.values() for p in m.parts.values()}
+        self._hidden = {p for m in self.modules.values() for p in m.parts.values()} | set(self.set_aside)
 
     @property
     def _read_lock(self):  # type: ignore[override]
@@ -190,8 +193,10 @@ class QuantizedCheckpoint(Checkpoint):
 
     @property
     def weights_note(self) -> str | None:  # type: ignore[override]
-        return (f"quantized checkpoint ({self.description}; {len(self.modules)} tensors): the weights analysed are "
-                f"the dequantized values its library computes with, so the bounds are of the quantized model")
+        aside = (f"; {len(self.set_aside)} activation / KV-cache quantization scales set aside (the bounds are of the "
+                 f"weights)" if self.set_aside else "")
+        return (f"quantized checkpoint ({self.description}; {len(self.modules)} tensors{aside}): the weights analysed "
+                f"are the dequantized values its library computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.modules[name].shape if name in self.modules else self.base.shape(name)
@@ -293,7 +298,14 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
     if not modules:
         raise SpecboundError(f"{where} says the weights are {method}-quantized, but no tensor of {ckpt.location} is "
                              f"stored that way; the config and the weights do not belong together")
-    return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules)
+    aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
+    return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules, set_aside=aside)
+
+
+# Scales of activations and of the KV cache that quantized checkpoints store beside the weights
+# (compressed-tensors W8A8, FP8 KV cache): read by an inference engine, not weights.
+_ACTIVATION_SCALE = re.compile(r"\.(input_scale|input_zero_point|input_global_scale|output_scale|output_zero_point|"
+                               r"k_scale|v_scale|q_scale|kv_scale)$")
 
 
 def _int(qc: dict, key: str, where: str, default: Any = None, allowed: tuple = ()) -> Any:
