@@ -160,3 +160,15 @@ def test_activation_and_kv_cache_scales_are_set_aside_and_said(base):
     save_file(tensors, str(folder / "model.safetensors"))
     ours = _check(folder, expected, hf, ["16 activation / KV-cache quantization scales set aside"], 0.2)
     assert not any("input_scale" in t for row in ours.to_dict()["matrices"] for t in row.get("tensors", []))
+
+
+def test_a_dequantized_weight_that_cannot_fit_in_memory_is_refused(base, monkeypatch):
+    import specbound.io.base
+
+    root, model, _ = base
+    folder = root / "gptq-memory"
+    qw.write_gptq(model, folder, 4, 32, True, False)
+    ckpt = open_checkpoint(folder)
+    monkeypatch.setattr(specbound.io.base, "available_memory", lambda: 1000)
+    with pytest.raises(SpecboundError, match="float64 copy needs"):
+        ckpt.read("model.layers.0.self_attn.q_proj.weight")

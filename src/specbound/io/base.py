@@ -110,6 +110,11 @@ class Checkpoint:
                 f"({stored:,} bytes as {self.dtype(name)}) but its file holds {held:,} bytes: the header or "
                 f"pickle lies about the tensor's size (a corrupt or hostile file); re-save the checkpoint"
             )
+        return self.check_memory(name, count)
+
+    def check_memory(self, name: str, count: int) -> int:
+        """``count``: the values of ``name``, whose float64 copy must fit in the memory available now
+        (the check every reader's :meth:`check_size` ends with)."""
         free = available_memory()
         if free is not None and 8 * count > free:
             raise SpecboundError(

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError, os_errors
-from .base import Checkpoint, available_memory, load_json
+from .base import Checkpoint, load_json
 
 BINARY_VERSIONS = (6,)
 # dtype id -> (numpy dtype, safetensors code), in the order of ctranslate2's DataType enum
@@ -213,12 +213,7 @@ class CTranslate2Checkpoint(Checkpoint):
         """The variable's bytes were checked against the file when it was opened; the float64 copy
         against the memory available."""
         count = math.prod(self.shape(name))
-        free = available_memory()
-        if free is not None and 8 * count > free:
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
-                                 f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available; use "
-                                 f"a machine with more memory")
-        return count
+        return self.check_memory(name, count)
 
     def _values(self, var: str) -> np.ndarray:
         v = self.variables[var]

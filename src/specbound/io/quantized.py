@@ -59,7 +59,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import SpecboundError
-from .base import Checkpoint, available_memory
+from .base import Checkpoint
 
 QUANT_METHODS = ("gptq", "awq", "compressed-tensors", "bitsandbytes", "mlx")
 _FLOAT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
@@ -223,11 +223,7 @@ class QuantizedCheckpoint(Checkpoint):
         for part in self.modules[name].parts.values():
             self.base.check_size(part)
         count = math.prod(self.modules[name].shape)
-        free = available_memory()
-        if free is not None and 8 * count > free:
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
-                                 f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available")
-        return count
+        return self.check_memory(name, count)
 
     def stored(self, name: str) -> np.ndarray:
         return self.base.stored(name)  # type: ignore[attr-defined]
