@@ -92,6 +92,16 @@ def test_mlx_reads_as_mlxs_dequantization(base, bits):
     _check(folder, expected, hf, ["MLX", f"{bits}-bit"], 1.0 if bits < 4 else 0.6)
 
 
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+def test_mlx_reads_as_mx_dequantize(base, bits):
+    """Quantized by mlx itself (mx.quantize), compared with mx.dequantize."""
+    pytest.importorskip("mlx.core")
+    root, model, hf = base
+    folder = root / f"mlx-native-{bits}"
+    expected = qw.write_mlx_native(model, folder, bits, 32)
+    _check(folder, expected, hf, ["MLX", f"{bits}-bit"], 2.0 if bits < 4 else 0.6)
+
+
 def test_gptq_3bit_packing_is_a_bit_stream():
     """AutoGPTQ's 3-bit loop (32 values in 3 words, crossing word boundaries) is read back by the
     generic little-endian bit-stream unpacking, for every value pattern."""

@@ -1,7 +1,8 @@
 """Quantized checkpoints of a tiny LLaMA, written the way each library writes them: compressed-tensors
 by its own compressors; GPTQ and AWQ by packers transcribed from AutoGPTQ's ``QuantLinear.pack`` and
-AutoAWQ's ``WQLinear_GEMM.from_linear`` (neither package installs here); MLX by a packer of mlx's
-published layout (uint32 words, values little-endian in the bit stream).  Each returns the
+AutoAWQ's ``WQLinear_GEMM.from_linear`` (neither package installs here); MLX by mlx itself
+(``write_mlx_native``) and by a packer of its layout (uint32 words, values little-endian in the bit
+stream), which runs where mlx does not install.  Each returns the
 dequantized weights the library computes, for the tests to compare with."""
 
 import json
@@ -236,7 +237,7 @@ def mlx_pack_rows(values: np.ndarray, bits: int) -> np.ndarray:
 
 def write_mlx(model, folder: Path, bits: int, group: int) -> dict:
     """mlx-lm's affine quantization (``w ~ scales * q + biases`` per group, float16 scales and
-    biases); returns ``scales * q + biases`` in float32 cast to float16, as float64."""
+    biases); returns ``scales * q + biases`` in float16 arithmetic (as mx.dequantize), as float64."""
     tensors, expected = {}, {}
     maxq = 2**bits - 1
     for name, linear in _linears(model).items():
@@ -251,8 +252,25 @@ def write_mlx(model, folder: Path, bits: int, group: int) -> dict:
         tensors[f"{name}.weight"] = mlx_pack_rows(q, bits)
         tensors[f"{name}.scales"] = scales
         tensors[f"{name}.biases"] = biases
-        sr = np.repeat(scales.astype(np.float32), group, 1)
-        br = np.repeat(biases.astype(np.float32), group, 1)
-        expected[f"{name}.weight"] = (sr * q.astype(np.float32) + br).astype(np.float16).astype(np.float64)
+        sr, br = np.repeat(scales, group, 1), np.repeat(biases, group, 1)
+        expected[f"{name}.weight"] = ((sr * q.astype(np.float16)) + br).astype(np.float64)  # float16 arithmetic
+    _save(folder, model, tensors, {"group_size": group, "bits": bits}, key="quantization")
+    return expected
+
+
+def write_mlx_native(model, folder: Path, bits: int, group: int) -> dict:
+    """The Linears quantized by mlx itself (``mx.quantize`` of the float16 weight); returns
+    ``mx.dequantize`` of what it stored, as float64."""
+    import mlx.core as mx
+
+    tensors, expected = {}, {}
+    for name, linear in _linears(model).items():
+        w = mx.array(linear.weight.detach().numpy().astype(np.float16))
+        q, scales, biases = mx.quantize(w, group_size=group, bits=bits)
+        tensors[f"{name}.weight"] = np.array(q)
+        tensors[f"{name}.scales"] = np.array(scales)
+        tensors[f"{name}.biases"] = np.array(biases)
+        expected[f"{name}.weight"] = np.array(mx.dequantize(q, scales, biases, group_size=group,
+                                                            bits=bits)).astype(np.float64)
     _save(folder, model, tensors, {"group_size": group, "bits": bits}, key="quantization")
     return expected

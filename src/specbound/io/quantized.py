@@ -40,7 +40,8 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   (``int8_vectorwise_dequant``).
 * **MLX** (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
   uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
-  per ``group_size`` values: ``scales * q + biases`` in float32, cast to the dtype of ``scales``.
+  per ``group_size`` values: ``scales * q + biases`` in the dtype of ``scales`` (the product rounded,
+  then the sum: ``mx.dequantize``).
   MLX's tensor names are the Hugging Face ones for the models mlx-lm converts.
 
 Every other variant (``quant_method``, ``checkpoint_format``, AWQ ``version``, compressed-tensors
@@ -744,7 +745,8 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
 
 def _dequantize_mlx(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     bits, group = m.params["bits"], m.params["group"]
-    values = unpack_bits(q.part(m, "weight"), bits, m.shape[1]).astype(np.float32)
-    scales = np.repeat(q.floats(m, "scales").astype(np.float32), group, axis=1)
-    biases = np.repeat(q.floats(m, "biases").astype(np.float32), group, axis=1)
-    return round_to(scales * values + biases, m.out_dtype)
+    values = unpack_bits(q.part(m, "weight"), bits, m.shape[1])
+    scales = np.repeat(q.floats(m, "scales"), group, axis=1)
+    biases = np.repeat(q.floats(m, "biases"), group, axis=1)
+    # mx.dequantize computes in the dtype of the scales: the product rounded, then the sum
+    return round_to(round_to(scales * values, m.out_dtype) + biases, m.out_dtype)
