@@ -102,6 +102,15 @@ def test_mlx_reads_as_mx_dequantize(base, bits):
     _check(folder, expected, hf, ["MLX", f"{bits}-bit"], 2.0 if bits < 4 else 0.6)
 
 
+@pytest.mark.parametrize("block", [(16, 32), None])
+def test_finegrained_fp8_reads_as_transformers_dequantizes(base, block):
+    """transformers' own Fp8Dequantize is the reference (DeepSeek-V3-style 2-D blocks, and per tensor)."""
+    root, model, hf = base
+    folder = root / f"fp8-{block}"
+    expected = qw.write_finegrained_fp8(model, folder, block)
+    _check(folder, expected, hf, ["fine-grained FP8"], 0.2)
+
+
 def test_gptq_3bit_packing_is_a_bit_stream():
     """AutoGPTQ's 3-bit loop (32 values in 3 words, crossing word boundaries) is read back by the
     generic little-endian bit-stream unpacking, for every value pattern."""

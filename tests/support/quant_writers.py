@@ -274,3 +274,27 @@ def write_mlx_native(model, folder: Path, bits: int, group: int) -> dict:
                                                             bits=bits)).astype(np.float64)
     _save(folder, model, tensors, {"group_size": group, "bits": bits}, key="quantization")
     return expected
+
+
+def write_finegrained_fp8(model, folder: Path, block) -> dict:
+    """transformers' fine-grained FP8 layout (DeepSeek-V3 / Qwen3-FP8): E4M3 ``weight`` and a float32
+    ``weight_scale_inv`` per ``block`` (None: per tensor); returns transformers' own dequantization
+    (``Fp8Dequantize._dequantize_one`` to float32), as float64."""
+    import torch
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+
+    tensors, expected = {}, {}
+    for name, linear in _linears(model).items():
+        w = linear.weight.detach().float()
+        out, n_in = w.shape
+        r, c = block or (out, n_in)
+        blocks = w.reshape(out // r, r, n_in // c, c)
+        scale = (blocks.abs().amax(dim=(1, 3)) / 448.0).clamp(min=1e-12)
+        q = (blocks / scale[:, None, :, None]).reshape(out, n_in).to(torch.float8_e4m3fn)
+        scale = scale if block else scale.reshape(())
+        tensors[f"{name}.weight"], tensors[f"{name}.weight_scale_inv"] = q, scale
+        expected[f"{name}.weight"] = Fp8Dequantize(None)._dequantize_one(
+            q, scale if block else scale.reshape(1, 1), torch.float32).double().numpy()
+    _save(folder, model, tensors, {"quant_method": "fp8", "activation_scheme": "dynamic",
+                                   "weight_block_size": list(block) if block else None})
+    return expected

@@ -31,6 +31,9 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   strategies ``tensor``, ``channel``, ``group``, ``tensor_group`` and ``block``; the library's
   ``(q - zero_point) * scale`` in the dtype of the scale (``dequantize``).  The config group
   applying to a module is the first whose ``targets`` match it (``Linear``, a name, or ``re:``).
+* **fine-grained FP8** (``quant_method: fp8``; transformers' layout of DeepSeek-V3, Qwen3-FP8): E4M3
+  ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
+  blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``).
 * **bitsandbytes** (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
   byte, the high nibble first) with ``absmax`` per ``blocksize`` values, the code table
   ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
@@ -62,7 +65,7 @@ import numpy as np
 from ..errors import SpecboundError
 from .base import Checkpoint
 
-QUANT_METHODS = ("gptq", "awq", "compressed-tensors", "bitsandbytes", "mlx")
+QUANT_METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "bitsandbytes", "mlx")
 _FLOAT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
 
 
@@ -278,7 +281,8 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
     if method == "mlx" or (isinstance(mlx, dict) and "bits" in mlx and method in ("", "mlx")):
         qc = {**(mlx if isinstance(mlx, dict) else qc), "quant_method": "mlx"}
         method = "mlx"
-    builders = {"gptq": _gptq, "awq": _awq, "compressed-tensors": _compressed, "bitsandbytes": _bnb, "mlx": _mlx}
+    builders = {"gptq": _gptq, "awq": _awq, "compressed-tensors": _compressed, "fp8": _fp8, "bitsandbytes": _bnb,
+                "mlx": _mlx}
     if method not in builders:
         raise _refuse(where, f"quant_method {qc.get('quant_method')!r}", ", ".join(QUANT_METHODS))
     if not hasattr(ckpt, "stored"):
@@ -302,7 +306,7 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
 # Scales of activations and of the KV cache that quantized checkpoints store beside the weights
 # (compressed-tensors W8A8, FP8 KV cache): read by an inference engine, not weights.
 _ACTIVATION_SCALE = re.compile(r"\.(input_scale|input_zero_point|input_global_scale|output_scale|output_zero_point|"
-                               r"k_scale|v_scale|q_scale|kv_scale)$")
+                               r"k_scale|v_scale|q_scale|kv_scale|activation_scale)$")
 
 
 def _int(qc: dict, key: str, where: str, default: Any = None, allowed: tuple = ()) -> Any:
@@ -606,6 +610,48 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         zero = _expand(zp.astype(np.float64), shape, p)
     out = (x - zero) * _expand(scale, shape, p)
     return round_to(out, m.out_dtype if m.out_dtype != "F8_E4M3" else "BF16")
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' fine-grained FP8 (DeepSeek-V3, Qwen3-FP8)
+
+
+def _fp8(ckpt: Checkpoint, qc: dict, where: str):
+    block = qc.get("weight_block_size")
+    if block is not None and not (isinstance(block, list) and len(block) == 2
+                                  and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise SpecboundError(f"{where}: weight_block_size = {block!r}, expected [rows, columns] or null")
+    modules = {}
+    for prefix in _modules_with(ckpt, ".weight_scale_inv"):
+        parts = {"weight": f"{prefix}.weight", "scale": f"{prefix}.weight_scale_inv"}
+        if parts["weight"] not in set(ckpt.names):
+            raise SpecboundError(f"{where}: {parts['scale']!r} has no weight beside it")
+        if ckpt.dtype(parts["weight"]) != "F8_E4M3":
+            raise _refuse(where, f"fine-grained FP8 weights stored as {ckpt.dtype(parts['weight'])} ({prefix!r}: "
+                                 f"MXFP4 experts)", "FP8 E4M3 weights")
+        out, n_in = _matrix(ckpt, parts["weight"], where)
+        rows, cols = (math.ceil(out / block[0]), math.ceil(n_in / block[1])) if block else (1, 1)
+        found = tuple(ckpt.shape(parts["scale"]))
+        if math.prod(found) != rows * cols or ckpt.dtype(parts["scale"]) not in ("F32", "BF16", "F16", "U8", "F8_E8M0"):
+            raise SpecboundError(f"{where}: {parts['scale']!r} is {ckpt.dtype(parts['scale'])} {found}, not the "
+                                 f"{(rows, cols)} float scales of {block or 'one tensor'} blocks")
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), "F32", _dequantize_fp8,
+                                             {"grid": (rows, cols)})
+    return f"fine-grained FP8 E4M3, blocks {block or 'per tensor'}", modules
+
+
+def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """transformers' ``Fp8Dequantize``: the FP8 values times their block's scale, in float32 (an
+    E8M0 byte scale is ``2^(byte - 127)``)."""
+    out, n_in = m.shape
+    rows, cols = m.params["grid"]
+    code = q.base.dtype(m.parts["scale"])
+    stored = q.part(m, "scale")
+    scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0")
+             else stored_floats(stored, code)).reshape(rows, cols)
+    block_r, block_c = math.ceil(out / rows), math.ceil(n_in / cols)
+    expanded = np.repeat(np.repeat(scale, block_r, axis=0), block_c, axis=1)[:out, :n_in]
+    return round_to(E4M3[q.part(m, "weight").astype(np.int64)] * expanded, "F32")
 
 
 # ---------------------------------------------------------------------------------------------
