@@ -132,3 +132,24 @@ def test_a_pickle_named_model_bin_is_not_taken_for_ctranslate2(tmp_path):
     (folder / "config.json").write_text("{}")
     with pytest.raises(SpecboundError, match="not a CTranslate2 model.bin"):
         open_checkpoint(folder)
+
+
+@pytest.mark.parametrize("quantization", ["float16", "bfloat16", "int16", "int8_bfloat16"])
+def test_other_conversions_read_as_ctranslate2_stores_them(folders, quantization):
+    torch = pytest.importorskip("torch")
+    _, ct2, model = folders("whisper", quantization)
+    ckpt = open_checkpoint(ct2)
+    name = "model.encoder.layers.1.fc2.weight"
+    w = model.state_dict()[name]
+    if quantization in ("float16", "bfloat16"):
+        expected = w.to(getattr(torch, quantization)).double().numpy()
+    elif quantization == "int16":  # one scale per tensor: 2^10 / max |w| (ctranslate2/specs/model_spec.py)
+        w32 = w.numpy().astype(np.float32)
+        scale = np.float32(2**10 / np.amax(np.absolute(w32)))
+        q = np.clip(np.rint(w32 * scale), -32768, 32767).astype(np.int16)
+        expected = q.astype(np.float64) / np.float64(scale)
+    else:
+        expected = _ct2_int8(w.numpy())
+    np.testing.assert_allclose(ckpt.read(name), expected, rtol=1e-12, atol=0)
+    assert any(e["name"] == "quantized_weights" for e in specbound.analyze(ct2, threads=1).assumptions) == (
+        quantization.startswith("int"))

@@ -191,3 +191,17 @@ def test_a_dequantized_weight_that_cannot_fit_in_memory_is_refused(base, monkeyp
     monkeypatch.setattr(specbound.io.base, "available_memory", lambda: 1000)
     with pytest.raises(SpecboundError, match="float64 copy needs"):
         ckpt.read("model.layers.0.self_attn.q_proj.weight")
+
+
+def test_a_quantized_model_saved_as_pytorch_bin_is_refused_by_name(base):
+    import torch
+    from safetensors.torch import load_file
+
+    root, model, _ = base
+    folder = root / "gptq-bin"
+    qw.write_gptq(model, folder, 4, 32, True, False)
+    torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(SpecboundError, match="gptq checkpoint is read from safetensors files") as info:
+        open_checkpoint(folder)
+    assert "\n" not in str(info.value)
