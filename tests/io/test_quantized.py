@@ -205,3 +205,17 @@ def test_a_quantized_model_saved_as_pytorch_bin_is_refused_by_name(base):
     with pytest.raises(SpecboundError, match="gptq checkpoint is read from safetensors files") as info:
         open_checkpoint(folder)
     assert "\n" not in str(info.value)
+
+
+def test_a_float_save_that_kept_its_quantization_config_reads_its_floats(base):
+    import shutil
+
+    root, model, hf = base
+    folder = root / "dequantized"
+    shutil.copytree(root / "hf", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 32}
+    (folder / "config.json").write_text(json.dumps(config))
+    ours = specbound.analyze(folder, threads=1)
+    assert not any(e["name"] == "quantized_weights" for e in ours.assumptions)
+    assert ours.log10_bounds == hf.log10_bounds

@@ -294,11 +294,8 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
         raise SpecboundError(f"{where}: its {method} tensors do not have the shapes and types its quantization "
                              f"config implies ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is corrupt "
                              f"or not what its quantization_config says") from None
-    if method == "compressed-tensors" and not modules and qc.get("format", "dense") == "dense":
-        return ckpt  # a dense (decompressed) compressed-tensors save: float weights as stored
-    if not modules:
-        raise SpecboundError(f"{where} says the weights are {method}-quantized, but no tensor of {ckpt.location} is "
-                             f"stored that way; the config and the weights do not belong together")
+    if not modules:  # a dequantized save that kept its quantization_config: float weights as stored
+        return ckpt
     aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
     return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules, set_aside=aside)
 
