@@ -219,3 +219,33 @@ def test_a_float_save_that_kept_its_quantization_config_reads_its_floats(base):
     ours = specbound.analyze(folder, threads=1)
     assert not any(e["name"] == "quantized_weights" for e in ours.assumptions)
     assert ours.log10_bounds == hf.log10_bounds
+
+
+def test_compressed_tensors_activation_order_g_idx(base):
+    """An older compressed-tensors save with ``weight_g_idx``: column j takes the scale of group
+    g_idx[j] (the library sorted the columns by g_idx, dequantized by contiguous groups, and put
+    them back), checked with the library's own unpack and dequantize on the sorted columns."""
+    pytest.importorskip("compressed_tensors")
+    import torch
+    from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import dequantize
+    from safetensors.torch import load_file, save_file
+
+    root, model, _ = base
+    folder = root / "ct-actorder"
+    args = dict(num_bits=4, type="int", strategy="group", group_size=16, symmetric=True)
+    qw.write_compressed(model, folder, args, "pack-quantized")
+    tensors = load_file(str(folder / "model.safetensors"))
+    rng = np.random.default_rng(5)
+    name = "model.layers.0.mlp.down_proj"
+    n_in = int(tensors[f"{name}.weight_shape"][1])
+    g_idx = torch.from_numpy(rng.permutation(np.arange(n_in) // 16).astype(np.int32))
+    tensors[f"{name}.weight_g_idx"] = g_idx
+    save_file(tensors, str(folder / "model.safetensors"))
+    q = unpack_from_int32(tensors[f"{name}.weight_packed"], 4, torch.Size(tensors[f"{name}.weight_shape"].tolist()))
+    perm = torch.argsort(g_idx, stable=True)
+    grouped = dequantize(q[:, perm], tensors[f"{name}.weight_scale"], args=QuantizationArgs(**args))
+    expected = torch.empty_like(grouped)
+    expected[:, perm] = grouped
+    np.testing.assert_array_equal(open_checkpoint(folder).read(f"{name}.weight"), expected.double().numpy())

@@ -482,12 +482,11 @@ def _compressed(ckpt: Checkpoint, qc: dict, where: str):
         strategy = str(scheme.get("strategy", "tensor"))
         if strategy not in CT_STRATEGIES:
             raise _refuse(where, f"compressed-tensors weight strategy {strategy!r}", ", ".join(CT_STRATEGIES))
-        if scheme.get("actorder") not in (None, False, "static", "weight") and f"{prefix}.weight_g_idx" in names:
-            raise _refuse(where, "compressed-tensors activation ordering with weight_g_idx", "groups in column order")
         bits = _int(scheme, "num_bits", where)
         kind = str(scheme.get("type", "int"))
         parts = {r: f"{prefix}.{r}" for r in ("weight", "weight_packed", "weight_shape", "weight_scale",
-                                              "weight_zero_point", "weight_global_scale") if f"{prefix}.{r}" in names}
+                                              "weight_zero_point", "weight_global_scale", "weight_g_idx")
+                 if f"{prefix}.{r}" in names}
         scale_code = ckpt.dtype(parts["weight_scale"])
         if fmt == "pack-quantized":
             if "weight_packed" not in parts or "weight_shape" not in parts or kind != "int" or not 1 <= bits <= 8:
@@ -562,8 +561,10 @@ def _ct_check_scale(ckpt: Checkpoint, parts: dict, shape: tuple, p: dict, where:
             raise SpecboundError(f"{where}: {parts['weight_zero_point']!r} has the shape {zp}, not {want}")
 
 
-def _expand(values: np.ndarray, shape: tuple[int, int], p: dict) -> np.ndarray:
-    """Per-tensor / channel / group / block values broadcast to the weight's ``(out, in)``."""
+def _expand(values: np.ndarray, shape: tuple[int, int], p: dict, g_idx: np.ndarray | None = None) -> np.ndarray:
+    """Per-tensor / channel / group / block values broadcast to the weight's ``(out, in)``; with
+    activation ordering (``weight_g_idx``, compressed-tensors before 0.10) column ``j`` takes group
+    ``g_idx[j]``, as its ``_process_quantization`` permutes the columns into groups and back."""
     out, n_in = shape
     want = _ct_scale_shape(shape, p, "")
     values = values.reshape(want)
@@ -572,6 +573,11 @@ def _expand(values: np.ndarray, shape: tuple[int, int], p: dict) -> np.ndarray:
     if p["strategy"] == "channel":
         return np.broadcast_to(values, shape)
     if p["strategy"] in ("group", "tensor_group"):
+        if g_idx is not None:
+            if g_idx.shape != (n_in,) or g_idx.min(initial=0) < 0 or g_idx.max(initial=0) >= values.shape[1]:
+                raise ValueError(f"weight_g_idx of shape {g_idx.shape} does not name one of the {values.shape[1]} "
+                                 f"groups for each of the {n_in} columns")
+            return values[:, g_idx]
         return np.repeat(values, p["group"], axis=1)
     rows, cols = p["block"]
     return np.repeat(np.repeat(values, rows, axis=0), cols, axis=1)[:out, :n_in]
@@ -594,6 +600,7 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         x = E4M3[q.part(m, "weight").astype(np.int64)]
     else:
         x = q.part(m, "weight").astype(np.int64)
+    g_idx = q.part(m, "weight_g_idx").astype(np.int64) if "weight_g_idx" in m.parts and p["strategy"] == "group" else None
     scale = q.floats(m, "weight_scale")
     if p["scale_code"] == "F8_E4M3":
         scale = round_to(scale, "BF16")
@@ -604,8 +611,8 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
             want = _ct_scale_shape(shape, p, "")
             zp = unpack_bits(zp.T, p["bits"], shape[0]).T - (1 << (p["bits"] - 1))
             zp = zp.reshape(shape[0], want[1])
-        zero = _expand(zp.astype(np.float64), shape, p)
-    out = (x - zero) * _expand(scale, shape, p)
+        zero = _expand(zp.astype(np.float64), shape, p, g_idx)
+    out = (x - zero) * _expand(scale, shape, p, g_idx)
     return round_to(out, m.out_dtype if m.out_dtype != "F8_E4M3" else "BF16")
 
 
