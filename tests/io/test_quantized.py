@@ -153,8 +153,9 @@ def test_variants_not_read_are_refused_in_one_line(base, name, mutate, words):
 def test_gptq_shapes_that_disagree_are_refused(base):
     """A group count that does not match the scales, before anything is unpacked."""
     folder = _requant(base, "groups", lambda c: c["quantization_config"].update(group_size=16))
-    (folder / "model.safetensors")  # g_idx present: the group size is not used; drop g_idx to make it count
     from safetensors.numpy import load_file, save_file
+
+    # without g_idx the group size is what assigns rows to groups: 16 makes 4 groups of 64 rows, not 2
     tensors = {k: v for k, v in load_file(str(folder / "model.safetensors")).items() if not k.endswith("g_idx")}
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(SpecboundError, match="groups"):
