@@ -20,6 +20,9 @@ CONFIGS = {
     "nf4-nested": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True),
     "fp4": dict(load_in_4bit=True, bnb_4bit_quant_type="fp4"),
     "int8": dict(load_in_8bit=True),
+    # QLoRA with FSDP: the packed bytes in bfloat16 words (bnb_4bit_quant_storage)
+    "nf4-bf16-storage": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                             bnb_4bit_quant_storage=torch.bfloat16),
 }
 
 
@@ -48,7 +51,7 @@ def _reference(folder, name):
         return bnb.functional.int8_vectorwise_dequant(state[name], state[f"{prefix}.SCB"]).double().numpy()
     parts = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")}
     qs = bnb.functional.QuantState.from_dict(parts, device=torch.device("cpu"))
-    return bnb.functional.dequantize_4bit(state[name], qs).double().numpy()
+    return bnb.functional.dequantize_4bit(state[name].view(torch.uint8), qs).double().numpy()
 
 
 @pytest.mark.parametrize("variant", sorted(CONFIGS))

@@ -35,7 +35,7 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
   blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``).
 * **bitsandbytes** (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
-  byte, the high nibble first) with ``absmax`` per ``blocksize`` values, the code table
+  byte, the high nibble first; with ``bnb_4bit_quant_storage`` another type holds the same bytes) with ``absmax`` per ``blocksize`` values, the code table
   ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
   quantization ``absmax`` is itself 8-bit, ``nested_quant_map[absmax] * nested_absmax +
   nested_offset``; ``quant_map[code] * absmax`` in float32, cast to the state's dtype
@@ -695,7 +695,12 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
                          nested_quant_map=f"{prefix}.weight.nested_quant_map")
         if not all(v in names for v in parts.values()):
             raise SpecboundError(f"{where}: the 4-bit module {prefix!r} lacks {[v for v in parts.values() if v not in names]}")
-        _expect(ckpt, parts["weight"], (math.ceil(n / 2), 1), ("U8",), where)
+        storage = ckpt.dtype(parts["weight"])  # bnb_4bit_quant_storage: the packed bytes in words of another type
+        size = {"U8": 1, "I8": 1, "F16": 2, "BF16": 2, "F32": 4}.get(storage)
+        if size is None:
+            raise _refuse(where, f"4-bit weights stored as {storage} ({parts['weight']!r})",
+                          "bnb_4bit_quant_storage uint8, int8, float16, bfloat16 or float32")
+        _expect(ckpt, parts["weight"], (math.ceil(math.ceil(n / 2) / size), 1), (storage,), where)
         blocks = math.ceil(n / block)
         _expect(ckpt, parts["quant_map"], (16,), ("F32",), where)
         if nested:
@@ -728,7 +733,8 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
 
 def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     block, n = m.params["block"], math.prod(m.shape)
-    packed = q.part(m, "weight").reshape(-1).astype(np.int64)
+    stored = np.ascontiguousarray(q.part(m, "weight"))
+    packed = stored.astype(stored.dtype.newbyteorder("<")).view(np.uint8).reshape(-1).astype(np.int64)
     codes = np.stack([packed >> 4, packed & 0xF], axis=-1).reshape(-1)[:n]
     table = q.floats(m, "quant_map").astype(np.float32)
     if m.params["nested"]:
