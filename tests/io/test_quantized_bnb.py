@@ -92,3 +92,24 @@ def test_a_qlora_adapter_on_the_4bit_base_analyses_like_any_adapter(saved):
     np.testing.assert_allclose(merged.read(name), base.read(name) + delta, rtol=1e-6, atol=1e-6)
     untouched = "model.layers.0.self_attn.k_proj.weight"
     np.testing.assert_array_equal(merged.read(untouched), base.read(untouched))
+
+
+@pytest.mark.parametrize("state, words", [
+    (b"[" * 5000 + b"]" * 5000, "nested more than"), (b"\xff\xfe", "JSON"), (b"[1, 2]", "holds no JSON object"),
+    (json.dumps({"shape": [64, 64], "blocksize": 0, "dtype": "float16"}).encode(), "blocksize 0"),
+])
+def test_a_hostile_quant_state_is_one_line(saved, tmp_path, state, words):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    _, _, folders = saved
+    folder = tmp_path / "hostile"
+    shutil.copytree(folders["fp4"], folder)
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__fp4"] = torch.frombuffer(
+        bytearray(state), dtype=torch.uint8)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(specbound.SpecboundError, match=words) as info:
+        open_checkpoint(folder)
+    assert "\n" not in str(info.value)

@@ -54,7 +54,6 @@ stored tensor's shape is checked against the module's before anything is unpacke
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -63,7 +62,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import SpecboundError
-from .base import Checkpoint
+from .base import Checkpoint, decode_json
 
 QUANT_METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "bitsandbytes", "mlx")
 _FLOAT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
@@ -673,10 +672,8 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
         raw = ckpt.stored(state)
         if raw.dtype != np.uint8 or raw.size > 1 << 16:
             raise SpecboundError(f"{where}: {state!r} is not the packed quant_state (uint8 JSON bytes)")
-        try:
-            info = json.loads(raw.tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise SpecboundError(f"{where}: {state!r} does not hold JSON ({exc})") from None
+        info = decode_json(raw.tobytes(), f"the bitsandbytes quant_state {state!r} of {ckpt.location}",
+                           "re-save the model with save_pretrained")
         if not isinstance(info, dict):
             raise SpecboundError(f"{where}: {state!r} holds no JSON object")
         shape = info.get("shape")
