@@ -3,7 +3,8 @@
 What is fetched: ``config.json`` and the safetensors weights (``model.safetensors``, or the shard
 index ``model.safetensors.index.json`` and the shards it names).  A ``.bin``, ONNX, GGUF, TF or Flax
 duplicate beside them is never fetched.  A PEFT adapter repository: ``adapter_config.json`` and
-``adapter_model.safetensors`` (its base is fetched as a hub id of its own).  Each file goes through ``hf_hub_download`` into the usual
+``adapter_model.safetensors`` (its base is fetched as a hub id of its own).  A CTranslate2 repository
+(faster-whisper): ``config.json`` and ``model.bin``.  Each file goes through ``hf_hub_download`` into the usual
 cache layout, so a later run finds it offline; a dropped connection resumes where it stopped (a
 Range request) and the hub library's progress bar shows.
 
@@ -34,6 +35,7 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 DOWNLOAD_WORKERS = 8  # files downloaded at once (huggingface_hub's snapshot_download uses 8 too)
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a PEFT adapter repository
+CT2_MODEL = "model.bin"  # CTranslate2's weights (never a PyTorch pickle's name: pytorch_model.bin)
 
 
 def offline() -> bool:
@@ -68,6 +70,8 @@ def needed_files(files: list[str], read_index) -> list[str]:
         return [CONFIG, INDEX, *shards]
     if SINGLE in present:
         return [CONFIG, SINGLE]
+    if CT2_MODEL in present:  # a CTranslate2 repository (faster-whisper): read by io.ctranslate2_file
+        return [CONFIG, CT2_MODEL]
     raise SpecboundError("no safetensors weights (" + (", ".join(sorted(f for f in present if "/" not in f)[:6])
                                                        or "no files") + ")")
 
@@ -152,6 +156,9 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
                                  f"safetensors weights; download it yourself and pass the folder") from None
         if not stream:
             stream = _over_budget(name, [sizes[f] for f in wanted], budget, cache)
+        if stream and CT2_MODEL in wanted:
+            raise SpecboundError(f"{name} is a CTranslate2 model (model.bin), which is read from disk, never "
+                                 f"streamed: leave --stream out, or raise --disk-budget to download it")
         if stream:
             return open_streamed(remote, weight_map, sizes)
         def download(filename: str) -> Path:

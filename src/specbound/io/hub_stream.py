@@ -32,7 +32,7 @@ from ..errors import SpecboundError
 from .base import MAX_JSON_BYTES, Checkpoint, check_config, decode_json
 from .formats import SAFETENSORS
 from .hub_errors import display, hub_errors, transport_error
-from .safetensors_file import check_header, header_length, upcast
+from .safetensors_file import STORED_DTYPES, check_header, header_length, stored_values, upcast
 from .shard_index import check_weight_map
 
 RETRIES = 3  # attempts per range after the first, each resuming where the last stopped
@@ -245,6 +245,19 @@ class StreamedCheckpoint(Checkpoint):
         start, end = entry["data_offsets"]
         try:
             return upcast(entry, self.remote.chunks(shard, 8 + header_len + start, end - start))
+        except ValueError as exc:
+            raise SpecboundError(f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
+                                 f"the model instead of --stream") from None
+
+    def stored(self, name: str) -> np.ndarray:
+        """``name``'s stored values in their own dtype (a quantized checkpoint's: :mod:`.quantized`)."""
+        shard, entry = self.shards[name], self._entry(name)
+        start, end = entry["data_offsets"]
+        if entry["dtype"] not in STORED_DTYPES:
+            raise SpecboundError(f"tensor {name!r} of {shard} ({self.remote.name}) is stored as {entry['dtype']}, "
+                                 f"which no reader of specbound decodes")
+        try:
+            return stored_values(entry, self.remote.chunks(shard, 8 + self.header(shard)[0] + start, end - start))
         except ValueError as exc:
             raise SpecboundError(f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
                                  f"the model instead of --stream") from None
