@@ -134,13 +134,11 @@ def _config_from(args) -> dict | None:
     """``--config FILE`` then ``--set KEY=VALUE`` overrides, or None when neither is given."""
     config: dict = {}
     if getattr(args, "config_file", None):
-        try:
-            config = json.loads(open(args.config_file, encoding="utf-8").read())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
-                                 f"file") from None
-        except ValueError:  # an integer beyond Python's int-string limit
-            raise oversized_integer_text(f"read --config {args.config_file}", "fix the value") from None
+        from pathlib import Path
+
+        from .io.base import MAX_SMALL_FILE_BYTES, load_json
+
+        config = load_json(Path(args.config_file), "--config file", "pass a config.json file", MAX_SMALL_FILE_BYTES)
         if not isinstance(config, dict):
             raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
     for item in getattr(args, "config_set", None) or []:
@@ -193,7 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     talk.add_argument("--quiet", action="store_true",
                       help="text: the headline bounds only, one per line; no progress bar")
     talk.add_argument("--verbose", action="store_true",
-                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution)")
+                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution); "
+                           "a hub fetch: huggingface_hub's own lines (each retry)")
     loading = an.add_argument_group("loading (not analysis options: how to read the checkpoint)")
     loading.add_argument("--config", metavar="FILE", dest="config_file",
                          help="a config.json for a checkpoint without one (an ONNX export on its own); its keys "
@@ -394,8 +393,14 @@ def _analyze(args) -> int:
     if args.quiet or args.progress is False:  # huggingface_hub, imported when a hub id is fetched, reads it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     bar = LayersBar(show)
+    from .io.hub_errors import show_details
+
+    show_details(args.verbose)  # huggingface_hub's retry lines on stderr only with --verbose
     source = args.source
-    if args.revision:
+    if args.revision is not None:
+        if not args.revision.strip():
+            raise SpecboundError("--revision names an empty revision: leave --revision out for the main branch, "
+                                 "or pass a branch, tag or commit hash")
         if not source or "@" in source or os.path.exists(source):
             raise SpecboundError(f"--revision {args.revision} needs a hub id ORG/NAME without @REV; got "
                                  f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")

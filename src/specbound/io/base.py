@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, os_errors, oversized_integer_text
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 # Bytes per stored value, by safetensors dtype code; an unknown code counts as 1 (the least a
 # declared value can take, so the size check never refuses a tensor that could fit).
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E8M0": 1}
 # JSON nesting beyond this is refused before parsing (Python's parser recurses once per level, and
 # a real config.json or shard index is a few levels deep).
 MAX_JSON_DEPTH = 200
@@ -43,6 +43,9 @@ class Checkpoint:
     config: dict[str, Any]
     # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
     config_path: Path | None = None
+    # ``ORG/NAME@commit`` for a hub id (fetched, cached or streamed): the analysis's source, while
+    # ``location`` stays the snapshot folder it was read from; None for anything else.
+    hub_source: str | None = None
     # None, or one sentence saying that the weights read are not the stored values as trained (a
     # quantized GGUF file: dequantized values, so the bounds are of the quantized model); the
     # analysis reports it.
@@ -110,6 +113,11 @@ class Checkpoint:
                 f"({stored:,} bytes as {self.dtype(name)}) but its file holds {held:,} bytes: the header or "
                 f"pickle lies about the tensor's size (a corrupt or hostile file); re-save the checkpoint"
             )
+        return self.check_memory(name, count)
+
+    def check_memory(self, name: str, count: int) -> int:
+        """``count``: the values of ``name``, whose float64 copy must fit in the memory available now
+        (the check every reader's :meth:`check_size` ends with)."""
         free = available_memory()
         if free is not None and 8 * count > free:
             raise SpecboundError(
@@ -225,12 +233,19 @@ def available_memory() -> int | None:
 
 # The largest JSON document read (config.json, a shard index: kilobytes; an LLM's index: megabytes).
 MAX_JSON_BYTES = 256 << 20
+# The largest small file read (config.json, adapter_config.json, towers.json, modules.json, a
+# --config file: kilobytes; a config with a large vocabulary map or many layer types: well under this).
+MAX_SMALL_FILE_BYTES = 16 << 20
 
 
-def read_regular_file(path: Path, limit: int, what: str, fix: str) -> bytes:
+def read_regular_file(path: Path, limit: int = MAX_SMALL_FILE_BYTES, what: str = "file",
+                      fix: str = "pass a regular file") -> bytes:
     """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes: checked with
     ``stat`` before it is opened (a FIFO would block the read, ``/dev/zero`` never end it), and read
-    no further than ``limit`` (a file that grows meanwhile)."""
+    no further than ``limit`` (a file that grows meanwhile).  The one reader of every small file
+    (configs, adapter configs, ``towers.json``, ``modules.json``, metrics, store records); every
+    failure is one line naming ``what`` the file is and how to ``fix`` it."""
+    path = Path(path)
     with os_errors(f"read the {what} {path}"):
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
@@ -245,11 +260,11 @@ def read_regular_file(path: Path, limit: int, what: str, fix: str) -> bytes:
     return data
 
 
-def load_json(path: Path, what: str, fix: str) -> Any:
-    """``path`` decoded as JSON; any failure (not a regular file, too large, unreadable, not UTF-8,
-    not JSON, nested deeper than ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and
-    how to ``fix`` it."""
-    return decode_json(read_regular_file(path, MAX_JSON_BYTES, what, fix), f"the {what} {path}", fix)
+def load_json(path: Path, what: str, fix: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """``path`` decoded as JSON; any failure (not a regular file, more than ``limit`` bytes,
+    unreadable, not UTF-8, not JSON, nested deeper than ``MAX_JSON_DEPTH``, an integer of more than
+    4,300 digits) is a one-line error naming ``what`` it is and how to ``fix`` it."""
+    return decode_json(read_regular_file(path, limit, what, fix), f"the {what} {path}", fix)
 
 
 def decode_json(data: bytes, where: str, fix: str) -> Any:
@@ -261,7 +276,12 @@ def decode_json(data: bytes, where: str, fix: str) -> Any:
         if _json_depth(text) > MAX_JSON_DEPTH:
             raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
         return json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's int-string limit (errors.MAX_INT_DIGITS)
+            raise oversized_integer_text(f"read {where}", fix) from None
+        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}); {fix}") from None
+    except RecursionError as exc:
         raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
                              f"{str(exc)[:200]}); {fix}") from None
 
@@ -289,7 +309,8 @@ def read_config(folder: Path) -> dict[str, Any]:
             f"{folder} has no config.json: a Hugging Face model folder needs config.json beside "
             f"its weights (save the model with save_pretrained)"
         )
-    return check_config(load_json(cfg_path, "model config", "re-save the model with save_pretrained"), cfg_path)
+    return check_config(load_json(cfg_path, "model config", "re-save the model with save_pretrained",
+                                  MAX_SMALL_FILE_BYTES), cfg_path)
 
 
 def check_config(config: Any, where: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError, os_errors, oversized_integer_text
+from ..errors import SpecboundError, oversized_integer_text
 from ..options import AnalysisOptions, option_names
 from ..io.hub_cache import cache_dir, cached_model_ids, find_snapshot
 
@@ -253,8 +253,8 @@ def expand_pattern(text: str) -> list[Source]:
             labels = pattern.match(repo_id)
             if labels is not None:
                 snapshot = find_snapshot(repo_id, cache=cache)
-                if snapshot is not None:
-                    found.append(Source(repo_id, str(snapshot), labels))
+                if snapshot is not None:  # recorded as ORG/NAME@commit: what was read
+                    found.append(Source(f"{repo_id}@{snapshot.name}", str(snapshot), labels))
     if not found:
         where = "the file system" + (f" or the Hugging Face cache {cache_dir()}" if _looks_like_hub_id(text) else "")
         raise SpecboundError(f"the source pattern {text!r} matches no model folder in {where}; check the "
@@ -265,9 +265,10 @@ def expand_pattern(text: str) -> list[Source]:
 def _plain_source(text: str) -> Source:
     """A source without groups: a path as it is; a hub id found in the cache, its snapshot folder."""
     if not os.path.exists(os.path.expanduser(text)) and _looks_like_hub_id(text):
-        snapshot = find_snapshot(text)
-        if snapshot is not None:
-            return Source(text, str(snapshot))
+        repo_id, _, revision = text.partition("@")
+        snapshot = find_snapshot(repo_id, revision or "main")
+        if snapshot is not None:  # recorded as ORG/NAME@commit: what was read
+            return Source(f"{repo_id}@{snapshot.name}", str(snapshot))
     return Source(text, text)
 
 
@@ -321,9 +322,11 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
+    from ..io.base import MAX_SMALL_FILE_BYTES, read_regular_file
+
     path = Path(path)
-    with os_errors(f"read the sweep config {path}"):
-        raw_bytes = path.read_bytes()
+    # a regular file of at most 16 MiB: a FIFO would block the read, /dev/zero never end it
+    raw_bytes = read_regular_file(path, MAX_SMALL_FILE_BYTES, "sweep config", "pass a TOML file (sources, store, [options])")
     try:
         doc = tomllib.loads(raw_bytes.decode("utf-8"))
     except UnicodeDecodeError as exc:
