@@ -53,7 +53,7 @@ def documents(tiny_bert_dir, tmp_path_factory):
     from support.families import save_family
 
     root = tmp_path_factory.mktemp("families")
-    for name in ("llama", "gemma3_text", "bloom", "qwen3_moe"):
+    for name in ("llama", "gemma3_text", "bloom", "qwen3_moe", "deepseek_v3"):
         save_family(name, root / name)
 
     def document(folder, **options):
@@ -98,7 +98,8 @@ def documents(tiny_bert_dir, tmp_path_factory):
             ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
             ("rotary", "qk_norm"): document(root / "gemma3_text"),
             ("alibi",): document(root / "bloom"),
-            ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe"), **adapted}
+            ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe"),
+            ("latent", "moe"): document(root / "deepseek_v3"), **adapted}
 
 
 def test_the_page_describes_every_section():

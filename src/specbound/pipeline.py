@@ -85,7 +85,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     try:
         for model in models:  # an activation without a known constant: refused before any weight is read
             activation_constants(model.dims, opts)
-        if models[0].parent_spec is None or opts.tower is not None:
+        if models[0].parent_spec is None or opts.tower is not None or len(models) == 1:  # one chain (Kimi's text)
             return _analyze_one(models[0], opts, progress, name)
         total, done = sum(m.dims.L for m in models), 0
         bar, on_layer = _progress_callback(progress)
@@ -311,7 +311,8 @@ def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel
     extra = {"tower": spec.tower, "parent_spec": parent}
     # the structure's config values (windows, soft-caps, scalars) checked before any weight is read
     model_structure(spec.structure, ckpt.config, _config_where(ckpt))
-    layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
+    # latent attention reads its rotary key's settings itself (archs/latent.py): its bounds hold for every rotation
+    layouts = None if spec.latent else rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
     if layouts is None:
         return OpenModel(ckpt, spec, dims, prefix, **extra)
     first = next(r for r in layouts if r is not None)  # a NoPE layer's is None (archs/rotary.nope_flags)
@@ -420,6 +421,8 @@ _LAYER_PEAK_FACTOR = 1
 def layer_float64_bytes(dims: ModelDims) -> int:
     """Bytes of one layer's attention and feed-forward weights upcast to float64."""
     attention = 2 * dims.N * dims.d_head * (dims.H + dims.H_kv)
+    if dims.latent is not None:
+        attention = dims.latent.attention_parameters(dims.N, dims.H)
     if dims.stacks is not None and any(part.cross for part in dims.stacks):  # a decoder layer: two attentions
         attention *= 2
     feed_forward = dims.ff_parameters
@@ -494,12 +497,19 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
     dims = model.layer_dims(layer)
     group = dims.H // dims.H_kv
     updates = adapter_updates(model, init_model, layer, kernel)
+    if raw.latent is not None:  # latent attention: each block of the rows minus its initial value
+        if updates is not None:
+            raise SpecboundError("a LoRA adapter on a multi-head latent attention model is not supported: merge it "
+                                 "and pass the base with --init")
+        from .compute.latent import latent_difference_spectra
+
+        return LayerSpectra(layer, *latent_difference_spectra(raw, raw0, kernel), dims.block)
     weights, w0 = logit_factors(raw, a), logit_factors(raw0, a)
     if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)
         delta = update_difference_spectra(raw, raw0, updates, group=group, block=dims.block, attention_factor=a)
     else:
         delta = difference_spectra(weights, w0, kernel, group=group, block=dims.block)
-    if rotary is None or raw.qk_norm is not None:  # a QK-norm row is rotation-free (docs/theory.md 3d)
+    if rotary is None or raw.qk_norm is not None or raw.latent is not None:  # rotation-free rows (theory 3d, 3l)
         return delta
     return replace(delta, qk=rotary_difference_spectra(weights, w0, rotary, group=group, rank_tol=kernel.rank_tol,
                                                        updates=None if updates is None else updates.heads))
@@ -573,6 +583,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     qk_norm = _qk_norm_summary(model, layers)
     if qk_norm is not None:
         model_extra["qk_norm"] = qk_norm
+    if dims.latent is not None:
+        model_extra["latent_attention"] = _latent_summary(dims, layers)
     if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
         rotary["by_layer"] = [None if r is None else  # a NoPE layer: no rotation
                               {"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
@@ -629,10 +641,21 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
             "max_factor": factor, "layer": layer, "head": head}
 
 
+def _latent_summary(dims: ModelDims, layers: list[LayerSpectra]) -> dict[str, Any]:
+    """Multi-head latent attention's dimensions, scales and largest logit factor (the QK rows'
+    ``lipschitz_factor``, docs/theory.md 3l), for ``model["latent_attention"]``."""
+    lat = dims.latent
+    factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
+    return {"q_rank": lat.q_rank, "kv_rank": lat.kv_rank, "d_nope": lat.d_nope, "d_rope": lat.d_rope, "d_v": lat.d_v,
+            "logit_scale": lat.logit_scale, "rope_factor": lat.rope_factor, "eps": lat.kv_eps,
+            "max_factor": factor, "layer": layer, "head": head}
+
+
 def _structure_extra(model: OpenModel) -> dict[str, Any]:
     """The records' model entries for structure only some families have: ``alibi`` (ALiBi position
-    biases) and ``experts`` (a mixture of experts: counts, widths, and the router and shared-expert gate
-    tensors of layer 0, read and shape-checked but not analysed as matrices: docs/theory.md 3f)."""
+    biases) and ``experts`` (a mixture of experts: counts, widths, the router and shared-expert gate
+    tensors of the first layer holding experts, read and shape-checked but not analysed as matrices, the
+    gate bounds and the dense layers between the mixtures: docs/theory.md 3f)."""
     dims, spec = model.dims, model.spec
     extra: dict[str, Any] = {"alibi": True} if dims.alibi else {}
     if dims.moe is not None:
@@ -642,6 +665,8 @@ def _structure_extra(model: OpenModel) -> dict[str, Any]:
             "shared_d_ff": dims.moe.shared_d_ff,
             **({} if dims.moe.layers is None else {"layers": list(dims.moe.layers), "dense_d_ff": dims.moe.dense_d_ff}),
             **({} if dims.moe.gate_sum == 1 else {"gate_sum": dims.moe.gate_sum}),
+            **({} if dims.moe.gate_max == 1 else {"gate_max": dims.moe.gate_max}),
+            **({} if dims.moe.scoring == "softmax" else {"scoring": dims.moe.scoring}),
             "router": None if dims.moe.layers == () else
             spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
             "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}

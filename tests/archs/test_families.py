@@ -11,7 +11,8 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 
-from support.families import D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, reference_matrices, save_family  # noqa: E402
+from support.families import (D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, num_layers,  # noqa: E402
+                               reference_matrices, save_family)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -21,8 +22,8 @@ def saved_family(request, tmp_path_factory):
     accessor = FAMILIES[request.param][1]
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
     get = accessor(model)
-    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H)  # key/value heads as the module splits them
-    return request.param, folder, reference_matrices(get, H, kv, model.config.num_hidden_layers)
+    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H) if "q" in get(0) else H  # latent attention: H  # key/value heads as the module splits them
+    return request.param, folder, reference_matrices(get, H, kv, num_layers(model))
 
 
 def test_family_matches_module_reference(saved_family):

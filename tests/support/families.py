@@ -16,7 +16,8 @@ import numpy as np
 N, L, H, D_FF = 32, 2, 4, 48
 # the families with rotary position embeddings
 ROTARY = ("llama", "mistral", "qwen2", "gpt_neox", "phi", "phi3", "gptj", "falcon", "falcon_new", "mixtral",
-          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "modernbert")
+          "qwen2_moe", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "qwen3_moe", "modernbert", "glm4_moe",
+          "ernie4_5_moe")
 # test variants -> the shipped family that reads them
 FAMILY_OF = {"mistral": "llama", "qwen2": "llama", "falcon_alibi": "falcon", "falcon_new": "falcon",
              "hubert": "wav2vec2", "dinov2_swiglu": "dinov2"}
@@ -249,15 +250,20 @@ def _moe(m, shared=False):
         b = m.model.layers[layer]
         out = {"q": _proj(b.self_attn.q_proj, N), "k": _proj(b.self_attn.k_proj, N),
                "v": _proj(b.self_attn.v_proj, N), "o": _proj(b.self_attn.o_proj, b.self_attn.o_proj.in_features)}
-        for e in range(b.mlp.experts.gate_up_proj.shape[0]):
-            out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"),
-                           expert_matrices(b.mlp.experts, e, MOE_D_FF)))
-        if shared:
-            s = b.mlp.shared_expert
-            out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
-                        "FF_out[shared]": _proj(s.down_proj, SHARED_D_FF)})
+        out.update(_expert_rows(b.mlp, b.mlp.shared_expert if shared else None))
         return out
     return get
+
+
+def _expert_rows(mlp, shared=None):
+    """Every routed expert's gate, up and down matrices (:func:`expert_matrices`), then the shared expert's."""
+    out = {}
+    for e in range(mlp.experts.gate_up_proj.shape[0]):
+        out.update(zip((f"FF_gate[e{e}]", f"FF_up[e{e}]", f"FF_out[e{e}]"), expert_matrices(mlp.experts, e, MOE_D_FF)))
+    if shared is not None:
+        out.update({"FF_gate[shared]": _proj(shared.gate_proj, N), "FF_up[shared]": _proj(shared.up_proj, N),
+                    "FF_out[shared]": _proj(shared.down_proj, shared.down_proj.in_features)})
+    return out
 
 
 FAMILIES.update({
@@ -325,7 +331,7 @@ def norm_eps(norm):
 
 # The families whose queries and keys pass an RMSNorm before the rotation; the reference QK row is the
 # head's stacked raw factors (docs/theory.md 3d); the gains, read by calling the norms, mark the family.
-QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head"}
+QK_NORM = {"qwen3": "head", "gemma3_text": "head", "olmo2": "all_heads", "qwen3_moe": "head", "glm4_moe": "head"}
 
 
 def _decoder(cls, cfg, **extra):
@@ -377,6 +383,121 @@ FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeCo
     hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
     intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
     vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
+
+
+def _dense_then_experts(m, qk_norm=False, d=N // H):
+    """GLM-4-MoE, ERNIE 4.5 MoE: each layer's attention, then either its dense gated block (``mlp.gate_proj``
+    ...) or its experts (through the experts module's own forward, :func:`expert_matrices`) and shared
+    experts; with ``qk_norm`` the query/key gains read by calling the norms."""
+    def get(l):
+        a, mlp = m.layers[l].self_attn, m.layers[l].mlp
+        out = {} if getattr(a, "k_proj", None) is None else {  # latent attention: the caller's rows
+            "q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+            "o": _proj(a.o_proj, a.o_proj.in_features)}
+        if hasattr(mlp, "experts"):
+            out.update(_expert_rows(mlp, mlp.shared_experts))
+        else:
+            out.update({"FF_gate": _proj(mlp.gate_proj, N), "FF_up": _proj(mlp.up_proj, N),
+                        "FF_out": _proj(mlp.down_proj, D_FF)})
+        if qk_norm:
+            out["q_gain"] = np.tile(_norm_gain(a.q_norm, d), H)
+            out["k_gain"] = np.tile(_norm_gain(a.k_norm, d), m.config.num_key_value_heads)
+        return out
+    return get
+
+
+# GLM-4.5's layout: the first layer dense, then sigmoid-routed experts scaled by routed_scaling_factor
+# (2.5, as DeepSeek-V3's) with group-limited top-k, a shared expert, QK-norm, attention biases, half the
+# head rotating (partial_rotary_factor 0.5)
+FAMILIES["glm4_moe"] = (lambda layers: _t().Glm4MoeForCausalLM(_t().Glm4MoeConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
+    intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS,
+    num_experts_per_tok=MOE_TOP_K, n_group=2, topk_group=1, first_k_dense_replace=1, n_shared_experts=1,
+    routed_scaling_factor=2.5, use_qk_norm=True, attention_bias=True, vocab_size=50, max_position_embeddings=64)),
+    lambda m: _dense_then_experts(m.model, qk_norm=True, d=16))
+# ERNIE 4.5: layer 0 dense, the others softmax-routed experts with a shared expert; interleaved rotary pairs
+FAMILIES["ernie4_5_moe"] = (lambda layers: _t().Ernie4_5_MoeForCausalLM(_t().Ernie4_5_MoeConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+    moe_intermediate_size=MOE_D_FF, moe_num_experts=MOE_EXPERTS, moe_k=MOE_TOP_K, moe_layer_start_index=1,
+    moe_num_shared_experts=1, vocab_size=50, max_position_embeddings=64)), lambda m: _dense_then_experts(m.model))
+def _block_diagonal(*blocks):
+    rows, cols = sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)
+    out, r, c = np.zeros((rows, cols)), 0, 0
+    for b in blocks:
+        out[r:r + b.shape[0], c:c + b.shape[1]] = b
+        r, c = r + b.shape[0], c + b.shape[1]
+    return out
+
+
+def _latent(m, base=lambda m: m.model):
+    """DeepSeek-V3's multi-head latent attention: each head's QK and OV rows as the dense block-diagonal
+    matrices of docs/theory.md 3l, every block from calling the model's own projections on identity inputs
+    (``q_a_proj``, ``kv_a_proj_with_mqa``, ``q_b_proj``, ``kv_b_proj``, ``o_proj``); the feed-forward blocks as
+    GLM-4-MoE's."""
+    ff = _dense_then_experts(base(m))
+
+    def get(l):
+        a, c = base(m).layers[l].self_attn, base(m).config
+        nope, rope, dv, rq, rk = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.q_lora_rank, c.kv_lora_rank
+        q_a, kv_a = _proj(a.q_a_proj, N), _proj(a.kv_a_proj_with_mqa, N)  # (N, r_q), (N, r_kv + d_rope)
+        q_b, kv_b, o = _proj(a.q_b_proj, rq), _proj(a.kv_b_proj, rk), _proj(a.o_proj, H * dv)
+        dq, dkv = nope + rope, nope + dv
+        qk_rows, ov_rows = [], []
+        for h in range(H):
+            b_n, b_r = q_b[:, h * dq:h * dq + nope], q_b[:, h * dq + nope:(h + 1) * dq]  # (r_q, .)
+            c_n, c_v = kv_b[:, h * dkv:h * dkv + nope], kv_b[:, h * dkv + nope:(h + 1) * dkv]  # (r_kv, .)
+            qk_rows.append(_block_diagonal(q_a, kv_a, b_n @ c_n.T, b_r))
+            ov_rows.append(_block_diagonal(kv_a[:, :rk], c_v @ o[h * dv:(h + 1) * dv]))
+        return {"qk_rows": qk_rows, "ov_rows": ov_rows, **ff(l)}
+    return get
+
+
+# DeepSeek-V3's layout (Kimi-K2's too): a query latent of 12 features, a key/value latent of 10, 6 non-rotary and
+# 4 rotary key features, 5 value features; the first layer dense, then sigmoid-routed experts (as GLM-4.5's)
+FAMILIES["deepseek_v3"] = (lambda layers: _t().DeepseekV3ForCausalLM(_t().DeepseekV3Config(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF,
+    moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2,
+    topk_group=1, first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
+    qk_nope_head_dim=6, v_head_dim=5, vocab_size=50, max_position_embeddings=64)), _latent)
+# DeepSeek-V3.2: the same attention and experts, and an indexer choosing 4 keys per query (not a matrix of the chain)
+FAMILIES["deepseek_v32"] = (lambda layers: _t().DeepseekV32ForCausalLM(_t().DeepseekV32Config(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, intermediate_size=D_FF,
+    moe_intermediate_size=MOE_D_FF, n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2,
+    topk_group=1, first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
+    qk_nope_head_dim=6, v_head_dim=5, index_topk=4, index_head_dim=8, index_n_heads=2, vocab_size=50,
+    max_position_embeddings=64)), _latent)
+# Kimi-K2.5: DeepSeek-V3's text model under text_config and language_model.model., a small MoonViT beside it
+FAMILIES["kimi_k25"] = (lambda layers: _t().Kimi_K25ForConditionalGeneration(_t().Kimi_K25Config(
+    text_config=dict(model_type="deepseek_v3", hidden_size=N, num_hidden_layers=layers, num_attention_heads=H,
+                     num_key_value_heads=H, intermediate_size=D_FF, moe_intermediate_size=MOE_D_FF,
+                     n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=2, topk_group=1,
+                     first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10,
+                     qk_rope_head_dim=4, qk_nope_head_dim=6, v_head_dim=5, vocab_size=50, max_position_embeddings=64),
+    vision_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=24, patch_size=4,
+                       pos_emb_height=4, pos_emb_width=4, pos_emb_time=2))),
+    lambda m: _latent(m, base=lambda m: m.model.language_model))
+
+
+def _kimi_original_names(folder):
+    """transformers 5 saves Kimi-K2.5's text layers as ``language_model.model.blocks.N`` (its vision rename
+    ``blocks -> layers`` reversed onto every key); the released checkpoints, which its loader reads, hold
+    ``language_model.model.layers.N``: the saved file is put back in that layout."""
+    from safetensors.numpy import load_file, save_file
+
+    path = Path(folder) / "model.safetensors"
+    tensors = load_file(str(path))
+    save_file({(k.replace(".model.blocks.", ".model.layers.") if k.startswith("language_model.") else k): v
+               for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
+
+
+POST_SAVE = {"kimi_k25": _kimi_original_names}
+
+
+def num_layers(model) -> int:
+    """The model's depth (a multimodal model's text model's)."""
+    return getattr(model.config, "text_config", model.config).num_hidden_layers
+
+
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
 
@@ -525,7 +646,8 @@ FAMILIES["llama4_text"] = (lambda layers: _t().Llama4ForCausalLM(_t().Llama4Text
 QK_NORM["llama4_text"] = "head"
 ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss", "llama4_text")
 QK_NORM.update({"olmo3": "all_heads", "exaone4": "head"})
-HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
+HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16,
+            "deepseek_v3": 5, "deepseek_v32": 5, "kimi_k25": 5}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
@@ -537,6 +659,10 @@ SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3
 # Cohere2's are Llama 4's, the one new family run at depth 200 (its layers of experts between dense ones too)
 SAME_PATH_AT_DEPTH.update({"granite": "llama", "starcoder2": "llama", "olmo3": "olmo2", "exaone4": "qwen3",
                            "cohere2": "phi", "gpt_oss": "mixtral", "smollm3": "llama4_text"})
+# GLM-4-MoE's and ERNIE's layers take the Qwen-MoE paths and Llama 4's dense-between-experts one; DeepSeek-V3.2
+# and Kimi-K2.5 take DeepSeek-V3's
+SAME_PATH_AT_DEPTH.update({"glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe", "deepseek_v32": "deepseek_v3",
+                           "kimi_k25": "deepseek_v3"})
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
@@ -555,6 +681,8 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
     """:func:`build_family` saved with ``save_pretrained`` to ``folder``; returns the model."""
     model = build_family(name, layers=layers, seed=seed)
     model.save_pretrained(folder)
+    if name in POST_SAVE:
+        POST_SAVE[name](folder)
     return model
 
 
@@ -568,6 +696,10 @@ def reference_matrices(get, heads, kv_heads, layers=L):
     rows = []
     for layer in range(layers):
         w = get(layer)
+        if "qk_rows" in w:  # rows built by the accessor (multi-head latent attention, docs/theory.md 3l)
+            rows += [("QK", z, None) for z in w["qk_rows"]] + [("OV", z, None) for z in w["ov_rows"]]
+            rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]
+            continue
         d = w["q"].shape[1] // heads
         group = heads // kv_heads
         cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731

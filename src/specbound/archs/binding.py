@@ -25,13 +25,18 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         return value
 
     L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
+    latent = None
+    if spec.latent is not None:
+        from .latent import latent_dims
+
+        latent = latent_dims(spec, config)
     if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
     elif not spec.config_keys.get("ff_size", ("",)):
         d_ff = FF_SIZE_FROM_TENSORS  # read from the stored feed-forward weight (infer_from_shapes)
     else:
         d_ff = need("ff_size")
-    head_dim = need("head_dim", optional=True)
+    head_dim = latent.d_v if latent is not None else need("head_dim", optional=True)
     d_head = head_dim or (N // H)
     if not head_dim and N % H:
         raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
@@ -50,15 +55,22 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
         experts, top_k = need("num_experts"), need("experts_per_token")
         if top_k > experts:
             raise SpecboundError(f"config.json: {top_k} experts per token but only {experts} experts: fix the config")
-        moe = MixtureOfExperts(experts=experts, top_k=top_k,
-                               shared_d_ff=need("shared_ff_size") if spec.experts.shared else None,
-                               shared_gate=spec.experts.shared_gate is not None,
-                               layers=expert_layers(spec.experts.layers, config, L),
-                               dense_d_ff=need("dense_ff_size") if spec.experts.dense else None,
-                               gate_sum=top_k if spec.experts.gates == "sigmoid" else 1)
+        shared_d_ff = need("shared_ff_size") if spec.experts.shared else None
+        count = spec.config_value(config, "num_shared_experts") if spec.experts.shared else None
+        if count is not None:  # n shared experts of one expert's width each, stored as one block
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                keys = " or ".join(spec.config_keys["num_shared_experts"])
+                raise SpecboundError(f"config.json needs a non-negative integer {keys}, found {count!r}")
+            shared_d_ff = shared_d_ff * count or None
+        layers = expert_layers(spec.experts.layers, config, L)
+        gate_max, gate_sum, scoring = spec.experts.gate_bounds(config, top_k)
+        moe = MixtureOfExperts(experts=experts, top_k=top_k, shared_d_ff=shared_d_ff,
+                               shared_gate=spec.experts.shared_gate is not None and shared_d_ff is not None,
+                               layers=layers, dense_d_ff=need("dense_ff_size") if layers is not None else None,
+                               gate_max=gate_max, gate_sum=gate_sum, scoring=scoring)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
-                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config))
+                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent)
 
 
 def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int, ...] | None:
@@ -67,6 +79,8 @@ def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int
     ``moe_layers``, ``interleave_moe_layer_step``, as its config builds them)."""
     if rule is None:
         return None
+    if not {"list", "step"} & set(rule):  # a range, an interval or one type per layer (DeepSeek, GLM, ERNIE)
+        return _ranged_layers(rule, config, num_layers)
     listed = config.get(rule["list"]) if "list" in rule else None
     if listed is None and "step" in rule:
         step = config.get(rule["step"], rule.get("step_default", 1))
@@ -79,6 +93,35 @@ def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int
         raise SpecboundError(f"config.json: {rule.get('list')}={listed!r} must list the indices of the layers "
                              f"holding the experts, each in [0, {num_layers})")
     return tuple(sorted(set(listed)))
+
+
+def _ranged_layers(rule: dict, config: dict, num_layers: int) -> tuple[int, ...]:
+    """The layers holding the experts by ``first``, ``last``, ``interval`` and ``phase`` (layer ``l`` when
+    ``first <= l <= last`` and ``(l + phase) % interval == 0``: DeepSeek's and GLM's first_k_dense_replace,
+    ERNIE's start, end (-1: the last layer) and interval), or by ``types``, a config list of each layer's type
+    (DeepSeek-V3.2's mlp_layer_types), when the config holds it."""
+    types = config.get(rule["types"]) if rule.get("types") else None
+    if types is not None:
+        if not isinstance(types, list) or len(types) != num_layers or not all(isinstance(t, str) for t in types):
+            raise SpecboundError(f"config.json: {rule['types']} must list one type per layer ({num_layers}), "
+                                 f"found {types!r}")
+        return tuple(l for l, t in enumerate(types) if t == rule["expert_type"])
+
+    def value(key: str, default: int) -> int:
+        v = config.get(rule[key]) if rule.get(key) else None
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SpecboundError(f"config.json: {rule[key]}={v!r} must be an integer (which layers hold the experts)")
+        return v
+
+    first, last, interval = value("first", 0), value("last", num_layers - 1), value("interval", 1)
+    last = last + num_layers if last < 0 else last  # ERNIE's moe_layer_end_index -1: the last layer
+    if interval < 1 or first < 0:
+        raise SpecboundError(f"config.json: experts from layer {first} every {interval} layers: the first layer "
+                             f"must be >= 0 and the interval >= 1")
+    phase = rule.get("phase", 0)
+    return tuple(l for l in range(max(first, 0), min(last, num_layers - 1) + 1) if (l + phase) % interval == 0)
 
 
 # ``d_ff`` of a family whose config does not state it (DINOv2: ``mlp_ratio``, with SwiGLU's rounding)
@@ -181,6 +224,10 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     the router, every expert's feed-forward roles, the shared expert's and its gate."""
     expected = _expected_shapes(dims)
     out = [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in spec.tensors.items()]
+    if spec.latent is not None:
+        from .latent import latent_rules
+
+        out += latent_rules(spec, dims, layer, prefix)
     experts = spec.experts
     if experts is None:
         return out
@@ -195,11 +242,11 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     for e in range(dims.moe.experts):
         out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
                 for role, rule in experts.tensors.items() if role not in banks]
-    if experts.shared:
+    if experts.shared and dims.moe.shared_d_ff:
         shared = _expected_shapes(dims, dims.moe.shared_d_ff)
         out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
                 for role, rule in experts.shared.items()]
-    if experts.shared_gate is not None:
+    if experts.shared_gate is not None and dims.moe.shared_d_ff:
         rule = experts.shared_gate
         out.append((rule.name_for(layer, prefix), "the shared expert's gate", rule, expected["gate"]))
     return out
@@ -214,7 +261,7 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
     tensor or ignored (:func:`account_for_tensors`).
     """
     names = set(ckpt.names)
-    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "q"]
+    probe = spec.tensors["qkv" if "qkv" in spec.tensors else "o" if spec.latent else "q"]
     for prefix in spec.prefixes:
         if probe.name_for(0, prefix) in names:
             return prefix
@@ -252,7 +299,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
     per_layer = len(rules) if rules is not None else len(spec.tensors) + (
-        0 if dims.moe is None else 1 if any(r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts)
+        0 if dims.moe is None or dims.moe.layers is not None else 1 if any(
+            r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts)
     if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
@@ -280,8 +328,9 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     for name, (role, layer, shape) in gains.items():
         if name not in names:
             raise SpecboundError(
-                f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises queries "
-                f"and keys (qk_norm in {spec.origin}); the checkpoint is incomplete or of another family")
+                f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises "
+                f"{'its latents' if spec.latent else 'queries and keys (qk_norm in ' + spec.origin + ')'}; the "
+                f"checkpoint is incomplete or of another family")
         if tuple(ckpt.shape(name)) != shape:
             raise SpecboundError(
                 f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but a {role} over "
@@ -344,6 +393,10 @@ def _experts_said(dims: ModelDims) -> str:
 def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:
     """Every stored layer's query/key norm gain: name -> (what, layer, expected shape)."""
     rule = spec.qk_norm
+    if spec.latent is not None:
+        from .latent import latent_gain_shapes
+
+        return latent_gain_shapes(spec, dims, prefix, sorted({dims.stored_layer(l) for l in range(dims.L)}))
     if rule is None or rule.gain == "none":
         return {}
     per = {"q": dims.H, "k": dims.H_kv} if rule.span == "all_heads" else {"q": 1, "k": 1}

@@ -122,7 +122,12 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         """A rule's matrix, or a role's: ``read("q")``."""
         return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert)
 
-    if "qkv" in spec.tensors:
+    latent = None
+    if spec.latent is not None:  # multi-head latent attention: its own factors (docs/theory.md 3l)
+        from .latent import read_latent
+
+        latent = read_latent(spec, ckpt, dims, prefix, stored, read("o"))
+    elif "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
     else:
         q, k, v = read("q"), read("k"), read("v")
@@ -134,8 +139,10 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         loaders = {}
         for e in range(dims.moe.experts):
             loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
-        if spec.experts.shared:
+        if spec.experts.shared and dims.moe.shared_d_ff:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
+    if latent is not None:
+        return LayerWeights(layer=layer, q=None, k=None, v=None, o=None, ff=LazyMatrices(loaders), latent=latent)
     rotates = nope_flags(spec.rotary_options.get("nope"), ckpt.config, dims.L)[layer] if spec.rotary else True
     # Granite's multipliers, Llama 4's query temperature on its NoPE layers
     q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head, rotates=rotates)
@@ -207,6 +214,11 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             "|" + spec.tensors[role].scale_for(stored, prefix)  # noqa: E731
         for h in range(H):
             g = h // group  # the key/value head query head h uses
+            if spec.latent is not None:
+                from .latent import latent_tensor_names
+
+                out[(layer, h, "QK")], out[(layer, h, "OV")] = latent_tensor_names(spec, dims, prefix, stored, h)
+                continue
             if "qkv" in spec.tensors:
                 fused = name("qkv")
                 q, k, v = (f"{fused}[{a}:{a + d}]" for a in fused_qkv_columns(spec.tensors["qkv"].fused, h, dims))
@@ -224,7 +236,7 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             continue
         for e in range(dims.moe.experts):
             out.update(_ff_names(spec.experts.tensors, layer, stored, prefix, e, f"e{e}", dims.d_ff))
-        if spec.experts.shared:
+        if spec.experts.shared and dims.moe.shared_d_ff:
             out.update(_ff_names(spec.experts.shared, layer, stored, prefix, None, "shared", dims.moe.shared_d_ff))
     return out
 

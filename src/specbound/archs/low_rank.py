@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SpecboundError
 from ..io import Checkpoint
 from .extract import ff_role_name, head_columns, split_fused_qkv
 from .model import HeadUpdate, LayerUpdates, ModelDims
@@ -63,6 +64,9 @@ def _rows_update(factors, heads: int, d_head: int) -> HeadUpdate | None:
 def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerUpdates:
     """Layer ``layer``'s updates as factors (``ckpt``: a :class:`~specbound.io.lora.LoraCheckpoint`);
     :class:`DenseUpdate` when a tensor of the layer is replaced whole."""
+    if spec.latent is not None:
+        raise SpecboundError(f"a LoRA adapter on a {spec.family} model (multi-head latent attention) is not supported: "
+                             f"merge the adapter into the base and pass the base with --init")
     stored = dims.stored_layer(layer)
     rules = spec.tensors
     if folded_scales(spec.structure, ckpt.config, dims.d_head) != (1.0, 1.0):
@@ -90,9 +94,14 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
              "v": _columns_update(v, dims.H_kv, d), "o": _rows_update(factors("o"), dims.H, d)}
     ff: dict = {}
     shapes: dict = {}
-    blocks = [(spec.tensors, None, None, dims.d_ff)] if spec.experts is None else \
-        [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + \
-        ([(spec.experts.shared, None, "shared", dims.moe.shared_d_ff)] if spec.experts.shared else [])
+    if spec.experts is None:
+        blocks = [(spec.tensors, None, None, dims.d_ff)]
+    elif not dims.moe.routed(layer):  # a dense layer between the mixtures
+        blocks = [(spec.experts.dense, None, None, dims.moe.dense_d_ff)]
+    else:
+        blocks = [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + \
+            ([(spec.experts.shared, None, "shared", dims.moe.shared_d_ff)]
+             if spec.experts.shared and dims.moe.shared_d_ff else [])
     for block_rules, expert, branch, d_ff in blocks:
         for role in ("ff_in", "ff_gate", "ff_gate_up", "ff_up", "ff_out"):
             if role not in block_rules:

@@ -32,8 +32,11 @@ class MixtureOfExperts:
     layers: tuple[int, ...] | None = None
     dense_d_ff: int | None = None
     # a bound on the sum of the chosen experts' gates: 1 for a softmax over the top k (Mixtral, gpt-oss),
-    # k for a sigmoid per chosen expert (Llama 4), docs/theory.md 3f
-    gate_sum: int = 1
+    # k for a sigmoid per chosen expert (Llama 4), times routed_scaling_factor (DeepSeek), docs/theory.md 3f;
+    # and on one gate: 1, or routed_scaling_factor
+    gate_sum: float = 1
+    gate_max: float = 1.0
+    scoring: str = "softmax"  # how the router scores experts: "softmax" or "sigmoid"
 
     def routed(self, layer: int) -> bool:
         """Whether layer ``layer`` holds the experts (else a dense block)."""
@@ -44,6 +47,38 @@ class MixtureOfExperts:
         """The role suffix of each expert, in the order the matrices are listed: ``e0 .. e{E-1}``,
         then ``shared``."""
         return tuple(f"e{e}" for e in range(self.experts)) + (("shared",) if self.shared_d_ff else ())
+
+
+@dataclass(frozen=True)
+class LatentDims:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2; docs/theory.md 3l): queries through the
+    rank-``q_rank`` latent ``q_a_proj -> RMSNorm -> q_b_proj`` (or one ``q_proj`` when ``q_rank`` is
+    None), keys and values through the shared rank-``kv_rank`` latent ``kv_a_proj_with_mqa -> RMSNorm ->
+    kv_b_proj``, each head's key ``d_nope`` non-rotary features from the latent and ``d_rope`` rotary
+    ones shared by every head straight from ``kv_a_proj_with_mqa``, values of ``d_v`` features.
+
+    ``logit_scale``: YaRN's ``mscale^2`` multiplying the softmax scale beyond ``qk_head_dim^(-1/2)``
+    (1 without it); ``rope_factor``: the rope scaling's attention factor ``a`` on ``cos`` and ``sin``
+    (the rotary part of the logit times ``a^2``); ``q_eps``, ``kv_eps``: the latent norms' epsilons."""
+
+    q_rank: int | None
+    kv_rank: int
+    d_nope: int
+    d_rope: int
+    d_v: int
+    q_eps: float
+    kv_eps: float
+    logit_scale: float = 1.0
+    rope_factor: float = 1.0
+
+    @property
+    def d_qk(self) -> int:
+        return self.d_nope + self.d_rope
+
+    def attention_parameters(self, N: int, H: int) -> int:
+        """Stored weights of one layer's attention projections (the norms' gains not counted)."""
+        query = N * H * self.d_qk if self.q_rank is None else N * self.q_rank + self.q_rank * H * self.d_qk
+        return query + N * (self.kv_rank + self.d_rope) + self.kv_rank * H * (self.d_nope + self.d_v) + H * self.d_v * N
 
 
 @dataclass(frozen=True)
@@ -68,6 +103,7 @@ class ModelDims:
     stacks: "tuple[StackDims, ...] | None" = None
     moe: MixtureOfExperts | None = None  # a mixture-of-experts feed-forward block in every layer
     alibi: bool = False  # attention logits carry ALiBi's position biases (no change to any matrix)
+    latent: LatentDims | None = None  # multi-head latent attention (d_head is then v_head_dim)
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
@@ -285,6 +321,39 @@ class LayerWeights:
     ff: Mapping[str, np.ndarray]
     cross: "CrossWeights | None" = None
     qk_norm: QKNorm | None = None
+    # multi-head latent attention's factors (``q``, ``k``, ``v``, ``o`` are then None)
+    latent: "LatentWeights | None" = None
+
+
+@dataclass
+class LatentWeights:
+    """One layer's multi-head latent attention factors (:class:`LatentDims`), float64, each as the
+    model's ``Linear`` stores it (``out x in``; docs/theory.md 3l).
+
+    Attributes
+    ----------
+    q_a : ndarray, shape (q_rank, N), or None without a query latent
+    q_gain : ndarray, shape (q_rank,), or None
+    q_b : ndarray, shape (H, d_nope + d_rope, q_rank), or (H, d_nope + d_rope, N) without a query latent
+        Each head's query rows: its ``d_nope`` non-rotary ones, then its ``d_rope`` rotary ones.
+    kv_a : ndarray, shape (kv_rank + d_rope, N)
+        The latent's rows, then the shared rotary key's.
+    kv_gain : ndarray, shape (kv_rank,)
+    kv_b : ndarray, shape (H, d_nope + d_v, kv_rank)
+        Each head's key rows, then its value rows.
+    o : ndarray, shape (H, d_v, N)
+        Each head's output rows (row-vector orientation, rows of ``o_proj.weight.T``).
+    dims : LatentDims
+    """
+
+    q_a: np.ndarray | None
+    q_gain: np.ndarray | None
+    q_b: np.ndarray
+    kv_a: np.ndarray
+    kv_gain: np.ndarray
+    kv_b: np.ndarray
+    o: np.ndarray
+    dims: LatentDims
 
 
 @dataclass

@@ -54,7 +54,7 @@ ATTENTION_ROLES = ("q", "k", "v", "qkv", "o")
 SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation", "num_experts", "experts_per_token",
-                          "shared_ff_size", "dense_ff_size")
+                          "shared_ff_size", "num_shared_experts", "dense_ff_size")
 LAYER_PLACEHOLDER = "${layer}"
 EXPERT_PLACEHOLDER = "${expert}"
 # Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
@@ -110,8 +110,32 @@ class ExpertsSpec:
     dense: dict[str, TensorRule] | None = None
     layers: dict[str, Any] | None = None
     # "softmax": the chosen experts' gates sum to at most 1; "sigmoid": each is at most 1 (Llama 4: a
-    # sigmoid of each chosen logit), so they sum to at most top_k
-    gates: str = "softmax"
+    # sigmoid of each chosen logit), so they sum to at most top_k; or an object {"scoring", "normalised",
+    # "normalised_default", "scale"} (DeepSeek, GLM: sigmoid scores renormalised when norm_topk_prob, times
+    # routed_scaling_factor)
+    gates: Any = "softmax"
+
+    def gate_bounds(self, config: dict[str, Any], top_k: int) -> tuple[float, float, str]:
+        """``(gate_max, gate_sum, scoring)`` with the routing frozen (docs/theory.md 3f): a softmax's top-k
+        probabilities (renormalised or not) are each at most 1 and sum to at most 1; sigmoid scores are
+        each below 1, their sum below ``k`` unless renormalised to 1; a ``scale`` key
+        (routed_scaling_factor) multiplies both."""
+        gates = {"scoring": self.gates} if isinstance(self.gates, str) else self.gates
+        scoring = gates.get("scoring", "softmax")
+        normalised = gates.get("normalised", False)
+        if isinstance(normalised, str):
+            normalised = config.get(normalised)
+            normalised = gates.get("normalised_default", False) if normalised is None else bool(normalised)
+        scale = 1.0
+        key = gates.get("scale")
+        if key and config.get(key) is not None:
+            scale = config[key]
+            if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale < float("inf"):
+                raise SpecboundError(f"config.json: {key}={scale!r} must be a positive number (it scales every "
+                                     f"routed expert's output)")
+            scale = float(scale)
+        total = 1.0 if scoring == "softmax" or normalised else float(top_k)
+        return scale, scale * total, scoring
 
 
 @dataclass(frozen=True)
@@ -124,6 +148,48 @@ class Refusal:
     pattern: regex.Pattern | None = None
     config: str | None = None
     allowed: tuple = ()
+
+
+LATENT_TENSORS = ("q_a", "q_a_norm", "q_b", "q", "kv_a", "kv_a_norm", "kv_b")
+LATENT_CONFIG = ("q_rank", "kv_rank", "d_nope", "d_rope", "d_v")
+
+
+@dataclass(frozen=True)
+class LatentRule:
+    """Where a multi-head latent attention family's tensors live (docs/theory.md 3l): name templates with
+    ``${layer}`` of ``q_a`` (``q_a_proj``), ``q_a_norm``, ``q_b``, ``q`` (``q_proj``, used when the config's
+    ``q_rank`` is null), ``kv_a`` (``kv_a_proj_with_mqa``), ``kv_a_norm``, ``kv_b``; ``config``: the
+    config.json keys of ``q_rank``, ``kv_rank``, ``d_nope``, ``d_rope``, ``d_v``; ``eps``: the keys of the
+    latent norms' epsilon (none: ``eps_default``, DeepSeek's norms take no config value)."""
+
+    names: dict[str, str]
+    config: dict[str, tuple[str, ...]]
+    eps: tuple[str, ...] = ()
+    eps_default: float = 1e-6
+
+    def name_for(self, which: str, layer: int, prefix: str = "") -> str:
+        return prefix + self.names[which].replace(LAYER_PLACEHOLDER, str(layer))
+
+
+def _latent_rule(raw: Any, origin: str) -> LatentRule | None:
+    if raw is None:
+        return None
+    keys = {"tensors", "config", "eps", "eps_default"}
+    if not isinstance(raw, dict) or not {"tensors", "config"} <= set(raw) <= keys:
+        raise _fail(origin, f"'latent_attention' must be an object with 'tensors' and 'config' (and optionally "
+                            f"'eps', 'eps_default'), found {raw!r}")
+    names, config = raw["tensors"], raw["config"]
+    if not isinstance(names, dict) or set(names) != set(LATENT_TENSORS) or not all(
+            isinstance(v, str) and LAYER_PLACEHOLDER in v for v in names.values()):
+        raise _fail(origin, f"'latent_attention' tensors must name exactly {list(LATENT_TENSORS)}, each with "
+                            f"{LAYER_PLACEHOLDER}")
+    if not isinstance(config, dict) or set(config) != set(LATENT_CONFIG):
+        raise _fail(origin, f"'latent_attention' config must map exactly {list(LATENT_CONFIG)} to config.json keys")
+    default = raw.get("eps_default", 1e-6)
+    if isinstance(default, bool) or not isinstance(default, (int, float)) or not default > 0:
+        raise _fail(origin, f"'latent_attention' eps_default must be a positive number, found {default!r}")
+    return LatentRule(dict(names), {k: _str_list(config, k, origin) for k in LATENT_CONFIG},
+                      _str_list(raw, "eps", origin, required=False), float(default))
 
 
 QK_NORM_GAINS = ("weight", "one_plus_weight", "none")  # RMSNorm's gain: w, Gemma's 1 + w, or none (Llama 4's L2 norm)
@@ -213,6 +279,7 @@ class ArchSpec:
     structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
     # the family's own names for activations (T5's feed_forward_proj "gated-gelu" is HF's gelu_new)
     activation_names: dict[str, str] | None = None
+    latent: LatentRule | None = None  # multi-head latent attention (docs/theory.md 3l)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -494,7 +561,7 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
              "alibi", "activation", "experts", "refuse", "qk_norm", "structure", "position_terms", "variants",
-             "stacks", "towers", "activation_names"}
+             "stacks", "towers", "activation_names", "latent_attention"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
@@ -572,7 +639,8 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         raise _fail(origin, "'tensors' must map roles to {name, layout}")
     experts = _experts(raw.get("experts"), feed_forward, config_keys, origin)
     tensors = _tensor_rules(tensors_raw, ROLES, origin, "tensors")
-    attention = ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
+    latent = _latent_rule(raw.get("latent_attention"), origin)
+    attention = ("o",) if latent else ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
     needed = attention + (() if experts else _ff_roles(feed_forward, tensors))
     absent = [r for r in needed if r not in tensors]
     extra = [r for r in tensors if r not in needed]
@@ -617,6 +685,7 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
         qk_norm=qk_norm,
         structure=structure,
         activation_names=activation_names,
+        latent=latent,
     )
 
 
@@ -707,14 +776,20 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
     if "dense" in raw:
         part = raw["dense"]
         rule = part.get("layers") if isinstance(part, dict) else None
+        ranged = {"first", "last", "interval", "phase", "types", "expert_type"}  # DeepSeek, GLM, ERNIE
         ok = isinstance(part, dict) and set(part) == {"tensors", "layers"} and isinstance(rule, dict) and (
             (set(rule) == {"list"} and isinstance(rule["list"], str))
             or ("step" in rule and set(rule) <= {"list", "step", "step_default"} and isinstance(rule["step"], str)
-                and isinstance(rule.get("list", ""), str) and isinstance(rule.get("step_default", 1), int)))
+                and isinstance(rule.get("list", ""), str) and isinstance(rule.get("step_default", 1), int))
+            or (rule and set(rule) <= ranged and all(isinstance(rule[k], str) for k in set(rule) - {"phase"})
+                and rule.get("phase", 0) in (0, 1) and ("types" in rule) == ("expert_type" in rule)))
         if not ok:
             raise _fail(origin, "'experts.dense' must be an object with 'tensors' (the dense layers' feed-forward "
                                 "roles) and 'layers' ({\"list\": KEY} of the expert layers' indices, optionally "
-                                "with {\"step\": KEY, \"step_default\": n}: every n-th layer when the list is absent)")
+                                "with {\"step\": KEY, \"step_default\": n}: every n-th layer when the list is absent; "
+                                "or config keys of the 'first' and 'last' layers holding experts and their 'interval' "
+                                "with a 'phase' 0 or 1, layer l holding them when (l + phase) % interval == 0; or "
+                                "'types', a key listing each layer's type, with 'expert_type')")
         dense = _tensor_rules(part["tensors"], FEED_FORWARDS[feed_forward] + ("ff_gate_up",), origin,
                               "experts.dense.tensors")
         if set(dense) != set(_ff_roles(feed_forward, dense)):
@@ -722,9 +797,18 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
                                 f"{list(_ff_roles(feed_forward, dense))}, found {sorted(dense)}")
         layers = dict(rule)
     gates = raw.get("gates", "softmax")
-    if gates not in ("softmax", "sigmoid"):
+    gate_keys = {"scoring", "normalised", "normalised_default", "scale"}
+    if isinstance(gates, dict):
+        ok = set(gates) <= gate_keys and gates.get("scoring", "softmax") in ("softmax", "sigmoid") \
+            and isinstance(gates.get("normalised", False), (bool, str)) \
+            and isinstance(gates.get("normalised_default", False), bool) and isinstance(gates.get("scale", ""), str)
+        gates = dict(gates) if ok else gates
+    else:
+        ok = gates in ("softmax", "sigmoid")
+    if not ok:
         raise _fail(origin, f"'experts.gates' must be 'softmax' (the chosen gates sum to at most 1) or 'sigmoid' "
-                            f"(each at most 1), found {gates!r}")
+                            f"(each at most 1), or an object with keys among {sorted(gate_keys)} (scoring, normalised "
+                            f"a boolean or a config key, scale the config key of routed_scaling_factor), found {gates!r}")
     return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate, dense=dense, layers=layers,
                        gates=gates)
 

@@ -31,7 +31,8 @@ FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_
          "layer_scale": ("folded",), "front_end": ("convolutional",),
          "attention_sinks": ("learned",),  # gpt-oss: a learned logit per head in the softmax's denominator
          # Llama 4: the NoPE layers' queries times 1 + attn_scale log(1 + floor((t + 1) / floor_scale))
-         "temperature_tuning": ("llama4",)}
+         "temperature_tuning": ("llama4",),
+         "key_selection": ("indexer",)}  # DeepSeek-V3.2: a top-k indexer picks each query's keys
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Structure:
     position_bias: str | None = None
     layer_scale: str | None = None
     front_end: str | None = None
+    key_selection: str | None = None  # "indexer": DeepSeek-V3.2's top-k indexer picks the keys (theory 3l)
     residual_multiplier: float | None = None
     attention_multiplier: float | None = None
     embedding_multiplier: float | None = None
@@ -158,6 +160,7 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any], whe
         position_bias=declared.get("position_bias"),
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
+        key_selection=declared.get("key_selection"),
         attention_sinks=declared.get("attention_sinks"),
         temperature=temperature_max(config) if declared.get("temperature_tuning") else None,
         **{key: _read(config, declared.get(key), COUNT if key == "attention_chunk" else SCALE, where)

@@ -131,6 +131,26 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                           f"other layers (docs/theory.md 3e)", "convention"))
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
+    if dims.latent is not None:
+        lat = dims.latent
+        scales = ""
+        if lat.logit_scale != 1.0 or lat.rope_factor != 1.0:
+            scales = (f"; YaRN's mscale^2 = {lat.logit_scale:.6g} multiplies every logit and the rope scaling's "
+                      f"attention factor a = {lat.rope_factor:.6g} its rotary part by a^2, both in the factors")
+        query = ("queries through q_a_proj, an RMSNorm of its " f"{lat.q_rank} features and q_b_proj"
+                 if lat.q_rank is not None else "queries through q_proj")
+        out.append(_entry(
+            "latent_attention", True,
+            f"multi-head latent attention: {query}; keys and values through the shared latent kv_a_proj_with_mqa, "
+            f"an RMSNorm of its {lat.kv_rank} features (eps = {lat.kv_eps:g}) and kv_b_proj, {lat.d_rope} rotary key "
+            f"features shared by every head. The logit and the values are not bilinear forms of one matrix, so each "
+            f"head is covered through its raw factors: its QK row is the block-diagonal diag(W_qa, [W_kv; A], X_h = "
+            f"B_n^T C_n, B_r) and its OV row diag(W_kv, Y_h = C_v^T O_h) (the shared latent projections counted in "
+            f"every head's rows), every norm, S_p and rank those of the block-diagonal matrix; the QK row's "
+            f"lipschitz_factor is the logit's Lipschitz constant kappa_h and the OV row's the value path's L_k "
+            f"||Y_h||, both finite because eps > 0, and the head's term of Lambda is L_k ||Y_h|| + 4 kappa_h R_k "
+            f"||Y_h||; every number holds for every rotation of the shared rotary key, so at every relative "
+            f"position{scales} (our derivation, docs/theory.md 3l)", "extension"))
     out += _structure_entries(structure)
     if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
         moe = dims.moe
@@ -141,6 +161,11 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
         gates = ("the top-k gates are non-negative and sum to at most 1" if moe.gate_sum == 1 else
                  f"each chosen expert's gate is a sigmoid in (0, 1) and they multiply its input (x -> F_e(g_e x) has "
                  f"constant g_e Lip(F_e)), so the routed part's factor is at most {moe.gate_sum} (top_k) times it")
+        if moe.gate_max != 1:  # DeepSeek, GLM: the chosen scores (renormalised or not) times routed_scaling_factor
+            gates = (f"the top-k gates ({moe.scoring} scores times routed_scaling_factor) are non-negative, each at "
+                     f"most {moe.gate_max:g} and summing to at most {moe.gate_sum:g}: the routed part's factor is "
+                     f"{moe.gate_sum:g} times the largest expert's and each routed expert's sensitivities are "
+                     f"multiplied by {moe.gate_max:g}")
         out += [
             _entry("mixture_of_experts", True,
                    f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}"
@@ -151,7 +176,10 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                    "the router's choice of experts and its gate values are held fixed: top-k routing is "
                    "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
                    "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
-                   "of the chain, and every bound is of the network with its routing frozen", "extension"),
+                   "of the chain, and every bound is of the network with its routing frozen"
+                   + "; a group limit on the choice or a score correction bias (DeepSeek's, GLM's and ERNIE's "
+                   "e_score_correction_bias) changes which experts are chosen, never a gate's value or bound, so the "
+                   "frozen network is the same", "extension"),
         ]
     out += _chain_shape_entries(dims, tower)
     if weights_note:
@@ -245,6 +273,13 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "depend on the input, so the logit differences the softmax argument uses, and with them "
                           "every Lipschitz factor and sensitivity, are unchanged; the bias table is outside the "
                           "complexity like every bias (docs/theory.md 3h)", "convention"))
+    if st.key_selection == "indexer":
+        out.append(_entry("sparse_attention_fixed", True,
+                          "a top-k indexer chooses the keys each query attends to (DeepSeek-V3.2): the choice is held "
+                          "fixed, as the experts' routing is; the softmax over any subset of the keys is a probability "
+                          "vector, so every head's factors hold unchanged, and the indexer's weights (wq_b, wk, k_norm, "
+                          "weights_proj) only choose the subset, never enter a logit's value or an output: they are not "
+                          "matrices of the chain (docs/theory.md 3l)", "extension"))
     if st.layer_scale == "folded":
         out.append(_entry("layer_scale_folded", True,
                           "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices "
@@ -340,7 +375,13 @@ def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, A
             "and values: M_j = sum_h c(OV)(1 + 2 c(QK)) times the feed-forward), so an encoder layer's alpha "
             "carries Z = sum_j alpha_j M_j; every matrix of both stacks is one term of the bound over L_e + L_d "
             "layers (our derivation, docs/theory.md 3i)", "extension"))
-    if tower is not None:
+    if tower is not None and dims.latent is not None:  # Kimi-K2.5's text model beside its vision tower
+        out.append(_entry(
+            "text_model_of_multimodal", True,
+            f"the {tower} model of a multimodal checkpoint (Kimi-K2.5), bounded as a chain of its own; the vision "
+            f"tower and the projector that feed it image tokens are outside the bound, like an embedding "
+            f"(fixed_embeddings_and_head)", "convention"))
+    elif tower is not None:
         out.append(_entry(
             "two_tower", True,
             f"the {tower} tower of a two-tower model (CLIP, SigLIP), bounded as a chain of its own with its own L, "
@@ -354,3 +395,4 @@ def is_theorem(entries: list[dict[str, Any]]) -> bool:
     """Whether no assumption of the theorem is broken and no extension is used (never for a real
     checkpoint: residual connections alone make every number a proxy)."""
     return not any(e["applies"] and e["kind"] in ("theorem", "extension") for e in entries)
+

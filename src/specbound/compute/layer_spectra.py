@@ -41,6 +41,10 @@ class LayerSpectra:
     # QK-norm layers: (H, H), how far head i's logits move per unit spectral change of head h's QK row
     # (its stacked factors; docs/theory.md 3d); None: 1 on the diagonal, a plain head's |x Delta y^T| <= ||Delta||
     qk_sensitivity: np.ndarray | None = None
+    # multi-head latent attention (docs/theory.md 3l): per head the value path's largest output and how far
+    # it moves per unit spectral change of the OV row; None: a plain head's c(OV) and 1
+    ov_reach: np.ndarray | None = None
+    ov_sensitivity: np.ndarray | None = None
 
     def norms(self, norm=None) -> LayerSpectralNorms:
         """The layer's factors for the propagation: ``norm(spectrum)`` of every matrix (default its
@@ -56,6 +60,8 @@ class LayerSpectra:
             block=self.block,
             position_terms=self.position_terms,
             qk_sensitivity=self.qk_sensitivity,
+            ov_reach=self.ov_reach,
+            ov_sensitivity=self.ov_sensitivity,
             **cross,
         )
 
@@ -151,6 +157,16 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     cross-attention (``weights.cross``) gets its heads' spectra like the self-attention's.
     """
     raw = weights
+    if raw.latent is not None:  # multi-head latent attention: rows of raw factors (docs/theory.md 3l)
+        from .latent import latent_spectra
+
+        qk, ov, sensitivity, reach, ov_sens = latent_spectra(raw.latent, kernel)
+        ff_matrices = weights.ff
+        if release:
+            raw.latent = None
+        ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
+        return LayerSpectra(weights.layer, qk, ov, ff, block, qk_sensitivity=sensitivity, ov_reach=reach,
+                            ov_sensitivity=ov_sens)
     kv = np.arange(weights.q.shape[0]) // group
     a = 1.0 if rotary is None else rotary.attention_factor
     # the bilinear logit's factors: the rope attention factor folded in (qk_logit.py)

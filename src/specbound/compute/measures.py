@@ -145,8 +145,9 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
     """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix, each also as its
     natural log (``log_scale`` is floored at ``ln`` of the smallest positive float, like ``scale``)."""
     norms = [layer.norms() for layer in layers]
-    if dims.moe is not None and dims.moe.gate_sum != 1:  # gates each at most 1, top_k of them (Llama 4)
-        norms = [replace(n, gate_sum=float(dims.moe.gate_sum)) for n in norms]
+    if dims.moe is not None and (dims.moe.gate_sum != 1 or dims.moe.gate_max != 1):  # docs/theory.md 3f
+        # Llama 4: gates each at most 1, top_k of them; DeepSeek, GLM: times routed_scaling_factor
+        norms = [replace(n, gate_sum=float(dims.moe.gate_sum), gate_max=float(dims.moe.gate_max)) for n in norms]
     lambdas = np.array([layer_lipschitz(n, l_phi) for n in norms])
     decoder = _decoder_start(dims)
     memory = log_lipschitz = None

@@ -78,7 +78,12 @@ class LayerSpectralNorms:
     cross_qk: np.ndarray | None = None  # a decoder layer's cross-attention heads, shape (H,)
     cross_ov: np.ndarray | None = None
     qk_sensitivity: np.ndarray | None = None  # QK-norm: (H, H), logit change of head i per unit change of row h
+    # multi-head latent attention (docs/theory.md 3l), shape (H,): the value path's largest output (None: ov)
+    # and its move per unit spectral change of the OV row (None: 1)
+    ov_reach: np.ndarray | None = None
+    ov_sensitivity: np.ndarray | None = None
     gate_sum: float = 1.0  # a bound on the chosen experts' gates' sum (docs/theory.md 3f): top_k for Llama 4's sigmoids
+    gate_max: float = 1.0  # a bound on one routed gate: DeepSeek's routed_scaling_factor (docs/theory.md 3f)
 
 
 def clamped_swiglu_constants(limit: float, alpha: float) -> tuple[float, float]:
@@ -129,6 +134,8 @@ def attention_lipschitz(norms: LayerSpectralNorms) -> float:
     disentangled position terms ``sum_h c(OV_h) (1 + 2 (2 + n) c(QK_h))`` (docs/theory.md 3h)."""
     if norms.position_terms:
         return float(np.sum(norms.ov * (1.0 + 2.0 * (2 + norms.position_terms) * norms.qk)))
+    if norms.ov_reach is not None:  # latent attention: Lip(values) + 4 kappa max ||value|| (docs/theory.md 3l)
+        return float(np.sum(norms.ov + 4.0 * norms.qk * norms.ov_reach))
     return float(np.sum(norms.ov * (1.0 + 4.0 * norms.qk)))
 
 
@@ -294,18 +301,24 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     # x QK x^T, and with disentangled attention also x QK p^T (c2p) and p QK x^T (p2c)
     logit_terms = 1 + norms.position_terms
     # a QK-norm row moves head i's logits by S[i, h] per unit: gamma_h = 2 sum_i c(OV_i) S[i, h] (docs/theory.md 3d)
-    per_logit = norms.ov if norms.qk_sensitivity is None else norms.ov @ norms.qk_sensitivity
+    reach = norms.ov if norms.ov_reach is None else norms.ov_reach  # the largest value a head's weights mix
+    per_logit = reach if norms.qk_sensitivity is None else reach @ norms.qk_sensitivity
     gamma: dict[str, np.ndarray | float] = {
         "QK": (2.0 * logit_terms if norms.position_terms else 2.0) * per_logit * after_attention,
-        "OV": np.full_like(norms.ov, after_attention),
+        "OV": np.full_like(norms.ov, after_attention) if norms.ov_sensitivity is None
+        else norms.ov_sensitivity * after_attention,
         **cross,
     }
     if not any(role.endswith("]") for role in ff):
         gamma.update(_branch_sensitivities(ff))
         return gamma
-    # a mixture of experts: each expert's matrices as in a dense block, its gate (<= 1) dropped
+    # a mixture of experts: each expert's matrices as in a dense block times the largest its gate can be
+    # (1 for probabilities: dropped; DeepSeek's routed_scaling_factor), the shared expert's gate <= 1 dropped
+    top = norms.gate_max
     for branch, values in feed_forward_branches(ff).items():
-        gamma.update({f"{kind}[{branch}]": g for kind, g in _branch_sensitivities(values).items()})
+        g_max = 1.0 if branch == "shared" else top
+        gamma.update({f"{kind}[{branch}]": (g * g_max if g_max != 1.0 else g)
+                      for kind, g in _branch_sensitivities(values).items()})
     return gamma
 
 
