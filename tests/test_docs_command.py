@@ -87,3 +87,19 @@ def test_the_pages_ship_in_the_package():
     assert urls["Documentation"] == doc_pages.SITE_URL
     site_url = re.search(r"^site_url: (\S+)$", (ROOT / "mkdocs.yml").read_text(), re.M).group(1)
     assert site_url == doc_pages.SITE_URL
+
+
+def test_the_api_page_prints_the_reference_not_the_directives():
+    """Issue 35: `specbound docs api` printed mkdocstrings' `::: name` lines; a terminal reader gets
+    each object's signature and docstring, as the site shows them."""
+    import inspect
+
+    import specbound
+    from specbound.tools import doc_pages
+
+    text = doc_pages.show("api")
+    assert not any(line.startswith(":::") for line in text.splitlines())
+    assert "### `specbound.pipeline.analyze(" in text
+    assert inspect.getdoc(specbound.analyze).splitlines()[0] in text
+    # an object that cannot be imported is named, not a traceback
+    assert "not importable" in doc_pages.expand_directives("::: specbound.no_such_module.thing\n")

@@ -20,6 +20,8 @@ DOCS = Path(__file__).resolve().parents[1] / "_docs"
 _NUMBERED = re.compile(r"^(?P<level>#{1,6})\s+(?P<number>\d+[a-z]?(?:\.\d+)*)\.?\s")
 _HEADING = re.compile(r"^(?P<level>#{1,6})\s+(?P<title>.+?)\s*$")
 _FENCE = re.compile(r"^(```|~~~)")
+# mkdocstrings' directive: "::: specbound.pipeline.analyze" (its indented options lines follow)
+_DIRECTIVE = re.compile(r"^:::\s+(?P<name>[A-Za-z_][\w.]*)\s*$")
 
 
 def docs_root() -> Path:
@@ -80,7 +82,58 @@ def show(topic: str | None = None, key: str | None = None, *, generated: dict[st
                   f"the pages are in {docs_root()}, the site at {SITE_URL}\n")
     name = topic.strip().removeprefix("docs/").removesuffix(".md")
     text = generated[name][1]() if name in generated else page_path(topic).read_text(encoding="utf-8")
+    text = expand_directives(text)
     return text if key is None else section(text, key)
+
+
+def expand_directives(text: str) -> str:
+    """The page with every mkdocstrings ``::: dotted.name`` block replaced by what the site shows
+    there: the object's name, its signature and its docstring (``inspect.getdoc``), so that a
+    terminal reader of ``specbound docs api`` sees the reference, not the directive.  An object that
+    cannot be imported is named with the reason, never a traceback."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _DIRECTIVE.match(lines[i])
+        if not m:
+            out.append(lines[i])
+            i += 1
+            continue
+        i += 1
+        while i < len(lines) and lines[i].startswith((" ", "\t")) and lines[i].strip():  # the directive's options
+            i += 1
+        out.extend(_reference(m["name"]))
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _reference(dotted: str) -> list[str]:
+    import importlib
+    import inspect
+
+    parts = dotted.split(".")
+    obj, found = None, False
+    for k in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[k:]:
+                obj = getattr(obj, attr)
+            found = True
+        except AttributeError:
+            pass
+        break
+    if not found:
+        return [f"### `{dotted}`", "", "(not importable in this installation: read it on the site, "
+                f"{SITE_URL}api/)", ""]
+    try:
+        signature = str(inspect.signature(obj)) if callable(obj) else ""
+    except (TypeError, ValueError):
+        signature = ""
+    doc = inspect.getdoc(obj) or "(no docstring)"
+    return [f"### `{dotted}{signature}`", "", doc, ""]
 
 
 def _headings(lines: list[str]):
