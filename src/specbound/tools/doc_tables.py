@@ -125,6 +125,13 @@ def families() -> str:
               "| family | GGUF architectures | what it is |", "|---|---|---|"]
     lines += [f"| `{s.family}` | {', '.join(f'`{t.removeprefix(GGUF)}`' for t in s.model_types)} | "
               f"{_cell(s.description)} |" for s in gguf]
+    from ..archs.hybrids import refused_families
+
+    refused = refused_families()
+    lines += ["", f"{len(refused)} hybrid families refused as a whole (`archs/data/refused/`), in one line that names "
+              f"the layers of the kind below, their indices and tensors ([why](#hybrids-refused-as-a-whole)):", "", "| family | model types | refused layers | what it is |", "|---|---|---|---|"]
+    lines += [f"| `{f.family}` | {', '.join(f'`{t}`' for t in f.model_types)} | {_cell(f.block)} "
+              f"(`{_cell(f.tensors)}`) | {_cell(f.description)} |" for f in refused]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,138 @@
+"""Hybrid families (linear-attention and state-space layers beside softmax attention) are refused as a
+whole in one line that names those layers: their indices, their block type, their tensors.
+
+The layer indices are checked against transformers' own config classes: each family's config is
+built by transformers (as save_pretrained writes it, and in the older forms the hub's config.json
+files have), and the layers transformers types as linear attention, Mamba or convolution are the
+ones the message names."""
+
+import json
+
+import pytest
+
+from specbound import SpecboundError
+from specbound.archs import spec_for_config
+from specbound.archs.hybrids import ranges, refused_families, refused_family
+from support.one_line import assert_api_error, assert_one_line_error, run_cli
+
+transformers = pytest.importorskip("transformers")
+
+# what transformers calls the refused blocks in layer_types (legacy names included)
+REFUSED_TYPES = {"linear_attention", "mamba", "conv"}
+SMALL = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+# the state-space mixers' heads must divide their width (2 x 32)
+EXTRA = {"granitemoehybrid": dict(mamba_n_heads=4), "falcon_h1": dict(mamba_n_heads=4), "nemotron_h": dict(mamba_num_heads=4)}
+
+# (family, config kwargs): transformers builds the config; each family in its current form and the
+# older forms of released config.json files
+CASES = [
+    ("qwen3_next", dict(num_hidden_layers=8)),
+    ("qwen3_next", dict(num_hidden_layers=7, full_attention_interval=3)),
+    ("qwen3_next", dict(layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"],
+                        num_hidden_layers=4)),
+    ("kimi_linear", dict(num_hidden_layers=9)),
+    ("kimi_linear", dict(num_hidden_layers=5, linear_attn_config={"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]})),
+    ("nemotron_h", dict(hybrid_override_pattern="M-M*-ME*M")),
+    ("nemotron_h", dict(layers_block_type=["full_attention", "mamba", "mlp", "mamba"])),
+    ("granitemoehybrid", dict(num_hidden_layers=6,
+                              layer_types=["mamba", "mamba", "attention", "mamba", "attention", "mamba"])),
+    ("granitemoehybrid", dict(num_hidden_layers=3)),
+    ("falcon_h1", dict(num_hidden_layers=3)),
+    ("jamba", dict(num_hidden_layers=11)),
+    ("jamba", dict(num_hidden_layers=7, attn_layer_period=3, attn_layer_offset=1)),
+    ("lfm2", dict(num_hidden_layers=6, full_attn_idxs=[2, 5])),
+    ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"])),
+]
+
+
+def _saved(model_type, kwargs, tmp_path):
+    """config.json as transformers writes it, and transformers' own refused layers."""
+    config = transformers.AutoConfig.for_model(model_type, **SMALL, **EXTRA.get(model_type, {}), **kwargs)
+    config.save_pretrained(tmp_path)
+    types = config.layers_block_type if model_type in ("falcon_h1",) else config.layer_types
+    if model_type == "falcon_h1":  # a state-space mixer beside attention in every layer
+        expected = list(range(config.num_hidden_layers))
+    else:
+        expected = [i for i, t in enumerate(types) if t in REFUSED_TYPES]
+    return json.loads((tmp_path / "config.json").read_text()), expected, len(types)
+
+
+@pytest.mark.parametrize("model_type,kwargs", CASES, ids=[f"{m}-{i}" for i, (m, _) in enumerate(CASES)])
+def test_the_refused_layers_are_transformers_own(model_type, kwargs, tmp_path):
+    config, expected, depth = _saved(model_type, kwargs, tmp_path)
+    assert expected, "each case has refused layers"
+    family = refused_family(model_type)
+    assert family.refused_layers(config) == (expected, depth)
+    # the older form: only the keys the hub's config.json files had (no layer_types written by transformers)
+    with pytest.raises(SpecboundError) as info:
+        spec_for_config(config)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"model_type={model_type!r}" in message and family.block in message and family.tensors in message
+    assert f"{'layer' if len(expected) == 1 else 'layers'} {ranges(expected)} of {depth} are" in message
+    assert "refused as a whole" in message and "docs/families.md" in message
+
+
+@pytest.mark.parametrize("model_type,legacy", [
+    ("qwen3_next", {"full_attention_interval": 4, "num_hidden_layers": 8}),
+    ("kimi_linear", {"num_hidden_layers": 5, "linear_attn_config": {"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]}}),
+    ("nemotron_h", {"hybrid_override_pattern": "M-M*-ME*M"}),
+    ("granitemoehybrid", {"num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"]}),
+    ("lfm2", {"num_hidden_layers": 6, "full_attn_idxs": [2, 5]}),
+])
+def test_older_config_files(model_type, legacy):
+    """The config.json files released before transformers wrote layer_types: the layers transformers
+    reads from them."""
+    config = transformers.AutoConfig.for_model(model_type, **SMALL, **EXTRA.get(model_type, {}), **legacy)
+    types = config.layer_types
+    expected = [i for i, t in enumerate(types) if t in REFUSED_TYPES]
+    assert refused_family(model_type).refused_layers({"model_type": model_type, **legacy}) == (expected, len(types))
+
+
+def test_what_config_does_not_say_is_said():
+    """No key that says which layers: the block is still named, and that config.json does not say;
+    a config whose every layer is softmax attention is refused for want of a spec."""
+    with pytest.raises(SpecboundError, match=r"its gated short-convolution layers .*config.json does not say which"):
+        spec_for_config({"model_type": "lfm2", "num_hidden_layers": 3})
+    with pytest.raises(SpecboundError, match=r"has none of the family's gated short-convolution layers .* no spec"):
+        spec_for_config({"model_type": "lfm2", "num_hidden_layers": 3, "full_attn_idxs": [0, 1, 2]})
+    with pytest.raises(SpecboundError, match=r"Kimi Delta Attention .*config.json does not say which"):
+        spec_for_config({"model_type": "kimi_linear", "num_hidden_layers": "four"})
+
+
+def test_every_refused_family_is_read_and_none_is_shipped():
+    from specbound.archs import supported_model_types
+
+    families = refused_families()
+    assert {f.family for f in families} >= {"qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid",
+                                             "falcon_h1", "jamba", "lfm2"}
+    types = [t for f in families for t in f.model_types]
+    assert len(types) == len(set(types)) and not set(types) & set(supported_model_types())
+
+
+def test_ranges():
+    assert ranges([0, 1, 2, 4, 5, 6, 8]) == "0-2, 4-6, 8"
+    assert ranges([3]) == "3" and ranges([]) == ""
+
+
+def test_a_saved_hybrid_is_refused_in_one_line(healthy, capsys, tmp_path):
+    """The command line and the API: one line, exit status 2, the layers named (a folder whose
+    config.json is transformers' Qwen3-Next config)."""
+    config, expected, depth = _saved("qwen3_next", dict(num_hidden_layers=4), tmp_path)
+    (healthy / "config.json").write_text(json.dumps(config))
+    needles = ["'qwen3_next'", "layers 0-2 of 4 are gated DeltaNet linear-attention layers", "linear_attn.*"]
+    line = assert_one_line_error(*run_cli(capsys, healthy), needles)
+    assert assert_api_error(needles, healthy) == line.removeprefix("specbound: error: ")
+
+
+def test_a_tiny_qwen3_next_model_is_refused(tmp_path):
+    """A real tiny Qwen3-Next written by save_pretrained (its weights and config.json)."""
+    import torch
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3NextConfig(**SMALL, num_hidden_layers=4, head_dim=8, linear_num_value_heads=2,
+                                          linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+                                          num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                                          shared_expert_intermediate_size=16)
+    transformers.Qwen3NextForCausalLM(config).save_pretrained(tmp_path)
+    assert_api_error(["layers 0-2 of 4 are gated DeltaNet", "layer" + "s.N.linear_attn.*"], tmp_path)
