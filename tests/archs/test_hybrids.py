@@ -7,6 +7,7 @@ files have), and the layers transformers types as linear attention, Mamba or con
 ones the message names."""
 
 import json
+import re
 
 import pytest
 
@@ -21,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 REFUSED_TYPES = {"linear_attention", "mamba", "conv"}
 SMALL = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
 # the state-space mixers' heads must divide their width (2 x 32)
-EXTRA = {"granitemoehybrid": dict(mamba_n_heads=4), "falcon_h1": dict(mamba_n_heads=4), "nemotron_h": dict(mamba_num_heads=4)}
+EXTRA = {"kimi_linear": dict(pad_token_id=0, bos_token_id=0, eos_token_id=1), "granitemoehybrid": dict(mamba_n_heads=4), "falcon_h1": dict(mamba_n_heads=4), "nemotron_h": dict(mamba_num_heads=4)}
 
 # (family, config kwargs): transformers builds the config; each family in its current form and the
 # older forms of released config.json files
@@ -136,3 +137,90 @@ def test_a_tiny_qwen3_next_model_is_refused(tmp_path):
                                           shared_expert_intermediate_size=16)
     transformers.Qwen3NextForCausalLM(config).save_pretrained(tmp_path)
     assert_api_error(["layers 0-2 of 4 are gated DeltaNet", "layer" + "s.N.linear_attn.*"], tmp_path)
+
+
+# --- arch infer: the weights of blocks no spec can describe are refused, naming the weight and its layers
+
+# (model_type, config kwargs, the weight's leaf name that is refused first, the words of its kind)
+INFER_CASES = [
+    ("qwen3_next", dict(num_hidden_layers=4), "linear_attn.A_log", "linear-attention or state-space"),
+    ("kimi_linear", dict(num_hidden_layers=5, linear_attn_config={"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]}),
+     "A_log", "linear-attention or state-space"),
+    ("nemotron_h", dict(hybrid_override_pattern="*M-M"), "mixer.A_log", "linear-attention or state-space"),
+    ("granitemoehybrid", dict(num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"]), "mamba.A_log",
+     "linear-attention or state-space"),
+    ("falcon_h1", dict(num_hidden_layers=2), "mamba.A_log", "linear-attention or state-space"),
+    ("jamba", dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1), "mamba.A_log",
+     "linear-attention or state-space"),
+    ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"]), "conv.conv.weight",
+     "causal convolution over the tokens"),
+]
+
+
+def _names_only(model_type, kwargs, folder):
+    """The tensor names and shapes of transformers' own model of ``model_type`` (built on the meta
+    device), written as zeros, with the config.json transformers writes."""
+    import numpy as np
+    import torch
+    from safetensors.numpy import save_file
+
+    config = transformers.AutoConfig.for_model(model_type, **SMALL, **EXTRA.get(model_type, {}), **kwargs)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    folder.mkdir()
+    save_file({k: np.zeros(tuple(v.shape), np.float32) for k, v in model.state_dict().items()},
+              str(folder / "model.safetensors"))
+    config.save_pretrained(folder)
+    return config
+
+
+@pytest.mark.parametrize("model_type,kwargs,weight,kind", INFER_CASES, ids=[c[0] for c in INFER_CASES])
+def test_arch_infer_refuses_a_hybrid_naming_the_weight_and_its_layers(model_type, kwargs, weight, kind, tmp_path,
+                                                                      capsys):
+    config = _names_only(model_type, kwargs, tmp_path / "m")
+    layers, depth = refused_family(model_type).refused_layers(json.loads((tmp_path / "m" / "config.json").read_text()))
+    line = assert_one_line_error(*run_cli(capsys, "infer", tmp_path / "m", command="arch"),
+                                 [kind, "a spec cannot describe it", "docs/families.md"])
+    first = re.search(r"error: (\S+) is ", line)[1]
+    assert first.endswith(weight) and f".{layers[0]}." in first
+    assert f"{'layer' if len(layers) == 1 else 'layers'} {ranges(layers)} of {depth}:" in line
+    assert config.num_hidden_layers == depth
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"self_attn.q_a_proj.weight": (4, 8), "self_attn.q_a_layernorm.weight": (4,), "self_attn.q_b_proj.weight": (8, 4)},
+     "multi-head latent attention projection"),
+    ({"self_attn.kv_a_proj_with_mqa.weight": (6, 8), "self_attn.kv_b_proj.weight": (16, 4)},
+     "multi-head latent attention projection"),
+    ({"self_attn.sinks": (2,)}, "attention sinks"),
+    ({"mlp.gate.e_score_correction_bias": (4,)}, "score-correction bias"),
+    ({"mixer.dt_bias": (2,)}, "linear-attention or state-space"),
+    ({"mixer.conv1d.weight": (16, 1, 4)}, "causal convolution"),
+], ids=["q_a_proj", "kv_a_proj_with_mqa", "sinks", "e_score_correction_bias", "dt_bias", "conv1d"])
+def test_arch_infer_refuses_each_kind_naming_the_weight(extra, needle, tmp_path, capsys):
+    """A plain LLaMA-like layer stack with one such weight in its second layer only."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    base = {"self_attn.q_proj.weight": (8, 8), "self_attn.k_proj.weight": (8, 8), "self_attn.v_proj.weight": (8, 8),
+            "self_attn.o_proj.weight": (8, 8), "mlp.gate_proj.weight": (12, 8), "mlp.up_proj.weight": (12, 8),
+            "mlp.down_proj.weight": (8, 12), "input_layernorm.weight": (8,)}
+    shapes = {f"model.layers.{i}.{k}": s for i in range(3) for k, s in base.items()}
+    shapes.update({f"model.layers.1.{k}": s for k, s in extra.items()})
+    folder = tmp_path / "m"
+    folder.mkdir()
+    save_file({k: np.zeros(s, np.float32) for k, s in shapes.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(dict(model_type="mine", hidden_size=8, num_hidden_layers=3,
+                                                        num_attention_heads=2, intermediate_size=12, hidden_act="silu")))
+    first = sorted(extra)[0] if needle != "multi-head latent attention projection" else \
+        next(k for k in sorted(extra) if k.endswith("proj.weight") or k.endswith("mqa.weight"))
+    line = assert_one_line_error(*run_cli(capsys, "infer", folder, command="arch"),
+                                 [f"model.layers.1.{first} is", needle, "in layer 1 of 3:"])
+    # without it, the same stack drafts
+    for k in extra:
+        shapes.pop(f"model.layers.1.{k}")
+    save_file({k: np.zeros(s, np.float32) for k, s in shapes.items()}, str(folder / "model.safetensors"))
+    capsys.readouterr()
+    from specbound.cli import main
+
+    assert main(["arch", "infer", str(folder)]) == 0, line

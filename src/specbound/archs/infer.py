@@ -22,7 +22,12 @@ recorded as a :class:`Guess` with its evidence, and the ones the checkpoint cann
   gate or router), and a shared expert with its gate when there is one.  How the router weighs its
   experts is not in the weights (the derivation needs gates >= 0 summing to at most 1): marked verify.
   Weights no spec can describe are refused with a line naming them: 3-D expert banks, two expert
-  stacks, a dense feed-forward beside the experts, a router that cannot be found.
+  stacks, a dense feed-forward beside the experts, a router that cannot be found;
+* so are the weights of blocks outside the spec schema (``UNMODELLED``), with the layers that hold
+  them: linear-attention and state-space blocks (``A_log``, ``dt_bias``, Mamba's ``x_proj``, gated
+  DeltaNet's ``in_proj_qkvz``), causal convolutions over the tokens (a 3-D ``conv1d.weight``), multi-head
+  latent attention (``q_a_proj``, ``kv_a_proj_with_mqa``), attention sinks (``sinks``) and routers with a
+  score-correction bias (``e_score_correction_bias``).
 
 The draft is finally run through ``analyze``'s own accounting and shape checks on the checkpoint it
 came from (:func:`self_check`), so a draft that does not fit says so before it is used.
@@ -149,6 +154,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     prefix = wrapper_prefix(stack.path, config)
     stack_rel = stack.path[len(prefix):]
     _note_stack(stack, prefix, ckpt, draft)
+    refuse_unmodelled(ckpt, stack)
     _refuse_banks(ckpt, stack)
     matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2
                       and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES)
@@ -187,6 +193,51 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     parse_spec(draft.spec, "the drafted spec")  # an invalid draft is a bug here, not the user's problem
     draft.check = self_check(draft.spec, ckpt)
     return draft
+
+
+# Weights of blocks no spec can describe, each (pattern on a layer-relative name, what it is, why it is
+# refused, whether only a 3-D weight matches); the first kind found in any layer is refused, naming
+# the weight and the layers that hold its kind.  Never drafted as ignored: each changes the function.
+_STATE = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
+          "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
+UNMODELLED = (
+    (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba)$|(?:^|\.)(?:x_proj|dt_proj)\.weight$",
+     "a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated DeltaNet's "
+     "in_proj_qkvz, in_proj_ba; RWKV's time_decay)", _STATE, False),
+    (r"(?:^|\.)(?:conv1d|conv|short_conv)\.weight$",
+     "a causal convolution over the tokens (the short convolution of a state-space, linear-attention or LFM2 block)",
+     "it mixes earlier tokens through input-dependent gates, and specbound derives neither its matrices as terms of "
+     "the bound nor a Lipschitz factor over sequences for it", True),
+    (r"(?:^|\.)(?:q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight$",
+     "a multi-head latent attention projection (DeepSeek-V3's q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj)",
+     "queries, keys and values pass through shared low-rank latents with an RMSNorm between (q_a_layernorm, "
+     "kv_a_layernorm) and one rotary key shared by every head, which a spec's q, k and v roles cannot express", False),
+    (r"(?:^|\.)sinks$",
+     "attention sinks (a learned logit per head in the softmax's denominator, as in gpt-oss)",
+     "a drafted spec has no term for the sink logit, and ignoring it would change every attention weight", False),
+    (r"(?:^|\.)e_score_correction_bias$",
+     "a router's score-correction bias (DeepSeek-V3's e_score_correction_bias)",
+     "its router picks experts by sigmoid scores corrected by the bias, with group-limited top-k and a routed scaling "
+     "factor, outside the softmax routing a drafted experts section assumes (docs/theory.md 3f)", False),
+)
+
+
+def refuse_unmodelled(ckpt: Checkpoint, stack: LayerStack) -> None:
+    """Refuse, in one line naming the weight and the layers holding its kind, a layer weight of a block
+    no spec can describe (``UNMODELLED``: linear-attention and state-space blocks, causal convolutions,
+    latent attention, attention sinks, bias-corrected routers; docs/families.md)."""
+    from .hybrids import ranges
+
+    for pattern, what, why, three_d in UNMODELLED:
+        hits = {layer: sorted(r for r in rests if re.search(pattern, r)
+                              and (not three_d or len(ckpt.shape(stack.name(layer, r))) == 3))
+                for layer, rests in stack.rests.items()}
+        layers = sorted(l for l, found in hits.items() if found)
+        if layers:
+            name = stack.name(layers[0], hits[layers[0]][0])
+            where = f"layer {layers[0]}" if len(layers) == 1 else f"layers {ranges(layers)}"
+            raise SpecboundError(f"{name} is {what}, in {where} of {stack.L}: {why}; a spec cannot describe it, so "
+                                 f"arch infer drafts none (docs/families.md)")
 
 
 def _refuse_banks(ckpt: Checkpoint, stack: LayerStack) -> None:
