@@ -135,6 +135,25 @@ def families() -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_families() -> str:
+    """README.md: one row per shipped family and per refused hybrid, from ``archs/data`` (each once,
+    none missing); what each is: docs/families.md."""
+    from ..archs.hybrids import refused_families
+    from ..archs.registry import builtin_specs
+
+    def types(model_types) -> str:
+        return " ".join(f"`{t.removeprefix(GGUF)}`" for t in model_types)
+
+    specs = builtin_specs().values()
+    gguf = [s for s in specs if any(t.startswith(GGUF) for t in s.model_types)]
+    lines = ["| family | reads |", "|---|---|"]
+    lines += [f"| `{s.family}` | {types(s.model_types)} |" for s in specs if s not in gguf]
+    lines += [f"| `{s.family}` | GGUF {types(s.model_types)} |" for s in gguf]
+    lines += [f"| `{f.family}` | refused, naming its {_cell(f.block)} layers: {types(f.model_types)} |"
+              for f in refused_families()]
+    return "\n".join(lines) + "\n"
+
+
 def bounds_registry() -> str:
     """docs/registry.md: every registered bound, in output order, from ``bounds/registry.py``."""
     from ..bounds.registry import REGISTRY
@@ -197,7 +216,8 @@ def cli_reference(parser) -> str:
     return "\n".join(lines)
 
 
-GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry}
+GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry,
+              "readme-families": readme_families}
 
 
 def blocks(text: str) -> dict[str, str]:
