@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import SpecboundError
+from ..errors import index_ranges as ranges
 
 RULE_KINDS = ("types", "pattern", "one_based", "kept", "period", "interval", "all")
 _FIELDS = {"family", "description", "model_types", "block", "tensors", "layers", "reason"}
@@ -86,18 +87,6 @@ class RefusedFamily:
             which = f"{'layer' if len(layers) == 1 else 'layers'} {ranges(layers)}{of} are {self.block} layers ({self.tensors})"
         return (f"{head}, refused as a whole: {which}; {self.reason} (docs/families.md), and a bound over the "
                 f"softmax attention alone would leave them out silently")
-
-
-def ranges(indices: list[int]) -> str:
-    """``0-2, 4-6, 8`` for ``[0, 1, 2, 4, 5, 6, 8]``."""
-    out, start = [], None
-    for i, x in enumerate(indices):
-        if start is None:
-            start = x
-        if i + 1 == len(indices) or indices[i + 1] != x + 1:
-            out.append(str(start) if start == x else f"{start}-{x}")
-            start = None
-    return ", ".join(out)
 
 
 def _get(config: dict[str, Any], key: str) -> Any:

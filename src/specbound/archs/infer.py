@@ -42,7 +42,7 @@ from typing import Any
 from .binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
-from ..errors import SpecboundError
+from ..errors import SpecboundError, index_ranges as ranges
 from .tensor_names import (ExpertStack, LayerStack, RoleAssignment, assign_attention_roles, assign_roles,
                            find_expert_stack, find_layer_stack, find_layer_stacks, ignore_patterns, is_cross_attention,
                            leaf, module_of, norms_per_layer, stacks_ignore_patterns, wrapper_prefix)
@@ -226,8 +226,6 @@ def refuse_unmodelled(ckpt: Checkpoint, stack: LayerStack) -> None:
     """Refuse, in one line naming the weight and the layers holding its kind, a layer weight of a block
     no spec can describe (``UNMODELLED``: linear-attention and state-space blocks, causal convolutions,
     latent attention, attention sinks, bias-corrected routers; docs/families.md)."""
-    from .hybrids import ranges
-
     for pattern, what, why, three_d in UNMODELLED:
         hits = {layer: sorted(r for r in rests if re.search(pattern, r)
                               and (not three_d or len(ckpt.shape(stack.name(layer, r))) == 3))

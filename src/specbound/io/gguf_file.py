@@ -43,6 +43,10 @@ What the file holds and how it is exposed:
   contiguous slice (a quantized bank's rows are whole blocks, so a slice dequantizes on its own), and
   not the bank itself: a family spec names experts as it does for a Hugging Face checkpoint.  A
   ``llama`` file with ``expert_count > 0`` (Mixtral) has ``model_type = "gguf-llama-moe"``.
+* **Hybrids.** A file of another architecture whose layers hold llama.cpp's tensors of a
+  linear-attention, state-space or short-convolution block (``blk.N.ssm_*``, ``blk.N.shortconv.*``,
+  ``blk.N.time_mix_*``: qwen3next, kimi-linear, nemotron_h, granitehybrid, falcon-h1, jamba, lfm2, mamba,
+  rwkv) is refused in one line naming those layers, as its Hugging Face checkpoint is (docs/families.md).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -60,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, index_ranges, os_errors
 from .base import Checkpoint, available_memory
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
@@ -410,6 +414,7 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
     headers = _shards(path, read_header(path))
     arch, config = read_metadata(headers[0])
     if arch not in SUPPORTED_ARCHS:
+        _refuse_recurrent(path, arch, config, [n for h in headers for n in h.tensors])
         raise SpecboundError(
             f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
@@ -430,6 +435,30 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
     return ckpt
+
+
+# llama.cpp's tensors of the blocks that are not softmax attention (qwen3next, kimi-linear, mamba,
+# mamba2, jamba, nemotron_h, granitehybrid, falcon-h1, lfm2, rwkv*): what each is, and its names
+_RECURRENT = (("ssm_", "state-space or linear-attention", "blk.N.ssm_*"),
+              ("shortconv.", "gated short-convolution", "blk.N.shortconv.*"),
+              ("time_mix_", "RWKV time-mixing", "blk.N.time_mix_*"))
+
+
+def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list[str]) -> None:
+    """A hybrid's (or a state-space model's) file, refused in one line naming the layers whose
+    tensors are of a linear-attention, state-space or convolution block (docs/families.md)."""
+    for prefix, kind, pattern in _RECURRENT:
+        layers = sorted({int(m[1]) for n in names if (m := re.match(rf"^blk\.(\d+)\.{re.escape(prefix)}", n))})
+        if layers:
+            count = config.get("block_count")
+            of = f" of {count}" if isinstance(count, int) and not isinstance(count, bool) else ""
+            noun = "layer" if len(layers) == 1 else "layers"
+            raise SpecboundError(
+                f"{path}: GGUF architecture {arch!r} is refused as a whole: {noun} {index_ranges(layers)}{of} are "
+                f"{kind} layers ({pattern}); their state carries every earlier token through input-dependent "
+                f"decays and gates, and specbound derives neither their matrices as terms of the bound nor a "
+                f"Lipschitz factor over sequences for them (docs/families.md), and a bound over the softmax "
+                f"attention alone would leave them out silently")
 
 
 def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]
