@@ -10,6 +10,8 @@ import json
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbound import SpecboundError
 from specbound.archs import spec_for_config
@@ -224,3 +226,26 @@ def test_arch_infer_refuses_each_kind_naming_the_weight(extra, needle, tmp_path,
     from specbound.cli import main
 
     assert main(["arch", "infer", str(folder)]) == 0, line
+
+
+VALUES = st.recursive(st.none() | st.booleans() | st.integers(-3, 40) | st.text(max_size=12)
+                      | st.sampled_from(["linear_attention", "mamba", "conv", "full_attention", "M", "*-M"]),
+                      lambda inner: st.lists(inner, max_size=12) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+                      max_leaves=20)
+KEYS = ["layer_types", "layers_block_type", "hybrid_override_pattern", "linear_attn_config", "full_attn_idxs",
+        "attn_layer_period", "attn_layer_offset", "full_attention_interval", "num_hidden_layers"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(model_type=st.sampled_from([t for f in refused_families() for t in f.model_types]),
+       config=st.dictionaries(st.sampled_from(KEYS), VALUES | st.integers(10**5, 10**12), max_size=4),
+       kda=st.lists(st.integers(-2, 50) | st.text(max_size=3), max_size=6))
+def test_any_config_of_a_refused_family_is_one_line(model_type, config, kda):
+    """Whatever config.json holds under the keys the rules read, the refusal is one line."""
+    config = {**config, "model_type": model_type}
+    if model_type == "kimi_linear" and "linear_attn_config" not in config:
+        config["linear_attn_config"] = {"kda_layers": kda}
+    with pytest.raises(SpecboundError) as info:
+        spec_for_config(config)
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 2000 and f"model_type={model_type!r}" in message

@@ -44,6 +44,7 @@ from ..errors import index_ranges as ranges
 RULE_KINDS = ("types", "pattern", "one_based", "kept", "period", "interval", "all")
 _FIELDS = {"family", "description", "model_types", "block", "tensors", "layers", "reason"}
 _MISSING = object()
+MAX_DEPTH = 100_000  # a num_hidden_layers beyond it is not read (as spec.MAX_SHARED_DEPTH: no model is that deep)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class RefusedFamily:
         whose key config.json has (None when none has: the message then says config.json does not
         say), and the depth (the length of a per-layer list, else ``num_hidden_layers``, else None)."""
         depth = _get(config, "num_hidden_layers")
-        depth = depth if _int(depth) and depth >= 0 else None
+        depth = depth if _int(depth) and 0 <= depth <= MAX_DEPTH else None
         for rule in self.layers:
             found = _apply(rule, config, depth)
             if found is not None:
@@ -77,6 +78,8 @@ class RefusedFamily:
         model_type = config.get("model_type")
         layers, depth = self.refused_layers(config)
         of = "" if depth is None else f" of {depth}"
+        if layers is not None and any(not 0 <= i < (depth or MAX_DEPTH) for i in layers):
+            layers = None  # numbers outside the model: config.json does not say which layers
         head = f"unsupported model family: config.json has model_type={model_type!r} ({self.description})"
         if layers is not None and not layers:
             return (f"{head}: this config.json has none of the family's {self.block} layers ({self.tensors}), but "
