@@ -24,7 +24,9 @@ transformers = pytest.importorskip("transformers")
 REFUSED_TYPES = {"linear_attention", "mamba", "conv"}
 SMALL = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
 # the state-space mixers' heads must divide their width (2 x 32)
-EXTRA = {"kimi_linear": dict(pad_token_id=0, bos_token_id=0, eos_token_id=1), "granitemoehybrid": dict(mamba_n_heads=4), "falcon_h1": dict(mamba_n_heads=4), "nemotron_h": dict(mamba_num_heads=4)}
+EXTRA = {"kimi_linear": dict(pad_token_id=0, bos_token_id=0, eos_token_id=1), "granitemoehybrid": dict(mamba_n_heads=4),
+         "bamba": dict(mamba_n_heads=4), "zamba2": dict(mamba_headdim=8, n_mamba_heads=8),
+         "mamba2": dict(num_heads=8, head_dim=8), "olmo_hybrid": dict(pad_token_id=0, bos_token_id=0, eos_token_id=1), "falcon_h1": dict(mamba_n_heads=4), "nemotron_h": dict(mamba_num_heads=4)}
 
 # (family, config kwargs): transformers builds the config; each family in its current form and the
 # older forms of released config.json files
@@ -45,18 +47,35 @@ CASES = [
     ("jamba", dict(num_hidden_layers=7, attn_layer_period=3, attn_layer_offset=1)),
     ("lfm2", dict(num_hidden_layers=6, full_attn_idxs=[2, 5])),
     ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"])),
+    ("qwen3_5_text", dict(num_hidden_layers=8)),
+    ("qwen3_5", dict(text_config=dict(num_hidden_layers=5, layer_types=["linear_attention"] * 4 + ["full_attention"]))),
+    ("olmo_hybrid", dict(num_hidden_layers=6)),
+    ("minimax", dict(num_hidden_layers=5)),
+    ("mamba", dict(num_hidden_layers=2)),
+    ("falcon_mamba", dict(num_hidden_layers=3)),
+    ("mamba2", dict(num_hidden_layers=2)),
+    ("bamba", dict(num_hidden_layers=5, attn_layer_indices=[1, 3])),
+    ("bamba", dict(num_hidden_layers=2)),
+    ("zamba", dict(num_hidden_layers=4)),
+    ("zamba2", dict(num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"])),
+    ("recurrent_gemma", dict(num_hidden_layers=7)),
+    ("recurrent_gemma", dict(num_hidden_layers=4, block_types=["recurrent", "attention"])),
+    ("rwkv", dict(num_hidden_layers=3)),
 ]
+# families whose every layer holds the refused block (beside attention, or with no attention at all)
+EVERY_LAYER = ("falcon_h1", "mamba", "falcon_mamba", "mamba2", "zamba", "zamba2", "rwkv")
 
 
 def _saved(model_type, kwargs, tmp_path):
     """config.json as transformers writes it, and transformers' own refused layers."""
     config = transformers.AutoConfig.for_model(model_type, **SMALL, **EXTRA.get(model_type, {}), **kwargs)
     config.save_pretrained(tmp_path)
-    types = config.layers_block_type if model_type in ("falcon_h1",) else config.layer_types
-    if model_type == "falcon_h1":  # a state-space mixer beside attention in every layer
-        expected = list(range(config.num_hidden_layers))
-    else:
-        expected = [i for i, t in enumerate(types) if t in REFUSED_TYPES]
+    text = getattr(config, "text_config", None) or config
+    if model_type in EVERY_LAYER:
+        expected = list(range(text.num_hidden_layers))
+        return json.loads((tmp_path / "config.json").read_text()), expected, len(expected)
+    types = getattr(text, "layer_types", None) or text.layers_block_type
+    expected = [i for i, t in enumerate(types) if t in REFUSED_TYPES]
     return json.loads((tmp_path / "config.json").read_text()), expected, len(types)
 
 
@@ -108,9 +127,13 @@ def test_every_refused_family_is_read_and_none_is_shipped():
 
     families = refused_families()
     assert {f.family for f in families} >= {"qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid",
-                                             "falcon_h1", "jamba", "lfm2"}
+                                             "falcon_h1", "jamba", "lfm2", "qwen3_5", "olmo_hybrid", "minimax",
+                                             "mamba", "mamba2", "bamba", "zamba", "recurrent_gemma", "rwkv"}
+
     types = [t for f in families for t in f.model_types]
     assert len(types) == len(set(types)) and not set(types) & set(supported_model_types())
+    # every model type of these families: the cases above build each one (the MoE twins aside)
+    assert set(types) == {m for m, _ in CASES} | {"qwen3_5_moe", "qwen3_5_moe_text", "lfm2_moe"}
 
 
 def test_ranges():
@@ -156,6 +179,16 @@ INFER_CASES = [
      "linear-attention or state-space"),
     ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"]), "conv.conv.weight",
      "causal convolution over the tokens"),
+    ("qwen3_5_text", dict(num_hidden_layers=4), "linear_attn.A_log", "linear-attention or state-space"),
+    ("olmo_hybrid", dict(num_hidden_layers=4), "linear_attn.A_log", "linear-attention or state-space"),
+    ("minimax", dict(num_hidden_layers=4), "self_attn.slope_rate", "linear-attention or state-space"),
+    ("mamba", dict(num_hidden_layers=2), "mixer.A_log", "linear-attention or state-space"),
+    ("mamba2", dict(num_hidden_layers=2), "mixer.A_log", "linear-attention or state-space"),
+    ("bamba", dict(num_hidden_layers=3, attn_layer_indices=[1]), "mamba.A_log", "linear-attention or state-space"),
+    ("zamba2", dict(num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"]), "A_log",
+     "linear-attention or state-space"),
+    ("recurrent_gemma", dict(num_hidden_layers=3), "rg_lru.recurrent_param", "linear-attention or state-space"),
+    ("rwkv", dict(num_hidden_layers=2), "attention.time_decay", "linear-attention or state-space"),
 ]
 
 

@@ -17,6 +17,8 @@ Each family is a data file ``archs/data/refused/<family>.json``::
 indices (0-based):
 
 * ``{"types": KEY, "refused": [values]}``: ``config[KEY]`` is a list of layer types (``layer_types``);
+* ``{"cycle": KEY, "refused": [values], "default": [values]}``: layer ``i`` has the type
+  ``config[KEY][i % len]``, a pattern repeated over the depth (RecurrentGemma's ``block_types``);
 * ``{"pattern": KEY, "refused": CHARS}``: a string of one character per layer (Nemotron-H's
   ``hybrid_override_pattern``, ``M`` a Mamba-2 layer);
 * ``{"one_based": KEY}``: a list of 1-based layer numbers (Kimi-Linear's ``linear_attn_config.kda_layers``);
@@ -41,7 +43,7 @@ from typing import Any
 from ..errors import SpecboundError
 from ..errors import index_ranges as ranges
 
-RULE_KINDS = ("types", "pattern", "one_based", "kept", "period", "interval", "all")
+RULE_KINDS = ("types", "cycle", "pattern", "one_based", "kept", "period", "interval", "all")
 _FIELDS = {"family", "description", "model_types", "block", "tensors", "layers", "reason"}
 _MISSING = object()
 MAX_DEPTH = 100_000  # a num_hidden_layers beyond it is not read (as spec.MAX_SHARED_DEPTH: no model is that deep)
@@ -114,6 +116,12 @@ def _apply(rule: dict[str, Any], config: dict[str, Any], depth: int | None) -> t
         if not isinstance(types, list):
             return None
         return [i for i, t in enumerate(types) if t in rule["refused"]], len(types)
+    if "cycle" in rule:
+        pattern = _get(config, rule["cycle"])
+        pattern = rule["default"] if pattern is _MISSING else pattern
+        if depth is None or not isinstance(pattern, list) or not pattern:
+            return None
+        return [i for i in range(depth) if pattern[i % len(pattern)] in rule["refused"]], depth
     if "pattern" in rule:
         pattern = _get(config, rule["pattern"])
         if not isinstance(pattern, str):

@@ -201,9 +201,11 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
 _STATE = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
           "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
 UNMODELLED = (
-    (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba)$|(?:^|\.)(?:x_proj|dt_proj)\.weight$",
+    (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba|slope_rate|recurrent_param)$"
+     r"|(?:^|\.)(?:x_proj|dt_proj)\.weight$",
      "a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated DeltaNet's "
-     "in_proj_qkvz, in_proj_ba; RWKV's time_decay)", _STATE, False),
+     "in_proj_qkvz, in_proj_ba; RWKV's time_decay; lightning attention's slope_rate; RG-LRU's recurrent_param)",
+     _STATE, False),
     (r"(?:^|\.)(?:conv1d|conv|short_conv)\.weight$",
      "a causal convolution over the tokens (the short convolution of a state-space, linear-attention or LFM2 block)",
      "it mixes earlier tokens through input-dependent gates, and specbound derives neither its matrices as terms of "
