@@ -195,40 +195,45 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     return draft
 
 
-# Weights of blocks no spec can describe, each (pattern on a layer-relative name, what it is, why it is
-# refused, whether only a 3-D weight matches); the first kind found in any layer is refused, naming
-# the weight and the layers that hold its kind.  Never drafted as ignored: each changes the function.
+# Weights of blocks arch infer does not draft, each (pattern on a layer-relative name, what it is, why
+# it is refused, whether only a 3-D weight matches, what to do); the first kind found in any layer is
+# refused, naming the weight and the layers that hold its kind.  Never drafted as ignored: each
+# changes the function.
 _STATE = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
           "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
+_NO_SPEC = "no spec can describe it, so arch infer drafts none (docs/families.md)"
+_BY_HAND = ("arch infer does not draft it: write the spec by hand, after a shipped family of the same layout if "
+            "there is one (docs/architectures.md)")
 UNMODELLED = (
     (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba|slope_rate|recurrent_param)$"
      r"|(?:^|\.)(?:x_proj|dt_proj)\.weight$",
      "a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated DeltaNet's "
      "in_proj_qkvz, in_proj_ba; RWKV's time_decay; lightning attention's slope_rate; RG-LRU's recurrent_param)",
-     _STATE, False),
+     _STATE, False, _NO_SPEC),
     (r"(?:^|\.)(?:conv1d|conv|short_conv)\.weight$",
      "a causal convolution over the tokens (the short convolution of a state-space, linear-attention or LFM2 block)",
      "it mixes earlier tokens through input-dependent gates, and specbound derives neither its matrices as terms of "
-     "the bound nor a Lipschitz factor over sequences for it", True),
+     "the bound nor a Lipschitz factor over sequences for it", True, _NO_SPEC),
     (r"(?:^|\.)(?:q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight$",
      "a multi-head latent attention projection (DeepSeek-V3's q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj)",
      "queries, keys and values pass through shared low-rank latents with an RMSNorm between (q_a_layernorm, "
-     "kv_a_layernorm) and one rotary key shared by every head, which a spec's q, k and v roles cannot express", False),
+     "kv_a_layernorm) and one rotary key shared by every head, not the q, k and v roles a draft names", False,
+     _BY_HAND),
     (r"(?:^|\.)sinks$",
      "attention sinks (a learned logit per head in the softmax's denominator, as in gpt-oss)",
-     "a drafted spec has no term for the sink logit, and ignoring it would change every attention weight", False),
+     "a draft has no term for the sink logit, and ignoring it would change every attention weight", False, _BY_HAND),
     (r"(?:^|\.)e_score_correction_bias$",
      "a router's score-correction bias (DeepSeek-V3's e_score_correction_bias)",
      "its router picks experts by sigmoid scores corrected by the bias, with group-limited top-k and a routed scaling "
-     "factor, outside the softmax routing a drafted experts section assumes (docs/theory.md 3f)", False),
+     "factor, not the softmax routing a drafted experts section assumes (docs/theory.md 3f)", False, _BY_HAND),
 )
 
 
 def refuse_unmodelled(ckpt: Checkpoint, stack: LayerStack) -> None:
     """Refuse, in one line naming the weight and the layers holding its kind, a layer weight of a block
-    no spec can describe (``UNMODELLED``: linear-attention and state-space blocks, causal convolutions,
-    latent attention, attention sinks, bias-corrected routers; docs/families.md)."""
-    for pattern, what, why, three_d in UNMODELLED:
+    arch infer does not draft (``UNMODELLED``: linear-attention and state-space blocks, causal
+    convolutions, latent attention, attention sinks, bias-corrected routers; docs/families.md)."""
+    for pattern, what, why, three_d, fix in UNMODELLED:
         hits = {layer: sorted(r for r in rests if re.search(pattern, r)
                               and (not three_d or len(ckpt.shape(stack.name(layer, r))) == 3))
                 for layer, rests in stack.rests.items()}
@@ -236,8 +241,7 @@ def refuse_unmodelled(ckpt: Checkpoint, stack: LayerStack) -> None:
         if layers:
             name = stack.name(layers[0], hits[layers[0]][0])
             where = f"layer {layers[0]}" if len(layers) == 1 else f"layers {ranges(layers)}"
-            raise SpecboundError(f"{name} is {what}, in {where} of {stack.L}: {why}; a spec cannot describe it, so "
-                                 f"arch infer drafts none (docs/families.md)")
+            raise SpecboundError(f"{name} is {what}, in {where} of {stack.L}: {why}; {fix}")
 
 
 def _refuse_banks(ckpt: Checkpoint, stack: LayerStack) -> None:
