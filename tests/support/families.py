@@ -461,7 +461,6 @@ REFUSED_CONFIGS = [
     ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"])),
     ("qwen3_5_text", dict(num_hidden_layers=8)),
     ("qwen3_5", dict(text_config=dict(num_hidden_layers=5, layer_types=["linear_attention"] * 4 + ["full_attention"]))),
-    ("olmo_hybrid", dict(num_hidden_layers=6)),
     ("minimax", dict(num_hidden_layers=5)),
     ("mamba", dict(num_hidden_layers=2)),
     ("falcon_mamba", dict(num_hidden_layers=3)),
