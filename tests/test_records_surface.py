@@ -455,3 +455,16 @@ def test_plots_compose_into_the_callers_axes(tiny):
     assert hasattr(a.plot.spectra(), "savefig")  # no ax, no role: the whole figure as before
     with pytest.raises(specbound.SpecboundError, match="no role .XX."):
         a.plot.spectra(role="XX")
+
+
+def test_a_long_location_is_shortened_on_the_first_screen(tiny, tmp_path):
+    """CI installs the default under a deep venv path: the 'from' line must still fit 100 columns."""
+    import shutil
+    folder, _ = tiny
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "tiny"
+    shutil.copytree(folder, deep)
+    result = specbound.analyze(deep, threads=1, jobs=1)
+    text = str(result)
+    assert max(map(len, text.splitlines())) <= 100
+    assert str(result.location) == str(deep)  # the full path stays in the result
+    assert "..." in text.splitlines()[0] + text.splitlines()[1]

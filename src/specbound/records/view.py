@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import re
 from fractions import Fraction
 from typing import Any
@@ -225,11 +226,23 @@ def p_star_note(a) -> list[str]:
                 f"then specbound analyze DIR/bert_uncased_L-10_H-128_A-2")
 
 
+def _fit(text: str, width: int) -> str:
+    """A source or path shortened to ``width`` columns for the first screen: the home folder as ~,
+    then the middle elided (the full path is in the JSON and in ``result.location``)."""
+    home = os.path.expanduser("~")
+    if len(text) > width and home not in ("", "/") and text.startswith(home + os.sep):
+        text = "~" + text[len(home):]
+    if len(text) <= width:
+        return text
+    keep = width - 3
+    return text[: keep // 3] + "..." + text[len(text) - (keep - keep // 3):]
+
+
 def _header(a) -> list[str]:
     m, o = a.model, a.options
-    lines = [f"specbound: {a.source}"]
+    lines = [f"specbound: {_fit(str(a.source), 100 - 11)}"]
     if getattr(a, "location", None) and a.location != a.source:
-        lines.append(f"from     {a.location}")
+        lines.append(f"from     {_fit(str(a.location), 100 - 9)}")
     lines += [
         f"model    {m['family']}  L={m['L']}  N={m['N']}  heads={m['H']}"
         + (f" (kv {m['H_kv']})" if m["H_kv"] != m["H"] else "")
