@@ -248,3 +248,25 @@ def test_any_config_of_a_refused_family_is_one_line(model_type, config, kda):
         spec_for_config(config)
     message = str(info.value)
     assert "\n" not in message and len(message) < 2000 and f"model_type={model_type!r}" in message
+
+
+def test_a_spec_that_ignores_a_state_space_weight_is_refused(healthy, tmp_path, capsys):
+    """A user's spec for a hybrid cannot make its linear-attention layers vanish by ignoring them: the
+    tiny BERT with a Mamba-like A_log in two layers, and a spec ignoring it."""
+    from importlib import resources
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(healthy / "model.safetensors"))
+    for layer in (0, 1):
+        tensors[f"encoder.layer.{layer}.mixer.A_log"] = np.zeros(4, np.float32)
+    save_file(tensors, str(healthy / "model.safetensors"), metadata={"format": "pt"})
+    spec = json.loads(resources.files("specbound.archs").joinpath("data", "bert.json").read_text())
+    spec["ignore"] = [*spec.get("ignore", []), r"\.mixer\."]
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    needles = ["encoder.layer.0.mixer.A_log is a weight of a linear-attention or state-space block", "in layers 0-1,",
+               f"the bert spec ({spec_file}) ignores it", "docs/families.md"]
+    line = assert_one_line_error(*run_cli(capsys, healthy, "--arch-spec", spec_file), needles)
+    assert assert_api_error(needles, healthy, arch_spec=spec_file) == line.removeprefix("specbound: error: ")

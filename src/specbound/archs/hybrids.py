@@ -43,6 +43,16 @@ from typing import Any
 from ..errors import SpecboundError
 from ..errors import index_ranges as ranges
 
+# The weights of a linear-attention or state-space block, by their last name (a decay, a time step, a
+# fused projection no softmax head has): never analysed, so never ignored either (binding.check_strays,
+# infer.refuse_unmodelled)
+RECURRENT_WEIGHT = (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba|slope_rate|recurrent_param)$"
+                    r"|(?:^|\.)(?:x_proj|dt_proj)\.weight$")
+RECURRENT_WHAT = ("a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated "
+                  "DeltaNet's in_proj_qkvz, in_proj_ba; RWKV's time_decay; lightning attention's slope_rate; RG-LRU's "
+                  "recurrent_param)")
+RECURRENT_WHY = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
+                 "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
 RULE_KINDS = ("types", "cycle", "pattern", "one_based", "kept", "period", "interval", "all")
 _FIELDS = {"family", "description", "model_types", "block", "tensors", "layers", "reason"}
 _MISSING = object()
@@ -185,6 +195,22 @@ def refused_families() -> tuple[RefusedFamily, ...]:
         if entry.name.endswith(".json"):
             out.append(_parse(json.loads(entry.read_text()), f"specbound/archs/data/refused/{entry.name}"))
     return tuple(out)
+
+
+def refuse_ignored_recurrent(names, accounted: set[str], family: str, origin: str) -> None:
+    """A spec that ignores a linear-attention or state-space weight (a user's ``--arch-spec`` for a
+    hybrid) is refused in one line naming it and the layers holding such weights: the bound would
+    leave those layers out silently."""
+    import re
+
+    pattern = re.compile(RECURRENT_WEIGHT)
+    hits = [n for n in names if n not in accounted and pattern.search(n)]
+    if hits:
+        layers = sorted({int(m[1]) for n in hits if (m := re.search(r"\.(\d+)\.", n))})
+        where = f", in layers {ranges(layers)}" if len(layers) > 1 else f", in layer {layers[0]}" if layers else ""
+        raise SpecboundError(f"{hits[0]} is {RECURRENT_WHAT}{where}, and the {family} spec ({origin}) ignores it: "
+                             f"{RECURRENT_WHY}, so a bound over the other layers would leave it out silently "
+                             f"(docs/families.md)")
 
 
 def refused_family(model_type: Any) -> RefusedFamily | None:

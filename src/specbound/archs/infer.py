@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .hybrids import RECURRENT_WEIGHT, RECURRENT_WHAT, RECURRENT_WHY
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError, index_ranges as ranges
@@ -199,17 +200,11 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
 # it is refused, whether only a 3-D weight matches, what to do); the first kind found in any layer is
 # refused, naming the weight and the layers that hold its kind.  Never drafted as ignored: each
 # changes the function.
-_STATE = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
-          "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
 _NO_SPEC = "no spec can describe it, so arch infer drafts none (docs/families.md)"
 _BY_HAND = ("arch infer does not draft it: write the spec by hand, after a shipped family of the same layout if "
             "there is one (docs/architectures.md)")
 UNMODELLED = (
-    (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba|slope_rate|recurrent_param)$"
-     r"|(?:^|\.)(?:x_proj|dt_proj)\.weight$",
-     "a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated DeltaNet's "
-     "in_proj_qkvz, in_proj_ba; RWKV's time_decay; lightning attention's slope_rate; RG-LRU's recurrent_param)",
-     _STATE, False, _NO_SPEC),
+    (RECURRENT_WEIGHT, RECURRENT_WHAT, RECURRENT_WHY, False, _NO_SPEC),
     (r"(?:^|\.)(?:conv1d|conv|short_conv)\.weight$",
      "a causal convolution over the tokens (the short convolution of a state-space, linear-attention or LFM2 block)",
      "it mixes earlier tokens through input-dependent gates, and specbound derives neither its matrices as terms of "
