@@ -270,3 +270,14 @@ def test_a_spec_that_ignores_a_state_space_weight_is_refused(healthy, tmp_path, 
                f"the bert spec ({spec_file}) ignores it", "docs/families.md"]
     line = assert_one_line_error(*run_cli(capsys, healthy, "--arch-spec", spec_file), needles)
     assert assert_api_error(needles, healthy, arch_spec=spec_file) == line.removeprefix("specbound: error: ")
+
+
+@pytest.mark.parametrize("bad", [{"types": "layer_types"}, {"period": "p", "offset": "o"}, {"all": True, "kept": "k"},
+                                 {"cycle": "block_types", "refused": ["recurrent"]}, {}])
+def test_a_malformed_refused_family_file_is_one_line(bad):
+    from specbound.archs.hybrids import _parse
+
+    raw = {"family": "f", "description": "d", "model_types": ["f"], "block": "b", "tensors": "t", "reason": "r",
+           "layers": [bad]}
+    with pytest.raises(SpecboundError, match=r"^x\.json: each 'layers' rule names exactly one of"):
+        _parse(raw, "x.json")

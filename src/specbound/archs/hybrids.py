@@ -1,7 +1,9 @@
 """Families refused as a whole, in one line that names their layers that are not softmax attention.
 
-Hybrid decoders (Qwen3-Next, Kimi-Linear, Nemotron-H, Granite 4.0-H, Falcon-H1, Jamba, LFM2) put
-linear-attention or state-space layers between, or beside, their softmax layers.  Those layers
+Hybrid decoders (Qwen3-Next, Qwen3.5, Kimi-Linear, Nemotron-H, Granite 4.0-H, Falcon-H1, Jamba,
+Bamba, Zamba, LFM2, OLMo hybrid, MiniMax, RecurrentGemma) put linear-attention, state-space or
+recurrent layers between, or beside, their softmax layers (Mamba, Mamba-2 and RWKV have no softmax
+layer at all).  Those layers
 carry a state across the whole sequence through input-dependent decays and gates: specbound derives
 neither their matrices as terms of the bound nor a Lipschitz factor over the sequences for them
 (docs/families.md), and a bound over the softmax layers alone would leave them out silently.  So
@@ -10,7 +12,7 @@ such a model is refused, with the indices of those layers and their block type.
 Each family is a data file ``archs/data/refused/<family>.json``::
 
     {"family": ..., "description": ..., "model_types": [...],
-     "block": "gated DeltaNet linear attention", "tensors": "linear_attn.*",
+     "block": "gated DeltaNet linear-attention", "tensors": "layers.N.linear_attn.*: ...",
      "layers": [RULE, ...], "reason": ...}
 
 ``layers`` are tried in order; the first whose config.json key is present gives the refused layer
@@ -54,6 +56,9 @@ RECURRENT_WHAT = ("a weight of a linear-attention or state-space block (Mamba's 
 RECURRENT_WHY = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
                  "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
 RULE_KINDS = ("types", "cycle", "pattern", "one_based", "kept", "period", "interval", "all")
+# each kind's other keys
+_RULE_KEYS = {"types": {"refused"}, "cycle": {"refused", "default"}, "pattern": {"refused"}, "one_based": set(),
+              "kept": set(), "period": {"offset", "defaults"}, "interval": {"default"}, "all": set()}
 _FIELDS = {"family", "description", "model_types", "block", "tensors", "layers", "reason"}
 _MISSING = object()
 MAX_DEPTH = 100_000  # a num_hidden_layers beyond it is not read (as spec.MAX_SHARED_DEPTH: no model is that deep)
@@ -180,8 +185,9 @@ def _parse(raw: Any, origin: str) -> RefusedFamily:
         raise fail("'layers' must be a non-empty list of rules")
     for rule in rules:
         kinds = [k for k in RULE_KINDS if isinstance(rule, dict) and k in rule]
-        if len(kinds) != 1:
-            raise fail(f"each 'layers' rule names exactly one of {list(RULE_KINDS)}, found {rule!r}")
+        if len(kinds) != 1 or set(rule) != {kinds[0], *_RULE_KEYS[kinds[0]]}:
+            raise fail(f"each 'layers' rule names exactly one of {list(RULE_KINDS)} with its keys "
+                       f"({ {k: sorted(v) for k, v in _RULE_KEYS.items()} }), found {rule!r}")
     return RefusedFamily(raw["family"], raw["description"], tuple(raw["model_types"]), raw["block"],
                          raw["tensors"], tuple(rules), raw["reason"], origin)
 
