@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError, index_ranges, os_errors
+from ..errors import SpecboundError, os_errors
 from .base import Checkpoint, available_memory
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
@@ -447,6 +447,8 @@ _RECURRENT = (("ssm_", "state-space or linear-attention", "blk.N.ssm_*"),
 def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list[str]) -> None:
     """A hybrid's (or a state-space model's) file, refused in one line naming the layers whose
     tensors are of a linear-attention, state-space or convolution block (docs/families.md)."""
+    from ..errors import index_ranges
+
     for prefix, kind, pattern in _RECURRENT:
         layers = sorted({int(m[1]) for n in names if (m := re.match(rf"^blk\.(\d+)\.{re.escape(prefix)}", n))})
         if layers:
