@@ -104,7 +104,7 @@ def test_every_bound_claiming_column_holds_for_its_matrix_at_every_offset(analys
     for (role, w, factors), row in zip(ref, a.matrices.itertuples()):
         if factors is not None and opened.rotary is not None:
             layout = opened.rotary_for(row.layer)
-            stack = _offset_matrices(factors, layout, layout.attention_factor)
+            stack = _offset_matrices(factors, layout, 1.0)  # the factors carry the module's attention factor
         else:
             stack = w[None]
         truth = _measured(stack, rank_tol)
@@ -118,6 +118,8 @@ def test_every_bound_claiming_column_holds_for_its_matrix_at_every_offset(analys
 def _normalised(attn, which, x):
     """The module's normalised queries (``which = "q"``) or keys of rows ``x``, shape ``(..., heads, d_h)``."""
     proj = getattr(attn, f"{which}_proj")(x)
+    if hasattr(attn, "qk_norm"):  # Llama 4: one weightless norm over each head of both
+        return attn.qk_norm(proj.view(*proj.shape[:-1], -1, attn.head_dim))
     norm, d = getattr(attn, f"{which}_norm"), attn.head_dim
     if norm.weight.numel() == d:  # a norm per head (Qwen3, Gemma 3)
         return norm(proj.view(*proj.shape[:-1], -1, d))
@@ -139,11 +141,14 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
     rows = a.matrices[a.matrices["role"] == "QK"]
     for layer in range(model.config.num_hidden_layers):
         attn = model.model.layers[layer].self_attn
-        layout = opened.rotary_for(layer)
+        if not any(hasattr(attn, n) for n in ("q_norm", "qk_norm")):
+            continue  # a layer that does not normalise (Llama 4's NoPE layers)
+        layout = opened.rotary_for(layer)  # None: a layer without rotary positions (EXAONE 4's global layers)
         group = H // model.config.num_key_value_heads
-        factor = layout.attention_factor**2
-        for delta in (0, layout.max_positions - 1):
-            m = torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
+        factor = 1.0 if layout is None else layout.attention_factor**2
+        for delta in (0,) if layout is None else (0, layout.max_positions - 1):
+            m = torch.eye(attn.head_dim, dtype=torch.float64) if layout is None else \
+                torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
             for h, kappa in enumerate(rows[rows["layer"] == layer]["lipschitz_factor"]):
                 def logit(x, y):  # noqa: B023 (called within the loop)
                     q, k = _normalised(attn, "q", x)[..., h, :], _normalised(attn, "k", y)[..., h // group, :]

@@ -206,10 +206,10 @@ class OpenModel:
         The tensor-name prefix (``""``, ``"bert."``, ...).
     rotary : RotaryLayout or None
         The rotary position embedding of a rotary family (read from config.json), else None; the
-        first layer's when layers differ (:attr:`rotary_by_layer`).
-    rotary_by_layer : tuple of RotaryLayout, optional
-        Each layer's layout (Gemma 3's local and global layers rotate at different bases); None:
-        every layer uses :attr:`rotary`.
+        first rotating layer's when layers differ (:attr:`rotary_by_layer`).
+    rotary_by_layer : tuple of RotaryLayout or None, optional
+        Each layer's layout (Gemma 3's local and global layers rotate at different bases), None at a
+        layer without rotary positions (NoPE); None: every layer uses :attr:`rotary`.
     """
 
     ckpt: Checkpoint
@@ -217,7 +217,7 @@ class OpenModel:
     dims: ModelDims
     prefix: str
     rotary: RotaryLayout | None = None
-    rotary_by_layer: tuple[RotaryLayout, ...] | None = None
+    rotary_by_layer: tuple[RotaryLayout | None, ...] | None = None
     tower: str | None = None  # the tower this chain is, of a two-tower model (CLIP, SigLIP)
     parent_spec: ArchSpec | None = None  # the two-tower spec the tower was opened through
 
@@ -239,7 +239,11 @@ class OpenModel:
         """The distinct layouts, in layer order (one for most models)."""
         if self.rotary_by_layer is None:
             return [] if self.rotary is None else [self.rotary]
-        return list(dict.fromkeys(self.rotary_by_layer))
+        return [r for r in dict.fromkeys(self.rotary_by_layer) if r is not None]
+
+    def nope_layers(self) -> list[int]:
+        """The layers without rotary positions of a model whose other layers rotate (NoPE)."""
+        return [] if self.rotary_by_layer is None else [l for l, r in enumerate(self.rotary_by_layer) if r is None]
 
 
 def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
@@ -299,7 +303,8 @@ def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel
     layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
     if layouts is None:
         return OpenModel(ckpt, spec, dims, prefix, **extra)
-    return OpenModel(ckpt, spec, dims, prefix, layouts[0], None if len(set(layouts)) == 1 else layouts, **extra)
+    first = next(r for r in layouts if r is not None)  # a NoPE layer's is None (archs/rotary.nope_flags)
+    return OpenModel(ckpt, spec, dims, prefix, first, None if len(set(layouts)) == 1 else layouts, **extra)
 
 
 def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False,
@@ -558,7 +563,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     if qk_norm is not None:
         model_extra["qk_norm"] = qk_norm
     if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
-        rotary["by_layer"] = [{"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
+        rotary["by_layer"] = [None if r is None else  # a NoPE layer: no rotation
+                              {"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
                               for r in model.rotary_by_layer]
     model_extra["rotary"] = rotary
     if dims.position_terms:
@@ -578,7 +584,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
                                                   structure=model_structure(model.spec.structure, model.ckpt.config),
-                                                  tower=model.tower))
+                                                  tower=model.tower, nope_layers=model.nope_layers()))
 
 
 def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:
@@ -606,6 +612,7 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
         return None
     factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
     return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
+            **({} if rule.layers == "all" else {"layers": rule.layers}),
             "max_factor": factor, "layer": layer, "head": head}
 
 
@@ -620,7 +627,10 @@ def _structure_extra(model: OpenModel) -> dict[str, Any]:
         extra["experts"] = {
             "experts": dims.moe.experts, "top_k": dims.moe.top_k, "d_ff": dims.d_ff,
             "shared_d_ff": dims.moe.shared_d_ff,
-            "router": spec.experts.router.name_for(0, model.prefix),
+            **({} if dims.moe.layers is None else {"layers": list(dims.moe.layers), "dense_d_ff": dims.moe.dense_d_ff}),
+            **({} if dims.moe.gate_sum == 1 else {"gate_sum": dims.moe.gate_sum}),
+            "router": None if dims.moe.layers == () else
+            spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
             "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
     return extra
 

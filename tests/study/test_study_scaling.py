@@ -96,3 +96,33 @@ def test_estimate_extrapolates_cpu_seconds_linearly_in_depth():
     np.testing.assert_allclose(todo["capped_cpu_s"], (2.0 + 3.0 * todo["depth"]) / 500 * todo["max_steps"])
     text = format_estimate(todo, workers=8)
     assert "ESTIMATE" in text and f"{len(deep)} runs to do" in text and "8 single-threaded workers" in text
+
+
+def test_pooled_within_group_slope_equals_a_fixed_effects_regression():
+    """Issue 32 item 7: one least-squares slope over every group's runs with an intercept per group,
+    checked against lstsq on a design with a dummy column per group (over all tasks and per task)."""
+    runs = _runs()
+    table = scaling_slopes(runs, ["noisy", "B"], bootstrap=50).set_index(["task", "bound", "axis"])
+    for axis in ("depth", "width"):
+        for scope in ("fmnist", "langid", "all"):
+            sub = runs if scope == "all" else runs[runs["task"] == scope]
+            xs, ys, dummies = [], [], []
+            offset = 0
+            for _, part in sub.groupby("task", sort=True):
+                part = part.reset_index(drop=True)
+                label = axis_groups(part, axis)
+                keep = label >= 0
+                xs += list(np.log(part.loc[keep, axis])); ys += list(np.log(part.loc[keep, "noisy"]))
+                dummies += list(label[keep] + offset)
+                offset += label.max() + 1
+            dummies = np.asarray(dummies)
+            design = np.column_stack([xs] + [(dummies == g).astype(float) for g in np.unique(dummies)])
+            beta = np.linalg.lstsq(design, np.asarray(ys), rcond=None)[0]
+            row = table.loc[(scope, "noisy", axis)]
+            assert row["pooled"] == pytest.approx(beta[0], rel=1e-10)
+            assert row["pooled_lo"] <= row["pooled"] <= row["pooled_hi"]
+    # noiseless: each group's slope is its seed's exponent, and with equal designs per group the pooled
+    # slope is their mean (depth: (1 + 2 + 4) / 3; width: (0.5 + 0.5 + 3) / 3)
+    exact = table.xs("B", level="bound")
+    assert exact.loc[("all", "depth"), "pooled"] == pytest.approx(7 / 3, rel=1e-10)
+    assert exact.loc[("all", "width"), "pooled"] == pytest.approx(4 / 3, rel=1e-10)

@@ -379,12 +379,164 @@ FAMILIES["qwen3_moe"] = (lambda layers: _t().Qwen3MoeForCausalLM(_t().Qwen3MoeCo
     vocab_size=50, max_position_embeddings=16)), _qwen3_moe)
 FAMILIES["olmo2"] = (_decoder("Olmo2ForCausalLM", "Olmo2Config", num_key_value_heads=2),
                      lambda m: _decoder_accessor(m, "all_heads"))
+
+
+def _scaled(module, factor):
+    """``factor * module(x)``: a module's output times a multiplier the model applies to it (Granite)."""
+    return lambda x: factor * module(x)
+
+
+def _granite(m):
+    """Granite: each sublayer's output times the layer's own residual_multiplier (OV and FF_out), the
+    queries times the attention's own scaling (attention_multiplier) over the 1/sqrt(d_h) every family
+    leaves out of QK (docs/theory.md 3e)."""
+    plain = _decoder_accessor(m)
+
+    def get(l):
+        b = m.model.layers[l]
+        out = plain(l)
+        r, a = b.residual_multiplier, b.self_attn.scaling * b.self_attn.head_dim ** 0.5
+        out["q"] = _proj(_scaled(b.self_attn.q_proj, a), N)
+        out["o"] = _proj(_scaled(b.self_attn.o_proj, r), N)
+        out["FF_out"] = _proj(_scaled(b.mlp.down_proj, r), D_FF)
+        return out
+    return get
+
+
+def _nope(accessor, unrotated):
+    """``accessor``'s matrices with ``nope: True`` where the layer's own attention module says it applies no
+    rotary positions (``unrotated(attn)``): its QK reference is the plain bilinear matrix."""
+    def wrap(m):
+        get = accessor(m)
+
+        def layer(l):
+            out = get(l)
+            out["nope"] = bool(unrotated(m.model.layers[l].self_attn))
+            return out
+        return layer
+    return wrap
+
+
+# Today's decoders with a twist each: StarCoder2 (biases, a plain GELU feed-forward), Granite (its
+# multipliers away from 1 so that each fold is seen), SmolLM3 (every second layer NoPE here), OLMo 3
+# (OLMo 2 with sliding and full layers), EXAONE 4 (per-head QK-norm, norms after each sublayer, the global
+# layer NoPE), Cohere2 (parallel block, interleaved pairs, the global layer NoPE)
+FAMILIES["starcoder2"] = (_decoder("Starcoder2ForCausalLM", "Starcoder2Config", num_key_value_heads=2, sliding_window=8),
+                          lambda m: (lambda l, b=m.model.layers: {
+                              "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+                              "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.o_proj, N),
+                              "FF_in": _proj(b[l].mlp.c_fc, N), "FF_out": _proj(b[l].mlp.c_proj, D_FF)}))
+FAMILIES["granite"] = (_decoder("GraniteForCausalLM", "GraniteConfig", num_key_value_heads=2, residual_multiplier=0.22,
+                                attention_multiplier=0.5, embedding_multiplier=12.0, logits_scaling=8.0), _granite)
+FAMILIES["smollm3"] = (_decoder("SmolLM3ForCausalLM", "SmolLM3Config", num_key_value_heads=2, no_rope_layer_interval=2,
+                                pad_token_id=0),
+                       _nope(_decoder_accessor, lambda a: not a.use_rope))
+FAMILIES["olmo3"] = (_decoder("Olmo3ForCausalLM", "Olmo3Config", num_key_value_heads=2, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"]),
+                     lambda m: _decoder_accessor(m, "all_heads"))
+FAMILIES["exaone4"] = (_decoder("Exaone4ForCausalLM", "Exaone4Config", num_key_value_heads=2, sliding_window=8,
+                                layer_types=["sliding_attention", "full_attention"]),
+                       _nope(lambda m: _decoder_accessor(m, "head"), lambda a: not a.is_sliding))
+FAMILIES["cohere2"] = (_decoder("Cohere2ForCausalLM", "Cohere2Config", num_key_value_heads=2, sliding_window=8,
+                                layer_types=["sliding_attention", "full_attention"], pad_token_id=0),
+                       _nope(_decoder_accessor, lambda a: a.sliding_window is None))
+
+
+def _gpt_oss(m):
+    """gpt-oss: attention through its projections (biases cancel in ``_proj``), each expert's gate and up
+    the columns the module's own ``_apply_gate`` reads (checked by calling it), its down projection the
+    bank's slice as the module's forward multiplies by it (``h @ down_proj[e]``)."""
+    import torch
+
+    def get(l):
+        b = m.model.layers[l]
+        a, experts = b.self_attn, b.mlp.experts
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+               "o": _proj(a.o_proj, a.o_proj.in_features),
+               "attention_factor": m.model.rotary_emb.attention_scaling}  # YaRN's: cos and sin times it
+        with torch.no_grad():
+            probe = torch.randn(5, experts.gate_up_proj.shape[-1], dtype=torch.float64)
+            gate, up = probe[:, ::2].clamp(max=experts.limit), probe[:, 1::2].clamp(-experts.limit, experts.limit)
+            assert torch.allclose(experts._apply_gate(probe), (up + 1) * gate * torch.sigmoid(experts.alpha * gate))
+            for e in range(experts.gate_up_proj.shape[0]):
+                w = experts.gate_up_proj[e].numpy()  # x @ gate_up_proj[e], as the forward computes it
+                out.update({f"FF_gate[e{e}]": w[:, ::2], f"FF_up[e{e}]": w[:, 1::2],
+                            f"FF_out[e{e}]": experts.down_proj[e].numpy()})
+        return out
+    return get
+
+
+# gpt-oss: sinks, biases, alternating sliding and full layers, YaRN (its default: factor 32), expert banks
+FAMILIES["gpt_oss"] = (lambda layers: _t().GptOssForCausalLM(_t().GptOssConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=N // H,
+    intermediate_size=MOE_D_FF, num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, vocab_size=50,
+    pad_token_id=0, max_position_embeddings=64, sliding_window=8,
+    rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "rope_theta": 150000.0,
+                     "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
+    layer_types=["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (layers % 2))),
+    _gpt_oss)
+
+
+def _llama4(m):
+    """Llama 4: a rotating layer's QK row is its stacked factors (the weightless L2 norm, gains 1, where the
+    module has its ``qk_norm``); a NoPE layer's (``use_rope`` 0) the plain matrix with the queries times the
+    largest temperature its module applies at a position below the context; dense layers' blocks, and the
+    layers of experts' banks (``bmm(x, gate_up_proj)`` chunked into gate and up, ``bmm(h, down_proj)``) and
+    shared expert, as the modules compute them."""
+    import torch
+
+    def get(l):
+        b = m.model.layers[l]
+        a, ff = b.self_attn, b.feed_forward
+        out = {"q": _proj(a.q_proj, N), "k": _proj(a.k_proj, N), "v": _proj(a.v_proj, N),
+               "o": _proj(a.o_proj, a.o_proj.in_features), "nope": not a.use_rope}
+        if not a.use_rope and a.attn_temperature_tuning:
+            t = torch.arange(m.config.max_position_embeddings, dtype=torch.float64)
+            tau = torch.log1p(torch.floor((t + 1.0) / a.floor_scale)) * a.attn_scale + 1.0  # the module's formula
+            out["q"] = out["q"] * float(tau.abs().max())
+        if hasattr(a, "qk_norm"):  # weightless: every gain 1
+            out["q_gain"], out["k_gain"] = np.ones(out["q"].shape[1]), np.ones(out["k"].shape[1])
+        if not b.is_moe_layer:
+            out.update({"FF_gate": _proj(ff.gate_proj, N), "FF_up": _proj(ff.up_proj, N),
+                        "FF_out": _proj(ff.down_proj, ff.down_proj.in_features)})
+            return out
+        experts = ff.experts
+        with torch.no_grad():
+            for e in range(experts.gate_up_proj.shape[0]):
+                gate, up = torch.bmm(torch.eye(N, dtype=torch.float64)[None], experts.gate_up_proj[e:e + 1])[0].chunk(2, -1)
+                down = torch.bmm(torch.eye(experts.down_proj.shape[1], dtype=torch.float64)[None],
+                                 experts.down_proj[e:e + 1])[0]
+                out.update({f"FF_gate[e{e}]": gate.numpy(), f"FF_up[e{e}]": up.numpy(), f"FF_out[e{e}]": down.numpy()})
+        s = ff.shared_expert
+        out.update({"FF_gate[shared]": _proj(s.gate_proj, N), "FF_up[shared]": _proj(s.up_proj, N),
+                    "FF_out[shared]": _proj(s.down_proj, s.down_proj.in_features)})
+        return out
+    return get
+
+
+# Llama 4: layer 0 rotating (L2 QK-norm, chunked) and dense, layer 1 NoPE (temperature tuning) with experts
+# (top 2 of 4: sigmoid gates summing to at most 2) and a shared expert
+FAMILIES["llama4_text"] = (lambda layers: _t().Llama4ForCausalLM(_t().Llama4TextConfig(
+    hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, head_dim=N // H,
+    intermediate_size=MOE_D_FF, intermediate_size_mlp=D_FF, num_local_experts=MOE_EXPERTS,
+    num_experts_per_tok=MOE_TOP_K, vocab_size=50, pad_token_id=0, max_position_embeddings=64, no_rope_layer_interval=2,
+    interleave_moe_layer_step=2, attention_chunk_size=8, attn_temperature_tuning=True, floor_scale=4, attn_scale=0.1)),
+    _llama4)
+QK_NORM["llama4_text"] = "head"
+ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss", "llama4_text")
+QK_NORM.update({"olmo3": "all_heads", "exaone4": "head"})
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
 SAME_PATH_AT_DEPTH = {"gemma": "llama", "gemma2": "llama", "gemma3_text": "qwen3", "mpnet": "bert", "dinov2": "bert",
                       "wav2vec2": "bert"}
+# at depth, the new families take paths the others cover: Granite's and StarCoder2's LLaMA's (scalars folded, a
+# plain block of GPT-2's kind), OLMo 3's OLMo 2's, EXAONE 4's Qwen3's, Cohere2's Phi's (a parallel block), gpt-oss's
+# Mixtral's (its banks are a way of reading, its sinks change no factor); SmolLM3's NoPE layers and EXAONE 4's and
+# Cohere2's are Llama 4's, the one new family run at depth 200 (its layers of experts between dense ones too)
+SAME_PATH_AT_DEPTH.update({"granite": "llama", "starcoder2": "llama", "olmo3": "olmo2", "exaone4": "qwen3",
+                           "cohere2": "phi", "gpt_oss": "mixtral", "smollm3": "llama4_text"})
 
 
 def build_family(name: str, *, layers: int = L, seed: int = 0):
@@ -408,8 +560,9 @@ def save_family(name: str, folder: Path, *, layers: int = L, seed: int = 0):
 
 def reference_matrices(get, heads, kv_heads, layers=L):
     """Dense per-matrix references ``[(role, matrix, factors)]``, ordered like specbound's rows;
-    ``factors`` is ``(W_Q^h.T, W_K^g.T)`` (``N x d`` each) for a QK row, None otherwise.  A QK-norm
-    family's QK row is the head's stacked raw factors ``[W_Q^h.T, W_K^g.T]`` (``N x 2d``, docs/theory.md
+    ``factors`` is ``(a W_Q^h.T, a W_K^g.T)`` (``N x d`` each; ``a`` a rope scaling's attention factor, the
+    accessor's ``attention_factor``, else 1) for a rotary QK row, None otherwise (a NoPE
+    layer's too: its accessor marks it ``nope``).  A QK-norm family's QK row is the head's stacked raw factors ``[W_Q^h.T, W_K^g.T]`` (``N x 2d``, docs/theory.md
     3d; ``factors`` None: no rotation acts on it); a mixture of experts' rows come in the model's order
     (experts e0, e1, ..., then the shared one)."""
     rows = []
@@ -421,9 +574,12 @@ def reference_matrices(get, heads, kv_heads, layers=L):
         if "q_gain" in w:  # QK-norm: the stacked raw factors
             rows += [("QK", np.concatenate([cols(w["q"], h), cols(w["k"], h // group)], axis=1), None)
                      for h in range(heads)]
-        else:
-            rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, (cols(w["q"], h), cols(w["k"], h // group)))
-                     for h in range(heads)]
+        elif w.get("nope"):  # a layer without rotary positions: the plain bilinear matrix, no offsets
+            rows += [("QK", cols(w["q"], h) @ cols(w["k"], h // group).T, None) for h in range(heads)]
+        else:  # a rope scaling's attention factor a (the module's own) multiplies both factors
+            a = w.get("attention_factor", 1.0)
+            rows += [("QK", a * a * cols(w["q"], h) @ cols(w["k"], h // group).T,
+                      (a * cols(w["q"], h), a * cols(w["k"], h // group))) for h in range(heads)]
         rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
         rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, ...)
     return rows

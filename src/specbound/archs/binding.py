@@ -10,7 +10,7 @@ from ..errors import SpecboundError
 from ..io import Checkpoint
 from .hybrids import refuse_ignored_recurrent
 from .model import MixtureOfExperts, ModelDims
-from .spec import ArchSpec, TensorRule
+from .spec import BANK, ArchSpec, TensorRule
 
 
 def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
@@ -53,10 +53,33 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
             raise SpecboundError(f"config.json: {top_k} experts per token but only {experts} experts: fix the config")
         moe = MixtureOfExperts(experts=experts, top_k=top_k,
                                shared_d_ff=need("shared_ff_size") if spec.experts.shared else None,
-                               shared_gate=spec.experts.shared_gate is not None)
+                               shared_gate=spec.experts.shared_gate is not None,
+                               layers=expert_layers(spec.experts.layers, config, L),
+                               dense_d_ff=need("dense_ff_size") if spec.experts.dense else None,
+                               gate_sum=top_k if spec.experts.gates == "sigmoid" else 1)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
                      alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config))
+
+
+def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int, ...] | None:
+    """The layers holding the experts by the spec's ``experts.dense.layers`` rule (None: every layer):
+    config.json's list of indices, or when absent every ``step``-th layer, the last of each ``step`` (Llama 4's
+    ``moe_layers``, ``interleave_moe_layer_step``, as its config builds them)."""
+    if rule is None:
+        return None
+    listed = config.get(rule["list"]) if "list" in rule else None
+    if listed is None and "step" in rule:
+        step = config.get(rule["step"], rule.get("step_default", 1))
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise SpecboundError(f"config.json: {rule['step']}={step!r} must be a positive integer (every how many "
+                                 f"layers one holds the experts)")
+        return tuple(range(step - 1, num_layers, step))
+    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers
+                                                 for i in listed):
+        raise SpecboundError(f"config.json: {rule.get('list')}={listed!r} must list the indices of the layers "
+                             f"holding the experts, each in [0, {num_layers})")
+    return tuple(sorted(set(listed)))
 
 
 # ``d_ff`` of a family whose config does not state it (DINOv2: ``mlp_ratio``, with SwiGLU's rounding)
@@ -162,10 +185,17 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     experts = spec.experts
     if experts is None:
         return out
+    if not dims.routed(layer):  # a dense layer of a model whose experts are in some layers only (Llama 4)
+        dense = _expected_shapes(dims, dims.moe.dense_d_ff)
+        return out + [(rule.name_for(layer, prefix), f"{role} of the dense feed-forward", rule, dense[role])
+                      for role, rule in experts.dense.items()]
     out.append((experts.router.name_for(layer, prefix), "router", experts.router, expected["router"]))
+    banks = {role: rule for role, rule in experts.tensors.items() if rule.layout == BANK}
+    out += [(rule.name_for(layer, prefix), f"{role} of every expert (a bank)", rule, expected[role])
+            for role, rule in banks.items()]
     for e in range(dims.moe.experts):
         out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
-                for role, rule in experts.tensors.items()]
+                for role, rule in experts.tensors.items() if role not in banks]
     if experts.shared:
         shared = _expected_shapes(dims, dims.moe.shared_d_ff)
         out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
@@ -222,7 +252,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     names = set(ckpt.names)
     spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    per_layer = len(rules) if rules is not None else len(spec.tensors) + (0 if dims.moe is None else dims.moe.experts)
+    per_layer = len(rules) if rules is not None else len(spec.tensors) + (
+        0 if dims.moe is None else 1 if any(r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts)
     if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
@@ -259,8 +290,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
                 f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
                 f"does not describe these weights")
     for name, (role, layout, layer, (rows, cols)) in wanted.items():
-        if name not in names and dims.moe is not None:
-            _refuse_expert_banks(ckpt, names)
+        if name not in names and dims.moe is not None and not any(r.layout == BANK for r in spec.experts.tensors.values()):
+            _refuse_expert_banks(ckpt, names)  # a bank where the spec names one tensor per expert
         if name not in names:
             raise SpecboundError(
                 f"missing tensor {name!r} ({role} of layer {layer}): config.json says "
@@ -268,7 +299,7 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
             )
         stored = ckpt.shape(name)
         layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
-        want = (cols, rows) if layout == "linear" else (rows, cols)
+        want = (dims.moe.experts, rows, cols) if layout == BANK else (cols, rows) if layout == "linear" else (rows, cols)
         if stored != want:
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
@@ -316,7 +347,7 @@ def _experts_said(dims: ModelDims) -> str:
 def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:
     """Every stored layer's query/key norm gain: name -> (what, layer, expected shape)."""
     rule = spec.qk_norm
-    if rule is None:
+    if rule is None or rule.gain == "none":
         return {}
     per = {"q": dims.H, "k": dims.H_kv} if rule.span == "all_heads" else {"q": 1, "k": 1}
     out = {}

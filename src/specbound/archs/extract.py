@@ -12,7 +12,9 @@ from ..errors import SpecboundError
 from ..io import Checkpoint
 from .binding import qk_norm_eps
 from .model import LayerWeights, LazyMatrices, ModelDims, QKNorm
-from .spec import ArchSpec
+from .spec import BANK, ArchSpec
+from .rotary import nope_flags
+from .structure import folded_scales
 
 
 def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
@@ -23,6 +25,8 @@ def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | No
     """The row-oriented matrix of one tensor rule at stored layer ``stored`` (of expert ``expert``),
     its output scale (LayerScale) folded in: ``(x W) diag(lambda)``."""
     name = rule.name_for(stored, prefix, expert)
+    if rule.layout == BANK:  # every expert in one tensor, each stored (in, out): read expert ``expert`` alone
+        return ckpt.read_part(name, expert)
     # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
     w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
     if rule.output_scale is not None:
@@ -81,6 +85,14 @@ def ff_role_name(role: str, branch: str | None = None) -> str:
     return "FF_" + role[3:] + ("" if branch is None else f"[{branch}]")
 
 
+def gate_up_columns(fused: str, d_ff: int) -> tuple[slice, slice]:
+    """The gate's and the up projection's columns of a fused ``ff_gate_up``: ``[gate | up]`` (``concat``)
+    or alternating, gate first (``interleaved``: gpt-oss's ``gate_up[..., ::2]``, ``gate_up[..., 1::2]``)."""
+    if fused == "interleaved":
+        return slice(0, 2 * d_ff, 2), slice(1, 2 * d_ff, 2)
+    return slice(0, d_ff), slice(d_ff, 2 * d_ff)
+
+
 def _ff_loaders(rules: dict, read, branch: str | None, d_ff: int) -> dict:
     """Role -> loader of one feed-forward block's matrices; a fused ``ff_gate_up`` ``[gate | up]`` gives
     ``FF_gate`` and ``FF_up`` (each loader reads the fused tensor and keeps its half)."""
@@ -89,8 +101,9 @@ def _ff_loaders(rules: dict, read, branch: str | None, d_ff: int) -> dict:
         if role not in rules:
             continue
         if role == "ff_gate_up":
-            loaders[ff_role_name("ff_gate", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, :d_ff])
-            loaders[ff_role_name("ff_up", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, d_ff:])
+            gate, up = gate_up_columns(rules["ff_gate_up"].fused, d_ff)
+            loaders[ff_role_name("ff_gate", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, gate])
+            loaders[ff_role_name("ff_up", branch)] = lambda: np.ascontiguousarray(read(rules["ff_gate_up"])[:, up])
         else:
             loaders[ff_role_name(role, branch)] = lambda rule=rules[role]: read(rule)
     return loaders
@@ -115,27 +128,51 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         q, k, v = read("q"), read("k"), read("v")
     if spec.experts is None:
         loaders = _ff_loaders(spec.tensors, read, None, dims.d_ff)
+    elif not dims.routed(layer):  # a dense layer between layers of experts (Llama 4)
+        loaders = _ff_loaders(spec.experts.dense, read, None, dims.moe.dense_d_ff)
     else:
         loaders = {}
         for e in range(dims.moe.experts):
             loaders.update(_ff_loaders(spec.experts.tensors, lambda rule, e=e: read(rule, e), f"e{e}", dims.d_ff))
         if spec.experts.shared:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
+    rotates = nope_flags(spec.rotary_options.get("nope"), ckpt.config, dims.L)[layer] if spec.rotary else True
+    # Granite's multipliers, Llama 4's query temperature on its NoPE layers
+    q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head, rotates=rotates)
+    o = read("o")
+    if q_scale != 1.0:
+        q = q * q_scale
+    if out_scale != 1.0:
+        o = o * out_scale
+        loaders = {role: (lambda f=f: f() * out_scale) if role.startswith("FF_out") else f
+                   for role, f in loaders.items()}
     return LayerWeights(
         layer=layer,
         q=head_columns(q, dims.H, dims.d_head),
         k=head_columns(k, dims.H_kv, dims.d_head),
         v=head_columns(v, dims.H_kv, dims.d_head),
-        o=np.ascontiguousarray(read("o").reshape(dims.H, dims.d_head, dims.N)),
+        o=np.ascontiguousarray(o.reshape(dims.H, dims.d_head, dims.N)),
         ff=LazyMatrices(loaders),
-        qk_norm=None if spec.qk_norm is None else qk_norm_gains(spec, ckpt, dims, prefix, stored),
+        qk_norm=qk_norm_gains(spec, ckpt, dims, prefix, stored) if normalises(spec, ckpt.config, dims, layer) else None,
     )
+
+
+def normalises(spec: ArchSpec, config: dict, dims: ModelDims, layer: int) -> bool:
+    """Whether layer ``layer`` normalises its queries and keys: a spec with ``qk_norm``, on every layer or
+    (``layers: rotary``, Llama 4) on those that rotate."""
+    rule = spec.qk_norm
+    if rule is None:
+        return False
+    return rule.layers == "all" or nope_flags(spec.rotary_options.get("nope"), config, dims.L)[layer]
 
 
 def qk_norm_gains(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, stored: int) -> QKNorm:
     """The query/key norm of stored layer ``stored``: gains per head ``(H, d_h)`` / ``(H_kv, d_h)`` in
     float64 (a per-head gain is shared by every head; Gemma's ``1 + w`` added)."""
     rule = spec.qk_norm
+    if rule.gain == "none":  # a weightless norm (Llama 4's L2 norm): every gain 1
+        return QKNorm(np.ones((dims.H, dims.d_head)), np.ones((dims.H_kv, dims.d_head)), qk_norm_eps(spec, ckpt.config),
+                      rule.span)
     gains = []
     for name, heads in zip(rule.names_for(stored, prefix), (dims.H, dims.H_kv)):
         w = np.asarray(ckpt.read(name), dtype=np.float64)
@@ -176,10 +213,14 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
             else:
                 q = f"{name('q')}[{h * d}:{(h + 1) * d}]"
                 k, v = (f"{name(r)}[{g * d}:{(g + 1) * d}]" for r in ("k", "v"))
-            out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if spec.qk_norm else "")
+            named = spec.qk_norm is not None and spec.qk_norm.gain != "none"  # a weightless norm has no tensors
+            out[(layer, h, "QK")] = f"{q}|{k}" + (_norm_names(spec, prefix, stored, h, g, d) if named else "")
             out[(layer, h, "OV")] = f"{v}|{name('o')}[{h * d}:{(h + 1) * d}]" + scale("o")
         if spec.experts is None:
             out.update(_ff_names(spec.tensors, layer, stored, prefix, None, None, dims.d_ff))
+            continue
+        if not dims.routed(layer):
+            out.update(_ff_names(spec.experts.dense, layer, stored, prefix, None, None, dims.moe.dense_d_ff))
             continue
         for e in range(dims.moe.experts):
             out.update(_ff_names(spec.experts.tensors, layer, stored, prefix, e, f"e{e}", dims.d_ff))
@@ -195,9 +236,12 @@ def _ff_names(rules: dict, layer: int, stored: int, prefix: str, expert: int | N
         if role not in rules:
             continue
         name = rules[role].name_for(stored, prefix, expert)
+        if rules[role].layout == BANK:
+            name += f"[{expert}]"
         if role == "ff_gate_up":
-            out[(layer, None, ff_role_name("ff_gate", branch))] = f"{name}[0:{d_ff}]"
-            out[(layer, None, ff_role_name("ff_up", branch))] = f"{name}[{d_ff}:{2 * d_ff}]"
+            for half, cols in zip(("ff_gate", "ff_up"), gate_up_columns(rules[role].fused, d_ff)):
+                step = "" if cols.step in (None, 1) else f":{cols.step}"
+                out[(layer, None, ff_role_name(half, branch))] = f"{name}[{cols.start}:{cols.stop}{step}]"
         else:  # a LayerScale vector folded into the matrix is one of its tensors
             scale = rules[role].scale_for(stored, prefix)
             out[(layer, None, ff_role_name(role, branch))] = name + ("" if scale is None else f"|{scale}")

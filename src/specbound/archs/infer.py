@@ -247,8 +247,10 @@ def _refuse_banks(ckpt: Checkpoint, stack: LayerStack) -> None:
         if len(ckpt.shape(name)) == 3 and ckpt.dtype(name) in FLOAT_DTYPES:
             raise SpecboundError(
                 f"{name} is a 3-D tensor {tuple(ckpt.shape(name))}: a bank of expert weights (one matrix per "
-                f"expert along its first axis), which a spec cannot map; save the model with save_pretrained "
-                f"(it writes one tensor per expert) and run arch infer on the saved folder, or write the spec by hand")
+                f"expert along its first axis), which arch infer does not draft; write the spec by hand with the "
+                f"expert's roles as \"layout\": \"bank\" (docs/architectures.md; gpt_oss.json, llama4_text.json), "
+                f"or, for a family whose save_pretrained writes one tensor per expert (Mixtral, Qwen-MoE), run arch "
+                f"infer on the saved folder")
 
 
 def moe_parts(ckpt: Checkpoint, stack: LayerStack, experts: ExpertStack, matrices: list[str]) -> MoEParts:

@@ -17,7 +17,8 @@ import numpy as np
 from ..io import Checkpoint
 from .extract import ff_role_name, head_columns, split_fused_qkv
 from .model import HeadUpdate, LayerUpdates, ModelDims
-from .spec import ArchSpec
+from .spec import BANK, ArchSpec
+from .structure import folded_scales
 
 
 class DenseUpdate(Exception):
@@ -64,6 +65,12 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     :class:`DenseUpdate` when a tensor of the layer is replaced whole."""
     stored = dims.stored_layer(layer)
     rules = spec.tensors
+    if folded_scales(spec.structure, ckpt.config, dims.d_head) != (1.0, 1.0):
+        raise DenseUpdate("multipliers folded into the matrices")  # Granite: the differences of the weights
+    if spec.experts is not None and any(r.layout == BANK for r in spec.experts.tensors.values()):
+        raise DenseUpdate("expert banks")  # one adapter factor pair for every expert: the weights' differences
+    if any(r.fused == "interleaved" for r in spec.tensors.values()):
+        raise DenseUpdate("interleaved gate and up")
 
     def factors(role, expert=None):
         return _rule_factors(rules[role] if isinstance(role, str) else role, ckpt, stored, prefix, expert)

@@ -27,6 +27,17 @@ class MixtureOfExperts:
     top_k: int
     shared_d_ff: int | None = None
     shared_gate: bool = False
+    # the layers holding the experts when not every layer does (Llama 4's interleaved dense and sparse
+    # layers: the others a dense block of width ``dense_d_ff``); None: every layer
+    layers: tuple[int, ...] | None = None
+    dense_d_ff: int | None = None
+    # a bound on the sum of the chosen experts' gates: 1 for a softmax over the top k (Mixtral, gpt-oss),
+    # k for a sigmoid per chosen expert (Llama 4), docs/theory.md 3f
+    gate_sum: int = 1
+
+    def routed(self, layer: int) -> bool:
+        """Whether layer ``layer`` holds the experts (else a dense block)."""
+        return self.layers is None or layer in self.layers
 
     @property
     def branches(self) -> tuple[str, ...]:
@@ -61,26 +72,50 @@ class ModelDims:
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]
 
+    def routed(self, layer: int) -> bool:
+        """Whether layer ``layer``'s feed-forward block is the mixture of experts."""
+        return self.moe is not None and self.moe.routed(layer)
+
+    def layer_ff_matrices(self, layer: int) -> int:
+        """Feed-forward matrices of layer ``layer`` (every expert's in a layer of experts)."""
+        per_branch = 3 if self.feed_forward == "gated" else 2
+        return per_branch * (len(self.moe.branches) if self.routed(layer) else 1)
+
     @property
     def ff_matrices(self) -> int:
-        """Feed-forward matrices per layer (every expert's, with a mixture of experts)."""
+        """Feed-forward matrices per layer (every expert's, with a mixture of experts); the most of any layer."""
+        return max(self.layer_ff_matrices(layer) for layer in self._kinds())
+
+    def layer_ff_parameters(self, layer: int) -> int:
+        """Stored feed-forward weights of layer ``layer``: ``k N d_ff`` per expert (``k`` = 2 or 3)."""
         per_branch = 3 if self.feed_forward == "gated" else 2
-        return per_branch * (1 if self.moe is None else len(self.moe.branches))
+        if not self.routed(layer):
+            d_ff = self.d_ff if self.moe is None or self.moe.dense_d_ff is None else self.moe.dense_d_ff
+            return per_branch * self.N * d_ff
+        return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
 
     @property
     def ff_parameters(self) -> int:
-        """Stored feed-forward weights per layer: ``k N d_ff`` per expert (``k`` = 2 or 3)."""
-        per_branch = 3 if self.feed_forward == "gated" else 2
-        if self.moe is None:
-            return per_branch * self.N * self.d_ff
-        return per_branch * self.N * (self.moe.experts * self.d_ff + (self.moe.shared_d_ff or 0))
+        """Stored feed-forward weights per layer (the most of any layer: a mixture's layers of experts)."""
+        return max(self.layer_ff_parameters(layer) for layer in self._kinds())
+
+    def _kinds(self) -> list[int]:
+        """One layer of each kind (a layer of experts and a dense one), not all ``L``: L may be huge."""
+        if self.moe is None or self.moe.layers is None:
+            return [0]
+        dense = next((l for l in range(min(self.L, len(self.moe.layers) + 1)) if l not in self.moe.layers), None)
+        return ([self.moe.layers[0]] if self.moe.layers else []) + ([] if dense is None else [dense])
 
     def matrix_count(self) -> int:
         """How many matrices the analysis reports: per layer ``H`` QK and ``H`` OV heads (a decoder
-        layer's cross-attention ``2 H`` more) and :attr:`ff_matrices` feed-forward matrices."""
+        layer's cross-attention ``2 H`` more) and its feed-forward matrices."""
         if self.stacks is not None:
             return sum(p.dims.matrix_count() + (2 * p.dims.H * p.dims.L if p.cross else 0) for p in self.stacks)
-        return self.L * (2 * self.H + self.ff_matrices)
+        if self.moe is None or self.moe.layers is None:
+            return self.L * (2 * self.H + self.ff_matrices)
+        routed = sum(1 for l in set(self.moe.layers) if l < self.L)
+        return self.L * 2 * self.H + (routed and routed * self.layer_ff_matrices(self.moe.layers[0])) + \
+            (self.L - routed) * (3 if self.feed_forward == "gated" else 2)
 
     def locate(self, layer: int) -> "tuple[StackDims | None, int]":
         """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""

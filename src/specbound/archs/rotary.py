@@ -46,9 +46,11 @@ def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where:
 
 
 def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_layers: int, *,
-                   where: str) -> tuple[RotaryLayout, ...] | None:
-    """Each layer's rotary layout, ``(L,)``, or None for a family without ``"rotary"`` (or whose
-    ``off_when`` config key switches it off).
+                   where: str) -> tuple[RotaryLayout | None, ...] | None:
+    """Each layer's rotary layout, ``(L,)``, None at a layer without rotary positions (the spec's
+    ``nope``: SmolLM3's and Llama 4's NoPE layers, Cohere2's and EXAONE 4's global layers), or None for
+    a family without ``"rotary"`` (or whose ``off_when`` config key switches it off, or whose every
+    layer is unrotated).
 
     Layers differ when config.json gives ``rope_parameters`` per layer type (transformers 5's
     ``{"full_attention": {...}, "sliding_attention": {...}}`` with ``layer_types``), or, for a family
@@ -63,16 +65,53 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
         aliases = spec.rotary_options.get("rope_type_aliases", {})
         parsed: dict[int, RotaryLayout] = {}
         out = []
-        for cfg in configs:
+        rotated = nope_flags(spec.rotary_options.get("nope"), config, num_layers)
+        for cfg, rope in zip(configs, rotated):
             key = id(cfg)
-            if key not in parsed:
+            if rope and key not in parsed:
                 parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases)
-            out.append(parsed[key])
-        return tuple(out)
+            out.append(parsed[key] if rope else None)
+        return None if all(r is None for r in out) else tuple(out)
     except ValueError as exc:
         raise SpecboundError(f"config.json of {where}: {exc}; fix the rotary settings (rope_theta, "
                              f"rope_parameters / rope_scaling, max_position_embeddings, partial_rotary_factor / "
                              f"rotary_pct)") from None
+
+
+def nope_flags(rule: dict[str, Any] | None, config: dict[str, Any], num_layers: int) -> list[bool]:
+    """Whether each layer rotates its queries and keys, by the spec's ``nope`` rule (every layer
+    without one).  ``flags``: config.json's list of 0/1 (SmolLM3, Llama 4 ``no_rope_layers``: 0 = no
+    rotation), or when absent every ``interval``-th layer unrotated, as the model's config builds it;
+    ``layer_types``: the listed types unrotated (Cohere2, EXAONE 4: ``full_attention``), every layer or
+    none (``without_window``) when the window key is null."""
+    if rule is None:
+        return [True] * num_layers
+    if "flags" in rule:
+        flags = config.get(rule["flags"])
+        if flags is None or flags == []:  # absent or empty: the config builds it from the interval (Llama 4)
+            interval = config.get(rule.get("interval_key", ""), rule.get("interval_default"))
+            if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+                raise ValueError(f"{rule['flags']} is missing and {rule.get('interval_key')}={interval!r} is not a "
+                                 f"positive integer: which layers rotate is unknown")
+            return [(i + 1) % interval != 0 for i in range(num_layers)]
+        if not isinstance(flags, list) or len(flags) < num_layers or not all(
+                f in (0, 1) and not isinstance(f, float) for f in flags[:num_layers]):
+            raise ValueError(f"{rule['flags']} must list 0 or 1 (1: the layer rotates) for each of the {num_layers} "
+                             f"layers, got {flags!r}")
+        return [bool(f) for f in flags[:num_layers]]
+    if config.get(rule["window_key"]) is None:
+        return [rule["without_window"] == "rope"] * num_layers
+    types = config.get("layer_types")
+    if types is None and "pattern_key" in rule:
+        pattern = config.get(rule["pattern_key"], rule.get("pattern_default"))
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ValueError(f"layer_types is missing and {rule['pattern_key']}={pattern!r} is not a positive integer: "
+                             f"which layers rotate is unknown")
+        return [(i + 1) % pattern != 0 for i in range(num_layers)]
+    if not isinstance(types, list) or len(types) < num_layers:
+        raise ValueError(f"layer_types must name the type of each of the {num_layers} layers (the "
+                         f"{', '.join(rule['layer_types'])} layers have no rotary positions), got {types!r}")
+    return [t not in rule["layer_types"] for t in types[:num_layers]]
 
 
 def _nested(params: Any) -> bool:

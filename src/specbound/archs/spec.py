@@ -42,15 +42,19 @@ from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
 LAYOUTS = ("linear", "conv1d")
+# an expert bank: one tensor holding every expert's matrix along its first axis, each stored (in, out)
+# (gpt-oss, Llama 4: ``mlp.experts.gate_up_proj`` of shape (E, N, 2 d_ff)); routed experts only
+BANK = "bank"
 FUSIONS = ("concat", "per_head", "per_group")
-FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat",)}
+# a fused [gate | up] (concat), or gate and up alternating along the output axis (gpt-oss: interleaved)
+FUSED_ROLES = {"qkv": FUSIONS, "ff_gate_up": ("concat", "interleaved")}
 BLOCKS = ("sequential", "parallel")
 FEED_FORWARDS = {"plain": ("ff_in", "ff_out"), "gated": ("ff_gate", "ff_up", "ff_out")}
 ATTENTION_ROLES = ("q", "k", "v", "qkv", "o")
 SCALED_ROLES = ("o", "ff_out")  # roles whose output features a LayerScale vector may multiply
 CONFIG_FIELDS = ("num_layers", "hidden_size", "num_heads", "ff_size")
 OPTIONAL_CONFIG_FIELDS = ("num_kv_heads", "head_dim", "activation", "num_experts", "experts_per_token",
-                          "shared_ff_size")
+                          "shared_ff_size", "dense_ff_size")
 LAYER_PLACEHOLDER = "${layer}"
 EXPERT_PLACEHOLDER = "${expert}"
 # Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
@@ -101,6 +105,13 @@ class ExpertsSpec:
     tensors: dict[str, TensorRule]
     shared: dict[str, TensorRule] | None = None
     shared_gate: TensorRule | None = None
+    # the dense layers' feed-forward roles when only some layers hold the experts (Llama 4), and which
+    # layers do: {"list": KEY} (indices), {"step": KEY, "step_default": n} (every n-th, the last of each n)
+    dense: dict[str, TensorRule] | None = None
+    layers: dict[str, Any] | None = None
+    # "softmax": the chosen experts' gates sum to at most 1; "sigmoid": each is at most 1 (Llama 4: a
+    # sigmoid of each chosen logit), so they sum to at most top_k
+    gates: str = "softmax"
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,7 @@ class Refusal:
     allowed: tuple = ()
 
 
-QK_NORM_GAINS = ("weight", "one_plus_weight")  # RMSNorm's gain: w, or Gemma's 1 + w
+QK_NORM_GAINS = ("weight", "one_plus_weight", "none")  # RMSNorm's gain: w, Gemma's 1 + w, or none (Llama 4's L2 norm)
 
 
 @dataclass(frozen=True)
@@ -128,14 +139,22 @@ class QKNormRule:
     ``eps_default``: used when none is present (the model class's default).
     """
 
-    q: str
-    k: str
+    q: str | None
+    k: str | None
     span: str
     gain: str
     eps: tuple[str, ...]
     eps_default: float | None = None
+    # "rotary": only the layers that rotate normalise (Llama 4: its NoPE layers do not)
+    layers: str = "all"
+    # a boolean config key switching the norm on (Llama 4's use_qk_norm), its value when absent
+    when: str | None = None
+    when_default: bool = True
 
-    def names_for(self, layer: int, prefix: str = "") -> tuple[str, str]:
+    def names_for(self, layer: int, prefix: str = "") -> tuple[str, ...]:
+        """The gains' tensor names at ``layer``; none for a norm without gains (``gain: none``)."""
+        if self.gain == "none":
+            return ()
         return tuple(prefix + t.replace(LAYER_PLACEHOLDER, str(layer)) for t in (self.q, self.k))
 
 
@@ -178,7 +197,10 @@ class ArchSpec:
         for conditions, variant in self.variants:
             if any(all(config.get(k) in (v if isinstance(v, list) else [v]) for k, v in when.items())
                    for when in conditions):
-                return variant
+                return variant.for_config(config)
+        rule = self.qk_norm
+        if rule is not None and rule.when is not None and not config.get(rule.when, rule.when_default):
+            return replace(self, qk_norm=None)  # the config switches the query/key norm off (Llama 4 Maverick)
         return self
     rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
     alibi: bool | str = False  # ALiBi logit biases: always (True) or when this boolean config key is true
@@ -631,11 +653,16 @@ def _tensor_rules(raw: Any, roles, origin: str, where: str, expert: bool = False
             raise _fail(origin, f"'fused' for {role} must be one of {list(fusions)}, found {rule.get('fused')!r}")
         if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
             raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
-        if expert != (EXPERT_PLACEHOLDER in rule["name"]):
-            raise _fail(origin, f"tensor name for {role!r} in '{where}' must {'' if expert else 'not '}contain "
-                                f"{EXPERT_PLACEHOLDER}")
-        if not isinstance(rule["layout"], str) or rule["layout"] not in LAYOUTS:
-            raise _fail(origin, f"layout for {role!r} must be one of {list(LAYOUTS)}, found {rule['layout']!r}")
+        layouts = LAYOUTS + ((BANK,) if expert else ())
+        if not isinstance(rule["layout"], str) or rule["layout"] not in layouts:
+            raise _fail(origin, f"layout for {role!r} must be one of {list(layouts)}, found {rule['layout']!r}"
+                                + ("" if expert else f" ('{BANK}' only for routed experts)"))
+        if expert and (rule["layout"] != BANK) != (EXPERT_PLACEHOLDER in rule["name"]):
+            raise _fail(origin, f"tensor name for {role!r} in '{where}' must "
+                                f"{'not ' if rule['layout'] == BANK else ''}contain {EXPERT_PLACEHOLDER} "
+                                f"(a '{BANK}' holds every expert in one tensor)")
+        if not expert and EXPERT_PLACEHOLDER in rule["name"]:
+            raise _fail(origin, f"tensor name for {role!r} in '{where}' must not contain {EXPERT_PLACEHOLDER}")
         scale = rule.get("output_scale")
         if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
             raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
@@ -649,9 +676,12 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
     ``experts_per_token`` and, with a shared expert, ``shared_ff_size``."""
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not {"router", "tensors"} <= set(raw) <= {"router", "tensors", "shared"}:
-        raise _fail(origin, "'experts' must be an object with 'router' and 'tensors' (and optionally 'shared')")
-    needs = ["num_experts", "experts_per_token"] + (["shared_ff_size"] if "shared" in raw else [])
+    optional = {"shared", "dense", "gates"}
+    if not isinstance(raw, dict) or not {"router", "tensors"} <= set(raw) <= {"router", "tensors"} | optional:
+        raise _fail(origin, f"'experts' must be an object with 'router' and 'tensors' (and optionally "
+                            f"{sorted(optional)})")
+    needs = ["num_experts", "experts_per_token"] + (["shared_ff_size"] if "shared" in raw else []) + (
+        ["dense_ff_size"] if "dense" in raw else [])
     missing = [f for f in needs if f not in config_keys]
     if missing:
         raise _fail(origin, f"a mixture of experts needs the config fields {missing}")
@@ -666,13 +696,37 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
         part = raw["shared"]
         if not isinstance(part, dict) or not {"tensors"} <= set(part) <= {"tensors", "gate"}:
             raise _fail(origin, "'experts.shared' must be an object with 'tensors' (and optionally 'gate')")
-        shared = _tensor_rules(part["tensors"], tuple(tensors), origin, "experts.shared.tensors")
-        if set(shared) != set(tensors):
-            raise _fail(origin, f"'experts.shared.tensors' needs the routed experts' roles {sorted(tensors)}, "
-                                f"found {sorted(shared)}")
+        shared = _tensor_rules(part["tensors"], FEED_FORWARDS[feed_forward] + ("ff_gate_up",), origin,
+                               "experts.shared.tensors")
+        if set(shared) != set(_ff_roles(feed_forward, shared)):  # its gate and up fused or not, as stored
+            raise _fail(origin, f"'experts.shared.tensors' needs the roles of a {feed_forward} feed-forward "
+                                f"{list(_ff_roles(feed_forward, shared))}, found {sorted(shared)}")
         if "gate" in part:
             gate = _tensor_rules({"gate": part["gate"]}, ("gate",), origin, "experts.shared")["gate"]
-    return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate)
+    dense = layers = None
+    if "dense" in raw:
+        part = raw["dense"]
+        rule = part.get("layers") if isinstance(part, dict) else None
+        ok = isinstance(part, dict) and set(part) == {"tensors", "layers"} and isinstance(rule, dict) and (
+            (set(rule) == {"list"} and isinstance(rule["list"], str))
+            or ("step" in rule and set(rule) <= {"list", "step", "step_default"} and isinstance(rule["step"], str)
+                and isinstance(rule.get("list", ""), str) and isinstance(rule.get("step_default", 1), int)))
+        if not ok:
+            raise _fail(origin, "'experts.dense' must be an object with 'tensors' (the dense layers' feed-forward "
+                                "roles) and 'layers' ({\"list\": KEY} of the expert layers' indices, optionally "
+                                "with {\"step\": KEY, \"step_default\": n}: every n-th layer when the list is absent)")
+        dense = _tensor_rules(part["tensors"], FEED_FORWARDS[feed_forward] + ("ff_gate_up",), origin,
+                              "experts.dense.tensors")
+        if set(dense) != set(_ff_roles(feed_forward, dense)):
+            raise _fail(origin, f"'experts.dense.tensors' of a {feed_forward} feed-forward needs exactly the roles "
+                                f"{list(_ff_roles(feed_forward, dense))}, found {sorted(dense)}")
+        layers = dict(rule)
+    gates = raw.get("gates", "softmax")
+    if gates not in ("softmax", "sigmoid"):
+        raise _fail(origin, f"'experts.gates' must be 'softmax' (the chosen gates sum to at most 1) or 'sigmoid' "
+                            f"(each at most 1), found {gates!r}")
+    return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate, dense=dense, layers=layers,
+                       gates=gates)
 
 
 def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:
@@ -712,7 +766,13 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when")
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope")
+# "nope": which layers have no rotary positions (NoPE): a per-layer flag list (SmolLM3, Llama 4:
+# ``no_rope_layers``, 0 = no rotation) or the layer types left unrotated (Cohere2, EXAONE 4: the global
+# layers), the latter with the config key of the window and what a model without one does
+_NOPE_FLAGS = {"flags": str, "interval_key": str, "interval_default": int}
+_NOPE_TYPES = {"layer_types": list, "window_key": str, "without_window": str, "pattern_key": str,
+               "pattern_default": int}
 _LEGACY_LAYER_TYPES = {"pattern_key": str, "pattern_default": int, "local_theta_key": str,
                        "local_theta_default": (int, float), "global_theta_default": (int, float), "global_type": str}
 # optional: the global layers' base key (default rope_theta), and which layer of each pattern is global
@@ -740,7 +800,32 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
                                 f"{sorted(_LEGACY_LAYER_TYPES)} (and optionally {sorted(_LEGACY_OPTIONAL)}, "
                                 f"global_layer 'first' or 'last'), found {legacy!r}")
         out["legacy_layer_types"] = dict(legacy)
+    nope = rotary.get("nope")
+    if nope is not None:
+        out["nope"] = _nope_rule(nope, origin)
     return out
+
+
+def _nope_rule(nope: Any, origin: str) -> dict[str, Any]:
+    """The rotary object's ``nope``: ``{"flags": KEY[, "interval_key", "interval_default"]}`` (a list of
+    0/1 per layer, 0: no rotation; absent: every ``interval``-th layer unrotated) or ``{"layer_types":
+    [types], "window_key": KEY, "without_window": "rope" | "nope"[, "pattern_key", "pattern_default"]}``
+    (layers of those types unrotated; a config whose window key is null rotates every layer (``rope``)
+    or none (``nope``); without ``layer_types`` in config.json, layer ``i`` is of the first listed type
+    when ``(i + 1) % pattern == 0``)."""
+    flags = isinstance(nope, dict) and "flags" in nope
+    kinds = _NOPE_FLAGS if flags else _NOPE_TYPES
+    required = {"flags"} if flags else {"layer_types", "window_key", "without_window"}
+    ok = isinstance(nope, dict) and required <= set(nope) <= set(kinds) and all(
+        isinstance(nope[k], kinds[k]) and not isinstance(nope[k], bool) for k in nope)
+    if ok and not flags:
+        ok = nope["without_window"] in ("rope", "nope") and bool(nope["layer_types"]) and all(
+            isinstance(t, str) for t in nope["layer_types"])
+    if not ok:
+        raise _fail(origin, f"'rotary' nope must be {{\"flags\": config key[, \"interval_key\", \"interval_default\"]}} "
+                            f"or {{\"layer_types\": [types], \"window_key\": config key, \"without_window\": \"rope\" "
+                            f"or \"nope\"[, \"pattern_key\", \"pattern_default\"]}}, found {nope!r}")
+    return dict(nope)
 
 
 def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
@@ -750,20 +835,26 @@ def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
         return None
     from .model import QK_NORM_SPANS
 
-    keys = {"q", "k", "span", "gain", "eps"}
-    if not isinstance(raw, dict) or not keys <= set(raw) <= keys | {"eps_default"}:
+    weightless = isinstance(raw, dict) and raw.get("gain") == "none"
+    keys = {"span", "gain", "eps"} | (set() if weightless else {"q", "k"})
+    optional = {"eps_default", "layers", "when", "when_default"}
+    if not isinstance(raw, dict) or not keys <= set(raw) <= keys | optional:
         raise _fail(origin, f"'qk_norm' must be an object with the keys {sorted(keys)} (and optionally "
-                            f"'eps_default'), found {raw!r}")
-    for role in ("q", "k"):
+                            f"{sorted(optional)}; 'q' and 'k' name the gains, none with gain 'none'), found {raw!r}")
+    for role in () if weightless else ("q", "k"):
         if not isinstance(raw[role], str) or LAYER_PLACEHOLDER not in raw[role]:
             raise _fail(origin, f"qk_norm tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
     span = _choice(raw, "span", QK_NORM_SPANS, "", origin)
     gain = _choice(raw, "gain", QK_NORM_GAINS, "", origin)
+    layers = _choice(raw, "layers", ("all", "rotary"), "all", origin)
+    if not isinstance(raw.get("when", ""), str) or not isinstance(raw.get("when_default", True), bool):
+        raise _fail(origin, "qk_norm 'when' must name a boolean config.json key and 'when_default' be true or false")
     eps = _str_list(raw, "eps", origin)
     default = raw.get("eps_default")
     if default is not None and (isinstance(default, bool) or not isinstance(default, (int, float)) or default <= 0):
         raise _fail(origin, f"qk_norm eps_default must be a positive number, found {default!r}")
-    return QKNormRule(raw["q"], raw["k"], span, gain, eps, None if default is None else float(default))
+    return QKNormRule(raw.get("q"), raw.get("k"), span, gain, eps, None if default is None else float(default),
+                      layers=layers, when=raw.get("when"), when_default=raw.get("when_default", True))
 
 
 def load_spec_file(path: str | Path) -> ArchSpec:

@@ -10,14 +10,28 @@ which.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import SpecboundError
+
 # spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
-CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar")
+CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar",
+                 # Granite's multipliers (residual and attention folded into the matrices they scale), the
+                 # head's logit scale (Granite divides by logits_scaling, Cohere multiplies by logit_scale)
+                 "residual_multiplier", "attention_multiplier", "embedding_multiplier", "logit_divisor",
+                 "logit_scale",
+                 # gpt-oss's clamped SwiGLU: (clamp(u, -l, l) + 1) * g sigmoid(alpha g), g = min(gate, l)
+                 "swiglu_limit", "swiglu_alpha",
+                 # Llama 4's chunked attention: queries attend within their chunk of this many tokens
+                 "attention_chunk")
 FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
          "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
-         "layer_scale": ("folded",), "front_end": ("convolutional",)}
+         "layer_scale": ("folded",), "front_end": ("convolutional",),
+         "attention_sinks": ("learned",),  # gpt-oss: a learned logit per head in the softmax's denominator
+         # Llama 4: the NoPE layers' queries times 1 + attn_scale log(1 + floor((t + 1) / floor_scale))
+         "temperature_tuning": ("llama4",)}
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,27 @@ class Structure:
     front_end : str or None
         ``"convolutional"``: a convolutional front-end makes the encoder's input rows (wav2vec2,
         HuBERT, Whisper).
+    residual_multiplier : float or None
+        Granite: each sublayer's output is multiplied by ``r`` before the residual sum; folded into
+        the OV and FF_out matrices (:func:`folded_scales`).
+    attention_multiplier : float or None
+        Granite: the logit is ``m q k^T`` instead of ``q k^T / sqrt(d_h)``; ``m sqrt(d_h)`` is folded
+        into the query factors (:func:`folded_scales`).
+    embedding_multiplier : float or None
+        Granite: the embeddings are multiplied by it (outside the complexity).
+    logit_divisor, logit_scale : float or None
+        The head's logits divided by ``logits_scaling`` (Granite) or multiplied by ``logit_scale``
+        (Cohere): after the fixed head, outside the complexity.
+    swiglu_limit, swiglu_alpha : float or None
+        gpt-oss's clamped SwiGLU: the gate clamped above at ``l``, the up projection to ``[-l, l]``, the
+        activation ``g sigmoid(alpha g)`` and the up branch offset by 1 (docs/theory.md 3n).
+    attention_sinks : str or None
+        ``"learned"``: each head has a learned logit in its softmax's denominator (gpt-oss; docs/theory.md 3n).
+    attention_chunk : float or None
+        Llama 4: the rotating layers attend within chunks of this many tokens (a mask).
+    temperature : float or None
+        Llama 4 with ``attn_temperature_tuning``: the largest factor ``tau(t)`` its NoPE layers' queries are
+        multiplied by at a position up to ``max_position_embeddings`` (:func:`temperature_max`).
     """
 
     attention_softcap: float | None = None
@@ -60,6 +95,16 @@ class Structure:
     position_bias: str | None = None
     layer_scale: str | None = None
     front_end: str | None = None
+    residual_multiplier: float | None = None
+    attention_multiplier: float | None = None
+    embedding_multiplier: float | None = None
+    logit_divisor: float | None = None
+    logit_scale: float | None = None
+    swiglu_limit: float | None = None
+    swiglu_alpha: float | None = None
+    attention_sinks: str | None = None
+    attention_chunk: float | None = None
+    temperature: float | None = None
 
 
 def validate_structure(raw: Any) -> dict[str, str] | None:
@@ -103,4 +148,40 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         position_bias=declared.get("position_bias"),
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
+        attention_sinks=declared.get("attention_sinks"),
+        temperature=temperature_max(config) if declared.get("temperature_tuning") else None,
+        **{key: _positive(config, declared.get(key)) for key in CONFIG_VALUED[4:]},
     )
+
+
+def temperature_max(config: dict[str, Any]) -> float | None:
+    """Llama 4's query temperature: at position ``t`` its NoPE layers multiply the queries by ``tau(t) = 1 +
+    attn_scale log(1 + floor((t + 1) / floor_scale))``, monotone in ``t``, so its largest size over the
+    positions ``0 .. P - 1`` (``P = max_position_embeddings``) is at an end (docs/theory.md 3n); None when
+    ``attn_temperature_tuning`` is off."""
+    if not config.get("attn_temperature_tuning"):
+        return None
+    scale, floor, positions = (config.get(k) for k in ("attn_scale", "floor_scale", "max_position_embeddings"))
+    for key, value in (("attn_scale", scale), ("floor_scale", floor), ("max_position_embeddings", positions)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+                key != "attn_scale" and value <= 0):
+            raise SpecboundError(f"config.json: {key}={value!r}: attn_temperature_tuning needs a finite attn_scale and "
+                                 f"positive floor_scale and max_position_embeddings (the query temperature's size)")
+    ends = [1.0 + scale * math.log1p(math.floor((t + 1) / floor)) for t in (0, int(positions) - 1)]
+    return max(abs(e) for e in ends)
+
+
+def folded_scales(declared: dict[str, str] | None, config: dict[str, Any], d_head: int, *,
+                  rotates: bool = True) -> tuple[float, float]:
+    """``(q_scale, out_scale)``: the scalars folded exactly into the matrices they scale (docs/theory.md
+    3e).  Granite's residual multiplier ``r`` multiplies each sublayer's output, so every OV and FF_out
+    matrix becomes ``r W``; its attention multiplier ``m`` replaces the ``1/sqrt(d_h)`` that every family's
+    QK leaves out (docs/spec.md section 1), so the query factors become ``m sqrt(d_h) W_Q``.  ``(1, 1)``
+    for every other family.  Llama 4's query temperature (a NoPE layer's, ``rotates`` False) at its largest,
+    ``max_t |tau(t)|``, scales the query factors: every QK quantity then bounds the logit's at every
+    position up to the context."""
+    st = model_structure(declared, config)
+    q_scale = 1.0 if st.attention_multiplier is None else st.attention_multiplier * d_head ** 0.5
+    if st.temperature is not None and not rotates:
+        q_scale *= st.temperature
+    return q_scale, 1.0 if st.residual_multiplier is None else st.residual_multiplier

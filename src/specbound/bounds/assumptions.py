@@ -47,7 +47,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                 weights_note: str | None = None, l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
-                tower: str | None = None) -> list[dict[str, Any]]:
+                tower: str | None = None, nope_layers: list[int] | None = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
@@ -59,7 +59,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     the product bound; ``rope``: the model's distinct rotary layouts; ``qk_norm``: its query/key
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
-    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is.
+    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is; ``nope_layers``:
+    the layers without rotary positions of a model whose other layers rotate.
     """
     gated = dims.feed_forward == "gated"
     methods = rotary_methods or {}
@@ -123,20 +124,29 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
                "input (docs/theory.md 3g)", "extension"),
     ]
+    if nope_layers:
+        out.append(_entry("nope_layers", True,
+                          f"layers {_ranges(nope_layers)} have no rotary positions (NoPE): their QK rows are the "
+                          f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
+                          f"other layers (docs/theory.md 3e)", "convention"))
     out += _rope_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     out += _structure_entries(structure)
-    if dims.moe is not None:
+    if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
                   else " plus the shared expert's" if moe.shared_d_ff else "")
+        where = "" if moe.layers is None else (
+            f" in layers {_ranges(list(moe.layers))} (the other layers a dense block of width {moe.dense_d_ff})")
+        gates = ("the top-k gates are non-negative and sum to at most 1" if moe.gate_sum == 1 else
+                 f"each chosen expert's gate is a sigmoid in (0, 1) and they multiply its input (x -> F_e(g_e x) has "
+                 f"constant g_e Lip(F_e)), so the routed part's factor is at most {moe.gate_sum} (top_k) times it")
         out += [
             _entry("mixture_of_experts", True,
-                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}:"
-                   f" every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
+                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}"
+                   f"{where}: every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
                    f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
-                   f"expert's{shared}, since the top-k gates are non-negative and sum to at most 1 (our derivation, "
-                   f"docs/theory.md 3f)", "extension"),
+                   f"expert's{shared}, since {gates} (our derivation, docs/theory.md 3f)", "extension"),
             _entry("moe_routing_fixed", True,
                    "the router's choice of experts and its gate values are held fixed: top-k routing is "
                    "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
@@ -147,6 +157,12 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
     return out
+
+
+def _ranges(layers: list[int]) -> str:
+    """``[3, 7, 11]`` -> ``"3, 7, 11"``; a long list shortened to its first and last few."""
+    return ", ".join(map(str, layers)) if len(layers) <= 8 else \
+        ", ".join(map(str, layers[:4])) + f", ... ({len(layers)} layers), " + ", ".join(map(str, layers[-2:]))
 
 
 def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
@@ -175,9 +191,11 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not qk_norm:
         return []
     where = "each head's" if qk_norm["span"] == "head" else "the whole projection's"
-    gain = "1 + w" if qk_norm["gain"] == "one_plus_weight" else "w"
+    gain = {"one_plus_weight": "1 + w", "none": "1: a weightless L2 norm, x / sqrt(mean(x^2) + eps)"}.get(qk_norm["gain"], "w")
+    only = (" on the layers that rotate (the others' QK rows are plain bilinear matrices)"
+            if qk_norm.get("layers") == "rotary" else "")
     return [_entry("qk_norm", True,
-                   f"RMSNorm over {where} queries and keys (gain {gain}, eps = {qk_norm['eps']:g}) before the "
+                   f"RMSNorm over {where} queries and keys{only} (gain {gain}, eps = {qk_norm['eps']:g}) before the "
                    f"rotation, so the logit is a function of the head's raw factors, not of one bilinear matrix: "
                    f"each QK row is the stacked [W_Q^h; W_K^g] (norms, S_p and rank its own), covered with "
                    f"sensitivity a^2 (||g_q||_inf R_k + R_q ||g_k||_inf) / sqrt(eps) per unit spectral change "
@@ -238,6 +256,61 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           "convolutional position embedding; Whisper's two convolutions) is the embedding, like a "
                           "tokenizer: fixed, outside the complexity, the encoder's input rows are its output",
                           "theorem"))
+    if st.residual_multiplier is not None:
+        out.append(_entry("residual_multiplier_folded", True,
+                          f"each sublayer's output is multiplied by residual_multiplier = {st.residual_multiplier:g} "
+                          f"before the residual sum: folded exactly into every OV and FF_out matrix (r W), so Lambda, "
+                          f"the sensitivities and every norm are those of the scaled matrices (docs/theory.md 3e)",
+                          "convention"))
+    if st.attention_multiplier is not None:
+        out.append(_entry("attention_multiplier_folded", True,
+                          f"the logit is attention_multiplier q k^T with m = {st.attention_multiplier:g} instead of "
+                          f"q k^T / sqrt(d_head): every family's QK leaves 1/sqrt(d_head) out, so m sqrt(d_head) is "
+                          f"folded exactly into the query factors (docs/theory.md 3e)", "convention"))
+    if st.embedding_multiplier is not None:
+        out.append(_entry("embedding_multiplier", True,
+                          f"the embeddings are multiplied by embedding_multiplier = {st.embedding_multiplier:g}: "
+                          f"outside the complexity (fixed_embeddings_and_head) and without effect on any factor "
+                          f"under normalisation_as_projection", "convention"))
+    for value, text in ((st.logit_divisor, "divided by logits_scaling"), (st.logit_scale, "multiplied by logit_scale")):
+        if value is not None:
+            out.append(_entry("head_logit_scale", True,
+                              f"the head's output logits are {text} = {value:g}: after the fixed head, outside the "
+                              f"analysed matrices, no factor changes", "convention"))
+    if st.attention_chunk is not None:
+        out.append(_entry("chunked_attention", True,
+                          f"the rotating layers attend within chunks of {st.attention_chunk:g} tokens: a mask, like a "
+                          f"sliding window, whose offsets are a subset of every offset the QK quantities are taken "
+                          f"over (the chunk a token falls in is fixed by positions, not by the input); no matrix "
+                          f"changes (docs/theory.md 3n)", "convention"))
+    if st.temperature is not None:
+        out.append(_entry("attention_temperature_tuning", True,
+                          f"the layers without rotary positions multiply their queries by tau(t) = 1 + attn_scale "
+                          f"log(1 + floor((t + 1) / floor_scale)), a factor of the logit at position t: its largest "
+                          f"size up to max_position_embeddings, {st.temperature:.6g}, is folded into their query "
+                          f"factors, so every QK quantity bounds the logit's at every position (docs/theory.md 3n)",
+                          "extension"))
+    if st.attention_sinks is not None:
+        out.append(_entry("attention_sinks", True,
+                          "each head's softmax has a learned sink logit in its denominator and no value: the sink is "
+                          "an extra key whose logit does not depend on the input and whose value is 0, so the softmax "
+                          "step (||p - p'||_1 <= 2 max |l - l'| over the logits, the sink's difference 0) and the "
+                          "value step (weights summing to 1 - p_sink <= 1) of the head's bound hold unchanged: "
+                          "c(OV)(1 + 4 c(QK)) bounds a head with a sink, which never increases it; the sink logits "
+                          "are outside the complexity (our derivation, docs/theory.md 3n)", "extension"))
+    if st.swiglu_limit is not None:
+        from ..compute.propagation import clamped_swiglu_constants
+
+        limit, alpha = st.swiglu_limit, st.swiglu_alpha or 1.702
+        l_phi, c_phi = clamped_swiglu_constants(limit, alpha)
+        out.append(_entry("clamped_swiglu", True,
+                          f"the experts compute (clamp(u, -{limit:g}, {limit:g}) + 1) * phi(g), phi(t) = m sigmoid("
+                          f"{alpha:g} m), m = min(t, {limit:g}): sup |phi'| = {l_phi:.6g} and |phi(t)| <= "
+                          f"{c_phi:.6g} |t| (the clamps only lower SiLU's constants; the up clamp is 1-Lipschitz with "
+                          f"|clamp(u)| <= |u|), so the gated block's (L_phi + c_phi) c_g c_u c_d holds with the "
+                          f"table's L_phi = 1.0999 and c_phi = 1; the up branch's + 1 is a constant offset, read like "
+                          f"the up projection's bias (biases_ignored; counted, it would add L_phi c_g c_d; "
+                          f"docs/theory.md 3n)", "extension"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "

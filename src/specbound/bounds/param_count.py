@@ -29,6 +29,11 @@ def parameter_count(measures: ModelMeasures) -> int:
 
 def _stack_count(d, *, cross: bool = False) -> int:
     attention = d.N * d.H * d.d_head * 2 + d.N * d.H_kv * d.d_head * 2
+    if d.moe is not None and d.moe.layers is not None:  # dense and expert layers (Llama 4)
+        routed = sum(1 for l in set(d.moe.layers) if l < d.L)
+        dense = next(l for l in range(d.L + 1) if l not in d.moe.layers)
+        return d.L * attention * (2 if cross else 1) + (routed and routed * d.layer_ff_parameters(d.moe.layers[0])) + \
+            (d.L - routed) * (0 if dense >= d.L else d.layer_ff_parameters(dense))
     per_layer = attention * (2 if cross else 1) + d.ff_parameters
     return d.L * per_layer
 

@@ -145,6 +145,8 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
     """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix, each also as its
     natural log (``log_scale`` is floored at ``ln`` of the smallest positive float, like ``scale``)."""
     norms = [layer.norms() for layer in layers]
+    if dims.moe is not None and dims.moe.gate_sum != 1:  # gates each at most 1, top_k of them (Llama 4)
+        norms = [replace(n, gate_sum=float(dims.moe.gate_sum)) for n in norms]
     lambdas = np.array([layer_lipschitz(n, l_phi) for n in norms])
     decoder = _decoder_start(dims)
     memory = log_lipschitz = None
@@ -166,7 +168,9 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
                                           float(log_alpha), log_scale))
     blind = None
     if any(layer.qk_rotation_blind is not None for layer in layers):  # rotary: also as if unrotated
-        blind = measure([replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None) for layer in layers],
+        # a layer without rotary positions (NoPE) is its own rotation-blind self
+        blind = measure([layer if layer.qk_rotation_blind is None else
+                         replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None) for layer in layers],
                         dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
     return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, log_alphas, matrices,
                          rotation_blind=blind, memory=memory, log_lipschitz=log_lipschitz)

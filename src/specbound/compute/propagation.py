@@ -78,6 +78,24 @@ class LayerSpectralNorms:
     cross_qk: np.ndarray | None = None  # a decoder layer's cross-attention heads, shape (H,)
     cross_ov: np.ndarray | None = None
     qk_sensitivity: np.ndarray | None = None  # QK-norm: (H, H), logit change of head i per unit change of row h
+    gate_sum: float = 1.0  # a bound on the chosen experts' gates' sum (docs/theory.md 3f): top_k for Llama 4's sigmoids
+
+
+def clamped_swiglu_constants(limit: float, alpha: float) -> tuple[float, float]:
+    """``(L_phi, c_phi)`` of gpt-oss's clamped gate activation ``phi(t) = m sigmoid(alpha m)``, ``m = min(t,
+    limit)`` (docs/theory.md 3n): ``sup |phi'| = sup_{s <= alpha limit} silu'(s)`` (the derivative in ``s =
+    alpha t`` is SiLU's whatever ``alpha``; 0 above the clamp), which is SiLU's own supremum once ``alpha
+    limit`` passes its argmax ``s* = 2.3994``; and ``sup |phi(t) / t| = sigmoid(alpha limit)``."""
+    def silu_prime(x: float) -> float:
+        sig = 1.0 / (1.0 + math.exp(-x))
+        return sig * (1.0 + x * (1.0 - sig))
+
+    lo, hi = 2.0, 3.0  # silu' rises to its maximum at s*, where 2 - s tanh(s / 2) = 0, then falls
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 2.0 - mid * math.tanh(mid / 2) > 0 else (lo, mid)
+    top = alpha * limit
+    return silu_prime(min(top, lo)), 1.0 / (1.0 + math.exp(-top))
 
 
 def activation_lipschitz(activation: str | None) -> tuple[float, str]:
@@ -139,20 +157,21 @@ def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float) -> float:
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
-def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0) -> float:
+def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0, gate_sum: float = 1.0) -> float:
     """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
     ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
     (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).
 
     A mixture of experts (roles ``FF_gate[e3]``, ...): the largest routed expert's constant plus the
-    shared expert's, since the top-k gates are non-negative and sum to at most 1 and the shared
-    expert's sigmoid gate is at most 1, with the routing held fixed (docs/theory.md 3f)."""
+    shared expert's, since the top-k gates are non-negative and sum to at most 1 (``gate_sum`` when
+    they only each are at most 1: ``top_k``) and the shared expert's sigmoid gate is at most 1, with
+    the routing held fixed (docs/theory.md 3f)."""
     if not any(role.endswith("]") for role in ff):  # a dense block (the LLaMA path: no grouping)
         return _branch_lipschitz(ff, l_phi, c_phi)
     branches = feed_forward_branches(ff)
     routed = [_branch_lipschitz(b, l_phi, c_phi) for key, b in branches.items() if key != "shared"]
     shared = _branch_lipschitz(branches["shared"], l_phi, c_phi) if "shared" in branches else 0.0
-    return max(routed) + shared
+    return gate_sum * max(routed) + shared
 
 
 def cross_query_lipschitz(norms: LayerSpectralNorms) -> float:
@@ -172,7 +191,7 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add.
     A decoder layer (self-attention, cross-attention, feed-forward) multiplies the three, the
     cross-attention's factor in the decoder's stream (:func:`cross_query_lipschitz`)."""
-    attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi)
+    attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum)
     if norms.cross_qk is not None:
         if norms.block == "parallel":
             raise ValueError("a parallel block with cross-attention is not modelled")
@@ -183,7 +202,7 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
 def memory_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``M_j``: a decoder layer's Lipschitz constant in the encoder's output, which reaches it only
     through the cross-attention's keys and values: ``cross_memory_lipschitz * Lip(FF)``."""
-    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi)
+    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum)
 
 
 def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
@@ -265,7 +284,7 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     not see the attention's output).
     """
     ff = norms.ff
-    after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0)
+    after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0, norms.gate_sum)
     cross = {}
     if norms.cross_qk is not None:  # decoder: cross-attention between self-attention and feed-forward
         cross = {"QK_cross": 2.0 * norms.cross_ov * after_attention,

@@ -149,6 +149,32 @@ class Checkpoint:
             )
         return array
 
+    def read_part(self, name: str, index: int) -> np.ndarray:
+        """``read(name)[index]``: one expert of an expert bank (every expert's matrix along the tensor's
+        first axis: gpt-oss, Llama 4), float64, checked like :meth:`read`.  A format that can read the
+        part alone (:meth:`_raw_part`) reads only its bytes, so a bank of 128 experts is never held whole."""
+        shape = self.shape(name)
+        if not shape or not 0 <= index < int(shape[0]):
+            raise SpecboundError(f"tensor {name!r} in {self.where(name)} has shape {tuple(shape)}: it holds no "
+                                 f"part {index} along its first axis")
+        with self._read_lock, os_errors(f"read part {index} of tensor {name!r} from {self.where(name)}"):
+            raw = self._raw_part(name, index) if self.dtype(name) in FLOAT_DTYPES else None
+        if raw is None:
+            return self.read(name)[index]  # the whole tensor's checks and messages
+        array = np.asarray(raw, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = array.sum()
+        if not np.isfinite(total) and np.count_nonzero(~np.isfinite(array)):
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} holds {int(np.count_nonzero(~np.isfinite(array)))} NaN/Inf "
+                f"value(s) in part {index}; the bounds are undefined for non-finite weights: re-export the "
+                f"checkpoint from a healthy training state")
+        return array
+
+    def _raw_part(self, name: str, index: int) -> np.ndarray | None:
+        """The stored values of ``name[index]`` alone, or None when the format reads whole tensors only."""
+        return None
+
     def close(self) -> None:
         """Release open files and cached shards."""
 

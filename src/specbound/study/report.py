@@ -130,8 +130,9 @@ def vacuity_table(runs: pd.DataFrame, measures: pd.DataFrame) -> pd.DataFrame:
 
 
 def scaling_summary(scaling: pd.DataFrame, axis: str) -> pd.DataFrame:
-    """One row per bound: its growth exponent along ``axis`` per task and pooled, each as
-    ``median [lo, hi] (groups)``."""
+    """One row per bound: its growth exponent along ``axis`` per task and over all tasks, each as
+    ``median [lo, hi] (groups)``, then the pooled within-group exponent over all tasks
+    (``pooled [lo, hi]``; older scaling.csv files without it: the column is left out)."""
     sub = scaling[scaling["axis"] == axis]
     scopes = [t for t in sorted(set(sub["task"])) if t != "all"] + (["all"] if "all" in set(sub["task"]) else [])
     get = {(r.bound, r.task): r for r in sub.itertuples()}
@@ -141,6 +142,9 @@ def scaling_summary(scaling: pd.DataFrame, axis: str) -> pd.DataFrame:
         for scope in scopes:
             r = get.get((bound, scope))
             row[scope] = f"{_ci(r.slope, r.slope_lo, r.slope_hi, signed=False)} ({int(r.groups)})" if r else "n/a"
+        r = get.get((bound, "all"))
+        if r is not None and "pooled" in sub.columns:
+            row["all, pooled within-group"] = _ci(r.pooled, r.pooled_lo, r.pooled_hi, signed=False)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -561,8 +565,9 @@ def scaling_section(scaling: pd.DataFrame) -> list[str]:
     parts = ["## How each bound grows with depth and width (the paper's scaling claim, on trained runs)", "",
              "Each entry: the median over groups of runs that differ only in that axis (same task, seed and every "
              "other hyper-parameter) of the group's least-squares slope of log B on log depth (log width), with a "
-             "95% bootstrap interval over clusters and the number of groups; `all` pools every task's groups "
-             "(`scaling.csv`; the fit is `specbound scaling`'s, `report.scaling.group_slopes`). For contrast, "
+             "95% bootstrap interval over clusters and the number of groups; `all` pools every task's groups, "
+             "and `all, pooled within-group` is one least-squares slope over every group's runs at once with an "
+             "intercept per group (`scaling.csv`; the fit is `specbound scaling`'s, `report.scaling.group_slopes`). For contrast, "
              "the same fit on random checkpoints of the BERT Miniatures' shapes: `specbound miniatures`, "
              "`specbound sweep`, `specbound scaling --detail` (its `median over` rows; docs/study-results.md).", "",
              "A slope is the growth rate of a complexity term in this grid's range, not a generalisation "
@@ -597,9 +602,11 @@ def format_study(result) -> str:
     scaling = getattr(result, "scaling", None)
     if scaling is not None and len(scaling):
         pooled = scaling[(scaling["task"] == "all") & scaling["bound"].isin(("spectral_adaptive", "edelman"))]
-        lines.append("growth exponents, all tasks (median over groups [95% interval], groups):")
+        lines.append("growth exponents, all tasks (median over groups [95% interval], groups; pooled within-group fit):")
         for r in pooled.itertuples():
-            lines.append(f"  {r.bound} in {r.axis}: {_ci(r.slope, r.slope_lo, r.slope_hi, signed=False)} ({r.groups})")
+            extra = f"; pooled {_ci(r.pooled, r.pooled_lo, r.pooled_hi, signed=False)}" if hasattr(r, "pooled") else ""
+            lines.append(f"  {r.bound} in {r.axis}: {_ci(r.slope, r.slope_lo, r.slope_hi, signed=False)} ({r.groups})"
+                         + extra)
         lines.append("")
     lines.append("report: " + str(result.files.get("report.md", "")))
     return "\n".join(lines)
