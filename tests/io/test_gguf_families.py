@@ -36,6 +36,7 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
                         "full_attention": {"rope_type": "linear", "factor": GLOBAL_SCALING, "rope_theta": 1e6},
                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, 6),
     "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", "olmo2", {}, 2),
+    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 
 

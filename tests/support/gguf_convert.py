@@ -43,7 +43,10 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if hasattr(cfg, "rms_norm_eps"):
+        writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    else:  # a LayerNorm (StarCoder2's norm_epsilon)
+        writer.add_layer_norm_eps(cfg.norm_epsilon)
     rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     writer.add_rope_freq_base(rope["rope_theta"])
     if rope.get("rope_type") == "linear":
@@ -52,7 +55,7 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
     if arch == "gemma2":
         writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
-    if arch in ("gemma2", "gemma3"):
+    if arch in ("gemma2", "gemma3") or (arch == "starcoder2" and cfg.sliding_window):
         writer.add_sliding_window(cfg.sliding_window)
     writer.add_token_list([f"t{i}" for i in range(cfg.vocab_size)])
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), layers)
@@ -67,7 +70,7 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
             array = permute(array, cfg.num_attention_heads, cfg.num_attention_heads)
         elif arch == "llama" and name.endswith("k_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_key_value_heads)
-        target = names.get_name(name, try_suffixes=(".weight",))
+        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if target is None:
             raise ValueError(f"gguf's tensor map has no name for {name}")
         writer.add_tensor(target, np.ascontiguousarray(array, dtype=np.float32))

@@ -74,12 +74,12 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 # Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
-                   "qwen2moe": False, "qwen3moe": False}
+                   "qwen2moe": False, "qwen3moe": False, "starcoder2": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
                "phi2": "gelu_pytorch_tanh", "gptj": "gelu_pytorch_tanh", "falcon": "gelu_pytorch_tanh",
-               "bloom": "gelu_pytorch_tanh"}
+               "bloom": "gelu_pytorch_tanh", "starcoder2": "gelu_pytorch_tanh"}
 # 3-D expert banks, exposed one expert at a time as ``blk.N.ffn_gate_exps.weight[e]``
 _BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
 _LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
