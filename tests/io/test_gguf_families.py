@@ -36,6 +36,7 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
                         "full_attention": {"rope_type": "linear", "factor": GLOBAL_SCALING, "rope_theta": 1e6},
                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, 6),
     "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", "olmo2", {}, 2),
+    "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config", "smollm3", {"head_dim": D, "pad_token_id": 0}, 4),  # layer 3: NoPE
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 
@@ -74,6 +75,8 @@ def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
         for e in hf.assumptions:
             e["effect"] = e["effect"].replace("(gain 1 + w,", "(gain w,")
     assert_same_numbers(hf, ours, rel=1e-9, family=False)
+    if family == "smollm3":  # llama.cpp's NoPE step: the fourth layer unrotated, as the folder's
+        assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]
     if family == "gemma3_text":
         assert [r["base"] for r in ours.model["rotary"]["by_layer"]] == [1e4] * 5 + [1e6]
         assert ours.model["rotary"]["by_layer"][5]["scaling"] == "linear"

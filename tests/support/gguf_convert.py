@@ -2,7 +2,7 @@
 ``gguf`` package's own writer (tests/io/test_gguf.py, tests/io/test_gguf_families.py).
 
 What the converter does and these helpers repeat: tensor names from gguf's own ``TensorNameMap``;
-``LlamaModel.permute`` on Q and K for the ``llama`` architecture only; 1 added to every Gemma norm
+``LlamaModel.permute`` on Q and K for the ``llama`` and ``smollm3`` architectures only; 1 added to every Gemma norm
 weight (``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
 ``1 + w``); Gemma's tied ``lm_head`` skipped; the metadata keys each model class writes.
 """
@@ -66,9 +66,9 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         array = tensor.detach().float().numpy()
         if gemma and name.endswith("norm.weight"):
             array = array + np.float32(1)
-        if arch == "llama" and name.endswith("q_proj.weight"):
+        if arch in ("llama", "smollm3") and name.endswith("q_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_attention_heads)
-        elif arch == "llama" and name.endswith("k_proj.weight"):
+        elif arch in ("llama", "smollm3") and name.endswith("k_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_key_value_heads)
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if target is None:
