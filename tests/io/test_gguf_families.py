@@ -37,6 +37,9 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, 6),
     "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", "olmo2", {}, 2),
     "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config", "smollm3", {"head_dim": D, "pad_token_id": 0}, 4),  # layer 3: NoPE
+    # multipliers exact in float32 (the file stores them so)
+    "granite": ("GraniteForCausalLM", "GraniteConfig", "granite", {"residual_multiplier": 0.5, "attention_multiplier": 0.25,
+                                                                  "embedding_multiplier": 8.0, "logits_scaling": 2.0}, 2),
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 

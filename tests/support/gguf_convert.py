@@ -2,7 +2,9 @@
 ``gguf`` package's own writer (tests/io/test_gguf.py, tests/io/test_gguf_families.py).
 
 What the converter does and these helpers repeat: tensor names from gguf's own ``TensorNameMap``;
-``LlamaModel.permute`` on Q and K for the ``llama`` and ``smollm3`` architectures only; 1 added to every Gemma norm
+``LlamaModel.permute`` on Q and K for the ``llama``, ``smollm3`` and ``granite`` architectures only; Granite's
+multipliers as ``GraniteModel`` writes them (``embedding_scale``, ``residual_scale``, ``attention.scale``,
+``logit_scale``); 1 added to every Gemma norm
 weight (``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
 ``1 + w``); Gemma's tied ``lm_head`` skipped; the metadata keys each model class writes.
 """
@@ -57,6 +59,11 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
     if arch in ("gemma2", "gemma3") or (arch == "starcoder2" and cfg.sliding_window):
         writer.add_sliding_window(cfg.sliding_window)
+    if arch == "granite":
+        writer.add_embedding_scale(cfg.embedding_multiplier)
+        writer.add_residual_scale(cfg.residual_multiplier)
+        writer.add_attention_scale(cfg.attention_multiplier)
+        writer.add_logit_scale(cfg.logits_scaling)
     writer.add_token_list([f"t{i}" for i in range(cfg.vocab_size)])
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), layers)
     gemma = arch.startswith("gemma")
@@ -66,9 +73,9 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         array = tensor.detach().float().numpy()
         if gemma and name.endswith("norm.weight"):
             array = array + np.float32(1)
-        if arch in ("llama", "smollm3") and name.endswith("q_proj.weight"):
+        if arch in ("llama", "smollm3", "granite") and name.endswith("q_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_attention_heads)
-        elif arch in ("llama", "smollm3") and name.endswith("k_proj.weight"):
+        elif arch in ("llama", "smollm3", "granite") and name.endswith("k_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_key_value_heads)
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if target is None:

@@ -71,12 +71,12 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 
 # GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
 # Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style;
-# SmolLM3Model is a LlamaModel).
+# SmolLM3Model and GraniteModel are LlamaModels).
 # Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
-                   "smollm3": True}
+                   "smollm3": True, "granite": True}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
