@@ -40,6 +40,8 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
     # multipliers exact in float32 (the file stores them so)
     "granite": ("GraniteForCausalLM", "GraniteConfig", "granite", {"residual_multiplier": 0.5, "attention_multiplier": 0.25,
                                                                   "embedding_multiplier": 8.0, "logits_scaling": 2.0}, 2),
+    "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", "exaone4", {"head_dim": D, "sliding_window": 8,
+                                                                  "sliding_window_pattern": 4, "pad_token_id": 0}, 4),
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 
@@ -78,12 +80,14 @@ def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
         for e in hf.assumptions:
             e["effect"] = e["effect"].replace("(gain 1 + w,", "(gain w,")
     assert_same_numbers(hf, ours, rel=1e-9, family=False)
+    if family == "exaone4":  # the global layer (every fourth) unrotated
+        assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]
     if family == "smollm3":  # llama.cpp's NoPE step: the fourth layer unrotated, as the folder's
         assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]
     if family == "gemma3_text":
         assert [r["base"] for r in ours.model["rotary"]["by_layer"]] == [1e4] * 5 + [1e6]
         assert ours.model["rotary"]["by_layer"][5]["scaling"] == "linear"
-    if FAMILIES[family][0] in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", "Olmo2ForCausalLM"):
+    if FAMILIES[family][0] in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", "Olmo2ForCausalLM", "Exaone4ForCausalLM"):
         assert ours.model["qk_norm"] == hf.model["qk_norm"]
 
 

@@ -59,6 +59,9 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
     if arch in ("gemma2", "gemma3") or (arch == "starcoder2" and cfg.sliding_window):
         writer.add_sliding_window(cfg.sliding_window)
+    if arch == "exaone4" and cfg.sliding_window is not None:  # Exaone4Model: the window and a flag per layer
+        writer.add_sliding_window(cfg.sliding_window)
+        writer.add_sliding_window_pattern([t == "sliding_attention" for t in cfg.layer_types])
     if arch == "granite":
         writer.add_embedding_scale(cfg.embedding_multiplier)
         writer.add_residual_scale(cfg.residual_multiplier)

@@ -76,7 +76,7 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
-                   "smollm3": True, "granite": True}
+                   "smollm3": True, "granite": True, "exaone4": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
@@ -304,6 +304,8 @@ def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
         config.update(_rotary_keys(config, path))
         if arch == "gemma3":
             config.update(_gemma3_layers(config))
+        elif arch in _WINDOW_PATTERN_ARCHS:
+            config.update(_window_layers(config))
     return arch, config
 
 
@@ -326,6 +328,21 @@ def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> 
     shown = repr(value) if not isinstance(value, list) else f"an array of {len(value)}"
     raise SpecboundError(f"{path}: the metadata key {key!r} must hold {expected}, found {shown[:80]} "
                          f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
+
+
+# architectures whose converter writes attention.sliding_window_pattern as one flag per layer (True: a
+# sliding-window layer), read back as transformers' layer_types
+_WINDOW_PATTERN_ARCHS = ("exaone4",)
+
+
+def _window_layers(config: dict[str, Any]) -> dict[str, Any]:
+    """``layer_types`` from ``attention.sliding_window_pattern``'s per-layer flags (EXAONE 4), when the
+    file has them and a window; none otherwise."""
+    layers, pattern = config.get("block_count"), config.get("attention.sliding_window_pattern")
+    if not isinstance(layers, int) or not isinstance(pattern, list) or len(pattern) < layers \
+            or config.get("attention.sliding_window") is None:
+        return {}
+    return {"layer_types": ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]}
 
 
 def _gemma3_layers(config: dict[str, Any]) -> dict[str, Any]:
