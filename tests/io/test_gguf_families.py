@@ -42,6 +42,9 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
                                                                   "embedding_multiplier": 8.0, "logits_scaling": 2.0}, 2),
     "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", "exaone4", {"head_dim": D, "sliding_window": 8,
                                                                   "sliding_window_pattern": 4, "pad_token_id": 0}, 4),
+    # llama.cpp fixes Cohere2's pattern at 4: the folder's config says the same (layer 3 global, unrotated)
+    "cohere2": ("Cohere2ForCausalLM", "Cohere2Config", "cohere2", {"head_dim": D, "sliding_window": 8,
+                                                                  "logit_scale": 0.5, "pad_token_id": 0}, 4),
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 
@@ -80,7 +83,7 @@ def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
         for e in hf.assumptions:
             e["effect"] = e["effect"].replace("(gain 1 + w,", "(gain w,")
     assert_same_numbers(hf, ours, rel=1e-9, family=False)
-    if family == "exaone4":  # the global layer (every fourth) unrotated
+    if family in ("exaone4", "cohere2"):  # the global layer (every fourth) unrotated
         assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]
     if family == "smollm3":  # llama.cpp's NoPE step: the fourth layer unrotated, as the folder's
         assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]

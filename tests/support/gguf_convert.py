@@ -47,8 +47,8 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
     writer.add_value_length(head_dim)
     if hasattr(cfg, "rms_norm_eps"):
         writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    else:  # a LayerNorm (StarCoder2's norm_epsilon)
-        writer.add_layer_norm_eps(cfg.norm_epsilon)
+    else:  # a LayerNorm (StarCoder2's norm_epsilon, Cohere2's layer_norm_eps)
+        writer.add_layer_norm_eps(getattr(cfg, "norm_epsilon", None) or cfg.layer_norm_eps)
     rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     writer.add_rope_freq_base(rope["rope_theta"])
     if rope.get("rope_type") == "linear":
@@ -59,6 +59,10 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
     if arch in ("gemma2", "gemma3") or (arch == "starcoder2" and cfg.sliding_window):
         writer.add_sliding_window(cfg.sliding_window)
+    if arch == "cohere2":  # Cohere2Model: the logit scale, the window (no pattern), the rotated dimensions
+        writer.add_logit_scale(cfg.logit_scale)
+        writer.add_sliding_window(cfg.sliding_window)
+        writer.add_rope_dimension_count(head_dim)
     if arch == "exaone4" and cfg.sliding_window is not None:  # Exaone4Model: the window and a flag per layer
         writer.add_sliding_window(cfg.sliding_window)
         writer.add_sliding_window_pattern([t == "sliding_attention" for t in cfg.layer_types])
@@ -71,7 +75,7 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), layers)
     gemma = arch.startswith("gemma")
     for name, tensor in model.state_dict().items():
-        if name == "lm_head.weight" and gemma:
+        if name == "lm_head.weight" and (gemma or arch == "cohere2"):
             continue  # tied to the embeddings
         array = tensor.detach().float().numpy()
         if gemma and name.endswith("norm.weight"):

@@ -76,7 +76,7 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
-                   "smollm3": True, "granite": True, "exaone4": False}
+                   "smollm3": True, "granite": True, "exaone4": False, "cohere2": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
