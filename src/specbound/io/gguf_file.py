@@ -47,6 +47,11 @@ What the file holds and how it is exposed:
   linear-attention, state-space or short-convolution block (``blk.N.ssm_*``, ``blk.N.shortconv.*``,
   ``blk.N.time_mix_*``: qwen3next, kimi-linear, nemotron_h, granitehybrid, falcon-h1, jamba, lfm2, mamba,
   rwkv) is refused in one line naming those layers, as its Hugging Face checkpoint is (docs/families.md).
+* **Architectures of the late-2026 families**: ``starcoder2``, ``smollm3`` (Q/K permuted as a ``LlamaModel``;
+  llama.cpp fixes its NoPE step at 4, which the family spec's default gives), ``granite`` (permuted; its
+  multipliers under ``embedding_scale``, ``residual_scale``, ``attention.scale``, ``logit_scale``),
+  ``exaone4`` (``attention.sliding_window_pattern``'s per-layer flags become ``layer_types``) and
+  ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
