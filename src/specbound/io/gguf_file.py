@@ -51,7 +51,8 @@ What the file holds and how it is exposed:
   llama.cpp fixes its NoPE step at 4, which the family spec's default gives), ``granite`` (permuted; its
   multipliers under ``embedding_scale``, ``residual_scale``, ``attention.scale``, ``logit_scale``),
   ``exaone4`` (``attention.sliding_window_pattern``'s per-layer flags become ``layer_types``) and
-  ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default).
+  ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default), ``gpt-oss`` (expert banks
+  with biases, ``attn_sinks``; the clamped SwiGLU's constants, which llama.cpp's graph fixes, set here).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -81,7 +82,8 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
-                   "smollm3": True, "granite": True, "exaone4": False, "cohere2": False}
+                   "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
+                   "gpt-oss": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
@@ -307,6 +309,9 @@ def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
     if arch in SUPPORTED_ARCHS:
         config.setdefault("hidden_act", _ACTIVATION.get(arch, "silu"))  # llama.cpp's graph for the arch
         config.update(_rotary_keys(config, path))
+        if arch == "gpt-oss":  # llama.cpp's graph: the clamped SwiGLU's constants (it stores none)
+            config.setdefault("swiglu_limit", _GPT_OSS_SWIGLU[0])
+            config.setdefault("swiglu_alpha", _GPT_OSS_SWIGLU[1])
         if arch == "gemma3":
             config.update(_gemma3_layers(config))
         elif arch in _WINDOW_PATTERN_ARCHS:
@@ -335,6 +340,9 @@ def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> 
                          f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
 
 
+# gpt-oss's clamped SwiGLU as llama.cpp's graph computes it (limit, alpha: ggml_swiglu_oai's constants,
+# the Hugging Face class's defaults)
+_GPT_OSS_SWIGLU = (7.0, 1.702)
 # architectures whose converter writes attention.sliding_window_pattern as one flag per layer (True: a
 # sliding-window layer), read back as transformers' layer_types
 _WINDOW_PATTERN_ARCHS = ("exaone4",)
