@@ -134,13 +134,11 @@ def _config_from(args) -> dict | None:
     """``--config FILE`` then ``--set KEY=VALUE`` overrides, or None when neither is given."""
     config: dict = {}
     if getattr(args, "config_file", None):
-        try:
-            config = json.loads(open(args.config_file, encoding="utf-8").read())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SpecboundError(f"cannot read --config {args.config_file} as JSON ({exc}); pass a config.json "
-                                 f"file") from None
-        except ValueError:  # an integer beyond Python's int-string limit
-            raise oversized_integer_text(f"read --config {args.config_file}", "fix the value") from None
+        from pathlib import Path
+
+        from .io.base import MAX_SMALL_FILE_BYTES, load_json
+
+        config = load_json(Path(args.config_file), "--config file", "pass a config.json file", MAX_SMALL_FILE_BYTES)
         if not isinstance(config, dict):
             raise SpecboundError(f"--config {args.config_file} must hold a JSON object, found {type(config).__name__}")
     for item in getattr(args, "config_set", None) or []:

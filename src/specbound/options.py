@@ -94,6 +94,22 @@ POSITIVE_INT = Interval(Integral, 1, None)
 NON_NEGATIVE_INT = Interval(Integral, 0, None)
 POSITIVE_FINITE = Interval(Real, 0, math.inf, "neither")
 
+# --- numbers read from files ---------------------------------------------------------------------
+# One vocabulary for every number a file or a flag hands specbound (config.json, GGUF metadata, a
+# LoRA adapter's config, command-line values): finite, bounded, integral where it must be.  JSON's
+# 1e400 and Infinity decode to inf, `true` to a bool, "12" to a string: each is refused alike, by
+# check_read, in one line naming the key, what was found and what is expected.
+#
+# The largest count read from a file (a window, a layer or head count before it is checked against
+# the tensors): an integer a float64 holds exactly.
+MAX_COUNT = 2**53
+# The largest scale read from a file (a soft-cap, an attention scalar, a LoRA alpha): positive and
+# finite with room to spare, so that no product or quotient of a few of them overflows.
+MAX_SCALE = 1e300
+COUNT = Interval(Integral, 1, MAX_COUNT)
+SCALE = Interval(Real, 0, MAX_SCALE, "right", cast=True)
+_READ_REQUIREMENTS = {COUNT: "a positive integer at most 2^53", SCALE: "a positive finite number at most 1e300"}
+
 
 def check(name: str, value, *accepted, requirement: str | None = None):
     """``value`` if it meets one of ``accepted`` (:class:`Interval`, :class:`Choice`, None for the
@@ -110,8 +126,38 @@ def check(name: str, value, *accepted, requirement: str | None = None):
             return constraint.convert(value)
     choices = [c for c in accepted if isinstance(c, Choice)]
     if choices and requirement is None:
-        raise SpecboundError(f"unknown {name} {value!r}; choose one of {', '.join(choices[0].values)}")
-    raise SpecboundError(f"{name} must be {requirement or _describe(accepted)}, got {value!r}")
+        raise SpecboundError(f"unknown {name} {shown(value)}; choose one of {', '.join(choices[0].values)}")
+    raise SpecboundError(f"{name} must be {requirement or _describe(accepted)}, got {shown(value)}")
+
+
+def shown(value, width: int = 80) -> str:
+    """``repr(value)`` cut to ``width`` characters (a hostile file's string or list may be megabytes);
+    a JSON infinity shows as 1e400 would be read: ``inf``, and its kind is named."""
+    text = repr(value)
+    if isinstance(value, bool):
+        return f"{text} (a boolean)"
+    if isinstance(value, str):
+        text = f"{text[:width]}..." if len(text) > width else text
+        return f"{text} (a string)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{text} (a non-finite number: 1e400, Infinity or NaN in the file)"
+    return f"{text[:width]}..." if len(text) > width else text
+
+
+def check_read(key: str, value, *accepted, where: str, fix: str, requirement: str | None = None):
+    """A number (or setting) read from a file or a flag, checked as :func:`check` checks an option:
+    the converted value, or one line ``<where>: <key> must be <requirement>, got <value>; <fix>``.
+
+    ``accepted`` are :func:`check`'s (:data:`COUNT`, :data:`SCALE`, any :class:`Interval`, None for
+    an absent value); the requirement defaults to the constraint's own words."""
+    if requirement is None and len([c for c in accepted if c is not None]) == 1:
+        requirement = next((_READ_REQUIREMENTS.get(c) for c in accepted if c is not None), None)
+        if requirement is not None and None in accepted:
+            requirement += " (or null: not used)"
+    try:
+        return check(f"{where}: {key}", value, *accepted, requirement=requirement)
+    except SpecboundError as exc:
+        raise SpecboundError(f"{exc}; {fix}") from None
 
 
 def _describe(accepted) -> str:
@@ -119,7 +165,9 @@ def _describe(accepted) -> str:
     for c in accepted:
         if isinstance(c, Interval):
             noun = "an integer" if c.kind is Integral else "a number"
-            if c == POSITIVE_INT:
+            if c in _READ_REQUIREMENTS:
+                parts.append(_READ_REQUIREMENTS[c])
+            elif c == POSITIVE_INT:
                 parts.append("a positive integer")
             elif c == NON_NEGATIVE_INT:
                 parts.append("a non-negative integer")

@@ -24,6 +24,7 @@ from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
+from .archs.spec import stored_in_out
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
 from .archs.towers import tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
@@ -273,6 +274,8 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
     ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
         spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
+        if isinstance(ckpt, LoraCheckpoint):  # square updates oriented by their module's kind, as PEFT does
+            ckpt.use_layouts(stored_in_out(spec))
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]
@@ -294,12 +297,20 @@ def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
                          f"{tower} tower; leave tower out or pass tower={spec.tower!r}")
 
 
+def _config_where(ckpt) -> str:
+    """Where a checkpoint's config values come from, for messages."""
+    path = getattr(ckpt, "config_path", None)
+    return f"the config of {ckpt.location}" if path is None else str(path)
+
+
 def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel:
     """``ckpt`` bound to ``spec``: dimensions, prefix, every tensor accounted for, rotary layout."""
     dims, prefix = bind(spec, ckpt)
     if spec.qk_norm is not None:
         qk_norm_eps(spec, ckpt.config)  # a missing or zero eps is an error before any weight is read
     extra = {"tower": spec.tower, "parent_spec": parent}
+    # the structure's config values (windows, soft-caps, scalars) checked before any weight is read
+    model_structure(spec.structure, ckpt.config, _config_where(ckpt))
     layouts = rotary_layouts(spec, ckpt.config, dims.d_head, dims.L, where=str(ckpt.location))
     if layouts is None:
         return OpenModel(ckpt, spec, dims, prefix, **extra)
@@ -583,7 +594,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   l_phi=l_phi, l_phi_source=l_phi_source,
                                                   rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
-                                                  structure=model_structure(model.spec.structure, model.ckpt.config),
+                                                  structure=model_structure(model.spec.structure, model.ckpt.config,
+                                                                            _config_where(model.ckpt)),
                                                   tower=model.tower, nope_layers=model.nope_layers()))
 
 

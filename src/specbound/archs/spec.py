@@ -873,3 +873,30 @@ def load_spec_file(path: str | Path) -> ArchSpec:
 
     raw = load_json(path, "architecture spec", "the file must hold one JSON object (see docs/architectures.md)")
     return parse_spec(raw, str(path))
+
+
+def stored_in_out(spec: ArchSpec):
+    """``in_out(name)``: whether the family stores tensor ``name`` as ``(in, out)`` (a ``conv1d`` role
+    tensor: GPT-2's ``Conv1D``) rather than ``(out, in)`` (``nn.Linear``), from the spec's tensor rules
+    (every stack's, tower's and variant's, with any wrapper prefix); None when no rule names it in a
+    family that has ``conv1d`` tensors (a family without any stores every weight ``(out, in)``).
+    What a LoRA update's orientation follows (:meth:`~specbound.io.lora.LoraCheckpoint.use_layouts`)."""
+    import re
+
+    rules, pending = [], [spec]
+    while pending:
+        s = pending.pop()
+        rules += list(s.tensors.values()) + [r for st in (s.stacks or ()) for r in st.cross.values()]
+        pending += [st.spec for st in (s.stacks or ())] + [t.spec for t in (s.towers or ())]
+        pending += [v for _, v in s.variants]
+    patterns = [(re.compile(r"(?:.*\.)?" + re.escape(r.name).replace(re.escape("${layer}"), r"\d+") + "$"),
+                 r.layout) for r in rules if isinstance(r.name, str)]
+    conv1d = any(layout == "conv1d" for _, layout in patterns)
+
+    def in_out(name: str) -> bool | None:
+        found = {layout for pattern, layout in patterns if pattern.match(name)}
+        if found:
+            return None if len(found) != 1 else found == {"conv1d"}
+        return None if conv1d else False
+
+    return in_out

@@ -123,25 +123,35 @@ def validate_structure(raw: Any) -> dict[str, str] | None:
     return dict(raw)
 
 
-def _positive(config: dict, key: str | None) -> float | None:
-    value = config.get(key) if key else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+_FIX = "fix the value in config.json (null or absent: not used by this model)"
+
+
+def _read(config: dict, key: str | None, constraint, where: str):
+    """The config value ``key`` holds, checked (:func:`~specbound.options.check_read`): None when the
+    key is absent or null; a positive finite, bounded number (an integer for a count) otherwise, and
+    one line for anything else (1e400 or Infinity, which JSON decodes to inf; true; a string)."""
+    from ..options import check_read
+
+    if not key:
         return None
-    return value
+    return check_read(key, config.get(key), None, constraint, where=where, fix=_FIX)
 
 
-def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> Structure:
+def model_structure(declared: dict[str, str] | None, config: dict[str, Any], where: str = "config.json") -> Structure:
     """The :class:`Structure` of one checkpoint: the spec's declared facts, and the config values its
-    declared keys hold (a null or absent value: not used by this model)."""
+    declared keys hold (a null or absent value: not used by this model; any other value must be a
+    positive, finite, bounded number, an integer for the window)."""
+    from ..options import COUNT, SCALE
+
     declared = declared or {}
-    window = _positive(config, declared.get("sliding_window"))
+    window = _read(config, declared.get("sliding_window"), COUNT, where)
     if window is not None and config.get("use_sliding_window") is False:
         window = None  # Qwen-style configs state a window they do not use
     return Structure(
-        attention_softcap=_positive(config, declared.get("attention_softcap")),
-        final_softcap=_positive(config, declared.get("final_softcap")),
+        attention_softcap=_read(config, declared.get("attention_softcap"), SCALE, where),
+        final_softcap=_read(config, declared.get("final_softcap"), SCALE, where),
         sliding_window=None if window is None else int(window),
-        attention_scalar=_positive(config, declared.get("attention_scalar")),
+        attention_scalar=_read(config, declared.get("attention_scalar"), SCALE, where),
         embedding_scale=declared.get("embedding_scale"),
         norm_gain=declared.get("norm_gain", "weight"),
         sublayer_norms=declared.get("sublayer_norms", "before"),
@@ -150,7 +160,8 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any]) -> 
         front_end=declared.get("front_end"),
         attention_sinks=declared.get("attention_sinks"),
         temperature=temperature_max(config) if declared.get("temperature_tuning") else None,
-        **{key: _positive(config, declared.get(key)) for key in CONFIG_VALUED[4:]},
+        **{key: _read(config, declared.get(key), COUNT if key == "attention_chunk" else SCALE, where)
+           for key in CONFIG_VALUED[4:]},
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, os_errors, oversized_integer_text
 
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 # Bytes per stored value, by safetensors dtype code; an unknown code counts as 1 (the least a
@@ -225,12 +225,19 @@ def available_memory() -> int | None:
 
 # The largest JSON document read (config.json, a shard index: kilobytes; an LLM's index: megabytes).
 MAX_JSON_BYTES = 256 << 20
+# The largest small file read (config.json, adapter_config.json, towers.json, modules.json, a
+# --config file: kilobytes; a config with a large vocabulary map or many layer types: well under this).
+MAX_SMALL_FILE_BYTES = 16 << 20
 
 
-def read_regular_file(path: Path, limit: int, what: str, fix: str) -> bytes:
+def read_regular_file(path: Path, limit: int = MAX_SMALL_FILE_BYTES, what: str = "file",
+                      fix: str = "pass a regular file") -> bytes:
     """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes: checked with
     ``stat`` before it is opened (a FIFO would block the read, ``/dev/zero`` never end it), and read
-    no further than ``limit`` (a file that grows meanwhile)."""
+    no further than ``limit`` (a file that grows meanwhile).  The one reader of every small file
+    (configs, adapter configs, ``towers.json``, ``modules.json``, metrics, store records); every
+    failure is one line naming ``what`` the file is and how to ``fix`` it."""
+    path = Path(path)
     with os_errors(f"read the {what} {path}"):
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
@@ -245,11 +252,11 @@ def read_regular_file(path: Path, limit: int, what: str, fix: str) -> bytes:
     return data
 
 
-def load_json(path: Path, what: str, fix: str) -> Any:
-    """``path`` decoded as JSON; any failure (not a regular file, too large, unreadable, not UTF-8,
-    not JSON, nested deeper than ``MAX_JSON_DEPTH``) is a one-line error naming ``what`` it is and
-    how to ``fix`` it."""
-    return decode_json(read_regular_file(path, MAX_JSON_BYTES, what, fix), f"the {what} {path}", fix)
+def load_json(path: Path, what: str, fix: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """``path`` decoded as JSON; any failure (not a regular file, more than ``limit`` bytes,
+    unreadable, not UTF-8, not JSON, nested deeper than ``MAX_JSON_DEPTH``, an integer of more than
+    4,300 digits) is a one-line error naming ``what`` it is and how to ``fix`` it."""
+    return decode_json(read_regular_file(path, limit, what, fix), f"the {what} {path}", fix)
 
 
 def decode_json(data: bytes, where: str, fix: str) -> Any:
@@ -261,7 +268,12 @@ def decode_json(data: bytes, where: str, fix: str) -> Any:
         if _json_depth(text) > MAX_JSON_DEPTH:
             raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
         return json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's int-string limit (errors.MAX_INT_DIGITS)
+            raise oversized_integer_text(f"read {where}", fix) from None
+        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}); {fix}") from None
+    except RecursionError as exc:
         raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
                              f"{str(exc)[:200]}); {fix}") from None
 
@@ -289,7 +301,8 @@ def read_config(folder: Path) -> dict[str, Any]:
             f"{folder} has no config.json: a Hugging Face model folder needs config.json beside "
             f"its weights (save the model with save_pretrained)"
         )
-    return check_config(load_json(cfg_path, "model config", "re-save the model with save_pretrained"), cfg_path)
+    return check_config(load_json(cfg_path, "model config", "re-save the model with save_pretrained",
+                                  MAX_SMALL_FILE_BYTES), cfg_path)
 
 
 def check_config(config: Any, where: Any) -> dict[str, Any]:

@@ -9,13 +9,12 @@ dependency (torch, onnx, h5py, msgpack), is imported only for a file of that for
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import SpecboundError, os_errors, refuse_oversized_integers
-from .base import Checkpoint, read_config
+from .base import Checkpoint, load_json, read_config
 from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES, format_of
 
 
@@ -115,16 +114,10 @@ def sentence_transformers_module(folder: Path) -> Path | None:
     older layout keeps the model in ``0_Transformer/``), or None when there is no such file or it
     names the folder itself.  The path must stay inside ``folder``."""
     listing = folder / "modules.json"
-    if not listing.is_file():
+    if not listing.exists() and not listing.is_symlink():  # a FIFO or a device is refused by the reader
         return None
-    if listing.stat().st_size > MODULES_JSON_MAX_BYTES:
-        raise SpecboundError(f"{listing} is {listing.stat().st_size} bytes; a sentence-transformers modules.json is "
-                             f"a few hundred: the file is corrupt or not one")
-    try:
-        modules = json.loads(listing.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecboundError(f"{listing} is not valid JSON ({exc}); sentence-transformers writes a list of "
-                             f"{{idx, name, path, type}} entries") from None
+    modules = load_json(listing, "sentence-transformers modules.json",
+                        "sentence-transformers writes a list of {idx, name, path, type} entries", MODULES_JSON_MAX_BYTES)
     entries = modules if isinstance(modules, list) else []
     transformer = [m for m in entries if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer")]
     if not transformer:

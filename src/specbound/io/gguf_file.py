@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError, os_errors
+from ..options import MAX_COUNT, MAX_SCALE
 from .base import Checkpoint, available_memory
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
@@ -103,9 +104,10 @@ _INTEGER = ("I8", "I16", "I32", "I64")
 _COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
                "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
                "expert_count", "expert_used_count", "expert_feed_forward_length",
-               "expert_shared_feed_forward_length", "rope.scaling.original_context_length")
-_NUMBER_KEYS = ("rope.freq_base", "rope.scaling.factor", "attention.layer_norm_rms_eps",
-                "attention.layer_norm_epsilon")
+               "expert_shared_feed_forward_length", "rope.scaling.original_context_length",
+               "attention.sliding_window")
+_NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "attention.layer_norm_rms_eps",
+                "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping")
 _TEXT_KEYS = ("rope.scaling.type",)
 
 
@@ -283,9 +285,11 @@ def _permuted_heads(name: str, config: dict[str, Any]) -> int | None:
     return heads if isinstance(heads, int) else None
 
 
-def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
+def read_metadata(header: GGUFHeader, tensor_names: Any = None) -> tuple[str, dict[str, Any]]:
     """``(architecture, config)`` from a header's metadata (module docstring), each key the config
-    is read from checked to hold the type it must (a count an integer, a base a finite number)."""
+    is read from checked to hold the type it must (a count an integer, a base a finite number), and
+    ``block_count`` against the blocks ``tensor_names`` (default: the header's tensors; of a split
+    model, every part's) hold."""
     path = header.path
     arch = header.metadata.get("general.architecture")
     if not isinstance(arch, str):
@@ -312,10 +316,12 @@ def read_metadata(header: GGUFHeader) -> tuple[str, dict[str, Any]]:
         if arch == "gpt-oss":  # llama.cpp's graph: the clamped SwiGLU's constants (it stores none)
             config.setdefault("swiglu_limit", _GPT_OSS_SWIGLU[0])
             config.setdefault("swiglu_alpha", _GPT_OSS_SWIGLU[1])
-        if arch == "gemma3":
-            config.update(_gemma3_layers(config))
-        elif arch in _WINDOW_PATTERN_ARCHS:
-            config.update(_window_layers(config))
+    # before anything is sized by it (Gemma 3's per-layer types here, the layers bound later)
+    _check_block_count(header.path, header.tensors if tensor_names is None else tensor_names, arch, config)
+    if arch == "gemma3":
+        config.update(_gemma3_layers(config))
+    elif arch in _WINDOW_PATTERN_ARCHS:
+        config.update(_window_layers(config))
     return arch, config
 
 
@@ -326,11 +332,13 @@ def _finite(value: Any) -> bool:
 
 
 def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> None:
+    """The vocabulary of checked numbers (:mod:`specbound.options`) for GGUF metadata: a count is a
+    non-negative integer of at most 2^53, a number a finite one of magnitude at most 1e300."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    if count and not (is_int and value >= 0):
-        expected = "a non-negative integer"
-    elif number and not (is_int or isinstance(value, float)):
-        expected = "a number"
+    if count and not (is_int and 0 <= value <= MAX_COUNT):
+        expected = "a non-negative integer (at most 2^53)"
+    elif number and not ((is_int or isinstance(value, float)) and abs(value) <= MAX_SCALE):
+        expected = "a number (finite, of magnitude at most 1e300)"
     elif not count and not number and not isinstance(value, str):
         expected = "a string"
     else:
@@ -338,6 +346,23 @@ def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> 
     shown = repr(value) if not isinstance(value, list) else f"an array of {len(value)}"
     raise SpecboundError(f"{path}: the metadata key {key!r} must hold {expected}, found {shown[:80]} "
                          f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
+
+
+_BLOCK = re.compile(r"blk\.(\d{1,9})\.")
+
+
+def _check_block_count(path: Path, tensor_names: Any, arch: str, config: dict[str, Any]) -> None:
+    """``block_count`` checked against the blocks the file holds tensors of (``blk.N.*``), before
+    anything is sized by it (Gemma 3's per-layer types, the layers analysed): a file declaring 4e9
+    blocks with tensors of two is refused in one line, not looped over."""
+    declared = config.get("block_count")
+    if not isinstance(declared, int):
+        return
+    held = {int(m.group(1)) for name in tensor_names if (m := _BLOCK.match(name))}
+    if declared > (max(held) + 1 if held else 0):
+        raise SpecboundError(f"{path}: the metadata key '{arch}.block_count' declares {declared:,} blocks "
+                             f"but the file holds tensors of {len(held):,} (blk.0 to blk.{max(held, default=-1)}); "
+                             f"the file is corrupt or hand-edited: re-convert the model")
 
 
 # gpt-oss's clamped SwiGLU as llama.cpp's graph computes it (limit, alpha: ggml_swiglu_oai's constants,
@@ -444,7 +469,7 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
     is the file's metadata (``config`` is not read: the caller's keys are merged by
     :func:`~specbound.io.open_checkpoint`)."""
     headers = _shards(path, read_header(path))
-    arch, config = read_metadata(headers[0])
+    arch, config = read_metadata(headers[0], [name for h in headers for name in h.tensors])
     if arch not in SUPPORTED_ARCHS:
         _refuse_recurrent(path, arch, config, [n for h in headers for n in h.tensors])
         raise SpecboundError(

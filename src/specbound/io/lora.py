@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
+from numbers import Real
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,8 @@ import numpy as np
 import regex
 
 from ..errors import SpecboundError
-from .base import Checkpoint, load_json
+from ..options import shown
+from .base import MAX_SMALL_FILE_BYTES, Checkpoint, load_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -37,6 +40,8 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 _PEFT_PREFIX = "base_model.model."
 # A pattern of rank_pattern / alpha_pattern is matched with a timeout (the adapter's file is input).
 _PATTERN_TIMEOUT = 1.0
+# ... and all of one adapter's pattern matching within this many seconds.
+_PATTERN_BUDGET = 5.0
 # Config keys whose feature changes the adapted function in a way a merged W0 + s B A does not
 # express; a truthy value is refused with the reason.
 _UNSUPPORTED = {
@@ -54,8 +59,10 @@ _UNSUPPORTED = {
 
 
 def is_adapter_folder(path: Path) -> bool:
-    """Whether ``path`` is a folder holding ``adapter_config.json`` (a PEFT adapter)."""
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file()
+    """Whether ``path`` is a folder holding ``adapter_config.json`` (a PEFT adapter; whatever the
+    entry is: a FIFO or a device there is refused by the reader, in one line)."""
+    config = path / ADAPTER_CONFIG
+    return path.is_dir() and (config.exists() or config.is_symlink())
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,9 @@ class LoraUpdate:
     scale: float = 0.0
     transposed: bool = False
     replace_name: str | None = None
+    # a square update of a module that is not an embedding: its orientation is the module's layout
+    # (LoraCheckpoint.use_layouts), not its shape
+    square: bool = False
 
 
 class LoraCheckpoint(Checkpoint):
@@ -172,6 +182,19 @@ class LoraCheckpoint(Checkpoint):
             return np.ascontiguousarray(a.T), np.ascontiguousarray(update.scale * b.T)
         return update.scale * b, a
 
+    def use_layouts(self, in_out) -> None:
+        """Orient every square update as PEFT does, by its module's kind: ``in_out(name)`` is True
+        for a module stored ``(in, out)`` (GPT-2's ``Conv1D``: ``s (B A)^T``), False for an
+        ``nn.Linear`` (``s B A``, whatever ``fan_in_fan_out`` says: PEFT resets it), None when the
+        family spec does not say (the flag stays).  A layout the format decides (``layout()``)
+        wins.  Called by the pipeline once the family spec is known."""
+        for name, update in list(self.updates.items()):
+            if not update.square or self.base_ckpt.layout(name) is not None:
+                continue
+            found = in_out(name)
+            if found is not None and found != update.transposed:
+                self.updates[name] = replace(update, transposed=bool(found))
+
     def replaced(self, name: str) -> bool:
         """Whether the adapter replaces ``name``'s ``W0`` by a tensor of its own (``modules_to_save``, a
         saved ``base_layer``): ``W - W0`` is then not low rank."""
@@ -215,7 +238,8 @@ def adapter_summary(cfg: dict[str, Any]) -> str:
 def read_adapter_config(folder: Path) -> dict[str, Any]:
     """``adapter_config.json``, checked to describe an adapter specbound can merge (one line naming
     what is unsupported otherwise)."""
-    cfg = load_json(folder / ADAPTER_CONFIG, "PEFT adapter config", "re-save the adapter with save_pretrained")
+    cfg = load_json(folder / ADAPTER_CONFIG, "PEFT adapter config", "re-save the adapter with save_pretrained",
+                    MAX_SMALL_FILE_BYTES)
     if not isinstance(cfg, dict):
         raise SpecboundError(f"{folder / ADAPTER_CONFIG} must hold a JSON object, found {type(cfg).__name__}")
     kind = str(cfg.get("peft_type", "")).upper()
@@ -229,12 +253,50 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
         if cfg.get(key):
             raise SpecboundError(f"{folder} is {adapter_summary(cfg)} with {key}: {reason}; merge it "
                                  f"(merge_and_unload(), save_pretrained) and analyse the merged model")
-    for key in ("r", "lora_alpha"):
+    where = folder / ADAPTER_CONFIG
+    _check_number(where, "r", cfg.get("r"), integral=True)
+    _check_number(where, "lora_alpha", cfg.get("lora_alpha"), integral=False)
+    for key in ("use_rslora", "fan_in_fan_out"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], bool):
+            raise SpecboundError(f"{where} gives {key}={shown(cfg[key])}: expected true or false; {_RESAVE}")
+    for key in ("target_modules", "modules_to_save"):
         value = cfg.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise SpecboundError(f"{folder / ADAPTER_CONFIG} gives {key}={value!r}: expected a positive number; "
-                                 f"re-save the adapter with save_pretrained")
+        if value is not None and not isinstance(value, str) and not (
+                isinstance(value, list) and len(value) <= MAX_PATTERNS and all(isinstance(v, str) for v in value)):
+            raise SpecboundError(f"{where} gives {key}={shown(value)}: expected a module name, a regular expression "
+                                 f"or a list of at most {MAX_PATTERNS:,} module names; {_RESAVE}")
+    for key, integral in (("rank_pattern", True), ("alpha_pattern", False)):
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or len(value) > MAX_PATTERNS:
+            found = f"{len(value):,} keys" if isinstance(value, dict) else shown(value)
+            raise SpecboundError(f"{where} gives {key} as {found}: expected an object of at most {MAX_PATTERNS:,} "
+                                 f"module patterns, each a number; {_RESAVE}")
+        for pattern, number in value.items():
+            _check_number(where, f"{key}[{pattern[:60]!r}]", number, integral=integral)
     return cfg
+
+
+# A rank_pattern / alpha_pattern / target_modules of more entries than any model has modules is
+# refused (each pattern is matched against every adapted module).
+MAX_PATTERNS = 1000
+# The largest lora_alpha (or alpha_pattern value) read: real adapters use 1 to a few hundred; with
+# rank >= 1 the scale s = alpha / r stays far inside float range, so no merged weight overflows.
+MAX_ALPHA = 1e6
+_RESAVE = "re-save the adapter with save_pretrained"
+
+
+def _check_number(where: Path, key: str, value: Any, *, integral: bool) -> None:
+    """A rank (a positive integer of at most 2^53) or an alpha (a positive finite number of at most
+    :data:`MAX_ALPHA`), in the vocabulary of :mod:`specbound.options`; one line otherwise."""
+    from ..options import COUNT, Interval
+
+    accepted = COUNT if integral else Interval(Real, 0, MAX_ALPHA, "right")
+    if not accepted.accepts(value):
+        expected = ("a positive number: a whole rank of at most 2^53" if integral
+                    else f"a positive number: finite, at most {MAX_ALPHA:g}")
+        raise SpecboundError(f"{where} gives {key}={shown(value)}: expected {expected}; {_RESAVE}")
 
 
 def adapter_weights(folder: Path) -> Checkpoint:
@@ -290,8 +352,19 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> Any:
     if not isinstance(named, str) or not named.strip():
         raise SpecboundError(f"{what} and names no base model (base_model_name_or_path is empty); pass the base "
                              f"it was trained on with --base BASE (a model folder, weights file or hub id)")
+    from .shard_index import inside
+
     path = Path(named).expanduser()
-    if path.exists():
+    if not path.is_absolute():
+        # PEFT records the path the base was loaded from: relative, it is read from the adapter's
+        # folder (not from wherever the command runs), and stays within the folder holding the adapter
+        path = folder / path
+        if path.exists() or path.is_symlink():
+            if not inside(folder.absolute().parent, path):
+                raise SpecboundError(f"{what} for the base model {named[:200]!r}, which leads outside the folder holding "
+                                     f"the adapter ({folder.absolute().parent}); pass the base with --base BASE")
+            return path
+    elif path.exists():
         return path
     if looks_like_hub_id(named):
         from .hub_cache import resolve_hub_id
@@ -302,8 +375,9 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> Any:
             reason = str(exc).split(";")[0]
             raise SpecboundError(f"{what} for the base model {named}, which cannot be opened ({reason}); pass "
                                  f"the base with --base BASE (a model folder, weights file or hub id)") from None
-    raise SpecboundError(f"{what} for the base model {named!r}, which is neither a path here nor a hub id; pass "
-                         f"the base with --base BASE (a model folder, weights file or hub id)")
+    raise SpecboundError(f"{what} for the base model {named[:200]!r}, which is neither a path here nor a hub id (a "
+                         f"relative path is read from the adapter's folder); pass the base with --base BASE (a model "
+                         f"folder, weights file or hub id)")
 
 
 def _module_of(key: str) -> tuple[str, str] | None:
@@ -345,17 +419,35 @@ def _base_name(candidate: str, names: set[str], by_suffix: dict[str, list[str]])
     return longer[0] if len(longer) == 1 else None
 
 
-def _pattern_value(patterns: dict, module: str, default: float) -> float:
-    """PEFT's per-module override (``rank_pattern`` / ``alpha_pattern``): the first key that matches
-    the module path's end (``(.*\\.)?key$``)."""
-    for key, value in (patterns or {}).items():
-        try:
-            if regex.match(rf"(.*\.)?(?:{key})$", module, timeout=_PATTERN_TIMEOUT):
-                return value
-        except (regex.error, TimeoutError):
-            raise SpecboundError(f"the adapter's pattern {key!r} is not a regular expression specbound can match "
-                                 f"(in rank_pattern or alpha_pattern of {ADAPTER_CONFIG})") from None
-    return default
+class _Patterns:
+    """PEFT's per-module overrides (``rank_pattern`` / ``alpha_pattern``, checked by
+    :func:`read_adapter_config`: at most :data:`MAX_PATTERNS` keys), each key compiled once: the
+    value of the first key matching the module path's end (``(.*\\.)?key$``, PEFT's
+    ``get_pattern_key``).  Matching is linear in the keys, and all of an adapter's matching shares
+    one time budget (a catastrophically backtracking key is one line, not minutes)."""
+
+    def __init__(self, patterns: dict | None, what: str):
+        self.what = what
+        self.compiled = []
+        for key, value in (patterns or {}).items():
+            try:
+                self.compiled.append((key, regex.compile(rf"(.*\.)?(?:{key})$"), value))
+            except (regex.error, RecursionError, OverflowError):
+                self._refuse(key)
+        self.deadline = time.monotonic() + _PATTERN_BUDGET
+
+    def _refuse(self, key: str):
+        raise SpecboundError(f"the adapter's pattern {key[:80]!r} is not a regular expression specbound can match "
+                             f"within {_PATTERN_BUDGET:g} s (in {self.what} of {ADAPTER_CONFIG})") from None
+
+    def value(self, module: str, default: float) -> float:
+        for key, pattern, value in self.compiled:
+            try:
+                if pattern.match(module, timeout=max(1e-3, min(_PATTERN_TIMEOUT, self.deadline - time.monotonic()))):
+                    return value
+            except TimeoutError:
+                self._refuse(key)
+        return default
 
 
 def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, folder: Path,
@@ -401,8 +493,14 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
             raise SpecboundError(f"{folder} holds the adapter tensor {key}, which is not a LoRA factor specbound "
                                  f"merges (lora_A.weight, lora_B.weight, lora_embedding_A/B); merge_and_unload() "
                                  f"and analyse the merged model")
-        modules.setdefault(module, {})[part] = key
+        held = modules.setdefault(module, {})
+        if part in held:  # base_model.model.X.lora_A.weight and X.lora_A.weight: PEFT would load one
+            raise SpecboundError(f"{folder} holds two lora_{part[-1]} factors of {module} ({held[part]} and {key}); "
+                                 f"which one PEFT loads depends on their order: {_RESAVE}")
+        held[part] = key
     fan_in_fan_out = bool(cfg.get("fan_in_fan_out"))
+    alpha_patterns = _Patterns(cfg.get("alpha_pattern"), "alpha_pattern")
+    rank_patterns = _Patterns(cfg.get("rank_pattern"), "rank_pattern")
     for module, parts in sorted(modules.items()):
         embedding = "EA" in parts or "EB" in parts
         a_key, b_key = (parts.get("EA"), parts.get("EB")) if embedding else (parts.get("A"), parts.get("B"))
@@ -415,16 +513,31 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
                                  f"LoRA on a convolution is not supported (only Linear, Conv1D and Embedding "
                                  f"modules); merge_and_unload() and analyse the merged model")
         rank = a_shape[0]
+        if rank == 0:
+            raise SpecboundError(f"the LoRA factors of {module} in {folder} have rank 0 (lora_A is {a_shape}): "
+                                 f"PEFT's scale alpha / r is undefined; {_RESAVE}")
         if b_shape[1] != rank:
             raise SpecboundError(f"the LoRA factors of {module} in {folder} do not multiply: lora_A is {a_shape} "
                                  f"and lora_B is {b_shape}; re-save the adapter with save_pretrained")
+        declared = rank_patterns.value(module, cfg["r"])
+        if rank != declared:  # PEFT scales by the declared r and could not load these factors
+            raise SpecboundError(f"the LoRA factors of {module} in {folder} have rank {rank} (lora_A is {a_shape}) but "
+                                 f"{ADAPTER_CONFIG} declares r={declared} for it (r or rank_pattern): PEFT would not "
+                                 f"load them, and its scale alpha / r would not be this rank's; {_RESAVE}")
         target = target_of(module + ".weight", a_key)
         stored = tuple(base.shape(target))
-        # PEFT stores s (B A)^T for a Conv1D (fan_in_fan_out) and an embedding; the shapes decide where
-        # they can (PEFT turns fan_in_fan_out off for Linear modules of a Conv1D model), the config
-        # for a square weight.
+        # PEFT merges s (B A)^T into a Conv1D and an embedding, s B A into an nn.Linear whatever
+        # fan_in_fan_out says (it warns and resets the flag for a Linear, sets it for a Conv1D, and
+        # saves the flag it ended with): the shapes decide where they can; a square weight's
+        # orientation is the format's (in, out) storage, else the flag PEFT saved, until the family
+        # spec names the module's layout (LoraCheckpoint.use_layouts, called when a spec is bound).
         plain, flipped = (b_shape[0], a_shape[1]), (a_shape[1], b_shape[0])
-        transposed = (embedding or fan_in_fan_out) if plain == flipped else stored == flipped
+        square = plain == flipped and not embedding
+        if not square:
+            transposed = embedding or stored == flipped
+        else:
+            layout = base.layout(target)
+            transposed = fan_in_fan_out if layout is None else layout == "conv1d"
         delta_shape = flipped if transposed else plain
         if stored != delta_shape:
             layout = " (fan_in_fan_out)" if fan_in_fan_out and not embedding else ""
@@ -432,12 +545,13 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
                 f"the LoRA update of {module} in {folder} is {delta_shape}{layout} but the base's {target} is "
                 f"{stored}: the adapter was trained on another model (or fan_in_fan_out is "
                 f"wrong); pass its base with --base BASE")
-        alpha = float(_pattern_value(cfg.get("alpha_pattern"), module, cfg["lora_alpha"]))
+        alpha = float(alpha_patterns.value(module, cfg["lora_alpha"]))
         scale = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
         if target in updates:
             raise SpecboundError(f"{folder} holds two LoRA updates of {target}; re-save the adapter with "
                                  f"save_pretrained")
-        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None))
+        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None),
+                                     square)
     for target, key in replaced.items():
         updates[target] = LoraUpdate(target, replace_name=key)
     if not any(u.a_name is not None for u in updates.values()):

@@ -240,9 +240,30 @@ _TABLE_COLUMNS = {
 }
 
 
+# The text columns of the saved tables (and the identity columns a store or a tidy table adds);
+# every other column holds numbers (schema 1's ``alpha`` as strings used to load and re-save).
+TEXT_COLUMNS = frozenset({"role", "tensors", "sv_method", "kind", "source", "key", "tower"})
+
+
+def column_types_problem(name: str, table: pd.DataFrame) -> str | None:
+    """Why a saved table's columns are not of their kinds (a text column holding non-text, any other
+    column not numeric: strings, booleans or objects where a number is expected), or None."""
+    for column in table.columns:
+        values = table[column]
+        if column in TEXT_COLUMNS:
+            if not all(isinstance(v, str) for v in values.dropna()):
+                return f"{name}[{str(column)[:40]!r}] holds values that are not text"
+        elif not (pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)):
+            return f"{name}[{str(column)[:40]!r}] is not numeric ({values.dtype}) where numbers are expected"
+    return None
+
+
 def table_problem(name: str, table: pd.DataFrame, L: int) -> str | None:
     """Why a saved table is not one every reader can use (columns, their types, layers in
     ``0..L-1``), or None."""
+    problem = column_types_problem(name, table)
+    if problem:
+        return problem
     for column, kind in _TABLE_COLUMNS[name].items():
         if column not in table.columns:
             return f"{name} has no column {column!r}"

@@ -4,6 +4,7 @@ a chain bounded on its own (docs/theory.md 3j), reported together under a ``towe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,39 @@ from .analysis import Analysis, load_analysis
 from .schema import SCHEMA_VERSION
 
 TOWERS_FILE = "towers.json"
+# towers.json is a few dozen bytes; a tower's name is its subfolder's: a plain name, never a path
+TOWERS_FILE_MAX_BYTES = 1 << 20
+MAX_TOWERS = 16
+_TOWER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+_LOAD_FIX = "pass a folder written by TowerAnalyses.save"
+
+
+def tower_name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot name a tower (and so its subfolder), or None: a tower is a plain name of
+    letters, digits, ``_`` and ``-`` (at most 64), never empty, never a path (no separator, no ``..``,
+    not absolute)."""
+    if not isinstance(name, str):
+        return f"a tower name must be a string, found {type(name).__name__} {str(name)[:40]!r}"
+    if not _TOWER_NAME.fullmatch(name):
+        return (f"the tower name {name[:80]!r} is not a plain name (letters, digits, '_' and '-', at most 64, "
+                f"no path separator, no '..')")
+    return None
+
+
+def check_tower_names(names: Any, where: str, fix: str) -> list[str]:
+    """``names`` as a list of distinct plain tower names (:func:`tower_name_problem`); one line otherwise."""
+    if not isinstance(names, (list, tuple)) or not names:
+        raise SpecboundError(f"{where}: 'towers' must be a non-empty list of tower names, found "
+                             f"{type(names).__name__}; {fix}")
+    if len(names) > MAX_TOWERS:
+        raise SpecboundError(f"{where} names {len(names):,} towers, more than any model has ({MAX_TOWERS}); {fix}")
+    for name in names:
+        problem = tower_name_problem(name)
+        if problem:
+            raise SpecboundError(f"{where}: {problem}; {fix}")
+    if len(set(names)) != len(names):
+        raise SpecboundError(f"{where} names a tower twice ({', '.join(names)}); {fix}")
+    return list(names)
 
 
 class TowerAnalyses(Mapping):
@@ -29,6 +63,7 @@ class TowerAnalyses(Mapping):
 
     def __init__(self, towers: Mapping[str, Analysis]):
         self.towers = dict(towers)
+        check_tower_names(list(self.towers), "TowerAnalyses", "name each tower plainly (text, vision)")
 
     def __getitem__(self, tower: str) -> Analysis:
         try:
@@ -77,7 +112,7 @@ class TowerAnalyses(Mapping):
         out = Path(out_dir)
         written = []
         for tower, a in self.towers.items():
-            written += a.save(out / tower)
+            written += a.save(_inside(out, tower, out))
         written.append(atomic_write(out / TOWERS_FILE, lambda p: Path(p).write_text(
             json.dumps({"schema_version": SCHEMA_VERSION, "towers": list(self.towers)}))))
         return written
@@ -85,14 +120,19 @@ class TowerAnalyses(Mapping):
     @classmethod
     def load(cls, out_dir: str | Path) -> "TowerAnalyses":
         """Reopen what :meth:`save` wrote."""
+        from ..io.base import decode_json, read_regular_file
+
         folder = Path(out_dir)
-        try:
-            doc = json.loads((folder / TOWERS_FILE).read_text())
-            towers = list(doc["towers"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SpecboundError(f"cannot read {folder / TOWERS_FILE} ({exc}); pass a folder written by "
-                                 f"TowerAnalyses.save") from None
-        return cls({t: load_analysis(folder / t) for t in towers})
+        path = folder / TOWERS_FILE
+        if not path.exists() and not path.is_symlink():
+            raise SpecboundError(f"{folder} holds no {TOWERS_FILE}; {_LOAD_FIX}")
+        doc = decode_json(read_regular_file(path, TOWERS_FILE_MAX_BYTES, "towers file", _LOAD_FIX),
+                          f"the towers file {path}", _LOAD_FIX)
+        if not isinstance(doc, dict) or "towers" not in doc:
+            raise SpecboundError(f"{path} must hold a JSON object with a 'towers' list, found "
+                                 f"{type(doc).__name__}; {_LOAD_FIX}")
+        towers = check_tower_names(doc["towers"], str(path), _LOAD_FIX)
+        return cls({t: load_analysis(_inside(folder, t, path)) for t in towers})
 
     def headline(self) -> str:
         """``--quiet``: each tower's headline bounds, one per line, prefixed by the tower."""
@@ -115,3 +155,14 @@ class TowerAnalyses(Mapping):
 
     def _repr_html_(self) -> str:
         return "".join(f"<h4>tower {t}</h4>{a._repr_html_()}" for t, a in self.towers.items())
+
+
+def _inside(folder: Path, tower: str, where: Any) -> Path:
+    """``folder/tower``, which must stay inside ``folder`` once links are followed (a tower's
+    subfolder that is a symlink out of it is refused, on load and on save)."""
+    sub = folder / tower
+    root = folder.resolve()
+    if sub.is_symlink() or (sub.exists() and root not in sub.resolve().parents):
+        raise SpecboundError(f"{where}: the tower folder {sub} is a link or leads outside {folder}; "
+                             f"a saved two-tower analysis keeps each tower in a plain subfolder")
+    return sub

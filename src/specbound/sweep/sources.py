@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecboundError, os_errors, oversized_integer_text
+from ..errors import SpecboundError, oversized_integer_text
 from ..options import AnalysisOptions, option_names
 from ..io.hub_cache import cache_dir, cached_model_ids, find_snapshot
 
@@ -321,9 +321,11 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
+    from ..io.base import MAX_SMALL_FILE_BYTES, read_regular_file
+
     path = Path(path)
-    with os_errors(f"read the sweep config {path}"):
-        raw_bytes = path.read_bytes()
+    # a regular file of at most 16 MiB: a FIFO would block the read, /dev/zero never end it
+    raw_bytes = read_regular_file(path, MAX_SMALL_FILE_BYTES, "sweep config", "pass a TOML file (sources, store, [options])")
     try:
         doc = tomllib.loads(raw_bytes.decode("utf-8"))
     except UnicodeDecodeError as exc:

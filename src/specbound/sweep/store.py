@@ -410,7 +410,7 @@ class Store:
 
         import io
 
-        from ..records.schema import read_table
+        from ..records.schema import column_types_problem, read_table
 
         meta = self.load_meta(key)
         try:
@@ -422,6 +422,9 @@ class Store:
                     raise ValueError(f"{t}.parquet is not the file the record was written with (its SHA-256 "
                                      f"differs from record.json's)")
                 read[t] = read_table(t, pd.read_parquet(io.BytesIO(data)))
+                problem = column_types_problem(t, read[t])
+                if problem:  # a record written before the tables' checksums, edited (schema 1's alpha as text)
+                    raise ValueError(problem)
             return Record(meta, read)
         except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a corrupt file)
             problem = f"{type(exc).__name__}: {str(exc)[:200]}"
