@@ -281,3 +281,14 @@ def test_a_malformed_refused_family_file_is_one_line(bad):
            "layers": [bad]}
     with pytest.raises(SpecboundError, match=r"^x\.json: each 'layers' rule names exactly one of"):
         _parse(raw, "x.json")
+
+
+def test_arch_infer_refuses_gpt_oss_sinks_naming_them(tmp_path, capsys):
+    """transformers' own gpt-oss names: the sink logits are refused by name (a draft would ignore them),
+    before the expert banks."""
+    _names_only("gpt_oss", dict(num_hidden_layers=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1),
+                tmp_path / "m")
+    line = assert_one_line_error(*run_cli(capsys, "infer", tmp_path / "m", command="arch"),
+                                 ["model.layers.0.self_attn.sinks is attention sinks", "in layers 0-1 of 2",
+                                  "write the spec by hand"])
+    assert "gpt_oss" not in {f.family for f in refused_families()} and line
