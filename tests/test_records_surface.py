@@ -125,6 +125,7 @@ def test_every_float_of_the_summary_has_five_significant_digits(default):
     ("/data/runs/exp1/step-1000", "step-1000"),
     ("/data/runs/exp1/step-1000/model.safetensors", "step-1000/model.safetensors"),
     ("google/bert_uncased_L-2_H-128_A-2", "google/bert_uncased_L-2_H-128_A-2"),
+    ("google/bert_uncased_L-2_H-128_A-2@" + "0123abcd" * 5, "google/bert_uncased_L-2_H-128_A-2@0123abcd"),
     ("all-MiniLM-L6-v2 (embedded default)", "all-MiniLM-L6-v2 (embedded default)"),
 ])
 def test_short_names(source, name):

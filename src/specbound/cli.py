@@ -191,7 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     talk.add_argument("--quiet", action="store_true",
                       help="text: the headline bounds only, one per line; no progress bar")
     talk.add_argument("--verbose", action="store_true",
-                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution)")
+                      help="text: also every matrix (its checkpoint tensors, shape, rank, p*, contribution); "
+                           "a hub fetch: huggingface_hub's own lines (each retry)")
     loading = an.add_argument_group("loading (not analysis options: how to read the checkpoint)")
     loading.add_argument("--config", metavar="FILE", dest="config_file",
                          help="a config.json for a checkpoint without one (an ONNX export on its own); its keys "
@@ -392,8 +393,14 @@ def _analyze(args) -> int:
     if args.quiet or args.progress is False:  # huggingface_hub, imported when a hub id is fetched, reads it
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     bar = LayersBar(show)
+    from .io.hub_errors import show_details
+
+    show_details(args.verbose)  # huggingface_hub's retry lines on stderr only with --verbose
     source = args.source
-    if args.revision:
+    if args.revision is not None:
+        if not args.revision.strip():
+            raise SpecboundError("--revision names an empty revision: leave --revision out for the main branch, "
+                                 "or pass a branch, tag or commit hash")
         if not source or "@" in source or os.path.exists(source):
             raise SpecboundError(f"--revision {args.revision} needs a hub id ORG/NAME without @REV; got "
                                  f"{source or 'no source'}: pass ORG/NAME --revision REV or ORG/NAME@REV")

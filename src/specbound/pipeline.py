@@ -584,7 +584,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         model_extra["stacks"] = stacks_record(dims)
     if model.tower is not None:
         model_extra["tower"] = model.tower
-    return build_analysis(name or location, model.spec.family, measures, results, recorded,
+    source = name or getattr(model.ckpt, "hub_source", None) or location  # a hub id: ORG/NAME@commit
+    return build_analysis(source, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=tensor_names(model.spec, dims, model.prefix),
                           model_extra={**model_extra, **_structure_extra(model)},

@@ -152,7 +152,8 @@ def test_rerun_reuses_every_run_and_reanalyses_a_missing_analysis(quick, runs):
 def test_quick_study_writes_growth_exponents_that_match_a_fit_by_hand(quick, runs):
     folder, out, _ = quick
     scaling = pd.read_csv(folder / "scaling.csv")
-    assert list(scaling.columns) == ["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "groups", "clusters"]
+    assert list(scaling.columns) == ["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "pooled", "pooled_lo",
+                                     "pooled_hi", "groups", "clusters"]
     table = scaling.set_index(["task", "bound", "axis"])
     for scope in ("fmnist", "all"):
         for bound in ("spectral_adaptive", "edelman"):
@@ -169,6 +170,9 @@ def test_quick_study_writes_growth_exponents_that_match_a_fit_by_hand(quick, run
         slopes = [np.polyfit(np.log(g[axis]), np.log(g["spectral_adaptive"]), 1)[0] for _, g in ok.groupby(keys)
                   if g[axis].nunique() > 1]
         assert table.loc[("fmnist", "spectral_adaptive", axis), "slope"] == pytest.approx(np.median(slopes), rel=1e-9)
+        # two runs a group: each group's slope is the pair's, and the pooled within-group slope is their
+        # average weighted by the squared spread of log x (the same spread in every group: the mean)
+        assert table.loc[("fmnist", "spectral_adaptive", axis), "pooled"] == pytest.approx(np.mean(slopes), rel=1e-9)
     assert set(runs["cluster"]) == {"fmnist/0/A", "fmnist/1/A"} and set(runs["base"]) == {"A"}
     report = (folder / "report.md").read_text()
     assert "## How each bound grows with depth and width" in report and "### growth exponent in width" in report

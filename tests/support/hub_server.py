@@ -39,14 +39,42 @@ def isolate_hub_environment(monkeypatch, root: Path) -> None:
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
 
 
+def walk_outside(root: Path, cache: Path) -> dict[str, tuple]:
+    """Every path under ``root`` outside ``cache``, with its kind, size and modification time: taken
+    before and after a hostile answer, the two must be equal (nothing written outside the cache)."""
+    import os
+
+    seen = {}
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        if here == cache or cache in here.parents:
+            continue
+        for name in dirs + files:
+            if here / name != cache:
+                info = (here / name).lstat()
+                seen[str(here / name)] = (info.st_mode, info.st_size, info.st_mtime_ns)
+    return seen
+
+
 class HubServer:
     """``repos``: ``{"org/name": folder}``; every repository has one revision ``main`` at ``commit``.
     ``gated``: ids answered 403 GatedRepo unless the request carries ``Authorization: Bearer hf_granted``.  ``cut``: file names whose first full GET stops after
     half the bytes and drops the connection (a network failure mid-download)."""
 
     def __init__(self, repos: dict[str, Path], commit: str = "a" * 40, gated: tuple[str, ...] = (),
-                 cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = ()):
+                 cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = (),
+                 info_patch: dict | None = None, header_patch: dict | None = None,
+                 get_patch: dict | None = None, cut_always: tuple[str, ...] = (),
+                 bare_status: dict[str, int] | None = None):
         self.repos, self.commit, self.gated = {k: Path(v) for k, v in repos.items()}, commit, set(gated)
+        # A hostile server: info_patch replaces fields of the model info (a hostile "sha", "siblings"),
+        # header_patch the headers of every resolve answer (a hostile ETag, X-Linked-Etag, X-Repo-Commit).
+        self.info_patch, self.header_patch = dict(info_patch or {}), dict(header_patch or {})
+        # get_patch: headers of the GET answers only (a Content-Length the HEAD did not say);
+        # cut_always: files whose every GET stops after half the bytes (a download that never completes).
+        self.get_patch, self.cut_always = dict(get_patch or {}), set(cut_always)
+        # bare_status: ids answered with that HTTP status and no X-Error-Code (a mirror's plain 404, a 401)
+        self.bare_status = dict(bare_status or {})
         self.cut = set(cut)
         # cut_ranges: the next that many ranged GETs of a weights file send half their bytes and drop
         # the connection; short: files whose ranges are answered one byte short (a consistent but wrong
@@ -131,6 +159,11 @@ class HubServer:
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         route = info or tree or paths_info or resolve
         repo_id = route.group(1) if route else None
+        if repo_id in self.bare_status:
+            h.send_response(self.bare_status[repo_id])
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return None
         if repo_id not in self.repos:
             return self._error(h, 404, "RepoNotFound")
         if repo_id in self.gated and h.headers.get("Authorization") != "Bearer hf_granted":
@@ -142,7 +175,7 @@ class HubServer:
             files = sorted(p for p in folder.rglob("*") if p.is_file())
             return self._json(h, {"id": repo_id, "modelId": repo_id, "sha": self.commit, "private": False,
                                   "siblings": [{"rfilename": str(p.relative_to(folder)), "size": p.stat().st_size}
-                                               for p in files]}, body)
+                                               for p in files], **self.info_patch}, body)
         if tree:
             return self._json(h, self._entries(folder, tree.group(3), "recursive=true" in parts.query.lower()), body)
         if paths_info:
@@ -170,18 +203,22 @@ class HubServer:
         if status == 206 and name in self.short and end > start:
             end -= 1  # one byte short, consistently declared
         h.send_response(status)
-        h.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
-        h.send_header("X-Repo-Commit", self.commit)
-        h.send_header("Content-Length", str(end - start + 1))
+        headers = {"ETag": '"' + hashlib.sha256(data).hexdigest() + '"', "X-Repo-Commit": self.commit,
+                   "Content-Length": str(end - start + 1), **self.header_patch,
+                   **(self.get_patch if body else {})}
+        for key, value in headers.items():
+            h.send_header(key, value)
         if status == 206:
             h.send_header("Content-Range", f"bytes {start}-{claimed}/{len(data)}")
         h.end_headers()
         if not body:
             return None
-        cut = (status == 200 and name in self.cut) or (status == 206 and self.cut_ranges > 0
+        cut = name in self.cut_always or (status == 200 and name in self.cut) or (status == 206 and self.cut_ranges > 0
                                                        and name.endswith(".safetensors") and end - start > 64)
         if cut:
-            if status == 200:
+            if name in self.cut_always:
+                pass
+            elif status == 200:
                 self.cut.discard(name)
             else:
                 self.cut_ranges -= 1

@@ -19,7 +19,7 @@ FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 # Bytes per stored value, by safetensors dtype code; an unknown code counts as 1 (the least a
 # declared value can take, so the size check never refuses a tensor that could fit).
 _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E8M0": 1}
 # JSON nesting beyond this is refused before parsing (Python's parser recurses once per level, and
 # a real config.json or shard index is a few levels deep).
 MAX_JSON_DEPTH = 200
@@ -43,6 +43,9 @@ class Checkpoint:
     config: dict[str, Any]
     # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
     config_path: Path | None = None
+    # ``ORG/NAME@commit`` for a hub id (fetched, cached or streamed): the analysis's source, while
+    # ``location`` stays the snapshot folder it was read from; None for anything else.
+    hub_source: str | None = None
     # None, or one sentence saying that the weights read are not the stored values as trained (a
     # quantized GGUF file: dequantized values, so the bounds are of the quantized model); the
     # analysis reports it.
@@ -110,6 +113,11 @@ class Checkpoint:
                 f"({stored:,} bytes as {self.dtype(name)}) but its file holds {held:,} bytes: the header or "
                 f"pickle lies about the tensor's size (a corrupt or hostile file); re-save the checkpoint"
             )
+        return self.check_memory(name, count)
+
+    def check_memory(self, name: str, count: int) -> int:
+        """``count``: the values of ``name``, whose float64 copy must fit in the memory available now
+        (the check every reader's :meth:`check_size` ends with)."""
         free = available_memory()
         if free is not None and 8 * count > free:
             raise SpecboundError(

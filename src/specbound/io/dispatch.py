@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import SpecboundError, os_errors, refuse_oversized_integers
 from .base import Checkpoint, load_json, read_config
-from .formats import FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES, format_of
+from .formats import (CTRANSLATE2, FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES,
+                      format_of)
 
 
 def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream: bool = False,
@@ -80,7 +81,12 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
                                  f"{Path.cwd()})") from None
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
             _refuse_base(base, f"the streamed model {source!s}")
-            return path
+            from .quantized import maybe_quantized
+
+            return maybe_quantized(path)  # keeps the streamed checkpoint's hub_source
+        ckpt = _open_path(path, config, base=base)  # the snapshot folder, read as any folder
+        ckpt.hub_source = f"{str(source).partition('@')[0]}@{path.name}"  # ORG/NAME@commit: what was read
+        return ckpt
     from .lora import is_adapter_folder, open_adapter
 
     if is_adapter_folder(path):  # before any "no config.json": an adapter has none of its own
@@ -144,7 +150,10 @@ def _refuse_tokenizer_only(folder: Path) -> None:
 
 
 def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
-    if (folder / "config.json").is_file():  # not when the caller's --config stands in for it
+    from .quantized import maybe_quantized  # GPTQ, AWQ, compressed-tensors, bitsandbytes, MLX
+
+    ckpt = maybe_quantized(ckpt)
+    if (folder / "config.json").is_file() and not getattr(ckpt, "config_from_weights", False):  # not when the caller's --config stands in for it
         ckpt.config_path = folder / "config.json"
     return ckpt
 
@@ -162,6 +171,10 @@ def _open_file(path: Path, config: dict[str, Any] | None = None) -> Checkpoint:
 
     if is_gguf(path):  # by suffix or by its magic bytes (Ollama's blobs have no suffix)
         return GGUF.open(path, None)
+    from .ctranslate2_file import _looks_like_ct2
+
+    if path.suffix == ".bin" and _looks_like_ct2(path):  # CTranslate2's model.bin: not a pickle
+        return CTRANSLATE2.open(path, None)
     fmt = format_of(path)
     if fmt is None:
         raise SpecboundError(

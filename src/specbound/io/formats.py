@@ -75,9 +75,13 @@ ONNX = Format("onnx", (".onnx",), ("model.onnx", "onnx/model.onnx"), opener="onn
 GGUF = Format("gguf", (".gguf",), (), opener="gguf_file:open_gguf")
 TF = Format("tf", (".h5",), ("tf_model.h5",), opener="tf_file:open_h5", extra="tf")
 FLAX = Format("flax", (".msgpack",), ("flax_model.msgpack",), opener="flax_file:open_flax", extra="flax")
+# CTranslate2 (faster-whisper, OpenNMT): model.bin, told from a PyTorch .bin by its first bytes
+# (dispatch), its config rebuilt from the spec (config.json is CTranslate2's own).
+CTRANSLATE2 = Format("ctranslate2", (), ("model.bin",), opener="ctranslate2_file:open_ctranslate2",
+                     folder_opener="ctranslate2_file:open_ctranslate2_folder")
 
 # In the order a model folder is probed: the first format it holds is read.
-FORMATS = (SAFETENSORS, PYTORCH, ONNX, GGUF, TF, FLAX)
+FORMATS = (SAFETENSORS, PYTORCH, ONNX, GGUF, TF, FLAX, CTRANSLATE2)
 WEIGHT_SUFFIXES = tuple(s for f in FORMATS for s in f.suffixes)
 FOLDER_FILES = tuple(name for f in FORMATS for name in f.folder_files)
 INDEX_FILES = tuple(name for f in FORMATS for name in f.index_files)

@@ -72,7 +72,7 @@ import numpy as np
 
 from ..errors import SpecboundError, os_errors
 from ..options import MAX_COUNT, MAX_SCALE
-from .base import Checkpoint, available_memory
+from .base import Checkpoint
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
 
@@ -209,13 +209,7 @@ class GGUFCheckpoint(Checkpoint):
             raise SpecboundError(f"tensor {name!r} in {self.where(name)} lies at bytes {tensor.start:,}.."
                                  f"{tensor.start + tensor.n_bytes:,} but its file holds {held:,}: the GGUF file is "
                                  f"truncated or corrupt; re-download it")
-        free = available_memory()
-        count = tensor.n_elements
-        if free is not None and 8 * count > free:
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} has {count:,} values: its float64 copy needs "
-                                 f"{8 * count / 2**30:.1f} GiB and {free / 2**30:.1f} GiB of memory is available; use "
-                                 f"a machine with more memory")
-        return count
+        return self.check_memory(name, tensor.n_elements)
 
     def _bytes(self, name: str) -> np.ndarray:
         """The stored bytes of ``name`` (uint8, a view of the file's read-only memory map)."""

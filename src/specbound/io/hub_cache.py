@@ -17,7 +17,8 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError
+from .base import read_regular_file
 from .shard_index import inside
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?$")
@@ -78,8 +79,7 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
     if not inside(repo / "refs", ref):
         raise SpecboundError(f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a "
                              f"branch, tag or commit hash")
-    with os_errors(f"read the cache ref {ref}"):
-        commit = ref.read_text(errors="replace").strip() if ref.is_file() else revision
+    commit = read_ref(repo_id, revision, repo.parent) or revision
     if not _COMMIT.match(commit):
         if not ref.is_file():
             return None  # a revision that is no ref here and cannot be a snapshot's name: not cached
@@ -99,6 +99,71 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
             f"one of them ({', '.join(p.name[:12] for p in found)})"
         )
     return None
+
+
+MAX_REF_BYTES = 4096  # a ref holds a 40-character commit hash
+MAX_SNAPSHOT_ENTRIES = 100_000  # files of one snapshot folder checked for links out of the cache
+
+
+def read_ref(repo_id: str, revision: str, cache: Path) -> str | None:
+    """The commit ``refs/<revision>`` of ``repo_id`` names (None when there is no such ref), read as
+    a regular file of at most ``MAX_REF_BYTES`` (a FIFO would block the read, ``/dev/zero`` never end
+    it): this runs before ``huggingface_hub``'s offline lookup opens the same file."""
+    repo = repo_folder(repo_id, cache)
+    ref = repo / "refs" / revision
+    if not os.path.lexists(ref):
+        return None
+    if not inside(repo / "refs", ref):
+        raise SpecboundError(f"the cache ref {ref} of {repo_id} leads out of the cache's refs folder (a link); "
+                             f"remove it and download the model again")
+    if ref.is_dir():
+        return None  # refs/pr holds refs/pr/N: a folder of refs, not one
+    fix = f"the cache entry {repo} is corrupt: remove the ref and download the model again"
+    data = read_regular_file(ref, MAX_REF_BYTES, "cache ref", fix)
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def check_snapshot_links(snapshot: Path, repo_id: str) -> None:
+    """Refuse a snapshot whose files (links into ``blobs/``, as huggingface_hub writes them) resolve
+    outside the repository's cache folder: what is read must be what the cache holds."""
+    repo = snapshot.parent.parent
+    if not inside(repo / "snapshots", snapshot):
+        raise SpecboundError(f"the snapshot {snapshot} of {repo_id} leads out of the Hugging Face cache; remove "
+                             f"the link and download the model again")
+    count = 0
+    for folder, dirs, files in os.walk(snapshot):  # links to folders are listed, never followed
+        for name in (*dirs, *files):
+            count += 1
+            if count > MAX_SNAPSHOT_ENTRIES:
+                raise SpecboundError(f"the snapshot {snapshot} of {repo_id} holds more than "
+                                     f"{MAX_SNAPSHOT_ENTRIES:,} files: not a model's cache entry; pass the model "
+                                     f"folder you mean")
+            path = Path(folder) / name
+            if path.is_symlink() and not inside(repo, path):
+                raise SpecboundError(f"the cached file {path} of {repo_id} is a link leading out of its cache "
+                                     f"entry {repo} (to {os.path.realpath(path)[:120]}): refused; remove it and "
+                                     f"download the model again")
+
+
+def complete_snapshot(snapshot: Path) -> bool:
+    """Whether a cached snapshot holds a model (config.json, or an adapter's adapter_config.json), and
+    every shard its shard index names: a fetch that stopped midway (a dropped connection, a refused
+    answer) leaves a snapshot folder without them, which the next run fetches again rather than
+    reads as the model."""
+    if not (snapshot / "config.json").is_file() and not (snapshot / "adapter_config.json").is_file():
+        return False
+    index = snapshot / "model.safetensors.index.json"
+    if not index.is_file():
+        return True
+    from .base import load_json
+
+    try:
+        weight_map = load_json(index, "shard index", "download the model again").get("weight_map")
+    except (SpecboundError, AttributeError):
+        return True  # a corrupt index: the reader says so
+    if not isinstance(weight_map, dict):
+        return True
+    return all(isinstance(v, str) and (snapshot / v).is_file() for v in set(weight_map.values()))
 
 
 def hub_library_snapshot(repo_id: str, revision: str, cache: Path) -> Path | None:
@@ -122,20 +187,27 @@ def resolve_hub_id(source: str, *, stream: bool = False, disk_budget: int | str 
     commit hash, or its prefix); one not in the cache is fetched, or streamed (``stream``, or over
     ``disk_budget``: then the :class:`~.hub_stream.StreamedCheckpoint`, :func:`.hub_fetch.fetch_hub_id`).
     A snapshot already in the cache is read from there, streamed or not: nothing is downloaded."""
-    repo_id, _, revision = source.partition("@")
+    repo_id, at, revision = source.partition("@")
+    if at and not revision.strip():
+        raise SpecboundError(f"the hub id {source!r} names an empty revision: pass ORG/NAME for the main branch, "
+                             f"or ORG/NAME@REV with a branch, tag or commit hash")
     revision = revision or "main"
     if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
         raise SpecboundError(f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
                              f"inside the local Hugging Face cache")
     confined_snapshots(repo_id)
+    read_ref(repo_id, revision, cache_dir())  # a FIFO or /dev/zero there: refused before huggingface_hub reads it
     found = hub_library_snapshot(repo_id, revision, cache_dir())
-    if found is not None:
-        return found
-    repo = repo_folder(repo_id)
-    snapshot = find_snapshot(repo_id, revision) if repo.is_dir() else None
-    if snapshot is not None:
-        return snapshot
+    if found is None:
+        repo = repo_folder(repo_id)
+        found = find_snapshot(repo_id, revision) if repo.is_dir() else None
     from .hub_fetch import fetch_hub_id, offline  # not cached (or not this revision): fetched, or why not
+
+    if found is not None:
+        check_snapshot_links(found, repo_id)
+        if offline() or complete_snapshot(found):
+            return found  # (offline, an incomplete one says what it lacks)
+    repo = repo_folder(repo_id)
 
     if offline() and repo.is_dir():
         snapshots = confined_snapshots(repo_id)

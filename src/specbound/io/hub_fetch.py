@@ -3,7 +3,8 @@
 What is fetched: ``config.json`` and the safetensors weights (``model.safetensors``, or the shard
 index ``model.safetensors.index.json`` and the shards it names).  A ``.bin``, ONNX, GGUF, TF or Flax
 duplicate beside them is never fetched.  A PEFT adapter repository: ``adapter_config.json`` and
-``adapter_model.safetensors`` (its base is fetched as a hub id of its own).  Each file goes through ``hf_hub_download`` into the usual
+``adapter_model.safetensors`` (its base is fetched as a hub id of its own).  A CTranslate2 repository
+(faster-whisper): ``config.json`` and ``model.bin``.  Each file goes through ``hf_hub_download`` into the usual
 cache layout, so a later run finds it offline; a dropped connection resumes where it stopped (a
 Range request) and the hub library's progress bar shows.
 
@@ -24,13 +25,17 @@ import re
 import shutil
 from pathlib import Path
 
-from ..errors import SpecboundError
-from .hub_errors import display
+from ..errors import SpecboundError, os_errors
+from .hub_answers import check_commit, check_filename, check_siblings, guarded
+from .hub_errors import display, hub_logging
+from .shard_index import inside
 
 CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
+DOWNLOAD_WORKERS = 8  # files downloaded at once (huggingface_hub's snapshot_download uses 8 too)
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a PEFT adapter repository
+CT2_MODEL = "model.bin"  # CTranslate2's weights (never a PyTorch pickle's name: pytorch_model.bin)
 
 
 def offline() -> bool:
@@ -65,6 +70,8 @@ def needed_files(files: list[str], read_index) -> list[str]:
         return [CONFIG, INDEX, *shards]
     if SINGLE in present:
         return [CONFIG, SINGLE]
+    if CT2_MODEL in present:  # a CTranslate2 repository (faster-whisper): read by io.ctranslate2_file
+        return [CONFIG, CT2_MODEL]
     raise SpecboundError("no safetensors weights (" + (", ".join(sorted(f for f in present if "/" not in f)[:6])
                                                        or "no files") + ")")
 
@@ -72,14 +79,21 @@ def needed_files(files: list[str], read_index) -> list[str]:
 def parse_size(text: str | int) -> int:
     """Bytes from ``20GB``, ``1.5GiB``, ``500M``, ``1e9`` or an int: decimal units (kB, MB, GB, TB: powers
     of 1000) and binary ones (KiB, MiB, GiB, TiB: powers of 1024); a bare K/M/G/T is decimal."""
-    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+    if isinstance(text, int) and not isinstance(text, bool) and 0 <= text <= MAX_BUDGET:
         return text
     match = _SIZE.fullmatch(str(text).strip())
     if match is None:
         raise SpecboundError(f"expected a size in bytes such as 20GB, 500MiB or 1000000000, found {text!r}")
     unit = match.group(2).upper().rstrip("B")
     scale = 1024 ** _UNITS.index(unit[0]) if unit.endswith("I") else 1000 ** _UNITS.index(unit[:1])
-    return int(float(match.group(1)) * scale)
+    value = float(match.group(1)) * scale
+    if not value <= MAX_BUDGET:  # 1e400 is inf; inf and nan are no number of bytes
+        raise SpecboundError(f"the size {text!r} is more bytes than any disk holds (at most {MAX_BUDGET:.0e}): "
+                             f"pass a size such as 20GB, 500MiB or 1000000000")
+    return int(value)
+
+
+MAX_BUDGET = 1e21  # bytes (a zettabyte): any larger size is a mistake, not a disk
 
 
 _UNITS = ("", "K", "M", "G", "T", "P")
@@ -122,24 +136,92 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
     from .hub_stream import HubFiles, open_streamed, read_json_weight_map
 
     endpoint, token = _endpoint(), _token()
+    host = endpoint or "huggingface.co"
 
-    with hub_errors(repo_id, revision, _endpoint()):
-        info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision, files_metadata=True)
-        sizes = {s.rfilename: s.size for s in info.siblings or []}
-        remote = HubFiles(repo_id, revision, info.sha or revision, endpoint, token)  # every read at one commit
+    with hub_errors(repo_id, revision, endpoint), guarded(host) as expected_sizes, hub_logging():
+        info = _model_info(HfApi(endpoint=endpoint, token=token), repo_id, revision, host)
+        commit = check_commit(info.sha, host, "the commit (model_info 'sha')")
+        sizes = check_siblings(info.siblings, host)
+        expected_sizes.update(sizes)
+        remote = HubFiles(repo_id, revision, commit, endpoint, token)  # every read at one commit
+        remote._sizes.update({f: n for f, n in sizes.items() if n is not None})  # no HEAD per file to stream
         weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
         try:
-            wanted = needed_files(list(sizes), lambda: list(weight_map.values()))
+            wanted = needed_files(list(sizes), lambda: [check_filename(v, host, "a shard name of the index")
+                                                        for v in weight_map.values()])
         except SpecboundError as e:
+            if str(e).startswith("the hub server "):
+                raise
             raise SpecboundError(f"the hub model {name} holds {e}: specbound reads only config.json and "
                                  f"safetensors weights; download it yourself and pass the folder") from None
         if not stream:
             stream = _over_budget(name, [sizes[f] for f in wanted], budget, cache)
+        if stream and CT2_MODEL in wanted:
+            raise SpecboundError(f"{name} is a CTranslate2 model (model.bin), which is read from disk, never "
+                                 f"streamed: leave --stream out, or raise --disk-budget to download it")
         if stream:
-            return open_streamed(remote, weight_map)
-        paths = [Path(hf_hub_download(repo_id, f, revision=remote.commit, cache_dir=str(cache), endpoint=endpoint,
-                                      token=token)) for f in wanted]
-    return paths[0].parent
+            return open_streamed(remote, weight_map, sizes)
+        def download(filename: str) -> Path:
+            with guarded(host) as checked:  # (each worker thread checks the answers it gets)
+                checked.update(sizes)
+                return Path(hf_hub_download(repo_id, filename, revision=commit, cache_dir=str(cache),
+                                            endpoint=endpoint, token=token))
+
+        if len(wanted) <= 2:
+            paths = [download(f) for f in wanted]
+        else:  # thousands of small shards: their round trips overlap, as huggingface_hub's snapshot_download does
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(DOWNLOAD_WORKERS, len(wanted))) as pool:
+                paths = list(pool.map(download, wanted))
+    snapshot = _repo_folder(repo_id, cache) / "snapshots" / commit
+    for path, filename in zip(paths, wanted):
+        if path != snapshot / filename:
+            raise SpecboundError(f"the hub server {host} served {filename} of {name} at another commit than "
+                                 f"{commit} (it named {path.parent.name[:40]!r}): the answers of one analysis "
+                                 f"must be of one commit; check HF_ENDPOINT, or download the model yourself")
+    write_ref(_repo_folder(repo_id, cache), revision, commit)
+    return snapshot
+
+
+def _repo_folder(repo_id: str, cache: Path) -> Path:
+    """``<cache>/models--<org>--<name>`` (as :func:`.hub_cache.repo_folder`, which imports this module)."""
+    return cache / ("models--" + repo_id.replace("/", "--"))
+
+
+def _model_info(api, repo_id: str, revision: str, host: str):
+    """``model_info`` with its files' sizes; an answer huggingface_hub cannot parse (``siblings`` an
+    object, a field of the wrong type) is one line, not its traceback."""
+    try:
+        return api.model_info(repo_id, revision=revision, files_metadata=True)
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:
+        raise SpecboundError(f"the hub server {host} answered a malformed model info for {repo_id} "
+                             f"({type(exc).__name__}: {str(exc)[:80]}): refused; check HF_ENDPOINT, or download "
+                             f"the model yourself and pass the folder") from None
+
+
+def write_ref(repo: Path, revision: str, commit: str) -> None:
+    """``<repo>/refs/<revision>`` holding ``commit``, as ``huggingface_hub`` writes it (no newline,
+    written to a temporary file and renamed), so that ``transformers`` with ``HF_HUB_OFFLINE=1`` and
+    ``scan_cache_dir()`` find what was fetched; nothing for a revision that is the commit itself."""
+    if revision == commit:
+        return
+    refs = repo / "refs"
+    ref = refs / revision
+    if not inside(refs, ref.parent) or ref.name in ("", ".", ".."):
+        raise SpecboundError(f"revision {revision!r} of {repo.name} leaves the cache's refs folder; pass a "
+                             f"branch, tag or commit hash")
+    import uuid
+
+    with os_errors(f"write the cache ref {ref}"):
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        if not inside(refs, ref.parent):
+            raise SpecboundError(f"the cache's refs folder {refs} holds a link leading out of it; remove it")
+        if ref.is_file() and not ref.is_symlink() and ref.stat().st_size == len(commit) and ref.read_text() == commit:
+            return
+        tmp = ref.with_name(f"{ref.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(commit)
+        os.replace(tmp, ref)
 
 
 def _over_budget(name: str, sizes: list[int | None], budget: int | None, cache: Path) -> bool:

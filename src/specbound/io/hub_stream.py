@@ -32,12 +32,19 @@ from ..errors import SpecboundError
 from .base import MAX_JSON_BYTES, Checkpoint, check_config, decode_json
 from .formats import SAFETENSORS
 from .hub_errors import display, hub_errors, transport_error
-from .safetensors_file import check_header, header_length, upcast
+from .safetensors_file import STORED_DTYPES, check_header, header_length, stored_values, upcast
 from .shard_index import check_weight_map
 
 RETRIES = 3  # attempts per range after the first, each resuming where the last stopped
 _BACKOFF_S = 0.2  # seconds before the first retry, doubled for each next one
 _BODY_CHUNK = 1 << 20  # bytes of an HTTP body handed to the decoder at a time
+# Bytes of a shard read first: its 8-byte length and, when the header is short (a few dozen tensors),
+# the header itself, in one range request; a longer header is read by a second one.  Small, so that
+# a shard of small tensors is not read whole for its header.
+HEADER_GUESS = 4 << 10
+# Shard headers read at once (each a network round trip; thousands of tiny shards otherwise cost
+# one round trip after another).
+HEADER_WORKERS = 8
 
 
 @dataclass
@@ -207,8 +214,10 @@ class StreamedCheckpoint(Checkpoint):
         if shard not in self._headers:
             size = self.remote.size(shard)
             try:
-                n = header_length(self.remote.read(shard, 0, min(8, size)), size)
-                self._headers[shard] = n, check_header(self.remote.read(shard, 8, n), size)
+                first = self.remote.read(shard, 0, min(HEADER_GUESS, size))  # the header too, mostly
+                n = header_length(first[:8], size)
+                raw = first[8:8 + n] if len(first) >= 8 + n else self.remote.read(shard, 8, n)
+                self._headers[shard] = n, check_header(raw, size)
             except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                 raise SpecboundError(f"cannot read the safetensors header of {shard} ({self.remote.name}, "
                                      f"{size:,} bytes as the server reports): {str(exc)[:200]}; the shard is "
@@ -240,6 +249,19 @@ class StreamedCheckpoint(Checkpoint):
             raise SpecboundError(f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
                                  f"the model instead of --stream") from None
 
+    def stored(self, name: str) -> np.ndarray:
+        """``name``'s stored values in their own dtype (a quantized checkpoint's: :mod:`.quantized`)."""
+        shard, entry = self.shards[name], self._entry(name)
+        start, end = entry["data_offsets"]
+        if entry["dtype"] not in STORED_DTYPES:
+            raise SpecboundError(f"tensor {name!r} of {shard} ({self.remote.name}) is stored as {entry['dtype']}, "
+                                 f"which no reader of specbound decodes")
+        try:
+            return stored_values(entry, self.remote.chunks(shard, 8 + self.header(shard)[0] + start, end - start))
+        except ValueError as exc:
+            raise SpecboundError(f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
+                                 f"the model instead of --stream") from None
+
     def close(self) -> None:
         self._headers.clear()
 
@@ -250,15 +272,26 @@ def read_json_weight_map(remote: HubFiles) -> dict[str, str]:
     return check_weight_map(read_json(remote, index, "shard index"), f"{index} of {remote.name}")
 
 
-def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None) -> StreamedCheckpoint:
+def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None,
+                  sizes: dict[str, int | None] | None = None) -> StreamedCheckpoint:
     """The checkpoint of ``remote``'s config.json and safetensors weights: the shards of
     ``weight_map`` (its shard index's, checked to be in the repository), or ``model.safetensors``
     when None.  Only config.json and every shard's header are read now."""
     single = SAFETENSORS.folder_files[0]
+    # the sizes the listing gave (checked, hub_answers.check_siblings): no HEAD per shard
+    remote._sizes.update({name: size for name, size in (sizes or {}).items() if size is not None})
     config = check_config(read_json(remote, "config.json", "model config"), f"config.json of {remote.name}")
     where = f"{remote.repo_id}@{remote.commit} (streamed from {remote._host()})"
     ckpt = StreamedCheckpoint(where, config, {}, remote)
+    ckpt.hub_source = f"{remote.repo_id}@{remote.commit}"
     ckpt.shards = dict(weight_map) if weight_map else {name: single for name in ckpt.header(single)[1]}
-    for shard in sorted(set(ckpt.shards.values())):  # every header now: a lying one fails before any tensor
+    shards = sorted(set(ckpt.shards.values()))  # every header now: a lying one fails before any tensor
+    if len(shards) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(HEADER_WORKERS, len(shards))) as pool:
+            for _ in pool.map(ckpt.header, shards):  # (the first failure is raised, in shard order)
+                pass
+    for shard in shards:
         ckpt.header(shard)
     return ckpt

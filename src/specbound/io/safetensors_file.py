@@ -82,6 +82,27 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
         except (OSError, ValueError, KeyError) as exc:
             raise _corrupt(path, exc, name) from None
 
+    def stored(self, name: str) -> np.ndarray:
+        """``name``'s stored values in their own dtype (a quantized checkpoint's packed integers,
+        scales and zero points: :mod:`.quantized`), read with plain file reads."""
+        path = self.shards[name]
+        if path not in self._headers:
+            self._headers[path] = _read_header(path)
+        header_len, header = self._headers[path]
+        if name not in header:
+            self._slice(name)  # raises: the index maps the tensor to a shard that lacks it
+        entry = header[name]
+        if entry["dtype"] not in STORED_DTYPES:
+            raise SpecboundError(f"tensor {name!r} in {path} is stored as {entry['dtype']}, which no reader of "
+                                 f"specbound decodes; re-save the checkpoint")
+        start, end = entry["data_offsets"]
+        try:
+            with open(path, "rb") as f:
+                f.seek(8 + header_len + start)
+                return stored_values(entry, [f.read(end - start)])
+        except (OSError, ValueError) as exc:
+            raise _corrupt(path, exc, name) from None
+
     def _raw_part(self, name: str, index: int) -> np.ndarray:
         """The bytes of ``name[index]`` alone (an expert of a bank; the header's offsets were checked
         against the file when it was read)."""
@@ -106,6 +127,10 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
 
 # Stored dtype -> numpy dtype of the raw little-endian words (BF16 is the top half of a float32).
 _RAW_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+# Every dtype's raw words, for the stored values of a quantized checkpoint (packed integers, 8-bit
+# floats as their bytes): read as stored, never upcast (:func:`stored_values`).
+STORED_DTYPES = {**_RAW_DTYPES, "I8": "<i1", "U8": "<u1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
+                 "I64": "<i8", "U64": "<u8", "F8_E4M3": "<u1", "F8_E5M2": "<u1", "F8_E8M0": "<u1", "BOOL": "<u1"}
 _CHUNK = 1 << 22  # values converted at a time (32 MB of float64)
 # The safetensors format's own limit on the JSON header (the Rust reader refuses longer ones).
 MAX_HEADER_BYTES = 100_000_000
@@ -144,8 +169,8 @@ def check_header(raw: bytes, file_size: int) -> dict:
         if not 0 <= start <= end <= data:
             raise ValueError(f"tensor {name!r} lies at data bytes {start:,}..{end:,}, beyond the "
                              f"{max(data, 0):,} bytes of data the file holds")
-        if entry["dtype"] in _RAW_DTYPES:
-            stored = math.prod(shape) * np.dtype(_RAW_DTYPES[entry["dtype"]]).itemsize
+        if entry["dtype"] in STORED_DTYPES:
+            stored = math.prod(shape) * np.dtype(STORED_DTYPES[entry["dtype"]]).itemsize
             if end - start != stored:
                 raise ValueError(f"{entry['dtype']} tensor {name!r} of shape {shape} spans {end - start:,} "
                                  f"bytes, not {stored:,}")
@@ -182,6 +207,17 @@ def upcast(entry: dict, chunks) -> np.ndarray:
     if filled != count or carry:
         raise ValueError(f"expected {count} values, the file ends after {filled}")
     return out.reshape(entry["shape"])
+
+
+def stored_values(entry: dict, chunks) -> np.ndarray:
+    """One tensor's stored values in their own dtype (:data:`STORED_DTYPES`; BF16 as its uint16
+    words, an 8-bit float as its bytes), from its bytes in ``chunks`` (as for :func:`upcast`)."""
+    raw = np.dtype(STORED_DTYPES[entry["dtype"]])
+    count = math.prod(entry["shape"])
+    data = b"".join(chunks)
+    if len(data) != count * raw.itemsize:
+        raise ValueError(f"expected {count} values ({count * raw.itemsize:,} bytes), the file holds {len(data):,}")
+    return np.frombuffer(data, dtype=raw).astype(raw.newbyteorder("="), copy=True).reshape(entry["shape"])
 
 
 def _read_float_tensor(path: Path, header_len: int, header: dict, name: str) -> np.ndarray:

@@ -84,6 +84,8 @@ def short_name(source: str, limit: int = 48) -> str:
     hub = _HUB_CACHE_DIR.search(text)
     if hub:
         text = f"{hub.group(1)}/{hub.group(2)}"
+    elif re.fullmatch(r"[^/\s]+/[^/\s@]+@[0-9a-f]{40}", text):  # ORG/NAME@commit: the commit's first 8
+        text = text[:-32]
     elif text.startswith(("/", "./", "../", "~")) or "\\" in text:
         parts = [p for p in re.split(r"[/\\]", text) if p]
         if parts and _WEIGHT_FILE.search(parts[-1]) and len(parts) > 1:

@@ -253,8 +253,8 @@ def expand_pattern(text: str) -> list[Source]:
             labels = pattern.match(repo_id)
             if labels is not None:
                 snapshot = find_snapshot(repo_id, cache=cache)
-                if snapshot is not None:
-                    found.append(Source(repo_id, str(snapshot), labels))
+                if snapshot is not None:  # recorded as ORG/NAME@commit: what was read
+                    found.append(Source(f"{repo_id}@{snapshot.name}", str(snapshot), labels))
     if not found:
         where = "the file system" + (f" or the Hugging Face cache {cache_dir()}" if _looks_like_hub_id(text) else "")
         raise SpecboundError(f"the source pattern {text!r} matches no model folder in {where}; check the "
@@ -265,9 +265,10 @@ def expand_pattern(text: str) -> list[Source]:
 def _plain_source(text: str) -> Source:
     """A source without groups: a path as it is; a hub id found in the cache, its snapshot folder."""
     if not os.path.exists(os.path.expanduser(text)) and _looks_like_hub_id(text):
-        snapshot = find_snapshot(text)
-        if snapshot is not None:
-            return Source(text, str(snapshot))
+        repo_id, _, revision = text.partition("@")
+        snapshot = find_snapshot(repo_id, revision or "main")
+        if snapshot is not None:  # recorded as ORG/NAME@commit: what was read
+            return Source(f"{repo_id}@{snapshot.name}", str(snapshot))
     return Source(text, text)
 
 

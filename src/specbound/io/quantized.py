@@ -1,0 +1,810 @@
+"""Quantized safetensors checkpoints: GPTQ, AWQ, compressed-tensors (llm-compressor), bitsandbytes
+saves and MLX, each dequantized as its own library does into the float matrices the analysis reads.
+
+A quantized folder is a safetensors folder whose config.json says how its Linear weights are stored
+(``quantization_config``, or MLX's ``quantization``).  :func:`maybe_quantized` wraps the safetensors
+checkpoint (local or streamed) in a :class:`QuantizedCheckpoint`: each quantized module's stored
+tensors (``qweight``/``qzeros``/``scales``/``g_idx``; ``weight_packed``/``weight_scale``/...) are
+hidden and its ``<module>.weight`` exposed instead, dequantized when read; every other tensor is the
+folder's own.  :attr:`QuantizedCheckpoint.weights_note` names the quantization, so every number says
+that it is a bound of the quantized model (as for GGUF).
+
+How each is dequantized (``out``: the Linear's output features, ``in``: its input features):
+
+* **GPTQ** (``quant_method: gptq``; AutoGPTQ / GPTQModel / optimum, ``checkpoint_format`` ``gptq``
+  or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
+  ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
+  word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
+  ``W[:, i] = scales[g_idx[i]] * (q[i] - (z[g_idx[i]] + 1))`` (``gptq``: the stored zero is one
+  less; ``gptq_v2`` stores it as is), rounded to the dtype of ``scales`` as AutoGPTQ computes it
+  in that dtype.  Without ``g_idx``, ``g_idx[i] = i // group_size``; with act-order (``desc_act``)
+  ``g_idx`` is the stored permutation of groups.  ``sym`` changes only the stored zeros.
+* **AWQ** (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
+  ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
+  ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
+  rounded to the dtype of ``scales`` (``awq.utils.packing_utils.dequantize_gemm``).
+* **compressed-tensors** (``quant_method: compressed-tensors``): ``float-quantized`` (FP8 E4M3
+  ``weight``), ``int-quantized`` / ``naive-quantized`` (int8 ``weight``), ``pack-quantized`` (int32
+  ``weight_packed``, 1-8 bits stored as ``q + 2^(bits-1)`` in a dense bit stream per row, and a
+  packed ``weight_zero_point`` when asymmetric) and ``nvfp4-pack-quantized`` (two FP4 E2M1 values a
+  byte, the low nibble first, FP8 ``weight_scale`` per 16 values divided by ``weight_global_scale``);
+  strategies ``tensor``, ``channel``, ``group``, ``tensor_group`` and ``block``; the library's
+  ``(q - zero_point) * scale`` in the dtype of the scale (``dequantize``).  The config group
+  applying to a module is the first whose ``targets`` match it (``Linear``, a name, or ``re:``).
+* **fine-grained FP8** (``quant_method: fp8``; transformers' layout of DeepSeek-V3, Qwen3-FP8): E4M3
+  ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
+  blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``).
+* **bitsandbytes** (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
+  byte, the high nibble first; with ``bnb_4bit_quant_storage`` another type holds the same bytes) with ``absmax`` per ``blocksize`` values, the code table
+  ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
+  quantization ``absmax`` is itself 8-bit, ``nested_quant_map[absmax] * nested_absmax +
+  nested_offset``; ``quant_map[code] * absmax`` in float32, cast to the state's dtype
+  (``dequantize_4bit``).  LLM.int8: int8 ``weight`` and ``SCB``, ``weight * SCB / 127`` in float32
+  (``int8_vectorwise_dequant``).
+* **MLX** (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
+  uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
+  per ``group_size`` values: ``scales * q + biases`` in the dtype of ``scales`` (the product rounded,
+  then the sum: ``mx.dequantize``).
+  MLX's tensor names are the Hugging Face ones for the models mlx-lm converts.
+
+Every other variant (``quant_method``, ``checkpoint_format``, AWQ ``version``, compressed-tensors
+``format``, bitsandbytes ``quant_type``, MLX ``mode``) is refused in one line naming it.  Every
+stored tensor's shape is checked against the module's before anything is unpacked.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import SpecboundError
+from .base import Checkpoint, decode_json
+
+QUANT_METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "bitsandbytes", "mlx")
+_FLOAT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+
+
+# ---------------------------------------------------------------------------------------------
+# numeric helpers
+
+
+def unpack_bits(words: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The first ``count`` unsigned ``bits``-bit values of each row of ``words`` (unsigned 32-bit
+    words, the last axis read as one little-endian bit stream: value ``k`` is bits ``k * bits`` ..
+    ``(k + 1) * bits - 1``, crossing word boundaries when 32 is not a multiple of ``bits``)."""
+    words = np.ascontiguousarray(words).astype("<u4", copy=False)
+    if count * bits > words.shape[-1] * 32:
+        raise ValueError(f"{words.shape[-1]} words hold {words.shape[-1] * 32 // bits} {bits}-bit values, "
+                         f"not {count}")
+    if 32 % bits == 0:  # word by word
+        per = 32 // bits
+        shifts = np.arange(per, dtype=np.uint32) * bits
+        values = (words[..., None] >> shifts) & np.uint32((1 << bits) - 1)
+        return values.reshape(*words.shape[:-1], -1)[..., :count].astype(np.int64)
+    stream = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little")[..., :count * bits]
+    stream = stream.reshape(*words.shape[:-1], count, bits).astype(np.int64)
+    return (stream << np.arange(bits, dtype=np.int64)).sum(axis=-1)
+
+
+def round_to(values: np.ndarray, code: str) -> np.ndarray:
+    """``values`` (float64 or float32) rounded to the float type ``code`` (F32, F16, BF16, F64) as
+    float64: the one rounding a library computing in that type makes of an exact result."""
+    if code == "BF16":
+        f32 = np.asarray(values, dtype=np.float32)
+        bits = f32.view(np.uint32).astype(np.uint64)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16  # round to nearest, ties to even
+        out = rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+        return np.where(np.isnan(f32), np.nan, out)
+    return np.asarray(values).astype(_FLOAT[code]).astype(np.float64)
+
+
+def stored_floats(values: np.ndarray, code: str) -> np.ndarray:
+    """Stored scale / bias words of dtype ``code`` as float64 (exact)."""
+    if code == "BF16":
+        return (values.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if code == "F8_E4M3":
+        return E4M3[values.astype(np.int64)]
+    if code == "F8_E5M2":
+        return E5M2[values.astype(np.int64)]
+    if code in _FLOAT:
+        return values.astype(np.float64)
+    raise ValueError(f"a scale stored as {code}")
+
+
+def _fp8_table(exponent_bits: int, mantissa_bits: int, fn: bool) -> np.ndarray:
+    """The 256 values of an 8-bit float (E4M3FN: no infinities, S.1111.111 is NaN; E5M2: IEEE-like)."""
+    bias = (1 << (exponent_bits - 1)) - 1
+    table = np.empty(256)
+    for byte in range(256):
+        sign = -1.0 if byte & 0x80 else 1.0
+        e = (byte >> mantissa_bits) & ((1 << exponent_bits) - 1)
+        m = byte & ((1 << mantissa_bits) - 1)
+        if fn and e == (1 << exponent_bits) - 1 and m == (1 << mantissa_bits) - 1:
+            table[byte] = np.nan
+        elif not fn and e == (1 << exponent_bits) - 1:
+            table[byte] = sign * np.inf if m == 0 else np.nan
+        elif e == 0:
+            table[byte] = sign * m * 2.0 ** (1 - bias - mantissa_bits)
+        else:
+            table[byte] = sign * (1 + m / (1 << mantissa_bits)) * 2.0 ** (e - bias)
+    return table
+
+
+E4M3 = _fp8_table(4, 3, True)
+E5M2 = _fp8_table(5, 2, False)
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the checkpoint
+
+
+@dataclass
+class Module:
+    """One quantized Linear: its stored tensors (role -> stored name), the weight's shape
+    ``(out, in)``, the float type its library produces, and how to dequantize it."""
+
+    weight: str
+    parts: dict[str, str]
+    shape: tuple[int, int]
+    out_dtype: str
+    dequantize: Callable[["QuantizedCheckpoint", "Module"], np.ndarray]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class QuantizedCheckpoint(Checkpoint):
+    """A safetensors checkpoint whose quantized modules read as dequantized ``.weight`` tensors.
+
+    Attributes
+    ----------
+    base : Checkpoint
+        The safetensors checkpoint (local or streamed) as stored.
+    method : str
+        ``gptq``, ``awq``, ``compressed-tensors``, ``bitsandbytes`` or ``mlx``.
+    description : str
+        The quantization, in words (for :attr:`weights_note`).
+    modules : dict[str, Module]
+        Exposed weight name -> its quantized module.
+    """
+
+    base: Checkpoint
+    method: str
+    description: str
+    modules: dict[str, Module]
+    location: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    # Activation and KV-cache quantization scales (``input_scale``, ``k_scale``, ...): not weights,
+    # set aside (the weights note says how many).
+    set_aside: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        self.location, self.config = self.base.location, self.base.config
+        self.hub_source = getattr(self.base, "hub_source", None)  # a streamed hub model: ORG/NAME@commit
+        self._hidden = {p for m in self.modules.values() for p in m.parts.values()} | set(self.set_aside)
+
+    @property
+    def _read_lock(self):  # type: ignore[override]
+        return self.base._read_lock
+
+    @property
+    def names(self) -> list[str]:
+        return sorted({n for n in self.base.names if n not in self._hidden} | set(self.modules))
+
+    @property
+    def weights_note(self) -> str | None:  # type: ignore[override]
+        aside = (f"; {len(self.set_aside)} activation / KV-cache quantization scales set aside (the bounds are of the "
+                 f"weights)" if self.set_aside else "")
+        return (f"quantized checkpoint ({self.description}; {len(self.modules)} tensors{aside}): the weights analysed "
+                f"are the dequantized values its library computes with, so the bounds are of the quantized model")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.modules[name].shape if name in self.modules else self.base.shape(name)
+
+    def dtype(self, name: str) -> str:
+        return self.modules[name].out_dtype if name in self.modules else self.base.dtype(name)
+
+    def where(self, name: str) -> str:
+        if name in self.modules:
+            first = next(iter(self.modules[name].parts.values()))
+            return f"{self.base.where(first)} ({self.method} module {name.rsplit('.', 1)[0]!r})"
+        return self.base.where(name)
+
+    def files(self):
+        return self.base.files()
+
+    def _stored_in(self, name: str):
+        return None if name in self.modules else self.base._stored_in(name)
+
+    def check_size(self, name: str) -> int:
+        """Each stored part fits in its file (the base's check); the float64 copy in memory."""
+        if name not in self.modules:
+            return self.base.check_size(name)
+        for part in self.modules[name].parts.values():
+            self.base.check_size(part)
+        count = math.prod(self.modules[name].shape)
+        return self.check_memory(name, count)
+
+    def stored(self, name: str) -> np.ndarray:
+        return self.base.stored(name)  # type: ignore[attr-defined]
+
+    def part(self, module: Module, role: str) -> np.ndarray:
+        """A stored tensor of ``module`` in its own dtype."""
+        return self.stored(module.parts[role])
+
+    def floats(self, module: Module, role: str) -> np.ndarray:
+        """A stored scale / bias of ``module`` as float64 (exactly its stored values)."""
+        name = module.parts[role]
+        return stored_floats(self.stored(name), self.base.dtype(name))
+
+    def _raw(self, name: str) -> np.ndarray:
+        if name not in self.modules:
+            return self.base._raw(name)
+        module = self.modules[name]
+        try:
+            out = module.dequantize(self, module)
+        except ValueError as exc:
+            raise SpecboundError(f"cannot dequantize {self.where(name)}: {exc}; the checkpoint is corrupt or "
+                                 f"not what its quantization_config says: re-download or re-quantize it") from None
+        if out.shape != module.shape:
+            raise SpecboundError(f"cannot dequantize {self.where(name)}: it dequantizes to {out.shape}, not "
+                                 f"{module.shape}")
+        return out
+
+    def _raw_part(self, name: str, index: int) -> np.ndarray | None:
+        """An expert of a stored float bank read alone, as the base reads it; a quantized module whole."""
+        return None if name in self.modules else self.base._raw_part(name, index)
+
+    def close(self) -> None:
+        self.base.close()
+
+
+def _refuse(where: str, what: str, reads: str) -> SpecboundError:
+    return SpecboundError(f"{where}: {what} is not read by specbound (it reads {reads}); dequantize the model "
+                          f"and save it in float16/bfloat16/float32, or analyse the float model it came from")
+
+
+def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
+    """``ckpt`` itself, or wrapped in a :class:`QuantizedCheckpoint` when its config says its
+    weights are quantized (module docstring)."""
+    config = ckpt.config if isinstance(ckpt.config, dict) else {}
+    qc = config.get("quantization_config")
+    mlx = config.get("quantization")
+    if qc is None and isinstance(mlx, dict) and "bits" in mlx:
+        qc = {**mlx, "quant_method": "mlx"}
+    if qc is None:
+        return ckpt
+    where = f"{ckpt.location} (config.json quantization_config)"
+    if not isinstance(qc, dict):
+        raise SpecboundError(f"{where} is a {type(qc).__name__}, not a JSON object; re-save the model")
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "mlx" or (isinstance(mlx, dict) and "bits" in mlx and method in ("", "mlx")):
+        qc = {**(mlx if isinstance(mlx, dict) else qc), "quant_method": "mlx"}
+        method = "mlx"
+    builders = {"gptq": _gptq, "awq": _awq, "compressed-tensors": _compressed, "fp8": _fp8, "bitsandbytes": _bnb,
+                "mlx": _mlx}
+    if method not in builders:
+        raise _refuse(where, f"quant_method {qc.get('quant_method')!r}", ", ".join(QUANT_METHODS))
+    if not hasattr(ckpt, "stored"):
+        raise SpecboundError(f"{where}: a {method} checkpoint is read from safetensors files; this one is "
+                             f"{type(ckpt).__name__}: save it with save_pretrained (safetensors)")
+    try:
+        description, modules = builders[method](ckpt, qc, where)
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # a shape or setting of the wrong kind
+        raise SpecboundError(f"{where}: its {method} tensors do not have the shapes and types its quantization "
+                             f"config implies ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is corrupt "
+                             f"or not what its quantization_config says") from None
+    if not modules:  # a dequantized save that kept its quantization_config: float weights as stored
+        return ckpt
+    aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
+    return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules, set_aside=aside)
+
+
+# Scales of activations and of the KV cache that quantized checkpoints store beside the weights
+# (compressed-tensors W8A8, FP8 KV cache): read by an inference engine, not weights.
+_ACTIVATION_SCALE = re.compile(r"\.(input_scale|input_zero_point|input_global_scale|output_scale|output_zero_point|"
+                               r"k_scale|v_scale|q_scale|kv_scale|activation_scale)$")
+
+
+def _int(qc: dict, key: str, where: str, default: Any = None, allowed: tuple = ()) -> Any:
+    value = qc.get(key, default)
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or (allowed and value not in allowed):
+        raise SpecboundError(f"{where}: {key} = {value!r}, expected "
+                             f"{'one of ' + ', '.join(map(str, allowed)) if allowed else 'an integer'}")
+    return value
+
+
+def _modules_with(ckpt: Checkpoint, suffix: str) -> list[str]:
+    return sorted(n[: -len(suffix)] for n in ckpt.names if n.endswith(suffix))
+
+
+def _matrix(ckpt: Checkpoint, name: str, where: str) -> tuple[int, int]:
+    shape = tuple(ckpt.shape(name))
+    if len(shape) != 2:
+        raise SpecboundError(f"{where}: tensor {name!r} has the shape {shape}, not a matrix; the checkpoint is "
+                             f"corrupt or not what its quantization_config says")
+    return shape
+
+
+def _expect(ckpt: Checkpoint, name: str, shape: tuple[int, ...], dtypes: tuple[str, ...], where: str) -> None:
+    found, dtype = tuple(ckpt.shape(name)), ckpt.dtype(name)
+    if found != tuple(shape) or dtype not in dtypes:
+        raise SpecboundError(f"{where}: tensor {name!r} is {dtype} {found}, expected {'/'.join(dtypes)} "
+                             f"{tuple(shape)}; the checkpoint is corrupt or not what its quantization_config says")
+
+
+_SCALES = ("F16", "BF16", "F32")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPTQ
+
+
+def _gptq(ckpt: Checkpoint, qc: dict, where: str):
+    bits = _int(qc, "bits", where, allowed=(2, 3, 4, 8))
+    group = _int(qc, "group_size", where, -1)
+    fmt = str(qc.get("checkpoint_format", "gptq")).lower()
+    if fmt not in ("gptq", "gptq_v2"):
+        raise _refuse(where, f"GPTQ checkpoint_format {fmt!r}", "gptq and gptq_v2")
+    names = set(ckpt.names)
+    modules = {}
+    for prefix in _modules_with(ckpt, ".qweight"):
+        parts = {r: f"{prefix}.{r}" for r in ("qweight", "qzeros", "scales", "g_idx") if f"{prefix}.{r}" in names}
+        if not {"qweight", "qzeros", "scales"} <= set(parts):
+            raise SpecboundError(f"{where}: module {prefix!r} has a qweight but not its qzeros and scales")
+        rows, out = _matrix(ckpt, parts["qweight"], where)
+        if rows * 32 % bits:
+            raise SpecboundError(f"{where}: {parts['qweight']!r} has {rows} rows, not a whole number of {bits}-bit "
+                                 f"values")
+        n_in = rows * 32 // bits
+        groups = ckpt.shape(parts["scales"])[0] if len(ckpt.shape(parts["scales"])) == 2 else -1
+        _expect(ckpt, parts["qweight"], (rows, out), ("I32", "U32"), where)
+        _expect(ckpt, parts["scales"], (groups, out), _SCALES, where)
+        if groups <= 0 or out * bits % 32:
+            raise SpecboundError(f"{where}: {parts['scales']!r} or the output width {out} does not fit {bits} bits")
+        _expect(ckpt, parts["qzeros"], (groups, out * bits // 32), ("I32", "U32"), where)
+        if "g_idx" in parts:
+            _expect(ckpt, parts["g_idx"], (n_in,), ("I32", "I64"), where)
+        elif group not in (-1, 0) and math.ceil(n_in / group) != groups:
+            raise SpecboundError(f"{where}: {parts['scales']!r} has {groups} groups, not {n_in} rows / group_size "
+                                 f"{group}")
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), ckpt.dtype(parts["scales"]),
+                                             _dequantize_gptq, {"bits": bits, "group": group, "v1": fmt == "gptq"})
+    act = " act-order" if qc.get("desc_act") else ""
+    sym = "symmetric" if qc.get("sym", True) else "asymmetric"
+    return f"GPTQ {bits}-bit, group size {group}{act}, {sym}, {fmt}", modules
+
+
+def _dequantize_gptq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    bits, (out, n_in) = m.params["bits"], m.shape
+    weight = unpack_bits(q.part(m, "qweight").T, bits, n_in)  # (out, in)
+    scales = q.floats(m, "scales")  # (groups, out)
+    zeros = unpack_bits(q.part(m, "qzeros"), bits, out)  # (groups, out)
+    if m.params["v1"]:
+        zeros = zeros + 1
+    groups = scales.shape[0]
+    if "g_idx" in m.parts:
+        g_idx = q.part(m, "g_idx").astype(np.int64)
+    else:
+        group = m.params["group"]
+        g_idx = np.arange(n_in) // group if group > 0 else np.zeros(n_in, dtype=np.int64)
+    if g_idx.size and (g_idx.min() < 0 or g_idx.max() >= groups):
+        raise ValueError(f"g_idx names groups {g_idx.min()}..{g_idx.max()} of {groups}")
+    return round_to(scales[g_idx].T * (weight - zeros[g_idx].T), m.out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# AWQ
+
+AWQ_REVERSE_ORDER = np.array([0, 4, 1, 5, 2, 6, 3, 7])
+
+
+def _awq(ckpt: Checkpoint, qc: dict, where: str):
+    bits = _int(qc, "bits", where, qc.get("w_bit"), allowed=(4,))
+    group = _int(qc, "group_size", where, qc.get("q_group_size"))
+    version = str(qc.get("version", "gemm")).lower()
+    if version != "gemm":
+        raise _refuse(where, f"AWQ version {version!r}", "the GEMM packing, version 'gemm'")
+    if qc.get("zero_point", True) is False:
+        raise _refuse(where, "AWQ without zero points (zero_point: false)", "AWQ with zero points")
+    names = set(ckpt.names)
+    modules = {}
+    for prefix in _modules_with(ckpt, ".qweight"):
+        parts = {r: f"{prefix}.{r}" for r in ("qweight", "qzeros", "scales") if f"{prefix}.{r}" in names}
+        if len(parts) != 3:
+            raise SpecboundError(f"{where}: module {prefix!r} has a qweight but not its qzeros and scales")
+        n_in, packed = _matrix(ckpt, parts["qweight"], where)
+        out = packed * 32 // bits
+        if group <= 0 or n_in % group:
+            raise SpecboundError(f"{where}: {n_in} input rows of {prefix!r} are not whole groups of {group}")
+        _expect(ckpt, parts["qweight"], (n_in, packed), ("I32", "U32"), where)
+        _expect(ckpt, parts["qzeros"], (n_in // group, packed), ("I32", "U32"), where)
+        _expect(ckpt, parts["scales"], (n_in // group, out), _SCALES, where)
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), ckpt.dtype(parts["scales"]),
+                                             _dequantize_awq, {"bits": bits, "group": group})
+    return f"AWQ {bits}-bit GEMM, group size {group}", modules
+
+
+def _awq_unpack(words: np.ndarray, bits: int) -> np.ndarray:
+    values = unpack_bits(words, bits, words.shape[-1] * 32 // bits)
+    per = 32 // bits
+    order = (np.arange(values.shape[-1]).reshape(-1, per)[:, AWQ_REVERSE_ORDER]).reshape(-1)
+    return values[:, order]
+
+
+def _dequantize_awq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    bits, group = m.params["bits"], m.params["group"]
+    weight = _awq_unpack(q.part(m, "qweight"), bits)  # (in, out)
+    zeros = np.repeat(_awq_unpack(q.part(m, "qzeros"), bits), group, axis=0)
+    scales = np.repeat(q.floats(m, "scales"), group, axis=0)
+    return round_to((weight - zeros) * scales, m.out_dtype).T
+
+
+# ---------------------------------------------------------------------------------------------
+# compressed-tensors
+
+CT_FORMATS = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized", "nvfp4-pack-quantized")
+CT_STRATEGIES = ("tensor", "channel", "group", "tensor_group", "block")
+
+
+def _ct_scheme(qc: dict, module: str, where: str) -> dict:
+    for name, group in (qc.get("config_groups") or {}).items():
+        if not isinstance(group, dict):
+            continue
+        targets = group.get("targets") or []
+        for target in targets if isinstance(targets, list) else [targets]:
+            target = str(target)
+            if target == "Linear" or target == module or (target.startswith("re:") and re.match(target[3:], module)):
+                weights = group.get("weights")
+                if not isinstance(weights, dict):
+                    raise SpecboundError(f"{where}: config group {name!r} quantizes no weights but {module!r} is "
+                                         f"stored quantized")
+                return {**weights, "_format": group.get("format")}
+    raise SpecboundError(f"{where}: no config group's targets name the quantized module {module!r} (targets of "
+                         f"module classes other than Linear are not resolved); the config and weights disagree")
+
+
+def _compressed(ckpt: Checkpoint, qc: dict, where: str):
+    fmt_all = str(qc.get("format", "dense"))
+    if fmt_all not in (*CT_FORMATS, "dense", "mixed-precision"):
+        raise _refuse(where, f"compressed-tensors format {fmt_all!r}", ", ".join(CT_FORMATS))
+    names = set(ckpt.names)
+    prefixes = sorted(set(_modules_with(ckpt, ".weight_scale")))
+    modules = {}
+    kinds = set()
+    for prefix in prefixes:
+        scheme = _ct_scheme(qc, prefix, where)
+        fmt = str(scheme.pop("_format") or fmt_all)
+        if fmt == "dense":
+            continue
+        if fmt not in CT_FORMATS:
+            raise _refuse(where, f"compressed-tensors format {fmt!r}", ", ".join(CT_FORMATS))
+        strategy = str(scheme.get("strategy", "tensor"))
+        if strategy not in CT_STRATEGIES:
+            raise _refuse(where, f"compressed-tensors weight strategy {strategy!r}", ", ".join(CT_STRATEGIES))
+        bits = _int(scheme, "num_bits", where)
+        kind = str(scheme.get("type", "int"))
+        parts = {r: f"{prefix}.{r}" for r in ("weight", "weight_packed", "weight_shape", "weight_scale",
+                                              "weight_zero_point", "weight_global_scale", "weight_g_idx")
+                 if f"{prefix}.{r}" in names}
+        scale_code = ckpt.dtype(parts["weight_scale"])
+        if fmt == "pack-quantized":
+            if "weight_packed" not in parts or "weight_shape" not in parts or kind != "int" or not 1 <= bits <= 8:
+                raise SpecboundError(f"{where}: pack-quantized module {prefix!r} needs weight_packed, weight_shape and "
+                                     f"int 1-8 bit weights")
+            shape_values = ckpt.stored(parts["weight_shape"]).reshape(-1)
+            if shape_values.size != 2 or shape_values.min() < 0 or shape_values.max() > 2**40:
+                raise SpecboundError(f"{where}: {parts['weight_shape']!r} holds {shape_values[:4]}, not (out, in)")
+            shape = (int(shape_values[0]), int(shape_values[1]))
+            _expect(ckpt, parts["weight_packed"], (shape[0], math.ceil(shape[1] * bits / 32)), ("I32",), where)
+            out_code = scale_code
+        elif fmt == "nvfp4-pack-quantized":
+            if "weight_packed" not in parts or kind != "float" or bits != 4:
+                raise SpecboundError(f"{where}: nvfp4 module {prefix!r} needs a uint8 weight_packed of FP4 values")
+            rows, half = _matrix(ckpt, parts["weight_packed"], where)
+            shape = (rows, 2 * half)
+            _expect(ckpt, parts["weight_packed"], (rows, half), ("U8",), where)
+            out_code = "BF16"
+        else:
+            if "weight" not in parts:
+                raise SpecboundError(f"{where}: {fmt} module {prefix!r} has a weight_scale but no weight")
+            shape = tuple(ckpt.shape(parts["weight"]))
+            want = ("F8_E4M3",) if kind == "float" and bits == 8 else ("I8",) if kind == "int" and bits <= 8 else ()
+            if not want:
+                raise _refuse(where, f"compressed-tensors {kind} {bits}-bit weights in format {fmt!r}",
+                              "FP8 E4M3 float-quantized and int8 int-quantized weights")
+            if len(shape) != 2:
+                raise SpecboundError(f"{where}: {parts['weight']!r} has the shape {shape}, not (out, in)")
+            _expect(ckpt, parts["weight"], shape, want, where)
+            out_code = scale_code
+        if scale_code not in (*_SCALES, "F8_E4M3"):
+            raise SpecboundError(f"{where}: {parts['weight_scale']!r} is stored as {scale_code}")
+        params = {"bits": bits, "strategy": strategy, "group": scheme.get("group_size"),
+                  "block": scheme.get("block_structure"), "symmetric": scheme.get("symmetric", True), "fmt": fmt,
+                  "scale_code": scale_code}
+        _ct_check_scale(ckpt, parts, shape, params, where)
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, shape, out_code, _dequantize_ct, params)
+        kinds.add(f"{fmt} {kind}{bits} {strategy}")
+    return f"compressed-tensors {', '.join(sorted(kinds))}", modules
+
+
+def _ct_scale_shape(shape: tuple[int, int], p: dict, where: str) -> tuple[int, ...]:
+    out, n_in = shape
+    if p["strategy"] == "tensor":
+        return (1,)
+    if p["strategy"] == "channel":
+        return (out, 1)
+    if p["strategy"] in ("group", "tensor_group"):
+        group = p["group"]
+        if not isinstance(group, int) or group <= 0 or n_in % group:
+            raise SpecboundError(f"{where}: group_size {group!r} does not divide the {n_in} input columns")
+        return (out, n_in // group)
+    block = p["block"]
+    if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+        raise SpecboundError(f"{where}: block_structure {block!r} is not [rows, columns]")
+    return (math.ceil(out / block[0]), math.ceil(n_in / block[1]))
+
+
+def _ct_check_scale(ckpt: Checkpoint, parts: dict, shape: tuple, p: dict, where: str) -> None:
+    want = _ct_scale_shape(shape, p, where)
+    found = tuple(ckpt.shape(parts["weight_scale"]))
+    if math.prod(found) != math.prod(want) or (len(want) > 1 and found not in (want, want[:1])):
+        raise SpecboundError(f"{where}: {parts['weight_scale']!r} has the shape {found}, not the {want} of "
+                             f"{p['strategy']} scales for a {shape} weight")
+    if "weight_zero_point" in parts and not p["symmetric"]:
+        zp = tuple(ckpt.shape(parts["weight_zero_point"]))
+        if p["fmt"] == "pack-quantized" and p["strategy"] in ("group", "channel"):
+            rows = math.ceil(shape[0] * p["bits"] / 32)
+            if zp != (rows, want[1]):
+                raise SpecboundError(f"{where}: {parts['weight_zero_point']!r} has the shape {zp}, not {(rows, want[1])}")
+        elif math.prod(zp) != math.prod(want):
+            raise SpecboundError(f"{where}: {parts['weight_zero_point']!r} has the shape {zp}, not {want}")
+
+
+def _expand(values: np.ndarray, shape: tuple[int, int], p: dict, g_idx: np.ndarray | None = None) -> np.ndarray:
+    """Per-tensor / channel / group / block values broadcast to the weight's ``(out, in)``; with
+    activation ordering (``weight_g_idx``, compressed-tensors before 0.10) column ``j`` takes group
+    ``g_idx[j]``, as its ``_process_quantization`` permutes the columns into groups and back."""
+    out, n_in = shape
+    want = _ct_scale_shape(shape, p, "")
+    values = values.reshape(want)
+    if p["strategy"] == "tensor":
+        return np.broadcast_to(values.reshape(()), shape)
+    if p["strategy"] == "channel":
+        return np.broadcast_to(values, shape)
+    if p["strategy"] in ("group", "tensor_group"):
+        if g_idx is not None:
+            if g_idx.shape != (n_in,) or g_idx.min(initial=0) < 0 or g_idx.max(initial=0) >= values.shape[1]:
+                raise ValueError(f"weight_g_idx of shape {g_idx.shape} does not name one of the {values.shape[1]} "
+                                 f"groups for each of the {n_in} columns")
+            return values[:, g_idx]
+        return np.repeat(values, p["group"], axis=1)
+    rows, cols = p["block"]
+    return np.repeat(np.repeat(values, rows, axis=0), cols, axis=1)[:out, :n_in]
+
+
+def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    p, shape = m.params, m.shape
+    if p["fmt"] == "nvfp4-pack-quantized":
+        packed = q.part(m, "weight_packed").astype(np.int64)
+        codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)
+        values = E2M1[codes].astype(np.float32)
+        scale = q.floats(m, "weight_scale").astype(np.float32)  # FP8 -> bfloat16 exactly
+        if "weight_global_scale" in m.parts:
+            scale = scale / q.floats(m, "weight_global_scale").astype(np.float32).reshape(-1)[0]
+        return round_to(values * _expand(scale, shape, p), "BF16")
+    if p["fmt"] == "pack-quantized":
+        offset = 1 << (p["bits"] - 1)
+        x = unpack_bits(q.part(m, "weight_packed"), p["bits"], shape[1]) - offset
+    elif q.base.dtype(m.parts["weight"]) == "F8_E4M3":
+        x = E4M3[q.part(m, "weight").astype(np.int64)]
+    else:
+        x = q.part(m, "weight").astype(np.int64)
+    g_idx = q.part(m, "weight_g_idx").astype(np.int64) if "weight_g_idx" in m.parts and p["strategy"] == "group" else None
+    scale = q.floats(m, "weight_scale")
+    if p["scale_code"] == "F8_E4M3":
+        scale = round_to(scale, "BF16")
+    zero = 0
+    if "weight_zero_point" in m.parts and not p["symmetric"]:
+        zp = q.part(m, "weight_zero_point")
+        if p["fmt"] == "pack-quantized" and p["strategy"] in ("group", "channel"):
+            want = _ct_scale_shape(shape, p, "")
+            zp = unpack_bits(zp.T, p["bits"], shape[0]).T - (1 << (p["bits"] - 1))
+            zp = zp.reshape(shape[0], want[1])
+        zero = _expand(zp.astype(np.float64), shape, p, g_idx)
+    out = (x - zero) * _expand(scale, shape, p, g_idx)
+    return round_to(out, m.out_dtype if m.out_dtype != "F8_E4M3" else "BF16")
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers' fine-grained FP8 (DeepSeek-V3, Qwen3-FP8)
+
+
+def _fp8(ckpt: Checkpoint, qc: dict, where: str):
+    block = qc.get("weight_block_size")
+    if block is not None and not (isinstance(block, list) and len(block) == 2
+                                  and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise SpecboundError(f"{where}: weight_block_size = {block!r}, expected [rows, columns] or null")
+    modules = {}
+    for prefix in _modules_with(ckpt, ".weight_scale_inv"):
+        parts = {"weight": f"{prefix}.weight", "scale": f"{prefix}.weight_scale_inv"}
+        if parts["weight"] not in set(ckpt.names):
+            raise SpecboundError(f"{where}: {parts['scale']!r} has no weight beside it")
+        if ckpt.dtype(parts["weight"]) != "F8_E4M3":
+            raise _refuse(where, f"fine-grained FP8 weights stored as {ckpt.dtype(parts['weight'])} ({prefix!r}: "
+                                 f"MXFP4 experts)", "FP8 E4M3 weights")
+        out, n_in = _matrix(ckpt, parts["weight"], where)
+        rows, cols = (math.ceil(out / block[0]), math.ceil(n_in / block[1])) if block else (1, 1)
+        found = tuple(ckpt.shape(parts["scale"]))
+        if math.prod(found) != rows * cols or ckpt.dtype(parts["scale"]) not in ("F32", "BF16", "F16", "U8", "F8_E8M0"):
+            raise SpecboundError(f"{where}: {parts['scale']!r} is {ckpt.dtype(parts['scale'])} {found}, not the "
+                                 f"{(rows, cols)} float scales of {block or 'one tensor'} blocks")
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), "F32", _dequantize_fp8,
+                                             {"grid": (rows, cols)})
+    return f"fine-grained FP8 E4M3, blocks {block or 'per tensor'}", modules
+
+
+def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """transformers' ``Fp8Dequantize``: the FP8 values times their block's scale, in float32 (an
+    E8M0 byte scale is ``2^(byte - 127)``)."""
+    out, n_in = m.shape
+    rows, cols = m.params["grid"]
+    code = q.base.dtype(m.parts["scale"])
+    stored = q.part(m, "scale")
+    scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0")
+             else stored_floats(stored, code)).reshape(rows, cols)
+    block_r, block_c = math.ceil(out / rows), math.ceil(n_in / cols)
+    expanded = np.repeat(np.repeat(scale, block_r, axis=0), block_c, axis=1)[:out, :n_in]
+    return round_to(E4M3[q.part(m, "weight").astype(np.int64)] * expanded, "F32")
+
+
+# ---------------------------------------------------------------------------------------------
+# bitsandbytes
+
+
+def _bnb(ckpt: Checkpoint, qc: dict, where: str):
+    names = set(ckpt.names)
+    modules = {}
+    kinds = set()
+    for state in sorted(n for n in names if ".weight.quant_state.bitsandbytes__" in n):
+        prefix, quant = state.split(".weight.quant_state.bitsandbytes__")
+        if quant not in ("nf4", "fp4"):
+            raise _refuse(where, f"bitsandbytes quant_type {quant!r}", "nf4 and fp4")
+        raw = ckpt.stored(state)
+        if raw.dtype != np.uint8 or raw.size > 1 << 16:
+            raise SpecboundError(f"{where}: {state!r} is not the packed quant_state (uint8 JSON bytes)")
+        info = decode_json(raw.tobytes(), f"the bitsandbytes quant_state {state!r} of {ckpt.location}",
+                           "re-save the model with save_pretrained")
+        if not isinstance(info, dict):
+            raise SpecboundError(f"{where}: {state!r} holds no JSON object")
+        shape = info.get("shape")
+        block = info.get("blocksize")
+        dtype = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}.get(str(info.get("dtype")))
+        if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape)
+                and isinstance(block, int) and block > 0 and dtype):
+            raise SpecboundError(f"{where}: {state!r} says shape {shape!r}, blocksize {block!r}, dtype "
+                                 f"{info.get('dtype')!r}: expected (out, in), a positive block size and a float type")
+        n = math.prod(shape)
+        parts = {"weight": f"{prefix}.weight", "absmax": f"{prefix}.weight.absmax",
+                 "quant_map": f"{prefix}.weight.quant_map", "state": state}
+        nested = f"{prefix}.weight.nested_absmax" in names
+        if nested:
+            parts.update(nested_absmax=f"{prefix}.weight.nested_absmax",
+                         nested_quant_map=f"{prefix}.weight.nested_quant_map")
+        if not all(v in names for v in parts.values()):
+            raise SpecboundError(f"{where}: the 4-bit module {prefix!r} lacks {[v for v in parts.values() if v not in names]}")
+        storage = ckpt.dtype(parts["weight"])  # bnb_4bit_quant_storage: the packed bytes in words of another type
+        size = {"U8": 1, "I8": 1, "F16": 2, "BF16": 2, "F32": 4}.get(storage)
+        if size is None:
+            raise _refuse(where, f"4-bit weights stored as {storage} ({parts['weight']!r})",
+                          "bnb_4bit_quant_storage uint8, int8, float16, bfloat16 or float32")
+        _expect(ckpt, parts["weight"], (math.ceil(math.ceil(n / 2) / size), 1), (storage,), where)
+        blocks = math.ceil(n / block)
+        _expect(ckpt, parts["quant_map"], (16,), ("F32",), where)
+        if nested:
+            nb = info.get("nested_blocksize")
+            if not isinstance(nb, int) or nb <= 0 or not isinstance(info.get("nested_offset"), (int, float)):
+                raise SpecboundError(f"{where}: {state!r} has no nested_blocksize / nested_offset")
+            _expect(ckpt, parts["absmax"], (blocks,), ("U8",), where)
+            _expect(ckpt, parts["nested_absmax"], (math.ceil(blocks / nb),), ("F32",), where)
+            _expect(ckpt, parts["nested_quant_map"], (256,), ("F32",), where)
+        else:
+            _expect(ckpt, parts["absmax"], (blocks,), ("F32",), where)
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, tuple(shape), dtype, _dequantize_bnb4,
+                                             {"block": block, "nested": nested, "info": info})
+        kinds.add(f"{quant.upper()}{' nested' if nested else ''} blocksize {block}")
+    for scb in sorted(n for n in names if n.endswith(".SCB")):
+        prefix = scb[:-4]
+        if f"{prefix}.weight" not in names or ckpt.dtype(f"{prefix}.weight") != "I8":
+            continue
+        shape = tuple(ckpt.shape(f"{prefix}.weight"))
+        if len(shape) != 2:
+            raise SpecboundError(f"{where}: {prefix}.weight has the shape {shape}, not (out, in)")
+        _expect(ckpt, scb, (shape[0],), ("F32",), where)
+        parts = {"weight": f"{prefix}.weight", "SCB": scb}
+        if f"{prefix}.weight_format" in names:
+            parts["weight_format"] = f"{prefix}.weight_format"
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, shape, "F32", _dequantize_int8)
+        kinds.add("LLM.int8")
+    return f"bitsandbytes {', '.join(sorted(kinds))}", modules
+
+
+def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    block, n = m.params["block"], math.prod(m.shape)
+    stored = np.ascontiguousarray(q.part(m, "weight"))
+    packed = stored.astype(stored.dtype.newbyteorder("<")).view(np.uint8).reshape(-1).astype(np.int64)
+    codes = np.stack([packed >> 4, packed & 0xF], axis=-1).reshape(-1)[:n]
+    table = q.floats(m, "quant_map").astype(np.float32)
+    if m.params["nested"]:
+        info = m.params["info"]
+        nb = info["nested_blocksize"]
+        inner = q.floats(m, "nested_quant_map").astype(np.float32)[q.part(m, "absmax").astype(np.int64)]
+        scale2 = np.repeat(q.floats(m, "nested_absmax").astype(np.float32), nb)[:inner.size]
+        absmax = inner * scale2 + np.float32(info["nested_offset"])
+    else:
+        absmax = q.floats(m, "absmax").astype(np.float32)
+    values = table[codes] * np.repeat(absmax, block)[:n]
+    return round_to(values, m.out_dtype).reshape(m.shape)
+
+
+def _dequantize_int8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    if "weight_format" in m.parts:
+        fmt = q.part(m, "weight_format").reshape(-1)
+        if fmt.size and int(fmt[0]) != 0:
+            raise ValueError(f"LLM.int8 weight_format {int(fmt[0])} (only 0, row-major, is read)")
+    weight = q.part(m, "weight").astype(np.float32)
+    scb = q.floats(m, "SCB").astype(np.float32)
+    return ((weight * scb[:, None]) * np.float32(7.874015718698502e-3)).astype(np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# MLX
+
+
+def _mlx(ckpt: Checkpoint, qc: dict, where: str):
+    default_bits, default_group = qc.get("bits"), qc.get("group_size")
+    mode = str(qc.get("mode", "affine"))
+    if mode != "affine":
+        raise _refuse(where, f"MLX quantization mode {mode!r}", "affine")
+    names = set(ckpt.names)
+    modules = {}
+    kinds = set()
+    for prefix in _modules_with(ckpt, ".scales"):
+        if f"{prefix}.weight" not in names or ckpt.dtype(f"{prefix}.weight") != "U32":
+            continue
+        override = qc.get(prefix)
+        if override is False:
+            continue
+        local = {**({"bits": default_bits, "group_size": default_group}), **(override if isinstance(override, dict) else {})}
+        if str(local.get("mode", "affine")) != "affine":
+            raise _refuse(where, f"MLX quantization mode {local.get('mode')!r} of {prefix!r}", "affine")
+        bits = _int(local, "bits", where, allowed=(2, 3, 4, 5, 6, 8))
+        group = _int(local, "group_size", where)
+        parts = {"weight": f"{prefix}.weight", "scales": f"{prefix}.scales", "biases": f"{prefix}.biases"}
+        if parts["biases"] not in names:
+            raise SpecboundError(f"{where}: MLX module {prefix!r} has scales but no biases")
+        shape = tuple(ckpt.shape(parts["weight"]))
+        if len(shape) != 2 or group <= 0:
+            raise SpecboundError(f"{where}: MLX weight {prefix}.weight has the shape {shape}")
+        n_in = shape[1] * 32 // bits
+        if n_in % group:
+            raise SpecboundError(f"{where}: {n_in} inputs of {prefix!r} are not whole groups of {group}")
+        _expect(ckpt, parts["scales"], (shape[0], n_in // group), _SCALES, where)
+        _expect(ckpt, parts["biases"], (shape[0], n_in // group), (ckpt.dtype(parts["scales"]),), where)
+        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (shape[0], n_in),
+                                             ckpt.dtype(parts["scales"]), _dequantize_mlx, {"bits": bits, "group": group})
+        kinds.add(f"{bits}-bit group {group}")
+    return f"MLX affine {', '.join(sorted(kinds))}", modules
+
+
+def _dequantize_mlx(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    bits, group = m.params["bits"], m.params["group"]
+    values = unpack_bits(q.part(m, "weight"), bits, m.shape[1])
+    scales = np.repeat(q.floats(m, "scales"), group, axis=1)
+    biases = np.repeat(q.floats(m, "biases"), group, axis=1)
+    # mx.dequantize computes in the dtype of the scales: the product rounded, then the sum
+    return round_to(round_to(scales * values, m.out_dtype) + biases, m.out_dtype)

@@ -1,0 +1,121 @@
+"""Hostile quantized and CTranslate2 checkpoints: a mutated model.bin, a quantization_config of any
+JSON, and stored quantized tensors of any shape and dtype each end in the weights or in one
+SpecboundError line, never a traceback, a hang or an unbounded allocation."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specbound.io import open_checkpoint
+from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def _open_and_read(folder):
+    ckpt = open_checkpoint(folder)
+    for name in ckpt.names:
+        if ckpt.dtype(name) in ("F32", "F16", "BF16", "F64"):
+            ckpt.read(name)
+    return ckpt
+
+
+@pytest.fixture(scope="module")
+def ct2_bytes(tmp_path_factory):
+    pytest.importorskip("ctranslate2")
+    from support.ct2_models import convert, hf_model
+
+    root = tmp_path_factory.mktemp("fuzz_ct2")
+    hf_model("llama", root / "hf")
+    folder = convert(root / "hf", root / "ct2", "int8")
+    return (folder / "model.bin").read_bytes(), (folder / "config.json").read_bytes()
+
+
+@FUZZ
+@given(edits=EDITS)
+def test_mutated_ctranslate2_model_bin(ct2_bytes, tmp_path_factory, edits):
+    folder = tmp_path_factory.mktemp("ct2")
+    (folder / "model.bin").write_bytes(mutate(ct2_bytes[0], edits))
+    (folder / "config.json").write_bytes(ct2_bytes[1])
+    clean_outcome(_open_and_read, folder)
+
+
+@pytest.fixture(scope="module")
+def gptq(tmp_path_factory):
+    from support import quant_writers as qw
+
+    root = tmp_path_factory.mktemp("fuzz_gptq")
+    model = qw.tiny_llama(root / "hf")
+    qw.write_gptq(model, root / "gptq", 4, 32, False, True)
+    return root / "gptq"
+
+
+QUANT_KEYS = st.fixed_dictionaries({}, optional={
+    "quant_method": st.sampled_from(["gptq", "awq", "compressed-tensors", "bitsandbytes", "mlx", "hqq", 3]),
+    "bits": st.one_of(st.integers(-2, 40), JSON), "group_size": st.one_of(st.integers(-2, 200), JSON),
+    "checkpoint_format": st.sampled_from(["gptq", "gptq_v2", "marlin"]), "version": st.sampled_from(["gemm", "gemv"]),
+    "format": st.sampled_from(["pack-quantized", "float-quantized", "dense", "sparse"]), "config_groups": JSON,
+})
+
+
+@FUZZ
+@given(qc=st.one_of(QUANT_KEYS, JSON))
+def test_any_quantization_config(gptq, tmp_path_factory, qc):
+    import shutil
+
+    folder = tmp_path_factory.mktemp("qc")
+    shutil.copy(gptq / "model.safetensors", folder / "model.safetensors")
+    config = json.loads((gptq / "config.json").read_text())
+    config["quantization_config"] = qc
+    (folder / "config.json").write_text(json.dumps(config))
+    clean_outcome(_open_and_read, folder)
+
+
+@pytest.fixture(scope="module")
+def quantized(gptq):
+    """One folder per format, each of the same tiny LLaMA: format -> (folder, roles of q_proj)."""
+    from support import quant_writers as qw
+
+    root = gptq.parent
+    model = qw.tiny_llama(root / "hf2")
+    qw.write_awq(model, root / "awq", 32)
+    qw.write_mlx(model, root / "mlx", 3, 32)
+    out = {"gptq": (gptq, ["qweight", "qzeros", "scales", "g_idx"]), "awq": (root / "awq", ["qweight", "qzeros", "scales"]),
+           "mlx": (root / "mlx", ["weight", "scales", "biases"])}
+    if __import__("importlib").util.find_spec("compressed_tensors"):
+        qw.write_compressed(model, root / "ct-pack", dict(num_bits=4, type="int", strategy="group", group_size=16,
+                                                          symmetric=False), "pack-quantized")
+        qw.write_compressed(model, root / "ct-fp4", dict(num_bits=4, type="float", strategy="tensor_group",
+                                                         group_size=16, symmetric=True), "nvfp4-pack-quantized")
+        out["ct-pack"] = (root / "ct-pack", ["weight_packed", "weight_scale", "weight_zero_point", "weight_shape"])
+        out["ct-fp4"] = (root / "ct-fp4", ["weight_packed", "weight_scale", "weight_global_scale"])
+    return out
+
+
+DTYPES = st.sampled_from([np.int32, np.uint32, np.int8, np.uint8, np.float16, np.float32, np.int64])
+
+
+@FUZZ
+@given(data=st.data(), shape=st.lists(st.integers(0, 70), min_size=0, max_size=3), dtype=DTYPES,
+       seed=st.integers(0, 2**16))
+def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data, shape, dtype, seed):
+    """One stored tensor of q_proj replaced by values of any shape and dtype, in every format."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    kind = data.draw(st.sampled_from(sorted(quantized)))
+    source, roles = quantized[kind]
+    role = data.draw(st.sampled_from(roles))
+    folder = tmp_path_factory.mktemp("shape")
+    shutil.copy(source / "config.json", folder / "config.json")
+    tensors = load_file(str(source / "model.safetensors"))
+    rng = np.random.default_rng(seed)
+    tensors[f"model.layers.0.self_attn.q_proj.{role}"] = torch.from_numpy(rng.integers(-100, 100, size=shape).astype(dtype))
+    save_file(tensors, str(folder / "model.safetensors"))
+    clean_outcome(_open_and_read, folder)
