@@ -20,11 +20,14 @@ def _numbers(text):
     return [float(t.replace(",", "")) for t in NUMBER.findall(text)], NUMBER.sub("#", text)
 
 
+README = DOCS.parent / "README.md"
+
+
 def _documented():
     found = {}
-    for path in sorted(DOCS.glob("*.md")):
+    for path in [*sorted(DOCS.glob("*.md")), README]:
         for name, body in blocks(path.read_text()).items():
-            found[name] = (path.name, body)
+            found[name] = (str(path.relative_to(DOCS.parent)), body)
     return found
 
 
@@ -38,7 +41,7 @@ def test_a_generated_block_matches_the_code(name):
     doc_numbers, doc_text = _numbers(body)
     new_numbers, new_text = _numbers(GENERATORS[name]())
     assert doc_text == new_text, f"{doc_name}: the {name} block's text changed; rerun " \
-                                 f"python -m specbound.tools.doc_tables --write docs/{doc_name}"
+                                 f"python -m specbound.tools.doc_tables --write {doc_name}"
     assert len(doc_numbers) == len(new_numbers)
     for old, new in zip(doc_numbers, new_numbers):
         assert old == pytest.approx(new, rel=1e-3), f"{doc_name}, block {name}: {old} is now {new}"
@@ -53,3 +56,21 @@ def test_the_sample_size_where_the_gap_falls_below_one():
         gap = specbound.analyze(n=math.ceil(n_one * factor), margin=1.0, threads=1).gap_bound["bounds"][
             "spectral_adaptive"]["gap"]
         assert (gap < 1) == below, (factor, gap)
+
+
+def test_the_readme_lists_every_family_once():
+    """The README's table: one row per shipped family (Hugging Face and GGUF) and per refused hybrid,
+    none missing, none twice, and every model type of theirs once."""
+    from specbound.archs import builtin_specs
+    from specbound.archs.hybrids import refused_families
+
+    body = blocks(README.read_text())["readme-families"]
+    rows = [line.split(" | ") for line in body.splitlines()[2:]]
+    listed = [row[0].strip("| `") for row in rows]
+    expected = [*builtin_specs(), *(f.family for f in refused_families())]
+    assert sorted(listed) == sorted(expected) and len(set(listed)) == len(listed)
+    for spec in builtin_specs().values():
+        row = rows[listed.index(spec.family)][1]
+        assert all(f"`{t.removeprefix('gguf-')}`" in row for t in spec.model_types), (spec.family, row)
+    for family in refused_families():
+        assert "refused" in rows[listed.index(family.family)][1]

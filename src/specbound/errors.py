@@ -135,3 +135,16 @@ def missing_module(exc: ModuleNotFoundError, doing: str) -> SpecboundError | Non
     when the missing module is not one of specbound's optional packages (a bug)."""
     top = (exc.name or "").split(".")[0]
     return SpecboundError(missing_extra(doing, top)) if top in EXTRAS else None
+
+
+def index_ranges(indices) -> str:
+    """``0-2, 4-6, 8`` for ``[0, 1, 2, 4, 5, 6, 8]`` (sorted, distinct): layer indices in a message."""
+    out, start = [], None
+    indices = list(indices)
+    for i, x in enumerate(indices):
+        if start is None:
+            start = x
+        if i + 1 == len(indices) or indices[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)

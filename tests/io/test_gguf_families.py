@@ -36,6 +36,16 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
                         "full_attention": {"rope_type": "linear", "factor": GLOBAL_SCALING, "rope_theta": 1e6},
                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, 6),
     "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", "olmo2", {}, 2),
+    "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config", "smollm3", {"head_dim": D, "pad_token_id": 0}, 4),  # layer 3: NoPE
+    # multipliers exact in float32 (the file stores them so)
+    "granite": ("GraniteForCausalLM", "GraniteConfig", "granite", {"residual_multiplier": 0.5, "attention_multiplier": 0.25,
+                                                                  "embedding_multiplier": 8.0, "logits_scaling": 2.0}, 2),
+    "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", "exaone4", {"head_dim": D, "sliding_window": 8,
+                                                                  "sliding_window_pattern": 4, "pad_token_id": 0}, 4),
+    # llama.cpp fixes Cohere2's pattern at 4: the folder's config says the same (layer 3 global, unrotated)
+    "cohere2": ("Cohere2ForCausalLM", "Cohere2Config", "cohere2", {"head_dim": D, "sliding_window": 8,
+                                                                  "logit_scale": 0.5, "pad_token_id": 0}, 4),
+    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 
 
@@ -73,10 +83,14 @@ def test_gguf_file_analyses_like_the_hugging_face_folder(family, tmp_path):
         for e in hf.assumptions:
             e["effect"] = e["effect"].replace("(gain 1 + w,", "(gain w,")
     assert_same_numbers(hf, ours, rel=1e-9, family=False)
+    if family in ("exaone4", "cohere2"):  # the global layer (every fourth) unrotated
+        assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]
+    if family == "smollm3":  # llama.cpp's NoPE step: the fourth layer unrotated, as the folder's
+        assert [r is None for r in ours.model["rotary"]["by_layer"]] == [False, False, False, True]
     if family == "gemma3_text":
         assert [r["base"] for r in ours.model["rotary"]["by_layer"]] == [1e4] * 5 + [1e6]
         assert ours.model["rotary"]["by_layer"][5]["scaling"] == "linear"
-    if FAMILIES[family][0] in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", "Olmo2ForCausalLM"):
+    if FAMILIES[family][0] in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", "Olmo2ForCausalLM", "Exaone4ForCausalLM"):
         assert ours.model["qk_norm"] == hf.model["qk_norm"]
 
 

@@ -1,4 +1,4 @@
-"""llama.cpp's other architectures (phi2, phi3, gptj, falcon, bloom, qwen2moe, qwen3moe, and llama with experts)
+"""llama.cpp's other architectures (phi2, phi3, gptj, falcon, bloom, qwen2moe, qwen3moe, gpt-oss, and llama with experts)
 in GGUF files written by the ``gguf`` package's GGUFWriter the way ``convert_hf_to_gguf.py`` writes
 each one: its tensor names, its metadata keys, its rearrangements (Falcon's per-group and BLOOM's
 per-head fused QKV rewritten as ``[q | k | v]``, experts stacked into 3-D banks, Llama's Q/K rows
@@ -197,6 +197,37 @@ def _mixtral(state, config):
     return out, meta
 
 
+def _gpt_oss(state, config):
+    """GptOssModel: the experts' banks transposed to (E, out, in), gate_up_proj's interleaved columns
+    split into the gate (even) and up (odd) banks, the sinks as attn_sinks, biases kept."""
+    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
+           "output_norm.weight": state["model.norm.weight"]}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        out.update({f"blk.{l}.attn_{r}.{w}": state[p + f"self_attn.{r}_proj.{w}"] for r in "qkv" for w in ("weight", "bias")})
+        gate_up = state[p + "mlp.experts.gate_up_proj"]  # (E, in, 2 d_ff), gate and up interleaved
+        out.update({f"blk.{l}.attn_output.weight": state[p + "self_attn.o_proj.weight"],
+                    f"blk.{l}.attn_output.bias": state[p + "self_attn.o_proj.bias"],
+                    f"blk.{l}.attn_sinks.weight": state[p + "self_attn.sinks"],
+                    f"blk.{l}.ffn_gate_inp.weight": state[p + "mlp.router.weight"],
+                    f"blk.{l}.ffn_gate_inp.bias": state[p + "mlp.router.bias"],
+                    f"blk.{l}.ffn_gate_exps.weight": gate_up[:, :, ::2].transpose(0, 2, 1),
+                    f"blk.{l}.ffn_up_exps.weight": gate_up[:, :, 1::2].transpose(0, 2, 1),
+                    f"blk.{l}.ffn_down_exps.weight": state[p + "mlp.experts.down_proj"].transpose(0, 2, 1),
+                    f"blk.{l}.ffn_gate_exps.bias": state[p + "mlp.experts.gate_up_proj_bias"][:, ::2],
+                    f"blk.{l}.ffn_up_exps.bias": state[p + "mlp.experts.gate_up_proj_bias"][:, 1::2],
+                    f"blk.{l}.ffn_down_exps.bias": state[p + "mlp.experts.down_proj_bias"],
+                    f"blk.{l}.attn_norm.weight": state[p + "input_layernorm.weight"],
+                    f"blk.{l}.post_attention_norm.weight": state[p + "post_attention_layernorm.weight"]})
+    meta = dict(context_length=config.max_position_embeddings, embedding_length=N,
+                feed_forward_length=config.intermediate_size, head_count=H, head_count_kv=config.num_key_value_heads,
+                key_length=config.head_dim, value_length=config.head_dim,
+                rope_freq_base=config.rope_parameters["rope_theta"], expert_count=config.num_local_experts,
+                expert_used_count=config.num_experts_per_tok, expert_feed_forward_length=config.intermediate_size,
+                sliding_window=config.sliding_window)
+    return out, meta
+
+
 def _moe_kwargs():
     return dict(num_experts_per_tok=2, max_position_embeddings=32, vocab_size=64)
 
@@ -232,6 +263,12 @@ MODELS = {
         hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
         intermediate_size=48, moe_intermediate_size=32, num_experts=3, rms_norm_eps=1e-5, **_moe_kwargs())),
         _qwen3moe),
+    # the rope without YaRN here: the reader's YaRN is transformers' default one (truncated correction range,
+    # as llama.cpp computes it), not gpt-oss's truncate: false
+    "gpt_oss": ("gpt-oss", lambda: T.GptOssForCausalLM(T.GptOssConfig(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=8,
+        intermediate_size=16, num_local_experts=3, sliding_window=8,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **_moe_kwargs())), _gpt_oss),
     "mixtral": ("llama", lambda: T.MixtralForCausalLM(T.MixtralConfig(
         hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=32,
         num_local_experts=3, **_moe_kwargs())), _mixtral),

@@ -715,3 +715,51 @@ def reference_matrices(get, heads, kv_heads, layers=L):
         rows += [("OV", cols(w["v"], h // group) @ w["o"][h * d:(h + 1) * d, :], None) for h in range(heads)]
         rows += [(r, m, None) for r, m in w.items() if r.startswith("FF_")]  # in the model's order (experts e0, ...)
     return rows
+
+
+# --- the hybrids specbound refuses as a whole (archs/data/refused/, tests/archs/test_hybrids.py): each
+# model type's config built by transformers, in its current form and the older forms of released
+# config.json files.  A family derived one day moves from here into FAMILIES.
+# what transformers calls the refused blocks in layer_types (legacy names included)
+REFUSED_TYPES = {"linear_attention", "mamba", "conv"}
+SMALL = dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+# the state-space mixers' heads must divide their width (2 x 32)
+EXTRA = {"kimi_linear": dict(pad_token_id=0, bos_token_id=0, eos_token_id=1), "granitemoehybrid": dict(mamba_n_heads=4),
+         "bamba": dict(mamba_n_heads=4), "zamba2": dict(mamba_headdim=8, n_mamba_heads=8),
+         "mamba2": dict(num_heads=8, head_dim=8), "olmo_hybrid": dict(pad_token_id=0, bos_token_id=0, eos_token_id=1), "falcon_h1": dict(mamba_n_heads=4), "nemotron_h": dict(mamba_num_heads=4)}
+
+# (family, config kwargs): transformers builds the config; each family in its current form and the
+# older forms of released config.json files
+REFUSED_CONFIGS = [
+    ("qwen3_next", dict(num_hidden_layers=8)),
+    ("qwen3_next", dict(num_hidden_layers=7, full_attention_interval=3)),
+    ("qwen3_next", dict(layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"],
+                        num_hidden_layers=4)),
+    ("kimi_linear", dict(num_hidden_layers=9)),
+    ("kimi_linear", dict(num_hidden_layers=5, linear_attn_config={"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]})),
+    ("nemotron_h", dict(hybrid_override_pattern="M-M*-ME*M")),
+    ("nemotron_h", dict(layers_block_type=["full_attention", "mamba", "mlp", "mamba"])),
+    ("granitemoehybrid", dict(num_hidden_layers=6,
+                              layer_types=["mamba", "mamba", "attention", "mamba", "attention", "mamba"])),
+    ("granitemoehybrid", dict(num_hidden_layers=3)),
+    ("falcon_h1", dict(num_hidden_layers=3)),
+    ("jamba", dict(num_hidden_layers=11)),
+    ("jamba", dict(num_hidden_layers=7, attn_layer_period=3, attn_layer_offset=1)),
+    ("lfm2", dict(num_hidden_layers=6, full_attn_idxs=[2, 5])),
+    ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"])),
+    ("qwen3_5_text", dict(num_hidden_layers=8)),
+    ("qwen3_5", dict(text_config=dict(num_hidden_layers=5, layer_types=["linear_attention"] * 4 + ["full_attention"]))),
+    ("minimax", dict(num_hidden_layers=5)),
+    ("mamba", dict(num_hidden_layers=2)),
+    ("falcon_mamba", dict(num_hidden_layers=3)),
+    ("mamba2", dict(num_hidden_layers=2)),
+    ("bamba", dict(num_hidden_layers=5, attn_layer_indices=[1, 3])),
+    ("bamba", dict(num_hidden_layers=2)),
+    ("zamba", dict(num_hidden_layers=4)),
+    ("zamba2", dict(num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"])),
+    ("recurrent_gemma", dict(num_hidden_layers=7)),
+    ("recurrent_gemma", dict(num_hidden_layers=4, block_types=["recurrent", "attention"])),
+    ("rwkv", dict(num_hidden_layers=3)),
+]
+# families whose every layer holds the refused block (beside attention, or with no attention at all)
+EVERY_LAYER = ("falcon_h1", "mamba", "falcon_mamba", "mamba2", "zamba", "zamba2", "rwkv")

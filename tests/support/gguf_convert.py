@@ -2,7 +2,9 @@
 ``gguf`` package's own writer (tests/io/test_gguf.py, tests/io/test_gguf_families.py).
 
 What the converter does and these helpers repeat: tensor names from gguf's own ``TensorNameMap``;
-``LlamaModel.permute`` on Q and K for the ``llama`` architecture only; 1 added to every Gemma norm
+``LlamaModel.permute`` on Q and K for the ``llama``, ``smollm3`` and ``granite`` architectures only; Granite's
+multipliers as ``GraniteModel`` writes them (``embedding_scale``, ``residual_scale``, ``attention.scale``,
+``logit_scale``); 1 added to every Gemma norm
 weight (``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
 ``1 + w``); Gemma's tied ``lm_head`` skipped; the metadata keys each model class writes.
 """
@@ -43,7 +45,10 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if hasattr(cfg, "rms_norm_eps"):
+        writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    else:  # a LayerNorm (StarCoder2's norm_epsilon, Cohere2's layer_norm_eps)
+        writer.add_layer_norm_eps(getattr(cfg, "norm_epsilon", None) or cfg.layer_norm_eps)
     rope = cfg.rope_parameters.get("full_attention", cfg.rope_parameters)
     writer.add_rope_freq_base(rope["rope_theta"])
     if rope.get("rope_type") == "linear":
@@ -52,22 +57,34 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
     if arch == "gemma2":
         writer.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         writer.add_final_logit_softcapping(cfg.final_logit_softcapping)
-    if arch in ("gemma2", "gemma3"):
+    if arch in ("gemma2", "gemma3") or (arch == "starcoder2" and cfg.sliding_window):
         writer.add_sliding_window(cfg.sliding_window)
+    if arch == "cohere2":  # Cohere2Model: the logit scale, the window (no pattern), the rotated dimensions
+        writer.add_logit_scale(cfg.logit_scale)
+        writer.add_sliding_window(cfg.sliding_window)
+        writer.add_rope_dimension_count(head_dim)
+    if arch == "exaone4" and cfg.sliding_window is not None:  # Exaone4Model: the window and a flag per layer
+        writer.add_sliding_window(cfg.sliding_window)
+        writer.add_sliding_window_pattern([t == "sliding_attention" for t in cfg.layer_types])
+    if arch == "granite":
+        writer.add_embedding_scale(cfg.embedding_multiplier)
+        writer.add_residual_scale(cfg.residual_multiplier)
+        writer.add_attention_scale(cfg.attention_multiplier)
+        writer.add_logit_scale(cfg.logits_scaling)
     writer.add_token_list([f"t{i}" for i in range(cfg.vocab_size)])
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), layers)
     gemma = arch.startswith("gemma")
     for name, tensor in model.state_dict().items():
-        if name == "lm_head.weight" and gemma:
+        if name == "lm_head.weight" and (gemma or arch == "cohere2"):
             continue  # tied to the embeddings
         array = tensor.detach().float().numpy()
         if gemma and name.endswith("norm.weight"):
             array = array + np.float32(1)
-        if arch == "llama" and name.endswith("q_proj.weight"):
+        if arch in ("llama", "smollm3", "granite") and name.endswith("q_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_attention_heads)
-        elif arch == "llama" and name.endswith("k_proj.weight"):
+        elif arch in ("llama", "smollm3", "granite") and name.endswith("k_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_key_value_heads)
-        target = names.get_name(name, try_suffixes=(".weight",))
+        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if target is None:
             raise ValueError(f"gguf's tensor map has no name for {name}")
         writer.add_tensor(target, np.ascontiguousarray(array, dtype=np.float32))

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ..errors import SpecboundError
 from ..io import Checkpoint
+from .hybrids import refuse_ignored_recurrent
 from .model import MixtureOfExperts, ModelDims
 from .spec import BANK, ArchSpec, TensorRule
 
@@ -358,7 +359,9 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
 
 
 def check_strays(spec: ArchSpec, ckpt: Checkpoint, prefix: str, accounted: set[str]) -> None:
-    """Every tensor not in ``accounted`` must match one of the spec's ignore patterns."""
+    """Every tensor not in ``accounted`` must match one of the spec's ignore patterns, and none of them
+    may be a linear-attention or state-space weight (:func:`.hybrids.refuse_ignored_recurrent`)."""
+    refuse_ignored_recurrent(ckpt.names, accounted, spec.family, spec.origin)
     stray = [n for n in ckpt.names if n not in accounted and not spec.is_ignored(n, prefix)]
     if stray:
         shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")

@@ -22,7 +22,12 @@ recorded as a :class:`Guess` with its evidence, and the ones the checkpoint cann
   gate or router), and a shared expert with its gate when there is one.  How the router weighs its
   experts is not in the weights (the derivation needs gates >= 0 summing to at most 1): marked verify.
   Weights no spec can describe are refused with a line naming them: 3-D expert banks, two expert
-  stacks, a dense feed-forward beside the experts, a router that cannot be found.
+  stacks, a dense feed-forward beside the experts, a router that cannot be found;
+* so are the weights of blocks outside the spec schema (``UNMODELLED``), with the layers that hold
+  them: linear-attention and state-space blocks (``A_log``, ``dt_bias``, Mamba's ``x_proj``, gated
+  DeltaNet's ``in_proj_qkvz``), causal convolutions over the tokens (a 3-D ``conv1d.weight``), multi-head
+  latent attention (``q_a_proj``, ``kv_a_proj_with_mqa``), attention sinks (``sinks``) and routers with a
+  score-correction bias (``e_score_correction_bias``).
 
 The draft is finally run through ``analyze``'s own accounting and shape checks on the checkpoint it
 came from (:func:`self_check`), so a draft that does not fit says so before it is used.
@@ -35,9 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
+from .hybrids import RECURRENT_WEIGHT, RECURRENT_WHAT, RECURRENT_WHY
 from .spec import LAYER_PLACEHOLDER, parse_spec
 from ..io import FLOAT_DTYPES, Checkpoint
-from ..errors import SpecboundError
+from ..errors import SpecboundError, index_ranges as ranges
 from .tensor_names import (ExpertStack, LayerStack, RoleAssignment, assign_attention_roles, assign_roles,
                            find_expert_stack, find_layer_stack, find_layer_stacks, ignore_patterns, is_cross_attention,
                            leaf, module_of, norms_per_layer, stacks_ignore_patterns, wrapper_prefix)
@@ -149,6 +155,7 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     prefix = wrapper_prefix(stack.path, config)
     stack_rel = stack.path[len(prefix):]
     _note_stack(stack, prefix, ckpt, draft)
+    refuse_unmodelled(ckpt, stack)
     _refuse_banks(ckpt, stack)
     matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2
                       and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES)
@@ -187,6 +194,49 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     parse_spec(draft.spec, "the drafted spec")  # an invalid draft is a bug here, not the user's problem
     draft.check = self_check(draft.spec, ckpt)
     return draft
+
+
+# Weights of blocks arch infer does not draft, each (pattern on a layer-relative name, what it is, why
+# it is refused, whether only a 3-D weight matches, what to do); the first kind found in any layer is
+# refused, naming the weight and the layers that hold its kind.  Never drafted as ignored: each
+# changes the function.
+_NO_SPEC = "no spec can describe it, so arch infer drafts none (docs/families.md)"
+_BY_HAND = ("arch infer does not draft it: write the spec by hand, after a shipped family of the same layout if "
+            "there is one (docs/architectures.md)")
+UNMODELLED = (
+    (RECURRENT_WEIGHT, RECURRENT_WHAT, RECURRENT_WHY, False, _NO_SPEC),
+    (r"(?:^|\.)(?:conv1d|conv|short_conv)\.weight$",
+     "a causal convolution over the tokens (the short convolution of a state-space, linear-attention or LFM2 block)",
+     "it mixes earlier tokens through input-dependent gates, and specbound derives neither its matrices as terms of "
+     "the bound nor a Lipschitz factor over sequences for it", True, _NO_SPEC),
+    (r"(?:^|\.)(?:q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight$",
+     "a multi-head latent attention projection (DeepSeek-V3's q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj)",
+     "queries, keys and values pass through shared low-rank latents with an RMSNorm between (q_a_layernorm, "
+     "kv_a_layernorm) and one rotary key shared by every head, not the q, k and v roles a draft names", False,
+     _BY_HAND),
+    (r"(?:^|\.)sinks$",
+     "attention sinks (a learned logit per head in the softmax's denominator, as in gpt-oss)",
+     "a draft has no term for the sink logit, and ignoring it would change every attention weight", False, _BY_HAND),
+    (r"(?:^|\.)e_score_correction_bias$",
+     "a router's score-correction bias (DeepSeek-V3's e_score_correction_bias)",
+     "its router picks experts by sigmoid scores corrected by the bias, with group-limited top-k and a routed scaling "
+     "factor, not the softmax routing a drafted experts section assumes (docs/theory.md 3f)", False, _BY_HAND),
+)
+
+
+def refuse_unmodelled(ckpt: Checkpoint, stack: LayerStack) -> None:
+    """Refuse, in one line naming the weight and the layers holding its kind, a layer weight of a block
+    arch infer does not draft (``UNMODELLED``: linear-attention and state-space blocks, causal
+    convolutions, latent attention, attention sinks, bias-corrected routers; docs/families.md)."""
+    for pattern, what, why, three_d, fix in UNMODELLED:
+        hits = {layer: sorted(r for r in rests if re.search(pattern, r)
+                              and (not three_d or len(ckpt.shape(stack.name(layer, r))) == 3))
+                for layer, rests in stack.rests.items()}
+        layers = sorted(l for l, found in hits.items() if found)
+        if layers:
+            name = stack.name(layers[0], hits[layers[0]][0])
+            where = f"layer {layers[0]}" if len(layers) == 1 else f"layers {ranges(layers)}"
+            raise SpecboundError(f"{name} is {what}, in {where} of {stack.L}: {why}; {fix}")
 
 
 def _refuse_banks(ckpt: Checkpoint, stack: LayerStack) -> None:

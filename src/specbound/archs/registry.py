@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import SpecboundError
+from .hybrids import refuse_hybrid
 from .spec import ArchSpec, parse_spec
 
 
@@ -46,6 +47,7 @@ def spec_for_config(config: dict[str, Any]) -> ArchSpec:
     for spec in _served():
         if model_type in spec.model_types:
             return spec
+    refuse_hybrid(config)  # a hybrid's refusal names its linear-attention or state-space layers
     raise SpecboundError(
         f"unsupported model family: config.json has model_type={model_type!r}; supported model "
         f"types: {', '.join(supported_model_types())}. For another family, write a spec file "

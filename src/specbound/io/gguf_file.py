@@ -43,6 +43,16 @@ What the file holds and how it is exposed:
   contiguous slice (a quantized bank's rows are whole blocks, so a slice dequantizes on its own), and
   not the bank itself: a family spec names experts as it does for a Hugging Face checkpoint.  A
   ``llama`` file with ``expert_count > 0`` (Mixtral) has ``model_type = "gguf-llama-moe"``.
+* **Hybrids.** A file of another architecture whose layers hold llama.cpp's tensors of a
+  linear-attention, state-space or short-convolution block (``blk.N.ssm_*``, ``blk.N.shortconv.*``,
+  ``blk.N.time_mix_*``: qwen3next, kimi-linear, nemotron_h, granitehybrid, falcon-h1, jamba, lfm2, mamba,
+  rwkv) is refused in one line naming those layers, as its Hugging Face checkpoint is (docs/families.md).
+* **Architectures of the late-2026 families**: ``starcoder2``, ``smollm3`` (Q/K permuted as a ``LlamaModel``;
+  llama.cpp fixes its NoPE step at 4, which the family spec's default gives), ``granite`` (permuted; its
+  multipliers under ``embedding_scale``, ``residual_scale``, ``attention.scale``, ``logit_scale``),
+  ``exaone4`` (``attention.sliding_window_pattern``'s per-layer flags become ``layer_types``) and
+  ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default), ``gpt-oss`` (expert banks
+  with biases, ``attn_sinks``; the clamped SwiGLU's constants, which llama.cpp's graph fixes, set here).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -67,16 +77,19 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
                           read_header)
 
 # GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
-# Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style).
+# Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style;
+# SmolLM3Model and GraniteModel are LlamaModels).
 # Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
-                   "qwen2moe": False, "qwen3moe": False}
+                   "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
+                   "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
+                   "gpt-oss": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
                "phi2": "gelu_pytorch_tanh", "gptj": "gelu_pytorch_tanh", "falcon": "gelu_pytorch_tanh",
-               "bloom": "gelu_pytorch_tanh"}
+               "bloom": "gelu_pytorch_tanh", "starcoder2": "gelu_pytorch_tanh"}
 # 3-D expert banks, exposed one expert at a time as ``blk.N.ffn_gate_exps.weight[e]``
 _BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
 _LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
@@ -294,10 +307,15 @@ def read_metadata(header: GGUFHeader, tensor_names: Any = None) -> tuple[str, di
     if arch in SUPPORTED_ARCHS:
         config.setdefault("hidden_act", _ACTIVATION.get(arch, "silu"))  # llama.cpp's graph for the arch
         config.update(_rotary_keys(config, path))
+        if arch == "gpt-oss":  # llama.cpp's graph: the clamped SwiGLU's constants (it stores none)
+            config.setdefault("swiglu_limit", _GPT_OSS_SWIGLU[0])
+            config.setdefault("swiglu_alpha", _GPT_OSS_SWIGLU[1])
     # before anything is sized by it (Gemma 3's per-layer types here, the layers bound later)
     _check_block_count(header.path, header.tensors if tensor_names is None else tensor_names, arch, config)
     if arch == "gemma3":
         config.update(_gemma3_layers(config))
+    elif arch in _WINDOW_PATTERN_ARCHS:
+        config.update(_window_layers(config))
     return arch, config
 
 
@@ -339,6 +357,24 @@ def _check_block_count(path: Path, tensor_names: Any, arch: str, config: dict[st
         raise SpecboundError(f"{path}: the metadata key '{arch}.block_count' declares {declared:,} blocks "
                              f"but the file holds tensors of {len(held):,} (blk.0 to blk.{max(held, default=-1)}); "
                              f"the file is corrupt or hand-edited: re-convert the model")
+
+
+# gpt-oss's clamped SwiGLU as llama.cpp's graph computes it (limit, alpha: ggml_swiglu_oai's constants,
+# the Hugging Face class's defaults)
+_GPT_OSS_SWIGLU = (7.0, 1.702)
+# architectures whose converter writes attention.sliding_window_pattern as one flag per layer (True: a
+# sliding-window layer), read back as transformers' layer_types
+_WINDOW_PATTERN_ARCHS = ("exaone4",)
+
+
+def _window_layers(config: dict[str, Any]) -> dict[str, Any]:
+    """``layer_types`` from ``attention.sliding_window_pattern``'s per-layer flags (EXAONE 4), when the
+    file has them and a window; none otherwise."""
+    layers, pattern = config.get("block_count"), config.get("attention.sliding_window_pattern")
+    if not isinstance(layers, int) or not isinstance(pattern, list) or len(pattern) < layers \
+            or config.get("attention.sliding_window") is None:
+        return {}
+    return {"layer_types": ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]}
 
 
 def _gemma3_layers(config: dict[str, Any]) -> dict[str, Any]:
@@ -429,6 +465,7 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
     headers = _shards(path, read_header(path))
     arch, config = read_metadata(headers[0], [name for h in headers for name in h.tensors])
     if arch not in SUPPORTED_ARCHS:
+        _refuse_recurrent(path, arch, config, [n for h in headers for n in h.tensors])
         raise SpecboundError(
             f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
@@ -449,6 +486,32 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
     return ckpt
+
+
+# llama.cpp's tensors of the blocks that are not softmax attention (qwen3next, kimi-linear, mamba,
+# mamba2, jamba, nemotron_h, granitehybrid, falcon-h1, lfm2, rwkv*): what each is, and its names
+_RECURRENT = (("ssm_", "state-space or linear-attention", "blk.N.ssm_*"),
+              ("shortconv.", "gated short-convolution", "blk.N.shortconv.*"),
+              ("time_mix_", "RWKV time-mixing", "blk.N.time_mix_*"))
+
+
+def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list[str]) -> None:
+    """A hybrid's (or a state-space model's) file, refused in one line naming the layers whose
+    tensors are of a linear-attention, state-space or convolution block (docs/families.md)."""
+    from ..errors import index_ranges
+
+    for prefix, kind, pattern in _RECURRENT:
+        layers = sorted({int(m[1]) for n in names if (m := re.match(rf"^blk\.(\d+)\.{re.escape(prefix)}", n))})
+        if layers:
+            count = config.get("block_count")
+            of = f" of {count}" if isinstance(count, int) and not isinstance(count, bool) else ""
+            noun = "layer" if len(layers) == 1 else "layers"
+            raise SpecboundError(
+                f"{path}: GGUF architecture {arch!r} is refused as a whole: {noun} {index_ranges(layers)}{of} are "
+                f"{kind} layers ({pattern}); their state carries every earlier token through input-dependent "
+                f"decays and gates, and specbound derives neither their matrices as terms of the bound nor a "
+                f"Lipschitz factor over sequences for them (docs/families.md), and a bound over the softmax "
+                f"attention alone would leave them out silently")
 
 
 def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]

@@ -125,6 +125,32 @@ def families() -> str:
               "| family | GGUF architectures | what it is |", "|---|---|---|"]
     lines += [f"| `{s.family}` | {', '.join(f'`{t.removeprefix(GGUF)}`' for t in s.model_types)} | "
               f"{_cell(s.description)} |" for s in gguf]
+    from ..archs.hybrids import refused_families
+
+    refused = refused_families()
+    lines += ["", f"{len(refused)} hybrid families refused as a whole (`archs/data/refused/`), in one line that names "
+              f"the layers of the kind below, their indices and tensors ([why](#hybrids-refused-as-a-whole)):", "", "| family | model types | refused layers | what it is |", "|---|---|---|---|"]
+    lines += [f"| `{f.family}` | {', '.join(f'`{t}`' for t in f.model_types)} | {_cell(f.block)} "
+              f"(`{_cell(f.tensors)}`) | {_cell(f.description)} |" for f in refused]
+    return "\n".join(lines) + "\n"
+
+
+def readme_families() -> str:
+    """README.md: one row per shipped family and per refused hybrid, from ``archs/data`` (each once,
+    none missing); what each is: docs/families.md."""
+    from ..archs.hybrids import refused_families
+    from ..archs.registry import builtin_specs
+
+    def types(model_types) -> str:
+        return " ".join(f"`{t.removeprefix(GGUF)}`" for t in model_types)
+
+    specs = builtin_specs().values()
+    gguf = [s for s in specs if any(t.startswith(GGUF) for t in s.model_types)]
+    lines = ["| family | reads |", "|---|---|"]
+    lines += [f"| `{s.family}` | {types(s.model_types)} |" for s in specs if s not in gguf]
+    lines += [f"| `{s.family}` | GGUF {types(s.model_types)} |" for s in gguf]
+    lines += [f"| `{f.family}` | refused, naming its {_cell(f.block)} layers: {types(f.model_types)} |"
+              for f in refused_families()]
     return "\n".join(lines) + "\n"
 
 
@@ -190,7 +216,8 @@ def cli_reference(parser) -> str:
     return "\n".join(lines)
 
 
-GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry}
+GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry,
+              "readme-families": readme_families}
 
 
 def blocks(text: str) -> dict[str, str]:
