@@ -340,3 +340,27 @@ def test_many_shards_one_request_each(tmp_path, hub_env):
         assert len([1 for m, p, _ in hub.log if m == "GET" and p.endswith(".safetensors")]) == len(tensors)
     for a in (streamed, fetched):
         assert a.bounds == pytest.approx(reference.bounds, rel=1e-12)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_index_of_thousands_of_shards_is_one_line_at_once(tmp_path, hub_env, stream):
+    """Issue 31: a weight map of 3,000 tiny shards took 44-91 s to fetch; an index naming more shard
+    files than any published model is refused before any shard is requested."""
+    import time
+
+    from specbound.io.hub_fetch import MAX_SHARDS
+
+    local = write_tiny_bert(tmp_path / "local", seed=32, L=2, N=8, H=2, d_ff=8)
+    sharded = _sharded(local, tmp_path / "sharded", parts=2)
+    index = sharded / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    doc["weight_map"].update({f"extra.{i}": f"extra-{i:05d}.safetensors" for i in range(3000)})
+    index.write_text(json.dumps(doc))
+    with HubServer({REPO: sharded}) as hub:
+        hub_env.setenv("HF_ENDPOINT", hub.url)
+        start = time.perf_counter()
+        with pytest.raises(SpecboundError, match=f"names 3,002 shard files; specbound fetches or streams at most "
+                                                 f"{MAX_SHARDS:,}") as exc:
+            specbound.analyze(REPO, threads=1, stream=stream)
+        assert time.perf_counter() - start < 30 and "\n" not in str(exc.value)
+        assert not [p for _, p, _ in hub.log if p.endswith(".safetensors")]  # no shard requested

@@ -34,6 +34,9 @@ CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 DOWNLOAD_WORKERS = 8  # files downloaded at once (huggingface_hub's snapshot_download uses 8 too)
+# Shard files an index may name for a hub fetch or stream: published models have a few hundred at most
+# (DeepSeek-V3 163, Llama 3.1 405B 191); 3,000 one-tensor shards took 44 s to fetch (issue 31)
+MAX_SHARDS = 1000
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a PEFT adapter repository
 CT2_MODEL = "model.bin"  # CTranslate2's weights (never a PyTorch pickle's name: pytorch_model.bin)
 
@@ -146,6 +149,11 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
         remote = HubFiles(repo_id, revision, commit, endpoint, token)  # every read at one commit
         remote._sizes.update({f: n for f, n in sizes.items() if n is not None})  # no HEAD per file to stream
         weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
+        shards = len(set(weight_map.values())) if isinstance(weight_map, dict) else 0
+        if shards > MAX_SHARDS:
+            raise SpecboundError(f"the hub model {name}'s {INDEX} names {shards:,} shard files; specbound fetches or "
+                                 f"streams at most {MAX_SHARDS:,} (published models have a few hundred at most): "
+                                 f"download it yourself (`hf download {repo_id}`) and pass the folder")
         try:
             wanted = needed_files(list(sizes), lambda: [check_filename(v, host, "a shard name of the index")
                                                         for v in weight_map.values()])
