@@ -84,7 +84,7 @@ SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
                    "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
-                   "gpt-oss": False}
+                   "gpt-oss": False, "glm4moe": False, "ernie4_5-moe": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
@@ -105,9 +105,11 @@ _COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forwar
                "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
                "expert_count", "expert_used_count", "expert_feed_forward_length",
                "expert_shared_feed_forward_length", "rope.scaling.original_context_length",
-               "attention.sliding_window")
+               "attention.sliding_window", "nextn_predict_layers", "leading_dense_block_count",
+               "interleave_moe_layer_step", "expert_shared_count", "expert_gating_func")
 _NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "attention.layer_norm_rms_eps",
-                "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping")
+                "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping",
+                "expert_weights_scale")
 _TEXT_KEYS = ("rope.scaling.type",)
 
 
@@ -477,6 +479,7 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
                 raise SpecboundError(f"{path}: tensor {name!r} is stored in two parts of the split model; "
                                      f"the parts belong to different models: re-download them")
             tensors[name], files[name] = tensor, header.path
+    tensors, files = _nextn_blocks(path, arch, config, tensors, files)
     tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
@@ -512,6 +515,34 @@ def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list
                 f"decays and gates, and specbound derives neither their matrices as terms of the bound nor a "
                 f"Lipschitz factor over sequences for them (docs/families.md), and a bound over the softmax "
                 f"attention alone would leave them out silently")
+
+
+def _nextn_blocks(path: Path, arch: str, config: dict[str, Any], tensors: dict[str, TensorInfo],
+                  files: dict[str, Path]) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
+    """GLM-4.5's multi-token-prediction blocks: ``Glm4MoeModel`` writes ``block_count`` as the model's
+    layers plus ``nextn_predict_layers`` and stores those last blocks (``blk.L.nextn.*`` and a whole
+    layer beside them) as ``blk.L.*``; llama.cpp runs them only to draft tokens, not in the model's
+    forward chain.  ``layer_count`` is the model's layers; the trailing blocks' tensors are exposed
+    as ``mtp.blk.L.*`` (the family spec ignores them).  The query/key norms are optional in llama.cpp's
+    glm4moe graph: ``use_qk_norm`` says whether the file holds them."""
+    if arch != "glm4moe":
+        return tensors, files
+    config.setdefault("use_qk_norm", "blk.0.attn_q_norm.weight" in tensors)
+    blocks, extra = config.get("block_count"), config.get("nextn_predict_layers", 0)
+    if not isinstance(blocks, int):
+        return tensors, files
+    if extra >= blocks:
+        raise SpecboundError(f"{path}: the metadata key '{arch}.nextn_predict_layers' says {extra:,} of the "
+                             f"{blocks:,} blocks are multi-token-prediction blocks, leaving no model layer; the "
+                             f"file is corrupt or hand-edited: re-convert the model")
+    config["layer_count"] = layers = blocks - extra
+    out, where = {}, {}
+    for name, t in tensors.items():
+        m = _BLOCK.match(name)
+        new = f"mtp.{name}" if m and int(m.group(1)) >= layers else name
+        out[new], where[new] = (t if new == name else TensorInfo(new, t.kind, t.shape, t.start, t.n_bytes,
+                                                                 t.n_elements)), files[name]
+    return out, where
 
 
 def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]
