@@ -42,6 +42,30 @@ def _ernie():  # layer 0 dense (moe_layer_start_index), then every layer; two sh
         moe_num_shared_experts=2, rms_norm_eps=1e-5, vocab_size=VOCAB, max_position_embeddings=64))
 
 
+def _deepseek():  # families.py's DeepSeek-V3 layout: latents of 12 and 10, 6 + 4 key features, 5 value features
+    return T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
+        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF,
+        moe_intermediate_size=MOE_FF, n_routed_experts=E, num_experts_per_tok=TOP_K, n_group=2, topk_group=1,
+        first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
+        qk_nope_head_dim=6, v_head_dim=5, rms_norm_eps=1e-6, vocab_size=VOCAB, max_position_embeddings=64))
+
+
+def _deepseek_meta(c):
+    """DeepseekV2Model.set_gguf_parameters: one key/value head, the absorbed key/value lengths and the MLA
+    ones, the gating function by scoring_func."""
+    return dict(block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
+                feed_forward_length=c.intermediate_size, head_count=H, head_count_kv=1,
+                layer_norm_rms_eps=c.rms_norm_eps, rope_freq_base=c.rope_parameters["rope_theta"],
+                leading_dense_block_count=c.first_k_dense_replace, q_lora_rank=c.q_lora_rank,
+                kv_lora_rank=c.kv_lora_rank, key_length=c.kv_lora_rank + c.qk_rope_head_dim,
+                value_length=c.kv_lora_rank, key_length_mla=c.qk_nope_head_dim + c.qk_rope_head_dim,
+                value_length_mla=c.v_head_dim, expert_feed_forward_length=c.moe_intermediate_size,
+                expert_count=c.n_routed_experts, expert_used_count=c.num_experts_per_tok,
+                expert_shared_count=c.n_shared_experts, expert_weights_scale=c.routed_scaling_factor,
+                expert_weights_norm=c.norm_topk_prob, expert_gating_func=gguf.ExpertGatingFuncType.SIGMOID,
+                rope_dimension_count=c.qk_rope_head_dim)
+
+
 def _glm_meta(c):
     """Glm4MoeModel.set_gguf_parameters (after TextModel's): block_count counts the MTP layers."""
     return dict(block_count=c.num_hidden_layers + c.num_nextn_predict_layers, context_length=c.max_position_embeddings,
@@ -72,15 +96,30 @@ def _ernie_meta(c):
 
 # name -> (GGUF architecture, gguf MODEL_ARCH, Hugging Face model, metadata)
 MODELS = {"glm4_moe": ("glm4moe", "GLM4_MOE", _glm, _glm_meta),
-          "ernie4_5_moe": ("ernie4_5-moe", "ERNIE4_5_MOE", _ernie, _ernie_meta)}
+          "ernie4_5_moe": ("ernie4_5-moe", "ERNIE4_5_MOE", _ernie, _ernie_meta),
+          "deepseek_v3": ("deepseek2", "DEEPSEEK2", _deepseek, _deepseek_meta)}
 
 
-def convert(state, arch_id, blocks):
+def split_kv_b(kv_b, config):
+    """DeepseekV2Model.modify_tensors: kv_b_proj viewed (H, d_nope + d_v, r), split into k_b (transposed per
+    head: (H, r, d_nope)) and v_b ((H, d_v, r))."""
+    nope, dv = config.qk_nope_head_dim, config.v_head_dim
+    per_head = kv_b.reshape(H, nope + dv, kv_b.shape[-1])
+    return per_head[:, :nope].transpose(0, 2, 1), per_head[:, nope:]
+
+
+def convert(state, arch_id, blocks, config=None):
     """The converters' tensors: names from gguf's TensorNameMap, the experts stacked (``torch.stack`` over
-    the expert index), ``e_score_correction_bias`` renamed ``e_score_correction.bias`` (exp_probs_b.bias)."""
+    the expert index), ``e_score_correction_bias`` renamed ``e_score_correction.bias`` (exp_probs_b.bias),
+    DeepSeek's kv_b_proj split into k_b_proj and v_b_proj."""
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch_id), blocks)
     out, banks = {}, {}
-    for name, array in state.items():
+    for name, array in list(state.items()):
+        if name.endswith("kv_b_proj.weight"):
+            k_b, v_b = split_kv_b(array, config)
+            out[names.get_name(name.replace("kv_b_proj", "k_b_proj"), try_suffixes=(".weight",))] = k_b
+            out[names.get_name(name.replace("kv_b_proj", "v_b_proj"), try_suffixes=(".weight",))] = v_b
+            continue
         if ".mlp.experts." in name:  # model.layers.{l}.mlp.experts.{e}.{role}_proj.weight
             parts = name.split(".")
             banks.setdefault((int(parts[2]), parts[6][:-len("_proj")]), {})[int(parts[5])] = array
@@ -134,7 +173,7 @@ def build(name, root, **meta_changes):
     transformers.logging.set_verbosity_error()
     model.save_pretrained(root / "hf")
     meta = {**meta_of(model.config), **meta_changes}
-    tensors = convert(load_file(str(root / "hf" / "model.safetensors")), arch_id, meta["block_count"])
+    tensors = convert(load_file(str(root / "hf" / "model.safetensors")), arch_id, meta["block_count"], model.config)
     if meta.get("nextn_predict_layers"):
         tensors.update(mtp_block(tensors, L, np.random.default_rng(0)))
     return root / "hf", write_gguf(root / "model.gguf", arch, tensors, meta), tensors, meta
@@ -156,7 +195,16 @@ def test_every_matrix_equals_the_hugging_face_checkpoints(converted):
         x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)
         y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
         for role in "qkvo":
+            if getattr(x, role) is None:  # latent attention: its factors instead
+                assert getattr(y, role) is None
+                continue
             np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=1e-9, err_msg=role)
+        assert (x.latent is None) == (y.latent is None) == (name != "deepseek_v3")
+        for field, value in (vars(x.latent) if x.latent is not None else {}).items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_allclose(getattr(y.latent, field), value, rtol=0, atol=1e-9, err_msg=field)
+            else:
+                assert getattr(y.latent, field) == value, field
         assert list(x.ff) == list(y.ff)
         for role in x.ff:
             np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=1e-9, err_msg=role)
@@ -210,9 +258,30 @@ def test_glm_gates_not_renormalised_without_expert_weights_norm(tmp_path):
     ("glm4_moe", {"nextn_predict_layers": L + 1}, "nextn_predict_layers"),
     ("glm4_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),
     ("ernie4_5_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SIGMOID}, "expert_gating_func"),
+    ("deepseek_v3", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),  # V2's
+    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.YARN, "rope_scaling_factor": 4.0}, "rope.scaling"),
+    ("deepseek_v3", {"key_length_mla": 4}, "key_length_mla"),  # not above the 4 rotated features
 ])
 def test_a_malformed_or_unmodelled_file_is_refused_in_one_line(tmp_path, name, meta, match):
     _, path, _, _ = build(name, tmp_path, **meta)
     with pytest.raises(SpecboundError, match=match) as info:
         specbound.analyze(path, threads=1)
+    assert "\n" not in str(info.value)
+
+
+def test_deepseeks_kv_b_is_joined_from_the_converters_halves(tmp_path):
+    """The file holds attn_k_b (H, r, d_nope) and attn_v_b (H, d_v, r) and no attn_kv_b; the reader's
+    blk.N.attn_kv_b.weight is the Hugging Face kv_b_proj, exactly; halves of different models: one line."""
+    from safetensors.numpy import load_file
+
+    folder, path, tensors, meta = build("deepseek_v3", tmp_path)
+    assert "blk.1.attn_kv_b.weight" not in tensors and tensors["blk.1.attn_k_b.weight"].shape == (H, 10, 6)
+    kv_b = load_file(str(folder / "model.safetensors"))["model.layers.1.self_attn.kv_b_proj.weight"]
+    opened = open_model(path)
+    np.testing.assert_array_equal(opened.ckpt.read("blk.1.attn_kv_b.weight"), kv_b.astype(np.float64))
+    assert opened.ckpt.shape("blk.1.attn_kv_b.weight") == kv_b.shape
+    assert "attn_k_b" in opened.ckpt.where("blk.1.attn_kv_b.weight")
+    tensors["blk.1.attn_v_b.weight"] = tensors["blk.1.attn_v_b.weight"][:, :, :9]  # another rank
+    with pytest.raises(SpecboundError, match="attn_v_b") as info:
+        specbound.analyze(write_gguf(tmp_path / "bad.gguf", "deepseek2", tensors, meta), threads=1)
     assert "\n" not in str(info.value)
