@@ -53,6 +53,11 @@ What the file holds and how it is exposed:
   ``exaone4`` (``attention.sliding_window_pattern``'s per-layer flags become ``layer_types``) and
   ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default), ``gpt-oss`` (expert banks
   with biases, ``attn_sinks``; the clamped SwiGLU's constants, which llama.cpp's graph fixes, set here).
+* **Mixtures with dense leading layers**: ``glm4moe`` (its multi-token-prediction blocks, counted in
+  ``block_count`` by the converter, exposed as ``mtp.blk.N.*`` and left out: :func:`_nextn_blocks`),
+  ``ernie4_5-moe``, and ``deepseek2`` (DeepSeek-V3's latent attention: each layer's ``kv_b_proj`` rebuilt
+  from the converter's ``attn_k_b`` and ``attn_v_b`` as ``blk.N.attn_kv_b.weight``, :func:`_joined_kv_b`;
+  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
