@@ -114,7 +114,9 @@ def test_yarn_frequencies_and_attention_factor_equal_transformers(theta, factor,
         rope["mscale"], rope["mscale_all_dim"] = mscale
     inv_freq, attention = _hf(rope, positions=4 * original)
     layout = _ours(rope, positions=4 * original)
-    np.testing.assert_allclose(layout.thetas, inv_freq.double().numpy(), rtol=2e-6)
+    # transformers computes in float32 (its blend of two float32 frequency sets loses a few ulps: 2.04e-6
+    # relative was drawn at theta 100, factor 26, original 63); ours is float64
+    np.testing.assert_allclose(layout.thetas, inv_freq.double().numpy(), rtol=1e-5)
     assert layout.attention_factor == pytest.approx(attention, rel=1e-12)
 
 

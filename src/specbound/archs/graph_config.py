@@ -65,11 +65,13 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
             continue
         probes = _layer0_probes(spec)
         if all(any(n == p or n.endswith("." + p) for n in names) for p in probes):
-            structural = sum(k in ("embedding_scale", "norm_gain", "sublayer_norms") for k in (spec.structure or {}))
+            # every structural fact and a NoPE rule counts: the names cannot show them, so the plainest
+            # family wins a tie (LLaMA before Cohere2, Granite, SmolLM3, which carry LLaMA's names)
+            structural = len(spec.structure or {}) + ("nope" in (spec.rotary_options or {}))
             found.append((-len(probes), structural, index, spec))
     # the most specific match first (experts, query/key norms); the names cannot show a family's
     # structural facts (Gemma's (1 + w) norms, OLMo2's post-norms), so then the family with the fewest
-    # of them (LLaMA before Gemma, Qwen3 before OLMo2 and Gemma 3), then file order
+    # of them (LLaMA before Gemma, Cohere2 or Granite, Qwen3 before OLMo2 and Gemma 3), then file order
     found = [spec for *_, spec in sorted(found, key=lambda f: f[:3])]
     if not found:
         raise SpecboundError(

@@ -242,7 +242,7 @@ _TABLE_COLUMNS = {
 
 # The text columns of the saved tables (and the identity columns a store or a tidy table adds);
 # every other column holds numbers (schema 1's ``alpha`` as strings used to load and re-save).
-TEXT_COLUMNS = frozenset({"role", "tensors", "sv_method", "kind", "source", "key", "tower"})
+TEXT_COLUMNS = frozenset({"role", "tensors", "sv_method", "kind", "source", "key", "tower", "stack"})
 
 
 def column_types_problem(name: str, table: pd.DataFrame) -> str | None:
