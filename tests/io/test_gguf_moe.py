@@ -243,8 +243,16 @@ def test_glms_multi_token_prediction_block_is_not_a_layer(tmp_path):
     opened = open_model(path)
     assert opened.dims.L == L and opened.ckpt.config["layer_count"] == L
     assert "mtp.blk.3.nextn.eh_proj.weight" in opened.ckpt.names and "blk.3.attn_q.weight" not in opened.ckpt.names
+    np.testing.assert_array_equal(opened.ckpt.read("mtp.blk.3.nextn.eh_proj.weight"),
+                                  tensors["blk.3.nextn.eh_proj.weight"])  # renamed, still its own bytes
     moe = opened.dims.moe
     assert (moe.scoring, moe.gate_max, moe.gate_sum, moe.shared_d_ff) == ("sigmoid", 2.5, 2.5, MOE_FF)
+
+
+def test_a_glm_file_without_prediction_blocks_has_block_count_layers(tmp_path):
+    _, path, tensors, _ = build("glm4_moe", tmp_path, nextn_predict_layers=0, block_count=L)
+    assert not any(n.startswith(f"blk.{L}.") for n in tensors)
+    assert open_model(path).dims.L == L
 
 
 def test_glm_gates_not_renormalised_without_expert_weights_norm(tmp_path):
