@@ -53,6 +53,11 @@ What the file holds and how it is exposed:
   ``exaone4`` (``attention.sliding_window_pattern``'s per-layer flags become ``layer_types``) and
   ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default), ``gpt-oss`` (expert banks
   with biases, ``attn_sinks``; the clamped SwiGLU's constants, which llama.cpp's graph fixes, set here).
+* **Mixtures with dense leading layers**: ``glm4moe`` (its multi-token-prediction blocks, counted in
+  ``block_count`` by the converter, exposed as ``mtp.blk.N.*`` and left out: :func:`_nextn_blocks`),
+  ``ernie4_5-moe``, and ``deepseek2`` (DeepSeek-V3's latent attention: each layer's ``kv_b_proj`` rebuilt
+  from the converter's ``attn_k_b`` and ``attn_v_b`` as ``blk.N.attn_kv_b.weight``, :func:`_joined_kv_b`;
+  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -84,7 +89,8 @@ SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
                    "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
-                   "gpt-oss": False}
+                   "gpt-oss": False, "glm4moe": False, "ernie4_5-moe": False,
+                   "deepseek2": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
@@ -105,9 +111,13 @@ _COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forwar
                "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
                "expert_count", "expert_used_count", "expert_feed_forward_length",
                "expert_shared_feed_forward_length", "rope.scaling.original_context_length",
-               "attention.sliding_window")
+               "attention.sliding_window", "nextn_predict_layers", "leading_dense_block_count",
+               "interleave_moe_layer_step", "expert_shared_count", "expert_gating_func",
+               "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
+               "attention.value_length_mla")
 _NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "attention.layer_norm_rms_eps",
-                "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping")
+                "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping",
+                "expert_weights_scale")
 _TEXT_KEYS = ("rope.scaling.type",)
 
 
@@ -164,10 +174,12 @@ class GGUFCheckpoint(Checkpoint):
     quantized: dict[str, str] = field(default_factory=dict)
     _files: dict[str, Path] = field(default_factory=dict, repr=False)  # tensor -> the part holding it
     _maps: dict[Path, np.ndarray] = field(default_factory=dict, repr=False)
+    # deepseek2: blk.N.attn_kv_b.weight joined from the converter's attn_k_b and attn_v_b (_joined_kv_b)
+    _joined: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
 
     @property
     def names(self) -> list[str]:
-        return sorted(self._tensors)
+        return sorted([*self._tensors, *self._joined])
 
     @property
     def weights_note(self) -> str | None:  # type: ignore[override]
@@ -178,15 +190,24 @@ class GGUFCheckpoint(Checkpoint):
                 f"are the dequantized values llama.cpp computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
+        if name in self._joined:
+            (heads, rank, nope), (_, dv, _) = (self._tensors[n].shape for n in self._joined[name])
+            return (heads * (nope + dv), rank)
         return self._tensors[name].shape
 
     def dtype(self, name: str) -> str:
         """``F32``/``F16``/``BF16``/``F64`` as stored, ``F32`` for a quantized tensor (read
         dequantized to float32); another type (an integer tensor) keeps its ggml name."""
+        if name in self._joined:
+            kinds = {self.dtype(n) for n in self._joined[name]}
+            return kinds.pop() if len(kinds) == 1 else "F32"
         kind = self._tensors[name].kind
         return _EXACT.get(kind) or ("F32" if name in self.quantized else kind)
 
     def where(self, name: str) -> str:
+        if name in self._joined:
+            k_b, v_b = self._joined[name]
+            return f"{self.path} (GGUF tensors {k_b!r} and {v_b!r}, joined as kv_b_proj)"
         bank = re.match(r"^(?P<bank>.+)\[(?P<e>\d+)\]$", name)
         what = f"expert {bank['e']} of GGUF tensor {bank['bank']!r}" if bank else f"GGUF tensor {name!r}"
         return f"{self._files.get(name, self.path)} ({what}, {self._tensors[name].kind})"
@@ -200,6 +221,8 @@ class GGUFCheckpoint(Checkpoint):
     def check_size(self, name: str) -> int:
         """A quantized tensor's stored bytes (``n_bytes``, not 4 bytes a value) must fit in its file;
         the rest as for every format (:meth:`Checkpoint.check_size`)."""
+        if name in self._joined:
+            return sum(self.check_size(n) for n in self._joined[name])
         if name not in self.quantized:
             return super().check_size(name)
         tensor = self._tensors[name]
@@ -223,6 +246,9 @@ class GGUFCheckpoint(Checkpoint):
         return data
 
     def _raw(self, name: str) -> np.ndarray:
+        if name in self._joined:  # Hugging Face's kv_b_proj: per head the key rows (k_b transposed), then v_b's
+            k_b, v_b = (self._raw(n) for n in self._joined[name])
+            return np.concatenate([k_b.transpose(0, 2, 1), v_b], axis=1).reshape(self.shape(name))
         gguf = import_gguf()
         tensor = self._tensors[name]
         order = self._headers[self._stored_in(name)].byteorder
@@ -477,11 +503,15 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
                 raise SpecboundError(f"{path}: tensor {name!r} is stored in two parts of the split model; "
                                      f"the parts belong to different models: re-download them")
             tensors[name], files[name] = tensor, header.path
+    tensors, files = _nextn_blocks(path, arch, config, tensors, files)
+    if arch == "deepseek2":
+        config.update(_deepseek2_keys(path, config))
     tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
     ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
-                          _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files)
+                          _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files,
+                          _joined=_joined_kv_b(path, arch, tensors))
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
@@ -512,6 +542,79 @@ def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list
                 f"decays and gates, and specbound derives neither their matrices as terms of the bound nor a "
                 f"Lipschitz factor over sequences for them (docs/families.md), and a bound over the softmax "
                 f"attention alone would leave them out silently")
+
+
+def _nextn_blocks(path: Path, arch: str, config: dict[str, Any], tensors: dict[str, TensorInfo],
+                  files: dict[str, Path]) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
+    """GLM-4.5's multi-token-prediction blocks: ``Glm4MoeModel`` writes ``block_count`` as the model's
+    layers plus ``nextn_predict_layers`` and stores those last blocks (``blk.L.nextn.*`` and a whole
+    layer beside them) as ``blk.L.*``; llama.cpp runs them only to draft tokens, not in the model's
+    forward chain.  ``layer_count`` is the model's layers; the trailing blocks' tensors are exposed
+    as ``mtp.blk.L.*`` (the family spec ignores them).  The query/key norms are optional in llama.cpp's
+    glm4moe graph: ``use_qk_norm`` says whether the file holds them."""
+    if arch != "glm4moe":
+        return tensors, files
+    config.setdefault("use_qk_norm", "blk.0.attn_q_norm.weight" in tensors)
+    blocks, extra = config.get("block_count"), config.get("nextn_predict_layers", 0)
+    if not isinstance(blocks, int):
+        return tensors, files
+    if extra >= blocks:
+        raise SpecboundError(f"{path}: the metadata key '{arch}.nextn_predict_layers' says {extra:,} of the "
+                             f"{blocks:,} blocks are multi-token-prediction blocks, leaving no model layer; the "
+                             f"file is corrupt or hand-edited: re-convert the model")
+    config["layer_count"] = layers = blocks - extra
+    out, where = {}, {}
+    for name, t in tensors.items():
+        m = _BLOCK.match(name)
+        new = f"mtp.{name}" if m and int(m.group(1)) >= layers else name
+        out[new], where[new] = (t if new == name else TensorInfo(new, t.kind, t.shape, t.start, t.n_bytes,
+                                                                 t.n_elements)), files[name]
+    return out, where
+
+
+def _deepseek2_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """DeepSeek-V2/V3's latent attention sizes under the Hugging Face keys: ``DeepseekV2Model`` writes
+    ``attention.key_length_mla`` (``qk_nope_head_dim + qk_rope_head_dim``) and ``value_length_mla``
+    (``v_head_dim``), an older converter the same numbers as ``key_length`` and ``value_length`` (which the
+    newer one sets to the absorbed sizes ``kv_lora_rank + qk_rope_head_dim`` and ``kv_lora_rank``), and the
+    rotated features as ``rope.dimension_count``.  llama.cpp's own YaRN for deepseek2
+    (``rope.scaling.yarn_log_multiplier``, its mscale) is not modelled: refused."""
+    mla = "attention.key_length_mla" in config
+    d_qk = config.get("attention.key_length_mla" if mla else "attention.key_length")
+    d_v = config.get("attention.value_length_mla" if mla else "attention.value_length")
+    d_rope = config.get("rope.dimension_count")
+    if config.get("rope.scaling.type") not in (None, "none", ""):
+        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {config['rope.scaling.type']!r}: "
+                             f"llama.cpp's own scaling of the logits for it is not modelled; analyse the model's "
+                             f"Hugging Face safetensors weights instead")
+    if not all(isinstance(v, int) for v in (d_qk, d_v, d_rope)) or not 0 < d_rope < d_qk:
+        raise SpecboundError(f"{path}: a deepseek2 file needs the integers deepseek2.attention.key_length_mla (or "
+                             f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
+                             f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model")
+    return {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
+
+
+_KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")
+
+
+def _joined_kv_b(path: Path, arch: str, tensors: dict[str, TensorInfo]) -> dict[str, tuple[str, str]]:
+    """deepseek2: ``DeepseekV2Model`` splits each layer's ``kv_b_proj`` ``(H (d_nope + d_v), r)`` into
+    ``attn_k_b`` ``(H, r, d_nope)`` (transposed per head) and ``attn_v_b`` ``(H, d_v, r)``; the reader
+    exposes their join as ``blk.N.attn_kv_b.weight`` (a file that stores it is read as stored)."""
+    if arch != "deepseek2":
+        return {}
+    joined = {}
+    for name in tensors:
+        if not (m := _KB.match(name)) or f"blk.{m[1]}.attn_kv_b.weight" in tensors:
+            continue
+        v_b = f"blk.{m[1]}.attn_v_b.weight"
+        k, v = tensors[name].shape, tensors[v_b].shape if v_b in tensors else None
+        if v is None or len(k) != 3 or len(v) != 3 or k[0] != v[0] or k[1] != v[2]:
+            raise SpecboundError(f"{path}: {name!r} {k} and {v_b!r} {v or 'missing'} are not the (heads, rank, "
+                                 f"d_nope) and (heads, d_v, rank) halves of one kv_b_proj; the file is corrupt or "
+                                 f"hand-edited: re-convert the model")
+        joined[f"blk.{m[1]}.attn_kv_b.weight"] = (name, v_b)
+    return joined
 
 
 def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]
