@@ -126,3 +126,18 @@ def test_pooled_within_group_slope_equals_a_fixed_effects_regression():
     exact = table.xs("B", level="bound")
     assert exact.loc[("all", "depth"), "pooled"] == pytest.approx(7 / 3, rel=1e-10)
     assert exact.loc[("all", "width"), "pooled"] == pytest.approx(4 / 3, rel=1e-10)
+
+
+def test_the_scaling_figure_draws_only_the_axes_the_grid_varies(tmp_path):
+    """A depth-only grid (issue 32 item 8's deep runs) got an empty row of width panels."""
+    from PIL import Image
+
+    from specbound.study.report import plot_scaling
+
+    runs = _runs(("fmnist",))
+    depth_only = runs[axis_groups(runs, "depth") >= 0]
+    assert (axis_groups(depth_only.reset_index(drop=True), "width") < 0).all()
+    both = plot_scaling(runs, scaling_slopes(runs, ["B"], bootstrap=0), ["B"], tmp_path / "both.png")
+    one = plot_scaling(depth_only, scaling_slopes(depth_only, ["B"], bootstrap=0), ["B"], tmp_path / "depth.png")
+    (w2, h2), (w1, h1) = Image.open(both).size, Image.open(one).size
+    assert w1 == w2 and h1 == pytest.approx(h2 / 2, rel=0.05)

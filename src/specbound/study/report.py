@@ -401,9 +401,13 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     tasks = sorted(runs["task"].unique())
     get = {(r.task, r.bound, r.axis): r.slope for r in scaling.itertuples()}
     colours = {b: bound_color(b) for b in bounds}
-    fig, axes = plt.subplots(len(SCALING_AXES), len(tasks), figsize=(min(max(2.45 * len(tasks), 5.0), MAX_WIDTH), 5.2),
-                             squeeze=False)
-    for i, axis in enumerate(SCALING_AXES):
+    # an axis along which no task has a group (a depth-only grid) gets no row of empty panels
+    drawn_axes = [a for a in SCALING_AXES
+                  if any((axis_groups(runs[runs["task"] == t].reset_index(drop=True), a) >= 0).any() for t in tasks)] \
+        or list(SCALING_AXES)
+    fig, axes = plt.subplots(len(drawn_axes), len(tasks),
+                             figsize=(min(max(2.45 * len(tasks), 5.0), MAX_WIDTH), 2.6 * len(drawn_axes)), squeeze=False)
+    for i, axis in enumerate(drawn_axes):
         for j, task in enumerate(tasks):
             ax = axes[i, j]
             sub = runs[runs["task"] == task].reset_index(drop=True)
@@ -440,9 +444,11 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     handles = [Line2D([], [], color=colours[b], lw=1.4, label=b) for b in bounds]
     wide = fig.get_figwidth() >= 6
     fig.legend(handles=handles, loc="lower center", ncol=min(len(bounds), 6 if wide else 3), fontsize=6, frameon=False)
-    fig.suptitle("each bound against depth and width, trained runs, log-log\nthin: groups of runs differing only in "
-                 "that axis; dashed: the median exponent (value at the right)", fontsize=7)
-    fig.subplots_adjust(left=0.12, right=0.96, top=0.89, bottom=0.12 if wide else 0.15, wspace=0.35, hspace=0.45)
+    fig.suptitle(f"each bound against {' and '.join(drawn_axes)}, trained runs, log-log\nthin: groups of runs differing "
+                 f"only in that axis; dashed: the median exponent (value at the right)", fontsize=7)
+    one = len(drawn_axes) == 1
+    fig.subplots_adjust(left=0.12, right=0.96, top=0.78 if one else 0.89, bottom=(0.24 if one else 0.12) if wide
+                        else (0.3 if one else 0.15), wspace=0.35, hspace=0.45)
     return _save(fig, path)
 
 
