@@ -77,7 +77,7 @@ answer = st.one_of(
 def test_hostile_answers_write_nothing_outside_the_cache(served, monkeypatch, case):
     where, key, value = case
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = Path(tmp) / "root"  # its parent is this test's own: a /tmp/x of another program is no escape
         cache = root / "a" / "b" / "c" / "d" / "cache"
         cache.mkdir(parents=True)
         isolate_hub_environment(monkeypatch, root)
