@@ -35,7 +35,8 @@ SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 DOWNLOAD_WORKERS = 8  # files downloaded at once (huggingface_hub's snapshot_download uses 8 too)
 # Shard files an index may name for a hub fetch or stream: published models have a few hundred at most
-# (DeepSeek-V3 163, Llama 3.1 405B 191); 3,000 one-tensor shards took 44 s to fetch (issue 31)
+# (DeepSeek-V3 163, Llama 3.1 405B 191); each shard costs huggingface_hub's per-file round trips
+# (docs/hub-and-adapters.md, "Many small shards")
 MAX_SHARDS = 1000
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"  # a PEFT adapter repository
 CT2_MODEL = "model.bin"  # CTranslate2's weights (never a PyTorch pickle's name: pytorch_model.bin)
