@@ -35,6 +35,22 @@ def run_main(*args):
     return rc, out.getvalue(), err.getvalue()
 
 
+def assert_path_line(line, prefix, path):
+    """The first screen prints ``path`` whole when it fits 100 columns, else its home as ~ and its
+    middle elided: what is left must be the path's own head and tail, and the line at most 100."""
+    assert line.startswith(prefix) and len(line) <= 100, line
+    shown = line[len(prefix):]
+    if shown == path:
+        return
+    home = os.path.expanduser("~")
+    if shown.startswith("~") and path.startswith(home + os.sep):
+        path = "~" + path[len(home):]
+    if shown == path:
+        return
+    head, sep, tail = shown.partition("...")
+    assert sep and path.startswith(head) and path.endswith(tail) and len(head) > 10 and len(tail) > 40, (line, path)
+
+
 def _reject_constant(name):
     raise ValueError(f"non-standard JSON constant {name}")
 
@@ -63,7 +79,7 @@ def test_text_summary_has_the_bounds(text_run, api):
     assert rc == 0 and err == ""
     # the embedded default was analysed: named by its model, its folder on the next line
     assert out.splitlines()[0] == "specbound: all-MiniLM-L6-v2 (embedded default)"
-    assert out.splitlines()[1] == f"from     {default_checkpoint()}"
+    assert_path_line(out.splitlines()[1], "from     ", str(default_checkpoint()))
     for name in ("spectral_adaptive", "edelman"):
         match = re.search(rf"^\s*{name}\s+(?:[a-z_]+\s+)?([-+0-9.eE]+)\s", out, re.MULTILINE)
         assert match, f"no line for {name} in:\n{out}"
