@@ -325,6 +325,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
                          "is then extrapolated, and says so)")
     be.add_argument("--device", choices=DEVICES, help="large, llama7b: where the linear algebra runs (default numpy)")
+    be.add_argument("--against", metavar="SRC",
+                    help="large: time the same analysis with the code in another checkout SRC too (e.g. `git "
+                         "worktree add --detach SRC COMMIT`), interleaved in fresh processes, --repeats rounds; "
+                         "prints both medians and their ratio (with --layers L: L layers, default 4)")
     be.add_argument("--load", type=_non_negative_int, default=0, metavar="K",
                     help="threads: K busy processes run beside the measurement (default 0: idle)")
     st = sub.add_parser("study", help="train small transformers on real data and check the bounds against their gaps",
@@ -662,6 +666,13 @@ def _bench(args) -> int:
                                                               workdir=args.workdir), bench.format_miniatures_bench),
             "threads": (lambda: bench_threads.run_threads_bench(repeats=args.repeats, load=args.load),
                         bench_threads.format_threads_bench)}
+    if args.against is not None:
+        if args.scenario != "large":
+            raise _UsageError(f"--against times the large scenario against other code; found --scenario {args.scenario}")
+        from .tools import bench_ab
+        runs["large"] = (lambda: bench_ab.run_ab_bench(args.against, layers=args.layers or bench.LARGE_LAYERS,
+                                                       repeats=args.repeats, threads=args.threads,
+                                                       workdir=args.workdir), bench_ab.format_ab_bench)
     run, fmt = runs[args.scenario]
     report = run()
     print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))

@@ -2,6 +2,7 @@
 rounds it), and specbound bench --scenario miniatures on a tiny family (the real one takes minutes)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,3 +189,32 @@ def test_kernels_bench_times_every_candidate(capsys):
     json.dumps(report)
     text = format_kernels_bench(report)
     assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2
+
+
+def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
+    """``--against``: both sides analyse the same checkpoint in fresh processes; against this very
+    checkout the bounds are the same numbers and every round is reported."""
+    from specbound.tools.bench_ab import format_ab_bench, run_ab_bench
+
+    here = Path(__file__).resolve().parents[2]
+    report = run_ab_bench(here, layers=2, repeats=2, workdir=str(tmp_path),
+                          shape=dict(L=2, N=64, H=4, H_kv=2, d_ff=96))
+    assert report["layers"] == 2 and report["bounds_compared"] >= 5
+    assert report["max_bound_relative_difference"] == 0.0
+    assert len(report["seconds"]["new"]) == len(report["seconds"]["old"]) == 2
+    assert all(s > 0 for side in report["cpu_seconds"].values() for s in side)
+    assert Path(report["old_code"]).parent.parent == here / "src"
+    text = format_ab_bench(report)
+    assert "new / old" in text and "2 interleaved rounds" in text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ab_bench_refuses_a_folder_without_the_code_and_other_scenarios(tmp_path, capsys):
+    from specbound.cli import main
+
+    assert main(["bench", "--scenario", "large", "--against", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "git worktree add --detach" in err
+    assert main(["bench", "--scenario", "kernels", "--against", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--scenario kernels" in err
