@@ -16,7 +16,7 @@ import specbound
 from specbound import SpecboundError
 from specbound.archs.extract import layer_weights
 from specbound.pipeline import open_model
-from support.gguf_convert import write_gguf
+from support import gguf_convert
 from support.same_numbers import numbers
 
 gguf = pytest.importorskip("gguf")
@@ -148,6 +148,11 @@ def mtp_block(tensors, layer, rng):
     return out
 
 
+def write_gguf(path, arch, tensors, meta):
+    """support.gguf_convert's writer, with this module's vocabulary of ``VOCAB`` tokens."""
+    return gguf_convert.write_gguf(path, arch, tensors, meta, VOCAB)
+
+
 def build(name, root, **meta_changes):
     """``(Hugging Face folder, GGUF file, tensors, metadata)`` of the tiny model ``name``."""
     from safetensors.numpy import load_file
@@ -163,7 +168,7 @@ def build(name, root, **meta_changes):
     tensors = convert(load_file(str(root / "hf" / "model.safetensors")), arch_id, meta["block_count"], model.config)
     if meta.get("nextn_predict_layers"):
         tensors.update(mtp_block(tensors, L, np.random.default_rng(0)))
-    return root / "hf", write_gguf(root / "model.gguf", arch, tensors, meta, VOCAB), tensors, meta
+    return root / "hf", write_gguf(root / "model.gguf", arch, tensors, meta), tensors, meta
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -278,5 +283,5 @@ def test_deepseeks_kv_b_is_joined_from_the_converters_halves(tmp_path):
     assert "attn_k_b" in opened.ckpt.where("blk.1.attn_kv_b.weight")
     tensors["blk.1.attn_v_b.weight"] = tensors["blk.1.attn_v_b.weight"][:, :, :9]  # another rank
     with pytest.raises(SpecboundError, match="attn_v_b") as info:
-        specbound.analyze(write_gguf(tmp_path / "bad.gguf", "deepseek2", tensors, meta, VOCAB), threads=1)
+        specbound.analyze(write_gguf(tmp_path / "bad.gguf", "deepseek2", tensors, meta), threads=1)
     assert "\n" not in str(info.value)
