@@ -1,19 +1,16 @@
-"""Configurations of the issue-33 families drawn at random (depth, key/value heads, which layers slide,
-rotate or hold experts, top-k, the multipliers, the temperature): each analyses out of the box to finite
-bounds with one QK and one OV row per query head of every layer and every expert's feed-forward matrices,
-and names NoPE layers exactly when some layers rotate and some do not.  (The project's config fuzz class,
-tests/test_fuzz_family_configs.py, did not exist when these families were added; this is its small cousin.)"""
-
-import math
+"""Configurations of StarCoder2, Granite, SmolLM3, OLMo 3, EXAONE 4, Cohere 2, gpt-oss and Llama 4 drawn
+at random (depth, key/value heads, which layers slide, rotate or hold experts, top-k, the multipliers, the
+temperature): each analyses out of the box to finite bounds with one QK and one OV row per query head of
+every layer and every expert's feed-forward matrices, and names NoPE layers exactly when some layers rotate
+and some do not (a small cousin of the config fuzz class, tests/fuzz/test_fuzz_family_configs.py)."""
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
+from support.drawn_configs import analysed, check_drawn  # noqa: E402
 
 N, H = 16, 4
 FAMILIES = ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss", "llama4_text")
@@ -52,23 +49,12 @@ _CLASSES = {"starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config"), "granit
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_drawn_configuration_analyses_with_every_head_and_expert(family, tmp_path_factory):
-    @settings(max_examples=2, deadline=None, derandomize=True, database=None)
-    @given(case=configs(family))
-    def check(case):
-        _check(case, tmp_path_factory)
-    check()
+    check_drawn(configs(family), lambda case: _check(case, tmp_path_factory))
 
 
 def _check(case, tmp_path_factory):
-    family, common, extra = case
-    transformers.logging.set_verbosity_error()
-    model_cls, config_cls = _CLASSES[family]
-    torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**common, **extra))
-    folder = tmp_path_factory.mktemp(family)
-    model.save_pretrained(folder)
-    a = specbound.analyze(folder, threads=1)
-    assert a.model["family"] == family and math.isfinite(a.bounds["spectral_adaptive"])
+    family, common, _ = case
+    model, a = analysed(case, _CLASSES, tmp_path_factory)
     m, L = a.matrices, common["num_hidden_layers"]
     for layer in range(L):
         rows = m[m["layer"] == layer]

@@ -25,7 +25,7 @@ from specbound.compute.propagation import clamped_swiglu_constants  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 
 from support.families import build_family  # noqa: E402
-from support.lipschitz import measured_lipschitz  # noqa: E402
+from support.lipschitz import attention_factor, measured_attention, measured_lipschitz  # noqa: E402
 
 H = 4
 
@@ -51,18 +51,8 @@ def test_a_head_with_a_sink_stays_below_the_reported_attention_factor(saved):
     folder, model = saved
     a = specbound.analyze(folder, threads=1)
     for layer in range(model.config.num_hidden_layers):
-        attn = model.model.layers[layer].self_attn
-        rows = a.matrices[a.matrices["layer"] == layer]
-        c_qk = rows[rows["role"] == "QK"]["spectral_norm"].to_numpy()
-        c_ov = rows[rows["role"] == "OV"]["spectral_norm"].to_numpy()
-        factor = float(np.sum(c_ov * (1 + 4 * c_qk)))
-        T = 6
-        pos = torch.arange(T)[None]
-
-        def f(x):  # noqa: B023 (called within the loop)
-            out = attn(x[None], position_embeddings=model.model.rotary_emb(x[None], pos), attention_mask=None)[0]
-            return out[0]
-        found = measured_lipschitz(f, [(T, model.config.hidden_size)], [0], restarts=1, steps=25, seed=layer)
+        factor = attention_factor(a, layer)
+        found = measured_attention(model, layer, 6, restarts=1, steps=25, seed=layer)
         assert 0 < found <= factor, (layer, found, factor)
 
 

@@ -16,7 +16,7 @@ import specbound  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 
 from support.families import build_family  # noqa: E402
-from support.lipschitz import measured_lipschitz  # noqa: E402
+from support.lipschitz import attention_factor, measured_attention, measured_lipschitz  # noqa: E402
 
 L_PHI = 1.0999  # SiLU's, the table's
 
@@ -51,17 +51,8 @@ def test_the_nope_layers_attention_with_its_temperature_stays_below_the_factor(s
     layer = 1
     attn = model.model.layers[layer].self_attn
     assert not attn.use_rope and attn.attn_temperature_tuning
-    rows = a.matrices[a.matrices["layer"] == layer]
-    c_qk = rows[rows["role"] == "QK"]["spectral_norm"].to_numpy()
-    c_ov = rows[rows["role"] == "OV"]["spectral_norm"].to_numpy()
-    factor = float(np.sum(c_ov * (1 + 4 * c_qk)))
-    T = model.config.max_position_embeddings
-    pos = torch.arange(T)[None]
-
-    def f(x):
-        out = attn(x[None], position_embeddings=model.model.rotary_emb(x[None], pos), attention_mask=None)[0]
-        return out[0]
-    found = measured_lipschitz(f, [(T, model.config.hidden_size)], [0], restarts=1, steps=15)
+    factor = attention_factor(a, layer)
+    found = measured_attention(model, layer, model.config.max_position_embeddings, restarts=1, steps=15)
     assert 0 < found <= factor, (found, factor)
 
 

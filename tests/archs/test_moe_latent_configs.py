@@ -3,18 +3,15 @@ layers hold experts, top-k, shared experts, the gates' normalisation and scale, 
 not): each analyses out of the box to finite bounds with one QK and one OV row per query head of every layer,
 every expert's feed-forward matrices in the layers the model builds with experts and a dense block in the
 others, and names the mixture of experts exactly when some layer holds one (the small cousin of the config
-fuzz class, as tests/archs/test_frontier_configs.py is for the other issue-33 families)."""
-
-import math
+fuzz class, as tests/archs/test_frontier_configs.py is for eight other families)."""
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
+from support.drawn_configs import analysed, check_drawn  # noqa: E402
 
 N, H, E = 16, 2, 4
 FAMILIES = ("glm4_moe", "ernie4_5_moe", "deepseek_v3", "deepseek_v32")
@@ -56,23 +53,12 @@ def configs(draw, family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_drawn_configuration_analyses_with_every_head_and_expert(family, tmp_path_factory):
-    @settings(max_examples=2, deadline=None, derandomize=True, database=None)
-    @given(case=configs(family))
-    def check(case):
-        _check(case, tmp_path_factory)
-    check()
+    check_drawn(configs(family), lambda case: _check(case, tmp_path_factory))
 
 
 def _check(case, tmp_path_factory):
-    family, common, extra = case
-    transformers.logging.set_verbosity_error()
-    model_cls, config_cls = _CLASSES[family]
-    torch.manual_seed(0)
-    model = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**common, **extra))
-    folder = tmp_path_factory.mktemp(family)
-    model.save_pretrained(folder)
-    a = specbound.analyze(folder, threads=1)
-    assert a.model["family"] == family and math.isfinite(a.bounds["spectral_adaptive"])
+    family = case[0]
+    model, a = analysed(case, _CLASSES, tmp_path_factory)
     m = a.matrices
     any_experts = False
     for layer, block in enumerate(model.model.layers):

@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound.archs.rotary import parse_rotary  # noqa: E402
 from specbound.compute.rotary import rotation  # noqa: E402
+from support.lipschitz import attention_factor  # noqa: E402
 
 N, H, D, P = 16, 2, 8, 24  # hidden size, heads, head size, max positions (small: the exact path runs)
 
@@ -107,10 +108,7 @@ def test_a_rotary_attention_module_never_exceeds_the_reported_factor(tmp_path):
     a = specbound.analyze(_save(model, tmp_path / "m"), threads=1)
     attn = model.model.layers[0].self_attn
     rope = LlamaRotaryEmbedding(model.config).double()
-    rows = a.matrices[a.matrices["layer"] == 0]
-    c_qk = rows[rows["role"] == "QK"]["spectral_norm"].to_numpy()
-    c_ov = rows[rows["role"] == "OV"]["spectral_norm"].to_numpy()
-    factor = float(np.sum(c_ov * (1 + 4 * c_qk)))
+    factor = attention_factor(a, 0)
     rng = np.random.default_rng(0)
     worst = 0.0
     for trial in range(40):

@@ -16,6 +16,7 @@ import specbound
 from specbound import SpecboundError
 from specbound.archs.extract import layer_weights
 from specbound.pipeline import open_model
+from support import gguf_convert
 from support.same_numbers import numbers
 
 gguf = pytest.importorskip("gguf")
@@ -148,17 +149,8 @@ def mtp_block(tensors, layer, rng):
 
 
 def write_gguf(path, arch, tensors, meta):
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in meta.items():
-        getattr(writer, f"add_{key}")(value)
-    writer.add_token_list([f"t{i}" for i in range(VOCAB)])
-    for name, array in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    """support.gguf_convert's writer, with this module's vocabulary of ``VOCAB`` tokens."""
+    return gguf_convert.write_gguf(path, arch, tensors, meta, VOCAB)
 
 
 def build(name, root, **meta_changes):

@@ -12,19 +12,13 @@ from safetensors.numpy import load_file
 import specbound
 from specbound.errors import SpecboundError
 from specbound.records.view import format_summary
-from support.hub_server import HubServer, isolate_hub_environment
+from support.hub_server import HubServer
 from support.numpy_bert import write_tiny_bert
 
 pytest.importorskip("huggingface_hub")
 
 REPO = "org/tiny-bert"
 SHA = "c" * 40
-
-
-@pytest.fixture
-def hub_env(tmp_path, monkeypatch):
-    isolate_hub_environment(monkeypatch, tmp_path)
-    return monkeypatch
 
 
 def test_hub_analysis_is_named_org_name_at_commit(tmp_path, hub_env):

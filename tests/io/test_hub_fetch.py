@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 import specbound
 from specbound.errors import SpecboundError
-from support.hub_server import HubServer, isolate_hub_environment
+from support.hub_server import HubServer
 from support.numpy_bert import write_tiny_bert
 
 pytest.importorskip("huggingface_hub")
@@ -42,12 +42,6 @@ def _served(tmp_path, local: Path) -> Path:
         (served / name).write_bytes(b"not the weights the analysis reads" * 10)
     (served / "README.md").write_text("a model card")
     return served
-
-
-@pytest.fixture
-def hub_env(tmp_path, monkeypatch):
-    isolate_hub_environment(monkeypatch, tmp_path)
-    return monkeypatch
 
 
 def test_fetch_only_needed_files_and_same_analysis(tmp_path, hub_env):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from safetensors.numpy import load_file, save_file
-from support.hub_server import HubServer, isolate_hub_environment
+from support.hub_server import HubServer
 from support.numpy_bert import write_tiny_bert
 from support.same_numbers import numbers
 
@@ -68,12 +68,12 @@ def _sharded(local: Path, folder: Path, parts: int = 2) -> Path:
 
 
 @pytest.fixture
-def hub_env(tmp_path, monkeypatch):
-    isolate_hub_environment(monkeypatch, tmp_path)
+def hub_env(hub_env, tmp_path):
+    """tests/io/conftest.py's, and temporary files under ``tmp_path``."""
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # temp files land where the disk is measured
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    return monkeypatch
+    hub_env.setenv("TMPDIR", str(tmp_path / "tmp"))  # temp files land where the disk is measured
+    hub_env.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    return hub_env
 
 
 def test_stream_reads_ranges_disk_below_a_layer_and_equals_local(tmp_path, hub_env):

@@ -11,14 +11,8 @@ pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 from support import quant_writers as qw  # noqa: E402
-from support.hub_server import HubServer, isolate_hub_environment  # noqa: E402
+from support.hub_server import HubServer  # noqa: E402
 from support.same_numbers import assert_same_numbers  # noqa: E402
-
-
-@pytest.fixture
-def hub_env(tmp_path, monkeypatch):
-    isolate_hub_environment(monkeypatch, tmp_path)
-    return monkeypatch
 
 
 def test_gptq_repository_fetched_and_streamed(tmp_path, hub_env):

@@ -88,7 +88,24 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         if target is None:
             raise ValueError(f"gguf's tensor map has no name for {name}")
         writer.add_tensor(target, np.ascontiguousarray(array, dtype=np.float32))
-    for name, array in (extra_tensors or {}).items():
+    return _finish(writer, path, extra_tensors or {})
+
+
+def write_gguf(path, arch: str, tensors: dict, meta: dict, vocab_size: int):
+    """A float32 GGUF file of ``arch`` holding ``tensors`` (GGUF name -> array) as they are: each ``meta``
+    item written by the writer's ``add_<key>`` method, then a vocabulary list of ``vocab_size`` tokens."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in meta.items():
+        getattr(writer, f"add_{key}")(value)
+    writer.add_token_list([f"t{i}" for i in range(vocab_size)])
+    return _finish(writer, path, tensors)
+
+
+def _finish(writer, path, tensors: dict):
+    """Add ``tensors`` (GGUF name -> array) as float32 and write the file."""
+    for name, array in tensors.items():
         writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -36,3 +36,29 @@ def measured_lipschitz(f, shapes, moved, eps=1e-4, restarts=2, steps=30, seed=0)
             (-ratio).backward()
             opt.step()
     return best
+
+
+def attention_factor(analysis, layer: int) -> float:
+    """The attention factor the analysis reports for ``layer``: ``sum_h c(OV_h)(1 + 4 c(QK_h))`` over its
+    QK and OV rows."""
+    import numpy as np
+
+    rows = analysis.matrices[analysis.matrices["layer"] == layer]
+    c_qk = rows[rows["role"] == "QK"]["spectral_norm"].to_numpy()
+    c_ov = rows[rows["role"] == "OV"]["spectral_norm"].to_numpy()
+    return float(np.sum(c_ov * (1 + 4 * c_qk)))
+
+
+def measured_attention(model, layer: int, tokens: int, **ascent) -> float:
+    """:func:`measured_lipschitz` of a decoder's ``model.model.layers[layer].self_attn`` module over
+    ``tokens`` token rows, with the model's own rotary embedding at positions ``0 .. tokens - 1`` and no
+    mask; ``ascent``: the keywords of :func:`measured_lipschitz` (restarts, steps, seed)."""
+    import torch
+
+    attn = model.model.layers[layer].self_attn
+    pos = torch.arange(tokens)[None]
+
+    def f(x):
+        out = attn(x[None], position_embeddings=model.model.rotary_emb(x[None], pos), attention_mask=None)[0]
+        return out[0]
+    return measured_lipschitz(f, [(tokens, model.config.hidden_size)], [0], **ascent)

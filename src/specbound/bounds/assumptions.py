@@ -235,104 +235,86 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
                    "extension")]
 
 
+# The structure entries that say one fixed text, in the order they are listed: (Structure field, the value
+# that turns the entry on (None: any value but None), entry name, kind, text); ``{value}`` in the text is
+# the field's value.
+_STRUCTURE_TEXTS = (
+    ("attention_softcap", None, "logit_soft_capping", "extension",
+     "attention logits are capped, cap tanh(l / cap) with cap = {value:g}: t -> cap tanh(t / cap) is 1-Lipschitz, "
+     "so every Lipschitz factor of l holds for the capped logit; the bounds are not tightened by the cap"),
+    ("final_softcap", None, "final_logit_soft_capping", "convention",
+     "the head's output logits are capped (cap = {value:g}), a 1-Lipschitz map after the fixed head: outside the "
+     "analysed matrices, no factor changes"),
+    ("sliding_window", None, "sliding_window_attention", "convention",
+     "some layers attend within a window of {value} tokens only: their offsets are a subset of all offsets, so the "
+     "QK quantities (over every offset up to the context) are upper bounds for them; no weight matrix changes"),
+    ("attention_scalar", None, "attention_temperature", "convention",
+     "logits are scaled by query_pre_attn_scalar^(-1/2) = {value:g}^(-1/2); like 1/sqrt(d_head) in every family, "
+     "the temperature is left out of the QK matrices"),
+    ("embedding_scale", None, "embedding_scaling", "convention",
+     "the embeddings are multiplied by sqrt(hidden_size): outside the complexity (fixed_embeddings_and_head) and "
+     "without effect on any factor under normalisation_as_projection (every block normalises its input)"),
+    ("norm_gain", "one_plus_weight", "one_plus_weight_norms", "convention",
+     "RMSNorm multiplies by (1 + w): those gains are ignored like every normalisation gain "
+     "(normalisation_as_projection), except the query/key norms', which are folded into QK"),
+    ("position_bias", "relative", "relative_position_bias", "convention",
+     "a learned relative position bias is added to the attention logits (MPNet, T5): it does not depend on the "
+     "input, so the logit differences the softmax argument uses, and with them every Lipschitz factor and "
+     "sensitivity, are unchanged; the bias table is outside the complexity like every bias (docs/theory.md 3h)"),
+    ("key_selection", "indexer", "sparse_attention_fixed", "extension",
+     "a top-k indexer chooses the keys each query attends to (DeepSeek-V3.2): the choice is held fixed, as the "
+     "experts' routing is; the softmax over any subset of the keys is a probability vector, so every head's factors "
+     "hold unchanged, and the indexer's weights (wq_b, wk, k_norm, weights_proj) only choose the subset, never enter "
+     "a logit's value or an output: they are not matrices of the chain (docs/theory.md 3l)"),
+    ("layer_scale", "folded", "layer_scale_folded", "convention",
+     "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices (W diag(lambda)): the bounds "
+     "see the scaled matrices, and lambda is not counted as a parameter of its own"),
+    ("front_end", "convolutional", "front_end_as_embedding", "theorem",
+     "the convolutional front-end (wav2vec2/HuBERT's feature extractor, projection and convolutional position "
+     "embedding; Whisper's two convolutions) is the embedding, like a tokenizer: fixed, outside the complexity, the "
+     "encoder's input rows are its output"),
+    ("residual_multiplier", None, "residual_multiplier_folded", "convention",
+     "each sublayer's output is multiplied by residual_multiplier = {value:g} before the residual sum: folded "
+     "exactly into every OV and FF_out matrix (r W), so Lambda, the sensitivities and every norm are those of the "
+     "scaled matrices (docs/theory.md 3e)"),
+    ("attention_multiplier", None, "attention_multiplier_folded", "convention",
+     "the logit is attention_multiplier q k^T with m = {value:g} instead of q k^T / sqrt(d_head): every family's QK "
+     "leaves 1/sqrt(d_head) out, so m sqrt(d_head) is folded exactly into the query factors (docs/theory.md 3e)"),
+    ("embedding_multiplier", None, "embedding_multiplier", "convention",
+     "the embeddings are multiplied by embedding_multiplier = {value:g}: outside the complexity "
+     "(fixed_embeddings_and_head) and without effect on any factor under normalisation_as_projection"),
+    ("logit_divisor", None, "head_logit_scale", "convention",
+     "the head's output logits are divided by logits_scaling = {value:g}: after the fixed head, outside the "
+     "analysed matrices, no factor changes"),
+    ("logit_scale", None, "head_logit_scale", "convention",
+     "the head's output logits are multiplied by logit_scale = {value:g}: after the fixed head, outside the "
+     "analysed matrices, no factor changes"),
+    ("attention_chunk", None, "chunked_attention", "convention",
+     "the rotating layers attend within chunks of {value:g} tokens: a mask, like a sliding window, whose offsets are "
+     "a subset of every offset the QK quantities are taken over (the chunk a token falls in is fixed by positions, "
+     "not by the input); no matrix changes (docs/theory.md 3n)"),
+    ("temperature", None, "attention_temperature_tuning", "extension",
+     "the layers without rotary positions multiply their queries by tau(t) = 1 + attn_scale log(1 + floor((t + 1) / "
+     "floor_scale)), a factor of the logit at position t: its largest size up to max_position_embeddings, "
+     "{value:.6g}, is folded into their query factors, so every QK quantity bounds the logit's at every position "
+     "(docs/theory.md 3n)"),
+    ("attention_sinks", None, "attention_sinks", "extension",
+     "each head's softmax has a learned sink logit in its denominator and no value: the sink is an extra key whose "
+     "logit does not depend on the input and whose value is 0, so the softmax step (||p - p'||_1 <= 2 max |l - l'| "
+     "over the logits, the sink's difference 0) and the value step (weights summing to 1 - p_sink <= 1) of the "
+     "head's bound hold unchanged: c(OV)(1 + 4 c(QK)) bounds a head with a sink, which never increases it; the sink "
+     "logits are outside the complexity (our derivation, docs/theory.md 3n)"),
+)
+
+
 def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
     if st is None:
         return []
     out = []
-    if st.attention_softcap is not None:
-        out.append(_entry("logit_soft_capping", True,
-                          f"attention logits are capped, cap tanh(l / cap) with cap = {st.attention_softcap:g}: "
-                          f"t -> cap tanh(t / cap) is 1-Lipschitz, so every Lipschitz factor of l holds for the "
-                          f"capped logit; the bounds are not tightened by the cap", "extension"))
-    if st.final_softcap is not None:
-        out.append(_entry("final_logit_soft_capping", True,
-                          f"the head's output logits are capped (cap = {st.final_softcap:g}), a 1-Lipschitz map after "
-                          f"the fixed head: outside the analysed matrices, no factor changes", "convention"))
-    if st.sliding_window is not None:
-        out.append(_entry("sliding_window_attention", True,
-                          f"some layers attend within a window of {st.sliding_window} tokens only: their offsets are a subset "
-                          f"of all offsets, so the QK quantities (over every offset up to the context) are upper "
-                          f"bounds for them; no weight matrix changes", "convention"))
-    if st.attention_scalar is not None:
-        out.append(_entry("attention_temperature", True,
-                          f"logits are scaled by query_pre_attn_scalar^(-1/2) = {st.attention_scalar:g}^(-1/2); like "
-                          f"1/sqrt(d_head) in every family, the temperature is left out of the QK matrices", "convention"))
-    if st.embedding_scale is not None:
-        out.append(_entry("embedding_scaling", True,
-                          "the embeddings are multiplied by sqrt(hidden_size): outside the complexity "
-                          "(fixed_embeddings_and_head) and without effect on any factor under "
-                          "normalisation_as_projection (every block normalises its input)", "convention"))
-    if st.norm_gain == "one_plus_weight":
-        out.append(_entry("one_plus_weight_norms", True,
-                          "RMSNorm multiplies by (1 + w): those gains are ignored like every normalisation gain "
-                          "(normalisation_as_projection), except the query/key norms', which are folded into QK",
-                          "convention"))
-    if st.position_bias == "relative":
-        out.append(_entry("relative_position_bias", True,
-                          "a learned relative position bias is added to the attention logits (MPNet, T5): it does not "
-                          "depend on the input, so the logit differences the softmax argument uses, and with them "
-                          "every Lipschitz factor and sensitivity, are unchanged; the bias table is outside the "
-                          "complexity like every bias (docs/theory.md 3h)", "convention"))
-    if st.key_selection == "indexer":
-        out.append(_entry("sparse_attention_fixed", True,
-                          "a top-k indexer chooses the keys each query attends to (DeepSeek-V3.2): the choice is held "
-                          "fixed, as the experts' routing is; the softmax over any subset of the keys is a probability "
-                          "vector, so every head's factors hold unchanged, and the indexer's weights (wq_b, wk, k_norm, "
-                          "weights_proj) only choose the subset, never enter a logit's value or an output: they are not "
-                          "matrices of the chain (docs/theory.md 3l)", "extension"))
-    if st.layer_scale == "folded":
-        out.append(_entry("layer_scale_folded", True,
-                          "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices "
-                          "(W diag(lambda)): the bounds see the scaled matrices, and lambda is not counted as a "
-                          "parameter of its own", "convention"))
-    if st.front_end == "convolutional":
-        out.append(_entry("front_end_as_embedding", True,
-                          "the convolutional front-end (wav2vec2/HuBERT's feature extractor, projection and "
-                          "convolutional position embedding; Whisper's two convolutions) is the embedding, like a "
-                          "tokenizer: fixed, outside the complexity, the encoder's input rows are its output",
-                          "theorem"))
-    if st.residual_multiplier is not None:
-        out.append(_entry("residual_multiplier_folded", True,
-                          f"each sublayer's output is multiplied by residual_multiplier = {st.residual_multiplier:g} "
-                          f"before the residual sum: folded exactly into every OV and FF_out matrix (r W), so Lambda, "
-                          f"the sensitivities and every norm are those of the scaled matrices (docs/theory.md 3e)",
-                          "convention"))
-    if st.attention_multiplier is not None:
-        out.append(_entry("attention_multiplier_folded", True,
-                          f"the logit is attention_multiplier q k^T with m = {st.attention_multiplier:g} instead of "
-                          f"q k^T / sqrt(d_head): every family's QK leaves 1/sqrt(d_head) out, so m sqrt(d_head) is "
-                          f"folded exactly into the query factors (docs/theory.md 3e)", "convention"))
-    if st.embedding_multiplier is not None:
-        out.append(_entry("embedding_multiplier", True,
-                          f"the embeddings are multiplied by embedding_multiplier = {st.embedding_multiplier:g}: "
-                          f"outside the complexity (fixed_embeddings_and_head) and without effect on any factor "
-                          f"under normalisation_as_projection", "convention"))
-    for value, text in ((st.logit_divisor, "divided by logits_scaling"), (st.logit_scale, "multiplied by logit_scale")):
-        if value is not None:
-            out.append(_entry("head_logit_scale", True,
-                              f"the head's output logits are {text} = {value:g}: after the fixed head, outside the "
-                              f"analysed matrices, no factor changes", "convention"))
-    if st.attention_chunk is not None:
-        out.append(_entry("chunked_attention", True,
-                          f"the rotating layers attend within chunks of {st.attention_chunk:g} tokens: a mask, like a "
-                          f"sliding window, whose offsets are a subset of every offset the QK quantities are taken "
-                          f"over (the chunk a token falls in is fixed by positions, not by the input); no matrix "
-                          f"changes (docs/theory.md 3n)", "convention"))
-    if st.temperature is not None:
-        out.append(_entry("attention_temperature_tuning", True,
-                          f"the layers without rotary positions multiply their queries by tau(t) = 1 + attn_scale "
-                          f"log(1 + floor((t + 1) / floor_scale)), a factor of the logit at position t: its largest "
-                          f"size up to max_position_embeddings, {st.temperature:.6g}, is folded into their query "
-                          f"factors, so every QK quantity bounds the logit's at every position (docs/theory.md 3n)",
-                          "extension"))
-    if st.attention_sinks is not None:
-        out.append(_entry("attention_sinks", True,
-                          "each head's softmax has a learned sink logit in its denominator and no value: the sink is "
-                          "an extra key whose logit does not depend on the input and whose value is 0, so the softmax "
-                          "step (||p - p'||_1 <= 2 max |l - l'| over the logits, the sink's difference 0) and the "
-                          "value step (weights summing to 1 - p_sink <= 1) of the head's bound hold unchanged: "
-                          "c(OV)(1 + 4 c(QK)) bounds a head with a sink, which never increases it; the sink logits "
-                          "are outside the complexity (our derivation, docs/theory.md 3n)", "extension"))
+    for field, on, name, kind, text in _STRUCTURE_TEXTS:
+        value = getattr(st, field)
+        if (value is not None) if on is None else value == on:
+            out.append(_entry(name, True, text.format(value=value), kind))
     if st.swiglu_limit is not None:
         from ..compute.propagation import clamped_swiglu_constants
 

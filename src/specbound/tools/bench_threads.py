@@ -2,11 +2,12 @@
 ``threads=1`` and the other ways of spending the cores, in one process, idle or under load.
 
 The defaults take one layer per usable core (``jobs="auto"``) with one BLAS thread each, so BLAS
-threads x jobs is at most the usable cores; before issue 34 the library took one layer at a time
-with BLAS's default thread count (the cores), the last contender.  The contenders are timed interleaved
-(one run of each, ``repeats`` times), so a change of load hits them alike; the report gives each
-one's median and its ratio to ``threads=1``.  ``load=K`` starts K busy processes for the length of
-the measurement (the machine of issue 34: other engineers' jobs on the same two cores).
+threads x jobs is at most the usable cores.  The other contenders: ``threads=1``; one layer at a time
+with one BLAS thread; one layer at a time with as many BLAS threads as usable cores.  The contenders are
+timed interleaved (one run of each, ``repeats`` times), so a change of load hits them alike; the report
+gives each one's median, fastest and slowest seconds and its ratio to ``threads=1``, the usable cores,
+the cgroup's CPU quota and whether every contender gave the same bounds (to 1e-12).  ``load=K`` starts
+K busy processes for the length of the measurement, to time the contenders on cores other jobs share.
 """
 
 from __future__ import annotations
