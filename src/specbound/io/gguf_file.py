@@ -57,7 +57,8 @@ What the file holds and how it is exposed:
   ``block_count`` by the converter, exposed as ``mtp.blk.N.*`` and left out: :func:`_nextn_blocks`),
   ``ernie4_5-moe``, and ``deepseek2`` (DeepSeek-V3's latent attention: each layer's ``kv_b_proj`` rebuilt
   from the converter's ``attn_k_b`` and ``attn_v_b`` as ``blk.N.attn_kv_b.weight``, :func:`_joined_kv_b`;
-  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`).
+  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`; its YaRN as the Hugging Face
+  ``rope_scaling``, ``mscale_all_dim`` from ``rope.scaling.yarn_log_multiplier``, :func:`_deepseek2_yarn`).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -115,7 +116,9 @@ _COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forwar
                "interleave_moe_layer_step", "expert_shared_count", "expert_gating_func",
                "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
                "attention.value_length_mla")
-_NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "attention.layer_norm_rms_eps",
+_NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "rope.scaling.yarn_log_multiplier",
+                "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_beta_fast",
+                "rope.scaling.yarn_beta_slow", "attention.layer_norm_rms_eps",
                 "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping",
                 "expert_weights_scale")
 _TEXT_KEYS = ("rope.scaling.type",)
@@ -163,6 +166,9 @@ class GGUFCheckpoint(Checkpoint):
         ``general.architecture``.
     quantized : dict[str, str]
         Tensor name -> ggml quantization type (``"Q8_0"``), for the quantized tensors.
+    conventions : dict[str, str]
+        Assumption name -> sentence, for each value the reader assumed (DeepSeek's YaRN ``mscale``,
+        llama.cpp's fixed Llama 4 constants).
     """
 
     location: str
@@ -176,6 +182,9 @@ class GGUFCheckpoint(Checkpoint):
     _maps: dict[Path, np.ndarray] = field(default_factory=dict, repr=False)
     # deepseek2: blk.N.attn_kv_b.weight joined from the converter's attn_k_b and attn_v_b (_joined_kv_b)
     _joined: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
+    # name -> sentence: what the reader assumed where the metadata leaves a value of the Hugging Face
+    # config unstated (the analysis lists each as an assumption of kind "convention")
+    conventions: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -504,14 +513,17 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
                                      f"the parts belong to different models: re-download them")
             tensors[name], files[name] = tensor, header.path
     tensors, files = _nextn_blocks(path, arch, config, tensors, files)
-    if arch == "deepseek2":
-        config.update(_deepseek2_keys(path, config))
+    conventions: dict[str, str] = {}
+    if arch in _ARCH_KEYS:
+        keys = _ARCH_KEYS[arch](path, config)
+        conventions.update(keys.pop("gguf_conventions", {}))
+        config.update(keys)
     tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
     ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
                           _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files,
-                          _joined=_joined_kv_b(path, arch, tensors))
+                          _joined=_joined_kv_b(path, arch, tensors), conventions=conventions)
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
@@ -577,22 +589,89 @@ def _deepseek2_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     ``attention.key_length_mla`` (``qk_nope_head_dim + qk_rope_head_dim``) and ``value_length_mla``
     (``v_head_dim``), an older converter the same numbers as ``key_length`` and ``value_length`` (which the
     newer one sets to the absorbed sizes ``kv_lora_rank + qk_rope_head_dim`` and ``kv_lora_rank``), and the
-    rotated features as ``rope.dimension_count``.  llama.cpp's own YaRN for deepseek2
-    (``rope.scaling.yarn_log_multiplier``, its mscale) is not modelled: refused."""
+    rotated features as ``rope.dimension_count``; its YaRN as the Hugging Face ``rope_scaling``
+    (:func:`_deepseek2_yarn`)."""
     mla = "attention.key_length_mla" in config
     d_qk = config.get("attention.key_length_mla" if mla else "attention.key_length")
     d_v = config.get("attention.value_length_mla" if mla else "attention.value_length")
     d_rope = config.get("rope.dimension_count")
-    if config.get("rope.scaling.type") not in (None, "none", ""):
-        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {config['rope.scaling.type']!r}: "
-                             f"llama.cpp's own scaling of the logits for it is not modelled; analyse the model's "
-                             f"Hugging Face safetensors weights instead")
     if not all(isinstance(v, int) for v in (d_qk, d_v, d_rope)) or not 0 < d_rope < d_qk:
         raise SpecboundError(f"{path}: a deepseek2 file needs the integers deepseek2.attention.key_length_mla (or "
                              f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
                              f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model")
-    return {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
+    keys: dict[str, Any] = {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
+    keys.update(_deepseek2_yarn(path, config))
+    return keys
 
+
+# the factor DeepseekV2Model multiplies mscale_all_dim by before storing it as rope.scaling.yarn_log_multiplier
+_YARN_LOG_MUL = 0.1
+
+
+def _deepseek2_yarn(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """A deepseek2 file's YaRN as the ``rope_scaling`` of the Hugging Face config it was converted from.
+
+    The converter writes ``rope.scaling.type`` ``yarn``, ``.factor``, ``.original_context_length``, the
+    ``yarn_beta_fast`` / ``yarn_beta_slow`` and ``yarn_attn_factor`` the config states (read by
+    :func:`_rotary_keys` and here), and ``rope.scaling.yarn_log_multiplier`` = ``0.1 mscale_all_dim``
+    when the config has ``mscale_all_dim``; ``mscale`` itself is not stored.  The mapping follows the
+    Hugging Face model (the file is its conversion): ``mscale_all_dim`` is the shortest decimal whose
+    0.1 multiple rounds to the stored float32 (configs state 1.0, 0.707; float32 tells apart decimals of up
+    to 7 significant digits), and ``mscale`` is assumed equal
+    to it, which llama.cpp's own deepseek2 context assumes too (its YaRN attention factor is then 1).
+    Under that assumption llama.cpp's graph computes what the Hugging Face model does: its ``kq_scale``
+    ``(1 + 0.1 mscale_all_dim ln factor)^2 / sqrt(d_qk)`` is transformers' softmax scale with YaRN's
+    ``mscale^2``, and the rotated features are not rescaled.  A config whose ``mscale`` differed would scale
+    the Hugging Face model's cos and sin by ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``,
+    which the file cannot tell.  Without ``yarn_log_multiplier`` the config had no ``mscale_all_dim``:
+    transformers' default attention factor ``1 + 0.1 ln factor`` on cos and sin and no logit scale.
+    Returns ``rope_scaling`` and, when a value was assumed, ``gguf_conventions`` (name -> sentence) for
+    the analysis' assumptions."""
+    scaling = config.get("rope.scaling.type")
+    if scaling in (None, "none", ""):
+        return {}
+    if scaling != "yarn":
+        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {scaling!r}: DeepSeek's converter "
+                             f"writes 'yarn' (or no scaling); another type is not modelled for this architecture: "
+                             f"re-convert the model or analyse its Hugging Face safetensors weights")
+    rope = dict(config["rope_scaling"])
+    for key in ("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_log_multiplier"):
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise SpecboundError(f"{path}: the metadata key 'deepseek2.{key}' must hold a non-negative number, found "
+                                 f"{value!r}; the file is corrupt or hand-edited: re-convert the model")
+    ext = config.get("rope.scaling.yarn_ext_factor")
+    if ext not in (None, 1.0):
+        raise SpecboundError(f"{path}: deepseek2.rope.scaling.yarn_ext_factor = {ext!r}: YaRN's extrapolation mix is "
+                             f"1 in transformers' model (the only value modelled), found another; analyse the model's "
+                             f"Hugging Face safetensors weights instead")
+    if config.get("rope.scaling.yarn_attn_factor") is not None:
+        rope["attention_factor"] = float(config["rope.scaling.yarn_attn_factor"])
+    stored = config.get("rope.scaling.yarn_log_multiplier")
+    if stored is None:
+        return {"rope_scaling": rope}
+    m_all = _decimal_of_float32(stored / _YARN_LOG_MUL, lambda m: np.float32(_YARN_LOG_MUL * m) == np.float32(stored))
+    rope.update(mscale=m_all, mscale_all_dim=m_all)
+    return {"rope_scaling": rope, "gguf_conventions": {"gguf_yarn_mscale": (
+        f"the file stores DeepSeek's YaRN logit scale as rope.scaling.yarn_log_multiplier = 0.1 mscale_all_dim "
+        f"(read as mscale_all_dim = {m_all:g}) and not mscale, which is assumed equal to it (as llama.cpp's "
+        f"deepseek2 graph assumes): the rotary attention factor is then 1 and the logits carry "
+        f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale")}}
+
+
+def _decimal_of_float32(value: float, matches: Any) -> float:
+    """The shortest decimal (up to 9 significant digits) near ``value`` for which ``matches`` holds: the
+    number a config stated before the converter stored it as float32; ``value`` when none does."""
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if matches(candidate):
+            return candidate
+    return float(value)
+
+
+# the architectures whose config needs keys of their own beyond the shared ones (each returns the keys,
+# and under "gguf_conventions" what it assumed)
+_ARCH_KEYS = {"deepseek2": _deepseek2_keys}
 
 _KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")
 
