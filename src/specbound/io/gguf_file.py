@@ -59,6 +59,12 @@ What the file holds and how it is exposed:
   from the converter's ``attn_k_b`` and ``attn_v_b`` as ``blk.N.attn_kv_b.weight``, :func:`_joined_kv_b`;
   the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`; its YaRN as the Hugging Face
   ``rope_scaling``, ``mscale_all_dim`` from ``rope.scaling.yarn_log_multiplier``, :func:`_deepseek2_yarn`).
+* **Llama 4** (``llama4``, from ``Llama4ForCausalLM`` or the text model of ``Llama4ForConditionalGeneration``):
+  Q and K as stored (``Llama4Model`` turns the permutation off), the expert banks (the converter's split of
+  ``gate_up_proj``), the shared expert ``ffn_*_shexp``, dense layers between the expert layers
+  (``interleave_moe_layer_step``); the constants llama.cpp's graph fixes and the file does not store (NoPE
+  step 4, attention chunks of 8192, the query temperature's 8192 and 0.1, the query/key norm unless 128
+  experts) under the Hugging Face keys, named among the analysis' assumptions (:func:`_llama4_keys`).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -84,14 +90,15 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 
 # GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
 # Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style;
-# SmolLM3Model and GraniteModel are LlamaModels).
+# SmolLM3Model and GraniteModel are LlamaModels; Llama4Model is one with the permutation turned off, as
+# Llama 4 rotates adjacent pairs itself).
 # Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
                    "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
                    "gpt-oss": False, "glm4moe": False, "ernie4_5-moe": False,
-                   "deepseek2": False}
+                   "deepseek2": False, "llama4": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
@@ -669,9 +676,49 @@ def _decimal_of_float32(value: float, matches: Any) -> float:
     return float(value)
 
 
+# llama.cpp's llama4 graph: constants the file does not store (llama_hparams and the LLM_ARCH_LLAMA4 case
+# of llama-model.cpp), under the Hugging Face keys, with the value each takes there
+_LLAMA4_FIXED = {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
+                 "floor_scale": 8192, "attn_scale": 0.1}
+# llama.cpp turns the query/key norm off for this expert count (its 17B-128E type, Llama 4 Maverick)
+_LLAMA4_NO_QK_NORM_EXPERTS = 128
+
+
+def _llama4_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Llama 4's settings that ``Llama4Model`` does not write, as llama.cpp's graph fixes them, under the
+    Hugging Face ``Llama4TextConfig`` keys the family spec reads: every fourth layer unrotated
+    (``no_rope_layer_interval`` 4), attention in chunks of 8192 tokens on the rotating layers, the unrotated
+    layers' query temperature ``1 + 0.1 ln(1 + floor((t + 1) / 8192))`` (``attn_temperature_tuning``,
+    ``floor_scale`` 8192, ``attn_scale`` 0.1), the weightless query/key norm unless the file has 128 experts
+    (``use_qk_norm``; Maverick's config turns it off).  Llama 4 Scout's and Maverick's configs state the
+    same values; a model converted from a config stating others is read as llama.cpp runs it, which the
+    analysis names among its assumptions.  The layers holding experts are every
+    ``interleave_moe_layer_step``-th (the last of each step), which llama.cpp and the Hugging Face config
+    compute alike.  A file with ``attention.sliding_window`` 0 (llama.cpp's MobileLLM variant, no chunks and
+    every layer rotated by its own rule) or without experts is refused in one line."""
+    experts, step = config.get("expert_count"), config.get("interleave_moe_layer_step")
+    if config.get("attention.sliding_window") == 0:
+        raise SpecboundError(f"{path}: a llama4 file with attention.sliding_window 0 (llama.cpp's MobileLLM variant: "
+                             f"no attention chunks, its own rotary layers) is not modelled; analyse the model's "
+                             f"Hugging Face safetensors weights instead")
+    if not isinstance(experts, int) or experts < 1 or not isinstance(step, int) or step < 1:
+        raise SpecboundError(f"{path}: a llama4 file needs the positive integers llama4.expert_count and "
+                             f"llama4.interleave_moe_layer_step, found {experts!r} and {step!r}: re-convert the model")
+    use_qk_norm = experts != _LLAMA4_NO_QK_NORM_EXPERTS
+    fixed = _LLAMA4_FIXED
+    return {**fixed, "use_qk_norm": use_qk_norm, "gguf_conventions": {"gguf_llama4_constants": (
+        f"the file stores none of Llama 4's NoPE step, attention chunk, query temperature or query/key-norm "
+        f"switch: llama.cpp's llama4 graph fixes them and so does the reader (the values of Llama 4 Scout's and "
+        f"Maverick's configs): every {fixed['no_rope_layer_interval']}th layer unrotated, chunks of "
+        f"{fixed['attention_chunk_size']} tokens, attn_temperature_tuning with floor_scale {fixed['floor_scale']} "
+        f"and attn_scale {fixed['attn_scale']:g}, the weightless query/key norm "
+        f"{'on' if use_qk_norm else 'off'} ({experts} experts; llama.cpp turns it off for "
+        f"{_LLAMA4_NO_QK_NORM_EXPERTS})")}}
+
+
 # the architectures whose config needs keys of their own beyond the shared ones (each returns the keys,
 # and under "gguf_conventions" what it assumed)
-_ARCH_KEYS = {"deepseek2": _deepseek2_keys}
+_ARCH_KEYS = {"deepseek2": _deepseek2_keys, "llama4": _llama4_keys}
 
 _KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")
 
