@@ -67,7 +67,8 @@ def test_the_converter_wrote_llama4s_tensors(converted):
     step = CASES[case][0]["interleave_moe_layer_step"]
     for layer in range(L):
         moe = (layer + 1) % step == 0
-        assert (f"blk.{layer}.ffn_gate_exps.weight" in tensors) == moe == (f"blk.{layer}.ffn_gate.weight" not in tensors)
+        assert (f"blk.{layer}.ffn_gate_exps.weight" in tensors) == moe
+        assert (f"blk.{layer}.ffn_gate.weight" in tensors) == (not moe)
     assert tensors[f"blk.{L - 1}.ffn_gate_exps.weight"].shape == (E, MOE_FF, N)
     assert tensors[f"blk.{L - 1}.ffn_down_exps.weight"].shape == (E, N, MOE_FF)
     assert ("rope_freqs.weight" in tensors) == (case == "llama3_rope")
@@ -100,7 +101,8 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
     result.assumptions = [e for e in result.assumptions if e["name"] != "gguf_llama4_constants"]
     hf = specbound.analyze(folder, threads=1)
     names = {e["name"] for e in hf.assumptions if e["applies"]}
-    assert {"nope_layers", "qk_norm", "chunked_attention", "attention_temperature_tuning", "mixture_of_experts"} <= names
+    assert {"nope_layers", "qk_norm", "chunked_attention", "attention_temperature_tuning",
+            "mixture_of_experts"} <= names
     if case == "llama3_rope":  # the scaling's name differs (llama3 / llama.cpp's rope_freqs), its frequencies not
         for a in (hf, result):
             a.model["rotary"]["scaling"] = None

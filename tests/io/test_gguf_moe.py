@@ -71,7 +71,8 @@ def _yarn_meta(rope):
 def _deepseek_meta(c):
     """DeepseekV2Model.set_gguf_parameters: one key/value head, the absorbed key/value lengths and the MLA
     ones, the gating function by scoring_func, the rope scaling (:func:`_yarn_meta`)."""
-    return dict(**_yarn_meta(c.rope_parameters), block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
+    return dict(**_yarn_meta(c.rope_parameters),
+                block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
                 feed_forward_length=c.intermediate_size, head_count=H, head_count_kv=1,
                 layer_norm_rms_eps=c.rms_norm_eps, rope_freq_base=c.rope_parameters["rope_theta"],
                 leading_dense_block_count=c.first_k_dense_replace, q_lora_rank=c.q_lora_rank,

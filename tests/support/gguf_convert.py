@@ -3,10 +3,10 @@
 
 What the converter does and these helpers repeat: tensor names from gguf's own ``TensorNameMap``;
 ``LlamaModel.permute`` on Q and K for the ``llama``, ``smollm3`` and ``granite`` architectures only (not for
-``llama4``: ``Llama4Model`` turns it off); Llama 4's expert banks split and transposed (:func:`llama4_tensors`); Granite's
-multipliers as ``GraniteModel`` writes them (``embedding_scale``, ``residual_scale``, ``attention.scale``,
-``logit_scale``); 1 added to every Gemma norm
-weight (``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
+``llama4``: ``Llama4Model`` turns it off); Llama 4's expert banks split and transposed
+(:func:`llama4_tensors`); Granite's multipliers as ``GraniteModel`` writes them (``embedding_scale``,
+``residual_scale``, ``attention.scale``, ``logit_scale``); 1 added to every Gemma norm weight
+(``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
 ``1 + w``); Gemma's tied ``lm_head`` skipped; the metadata keys each model class writes.
 """
 

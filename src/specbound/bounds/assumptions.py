@@ -44,7 +44,8 @@ def _activation_effect(l_phi: float | None, source: str | None, gated: bool) -> 
 
 
 def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: bool,
-                weights_note: str | None = None, reader_conventions: dict[str, str] | None = None, l_phi: float | None = None, l_phi_source: str | None = None,
+                weights_note: str | None = None, reader_conventions: dict[str, str] | None = None,
+                l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
                 tower: str | None = None, nope_layers: list[int] | None = None) -> list[dict[str, Any]]:
