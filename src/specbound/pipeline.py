@@ -604,6 +604,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                           assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
                                                   init=init is not None, gap=gap_params is not None,
                                                   weights_note=getattr(model.ckpt, "weights_note", None),
+                                                  reader_conventions=getattr(model.ckpt, "conventions", None),
                                                   l_phi=l_phi, l_phi_source=l_phi_source,
                                                   rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,

@@ -41,7 +41,7 @@ def _one_line(tmp_path, data, seconds=5.0):
     return outcome
 
 
-@pytest.mark.parametrize("name", ["gemma3", "llama", "qwen2"])
+@pytest.mark.parametrize("name", ["gemma3", "llama", "qwen2", "llama4", "deepseek2"])
 @pytest.mark.parametrize("kind, count", [(U32, 4_000_000_000), (U64, 2**63), (U64, 2**64 - 1), (U32, 2)])
 def test_a_block_count_past_the_tensors_is_refused_before_any_list(tmp_path, name, kind, count):
     metadata = with_key(arch(LLAMA, name) if name != "llama" else LLAMA, f"{name}.block_count", kind, count)
@@ -84,5 +84,47 @@ def test_any_metadata_value_is_a_result_or_one_line(tmp_path_factory, name, key,
     base = LLAMA if name == "llama" else GEMMA3
     data = gguf_file(with_key(base, f"{name}.{key}", kind, item))
     outcome = _one_line(tmp_path_factory.mktemp("g"), data, seconds=10.0)
+    if not isinstance(outcome, SpecboundError):
+        assert all(math.isfinite(v) for v in outcome.bounds.values())
+
+
+def _llama4_moe(base, experts, step=1):
+    for key, value in (("expert_count", experts), ("interleave_moe_layer_step", step),
+                       ("expert_feed_forward_length", 12), ("expert_used_count", 1)):
+        base = with_key(base, f"llama4.{key}", U64, value)
+    return base
+
+
+@pytest.mark.parametrize("experts", [2**40, 2**53, 10**6])
+def test_an_expert_count_past_the_tensors_is_refused_before_any_list(tmp_path, experts):
+    """The experts of the layers that hold them (Llama 4's: a list of layers, not every layer) are counted
+    against the tensors the file holds before any expert's name is listed."""
+    outcome = _one_line(tmp_path, gguf_file(_llama4_moe(arch(LLAMA, "llama4"), experts)))
+    assert isinstance(outcome, SpecboundError), outcome
+    assert "tensors in all" in str(outcome) or "expert" in str(outcome)
+
+
+# the keys the llama4 and deepseek2 readers map to Hugging Face settings of their own (a llama4 file's MoE step
+# and expert count, which size the layers holding experts; deepseek2's YaRN keys and latent sizes), over a
+# llama file's tensors: whatever they hold, a result or one line
+ARCH_KEYS = {"llama4": ["expert_count", "interleave_moe_layer_step", "attention.sliding_window", "block_count"],
+             "deepseek2": ["rope.scaling.type", "rope.scaling.factor", "rope.scaling.yarn_log_multiplier",
+                           "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor",
+                           "rope.scaling.original_context_length", "attention.key_length_mla", "rope.dimension_count"]}
+
+
+@FUZZ
+@given(name=st.sampled_from(sorted(ARCH_KEYS)), data=st.data(), value=VALUES)
+def test_any_value_of_an_architectures_own_keys_is_a_result_or_one_line(tmp_path_factory, name, data, value):
+    key = data.draw(st.sampled_from(ARCH_KEYS[name]))
+    kind, item = value
+    base = arch(LLAMA, name)
+    if name == "llama4":
+        base = _llama4_moe(base, 4)
+    else:
+        base = with_key(with_key(base, "deepseek2.rope.scaling.type", STR, "yarn"), "deepseek2.rope.scaling.factor",
+                        F32, 4.0)
+    outcome = _one_line(tmp_path_factory.mktemp("g"), gguf_file(with_key(base, f"{name}.{key}", kind, item)),
+                        seconds=10.0)
     if not isinstance(outcome, SpecboundError):
         assert all(math.isfinite(v) for v in outcome.bounds.values())

@@ -43,18 +43,37 @@ def _ernie():  # layer 0 dense (moe_layer_start_index), then every layer; two sh
         moe_num_shared_experts=2, rms_norm_eps=1e-5, vocab_size=VOCAB, max_position_embeddings=64))
 
 
-def _deepseek():  # families.py's DeepSeek-V3 layout: latents of 12 and 10, 6 + 4 key features, 5 value features
+def _deepseek(**config):  # families.py's DeepSeek-V3 layout: latents of 12 and 10, 6 + 4 key features, 5 value features
     return T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
         hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF,
         moe_intermediate_size=MOE_FF, n_routed_experts=E, num_experts_per_tok=TOP_K, n_group=2, topk_group=1,
         first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
-        qk_nope_head_dim=6, v_head_dim=5, rms_norm_eps=1e-6, vocab_size=VOCAB, max_position_embeddings=64))
+        qk_nope_head_dim=6, v_head_dim=5, rms_norm_eps=1e-6, vocab_size=VOCAB, max_position_embeddings=64, **config))
+
+
+def _yarn_meta(rope):
+    """TextModel.set_gguf_parameters' YaRN keys (type, factor, original context, the betas and attention factor
+    the config states) and DeepseekV2Model's yarn_log_multiplier, 0.1 mscale_all_dim when the config has it."""
+    if rope.get("rope_type") != "yarn":
+        return {}
+    meta = dict(rope_scaling_type=gguf.RopeScalingType.YARN, rope_scaling_factor=rope["factor"],
+                rope_scaling_orig_ctx_len=rope["original_max_position_embeddings"])
+    for ours, theirs in (("yarn_ext_factor", "extrapolation_factor"), ("yarn_beta_fast", "beta_fast"),
+                         ("yarn_beta_slow", "beta_slow")):
+        if rope.get(theirs) is not None:
+            meta[f"rope_scaling_{ours}"] = rope[theirs]
+    if rope.get("attention_factor", rope.get("attn_factor")) is not None:
+        meta["rope_scaling_yarn_attn_factor"] = rope.get("attention_factor", rope.get("attn_factor"))
+    if rope.get("mscale_all_dim") is not None:
+        meta["rope_scaling_yarn_log_mul"] = 0.1 * rope["mscale_all_dim"]
+    return meta
 
 
 def _deepseek_meta(c):
     """DeepseekV2Model.set_gguf_parameters: one key/value head, the absorbed key/value lengths and the MLA
-    ones, the gating function by scoring_func."""
-    return dict(block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
+    ones, the gating function by scoring_func, the rope scaling (:func:`_yarn_meta`)."""
+    return dict(**_yarn_meta(c.rope_parameters),
+                block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
                 feed_forward_length=c.intermediate_size, head_count=H, head_count_kv=1,
                 layer_norm_rms_eps=c.rms_norm_eps, rope_freq_base=c.rope_parameters["rope_theta"],
                 leading_dense_block_count=c.first_k_dense_replace, q_lora_rank=c.q_lora_rank,
@@ -153,13 +172,14 @@ def write_gguf(path, arch, tensors, meta):
     return gguf_convert.write_gguf(path, arch, tensors, meta, VOCAB)
 
 
-def build(name, root, **meta_changes):
-    """``(Hugging Face folder, GGUF file, tensors, metadata)`` of the tiny model ``name``."""
+def build(name, root, config=None, **meta_changes):
+    """``(Hugging Face folder, GGUF file, tensors, metadata)`` of the tiny model ``name`` (``config``: keys
+    given to its Hugging Face config)."""
     from safetensors.numpy import load_file
 
     arch, arch_id, model_of, meta_of = MODELS[name]
     torch.manual_seed(7)
-    model = model_of().eval()
+    model = model_of(**(config or {})).eval()
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.2)
     transformers.logging.set_verbosity_error()
@@ -259,7 +279,11 @@ def test_glm_gates_not_renormalised_without_expert_weights_norm(tmp_path):
     ("glm4_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),
     ("ernie4_5_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SIGMOID}, "expert_gating_func"),
     ("deepseek_v3", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),  # V2's
-    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.YARN, "rope_scaling_factor": 4.0}, "rope.scaling"),
+    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.LINEAR, "rope_scaling_factor": 4.0}, "'yarn'"),
+    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.YARN, "rope_scaling_factor": 4.0,
+                     "rope_scaling_yarn_ext_factor": 0.5}, "yarn_ext_factor"),
+    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.YARN, "rope_scaling_factor": 4.0,
+                     "rope_scaling_yarn_log_mul": -0.1}, "yarn_log_multiplier"),
     ("deepseek_v3", {"key_length_mla": 4}, "key_length_mla"),  # not above the 4 rotated features
 ])
 def test_a_malformed_or_unmodelled_file_is_refused_in_one_line(tmp_path, name, meta, match):
@@ -285,3 +309,58 @@ def test_deepseeks_kv_b_is_joined_from_the_converters_halves(tmp_path):
     with pytest.raises(SpecboundError, match="attn_v_b") as info:
         specbound.analyze(write_gguf(tmp_path / "bad.gguf", "deepseek2", tensors, meta), threads=1)
     assert "\n" not in str(info.value)
+
+
+# DeepSeek-V3's and Kimi-K2's YaRN (mscale = mscale_all_dim = 1), DeepSeek-V2's (0.707), and one without mscale_all_dim
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1}
+YARN_CASES = {"v3": {"mscale": 1.0, "mscale_all_dim": 1.0}, "v2": {"mscale": 0.707, "mscale_all_dim": 0.707},
+              "no_mscale": {}}
+
+
+@pytest.mark.parametrize("case", sorted(YARN_CASES))
+def test_deepseeks_yarn_analyses_like_the_hugging_face_checkpoint(tmp_path, case):
+    """The converter's YaRN keys (rope.scaling.type, factor, original_context_length, the betas and
+    yarn_log_multiplier = 0.1 mscale_all_dim) read back as the config's rope_scaling: every number of the
+    analysis the folder's (the softmax scale's mscale^2, the rotary frequencies and attention factor), and
+    the assumed mscale named among the assumptions."""
+    rope = {**YARN, **YARN_CASES[case]}
+    folder, path, _, meta = build("deepseek_v3", tmp_path, config={"rope_scaling": rope})
+    assert meta["rope_scaling_type"] == gguf.RopeScalingType.YARN
+    assert ("rope_scaling_yarn_log_mul" in meta) == (case != "no_mscale")
+    opened, reference = open_model(path), open_model(folder)
+    m_all = YARN_CASES[case].get("mscale_all_dim")
+    scale = (1 + 0.1 * m_all * np.log(4.0)) ** 2 if m_all else 1.0
+    assert opened.dims.latent.logit_scale == pytest.approx(scale, rel=1e-12)
+    assert opened.dims.latent == reference.dims.latent
+    assert opened.rotary == reference.rotary
+    result = specbound.analyze(path, threads=1)
+    assumed = [e for e in result.assumptions if e["name"] == "gguf_yarn_mscale"]
+    assert len(assumed) == (case != "no_mscale")
+    if assumed:
+        assert f"mscale_all_dim = {m_all:g}" in assumed[0]["effect"] and assumed[0]["kind"] == "convention"
+    result.assumptions = [e for e in result.assumptions if e["name"] != "gguf_yarn_mscale"]
+    hf, ours = numbers(specbound.analyze(folder, threads=1), family=False), numbers(result, family=False)
+    for key in ("router", "shared_gate"):
+        assert (hf["model"]["experts"].pop(key) is None) == (ours["model"]["experts"].pop(key) is None)
+    _assert_close(hf, ours)
+
+
+def test_deepseeks_yarn_attention_factor_is_read_as_stated(tmp_path):
+    """A config stating YaRN's attention_factor: the converter writes it as yarn_attn_factor, the rotary
+    features are scaled by it in both analyses."""
+    rope = {**YARN, **YARN_CASES["v3"], "attention_factor": 1.25}
+    folder, path, _, meta = build("deepseek_v3", tmp_path, config={"rope_scaling": rope})
+    assert meta["rope_scaling_yarn_attn_factor"] == 1.25
+    opened, reference = open_model(path), open_model(folder)
+    assert opened.dims.latent.rope_factor == reference.dims.latent.rope_factor == 1.25
+    assert opened.dims.latent.logit_scale == reference.dims.latent.logit_scale
+
+
+@pytest.mark.parametrize("stated", [1.0, 0.707, 0.1, 1.3, 0.7071068])  # float32 holds ~7 digits
+def test_mscale_all_dim_is_the_decimal_the_config_stated(stated):
+    from specbound.io.gguf_file import _deepseek2_yarn
+
+    stored = float(np.float32(0.1 * stated))  # the file's float32, read back as a float
+    config = {"rope.scaling.type": "yarn", "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+              "rope.scaling.yarn_log_multiplier": stored}
+    assert _deepseek2_yarn(None, config)["rope_scaling"]["mscale_all_dim"] == stated

@@ -2,10 +2,11 @@
 ``gguf`` package's own writer (tests/io/test_gguf.py, tests/io/test_gguf_families.py).
 
 What the converter does and these helpers repeat: tensor names from gguf's own ``TensorNameMap``;
-``LlamaModel.permute`` on Q and K for the ``llama``, ``smollm3`` and ``granite`` architectures only; Granite's
-multipliers as ``GraniteModel`` writes them (``embedding_scale``, ``residual_scale``, ``attention.scale``,
-``logit_scale``); 1 added to every Gemma norm
-weight (``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
+``LlamaModel.permute`` on Q and K for the ``llama``, ``smollm3`` and ``granite`` architectures only (not for
+``llama4``: ``Llama4Model`` turns it off); Llama 4's expert banks split and transposed
+(:func:`llama4_tensors`); Granite's multipliers as ``GraniteModel`` writes them (``embedding_scale``,
+``residual_scale``, ``attention.scale``, ``logit_scale``); 1 added to every Gemma norm weight
+(``GemmaModel`` / ``Gemma2Model`` / ``Gemma3Model.modify_tensors``: Gemma's RMSNorm multiplies by
 ``1 + w``); Gemma's tied ``lm_head`` skipped; the metadata keys each model class writes.
 """
 
@@ -105,6 +106,105 @@ def write_gguf(path, arch: str, tensors: dict, meta: dict, vocab_size: int):
 
 def _finish(writer, path, tensors: dict):
     """Add ``tensors`` (GGUF name -> array) as float32 and write the file."""
+    for name, array in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def llama4_metadata(config) -> dict:
+    """``Llama4Model.set_gguf_parameters`` on a ``Llama4TextConfig``, as ``GGUFWriter.add_*`` keywords: after
+    its ``__init__`` swaps ``intermediate_size`` (the experts' width, written as expert_feed_forward_length)
+    for ``intermediate_size_mlp`` (the dense layers', feed_forward_length); TextModel's keys (the rope type
+    ``default`` and ``llama3`` write no scaling keys: llama3's factors become the ``rope_freqs`` tensor),
+    LlamaModel's vocabulary size and rotated dimensions (``head_dim``), the MoE step, and a sliding window 0
+    when every layer type is full attention."""
+    meta = dict(block_count=config.num_hidden_layers, context_length=config.max_position_embeddings,
+                embedding_length=config.hidden_size, feed_forward_length=config.intermediate_size_mlp,
+                head_count=config.num_attention_heads, head_count_kv=config.num_key_value_heads,
+                rope_freq_base=config.rope_parameters["rope_theta"], layer_norm_rms_eps=config.rms_norm_eps,
+                expert_count=config.num_local_experts, expert_used_count=config.num_experts_per_tok,
+                key_length=config.head_dim, value_length=config.head_dim, vocab_size=config.vocab_size,
+                rope_dimension_count=config.head_dim, interleave_moe_layer_step=config.interleave_moe_layer_step,
+                expert_feed_forward_length=config.intermediate_size)
+    if getattr(config, "layer_types", None) and all(t == "full_attention" for t in config.layer_types):
+        meta["sliding_window"] = 0
+    return meta
+
+
+def llama3_rope_freqs(config) -> np.ndarray | None:
+    """``LlamaModel.generate_extra_tensors``: for a ``llama3`` rope type, each rotary pair's divisor (1 at
+    short wavelengths, ``factor`` at long ones, smoothed between), with the original context read from the
+    config's top level (8192 when absent, as the converter does), else None."""
+    import math
+
+    rope = config.rope_parameters
+    if rope.get("rope_type", "").lower() != "llama3":
+        return None
+    dim, base = config.head_dim, rope.get("rope_theta", 10000.0)
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor, low, high = rope.get("factor", 8.0), rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    old = getattr(config, "original_max_position_embeddings", None) or 8192
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def llama4_tensors(state: dict, config) -> dict:
+    """``Llama4Model.modify_tensors`` on a saved ``Llama4ForCausalLM`` state (numpy arrays): a prefix
+    ``language_model.`` dropped, each bank ``gate_up_proj`` ``(E, N, 2 d_ff)`` transposed and split into
+    ``gate`` (the first half) and ``up``, ``down_proj`` ``(E, d_ff, N)`` transposed, no Q/K permutation, the
+    vision tower's tensors skipped; names from gguf's ``TensorNameMap``; ``rope_freqs`` for llama3."""
+    import gguf
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA4, config.num_hidden_layers)
+    out = {}
+
+    def put(name, array):
+        target = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if target is None:
+            raise ValueError(f"gguf's tensor map has no name for {name}")
+        out[target] = array
+
+    for name, array in state.items():
+        name = name.replace("language_model.", "", 1) if name.startswith("language_model.") else name
+        if "multi_modal_projector" in name or "vision_model" in name:
+            continue
+        if "gate_up_proj" in name:
+            half = array.shape[-1] // 2
+            swapped = array.swapaxes(-1, -2)
+            put(name.replace("gate_up_proj", "gate_proj.weight"), swapped[..., :half, :])
+            put(name.replace("gate_up_proj", "up_proj.weight"), swapped[..., half:, :])
+            continue
+        if name.endswith("down_proj"):
+            name, array = name + ".weight", array.swapaxes(-1, -2)
+        put(name, array)
+    freqs = llama3_rope_freqs(config)
+    if freqs is not None:
+        out["rope_freqs.weight"] = freqs
+    return out
+
+
+def write_gguf(path, arch: str, tensors: dict, meta: dict, vocab: int):
+    """A float32 GGUF file of ``arch``: ``meta`` as ``GGUFWriter.add_<key>(value)``, a vocabulary list,
+    every tensor."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in meta.items():
+        getattr(writer, f"add_{key}")(value)
+    writer.add_token_list([f"t{i}" for i in range(vocab)])
     for name, array in tensors.items():
         writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
     writer.write_header_to_file()

@@ -299,13 +299,22 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     names = set(ckpt.names)
     spec.refused(ckpt.config, sorted(names), prefix)
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
-    per_layer = len(rules) if rules is not None else len(spec.tensors) + (
-        0 if dims.moe is None or dims.moe.layers is not None else 1 if any(
-            r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts)
-    if stored_layers * per_layer > len(names):  # before listing every layer: L may be 10**30
+    per_layer = len(rules) if rules is not None else len(spec.tensors)
+    # one tensor per expert (a bank: one for all) in each layer holding experts: every layer, or the listed ones
+    per_expert_layer = 0 if rules is not None or dims.moe is None else 1 if any(
+        r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts
+    expert_layers = 0
+    if per_expert_layer and dims.moe.layers is None:
+        per_layer += per_expert_layer
+    elif per_expert_layer:
+        expert_layers = len(dims.moe.layers)
+    # before listing every layer or expert: L or E may be 10**30
+    if stored_layers * per_layer + expert_layers * per_expert_layer > len(names):
+        experts = (f" and {expert_layers:,} layers holding experts, {per_expert_layer:,} expert tensors each"
+                   if expert_layers else "")
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
-            f"{per_layer} role tensors each, "
+            f"{per_layer} role tensors each{experts}, "
             f"but {ckpt.location} holds {len(names)} tensors in all: the checkpoint is incomplete or its "
             f"config does not match it"
         )

@@ -44,7 +44,8 @@ def _activation_effect(l_phi: float | None, source: str | None, gated: bool) -> 
 
 
 def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: bool,
-                weights_note: str | None = None, l_phi: float | None = None, l_phi_source: str | None = None,
+                weights_note: str | None = None, reader_conventions: dict[str, str] | None = None,
+                l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
                 tower: str | None = None, nope_layers: list[int] | None = None) -> list[dict[str, Any]]:
@@ -60,7 +61,9 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
     (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is; ``nope_layers``:
-    the layers without rotary positions of a model whose other layers rotate.
+    the layers without rotary positions of a model whose other layers rotate; ``reader_conventions``:
+    name -> sentence for each value the checkpoint's reader assumed where the file leaves it unstated
+    (a GGUF file's, :attr:`~specbound.io.gguf_file.GGUFCheckpoint.conventions`).
     """
     gated = dims.feed_forward == "gated"
     methods = rotary_methods or {}
@@ -184,6 +187,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     out += _chain_shape_entries(dims, tower)
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
+    out += [_entry(name, True, effect, "convention") for name, effect in sorted((reader_conventions or {}).items())]
     return out
 
 

@@ -57,7 +57,14 @@ What the file holds and how it is exposed:
   ``block_count`` by the converter, exposed as ``mtp.blk.N.*`` and left out: :func:`_nextn_blocks`),
   ``ernie4_5-moe``, and ``deepseek2`` (DeepSeek-V3's latent attention: each layer's ``kv_b_proj`` rebuilt
   from the converter's ``attn_k_b`` and ``attn_v_b`` as ``blk.N.attn_kv_b.weight``, :func:`_joined_kv_b`;
-  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`).
+  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`; its YaRN as the Hugging Face
+  ``rope_scaling``, ``mscale_all_dim`` from ``rope.scaling.yarn_log_multiplier``, :func:`_deepseek2_yarn`).
+* **Llama 4** (``llama4``, from ``Llama4ForCausalLM`` or the text model of ``Llama4ForConditionalGeneration``):
+  Q and K as stored (``Llama4Model`` turns the permutation off), the expert banks (the converter's split of
+  ``gate_up_proj``), the shared expert ``ffn_*_shexp``, dense layers between the expert layers
+  (``interleave_moe_layer_step``); the constants llama.cpp's graph fixes and the file does not store (NoPE
+  step 4, attention chunks of 8192, the query temperature's 8192 and 0.1, the query/key norm unless 128
+  experts) under the Hugging Face keys, named among the analysis' assumptions (:func:`_llama4_keys`).
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -83,14 +90,15 @@ from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArra
 
 # GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
 # Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style;
-# SmolLM3Model and GraniteModel are LlamaModels).
+# SmolLM3Model and GraniteModel are LlamaModels; Llama4Model is one with the permutation turned off, as
+# Llama 4 rotates adjacent pairs itself).
 # Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
 SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
                    "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
                    "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
                    "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
                    "gpt-oss": False, "glm4moe": False, "ernie4_5-moe": False,
-                   "deepseek2": False}
+                   "deepseek2": False, "llama4": False}
 # llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
 # approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
 _ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
@@ -115,7 +123,9 @@ _COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forwar
                "interleave_moe_layer_step", "expert_shared_count", "expert_gating_func",
                "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
                "attention.value_length_mla")
-_NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "attention.layer_norm_rms_eps",
+_NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "rope.scaling.yarn_log_multiplier",
+                "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_beta_fast",
+                "rope.scaling.yarn_beta_slow", "attention.layer_norm_rms_eps",
                 "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping",
                 "expert_weights_scale")
 _TEXT_KEYS = ("rope.scaling.type",)
@@ -163,6 +173,9 @@ class GGUFCheckpoint(Checkpoint):
         ``general.architecture``.
     quantized : dict[str, str]
         Tensor name -> ggml quantization type (``"Q8_0"``), for the quantized tensors.
+    conventions : dict[str, str]
+        Assumption name -> sentence, for each value the reader assumed (DeepSeek's YaRN ``mscale``,
+        llama.cpp's fixed Llama 4 constants).
     """
 
     location: str
@@ -176,6 +189,9 @@ class GGUFCheckpoint(Checkpoint):
     _maps: dict[Path, np.ndarray] = field(default_factory=dict, repr=False)
     # deepseek2: blk.N.attn_kv_b.weight joined from the converter's attn_k_b and attn_v_b (_joined_kv_b)
     _joined: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
+    # name -> sentence: what the reader assumed where the metadata leaves a value of the Hugging Face
+    # config unstated (the analysis lists each as an assumption of kind "convention")
+    conventions: dict[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -504,14 +520,17 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
                                      f"the parts belong to different models: re-download them")
             tensors[name], files[name] = tensor, header.path
     tensors, files = _nextn_blocks(path, arch, config, tensors, files)
-    if arch == "deepseek2":
-        config.update(_deepseek2_keys(path, config))
+    conventions: dict[str, str] = {}
+    if arch in _ARCH_KEYS:
+        keys = _ARCH_KEYS[arch](path, config)
+        conventions.update(keys.pop("gguf_conventions", {}))
+        config.update(keys)
     tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
     ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
                           _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files,
-                          _joined=_joined_kv_b(path, arch, tensors))
+                          _joined=_joined_kv_b(path, arch, tensors), conventions=conventions)
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
@@ -577,22 +596,129 @@ def _deepseek2_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     ``attention.key_length_mla`` (``qk_nope_head_dim + qk_rope_head_dim``) and ``value_length_mla``
     (``v_head_dim``), an older converter the same numbers as ``key_length`` and ``value_length`` (which the
     newer one sets to the absorbed sizes ``kv_lora_rank + qk_rope_head_dim`` and ``kv_lora_rank``), and the
-    rotated features as ``rope.dimension_count``.  llama.cpp's own YaRN for deepseek2
-    (``rope.scaling.yarn_log_multiplier``, its mscale) is not modelled: refused."""
+    rotated features as ``rope.dimension_count``; its YaRN as the Hugging Face ``rope_scaling``
+    (:func:`_deepseek2_yarn`)."""
     mla = "attention.key_length_mla" in config
     d_qk = config.get("attention.key_length_mla" if mla else "attention.key_length")
     d_v = config.get("attention.value_length_mla" if mla else "attention.value_length")
     d_rope = config.get("rope.dimension_count")
-    if config.get("rope.scaling.type") not in (None, "none", ""):
-        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {config['rope.scaling.type']!r}: "
-                             f"llama.cpp's own scaling of the logits for it is not modelled; analyse the model's "
-                             f"Hugging Face safetensors weights instead")
     if not all(isinstance(v, int) for v in (d_qk, d_v, d_rope)) or not 0 < d_rope < d_qk:
         raise SpecboundError(f"{path}: a deepseek2 file needs the integers deepseek2.attention.key_length_mla (or "
                              f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
                              f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model")
-    return {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
+    keys: dict[str, Any] = {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
+    keys.update(_deepseek2_yarn(path, config))
+    return keys
 
+
+# the factor DeepseekV2Model multiplies mscale_all_dim by before storing it as rope.scaling.yarn_log_multiplier
+_YARN_LOG_MUL = 0.1
+
+
+def _deepseek2_yarn(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """A deepseek2 file's YaRN as the ``rope_scaling`` of the Hugging Face config it was converted from.
+
+    The converter writes ``rope.scaling.type`` ``yarn``, ``.factor``, ``.original_context_length``, the
+    ``yarn_beta_fast`` / ``yarn_beta_slow`` and ``yarn_attn_factor`` the config states (read by
+    :func:`_rotary_keys` and here), and ``rope.scaling.yarn_log_multiplier`` = ``0.1 mscale_all_dim``
+    when the config has ``mscale_all_dim``; ``mscale`` itself is not stored.  The mapping follows the
+    Hugging Face model (the file is its conversion): ``mscale_all_dim`` is the shortest decimal whose
+    0.1 multiple rounds to the stored float32 (configs state 1.0, 0.707; float32 tells apart decimals of up
+    to 7 significant digits), and ``mscale`` is assumed equal
+    to it, which llama.cpp's own deepseek2 context assumes too (its YaRN attention factor is then 1).
+    Under that assumption llama.cpp's graph computes what the Hugging Face model does: its ``kq_scale``
+    ``(1 + 0.1 mscale_all_dim ln factor)^2 / sqrt(d_qk)`` is transformers' softmax scale with YaRN's
+    ``mscale^2``, and the rotated features are not rescaled.  A config whose ``mscale`` differed would scale
+    the Hugging Face model's cos and sin by ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``,
+    which the file cannot tell.  Without ``yarn_log_multiplier`` the config had no ``mscale_all_dim``:
+    transformers' default attention factor ``1 + 0.1 ln factor`` on cos and sin and no logit scale.
+    Returns ``rope_scaling`` and, when a value was assumed, ``gguf_conventions`` (name -> sentence) for
+    the analysis' assumptions."""
+    scaling = config.get("rope.scaling.type")
+    if scaling in (None, "none", ""):
+        return {}
+    if scaling != "yarn":
+        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {scaling!r}: DeepSeek's converter "
+                             f"writes 'yarn' (or no scaling); another type is not modelled for this architecture: "
+                             f"re-convert the model or analyse its Hugging Face safetensors weights")
+    rope = dict(config["rope_scaling"])
+    for key in ("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_log_multiplier"):
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise SpecboundError(f"{path}: the metadata key 'deepseek2.{key}' must hold a non-negative number, found "
+                                 f"{value!r}; the file is corrupt or hand-edited: re-convert the model")
+    ext = config.get("rope.scaling.yarn_ext_factor")
+    if ext not in (None, 1.0):
+        raise SpecboundError(f"{path}: deepseek2.rope.scaling.yarn_ext_factor = {ext!r}: YaRN's extrapolation mix is "
+                             f"1 in transformers' model (the only value modelled), found another; analyse the model's "
+                             f"Hugging Face safetensors weights instead")
+    if config.get("rope.scaling.yarn_attn_factor") is not None:
+        rope["attention_factor"] = float(config["rope.scaling.yarn_attn_factor"])
+    stored = config.get("rope.scaling.yarn_log_multiplier")
+    if stored is None:
+        return {"rope_scaling": rope}
+    m_all = _decimal_of_float32(stored / _YARN_LOG_MUL, lambda m: np.float32(_YARN_LOG_MUL * m) == np.float32(stored))
+    rope.update(mscale=m_all, mscale_all_dim=m_all)
+    return {"rope_scaling": rope, "gguf_conventions": {"gguf_yarn_mscale": (
+        f"the file stores DeepSeek's YaRN logit scale as rope.scaling.yarn_log_multiplier = 0.1 mscale_all_dim "
+        f"(read as mscale_all_dim = {m_all:g}) and not mscale, which is assumed equal to it (as llama.cpp's "
+        f"deepseek2 graph assumes): the rotary attention factor is then 1 and the logits carry "
+        f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale")}}
+
+
+def _decimal_of_float32(value: float, matches: Any) -> float:
+    """The shortest decimal (up to 9 significant digits) near ``value`` for which ``matches`` holds: the
+    number a config stated before the converter stored it as float32; ``value`` when none does."""
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if matches(candidate):
+            return candidate
+    return float(value)
+
+
+# llama.cpp's llama4 graph: constants the file does not store (llama_hparams and the LLM_ARCH_LLAMA4 case
+# of llama-model.cpp), under the Hugging Face keys, with the value each takes there
+_LLAMA4_FIXED = {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
+                 "floor_scale": 8192, "attn_scale": 0.1}
+# llama.cpp turns the query/key norm off for this expert count (its 17B-128E type, Llama 4 Maverick)
+_LLAMA4_NO_QK_NORM_EXPERTS = 128
+
+
+def _llama4_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Llama 4's settings that ``Llama4Model`` does not write, as llama.cpp's graph fixes them, under the
+    Hugging Face ``Llama4TextConfig`` keys the family spec reads: every fourth layer unrotated
+    (``no_rope_layer_interval`` 4), attention in chunks of 8192 tokens on the rotating layers, the unrotated
+    layers' query temperature ``1 + 0.1 ln(1 + floor((t + 1) / 8192))`` (``attn_temperature_tuning``,
+    ``floor_scale`` 8192, ``attn_scale`` 0.1), the weightless query/key norm unless the file has 128 experts
+    (``use_qk_norm``; Maverick's config turns it off).  Llama 4 Scout's and Maverick's configs state the
+    same values; a model converted from a config stating others is read as llama.cpp runs it, which the
+    analysis names among its assumptions.  The layers holding experts are every
+    ``interleave_moe_layer_step``-th (the last of each step), which llama.cpp and the Hugging Face config
+    compute alike.  A file with ``attention.sliding_window`` 0 (llama.cpp's MobileLLM variant, no chunks and
+    every layer rotated by its own rule) or without experts is refused in one line."""
+    experts, step = config.get("expert_count"), config.get("interleave_moe_layer_step")
+    if config.get("attention.sliding_window") == 0:
+        raise SpecboundError(f"{path}: a llama4 file with attention.sliding_window 0 (llama.cpp's MobileLLM variant: "
+                             f"no attention chunks, its own rotary layers) is not modelled; analyse the model's "
+                             f"Hugging Face safetensors weights instead")
+    if not isinstance(experts, int) or experts < 1 or not isinstance(step, int) or step < 1:
+        raise SpecboundError(f"{path}: a llama4 file needs the positive integers llama4.expert_count and "
+                             f"llama4.interleave_moe_layer_step, found {experts!r} and {step!r}: re-convert the model")
+    use_qk_norm = experts != _LLAMA4_NO_QK_NORM_EXPERTS
+    fixed = _LLAMA4_FIXED
+    return {**fixed, "use_qk_norm": use_qk_norm, "gguf_conventions": {"gguf_llama4_constants": (
+        f"the file stores none of Llama 4's NoPE step, attention chunk, query temperature or query/key-norm "
+        f"switch: llama.cpp's llama4 graph fixes them and so does the reader (the values of Llama 4 Scout's and "
+        f"Maverick's configs): every {fixed['no_rope_layer_interval']}th layer unrotated, chunks of "
+        f"{fixed['attention_chunk_size']} tokens, attn_temperature_tuning with floor_scale {fixed['floor_scale']} "
+        f"and attn_scale {fixed['attn_scale']:g}, the weightless query/key norm "
+        f"{'on' if use_qk_norm else 'off'} ({experts} experts; llama.cpp turns it off for "
+        f"{_LLAMA4_NO_QK_NORM_EXPERTS})")}}
+
+
+# the architectures whose config needs keys of their own beyond the shared ones (each returns the keys,
+# and under "gguf_conventions" what it assumed)
+_ARCH_KEYS = {"deepseek2": _deepseek2_keys, "llama4": _llama4_keys}
 
 _KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")
 
