@@ -33,6 +33,11 @@ def log_contribution(schatten_power, p, log_scale: float, n: int):
     """``ln C(p) = (ln S_p + p ln scale + (p + 1) ln N) / (p + 2)``, the one home of the formula
     (scalars or arrays of ``S_p`` and ``p``): exact whatever the size of ``scale``, ``p = 0`` never
     multiplies it (``C(0) = sqrt(r N)`` is scale-free), and ``-inf`` for a zero matrix (``S_p = 0``)."""
+    if np.ndim(schatten_power) == 0 and np.ndim(p) == 0:  # one value: without the array machinery
+        power, p = float(schatten_power), float(p)
+        if not power > 0:
+            return -math.inf
+        return (math.log(power) + (0.0 if p == 0 else p * log_scale) + (p + 1.0) * math.log(n)) / (p + 2.0)
     powers, p = np.asarray(schatten_power, dtype=np.float64), np.asarray(p, dtype=np.float64)
     with np.errstate(divide="ignore"):
         logs = np.log(powers)
@@ -121,7 +126,10 @@ class ContributionCurve:
         grid = np.asarray(grid, dtype=np.float64)
         if self.kept.size == 0:
             return np.full_like(grid, -np.inf)
-        powers = np.where(grid == 0, float(self.kept.size), (self.kept[None, :] ** grid[:, None]).sum(axis=1))
+        # s^p as exp(p ln s): one logarithm per singular value instead of one per (p, s) pair (``**``
+        # takes the logarithm again for every grid point); the two agree to a few ulp
+        powers = np.exp(np.multiply.outer(grid, np.log(self.kept))).sum(axis=1)
+        powers[grid == 0] = float(self.kept.size)
         return log_contribution(powers, grid, self.log_scale, self.n)
 
     def on_grid(self, grid: np.ndarray) -> np.ndarray:
