@@ -20,11 +20,10 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from specbound.archs.extract import layer_weights
 from specbound.io import open_checkpoint
 from specbound.pipeline import open_model
 from support.gguf_convert import permute
-from support.same_numbers import assert_same_numbers
+from support.same_numbers import assert_same_layer_weights, assert_same_numbers
 
 
 def assert_same_numbers_gguf(a, b, rel=1e-9):
@@ -115,14 +114,7 @@ def assert_same_matrices(folder_a, source_b):
     a, b = open_model(folder_a), open_model(source_b)
     assert (a.dims.L, a.dims.N, a.dims.H, a.dims.H_kv, a.dims.d_head, a.dims.d_ff, a.dims.activation) == \
            (b.dims.L, b.dims.N, b.dims.H, b.dims.H_kv, b.dims.d_head, b.dims.d_ff, b.dims.activation)
-    for layer in range(L):
-        x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)
-        y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
-        for role in "qkvo":
-            np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=1e-9, err_msg=role)
-        assert sorted(x.ff) == sorted(y.ff)
-        for role in x.ff:
-            np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=1e-9, err_msg=role)
+    assert_same_layer_weights(a, b, L, ordered=False)
 
 
 def test_float32_gguf_equals_the_hugging_face_checkpoint(llama, tmp_path):

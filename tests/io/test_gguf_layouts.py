@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 import specbound
-from specbound.archs.extract import layer_weights
 from specbound.pipeline import open_model
 from support.gguf_convert import permute
-from support.same_numbers import numbers
+from support.same_numbers import assert_same_layer_weights, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -324,14 +323,7 @@ def test_every_matrix_equals_the_hugging_face_checkpoints(converted):
     assert (a.dims.L, a.dims.N, a.dims.H, a.dims.H_kv, a.dims.d_head, a.dims.d_ff) == \
            (b.dims.L, b.dims.N, b.dims.H, b.dims.H_kv, b.dims.d_head, b.dims.d_ff)
     assert a.rotary == b.rotary
-    for layer in range(L):
-        x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)
-        y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
-        for role in "qkvo":
-            np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=1e-9, err_msg=role)
-        assert list(x.ff) == list(y.ff)
-        for role in x.ff:
-            np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=1e-9, err_msg=role)
+    assert_same_layer_weights(a, b, L)
 
 
 def test_the_analysis_equals_the_hugging_face_checkpoints(converted):

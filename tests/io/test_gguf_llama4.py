@@ -11,10 +11,9 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from specbound.archs.extract import layer_weights
 from specbound.pipeline import open_model
 from support.gguf_convert import llama4_metadata, llama4_tensors, write_gguf
-from support.same_numbers import numbers
+from support.same_numbers import assert_same_layer_weights, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -82,14 +81,7 @@ def test_every_matrix_equals_the_hugging_face_checkpoints(converted):
     step = CASES[case][0]["interleave_moe_layer_step"]
     assert b.dims.moe.layers == tuple(range(step - 1, L, step)) and b.dims.moe.scoring == "sigmoid"
     assert b.nope_layers() == a.nope_layers() == [3]
-    for layer in range(L):
-        x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)
-        y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
-        for role in "qkvo":
-            np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=1e-9, err_msg=role)
-        assert list(x.ff) == list(y.ff)
-        for role in x.ff:
-            np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=1e-9, err_msg=role)
+    assert_same_layer_weights(a, b, L)
 
 
 def test_the_analysis_equals_the_hugging_face_checkpoints(converted):

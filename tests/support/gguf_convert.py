@@ -194,21 +194,3 @@ def llama4_tensors(state: dict, config) -> dict:
     if freqs is not None:
         out["rope_freqs.weight"] = freqs
     return out
-
-
-def write_gguf(path, arch: str, tensors: dict, meta: dict, vocab: int):
-    """A float32 GGUF file of ``arch``: ``meta`` as ``GGUFWriter.add_<key>(value)``, a vocabulary list,
-    every tensor."""
-    import gguf
-
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in meta.items():
-        getattr(writer, f"add_{key}")(value)
-    writer.add_token_list([f"t{i}" for i in range(vocab)])
-    for name, array in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path

@@ -37,3 +37,21 @@ def assert_same_numbers(a, b, rel=1e-12, *, family: bool = True):
         else:
             assert x == y, where
     walk(numbers(a, family=family), numbers(b, family=family), "")
+
+
+def assert_same_layer_weights(a, b, layers: int, *, atol: float = 1e-9, ordered: bool = True) -> None:
+    """Every layer's q, k, v, o and feed-forward matrices of two opened models (``open_model``) equal
+    to ``atol``: the matrices ``layer_weights`` hands the spectra, not only the numbers after them.
+    ``ordered``: the feed-forward roles in the same order, not only the same set."""
+    import numpy as np
+
+    from specbound.archs.extract import layer_weights
+
+    for layer in range(layers):
+        x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)
+        y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
+        for role in "qkvo":
+            np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=atol, err_msg=role)
+        assert (list(x.ff) == list(y.ff)) if ordered else (sorted(x.ff) == sorted(y.ff)), (layer, list(x.ff), list(y.ff))
+        for role in x.ff:
+            np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=atol, err_msg=role)
