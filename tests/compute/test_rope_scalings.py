@@ -22,7 +22,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -132,6 +132,29 @@ def test_llama3_and_linear_frequencies_equal_transformers(theta, factor, low, ga
         layout = _ours(rope)
         np.testing.assert_allclose(layout.thetas, inv_freq.double().numpy(), rtol=2e-6)
         assert layout.attention_factor == attention == 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(theta=st.floats(100.0, 1e6), factor=st.floats(1.0, 40.0), low=st.floats(0.5, 4.0),
+       original=st.integers(4, 8192))
+def test_llama3_without_a_smoothing_band_equals_transformers(theta, factor, low, original):
+    """``high_freq_factor == low_freq_factor`` (Llama 4 Scout: 1.0 and 1.0): every wavelength is scaled
+    by the factor or left, as transformers computes it (its smoothing band is empty)."""
+    rope = {"rope_type": "llama3", "rope_theta": theta, "factor": factor, "low_freq_factor": low,
+            "high_freq_factor": low, "original_max_position_embeddings": original}
+    inv_freq, attention = _hf(rope)
+    assume(np.isfinite(inv_freq.numpy()).all())  # a wavelength exactly on the boundary: NaN there (refused below)
+    layout = _ours(rope)
+    np.testing.assert_allclose(layout.thetas, inv_freq.double().numpy(), rtol=2e-6)
+    assert layout.attention_factor == attention == 1.0
+
+
+def test_llama4_scouts_rope_equals_transformers():
+    scout = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
+             "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+    inv_freq, _ = _hf(scout)
+    assert (inv_freq.double().numpy() < _hf({"rope_type": "default", "rope_theta": 500000.0})[0].double().numpy()).any()
+    np.testing.assert_allclose(_ours(scout).thetas, inv_freq.double().numpy(), rtol=2e-6)
 
 
 @settings(max_examples=30, deadline=None)

@@ -27,8 +27,8 @@ LLAMA3 = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_f
 CASES = {  # name -> (Hugging Face config keys, relative tolerance)
     "every_layer_moe": ({"interleave_moe_layer_step": 1, "num_experts_per_tok": 2}, 1e-9),
     "interleaved": ({"interleave_moe_layer_step": 2, "num_experts_per_tok": 1}, 1e-9),
-    # Llama 4 Scout's rope type, llama3 (high_freq_factor != low_freq_factor: transformers' formula divides
-    # by their difference).
+    # Llama 4 Scout's rope type, llama3, with a smoothing band (high_freq_factor 4; Scout's own 1.0 = low
+    # has none): the band's frequencies are the ones the file's rope_freqs divisors must carry.
     # The converter's rope_freqs divisors are float32, 1e-7 off in the one smoothed pair; the numbers of
     # this model agree to 1e-15 all the same (measured), so the tolerance is the others'
     "llama3_rope": ({"interleave_moe_layer_step": 2, "num_experts_per_tok": 1, "rope_parameters": LLAMA3}, 1e-9),

@@ -244,10 +244,13 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
         factor = _positive(params, "factor", "llama3 rope scaling")
         low = _positive(params, "low_freq_factor", "llama3 rope scaling")
         high = _positive(params, "high_freq_factor", "llama3 rope scaling")
-        if high == low:
-            raise ValueError("llama3 rope scaling needs high_freq_factor != low_freq_factor")
         wavelen = 2 * math.pi / default
         scaled = np.where(wavelen > original / low, default / factor, default)
+        if high == low:  # Llama 4 Scout: no band to smooth over, a wavelength is scaled or not
+            if np.any(wavelen == original / low):  # transformers' smoothing is 0/0 there (NaN)
+                raise ValueError("llama3 rope scaling with high_freq_factor == low_freq_factor puts a rotary "
+                                 "wavelength exactly on the boundary, where the smoothing is undefined")
+            return scaled, 1.0, None
         smooth = (original / wavelen - low) / (high - low)
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = ~(wavelen < original / high) & ~(wavelen > original / low)
