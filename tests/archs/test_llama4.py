@@ -137,3 +137,25 @@ def test_an_empty_list_of_expert_layers_is_a_dense_model(tmp_path):
     assert not any("[" in r for r in a.matrices["role"]) and np.isfinite(a.bounds["spectral_adaptive"])
     assert not {"mixture_of_experts", "moe_routing_fixed"} & {e["name"] for e in a.assumptions if e["applies"]}
     assert a.baselines["param_count"] == 2 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 48)
+
+
+def test_scouts_rope_scaling_analyses(tmp_path):
+    """Llama 4 Scout's config: llama3 rope scaling with high_freq_factor == low_freq_factor (no smoothing
+    band); the rotated layers' frequencies are the module's own."""
+    model = build_family("llama4_text", seed=2)
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    scout = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+             "original_max_position_embeddings": 8}
+    config["rope_parameters"] = {**scout, "rope_theta": config["rope_parameters"]["rope_theta"]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    a = specbound.analyze(tmp_path, threads=1)
+    assert np.isfinite(a.bounds["spectral_adaptive"])
+    module = reloaded.model.rotary_emb.inv_freq.double().numpy()
+    d = reloaded.config.head_dim
+    default = 1.0 / config["rope_parameters"]["rope_theta"] ** (np.arange(0, d, 2) / d)
+    assert (module < 0.5 * default).any() and np.isclose(module, default).any()  # some scaled, some not
+    from specbound.archs.rotary import parse_rotary
+    ours = parse_rotary(config, reloaded.config.head_dim, "interleaved")
+    np.testing.assert_allclose(ours.thetas, module, rtol=2e-6)
