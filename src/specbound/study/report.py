@@ -597,7 +597,7 @@ def format_study(result) -> str:
     head = measures[measures["column"].isin(HEADLINE)]
     lines = [f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
              f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded"]
-    if timing["grid"] == "quick":  # issue 34: its numbers had been read as findings
+    if timing["grid"] == "quick":  # too few runs per task for its correlations to mean anything
         lines.append("a smoke test: the quick grid checks that training, analysis and statistics run; with this few "
                      "runs per task its correlations say nothing (the default grid: specbound study)")
     lines.append("")
