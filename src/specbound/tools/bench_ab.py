@@ -65,11 +65,11 @@ def run_ab_bench(against: str | Path, *, layers: int, repeats: int = 3, threads:
                  workdir: str | None = None, shape: dict | None = None) -> dict:
     """Medians of ``repeats`` interleaved rounds of new and old code on one ``layers``-layer LLaMA
     checkpoint (``shape`` replaces the 7B shape: tests use a tiny one)."""
-    from .bench import LLAMA_7B, write_llama_checkpoint
+    from .bench import LLAMA_7B, llama_scenario, llama_vocab, max_relative_bound_difference, write_llama_checkpoint
 
     old = code_folder(against)
     shape = dict(shape or LLAMA_7B, L=layers)
-    vocab = 32000 if shape["N"] >= 1024 else 64
+    vocab = llama_vocab(shape)
     runs: dict[str, list[dict]] = {"new": [], "old": []}
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         folder, nbytes = write_llama_checkpoint(Path(tmp) / "llama-bf16", vocab=vocab, **shape)
@@ -80,10 +80,8 @@ def run_ab_bench(against: str | Path, *, layers: int, repeats: int = 3, threads:
     med = {side: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "cpu_seconds")}
            for side, rs in runs.items()}
     new_b, old_b = runs["new"][-1]["bounds"], runs["old"][-1]["bounds"]
-    shared = sorted(set(new_b) & set(old_b))
-    worst = max((abs(new_b[k] - old_b[k]) / max(abs(old_b[k]), 1e-300) for k in shared), default=float("nan"))
-    return {"scenario": f"llama-7b-shaped random bf16 checkpoint (L={shape['L']}, N={shape['N']}, H={shape['H']}, "
-                        f"H_kv={shape['H_kv']}, d_ff={shape['d_ff']}, vocab={vocab}), {nbytes / 1e9:.2f} GB",
+    shared = set(new_b) & set(old_b)
+    return {"scenario": f"{llama_scenario(shape, vocab)}, {nbytes / 1e9:.2f} GB",
             "layers": shape["L"], "repeats": repeats, "threads": threads,
             "new_code": runs["new"][0]["code"], "old_code": runs["old"][0]["code"],
             "median": med,
@@ -91,7 +89,8 @@ def run_ab_bench(against: str | Path, *, layers: int, repeats: int = 3, threads:
             "seconds": {side: [r["seconds"] for r in rs] for side, rs in runs.items()},
             "cpu_seconds": {side: [r["cpu_seconds"] for r in rs] for side, rs in runs.items()},
             "bounds_compared": len(shared), "bounds_only_new": sorted(set(new_b) - set(old_b)),
-            "bounds_only_old": sorted(set(old_b) - set(new_b)), "max_bound_relative_difference": worst,
+            "bounds_only_old": sorted(set(old_b) - set(new_b)),
+            "max_bound_relative_difference": max_relative_bound_difference(new_b, old_b),
             "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
 
 
