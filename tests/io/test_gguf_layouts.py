@@ -14,7 +14,7 @@ import pytest
 import specbound
 from specbound.pipeline import open_model
 from support.gguf_convert import permute
-from support.same_numbers import assert_same_layer_weights, numbers
+from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -340,22 +340,7 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
         ours["options"].pop("l_phi_source"), hf["options"].pop("l_phi_source")
         for entry in hf["assumptions"]:  # the entries that name the activation: by llama.cpp's name
             entry["effect"] = entry["effect"].replace(f"hidden_act={named} ", "hidden_act=gelu_pytorch_tanh ")
-    _assert_close(hf, ours)
-
-
-def _assert_close(x, y, where=""):
-    if isinstance(x, dict):
-        assert sorted(x) == sorted(y), where
-        for k in x:
-            _assert_close(x[k], y[k], f"{where}.{k}")
-    elif isinstance(x, list):
-        assert len(x) == len(y), where
-        for i, (u, v) in enumerate(zip(x, y)):
-            _assert_close(u, v, f"{where}[{i}]")
-    elif isinstance(x, float) and isinstance(y, float) and np.isfinite(x):
-        assert y == pytest.approx(x, rel=1e-9, abs=1e-300), where
-    else:
-        assert x == y, where
+    assert_close_tree(hf, ours, 1e-9)
 
 
 def test_a_quantized_expert_bank_is_read_one_expert_at_a_time(tmp_path):

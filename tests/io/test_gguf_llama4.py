@@ -6,14 +6,13 @@ of ``set_gguf_parameters``, the banks ``gate_up_proj`` split and transposed into
 the folder's, but the family's name, the router's tensor names and the one assumption the reader adds
 (llama.cpp's fixed constants, which the folder's config states as its own)."""
 
-import numpy as np
 import pytest
 
 import specbound
 from specbound import SpecboundError
 from specbound.pipeline import open_model
 from support.gguf_convert import llama4_metadata, llama4_tensors, write_gguf
-from support.same_numbers import assert_same_layer_weights, numbers
+from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -105,22 +104,7 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
     x, y = numbers(hf, family=False), numbers(result, family=False)
     for key in ("router", "shared_gate"):  # the router's tensor names: provenance, like "tensors"
         assert (x["model"]["experts"].pop(key, None) is None) == (y["model"]["experts"].pop(key, None) is None)
-    _assert_close(x, y, CASES[case][1])
-
-
-def _assert_close(x, y, rel, where=""):
-    if isinstance(x, dict):
-        assert sorted(x) == sorted(y), where
-        for k in x:
-            _assert_close(x[k], y[k], rel, f"{where}.{k}")
-    elif isinstance(x, list):
-        assert len(x) == len(y), where
-        for i, (u, v) in enumerate(zip(x, y)):
-            _assert_close(u, v, rel, f"{where}[{i}]")
-    elif isinstance(x, float) and isinstance(y, float) and np.isfinite(x):
-        assert y == pytest.approx(x, rel=rel, abs=1e-300), where
-    else:
-        assert x == y, where
+    assert_close_tree(x, y, CASES[case][1])
 
 
 @pytest.mark.parametrize("experts, on", [(16, True), (128, False)])

@@ -17,7 +17,7 @@ from specbound import SpecboundError
 from specbound.archs.extract import layer_weights
 from specbound.pipeline import open_model
 from support import gguf_convert
-from support.same_numbers import numbers
+from support.same_numbers import assert_close_tree, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -229,22 +229,7 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
     hf, ours = numbers(specbound.analyze(folder, threads=1), family=False), numbers(result, family=False)
     for key in ("router", "shared_gate"):  # the router's tensor names: provenance, like "tensors"
         assert (hf["model"]["experts"].pop(key) is None) == (ours["model"]["experts"].pop(key) is None)
-    _assert_close(hf, ours)
-
-
-def _assert_close(x, y, where=""):
-    if isinstance(x, dict):
-        assert sorted(x) == sorted(y), where
-        for k in x:
-            _assert_close(x[k], y[k], f"{where}.{k}")
-    elif isinstance(x, list):
-        assert len(x) == len(y), where
-        for i, (u, v) in enumerate(zip(x, y)):
-            _assert_close(u, v, f"{where}[{i}]")
-    elif isinstance(x, float) and isinstance(y, float) and np.isfinite(x):
-        assert y == pytest.approx(x, rel=1e-9, abs=1e-300), where
-    else:
-        assert x == y, where
+    assert_close_tree(hf, ours, 1e-9)
 
 
 def test_glms_multi_token_prediction_block_is_not_a_layer(tmp_path):
@@ -342,7 +327,7 @@ def test_deepseeks_yarn_analyses_like_the_hugging_face_checkpoint(tmp_path, case
     hf, ours = numbers(specbound.analyze(folder, threads=1), family=False), numbers(result, family=False)
     for key in ("router", "shared_gate"):
         assert (hf["model"]["experts"].pop(key) is None) == (ours["model"]["experts"].pop(key) is None)
-    _assert_close(hf, ours)
+    assert_close_tree(hf, ours, 1e-9)
 
 
 def test_deepseeks_yarn_attention_factor_is_read_as_stated(tmp_path):

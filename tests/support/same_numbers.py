@@ -21,22 +21,26 @@ def numbers(result, *, family: bool = True) -> dict:
     return doc
 
 
+def assert_close_tree(x, y, rel=1e-12, where: str = "") -> None:
+    """Two nested dicts / lists with the same keys and lengths: every finite float within ``rel``
+    (relative), everything else equal; ``where`` names the first difference."""
+    if isinstance(x, dict):
+        assert sorted(x) == sorted(y), where
+        for k in x:
+            assert_close_tree(x[k], y[k], rel, f"{where}.{k}")
+    elif isinstance(x, list):
+        assert len(x) == len(y), where
+        for i, (u, v) in enumerate(zip(x, y)):
+            assert_close_tree(u, v, rel, f"{where}[{i}]")
+    elif isinstance(x, float) and isinstance(y, float) and math.isfinite(x):
+        assert y == pytest.approx(x, rel=rel, abs=1e-300), where
+    else:
+        assert x == y, where
+
+
 def assert_same_numbers(a, b, rel=1e-12, *, family: bool = True):
     """Every key equal, every finite float within ``rel`` (relative), everything else equal."""
-    def walk(x, y, where):
-        if isinstance(x, dict):
-            assert sorted(x) == sorted(y), where
-            for k in x:
-                walk(x[k], y[k], f"{where}.{k}")
-        elif isinstance(x, list):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y)):
-                walk(u, v, f"{where}[{i}]")
-        elif isinstance(x, float) and isinstance(y, float) and math.isfinite(x):
-            assert y == pytest.approx(x, rel=rel, abs=1e-300), where
-        else:
-            assert x == y, where
-    walk(numbers(a, family=family), numbers(b, family=family), "")
+    assert_close_tree(numbers(a, family=family), numbers(b, family=family), rel)
 
 
 def assert_same_layer_weights(a, b, layers: int, *, atol: float = 1e-9, ordered: bool = True) -> None:
