@@ -207,6 +207,19 @@ class RotaryLayout:
         offsets is the maximum over every pair).  False for LongRoPE: a cache filled with the short
         factor set and read with the long one rotates a pair by ``t theta_long - s theta_short``;
         only the bounds valid for every rotation are then reported.
+    axes : tuple of int, optional
+        Several position axes (M-RoPE's time, height and width; a vision tower's 2D patch rows and
+        columns): ``axes[i]`` is the axis whose position rotates pair ``i``, ``(rot/2,)``, so an offset
+        is an integer vector ``delta`` of ``n_axes`` components and pair ``i`` turns by
+        ``delta[axes[i]] theta_i``.  None: one axis, an offset is the integer ``t - s`` (every model
+        but those).
+    grid : tuple of int, optional
+        With ``axes``: the largest extent, in positions, of a block of tokens whose positions differ per
+        axis (an image's ``(T, H, W)`` grid), ``(n_axes,)``; None: ``max_positions`` on every axis.
+    shared_shift : bool
+        With ``axes``: whether blocks also sit at a common shift ``d (1, ..., 1)`` of every axis (M-RoPE:
+        a text token's position is ``(p, p, p)``, an image's grid starts at one), so the offsets are
+        :attr:`offsets`' ``d 1 + e``; False: a single block (a vision tower's patch grid), offsets ``e``.
     """
 
     rotary_dim: int
@@ -217,6 +230,9 @@ class RotaryLayout:
     inv_freq: tuple[float, ...] | None = None
     attention_factor: float = 1.0
     offset_invariant: bool = True
+    axes: tuple[int, ...] | None = None
+    grid: tuple[int, ...] | None = None
+    shared_shift: bool = True
 
     def __post_init__(self):
         rot, p = self.rotary_dim, self.max_positions
@@ -237,6 +253,20 @@ class RotaryLayout:
         if isinstance(a, bool) or not isinstance(a, (int, float, np.floating, np.integer)) \
                 or not math.isfinite(a) or a <= 0:
             raise ValueError(f"attention_factor must be a finite positive number, got {a!r}")
+        if self.axes is None:
+            if self.grid is not None:
+                raise ValueError("a rotary grid needs the pairs' axes (axes), got axes=None")
+            return
+        if len(self.axes) != rot // 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                 and x >= 0 for x in self.axes):
+            raise ValueError(f"axes must give a non-negative axis for each of the {rot // 2} rotary pairs, "
+                             f"got {self.axes!r}")
+        if self.grid is not None and (len(self.grid) <= max(self.axes) or not all(
+                isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in self.grid)):
+            raise ValueError(f"grid must give a positive extent for each of at least {max(self.axes) + 1} axes, "
+                             f"got {self.grid!r}")
+        if not self.offset_invariant:
+            raise ValueError("several position axes with an offset-dependent rope type (LongRoPE) are not modelled")
 
     @property
     def thetas(self) -> np.ndarray:
@@ -253,13 +283,63 @@ class RotaryLayout:
         return (i, i + half) if self.pairing == "half" else (2 * i, 2 * i + 1)
 
     @property
+    def n_axes(self) -> int:
+        """Number of position axes: 1, or ``len(grid)`` (``max(axes) + 1`` without a grid)."""
+        if self.axes is None:
+            return 1
+        return len(self.grid) if self.grid is not None else max(self.axes) + 1
+
+    @property
+    def extents(self) -> np.ndarray:
+        """Per axis, the largest position difference plus one within a block: ``min(grid, P)``, shape
+        ``(n_axes,)`` (``(P,)`` for one axis)."""
+        p = self.max_positions
+        if self.grid is None:
+            return np.full(self.n_axes, p, dtype=np.int64)
+        return np.minimum(np.asarray(self.grid, dtype=np.int64), p)
+
+    @property
+    def max_offset_count(self) -> int:
+        """An upper bound on ``len(offsets)`` without building them (the exact-path budget): ``2P - 1`` for one
+        axis (exact); with ``axes``, ``prod(2 g - 1)`` (``g`` the :attr:`extents`) without a shared shift, else
+        ``min((2P - 1)^A, (2P - 1) prod(2 g - 1))``, exact when the grid spans the context."""
+        p = int(self.max_positions)
+        if self.axes is None:
+            return 2 * p - 1
+        box = math.prod(2 * int(g) - 1 for g in self.extents)
+        return min((2 * p - 1) ** self.n_axes, (2 * p - 1) * box) if self.shared_shift else box
+
+    @property
     def offsets(self) -> np.ndarray:
-        """All relative offsets ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``."""
-        return np.arange(-(self.max_positions - 1), self.max_positions)
+        """All relative offsets.  One axis: ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``.
+
+        With ``axes``, integer vectors, shape ``(K, n_axes)``, lexicographically sorted: ``e`` with
+        ``|e_a| <= g_a - 1`` (``g`` the :attr:`extents`: two tokens of one block, or of two blocks each
+        within the grid), and with ``shared_shift`` every ``delta = d (1, ..., 1) + e`` with ``|delta_a| <=
+        P - 1`` (docs/rotary.md section 7).  Build them only when :attr:`max_offset_count` is affordable."""
+        p = int(self.max_positions)
+        if self.axes is None:
+            return np.arange(-(p - 1), p)
+        g = self.extents
+        if not self.shared_shift:
+            return _integer_box(g - 1)
+        if (2 * p - 1) ** (self.n_axes - 1) <= math.prod(2 * int(x) - 1 for x in g):
+            # the cube is the smaller enumeration: delta = d 1 + e for some integer d iff the intervals
+            # [delta_a - g_a + 1, delta_a + g_a - 1] meet
+            cube = _integer_box(np.full(self.n_axes, p - 1, dtype=np.int64))
+            return cube[np.max(cube - g + 1, axis=1) <= np.min(cube + g - 1, axis=1)]
+        shifted = (np.arange(-(p - 1), p)[:, None, None] + _integer_box(g - 1)[None]).reshape(-1, self.n_axes)
+        return np.unique(shifted[np.all(np.abs(shifted) <= p - 1, axis=1)], axis=0)
 
     def check_head_dim(self, d_head: int) -> None:
         if self.rotary_dim > d_head:
             raise ValueError(f"rotary_dim {self.rotary_dim} exceeds the head dimension {d_head}")
+
+
+def _integer_box(radius: np.ndarray) -> np.ndarray:
+    """Every integer vector ``e`` with ``|e_a| <= radius[a]``, lexicographically sorted, ``(prod(2 r + 1), A)``."""
+    ranges = [np.arange(-int(r), int(r) + 1) for r in radius]
+    return np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).reshape(-1, len(ranges))
 
 
 QK_NORM_SPANS = ("head", "all_heads")  # RMSNorm over each head's d_h features, or over the whole projection

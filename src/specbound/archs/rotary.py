@@ -310,6 +310,38 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
     return sets[0], attention, sets[1]
 
 
+MROPE_KINDS = ("sections", "interleaved")  # Qwen2-VL / Qwen2.5-VL, Qwen3-VL (transformers' recomposition_frequencies)
+
+
+def mrope_axes(sections, half: int, kind: str) -> tuple[int, ...]:
+    """The position axis (0 time, 1 height, 2 width) of each of the ``half = rot/2`` frequencies under
+    M-RoPE's ``mrope_section``, as transformers 5 recomposes them (``recomposition_frequencies``).
+
+    ``"sections"`` (Qwen2-VL, Qwen2.5-VL): the frequencies split into consecutive runs of the sections'
+    lengths, run ``j`` on axis ``j mod 3``; the lengths must add up to ``half``.  ``"interleaved"``
+    (Qwen3-VL): frequency ``i`` is on the height axis when ``i = 1 mod 3`` and ``i < 3 sections[1]``, on
+    the width axis when ``i = 2 mod 3`` and ``i < 3 sections[2]``, else on the time axis (``sections[0]``
+    is not read).  Pair ``i`` of the head (dimensions ``i`` and ``i + rot/2``) turns with frequency ``i``.
+    """
+    if kind not in MROPE_KINDS:
+        raise ValueError(f"M-RoPE kind must be one of {MROPE_KINDS}, got {kind!r}")
+    if not isinstance(sections, (list, tuple)) or not sections or not all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in sections):
+        raise ValueError(f"mrope_section must list non-negative integers, got {sections!r}")
+    if kind == "sections":
+        if sum(sections) != half:
+            raise ValueError(f"mrope_section {list(sections)} adds up to {sum(sections)}, not to the {half} rotary "
+                             f"frequencies (head_dim / 2)")
+        return tuple(j % 3 for j, length in enumerate(sections) for _ in range(length))
+    if len(sections) != 3:
+        raise ValueError(f"interleaved mrope_section must give 3 lengths (time, height, width), got {sections!r}")
+    axes = [0] * half
+    for axis in (1, 2):
+        for i in range(axis, min(3 * sections[axis], half), 3):
+            axes[i] = axis
+    return tuple(axes)
+
+
 def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None) -> RotaryLayout:
     """The rotary layout of a HF-style ``config.json`` dict of a rotary family.
 
