@@ -580,6 +580,9 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "attention_factor": model.rotary.attention_factor,
         "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
+    if model.rotary is not None and model.rotary.axes is not None:  # M-RoPE (docs/rotary.md section 7)
+        rotary["mrope"] = {"kind": model.spec.rotary_options["mrope"]["kind"], "axes": list(model.rotary.axes),
+                           "grid": None if model.rotary.grid is None else list(model.rotary.grid)}
     qk_norm = _qk_norm_summary(model, layers)
     if qk_norm is not None:
         model_extra["qk_norm"] = qk_norm

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 PAIRINGS = ("half", "interleaved")  # rotary: dims (i, i + rot/2) as HF's rotate_half, or (2i, 2i + 1)
+# M-RoPE's assignment of the frequencies to the (time, height, width) axes: Qwen2-VL / Qwen2.5-VL's contiguous
+# sections, Qwen3-VL's interleaved ones (archs.rotary.mrope_axes, docs/rotary.md section 7)
+MROPE_KINDS = ("sections", "interleaved")
 # ``max_positions`` of a rotary model whose config states no context length: every offset counts, so
 # the exact maximum over offsets is never attempted and only the bounds valid for every rotation apply.
 UNBOUNDED_POSITIONS = 1 << 62

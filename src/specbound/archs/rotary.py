@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError
-from .model import PAIRINGS, UNBOUNDED_POSITIONS, RotaryLayout
+from .model import MROPE_KINDS, PAIRINGS, UNBOUNDED_POSITIONS, RotaryLayout
 from .spec import ArchSpec
 
 # config.json keys stating the context length, in the order they are read
@@ -66,10 +66,11 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
         parsed: dict[int, RotaryLayout] = {}
         out = []
         rotated = nope_flags(spec.rotary_options.get("nope"), config, num_layers)
+        mrope = spec.rotary_options.get("mrope")
         for cfg, rope in zip(configs, rotated):
             key = id(cfg)
             if rope and key not in parsed:
-                parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases)
+                parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases, mrope=mrope)
             out.append(parsed[key] if rope else None)
         return None if all(r is None for r in out) else tuple(out)
     except ValueError as exc:
@@ -310,9 +311,6 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
     return sets[0], attention, sets[1]
 
 
-MROPE_KINDS = ("sections", "interleaved")  # Qwen2-VL / Qwen2.5-VL, Qwen3-VL (transformers' recomposition_frequencies)
-
-
 def mrope_axes(sections, half: int, kind: str) -> tuple[int, ...]:
     """The position axis (0 time, 1 height, 2 width) of each of the ``half = rot/2`` frequencies under
     M-RoPE's ``mrope_section``, as transformers 5 recomposes them (``recomposition_frequencies``).
@@ -342,7 +340,8 @@ def mrope_axes(sections, half: int, kind: str) -> tuple[int, ...]:
     return tuple(axes)
 
 
-def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None) -> RotaryLayout:
+def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None,
+                 mrope: dict[str, Any] | None = None) -> RotaryLayout:
     """The rotary layout of a HF-style ``config.json`` dict of a rotary family.
 
     Keys read: ``rope_theta`` / ``rotary_emb_base`` / ``rope_parameters["rope_theta"]`` (default
@@ -364,6 +363,11 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
         The family spec's pair layout (``"half"`` is HF's ``rotate_half``).
     aliases : dict, optional
         A family's own names for rope types (the spec's ``rope_type_aliases``).
+    mrope : dict, optional
+        The spec's ``mrope`` (``{"kind": "sections" | "interleaved", "default_section": [t, h, w]}``):
+        the frequencies go to the position axes by the rope parameters' ``mrope_section`` (the default
+        when absent, as transformers does), :func:`mrope_axes`; every offset vector of the context counts
+        (``grid = None``, docs/rotary.md section 7).
 
     Raises
     ------
@@ -435,6 +439,11 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
             raise ValueError(f"rope_freq_factors must hold {rot // 2} finite positive numbers")
         inv_freq = (base ** -(np.arange(0, rot, 2, dtype=np.float64) / rot)) / factors
         kind = "rope_freqs"
+    axes = None
+    if mrope is not None:
+        if short is not None:
+            raise ValueError("M-RoPE with rope type 'longrope' (two frequency sets) is not modelled")
+        axes = mrope_axes(params.get("mrope_section", mrope["default_section"]), rot // 2, mrope["kind"])
     return RotaryLayout(rot, pairing, base, int(p), None if kind == "default" else kind,
                         inv_freq=None if inv_freq is None else tuple(float(x) for x in inv_freq),
-                        attention_factor=float(attention), offset_invariant=short is None)
+                        attention_factor=float(attention), offset_invariant=short is None, axes=axes)

@@ -37,7 +37,7 @@ from typing import Any
 import regex
 
 from ..errors import SpecboundError
-from .model import PAIRINGS
+from .model import MROPE_KINDS, PAIRINGS
 from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
@@ -850,7 +850,7 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope")
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope", "mrope")
 # "nope": which layers have no rotary positions (NoPE): a per-layer flag list (SmolLM3, Llama 4:
 # ``no_rope_layers``, 0 = no rotation) or the layer types left unrotated (Cohere2, EXAONE 4: the global
 # layers), the latter with the config key of the window and what a model without one does
@@ -887,6 +887,16 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
     nope = rotary.get("nope")
     if nope is not None:
         out["nope"] = _nope_rule(nope, origin)
+    mrope = rotary.get("mrope")
+    if mrope is not None:
+        section = mrope.get("default_section") if isinstance(mrope, dict) else None
+        if not isinstance(mrope, dict) or set(mrope) != {"kind", "default_section"} \
+                or mrope["kind"] not in MROPE_KINDS or not isinstance(section, list) or not section \
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in section):
+            raise _fail(origin, f"'rotary' mrope must be an object {{\"kind\": one of {list(MROPE_KINDS)}, "
+                                f"\"default_section\": [non-negative integers]}} (M-RoPE's axes of the frequencies, "
+                                f"the mrope_section used when the config gives none), found {mrope!r}")
+        out["mrope"] = {"kind": mrope["kind"], "default_section": list(section)}
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..archs.model import ModelDims, RotaryLayout
+from ..archs.model import UNBOUNDED_POSITIONS, ModelDims, RotaryLayout
 from ..archs.structure import Structure
 
 
@@ -198,7 +198,28 @@ def _ranges(layers: list[int]) -> str:
 
 
 def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
-    """``rope_scaling``: which scaling, and the attention factor folded into every QK quantity."""
+    """``mrope_positions`` (several position axes: which offsets count) and ``rope_scaling`` (which scaling,
+    and the attention factor folded into every QK quantity)."""
+    return _mrope_entries(layouts) + _scaling_entries(layouts)
+
+
+def _mrope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
+    multi = [r for r in layouts if r.axes is not None]
+    if not multi:
+        return []
+    r = multi[0]
+    within = ("every offset vector (no context length stated)" if r.max_positions == UNBOUNDED_POSITIONS else
+              f"the offset vectors of components at most {r.max_positions - 1} in absolute value")
+    grid = "P per axis" if r.grid is None else "(" + ", ".join(str(g) for g in r.grid) + ")"
+    return [_entry("mrope_positions", True,
+                   f"M-RoPE: each rotary pair turns by one component of a (time, height, width) position vector "
+                   f"(axes {list(r.axes)}); the QK maxima run over {within} that text tokens (p, p, p) and image "
+                   f"blocks up to the largest grid ({grid}: config.json sets no pixel limit and an image's tokens "
+                   f"must fit the context) produce, text-text offsets (d, d, d) included: a superset of a real "
+                   f"sequence's offsets (docs/rotary.md section 7)", "convention")]
+
+
+def _scaling_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
     scaled = [r for r in layouts if r.scaling is not None]
     if not scaled:
         return []
