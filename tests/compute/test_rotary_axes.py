@@ -198,6 +198,21 @@ def test_reported_bounds_dominate_every_offset_vector(case):
         np.testing.assert_allclose(got, sv[:, :got.shape[1]], rtol=0, atol=1e-12 * max(sv[0, 0], 1e-300) + 1e-300)
 
 
+def test_an_unused_last_axis_changes_no_maximum():
+    """Pairs on axes 0 and 1 only: the offsets on two axes are the three-axis set's projection (a text tower
+    whose mrope_section leaves the width axis empty), so the exact maxima agree."""
+    rng = np.random.default_rng(8)
+    q, k = rng.standard_normal((2, 8, 10)), rng.standard_normal((1, 8, 10))
+    two = RotaryLayout(8, "half", 30.0, 3, axes=(0, 0, 1, 1))
+    three = RotaryLayout(8, "half", 30.0, 3, axes=(0, 0, 1, 1), grid=(3, 3, 3))
+    assert (two.n_axes, three.n_axes, len(two.offsets), len(three.offsets)) == (2, 3, 25, 125)
+    for a, b in zip(rotary_qk_envelope(q, k, [0, 0], two, rank_tol=RANK_TOL, max_core_svds=10**4),
+                    rotary_qk_envelope(q, k, [0, 0], three, rank_tol=RANK_TOL, max_core_svds=10**4)):
+        assert a.spectral_method == b.spectral_method == "exact_over_offsets"
+        assert a.spectral_sup == pytest.approx(b.spectral_sup, rel=1e-13)
+        np.testing.assert_allclose(a.sigma_bounds, b.sigma_bounds, rtol=1e-13)
+
+
 def test_doubled_layout_keeps_the_axes():
     layout = RotaryLayout(6, "half", 30.0, 8, axes=(2, 0, 1))
     layout2, order = doubled_layout(layout, 8)
