@@ -81,12 +81,18 @@ def _measured(matrices, rank_tol):
 
 
 def _offset_matrices(factors, layout, attention_factor):
-    """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``."""
+    """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``;
+    with several position axes (M-RoPE) at every offset vector of the layout (docs/rotary.md section 7)."""
     from specbound.compute.rotary import rotations
 
     q, k = factors  # (N, d) each: W_Q^h.T, W_K^g.T
     p = min(layout.max_positions, MAX_POSITIONS)
-    m = rotations(layout, q.shape[1], np.arange(-(p - 1), p))
+    if layout.axes is None:
+        deltas = np.arange(-(p - 1), p)
+    else:  # the tiny M-RoPE towers have small contexts: every offset vector is brute-forced
+        assert layout.max_offset_count <= 10**4, layout
+        deltas = layout.offsets
+    m = rotations(layout, q.shape[1], deltas)
     return attention_factor**2 * np.einsum("ai,tij,bj->tab", q, m, k)
 
 
@@ -130,6 +136,17 @@ def _normalised(attn, which, x):
     return norm(proj).view(*proj.shape[:-1], -1, d)  # over the whole projection (OLMo2)
 
 
+def _zero_and_far_offsets(layout):
+    """Offset 0 and a far one: ``P - 1``; with several position axes the zero vector (the middle of the sorted,
+    symmetric set) and ``(P - 1, ..., P - 1, P - 2)``, off the text diagonal; only 0 without rotary positions."""
+    if layout is None:
+        return (0,)
+    if layout.axes is None:
+        return (0, layout.max_positions - 1)
+    offsets = layout.offsets
+    return offsets[len(offsets) // 2], offsets[-2]
+
+
 def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed):
     """``kappa_h`` (the QK row's ``lipschitz_factor``) bounds the normalised logit ``q_h(x) M k_g(y)^T``'s
     change per unit move of either token, at offsets 0 and the last, as gradient ascent over unit-ball
@@ -144,13 +161,13 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
     opened = open_model(folder)
     rows = a.matrices[a.matrices["role"] == "QK"]
     for layer in range(model.config.num_hidden_layers):
-        attn = model.model.layers[layer].self_attn
+        attn = getattr(model, "model", model).layers[layer].self_attn  # a bare text model's layers are its own
         if not any(hasattr(attn, n) for n in ("q_norm", "qk_norm")):
             continue  # a layer that does not normalise (Llama 4's NoPE layers)
         layout = opened.rotary_for(layer)  # None: a layer without rotary positions (EXAONE 4's global layers)
         group = H // model.config.num_key_value_heads
         factor = 1.0 if layout is None else layout.attention_factor**2
-        for delta in (0,) if layout is None else (0, layout.max_positions - 1):
+        for delta in _zero_and_far_offsets(layout):
             m = torch.eye(attn.head_dim, dtype=torch.float64) if layout is None else \
                 torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
             for h, kappa in enumerate(rows[rows["layer"] == layer]["lipschitz_factor"]):
