@@ -224,6 +224,32 @@ def test_doubled_layout_keeps_the_axes():
         np.testing.assert_allclose(m2, blocks[order][:, order], atol=1e-15)
 
 
+@pytest.mark.parametrize("shared_shift", [True, False])
+def test_the_difference_from_init_at_every_offset_vector(shared_shift):
+    """``--init`` on an M-RoPE head: ``A^T M B - A0^T M B0`` through the doubled layout, against the dense
+    differences at every offset vector (as tests/compute/test_distance.py does in 1D)."""
+    from specbound.archs.model import LayerWeights
+    from specbound.compute.distance import rotary_difference_spectra
+
+    rng = np.random.default_rng(9)
+    heads, d, n = 2, 6, 9
+    a, b = rng.standard_normal((heads, d, n)), rng.standard_normal((heads, d, n))
+    a0, b0 = a + 0.3 * rng.standard_normal(a.shape), b + 0.3 * rng.standard_normal(b.shape)
+    layout = RotaryLayout(6, "half", 20.0, 3, axes=(2, 0, 1), shared_shift=shared_shift, grid=(2, 3, 3))
+    w = lambda q, k: LayerWeights(0, q, k, k, q, {})  # noqa: E731
+    spectra = rotary_difference_spectra(w(a, b), w(a0, b0), layout, rank_tol=RANK_TOL)
+    m = rotations(layout, d, layout.offsets)
+    for h, s in enumerate(spectra):
+        x = np.einsum("ai,tij,jb->tab", a[h].T, m, b[h]) - np.einsum("ai,tij,jb->tab", a0[h].T, m, b0[h])
+        sv = np.linalg.svd(x, compute_uv=False)
+        assert s.exact_over_offsets and s.spectral_norm == pytest.approx(sv[:, 0].max(), rel=1e-9)
+        slack = 1 + 1e-9  # the core route and the dense one round differently
+        assert s.frobenius_norm * slack >= np.linalg.norm(x, axis=(1, 2)).max()
+        assert s.nuclear_norm * slack >= sv.sum(axis=1).max()
+        assert s.norm_2_1 * slack >= np.linalg.norm(x, axis=1).sum(axis=1).max()
+        assert s.norm_1_1 * slack >= np.abs(x).sum(axis=(1, 2)).max()
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(axes=(0, 1)), "axes must give"), (dict(axes=(0, 1, -1)), "axes must give"),
     (dict(axes=(0, 1, 2), grid=(3, 3)), "grid must give"), (dict(axes=(0, 1, 2), grid=(3, 0, 3)), "grid must give"),
