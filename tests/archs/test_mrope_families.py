@@ -30,6 +30,7 @@ from specbound.archs.registry import builtin_specs  # noqa: E402
 from specbound.archs.rotary import rotary_layout  # noqa: E402
 from specbound.compute.rotary import rotation  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
+from specbound.records.view import format_summary  # noqa: E402
 
 N, H, H_KV, D, P = 16, 2, 1, 8, 4  # hidden size, heads, key heads, head dim, context
 SECTION = [1, 2, 1]  # 4 frequencies: Qwen2-VL's axes (0, 1, 1, 2), Qwen3-VL's (0, 1, 2, 0)
@@ -126,6 +127,8 @@ def test_every_derived_offset_stays_below_the_reported_row(family, tmp_path, mon
     q_rot, k_rot = q_rot[:N] - q_rot[N], k_rot[:N] - k_rot[N]  # the linear part (biases removed)
     a = specbound.analyze(tmp_path, threads=1)
     assert a.model["rotary"]["mrope"] == {"kind": "sections", "axes": [0, 1, 1, 2], "grid": None}
+    assert "M-RoPE (sections): rotary pairs 1 on time, 2 on height, 1 on width" in format_summary(a)
+    assert any(x["name"] == "mrope_positions" and "at most 3 in absolute value" in x["effect"] for x in a.assumptions)
     rows = a.matrices[a.matrices["role"] == "QK"]
     sv = a.singular_values
     slack = 1 + REL
