@@ -2,7 +2,9 @@
 dequantization (compressed-tensors: the library's own ``decompress``; GPTQ, AWQ, MLX: packers
 transcribed from AutoGPTQ / AutoAWQ / mlx's layout, see tests/support/quant_writers.py), exactly;
 the analysis names the quantization, and its bounds are the float model's to the quantization's
-error."""
+error.  Where the reference is a library's own kernel (compressed-tensors, mx.dequantize, transformers'
+Fp8Dequantize), it is also checked against the float weights within the format's error
+(support.quant_writers.assert_within_format_error)."""
 
 import json
 
@@ -65,6 +67,9 @@ def test_compressed_tensors_reads_as_the_librarys_decompression(base, variant):
     folder = root / f"ct-{variant}"
     expected = qw.write_compressed(model, folder, args, fmt)
     _check(folder, expected, hf, ["compressed-tensors", fmt], 0.6 if "4" in variant or "3" in variant else 0.2)
+    kind = {"float-quantized": "fp8", "nvfp4-pack-quantized": "fp4"}.get(fmt, "int")
+    qw.assert_within_format_error(model, expected, kind, args["strategy"], args.get("group_size"),
+                                  args.get("block_structure"), args["num_bits"])
 
 
 @pytest.mark.parametrize("bits, group, sym, act_order, v2", [
@@ -100,6 +105,7 @@ def test_mlx_reads_as_mx_dequantize(base, bits):
     folder = root / f"mlx-native-{bits}"
     expected = qw.write_mlx_native(model, folder, bits, 32)
     _check(folder, expected, hf, ["MLX", f"{bits}-bit"], 2.0 if bits < 4 else 0.6)
+    qw.assert_within_format_error(model, expected, "affine", "group", 32, bits=bits)
 
 
 @pytest.mark.parametrize("block", [(16, 32), None])
@@ -109,6 +115,7 @@ def test_finegrained_fp8_reads_as_transformers_dequantizes(base, block):
     folder = root / f"fp8-{block}"
     expected = qw.write_finegrained_fp8(model, folder, block)
     _check(folder, expected, hf, ["fine-grained FP8"], 0.2)
+    qw.assert_within_format_error(model, expected, "fp8", "block" if block else "tensor", block=block)
 
 
 def test_gptq_3bit_packing_is_a_bit_stream():

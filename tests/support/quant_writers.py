@@ -298,3 +298,46 @@ def write_finegrained_fp8(model, folder: Path, block) -> dict:
     _save(folder, model, tensors, {"quant_method": "fp8", "activation_scheme": "dynamic",
                                    "weight_block_size": list(block) if block else None})
     return expected
+
+
+# ------------------------------------------------------------------------- the format's error, per value
+
+def group_absmax(w: np.ndarray, strategy: str, group: int | None = None, block=None) -> np.ndarray:
+    """Each value's quantization group's largest ``|w|``, broadcast to ``w``'s shape: ``tensor``,
+    ``channel`` (a row), ``group`` / ``tensor_group`` (``group`` consecutive values of a row) or
+    ``block`` (``block = (rows, cols)`` tiles)."""
+    a = np.abs(w)
+    out, n_in = w.shape
+    if strategy == "tensor":
+        return np.full(w.shape, a.max())
+    if strategy == "channel":
+        return np.repeat(a.max(axis=1, keepdims=True), n_in, axis=1)
+    if strategy in ("group", "tensor_group"):
+        return np.repeat(a.reshape(out, n_in // group, group).max(axis=2), group, axis=1)
+    r, c = block
+    tiles = a.reshape(out // r, r, n_in // c, c).max(axis=(1, 3))
+    return np.repeat(np.repeat(tiles, r, axis=0), c, axis=1)
+
+
+# (c, r): |w - dequantized| <= c * (group's max |w|) + r * (|w| + |dequantized|) + 2^-12 * (tensor's max |w|).
+#   int / affine with b bits: one full grid step, 2 max|w| / (2^b - 1) (a round-to-nearest quantizer is within half
+#     a step; a zero point or bias rounded to the grid, or a scale rounded to bfloat16/float16, can clip the extreme
+#     value by up to another half), times 1 + 2^-5 for the scale's rounding; r: the bfloat16 casts (2^-8 each).
+#   fp8 (E4M3, scale max|w| / 448): half a spacing is 2^-4 of the value for normal numbers; the scale rounded to
+#     bfloat16 can push the largest value past 448 and clip it by 448 * 2^-8 scales (c = 2^-7 >= 1.75 / 448).
+#   fp4 (NVFP4, E2M1 with an FP8 scale per 16 values, about max|w| / 6): half a spacing is at most |x| / 4 or 0.25
+#     scales (0.25 * max|w| / 6 * (1 + 2^-4) < 0.05 max|w|); a clipped value's error is below |w| / 4.
+#   The last term covers scales that fall among FP8's subnormals (NVFP4's per-block scale of a tiny block).
+FORMAT_ERROR = {"fp8": (2.0**-7, 2.0**-4 + 2.0**-6), "fp4": (0.05, 0.25 + 2.0**-6)}
+
+
+def assert_within_format_error(model, dequantized: dict, kind: str, strategy: str, group=None, block=None, bits=8):
+    """Every dequantized weight (name -> matrix, from a library's own kernel) lies within its format's
+    error of ``model``'s float weights (kind ``int``, ``affine``, ``fp8`` or ``fp4``, see FORMAT_ERROR)."""
+    c, r = FORMAT_ERROR.get(kind, (2 / (2**bits - 1) * (1 + 2.0**-5), 2.0**-7))
+    for name, linear in _linears(model).items():
+        w = linear.weight.detach().numpy().astype(np.float64)
+        deq = dequantized[f"{name}.weight"]
+        bound = c * group_absmax(w, strategy, group, block) + r * (np.abs(w) + np.abs(deq)) + 2.0**-12 * np.abs(w).max()
+        ratio = np.abs(w - deq) / bound
+        assert ratio.max() <= 1, f"{name}: |w - dequantized| reaches {ratio.max():.3f} of the {kind} format's error"
