@@ -77,6 +77,41 @@ def test_gptq_reads_as_autogptqs_dequantization(base, bits, group, sym, act_orde
     _check(folder, expected, hf, ["GPTQ", f"{bits}-bit"], 1.5 if bits < 4 else 0.6)
 
 
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("writer, act_order", [("autogptq", False), ("autogptq", True), ("gptqmodel", False)])
+def test_gptq_v1_zero_points_of_zero_read_as_their_writer_reads_them(base, bits, writer, act_order):
+    """Asymmetric v1 saves holding zero points of 0 (every 5th): AutoGPTQ's pack turns each into all
+    ones (and the rest of its word), its qlinear_cuda_old reads 0 at 2/4/8 bits, qlinear_cuda
+    (act-order) and 3 bits read 2^bits; GPTQModel's v2-to-v1 word subtraction borrows from the
+    neighbour field and its loader's word addition gives every zero point back (transcriptions
+    checked against both libraries' own code, tests/support/quant_writers.py)."""
+    root, model, _ = base
+    folder = root / f"gptq-zero-{writer}-{bits}-{act_order}"
+    expected = qw.write_gptq(model, folder, bits, 32, False, act_order, writer=writer, zero_every=5)
+    ckpt = open_checkpoint(folder)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(ckpt.read(name), want, err_msg=name)
+    assert ("GPTQModel reads them" if writer == "gptqmodel" else "AutoGPTQ's") in ckpt.weights_note
+    # the writer is named by the config (GPTQModel's meta.quantizer) or not: the ambiguity is said when not
+    assert ("config does not name the library" in ckpt.weights_note) == (writer == "autogptq")
+
+
+def test_gptq_v1_writer_named_by_quantize_config_json(base):
+    """GPTQModel's meta.quantizer in quantize_config.json beside config.json names the writer; without
+    either the words say that zero points of 0 are read as AutoGPTQ reads them, GPTQModel's differing."""
+    root, model, _ = base
+    folder = root / "gptq-zero-untold"
+    expected = qw.write_gptq(model, folder, 4, 32, False, False, writer="gptqmodel", zero_every=5, meta=False)
+    ckpt = open_checkpoint(folder)
+    assert "config does not name the library that wrote it" in ckpt.weights_note
+    assert "read as 0, as AutoGPTQ computes" in ckpt.weights_note
+    (folder / "quantize_config.json").write_text(json.dumps({"bits": 4, "meta": {"quantizer": ["gptqmodel:4.2.5"]}}))
+    ckpt = open_checkpoint(folder)
+    assert "config does not name" not in ckpt.weights_note
+    for name, want in expected.items():
+        np.testing.assert_array_equal(ckpt.read(name), want, err_msg=name)
+
+
 def test_awq_reads_as_autoawqs_dequantization(base):
     root, model, hf = base
     folder = root / "awq"
