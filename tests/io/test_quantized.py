@@ -27,6 +27,8 @@ def base(tmp_path_factory):
 
 
 def _check(folder, expected, hf_analysis, words, tolerance):
+    """Every weight equal to ``expected``, the note naming ``words``, each log10 bound within
+    ``tolerance`` of the float model's (None: not compared)."""
     ckpt = open_checkpoint(folder)
     assert set(expected) <= set(ckpt.names)
     assert not any(n.endswith((".qweight", ".weight_packed", ".scales")) for n in ckpt.names)
@@ -36,7 +38,7 @@ def _check(folder, expected, hf_analysis, words, tolerance):
     note = next(e for e in ours.assumptions if e["name"] == "quantized_weights")
     for word in words:
         assert word in note["effect"]
-    for bound, value in hf_analysis.log10_bounds.items():
+    for bound, value in hf_analysis.log10_bounds.items() if tolerance is not None else ():
         if value is not None and np.isfinite(value):
             assert ours.log10_bounds[bound] == pytest.approx(value, abs=tolerance), bound
     return ours
@@ -127,14 +129,15 @@ def test_mlx_reads_as_mlxs_dequantization(base, bits):
     _check(folder, expected, hf, ["MLX", f"{bits}-bit"], 1.0 if bits < 4 else 0.6)
 
 
-@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 5, 6, 8])
 def test_mlx_reads_as_mx_dequantize(base, bits):
     """Quantized by mlx itself (mx.quantize), compared with mx.dequantize."""
     pytest.importorskip("mlx.core")
     root, model, hf = base
     folder = root / f"mlx-native-{bits}"
     expected = qw.write_mlx_native(model, folder, bits, 32)
-    _check(folder, expected, hf, ["MLX", f"{bits}-bit"], 2.0 if bits < 4 else 0.6)
+    # 1 bit a weight is not near the float model (its bounds differ by 4 in log10): the weights are checked alone
+    _check(folder, expected, hf, ["MLX", f"{bits}-bit"], {1: None, 2: 2.0, 3: 2.0}.get(bits, 0.6))
 
 
 @pytest.mark.parametrize("block", [(16, 32), None])
