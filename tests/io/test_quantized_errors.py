@@ -199,7 +199,8 @@ def bnb_saves(model):
 
     root, _ = model
     out = {}
-    for name, kwargs in {"nf4": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4"), "int8": dict(load_in_8bit=True)}.items():
+    kinds = {"nf4": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4"), "int8": dict(load_in_8bit=True)}
+    for name, kwargs in kinds.items():
         saved = transformers.AutoModelForCausalLM.from_pretrained(
             str(root / "hf"), quantization_config=transformers.BitsAndBytesConfig(**kwargs), device_map="cpu",
             dtype=torch.float16)

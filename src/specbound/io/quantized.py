@@ -15,10 +15,12 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
   ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
   word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
-  ``W[:, i] = scales[g_idx[i]] * (q[i] - (z[g_idx[i]] + 1))`` (``gptq``: the stored zero is one
-  less; ``gptq_v2`` stores it as is), rounded to the dtype of ``scales`` as AutoGPTQ computes it
-  in that dtype.  Without ``g_idx``, ``g_idx[i] = i // group_size``; with act-order (``desc_act``)
-  ``g_idx`` is the stored permutation of groups.  ``sym`` changes only the stored zeros.
+  ``W[:, i] = scales[g_idx[i]] * (q[i] - z[g_idx[i]])``, rounded to the dtype of ``scales`` as
+  AutoGPTQ computes it in that dtype; ``gptq_v2`` stores ``z``, ``gptq`` (v1) stores ``z - 1``, read
+  back as its writer reads it (:class:`V1Zeros`: GPTQModel when the config's ``meta.quantizer``
+  names it, else AutoGPTQ; the two differ where ``z`` is 0).  Without ``g_idx``, ``g_idx[i] = i //
+  group_size``; with act-order (``desc_act``) ``g_idx`` is the stored permutation of groups.
+  ``sym`` changes only the stored zeros.
 * **AWQ** (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
   ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
   ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
@@ -43,8 +45,8 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   (``int8_vectorwise_dequant``).
 * **MLX** (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
   uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
-  per ``group_size`` values: ``scales * q + biases`` in the dtype of ``scales`` (the product rounded,
-  then the sum: ``mx.dequantize``).
+  per ``group_size`` values (1-8 bits but 7): ``scales * q + biases`` in the dtype of ``scales``
+  (the product rounded, then the sum: ``mx.dequantize``).
   MLX's tensor names are the Hugging Face ones for the models mlx-lm converts.
 
 Every other variant (``quant_method``, ``checkpoint_format``, AWQ ``version``, compressed-tensors
