@@ -288,3 +288,15 @@ def test_compressed_tensors_activation_order_g_idx(base):
     expected = torch.empty_like(grouped)
     expected[:, perm] = grouped
     np.testing.assert_array_equal(open_checkpoint(folder).read(f"{name}.weight"), expected.double().numpy())
+
+
+def test_every_method_is_one_row_and_the_refusal_lists_the_rows(base):
+    """The methods read are the rows of ``METHODS`` (one each: its quant_method and its builder);
+    the refusal of another quant_method lists them, derived from the rows."""
+    from specbound.io.quantized import METHODS, QUANT_METHODS
+
+    assert QUANT_METHODS == tuple(METHODS) == ("gptq", "awq", "compressed-tensors", "fp8", "bitsandbytes", "mlx")
+    assert all(row.name == name and callable(row.build) for name, row in METHODS.items())
+    folder = _requant(base, "hqq-rows", lambda c: c["quantization_config"].update(quant_method="hqq"))
+    with pytest.raises(SpecboundError, match=f"it reads {', '.join(METHODS)}"):
+        open_checkpoint(folder)
