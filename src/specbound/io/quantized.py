@@ -405,9 +405,9 @@ def _gptq(ckpt: Checkpoint, qc: dict, where: str):
     act = " act-order" if qc.get("desc_act") else ""
     sym = "symmetric" if qc.get("sym", True) else "asymmetric"
     text = f"GPTQ {bits}-bit, group size {group}{act}, {sym}, {fmt}"
-    if v1 is not None:
+    if v1 is not None and qc.get("sym", True) is False:  # symmetric zero points are never 0: read alike
         text += f" (zero points read as {v1.words})"
-        if writer is None and modules and qc.get("sym", True) is False:  # symmetric zero points are never 0
+        if writer is None and modules:
             text += _gptq_v1_ambiguity(ckpt, modules.values(), v1)
     return text, modules
 
