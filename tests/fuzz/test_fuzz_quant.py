@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specbound import SpecboundError
 from specbound.io import open_checkpoint
 from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
 
@@ -84,15 +85,18 @@ def quantized(gptq):
     model = qw.tiny_llama(root / "hf2")
     qw.write_awq(model, root / "awq", 32)
     qw.write_mlx(model, root / "mlx", 3, 32)
-    out = {"gptq": (gptq, ["qweight", "qzeros", "scales", "g_idx"]), "awq": (root / "awq", ["qweight", "qzeros", "scales"]),
+    # "weight" beside a module's quantized tensors: a leftover float (or any) weight for the same matrix
+    out = {"gptq": (gptq, ["qweight", "qzeros", "scales", "g_idx", "weight"]),
+           "awq": (root / "awq", ["qweight", "qzeros", "scales", "weight"]),
            "mlx": (root / "mlx", ["weight", "scales", "biases"])}
     if __import__("importlib").util.find_spec("compressed_tensors"):
         qw.write_compressed(model, root / "ct-pack", dict(num_bits=4, type="int", strategy="group", group_size=16,
                                                           symmetric=False), "pack-quantized")
         qw.write_compressed(model, root / "ct-fp4", dict(num_bits=4, type="float", strategy="tensor_group",
                                                          group_size=16, symmetric=True), "nvfp4-pack-quantized")
-        out["ct-pack"] = (root / "ct-pack", ["weight_packed", "weight_scale", "weight_zero_point", "weight_shape"])
-        out["ct-fp4"] = (root / "ct-fp4", ["weight_packed", "weight_scale", "weight_global_scale"])
+        out["ct-pack"] = (root / "ct-pack", ["weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
+                                             "weight"])
+        out["ct-fp4"] = (root / "ct-fp4", ["weight_packed", "weight_scale", "weight_global_scale", "weight"])
     return out
 
 
@@ -103,7 +107,8 @@ DTYPES = st.sampled_from([np.int32, np.uint32, np.int8, np.uint8, np.float16, np
 @given(data=st.data(), shape=st.lists(st.integers(0, 70), min_size=0, max_size=3), dtype=DTYPES,
        seed=st.integers(0, 2**16))
 def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data, shape, dtype, seed):
-    """One stored tensor of q_proj replaced by values of any shape and dtype, in every format."""
+    """One stored tensor of q_proj replaced (or, for a "weight" beside quantized tensors, added) by
+    values of any shape and dtype, in every format."""
     import shutil
 
     import torch
@@ -118,7 +123,9 @@ def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data
     rng = np.random.default_rng(seed)
     tensors[f"model.layers.0.self_attn.q_proj.{role}"] = torch.from_numpy(rng.integers(-100, 100, size=shape).astype(dtype))
     save_file(tensors, str(folder / "model.safetensors"))
-    clean_outcome(_open_and_read, folder)
+    outcome = clean_outcome(_open_and_read, folder)
+    if role == "weight" and kind != "mlx":  # two tensors for one matrix: refused, never one silently read
+        assert isinstance(outcome, SpecboundError), outcome
 
 
 def _quiet(call, *args):

@@ -135,6 +135,14 @@ def ct_pack(model):
     return root / "ct-pack"
 
 
+def test_a_float_weight_beside_a_packed_weight_is_refused_naming_both(ct_pack, tmp_path, capsys):
+    import shutil
+
+    folder = shutil.copytree(ct_pack, tmp_path / "ct")
+    _edit(folder, lambda t: t.update({f"{Q}.weight": np.ones((qw.N, qw.N), dtype=np.float32)}))
+    _one_line(capsys, folder, [f"'{Q}.weight'", f"'{Q}.weight_packed'", "stored twice"])
+
+
 @pytest.mark.parametrize("groups, needles", [
     ([1, 2], ["config_groups is a list"]), ("Linear", ["config_groups is a str"]), (7, ["config_groups is a int"]),
     ({"g": {"targets": [3], "weights": {}}}, ["the target 3"]),

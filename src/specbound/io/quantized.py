@@ -630,6 +630,8 @@ def _compressed(ckpt: Checkpoint, qc: dict, where: str):
         parts = {r: f"{prefix}.{r}" for r in ("weight", "weight_packed", "weight_shape", "weight_scale",
                                               "weight_zero_point", "weight_global_scale", "weight_g_idx")
                  if f"{prefix}.{r}" in names}
+        if fmt in ("pack-quantized", "nvfp4-pack-quantized"):
+            parts.pop("weight", None)  # the packed weight is the matrix: a "weight" beside it is refused as a second
         scale_code = ckpt.dtype(parts["weight_scale"])
         if fmt == "pack-quantized":
             if "weight_packed" not in parts or "weight_shape" not in parts or kind != "int" or not 1 <= bits <= 8:
