@@ -200,14 +200,16 @@ def test_mlx_one_bit_reads_as_its_layout(model):
 
 @pytest.fixture(scope="module")
 def bnb_saves(model):
-    """A 4-bit NF4 and an LLM.int8 save of the tiny LLaMA, written by transformers with bitsandbytes on CPU."""
+    """4-bit NF4 (plain and nested) and LLM.int8 saves of the tiny LLaMA, written by transformers with
+    bitsandbytes on CPU."""
     pytest.importorskip("bitsandbytes")
     import torch
     import transformers
 
     root, _ = model
     out = {}
-    kinds = {"nf4": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4"), "int8": dict(load_in_8bit=True)}
+    kinds = {"nf4": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4"), "int8": dict(load_in_8bit=True),
+             "nf4-nested": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)}
     for name, kwargs in kinds.items():
         saved = transformers.AutoModelForCausalLM.from_pretrained(
             str(root / "hf"), quantization_config=transformers.BitsAndBytesConfig(**kwargs), device_map="cpu",
@@ -224,3 +226,19 @@ def test_bitsandbytes_scales_not_finite_one_line_without_warnings(bnb_saves, tmp
     folder = shutil.copytree(bnb_saves[kind], tmp_path / kind)
     _edit(folder, lambda t: t[f"{Q}.{tensor}"].__setitem__(0, float("inf")))
     _one_line(capsys, folder, [f"'{Q}.{tensor}'", "1 NaN/Inf"])
+
+
+@pytest.mark.parametrize("offset", [float("inf"), 10**400, "x"])
+def test_bitsandbytes_nested_offset_not_a_float32_is_one_line(bnb_saves, tmp_path, capsys, offset):
+    import shutil
+
+    folder = shutil.copytree(bnb_saves["nf4-nested"], tmp_path / "nested")
+    state = f"{Q}.weight.quant_state.bitsandbytes__nf4"
+
+    def hostile(t):
+        info = json.loads(bytes(t[state].numpy()).decode())
+        info["nested_offset"] = offset
+        t[state] = np.frombuffer(json.dumps(info).encode(), dtype=np.uint8).copy()
+
+    _edit(folder, hostile)
+    _one_line(capsys, folder, [repr(state), "nested_offset"])

@@ -851,8 +851,10 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
         _expect(ckpt, parts["quant_map"], (16,), ("F32",), where)
         if nested:
             nb = info.get("nested_blocksize")
-            if not isinstance(nb, int) or nb <= 0 or not isinstance(info.get("nested_offset"), (int, float)):
-                raise SpecboundError(f"{where}: {state!r} has no nested_blocksize / nested_offset")
+            offset = info.get("nested_offset")
+            if not isinstance(nb, int) or nb <= 0 or not isinstance(offset, (int, float)) or not abs(offset) < 3.4e38:
+                raise SpecboundError(f"{where}: {state!r} has no nested_blocksize / nested_offset (a float32 number): "
+                                     f"{nb!r:.40} / {offset!r:.40}")
             _expect(ckpt, parts["absmax"], (blocks,), ("U8",), where)
             _expect(ckpt, parts["nested_absmax"], (math.ceil(blocks / nb),), ("F32",), where)
             _expect(ckpt, parts["nested_quant_map"], (256,), ("F32",), where)
@@ -888,8 +890,6 @@ def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         nb = info["nested_blocksize"]
         inner = _finite(q, m, "nested_quant_map").astype(np.float32)[q.part(m, "absmax").astype(np.int64)]
         scale2 = np.repeat(_finite(q, m, "nested_absmax").astype(np.float32), nb)[:inner.size]
-        if not math.isfinite(info["nested_offset"]):
-            raise ValueError(f"its quant_state's nested_offset is {info['nested_offset']!r}, expected a finite number")
         absmax = inner * scale2 + np.float32(info["nested_offset"])
     else:
         absmax = _finite(q, m, "absmax").astype(np.float32)
