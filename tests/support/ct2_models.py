@@ -61,3 +61,36 @@ def convert(hf_folder: Path, out: Path, quantization: str | None = None) -> Path
     ctranslate2.converters.TransformersConverter(str(hf_folder)).convert(str(out), quantization=quantization,
                                                                           force=True)
     return out
+
+
+def rewrite_model_bin(src: Path, dst: Path, edit) -> Path:
+    """The CTranslate2 folder ``src`` copied to ``dst`` with its model.bin re-serialized in the
+    binary layout (version 6) after ``edit(variables, aliases)``: ``variables`` a list of
+    ``[name, shape, dtype id, bytes]`` in file order (duplicates allowed), ``aliases`` a list of
+    ``[alias, target]``."""
+    import shutil
+    import struct
+
+    from specbound.io.ctranslate2_file import read_model_bin
+
+    spec, variables, aliases = read_model_bin(src / "model.bin")
+    data = (src / "model.bin").read_bytes()
+    listed = [[n, v.shape, v.dtype, data[v.start:v.start + v.n_bytes]] for n, v in variables.items()]
+    alias_list = [[a, t] for a, t in aliases.items()]
+    edit(listed, alias_list)
+
+    def text(value: str) -> bytes:
+        raw = value.encode() + b"\0"
+        return struct.pack("<H", len(raw)) + raw
+
+    out = [struct.pack("<I", 6), text(spec), struct.pack("<I", 1), struct.pack("<I", len(listed))]
+    for name, shape, dtype, raw in listed:
+        out += [text(name), struct.pack("<B", len(shape)), *(struct.pack("<I", d) for d in shape),
+                struct.pack("<B", dtype), struct.pack("<I", len(raw)), raw]
+    out.append(struct.pack("<I", len(alias_list)))
+    for alias, target in alias_list:
+        out += [text(alias), text(target)]
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / "config.json", dst / "config.json")
+    (dst / "model.bin").write_bytes(b"".join(out))
+    return dst

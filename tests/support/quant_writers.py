@@ -141,12 +141,71 @@ def gptq_pack_rows(intweight: np.ndarray, bits: int) -> np.ndarray:
     return qweight.view(np.int32)
 
 
+def autogptq_pack_zeros(zeros: np.ndarray, bits: int) -> np.ndarray:
+    """AutoGPTQ's ``QuantLinear.pack`` of the zero points (qlinear_cuda_old.py, auto-gptq 0.7.1),
+    transcribed: ``zeros -= 1``, cast to uint32 and ORed into the words along the output columns.  A
+    zero point of 0 becomes ``0xFFFFFFFF`` (AutoGPTQ casts the float -1; here the integer, whose
+    cast is defined), which sets its field and every later field of its word to all ones."""
+    return gptq_pack_rows((zeros.astype(np.int64) - 1).astype(np.uint32).T, bits).T.copy()
+
+
+def autogptq_unpack_zeros(qzeros: np.ndarray, bits: int, act_order: bool) -> np.ndarray:
+    """The zero points AutoGPTQ's own dequantization uses (its torch path, the one that runs without
+    CUDA), transcribed: each field plus 1, masked to ``bits`` by ``qlinear_cuda_old`` at 2, 4 and 8
+    bits (``zeros = zeros + 1; zeros = torch.bitwise_and(zeros, (2**self.bits) - 1)``), not masked
+    at 3 bits nor by ``qlinear_cuda``, the kernel ``dynamically_import_QuantLinear`` picks for
+    act-order models with groups."""
+    zeros = gptq_unpack_rows(qzeros.T.view(np.uint32), bits).T + 1
+    return zeros if bits == 3 or act_order else zeros & (2**bits - 1)
+
+
+def gptq_unpack_rows(packed: np.ndarray, bits: int) -> np.ndarray:
+    """The inverse of :func:`gptq_pack_rows`, word by word as AutoGPTQ's and GPTQModel's unpackers
+    read (3 bits: the two values that straddle words joined from both)."""
+    packed = packed.astype(np.uint64)
+    rows = packed.shape[0] * 32 // bits
+    out = np.zeros((rows, *packed.shape[1:]), dtype=np.int64)
+    for k in range(rows):
+        at = k * bits
+        value = packed[at // 32] >> np.uint64(at % 32)
+        if at % 32 + bits > 32:
+            value |= packed[at // 32 + 1] << np.uint64(32 - at % 32)
+        out[k] = (value & np.uint64(2**bits - 1)).astype(np.int64)
+    return out
+
+
+def gptqmodel_v2_to_v1(qzeros: np.ndarray, bits: int) -> np.ndarray:
+    """GPTQModel's ``convert_gptq_v2_to_v1_format_module`` (gptqmodel/utils/model.py, 7.7.0),
+    transcribed: each int32 word minus ``0b0101...``, ``0x11111111`` or ``0x01010101`` at 2, 4 and 8
+    bits (``module.qzeros.data -= ...``: a field of 0 borrows from the next); at 3 bits each field
+    minus 1 modulo 8 (``_revert_gptq_v1_qzeros_correction``)."""
+    if bits == 3:
+        fields = gptq_unpack_rows(qzeros.T.view(np.uint32), 3)
+        return gptq_pack_rows((fields - 1) & 7, 3).T.copy()
+    offset = {2: 0b01010101010101010101010101010101, 4: 0x11111111, 8: 0x01010101}[bits]
+    return ((qzeros.view(np.uint32).astype(np.int64) - offset) % 2**32).astype(np.uint32).view(np.int32)
+
+
+def gptqmodel_v1_to_v2(qzeros: np.ndarray, bits: int) -> np.ndarray:
+    """GPTQModel's loader, ``convert_gptq_v1_to_v2_format_module`` (same file), transcribed: each
+    int32 word plus the same offset (carries included; at 3 bits each field plus 1 modulo 8,
+    ``_correct_gptq_v1_qzeros``)."""
+    if bits == 3:
+        fields = gptq_unpack_rows(qzeros.T.view(np.uint32), 3)
+        return gptq_pack_rows((fields + 1) & 7, 3).T.copy()
+    offset = {2: 0b01010101010101010101010101010101, 4: 0x11111111, 8: 0x01010101}[bits]
+    return ((qzeros.view(np.uint32).astype(np.int64) + offset) % 2**32).astype(np.uint32).view(np.int32)
+
+
 def write_gptq(model, folder: Path, bits: int, group: int, sym: bool, act_order: bool, v2: bool = False,
-               seed: int = 0) -> dict:
+               seed: int = 0, writer: str = "autogptq", zero_every: int = 0, meta: bool = True) -> dict:
     """GPTQ-quantized Linears (round-to-nearest per group, which is the format GPTQ stores whatever
-    the solver), packed as AutoGPTQ packs; with ``act_order`` the groups follow a random permutation
-    of the input columns (``g_idx``).  Returns name -> AutoGPTQ's dequantization
-    ``scales[g_idx] * (q - z[g_idx])`` in float16, as float64."""
+    the solver), packed as AutoGPTQ packs (``writer="autogptq"``) or as GPTQModel saves v1
+    (``"gptqmodel"``: packed as v2, then its v2-to-v1 conversion; ``meta``: its config names it in
+    ``meta.quantizer``); with ``act_order`` the groups follow a random permutation of the input
+    columns (``g_idx``); ``zero_every`` > 0 sets every such zero point of an asymmetric save to 0.
+    Returns name -> the writer's own dequantization ``scales[g_idx] * (q - z[g_idx])`` in float16
+    (with the zero points its loader reads back), as float64."""
     rng = np.random.default_rng(seed)
     tensors, expected = {}, {}
     maxq = 2**bits - 1
@@ -168,16 +227,28 @@ def write_gptq(model, folder: Path, bits: int, group: int, sym: bool, act_order:
             scale = np.where(hi > lo, (hi - lo) / maxq, 1.0)
             scales[g] = scale.astype(np.float16)
             zeros[g] = (maxq + 1) // 2 if sym else np.rint(-lo / scale)
+        if zero_every and not sym:
+            zeros.reshape(-1)[::zero_every] = 0
         s = scales.astype(np.float64)[g_idx].T
         q = np.clip(np.rint(w / s + zeros[g_idx].T), 0, maxq).astype(np.int64)  # (out, in)
         tensors[f"{name}.qweight"] = gptq_pack_rows(q.T, bits)
-        stored_zeros = zeros if v2 else zeros - 1  # v1 (AutoGPTQ) stores zero - 1
-        tensors[f"{name}.qzeros"] = gptq_pack_rows((stored_zeros & maxq).astype(np.uint32).T, bits).T.copy()
+        if v2:
+            stored = gptq_pack_rows(zeros.T, bits).T.copy()
+            read = zeros
+        elif writer == "autogptq":
+            stored = autogptq_pack_zeros(zeros, bits)
+            read = autogptq_unpack_zeros(stored, bits, act_order)
+        else:
+            stored = gptqmodel_v2_to_v1(gptq_pack_rows(zeros.T, bits).T.copy(), bits)
+            read = gptq_unpack_rows(gptqmodel_v1_to_v2(stored, bits).T.view(np.uint32), bits).T
+        tensors[f"{name}.qzeros"] = stored
         tensors[f"{name}.scales"] = scales
         tensors[f"{name}.g_idx"] = g_idx
-        expected[f"{name}.weight"] = (s.astype(np.float16) * (q - zeros[g_idx].T).astype(np.float16)).astype(np.float64)
+        expected[f"{name}.weight"] = (s.astype(np.float16) * (q - read[g_idx].T).astype(np.float16)).astype(np.float64)
     config = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order, "sym": sym,
               "checkpoint_format": "gptq_v2" if v2 else "gptq"}
+    if writer == "gptqmodel" and meta:
+        config["meta"] = {"quantizer": ["gptqmodel:7.7.0"], "uri": "https://github.com/modelcloud/gptqmodel"}
     _save(folder, model, tensors, config)
     return expected
 

@@ -37,6 +37,7 @@ from typing import Any
 import regex
 
 from ..errors import SpecboundError
+from ..io.patterns import PATTERN_TIMEOUT, bounded_search, compile_pattern
 from .model import MROPE_KINDS, PAIRINGS
 from .structure import validate_structure
 
@@ -60,10 +61,8 @@ EXPERT_PLACEHOLDER = "${expert}"
 # Depth of a shared-layer (ALBERT) stack beyond which its config is refused: the stored tensors do
 # not bound it, and every depth costs a row of every table.
 MAX_SHARED_DEPTH = 100_000
-# Seconds one ignore pattern may take on one tensor name.  A real pattern takes microseconds; a
-# catastrophically backtracking one (``^(\w+\.?)+:$`` in Python's ``re``) would take minutes per name,
-# so ignore patterns are matched with the ``regex`` module, whose matcher can be interrupted.
-IGNORE_TIMEOUT = 0.25
+# Seconds one ignore pattern may take on one tensor name (io/patterns.py: the one bounded matcher).
+IGNORE_TIMEOUT = PATTERN_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -483,11 +482,9 @@ def _parse_stacked(raw: dict, origin: str) -> ArchSpec:
 
 def _search(pattern: regex.Pattern, name: str, origin: str) -> bool:
     try:
-        return pattern.search(name, timeout=IGNORE_TIMEOUT) is not None
-    except TimeoutError:
-        raise _fail(origin, f"the ignore pattern {pattern.pattern!r} takes more than {IGNORE_TIMEOUT} s on the "
-                            f"tensor name {name!r} (catastrophic backtracking, e.g. a repeated group that can "
-                            f"match the same text in many ways); anchor it and avoid nested repeats") from None
+        return bounded_search(pattern, name)
+    except ValueError as exc:
+        raise _fail(origin, f"the ignore {exc}") from None
 
 
 def _choice(raw: dict, key: str, choices, default: str, origin: str) -> str:
@@ -691,9 +688,9 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
 
 def _compile(pattern: str, origin: str, what: str) -> regex.Pattern:
     try:
-        return regex.compile(pattern)
-    except (regex.error, RecursionError, OverflowError) as exc:
-        raise _fail(origin, f"{what} pattern {pattern!r} is not a valid regular expression ({exc})") from None
+        return compile_pattern(pattern)
+    except ValueError as exc:
+        raise _fail(origin, f"{what} {exc}") from None
 
 
 def _ff_roles(feed_forward: str, tensors: dict) -> tuple[str, ...]:

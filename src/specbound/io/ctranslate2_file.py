@@ -12,7 +12,8 @@ count, rank, length and byte count is checked against the file before it is used
 
 Quantized weights (``--quantization int8``, ``int8_float16``, ``int8_bfloat16``, ``int16``) are stored
 as integers ``q = round(w * scale)`` with ``weight_scale`` (one per output row for int8, one per
-tensor for int16); they are dequantized as CTranslate2 does, ``q / scale``, and
+tensor for int16); they are dequantized as CTranslate2 does on CPU, ``float32(q) * (1 / scale)`` in
+float32 (:func:`dequantize`), and
 :attr:`CTranslate2Checkpoint.weights_note` names the quantization (the bounds are of the quantized
 model).  A spec with pre-quantized AWQ weights (int32 ``weight``) is refused by name.
 
@@ -127,6 +128,9 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, Variable], dict[str, str]
             if pos + n_bytes > size:
                 raise _corrupt(path, f"variable {name!r} lies at bytes {pos:,}..{pos + n_bytes:,}, beyond its "
                                      f"{size:,} bytes")
+            if name in variables:
+                raise _corrupt(path, f"it holds the variable {name!r} twice (at bytes {variables[name].start:,} and "
+                                     f"{pos:,}), and a reader would take either")
             variables[name] = Variable(shape, dtype, pos, n_bytes)
             f.seek(n_bytes, 1)
             pos += n_bytes
@@ -138,6 +142,9 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, Variable], dict[str, str]
             alias, target = text(), text()
             if target not in variables:
                 raise _corrupt(path, f"the alias {alias!r} names {target!r}, which it does not hold")
+            if alias in aliases or alias in variables:
+                raise _corrupt(path, f"the alias {alias!r} names {target!r} and is also "
+                                     f"{'an alias of ' + repr(aliases[alias]) if alias in aliases else 'a variable'}")
             aliases[alias] = target
     return spec, variables, aliases
 
@@ -188,8 +195,8 @@ class CTranslate2Checkpoint(Checkpoint):
             return None
         kinds = sorted({"int8" if c == "I8" else "int16" for c in quantized.values()})
         return (f"quantized CTranslate2 model ({', '.join(kinds)} weights with weight_scale; {len(quantized)} tensors): "
-                f"the weights analysed are the dequantized values q / scale CTranslate2 computes with, so the bounds "
-                f"are of the quantized model")
+                f"the weights analysed are the dequantized values float32(q) * (1 / scale) CTranslate2 computes with "
+                f"on CPU, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
         var, a, b = self.parts[name]
@@ -231,18 +238,32 @@ class CTranslate2Checkpoint(Checkpoint):
     def _raw(self, name: str) -> np.ndarray:
         var, a, b = self.parts[name]
         values = self._values(var)
-        if self.variables[var].dtype in (1, 2):  # int8 / int16: q / scale, as CTranslate2 dequantizes
+        if self.variables[var].dtype in (1, 2):  # int8 / int16, dequantized as CTranslate2 does
             scale_name = var.rsplit("/", 1)[0] + "/weight_scale"
             scale = self._values(scale_name) if scale_name in self.variables else None
             rows = values.shape[0] if values.ndim else 1
             if scale is None or scale.size not in (1, rows) or not np.all(np.isfinite(scale)) or np.any(scale == 0):
                 raise SpecboundError(f"cannot dequantize {self.where(name)}: its weight_scale is missing, zero, "
                                      f"non-finite or not one per row; re-convert the model")
-            values = values / (scale.reshape(-1, *([1] * (values.ndim - 1))) if scale.size > 1 else scale.reshape(()))
+            with np.errstate(all="ignore"):  # a scale so small that 1 / scale overflows: refused below, unwarned
+                values = dequantize(values, scale)
+                finite = np.isfinite(values.sum())
+            if not finite:
+                raise SpecboundError(f"cannot dequantize {self.where(name)}: its weight_scale holds a value so near 0 "
+                                     f"that 1 / scale overflows float32; the file is corrupt: re-convert the model")
         return values[a:b] if values.ndim else values
 
     def close(self) -> None:
         self._map = None
+
+
+def dequantize(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """CTranslate2's dequantization on CPU (``dequantize_kernel`` of src/ops/dequantize_cpu.cc):
+    ``float32(q) * (1.f / scale)`` in float32, with one scale per row (int8) or per tensor (int16);
+    float32 products and quotients are correctly rounded, so every CPU computes the same values."""
+    scale = scale.astype(np.float32)
+    reciprocal = np.float32(1) / (scale.reshape(-1, *([1] * (q.ndim - 1))) if scale.size > 1 else scale.reshape(()))
+    return (q.astype(np.float32) * reciprocal).astype(np.float64)
 
 
 def is_ctranslate2_folder(folder: Path) -> bool:
@@ -326,6 +347,13 @@ class _Scalars:
     def shape(self, name: str) -> tuple[int, ...]:
         return self.variables[self.var(name)].shape
 
+    def matrix(self, name: str) -> tuple[int, ...]:
+        """The shape of ``name``, which must have at least two dimensions (a weight or table)."""
+        shape = self.shape(name)
+        if len(shape) < 2:
+            raise _corrupt(self.path, f"{name!r} has the shape {shape}, where a matrix belongs")
+        return shape
+
     def scalar(self, name: str, default: Any = None) -> Any:
         if name not in self.resolve:
             if default is not None:
@@ -337,6 +365,8 @@ class _Scalars:
         with open(self.path, "rb") as f:
             f.seek(v.start)
             value = np.frombuffer(f.read(v.n_bytes), dtype=_DTYPES[v.dtype][0])[0]
+        if v.dtype == 5:  # bfloat16: the upper half of a float32
+            value = (np.uint32(value) << np.uint32(16)).view(np.float32)
         if not np.isfinite(value):
             raise _corrupt(self.path, f"the setting {name!r} is not finite")
         return value.item()
@@ -351,7 +381,7 @@ class _Scalars:
         return len(found)
 
     def rows(self, name: str) -> int:
-        return self.shape(name)[0]
+        return self.matrix(name)[0]
 
     def activation(self, name: str) -> str:
         code = int(self.scalar(name))
@@ -396,7 +426,7 @@ def _cross(parts, s, src, dst, d):
 
 def _stacks(s: _Scalars, parts: dict, prefix: str) -> dict[str, Any]:
     """The encoder and decoder of a BART-style spec (Whisper, TransformerSpec) under ``prefix``."""
-    d = s.shape("encoder/layer_0/self_attention/linear_1/weight")[0]
+    d = s.rows("encoder/layer_0/self_attention/linear_1/weight")
     cfg: dict[str, Any] = {"d_model": d}
     for stack in ("encoder", "decoder"):
         n = s.count(stack)
@@ -456,12 +486,12 @@ def _llama(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
         raise SpecboundError(f"{s.path} is a CTranslate2 TransformerDecoderSpec without LLaMA's layout (it lacks "
                              f"or has {style}): specbound reads LLaMA-style decoders (Llama, Mistral, Qwen2) from "
                              f"CTranslate2; analyse the Hugging Face model it was converted from")
-    d = s.shape(f"{layer0}/self_attention/linear_1/weight")[0]
+    d = s.rows(f"{layer0}/self_attention/linear_1/weight")
     heads = _heads(s, "decoder/num_heads", d)
     kv = int(s.scalar(f"{layer0}/self_attention/num_heads_kv", heads))
     qkv = s.rows(f"{layer0}/self_attention/linear_0/weight")
     head_dim = int(s.scalar(f"{layer0}/self_attention/head_dim", d // heads)) if s.has(f"{layer0}/self_attention/head_dim") \
-        else s.shape(f"{layer0}/self_attention/linear_1/weight")[1] // heads
+        else s.matrix(f"{layer0}/self_attention/linear_1/weight")[1] // heads
     if kv <= 0 or heads % kv or qkv != (heads + 2 * kv) * head_dim:
         raise _corrupt(s.path, f"its fused attention has {qkv} rows, not (heads {heads} + 2 x kv heads {kv}) x "
                                f"head_dim {head_dim}")
@@ -502,7 +532,7 @@ def _llama(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
 
 def _bert(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
     layer0 = "encoder/layer_0"
-    d = s.shape(f"{layer0}/self_attention/linear_1/weight")[0]
+    d = s.rows(f"{layer0}/self_attention/linear_1/weight")
     n = s.count("encoder")
     emb = next((e for e in ("encoder/embeddings_0/weight", "encoder/embeddings/weight") if s.has(e)), None)
     cfg: dict[str, Any] = {

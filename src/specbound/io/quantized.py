@@ -15,10 +15,12 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
   ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
   word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
-  ``W[:, i] = scales[g_idx[i]] * (q[i] - (z[g_idx[i]] + 1))`` (``gptq``: the stored zero is one
-  less; ``gptq_v2`` stores it as is), rounded to the dtype of ``scales`` as AutoGPTQ computes it
-  in that dtype.  Without ``g_idx``, ``g_idx[i] = i // group_size``; with act-order (``desc_act``)
-  ``g_idx`` is the stored permutation of groups.  ``sym`` changes only the stored zeros.
+  ``W[:, i] = scales[g_idx[i]] * (q[i] - z[g_idx[i]])``, rounded to the dtype of ``scales`` as
+  AutoGPTQ computes it in that dtype; ``gptq_v2`` stores ``z``, ``gptq`` (v1) stores ``z - 1``, read
+  back as its writer reads it (:class:`V1Zeros`: GPTQModel when the config's ``meta.quantizer``
+  names it, else AutoGPTQ; the two differ where ``z`` is 0).  Without ``g_idx``, ``g_idx[i] = i //
+  group_size``; with act-order (``desc_act``) ``g_idx`` is the stored permutation of groups.
+  ``sym`` changes only the stored zeros.
 * **AWQ** (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
   ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
   ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
@@ -43,8 +45,8 @@ How each is dequantized (``out``: the Linear's output features, ``in``: its inpu
   (``int8_vectorwise_dequant``).
 * **MLX** (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
   uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
-  per ``group_size`` values: ``scales * q + biases`` in the dtype of ``scales`` (the product rounded,
-  then the sum: ``mx.dequantize``).
+  per ``group_size`` values (1-8 bits but 7): ``scales * q + biases`` in the dtype of ``scales``
+  (the product rounded, then the sum: ``mx.dequantize``).
   MLX's tensor names are the Hugging Face ones for the models mlx-lm converts.
 
 Every other variant (``quant_method``, ``checkpoint_format``, AWQ ``version``, compressed-tensors
@@ -57,14 +59,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import SpecboundError
-from .base import Checkpoint, decode_json
+from .base import Checkpoint, decode_json, load_json
+from .patterns import bounded_search, compile_pattern
 
-QUANT_METHODS = ("gptq", "awq", "compressed-tensors", "fp8", "bitsandbytes", "mlx")
 _FLOAT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
 
 
@@ -246,13 +249,20 @@ class QuantizedCheckpoint(Checkpoint):
             return self.base._raw(name)
         module = self.modules[name]
         try:
-            out = module.dequantize(self, module)
+            with np.errstate(all="ignore"):  # an overflow is refused below, without numpy's warnings first
+                out = module.dequantize(self, module)
         except ValueError as exc:
             raise SpecboundError(f"cannot dequantize {self.where(name)}: {exc}; the checkpoint is corrupt or "
                                  f"not what its quantization_config says: re-download or re-quantize it") from None
         if out.shape != module.shape:
             raise SpecboundError(f"cannot dequantize {self.where(name)}: it dequantizes to {out.shape}, not "
                                  f"{module.shape}")
+        with np.errstate(all="ignore"):
+            bad = int(np.count_nonzero(~np.isfinite(out))) if not np.isfinite(out.sum()) else 0
+        if bad:
+            raise SpecboundError(f"cannot dequantize {self.where(name)}: {bad} of its dequantized values are NaN/Inf "
+                                 f"(a NaN stored value, or its scales times its integers overflowing "
+                                 f"{module.out_dtype}); the checkpoint is corrupt: re-download or re-quantize it")
         return out
 
     def _raw_part(self, name: str, index: int) -> np.ndarray | None:
@@ -261,6 +271,21 @@ class QuantizedCheckpoint(Checkpoint):
 
     def close(self) -> None:
         self.base.close()
+
+
+def _finite(q: QuantizedCheckpoint, m: Module, role: str, positive: bool = False) -> np.ndarray:
+    """``q.floats(m, role)``, checked before anything is computed with it: every value finite (and
+    positive when ``positive``), else a ValueError naming the tensor."""
+    values = q.floats(m, role)
+    with np.errstate(all="ignore"):
+        bad = values.size == 0 or not np.isfinite(values.sum()) or (positive and not np.all(values > 0))
+    if bad:
+        found = ("no value" if values.size == 0 else
+                 f"{int(np.count_nonzero(~np.isfinite(values)))} NaN/Inf and "
+                 f"{int(np.count_nonzero(values <= 0))} non-positive of {values.size} values")
+        raise ValueError(f"its {role} {m.parts[role]!r} holds {found}, expected finite"
+                         f"{' positive' if positive else ''} numbers")
+    return values
 
 
 def _refuse(where: str, what: str, reads: str) -> SpecboundError:
@@ -285,21 +310,25 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
     if method == "mlx" or (isinstance(mlx, dict) and "bits" in mlx and method in ("", "mlx")):
         qc = {**(mlx if isinstance(mlx, dict) else qc), "quant_method": "mlx"}
         method = "mlx"
-    builders = {"gptq": _gptq, "awq": _awq, "compressed-tensors": _compressed, "fp8": _fp8, "bitsandbytes": _bnb,
-                "mlx": _mlx}
-    if method not in builders:
-        raise _refuse(where, f"quant_method {qc.get('quant_method')!r}", ", ".join(QUANT_METHODS))
+    if method not in METHODS:
+        raise _refuse(where, f"quant_method {qc.get('quant_method')!r}", ", ".join(METHODS))
     if not hasattr(ckpt, "stored"):
         raise SpecboundError(f"{where}: a {method} checkpoint is read from safetensors files; this one is "
                              f"{type(ckpt).__name__}: save it with save_pretrained (safetensors)")
     try:
-        description, modules = builders[method](ckpt, qc, where)
+        description, modules = METHODS[method].build(ckpt, qc, where)
     except (ValueError, TypeError, IndexError, KeyError) as exc:  # a shape or setting of the wrong kind
         raise SpecboundError(f"{where}: its {method} tensors do not have the shapes and types its quantization "
                              f"config implies ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is corrupt "
                              f"or not what its quantization_config says") from None
     if not modules:  # a dequantized save that kept its quantization_config: float weights as stored
         return ckpt
+    names = set(ckpt.names)
+    for name, module in modules.items():  # a float weight and a quantized one for the same matrix
+        if name in names and name not in module.parts.values():
+            raise SpecboundError(f"{where}: {name!r} is stored twice, as the {ckpt.dtype(name)} tensor {name!r} and as "
+                                 f"the {method} tensors {', '.join(repr(p) for p in module.parts.values())}; one of "
+                                 f"them is left over from another save: keep one and re-save the model")
     aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
     return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules, set_aside=aside)
 
@@ -350,6 +379,9 @@ def _gptq(ckpt: Checkpoint, qc: dict, where: str):
     fmt = str(qc.get("checkpoint_format", "gptq")).lower()
     if fmt not in ("gptq", "gptq_v2"):
         raise _refuse(where, f"GPTQ checkpoint_format {fmt!r}", "gptq and gptq_v2")
+    writer = _gptq_writer(ckpt, qc)
+    act_order = bool(qc.get("desc_act")) and group > 0
+    v1 = None if fmt == "gptq_v2" else V1Zeros.of(writer or "AutoGPTQ", bits, act_order)
     names = set(ckpt.names)
     modules = {}
     for prefix in _modules_with(ckpt, ".qweight"):
@@ -357,35 +389,127 @@ def _gptq(ckpt: Checkpoint, qc: dict, where: str):
         if not {"qweight", "qzeros", "scales"} <= set(parts):
             raise SpecboundError(f"{where}: module {prefix!r} has a qweight but not its qzeros and scales")
         rows, out = _matrix(ckpt, parts["qweight"], where)
-        if rows * 32 % bits:
-            raise SpecboundError(f"{where}: {parts['qweight']!r} has {rows} rows, not a whole number of {bits}-bit "
-                                 f"values")
-        n_in = rows * 32 // bits
-        groups = ckpt.shape(parts["scales"])[0] if len(ckpt.shape(parts["scales"])) == 2 else -1
         _expect(ckpt, parts["qweight"], (rows, out), ("I32", "U32"), where)
-        _expect(ckpt, parts["scales"], (groups, out), _SCALES, where)
-        if groups <= 0 or out * bits % 32:
-            raise SpecboundError(f"{where}: {parts['scales']!r} or the output width {out} does not fit {bits} bits")
-        _expect(ckpt, parts["qzeros"], (groups, out * bits // 32), ("I32", "U32"), where)
+        if rows * 32 % bits or out * bits % 32:
+            raise SpecboundError(f"{where}: {parts['qweight']!r} has the shape {(rows, out)}: its {rows} rows are "
+                                 f"not a whole number of {bits}-bit values or its {out} columns do not pack into "
+                                 f"32-bit qzeros words")
+        n_in = rows * 32 // bits
         if "g_idx" in parts:
-            _expect(ckpt, parts["g_idx"], (n_in,), ("I32", "I64"), where)
-        elif group not in (-1, 0) and math.ceil(n_in / group) != groups:
-            raise SpecboundError(f"{where}: {parts['scales']!r} has {groups} groups, not {n_in} rows / group_size "
-                                 f"{group}")
+            _gptq_check_inputs(ckpt, parts, n_in, bits, group, where)
+        groups = math.ceil(n_in / group) if group > 0 else 1
+        _expect(ckpt, parts["scales"], (groups, out), _SCALES, where)  # before qzeros: a short scales is named
+        _expect(ckpt, parts["qzeros"], (groups, out * bits // 32), ("I32", "U32"), where)
         modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), ckpt.dtype(parts["scales"]),
-                                             _dequantize_gptq, {"bits": bits, "group": group, "v1": fmt == "gptq"})
+                                             _dequantize_gptq, {"bits": bits, "group": group, "v1": v1})
     act = " act-order" if qc.get("desc_act") else ""
     sym = "symmetric" if qc.get("sym", True) else "asymmetric"
-    return f"GPTQ {bits}-bit, group size {group}{act}, {sym}, {fmt}", modules
+    text = f"GPTQ {bits}-bit, group size {group}{act}, {sym}, {fmt}"
+    if v1 is not None and qc.get("sym", True) is False:  # symmetric zero points are never 0: read alike
+        text += f" (zero points read as {v1.words})"
+        if writer is None and modules:
+            text += _gptq_v1_ambiguity(ckpt, modules.values(), v1)
+    return text, modules
+
+
+def _gptq_check_inputs(ckpt: Checkpoint, parts: dict, n_in: int, bits: int, group: int, where: str) -> None:
+    """``g_idx`` names one group per input; when its length fits the group count the scales imply
+    but not the ``qweight``'s rows, the rows are what is wrong."""
+    found = tuple(ckpt.shape(parts["g_idx"]))
+    if len(found) == 1 and found[0] != n_in:
+        scales = tuple(ckpt.shape(parts["scales"]))
+        if group > 0 and len(scales) == 2 and math.ceil(found[0] / group) == scales[0]:
+            raise SpecboundError(f"{where}: {parts['qweight']!r} has {n_in * bits // 32} rows, {n_in} {bits}-bit "
+                                 f"inputs, where its g_idx and scales say {found[0]} inputs "
+                                 f"({found[0] * bits // 32} rows); the checkpoint is corrupt")
+    _expect(ckpt, parts["g_idx"], (n_in,), ("I32", "I64"), where)
+
+
+@dataclass(frozen=True)
+class V1Zeros:
+    """How a GPTQ v1 file's zero points are read back.  v1 stores ``z - 1`` and the two writers
+    differ where ``z`` is 0:
+
+    * AutoGPTQ's ``QuantLinear.pack`` (qlinear_cuda_old.py) casts ``z - 1 = -1`` to uint32 and ORs it
+      in, so that field and every later one of its word become all ones; its dequantization adds 1
+      to each field and masks it to ``bits`` (``qlinear_cuda_old`` at 2, 4 and 8 bits: 0), or does
+      not mask (``qlinear_cuda``, the kernel of act-order models with groups, and both at 3 bits:
+      ``2^bits``).
+    * GPTQModel (``convert_gptq_v2_to_v1_format_module``, utils/model.py) subtracts ``0x11111111``
+      (at 4 bits; ``0x55555555``, ``0x01010101`` at 2 and 8) from each packed word, borrowing across
+      fields, and its loader adds it back with carries: the word sum gives every zero point exactly.
+      At 3 bits it shifts each field by 1 modulo 8 (``_correct_gptq_v1_qzeros``).
+    """
+
+    writer: str
+    bits: int
+    words: str  # in words, for the weights note
+    word_offset: int = 0  # added to each packed word (GPTQModel at 2, 4, 8 bits)
+    masked: bool = True  # (field + 1) mod 2^bits, or field + 1
+
+    @staticmethod
+    def of(writer: str, bits: int, act_order: bool) -> "V1Zeros":
+        if writer == "GPTQModel" and bits != 3:
+            offset = sum(1 << (bits * k) for k in range(32 // bits))
+            return V1Zeros(writer, bits, f"GPTQModel reads them: each packed word plus {offset:#010x}", offset)
+        if writer == "GPTQModel":
+            return V1Zeros(writer, bits, "GPTQModel reads them: each field plus 1 modulo 8")
+        kernel = "qlinear_cuda" if act_order else "qlinear_cuda_old"
+        masked = bits != 3 and not act_order
+        return V1Zeros(writer, bits, f"AutoGPTQ's {kernel} reads them: each field plus 1"
+                                     f"{' modulo 2^bits' if masked else ''}", masked=masked)
+
+    def read(self, words: np.ndarray, count: int) -> np.ndarray:
+        if self.word_offset:
+            words = (np.asarray(words).astype("<u4").astype(np.uint64) + self.word_offset) & 0xFFFFFFFF
+            return unpack_bits(words.astype(np.uint32), self.bits, count)
+        zeros = unpack_bits(words, self.bits, count) + 1
+        return zeros & ((1 << self.bits) - 1) if self.masked else zeros
+
+
+def _gptq_writer(ckpt: Checkpoint, qc: dict) -> str | None:
+    """``GPTQModel`` when the quantization config (config.json's, or quantize_config.json beside it)
+    records GPTQModel as its quantizer (``meta.quantizer``, e.g. ``["gptqmodel:4.0.0"]``), else None:
+    AutoGPTQ, optimum with AutoGPTQ, or a writer the config does not name."""
+    configs = [qc]
+    folder = Path(str(ckpt.location))  # a local folder (a streamed model's location is no local path)
+    beside = (folder.parent if folder.is_file() else folder) / "quantize_config.json"
+    if beside.is_file():
+        configs.append(load_json(beside, "GPTQ quantize_config", "re-save the model"))
+    for config in configs:
+        meta = config.get("meta") if isinstance(config, dict) else None
+        quantizer = meta.get("quantizer") if isinstance(meta, dict) else None
+        for entry in quantizer if isinstance(quantizer, list) else [quantizer]:
+            if isinstance(entry, str) and entry.strip().lower().startswith("gptqmodel"):
+                return "GPTQModel"
+    return None
+
+
+def _gptq_v1_ambiguity(ckpt: Checkpoint, modules, v1: V1Zeros) -> str:
+    """Words for the weights note when a v1 file whose writer the config does not name stores zero
+    points of all ones (a zero point of 0, which the writers store, and their loaders read, apart)."""
+    full = (1 << v1.bits) - 1
+    count = total = 0
+    for m in modules:
+        fields = unpack_bits(ckpt.stored(m.parts["qzeros"]), v1.bits, m.shape[0])
+        count += int(np.count_nonzero(fields == full))
+        total += fields.size
+    if not count:
+        return ""
+    read = 0 if v1.masked else 1 << v1.bits
+    return (f"; {count} of its {total} zero points are stored as all ones (a zero point of 0 or {1 << v1.bits}) and "
+            f"its config does not name the library that wrote it (no meta.quantizer): read as {read}, as AutoGPTQ "
+            f"computes; a file written by GPTQModel stores a zero point of 0 with a borrow from the next field, and "
+            f"its own loader would read those fields and their neighbours differently")
 
 
 def _dequantize_gptq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     bits, (out, n_in) = m.params["bits"], m.shape
+    scales = _finite(q, m, "scales")  # (groups, out)
     weight = unpack_bits(q.part(m, "qweight").T, bits, n_in)  # (out, in)
-    scales = q.floats(m, "scales")  # (groups, out)
-    zeros = unpack_bits(q.part(m, "qzeros"), bits, out)  # (groups, out)
-    if m.params["v1"]:
-        zeros = zeros + 1
+    v1 = m.params["v1"]
+    words = q.part(m, "qzeros")
+    zeros = v1.read(words, out) if v1 else unpack_bits(words, bits, out)  # (groups, out)
     groups = scales.shape[0]
     if "g_idx" in m.parts:
         g_idx = q.part(m, "g_idx").astype(np.int64)
@@ -440,7 +564,7 @@ def _dequantize_awq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     bits, group = m.params["bits"], m.params["group"]
     weight = _awq_unpack(q.part(m, "qweight"), bits)  # (in, out)
     zeros = np.repeat(_awq_unpack(q.part(m, "qzeros"), bits), group, axis=0)
-    scales = np.repeat(q.floats(m, "scales"), group, axis=0)
+    scales = np.repeat(_finite(q, m, "scales"), group, axis=0)
     return round_to((weight - zeros) * scales, m.out_dtype).T
 
 
@@ -452,13 +576,20 @@ CT_STRATEGIES = ("tensor", "channel", "group", "tensor_group", "block")
 
 
 def _ct_scheme(qc: dict, module: str, where: str) -> dict:
-    for name, group in (qc.get("config_groups") or {}).items():
+    groups = qc.get("config_groups") or {}
+    if not isinstance(groups, dict):
+        raise SpecboundError(f"{where}: config_groups is a {type(groups).__name__}, expected a JSON object of named "
+                             f"groups (each with targets and weights); re-save the model with llm-compressor")
+    for name, group in groups.items():
         if not isinstance(group, dict):
             continue
         targets = group.get("targets") or []
         for target in targets if isinstance(targets, list) else [targets]:
-            target = str(target)
-            if target == "Linear" or target == module or (target.startswith("re:") and re.match(target[3:], module)):
+            if not isinstance(target, str):
+                raise SpecboundError(f"{where}: config group {name!r} has the target {target!r}, expected a module "
+                                     f"name, a class name (Linear) or 're:<pattern>'")
+            if target == "Linear" or target == module or (target.startswith("re:") and _ct_match(target[3:], module,
+                                                                                                   name, where)):
                 weights = group.get("weights")
                 if not isinstance(weights, dict):
                     raise SpecboundError(f"{where}: config group {name!r} quantizes no weights but {module!r} is "
@@ -466,6 +597,14 @@ def _ct_scheme(qc: dict, module: str, where: str) -> dict:
                 return {**weights, "_format": group.get("format")}
     raise SpecboundError(f"{where}: no config group's targets name the quantized module {module!r} (targets of "
                          f"module classes other than Linear are not resolved); the config and weights disagree")
+
+
+def _ct_match(pattern: str, module: str, group: str, where: str) -> bool:
+    """compressed-tensors' ``re:`` target (``re.match``), by the bounded matcher (io/patterns.py)."""
+    try:
+        return bounded_search(compile_pattern(pattern), module, anchored=True)
+    except ValueError as exc:
+        raise SpecboundError(f"{where}: config group {group!r}'s target 're:' {exc}") from None
 
 
 def _compressed(ckpt: Checkpoint, qc: dict, where: str):
@@ -491,6 +630,8 @@ def _compressed(ckpt: Checkpoint, qc: dict, where: str):
         parts = {r: f"{prefix}.{r}" for r in ("weight", "weight_packed", "weight_shape", "weight_scale",
                                               "weight_zero_point", "weight_global_scale", "weight_g_idx")
                  if f"{prefix}.{r}" in names}
+        if fmt in ("pack-quantized", "nvfp4-pack-quantized"):
+            parts.pop("weight", None)  # the packed weight is the matrix: a "weight" beside it is refused as a second
         scale_code = ckpt.dtype(parts["weight_scale"])
         if fmt == "pack-quantized":
             if "weight_packed" not in parts or "weight_shape" not in parts or kind != "int" or not 1 <= bits <= 8:
@@ -593,9 +734,12 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         packed = q.part(m, "weight_packed").astype(np.int64)
         codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(shape)
         values = E2M1[codes].astype(np.float32)
-        scale = q.floats(m, "weight_scale").astype(np.float32)  # FP8 -> bfloat16 exactly
+        scale = _finite(q, m, "weight_scale").astype(np.float32)  # FP8 -> bfloat16 exactly
         if "weight_global_scale" in m.parts:
-            scale = scale / q.floats(m, "weight_global_scale").astype(np.float32).reshape(-1)[0]
+            global_scale = _finite(q, m, "weight_global_scale", positive=True).astype(np.float32).reshape(-1)
+            if global_scale.size != 1:
+                raise ValueError(f"its weight_global_scale holds {global_scale.size} values, expected one")
+            scale = scale / global_scale[0]
         return round_to(values * _expand(scale, shape, p), "BF16")
     if p["fmt"] == "pack-quantized":
         offset = 1 << (p["bits"] - 1)
@@ -605,7 +749,7 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     else:
         x = q.part(m, "weight").astype(np.int64)
     g_idx = q.part(m, "weight_g_idx").astype(np.int64) if "weight_g_idx" in m.parts and p["strategy"] == "group" else None
-    scale = q.floats(m, "weight_scale")
+    scale = _finite(q, m, "weight_scale")
     if p["scale_code"] == "F8_E4M3":
         scale = round_to(scale, "BF16")
     zero = 0
@@ -656,7 +800,7 @@ def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     code = q.base.dtype(m.parts["scale"])
     stored = q.part(m, "scale")
     scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0")
-             else stored_floats(stored, code)).reshape(rows, cols)
+             else _finite(q, m, "scale")).reshape(rows, cols)
     block_r, block_c = math.ceil(out / rows), math.ceil(n_in / cols)
     expanded = np.repeat(np.repeat(scale, block_r, axis=0), block_c, axis=1)[:out, :n_in]
     return round_to(E4M3[q.part(m, "weight").astype(np.int64)] * expanded, "F32")
@@ -707,8 +851,10 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
         _expect(ckpt, parts["quant_map"], (16,), ("F32",), where)
         if nested:
             nb = info.get("nested_blocksize")
-            if not isinstance(nb, int) or nb <= 0 or not isinstance(info.get("nested_offset"), (int, float)):
-                raise SpecboundError(f"{where}: {state!r} has no nested_blocksize / nested_offset")
+            offset = info.get("nested_offset")
+            if not isinstance(nb, int) or nb <= 0 or not isinstance(offset, (int, float)) or not abs(offset) < 3.4e38:
+                raise SpecboundError(f"{where}: {state!r} has no nested_blocksize / nested_offset (a float32 number): "
+                                     f"{nb!r:.40} / {offset!r:.40}")
             _expect(ckpt, parts["absmax"], (blocks,), ("U8",), where)
             _expect(ckpt, parts["nested_absmax"], (math.ceil(blocks / nb),), ("F32",), where)
             _expect(ckpt, parts["nested_quant_map"], (256,), ("F32",), where)
@@ -738,15 +884,15 @@ def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     stored = np.ascontiguousarray(q.part(m, "weight"))
     packed = stored.astype(stored.dtype.newbyteorder("<")).view(np.uint8).reshape(-1).astype(np.int64)
     codes = np.stack([packed >> 4, packed & 0xF], axis=-1).reshape(-1)[:n]
-    table = q.floats(m, "quant_map").astype(np.float32)
+    table = _finite(q, m, "quant_map").astype(np.float32)
     if m.params["nested"]:
         info = m.params["info"]
         nb = info["nested_blocksize"]
-        inner = q.floats(m, "nested_quant_map").astype(np.float32)[q.part(m, "absmax").astype(np.int64)]
-        scale2 = np.repeat(q.floats(m, "nested_absmax").astype(np.float32), nb)[:inner.size]
+        inner = _finite(q, m, "nested_quant_map").astype(np.float32)[q.part(m, "absmax").astype(np.int64)]
+        scale2 = np.repeat(_finite(q, m, "nested_absmax").astype(np.float32), nb)[:inner.size]
         absmax = inner * scale2 + np.float32(info["nested_offset"])
     else:
-        absmax = q.floats(m, "absmax").astype(np.float32)
+        absmax = _finite(q, m, "absmax").astype(np.float32)
     values = table[codes] * np.repeat(absmax, block)[:n]
     return round_to(values, m.out_dtype).reshape(m.shape)
 
@@ -757,12 +903,15 @@ def _dequantize_int8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         if fmt.size and int(fmt[0]) != 0:
             raise ValueError(f"LLM.int8 weight_format {int(fmt[0])} (only 0, row-major, is read)")
     weight = q.part(m, "weight").astype(np.float32)
-    scb = q.floats(m, "SCB").astype(np.float32)
+    scb = _finite(q, m, "SCB").astype(np.float32)
     return ((weight * scb[:, None]) * np.float32(7.874015718698502e-3)).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
 # MLX
+
+
+MLX_BITS = (1, 2, 3, 4, 5, 6, 8)  # mx.quantize's widths (mlx 0.32)
 
 
 def _mlx(ckpt: Checkpoint, qc: dict, where: str):
@@ -782,14 +931,17 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
         local = {**({"bits": default_bits, "group_size": default_group}), **(override if isinstance(override, dict) else {})}
         if str(local.get("mode", "affine")) != "affine":
             raise _refuse(where, f"MLX quantization mode {local.get('mode')!r} of {prefix!r}", "affine")
-        bits = _int(local, "bits", where, allowed=(2, 3, 4, 5, 6, 8))
+        bits = _int(local, "bits", where, allowed=MLX_BITS)
         group = _int(local, "group_size", where)
+        if group <= 0:
+            raise SpecboundError(f"{where}: group_size = {group} (for {prefix!r}), expected a positive number of "
+                                 f"values per scale (mlx-lm writes 32, 64 or 128)")
         parts = {"weight": f"{prefix}.weight", "scales": f"{prefix}.scales", "biases": f"{prefix}.biases"}
         if parts["biases"] not in names:
             raise SpecboundError(f"{where}: MLX module {prefix!r} has scales but no biases")
         shape = tuple(ckpt.shape(parts["weight"]))
-        if len(shape) != 2 or group <= 0:
-            raise SpecboundError(f"{where}: MLX weight {prefix}.weight has the shape {shape}")
+        if len(shape) != 2:
+            raise SpecboundError(f"{where}: MLX weight {prefix}.weight has the shape {shape}, not (out, packed in)")
         n_in = shape[1] * 32 // bits
         if n_in % group:
             raise SpecboundError(f"{where}: {n_in} inputs of {prefix!r} are not whole groups of {group}")
@@ -804,7 +956,23 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
 def _dequantize_mlx(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     bits, group = m.params["bits"], m.params["group"]
     values = unpack_bits(q.part(m, "weight"), bits, m.shape[1])
-    scales = np.repeat(q.floats(m, "scales"), group, axis=1)
-    biases = np.repeat(q.floats(m, "biases"), group, axis=1)
+    scales = np.repeat(_finite(q, m, "scales"), group, axis=1)
+    biases = np.repeat(_finite(q, m, "biases"), group, axis=1)
     # mx.dequantize computes in the dtype of the scales: the product rounded, then the sum
     return round_to(round_to(scales * values, m.out_dtype) + biases, m.out_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# the methods read: one row each (``quant_method`` -> how its modules are found and dequantized)
+
+
+@dataclass(frozen=True)
+class QuantMethod:
+    name: str
+    build: Callable[[Checkpoint, dict, str], tuple[str, dict[str, Module]]]
+
+
+METHODS = {m.name: m for m in (QuantMethod("gptq", _gptq), QuantMethod("awq", _awq),
+                               QuantMethod("compressed-tensors", _compressed), QuantMethod("fp8", _fp8),
+                               QuantMethod("bitsandbytes", _bnb), QuantMethod("mlx", _mlx))}
+QUANT_METHODS = tuple(METHODS)
