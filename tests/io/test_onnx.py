@@ -26,7 +26,8 @@ from support.same_numbers import assert_same_numbers
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from support.onnx_graphs import BERT_LINEARS, N, RNG, bert_layer, export, initializer, matmul_graph, plain_matmul  # noqa: E402
+from support.onnx_graphs import (BERT_LINEARS, N, RNG, bert_layer, export, initializer, matmul_graph,  # noqa: E402
+                                 plain_matmul)
 
 
 # --- exports of tiny transformers models ------------------------------------------------------------

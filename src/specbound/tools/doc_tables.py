@@ -170,8 +170,8 @@ def gguf_architectures() -> str:
     for row in ARCHS.values():
         family = f"`{row.family}`" + (f" (with experts: `{row.experts_family}`)" if row.experts_family else "")
         fixed = ", ".join(f"`{k}` {v}" for k, v in row.fixed.items()) or "-"
-        lines.append(f"| `{row.name}` | {family} | {'put back (`LlamaModel.permute`)' if row.permuted else 'as stored'} | "
-                     f"`{row.activation}` | {fixed} | {own(row)} |")
+        rows = "put back (`LlamaModel.permute`)" if row.permuted else "as stored"
+        lines.append(f"| `{row.name}` | {family} | {rows} | `{row.activation}` | {fixed} | {own(row)} |")
     return "\n".join(lines) + "\n"
 
 
