@@ -14,6 +14,8 @@ from specbound import SpecboundError
 torch = pytest.importorskip("torch")
 from safetensors.numpy import load_file  # noqa: E402
 
+from support.conformance import check_reader  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def reference(tiny_bert_cls_dir):
@@ -52,20 +54,20 @@ def _pickle_folder(src, dst, shards=1, wrap=None, dtype=None):
     return dst
 
 
-def test_pytorch_bin_single_and_sharded(tiny_bert_cls_dir, tmp_path, reference):
-    _same(reference, specbound.analyze(_pickle_folder(tiny_bert_cls_dir, tmp_path / "single"), threads=1))
-    _same(reference, specbound.analyze(_pickle_folder(tiny_bert_cls_dir, tmp_path / "sharded", shards=3), threads=1))
+def test_pytorch_bin_single_and_sharded(tiny_bert_cls_dir, tmp_path):
+    check_reader(_pickle_folder(tiny_bert_cls_dir, tmp_path / "single"), tiny_bert_cls_dir)
+    check_reader(_pickle_folder(tiny_bert_cls_dir, tmp_path / "sharded", shards=3), tiny_bert_cls_dir)
 
 
-def test_training_checkpoint_file_named_directly(tiny_bert_cls_dir, tmp_path, reference):
+def test_training_checkpoint_file_named_directly(tiny_bert_cls_dir, tmp_path):
     folder = _pickle_folder(tiny_bert_cls_dir, tmp_path / "ckpt", wrap="model")
     target = folder / "step7.pt"
     (folder / "pytorch_model.bin").rename(target)
-    _same(reference, specbound.analyze(target, threads=1))
+    check_reader(target, tiny_bert_cls_dir)
 
 
-def test_safetensors_file_named_directly(tiny_bert_cls_dir, reference):
-    _same(reference, specbound.analyze(tiny_bert_cls_dir / "model.safetensors", threads=1))
+def test_safetensors_file_named_directly(tiny_bert_cls_dir):
+    check_reader(tiny_bert_cls_dir / "model.safetensors", tiny_bert_cls_dir)
 
 
 def test_bf16_pickle_is_upcast_exactly(tiny_bert_cls_dir, tmp_path):

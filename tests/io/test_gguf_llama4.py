@@ -111,9 +111,9 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
 def test_llama_cpp_turns_the_query_key_norm_off_for_128_experts(experts, on):
     """llama.cpp's llama4 loader: use_kq_norm unless the model is its 17B-128E type (Maverick, whose config
     says use_qk_norm false); the other constants fixed."""
-    from specbound.io.gguf_file import _llama4_keys
+    from specbound.io.gguf_archs import llama4_keys
 
-    keys = _llama4_keys(None, {"expert_count": experts, "interleave_moe_layer_step": 2})
+    keys = llama4_keys(None, {"expert_count": experts, "interleave_moe_layer_step": 2})
     assert keys["use_qk_norm"] is on
     assert {k: keys[k] for k in ("no_rope_layer_interval", "attention_chunk_size", "floor_scale", "attn_scale")} == {
         "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}

@@ -343,9 +343,9 @@ def test_deepseeks_yarn_attention_factor_is_read_as_stated(tmp_path):
 
 @pytest.mark.parametrize("stated", [1.0, 0.707, 0.1, 1.3, 0.7071068])  # float32 holds ~7 digits
 def test_mscale_all_dim_is_the_decimal_the_config_stated(stated):
-    from specbound.io.gguf_file import _deepseek2_yarn
+    from specbound.io.gguf_archs import deepseek2_yarn
 
     stored = float(np.float32(0.1 * stated))  # the file's float32, read back as a float
     config = {"rope.scaling.type": "yarn", "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
               "rope.scaling.yarn_log_multiplier": stored}
-    assert _deepseek2_yarn(None, config)["rope_scaling"]["mscale_all_dim"] == stated
+    assert deepseek2_yarn(None, config)["rope_scaling"]["mscale_all_dim"] == stated

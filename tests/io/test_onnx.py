@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -27,38 +26,11 @@ from support.same_numbers import assert_same_numbers
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from support.onnx_graphs import BERT_LINEARS, N, RNG, bert_layer, initializer, matmul_graph, plain_matmul  # noqa: E402
+from support.onnx_graphs import (BERT_LINEARS, N, RNG, bert_layer, export, initializer, matmul_graph,  # noqa: E402
+                                 plain_matmul)
 
 
 # --- exports of tiny transformers models ------------------------------------------------------------
-
-def _export(model, folder, dynamo, wrap, **kwargs):
-    """``torch.onnx.export`` of ``model`` (optionally inside a wrapper module, attribute ``m``) to
-    ``folder/model.onnx``, with the model's config.json beside it; skips if the exporter fails."""
-    import torch
-
-    class Wrap(torch.nn.Module):  # the legacy exporter cannot call transformers 5 models directly
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids).last_hidden_state
-
-    folder.mkdir()
-    ids = torch.tensor([[1, 2, 3, 4, 5]])
-    target = Wrap(model) if wrap else model
-    args, kw = ((ids,), {}) if wrap else ((), {"input_ids": ids})
-    try:
-        with warnings.catch_warnings():  # tracer warnings about transformers' Python control flow
-            warnings.simplefilter("ignore")
-            torch.onnx.export(target, args, str(folder / "model.onnx"), kwargs=kw or None, dynamo=dynamo,
-                              **({"opset_version": 17} if not dynamo else {}), **kwargs)
-    except ImportError as exc:  # onnxscript missing: no dynamo exporter
-        pytest.skip(f"torch.onnx.export(dynamo={dynamo}) unavailable: {exc}")
-    model.config.to_json_file(str(folder / "config.json"))
-    return folder
-
 
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
@@ -73,7 +45,7 @@ def bert(tiny_bert_dir):
 def test_bert_export_matches_safetensors(bert, tmp_path, dynamo, wrap, fold):
     model, reference = bert
     kwargs = {} if dynamo else {"do_constant_folding": fold}
-    folder = _export(model, tmp_path / "onnx", dynamo, wrap, **kwargs)
+    folder = export(model, tmp_path / "onnx", dynamo, wrap, **kwargs)
     ckpt = open_checkpoint(folder)
     prefix = "m." if wrap else ""
     query = f"{prefix}encoder.layer.1.attention.self.query.weight"
@@ -95,7 +67,7 @@ def test_hub_layout_onnx_folder_with_config_at_the_root(bert, tmp_path):
     """sentence-transformers / Optimum repositories keep the export as onnx/model.onnx with
     config.json at the root: the root folder, and the .onnx file named directly, both analyse."""
     model, reference = bert
-    exported = _export(model, tmp_path / "export", False, True)
+    exported = export(model, tmp_path / "export", False, True)
     root = tmp_path / "repo"
     (root / "onnx").mkdir(parents=True)
     shutil.copy(exported / "config.json", root / "config.json")
@@ -136,7 +108,7 @@ def test_decoder_export_matches_safetensors(family, dynamo, layout, tmp_path):
     model = _family(family)
     model.save_pretrained(str(tmp_path / "st"))
     reference = specbound.analyze(tmp_path / "st", threads=1)
-    folder = _export(model, tmp_path / "onnx", dynamo, wrap=True)
+    folder = export(model, tmp_path / "onnx", dynamo, wrap=True)
     ckpt = open_checkpoint(folder)
     ff_out = {"gpt2": "m.h.1.mlp.c_proj.weight", "llama": "m.layers.1.mlp.down_proj.weight",
               "opt": "m.decoder.layers.1.fc2.weight"}[family]

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# the architectures convert_hf_to_gguf.py writes with LlamaModel.permute on Q and K (LlamaModel and its
+# subclasses SmolLM3Model and GraniteModel; Llama4Model turns it off)
+PERMUTED = ("llama", "smollm3", "granite")
+
 
 def permute(weights, n_head, n_head_kv):
     """convert_hf_to_gguf.py, ``LlamaModel.permute`` (applied to q_proj with ``(n_head, n_head)`` and
@@ -81,9 +85,9 @@ def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None
         array = tensor.detach().float().numpy()
         if gemma and name.endswith("norm.weight"):
             array = array + np.float32(1)
-        if arch in ("llama", "smollm3", "granite") and name.endswith("q_proj.weight"):
+        if arch in PERMUTED and name.endswith("q_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_attention_heads)
-        elif arch in ("llama", "smollm3", "granite") and name.endswith("k_proj.weight"):
+        elif arch in PERMUTED and name.endswith("k_proj.weight"):
             array = permute(array, cfg.num_attention_heads, cfg.num_key_value_heads)
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if target is None:

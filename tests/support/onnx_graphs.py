@@ -1,10 +1,13 @@
 """Hand-built ONNX graphs of one BERT layer: six Linear weights in a chain of products, each stored
-the way a test chooses (MatMul, Transpose, Gemm, Cast, ...), with a config.json beside the graph."""
+the way a test chooses (MatMul, Transpose, Gemm, Cast, ...), with a config.json beside the graph; and
+:func:`export`, a transformers model exported by ``torch.onnx.export``."""
 
 import json
+import warnings
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 N, D_FF = 4, 6
@@ -45,3 +48,31 @@ def initializer(name, array, dtype=np.float32):
 
 def plain_matmul(path, w, x, i):
     return [helper.make_node("MatMul", [x, f"W{i}"], [f"y{i}"], name=f"{path}/MatMul")], [initializer(f"W{i}", w.T)], f"y{i}"
+
+
+def export(model, folder, dynamo, wrap, **kwargs):
+    """``torch.onnx.export`` of ``model`` (optionally inside a wrapper module, attribute ``m``) to
+    ``folder/model.onnx``, with the model's config.json beside it; skips if the exporter fails."""
+    import torch
+
+    class Wrap(torch.nn.Module):  # the legacy exporter cannot call transformers 5 models directly
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids).last_hidden_state
+
+    folder.mkdir()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    target = Wrap(model) if wrap else model
+    args, kw = ((ids,), {}) if wrap else ((), {"input_ids": ids})
+    try:
+        with warnings.catch_warnings():  # tracer warnings about transformers' Python control flow
+            warnings.simplefilter("ignore")
+            torch.onnx.export(target, args, str(folder / "model.onnx"), kwargs=kw or None, dynamo=dynamo,
+                              **({"opset_version": 17} if not dynamo else {}), **kwargs)
+    except ImportError as exc:  # onnxscript missing: no dynamo exporter
+        pytest.skip(f"torch.onnx.export(dynamo={dynamo}) unavailable: {exc}")
+    model.config.to_json_file(str(folder / "config.json"))
+    return folder

@@ -32,9 +32,9 @@ What the file holds and how it is exposed:
 * **The rotary permutation.** ``convert_hf_to_gguf.py`` (``LlamaModel.permute``) reorders the rows of
   every head of ``q_proj`` and ``k_proj`` for llama.cpp's interleaved rotary layout: within each
   head, row ``2 i + j`` of the GGUF tensor is row ``j d_h/2 + i`` of the Hugging Face one.  For the
-  ``llama`` architecture the rows are put back (:func:`unpermute_rows`), so every matrix equals the
-  Hugging Face checkpoint's (the other architectures are converted without the permutation; GPT-J's
-  own rotation is llama.cpp's interleaved one, Falcon's, Phi's and Qwen's are rotated NeoX-style).
+  architectures whose row is ``permuted`` (``llama`` and the ``LlamaModel`` conversions) the rows are put
+  back (:func:`unpermute_rows`), so every matrix equals the Hugging Face checkpoint's (the other
+  architectures are converted without the permutation).
 * **Fused layouts** as the converter writes them: Falcon's and BLOOM's ``attn_qkv`` rearranged to
   ``[q | k | v]``, Phi-3's ``attn_qkv`` (``[q | k | v]``) and ``ffn_up`` (its ``[gate | up]``) as stored.
 * **Expert banks.** llama.cpp stores a mixture of experts' weights of one role as one 3-D tensor
@@ -47,24 +47,10 @@ What the file holds and how it is exposed:
   linear-attention, state-space or short-convolution block (``blk.N.ssm_*``, ``blk.N.shortconv.*``,
   ``blk.N.time_mix_*``: qwen3next, kimi-linear, nemotron_h, granitehybrid, falcon-h1, jamba, lfm2, mamba,
   rwkv) is refused in one line naming those layers, as its Hugging Face checkpoint is (docs/families.md).
-* **Architectures of the late-2026 families**: ``starcoder2``, ``smollm3`` (Q/K permuted as a ``LlamaModel``;
-  llama.cpp fixes its NoPE step at 4, which the family spec's default gives), ``granite`` (permuted; its
-  multipliers under ``embedding_scale``, ``residual_scale``, ``attention.scale``, ``logit_scale``),
-  ``exaone4`` (``attention.sliding_window_pattern``'s per-layer flags become ``layer_types``) and
-  ``cohere2`` (no pattern stored: llama.cpp's fixed 4, the family spec's default), ``gpt-oss`` (expert banks
-  with biases, ``attn_sinks``; the clamped SwiGLU's constants, which llama.cpp's graph fixes, set here).
-* **Mixtures with dense leading layers**: ``glm4moe`` (its multi-token-prediction blocks, counted in
-  ``block_count`` by the converter, exposed as ``mtp.blk.N.*`` and left out: :func:`_nextn_blocks`),
-  ``ernie4_5-moe``, and ``deepseek2`` (DeepSeek-V3's latent attention: each layer's ``kv_b_proj`` rebuilt
-  from the converter's ``attn_k_b`` and ``attn_v_b`` as ``blk.N.attn_kv_b.weight``, :func:`_joined_kv_b`;
-  the latent sizes under the Hugging Face keys, :func:`_deepseek2_keys`; its YaRN as the Hugging Face
-  ``rope_scaling``, ``mscale_all_dim`` from ``rope.scaling.yarn_log_multiplier``, :func:`_deepseek2_yarn`).
-* **Llama 4** (``llama4``, from ``Llama4ForCausalLM`` or the text model of ``Llama4ForConditionalGeneration``):
-  Q and K as stored (``Llama4Model`` turns the permutation off), the expert banks (the converter's split of
-  ``gate_up_proj``), the shared expert ``ffn_*_shexp``, dense layers between the expert layers
-  (``interleave_moe_layer_step``); the constants llama.cpp's graph fixes and the file does not store (NoPE
-  step 4, attention chunks of 8192, the query temperature's 8192 and 0.1, the query/key norm unless 128
-  experts) under the Hugging Face keys, named among the analysis' assumptions (:func:`_llama4_keys`).
+* **Each architecture's own facts** (the permutation, llama.cpp's activation and fixed constants, the
+  per-layer types, its config keys and the conventions they assume, tensor renames and joins) are its row
+  of :data:`.gguf_archs.ARCHS`, applied here by one loop; a file of an architecture without a row is
+  refused naming the supported ones.
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
@@ -85,31 +71,13 @@ import numpy as np
 from ..errors import SpecboundError, os_errors
 from ..options import MAX_COUNT, MAX_SCALE
 from .base import Checkpoint
+from .gguf_archs import ARCHS, BLOCK
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
 
-# GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
-# Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style;
-# SmolLM3Model and GraniteModel are LlamaModels; Llama4Model is one with the permutation turned off, as
-# Llama 4 rotates adjacent pairs itself).
-# Mistral, Mixtral-free Llama derivatives and most fine-tunes are "llama".
-SUPPORTED_ARCHS = {"llama": True, "qwen2": False, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False,
-                   "olmo2": False, "phi2": False, "phi3": False, "gptj": False, "falcon": False, "bloom": False,
-                   "qwen2moe": False, "qwen3moe": False, "starcoder2": False,
-                   "smollm3": True, "granite": True, "exaone4": False, "cohere2": False,
-                   "gpt-oss": False, "glm4moe": False, "ernie4_5-moe": False,
-                   "deepseek2": False, "llama4": False}
-# llama.cpp's feed-forward activation per architecture (it stores none): SiLU but for the GELU (tanh
-# approximation, ggml_gelu: LLM_FFN_GELU) of the Gemmas, Phi-2, GPT-J, Falcon and BLOOM
-_ACTIVATION = {"gemma": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
-               "phi2": "gelu_pytorch_tanh", "gptj": "gelu_pytorch_tanh", "falcon": "gelu_pytorch_tanh",
-               "bloom": "gelu_pytorch_tanh", "starcoder2": "gelu_pytorch_tanh"}
 # 3-D expert banks, exposed one expert at a time as ``blk.N.ffn_gate_exps.weight[e]``
 _BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
 _LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
-# Gemma 3 in llama.cpp: every sixth layer global (rope.freq_base, the rope scaling), the others
-# sliding-window layers rotating at base 10000 unscaled (rope.freq_base_swa when the file says so)
-_GEMMA3_PATTERN, _GEMMA3_LOCAL_BASE = 6, 10000.0
 _EXACT = {"F32": "F32", "F16": "F16", "BF16": "BF16", "F64": "F64"}
 _NUMPY = {"F32": "f4", "F16": "f2", "F64": "f8"}
 _INTEGER = ("I8", "I16", "I32", "I64")
@@ -187,7 +155,7 @@ class GGUFCheckpoint(Checkpoint):
     quantized: dict[str, str] = field(default_factory=dict)
     _files: dict[str, Path] = field(default_factory=dict, repr=False)  # tensor -> the part holding it
     _maps: dict[Path, np.ndarray] = field(default_factory=dict, repr=False)
-    # deepseek2: blk.N.attn_kv_b.weight joined from the converter's attn_k_b and attn_v_b (_joined_kv_b)
+    # deepseek2: blk.N.attn_kv_b.weight joined from the converter's attn_k_b and attn_v_b (the row's joined)
     _joined: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
     # name -> sentence: what the reader assumed where the metadata leaves a value of the Hugging Face
     # config unstated (the analysis lists each as an assumption of kind "convention")
@@ -290,7 +258,7 @@ class GGUFCheckpoint(Checkpoint):
         except (ValueError, OSError) as exc:
             raise SpecboundError(f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
                                  f"({exc}); re-download or re-convert it") from None
-        if self.arch in SUPPORTED_ARCHS and SUPPORTED_ARCHS[self.arch]:
+        if ARCHS[self.arch].permuted:
             heads = _permuted_heads(name, self.config)
             if heads:
                 array = unpermute_rows(array, heads)
@@ -343,21 +311,17 @@ def read_metadata(header: GGUFHeader, tensor_names: Any = None) -> tuple[str, di
     for key in (*_COUNT_KEYS, *_NUMBER_KEYS, *_TEXT_KEYS):
         if key in config:
             _check_type(path, f"{arch}.{key}", config[key], key in _COUNT_KEYS, key in _NUMBER_KEYS)
-    config["model_type"] = f"gguf-{arch}"
-    if arch == "llama" and isinstance(config.get("expert_count"), int) and config["expert_count"] > 0:
-        config["model_type"] = "gguf-llama-moe"  # Mixtral: the llama graph with expert banks
-    if arch in SUPPORTED_ARCHS:
-        config.setdefault("hidden_act", _ACTIVATION.get(arch, "silu"))  # llama.cpp's graph for the arch
+    row = ARCHS.get(arch)
+    config["model_type"] = row.model_type(config) if row else f"gguf-{arch}"
+    if row:
+        config.setdefault("hidden_act", row.activation)  # llama.cpp's graph for the arch
         config.update(_rotary_keys(config, path))
-        if arch == "gpt-oss":  # llama.cpp's graph: the clamped SwiGLU's constants (it stores none)
-            config.setdefault("swiglu_limit", _GPT_OSS_SWIGLU[0])
-            config.setdefault("swiglu_alpha", _GPT_OSS_SWIGLU[1])
+        for key, value in row.fixed.items():
+            config.setdefault(key, value)
     # before anything is sized by it (Gemma 3's per-layer types here, the layers bound later)
     _check_block_count(header.path, header.tensors if tensor_names is None else tensor_names, arch, config)
-    if arch == "gemma3":
-        config.update(_gemma3_layers(config))
-    elif arch in _WINDOW_PATTERN_ARCHS:
-        config.update(_window_layers(config))
+    if row and row.layers:
+        config.update(row.layers(config))
     return arch, config
 
 
@@ -384,9 +348,6 @@ def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> 
                          f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
 
 
-_BLOCK = re.compile(r"blk\.(\d{1,9})\.")
-
-
 def _check_block_count(path: Path, tensor_names: Any, arch: str, config: dict[str, Any]) -> None:
     """``block_count`` checked against the blocks the file holds tensors of (``blk.N.*``), before
     anything is sized by it (Gemma 3's per-layer types, the layers analysed): a file declaring 4e9
@@ -394,49 +355,12 @@ def _check_block_count(path: Path, tensor_names: Any, arch: str, config: dict[st
     declared = config.get("block_count")
     if not isinstance(declared, int):
         return
-    held = {int(m.group(1)) for name in tensor_names if (m := _BLOCK.match(name))}
+    held = {int(m.group(1)) for name in tensor_names if (m := BLOCK.match(name))}
     if declared > (max(held) + 1 if held else 0):
         raise SpecboundError(f"{path}: the metadata key '{arch}.block_count' declares {declared:,} blocks "
                              f"but the file holds tensors of {len(held):,} (blk.0 to blk.{max(held, default=-1)}); "
                              f"the file is corrupt or hand-edited: re-convert the model")
 
-
-# gpt-oss's clamped SwiGLU as llama.cpp's graph computes it (limit, alpha: ggml_swiglu_oai's constants,
-# the Hugging Face class's defaults)
-_GPT_OSS_SWIGLU = (7.0, 1.702)
-# architectures whose converter writes attention.sliding_window_pattern as one flag per layer (True: a
-# sliding-window layer), read back as transformers' layer_types
-_WINDOW_PATTERN_ARCHS = ("exaone4",)
-
-
-def _window_layers(config: dict[str, Any]) -> dict[str, Any]:
-    """``layer_types`` from ``attention.sliding_window_pattern``'s per-layer flags (EXAONE 4), when the
-    file has them and a window; none otherwise."""
-    layers, pattern = config.get("block_count"), config.get("attention.sliding_window_pattern")
-    if not isinstance(layers, int) or not isinstance(pattern, list) or len(pattern) < layers \
-            or config.get("attention.sliding_window") is None:
-        return {}
-    return {"layer_types": ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]}
-
-
-def _gemma3_layers(config: dict[str, Any]) -> dict[str, Any]:
-    """Gemma 3's local and global layers in transformers 5's form (``layer_types`` and
-    ``rope_parameters`` per layer type), from llama.cpp's convention (:data:`_GEMMA3_PATTERN`)."""
-    layers = config.get("block_count")
-    pattern = config.get("attention.sliding_window_pattern", _GEMMA3_PATTERN)
-    if not isinstance(layers, int) or layers <= 0:
-        return {}
-    if isinstance(pattern, list):  # one flag per layer, True for a sliding-window layer
-        types = ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]
-    elif isinstance(pattern, int) and pattern > 0:
-        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
-    else:
-        types = []
-    glob = {"rope_type": "default", "rope_theta": config["rope_theta"]}
-    if "rope_scaling" in config:
-        glob.update(config["rope_scaling"])
-    local = {"rope_type": "default", "rope_theta": float(config.get("rope.freq_base_swa", _GEMMA3_LOCAL_BASE))}
-    return {"layer_types": types, "rope_parameters": {"full_attention": glob, "sliding_attention": local}}
 
 
 def _rotary_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -506,10 +430,11 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
     :func:`~specbound.io.open_checkpoint`)."""
     headers = _shards(path, read_header(path))
     arch, config = read_metadata(headers[0], [name for h in headers for name in h.tensors])
-    if arch not in SUPPORTED_ARCHS:
+    row = ARCHS.get(arch)
+    if row is None:
         _refuse_recurrent(path, arch, config, [n for h in headers for n in h.tensors])
         raise SpecboundError(
-            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)}); "
+            f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); "
             f"analyse the model's Hugging Face safetensors weights instead")
     tensors: dict[str, TensorInfo] = {}
     files: dict[str, Path] = {}
@@ -519,10 +444,11 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
                 raise SpecboundError(f"{path}: tensor {name!r} is stored in two parts of the split model; "
                                      f"the parts belong to different models: re-download them")
             tensors[name], files[name] = tensor, header.path
-    tensors, files = _nextn_blocks(path, arch, config, tensors, files)
+    if row.blocks:
+        tensors, files = row.blocks(path, config, tensors, files)
     conventions: dict[str, str] = {}
-    if arch in _ARCH_KEYS:
-        keys = _ARCH_KEYS[arch](path, config)
+    if row.keys:
+        keys = row.keys(path, config)
         conventions.update(keys.pop("gguf_conventions", {}))
         config.update(keys)
     tensors, files = _expert_slices(tensors, files)
@@ -530,7 +456,7 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
     _refuse_big_endian_blocks(headers, files, quantized)
     ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
                           _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files,
-                          _joined=_joined_kv_b(path, arch, tensors), conventions=conventions)
+                          _joined=row.joined(path, tensors) if row.joined else {}, conventions=conventions)
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
@@ -562,185 +488,6 @@ def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list
                 f"Lipschitz factor over sequences for them (docs/families.md), and a bound over the softmax "
                 f"attention alone would leave them out silently")
 
-
-def _nextn_blocks(path: Path, arch: str, config: dict[str, Any], tensors: dict[str, TensorInfo],
-                  files: dict[str, Path]) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
-    """GLM-4.5's multi-token-prediction blocks: ``Glm4MoeModel`` writes ``block_count`` as the model's
-    layers plus ``nextn_predict_layers`` and stores those last blocks (``blk.L.nextn.*`` and a whole
-    layer beside them) as ``blk.L.*``; llama.cpp runs them only to draft tokens, not in the model's
-    forward chain.  ``layer_count`` is the model's layers; the trailing blocks' tensors are exposed
-    as ``mtp.blk.L.*`` (the family spec ignores them).  The query/key norms are optional in llama.cpp's
-    glm4moe graph: ``use_qk_norm`` says whether the file holds them."""
-    if arch != "glm4moe":
-        return tensors, files
-    config.setdefault("use_qk_norm", "blk.0.attn_q_norm.weight" in tensors)
-    blocks, extra = config.get("block_count"), config.get("nextn_predict_layers", 0)
-    if not isinstance(blocks, int):
-        return tensors, files
-    if extra >= blocks:
-        raise SpecboundError(f"{path}: the metadata key '{arch}.nextn_predict_layers' says {extra:,} of the "
-                             f"{blocks:,} blocks are multi-token-prediction blocks, leaving no model layer; the "
-                             f"file is corrupt or hand-edited: re-convert the model")
-    config["layer_count"] = layers = blocks - extra
-    out, where = {}, {}
-    for name, t in tensors.items():
-        m = _BLOCK.match(name)
-        new = f"mtp.{name}" if m and int(m.group(1)) >= layers else name
-        out[new], where[new] = (t if new == name else TensorInfo(new, t.kind, t.shape, t.start, t.n_bytes,
-                                                                 t.n_elements)), files[name]
-    return out, where
-
-
-def _deepseek2_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """DeepSeek-V2/V3's latent attention sizes under the Hugging Face keys: ``DeepseekV2Model`` writes
-    ``attention.key_length_mla`` (``qk_nope_head_dim + qk_rope_head_dim``) and ``value_length_mla``
-    (``v_head_dim``), an older converter the same numbers as ``key_length`` and ``value_length`` (which the
-    newer one sets to the absorbed sizes ``kv_lora_rank + qk_rope_head_dim`` and ``kv_lora_rank``), and the
-    rotated features as ``rope.dimension_count``; its YaRN as the Hugging Face ``rope_scaling``
-    (:func:`_deepseek2_yarn`)."""
-    mla = "attention.key_length_mla" in config
-    d_qk = config.get("attention.key_length_mla" if mla else "attention.key_length")
-    d_v = config.get("attention.value_length_mla" if mla else "attention.value_length")
-    d_rope = config.get("rope.dimension_count")
-    if not all(isinstance(v, int) for v in (d_qk, d_v, d_rope)) or not 0 < d_rope < d_qk:
-        raise SpecboundError(f"{path}: a deepseek2 file needs the integers deepseek2.attention.key_length_mla (or "
-                             f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
-                             f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model")
-    keys: dict[str, Any] = {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
-    keys.update(_deepseek2_yarn(path, config))
-    return keys
-
-
-# the factor DeepseekV2Model multiplies mscale_all_dim by before storing it as rope.scaling.yarn_log_multiplier
-_YARN_LOG_MUL = 0.1
-
-
-def _deepseek2_yarn(path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """A deepseek2 file's YaRN as the ``rope_scaling`` of the Hugging Face config it was converted from.
-
-    The converter writes ``rope.scaling.type`` ``yarn``, ``.factor``, ``.original_context_length``, the
-    ``yarn_beta_fast`` / ``yarn_beta_slow`` and ``yarn_attn_factor`` the config states (read by
-    :func:`_rotary_keys` and here), and ``rope.scaling.yarn_log_multiplier`` = ``0.1 mscale_all_dim``
-    when the config has ``mscale_all_dim``; ``mscale`` itself is not stored.  The mapping follows the
-    Hugging Face model (the file is its conversion): ``mscale_all_dim`` is the shortest decimal whose
-    0.1 multiple rounds to the stored float32 (configs state 1.0, 0.707; float32 tells apart decimals of up
-    to 7 significant digits), and ``mscale`` is assumed equal
-    to it, which llama.cpp's own deepseek2 context assumes too (its YaRN attention factor is then 1).
-    Under that assumption llama.cpp's graph computes what the Hugging Face model does: its ``kq_scale``
-    ``(1 + 0.1 mscale_all_dim ln factor)^2 / sqrt(d_qk)`` is transformers' softmax scale with YaRN's
-    ``mscale^2``, and the rotated features are not rescaled.  A config whose ``mscale`` differed would scale
-    the Hugging Face model's cos and sin by ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``,
-    which the file cannot tell.  Without ``yarn_log_multiplier`` the config had no ``mscale_all_dim``:
-    transformers' default attention factor ``1 + 0.1 ln factor`` on cos and sin and no logit scale.
-    Returns ``rope_scaling`` and, when a value was assumed, ``gguf_conventions`` (name -> sentence) for
-    the analysis' assumptions."""
-    scaling = config.get("rope.scaling.type")
-    if scaling in (None, "none", ""):
-        return {}
-    if scaling != "yarn":
-        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {scaling!r}: DeepSeek's converter "
-                             f"writes 'yarn' (or no scaling); another type is not modelled for this architecture: "
-                             f"re-convert the model or analyse its Hugging Face safetensors weights")
-    rope = dict(config["rope_scaling"])
-    for key in ("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_log_multiplier"):
-        value = config.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise SpecboundError(f"{path}: the metadata key 'deepseek2.{key}' must hold a non-negative number, found "
-                                 f"{value!r}; the file is corrupt or hand-edited: re-convert the model")
-    ext = config.get("rope.scaling.yarn_ext_factor")
-    if ext not in (None, 1.0):
-        raise SpecboundError(f"{path}: deepseek2.rope.scaling.yarn_ext_factor = {ext!r}: YaRN's extrapolation mix is "
-                             f"1 in transformers' model (the only value modelled), found another; analyse the model's "
-                             f"Hugging Face safetensors weights instead")
-    if config.get("rope.scaling.yarn_attn_factor") is not None:
-        rope["attention_factor"] = float(config["rope.scaling.yarn_attn_factor"])
-    stored = config.get("rope.scaling.yarn_log_multiplier")
-    if stored is None:
-        return {"rope_scaling": rope}
-    m_all = _decimal_of_float32(stored / _YARN_LOG_MUL, lambda m: np.float32(_YARN_LOG_MUL * m) == np.float32(stored))
-    rope.update(mscale=m_all, mscale_all_dim=m_all)
-    return {"rope_scaling": rope, "gguf_conventions": {"gguf_yarn_mscale": (
-        f"the file stores DeepSeek's YaRN logit scale as rope.scaling.yarn_log_multiplier = 0.1 mscale_all_dim "
-        f"(read as mscale_all_dim = {m_all:g}) and not mscale, which is assumed equal to it (as llama.cpp's "
-        f"deepseek2 graph assumes): the rotary attention factor is then 1 and the logits carry "
-        f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale")}}
-
-
-def _decimal_of_float32(value: float, matches: Any) -> float:
-    """The shortest decimal (up to 9 significant digits) near ``value`` for which ``matches`` holds: the
-    number a config stated before the converter stored it as float32; ``value`` when none does."""
-    for digits in range(1, 10):
-        candidate = float(f"{value:.{digits}g}")
-        if matches(candidate):
-            return candidate
-    return float(value)
-
-
-# llama.cpp's llama4 graph: constants the file does not store (llama_hparams and the LLM_ARCH_LLAMA4 case
-# of llama-model.cpp), under the Hugging Face keys, with the value each takes there
-_LLAMA4_FIXED = {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
-                 "floor_scale": 8192, "attn_scale": 0.1}
-# llama.cpp turns the query/key norm off for this expert count (its 17B-128E type, Llama 4 Maverick)
-_LLAMA4_NO_QK_NORM_EXPERTS = 128
-
-
-def _llama4_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """Llama 4's settings that ``Llama4Model`` does not write, as llama.cpp's graph fixes them, under the
-    Hugging Face ``Llama4TextConfig`` keys the family spec reads: every fourth layer unrotated
-    (``no_rope_layer_interval`` 4), attention in chunks of 8192 tokens on the rotating layers, the unrotated
-    layers' query temperature ``1 + 0.1 ln(1 + floor((t + 1) / 8192))`` (``attn_temperature_tuning``,
-    ``floor_scale`` 8192, ``attn_scale`` 0.1), the weightless query/key norm unless the file has 128 experts
-    (``use_qk_norm``; Maverick's config turns it off).  Llama 4 Scout's and Maverick's configs state the
-    same values; a model converted from a config stating others is read as llama.cpp runs it, which the
-    analysis names among its assumptions.  The layers holding experts are every
-    ``interleave_moe_layer_step``-th (the last of each step), which llama.cpp and the Hugging Face config
-    compute alike.  A file with ``attention.sliding_window`` 0 (llama.cpp's MobileLLM variant, no chunks and
-    every layer rotated by its own rule) or without experts is refused in one line."""
-    experts, step = config.get("expert_count"), config.get("interleave_moe_layer_step")
-    if config.get("attention.sliding_window") == 0:
-        raise SpecboundError(f"{path}: a llama4 file with attention.sliding_window 0 (llama.cpp's MobileLLM variant: "
-                             f"no attention chunks, its own rotary layers) is not modelled; analyse the model's "
-                             f"Hugging Face safetensors weights instead")
-    if not isinstance(experts, int) or experts < 1 or not isinstance(step, int) or step < 1:
-        raise SpecboundError(f"{path}: a llama4 file needs the positive integers llama4.expert_count and "
-                             f"llama4.interleave_moe_layer_step, found {experts!r} and {step!r}: re-convert the model")
-    use_qk_norm = experts != _LLAMA4_NO_QK_NORM_EXPERTS
-    fixed = _LLAMA4_FIXED
-    return {**fixed, "use_qk_norm": use_qk_norm, "gguf_conventions": {"gguf_llama4_constants": (
-        f"the file stores none of Llama 4's NoPE step, attention chunk, query temperature or query/key-norm "
-        f"switch: llama.cpp's llama4 graph fixes them and so does the reader (the values of Llama 4 Scout's and "
-        f"Maverick's configs): every {fixed['no_rope_layer_interval']}th layer unrotated, chunks of "
-        f"{fixed['attention_chunk_size']} tokens, attn_temperature_tuning with floor_scale {fixed['floor_scale']} "
-        f"and attn_scale {fixed['attn_scale']:g}, the weightless query/key norm "
-        f"{'on' if use_qk_norm else 'off'} ({experts} experts; llama.cpp turns it off for "
-        f"{_LLAMA4_NO_QK_NORM_EXPERTS})")}}
-
-
-# the architectures whose config needs keys of their own beyond the shared ones (each returns the keys,
-# and under "gguf_conventions" what it assumed)
-_ARCH_KEYS = {"deepseek2": _deepseek2_keys, "llama4": _llama4_keys}
-
-_KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")
-
-
-def _joined_kv_b(path: Path, arch: str, tensors: dict[str, TensorInfo]) -> dict[str, tuple[str, str]]:
-    """deepseek2: ``DeepseekV2Model`` splits each layer's ``kv_b_proj`` ``(H (d_nope + d_v), r)`` into
-    ``attn_k_b`` ``(H, r, d_nope)`` (transposed per head) and ``attn_v_b`` ``(H, d_v, r)``; the reader
-    exposes their join as ``blk.N.attn_kv_b.weight`` (a file that stores it is read as stored)."""
-    if arch != "deepseek2":
-        return {}
-    joined = {}
-    for name in tensors:
-        if not (m := _KB.match(name)) or f"blk.{m[1]}.attn_kv_b.weight" in tensors:
-            continue
-        v_b = f"blk.{m[1]}.attn_v_b.weight"
-        k, v = tensors[name].shape, tensors[v_b].shape if v_b in tensors else None
-        if v is None or len(k) != 3 or len(v) != 3 or k[0] != v[0] or k[1] != v[2]:
-            raise SpecboundError(f"{path}: {name!r} {k} and {v_b!r} {v or 'missing'} are not the (heads, rank, "
-                                 f"d_nope) and (heads, d_v, rank) halves of one kv_b_proj; the file is corrupt or "
-                                 f"hand-edited: re-convert the model")
-        joined[f"blk.{m[1]}.attn_kv_b.weight"] = (name, v_b)
-    return joined
 
 
 def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]

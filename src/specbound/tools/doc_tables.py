@@ -154,6 +154,27 @@ def readme_families() -> str:
     return "\n".join(lines) + "\n"
 
 
+def gguf_architectures() -> str:
+    """docs/formats.md: every llama.cpp architecture the GGUF reader reads, from its row in ``io/gguf_archs.py``."""
+    from ..io.gguf_archs import ARCHS
+
+    def own(row) -> str:
+        hooks = [f"{what} `{hook.__name__}`" for what, hook in (("layer types", row.layers), ("keys", row.keys),
+                                                                 ("tensor renames", row.blocks), ("joins", row.joined))
+                 if hook is not None]
+        return ", ".join(hooks) or "-"
+
+    lines = [f"{len(ARCHS)} llama.cpp architectures (`general.architecture`), one row each in `io/gguf_archs.py`:", "",
+             "| architecture | family | Q and K rows | activation | fixed by llama.cpp's graph | its own translation |",
+             "|---|---|---|---|---|---|"]
+    for row in ARCHS.values():
+        family = f"`{row.family}`" + (f" (with experts: `{row.experts_family}`)" if row.experts_family else "")
+        fixed = ", ".join(f"`{k}` {v}" for k, v in row.fixed.items()) or "-"
+        rows = "put back (`LlamaModel.permute`)" if row.permuted else "as stored"
+        lines.append(f"| `{row.name}` | {family} | {rows} | `{row.activation}` | {fixed} | {own(row)} |")
+    return "\n".join(lines) + "\n"
+
+
 def bounds_registry() -> str:
     """docs/registry.md: every registered bound, in output order, from ``bounds/registry.py``."""
     from ..bounds.registry import REGISTRY
@@ -217,7 +238,7 @@ def cli_reference(parser) -> str:
 
 
 GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry,
-              "readme-families": readme_families}
+              "readme-families": readme_families, "gguf-architectures": gguf_architectures}
 
 
 def blocks(text: str) -> dict[str, str]:
