@@ -11,8 +11,8 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 
-from support.families import (D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, num_layers,  # noqa: E402
-                               reference_matrices, save_family)
+from support.families import (D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, build_family,  # noqa: E402
+                               num_layers, reference_matrices, save_family)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -146,3 +146,20 @@ def test_family_layers_in_parallel_are_identical(saved_family):
     pd.testing.assert_frame_equal(many.matrices, one.matrices, check_exact=True)
     L = one.model["L"]
     assert seen[-1] == (L, L) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_building_without_transformers_initialisation_changes_no_buffer(saved_family):
+    """build_family skips transformers' weight initialisation (it redraws every parameter anyway): the
+    module's buffers and the names it saves are the same as a model initialised as transformers does."""
+    from transformers.initialization import no_init_weights
+
+    family = saved_family[0]
+    layers = num_layers(build_family(family))
+    torch.manual_seed(0)
+    initialised = FAMILIES[family][0](layers)
+    with no_init_weights():
+        bare = FAMILIES[family][0](layers)
+    assert list(initialised.state_dict()) == list(bare.state_dict())
+    buffers = dict(bare.named_buffers())
+    for name, value in initialised.named_buffers():
+        assert torch.equal(value, buffers[name]), (family, name)
