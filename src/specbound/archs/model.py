@@ -207,6 +207,17 @@ class RotaryLayout:
         offsets is the maximum over every pair).  False for LongRoPE: a cache filled with the short
         factor set and read with the long one rotates a pair by ``t theta_long - s theta_short``;
         only the bounds valid for every rotation are then reported.
+    axes : tuple of int, optional
+        2D rotary (vision towers, docs/rotary.md section 8): the position axis each pair turns with, ``(rot/2,)``,
+        0 the patch's row, 1 its column; pair ``i`` turns by ``p[axes[i]] theta_i`` at position ``p = (row,
+        column)``.  None: one position axis (text).
+    grid : tuple of int, optional
+        With ``axes``: the largest patch grid ``(rows, columns)`` the config allows (``UNBOUNDED_POSITIONS``
+        on an axis it does not bound); offsets ``(dy, dx)`` range over ``|dy| < rows``, ``|dx| < columns``.
+    grid_origin : bool
+        With ``axes``: one more token at angle 0, a row and a column before the grid's first patch (Llama 4's
+        class token, whose patches sit at positions ``1 .. G``): its offsets to the patches, ``+-(y, x)`` for
+        ``1 <= y <= rows``, ``1 <= x <= columns``, join the grid's.
     """
 
     rotary_dim: int
@@ -217,6 +228,9 @@ class RotaryLayout:
     inv_freq: tuple[float, ...] | None = None
     attention_factor: float = 1.0
     offset_invariant: bool = True
+    axes: tuple[int, ...] | None = None
+    grid: tuple[int, ...] | None = None
+    grid_origin: bool = False
 
     def __post_init__(self):
         rot, p = self.rotary_dim, self.max_positions
@@ -237,6 +251,14 @@ class RotaryLayout:
         if isinstance(a, bool) or not isinstance(a, (int, float, np.floating, np.integer)) \
                 or not math.isfinite(a) or a <= 0:
             raise ValueError(f"attention_factor must be a finite positive number, got {a!r}")
+        if (self.axes is None) != (self.grid is None):
+            raise ValueError("a 2D rotary layout needs both the pairs' axes and the grid")
+        if self.axes is not None:
+            if len(self.axes) != rot // 2 or any(a not in (0, 1) for a in self.axes):
+                raise ValueError(f"axes must give each of the {rot // 2} pairs an axis 0 or 1, got {self.axes!r}")
+            if len(self.grid) != 2 or any(isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g <= 0
+                                          for g in self.grid):
+                raise ValueError(f"grid must be two positive integers (rows, columns), got {self.grid!r}")
 
     @property
     def thetas(self) -> np.ndarray:
@@ -254,8 +276,37 @@ class RotaryLayout:
 
     @property
     def offsets(self) -> np.ndarray:
-        """All relative offsets ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``."""
-        return np.arange(-(self.max_positions - 1), self.max_positions)
+        """All relative offsets ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``; of a 2D layout
+        every offset ``(dy, dx)`` of two tokens of the grid, shape ``(offset_count, 2)`` (rows then columns,
+        each ascending; the class token's after the grid's)."""
+        if self.axes is None:
+            return np.arange(-(self.max_positions - 1), self.max_positions)
+        rows, cols = self.grid
+        dy, dx = np.meshgrid(np.arange(-(rows - 1), rows), np.arange(-(cols - 1), cols), indexing="ij")
+        box = np.stack([dy.ravel(), dx.ravel()], axis=1)
+        if not self.grid_origin:
+            return box
+        y, x = np.meshgrid(np.arange(1, rows + 1), np.arange(1, cols + 1), indexing="ij")
+        corner = np.stack([y.ravel(), x.ravel()], axis=1)
+        corner = corner[(corner[:, 0] == rows) | (corner[:, 1] == cols)]  # the others lie in the box
+        return np.concatenate([box, corner, -corner])
+
+    @property
+    def offset_count(self) -> int:
+        """How many offsets :attr:`offsets` holds, computed without them (the grid may be unbounded)."""
+        if self.axes is None:
+            return 2 * self.max_positions - 1
+        rows, cols = self.grid
+        return (2 * rows - 1) * (2 * cols - 1) + (2 * (rows + cols - 1) if self.grid_origin else 0)
+
+    def angles(self, offsets) -> np.ndarray:
+        """The angle of each pair at each offset, shape ``(K, rot/2)``: ``delta theta_i`` for offsets
+        ``(K,)``, or ``delta[axes[i]] theta_i`` for a 2D layout's offsets ``(K, 2)``."""
+        offsets = np.asarray(offsets, dtype=np.float64)
+        if self.axes is None:
+            return offsets.reshape(-1)[:, None] * self.thetas[None, :]
+        offsets = offsets.reshape(-1, 2)
+        return offsets[:, np.asarray(self.axes)] * self.thetas[None, :]
 
     def check_head_dim(self, d_head: int) -> None:
         if self.rotary_dim > d_head:

@@ -51,16 +51,21 @@ def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
     gives ``q_rot[u] = q[u] cos - q[v] sin`` and ``q_rot[v] = q[v] cos + q[u] sin`` for each pair
     ``(u, v)`` and angle ``delta * theta_i`` (HF's ``q * cos + rotate_half(q) * sin``).  It is
     orthogonal, ``M(a) M(b) = M(a + b)`` and ``M(a)^T = M(-a)``; unrotated dimensions get 1 on the
-    diagonal.  ``deltas`` may be any reals (positions divided by a scaling factor, say).
+    diagonal.  ``deltas`` may be any reals (positions divided by a scaling factor, say); a 2D layout's
+    are ``(dy, dx)`` rows, shape ``(k, 2)`` (one offset: shape ``(2,)``), each pair turning with its axis.
     """
     layout.check_head_dim(d_head)
     deltas = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
-    if deltas.ndim != 1:
+    if layout.axes is not None:
+        deltas = deltas.reshape(1, 2) if deltas.shape == (2,) else deltas
+        if deltas.ndim != 2 or deltas.shape[1] != 2:
+            raise ValueError(f"a 2D layout's offsets must be (dy, dx) rows, shape (k, 2), got shape {deltas.shape}")
+    elif deltas.ndim != 1:
         raise ValueError(f"deltas must be a scalar or a 1-d array, got shape {deltas.shape}")
     u, v = layout.pairs
-    ang = deltas[:, None] * layout.thetas[None, :]
+    ang = layout.angles(deltas)
     c, s = np.cos(ang), np.sin(ang)
-    out = np.zeros((deltas.size, d_head, d_head))
+    out = np.zeros((len(deltas), d_head, d_head))
     idx = np.arange(layout.rotary_dim, d_head)
     out[:, idx, idx] = 1.0
     out[:, u, u] = c
@@ -71,7 +76,7 @@ def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
 
 
 def rotation(layout: RotaryLayout, d_head: int, delta: float) -> np.ndarray:
-    """``M(delta)``, shape ``(d_head, d_head)``; see :func:`rotations`."""
+    """``M(delta)``, shape ``(d_head, d_head)``; see :func:`rotations` (a 2D layout's ``delta`` is ``(dy, dx)``)."""
     return rotations(layout, d_head, [delta])[0]
 
 
@@ -96,10 +101,10 @@ def _rotated_r(r_a: np.ndarray, layout: RotaryLayout, deltas: np.ndarray, out: n
     large stacks are not freshly page-faulted for every chunk).
     """
     u, v = layout.pairs
-    ang = deltas[:, None] * layout.thetas[None, :]
+    ang = layout.angles(deltas)
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     au, av = r_a[:, u][None], r_a[:, v][None]
-    shape = (deltas.size,) + r_a.shape
+    shape = (len(deltas),) + r_a.shape
     out = np.empty(shape) if out is None else out.reshape(-1)[:math.prod(shape)].reshape(shape)
     out[...] = r_a
     out[:, :, u] = c * au - s * av
@@ -109,7 +114,7 @@ def _rotated_r(r_a: np.ndarray, layout: RotaryLayout, deltas: np.ndarray, out: n
 
 def _chunks(deltas: np.ndarray, per_delta: int):
     step = max(1, _CHUNK_ENTRIES // max(per_delta, 1))
-    for i in range(0, deltas.size, step):
+    for i in range(0, len(deltas), step):
         yield deltas[i:i + step]
 
 
@@ -117,15 +122,16 @@ def _core_singular_values(r_a, r_b, layout, deltas):
     """Singular values of ``R_a M(delta) R_b^T`` for each delta, shape ``(K, min(k_a, k_b))``."""
     k_a, d = r_a.shape
     k_b = r_b.shape[0]
-    out = np.empty((deltas.size, min(k_a, k_b)))
+    count = len(deltas)
+    out = np.empty((count, min(k_a, k_b)))
     step = max(1, _CHUNK_ENTRIES // max(k_a * d, 1))
-    rm_buf = np.empty(min(step, deltas.size) * k_a * d)
-    core_buf = np.empty((min(step, deltas.size) * k_a, k_b))
-    for i in range(0, deltas.size, step):
+    rm_buf = np.empty(min(step, count) * k_a * d)
+    core_buf = np.empty((min(step, count) * k_a, k_b))
+    for i in range(0, count, step):
         part = deltas[i:i + step]
         rm = _rotated_r(r_a, layout, part, rm_buf)
-        cores = np.matmul(rm.reshape(-1, d), r_b.T, out=core_buf[:part.size * k_a])
-        out[i:i + part.size] = np.linalg.svd(cores.reshape(part.size, k_a, k_b), compute_uv=False)
+        cores = np.matmul(rm.reshape(-1, d), r_b.T, out=core_buf[:len(part) * k_a])
+        out[i:i + len(part)] = np.linalg.svd(cores.reshape(len(part), k_a, k_b), compute_uv=False)
     return out
 
 
@@ -141,7 +147,7 @@ def exact_qk_at_offsets(q_h: np.ndarray, k_g: np.ndarray, layout: RotaryLayout, 
         The query head's and its key head's factors.
     layout : RotaryLayout
     deltas : array_like of float, shape (K,)
-        Offsets ``t - s`` (query position minus key position).
+        Offsets ``t - s`` (query position minus key position); a 2D layout's ``(dy, dx)``, shape ``(K, 2)``.
 
     Returns
     -------
@@ -153,6 +159,8 @@ def exact_qk_at_offsets(q_h: np.ndarray, k_g: np.ndarray, layout: RotaryLayout, 
         raise ValueError(f"q_h and k_g must both be (d_h, N), got {q_h.shape} and {k_g.shape}")
     layout.check_head_dim(q_h.shape[0])
     deltas = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
+    if layout.axes is not None:
+        deltas = deltas.reshape(-1, 2)
     return _core_singular_values(_r_factor(q_h), _r_factor(k_g), layout, deltas)
 
 
@@ -177,8 +185,8 @@ class RotaryHeadEnvelope:
     spectral_method : str
         ``"exact_over_offsets"`` or ``"product_bound"``: how ``spectral_sup`` and the other
         ``*_sup`` fields and ``sigma_bounds`` were obtained.
-    argmax_offset : int or None
-        An offset attaining ``spectral_sup`` when exact.
+    argmax_offset : int, tuple of int or None
+        An offset attaining ``spectral_sup`` when exact (a 2D layout's ``(dy, dx)``).
     spectral_bound : float
         ``||W_Q^h||_2 ||W_K^g||_2 = envelope[0]``.
     envelope : ndarray, shape (k,), k = min(N, d_h)
@@ -211,7 +219,7 @@ class RotaryHeadEnvelope:
     n: int
     spectral_sup: float
     spectral_method: str
-    argmax_offset: int | None
+    argmax_offset: int | tuple[int, int] | None
     spectral_bound: float
     envelope: np.ndarray
     rank_bound: int
@@ -286,7 +294,7 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     rank_tol : float
         The project's rank tolerance: ``tau = rank_tol * N * max(s_1, 1)`` for an ``N x N`` matrix.
     max_core_svds : int
-        Budget of ``d_h x d_h`` core SVDs.  When ``H * (2P - 1)`` fits (and the layout is
+        Budget of ``d_h x d_h`` core SVDs.  When ``H`` times the offset count fits (and the layout is
         ``offset_invariant``: every rope type but LongRoPE), ``spectral_sup`` is the exact maximum
         over all offsets at the layout's frequencies; otherwise it is the
         product bound.  The default (4096) keeps the exact path near 3.5 s at ``d_h = 128`` (one
@@ -318,7 +326,7 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     colsum_k = {g: float(np.sqrt(np.einsum("ij,ij->j", k[g], k[g])).sum()) for g in used_kv}
 
     # the offsets are allocated only when the exact path is affordable (P may be huge)
-    exact = layout.offset_invariant and heads * (2 * layout.max_positions - 1) <= max_core_svds
+    exact = layout.offset_invariant and heads * layout.offset_count <= max_core_svds
     offsets = layout.offsets.astype(np.float64) if exact or exact_norm_2_1 else np.zeros(0)
     tau0 = rank_tol * max(n, 1)  # the tolerance's floor: max(s_1, 1) >= 1 at every offset
     out = []
@@ -335,7 +343,8 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
         if exact and kk:
             sv = _core_singular_values(r_q[h], r_k[g], layout, offsets)  # (2P - 1, k)
             j = int(np.argmax(sv[:, 0]))
-            spectral, method, argmax = float(sv[j, 0]), "exact_over_offsets", int(offsets[j])
+            spectral, method = float(sv[j, 0]), "exact_over_offsets"
+            argmax = int(offsets[j]) if offsets.ndim == 1 else (int(offsets[j, 0]), int(offsets[j, 1]))
             sigma, fro_sup, nuc_sup, stable_sup = _offset_maxima(sv)
         else:
             spectral, method, argmax = product, "product_bound", None
@@ -360,7 +369,7 @@ def _sup_norm_2_1(r_a: np.ndarray, w_k: np.ndarray, layout: RotaryLayout, deltas
     n = w_k.shape[1]
     best = 0.0
     for part in _chunks(deltas, k_a * max(d, n)):
-        cols = (_rotated_r(r_a, layout, part).reshape(-1, d) @ w_k).reshape(part.size, k_a, n)
+        cols = (_rotated_r(r_a, layout, part).reshape(-1, d) @ w_k).reshape(len(part), k_a, n)
         best = max(best, float(np.sqrt(np.einsum("kij,kij->kj", cols, cols)).sum(axis=1).max()))
     return best
 
@@ -385,4 +394,6 @@ def doubled_layout(layout: RotaryLayout, d_head: int) -> tuple[RotaryLayout, np.
     else:
         order = np.concatenate([x[:rot], y[:rot], *rest])
     thetas = np.concatenate([layout.thetas, layout.thetas])
-    return replace(layout, rotary_dim=2 * rot, inv_freq=tuple(float(t) for t in thetas), attention_factor=1.0), order
+    axes = None if layout.axes is None else layout.axes + layout.axes  # each pair keeps its axis
+    return replace(layout, rotary_dim=2 * rot, inv_freq=tuple(float(t) for t in thetas), attention_factor=1.0,
+                   axes=axes), order

@@ -53,7 +53,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "lipschitz_factor_frobenius": s.lipschitz_factor_frobenius, "downstream_factor": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,
             "log10_downstream_factor": mm.log_alpha / LN10, "log10_scale": mm.log_scale / LN10,
-            "argmax_offset": getattr(s, "argmax_offset", None),
+            "argmax_offset": _one_axis(getattr(s, "argmax_offset", None)),
         })
         sv_arrays.extend(_spectrum_rows(i, s))
     # Every column gathered first and the frames built once: inserting columns one by one
@@ -155,3 +155,9 @@ def _with_stacks(measures: ModelMeasures, *tables: pd.DataFrame) -> tuple[pd.Dat
         layers = out[1]
         layers.insert(layers.columns.get_loc("downstream_factor"), "memory_lipschitz", measures.memory)
     return tuple(out)
+
+
+def _one_axis(offset):
+    """The ``argmax_offset`` column's value: a 1D offset, or null for a 2D rotary head's ``(dy, dx)`` (the
+    column holds one integer; the pair is :class:`~specbound.compute.rotary.RotaryHeadEnvelope`'s)."""
+    return None if isinstance(offset, tuple) else offset
