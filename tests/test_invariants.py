@@ -31,6 +31,7 @@ REL = 1e-9  # rounding of the reported norms (float64 spectra of float32 weights
 # the exact maximum over offsets); the longer contexts, whose tiny models get bounds valid for every rotation
 # matrix (rotary_product_bound), on |delta| < 256
 MAX_POSITIONS = 256
+MAX_GRID = 12  # a 2D layout's grid (rows and columns) brute-forced: every offset of the tiny models' 4 x 4 grids
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -81,12 +82,19 @@ def _measured(matrices, rank_tol):
 
 
 def _offset_matrices(factors, layout, attention_factor):
-    """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``."""
+    """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``;
+    a 2D layout's at every offset of its grid, or of the grid's first ``MAX_GRID`` rows and columns when longer."""
+    from dataclasses import replace
+
     from specbound.compute.rotary import rotations
 
     q, k = factors  # (N, d) each: W_Q^h.T, W_K^g.T
-    p = min(layout.max_positions, MAX_POSITIONS)
-    m = rotations(layout, q.shape[1], np.arange(-(p - 1), p))
+    if layout.axes is not None:
+        offsets = replace(layout, grid=tuple(min(g, MAX_GRID) for g in layout.grid)).offsets
+    else:
+        p = min(layout.max_positions, MAX_POSITIONS)
+        offsets = np.arange(-(p - 1), p)
+    m = rotations(layout, q.shape[1], offsets)
     return attention_factor**2 * np.einsum("ai,tij,bj->tab", q, m, k)
 
 

@@ -460,6 +460,9 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
     image's).  ``class_token``: Llama 4's class token, at angle 0 before patches numbered from 1."""
     if isinstance(d_head, bool) or not isinstance(d_head, (int, np.integer)) or d_head <= 0 or d_head % 2:
         raise ValueError(f"the head dimension must be a positive even integer, got {d_head!r}")
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim != d_head:  # the rotary tables would be built for another head size
+        raise ValueError(f"config head_dim={head_dim!r} contradicts the head size {d_head} (hidden size / heads)")
     params = config.get("rope_parameters")
     if params is not None and not isinstance(params, dict):
         raise ValueError(f"rope_parameters must be a dict, got {params!r}")

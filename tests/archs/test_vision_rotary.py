@@ -1,0 +1,184 @@
+"""The vision towers' 2D rotary heads held by brute force on transformers' own modules (docs/rotary.md section 8).
+
+Each tower of ``support.families.VISION_2D`` runs a forward on one image; a hook on every attention module takes
+the hidden states it receives, its rotary tables (``position_embeddings``, Llama 4's ``freqs_ci``) and which tokens
+attend to which (Qwen's ``cu_seqlens``: Qwen2.5-VL's windows).  With the module's own projections (biases left
+out, as every family's QK) and its own rotary function:
+
+* every logit of every head is ``x_t W_Q^T M(p_t - p_s) W_K x_s^T`` at the tokens' grid positions ``p`` (the
+  model's: raster order for Pixtral, the merge-block order and window permutation of transformers' vision
+  helpers for Qwen, patches from 1 and the class token at 0 for Llama 4), ``M`` specbound's rotation;
+* the offsets ``p_t - p_s`` of the pairs that attend are, where the analysis claims the exact maximum over offsets,
+  exactly the layout's, and every QK number of the row is at least the dense product's at each of them, the
+  spectral norm equal to their maximum when exact.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import specbound  # noqa: E402
+from specbound.compute.rotary import rotations  # noqa: E402
+from specbound.pipeline import open_model  # noqa: E402
+
+from support.families import FAMILIES, VISION_2D, H, N, save_family  # noqa: E402
+
+REL = 1e-9  # float64 numbers of float32 weights
+LOGIT_ATOL = 1e-5  # the modules rotate in float32 (their cos and sin, or q and k cast): relative to the largest logit
+COLUMNS = ("spectral_norm", "frobenius_norm", "nuclear_norm", "norm_2_1", "norm_1_1", "rank", "stable_rank")
+
+
+def _capture(model, attention_modules):
+    """A forward pre-hook on each attention module, recording its positional and keyword arguments by layer."""
+    seen = {}
+    handles = [m.register_forward_pre_hook(lambda mod, args, kwargs, l=l: seen.__setitem__(l, (args, kwargs)),
+                                           with_kwargs=True) for l, m in enumerate(attention_modules)]
+    return seen, handles
+
+
+def _bias_free(linear, x):
+    return linear(x) - linear(torch.zeros_like(x[:1]))
+
+
+def _pixtral(model):
+    """One 64 x 64 image (a 4 x 4 grid, the largest image_size allows): raster positions, every pair attends."""
+    from transformers.models.pixtral.modeling_pixtral import apply_rotary_pos_emb
+
+    layers = model.transformer.layers
+    seen, handles = _capture(model, [b.attention for b in layers])
+    model(torch.randn(1, 3, 64, 64, dtype=torch.float64))
+    grid = 64 // 16
+    positions = np.stack(np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij"), -1).reshape(-1, 2)
+    out = []
+    for l, b in enumerate(layers):
+        args, kwargs = seen[l]
+        x = kwargs["hidden_states"][0]
+        q, k = (_bias_free(getattr(b.attention, f"{w}_proj"), x).view(1, -1, H, N // H).transpose(1, 2)
+                for w in ("q", "k"))
+        cos, sin = kwargs["position_embeddings"]
+        q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=0)
+        out.append((x, q[0].transpose(0, 1), k[0].transpose(0, 1), positions, np.ones((len(x), len(x)), bool)))
+    return out, handles
+
+
+def _qwen(model, grid_h, grid_w, windows=False):
+    """One image of ``grid_h x grid_w`` patches through a Qwen vision tower: the positions of transformers'
+    ``get_vision_position_ids`` (merge-block order), permuted into windows as the model does for Qwen2.5-VL;
+    which pairs attend from each layer's ``cu_seqlens`` (its windows, or the whole image)."""
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb_vision
+    from transformers.vision_utils import get_vision_position_ids, get_vision_window_index
+
+    cfg = model.config
+    grid_thw = torch.tensor([[1, grid_h, grid_w]])
+    seen, handles = _capture(model, [b.attn for b in model.blocks])
+    patch = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size**2
+    model(torch.randn(grid_h * grid_w, patch, dtype=torch.float64), grid_thw=grid_thw)
+    positions = get_vision_position_ids(grid_thw, cfg.spatial_merge_size)
+    if windows:
+        index, _ = get_vision_window_index(grid_thw, cfg.spatial_merge_size, cfg.window_size, cfg.patch_size)
+        positions = model.permute_input_for_window_attn(positions, index, len(positions))
+    out = []
+    for l, b in enumerate(model.blocks):
+        args, kwargs = seen[l]
+        x = args[0] if args else kwargs["hidden_states"]
+        qkv = _bias_free(b.attn.qkv, x).reshape(len(x), 3, H, -1)
+        cos, sin = kwargs["position_embeddings"]
+        q, k = apply_rotary_pos_emb_vision(qkv[:, 0], qkv[:, 1], cos, sin)
+        cuts = kwargs["cu_seqlens"].tolist()
+        segment = np.repeat(np.arange(len(cuts) - 1), np.diff(cuts))
+        out.append((x, q, k, positions.numpy(), segment[:, None] == segment[None, :]))
+    return out, handles
+
+
+def _llama4(model):
+    """One 56 x 56 tile (4 x 4 patches, exactly image_size) and the class token after them: patch ``i`` at
+    ``(i // 4 + 1, i % 4 + 1)``, the class token at ``(0, 0)``; every pair attends."""
+    from transformers.models.llama4.modeling_llama4 import vision_apply_rotary_emb
+
+    layers = model.model.layers
+    seen, handles = _capture(model, [b.self_attn for b in layers])
+    model(torch.randn(1, 3, 56, 56, dtype=torch.float64))
+    grid = 56 // 14
+    i = np.arange(grid * grid)
+    positions = np.concatenate([np.stack([i // grid + 1, i % grid + 1], -1), [[0, 0]]])
+    out = []
+    for l, b in enumerate(layers):
+        args, kwargs = seen[l]
+        x = (args[0] if args else kwargs["hidden_states"])[0]
+        q, k = (_bias_free(getattr(b.self_attn, f"{w}_proj"), x).view(1, len(x), H, -1) for w in ("q", "k"))
+        q, k = vision_apply_rotary_emb(q, k, freqs_ci=kwargs["freqs_ci"])
+        out.append((x, q[0], k[0], positions, np.ones((len(x), len(x)), bool)))
+    return out, handles
+
+
+FORWARDS = {"pixtral_vision": _pixtral, "llama4_vision": _llama4,
+            "qwen2_vl_vision": lambda m: _qwen(m, 6, 8), "qwen3_vl_vision": lambda m: _qwen(m, 6, 8),
+            "qwen2_5_vl_vision": lambda m: _qwen(m, 8, 12, windows=True)}
+
+
+def _dense(stack, rank_tol):
+    s = np.linalg.svd(stack, compute_uv=False)
+    frob = np.sqrt(np.sum(s**2, axis=1))
+    return {"spectral_norm": s[:, 0], "frobenius_norm": frob, "nuclear_norm": s.sum(axis=1),
+            "norm_2_1": np.linalg.norm(stack, axis=1).sum(axis=1), "norm_1_1": np.abs(stack).sum(axis=(1, 2)),
+            "rank": np.count_nonzero(s > rank_tol * stack.shape[1] * np.maximum(s[:, :1], 1.0), axis=1),
+            "stable_rank": np.where(s[:, 0] > 0, frob**2 / np.where(s[:, 0] > 0, s[:, 0], 1) ** 2, 0.0)}
+
+
+@pytest.fixture(scope="module", params=VISION_2D)
+def tower(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(request.param)
+    transformers.logging.set_verbosity_error()
+    model = save_family(request.param, folder).double()
+    with torch.no_grad():
+        tokens, handles = FORWARDS[request.param](model)
+    for handle in handles:
+        handle.remove()
+    return request.param, model, specbound.analyze(folder, threads=1), open_model(folder), tokens
+
+
+def test_every_logit_of_the_module_is_the_rotated_bilinear_form(tower):
+    """``q_rot[t] . k_rot[s]`` of the module equals ``x_t W_Q^T M(p_t - p_s) W_K x_s^T`` for every pair."""
+    family, model, _, opened, tokens = tower
+    get = FAMILIES[family][1](model)
+    d = N // H
+    for layer, (x, q, k, positions, _) in enumerate(tokens):
+        w = get(layer)
+        offsets = (positions[:, None, :] - positions[None, :, :]).reshape(-1, 2)
+        m = rotations(opened.rotary_for(layer), d, offsets).reshape(len(x), len(x), d, d)
+        xs = x.numpy()
+        for h in range(H):
+            a, b = xs @ w["q"][:, h * d:(h + 1) * d], xs @ w["k"][:, h * d:(h + 1) * d]
+            dense = np.einsum("ti,tsij,sj->ts", a, m, b)
+            module = (q[:, h] @ k[:, h].T).numpy()
+            assert np.abs(module - dense).max() <= LOGIT_ATOL * np.abs(dense).max(), (family, layer, h)
+
+
+def test_every_qk_number_holds_at_every_offset_the_module_uses(tower):
+    """Each QK row against ``W_Q^T M(delta) W_K`` at every offset of the pairs that attend: never below, and the
+    spectral norm their maximum where the row says exact, whose offsets are exactly the layout's."""
+    family, model, analysis, opened, tokens = tower
+    get = FAMILIES[family][1](model)
+    d = N // H
+    rows = analysis.matrices[analysis.matrices["role"] == "QK"]
+    methods = set()
+    for layer, (x, _, _, positions, attends) in enumerate(tokens):
+        layout = opened.rotary_for(layer)
+        used = np.unique((positions[:, None, :] - positions[None, :, :])[attends], axis=0)
+        m = rotations(layout, d, used)
+        w = get(layer)
+        for row in rows[rows["layer"] == layer].itertuples():
+            h = int(row.head)
+            stack = np.einsum("ai,tij,bj->tab", w["q"][:, h * d:(h + 1) * d], m, w["k"][:, h * d:(h + 1) * d])
+            truth = _dense(stack, analysis.options["rank_tol"])
+            for column in COLUMNS:
+                assert getattr(row, column) >= truth[column].max() * (1 - REL), (family, layer, h, column)
+            methods.add(row.sv_method)
+            if row.sv_method == "rotary_exact_over_offsets":
+                assert {tuple(o) for o in layout.offsets} == {tuple(o) for o in used}, (family, layer)
+                assert row.spectral_norm == pytest.approx(truth["spectral_norm"].max(), rel=REL), (family, layer, h)
+    expected = {"pixtral_vision": {"exact"}, "llama4_vision": {"exact"}, "qwen2_5_vl_vision": {"exact", "product"},
+                "qwen2_vl_vision": {"product"}, "qwen3_vl_vision": {"product"}}[family]
+    assert methods == {f"rotary_{m}_over_offsets" if m == "exact" else f"rotary_{m}_bound" for m in expected}
