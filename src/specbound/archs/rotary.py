@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError
+from ..options import MAX_COUNT
 from .model import PAIRINGS, UNBOUNDED_POSITIONS, RotaryLayout
 from .spec import ArchSpec
 
@@ -414,18 +415,24 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
                         attention_factor=float(attention), offset_invariant=short is None)
 
 
+def _is_count(value) -> bool:
+    """A positive integer of at most ``MAX_COUNT`` (2^53), the vocabulary's count (specbound.options)."""
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and 0 < value <= MAX_COUNT
+
+
 def _grid_count(value, key: str) -> tuple[int, int]:
     """A config size given as one positive integer or as ``[rows, columns]``, as ``(rows, columns)``."""
     values = list(value) if isinstance(value, (list, tuple)) else [value, value]
-    if len(values) != 2 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0 for v in values):
-        raise ValueError(f"{key} must be a positive integer or two of them (rows, columns), got {value!r}")
+    if len(values) != 2 or not all(_is_count(v) for v in values):
+        raise ValueError(f"{key} must be a positive integer of at most 2^53 or two of them (rows, columns), "
+                         f"got {value!r}")
     return int(values[0]), int(values[1])
 
 
 def _positive_count(config: dict, key: str) -> int:
     value = config.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    if not _is_count(value):
+        raise ValueError(f"{key} must be a positive integer of at most 2^53, got {value!r}")
     return int(value)
 
 
