@@ -182,3 +182,18 @@ def test_every_qk_number_holds_at_every_offset_the_module_uses(tower):
     expected = {"pixtral_vision": {"exact"}, "llama4_vision": {"exact"}, "qwen2_5_vl_vision": {"exact", "product"},
                 "qwen2_vl_vision": {"product"}, "qwen3_vl_vision": {"product"}}[family]
     assert methods == {f"rotary_{m}_over_offsets" if m == "exact" else f"rotary_{m}_bound" for m in expected}
+
+
+def test_the_grid_is_recorded_and_named_among_the_assumptions(tower):
+    """The JSON's ``model.rotary.grid`` (each layer's in ``by_layer``) and the ``rotary_grid`` assumption say which
+    grid the numbers cover."""
+    family, _, analysis, opened, tokens = tower
+    grid = analysis.model["rotary"]["grid"]  # the first layer's: Qwen2.5-VL's a window's
+    bounded = family in ("pixtral_vision", "llama4_vision")
+    side = 4 if bounded or family == "qwen2_5_vl_vision" else None
+    assert grid == {"rows": side, "columns": side, "class_token": family == "llama4_vision"}
+    (entry,) = [a for a in analysis.assumptions if a["name"] == "rotary_grid"]
+    assert ("every rotation" in entry["effect"]) == (not bounded) and "section 8" in entry["effect"]
+    if family == "qwen2_5_vl_vision":
+        assert [layer["grid"]["rows"] for layer in analysis.model["rotary"]["by_layer"]] == [4, None]
+        assert "windows of 4 x 4 patches" in entry["effect"]

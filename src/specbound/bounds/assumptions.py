@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..archs.model import ModelDims, RotaryLayout
+from ..archs.model import UNBOUNDED_POSITIONS, ModelDims, RotaryLayout
 from ..archs.structure import Structure
 
 
@@ -133,6 +133,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                           f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
                           f"other layers (docs/theory.md 3e)", "convention"))
     out += _rope_entries(rope or [])
+    out += _grid_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     if dims.latent is not None:
         lat = dims.latent
@@ -217,6 +218,34 @@ def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
     return [_entry("rope_scaling", True,
                    "rope scaling " + "; ".join(parts) + ": frequencies and attention factor as transformers' "
                    "modeling_rope_utils computes them (docs/rotary.md section 5)", "convention")]
+
+
+def _grid_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
+    """``rotary_grid``: a vision tower's 2D rotary positions, the grid whose offsets every QK number covers (a
+    model with several grids: Qwen2.5-VL's window layers, the bounded ones, and its full-attention layers)."""
+    grids = [r for r in layouts if r.axes is not None]
+    if not grids:
+        return []
+    parts = []
+    for r in grids:
+        rows, cols = r.grid
+        if rows == UNBOUNDED_POSITIONS:
+            parts.append("the config bounds no grid (the model takes any; only the processor's max_pixels, outside "
+                         "config.json, limits an image), so these heads get the bounds valid for every rotation")
+        elif len(grids) > 1:
+            parts.append(f"a layer of window attention attends within windows of {rows} x {cols} patches: the "
+                         f"offsets of that grid, exactly those it uses")
+        elif r.grid_origin:
+            parts.append(f"every tile is {rows} x {cols} patches (image_size // patch_size) and a class token at "
+                         f"angle 0: exactly the offsets the model uses")
+        else:
+            parts.append(f"at most {rows} x {cols} patches (image_size // patch_size: the processor's limit on an "
+                         f"image, not the model's, which takes any grid)")
+    return [_entry("rotary_grid", True,
+                   "2D rotary positions over the patch grid: each rotated pair turns with the patch's row or its "
+                   "column, so the logit of two patches is x_t W_Q^T M(dy, dx) W_K x_s^T and every QK number holds at "
+                   "every offset (dy, dx) of the largest grid the config allows; " + "; ".join(parts) +
+                   " (docs/rotary.md section 8)", "convention")]
 
 
 def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
