@@ -42,15 +42,20 @@ def _bias_free(linear, x):
     return linear(x) - linear(torch.zeros_like(x[:1]))
 
 
+def _sides(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else (value, value)
+
+
 def _pixtral(model):
-    """One 64 x 64 image (a 4 x 4 grid, the largest image_size allows): raster positions, every pair attends."""
+    """One image of the largest size image_size allows: raster positions, every pair attends."""
     from transformers.models.pixtral.modeling_pixtral import apply_rotary_pos_emb
 
     layers = model.transformer.layers
     seen, handles = _capture(model, [b.attention for b in layers])
-    model(torch.randn(1, 3, 64, 64, dtype=torch.float64))
-    grid = 64 // 16
-    positions = np.stack(np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij"), -1).reshape(-1, 2)
+    (height, width), patch = _sides(model.config.image_size), model.config.patch_size
+    model(torch.randn(1, 3, height, width, dtype=torch.float64))
+    rows, cols = height // patch, width // patch
+    positions = np.stack(np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij"), -1).reshape(-1, 2)
     out = []
     for l, b in enumerate(layers):
         args, kwargs = seen[l]
@@ -93,14 +98,15 @@ def _qwen(model, grid_h, grid_w, windows=False):
 
 
 def _llama4(model):
-    """One 56 x 56 tile (4 x 4 patches, exactly image_size) and the class token after them: patch ``i`` at
-    ``(i // 4 + 1, i % 4 + 1)``, the class token at ``(0, 0)``; every pair attends."""
+    """One tile (``G x G`` patches, exactly image_size) and the class token after them: patch ``i`` at
+    ``(i // G + 1, i % G + 1)``, the class token at ``(0, 0)``; every pair attends."""
     from transformers.models.llama4.modeling_llama4 import vision_apply_rotary_emb
 
     layers = model.model.layers
     seen, handles = _capture(model, [b.self_attn for b in layers])
-    model(torch.randn(1, 3, 56, 56, dtype=torch.float64))
-    grid = 56 // 14
+    size = model.config.image_size
+    model(torch.randn(1, 3, size, size, dtype=torch.float64))
+    grid = size // model.config.patch_size
     i = np.arange(grid * grid)
     positions = np.concatenate([np.stack([i // grid + 1, i % grid + 1], -1), [[0, 0]]])
     out = []
@@ -113,9 +119,16 @@ def _llama4(model):
     return out, handles
 
 
+def _qwen2_5(model):
+    """An image of at least one whole window of each layer's and a part one (the window's side ``S`` patches)."""
+    cfg = model.config
+    side = cfg.window_size // cfg.spatial_merge_size // cfg.patch_size * cfg.spatial_merge_size
+    return _qwen(model, max(8, side), max(8, side) + 4, windows=True)
+
+
 FORWARDS = {"pixtral_vision": _pixtral, "llama4_vision": _llama4,
             "qwen2_vl_vision": lambda m: _qwen(m, 6, 8), "qwen3_vl_vision": lambda m: _qwen(m, 6, 8),
-            "qwen2_5_vl_vision": lambda m: _qwen(m, 8, 12, windows=True)}
+            "qwen2_5_vl_vision": _qwen2_5}
 
 
 def _dense(stack, rank_tol):
@@ -127,20 +140,29 @@ def _dense(stack, rank_tol):
             "stable_rank": np.where(s[:, 0] > 0, frob**2 / np.where(s[:, 0] > 0, s[:, 0], 1) ** 2, 0.0)}
 
 
+def _tower(family, model, folder):
+    """``(family, model, analysis, opened model, tokens)`` of a saved tower: its analysis and one forward's tokens."""
+    model = model.double()
+    with torch.no_grad():
+        tokens, handles = FORWARDS[family](model)
+    for handle in handles:
+        handle.remove()
+    return family, model, specbound.analyze(folder, threads=1), open_model(folder), tokens
+
+
 @pytest.fixture(scope="module", params=VISION_2D)
 def tower(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     transformers.logging.set_verbosity_error()
-    model = save_family(request.param, folder).double()
-    with torch.no_grad():
-        tokens, handles = FORWARDS[request.param](model)
-    for handle in handles:
-        handle.remove()
-    return request.param, model, specbound.analyze(folder, threads=1), open_model(folder), tokens
+    return _tower(request.param, save_family(request.param, folder), folder)
 
 
 def test_every_logit_of_the_module_is_the_rotated_bilinear_form(tower):
     """``q_rot[t] . k_rot[s]`` of the module equals ``x_t W_Q^T M(p_t - p_s) W_K x_s^T`` for every pair."""
+    _check_logits(tower)
+
+
+def _check_logits(tower):
     family, model, _, opened, tokens = tower
     get = FAMILIES[family][1](model)
     d = N // H
@@ -159,6 +181,14 @@ def test_every_logit_of_the_module_is_the_rotated_bilinear_form(tower):
 def test_every_qk_number_holds_at_every_offset_the_module_uses(tower):
     """Each QK row against ``W_Q^T M(delta) W_K`` at every offset of the pairs that attend: never below, and the
     spectral norm their maximum where the row says exact, whose offsets are exactly the layout's."""
+    methods = _check_numbers(tower)
+    expected = {"pixtral_vision": {"exact"}, "llama4_vision": {"exact"}, "qwen2_5_vl_vision": {"exact", "product"},
+                "qwen2_vl_vision": {"product"}, "qwen3_vl_vision": {"product"}}[tower[0]]
+    assert methods == {f"rotary_{m}_over_offsets" if m == "exact" else f"rotary_{m}_bound" for m in expected}
+
+
+def _check_numbers(tower):
+    """Every QK row's numbers against the dense products at the offsets the module uses; the methods seen."""
     family, model, analysis, opened, tokens = tower
     get = FAMILIES[family][1](model)
     d = N // H
@@ -179,9 +209,7 @@ def test_every_qk_number_holds_at_every_offset_the_module_uses(tower):
             if row.sv_method == "rotary_exact_over_offsets":
                 assert {tuple(o) for o in layout.offsets} == {tuple(o) for o in used}, (family, layer)
                 assert row.spectral_norm == pytest.approx(truth["spectral_norm"].max(), rel=REL), (family, layer, h)
-    expected = {"pixtral_vision": {"exact"}, "llama4_vision": {"exact"}, "qwen2_5_vl_vision": {"exact", "product"},
-                "qwen2_vl_vision": {"product"}, "qwen3_vl_vision": {"product"}}[family]
-    assert methods == {f"rotary_{m}_over_offsets" if m == "exact" else f"rotary_{m}_bound" for m in expected}
+    return methods
 
 
 def test_the_grid_is_recorded_and_named_among_the_assumptions(tower):
@@ -197,3 +225,69 @@ def test_the_grid_is_recorded_and_named_among_the_assumptions(tower):
     if family == "qwen2_5_vl_vision":
         assert [layer["grid"]["rows"] for layer in analysis.model["rotary"]["by_layer"]] == [4, None]
         assert "windows of 4 x 4 patches" in entry["effect"]
+
+
+def _drawn_config(family, draw_from):
+    """Config keywords of a tower of width 32 and 4 heads (the accessors' ``N``, ``H``) drawn for ``family``."""
+    st = draw_from
+    theta = st.sampled_from([10.0, 100.0, 10000.0])
+    axial = theta.map(lambda t: {"rope_parameters": {"rope_theta": t, "rope_type": "axial"}})
+    if family == "pixtral_vision":
+        sides = st.sampled_from([16, 32, 48, 80])
+        return st.fixed_dictionaries({"image_size": st.one_of(sides, st.lists(sides, min_size=2, max_size=2)),
+                                      "num_hidden_layers": st.integers(1, 2)}).flatmap(
+            lambda c: axial.map(lambda r: {**c, **r, "hidden_size": N, "intermediate_size": 48,
+                                           "num_attention_heads": H, "patch_size": 16}))
+    if family == "llama4_vision":
+        return st.fixed_dictionaries({"image_size": st.sampled_from([28, 56]), "num_hidden_layers": st.integers(1, 2),
+                                      "rope_parameters": theta.map(lambda t: {"rope_theta": t})}).map(
+            lambda c: {**c, "hidden_size": N, "intermediate_size": 4 * N, "num_attention_heads": H, "patch_size": 14,
+                       "vision_output_dim": 24, "projector_input_dim": 16, "projector_output_dim": 16})
+    width = {"embed_dim": N, "hidden_size": 24, "mlp_ratio": 2} if family == "qwen2_vl_vision" else \
+        {"hidden_size": N, "out_hidden_size": 24, "intermediate_size": 48}
+    extra = {"deepstack_visual_indexes": [0], "num_position_embeddings": 16} if family == "qwen3_vl_vision" else {}
+    depth = st.integers(1, 3)
+    if family == "qwen2_5_vl_vision":
+        windows = depth.flatmap(lambda d: st.fixed_dictionaries({
+            "depth": st.just(d), "window_size": st.sampled_from([28, 56, 84, 112]),
+            "fullatt_block_indexes": st.lists(st.integers(0, d - 1), unique=True, max_size=d)}))
+        return windows.flatmap(lambda c: axial.map(lambda r: {**c, **r, **width, "num_heads": H, "patch_size": 14,
+                                                              "spatial_merge_size": 2}))
+    return depth.flatmap(lambda d: axial.map(lambda r: {**r, **width, **extra, "depth": d, "num_heads": H}))
+
+
+CONFIG_CLASSES = {"pixtral_vision": "PixtralVisionConfig", "llama4_vision": "Llama4VisionConfig",
+                  "qwen2_vl_vision": "Qwen2VLVisionConfig", "qwen2_5_vl_vision": "Qwen2_5_VLVisionConfig",
+                  "qwen3_vl_vision": "Qwen3VLVisionConfig"}
+
+
+@pytest.mark.parametrize("family", VISION_2D)
+def test_drawn_towers_hold_by_brute_force(family, tmp_path_factory):
+    """Configurations drawn by hypothesis (grids square and not, 1 to 5 patches a side, Llama 4's 2 x 2 and 4 x 4
+    tiles, Qwen2.5-VL's windows of 2 to 8 patches and any set of full-attention layers, bases 10 to 10^4): every
+    logit the rotated bilinear form, every QK number at least the dense one at every offset used, exact rows equal
+    to the maximum over exactly those offsets."""
+    from hypothesis import strategies as st
+
+    from support.drawn_configs import check_drawn
+    from support.families import _vision_classes
+
+    def check(config):
+        transformers.logging.set_verbosity_error()
+        torch.manual_seed(0)
+        cfg = getattr(transformers, CONFIG_CLASSES[family])(**config)
+        model = (transformers.PixtralVisionModel if family == "pixtral_vision" else
+                 _vision_classes()[family.removesuffix("_vision")])(cfg)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.2)
+        folder = tmp_path_factory.mktemp(family)
+        model.save_pretrained(folder)
+        tower = _tower(family, model, folder)
+        _check_logits(tower)
+        methods = _check_numbers(tower)
+        bounded = family in ("pixtral_vision", "llama4_vision")
+        if family == "qwen2_5_vl_vision":  # a layer of window attention gets its window's exact maximum
+            bounded = any(l not in config["fullatt_block_indexes"] for l in range(config["depth"]))
+        assert ("rotary_exact_over_offsets" in methods) == bounded, (family, config, methods)
+
+    check_drawn(_drawn_config(family, st), check, examples=3)
