@@ -83,18 +83,23 @@ def _measured(matrices, rank_tol):
 
 def _offset_matrices(factors, layout, attention_factor):
     """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``;
-    a 2D layout's at every offset of its grid, or of the grid's first ``MAX_GRID`` rows and columns when longer."""
+    with several position axes at every offset vector of the layout (docs/rotary.md section 7), or of a vision tower's
+    grid (section 9) cut to its first ``MAX_GRID`` positions a side when longer (an unbounded grid)."""
     from dataclasses import replace
 
     from specbound.compute.rotary import rotations
 
     q, k = factors  # (N, d) each: W_Q^h.T, W_K^g.T
-    if layout.axes is not None:
-        offsets = replace(layout, grid=tuple(min(g, MAX_GRID) for g in layout.grid)).offsets
-    else:
-        p = min(layout.max_positions, MAX_POSITIONS)
-        offsets = np.arange(-(p - 1), p)
-    m = rotations(layout, q.shape[1], offsets)
+    p = min(layout.max_positions, MAX_POSITIONS)
+    if layout.axes is None:
+        deltas = np.arange(-(p - 1), p)
+    else:  # the tiny M-RoPE towers have small contexts: every offset vector is brute-forced
+        if not layout.shared_shift:
+            layout = replace(layout, grid=tuple(min(g, MAX_GRID) for g in layout.grid),
+                             max_positions=min(layout.max_positions, MAX_GRID))
+        assert layout.max_offset_count <= 10**4, layout
+        deltas = layout.offsets
+    m = rotations(layout, q.shape[1], deltas)
     return attention_factor**2 * np.einsum("ai,tij,bj->tab", q, m, k)
 
 
@@ -138,6 +143,17 @@ def _normalised(attn, which, x):
     return norm(proj).view(*proj.shape[:-1], -1, d)  # over the whole projection (OLMo2)
 
 
+def _zero_and_far_offsets(layout):
+    """Offset 0 and a far one: ``P - 1``; with several position axes the zero vector (the middle of the sorted,
+    symmetric set) and ``(P - 1, ..., P - 1, P - 2)``, off the text diagonal; only 0 without rotary positions."""
+    if layout is None:
+        return (0,)
+    if layout.axes is None:
+        return (0, layout.max_positions - 1)
+    offsets = layout.offsets
+    return offsets[len(offsets) // 2], offsets[-2]
+
+
 def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed):
     """``kappa_h`` (the QK row's ``lipschitz_factor``) bounds the normalised logit ``q_h(x) M k_g(y)^T``'s
     change per unit move of either token, at offsets 0 and the last, as gradient ascent over unit-ball
@@ -152,13 +168,13 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
     opened = open_model(folder)
     rows = a.matrices[a.matrices["role"] == "QK"]
     for layer in range(model.config.num_hidden_layers):
-        attn = model.model.layers[layer].self_attn
+        attn = getattr(model, "model", model).layers[layer].self_attn  # a bare text model's layers are its own
         if not any(hasattr(attn, n) for n in ("q_norm", "qk_norm")):
             continue  # a layer that does not normalise (Llama 4's NoPE layers)
         layout = opened.rotary_for(layer)  # None: a layer without rotary positions (EXAONE 4's global layers)
         group = H // model.config.num_key_value_heads
         factor = 1.0 if layout is None else layout.attention_factor**2
-        for delta in (0,) if layout is None else (0, layout.max_positions - 1):
+        for delta in _zero_and_far_offsets(layout):
             m = torch.eye(attn.head_dim, dtype=torch.float64) if layout is None else \
                 torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
             for h, kappa in enumerate(rows[rows["layer"] == layer]["lipschitz_factor"]):

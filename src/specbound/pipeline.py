@@ -580,7 +580,10 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "attention_factor": model.rotary.attention_factor,
         "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
-    if model.rotary is not None and model.rotary.axes is not None:  # a vision tower's 2D rotary (docs/rotary.md 8)
+    if model.rotary is not None and "mrope" in model.spec.rotary_options:  # M-RoPE (docs/rotary.md section 7)
+        rotary["mrope"] = {"kind": model.spec.rotary_options["mrope"]["kind"], "axes": list(model.rotary.axes),
+                           "grid": None if model.rotary.grid is None else list(model.rotary.grid)}
+    elif model.rotary is not None and model.rotary.axes is not None:  # a vision tower's 2D grid (docs/rotary.md 9)
         rotary["grid"] = _grid_record(model.rotary)
     qk_norm = _qk_norm_summary(model, layers)
     if qk_norm is not None:
@@ -590,7 +593,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
         rotary["by_layer"] = [None if r is None else  # a NoPE layer: no rotation
                               {"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor,
-                               **({} if r.axes is None else {"grid": _grid_record(r)})}
+                               **({} if r.axes is None or "mrope" in model.spec.rotary_options else
+                                  {"grid": _grid_record(r)})}
                               for r in model.rotary_by_layer]
     model_extra["rotary"] = rotary
     if dims.position_terms:

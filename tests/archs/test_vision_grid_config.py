@@ -1,4 +1,4 @@
-"""A vision tower's 2D rotary layout read from its config (docs/rotary.md section 8): the grid the config allows,
+"""A vision tower's 2D rotary layout read from its config (docs/rotary.md section 9): the grid the config allows,
 window attention's smaller grids, and every bad value one line naming it."""
 
 import json
@@ -22,14 +22,14 @@ def layouts(family, config, d_head=64, layers=1):
 
 def test_the_grid_is_image_size_over_patch_size_on_each_side():
     (pixtral,) = layouts("pixtral_vision", {"image_size": 1540, "patch_size": 14, **AXIAL})
-    assert pixtral.grid == (110, 110) and pixtral.offset_count == 219**2 and not pixtral.grid_origin
+    assert pixtral.grid == (110, 110) and pixtral.max_offset_count == 219**2 and not pixtral.grid_origin
     (wide,) = layouts("pixtral_vision", {"image_size": [336, 448], "patch_size": 14, **AXIAL})
     assert wide.grid == (24, 32) and wide.max_positions == 32
     (llama4,) = layouts("llama4_vision", {"image_size": 448, "patch_size": 14, "rope_parameters": {"rope_theta": 1e4}},
                         d_head=88)
     assert llama4.grid == (32, 32) and llama4.grid_origin and llama4.pairing == "interleaved"
     assert llama4.axes == (1,) * 22 + (0,) * 22  # its first half turns with the column
-    assert llama4.offset_count == 63**2 + 2 * 63
+    assert llama4.max_offset_count == 63**2 + 2 * 63
 
 
 def test_a_tower_whose_config_bounds_no_grid_gets_an_unbounded_one():

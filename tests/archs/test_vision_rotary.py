@@ -1,4 +1,4 @@
-"""The vision towers' 2D rotary heads held by brute force on transformers' own modules (docs/rotary.md section 8).
+"""The vision towers' 2D rotary heads held by brute force on transformers' own modules (docs/rotary.md section 9).
 
 Each tower of ``support.families.VISION_2D`` runs a forward on one image; a hook on every attention module takes
 the hidden states it receives, its rotary tables (``position_embeddings``, Llama 4's ``freqs_ci``) and which tokens
@@ -221,7 +221,7 @@ def test_the_grid_is_recorded_and_named_among_the_assumptions(tower):
     side = 4 if bounded or family == "qwen2_5_vl_vision" else None
     assert grid == {"rows": side, "columns": side, "class_token": family == "llama4_vision"}
     (entry,) = [a for a in analysis.assumptions if a["name"] == "rotary_grid"]
-    assert ("every rotation" in entry["effect"]) == (not bounded) and "section 8" in entry["effect"]
+    assert ("every rotation" in entry["effect"]) == (not bounded) and "section 9" in entry["effect"]
     if family == "qwen2_5_vl_vision":
         assert [layer["grid"]["rows"] for layer in analysis.model["rotary"]["by_layer"]] == [4, None]
         assert "windows of 4 x 4 patches" in entry["effect"]

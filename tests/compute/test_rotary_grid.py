@@ -1,4 +1,4 @@
-"""2D rotary layouts (vision towers, docs/rotary.md section 8): each pair turns with one axis of the patch grid,
+"""2D rotary layouts (vision towers, docs/rotary.md section 9): each pair turns with one axis of the patch grid,
 offsets are ``(dy, dx)``; the rotation, the offsets and every QK number against dense products at every offset."""
 
 import numpy as np
@@ -22,7 +22,7 @@ def layouts(draw, max_grid=4):
     thetas = tuple(draw(st.lists(st.floats(0.01, 3.0), min_size=half, max_size=half)))
     grid = (draw(st.integers(1, max_grid)), draw(st.integers(1, max_grid)))
     layout = RotaryLayout(2 * half, draw(st.sampled_from(["half", "interleaved"])), 1e4, max(grid), inv_freq=thetas,
-                          axes=axes, grid=grid, grid_origin=draw(st.booleans()))
+                          axes=axes, grid=grid, shared_shift=False, grid_origin=draw(st.booleans()))
     return layout, d
 
 
@@ -42,7 +42,7 @@ def test_the_offsets_are_every_difference_of_two_positions_once(drawn):
     p = _positions(layout)
     differences = {tuple(a - b) for a in p for b in p}
     offsets = layout.offsets
-    assert offsets.shape == (layout.offset_count, 2)
+    assert offsets.shape == (layout.max_offset_count, 2)
     assert len({tuple(o) for o in offsets}) == len(offsets) and {tuple(o) for o in offsets} == differences
 
 
@@ -63,14 +63,15 @@ def test_rotating_two_positions_is_rotating_by_their_offset(drawn, data):
 
 def test_a_2d_layout_is_checked_when_built():
     base = dict(rotary_dim=4, pairing="half", base=1e4, max_positions=3, inv_freq=(1.0, 0.1))
-    for bad, match in ((dict(axes=(0, 1)), "both"), (dict(grid=(3, 3)), "both"),
-                       (dict(axes=(0,), grid=(3, 3)), "each of the 2 pairs"), (dict(axes=(0, 2), grid=(3, 3)), "axis"),
-                       (dict(axes=(0, 1), grid=(3,)), "two positive"), (dict(axes=(0, 1), grid=(3, 0)), "two positive"),
-                       (dict(axes=(0, 1), grid=(True, 3)), "two positive")):
+    for bad, match in ((dict(grid=(3, 3)), "axes"), (dict(grid_origin=True), "axes"),
+                       (dict(axes=(0,), grid=(3, 3)), "each of the 2"), (dict(axes=(0, -1), grid=(3, 3)), "axis"),
+                       (dict(axes=(0, 1), grid=(3,)), "grid"), (dict(axes=(0, 1), grid=(3, 0)), "grid"),
+                       (dict(axes=(0, 1), grid=(True, 3)), "grid"),
+                       (dict(axes=(0, 1), grid=(3, 3), grid_origin=True), "class token")):
         with pytest.raises(ValueError, match=match):
             RotaryLayout(**base, **bad)
-    with pytest.raises(ValueError, match=r"\(k, 2\)"):
-        rotations(RotaryLayout(**base, axes=(0, 1), grid=(3, 3)), 4, [1, 2, 3])
+    with pytest.raises(ValueError, match=r"\(K, 2\)"):
+        rotations(RotaryLayout(**base, axes=(0, 1), grid=(3, 3), shared_shift=False), 4, [1, 2, 3])
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None)
@@ -107,8 +108,8 @@ def test_every_qk_number_holds_at_every_offset_and_the_exact_one_is_the_maximum(
 
 def test_an_unbounded_grid_gets_the_bounds_for_every_rotation_without_listing_offsets():
     layout = RotaryLayout(4, "half", 1e4, UNBOUNDED_POSITIONS, inv_freq=(1.0, 0.1), axes=(0, 1),
-                          grid=(UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS))
-    assert layout.offset_count > 2**120
+                          grid=(UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS), shared_shift=False)
+    assert layout.max_offset_count > 2**120
     rng = np.random.default_rng(0)
     (env,) = rotary_qk_envelope(rng.normal(size=(1, 4, 5)), rng.normal(size=(1, 4, 5)), None, layout, rank_tol=1e-10)
     assert env.spectral_method == "product_bound" and env.spectral_sup == env.spectral_bound

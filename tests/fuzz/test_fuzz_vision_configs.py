@@ -1,4 +1,4 @@
-"""Hostile vision-tower configs (docs/rotary.md section 8): whatever config.json holds in the keys a 2D rotary
+"""Hostile vision-tower configs (docs/rotary.md section 9): whatever config.json holds in the keys a 2D rotary
 layout reads (image_size, patch_size, window_size, spatial_merge_size, fullatt_block_indexes, rope_parameters,
 rope_theta, head_dim), reading it gives every layer a valid layout or one line naming what is wrong; a saved tower
 with such a config analyses or says so in one line (never a traceback, a hang or an offset list the grid cannot
@@ -38,7 +38,7 @@ def test_any_vision_config_reads_to_valid_layouts_or_one_line(family, config, d_
     assert len(outcome) == layers
     for layout in outcome:
         assert isinstance(layout, RotaryLayout) and layout.axes is not None and len(layout.axes) == d_head // 2
-        assert all(isinstance(g, int) and 0 < g for g in layout.grid) and layout.offset_count >= 1
+        assert all(isinstance(g, int) and 0 < g for g in layout.grid) and layout.max_offset_count >= 1
         assert math.isfinite(layout.base) and layout.base > 0
 
 

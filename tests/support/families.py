@@ -10,6 +10,7 @@ built.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -646,8 +647,33 @@ FAMILIES["llama4_text"] = (lambda layers: _t().Llama4ForCausalLM(_t().Llama4Text
 QK_NORM["llama4_text"] = "head"
 ROTARY += ("starcoder2", "granite", "smollm3", "olmo3", "exaone4", "cohere2", "gpt_oss", "llama4_text")
 QK_NORM.update({"olmo3": "all_heads", "exaone4": "head"})
+
+
+def _vl_text(model_class, config_class, section, **extra):
+    """A Qwen-VL text tower saved alone (no ``model.`` prefix, no head): M-RoPE over ``mrope_section`` and a
+    context of 4, so that every offset vector (7^3 = 343) is brute-forced and the exact path runs (docs/rotary.md 7)."""
+    return lambda layers: getattr(_t(), model_class)(getattr(_t(), config_class)(
+        hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
+        vocab_size=50, max_position_embeddings=4, bos_token_id=None, eos_token_id=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 100.0, "mrope_section": section}, **extra))
+
+
+def _text_model_accessor(qk_norm=None, d=N // H):
+    """:func:`_decoder_accessor` of a bare text model (its layers at ``m.layers``)."""
+    return lambda m: _decoder_accessor(SimpleNamespace(model=m), qk_norm, d=d)
+
+
+# the Qwen-VL text towers: Qwen2's blocks (head_dim 8: sections of 4 frequencies) and Qwen3's (head_dim 16:
+# 8 frequencies interleaved T H W T H W T H)
+FAMILIES["qwen2_vl_text"] = (_vl_text("Qwen2VLTextModel", "Qwen2VLTextConfig", [1, 2, 1]), _text_model_accessor())
+FAMILIES["qwen2_5_vl_text"] = (_vl_text("Qwen2_5_VLTextModel", "Qwen2_5_VLTextConfig", [2, 1, 1]),
+                               _text_model_accessor())
+FAMILIES["qwen3_vl_text"] = (_vl_text("Qwen3VLTextModel", "Qwen3VLTextConfig", [2, 3, 3], head_dim=16),
+                             _text_model_accessor("head", d=16))
+ROTARY += ("qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text")
+QK_NORM["qwen3_vl_text"] = "head"
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16,
-            "deepseek_v3": 5, "deepseek_v32": 5, "kimi_k25": 5}  # the others: N / H
+            "deepseek_v3": 5, "deepseek_v32": 5, "kimi_k25": 5, "qwen3_vl_text": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's
 # blocks, Gemma 3 also Qwen3's QK-norm; MPNet, DINOv2 and wav2vec2: BERT's plain chain, their relative
 # bias, LayerScale and front-end changing no factor): a 200-layer run of each would test nothing new.
@@ -663,9 +689,11 @@ SAME_PATH_AT_DEPTH.update({"granite": "llama", "starcoder2": "llama", "olmo3": "
 # and Kimi-K2.5 take DeepSeek-V3's
 SAME_PATH_AT_DEPTH.update({"glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe", "deepseek_v32": "deepseek_v3",
                            "kimi_k25": "deepseek_v3"})
+# the Qwen-VL text towers are LLaMA's and Qwen3's blocks; M-RoPE changes only which offsets a QK row's maximum runs over
+SAME_PATH_AT_DEPTH.update({"qwen2_vl_text": "llama", "qwen2_5_vl_text": "llama", "qwen3_vl_text": "qwen3"})
 
 
-# --- vision towers with 2D rotary positions over their patch grids (docs/rotary.md section 8): each tower built alone,
+# --- vision towers with 2D rotary positions over their patch grids (docs/rotary.md section 9): each tower built alone,
 # as transformers saves it, and its own modules called for the reference.  Grids: Pixtral 4 x 4 patches (64 / 16),
 # Llama 4 4 x 4 and its class token (56 / 14), Qwen2.5-VL's windows 4 x 4 patches (56 // 2 // 14 merged units of
 # 2 x 2) in layer 0 and full attention in layer 1, Qwen2-VL and Qwen3-VL no grid (bounds for every rotation).

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 PAIRINGS = ("half", "interleaved")  # rotary: dims (i, i + rot/2) as HF's rotate_half, or (2i, 2i + 1)
+# M-RoPE's assignment of the frequencies to the (time, height, width) axes: Qwen2-VL / Qwen2.5-VL's contiguous
+# sections, Qwen3-VL's interleaved ones (archs.rotary.mrope_axes, docs/rotary.md section 7)
+MROPE_KINDS = ("sections", "interleaved")
 # ``max_positions`` of a rotary model whose config states no context length: every offset counts, so
 # the exact maximum over offsets is never attempted and only the bounds valid for every rotation apply.
 UNBOUNDED_POSITIONS = 1 << 62
@@ -208,16 +211,22 @@ class RotaryLayout:
         factor set and read with the long one rotates a pair by ``t theta_long - s theta_short``;
         only the bounds valid for every rotation are then reported.
     axes : tuple of int, optional
-        2D rotary (vision towers, docs/rotary.md section 8): the position axis each pair turns with, ``(rot/2,)``,
-        0 the patch's row, 1 its column; pair ``i`` turns by ``p[axes[i]] theta_i`` at position ``p = (row,
-        column)``.  None: one position axis (text).
+        Several position axes (M-RoPE's time, height and width; a vision tower's 2D patch rows and
+        columns): ``axes[i]`` is the axis whose position rotates pair ``i``, ``(rot/2,)``, so an offset
+        is an integer vector ``delta`` of ``n_axes`` components and pair ``i`` turns by
+        ``delta[axes[i]] theta_i``.  None: one axis, an offset is the integer ``t - s`` (every model
+        but those).
     grid : tuple of int, optional
-        With ``axes``: the largest patch grid ``(rows, columns)`` the config allows (``UNBOUNDED_POSITIONS``
-        on an axis it does not bound); offsets ``(dy, dx)`` range over ``|dy| < rows``, ``|dx| < columns``.
+        With ``axes``: the largest extent, in positions, of a block of tokens whose positions differ per
+        axis (an image's ``(T, H, W)`` grid), ``(n_axes,)``; None: ``max_positions`` on every axis.
+    shared_shift : bool
+        With ``axes``: whether blocks also sit at a common shift ``d (1, ..., 1)`` of every axis (M-RoPE:
+        a text token's position is ``(p, p, p)``, an image's grid starts at one), so the offsets are
+        :attr:`offsets`' ``d 1 + e``; False: a single block (a vision tower's patch grid), offsets ``e``.
     grid_origin : bool
-        With ``axes``: one more token at angle 0, a row and a column before the grid's first patch (Llama 4's
-        class token, whose patches sit at positions ``1 .. G``): its offsets to the patches, ``+-(y, x)`` for
-        ``1 <= y <= rows``, ``1 <= x <= columns``, join the grid's.
+        With ``axes`` and no shared shift: one more token at angle 0, one position before the grid's first on
+        every axis (Llama 4's class token, whose patches sit at positions ``1 .. g``): its offsets to the
+        patches, ``+-p`` for ``1 <= p_a <= g_a``, join the grid's (docs/rotary.md section 9).
     """
 
     rotary_dim: int
@@ -230,6 +239,7 @@ class RotaryLayout:
     offset_invariant: bool = True
     axes: tuple[int, ...] | None = None
     grid: tuple[int, ...] | None = None
+    shared_shift: bool = True
     grid_origin: bool = False
 
     def __post_init__(self):
@@ -251,14 +261,22 @@ class RotaryLayout:
         if isinstance(a, bool) or not isinstance(a, (int, float, np.floating, np.integer)) \
                 or not math.isfinite(a) or a <= 0:
             raise ValueError(f"attention_factor must be a finite positive number, got {a!r}")
-        if (self.axes is None) != (self.grid is None):
-            raise ValueError("a 2D rotary layout needs both the pairs' axes and the grid")
-        if self.axes is not None:
-            if len(self.axes) != rot // 2 or any(a not in (0, 1) for a in self.axes):
-                raise ValueError(f"axes must give each of the {rot // 2} pairs an axis 0 or 1, got {self.axes!r}")
-            if len(self.grid) != 2 or any(isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g <= 0
-                                          for g in self.grid):
-                raise ValueError(f"grid must be two positive integers (rows, columns), got {self.grid!r}")
+        if self.axes is None:
+            if self.grid is not None or self.grid_origin:
+                raise ValueError("a rotary grid needs the pairs' axes (axes), got axes=None")
+            return
+        if self.grid_origin and (self.shared_shift or self.grid is None):
+            raise ValueError("a class token before the grid (grid_origin) needs a grid without a shared shift")
+        if len(self.axes) != rot // 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                                                 and x >= 0 for x in self.axes):
+            raise ValueError(f"axes must give a non-negative axis for each of the {rot // 2} rotary pairs, "
+                             f"got {self.axes!r}")
+        if self.grid is not None and (len(self.grid) <= max(self.axes) or not all(
+                isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in self.grid)):
+            raise ValueError(f"grid must give a positive extent for each of at least {max(self.axes) + 1} axes, "
+                             f"got {self.grid!r}")
+        if not self.offset_invariant:
+            raise ValueError("several position axes with an offset-dependent rope type (LongRoPE) are not modelled")
 
     @property
     def thetas(self) -> np.ndarray:
@@ -275,42 +293,70 @@ class RotaryLayout:
         return (i, i + half) if self.pairing == "half" else (2 * i, 2 * i + 1)
 
     @property
-    def offsets(self) -> np.ndarray:
-        """All relative offsets ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``; of a 2D layout
-        every offset ``(dy, dx)`` of two tokens of the grid, shape ``(offset_count, 2)`` (rows then columns,
-        each ascending; the class token's after the grid's)."""
+    def n_axes(self) -> int:
+        """Number of position axes: 1, or ``len(grid)`` (``max(axes) + 1`` without a grid)."""
         if self.axes is None:
-            return np.arange(-(self.max_positions - 1), self.max_positions)
-        rows, cols = self.grid
-        dy, dx = np.meshgrid(np.arange(-(rows - 1), rows), np.arange(-(cols - 1), cols), indexing="ij")
-        box = np.stack([dy.ravel(), dx.ravel()], axis=1)
-        if not self.grid_origin:
-            return box
-        y, x = np.meshgrid(np.arange(1, rows + 1), np.arange(1, cols + 1), indexing="ij")
-        corner = np.stack([y.ravel(), x.ravel()], axis=1)
-        corner = corner[(corner[:, 0] == rows) | (corner[:, 1] == cols)]  # the others lie in the box
-        return np.concatenate([box, corner, -corner])
+            return 1
+        return len(self.grid) if self.grid is not None else max(self.axes) + 1
 
     @property
-    def offset_count(self) -> int:
-        """How many offsets :attr:`offsets` holds, computed without them (the grid may be unbounded)."""
-        if self.axes is None:
-            return 2 * self.max_positions - 1
-        rows, cols = self.grid
-        return (2 * rows - 1) * (2 * cols - 1) + (2 * (rows + cols - 1) if self.grid_origin else 0)
+    def extents(self) -> np.ndarray:
+        """Per axis, the largest position difference plus one within a block: ``min(grid, P)``, shape
+        ``(n_axes,)`` (``(P,)`` for one axis)."""
+        p = self.max_positions
+        if self.grid is None:
+            return np.full(self.n_axes, p, dtype=np.int64)
+        return np.minimum(np.asarray(self.grid, dtype=np.int64), p)
 
-    def angles(self, offsets) -> np.ndarray:
-        """The angle of each pair at each offset, shape ``(K, rot/2)``: ``delta theta_i`` for offsets
-        ``(K,)``, or ``delta[axes[i]] theta_i`` for a 2D layout's offsets ``(K, 2)``."""
-        offsets = np.asarray(offsets, dtype=np.float64)
+    @property
+    def max_offset_count(self) -> int:
+        """An upper bound on ``len(offsets)`` without building them (the exact-path budget): ``2P - 1`` for one
+        axis (exact); with ``axes``, ``prod(2 g - 1)`` (``g`` the :attr:`extents`) without a shared shift, else
+        ``min((2P - 1)^A, (2P - 1) prod(2 g - 1))``, exact when the grid spans the context; a class token adds
+        ``2 (prod g - prod(g - 1))``."""
+        p = int(self.max_positions)
         if self.axes is None:
-            return offsets.reshape(-1)[:, None] * self.thetas[None, :]
-        offsets = offsets.reshape(-1, 2)
-        return offsets[:, np.asarray(self.axes)] * self.thetas[None, :]
+            return 2 * p - 1
+        box = math.prod(2 * int(g) - 1 for g in self.extents)
+        if self.grid_origin:  # the class token's offsets +-p with some p_a = g_a (the others lie in the box)
+            box += 2 * (math.prod(int(g) for g in self.extents) - math.prod(int(g) - 1 for g in self.extents))
+        return min((2 * p - 1) ** self.n_axes, (2 * p - 1) * box) if self.shared_shift else box
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """All relative offsets.  One axis: ``delta = t - s``, ``-(P-1) .. P-1``, shape ``(2P - 1,)``.
+
+        With ``axes``, integer vectors, shape ``(K, n_axes)``, lexicographically sorted: ``e`` with
+        ``|e_a| <= g_a - 1`` (``g`` the :attr:`extents`: two tokens of one block, or of two blocks each
+        within the grid), and with ``shared_shift`` every ``delta = d (1, ..., 1) + e`` with ``|delta_a| <=
+        P - 1`` (docs/rotary.md section 7).  Build them only when :attr:`max_offset_count` is affordable."""
+        p = int(self.max_positions)
+        if self.axes is None:
+            return np.arange(-(p - 1), p)
+        g = self.extents
+        if not self.shared_shift:
+            if not self.grid_origin:
+                return _integer_box(g - 1)
+            corner = _integer_box(g - 1) + g  # every p with 1 <= p_a <= 2 g_a - 1: keep p_a <= g_a, some equal
+            corner = corner[np.all(corner >= 1, axis=1) & np.all(corner <= g, axis=1) & np.any(corner == g, axis=1)]
+            return np.unique(np.concatenate([_integer_box(g - 1), corner, -corner]), axis=0)
+        if (2 * p - 1) ** (self.n_axes - 1) <= math.prod(2 * int(x) - 1 for x in g):
+            # the cube is the smaller enumeration: delta = d 1 + e for some integer d iff the intervals
+            # [delta_a - g_a + 1, delta_a + g_a - 1] meet
+            cube = _integer_box(np.full(self.n_axes, p - 1, dtype=np.int64))
+            return cube[np.max(cube - g + 1, axis=1) <= np.min(cube + g - 1, axis=1)]
+        shifted = (np.arange(-(p - 1), p)[:, None, None] + _integer_box(g - 1)[None]).reshape(-1, self.n_axes)
+        return np.unique(shifted[np.all(np.abs(shifted) <= p - 1, axis=1)], axis=0)
 
     def check_head_dim(self, d_head: int) -> None:
         if self.rotary_dim > d_head:
             raise ValueError(f"rotary_dim {self.rotary_dim} exceeds the head dimension {d_head}")
+
+
+def _integer_box(radius: np.ndarray) -> np.ndarray:
+    """Every integer vector ``e`` with ``|e_a| <= radius[a]``, lexicographically sorted, ``(prod(2 r + 1), A)``."""
+    ranges = [np.arange(-int(r), int(r) + 1) for r in radius]
+    return np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).reshape(-1, len(ranges))
 
 
 QK_NORM_SPANS = ("head", "all_heads")  # RMSNorm over each head's d_h features, or over the whole projection

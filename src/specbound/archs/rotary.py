@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import SpecboundError
 from ..options import MAX_COUNT
-from .model import PAIRINGS, UNBOUNDED_POSITIONS, RotaryLayout
+from .model import MROPE_KINDS, PAIRINGS, UNBOUNDED_POSITIONS, RotaryLayout
 from .spec import ArchSpec
 
 # config.json keys stating the context length, in the order they are read
@@ -73,10 +73,11 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
         parsed: dict[int, RotaryLayout] = {}
         out = []
         rotated = nope_flags(spec.rotary_options.get("nope"), config, num_layers)
+        mrope = spec.rotary_options.get("mrope")
         for cfg, rope in zip(configs, rotated):
             key = id(cfg)
             if rope and key not in parsed:
-                parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases)
+                parsed[key] = parse_rotary(cfg, d_head, pairing, aliases=aliases, mrope=mrope)
             out.append(parsed[key] if rope else None)
         return None if all(r is None for r in out) else tuple(out)
     except ValueError as exc:
@@ -317,7 +318,37 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
     return sets[0], attention, sets[1]
 
 
-def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None) -> RotaryLayout:
+def mrope_axes(sections, half: int, kind: str) -> tuple[int, ...]:
+    """The position axis (0 time, 1 height, 2 width) of each of the ``half = rot/2`` frequencies under
+    M-RoPE's ``mrope_section``, as transformers 5 recomposes them (``recomposition_frequencies``).
+
+    ``"sections"`` (Qwen2-VL, Qwen2.5-VL): the frequencies split into consecutive runs of the sections'
+    lengths, run ``j`` on axis ``j mod 3``; the lengths must add up to ``half``.  ``"interleaved"``
+    (Qwen3-VL): frequency ``i`` is on the height axis when ``i = 1 mod 3`` and ``i < 3 sections[1]``, on
+    the width axis when ``i = 2 mod 3`` and ``i < 3 sections[2]``, else on the time axis (``sections[0]``
+    is not read).  Pair ``i`` of the head (dimensions ``i`` and ``i + rot/2``) turns with frequency ``i``.
+    """
+    if kind not in MROPE_KINDS:
+        raise ValueError(f"M-RoPE kind must be one of {MROPE_KINDS}, got {kind!r}")
+    if not isinstance(sections, (list, tuple)) or not sections or not all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in sections):
+        raise ValueError(f"mrope_section must list non-negative integers, got {sections!r}")
+    if kind == "sections":
+        if sum(sections) != half:
+            raise ValueError(f"mrope_section {list(sections)} adds up to {sum(sections)}, not to the {half} rotary "
+                             f"frequencies (head_dim / 2)")
+        return tuple(j % 3 for j, length in enumerate(sections) for _ in range(length))
+    if len(sections) != 3:
+        raise ValueError(f"interleaved mrope_section must give 3 lengths (time, height, width), got {sections!r}")
+    axes = [0] * half
+    for axis in (1, 2):
+        for i in range(axis, min(3 * sections[axis], half), 3):
+            axes[i] = axis
+    return tuple(axes)
+
+
+def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None,
+                 mrope: dict[str, Any] | None = None) -> RotaryLayout:
     """The rotary layout of a HF-style ``config.json`` dict of a rotary family.
 
     Keys read: ``rope_theta`` / ``rotary_emb_base`` / ``rope_parameters["rope_theta"]`` (default
@@ -339,6 +370,11 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
         The family spec's pair layout (``"half"`` is HF's ``rotate_half``).
     aliases : dict, optional
         A family's own names for rope types (the spec's ``rope_type_aliases``).
+    mrope : dict, optional
+        The spec's ``mrope`` (``{"kind": "sections" | "interleaved", "default_section": [t, h, w]}``):
+        the frequencies go to the position axes by the rope parameters' ``mrope_section`` (the default
+        when absent, as transformers does), :func:`mrope_axes`; every offset vector of the context counts
+        (``grid = None``, docs/rotary.md section 7).
 
     Raises
     ------
@@ -410,9 +446,14 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
             raise ValueError(f"rope_freq_factors must hold {rot // 2} finite positive numbers")
         inv_freq = (base ** -(np.arange(0, rot, 2, dtype=np.float64) / rot)) / factors
         kind = "rope_freqs"
+    axes = None
+    if mrope is not None:
+        if short is not None:
+            raise ValueError("M-RoPE with rope type 'longrope' (two frequency sets) is not modelled")
+        axes = mrope_axes(params.get("mrope_section", mrope["default_section"]), rot // 2, mrope["kind"])
     return RotaryLayout(rot, pairing, base, int(p), None if kind == "default" else kind,
                         inv_freq=None if inv_freq is None else tuple(float(x) for x in inv_freq),
-                        attention_factor=float(attention), offset_invariant=short is None)
+                        attention_factor=float(attention), offset_invariant=short is None, axes=axes)
 
 
 def _is_count(value) -> bool:
@@ -437,7 +478,7 @@ def _positive_count(config: dict, key: str) -> int:
 
 
 def grid_frequencies(kind: str, base: float, d_head: int) -> tuple[np.ndarray, tuple[int, ...]]:
-    """``(thetas, axes)`` of a 2D rotary head of ``d_head`` features (docs/rotary.md section 8), each
+    """``(thetas, axes)`` of a 2D rotary head of ``d_head`` features (docs/rotary.md section 9), each
     ``(d_head/2,)``: pair ``i``'s angular frequency and the axis it turns with (0 row, 1 column).
 
     ``alternating`` (Pixtral): the text frequencies ``base^(-2j/d)``, ``j < d/2``, the even ``j`` on the rows
@@ -456,7 +497,7 @@ def grid_frequencies(kind: str, base: float, d_head: int) -> tuple[np.ndarray, t
 
 def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pairing: str,
                  num_layers: int) -> tuple[RotaryLayout, ...]:
-    """Each layer's 2D rotary layout of a vision tower (docs/rotary.md section 8), by the spec's ``grid`` rule.
+    """Each layer's 2D rotary layout of a vision tower (docs/rotary.md section 9), by the spec's ``grid`` rule.
 
     The grid is the largest the config allows: ``image_size // patch_size`` patches on each side when the rule
     names both keys (Pixtral: the processor's longest edge; Llama 4: every tile is exactly that), else
@@ -512,5 +553,5 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
         grids = [grid if l in full else (min(side, grid[0]), min(side, grid[1])) for l in range(num_layers)]
     origin = bool(rule.get("class_token", False))
     by_grid = {g: RotaryLayout(int(d_head), pairing, base, max(g), inv_freq=tuple(float(t) for t in thetas),
-                               axes=axes, grid=g, grid_origin=origin) for g in set(grids)}
+                               axes=axes, grid=g, shared_shift=False, grid_origin=origin) for g in set(grids)}
     return tuple(by_grid[g] for g in grids)

@@ -37,7 +37,7 @@ from typing import Any
 import regex
 
 from ..errors import SpecboundError
-from .model import PAIRINGS
+from .model import MROPE_KINDS, PAIRINGS
 from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
@@ -850,8 +850,8 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope", "grid")
-# "grid": 2D rotary over a vision tower's patch grid (docs/rotary.md section 8): how the pairs' frequencies and axes
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope", "mrope", "grid")
+# "grid": 2D rotary over a vision tower's patch grid (docs/rotary.md section 9): how the pairs' frequencies and axes
 # are laid out, which axis the first half turns with, the config keys of the largest grid (none: unbounded), the
 # rope types the model accepts, Llama 4's class token and Qwen2.5-VL's window attention
 _GRID = {"frequencies": str, "first_axis": str, "image_size": str, "patch_size": str, "rope_types": list,
@@ -893,6 +893,16 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
     nope = rotary.get("nope")
     if nope is not None:
         out["nope"] = _nope_rule(nope, origin)
+    mrope = rotary.get("mrope")
+    if mrope is not None:
+        section = mrope.get("default_section") if isinstance(mrope, dict) else None
+        if not isinstance(mrope, dict) or set(mrope) != {"kind", "default_section"} \
+                or mrope["kind"] not in MROPE_KINDS or not isinstance(section, list) or not section \
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in section):
+            raise _fail(origin, f"'rotary' mrope must be an object {{\"kind\": one of {list(MROPE_KINDS)}, "
+                                f"\"default_section\": [non-negative integers]}} (M-RoPE's axes of the frequencies, "
+                                f"the mrope_section used when the config gives none), found {mrope!r}")
+        out["mrope"] = {"kind": mrope["kind"], "default_section": list(section)}
     grid = rotary.get("grid")
     if grid is not None:
         out["grid"] = _grid_rule(grid, origin)
@@ -900,7 +910,7 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
 
 
 def _grid_rule(grid: Any, origin: str) -> dict[str, Any]:
-    """The rotary object's ``grid`` (docs/rotary.md section 8): ``{"frequencies": "alternating" | "split"[,
+    """The rotary object's ``grid`` (docs/rotary.md section 9): ``{"frequencies": "alternating" | "split"[,
     "first_axis": "row" | "column", "image_size": KEY, "patch_size": KEY, "rope_types": [types], "class_token":
     bool, "window": {"size", "merge", "patch", "full_layers": KEY}]}``."""
     window = grid.get("window") if isinstance(grid, dict) else None

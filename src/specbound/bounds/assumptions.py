@@ -199,7 +199,28 @@ def _ranges(layers: list[int]) -> str:
 
 
 def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
-    """``rope_scaling``: which scaling, and the attention factor folded into every QK quantity."""
+    """``mrope_positions`` (several position axes: which offsets count) and ``rope_scaling`` (which scaling,
+    and the attention factor folded into every QK quantity)."""
+    return _mrope_entries(layouts) + _scaling_entries(layouts)
+
+
+def _mrope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
+    multi = [r for r in layouts if r.axes is not None and r.shared_shift]  # a vision grid: _grid_entries
+    if not multi:
+        return []
+    r = multi[0]
+    within = ("every offset vector (no context length stated)" if r.max_positions == UNBOUNDED_POSITIONS else
+              f"the offset vectors of components at most {r.max_positions - 1} in absolute value")
+    grid = "P per axis" if r.grid is None else "(" + ", ".join(str(g) for g in r.grid) + ")"
+    return [_entry("mrope_positions", True,
+                   f"M-RoPE: each rotary pair turns by one component of a (time, height, width) position vector "
+                   f"(axes {list(r.axes)}); the QK maxima run over {within} that text tokens (p, p, p) and image "
+                   f"blocks up to the largest grid ({grid}: config.json sets no pixel limit and an image's tokens "
+                   f"must fit the context) produce, text-text offsets (d, d, d) included: a superset of a real "
+                   f"sequence's offsets (docs/rotary.md section 7)", "convention")]
+
+
+def _scaling_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
     scaled = [r for r in layouts if r.scaling is not None]
     if not scaled:
         return []
@@ -223,7 +244,7 @@ def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
 def _grid_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
     """``rotary_grid``: a vision tower's 2D rotary positions, the grid whose offsets every QK number covers (a
     model with several grids: Qwen2.5-VL's window layers, the bounded ones, and its full-attention layers)."""
-    grids = [r for r in layouts if r.axes is not None]
+    grids = [r for r in layouts if r.axes is not None and not r.shared_shift]
     if not grids:
         return []
     parts = []
@@ -245,7 +266,7 @@ def _grid_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
                    "2D rotary positions over the patch grid: each rotated pair turns with the patch's row or its "
                    "column, so the logit of two patches is x_t W_Q^T M(dy, dx) W_K x_s^T and every QK number holds at "
                    "every offset (dy, dx) of the largest grid the config allows; " + "; ".join(parts) +
-                   " (docs/rotary.md section 8)", "convention")]
+                   " (docs/rotary.md section 9)", "convention")]
 
 
 def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -15,10 +15,17 @@ so the effective QK matrix at the offset ``delta = t - s`` is ``W_Q^T M(delta) W
 rank ``<= d_h``).  In the column-vector convention ``M(delta) = G(s - t)`` with ``G`` the usual
 counter-clockwise rotation by ``(s - t) theta_i`` in every pair.
 
+A layout with several position axes (``RotaryLayout.axes``: M-RoPE's time, height and width, a vision
+tower's patch rows and columns) rotates pair ``i`` by ``delta[axes[i]] theta_i`` for a position vector, and
+everything above holds with integer offset vectors ``delta`` (``(K, n_axes)`` arrays wherever a 1D layout
+takes ``(K,)``): ``M`` is still block-diagonal orthogonal and ``M(t) M(s)^T = M(t - s)``.  The offsets the
+model can produce are ``RotaryLayout.offsets`` (docs/rotary.md section 7).
+
 :func:`rotary_qk_envelope` reports, for every query head, quantities that bound the corresponding
-quantity of ``W_Q^T M(delta) W_K`` at *every* offset ``|delta| <= P - 1`` (most of them at every
-orthogonal matrix in place of ``M(delta)``).  The rotation-blind quantities of ``W_Q^T W_K``
-(``delta = 0``) are computed elsewhere (``spectra.factored_spectra``) and not repeated here.
+quantity of ``W_Q^T M(delta) W_K`` at *every* offset (``|delta| <= P - 1``, or every vector of the
+layout's ``offsets``; most of them at every orthogonal matrix in place of ``M(delta)``).  The
+rotation-blind quantities of ``W_Q^T W_K`` (``delta = 0``) are computed elsewhere
+(``spectra.factored_spectra``) and not repeated here.
 
 Everything is float64.
 """
@@ -44,6 +51,28 @@ DEFAULT_MAX_CORE_SVDS = 4096
 _CHUNK_ENTRIES = 1 << 21
 
 
+def _offset_array(layout: RotaryLayout, deltas) -> np.ndarray:
+    """``deltas`` as float64, ``(K,)`` for one axis or ``(K, n_axes)`` (one vector ``(n_axes,)`` allowed)."""
+    deltas = np.asarray(deltas, dtype=np.float64)
+    if layout.axes is None:
+        deltas = np.atleast_1d(deltas)
+        if deltas.ndim != 1:
+            raise ValueError(f"deltas must be a scalar or a 1-d array, got shape {deltas.shape}")
+        return deltas
+    deltas = deltas[None] if deltas.ndim == 1 else deltas
+    if deltas.ndim != 2 or deltas.shape[1] != layout.n_axes:
+        raise ValueError(f"offsets of a rotary layout with {layout.n_axes} position axes must be vectors "
+                         f"of shape (K, {layout.n_axes}), got shape {deltas.shape}")
+    return deltas
+
+
+def _angles(layout: RotaryLayout, deltas: np.ndarray) -> np.ndarray:
+    """Each pair's angle at each offset, ``(K, rot/2)``: ``delta theta_i`` (one axis), ``delta[axes[i]] theta_i``."""
+    if layout.axes is None:
+        return deltas[:, None] * layout.thetas[None, :]
+    return deltas[:, np.asarray(layout.axes)] * layout.thetas[None, :]
+
+
 def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
     """``M(delta)`` for every ``delta`` in ``deltas``, shape ``(k, d_head, d_head)``.
 
@@ -51,19 +80,13 @@ def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
     gives ``q_rot[u] = q[u] cos - q[v] sin`` and ``q_rot[v] = q[v] cos + q[u] sin`` for each pair
     ``(u, v)`` and angle ``delta * theta_i`` (HF's ``q * cos + rotate_half(q) * sin``).  It is
     orthogonal, ``M(a) M(b) = M(a + b)`` and ``M(a)^T = M(-a)``; unrotated dimensions get 1 on the
-    diagonal.  ``deltas`` may be any reals (positions divided by a scaling factor, say); a 2D layout's
-    are ``(dy, dx)`` rows, shape ``(k, 2)`` (one offset: shape ``(2,)``), each pair turning with its axis.
+    diagonal.  ``deltas`` may be any reals (positions divided by a scaling factor, say); with several
+    position axes, vectors ``(k, n_axes)`` (pair ``i`` at angle ``delta[axes[i]] theta_i``).
     """
     layout.check_head_dim(d_head)
-    deltas = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
-    if layout.axes is not None:
-        deltas = deltas.reshape(1, 2) if deltas.shape == (2,) else deltas
-        if deltas.ndim != 2 or deltas.shape[1] != 2:
-            raise ValueError(f"a 2D layout's offsets must be (dy, dx) rows, shape (k, 2), got shape {deltas.shape}")
-    elif deltas.ndim != 1:
-        raise ValueError(f"deltas must be a scalar or a 1-d array, got shape {deltas.shape}")
+    deltas = _offset_array(layout, deltas)
     u, v = layout.pairs
-    ang = layout.angles(deltas)
+    ang = _angles(layout, deltas)
     c, s = np.cos(ang), np.sin(ang)
     out = np.zeros((len(deltas), d_head, d_head))
     idx = np.arange(layout.rotary_dim, d_head)
@@ -76,7 +99,7 @@ def rotations(layout: RotaryLayout, d_head: int, deltas) -> np.ndarray:
 
 
 def rotation(layout: RotaryLayout, d_head: int, delta: float) -> np.ndarray:
-    """``M(delta)``, shape ``(d_head, d_head)``; see :func:`rotations` (a 2D layout's ``delta`` is ``(dy, dx)``)."""
+    """``M(delta)``, shape ``(d_head, d_head)`` (``delta`` a vector with several axes); see :func:`rotations`."""
     return rotations(layout, d_head, [delta])[0]
 
 
@@ -101,7 +124,7 @@ def _rotated_r(r_a: np.ndarray, layout: RotaryLayout, deltas: np.ndarray, out: n
     large stacks are not freshly page-faulted for every chunk).
     """
     u, v = layout.pairs
-    ang = layout.angles(deltas)
+    ang = _angles(layout, deltas)
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     au, av = r_a[:, u][None], r_a[:, v][None]
     shape = (len(deltas),) + r_a.shape
@@ -146,8 +169,8 @@ def exact_qk_at_offsets(q_h: np.ndarray, k_g: np.ndarray, layout: RotaryLayout, 
     q_h, k_g : ndarray, shape (d_h, N)
         The query head's and its key head's factors.
     layout : RotaryLayout
-    deltas : array_like of float, shape (K,)
-        Offsets ``t - s`` (query position minus key position); a 2D layout's ``(dy, dx)``, shape ``(K, 2)``.
+    deltas : array_like of float, shape (K,), or (K, n_axes) for a layout with several position axes
+        Offsets ``t - s`` (query position minus key position).
 
     Returns
     -------
@@ -158,15 +181,12 @@ def exact_qk_at_offsets(q_h: np.ndarray, k_g: np.ndarray, layout: RotaryLayout, 
     if q_h.ndim != 2 or q_h.shape != k_g.shape:
         raise ValueError(f"q_h and k_g must both be (d_h, N), got {q_h.shape} and {k_g.shape}")
     layout.check_head_dim(q_h.shape[0])
-    deltas = np.atleast_1d(np.asarray(deltas, dtype=np.float64))
-    if layout.axes is not None:
-        deltas = deltas.reshape(-1, 2)
-    return _core_singular_values(_r_factor(q_h), _r_factor(k_g), layout, deltas)
+    return _core_singular_values(_r_factor(q_h), _r_factor(k_g), layout, _offset_array(layout, deltas))
 
 
 @dataclass(frozen=True)
 class RotaryHeadEnvelope:
-    """Bounds for one query head that hold at every offset ``|delta| <= P - 1``.
+    """Bounds for one query head that hold at every offset (``|delta| <= P - 1``; the layout's ``offsets``).
 
     ``X(delta) = W_Q^T M(delta) W_K`` is the head's ``N x N`` QK matrix at offset ``delta``.
     Every ``*_bound`` field and the envelope hold for *every* orthogonal ``d_h x d_h`` matrix in
@@ -186,7 +206,7 @@ class RotaryHeadEnvelope:
         ``"exact_over_offsets"`` or ``"product_bound"``: how ``spectral_sup`` and the other
         ``*_sup`` fields and ``sigma_bounds`` were obtained.
     argmax_offset : int, tuple of int or None
-        An offset attaining ``spectral_sup`` when exact (a 2D layout's ``(dy, dx)``).
+        An offset attaining ``spectral_sup`` when exact (a vector for a layout with several axes).
     spectral_bound : float
         ``||W_Q^h||_2 ||W_K^g||_2 = envelope[0]``.
     envelope : ndarray, shape (k,), k = min(N, d_h)
@@ -219,7 +239,7 @@ class RotaryHeadEnvelope:
     n: int
     spectral_sup: float
     spectral_method: str
-    argmax_offset: int | tuple[int, int] | None
+    argmax_offset: int | tuple[int, ...] | None
     spectral_bound: float
     envelope: np.ndarray
     rank_bound: int
@@ -294,7 +314,8 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     rank_tol : float
         The project's rank tolerance: ``tau = rank_tol * N * max(s_1, 1)`` for an ``N x N`` matrix.
     max_core_svds : int
-        Budget of ``d_h x d_h`` core SVDs.  When ``H`` times the offset count fits (and the layout is
+        Budget of ``d_h x d_h`` core SVDs.  When ``H * (2P - 1)`` (``H`` times the layout's
+        ``max_offset_count`` with several position axes) fits (and the layout is
         ``offset_invariant``: every rope type but LongRoPE), ``spectral_sup`` is the exact maximum
         over all offsets at the layout's frequencies; otherwise it is the
         product bound.  The default (4096) keeps the exact path near 3.5 s at ``d_h = 128`` (one
@@ -326,8 +347,9 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
     colsum_k = {g: float(np.sqrt(np.einsum("ij,ij->j", k[g], k[g])).sum()) for g in used_kv}
 
     # the offsets are allocated only when the exact path is affordable (P may be huge)
-    exact = layout.offset_invariant and heads * layout.offset_count <= max_core_svds
-    offsets = layout.offsets.astype(np.float64) if exact or exact_norm_2_1 else np.zeros(0)
+    exact = layout.offset_invariant and heads * layout.max_offset_count <= max_core_svds
+    offsets = layout.offsets.astype(np.float64) if exact or exact_norm_2_1 else np.zeros((0,) + (
+        () if layout.axes is None else (layout.n_axes,)))
     tau0 = rank_tol * max(n, 1)  # the tolerance's floor: max(s_1, 1) >= 1 at every offset
     out = []
     for h in range(heads):
@@ -344,7 +366,7 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
             sv = _core_singular_values(r_q[h], r_k[g], layout, offsets)  # (2P - 1, k)
             j = int(np.argmax(sv[:, 0]))
             spectral, method = float(sv[j, 0]), "exact_over_offsets"
-            argmax = int(offsets[j]) if offsets.ndim == 1 else (int(offsets[j, 0]), int(offsets[j, 1]))
+            argmax = int(offsets[j]) if layout.axes is None else tuple(int(x) for x in offsets[j])
             sigma, fro_sup, nuc_sup, stable_sup = _offset_maxima(sv)
         else:
             spectral, method, argmax = product, "product_bound", None
@@ -384,7 +406,7 @@ def doubled_layout(layout: RotaryLayout, d_head: int) -> tuple[RotaryLayout, np.
     theta)``: the permuted rows are ``[X_rot, Y_rot, X_rest, Y_rest]`` for interleaved pairs, and ``[X_lo,
     Y_lo, X_hi, Y_hi, X_rest, Y_rest]`` (``lo``, ``hi`` the two halves of the rotated dimensions) for half
     pairs, so that pair ``i`` of ``layout2`` joins the dimensions pair ``i mod rot/2`` of ``layout`` joins, in
-    ``X`` for ``i < rot/2`` and in ``Y`` after."""
+    ``X`` for ``i < rot/2`` and in ``Y`` after (with several position axes, the pairs' axes twice too)."""
     layout.check_head_dim(d_head)
     rot, half = layout.rotary_dim, layout.rotary_dim // 2
     x, y = np.arange(d_head), d_head + np.arange(d_head)
@@ -394,6 +416,6 @@ def doubled_layout(layout: RotaryLayout, d_head: int) -> tuple[RotaryLayout, np.
     else:
         order = np.concatenate([x[:rot], y[:rot], *rest])
     thetas = np.concatenate([layout.thetas, layout.thetas])
-    axes = None if layout.axes is None else layout.axes + layout.axes  # each pair keeps its axis
+    axes = None if layout.axes is None else tuple(layout.axes) * 2
     return replace(layout, rotary_dim=2 * rot, inv_freq=tuple(float(t) for t in thetas), attention_factor=1.0,
                    axes=axes), order

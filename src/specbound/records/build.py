@@ -158,6 +158,7 @@ def _with_stacks(measures: ModelMeasures, *tables: pd.DataFrame) -> tuple[pd.Dat
 
 
 def _one_axis(offset):
-    """The ``argmax_offset`` column's value: a 1D offset, or null for a 2D rotary head's ``(dy, dx)`` (the
-    column holds one integer; the pair is :class:`~specbound.compute.rotary.RotaryHeadEnvelope`'s)."""
+    """A rotary head's attaining offset for the ``argmax_offset`` column: an integer, or null for an offset vector
+    (several position axes: M-RoPE's, a vision tower's ``(dy, dx)``; docs/rotary.md sections 7 and 9), which one
+    integer cannot hold."""
     return None if isinstance(offset, tuple) else offset

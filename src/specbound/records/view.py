@@ -262,6 +262,12 @@ def _header(a) -> list[str]:
                   if isinstance(methods, dict) else f"QK spectral norm: {methods}")
         lines.append(f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
                      f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}")
+        mrope = rotary.get("mrope")
+        if isinstance(mrope, dict) and isinstance(mrope.get("axes"), list):  # docs/rotary.md section 7
+            counts = ", ".join(f"{mrope['axes'].count(x)} on {name}"
+                               for x, name in enumerate(("time", "height", "width")))
+            lines.append(f"         M-RoPE ({mrope.get('kind')}): rotary pairs {counts}; QK maxima over (t, h, w) "
+                         f"offset vectors (docs/rotary.md 7)")
     return lines
 
 
