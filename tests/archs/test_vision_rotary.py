@@ -291,3 +291,15 @@ def test_drawn_towers_hold_by_brute_force(family, tmp_path_factory):
         assert ("rotary_exact_over_offsets" in methods) == bounded, (family, config, methods)
 
     check_drawn(_drawn_config(family, st), check, examples=3)
+
+
+def test_the_summary_names_the_grid(tower):
+    from specbound.records.view import format_summary
+
+    family, _, analysis, _, _ = tower
+    line = next(l for l in format_summary(analysis).splitlines() if "2D rotary over the patch grid" in l)
+    expected = {"pixtral_vision": "of 4 x 4 patches (", "llama4_vision": "of 4 x 4 patches and a class token (",
+                "qwen2_5_vl_vision": "of 4 x 4 patches or an unbounded grid (the bounds for every rotation) (",
+                "qwen2_vl_vision": "of an unbounded grid (the bounds for every rotation) (",
+                "qwen3_vl_vision": "of an unbounded grid (the bounds for every rotation) ("}[family]
+    assert expected in line and "docs/rotary.md 9" in line
