@@ -517,8 +517,8 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
     params = params or {}
     kind = params.get("rope_type", "default" if "rope_types" not in rule else rule["rope_types"][0])
     if "rope_types" in rule and kind not in rule["rope_types"]:
-        raise ValueError(f"rope_type {kind!r}: this vision tower's rotary embedding is {' or '.join(rule['rope_types'])} "
-                         f"only (the model refuses any other)")
+        raise ValueError(f"rope_type {kind!r}: this vision tower's rotary embedding is "
+                         f"{' or '.join(rule['rope_types'])} only (the model refuses any other)")
     key, base = _first(params, "rope_theta")
     if key is None:
         key, base = _first(config, "rope_theta")
