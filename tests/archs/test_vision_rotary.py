@@ -222,6 +222,10 @@ def test_the_grid_is_recorded_and_named_among_the_assumptions(tower):
     assert grid == {"rows": side, "columns": side, "class_token": family == "llama4_vision"}
     (entry,) = [a for a in analysis.assumptions if a["name"] == "rotary_grid"]
     assert ("every rotation" in entry["effect"]) == (not bounded) and "section 9" in entry["effect"]
+    projector = [a["effect"] for a in analysis.assumptions if a["name"] == "projector_outside"]
+    named = {"pixtral_vision": None, "llama4_vision": "pixel-shuffle adapter", "qwen3_vl_vision": "deepstack mergers",
+             "qwen2_vl_vision": "patch merger", "qwen2_5_vl_vision": "patch merger"}[family]
+    assert (named in projector[0]) if named else not projector  # Pixtral's tower holds no projector
     if family == "qwen2_5_vl_vision":
         assert [layer["grid"]["rows"] for layer in analysis.model["rotary"]["by_layer"]] == [4, None]
         assert "windows of 4 x 4 patches" in entry["effect"]

@@ -323,6 +323,20 @@ _STRUCTURE_TEXTS = (
     ("layer_scale", "folded", "layer_scale_folded", "convention",
      "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices (W diag(lambda)): the bounds "
      "see the scaled matrices, and lambda is not counted as a parameter of its own"),
+    ("projector", "patch_merger", "projector_outside", "theorem",
+     "the patch merger (merger.*: a norm, then a two-matrix MLP over 2 x 2 neighbouring patches into the text "
+     "model's width) maps the tower's output to the text model's input, like a head: fixed, outside the tower's "
+     "complexity, which is its chain's from the patch rows to the last layer (docs/rotary.md section 9)"),
+    ("projector", "deepstack", "projector_outside", "theorem",
+     "the patch merger and the deepstack mergers (merger.*, deepstack_merger_list.*: a norm and a two-matrix MLP "
+     "each, the deepstack ones reading the hidden states after the deepstack_visual_indexes layers and adding them "
+     "to the text model's first layers) map the tower's outputs to the text model, like heads: fixed, outside the "
+     "tower's complexity, which is its chain's from the patch rows to the last layer; a tap reads an intermediate "
+     "output of that chain and adds no matrix to it (docs/rotary.md section 9)"),
+    ("projector", "pixel_shuffle", "projector_outside", "theorem",
+     "the pixel-shuffle adapter (vision_adapter.*: 2 x 2 neighbouring patches regrouped into channels, then a "
+     "two-matrix GELU MLP) maps the tower's output to the multimodal projector, like a head: fixed, outside the "
+     "tower's complexity, which is its chain's from the patch rows to the last layer (docs/rotary.md section 9)"),
     ("front_end", "convolutional", "front_end_as_embedding", "theorem",
      "the convolutional front-end (wav2vec2/HuBERT's feature extractor, projection and convolutional position "
      "embedding; Whisper's two convolutions) is the embedding, like a tokenizer: fixed, outside the complexity, the "
