@@ -85,3 +85,21 @@ def test_a_malformed_grid_rule_is_one_line(grid):
     with pytest.raises(SpecboundError) as err:
         parse_spec(raw, "spec.json")
     assert "\n" not in str(err.value) and "grid" in str(err.value)
+
+
+def test_a_draft_of_an_axial_tower_says_the_grid_is_missing_and_the_1d_reading_refuses_it(tmp_path):
+    """``specbound arch infer`` on a 2D rotary tower (rope_type axial) drafts 1D rotary pairs, says to verify a
+    missing grid rule, and analysing with that draft is one line naming the axial rope type, never 1D numbers."""
+    pytest.importorskip("transformers")
+    import specbound
+    from specbound.archs.infer import infer_spec
+    from specbound.io import open_checkpoint
+    from support.families import save_family
+
+    save_family("pixtral_vision", tmp_path / "m", layers=1)
+    draft = infer_spec(open_checkpoint(tmp_path / "m"))
+    assert any(g.topic == "rotary grid" and g.verify for g in draft.guesses)
+    (tmp_path / "spec.json").write_text(json.dumps(draft.spec))
+    with pytest.raises(SpecboundError) as err:
+        specbound.analyze(tmp_path / "m", threads=1, arch_spec=tmp_path / "spec.json")
+    assert "\n" not in str(err.value) and "'axial'" in str(err.value)
