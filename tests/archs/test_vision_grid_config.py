@@ -54,7 +54,7 @@ def test_window_attention_layers_get_the_windows_grid():
     ("pixtral_vision", {"image_size": [1024], "patch_size": 16, **AXIAL}, "image_size"),
     ("pixtral_vision", {"image_size": 1024, "patch_size": True, **AXIAL}, "patch_size"),
     ("pixtral_vision", {"image_size": 1024, "patch_size": 16, "head_dim": 32, **AXIAL}, "head_dim"),
-    ("llama4_vision", {"patch_size": 14}, "image_size"),
+    ("llama4_vision", {"image_size": None, "patch_size": 14}, "image_size"),
     ("qwen2_vl_vision", {"rope_parameters": {"rope_theta": -1.0, "rope_type": "axial"}}, "rope_theta"),
     ("qwen2_vl_vision", {"rope_parameters": [1]}, "rope_parameters"),
     ("qwen2_5_vl_vision", {"window_size": 20, "spatial_merge_size": 2, "patch_size": 14, **AXIAL}, "window_size"),
@@ -103,3 +103,19 @@ def test_a_draft_of_an_axial_tower_says_the_grid_is_missing_and_the_1d_reading_r
     with pytest.raises(SpecboundError) as err:
         specbound.analyze(tmp_path / "m", threads=1, arch_spec=tmp_path / "spec.json")
     assert "\n" not in str(err.value) and "'axial'" in str(err.value)
+
+
+def test_a_key_config_json_leaves_out_takes_the_config_classs_default():
+    """As transformers reads it: Pixtral 1024 / 16, Llama 4 448 / 14, Qwen2.5-VL's 112-pixel windows and full
+    attention in layers 7, 15, 23, 31 (checked against the config classes); a null is refused, not defaulted."""
+    transformers = pytest.importorskip("transformers")
+    pixtral, llama4, qwen = (transformers.PixtralVisionConfig(), transformers.Llama4VisionConfig(),
+                             transformers.Qwen2_5_VLVisionConfig())
+    assert layouts("pixtral_vision", AXIAL)[0].grid == (pixtral.image_size // pixtral.patch_size,) * 2
+    assert layouts("llama4_vision", {})[0].grid == (llama4.image_size // llama4.patch_size,) * 2
+    grids = [l.grid for l in layouts("qwen2_5_vl_vision", AXIAL, layers=32)]
+    side = qwen.window_size // qwen.spatial_merge_size // qwen.patch_size * qwen.spatial_merge_size
+    assert [l for l, g in enumerate(grids) if g == UNBOUNDED] == list(qwen.fullatt_block_indexes)
+    assert {g for g in grids if g != UNBOUNDED} == {(side, side)}
+    with pytest.raises(SpecboundError, match="window_size"):
+        layouts("qwen2_5_vl_vision", {"window_size": None, **AXIAL})

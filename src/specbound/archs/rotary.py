@@ -505,9 +505,12 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
     it), so that only the bounds valid for every rotation apply.  A layer of window attention (Qwen2.5-VL: every
     layer not in ``fullatt_block_indexes``) attends within windows of ``S = (window_size // spatial_merge_size
     // patch_size) spatial_merge_size`` patches a side, so its offsets are those of an ``S x S`` grid (within the
-    image's).  ``class_token``: Llama 4's class token, at angle 0 before patches numbered from 1."""
+    image's).  ``class_token``: Llama 4's class token, at angle 0 before patches numbered from 1.  A key config.json
+    leaves out takes the rule's ``defaults`` (the model's config class's: Qwen2.5-VL's full-attention layers 7, 15,
+    23, 31)."""
     if isinstance(d_head, bool) or not isinstance(d_head, (int, np.integer)) or d_head <= 0 or d_head % 2:
         raise ValueError(f"the head dimension must be a positive even integer, got {d_head!r}")
+    config = {**rule.get("defaults", {}), **config}  # a key left out: the config class's default (a null stays)
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim != d_head:  # the rotary tables would be built for another head size
         raise ValueError(f"config head_dim={head_dim!r} contradicts the head size {d_head} (hidden size / heads)")

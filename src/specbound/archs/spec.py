@@ -855,7 +855,7 @@ _ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope"
 # are laid out, which axis the first half turns with, the config keys of the largest grid (none: unbounded), the
 # rope types the model accepts, Llama 4's class token and Qwen2.5-VL's window attention
 _GRID = {"frequencies": str, "first_axis": str, "image_size": str, "patch_size": str, "rope_types": list,
-         "class_token": bool, "window": dict}
+         "class_token": bool, "window": dict, "defaults": dict}
 _GRID_WINDOW = ("size", "merge", "patch", "full_layers")
 # "nope": which layers have no rotary positions (NoPE): a per-layer flag list (SmolLM3, Llama 4:
 # ``no_rope_layers``, 0 = no rotation) or the layer types left unrotated (Cohere2, EXAONE 4: the global
@@ -912,7 +912,8 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
 def _grid_rule(grid: Any, origin: str) -> dict[str, Any]:
     """The rotary object's ``grid`` (docs/rotary.md section 9): ``{"frequencies": "alternating" | "split"[,
     "first_axis": "row" | "column", "image_size": KEY, "patch_size": KEY, "rope_types": [types], "class_token":
-    bool, "window": {"size", "merge", "patch", "full_layers": KEY}]}``."""
+    bool, "window": {"size", "merge", "patch", "full_layers": KEY}, "defaults": {KEY: value}]}`` (``defaults``: the
+    values the model's config class gives a key config.json leaves out)."""
     window = grid.get("window") if isinstance(grid, dict) else None
     ok = isinstance(grid, dict) and "frequencies" in grid and set(grid) <= set(_GRID) and all(
         isinstance(v, _GRID[k]) for k, v in grid.items()) and grid["frequencies"] in ("alternating", "split") \
@@ -923,7 +924,7 @@ def _grid_rule(grid: Any, origin: str) -> dict[str, Any]:
         raise _fail(origin, f"'rotary' grid must be {{\"frequencies\": \"alternating\" or \"split\"[, \"first_axis\": "
                             f"\"row\" or \"column\", \"image_size\" and \"patch_size\": config keys, \"rope_types\": "
                             f"[types], \"class_token\": true or false, \"window\": {{{', '.join(_GRID_WINDOW)}: config "
-                            f"keys}}]}}, found {grid!r}")
+                            f"keys}}, \"defaults\": {{config key: value}}]}}, found {grid!r}")
     return dict(grid)
 
 
