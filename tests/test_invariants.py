@@ -31,6 +31,7 @@ REL = 1e-9  # rounding of the reported norms (float64 spectra of float32 weights
 # the exact maximum over offsets); the longer contexts, whose tiny models get bounds valid for every rotation
 # matrix (rotary_product_bound), on |delta| < 256
 MAX_POSITIONS = 256
+MAX_GRID = 12  # a 2D layout's grid (rows and columns) brute-forced: every offset of the tiny models' 4 x 4 grids
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -82,7 +83,10 @@ def _measured(matrices, rank_tol):
 
 def _offset_matrices(factors, layout, attention_factor):
     """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``;
-    with several position axes (M-RoPE) at every offset vector of the layout (docs/rotary.md section 7)."""
+    with several position axes at every offset vector of the layout (docs/rotary.md section 7), or of a vision tower's
+    grid (section 9) cut to its first ``MAX_GRID`` positions a side when longer (an unbounded grid)."""
+    from dataclasses import replace
+
     from specbound.compute.rotary import rotations
 
     q, k = factors  # (N, d) each: W_Q^h.T, W_K^g.T
@@ -90,6 +94,9 @@ def _offset_matrices(factors, layout, attention_factor):
     if layout.axes is None:
         deltas = np.arange(-(p - 1), p)
     else:  # the tiny M-RoPE towers have small contexts: every offset vector is brute-forced
+        if not layout.shared_shift:
+            layout = replace(layout, grid=tuple(min(g, MAX_GRID) for g in layout.grid),
+                             max_positions=min(layout.max_positions, MAX_GRID))
         assert layout.max_offset_count <= 10**4, layout
         deltas = layout.offsets
     m = rotations(layout, q.shape[1], deltas)

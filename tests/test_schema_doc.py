@@ -53,7 +53,7 @@ def documents(tiny_bert_dir, tmp_path_factory):
     from support.families import save_family
 
     root = tmp_path_factory.mktemp("families")
-    for name in ("llama", "gemma3_text", "bloom", "qwen3_moe", "deepseek_v3", "qwen2_vl_text"):
+    for name in ("llama", "gemma3_text", "bloom", "qwen3_moe", "deepseek_v3", "qwen2_vl_text", "qwen2_5_vl_vision"):
         save_family(name, root / name)
 
     def document(folder, **options):
@@ -100,6 +100,7 @@ def documents(tiny_bert_dir, tmp_path_factory):
             ("alibi",): document(root / "bloom"),
             ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe"),
             ("latent", "moe"): document(root / "deepseek_v3"),
+            ("rotary", "grid", "by_layer"): document(root / "qwen2_5_vl_vision"),
             ("rotary", "mrope"): document(root / "qwen2_vl_text"), **adapted}
 
 

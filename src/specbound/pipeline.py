@@ -580,9 +580,11 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         "attention_factor": model.rotary.attention_factor,
         "qk_spectral_norm": qk_spectral_norm_counts(layers),
     }
-    if model.rotary is not None and model.rotary.axes is not None:  # M-RoPE (docs/rotary.md section 7)
+    if model.rotary is not None and "mrope" in model.spec.rotary_options:  # M-RoPE (docs/rotary.md section 7)
         rotary["mrope"] = {"kind": model.spec.rotary_options["mrope"]["kind"], "axes": list(model.rotary.axes),
                            "grid": None if model.rotary.grid is None else list(model.rotary.grid)}
+    elif model.rotary is not None and model.rotary.axes is not None:  # a vision tower's 2D grid (docs/rotary.md 9)
+        rotary["grid"] = _grid_record(model.rotary)
     qk_norm = _qk_norm_summary(model, layers)
     if qk_norm is not None:
         model_extra["qk_norm"] = qk_norm
@@ -590,7 +592,9 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         model_extra["latent_attention"] = _latent_summary(dims, layers)
     if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
         rotary["by_layer"] = [None if r is None else  # a NoPE layer: no rotation
-                              {"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor}
+                              {"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor,
+                               **({} if r.axes is None or "mrope" in model.spec.rotary_options else
+                                  {"grid": _grid_record(r)})}
                               for r in model.rotary_by_layer]
     model_extra["rotary"] = rotary
     if dims.position_terms:
@@ -614,6 +618,13 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   structure=model_structure(model.spec.structure, model.ckpt.config,
                                                                             _config_where(model.ckpt)),
                                                   tower=model.tower, nope_layers=model.nope_layers()))
+
+
+def _grid_record(layout) -> dict[str, Any]:
+    """A 2D rotary layout's grid in the JSON: its rows and columns (null on an axis the config does not bound)
+    and whether a class token sits before it (Llama 4)."""
+    rows, cols = (None if g == UNBOUNDED_POSITIONS else g for g in layout.grid)
+    return {"rows": rows, "columns": cols, "class_token": layout.grid_origin}
 
 
 def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:

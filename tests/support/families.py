@@ -693,6 +693,65 @@ SAME_PATH_AT_DEPTH.update({"glm4_moe": "qwen3_moe", "ernie4_5_moe": "qwen2_moe",
 SAME_PATH_AT_DEPTH.update({"qwen2_vl_text": "llama", "qwen2_5_vl_text": "llama", "qwen3_vl_text": "qwen3"})
 
 
+# --- vision towers with 2D rotary positions over their patch grids (docs/rotary.md section 9): each tower built alone,
+# as transformers saves it, and its own modules called for the reference.  Grids: Pixtral 4 x 4 patches (64 / 16),
+# Llama 4 4 x 4 and its class token (56 / 14), Qwen2.5-VL's windows 4 x 4 patches (56 // 2 // 14 merged units of
+# 2 x 2) in layer 0 and full attention in layer 1, Qwen2-VL and Qwen3-VL no grid (bounds for every rotation).
+def _vision_qkv(blocks, mlp):
+    """A Qwen vision tower's layer: the fused ``qkv`` split as its module reshapes it (``[q | k | v]``), ``proj``,
+    and the feed-forward matrices ``mlp(block)`` names by role."""
+    def get(l):
+        b = blocks[l]
+        q, k, v = _split_concat(_proj(b.attn.qkv, N))
+        return {"q": q, "k": k, "v": v, "o": _proj(b.attn.proj, N),
+                **{role: _proj(module, module.in_features) for role, module in mlp(b.mlp).items()}}
+    return get
+
+
+def _vision_classes():
+    from transformers.models.llama4.modeling_llama4 import Llama4VisionModel
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    return {"qwen2_vl": Qwen2VisionTransformerPretrainedModel, "qwen2_5_vl": Qwen2_5_VisionTransformerPretrainedModel,
+            "qwen3_vl": Qwen3VLVisionModel, "llama4": Llama4VisionModel}
+
+
+FAMILIES["pixtral_vision"] = (lambda layers: _t().PixtralVisionModel(_t().PixtralVisionConfig(
+    hidden_size=N, intermediate_size=D_FF, num_hidden_layers=layers, num_attention_heads=H, image_size=64,
+    patch_size=16)),
+    lambda m: (lambda l, b=m.transformer.layers: {
+        "q": _proj(b[l].attention.q_proj, N), "k": _proj(b[l].attention.k_proj, N),
+        "v": _proj(b[l].attention.v_proj, N), "o": _proj(b[l].attention.o_proj, N),
+        "FF_gate": _proj(b[l].feed_forward.gate_proj, N), "FF_up": _proj(b[l].feed_forward.up_proj, N),
+        "FF_out": _proj(b[l].feed_forward.down_proj, D_FF)}))
+FAMILIES["qwen2_vl_vision"] = (lambda layers: _vision_classes()["qwen2_vl"](_t().Qwen2VLVisionConfig(
+    depth=layers, embed_dim=N, hidden_size=24, num_heads=H, mlp_ratio=2)),
+    lambda m: _vision_qkv(m.blocks, lambda f: {"FF_in": f.fc1, "FF_out": f.fc2}))
+FAMILIES["qwen2_5_vl_vision"] = (lambda layers: _vision_classes()["qwen2_5_vl"](_t().Qwen2_5_VLVisionConfig(
+    depth=layers, hidden_size=N, out_hidden_size=24, num_heads=H, intermediate_size=D_FF, window_size=56,
+    patch_size=14, spatial_merge_size=2, fullatt_block_indexes=[1])),
+    lambda m: _vision_qkv(m.blocks, lambda f: {"FF_gate": f.gate_proj, "FF_up": f.up_proj, "FF_out": f.down_proj}))
+FAMILIES["qwen3_vl_vision"] = (lambda layers: _vision_classes()["qwen3_vl"](_t().Qwen3VLVisionConfig(
+    depth=layers, hidden_size=N, out_hidden_size=24, num_heads=H, intermediate_size=D_FF,
+    deepstack_visual_indexes=[0], num_position_embeddings=16)),
+    lambda m: _vision_qkv(m.blocks, lambda f: {"FF_in": f.linear_fc1, "FF_out": f.linear_fc2}))
+# Llama 4's adapter reads the pixel-shuffled patches (4 N channels) with a matrix of intermediate_size inputs: 4 N
+FAMILIES["llama4_vision"] = (lambda layers: _vision_classes()["llama4"](_t().Llama4VisionConfig(
+    hidden_size=N, intermediate_size=4 * N, num_hidden_layers=layers, num_attention_heads=H, image_size=56,
+    patch_size=14, vision_output_dim=24, projector_input_dim=16, projector_output_dim=16)),
+    lambda m: (lambda l, b=m.model.layers: {
+        "q": _proj(b[l].self_attn.q_proj, N), "k": _proj(b[l].self_attn.k_proj, N),
+        "v": _proj(b[l].self_attn.v_proj, N), "o": _proj(b[l].self_attn.o_proj, N),
+        "FF_in": _proj(b[l].mlp.fc1, N), "FF_out": _proj(b[l].mlp.fc2, 4 * N)}))
+VISION_2D = ("pixtral_vision", "qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision", "llama4_vision")
+ROTARY += VISION_2D
+# at depth, each takes a path the others cover: a 2D head's rows are the 1D code's with angles per axis
+SAME_PATH_AT_DEPTH.update({"pixtral_vision": "llama", "qwen2_vl_vision": "phi3", "qwen2_5_vl_vision": "phi3",
+                           "qwen3_vl_vision": "phi3", "llama4_vision": "gptj"})
+
+
 def build_family(name: str, *, layers: int = L, seed: int = 0):
     """The family's tiny model, every weight drawn from N(0, 0.2^2) after ``torch.manual_seed(seed)``
     (some families initialise biases and norms to 0 or 1, which would leave terms untested).

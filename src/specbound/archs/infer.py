@@ -623,6 +623,12 @@ def _positions(config: dict, draft: Draft) -> dict[str, Any]:
                "; interleaved pairs (GPT-J, llama.cpp) look the same in the weights: set \"pairing\": "
                "\"interleaved\" for those"), verify=True)
     out["rotary"] = {"pairing": "interleaved" if interleaved else "half", **({"off_when": "alibi"} if alibi else {})}
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and params.get("rope_type") == "axial":  # a vision tower's 2D rotary
+        draft.note("rotary grid", "missing: rope_type 'axial' rotates each pair with a patch's row or column",
+                   "add a \"grid\" rule to \"rotary\" (its frequencies, axes and largest grid, docs/rotary.md 9) or "
+                   "start from a shipped vision family (pixtral_vision, qwen2_vl_vision, ...); without it the 1D "
+                   "reading refuses the axial rope type", verify=True)
     return out
 
 

@@ -223,6 +223,10 @@ class RotaryLayout:
         With ``axes``: whether blocks also sit at a common shift ``d (1, ..., 1)`` of every axis (M-RoPE:
         a text token's position is ``(p, p, p)``, an image's grid starts at one), so the offsets are
         :attr:`offsets`' ``d 1 + e``; False: a single block (a vision tower's patch grid), offsets ``e``.
+    grid_origin : bool
+        With ``axes`` and no shared shift: one more token at angle 0, one position before the grid's first on
+        every axis (Llama 4's class token, whose patches sit at positions ``1 .. g``): its offsets to the
+        patches, ``+-p`` for ``1 <= p_a <= g_a``, join the grid's (docs/rotary.md section 9).
     """
 
     rotary_dim: int
@@ -236,6 +240,7 @@ class RotaryLayout:
     axes: tuple[int, ...] | None = None
     grid: tuple[int, ...] | None = None
     shared_shift: bool = True
+    grid_origin: bool = False
 
     def __post_init__(self):
         rot, p = self.rotary_dim, self.max_positions
@@ -257,9 +262,11 @@ class RotaryLayout:
                 or not math.isfinite(a) or a <= 0:
             raise ValueError(f"attention_factor must be a finite positive number, got {a!r}")
         if self.axes is None:
-            if self.grid is not None:
+            if self.grid is not None or self.grid_origin:
                 raise ValueError("a rotary grid needs the pairs' axes (axes), got axes=None")
             return
+        if self.grid_origin and (self.shared_shift or self.grid is None):
+            raise ValueError("a class token before the grid (grid_origin) needs a grid without a shared shift")
         if len(self.axes) != rot // 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
                                                  and x >= 0 for x in self.axes):
             raise ValueError(f"axes must give a non-negative axis for each of the {rot // 2} rotary pairs, "
@@ -305,11 +312,14 @@ class RotaryLayout:
     def max_offset_count(self) -> int:
         """An upper bound on ``len(offsets)`` without building them (the exact-path budget): ``2P - 1`` for one
         axis (exact); with ``axes``, ``prod(2 g - 1)`` (``g`` the :attr:`extents`) without a shared shift, else
-        ``min((2P - 1)^A, (2P - 1) prod(2 g - 1))``, exact when the grid spans the context."""
+        ``min((2P - 1)^A, (2P - 1) prod(2 g - 1))``, exact when the grid spans the context; a class token adds
+        ``2 (prod g - prod(g - 1))``."""
         p = int(self.max_positions)
         if self.axes is None:
             return 2 * p - 1
         box = math.prod(2 * int(g) - 1 for g in self.extents)
+        if self.grid_origin:  # the class token's offsets +-p with some p_a = g_a (the others lie in the box)
+            box += 2 * (math.prod(int(g) for g in self.extents) - math.prod(int(g) - 1 for g in self.extents))
         return min((2 * p - 1) ** self.n_axes, (2 * p - 1) * box) if self.shared_shift else box
 
     @property
@@ -325,7 +335,11 @@ class RotaryLayout:
             return np.arange(-(p - 1), p)
         g = self.extents
         if not self.shared_shift:
-            return _integer_box(g - 1)
+            if not self.grid_origin:
+                return _integer_box(g - 1)
+            corner = _integer_box(g - 1) + g  # every p with 1 <= p_a <= 2 g_a - 1: keep p_a <= g_a, some equal
+            corner = corner[np.all(corner >= 1, axis=1) & np.all(corner <= g, axis=1) & np.any(corner == g, axis=1)]
+            return np.unique(np.concatenate([_integer_box(g - 1), corner, -corner]), axis=0)
         if (2 * p - 1) ** (self.n_axes - 1) <= math.prod(2 * int(x) - 1 for x in g):
             # the cube is the smaller enumeration: delta = d 1 + e for some integer d iff the intervals
             # [delta_a - g_a + 1, delta_a + g_a - 1] meet

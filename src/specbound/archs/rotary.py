@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError
+from ..options import MAX_COUNT
 from .model import MROPE_KINDS, PAIRINGS, UNBOUNDED_POSITIONS, RotaryLayout
 from .spec import ArchSpec
 
@@ -60,6 +61,12 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
     pairing = spec.rotary_for(config)
     if pairing is None:
         return None
+    if "grid" in spec.rotary_options:  # 2D rotary over a vision tower's patch grid
+        try:
+            return grid_layouts(spec.rotary_options["grid"], config, d_head, pairing, num_layers)
+        except ValueError as exc:
+            raise SpecboundError(f"config.json of {where}: {exc}; fix the vision settings (image_size, patch_size, "
+                                 f"rope_parameters, window_size, spatial_merge_size, fullatt_block_indexes)") from None
     try:
         configs = _per_layer_configs(config, num_layers, spec.rotary_options.get("legacy_layer_types"))
         aliases = spec.rotary_options.get("rope_type_aliases", {})
@@ -447,3 +454,107 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
     return RotaryLayout(rot, pairing, base, int(p), None if kind == "default" else kind,
                         inv_freq=None if inv_freq is None else tuple(float(x) for x in inv_freq),
                         attention_factor=float(attention), offset_invariant=short is None, axes=axes)
+
+
+def _is_count(value) -> bool:
+    """A positive integer of at most ``MAX_COUNT`` (2^53), the vocabulary's count (specbound.options)."""
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and 0 < value <= MAX_COUNT
+
+
+def _grid_count(value, key: str) -> tuple[int, int]:
+    """A config size given as one positive integer or as ``[rows, columns]``, as ``(rows, columns)``."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value, value]
+    if len(values) != 2 or not all(_is_count(v) for v in values):
+        raise ValueError(f"{key} must be a positive integer of at most 2^53 or two of them (rows, columns), "
+                         f"got {value!r}")
+    return int(values[0]), int(values[1])
+
+
+def _positive_count(config: dict, key: str) -> int:
+    value = config.get(key)
+    if not _is_count(value):
+        raise ValueError(f"{key} must be a positive integer of at most 2^53, got {value!r}")
+    return int(value)
+
+
+def grid_frequencies(kind: str, base: float, d_head: int) -> tuple[np.ndarray, tuple[int, ...]]:
+    """``(thetas, axes)`` of a 2D rotary head of ``d_head`` features (docs/rotary.md section 9), each
+    ``(d_head/2,)``: pair ``i``'s angular frequency and the axis it turns with (0 row, 1 column).
+
+    ``alternating`` (Pixtral): the text frequencies ``base^(-2j/d)``, ``j < d/2``, the even ``j`` on the rows
+    then the odd ``j`` on the columns.  ``split`` (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llama 4): ``base^(-4j/d)``,
+    ``j < d/4``, on the rows then again on the columns (the caller swaps the axes for Llama 4)."""
+    if kind == "alternating":
+        text = base ** -(np.arange(0, d_head, 2, dtype=np.float64) / d_head)
+        rows, cols = text[0::2], text[1::2]
+    else:
+        if d_head % 4:
+            raise ValueError(f"the head dimension {d_head} must be a multiple of 4: the rows and the columns each "
+                             f"rotate d_head/4 pairs (the model's own tables do not fit otherwise)")
+        rows = cols = base ** -(np.arange(0, d_head // 2, 2, dtype=np.float64) / (d_head // 2))
+    return np.concatenate([rows, cols]), (0,) * len(rows) + (1,) * len(cols)
+
+
+def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pairing: str,
+                 num_layers: int) -> tuple[RotaryLayout, ...]:
+    """Each layer's 2D rotary layout of a vision tower (docs/rotary.md section 9), by the spec's ``grid`` rule.
+
+    The grid is the largest the config allows: ``image_size // patch_size`` patches on each side when the rule
+    names both keys (Pixtral: the processor's longest edge; Llama 4: every tile is exactly that), else
+    unbounded (Qwen: the model takes any grid, only the processor's ``max_pixels``, not in config.json, limits
+    it), so that only the bounds valid for every rotation apply.  A layer of window attention (Qwen2.5-VL: every
+    layer not in ``fullatt_block_indexes``) attends within windows of ``S = (window_size // spatial_merge_size
+    // patch_size) spatial_merge_size`` patches a side, so its offsets are those of an ``S x S`` grid (within the
+    image's).  ``class_token``: Llama 4's class token, at angle 0 before patches numbered from 1.  A key config.json
+    leaves out takes the rule's ``defaults`` (the model's config class's: Qwen2.5-VL's full-attention layers 7, 15,
+    23, 31)."""
+    if isinstance(d_head, bool) or not isinstance(d_head, (int, np.integer)) or d_head <= 0 or d_head % 2:
+        raise ValueError(f"the head dimension must be a positive even integer, got {d_head!r}")
+    config = {**rule.get("defaults", {}), **config}  # a key left out: the config class's default (a null stays)
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim != d_head:  # the rotary tables would be built for another head size
+        raise ValueError(f"config head_dim={head_dim!r} contradicts the head size {d_head} (hidden size / heads)")
+    params = config.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"rope_parameters must be a dict, got {params!r}")
+    params = params or {}
+    kind = params.get("rope_type", "default" if "rope_types" not in rule else rule["rope_types"][0])
+    if "rope_types" in rule and kind not in rule["rope_types"]:
+        raise ValueError(f"rope_type {kind!r}: this vision tower's rotary embedding is "
+                         f"{' or '.join(rule['rope_types'])} only (the model refuses any other)")
+    key, base = _first(params, "rope_theta")
+    if key is None:
+        key, base = _first(config, "rope_theta")
+    base = DEFAULT_BASE if key is None else _number(base, key)
+    if not math.isfinite(base) or base <= 0:
+        raise ValueError(f"{key} must be a finite positive number, got {base!r}")
+    thetas, axes = grid_frequencies(rule["frequencies"], base, int(d_head))
+    if rule.get("first_axis", "row") == "column":
+        axes = tuple(1 - a for a in axes)
+    if "image_size" in rule:
+        image = _grid_count(config.get(rule["image_size"]), rule["image_size"])
+        patch = _grid_count(config.get(rule["patch_size"]), rule["patch_size"])
+        grid = (image[0] // patch[0], image[1] // patch[1])
+        if min(grid) < 1:
+            raise ValueError(f"{rule['image_size']}={config.get(rule['image_size'])!r} is smaller than "
+                             f"{rule['patch_size']}={config.get(rule['patch_size'])!r}: no patch fits")
+    else:
+        grid = (UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS)
+    grids = [grid] * num_layers
+    window = rule.get("window")
+    if window is not None:
+        merge = _positive_count(config, window["merge"])
+        merged = _positive_count(config, window["size"]) // merge // _positive_count(config, window["patch"])
+        if merged < 1:
+            raise ValueError(f"{window['size']}={config.get(window['size'])!r} holds no {window['merge']} x "
+                             f"{window['patch']} block of pixels: the model's windows would be empty (it divides by "
+                             f"their size)")
+        full = config.get(window["full_layers"], [])
+        if not isinstance(full, list) or any(isinstance(l, bool) or not isinstance(l, int) for l in full):
+            raise ValueError(f"{window['full_layers']} must list layer indices, got {full!r}")
+        side = merged * merge
+        grids = [grid if l in full else (min(side, grid[0]), min(side, grid[1])) for l in range(num_layers)]
+    origin = bool(rule.get("class_token", False))
+    by_grid = {g: RotaryLayout(int(d_head), pairing, base, max(g), inv_freq=tuple(float(t) for t in thetas),
+                               axes=axes, grid=g, shared_shift=False, grid_origin=origin) for g in set(grids)}
+    return tuple(by_grid[g] for g in grids)

@@ -847,7 +847,13 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope", "mrope")
+_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope", "mrope", "grid")
+# "grid": 2D rotary over a vision tower's patch grid (docs/rotary.md section 9): how the pairs' frequencies and axes
+# are laid out, which axis the first half turns with, the config keys of the largest grid (none: unbounded), the
+# rope types the model accepts, Llama 4's class token and Qwen2.5-VL's window attention
+_GRID = {"frequencies": str, "first_axis": str, "image_size": str, "patch_size": str, "rope_types": list,
+         "class_token": bool, "window": dict, "defaults": dict}
+_GRID_WINDOW = ("size", "merge", "patch", "full_layers")
 # "nope": which layers have no rotary positions (NoPE): a per-layer flag list (SmolLM3, Llama 4:
 # ``no_rope_layers``, 0 = no rotation) or the layer types left unrotated (Cohere2, EXAONE 4: the global
 # layers), the latter with the config key of the window and what a model without one does
@@ -894,7 +900,29 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
                                 f"\"default_section\": [non-negative integers]}} (M-RoPE's axes of the frequencies, "
                                 f"the mrope_section used when the config gives none), found {mrope!r}")
         out["mrope"] = {"kind": mrope["kind"], "default_section": list(section)}
+    grid = rotary.get("grid")
+    if grid is not None:
+        out["grid"] = _grid_rule(grid, origin)
     return out
+
+
+def _grid_rule(grid: Any, origin: str) -> dict[str, Any]:
+    """The rotary object's ``grid`` (docs/rotary.md section 9): ``{"frequencies": "alternating" | "split"[,
+    "first_axis": "row" | "column", "image_size": KEY, "patch_size": KEY, "rope_types": [types], "class_token":
+    bool, "window": {"size", "merge", "patch", "full_layers": KEY}, "defaults": {KEY: value}]}`` (``defaults``: the
+    values the model's config class gives a key config.json leaves out)."""
+    window = grid.get("window") if isinstance(grid, dict) else None
+    ok = isinstance(grid, dict) and "frequencies" in grid and set(grid) <= set(_GRID) and all(
+        isinstance(v, _GRID[k]) for k, v in grid.items()) and grid["frequencies"] in ("alternating", "split") \
+        and grid.get("first_axis", "row") in ("row", "column") and ("image_size" in grid) == ("patch_size" in grid) \
+        and all(isinstance(t, str) for t in grid.get("rope_types", ["default"])) and bool(grid.get("rope_types", [1])) \
+        and (window is None or (set(window) == set(_GRID_WINDOW) and all(isinstance(v, str) for v in window.values())))
+    if not ok:
+        raise _fail(origin, f"'rotary' grid must be {{\"frequencies\": \"alternating\" or \"split\"[, \"first_axis\": "
+                            f"\"row\" or \"column\", \"image_size\" and \"patch_size\": config keys, \"rope_types\": "
+                            f"[types], \"class_token\": true or false, \"window\": {{{', '.join(_GRID_WINDOW)}: config "
+                            f"keys}}, \"defaults\": {{config key: value}}]}}, found {grid!r}")
+    return dict(grid)
 
 
 def _nope_rule(nope: Any, origin: str) -> dict[str, Any]:

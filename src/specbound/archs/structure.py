@@ -32,7 +32,10 @@ FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_
          "attention_sinks": ("learned",),  # gpt-oss: a learned logit per head in the softmax's denominator
          # Llama 4: the NoPE layers' queries times 1 + attn_scale log(1 + floor((t + 1) / floor_scale))
          "temperature_tuning": ("llama4",),
-         "key_selection": ("indexer",)}  # DeepSeek-V3.2: a top-k indexer picks each query's keys
+         "key_selection": ("indexer",),  # DeepSeek-V3.2: a top-k indexer picks each query's keys
+         # a vision tower's projector after its chain (docs/rotary.md section 9): Qwen's patch merger, Qwen3-VL's
+         # merger and deepstack taps, Llama 4's pixel-shuffle adapter
+         "projector": ("patch_merger", "deepstack", "pixel_shuffle")}
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Structure:
         ``"learned"``: each head has a learned logit in its softmax's denominator (gpt-oss; docs/theory.md 3n).
     attention_chunk : float or None
         Llama 4: the rotating layers attend within chunks of this many tokens (a mask).
+    projector : str or None
+        A vision tower's projector after the chain, outside the bound (``patch_merger``, ``deepstack``,
+        ``pixel_shuffle``).
     temperature : float or None
         Llama 4 with ``attn_temperature_tuning``: the largest factor ``tau(t)`` its NoPE layers' queries are
         multiplied by at a position up to ``max_position_embeddings`` (:func:`temperature_max`).
@@ -97,6 +103,7 @@ class Structure:
     layer_scale: str | None = None
     front_end: str | None = None
     key_selection: str | None = None  # "indexer": DeepSeek-V3.2's top-k indexer picks the keys (theory 3l)
+    projector: str | None = None  # a vision tower's projector, outside the bound (docs/rotary.md section 9)
     residual_multiplier: float | None = None
     attention_multiplier: float | None = None
     embedding_multiplier: float | None = None
@@ -161,6 +168,7 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any], whe
         layer_scale=declared.get("layer_scale"),
         front_end=declared.get("front_end"),
         key_selection=declared.get("key_selection"),
+        projector=declared.get("projector"),
         attention_sinks=declared.get("attention_sinks"),
         temperature=temperature_max(config) if declared.get("temperature_tuning") else None,
         **{key: _read(config, declared.get(key), COUNT if key == "attention_chunk" else SCALE, where)

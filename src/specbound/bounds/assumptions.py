@@ -133,6 +133,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                           f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
                           f"other layers (docs/theory.md 3e)", "convention"))
     out += _rope_entries(rope or [])
+    out += _grid_entries(rope or [])
     out += _qk_norm_entries(qk_norm)
     if dims.latent is not None:
         lat = dims.latent
@@ -204,7 +205,7 @@ def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
 
 
 def _mrope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
-    multi = [r for r in layouts if r.axes is not None]
+    multi = [r for r in layouts if r.axes is not None and r.shared_shift]  # a vision grid: _grid_entries
     if not multi:
         return []
     r = multi[0]
@@ -238,6 +239,34 @@ def _scaling_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
     return [_entry("rope_scaling", True,
                    "rope scaling " + "; ".join(parts) + ": frequencies and attention factor as transformers' "
                    "modeling_rope_utils computes them (docs/rotary.md section 5)", "convention")]
+
+
+def _grid_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
+    """``rotary_grid``: a vision tower's 2D rotary positions, the grid whose offsets every QK number covers (a
+    model with several grids: Qwen2.5-VL's window layers, the bounded ones, and its full-attention layers)."""
+    grids = [r for r in layouts if r.axes is not None and not r.shared_shift]
+    if not grids:
+        return []
+    parts = []
+    for r in grids:
+        rows, cols = r.grid
+        if rows == UNBOUNDED_POSITIONS:
+            parts.append("the config bounds no grid (the model takes any; only the processor's max_pixels, outside "
+                         "config.json, limits an image), so these heads get the bounds valid for every rotation")
+        elif len(grids) > 1:
+            parts.append(f"a layer of window attention attends within windows of {rows} x {cols} patches: the "
+                         f"offsets of that grid, exactly those it uses")
+        elif r.grid_origin:
+            parts.append(f"every tile is {rows} x {cols} patches (image_size // patch_size) and a class token at "
+                         f"angle 0: exactly the offsets the model uses")
+        else:
+            parts.append(f"at most {rows} x {cols} patches (image_size // patch_size: the processor's limit on an "
+                         f"image, not the model's, which takes any grid)")
+    return [_entry("rotary_grid", True,
+                   "2D rotary positions over the patch grid: each rotated pair turns with the patch's row or its "
+                   "column, so the logit of two patches is x_t W_Q^T M(dy, dx) W_K x_s^T and every QK number holds at "
+                   "every offset (dy, dx) of the largest grid the config allows; " + "; ".join(parts) +
+                   " (docs/rotary.md section 9)", "convention")]
 
 
 def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -294,6 +323,20 @@ _STRUCTURE_TEXTS = (
     ("layer_scale", "folded", "layer_scale_folded", "convention",
      "the LayerScale vectors lambda are folded exactly into the OV and FF_out matrices (W diag(lambda)): the bounds "
      "see the scaled matrices, and lambda is not counted as a parameter of its own"),
+    ("projector", "patch_merger", "projector_outside", "theorem",
+     "the patch merger (merger.*: a norm, then a two-matrix MLP over 2 x 2 neighbouring patches into the text "
+     "model's width) maps the tower's output to the text model's input, like a head: fixed, outside the tower's "
+     "complexity, which is its chain's from the patch rows to the last layer (docs/rotary.md section 9)"),
+    ("projector", "deepstack", "projector_outside", "theorem",
+     "the patch merger and the deepstack mergers (merger.*, deepstack_merger_list.*: a norm and a two-matrix MLP "
+     "each, the deepstack ones reading the hidden states after the deepstack_visual_indexes layers and adding them "
+     "to the text model's first layers) map the tower's outputs to the text model, like heads: fixed, outside the "
+     "tower's complexity, which is its chain's from the patch rows to the last layer; a tap reads an intermediate "
+     "output of that chain and adds no matrix to it (docs/rotary.md section 9)"),
+    ("projector", "pixel_shuffle", "projector_outside", "theorem",
+     "the pixel-shuffle adapter (vision_adapter.*: 2 x 2 neighbouring patches regrouped into channels, then a "
+     "two-matrix GELU MLP) maps the tower's output to the multimodal projector, like a head: fixed, outside the "
+     "tower's complexity, which is its chain's from the patch rows to the last layer (docs/rotary.md section 9)"),
     ("front_end", "convolutional", "front_end_as_embedding", "theorem",
      "the convolutional front-end (wav2vec2/HuBERT's feature extractor, projection and convolutional position "
      "embedding; Whisper's two convolutions) is the embedding, like a tokenizer: fixed, outside the complexity, the "

@@ -137,8 +137,8 @@ class RotaryQKSpectrum(MatrixSpectrum):
         Per-index bounds ``>= s_i(X(delta))`` at every offset.
     frobenius_sup, nuclear_sup, stable_rank_sup : float
         Bounds on ``||X||_F``, ``||X||_*`` and ``||X||_F^2 / ||X||_2^2`` at every offset.
-    argmax_offset : int or None
-        An offset attaining ``spectral_sup`` (exact method only).
+    argmax_offset : int, tuple of int or None
+        An offset attaining ``spectral_sup`` (exact method only; a vector with several position axes).
 
     ``sv_method`` is ``"rotary_exact_over_offsets"`` (maxima over every integer offset, from the
     ``d_h x d_h`` cores) or ``"rotary_product_bound"`` (bounds valid for every orthogonal matrix in
@@ -150,7 +150,7 @@ class RotaryQKSpectrum(MatrixSpectrum):
     frobenius_sup: float = 0.0
     nuclear_sup: float = 0.0
     stable_rank_sup: float = 0.0
-    argmax_offset: int | None = None
+    argmax_offset: int | tuple[int, ...] | None = None
 
     @property
     def envelope(self) -> np.ndarray:

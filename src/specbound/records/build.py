@@ -158,6 +158,7 @@ def _with_stacks(measures: ModelMeasures, *tables: pd.DataFrame) -> tuple[pd.Dat
 
 
 def _one_axis(offset):
-    """A rotary head's attaining offset for the ``argmax_offset`` column: an integer, or null for an M-RoPE
-    offset vector (several position axes, docs/rotary.md section 7), which one integer cannot hold."""
+    """A rotary head's attaining offset for the ``argmax_offset`` column: an integer, or null for an offset vector
+    (several position axes: M-RoPE's, a vision tower's ``(dy, dx)``; docs/rotary.md sections 7 and 9), which one
+    integer cannot hold."""
     return None if isinstance(offset, tuple) else offset

@@ -268,6 +268,14 @@ def _header(a) -> list[str]:
                                for x, name in enumerate(("time", "height", "width")))
             lines.append(f"         M-RoPE ({mrope.get('kind')}): rotary pairs {counts}; QK maxima over (t, h, w) "
                          f"offset vectors (docs/rotary.md 7)")
+        grids = [g for g in [rotary.get("grid")] + [(r or {}).get("grid") for r in rotary.get("by_layer") or []]
+                 if isinstance(g, dict)]
+        if grids:  # a vision tower's 2D rotary: the grids whose (dy, dx) offsets the QK numbers cover
+            sides = sorted({(f"{g['rows']} x {g['columns']} patches" if g.get("rows") and g.get("columns") else
+                             "an unbounded grid (the bounds for every rotation)")
+                            + (" and a class token" if g.get("class_token") else "") for g in grids})
+            lines.append(f"         2D rotary over the patch grid: QK maxima over the (dy, dx) offsets of "
+                         f"{' or '.join(sides)} (docs/rotary.md 9)")
     return lines
 
 
