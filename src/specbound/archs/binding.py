@@ -71,7 +71,8 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
                                gate_max=gate_max, gate_sum=gate_sum, scoring=scoring)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
-                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent)
+                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent,
+                     up_offset=1.0 if spec.structure and "swiglu_limit" in spec.structure else 0.0)
 
 
 def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int, ...] | None:

@@ -26,6 +26,8 @@ def layer_form(dims: ModelDims, *, rotary: bool = False) -> str:
     attention = f"sum_h c(OV_h)(1 + {2 * (2 + dims.position_terms)} {qk})"
     ff = ("(L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out)" if dims.feed_forward == "gated"
           else "L_phi c(FF_in) c(FF_out)")
+    if dims.feed_forward == "gated" and dims.up_offset:  # gpt-oss's (clamp(u) + 1) * phi(g) (docs/theory.md 3n)
+        ff = f"({ff} + {dims.up_offset:g} L_phi c(FF_gate) c(FF_out))"
     if dims.stacks is not None and any(part.cross for part in dims.stacks):  # docs/theory.md 3i
         return (f"Lambda = {ff} {attention}, a decoder layer's also times its cross-attention's "
                 f"2 sum_h c(OV_cross,h) c(QK_cross,h)")
@@ -328,10 +330,10 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           f"the experts compute (clamp(u, -{limit:g}, {limit:g}) + 1) * phi(g), phi(t) = m sigmoid("
                           f"{alpha:g} m), m = min(t, {limit:g}): sup |phi'| = {l_phi:.6g} and |phi(t)| <= "
                           f"{c_phi:.6g} |t| (the clamps only lower SiLU's constants; the up clamp is 1-Lipschitz with "
-                          f"|clamp(u)| <= |u|), so the gated block's (L_phi + c_phi) c_g c_u c_d holds with the "
-                          f"table's L_phi = 1.0999 and c_phi = 1; the up branch's + 1 is a constant offset, read like "
-                          f"the up projection's bias (biases_ignored; counted, it would add L_phi c_g c_d; "
-                          f"docs/theory.md 3n)", "extension"))
+                          f"|clamp(u)| <= |u|), so (clamp(u) * phi(g)) W_d is within the gated block's (L_phi + "
+                          f"c_phi) c_g c_u c_d with the table's L_phi = 1.0999 and c_phi = 1; the + 1 is no bias but "
+                          f"a second path phi(g) W_d, of constant L_phi c_g c_d, which each expert's factor adds "
+                          f"(and the gate's sensitivity, (c_u + 1) c_d; docs/theory.md 3n)", "extension"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "
