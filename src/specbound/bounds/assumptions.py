@@ -156,7 +156,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
             f"||Y_h||, both finite because eps > 0, and the head's term of Lambda is L_k ||Y_h|| + 4 kappa_h R_k "
             f"||Y_h||; every number holds for every rotation of the shared rotary key, so at every relative "
             f"position{scales} (our derivation, docs/theory.md 3l)", "extension"))
-    out += _structure_entries(structure)
+    out += _structure_entries(structure, qk_norm)
     if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
@@ -243,7 +243,7 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 # The structure entries that say one fixed text, in the order they are listed: (Structure field, the value
 # that turns the entry on (None: any value but None), entry name, kind, text); ``{value}`` in the text is
-# the field's value.
+# the field's value, ``{query_key}`` what a query/key norm (qk_norm) adds to the text (Gemma 3's gains).
 _STRUCTURE_TEXTS = (
     ("attention_softcap", None, "logit_soft_capping", "extension",
      "attention logits are capped, cap tanh(l / cap) with cap = {value:g}: t -> cap tanh(t / cap) is 1-Lipschitz, "
@@ -261,8 +261,8 @@ _STRUCTURE_TEXTS = (
      "the embeddings are multiplied by sqrt(hidden_size): outside the complexity (fixed_embeddings_and_head) and "
      "without effect on any factor under normalisation_as_projection (every block normalises its input)"),
     ("norm_gain", "one_plus_weight", "one_plus_weight_norms", "convention",
-     "RMSNorm multiplies by (1 + w): those gains are ignored like every normalisation gain "
-     "(normalisation_as_projection), except the query/key norms', which are folded into QK"),
+     "RMSNorm multiplies by (1 + w): the block norms' gains are ignored like every normalisation gain "
+     "(normalisation_as_projection){query_key}"),
     ("position_bias", "relative", "relative_position_bias", "convention",
      "a learned relative position bias is added to the attention logits (MPNet, T5): it does not depend on the "
      "input, so the logit differences the softmax argument uses, and with them every Lipschitz factor and "
@@ -313,14 +313,19 @@ _STRUCTURE_TEXTS = (
 )
 
 
-def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
+def _structure_entries(st: Structure | None, qk_norm: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     if st is None:
         return []
+    # Gemma 3's query/key norms, whose gains are 1 + w too (docs/theory.md 3d)
+    query_key = ("; the query/key norms' 1 + w are folded into no matrix either: each QK row is the head's stacked "
+                 "raw factors [W_Q^h; W_K^g] (its norms, S_p and rank theirs), and those gains enter only its "
+                 "lipschitz_factor kappa and its sensitivity, through ||1 + w||_inf (qk_norm; docs/theory.md 3d)"
+                 if qk_norm else "")
     out = []
     for field, on, name, kind, text in _STRUCTURE_TEXTS:
         value = getattr(st, field)
         if (value is not None) if on is None else value == on:
-            out.append(_entry(name, True, text.format(value=value), kind))
+            out.append(_entry(name, True, text.format(value=value, query_key=query_key), kind))
     if st.swiglu_limit is not None:
         from ..compute.propagation import clamped_swiglu_constants
 
