@@ -50,7 +50,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                 l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
-                tower: str | None = None, nope_layers: list[int] | None = None) -> list[dict[str, Any]]:
+                tower: str | None = None, nope_layers: list[int] | None = None,
+                modules: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
@@ -63,7 +64,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
     (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is; ``nope_layers``:
-    the layers without rotary positions of a model whose other layers rotate; ``reader_conventions``:
+    the layers without rotary positions of a model whose other layers rotate; ``modules``: a sentence-transformers
+    folder's modules after the Transformer (``model.modules``); ``reader_conventions``:
     name -> sentence for each value the checkpoint's reader assumed where the file leaves it unstated
     (a GGUF file's, :attr:`~specbound.io.gguf_file.GGUFCheckpoint.conventions`).
     """
@@ -157,6 +159,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
             f"||Y_h||; every number holds for every rotation of the shared rotary key, so at every relative "
             f"position{scales} (our derivation, docs/theory.md 3l)", "extension"))
     out += _structure_entries(structure, qk_norm)
+    if modules:
+        out.append(_modules_entry(modules))
     if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
@@ -219,6 +223,31 @@ def _rope_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
     return [_entry("rope_scaling", True,
                    "rope scaling " + "; ".join(parts) + ": frequencies and attention factor as transformers' "
                    "modeling_rope_utils computes them (docs/rotary.md section 5)", "convention")]
+
+
+def _modules_entry(modules: list[dict[str, Any]]) -> dict[str, Any]:
+    """sentence-transformers' modules after the Transformer (modules.json): held fixed outside the chain, each named,
+    a Dense layer with what it would add to a Lipschitz statement about the sentence embedding."""
+    said = []
+    for m in modules:
+        if m["type"] == "Dense":
+            lip = "" if m["activation_lipschitz"] is None else f", sup |phi'| = {m['activation_lipschitz']:g}"
+            said.append(f"{m['path']} (Dense {m['in_features']} -> {m['out_features']}, {m['activation']}{lip}, "
+                        f"||W||_2 = {m['spectral_norm']:.6g})")
+        elif m["type"] == "Pooling":
+            said.append(f"{m['path']} (Pooling: {', '.join(m['modes']) or 'no mode on'})")
+        else:
+            said.append(f"{m['path'] or '.'} ({m['type']})")
+    dense = any(m["type"] == "Dense" for m in modules)
+    return _entry("sentence_transformers_modules", True,
+                  f"modules.json puts after the analysed Transformer {', '.join(said)}: like the head "
+                  f"(fixed_embeddings_and_head) they are held fixed and are not in the complexity, so the bounds are "
+                  f"those of the Transformer's token outputs, not of the sentence embedding"
+                  + ("; a Dense layer is x -> phi(x W + b): a Lipschitz statement about the embedding would multiply "
+                     "the chain's constant by sup |phi'| ||W||_2 per Dense layer (pooling by mean or CLS is "
+                     "1-Lipschitz in the largest token row's norm; Normalize is not Lipschitz near 0), and a bound "
+                     "with the Dense matrices in the complexity would add a term for each; model.modules reports "
+                     "their norms" if dense else ""), "theorem")
 
 
 def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
