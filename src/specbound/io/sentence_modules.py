@@ -76,11 +76,12 @@ def read_sentence_modules(folder: Path) -> SentenceModules | None:
     return SentenceModules(inner if inner != root else root, after)
 
 
-def _inside(folder: Path, listing: Path, path: Any) -> Path:
-    """A module's folder, which must be ``folder`` itself or a folder inside it."""
+def _inside(folder: Path, listing: Path, path: Any, present: bool = True) -> Path:
+    """A module's folder, which must be ``folder`` itself or inside it; ``present``: and exist (the Transformer's;
+    a module without files, Normalize, has no folder in a hub repository, which keeps no empty folders)."""
     inner = (folder / str(path)).resolve()
     root = folder.resolve()
-    if inner != root and (root not in inner.parents or not inner.is_dir()):
+    if inner != root and (root not in inner.parents or present and not inner.is_dir()):
         raise SpecboundError(f"{listing} names the module folder {path!r}, which is not a folder inside {folder}; fix "
                              f"modules.json or pass the model's own folder")
     return inner
@@ -89,7 +90,7 @@ def _inside(folder: Path, listing: Path, path: Any) -> Path:
 def _module(folder: Path, listing: Path, entry: dict) -> SentenceModule:
     kind = str(entry.get("type", "")).rpartition(".")[2] or "unknown"
     path = str(entry.get("path", ""))
-    where = _inside(folder, listing, path)
+    where = _inside(folder, listing, path, present=False)
     if kind == "Pooling":
         config = _module_config(where, kind)
         modes = tuple(sorted(k[len("pooling_mode_"):] for k, v in (config or {}).items()
