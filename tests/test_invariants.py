@@ -76,7 +76,7 @@ def _measured(matrices, rank_tol):
     frob = np.sqrt(np.sum(s**2, axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):
         stable = np.where(s[:, 0] > 0, frob**2 / s[:, 0] ** 2, 0.0)
-    return {"spectral_norm": s[:, 0], "frobenius_norm": frob, "nuclear_norm": s.sum(axis=1),
+    return {"spectral_norm": s[:, 0], "frobenius_norm": frob, "nuclear_norm": np.where(s > tau[:, None], s, 0.0).sum(axis=1),
             "norm_2_1": np.linalg.norm(matrices, axis=1).sum(axis=1), "norm_1_1": np.abs(matrices).sum(axis=(1, 2)),
             "rank": np.count_nonzero(s > tau[:, None], axis=1), "stable_rank": stable}
 

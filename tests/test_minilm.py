@@ -24,7 +24,8 @@ def oracle(minilm_dir):
 def test_model_shape(analysis):
     assert analysis.model == {"family": "bert", "L": 6, "N": 384, "H": 12, "H_kv": 12, "d_head": 32,
                               "d_ff": 1536, "activation": "gelu", "block": "sequential", "feed_forward": "plain",
-                              "rotary": None}
+                              "rotary": None, "modules": [{"path": "1_Pooling", "type": "Pooling", "modes": ["mean_tokens"]},
+                                                          {"path": "2_Normalize", "type": "Normalize"}]}
     assert len(analysis.matrices) == 6 * (12 + 12 + 2)
     assert analysis.options["grid_m"] == 12  # ceil(6 + ln 384) = ceil(11.95)
 
@@ -92,3 +93,11 @@ def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
         assert analysis.adaptive_variants[name] == pytest.approx(total + np.sqrt(L), rel=1e-9), name
     assert analysis.bounds["spectral_adaptive"] <= min(analysis.adaptive_variants[k] for k in fixed)
     assert analysis.baselines["l11_proxy"] >= analysis.bounds["edelman"]
+
+
+def test_the_hub_folders_modules_are_named(analysis):
+    """all-MiniLM-L6-v2 as the hub holds it: modules.json beside its own config.json names 1_Pooling (mean) and
+    2_Normalize, whose folder the repository does not keep (no files): both reported (test_model_shape) and named
+    in the assumptions."""
+    effect = {e["name"]: e["effect"] for e in analysis.assumptions}["sentence_transformers_modules"]
+    assert "1_Pooling (Pooling: mean_tokens), 2_Normalize (Normalize)" in effect

@@ -128,3 +128,16 @@ def test_conditional_keys_are_absent_when_their_condition_is(documents):
     assert "from_init" not in plain and "gap_bound" not in plain and plain["model"]["rotary"] is None
     assert not any(k.startswith("delta_") for row in plain["matrices"] for k in row)
     assert "init" not in plain["options"]
+
+
+def test_the_documented_schema_version_is_the_one_written(documents):
+    """The top-level table's ``schema_version`` value (it said 2 after schema 3 was introduced) and the two-tower
+    example's are the version the code writes."""
+    from specbound.records.schema import SCHEMA_VERSION
+
+    written = {document["schema_version"] for document in documents.values() if "schema_version" in document}
+    assert written == {SCHEMA_VERSION}
+    said = documented()["Top level"]["schema_version"]
+    row = next(line for line in DOC.read_text().splitlines() if line.startswith("| `schema_version` |"))
+    assert said == "always" and re.search(r"\| always \| `(\d+)`", row).group(1) == str(SCHEMA_VERSION)
+    assert f'{{"schema_version": {SCHEMA_VERSION}, "source",' in DOC.read_text()

@@ -36,6 +36,7 @@ from .compute.distance import difference_spectra, rotary_difference_spectra
 from .compute.low_rank import update_difference_spectra
 from .archs.low_rank import DenseUpdate, read_layer_updates
 from .io.lora import LoraCheckpoint
+from .io.sentence_modules import modules_record
 from .compute.qk_logit import logit_factors
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz, check_gated_activation
@@ -573,6 +574,9 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     model_extra: dict[str, Any] = {"block": dims.block, "feed_forward": dims.feed_forward}
     if isinstance(model.base_checkpoint, LoraCheckpoint):  # the adapter merged into the base (W0 when init)
         model_extra["adapter"] = model.base_checkpoint.describe()
+    sentence = getattr(model.base_checkpoint, "sentence_modules", None)
+    if sentence is not None and sentence.after:  # sentence-transformers' Pooling, Dense, Normalize after the model
+        model_extra["modules"] = modules_record(sentence, opts.rank_tol)
     rotary = None if model.rotary is None else {
         "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
         "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
@@ -617,7 +621,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
                                                   structure=model_structure(model.spec.structure, model.ckpt.config,
                                                                             _config_where(model.ckpt)),
-                                                  tower=model.tower, nope_layers=model.nope_layers()))
+                                                  tower=model.tower, nope_layers=model.nope_layers(),
+                                                  modules=model_extra.get("modules")))
 
 
 def _grid_record(layout) -> dict[str, Any]:

@@ -279,3 +279,32 @@ def test_continuous_minimum_interior_root(log_scale):
     assert abs(slope) < 1e-8
     other = minimize_scalar(lambda q: curve(q), bounds=(0.0, 2.0), method="bounded", options={"xatol": 1e-10})
     assert value <= other.fun * (1 + 1e-14) and p == pytest.approx(other.x, abs=1e-6)
+
+
+def test_param_count_is_the_documented_formula_for_gated_blocks_experts_and_latent_attention():
+    """docs/bounds.md 8's ``param_count``: ``k = 3`` for a gated block, every routed expert and the shared block
+    counted (``k N (E d_ff + d_ff_shared)``), a dense layer among them ``k N d_ff_dense``, latent attention's stored
+    projections (the page gave BERT's ``L (2 N H d_h + 2 N H_kv d_h + 2 N d_ff)`` for every family)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from specbound.archs.model import LatentDims, MixtureOfExperts
+    from specbound.bounds.param_count import parameter_count
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "bounds.md").read_text()
+    for phrase in ("`k = 3` for a gated block", "`F_l = k N (E d_ff + d_ff_shared)`", "`k N d_ff_dense`",
+                   "`N r_q + r_q H (d_nope +\n    d_rope)`", "`+ r_kv H (d_nope + d_v)`"):
+        assert phrase in text, phrase
+    N, H, H_kv, d_h, d_ff, E, shared, dense = 16, 4, 2, 4, 12, 5, 24, 40
+    count = lambda dims: parameter_count(SimpleNamespace(dims=dims))  # noqa: E731
+    attention = N * H * d_h + 2 * N * H_kv * d_h + H * d_h * N
+    gated = ModelDims(L=3, N=N, H=H, H_kv=H_kv, d_head=d_h, d_ff=d_ff, feed_forward="gated")
+    assert count(gated) == 3 * (attention + 3 * N * d_ff)
+    moe = MixtureOfExperts(experts=E, top_k=2, shared_d_ff=shared, layers=(1, 2), dense_d_ff=dense)
+    experts = ModelDims(L=3, N=N, H=H, H_kv=H_kv, d_head=d_h, d_ff=d_ff, feed_forward="gated", moe=moe)
+    assert count(experts) == 3 * attention + 2 * 3 * N * (E * d_ff + shared) + 3 * N * dense
+    r_q, r_kv, nope, rope, d_v = 6, 5, 3, 2, 4
+    latent = LatentDims(q_rank=r_q, kv_rank=r_kv, d_nope=nope, d_rope=rope, d_v=d_v, q_eps=1e-6, kv_eps=1e-6)
+    mla = ModelDims(L=2, N=N, H=H, H_kv=H, d_head=d_v, d_ff=d_ff, feed_forward="gated", latent=latent)
+    mla_attention = N * r_q + r_q * H * (nope + rope) + N * (r_kv + rope) + r_kv * H * (nope + d_v) + H * d_v * N
+    assert count(mla) == 2 * (mla_attention + 3 * N * d_ff)

@@ -305,3 +305,39 @@ def test_distance_from_init_of_a_qk_norm_head_is_its_stacked_factors_difference(
             assert row["delta_frobenius_norm"] == pytest.approx(np.linalg.norm(z), rel=1e-9)
             assert row["delta_norm_1_1"] == pytest.approx(np.abs(z).sum(), rel=1e-9)
         np.testing.assert_allclose(a.matrices["gamma"], plain.matrices["gamma"], rtol=1e-12)
+
+
+def test_gemmas_one_plus_w_query_key_gains_are_described_as_what_the_rows_hold(tmp_path):
+    """Gemma 3's query/key norms multiply by ``1 + w``: the ``one_plus_weight_norms`` entry says they are folded into
+    no matrix (the text once said "folded into QK", which schema 3's rows are not), and the rows agree: each QK
+    row's norms are the raw stacked factors ``[W_Q^h; W_K^g]``'s, not those with the gains applied, while its
+    ``lipschitz_factor`` grows with ``||1 + w||_inf``."""
+    model = _model("gemma3_text", 1e-6)
+    transformers.logging.set_verbosity_error()
+    model.save_pretrained(tmp_path / "a")
+    attn = model.model.layers[0].self_attn
+    with torch.no_grad():
+        attn.q_norm.weight.add_(3.0)  # gains 1 + w about 4 times larger, the raw factors unchanged
+        attn.k_norm.weight.add_(3.0)
+    model.save_pretrained(tmp_path / "b")
+    a, b = (specbound.analyze(tmp_path / name, threads=1) for name in "ab")
+    effect = {e["name"]: e["effect"] for e in a.assumptions if e["applies"]}["one_plus_weight_norms"]
+    assert "folded into QK" not in effect and "folded into no matrix" in effect and "[W_Q^h; W_K^g]" in effect
+    q, k = (getattr(attn, f"{n}_proj").weight.detach().double().numpy() for n in "qk")
+    rows_a, rows_b = (x.matrices[x.matrices["role"] == "QK"].reset_index() for x in (a, b))
+    for h in range(H):
+        g = h // (H // KV)
+        z = np.concatenate([q[h * D:(h + 1) * D], k[g * D:(g + 1) * D]])
+        for rows in (rows_a, rows_b):
+            assert rows["frobenius_norm"][h] == pytest.approx(np.linalg.norm(z), rel=1e-9)
+            assert rows["spectral_norm"][h] == pytest.approx(np.linalg.norm(z, ord=2), rel=1e-9)
+        assert rows_b["lipschitz_factor"][h] > 2 * rows_a["lipschitz_factor"][h]
+
+
+def test_a_gemma_without_query_key_norms_says_nothing_of_them(tmp_path):
+    config = transformers.GemmaConfig(hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=KV,
+                                      head_dim=D, intermediate_size=24, vocab_size=32, max_position_embeddings=P)
+    transformers.GemmaForCausalLM(config).save_pretrained(tmp_path)
+    a = specbound.analyze(tmp_path, threads=1)
+    effect = {e["name"]: e["effect"] for e in a.assumptions if e["applies"]}["one_plus_weight_norms"]
+    assert "query/key" not in effect and "folded" not in effect

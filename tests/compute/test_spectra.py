@@ -68,6 +68,25 @@ def test_schatten_power_definitions():
     assert numerical_rank(np.zeros(3), 3, RANK_TOL) == 0
 
 
+def test_the_nuclear_norm_is_s1_over_the_values_above_the_tolerance():
+    """``nuclear_norm`` is ``S_1``: the singular values above ``tau = rank_tol dim max(s_1, 1)``, as ``S_p`` and the
+    rank count them (docs/spec.md section 2, docs/schema.md), not the noise below it.  A rank-2 ``64 x 48`` matrix
+    with 46 values of ``1e-9`` (below ``tau = 1e-10 * 48 * 3 = 1.44e-8``, together ``4.6e-8``): 5 exactly, where the
+    sum of every value was ``5 + 4.6e-8``."""
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.standard_normal((64, 48)))
+    v, _ = np.linalg.qr(rng.standard_normal((48, 48)))
+    s = np.concatenate([[3.0, 2.0], np.full(46, 1e-9)])
+    w = (u * s) @ v.T
+    spectrum = dense_spectrum(w)
+    assert spectrum.singular_values[2:].min() > 0.9e-9  # the dense SVD returns the small values
+    assert numerical_rank(spectrum.singular_values, spectrum.dim, RANK_TOL) == 2
+    assert spectrum.nuclear_norm(RANK_TOL) == pytest.approx(5.0, rel=1e-12)
+    assert spectrum.nuclear_norm(RANK_TOL) == pytest.approx(schatten_power(spectrum.singular_values, 1, 48, RANK_TOL),
+                                                            rel=1e-15)
+    assert spectrum.nuclear_norm(1e-12) == pytest.approx(5.0 + 46e-9, rel=1e-12)  # a tolerance below them: counted
+
+
 def test_dense_spectrum_norms_row_orientation():
     w = np.array([[3.0, 0.0], [4.0, -1.0], [0.0, 0.0]])  # 3 x 2: columns are outputs
     sp = dense_spectrum(w)

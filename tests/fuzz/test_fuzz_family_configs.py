@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support.fuzz import FUZZ, JSON, clean_outcome
+from support.fuzz import FUZZ, JSON, clean_outcome, time_limit
 from support.one_line import assert_one_line_error, run_cli
 from specbound.archs.registry import builtin_specs
 from specbound.archs.structure import model_structure
@@ -115,3 +115,42 @@ def test_an_extreme_but_finite_scalar_is_analysed_and_printed_finite(families, t
     result = specbound.analyze(folder, threads=1)
     text = json.dumps(result.assumptions)
     assert "1e+300" in text and "inf" not in text.replace("information", "").replace("infer", "")
+
+
+@pytest.fixture(scope="module")
+def latent_and_banks(tmp_path_factory):
+    """DeepSeek-V3 and V3.2 (latent attention), gpt-oss (expert banks), OLMo 3 (per-type rotary parameters)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from support.families import save_family
+
+    root = tmp_path_factory.mktemp("latent_and_banks")
+    for name in ("deepseek_v3", "deepseek_v32", "gpt_oss", "olmo3"):
+        save_family(name, root / name, layers=2)
+    return root
+
+
+@pytest.mark.parametrize("family, key, change, needles", [
+    # a latent rank off by one from the tensors: the config value and the tensor's shape, not an AttributeError
+    ("deepseek_v3", "q_lora_rank", 1, ["q_lora_rank=13", "q_a_layernorm.weight", "has shape (12,)", "implies (13,)"]),
+    ("deepseek_v3", "kv_lora_rank", -1, ["kv_lora_rank=9", "kv_a_layernorm.weight", "has shape (10,)"]),
+    ("deepseek_v32", "q_lora_rank", -1, ["q_lora_rank=11", "has shape (12,)", "implies (11,)"]),
+    ("deepseek_v32", "kv_lora_rank", 1, ["kv_lora_rank=11", "has shape (10,)"]),
+    # an expert count past every tensor: refused by the router's and banks' shapes, without a loop over 10**12
+    ("gpt_oss", "num_local_experts", 10**12, ["1000000000000 experts", "router.weight", "has shape (4, 32)"]),
+    ("gpt_oss", "num_local_experts", 2**63, ["experts", "router.weight"]),
+    # layer_types entries that are no type names (lists, objects, null), or too few
+    ("olmo3", "layer_types", [["sliding_attention"], ["full_attention"]], ["layer_types", "type name"]),
+    ("olmo3", "layer_types", [{"t": 1}, "full_attention"], ["layer_types", "type name"]),
+    ("olmo3", "layer_types", [None, None], ["layer_types"]),
+    ("olmo3", "layer_types", ["full_attention"], ["layer_types", "2 layers"]),
+    ("olmo3", "layer_types", "full_attention", ["layer_types"]),
+])
+def test_config_values_the_tensors_contradict(latent_and_banks, tmp_path, capsys, family, key, change, needles):
+    folder = latent_and_banks / family
+    value = json.loads((folder / "config.json").read_text())[key]
+    value = value + change if key.endswith("lora_rank") else change
+    out = _with(folder, tmp_path, key, json.dumps(value))
+    with time_limit():  # a loop over 10**12 experts fails here rather than hang
+        result = run_cli(capsys, out, "--threads", "1")
+    assert_one_line_error(*result, needles)

@@ -82,3 +82,23 @@ def test_long_integers_anywhere(model, tmp_path_factory, capsys, digits, where, 
         outcome = run_cli(capsys, "--config", folder / "s.toml", "--store", folder / "s", "--no-progress",
                           command="sweep")
     assert_one_line_error(*outcome, [])
+
+
+CALLBACK_ARGUMENTS = ("bounds", "store", "run_name", "at_start", "quiet")
+
+
+@given(name=st.sampled_from(CALLBACK_ARGUMENTS),
+       value=st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+                       st.lists(st.one_of(st.integers(), st.text(max_size=8), st.none()), max_size=3),
+                       st.dictionaries(st.text(max_size=4), st.integers(), max_size=2), st.binary(max_size=4)))
+@FUZZ
+def test_a_training_callbacks_arguments_are_taken_or_refused_in_one_line(tmp_path_factory, name, value):
+    """Every argument of the training callbacks' monitor (bounds, store, run_name, at_start, quiet), any JSON-ish or
+    Python value: built, or one SpecboundError line naming the argument, never a TypeError from deep inside."""
+    from specbound.integrations.monitor import BoundMonitor
+
+    if name == "store" and isinstance(value, str) and value:
+        value = str(tmp_path_factory.mktemp("store") / value.replace("/", "_").replace("\0", "_"))
+    outcome = clean_outcome(BoundMonitor, 1, **{name: value})
+    if isinstance(outcome, SpecboundError):
+        assert name in str(outcome)

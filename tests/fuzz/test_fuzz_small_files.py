@@ -104,6 +104,22 @@ def test_sentence_transformers_modules_json(tmp_path, kind):
     assert NEEDLE[kind] in str(outcome)
 
 
+@pytest.mark.parametrize("module", ["1_Pooling", "2_Dense"])
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_sentence_transformers_module_configs(tmp_path, kind, module):
+    """A Pooling or Dense module's config.json (read whenever modules.json names the module): one line naming it."""
+    entries = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]
+    (tmp_path / "modules.json").write_text(json.dumps(entries))
+    for entry in entries[1:]:
+        (tmp_path / entry["path"]).mkdir()
+    make_hostile(tmp_path / module / "config.json", kind, 1 << 20)
+    outcome = clean_outcome(specbound.analyze, tmp_path, threads=1)
+    assert isinstance(outcome, SpecboundError) and "config.json" in str(outcome) and module in str(outcome)
+    assert NEEDLE[kind] in str(outcome)
+
+
 def test_a_config_integer_past_the_int_string_limit_is_named(tmp_path):
     (tmp_path / "c.json").write_text('{"a": ' + "9" * 5000 + "}")
     with pytest.raises(SpecboundError, match="more than 4,300 digits"):

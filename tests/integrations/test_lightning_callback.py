@@ -77,3 +77,16 @@ def test_a_module_without_a_transformer_is_one_line(tmp_path):
 
     with pytest.raises(SpecboundError, match="pass model_attr='NAME'"):
         SpecboundCallback(every_n_steps=1, quiet=True)._transformer(Plain())
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(bounds=5), "bounds must be"), (dict(bounds=None), "bounds must be"), (dict(store=5), "store must be"),
+    (dict(store=["s"]), "store must be"), (dict(model_attr=3), "model_attr must name"),
+    (dict(model_attr=""), "model_attr must name"), (dict(run_name=None), "run_name must be"),
+])
+def test_bad_arguments_are_one_line_before_training(kwargs, message):
+    from specbound.integrations.lightning import SpecboundCallback
+
+    with pytest.raises(SpecboundError, match=message) as err:
+        SpecboundCallback(**kwargs)
+    assert "\n" not in str(err.value)

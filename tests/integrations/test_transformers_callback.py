@@ -94,6 +94,13 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
     (dict(init="somewhere"), "take no init= option"),
     (dict(bounds=["no_such_bound"]), "bounds must be"),
     (dict(grid_m=-1), "grid_m"),
+    (dict(bounds=5), "bounds must be .* found 5"), (dict(bounds=None), "bounds must be .* found None"),
+    (dict(bounds=[]), "bounds must be"), (dict(bounds=[5]), "bounds must be"), (dict(bounds=b"edelman"), "bounds"),
+    (dict(bounds={"edelman": 1}), "bounds must be"), (dict(bounds="edelman"), "bounds must be"),
+    (dict(store=5), "store must be a results store folder .* found 5"),
+    (dict(store=["a", "b"]), "store must be .* found \\['a', 'b'\\]"), (dict(store=""), "store must be"),
+    (dict(run_name=5), "run_name must be a non-empty string"), (dict(at_start="yes"), "at_start must be True"),
+    (dict(quiet=1), "quiet must be True or False"), (dict(log_dir=3.5), "log_dir must be the TensorBoard folder"),
 ])
 def test_bad_arguments_are_one_line_before_training(kwargs, message):
     from specbound.integrations.transformers import SpecboundCallback

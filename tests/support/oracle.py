@@ -73,7 +73,7 @@ def dense_reference(folder, prefix="", l_phi=1.13, rank_tol=1e-10, m=None):
             total += cs[best]
             n21 = float(np.linalg.norm(W, axis=0).sum())
             rows.append(dict(layer=l, head=head, role=role, rank=r, spectral_norm=s[0],
-                             frobenius_norm=float(np.linalg.norm(W)), nuclear_norm=float(s.sum()),
+                             frobenius_norm=float(np.linalg.norm(W)), nuclear_norm=float(kept.sum()),
                              stable_rank=float((s**2).sum() / s[0] ** 2), norm_2_1=n21,
                              norm_1_1=float(np.abs(W).sum()), downstream_factor=alpha[l], gamma=gamma,
                              p_star=grid[best], contribution=cs[best], c_p0=cs[0], c_p2=cs[-1]))

@@ -71,7 +71,8 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
                                gate_max=gate_max, gate_sum=gate_sum, scoring=scoring)
     return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
                      block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
-                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent)
+                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent,
+                     up_offset=1.0 if spec.structure and "swiglu_limit" in spec.structure else 0.0)
 
 
 def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int, ...] | None:
@@ -240,9 +241,10 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     banks = {role: rule for role, rule in experts.tensors.items() if rule.layout == BANK}
     out += [(rule.name_for(layer, prefix), f"{role} of every expert (a bank)", rule, expected[role])
             for role, rule in banks.items()]
-    for e in range(dims.moe.experts):
+    single = {role: rule for role, rule in experts.tensors.items() if role not in banks}
+    for e in range(dims.moe.experts) if single else ():  # banks only: no loop over a count the banks still check
         out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
-                for role, rule in experts.tensors.items() if role not in banks]
+                for role, rule in single.items()]
     if experts.shared and dims.moe.shared_d_ff:
         shared = _expected_shapes(dims, dims.moe.shared_d_ff)
         out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
@@ -341,6 +343,10 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
                 f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises "
                 f"{'its latents' if spec.latent else 'queries and keys (qk_norm in ' + spec.origin + ')'}; the "
                 f"checkpoint is incomplete or of another family")
+        if tuple(ckpt.shape(name)) != shape and spec.latent is not None:
+            raise SpecboundError(
+                f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but config.json ({_latent_said(spec, dims)}) "
+                f"implies {shape} for {role} of layer {layer}: the config does not describe these weights")
         if tuple(ckpt.shape(name)) != shape:
             raise SpecboundError(
                 f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but a {role} over "
@@ -361,7 +367,8 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
         if stored != want:
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
-                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}{_experts_said(dims)}) implies {want} "
+                f"heads={dims.H}, head_dim={dims.d_head}, ff_size={dims.d_ff}{_experts_said(dims)}"
+                f"{', ' + _latent_said(spec, dims) if spec.latent is not None else ''}) implies {want} "
                 f"for a {layout} {role} weight: the config does not describe these weights"
             )
     return set(wanted) | set(scales) | set(gains)
@@ -392,6 +399,12 @@ def _refuse_expert_banks(ckpt: Checkpoint, names: set[str]) -> None:
             f"along the first axis), as transformers 5 keeps a loaded mixture of experts in memory; the family spec "
             f"names one tensor per expert, as the saved files hold them: save the model with save_pretrained and "
             f"analyse the folder")
+
+
+def _latent_said(spec: ArchSpec, dims: ModelDims) -> str:
+    from .latent import latent_config_said
+
+    return latent_config_said(spec, dims)
 
 
 def _experts_said(dims: ModelDims) -> str:

@@ -85,6 +85,13 @@ def latent_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = "") 
              shape[::-1]) for which, shape in latent_tensors(spec, dims).items() if len(shape) == 2]
 
 
+def latent_config_said(spec: ArchSpec, dims: ModelDims) -> str:
+    """The latent dimensions as config.json states them, for messages: ``q_lora_rank=12, kv_lora_rank=10, ...``."""
+    lat = dims.latent
+    values = {"q_rank": lat.q_rank, "kv_rank": lat.kv_rank, "d_nope": lat.d_nope, "d_rope": lat.d_rope, "d_v": lat.d_v}
+    return ", ".join(f"{spec.latent.config[field][0]}={value}" for field, value in values.items())
+
+
 def latent_gain_shapes(spec: ArchSpec, dims: ModelDims, prefix: str, layers) -> dict[str, tuple]:
     """Every stored layer's latent norm gains: name -> (what, layer, expected shape)."""
     return {spec.latent.name_for(which, layer, prefix): (f"the latent attention's {which} gain", layer, shape)

@@ -107,6 +107,9 @@ class ModelDims:
     moe: MixtureOfExperts | None = None  # a mixture-of-experts feed-forward block in every layer
     alibi: bool = False  # attention logits carry ALiBi's position biases (no change to any matrix)
     latent: LatentDims | None = None  # multi-head latent attention (d_head is then v_head_dim)
+    # a constant added to a gated block's up branch before the product: gpt-oss's clamped SwiGLU computes
+    # (clamp(u) + 1) * phi(g), whose ``+ 1`` is a path phi(g) W_d of its own (docs/theory.md 3n); 0: none
+    up_offset: float = 0.0
 
     def stored_layer(self, layer: int) -> int:
         return layer if self.stored is None else self.stored[layer]

@@ -109,17 +109,32 @@ def nope_flags(rule: dict[str, Any] | None, config: dict[str, Any], num_layers: 
         return [bool(f) for f in flags[:num_layers]]
     if config.get(rule["window_key"]) is None:
         return [rule["without_window"] == "rope"] * num_layers
-    types = config.get("layer_types")
+    types = layer_types(config, num_layers)
     if types is None and "pattern_key" in rule:
         pattern = config.get(rule["pattern_key"], rule.get("pattern_default"))
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
             raise ValueError(f"layer_types is missing and {rule['pattern_key']}={pattern!r} is not a positive integer: "
                              f"which layers rotate is unknown")
         return [(i + 1) % pattern != 0 for i in range(num_layers)]
-    if not isinstance(types, list) or len(types) < num_layers:
+    if types is None:
         raise ValueError(f"layer_types must name the type of each of the {num_layers} layers (the "
-                         f"{', '.join(rule['layer_types'])} layers have no rotary positions), got {types!r}")
-    return [t not in rule["layer_types"] for t in types[:num_layers]]
+                         f"{', '.join(rule['layer_types'])} layers have no rotary positions), got None")
+    return [t not in rule["layer_types"] for t in types]
+
+
+def layer_types(config: dict, num_layers: int) -> list[str] | None:
+    """config.json's ``layer_types``, its first ``num_layers`` entries, each a string (``"sliding_attention"``); None
+    when absent or null; anything else (a list too short, an entry that is a list, a number or null) is refused
+    before a type is looked up (a list entry is no key of ``rope_parameters``)."""
+    types = config.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) < num_layers or not all(
+            isinstance(t, str) for t in types[:num_layers]):
+        shown = repr(types) if len(repr(types)) <= 200 else repr(types)[:200] + "..."
+        raise ValueError(f"layer_types must list a type name (a string such as \"full_attention\") for each of the "
+                         f"{num_layers} layers, got {shown}")
+    return types[:num_layers]
 
 
 def _nested(params: Any) -> bool:
@@ -132,20 +147,19 @@ def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> li
     """One config dict per layer whose ``rope_parameters`` is that layer's (the same object for
     layers of one type, so each type is parsed once)."""
     params = config.get("rope_parameters")
-    types = config.get("layer_types")
+    types = layer_types(config, num_layers)
     if _nested(params):
-        if not isinstance(types, list) or len(types) < num_layers:
-            raise ValueError(f"rope_parameters is given per layer type ({sorted(params)}) but layer_types "
-                             f"{'is missing' if types is None else f'has {len(types) if isinstance(types, list) else types!r} entries'} "
+        if types is None:
+            raise ValueError(f"rope_parameters is given per layer type ({sorted(params)}) but layer_types is missing "
                              f"for {num_layers} layers")
-        missing = sorted({t for t in types[:num_layers] if not isinstance(params.get(t), dict)}, key=str)
+        missing = sorted({t for t in types if not isinstance(params.get(t), dict)}, key=str)
         if missing:
             raise ValueError(f"layer_types names {missing}, which rope_parameters ({sorted(params)}) does not "
                              f"describe (a layer without rotary positions is not supported)")
         # each type's parameters are complete (transformers merges a flat rope_scaling into them)
         flat = {k: v for k, v in config.items() if k != "rope_scaling"}
-        by_type = {t: {**flat, "rope_parameters": params[t]} for t in set(types[:num_layers])}
-        return [by_type[t] for t in types[:num_layers]]
+        by_type = {t: {**flat, "rope_parameters": params[t]} for t in set(types)}
+        return [by_type[t] for t in types]
     if legacy is None or params is not None:
         return [config] * num_layers
     pattern = config.get(legacy["pattern_key"], legacy["pattern_default"])
@@ -158,8 +172,8 @@ def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> li
                                                      legacy["global_theta_default"])}
     local_cfg = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_theta")}
     local_cfg["rope_theta"] = local_theta
-    if isinstance(types, list) and len(types) >= num_layers:
-        pick = [t == legacy["global_type"] for t in types[:num_layers]]
+    if types is not None:
+        pick = [t == legacy["global_type"] for t in types]
     else:
         first = legacy.get("global_layer", "last") == "first"
         pick = [(i if first else i + 1) % pattern == 0 for i in range(num_layers)]

@@ -26,6 +26,8 @@ def layer_form(dims: ModelDims, *, rotary: bool = False) -> str:
     attention = f"sum_h c(OV_h)(1 + {2 * (2 + dims.position_terms)} {qk})"
     ff = ("(L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out)" if dims.feed_forward == "gated"
           else "L_phi c(FF_in) c(FF_out)")
+    if dims.feed_forward == "gated" and dims.up_offset:  # gpt-oss's (clamp(u) + 1) * phi(g) (docs/theory.md 3n)
+        ff = f"({ff} + {dims.up_offset:g} L_phi c(FF_gate) c(FF_out))"
     if dims.stacks is not None and any(part.cross for part in dims.stacks):  # docs/theory.md 3i
         return (f"Lambda = {ff} {attention}, a decoder layer's also times its cross-attention's "
                 f"2 sum_h c(OV_cross,h) c(QK_cross,h)")
@@ -48,7 +50,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                 l_phi: float | None = None, l_phi_source: str | None = None,
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
-                tower: str | None = None, nope_layers: list[int] | None = None) -> list[dict[str, Any]]:
+                tower: str | None = None, nope_layers: list[int] | None = None,
+                modules: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
@@ -61,7 +64,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
     (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is; ``nope_layers``:
-    the layers without rotary positions of a model whose other layers rotate; ``reader_conventions``:
+    the layers without rotary positions of a model whose other layers rotate; ``modules``: a sentence-transformers
+    folder's modules after the Transformer (``model.modules``); ``reader_conventions``:
     name -> sentence for each value the checkpoint's reader assumed where the file leaves it unstated
     (a GGUF file's, :attr:`~specbound.io.gguf_file.GGUFCheckpoint.conventions`).
     """
@@ -155,7 +159,9 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
             f"||Y_h||, both finite because eps > 0, and the head's term of Lambda is L_k ||Y_h|| + 4 kappa_h R_k "
             f"||Y_h||; every number holds for every rotation of the shared rotary key, so at every relative "
             f"position{scales} (our derivation, docs/theory.md 3l)", "extension"))
-    out += _structure_entries(structure)
+    out += _structure_entries(structure, qk_norm)
+    if modules:
+        out.append(_modules_entry(modules))
     if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
         moe = dims.moe
         shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
@@ -269,6 +275,31 @@ def _grid_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
                    " (docs/rotary.md section 9)", "convention")]
 
 
+def _modules_entry(modules: list[dict[str, Any]]) -> dict[str, Any]:
+    """sentence-transformers' modules after the Transformer (modules.json): held fixed outside the chain, each named,
+    a Dense layer with what it would add to a Lipschitz statement about the sentence embedding."""
+    said = []
+    for m in modules:
+        if m["type"] == "Dense":
+            lip = "" if m["activation_lipschitz"] is None else f", sup |phi'| = {m['activation_lipschitz']:g}"
+            said.append(f"{m['path']} (Dense {m['in_features']} -> {m['out_features']}, {m['activation']}{lip}, "
+                        f"||W||_2 = {m['spectral_norm']:.6g})")
+        elif m["type"] == "Pooling":
+            said.append(f"{m['path']} (Pooling: {', '.join(m['modes']) or 'no mode on'})")
+        else:
+            said.append(f"{m['path'] or '.'} ({m['type']})")
+    dense = any(m["type"] == "Dense" for m in modules)
+    return _entry("sentence_transformers_modules", True,
+                  f"modules.json puts after the analysed Transformer {', '.join(said)}: like the head "
+                  f"(fixed_embeddings_and_head) they are held fixed and are not in the complexity, so the bounds are "
+                  f"those of the Transformer's token outputs, not of the sentence embedding"
+                  + ("; a Dense layer is x -> phi(x W + b): a Lipschitz statement about the embedding would multiply "
+                     "the chain's constant by sup |phi'| ||W||_2 per Dense layer (pooling by mean or CLS is "
+                     "1-Lipschitz in the largest token row's norm; Normalize is not Lipschitz near 0), and a bound "
+                     "with the Dense matrices in the complexity would add a term for each; model.modules reports "
+                     "their norms" if dense else ""), "theorem")
+
+
 def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not qk_norm:
         return []
@@ -291,7 +322,7 @@ def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 # The structure entries that say one fixed text, in the order they are listed: (Structure field, the value
 # that turns the entry on (None: any value but None), entry name, kind, text); ``{value}`` in the text is
-# the field's value.
+# the field's value, ``{query_key}`` what a query/key norm (qk_norm) adds to the text (Gemma 3's gains).
 _STRUCTURE_TEXTS = (
     ("attention_softcap", None, "logit_soft_capping", "extension",
      "attention logits are capped, cap tanh(l / cap) with cap = {value:g}: t -> cap tanh(t / cap) is 1-Lipschitz, "
@@ -309,8 +340,8 @@ _STRUCTURE_TEXTS = (
      "the embeddings are multiplied by sqrt(hidden_size): outside the complexity (fixed_embeddings_and_head) and "
      "without effect on any factor under normalisation_as_projection (every block normalises its input)"),
     ("norm_gain", "one_plus_weight", "one_plus_weight_norms", "convention",
-     "RMSNorm multiplies by (1 + w): those gains are ignored like every normalisation gain "
-     "(normalisation_as_projection), except the query/key norms', which are folded into QK"),
+     "RMSNorm multiplies by (1 + w): the block norms' gains are ignored like every normalisation gain "
+     "(normalisation_as_projection){query_key}"),
     ("position_bias", "relative", "relative_position_bias", "convention",
      "a learned relative position bias is added to the attention logits (MPNet, T5): it does not depend on the "
      "input, so the logit differences the softmax argument uses, and with them every Lipschitz factor and "
@@ -375,14 +406,19 @@ _STRUCTURE_TEXTS = (
 )
 
 
-def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
+def _structure_entries(st: Structure | None, qk_norm: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     if st is None:
         return []
+    # Gemma 3's query/key norms, whose gains are 1 + w too (docs/theory.md 3d)
+    query_key = ("; the query/key norms' 1 + w are folded into no matrix either: each QK row is the head's stacked "
+                 "raw factors [W_Q^h; W_K^g] (its norms, S_p and rank theirs), and those gains enter only its "
+                 "lipschitz_factor kappa and its sensitivity, through ||1 + w||_inf (qk_norm; docs/theory.md 3d)"
+                 if qk_norm else "")
     out = []
     for field, on, name, kind, text in _STRUCTURE_TEXTS:
         value = getattr(st, field)
         if (value is not None) if on is None else value == on:
-            out.append(_entry(name, True, text.format(value=value), kind))
+            out.append(_entry(name, True, text.format(value=value, query_key=query_key), kind))
     if st.swiglu_limit is not None:
         from ..compute.propagation import clamped_swiglu_constants
 
@@ -392,10 +428,10 @@ def _structure_entries(st: Structure | None) -> list[dict[str, Any]]:
                           f"the experts compute (clamp(u, -{limit:g}, {limit:g}) + 1) * phi(g), phi(t) = m sigmoid("
                           f"{alpha:g} m), m = min(t, {limit:g}): sup |phi'| = {l_phi:.6g} and |phi(t)| <= "
                           f"{c_phi:.6g} |t| (the clamps only lower SiLU's constants; the up clamp is 1-Lipschitz with "
-                          f"|clamp(u)| <= |u|), so the gated block's (L_phi + c_phi) c_g c_u c_d holds with the "
-                          f"table's L_phi = 1.0999 and c_phi = 1; the up branch's + 1 is a constant offset, read like "
-                          f"the up projection's bias (biases_ignored; counted, it would add L_phi c_g c_d; "
-                          f"docs/theory.md 3n)", "extension"))
+                          f"|clamp(u)| <= |u|), so (clamp(u) * phi(g)) W_d is within the gated block's (L_phi + "
+                          f"c_phi) c_g c_u c_d with the table's L_phi = 1.0999 and c_phi = 1; the + 1 is no bias but "
+                          f"a second path phi(g) W_d, of constant L_phi c_g c_d, which each expert's factor adds "
+                          f"(and the gate's sensitivity, (c_u + 1) c_d; docs/theory.md 3n)", "extension"))
     if st.sublayer_norms != "before":
         out.append(_entry("norm_after_sublayer", True,
                           "each sublayer's output is normalised before the residual sum: under "

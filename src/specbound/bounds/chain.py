@@ -16,17 +16,18 @@ import math
 
 import numpy as np
 
+from ..archs.model import ModelDims
 from ..compute.layer_spectra import LayerSpectra
-from ..compute.measures import ModelMeasures
+from ..compute.measures import ModelMeasures, layer_norms
 from ..compute.propagation import (encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
                                     memory_lipschitz)
 
 
-def layer_factor(layer: LayerSpectra, l_phi: float, norm) -> float:
+def layer_factor(layer: LayerSpectra, dims: ModelDims, l_phi: float, norm) -> float:
     """``Lambda_l`` with ``n(spectrum)`` in place of the spectral norm (BERT:
-    ``L_phi n(FF_in) n(FF_out) sum_h n(OV_h) (1 + 4 n(QK_h))``; gated and parallel blocks as in
-    :func:`~specbound.compute.propagation.layer_lipschitz`)."""
-    return layer_lipschitz(layer.norms(norm), l_phi)
+    ``L_phi n(FF_in) n(FF_out) sum_h n(OV_h) (1 + 4 n(QK_h))``; gated and parallel blocks, experts' gates and
+    gpt-oss's up offset as in :func:`~specbound.compute.propagation.layer_lipschitz`)."""
+    return layer_lipschitz(layer_norms(layer, dims, norm), l_phi)
 
 
 def log_product(factors) -> float:
@@ -48,11 +49,11 @@ def log_lipschitz(measures: ModelMeasures) -> float:
 def log_chain_factor(measures: ModelMeasures, norm) -> tuple[float, np.ndarray]:
     """``(ln of the chain's Lipschitz bound with norm in place of the spectral norm, each layer's
     factor)``: ``ln prod_l Lambda_l(norm)``, or an encoder-decoder's ``ln K(norm)``."""
-    factors = np.array([layer_factor(layer, measures.l_phi, norm) for layer in measures.layers])
+    factors = np.array([layer_factor(layer, measures.dims, measures.l_phi, norm) for layer in measures.layers])
     if measures.log_lipschitz is None:
         return log_product(factors), factors
-    memory = np.array([memory_lipschitz(layer.norms(norm), measures.l_phi) if layer.cross_qk is not None
-                       else math.nan for layer in measures.layers])
+    memory = np.array([memory_lipschitz(layer_norms(layer, measures.dims, norm), measures.l_phi)
+                       if layer.cross_qk is not None else math.nan for layer in measures.layers])
     first = int(np.argmax(~np.isnan(memory)))
     _, _, log_z = encoder_decoder_factors(factors, memory, first)
     return encoder_decoder_log_lipschitz(factors, log_z, first), factors

@@ -9,8 +9,9 @@ import numpy as np
 
 from ..archs.model import ModelDims
 from .layer_spectra import LayerSpectra
-from .propagation import (downstream_factors, encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
-                          log_downstream_factors, memory_lipschitz, sensitivities, split_role)
+from .propagation import (LayerSpectralNorms, downstream_factors, encoder_decoder_factors,
+                          encoder_decoder_log_lipschitz, layer_lipschitz, log_downstream_factors, memory_lipschitz,
+                          sensitivities, split_role)
 from .spectra import MatrixSpectrum
 
 ROLE_ORDER = ("QK", "OV", "QK_cross", "OV_cross", "FF_in", "FF_gate", "FF_up", "FF_out")
@@ -140,14 +141,22 @@ def _decoder_start(dims: ModelDims) -> int | None:
     return next(part.first for part in dims.stacks if part.cross)
 
 
+def layer_norms(layer: LayerSpectra, dims: ModelDims, norm=None) -> LayerSpectralNorms:
+    """The layer's factors (:meth:`LayerSpectra.norms`, ``norm`` in place of the spectral norm when given)
+    with what the model's feed-forward block adds to its matrices: the routed gates' bounds (Llama 4: each
+    at most 1, top_k of them; DeepSeek, GLM: times routed_scaling_factor; docs/theory.md 3f) and the
+    constant on the up branch (gpt-oss's ``(clamp(u) + 1) * phi(g)``; docs/theory.md 3n)."""
+    n = layer.norms(norm)
+    if dims.moe is not None and (dims.moe.gate_sum != 1 or dims.moe.gate_max != 1):
+        n = replace(n, gate_sum=float(dims.moe.gate_sum), gate_max=float(dims.moe.gate_max))
+    return replace(n, up_offset=float(dims.up_offset)) if dims.up_offset else n
+
+
 def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_tol: float,
             grid_m: int) -> ModelMeasures:
     """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix, each also as its
     natural log (``log_scale`` is floored at ``ln`` of the smallest positive float, like ``scale``)."""
-    norms = [layer.norms() for layer in layers]
-    if dims.moe is not None and (dims.moe.gate_sum != 1 or dims.moe.gate_max != 1):  # docs/theory.md 3f
-        # Llama 4: gates each at most 1, top_k of them; DeepSeek, GLM: times routed_scaling_factor
-        norms = [replace(n, gate_sum=float(dims.moe.gate_sum), gate_max=float(dims.moe.gate_max)) for n in norms]
+    norms = [layer_norms(layer, dims) for layer in layers]
     lambdas = np.array([layer_lipschitz(n, l_phi) for n in norms])
     decoder = _decoder_start(dims)
     memory = log_lipschitz = None

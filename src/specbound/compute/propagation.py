@@ -84,6 +84,9 @@ class LayerSpectralNorms:
     ov_sensitivity: np.ndarray | None = None
     gate_sum: float = 1.0  # a bound on the chosen experts' gates' sum (docs/theory.md 3f): top_k for Llama 4's sigmoids
     gate_max: float = 1.0  # a bound on one routed gate: DeepSeek's routed_scaling_factor (docs/theory.md 3f)
+    # a constant on the gated blocks' up branch, (u + up_offset) * phi(g) (gpt-oss's clamped SwiGLU: 1;
+    # docs/theory.md 3n): a path phi(g) W_d of Lipschitz constant L_phi c_g c_d per unit offset
+    up_offset: float = 0.0
 
 
 def clamped_swiglu_constants(limit: float, alpha: float) -> tuple[float, float]:
@@ -158,26 +161,30 @@ def feed_forward_branches(ff: dict) -> dict[str | None, dict]:
     return branches
 
 
-def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float) -> float:
+def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float, up_offset: float = 0.0) -> float:
     if "FF_gate" in ff:
-        return (l_phi + c_phi) * ff["FF_gate"] * ff["FF_up"] * ff["FF_out"]
+        gated = (l_phi + c_phi) * ff["FF_gate"] * ff["FF_up"] * ff["FF_out"]
+        return gated + up_offset * l_phi * ff["FF_gate"] * ff["FF_out"] if up_offset else gated
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
-def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0, gate_sum: float = 1.0) -> float:
+def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0, gate_sum: float = 1.0,
+                           up_offset: float = 0.0) -> float:
     """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
     ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
-    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).
+    (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).  With a
+    constant ``o`` on the up branch, ``((u + o) * phi(x W_g)) W_d`` (gpt-oss's ``+ 1``), the path
+    ``o phi(x W_g) W_d`` adds ``o L_phi c_g c_d`` (docs/theory.md 3n).
 
     A mixture of experts (roles ``FF_gate[e3]``, ...): the largest routed expert's constant plus the
     shared expert's, since the top-k gates are non-negative and sum to at most 1 (``gate_sum`` when
     they only each are at most 1: ``top_k``) and the shared expert's sigmoid gate is at most 1, with
     the routing held fixed (docs/theory.md 3f)."""
     if not any(role.endswith("]") for role in ff):  # a dense block (the LLaMA path: no grouping)
-        return _branch_lipschitz(ff, l_phi, c_phi)
+        return _branch_lipschitz(ff, l_phi, c_phi, up_offset)
     branches = feed_forward_branches(ff)
-    routed = [_branch_lipschitz(b, l_phi, c_phi) for key, b in branches.items() if key != "shared"]
-    shared = _branch_lipschitz(branches["shared"], l_phi, c_phi) if "shared" in branches else 0.0
+    routed = [_branch_lipschitz(b, l_phi, c_phi, up_offset) for key, b in branches.items() if key != "shared"]
+    shared = _branch_lipschitz(branches["shared"], l_phi, c_phi, up_offset) if "shared" in branches else 0.0
     return gate_sum * max(routed) + shared
 
 
@@ -198,7 +205,8 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``Lambda_k``: attention then feed-forward multiply (docs/spec.md section 3); parallel blocks add.
     A decoder layer (self-attention, cross-attention, feed-forward) multiplies the three, the
     cross-attention's factor in the decoder's stream (:func:`cross_query_lipschitz`)."""
-    attention, ff = attention_lipschitz(norms), feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum)
+    attention = attention_lipschitz(norms)
+    ff = feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum, up_offset=norms.up_offset)
     if norms.cross_qk is not None:
         if norms.block == "parallel":
             raise ValueError("a parallel block with cross-attention is not modelled")
@@ -209,7 +217,8 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
 def memory_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``M_j``: a decoder layer's Lipschitz constant in the encoder's output, which reaches it only
     through the cross-attention's keys and values: ``cross_memory_lipschitz * Lip(FF)``."""
-    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum)
+    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum,
+                                                                  up_offset=norms.up_offset)
 
 
 def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
@@ -291,7 +300,8 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     not see the attention's output).
     """
     ff = norms.ff
-    after_attention = 1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0, norms.gate_sum)
+    after_attention = (1.0 if norms.block == "parallel" else
+                       feed_forward_lipschitz(ff, 1.0, 1.0, norms.gate_sum, norms.up_offset))
     cross = {}
     if norms.cross_qk is not None:  # decoder: cross-attention between self-attention and feed-forward
         cross = {"QK_cross": 2.0 * norms.cross_ov * after_attention,
@@ -310,7 +320,7 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
         **cross,
     }
     if not any(role.endswith("]") for role in ff):
-        gamma.update(_branch_sensitivities(ff))
+        gamma.update(_branch_sensitivities(ff, norms.up_offset))
         return gamma
     # a mixture of experts: each expert's matrices as in a dense block times the largest its gate can be
     # (1 for probabilities: dropped; DeepSeek's routed_scaling_factor), the shared expert's gate <= 1 dropped
@@ -318,11 +328,12 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     for branch, values in feed_forward_branches(ff).items():
         g_max = 1.0 if branch == "shared" else top
         gamma.update({f"{kind}[{branch}]": (g * g_max if g_max != 1.0 else g)
-                      for kind, g in _branch_sensitivities(values).items()})
+                      for kind, g in _branch_sensitivities(values, norms.up_offset).items()})
     return gamma
 
 
-def _branch_sensitivities(ff: dict) -> dict[str, float]:
-    if "FF_gate" in ff:
-        return {"FF_gate": ff["FF_up"] * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"], "FF_out": 1.0}
+def _branch_sensitivities(ff: dict, up_offset: float = 0.0) -> dict[str, float]:
+    if "FF_gate" in ff:  # the gate's perturbation is multiplied by u + up_offset (gpt-oss: clamp(u) + 1)
+        return {"FF_gate": (ff["FF_up"] + up_offset) * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"],
+                "FF_out": 1.0}
     return {"FF_in": ff["FF_out"], "FF_out": 1.0}

@@ -106,9 +106,13 @@ class MatrixSpectrum:
     def frobenius_norm(self) -> float:
         return float(np.sqrt(np.sum(self.singular_values**2)))
 
-    @property
-    def nuclear_norm(self) -> float:
-        return float(np.sum(self.singular_values))
+    def nuclear_norm(self, rank_tol: float) -> float:
+        """``S_1``: the sum of the singular values above the rank tolerance ``tau`` (docs/spec.md section 2;
+        the values ``S_p`` and the rank count, ``kept`` where already decided), not of the rounding noise a
+        rank-deficient product's SVD also returns."""
+        kept = self.kept if self.kept is not None else self.singular_values[
+            self.singular_values > rank_threshold(self.singular_values, self.dim, rank_tol)]
+        return float(np.sum(kept))
 
     @property
     def stable_rank(self) -> float:
@@ -165,8 +169,8 @@ class RotaryQKSpectrum(MatrixSpectrum):
     def frobenius_norm(self) -> float:
         return float(self.frobenius_sup)
 
-    @property
-    def nuclear_norm(self) -> float:
+    def nuclear_norm(self, rank_tol: float) -> float:
+        """``nuclear_sup``: a bound on ``||X(delta)||_*`` at every offset (``rank_tol`` is already in it)."""
         return float(self.nuclear_sup)
 
     @property

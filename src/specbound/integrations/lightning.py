@@ -43,6 +43,9 @@ class SpecboundCallback(Callback):
         super().__init__()
         self.monitor = BoundMonitor(every_n_steps, store=store, bounds=bounds, run_name=run_name,
                                     at_start=at_start, quiet=quiet, **options)
+        if not isinstance(model_attr, str) or not model_attr:
+            raise SpecboundError(f"model_attr must name the LightningModule's attribute holding the model (a "
+                                 f"non-empty string), found {model_attr!r}")
         self.model_attr = model_attr
 
     def on_train_start(self, trainer, pl_module) -> None:

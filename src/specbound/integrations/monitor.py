@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,14 @@ from ..options import AnalysisOptions
 HEADLINE = ("spectral_adaptive", "edelman")
 PREFIX = "specbound"
 _NOT_HERE = ("init", "base", "tower")  # options a model in memory cannot take (say why below)
+
+
+def check_path_argument(value: Any, name: str, what: str) -> None:
+    """A callback's folder argument: None or a non-empty ``str`` / ``os.PathLike``, else one line."""
+    if value is None:
+        return
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise SpecboundError(f"{name} must be {what} (a str or pathlib.Path) or None, found {value!r}")
 
 
 class BoundMonitor:
@@ -63,10 +72,16 @@ class BoundMonitor:
         if given:
             raise SpecboundError(f"the training callbacks analyse the model in memory and take no {given[0]}= "
                                  f"option; analyse a saved checkpoint with specbound.analyze(path, {given[0]}=...)")
+        check_path_argument(store, "store", "a results store folder")
+        if not isinstance(run_name, str) or not run_name:
+            raise SpecboundError(f"run_name must be a non-empty string (the records' run label), found {run_name!r}")
+        for name, flag in (("at_start", at_start), ("quiet", quiet)):
+            if not isinstance(flag, bool):
+                raise SpecboundError(f"{name} must be True or False, found {flag!r}")
         self.options = AnalysisOptions.build(options)
         self.every_n_steps = every_n_steps
         self.bounds = self._bound_names(bounds)
-        self.run_name = str(run_name)
+        self.run_name = run_name
         self.at_start, self.quiet = at_start, quiet
         self.store = None
         if store is not None:
@@ -85,11 +100,17 @@ class BoundMonitor:
 
         if bounds == "all":
             return None
-        names = HEADLINE if bounds == "headline" else tuple(bounds)
-        unknown = [b for b in names if b not in REGISTRY]
-        if isinstance(bounds, str) and bounds not in ("headline", "all") or unknown:
-            raise SpecboundError(f"bounds must be 'headline', 'all' or bound names ({', '.join(REGISTRY)}), "
-                                 f"found {bounds!r}")
+        wrong = SpecboundError(f"bounds must be 'headline', 'all' or a list of bound names ({', '.join(REGISTRY)}), "
+                               f"found {bounds!r}")
+        if isinstance(bounds, str):
+            if bounds != "headline":
+                raise wrong
+            return HEADLINE
+        if not isinstance(bounds, Iterable) or isinstance(bounds, (bytes, Mapping)):
+            raise wrong
+        names = tuple(bounds)
+        if not names or not all(isinstance(b, str) and b in REGISTRY for b in names):
+            raise wrong
         return names
 
     def start(self) -> None:

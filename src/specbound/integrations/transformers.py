@@ -18,7 +18,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .monitor import BoundMonitor
+from .monitor import BoundMonitor, check_path_argument
 
 
 class SpecboundCallback(TrainerCallback):
@@ -46,6 +46,7 @@ class SpecboundCallback(TrainerCallback):
     def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None, bounds="headline",
                  run_name: str | None = None, at_start: bool = True, quiet: bool = False,
                  log_dir: str | Path | None = None, **options: Any):
+        check_path_argument(log_dir, "log_dir", "the TensorBoard folder")
         self.monitor = BoundMonitor(every_n_steps, store=store, bounds=bounds, run_name=run_name or "train",
                                     at_start=at_start, quiet=quiet, **options)
         self._run_name_given = run_name is not None

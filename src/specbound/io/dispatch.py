@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecboundError, os_errors, refuse_oversized_integers
-from .base import Checkpoint, load_json, read_config
+from .base import Checkpoint, read_config
+from .sentence_modules import read_sentence_modules
 from .formats import (CTRANSLATE2, FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES,
                       format_of)
 
@@ -94,10 +95,19 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
     _refuse_base(base, str(source))
     if path.is_file():
         return _open_file(path, config)
+    # the sentence-transformers layout, whether or not the folder has its own config.json: modules.json names
+    # the Transformer's folder (the root, or 0_Transformer/) and the modules after it (Pooling, Dense, Normalize)
+    modules = read_sentence_modules(path)
+    if modules is not None:
+        inner = modules.transformer
+        ckpt = _open_folder(path, config) if inner == path.resolve() else _open_path(inner, config)
+        ckpt.sentence_modules = modules
+        return ckpt
+    return _open_folder(path, config)
+
+
+def _open_folder(path: Path, config: dict[str, Any] | None) -> Checkpoint:
     if not (path / "config.json").is_file():
-        inner = sentence_transformers_module(path)
-        if inner is not None:  # the sentence-transformers layout: modules.json names the model's folder
-            return _open_path(inner, config)
         _refuse_tokenizer_only(path)
         for onnx_file in ONNX.folder_files:
             if (path / onnx_file).is_file():  # an export on its own: dimensions inferred from the graph
@@ -110,33 +120,8 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
     _no_weights(path)
 
 
-MODULES_JSON_MAX_BYTES = 1 << 20
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
                    "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "special_tokens_map.json")
-
-
-def sentence_transformers_module(folder: Path) -> Path | None:
-    """The folder of the Transformer module a sentence-transformers ``modules.json`` names (the
-    older layout keeps the model in ``0_Transformer/``), or None when there is no such file or it
-    names the folder itself.  The path must stay inside ``folder``."""
-    listing = folder / "modules.json"
-    if not listing.exists() and not listing.is_symlink():  # a FIFO or a device is refused by the reader
-        return None
-    modules = load_json(listing, "sentence-transformers modules.json",
-                        "sentence-transformers writes a list of {idx, name, path, type} entries", MODULES_JSON_MAX_BYTES)
-    entries = modules if isinstance(modules, list) else []
-    transformer = [m for m in entries if isinstance(m, dict) and str(m.get("type", "")).endswith(".Transformer")]
-    if not transformer:
-        raise SpecboundError(f"{listing} names no Transformer module (expected an entry with type "
-                             f"sentence_transformers.models.Transformer); pass the model's own folder")
-    inner = (folder / str(transformer[0].get("path", ""))).resolve()
-    root = folder.resolve()
-    if inner == root:
-        return None
-    if root not in inner.parents or not inner.is_dir():
-        raise SpecboundError(f"{listing} names the module folder {transformer[0].get('path')!r}, which is not a "
-                             f"folder inside {folder}; fix modules.json or pass the model's own folder")
-    return inner
 
 
 def _refuse_tokenizer_only(folder: Path) -> None:

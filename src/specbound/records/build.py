@@ -48,7 +48,7 @@ def build_analysis(source: str, family: str, measures: ModelMeasures, results: d
             "tensors": (tensors or {}).get((mm.layer, mm.head, mm.role)), "rows": s.shape[0], "cols": s.shape[1],
             "rank": int(kept_singular_values(s, measures.rank_tol).size),
             "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
-            "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
+            "nuclear_norm": s.nuclear_norm(measures.rank_tol), "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
             "norm_1_1": s.norm_1_1, "lipschitz_factor": s.lipschitz_factor,
             "lipschitz_factor_frobenius": s.lipschitz_factor_frobenius, "downstream_factor": mm.alpha, "gamma": mm.gamma,
             "sv_method": s.sv_method, "sv_rel_error_bound": s.sv_rel_error_bound,

@@ -520,16 +520,17 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
     model = open_model(folder)
     reference = {}
     start, cpu = time.perf_counter(), time.process_time()
+    kernel = KernelOptions()
     with threadpool_limits(limits=1), _ReferenceKernels():
         for layer in layers:
-            spectra = model_layer_spectra(model, layer, KernelOptions())
+            spectra = model_layer_spectra(model, layer, kernel)
             rows = [("QK", h, s) for h, s in enumerate(spectra.qk)] + [("OV", h, s) for h, s in enumerate(spectra.ov)]
             rows += [(role, None, s) for role, s in spectra.ff.items()]
             for role, head, s in rows:
                 reference[(layer, role, head)] = {
                     "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
-                    "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
-                    "norm_1_1": s.norm_1_1}
+                    "nuclear_norm": s.nuclear_norm(kernel.rank_tol), "stable_rank": s.stable_rank,
+                    "norm_2_1": s.norm_2_1, "norm_1_1": s.norm_1_1}
     reference_seconds, reference_cpu = time.perf_counter() - start, time.process_time() - cpu
     stages = {}
     for threads in (1, 2):
