@@ -59,13 +59,21 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
             assert value == pytest.approx(entry["bounds"][bound], rel=1e-6)  # TensorBoard keeps float32
 
     records = sorted(Store(tmp_path / "store").records(tables=()), key=lambda r: r.meta["labels"]["step"])
-    assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s} for s in steps]
+    assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s, "model": "BertForSequenceClassification"}
+                                                   for s in steps]
     assert records[0].bounds["spectral_adaptive"] != records[-1].bounds["spectral_adaptive"]  # it trained
 
     # the last record is the analysis of the weights the Trainer ends with, saved and read back
     trainer.model.save_pretrained(tmp_path / "final")
     final = specbound.analyze(tmp_path / "final", grid_m=4, threads=1)
     assert records[-1].bounds == pytest.approx(final.all_bounds(), rel=1e-12)
+    # compare names the record by its run, step and model, and says the saved weights' analysis (the
+    # default grid) was made with other options than the callback's (grid_m=4)
+    compared = specbound.compare(f"{tmp_path / 'store'}#tiny/step-6", tmp_path / "final", threads=1)
+    assert compared.names[0] == "step-6" and "in-memory" not in str(compared)
+    assert compared.analyses["step-6"].source == "tiny/step-6 (BertForSequenceClassification)"
+    assert "tiny/step-6 (BertForSequenceClassification)" in str(compared)  # the models table's source
+    assert compared.option_differences() == {"grid_m": {compared.names[0]: 4, compared.names[1]: "default"}}
     assert any(e.get("step") == 6 and "specbound/spectral_adaptive" in e for e in trainer.state.log_history)
     err = capsys.readouterr().err
     assert err.count("specbound: one analysis took") == 1 and "a training step" in err  # the cost, said once

@@ -4,8 +4,9 @@ headline bounds to the trainer's loggers, and append a record to a results store
 Nothing is written to disk but the store's records (and what the trainer's own loggers write): the
 weights are read from the module's ``state_dict()`` (``specbound.analyze(module)``), on whatever
 device they live.  Each record is keyed, as a sweep's are, by a digest of the weights analysed and
-the options (:func:`state_digest`), and labelled ``step`` (and ``run``), so ``specbound report
---store`` draws the trajectory along ``label_step``.
+the options (:func:`state_digest`), named ``RUN/step-S`` and labelled ``run``, ``step`` and ``model``
+(:func:`model_name`), so ``specbound report --store`` draws the trajectory along ``label_step`` and
+``specbound compare STORE#RUN/step-S`` names the record by them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class BoundMonitor:
         Analyse after every this many optimizer steps (and once before the first, ``at_start``).
     store : path, optional
         A results store folder (created when missing): one record per analysis, labelled
-        ``step`` and ``run``, which ``specbound report --store`` / ``scaling`` / ``plot`` read.
+        ``run``, ``step`` and ``model``, which ``specbound report --store`` / ``scaling`` / ``plot`` read.
     bounds : "headline", "all" or iterable of str
         Which bounds are logged (default the headline ``spectral_adaptive`` and ``edelman``); the
         store keeps every bound regardless.
@@ -143,9 +144,17 @@ class BoundMonitor:
         digest = state_digest(model)
         record = record_from_analysis(
             analysis, key=record_key(digest, self.options), source=f"{self.run_name}/step-{step}",
-            labels={"run": self.run_name, "step": int(step)}, weights_sha256=digest, options=self.options,
+            labels={"run": self.run_name, "step": int(step), "model": model_name(model)}, weights_sha256=digest,
+            options=self.options,
             seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
         self.store.put(record)
+
+
+def model_name(model: Any) -> str:
+    """What the model is called: where transformers loaded it from (``name_or_path``: a hub id or a
+    folder), else its class (``BertForSequenceClassification``, a model built from a config)."""
+    name = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
+    return str(name) if name else type(model).__name__
 
 
 def state_digest(model: Any) -> str:
