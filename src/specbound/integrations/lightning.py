@@ -23,6 +23,8 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning import Callback
 
+__all__ = ["SpecboundCallback"]
+
 
 class SpecboundCallback(Callback):
     """Analyse the module's transformer every ``every_n_steps`` steps (and before the first).

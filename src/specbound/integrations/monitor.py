@@ -23,6 +23,8 @@ from typing import Any
 from ..errors import SpecboundError
 from ..options import AnalysisOptions
 
+__all__ = ["BoundMonitor", "state_digest"]
+
 HEADLINE = ("spectral_adaptive", "edelman")
 PREFIX = "specbound"
 _NOT_HERE = ("init", "base", "tower")  # options a model in memory cannot take (say why below)

@@ -20,9 +20,16 @@ from transformers import TrainerCallback
 
 from .monitor import BoundMonitor
 
+__all__ = ["SpecboundCallback"]
+
 
 class SpecboundCallback(TrainerCallback):
     """Analyse the Trainer's model every ``every_n_steps`` steps (and before the first).
+
+    The scalars are ``specbound/<bound>`` and ``specbound/log10_<bound>`` at the global step; with
+    W&B active (``report_to`` includes ``wandb``) they are logged there too, and every analysis is
+    appended to ``state.log_history`` (so ``trainer_state.json`` keeps them).  Only the main process
+    analyses.
 
     Parameters
     ----------
@@ -36,11 +43,6 @@ class SpecboundCallback(TrainerCallback):
         (``TENSORBOARD_LOGGING_DIR``; ``logging_dir`` in transformers 4; else the run folder its
         TensorBoard callback made under ``output_dir/runs`` for this training), when ``report_to``
         includes ``tensorboard``.
-
-    The scalars are ``specbound/<bound>`` and ``specbound/log10_<bound>`` at the global step; with
-    W&B active (``report_to`` includes ``wandb``) they are logged there too, and every analysis is
-    appended to ``state.log_history`` (so ``trainer_state.json`` keeps them).  Only the main process
-    analyses.
     """
 
     def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None, bounds="headline",

@@ -165,6 +165,8 @@ def comparison_table(a) -> list[str]:
     if a.gap_bound is None:
         lines += wrap("B is a complexity term, not an error bound: a gap bound is of order B / (margin sqrt(n)) "
                       "(docs/bounds.md 9); --n N --margin G gives each bound as a generalisation-gap bound")
+    lines += wrap("which number to report, what to cite with it, and why a variant or baseline can be smaller: "
+                  "specbound docs interpreting (docs/interpreting.md)")
     if a.gap_bound is not None:
         p = a.gap_bound["parameters"]
         lines += wrap(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
