@@ -62,6 +62,10 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
     assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s, "model": "BertForSequenceClassification"}
                                                    for s in steps]
     assert records[0].bounds["spectral_adaptive"] != records[-1].bounds["spectral_adaptive"]  # it trained
+    # the loss the Trainer logs at an analysed step (after the analysis: logging_steps=2, so step 6 only)
+    # is in that step's record; the end-of-training mean (the summary's train_loss) is not
+    (logged_loss,) = [e["loss"] for e in trainer.state.log_history if e.get("step") == 6 and "loss" in e]
+    assert [r.meta["metrics"] for r in records] == [{}, {}, {"train_loss": pytest.approx(logged_loss)}]
 
     # the last record is the analysis of the weights the Trainer ends with, saved and read back
     trainer.model.save_pretrained(tmp_path / "final")
@@ -109,6 +113,16 @@ def test_bad_arguments_are_one_line_before_training(kwargs, message):
     with pytest.raises(SpecboundError, match=message) as err:
         SpecboundCallback(**kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_the_trainer_metrics_of_a_log():
+    from specbound.integrations.transformers import trainer_metrics
+
+    assert trainer_metrics({"loss": 0.5, "grad_norm": 2.0, "learning_rate": 1e-3, "epoch": 1.0}) == {"train_loss": 0.5}
+    assert trainer_metrics({"eval_loss": 0.7, "eval_accuracy": 0.8, "eval_runtime": 3.0,
+                            "eval_samples_per_second": 9.0, "eval_steps_per_second": 1.0, "epoch": 1.0}) == \
+        {"eval_loss": 0.7, "eval_accuracy": 0.8}
+    assert trainer_metrics({"train_runtime": 4.0, "train_loss": 1.3, "epoch": 1.0}) == {}  # the run's summary
 
 
 def test_the_digest_is_the_weights(quiet_transformers):

@@ -80,6 +80,7 @@ class BoundMonitor:
         self.history: list[dict[str, Any]] = []  # one entry per analysis: step, seconds, bounds
         self._done: set[int] = set()
         self._said = False
+        self._held = None  # (record, step): written by flush()
         self._started = time.perf_counter()
 
     @staticmethod
@@ -105,19 +106,29 @@ class BoundMonitor:
             return False
         return self.at_start and step == 0 if start else step > 0 and step % self.every_n_steps == 0
 
-    def measure(self, model: Any, step: int) -> dict[str, float]:
+    def measure(self, model: Any, step: int, *, metrics: Mapping[str, Any] | None = None,
+                hold: bool = False) -> dict[str, float]:
         """Analyse ``model`` (an ``nn.Module`` with a ``.config``) as it is at ``step``; append its
         record to the store; return the scalars to log, ``{"specbound/<bound>": value}`` and
-        ``{"specbound/log10_<bound>": log10 value}`` (the log is finite however large the bound)."""
+        ``{"specbound/log10_<bound>": log10 value}`` (the log is finite however large the bound).
+
+        ``metrics``: the trainer's own numbers at this step (training loss, evaluation metrics), kept
+        in the record (``metric_<name>`` in the store's table) so that the trajectory figure draws
+        them on the bounds' step axis.  ``hold``: keep the record until :meth:`flush`, which may add
+        the numbers the trainer logs after this call for the same step."""
         from ..pipeline import analyze
 
+        self.flush()
         self._done.add(step)
         training = time.perf_counter() - self._started - sum(h["seconds"] for h in self.history)
         begin, cpu = time.perf_counter(), time.process_time()
         analysis = analyze(model, self.options)
         seconds = time.perf_counter() - begin
         if self.store is not None:
-            self._store(model, analysis, step, seconds, time.process_time() - cpu)
+            self._held = (self._record(model, analysis, step, seconds, time.process_time() - cpu), step)
+            self.add_metrics(step, metrics or {})
+            if not hold:
+                self.flush()
         values = analysis.all_bounds()
         logs = analysis.log10_bounds or {}
         scalars = {}
@@ -140,16 +151,34 @@ class BoundMonitor:
                   file=sys.stderr)
         return scalars
 
-    def _store(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float) -> None:
+    def add_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Add the trainer's finite numbers logged at ``step`` to the record held for that step (none
+        held, or another step's: nothing)."""
+        if self._held is not None and self._held[1] == step:
+            found = {str(k): float(v) for k, v in metrics.items() if _finite_number(v)}
+            self._held[0].meta["metrics"].update(found)
+
+    def flush(self) -> None:
+        """Write the record held by :meth:`measure` (``hold=True``), if any."""
+        if self._held is not None:
+            record, self._held = self._held[0], None
+            self.store.put(record)
+
+    def _record(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float):
         from ..sweep.store import record_from_analysis, record_key
 
         digest = state_digest(model)
-        record = record_from_analysis(
+        return record_from_analysis(
             analysis, key=record_key(digest, self.options), source=f"{self.run_name}/step-{step}",
             labels={"run": self.run_name, "step": int(step), "model": model_name(model)}, weights_sha256=digest,
-            options=self.options,
-            seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
-        self.store.put(record)
+            options=self.options, seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
+
+
+def _finite_number(value: Any) -> bool:
+    """A finite int or float (a 0-d tensor's ``.item()`` included), not a bool."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def model_name(model: Any) -> str:
