@@ -135,3 +135,25 @@ def test_the_digest_is_the_weights(quiet_transformers):
     with torch.no_grad():
         b.classifier.bias[0] += 1e-7
     assert state_digest(a) != state_digest(b)
+
+
+def test_the_cost_line_is_printed_above_a_progress_bar(capsys):
+    """Issue 44: the cost line was printed inside the Trainer's tqdm bar ("3/40 [...]specbound: one
+    analysis took ..."); it is written above the bar, on a line of its own, and a small cost is not
+    rounded to "0%"."""
+    import re
+    import sys
+
+    from tqdm import tqdm
+
+    from specbound.integrations.monitor import BoundMonitor, share
+
+    monitor = BoundMonitor(every_n_steps=2, grid_m=4)
+    with tqdm(total=10, file=sys.stderr, ascii=True, mininterval=0) as bar:
+        bar.update(3)
+        monitor.measure(tiny_classifier(), 2)
+        bar.update(1)
+    err = capsys.readouterr().err
+    (line,) = [part for part in re.split(r"[\r\n]", err) if "one analysis took" in part]
+    assert line.startswith("specbound: one analysis took") and "3/10" in err
+    assert [share(0.06), share(0.004), share(0.0004)] == ["6%", "0.4%", "under 0.1%"]

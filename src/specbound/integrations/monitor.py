@@ -146,9 +146,8 @@ class BoundMonitor:
         if step > 0 and not self._said and not self.quiet:  # once, when a step's cost is known to set it against
             self._said = True
             per_step = training / step
-            print(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
-                  f"{self.every_n_steps} steps adds about {100 * seconds / (per_step * self.every_n_steps):.0f}%",
-                  file=sys.stderr)
+            say(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
+                f"{self.every_n_steps} steps adds about {share(seconds / (per_step * self.every_n_steps))}")
         return scalars
 
     def add_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -179,6 +178,21 @@ def _finite_number(value: Any) -> bool:
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
         value = value.item()
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def share(fraction: float) -> str:
+    """A cost as a percentage, with the digits it needs: ``6%``, ``0.4%``, ``under 0.1%``."""
+    percent = 100 * fraction
+    if percent >= 1:
+        return f"{percent:.0f}%"
+    return f"{percent:.1f}%" if percent >= 0.1 else "under 0.1%"
+
+
+def say(line: str) -> None:
+    """A line on stderr, above any tqdm progress bar that is being drawn (a trainer's), not inside it."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
 
 
 def model_name(model: Any) -> str:
