@@ -149,3 +149,22 @@ def test_a_model_name_with_dollars_does_not_break_the_mathtext():
     fig = figure_contributions(curves, pd.DataFrame({"p_star": [0.0]}), "runs/$HOME/$x_1", grid_m=1, n_layers=1)
     fig.savefig(io.BytesIO(), format="png")  # a bad mathtext string raises here
     assert fig._suptitle.get_text().endswith(r"runs/\$HOME/\$x_1")
+
+
+def test_the_store_figures_compose_into_the_caller_s_axes(tiny_store, no_checkpoints):
+    """Issue 44: the store-level figures took no ``ax=``: each single-panel one draws into the Axes it is
+    given (a notebook's grid of panels), adds no Axes and no figure, and returns the caller's Figure with
+    the same lines as when it makes its own."""
+    from matplotlib.figure import Figure
+
+    from specbound.report.plots import figure_bound_scaling, figure_bounds_side_by_side
+
+    for draw in (lambda **kw: figure_bound_scaling(tiny_store, x="N", **kw),
+                 lambda **kw: figure_bounds_side_by_side(tiny_store, **kw)):
+        own = draw()
+        fig = Figure()
+        left, right = fig.subplots(1, 2)
+        assert draw(ax=right) is fig and len(fig.axes) == 2 and not left.get_lines()
+        theirs = [(list(line.get_xdata()), list(line.get_ydata())) for line in right.get_lines()]
+        assert theirs == [(list(line.get_xdata()), list(line.get_ydata())) for line in own.axes[0].get_lines()]
+        assert theirs and not fig.legends  # the legend stays inside the caller's Axes

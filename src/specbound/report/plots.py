@@ -106,16 +106,24 @@ def _bounds_long(store, bounds, *, headline_only: bool = True):
     return table, names
 
 
-def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None):
+def _axes(ax, figsize=None):
+    """The caller's Axes (``ax=``: the figure composes into theirs), else a new figure's one Axes."""
+    if ax is not None:
+        return ax
+    return (new_figure(figsize) if figsize else new_figure()).add_subplot()
+
+
+def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None, ax=None):
     """Each bound against ``x`` (``"N"`` or ``"L"``) with the other dimension fixed, divided by its
-    value at the smallest ``x`` of its group; log scale (the paper's two scaling figures)."""
+    value at the smallest ``x`` of its group; log scale (the paper's two scaling figures).  ``ax``:
+    draw into this matplotlib Axes (returns its Figure) instead of a new figure."""
     from matplotlib.lines import Line2D
 
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
     colors = [bound_color(n) for n in names]
-    fig = new_figure()
-    ax = fig.add_subplot()
+    ax = _axes(ax)
+    fig = ax.figure
     groups = sorted(table[other].unique())
     drawn = left_out = 0
     for gi, value in enumerate(groups):
@@ -218,13 +226,14 @@ HEADLINE_STYLE = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "m
                   "markeredgewidth": 1.8, "color": "black"}
 
 
-def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
+def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None, ax=None):
     """Every bound of every checkpoint, as a dot plot: one row per checkpoint (short name, depth,
     width), one distinct colour and marker per bound, the values on a log axis.  The headline
     spectrum-adaptive bound is drawn last as a large open black ring (first in the legend), so a
     variant equal to it (the shared-weights bound without sharing, a fixed p equal to p*) shows
     inside the ring instead of hiding it.  The width is a page's; the height grows with the
-    checkpoints (up to a page)."""
+    checkpoints (up to a page).  ``ax``: draw into this matplotlib Axes (the legend inside it;
+    returns its Figure) instead of a new figure."""
     from matplotlib.lines import Line2D
 
     table, names = _bounds_long(store, bounds, headline_only=False)
@@ -239,8 +248,9 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     styles = {n: {"marker": markers[n], "markersize": 5, "color": colors[n], "alpha": 0.9} for n in others}
     styles[HEADLINE] = HEADLINE_STYLE
     height = min(9.5, 1.9 + 0.24 * len(table) + 0.16 * ((len(names) + 2) // 3))
-    fig = new_figure((MAX_WIDTH, height))
-    ax = fig.add_subplot()
+    given = ax is not None
+    ax = _axes(ax, (MAX_WIDTH, height))
+    fig = ax.figure
     ys = np.arange(len(table))
     left_out = 0
     for name in others + [n for n in names if n == HEADLINE]:  # the headline on top of everything
@@ -258,8 +268,11 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
     handles = [Line2D([0], [0], linestyle="", label=bound_label(n) + (" [headline]" if n == HEADLINE else ""),
                       **styles[n]) for n in names]
-    fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
-               frameon=False, fontsize=7)
+    if given:
+        ax.legend(handles=handles, loc="best", frameon=False, fontsize=6)
+    else:
+        fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
+                   frameon=False, fontsize=7)
     return fig
 
 
