@@ -87,6 +87,20 @@ def test_text_summary_has_the_bounds(text_run, api):
         assert float(match.group(1)) == pytest.approx(api.bounds[name], rel=5e-5)
 
 
+def test_the_first_screen_says_where_to_read_which_number_to_report(text_run):
+    """Issue 44: the demo printed thirteen numbers and nothing said which to cite.  Right under the
+    bounds table, the output names the page that does, and the page exists and ships (``specbound
+    docs interpreting``)."""
+    from specbound.tools import doc_pages
+
+    _, out, _ = text_run
+    lines = out.splitlines()
+    pointer = next(i for i, line in enumerate(lines) if line.startswith("which number to report"))
+    assert pointer < next(i for i, line in enumerate(lines) if line.startswith("per layer"))
+    assert "specbound docs interpreting (docs/interpreting.md)" in " ".join(lines[pointer:pointer + 2])
+    assert "## Which number" in doc_pages.page_path("interpreting").read_text()
+
+
 def test_text_summary_has_the_per_role_p_star_distribution(text_run, api):
     _, out, _ = text_run
     m = api.options["grid_m"]

@@ -52,6 +52,11 @@ def test_every_page_is_built_with_its_generated_parts(site):
     for name in ("analyze", "AnalysisOptions", "Analysis", "AnalysisPlots", "Store"):
         assert f'id="specbound.' in api and re.search(rf'id="[\w.]*\b{name}"', api), name
     assert ":class:" not in api  # the docstrings' Sphinx roles are shown as code
+    signature = re.sub(r"<[^>]+>", "", api)  # AnalysisOptions' defaults, not the _option(...) declaring them
+    assert "_option(" not in signature and "rank_tol: float = 1e-10" in signature
+    for name in ("Comparison", "BoundMonitor", "integrations.transformers.SpecboundCallback",
+                 "integrations.lightning.SpecboundCallback"):
+        assert re.search(rf'id="specbound\.[\w.]*{re.escape(name)}"', api), name
     tutorial = (site / "tutorial.html").read_text()
     figures = re.findall(r'<img [^>]*src="(tutorial_files/[^"]+\.png)"', tutorial)
     assert len(figures) >= 3 and all((site / f).stat().st_size > 10_000 for f in figures), figures

@@ -298,8 +298,50 @@ def test_pickled_adapter_and_the_base_it_names(tmp_path):
     cfg["base_model_name_or_path"] = str(base)
     (adapter / "adapter_config.json").write_text(json.dumps(cfg))
     ours = analyze(adapter)
-    assert ours.options["init"] == str(base)
+    assert ours.options["init"] == str(base) and ours.model["adapter"]["base_found"] == "as named"
     assert_same_analysis(ours, analyze(merged), MERGED_REL)
+
+
+def _name_base(adapter, named):
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = named
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+
+
+def test_a_relative_base_is_found_as_peft_finds_it(tmp_path, monkeypatch, capsys):
+    """Issue 44: PEFT writes base_model_name_or_path as training gave it (relative to the training
+    folder).  Tried in PEFT's order: as written from the current directory, then from the adapter's
+    folder, then as a hub id (the offline cache: nothing fetched); the route used is recorded and
+    printed."""
+    from specbound.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    training = tmp_path / "training"
+    base, adapter, _ = build_adapter(training, _bert, seed=4, r=2, lora_alpha=2, target_modules=["query"])
+    reference = analyze(adapter, base=base)
+    assert reference.model["adapter"]["base_found"] == "given"
+    _name_base(adapter, "base")  # as training wrote it, run from the training folder
+    monkeypatch.chdir(training)
+    found = analyze(adapter)
+    assert found.model["adapter"]["base_found"] == "as named" and found.model["adapter"]["base"] == "base"
+    assert found.from_init == pytest.approx(reference.from_init, rel=1e-12)
+    assert main(["analyze", str(adapter), "--jobs", "1", "--no-progress"]) == 0
+    assert "merged into the base base (the path the adapter names, as written)" in capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)  # elsewhere: "base" is not here, so the adapter's folder is tried
+    with pytest.raises(SpecboundError) as err:
+        analyze(adapter)
+    _one_line(err, "'base'", "neither a path here", "nor in the adapter's folder", "--base BASE")
+    _name_base(adapter, "../base")
+    found = analyze(adapter)
+    assert found.model["adapter"]["base_found"] == "adapter folder"
+    assert found.from_init == pytest.approx(reference.from_init, rel=1e-12)
+    assert main(["analyze", str(adapter), "--jobs", "1", "--no-progress"]) == 0
+    assert "(the path the adapter names, read from the adapter's folder)" in capsys.readouterr().out
+    _name_base(adapter, "../../outside")  # from the adapter's folder: only within the folder holding it
+    (tmp_path / "outside").mkdir()
+    with pytest.raises(SpecboundError) as err:
+        analyze(adapter)
+    _one_line(err, "leads outside the folder holding the adapter", "--base BASE")
 
 
 def test_factored_spectrum_equals_dense():
@@ -369,7 +411,8 @@ def test_an_adapter_without_its_base_says_what_is_needed(tmp_path, monkeypatch, 
     cfg = json.loads(cfg_path.read_text())
     for named, needles in ((None, ["names no base model", "--base BASE"]),
                            ("nobody-here/not-a-cached-model", ["nobody-here/not-a-cached-model", "--base BASE"]),
-                           ("./no/such/folder", ["neither a path here nor a hub id", "--base BASE"])):
+                           ("./no/such/folder", ["neither a path here", "nor in the adapter's folder, nor a hub id",
+                                                 "--base BASE"])):
         cfg["base_model_name_or_path"] = named
         cfg_path.write_text(json.dumps(cfg))
         with pytest.raises(SpecboundError) as err:
@@ -433,7 +476,7 @@ def test_the_base_it_names_as_a_hub_id_is_fetched(tmp_path, monkeypatch):
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         fetched = analyze(adapter)
         assert hub.fetched() == {"config.json", "model.safetensors"}
-    assert fetched.model["adapter"]["base"] == "org/tiny-base"
+    assert fetched.model["adapter"]["base"] == "org/tiny-base" and fetched.model["adapter"]["base_found"] == "hub id"
     assert fetched.bounds == pytest.approx(reference.bounds, rel=1e-12)
     assert fetched.from_init == pytest.approx(reference.from_init, rel=1e-12)
 
@@ -514,6 +557,26 @@ def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
         assert hub.fetched() == {"config.json", "model.safetensors", "adapter_config.json",
                                  "adapter_model.safetensors"}
     assert fetched.from_init == pytest.approx(reference.from_init, rel=1e-12)
+
+
+def test_a_folder_here_named_like_a_hub_id_comes_before_the_hub(tmp_path, monkeypatch):
+    """As transformers does: a base_model_name_or_path that is both a folder from the current directory
+    and a hub id is the folder, and the hub is not asked."""
+    from support.hub_server import HubServer, isolate_hub_environment
+
+    isolate_hub_environment(monkeypatch, tmp_path)
+    base, adapter, _ = build_adapter(tmp_path, _bert, seed=6, r=2, lora_alpha=2, target_modules=["value"])
+    (tmp_path / "org").mkdir()
+    base.rename(tmp_path / "org" / "tiny-base")
+    _name_base(adapter, "org/tiny-base")
+    monkeypatch.chdir(tmp_path)
+    with HubServer({}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        found = analyze(adapter)
+        assert hub.fetched() == set()
+    assert found.model["adapter"]["base_found"] == "as named"
+    reference = analyze(adapter, base=tmp_path / "org" / "tiny-base")
+    assert found.from_init == pytest.approx(reference.from_init, rel=1e-12)
 
 
 def test_the_repr_of_an_adapter_analysis_says_it_is_one(llama_results):

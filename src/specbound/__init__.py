@@ -16,7 +16,8 @@ Heavy frameworks (torch, transformers, matplotlib) are never imported by ``impor
 from .errors import SpecboundError
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "compare", "Analysis", "AnalysisOptions", "SpecboundError", "TowerAnalyses", "__version__"]
+__all__ = ["analyze", "compare", "Analysis", "AnalysisOptions", "Comparison", "SpecboundError", "TowerAnalyses",
+           "__version__"]
 
 
 def __getattr__(name):  # lazy: `import specbound` stays cheap
@@ -28,6 +29,10 @@ def __getattr__(name):  # lazy: `import specbound` stays cheap
         from .report.compare import compare
 
         return compare
+    if name == "Comparison":
+        from .report.compare import Comparison
+
+        return Comparison
     if name == "Analysis":
         from .records import Analysis
 

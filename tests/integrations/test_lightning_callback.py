@@ -60,6 +60,12 @@ def test_lightning_logs_the_bounds_to_its_loggers_and_the_store(tmp_path):
 
     records = sorted(Store(tmp_path / "store").records(tables=()), key=lambda r: r.meta["labels"]["step"])
     assert [r.meta["labels"]["step"] for r in records] == steps
+    # the module's own logged numbers (self.log("train_loss")) are in the records after step 0
+    logged_losses = [v for _, v in logged["train_loss"]]
+    assert records[0].meta["metrics"] == {}
+    for record in records[1:]:
+        assert set(record.meta["metrics"]) == {"train_loss"}
+        assert min(abs(record.meta["metrics"]["train_loss"] - v) for v in logged_losses) < 1e-6
     module.model.save_pretrained(tmp_path / "final")
     final = specbound.analyze(tmp_path / "final", grid_m=4, threads=1)
     assert records[-1].bounds == pytest.approx(final.all_bounds(), rel=1e-12)

@@ -59,13 +59,25 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
             assert value == pytest.approx(entry["bounds"][bound], rel=1e-6)  # TensorBoard keeps float32
 
     records = sorted(Store(tmp_path / "store").records(tables=()), key=lambda r: r.meta["labels"]["step"])
-    assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s} for s in steps]
+    assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s, "model": "BertForSequenceClassification"}
+                                                   for s in steps]
     assert records[0].bounds["spectral_adaptive"] != records[-1].bounds["spectral_adaptive"]  # it trained
+    # the loss the Trainer logs at an analysed step (after the analysis: logging_steps=2, so step 6 only)
+    # is in that step's record; the end-of-training mean (the summary's train_loss) is not
+    (logged_loss,) = [e["loss"] for e in trainer.state.log_history if e.get("step") == 6 and "loss" in e]
+    assert [r.meta["metrics"] for r in records] == [{}, {}, {"train_loss": pytest.approx(logged_loss)}]
 
     # the last record is the analysis of the weights the Trainer ends with, saved and read back
     trainer.model.save_pretrained(tmp_path / "final")
     final = specbound.analyze(tmp_path / "final", grid_m=4, threads=1)
     assert records[-1].bounds == pytest.approx(final.all_bounds(), rel=1e-12)
+    # compare names the record by its run, step and model, and says the saved weights' analysis (the
+    # default grid) was made with other options than the callback's (grid_m=4)
+    compared = specbound.compare(f"{tmp_path / 'store'}#tiny/step-6", tmp_path / "final", threads=1)
+    assert compared.names[0] == "step-6" and "in-memory" not in str(compared)
+    assert compared.analyses["step-6"].source == "tiny/step-6 (BertForSequenceClassification)"
+    assert "tiny/step-6 (BertForSequenceClassification)" in str(compared)  # the models table's source
+    assert compared.option_differences() == {"grid_m": {compared.names[0]: 4, compared.names[1]: "default"}}
     assert any(e.get("step") == 6 and "specbound/spectral_adaptive" in e for e in trainer.state.log_history)
     err = capsys.readouterr().err
     assert err.count("specbound: one analysis took") == 1 and "a training step" in err  # the cost, said once
@@ -110,6 +122,16 @@ def test_bad_arguments_are_one_line_before_training(kwargs, message):
     assert "\n" not in str(err.value)
 
 
+def test_the_trainer_metrics_of_a_log():
+    from specbound.integrations.transformers import trainer_metrics
+
+    assert trainer_metrics({"loss": 0.5, "grad_norm": 2.0, "learning_rate": 1e-3, "epoch": 1.0}) == {"train_loss": 0.5}
+    assert trainer_metrics({"eval_loss": 0.7, "eval_accuracy": 0.8, "eval_runtime": 3.0,
+                            "eval_samples_per_second": 9.0, "eval_steps_per_second": 1.0, "epoch": 1.0}) == \
+        {"eval_loss": 0.7, "eval_accuracy": 0.8}
+    assert trainer_metrics({"train_runtime": 4.0, "train_loss": 1.3, "epoch": 1.0}) == {}  # the run's summary
+
+
 def test_the_digest_is_the_weights(quiet_transformers):
     from specbound.integrations.monitor import state_digest
 
@@ -120,3 +142,25 @@ def test_the_digest_is_the_weights(quiet_transformers):
     with torch.no_grad():
         b.classifier.bias[0] += 1e-7
     assert state_digest(a) != state_digest(b)
+
+
+def test_the_cost_line_is_printed_above_a_progress_bar(capsys):
+    """Issue 44: the cost line was printed inside the Trainer's tqdm bar ("3/40 [...]specbound: one
+    analysis took ..."); it is written above the bar, on a line of its own, and a small cost is not
+    rounded to "0%"."""
+    import re
+    import sys
+
+    from tqdm import tqdm
+
+    from specbound.integrations.monitor import BoundMonitor, share
+
+    monitor = BoundMonitor(every_n_steps=2, grid_m=4)
+    with tqdm(total=10, file=sys.stderr, ascii=True, mininterval=0) as bar:
+        bar.update(3)
+        monitor.measure(tiny_classifier(), 2)
+        bar.update(1)
+    err = capsys.readouterr().err
+    (line,) = [part for part in re.split(r"[\r\n]", err) if "one analysis took" in part]
+    assert line.startswith("specbound: one analysis took") and "3/10" in err
+    assert [share(0.06), share(0.004), share(0.0004)] == ["6%", "0.4%", "under 0.1%"]

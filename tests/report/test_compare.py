@@ -132,3 +132,29 @@ def test_default_names_are_short_and_distinct():
     assert default_names(["minis/bert_L-4", "minis/bert_L-8"]) == ["bert_L-4", "bert_L-8"]
     assert default_names(["a/model", "b/model"]) == ["a/model", "b/model"]
     assert default_names(["x", "x"]) == ["x #1", "x #2"]
+
+
+def test_analyses_made_with_different_options_are_flagged(tiny_bert_dir, tiny_bert_cls_dir, pair, capsys):
+    """Issue 44: compare did not say when two analyses were made with different options (the training
+    page's grid_m=12 against the command line's default).  Each model's own defaults (its grid
+    ceil(L + ln N), l_phi from its activation) are alike; a setting given differently is named, with
+    each model's value, in the text, the notebook view and the JSON."""
+    from specbound.cli import main
+
+    a, b = pair
+    assert a.options["grid_m"] != b.options["grid_m"]  # two sizes, two default grids: not a difference
+    assert Comparison({"a": a, "b": b}).option_differences() == {}
+    assert "options differ" not in str(Comparison({"a": a, "b": b}))
+    coarse = _analyze(tiny_bert_dir, grid_m=12, rank_tol=1e-8, n=1000, margin=0.5)
+    c = Comparison({"default": a, "coarse": coarse})
+    differ = c.option_differences()
+    assert differ == {"grid_m": {"default": "default", "coarse": 12}, "rank_tol": {"default": 1e-10, "coarse": 1e-8},
+                      "n": {"default": None, "coarse": 1000}, "margin": {"default": None, "coarse": 0.5}}
+    (line,) = [line for line in str(c).splitlines() if line.startswith("options differ")]
+    assert "grid_m (A default, B 12)" in line and "rank_tol (A 1e-10, B 1e-08)" in line
+    assert "grid_m (default default, coarse 12)" in c._repr_html_()
+    assert c.to_dict()["options_differ"] == differ
+    same = Comparison({"x": coarse, "y": _analyze(tiny_bert_cls_dir, grid_m=12, rank_tol=1e-8, n=1000, margin=0.5)})
+    assert same.option_differences() == {}
+    assert main(["compare", str(tiny_bert_dir), str(tiny_bert_dir), "--grid-m", "9", "--threads", "1"]) == 0
+    assert "options differ" not in capsys.readouterr().out  # the command line analyses every model alike

@@ -45,6 +45,11 @@ def test_the_table_holds_the_analysis_from_init_bounds(init_store):
         assert row[f"{bound} (W - W0)"] == fmt(reference.from_init[bound])
         assert row[f"(W - W0) / W, {bound}"] == fmt(reference.from_init[bound] / reference.bounds[bound])
     assert figure_from_init(store) is not None
+    from matplotlib.figure import Figure  # ax=: drawn into the caller's Axes, none added
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert figure_from_init(store, ax=ax) is fig and len(fig.axes) == 1 and len(ax.get_lines()) >= 2
 
 
 def test_the_report_shows_w_minus_w0_and_names_the_model_shown(init_store, tmp_path):

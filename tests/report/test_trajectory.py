@@ -9,6 +9,7 @@ import pytest
 
 from specbound.cli import main
 from specbound.errors import SpecboundError
+from specbound.records.style import bound_label
 from specbound.report.html import write_report
 from specbound.report.plots import build_figures
 from specbound.report.scaling import scaling_table
@@ -52,12 +53,70 @@ def test_trajectory_figure_draws_every_bound_against_the_step(run_store):
     top, bottom = [ax for ax in fig.axes if ax.get_visible()][:2]
     assert top.get_yscale() == "log" and bottom.get_xlabel() == "step"
     names = run_store.bound_names()
-    assert len(top.get_lines()) == len(names)
     frame = trajectory_frame(run_store)
-    for line, name in zip(top.get_lines(), names):
+    equal = [n for n in names if n != "spectral_adaptive" and (frame[n] == frame["spectral_adaptive"]).all()]
+    assert len(top.get_lines()) == len(names) - len(equal)
+    by_label = {line.get_label().removesuffix(" (headline)"): line for line in top.get_lines()}
+    for name in set(names) - set(equal):
+        line = by_label[bound_label(name)]
         np.testing.assert_array_equal(line.get_xdata(), list(RUN_STEPS))
         np.testing.assert_allclose(line.get_ydata(), frame[name].where(frame[name] > 0))
     assert fig.get_figwidth() <= 7.5
+
+
+def test_the_headline_is_on_top_and_equal_variants_are_named_not_drawn(run_store):
+    """Issue 44: the headline sat under identical variant lines and the p* legend had 20 entries."""
+    from matplotlib.collections import QuadMesh
+
+    fig = figure_trajectory(run_store)
+    top, strip = fig.axes[0], fig.axes[1]
+    lines = top.get_lines()
+    headline = [line for line in lines if line.get_label().endswith("(headline)")]
+    assert len(headline) == 1 and headline[0].get_label() == bound_label("spectral_adaptive") + " (headline)"
+    assert headline[0].get_zorder() > max(line.get_zorder() for line in lines if line is not headline[0])
+    assert headline[0].get_linewidth() > max(line.get_linewidth() for line in lines if line is not headline[0])
+    frame = trajectory_frame(run_store)
+    equal = [n for n in run_store.bound_names() if n != "spectral_adaptive"
+             and (frame[n] == frame["spectral_adaptive"]).all()]
+    assert equal  # on these small checkpoints some variant coincides (spectral_shared: no shared weights)
+    drawn = {line.get_label() for line in lines}
+    assert not drawn & {bound_label(n) for n in equal}
+    (note,) = [t for t in top.texts if "not drawn" in t.get_text()]
+    assert all(n in note.get_text() for n in equal)
+    # p*: one shaded strip (cells = checkpoints x grid values, shade = share), a colour bar, no legend
+    (mesh,) = [c for c in strip.collections if isinstance(c, QuadMesh)]
+    shares = frame[[c for c in frame.columns if c.startswith("p*=")]].to_numpy(float).T
+    np.testing.assert_allclose(np.asarray(mesh.get_array()).reshape(shares.shape), shares)
+    assert strip.get_legend() is None and strip.get_ylabel() == "p*"
+    assert not any(ax.get_title().startswith("The run's own numbers") for ax in fig.axes)  # no metrics: no panel
+
+
+def test_the_run_s_own_numbers_share_the_step_axis(tmp_path):
+    """Records that carry the run's loss and evaluation metrics (metrics.json beside each checkpoint, or
+    a training callback's) get a panel of them on the bounds' step axis."""
+    import json
+
+    from specbound.sweep.run import run_sweep
+    from specbound.sweep.sources import expand_sources
+    from specbound.sweep.store import Store
+    from support.numpy_bert import write_tiny_bert
+
+    steps, losses, accuracies = (100, 200, 400), (1.5, 0.9, 0.4), (0.5, 0.7, 0.8)
+    for i, step in enumerate(steps):
+        write_tiny_bert(tmp_path / "run" / f"step-{step}", seed=i, L=2, N=16, H=4, d_ff=24, std=0.1 * (1 + i))
+        (tmp_path / "run" / f"step-{step}" / "metrics.json").write_text(
+            json.dumps({"train_loss": losses[i], "eval_accuracy": accuracies[i]}))
+    run_sweep(expand_sources([str(tmp_path / "run" / "step-{step=100..400..100}")]), tmp_path / "store",
+              progress=False)
+    fig = figure_trajectory(Store(tmp_path / "store"))
+    top, numbers, strip = fig.axes[:3]
+    assert numbers.get_title().startswith("The run's own numbers")
+    assert numbers.get_shared_x_axes().joined(numbers, top) and numbers.get_shared_x_axes().joined(numbers, strip)
+    lines = {line.get_label(): line for line in numbers.get_lines()}
+    assert set(lines) == {"train_loss", "eval_accuracy"}
+    np.testing.assert_array_equal(lines["train_loss"].get_xdata(), steps)
+    np.testing.assert_allclose(lines["train_loss"].get_ydata(), losses)
+    np.testing.assert_allclose(lines["eval_accuracy"].get_ydata(), accuracies)
 
 
 def test_plot_and_report_show_the_trajectory(run_store, tmp_path):

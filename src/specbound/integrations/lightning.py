@@ -23,6 +23,8 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning import Callback
 
+__all__ = ["SpecboundCallback"]
+
 
 class SpecboundCallback(Callback):
     """Analyse the module's transformer every ``every_n_steps`` steps (and before the first).
@@ -58,7 +60,9 @@ class SpecboundCallback(Callback):
             self._analyse(trainer, pl_module)
 
     def _analyse(self, trainer, pl_module) -> None:
-        scalars = self.monitor.measure(self._transformer(pl_module), trainer.global_step)
+        # the numbers the module logged (self.log: the training loss, validation metrics), latest values
+        scalars = self.monitor.measure(self._transformer(pl_module), trainer.global_step,
+                                       metrics=dict(trainer.callback_metrics))
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
             logger.save()

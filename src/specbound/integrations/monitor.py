@@ -4,8 +4,9 @@ headline bounds to the trainer's loggers, and append a record to a results store
 Nothing is written to disk but the store's records (and what the trainer's own loggers write): the
 weights are read from the module's ``state_dict()`` (``specbound.analyze(module)``), on whatever
 device they live.  Each record is keyed, as a sweep's are, by a digest of the weights analysed and
-the options (:func:`state_digest`), and labelled ``step`` (and ``run``), so ``specbound report
---store`` draws the trajectory along ``label_step``.
+the options (:func:`state_digest`), named ``RUN/step-S`` and labelled ``run``, ``step`` and ``model``
+(:func:`model_name`), so ``specbound report --store`` draws the trajectory along ``label_step`` and
+``specbound compare STORE#RUN/step-S`` names the record by them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 from ..errors import SpecboundError
 from ..options import AnalysisOptions
+
+__all__ = ["BoundMonitor", "state_digest"]
 
 HEADLINE = ("spectral_adaptive", "edelman")
 PREFIX = "specbound"
@@ -46,7 +49,7 @@ class BoundMonitor:
         Analyse after every this many optimizer steps (and once before the first, ``at_start``).
     store : path, optional
         A results store folder (created when missing): one record per analysis, labelled
-        ``step`` and ``run``, which ``specbound report --store`` / ``scaling`` / ``plot`` read.
+        ``run``, ``step`` and ``model``, which ``specbound report --store`` / ``scaling`` / ``plot`` read.
     bounds : "headline", "all" or iterable of str
         Which bounds are logged (default the headline ``spectral_adaptive`` and ``edelman``); the
         store keeps every bound regardless.
@@ -92,6 +95,7 @@ class BoundMonitor:
         self.history: list[dict[str, Any]] = []  # one entry per analysis: step, seconds, bounds
         self._done: set[int] = set()
         self._said = False
+        self._held = None  # (record, step): written by flush()
         self._started = time.perf_counter()
 
     @staticmethod
@@ -123,19 +127,29 @@ class BoundMonitor:
             return False
         return self.at_start and step == 0 if start else step > 0 and step % self.every_n_steps == 0
 
-    def measure(self, model: Any, step: int) -> dict[str, float]:
+    def measure(self, model: Any, step: int, *, metrics: Mapping[str, Any] | None = None,
+                hold: bool = False) -> dict[str, float]:
         """Analyse ``model`` (an ``nn.Module`` with a ``.config``) as it is at ``step``; append its
         record to the store; return the scalars to log, ``{"specbound/<bound>": value}`` and
-        ``{"specbound/log10_<bound>": log10 value}`` (the log is finite however large the bound)."""
+        ``{"specbound/log10_<bound>": log10 value}`` (the log is finite however large the bound).
+
+        ``metrics``: the trainer's own numbers at this step (training loss, evaluation metrics), kept
+        in the record (``metric_<name>`` in the store's table) so that the trajectory figure draws
+        them on the bounds' step axis.  ``hold``: keep the record until :meth:`flush`, which may add
+        the numbers the trainer logs after this call for the same step."""
         from ..pipeline import analyze
 
+        self.flush()
         self._done.add(step)
         training = time.perf_counter() - self._started - sum(h["seconds"] for h in self.history)
         begin, cpu = time.perf_counter(), time.process_time()
         analysis = analyze(model, self.options)
         seconds = time.perf_counter() - begin
         if self.store is not None:
-            self._store(model, analysis, step, seconds, time.process_time() - cpu)
+            self._held = (self._record(model, analysis, step, seconds, time.process_time() - cpu), step)
+            self.add_metrics(step, metrics or {})
+            if not hold:
+                self.flush()
         values = analysis.all_bounds()
         logs = analysis.log10_bounds or {}
         scalars = {}
@@ -153,20 +167,60 @@ class BoundMonitor:
         if step > 0 and not self._said and not self.quiet:  # once, when a step's cost is known to set it against
             self._said = True
             per_step = training / step
-            print(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
-                  f"{self.every_n_steps} steps adds about {100 * seconds / (per_step * self.every_n_steps):.0f}%",
-                  file=sys.stderr)
+            say(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
+                f"{self.every_n_steps} steps adds about {share(seconds / (per_step * self.every_n_steps))}")
         return scalars
 
-    def _store(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float) -> None:
+    def add_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Add the trainer's finite numbers logged at ``step`` to the record held for that step (none
+        held, or another step's: nothing)."""
+        if self._held is not None and self._held[1] == step:
+            found = {str(k): float(v) for k, v in metrics.items() if _finite_number(v)}
+            self._held[0].meta["metrics"].update(found)
+
+    def flush(self) -> None:
+        """Write the record held by :meth:`measure` (``hold=True``), if any."""
+        if self._held is not None:
+            record, self._held = self._held[0], None
+            self.store.put(record)
+
+    def _record(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float):
         from ..sweep.store import record_from_analysis, record_key
 
         digest = state_digest(model)
-        record = record_from_analysis(
+        return record_from_analysis(
             analysis, key=record_key(digest, self.options), source=f"{self.run_name}/step-{step}",
-            labels={"run": self.run_name, "step": int(step)}, weights_sha256=digest, options=self.options,
-            seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
-        self.store.put(record)
+            labels={"run": self.run_name, "step": int(step), "model": model_name(model)}, weights_sha256=digest,
+            options=self.options, seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
+
+
+def _finite_number(value: Any) -> bool:
+    """A finite int or float (a 0-d tensor's ``.item()`` included), not a bool."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def share(fraction: float) -> str:
+    """A cost as a percentage, with the digits it needs: ``6%``, ``0.4%``, ``under 0.1%``."""
+    percent = 100 * fraction
+    if percent >= 1:
+        return f"{percent:.0f}%"
+    return f"{percent:.1f}%" if percent >= 0.1 else "under 0.1%"
+
+
+def say(line: str) -> None:
+    """A line on stderr, above any tqdm progress bar that is being drawn (a trainer's), not inside it."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
+def model_name(model: Any) -> str:
+    """What the model is called: where transformers loaded it from (``name_or_path``: a hub id or a
+    folder), else its class (``BertForSequenceClassification``, a model built from a config)."""
+    name = getattr(model, "name_or_path", None) or getattr(getattr(model, "config", None), "_name_or_path", None)
+    return str(name) if name else type(model).__name__
 
 
 def state_digest(model: Any) -> str:

@@ -20,9 +20,16 @@ from transformers import TrainerCallback
 
 from .monitor import BoundMonitor, check_path_argument
 
+__all__ = ["SpecboundCallback"]
+
 
 class SpecboundCallback(TrainerCallback):
     """Analyse the Trainer's model every ``every_n_steps`` steps (and before the first).
+
+    The scalars are ``specbound/<bound>`` and ``specbound/log10_<bound>`` at the global step; with
+    W&B active (``report_to`` includes ``wandb``) they are logged there too, and every analysis is
+    appended to ``state.log_history`` (so ``trainer_state.json`` keeps them).  Only the main process
+    analyses.
 
     Parameters
     ----------
@@ -36,11 +43,6 @@ class SpecboundCallback(TrainerCallback):
         (``TENSORBOARD_LOGGING_DIR``; ``logging_dir`` in transformers 4; else the run folder its
         TensorBoard callback made under ``output_dir/runs`` for this training), when ``report_to``
         includes ``tensorboard``.
-
-    The scalars are ``specbound/<bound>`` and ``specbound/log10_<bound>`` at the global step; with
-    W&B active (``report_to`` includes ``wandb``) they are logged there too, and every analysis is
-    appended to ``state.log_history`` (so ``trainer_state.json`` keeps them).  Only the main process
-    analyses.
     """
 
     def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None, bounds="headline",
@@ -65,14 +67,22 @@ class SpecboundCallback(TrainerCallback):
         if state.is_world_process_zero and self.monitor.due(state.global_step):
             self._analyse(args, state, model)
 
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        """The Trainer's training loss and evaluation metrics of an analysed step go into its record."""
+        if state.is_world_process_zero and logs:
+            self.monitor.add_metrics(state.global_step, trainer_metrics(logs))
+
     def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.monitor.flush()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
     def _analyse(self, args, state, model) -> None:
         step = state.global_step
-        scalars = self.monitor.measure(model, step)
+        # the record waits for this step's on_log (the Trainer logs the loss and evaluates after on_step_end)
+        scalars = self.monitor.measure(model, step, hold=True)
         state.log_history.append({**scalars, "step": step})
         reports = set(getattr(args, "report_to", None) or ())
         if "tensorboard" in reports or self._log_dir is not None:
@@ -93,6 +103,19 @@ class SpecboundCallback(TrainerCallback):
 
             self._writer = SummaryWriter(log_dir=str(self._log_dir or trainer_tensorboard_dir(args, self._created)))
         return self._writer
+
+
+# Numbers of the Trainer's evaluation logs that say how fast it ran, not how well the model does.
+_EVAL_TIMING = ("_runtime", "_samples_per_second", "_steps_per_second")
+
+
+def trainer_metrics(logs: dict[str, Any]) -> dict[str, Any]:
+    """The numbers of one Trainer log that describe the model at its step: the training loss
+    (``loss``, recorded as ``train_loss``) and every evaluation metric (``eval_*``, timings left out).
+    The end-of-training summary's ``train_loss`` (the mean over the run) is not one of them."""
+    found = {"train_loss": logs["loss"]} if "loss" in logs else {}
+    found.update({k: v for k, v in logs.items() if k.startswith("eval_") and not k.endswith(_EVAL_TIMING)})
+    return found
 
 
 def trainer_tensorboard_dir(args, since: float) -> Path:

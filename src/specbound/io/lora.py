@@ -106,9 +106,9 @@ class LoraCheckpoint(Checkpoint):
     _read_lock = contextlib.nullcontext()
 
     def __init__(self, folder: Path, adapter_config: dict[str, Any], adapter: Checkpoint, base: Checkpoint,
-                 base_name: str):
+                 base_name: str, base_found: str):
         self.folder, self.adapter_config, self.adapter, self.base_ckpt = folder, adapter_config, adapter, base
-        self.base_name = base_name
+        self.base_name, self.base_found = base_name, base_found
         self.location = str(folder)
         self.config = base.config
         self.config_path = base.config_path
@@ -206,7 +206,7 @@ class LoraCheckpoint(Checkpoint):
         cfg, low_rank = self.adapter_config, [u for u in self.updates.values() if u.a_name is not None]
         return {
             "path": str(self.folder), "peft_type": "LORA", "base": self.base_name,
-            "base_location": str(self.base_ckpt.location),
+            "base_found": self.base_found, "base_location": str(self.base_ckpt.location),
             "r": cfg.get("r"), "lora_alpha": cfg.get("lora_alpha"), "use_rslora": bool(cfg.get("use_rslora")),
             "fan_in_fan_out": bool(cfg.get("fan_in_fan_out")),
             "target_modules": _listed(cfg.get("target_modules")),
@@ -323,8 +323,9 @@ def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None, open_ch
     ``open_checkpoint(source, config)`` (:func:`~.dispatch.open_checkpoint`)."""
     cfg = read_adapter_config(folder)
     named = cfg.get("base_model_name_or_path")
+    found = "given"
     if base is None:
-        base = _named_base(folder, cfg, named)
+        base, found = _named_base(folder, cfg, named)
         base_name = str(named)
     else:
         base_name = str(base) if isinstance(base, (str, Path)) else f"in-memory {type(base).__name__}"
@@ -335,7 +336,7 @@ def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None, open_ch
     try:
         adapter = adapter_weights(folder)
         try:
-            return LoraCheckpoint(folder, cfg, adapter, base_ckpt, base_name)
+            return LoraCheckpoint(folder, cfg, adapter, base_ckpt, base_name, found)
         except BaseException:
             adapter.close()
             raise
@@ -344,8 +345,21 @@ def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None, open_ch
         raise
 
 
-def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> Any:
-    """The base an adapter names, when it can be opened; one line saying what is needed otherwise."""
+# How the base of an adapter was found (the records' model.adapter.base_found), in the order PEFT and
+# transformers try a base_model_name_or_path: as written (a relative path from the current directory),
+# then from the adapter's folder, then a hub id.
+BASE_FOUND = {
+    "given": "given with --base",
+    "as named": "the path the adapter names, as written",
+    "adapter folder": "the path the adapter names, read from the adapter's folder",
+    "hub id": "the hub id the adapter names",
+}
+
+
+def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> tuple[Any, str]:
+    """The base an adapter names and how it was found (a key of :data:`BASE_FOUND`), tried as PEFT's
+    ``from_pretrained`` does: the path as written (from the current directory when relative), then
+    relative to the adapter's folder, then a hub id; one line saying what is needed otherwise."""
     from .hub_cache import looks_like_hub_id
 
     what = f"{folder} is {adapter_summary(cfg)}"
@@ -355,29 +369,29 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> Any:
     from .shard_index import inside
 
     path = Path(named).expanduser()
+    if path.exists():  # as written: what PEFT's from_pretrained loads first
+        return path, "as named"
     if not path.is_absolute():
-        # PEFT records the path the base was loaded from: relative, it is read from the adapter's
-        # folder (not from wherever the command runs), and stays within the folder holding the adapter
+        # PEFT records the path the base was loaded from, relative to wherever training ran: from the
+        # adapter's folder it must stay within the folder holding the adapter
         path = folder / path
         if path.exists() or path.is_symlink():
             if not inside(folder.absolute().parent, path):
-                raise SpecboundError(f"{what} for the base model {named[:200]!r}, which leads outside the folder holding "
-                                     f"the adapter ({folder.absolute().parent}); pass the base with --base BASE")
-            return path
-    elif path.exists():
-        return path
+                raise SpecboundError(f"{what} for the base model {named[:200]!r}, which leads outside the folder "
+                                     f"holding the adapter ({folder.absolute().parent}); pass the base with --base BASE")
+            return path, "adapter folder"
+    not_here = (f"{what} for the base model {named[:200]!r}, which is neither a path here ({Path.cwd()}) nor in "
+                f"the adapter's folder")
+    fix = "pass the base with --base BASE (a model folder, weights file or hub id)"
     if looks_like_hub_id(named):
         from .hub_cache import resolve_hub_id
 
         try:
-            return resolve_hub_id(named)
+            return resolve_hub_id(named), "hub id"
         except SpecboundError as exc:
             reason = str(exc).split(";")[0]
-            raise SpecboundError(f"{what} for the base model {named}, which cannot be opened ({reason}); pass "
-                                 f"the base with --base BASE (a model folder, weights file or hub id)") from None
-    raise SpecboundError(f"{what} for the base model {named[:200]!r}, which is neither a path here nor a hub id (a "
-                         f"relative path is read from the adapter's folder); pass the base with --base BASE (a model "
-                         f"folder, weights file or hub id)")
+            raise SpecboundError(f"{not_here}, and as a hub id cannot be opened ({reason}); {fix}") from None
+    raise SpecboundError(f"{not_here}, nor a hub id; {fix}")
 
 
 def _module_of(key: str) -> tuple[str, str] | None:

@@ -21,6 +21,7 @@ import pandas as pd
 from ..bounds import REGISTRY
 from ..compute.measures import ordered_roles, with_role_groups
 from ..io.formats import WEIGHT_SUFFIXES
+from ..io.lora import BASE_FOUND
 
 WIDTH = 100  # columns of the text summary's lines (its prose is wrapped, its bounds table fitted)
 LEGEND = ("Lambda = layer Lipschitz constant; downstream_factor = prod of Lambda over the layers above (the paper's "
@@ -164,6 +165,8 @@ def comparison_table(a) -> list[str]:
     if a.gap_bound is None:
         lines += wrap("B is a complexity term, not an error bound: a gap bound is of order B / (margin sqrt(n)) "
                       "(docs/bounds.md 9); --n N --margin G gives each bound as a generalisation-gap bound")
+    lines += wrap("which number to report, what to cite with it, and why a variant or baseline can be smaller: "
+                  "specbound docs interpreting (docs/interpreting.md)")
     if a.gap_bound is not None:
         p = a.gap_bound["parameters"]
         lines += wrap(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
@@ -288,7 +291,13 @@ def _adapter_line(model: dict) -> list[str]:
     scales = "/".join(fmt(s) for s in ad["scales"])
     return [f"adapter  LoRA adapter r={ranks} scale={scales} on {len(ad['adapted_tensors'])} tensors"
             + (f" (+{len(ad['replaced_tensors'])} saved whole)" if ad["replaced_tensors"] else "")
-            + f", merged into the base {ad['base']}; from init = W - W0 with the base as W0"]
+            + f", merged into the base {ad['base']}{_base_found(ad)}; from init = W - W0 with the base as W0"]
+
+
+def _base_found(adapter: dict) -> str:
+    """`` (the hub id the adapter names)``: how an adapter's base was found (records before this key: "")."""
+    found = BASE_FOUND.get(adapter.get("base_found"))
+    return f" ({found})" if found else ""
 
 
 def _stacks_line(model: dict) -> list[str]:

@@ -106,6 +106,26 @@ class Comparison:
             out[f"{name} - {self.reference}"] = out[name] - out[self.reference]
         return out
 
+    def option_differences(self) -> dict[str, dict[str, Any]]:
+        """The options the analyses were made with that differ between them: ``{option: {model name:
+        setting}}``, each setting as :func:`analysis_settings` gives it (``grid_m`` and ``l_phi`` at
+        that model's default read ``"default"``).  Empty when every model was analysed alike."""
+        settings = {name: analysis_settings(a) for name, a in self.analyses.items()}
+        options = list(dict.fromkeys(k for s in settings.values() for k in s))
+        return {k: {name: s.get(k, "default") for name, s in settings.items()} for k in options
+                if len({repr(s.get(k, "default")) for s in settings.values()}) > 1}
+
+    def _options_line(self, letters: bool) -> list[str]:
+        """The warning that the models were analysed with different options (none when alike)."""
+        differ = self.option_differences()
+        if not differ:
+            return []
+        names = {name: _letter(i) if letters else name for i, name in enumerate(self.names)}
+        parts = [f"{option} ({', '.join(f'{names[n]} {v}' for n, v in values.items())})"
+                 for option, values in differ.items()]
+        return [f"options differ: {'; '.join(parts)}: the bounds differ by these settings as well as by the "
+                f"weights; analyse the models alike to compare the weights alone"]
+
     # --- views --------------------------------------------------------------------------------
 
     def models_frame(self) -> pd.DataFrame:
@@ -153,7 +173,7 @@ class Comparison:
         models.insert(0, "name", models.index)
         models.index = pd.Index([_letter(i) for i in range(len(models))], name="model")
         lines = [f"specbound compare: {len(self.analyses)} models; ratios (B / A) and differences (B - A) against "
-                 f"A, the first", models.to_string(), "",
+                 f"A, the first", models.to_string(), *self._options_line(letters=True), "",
                  "bounds (value = the complexity term B of each model; B / A = its ratio to the first model's)",
                  self._letters(self._bounds_text()).to_string(), "",
                  "per layer (adaptive = sum of min_p C(p) over the layer's matrices)",
@@ -171,7 +191,8 @@ class Comparison:
         figure = optional_png(self.figure, dpi=80)
         parts = ["<div class='specbound-analysis'>",
                  f"<b>specbound compare</b>: ratios and differences against <b>{_escape(self.reference)}</b>",
-                 html_table(self.models_frame()), "<b>bounds</b>", html_table(self._bounds_text()),
+                 html_table(self.models_frame()), *(f"<p><b>{_escape(line)}</b></p>" for line in
+                                                    self._options_line(letters=False)), "<b>bounds</b>", html_table(self._bounds_text()),
                  "<b>per layer</b> (adaptive contribution)", html_table(_format(self.layers_frame())),
                  "<b>per role</b>", html_table(_format(self.roles_frame()))]
         if figure:
@@ -186,6 +207,7 @@ class Comparison:
 
         return {"reference": self.reference, "models": {n: {"source": a.source, "model": a.model}
                                                         for n, a in self.analyses.items()},
+                "options_differ": self.option_differences(),
                 "log10_bounds": records(self.log10_frame()), "layers": records(self.layers_frame()),
                 "roles": records(self.roles_frame())}
 
@@ -324,23 +346,27 @@ def compare(*sources: Any, names: list[str] | None = None, options=None, progres
                              f"specbound.compare('base/', 'finetuned/')")
     if names is not None and len(names) != len(sources):
         raise SpecboundError(f"names gives {len(names)} name(s) for {len(sources)} models; give one per model")
-    analyses = [_analysis_of(source, options, overrides, progress) for source in sources]
-    labels = list(names) if names is not None else default_names([a.source for a in analyses])
+    found = [_analysis_of(source, options, overrides, progress) for source in sources]
+    analyses = [analysis for analysis, _ in found]
+    labels = list(names) if names is not None else default_names([name for _, name in found])
     return Comparison(dict(zip(labels, analyses)))
 
 
-def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = None) -> Analysis:
-    """The Analysis a compare source stands for."""
+def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = None) -> tuple[Analysis, str]:
+    """The Analysis a compare source stands for, and the name it goes by (its source; a store
+    record's source name, ``RUN/step-S`` for a training callback's)."""
     from ..records import TowerAnalyses
 
     if isinstance(source, Analysis):
-        return source
+        return source, source.source
     if isinstance(source, (str, Path)):
         text = str(source)
         if "#" in text and (Path(text.split("#", 1)[0]) / "records").is_dir():
-            return store_analysis(*text.split("#", 1))
+            meta, analysis = store_analysis(*text.split("#", 1))
+            return analysis, str(meta["source"])
         if (Path(text) / "summary.json").is_file():
-            return Analysis.load(text)
+            analysis = Analysis.load(text)
+            return analysis, analysis.source
     from ..io.lora import is_adapter_folder
     from ..pipeline import analyze
 
@@ -351,12 +377,13 @@ def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = 
     if isinstance(result, TowerAnalyses):
         raise SpecboundError(f"{short_name(str(source))} is a two-tower model; compare one tower of it: "
                              f"pass --tower text or --tower vision")
-    return result
+    return result, result.source
 
 
-def store_analysis(store: str, selector: str) -> Analysis:
-    """The analysis of the record of results store ``store`` that ``selector`` names: its key, a
-    unique prefix of a key, or its source name."""
+def store_analysis(store: str, selector: str) -> tuple[dict[str, Any], Analysis]:
+    """The ``record.json`` document and the analysis of the record of results store ``store`` that
+    ``selector`` names (its key, a unique prefix of a key, or its source name); the analysis' source
+    is the record's name (:func:`record_name`)."""
     from ..sweep.store import Store
 
     st = Store(store)
@@ -368,7 +395,48 @@ def store_analysis(store: str, selector: str) -> Analysis:
         found = "no record" if not chosen else f"{len(chosen)} records"
         raise SpecboundError(f"{store}#{selector}: {found} with that key, key prefix or source name in the store "
                              f"({len(keys)} records); `specbound report --store {store}` lists them")
-    return st.load(chosen[0]).analysis()
+    record = st.load(chosen[0])
+    analysis = record.analysis()
+    analysis.source = record_name(record.meta)
+    return record.meta, analysis
+
+
+def record_name(meta: dict[str, Any]) -> str:
+    """A store record by its source name (a sweep's checkpoint, a training callback's ``RUN/step-S``),
+    with the model's name when the record carries one (``train/step-100 (bert-base-uncased)``): an
+    analysis of a model in memory has no path of its own to go by."""
+    model = (meta.get("labels") or {}).get("model")
+    return f"{meta['source']} ({model})" if model else str(meta["source"])
+
+
+# Gap-bound parameters an analysis was made with (its gap_bound's "parameters").
+_GAP_OPTIONS = ("n", "margin", "delta", "lead_constant", "confidence_constant")
+
+
+def analysis_settings(a: Analysis) -> dict[str, Any]:
+    """The options that set an analysis' numbers beside its weights: ``options`` (the Schatten grid, rank
+    tolerance, ``l_phi``, method, Gram tolerance) and the gap bound's parameters, each ``"default"``
+    where the analysis took its default (``grid_m = ceil(L + ln N)`` and ``l_phi`` from the activation
+    are defaults of each model, so two models of different size or activation are alike there).  The
+    initial weights (``init``) are data, not a setting, and are left out."""
+    from ..bounds.schatten import default_grid_m
+    from ..options import AnalysisOptions
+
+    options = dict(a.options)
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in ("init", "l_phi_source"):
+            continue
+        if key == "grid_m" and value == default_grid_m(a.model["L"], a.model["N"]):
+            value = "default"
+        if key == "l_phi" and options.get("l_phi_source") != "user":
+            value = "default"
+        out[key] = value
+    parameters = (a.gap_bound or {}).get("parameters") or {}
+    defaults = AnalysisOptions()
+    for key in _GAP_OPTIONS:  # no gap bound: n and margin not given, the others at their defaults
+        out[key] = parameters.get(key, getattr(defaults, key))
+    return out
 
 
 def _letter(i: int) -> str:

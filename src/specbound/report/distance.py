@@ -49,9 +49,10 @@ def from_init_frame(store) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def figure_from_init(store):
+def figure_from_init(store, *, ax=None):
     """The headline bounds of each record measured from initial weights: on ``W`` (filled) and on
-    ``W - W0`` (open), one colour per bound, log scale; None when no record has ``W - W0``."""
+    ``W - W0`` (open), one colour per bound, log scale; None when no record has ``W - W0``.  ``ax``:
+    draw into this matplotlib Axes (returns its Figure) instead of a new figure."""
     entries = []
     for key in store.keys():
         meta = store.load_meta(key)
@@ -61,8 +62,9 @@ def figure_from_init(store):
     if not entries:
         return None
     entries.sort(key=lambda e: e[0])
-    fig = new_figure((MAX_WIDTH, 1.6 + 0.35 * len(entries) * len(HEADLINE)))
-    ax = fig.add_subplot()
+    if ax is None:
+        ax = new_figure((MAX_WIDTH, 1.6 + 0.35 * len(entries) * len(HEADLINE))).add_subplot()
+    fig = ax.figure
     left_out, ys, labels = 0, [], []
     for i, (source, whole, delta) in enumerate(entries):
         for j, bound in enumerate(HEADLINE):

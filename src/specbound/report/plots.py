@@ -106,16 +106,25 @@ def _bounds_long(store, bounds, *, headline_only: bool = True):
     return table, names
 
 
-def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None):
+def _axes(ax, figsize=None):
+    """The caller's Axes (``ax=``: the figure composes into theirs), else a new figure's one Axes."""
+    if ax is not None:
+        return ax
+    return (new_figure(figsize) if figsize else new_figure()).add_subplot()
+
+
+def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None, ax=None):
     """Each bound against ``x`` (``"N"`` or ``"L"``) with the other dimension fixed, divided by its
-    value at the smallest ``x`` of its group; log scale (the paper's two scaling figures)."""
+    value at the smallest ``x`` of its group; log scale (the paper's two scaling figures).  ``ax``:
+    draw into this matplotlib Axes (returns its Figure) instead of a new figure."""
     from matplotlib.lines import Line2D
 
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
     colors = [bound_color(n) for n in names]
-    fig = new_figure()
-    ax = fig.add_subplot()
+    columns = 6 if ax is None else 3  # a panel of the caller's is narrower than a figure of its own
+    ax = _axes(ax)
+    fig = ax.figure
     groups = sorted(table[other].unique())
     drawn = left_out = 0
     for gi, value in enumerate(groups):
@@ -152,9 +161,47 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     legend = ax.legend(handles=bound_handles, loc="upper left", frameon=False, fontsize=8)
     ax.add_artist(legend)
     ax.legend(handles=group_handles, loc="upper left", bbox_to_anchor=(0.0, 0.98 - 0.065 * len(names)),
-              frameon=False, fontsize=8, ncol=min(len(groups), 6), handletextpad=0.2, columnspacing=0.8,
+              frameon=False, fontsize=8, ncol=min(len(groups), columns), handletextpad=0.2, columnspacing=0.8,
               title=f"fixed {other}", title_fontsize=8, alignment="left")
     return fig
+
+
+def paper_slopes(store, *, bounds: list[str] | None = None, confidence: float = 0.95):
+    """The pooled log-log slopes of the headline bounds (or ``bounds``) over the whole model, in depth
+    ``L`` at fixed width and in width ``N`` at fixed depth, with their intervals: the fits of
+    :func:`~specbound.report.scaling.scaling_table` (role ``all``), columns ``bound, against, slope,
+    ci_low, ci_high, points``."""
+    from .scaling import scaling_table
+
+    _, names = _bounds_long(store, bounds)
+    fits = scaling_table(store, bounds=names, confidence=confidence)
+    pooled = fits[(fits["role"] == "all") & fits["fixed"].str.startswith("all")]
+    return pooled[["bound", "against", "slope", "ci_low", "ci_high", "points"]].reset_index(drop=True)
+
+
+def figure_paper(store, *, bounds: list[str] | None = None, confidence: float = 0.95):
+    """The paper's depth/width figure on the store's checkpoints: each headline bound (or ``bounds``)
+    against depth at fixed width (left) and against width at fixed depth (right), relative to its value
+    at the smallest, with each bound's pooled log-log slope and its ``confidence`` interval written in
+    the panel (:func:`paper_slopes`)."""
+    slopes = paper_slopes(store, bounds=bounds, confidence=confidence)
+    fig = new_figure((MAX_WIDTH, 4.0))
+    left, right = fig.subplots(1, 2)
+    for ax, x in ((left, "L"), (right, "N")):
+        figure_bound_scaling(store, x=x, bounds=bounds, ax=ax)
+        lines = [f"{bound_label(r.bound).split(' (')[0]}: slope {_slope_text(r)}"
+                 for r in slopes[slopes["against"] == x].itertuples()]
+        ax.set_title("\n".join([f"{'Depth L at fixed width' if x == 'L' else 'Width N at fixed depth'}", *lines]),
+                     fontsize=7.5)
+    fig.suptitle(f"Growth with depth and width (log-log slopes, {confidence:.0%} intervals)", fontsize=10)
+    return fig
+
+
+def _slope_text(row) -> str:
+    if not np.isfinite(row.slope):
+        return "no fit"
+    interval = f" [{row.ci_low:.2f}, {row.ci_high:.2f}]" if np.isfinite(row.ci_low) else ""
+    return f"{row.slope:.2f}{interval}"
 
 
 NORMS = (("norm_2_1", "(2,1)-norm"), ("norm_1_1", "(1,1)-norm"), ("spectral_norm", "spectral norm"))
@@ -218,13 +265,14 @@ HEADLINE_STYLE = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "m
                   "markeredgewidth": 1.8, "color": "black"}
 
 
-def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
+def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None, ax=None):
     """Every bound of every checkpoint, as a dot plot: one row per checkpoint (short name, depth,
     width), one distinct colour and marker per bound, the values on a log axis.  The headline
     spectrum-adaptive bound is drawn last as a large open black ring (first in the legend), so a
     variant equal to it (the shared-weights bound without sharing, a fixed p equal to p*) shows
     inside the ring instead of hiding it.  The width is a page's; the height grows with the
-    checkpoints (up to a page)."""
+    checkpoints (up to a page).  ``ax``: draw into this matplotlib Axes (the legend inside it;
+    returns its Figure) instead of a new figure."""
     from matplotlib.lines import Line2D
 
     table, names = _bounds_long(store, bounds, headline_only=False)
@@ -239,8 +287,9 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     styles = {n: {"marker": markers[n], "markersize": 5, "color": colors[n], "alpha": 0.9} for n in others}
     styles[HEADLINE] = HEADLINE_STYLE
     height = min(9.5, 1.9 + 0.24 * len(table) + 0.16 * ((len(names) + 2) // 3))
-    fig = new_figure((MAX_WIDTH, height))
-    ax = fig.add_subplot()
+    given = ax is not None
+    ax = _axes(ax, (MAX_WIDTH, height))
+    fig = ax.figure
     ys = np.arange(len(table))
     left_out = 0
     for name in others + [n for n in names if n == HEADLINE]:  # the headline on top of everything
@@ -258,8 +307,11 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None):
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
     handles = [Line2D([0], [0], linestyle="", label=bound_label(n) + (" [headline]" if n == HEADLINE else ""),
                       **styles[n]) for n in names]
-    fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
-               frameon=False, fontsize=7)
+    if given:
+        ax.legend(handles=handles, loc="best", frameon=False, fontsize=6)
+    else:
+        fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
+                   frameon=False, fontsize=7)
     return fig
 
 

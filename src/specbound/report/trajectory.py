@@ -54,8 +54,9 @@ def no_variation_message(table) -> str:
 
 
 def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = None):
-    """One row per record, sorted along ``x``: ``x, source, key``, every (or each named) bound, and
-    the share of the matrices choosing each ``p*`` (columns ``p*=k/m``).
+    """One row per record, sorted along ``x``: ``x, source, key``, every (or each named) bound, the
+    records' own metrics (``metric_<name>``: a training callback's loss and evaluation metrics, a
+    sweep's ``metrics.json``), and the share of the matrices choosing each ``p*`` (columns ``p*=k/m``).
 
     Parameters
     ----------
@@ -88,47 +89,108 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
         shares.append({f"p*={k}": float(v) for k, v in counts.items()})
     share = pd.DataFrame(shares).fillna(0.0)
     share = share[sorted(share.columns, key=lambda c: Fraction(c[3:]))]
-    return pd.concat([table[[x, "source", "key", *names]], share], axis=1)
+    metrics = [c for c in table.columns if c.startswith("metric_") and table[c].notna().any()]
+    return pd.concat([table[[x, "source", "key", *names, *metrics]], share], axis=1)
+
+
+HEADLINE = "spectral_adaptive"
+
+
+def same_as_headline(frame, names: list[str]) -> list[str]:
+    """The bounds among ``names`` whose value equals the headline's at every checkpoint (to the last
+    digit but rounding: a variant that coincides, such as ``spectral_fixed_p0`` when every matrix
+    chooses ``p* = 0``, or ``spectral_shared`` on a model without shared weights)."""
+    if HEADLINE not in names:
+        return []
+    head = frame[HEADLINE].to_numpy(float)
+    return [n for n in names if n != HEADLINE and np.allclose(frame[n].to_numpy(float), head, rtol=1e-12, atol=0)]
 
 
 def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None = None):
-    """Every bound against the training step (log scale), and below it the share of the matrices
-    choosing each Schatten index ``p*`` at each step (stacked)."""
-    from matplotlib import colormaps
-
+    """The bounds along a run (log scale), the headline ``spectral_adaptive`` drawn last and thickest, a
+    variant or baseline only where it differs from the headline (those that coincide are named in a
+    note); below it, on the same axis, the records' training loss and evaluation metrics when they carry
+    them; at the bottom, the share of the matrices choosing each Schatten index ``p*`` as one compact
+    strip (p* up, the share as shade)."""
     frame = trajectory_frame(store, x=x, bounds=bounds)
     x = frame.columns[0]
     names = bounds or store.bound_names()
-    share_cols = [c for c in frame.columns if c.startswith("p*=")]
-    fig = new_figure((MAX_WIDTH, 7.2))
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(2.2, 1.0))
+    hidden = same_as_headline(frame, names)
+    drawn = [n for n in names if n not in hidden and n != HEADLINE] + ([HEADLINE] if HEADLINE in names else [])
+    metrics = [c for c in frame.columns if c.startswith("metric_")]
+    panels = ["bounds", *(["metrics"] if metrics else []), "p_star"]
+    fig = new_figure((MAX_WIDTH, 4.2 + 1.6 * len(metrics[:1]) + 1.0))
+    axes = dict(zip(panels, fig.subplots(len(panels), 1, sharex=True,
+                                         height_ratios=[3.0, 1.5, 0.8][:len(panels) - 1] + [0.8])))
+    top = axes["bounds"]
     xs = frame[x].to_numpy(float)
-    colors = [bound_color(n) for n in names]
     left_out = 0
-    for i, name in enumerate(names):
+    for i, name in enumerate(drawn):
         y, beyond = drawable(frame[name])
         left_out += beyond
-        top.plot(xs, y, color=colors[i], marker=MARKERS[i % len(MARKERS)],
-                 markersize=4, linewidth=1.3, label=bound_label(name))
+        headline = name == HEADLINE
+        top.plot(xs, y, color="black" if headline else bound_color(name), marker=MARKERS[i % len(MARKERS)],
+                 markersize=5 if headline else 3.5, linewidth=2.6 if headline else 1.0, alpha=1.0 if headline else 0.8,
+                 zorder=3 if headline else 2, label=bound_label(name) + (" (headline)" if headline else ""))
     note_left_out(top, left_out)
+    if hidden:
+        top.text(0.99, 0.01, f"equal to {HEADLINE} at every checkpoint, not drawn: {', '.join(hidden)}",
+                 transform=top.transAxes, fontsize=6.5, va="bottom", ha="right", color="0.3")
     top.set_yscale("log")
     top.set_ylabel("bound value (log scale)")
-    x_name = x[len("label_"):] if x.startswith("label_") else x
     top.set_title(f"Bounds along the trajectory ({len(frame)} checkpoints of one shape)", fontsize=11)
     style_grid(top)
-    cmap = colormaps["viridis"]
-    fractions = [float(Fraction(c[3:])) for c in share_cols]
-    bottom.stackplot(xs, *(frame[c].to_numpy(float) for c in share_cols),
-                     colors=[cmap(f / 2.0) for f in fractions], labels=share_cols, alpha=0.9)
-    bottom.set_ylim(0, 1)
-    bottom.set_xlim(xs.min(), xs.max())
-    bottom.set_ylabel("share of matrices")
+    handles, labels = top.get_legend_handles_labels()
+    fig.legend(handles[::-1], labels[::-1], loc="outside lower center", ncol=2, frameon=False, fontsize=6.5)
+    if metrics:
+        _draw_metrics(axes["metrics"], xs, frame, metrics)
+    _draw_p_star_strip(fig, axes["p_star"], xs, frame)
+    bottom = axes["p_star"]
+    bottom.set_xlim(*_edges(xs)[[0, -1]])
+    x_name = x[len("label_"):] if x.startswith("label_") else x
     bottom.set_xlabel(x_name if x != ORDER else "checkpoint (in source-name order)")
-    bottom.set_title("Chosen Schatten index p* (share of the matrices)", fontsize=9)
-    bottom.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="p*",
-                  title_fontsize=7)
     if x == ORDER:
         bottom.set_xticks(xs, [short_name(s, 24) for s in frame["source"]], rotation=45, ha="right", fontsize=7)
-    handles, labels = top.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2, frameon=False, fontsize=7)
     return fig
+
+
+def _draw_metrics(ax, xs, frame, metrics: list[str]) -> None:
+    """The records' own numbers (training loss, evaluation metrics) on the bounds' x axis, one line each."""
+    for i, column in enumerate(metrics):
+        values = frame[column].to_numpy(float)
+        shown = np.isfinite(values)
+        ax.plot(xs[shown], values[shown], marker=MARKERS[i % len(MARKERS)], markersize=3.5, linewidth=1.2,
+                label=column[len("metric_"):])
+    ax.set_ylabel("metric")
+    ax.set_title("The run's own numbers (training loss, evaluation metrics)", fontsize=9)
+    style_grid(ax)
+    ax.legend(frameon=False, fontsize=6.5, ncol=min(3, len(metrics)), loc="best")
+
+
+def _draw_p_star_strip(fig, ax, xs, frame) -> None:
+    """The share of the matrices at each chosen ``p*``: one cell per checkpoint and grid value, shaded
+    by the share (a colour bar, not a legend entry per value)."""
+    share_cols = [c for c in frame.columns if c.startswith("p*=")]
+    values = np.array([float(Fraction(c[3:])) for c in share_cols])
+    shares = frame[share_cols].to_numpy(float).T  # (p* values, checkpoints)
+    x_edges = _edges(xs)
+    y_edges = _edges(values) if len(values) > 1 else np.array([values[0] - 0.5, values[0] + 0.5])
+    mesh = ax.pcolormesh(x_edges, y_edges, shares, cmap="Greys", vmin=0.0, vmax=1.0, shading="flat")
+    ax.set_ylim(min(-0.05, y_edges[0]), max(2.05, y_edges[-1]))
+    ax.set_yticks([0, 1, 2])
+    ax.set_ylabel("p*")
+    ax.set_title("Chosen Schatten index p* (shade: share of the matrices)", fontsize=9)
+    bar = fig.colorbar(mesh, ax=ax, pad=0.01, aspect=8, fraction=0.04)
+    bar.set_label("share", fontsize=7)
+    bar.ax.tick_params(labelsize=6)
+
+
+def _edges(centres: np.ndarray) -> np.ndarray:
+    """Cell edges around sorted centres: halfway between neighbours, the end cells reaching 3% of the
+    whole range beyond the first and last centre (one value: a unit cell)."""
+    centres = np.asarray(centres, float)
+    if len(centres) == 1:
+        return np.array([centres[0] - 0.5, centres[0] + 0.5])
+    margin = 0.03 * (centres[-1] - centres[0])
+    mids = (centres[1:] + centres[:-1]) / 2
+    return np.concatenate([[centres[0] - margin], mids, [centres[-1] + margin]])

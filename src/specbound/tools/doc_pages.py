@@ -2,8 +2,8 @@
 
 The Markdown pages of ``docs/`` ship inside the package as ``specbound/_docs`` (in the source tree a
 link to ``docs/``), so every ``docs/PAGE.md section N`` that the output, an error message or a
-docstring cites can be read from an installed wheel: ``specbound docs theory 3d``.  The site built
-from the same pages is at :data:`SITE_URL`.
+docstring cites can be read from an installed wheel: ``specbound docs theory 3d``.  The site is built
+from the same pages in a checkout (:data:`SITE_BUILD`); no host publishes it yet.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import SpecboundError
 
-SITE_URL = "https://specbound.readthedocs.io/"  # mkdocs.yml's site_url; pyproject's Documentation URL
+SITE_BUILD = "`make docs` in a checkout builds the site into site/"
 DOCS = Path(__file__).resolve().parents[1] / "_docs"
 # A numbered heading: "## 3d. QK-norm ...", "### 3.2 The envelope ...", "## 10. Timing ..."
 _NUMBERED = re.compile(r"^(?P<level>#{1,6})\s+(?P<number>\d+[a-z]?(?:\.\d+)*)\.?\s")
@@ -28,7 +28,7 @@ def docs_root() -> Path:
     """The folder of the pages (``specbound/_docs``); one line when this install has none."""
     if not (DOCS / "index.md").is_file():
         raise SpecboundError(f"this installation of specbound has no documentation pages ({DOCS} is missing); "
-                             f"read them at {SITE_URL}, or reinstall specbound from its wheel or a checkout")
+                             f"reinstall specbound from its wheel or a checkout ({SITE_BUILD})")
     return DOCS
 
 
@@ -79,7 +79,7 @@ def show(topic: str | None = None, key: str | None = None, *, generated: dict[st
         width = max(map(len, listing))
         return ("\n".join(f"{name:<{width}}  {title}" for name, title in listing.items())
                 + f"\n\n`specbound docs TOPIC [SECTION]` prints a page or one of its sections (`specbound docs theory 3d`); "
-                  f"the pages are in {docs_root()}, the site at {SITE_URL}\n")
+                  f"the pages are in {docs_root()}; {SITE_BUILD}\n")
     name = topic.strip().removeprefix("docs/").removesuffix(".md")
     text = generated[name][1]() if name in generated else page_path(topic).read_text(encoding="utf-8")
     text = expand_directives(text)
@@ -126,8 +126,8 @@ def _reference(dotted: str) -> list[str]:
             pass
         break
     if not found:
-        return [f"### `{dotted}`", "", "(not importable in this installation: read it on the site, "
-                f"{SITE_URL}api/)", ""]
+        return [f"### `{dotted}`", "", f"(not importable in this installation: read it in the site's API page; "
+                f"{SITE_BUILD})", ""]
     try:
         signature = str(inspect.signature(obj)) if callable(obj) else ""
     except (TypeError, ValueError):
