@@ -87,6 +87,7 @@ from ..options import MAX_COUNT, MAX_SCALE
 from .base import Checkpoint
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
+from .gguf_mmproj import is_mmproj, open_mmproj
 
 # GGUF architecture -> whether convert_hf_to_gguf.py permuted the rows of Q and K (LlamaModel does;
 # Qwen2Model, Qwen3Model, the Gemma models and Olmo2Model do not: llama.cpp rotates them NeoX-style;
@@ -504,7 +505,10 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoin
     model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named.  The config
     is the file's metadata (``config`` is not read: the caller's keys are merged by
     :func:`~specbound.io.open_checkpoint`)."""
-    headers = _shards(path, read_header(path))
+    header = read_header(path)
+    if is_mmproj(header):  # llama.cpp's multimodal projector file: a vision tower (gguf_mmproj.py)
+        return open_mmproj(path, header)
+    headers = _shards(path, header)
     arch, config = read_metadata(headers[0], [name for h in headers for name in h.tensors])
     if arch not in SUPPORTED_ARCHS:
         _refuse_recurrent(path, arch, config, [n for h in headers for n in h.tensors])
