@@ -279,7 +279,12 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]
-        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+        views = tower_views(spec, ckpt, tower)
+        if not views:  # a spec of fewer towers than the options name (an mmproj file: the vision tower alone)
+            held = " and ".join(t.name for t in spec.towers)
+            raise SpecboundError(f"{ckpt.location} holds only the {held} tower of a {spec.family} model, not the "
+                                 f"{tower} tower; leave tower out or pass tower={spec.towers[0].name!r}")
+        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in views]
     except BaseException:
         ckpt.close()
         raise

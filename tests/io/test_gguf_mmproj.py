@@ -85,3 +85,95 @@ def test_the_projector_is_named_among_the_assumptions(pair):
     for name in KINDS[kind][3]:
         assert name in sentence
     assert ("mmproj_ffn_names" in named) == (kind == "llava")  # only the legacy converter swapped the names
+
+
+# --- what is refused, in one line: projector types without a family, metadata that cannot be the encoder's ---
+
+def _mmproj(tmp_path, metadata=None, tensors=None):
+    from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
+
+    path = tmp_path / "mmproj-model.gguf"
+    path.write_bytes(gguf_file(MMPROJ if metadata is None else metadata, mmproj_tensors() if tensors is None else tensors))
+    return path
+
+
+def _with(key, kind, value):
+    from support.gguf_bytes import MMPROJ
+
+    return [(k, t, v) for k, t, v in MMPROJ if k != key] + ([(key, kind, value)] if kind is not None else [])
+
+
+def _refusal(path, **options):
+    from support.fuzz import clean_outcome
+
+    outcome = clean_outcome(specbound.analyze, path, threads=1, **options)
+    assert isinstance(outcome, SpecboundError), outcome
+    return str(outcome)
+
+
+def test_the_tiny_file_analyses_as_a_vision_tower(tmp_path):
+    result = specbound.analyze(_mmproj(tmp_path), threads=1)
+    assert (result.model["tower"], result.model["L"], result.model["N"], result.model["H"]) == ("vision", 1, 8, 2)
+    assert list(result.matrices["role"]) == ["QK", "QK", "OV", "OV", "FF_in", "FF_out"]
+    assert specbound.analyze(_mmproj(tmp_path), threads=1, tower="vision").bounds == result.bounds
+
+
+@pytest.mark.parametrize("projector, needles", [
+    ("pixtral", ["'pixtral'", "Pixtral's vision encoder", "2D rotary", "no family"]),
+    ("qwen2.5vl_merger", ["'qwen2.5vl_merger'", "Qwen2.5-VL's vision transformer", "window attention"]),
+    ("qwen2vl_merger", ["'qwen2vl_merger'", "Qwen2-VL's vision transformer", "patch merger"]),
+    ("qwen3vl_merger", ["'qwen3vl_merger'", "Qwen3-VL", "deepstack"]),
+    ("llama4", ["'llama4'", "Llama 4's vision encoder", "pixel-shuffle"]),
+    ("ultravox", ["'ultravox'", "an audio encoder"]),
+    ("no-such-projector", ["'no-such-projector'", "a vision encoder specbound does not know"]),
+])
+def test_an_unsupported_projector_type_is_one_line_naming_it(tmp_path, projector, needles):
+    from support.gguf_bytes import STR
+
+    message = _refusal(_mmproj(tmp_path, _with("clip.projector_type", STR, projector)))
+    for needle in [*needles, "supported projector types: mlp (LLaVA 1.5: CLIP), gemma3 (Gemma 3: SigLIP)"]:
+        assert needle in message, message
+
+
+def test_the_mixed_modality_key_names_the_vision_projector(tmp_path):
+    from support.gguf_bytes import BOOL, STR
+
+    metadata = _with("clip.projector_type", STR, "qwen2.5o") + [("clip.vision.projector_type", STR, "gemma3"),
+                                                              ("clip.has_audio_encoder", BOOL, True)]
+    assert specbound.analyze(_mmproj(tmp_path, metadata), threads=1).model["L"] == 1
+
+
+@pytest.mark.parametrize("key, kind, value, needles", [
+    ("clip.vision.block_count", None, None, ["'clip.vision.block_count' must hold a positive integer", "no such key"]),
+    ("clip.vision.embedding_length", None, None, ["'clip.vision.embedding_length'", "no such key"]),
+    ("clip.vision.feed_forward_length", None, None, ["'clip.vision.feed_forward_length'", "no such key"]),
+    ("clip.vision.attention.head_count", None, None, ["'clip.vision.attention.head_count'", "no such key"]),
+    ("clip.projector_type", None, None, ["'clip.projector_type' must name the projector type", "no such key"]),
+    ("clip.vision.block_count", "U64", 2**63, ["'clip.vision.block_count'", "at most 2^53"]),
+    ("clip.vision.block_count", "U32", 4_000_000_000, ["declares 4,000,000,000 blocks", "tensors of 1"]),
+    ("clip.vision.block_count", "U32", 0, ["'clip.vision.block_count' must hold a positive integer", "0"]),
+    ("clip.vision.attention.head_count", "U32", 3, ["embedding_length 8 is not a multiple", "head_count 3"]),
+    ("clip.vision.embedding_length", "STR", "8", ["'clip.vision.embedding_length'", "'8' (str)"]),
+    ("clip.vision.attention.layer_norm_epsilon", "F32", float("nan"), ["layer_norm_epsilon", "finite positive"]),
+    ("clip.use_silu", "BOOL", True, ["both clip.use_gelu and clip.use_silu"]),
+    ("clip.use_gelu", "U32", 1, ["'clip.use_gelu' must hold a boolean"]),
+    ("clip.has_vision_encoder", "BOOL", False, ["clip.has_vision_encoder", "specbound analyses vision encoders"]),
+])
+def test_hostile_metadata_is_one_line_naming_the_key(tmp_path, key, kind, value, needles):
+    from support import gguf_bytes
+
+    message = _refusal(_mmproj(tmp_path, _with(key, getattr(gguf_bytes, kind) if kind else None, value)))
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_the_text_tower_of_an_mmproj_file_is_refused_in_one_line(tmp_path):
+    message = _refusal(_mmproj(tmp_path), tower="text")
+    assert "holds only the vision tower of a mmproj_gguf model, not the text tower" in message
+
+
+def test_a_gated_encoder_under_a_supported_type_is_refused_by_its_stray_tensor(tmp_path):
+    from support.gguf_bytes import mmproj_tensors
+
+    tensors = {**mmproj_tensors(), "v.blk.0.ffn_gate.weight": np.zeros((12, 8), np.float32)}
+    assert "v.blk.0.ffn_gate.weight" in _refusal(_mmproj(tmp_path, tensors=tensors))
