@@ -177,3 +177,55 @@ def test_a_gated_encoder_under_a_supported_type_is_refused_by_its_stray_tensor(t
 
     tensors = {**mmproj_tensors(), "v.blk.0.ffn_gate.weight": np.zeros((12, 8), np.float32)}
     assert "v.blk.0.ffn_gate.weight" in _refusal(_mmproj(tmp_path, tensors=tensors))
+
+
+# --- a text GGUF and its mmproj file side by side: the text and vision towers of one model ---
+
+def _pair_folder(tmp_path, *extra):
+    from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
+
+    folder = tmp_path / "model-GGUF"
+    folder.mkdir()
+    (folder / "model-Q8_0.gguf").write_bytes(gguf_file())  # a one-block llama
+    (folder / "mmproj-model-f16.gguf").write_bytes(gguf_file(MMPROJ, mmproj_tensors()))
+    (folder / "README.md").write_text("a GGUF repository")
+    for name in extra:
+        (folder / name).write_bytes((folder / "model-Q8_0.gguf").read_bytes())
+    return folder
+
+
+def _doc(result) -> dict:
+    doc = numbers(result)
+    doc["model"].pop("tower", None)
+    doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] != "two_tower"]
+    return doc
+
+
+def test_a_folder_of_a_text_gguf_and_its_mmproj_is_two_towers(tmp_path):
+    folder = _pair_folder(tmp_path)
+    both = specbound.analyze(folder, threads=1)
+    assert isinstance(both, specbound.TowerAnalyses) and list(both) == ["text", "vision"]
+    assert (both["text"].model["tower"], both["vision"].model["tower"]) == ("text", "vision")
+    alone = {"text": specbound.analyze(folder / "model-Q8_0.gguf", threads=1),
+             "vision": specbound.analyze(folder / "mmproj-model-f16.gguf", threads=1)}
+    assert alone["text"].model["family"] == both["text"].model["family"] == "llama_gguf"
+    for tower in ("text", "vision"):
+        assert_close_tree(_doc(alone[tower]), _doc(both[tower]), rel=0)
+        picked = specbound.analyze(folder, threads=1, tower=tower)
+        assert picked.model["tower"] == tower and picked.bounds == both[tower].bounds
+
+
+def test_the_cli_reports_both_towers_of_the_pair(tmp_path, capsys):
+    from support.one_line import run_cli
+
+    rc, out, err = run_cli(capsys, str(_pair_folder(tmp_path)), "--format", "json", "--threads", "1")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert sorted(doc["towers"]) == ["text", "vision"]
+    assert doc["towers"]["vision"]["model"]["family"] == "mmproj_gguf"
+
+
+def test_a_folder_of_several_text_models_beside_an_mmproj_is_one_line(tmp_path):
+    message = _refusal(_pair_folder(tmp_path, "model-Q4_K_M.gguf"))
+    assert "text: model-Q4_K_M.gguf, model-Q8_0.gguf; vision: mmproj-model-f16.gguf" in message
+    assert "name one file" in message

@@ -227,3 +227,32 @@ def _projector_sentence(projector: str, tensors: dict) -> str:
     return (f"the {model} projector (type {projector}; tensors {held}) maps the {encoder} encoder's output into the "
             f"text model's embeddings once, after the last block: like a classifier head it is outside the chain "
             f"of blocks the bound is over, and is not analysed")
+
+
+def gguf_pair(source: Any) -> dict[str, Path] | None:
+    """A folder holding a text GGUF model and its mmproj file (as llama.cpp's ``-m model.gguf --mmproj
+    mmproj.gguf`` takes them, and as GGUF repositories on the hub ship them): ``{"text": the model (its first
+    part, split), "vision": the mmproj file}``; None for anything else (a file, a folder with ``config.json``,
+    a folder without an mmproj file).  A folder of several text models or several mmproj files (quantizations
+    side by side) is one line naming them."""
+    from .gguf_file import _SHARD, is_gguf
+    from .gguf_header import read_header
+
+    if not isinstance(source, (str, Path)) or not Path(source).is_dir() or (Path(source) / "config.json").exists():
+        return None
+    folder = Path(source)
+    files = sorted(p for p in folder.iterdir() if p.suffix == ".gguf" and is_gguf(p))
+    files = [p for p in files if (m := _SHARD.match(p.name)) is None or int(m["no"]) == 1]  # a split model: once
+    if not files:
+        return None
+    found: dict[str, list[Path]] = {"text": [], "vision": []}
+    for path in files:
+        found["vision" if is_mmproj(read_header(path)) else "text"].append(path)
+    if not found["vision"]:
+        return None  # GGUF text models only: not a pair (a folder is no GGUF source of its own)
+    if len(found["text"]) != 1 or len(found["vision"]) > 1:
+        listed = "; ".join(f"{k}: {', '.join(p.name for p in v) or 'none'}" for k, v in found.items())
+        raise SpecboundError(f"{folder} is read as a text GGUF model and its mmproj file, so it must hold one text "
+                             f"model and one mmproj file; found {listed}; name one file (specbound analyze "
+                             f"{folder}/FILE.gguf) or make a folder holding the pair to analyse")
+    return {"text": found["text"][0], "vision": found["vision"][0]}
