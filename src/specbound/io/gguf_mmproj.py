@@ -87,9 +87,9 @@ def open_mmproj(path: Path, header: GGUFHeader):
     from .gguf_file import _EXACT, _INTEGER, GGUFCheckpoint
 
     meta = header.metadata
-    if _split_count(meta) != 1:
-        raise SpecboundError(f"{path} is part of a split mmproj file; llama.cpp writes a projector file whole: "
-                             f"merge the parts with llama-gguf-split --merge")
+    if meta.get("split.count", 1) != 1:
+        raise SpecboundError(f"{path}: split.count is {meta['split.count']!r:.40}, expected 1 (an mmproj file is "
+                             f"read whole); merge the parts with llama-gguf-split --merge")
     projector = _projector_type(path, meta)
     vision = _vision_config(path, header, projector)
     tensors = dict(header.tensors)
@@ -108,11 +108,6 @@ def open_mmproj(path: Path, header: GGUFHeader):
     return GGUFCheckpoint(location=str(path), config=config, path=path, arch=ARCH, _headers={path: header},
                           _tensors=tensors, quantized=quantized, _files={n: path for n in tensors},
                           conventions=conventions)
-
-
-def _split_count(meta: dict[str, Any]) -> int:
-    count = meta.get("split.count", 1)
-    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def _projector_type(path: Path, meta: dict[str, Any]) -> str:
