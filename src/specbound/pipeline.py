@@ -306,6 +306,12 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
             if tower in (None, name):
                 (model,) = open_models(path, tower=None if name == "text" else name)
                 models.append(replace(model, tower=name))
+                if name == "text":  # named among its assumptions (a GGUF checkpoint's conventions)
+                    model.base_checkpoint.conventions["vision_language_pair"] = (
+                        f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it "
+                        f"is its vision tower, whose projector's output enters this chain as input tokens, outside "
+                        f"the bound like the token embeddings; each tower is bounded as a chain of its own, and "
+                        f"no whole-model number is given")
     except BaseException:
         for model in models:
             model.base_checkpoint.close()

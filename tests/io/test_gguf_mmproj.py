@@ -76,6 +76,22 @@ def test_mmproj_equals_the_hf_vision_tower(pair):
     assert_close_tree(numbers(theirs, family=False), _without(numbers(ours, family=False), "mmproj_"), rel=1e-9)
 
 
+def test_an_f16_mmproj_equals_the_hf_tower_of_its_float16_values(tmp_path):
+    """``mmproj-*-f16.gguf`` (the converter's ``--outtype f16``): its matrices are read as stored, exactly, so the
+    analysis equals the Hugging Face tower whose weights are the same float16 values."""
+    torch.manual_seed(0)
+    model = transformers.SiglipVisionModel(transformers.SiglipVisionConfig(**VISION, vision_use_head=False)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p).mul(0.2).half().float())  # float16 values, held in float32
+    mmproj = write_mmproj(tmp_path / "mmproj-model-f16.gguf", model, "gemma3", {}, matrices=np.float16)
+    model.save_pretrained(tmp_path / "hf")
+    ours = specbound.analyze(mmproj, threads=1)
+    assert specbound.io.open_checkpoint(mmproj).dtype("v.blk.0.attn_q.weight") == "F16"
+    theirs = specbound.analyze(tmp_path / "hf", threads=1)
+    assert_close_tree(numbers(theirs, family=False), _without(numbers(ours, family=False), "mmproj_"), rel=1e-9)
+
+
 def test_the_projector_is_named_among_the_assumptions(pair):
     kind, _, mmproj = pair
     doc = json.loads(specbound.analyze(mmproj, threads=1).to_json())
@@ -197,7 +213,7 @@ def _pair_folder(tmp_path, *extra):
 def _doc(result) -> dict:
     doc = numbers(result)
     doc["model"].pop("tower", None)
-    doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] != "two_tower"]
+    doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] not in ("two_tower", "vision_language_pair")]
     return doc
 
 
@@ -209,6 +225,8 @@ def test_a_folder_of_a_text_gguf_and_its_mmproj_is_two_towers(tmp_path):
     alone = {"text": specbound.analyze(folder / "model-Q8_0.gguf", threads=1),
              "vision": specbound.analyze(folder / "mmproj-model-f16.gguf", threads=1)}
     assert alone["text"].model["family"] == both["text"].model["family"] == "llama_gguf"
+    pair_entry = {a["name"]: a for a in json.loads(both["text"].to_json())["assumptions"]}["vision_language_pair"]
+    assert "mmproj-model-f16.gguf beside it is its vision tower" in pair_entry["effect"]
     for tower in ("text", "vision"):
         assert_close_tree(_doc(alone[tower]), _doc(both[tower]), rel=0)
         picked = specbound.analyze(folder, threads=1, tower=tower)

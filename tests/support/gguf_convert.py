@@ -104,10 +104,11 @@ def write_gguf(path, arch: str, tensors: dict, meta: dict, vocab_size: int):
     return _finish(writer, path, tensors)
 
 
-def _finish(writer, path, tensors: dict):
-    """Add ``tensors`` (GGUF name -> array) as float32 and write the file."""
+def _finish(writer, path, tensors: dict, matrices=np.float32):
+    """Add ``tensors`` (GGUF name -> array) as float32 (those of two or more dimensions as ``matrices``: the
+    converter's ``--outtype f16`` keeps vectors in float32) and write the file."""
     for name, array in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=matrices if np.ndim(array) > 1 else np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -203,9 +204,10 @@ _LEGACY_CLIP_NAMES = (("vision_model.", "v."), ("encoder.layers", "blk"), ("embe
 _MMPROJ_PREFIX = {"gemma3": "vision_tower.", "idefics3": "model."}  # the wrapper's prefix of vision_model.*
 
 
-def write_mmproj(path, vision, kind: str, projector: dict, *, text_width: int = 16):
+def write_mmproj(path, vision, kind: str, projector: dict, *, text_width: int = 16, matrices=np.float32):
     """``vision`` (a transformers ``CLIPVisionModel`` / ``SiglipVisionModel``) as llama.cpp's mmproj file of
-    ``kind``, float32, with ``projector`` (GGUF name -> array: ``mm.*``) written as well.
+    ``kind``, its matrices of type ``matrices`` (``np.float16``: ``--outtype f16``, the usual
+    ``mmproj-*-f16.gguf``) and its vectors float32, with ``projector`` (GGUF name -> array: ``mm.*``) as well.
 
     ``gemma3`` / ``idefics3``: ``MmprojModel.set_gguf_parameters`` and the subclass's (``Gemma3VisionModel``:
     projector type, layer-norm epsilon, ``use_gelu``; ``Idefics3VisionModel``: the same and the pixel-shuffle
@@ -258,7 +260,7 @@ def write_mmproj(path, vision, kind: str, projector: dict, *, text_width: int = 
             if target is None:
                 raise ValueError(f"gguf's tensor map has no name for {_MMPROJ_PREFIX[kind] + name}")
             tensors[target] = tensor.detach().float().numpy()
-    return _finish(writer, path, {**tensors, **projector})
+    return _finish(writer, path, {**tensors, **projector}, matrices)
 
 
 def _vision_state(vision):
