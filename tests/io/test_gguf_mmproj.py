@@ -24,9 +24,9 @@ TEXT_WIDTH = 16
 # kind -> (the encoder's transformers classes, its config's extra keys, the projector's tensors as the converter
 # names them, with their shapes)
 KINDS = {
-    "llava": ("CLIPVisionModel", "CLIPVisionConfig", {},  # LLaVA 1.5: a two-layer MLP
+    "llava": ("CLIPVisionModel", "CLIPVisionConfig", {},  # LLaVA 1.5: a two-layer MLP (LLaVA-NeXT: and a newline)
               {"mm.0.weight": (TEXT_WIDTH, 24), "mm.0.bias": (TEXT_WIDTH,), "mm.2.weight": (TEXT_WIDTH, TEXT_WIDTH),
-               "mm.2.bias": (TEXT_WIDTH,)}),
+               "mm.2.bias": (TEXT_WIDTH,), "model.image_newline": (TEXT_WIDTH,)}),
     "gemma3": ("SiglipVisionModel", "SiglipVisionConfig", {"vision_use_head": False},
                {"mm.input_projection.weight": (24, TEXT_WIDTH), "mm.soft_emb_norm.weight": (24,)}),
     "idefics3": ("SiglipVisionModel", "SiglipVisionConfig", {"vision_use_head": False},

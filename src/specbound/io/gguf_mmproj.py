@@ -23,8 +23,9 @@ What the file holds and how it is read:
   swaps them back when ``ffn_down``'s input width is the embedding width (for the projector types of
   :data:`SWAPPED_FFN_TYPES`).  The reader does the same, so ``ffn_up`` is always the matrix llama.cpp applies
   first, and the analysis names the swap among its assumptions.
-* **The projector** (``mm.*``: LLaVA's two-layer MLP ``mm.0`` / ``mm.2``, Gemma 3's ``mm.input_projection``
-  and ``mm.soft_emb_norm``, Idefics3's pixel shuffle then ``mm.model.fc``) maps the encoder's output into
+* **The projector** (``mm.*``: LLaVA's two-layer MLP ``mm.0`` / ``mm.2`` and LLaVA-NeXT's
+  ``model.image_newline``, Gemma 3's ``mm.input_projection`` and ``mm.soft_emb_norm``, Idefics3's pixel shuffle
+  then ``mm.model.fc``) maps the encoder's output into
   the text model's embedding space once, after the last block: outside the chain of blocks the bound is
   over, like a classifier head.  Its tensors are named among the analysis' assumptions, not analysed.
 * **Tensors** are read as every GGUF tensor is (:class:`~.gguf_file.GGUFCheckpoint`: F32 / F16 / BF16
@@ -73,6 +74,7 @@ _COUNTS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size"
 _OPTIONAL_COUNTS = {"image_size": "image_size", "patch_size": "patch_size", "projection_dim": "projection_dim"}
 _EPS = "attention.layer_norm_epsilon"
 _BLOCK = re.compile(r"^v\.blk\.(\d{1,9})\.")
+_IMAGE_NEWLINE = "model.image_newline"  # LLaVA-NeXT's learned separator after each row of image features
 _REENCODE = "the file is corrupt or hand-edited: re-convert it with llama.cpp's convert_hf_to_gguf.py --mmproj"
 
 
@@ -216,7 +218,7 @@ def _swap_ffn_names(tensors: dict, projector: str, width: int) -> bool:
 
 
 def _projector_sentence(projector: str, tensors: dict) -> str:
-    names = sorted(n for n in tensors if n.startswith("mm."))
+    names = sorted(n for n in tensors if n.startswith("mm.") or n == _IMAGE_NEWLINE)
     held = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "") if names else "none"
     encoder, model = ENCODERS[projector]
     return (f"the {model} projector (type {projector}; tensors {held}) maps the {encoder} encoder's output into the "
