@@ -299,7 +299,8 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
     vision towers of one model, or the one named ``tower``."""
     if arch_spec is not None:
         raise SpecboundError(f"--arch-spec names one chain's family, but {pair['text'].parent} holds a text GGUF and "
-                             f"its mmproj file; analyse the file itself: specbound analyze {pair['text']} --arch-spec ...")
+                             f"its mmproj file; analyse the file itself: specbound analyze {pair['text']} "
+                             f"--arch-spec ...")
     models: list[OpenModel] = []
     try:
         for name, path in pair.items():
@@ -307,7 +308,7 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
                 (model,) = open_models(path, tower=None if name == "text" else name)
                 models.append(replace(model, tower=name))
                 if name == "text":  # named among its assumptions (a GGUF checkpoint's conventions)
-                    model.base_checkpoint.conventions["vision_language_pair"] = (
+                    model.base_checkpoint.conventions["gguf_mmproj_pair"] = (
                         f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it "
                         f"is its vision tower, whose projector's output enters this chain as input tokens, outside "
                         f"the bound like the token embeddings; each tower is bounded as a chain of its own, and "

@@ -22,8 +22,8 @@ KEYS = [k for k, _, _ in MMPROJ if k != "general.architecture"] + ["clip.vision.
 VALUES = st.one_of(
     st.tuples(st.just(U32), st.integers(0, 2**32 - 1)), st.tuples(st.just(U64), st.integers(0, 2**64 - 1)),
     st.tuples(st.just(I32), st.integers(-2**31, 2**31 - 1)), st.tuples(st.just(F32), st.floats(width=32)),
-    st.tuples(st.just(F64), st.floats()), st.tuples(st.just(STR), st.sampled_from(["mlp", "gemma3", "idefics3",
-                                                                                  "pixtral", "", "8"]) | st.text(max_size=8)),
+    st.tuples(st.just(F64), st.floats()),
+    st.tuples(st.just(STR), st.sampled_from(["mlp", "gemma3", "idefics3", "pixtral", "", "8"]) | st.text(max_size=8)),
     st.tuples(st.just(BOOL), st.booleans()),
     st.tuples(st.just(ARR), st.tuples(st.just(U32), st.lists(st.integers(0, 9), max_size=3))))
 
@@ -58,8 +58,8 @@ def test_any_keys_left_out_are_a_result_or_one_line(tmp_path_factory, dropped):
 
 @FUZZ
 @given(width=st.integers(1, 2**40), ff=st.integers(1, 2**40), heads=st.integers(1, 2**40), blocks=st.integers(1, 2**40),
-       shapes=st.dictionaries(st.sampled_from(sorted(mmproj_tensors())), st.tuples(st.integers(1, 9), st.integers(1, 9)),
-                              max_size=2))
+       shapes=st.dictionaries(st.sampled_from(sorted(mmproj_tensors())),
+                              st.tuples(st.integers(1, 9), st.integers(1, 9)), max_size=2))
 def test_counts_and_shapes_at_odds_are_a_result_or_one_line(tmp_path_factory, width, ff, heads, blocks, shapes):
     metadata = [(k, t, {"clip.vision.embedding_length": width, "clip.vision.feed_forward_length": ff,
                         "clip.vision.attention.head_count": heads, "clip.vision.block_count": blocks}.get(k, v))

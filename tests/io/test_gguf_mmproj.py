@@ -73,7 +73,7 @@ def test_mmproj_equals_the_hf_vision_tower(pair):
     theirs, ours = specbound.analyze(hf, threads=1), specbound.analyze(mmproj, threads=1)
     assert ours.model["family"] == "mmproj_gguf" and ours.model["tower"] == "vision" == theirs.model["tower"]
     assert len(ours.matrices) == len(theirs.matrices) > 0
-    assert_close_tree(numbers(theirs, family=False), _without(numbers(ours, family=False), "mmproj_"), rel=1e-9)
+    assert_close_tree(numbers(theirs, family=False), _without(numbers(ours, family=False), "gguf_mmproj_"), rel=1e-9)
 
 
 def test_an_f16_mmproj_equals_the_hf_tower_of_its_float16_values(tmp_path):
@@ -89,18 +89,18 @@ def test_an_f16_mmproj_equals_the_hf_tower_of_its_float16_values(tmp_path):
     ours = specbound.analyze(mmproj, threads=1)
     assert specbound.io.open_checkpoint(mmproj).dtype("v.blk.0.attn_q.weight") == "F16"
     theirs = specbound.analyze(tmp_path / "hf", threads=1)
-    assert_close_tree(numbers(theirs, family=False), _without(numbers(ours, family=False), "mmproj_"), rel=1e-9)
+    assert_close_tree(numbers(theirs, family=False), _without(numbers(ours, family=False), "gguf_mmproj_"), rel=1e-9)
 
 
 def test_the_projector_is_named_among_the_assumptions(pair):
     kind, _, mmproj = pair
     doc = json.loads(specbound.analyze(mmproj, threads=1).to_json())
     named = {a["name"]: a for a in doc["assumptions"]}
-    sentence = json.dumps(named["mmproj_projector"])
+    sentence = json.dumps(named["gguf_mmproj_projector"])
     assert f"type {'mlp' if kind == 'llava' else kind}" in sentence and "outside the chain" in sentence
     for name in KINDS[kind][3]:
         assert name in sentence
-    assert ("mmproj_ffn_names" in named) == (kind == "llava")  # only the legacy converter swapped the names
+    assert ("gguf_mmproj_ffn_names" in named) == (kind == "llava")  # only the legacy converter swapped the names
 
 
 # --- what is refused, in one line: projector types without a family, metadata that cannot be the encoder's ---
@@ -109,7 +109,8 @@ def _mmproj(tmp_path, metadata=None, tensors=None):
     from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
 
     path = tmp_path / "mmproj-model.gguf"
-    path.write_bytes(gguf_file(MMPROJ if metadata is None else metadata, mmproj_tensors() if tensors is None else tensors))
+    metadata, tensors = MMPROJ if metadata is None else metadata, mmproj_tensors() if tensors is None else tensors
+    path.write_bytes(gguf_file(metadata, tensors))
     return path
 
 
@@ -213,7 +214,7 @@ def _pair_folder(tmp_path, *extra):
 def _doc(result) -> dict:
     doc = numbers(result)
     doc["model"].pop("tower", None)
-    doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] not in ("two_tower", "vision_language_pair")]
+    doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] not in ("two_tower", "gguf_mmproj_pair")]
     return doc
 
 
@@ -225,7 +226,7 @@ def test_a_folder_of_a_text_gguf_and_its_mmproj_is_two_towers(tmp_path):
     alone = {"text": specbound.analyze(folder / "model-Q8_0.gguf", threads=1),
              "vision": specbound.analyze(folder / "mmproj-model-f16.gguf", threads=1)}
     assert alone["text"].model["family"] == both["text"].model["family"] == "llama_gguf"
-    pair_entry = {a["name"]: a for a in json.loads(both["text"].to_json())["assumptions"]}["vision_language_pair"]
+    pair_entry = {a["name"]: a for a in json.loads(both["text"].to_json())["assumptions"]}["gguf_mmproj_pair"]
     assert "mmproj-model-f16.gguf beside it is its vision tower" in pair_entry["effect"]
     for tower in ("text", "vision"):
         assert_close_tree(_doc(alone[tower]), _doc(both[tower]), rel=0)

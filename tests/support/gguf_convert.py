@@ -266,4 +266,5 @@ def write_mmproj(path, vision, kind: str, projector: dict, *, text_width: int = 
 def _vision_state(vision):
     """The encoder's tensors under ``vision_model.*``, as the original checkpoints name them (transformers 5's
     ``*VisionModel`` state dict may leave the prefix out)."""
-    return [("vision_model." + name.removeprefix("vision_model."), tensor) for name, tensor in vision.state_dict().items()]
+    return [("vision_model." + name.removeprefix("vision_model."), tensor)
+            for name, tensor in vision.state_dict().items()]

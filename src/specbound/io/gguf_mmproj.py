@@ -95,9 +95,9 @@ def open_mmproj(path: Path, header: GGUFHeader):
     projector = _projector_type(path, meta)
     vision = _vision_config(path, header, projector)
     tensors = dict(header.tensors)
-    conventions = {"mmproj_projector": _projector_sentence(projector, tensors)}
+    conventions = {"gguf_mmproj_projector": _projector_sentence(projector, tensors)}
     if _swap_ffn_names(tensors, projector, vision["hidden_size"]):
-        conventions["mmproj_ffn_names"] = (
+        conventions["gguf_mmproj_ffn_names"] = (
             "the file names each block's first feed-forward matrix (fc1, embedding width in) ffn_down and the "
             "second ffn_up, as LLaVA's converter wrote them; read swapped back by their shapes, as llama.cpp's "
             "clip.cpp does")
@@ -117,7 +117,8 @@ def _projector_type(path: Path, meta: dict[str, Any]) -> str:
     missing."""
     if meta.get("clip.has_vision_encoder") is not True:
         audio = meta.get("clip.has_audio_encoder") is True
-        found = "an audio encoder only" if audio else f"clip.has_vision_encoder = {meta.get('clip.has_vision_encoder')!r}"
+        flag = meta.get("clip.has_vision_encoder")
+        found = "an audio encoder only" if audio else f"clip.has_vision_encoder = {flag!r:.40}"
         raise SpecboundError(f"{path}: expected an mmproj file holding a vision encoder (clip.has_vision_encoder "
                              f"true), found {found}; specbound analyses vision encoders: pass a vision model's "
                              f"mmproj file")
