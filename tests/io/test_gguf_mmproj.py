@@ -60,7 +60,7 @@ def pair(request, tmp_path_factory):
                           {name: rng.normal(size=shape) for name, shape in projector.items()}, text_width=TEXT_WIDTH)
     hf = folder / "hf"
     _folder_model(model, VISION["num_hidden_layers"] - (kind == "llava")).save_pretrained(hf)
-    return kind, hf, mmproj
+    return kind, hf, mmproj, model
 
 
 def _without(doc: dict, prefix: str) -> dict:
@@ -68,8 +68,37 @@ def _without(doc: dict, prefix: str) -> dict:
     return doc
 
 
+def _oracle_rows(model, layers: int) -> list:
+    """``[(layer, role, matrix)]`` from the encoder's own weights in float64, in the analysis' order: each head's
+    ``W_Q,h^T W_K,h`` and ``W_V,h^T W_O,h^T``, then ``fc1`` and ``fc2`` (the first ``layers`` blocks)."""
+    n, heads = VISION["hidden_size"], VISION["num_attention_heads"]
+    d = n // heads
+    rows = []
+    encoder = getattr(model, "vision_model", model).encoder  # transformers 5: the encoder at the top
+    for layer, block in enumerate(encoder.layers[:layers]):
+        w = {r: getattr(block.self_attn, f"{r}_proj").weight.detach().double().numpy() for r in "qkv"}
+        o = block.self_attn.out_proj.weight.detach().double().numpy()
+        rows += [(layer, "QK", w["q"][h * d:(h + 1) * d].T @ w["k"][h * d:(h + 1) * d]) for h in range(heads)]
+        rows += [(layer, "OV", w["v"][h * d:(h + 1) * d].T @ o[:, h * d:(h + 1) * d].T) for h in range(heads)]
+        rows += [(layer, role, getattr(block.mlp, fc).weight.detach().double().numpy())
+                 for role, fc in (("FF_in", "fc1"), ("FF_out", "fc2"))]
+    return rows
+
+
+def test_mmproj_rows_are_the_encoders_matrices(pair):
+    """Every row against the encoder's own weights (not only against specbound's other reader)."""
+    kind, _, mmproj, model = pair
+    matrices = specbound.analyze(mmproj, threads=1).matrices
+    reference = _oracle_rows(model, VISION["num_hidden_layers"] - (kind == "llava"))
+    assert list(zip(matrices["layer"], matrices["role"])) == [(layer, role) for layer, role, _ in reference]
+    for (_, role, w), (_, row) in zip(reference, matrices.iterrows()):
+        assert row["spectral_norm"] == pytest.approx(np.linalg.norm(w, 2), rel=1e-9), role
+        assert row["frobenius_norm"] == pytest.approx(np.linalg.norm(w), rel=1e-9), role
+        assert row["norm_1_1"] == pytest.approx(np.abs(w).sum(), rel=1e-9), role
+
+
 def test_mmproj_equals_the_hf_vision_tower(pair):
-    kind, hf, mmproj = pair
+    kind, hf, mmproj, _ = pair
     theirs, ours = specbound.analyze(hf, threads=1), specbound.analyze(mmproj, threads=1)
     assert ours.model["family"] == "mmproj_gguf" and ours.model["tower"] == "vision" == theirs.model["tower"]
     assert len(ours.matrices) == len(theirs.matrices) > 0
@@ -93,7 +122,7 @@ def test_an_f16_mmproj_equals_the_hf_tower_of_its_float16_values(tmp_path):
 
 
 def test_the_projector_is_named_among_the_assumptions(pair):
-    kind, _, mmproj = pair
+    kind, _, mmproj, _ = pair
     doc = json.loads(specbound.analyze(mmproj, threads=1).to_json())
     named = {a["name"]: a for a in doc["assumptions"]}
     sentence = json.dumps(named["gguf_mmproj_projector"])
