@@ -21,6 +21,7 @@ from .options import AnalysisOptions, KernelOptions
 from .io import Checkpoint, open_checkpoint
 from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
+from .io.gguf_mmproj import gguf_pair
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
@@ -86,7 +87,7 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
     try:
         for model in models:  # an activation without a known constant: refused before any weight is read
             activation_constants(model.dims, opts)
-        if models[0].parent_spec is None or opts.tower is not None or len(models) == 1:  # one chain (Kimi's text)
+        if models[0].tower is None or opts.tower is not None or len(models) == 1:  # one chain (Kimi's text)
             return _analyze_one(models[0], opts, progress, name)
         total, done = sum(m.dims.L for m in models), 0
         bar, on_layer = _progress_callback(progress)
@@ -271,6 +272,9 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
     chain of its own on the one checkpoint; one chain for any other model (``stream``,
     ``disk_budget``: how a hub id is read, :func:`~specbound.io.open_checkpoint`; ``base``: a LoRA
     adapter's base model)."""
+    pair = gguf_pair(source)  # a folder holding a text GGUF and its mmproj file: the text and vision towers
+    if pair is not None:
+        return _gguf_pair_models(pair, arch_spec, tower)
     # complete_config: an ONNX export without config.json
     ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
@@ -280,10 +284,41 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]
-        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+        views = tower_views(spec, ckpt, tower)
+        if not views:  # a spec of fewer towers than the options name (an mmproj file: the vision tower alone)
+            held = " and ".join(t.name for t in spec.towers)
+            raise SpecboundError(f"{ckpt.location} holds only the {held} tower of a {spec.family} model, not the "
+                                 f"{tower} tower; leave tower out or pass tower={spec.towers[0].name!r}")
+        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in views]
     except BaseException:
         ckpt.close()
         raise
+
+
+def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) -> list[OpenModel]:
+    """The text GGUF model and its mmproj file (:func:`~.io.gguf_mmproj.gguf_pair`) opened as the text and
+    vision towers of one model, or the one named ``tower``."""
+    if arch_spec is not None:
+        raise SpecboundError(f"--arch-spec names one chain's family, but {pair['text'].parent} holds a text GGUF and "
+                             f"its mmproj file; analyse the file itself: specbound analyze {pair['text']} "
+                             f"--arch-spec ...")
+    models: list[OpenModel] = []
+    try:
+        for name, path in pair.items():
+            if tower in (None, name):
+                (model,) = open_models(path, tower=None if name == "text" else name)
+                models.append(replace(model, tower=name))
+                if name == "text":  # named among its assumptions (a GGUF checkpoint's conventions)
+                    model.base_checkpoint.conventions["gguf_mmproj_pair"] = (
+                        f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it "
+                        f"is its vision tower, whose projector's output enters this chain as input tokens, outside "
+                        f"the bound like the token embeddings; each tower is bounded as a chain of its own, and "
+                        f"no whole-model number is given")
+    except BaseException:
+        for model in models:
+            model.base_checkpoint.close()
+        raise
+    return models
 
 
 def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:

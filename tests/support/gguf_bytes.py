@@ -86,3 +86,20 @@ def gguf_file(metadata=LLAMA, tensors=None, *, order="<", alignment=32, offsets=
         if start < 2**40:
             section[start:start + len(data)] = data
     return head + bytes(section)
+
+
+# llama.cpp's multimodal projector file (mmproj-*.gguf) of a one-block SigLIP encoder (Gemma 3's projector)
+MMPROJ = [("general.architecture", STR, "clip"), ("clip.has_vision_encoder", BOOL, True),
+          ("clip.projector_type", STR, "gemma3"), ("clip.vision.block_count", U32, 1),
+          ("clip.vision.embedding_length", U32, 8), ("clip.vision.feed_forward_length", U32, 12),
+          ("clip.vision.attention.head_count", U32, 2), ("clip.vision.attention.layer_norm_epsilon", F32, 1e-6),
+          ("clip.vision.image_size", U32, 8), ("clip.vision.patch_size", U32, 4), ("clip.use_gelu", BOOL, True)]
+
+
+def mmproj_tensors(seed=0, N=8, d_ff=12, text_width=6, scale=0.3) -> dict[str, np.ndarray]:
+    """One encoder block's matrices (``(out, in)``, float32) and Gemma 3's projector under their mmproj names."""
+    rng = np.random.default_rng(seed)
+    shapes = {"v.blk.0.attn_q.weight": (N, N), "v.blk.0.attn_k.weight": (N, N), "v.blk.0.attn_v.weight": (N, N),
+              "v.blk.0.attn_out.weight": (N, N), "v.blk.0.ffn_up.weight": (d_ff, N),
+              "v.blk.0.ffn_down.weight": (N, d_ff), "mm.input_projection.weight": (N, text_width)}
+    return {name: (scale * rng.standard_normal(shape)).astype(np.float32) for name, shape in shapes.items()}

@@ -108,10 +108,11 @@ def write_gguf(path, arch: str, tensors: dict, meta: dict, vocab_size: int):
     return _finish(writer, path, tensors)
 
 
-def _finish(writer, path, tensors: dict):
-    """Add ``tensors`` (GGUF name -> array) as float32 and write the file."""
+def _finish(writer, path, tensors: dict, matrices=np.float32):
+    """Add ``tensors`` (GGUF name -> array) as float32 (those of two or more dimensions as ``matrices``: the
+    converter's ``--outtype f16`` keeps vectors in float32) and write the file."""
     for name, array in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=matrices if np.ndim(array) > 1 else np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -198,3 +199,76 @@ def llama4_tensors(state: dict, config) -> dict:
     if freqs is not None:
         out["rope_freqs.weight"] = freqs
     return out
+
+
+# llama.cpp's multimodal projector files (mmproj-*.gguf): how each converter names a vision encoder's tensors
+_LEGACY_CLIP_NAMES = (("vision_model.", "v."), ("encoder.layers", "blk"), ("embeddings.", ""), ("_proj", ""),
+                      ("self_attn.", "attn_"), ("layer_norm", "ln"), ("mlp.fc1", "ffn_down"), ("mlp.fc2", "ffn_up"),
+                      ("embedding", "embd"), ("pre_layrnorm", "pre_ln"))
+_MMPROJ_PREFIX = {"gemma3": "vision_tower.", "idefics3": "model."}  # the wrapper's prefix of vision_model.*
+
+
+def write_mmproj(path, vision, kind: str, projector: dict, *, text_width: int = 16, matrices=np.float32):
+    """``vision`` (a transformers ``CLIPVisionModel`` / ``SiglipVisionModel``) as llama.cpp's mmproj file of
+    ``kind``, its matrices of type ``matrices`` (``np.float16``: ``--outtype f16``, the usual
+    ``mmproj-*-f16.gguf``) and its vectors float32, with ``projector`` (GGUF name -> array: ``mm.*``) as well.
+
+    ``gemma3`` / ``idefics3``: ``MmprojModel.set_gguf_parameters`` and the subclass's (``Gemma3VisionModel``:
+    projector type, layer-norm epsilon, ``use_gelu``; ``Idefics3VisionModel``: the same and the pixel-shuffle
+    scale factor), tensor names from gguf's ``TensorNameMap`` for ``MODEL_ARCH.MMPROJ`` on the wrapper's names
+    (``vision_tower.vision_model.*``, ``model.vision_model.*``), the MAP head skipped.  ``llava``: the legacy
+    ``convert_image_encoder_to_gguf.py`` with a LLaVA projector: ``clip.has_llava_projector``, projector type
+    ``mlp``, ``use_gelu`` only for ``hidden_act == "gelu"``, its string renaming (``mlp.fc1`` -> ``ffn_down``,
+    ``mlp.fc2`` -> ``ffn_up``), the last block dropped (LLaVA reads the penultimate layer's features:
+    ``block_count`` is one less) and the post-layernorm with it.
+    """
+    import gguf
+
+    cfg = vision.config
+    layers = cfg.num_hidden_layers - (kind == "llava")
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_type("mmproj")
+    writer.add_clip_has_vision_encoder(True)
+    writer.add_vision_projection_dim(text_width)
+    writer.add_vision_image_size(cfg.image_size)
+    writer.add_vision_patch_size(cfg.patch_size)
+    writer.add_vision_embedding_length(cfg.hidden_size)
+    writer.add_vision_feed_forward_length(cfg.intermediate_size)
+    writer.add_vision_block_count(layers)
+    writer.add_vision_head_count(cfg.num_attention_heads)
+    writer.add_vision_image_mean([0.5, 0.5, 0.5])
+    writer.add_vision_image_std([0.5, 0.5, 0.5])
+    writer.add_vision_attention_layernorm_eps(cfg.layer_norm_eps)
+    tensors = {}
+    if kind == "llava":
+        writer.add_bool("clip.has_text_encoder", False)
+        writer.add_bool("clip.has_llava_projector", True)
+        writer.add_clip_projector_type("mlp")
+        writer.add_vision_use_gelu(cfg.hidden_act == "gelu")
+        for name, tensor in _vision_state(vision):
+            if f"layers.{layers}." in name or "post_layernorm" in name or "position_ids" in name:
+                continue
+            for old, new in _LEGACY_CLIP_NAMES:
+                name = name.replace(old, new)
+            tensors[name] = tensor.detach().float().numpy()
+    else:
+        writer.add_clip_projector_type(kind)
+        writer.add_vision_use_gelu(True)
+        if kind == "idefics3":
+            writer.add_vision_projector_scale_factor(2)
+        names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, layers)
+        for name, tensor in _vision_state(vision):
+            if name.startswith("vision_model.head.") or "position_ids" in name:
+                continue
+            target = names.get_name(_MMPROJ_PREFIX[kind] + name, try_suffixes=(".weight", ".bias"))
+            if target is None:
+                raise ValueError(f"gguf's tensor map has no name for {_MMPROJ_PREFIX[kind] + name}")
+            tensors[target] = tensor.detach().float().numpy()
+    return _finish(writer, path, {**tensors, **projector}, matrices)
+
+
+def _vision_state(vision):
+    """The encoder's tensors under ``vision_model.*``, as the original checkpoints name them (transformers 5's
+    ``*VisionModel`` state dict may leave the prefix out)."""
+    return [("vision_model." + name.removeprefix("vision_model."), tensor)
+            for name, tensor in vision.state_dict().items()]
