@@ -279,7 +279,7 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]
-        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+        return [_bound(t.spec_for(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
     except BaseException:
         ckpt.close()
         raise
@@ -610,7 +610,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   rope=model.rotary_layouts(), qk_norm=qk_norm,
                                                   structure=model_structure(model.spec.structure, model.ckpt.config,
                                                                             _config_where(model.ckpt)),
-                                                  tower=model.tower, nope_layers=model.nope_layers()))
+                                                  tower=model.tower, nope_layers=model.nope_layers(),
+                                                  wrapper=model.parent_spec))
 
 
 def qk_spectral_norm_counts(layers: list[LayerSpectra]) -> dict[str, int]:

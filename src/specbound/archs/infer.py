@@ -720,7 +720,7 @@ def self_check(spec: dict, ckpt: Checkpoint) -> str:
     try:
         parsed = parse_spec(spec, "the drafted spec")
         if parsed.towers is not None:
-            found = [(t.name, bind(t.spec, view)[0]) for t, view in tower_views(parsed, ckpt, None)]
+            found = [(t.name, bind(t.spec_for(view.config), view)[0]) for t, view in tower_views(parsed, ckpt, None)]
         elif parsed.stacks is not None:
             dims = bind(parsed, ckpt)[0]
             found = [(part.name, part.dims) for part in dims.stacks]

@@ -34,7 +34,7 @@ def builtin_specs() -> dict[str, ArchSpec]:
 def _served() -> list[ArchSpec]:
     """Every shipped spec and, after a two-tower family's, each of its towers' (a checkpoint of one
     tower alone, CLIPTextModel, has that tower's model type)."""
-    return [x for _, s in _shipped() for x in (s, *(t.spec for t in s.towers or ()))]
+    return [x for _, s in _shipped() for x in (s, *(t.spec for t in s.towers or () if t.spec is not None))]
 
 
 def supported_model_types() -> list[str]:
@@ -54,3 +54,24 @@ def spec_for_config(config: dict[str, Any]) -> ArchSpec:
         f"(see docs/architectures.md) and pass it with --arch-spec FILE; `specbound arch infer SOURCE` "
         f"drafts one from the checkpoint's tensor names and says what it guessed"
     )
+
+
+def referenced_family(name: str, *, by_model_type: bool, what: str) -> ArchSpec:
+    """The shipped one-chain spec a wrapper's tower references (:class:`~.spec.TowerSpec`): the family
+    ``name`` (``FAMILY.TOWER``: that tower of a two-tower family), or with ``by_model_type`` the family
+    serving the model type ``name`` (the tower's section names another one, LLaVA's ``mistral``)."""
+    if by_model_type:
+        found = next((s for s in _served() if name in s.model_types and s.towers is None), None)
+        if found is None:
+            raise SpecboundError(f"{what}: its config names model_type={name!r}, which specbound does not analyse as "
+                                 f"one chain (docs/families.md lists the families); analyse another tower with --tower")
+        return found
+    family, _, tower = name.partition(".")
+    spec = builtin_specs().get(family)
+    found = None if spec is None else spec if not tower else next(
+        (t.spec for t in spec.towers or () if t.name == tower and t.spec is not None), None)
+    if found is None:
+        raise SpecboundError(f"{what} is the family {name!r}, which this specbound does not ship "
+                             f"({'no such family' if spec is None else f'{family} has no tower {tower!r}'}); "
+                             f"analyse another tower with --tower, or update specbound")
+    return found

@@ -1,0 +1,199 @@
+"""Vision-language wrappers (docs/architectures.md, towers that name a family): each tiny wrapper built by
+transformers 5 and saved analyses as two towers; the text tower's numbers, every row and every bound, are those
+of the same weights saved alone as its family's causal LM (Gemma 3's QK-norm and local/global layers, Llama 4's
+experts); a SigLIP/CLIP vision tower's those of the same weights saved as a standalone vision model; the names
+transformers 5 holds in memory read as the saved (hub) ones; the projector is named among the assumptions; a
+tower whose family is not shipped or whose config is hostile is one line."""
+
+import json
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import specbound  # noqa: E402
+from specbound.archs.registry import builtin_specs  # noqa: E402
+from specbound.errors import SpecboundError  # noqa: E402
+
+from support.same_numbers import assert_close_tree, numbers  # noqa: E402
+from support.vision_language import (WRAPPER_OF, WRAPPERS, build_wrapper, save_text_alone,  # noqa: E402
+                                     save_vision_alone)
+
+HELD_AS_SAVED = ("idefics3", "llama4")  # wrappers whose modules hold the names transformers 5 saves
+TOWER_ENTRIES = ("vision_language_tower", "two_tower")  # what says which model a tower is part of
+
+
+def shipped(family: str) -> bool:
+    return family in builtin_specs()
+
+
+def need(family: str) -> None:
+    """Skip while a tower's family is not in this tree (the M-RoPE and 2D-rotary families come from their own
+    branches; the skip goes when they are merged)."""
+    if not shipped(family):
+        pytest.skip(f"the {family} family is not shipped in this tree yet")
+
+
+@pytest.fixture(scope="module", params=sorted(WRAPPERS))
+def saved(request, tmp_path_factory):
+    """``(name, model, folder)``: the wrapper saved with save_pretrained."""
+    name = request.param
+    model = build_wrapper(name)
+    folder = tmp_path_factory.mktemp(name)
+    model.save_pretrained(folder)
+    return name, model, folder
+
+
+def tower_numbers(result) -> dict:
+    """An analysis' numbers without what says which model the chain is part of (its tower key and the
+    assumption naming the wrapper or the two-tower model)."""
+    doc = numbers(result)
+    doc["model"].pop("tower", None)
+    router = doc["model"].get("experts", {}).pop("router", None)  # a tensor name, prefixed like the rows' tensors
+    assert router is None or router.endswith("layers.1.feed_forward.router.weight")
+    doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] not in TOWER_ENTRIES]
+    return doc
+
+
+def test_the_text_tower_is_its_family_exactly(saved, tmp_path):
+    name, model, folder = saved
+    family = WRAPPERS[name][3][0]
+    need(family)
+    save_text_alone(model, name, tmp_path)
+    tower = specbound.analyze(folder, tower="text", threads=1)
+    alone = specbound.analyze(tmp_path, threads=1)
+    assert tower.model["family"] == alone.model["family"] == family and tower.model["tower"] == "text"
+    assert len(tower.matrices) == len(alone.matrices) > 0
+    assert_close_tree(tower_numbers(tower), tower_numbers(alone), rel=1e-12)
+
+
+def test_the_vision_tower_is_its_family_exactly(saved, tmp_path):
+    name, model, folder = saved
+    family = WRAPPERS[name][3][1]
+    need(family)
+    save_vision_alone(model, name, tmp_path)
+    tower = specbound.analyze(folder, tower="vision", threads=1)
+    alone = specbound.analyze(tmp_path, threads=1)
+    assert tower.model["family"] == alone.model["family"] == family and tower.model["tower"] == "vision"
+    assert len(tower.matrices) == len(alone.matrices) > 0
+    assert_close_tree(tower_numbers(tower), tower_numbers(alone), rel=1e-12)
+
+
+def test_both_towers_are_reported_with_the_projector_named(saved):
+    name, _, folder = saved
+    for family in WRAPPERS[name][3]:
+        need(family)
+    both = specbound.analyze(folder, threads=1)
+    assert isinstance(both, specbound.TowerAnalyses) and list(both) == ["text", "vision"]
+    wrapper = builtin_specs()[WRAPPER_OF.get(name, name)]
+    for tower in both:
+        (entry,) = [a for a in both[tower].assumptions if a["name"] == "vision_language_tower"]
+        assert wrapper.projector["description"] in entry["effect"] and "no whole-model number" in entry["effect"]
+        assert both[tower].model["tower"] == tower
+
+
+def test_the_names_transformers_holds_in_memory_read_alike(saved, tmp_path):
+    """transformers 5 saves the hub's names (``language_model.model.``, ``vision_tower.``); its modules hold
+    ``model.language_model.``, ``model.vision_tower.`` ...: a state dict saved as held reads to the same numbers."""
+    from safetensors.torch import save_file
+
+    name, model, folder = saved
+    text_family = WRAPPERS[name][3][0]
+    need(text_family)
+    shutil.copy(folder / "config.json", tmp_path / "config.json")
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    towers = ["text"] + (["vision"] if shipped(WRAPPERS[name][3][1]) else [])
+    for tower in towers:
+        held = specbound.analyze(tmp_path, tower=tower, threads=1)
+        hub = specbound.analyze(folder, tower=tower, threads=1)
+        renamed = held.matrices["tensors"].iloc[0] != hub.matrices["tensors"].iloc[0]
+        assert renamed == (WRAPPER_OF.get(name, name) not in HELD_AS_SAVED), (name, tower)
+        assert_close_tree(numbers(held), numbers(hub), rel=1e-12)
+
+
+def _wrapper_folder(tmp_path, name="gemma3"):
+    model = build_wrapper(name)
+    model.save_pretrained(tmp_path)
+    return tmp_path, json.loads((tmp_path / "config.json").read_text())
+
+
+def _one_line(call, *needles):
+    with pytest.raises(SpecboundError) as err:
+        call()
+    message = str(err.value)
+    assert "\n" not in message and "Traceback" not in message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def test_a_tower_whose_family_is_not_shipped_is_one_line_and_the_other_tower_analyses(tmp_path):
+    folder, _ = _wrapper_folder(tmp_path)
+    spec = json.loads((specbound_data() / "gemma3.json").read_text())
+    spec["towers"]["vision"]["family"] = "nonesuch_vision"
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    _one_line(lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", threads=1),
+              "'nonesuch_vision'", "vision tower", "--tower")
+    text = specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower="text", threads=1)
+    assert text.model["family"] == "gemma3_text"
+
+
+def specbound_data():
+    from importlib import resources
+
+    return resources.files("specbound.archs") / "data"
+
+
+@pytest.mark.parametrize("section, value, needles", [
+    ("text_config", None, ["text_config", "text tower"]),
+    ("text_config", [1, 2], ["text_config", "text tower"]),
+    ("text_config", {"model_type": "gemma3_text", "num_hidden_layers": "two"}, ["num_hidden_layers", "'two'"]),
+    ("text_config", {"model_type": "gemma3_text", "hidden_size": -32}, ["hidden_size", "-32"]),
+    ("text_config", {"model_type": "no_such_lm"}, ["'no_such_lm'", "text tower"]),
+    ("text_config", {"model_type": "siglip"}, ["siglip", "text tower"]),
+    ("vision_config", {"model_type": "siglip_vision_model", "num_attention_heads": 10 ** 30}, ["num_heads"]),
+])
+def test_a_hostile_tower_config_is_one_line(tmp_path, section, value, needles):
+    folder, config = _wrapper_folder(tmp_path)
+    tower = "text" if section == "text_config" else "vision"
+    if isinstance(value, dict):
+        value = {**config[section], **value}
+    config[section] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    _one_line(lambda: specbound.analyze(folder, tower=tower, threads=1), *needles)
+
+
+@pytest.mark.parametrize("doc, needle", [
+    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]},
+                 "vision": {"config_section": "vision_config", "prefixes": ["v."], "config": {}, "tensors": {}}}},
+     "every tower names a 'family'"),
+    ({"towers": {"text": {"family": "../gemma", "config_section": "text_config", "prefixes": ["m."]}}},
+     "'family' must name a shipped family"),
+    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."],
+                          "tensors": {}}}}, "tower 'text' must be an object"),
+    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
+      "block": "parallel"}, "only the keys"),
+    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
+      "projector": {"prefixes": "p."}}, "'projector' must be an object"),
+    ({"projector": {"prefixes": ["p."], "description": "a map"}, "config": {}, "tensors": {}}, "'projector' belongs"),
+])
+def test_a_bad_wrapper_spec_is_one_line(tmp_path, doc, needle):
+    from specbound.archs.spec import parse_spec
+
+    doc = {"family": "w", "description": "", "model_types": ["w"], **doc}
+    _one_line(lambda: parse_spec(doc, "w.json"), needle, "docs/architectures.md")
+
+
+def test_the_text_tower_of_a_family_that_is_two_towers_is_refused(tmp_path):
+    folder, _ = _wrapper_folder(tmp_path)
+    spec = json.loads((specbound_data() / "gemma3.json").read_text())
+    spec["towers"]["text"]["family"] = "siglip"
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    config = json.loads((folder / "config.json").read_text())
+    del config["text_config"]["model_type"]  # the tower's family is then the one the spec names
+    (folder / "config.json").write_text(json.dumps(config))
+    _one_line(lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower="text", threads=1),
+              "siglip", "not one chain")
