@@ -41,6 +41,17 @@ WRAPPERS = {
         text_config=dict(TEXT, model_type="mistral", sliding_window=None),
         vision_config=dict(VISION, model_type="siglip_vision_model"))),
         lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "siglip")),
+    "llava_next": (lambda: _t().LlavaNextForConditionalGeneration(_t().LlavaNextConfig(
+        text_config=dict(TEXT, model_type="llama"), vision_config=dict(VISION, model_type="clip_vision_model"),
+        image_grid_pinpoints=[[28, 28]])),
+        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "clip")),
+    "llava_onevision": (lambda: _t().LlavaOnevisionForConditionalGeneration(_t().LlavaOnevisionConfig(
+        text_config=dict(TEXT, model_type="qwen2"), vision_config=dict(VISION, model_type="siglip_vision_model"),
+        image_grid_pinpoints=[[28, 28]])),
+        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "siglip")),
+    "smolvlm": (lambda: _t().SmolVLMForConditionalGeneration(_t().SmolVLMConfig(
+        text_config=dict(TEXT, model_type="llama"), vision_config=VISION, scale_factor=2)),
+        lambda m: m.model.text_model, lambda m: m.model.vision_model, ("llama", "siglip")),
     "idefics3": (lambda: _t().Idefics3ForConditionalGeneration(_t().Idefics3Config(
         text_config=dict(TEXT, model_type="llama"), vision_config=VISION, scale_factor=2)),
         lambda m: m.model.text_model, lambda m: m.model.vision_model, ("llama", "siglip")),
@@ -67,7 +78,7 @@ WRAPPERS = {
         lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen3_vl_text", "qwen3_vl_vision")),
 }
 # the wrapper each test variant is (LLaVA with a Mistral text model and a SigLIP vision tower)
-WRAPPER_OF = {"llava_mistral": "llava"}
+WRAPPER_OF = {"llava_mistral": "llava", "smolvlm": "idefics3"}
 
 
 def build_wrapper(name: str, seed: int = 0):
@@ -103,7 +114,7 @@ def save_vision_alone(model, name: str, folder) -> None:
     """The wrapper's vision weights saved alone: the vision model itself, or Idefics3's SigLIP encoder as a
     SiglipVisionModel (the same modules, without the attention-pooling head)."""
     vision = WRAPPERS[name][2](model)
-    if vision.config.model_type == "idefics3_vision":
+    if vision.config.model_type in ("idefics3_vision", "smolvlm_vision"):
         keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
                 "patch_size", "hidden_act", "layer_norm_eps")
         config = _t().SiglipVisionConfig(vision_use_head=False, **{k: getattr(vision.config, k) for k in keys})
