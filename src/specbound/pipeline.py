@@ -273,7 +273,7 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
     # complete_config: an ONNX export without config.json
     ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
-        spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
+        spec = _resolve_spec(arch_spec, ckpt.config, tower).for_config(ckpt.config)
         if isinstance(ckpt, LoraCheckpoint):  # square updates oriented by their module's kind, as PEFT does
             ckpt.use_layouts(stored_in_out(spec))
         if spec.towers is None:
@@ -688,9 +688,9 @@ def open_init(init, model: OpenModel) -> OpenModel:
     return init_model
 
 
-def _resolve_spec(arch_spec, config) -> ArchSpec:
+def _resolve_spec(arch_spec, config, tower: str | None = None) -> ArchSpec:
     if arch_spec is None:
-        return spec_for_config(config)
+        return spec_for_config(config, tower)
     if isinstance(arch_spec, ArchSpec):
         return arch_spec
     return load_spec_file(arch_spec)

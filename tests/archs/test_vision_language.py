@@ -18,8 +18,8 @@ from specbound.archs.registry import builtin_specs  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 
 from support.same_numbers import assert_close_tree, numbers  # noqa: E402
-from support.vision_language import (WRAPPER_OF, WRAPPERS, build_wrapper, save_text_alone,  # noqa: E402
-                                     save_vision_alone)
+from support.vision_language import (WRAPPER_OF, WRAPPERS, build_wrapper, save_causal_lm,  # noqa: E402
+                                     save_text_alone, save_vision_alone)
 
 HELD_AS_SAVED = ("idefics3", "llama4", "smolvlm")  # wrappers whose modules hold the names transformers 5 saves
 TOWER_ENTRIES = ("vision_language_tower", "two_tower")  # what says which model a tower is part of
@@ -197,3 +197,73 @@ def test_the_text_tower_of_a_family_that_is_two_towers_is_refused(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     _one_line(lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower="text", threads=1),
               "siglip", "not one chain")
+
+
+def test_the_outputs_show_both_towers(tmp_path, capsys):
+    """The CLI's headline and summary, the JSON document, the saved folder (one document per tower) and the
+    notebook's HTML view of a wrapper carry both towers, as a two-tower model's do."""
+    from specbound.cli import main
+
+    folder, _ = _wrapper_folder(tmp_path / "gemma3")
+    assert main(["analyze", str(folder), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "text.spectral_adaptive" in out and "vision.spectral_adaptive" in out
+    assert main(["analyze", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "=== tower text ===" in out and "=== tower vision ===" in out
+    assert main(["analyze", str(folder), "--tower", "vision", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"]["tower"] == "vision" and doc["model"]["family"] == "siglip"
+    both = specbound.analyze(folder, threads=1)
+    assert "<h4>tower text</h4>" in both._repr_html_() and "<h4>tower vision</h4>" in both._repr_html_()
+    both.save(tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == ["text", "vision"]
+    assert specbound.TowerAnalyses.load(tmp_path / "out").all_bounds() == both.all_bounds()
+    assert specbound.Analysis.load(tmp_path / "out" / "text").model["family"] == "gemma3_text"
+
+
+def _audio_language(folder):
+    """Qwen2-Audio built tiny and saved: a Qwen2 text model beside an audio tower no family reads."""
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    text = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, model_type="qwen2")
+    audio = dict(d_model=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=24, num_mel_bins=8,
+                 max_source_positions=8)
+    model = transformers.Qwen2AudioForConditionalGeneration(
+        transformers.Qwen2AudioConfig(text_config=text, audio_config=audio)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.2)
+    model.save_pretrained(folder)
+    return model
+
+
+def test_an_unsupported_wrapper_is_one_line_and_its_known_text_tower_analyses(tmp_path):
+    model = _audio_language(tmp_path / "audio")
+    _one_line(lambda: specbound.analyze(tmp_path / "audio", threads=1), "model_type='qwen2_audio'",
+              "audio_config model_type='qwen2_audio_encoder' (audio towers are not analysed)", "--tower text",
+              "the llama family")
+    _one_line(lambda: specbound.analyze(tmp_path / "audio", tower="vision", threads=1), "--tower text")
+    text = specbound.analyze(tmp_path / "audio", tower="text", threads=1)
+    save_causal_lm(model.model.language_model if hasattr(model, "model") else model.language_model, tmp_path / "alone")
+    alone = specbound.analyze(tmp_path / "alone", threads=1)
+    assert text.model["family"] == "llama" and text.model["tower"] == "text"
+    assert_close_tree(tower_numbers(text), tower_numbers(alone), rel=1e-12)
+
+
+@pytest.mark.parametrize("change, needles", [
+    ({"model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"},
+      "audio_config": {"model_type": "gemma3n_audio"}},
+     ["model_type='gemma3n'", "text_config model_type='gemma3n_text'", "audio towers are not analysed",
+      "No section names a family"]),
+    ({"model_type": "internvl_chat", "auto_map": {"AutoModel": "modeling_internvl_chat.InternVLChatModel"}},
+     ["model_type='internvl_chat'", "remote code", "--tower text"]),
+])
+def test_a_wrapper_no_family_reads_is_refused_naming_what_is_missing(tmp_path, change, needles):
+    folder, config = _wrapper_folder(tmp_path)
+    for key, value in change.items():
+        config[key] = {**config[key], **value} if isinstance(config.get(key), dict) else value
+    (folder / "config.json").write_text(json.dumps(config))
+    for tower in (None, "vision"):
+        _one_line(lambda: specbound.analyze(folder, tower=tower, threads=1), *needles)

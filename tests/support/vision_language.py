@@ -97,7 +97,11 @@ def build_wrapper(name: str, seed: int = 0):
 def save_text_alone(model, name: str, folder) -> None:
     """The wrapper's text weights saved alone as their family's causal LM (Llama 4: its causal LM; a text
     model without one, Qwen-VL's: the text model itself)."""
-    text = WRAPPERS[name][1](model)
+    save_causal_lm(WRAPPERS[name][1](model), folder)
+
+
+def save_causal_lm(text, folder) -> None:
+    """A wrapper's text model ``text`` saved alone as its family's causal LM."""
     if hasattr(text, "lm_head"):
         text.save_pretrained(folder)
         return
