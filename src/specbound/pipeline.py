@@ -26,7 +26,7 @@ from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
 from .archs.spec import stored_in_out
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
-from .archs.towers import tower_views
+from .archs.towers import tower_spec, tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
@@ -279,7 +279,7 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]
-        return [_bound(t.spec_for(view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+        return [_bound(tower_spec(t, view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
     except BaseException:
         ckpt.close()
         raise

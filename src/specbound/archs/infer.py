@@ -715,12 +715,12 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
     from .stacks import bind
-    from .towers import tower_views
+    from .towers import tower_spec, tower_views
 
     try:
         parsed = parse_spec(spec, "the drafted spec")
         if parsed.towers is not None:
-            found = [(t.name, bind(t.spec_for(view.config), view)[0]) for t, view in tower_views(parsed, ckpt, None)]
+            found = [(t.name, bind(tower_spec(t, view.config), view)[0]) for t, view in tower_views(parsed, ckpt, None)]
         elif parsed.stacks is not None:
             dims = bind(parsed, ckpt)[0]
             found = [(part.name, part.dims) for part in dims.stacks]

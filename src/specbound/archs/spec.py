@@ -390,14 +390,14 @@ class TowerSpec:
 
     A wrapper's tower *references* a shipped family by name (``family``: ``gemma3_text``, or ``siglip.vision``
     for one tower of a two-tower family) instead of naming tensors: ``spec`` is then None and
-    :meth:`spec_for` resolves the family for one checkpoint (its section's ``model_type`` picks another
+    :func:`.towers.tower_spec` resolves the family for one checkpoint (its section's ``model_type`` picks another
     shipped family, LLaVA's Mistral text model), read under the wrapper's ``prefixes`` with the family's
     ignore list and the wrapper's (``ignore``: the other towers', the projector's and the wrapper's own)."""
 
     name: str
     spec: ArchSpec | None
     config_sections: tuple[str, ...]
-    family: str | None = None  # a reference: the family this tower is, resolved by spec_for
+    family: str | None = None  # a reference: the family this tower is, resolved by towers.tower_spec
     prefixes: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()  # a reference: section model types that name ``family`` itself
     defaults: dict[str, Any] = field(default_factory=dict)  # a reference: config values the library assumes
@@ -405,41 +405,17 @@ class TowerSpec:
     origin: str = ""
 
     def config_of(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The tower's config: its section of a two-tower config.json (a reference's ``defaults`` under it)."""
+        """The tower's config section of a two-tower config.json, as stored (:func:`.towers.tower_config`
+        puts a reference's ``defaults`` under it)."""
         for key in self.config_sections:
             if isinstance(config.get(key), dict):
-                section = config[key]
-                return {**self.defaults, **section} if self.defaults and self._names_family(section) else section
+                return config[key]
         family = self.spec.family if self.spec is not None else self.family
         raise SpecboundError(f"config.json has none of {list(self.config_sections)} (the {self.name} tower's config) "
                              f"as an object; a {family} checkpoint's config.json needs it")
 
-    def spec_for(self, config: dict[str, Any]) -> ArchSpec:
-        """The tower's chain spec for its ``config`` (:meth:`config_of`), variants chosen."""
-        if self.spec is not None:
-            return self.spec.for_config(config)
-        from .registry import referenced_family
 
-        named = self._names_family(config)
-        found = referenced_family(self.family if named else config["model_type"], by_model_type=not named,
-                                  what=f"the {self.name} tower of {self.origin}")
-        return _as_tower(found, self).for_config(config)
-
-    def _names_family(self, section: dict[str, Any]) -> bool:
-        """Whether a reference's config section is of the family it names (its model_type absent, listed in
-        ``model_types`` or the family's own), not of another one its model_type picks."""
-        from .registry import referenced_family
-
-        model_type = section.get("model_type")
-        if model_type is None or model_type in self.model_types:
-            return True
-        try:
-            return model_type in referenced_family(self.family, by_model_type=False, what="").model_types
-        except SpecboundError:  # a family this specbound does not ship: said so when the tower is opened
-            return True
-
-
-def _as_tower(spec: ArchSpec, tower: TowerSpec) -> ArchSpec:
+def as_tower(spec: ArchSpec, tower: TowerSpec) -> ArchSpec:
     """``spec`` (a one-chain family) read as ``tower`` of a wrapper: the wrapper's prefixes, the family's
     ignore list and the tower's, every variant alike."""
     if spec.towers is not None or spec.stacks is not None:
@@ -447,7 +423,7 @@ def _as_tower(spec: ArchSpec, tower: TowerSpec) -> ArchSpec:
                              f"one chain (it has {'towers' if spec.towers else 'stacks'}); a tower must be one chain")
     return replace(spec, prefixes=tower.prefixes, ignore=spec.ignore + tower.ignore, model_types=(), tower=tower.name,
                    origin=f"{spec.origin} (the {tower.name} tower of {tower.origin})",
-                   variants=tuple((when, _as_tower(v, tower)) for when, v in spec.variants))
+                   variants=tuple((when, as_tower(v, tower)) for when, v in spec.variants))
 
 
 TOWER_NAMES = ("text", "vision")
