@@ -763,3 +763,40 @@ REFUSED_CONFIGS = [
 ]
 # families whose every layer holds the refused block (beside attention, or with no attention at all)
 EVERY_LAYER = ("falcon_h1", "mamba", "falcon_mamba", "mamba2", "zamba", "zamba2", "rwkv")
+
+
+# Vision-language wrappers (support/vision_language.py builds them), each analysed as its text tower
+# (``tower=TOWER[name]``): the text model's layers read by its family's accessor through ``text_view``
+TOWER = {name: "text" for name in ("gemma3", "paligemma", "llava", "idefics3", "llama4", "mistral3")}
+
+
+def text_view(name: str, model):
+    """``model`` itself, or for a wrapper of :data:`TOWER` an object whose ``model`` is its text decoder and
+    whose ``config`` is the decoder's (what the accessors and the invariant tests read)."""
+    from types import SimpleNamespace
+
+    if name not in TOWER:
+        return model
+    from support.vision_language import WRAPPERS
+
+    text = WRAPPERS[name][1](model)
+    decoder = text.model if hasattr(text, "lm_head") else text
+    return SimpleNamespace(model=decoder, config=decoder.config)
+
+
+def _wrapped(name: str, accessor):
+    from support.vision_language import WRAPPERS
+
+    return (lambda layers: WRAPPERS[name][0](layers)), (lambda m: accessor(text_view(name, m)))
+
+
+FAMILIES["gemma3"] = _wrapped("gemma3", lambda m: _decoder_accessor(m, "head"))
+for _name in ("paligemma", "llava", "idefics3", "mistral3"):
+    FAMILIES[_name] = _wrapped(_name, _decoder_accessor)
+FAMILIES["llama4"] = _wrapped("llama4", _llama4)
+ROTARY += tuple(TOWER)
+QK_NORM.update({"gemma3": "head", "llama4": "head"})
+# the family that reads each wrapper's text tower (its chain exactly, tests/archs/test_vision_language.py: at
+# depth too, so no 200-layer run of its own)
+FAMILY_OF.update({"gemma3": "gemma3_text", "paligemma": "gemma", "llava": "llama", "idefics3": "llama",
+                  "mistral3": "llama", "llama4": "llama4_text"})
