@@ -267,3 +267,39 @@ def test_a_wrapper_no_family_reads_is_refused_naming_what_is_missing(tmp_path, c
     (folder / "config.json").write_text(json.dumps(config))
     for tower in (None, "vision"):
         _one_line(lambda: specbound.analyze(folder, tower=tower, threads=1), *needles)
+
+
+def test_arch_infer_drafts_towers_that_name_the_families_of_the_sections(saved, tmp_path, capsys):
+    """``specbound arch infer`` of a wrapper reads its text_config / vision_config: each tower whose model_type a
+    shipped family reads references it, under the prefix holding that family's layer-0 query weight; the rest
+    is the projector (VERIFY); the draft analyses each tower to the shipped wrapper's numbers."""
+    from specbound.cli import main
+
+    name, _, folder = saved
+    text_family, vision_family = WRAPPERS[name][3]
+    need(text_family)
+    assert main(["arch", "infer", str(folder), "--out", str(tmp_path / "spec.json")]) == 0
+    report = capsys.readouterr().err
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    assert spec["towers"]["text"]["family"] in (text_family, "llama") and "VERIFY  projector" in report
+    assert "self-check on this checkpoint: ok" in report
+    towers = ["text"] + (["vision"] if shipped(vision_family.partition(".")[0]) else [])
+    assert sorted(spec["towers"]) == sorted(towers)
+    for tower in towers:
+        drafted = specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower=tower, threads=1)
+        shipped_numbers = tower_numbers(specbound.analyze(folder, tower=tower, threads=1))
+        assert_close_tree(tower_numbers(drafted), shipped_numbers, rel=0)
+
+
+def test_arch_infer_of_a_wrapper_whose_text_family_is_unknown_drafts_one_chain(tmp_path, capsys):
+    """No shipped family reads the text model (text_config's model_type unknown): the draft is the one-chain
+    drafter's, from the tensor names, as for any unknown checkpoint."""
+    from specbound.cli import main
+
+    folder, config = _wrapper_folder(tmp_path / "w", "llava")
+    config["model_type"], config["text_config"]["model_type"] = "my_vlm", "my_lm"
+    (folder / "config.json").write_text(json.dumps(config))
+    main(["arch", "infer", str(folder), "--out", str(tmp_path / "spec.json")])
+    report = capsys.readouterr().err
+    spec = json.loads((tmp_path / "spec.json").read_text())
+    assert "towers" not in spec and "tensors" in spec and "VERIFY  projector" not in report
