@@ -24,7 +24,7 @@ from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
-from .archs.spec import stored_in_out
+from .archs.spec import TowerSpec, stored_in_out
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
 from .archs.towers import tower_spec, tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
@@ -279,10 +279,22 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
         if spec.towers is None:
             _check_tower(spec, tower, ckpt)
             return [_bound(spec, ckpt)]
-        return [_bound(tower_spec(t, view.config), view, parent=spec) for t, view in tower_views(spec, ckpt, tower)]
+        return [_open_tower(t, view, spec) for t, view in tower_views(spec, ckpt, tower)]
     except BaseException:
         ckpt.close()
         raise
+
+
+def _open_tower(tower: TowerSpec, view, parent: ArchSpec) -> OpenModel:
+    """One tower bound to its view; an error of a wrapper's tower (a family named by reference) says which
+    tower and config section it is about."""
+    try:
+        return _bound(tower_spec(tower, view.config), view, parent=parent)
+    except SpecboundError as exc:
+        if tower.family is None or str(exc).startswith(f"the {tower.name} tower"):
+            raise
+        raise SpecboundError(f"the {tower.name} tower ({' or '.join(tower.config_sections)} of config.json): "
+                             f"{exc}") from None
 
 
 def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:

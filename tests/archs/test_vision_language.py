@@ -150,11 +150,15 @@ def specbound_data():
 @pytest.mark.parametrize("section, value, needles", [
     ("text_config", None, ["text_config", "text tower"]),
     ("text_config", [1, 2], ["text_config", "text tower"]),
-    ("text_config", {"model_type": "gemma3_text", "num_hidden_layers": "two"}, ["num_hidden_layers", "'two'"]),
-    ("text_config", {"model_type": "gemma3_text", "hidden_size": -32}, ["hidden_size", "-32"]),
+    ("text_config", {"model_type": "gemma3_text", "num_hidden_layers": "two"},
+     ["the text tower (text_config of config.json)", "num_hidden_layers", "'two'"]),
+    ("text_config", {"model_type": "gemma3_text", "hidden_size": -32}, ["text_config", "hidden_size", "-32"]),
+    ("text_config", {"model_type": "gemma3_text", "rms_norm_eps": float("inf")}, ["text_config", "rms_norm_eps"]),
+    ("text_config", {"model_type": "gemma3_text", "sliding_window": 1e400}, ["text_config", "sliding_window"]),
     ("text_config", {"model_type": "no_such_lm"}, ["'no_such_lm'", "text tower"]),
     ("text_config", {"model_type": "siglip"}, ["siglip", "text tower"]),
-    ("vision_config", {"model_type": "siglip_vision_model", "num_attention_heads": 10 ** 30}, ["num_heads"]),
+    ("vision_config", {"model_type": "siglip_vision_model", "num_attention_heads": 10 ** 30},
+     ["the vision tower (vision_config of config.json)", "num_heads"]),
 ])
 def test_a_hostile_tower_config_is_one_line(tmp_path, section, value, needles):
     folder, config = _wrapper_folder(tmp_path)
