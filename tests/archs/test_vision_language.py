@@ -307,3 +307,39 @@ def test_arch_infer_of_a_wrapper_whose_text_family_is_unknown_drafts_one_chain(t
     report = capsys.readouterr().err
     spec = json.loads((tmp_path / "spec.json").read_text())
     assert "towers" not in spec and "tensors" in spec and "VERIFY  projector" not in report
+
+
+DEFAULTS = [(name, tower) for name, spec in sorted(builtin_specs().items()) for tower in spec.towers or ()
+            if tower.family is not None and tower.defaults]
+
+
+@pytest.mark.parametrize("name, tower", DEFAULTS, ids=[f"{n}-{t.name}" for n, t in DEFAULTS])
+def test_a_towers_defaults_are_its_librarys(name, tower):
+    """A wrapper built by transformers from a section holding only its model_type gets exactly the tower's
+    ``defaults`` (transformers 5 keeps rope_theta in rope_parameters)."""
+    from specbound.archs.registry import referenced_family
+
+    model_type = referenced_family(tower.family, by_model_type=False, what="").model_types[0]
+    config = transformers.AutoConfig.for_model(name, **{tower.config_sections[0]: {"model_type": model_type}})
+    section = getattr(config, tower.config_sections[0])
+    for key, value in tower.defaults.items():
+        found = getattr(section, key, None)
+        if found is None and key == "rope_theta":
+            found = section.rope_parameters["rope_theta"]
+        if found is None and key == "sliding_window_pattern":
+            found = section._sliding_window_pattern
+        assert found == value, (name, key, found, value)
+
+
+def test_defaults_fill_only_a_section_of_the_named_familys_own_class(tmp_path):
+    """LLaVA 1.5's text_config lists little more than its model_type: LlamaConfig's defaults fill it; a Mistral
+    section leaving a key out gets none of them (its library's defaults differ): one line, never Llama's."""
+    from specbound.archs.towers import tower_config
+
+    llava = builtin_specs()["llava"].tower_spec("text")
+    assert tower_config(llava, {"text_config": {"model_type": "llama"}})["num_attention_heads"] == 32
+    assert "num_attention_heads" not in tower_config(llava, {"text_config": {"model_type": "mistral"}})
+    folder, config = _wrapper_folder(tmp_path, "llava_mistral")
+    del config["text_config"]["num_attention_heads"]
+    (folder / "config.json").write_text(json.dumps(config))
+    _one_line(lambda: specbound.analyze(folder, tower="text", threads=1), "text_config", "num_attention_heads")

@@ -45,9 +45,16 @@ def tower_views(spec: ArchSpec, ckpt: Checkpoint, tower: str | None) -> list[tup
 
 def tower_config(tower: TowerSpec, config: dict[str, Any]) -> dict[str, Any]:
     """The tower's config: its section of the wrapper's config.json, under a reference's ``defaults`` when the
-    section is of the family the tower names (LLaVA 1.5's text_config leaves LlamaConfig's defaults out)."""
+    section is of the named family's own config class (its first model type, absent, or one of the tower's
+    ``model_types``: LLaVA 1.5's text_config leaves LlamaConfig's defaults out; a Mistral section gets none)."""
     section = tower.config_of(config)
-    return {**tower.defaults, **section} if tower.defaults and names_family(tower, section) else section
+    if not tower.defaults:
+        return section
+    try:  # the defaults are those of the named family's own config class: its first model type
+        own = referenced_family(tower.family, by_model_type=False, what="").model_types[:1]
+    except SpecboundError:
+        return section
+    return {**tower.defaults, **section} if section.get("model_type") in (None, *own, *tower.model_types) else section
 
 
 def tower_spec(tower: TowerSpec, config: dict[str, Any]) -> ArchSpec:
