@@ -927,6 +927,9 @@ def _infer_wrapper(ckpt: Checkpoint, draft: Draft, model_type: str) -> Draft | N
         found = sorted({n[:-len(probe)] for n in ckpt.names if n.endswith(probe) and
                         (n == probe or n[-len(probe) - 1] == ".")})
         marked = [p for p in found if any(w in p.lower() for w in _TOWER_WORDS[name])]
+        if not marked:  # Qwen2.5-VL's text model saved under model.: the prefix naming no other tower
+            other = _TOWER_WORDS["vision" if name == "text" else "text"]
+            marked = [p for p in found if not any(w in p.lower() for w in other)]
         if len(marked) != 1:
             raise SpecboundError(f"{ckpt.location}: {name}_config is the {family.family} family, but its layer-0 "
                                  f"query weight ({probe}) sits under {len(marked)} prefixes naming a {name} model "
