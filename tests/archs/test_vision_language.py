@@ -21,7 +21,8 @@ from support.same_numbers import assert_close_tree, numbers  # noqa: E402
 from support.vision_language import (WRAPPER_OF, WRAPPERS, build_wrapper, save_causal_lm,  # noqa: E402
                                      save_text_alone, save_vision_alone)
 
-HELD_AS_SAVED = ("idefics3", "llama4", "smolvlm", "qwen3_vl")  # wrappers whose modules hold the names transformers 5 saves
+# wrappers whose modules hold the names transformers 5 saves
+HELD_AS_SAVED = ("idefics3", "llama4", "smolvlm", "qwen3_vl")
 TOWER_ENTRIES = ("vision_language_tower", "two_tower")  # what says which model a tower is part of
 
 
