@@ -608,6 +608,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         model_extra["stacks"] = stacks_record(dims)
     if model.tower is not None:
         model_extra["tower"] = model.tower
+    if model.parent_spec is not None and model.parent_spec.projector is not None:  # a vision-language wrapper's
+        model_extra["wrapper"] = model.parent_spec.family
     source = name or getattr(model.ckpt, "hub_source", None) or location  # a hub id: ORG/NAME@commit
     return build_analysis(source, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,

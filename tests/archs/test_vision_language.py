@@ -48,10 +48,11 @@ def saved(request, tmp_path_factory):
 
 
 def tower_numbers(result) -> dict:
-    """An analysis' numbers without what says which model the chain is part of (its tower key and the
-    assumption naming the wrapper or the two-tower model)."""
+    """An analysis' numbers without what says which model the chain is part of (its tower and wrapper keys and
+    the assumption naming the wrapper or the two-tower model)."""
     doc = numbers(result)
     doc["model"].pop("tower", None)
+    doc["model"].pop("wrapper", None)
     router = doc["model"].get("experts", {}).pop("router", None)  # a tensor name, prefixed like the rows' tensors
     assert router is None or router.endswith("layers.1.feed_forward.router.weight")
     doc["assumptions"] = [a for a in doc["assumptions"] if a["name"] not in TOWER_ENTRIES]
@@ -218,7 +219,7 @@ def test_the_outputs_show_both_towers(tmp_path, capsys):
     assert "=== tower text ===" in out and "=== tower vision ===" in out
     assert main(["analyze", str(folder), "--tower", "vision", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["model"]["tower"] == "vision" and doc["model"]["family"] == "siglip"
+    assert (doc["model"]["tower"], doc["model"]["family"], doc["model"]["wrapper"]) == ("vision", "siglip", "gemma3")
     both = specbound.analyze(folder, threads=1)
     assert "<h4>tower text</h4>" in both._repr_html_() and "<h4>tower vision</h4>" in both._repr_html_()
     both.save(tmp_path / "out")
