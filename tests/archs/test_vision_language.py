@@ -345,3 +345,14 @@ def test_defaults_fill_only_a_section_of_the_named_familys_own_class(tmp_path):
     del config["text_config"]["num_attention_heads"]
     (folder / "config.json").write_text(json.dumps(config))
     _one_line(lambda: specbound.analyze(folder, tower="text", threads=1), "text_config", "num_attention_heads")
+
+
+def test_a_tower_measured_from_its_initial_weights(tmp_path):
+    """``init`` of a wrapper: the same tower of the initial checkpoint, opened through the same wrapper spec."""
+    build_wrapper("gemma3", seed=0).save_pretrained(tmp_path / "trained")
+    build_wrapper("gemma3", seed=1).save_pretrained(tmp_path / "init")
+    for tower in ("text", "vision"):
+        a = specbound.analyze(tmp_path / "trained", tower=tower, init=tmp_path / "init", threads=1)
+        assert "from_init" in json.loads(a.to_json()) and a.model["tower"] == tower
+        same = specbound.analyze(tmp_path / "trained", tower=tower, init=tmp_path / "trained", threads=1)
+        assert all(value == 0 for value in same.matrices["delta_spectral_norm"]), tower
