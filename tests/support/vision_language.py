@@ -11,7 +11,7 @@ from __future__ import annotations
 
 TEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
-VISION = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=2, image_size=28,
+VISION = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, image_size=28,
               patch_size=14)
 MROPE = dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2]))
 
@@ -64,7 +64,7 @@ WRAPPERS = {
         lambda m: m.language_model, lambda m: m.vision_model, ("llama4_text", "llama4_vision")),
     "mistral3": (lambda layers=2: _t().Mistral3ForConditionalGeneration(_t().Mistral3Config(
         text_config=dict(TEXT, num_hidden_layers=layers, model_type="mistral", sliding_window=None),
-        vision_config=dict(VISION, head_dim=12))),
+        vision_config=dict(VISION, head_dim=6))),
         lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "pixtral_vision")),
     "qwen2_vl": (lambda layers=2: _t().Qwen2VLForConditionalGeneration(_t().Qwen2VLConfig(
         text_config=dict(TEXT, num_hidden_layers=layers, **MROPE), vision_config=dict(depth=2, embed_dim=24, hidden_size=32, num_heads=2,
