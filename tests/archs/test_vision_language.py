@@ -217,6 +217,7 @@ def test_the_outputs_show_both_towers(tmp_path, capsys):
     assert main(["analyze", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "=== tower text ===" in out and "=== tower vision ===" in out
+    assert out.count("no whole-model number") == 2  # each tower's summary says what its number is of
     assert main(["analyze", str(folder), "--tower", "vision", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["model"]["tower"], doc["model"]["family"], doc["model"]["wrapper"]) == ("vision", "siglip", "gemma3")
