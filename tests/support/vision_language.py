@@ -60,11 +60,12 @@ WRAPPERS = {
     "llama4": (lambda layers=2: _t().Llama4ForConditionalGeneration(_t().Llama4Config(
         text_config=dict(TEXT, num_hidden_layers=layers, intermediate_size_mlp=40, num_local_experts=2, num_experts_per_tok=1,
                          interleave_moe_layer_step=2),
-        vision_config=dict(VISION, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32))),
+        vision_config=dict(VISION, num_attention_heads=2, vision_output_dim=32, projector_input_dim=32,
+                           projector_output_dim=32))),  # 2D rotary: a head dimension (12) divisible by 4
         lambda m: m.language_model, lambda m: m.vision_model, ("llama4_text", "llama4_vision")),
     "mistral3": (lambda layers=2: _t().Mistral3ForConditionalGeneration(_t().Mistral3Config(
         text_config=dict(TEXT, num_hidden_layers=layers, model_type="mistral", sliding_window=None),
-        vision_config=dict(VISION, head_dim=6))),
+        vision_config=dict(VISION, num_attention_heads=2, head_dim=12))),
         lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "pixtral_vision")),
     "qwen2_vl": (lambda layers=2: _t().Qwen2VLForConditionalGeneration(_t().Qwen2VLConfig(
         text_config=dict(TEXT, num_hidden_layers=layers, **MROPE), vision_config=dict(depth=2, embed_dim=24, hidden_size=32, num_heads=2,
