@@ -357,3 +357,15 @@ def test_a_tower_measured_from_its_initial_weights(tmp_path):
         assert "from_init" in json.loads(a.to_json()) and a.model["tower"] == tower
         same = specbound.analyze(tmp_path / "trained", tower=tower, init=tmp_path / "trained", threads=1)
         assert all(value == 0 for value in same.matrices["delta_spectral_norm"]), tower
+
+
+def test_a_wrapper_in_memory_is_the_saved_one(saved):
+    """``analyze(model)`` of the module a notebook holds (transformers 5's in-memory names) is the saved folder's
+    analysis, tower by tower."""
+    name, model, folder = saved
+    for family in WRAPPERS[name][3]:
+        need(family.partition(".")[0])
+    held, stored = specbound.analyze(model, threads=1), specbound.analyze(folder, threads=1)
+    assert list(held) == list(stored) == ["text", "vision"]
+    for tower in held:
+        assert_close_tree(numbers(held[tower]), numbers(stored[tower]), rel=1e-12)
