@@ -63,12 +63,17 @@ def spec_for_config(config: dict[str, Any], tower: str | None = None) -> ArchSpe
     )
 
 
+def _one_chain_serving(model_type: Any) -> ArchSpec | None:
+    """The shipped one-chain spec (a family, or one tower of a two-tower family) serving ``model_type``."""
+    return next((s for s in _served() if model_type in s.model_types and s.towers is None), None)
+
+
 def referenced_family(name: str, *, by_model_type: bool, what: str) -> ArchSpec:
     """The shipped one-chain spec a wrapper's tower references (:class:`~.spec.TowerSpec`): the family
     ``name`` (``FAMILY.TOWER``: that tower of a two-tower family), or with ``by_model_type`` the family
     serving the model type ``name`` (the tower's section names another one, LLaVA's ``mistral``)."""
     if by_model_type:
-        found = next((s for s in _served() if name in s.model_types and s.towers is None), None)
+        found = _one_chain_serving(name)
         if found is None:
             raise SpecboundError(f"{what}: its config names model_type={name!r}, which specbound does not analyse as "
                                  f"one chain (docs/families.md lists the families); analyse another tower with --tower")
@@ -100,7 +105,7 @@ def unknown_wrapper(config: dict[str, Any], tower: str | None) -> ArchSpec | Non
         return None
     model_type = config.get("model_type")
     text = sections.get("text_config", {}).get("model_type")
-    family = next((s for s in _served() if text in s.model_types and s.towers is None), None) if text else None
+    family = _one_chain_serving(text) if text else None
     if tower == "text" and family is not None:
         outside = "|".join(regex.escape(p[:-1]) for p in TEXT_PREFIXES)
         return parse_spec({
