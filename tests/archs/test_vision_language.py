@@ -185,6 +185,14 @@ def test_a_hostile_tower_config_is_one_line(tmp_path, section, value, needles):
     ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
       "projector": {"prefixes": "p."}}, "'projector' must be an object"),
     ({"projector": {"prefixes": ["p."], "description": "a map"}, "config": {}, "tensors": {}}, "'projector' belongs"),
+    ({"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."]}}, "ignore": 3},
+     "'ignore' must be a list of strings"),
+    ({"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."]}}, "ignore": None},
+     "'ignore' must be a list of strings"),
+    ({"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."], "ignore": 5}}},
+     "'ignore' must be a list of strings"),
+    ({"towers": {"text": {"config_section": "text_config", "prefixes": ["m."], "config": {}, "tensors": {},
+                          "ignore": "x"}}, "block": "sequential"}, "'ignore' must be a list of strings"),
 ])
 def test_a_bad_wrapper_spec_is_one_line(tmp_path, doc, needle):
     from specbound.archs.spec import parse_spec

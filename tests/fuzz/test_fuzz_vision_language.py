@@ -116,13 +116,14 @@ TOWER_DOC = st.fixed_dictionaries({"family": st.one_of(st.sampled_from(["gemma3_
                                                                           "siglip", "bert.text", "a.b.c", ""]), JSON),
                                     "config_section": st.one_of(st.just(["text_config"]), JSON),
                                     "prefixes": st.one_of(st.just(["m."]), JSON)},
-                                   optional={"model_types": JSON, "defaults": JSON, "ignore": JSON, "tensors": JSON})
+                                   optional={"model_types": JSON, "defaults": JSON, "tensors": JSON,
+                                             "ignore": st.one_of(st.sampled_from([5, None, "x"]), JSON)})
 
 
 @FUZZ
 @given(towers=st.dictionaries(st.sampled_from(["text", "vision", "audio", ""]), TOWER_DOC, max_size=3),
        projector=st.one_of(st.none(), JSON, st.fixed_dictionaries({"prefixes": JSON, "description": JSON})),
-       ignore=st.one_of(st.just([]), JSON))
+       ignore=st.one_of(st.just([]), st.sampled_from([3, None, "x", [1], {"a": 1}]), JSON))
 def test_a_hostile_wrapper_spec_parses_or_is_one_line(towers, projector, ignore):
     doc = {"family": "w", "model_types": ["w"], "towers": towers, "ignore": ignore}
     if projector is not None:

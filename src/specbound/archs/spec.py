@@ -489,12 +489,13 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
                                 f"{sorted(allowed - required)})")
         prefixes[name] = _str_list(tower, "prefixes", origin)
     outside = [p for p in (projector or {}).get("prefixes", ()) if p]
+    shared = _str_list(raw, "ignore", origin, required=False)
     towers = []
     for name, tower in towers_raw.items():
         where = f"{origin} (tower {name})"
         others = [p for other, ps in prefixes.items() if other != name for p in ps if p] + outside
-        ignore = list(tower.get("ignore", [])) + list(raw.get("ignore", [])) + [
-            _outside(p, prefixes[name]) for p in others]
+        ignore = [*_str_list(tower, "ignore", where, required=False), *shared,
+                  *(_outside(p, prefixes[name]) for p in others)]
         sections = _sections(tower, where)
         defaults = tower.get("defaults", {})
         if not isinstance(defaults, dict):
@@ -502,7 +503,6 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
         if "family" in tower:
             if not isinstance(tower["family"], str) or not regex.fullmatch(r"\w+(\.\w+)?", tower["family"]):
                 raise _fail(where, f"'family' must name a shipped family (or FAMILY.TOWER), found {tower['family']!r}")
-            _str_list(tower, "ignore", where, required=False)
             towers.append(TowerSpec(name, None, sections, family=tower["family"], prefixes=prefixes[name],
                                     model_types=_str_list(tower, "model_types", where, required=False),
                                     defaults=dict(defaults), origin=origin,
@@ -514,7 +514,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
         towers.append(TowerSpec(name, spec, sections))
     common = dict(model_types=_str_list(raw, "model_types", origin), towers=tuple(towers), tower=None,
                   config_defaults=None, variants=(), origin=origin, projector=projector,
-                  ignore=tuple(_compile(p, origin, "ignore") for p in _str_list(raw, "ignore", origin, False)))
+                  ignore=tuple(_compile(p, origin, "ignore") for p in shared))
     if towers[0].spec is not None:
         return replace(towers[0].spec, tensors={}, **common)
     family = raw.get("family")
