@@ -36,6 +36,10 @@ WRAPPERS = {
     "paligemma": (lambda layers=2: _t().PaliGemmaForConditionalGeneration(_t().PaliGemmaConfig(
         text_config=dict(TEXT, num_hidden_layers=layers, model_type="gemma"), vision_config=dict(VISION, projection_dim=32))),
         lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("gemma", "siglip")),
+    "paligemma2": (lambda layers=2: _t().PaliGemmaForConditionalGeneration(_t().PaliGemmaConfig(
+        text_config=dict(TEXT, num_hidden_layers=layers, model_type="gemma2", sliding_window=8),
+        vision_config=dict(VISION, projection_dim=32))),
+        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("gemma2", "siglip")),
     "llava": (lambda layers=2: _t().LlavaForConditionalGeneration(_t().LlavaConfig(
         text_config=dict(TEXT, num_hidden_layers=layers, model_type="llama"), vision_config=dict(VISION, model_type="clip_vision_model"))),
         lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "clip")),
@@ -80,8 +84,8 @@ WRAPPERS = {
         vision_config=_qwen_vision(intermediate_size=40, deepstack_visual_indexes=[0]))),
         lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen3_vl_text", "qwen3_vl_vision")),
 }
-# the wrapper each test variant is (LLaVA with a Mistral text model and a SigLIP vision tower)
-WRAPPER_OF = {"llava_mistral": "llava", "smolvlm": "idefics3"}
+# the wrapper each test variant is (LLaVA with a Mistral text model and a SigLIP vision tower, PaliGemma 2's Gemma 2)
+WRAPPER_OF = {"llava_mistral": "llava", "smolvlm": "idefics3", "paligemma2": "paligemma"}
 
 
 def build_wrapper(name: str, seed: int = 0):
