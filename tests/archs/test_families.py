@@ -76,7 +76,8 @@ def test_family_from_pytorch_bin(saved_family, tmp_path):
     reference = specbound.analyze(folder, threads=1, tower=TOWER.get(family))
     assert from_bin.all_bounds() == reference.all_bounds()
     assert from_bin.matrices.equals(reference.matrices)
-    in_threads = specbound.analyze(tmp_path, threads=1, jobs=2, tower=TOWER.get(family))  # the pickle's tensors read under a lock
+    # the pickle's tensors read under a lock
+    in_threads = specbound.analyze(tmp_path, threads=1, jobs=2, tower=TOWER.get(family))
     assert in_threads.matrices.equals(reference.matrices)
 
 
