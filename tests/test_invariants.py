@@ -23,7 +23,8 @@ transformers = pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound.bounds.schatten import schatten_grid  # noqa: E402
 
-from support.families import FAMILIES, H, num_layers, reference_matrices, save_family  # noqa: E402
+from support.families import (FAMILIES, TOWER, H, num_layers, reference_matrices, save_family,  # noqa: E402
+                               text_view)
 
 N_SAMPLES, MARGIN, DELTA = 10**6, 1.0, 0.05
 REL = 1e-9  # rounding of the reported norms (float64 spectra of float32 weights)
@@ -41,7 +42,7 @@ def analysed(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"inv_{request.param}")
     transformers.logging.set_verbosity_error()
     model = save_family(request.param, folder)
-    a = specbound.analyze(folder, threads=1, n=N_SAMPLES, margin=MARGIN, delta=DELTA)
+    a = specbound.analyze(folder, threads=1, n=N_SAMPLES, margin=MARGIN, delta=DELTA, tower=TOWER.get(request.param))
     return request.param, a, model.double(), folder
 
 
@@ -113,7 +114,7 @@ def test_every_bound_claiming_column_holds_for_its_matrix_at_every_offset(analys
     get = FAMILIES[family][1](model)
     kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H) if "q" in get(0) else H  # latent attention: H
     ref = reference_matrices(get, H, kv, num_layers(model))
-    opened = open_model(folder)
+    opened = open_model(folder, tower=TOWER.get(family))
     rank_tol = a.options["rank_tol"]
     columns = ("spectral_norm", "frobenius_norm", "nuclear_norm", "norm_2_1", "norm_1_1", "rank", "stable_rank")
     for (role, w, factors), row in zip(ref, a.matrices.itertuples()):
@@ -165,8 +166,9 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
     family, a, model, folder = analysed
     if "qk_norm" not in a.model:
         pytest.skip("no query/key normalisation")
-    opened = open_model(folder)
+    opened = open_model(folder, tower=TOWER.get(family))
     rows = a.matrices[a.matrices["role"] == "QK"]
+    model = text_view(family, model)  # a wrapper's text decoder
     for layer in range(model.config.num_hidden_layers):
         attn = getattr(model, "model", model).layers[layer].self_attn  # a bare text model's layers are its own
         if not any(hasattr(attn, n) for n in ("q_norm", "qk_norm")):

@@ -74,6 +74,10 @@ def documents(tiny_bert_dir, tmp_path_factory):
                                                 intermediate_size=40, image_size=8, patch_size=4),
                              projection_dim=16)).save_pretrained(root / "clip")
     clip = json.loads(specbound.analyze(root / "clip", threads=1).to_json())
+    from support.vision_language import build_wrapper
+
+    build_wrapper("gemma3").save_pretrained(root / "gemma3")
+    gemma3 = json.loads(specbound.analyze(root / "gemma3", threads=1).to_json())
     adapted = {}
     try:
         import peft
@@ -95,6 +99,8 @@ def documents(tiny_bert_dir, tmp_path_factory):
             ("stacks",): document(root / "t5"),
             ("disentangled",): document(root / "deberta"),
             ("tower",): clip["towers"]["vision"],
+            ("tower", "wrapper", "rotary", "qk_norm"): gemma3["towers"]["text"],
+            ("tower", "wrapper"): gemma3["towers"]["vision"],
             ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
             ("rotary", "qk_norm"): document(root / "gemma3_text"),
             ("alibi",): document(root / "bloom"),

@@ -25,9 +25,9 @@ from .io.gguf_mmproj import gguf_pair
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
-from .archs.spec import stored_in_out
+from .archs.spec import TowerSpec, stored_in_out
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
-from .archs.towers import tower_views
+from .archs.towers import tower_spec, tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
@@ -278,7 +278,7 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
     # complete_config: an ONNX export without config.json
     ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
-        spec = _resolve_spec(arch_spec, ckpt.config).for_config(ckpt.config)
+        spec = _resolve_spec(arch_spec, ckpt.config, tower).for_config(ckpt.config)
         if isinstance(ckpt, LoraCheckpoint):  # square updates oriented by their module's kind, as PEFT does
             ckpt.use_layouts(stored_in_out(spec))
         if spec.towers is None:
@@ -289,7 +289,7 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
             held = " and ".join(t.name for t in spec.towers)
             raise SpecboundError(f"{ckpt.location} holds only the {held} tower of a {spec.family} model, not the "
                                  f"{tower} tower; leave tower out or pass tower={spec.towers[0].name!r}")
-        return [_bound(t.spec.for_config(view.config), view, parent=spec) for t, view in views]
+        return [_open_tower(t, view, spec) for t, view in views]
     except BaseException:
         ckpt.close()
         raise
@@ -319,6 +319,18 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
             model.base_checkpoint.close()
         raise
     return models
+
+
+def _open_tower(tower: TowerSpec, view, parent: ArchSpec) -> OpenModel:
+    """One tower bound to its view; an error of a wrapper's tower (a family named by reference) says which
+    tower and config section it is about."""
+    try:
+        return _bound(tower_spec(tower, view.config), view, parent=parent)
+    except SpecboundError as exc:
+        if tower.family is None or str(exc).startswith(f"the {tower.name} tower"):
+            raise
+        raise SpecboundError(f"the {tower.name} tower ({' or '.join(tower.config_sections)} of config.json): "
+                             f"{exc}") from None
 
 
 def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
@@ -642,6 +654,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         model_extra["stacks"] = stacks_record(dims)
     if model.tower is not None:
         model_extra["tower"] = model.tower
+    if model.parent_spec is not None and model.parent_spec.projector is not None:  # a vision-language wrapper's
+        model_extra["wrapper"] = model.parent_spec.family
     source = name or getattr(model.ckpt, "hub_source", None) or location  # a hub id: ORG/NAME@commit
     return build_analysis(source, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
@@ -657,7 +671,8 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
                                                   structure=model_structure(model.spec.structure, model.ckpt.config,
                                                                             _config_where(model.ckpt)),
                                                   tower=model.tower, nope_layers=model.nope_layers(),
-                                                  modules=model_extra.get("modules")))
+                                                  modules=model_extra.get("modules"),
+                                                  wrapper=model.parent_spec))
 
 
 def _grid_record(layout) -> dict[str, Any]:
@@ -741,9 +756,9 @@ def open_init(init, model: OpenModel) -> OpenModel:
     return init_model
 
 
-def _resolve_spec(arch_spec, config) -> ArchSpec:
+def _resolve_spec(arch_spec, config, tower: str | None = None) -> ArchSpec:
     if arch_spec is None:
-        return spec_for_config(config)
+        return spec_for_config(config, tower)
     if isinstance(arch_spec, ArchSpec):
         return arch_spec
     return load_spec_file(arch_spec)

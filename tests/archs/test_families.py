@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 
-from support.families import (D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, H, N, ROTARY, build_family,  # noqa: E402
+from support.families import (D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, TOWER, H, N, ROTARY, build_family,  # noqa: E402
                                num_layers, reference_matrices, save_family)
 
 
@@ -28,7 +28,7 @@ def saved_family(request, tmp_path_factory):
 
 def test_family_matches_module_reference(saved_family):
     family, folder, ref = saved_family
-    result = specbound.analyze(folder, threads=1)
+    result = specbound.analyze(folder, threads=1, tower=TOWER.get(family))
     mats = result.matrices
     assert list(mats["role"]) == [r for r, _, _ in ref]
     rotary = result.model.get("rotary") is not None
@@ -72,17 +72,18 @@ def test_family_from_pytorch_bin(saved_family, tmp_path):
     family, folder, _ = saved_family
     shutil.copy(folder / "config.json", tmp_path / "config.json")
     torch.save(load_file(str(folder / "model.safetensors")), tmp_path / "pytorch_model.bin")
-    from_bin = specbound.analyze(tmp_path, threads=1)
-    reference = specbound.analyze(folder, threads=1)
+    from_bin = specbound.analyze(tmp_path, threads=1, tower=TOWER.get(family))
+    reference = specbound.analyze(folder, threads=1, tower=TOWER.get(family))
     assert from_bin.all_bounds() == reference.all_bounds()
     assert from_bin.matrices.equals(reference.matrices)
-    in_threads = specbound.analyze(tmp_path, threads=1, jobs=2)  # the pickle's tensors read under a lock
+    # the pickle's tensors read under a lock
+    in_threads = specbound.analyze(tmp_path, threads=1, jobs=2, tower=TOWER.get(family))
     assert in_threads.matrices.equals(reference.matrices)
 
 
 def test_family_block_structure(saved_family):
     family, folder, _ = saved_family
-    result = specbound.analyze(folder, threads=1)
+    result = specbound.analyze(folder, threads=1, tower=TOWER.get(family))
     assert result.model["family"] == FAMILY_OF.get(family, family)
     assert result.model["d_head"] == HEAD_DIM.get(family, result.model["N"] // result.model["H"])
     if family == "albert":  # 4 depths sharing 2 stored groups: every depth analysed, pairs identical
@@ -139,9 +140,10 @@ def test_family_layers_in_parallel_are_identical(saved_family):
     """jobs > 1 analyses layers in threads: the same numbers in the same order (ALBERT's shared
     layers included), whatever order the layers finish in."""
     family, folder, _ = saved_family
-    one = specbound.analyze(folder, threads=1)
+    one = specbound.analyze(folder, threads=1, tower=TOWER.get(family))
     seen = []
-    many = specbound.analyze(folder, threads=1, jobs=3, progress=lambda done, total: seen.append((done, total)))
+    many = specbound.analyze(folder, threads=1, jobs=3, tower=TOWER.get(family),
+                             progress=lambda done, total: seen.append((done, total)))
     assert many.all_bounds() == one.all_bounds()
     pd.testing.assert_frame_equal(many.matrices, one.matrices, check_exact=True)
     L = one.model["L"]

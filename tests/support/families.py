@@ -856,3 +856,57 @@ REFUSED_CONFIGS = [
 ]
 # families whose every layer holds the refused block (beside attention, or with no attention at all)
 EVERY_LAYER = ("falcon_h1", "mamba", "falcon_mamba", "mamba2", "zamba", "zamba2", "rwkv")
+
+
+# Vision-language wrappers (support/vision_language.py builds them), each analysed as one tower
+# (``tower=TOWER[name]``): the text model's layers read by its family's accessor through ``text_view``
+TOWER = {name: "text" for name in ("gemma3", "paligemma", "llava", "idefics3", "llama4", "mistral3")}
+
+
+def text_view(name: str, model):
+    """``model`` itself, or for a wrapper of :data:`TOWER` an object whose ``model`` is its text decoder and
+    whose ``config`` is the decoder's (what the accessors and the invariant tests read)."""
+    from types import SimpleNamespace
+
+    if name not in TOWER:
+        return model
+    from support.vision_language import WRAPPERS
+
+    text = WRAPPERS[name][1](model)
+    decoder = text.model if hasattr(text, "lm_head") else text
+    return SimpleNamespace(model=decoder, config=decoder.config)
+
+
+def _wrapped(name: str, accessor):
+    from support.vision_language import WRAPPERS
+
+    return (lambda layers: WRAPPERS[name][0](layers)), (lambda m: accessor(text_view(name, m)))
+
+
+def _vision_encoder(name: str):
+    """A wrapper's SigLIP / CLIP vision encoder: each layer's attention and two-matrix feed-forward."""
+    from support.vision_language import VISION, WRAPPERS
+
+    def accessor(m):
+        layers, n = WRAPPERS[name][2](m).encoder.layers, VISION["hidden_size"]
+        return lambda l: {"q": _proj(layers[l].self_attn.q_proj, n), "k": _proj(layers[l].self_attn.k_proj, n),
+                          "v": _proj(layers[l].self_attn.v_proj, n), "o": _proj(layers[l].self_attn.out_proj, n),
+                          "FF_in": _proj(layers[l].mlp.fc1, n),
+                          "FF_out": _proj(layers[l].mlp.fc2, layers[l].mlp.fc2.in_features)}
+    return (lambda layers: WRAPPERS[name][0](layers)), accessor
+
+
+# the vision towers of Gemma 3 (SigLIP's) and LLaVA (CLIP's), analysed with tower="vision" (as many layers as text)
+FAMILIES["gemma3_vision"], FAMILIES["llava_vision"] = _vision_encoder("gemma3"), _vision_encoder("llava")
+TOWER.update({"gemma3_vision": "vision", "llava_vision": "vision"})
+FAMILY_OF.update({"gemma3_vision": "siglip", "llava_vision": "clip"})
+FAMILIES["gemma3"] = _wrapped("gemma3", lambda m: _decoder_accessor(m, "head"))
+for _name in ("paligemma", "llava", "idefics3", "mistral3"):
+    FAMILIES[_name] = _wrapped(_name, _decoder_accessor)
+FAMILIES["llama4"] = _wrapped("llama4", _llama4)
+ROTARY += tuple(name for name, tower in TOWER.items() if tower == "text")
+QK_NORM.update({"gemma3": "head", "llama4": "head"})
+# the family that reads each wrapper's text tower (its chain exactly, tests/archs/test_vision_language.py: at
+# depth too, so no 200-layer run of its own)
+FAMILY_OF.update({"gemma3": "gemma3_text", "paligemma": "gemma", "llava": "llama", "idefics3": "llama",
+                  "mistral3": "llama", "llama4": "llama4_text"})

@@ -151,6 +151,9 @@ def infer_spec(ckpt: Checkpoint) -> Draft:
     shape = two_chains(find_layer_stacks(ckpt), config)
     if shape is not None:
         return _infer_two(ckpt, draft, model_type, *shape)
+    wrapper = _infer_wrapper(ckpt, draft, model_type) if isinstance(config.get("text_config"), dict) else None
+    if wrapper is not None:  # a vision-language wrapper: towers that name families
+        return wrapper
     stack = find_layer_stack(ckpt, next((config[k] for k in CONFIG_NAMES["num_layers"] if _is_int(config.get(k))), None))
     prefix = wrapper_prefix(stack.path, config)
     stack_rel = stack.path[len(prefix):]
@@ -721,12 +724,12 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
     from .stacks import bind
-    from .towers import tower_views
+    from .towers import tower_spec, tower_views
 
     try:
         parsed = parse_spec(spec, "the drafted spec")
         if parsed.towers is not None:
-            found = [(t.name, bind(t.spec, view)[0]) for t, view in tower_views(parsed, ckpt, None)]
+            found = [(t.name, bind(tower_spec(t, view.config), view)[0]) for t, view in tower_views(parsed, ckpt, None)]
         elif parsed.stacks is not None:
             dims = bind(parsed, ckpt)[0]
             found = [(part.name, part.dims) for part in dims.stacks]
@@ -897,3 +900,75 @@ def _outside_pattern(name: str) -> str:
     r"""``^first\.`` (or ``^name$``) for a tensor outside every tower."""
     first, _, rest = name.partition(".")
     return f"^{re.escape(first)}" + ("\\." if rest else "$")
+
+# --- a vision-language wrapper: each tower a shipped family, named -----------------------------------------------
+
+_TOWER_WORDS = {"text": ("language", "text", "llm"), "vision": ("vision", "visual", "image")}
+
+
+def _infer_wrapper(ckpt: Checkpoint, draft: Draft, model_type: str) -> Draft | None:
+    """A wrapper whose ``text_config`` (and ``vision_config``) name shipped families: a spec whose towers
+    reference them (docs/architectures.md), each under the prefix where the checkpoint holds that family's
+    layer-0 query weight, the tensors outside every tower drafted as the projector; None when no shipped
+    family reads the text model (the one-chain draft then reads its tensor names)."""
+    from .registry import builtin_specs, referenced_family
+
+    # a section's model type that a shipped wrapper's tower reads as a family of another name (idefics3_vision)
+    aliases = {t: tower.family for spec in builtin_specs().values() for tower in spec.towers or ()
+               if tower.family is not None for t in tower.model_types}
+    config, towers, inside, notes = ckpt.config, {}, [], len(draft.guesses)
+    for name in ("text", "vision"):
+        section = config.get(f"{name}_config")
+        if not isinstance(section, dict):
+            continue
+        model_type = str(section.get("model_type"))
+        try:
+            family = referenced_family(aliases.get(model_type, model_type), by_model_type=model_type not in aliases,
+                                       what="")
+        except SpecboundError:
+            draft.note(f"{name} tower", "left out", f"{name}_config has model_type {section.get('model_type')!r}, "
+                       f"which no shipped family reads: its tensors are drafted as outside the towers", verify=True)
+            continue
+        probe = family.tensors["qkv" if "qkv" in family.tensors else "o" if family.latent else "q"].name_for(0)
+        found = sorted({n[:-len(probe)] for n in ckpt.names if n.endswith(probe) and
+                        (n == probe or n[-len(probe) - 1] == ".")})
+        marked = [p for p in found if any(w in p.lower() for w in _TOWER_WORDS[name])]
+        if not marked:  # Qwen2.5-VL's text model saved under model.: the prefix naming no other tower
+            other = _TOWER_WORDS["vision" if name == "text" else "text"]
+            marked = [p for p in found if not any(w in p.lower() for w in other)]
+        if len(marked) != 1:
+            raise SpecboundError(f"{ckpt.location}: {name}_config is the {family.family} family, but its layer-0 "
+                                 f"query weight ({probe}) sits under {len(marked)} prefixes naming a {name} model "
+                                 f"({', '.join(marked) or 'none'}); write the spec by hand (docs/architectures.md)")
+        prefix = marked[0]
+        reference = family.family if family.tower is None else f"{family.family}.{family.tower}"
+        draft.note(f"{name} tower", f"the {reference} family under {prefix!r}",
+                   f"{name}_config has model_type {section.get('model_type')!r}; {prefix}{probe} is its layer-0 "
+                   f"query weight")
+        towers[name] = {"family": reference, "config_section": [f"{name}_config"], "prefixes": [prefix],
+                        **({"model_types": [model_type]} if model_type in aliases else {})}
+        inside.append(prefix)
+    if "text" not in towers:  # drafted as one chain instead, from the tensor names
+        del draft.guesses[notes:]
+        return None
+    head = ["^lm_head\\.", "^(model\\.)?language_model\\.lm_head\\."]
+    outside = sorted({_projector_prefix(n) for n in ckpt.names if not any(n.startswith(p) for p in inside)
+                      and not any(re.search(h, n) for h in head)})
+    draft.note("projector", ", ".join(outside) or "nothing",
+               "the tensors outside every tower: what maps the vision tower's output into the text tower's input, "
+               "outside both bounds; describe what it computes", verify=True)
+    draft.spec = {"family": model_type,
+                  "description": f"drafted by `specbound arch infer` from {ckpt.location}; verify before trusting it",
+                  "model_types": [model_type], "towers": towers,
+                  "projector": {"prefixes": outside, "description": "drafted: the tensors outside every tower"},
+                  "ignore": head}
+    parse_spec(draft.spec, "the drafted spec")  # an invalid draft is a bug here, not the user's problem
+    draft.check = self_check(draft.spec, ckpt)
+    return draft
+
+
+def _projector_prefix(name: str) -> str:
+    """The first component of a tensor outside every tower with its dot, the first two under ``model.``."""
+    parts = name.split(".")
+    keep = 2 if parts[0] == "model" and len(parts) > 2 else 1
+    return ".".join(parts[:keep]) + ("." if len(parts) > keep else "")

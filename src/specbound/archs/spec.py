@@ -248,6 +248,8 @@ class ArchSpec:
     towers: "tuple[TowerSpec, ...] | None" = None  # a two-tower model's towers (its own tensors are then {})
     tower: str | None = None  # the tower this spec reads (one tower of a two-tower family)
     config_defaults: dict[str, Any] | None = None  # config values the library assumes when a key is absent
+    # a vision-language wrapper's projector: {"prefixes", "description"} (outside both towers' bounds)
+    projector: dict[str, Any] | None = None
 
     def tower_spec(self, name: str) -> "TowerSpec":
         return next(t for t in self.towers if t.name == name)
@@ -381,65 +383,144 @@ class StackSpec:
 
 @dataclass(frozen=True)
 class TowerSpec:
-    """One tower of a two-tower spec (CLIP, SigLIP): its name, the chain it is (a spec of its own,
-    ``tower`` set), and the config.json sections holding its config (the first present is read)."""
+    """One tower of a two-tower spec (CLIP, SigLIP) or of a vision-language wrapper (Gemma 3, LLaVA): its
+    name, the chain it is (a spec of its own, ``tower`` set), and the config.json sections holding its
+    config (the first present is read).
+
+    A wrapper's tower *references* a shipped family by name (``family``: ``gemma3_text``, or ``siglip.vision``
+    for one tower of a two-tower family) instead of naming tensors: ``spec`` is then None and
+    :func:`.towers.tower_spec` resolves the family for one checkpoint (its section's ``model_type`` picks another
+    shipped family, LLaVA's Mistral text model), read under the wrapper's ``prefixes`` with the family's
+    ignore list and the wrapper's (``ignore``: the other towers', the projector's and the wrapper's own)."""
 
     name: str
-    spec: ArchSpec
+    spec: ArchSpec | None
     config_sections: tuple[str, ...]
+    family: str | None = None  # a reference: the family this tower is, resolved by towers.tower_spec
+    prefixes: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()  # a reference: section model types that name ``family`` itself
+    defaults: dict[str, Any] = field(default_factory=dict)  # a reference: config values the library assumes
+    ignore: tuple[regex.Pattern, ...] = ()
+    origin: str = ""
 
     def config_of(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The tower's config: its section of a two-tower config.json."""
+        """The tower's config section of a two-tower config.json, as stored (:func:`.towers.tower_config`
+        puts a reference's ``defaults`` under it)."""
         for key in self.config_sections:
             if isinstance(config.get(key), dict):
                 return config[key]
+        family = self.spec.family if self.spec is not None else self.family
         raise SpecboundError(f"config.json has none of {list(self.config_sections)} (the {self.name} tower's config) "
-                             f"as an object; a {self.spec.family} checkpoint's config.json needs it")
+                             f"as an object; a {family} checkpoint's config.json needs it")
+
+
+def as_tower(spec: ArchSpec, tower: TowerSpec) -> ArchSpec:
+    """``spec`` (a one-chain family) read as ``tower`` of a wrapper: the wrapper's prefixes, the family's
+    ignore list and the tower's, every variant alike."""
+    if spec.towers is not None or spec.stacks is not None:
+        raise SpecboundError(f"{tower.origin}: the {tower.name} tower names the {spec.family} family, which is not "
+                             f"one chain (it has {'towers' if spec.towers else 'stacks'}); a tower must be one chain")
+    return replace(spec, prefixes=tower.prefixes, ignore=spec.ignore + tower.ignore, model_types=(), tower=tower.name,
+                   origin=f"{spec.origin} (the {tower.name} tower of {tower.origin})",
+                   variants=tuple((when, as_tower(v, tower)) for when, v in spec.variants))
 
 
 TOWER_NAMES = ("text", "vision")
 _TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward"}
+_REFERENCE_KEYS = {"family", "config_section", "prefixes", "model_types", "defaults", "ignore"}
+_WRAPPER_KEYS = {"family", "description", "model_types", "towers", "ignore", "projector"}
+
+
+def _sections(tower: dict, where: str) -> tuple[str, ...]:
+    sections = tower["config_section"]
+    sections = [sections] if isinstance(sections, str) else sections
+    if not isinstance(sections, list) or not sections or not all(isinstance(x, str) for x in sections):
+        raise _fail(where, "'config_section' must name the config.json key(s) of the tower's config")
+    return tuple(sections)
+
+
+def _projector(raw: Any, origin: str) -> dict[str, Any] | None:
+    """The wrapper's ``projector``: ``{"prefixes": [...], "description": text}``, the tensors that map the vision
+    tower's output into the text tower's input (outside both towers' bounds, named among the assumptions)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"prefixes", "description"} or not isinstance(raw["description"], str) \
+            or not raw["description"]:
+        raise _fail(origin, f"'projector' must be an object with 'prefixes' (its tensors' name prefixes) and "
+                            f"'description' (what it computes), found {raw!r}")
+    return {"prefixes": _str_list(raw, "prefixes", origin), "description": raw["description"]}
+
+
+def _outside(other: str, own: tuple[str, ...]) -> str:
+    r"""The ignore pattern of another tower's prefix ``other`` in a tower whose prefixes are ``own``: ``^other``,
+    except where one of ``own`` continues it (Qwen2.5-VL's text under ``model.``, its vision under
+    ``model.visual.``: the vision tower ignores ``^model\.(?!visual\.)``)."""
+    inside = [p[len(other):] for p in own if p.startswith(other) and p != other]
+    return f"^{regex.escape(other)}" + "".join(f"(?!{regex.escape(rest)})" for rest in inside)
 
 
 def _parse_towered(raw: dict, origin: str) -> ArchSpec:
     """A two-tower spec: ``"towers": {"text": {...}, "vision": {...}}``, each tower a chain spec of its own
     (``config_section``: the config.json key(s) of its config; ``model_types``: the types of a checkpoint
-    holding that tower alone; ``defaults``: config values its library assumes when absent).  A tower's
-    ignore list gains the shared one and every other tower's prefixes."""
+    holding that tower alone; ``defaults``: config values its library assumes when absent), or a reference to
+    a shipped family (``family``: a vision-language wrapper, :class:`TowerSpec`).  A tower's ignore list gains
+    the shared one, every other tower's prefixes and the ``projector``'s."""
     towers_raw = raw["towers"]
     if not isinstance(towers_raw, dict) or not towers_raw or not set(towers_raw) <= set(TOWER_NAMES):
         raise _fail(origin, f"'towers' must be an object whose keys are some of {list(TOWER_NAMES)}")
     if "tensors" in raw or "stacks" in raw:
         raise _fail(origin, "a spec with 'towers' names its tensors in each tower (and has no 'stacks')")
-    base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore")}
+    referenced = [isinstance(t, dict) and "family" in t for t in towers_raw.values()]
+    if any(referenced) and not all(referenced):
+        raise _fail(origin, "either every tower names a 'family' (a vision-language wrapper) or none does")
+    if any(referenced) and set(raw) - _WRAPPER_KEYS:
+        raise _fail(origin, f"a wrapper whose towers name their families has only the keys {sorted(_WRAPPER_KEYS)}; "
+                            f"found {sorted(set(raw) - _WRAPPER_KEYS)} (the families' own files say the rest)")
+    projector = _projector(raw.get("projector"), origin)
+    base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore", "projector")}
     prefixes = {}
     for name, tower in towers_raw.items():
-        if not isinstance(tower, dict) or not {"config_section", "prefixes", "config", "tensors"} <= set(tower) \
-                or not set(tower) <= _TOWER_KEYS:
-            raise _fail(origin, f"tower {name!r} must be an object with 'config_section', 'prefixes', 'config' and "
-                                f"'tensors' (and optionally {sorted(_TOWER_KEYS - {'config_section', 'prefixes', 'config', 'tensors'})})")
+        required = {"family", "config_section", "prefixes"} if any(referenced) else \
+            {"config_section", "prefixes", "config", "tensors"}
+        allowed = _REFERENCE_KEYS if any(referenced) else _TOWER_KEYS
+        if not isinstance(tower, dict) or not required <= set(tower) or not set(tower) <= allowed:
+            raise _fail(origin, f"tower {name!r} must be an object with {sorted(required)} (and optionally "
+                                f"{sorted(allowed - required)})")
         prefixes[name] = _str_list(tower, "prefixes", origin)
+    outside = [p for p in (projector or {}).get("prefixes", ()) if p]
+    shared = _str_list(raw, "ignore", origin, required=False)
     towers = []
     for name, tower in towers_raw.items():
         where = f"{origin} (tower {name})"
-        others = [p for other, ps in prefixes.items() if other != name for p in ps if p]
-        doc = {**base, **{k: v for k, v in tower.items() if k not in ("config_section", "defaults")},
-               "model_types": tower.get("model_types", []),
-               "ignore": list(tower.get("ignore", [])) + list(raw.get("ignore", []))
-               + [f"^{regex.escape(p)}" for p in others]}
-        sections = tower["config_section"]
-        sections = [sections] if isinstance(sections, str) else sections
-        if not isinstance(sections, list) or not sections or not all(isinstance(x, str) for x in sections):
-            raise _fail(where, "'config_section' must name the config.json key(s) of the tower's config")
+        others = [p for other, ps in prefixes.items() if other != name for p in ps if p] + outside
+        ignore = [*_str_list(tower, "ignore", where, required=False), *shared,
+                  *(_outside(p, prefixes[name]) for p in others)]
+        sections = _sections(tower, where)
         defaults = tower.get("defaults", {})
         if not isinstance(defaults, dict):
             raise _fail(where, "'defaults' must map config.json keys to the values the library assumes")
+        if "family" in tower:
+            if not isinstance(tower["family"], str) or not regex.fullmatch(r"\w+(\.\w+)?", tower["family"]):
+                raise _fail(where, f"'family' must name a shipped family (or FAMILY.TOWER), found {tower['family']!r}")
+            towers.append(TowerSpec(name, None, sections, family=tower["family"], prefixes=prefixes[name],
+                                    model_types=_str_list(tower, "model_types", where, required=False),
+                                    defaults=dict(defaults), origin=origin,
+                                    ignore=tuple(_compile(p, where, "ignore") for p in ignore)))
+            continue
+        doc = {**base, **{k: v for k, v in tower.items() if k not in ("config_section", "defaults")},
+               "model_types": tower.get("model_types", []), "ignore": ignore}
         spec = replace(parse_spec(doc, where), tower=name, config_defaults=dict(defaults))
-        towers.append(TowerSpec(name, spec, tuple(sections)))
-    first = towers[0].spec
-    return replace(first, tensors={}, model_types=_str_list(raw, "model_types", origin), towers=tuple(towers),
-                   tower=None, config_defaults=None, variants=(), origin=origin,
-                   ignore=tuple(_compile(p, origin, "ignore") for p in _str_list(raw, "ignore", origin, False)))
+        towers.append(TowerSpec(name, spec, sections))
+    common = dict(model_types=_str_list(raw, "model_types", origin), towers=tuple(towers), tower=None,
+                  config_defaults=None, variants=(), origin=origin, projector=projector,
+                  ignore=tuple(_compile(p, origin, "ignore") for p in shared))
+    if towers[0].spec is not None:
+        return replace(towers[0].spec, tensors={}, **common)
+    family = raw.get("family")
+    if not isinstance(family, str) or not family or not isinstance(raw.get("description", ""), str):
+        raise _fail(origin, "'family' must be a non-empty string and 'description' a string")
+    return ArchSpec(family=family, description=raw.get("description", ""), prefixes=("",), config_keys={},
+                    block="sequential", feed_forward="plain", tensors={}, **common)
 
 
 STACK_NAMES = ("encoder", "decoder")
@@ -558,12 +639,14 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     known = {"family", "description", "model_types", "prefixes", "config", "block",
              "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
              "alibi", "activation", "experts", "refuse", "qk_norm", "structure", "position_terms", "variants",
-             "stacks", "towers", "activation_names", "latent_attention"}
+             "stacks", "towers", "activation_names", "latent_attention", "projector"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
     if "towers" in raw:
         return _parse_towered(raw, origin)
+    if "projector" in raw:
+        raise _fail(origin, "'projector' belongs to a spec with 'towers' (a vision-language wrapper)")
     if "stacks" in raw:
         return _parse_stacked(raw, origin)
     family = raw.get("family")
@@ -1006,7 +1089,7 @@ def stored_in_out(spec: ArchSpec):
     while pending:
         s = pending.pop()
         rules += list(s.tensors.values()) + [r for st in (s.stacks or ()) for r in st.cross.values()]
-        pending += [st.spec for st in (s.stacks or ())] + [t.spec for t in (s.towers or ())]
+        pending += [st.spec for st in (s.stacks or ())] + [t.spec for t in (s.towers or ()) if t.spec is not None]
         pending += [v for _, v in s.variants]
     patterns = [(re.compile(r"(?:.*\.)?" + re.escape(r.name).replace(re.escape("${layer}"), r"\d+") + "$"),
                  r.layout) for r in rules if isinstance(r.name, str)]

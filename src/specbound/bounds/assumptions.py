@@ -51,7 +51,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                 rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
                 qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
                 tower: str | None = None, nope_layers: list[int] | None = None,
-                modules: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                modules: list[dict[str, Any]] | None = None, wrapper: Any = None) -> list[dict[str, Any]]:
     """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
 
     ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
@@ -63,7 +63,8 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
     the product bound; ``rope``: the model's distinct rotary layouts; ``qk_norm``: its query/key
     normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
     ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
-    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is; ``nope_layers``:
+    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is (``wrapper``: the
+    vision-language wrapper's spec when that model is one, its projector named); ``nope_layers``:
     the layers without rotary positions of a model whose other layers rotate; ``modules``: a sentence-transformers
     folder's modules after the Transformer (``model.modules``); ``reader_conventions``:
     name -> sentence for each value the checkpoint's reader assumed where the file leaves it unstated
@@ -191,7 +192,7 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
                    "e_score_correction_bias) changes which experts are chosen, never a gate's value or bound, so the "
                    "frozen network is the same", "extension"),
         ]
-    out += _chain_shape_entries(dims, tower)
+    out += _chain_shape_entries(dims, tower, wrapper)
     if weights_note:
         out.append(_entry("quantized_weights", True, weights_note, "convention"))
     out += [_entry(name, True, effect, "convention") for name, effect in sorted((reader_conventions or {}).items())]
@@ -440,8 +441,9 @@ def _structure_entries(st: Structure | None, qk_norm: dict[str, Any] | None = No
     return out
 
 
-def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, Any]]:
-    """Disentangled attention (DeBERTa), an encoder-decoder's two stacks, a two-tower model's tower."""
+def _chain_shape_entries(dims: ModelDims, tower: str | None, wrapper: Any = None) -> list[dict[str, Any]]:
+    """Disentangled attention (DeBERTa), an encoder-decoder's two stacks, a two-tower model's tower, one tower
+    of a vision-language wrapper (``wrapper``: its spec, whose ``projector`` is named)."""
     out = []
     if dims.position_terms:
         n = dims.position_terms
@@ -467,6 +469,18 @@ def _chain_shape_entries(dims: ModelDims, tower: str | None) -> list[dict[str, A
             f"the {tower} model of a multimodal checkpoint (Kimi-K2.5), bounded as a chain of its own; the vision "
             f"tower and the projector that feed it image tokens are outside the bound, like an embedding "
             f"(fixed_embeddings_and_head)", "convention"))
+    elif tower is not None and wrapper is not None and wrapper.projector is not None:
+        what = wrapper.projector["description"]
+        feeds = ("its input embeddings at the image tokens come from the vision tower through the projector, "
+                 "like an embedding" if tower == "text" else "its output reaches the text tower only through the "
+                 "projector, like a classifier head")
+        out.append(_entry(
+            "vision_language_tower", True,
+            f"the {tower} tower of a vision-language model ({wrapper.family}), bounded as a chain of its own with its "
+            f"own L, alphas and bound, the same numbers as the same weights saved alone as its family; {feeds}. "
+            f"The projector ({what}) is outside both towers' bounds: no theorem here bounds the composed model "
+            f"(vision tower, projector, text tower), so there is no whole-model number, only one per tower "
+            f"(docs/theory.md 3j)", "convention"))
     elif tower is not None:
         out.append(_entry(
             "two_tower", True,

@@ -334,8 +334,10 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
         items.append("the theorem's conditions on the data and its use (not checked here): " + ", ".join(conditions))
     if ours:
         items.append("our extensions used: " + ", ".join(ours))
-    # what changes the numbers themselves is said in full even without --verbose
-    shown = {"quantized_weights": "weights", "rope_scaling": "rotary", "qk_norm": "qk-norm"}
+    # what changes the numbers themselves, and what a number is of (one tower, no whole-model number), is said in
+    # full even without --verbose
+    shown = {"quantized_weights": "weights", "rope_scaling": "rotary", "qk_norm": "qk-norm",
+             "vision_language_tower": "tower"}
     items += [f"{shown[e['name']]}: {e['effect']}" for e in applying if e["name"] in shown]
     if verbose:
         items += [f"- {e['name']} ({e['kind']}): {e['effect']}" for e in applying]

@@ -114,9 +114,11 @@ def families() -> str:
     gguf = [s for s in specs if s not in hub]
 
     def types(spec) -> str:
-        towers = [t for tower in spec.towers or () for t in tower.spec.model_types]
+        towers = [t for tower in spec.towers or () if tower.spec is not None for t in tower.spec.model_types]
+        named = [f"{tower.name} `{tower.family}`" for tower in spec.towers or () if tower.family is not None]
         return ", ".join(f"`{t}`" for t in spec.model_types) + (
-            f" (a tower alone: {', '.join(f'`{t}`' for t in towers)})" if towers else "")
+            f" (a tower alone: {', '.join(f'`{t}`' for t in towers)})" if towers else "") + (
+            f" (towers: {', '.join(named)})" if named else "")
 
     lines = [f"{len(hub)} families of Hugging Face checkpoints (`model_type` of config.json):", "",
              "| family | model types | what it is |", "|---|---|---|"]
