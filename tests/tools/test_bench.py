@@ -65,7 +65,7 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
     import specbound.tools.bench
 
     monkeypatch.setattr(specbound.tools.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
-    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures {r}")
+    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures { {'called': r['called']} }")
     assert main(["bench", "--scenario", "miniatures", "--threads", "1"]) == 0
     assert "miniatures {'called': {'threads': 1, 'jobs': None, 'workdir': None}}" in capsys.readouterr().out
     assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
@@ -127,7 +127,7 @@ def test_the_large_scenario_is_llama7b_on_a_few_layers(monkeypatch, capsys):
     monkeypatch.setattr(bench, "run_llama7b_bench", lambda **kw: calls.append(kw) or {"kw": kw})
     monkeypatch.setattr(bench, "format_llama7b_bench", lambda report: "formatted")
     assert main(["bench", "--scenario", "large", "--device", "cpu"]) == 0
-    assert capsys.readouterr().out == "formatted\n"
+    assert capsys.readouterr().out.endswith("\n\nformatted\n")  # after the machine's header
     (kw,) = calls
     assert kw["layers"] == bench.LARGE_LAYERS < bench.LLAMA_7B["L"] and kw["jobs"] == 1 and kw["kernel"].device == "cpu"
 
@@ -218,3 +218,55 @@ def test_ab_bench_refuses_a_folder_without_the_code_and_other_scenarios(tmp_path
     assert main(["bench", "--scenario", "kernels", "--against", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--scenario kernels" in err
+
+
+SCENARIO_RUNS = {"bert-base": ("run_bench", "format_bench"), "large": ("run_llama7b_bench", "format_llama7b_bench"),
+                 "llama7b": ("run_llama7b_bench", "format_llama7b_bench"),
+                 "kernels": ("run_kernels_bench", "format_kernels_bench"),
+                 "miniatures": ("run_miniatures_bench", "format_miniatures_bench")}
+
+
+@pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, "threads"])
+def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeypatch):
+    """The header (CPU, each BLAS with its kernel and threads, NumPy/SciPy) and the ``machine`` record,
+    with the scenario itself replaced: nothing is timed."""
+    import numpy
+    import scipy
+
+    import specbound.tools.bench as bench
+    import specbound.tools.bench_threads as bench_threads
+
+    module, (run, fmt) = (bench, SCENARIO_RUNS[scenario]) if scenario != "threads" else (
+        bench_threads, ("run_threads_bench", "format_threads_bench"))
+    monkeypatch.setattr(module, run, lambda **kw: {"ran": scenario})
+    monkeypatch.setattr(module, fmt, lambda report: f"scenario text {report['ran']}")
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    assert main(["bench", "--scenario", scenario]) == 0
+    text = capsys.readouterr().out
+    head = text.split("\n\n")[0].splitlines()
+    assert head[0].startswith("CPU ") and text.rstrip().endswith(f"scenario text {scenario}")
+    assert f"{numpy.__version__} / {scipy.__version__}" in head[1]
+    blas = [line for line in head if line.startswith("BLAS (")]
+    assert {line.split(")")[0] for line in blas} >= {"BLAS (numpy"} and all("kernel" in line for line in blas)
+    assert "WARNING" not in text
+    assert main(["bench", "--scenario", scenario, "--format", "json"]) == 0
+    machine = json.loads(capsys.readouterr().out)["machine"]
+    assert machine["numpy"] == numpy.__version__ and machine["scipy"] == scipy.__version__ and machine["cpu_model"]
+    libraries = {lib["package"]: lib for lib in machine["blas"]}
+    assert "numpy" in libraries and all(lib["threads"] >= 1 for lib in machine["blas"])
+    assert all(lib["architecture"] for lib in machine["blas"] if lib["library"] == "openblas")
+    assert machine["kernel_overrides"] == {}
+
+
+def test_a_forced_blas_kernel_is_named_with_the_command_that_undoes_it(monkeypatch):
+    from specbound.tools.bench_machine import format_machine, machine_info
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    info = machine_info()
+    assert info["kernel_overrides"] == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert info["blas_environment"]["OPENBLAS_NUM_THREADS"] == "1"
+    warning = [line for line in format_machine(info).splitlines() if line.startswith("WARNING")]
+    assert len(warning) == 1 and "OPENBLAS_CORETYPE forces" in warning[0]
+    assert warning[0].endswith("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE specbound bench ...")
+    assert "OPENBLAS_CORETYPE=Haswell" in format_machine(info)
