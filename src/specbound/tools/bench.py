@@ -499,7 +499,7 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
         clock.wall[stage] -= clock.wall["attention_cores"]
         clock.cpu[stage] -= clock.cpu["attention_cores"]
     for role in weights.ff:
-        w = clock("read_ff", lambda: weights.ff[role])
+        w = clock("read_ff", lambda: weights.ff.compact(role))
         short = w if w.shape[0] <= w.shape[1] else w.T
         clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
         if device != "numpy":
