@@ -111,9 +111,17 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     assert report["ff_sv_methods"] == {"gram": 9} and 0 < report["max_ff_sv_rel_error_bound"] <= 1e-8
     assert "extrapolated_seconds_all_layers" not in report
     assert {"spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "param_count"} <= set(report["bounds"])
+    for threads in ("1_blas_threads", "2_blas_threads"):
+        floors = report["stage_floor_seconds_per_layer"][threads]
+        assert set(floors) == set(report["stage_seconds_per_layer"][threads]) - {"rotary_qk"}
+        assert all(f["seconds"] > 0 for f in floors.values()) and report["machine_rates"][threads]["flops_per_s"] > 0
     json.dumps(report)
     text = format_llama7b_bench(report)
     assert "every bound" in text and "EXTRAPOLATED" not in text
+    gram = next(line.split() for line in text.splitlines() if line.strip().startswith("gram "))
+    wall, floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_seconds_per_layer",
+                                                                       "stage_floor_seconds_per_layer"))
+    assert gram[3] == f"{wall / floor['seconds']:.1f}x" and "against its floor" in text
     assert list(tmp_path.iterdir()) == []
     short = run_llama7b_bench(shape=shape, layers=1, jobs=1, workdir=str(tmp_path), probe_layers=1)
     assert short["layers"] == 1 and short["extrapolated_seconds_all_layers"] == 3 * short["seconds"]
@@ -270,3 +278,14 @@ def test_a_forced_blas_kernel_is_named_with_the_command_that_undoes_it(monkeypat
     assert len(warning) == 1 and "OPENBLAS_CORETYPE forces" in warning[0]
     assert warning[0].endswith("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE specbound bench ...")
     assert "OPENBLAS_CORETYPE=Haswell" in format_machine(info)
+
+
+def test_stage_floors_count_the_necessary_work_of_a_7b_layer():
+    """At one flop (byte) per second the floors are the work itself: 3 x 185 GFLOP of Gram (symmetric
+    rank-11008 updates of order 4096), 3 x 92 GFLOP of tridiagonal reduction, 64 heads' (1,1) products."""
+    from specbound.tools.bench import LLAMA_7B, stage_floors
+
+    floors = {stage: f["seconds"] for stage, f in stage_floors(LLAMA_7B, {"flops_per_s": 1.0, "bytes_per_s": 1.0}).items()}
+    assert floors["gram"] == 3 * 4096**2 * 11008 and round(floors["gram"] / 3e9) == 185
+    assert floors["eigenvalues"] == pytest.approx(4 * 4096**3) and floors["norm_1_1"] == 64 * 2 * 4096**2 * 128
+    assert floors["read_ff"] == 2 * 3 * 4096 * 11008 and floors["read_attention"] == 2 * 4096 * (2 * 4096 + 2 * 1024)

@@ -531,7 +531,7 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
                     "nuclear_norm": s.nuclear_norm, "stable_rank": s.stable_rank, "norm_2_1": s.norm_2_1,
                     "norm_1_1": s.norm_1_1}
     reference_seconds, reference_cpu = time.perf_counter() - start, time.process_time() - cpu
-    stages = {}
+    stages, rates = {}, {}
     for threads in (1, 2):
         if device != "numpy":
             import torch
@@ -539,9 +539,11 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
             torch.set_num_threads(threads)
         with threadpool_limits(limits=threads):
             stages[threads] = [_stage_seconds(model, layer, device) for layer in probe_layers]
+            rates[threads] = machine_rates()
     model.ckpt.close()
     queue.put({"reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
                "reference_seconds": reference_seconds, "reference_cpu_seconds": reference_cpu,
+               "rates": {f"{t}_blas_threads": r for t, r in rates.items()},
                "stages": {t: [r["wall"] for r in runs] for t, runs in stages.items()},
                "stages_cpu": {t: [r["cpu"] for r in runs] for t, runs in stages.items()}})
 
@@ -619,6 +621,7 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
                 for t, runs in stages.items()}
 
     stage_wall, stage_cpu = medians(ref["stages"]), medians(ref["stages_cpu"])
+    floors = {t: stage_floors(shape, rate) for t, rate in ref["rates"].items()}
     cores = min(jobs * threads, os.cpu_count() or 1)
     report = {
         "scenario": f"{llama_scenario(shape, vocab)}, {len(shards)} shards",
@@ -639,6 +642,8 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
         "layer_completion_seconds": out["analysis_stamps"],
         "stage_seconds_per_layer": stage_wall,
         "stage_cpu_seconds_per_layer": stage_cpu,
+        "machine_rates": ref["rates"],
+        "stage_floor_seconds_per_layer": floors,
         "seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_wall.items()},
         "cpu_seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_cpu.items()},
         "ff_sv_methods": out["ff_sv_methods"],
@@ -686,7 +691,68 @@ def format_llama7b_bench(report: dict) -> str:
         for threads, values in stages.items():
             lines.append(f"{threads.split('_')[0]:>12} " + " ".join(f"{values[n]:>16.2f}" for n in names)
                          + f" {sum(values.values()):>8.2f}")
+    return "\n".join(lines + ["", format_stage_floors(report)])
+
+
+def format_stage_floors(report: dict) -> str:
+    """Each stage's median wall seconds per layer against its floor (its flops at the measured BLAS
+    rate, or its bytes at the measured memory rate), per BLAS thread count: the gap left."""
+    lines = ["each stage against its floor (per layer; floor = work / rate measured in this run):"]
+    for threads, floors in report["stage_floor_seconds_per_layer"].items():
+        rate = report["machine_rates"][threads]
+        wall = report["stage_seconds_per_layer"][threads]
+        lines += [f"{threads.split('_')[0]} BLAS thread(s): dgemm {rate['flops_per_s'] / 1e9:.1f} GFLOP/s, "
+                  f"memory copy {rate['bytes_per_s'] / 1e9:.1f} GB/s",
+                  f"  {'stage':<16} {'wall s':>8} {'floor s':>8} {'wall/floor':>10}  floor counts"]
+        for stage, seconds in wall.items():
+            floor = floors.get(stage)
+            if floor is None:
+                lines.append(f"  {stage:<16} {seconds:>8.2f} {'-':>8} {'-':>10}  (no floor computed)")
+                continue
+            lines.append(f"  {stage:<16} {seconds:>8.2f} {floor['seconds']:>8.3g} "
+                         f"{seconds / floor['seconds']:>9.1f}x  {floor['counts']}")
+        total = sum(f["seconds"] for f in floors.values())
+        lines.append(f"  {'total':<16} {sum(wall.values()):>8.2f} {total:>8.3g} {sum(wall.values()) / total:>9.1f}x")
     return "\n".join(lines)
+
+
+def machine_rates(size: int = 1536, repeats: int = 3) -> dict:
+    """This machine's rates now, at the BLAS threads in force: a float64 ``size``-cube matrix product
+    (flops per second, the BLAS-3 rate every Gram, eigensolver and (1,1) tile is held to) and a
+    64 MB array copy (bytes read plus written per second); the best of ``repeats``."""
+    rng = np.random.default_rng(0)
+    a, b, out = rng.standard_normal((size, size)), rng.standard_normal((size, size)), np.empty((size, size))
+    gemm = min(_timed(lambda: np.matmul(a, b, out=out))[0] for _ in range(repeats))
+    src, dst = np.ones(1 << 23), np.empty(1 << 23)
+    copy = min(_timed(lambda: np.copyto(dst, src))[0] for _ in range(repeats))
+    return {"flops_per_s": 2.0 * size**3 / gemm, "bytes_per_s": 2.0 * src.nbytes / copy,
+            "gemm_size": size, "copy_bytes": src.nbytes}
+
+
+def stage_floors(shape: dict, rates: dict) -> dict:
+    """Per stage of one LLaMA-shaped layer (``N``, ``H``, ``H_kv``, ``d_ff``; bf16 weights), the least
+    time its necessary work takes at ``rates`` (:func:`machine_rates`): flops at the matrix-product
+    rate, bytes at the memory rate.  Counts: a Gram ``G = W W^T`` of an ``n x k`` matrix is a symmetric
+    rank-k update, ``n^2 k`` flops; eigenvalues of ``G`` are at least its reduction to tridiagonal
+    form, ``4 n^3 / 3`` flops; the (1,1)-norm of a head's ``N x N`` product from ``d x N`` factors
+    ``2 N^2 d`` flops; a head's QR cores about ``2 N d^2`` flops a factor; reading a tensor its bf16
+    bytes once; the feed-forward norm passes the float32 matrices once."""
+    n, h, h_kv, d_ff = shape["N"], shape["H"], shape["H_kv"], shape["d_ff"]
+    d = n // h
+    flops, memory = rates["flops_per_s"], rates["bytes_per_s"]
+    short, wide = min(n, d_ff), max(n, d_ff)
+    attention_values = 2 * n * h * d + 2 * n * h_kv * d
+    counts = {
+        "read_attention": (2 * attention_values / memory, f"{2 * attention_values / 1e6:.0f} MB of bf16 read once"),
+        "attention_cores": (2 * (2 * h + 2 * h_kv) * n * d * d / flops,
+                            f"QR of {2 * h + 2 * h_kv} factors, {n} x {d}"),
+        "norm_1_1": (2 * h * 2 * n * n * d / flops, f"{2 * h} products {n} x {d} x {n}"),
+        "read_ff": (2 * 3 * n * d_ff / memory, f"{6 * n * d_ff / 1e6:.0f} MB of bf16 read once"),
+        "ff_norms": (4 * 3 * n * d_ff / memory, f"{12 * n * d_ff / 1e6:.0f} MB of float32 passed once"),
+        "gram": (3 * short * short * wide / flops, f"3 rank-{wide} updates of order {short}"),
+        "eigenvalues": (3 * 4 * short**3 / 3 / flops, f"3 tridiagonal reductions of order {short}"),
+    }
+    return {stage: {"seconds": seconds, "counts": what} for stage, (seconds, what) in counts.items()}
 
 
 # --- kernels: the measurements behind the kernel choices ---------------------------------------
