@@ -194,9 +194,11 @@ def test_kernels_bench_times_every_candidate(capsys):
         assert {"numpy_dsyevd", "scipy_evd", "scipy_evr"} <= set(r["eigenvalues"])
         assert r["eigenvalues_fastest"] in r["eigenvalues"] and r["chosen"] == "numpy dsyevd"
         assert all(t > 0 for t in r["norm_1_1_one_head"].values())
+        assert set(r["gram_block"]) == {"numpy_matmul_float64", "dsyrk_from_float32"}
     json.dumps(report)
     text = format_kernels_bench(report)
     assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2
+    assert text.splitlines()[-1].split()[0] == "70" and "dsyrk" in text
 
 
 def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):

@@ -801,8 +801,14 @@ def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int
             a, b = rng.standard_normal((head_dim, n)), rng.standard_normal((head_dim, n))
             norms = {"row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
                      "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b))}
+            block = rng.standard_normal((spectra._GRAM_BLOCK, n)).astype(np.float32).T  # a bf16 Linear's block
+            product, lower = np.empty((n, n)), np.zeros((n, n), order="F")
+            wide = np.asarray(block, dtype=np.float64)
+            grams = {"numpy_matmul_float64": best(lambda: np.matmul(wide, wide.T, out=product)),
+                     "dsyrk_from_float32": best(lambda: spectra._block_gram(block, lower))}
             rows.append({"n": n, "eigenvalues": times, "eigenvalues_fastest": min(times, key=times.get),
-                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms})
+                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms,
+                         "gram_block": grams})
     return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
             "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
 
@@ -820,4 +826,10 @@ def format_kernels_bench(report: dict) -> str:
     for r in report["sizes"]:
         v = r["norm_1_1_one_head"]
         lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
+    lines += ["", "one 512-column block of an n-row Gram matrix (s): the product the old path formed (float64) "
+                  "and the lower-triangle rank-k update from the stored float32:",
+              f"{'n':>6} {'numpy matmul':>16} {'dsyrk':>16}"]
+    for r in report["sizes"]:
+        v = r["gram_block"]
+        lines.append(f"{r['n']:>6} {v['numpy_matmul_float64']:>16.4f} {v['dsyrk_from_float32']:>16.4f}")
     return "\n".join(lines)
