@@ -122,6 +122,9 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     wall, floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_seconds_per_layer",
                                                                        "stage_floor_seconds_per_layer"))
     assert gram[3] == f"{wall / floor['seconds']:.1f}x" and "against its floor" in text
+    cpu, cpu_floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_cpu_seconds_per_layer",
+                                                                          "stage_floor_cpu_seconds_per_layer"))
+    assert gram[6] == f"{cpu / cpu_floor['seconds']:.1f}x"
     assert list(tmp_path.iterdir()) == []
     short = run_llama7b_bench(shape=shape, layers=1, jobs=1, workdir=str(tmp_path), probe_layers=1)
     assert short["layers"] == 1 and short["extrapolated_seconds_all_layers"] == 3 * short["seconds"]

@@ -622,6 +622,7 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
 
     stage_wall, stage_cpu = medians(ref["stages"]), medians(ref["stages_cpu"])
     floors = {t: stage_floors(shape, rate) for t, rate in ref["rates"].items()}
+    cpu_floors = {t: stage_floors(shape, rate, cpu=True) for t, rate in ref["rates"].items()}
     cores = min(jobs * threads, os.cpu_count() or 1)
     report = {
         "scenario": f"{llama_scenario(shape, vocab)}, {len(shards)} shards",
@@ -644,6 +645,7 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
         "stage_cpu_seconds_per_layer": stage_cpu,
         "machine_rates": ref["rates"],
         "stage_floor_seconds_per_layer": floors,
+        "stage_floor_cpu_seconds_per_layer": cpu_floors,
         "seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_wall.items()},
         "cpu_seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_cpu.items()},
         "ff_sv_methods": out["ff_sv_methods"],
@@ -697,22 +699,26 @@ def format_llama7b_bench(report: dict) -> str:
 def format_stage_floors(report: dict) -> str:
     """Each stage's median wall seconds per layer against its floor (its flops at the measured BLAS
     rate, or its bytes at the measured memory rate), per BLAS thread count: the gap left."""
-    lines = ["each stage against its floor (per layer; floor = work / rate measured in this run):"]
+    lines = ["each stage against its floor (per layer; floor = work / rate measured in this run; the CPU columns"
+             " at the rates per CPU second, what to read on a shared machine):"]
     for threads, floors in report["stage_floor_seconds_per_layer"].items():
-        rate = report["machine_rates"][threads]
-        wall = report["stage_seconds_per_layer"][threads]
-        lines += [f"{threads.split('_')[0]} BLAS thread(s): dgemm {rate['flops_per_s'] / 1e9:.1f} GFLOP/s, "
-                  f"memory copy {rate['bytes_per_s'] / 1e9:.1f} GB/s",
-                  f"  {'stage':<16} {'wall s':>8} {'floor s':>8} {'wall/floor':>10}  floor counts"]
-        for stage, seconds in wall.items():
-            floor = floors.get(stage)
+        rate, cpu_floors = report["machine_rates"][threads], report["stage_floor_cpu_seconds_per_layer"][threads]
+        wall, cpu = report["stage_seconds_per_layer"][threads], report["stage_cpu_seconds_per_layer"][threads]
+        lines += [f"{threads.split('_')[0]} BLAS thread(s): dgemm {rate['flops_per_s'] / 1e9:.1f} GFLOP/s "
+                  f"({rate['flops_per_cpu_s'] / 1e9:.1f} per CPU s), memory copy {rate['bytes_per_s'] / 1e9:.1f} GB/s "
+                  f"({rate['bytes_per_cpu_s'] / 1e9:.1f} per CPU s)",
+                  f"  {'stage':<16} {'wall s':>8} {'floor s':>8} {'wall/floor':>10} {'CPU s':>8} {'floor s':>8} "
+                  f"{'CPU/floor':>10}  floor counts"]
+        rows = [(stage, wall[stage], cpu[stage], floors.get(stage), cpu_floors.get(stage)) for stage in wall]
+        rows.append(("total", sum(wall.values()), sum(cpu.values()),
+                     {"seconds": sum(f["seconds"] for f in floors.values()), "counts": ""},
+                     {"seconds": sum(f["seconds"] for f in cpu_floors.values())}))
+        for stage, w, c, floor, cpu_floor in rows:
             if floor is None:
-                lines.append(f"  {stage:<16} {seconds:>8.2f} {'-':>8} {'-':>10}  (no floor computed)")
+                lines.append(f"  {stage:<16} {w:>8.2f} {'-':>8} {'-':>10} {c:>8.2f} {'-':>8} {'-':>10}  (no floor)")
                 continue
-            lines.append(f"  {stage:<16} {seconds:>8.2f} {floor['seconds']:>8.3g} "
-                         f"{seconds / floor['seconds']:>9.1f}x  {floor['counts']}")
-        total = sum(f["seconds"] for f in floors.values())
-        lines.append(f"  {'total':<16} {sum(wall.values()):>8.2f} {total:>8.3g} {sum(wall.values()) / total:>9.1f}x")
+            lines.append(f"  {stage:<16} {w:>8.2f} {floor['seconds']:>8.3g} {w / floor['seconds']:>9.1f}x "
+                         f"{c:>8.2f} {cpu_floor['seconds']:>8.3g} {c / cpu_floor['seconds']:>9.1f}x  {floor['counts']}")
     return "\n".join(lines)
 
 
@@ -722,24 +728,28 @@ def machine_rates(size: int = 1536, repeats: int = 3) -> dict:
     64 MB array copy (bytes read plus written per second); the best of ``repeats``."""
     rng = np.random.default_rng(0)
     a, b, out = rng.standard_normal((size, size)), rng.standard_normal((size, size)), np.empty((size, size))
-    gemm = min(_timed(lambda: np.matmul(a, b, out=out))[0] for _ in range(repeats))
+    gemm = [_timed_cpu(lambda: np.matmul(a, b, out=out))[:2] for _ in range(repeats)]
     src, dst = np.ones(1 << 23), np.empty(1 << 23)
-    copy = min(_timed(lambda: np.copyto(dst, src))[0] for _ in range(repeats))
-    return {"flops_per_s": 2.0 * size**3 / gemm, "bytes_per_s": 2.0 * src.nbytes / copy,
-            "gemm_size": size, "copy_bytes": src.nbytes}
+    copy = [_timed_cpu(lambda: np.copyto(dst, src))[:2] for _ in range(repeats)]
+    flops, moved = 2.0 * size**3, 2.0 * src.nbytes
+    return {"flops_per_s": flops / min(w for w, _ in gemm), "bytes_per_s": moved / min(w for w, _ in copy),
+            "flops_per_cpu_s": flops / max(min(c for _, c in gemm), 1e-9),
+            "bytes_per_cpu_s": moved / max(min(c for _, c in copy), 1e-9), "gemm_size": size, "copy_bytes": src.nbytes}
 
 
-def stage_floors(shape: dict, rates: dict) -> dict:
+def stage_floors(shape: dict, rates: dict, *, cpu: bool = False) -> dict:
     """Per stage of one LLaMA-shaped layer (``N``, ``H``, ``H_kv``, ``d_ff``; bf16 weights), the least
     time its necessary work takes at ``rates`` (:func:`machine_rates`): flops at the matrix-product
     rate, bytes at the memory rate.  Counts: a Gram ``G = W W^T`` of an ``n x k`` matrix is a symmetric
     rank-k update, ``n^2 k`` flops; eigenvalues of ``G`` are at least its reduction to tridiagonal
     form, ``4 n^3 / 3`` flops; the (1,1)-norm of a head's ``N x N`` product from ``d x N`` factors
     ``2 N^2 d`` flops; a head's QR cores about ``2 N d^2`` flops a factor; reading a tensor its bf16
-    bytes once; the feed-forward norm passes the float32 matrices once."""
+    bytes once; the feed-forward norm passes the float32 matrices once.  ``cpu``: at the rates per CPU
+    second (what a core does while it runs; the floor of a stage's CPU seconds on a shared machine)."""
     n, h, h_kv, d_ff = shape["N"], shape["H"], shape["H_kv"], shape["d_ff"]
     d = n // h
-    flops, memory = rates["flops_per_s"], rates["bytes_per_s"]
+    flops, memory = (rates["flops_per_cpu_s"], rates["bytes_per_cpu_s"]) if cpu else (rates["flops_per_s"],
+                                                                                       rates["bytes_per_s"])
     short, wide = min(n, d_ff), max(n, d_ff)
     attention_values = 2 * n * h * d + 2 * n * h_kv * d
     counts = {
