@@ -65,7 +65,8 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
     import specbound.tools.bench
 
     monkeypatch.setattr(specbound.tools.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
-    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures { {'called': r['called']} }")
+    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench",
+                        lambda r: f"miniatures { {'called': r['called']} }")
     assert main(["bench", "--scenario", "miniatures", "--threads", "1"]) == 0
     assert "miniatures {'called': {'threads': 1, 'jobs': None, 'workdir': None}}" in capsys.readouterr().out
     assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
@@ -290,7 +291,8 @@ def test_stage_floors_count_the_necessary_work_of_a_7b_layer():
     rank-11008 updates of order 4096), 3 x 92 GFLOP of tridiagonal reduction, 64 heads' (1,1) products."""
     from specbound.tools.bench import LLAMA_7B, stage_floors
 
-    floors = {stage: f["seconds"] for stage, f in stage_floors(LLAMA_7B, {"flops_per_s": 1.0, "bytes_per_s": 1.0}).items()}
+    unit = {"flops_per_s": 1.0, "bytes_per_s": 1.0}
+    floors = {stage: f["seconds"] for stage, f in stage_floors(LLAMA_7B, unit).items()}
     assert floors["gram"] == 3 * 4096**2 * 11008 and round(floors["gram"] / 3e9) == 185
     assert floors["eigenvalues"] == pytest.approx(4 * 4096**3) and floors["norm_1_1"] == 64 * 2 * 4096**2 * 128
     assert floors["read_ff"] == 2 * 3 * 4096 * 11008 and floors["read_attention"] == 2 * 4096 * (2 * 4096 + 2 * 1024)
