@@ -710,8 +710,11 @@ def _bench(args) -> int:
                                                        repeats=args.repeats, threads=args.threads,
                                                        workdir=args.workdir), bench_ab.format_ab_bench)
     run, fmt = runs[args.scenario]
-    report = run()
-    print(json.dumps(report, indent=2) if args.format == "json" else fmt(report))
+    from .tools.bench_machine import format_machine, machine_info
+
+    machine = machine_info()  # every scenario says what it ran on (docs/benchmarks.md)
+    report = {"machine": machine, **run()}
+    print(json.dumps(report, indent=2) if args.format == "json" else format_machine(machine) + "\n\n" + fmt(report))
     return 0
 
 

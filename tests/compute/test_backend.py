@@ -207,3 +207,17 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tiny_dir, capsys):
     assert main(["analyze", str(tiny_dir("bert")), "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip()
     assert "use --device cpu or --device numpy" in err and len(err.splitlines()) == 1
+
+
+def test_the_two_stage_eigensolver_may_overwrite_a_fortran_ordered_gram(monkeypatch):
+    from specbound.compute import eigensolvers
+
+    if eigensolvers._two_stage_driver() is None:
+        pytest.skip("this BLAS exports no dsyevd_2stage")
+    monkeypatch.setattr(eigensolvers, "TWO_STAGE_MIN", 10)
+    x = np.random.default_rng(10).standard_normal((50, 60))
+    lower = np.asfortranarray(np.tril(x @ x.T))  # what blocked_gram returns: the upper triangle zero
+    kept = eigensolvers.symmetric_eigenvalues(lower)
+    owned = lower.copy(order="F")
+    np.testing.assert_array_equal(eigensolvers.symmetric_eigenvalues(owned, overwrite=True), kept)
+    assert not np.array_equal(owned, lower)  # LAPACK worked in place: no copy was made

@@ -160,3 +160,49 @@ def test_blockwise_norms_match_direct(monkeypatch, order):
     assert sp.norm_1_1 == pytest.approx(np.abs(w).sum(), rel=1e-13)
     assert sp.norm_2_1 == pytest.approx(np.linalg.norm(w, axis=0).sum(), rel=1e-13)
     np.testing.assert_allclose(sp.singular_values, np.linalg.svd(w, compute_uv=False), rtol=1e-10)
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_blocked_gram_is_the_lower_triangle_of_w_w_transpose(monkeypatch, layout):
+    """Symmetric rank-k updates per column block (uneven last block), only the lower triangles added:
+    ``W W^T`` to the summation error of the proven bound's depth, the strict upper triangle zero."""
+    import specbound.compute.spectra as spectra
+
+    monkeypatch.setattr(spectra, "_ADD_COLUMNS", 5)  # the lower-triangle addition in several column tiles
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal((13, 47))
+    w = {"C": base, "F": np.asfortranarray(base), "strided": rng.standard_normal((26, 47))[::2]}[layout]
+    gram = spectra.blocked_gram(w, 10)
+    u = np.finfo(np.float64).eps / 2
+    depth = 10 + 5 + 1
+    np.testing.assert_array_less(np.abs(np.tril(gram - w @ w.T)), 2 * depth * u * (np.abs(w) @ np.abs(w).T) + 1e-300)
+    assert gram.flags.f_contiguous and np.all(np.triu(gram, 1) == 0)
+
+
+@pytest.mark.parametrize("stored", [np.float32, np.float16])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_a_matrix_in_its_stored_precision_gives_the_numbers_of_its_float64_copy(stored, transpose):
+    """The Gram path, the column norms and the abs-sum upcast each block: a float32 (float16) matrix
+    gives every number of its exact float64 copy, bit for bit; so does the SVD fallback."""
+    rng = np.random.default_rng(8)
+    w = (0.02 * rng.standard_normal((40, 1300))).astype(stored)
+    w = w.T if transpose else w
+    for kernel in (KernelOptions(), KernelOptions(gram_rtol=0.0)):
+        ours, copy = dense_spectrum(w, kernel), dense_spectrum(w.astype(np.float64), kernel)
+        assert ours.sv_method == copy.sv_method == ("gram" if kernel.gram_rtol else "svd")
+        np.testing.assert_array_equal(ours.singular_values, copy.singular_values)
+        assert (ours.norm_1_1, ours.norm_2_1, ours.sv_rel_error_bound) == (copy.norm_1_1, copy.norm_2_1,
+                                                                            copy.sv_rel_error_bound)
+
+
+def test_the_gram_path_never_holds_a_float64_copy_of_a_stored_matrix():
+    import tracemalloc
+
+    w = np.random.default_rng(9).standard_normal((16, 1 << 16)).astype(np.float32)  # float64 copy: 8 MiB
+    tracemalloc.start()
+    try:
+        spectrum = dense_spectrum(w, KernelOptions())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert spectrum.sv_method == "gram" and peak < 0.5 * 8 * w.size

@@ -65,7 +65,8 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
     import specbound.tools.bench
 
     monkeypatch.setattr(specbound.tools.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
-    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures {r}")
+    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench",
+                        lambda r: f"miniatures { {'called': r['called']} }")
     assert main(["bench", "--scenario", "miniatures", "--threads", "1"]) == 0
     assert "miniatures {'called': {'threads': 1, 'jobs': None, 'workdir': None}}" in capsys.readouterr().out
     assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
@@ -111,9 +112,20 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     assert report["ff_sv_methods"] == {"gram": 9} and 0 < report["max_ff_sv_rel_error_bound"] <= 1e-8
     assert "extrapolated_seconds_all_layers" not in report
     assert {"spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "param_count"} <= set(report["bounds"])
+    for threads in ("1_blas_threads", "2_blas_threads"):
+        floors = report["stage_floor_seconds_per_layer"][threads]
+        assert set(floors) == set(report["stage_seconds_per_layer"][threads]) - {"rotary_qk"}
+        assert all(f["seconds"] > 0 for f in floors.values()) and report["machine_rates"][threads]["flops_per_s"] > 0
     json.dumps(report)
     text = format_llama7b_bench(report)
     assert "every bound" in text and "EXTRAPOLATED" not in text
+    gram = next(line.split() for line in text.splitlines() if line.strip().startswith("gram "))
+    wall, floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_seconds_per_layer",
+                                                                       "stage_floor_seconds_per_layer"))
+    assert gram[3] == f"{wall / floor['seconds']:.1f}x" and "against its floor" in text
+    cpu, cpu_floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_cpu_seconds_per_layer",
+                                                                          "stage_floor_cpu_seconds_per_layer"))
+    assert gram[6] == f"{cpu / cpu_floor['seconds']:.1f}x"
     assert list(tmp_path.iterdir()) == []
     short = run_llama7b_bench(shape=shape, layers=1, jobs=1, workdir=str(tmp_path), probe_layers=1)
     assert short["layers"] == 1 and short["extrapolated_seconds_all_layers"] == 3 * short["seconds"]
@@ -127,7 +139,7 @@ def test_the_large_scenario_is_llama7b_on_a_few_layers(monkeypatch, capsys):
     monkeypatch.setattr(bench, "run_llama7b_bench", lambda **kw: calls.append(kw) or {"kw": kw})
     monkeypatch.setattr(bench, "format_llama7b_bench", lambda report: "formatted")
     assert main(["bench", "--scenario", "large", "--device", "cpu"]) == 0
-    assert capsys.readouterr().out == "formatted\n"
+    assert capsys.readouterr().out.endswith("\n\nformatted\n")  # after the machine's header
     (kw,) = calls
     assert kw["layers"] == bench.LARGE_LAYERS < bench.LLAMA_7B["L"] and kw["jobs"] == 1 and kw["kernel"].device == "cpu"
 
@@ -186,9 +198,11 @@ def test_kernels_bench_times_every_candidate(capsys):
         assert {"numpy_dsyevd", "scipy_evd", "scipy_evr"} <= set(r["eigenvalues"])
         assert r["eigenvalues_fastest"] in r["eigenvalues"] and r["chosen"] == "numpy dsyevd"
         assert all(t > 0 for t in r["norm_1_1_one_head"].values())
+        assert set(r["gram_block"]) == {"numpy_matmul_float64", "dsyrk_from_float32"}
     json.dumps(report)
     text = format_kernels_bench(report)
     assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2
+    assert text.splitlines()[-1].split()[0] == "70" and "dsyrk" in text
 
 
 def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
@@ -218,3 +232,67 @@ def test_ab_bench_refuses_a_folder_without_the_code_and_other_scenarios(tmp_path
     assert main(["bench", "--scenario", "kernels", "--against", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--scenario kernels" in err
+
+
+SCENARIO_RUNS = {"bert-base": ("run_bench", "format_bench"), "large": ("run_llama7b_bench", "format_llama7b_bench"),
+                 "llama7b": ("run_llama7b_bench", "format_llama7b_bench"),
+                 "kernels": ("run_kernels_bench", "format_kernels_bench"),
+                 "miniatures": ("run_miniatures_bench", "format_miniatures_bench")}
+
+
+@pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, "threads"])
+def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeypatch):
+    """The header (CPU, each BLAS with its kernel and threads, NumPy/SciPy) and the ``machine`` record,
+    with the scenario itself replaced: nothing is timed."""
+    import numpy
+    import scipy
+
+    import specbound.tools.bench as bench
+    import specbound.tools.bench_threads as bench_threads
+
+    module, (run, fmt) = (bench, SCENARIO_RUNS[scenario]) if scenario != "threads" else (
+        bench_threads, ("run_threads_bench", "format_threads_bench"))
+    monkeypatch.setattr(module, run, lambda **kw: {"ran": scenario})
+    monkeypatch.setattr(module, fmt, lambda report: f"scenario text {report['ran']}")
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    assert main(["bench", "--scenario", scenario]) == 0
+    text = capsys.readouterr().out
+    head = text.split("\n\n")[0].splitlines()
+    assert head[0].startswith("CPU ") and text.rstrip().endswith(f"scenario text {scenario}")
+    assert f"{numpy.__version__} / {scipy.__version__}" in head[1]
+    blas = [line for line in head if line.startswith("BLAS (")]
+    assert {line.split(")")[0] for line in blas} >= {"BLAS (numpy"} and all("kernel" in line for line in blas)
+    assert "WARNING" not in text
+    assert main(["bench", "--scenario", scenario, "--format", "json"]) == 0
+    machine = json.loads(capsys.readouterr().out)["machine"]
+    assert machine["numpy"] == numpy.__version__ and machine["scipy"] == scipy.__version__ and machine["cpu_model"]
+    libraries = {lib["package"]: lib for lib in machine["blas"]}
+    assert "numpy" in libraries and all(lib["threads"] >= 1 for lib in machine["blas"])
+    assert all(lib["architecture"] for lib in machine["blas"] if lib["library"] == "openblas")
+    assert machine["kernel_overrides"] == {}
+
+
+def test_a_forced_blas_kernel_is_named_with_the_command_that_undoes_it(monkeypatch):
+    from specbound.tools.bench_machine import format_machine, machine_info
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    info = machine_info()
+    assert info["kernel_overrides"] == {"OPENBLAS_CORETYPE": "Haswell"}
+    assert info["blas_environment"]["OPENBLAS_NUM_THREADS"] == "1"
+    warning = [line for line in format_machine(info).splitlines() if line.startswith("WARNING")]
+    assert len(warning) == 1 and "OPENBLAS_CORETYPE forces" in warning[0]
+    assert warning[0].endswith("env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE specbound bench ...")
+    assert "OPENBLAS_CORETYPE=Haswell" in format_machine(info)
+
+
+def test_stage_floors_count_the_necessary_work_of_a_7b_layer():
+    """At one flop (byte) per second the floors are the work itself: 3 x 185 GFLOP of Gram (symmetric
+    rank-11008 updates of order 4096), 3 x 92 GFLOP of tridiagonal reduction, 64 heads' (1,1) products."""
+    from specbound.tools.bench import LLAMA_7B, stage_floors
+
+    unit = {"flops_per_s": 1.0, "bytes_per_s": 1.0}
+    floors = {stage: f["seconds"] for stage, f in stage_floors(LLAMA_7B, unit).items()}
+    assert floors["gram"] == 3 * 4096**2 * 11008 and round(floors["gram"] / 3e9) == 185
+    assert floors["eigenvalues"] == pytest.approx(4 * 4096**3) and floors["norm_1_1"] == 64 * 2 * 4096**2 * 128
+    assert floors["read_ff"] == 2 * 3 * 4096 * 11008 and floors["read_attention"] == 2 * 4096 * (2 * 4096 + 2 * 1024)

@@ -21,14 +21,18 @@ def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
     return array.T if layout == "linear" else array
 
 
-def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | None = None) -> np.ndarray:
+def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | None = None, *,
+              compact: bool = False) -> np.ndarray:
     """The row-oriented matrix of one tensor rule at stored layer ``stored`` (of expert ``expert``),
-    its output scale (LayerScale) folded in: ``(x W) diag(lambda)``."""
+    its output scale (LayerScale) folded in: ``(x W) diag(lambda)``.  ``compact``: in float32 where
+    that holds the stored values exactly and the format reads them so (:meth:`Checkpoint.read`), and
+    no scale is folded in; float64 otherwise."""
     name = rule.name_for(stored, prefix, expert)
     if rule.layout == BANK:  # every expert in one tensor, each stored (in, out): read expert ``expert`` alone
         return ckpt.read_part(name, expert)
+    compact = compact and rule.output_scale is None
     # An ONNX weight knows its orientation from its MatMul/Gemm node; otherwise the spec's layout.
-    w = _row_oriented(ckpt.read(name), ckpt.layout(name) or rule.layout)
+    w = _row_oriented(ckpt.read(name, compact=True) if compact else ckpt.read(name), ckpt.layout(name) or rule.layout)
     if rule.output_scale is not None:
         w = w * np.asarray(ckpt.read(rule.scale_for(stored, prefix)), dtype=np.float64).reshape(1, -1)
     return w
@@ -118,9 +122,10 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
 
     stored = dims.stored_layer(layer)
 
-    def read(rule, expert: int | None = None) -> np.ndarray:
+    def read(rule, expert: int | None = None, compact: bool = False) -> np.ndarray:
         """A rule's matrix, or a role's: ``read("q")``."""
-        return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert)
+        return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert,
+                         compact=compact)
 
     latent = None
     if spec.latent is not None:  # multi-head latent attention: its own factors (docs/theory.md 3l)
@@ -131,10 +136,11 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
     else:
         q, k, v = read("q"), read("k"), read("v")
-    if spec.experts is None:
-        loaders = _ff_loaders(spec.tensors, read, None, dims.d_ff)
-    elif not dims.routed(layer):  # a dense layer between layers of experts (Llama 4)
-        loaders = _ff_loaders(spec.experts.dense, read, None, dims.moe.dense_d_ff)
+    compact = {}  # the same matrices as stored, for the spectra (LazyMatrices.compact)
+    if spec.experts is None or not dims.routed(layer):  # dense, or a dense layer between layers of experts (Llama 4)
+        rules, d_ff = (spec.tensors, dims.d_ff) if spec.experts is None else (spec.experts.dense, dims.moe.dense_d_ff)
+        loaders = _ff_loaders(rules, read, None, d_ff)
+        compact = _ff_loaders(rules, lambda rule: read(rule, compact=True), None, d_ff)
     else:
         loaders = {}
         for e in range(dims.moe.experts):
@@ -142,7 +148,8 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         if spec.experts.shared and dims.moe.shared_d_ff:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
     if latent is not None:
-        return LayerWeights(layer=layer, q=None, k=None, v=None, o=None, ff=LazyMatrices(loaders), latent=latent)
+        return LayerWeights(layer=layer, q=None, k=None, v=None, o=None, ff=LazyMatrices(loaders, compact),
+                            latent=latent)
     rotates = nope_flags(spec.rotary_options.get("nope"), ckpt.config, dims.L)[layer] if spec.rotary else True
     # Granite's multipliers, Llama 4's query temperature on its NoPE layers
     q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head, rotates=rotates)
@@ -153,13 +160,14 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         o = o * out_scale
         loaders = {role: (lambda f=f: f() * out_scale) if role.startswith("FF_out") else f
                    for role, f in loaders.items()}
+        compact = {role: f for role, f in compact.items() if not role.startswith("FF_out")}  # scaled in float64
     return LayerWeights(
         layer=layer,
         q=head_columns(q, dims.H, dims.d_head),
         k=head_columns(k, dims.H_kv, dims.d_head),
         v=head_columns(v, dims.H_kv, dims.d_head),
         o=np.ascontiguousarray(o.reshape(dims.H, dims.d_head, dims.N)),
-        ff=LazyMatrices(loaders),
+        ff=LazyMatrices(loaders, compact),
         qk_norm=qk_norm_gains(spec, ckpt, dims, prefix, stored) if normalises(spec, ckpt.config, dims, layer) else None,
     )
 

@@ -469,13 +469,24 @@ class CrossWeights:
 
 class LazyMatrices(Mapping):
     """Role -> matrix, each read from the checkpoint when accessed and never cached, so a layer's
-    wide feed-forward matrices are held one at a time (a LLaMA-7B layer's three are 1 GB in float64)."""
+    wide feed-forward matrices are held one at a time (a LLaMA-7B layer's three are 1 GB in float64).
 
-    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]]):
+    ``compact``: loaders of the same matrices as stored where that is exact in float32 (bf16, fp16,
+    fp32 weights of a safetensors file): half the memory, for :func:`~specbound.compute.spectra.dense_spectrum`,
+    which upcasts a block at a time; indexing always gives float64."""
+
+    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]],
+                 compact: dict[str, Callable[[], np.ndarray]] | None = None):
         self._loaders = loaders
+        self._compact = compact or {}
 
     def __getitem__(self, role: str) -> np.ndarray:
         return self._loaders[role]()
+
+    def compact(self, role: str) -> np.ndarray:
+        """The matrix of ``role`` in float32 where that holds it exactly, else in float64 (its values are
+        those of ``self[role]`` either way)."""
+        return self._compact.get(role, self._loaders[role])()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._loaders)

@@ -28,13 +28,16 @@ TWO_STAGE_MIN = 3072
 _LAPACK_COL_MAJOR = 102
 
 
-def symmetric_eigenvalues(g: np.ndarray) -> np.ndarray:
+def symmetric_eigenvalues(g: np.ndarray, *, overwrite: bool = False) -> np.ndarray:
     """Eigenvalues of the symmetric ``g`` (its lower triangle is read), ascending.
 
     Parameters
     ----------
     g : ndarray, shape (n, n), float64
-        Only the lower triangle is referenced; ``g`` is not modified.
+        Only the lower triangle is referenced; ``g`` is not modified unless ``overwrite``.
+    overwrite : bool
+        ``g`` may be destroyed: a Fortran-ordered ``g`` is then handed to the two-stage driver as it
+        is, without the copy LAPACK would otherwise overwrite (an ``n = 4096`` Gram matrix: 134 MB).
 
     Returns
     -------
@@ -46,7 +49,8 @@ def symmetric_eigenvalues(g: np.ndarray) -> np.ndarray:
         return np.linalg.eigvalsh(g, UPLO="L")
     # LAPACK overwrites its input; a Fortran-ordered copy is the lower triangle it reads ("L" of
     # the column-major view is "U" of a C-ordered array, the same entries for a symmetric g).
-    a = np.array(g, order="F")
+    owned = overwrite and g.flags.f_contiguous and g.dtype == np.float64
+    a = g if owned else np.array(g, order="F", dtype=np.float64)
     w = np.empty(n)
     info = driver(_LAPACK_COL_MAJOR, b"N", b"L", n, a.ctypes.data, n, w.ctypes.data)
     if info != 0:  # > 0: the tridiagonal solver did not converge (never seen); < 0: a bad argument

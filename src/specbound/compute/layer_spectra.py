@@ -122,19 +122,22 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *,
     the next matrix while the previous one is still referenced.  ``prefetch``: read the next matrix
     in a background thread while this one's spectrum is computed (reading is file I/O and an
     upcast; the spectrum is BLAS/LAPACK work that releases the GIL), at the cost of two matrices
-    alive at once instead of one.
+    alive at once instead of one.  A checkpoint's matrices are read as stored where float32 holds
+    them exactly (:meth:`~specbound.archs.model.LazyMatrices.compact`: bf16 weights in half the memory
+    of float64); the spectra upcast them a block at a time, so the numbers are those of float64.
     """
     roles = list(ff)
+    read = getattr(ff, "compact", ff.__getitem__)
     if not prefetch or len(roles) < 2:
-        return {role: dense_spectrum(ff[role], kernel) for role in roles}
+        return {role: dense_spectrum(read(role), kernel) for role in roles}
     from concurrent.futures import ThreadPoolExecutor
 
     out = {}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-read") as reader:
-        pending = reader.submit(ff.__getitem__, roles[0])
+        pending = reader.submit(read, roles[0])
         for i, role in enumerate(roles):
             matrix = pending.result()
-            pending = reader.submit(ff.__getitem__, roles[i + 1]) if i + 1 < len(roles) else None
+            pending = reader.submit(read, roles[i + 1]) if i + 1 < len(roles) else None
             out[role] = dense_spectrum(matrix, kernel)
             del matrix
     return out

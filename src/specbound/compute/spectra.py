@@ -8,7 +8,8 @@ Two kinds of matrix arrive here:
   product is never held in memory whole (the entrywise (1,1)-norm streams it in column blocks);
 * a *dense* matrix ``W`` (the feed-forward matrices), whose singular values come from LAPACK.
 
-Everything is float64.  ``device`` says where the heavy linear algebra runs: ``"numpy"`` (NumPy and
+Everything is computed in float64 (a dense matrix may arrive in float32 or float16, as stored, and is
+upcast a block at a time).  ``device`` says where the heavy linear algebra runs: ``"numpy"`` (NumPy and
 SciPy's LAPACK, the default) or torch on ``"cpu"`` / ``"cuda"`` (:mod:`.torch_kernels`, the same
 method and blocking, so the same proven bounds).  A spectrum keeps the singular values it computed together with ``dim``,
 the length of the full spectrum (``min`` of the represented matrix's shape): a factored ``N x N``
@@ -275,9 +276,11 @@ def _row_blocks(w: np.ndarray):
 
 
 def column_sq_norms(w: np.ndarray) -> np.ndarray:
-    """Squared l2 norm of every column of ``w``, shape (w.shape[1],), computed blockwise."""
+    """Squared l2 norm of every column of ``w``, shape (w.shape[1],), computed blockwise in float64
+    (a float32 ``w``, as stored, is upcast one block at a time: the same numbers as its float64 copy)."""
     parts, acc = [], np.zeros(w.shape[1])
     for axis, block in _row_blocks(w):
+        block = np.asarray(block, dtype=np.float64)
         if axis == 0:
             acc += np.einsum("ij,ij->j", block, block)
         else:
@@ -286,7 +289,7 @@ def column_sq_norms(w: np.ndarray) -> np.ndarray:
 
 
 def _blockwise_abs_sum(w: np.ndarray) -> float:
-    return float(sum(np.abs(block).sum() for _, block in _row_blocks(w)))
+    return float(sum(np.abs(np.asarray(block, dtype=np.float64)).sum() for _, block in _row_blocks(w)))
 
 
 def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
@@ -329,7 +332,8 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     ``delta / s_hat_min^2``.
 
     Every step is a numpy call that releases the GIL, so layers analysed in parallel threads
-    overlap fully.  Extra memory: two ``n x n`` float64 matrices.
+    overlap fully.  Extra memory: two ``n x n`` float64 matrices and one ``n x b`` block (``w`` may be
+    float32 or float16, as stored: it is upcast one block at a time, never whole).
 
     ``frobenius_sq``: ``||W||_F^2`` when the caller has it (computed here otherwise).  ``kernel.device``:
     where ``G`` and its eigenvalues are computed (torch: the same blocks, so the same bound).
@@ -350,7 +354,7 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
         lam = gram_eigenvalues(short, width, kernel.device)
     else:
         gram = blocked_gram(short, width)
-        lam = symmetric_eigenvalues(gram)[::-1]
+        lam = symmetric_eigenvalues(gram, overwrite=True)[::-1]
         del gram
     depth = width + -(-k // width) + 1
     gamma = depth * u / (1 - depth * u)
@@ -363,17 +367,48 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
 
 
 def blocked_gram(short: np.ndarray, width: int) -> np.ndarray:
-    """``W W^T`` for ``W`` of shape ``(n, k)``, summed over column blocks of ``width``: each block's
-    product is formed on its own (one BLAS call, whatever order it sums ``width`` terms in) and then
-    added, the summation tree whose depth :func:`gram_singular_values` bounds.  Shape ``(n, n)``."""
+    """The lower triangle of ``W W^T`` for ``W`` of shape ``(n, k)``, summed over column blocks of
+    ``width``: each block's product is formed on its own (one BLAS call, whatever order it sums
+    ``width`` terms in) and then added, the summation tree whose depth :func:`gram_singular_values`
+    bounds.  Each product is a symmetric rank-``width`` update (``dsyrk``: the lower triangle only,
+    half the flops of a general product) of the block upcast to float64 (``W`` may be stored in
+    float32 or float16; no float64 copy of it is made whole), and only the lower triangles are added.
+
+    Returns an ``(n, n)`` Fortran-ordered float64 array whose strict upper triangle is zero (what
+    :func:`~.eigensolvers.symmetric_eigenvalues` reads is the lower one).
+    """
     n, k = short.shape
-    gram = short[:, :width] @ short[:, :width].T
-    product = np.empty((n, n)) if k > width else None
+    gram = _block_gram(short[:, :width], np.zeros((n, n), order="F"))
+    product = np.zeros((n, n), order="F") if k > width else None
     for j in range(width, k, width):
-        block = short[:, j:j + width]
-        np.matmul(block, block.T, out=product)
-        gram += product
+        _add_lower(gram, _block_gram(short[:, j:j + width], product))
     return gram
+
+
+def _block_gram(block: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``block @ block.T`` (its lower triangle) into the Fortran-ordered float64 ``out``, by ``dsyrk``
+    on the block as it is laid out: a Fortran-ordered block as ``A A^T``, any other one as a
+    C-ordered float64 copy (``A^T A`` of its transpose), so that the BLAS reads it without a second copy."""
+    from scipy.linalg.blas import dsyrk
+
+    if block.flags.f_contiguous:
+        a, trans = np.asfortranarray(block, dtype=np.float64), 0
+    else:
+        a, trans = np.ascontiguousarray(block, dtype=np.float64).T, 1
+    return dsyrk(1.0, a, beta=0.0, c=out, trans=trans, lower=1, overwrite_c=1)
+
+
+# Columns of the lower-triangle addition per step (each step's slices stay in the cache).
+_ADD_COLUMNS = 256
+
+
+def _add_lower(gram: np.ndarray, product: np.ndarray) -> None:
+    """``gram += product`` on the lower triangle (and the diagonal tiles' upper corners, zero in
+    both) of two Fortran-ordered ``(n, n)`` arrays, column tile by column tile."""
+    n = gram.shape[0]
+    for j in range(0, n, _ADD_COLUMNS):
+        tile = gram[j:, j:j + _ADD_COLUMNS]
+        tile += product[j:, j:j + _ADD_COLUMNS]
 
 
 def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSpectrum:
@@ -405,7 +440,7 @@ def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSp
 
 def _singular_values(w: np.ndarray, device: str) -> np.ndarray:
     if device == "numpy":
-        return np.linalg.svd(w, compute_uv=False)
+        return np.linalg.svd(np.asarray(w, dtype=np.float64), compute_uv=False)
     from .torch_kernels import singular_values
 
     return singular_values(w, device)

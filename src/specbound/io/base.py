@@ -127,24 +127,27 @@ class Checkpoint:
             )
         return count
 
-    def read(self, name: str) -> np.ndarray:
+    def read(self, name: str, *, compact: bool = False) -> np.ndarray:
         """The tensor ``name`` as a float64 array; NaN/Inf is an error naming the tensor.
 
         Floating-point tensors (F64, F32, F16, BF16) are upcast exactly; any other dtype (integer,
         8-bit float: a quantized checkpoint) is an error, since its stored values are not the weights.
+        ``compact``: a format that can (:meth:`_raw_compact`) gives an F32, F16 or BF16 tensor as float32,
+        which holds it exactly in half the memory; float64 otherwise.
         """
         with self._read_lock, os_errors(f"read tensor {name!r} from {self.where(name)}"):
             dtype = self.dtype(name)
             if dtype in FLOAT_DTYPES:
                 self.check_size(name)
-            raw = self._raw(name) if dtype in FLOAT_DTYPES else None
+            small = self._raw_compact(name) if compact and dtype in FLOAT_DTYPES else None
+            raw = small if small is not None else self._raw(name) if dtype in FLOAT_DTYPES else None
         if raw is None:
             raise SpecboundError(
                 f"tensor {name!r} in {self.where(name)} is stored as {dtype}, not as a floating-point weight "
                 f"({', '.join(FLOAT_DTYPES)}): a quantized checkpoint's stored values are not its "
                 f"weights; dequantize it and save it in float16/bfloat16/float32 first"
             )
-        array = np.asarray(raw, dtype=np.float64)
+        array = raw if small is not None else np.asarray(raw, dtype=np.float64)
         # A NaN or an infinity makes the sum non-finite, so a finite sum clears the tensor in one
         # pass without a mask; a non-finite sum (or an overflow of huge finite values) is counted.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -178,6 +181,11 @@ class Checkpoint:
                 f"value(s) in part {index}; the bounds are undefined for non-finite weights: re-export the "
                 f"checkpoint from a healthy training state")
         return array
+
+    def _raw_compact(self, name: str) -> np.ndarray | None:
+        """The values of ``name`` as float32 when that holds them exactly and the format reads them so
+        without a float64 copy; None (the default: read as float64) otherwise."""
+        return None
 
     def _raw_part(self, name: str, index: int) -> np.ndarray | None:
         """The stored values of ``name[index]`` alone, or None when the format reads whole tensors only."""

@@ -82,6 +82,19 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
         except (OSError, ValueError, KeyError) as exc:
             raise _corrupt(path, exc, name) from None
 
+    def _raw_compact(self, name: str) -> np.ndarray | None:
+        """An F32, F16 or BF16 tensor as float32 (exact), read like :meth:`_raw`; None for F64."""
+        path = self.shards[name]
+        if path not in self._headers:
+            self._headers[path] = _read_header(path)
+        header_len, header = self._headers[path]
+        if header.get(name, {}).get("dtype") not in ("F32", "F16", "BF16"):
+            return None
+        try:
+            return _read_float_tensor(path, header_len, header, name, np.float32)
+        except (OSError, ValueError, KeyError) as exc:
+            raise _corrupt(path, exc, name) from None
+
     def stored(self, name: str) -> np.ndarray:
         """``name``'s stored values in their own dtype (a quantized checkpoint's packed integers,
         scales and zero points: :mod:`.quantized`), read with plain file reads."""
@@ -185,8 +198,9 @@ def _read_header(path: Path) -> tuple[int, dict]:
         return header_len, check_header(f.read(header_len), size)
 
 
-def upcast(entry: dict, chunks) -> np.ndarray:
-    """One tensor as float64 from its stored bytes, upcast exactly, chunk by chunk.
+def upcast(entry: dict, chunks, dtype=np.float64) -> np.ndarray:
+    """One tensor as float64 (or ``dtype``: float32 holds F32, F16 and BF16 exactly) from its stored
+    bytes, upcast exactly, chunk by chunk.
 
     ``entry``: its header entry (dtype, shape, data_offsets); ``chunks``: its stored bytes, in order,
     in pieces of any size (a file read in chunks, an HTTP body as it arrives).  Never holding a
@@ -194,7 +208,7 @@ def upcast(entry: dict, chunks) -> np.ndarray:
     """
     raw_dtype = np.dtype(_RAW_DTYPES[entry["dtype"]])
     count = math.prod(entry["shape"])
-    out = np.empty(count, dtype=np.float64)
+    out = np.empty(count, dtype=dtype)
     filled, carry = 0, b""
     for chunk in chunks:
         buf = carry + chunk if carry else chunk
@@ -220,8 +234,9 @@ def stored_values(entry: dict, chunks) -> np.ndarray:
     return np.frombuffer(data, dtype=raw).astype(raw.newbyteorder("="), copy=True).reshape(entry["shape"])
 
 
-def _read_float_tensor(path: Path, header_len: int, header: dict, name: str) -> np.ndarray:
-    """One tensor as float64, read with plain file reads in chunks (not memory-mapped) and upcast."""
+def _read_float_tensor(path: Path, header_len: int, header: dict, name: str, dtype=np.float64) -> np.ndarray:
+    """One tensor as float64 (or ``dtype``, exact for the tensor), read with plain file reads in chunks
+    (not memory-mapped) and upcast."""
     entry = header[name]
     start, end = entry["data_offsets"]
     step = _CHUNK * np.dtype(_RAW_DTYPES[entry["dtype"]]).itemsize
@@ -231,7 +246,7 @@ def _read_float_tensor(path: Path, header_len: int, header: dict, name: str) -> 
             f.seek(8 + header_len + start)
             for at in range(start, end, step):
                 yield f.read(min(step, end - at))
-    return upcast(entry, chunks())
+    return upcast(entry, chunks(), dtype)
 
 
 def _corrupt(path: Path, exc: Exception, name: str | None = None) -> SpecboundError:

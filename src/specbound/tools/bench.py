@@ -499,14 +499,14 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
         clock.wall[stage] -= clock.wall["attention_cores"]
         clock.cpu[stage] -= clock.cpu["attention_cores"]
     for role in weights.ff:
-        w = clock("read_ff", lambda: weights.ff[role])
+        w = clock("read_ff", lambda: weights.ff.compact(role))
         short = w if w.shape[0] <= w.shape[1] else w.T
         clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
         if device != "numpy":
             clock("gram", lambda: spectra.gram_singular_values(short, kernel=kernel))
             continue
         gram = clock("gram", lambda: spectra.blocked_gram(short, min(spectra._GRAM_BLOCK, short.shape[1])))
-        clock("eigenvalues", lambda: symmetric_eigenvalues(gram))
+        clock("eigenvalues", lambda: symmetric_eigenvalues(gram, overwrite=True))
     return {"wall": clock.wall, "cpu": clock.cpu}
 
 
@@ -532,7 +532,7 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
                     "nuclear_norm": s.nuclear_norm(kernel.rank_tol), "stable_rank": s.stable_rank,
                     "norm_2_1": s.norm_2_1, "norm_1_1": s.norm_1_1}
     reference_seconds, reference_cpu = time.perf_counter() - start, time.process_time() - cpu
-    stages = {}
+    stages, rates = {}, {}
     for threads in (1, 2):
         if device != "numpy":
             import torch
@@ -540,9 +540,11 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
             torch.set_num_threads(threads)
         with threadpool_limits(limits=threads):
             stages[threads] = [_stage_seconds(model, layer, device) for layer in probe_layers]
+            rates[threads] = machine_rates()
     model.ckpt.close()
     queue.put({"reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
                "reference_seconds": reference_seconds, "reference_cpu_seconds": reference_cpu,
+               "rates": {f"{t}_blas_threads": r for t, r in rates.items()},
                "stages": {t: [r["wall"] for r in runs] for t, runs in stages.items()},
                "stages_cpu": {t: [r["cpu"] for r in runs] for t, runs in stages.items()}})
 
@@ -620,6 +622,8 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
                 for t, runs in stages.items()}
 
     stage_wall, stage_cpu = medians(ref["stages"]), medians(ref["stages_cpu"])
+    floors = {t: stage_floors(shape, rate) for t, rate in ref["rates"].items()}
+    cpu_floors = {t: stage_floors(shape, rate, cpu=True) for t, rate in ref["rates"].items()}
     cores = min(jobs * threads, os.cpu_count() or 1)
     report = {
         "scenario": f"{llama_scenario(shape, vocab)}, {len(shards)} shards",
@@ -640,6 +644,9 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
         "layer_completion_seconds": out["analysis_stamps"],
         "stage_seconds_per_layer": stage_wall,
         "stage_cpu_seconds_per_layer": stage_cpu,
+        "machine_rates": ref["rates"],
+        "stage_floor_seconds_per_layer": floors,
+        "stage_floor_cpu_seconds_per_layer": cpu_floors,
         "seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_wall.items()},
         "cpu_seconds_per_layer_one_at_a_time": {t: sum(v.values()) for t, v in stage_cpu.items()},
         "ff_sv_methods": out["ff_sv_methods"],
@@ -687,7 +694,76 @@ def format_llama7b_bench(report: dict) -> str:
         for threads, values in stages.items():
             lines.append(f"{threads.split('_')[0]:>12} " + " ".join(f"{values[n]:>16.2f}" for n in names)
                          + f" {sum(values.values()):>8.2f}")
+    return "\n".join(lines + ["", format_stage_floors(report)])
+
+
+def format_stage_floors(report: dict) -> str:
+    """Each stage's median wall seconds per layer against its floor (its flops at the measured BLAS
+    rate, or its bytes at the measured memory rate), per BLAS thread count: the gap left."""
+    lines = ["each stage against its floor (per layer; floor = work / rate measured in this run; the CPU columns"
+             " at the rates per CPU second, what to read on a shared machine):"]
+    for threads, floors in report["stage_floor_seconds_per_layer"].items():
+        rate, cpu_floors = report["machine_rates"][threads], report["stage_floor_cpu_seconds_per_layer"][threads]
+        wall, cpu = report["stage_seconds_per_layer"][threads], report["stage_cpu_seconds_per_layer"][threads]
+        lines += [f"{threads.split('_')[0]} BLAS thread(s): dgemm {rate['flops_per_s'] / 1e9:.1f} GFLOP/s "
+                  f"({rate['flops_per_cpu_s'] / 1e9:.1f} per CPU s), memory copy {rate['bytes_per_s'] / 1e9:.1f} GB/s "
+                  f"({rate['bytes_per_cpu_s'] / 1e9:.1f} per CPU s)",
+                  f"  {'stage':<16} {'wall s':>8} {'floor s':>8} {'wall/floor':>10} {'CPU s':>8} {'floor s':>8} "
+                  f"{'CPU/floor':>10}  floor counts"]
+        rows = [(stage, wall[stage], cpu[stage], floors.get(stage), cpu_floors.get(stage)) for stage in wall]
+        rows.append(("total", sum(wall.values()), sum(cpu.values()),
+                     {"seconds": sum(f["seconds"] for f in floors.values()), "counts": ""},
+                     {"seconds": sum(f["seconds"] for f in cpu_floors.values())}))
+        for stage, w, c, floor, cpu_floor in rows:
+            if floor is None:
+                lines.append(f"  {stage:<16} {w:>8.2f} {'-':>8} {'-':>10} {c:>8.2f} {'-':>8} {'-':>10}  (no floor)")
+                continue
+            lines.append(f"  {stage:<16} {w:>8.2f} {floor['seconds']:>8.3g} {w / floor['seconds']:>9.1f}x "
+                         f"{c:>8.2f} {cpu_floor['seconds']:>8.3g} {c / cpu_floor['seconds']:>9.1f}x  {floor['counts']}")
     return "\n".join(lines)
+
+
+def machine_rates(size: int = 1536, repeats: int = 3) -> dict:
+    """This machine's rates now, at the BLAS threads in force: a float64 ``size``-cube matrix product
+    (flops per second, the BLAS-3 rate every Gram, eigensolver and (1,1) tile is held to) and a
+    64 MB array copy (bytes read plus written per second); the best of ``repeats``."""
+    rng = np.random.default_rng(0)
+    a, b, out = rng.standard_normal((size, size)), rng.standard_normal((size, size)), np.empty((size, size))
+    gemm = [_timed_cpu(lambda: np.matmul(a, b, out=out))[:2] for _ in range(repeats)]
+    src, dst = np.ones(1 << 23), np.empty(1 << 23)
+    copy = [_timed_cpu(lambda: np.copyto(dst, src))[:2] for _ in range(repeats)]
+    flops, moved = 2.0 * size**3, 2.0 * src.nbytes
+    return {"flops_per_s": flops / min(w for w, _ in gemm), "bytes_per_s": moved / min(w for w, _ in copy),
+            "flops_per_cpu_s": flops / max(min(c for _, c in gemm), 1e-9),
+            "bytes_per_cpu_s": moved / max(min(c for _, c in copy), 1e-9), "gemm_size": size, "copy_bytes": src.nbytes}
+
+
+def stage_floors(shape: dict, rates: dict, *, cpu: bool = False) -> dict:
+    """Per stage of one LLaMA-shaped layer (``N``, ``H``, ``H_kv``, ``d_ff``; bf16 weights), the least
+    time its necessary work takes at ``rates`` (:func:`machine_rates`): flops at the matrix-product
+    rate, bytes at the memory rate.  Counts: a Gram ``G = W W^T`` of an ``n x k`` matrix is a symmetric
+    rank-k update, ``n^2 k`` flops; eigenvalues of ``G`` are at least its reduction to tridiagonal
+    form, ``4 n^3 / 3`` flops; the (1,1)-norm of a head's ``N x N`` product from ``d x N`` factors
+    ``2 N^2 d`` flops; a head's QR cores about ``2 N d^2`` flops a factor; reading a tensor its bf16
+    bytes once; the feed-forward norm passes the float32 matrices once.  ``cpu``: at the rates per CPU
+    second (what a core does while it runs; the floor of a stage's CPU seconds on a shared machine)."""
+    n, h, h_kv, d_ff = shape["N"], shape["H"], shape["H_kv"], shape["d_ff"]
+    d = n // h
+    flops, memory = (rates["flops_per_cpu_s"], rates["bytes_per_cpu_s"]) if cpu else (rates["flops_per_s"],
+                                                                                       rates["bytes_per_s"])
+    short, wide = min(n, d_ff), max(n, d_ff)
+    attention_values = 2 * n * h * d + 2 * n * h_kv * d
+    counts = {
+        "read_attention": (2 * attention_values / memory, f"{2 * attention_values / 1e6:.0f} MB of bf16 read once"),
+        "attention_cores": (2 * (2 * h + 2 * h_kv) * n * d * d / flops,
+                            f"QR of {2 * h + 2 * h_kv} factors, {n} x {d}"),
+        "norm_1_1": (2 * h * 2 * n * n * d / flops, f"{2 * h} products {n} x {d} x {n}"),
+        "read_ff": (2 * 3 * n * d_ff / memory, f"{6 * n * d_ff / 1e6:.0f} MB of bf16 read once"),
+        "ff_norms": (4 * 3 * n * d_ff / memory, f"{12 * n * d_ff / 1e6:.0f} MB of float32 passed once"),
+        "gram": (3 * short * short * wide / flops, f"3 rank-{wide} updates of order {short}"),
+        "eigenvalues": (3 * 4 * short**3 / 3 / flops, f"3 tridiagonal reductions of order {short}"),
+    }
+    return {stage: {"seconds": seconds, "counts": what} for stage, (seconds, what) in counts.items()}
 
 
 # --- kernels: the measurements behind the kernel choices ---------------------------------------
@@ -736,8 +812,14 @@ def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int
             a, b = rng.standard_normal((head_dim, n)), rng.standard_normal((head_dim, n))
             norms = {"row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
                      "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b))}
+            block = rng.standard_normal((spectra._GRAM_BLOCK, n)).astype(np.float32).T  # a bf16 Linear's block
+            product, lower = np.empty((n, n)), np.zeros((n, n), order="F")
+            wide = np.asarray(block, dtype=np.float64)
+            grams = {"numpy_matmul_float64": best(lambda: np.matmul(wide, wide.T, out=product)),
+                     "dsyrk_from_float32": best(lambda: spectra._block_gram(block, lower))}
             rows.append({"n": n, "eigenvalues": times, "eigenvalues_fastest": min(times, key=times.get),
-                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms})
+                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms,
+                         "gram_block": grams})
     return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
             "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
 
@@ -755,4 +837,10 @@ def format_kernels_bench(report: dict) -> str:
     for r in report["sizes"]:
         v = r["norm_1_1_one_head"]
         lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
+    lines += ["", "one 512-column block of an n-row Gram matrix (s): the product the old path formed (float64) "
+                  "and the lower-triangle rank-k update from the stored float32:",
+              f"{'n':>6} {'numpy matmul':>16} {'dsyrk':>16}"]
+    for r in report["sizes"]:
+        v = r["gram_block"]
+        lines.append(f"{r['n']:>6} {v['numpy_matmul_float64']:>16.4f} {v['dsyrk_from_float32']:>16.4f}")
     return "\n".join(lines)
