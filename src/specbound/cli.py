@@ -273,18 +273,6 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text",
                     help="output format (default: text)")
 
-    pa = sub.add_parser("paper", help="the paper's depth/width figure with slopes and intervals, from a store",
-                        description="Redraw the paper's scaling figure on the store's checkpoints (a sweep over "
-                                    "depth and width: your own family, or specbound miniatures): each headline "
-                                    "bound against depth at fixed width and against width at fixed depth, with "
-                                    "its log-log slope and confidence interval; prints the slopes and writes "
-                                    "paper.png, paper.pdf and slopes.csv.")
-    pa.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
-    pa.add_argument("--out", metavar="DIR", default="specbound-paper", help="folder for the figure and slopes.csv")
-    pa.add_argument("--bound", action="append", metavar="NAME",
-                    help="only this bound (repeatable; default the headline spectral_adaptive and edelman)")
-    pa.add_argument("--confidence", type=_confidence, default=0.95, help="confidence level (default 0.95)")
-
     pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
                         description="Draw every figure from stored records (never recomputing spectra).")
     pl.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
@@ -570,30 +558,6 @@ def _print_metric_correlations(args) -> None:
     print(corr.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3g}"))
 
 
-def _paper(args) -> int:
-    from pathlib import Path
-
-    from .atomic import atomic_write
-    from .errors import os_errors
-    from .records.style import require_matplotlib, save_figure
-    from .report.plots import figure_paper, paper_slopes
-
-    require_matplotlib()
-    store = _store_with_bounds(args)
-    slopes = paper_slopes(store, bounds=args.bound, confidence=args.confidence)
-    figure = figure_paper(store, bounds=args.bound, confidence=args.confidence)
-    out = Path(args.out)
-    with os_errors(f"write the figure to {out}"):
-        out.mkdir(parents=True, exist_ok=True)
-        written = [atomic_write(out / "slopes.csv", lambda p: slopes.to_csv(p, index=False))]
-        written += save_figure(figure, out / "paper")
-    print(f"log-log slopes over the whole model ({args.confidence:.0%} intervals), L at fixed N and N at fixed L:")
-    print(slopes.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    for path in written:
-        print(path)
-    return 0
-
-
 def _plot(args) -> int:
     from .report.plots import render_all
 
@@ -745,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         commands = {"analyze": _analyze, "compare": _compare, "arch": _arch, "sweep": _sweep, "scaling": _scaling,
-                    "plot": _plot, "paper": _paper, "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study,
+                    "plot": _plot, "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study,
                     "docs": _docs}
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning

@@ -168,34 +168,3 @@ def test_the_store_figures_compose_into_the_caller_s_axes(tiny_store, no_checkpo
         theirs = [(list(line.get_xdata()), list(line.get_ydata())) for line in right.get_lines()]
         assert theirs == [(list(line.get_xdata()), list(line.get_ydata())) for line in own.axes[0].get_lines()]
         assert theirs and not fig.legends  # the legend stays inside the caller's Axes
-
-
-def test_the_paper_figure_and_its_slopes(tiny_store, no_checkpoints, tmp_path, capsys):
-    """Issue 44: `specbound paper` redraws the paper's depth/width figure on a store's checkpoints, each
-    panel naming each headline bound's pooled log-log slope and interval, the numbers of `specbound
-    scaling`; it writes the figure and the slopes."""
-    import pandas as pd
-
-    from specbound.report.plots import figure_paper, paper_slopes
-    from specbound.report.scaling import scaling_table
-
-    slopes = paper_slopes(tiny_store)
-    fits = scaling_table(tiny_store, bounds=["spectral_adaptive", "edelman"])
-    pooled = fits[(fits["role"] == "all") & fits["fixed"].str.startswith("all")]
-    assert sorted(zip(slopes["bound"], slopes["against"])) == sorted(zip(pooled["bound"], pooled["against"]))
-    for row in slopes.itertuples():
-        (fit,) = pooled[(pooled["bound"] == row.bound) & (pooled["against"] == row.against)].itertuples()
-        assert (row.slope, row.ci_low, row.ci_high) == (fit.slope, fit.ci_low, fit.ci_high)
-    fig = figure_paper(tiny_store)
-    depth, width = fig.axes[:2]
-    assert depth.get_xlabel() == "depth L" and width.get_xlabel() == "hidden size N"
-    for ax, x in ((depth, "L"), (width, "N")):
-        row = slopes[(slopes["bound"] == "spectral_adaptive") & (slopes["against"] == x)].iloc[0]
-        assert f"Spectrum-adaptive: slope {row.slope:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}]" in ax.get_title()
-        assert ax.get_lines()
-    assert main(["paper", "--store", str(tiny_store.root), "--out", str(tmp_path / "paper")]) == 0
-    out = capsys.readouterr().out
-    assert "log-log slopes" in out and "spectral_adaptive" in out
-    assert {p.name for p in (tmp_path / "paper").iterdir()} == {"slopes.csv", "paper.png", "paper.pdf"}
-    written = pd.read_csv(tmp_path / "paper" / "slopes.csv")
-    assert written["slope"].to_numpy() == pytest.approx(slopes["slope"].to_numpy(), rel=1e-12)

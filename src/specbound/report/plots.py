@@ -122,7 +122,6 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     other = "L" if x == "N" else "N"
     table, names = _bounds_long(store, bounds)
     colors = [bound_color(n) for n in names]
-    columns = 6 if ax is None else 3  # a panel of the caller's is narrower than a figure of its own
     ax = _axes(ax)
     fig = ax.figure
     groups = sorted(table[other].unique())
@@ -161,47 +160,9 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     legend = ax.legend(handles=bound_handles, loc="upper left", frameon=False, fontsize=8)
     ax.add_artist(legend)
     ax.legend(handles=group_handles, loc="upper left", bbox_to_anchor=(0.0, 0.98 - 0.065 * len(names)),
-              frameon=False, fontsize=8, ncol=min(len(groups), columns), handletextpad=0.2, columnspacing=0.8,
+              frameon=False, fontsize=8, ncol=min(len(groups), 6), handletextpad=0.2, columnspacing=0.8,
               title=f"fixed {other}", title_fontsize=8, alignment="left")
     return fig
-
-
-def paper_slopes(store, *, bounds: list[str] | None = None, confidence: float = 0.95):
-    """The pooled log-log slopes of the headline bounds (or ``bounds``) over the whole model, in depth
-    ``L`` at fixed width and in width ``N`` at fixed depth, with their intervals: the fits of
-    :func:`~specbound.report.scaling.scaling_table` (role ``all``), columns ``bound, against, slope,
-    ci_low, ci_high, points``."""
-    from .scaling import scaling_table
-
-    _, names = _bounds_long(store, bounds)
-    fits = scaling_table(store, bounds=names, confidence=confidence)
-    pooled = fits[(fits["role"] == "all") & fits["fixed"].str.startswith("all")]
-    return pooled[["bound", "against", "slope", "ci_low", "ci_high", "points"]].reset_index(drop=True)
-
-
-def figure_paper(store, *, bounds: list[str] | None = None, confidence: float = 0.95):
-    """The paper's depth/width figure on the store's checkpoints: each headline bound (or ``bounds``)
-    against depth at fixed width (left) and against width at fixed depth (right), relative to its value
-    at the smallest, with each bound's pooled log-log slope and its ``confidence`` interval written in
-    the panel (:func:`paper_slopes`)."""
-    slopes = paper_slopes(store, bounds=bounds, confidence=confidence)
-    fig = new_figure((MAX_WIDTH, 4.0))
-    left, right = fig.subplots(1, 2)
-    for ax, x in ((left, "L"), (right, "N")):
-        figure_bound_scaling(store, x=x, bounds=bounds, ax=ax)
-        lines = [f"{bound_label(r.bound).split(' (')[0]}: slope {_slope_text(r)}"
-                 for r in slopes[slopes["against"] == x].itertuples()]
-        ax.set_title("\n".join([f"{'Depth L at fixed width' if x == 'L' else 'Width N at fixed depth'}", *lines]),
-                     fontsize=7.5)
-    fig.suptitle(f"Growth with depth and width (log-log slopes, {confidence:.0%} intervals)", fontsize=10)
-    return fig
-
-
-def _slope_text(row) -> str:
-    if not np.isfinite(row.slope):
-        return "no fit"
-    interval = f" [{row.ci_low:.2f}, {row.ci_high:.2f}]" if np.isfinite(row.ci_low) else ""
-    return f"{row.slope:.2f}{interval}"
 
 
 NORMS = (("norm_2_1", "(2,1)-norm"), ("norm_1_1", "(1,1)-norm"), ("spectral_norm", "spectral norm"))
