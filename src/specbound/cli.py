@@ -280,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
         "each bound's fitted growth slope in L (at fixed N) and in N (at fixed L) and its confidence interval, "
         "and say whether the claim holds. From checkpoint folders (swept into --store; L and N read from each "
         "model), an existing results store, or a `specbound study` folder. Writes paper.png, paper.pdf and "
-        "slopes.csv to --out. docs/sweeps.md, 'The paper's figure'."))
+        "slopes.csv to --out (docs/sweeps.md, 'The paper's figure in one command')."))
     pa.add_argument("sources", nargs="*", metavar="SOURCE",
                     help="checkpoints (folders, hub ids in the cache, globs, brace patterns as in sweep), "
                          "analysed into --store first; none: use --store or --study as it is")

@@ -112,7 +112,7 @@ def test_the_cli_prints_the_slopes_and_the_verdicts(paper_run, capsys):
     rc, out, err = run_cli(capsys, "--store", paper_run / "store", "--out", paper_run / "again", command="paper")
     assert rc == 0, err
     lines = verdicts(pd.read_csv(paper_run / "slopes.csv"))
-    assert len(lines) == 2 and all(line in out.splitlines() for line in lines)
+    assert len(lines) == 4 and all(line in out.splitlines() for line in lines)
     assert f"wrote {paper_run / 'again' / 'paper.png'}" in out
     assert (paper_run / "again" / "slopes.csv").read_text() == (paper_run / "slopes.csv").read_text()
 
@@ -210,16 +210,19 @@ def test_study_runs_without_the_columns_are_one_line():
 
 
 @pytest.mark.parametrize("adaptive, proxy, says", [
-    ((1.0, 0.9, 1.1), (5.0, 4.0, 6.0), "grows more slowly (the intervals do not overlap): the paper's claim holds"),
-    ((1.0, 0.5, 3.0), (2.0, 1.5, 2.5), "is not separated from it (the intervals overlap): this grid does not decide"),
-    ((5.0, 4.0, 6.0), (1.0, 0.9, 1.1), "grows faster (the intervals do not overlap): the paper's claim fails"),
+    ((1.0, 0.9, 1.1), (5.0, 4.0, 6.0),
+     "spectral_adaptive grows more slowly (the intervals do not overlap): the paper's claim holds here"),
+    ((1.0, 0.5, 3.0), (2.0, 1.5, 2.5), "spectral_adaptive and edelman: the intervals overlap, this grid does not decide"),
+    ((5.0, 4.0, 6.0), (1.0, 0.9, 1.1),
+     "spectral_adaptive grows faster (the intervals do not overlap): the paper's claim fails here"),
 ])
 def test_verdicts(adaptive, proxy, says):
     fits = pd.DataFrame([{"axis": "L", "bound": b, "slope": s, "ci_low": lo, "ci_high": hi}
                          for b, (s, lo, hi) in zip(PAPER_BOUNDS, (adaptive, proxy))])
-    (line,) = verdicts(fits)
-    assert line.startswith("in depth L: spectral_adaptive grows as L^")
-    assert says in line
+    slopes, claim = verdicts(fits)
+    assert slopes == (f"depth L: spectral_adaptive ~ L^{adaptive[0]:.2f} [{adaptive[1]:.2f}, {adaptive[2]:.2f}], "
+                      f"edelman ~ L^{proxy[0]:.2f} [{proxy[1]:.2f}, {proxy[2]:.2f}]")
+    assert claim == f"  {says}"
 
 
 def test_a_llama_grid_from_transformers(tmp_path, capsys):

@@ -113,8 +113,9 @@ def _interval(row) -> str:
 
 
 def verdicts(fits: pd.DataFrame, adaptive: str = PAPER_BOUNDS[0], proxy: str = PAPER_BOUNDS[1]) -> list[str]:
-    """One sentence per fitted axis: does the adaptive bound grow more slowly than the proxy, and do
-    their intervals say so (they do not overlap) or not (they overlap: this grid does not decide)."""
+    """Two lines per fitted axis: both slopes with their intervals, then whether the adaptive bound
+    grows more slowly than the proxy and whether their intervals say so (they do not overlap) or not
+    (they overlap: this grid does not decide)."""
     lines = []
     for axis, _, name in AXES:
         rows = fits[fits["axis"] == axis].set_index("bound")
@@ -122,13 +123,12 @@ def verdicts(fits: pd.DataFrame, adaptive: str = PAPER_BOUNDS[0], proxy: str = P
             continue
         a, p = rows.loc[adaptive], rows.loc[proxy]
         if a["ci_high"] < p["ci_low"]:
-            claim = "grows more slowly (the intervals do not overlap): the paper's claim holds here"
+            claim = f"{adaptive} grows more slowly (the intervals do not overlap): the paper's claim holds here"
         elif a["ci_low"] > p["ci_high"]:
-            claim = "grows faster (the intervals do not overlap): the paper's claim fails here"
+            claim = f"{adaptive} grows faster (the intervals do not overlap): the paper's claim fails here"
         else:
-            claim = "is not separated from it (the intervals overlap): this grid does not decide"
-        lines.append(f"in {name}: {adaptive} grows as {axis}^{_interval(a)}, {proxy} as {axis}^{_interval(p)}; "
-                     f"{adaptive} {claim}")
+            claim = f"{adaptive} and {proxy}: the intervals overlap, this grid does not decide"
+        lines += [f"{name}: {adaptive} ~ {axis}^{_interval(a)}, {proxy} ~ {axis}^{_interval(p)}", f"  {claim}"]
     return lines
 
 
