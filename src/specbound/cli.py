@@ -589,7 +589,7 @@ def _plot(args) -> int:
 
 
 def _paper(args) -> int:
-    from .report.paper import PAPER_BOUNDS, store_points, study_points, write_paper
+    from .study.paper import PAPER_BOUNDS, store_points, study_points, write_paper
 
     bounds = args.bound or list(PAPER_BOUNDS)
     if args.study and (args.sources or args.store):

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecboundError
-from .scaling import loglog_fit, quantities
+from ..report.scaling import loglog_fit, quantities
 
 # the paper's two headline quantities: its bound and the proxy it is compared with
 PAPER_BOUNDS = ("spectral_adaptive", "edelman")
@@ -50,8 +50,8 @@ def store_points(store, bounds=PAPER_BOUNDS) -> pd.DataFrame:
 def study_points(runs: pd.DataFrame, bounds=PAPER_BOUNDS) -> pd.DataFrame:
     """:data:`POINT_COLUMNS` from a study's ``runs.csv`` (the runs that met the criterion): a group is a
     set of runs of one task and seed that differ only in ``depth`` (``width``)
-    (:func:`specbound.study.scaling.axis_groups`, the study's own scaling groups)."""
-    from ..study.scaling import axis_groups
+    (:func:`.scaling.axis_groups`, the study's own scaling groups)."""
+    from .scaling import axis_groups
 
     missing = [c for c in ("task", "run", "converged", "depth", "width", *bounds) if c not in runs.columns]
     if missing:

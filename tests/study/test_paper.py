@@ -10,7 +10,7 @@ from scipy import stats
 
 from specbound import SpecboundError
 from specbound.records.style import bound_color
-from specbound.report.paper import (PAPER_BOUNDS, figure_paper, paper_fits, store_points, study_points,
+from specbound.study.paper import (PAPER_BOUNDS, figure_paper, paper_fits, store_points, study_points,
                                     verdicts)
 from specbound.sweep.store import Store
 from support.numpy_bert import write_tiny_bert
@@ -251,3 +251,16 @@ def test_a_llama_grid_from_transformers(tmp_path, capsys):
             expected = direct_fit(table[axis].to_numpy(float), table[bound].to_numpy(float), table[other].tolist())
             np.testing.assert_allclose(slopes.loc[(axis, bound), ["slope", "ci_low", "ci_high"]].to_numpy(float),
                                        expected, rtol=1e-9)
+
+
+def test_a_grid_varying_in_depth_alone_draws_one_panel(bert_grid, tmp_path):
+    from specbound.sweep.run import run_sweep
+    from specbound.sweep.sources import expand_sources
+
+    run_sweep(expand_sources([str(bert_grid / f"L{L}-N16") for L in DEPTHS]), tmp_path / "store", progress=False)
+    points = store_points(Store(tmp_path / "store"))
+    fits = paper_fits(points)
+    assert list(fits["axis"]) == ["L", "L"]  # nothing to fit in N: one width
+    fig = figure_paper(points, fits)
+    assert [ax.get_xlabel() for ax in fig.axes] == ["depth L"]
+    assert len(verdicts(fits)) == 2  # depth only
