@@ -15,7 +15,7 @@ pytest.importorskip("ctranslate2")
 pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
-from support.ct2_models import D_FF, H, N, POSITIONS, VOCAB, save_tokenizer  # noqa: E402
+from support.ct2_models import hf_model  # noqa: E402
 from support.same_numbers import assert_same_numbers  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
@@ -28,36 +28,10 @@ def documented_route() -> str:
     return m.group(1)
 
 
-def save_hf(kind: str, folder: Path) -> None:
-    """A tiny ``kind`` model saved by transformers as it saves it (no config key added)."""
-    import torch
-    import transformers as t
-
-    t.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    if kind == "bert":
-        model = t.BertModel(t.BertConfig(vocab_size=VOCAB, hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
-                                         intermediate_size=D_FF, max_position_embeddings=POSITIONS))
-    elif kind == "roberta":
-        model = t.RobertaModel(t.RobertaConfig(vocab_size=VOCAB, hidden_size=N, num_hidden_layers=2,
-                                               num_attention_heads=H, intermediate_size=D_FF, pad_token_id=1,
-                                               max_position_embeddings=POSITIONS + 2))
-    else:
-        model = t.BartForConditionalGeneration(t.BartConfig(
-            d_model=N, encoder_layers=2, decoder_layers=2, encoder_attention_heads=H, decoder_attention_heads=H,
-            encoder_ffn_dim=D_FF, decoder_ffn_dim=D_FF, vocab_size=VOCAB, max_position_embeddings=POSITIONS,
-            pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    model.save_pretrained(str(folder))
-    save_tokenizer(folder, VOCAB)
-
-
 @pytest.mark.parametrize("kind", ["bert", "roberta", "bart"])
 def test_the_documented_route_converts_and_analyses(kind, tmp_path):
     folder = tmp_path / kind
-    save_hf(kind, folder)
+    hf_model(kind, folder, converter_keys=False)  # as transformers 5 saves it
     script = documented_route().replace("MODEL_DIR", str(folder))
     # `python`, `ct2-transformers-converter` and `specbound` as this interpreter and checkout run them
     script = re.sub(r"^python ", f"{sys.executable} ", script, flags=re.M)

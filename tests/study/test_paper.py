@@ -212,7 +212,8 @@ def test_study_runs_without_the_columns_are_one_line():
 @pytest.mark.parametrize("adaptive, proxy, says", [
     ((1.0, 0.9, 1.1), (5.0, 4.0, 6.0),
      "spectral_adaptive grows more slowly (the intervals do not overlap): the paper's claim holds here"),
-    ((1.0, 0.5, 3.0), (2.0, 1.5, 2.5), "spectral_adaptive and edelman: the intervals overlap, this grid does not decide"),
+    ((1.0, 0.5, 3.0), (2.0, 1.5, 2.5),
+     "spectral_adaptive and edelman: the intervals overlap, this grid does not decide"),
     ((5.0, 4.0, 6.0), (1.0, 0.9, 1.1),
      "spectral_adaptive grows faster (the intervals do not overlap): the paper's claim fails here"),
 ])
