@@ -83,6 +83,7 @@ def test_the_figure_has_its_layers(paper_run):
         lines = [ln for ln in ax.get_lines() if ln.get_linestyle() == "-"]
         markers = [ln for ln in ax.get_lines() if ln.get_linestyle() == "None"]
         assert len(lines) == len(PAPER_BOUNDS)  # one fitted line per bound
+        assert lines[0].get_zorder() > lines[1].get_zorder()  # the paper's bound drawn over the proxy
         assert len(markers) == len(PAPER_BOUNDS) * groups  # each bound's points, one marker per group
         x_min = min(DEPTHS) if axis == "L" else min(WIDTHS)
         texts = [t.get_text() for t in ax.texts]

@@ -153,8 +153,10 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
         left_out = 0
         x_min, x_max = float(part["x"].min()), float(part["x"].max())
         slopes = []
-        for fit in fits[fits["axis"] == axis].itertuples():
+        drawn = fits[fits["axis"] == axis]
+        for rank, fit in enumerate(drawn.itertuples()):
             color = bound_color(fit.bound)
+            on_top = 3 + len(drawn) - rank  # the first bound (the paper's, by default) over the others
             rows = part[part["bound"] == fit.bound]
             lx, ly = np.log(rows["x"].to_numpy(float)), rows["log10_value"].to_numpy(float) * math.log(10)
             # each group's intercept from the pooled slope: c_g = mean(log B) - b mean(log x)
@@ -167,9 +169,10 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
                 mine = g == group
                 if mine.any():
                     ax.plot(rows["x"].to_numpy(float)[mine], ratio[mine], linestyle="", alpha=0.5 if many else 0.85,
-                            marker="o" if many else MARKERS[gi], color=color, markersize=3.5 if many else 5)
+                            marker="o" if many else MARKERS[gi], color=color, markersize=3.5 if many else 5,
+                            zorder=on_top)
             line = np.geomspace(x_min, x_max, 50)
-            ax.plot(line, (line / x_min) ** fit.slope, color=color, linewidth=1.8)
+            ax.plot(line, (line / x_min) ** fit.slope, color=color, linewidth=1.8, zorder=on_top)
             slopes.append((color, f"grows as {axis}^{fit.slope:.2f}, {confidence:.0%} interval "
                                   f"[{fit.ci_low:.2f}, {fit.ci_high:.2f}]"))
         for i, (color, text) in enumerate(reversed(slopes)):  # the lower right: below growing data
