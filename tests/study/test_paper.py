@@ -266,3 +266,12 @@ def test_a_grid_varying_in_depth_alone_draws_one_panel(bert_grid, tmp_path):
     fig = figure_paper(points, fits)
     assert [ax.get_xlabel() for ax in fig.axes] == ["depth L"]
     assert len(verdicts(fits)) == 2  # depth only
+
+
+def test_a_study_without_runs_differing_in_one_axis_is_one_line():
+    law = {"spectral_adaptive": lambda L, N, b: 1.0 * L * N, "edelman": lambda L, N, b: 2.0 * L * N}
+    runs = synthetic_runs(law)
+    one_each = runs.drop_duplicates(["task", "seed", "lr"])  # one run per base point: nothing differs in one axis
+    with pytest.raises(SpecboundError, match=r"vary neither depth L nor width N \(no two differ in depth or width "
+                                             r"alone\)"):
+        paper_fits(study_points(one_each))

@@ -29,7 +29,8 @@ from ..report.scaling import loglog_fit, quantities
 
 # the paper's two headline quantities: its bound and the proxy it is compared with
 PAPER_BOUNDS = ("spectral_adaptive", "edelman")
-AXES = (("L", "N", "depth L"), ("N", "L", "width N"))
+AXES = (("L", "N", "depth L"), ("N", "L", "width N"))  # (fitted, held fixed, name)
+AXIS_NAMES = {axis: name for axis, _, name in AXES}
 POINT_COLUMNS = ["axis", "bound", "x", "group", "log10_value", "source"]
 FIT_COLUMNS = ["axis", "bound", "slope", "ci_low", "ci_high", "points", "groups", "dof", "r2"]
 STUDY_HPARAM = {"L": "depth", "N": "width"}
@@ -65,6 +66,8 @@ def study_points(runs: pd.DataFrame, bounds=PAPER_BOUNDS) -> pd.DataFrame:
             sub = sub.reset_index(drop=True)
             label = axis_groups(sub, hparam)
             inside = label >= 0
+            if not inside.any():
+                continue
             for bound in bounds:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     log10 = np.log10(sub[bound].to_numpy(float)[inside])
@@ -83,10 +86,11 @@ def paper_fits(points: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFram
     """:data:`FIT_COLUMNS`: the growth exponent of every bound in every axis along which the
     checkpoints vary.  One-line errors for a grid that varies neither ``L`` nor ``N`` and for an
     axis with too few checkpoints to give a slope an interval."""
-    varying = [axis for axis, _, _ in AXES if _varies(points[points["axis"] == axis])]
+    varying = [axis for axis, _, _ in AXES if _varies(points[points["axis"] == axis])] if len(points) else []
     if not varying:
-        shapes = sorted({(int(r.x), g) for r in points[points["axis"] == "L"].itertuples() for g in [r.group]})
-        shown = ", ".join(f"L={x}, {g}" for x, g in shapes[:4]) or "no checkpoints"
+        depth = points[points["axis"] == "L"]
+        shapes = sorted(set(zip(depth["x"].to_numpy(float).astype(int), depth["group"])))
+        shown = ", ".join(f"L={x}, {group}" for x, group in shapes[:4]) or "no two differ in depth or width alone"
         raise SpecboundError(f"the checkpoints vary neither depth L nor width N ({shown}): the paper's figure "
                              f"needs checkpoints at two or more depths at one width, or two or more widths at one "
                              f"depth; add checkpoints of other shapes")
@@ -97,7 +101,7 @@ def paper_fits(points: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFram
                              log10_y=part["log10_value"].to_numpy(float))
             varied = part.groupby("group")["x"].nunique()
             if not fit["dof"] > 0:
-                name = dict((a, n) for a, _, n in AXES)[axis]
+                name = AXIS_NAMES[axis]
                 raise SpecboundError(
                     f"too few checkpoints to fit the growth in {name} with an interval: {fit['points']} usable "
                     f"value(s) of {bound} in {int((varied >= 2).sum())} group(s) varying in {axis} leave no degree "
@@ -146,7 +150,7 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
     fig = new_figure((3.7 * len(axes_fitted), 4.2))
     panels = fig.subplots(1, len(axes_fitted), squeeze=False)[0]
     for ax, axis in zip(panels, axes_fitted):
-        name = dict((a, n) for a, _, n in AXES)[axis]
+        name = AXIS_NAMES[axis]
         part = points[(points["axis"] == axis) & np.isfinite(points["log10_value"].astype(float)) & (points["x"] > 0)]
         groups = list(dict.fromkeys(part["group"]))
         many = len(groups) > len(MARKERS)
