@@ -30,7 +30,7 @@ def _commands(parser, name="specbound"):
 def test_bare_specbound_prints_the_overview():
     rc, out, err = _run()
     assert rc == 0 and not err
-    for command in ("analyze", "sweep", "scaling", "plot", "report", "study", "bench", "arch"):
+    for command in ("analyze", "sweep", "scaling", "paper", "plot", "report", "study", "bench", "arch"):
         assert command in out
 
 

@@ -273,6 +273,28 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--format", choices=("text", "csv", "markdown", "json"), default="text",
                     help="output format (default: text)")
 
+    pa = sub.add_parser("paper", help="the paper's depth/width figure and growth slopes, on your checkpoints",
+                        description=(
+        "Redraw the paper's depth/width figure (Sakai & Imaizumi 2026, Section 5: the spectrum-adaptive bound "
+        "grows much more slowly with depth L and width N than the Edelman-style proxy) on your checkpoints, with "
+        "each bound's fitted growth slope in L (at fixed N) and in N (at fixed L) and its confidence interval, "
+        "and say whether the claim holds. From checkpoint folders (swept into --store; L and N read from each "
+        "model), an existing results store, or a `specbound study` folder. Writes paper.png, paper.pdf and "
+        "slopes.csv to --out (docs/sweeps.md, 'The paper's figure in one command')."))
+    pa.add_argument("sources", nargs="*", metavar="SOURCE",
+                    help="checkpoints (folders, hub ids in the cache, globs, brace patterns as in sweep), "
+                         "analysed into --store first; none: use --store or --study as it is")
+    pa.add_argument("--store", metavar="DIR",
+                    help="results store: read (no SOURCE) or swept into (default with SOURCEs: OUT/store)")
+    pa.add_argument("--study", metavar="DIR", help="a `specbound study` folder: its runs.csv (the runs that met "
+                                                   "the criterion; groups: runs differing only in depth or width)")
+    pa.add_argument("--out", metavar="DIR", default="specbound-paper",
+                    help="folder for paper.png, paper.pdf, slopes.csv (default specbound-paper)")
+    pa.add_argument("--bound", action="append", metavar="NAME",
+                    help="the bounds to fit and draw (repeatable; default spectral_adaptive and edelman)")
+    pa.add_argument("--confidence", type=_confidence, default=0.95, help="confidence level (default 0.95)")
+    pa.add_argument("--format", choices=("text", "csv", "json"), default="text", help="output format (default: text)")
+
     pl = sub.add_parser("plot", help="draw the figures from a store (PNG and PDF)",
                         description="Draw every figure from stored records (never recomputing spectra).")
     pl.add_argument("--store", metavar="DIR", default="specbound-results", help="results store (default specbound-results)")
@@ -566,6 +588,51 @@ def _plot(args) -> int:
     return 0
 
 
+def _paper(args) -> int:
+    from .study.paper import PAPER_BOUNDS, store_points, study_points, write_paper
+
+    bounds = args.bound or list(PAPER_BOUNDS)
+    if args.study and (args.sources or args.store):
+        raise _UsageError("--study reads a study's runs.csv; pass either it or SOURCEs / --store, not both")
+    failed = False
+    if args.study:
+        import pandas as pd
+
+        path = os.path.join(args.study, "runs.csv")
+        if not os.path.isfile(path):
+            raise SpecboundError(f"no runs.csv in {args.study}: pass the folder `specbound study --out` wrote")
+        points, title = study_points(pd.read_csv(path), bounds), f"study {args.study}"
+    elif args.sources:
+        from .sweep.run import run_sweep
+        from .sweep.sources import expand_sources
+
+        store = args.store or os.path.join(args.out, "store")
+        report = run_sweep(expand_sources(args.sources), store, progress=False)
+        print(report.summary(), file=sys.stderr)
+        failed = bool(report.failed)
+        points, title = store_points(_existing_store(store), bounds), f"store {store}"
+    elif args.store:
+        args.bound = bounds
+        points, title = store_points(_store_with_bounds(args), bounds), f"store {args.store}"
+    else:
+        raise _UsageError("paper needs checkpoints (SOURCE ...), --store DIR or --study DIR (see `specbound paper "
+                          "--help`)")
+    result = write_paper(points, args.out, confidence=args.confidence, title=title)
+    fits = result["fits"]
+    if args.format == "csv":
+        print(fits.to_csv(index=False), end="")
+    elif args.format == "json":
+        print(fits.to_json(orient="records", indent=2))
+    else:
+        print(fits.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print()
+        for line in result["verdicts"]:
+            print(line)
+        for path in result["files"]:
+            print(f"wrote {path}")
+    return 1 if failed else 0
+
+
 def _report(args) -> int:
     from .report.html import write_report
 
@@ -709,8 +776,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         commands = {"analyze": _analyze, "compare": _compare, "arch": _arch, "sweep": _sweep, "scaling": _scaling,
-                    "plot": _plot, "report": _report, "miniatures": _miniatures, "bench": _bench, "study": _study,
-                    "docs": _docs}
+                    "paper": _paper, "plot": _plot, "report": _report, "miniatures": _miniatures, "bench": _bench,
+                    "study": _study, "docs": _docs}
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return commands[args.command](args)

@@ -18,8 +18,11 @@ def save_tokenizer(folder: Path, vocab_size: int) -> None:
                                          eos_token="t2").save_pretrained(str(folder))
 
 
-def hf_model(kind: str, folder: Path, seed: int = 0):
-    """Save a tiny ``kind`` model in ``folder`` (float32 weights drawn N(0, 0.3)); returns the model."""
+def hf_model(kind: str, folder: Path, seed: int = 0, *, converter_keys: bool = True):
+    """Save a tiny ``kind`` model in ``folder`` (float32 weights drawn N(0, 0.3)); returns the model.
+    ``converter_keys``: add the config keys CTranslate2's converter reads and transformers 5 no longer
+    writes (``position_embedding_type``, ``normalize_before``); False: the config as transformers saves it
+    (what docs/formats.md's route starts from)."""
     import torch
     import transformers as t
 
@@ -38,11 +41,19 @@ def hf_model(kind: str, folder: Path, seed: int = 0):
     elif kind == "bert":
         model = t.BertModel(t.BertConfig(vocab_size=VOCAB, hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
                                          intermediate_size=D_FF, max_position_embeddings=POSITIONS))
-        model.config.position_embedding_type = "absolute"  # the converter asks for it; transformers 5 has none
+        if converter_keys:
+            model.config.position_embedding_type = "absolute"  # the converter asks for it; transformers 5 has none
+    elif kind == "roberta":
+        model = t.RobertaModel(t.RobertaConfig(vocab_size=VOCAB, hidden_size=N, num_hidden_layers=2,
+                                               num_attention_heads=H, intermediate_size=D_FF, pad_token_id=1,
+                                               max_position_embeddings=POSITIONS + 2))
+        if converter_keys:
+            model.config.position_embedding_type = "absolute"
     elif kind == "bart":
         model = t.BartForConditionalGeneration(t.BartConfig(**stacks, **special, vocab_size=VOCAB,
                                                             max_position_embeddings=POSITIONS))
-        model.config.normalize_before = False  # as above
+        if converter_keys:
+            model.config.normalize_before = False  # as above
     else:
         raise ValueError(kind)
     with torch.no_grad():

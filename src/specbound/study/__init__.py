@@ -14,6 +14,8 @@ compare every bound with the measured generalisation gap (docs/study.md).
     correlate.py tau, granulated psi, K (Jiang et al. 2020), robust sign-error (Dziugaite et al.
                  2020), bootstrap intervals
     report.py    Markdown/CSV tables and figures
+    paper.py     ``specbound paper``: the paper's depth/width figure and growth slopes on a store or a
+                 study's runs (the command's engine; it imports no torch)
 
 Only ``models.py`` and ``train.py`` import torch/transformers, and only worker processes import them.
 """
