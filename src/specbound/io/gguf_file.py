@@ -259,7 +259,8 @@ class GGUFCheckpoint(Checkpoint):
         except (ValueError, OSError) as exc:
             raise SpecboundError(f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
                                  f"({exc}); re-download or re-convert it") from None
-        if ARCHS[self.arch].permuted:
+        row = ARCHS.get(self.arch)  # none for an mmproj file (arch 'clip': gguf_mmproj.py), whose rows are as stored
+        if row is not None and row.permuted:
             heads = _permuted_heads(name, self.config)
             if heads:
                 array = unpermute_rows(array, heads)
