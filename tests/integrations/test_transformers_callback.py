@@ -164,3 +164,30 @@ def test_the_cost_line_is_printed_above_a_progress_bar(capsys):
     (line,) = [part for part in re.split(r"[\r\n]", err) if "one analysis took" in part]
     assert line.startswith("specbound: one analysis took") and "3/10" in err
     assert [share(0.06), share(0.004), share(0.0004)] == ["6%", "0.4%", "under 0.1%"]
+
+
+def test_the_bounds_reach_weights_and_biases_in_offline_mode(tmp_path, monkeypatch, quiet_transformers):
+    """With ``report_to=["wandb"]`` the callback logs each analysis into the Trainer's own W&B run: W&B in offline
+    mode (no account, no network), the run's summary (each key's last value) read in the process and its run file
+    written to the offline folder."""
+    wandb = pytest.importorskip("wandb")
+    from specbound.integrations.transformers import SpecboundCallback
+
+    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+                       "WANDB_PROJECT": "specbound-test", "WANDB_DISABLE_CODE": "true",
+                       "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_CACHE_DIR": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(key, value)
+    callback = SpecboundCallback(every_n_steps=EVERY, grid_m=4)
+    try:
+        _train(tmp_path, callback, report_to=("wandb",))
+        run = wandb.run
+        assert run is not None and run.settings.mode == "offline"
+        summary = dict(run.summary)
+    finally:
+        wandb.finish()
+    last = callback.monitor.history[-1]
+    assert [h["step"] for h in callback.monitor.history] == [0, 3, 6]
+    for bound in ("spectral_adaptive", "edelman"):  # the run's summary holds each key's last value
+        assert summary[f"specbound/{bound}"] == pytest.approx(last["bounds"][bound], rel=1e-12)
+    assert summary["train/global_step"] == 6
+    assert list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))  # written to disk, sent nowhere
