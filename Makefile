@@ -82,6 +82,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 OPENBLAS_NUM_THREADS=1 $(PY) -m mkdocs build --strict
 
 test: $(STAMP) data browser
+	$(PY) -m ruff check src tests
 	$(PY) -m pytest -q -n auto
 
 study: $(STAMP) data

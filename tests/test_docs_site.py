@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from specbound.cli import _parser
-
 for module in ("mkdocs", "material", "mkdocstrings_handlers.python", "latex2mathml", "nbconvert", "nbclient"):
     pytest.importorskip(module, reason="the docs extra: pip install -e '.[docs]'")
 
@@ -50,7 +48,7 @@ def test_every_page_is_built_with_its_generated_parts(site):
     assert "--grid-m" in cli and "--disk-budget" in cli
     api = (site / "api.html").read_text()
     for name in ("analyze", "AnalysisOptions", "Analysis", "AnalysisPlots", "Store"):
-        assert f'id="specbound.' in api and re.search(rf'id="[\w.]*\b{name}"', api), name
+        assert 'id="specbound.' in api and re.search(rf'id="[\w.]*\b{name}"', api), name
     assert ":class:" not in api  # the docstrings' Sphinx roles are shown as code
     signature = re.sub(r"<[^>]+>", "", api)  # AnalysisOptions' defaults, not the _option(...) declaring them
     assert "_option(" not in signature and "rank_tol: float = 1e-10" in signature

@@ -8,7 +8,6 @@ the inputs (and over the perturbation's direction)."""
 
 import math
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

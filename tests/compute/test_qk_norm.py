@@ -81,7 +81,7 @@ def test_the_modules_logits_never_exceed_the_reported_factor(analysed):
     kappa = qk["lipschitz_factor"].to_numpy()
     assert a.model["qk_norm"]["span"] == ("all_heads" if family == "olmo2" else "head")
     assert "qk_norm" in {e["name"] for e in a.assumptions if e["applies"] and e["kind"] == "extension"}
-    assert f"qk-norm: RMSNorm over" in str(a) and f"largest {kappa.max():.6g}" in str(a)  # said in the summary
+    assert "qk-norm: RMSNorm over" in str(a) and f"largest {kappa.max():.6g}" in str(a)  # said in the summary
     rng = np.random.default_rng(1)
     worst = np.zeros(H)
     for trial in range(20):

@@ -9,11 +9,11 @@ import pytest
 pytest.importorskip("tensorboard")
 lightning = pytest.importorskip("lightning")
 
-import specbound
-from specbound import SpecboundError
-from specbound.sweep.store import Store
+import specbound  # noqa: E402
+from specbound import SpecboundError  # noqa: E402
+from specbound.sweep.store import Store  # noqa: E402
 
-from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches
+from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches  # noqa: E402
 
 
 class _Module(lightning.LightningModule):

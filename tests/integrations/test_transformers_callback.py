@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("tensorboard")
 transformers = pytest.importorskip("transformers")
 
-import specbound
-from specbound import SpecboundError
-from specbound.sweep.store import Store
+import specbound  # noqa: E402
+from specbound import SpecboundError  # noqa: E402
+from specbound.sweep.store import Store  # noqa: E402
 
-from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches
+from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches  # noqa: E402
 
 
 def _train(tmp_path, callback, report_to=("tensorboard",)):

@@ -112,7 +112,8 @@ def test_pooled_within_group_slope_equals_a_fixed_effects_regression():
                 part = part.reset_index(drop=True)
                 label = axis_groups(part, axis)
                 keep = label >= 0
-                xs += list(np.log(part.loc[keep, axis])); ys += list(np.log(part.loc[keep, "noisy"]))
+                xs += list(np.log(part.loc[keep, axis]))
+                ys += list(np.log(part.loc[keep, "noisy"]))
                 dummies += list(label[keep] + offset)
                 offset += label.max() + 1
             dummies = np.asarray(dummies)

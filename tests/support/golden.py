@@ -31,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np  # noqa: E402, F401  (imported after the thread settings above, before any BLAS use)
 
 import specbound  # noqa: E402
 

@@ -868,7 +868,7 @@ def _infer_two(ckpt: Checkpoint, draft: Draft, model_type: str, shape: str, stac
                                  for name, p in zip(("encoder", "decoder"), parts)},
                       "ignore": patterns}
     else:
-        towers, shared = {}, []
+        towers = {}
         inside = []
         for stack, name in zip(stacks, ("text", "vision")):
             prefix = stack.path.split(".")[0] + "."

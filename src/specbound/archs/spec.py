@@ -659,13 +659,13 @@ def _parse_one(raw: dict, origin: str) -> ArchSpec:
     if not isinstance(config, dict):
         raise _fail(origin, "'config' must map fields to lists of config.json keys")
     config_keys = {}
-    for field, keys in config.items():
-        if field not in CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS:
-            raise _fail(origin, f"unknown config field {field!r}; allowed: "
+    for name in config:
+        if name not in CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS:
+            raise _fail(origin, f"unknown config field {name!r}; allowed: "
                         f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
-        config_keys[field] = _str_list(config, field, origin)
-        if not config_keys[field] and field != "ff_size":
-            raise _fail(origin, f"config field {field!r} names no config.json key")
+        config_keys[name] = _str_list(config, name, origin)
+        if not config_keys[name] and name != "ff_size":
+            raise _fail(origin, f"config field {name!r} names no config.json key")
     # a fixed feed-forward width (BLOOM's 4 N) needs no config key: ff_size_multiplier gives it
     missing = [f for f in CONFIG_FIELDS if f not in config_keys
                and not (f == "ff_size" and raw.get("ff_size_multiplier") is not None)]

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erfcx
 
-from .schatten import ContributionCurve, safe_exp
+from .schatten import ContributionCurve
 
 # Candes & Plan's net: (9 rho / delta)^D elements for the rank-r class of Frobenius norm <= rho.
 NET_CONSTANT = 9.0

@@ -20,8 +20,6 @@ weights (a product of distances is no capacity measure).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..compute.measures import ModelMeasures
 from .base import Bound, BoundResult
 from .chain import log_chain_factor
