@@ -15,6 +15,8 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Callable
 
+import numpy as np
+
 
 from .errors import SpecboundError
 from .options import AnalysisOptions, KernelOptions
@@ -32,12 +34,12 @@ from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLay
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
 from .compute.layer_spectra import LayerSpectra, layer_spectra
-from .compute.spectra import ROTARY_METHODS
+from .compute.spectra import ROTARY_METHODS, dense_spectrum, numerical_rank
 from .compute.distance import difference_spectra, rotary_difference_spectra
 from .compute.low_rank import update_difference_spectra
 from .archs.low_rank import DenseUpdate, read_layer_updates
 from .io.lora import LoraCheckpoint
-from .io.sentence_modules import modules_record
+from .io.sentence_modules import DENSE_ACTIVATIONS, SentenceModules
 from .compute.qk_logit import logit_factors
 from .compute.measures import measure
 from .compute.propagation import activation_lipschitz, check_gated_activation
@@ -762,3 +764,23 @@ def _resolve_spec(arch_spec, config, tower: str | None = None) -> ArchSpec:
     if isinstance(arch_spec, ArchSpec):
         return arch_spec
     return load_spec_file(arch_spec)
+
+
+def modules_record(modules: SentenceModules, rank_tol: float) -> list[dict[str, Any]]:
+    """``model.modules``: each module after the Transformer, a Dense layer's matrix ``W^T`` (``in x out``, row-vector
+    orientation) with its norms and rank and its activation's Lipschitz constant (None: not in the table)."""
+    out = []
+    for m in modules.after:
+        entry: dict[str, Any] = {"path": m.path, "type": m.kind}
+        if m.kind == "Pooling":
+            entry["modes"] = list(m.modes)
+        if m.weight is not None:
+            s = dense_spectrum(np.ascontiguousarray(m.weight.T))
+            name, lipschitz = DENSE_ACTIVATIONS.get(m.activation, (m.activation, None))
+            entry.update({"in_features": int(m.weight.shape[1]), "out_features": int(m.weight.shape[0]),
+                          "activation": name, "activation_lipschitz": lipschitz, "bias": m.bias,
+                          "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
+                          "nuclear_norm": s.nuclear_norm(rank_tol),
+                          "rank": numerical_rank(s.singular_values, s.dim, rank_tol)})
+        out.append(entry)
+    return out

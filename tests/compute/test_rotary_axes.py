@@ -245,7 +245,7 @@ def test_the_difference_from_init_at_every_offset_vector(shared_shift):
         assert s.exact_over_offsets and s.spectral_norm == pytest.approx(sv[:, 0].max(), rel=1e-9)
         slack = 1 + 1e-9  # the core route and the dense one round differently
         assert s.frobenius_norm * slack >= np.linalg.norm(x, axis=(1, 2)).max()
-        assert s.nuclear_norm * slack >= sv.sum(axis=1).max()
+        assert s.nuclear_norm(RANK_TOL) * slack >= sv.sum(axis=1).max()
         assert s.norm_2_1 * slack >= np.linalg.norm(x, axis=1).sum(axis=1).max()
         assert s.norm_1_1 * slack >= np.abs(x).sum(axis=(1, 2)).max()
 

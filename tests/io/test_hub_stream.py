@@ -278,8 +278,8 @@ def test_finished_layers_are_released(tmp_path, hub_env):
         violations = []
         read = StreamedCheckpoint.read
 
-        def watched(self, name):
-            array = read(self, name)
+        def watched(self, name, **options):
+            array = read(self, name, **options)
             layer = int(re.match(r"encoder\.layer\.(\d+)\.", name).group(1))
             violations.extend((layer, old) for old, ref in alive if old <= layer - 2 and ref() is not None)
             alive.append((layer, weakref.ref(array)))

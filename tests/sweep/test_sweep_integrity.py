@@ -108,10 +108,10 @@ def test_an_environment_error_in_one_checkpoint_is_reported_and_the_sweep_goes_o
     real = Checkpoint.read
     bad = str(Path(sources[1].target).resolve())
 
-    def read(self, name):
+    def read(self, name, **options):
         if str(Path(self.location).resolve()) == bad:
             raise error
-        return real(self, name)
+        return real(self, name, **options)
 
     monkeypatch.setattr(Checkpoint, "read", read)
     report = run_sweep(sources, tmp_path / "store", progress=False)

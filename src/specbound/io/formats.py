@@ -72,7 +72,7 @@ PYTORCH = Format("pytorch", (".bin", ".pt", ".pth"), ("pytorch_model.bin",), ("p
                  opener="pytorch:from_pickle_file", folder_opener="pytorch:open_pickle_folder", extra="torch")
 # onnx/model.onnx: where sentence-transformers / Optimum repositories keep an export
 ONNX = Format("onnx", (".onnx",), ("model.onnx", "onnx/model.onnx"), opener="onnx_graph:open_onnx", extra="onnx")
-GGUF = Format("gguf", (".gguf",), (), opener="gguf_file:open_gguf")
+GGUF = Format("gguf", (".gguf",), (), opener="gguf_mmproj:open_gguf_file")
 TF = Format("tf", (".h5",), ("tf_model.h5",), opener="tf_file:open_h5", extra="tf")
 FLAX = Format("flax", (".msgpack",), ("flax_model.msgpack",), opener="flax_file:open_flax", extra="flax")
 # CTranslate2 (faster-whisper, OpenNMT): model.bin, told from a PyTorch .bin by its first bytes

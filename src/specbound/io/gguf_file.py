@@ -74,7 +74,6 @@ from .base import Checkpoint
 from .gguf_archs import ARCHS, BLOCK
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
-from .gguf_mmproj import is_mmproj, open_mmproj
 
 # 3-D expert banks, exposed one expert at a time as ``blk.N.ffn_gate_exps.weight[e]``
 _BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
@@ -425,14 +424,13 @@ def _shards(path: Path, header: GGUFHeader) -> list[GGUFHeader]:
     return [header if p == path else read_header(p) for p in parts]
 
 
-def open_gguf(path: Path, config: dict[str, Any] | None = None) -> GGUFCheckpoint:
+def open_gguf(path: Path, config: dict[str, Any] | None = None, header: GGUFHeader | None = None) -> GGUFCheckpoint:
     """Read and check ``path``'s header (the weights stay on disk, memory-mapped when read); a split
     model (``-00001-of-0000N.gguf``) is read from all its parts, whichever part is named.  The config
     is the file's metadata (``config`` is not read: the caller's keys are merged by
-    :func:`~specbound.io.open_checkpoint`)."""
-    header = read_header(path)
-    if is_mmproj(header):  # llama.cpp's multimodal projector file: a vision tower (gguf_mmproj.py)
-        return open_mmproj(path, header)
+    :func:`~specbound.io.open_checkpoint`); ``header``: the file's header when the caller has read it
+    (:func:`~.gguf_mmproj.open_gguf_file`, which opens an mmproj file itself)."""
+    header = read_header(path) if header is None else header
     headers = _shards(path, header)
     arch, config = read_metadata(headers[0], [name for h in headers for name in h.tensors])
     row = ARCHS.get(arch)

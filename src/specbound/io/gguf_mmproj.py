@@ -41,7 +41,8 @@ from typing import Any
 
 from ..errors import SpecboundError
 from ..options import MAX_COUNT, MAX_SCALE
-from .gguf_header import GGUFHeader, SkippedArray
+from .gguf_file import _EXACT, _INTEGER, _SHARD, GGUFCheckpoint, is_gguf, open_gguf
+from .gguf_header import GGUFHeader, SkippedArray, read_header
 
 ARCH = "clip"  # general.architecture of every mmproj file (gguf's MODEL_ARCH.MMPROJ)
 MODEL_TYPE = "gguf-clip"  # the config's model_type: archs/data/mmproj_gguf.json
@@ -83,11 +84,18 @@ def is_mmproj(header: GGUFHeader) -> bool:
     return header.metadata.get("general.architecture") == ARCH
 
 
+def open_gguf_file(path: Path, config: dict[str, Any] | None = None):
+    """The GGUF format's opener (io/formats.py): llama.cpp's multimodal projector file as its vision tower
+    (:func:`open_mmproj`), any other GGUF file as :func:`~.gguf_file.open_gguf` reads it."""
+    header = read_header(path)
+    if is_mmproj(header):
+        return open_mmproj(path, header)
+    return open_gguf(path, config, header=header)
+
+
 def open_mmproj(path: Path, header: GGUFHeader):
     """The vision tower of the mmproj file ``path`` (module docstring) as a
     :class:`~.gguf_file.GGUFCheckpoint` whose config nests it as ``vision_config``."""
-    from .gguf_file import _EXACT, _INTEGER, GGUFCheckpoint
-
     meta = header.metadata
     if meta.get("split.count", 1) != 1:
         raise SpecboundError(f"{path}: split.count is {meta['split.count']!r:.40}, expected 1 (an mmproj file is "
@@ -233,9 +241,6 @@ def gguf_pair(source: Any) -> dict[str, Path] | None:
     part, split), "vision": the mmproj file}``; None for anything else (a file, a folder with ``config.json``,
     a folder without an mmproj file).  A folder of several text models or several mmproj files (quantizations
     side by side) is one line naming them."""
-    from .gguf_file import _SHARD, is_gguf
-    from .gguf_header import read_header
-
     if not isinstance(source, (str, Path)) or not Path(source).is_dir() or (Path(source) / "config.json").exists():
         return None
     folder = Path(source)

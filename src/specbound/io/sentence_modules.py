@@ -139,25 +139,3 @@ def _dense_weight(where: Path, path: str, shape: tuple[int, int]) -> np.ndarray:
         return np.asarray(ckpt.read("linear.weight"), dtype=np.float64)
     finally:
         ckpt.close()
-
-
-def modules_record(modules: SentenceModules, rank_tol: float) -> list[dict[str, Any]]:
-    """``model.modules``: each module after the Transformer, a Dense layer's matrix ``W^T`` (``in x out``, row-vector
-    orientation) with its norms and rank and its activation's Lipschitz constant (None: not in the table)."""
-    from ..compute.spectra import dense_spectrum, numerical_rank
-
-    out = []
-    for m in modules.after:
-        entry: dict[str, Any] = {"path": m.path, "type": m.kind}
-        if m.kind == "Pooling":
-            entry["modes"] = list(m.modes)
-        if m.weight is not None:
-            s = dense_spectrum(np.ascontiguousarray(m.weight.T))
-            name, lipschitz = DENSE_ACTIVATIONS.get(m.activation, (m.activation, None))
-            entry.update({"in_features": int(m.weight.shape[1]), "out_features": int(m.weight.shape[0]),
-                          "activation": name, "activation_lipschitz": lipschitz, "bias": m.bias,
-                          "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
-                          "nuclear_norm": s.nuclear_norm(rank_tol),
-                          "rank": numerical_rank(s.singular_values, s.dim, rank_tol)})
-        out.append(entry)
-    return out
