@@ -165,8 +165,8 @@ class QuantizedCheckpoint(Checkpoint):
 
     Attributes
     ----------
-    base : Checkpoint
-        The safetensors checkpoint (local or streamed) as stored.
+    stored_ckpt : Checkpoint
+        The safetensors checkpoint (local or streamed) as stored: packed parts and float tensors.
     method : str
         ``gptq``, ``awq``, ``compressed-tensors``, ``bitsandbytes`` or ``mlx``.
     description : str
@@ -175,7 +175,7 @@ class QuantizedCheckpoint(Checkpoint):
         Exposed weight name -> its quantized module.
     """
 
-    base: Checkpoint
+    stored_ckpt: Checkpoint
     method: str
     description: str
     modules: dict[str, Module]
@@ -186,17 +186,17 @@ class QuantizedCheckpoint(Checkpoint):
     set_aside: frozenset[str] = frozenset()
 
     def __post_init__(self):
-        self.location, self.config = self.base.location, self.base.config
-        self.hub_source = getattr(self.base, "hub_source", None)  # a streamed hub model: ORG/NAME@commit
+        self.location, self.config = self.stored_ckpt.location, self.stored_ckpt.config
+        self.hub_source = getattr(self.stored_ckpt, "hub_source", None)  # a streamed hub model: ORG/NAME@commit
         self._hidden = {p for m in self.modules.values() for p in m.parts.values()} | set(self.set_aside)
 
     @property
     def _read_lock(self):  # type: ignore[override]
-        return self.base._read_lock
+        return self.stored_ckpt._read_lock
 
     @property
     def names(self) -> list[str]:
-        return sorted({n for n in self.base.names if n not in self._hidden} | set(self.modules))
+        return sorted({n for n in self.stored_ckpt.names if n not in self._hidden} | set(self.modules))
 
     @property
     def weights_note(self) -> str | None:  # type: ignore[override]
@@ -206,34 +206,34 @@ class QuantizedCheckpoint(Checkpoint):
                 f"are the dequantized values its library computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.modules[name].shape if name in self.modules else self.base.shape(name)
+        return self.modules[name].shape if name in self.modules else self.stored_ckpt.shape(name)
 
     def dtype(self, name: str) -> str:
-        return self.modules[name].out_dtype if name in self.modules else self.base.dtype(name)
+        return self.modules[name].out_dtype if name in self.modules else self.stored_ckpt.dtype(name)
 
     def where(self, name: str) -> str:
         if name in self.modules:
             first = next(iter(self.modules[name].parts.values()))
-            return f"{self.base.where(first)} ({self.method} module {name.rsplit('.', 1)[0]!r})"
-        return self.base.where(name)
+            return f"{self.stored_ckpt.where(first)} ({self.method} module {name.rsplit('.', 1)[0]!r})"
+        return self.stored_ckpt.where(name)
 
     def files(self):
-        return self.base.files()
+        return self.stored_ckpt.files()
 
     def _stored_in(self, name: str):
-        return None if name in self.modules else self.base._stored_in(name)
+        return None if name in self.modules else self.stored_ckpt._stored_in(name)
 
     def check_size(self, name: str) -> int:
-        """Each stored part fits in its file (the base's check); the float64 copy in memory."""
+        """Each stored part fits in its file (the stored checkpoint's check); the float64 copy in memory."""
         if name not in self.modules:
-            return self.base.check_size(name)
+            return self.stored_ckpt.check_size(name)
         for part in self.modules[name].parts.values():
-            self.base.check_size(part)
+            self.stored_ckpt.check_size(part)
         count = math.prod(self.modules[name].shape)
         return self.check_memory(name, count)
 
     def stored(self, name: str) -> np.ndarray:
-        return self.base.stored(name)  # type: ignore[attr-defined]
+        return self.stored_ckpt.stored(name)  # type: ignore[attr-defined]
 
     def part(self, module: Module, role: str) -> np.ndarray:
         """A stored tensor of ``module`` in its own dtype."""
@@ -242,11 +242,11 @@ class QuantizedCheckpoint(Checkpoint):
     def floats(self, module: Module, role: str) -> np.ndarray:
         """A stored scale / bias of ``module`` as float64 (exactly its stored values)."""
         name = module.parts[role]
-        return stored_floats(self.stored(name), self.base.dtype(name))
+        return stored_floats(self.stored(name), self.stored_ckpt.dtype(name))
 
     def _raw(self, name: str) -> np.ndarray:
         if name not in self.modules:
-            return self.base._raw(name)
+            return self.stored_ckpt._raw(name)
         module = self.modules[name]
         try:
             with np.errstate(all="ignore"):  # an overflow is refused below, without numpy's warnings first
@@ -266,11 +266,11 @@ class QuantizedCheckpoint(Checkpoint):
         return out
 
     def _raw_part(self, name: str, index: int) -> np.ndarray | None:
-        """An expert of a stored float bank read alone, as the base reads it; a quantized module whole."""
-        return None if name in self.modules else self.base._raw_part(name, index)
+        """An expert of a stored float bank read alone, as the stored checkpoint reads it; a quantized module whole."""
+        return None if name in self.modules else self.stored_ckpt._raw_part(name, index)
 
     def close(self) -> None:
-        self.base.close()
+        self.stored_ckpt.close()
 
 
 def _finite(q: QuantizedCheckpoint, m: Module, role: str, positive: bool = False) -> np.ndarray:
@@ -330,7 +330,7 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
                                  f"the {method} tensors {', '.join(repr(p) for p in module.parts.values())}; one of "
                                  f"them is left over from another save: keep one and re-save the model")
     aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
-    return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules, set_aside=aside)
+    return QuantizedCheckpoint(stored_ckpt=ckpt, method=method, description=description, modules=modules, set_aside=aside)
 
 
 # Scales of activations and of the KV cache that quantized checkpoints store beside the weights
@@ -744,7 +744,7 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     if p["fmt"] == "pack-quantized":
         offset = 1 << (p["bits"] - 1)
         x = unpack_bits(q.part(m, "weight_packed"), p["bits"], shape[1]) - offset
-    elif q.base.dtype(m.parts["weight"]) == "F8_E4M3":
+    elif q.stored_ckpt.dtype(m.parts["weight"]) == "F8_E4M3":
         x = E4M3[q.part(m, "weight").astype(np.int64)]
     else:
         x = q.part(m, "weight").astype(np.int64)
@@ -797,7 +797,7 @@ def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     E8M0 byte scale is ``2^(byte - 127)``)."""
     out, n_in = m.shape
     rows, cols = m.params["grid"]
-    code = q.base.dtype(m.parts["scale"])
+    code = q.stored_ckpt.dtype(m.parts["scale"])
     stored = q.part(m, "scale")
     scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0")
              else _finite(q, m, "scale")).reshape(rows, cols)
