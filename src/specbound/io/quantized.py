@@ -1,57 +1,24 @@
-"""Quantized safetensors checkpoints: GPTQ, AWQ, compressed-tensors (llm-compressor), bitsandbytes
-saves and MLX, each dequantized as its own library does into the float matrices the analysis reads.
+"""Quantized safetensors checkpoints (GPTQ, AWQ, compressed-tensors, fine-grained FP8, bitsandbytes, MLX) read
+as the float matrices of the model the quantization defines.
 
-A quantized folder is a safetensors folder whose config.json says how its Linear weights are stored
-(``quantization_config``, or MLX's ``quantization``).  :func:`maybe_quantized` wraps the safetensors
-checkpoint (local or streamed) in a :class:`QuantizedCheckpoint`: each quantized module's stored
-tensors (``qweight``/``qzeros``/``scales``/``g_idx``; ``weight_packed``/``weight_scale``/...) are
-hidden and its ``<module>.weight`` exposed instead, dequantized when read; every other tensor is the
-folder's own.  :attr:`QuantizedCheckpoint.weights_note` names the quantization, so every number says
-that it is a bound of the quantized model (as for GGUF).
+Reads: a safetensors checkpoint (local or streamed) whose config.json says how its Linear weights are stored
+(``quantization_config``, or MLX's ``quantization``); :func:`maybe_quantized` wraps it in a
+:class:`QuantizedCheckpoint` and returns any other checkpoint as it is.
 
-How each is dequantized (``out``: the Linear's output features, ``in``: its input features):
+Guarantees:
 
-* **GPTQ** (``quant_method: gptq``; AutoGPTQ / GPTQModel / optimum, ``checkpoint_format`` ``gptq``
-  or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
-  ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
-  word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
-  ``W[:, i] = scales[g_idx[i]] * (q[i] - z[g_idx[i]])``, rounded to the dtype of ``scales`` as
-  AutoGPTQ computes it in that dtype; ``gptq_v2`` stores ``z``, ``gptq`` (v1) stores ``z - 1``, read
-  back as its writer reads it (:class:`V1Zeros`: GPTQModel when the config's ``meta.quantizer``
-  names it, else AutoGPTQ; the two differ where ``z`` is 0).  Without ``g_idx``, ``g_idx[i] = i //
-  group_size``; with act-order (``desc_act``) ``g_idx`` is the stored permutation of groups.
-  ``sym`` changes only the stored zeros.
-* **AWQ** (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
-  ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
-  ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
-  rounded to the dtype of ``scales`` (``awq.utils.packing_utils.dequantize_gemm``).
-* **compressed-tensors** (``quant_method: compressed-tensors``): ``float-quantized`` (FP8 E4M3
-  ``weight``), ``int-quantized`` / ``naive-quantized`` (int8 ``weight``), ``pack-quantized`` (int32
-  ``weight_packed``, 1-8 bits stored as ``q + 2^(bits-1)`` in a dense bit stream per row, and a
-  packed ``weight_zero_point`` when asymmetric) and ``nvfp4-pack-quantized`` (two FP4 E2M1 values a
-  byte, the low nibble first, FP8 ``weight_scale`` per 16 values divided by ``weight_global_scale``);
-  strategies ``tensor``, ``channel``, ``group``, ``tensor_group`` and ``block``; the library's
-  ``(q - zero_point) * scale`` in the dtype of the scale (``dequantize``).  The config group
-  applying to a module is the first whose ``targets`` match it (``Linear``, a name, or ``re:``).
-* **fine-grained FP8** (``quant_method: fp8``; transformers' layout of DeepSeek-V3, Qwen3-FP8): E4M3
-  ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
-  blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``).
-* **bitsandbytes** (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
-  byte, the high nibble first; with ``bnb_4bit_quant_storage`` another type holds the same bytes) with ``absmax`` per ``blocksize`` values, the code table
-  ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
-  quantization ``absmax`` is itself 8-bit, ``nested_quant_map[absmax] * nested_absmax +
-  nested_offset``; ``quant_map[code] * absmax`` in float32, cast to the state's dtype
-  (``dequantize_4bit``).  LLM.int8: int8 ``weight`` and ``SCB``, ``weight * SCB / 127`` in float32
-  (``int8_vectorwise_dequant``).
-* **MLX** (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
-  uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
-  per ``group_size`` values (1-8 bits but 7): ``scales * q + biases`` in the dtype of ``scales``
-  (the product rounded, then the sum: ``mx.dequantize``).
-  MLX's tensor names are the Hugging Face ones for the models mlx-lm converts.
+* each quantized module's stored parts (``qweight``/``qzeros``/``scales``/``g_idx``,
+  ``weight_packed``/``weight_scale``, ...) are hidden and its ``<module>.weight`` is exposed in their place,
+  dequantized when read as its own library dequantizes it (the layout and formula of each method: the
+  docstring of its ``_dequantize_*`` function); every other tensor is the stored checkpoint's own;
+* every stored part's shape and dtype are checked against its module's before anything is unpacked, and the
+  scales it multiplies by are finite;
+* :attr:`QuantizedCheckpoint.weights_note` names the quantization, so every number says it is a number of
+  the quantized model (as for GGUF).
 
-Every other variant (``quant_method``, ``checkpoint_format``, AWQ ``version``, compressed-tensors
-``format``, bitsandbytes ``quant_type``, MLX ``mode``) is refused in one line naming it.  Every
-stored tensor's shape is checked against the module's before anything is unpacked.
+Refuses, in one line naming it: every other variant (``quant_method``, ``checkpoint_format``, AWQ
+``version``, compressed-tensors ``format``, bitsandbytes ``quant_type``, MLX ``mode``), a stored part of the
+wrong shape or dtype, and a config whose quantization settings are out of range.
 """
 
 from __future__ import annotations
@@ -504,6 +471,16 @@ def _gptq_v1_ambiguity(ckpt: Checkpoint, modules, v1: V1Zeros) -> str:
 
 
 def _dequantize_gptq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """GPTQ (``quant_method: gptq``; AutoGPTQ / GPTQModel / optimum, ``checkpoint_format`` ``gptq``
+    or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
+    ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
+    word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
+    ``W[:, i] = scales[g_idx[i]] * (q[i] - z[g_idx[i]])``, rounded to the dtype of ``scales`` as
+    AutoGPTQ computes it in that dtype; ``gptq_v2`` stores ``z``, ``gptq`` (v1) stores ``z - 1``, read
+    back as its writer reads it (:class:`V1Zeros`: GPTQModel when the config's ``meta.quantizer``
+    names it, else AutoGPTQ; the two differ where ``z`` is 0).  Without ``g_idx``, ``g_idx[i] = i //
+    group_size``; with act-order (``desc_act``) ``g_idx`` is the stored permutation of groups.
+    ``sym`` changes only the stored zeros."""
     bits, (out, n_in) = m.params["bits"], m.shape
     scales = _finite(q, m, "scales")  # (groups, out)
     weight = unpack_bits(q.part(m, "qweight").T, bits, n_in)  # (out, in)
@@ -561,6 +538,10 @@ def _awq_unpack(words: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _dequantize_awq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """AWQ (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
+    ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
+    ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
+    rounded to the dtype of ``scales`` (``awq.utils.packing_utils.dequantize_gemm``)."""
     bits, group = m.params["bits"], m.params["group"]
     weight = _awq_unpack(q.part(m, "qweight"), bits)  # (in, out)
     zeros = np.repeat(_awq_unpack(q.part(m, "qzeros"), bits), group, axis=0)
@@ -729,6 +710,14 @@ def _expand(values: np.ndarray, shape: tuple[int, int], p: dict, g_idx: np.ndarr
 
 
 def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """compressed-tensors (``quant_method: compressed-tensors``): ``float-quantized`` (FP8 E4M3
+    ``weight``), ``int-quantized`` / ``naive-quantized`` (int8 ``weight``), ``pack-quantized`` (int32
+    ``weight_packed``, 1-8 bits stored as ``q + 2^(bits-1)`` in a dense bit stream per row, and a
+    packed ``weight_zero_point`` when asymmetric) and ``nvfp4-pack-quantized`` (two FP4 E2M1 values a
+    byte, the low nibble first, FP8 ``weight_scale`` per 16 values divided by ``weight_global_scale``);
+    strategies ``tensor``, ``channel``, ``group``, ``tensor_group`` and ``block``; the library's
+    ``(q - zero_point) * scale`` in the dtype of the scale (``dequantize``).  The config group
+    applying to a module is the first whose ``targets`` match it (``Linear``, a name, or ``re:``)."""
     p, shape = m.params, m.shape
     if p["fmt"] == "nvfp4-pack-quantized":
         packed = q.part(m, "weight_packed").astype(np.int64)
@@ -793,8 +782,9 @@ def _fp8(ckpt: Checkpoint, qc: dict, where: str):
 
 
 def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
-    """transformers' ``Fp8Dequantize``: the FP8 values times their block's scale, in float32 (an
-    E8M0 byte scale is ``2^(byte - 127)``)."""
+    """Fine-grained FP8 (``quant_method: fp8``; transformers' layout of DeepSeek-V3, Qwen3-FP8): E4M3
+    ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
+    blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``)."""
     out, n_in = m.shape
     rows, cols = m.params["grid"]
     code = q.stored_ckpt.dtype(m.parts["scale"])
@@ -880,6 +870,13 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
 
 
 def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """bitsandbytes (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
+    byte, the high nibble first; with ``bnb_4bit_quant_storage`` another type holds the same bytes) with
+    ``absmax`` per ``blocksize`` values, the code table
+    ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
+    quantization ``absmax`` is itself 8-bit, ``nested_quant_map[absmax] * nested_absmax +
+    nested_offset``; ``quant_map[code] * absmax`` in float32, cast to the state's dtype
+    (``dequantize_4bit``)."""
     block, n = m.params["block"], math.prod(m.shape)
     stored = np.ascontiguousarray(q.part(m, "weight"))
     packed = stored.astype(stored.dtype.newbyteorder("<")).view(np.uint8).reshape(-1).astype(np.int64)
@@ -898,6 +895,8 @@ def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
 
 
 def _dequantize_int8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """bitsandbytes' LLM.int8: int8 ``weight`` and ``SCB``, ``weight * SCB / 127`` in float32
+    (``int8_vectorwise_dequant``)."""
     if "weight_format" in m.parts:
         fmt = q.part(m, "weight_format").reshape(-1)
         if fmt.size and int(fmt[0]) != 0:
@@ -954,6 +953,11 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
 
 
 def _dequantize_mlx(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """MLX (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
+    uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
+    per ``group_size`` values (1-8 bits but 7): ``scales * q + biases`` in the dtype of ``scales``
+    (the product rounded, then the sum: ``mx.dequantize``).
+    MLX's tensor names are the Hugging Face ones for the models mlx-lm converts."""
     bits, group = m.params["bits"], m.params["group"]
     values = unpack_bits(q.part(m, "weight"), bits, m.shape[1])
     scales = np.repeat(_finite(q, m, "scales"), group, axis=1)
