@@ -88,7 +88,7 @@ def test_text_summary_has_the_bounds(text_run, api):
 
 
 def test_the_first_screen_says_where_to_read_which_number_to_report(text_run):
-    """Issue 44: the demo printed thirteen numbers and nothing said which to cite.  Right under the
+    """The demo prints thirteen numbers and says which to cite: right under the
     bounds table, the output names the page that does, and the page exists and ships (``specbound
     docs interpreting``)."""
     from specbound.tools import doc_pages

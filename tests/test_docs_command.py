@@ -83,7 +83,7 @@ def test_the_pages_ship_in_the_package():
     assert doc_pages.docs_root().resolve() == (ROOT / "docs").resolve()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "_docs/*.md" in project["tool"]["setuptools"]["package-data"]["specbound"]
-    # Issue 44: the metadata named a documentation host that resolves nowhere: none is named until one
+    # the metadata names no documentation host (one that resolves nowhere was named once) until one
     # is published (the site is built from a checkout; the pages ship in the package)
     urls = project["project"]["urls"]
     assert urls == {"Source paper": "https://arxiv.org/abs/2605.07297"}
@@ -92,7 +92,7 @@ def test_the_pages_ship_in_the_package():
 
 
 def test_the_api_page_prints_the_reference_not_the_directives():
-    """Issue 35: `specbound docs api` printed mkdocstrings' `::: name` lines; a terminal reader gets
+    """`specbound docs api` prints no mkdocstrings `::: name` lines; a terminal reader gets
     each object's signature and docstring, as the site shows them."""
     import inspect
 

@@ -309,7 +309,7 @@ def _name_base(adapter, named):
 
 
 def test_a_relative_base_is_found_as_peft_finds_it(tmp_path, monkeypatch, capsys):
-    """Issue 44: PEFT writes base_model_name_or_path as training gave it (relative to the training
+    """PEFT writes base_model_name_or_path as training gave it (relative to the training
     folder).  Tried in PEFT's order: as written from the current directory, then from the adapter's
     folder, then as a hub id (the offline cache: nothing fetched); the route used is recorded and
     printed."""
@@ -580,7 +580,7 @@ def test_a_folder_here_named_like_a_hub_id_comes_before_the_hub(tmp_path, monkey
 
 
 def test_the_repr_of_an_adapter_analysis_says_it_is_one(llama_results):
-    """Issue 34: the repr of an adapter's analysis did not say it was one."""
+    """The repr of an adapter's analysis says it is one."""
     ours, merged, _ = llama_results
     assert "LoRA" not in repr(merged)
     text = repr(ours)

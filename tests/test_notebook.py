@@ -24,7 +24,7 @@ def test_every_figure_call_shows_an_image_in_a_fresh_kernel(tiny_bert_dir, tmp_p
         "r.plot.spectra()",
         "r.plot.contributions()",
         "r.plot.p_star()",
-        f"specbound.compare(r, {str(tiny_bert_dir)!r}, names=['live', 'again'])",  # issue 34: compare's view
+        f"specbound.compare(r, {str(tiny_bert_dir)!r}, names=['live', 'again'])",  # compare's view
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),

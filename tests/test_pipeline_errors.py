@@ -61,7 +61,7 @@ def test_threads_beyond_the_cores_are_capped_and_said(tiny_bert_dir, monkeypatch
 
 
 def test_the_defaults_take_a_layer_per_core_with_one_blas_thread(tiny_bert_dir, monkeypatch):
-    """Issue 34: analyze() with defaults took 8.25 s against 1.62 s with threads=1 on a busy 2-core
+    """analyze() with defaults once took 8.25 s against 1.62 s with threads=1 on a busy 2-core
     machine (one layer at a time on BLAS's default thread count).  The defaults now run a layer per
     usable core, one BLAS thread each: jobs x threads never exceeds the cores."""
     import threadpoolctl

@@ -72,7 +72,7 @@ def paragraphs(text: str) -> list[str]:
 
 
 def test_summary_lines_fit_100_columns(default, tiny):
-    """Issue 34: two lines of the first screen exceeded 200 columns."""
+    """No line of the first screen exceeds 100 columns (two once exceeded 200)."""
     folder, _ = tiny
     gap = specbound.analyze(folder, n=1000, margin=0.5, threads=1, jobs=1)
     for text in (str(default), str(gap)):
@@ -439,7 +439,7 @@ def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
 
 
 def test_plots_compose_into_the_callers_axes(tiny):
-    """Issue 34: every plot takes ax= and returns its Axes (matplotlib's convention); one role's panel
+    """Every plot takes ax= and returns its Axes (matplotlib's convention); one role's panel
     holds one line per matrix of that role, and the figure-level call is unchanged."""
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure

@@ -29,7 +29,7 @@ from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
 from .archs.spec import TowerSpec, stored_in_out
 from .archs.stacks import bind, read_layer_weights, stacks_record, tensor_names
-from .archs.towers import tower_spec, tower_views
+from .archs.towers import TowerView, tower_spec, tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
@@ -104,8 +104,8 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
                 bar.close()
         return TowerAnalyses(results)
     finally:
-        for base in {id(m.base_checkpoint): m.base_checkpoint for m in models}.values():
-            base.close()
+        for opened in {id(m.opened_checkpoint): m.opened_checkpoint for m in models}.values():
+            opened.close()
 
 
 def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | None) -> Analysis:
@@ -123,7 +123,7 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
             layers, deltas = all_layer_spectra(model, init_model, opts.kernel, jobs=jobs, progress=on_layer)
             model.ckpt.close()
             if init_model is not None:
-                init_model.base_checkpoint.close()
+                init_model.opened_checkpoint.close()
             return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
                             name=name)
     finally:
@@ -227,9 +227,10 @@ class OpenModel:
     parent_spec: ArchSpec | None = None  # the two-tower spec the tower was opened through
 
     @property
-    def base_checkpoint(self) -> Checkpoint:
-        """The opened checkpoint itself (a tower's ``ckpt`` is a view of it that does not close it)."""
-        return getattr(self.ckpt, "base", self.ckpt)
+    def opened_checkpoint(self) -> Checkpoint:
+        """The checkpoint as opened (a quantized or LoRA wrapper included), which closes it: a tower's ``ckpt``
+        is a view of it that does not close it."""
+        return self.ckpt.shared if isinstance(self.ckpt, TowerView) else self.ckpt
 
     def layer_dims(self, layer: int) -> ModelDims:
         """The dimensions of layer ``layer``'s own chain: its stack's in an encoder-decoder."""
@@ -260,7 +261,7 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     """
     models = open_models(source, arch_spec=arch_spec, config=config, tower=tower, base=base)
     if len(models) > 1:
-        models[0].base_checkpoint.close()
+        models[0].opened_checkpoint.close()
         raise SpecboundError(f"{models[0].ckpt.location} holds the {' and '.join(m.tower for m in models)} towers of a "
                              f"two-tower {models[0].parent_spec.family} model; pass tower='text' or tower='vision' "
                              f"(--tower) to analyse one")
@@ -311,14 +312,14 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
                 (model,) = open_models(path, tower=None if name == "text" else name)
                 models.append(replace(model, tower=name))
                 if name == "text":  # named among its assumptions (a GGUF checkpoint's conventions)
-                    model.base_checkpoint.conventions["gguf_mmproj_pair"] = (
+                    model.opened_checkpoint.conventions["gguf_mmproj_pair"] = (
                         f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it "
                         f"is its vision tower, whose projector's output enters this chain as input tokens, outside "
                         f"the bound like the token embeddings; each tower is bounded as a chain of its own, and "
                         f"no whole-model number is given")
     except BaseException:
         for model in models:
-            model.base_checkpoint.close()
+            model.opened_checkpoint.close()
         raise
     return models
 
@@ -568,7 +569,7 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
 def adapter_base(model: OpenModel) -> OpenModel | None:
     """The base model of a LoRA adapter, opened as ``model``'s initial weights (the same family spec and
     tower, the checkpoint the adapter is merged into); None for any other checkpoint."""
-    ckpt = model.base_checkpoint
+    ckpt = model.opened_checkpoint
     if not isinstance(ckpt, LoraCheckpoint):
         return None
     if model.tower is None:
@@ -581,9 +582,9 @@ def adapter_updates(model: OpenModel, init_model: OpenModel, layer: int, kernel:
     """Layer ``layer``'s updates as factors when ``model`` is a LoRA adapter and ``init_model`` its own
     base (not a ``--init`` of other weights), the method is factored and no tensor of the layer is
     replaced whole (``modules_to_save``); None otherwise (the differences come from the weights)."""
-    ckpt = model.base_checkpoint
+    ckpt = model.opened_checkpoint
     if kernel.method != "factored" or not isinstance(ckpt, LoraCheckpoint) or \
-            getattr(init_model.ckpt, "base", init_model.ckpt) is not ckpt.base_ckpt:
+            init_model.opened_checkpoint is not ckpt.base_ckpt:
         return None
     try:
         return read_layer_updates(model.spec, model.ckpt, model.dims, model.prefix, layer)
@@ -621,9 +622,9 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
             gap["from_init"] = gap_bounds(from_init[0], from_init[1], gap_params)
     location = str(model.ckpt.location)
     model_extra: dict[str, Any] = {"block": dims.block, "feed_forward": dims.feed_forward}
-    if isinstance(model.base_checkpoint, LoraCheckpoint):  # the adapter merged into the base (W0 when init)
-        model_extra["adapter"] = model.base_checkpoint.describe()
-    sentence = getattr(model.base_checkpoint, "sentence_modules", None)
+    if isinstance(model.opened_checkpoint, LoraCheckpoint):  # the adapter merged into the base (W0 when init)
+        model_extra["adapter"] = model.opened_checkpoint.describe()
+    sentence = getattr(model.opened_checkpoint, "sentence_modules", None)
     if sentence is not None and sentence.after:  # sentence-transformers' Pooling, Dense, Normalize after the model
         model_extra["modules"] = modules_record(sentence, opts.rank_tol)
     rotary = None if model.rotary is None else {
@@ -750,7 +751,7 @@ def open_init(init, model: OpenModel) -> OpenModel:
     (the same family spec and dimensions; a tower of a two-tower model: the same tower)."""
     init_model = open_model(init, arch_spec=model.parent_spec or model.spec, tower=model.tower)
     if init_model.dims != model.dims:
-        init_model.base_checkpoint.close()
+        init_model.opened_checkpoint.close()
         raise SpecboundError(
             f"the initial weights in {init_model.ckpt.location} do not match the analysed checkpoint: "
             f"{init_model.dims} vs {model.dims}; pass the same architecture's initialisation"

@@ -178,7 +178,7 @@ def test_opening_one_chain_of_a_two_tower_model_needs_the_tower(saved):
         open_model(saved[1])
     model = open_model(saved[1], tower="text")
     assert model.tower == "text" and model.dims.N == TEXT["hidden_size"]
-    model.base_checkpoint.close()
+    model.opened_checkpoint.close()
 
 
 def test_a_sweep_analyses_the_tower_it_is_given(saved, tmp_path, capsys):

@@ -47,7 +47,7 @@ def assert_reads_as_peft_merges(adapter, base, merged, adapted):
     module's kind), every adapted tensor is PEFT's merged tensor."""
     from specbound.pipeline import open_models
 
-    ckpt = open_models(adapter, base=base)[0].base_checkpoint
+    ckpt = open_models(adapter, base=base)[0].opened_checkpoint
     try:
         for suffix in adapted:  # the same tensor under each one's names (GPT-2's transformer. prefix)
             [ours] = [n for n in ckpt.names if n == suffix or n.endswith("." + suffix)]

@@ -43,7 +43,7 @@ def _open(folder, tower):
     from specbound.pipeline import open_models
 
     models = open_models(folder, tower=tower)
-    models[0].base_checkpoint.close()
+    models[0].opened_checkpoint.close()
     return models
 
 

@@ -145,7 +145,7 @@ def test_the_digest_is_the_weights(quiet_transformers):
 
 
 def test_the_cost_line_is_printed_above_a_progress_bar(capsys):
-    """Issue 44: the cost line was printed inside the Trainer's tqdm bar ("3/40 [...]specbound: one
+    """The cost line is not printed inside the Trainer's tqdm bar ("3/40 [...]specbound: one
     analysis took ..."); it is written above the bar, on a line of its own, and a small cost is not
     rounded to "0%"."""
     import re

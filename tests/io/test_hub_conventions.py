@@ -1,4 +1,4 @@
-"""Hub conventions (issue 34 items 3, 4, 12): a hub analysis is named ``ORG/NAME@commit`` (text header,
+"""Hub conventions: a hub analysis is named ``ORG/NAME@commit`` (text header,
 JSON ``source``, notebook view, store records), the snapshot folder only its ``location``; the cache
 gets ``refs/<revision>`` as huggingface_hub writes it, so transformers offline and ``scan_cache_dir()``
 read what specbound fetched; a 404 or 401 says the repository does not exist or is private."""

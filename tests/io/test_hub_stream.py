@@ -320,7 +320,7 @@ def test_cli_stream_and_disk_budget(tmp_path, hub_env):
 
 
 def test_many_shards_one_request_each(tmp_path, hub_env):
-    """Many tiny shards (issue 31: 3,000 took over 60 s): streaming reads each shard's header with
+    """Many tiny shards (3,000 once took over 60 s): streaming reads each shard's header with
     one range request (its size from the listing, no HEAD per shard); a fetch downloads them all
     (HEAD + GET each, several at a time); both equal the local analysis."""
     local = write_tiny_bert(tmp_path / "local", seed=31, L=2, N=8, H=2, d_ff=8)
@@ -344,7 +344,7 @@ def test_many_shards_one_request_each(tmp_path, hub_env):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_index_of_thousands_of_shards_is_one_line_at_once(tmp_path, hub_env, stream):
-    """Issue 31: a weight map of 3,000 tiny shards took 44-91 s to fetch; an index naming more shard
+    """A weight map of 3,000 tiny shards once took 44-91 s to fetch; an index naming more shard
     files than any published model is refused before any shard is requested."""
     import time
 

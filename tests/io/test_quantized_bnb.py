@@ -163,6 +163,35 @@ def test_a_qlora_adapter_on_the_4bit_base_analyses_like_any_adapter(saved):
     np.testing.assert_allclose(merged.read(name), base.read(name) + delta, rtol=1e-12, atol=1e-14)
     untouched = "model.layers.0.self_attn.k_proj.weight"
     np.testing.assert_array_equal(merged.read(untouched), base.read(untouched))
+    base.close()
+    merged.close()
+
+
+def test_a_qlora_adapters_base_is_its_own_opened_checkpoint(saved, tmp_path):
+    """The adapter's base opened as its initial weights is the quantized checkpoint the adapter holds (not the
+    safetensors checkpoint the quantization is stored in), so the update is read from the factors."""
+    peft = pytest.importorskip("peft")
+    from specbound.io.quantized import QuantizedCheckpoint
+    from specbound.options import KernelOptions
+    from specbound.pipeline import adapter_base, adapter_updates, open_model
+
+    root, _, folders, _ = saved
+    torch.manual_seed(1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(root / "hf"), dtype=torch.float32)
+    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                         init_lora_weights=False))
+    wrapped.save_pretrained(str(tmp_path / "adapter"))
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(folders["nf4-nested"])
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    opened = open_model(tmp_path / "adapter")
+    try:
+        init = adapter_base(opened)
+        assert isinstance(init.opened_checkpoint, QuantizedCheckpoint)
+        assert init.opened_checkpoint is opened.opened_checkpoint.base_ckpt
+        assert adapter_updates(opened, init, 0, KernelOptions(method="factored")) is not None
+    finally:
+        opened.opened_checkpoint.close()
 
 
 @pytest.mark.parametrize("state, words", [

@@ -135,7 +135,7 @@ def test_default_names_are_short_and_distinct():
 
 
 def test_analyses_made_with_different_options_are_flagged(tiny_bert_dir, tiny_bert_cls_dir, pair, capsys):
-    """Issue 44: compare did not say when two analyses were made with different options (the training
+    """compare says when two analyses were made with different options (the training
     page's grid_m=12 against the command line's default).  Each model's own defaults (its grid
     ceil(L + ln N), l_phi from its activation) are alike; a setting given differently is named, with
     each model's value, in the text, the notebook view and the JSON."""

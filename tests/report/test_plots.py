@@ -152,7 +152,7 @@ def test_a_model_name_with_dollars_does_not_break_the_mathtext():
 
 
 def test_the_store_figures_compose_into_the_caller_s_axes(tiny_store, no_checkpoints):
-    """Issue 44: the store-level figures took no ``ax=``: each single-panel one draws into the Axes it is
+    """The store-level figures take ``ax=``: each single-panel one draws into the Axes it is
     given (a notebook's grid of panels), adds no Axes and no figure, and returns the caller's Figure with
     the same lines as when it makes its own."""
     from matplotlib.figure import Figure

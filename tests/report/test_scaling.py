@@ -151,7 +151,7 @@ def test_median_over_groups_is_the_median_of_each_groups_own_slope(tmp_path):
 
 
 def test_no_minus_zero():
-    """Issue 34: scaling printed -0.000 for a slope that rounds to zero."""
+    """scaling prints 0.000, not -0.000, for a slope that rounds to zero."""
     from specbound.report.scaling import _three_places
 
     assert _three_places(-0.0001) == "0.000" and _three_places(-0.0006) == "-0.001" and _three_places(1.0) == "1.000"

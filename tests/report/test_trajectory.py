@@ -65,7 +65,8 @@ def test_trajectory_figure_draws_every_bound_against_the_step(run_store):
 
 
 def test_the_headline_is_on_top_and_equal_variants_are_named_not_drawn(run_store):
-    """Issue 44: the headline sat under identical variant lines and the p* legend had 20 entries."""
+    """The headline is drawn on top of the variant lines (identical ones are named, not drawn), and the p* legend
+    does not list 20 entries."""
     from matplotlib.collections import QuadMesh
 
     fig = figure_trajectory(run_store)

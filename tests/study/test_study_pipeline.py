@@ -130,7 +130,7 @@ def test_report_tables_and_figures(quick, runs):
     assert "log10_downstream_factor" in pstar and not any("alpha" in c for c in pstar.columns)
     assert set(pstar["run"]) == set(runs["run"]) and ((pstar["p_star"] >= 0) & (pstar["p_star"] <= 2)).all()
     assert "robust sign-error" in out and "met the training criterion" in out
-    assert "a smoke test: the quick grid" in out  # issue 34: its numbers are not findings
+    assert "a smoke test: the quick grid" in out  # its numbers are not findings
     n = len(make_grid("quick", ("fmnist",)))
     assert f"[{n}/{n}]" in err
     study = json.loads((folder / "study.json").read_text())

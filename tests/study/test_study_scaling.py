@@ -99,7 +99,7 @@ def test_estimate_extrapolates_cpu_seconds_linearly_in_depth():
 
 
 def test_pooled_within_group_slope_equals_a_fixed_effects_regression():
-    """Issue 32 item 7: one least-squares slope over every group's runs with an intercept per group,
+    """One least-squares slope over every group's runs with an intercept per group,
     checked against lstsq on a design with a dummy column per group (over all tasks and per task)."""
     runs = _runs()
     table = scaling_slopes(runs, ["noisy", "B"], bootstrap=50).set_index(["task", "bound", "axis"])
@@ -130,7 +130,7 @@ def test_pooled_within_group_slope_equals_a_fixed_effects_regression():
 
 
 def test_the_scaling_figure_draws_only_the_axes_the_grid_varies(tmp_path):
-    """A depth-only grid (issue 32 item 8's deep runs) got an empty row of width panels."""
+    """A depth-only grid (the deep runs) gets no empty row of width panels."""
     from PIL import Image
 
     from specbound.study.report import plot_scaling

@@ -47,7 +47,7 @@ def check_reader(source, twin, *, rel: float = 1e-12, atol: float = 1e-9, family
     try:
         check_contract(opened.ckpt)
         assert opened.dims == reference.dims, (opened.dims, reference.dims)
-        assert opened.base_checkpoint.weights_note == note
+        assert opened.opened_checkpoint.weights_note == note
         assert_same_layer_weights(reference, opened, reference.dims.L, atol=atol, ordered=ordered)
     finally:
         opened.ckpt.close()

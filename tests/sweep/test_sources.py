@@ -73,7 +73,7 @@ def test_hub_ids_resolve_from_the_cache(tmp_path, monkeypatch):
     sources = expand_pattern("google/bert_uncased_L-{2..12}_H-{64..768}_A-{H/32}")
     assert [s.name.partition("@")[0] for s in sources] == [f"google/bert_uncased_L-{L}_H-{N}_A-{N // 32}"
                                                            for L in (2, 4) for N in (64, 128)]
-    for s in sources:  # recorded as ORG/NAME@commit (issue 34)
+    for s in sources:  # recorded as ORG/NAME@commit
         assert s.name.partition("@")[2] == os.path.basename(s.target)
     for s in sources:
         assert os.path.isfile(os.path.join(s.target, "model.safetensors")) and "/snapshots/" in s.target

@@ -29,7 +29,7 @@ class TowerView:
         return getattr(self._ckpt, name)
 
     @property
-    def base(self) -> Checkpoint:
+    def shared(self) -> Checkpoint:
         """The shared checkpoint, which the opener closes."""
         return self._ckpt
 

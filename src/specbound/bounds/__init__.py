@@ -1,4 +1,4 @@
-"""Bounds as small registered objects (one module each).
+"""Stage 4, bounds: small registered objects (one module each), functions of the ``compute`` measures.
 
 A bound has a name, a title, the reference it implements (paper and equation), the quantities it
 reads, and one function from :class:`~specbound.compute.measures.ModelMeasures` to a :class:`BoundResult`.

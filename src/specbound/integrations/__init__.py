@@ -1,4 +1,5 @@
-"""specbound inside a training loop: callbacks that analyse the model in memory every N steps.
+"""Stage 8 (beside ``report``), integrations: specbound inside a training loop, callbacks that analyse the model
+in memory every N steps.
 
 * :class:`specbound.integrations.transformers.SpecboundCallback`: a ``transformers.TrainerCallback``
   (bounds logged to the TensorBoard run in ``logging_dir`` and to W&B when active).

@@ -1,18 +1,18 @@
-"""GGUF files (llama.cpp, Ollama): the config from the file's metadata, the weights from its tensors.
-The header is read and checked by :mod:`.gguf_header` (bounded work, every offset inside the file);
-the quantized blocks are decoded by the ``gguf`` package (a base dependency: numpy, pyyaml,
-requests, tqdm).
+"""GGUF files (llama.cpp, Ollama): the config from the file's metadata, the weights from its tensors, as the
+family specs (``archs/data/*_gguf.json``) read them.
 
-What the file holds and how it is exposed:
+Reads: one GGUF file or every part of a split one, its header read and checked by :mod:`.gguf_header`
+(bounded work, every offset inside the file); quantized blocks are decoded by the ``gguf`` package (a base
+dependency: numpy, pyyaml, requests, tqdm).
+
+Guarantees (how the file is exposed):
 
 * **Config.** The metadata keys ``{arch}.block_count``, ``{arch}.embedding_length``,
   ``{arch}.attention.head_count``, ... are returned without the ``{arch}.`` prefix (``block_count``,
   ``attention.head_count``, ``rope.freq_base``, ``context_length``), with the ``general.*`` keys and
   ``model_type = "gguf-<arch>"`` (the family spec ``archs/data/llama_gguf.json`` reads them).  The
   tokenizer's vocabulary and every other array longer than :data:`~.gguf_header.MAX_LIST` are left
-  out (stepped over unread): they are not the model's dimensions.  The keys the dimensions are read
-  from must hold their type (a count an integer, ``rope.freq_base`` a number) and no value may be
-  NaN or infinite: anything else is refused by name.  llama.cpp's graph for the supported
+  out (stepped over unread): they are not the model's dimensions.  llama.cpp's graph for the supported
   architectures is a gated feed-forward whose activation it stores nowhere, so ``hidden_act`` is its
   graph's (SiLU; GELU for the Gemmas); the rotary settings are also given under the Hugging Face keys
   (``rope_theta``, ``max_position_embeddings``, ``rotary_dim``, ``rope_scaling``; Gemma 3's
@@ -43,19 +43,25 @@ What the file holds and how it is exposed:
   contiguous slice (a quantized bank's rows are whole blocks, so a slice dequantizes on its own), and
   not the bank itself: a family spec names experts as it does for a Hugging Face checkpoint.  A
   ``llama`` file with ``expert_count > 0`` (Mixtral) has ``model_type = "gguf-llama-moe"``.
-* **Hybrids.** A file of another architecture whose layers hold llama.cpp's tensors of a
-  linear-attention, state-space or short-convolution block (``blk.N.ssm_*``, ``blk.N.shortconv.*``,
-  ``blk.N.time_mix_*``: qwen3next, kimi-linear, nemotron_h, granitehybrid, falcon-h1, jamba, lfm2, mamba,
-  rwkv) is refused in one line naming those layers, as its Hugging Face checkpoint is (docs/families.md).
-* **Each architecture's own facts** (the permutation, llama.cpp's activation and fixed constants, the
-  per-layer types, its config keys and the conventions they assume, tensor renames and joins) are its row
-  of :data:`.gguf_archs.ARCHS`, applied here by one loop; a file of an architecture without a row is
-  refused naming the supported ones.
 * **LongRoPE** (Phi-3): the converter stores its two factor sets as the tensors ``rope_factors_long``
   and ``rope_factors_short``; the reader puts them in ``rope_scaling`` (``rope_type: longrope``) with
   ``rope.scaling.original_context_length`` as ``original_max_position_embeddings``; the attention
   factor the converter writes is transformers' default formula, which the rotary reader evaluates
   from the two context lengths.
+* **Each architecture's own facts** (the permutation, llama.cpp's activation and fixed constants, the
+  per-layer types, its config keys and the conventions they assume, tensor renames and joins) are its row
+  of :data:`.gguf_archs.ARCHS`, applied here by one loop.
+
+Refuses, in one line naming what it found:
+
+* a metadata key the dimensions are read from that does not hold its type (a count an integer,
+  ``rope.freq_base`` a number), and any NaN or infinite value;
+* a file of an architecture without a row in :data:`.gguf_archs.ARCHS` (the message names the supported ones);
+* a file whose layers hold llama.cpp's tensors of a linear-attention, state-space or short-convolution block
+  (``blk.N.ssm_*``, ``blk.N.shortconv.*``, ``blk.N.time_mix_*``: qwen3next, kimi-linear, nemotron_h,
+  granitehybrid, falcon-h1, jamba, lfm2, mamba, rwkv): the message names those layers, as for its Hugging Face
+  checkpoint (docs/families.md);
+* a big-endian file's quantized tensor of a type whose layout is not known (:mod:`.gguf_header`).
 """
 
 from __future__ import annotations

@@ -1,57 +1,24 @@
-"""Quantized safetensors checkpoints: GPTQ, AWQ, compressed-tensors (llm-compressor), bitsandbytes
-saves and MLX, each dequantized as its own library does into the float matrices the analysis reads.
+"""Quantized safetensors checkpoints (GPTQ, AWQ, compressed-tensors, fine-grained FP8, bitsandbytes, MLX) read
+as the float matrices of the model the quantization defines.
 
-A quantized folder is a safetensors folder whose config.json says how its Linear weights are stored
-(``quantization_config``, or MLX's ``quantization``).  :func:`maybe_quantized` wraps the safetensors
-checkpoint (local or streamed) in a :class:`QuantizedCheckpoint`: each quantized module's stored
-tensors (``qweight``/``qzeros``/``scales``/``g_idx``; ``weight_packed``/``weight_scale``/...) are
-hidden and its ``<module>.weight`` exposed instead, dequantized when read; every other tensor is the
-folder's own.  :attr:`QuantizedCheckpoint.weights_note` names the quantization, so every number says
-that it is a bound of the quantized model (as for GGUF).
+Reads: a safetensors checkpoint (local or streamed) whose config.json says how its Linear weights are stored
+(``quantization_config``, or MLX's ``quantization``); :func:`maybe_quantized` wraps it in a
+:class:`QuantizedCheckpoint` and returns any other checkpoint as it is.
 
-How each is dequantized (``out``: the Linear's output features, ``in``: its input features):
+Guarantees:
 
-* **GPTQ** (``quant_method: gptq``; AutoGPTQ / GPTQModel / optimum, ``checkpoint_format`` ``gptq``
-  or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
-  ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
-  word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
-  ``W[:, i] = scales[g_idx[i]] * (q[i] - z[g_idx[i]])``, rounded to the dtype of ``scales`` as
-  AutoGPTQ computes it in that dtype; ``gptq_v2`` stores ``z``, ``gptq`` (v1) stores ``z - 1``, read
-  back as its writer reads it (:class:`V1Zeros`: GPTQModel when the config's ``meta.quantizer``
-  names it, else AutoGPTQ; the two differ where ``z`` is 0).  Without ``g_idx``, ``g_idx[i] = i //
-  group_size``; with act-order (``desc_act``) ``g_idx`` is the stored permutation of groups.
-  ``sym`` changes only the stored zeros.
-* **AWQ** (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
-  ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
-  ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
-  rounded to the dtype of ``scales`` (``awq.utils.packing_utils.dequantize_gemm``).
-* **compressed-tensors** (``quant_method: compressed-tensors``): ``float-quantized`` (FP8 E4M3
-  ``weight``), ``int-quantized`` / ``naive-quantized`` (int8 ``weight``), ``pack-quantized`` (int32
-  ``weight_packed``, 1-8 bits stored as ``q + 2^(bits-1)`` in a dense bit stream per row, and a
-  packed ``weight_zero_point`` when asymmetric) and ``nvfp4-pack-quantized`` (two FP4 E2M1 values a
-  byte, the low nibble first, FP8 ``weight_scale`` per 16 values divided by ``weight_global_scale``);
-  strategies ``tensor``, ``channel``, ``group``, ``tensor_group`` and ``block``; the library's
-  ``(q - zero_point) * scale`` in the dtype of the scale (``dequantize``).  The config group
-  applying to a module is the first whose ``targets`` match it (``Linear``, a name, or ``re:``).
-* **fine-grained FP8** (``quant_method: fp8``; transformers' layout of DeepSeek-V3, Qwen3-FP8): E4M3
-  ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
-  blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``).
-* **bitsandbytes** (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
-  byte, the high nibble first; with ``bnb_4bit_quant_storage`` another type holds the same bytes) with ``absmax`` per ``blocksize`` values, the code table
-  ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
-  quantization ``absmax`` is itself 8-bit, ``nested_quant_map[absmax] * nested_absmax +
-  nested_offset``; ``quant_map[code] * absmax`` in float32, cast to the state's dtype
-  (``dequantize_4bit``).  LLM.int8: int8 ``weight`` and ``SCB``, ``weight * SCB / 127`` in float32
-  (``int8_vectorwise_dequant``).
-* **MLX** (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
-  uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
-  per ``group_size`` values (1-8 bits but 7): ``scales * q + biases`` in the dtype of ``scales``
-  (the product rounded, then the sum: ``mx.dequantize``).
-  MLX's tensor names are the Hugging Face ones for the models mlx-lm converts.
+* each quantized module's stored parts (``qweight``/``qzeros``/``scales``/``g_idx``,
+  ``weight_packed``/``weight_scale``, ...) are hidden and its ``<module>.weight`` is exposed in their place,
+  dequantized when read as its own library dequantizes it (the layout and formula of each method: the
+  docstring of its ``_dequantize_*`` function); every other tensor is the stored checkpoint's own;
+* every stored part's shape and dtype are checked against its module's before anything is unpacked, and the
+  scales it multiplies by are finite;
+* :attr:`QuantizedCheckpoint.weights_note` names the quantization, so every number says it is a number of
+  the quantized model (as for GGUF).
 
-Every other variant (``quant_method``, ``checkpoint_format``, AWQ ``version``, compressed-tensors
-``format``, bitsandbytes ``quant_type``, MLX ``mode``) is refused in one line naming it.  Every
-stored tensor's shape is checked against the module's before anything is unpacked.
+Refuses, in one line naming it: every other variant (``quant_method``, ``checkpoint_format``, AWQ
+``version``, compressed-tensors ``format``, bitsandbytes ``quant_type``, MLX ``mode``), a stored part of the
+wrong shape or dtype, and a config whose quantization settings are out of range.
 """
 
 from __future__ import annotations
@@ -165,8 +132,8 @@ class QuantizedCheckpoint(Checkpoint):
 
     Attributes
     ----------
-    base : Checkpoint
-        The safetensors checkpoint (local or streamed) as stored.
+    stored_ckpt : Checkpoint
+        The safetensors checkpoint (local or streamed) as stored: packed parts and float tensors.
     method : str
         ``gptq``, ``awq``, ``compressed-tensors``, ``bitsandbytes`` or ``mlx``.
     description : str
@@ -175,7 +142,7 @@ class QuantizedCheckpoint(Checkpoint):
         Exposed weight name -> its quantized module.
     """
 
-    base: Checkpoint
+    stored_ckpt: Checkpoint
     method: str
     description: str
     modules: dict[str, Module]
@@ -186,17 +153,17 @@ class QuantizedCheckpoint(Checkpoint):
     set_aside: frozenset[str] = frozenset()
 
     def __post_init__(self):
-        self.location, self.config = self.base.location, self.base.config
-        self.hub_source = getattr(self.base, "hub_source", None)  # a streamed hub model: ORG/NAME@commit
+        self.location, self.config = self.stored_ckpt.location, self.stored_ckpt.config
+        self.hub_source = getattr(self.stored_ckpt, "hub_source", None)  # a streamed hub model: ORG/NAME@commit
         self._hidden = {p for m in self.modules.values() for p in m.parts.values()} | set(self.set_aside)
 
     @property
     def _read_lock(self):  # type: ignore[override]
-        return self.base._read_lock
+        return self.stored_ckpt._read_lock
 
     @property
     def names(self) -> list[str]:
-        return sorted({n for n in self.base.names if n not in self._hidden} | set(self.modules))
+        return sorted({n for n in self.stored_ckpt.names if n not in self._hidden} | set(self.modules))
 
     @property
     def weights_note(self) -> str | None:  # type: ignore[override]
@@ -206,34 +173,34 @@ class QuantizedCheckpoint(Checkpoint):
                 f"are the dequantized values its library computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.modules[name].shape if name in self.modules else self.base.shape(name)
+        return self.modules[name].shape if name in self.modules else self.stored_ckpt.shape(name)
 
     def dtype(self, name: str) -> str:
-        return self.modules[name].out_dtype if name in self.modules else self.base.dtype(name)
+        return self.modules[name].out_dtype if name in self.modules else self.stored_ckpt.dtype(name)
 
     def where(self, name: str) -> str:
         if name in self.modules:
             first = next(iter(self.modules[name].parts.values()))
-            return f"{self.base.where(first)} ({self.method} module {name.rsplit('.', 1)[0]!r})"
-        return self.base.where(name)
+            return f"{self.stored_ckpt.where(first)} ({self.method} module {name.rsplit('.', 1)[0]!r})"
+        return self.stored_ckpt.where(name)
 
     def files(self):
-        return self.base.files()
+        return self.stored_ckpt.files()
 
     def _stored_in(self, name: str):
-        return None if name in self.modules else self.base._stored_in(name)
+        return None if name in self.modules else self.stored_ckpt._stored_in(name)
 
     def check_size(self, name: str) -> int:
-        """Each stored part fits in its file (the base's check); the float64 copy in memory."""
+        """Each stored part fits in its file (the stored checkpoint's check); the float64 copy in memory."""
         if name not in self.modules:
-            return self.base.check_size(name)
+            return self.stored_ckpt.check_size(name)
         for part in self.modules[name].parts.values():
-            self.base.check_size(part)
+            self.stored_ckpt.check_size(part)
         count = math.prod(self.modules[name].shape)
         return self.check_memory(name, count)
 
     def stored(self, name: str) -> np.ndarray:
-        return self.base.stored(name)  # type: ignore[attr-defined]
+        return self.stored_ckpt.stored(name)  # type: ignore[attr-defined]
 
     def part(self, module: Module, role: str) -> np.ndarray:
         """A stored tensor of ``module`` in its own dtype."""
@@ -242,11 +209,11 @@ class QuantizedCheckpoint(Checkpoint):
     def floats(self, module: Module, role: str) -> np.ndarray:
         """A stored scale / bias of ``module`` as float64 (exactly its stored values)."""
         name = module.parts[role]
-        return stored_floats(self.stored(name), self.base.dtype(name))
+        return stored_floats(self.stored(name), self.stored_ckpt.dtype(name))
 
     def _raw(self, name: str) -> np.ndarray:
         if name not in self.modules:
-            return self.base._raw(name)
+            return self.stored_ckpt._raw(name)
         module = self.modules[name]
         try:
             with np.errstate(all="ignore"):  # an overflow is refused below, without numpy's warnings first
@@ -266,11 +233,11 @@ class QuantizedCheckpoint(Checkpoint):
         return out
 
     def _raw_part(self, name: str, index: int) -> np.ndarray | None:
-        """An expert of a stored float bank read alone, as the base reads it; a quantized module whole."""
-        return None if name in self.modules else self.base._raw_part(name, index)
+        """An expert of a stored float bank read alone, as the stored checkpoint reads it; a quantized module whole."""
+        return None if name in self.modules else self.stored_ckpt._raw_part(name, index)
 
     def close(self) -> None:
-        self.base.close()
+        self.stored_ckpt.close()
 
 
 def _finite(q: QuantizedCheckpoint, m: Module, role: str, positive: bool = False) -> np.ndarray:
@@ -330,7 +297,7 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
                                  f"the {method} tensors {', '.join(repr(p) for p in module.parts.values())}; one of "
                                  f"them is left over from another save: keep one and re-save the model")
     aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
-    return QuantizedCheckpoint(base=ckpt, method=method, description=description, modules=modules, set_aside=aside)
+    return QuantizedCheckpoint(stored_ckpt=ckpt, method=method, description=description, modules=modules, set_aside=aside)
 
 
 # Scales of activations and of the KV cache that quantized checkpoints store beside the weights
@@ -504,6 +471,16 @@ def _gptq_v1_ambiguity(ckpt: Checkpoint, modules, v1: V1Zeros) -> str:
 
 
 def _dequantize_gptq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """GPTQ (``quant_method: gptq``; AutoGPTQ / GPTQModel / optimum, ``checkpoint_format`` ``gptq``
+    or ``gptq_v2``): ``qweight`` int32 ``(in * bits / 32, out)`` and ``qzeros`` int32
+    ``(groups, out * bits / 32)`` are little-endian bit streams along the packed axis (2, 4 and 8 bits
+    word by word; 3 bits across word boundaries, 32 values in 3 words: AutoGPTQ's ``pack``);
+    ``W[:, i] = scales[g_idx[i]] * (q[i] - z[g_idx[i]])``, rounded to the dtype of ``scales`` as
+    AutoGPTQ computes it in that dtype; ``gptq_v2`` stores ``z``, ``gptq`` (v1) stores ``z - 1``, read
+    back as its writer reads it (:class:`V1Zeros`: GPTQModel when the config's ``meta.quantizer``
+    names it, else AutoGPTQ; the two differ where ``z`` is 0).  Without ``g_idx``, ``g_idx[i] = i //
+    group_size``; with act-order (``desc_act``) ``g_idx`` is the stored permutation of groups.
+    ``sym`` changes only the stored zeros."""
     bits, (out, n_in) = m.params["bits"], m.shape
     scales = _finite(q, m, "scales")  # (groups, out)
     weight = unpack_bits(q.part(m, "qweight").T, bits, n_in)  # (out, in)
@@ -561,6 +538,10 @@ def _awq_unpack(words: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _dequantize_awq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """AWQ (``quant_method: awq``, ``version: gemm``; AutoAWQ): ``qweight`` int32 ``(in, out / 8)``,
+    ``qzeros`` int32 ``(groups, out / 8)``, each word holding 8 columns in AutoAWQ's order
+    ``[0, 2, 4, 6, 1, 3, 5, 7]``; ``W = (q - z) * scales``, groups of ``group_size`` input rows,
+    rounded to the dtype of ``scales`` (``awq.utils.packing_utils.dequantize_gemm``)."""
     bits, group = m.params["bits"], m.params["group"]
     weight = _awq_unpack(q.part(m, "qweight"), bits)  # (in, out)
     zeros = np.repeat(_awq_unpack(q.part(m, "qzeros"), bits), group, axis=0)
@@ -729,6 +710,14 @@ def _expand(values: np.ndarray, shape: tuple[int, int], p: dict, g_idx: np.ndarr
 
 
 def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """compressed-tensors (``quant_method: compressed-tensors``): ``float-quantized`` (FP8 E4M3
+    ``weight``), ``int-quantized`` / ``naive-quantized`` (int8 ``weight``), ``pack-quantized`` (int32
+    ``weight_packed``, 1-8 bits stored as ``q + 2^(bits-1)`` in a dense bit stream per row, and a
+    packed ``weight_zero_point`` when asymmetric) and ``nvfp4-pack-quantized`` (two FP4 E2M1 values a
+    byte, the low nibble first, FP8 ``weight_scale`` per 16 values divided by ``weight_global_scale``);
+    strategies ``tensor``, ``channel``, ``group``, ``tensor_group`` and ``block``; the library's
+    ``(q - zero_point) * scale`` in the dtype of the scale (``dequantize``).  The config group
+    applying to a module is the first whose ``targets`` match it (``Linear``, a name, or ``re:``)."""
     p, shape = m.params, m.shape
     if p["fmt"] == "nvfp4-pack-quantized":
         packed = q.part(m, "weight_packed").astype(np.int64)
@@ -744,7 +733,7 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     if p["fmt"] == "pack-quantized":
         offset = 1 << (p["bits"] - 1)
         x = unpack_bits(q.part(m, "weight_packed"), p["bits"], shape[1]) - offset
-    elif q.base.dtype(m.parts["weight"]) == "F8_E4M3":
+    elif q.stored_ckpt.dtype(m.parts["weight"]) == "F8_E4M3":
         x = E4M3[q.part(m, "weight").astype(np.int64)]
     else:
         x = q.part(m, "weight").astype(np.int64)
@@ -793,11 +782,12 @@ def _fp8(ckpt: Checkpoint, qc: dict, where: str):
 
 
 def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
-    """transformers' ``Fp8Dequantize``: the FP8 values times their block's scale, in float32 (an
-    E8M0 byte scale is ``2^(byte - 127)``)."""
+    """Fine-grained FP8 (``quant_method: fp8``; transformers' layout of DeepSeek-V3, Qwen3-FP8): E4M3
+    ``weight`` times its ``weight_block_size`` block's ``weight_scale_inv`` (one per tensor without
+    blocks; an E8M0 byte scale is ``2^(b - 127)``), in float32 (``Fp8Dequantize``)."""
     out, n_in = m.shape
     rows, cols = m.params["grid"]
-    code = q.base.dtype(m.parts["scale"])
+    code = q.stored_ckpt.dtype(m.parts["scale"])
     stored = q.part(m, "scale")
     scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0")
              else _finite(q, m, "scale")).reshape(rows, cols)
@@ -880,6 +870,13 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
 
 
 def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """bitsandbytes (``quant_method: bitsandbytes``): 4-bit NF4/FP4 ``weight`` (uint8, two codes a
+    byte, the high nibble first; with ``bnb_4bit_quant_storage`` another type holds the same bytes) with
+    ``absmax`` per ``blocksize`` values, the code table
+    ``quant_map`` and the packed ``quant_state`` (its JSON: dtype, shape, blocksize); with nested
+    quantization ``absmax`` is itself 8-bit, ``nested_quant_map[absmax] * nested_absmax +
+    nested_offset``; ``quant_map[code] * absmax`` in float32, cast to the state's dtype
+    (``dequantize_4bit``)."""
     block, n = m.params["block"], math.prod(m.shape)
     stored = np.ascontiguousarray(q.part(m, "weight"))
     packed = stored.astype(stored.dtype.newbyteorder("<")).view(np.uint8).reshape(-1).astype(np.int64)
@@ -898,6 +895,8 @@ def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
 
 
 def _dequantize_int8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """bitsandbytes' LLM.int8: int8 ``weight`` and ``SCB``, ``weight * SCB / 127`` in float32
+    (``int8_vectorwise_dequant``)."""
     if "weight_format" in m.parts:
         fmt = q.part(m, "weight_format").reshape(-1)
         if fmt.size and int(fmt[0]) != 0:
@@ -954,6 +953,11 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
 
 
 def _dequantize_mlx(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
+    """MLX (``quantization: {group_size, bits}`` of mlx-lm, with per-module overrides): ``weight``
+    uint32 ``(out, in * bits / 32)``, a little-endian bit stream per row, ``scales`` and ``biases``
+    per ``group_size`` values (1-8 bits but 7): ``scales * q + biases`` in the dtype of ``scales``
+    (the product rounded, then the sum: ``mx.dequantize``).
+    MLX's tensor names are the Hugging Face ones for the models mlx-lm converts."""
     bits, group = m.params["bits"], m.params["group"]
     values = unpack_bits(q.part(m, "weight"), bits, m.shape[1])
     scales = np.repeat(_finite(q, m, "scales"), group, axis=1)

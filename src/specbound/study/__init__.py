@@ -1,5 +1,5 @@
-"""``specbound study``: does the bound track generalization?  Train small transformers on real data
-on the CPU to a training criterion, analyse every checkpoint with :func:`specbound.analyze`, and
+"""Stage 9, study (``specbound study``): does the bound track generalization?  Train small transformers on
+real data on the CPU to a training criterion, analyse every checkpoint with :func:`specbound.analyze`, and
 compare every bound with the measured generalisation gap (docs/study.md).
 
     data.py      the three tasks (Fashion-MNIST; word-level language identification; fortune topics),

@@ -154,7 +154,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
     options = canonical_options(options)
     model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"),
                        base=options.get("base"))
-    model.base_checkpoint.close()
+    model.opened_checkpoint.close()
     files = tuple(sorted({p.resolve() for p in model.ckpt.files()}))
     if not files:
         raise SpecboundError(f"{source.name} is not stored in files; a sweep analyses model folders, weight "
@@ -165,16 +165,16 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
         side.append(Path(options["arch_spec"]))
     side_prints = tuple(fingerprint(p) for p in side if p.is_file())
     # config.json read again after its fingerprint: the fingerprinted version is the one analysed
-    if cfg_path is not None and read_config(cfg_path.parent) != model.base_checkpoint.config:
+    if cfg_path is not None and read_config(cfg_path.parent) != model.opened_checkpoint.config:
         raise SpecboundError(f"{cfg_path} changed while the sweep read it; run the sweep again")
     init_sha256 = None
     if options.get("init") is not None:  # W - W0: the initial weights' bytes are part of the key, and checked
         init_model = open_init(options["init"], model)
-        init_model.base_checkpoint.close()
-        init_sha256, init_prints = hash_weights(init_model.base_checkpoint.config, sorted(set(init_model.ckpt.files())))
+        init_model.opened_checkpoint.close()
+        init_sha256, init_prints = hash_weights(init_model.opened_checkpoint.config, sorted(set(init_model.ckpt.files())))
         side_prints = side_prints + init_prints
     dims = model.dims
-    return Header(source, options, model.base_checkpoint.config, files, dims.L, dims.matrix_count(), side_prints, init_sha256)
+    return Header(source, options, model.opened_checkpoint.config, files, dims.L, dims.matrix_count(), side_prints, init_sha256)
 
 
 def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
@@ -293,7 +293,7 @@ def layer_task(task: Task, layer: int, run: AnalysisOptions = TASK_RUN):
     with threadpool_limits(limits=run.threads):
         model = open_model(task.source.target, arch_spec=options.arch_spec, tower=options.tower, base=options.base)
         spectra = model_layer_spectra(model, layer, options.kernel)
-        model.base_checkpoint.close()
+        model.opened_checkpoint.close()
     check_unchanged(task.fingerprints, task.source.name)
     return spectra, time.perf_counter() - start, time.thread_time() - cpu
 
@@ -308,7 +308,7 @@ def assemble_task(task: Task, layer_results: list, run: AnalysisOptions = TASK_R
     options = task_options(task, run)
     with threadpool_limits(limits=run.threads):
         model = open_model(task.source.target, arch_spec=options.arch_spec, tower=options.tower, base=options.base)
-        model.base_checkpoint.close()
+        model.opened_checkpoint.close()
         layers = [spectra for spectra, _, _ in layer_results]
         analysis = assemble(model, layers, options)
     check_unchanged(task.fingerprints, task.source.name)
