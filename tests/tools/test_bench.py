@@ -11,6 +11,7 @@ import specbound
 from specbound.tools.bench import (_to_bf16, format_miniatures_bench, run_miniatures_bench, write_bert_checkpoint,
                              write_llama_checkpoint)
 from specbound.cli import main
+from specbound.tools.bench_machine import KERNEL_OVERRIDES
 
 
 def test_bf16_rounding_matches_torch():
@@ -254,7 +255,8 @@ def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeyp
         bench_threads, ("run_threads_bench", "format_threads_bench"))
     monkeypatch.setattr(module, run, lambda **kw: {"ran": scenario})
     monkeypatch.setattr(module, fmt, lambda report: f"scenario text {report['ran']}")
-    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    for name in KERNEL_OVERRIDES:  # whatever the machine running the test sets (OPENBLAS_L2_SIZE too)
+        monkeypatch.delenv(name, raising=False)
     assert main(["bench", "--scenario", scenario]) == 0
     text = capsys.readouterr().out
     head = text.split("\n\n")[0].splitlines()
@@ -275,6 +277,8 @@ def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeyp
 def test_a_forced_blas_kernel_is_named_with_the_command_that_undoes_it(monkeypatch):
     from specbound.tools.bench_machine import format_machine, machine_info
 
+    for name in KERNEL_OVERRIDES:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     info = machine_info()
