@@ -20,10 +20,10 @@ from support.vision_language import WRAPPERS, build_wrapper  # noqa: E402
 
 import specbound  # noqa: E402
 
-# one wrapper of each kind of layout: SigLIP under vision_tower. (Gemma 3, PaliGemma), CLIP (LLaVA), the
-# text_model. / vision_model. names (Idefics3), the experts' banks under language_model.model. (Llama 4),
-# Pixtral's (Mistral 3), the Qwen-VL visual. layout
-KINDS = ("gemma3", "paligemma", "llava", "idefics3", "llama4", "mistral3", "qwen2_5_vl")
+# every wrapper: SigLIP under vision_tower. (Gemma 3, PaliGemma), CLIP (LLaVA), the text_model. /
+# vision_model. names (Idefics3), the experts' banks under language_model.model. (Llama 4), Pixtral's
+# (Mistral 3), the Qwen-VL visual. layout (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)
+KINDS = ("gemma3", "paligemma", "llava", "idefics3", "llama4", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 TEXT_MARKS = ("language_model.", "text_model.", "lm_head.")
 
 
