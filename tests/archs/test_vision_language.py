@@ -48,24 +48,16 @@ def tower_numbers(result) -> dict:
     return doc
 
 
-def test_the_text_tower_is_its_family_exactly(saved, tmp_path):
+@pytest.mark.parametrize("tower_name, index, save_alone", [("text", 0, save_text_alone),
+                                                           ("vision", 1, save_vision_alone)])
+def test_each_tower_is_its_family_exactly(saved, tmp_path, tower_name, index, save_alone):
+    """Every row and bound of a tower equals the same weights saved alone as its family."""
     name, model, folder = saved
-    family = WRAPPERS[name][3][0]
-    save_text_alone(model, name, tmp_path)
-    tower = specbound.analyze(folder, tower="text", threads=1)
+    family = WRAPPERS[name][3][index]
+    save_alone(model, name, tmp_path)
+    tower = specbound.analyze(folder, tower=tower_name, threads=1)
     alone = specbound.analyze(tmp_path, threads=1)
-    assert tower.model["family"] == alone.model["family"] == family and tower.model["tower"] == "text"
-    assert len(tower.matrices) == len(alone.matrices) > 0
-    assert_close_tree(tower_numbers(tower), tower_numbers(alone), rel=1e-12)
-
-
-def test_the_vision_tower_is_its_family_exactly(saved, tmp_path):
-    name, model, folder = saved
-    family = WRAPPERS[name][3][1]
-    save_vision_alone(model, name, tmp_path)
-    tower = specbound.analyze(folder, tower="vision", threads=1)
-    alone = specbound.analyze(tmp_path, threads=1)
-    assert tower.model["family"] == alone.model["family"] == family and tower.model["tower"] == "vision"
+    assert tower.model["family"] == alone.model["family"] == family and tower.model["tower"] == tower_name
     assert len(tower.matrices) == len(alone.matrices) > 0
     assert_close_tree(tower_numbers(tower), tower_numbers(alone), rel=1e-12)
 

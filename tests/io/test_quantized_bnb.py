@@ -140,17 +140,25 @@ def test_bitsandbytes_own_dequantize_agrees_where_its_round_trip_holds(saved, va
         pytest.skip(f"bitsandbytes' dequantize_4bit fails its own round trip here for every shape of {variant}")
 
 
-def test_a_qlora_adapter_on_the_4bit_base_analyses_like_any_adapter(saved):
+def _qlora_adapter(saved, folder):
+    """A LoRA adapter (q_proj, v_proj; random factors) of the tiny LLaMA saved in ``folder``, its base the
+    NF4-nested save; returns the PEFT model that wrote it."""
     peft = pytest.importorskip("peft")
     root, _, folders, _ = saved
     torch.manual_seed(1)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(root / "hf"), dtype=torch.float32)
     wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                          init_lora_weights=False))
-    wrapped.save_pretrained(str(root / "adapter"))
-    config = json.loads((root / "adapter" / "adapter_config.json").read_text())
+    wrapped.save_pretrained(str(folder))
+    config = json.loads((folder / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = str(folders["nf4-nested"])
-    (root / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return wrapped
+
+
+def test_a_qlora_adapter_on_the_4bit_base_analyses_like_any_adapter(saved):
+    root, _, folders, _ = saved
+    wrapped = _qlora_adapter(saved, root / "adapter")
     ours = specbound.analyze(root / "adapter", threads=1)
     assert any(e["name"] == "quantized_weights" and "bitsandbytes" in e["effect"] for e in ours.assumptions)
     base = open_checkpoint(folders["nf4-nested"])
@@ -170,20 +178,11 @@ def test_a_qlora_adapter_on_the_4bit_base_analyses_like_any_adapter(saved):
 def test_a_qlora_adapters_base_is_its_own_opened_checkpoint(saved, tmp_path):
     """The adapter's base opened as its initial weights is the quantized checkpoint the adapter holds (not the
     safetensors checkpoint the quantization is stored in), so the update is read from the factors."""
-    peft = pytest.importorskip("peft")
     from specbound.io.quantized import QuantizedCheckpoint
     from specbound.options import KernelOptions
     from specbound.pipeline import adapter_base, adapter_updates, open_model
 
-    root, _, folders, _ = saved
-    torch.manual_seed(1)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(root / "hf"), dtype=torch.float32)
-    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                         init_lora_weights=False))
-    wrapped.save_pretrained(str(tmp_path / "adapter"))
-    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
-    config["base_model_name_or_path"] = str(folders["nf4-nested"])
-    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config))
+    _qlora_adapter(saved, tmp_path / "adapter")
     opened = open_model(tmp_path / "adapter")
     try:
         init = adapter_base(opened)

@@ -31,10 +31,10 @@ from urllib.parse import unquote, urlsplit
 
 def isolate_hub_environment(monkeypatch, root: Path) -> None:
     """Point huggingface_hub at a cache and home under ``root``, with no token, offline flag or Xet
-    transfer of this machine's environment (every test that talks to :class:`HubServer`)."""
+    transfer from the environment the tests run in (every test that talks to :class:`HubServer`)."""
     for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_HOME", str(root / "home"))  # no stored login of this machine is sent
+    monkeypatch.setenv("HF_HOME", str(root / "home"))  # no stored login is sent
     monkeypatch.setenv("HF_HUB_CACHE", str(root / "cache"))
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
 
