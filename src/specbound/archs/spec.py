@@ -38,7 +38,9 @@ import regex
 
 from ..errors import SpecboundError
 from ..io.patterns import PATTERN_TIMEOUT, bounded_search, compile_pattern
+from ..options import POSITIVE_INT, Choice
 from .model import MROPE_KINDS, PAIRINGS
+from .schema import Flag, Keys, NameMap, Strings, Text, declare, declared, document_keys, fail, read_key, read_keys
 from .structure import validate_structure
 
 ROLES = ("q", "k", "v", "qkv", "o", "ff_in", "ff_gate", "ff_up", "ff_gate_up", "ff_out")
@@ -175,18 +177,18 @@ def _latent_rule(raw: Any, origin: str) -> LatentRule | None:
         return None
     keys = {"tensors", "config", "eps", "eps_default"}
     if not isinstance(raw, dict) or not {"tensors", "config"} <= set(raw) <= keys:
-        raise _fail(origin, f"'latent_attention' must be an object with 'tensors' and 'config' (and optionally "
+        raise fail(origin, f"'latent_attention' must be an object with 'tensors' and 'config' (and optionally "
                             f"'eps', 'eps_default'), found {raw!r}")
     names, config = raw["tensors"], raw["config"]
     if not isinstance(names, dict) or set(names) != set(LATENT_TENSORS) or not all(
             isinstance(v, str) and LAYER_PLACEHOLDER in v for v in names.values()):
-        raise _fail(origin, f"'latent_attention' tensors must name exactly {list(LATENT_TENSORS)}, each with "
+        raise fail(origin, f"'latent_attention' tensors must name exactly {list(LATENT_TENSORS)}, each with "
                             f"{LAYER_PLACEHOLDER}")
     if not isinstance(config, dict) or set(config) != set(LATENT_CONFIG):
-        raise _fail(origin, f"'latent_attention' config must map exactly {list(LATENT_CONFIG)} to config.json keys")
+        raise fail(origin, f"'latent_attention' config must map exactly {list(LATENT_CONFIG)} to config.json keys")
     default = raw.get("eps_default", 1e-6)
     if isinstance(default, bool) or not isinstance(default, (int, float)) or not default > 0:
-        raise _fail(origin, f"'latent_attention' eps_default must be a positive number, found {default!r}")
+        raise fail(origin, f"'latent_attention' eps_default must be a positive number, found {default!r}")
     return LatentRule(dict(names), {k: _str_list(config, k, origin) for k in LATENT_CONFIG},
                       _str_list(raw, "eps", origin, required=False), float(default))
 
@@ -225,31 +227,151 @@ class QKNormRule:
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """One architecture family, loaded from a spec file and validated."""
+    """One architecture family, loaded from a spec file and validated.
 
-    family: str
-    description: str
-    model_types: tuple[str, ...]
-    prefixes: tuple[str, ...]
-    config_keys: dict[str, tuple[str, ...]]
-    block: str
-    feed_forward: str
-    tensors: dict[str, TensorRule]
-    ignore: tuple[regex.Pattern, ...]
+    Each field a document's key fills declares that key (:func:`.schema.declare`: its constraint or reader, its
+    default, its line in docs/architectures.md); :func:`_parse_one` reads them all in one loop.
+    """
+
+    family: str = declare("the name reported in the output", accepted=(Text(empty=False),),
+                      requirement="a non-empty string", required=True,
+                      documents=("chain", "stacks", "towers", "wrapper"))
+    description: str = declare("what the family is (docs/families.md lists it)", accepted=(Text(),),
+                           requirement="a string", absent="", documents=("chain", "stacks", "towers", "wrapper", "variant"))
+    model_types: tuple[str, ...] = declare("config.json `model_type` values this spec serves", accepted=(Strings(),),
+                                       requirement="a list of strings", required=True,
+                                       documents=("chain", "stacks", "towers", "wrapper"))
+    prefixes: tuple[str, ...] = declare("name prefixes tried in order (task models wrap the base model, e.g. `bert.`)",
+                                    accepted=(Strings(or_else=("",)),), requirement="a list of strings",
+                                    absent=("",))
+    config_keys: dict[str, tuple[str, ...]] = declare(
+        "for each dimension, the config.json keys to try in order. Required: `num_layers`, `hidden_size`, "
+        "`num_heads`, `ff_size` (`[]`: read `d_ff` from layer 0's `ff_out` weight; absent with "
+        "`ff_size_multiplier`); optional: `num_kv_heads` (grouped-query attention), `head_dim` (default "
+        "`hidden_size / num_heads`), `activation` (sets `L_phi`), and with `experts` `num_experts`, "
+        "`experts_per_token`, `shared_ff_size`, `num_shared_experts`, `dense_ff_size`",
+        name="config", required=True, read=lambda value, doc: _config_keys(value, doc.raw, doc.origin))
+    block: str = declare("`sequential`: attention then feed-forward; `parallel`: both on the block's input "
+                     "(GPT-NeoX, GPT-J)", accepted=(Choice(BLOCKS),), absent="sequential")
+    feed_forward: str = declare("`plain`: `act(x W_in) W_out`; `gated`: `(act(x W_gate) * x W_up) W_out`",
+                            accepted=(Choice(tuple(FEED_FORWARDS)),), absent="plain")
+    tensors: dict[str, TensorRule] = declare(
+        "role -> `{name, layout}` (roles and layouts below); `name` contains `${layer}`", required=True,
+        read=lambda value, doc: _tensor_rules(value, ROLES, doc.origin, "tensors"), documents=("chain", "variant"))
+    ignore: tuple[regex.Pattern, ...] = declare(
+        "regular expressions (Python `re.search`) for tensors that are not part of the bound",
+        read=lambda value, doc: _patterns(doc.raw, doc.origin), absent=(),
+        documents=("chain", "stacks", "towers", "wrapper", "variant"))
     origin: str
-    block_switch: dict[str, Any] | None = None
-    ff_size_multiplier: int | None = None
-    shared_layers: dict[str, str] | None = None
-    rotary: str | None = None  # rotary position embeddings: how a head's dimensions pair up (docs/rotary.md)
-    position_terms: dict[str, Any] | None = None  # disentangled attention (DeBERTa): see position_term_count
+    block_switch: dict[str, Any] | None = declare(
+        "`{\"config_key\", \"default\", \"if_true\", \"if_false\"}`: the block read from a boolean config key "
+        "(its value when absent: `default`), each value a `block`", default=None,
+        read=lambda value, doc: _block_switch(value, doc.origin))
+    ff_size_multiplier: int | None = declare(
+        "`d_ff` as a multiple of `hidden_size` when no config key holds it (BLOOM's `4 N`)", default=None,
+        accepted=(None, POSITIVE_INT), requirement="a positive integer")
+    shared_layers: dict[str, str] | None = declare(
+        "`{\"groups_key\"[, \"inner_key\"]}`: layers sharing weights (ALBERT), the config keys of the number of "
+        "stored groups and of layers per group", default=None,
+        accepted=(None, Keys(("groups_key",), ("inner_key",))),
+        requirement="an object with 'groups_key' (and optionally 'inner_key'), naming config.json keys",
+        documents=("chain", "towers", "variant"))
+    rotary: str | None = declare(
+        "`{\"pairing\": \"half\" | \"interleaved\"}`: rotary position embeddings, the base, rotated dimensions, "
+        "context and rope scaling read from config.json (docs/rotary.md); optional `off_when` (a boolean config "
+        "key that, when true, replaces rotary by ALiBi: Falcon) and the options below", default=None,
+        read=lambda value, doc: _rotary(value, doc.origin), fills=("rotary_off_when", "rotary_options"),
+        documents=("chain", "towers", "variant"))
+    position_terms: dict[str, Any] | None = declare(
+        "disentangled attention (DeBERTa): `{\"config_key\": \"pos_att_type\", \"enabled_by\": "
+        "\"relative_attention\", \"requires\": {key: value}}`; the config's `c2p`/`p2c` terms enter `Lambda` and "
+        "`gamma*` (docs/theory.md 3h); a config whose `requires` keys lack their value is refused", default=None,
+        read=lambda value, doc: _position_terms(value, doc.origin), documents=("chain", "towers", "variant"))
     # (config conditions, any of which selects the spec, the spec)
-    variants: tuple[tuple[tuple[dict[str, Any], ...], "ArchSpec"], ...] = ()
-    stacks: "tuple[StackSpec, ...] | None" = None  # an encoder-decoder's stacks (its own tensors are then {})
-    towers: "tuple[TowerSpec, ...] | None" = None  # a two-tower model's towers (its own tensors are then {})
+    variants: tuple[tuple[tuple[dict[str, Any], ...], "ArchSpec"], ...] = declare(
+        "`[{\"when\": {config key: value or [values]}, ...overrides}]` (`when` may also be a list of such "
+        "objects, any one of which selects the variant): the first whose condition config.json meets replaces "
+        "the keys it names (objects merged key by key, `null` removes a key), validated as a spec of its own; "
+        "DINOv2's SwiGLU (`use_swiglu_ffn`), T5 v1.1's gated feed-forward (`is_gated_act`, or for configs "
+        "without it `feed_forward_proj`)", default=(), documents=("chain", "stacks", "towers"))
+    stacks: "tuple[StackSpec, ...] | None" = declare(
+        "an encoder-decoder's `encoder` and `decoder`, each with its own `config` and `tensors` (below)",
+        default=None, documents=("stacks", "variant"))
+    towers: "tuple[TowerSpec, ...] | None" = declare(
+        "a two-tower model's towers, `text` and `vision`, each a chain of its own or the name of a shipped "
+        "family (below)", default=None, documents=("towers", "wrapper", "variant"))
     tower: str | None = None  # the tower this spec reads (one tower of a two-tower family)
     config_defaults: dict[str, Any] | None = None  # config values the library assumes when a key is absent
-    # a vision-language wrapper's projector: {"prefixes", "description"} (outside both towers' bounds)
-    projector: dict[str, Any] | None = None
+    projector: dict[str, Any] | None = declare(
+        "a vision-language wrapper's `{\"prefixes\", \"description\"}`: the tensors mapping the vision tower's "
+        "output into the text tower's input, outside both towers' bounds (below)", default=None,
+        documents=("towers", "wrapper", "variant"))
+    rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
+    alibi: bool | str = declare("ALiBi logit biases: always (`true`) or when this boolean config key is true",
+                            default=False, accepted=(Flag(), Text()),
+                            requirement="true, false or a boolean config.json key")
+    activation: str | None = declare("the family's activation when config.json names none (BLOOM's GELU)", default=None,
+                                 accepted=(None, Text()),
+                                 requirement="an activation name (as config.json's hidden_act)")
+    experts: ExpertsSpec | None = declare(
+        "a mixture of experts (docs/theory.md 3f): `router` and `tensors` (each expert's roles, names with "
+        "`${expert}` as well as `${layer}`, or one `\"layout\": \"bank\"` tensor of every expert; config fields "
+        "`num_experts`, `experts_per_token`), optionally `shared` (`{\"tensors\", \"gate\"}`: an always-on shared "
+        "expert of width `shared_ff_size`, times `num_shared_experts` when that field is mapped, none when it is "
+        "0), `dense` (`tensors` of the dense gated block of the layers without experts, of width `dense_ff_size`, "
+        "and `layers`: `{\"list\": KEY}` of the expert layers' indices, with `step`, `step_default` for configs "
+        "without it; or config keys `first`, `last`, `interval` and a `phase` 0 or 1, layer `l` holding experts "
+        "when `first <= l <= last` and `(l + phase) % interval == 0`: GLM-4.5's `first_k_dense_replace`, ERNIE "
+        "4.5's start, end and interval; or `types`, a key listing each layer's type, with `expert_type`), and "
+        "`gates` (`softmax`: the chosen gates sum to at most 1; `sigmoid`: each at most 1, so at most `top_k` "
+        "together, Llama 4; or `{\"scoring\", \"normalised\", \"normalised_default\", \"scale\"}`: `normalised` a "
+        "boolean or a config key, `scale` the config key of a factor multiplying every routed gate, "
+        "`routed_scaling_factor`), from which the gate bounds `g_max`, `g_sum` follow (docs/theory.md 3n)",
+        default=None,
+        read=lambda value, doc: _experts(value, doc.values["feed_forward"], doc.values["config_keys"], doc.origin))
+    refuse: tuple[Refusal, ...] = declare(
+        "`[{\"tensor\": pattern, \"reason\"} or {\"config\": key, \"allowed\": [values], \"reason\"}]`: tensors "
+        "and config values that change the function in a way specbound does not model, each refused with its "
+        "reason", default=(), read=lambda value, doc: _refusals(value, doc.origin))
+    # the rotary object's other keys: rope_type_aliases, legacy_layer_types (docs/architectures.md)
+    rotary_options: dict[str, Any] = field(default_factory=dict)
+    qk_norm: QKNormRule | None = declare(
+        "`{\"q\": NAME, \"k\": NAME, \"span\": \"head\" | \"all_heads\", \"gain\": \"weight\" | "
+        "\"one_plus_weight\", \"eps\": [config keys], \"eps_default\": number}`: an RMSNorm on the queries and "
+        "keys before the rotation; each QK row is then the head's stacked factors `[W_Q^h; W_K^g]`, and the "
+        "norm's gains and `eps` set its sensitivity and Lipschitz factor (docs/theory.md 3d). `span`: over each "
+        "head's `d_h` features (gain tensor `(d_h,)`) or over the whole projection (`(H d_h,)` and "
+        "`(H_kv d_h,)`); `gain: \"none\"` for a weightless norm (no `q`, `k`: Llama 4's L2 norm), optionally "
+        "`layers: \"rotary\"` (only the layers that rotate normalise) and `when` / `when_default` (a boolean "
+        "config key switching the norm on, Llama 4's `use_qk_norm`)", default=None,
+        read=lambda value, doc: _qk_norm_rule(value, doc.origin))
+    structure: dict[str, str] | None = declare(
+        "what the family does beyond its matrices, named in `assumptions` (docs/theory.md 3e; `archs/structure.py`"
+        "): config keys `attention_softcap`, `final_softcap`, `sliding_window`, `attention_scalar`, "
+        "`residual_multiplier` and `attention_multiplier` (Granite: folded into OV and FF_out, and `m sqrt(d_h)` "
+        "into the queries), `embedding_multiplier`, `logit_divisor`, `logit_scale` (the head's logits divided or "
+        "multiplied), `swiglu_limit`, `swiglu_alpha` (gpt-oss's clamped SwiGLU), `attention_chunk` (Llama 4's "
+        "chunked attention) (the entry applies when the key holds a positive number), `attention_sinks: "
+        "\"learned\"` (gpt-oss), `temperature_tuning: \"llama4\"` (the NoPE layers' query temperature, its "
+        "largest value folded into their queries), and the facts `embedding_scale: \"sqrt_hidden\"`, `norm_gain: "
+        "\"one_plus_weight\"`, `sublayer_norms: \"after\" | \"before_and_after\"`, `position_bias: \"relative\"` "
+        "(MPNet, T5), `layer_scale: \"folded\"` (DINOv2), `front_end: \"convolutional\"` (wav2vec2, HuBERT, "
+        "Whisper), `projector: \"patch_merger\" | \"deepstack\" | \"pixel_shuffle\"` (a vision tower's projector "
+        "after its chain, named in `projector_outside`: Qwen-VL's merger, Qwen3-VL's deepstack taps, Llama 4's "
+        "adapter)", default=None, read=lambda value, doc: _structure(value, doc.origin))
+    # the family's own names for activations (T5's feed_forward_proj "gated-gelu" is HF's gelu_new)
+    activation_names: dict[str, str] | None = declare(
+        "the family's own names for activations, mapped to Hugging Face's (T5's `feed_forward_proj` "
+        "`gated-gelu` is `gelu_new`)", default=None, accepted=(None, NameMap()),
+        requirement="an object mapping the family's activation names to HF's")
+    latent: LatentRule | None = declare(
+        "multi-head latent attention (docs/theory.md 3l): `tensors` names `q_a`, `q_a_norm`, `q_b`, `q` (used "
+        "when the query latent's rank is null), `kv_a`, `kv_a_norm`, `kv_b` (templates with `${layer}`, all "
+        "`linear`); `config` maps `q_rank`, `kv_rank`, `d_nope`, `d_rope`, `d_v` to config.json keys; `eps` "
+        "(config keys) or `eps_default` the latent norms' epsilon. `tensors` then names only `o` (and the "
+        "feed-forward roles); the rope settings are read for the rotary key's `d_rope` features, YaRN's "
+        "`mscale_all_dim` gives the logit scale", name="latent_attention", default=None,
+        read=lambda value, doc: _latent_rule(value, doc.origin))
 
     def tower_spec(self, name: str) -> "TowerSpec":
         return next(t for t in self.towers if t.name == name)
@@ -269,18 +391,6 @@ class ArchSpec:
         if rule is not None and rule.when is not None and not config.get(rule.when, rule.when_default):
             return replace(self, qk_norm=None)  # the config switches the query/key norm off (Llama 4 Maverick)
         return self
-    rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
-    alibi: bool | str = False  # ALiBi logit biases: always (True) or when this boolean config key is true
-    activation: str | None = None  # the family's activation when config.json names none (BLOOM's GELU)
-    experts: ExpertsSpec | None = None
-    refuse: tuple[Refusal, ...] = ()
-    # the rotary object's other keys: rope_type_aliases, legacy_layer_types (docs/architectures.md)
-    rotary_options: dict[str, Any] = field(default_factory=dict)
-    qk_norm: QKNormRule | None = None  # RMSNorm on queries and keys before the rotation (docs/theory.md 3d)
-    structure: dict[str, str] | None = None  # what the family does beyond its matrices (archs/structure.py)
-    # the family's own names for activations (T5's feed_forward_proj "gated-gelu" is HF's gelu_new)
-    activation_names: dict[str, str] | None = None
-    latent: LatentRule | None = None  # multi-head latent attention (docs/theory.md 3l)
 
     def stored_layers(self, config: dict[str, Any], num_layers: int) -> list[int]:
         """Stored layer index used at each depth: ``0..L-1``, or with ``shared_layers`` (ALBERT)
@@ -428,14 +538,13 @@ def as_tower(spec: ArchSpec, tower: TowerSpec) -> ArchSpec:
 TOWER_NAMES = ("text", "vision")
 _TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward"}
 _REFERENCE_KEYS = {"family", "config_section", "prefixes", "model_types", "defaults", "ignore"}
-_WRAPPER_KEYS = {"family", "description", "model_types", "towers", "ignore", "projector"}
 
 
 def _sections(tower: dict, where: str) -> tuple[str, ...]:
     sections = tower["config_section"]
     sections = [sections] if isinstance(sections, str) else sections
     if not isinstance(sections, list) or not sections or not all(isinstance(x, str) for x in sections):
-        raise _fail(where, "'config_section' must name the config.json key(s) of the tower's config")
+        raise fail(where, "'config_section' must name the config.json key(s) of the tower's config")
     return tuple(sections)
 
 
@@ -446,7 +555,7 @@ def _projector(raw: Any, origin: str) -> dict[str, Any] | None:
         return None
     if not isinstance(raw, dict) or set(raw) != {"prefixes", "description"} or not isinstance(raw["description"], str) \
             or not raw["description"]:
-        raise _fail(origin, f"'projector' must be an object with 'prefixes' (its tensors' name prefixes) and "
+        raise fail(origin, f"'projector' must be an object with 'prefixes' (its tensors' name prefixes) and "
                             f"'description' (what it computes), found {raw!r}")
     return {"prefixes": _str_list(raw, "prefixes", origin), "description": raw["description"]}
 
@@ -467,15 +576,16 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
     the shared one, every other tower's prefixes and the ``projector``'s."""
     towers_raw = raw["towers"]
     if not isinstance(towers_raw, dict) or not towers_raw or not set(towers_raw) <= set(TOWER_NAMES):
-        raise _fail(origin, f"'towers' must be an object whose keys are some of {list(TOWER_NAMES)}")
+        raise fail(origin, f"'towers' must be an object whose keys are some of {list(TOWER_NAMES)}")
     if "tensors" in raw or "stacks" in raw:
-        raise _fail(origin, "a spec with 'towers' names its tensors in each tower (and has no 'stacks')")
+        raise fail(origin, "a spec with 'towers' names its tensors in each tower (and has no 'stacks')")
     referenced = [isinstance(t, dict) and "family" in t for t in towers_raw.values()]
     if any(referenced) and not all(referenced):
-        raise _fail(origin, "either every tower names a 'family' (a vision-language wrapper) or none does")
-    if any(referenced) and set(raw) - _WRAPPER_KEYS:
-        raise _fail(origin, f"a wrapper whose towers name their families has only the keys {sorted(_WRAPPER_KEYS)}; "
-                            f"found {sorted(set(raw) - _WRAPPER_KEYS)} (the families' own files say the rest)")
+        raise fail(origin, "either every tower names a 'family' (a vision-language wrapper) or none does")
+    wrapper_keys = document_keys(ArchSpec, "wrapper")
+    if any(referenced) and set(raw) - wrapper_keys:
+        raise fail(origin, f"a wrapper whose towers name their families has only the keys {sorted(wrapper_keys)}; "
+                           f"found {sorted(set(raw) - wrapper_keys)} (the families' own files say the rest)")
     projector = _projector(raw.get("projector"), origin)
     base = {k: v for k, v in raw.items() if k not in ("towers", "model_types", "ignore", "projector")}
     prefixes = {}
@@ -484,7 +594,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
             {"config_section", "prefixes", "config", "tensors"}
         allowed = _REFERENCE_KEYS if any(referenced) else _TOWER_KEYS
         if not isinstance(tower, dict) or not required <= set(tower) or not set(tower) <= allowed:
-            raise _fail(origin, f"tower {name!r} must be an object with {sorted(required)} (and optionally "
+            raise fail(origin, f"tower {name!r} must be an object with {sorted(required)} (and optionally "
                                 f"{sorted(allowed - required)})")
         prefixes[name] = _str_list(tower, "prefixes", origin)
     outside = [p for p in (projector or {}).get("prefixes", ()) if p]
@@ -498,10 +608,10 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
         sections = _sections(tower, where)
         defaults = tower.get("defaults", {})
         if not isinstance(defaults, dict):
-            raise _fail(where, "'defaults' must map config.json keys to the values the library assumes")
+            raise fail(where, "'defaults' must map config.json keys to the values the library assumes")
         if "family" in tower:
             if not isinstance(tower["family"], str) or not regex.fullmatch(r"\w+(\.\w+)?", tower["family"]):
-                raise _fail(where, f"'family' must name a shipped family (or FAMILY.TOWER), found {tower['family']!r}")
+                raise fail(where, f"'family' must name a shipped family (or FAMILY.TOWER), found {tower['family']!r}")
             towers.append(TowerSpec(name, None, sections, family=tower["family"], prefixes=prefixes[name],
                                     model_types=_str_list(tower, "model_types", where, required=False),
                                     defaults=dict(defaults), origin=origin,
@@ -511,15 +621,13 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
                "model_types": tower.get("model_types", []), "ignore": ignore}
         spec = replace(parse_spec(doc, where), tower=name, config_defaults=dict(defaults))
         towers.append(TowerSpec(name, spec, sections))
-    common = dict(model_types=_str_list(raw, "model_types", origin), towers=tuple(towers), tower=None,
+    common = dict(model_types=read_key(ArchSpec, raw, "model_types", origin), towers=tuple(towers), tower=None,
                   config_defaults=None, variants=(), origin=origin, projector=projector,
                   ignore=tuple(_compile(p, origin, "ignore") for p in shared))
     if towers[0].spec is not None:
         return replace(towers[0].spec, tensors={}, **common)
-    family = raw.get("family")
-    if not isinstance(family, str) or not family or not isinstance(raw.get("description", ""), str):
-        raise _fail(origin, "'family' must be a non-empty string and 'description' a string")
-    return ArchSpec(family=family, description=raw.get("description", ""), prefixes=("",), config_keys={},
+    return ArchSpec(family=read_key(ArchSpec, raw, "family", origin),
+                    description=read_key(ArchSpec, raw, "description", origin), prefixes=("",), config_keys={},
                     block="sequential", feed_forward="plain", tensors={}, **common)
 
 
@@ -533,18 +641,23 @@ def _parse_stacked(raw: dict, origin: str) -> ArchSpec:
     also name its cross-attention as ``q_cross``, ``k_cross``, ``v_cross``, ``o_cross``."""
     stacks_raw = raw["stacks"]
     if not isinstance(stacks_raw, dict) or list(stacks_raw) != list(STACK_NAMES):
-        raise _fail(origin, f"'stacks' must be an object with the keys {list(STACK_NAMES)}, in that order")
+        raise fail(origin, f"'stacks' must be an object with the keys {list(STACK_NAMES)}, in that order")
     if "tensors" in raw:
-        raise _fail(origin, "a spec with 'stacks' names its tensors in each stack, not at the top")
-    if raw.get("rotary") is not None or raw.get("shared_layers") is not None or raw.get("position_terms") is not None:
-        raise _fail(origin, "'rotary', 'shared_layers' and 'position_terms' are not supported with 'stacks'")
+        raise fail(origin, "a spec with 'stacks' names its tensors in each stack, not at the top")
+    if not isinstance(raw.get("config", {}), dict):
+        raise fail(origin, "'config' must map fields to lists of config.json keys")
+    unsupported = [d.name for d in declared(ArchSpec) if "stacks" not in d.meta["documents"] and d.name != "tensors"
+                   and (d.meta["read"] or d.meta["accepted"])]  # besides the structural keys and 'tensors' above
+    if any(raw.get(name) is not None for name in unsupported):
+        raise fail(origin, f"{', '.join(map(repr, unsupported[:-1]))} and {unsupported[-1]!r} are not supported "
+                           f"with 'stacks'")
     base = {k: v for k, v in raw.items() if k != "stacks"}
     stacks = []
     for name in STACK_NAMES:
         stack = stacks_raw[name]
         if not isinstance(stack, dict) or "tensors" not in stack or not set(stack) <= {"config", "tensors"} \
                 or not isinstance(stack["tensors"], dict) or not isinstance(stack.get("config", {}), dict):
-            raise _fail(origin, f"stack {name!r} must be an object with 'tensors' (role -> rule) and optionally "
+            raise fail(origin, f"stack {name!r} must be an object with 'tensors' (role -> rule) and optionally "
                                 f"'config' (its own config.json keys, over the shared ones)")
         tensors = dict(stack["tensors"])
         cross_raw = {CROSS_ROLES[r]: tensors.pop(r) for r in CROSS_ROLES if r in tensors}
@@ -553,10 +666,10 @@ def _parse_stacked(raw: dict, origin: str) -> ArchSpec:
                          where)
         cross = _tensor_rules(cross_raw, ("q", "k", "v", "o"), where, "stacks.decoder.tensors")
         if name == "decoder" and set(cross) != {"q", "k", "v", "o"}:
-            raise _fail(where, f"the decoder needs its cross-attention as exactly {list(CROSS_ROLES)}; found "
+            raise fail(where, f"the decoder needs its cross-attention as exactly {list(CROSS_ROLES)}; found "
                                f"{sorted(r + '_cross' for r in cross)}")
         if name == "encoder" and cross:
-            raise _fail(where, "the encoder has no cross-attention; the *_cross roles belong to the decoder")
+            raise fail(where, "the encoder has no cross-attention; the *_cross roles belong to the decoder")
         stacks.append(StackSpec(name, sub, cross))
     return replace(stacks[0].spec, tensors={}, stacks=tuple(stacks))
 
@@ -565,27 +678,21 @@ def _search(pattern: regex.Pattern, name: str, origin: str) -> bool:
     try:
         return bounded_search(pattern, name)
     except ValueError as exc:
-        raise _fail(origin, f"the ignore {exc}") from None
+        raise fail(origin, f"the ignore {exc}") from None
 
 
 def _choice(raw: dict, key: str, choices, default: str, origin: str) -> str:
     """``raw[key]`` (``default`` when absent), one of ``choices``."""
     value = raw.get(key, default)
     if not isinstance(value, str) or value not in choices:
-        raise _fail(origin, f"'{key}' must be one of {list(choices)}, found {value!r}")
+        raise fail(origin, f"'{key}' must be one of {list(choices)}, found {value!r}")
     return value
-
-
-def _fail(origin: str, what: str) -> SpecboundError:
-    return SpecboundError(
-        f"invalid architecture spec {origin}: {what} (see docs/architectures.md for the format)"
-    )
 
 
 def _str_list(raw: dict, key: str, origin: str, required: bool = True) -> tuple[str, ...]:
     value = raw.get(key, None if required else [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _fail(origin, f"'{key}' must be a list of strings, found {value!r}")
+        raise fail(origin, f"'{key}' must be a list of strings, found {value!r}")
     return tuple(value)
 
 
@@ -597,20 +704,21 @@ def parse_spec(raw: Any, origin: str) -> ArchSpec:
     is the document with its overrides merged in (objects merged key by key, ``null`` removing a
     key), validated as a spec of its own; :meth:`ArchSpec.for_config` picks one."""
     if not isinstance(raw, dict):
-        raise _fail(origin, "the document must be a JSON object")
+        raise fail(origin, "the document must be a JSON object")
     if not isinstance(raw.get("variants", []), list):
-        raise _fail(origin, "'variants' must be a list of objects")
+        raise fail(origin, "'variants' must be a list of objects")
     variants = []
     for i, variant in enumerate(raw.get("variants", [])):
         when = variant.get("when") if isinstance(variant, dict) else None
         conditions = when if isinstance(when, list) else [when]
         if not when or not all(isinstance(c, dict) and c for c in conditions):
-            raise _fail(origin, f"variant {i} must be an object with a non-empty 'when' (config key -> value or "
+            raise fail(origin, f"variant {i} must be an object with a non-empty 'when' (config key -> value or "
                                 f"list of values, or a list of such objects: any one selects the variant) and the "
                                 f"keys it overrides")
         overrides = {k: v for k, v in variant.items() if k != "when"}
-        if "variants" in overrides or "family" in overrides or "model_types" in overrides:
-            raise _fail(origin, f"variant {i} may not override 'variants', 'family' or 'model_types'")
+        fixed = [d.name for d in declared(ArchSpec) if "variant" not in d.meta["documents"]]
+        if set(overrides) & set(fixed):
+            raise fail(origin, f"variant {i} may not override {', '.join(map(repr, fixed[:-1]))} or {fixed[-1]!r}")
         merged = merge_documents({k: v for k, v in raw.items() if k != "variants"}, overrides)
         variants.append((tuple(dict(c) for c in conditions), parse_spec(merged, f"{origin} (variant {i})")))
     raw = {k: v for k, v in raw.items() if k != "variants"}
@@ -635,145 +743,97 @@ def merge_documents(base: dict, overrides: dict) -> dict:
 
 
 def _parse_one(raw: dict, origin: str) -> ArchSpec:
-    """One spec document without variants, validated."""
-    known = {"family", "description", "model_types", "prefixes", "config", "block",
-             "block_switch", "feed_forward", "ff_size_multiplier", "shared_layers", "tensors", "ignore", "rotary",
-             "alibi", "activation", "experts", "refuse", "qk_norm", "structure", "position_terms", "variants",
-             "stacks", "towers", "activation_names", "latent_attention", "projector"}
+    """One spec document without variants, validated: every declared key read by :func:`.schema.read_keys`,
+    then the rules between keys (which roles ``tensors`` needs)."""
+    known = {d.name for d in declared(ArchSpec)}
     unknown = set(raw) - known
     if unknown:
-        raise _fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
+        raise fail(origin, f"unknown keys {sorted(unknown)}; allowed: {sorted(known)}")
     if "towers" in raw:
         return _parse_towered(raw, origin)
     if "projector" in raw:
-        raise _fail(origin, "'projector' belongs to a spec with 'towers' (a vision-language wrapper)")
+        raise fail(origin, "'projector' belongs to a spec with 'towers' (a vision-language wrapper)")
     if "stacks" in raw:
         return _parse_stacked(raw, origin)
-    family = raw.get("family")
-    if not isinstance(raw.get("description", ""), str):
-        raise _fail(origin, f"'description' must be a string, found {raw['description']!r}")
-    if not isinstance(family, str) or not family:
-        raise _fail(origin, "'family' must be a non-empty string")
-
-    config = raw.get("config")
-    if not isinstance(config, dict):
-        raise _fail(origin, "'config' must map fields to lists of config.json keys")
-    config_keys = {}
-    for name in config:
-        if name not in CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS:
-            raise _fail(origin, f"unknown config field {name!r}; allowed: "
-                        f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
-        config_keys[name] = _str_list(config, name, origin)
-        if not config_keys[name] and name != "ff_size":
-            raise _fail(origin, f"config field {name!r} names no config.json key")
-    # a fixed feed-forward width (BLOOM's 4 N) needs no config key: ff_size_multiplier gives it
-    missing = [f for f in CONFIG_FIELDS if f not in config_keys
-               and not (f == "ff_size" and raw.get("ff_size_multiplier") is not None)]
-    if missing:
-        raise _fail(origin, f"'config' lacks the required fields {missing}")
-
-    block = _choice(raw, "block", BLOCKS, "sequential", origin)
-    block_switch = raw.get("block_switch")
-    if block_switch is not None:
-        keys = {"config_key", "default", "if_true", "if_false"}
-        if not isinstance(block_switch, dict) or set(block_switch) != keys:
-            raise _fail(origin, f"'block_switch' must be an object with exactly the keys {sorted(keys)}")
-        if not isinstance(block_switch["config_key"], str):
-            raise _fail(origin, f"'block_switch' config_key must be a string, found {block_switch['config_key']!r}")
-        _choice(block_switch, "if_true", BLOCKS, "", origin)
-        _choice(block_switch, "if_false", BLOCKS, "", origin)
-    feed_forward = _choice(raw, "feed_forward", FEED_FORWARDS, "plain", origin)
-    shared = raw.get("shared_layers")
-    if shared is not None and (not isinstance(shared, dict) or "groups_key" not in shared
-                               or not set(shared) <= {"groups_key", "inner_key"}
-                               or not all(isinstance(v, str) for v in shared.values())):
-        raise _fail(origin, "'shared_layers' must be an object with 'groups_key' (and optionally 'inner_key'), "
-                            "naming config.json keys")
-    rotary = raw.get("rotary")
-    if rotary is not None and (not isinstance(rotary, dict) or "pairing" not in rotary
-                               or not set(rotary) <= {"pairing", *_ROTARY_OPTIONS}
-                               or rotary["pairing"] not in PAIRINGS
-                               or not isinstance(rotary.get("off_when", ""), str)):
-        raise _fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
-                            f"dimensions pair up under rotary position embeddings; optional keys "
-                            f"{sorted(_ROTARY_OPTIONS)}, off_when naming a boolean config.json key that switches "
-                            f"rotary off, ALiBi instead), found {rotary!r}")
-    rotary_options = {} if rotary is None else _rotary_options(rotary, origin)
-    qk_norm = _qk_norm_rule(raw.get("qk_norm"), origin)
-    try:
-        structure = validate_structure(raw.get("structure"))
-    except ValueError as exc:
-        raise _fail(origin, str(exc)) from None
-    alibi = raw.get("alibi", False)
-    if not isinstance(alibi, (bool, str)):
-        raise _fail(origin, f"'alibi' must be true, false or a boolean config.json key, found {alibi!r}")
-    activation = raw.get("activation")
-    if activation is not None and not isinstance(activation, str):
-        raise _fail(origin, f"'activation' must be an activation name (as config.json's hidden_act), found {activation!r}")
-    multiplier = raw.get("ff_size_multiplier")
-    if multiplier is not None and (not isinstance(multiplier, int) or multiplier < 1):
-        raise _fail(origin, f"'ff_size_multiplier' must be a positive integer, found {multiplier!r}")
-
-    tensors_raw = raw.get("tensors")
-    if not isinstance(tensors_raw, dict):
-        raise _fail(origin, "'tensors' must map roles to {name, layout}")
-    experts = _experts(raw.get("experts"), feed_forward, config_keys, origin)
-    tensors = _tensor_rules(tensors_raw, ROLES, origin, "tensors")
-    latent = _latent_rule(raw.get("latent_attention"), origin)
-    attention = ("o",) if latent else ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
+    values = read_keys(ArchSpec, raw, origin)
+    tensors, experts, feed_forward = values["tensors"], values.get("experts"), values["feed_forward"]
+    attention = ("o",) if values.get("latent") else ("qkv", "o") if "qkv" in tensors else ("q", "k", "v", "o")
     needed = attention + (() if experts else _ff_roles(feed_forward, tensors))
     absent = [r for r in needed if r not in tensors]
     extra = [r for r in tensors if r not in needed]
     if absent or extra:
         what = ("a mixture of experts (its feed-forward roles are under 'experts')" if experts
                 else f"a {feed_forward} feed-forward")
-        raise _fail(origin, f"{what} with {'fused' if 'qkv' in tensors else 'separate'} "
-                            f"q/k/v needs exactly the roles {list(needed)}; missing {absent}, unexpected {extra}")
+        raise fail(origin, f"{what} with {'fused' if 'qkv' in tensors else 'separate'} "
+                           f"q/k/v needs exactly the roles {list(needed)}; missing {absent}, unexpected {extra}")
+    return ArchSpec(origin=origin, **values)
 
-    patterns = []
-    for pattern in _str_list(raw, "ignore", origin, required=False):
-        patterns.append(_compile(pattern, origin, "ignore"))
-    position_terms = _position_terms(raw.get("position_terms"), origin)
-    activation_names = raw.get("activation_names")
-    if activation_names is not None and (not isinstance(activation_names, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in activation_names.items())):
-        raise _fail(origin, f"'activation_names' must map the family's activation names to HF's, found "
-                            f"{activation_names!r}")
 
-    return ArchSpec(
-        family=family,
-        description=str(raw.get("description", "")),
-        model_types=_str_list(raw, "model_types", origin),
-        prefixes=_str_list(raw, "prefixes", origin, required=False) or ("",),
-        config_keys=config_keys,
-        block=block,
-        feed_forward=feed_forward,
-        tensors=tensors,
-        ignore=tuple(patterns),
-        origin=origin,
-        block_switch=block_switch,
-        ff_size_multiplier=multiplier,
-        shared_layers=shared,
-        rotary=None if rotary is None else rotary["pairing"],
-        position_terms=position_terms,
-        rotary_off_when=None if rotary is None else rotary.get("off_when"),
-        alibi=alibi,
-        activation=activation,
-        experts=experts,
-        refuse=_refusals(raw.get("refuse", []), origin),
-        rotary_options=rotary_options,
-        qk_norm=qk_norm,
-        structure=structure,
-        activation_names=activation_names,
-        latent=latent,
-    )
+def _config_keys(config: Any, raw: dict, origin: str) -> dict[str, tuple[str, ...]]:
+    """``config``: each dimension's config.json keys; the required ones present (``ff_size`` may be left to
+    ``ff_size_multiplier``)."""
+    if not isinstance(config, dict):
+        raise fail(origin, "'config' must map fields to lists of config.json keys")
+    config_keys = {}
+    for name in config:
+        if name not in CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS:
+            raise fail(origin, f"unknown config field {name!r}; allowed: "
+                       f"{list(CONFIG_FIELDS + OPTIONAL_CONFIG_FIELDS)}")
+        config_keys[name] = _str_list(config, name, origin)
+        if not config_keys[name] and name != "ff_size":
+            raise fail(origin, f"config field {name!r} names no config.json key")
+    # a fixed feed-forward width (BLOOM's 4 N) needs no config key: ff_size_multiplier gives it
+    missing = [f for f in CONFIG_FIELDS if f not in config_keys
+               and not (f == "ff_size" and raw.get("ff_size_multiplier") is not None)]
+    if missing:
+        raise fail(origin, f"'config' lacks the required fields {missing}")
+    return config_keys
+
+
+def _block_switch(block_switch: Any, origin: str) -> dict[str, Any] | None:
+    """``block_switch``: the block read from a boolean config key, each of its values a block."""
+    if block_switch is None:
+        return None
+    keys = {"config_key", "default", "if_true", "if_false"}
+    if not isinstance(block_switch, dict) or set(block_switch) != keys:
+        raise fail(origin, f"'block_switch' must be an object with exactly the keys {sorted(keys)}")
+    if not isinstance(block_switch["config_key"], str):
+        raise fail(origin, f"'block_switch' config_key must be a string, found {block_switch['config_key']!r}")
+    _choice(block_switch, "if_true", BLOCKS, "", origin)
+    _choice(block_switch, "if_false", BLOCKS, "", origin)
+    return block_switch
+
+
+def _rotary(rotary: Any, origin: str) -> tuple[str | None, str | None, dict[str, Any]]:
+    """``rotary``: the pairing, the ``off_when`` config key and the other options (:data:`ROTARY_OPTIONS`)."""
+    if rotary is None:
+        return None, None, {}
+    if not isinstance(rotary, dict) or "pairing" not in rotary or not set(rotary) <= {"pairing", *ROTARY_OPTIONS} \
+            or rotary["pairing"] not in PAIRINGS or not isinstance(rotary.get("off_when", ""), str):
+        raise fail(origin, f"'rotary' must be an object {{\"pairing\": one of {list(PAIRINGS)}}} (how a head's "
+                           f"dimensions pair up under rotary position embeddings; optional keys "
+                           f"{sorted(ROTARY_OPTIONS)}, off_when naming a boolean config.json key that switches "
+                           f"rotary off, ALiBi instead), found {rotary!r}")
+    return rotary["pairing"], rotary.get("off_when"), _rotary_options(rotary, origin)
+
+
+def _structure(raw: Any, origin: str) -> dict[str, str] | None:
+    try:
+        return validate_structure(raw)
+    except ValueError as exc:
+        raise fail(origin, str(exc)) from None
+
+
+def _patterns(raw: dict, origin: str) -> tuple[regex.Pattern, ...]:
+    """The document's ``ignore`` patterns, compiled."""
+    return tuple(_compile(pattern, origin, "ignore") for pattern in _str_list(raw, "ignore", origin, required=False))
 
 
 def _compile(pattern: str, origin: str, what: str) -> regex.Pattern:
     try:
         return compile_pattern(pattern)
     except ValueError as exc:
-        raise _fail(origin, f"{what} {exc}") from None
+        raise fail(origin, f"{what} {exc}") from None
 
 
 def _ff_roles(feed_forward: str, tensors: dict) -> tuple[str, ...]:
@@ -787,34 +847,34 @@ def _tensor_rules(raw: Any, roles, origin: str, where: str, expert: bool = False
     """``{role: TensorRule}`` from a ``{role: {name, layout[, fused]}}`` object; ``expert``: names must
     also contain ``${expert}``."""
     if not isinstance(raw, dict):
-        raise _fail(origin, f"'{where}' must map roles to {{name, layout}}")
+        raise fail(origin, f"'{where}' must map roles to {{name, layout}}")
     tensors = {}
     for role, rule in raw.items():
         if role not in roles:
-            raise _fail(origin, f"unknown role {role!r} in '{where}'; roles are {list(roles)}")
+            raise fail(origin, f"unknown role {role!r} in '{where}'; roles are {list(roles)}")
         fusions = FUSED_ROLES.get(role)
         allowed = {"name", "layout"} | ({"fused"} if fusions else set()) | ({"output_scale"} if role in SCALED_ROLES else set())
         if not isinstance(rule, dict) or not {"name", "layout"} <= set(rule) <= allowed:
-            raise _fail(origin, f"tensor rule for {role!r} must be an object with the keys "
+            raise fail(origin, f"tensor rule for {role!r} must be an object with the keys "
                                 f"{sorted(allowed)} ('fused' only, and always, for {' and '.join(FUSED_ROLES)}; "
                                 f"'output_scale' only for {' and '.join(SCALED_ROLES)})")
         if fusions and (not isinstance(rule.get("fused"), str) or rule.get("fused") not in fusions):
-            raise _fail(origin, f"'fused' for {role} must be one of {list(fusions)}, found {rule.get('fused')!r}")
+            raise fail(origin, f"'fused' for {role} must be one of {list(fusions)}, found {rule.get('fused')!r}")
         if not isinstance(rule["name"], str) or LAYER_PLACEHOLDER not in rule["name"]:
-            raise _fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+            raise fail(origin, f"tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
         layouts = LAYOUTS + ((BANK,) if expert else ())
         if not isinstance(rule["layout"], str) or rule["layout"] not in layouts:
-            raise _fail(origin, f"layout for {role!r} must be one of {list(layouts)}, found {rule['layout']!r}"
+            raise fail(origin, f"layout for {role!r} must be one of {list(layouts)}, found {rule['layout']!r}"
                                 + ("" if expert else f" ('{BANK}' only for routed experts)"))
         if expert and (rule["layout"] != BANK) != (EXPERT_PLACEHOLDER in rule["name"]):
-            raise _fail(origin, f"tensor name for {role!r} in '{where}' must "
+            raise fail(origin, f"tensor name for {role!r} in '{where}' must "
                                 f"{'not ' if rule['layout'] == BANK else ''}contain {EXPERT_PLACEHOLDER} "
                                 f"(a '{BANK}' holds every expert in one tensor)")
         if not expert and EXPERT_PLACEHOLDER in rule["name"]:
-            raise _fail(origin, f"tensor name for {role!r} in '{where}' must not contain {EXPERT_PLACEHOLDER}")
+            raise fail(origin, f"tensor name for {role!r} in '{where}' must not contain {EXPERT_PLACEHOLDER}")
         scale = rule.get("output_scale")
         if scale is not None and (not isinstance(scale, str) or LAYER_PLACEHOLDER not in scale):
-            raise _fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
+            raise fail(origin, f"output_scale for {role!r} must be a tensor name containing {LAYER_PLACEHOLDER}")
         tensors[role] = TensorRule(role, rule["name"], rule["layout"], rule.get("fused"), scale)
     return tensors
 
@@ -827,28 +887,28 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
         return None
     optional = {"shared", "dense", "gates"}
     if not isinstance(raw, dict) or not {"router", "tensors"} <= set(raw) <= {"router", "tensors"} | optional:
-        raise _fail(origin, f"'experts' must be an object with 'router' and 'tensors' (and optionally "
+        raise fail(origin, f"'experts' must be an object with 'router' and 'tensors' (and optionally "
                             f"{sorted(optional)})")
     needs = ["num_experts", "experts_per_token"] + (["shared_ff_size"] if "shared" in raw else []) + (
         ["dense_ff_size"] if "dense" in raw else [])
     missing = [f for f in needs if f not in config_keys]
     if missing:
-        raise _fail(origin, f"a mixture of experts needs the config fields {missing}")
+        raise fail(origin, f"a mixture of experts needs the config fields {missing}")
     router = _tensor_rules({"router": raw["router"]}, ("router",), origin, "experts")["router"]
     tensors = _tensor_rules(raw["tensors"], FEED_FORWARDS["gated"] + FEED_FORWARDS["plain"] + ("ff_gate_up",),
                             origin, "experts.tensors", expert=True)
     if set(tensors) != set(_ff_roles(feed_forward, tensors)):
-        raise _fail(origin, f"'experts.tensors' of a {feed_forward} feed-forward needs exactly the roles "
+        raise fail(origin, f"'experts.tensors' of a {feed_forward} feed-forward needs exactly the roles "
                             f"{list(_ff_roles(feed_forward, tensors))}, found {sorted(tensors)}")
     shared = gate = None
     if "shared" in raw:
         part = raw["shared"]
         if not isinstance(part, dict) or not {"tensors"} <= set(part) <= {"tensors", "gate"}:
-            raise _fail(origin, "'experts.shared' must be an object with 'tensors' (and optionally 'gate')")
+            raise fail(origin, "'experts.shared' must be an object with 'tensors' (and optionally 'gate')")
         shared = _tensor_rules(part["tensors"], FEED_FORWARDS[feed_forward] + ("ff_gate_up",), origin,
                                "experts.shared.tensors")
         if set(shared) != set(_ff_roles(feed_forward, shared)):  # its gate and up fused or not, as stored
-            raise _fail(origin, f"'experts.shared.tensors' needs the roles of a {feed_forward} feed-forward "
+            raise fail(origin, f"'experts.shared.tensors' needs the roles of a {feed_forward} feed-forward "
                                 f"{list(_ff_roles(feed_forward, shared))}, found {sorted(shared)}")
         if "gate" in part:
             gate = _tensor_rules({"gate": part["gate"]}, ("gate",), origin, "experts.shared")["gate"]
@@ -864,7 +924,7 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
             or (rule and set(rule) <= ranged and all(isinstance(rule[k], str) for k in set(rule) - {"phase"})
                 and rule.get("phase", 0) in (0, 1) and ("types" in rule) == ("expert_type" in rule)))
         if not ok:
-            raise _fail(origin, "'experts.dense' must be an object with 'tensors' (the dense layers' feed-forward "
+            raise fail(origin, "'experts.dense' must be an object with 'tensors' (the dense layers' feed-forward "
                                 "roles) and 'layers' ({\"list\": KEY} of the expert layers' indices, optionally "
                                 "with {\"step\": KEY, \"step_default\": n}: every n-th layer when the list is absent; "
                                 "or config keys of the 'first' and 'last' layers holding experts and their 'interval' "
@@ -873,7 +933,7 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
         dense = _tensor_rules(part["tensors"], FEED_FORWARDS[feed_forward] + ("ff_gate_up",), origin,
                               "experts.dense.tensors")
         if set(dense) != set(_ff_roles(feed_forward, dense)):
-            raise _fail(origin, f"'experts.dense.tensors' of a {feed_forward} feed-forward needs exactly the roles "
+            raise fail(origin, f"'experts.dense.tensors' of a {feed_forward} feed-forward needs exactly the roles "
                                 f"{list(_ff_roles(feed_forward, dense))}, found {sorted(dense)}")
         layers = dict(rule)
     gates = raw.get("gates", "softmax")
@@ -886,7 +946,7 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
     else:
         ok = gates in ("softmax", "sigmoid")
     if not ok:
-        raise _fail(origin, f"'experts.gates' must be 'softmax' (the chosen gates sum to at most 1) or 'sigmoid' "
+        raise fail(origin, f"'experts.gates' must be 'softmax' (the chosen gates sum to at most 1) or 'sigmoid' "
                             f"(each at most 1), or an object with keys among {sorted(gate_keys)} (scoring, normalised "
                             f"a boolean or a config key, scale the config key of routed_scaling_factor), found {gates!r}")
     return ExpertsSpec(router=router, tensors=tensors, shared=shared, shared_gate=gate, dense=dense, layers=layers,
@@ -896,7 +956,7 @@ def _experts(raw: Any, feed_forward: str, config_keys: dict, origin: str) -> Exp
 def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:
     """``refuse``: ``{"tensor": pattern, "reason"}`` or ``{"config": key, "allowed": [values], "reason"}``."""
     if not isinstance(raw, list):
-        raise _fail(origin, f"'refuse' must be a list, found {raw!r}")
+        raise fail(origin, f"'refuse' must be a list, found {raw!r}")
     out = []
     for item in raw:
         ok = isinstance(item, dict) and isinstance(item.get("reason"), str) and (
@@ -904,7 +964,7 @@ def _refusals(raw: Any, origin: str) -> tuple[Refusal, ...]:
             or (set(item) == {"config", "allowed", "reason"} and isinstance(item["config"], str)
                 and isinstance(item["allowed"], list)))
         if not ok:
-            raise _fail(origin, f"each 'refuse' entry must be {{\"tensor\": pattern, \"reason\": text}} or "
+            raise fail(origin, f"each 'refuse' entry must be {{\"tensor\": pattern, \"reason\": text}} or "
                                 f"{{\"config\": key, \"allowed\": [values], \"reason\": text}}, found {item!r}")
         if "tensor" in item:
             out.append(Refusal(item["reason"], pattern=_compile(item["tensor"], origin, "refuse")))
@@ -925,12 +985,38 @@ def _position_terms(raw: Any, origin: str) -> dict[str, Any] | None:
     keys = {"config_key", "enabled_by", "requires"}
     if not isinstance(raw, dict) or set(raw) != keys or not isinstance(raw["config_key"], str) \
             or not isinstance(raw["enabled_by"], str) or not isinstance(raw["requires"], dict):
-        raise _fail(origin, f"'position_terms' must be an object with exactly the keys {sorted(keys)} "
+        raise fail(origin, f"'position_terms' must be an object with exactly the keys {sorted(keys)} "
                             f"(config_key and enabled_by naming config.json keys, requires a key -> value map)")
     return raw
 
 
-_ROTARY_OPTIONS = ("rope_type_aliases", "legacy_layer_types", "off_when", "nope", "mrope", "grid")
+# the rotary object's optional keys besides "pairing", each with its line in docs/architectures.md
+ROTARY_OPTIONS = {
+    "off_when": "a boolean config key that, when true, replaces rotary by ALiBi (Falcon)",
+    "rope_type_aliases": "a family's own names for rope types, e.g. `{\"su\": \"longrope\"}`",
+    "legacy_layer_types": "how an older flat config gives local and global layers their bases: `pattern_key`, "
+                          "`pattern_default`, `local_theta_key`, `local_theta_default`, `global_theta_default`, "
+                          "`global_type`, and optionally `global_theta_key` (default `rope_theta`) and "
+                          "`global_layer` (`last` of each pattern, Gemma 3; `first`, ModernBERT)",
+    "nope": "the layers without rotary positions (their QK the plain bilinear matrix): `{\"flags\": KEY}` (a 0/1 "
+            "list per layer, 0 unrotated: SmolLM3, Llama 4; optionally `interval_key`, `interval_default` when the "
+            "list is absent) or `{\"layer_types\": [types], \"window_key\": KEY, \"without_window\": \"rope\" | "
+            "\"nope\"}` (those layer types unrotated, every layer or none when the window key is null: EXAONE 4, "
+            "Cohere2; optionally `pattern_key`, `pattern_default` for configs without `layer_types`)",
+    "mrope": "M-RoPE's position axes: `{\"kind\": \"sections\" | \"interleaved\", \"default_section\": [t, h, w]}` "
+             "(the rope parameters' `mrope_section` assigns the frequencies to the time, height and width axes as "
+             "contiguous runs, Qwen2-VL / Qwen2.5-VL, or interleaved, Qwen3-VL; `default_section` when the config "
+             "gives none, as transformers does; docs/rotary.md section 7)",
+    "grid": "2D rotary positions over a vision tower's patch grid (docs/rotary.md section 9): `{\"frequencies\": "
+            "\"alternating\" | \"split\"}` (Pixtral's even and odd text frequencies on the rows and the columns, "
+            "or Qwen's and Llama 4's `base^(-4j/d)` on each), optionally `first_axis` (`row`, or `column`: Llama "
+            "4's first half turns with the column), `image_size` and `patch_size` (config keys of the largest grid, "
+            "`image_size // patch_size` a side; absent: unbounded), `rope_types` (the rope types the model "
+            "accepts), `class_token` (Llama 4's, at angle 0 before patches numbered from 1), `window` "
+            "(`{\"size\", \"merge\", \"patch\", \"full_layers\"}`: config keys of Qwen2.5-VL's window attention, "
+            "whose layers get their window's grid) and `defaults` (the config class's value of a key config.json "
+            "leaves out)",
+}
 # "grid": 2D rotary over a vision tower's patch grid (docs/rotary.md section 9): how the pairs' frequencies and axes
 # are laid out, which axis the first half turns with, the config keys of the largest grid (none: unbounded), the
 # rope types the model accepts, Llama 4's class token and Qwen2.5-VL's window attention
@@ -958,7 +1044,7 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
     aliases = rotary.get("rope_type_aliases")
     if aliases is not None:
         if not isinstance(aliases, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
-            raise _fail(origin, f"'rotary' rope_type_aliases must map names to rope types, found {aliases!r}")
+            raise fail(origin, f"'rotary' rope_type_aliases must map names to rope types, found {aliases!r}")
         out["rope_type_aliases"] = dict(aliases)
     legacy = rotary.get("legacy_layer_types")
     if legacy is not None:
@@ -966,7 +1052,7 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
         if not isinstance(legacy, dict) or not set(_LEGACY_LAYER_TYPES) <= set(legacy) <= set(kinds) or not all(
                 isinstance(legacy[k], kinds[k]) and not isinstance(legacy[k], bool) for k in legacy) \
                 or legacy.get("global_layer", "last") not in ("first", "last"):
-            raise _fail(origin, f"'rotary' legacy_layer_types must be an object with the keys "
+            raise fail(origin, f"'rotary' legacy_layer_types must be an object with the keys "
                                 f"{sorted(_LEGACY_LAYER_TYPES)} (and optionally {sorted(_LEGACY_OPTIONAL)}, "
                                 f"global_layer 'first' or 'last'), found {legacy!r}")
         out["legacy_layer_types"] = dict(legacy)
@@ -979,7 +1065,7 @@ def _rotary_options(rotary: dict, origin: str) -> dict[str, Any]:
         if not isinstance(mrope, dict) or set(mrope) != {"kind", "default_section"} \
                 or mrope["kind"] not in MROPE_KINDS or not isinstance(section, list) or not section \
                 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in section):
-            raise _fail(origin, f"'rotary' mrope must be an object {{\"kind\": one of {list(MROPE_KINDS)}, "
+            raise fail(origin, f"'rotary' mrope must be an object {{\"kind\": one of {list(MROPE_KINDS)}, "
                                 f"\"default_section\": [non-negative integers]}} (M-RoPE's axes of the frequencies, "
                                 f"the mrope_section used when the config gives none), found {mrope!r}")
         out["mrope"] = {"kind": mrope["kind"], "default_section": list(section)}
@@ -1001,7 +1087,7 @@ def _grid_rule(grid: Any, origin: str) -> dict[str, Any]:
         and all(isinstance(t, str) for t in grid.get("rope_types", ["default"])) and bool(grid.get("rope_types", [1])) \
         and (window is None or (set(window) == set(_GRID_WINDOW) and all(isinstance(v, str) for v in window.values())))
     if not ok:
-        raise _fail(origin, f"'rotary' grid must be {{\"frequencies\": \"alternating\" or \"split\"[, \"first_axis\": "
+        raise fail(origin, f"'rotary' grid must be {{\"frequencies\": \"alternating\" or \"split\"[, \"first_axis\": "
                             f"\"row\" or \"column\", \"image_size\" and \"patch_size\": config keys, \"rope_types\": "
                             f"[types], \"class_token\": true or false, \"window\": {{{', '.join(_GRID_WINDOW)}: config "
                             f"keys}}, \"defaults\": {{config key: value}}]}}, found {grid!r}")
@@ -1024,7 +1110,7 @@ def _nope_rule(nope: Any, origin: str) -> dict[str, Any]:
         ok = nope["without_window"] in ("rope", "nope") and bool(nope["layer_types"]) and all(
             isinstance(t, str) for t in nope["layer_types"])
     if not ok:
-        raise _fail(origin, f"'rotary' nope must be {{\"flags\": config key[, \"interval_key\", \"interval_default\"]}} "
+        raise fail(origin, f"'rotary' nope must be {{\"flags\": config key[, \"interval_key\", \"interval_default\"]}} "
                             f"or {{\"layer_types\": [types], \"window_key\": config key, \"without_window\": \"rope\" "
                             f"or \"nope\"[, \"pattern_key\", \"pattern_default\"]}}, found {nope!r}")
     return dict(nope)
@@ -1041,20 +1127,20 @@ def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
     keys = {"span", "gain", "eps"} | (set() if weightless else {"q", "k"})
     optional = {"eps_default", "layers", "when", "when_default"}
     if not isinstance(raw, dict) or not keys <= set(raw) <= keys | optional:
-        raise _fail(origin, f"'qk_norm' must be an object with the keys {sorted(keys)} (and optionally "
+        raise fail(origin, f"'qk_norm' must be an object with the keys {sorted(keys)} (and optionally "
                             f"{sorted(optional)}; 'q' and 'k' name the gains, none with gain 'none'), found {raw!r}")
     for role in () if weightless else ("q", "k"):
         if not isinstance(raw[role], str) or LAYER_PLACEHOLDER not in raw[role]:
-            raise _fail(origin, f"qk_norm tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
+            raise fail(origin, f"qk_norm tensor name for {role!r} must contain {LAYER_PLACEHOLDER}")
     span = _choice(raw, "span", QK_NORM_SPANS, "", origin)
     gain = _choice(raw, "gain", QK_NORM_GAINS, "", origin)
     layers = _choice(raw, "layers", ("all", "rotary"), "all", origin)
     if not isinstance(raw.get("when", ""), str) or not isinstance(raw.get("when_default", True), bool):
-        raise _fail(origin, "qk_norm 'when' must name a boolean config.json key and 'when_default' be true or false")
+        raise fail(origin, "qk_norm 'when' must name a boolean config.json key and 'when_default' be true or false")
     eps = _str_list(raw, "eps", origin)
     default = raw.get("eps_default")
     if default is not None and (isinstance(default, bool) or not isinstance(default, (int, float)) or default <= 0):
-        raise _fail(origin, f"qk_norm eps_default must be a positive number, found {default!r}")
+        raise fail(origin, f"qk_norm eps_default must be a positive number, found {default!r}")
     return QKNormRule(raw.get("q"), raw.get("k"), span, gain, eps, None if default is None else float(default),
                       layers=layers, when=raw.get("when"), when_default=raw.get("when_default", True))
 
