@@ -12,6 +12,7 @@ declares the function that reads it (``read``).
 
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable
 
@@ -96,9 +97,8 @@ DOCUMENTS = ("chain", "stacks", "towers", "wrapper", "variant")
 
 
 def declare(doc: str, *, default: Any = MISSING, accepted: tuple = (), requirement: str | None = None,
-        read: Callable | None = None, name: str | None = None, required: bool = False, absent: Any = MISSING,
-        fills: tuple[str, ...] = (), documents: tuple[str, ...] = ("chain", "stacks", "towers", "variant"),
-        shown_default: str | None = None):
+            read: Callable | None = None, name: str | None = None, required: bool = False, absent: Any = MISSING,
+            fills: tuple[str, ...] = (), documents: tuple[str, ...] = ("chain", "stacks", "towers", "variant")):
     """An :class:`~.spec.ArchSpec` field that a spec document's key fills.
 
     ``doc``: the key's line in docs/architectures.md.  ``default``: the field's default (none: a field every
@@ -111,13 +111,8 @@ def declare(doc: str, *, default: Any = MISSING, accepted: tuple = (), requireme
     value read when the key is absent from a document (none: the field's default).  ``documents``: the kinds
     of document that may hold the key (:data:`DOCUMENTS`)."""
     metadata = {"doc": doc, "accepted": accepted, "requirement": requirement, "read": read, "key": name,
-                "required": required, "absent": absent, "fills": fills, "documents": documents,
-                "shown_default": shown_default}
-    if default is MISSING:
-        return field(metadata=metadata)
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata=metadata)
-    return field(default=default, metadata=metadata)
+                "required": required, "absent": absent, "fills": fills, "documents": documents}
+    return field(metadata=metadata) if default is MISSING else field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -130,6 +125,13 @@ class Declared:
     @property
     def meta(self) -> dict:
         return self.field.metadata
+
+    def default_text(self) -> str:
+        """The key's default as docs/architectures.md shows it: ``required``, or its JSON value when absent."""
+        if self.meta["required"]:
+            return "required"
+        value = self.meta["absent"] if self.meta["absent"] is not MISSING else self.field.default
+        return "`" + json.dumps(list(value) if isinstance(value, tuple) else value) + "`"
 
 
 def declared(cls) -> list[Declared]:

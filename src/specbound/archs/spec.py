@@ -278,8 +278,8 @@ class ArchSpec:
         documents=("chain", "towers", "variant"))
     rotary: str | None = declare(
         "`{\"pairing\": \"half\" | \"interleaved\"}`: rotary position embeddings, the base, rotated dimensions, "
-        "context and rope scaling read from config.json (docs/rotary.md); optional `off_when` (a boolean config "
-        "key that, when true, replaces rotary by ALiBi: Falcon) and the options below", default=None,
+        "context and rope scaling read from config.json (docs/rotary.md); its optional keys in the table below",
+        default=None,
         read=lambda value, doc: _rotary(value, doc.origin), fills=("rotary_off_when", "rotary_options"),
         documents=("chain", "towers", "variant"))
     position_terms: dict[str, Any] | None = declare(

@@ -239,8 +239,21 @@ def cli_reference(parser) -> str:
     return "\n".join(lines)
 
 
+def spec_keys() -> str:
+    """docs/architectures.md: every key of a spec document, from its declaration on ``ArchSpec`` (archs/spec.py)."""
+    from ..archs.schema import declared
+    from ..archs.spec import ROTARY_OPTIONS, ArchSpec
+
+    lines = ["| key | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{d.name}` | {d.default_text()} | {_cell(d.meta['doc'])} |" for d in declared(ArchSpec)]
+    lines += ["", "The `rotary` object's optional keys besides `pairing`:", "", "| `rotary` key | meaning |", "|---|---|"]
+    lines += [f"| `{name}` | {_cell(doc)} |" for name, doc in ROTARY_OPTIONS.items()]
+    return "\n".join(lines) + "\n"
+
+
 GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry,
-              "readme-families": readme_families, "gguf-architectures": gguf_architectures}
+              "readme-families": readme_families, "gguf-architectures": gguf_architectures,
+              "spec-keys": spec_keys}
 
 
 def blocks(text: str) -> dict[str, str]:
