@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specbound.archs.schema import declared, document_keys
-from specbound.archs.spec import ROTARY_OPTIONS, ArchSpec, parse_spec
+from specbound.archs.spec import REFERENCE_KEYS, ROTARY_OPTIONS, TOWER_KEYS, ArchSpec, parse_spec
 from specbound.errors import SpecboundError
 from specbound.tools.doc_tables import blocks
 
@@ -29,13 +29,15 @@ def _kind(doc) -> str:
 
 
 def test_every_declared_key_is_documented():
-    """A row of docs/architectures.md's generated table per declared key and per rotary option, with its line."""
-    body = blocks(DOCS.read_text())["spec-keys"]
+    """A row of docs/architectures.md's generated tables per declared key, rotary option and tower key, with
+    its line."""
+    found = blocks(DOCS.read_text())
     for d in declared(ArchSpec):
         assert d.meta["doc"].strip(), d.name
-        assert f"\n| `{d.name}` | " in body, d.name
-    for name, doc in ROTARY_OPTIONS.items():
-        assert doc.strip() and f"\n| `{name}` | " in body, name
+        assert f"\n| `{d.name}` | " in found["spec-keys"], d.name
+    for block, keys in (("spec-keys", ROTARY_OPTIONS), ("tower-keys", TOWER_KEYS), ("wrapper-keys", REFERENCE_KEYS)):
+        for name, doc in keys.items():
+            assert doc.strip() and f"\n| `{name}` | " in found[block], (block, name)
 
 
 def test_every_key_of_a_shipped_file_is_declared_for_its_document():
@@ -49,7 +51,9 @@ def test_every_key_of_a_shipped_file_is_declared_for_its_document():
             overrides = set(variant) - {"when"}
             assert overrides <= document_keys(ArchSpec, "variant"), (name, overrides)
             used |= overrides
-        chains = [doc] + [t for t in (doc.get("towers") or {}).values() if kind == "towers"]
+        towers = (doc.get("towers") or {}).values()
+        assert all(set(t) <= set(REFERENCE_KEYS if kind == "wrapper" else TOWER_KEYS) for t in towers), name
+        chains = [doc] + [t for t in towers if kind == "towers"]
         for chain in chains:
             assert set(chain.get("rotary") or {}) <= {"pairing", *ROTARY_OPTIONS}, name
         used |= set(doc) | {k for t in chains[1:] for k in t if k in document_keys(ArchSpec, "chain")}

@@ -304,7 +304,8 @@ class ArchSpec:
     config_defaults: dict[str, Any] | None = None  # config values the library assumes when a key is absent
     projector: dict[str, Any] | None = declare(
         "a vision-language wrapper's `{\"prefixes\", \"description\"}`: the tensors mapping the vision tower's "
-        "output into the text tower's input, outside both towers' bounds (below)", default=None,
+        "output into the text tower's input, outside both towers' bounds, named in each tower's "
+        "`vision_language_tower` assumption (below)", default=None,
         documents=("towers", "wrapper", "variant"))
     rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
     alibi: bool | str = declare("ALiBi logit biases: always (`true`) or when this boolean config key is true",
@@ -536,8 +537,36 @@ def as_tower(spec: ArchSpec, tower: TowerSpec) -> ArchSpec:
 
 
 TOWER_NAMES = ("text", "vision")
-_TOWER_KEYS = {"config_section", "model_types", "prefixes", "config", "tensors", "ignore", "defaults", "feed_forward"}
-_REFERENCE_KEYS = {"family", "config_section", "prefixes", "model_types", "defaults", "ignore"}
+_CHAIN_KEY = "as for one chain"
+_CONFIG_SECTION = "the config.json key(s) holding the tower's config (the first present is read)"
+# the keys of a two-tower family's tower object (a chain of its own), each with its line in docs/architectures.md
+TOWER_KEYS = {
+    "config_section": _CONFIG_SECTION,
+    "model_types": "the model types of a checkpoint holding this tower alone (CLIPTextModel: `clip_text_model`, "
+                   "config at the top)",
+    "prefixes": _CHAIN_KEY, "config": _CHAIN_KEY, "tensors": _CHAIN_KEY, "feed_forward": _CHAIN_KEY,
+    "ignore": f"{_CHAIN_KEY}; a tower's ignore list also gets the shared one and the other towers' prefixes",
+    "defaults": "config values the library assumes when a (sub-)config leaves a key out (its config class "
+                "defaults; a test holds them to transformers')",
+}
+# the keys of a vision-language wrapper's tower object (a reference to a shipped family, :class:`TowerSpec`)
+REFERENCE_KEYS = {
+    "family": "the shipped family the tower is (`FAMILY.TOWER`: one tower of a two-tower family, `siglip.vision`); "
+              "its tensors, config vocabulary (every number checked as for that family saved alone), rotary, norms "
+              "and ignore list are that family's",
+    "config_section": _CONFIG_SECTION,
+    "prefixes": "where the tower's layers sit in the wrapper (transformers 5's in-memory names and the saved / older "
+                "hub names); they replace the family's own prefixes, the first that holds the family's layer-0 "
+                "query weight is used (so a wrapper lists its tower's module path with and without the family's own "
+                "inner prefix, `vision_model.model.` and `vision_model.`)",
+    "model_types": "model types of the tower's config section that mean the named family (Idefics3's vision "
+                   "section says `idefics3_vision`: SigLIP's encoder)",
+    "defaults": "config values the wrapper's library assumes when the section leaves a key out, applied only to a "
+                "section of the named family's own config class (its first model type, absent, or in the tower's "
+                "`model_types`): LLaVA 1.5's `text_config` holds little more than `model_type: llama`, Gemma 3's "
+                "leaves the head counts out; a test holds them to transformers'",
+    "ignore": "patterns added to the family's ignore list for this tower",
+}
 
 
 def _sections(tower: dict, where: str) -> tuple[str, ...]:
@@ -592,7 +621,7 @@ def _parse_towered(raw: dict, origin: str) -> ArchSpec:
     for name, tower in towers_raw.items():
         required = {"family", "config_section", "prefixes"} if any(referenced) else \
             {"config_section", "prefixes", "config", "tensors"}
-        allowed = _REFERENCE_KEYS if any(referenced) else _TOWER_KEYS
+        allowed = set(REFERENCE_KEYS if any(referenced) else TOWER_KEYS)
         if not isinstance(tower, dict) or not required <= set(tower) or not set(tower) <= allowed:
             raise fail(origin, f"tower {name!r} must be an object with {sorted(required)} (and optionally "
                                 f"{sorted(allowed - required)})")

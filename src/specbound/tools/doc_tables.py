@@ -251,9 +251,29 @@ def spec_keys() -> str:
     return "\n".join(lines) + "\n"
 
 
+def tower_keys() -> str:
+    """docs/architectures.md: the keys of a two-tower family's tower object, from ``archs/spec.py``."""
+    from ..archs.spec import TOWER_KEYS
+
+    return "\n".join(["| tower key | meaning |", "|---|---|",
+                      *(f"| `{name}` | {_cell(doc)} |" for name, doc in TOWER_KEYS.items())]) + "\n"
+
+
+def wrapper_keys() -> str:
+    """docs/architectures.md: the keys of a vision-language wrapper and of its towers, from ``archs/spec.py``."""
+    from ..archs.schema import declared
+    from ..archs.spec import REFERENCE_KEYS, ArchSpec
+
+    own = [d.name for d in declared(ArchSpec) if "wrapper" in d.meta["documents"]]
+    return "\n".join([f"A wrapper holds only the keys {', '.join(f'`{k}`' for k in own)} (the table above: `ignore` "
+                      f"lists the patterns every tower ignores); each tower:", "",
+                      "| tower key | meaning |", "|---|---|",
+                      *(f"| `{name}` | {_cell(doc)} |" for name, doc in REFERENCE_KEYS.items())]) + "\n"
+
+
 GENERATORS = {"bounds-minilm": bounds_minilm, "families": families, "bounds-registry": bounds_registry,
               "readme-families": readme_families, "gguf-architectures": gguf_architectures,
-              "spec-keys": spec_keys}
+              "spec-keys": spec_keys, "tower-keys": tower_keys, "wrapper-keys": wrapper_keys}
 
 
 def blocks(text: str) -> dict[str, str]:
