@@ -17,6 +17,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable
 
 from ..errors import SpecboundError
+from ..options import Choice
 
 
 def fail(origin: str, what: str) -> SpecboundError:
@@ -165,7 +166,7 @@ def check_key(raw: dict, name: str, accepted: tuple, requirement: str | None, or
         elif constraint.accepts(value):
             return constraint.convert(value)
     if requirement is None:
-        choices = next(c.values for c in accepted if c is not None and hasattr(c, "values"))
+        choices = next(c.values for c in accepted if isinstance(c, Choice))
         requirement = f"one of {list(choices)}"
     raise fail(origin, f"'{name}' must be {requirement}, found {value!r}")
 
