@@ -1,5 +1,5 @@
-"""The M-RoPE text towers qwen2_vl_text, qwen2_5_vl_text and qwen3_vl_text (docs/rotary.md section 7), held
-by brute force on transformers' own attention modules.
+"""The M-RoPE text towers of Qwen2-VL and Qwen2.5-VL (both read by qwen2_vl_text) and Qwen3-VL (qwen3_vl_text;
+docs/rotary.md section 7), held by brute force on transformers' own attention modules.
 
 * The queries and keys are captured before and after the module's own rotation (``apply_rotary_pos_emb``,
   one batch row per input basis vector, one sequence of position-id triples with unequal components): the
@@ -27,7 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 from support.offset_checks import check_offset_matrix  # noqa: E402
-from specbound.archs.registry import builtin_specs  # noqa: E402
+from specbound.archs.registry import builtin_specs, spec_for_config  # noqa: E402
 from specbound.archs.rotary import rotary_layout  # noqa: E402
 from specbound.compute.rotary import rotation  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
@@ -36,7 +36,8 @@ from specbound.records.view import format_summary  # noqa: E402
 N, H, H_KV, D, P = 16, 2, 1, 8, 4  # hidden size, heads, key heads, head dim, context
 SECTION = [1, 2, 1]  # 4 frequencies: Qwen2-VL's axes (0, 1, 1, 2), Qwen3-VL's (0, 1, 2, 0)
 REL = 1e-6
-FAMILIES = ("qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text")
+FAMILIES = ("qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text")  # the model types; qwen2_vl_text reads Qwen2.5-VL's
+READ_BY = {"qwen2_5_vl_text": "qwen2_vl_text"}
 
 
 def _classes(family):
@@ -85,7 +86,7 @@ def _rotated(family, model, positions, monkeypatch):
 
 def _layout(family, path):
     config = json.loads((path / "config.json").read_text())
-    return rotary_layout(builtin_specs()[family], config, D, where=str(path))
+    return rotary_layout(spec_for_config(config), config, D, where=str(path))
 
 
 def _weights(path):
@@ -164,7 +165,8 @@ def test_the_same_weights_read_as_the_1d_family(family, tmp_path):
     model = _build(family, tmp_path / "mrope")
     _saved_as_1d(family, model, tmp_path / "flat")
     mrope, flat = specbound.analyze(tmp_path / "mrope", threads=1), specbound.analyze(tmp_path / "flat", threads=1)
-    assert mrope.model["family"] == family and flat.model["family"] == ("qwen3" if family == "qwen3_vl_text" else "llama")
+    assert mrope.model["family"] == READ_BY.get(family, family)
+    assert flat.model["family"] == ("qwen3" if family == "qwen3_vl_text" else "llama")
     a, b = mrope.matrices, flat.matrices
     assert list(a["role"]) == list(b["role"])
     numeric = [c for c in ("spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1",

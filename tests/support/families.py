@@ -672,6 +672,7 @@ FAMILIES["qwen3_vl_text"] = (_vl_text("Qwen3VLTextModel", "Qwen3VLTextConfig", [
                              _text_model_accessor("head", d=16))
 ROTARY += ("qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text")
 QK_NORM["qwen3_vl_text"] = "head"
+FAMILY_OF["qwen2_5_vl_text"] = "qwen2_vl_text"  # one family reads both text towers (the same layers)
 HEAD_DIM = {"qwen3": 16, "gemma": 16, "gemma2": 16, "gemma3_text": 16, "qwen3_moe": 16, "glm4_moe": 16,
             "deepseek_v3": 5, "deepseek_v32": 5, "kimi_k25": 5, "qwen3_vl_text": 16}  # the others: N / H
 # Families whose numbers take, at any depth, the code path of another family here (the Gemmas: LLaMA's

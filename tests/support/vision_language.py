@@ -82,7 +82,7 @@ WRAPPERS = {
         lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen2_vl_text", "qwen2_vl_vision")),
     "qwen2_5_vl": (lambda layers=2: _t().Qwen2_5_VLForConditionalGeneration(_t().Qwen2_5_VLConfig(
         text_config=_text(layers, **MROPE), vision_config=_qwen_vision(intermediate_size=40))),
-        lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen2_5_vl_text", "qwen2_5_vl_vision")),
+        lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen2_vl_text", "qwen2_5_vl_vision")),
     "qwen3_vl": (lambda layers=2: _t().Qwen3VLForConditionalGeneration(_t().Qwen3VLConfig(
         text_config=_text(layers, rope_parameters=dict(MROPE["rope_parameters"], mrope_interleaved=True)),
         vision_config=_qwen_vision(intermediate_size=40, deepstack_visual_indexes=[0]))),

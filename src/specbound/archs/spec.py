@@ -234,16 +234,17 @@ class ArchSpec:
     """
 
     family: str = declare("the name reported in the output", accepted=(Text(empty=False),),
-                      requirement="a non-empty string", required=True,
-                      documents=("chain", "stacks", "towers", "wrapper"))
+                          requirement="a non-empty string", required=True,
+                          documents=("chain", "stacks", "towers", "wrapper"))
     description: str = declare("what the family is (docs/families.md lists it)", accepted=(Text(),),
-                           requirement="a string", absent="", documents=("chain", "stacks", "towers", "wrapper", "variant"))
+                               requirement="a string", absent="",
+                               documents=("chain", "stacks", "towers", "wrapper", "variant"))
     model_types: tuple[str, ...] = declare("config.json `model_type` values this spec serves", accepted=(Strings(),),
-                                       requirement="a list of strings", required=True,
-                                       documents=("chain", "stacks", "towers", "wrapper"))
+                                           requirement="a list of strings", required=True,
+                                           documents=("chain", "stacks", "towers", "wrapper"))
     prefixes: tuple[str, ...] = declare("name prefixes tried in order (task models wrap the base model, e.g. `bert.`)",
-                                    accepted=(Strings(or_else=("",)),), requirement="a list of strings",
-                                    absent=("",))
+                                        accepted=(Strings(or_else=("",)),), requirement="a list of strings",
+                                        absent=("",))
     config_keys: dict[str, tuple[str, ...]] = declare(
         "for each dimension, the config.json keys to try in order. Required: `num_layers`, `hidden_size`, "
         "`num_heads`, `ff_size` (`[]`: read `d_ff` from layer 0's `ff_out` weight; absent with "
@@ -252,9 +253,9 @@ class ArchSpec:
         "`experts_per_token`, `shared_ff_size`, `num_shared_experts`, `dense_ff_size`",
         name="config", required=True, read=lambda value, doc: _config_keys(value, doc.raw, doc.origin))
     block: str = declare("`sequential`: attention then feed-forward; `parallel`: both on the block's input "
-                     "(GPT-NeoX, GPT-J)", accepted=(Choice(BLOCKS),), absent="sequential")
+                         "(GPT-NeoX, GPT-J)", accepted=(Choice(BLOCKS),), absent="sequential")
     feed_forward: str = declare("`plain`: `act(x W_in) W_out`; `gated`: `(act(x W_gate) * x W_up) W_out`",
-                            accepted=(Choice(tuple(FEED_FORWARDS)),), absent="plain")
+                                accepted=(Choice(tuple(FEED_FORWARDS)),), absent="plain")
     tensors: dict[str, TensorRule] = declare(
         "role -> `{name, layout}` (roles and layouts below); `name` contains `${layer}`", required=True,
         read=lambda value, doc: _tensor_rules(value, ROLES, doc.origin, "tensors"), documents=("chain", "variant"))
@@ -309,11 +310,11 @@ class ArchSpec:
         documents=("towers", "wrapper", "variant"))
     rotary_off_when: str | None = None  # a boolean config key that, when true, replaces rotary by ALiBi (Falcon)
     alibi: bool | str = declare("ALiBi logit biases: always (`true`) or when this boolean config key is true",
-                            default=False, accepted=(Flag(), Text()),
-                            requirement="true, false or a boolean config.json key")
+                                default=False, accepted=(Flag(), Text()),
+                                requirement="true, false or a boolean config.json key")
     activation: str | None = declare("the family's activation when config.json names none (BLOOM's GELU)", default=None,
-                                 accepted=(None, Text()),
-                                 requirement="an activation name (as config.json's hidden_act)")
+                                     accepted=(None, Text()),
+                                     requirement="an activation name (as config.json's hidden_act)")
     experts: ExpertsSpec | None = declare(
         "a mixture of experts (docs/theory.md 3f): `router` and `tensors` (each expert's roles, names with "
         "`${expert}` as well as `${layer}`, or one `\"layout\": \"bank\"` tensor of every expert; config fields "
