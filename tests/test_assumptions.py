@@ -7,7 +7,7 @@ import pytest
 
 import specbound
 from specbound.archs.model import ModelDims
-from specbound.bounds.assumptions import assumptions, is_theorem
+from specbound.bounds.assumptions import AssumptionContext, assumptions, is_theorem
 
 BERT = ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24)
 
@@ -17,7 +17,7 @@ def _applying(entries):
 
 
 def test_bert_breaks_the_theorems_own_assumptions_and_uses_no_extension():
-    entries = assumptions(BERT, "bert", rotary=False, init=False, gap=False)
+    entries = assumptions(AssumptionContext(BERT))
     assert {e["name"] for e in entries} >= {"no_residual_connections", "normalisation_as_projection",
                                            "unit_norm_inputs", "fixed_embeddings_and_head", "iid_samples"}
     applying = _applying(entries)
@@ -31,13 +31,13 @@ def test_bert_breaks_the_theorems_own_assumptions_and_uses_no_extension():
 @pytest.mark.parametrize("dims, flags, expected", [
     (ModelDims(L=2, N=16, H=4, H_kv=2, d_head=4, d_ff=24, feed_forward="gated"), dict(rotary=True),
      {"gated_feed_forward", "grouped_query_attention", "rotary_positions"}),
-    (ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"), dict(rotary=True, init=True),
+    (ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"), dict(rotary=True),
      {"parallel_block", "rotary_positions"}),
     (ModelDims(L=4, N=16, H=4, H_kv=4, d_head=4, d_ff=24, stored=(0, 0, 1, 1)), dict(gap=True),
      {"shared_weights", "iid_samples"}),
 ])
 def test_each_extension_is_named_when_it_is_used(dims, flags, expected):
-    entries = assumptions(dims, "x", **{"rotary": False, "init": False, "gap": False, **flags})
+    entries = assumptions(AssumptionContext(dims, **flags))
     assert expected <= _applying(entries)
     assert {e["name"] for e in entries if e["kind"] == "extension" and e["applies"]} == \
         expected - {"iid_samples"} | ({"gap_forms"} if flags.get("gap") else set())
@@ -58,7 +58,7 @@ def test_each_family_is_told_its_own_layer_form(dims, form):
 
     from specbound.compute.propagation import LayerSpectralNorms, layer_lipschitz
 
-    entry = next(e for e in assumptions(dims, "x", rotary=False, init=False, gap=False)
+    entry = next(e for e in assumptions(AssumptionContext(dims))
                  if e["name"] == "multi_head_layer_form")
     assert entry["effect"].startswith(form)
     # the printed form, evaluated by hand, is the code's
@@ -71,7 +71,7 @@ def test_each_family_is_told_its_own_layer_form(dims, form):
 
 
 def test_iid_samples_is_a_condition_not_a_broken_assumption(tiny_bert_dir):
-    entries = assumptions(BERT, "bert", rotary=False, init=False, gap=True)
+    entries = assumptions(AssumptionContext(BERT, gap=True))
     kinds = {e["name"]: e["kind"] for e in entries}
     assert kinds["iid_samples"] == "condition" and kinds["gap_forms"] == "extension"
     text = str(specbound.analyze(tiny_bert_dir, threads=1, n=1000, margin=0.5))

@@ -658,9 +658,9 @@ def _arch(args) -> int:
     from .archs.infer import infer_spec
     from .io import open_checkpoint
 
-    ckpt = complete_config(open_checkpoint(args.source))  # an ONNX export without config.json
+    ckpt, inferred = complete_config(open_checkpoint(args.source))  # an ONNX export without config.json
     try:
-        draft = infer_spec(ckpt)
+        draft = infer_spec(ckpt, inferred)
     finally:
         ckpt.close()
     text = json.dumps(draft.spec, indent=2) + "\n"

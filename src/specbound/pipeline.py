@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -23,7 +23,7 @@ from .options import AnalysisOptions, KernelOptions
 from .io import Checkpoint, open_checkpoint
 from .io.base import available_memory
 from .io.default_checkpoint import DEFAULT_NAME, default_checkpoint
-from .io.gguf_mmproj import gguf_pair
+from .io.gguf_mmproj import gguf_pair, pair_notes
 from .archs import ArchSpec, load_spec_file, spec_for_config
 from .archs.graph_config import complete_config
 from .archs.binding import qk_norm_eps
@@ -46,7 +46,7 @@ from .compute.propagation import activation_lipschitz, check_gated_activation
 from .bounds import compute_all
 from .bounds.gap import GapParameters, describe, gap_bounds
 from .bounds.schatten import default_grid_m
-from .bounds.assumptions import assumptions
+from .bounds.assumptions import AssumptionContext, assumptions
 from .records import Analysis, TowerAnalyses, build_analysis
 
 def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
@@ -225,6 +225,8 @@ class OpenModel:
     rotary_by_layer: tuple[RotaryLayout | None, ...] | None = None
     tower: str | None = None  # the tower this chain is, of a two-tower model (CLIP, SigLIP)
     parent_spec: ArchSpec | None = None  # the two-tower spec the tower was opened through
+    # what the opening adds to the reader's notes (the text model of a GGUF pair: its mmproj file)
+    opened_notes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def opened_checkpoint(self) -> Checkpoint:
@@ -236,6 +238,12 @@ class OpenModel:
         """The dimensions of layer ``layer``'s own chain: its stack's in an encoder-decoder."""
         part, _ = self.dims.locate(layer)
         return self.dims if part is None else part.dims
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """Every note of this model: its reader's (:attr:`~specbound.io.base.ReaderFacts.notes`, which every
+        wrapper forwards) and the opening's."""
+        return {**self.ckpt.facts.notes, **self.opened_notes}
 
     def rotary_for(self, layer: int) -> RotaryLayout | None:
         """The rotary layout of layer ``layer`` (None for a family without rotary positions)."""
@@ -279,7 +287,7 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
     if pair is not None:
         return _gguf_pair_models(pair, arch_spec, tower)
     # complete_config: an ONNX export without config.json
-    ckpt = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
+    ckpt, _ = complete_config(open_checkpoint(source, config, stream=stream, disk_budget=disk_budget, base=base))
     try:
         spec = _resolve_spec(arch_spec, ckpt.config, tower).for_config(ckpt.config)
         if isinstance(ckpt, LoraCheckpoint):  # square updates oriented by their module's kind, as PEFT does
@@ -310,13 +318,7 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
         for name, path in pair.items():
             if tower in (None, name):
                 (model,) = open_models(path, tower=None if name == "text" else name)
-                models.append(replace(model, tower=name))
-                if name == "text":  # named among its assumptions (a GGUF checkpoint's conventions)
-                    model.opened_checkpoint.conventions["gguf_mmproj_pair"] = (
-                        f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it "
-                        f"is its vision tower, whose projector's output enters this chain as input tokens, outside "
-                        f"the bound like the token embeddings; each tower is bounded as a chain of its own, and "
-                        f"no whole-model number is given")
+                models.append(replace(model, tower=name, opened_notes=pair_notes(pair) if name == "text" else {}))
     except BaseException:
         for model in models:
             model.opened_checkpoint.close()
@@ -350,7 +352,7 @@ def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
 
 def _config_where(ckpt) -> str:
     """Where a checkpoint's config values come from, for messages."""
-    path = getattr(ckpt, "config_path", None)
+    path = ckpt.facts.config_path
     return f"the config of {ckpt.location}" if path is None else str(path)
 
 
@@ -624,7 +626,7 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     model_extra: dict[str, Any] = {"block": dims.block, "feed_forward": dims.feed_forward}
     if isinstance(model.opened_checkpoint, LoraCheckpoint):  # the adapter merged into the base (W0 when init)
         model_extra["adapter"] = model.opened_checkpoint.describe()
-    sentence = getattr(model.opened_checkpoint, "sentence_modules", None)
+    sentence = model.ckpt.facts.sentence_modules
     if sentence is not None and sentence.after:  # sentence-transformers' Pooling, Dense, Normalize after the model
         model_extra["modules"] = modules_record(sentence, opts.rank_tol)
     rotary = None if model.rotary is None else {
@@ -659,23 +661,19 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         model_extra["tower"] = model.tower
     if model.parent_spec is not None and model.parent_spec.projector is not None:  # a vision-language wrapper's
         model_extra["wrapper"] = model.parent_spec.family
-    source = name or getattr(model.ckpt, "hub_source", None) or location  # a hub id: ORG/NAME@commit
+    source = name or model.ckpt.facts.hub_source or location  # a hub id: ORG/NAME@commit
+    context = AssumptionContext(
+        dims, rotary=model.rotary is not None, gap=gap_params is not None, notes=model.notes, l_phi=l_phi,
+        l_phi_source=l_phi_source, rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
+        rope=tuple(model.rotary_layouts()), qk_norm=qk_norm,
+        structure=model_structure(model.spec.structure, model.ckpt.config, _config_where(model.ckpt)),
+        tower=model.tower, nope_layers=tuple(model.nope_layers()), modules=model_extra.get("modules"),
+        wrapper=model.parent_spec)
     return build_analysis(source, model.spec.family, measures, results, recorded,
                           from_init=from_init, gap=gap, location=location,
                           tensors=tensor_names(model.spec, dims, model.prefix),
                           model_extra={**model_extra, **_structure_extra(model)},
-                          assumptions=assumptions(dims, model.spec.family, rotary=model.rotary is not None,
-                                                  init=init is not None, gap=gap_params is not None,
-                                                  weights_note=getattr(model.ckpt, "weights_note", None),
-                                                  reader_conventions=getattr(model.ckpt, "conventions", None),
-                                                  l_phi=l_phi, l_phi_source=l_phi_source,
-                                                  rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
-                                                  rope=model.rotary_layouts(), qk_norm=qk_norm,
-                                                  structure=model_structure(model.spec.structure, model.ckpt.config,
-                                                                            _config_where(model.ckpt)),
-                                                  tower=model.tower, nope_layers=model.nope_layers(),
-                                                  modules=model_extra.get("modules"),
-                                                  wrapper=model.parent_spec))
+                          assumptions=assumptions(context))
 
 
 def _grid_record(layout) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import pytest
 import specbound
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
+from specbound.io.base import WEIGHTS_NOTE
 from specbound.pipeline import open_model
 from support.conformance import check_reader
 from support.gguf_convert import permute
@@ -124,7 +125,7 @@ def test_float32_gguf_equals_the_hugging_face_checkpoint(llama, tmp_path):
     ckpt = open_checkpoint(path)
     assert ckpt.config["model_type"] == "gguf-llama" and ckpt.config["block_count"] == L
     assert ckpt.config["attention.head_count_kv"] == H_KV and ckpt.config["rope.freq_base"] == 10000.0
-    assert "tokenizer.ggml.tokens" not in ckpt.config and ckpt.weights_note is None
+    assert "tokenizer.ggml.tokens" not in ckpt.config and ckpt.facts.notes == {}
     # the file really holds permuted rows (else the un-permutation would go untested) ...
     stored = gguf.GGUFReader(str(path))
     raw_k = next(np.array(t.data) for t in stored.tensors if t.name == "blk.0.attn_k.weight")
@@ -165,7 +166,8 @@ def test_q8_0_gguf_analyses_the_dequantized_weights(llama, tmp_path):
     types["blk.1.ffn_down.weight"] = Q.BF16
     path = write_gguf(tmp_path / "q8.gguf", state, types)
     ckpt = open_checkpoint(path)
-    assert "Q8_0" in ckpt.weights_note and "quantized model" in ckpt.weights_note
+    note = ckpt.facts.notes[WEIGHTS_NOTE]
+    assert "Q8_0" in note and "quantized model" in note
     assert ckpt.quantized["blk.0.attn_q.weight"] == "Q8_0" and "blk.0.ffn_down.weight" not in ckpt.quantized
 
     # the oracle: the stored bytes decoded by hand, rows put back by inverting ``permute`` as an index map

@@ -113,12 +113,12 @@ def test_llama_cpp_turns_the_query_key_norm_off_for_128_experts(experts, on):
     says use_qk_norm false); the other constants fixed."""
     from specbound.io.gguf_archs import llama4_keys
 
-    keys = llama4_keys(None, {"expert_count": experts, "interleave_moe_layer_step": 2})
+    keys, conventions = llama4_keys(None, {"expert_count": experts, "interleave_moe_layer_step": 2})
     assert keys["use_qk_norm"] is on
     assert {k: keys[k] for k in ("no_rope_layer_interval", "attention_chunk_size", "floor_scale", "attn_scale")} == {
         "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}
     assert keys["attn_temperature_tuning"] is True
-    assert f"norm {'on' if on else 'off'} ({experts} experts" in keys["gguf_conventions"]["gguf_llama4_constants"]
+    assert f"norm {'on' if on else 'off'} ({experts} experts" in conventions["gguf_llama4_constants"]
 
 
 @pytest.mark.parametrize("meta, match", [

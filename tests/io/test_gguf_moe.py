@@ -348,4 +348,4 @@ def test_mscale_all_dim_is_the_decimal_the_config_stated(stated):
     stored = float(np.float32(0.1 * stated))  # the file's float32, read back as a float
     config = {"rope.scaling.type": "yarn", "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
               "rope.scaling.yarn_log_multiplier": stored}
-    assert deepseek2_yarn(None, config)["rope_scaling"]["mscale_all_dim"] == stated
+    assert deepseek2_yarn(None, config)[0]["rope_scaling"]["mscale_all_dim"] == stated

@@ -73,7 +73,7 @@ def test_sentence_transformers_export_without_config(bert, tmp_path, dynamo, dee
     model, reference = bert
     path = export_alone(model, tmp_path / "st" / "model.onnx", dynamo, deeper)
     ckpt = open_checkpoint(path)
-    assert ckpt.needs_config and ckpt.config == {}
+    assert ckpt.facts.needs_config and ckpt.config == {}
     assert_same_numbers(reference, specbound.analyze(path, threads=1))
     assert_same_numbers(reference, specbound.analyze(path.parent, threads=1))  # the folder, too
     from specbound.pipeline import open_model

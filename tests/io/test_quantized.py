@@ -17,6 +17,7 @@ pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402
 from specbound.io import open_checkpoint  # noqa: E402
+from specbound.io.base import WEIGHTS_NOTE  # noqa: E402
 from specbound.io.quantized import unpack_bits  # noqa: E402
 from support import quant_writers as qw  # noqa: E402
 
@@ -98,9 +99,9 @@ def test_gptq_v1_zero_points_of_zero_read_as_their_writer_reads_them(base, bits,
     ckpt = open_checkpoint(folder)
     for name, want in expected.items():
         np.testing.assert_array_equal(ckpt.read(name), want, err_msg=name)
-    assert ("GPTQModel reads them" if writer == "gptqmodel" else "AutoGPTQ's") in ckpt.weights_note
+    assert ("GPTQModel reads them" if writer == "gptqmodel" else "AutoGPTQ's") in ckpt.facts.notes[WEIGHTS_NOTE]
     # the writer is named by the config (GPTQModel's meta.quantizer) or not: the ambiguity is said when not
-    assert ("config does not name the library" in ckpt.weights_note) == (writer == "autogptq")
+    assert ("config does not name the library" in ckpt.facts.notes[WEIGHTS_NOTE]) == (writer == "autogptq")
 
 
 def test_gptq_v1_writer_named_by_quantize_config_json(base):
@@ -110,11 +111,11 @@ def test_gptq_v1_writer_named_by_quantize_config_json(base):
     folder = root / "gptq-zero-untold"
     expected = qw.write_gptq(model, folder, 4, 32, False, False, writer="gptqmodel", zero_every=5, meta=False)
     ckpt = open_checkpoint(folder)
-    assert "config does not name the library that wrote it" in ckpt.weights_note
-    assert "read as 0, as AutoGPTQ computes" in ckpt.weights_note
+    assert "config does not name the library that wrote it" in ckpt.facts.notes[WEIGHTS_NOTE]
+    assert "read as 0, as AutoGPTQ computes" in ckpt.facts.notes[WEIGHTS_NOTE]
     (folder / "quantize_config.json").write_text(json.dumps({"bits": 4, "meta": {"quantizer": ["gptqmodel:4.2.5"]}}))
     ckpt = open_checkpoint(folder)
-    assert "config does not name" not in ckpt.weights_note
+    assert "config does not name" not in ckpt.facts.notes[WEIGHTS_NOTE]
     for name, want in expected.items():
         np.testing.assert_array_equal(ckpt.read(name), want, err_msg=name)
 

@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 
 from specbound import SpecboundError  # noqa: E402
 from specbound.io import open_checkpoint  # noqa: E402
+from specbound.io.base import WEIGHTS_NOTE  # noqa: E402
 from support import quant_writers as qw  # noqa: E402
 from support.one_line import assert_one_line_error, run_cli  # noqa: E402
 
@@ -195,7 +196,7 @@ def test_mlx_one_bit_reads_as_its_layout(model):
     ckpt = open_checkpoint(folder)
     for name, want in expected.items():
         np.testing.assert_array_equal(ckpt.read(name), want, err_msg=name)
-    assert "1-bit" in ckpt.weights_note
+    assert "1-bit" in ckpt.facts.notes[WEIGHTS_NOTE]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import numpy as np
 
 import specbound
 from specbound.pipeline import open_model
-from support.same_numbers import assert_same_layer_weights, assert_same_numbers
+from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 
 def check_contract(ckpt) -> None:
@@ -34,11 +34,13 @@ def check_contract(ckpt) -> None:
 
 
 def check_reader(source, twin, *, rel: float = 1e-12, atol: float = 1e-9, family: bool = True,
-                 ordered: bool = True, note: str | None = None) -> None:
+                 ordered: bool = True, notes: tuple[str, ...] = ()) -> None:
     """The model read from ``source`` (a file or folder of any format) conforms and equals the one read
     from ``twin`` (its float safetensors folder): :func:`check_contract`, the same
-    :class:`~specbound.archs.model.ModelDims`, every layer's role matrices to ``atol``, ``note`` as its
-    ``weights_note`` (None: float weights), and every number of the analysis within ``rel``.
+    :class:`~specbound.archs.model.ModelDims`, every layer's role matrices to ``atol``, and every number of the
+    analysis within ``rel``.  ``notes``: the names of the reader's notes (none: float weights read as stored,
+    nothing assumed); each is in the analysis' assumptions, a convention with the note's sentence, the one
+    difference from the twin's.
 
     ``family``: whether the family's name is compared too (False for a format read by a family of its
     own, e.g. ``llama`` vs ``llama_gguf``); ``ordered``: whether the feed-forward roles come in the same
@@ -47,10 +49,15 @@ def check_reader(source, twin, *, rel: float = 1e-12, atol: float = 1e-9, family
     try:
         check_contract(opened.ckpt)
         assert opened.dims == reference.dims, (opened.dims, reference.dims)
-        assert opened.opened_checkpoint.weights_note == note
+        said = opened.notes
+        assert sorted(said) == sorted(notes), (said, notes)
         assert_same_layer_weights(reference, opened, reference.dims.L, atol=atol, ordered=ordered)
     finally:
         opened.ckpt.close()
         reference.ckpt.close()
-    assert_same_numbers(specbound.analyze(twin, threads=1), specbound.analyze(source, threads=1), rel,
-                        family=family)
+    read, expected = numbers(specbound.analyze(source, threads=1), family=family), \
+        numbers(specbound.analyze(twin, threads=1), family=family)
+    listed = {e["name"]: e for e in read["assumptions"]}
+    assert {n: (listed[n]["kind"], listed[n]["effect"]) for n in notes} == {n: ("convention", said[n]) for n in notes}
+    read["assumptions"] = [e for e in read["assumptions"] if e["name"] not in notes]
+    assert_close_tree(read, expected, rel)

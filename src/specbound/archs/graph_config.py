@@ -181,7 +181,7 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
                                               f"({', '.join(f'{r} {s}' for r, s in shapes.items())})"),
              Inferred("ff_size", sizes.d_ff, f"the other side of {stack.name(0, roles.get('ff_in') or roles['ff_up'])} "
                                              f"{shapes.get('ff_in') or shapes['ff_up']}")]
-    hints = getattr(ckpt, "hints", None)
+    hints = ckpt.facts.graph_hints
     attention_module = module_of(stack.name(0, roles.get("q") or roles["qkv"])).rsplit(".", 1)[0]
     try:
         found = _heads_from_reshapes(attention_module, hints, sizes.attention, sizes.kv) if hints else None
@@ -232,19 +232,22 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
     return config, notes
 
 
-def complete_config(ckpt: Checkpoint) -> Checkpoint:
-    """Fill ``ckpt.config`` in place when the checkpoint came without config.json (``needs_config``).
+def complete_config(ckpt: Checkpoint) -> tuple[Checkpoint, list[Inferred]]:
+    """``(ckpt, inferred)``: ``ckpt.config`` filled in place when the checkpoint came without config.json
+    (``facts.needs_config``; called once, by the opener), and what was inferred (for ``arch infer``'s report;
+    empty for a checkpoint with its config.json).
 
     When the graph cannot be read but the caller's keys (``--config FILE``) name the family, they
     are used as they are (a missing dimension is then reported by the family's own checks)."""
-    if getattr(ckpt, "needs_config", False):
-        try:
-            ckpt.config, ckpt.inferred = infer_config(ckpt)  # the notes: for `arch infer`'s report
-        except SpecboundError:
-            if not ckpt.config.get("model_type"):  # the caller's --config/--set names no family either
-                raise
-        ckpt.needs_config = False
-    return ckpt
+    if not ckpt.facts.needs_config:
+        return ckpt, []
+    try:
+        ckpt.config, inferred = infer_config(ckpt)
+    except SpecboundError:
+        if not ckpt.config.get("model_type"):  # the caller's --config/--set names no family either
+            raise
+        return ckpt, []
+    return ckpt, inferred
 
 
 def describe(notes: list[Inferred]) -> str:

@@ -36,6 +36,7 @@ came from (:func:`self_check`), so a draft that does not fit says so before it i
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,12 +139,13 @@ class MoEParts:
         return rests | {self.router, *self.shared.values(), *([self.shared_gate] if self.shared_gate else [])}
 
 
-def infer_spec(ckpt: Checkpoint) -> Draft:
+def infer_spec(ckpt: Checkpoint, inferred: Sequence[Any] = ()) -> Draft:
     """Draft a spec for ``ckpt`` (module docstring).  The draft always validates with ``parse_spec``;
-    :attr:`Draft.check` says whether it also fits ``ckpt``."""
+    :attr:`Draft.check` says whether it also fits ``ckpt``.  ``inferred``: what
+    :func:`~.graph_config.complete_config` inferred of an export without config.json (what its graph said,
+    :class:`~.graph_config.Inferred` rows; graph_config imports this module)."""
     draft = Draft()
-    # an export without config.json, completed by archs.graph_config.complete_config: what its graph said
-    for note in getattr(ckpt, "inferred", None) or []:
+    for note in inferred:
         draft.note(f"config.json {note.field}", str(note.value), f"no config.json; inferred: {note.evidence}",
                    verify=note.field in ("num_heads", "activation"))
     config = ckpt.config

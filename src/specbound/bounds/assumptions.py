@@ -10,10 +10,13 @@ which numbers are theorems and which are proxies under named assumptions (docs/t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..archs.model import UNBOUNDED_POSITIONS, ModelDims, RotaryLayout
 from ..archs.structure import Structure
+from ..io.base import WEIGHTS_NOTE
 
 
 def _entry(name: str, applies: bool, effect: str, kind: str) -> dict[str, Any]:
@@ -45,112 +48,115 @@ def _activation_effect(l_phi: float | None, source: str | None, gated: bool) -> 
     return f"{constant}: L_phi = {l_phi:g} for {source} (its sup |phi'| rounded up: the table of compute/propagation.py)"
 
 
-def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: bool,
-                weights_note: str | None = None, reader_conventions: dict[str, str] | None = None,
-                l_phi: float | None = None, l_phi_source: str | None = None,
-                rotary_methods: dict[str, int] | None = None, rope: list[RotaryLayout] | None = None,
-                qk_norm: dict[str, Any] | None = None, structure: Structure | None = None,
-                tower: str | None = None, nope_layers: list[int] | None = None,
-                modules: list[dict[str, Any]] | None = None, wrapper: Any = None) -> list[dict[str, Any]]:
-    """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption.
+@dataclass(frozen=True)
+class AssumptionContext:
+    """What the assumptions of one analysis depend on, built once by ``pipeline.assemble`` and passed whole.
 
-    ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
-    numbers are then proxies), ``"condition"`` for one the theorem puts on the data and its use (i.i.d.
-    samples, a margin fixed in advance), which no checkpoint breaks and no analysis can check,
-    ``"extension"`` for a derivation of ours beyond the paper, and ``"convention"`` for a choice the
-    sources leave open.  ``l_phi``, ``l_phi_source``: the activation constant used and where it came
-    from; ``rotary_methods``: how many rotary QK heads got the exact maximum over offsets and how many
-    the product bound; ``rope``: the model's distinct rotary layouts; ``qk_norm``: its query/key
-    normalisation (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its
-    ``layer`` and ``head``); ``structure``: what the family does beyond its matrices
-    (:mod:`.archs.structure`); ``tower``: the tower of a two-tower model this analysis is (``wrapper``: the
-    vision-language wrapper's spec when that model is one, its projector named); ``nope_layers``:
-    the layers without rotary positions of a model whose other layers rotate; ``modules``: a sentence-transformers
-    folder's modules after the Transformer (``model.modules``); ``reader_conventions``:
-    name -> sentence for each value the checkpoint's reader assumed where the file leaves it unstated
-    (a GGUF file's, :attr:`~specbound.io.gguf_file.GGUFCheckpoint.conventions`).
+    ``rotary``: whether the family rotates its queries and keys; ``gap``: whether a generalisation-gap bound is
+    asked for; ``notes``: name -> sentence for what the checkpoint's reader (or its opener) assumed where the file
+    leaves it unstated, and under ``quantized_weights`` that the weights read are not the stored values as trained
+    (:class:`~specbound.io.base.ReaderFacts`); ``l_phi``, ``l_phi_source``: the activation constant used and where
+    it came from; ``rotary_methods``: how many rotary QK heads got the exact maximum over offsets and how many the
+    product bound; ``rope``: the model's distinct rotary layouts; ``qk_norm``: its query/key normalisation
+    (``span``, ``eps``, ``gain`` and the largest Lipschitz factor ``max_factor`` with its ``layer`` and ``head``);
+    ``structure``: what the family does beyond its matrices (:mod:`.archs.structure`); ``tower``: the tower of a
+    two-tower model this analysis is (``wrapper``: the vision-language wrapper's spec when that model is one, its
+    projector named); ``nope_layers``: the layers without rotary positions of a model whose other layers rotate;
+    ``modules``: a sentence-transformers folder's modules after the Transformer (``model.modules``).
     """
-    gated = dims.feed_forward == "gated"
-    methods = rotary_methods or {}
-    out = [
-        _entry("no_residual_connections", True,
-               "the theorem's network has no residual connections; Lambda and alpha are those of the "
-               "residual-free chain of this checkpoint's matrices, so every bound is a proxy for it", "theorem"),
-        _entry("normalisation_as_projection", True,
-               "LayerNorm/RMSNorm is taken as a projection onto the unit ball; its learned gains and biases "
-               "are ignored (they can scale every Lipschitz factor)", "theorem"),
-        _entry("unit_norm_inputs", True,
-               "every matrix is assumed to see token rows of norm at most 1; the embeddings' norms are not "
-               "measured", "theorem"),
-        _entry("fixed_embeddings_and_head", True,
-               "embeddings, pooler and classifier head are treated as fixed and are not in the complexity",
-               "theorem"),
-        _entry("biases_ignored", True, "biases are outside the analysed matrices (as in the paper's experiment)",
-               "convention"),
-        _entry("multi_head_layer_form", True,
-               f"{layer_form(dims, rotary=rotary)} and the sensitivities gamma*: the multi-head form of the paper's "
-               f"BERT experiment" + (", with this family's blocks as derived in docs/theory.md 3b"
-                                     if gated or dims.block == "parallel" else "")
-               + "; L_phi enters Lambda but not gamma* (the reference code's convention)", "convention"),
-        _entry("activation_constant", l_phi is not None, _activation_effect(l_phi, l_phi_source, gated)
-               if l_phi is not None else "L_phi from the activation table of compute/propagation.py or --l-phi",
-               "convention"),
-        _entry("iid_samples", gap,
-               "the generalisation-gap bound needs n i.i.d. training sequences and a margin fixed before "
-               "seeing the data (the data-chosen margin's union is not paid; docs/bounds.md)", "condition"),
-        _entry("gap_forms", gap,
-               "the gap forms are this project's proxies of the sources' theorems, not their statements: the "
-               "spectrum-adaptive family's margin inside each term and entropy integral are derived in "
-               "docs/bounds.md section 9; c_lead and c_conf are unstated constants (default 1)", "extension"),
-        _entry("gated_feed_forward", gated,
-               "gated blocks down(phi(gate x) * up x): Lip <= (L_phi + c_phi) c_g c_u c_d and the sensitivities "
-               "of docs/theory.md 3b are our derivation", "extension"),
-        _entry("parallel_block", dims.block == "parallel",
-               "attention and feed-forward on the same input: Lambda = Lip(attn) + Lip(ff), no feed-forward "
-               "factor on attention sensitivities (our derivation, docs/theory.md 3b); one shared normalisation "
-               "(GPT-J, Phi, Falcon-7B) or one per branch (GPT-NeoX, Falcon-40B) give the same factor", "extension"),
-        _entry("grouped_query_attention", dims.H_kv < dims.H,
-               f"{dims.H // max(dims.H_kv, 1)} query heads share each key/value head; every query head is counted "
-               f"as its own QK and OV matrix (our extension)", "extension"),
-        _entry("shared_weights", dims.stored is not None,
-               "layers share stored weights (ALBERT): the headline counts every depth; the variant "
-               "spectral_shared counts each stored matrix once (our reading of the theorem's error split)",
-               "extension"),
-        _entry("rotary_positions", rotary,
-               "the queries and keys are normalised before the rotation: each QK row is its head's stacked factors "
-               "[W_Q^h; W_K^g], on which no rotation acts, and its sensitivity and Lipschitz factor kappa hold "
-               "for every rotation (docs/theory.md 3d), so every number is valid at every relative position; "
-               "no rotation-blind variant is computed" if qk_norm else
-               "every QK number bounds its value at every relative position (docs/rotary.md): c*(QK) is the exact "
-               f"maximum over offsets for {methods.get('exact_over_offsets', 0)} heads and the product "
-               f"||W_Q|| ||W_K|| for {methods.get('product_bound', 0)} (columns sv_method, argmax_offset); S_p "
-               "and the rank come from the Horn envelope (singular_values rows of kind horn_envelope, not "
-               "singular values); the theorem's covering argument is not proven for rotary heads, so these "
-               "bounds are proxies; the *_rotation_blind variants ignore the rotation", "extension"),
-        _entry("alibi_positions", dims.alibi,
-               "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
-               "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
-               "input (docs/theory.md 3g)", "extension"),
-    ]
-    if nope_layers:
-        out.append(_entry("nope_layers", True,
-                          f"layers {_ranges(nope_layers)} have no rotary positions (NoPE): their QK rows are the "
-                          f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
-                          f"other layers (docs/theory.md 3e)", "convention"))
-    out += _rope_entries(rope or [])
-    out += _grid_entries(rope or [])
-    out += _qk_norm_entries(qk_norm)
-    if dims.latent is not None:
-        lat = dims.latent
-        scales = ""
-        if lat.logit_scale != 1.0 or lat.rope_factor != 1.0:
-            scales = (f"; YaRN's mscale^2 = {lat.logit_scale:.6g} multiplies every logit and the rope scaling's "
-                      f"attention factor a = {lat.rope_factor:.6g} its rotary part by a^2, both in the factors")
-        query = ("queries through q_a_proj, an RMSNorm of its " f"{lat.q_rank} features and q_b_proj"
-                 if lat.q_rank is not None else "queries through q_proj")
-        out.append(_entry(
-            "latent_attention", True,
-            f"multi-head latent attention: {query}; keys and values through the shared latent kv_a_proj_with_mqa, "
+
+    dims: ModelDims
+    rotary: bool = False
+    gap: bool = False
+    notes: Mapping[str, str] = field(default_factory=dict)
+    l_phi: float | None = None
+    l_phi_source: str | None = None
+    rotary_methods: Mapping[str, int] | None = None
+    rope: tuple[RotaryLayout, ...] = ()
+    qk_norm: Mapping[str, Any] | None = None
+    structure: Structure | None = None
+    tower: str | None = None
+    nope_layers: tuple[int, ...] = ()
+    modules: list[dict[str, Any]] | None = None
+    wrapper: Any = None
+
+    @property
+    def gated(self) -> bool:
+        return self.dims.feed_forward == "gated"
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One declared assumption: its ``name`` and ``kind``, when it ``applies`` and its ``effect`` (what it does to
+    the numbers), each a function of the :class:`AssumptionContext`; ``listed``: whether it is listed when it does
+    not apply (the theorem's own assumptions and the extensions a model may use are; a model's particulars only
+    when they apply)."""
+
+    name: str
+    kind: str
+    applies: Callable[[AssumptionContext], Any]
+    effect: Callable[[AssumptionContext], str]
+    listed: bool = True
+
+    def entries(self, ctx: AssumptionContext) -> list[dict[str, Any]]:
+        applies = self.applies(ctx)
+        return [_entry(self.name, applies, self.effect(ctx), self.kind)] if applies or self.listed else []
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Entries of a variable number, or whose name depends on the model (the structure's, the rotary layouts',
+    the reader's notes), from one function of the context."""
+
+    entries: Callable[[AssumptionContext], list[dict[str, Any]]]
+
+
+def _always(ctx: AssumptionContext) -> bool:
+    return True
+
+
+def _text(text: str) -> Callable[[AssumptionContext], str]:
+    return lambda ctx: text
+
+
+def _layer_form_effect(ctx: AssumptionContext) -> str:
+    dims = ctx.dims
+    return (f"{layer_form(dims, rotary=ctx.rotary)} and the sensitivities gamma*: the multi-head form of the paper's "
+            f"BERT experiment" + (", with this family's blocks as derived in docs/theory.md 3b"
+                                  if ctx.gated or dims.block == "parallel" else "")
+            + "; L_phi enters Lambda but not gamma* (the reference code's convention)")
+
+
+def _activation_constant_effect(ctx: AssumptionContext) -> str:
+    if ctx.l_phi is None:
+        return "L_phi from the activation table of compute/propagation.py or --l-phi"
+    return _activation_effect(ctx.l_phi, ctx.l_phi_source, ctx.gated)
+
+
+def _rotary_effect(ctx: AssumptionContext) -> str:
+    if ctx.qk_norm:
+        return ("the queries and keys are normalised before the rotation: each QK row is its head's stacked factors "
+                "[W_Q^h; W_K^g], on which no rotation acts, and its sensitivity and Lipschitz factor kappa hold "
+                "for every rotation (docs/theory.md 3d), so every number is valid at every relative position; "
+                "no rotation-blind variant is computed")
+    methods = ctx.rotary_methods or {}
+    return ("every QK number bounds its value at every relative position (docs/rotary.md): c*(QK) is the exact "
+            f"maximum over offsets for {methods.get('exact_over_offsets', 0)} heads and the product "
+            f"||W_Q|| ||W_K|| for {methods.get('product_bound', 0)} (columns sv_method, argmax_offset); S_p "
+            "and the rank come from the Horn envelope (singular_values rows of kind horn_envelope, not "
+            "singular values); the theorem's covering argument is not proven for rotary heads, so these "
+            "bounds are proxies; the *_rotation_blind variants ignore the rotation")
+
+
+def _latent_effect(ctx: AssumptionContext) -> str:
+    lat = ctx.dims.latent
+    scales = ""
+    if lat.logit_scale != 1.0 or lat.rope_factor != 1.0:
+        scales = (f"; YaRN's mscale^2 = {lat.logit_scale:.6g} multiplies every logit and the rope scaling's "
+                  f"attention factor a = {lat.rope_factor:.6g} its rotary part by a^2, both in the factors")
+    query = ("queries through q_a_proj, an RMSNorm of its " f"{lat.q_rank} features and q_b_proj"
+             if lat.q_rank is not None else "queries through q_proj")
+    return (f"multi-head latent attention: {query}; keys and values through the shared latent kv_a_proj_with_mqa, "
             f"an RMSNorm of its {lat.kv_rank} features (eps = {lat.kv_eps:g}) and kv_b_proj, {lat.d_rope} rotary key "
             f"features shared by every head. The logit and the values are not bilinear forms of one matrix, so each "
             f"head is covered through its raw factors: its QK row is the block-diagonal diag(W_qa, [W_kv; A], X_h = "
@@ -159,43 +165,119 @@ def assumptions(dims: ModelDims, family: str, *, rotary: bool, init: bool, gap: 
             f"lipschitz_factor is the logit's Lipschitz constant kappa_h and the OV row's the value path's L_k "
             f"||Y_h||, both finite because eps > 0, and the head's term of Lambda is L_k ||Y_h|| + 4 kappa_h R_k "
             f"||Y_h||; every number holds for every rotation of the shared rotary key, so at every relative "
-            f"position{scales} (our derivation, docs/theory.md 3l)", "extension"))
-    out += _structure_entries(structure, qk_norm)
-    if modules:
-        out.append(_modules_entry(modules))
-    if dims.moe is not None and dims.moe.layers != ():  # () : every layer dense (a Llama 4 config with no experts)
-        moe = dims.moe
-        shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
-                  else " plus the shared expert's" if moe.shared_d_ff else "")
-        where = "" if moe.layers is None else (
-            f" in layers {_ranges(list(moe.layers))} (the other layers a dense block of width {moe.dense_d_ff})")
-        gates = ("the top-k gates are non-negative and sum to at most 1" if moe.gate_sum == 1 else
-                 f"each chosen expert's gate is a sigmoid in (0, 1) and they multiply its input (x -> F_e(g_e x) has "
-                 f"constant g_e Lip(F_e)), so the routed part's factor is at most {moe.gate_sum} (top_k) times it")
-        if moe.gate_max != 1:  # DeepSeek, GLM: the chosen scores (renormalised or not) times routed_scaling_factor
-            gates = (f"the top-k gates ({moe.scoring} scores times routed_scaling_factor) are non-negative, each at "
-                     f"most {moe.gate_max:g} and summing to at most {moe.gate_sum:g}: the routed part's factor is "
-                     f"{moe.gate_sum:g} times the largest expert's and each routed expert's sensitivities are "
-                     f"multiplied by {moe.gate_max:g}")
-        out += [
-            _entry("mixture_of_experts", True,
-                   f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}"
-                   f"{where}: every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
-                   f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
-                   f"expert's{shared}, since {gates} (our derivation, docs/theory.md 3f)", "extension"),
-            _entry("moe_routing_fixed", True,
-                   "the router's choice of experts and its gate values are held fixed: top-k routing is "
-                   "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
-                   "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
-                   "of the chain, and every bound is of the network with its routing frozen"
-                   + "; a group limit on the choice or a score correction bias (DeepSeek's, GLM's and ERNIE's "
-                   "e_score_correction_bias) changes which experts are chosen, never a gate's value or bound, so the "
-                   "frozen network is the same", "extension"),
-        ]
-    out += _chain_shape_entries(dims, tower, wrapper)
-    if weights_note:
-        out.append(_entry("quantized_weights", True, weights_note, "convention"))
-    out += [_entry(name, True, effect, "convention") for name, effect in sorted((reader_conventions or {}).items())]
+            f"position{scales} (our derivation, docs/theory.md 3l)")
+
+
+def _has_experts(ctx: AssumptionContext) -> bool:
+    return ctx.dims.moe is not None and ctx.dims.moe.layers != ()  # () : every layer dense (Llama 4, no experts)
+
+
+def _moe_effect(ctx: AssumptionContext) -> str:
+    moe = ctx.dims.moe
+    shared = (" plus the shared expert's (its sigmoid gate <= 1)" if moe.shared_gate
+              else " plus the shared expert's" if moe.shared_d_ff else "")
+    where = "" if moe.layers is None else (
+        f" in layers {_ranges(list(moe.layers))} (the other layers a dense block of width {moe.dense_d_ff})")
+    gates = ("the top-k gates are non-negative and sum to at most 1" if moe.gate_sum == 1 else
+             f"each chosen expert's gate is a sigmoid in (0, 1) and they multiply its input (x -> F_e(g_e x) has "
+             f"constant g_e Lip(F_e)), so the routed part's factor is at most {moe.gate_sum} (top_k) times it")
+    if moe.gate_max != 1:  # DeepSeek, GLM: the chosen scores (renormalised or not) times routed_scaling_factor
+        gates = (f"the top-k gates ({moe.scoring} scores times routed_scaling_factor) are non-negative, each at "
+                 f"most {moe.gate_max:g} and summing to at most {moe.gate_sum:g}: the routed part's factor is "
+                 f"{moe.gate_sum:g} times the largest expert's and each routed expert's sensitivities are "
+                 f"multiplied by {moe.gate_max:g}")
+    return (f"{moe.experts} routed experts (top-{moe.top_k}){' and a shared expert' if moe.shared_d_ff else ''}"
+            f"{where}: every expert's matrices are terms of each bound (roles FF_*[eN], FF_*[shared]) with the "
+            f"sensitivities of a dense block; the feed-forward Lipschitz factor is the largest routed "
+            f"expert's{shared}, since {gates} (our derivation, docs/theory.md 3f)")
+
+
+def _note_entries(ctx: AssumptionContext) -> list[dict[str, Any]]:
+    """The reader's notes, each a convention: the weights' own note first (what every number is of), then the
+    others by name."""
+    order = sorted(ctx.notes, key=lambda name: (name != WEIGHTS_NOTE, name))
+    return [_entry(name, True, ctx.notes[name], "convention") for name in order]
+
+
+# Every assumption, in the order an analysis lists them; ``assumptions`` reads it in one loop.
+ASSUMPTIONS: tuple[Assumption | Assumptions, ...] = (
+    Assumption("no_residual_connections", "theorem", _always, _text(
+        "the theorem's network has no residual connections; Lambda and alpha are those of the "
+        "residual-free chain of this checkpoint's matrices, so every bound is a proxy for it")),
+    Assumption("normalisation_as_projection", "theorem", _always, _text(
+        "LayerNorm/RMSNorm is taken as a projection onto the unit ball; its learned gains and biases "
+        "are ignored (they can scale every Lipschitz factor)")),
+    Assumption("unit_norm_inputs", "theorem", _always, _text(
+        "every matrix is assumed to see token rows of norm at most 1; the embeddings' norms are not measured")),
+    Assumption("fixed_embeddings_and_head", "theorem", _always, _text(
+        "embeddings, pooler and classifier head are treated as fixed and are not in the complexity")),
+    Assumption("biases_ignored", "convention", _always, _text(
+        "biases are outside the analysed matrices (as in the paper's experiment)")),
+    Assumption("multi_head_layer_form", "convention", _always, _layer_form_effect),
+    Assumption("activation_constant", "convention", lambda ctx: ctx.l_phi is not None, _activation_constant_effect),
+    Assumption("iid_samples", "condition", lambda ctx: ctx.gap, _text(
+        "the generalisation-gap bound needs n i.i.d. training sequences and a margin fixed before "
+        "seeing the data (the data-chosen margin's union is not paid; docs/bounds.md)")),
+    Assumption("gap_forms", "extension", lambda ctx: ctx.gap, _text(
+        "the gap forms are this project's proxies of the sources' theorems, not their statements: the "
+        "spectrum-adaptive family's margin inside each term and entropy integral are derived in "
+        "docs/bounds.md section 9; c_lead and c_conf are unstated constants (default 1)")),
+    Assumption("gated_feed_forward", "extension", lambda ctx: ctx.gated, _text(
+        "gated blocks down(phi(gate x) * up x): Lip <= (L_phi + c_phi) c_g c_u c_d and the sensitivities "
+        "of docs/theory.md 3b are our derivation")),
+    Assumption("parallel_block", "extension", lambda ctx: ctx.dims.block == "parallel", _text(
+        "attention and feed-forward on the same input: Lambda = Lip(attn) + Lip(ff), no feed-forward "
+        "factor on attention sensitivities (our derivation, docs/theory.md 3b); one shared normalisation "
+        "(GPT-J, Phi, Falcon-7B) or one per branch (GPT-NeoX, Falcon-40B) give the same factor")),
+    Assumption("grouped_query_attention", "extension", lambda ctx: ctx.dims.H_kv < ctx.dims.H, lambda ctx: (
+        f"{ctx.dims.H // max(ctx.dims.H_kv, 1)} query heads share each key/value head; every query head is counted "
+        f"as its own QK and OV matrix (our extension)")),
+    Assumption("shared_weights", "extension", lambda ctx: ctx.dims.stored is not None, _text(
+        "layers share stored weights (ALBERT): the headline counts every depth; the variant "
+        "spectral_shared counts each stored matrix once (our reading of the theorem's error split)")),
+    Assumption("rotary_positions", "extension", lambda ctx: ctx.rotary, _rotary_effect),
+    Assumption("alibi_positions", "extension", lambda ctx: ctx.dims.alibi, _text(
+        "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
+        "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
+        "input (docs/theory.md 3g)")),
+    Assumption("nope_layers", "convention", lambda ctx: ctx.nope_layers, lambda ctx: (
+        f"layers {_ranges(list(ctx.nope_layers))} have no rotary positions (NoPE): their QK rows are the "
+        f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
+        f"other layers (docs/theory.md 3e)"), listed=False),
+    Assumptions(lambda ctx: _rope_entries(list(ctx.rope))),
+    Assumptions(lambda ctx: _grid_entries(list(ctx.rope))),
+    Assumptions(lambda ctx: _qk_norm_entries(ctx.qk_norm)),
+    Assumption("latent_attention", "extension", lambda ctx: ctx.dims.latent is not None, _latent_effect,
+               listed=False),
+    Assumptions(lambda ctx: _structure_entries(ctx.structure, ctx.qk_norm)),
+    Assumption("sentence_transformers_modules", "theorem", lambda ctx: ctx.modules,
+               lambda ctx: _modules_effect(ctx.modules), listed=False),
+    Assumption("mixture_of_experts", "extension", _has_experts, _moe_effect, listed=False),
+    Assumption("moe_routing_fixed", "extension", _has_experts, _text(
+        "the router's choice of experts and its gate values are held fixed: top-k routing is "
+        "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
+        "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
+        "of the chain, and every bound is of the network with its routing frozen"
+        + "; a group limit on the choice or a score correction bias (DeepSeek's, GLM's and ERNIE's "
+        "e_score_correction_bias) changes which experts are chosen, never a gate's value or bound, so the "
+        "frozen network is the same"), listed=False),
+    Assumptions(lambda ctx: _chain_shape_entries(ctx.dims, ctx.tower, ctx.wrapper)),
+    Assumptions(_note_entries),
+)
+
+
+def assumptions(ctx: AssumptionContext) -> list[dict[str, Any]]:
+    """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption (:data:`ASSUMPTIONS`).
+
+    ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
+    numbers are then proxies), ``"condition"`` for one the theorem puts on the data and its use (i.i.d.
+    samples, a margin fixed in advance), which no checkpoint breaks and no analysis can check,
+    ``"extension"`` for a derivation of ours beyond the paper, and ``"convention"`` for a choice the
+    sources leave open.
+    """
+    out: list[dict[str, Any]] = []
+    for row in ASSUMPTIONS:
+        out += row.entries(ctx)
     return out
 
 
@@ -276,7 +358,7 @@ def _grid_entries(layouts: list[RotaryLayout]) -> list[dict[str, Any]]:
                    " (docs/rotary.md section 9)", "convention")]
 
 
-def _modules_entry(modules: list[dict[str, Any]]) -> dict[str, Any]:
+def _modules_effect(modules: list[dict[str, Any]]) -> str:
     """sentence-transformers' modules after the Transformer (modules.json): held fixed outside the chain, each named,
     a Dense layer with what it would add to a Lipschitz statement about the sentence embedding."""
     said = []
@@ -290,15 +372,14 @@ def _modules_entry(modules: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             said.append(f"{m['path'] or '.'} ({m['type']})")
     dense = any(m["type"] == "Dense" for m in modules)
-    return _entry("sentence_transformers_modules", True,
-                  f"modules.json puts after the analysed Transformer {', '.join(said)}: like the head "
-                  f"(fixed_embeddings_and_head) they are held fixed and are not in the complexity, so the bounds are "
-                  f"those of the Transformer's token outputs, not of the sentence embedding"
-                  + ("; a Dense layer is x -> phi(x W + b): a Lipschitz statement about the embedding would multiply "
-                     "the chain's constant by sup |phi'| ||W||_2 per Dense layer (pooling by mean or CLS is "
-                     "1-Lipschitz in the largest token row's norm; Normalize is not Lipschitz near 0), and a bound "
-                     "with the Dense matrices in the complexity would add a term for each; model.modules reports "
-                     "their norms" if dense else ""), "theorem")
+    return (f"modules.json puts after the analysed Transformer {', '.join(said)}: like the head "
+            f"(fixed_embeddings_and_head) they are held fixed and are not in the complexity, so the bounds are "
+            f"those of the Transformer's token outputs, not of the sentence embedding"
+            + ("; a Dense layer is x -> phi(x W + b): a Lipschitz statement about the embedding would multiply "
+               "the chain's constant by sup |phi'| ||W||_2 per Dense layer (pooling by mean or CLS is "
+               "1-Lipschitz in the largest token row's norm; Normalize is not Lipschitz near 0), and a bound "
+               "with the Dense matrices in the complexity would add a term for each; model.modules reports "
+               "their norms" if dense else ""))
 
 
 def _qk_norm_entries(qk_norm: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -416,8 +497,8 @@ def _structure_entries(st: Structure | None, qk_norm: dict[str, Any] | None = No
                  "lipschitz_factor kappa and its sensitivity, through ||1 + w||_inf (qk_norm; docs/theory.md 3d)"
                  if qk_norm else "")
     out = []
-    for field, on, name, kind, text in _STRUCTURE_TEXTS:
-        value = getattr(st, field)
+    for attribute, on, name, kind, text in _STRUCTURE_TEXTS:
+        value = getattr(st, attribute)
         if (value is not None) if on is None else value == on:
             out.append(_entry(name, True, text.format(value=value, query_key=query_key), kind))
     if st.swiglu_limit is not None:

@@ -8,6 +8,8 @@ import json
 import math
 import stat
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,39 @@ _ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16":
 # JSON nesting beyond this is refused before parsing (Python's parser recurses once per level, and
 # a real config.json or shard index is a few levels deep).
 MAX_JSON_DEPTH = 200
+
+
+# The note of a reader whose weights are not the stored values as trained (a quantized checkpoint: the values
+# dequantized, so the bounds are of the quantized model): listed first among the assumptions.
+WEIGHTS_NOTE = "quantized_weights"
+
+
+@dataclass(frozen=True)
+class ReaderFacts:
+    """What a reader found out about a checkpoint beyond its tensors and config, each with its default (a float
+    safetensors folder's); a wrapper forwards its inner checkpoint's whole (:meth:`Checkpoint.forward_facts`)."""
+
+    # The config.json the config was read from (None: an in-memory model, a GGUF file, or a config rebuilt
+    # from the weights); set by open_checkpoint, read again by a sweep.
+    config_path: Path | None = None
+    # ``ORG/NAME@commit`` for a hub id (fetched, cached or streamed): the analysis's source, while
+    # ``location`` stays the snapshot folder it was read from; None for anything else.
+    hub_source: str | None = None
+    # Name -> one sentence, for what the reader assumed where the file leaves it unstated (a GGUF file's
+    # YaRN mscale) and, under WEIGHTS_NOTE, that the weights read are not the stored values as trained;
+    # each is one assumption of kind "convention" in the analysis.
+    notes: Mapping[str, str] = field(default_factory=dict)
+    # Whether the config is rebuilt from the weights file (CTranslate2's model.bin), not read from a config.json
+    # beside it: there is then no config_path for a sweep to fingerprint.
+    config_from_weights: bool = False
+    # Whether the checkpoint came without config.json (an ONNX export on its own): its config is inferred from
+    # ``graph_hints`` by archs.graph_config.complete_config.
+    needs_config: bool = False
+    # The graph's reshape targets, scalars and operators (io.onnx_graph.GraphHints) of such an export; None else.
+    graph_hints: Any = None
+    # The sentence-transformers modules around the Transformer (io.sentence_modules.SentenceModules) when the
+    # folder has modules.json; None else.
+    sentence_modules: Any = None
 
 
 class Checkpoint:
@@ -41,15 +76,12 @@ class Checkpoint:
 
     location: str
     config: dict[str, Any]
-    # The config.json the config was read from (None for an in-memory model); set by open_checkpoint.
-    config_path: Path | None = None
-    # ``ORG/NAME@commit`` for a hub id (fetched, cached or streamed): the analysis's source, while
-    # ``location`` stays the snapshot folder it was read from; None for anything else.
-    hub_source: str | None = None
-    # None, or one sentence saying that the weights read are not the stored values as trained (a
-    # quantized GGUF file: dequantized values, so the bounds are of the quantized model); the
-    # analysis reports it.
-    weights_note: str | None = None
+    # What the reader found out beyond the tensors and the config (ReaderFacts); a wrapper (LoRA, quantized)
+    # forwards its inner checkpoint's whole, a tower view shares it.
+    facts: ReaderFacts = ReaderFacts()
+    # Whether :meth:`stored` gives a tensor's stored values in its own dtype (packed quantized parts): the
+    # safetensors readers, local and streamed, and the quantized wrapper over them.
+    reads_stored: bool = False
     # Layers analysed in parallel threads read one tensor at a time: loaded pickle shards, ONNX
     # graphs and in-memory tensors are shared state.  Safetensors reads open their own file handle
     # and overlap (SafetensorsCheckpoint).
@@ -190,6 +222,21 @@ class Checkpoint:
     def _raw_part(self, name: str, index: int) -> np.ndarray | None:
         """The stored values of ``name[index]`` alone, or None when the format reads whole tensors only."""
         return None
+
+    def stored(self, name: str) -> np.ndarray:
+        """The stored values of ``name`` in their own dtype (packed quantized parts), for a reader that
+        :attr:`reads_stored`."""
+        raise NotImplementedError(f"{type(self).__name__} does not read stored values")
+
+    def set_facts(self, **found: Any) -> None:
+        """Add what the opener found (the config.json read, the hub source, the sentence-transformers modules)
+        to :attr:`facts`."""
+        self.facts = replace(self.facts, **found)
+
+    def forward_facts(self, inner: Checkpoint, **own: Any) -> None:
+        """Take ``inner``'s :attr:`facts` whole, as a wrapper of it; ``own``: the facts the wrapper states
+        itself (a LoRA adapter's source, a quantized model's note)."""
+        self.facts = replace(inner.facts, **own)
 
     def close(self) -> None:
         """Release open files and cached shards."""

@@ -14,7 +14,7 @@ Quantized weights (``--quantization int8``, ``int8_float16``, ``int8_bfloat16``,
 as integers ``q = round(w * scale)`` with ``weight_scale`` (one per output row for int8, one per
 tensor for int16); they are dequantized as CTranslate2 does on CPU, ``float32(q) * (1 / scale)`` in
 float32 (:func:`dequantize`), and
-:attr:`CTranslate2Checkpoint.weights_note` names the quantization (the bounds are of the quantized
+its note ``quantized_weights`` names the quantization (the bounds are of the quantized
 model).  A spec with pre-quantized AWQ weights (int32 ``weight``) is refused by name.
 
 Specs read, and the Hugging Face family each becomes:
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecboundError, os_errors
-from .base import Checkpoint, load_json
+from .base import WEIGHTS_NOTE, Checkpoint, ReaderFacts, load_json
 
 BINARY_VERSIONS = (6,)
 # dtype id -> (numpy dtype, safetensors code), in the order of ctranslate2's DataType enum
@@ -170,9 +170,11 @@ class CTranslate2Checkpoint(Checkpoint):
     variables: dict[str, Variable] = field(repr=False)
     parts: dict[str, tuple[str, int, int]] = field(repr=False)
     _map: Any = field(default=None, repr=False)
-    # The config is rebuilt from the spec, not read from config.json (CTranslate2's own): no
-    # config_path for a sweep to fingerprint and read again.
-    config_from_weights = True
+
+    def __post_init__(self):
+        # The config is rebuilt from the spec, not read from config.json (CTranslate2's own): no
+        # config_path for a sweep to fingerprint and read again.
+        self.facts = ReaderFacts(config_from_weights=True, notes=self._notes())
 
     @property
     def names(self) -> list[str]:
@@ -188,15 +190,15 @@ class CTranslate2Checkpoint(Checkpoint):
                 out[name] = code
         return out
 
-    @property
-    def weights_note(self) -> str | None:  # type: ignore[override]
+    def _notes(self) -> dict[str, str]:
         quantized = self.quantized
         if not quantized:
-            return None
+            return {}
         kinds = sorted({"int8" if c == "I8" else "int16" for c in quantized.values()})
-        return (f"quantized CTranslate2 model ({', '.join(kinds)} weights with weight_scale; {len(quantized)} tensors): "
-                f"the weights analysed are the dequantized values float32(q) * (1 / scale) CTranslate2 computes with "
-                f"on CPU, so the bounds are of the quantized model")
+        return {WEIGHTS_NOTE: (
+            f"quantized CTranslate2 model ({', '.join(kinds)} weights with weight_scale; {len(quantized)} tensors): "
+            f"the weights analysed are the dequantized values float32(q) * (1 / scale) CTranslate2 computes with "
+            f"on CPU, so the bounds are of the quantized model")}
 
     def shape(self, name: str) -> tuple[int, ...]:
         var, a, b = self.parts[name]

@@ -86,7 +86,7 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
 
             return maybe_quantized(path)  # keeps the streamed checkpoint's hub_source
         ckpt = _open_path(path, config, base=base)  # the snapshot folder, read as any folder
-        ckpt.hub_source = f"{str(source).partition('@')[0]}@{path.name}"  # ORG/NAME@commit: what was read
+        ckpt.set_facts(hub_source=f"{str(source).partition('@')[0]}@{path.name}")  # ORG/NAME@commit: what was read
         return ckpt
     from .lora import is_adapter_folder, open_adapter
 
@@ -101,7 +101,7 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
     if modules is not None:
         inner = modules.transformer
         ckpt = _open_folder(path, config) if inner == path.resolve() else _open_path(inner, config)
-        ckpt.sentence_modules = modules
+        ckpt.set_facts(sentence_modules=modules)
         return ckpt
     return _open_folder(path, config)
 
@@ -138,8 +138,8 @@ def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
     from .quantized import maybe_quantized  # GPTQ, AWQ, compressed-tensors, bitsandbytes, MLX
 
     ckpt = maybe_quantized(ckpt)
-    if (folder / "config.json").is_file() and not getattr(ckpt, "config_from_weights", False):  # not when the caller's --config stands in for it
-        ckpt.config_path = folder / "config.json"
+    if (folder / "config.json").is_file() and not ckpt.facts.config_from_weights:  # CTranslate2 rebuilds its config
+        ckpt.set_facts(config_path=folder / "config.json")
     return ckpt
 
 

@@ -72,9 +72,9 @@ class GGUFArch:
     layers : callable or None
         ``layers(config) -> keys``: the per-layer types (``layer_types``), after ``block_count`` is checked.
     keys : callable or None
-        ``keys(path, config) -> keys``: config keys of the architecture's own; under ``"gguf_conventions"``
-        (name -> sentence) what it assumed where the file leaves a value unstated, named in the analysis'
-        assumptions.  Refuses a file it cannot translate.
+        ``keys(path, config) -> (keys, conventions)``: config keys of the architecture's own, and (name ->
+        sentence) what it assumed where the file leaves a value unstated, the reader's notes (named in the
+        analysis' assumptions).  Refuses a file it cannot translate.
     blocks : callable or None
         ``blocks(path, config, tensors, files) -> (tensors, files)``: tensors renamed before the expert banks
         are sliced (GLM's prediction blocks).
@@ -89,7 +89,7 @@ class GGUFArch:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     experts_family: str | None = None
     layers: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    keys: Callable[[Path, dict[str, Any]], dict[str, Any]] | None = None
+    keys: Callable[[Path, dict[str, Any]], tuple[dict[str, Any], dict[str, str]]] | None = None
     blocks: Callable[..., tuple[dict[str, TensorInfo], dict[str, Path]]] | None = None
     joined: Callable[[Path, dict[str, TensorInfo]], dict[str, tuple[str, str]]] | None = None
 
@@ -163,13 +163,13 @@ def nextn_blocks(path: Path, config: dict[str, Any], tensors: dict[str, TensorIn
     return out, where
 
 
-def deepseek2_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+def deepseek2_keys(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """DeepSeek-V2/V3's latent attention sizes under the Hugging Face keys: ``DeepseekV2Model`` writes
     ``attention.key_length_mla`` (``qk_nope_head_dim + qk_rope_head_dim``) and ``value_length_mla``
     (``v_head_dim``), an older converter the same numbers as ``key_length`` and ``value_length`` (which the
     newer one sets to the absorbed sizes ``kv_lora_rank + qk_rope_head_dim`` and ``kv_lora_rank``), and the
     rotated features as ``rope.dimension_count``; its YaRN as the Hugging Face ``rope_scaling``
-    (:func:`deepseek2_yarn`)."""
+    (:func:`deepseek2_yarn`, with what it assumed)."""
     mla = "attention.key_length_mla" in config
     d_qk = config.get("attention.key_length_mla" if mla else "attention.key_length")
     d_v = config.get("attention.value_length_mla" if mla else "attention.value_length")
@@ -179,15 +179,15 @@ def deepseek2_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
                              f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
                              f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model")
     keys: dict[str, Any] = {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
-    keys.update(deepseek2_yarn(path, config))
-    return keys
+    rope, conventions = deepseek2_yarn(path, config)
+    return {**keys, **rope}, conventions
 
 
 # the factor DeepseekV2Model multiplies mscale_all_dim by before storing it as rope.scaling.yarn_log_multiplier
 _YARN_LOG_MUL = 0.1
 
 
-def deepseek2_yarn(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+def deepseek2_yarn(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """A deepseek2 file's YaRN as the ``rope_scaling`` of the Hugging Face config it was converted from.
 
     The converter writes ``rope.scaling.type`` ``yarn``, ``.factor``, ``.original_context_length``, the
@@ -204,11 +204,11 @@ def deepseek2_yarn(path: Path, config: dict[str, Any]) -> dict[str, Any]:
     the Hugging Face model's cos and sin by ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)``,
     which the file cannot tell.  Without ``yarn_log_multiplier`` the config had no ``mscale_all_dim``:
     transformers' default attention factor ``1 + 0.1 ln factor`` on cos and sin and no logit scale.
-    Returns ``rope_scaling`` and, when a value was assumed, ``gguf_conventions`` (name -> sentence) for
-    the analysis' assumptions."""
+    Returns ``({"rope_scaling": ...}, conventions)``: the keys, and (name -> sentence) the value assumed, for the
+    analysis' assumptions (none when nothing was)."""
     scaling = config.get("rope.scaling.type")
     if scaling in (None, "none", ""):
-        return {}
+        return {}, {}
     if scaling != "yarn":
         raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {scaling!r}: DeepSeek's converter "
                              f"writes 'yarn' (or no scaling); another type is not modelled for this architecture: "
@@ -228,14 +228,14 @@ def deepseek2_yarn(path: Path, config: dict[str, Any]) -> dict[str, Any]:
         rope["attention_factor"] = float(config["rope.scaling.yarn_attn_factor"])
     stored = config.get("rope.scaling.yarn_log_multiplier")
     if stored is None:
-        return {"rope_scaling": rope}
+        return {"rope_scaling": rope}, {}
     m_all = _decimal_of_float32(stored / _YARN_LOG_MUL, lambda m: np.float32(_YARN_LOG_MUL * m) == np.float32(stored))
     rope.update(mscale=m_all, mscale_all_dim=m_all)
-    return {"rope_scaling": rope, "gguf_conventions": {"gguf_yarn_mscale": (
+    return {"rope_scaling": rope}, {"gguf_yarn_mscale": (
         f"the file stores DeepSeek's YaRN logit scale as rope.scaling.yarn_log_multiplier = 0.1 mscale_all_dim "
         f"(read as mscale_all_dim = {m_all:g}) and not mscale, which is assumed equal to it (as llama.cpp's "
         f"deepseek2 graph assumes): the rotary attention factor is then 1 and the logits carry "
-        f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale")}}
+        f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale")}
 
 
 def _decimal_of_float32(value: float, matches: Any) -> float:
@@ -256,7 +256,7 @@ _LLAMA4_FIXED = {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "att
 _LLAMA4_NO_QK_NORM_EXPERTS = 128
 
 
-def llama4_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+def llama4_keys(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Llama 4's settings that ``Llama4Model`` does not write, as llama.cpp's graph fixes them, under the
     Hugging Face ``Llama4TextConfig`` keys the family spec reads: every fourth layer unrotated
     (``no_rope_layer_interval`` 4), attention in chunks of 8192 tokens on the rotating layers, the unrotated
@@ -278,14 +278,14 @@ def llama4_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
                              f"llama4.interleave_moe_layer_step, found {experts!r} and {step!r}: re-convert the model")
     use_qk_norm = experts != _LLAMA4_NO_QK_NORM_EXPERTS
     fixed = _LLAMA4_FIXED
-    return {**fixed, "use_qk_norm": use_qk_norm, "gguf_conventions": {"gguf_llama4_constants": (
+    return {**fixed, "use_qk_norm": use_qk_norm}, {"gguf_llama4_constants": (
         f"the file stores none of Llama 4's NoPE step, attention chunk, query temperature or query/key-norm "
         f"switch: llama.cpp's llama4 graph fixes them and so does the reader (the values of Llama 4 Scout's and "
         f"Maverick's configs): every {fixed['no_rope_layer_interval']}th layer unrotated, chunks of "
         f"{fixed['attention_chunk_size']} tokens, attn_temperature_tuning with floor_scale {fixed['floor_scale']} "
         f"and attn_scale {fixed['attn_scale']:g}, the weightless query/key norm "
         f"{'on' if use_qk_norm else 'off'} ({experts} experts; llama.cpp turns it off for "
-        f"{_LLAMA4_NO_QK_NORM_EXPERTS})")}}
+        f"{_LLAMA4_NO_QK_NORM_EXPERTS})")}
 
 
 _KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")

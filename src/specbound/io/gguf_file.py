@@ -26,7 +26,7 @@ Guarantees (how the file is exposed):
   ``nn.Linear`` stores them (GGUF lists the dimensions innermost first; the header reader reverses them).
   F32 / F16 / BF16 / F64 are upcast exactly; a quantized tensor (Q8_0, Q4_K, ...) is dequantized by
   ``gguf.quants.dequantize`` to the float32 values llama.cpp multiplies with, so the analysis is of
-  the quantized model (:attr:`GGUFCheckpoint.weights_note` says so).  A big-endian file's values
+  the quantized model (its note ``quantized_weights`` says so).  A big-endian file's values
   are read in its byte order (a quantized type's fp16 scales too, for the types whose layout is
   known); see :mod:`.gguf_header`.
 * **The rotary permutation.** ``convert_hf_to_gguf.py`` (``LlamaModel.permute``) reorders the rows of
@@ -76,7 +76,7 @@ import numpy as np
 
 from ..errors import SpecboundError, os_errors
 from ..options import MAX_COUNT, MAX_SCALE
-from .base import Checkpoint
+from .base import WEIGHTS_NOTE, Checkpoint, ReaderFacts
 from .gguf_archs import ARCHS, BLOCK
 from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
                           read_header)
@@ -136,6 +136,19 @@ def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(weight.shape))
 
 
+def gguf_facts(quantized: dict[str, str], conventions: dict[str, str]) -> ReaderFacts:
+    """A GGUF file's notes: its quantization (``quantized``: tensor name -> ggml type), when any tensor is
+    quantized, and ``conventions`` (name -> sentence: what the reader assumed where the metadata leaves a value
+    of the Hugging Face config unstated)."""
+    notes = dict(conventions)
+    if quantized:
+        kinds = sorted(set(quantized.values()))
+        notes[WEIGHTS_NOTE] = (f"quantized GGUF ({', '.join(kinds)}; {len(quantized)} tensors): the weights analysed "
+                               f"are the dequantized values llama.cpp computes with, so the bounds are of the "
+                               f"quantized model")
+    return ReaderFacts(notes=notes)
+
+
 @dataclass
 class GGUFCheckpoint(Checkpoint):
     """One GGUF file, or the parts of a split one (module docstring).
@@ -147,9 +160,9 @@ class GGUFCheckpoint(Checkpoint):
         ``general.architecture``.
     quantized : dict[str, str]
         Tensor name -> ggml quantization type (``"Q8_0"``), for the quantized tensors.
-    conventions : dict[str, str]
-        Assumption name -> sentence, for each value the reader assumed (DeepSeek's YaRN ``mscale``,
-        llama.cpp's fixed Llama 4 constants).
+    facts : ReaderFacts
+        Its notes (:func:`gguf_facts`): the quantization, and each value the reader assumed (DeepSeek's YaRN
+        ``mscale``, llama.cpp's fixed Llama 4 constants).
     """
 
     location: str
@@ -163,21 +176,11 @@ class GGUFCheckpoint(Checkpoint):
     _maps: dict[Path, np.ndarray] = field(default_factory=dict, repr=False)
     # deepseek2: blk.N.attn_kv_b.weight joined from the converter's attn_k_b and attn_v_b (the row's joined)
     _joined: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
-    # name -> sentence: what the reader assumed where the metadata leaves a value of the Hugging Face
-    # config unstated (the analysis lists each as an assumption of kind "convention")
-    conventions: dict[str, str] = field(default_factory=dict)
+    facts: ReaderFacts = field(default_factory=ReaderFacts)
 
     @property
     def names(self) -> list[str]:
         return sorted([*self._tensors, *self._joined])
-
-    @property
-    def weights_note(self) -> str | None:  # type: ignore[override]
-        if not self.quantized:
-            return None
-        kinds = sorted(set(self.quantized.values()))
-        return (f"quantized GGUF ({', '.join(kinds)}; {len(self.quantized)} tensors): the weights analysed "
-                f"are the dequantized values llama.cpp computes with, so the bounds are of the quantized model")
 
     def shape(self, name: str) -> tuple[int, ...]:
         if name in self._joined:
@@ -457,15 +460,15 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None, header: GGUFHead
         tensors, files = row.blocks(path, config, tensors, files)
     conventions: dict[str, str] = {}
     if row.keys:
-        keys = row.keys(path, config)
-        conventions.update(keys.pop("gguf_conventions", {}))
+        keys, conventions = row.keys(path, config)
         config.update(keys)
     tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
     ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
                           _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files,
-                          _joined=row.joined(path, tensors) if row.joined else {}, conventions=conventions)
+                          _joined=row.joined(path, tensors) if row.joined else {},
+                          facts=gguf_facts(quantized, conventions))
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))

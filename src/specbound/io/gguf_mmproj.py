@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import SpecboundError
 from ..options import MAX_COUNT, MAX_SCALE
-from .gguf_file import _EXACT, _INTEGER, _SHARD, GGUFCheckpoint, is_gguf, open_gguf
+from .gguf_file import _EXACT, _INTEGER, _SHARD, GGUFCheckpoint, gguf_facts, is_gguf, open_gguf
 from .gguf_header import GGUFHeader, SkippedArray, read_header
 
 ARCH = "clip"  # general.architecture of every mmproj file (gguf's MODEL_ARCH.MMPROJ)
@@ -117,7 +117,7 @@ def open_mmproj(path: Path, header: GGUFHeader):
                              f"big-endian GGUF's float tensors only: convert it back to little-endian")
     return GGUFCheckpoint(location=str(path), config=config, path=path, arch=ARCH, _headers={path: header},
                           _tensors=tensors, quantized=quantized, _files={n: path for n in tensors},
-                          conventions=conventions)
+                          facts=gguf_facts(quantized, conventions))
 
 
 def _projector_type(path: Path, meta: dict[str, Any]) -> str:
@@ -259,3 +259,12 @@ def gguf_pair(source: Any) -> dict[str, Path] | None:
                              f"model and one mmproj file; found {listed}; name one file (specbound analyze "
                              f"{folder}/FILE.gguf) or make a folder holding the pair to analyse")
     return {"text": found["text"][0], "vision": found["vision"][0]}
+
+
+def pair_notes(pair: dict[str, Path]) -> dict[str, str]:
+    """The note the text model of a :func:`gguf_pair` adds to its reader's notes (one more assumption of its
+    analysis): the mmproj file beside it is its vision tower."""
+    return {"gguf_mmproj_pair": (
+        f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it is its vision "
+        f"tower, whose projector's output enters this chain as input tokens, outside the bound like the token "
+        f"embeddings; each tower is bounded as a chain of its own, and no whole-model number is given")}

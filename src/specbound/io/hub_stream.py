@@ -198,6 +198,7 @@ class StreamedCheckpoint(Checkpoint):
     location: str
     config: dict[str, Any]
     shards: dict[str, str]
+    reads_stored = True
     remote: HubFiles
     _headers: dict[str, tuple[int, dict]] = field(default_factory=dict, repr=False)
 
@@ -283,7 +284,7 @@ def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None,
     config = check_config(read_json(remote, "config.json", "model config"), f"config.json of {remote.name}")
     where = f"{remote.repo_id}@{remote.commit} (streamed from {remote._host()})"
     ckpt = StreamedCheckpoint(where, config, {}, remote)
-    ckpt.hub_source = f"{remote.repo_id}@{remote.commit}"
+    ckpt.set_facts(hub_source=f"{remote.repo_id}@{remote.commit}")
     ckpt.shards = dict(weight_map) if weight_map else {name: single for name in ckpt.header(single)[1]}
     shards = sorted(set(ckpt.shards.values()))  # every header now: a lying one fails before any tensor
     if len(shards) > 1:

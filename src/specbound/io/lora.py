@@ -111,8 +111,8 @@ class LoraCheckpoint(Checkpoint):
         self.base_name, self.base_found = base_name, base_found
         self.location = str(folder)
         self.config = base.config
-        self.config_path = base.config_path
-        self.weights_note = base.weights_note
+        # the base's facts whole (its config.json, its notes), but the source is the adapter, not its base
+        self.forward_facts(base, hub_source=None)
         self.updates = _match_updates(adapter_config, adapter, base, folder, base_name)
 
     @property

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Checkpoint
+from .base import Checkpoint, ReaderFacts
 from .formats import ONNX
 from .shard_index import inside
 from ..errors import SpecboundError, os_errors
@@ -99,10 +99,10 @@ class OnnxCheckpoint(Checkpoint):
     _tensors: dict[str, Any] = field(repr=False)
     _exposed: dict[str, _Exposed] = field(repr=False)
     skipped: dict[str, str] = field(default_factory=dict, repr=False)
-    # No config.json: the config holds only the user's overrides; ``archs.infer.complete_config``
-    # fills in the rest from the tensor shapes and these graph facts (:class:`GraphHints`).
-    needs_config: bool = False
-    hints: "GraphHints | None" = field(default=None, repr=False)
+    # No config.json (facts.needs_config): the config holds only the user's overrides;
+    # ``archs.graph_config.complete_config`` fills in the rest from the tensor shapes and the graph's
+    # facts (facts.graph_hints, :class:`GraphHints`).
+    facts: ReaderFacts = field(default_factory=ReaderFacts, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -156,7 +156,7 @@ class OnnxCheckpoint(Checkpoint):
 def open_onnx(path: Path, config: dict[str, Any] | None) -> OnnxCheckpoint:
     """Load ``path``'s graph (not its external data) and map its weights to parameter names.
 
-    ``config`` None: no config.json; the checkpoint's config starts empty and ``needs_config`` is
+    ``config`` None: no config.json; the checkpoint's config starts empty and ``facts.needs_config`` is
     set, with the graph facts the dimensions are inferred from (:func:`graph_hints`)."""
     onnx = _import_onnx()
     with os_errors(f"read {path}"):
@@ -177,8 +177,9 @@ def open_onnx(path: Path, config: dict[str, Any] | None) -> OnnxCheckpoint:
     _confine_external_data(tensors, path)
     exposed, skipped = map_weights(graph, tensors, path)
     return OnnxCheckpoint(location=str(path), config=dict(config or {}), path=path, _tensors=tensors,
-                          _exposed=exposed, skipped=skipped, needs_config=config is None,
-                          hints=graph_hints(graph, tensors, path) if config is None else None)
+                          _exposed=exposed, skipped=skipped,
+                          facts=ReaderFacts() if config is not None else
+                          ReaderFacts(needs_config=True, graph_hints=graph_hints(graph, tensors, path)))
 
 
 def _refuse_quantized(graph, path: Path) -> None:

@@ -13,7 +13,7 @@ Guarantees:
   docstring of its ``_dequantize_*`` function); every other tensor is the stored checkpoint's own;
 * every stored part's shape and dtype are checked against its module's before anything is unpacked, and the
   scales it multiplies by are finite;
-* :attr:`QuantizedCheckpoint.weights_note` names the quantization, so every number says it is a number of
+* its note ``quantized_weights`` names the quantization, so every number says it is a number of
   the quantized model (as for GGUF).
 
 Refuses, in one line naming it: every other variant (``quant_method``, ``checkpoint_format``, AWQ
@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import SpecboundError
-from .base import Checkpoint, decode_json, load_json
+from .base import WEIGHTS_NOTE, Checkpoint, decode_json, load_json
 from .patterns import bounded_search, compile_pattern
 
 _FLOAT = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
@@ -137,7 +137,7 @@ class QuantizedCheckpoint(Checkpoint):
     method : str
         ``gptq``, ``awq``, ``compressed-tensors``, ``bitsandbytes`` or ``mlx``.
     description : str
-        The quantization, in words (for :attr:`weights_note`).
+        The quantization, in words (for its note ``quantized_weights``).
     modules : dict[str, Module]
         Exposed weight name -> its quantized module.
     """
@@ -154,7 +154,8 @@ class QuantizedCheckpoint(Checkpoint):
 
     def __post_init__(self):
         self.location, self.config = self.stored_ckpt.location, self.stored_ckpt.config
-        self.hub_source = getattr(self.stored_ckpt, "hub_source", None)  # a streamed hub model: ORG/NAME@commit
+        # the stored checkpoint's facts (a streamed hub model's ORG/NAME@commit), with the quantization noted first
+        self.forward_facts(self.stored_ckpt, notes={WEIGHTS_NOTE: self._note(), **self.stored_ckpt.facts.notes})
         self._hidden = {p for m in self.modules.values() for p in m.parts.values()} | set(self.set_aside)
 
     @property
@@ -165,8 +166,7 @@ class QuantizedCheckpoint(Checkpoint):
     def names(self) -> list[str]:
         return sorted({n for n in self.stored_ckpt.names if n not in self._hidden} | set(self.modules))
 
-    @property
-    def weights_note(self) -> str | None:  # type: ignore[override]
+    def _note(self) -> str:
         aside = (f"; {len(self.set_aside)} activation / KV-cache quantization scales set aside (the bounds are of the "
                  f"weights)" if self.set_aside else "")
         return (f"quantized checkpoint ({self.description}; {len(self.modules)} tensors{aside}): the weights analysed "
@@ -199,8 +199,10 @@ class QuantizedCheckpoint(Checkpoint):
         count = math.prod(self.modules[name].shape)
         return self.check_memory(name, count)
 
+    reads_stored = True
+
     def stored(self, name: str) -> np.ndarray:
-        return self.stored_ckpt.stored(name)  # type: ignore[attr-defined]
+        return self.stored_ckpt.stored(name)
 
     def part(self, module: Module, role: str) -> np.ndarray:
         """A stored tensor of ``module`` in its own dtype."""
@@ -279,7 +281,7 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
         method = "mlx"
     if method not in METHODS:
         raise _refuse(where, f"quant_method {qc.get('quant_method')!r}", ", ".join(METHODS))
-    if not hasattr(ckpt, "stored"):
+    if not ckpt.reads_stored:
         raise SpecboundError(f"{where}: a {method} checkpoint is read from safetensors files; this one is "
                              f"{type(ckpt).__name__}: save it with save_pretrained (safetensors)")
     try:

@@ -38,6 +38,7 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
     # Every read opens its own file handle; the caches above are filled idempotently (a class
     # attribute, not a field: nothing per instance).
     _read_lock = contextlib.nullcontext()
+    reads_stored = True
 
     def _handle(self, path: Path, name: str | None = None):
         from safetensors import SafetensorError, safe_open

@@ -159,7 +159,7 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
     if not files:
         raise SpecboundError(f"{source.name} is not stored in files; a sweep analyses model folders, weight "
                              f"files or hub ids")
-    cfg_path = model.ckpt.config_path
+    cfg_path = model.ckpt.facts.config_path
     side = [cfg_path, *(cfg_path.parent / n for n in INDEX_FILES)] if cfg_path is not None else []
     if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
         side.append(Path(options["arch_spec"]))
