@@ -17,6 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the base install's tomli (pyproject.toml: python_version < '3.11')
+    import tomli as tomllib
+
 import specbound
 from specbound.cli import main
 from specbound.io.default_checkpoint import default_checkpoint
@@ -207,19 +212,45 @@ def _python(*args):
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
-def test_analysis_imports_no_torch_transformers_or_matplotlib():
+def _lazy_modules() -> list[str]:
+    """The modules pyproject.toml keeps out of module level (ruff's banned-module-level-imports)."""
+    project = tomllib.loads((Path(SRC).parent / "pyproject.toml").read_text())
+    return project["tool"]["ruff"]["lint"]["flake8-tidy-imports"]["banned-module-level-imports"]
+
+
+def test_analysis_imports_none_of_the_lazy_modules():
+    """An analysis of local files loads none of the modules declared lazy (torch, transformers, matplotlib,
+    huggingface_hub, gguf, tqdm, scipy.stats, ...): the declaration in pyproject.toml is what this checks."""
+    lazy = _lazy_modules()
+    assert {"torch", "transformers", "matplotlib", "onnx", "huggingface_hub", "tqdm"} <= set(lazy)
     code = ("import specbound, sys; assert specbound.__file__.startswith(sys.argv[1]), specbound.__file__; "
             "specbound.analyze(threads=1); "
-            "heavy = [m for m in ('torch', 'transformers', 'matplotlib', 'onnx') if m in sys.modules]; "
+            "heavy = [m for m in sys.argv[2:] if m in sys.modules]; "
             "assert not heavy, heavy")
-    proc = _python("-c", code, SRC)
+    proc = _python("-c", code, SRC, *lazy)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_import_specbound_is_cheap():
     code = ("import specbound, sys; "
-            "heavy = [m for m in ('pandas', 'scipy', 'pyarrow', 'torch', 'transformers', 'matplotlib', 'onnx') "
-            "if m in sys.modules]; assert not heavy, heavy")
+            "heavy = [m for m in ('numpy', 'pandas', 'scipy', 'pyarrow', 'torch', 'transformers', 'matplotlib', "
+            "'onnx') if m in sys.modules]; assert not heavy, heavy; "
+            "ours = sorted(m for m in sys.modules if m.startswith('specbound')); "
+            "assert ours == ['specbound', 'specbound.errors'], ours")
+    proc = _python("-c", code)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_help_loads_the_parser_only():
+    """``specbound --help`` imports the command line, its options and errors, and no stage: each command
+    imports its own when it runs (why cli.py may import inside functions: pyproject.toml's per-file-ignores)."""
+    code = ("import contextlib, io, sys\n"
+            "from specbound.cli import main\n"
+            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['--help'])\n"
+            "ours = sorted(m for m in sys.modules if m.startswith('specbound'))\n"
+            "assert ours == ['specbound', 'specbound.cli', 'specbound.errors', 'specbound.options'], ours\n"
+            "assert 'numpy' not in sys.modules\n")
     proc = _python("-c", code)
     assert proc.returncode == 0, proc.stderr
 

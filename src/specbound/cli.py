@@ -8,9 +8,12 @@ import json
 import os
 import sys
 import warnings
+from dataclasses import replace
 
+from . import __version__
 from .errors import (ENVIRONMENT_ERRORS, SpecboundError, SpecboundWarning, missing_module, one_line,
                      oversized_integer_text)
+from .options import DEVICES, KernelOptions, option_fields, option_names
 
 
 class _UsageError(Exception):
@@ -68,7 +71,7 @@ def _count(text: str) -> int:
     """A positive integer, also in integral scientific notation (``--n 1e6``, ``6E4``): a decimal number that
     is a whole number; a fraction, a non-number or one beyond 1e300 is refused (before any huge integer is
     formed)."""
-    from decimal import Decimal, InvalidOperation
+    from decimal import Decimal, InvalidOperation  # `--help` loads neither decimal nor pathlib
 
     try:
         value = Decimal(text.strip())
@@ -112,8 +115,6 @@ _KIND_TYPES = {"positive_int": _positive_int, "count": _count, "number": _number
 def _add_analysis_options(parser: argparse.ArgumentParser, *, key_only: bool = False) -> None:
     """One flag per :class:`~specbound.options.AnalysisOptions` field (``key_only``: those that change
     the numbers).  An absent flag is absent from the namespace, so the option keeps its default."""
-    from .options import option_fields
-
     groups = {}
     for f in option_fields():
         meta = f.metadata
@@ -156,15 +157,10 @@ def _config_from(args) -> dict | None:
 
 def _options_from(args) -> dict:
     """The analysis options given on the command line, by name."""
-    from .options import option_names
-
     return {name: getattr(args, name) for name in option_names() if hasattr(args, name)}
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
-    from .options import DEVICES
-
     parser = _Parser(
         prog="specbound",
         description="Spectrum-adaptive generalization bounds and baselines for trained Transformers.",
@@ -482,15 +478,11 @@ def _sweep(args) -> int:
     patterns = list(args.sources) + (config.sources if config else [])
     if not patterns:
         raise _UsageError("sweep needs at least one SOURCE or --config FILE (see `specbound sweep --help`)")
-    from .options import option_names
-
     flags = {k: v for k, v in _options_from(args).items() if k in option_names(key_only=True)}
     option_sets = [{**o, **flags} for o in (config.option_sets if config else [{}])]
     store = args.store or (config.store if config and config.store else "specbound-results")
     sources = expand_sources(patterns)
     if args.metrics:
-        from dataclasses import replace
-
         from .sweep.metrics import match_metrics, read_metrics_file
 
         given = match_metrics([s.name for s in sources], read_metrics_file(args.metrics))
@@ -714,7 +706,6 @@ def _study(args) -> int:
 
 
 def _bench(args) -> int:
-    from .options import KernelOptions
     from .tools import bench, bench_threads
 
     kernel = KernelOptions(**({"device": args.device} if args.device else {}))

@@ -31,7 +31,7 @@ def _fake_train(calls, fail=False):
 
 @pytest.fixture
 def no_data(monkeypatch):
-    monkeypatch.setattr("specbound.study.data.load_task", lambda name: None)
+    monkeypatch.setattr(runs, "load_task", lambda name: None)  # where train_and_record looks it up
 
 
 def test_a_failed_run_leaves_nothing(tmp_path, monkeypatch, no_data):

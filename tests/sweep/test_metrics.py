@@ -71,13 +71,14 @@ def test_kendall_tau_against_a_pair_count(metrics_store):
 
 def test_scaling_and_report_show_the_correlations(metrics_store, tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
+    import specbound.report.html as html
     import specbound.report.plots as plots
     from specbound.report.metrics import figure_metrics
 
     figures = plots.build_figures(Store(metrics_store[0] / "store"))
     assert "metrics" in figures  # the report's figures include the metrics figure; the other figures are
     # tested in tests/report, so the report below draws only this one (a whole report costs a minute here)
-    monkeypatch.setattr(plots, "build_figures", lambda store, **kw: {"metrics": figure_metrics(store)})
+    monkeypatch.setattr(html, "build_figures", lambda store, **kw: {"metrics": figure_metrics(store)})
     root, _ = metrics_store
     capsys.readouterr()
     assert main(["scaling", "--store", str(root / "store")]) == 0

@@ -69,10 +69,10 @@ def test_a_file_replaced_after_planning_is_not_stored_under_the_old_key(member, 
 
 
 def test_a_file_replaced_during_the_analysis_fails_that_task_only(sources, tmp_path, monkeypatch):
-    import specbound.pipeline
+    import specbound.sweep.run
 
     copies = [shutil.copytree(s.target, tmp_path / f"m{i}") for i, s in enumerate(sources)]
-    real = specbound.pipeline.analyze
+    real = specbound.sweep.run.analyze
 
     def analyze_then_rewrite(source, *args, **kwargs):
         result = real(source, *args, **kwargs)
@@ -80,11 +80,11 @@ def test_a_file_replaced_during_the_analysis_fails_that_task_only(sources, tmp_p
             _rewrite_same_size(copies[1] / "model.safetensors")
         return result
 
-    monkeypatch.setattr(specbound.pipeline, "analyze", analyze_then_rewrite)
+    monkeypatch.setattr(specbound.sweep.run, "analyze", analyze_then_rewrite)
     report = run_sweep([Source(str(c), str(c)) for c in copies], tmp_path / "store", progress=False)
     assert len(report.written) == 2 and len(report.failed) == 1
     assert report.failed[0][0] == str(copies[1]) and "changed since" in report.failed[0][1]
-    monkeypatch.setattr(specbound.pipeline, "analyze", real)
+    monkeypatch.setattr(specbound.sweep.run, "analyze", real)
     again = run_sweep([Source(str(c), str(c)) for c in copies], tmp_path / "store", progress=False)
     assert len(again.written) == 1 and len(again.skipped) == 2 and not again.failed
 

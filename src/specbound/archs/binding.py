@@ -9,6 +9,7 @@ from dataclasses import replace
 from ..errors import SpecboundError
 from ..io import Checkpoint
 from .hybrids import refuse_ignored_recurrent
+from .latent import latent_config_said, latent_dims, latent_gain_shapes, latent_rules
 from .model import MixtureOfExperts, ModelDims
 from .spec import BANK, ArchSpec, TensorRule
 
@@ -28,8 +29,6 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     L, N, H = need("num_layers"), need("hidden_size"), need("num_heads")
     latent = None
     if spec.latent is not None:
-        from .latent import latent_dims
-
         latent = latent_dims(spec, config)
     if spec.ff_size_multiplier and spec.config_value(config, "ff_size") is None:
         d_ff = spec.ff_size_multiplier * N  # e.g. GPT-2's n_inner = None means 4 * n_embd
@@ -227,8 +226,6 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
     expected = _expected_shapes(dims)
     out = [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in spec.tensors.items()]
     if spec.latent is not None:
-        from .latent import latent_rules
-
         out += latent_rules(spec, dims, layer, prefix)
     experts = spec.experts
     if experts is None:
@@ -402,8 +399,6 @@ def _refuse_expert_banks(ckpt: Checkpoint, names: set[str]) -> None:
 
 
 def _latent_said(spec: ArchSpec, dims: ModelDims) -> str:
-    from .latent import latent_config_said
-
     return latent_config_said(spec, dims)
 
 
@@ -419,8 +414,6 @@ def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tu
     """Every stored layer's query/key norm gain: name -> (what, layer, expected shape)."""
     rule = spec.qk_norm
     if spec.latent is not None:
-        from .latent import latent_gain_shapes
-
         return latent_gain_shapes(spec, dims, prefix, sorted({dims.stored_layer(l) for l in range(dims.L)}))
     if rule is None or rule.gain == "none":
         return {}

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import SpecboundError
 from ..io import Checkpoint
 from .binding import qk_norm_eps
+from .latent import latent_tensor_names, read_latent
 from .model import LayerWeights, LazyMatrices, ModelDims, QKNorm
 from .spec import BANK, ArchSpec
 from .rotary import nope_flags
@@ -129,7 +130,6 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
 
     latent = None
     if spec.latent is not None:  # multi-head latent attention: its own factors (docs/theory.md 3l)
-        from .latent import read_latent
 
         latent = read_latent(spec, ckpt, dims, prefix, stored, read("o"))
     elif "qkv" in spec.tensors:
@@ -223,8 +223,6 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
         for h in range(H):
             g = h // group  # the key/value head query head h uses
             if spec.latent is not None:
-                from .latent import latent_tensor_names
-
                 out[(layer, h, "QK")], out[(layer, h, "OV")] = latent_tensor_names(spec, dims, prefix, stored, h)
                 continue
             if "qkv" in spec.tensors:

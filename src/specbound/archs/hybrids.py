@@ -37,6 +37,7 @@ A key may be dotted (``linear_attn_config.kda_layers``) to read inside an object
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -207,8 +208,6 @@ def refuse_ignored_recurrent(names, accounted: set[str], family: str, origin: st
     """A spec that ignores a linear-attention or state-space weight (a user's ``--arch-spec`` for a
     hybrid) is refused in one line naming it and the layers holding such weights: the bound would
     leave those layers out silently."""
-    import re
-
     pattern = re.compile(RECURRENT_WEIGHT)
     hits = [n for n in names if n not in accounted and pattern.search(n)]
     if hits:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SpecboundError
+from ..options import COUNT, SCALE, check_read
 
 # spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
 CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar",
@@ -139,8 +140,6 @@ def _read(config: dict, key: str | None, constraint, where: str):
     """The config value ``key`` holds, checked (:func:`~specbound.options.check_read`): None when the
     key is absent or null; a positive finite, bounded number (an integer for a count) otherwise, and
     one line for anything else (1e400 or Infinity, which JSON decodes to inf; true; a string)."""
-    from ..options import check_read
-
     if not key:
         return None
     return check_read(key, config.get(key), None, constraint, where=where, fix=_FIX)
@@ -150,8 +149,6 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any], whe
     """The :class:`Structure` of one checkpoint: the spec's declared facts, and the config values its
     declared keys hold (a null or absent value: not used by this model; any other value must be a
     positive, finite, bounded number, an integer for the window)."""
-    from ..options import COUNT, SCALE
-
     declared = declared or {}
     window = _read(config, declared.get("sliding_window"), COUNT, where)
     if window is not None and config.get("use_sliding_window") is False:

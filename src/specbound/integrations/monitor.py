@@ -21,8 +21,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..bounds.registry import REGISTRY
 from ..errors import SpecboundError
 from ..options import AnalysisOptions
+from ..pipeline import analyze
+from ..sweep.store import Store, record_from_analysis, record_key
 
 __all__ = ["BoundMonitor", "state_digest"]
 
@@ -88,8 +91,6 @@ class BoundMonitor:
         self.at_start, self.quiet = at_start, quiet
         self.store = None
         if store is not None:
-            from ..sweep.store import Store
-
             self.store = Store(store)
             self.store._ensure()  # a store that cannot be written fails now, not at step N
         self.history: list[dict[str, Any]] = []  # one entry per analysis: step, seconds, bounds
@@ -100,8 +101,6 @@ class BoundMonitor:
 
     @staticmethod
     def _bound_names(bounds) -> tuple[str, ...] | None:
-        from ..bounds.registry import REGISTRY
-
         if bounds == "all":
             return None
         wrong = SpecboundError(f"bounds must be 'headline', 'all' or a list of bound names ({', '.join(REGISTRY)}), "
@@ -137,8 +136,6 @@ class BoundMonitor:
         in the record (``metric_<name>`` in the store's table) so that the trajectory figure draws
         them on the bounds' step axis.  ``hold``: keep the record until :meth:`flush`, which may add
         the numbers the trainer logs after this call for the same step."""
-        from ..pipeline import analyze
-
         self.flush()
         self._done.add(step)
         training = time.perf_counter() - self._started - sum(h["seconds"] for h in self.history)
@@ -185,8 +182,6 @@ class BoundMonitor:
             self.store.put(record)
 
     def _record(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float):
-        from ..sweep.store import record_from_analysis, record_key
-
         digest = state_digest(model)
         return record_from_analysis(
             analysis, key=record_key(digest, self.options), source=f"{self.run_name}/step-{step}",

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import TrainerCallback  # noqa: TID253 -- the transformers callback, imported by its user
 
 from .monitor import BoundMonitor, check_path_argument
 
@@ -91,8 +92,6 @@ class SpecboundCallback(TrainerCallback):
                 writer.add_scalar(tag, value, step)
             writer.flush()
         if "wandb" in reports:
-            import sys
-
             wandb = sys.modules.get("wandb")  # imported by the Trainer's own W&B callback when it is active
             if wandb is not None and getattr(wandb, "run", None) is not None:
                 wandb.log({**scalars, "train/global_step": step})

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import SpecboundError, os_errors
 
 GGUF_MAGIC = b"GGUF"
@@ -168,8 +170,6 @@ class _Cursor:
 
 def _shortest_float32(value: float) -> float:
     """The shortest decimal whose float32 rounding is ``value``'s (as numpy prints a float32)."""
-    import numpy as np
-
     return float(str(np.float32(value)))
 
 

@@ -25,6 +25,7 @@ import re
 import threading
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from ..errors import SpecboundError
 
@@ -131,7 +132,6 @@ def _hook(response) -> None:
     path = request.url.path
     if request.method != "HEAD" or not sizes or "/resolve/" not in path or response.status_code >= 400:
         return
-    from urllib.parse import unquote
 
     filename = unquote(path.split("/resolve/", 1)[1].partition("/")[2])
     expected = sizes.get(filename)

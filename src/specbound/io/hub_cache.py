@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 from ..errors import SpecboundError
-from .base import read_regular_file
+from .base import load_json, read_regular_file
+from .hub_fetch import fetch_hub_id, offline
 from .shard_index import inside
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?$")
@@ -155,7 +156,6 @@ def complete_snapshot(snapshot: Path) -> bool:
     index = snapshot / "model.safetensors.index.json"
     if not index.is_file():
         return True
-    from .base import load_json
 
     try:
         weight_map = load_json(index, "shard index", "download the model again").get("weight_map")
@@ -201,7 +201,6 @@ def resolve_hub_id(source: str, *, stream: bool = False, disk_budget: int | str 
     if found is None:
         repo = repo_folder(repo_id)
         found = find_snapshot(repo_id, revision) if repo.is_dir() else None
-    from .hub_fetch import fetch_hub_id, offline  # not cached (or not this revision): fetched, or why not
 
     if found is not None:
         check_snapshot_links(found, repo_id)

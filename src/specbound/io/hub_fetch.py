@@ -23,11 +23,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, SpecboundWarning, os_errors
 from .hub_answers import check_commit, check_filename, check_siblings, guarded
-from .hub_errors import display, hub_logging
+from .hub_errors import display, hub_errors, hub_logging
+from .hub_stream import HubFiles, open_streamed, read_json_weight_map
 from .shard_index import inside
 
 CONFIG = "config.json"
@@ -136,8 +140,6 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
     except ImportError:
         raise SpecboundError(f"{name} is not in the local Hugging Face cache and huggingface_hub is not "
                              f"installed to fetch it: pip install huggingface_hub") from None
-    from .hub_errors import hub_errors
-    from .hub_stream import HubFiles, open_streamed, read_json_weight_map
 
     endpoint, token = _endpoint(), _token()
     host = endpoint or "huggingface.co"
@@ -179,7 +181,6 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
         if len(wanted) <= 2:
             paths = [download(f) for f in wanted]
         else:  # thousands of small shards: their round trips overlap, as huggingface_hub's snapshot_download does
-            from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(DOWNLOAD_WORKERS, len(wanted))) as pool:
                 paths = list(pool.map(download, wanted))
@@ -220,7 +221,6 @@ def write_ref(repo: Path, revision: str, commit: str) -> None:
     if not inside(refs, ref.parent) or ref.name in ("", ".", ".."):
         raise SpecboundError(f"revision {revision!r} of {repo.name} leaves the cache's refs folder; pass a "
                              f"branch, tag or commit hash")
-    import uuid
 
     with os_errors(f"write the cache ref {ref}"):
         ref.parent.mkdir(parents=True, exist_ok=True)
@@ -239,9 +239,6 @@ def _over_budget(name: str, sizes: list[int | None], budget: int | None, cache: 
     room = free_disk(cache) if budget is None else budget
     if room is None or None in sizes or sum(sizes) <= room:
         return False
-    import warnings
-
-    from ..errors import SpecboundWarning
 
     where = f" free in {cache}" if budget is None else ""
     warnings.warn(SpecboundWarning(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,8 +289,6 @@ def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None,
     ckpt.shards = dict(weight_map) if weight_map else {name: single for name in ckpt.header(single)[1]}
     shards = sorted(set(ckpt.shards.values()))  # every header now: a lying one fails before any tensor
     if len(shards) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(min(HEADER_WORKERS, len(shards))) as pool:
             for _ in pool.map(ckpt.header, shards):  # (the first failure is raised, in shard order)
                 pass

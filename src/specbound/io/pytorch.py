@@ -7,6 +7,7 @@ torch is imported here only, when such a source is used; it stays an optional de
 from __future__ import annotations
 
 import re
+import zipfile
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -156,8 +157,6 @@ def _verify_zip(path: Path) -> bool:
     checks each member's CRC as it reads it to the end (one sequential pass over the file, at disk
     speed).  A legacy (non-zip) checkpoint carries no checksum to verify.
     """
-    import zipfile
-
     version = fingerprint(path)
     if version in _VERIFIED:  # this very version passed already (a sweep opens a file several times)
         return True

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
 
 from ..errors import SpecboundError
 from .base import ShardedCheckpoint
@@ -41,8 +42,6 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
     reads_stored = True
 
     def _handle(self, path: Path, name: str | None = None):
-        from safetensors import SafetensorError, safe_open
-
         if path not in self._handles:
             try:
                 self._handles[path] = safe_open(str(path), framework="numpy")
@@ -52,8 +51,6 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
 
     def _slice(self, name: str):
         """The lazy safetensors slice of ``name``; a tensor absent from its file is an error."""
-        from safetensors import SafetensorError
-
         path = self.shards[name]
         handle = self._handle(path, name)
         try:
@@ -260,8 +257,6 @@ def _corrupt(path: Path, exc: Exception, name: str | None = None) -> SpecboundEr
 
 
 def safetensors_names(path: Path) -> list[str]:
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(path), framework="numpy") as handle:
             return list(handle.keys())

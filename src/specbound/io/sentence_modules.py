@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import SpecboundError
 from .base import load_json
+from .formats import format_of
 
 MODULES_JSON_MAX_BYTES = 1 << 20
 MODULE_CONFIG_MAX_BYTES = 1 << 20
@@ -121,8 +122,6 @@ def _module_config(where: Path, kind: str) -> Any:
 
 def _dense_weight(where: Path, path: str, shape: tuple[int, int]) -> np.ndarray:
     """``linear.weight`` of a Dense module's own weights file, checked to be ``(out_features, in_features)``."""
-    from .formats import format_of
-
     file = next((where / name for name in DENSE_WEIGHTS if (where / name).is_file()), None)
     if file is None:
         raise SpecboundError(f"the Dense module {path!r} of modules.json has no weights ({' or '.join(DENSE_WEIGHTS)} "

@@ -6,6 +6,7 @@ Reports and plots read these records; they never recompute spectra.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, field, fields
@@ -16,10 +17,12 @@ import pandas as pd
 
 from ..atomic import atomic_write
 from ..bounds import REGISTRY
-from ..errors import SpecboundError
+from ..errors import SpecboundError, os_errors
+from ..io.base import read_regular_file
 from .plot import AnalysisPlots
 from .schema import (ID_COLUMNS, SCHEMA_VERSION, TABLE_NAMES, document_problem, from_json_number, from_json_tree,
                      json_dict, json_number, json_tree, read_table, table_problem)
+from .style import optional_png
 from .view import analysis_html, format_summary, short_name
 
 @dataclass(repr=False)
@@ -127,8 +130,6 @@ class Analysis:
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write the tables (Parquet and CSV, each with a ``source`` column first) and the summary JSON
         to ``out_dir``, each atomically; :meth:`load` reopens them."""
-        from ..errors import os_errors
-
         out = Path(out_dir)
         with os_errors(f"write the tables to {out}"):
             return self._save(out)
@@ -201,8 +202,6 @@ class Analysis:
                 f"{len(self.matrices)} matrices; {bounds}>")
 
     def _repr_html_(self) -> str:
-        from .style import optional_png
-
         # a small spectrum figure, 600 px wide: legible, about 60 kB
         return analysis_html(self, optional_png(lambda: self.plot.spectra(), dpi=80))
 
@@ -219,8 +218,6 @@ _SAVED_BYTES = {"summary.json": 256 << 20, "table": 4 << 30}
 
 
 def _saved_bytes(path: Path, what: str) -> bytes:
-    from ..io.base import read_regular_file
-
     return read_regular_file(path, _SAVED_BYTES.get(path.name, _SAVED_BYTES["table"]), what,
                              "write the folder again with Analysis.save")
 
@@ -233,8 +230,6 @@ def load_analysis(out_dir: str | Path) -> Analysis:
     """The :class:`Analysis` that ``save(out_dir)`` wrote, checked once against everything its
     readers use (:func:`~.schema.document_problem`, :func:`~.schema.table_problem`): an Analysis
     this returns can be printed, saved and serialised; any other folder is one line."""
-    import io
-
     folder = Path(out_dir)
     summary = folder / "summary.json"
     if not summary.is_file():

@@ -14,6 +14,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..bounds.schatten import ContributionCurve, schatten_grid
+from ..compute.spectra import MatrixSpectrum
 from .schema import sv_kinds
 
 CURVE_COLUMNS = ["matrix", "layer", "head", "role", "p", "c", "c_over_c0"]
@@ -43,9 +45,6 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
     DataFrame, long form, columns ``CURVE_COLUMNS``, ``len(matrices) * (2 m + 1)`` rows; ``c_over_c0``
     is ``C(p) / C(0)`` (NaN for an all-zero matrix).
     """
-    from ..bounds.schatten import ContributionCurve, schatten_grid
-    from ..compute.spectra import MatrixSpectrum
-
     grid = schatten_grid(int(grid_m))
     kinds = sv_kinds(singular_values)
     by_matrix = dict(tuple(singular_values[kinds == "singular_value"].groupby("matrix", sort=False)["sigma"]))

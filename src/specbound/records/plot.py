@@ -14,9 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..compute.measures import ordered_roles, with_role_groups
+from ..errors import SpecboundError
+from .curves import contribution_curves
 from .schema import sv_kinds
 from .style import (LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, drawable, layer_colors, new_figure, note_left_out,
                     require_matplotlib, style_grid)
+from .view import short_name
 
 def _layer_key(fig, axes, n_layers: int, colors) -> None:
     """Which colour is which layer: a legend up to :data:`LEGEND_LAYERS` layers, else a colour bar."""
@@ -199,8 +202,6 @@ class AnalysisPlots:
         self._a = analysis
 
     def _title(self) -> str:
-        from .view import short_name
-
         m = self._a.model
         return f"{short_name(self._a.source)} (L={m['L']}, N={m['N']}, H={m['H']})"
 
@@ -209,8 +210,6 @@ class AnalysisPlots:
         if role is None:
             return roles[0]
         if role not in roles:
-            from ..errors import SpecboundError
-
             raise SpecboundError(f"no role {role!r} in this model; it has {', '.join(roles)}")
         return role
 
@@ -228,7 +227,6 @@ class AnalysisPlots:
         """``C(p)/C(0)`` on the post-hoc grid for every matrix, with each matrix's ``p*`` (a Figure);
         with ``ax=`` or ``role=``, one role's panel drawn into ``ax``, and that Axes returned."""
         require_matplotlib()
-        from .curves import contribution_curves
 
         a = self._a
         curves = contribution_curves(a.matrices, a.singular_values, n=a.model["N"], grid_m=a.options["grid_m"],

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..bounds import REGISTRY
+
 SCHEMA_VERSION = 3
 # Version 1 named the downstream factor ``alpha`` (the paper's alpha_l), which readers of WeightWatcher
 # take for its power-law exponent; version 2 calls it ``downstream_factor``.  Version 3 adds each row's
@@ -170,8 +172,6 @@ def _fields_problem(where: str, value, spec: dict) -> str | None:
 
 
 def _bounds_problem(doc: dict) -> str | None:
-    from ..bounds import REGISTRY
-
     log10 = doc.get("log10_bounds", {})
     if not isinstance(log10, dict) or not all(v is None or _is_finite(v) for v in log10.values()):
         return "log10_bounds is not an object of finite numbers (or null)"

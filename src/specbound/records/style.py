@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import base64
 import io
+import re
+import zlib
 from pathlib import Path
 
+import numpy as np
+
+from ..bounds import REGISTRY
 from ..errors import SpecboundError, missing_extra
 
 ROLE_COLORS = {"QK": "#d62728", "OV": "#1f77b4", "FF_in": "#556b2f", "FF_out": "#8fbc8f",
@@ -75,8 +80,6 @@ DRAWABLE_LOG10 = 200
 def drawable(values) -> tuple:
     """``(values as float with NaN where a log axis cannot show them, how many finite positive
     values beyond 10^DRAWABLE_LOG10 were left out)``: zero, negative, NaN, infinite or out of range."""
-    import numpy as np
-
     v = np.asarray(values, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         shown = (v > 0) & np.isfinite(v) & (np.abs(np.log10(np.where(v > 0, v, 1.0))) <= DRAWABLE_LOG10)
@@ -142,11 +145,7 @@ def bound_color(name: str):
     """The one colour of bound ``name`` in every figure: the headline spectrum-adaptive bound black,
     every other registered bound its own shade of tab20 in registry order (dark shades first), and a
     name the registry does not know (the study's measures, ``gap:...``) a tab20b shade of its own."""
-    import zlib
-
     from matplotlib import colormaps
-
-    from ..bounds import REGISTRY
 
     if name == "spectral_adaptive":
         return (0.0, 0.0, 0.0, 1.0)
@@ -170,8 +169,6 @@ def model_colors(n: int) -> list:
 def natural_order(table):
     """Records by depth, width, every pattern label, then source with its numbers compared as numbers
     (``step-200`` before ``step-1000``)."""
-    import re
-
     def key(text: str):
         return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(text)))
 
@@ -183,7 +180,5 @@ def natural_order(table):
 
 def bound_label(name: str) -> str:
     """The registry's title of a bound (``name`` for one this version does not know)."""
-    from ..bounds import REGISTRY
-
     bound = REGISTRY.get(name)
     return bound.title if bound else name

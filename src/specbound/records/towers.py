@@ -13,8 +13,10 @@ import pandas as pd
 
 from ..atomic import atomic_write
 from ..errors import SpecboundError
+from ..io.base import decode_json, read_regular_file
 from .analysis import Analysis, load_analysis
 from .schema import SCHEMA_VERSION
+from .view import format_headline, format_summary
 
 TOWERS_FILE = "towers.json"
 # towers.json is a few dozen bytes; a tower's name is its subfolder's: a plain name, never a path
@@ -120,8 +122,6 @@ class TowerAnalyses(Mapping):
     @classmethod
     def load(cls, out_dir: str | Path) -> "TowerAnalyses":
         """Reopen what :meth:`save` wrote."""
-        from ..io.base import decode_json, read_regular_file
-
         folder = Path(out_dir)
         path = folder / TOWERS_FILE
         if not path.exists() and not path.is_symlink():
@@ -136,14 +136,10 @@ class TowerAnalyses(Mapping):
 
     def headline(self) -> str:
         """``--quiet``: each tower's headline bounds, one per line, prefixed by the tower."""
-        from .view import format_headline
-
         return "\n".join(f"{t}.{line}" for t, a in self.towers.items() for line in format_headline(a).splitlines())
 
     def summary(self, *, verbose: bool = False) -> str:
         """Each tower's summary, one after the other."""
-        from .view import format_summary
-
         return "\n\n".join(f"=== tower {t} ===\n{format_summary(a, verbose=verbose)}" for t, a in self.towers.items())
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ import html
 import math
 import os
 import re
+import textwrap
 from fractions import Fraction
 from typing import Any
 
@@ -134,8 +135,6 @@ def comparison_frame(a) -> pd.DataFrame:
 def wrap(text: str, indent: str = "") -> list[str]:
     """``text`` as lines of at most :data:`WIDTH` columns, the first indented by ``indent``, the
     others by two more."""
-    import textwrap
-
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_on_hyphens=False, break_long_words=False) or [""]
 

@@ -13,6 +13,7 @@ model's Edelman-style proxy) still compares.
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..atomic import atomic_write
 from ..bounds import REGISTRY
-from ..errors import SpecboundError
-from ..records import Analysis
+from ..bounds.schatten import default_grid_m
+from ..compute.measures import ordered_roles, with_role_groups
+from ..errors import SpecboundError, os_errors
+from ..io.lora import is_adapter_folder
+from ..options import AnalysisOptions
+from ..pipeline import analyze
+from ..records import Analysis, TowerAnalyses
+from ..records.style import (MARKERS, drawable, model_colors, new_figure, note_left_out, optional_png,
+                             require_matplotlib, save_figure, style_grid)
 from ..records.view import fmt, html_table, short_name
+from ..sweep.store import Store
 
 HEADLINE = ("spectral_adaptive", "edelman")
 INIT_SUFFIX = " (W - W0)"
@@ -92,8 +102,6 @@ class Comparison:
     def roles_frame(self) -> pd.DataFrame:
         """Each model's adaptive contribution per role (summed over layers and heads; routed experts
         together per role), and each other model's difference from the reference."""
-        from ..compute.measures import ordered_roles, with_role_groups
-
         sums = {name: with_role_groups(a.matrices).groupby("role")["contribution"].sum()
                 for name, a in self.analyses.items()}
         out = pd.concat(sums, axis=1)
@@ -186,8 +194,6 @@ class Comparison:
         return f"<specbound.Comparison of {', '.join(self.names)}>"
 
     def _repr_html_(self) -> str:
-        from ..records.style import optional_png
-
         figure = optional_png(self.figure, dpi=80)
         parts = ["<div class='specbound-analysis'>",
                  f"<b>specbound compare</b>: ratios and differences against <b>{_escape(self.reference)}</b>",
@@ -216,8 +222,6 @@ class Comparison:
     def plot_bounds(self, ax=None):
         """``log10`` of every bound, one marker and colour per model (the reference filled, the others
         open and side by side, so equal values stay visible); returns the Axes."""
-        from ..records.style import new_figure, style_grid
-
         logs = self.log10_frame()
         ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
         for i, name in enumerate(self.names):
@@ -233,8 +237,6 @@ class Comparison:
     def plot_ratios(self, ax=None):
         """Each model's bounds divided by the reference's (log scale, 1 = the same), one marker per
         model; returns the Axes."""
-        from ..records.style import drawable, new_figure, note_left_out, style_grid
-
         logs = self.log10_frame()
         ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
         ax.axhline(1.0, color="grey", linewidth=0.8)
@@ -256,8 +258,6 @@ class Comparison:
 
     def plot_layers(self, ax=None):
         """The adaptive contribution of each layer, one line per model; returns the Axes."""
-        from ..records.style import new_figure, style_grid
-
         layers = self.layers_frame()
         ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
         for i, name in enumerate(self.names):
@@ -271,8 +271,6 @@ class Comparison:
         return ax
 
     def _marker(self, i: int) -> dict:
-        from ..records.style import MARKERS, model_colors
-
         color = model_colors(len(self.names))[i]
         filled = i == 0
         return {"marker": MARKERS[i % len(MARKERS)], "color": color, "markersize": 6 if filled else 7,
@@ -290,8 +288,6 @@ class Comparison:
     def figure(self):
         """The comparison figure: each bound relative to the reference (left) and the per-layer
         adaptive contribution (right)."""
-        from ..records.style import new_figure, require_matplotlib
-
         require_matplotlib()
         fig = new_figure((7.5, 3.9))
         left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
@@ -302,9 +298,6 @@ class Comparison:
 
     def save(self, out_dir: str | Path) -> list[Path]:
         """``bounds.csv``, ``layers.csv``, ``roles.csv`` and ``compare.png`` / ``.pdf`` in ``out_dir``."""
-        from ..atomic import atomic_write
-        from ..errors import os_errors
-
         out = Path(out_dir)
         with os_errors(f"write the comparison to {out}"):
             out.mkdir(parents=True, exist_ok=True)
@@ -315,7 +308,6 @@ class Comparison:
                 import matplotlib  # noqa: F401
             except ImportError:
                 return written
-            from ..records.style import save_figure
 
             return written + save_figure(self.figure(), out / "compare")
 
@@ -355,8 +347,6 @@ def compare(*sources: Any, names: list[str] | None = None, options=None, progres
 def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = None) -> tuple[Analysis, str]:
     """The Analysis a compare source stands for, and the name it goes by (its source; a store
     record's source name, ``RUN/step-S`` for a training callback's)."""
-    from ..records import TowerAnalyses
-
     if isinstance(source, Analysis):
         return source, source.source
     if isinstance(source, (str, Path)):
@@ -367,8 +357,6 @@ def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = 
         if (Path(text) / "summary.json").is_file():
             analysis = Analysis.load(text)
             return analysis, analysis.source
-    from ..io.lora import is_adapter_folder
-    from ..pipeline import analyze
 
     given = dict(overrides)
     if "base" in given and not (isinstance(source, (str, Path)) and is_adapter_folder(Path(source))):
@@ -384,8 +372,6 @@ def store_analysis(store: str, selector: str) -> tuple[dict[str, Any], Analysis]
     """The ``record.json`` document and the analysis of the record of results store ``store`` that
     ``selector`` names (its key, a unique prefix of a key, or its source name); the analysis' source
     is the record's name (:func:`record_name`)."""
-    from ..sweep.store import Store
-
     st = Store(store)
     keys = st.keys()
     chosen = [k for k in keys if k == selector] or [k for k in keys if k.startswith(selector)] if selector else []
@@ -419,9 +405,6 @@ def analysis_settings(a: Analysis) -> dict[str, Any]:
     where the analysis took its default (``grid_m = ceil(L + ln N)`` and ``l_phi`` from the activation
     are defaults of each model, so two models of different size or activation are alike there).  The
     initial weights (``init``) are data, not a setting, and are left out."""
-    from ..bounds.schatten import default_grid_m
-    from ..options import AnalysisOptions
-
     options = dict(a.options)
     out: dict[str, Any] = {}
     for key, value in options.items():
@@ -482,6 +465,4 @@ def _finite(value) -> float | None:
 
 
 def _escape(text: str) -> str:
-    import html
-
     return html.escape(text)

@@ -17,8 +17,14 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_write
+from ..bounds import in_group
 from ..records.style import MAX_WIDTH, natural_order, save_figure
 from ..records.view import fmt, markdown_table, short_name
+from .distance import from_init_frame
+from .metrics import metric_correlations, metric_names
+from .plots import build_figures, pick_record
+from .scaling import scaling_table, summary_table
+from .trajectory import trajectory_axis, trajectory_frame
 
 CAPTIONS = {
     "bounds_vs_width": "Each bound against the hidden size N at fixed depth L, divided by its value at the "
@@ -92,8 +98,6 @@ def _bound_tables(records, bounds) -> list[tuple[str, object]]:
     """The records table in two parts a laptop screen shows whole: the spectrum-adaptive bound with its
     variants and the Edelman-style proxy, then the baselines (and the seconds each analysis took),
     each part led by the columns that say which checkpoint a row is."""
-    from ..bounds import in_group
-
     ours = set(in_group("bounds")) | set(in_group("adaptive_variants"))
     first = [b for b in bounds if b in ours and b in records]
     rest = [c for c in records.columns if c in bounds and c not in ours or c == "seconds"]
@@ -161,12 +165,6 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     -------
     dict with the paths of ``html``, ``markdown`` and ``figures`` (the folder).
     """
-    from .distance import from_init_frame
-    from .metrics import metric_correlations, metric_names
-    from .plots import build_figures, pick_record
-    from .scaling import scaling_table, summary_table
-    from .trajectory import trajectory_axis, trajectory_frame
-
     out = Path(out_dir)
     figures_dir = out / "figures"
     names = bounds or store.bound_names()
@@ -196,7 +194,6 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
         fit_hint = (f" (`specbound scaling --against {along}` fits each bound's log-log slope in {step})"
                     if along.startswith("label_") else "")
         md_intro = intro + fit_hint + "."
-        from ..bounds import in_group
 
         headline = bounds or [n for n in names if n in in_group("bounds")] or names
         second = trajectory_frame(store, x=along, bounds=headline).drop(columns=["key"])

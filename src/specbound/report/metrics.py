@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..bounds import in_group
 from ..records.style import MAX_WIDTH, bound_color, drawable, new_figure, note_left_out, style_grid
 
 PREFIX = "metric_"
@@ -54,8 +55,6 @@ def metric_correlations(table, bounds: list[str]) -> pd.DataFrame:
 def figure_metrics(store, *, bounds: list[str] | None = None):
     """Each headline bound (or each of ``bounds``, up to three) against each metric (up to four), one
     panel per pair, Kendall's tau in its title; None when the store has no metric."""
-    from ..bounds import in_group
-
     table = store.table()
     metrics = metric_names(table)[:4]
     if not metrics:

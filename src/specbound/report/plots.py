@@ -21,13 +21,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from ..bounds import in_group
 from ..errors import SpecboundError
 from ..compute.measures import ordered_roles
 from ..records.plot import figure_contributions, figure_p_star, figure_spectra
 from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_color, bound_label, drawable,
                              natural_order, new_figure, note_left_out, save_figure, style_grid)
 from ..records.view import short_name
+from .distance import figure_from_init
+from .metrics import figure_metrics
+from .trajectory import ORDER, figure_trajectory, trajectory_axis
 
 __all__ = ["build_figures", "render_all", "pick_record"]
 
@@ -52,7 +57,6 @@ def pick_record(store, model: str | None = None) -> str:
     if table.empty:
         raise SpecboundError(f"the results store {store.root} holds no records; run `specbound sweep` first")
     if model is None:  # the largest model; of a run's checkpoints (one shape), the last along the run
-        from .trajectory import ORDER, trajectory_axis
 
         along = trajectory_axis(table)
         if along is not None:
@@ -97,8 +101,6 @@ def figure_p_star_heatmap(store, key: str):
 def _bounds_long(store, bounds, *, headline_only: bool = True):
     """The family table and the bounds to draw: those asked for, else the headline ones (the
     paper's comparison: spectrum-adaptive and Edelman-style), else every stored bound."""
-    from ..bounds import in_group
-
     table = store.table()
     stored = store.bound_names()
     headline = [n for n in stored if n in in_group("bounds")]
@@ -171,7 +173,6 @@ NORMS = (("norm_2_1", "(2,1)-norm"), ("norm_1_1", "(1,1)-norm"), ("spectral_norm
 def figure_norms_vs_width(store, *, L: int | None = None):
     """(2,1)-, (1,1)- and spectral norm of every matrix against ``N``, at fixed depth ``L`` (default
     the smallest); one line per matrix position (layer, head, role) across the widths it exists at."""
-    import pandas as pd
     from matplotlib.lines import Line2D
 
     table = store.table()
@@ -281,8 +282,6 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None, ax=Non
 def build_figures(store, *, model: str | None = None, fixed_L: int | None = None,
                   bounds: list[str] | None = None) -> dict[str, object]:
     """Every figure the store supports, by name (the family figures need two or more widths or depths)."""
-    from .trajectory import figure_trajectory, trajectory_axis
-
     key = pick_record(store, model)
     figures = {"spectral_decay": figure_spectral_decay(store, key)}
     table = store.table()
@@ -297,8 +296,6 @@ def build_figures(store, *, model: str | None = None, fixed_L: int | None = None
     figures["contribution_curves"] = figure_contribution_curves(store, key)
     figures["p_star_heatmap"] = figure_p_star_heatmap(store, key)
     figures["bounds_side_by_side"] = figure_bounds_side_by_side(store, bounds=bounds)
-    from .distance import figure_from_init
-    from .metrics import figure_metrics
 
     correlated = figure_metrics(store, bounds=bounds)
     if correlated is not None:  # the records carry the user's own metrics

@@ -27,10 +27,12 @@ import math
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from ..bounds.edelman import edelman_weight, matrix_terms
 from ..bounds.schatten import log_sum
 from ..errors import SpecboundError
+from .trajectory import is_same_shape, no_variation_message
 
 ALL = "all"
 LN10 = math.log(10)
@@ -85,8 +87,6 @@ def quantities(store, bounds: list[str] | None = None):
     bounds : list of str, optional
         Only these bounds (default: every bound found in the records).
     """
-    import pandas as pd
-
     table = store.table()
     if table.empty:
         raise SpecboundError(f"the results store {store.root} holds no records; run `specbound sweep` first")
@@ -191,8 +191,6 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
     -------
     DataFrame: ``bound, role, against, fixed, points, dof, slope, ci_low, ci_high, stderr, r2``.
     """
-    import pandas as pd
-
     for col in (x, by):
         if col is not None and col not in data.columns:
             raise SpecboundError(f"no column {col!r} to fit against; the records have "
@@ -220,12 +218,8 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
 def scaling_table(store, *, bounds: list[str] | None = None, confidence: float = 0.95, per_group: bool = False,
                   against: list[tuple[str, str | None]] = (("L", "N"), ("N", "L"))):
     """All fits: for each ``(x, by)`` in ``against`` (default: ``L`` at fixed ``N``, ``N`` at fixed ``L``)."""
-    import pandas as pd
-
     data = quantities(store, bounds)
     if all(x in data.columns and data[x].nunique() < 2 for x, _ in against):
-        from .trajectory import is_same_shape, no_variation_message
-
         table = store.table()
         if is_same_shape(table):  # a run's checkpoints: say which label to fit against
             raise SpecboundError(no_variation_message(table))
@@ -254,8 +248,6 @@ def _three_places(value: float) -> str:
 
 def summary_table(fits):
     """One row per (bound, role): the pooled slopes ``in L`` and ``in N`` with their intervals, as text."""
-    import pandas as pd
-
     pooled = fits[fits["fixed"].str.startswith("all") | (fits["fixed"] == "-")]
     out = {}
     for _, r in pooled.iterrows():

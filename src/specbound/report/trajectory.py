@@ -11,6 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 
 from ..errors import SpecboundError
 from ..records.style import (MARKERS, MAX_WIDTH, bound_color, bound_label, drawable, natural_order, new_figure,
@@ -65,8 +66,6 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
         The column to order by (default :func:`trajectory_axis`).
     bounds : list of str, optional
     """
-    import pandas as pd
-
     table = store.table()
     x = x or trajectory_axis(table)
     if x is None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
-import torch
-import transformers
+import torch  # noqa: TID253 -- the study's models: imported by study.train only, with torch installed
+import transformers  # noqa: TID253
 
 PATCH_SIZE = 7
 TEXT_TASKS = ("langid", "fortunes")

@@ -20,12 +20,16 @@ growth rate of a complexity term over this grid's range, not a guarantee (docs/b
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import SpecboundError
+from ..records.style import (MARKERS, bound_color, bound_label, drawable, new_figure, note_left_out, require_matplotlib,
+                             save_figure, style_grid)
 from ..report.scaling import loglog_fit, quantities
+from .scaling import axis_groups
 
 # the paper's two headline quantities: its bound and the proxy it is compared with
 PAPER_BOUNDS = ("spectral_adaptive", "edelman")
@@ -52,8 +56,6 @@ def study_points(runs: pd.DataFrame, bounds=PAPER_BOUNDS) -> pd.DataFrame:
     """:data:`POINT_COLUMNS` from a study's ``runs.csv`` (the runs that met the criterion): a group is a
     set of runs of one task and seed that differ only in ``depth`` (``width``)
     (:func:`.scaling.axis_groups`, the study's own scaling groups)."""
-    from .scaling import axis_groups
-
     missing = [c for c in ("task", "run", "converged", "depth", "width", *bounds) if c not in runs.columns]
     if missing:
         raise SpecboundError(f"the study's runs.csv has no column {', '.join(missing)}; pass a folder written by "
@@ -144,8 +146,6 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullLocator
 
-    from ..records.style import MARKERS, bound_color, bound_label, drawable, new_figure, note_left_out, style_grid
-
     axes_fitted = [a for a, _, _ in AXES if (fits["axis"] == a).any()]
     fig = new_figure((3.7 * len(axes_fitted), 4.2))
     panels = fig.subplots(1, len(axes_fitted), squeeze=False)[0]
@@ -212,10 +212,6 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
 def write_paper(points: pd.DataFrame, out, *, confidence: float = 0.95, title: str | None = None) -> dict:
     """Fit, draw and save: ``out/paper.png``, ``out/paper.pdf`` and ``out/slopes.csv``.  Returns
     ``{"fits": DataFrame, "verdicts": [str], "files": [Path]}``."""
-    from pathlib import Path
-
-    from ..records.style import require_matplotlib, save_figure
-
     fits = paper_fits(points, confidence=confidence)
     require_matplotlib()
     out = Path(out)

@@ -16,6 +16,7 @@ workers can read and write ``out`` (a shared file system) and have the datasets 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -29,9 +30,14 @@ import pandas as pd
 
 from ..errors import SpecboundError
 from ..options import NON_NEGATIVE_INT, POSITIVE_INT, check
+from ..sweep.cluster import dask_client
+from .correlate import BOOTSTRAP, BOOTSTRAP_K, CORRELATION_COLUMNS, clusters, correlations
 from .data import TASKS
-from .grid import HPARAMS, RunConfig, make_grid
-from .runs import analyze_record, is_trained, load_records, remove_stale_temps, run_path
+from .grid import GRIDS, HPARAMS, RunConfig, make_grid, with_seeds
+from .report import write_report
+from .runs import analyze_record, is_trained, load_records, remove_stale_temps, run_path, train_and_record
+from .scaling import SCALING_COLUMNS, scaling_slopes
+from .table import GAPS, METRICS, measures_from_columns, pstar_table, runs_table
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -104,10 +110,6 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     log : callable(str), optional
         Progress lines (default: stderr).
     """
-    from .correlate import BOOTSTRAP
-    from .grid import with_seeds
-    from .table import pstar_table, runs_table
-
     check("threads", threads, POSITIVE_INT)
     jobs = check("jobs", threads if jobs is None else jobs, POSITIVE_INT)
     if workers is not None and scheduler is not None:
@@ -164,9 +166,6 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
     ``runs/`` is gone (a published one, such as docs/study-default/), or to re-report after a change
     to the statistics; a change to the bounds needs the run folders and ``--reanalyze``.
     """
-    from .correlate import BOOTSTRAP
-    from .table import METRICS, measures_from_columns
-
     out = Path(out)
     bootstrap = check("bootstrap", BOOTSTRAP if bootstrap is None else bootstrap, NON_NEGATIVE_INT)
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -195,8 +194,6 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
 
 def _grid_of(runs: pd.DataFrame) -> str:
     """The named grid whose runs are exactly ``runs`` (by key), or a description."""
-    from .grid import GRIDS
-
     keys, tasks = set(runs["key"].astype(str)), tuple(sorted(runs["task"].unique()))
     for name in GRIDS:
         if {c.key for c in make_grid(name, tasks)} == keys:
@@ -208,11 +205,6 @@ def _analyse_and_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, p
                         start: float, figures: bool, command: str | None, log) -> StudyResult:
     """Clusters over every run, then correlations and growth exponents over the runs that met the
     criterion, then the report files."""
-    from .correlate import BOOTSTRAP_K, CORRELATION_COLUMNS, clusters, correlations
-    from .report import write_report
-    from .scaling import SCALING_COLUMNS, scaling_slopes
-    from .table import GAPS
-
     bootstrap = timing["bootstrap"]
     base, cluster = clusters(runs)
     runs = runs.assign(base=base, cluster=cluster)
@@ -239,7 +231,6 @@ def _execute_dask(todo: list[RunConfig], out: Path, *, workers, scheduler, reana
     a worker's failure is the run's error, reported like a local one."""
     if not todo:
         return []
-    from ..sweep.cluster import dask_client
 
     outcomes = []
     with dask_client(workers=workers, scheduler=scheduler, what="study") as (client, _):
@@ -289,8 +280,6 @@ def _init_worker(threads: int) -> None:
 
 def _execute(config: RunConfig, out: str, reanalyze: bool) -> dict:
     """Train (unless recorded) and analyse (unless analysed) one run, in a worker process."""
-    from .runs import train_and_record
-
     start = time.perf_counter()
     outcome = {"run": config.name, "trained": False, "analysed": False}
     try:
@@ -300,8 +289,6 @@ def _execute(config: RunConfig, out: str, reanalyze: bool) -> dict:
         outcome["error"] = f"{type(exc).__name__}: {exc}"
     outcome["seconds"] = time.perf_counter() - start
     if outcome["trained"]:
-        import json
-
         metrics = json.loads((run_path(Path(out), config) / "metrics.json").read_text())
         outcome.update({k: metrics[k] for k in ("train_error", "test_error", "error_gap", "converged", "steps",
                                                 "cpu_seconds")})

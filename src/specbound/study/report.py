@@ -28,9 +28,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..records.style import MAX_WIDTH, PRINT_DPI, save_figure
+from ..records.style import MAX_WIDTH, PRINT_DPI, bound_color, save_figure
 from ..records.view import markdown_table
+from .correlate import kendall
 from .grid import HPARAMS
+from .scaling import SCALING_AXES, axis_groups
 from .table import PRIMARY_GAP
 
 HPARAM_LABELS = {"depth": "depth", "width": "width", "train_size": "n", "lr": "lr", "batch_size": "batch",
@@ -178,7 +180,6 @@ def depth_axis_pstar(pstar: pd.DataFrame, runs: pd.DataFrame | None) -> tuple[pd
     ok = pstar[pstar["converged"].astype(bool)] if len(pstar) else pstar
     if runs is None or "base" not in runs.columns or ok.empty:
         return ok, ["task", "depth"]
-    from .scaling import axis_groups
 
     conv = runs[runs["converged"].astype(bool)].reset_index(drop=True)
     on_axis = conv.loc[axis_groups(conv, "depth") >= 0, ["run", "base"]]
@@ -250,8 +251,6 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, titl
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from .correlate import kendall
 
     nrows = max(1, math.ceil(len(columns) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(min(panel_size[0] * ncols, MAX_WIDTH), panel_size[1] * nrows + 0.9),
@@ -394,9 +393,6 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.ticker import NullFormatter
-
-    from ..records.style import bound_color
-    from .scaling import SCALING_AXES, axis_groups
 
     tasks = sorted(runs["task"].unique())
     get = {(r.task, r.bound, r.axis): r.slope for r in scaling.itertuples()}

@@ -28,6 +28,8 @@ from pathlib import Path
 from .. import __version__
 from ..atomic import atomic_write, remove_stale, temp_path
 from ..errors import SpecboundError
+from ..pipeline import analyze
+from .data import load_task
 from .grid import STUDY_VERSION, RunConfig
 
 RUNS_DIR = "runs"
@@ -60,7 +62,6 @@ def remove_stale_temps(root: Path) -> list[Path]:
 
 def train_and_record(config: RunConfig, root: Path) -> bool:
     """Train ``config`` unless its record exists; return whether it trained."""
-    from .data import load_task
     from .train import train_run
 
     final = run_path(root, config)
@@ -93,8 +94,6 @@ def analyze_record(config: RunConfig, root: Path, *, reanalyze: bool = False, th
     initial weights (``init=``: the distance-from-initialisation forms), the training-set size and
     the run's margin (the gap bounds), exactly as ``specbound analyze model/ --init init/ --n N
     --margin GAMMA`` would compute them."""
-    from ..pipeline import analyze
-
     path = run_path(root, config)
     target = path / "analysis.json"
     if target.exists() and not reanalyze:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecboundError
+from .data import TASKS
 from .grid import HPARAMS, make_grid, with_seeds
 
 
@@ -59,8 +60,6 @@ def estimate_grid(out: str | Path, *, grid: str = "deep", tasks: tuple[str, ...]
                   seeds: tuple[int, ...] | None = None) -> pd.DataFrame:
     """The runs of ``grid`` that ``out/runs.csv`` does not hold, each with its estimate
     (:func:`estimate_runs`)."""
-    from .data import TASKS
-
     path = Path(out) / "runs.csv"
     if not path.is_file():
         raise SpecboundError(f"no {path}: --estimate extrapolates from a study folder's runs.csv; run "

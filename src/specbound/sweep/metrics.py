@@ -13,12 +13,16 @@ written.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from ..errors import SpecboundError
+from ..io.base import read_regular_file
 
 METRICS_FILE = "metrics.json"
 _MAX_BYTES = 16 << 20  # a metrics file is a few numbers; anything this large is not one
@@ -59,11 +63,6 @@ def read_metrics_file(path: str | Path) -> dict[str, dict[str, float]]:
             raise SpecboundError(f"--metrics {path} must map each source to an object of numbers, e.g. "
                                  f'{{"runs/step-100": {{"eval_loss": 0.41}}}}')
         return {str(k): _numbers(v) for k, v in doc.items()}
-    import io
-
-    import pandas as pd
-
-    from ..io.base import read_regular_file
 
     data = read_regular_file(path, _MAX_BYTES, "metrics file", "pass a CSV with a 'source' column")
     try:
@@ -104,8 +103,6 @@ def match_metrics(names: list[str], metrics: dict[str, dict[str, float]]) -> dic
 
 
 def _read_json(path: Path) -> Any:
-    from ..io.base import read_regular_file
-
     data = read_regular_file(path, _MAX_BYTES, "metrics file", "write it again as a JSON object of numbers")
     try:
         return json.loads(data.decode("utf-8"))

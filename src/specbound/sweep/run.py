@@ -25,13 +25,22 @@ from __future__ import annotations
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from threadpoolctl import threadpool_limits
+
+from ..archs.spec import load_spec_file
 from ..errors import ENVIRONMENT_ERRORS, SpecboundError, one_line
+from ..io.base import read_config
 from ..io.formats import INDEX_FILES
+from ..io.lora import is_adapter_folder
 from ..options import POSITIVE_INT, AnalysisOptions, Choice, check
+from ..pipeline import analyze, assemble, cap_threads, model_layer_spectra, open_init, open_model, tqdm_class
+from .cluster import dask_client
+from .metrics import checkpoint_metrics
 from .sources import Source
 from .store import (Record, Store, canonical_options, check_unchanged, fingerprint, hash_weights, record_from_analysis,
                     record_key)
@@ -148,9 +157,6 @@ class Header:
 
 def read_header(source: Source, options: dict[str, Any]) -> Header:
     """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
-    from ..io.base import read_config
-    from ..pipeline import open_init, open_model
-
     options = canonical_options(options)
     model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"),
                        base=options.get("base"))
@@ -196,8 +202,6 @@ def iter_tasks(headers: list[Header], store: Store | None = None,
     in the page cache for the analysis).  With ``store``, file hashes it remembers are reused and
     new ones remembered.  A source whose files cannot be hashed is appended to ``failures``
     (raised when None)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     if failures is None:
         failures = _Raise()
 
@@ -254,8 +258,6 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
 def analyze_task(task: Task, run: AnalysisOptions = TASK_RUN, progress=None, mode: str = "local") -> Record:
     """Analyse one planned task and build its record; ``run`` says how (its ``threads``, ``jobs`` and
     ``device``; its other options are the task's)."""
-    from ..pipeline import analyze
-
     clock = time.thread_time if run.jobs == 1 else time.process_time  # CPU of the layer threads too
     start, cpu = time.perf_counter(), clock()
     check_unchanged(task.fingerprints, task.source.name)  # the bytes hashed are the bytes analysed
@@ -270,8 +272,6 @@ def analyze_task(task: Task, run: AnalysisOptions = TASK_RUN, progress=None, mod
 
 def task_metrics(task: Task) -> dict[str, float]:
     """The user's numbers for the task's checkpoint: its ``metrics.json``, then ``--metrics FILE``'s."""
-    from .metrics import checkpoint_metrics
-
     return {**checkpoint_metrics(task.source.target), **task.source.metrics}
 
 
@@ -283,10 +283,6 @@ def task_options(task: Task, run: AnalysisOptions) -> AnalysisOptions:
 def layer_task(task: Task, layer: int, run: AnalysisOptions = TASK_RUN):
     """Spectra of one layer of a planned task (``run``: its ``threads`` and ``device``), and the
     seconds they took."""
-    from threadpoolctl import threadpool_limits
-
-    from ..pipeline import model_layer_spectra, open_model
-
     start, cpu = time.perf_counter(), time.thread_time()
     check_unchanged(task.fingerprints, task.source.name)
     options = task_options(task, run)
@@ -300,10 +296,6 @@ def layer_task(task: Task, layer: int, run: AnalysisOptions = TASK_RUN):
 
 def assemble_task(task: Task, layer_results: list, run: AnalysisOptions = TASK_RUN) -> Record:
     """The record of a task run layer by layer (:func:`layer_task`), as :func:`analyze_task` makes it."""
-    from threadpoolctl import threadpool_limits
-
-    from ..pipeline import assemble, open_model
-
     start, cpu = time.perf_counter(), time.thread_time()
     options = task_options(task, run)
     with threadpool_limits(limits=run.threads):
@@ -369,13 +361,10 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     for options in option_sets or [{}]:  # a bad option set is the request's error, not each source's
         spec = canonical_options(options)["arch_spec"]
         if spec is not None:
-            from ..archs.spec import load_spec_file
-
             load_spec_file(spec)
     if progress is None:
         progress = sys.stderr.isatty()
     if workers is None and scheduler is None:  # a cluster's workers have their own cores
-        from ..pipeline import cap_threads
 
         run = AnalysisOptions.build(run, threads=cap_threads(run.threads))
     start = time.perf_counter()
@@ -418,8 +407,6 @@ def _fresh_tasks(tasks: Iterator[Task], st: Store, report: SweepReport, bars) ->
 def _run_here(tasks: Iterator[Task], st: Store, report: SweepReport, run: AnalysisOptions, bars) -> None:
     """One task after the other in this thread; each record is written by a writer thread while
     the next checkpoint is analysed."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-write") as writer:
         writes = []
         for task in tasks:
@@ -455,9 +442,6 @@ def _layer_counter(task: Task, bars):
 
 def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars, workers, scheduler,
               per_layer) -> None:
-    from ..io.lora import is_adapter_folder
-    from .cluster import dask_client
-
     with dask_client(workers=workers, scheduler=scheduler, what="sweep") as (client, mode):
         from dask.distributed import KilledWorker, as_completed
 
@@ -514,7 +498,6 @@ class _NoBar:
 def _bar(enabled: bool, **kwargs):
     if not enabled:
         return _NoBar()
-    from ..pipeline import tqdm_class
 
     return tqdm_class()(file=sys.stderr, dynamic_ncols=True, **kwargs)
 

@@ -29,9 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..archs.spec import load_spec_file
 from ..errors import SpecboundError, oversized_integer_text
+from ..io.base import MAX_SMALL_FILE_BYTES, read_regular_file
 from ..options import AnalysisOptions, option_names
 from ..io.hub_cache import cache_dir, cached_model_ids, find_snapshot
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _NAME_BEFORE = re.compile(r"([A-Za-z]+)[-_=:]?$")
@@ -318,12 +325,6 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         grid_m = 20
         rank_tol = 1e-10
     """
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    from ..io.base import MAX_SMALL_FILE_BYTES, read_regular_file
-
     path = Path(path)
     # a regular file of at most 16 MiB: a FIFO would block the read, /dev/zero never end it
     raw_bytes = read_regular_file(path, MAX_SMALL_FILE_BYTES, "sweep config", "pass a TOML file (sources, store, [options])")
@@ -363,8 +364,6 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         try:
             AnalysisOptions.build(options)
             if options.get("arch_spec") is not None:
-                from ..archs.spec import load_spec_file
-
                 load_spec_file(options["arch_spec"])  # a bad spec is the config's error, not each source's
         except SpecboundError as exc:
             raise SpecboundError(f"{path}: {exc}") from None

@@ -23,6 +23,7 @@ dropped.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -31,14 +32,21 @@ import socket
 import stat
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import pandas as pd
+import pyarrow.parquet as pq
+
 from ..atomic import remove_stale, temp_path
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, SpecboundWarning, os_errors
 from ..io.base import fingerprint, read_regular_file
 from ..options import AnalysisOptions, option_fields
+from ..records.analysis import analysis_from_document
+from ..records.curves import contribution_curves
+from ..records.schema import column_types_problem, read_table
 
 # The store format, in every key and record.json.  Format 1's key is a hash of the weights and of
 # KEY_OPTIONS (always, in this order) plus every other option that changes the numbers and differs
@@ -189,8 +197,6 @@ class Record:
     def analysis(self):
         """This record as an :class:`~specbound.records.Analysis` (its stored document and tables;
         load it with the ``matrices``, ``layers`` and ``singular_values`` tables)."""
-        from ..records.analysis import analysis_from_document
-
         missing = [t for t in ("matrices", "layers", "singular_values") if t not in self.tables]
         if missing:
             raise SpecboundError(f"record {self.key} was loaded without its {', '.join(missing)} table(s); "
@@ -218,8 +224,6 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
                          cpu_seconds: float | None = None, metrics: dict[str, float] | None = None) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here); ``metrics``:
     the user's own numbers for the checkpoint (:mod:`specbound.sweep.metrics`), not part of the key."""
-    from ..records.curves import contribution_curves
-
     doc = analysis.to_dict()
     for big in ("matrices", "layers"):
         doc.pop(big, None)
@@ -245,8 +249,6 @@ def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, A
 
 def _with_ids(table, *, key: str, source: str):
     """``table`` with ``key`` and ``source`` columns first (string dtype)."""
-    import pandas as pd
-
     ids = pd.DataFrame({"key": pd.Series([key] * len(table), dtype="string"),
                         "source": pd.Series([source] * len(table), dtype="string")})
     return pd.concat([ids, table.reset_index(drop=True)], axis=1)
@@ -345,10 +347,6 @@ class Store:
         """Move record ``key`` to ``quarantine/`` (kept for inspection, out of every reader's way),
         warn, and return where it went (None when the store is read-only: the record is then only
         skipped)."""
-        import warnings
-
-        from ..errors import SpecboundWarning
-
         self._checked.pop(key, None)
         target = self.root / QUARANTINE / f"{key}+{time.strftime('%Y%m%dT%H%M%S')}+{uuid.uuid4().hex[:6]}"
         try:
@@ -406,12 +404,6 @@ class Store:
     def load(self, key: str, tables: tuple[str, ...] = TABLES) -> Record:
         """The record ``key`` with the named tables read (one that cannot be read is quarantined
         and is an error)."""
-        import pandas as pd
-
-        import io
-
-        from ..records.schema import column_types_problem, read_table
-
         meta = self.load_meta(key)
         try:
             read = {}
@@ -440,8 +432,6 @@ class Store:
     def table(self):
         """One row per record: ``key, source, family, L, N, H, H_kv, d_head, d_ff``, the options,
         ``label_<name>`` for each pattern label and one column per bound; sorted by L, N, source."""
-        import pandas as pd
-
         rows = []
         for key in self.keys():
             meta = self.load_meta(key)
@@ -611,7 +601,6 @@ def record_problem(folder: Path, key: str) -> str | None:
     problem = meta_problem(meta, key)
     if problem is not None:
         return problem
-    import pyarrow.parquet as pq
 
     for table in TABLES:
         path = folder / f"{table}.parquet"

@@ -9,6 +9,8 @@ from the same pages in a checkout (:data:`SITE_BUILD`); no host publishes it yet
 from __future__ import annotations
 
 import difflib
+import importlib
+import inspect
 import re
 from pathlib import Path
 
@@ -108,9 +110,6 @@ def expand_directives(text: str) -> str:
 
 
 def _reference(dotted: str) -> list[str]:
-    import importlib
-    import inspect
-
     parts = dotted.split(".")
     obj, found = None, False
     for k in range(len(parts) - 1, 0, -1):  # the longest importable module, then attributes

@@ -10,10 +10,19 @@ from what the code computes (each to the 4 significant digits it is printed with
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import sys
 from pathlib import Path
+
+from ..archs.hybrids import refused_families
+from ..archs.registry import builtin_specs
+from ..bounds.covering import NET_CONSTANT, dudley_log_integral
+from ..bounds.gap import GapParameters, gap_terms
+from ..bounds.registry import REGISTRY
+from ..io.gguf_archs import ARCHS
+from ..pipeline import analyze
 
 N_GAP = 10**6  # the sample size of the gap column
 MARGIN = 1.0
@@ -47,8 +56,6 @@ def below_one_at(gap_at_n: float, n: int) -> float:
 
 def bounds_minilm() -> str:
     """docs/bounds.md section 11: every bound on the embedded all-MiniLM-L6-v2 and its gap."""
-    from ..pipeline import analyze
-
     a = analyze(n=N_GAP, margin=MARGIN, threads=1)
     gaps, dims, grid_m = a.gap_bound, a.model, a.options["grid_m"]
     adaptive = a.bounds["spectral_adaptive"]
@@ -61,8 +68,6 @@ def bounds_minilm() -> str:
         shown = f"{int(value):,}" if name == "param_count" else number(value)
         ratio = "" if name == "param_count" else number(value / adaptive)
         lines.append(f"| {name} | {shown} | {ratio} | {gap} |")
-    from ..bounds.covering import NET_CONSTANT, dudley_log_integral
-    from ..bounds.gap import GapParameters, gap_terms
 
     m = a.matrices
     # I(ln R) of every matrix, R = 9 scale_T ||W||_F, scale_T = scale T / L with T = #matrices (the budget
@@ -107,8 +112,6 @@ GGUF = "gguf-"  # the model types of GGUF families: gguf-<llama.cpp architecture
 
 def families() -> str:
     """docs/families.md: every shipped family, from ``archs/data/*.json`` (each once, none missing)."""
-    from ..archs.registry import builtin_specs
-
     specs = builtin_specs().values()
     hub = [s for s in specs if not any(t.startswith(GGUF) for t in s.model_types)]
     gguf = [s for s in specs if s not in hub]
@@ -127,7 +130,6 @@ def families() -> str:
               "| family | GGUF architectures | what it is |", "|---|---|---|"]
     lines += [f"| `{s.family}` | {', '.join(f'`{t.removeprefix(GGUF)}`' for t in s.model_types)} | "
               f"{_cell(s.description)} |" for s in gguf]
-    from ..archs.hybrids import refused_families
 
     refused = refused_families()
     lines += ["", f"{len(refused)} hybrid families refused as a whole (`archs/data/refused/`), in one line that names "
@@ -140,9 +142,6 @@ def families() -> str:
 def readme_families() -> str:
     """README.md: one row per shipped family and per refused hybrid, from ``archs/data`` (each once,
     none missing); what each is: docs/families.md."""
-    from ..archs.hybrids import refused_families
-    from ..archs.registry import builtin_specs
-
     def types(model_types) -> str:
         return " ".join(f"`{t.removeprefix(GGUF)}`" for t in model_types)
 
@@ -158,8 +157,6 @@ def readme_families() -> str:
 
 def gguf_architectures() -> str:
     """docs/formats.md: every llama.cpp architecture the GGUF reader reads, from its row in ``io/gguf_archs.py``."""
-    from ..io.gguf_archs import ARCHS
-
     def own(row) -> str:
         hooks = [f"{what} `{hook.__name__}`" for what, hook in (("layer types", row.layers), ("keys", row.keys),
                                                                  ("tensor renames", row.blocks), ("joins", row.joined))
@@ -179,8 +176,6 @@ def gguf_architectures() -> str:
 
 def bounds_registry() -> str:
     """docs/registry.md: every registered bound, in output order, from ``bounds/registry.py``."""
-    from ..bounds.registry import REGISTRY
-
     lines = ["| bound | group | title | reference | reads | on `W - W0` |", "|---|---|---|---|---|---|"]
     for name, b in REGISTRY.items():
         needs = ", ".join(f"`{n}`" for n in b.needs)
@@ -192,8 +187,6 @@ def bounds_registry() -> str:
 def cli_reference(parser) -> str:
     """docs/cli.md: every subcommand and option of ``parser`` (``specbound.cli._parser()``), read from
     the argparse objects themselves, so the page cannot drift from ``--help``."""
-    import argparse
-
     def commands(p, words):
         yield words, p
         for action in p._actions:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import SpecboundError
+from .synthetic import write_bert_checkpoint
 
 DEPTHS = (2, 4, 6, 8, 10, 12)
 WIDTHS = (128, 256, 512, 768)
@@ -55,8 +56,6 @@ def write_miniatures(root: str | Path, *, layout: str = "hf-cache", depths=DEPTH
     list of Path
         The model folders written (the snapshot folders for the cache layout).
     """
-    from .synthetic import write_bert_checkpoint
-
     if layout not in LAYOUTS:
         raise SpecboundError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     root = Path(root).expanduser()

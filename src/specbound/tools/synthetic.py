@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from safetensors.numpy import save_file
 
 
 def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: int, vocab: int = 512,
@@ -16,8 +17,6 @@ def write_bert_checkpoint(folder: str | Path, *, L: int, N: int, H: int, d_ff: i
     Weights are Gaussian with std 0.02 (BERT's initialiser), plus the biases, LayerNorm parameters and
     embeddings a real checkpoint carries, so the loader's accounting is exercised too.
     """
-    from safetensors.numpy import save_file
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
