@@ -35,15 +35,13 @@ def test_threads_beyond_the_cores_are_capped_and_said(tiny_bert_dir, monkeypatch
 
     monkeypatch.setattr(analysis, "available_cores", lambda: 2)
     seen = []
-    import threadpoolctl  # analyze imports threadpool_limits from it when called
-
-    original = threadpoolctl.threadpool_limits
+    original = analysis.threadpool_limits
 
     def spy(limits=None, **kwargs):
         seen.append(limits)
         return original(limits=limits, **kwargs)
 
-    monkeypatch.setattr(threadpoolctl, "threadpool_limits", spy)
+    monkeypatch.setattr(analysis, "threadpool_limits", spy)
     with pytest.warns(SpecboundWarning, match="100000 threads capped at the 2 core"):
         capped = specbound.analyze(tiny_bert_dir, threads=100000, jobs=1)
     assert seen == [2]
@@ -64,14 +62,12 @@ def test_the_defaults_take_a_layer_per_core_with_one_blas_thread(tiny_bert_dir, 
     """analyze() with defaults once took 8.25 s against 1.62 s with threads=1 on a busy 2-core
     machine (one layer at a time on BLAS's default thread count).  The defaults now run a layer per
     usable core, one BLAS thread each: jobs x threads never exceeds the cores."""
-    import threadpoolctl
-
     import specbound.pipeline as analysis
 
     monkeypatch.setattr(analysis, "available_cores", lambda: 2)
     seen, jobs_seen = [], []
-    original, spectra = threadpoolctl.threadpool_limits, analysis.all_layer_spectra
-    monkeypatch.setattr(threadpoolctl, "threadpool_limits",
+    original, spectra = analysis.threadpool_limits, analysis.all_layer_spectra
+    monkeypatch.setattr(analysis, "threadpool_limits",
                         lambda limits=None, **kw: seen.append(limits) or original(limits=limits, **kw))
     monkeypatch.setattr(analysis, "all_layer_spectra",
                         lambda *a, jobs, **kw: jobs_seen.append(jobs) or spectra(*a, jobs=jobs, **kw))

@@ -8,7 +8,11 @@ by layer, and is what the command line, sweeps and the study call.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,9 +20,9 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-
-from .errors import SpecboundError
+from .errors import SpecboundError, SpecboundWarning
 from .options import AnalysisOptions, KernelOptions
 from .io import Checkpoint, open_checkpoint
 from .io.base import available_memory
@@ -33,8 +37,10 @@ from .archs.towers import TowerView, tower_spec, tower_views
 from .archs.model import UNBOUNDED_POSITIONS, LayerWeights, ModelDims, RotaryLayout
 from .archs.rotary import rotary_layouts
 from .archs.structure import model_structure
+from .compute.latent import latent_difference_spectra
 from .compute.layer_spectra import LayerSpectra, layer_spectra
 from .compute.spectra import ROTARY_METHODS, dense_spectrum, numerical_rank
+from .compute.torch_kernels import torch_device
 from .compute.distance import difference_spectra, rotary_difference_spectra
 from .compute.low_rank import update_difference_spectra
 from .archs.low_rank import DenseUpdate, read_layer_updates
@@ -110,8 +116,6 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
 
 def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | None) -> Analysis:
     """:func:`analyze` of one opened chain (one tower of a two-tower model)."""
-    from threadpoolctl import threadpool_limits
-
     init_model = open_init(opts.init, model) if opts.init is not None else adapter_base(model)
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
@@ -138,8 +142,6 @@ def _torch_threads(device: str, threads: int | None):
     if device == "numpy":
         yield
         return
-    from .compute.torch_kernels import torch_device
-
     torch_device(device)
     import torch
 
@@ -175,8 +177,6 @@ class LayersBar:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            import sys
-
             self.bar = tqdm_class()(desc="layers", unit="layer", total=total, file=sys.stderr,
                                     dynamic_ncols=True, disable=not self.enabled, mininterval=0)
         self.bar.update(done - self.bar.n)
@@ -433,8 +433,6 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None, kernel: Ke
 
     overlap = jobs <= 1 or len(todo) <= 1
     if overlap:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-read") as reader:
             ahead = reader.submit(read_layer, model, todo[0]) if todo else None
             for position, layer in enumerate(todo):
@@ -443,8 +441,6 @@ def all_layer_spectra(model: OpenModel, init_model: OpenModel | None, kernel: Ke
                 record(layer, one(layer, weights))
                 del weights
     else:
-        from concurrent.futures import ThreadPoolExecutor, as_completed
-
         pool = ThreadPoolExecutor(max_workers=min(jobs, len(todo)), thread_name_prefix="specbound-layer")
         try:
             futures = {pool.submit(one, layer): layer for layer in todo}
@@ -499,10 +495,6 @@ def cap_threads(threads: int | None) -> int | None:
     said in a :class:`~specbound.errors.SpecboundWarning`."""
     cores = available_cores()
     if threads is not None and threads > cores:
-        import warnings
-
-        from .errors import SpecboundWarning
-
         warnings.warn(SpecboundWarning(f"{threads} threads capped at the {cores} core(s) this process may use"),
                       stacklevel=3)
         return cores
@@ -512,8 +504,6 @@ def cap_threads(threads: int | None) -> int | None:
 def available_cores() -> int:
     """CPU cores this process may use: the CPUs it may run on (``os.sched_getaffinity``), at most
     its cgroup's CPU quota rounded up (a container given 2 CPUs of a 64-core host: 2)."""
-    import os
-
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -554,8 +544,6 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
         if updates is not None:
             raise SpecboundError("a LoRA adapter on a multi-head latent attention model is not supported: merge it "
                                  "and pass the base with --init")
-        from .compute.latent import latent_difference_spectra
-
         return LayerSpectra(layer, *latent_difference_spectra(raw, raw0, kernel), dims.block)
     weights, w0 = logit_factors(raw, a), logit_factors(raw0, a)
     if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)

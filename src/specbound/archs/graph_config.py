@@ -25,6 +25,7 @@ from typing import Any
 
 from ..errors import SpecboundError
 from ..io import FLOAT_DTYPES, Checkpoint
+from .infer import role_sizes
 from .registry import builtin_specs
 from .spec import ArchSpec
 from .tensor_names import assign_roles, find_layer_stack, module_of
@@ -164,8 +165,6 @@ def _activation(module: str, hints) -> tuple[str, str] | None:
 def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
     """The config ``ckpt`` lacks, in its family's config keys, and the evidence of each value
     (module docstring).  Keys already in ``ckpt.config`` are kept as given."""
-    from .infer import role_sizes
-
     given = dict(ckpt.config)
     stack = find_layer_stack(ckpt, _layers_from_config(given))
     matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2

@@ -42,12 +42,15 @@ from typing import Any
 
 from .binding import account_for_tensors, detect_prefix, infer_kv_heads, model_dims
 from .hybrids import RECURRENT_WEIGHT, RECURRENT_WHAT, RECURRENT_WHY
+from .registry import builtin_specs, referenced_family
 from .spec import LAYER_PLACEHOLDER, parse_spec
+from .stacks import bind
 from ..io import FLOAT_DTYPES, Checkpoint
 from ..errors import SpecboundError, index_ranges as ranges
 from .tensor_names import (ExpertStack, LayerStack, RoleAssignment, assign_attention_roles, assign_roles,
                            find_expert_stack, find_layer_stack, find_layer_stacks, ignore_patterns, is_cross_attention,
                            leaf, module_of, norms_per_layer, stacks_ignore_patterns, wrapper_prefix)
+from .towers import tower_spec, tower_views
 
 # config.json keys by field, most usual first.  A key is used only when its value matches what the
 # weights show (except the number of heads, which the weights do not show).
@@ -725,9 +728,6 @@ def _note_ignored(patterns: list[str], in_layer: list[str], stack_rel: str, draf
 
 def self_check(spec: dict, ckpt: Checkpoint) -> str:
     """``analyze``'s accounting on the draft: ``"ok: ..."`` or ``"FAILS: <the error>"``."""
-    from .stacks import bind
-    from .towers import tower_spec, tower_views
-
     try:
         parsed = parse_spec(spec, "the drafted spec")
         if parsed.towers is not None:
@@ -913,8 +913,6 @@ def _infer_wrapper(ckpt: Checkpoint, draft: Draft, model_type: str) -> Draft | N
     reference them (docs/architectures.md), each under the prefix where the checkpoint holds that family's
     layer-0 query weight, the tensors outside every tower drafted as the projector; None when no shipped
     family reads the text model (the one-chain draft then reads its tensor names)."""
-    from .registry import builtin_specs, referenced_family
-
     # a section's model type that a shipped wrapper's tower reads as a family of another name (idefics3_vision)
     aliases = {t: tower.family for spec in builtin_specs().values() for tower in spec.towers or ()
                if tower.family is not None for t in tower.model_types}

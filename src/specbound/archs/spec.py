@@ -30,6 +30,8 @@ content-to-position and position-to-content terms the config switches on).
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,9 +39,10 @@ from typing import Any
 import regex
 
 from ..errors import SpecboundError
+from ..io.base import load_json
 from ..io.patterns import PATTERN_TIMEOUT, bounded_search, compile_pattern
 from ..options import POSITIVE_INT, Choice
-from .model import MROPE_KINDS, PAIRINGS
+from .model import MROPE_KINDS, PAIRINGS, QK_NORM_SPANS
 from .schema import Flag, Keys, NameMap, Strings, Text, declare, declared, document_keys, fail, read_key, read_keys
 from .structure import validate_structure
 
@@ -1151,8 +1154,6 @@ def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
     "weight" | "one_plus_weight", "eps": [config keys], "eps_default": number (optional)}``."""
     if raw is None:
         return None
-    from .model import QK_NORM_SPANS
-
     weightless = isinstance(raw, dict) and raw.get("gain") == "none"
     keys = {"span", "gain", "eps"} | (set() if weightless else {"q", "k"})
     optional = {"eps_default", "layers", "when", "when_default"}
@@ -1177,8 +1178,6 @@ def _qk_norm_rule(raw: Any, origin: str) -> QKNormRule | None:
 
 def load_spec_file(path: str | Path) -> ArchSpec:
     """Load a user's spec file (``--arch-spec FILE``)."""
-    import os
-
     if not isinstance(path, (str, os.PathLike)):
         raise SpecboundError(f"arch_spec must be the path of a JSON spec file (or an ArchSpec), found "
                              f"{type(path).__name__} {path!r}")
@@ -1187,8 +1186,6 @@ def load_spec_file(path: str | Path) -> ArchSpec:
         found = "a folder" if path.is_dir() else "nothing"
         raise SpecboundError(f"architecture spec file not found: {path} is {found}; pass a JSON spec file "
                              f"(see docs/architectures.md)")
-    from ..io.base import load_json
-
     raw = load_json(path, "architecture spec", "the file must hold one JSON object (see docs/architectures.md)")
     return parse_spec(raw, str(path))
 
@@ -1199,8 +1196,6 @@ def stored_in_out(spec: ArchSpec):
     (every stack's, tower's and variant's, with any wrapper prefix); None when no rule names it in a
     family that has ``conv1d`` tensors (a family without any stores every weight ``(out, in)``).
     What a LoRA update's orientation follows (:meth:`~specbound.io.lora.LoraCheckpoint.use_layouts`)."""
-    import re
-
     rules, pending = [], [spec]
     while pending:
         s = pending.pop()

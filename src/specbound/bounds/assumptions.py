@@ -16,6 +16,7 @@ from typing import Any
 
 from ..archs.model import UNBOUNDED_POSITIONS, ModelDims, RotaryLayout
 from ..archs.structure import Structure
+from ..compute.propagation import clamped_swiglu_constants
 from ..io.base import WEIGHTS_NOTE
 
 
@@ -502,8 +503,6 @@ def _structure_entries(st: Structure | None, qk_norm: dict[str, Any] | None = No
         if (value is not None) if on is None else value == on:
             out.append(_entry(name, True, text.format(value=value, query_key=query_key), kind))
     if st.swiglu_limit is not None:
-        from ..compute.propagation import clamped_swiglu_constants
-
         limit, alpha = st.swiglu_limit, st.swiglu_alpha or 1.702
         l_phi, c_phi = clamped_swiglu_constants(limit, alpha)
         out.append(_entry("clamped_swiglu", True,

@@ -3,8 +3,8 @@
 Sources: a Hugging Face model folder (probed for each format of :mod:`.formats` in turn), a weights
 file with config.json beside it (its format by suffix), a hub id (the local cache, else fetched)
 (:mod:`.hub_cache`), an in-memory model (:mod:`.pytorch`), or a PEFT LoRA adapter folder read with
-its base as the merged model (:mod:`.lora`).  Each format's reader, and its
-dependency (torch, onnx, h5py, msgpack), is imported only for a file of that format.
+its base as the merged model (:mod:`.lora`).  Each format's dependency (torch, onnx, h5py, msgpack,
+gguf) is imported only for a file of that format.
 """
 
 from __future__ import annotations
@@ -15,6 +15,13 @@ from typing import Any
 
 from ..errors import SpecboundError, os_errors, refuse_oversized_integers
 from .base import Checkpoint, read_config
+from .ctranslate2_file import _looks_like_ct2
+from .gguf_file import is_gguf
+from .hub_cache import looks_like_hub_id, resolve_hub_id
+from .hub_fetch import parse_size
+from .lora import is_adapter_folder, open_adapter
+from .pytorch import from_memory
+from .quantized import maybe_quantized  # GPTQ, AWQ, compressed-tensors, bitsandbytes, MLX
 from .sentence_modules import read_sentence_modules
 from .formats import (CTRANSLATE2, FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES,
                       format_of)
@@ -38,13 +45,9 @@ def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream
         raise SpecboundError(f"stream=True (--stream) reads a hub id ORG/NAME by HTTP range requests; "
                              f"{_shown(source)} is not one: leave --stream out for a local model")
     if disk_budget is not None:  # a budget that does not parse is an error, cached model or not
-        from .hub_fetch import parse_size
-
         disk_budget = parse_size(disk_budget)
     if not isinstance(source, (str, os.PathLike)):
         _refuse_base(base, f"an in-memory {type(source).__name__}")
-        from .pytorch import from_memory
-
         return from_memory(source, config)
     with os_errors(f"open the checkpoint {source}"):
         ckpt = _open_path(source, config, stream=stream, disk_budget=disk_budget, base=base)
@@ -68,8 +71,6 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
                disk_budget: int | str | None = None, base: Any = None) -> Checkpoint:
     path = Path(source).expanduser()
     if not path.exists():
-        from .hub_cache import looks_like_hub_id, resolve_hub_id
-
         if not looks_like_hub_id(str(source)):
             raise SpecboundError(
                 f"checkpoint not found: {source!s} does not exist; pass a Hugging Face model folder "
@@ -82,14 +83,10 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
                                  f"{Path.cwd()})") from None
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
             _refuse_base(base, f"the streamed model {source!s}")
-            from .quantized import maybe_quantized
-
             return maybe_quantized(path)  # keeps the streamed checkpoint's hub_source
         ckpt = _open_path(path, config, base=base)  # the snapshot folder, read as any folder
         ckpt.set_facts(hub_source=f"{str(source).partition('@')[0]}@{path.name}")  # ORG/NAME@commit: what was read
         return ckpt
-    from .lora import is_adapter_folder, open_adapter
-
     if is_adapter_folder(path):  # before any "no config.json": an adapter has none of its own
         return open_adapter(path, base, config, open_checkpoint)
     _refuse_base(base, str(source))
@@ -135,8 +132,6 @@ def _refuse_tokenizer_only(folder: Path) -> None:
 
 
 def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
-    from .quantized import maybe_quantized  # GPTQ, AWQ, compressed-tensors, bitsandbytes, MLX
-
     ckpt = maybe_quantized(ckpt)
     if (folder / "config.json").is_file() and not ckpt.facts.config_from_weights:  # CTranslate2 rebuilds its config
         ckpt.set_facts(config_path=folder / "config.json")
@@ -152,12 +147,8 @@ def _refuse_folders_named_like_files(folder: Path) -> None:
 
 
 def _open_file(path: Path, config: dict[str, Any] | None = None) -> Checkpoint:
-    from .gguf_file import is_gguf  # GGUF: config in the file's metadata, no config.json
-
-    if is_gguf(path):  # by suffix or by its magic bytes (Ollama's blobs have no suffix)
+    if is_gguf(path):  # GGUF, by suffix or by its magic bytes (Ollama's blobs have no suffix): config in its metadata
         return GGUF.open(path, None)
-    from .ctranslate2_file import _looks_like_ct2
-
     if path.suffix == ".bin" and _looks_like_ct2(path):  # CTranslate2's model.bin: not a pickle
         return CTRANSLATE2.open(path, None)
     fmt = format_of(path)

@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SpecboundError, os_errors
+from ..errors import SpecboundError, index_ranges, os_errors
 from ..options import MAX_COUNT, MAX_SCALE
 from .base import WEIGHTS_NOTE, Checkpoint, ReaderFacts
 from .gguf_archs import ARCHS, BLOCK
@@ -485,8 +485,6 @@ _RECURRENT = (("ssm_", "state-space or linear-attention", "blk.N.ssm_*"),
 def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list[str]) -> None:
     """A hybrid's (or a state-space model's) file, refused in one line naming the layers whose
     tensors are of a linear-attention, state-space or convolution block (docs/families.md)."""
-    from ..errors import index_ranges
-
     for prefix, kind, pattern in _RECURRENT:
         layers = sorted({int(m[1]) for n in names if (m := re.match(rf"^blk\.(\d+)\.{re.escape(prefix)}", n))})
         if layers:

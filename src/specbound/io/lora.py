@@ -31,8 +31,12 @@ import numpy as np
 import regex
 
 from ..errors import SpecboundError
-from ..options import shown
+from ..options import COUNT, Interval, shown
 from .base import MAX_SMALL_FILE_BYTES, Checkpoint, load_json
+from .hub_cache import looks_like_hub_id, resolve_hub_id
+from .pytorch import from_pickle_file
+from .safetensors_file import open_safetensors_file
+from .shard_index import inside
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -290,8 +294,6 @@ _RESAVE = "re-save the adapter with save_pretrained"
 def _check_number(where: Path, key: str, value: Any, *, integral: bool) -> None:
     """A rank (a positive integer of at most 2^53) or an alpha (a positive finite number of at most
     :data:`MAX_ALPHA`), in the vocabulary of :mod:`specbound.options`; one line otherwise."""
-    from ..options import COUNT, Interval
-
     accepted = COUNT if integral else Interval(Real, 0, MAX_ALPHA, "right")
     if not accepted.accepts(value):
         expected = ("a positive number: a whole rank of at most 2^53" if integral
@@ -306,11 +308,7 @@ def adapter_weights(folder: Path) -> Checkpoint:
         path = folder / name
         if path.is_file():
             if name.endswith(".safetensors"):
-                from .safetensors_file import open_safetensors_file
-
                 return open_safetensors_file(path, {})
-            from .pytorch import from_pickle_file
-
             return from_pickle_file(path, {})
     present = sorted(p.name for p in folder.iterdir())[:20]
     raise SpecboundError(f"{folder} has {ADAPTER_CONFIG} but no adapter weights: expected "
@@ -360,14 +358,10 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> tuple[Any, str
     """The base an adapter names and how it was found (a key of :data:`BASE_FOUND`), tried as PEFT's
     ``from_pretrained`` does: the path as written (from the current directory when relative), then
     relative to the adapter's folder, then a hub id; one line saying what is needed otherwise."""
-    from .hub_cache import looks_like_hub_id
-
     what = f"{folder} is {adapter_summary(cfg)}"
     if not isinstance(named, str) or not named.strip():
         raise SpecboundError(f"{what} and names no base model (base_model_name_or_path is empty); pass the base "
                              f"it was trained on with --base BASE (a model folder, weights file or hub id)")
-    from .shard_index import inside
-
     path = Path(named).expanduser()
     if path.exists():  # as written: what PEFT's from_pretrained loads first
         return path, "as named"
@@ -384,8 +378,6 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> tuple[Any, str
                 f"the adapter's folder")
     fix = "pass the base with --base BASE (a model folder, weights file or hub id)"
     if looks_like_hub_id(named):
-        from .hub_cache import resolve_hub_id
-
         try:
             return resolve_hub_id(named), "hub id"
         except SpecboundError as exc:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from ..archs.hybrids import refused_families
 from ..archs.registry import builtin_specs
+from ..archs.schema import declared
+from ..archs.spec import REFERENCE_KEYS, ROTARY_OPTIONS, TOWER_KEYS, ArchSpec
 from ..bounds.covering import NET_CONSTANT, dudley_log_integral
 from ..bounds.gap import GapParameters, gap_terms
 from ..bounds.registry import REGISTRY
@@ -234,9 +236,6 @@ def cli_reference(parser) -> str:
 
 def spec_keys() -> str:
     """docs/architectures.md: every key of a spec document, from its declaration on ``ArchSpec`` (archs/spec.py)."""
-    from ..archs.schema import declared
-    from ..archs.spec import ROTARY_OPTIONS, ArchSpec
-
     lines = ["| key | default | meaning |", "|---|---|---|"]
     lines += [f"| `{d.name}` | {d.default_text()} | {_cell(d.meta['doc'])} |" for d in declared(ArchSpec)]
     lines += ["", "The `rotary` object's optional keys besides `pairing`:", "", "| `rotary` key | meaning |", "|---|---|"]
@@ -246,17 +245,12 @@ def spec_keys() -> str:
 
 def tower_keys() -> str:
     """docs/architectures.md: the keys of a two-tower family's tower object, from ``archs/spec.py``."""
-    from ..archs.spec import TOWER_KEYS
-
     return "\n".join(["| tower key | meaning |", "|---|---|",
                       *(f"| `{name}` | {_cell(doc)} |" for name, doc in TOWER_KEYS.items())]) + "\n"
 
 
 def wrapper_keys() -> str:
     """docs/architectures.md: the keys of a vision-language wrapper and of its towers, from ``archs/spec.py``."""
-    from ..archs.schema import declared
-    from ..archs.spec import REFERENCE_KEYS, ArchSpec
-
     own = [d.name for d in declared(ArchSpec) if "wrapper" in d.meta["documents"]]
     return "\n".join([f"A wrapper holds only the keys {', '.join(f'`{k}`' for k in own)} (the table above: `ignore` "
                       f"lists the patterns every tower ignores); each tower:", "",
