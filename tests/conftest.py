@@ -18,6 +18,7 @@ def minilm_dir():
 
 # Tiny random BERT-family checkpoints (tests/support/tiny_models.py), each saved once per session.
 
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """``tiny_dir(name, variant="fp32")`` -> folder of a saved tiny model (built once per session).
@@ -70,6 +71,7 @@ def tiny_roberta_dir(tiny_dir):
 
 
 # The tiny BERT-Miniatures-shaped family of the sweep tests (TINY_PATTERN), written with specbound's own writer.
+
 
 @pytest.fixture(scope="session")
 def tiny_family(tmp_path_factory):

@@ -41,8 +41,11 @@ def public_integrations() -> list[str]:
     names = []
     for info in pkgutil.iter_modules(specbound.integrations.__path__):
         tree = ast.parse((Path(specbound.integrations.__path__[0]) / f"{info.name}.py").read_text())
-        exported = [node.value for node in tree.body if isinstance(node, ast.Assign)
-                    and any(getattr(t, "id", None) == "__all__" for t in node.targets)]
+        exported = [
+            node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+        ]
         assert exported, f"specbound.integrations.{info.name} declares no __all__ (its public names)"
         names += [f"specbound.integrations.{info.name}.{n}" for n in ast.literal_eval(exported[0])]
     return names
@@ -52,8 +55,11 @@ def missing_names(text: str) -> list[str]:
     """The public names ``text`` (an api.md) has no entry for."""
     entries = documented(text)
     objects = [resolve(p) for p in entries if not p.startswith("specbound.integrations.")]
-    missing = [name for name in specbound.__all__ if not name.startswith("__")
-               and not any(obj is getattr(specbound, name) for obj in objects)]
+    missing = [
+        name
+        for name in specbound.__all__
+        if not name.startswith("__") and not any(obj is getattr(specbound, name) for obj in objects)
+    ]
     return missing + [p for p in public_integrations() if p not in entries]
 
 
@@ -63,10 +69,11 @@ def test_every_public_name_is_in_the_api_reference():
 
 def test_a_name_left_out_is_found():
     text = (ROOT / "docs" / "api.md").read_text()
-    for entry, name in (("specbound.report.compare.Comparison", "Comparison"),
-                        ("specbound.report.compare.compare", "compare"),
-                        ("specbound.integrations.lightning.SpecboundCallback",
-                         "specbound.integrations.lightning.SpecboundCallback")):
+    for entry, name in (
+        ("specbound.report.compare.Comparison", "Comparison"),
+        ("specbound.report.compare.compare", "compare"),
+        ("specbound.integrations.lightning.SpecboundCallback", "specbound.integrations.lightning.SpecboundCallback"),
+    ):
         cut = text.replace(f"::: {entry}\n", "")
         assert cut != text, entry
         assert missing_names(cut) == [name]

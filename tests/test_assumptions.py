@@ -18,52 +18,86 @@ def _applying(entries):
 
 def test_bert_breaks_the_theorems_own_assumptions_and_uses_no_extension():
     entries = assumptions(AssumptionContext(BERT))
-    assert {e["name"] for e in entries} >= {"no_residual_connections", "normalisation_as_projection",
-                                           "unit_norm_inputs", "fixed_embeddings_and_head", "iid_samples"}
+    assert {e["name"] for e in entries} >= {
+        "no_residual_connections",
+        "normalisation_as_projection",
+        "unit_norm_inputs",
+        "fixed_embeddings_and_head",
+        "iid_samples",
+    }
     applying = _applying(entries)
     assert {"no_residual_connections", "normalisation_as_projection", "unit_norm_inputs"} <= applying
-    assert not applying & {"gated_feed_forward", "parallel_block", "grouped_query_attention", "shared_weights",
-                           "rotary_positions", "iid_samples"}
+    assert not applying & {
+        "gated_feed_forward",
+        "parallel_block",
+        "grouped_query_attention",
+        "shared_weights",
+        "rotary_positions",
+        "iid_samples",
+    }
     assert not is_theorem(entries)  # residual connections alone make every number a proxy
     assert all(set(e) == {"name", "applies", "kind", "effect"} and e["effect"] for e in entries)
 
 
-@pytest.mark.parametrize("dims, flags, expected", [
-    (ModelDims(L=2, N=16, H=4, H_kv=2, d_head=4, d_ff=24, feed_forward="gated"), dict(rotary=True),
-     {"gated_feed_forward", "grouped_query_attention", "rotary_positions"}),
-    (ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"), dict(rotary=True),
-     {"parallel_block", "rotary_positions"}),
-    (ModelDims(L=4, N=16, H=4, H_kv=4, d_head=4, d_ff=24, stored=(0, 0, 1, 1)), dict(gap=True),
-     {"shared_weights", "iid_samples"}),
-])
+@pytest.mark.parametrize(
+    "dims, flags, expected",
+    [
+        (
+            ModelDims(L=2, N=16, H=4, H_kv=2, d_head=4, d_ff=24, feed_forward="gated"),
+            dict(rotary=True),
+            {"gated_feed_forward", "grouped_query_attention", "rotary_positions"},
+        ),
+        (
+            ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"),
+            dict(rotary=True),
+            {"parallel_block", "rotary_positions"},
+        ),
+        (
+            ModelDims(L=4, N=16, H=4, H_kv=4, d_head=4, d_ff=24, stored=(0, 0, 1, 1)),
+            dict(gap=True),
+            {"shared_weights", "iid_samples"},
+        ),
+    ],
+)
 def test_each_extension_is_named_when_it_is_used(dims, flags, expected):
     entries = assumptions(AssumptionContext(dims, **flags))
     assert expected <= _applying(entries)
-    assert {e["name"] for e in entries if e["kind"] == "extension" and e["applies"]} == \
-        expected - {"iid_samples"} | ({"gap_forms"} if flags.get("gap") else set())
+    assert {e["name"] for e in entries if e["kind"] == "extension" and e["applies"]} == expected - {"iid_samples"} | (
+        {"gap_forms"} if flags.get("gap") else set()
+    )
 
 
-@pytest.mark.parametrize("dims, form", [
-    (BERT, "Lambda = L_phi c(FF_in) c(FF_out) sum_h c(OV_h)(1 + 4 c(QK_h))"),
-    (ModelDims(L=2, N=16, H=4, H_kv=2, d_head=4, d_ff=24, feed_forward="gated"),
-     "Lambda = (L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out) sum_h c(OV_h)(1 + 4 c(QK_h))"),
-    (ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"),
-     "Lambda = sum_h c(OV_h)(1 + 4 c(QK_h)) + L_phi c(FF_in) c(FF_out)"),
-    (ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel", feed_forward="gated"),
-     "Lambda = sum_h c(OV_h)(1 + 4 c(QK_h)) + (L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out)"),
-])
+@pytest.mark.parametrize(
+    "dims, form",
+    [
+        (BERT, "Lambda = L_phi c(FF_in) c(FF_out) sum_h c(OV_h)(1 + 4 c(QK_h))"),
+        (
+            ModelDims(L=2, N=16, H=4, H_kv=2, d_head=4, d_ff=24, feed_forward="gated"),
+            "Lambda = (L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out) sum_h c(OV_h)(1 + 4 c(QK_h))",
+        ),
+        (
+            ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel"),
+            "Lambda = sum_h c(OV_h)(1 + 4 c(QK_h)) + L_phi c(FF_in) c(FF_out)",
+        ),
+        (
+            ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24, block="parallel", feed_forward="gated"),
+            "Lambda = sum_h c(OV_h)(1 + 4 c(QK_h)) + (L_phi + c_phi) c(FF_gate) c(FF_up) c(FF_out)",
+        ),
+    ],
+)
 def test_each_family_is_told_its_own_layer_form(dims, form):
     """The Lambda the assumptions print is the one compute.propagation.layer_lipschitz uses."""
     import numpy as np
 
     from specbound.compute.propagation import LayerSpectralNorms, layer_lipschitz
 
-    entry = next(e for e in assumptions(AssumptionContext(dims))
-                 if e["name"] == "multi_head_layer_form")
+    entry = next(e for e in assumptions(AssumptionContext(dims)) if e["name"] == "multi_head_layer_form")
     assert entry["effect"].startswith(form)
     # the printed form, evaluated by hand, is the code's
     qk, ov, l_phi = np.array([0.5, 0.1]), np.array([0.7, 0.9]), 1.3
-    ff = {"FF_gate": 2.0, "FF_up": 3.0, "FF_out": 5.0} if dims.feed_forward == "gated" else {"FF_in": 2.0, "FF_out": 5.0}
+    ff = (
+        {"FF_gate": 2.0, "FF_up": 3.0, "FF_out": 5.0} if dims.feed_forward == "gated" else {"FF_in": 2.0, "FF_out": 5.0}
+    )
     attention = float(np.sum(ov * (1 + 4 * qk)))
     feed_forward = (l_phi + 1.0) * 30.0 if dims.feed_forward == "gated" else l_phi * 10.0
     expected = attention + feed_forward if dims.block == "parallel" else attention * feed_forward

@@ -36,8 +36,9 @@ def test_mode_follows_the_umask(tmp_path, umask, mask, mode):
 def test_file_and_folder_are_fsynced_before_and_after_the_rename(tmp_path, monkeypatch):
     synced = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(specbound.atomic.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-                        or real_fsync(fd))
+    monkeypatch.setattr(
+        specbound.atomic.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd)
+    )
     monkeypatch.setattr(specbound.atomic.os, "replace", lambda a, b: synced.append("rename") or real_replace(a, b))
     target = tmp_path / "t.json"
     atomic_write(target, lambda p: open(p, "w").write("{}"))

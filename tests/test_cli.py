@@ -27,8 +27,23 @@ from specbound.cli import main
 from specbound.io.default_checkpoint import default_checkpoint
 
 ROLES = ("QK", "OV", "FF_in", "FF_out")
-MATRIX_KEYS = {"layer", "head", "role", "shape", "rank", "spectral_norm", "frobenius_norm", "nuclear_norm",
-               "stable_rank", "norm_2_1", "norm_1_1", "p_star", "contribution", "downstream_factor", "gamma"}
+MATRIX_KEYS = {
+    "layer",
+    "head",
+    "role",
+    "shape",
+    "rank",
+    "spectral_norm",
+    "frobenius_norm",
+    "nuclear_norm",
+    "stable_rank",
+    "norm_2_1",
+    "norm_1_1",
+    "p_star",
+    "contribution",
+    "downstream_factor",
+    "gamma",
+}
 SRC = str(Path(specbound.__file__).resolve().parents[1])  # the sources under test, for subprocesses
 
 
@@ -44,12 +59,12 @@ def assert_path_line(line, prefix, path):
     """The first screen prints ``path`` whole when it fits 100 columns, else its home as ~ and its
     middle elided: what is left must be the path's own head and tail, and the line at most 100."""
     assert line.startswith(prefix) and len(line) <= 100, line
-    shown = line[len(prefix):]
+    shown = line[len(prefix) :]
     if shown == path:
         return
     home = os.path.expanduser("~")
     if shown.startswith("~") and path.startswith(home + os.sep):
-        path = "~" + path[len(home):]
+        path = "~" + path[len(home) :]
     if shown == path:
         return
     head, sep, tail = shown.partition("...")
@@ -79,6 +94,7 @@ def json_run(tmp_path_factory):
 
 # --- text -----------------------------------------------------------------------------------------
 
+
 def test_text_summary_has_the_bounds(text_run, api):
     rc, out, err = text_run
     assert rc == 0 and err == ""
@@ -102,7 +118,7 @@ def test_the_first_screen_says_where_to_read_which_number_to_report(text_run):
     lines = out.splitlines()
     pointer = next(i for i, line in enumerate(lines) if line.startswith("which number to report"))
     assert pointer < next(i for i, line in enumerate(lines) if line.startswith("per layer"))
-    assert "specbound docs interpreting (docs/interpreting.md)" in " ".join(lines[pointer:pointer + 2])
+    assert "specbound docs interpreting (docs/interpreting.md)" in " ".join(lines[pointer : pointer + 2])
     assert "## Which number" in doc_pages.page_path("interpreting").read_text()
 
 
@@ -110,7 +126,7 @@ def test_text_summary_has_the_per_role_p_star_distribution(text_run, api):
     _, out, _ = text_run
     m = api.options["grid_m"]
     assert f"m={m}" in out
-    section = out[out.index("per role"):]
+    section = out[out.index("per role") :]
     for role in ROLES:
         p_stars = api.matrices.loc[api.matrices["role"] == role, "p_star"]
         line = next(l for l in section.splitlines() if l.split() and l.split()[0] == role)
@@ -123,6 +139,7 @@ def test_text_summary_has_the_per_role_p_star_distribution(text_run, api):
 
 # --- JSON -----------------------------------------------------------------------------------------
 
+
 def test_json_schema(json_run, api):
     rc, out, err, _ = json_run
     assert rc == 0 and err == ""
@@ -130,8 +147,14 @@ def test_json_schema(json_run, api):
 
     model = doc["model"]
     assert {"family", "L", "N", "H", "d_head", "d_ff"} <= set(model)
-    assert (model["family"], model["L"], model["N"], model["H"], model["d_head"], model["d_ff"]) == \
-        ("bert", 6, 384, 12, 32, 1536)
+    assert (model["family"], model["L"], model["N"], model["H"], model["d_head"], model["d_ff"]) == (
+        "bert",
+        6,
+        384,
+        12,
+        32,
+        1536,
+    )
 
     assert set(doc["bounds"]) >= {"spectral_adaptive", "edelman"}
     for name, value in doc["bounds"].items():
@@ -158,24 +181,37 @@ def test_json_schema(json_run, api):
     # the same numbers as the API, row by row
     ours = api.matrices
     assert [r["role"] for r in rows] == list(ours["role"])
-    for key in ("rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
-                "norm_1_1", "p_star", "contribution", "downstream_factor", "gamma"):
+    for key in (
+        "rank",
+        "spectral_norm",
+        "frobenius_norm",
+        "nuclear_norm",
+        "stable_rank",
+        "norm_2_1",
+        "norm_1_1",
+        "p_star",
+        "contribution",
+        "downstream_factor",
+        "gamma",
+    ):
         np.testing.assert_allclose([r[key] for r in rows], ours[key].to_numpy(float), rtol=1e-12, err_msg=key)
 
 
 # --- --out ----------------------------------------------------------------------------------------
 
+
 def test_out_writes_every_table_and_the_summary(json_run):
     _, _, _, out_dir = json_run
     names = sorted(p.name for p in out_dir.iterdir())
-    assert names == sorted([f"{t}.{ext}" for t in ("matrices", "layers", "singular_values")
-                            for ext in ("parquet", "csv")] + ["summary.json"])  # no temp files left
+    assert names == sorted(
+        [f"{t}.{ext}" for t in ("matrices", "layers", "singular_values") for ext in ("parquet", "csv")]
+        + ["summary.json"]
+    )  # no temp files left
 
 
 def test_parquet_round_trips_to_the_api_numbers(json_run, api):
     _, _, _, out_dir = json_run
-    for name, table in (("matrices", api.matrices), ("layers", api.layers),
-                        ("singular_values", api.singular_values)):
+    for name, table in (("matrices", api.matrices), ("layers", api.layers), ("singular_values", api.singular_values)):
         back = pd.read_parquet(out_dir / f"{name}.parquet")
         assert back.columns[0] == "source" and set(back["source"]) == {api.source}  # tidy: says whose rows
         pd.testing.assert_frame_equal(back.drop(columns="source"), table, check_exact=False, rtol=1e-12, atol=0)
@@ -206,6 +242,7 @@ def test_text_with_out_says_where(tmp_path):
 
 # --- processes and imports ------------------------------------------------------------------------
 
+
 def _python(*args):
     """Run the test's interpreter on the sources under test (PYTHONPATH=SRC), one BLAS thread."""
     env = {**os.environ, "PYTHONPATH": SRC, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -223,20 +260,24 @@ def test_analysis_imports_none_of_the_lazy_modules():
     huggingface_hub, gguf, tqdm, scipy.stats, ...): the declaration in pyproject.toml is what this checks."""
     lazy = _lazy_modules()
     assert {"torch", "transformers", "matplotlib", "onnx", "huggingface_hub", "tqdm"} <= set(lazy)
-    code = ("import specbound, sys; assert specbound.__file__.startswith(sys.argv[1]), specbound.__file__; "
-            "specbound.analyze(threads=1); "
-            "heavy = [m for m in sys.argv[2:] if m in sys.modules]; "
-            "assert not heavy, heavy")
+    code = (
+        "import specbound, sys; assert specbound.__file__.startswith(sys.argv[1]), specbound.__file__; "
+        "specbound.analyze(threads=1); "
+        "heavy = [m for m in sys.argv[2:] if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
     proc = _python("-c", code, SRC, *lazy)
     assert proc.returncode == 0, proc.stderr
 
 
 def test_import_specbound_is_cheap():
-    code = ("import specbound, sys; "
-            "heavy = [m for m in ('numpy', 'pandas', 'scipy', 'pyarrow', 'torch', 'transformers', 'matplotlib', "
-            "'onnx') if m in sys.modules]; assert not heavy, heavy; "
-            "ours = sorted(m for m in sys.modules if m.startswith('specbound')); "
-            "assert ours == ['specbound', 'specbound.errors'], ours")
+    code = (
+        "import specbound, sys; "
+        "heavy = [m for m in ('numpy', 'pandas', 'scipy', 'pyarrow', 'torch', 'transformers', 'matplotlib', "
+        "'onnx') if m in sys.modules]; assert not heavy, heavy; "
+        "ours = sorted(m for m in sys.modules if m.startswith('specbound')); "
+        "assert ours == ['specbound', 'specbound.errors'], ours"
+    )
     proc = _python("-c", code)
     assert proc.returncode == 0, proc.stderr
 
@@ -244,13 +285,15 @@ def test_import_specbound_is_cheap():
 def test_help_loads_the_parser_only():
     """``specbound --help`` imports the command line, its options and errors, and no stage: each command
     imports its own when it runs (why cli.py may import inside functions: pyproject.toml's per-file-ignores)."""
-    code = ("import contextlib, io, sys\n"
-            "from specbound.cli import main\n"
-            "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-            "    main(['--help'])\n"
-            "ours = sorted(m for m in sys.modules if m.startswith('specbound'))\n"
-            "assert ours == ['specbound', 'specbound.cli', 'specbound.errors', 'specbound.options'], ours\n"
-            "assert 'numpy' not in sys.modules\n")
+    code = (
+        "import contextlib, io, sys\n"
+        "from specbound.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "ours = sorted(m for m in sys.modules if m.startswith('specbound'))\n"
+        "assert ours == ['specbound', 'specbound.cli', 'specbound.errors', 'specbound.options'], ours\n"
+        "assert 'numpy' not in sys.modules\n"
+    )
     proc = _python("-c", code)
     assert proc.returncode == 0, proc.stderr
 
@@ -273,6 +316,7 @@ def test_progress_bar_on_request_only(tmp_path):
 
 # --- quiet, verbose, abbreviations, sweep options ---------------------------------------------------
 
+
 def test_quiet_prints_the_headline_bounds_only(api):
     rc, out, err = run_main("--threads", "1", "--quiet", "--progress")  # --progress still wins over --quiet
     assert rc == 0 and "layers" in err
@@ -286,10 +330,12 @@ def test_quiet_prints_the_headline_bounds_only(api):
 def test_verbose_adds_every_matrix_with_its_tensors(api, text_run):
     rc, out, err = run_main("--threads", "1", "--verbose")
     assert rc == 0 and out.startswith(text_run[1].rstrip("\n"))  # the summary, then more
-    section = out[out.index("\nevery matrix\n") + 1:].splitlines()[2:]  # past the title and the header
+    section = out[out.index("\nevery matrix\n") + 1 :].splitlines()[2:]  # past the title and the header
     assert len(section) == len(api.matrices)
-    assert "encoder.layer.0.attention.self.query.weight[0:32]|encoder.layer.0.attention.self.key.weight[0:32]" \
+    assert (
+        "encoder.layer.0.attention.self.query.weight[0:32]|encoder.layer.0.attention.self.key.weight[0:32]"
         in section[0]
+    )
 
 
 def test_quiet_and_verbose_exclude_each_other():
@@ -297,12 +343,15 @@ def test_quiet_and_verbose_exclude_each_other():
     assert rc == 2 and "not allowed with" in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("argv", [
-    ["analyze", "--n", "1000", "--marg", "0.5"],       # an abbreviation of --margin
-    ["analyze", "--prog"],                              # of --progress
-    ["sweep", "x", "--no-prog"],                        # of --no-progress
-    ["sweep", "x", "--thr", "1"],                       # of --threads
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["analyze", "--n", "1000", "--marg", "0.5"],  # an abbreviation of --margin
+        ["analyze", "--prog"],  # of --progress
+        ["sweep", "x", "--no-prog"],  # of --no-progress
+        ["sweep", "x", "--thr", "1"],  # of --threads
+    ],
+)
 def test_no_argument_abbreviations(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err

@@ -11,8 +11,27 @@ from specbound.cli import main
 
 def test_json_document(tiny_pair, capsys):
     src, init = tiny_pair
-    assert main(["analyze", str(src), "--init", str(init), "--n", "1000", "--margin", "0.5",
-                 "--delta", "0.1", "--format", "json", "--threads", "1"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(src),
+                "--init",
+                str(init),
+                "--n",
+                "1000",
+                "--margin",
+                "0.5",
+                "--delta",
+                "0.1",
+                "--format",
+                "json",
+                "--threads",
+                "1",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert set(doc["bounds"]) == {"spectral_adaptive", "edelman"}
     rotary_only = {"spectral_adaptive_rotation_blind", "edelman_rotation_blind"}  # a BERT model has no rotary heads

@@ -23,12 +23,12 @@ def test_out_cannot_be_created(tiny_bert_dir, tmp_path, capsys):
 
 # --- commands that write onto an existing file or an unwritable place ----------------------------------
 
+
 @pytest.mark.parametrize("command", ["plot", "report"])
 def test_plot_and_report_onto_a_file(tiny_store, tmp_path, capsys, command):
     target = tmp_path / "taken"
     target.write_text("keep me")
-    assert_one_line_error(*run_cli(capsys, "--store", tiny_store.root, "--out", target, command=command),
-                          [str(target)])
+    assert_one_line_error(*run_cli(capsys, "--store", tiny_store.root, "--out", target, command=command), [str(target)])
     assert target.read_text() == "keep me"
 
 
@@ -41,8 +41,10 @@ def test_plot_and_report_into_an_unwritable_folder(tiny_store, tmp_path, capsys,
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(pathlib.Path, "mkdir", deny)
-    assert_one_line_error(*run_cli(capsys, "--store", tiny_store.root, "--out", tmp_path / "figs", command=command),
-                          ["Permission denied", "check the permissions"])
+    assert_one_line_error(
+        *run_cli(capsys, "--store", tiny_store.root, "--out", tmp_path / "figs", command=command),
+        ["Permission denied", "check the permissions"],
+    )
 
 
 def test_miniatures_onto_a_file(tmp_path, capsys):
@@ -53,15 +55,19 @@ def test_miniatures_onto_a_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["plot", "report"])
 def test_unknown_bound(tiny_store, tmp_path, capsys, command):
-    assert_one_line_error(*run_cli(capsys, "--store", tiny_store.root, "--out", tmp_path / "o", "--bound", "nonsense",
-                                   command=command), ["unknown bound(s) nonsense", "spectral_adaptive"])
+    assert_one_line_error(
+        *run_cli(capsys, "--store", tiny_store.root, "--out", tmp_path / "o", "--bound", "nonsense", command=command),
+        ["unknown bound(s) nonsense", "spectral_adaptive"],
+    )
 
 
 @pytest.mark.parametrize("command", ["scaling", "report"])
 @pytest.mark.parametrize("value", ["nan", "1", "0", "-0.5", "inf"])
 def test_confidence_outside_the_unit_interval(tiny_store, tmp_path, capsys, command, value):
-    assert_one_line_error(*run_cli(capsys, "--store", tiny_store.root, "--confidence", value, command=command),
-                          ["--confidence", "(0, 1)", repr(value)])
+    assert_one_line_error(
+        *run_cli(capsys, "--store", tiny_store.root, "--confidence", value, command=command),
+        ["--confidence", "(0, 1)", repr(value)],
+    )
 
 
 def test_analysis_save_onto_a_file(tiny_bert_dir, tmp_path):
@@ -73,12 +79,16 @@ def test_analysis_save_onto_a_file(tiny_bert_dir, tmp_path):
 
 # --- the one place environment errors become one line ---------------------------------------------------
 
-@pytest.mark.parametrize("error, needles", [
-    (PermissionError(13, "Permission denied", "/x/y"), ["cannot run specbound analyze (/x/y): Permission denied"]),
-    (OSError(5, "Input/output error"), ["Input/output error", "I/O error"]),
-    (MemoryError(), ["ran out of memory"]),
-    (RecursionError("maximum recursion depth exceeded"), ["nested too deeply"]),
-])
+
+@pytest.mark.parametrize(
+    "error, needles",
+    [
+        (PermissionError(13, "Permission denied", "/x/y"), ["cannot run specbound analyze (/x/y): Permission denied"]),
+        (OSError(5, "Input/output error"), ["Input/output error", "I/O error"]),
+        (MemoryError(), ["ran out of memory"]),
+        (RecursionError("maximum recursion depth exceeded"), ["nested too deeply"]),
+    ],
+)
 def test_environment_errors_are_one_line(tiny_bert_dir, capsys, monkeypatch, error, needles):
     import specbound.pipeline
 
@@ -106,11 +116,13 @@ def test_ctrl_c_in_a_sweep_is_one_line(tiny_family, tmp_path, capsys, monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(specbound.sweep.run, "analyze_task", interrupted)
-    rc, out, err = run_cli(capsys, tiny_family / "bert_uncased_L-1_H-32_A-2", "--store", tmp_path / "s",
-                           command="sweep")
+    rc, out, err = run_cli(
+        capsys, tiny_family / "bert_uncased_L-1_H-32_A-2", "--store", tmp_path / "s", command="sweep"
+    )
     assert rc == 130 and "Traceback" not in err
-    assert err.splitlines() == ["specbound: interrupted; the records finished so far are in the store: run the "
-                                "same command again to continue"]
+    assert err.splitlines() == [
+        "specbound: interrupted; the records finished so far are in the store: run the same command again to continue"
+    ]
 
 
 def test_specbound_warnings_are_one_line(tiny_store, tmp_path, capsys):
@@ -128,6 +140,7 @@ def test_specbound_warnings_are_one_line(tiny_store, tmp_path, capsys):
 
 # --- --n in scientific notation, and a path that is neither a local folder nor a reachable hub id --------
 
+
 def test_n_accepts_integral_scientific_notation(tiny_bert_dir, tmp_path, capsys):
     rc, _, err = run_cli(capsys, tiny_bert_dir, "--n", "1e6", "--margin", "1", "--format", "json", "--out", tmp_path)
     assert rc == 0, err
@@ -136,11 +149,18 @@ def test_n_accepts_integral_scientific_notation(tiny_bert_dir, tmp_path, capsys)
     assert json.loads((tmp_path / "summary.json").read_text())["gap_bound"]["parameters"]["n"] == 1_000_000
 
 
-@pytest.mark.parametrize("text, needles", [
-    ("1.5", ["--n", "positive integer", "'1.5'", "1e6"]), ("2.5e0", ["positive integer", "'2.5e0'"]),
-    ("1e-3", ["positive integer"]), ("nan", ["positive integer"]), ("0e3", ["positive integer"]),
-    ("1e301", ["at most 1e300", "'1e301'"]), ("1e999999999999", ["at most 1e300"]),
-])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("1.5", ["--n", "positive integer", "'1.5'", "1e6"]),
+        ("2.5e0", ["positive integer", "'2.5e0'"]),
+        ("1e-3", ["positive integer"]),
+        ("nan", ["positive integer"]),
+        ("0e3", ["positive integer"]),
+        ("1e301", ["at most 1e300", "'1e301'"]),
+        ("1e999999999999", ["at most 1e300"]),
+    ],
+)
 def test_n_that_is_not_a_whole_number_or_is_huge_is_one_line(tiny_bert_dir, capsys, text, needles):
     assert_one_line_error(*run_cli(capsys, tiny_bert_dir, "--n", text, "--margin", "1"), needles)
 
@@ -157,6 +177,12 @@ def test_a_missing_folder_named_like_a_hub_id_says_both(tmp_path, capsys, monkey
         port = s.getsockname()[1]
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.chdir(tmp_path)
-    assert_one_line_error(*run_cli(capsys, "m/gemma2_qs"),
-                          ["could not fetch m/gemma2_qs", "the hub could not be reached",
-                           "no local folder or file m/gemma2_qs exists", str(tmp_path)])
+    assert_one_line_error(
+        *run_cli(capsys, "m/gemma2_qs"),
+        [
+            "could not fetch m/gemma2_qs",
+            "the hub could not be reached",
+            "no local folder or file m/gemma2_qs exists",
+            str(tmp_path),
+        ],
+    )

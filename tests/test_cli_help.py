@@ -53,8 +53,9 @@ def test_analyze_help_names_every_kind_of_source():
         assert word in helptext
 
 
-@pytest.mark.parametrize("typed, meant", [("--grid_m", "--grid-m"), ("--gird-m", "--grid-m"),
-                                          ("--rank_tol", "--rank-tol")])
+@pytest.mark.parametrize(
+    "typed, meant", [("--grid_m", "--grid-m"), ("--gird-m", "--grid-m"), ("--rank_tol", "--rank-tol")]
+)
 def test_a_near_miss_gets_the_option_meant(typed, meant):
     rc, _, err = _run("analyze", typed, "5")
     assert rc == 2 and f"did you mean {meant}?" in err and len(err.strip().splitlines()) == 1
@@ -73,7 +74,7 @@ def test_missing_matplotlib_is_one_install_line(monkeypatch, tiny_bert_dir):
     tiny_analysis = specbound.analyze(tiny_bert_dir)
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "matplotlib", None)   # `import matplotlib` now fails
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
     with pytest.raises(SpecboundError, match=r"pip install 'specbound\[plot\]'"):
         tiny_analysis.plot.spectra()
 

@@ -40,8 +40,9 @@ def test_a_generated_block_matches_the_code(name):
     doc_name, body = _documented()[name]
     doc_numbers, doc_text = _numbers(body)
     new_numbers, new_text = _numbers(GENERATORS[name]())
-    assert doc_text == new_text, f"{doc_name}: the {name} block's text changed; rerun " \
-                                 f"python -m specbound.tools.doc_tables --write {doc_name}"
+    assert doc_text == new_text, (
+        f"{doc_name}: the {name} block's text changed; rerun python -m specbound.tools.doc_tables --write {doc_name}"
+    )
     assert len(doc_numbers) == len(new_numbers)
     for old, new in zip(doc_numbers, new_numbers):
         assert old == pytest.approx(new, rel=1e-3), f"{doc_name}, block {name}: {old} is now {new}"
@@ -54,7 +55,8 @@ def test_the_sample_size_where_the_gap_falls_below_one():
     n_one = below_one_at(at, N_GAP)
     for factor, below in ((1.01, True), (1 / 1.01, False)):
         gap = specbound.analyze(n=math.ceil(n_one * factor), margin=1.0, threads=1).gap_bound["bounds"][
-            "spectral_adaptive"]["gap"]
+            "spectral_adaptive"
+        ]["gap"]
         assert (gap < 1) == below, (factor, gap)
 
 

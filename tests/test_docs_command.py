@@ -21,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "specbound"
 GENERATED = {"cli"}  # pages the command generates (from the argument parser), not files
 # docs/PAGE.md, then optionally "section 6", "sections 4-7", "3d", "3, 5", "3.2"
-REFERENCE = re.compile(r"(?P<before>\S*\s?)`*docs/(?P<page>[a-z][\w-]*)\.md(?:,? (?:sections? )?(?P<sections>\d+[a-z]?"
-                       r"(?:\.\d+)?(?:(?:-|, )\d+[a-z]?(?:\.\d+)?)*))?")
+REFERENCE = re.compile(
+    r"(?P<before>\S*\s?)`*docs/(?P<page>[a-z][\w-]*)\.md(?:,? (?:sections? )?(?P<sections>\d+[a-z]?"
+    r"(?:\.\d+)?(?:(?:-|, )\d+[a-z]?(?:\.\d+)?)*))?"
+)
 
 
 def references():
@@ -65,7 +67,9 @@ def test_a_section_runs_to_the_next_heading_of_its_level():
 def test_the_command_lists_prints_and_refuses(capsys):
     assert main(["docs"]) == 0
     listing = capsys.readouterr().out
-    assert re.search(r"^theory +What specbound computes", listing, re.M) and re.search(r"^cli +Command line", listing, re.M)
+    assert re.search(r"^theory +What specbound computes", listing, re.M) and re.search(
+        r"^cli +Command line", listing, re.M
+    )
     assert main(["docs", "docs/theory.md", "section", "3d"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("## 3d. QK-norm") and "\n## 3e." not in out

@@ -29,10 +29,20 @@ BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if 
 def site(tmp_path_factory):
     """The site built as `make docs` builds it (strict), into a temporary folder."""
     out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "OPENBLAS_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "NO_MKDOCS_2_WARNING": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 
@@ -52,8 +62,12 @@ def test_every_page_is_built_with_its_generated_parts(site):
     assert ":class:" not in api  # the docstrings' Sphinx roles are shown as code
     signature = re.sub(r"<[^>]+>", "", api)  # AnalysisOptions' defaults, not the _option(...) declaring them
     assert "_option(" not in signature and "rank_tol: float = 1e-10" in signature
-    for name in ("Comparison", "BoundMonitor", "integrations.transformers.SpecboundCallback",
-                 "integrations.lightning.SpecboundCallback"):
+    for name in (
+        "Comparison",
+        "BoundMonitor",
+        "integrations.transformers.SpecboundCallback",
+        "integrations.lightning.SpecboundCallback",
+    ):
         assert re.search(rf'id="specbound\.[\w.]*{re.escape(name)}"', api), name
     tutorial = (site / "tutorial.html").read_text()
     figures = re.findall(r'<img [^>]*src="(tutorial_files/[^"]+\.png)"', tutorial)
@@ -66,8 +80,9 @@ def test_nothing_is_fetched_from_elsewhere(site):
     """Scripts, stylesheets, fonts and images come from the site itself (links to elsewhere are fine)."""
     for page in site.rglob("*.html"):
         text = page.read_text()
-        fetched = re.findall(r'<(?:script|img|iframe|source)\b[^>]*\bsrc="(?!data:)([^"]*)"', text) + \
-            re.findall(r'<link\b(?=[^>]*rel="(?:stylesheet|preload|icon|modulepreload)")[^>]*href="([^"]*)"', text)
+        fetched = re.findall(r'<(?:script|img|iframe|source)\b[^>]*\bsrc="(?!data:)([^"]*)"', text) + re.findall(
+            r'<link\b(?=[^>]*rel="(?:stylesheet|preload|icon|modulepreload)")[^>]*href="([^"]*)"', text
+        )
         assert not [u for u in fetched if re.match(r"(https?:)?//", u)], (page.name, fetched)
     for css in site.rglob("*.css"):
         assert not re.search(r"@import|url\((['\"]?)(https?:)?//", css.read_text()), css
@@ -88,24 +103,27 @@ def test_math_is_mathml_written_at_build_time(site):
 # chromium's virtual clock stands still and the worker runs), then writes what the page shows into
 # the DOM.
 WAIT_S = 0.25
-PROBE = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'self' 'unsafe-inline' data: blob:\">"
-         "<script>window.__errors=[];const __ce=console.error;console.error=(...a)=>{__errors.push(a.join(' '));"
-         "__ce(...a)};window.addEventListener('error',e=>__errors.push(e.message||('failed to load '+"
-         "(e.target.src||e.target.href))),true);window.addEventListener('unhandledrejection',e=>__errors.push("
-         "'unhandled '+e.reason));document.addEventListener('securitypolicyviolation',e=>__errors.push("
-         "'blocked '+e.blockedURI));const __found=()=>document.querySelectorAll('.md-search-result__item').length;"
-         "window.addEventListener('load',async()=>{for(let i=0;i<80&&!__found();i++)await fetch('/__wait');"
-         "const m=[...document.querySelectorAll('article.md-content__inner math')];const o=document.createElement('pre');"
-         "o.id='probe';o.textContent=JSON.stringify({errors:__errors,search:document.querySelector("
-         "'input.md-search__input').value,results:__found(),math:m.length,math_drawn:m.filter(e=>{"
-         "const r=e.getBoundingClientRect();return r.width>0&&r.height>0}).length,"
-         "text:document.querySelector('article.md-content__inner').textContent.length});document.body.appendChild(o);});</script>")
+PROBE = (
+    "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'self' 'unsafe-inline' data: blob:\">"
+    "<script>window.__errors=[];const __ce=console.error;console.error=(...a)=>{__errors.push(a.join(' '));"
+    "__ce(...a)};window.addEventListener('error',e=>__errors.push(e.message||('failed to load '+"
+    "(e.target.src||e.target.href))),true);window.addEventListener('unhandledrejection',e=>__errors.push("
+    "'unhandled '+e.reason));document.addEventListener('securitypolicyviolation',e=>__errors.push("
+    "'blocked '+e.blockedURI));const __found=()=>document.querySelectorAll('.md-search-result__item').length;"
+    "window.addEventListener('load',async()=>{for(let i=0;i<80&&!__found();i++)await fetch('/__wait');"
+    "const m=[...document.querySelectorAll('article.md-content__inner math')];const o=document.createElement('pre');"
+    "o.id='probe';o.textContent=JSON.stringify({errors:__errors,search:document.querySelector("
+    "'input.md-search__input').value,results:__found(),math:m.length,math_drawn:m.filter(e=>{"
+    "const r=e.getBoundingClientRect();return r.width>0&&r.height>0}).length,"
+    "text:document.querySelector('article.md-content__inner').textContent.length});document.body.appendChild(o);});</script>"
+)
 
 
 @pytest.fixture(scope="module")
 def served(site):
     """The site on a local HTTP server (as `python -m http.server -d site` serves it), the probe put
     into every page it serves."""
+
     class Handler(http.server.SimpleHTTPRequestHandler):
         def send_head(self):
             if self.path == "/__wait":
@@ -134,18 +152,34 @@ def served(site):
 
 
 def render(url: str) -> dict:
-    proc = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--no-first-run", "--disable-extensions", "--window-size=1280,900",
-                           "--virtual-time-budget=15000", "--dump-dom", url],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-extensions",
+            "--window-size=1280,900",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     found = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
     assert found, f"{url} did not finish loading in {BROWSER}: {proc.stderr[-2000:]}"
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<"))
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no headless browser: `make browser` installs Debian's chromium")
-@pytest.mark.parametrize("page,query,math", [("index.html", "Schatten", True), ("api.html", "AnalysisOptions", False),
-                                             ("theory.html", "Lipschitz", True)])
+@pytest.mark.parametrize(
+    "page,query,math",
+    [("index.html", "Schatten", True), ("api.html", "AnalysisOptions", False), ("theory.html", "Lipschitz", True)],
+)
 def test_a_page_renders_in_a_browser(served, page, query, math):
     shown = render(f"{served}/{page}?q={query}")
     assert shown["errors"] == [], shown["errors"]

@@ -23,14 +23,44 @@ from support.numpy_bert import write_tiny_bert
 pytest.importorskip("huggingface_hub")
 
 REPO = "org/tiny-bert"
-PIECES = ["..", ".", "/", "x", "a" * 40, "b" * 64, "\\", "\x00", "\n", "~", "C:", "%2e%2e", '"', "W/", "",
-          "config.json", "snapshots", "blobs", "refs"]
+PIECES = [
+    "..",
+    ".",
+    "/",
+    "x",
+    "a" * 40,
+    "b" * 64,
+    "\\",
+    "\x00",
+    "\n",
+    "~",
+    "C:",
+    "%2e%2e",
+    '"',
+    "W/",
+    "",
+    "config.json",
+    "snapshots",
+    "blobs",
+    "refs",
+]
 hostile_text = st.lists(st.sampled_from(PIECES), min_size=0, max_size=6).map("".join) | st.text(max_size=30)
-any_json = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | hostile_text | \
-    st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+any_json = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | hostile_text
+    | st.lists(st.integers(), max_size=2)
+    | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
 
-CHECKS = [(hub_answers.check_commit, hostile_text), (hub_answers.check_etag, hostile_text),
-          (hub_answers.check_filename, hostile_text), (hub_answers.check_size, any_json)]
+CHECKS = [
+    (hub_answers.check_commit, hostile_text),
+    (hub_answers.check_etag, hostile_text),
+    (hub_answers.check_filename, hostile_text),
+    (hub_answers.check_size, any_json),
+]
 
 
 def _stays_inside(value: str, etag: bool) -> bool:
@@ -64,11 +94,19 @@ def served(tmp_path_factory):
 
 answer = st.one_of(
     st.tuples(st.just("info"), st.sampled_from(["sha"]), hostile_text),
-    st.tuples(st.just("info"), st.just("siblings"), st.one_of(
-        any_json, st.lists(st.fixed_dictionaries({"rfilename": hostile_text | any_json, "size": any_json}),
-                           max_size=3))),
-    st.tuples(st.just("header"), st.sampled_from(["ETag", "X-Linked-Etag", "X-Repo-Commit", "X-Linked-Size"]),
-              hostile_text.filter(lambda t: t.isascii() and t.isprintable() and t == t.strip())),
+    st.tuples(
+        st.just("info"),
+        st.just("siblings"),
+        st.one_of(
+            any_json,
+            st.lists(st.fixed_dictionaries({"rfilename": hostile_text | any_json, "size": any_json}), max_size=3),
+        ),
+    ),
+    st.tuples(
+        st.just("header"),
+        st.sampled_from(["ETag", "X-Linked-Etag", "X-Repo-Commit", "X-Linked-Size"]),
+        hostile_text.filter(lambda t: t.isascii() and t.isprintable() and t == t.strip()),
+    ),
 )
 
 
@@ -84,8 +122,11 @@ def test_hostile_answers_write_nothing_outside_the_cache(served, monkeypatch, ca
         monkeypatch.setenv("HF_HUB_CACHE", str(cache))
         patch = {key: value}
         before = walk_outside(root, cache)
-        with HubServer({REPO: served}, info_patch=patch if where == "info" else None,
-                       header_patch=patch if where == "header" else None) as hub:
+        with HubServer(
+            {REPO: served},
+            info_patch=patch if where == "info" else None,
+            header_patch=patch if where == "header" else None,
+        ) as hub:
             monkeypatch.setenv("HF_ENDPOINT", hub.url)
             with time_limit():
                 try:

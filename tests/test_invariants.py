@@ -23,8 +23,15 @@ transformers = pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound.bounds.schatten import schatten_grid  # noqa: E402
 
-from support.families import (FAMILIES, TOWER, H, num_layers, reference_matrices, save_family,  # noqa: E402
-                               text_view)
+from support.families import (
+    FAMILIES,
+    TOWER,
+    H,
+    num_layers,
+    reference_matrices,
+    save_family,  # noqa: E402
+    text_view,
+)
 
 N_SAMPLES, MARGIN, DELTA = 10**6, 1.0, 0.05
 REL = 1e-9  # rounding of the reported norms (float64 spectra of float32 weights)
@@ -77,9 +84,15 @@ def _measured(matrices, rank_tol):
     frob = np.sqrt(np.sum(s**2, axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):
         stable = np.where(s[:, 0] > 0, frob**2 / s[:, 0] ** 2, 0.0)
-    return {"spectral_norm": s[:, 0], "frobenius_norm": frob, "nuclear_norm": np.where(s > tau[:, None], s, 0.0).sum(axis=1),
-            "norm_2_1": np.linalg.norm(matrices, axis=1).sum(axis=1), "norm_1_1": np.abs(matrices).sum(axis=(1, 2)),
-            "rank": np.count_nonzero(s > tau[:, None], axis=1), "stable_rank": stable}
+    return {
+        "spectral_norm": s[:, 0],
+        "frobenius_norm": frob,
+        "nuclear_norm": np.where(s > tau[:, None], s, 0.0).sum(axis=1),
+        "norm_2_1": np.linalg.norm(matrices, axis=1).sum(axis=1),
+        "norm_1_1": np.abs(matrices).sum(axis=(1, 2)),
+        "rank": np.count_nonzero(s > tau[:, None], axis=1),
+        "stable_rank": stable,
+    }
 
 
 def _offset_matrices(factors, layout, attention_factor):
@@ -96,8 +109,11 @@ def _offset_matrices(factors, layout, attention_factor):
         deltas = np.arange(-(p - 1), p)
     else:  # the tiny M-RoPE towers have small contexts: every offset vector is brute-forced
         if not layout.shared_shift:
-            layout = replace(layout, grid=tuple(min(g, MAX_GRID) for g in layout.grid),
-                             max_positions=min(layout.max_positions, MAX_GRID))
+            layout = replace(
+                layout,
+                grid=tuple(min(g, MAX_GRID) for g in layout.grid),
+                max_positions=min(layout.max_positions, MAX_GRID),
+            )
         assert layout.max_offset_count <= 10**4, layout
         deltas = layout.offsets
     m = rotations(layout, q.shape[1], deltas)
@@ -177,12 +193,17 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
         group = H // model.config.num_key_value_heads
         factor = 1.0 if layout is None else layout.attention_factor**2
         for delta in _zero_and_far_offsets(layout):
-            m = torch.eye(attn.head_dim, dtype=torch.float64) if layout is None else \
-                torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
+            m = (
+                torch.eye(attn.head_dim, dtype=torch.float64)
+                if layout is None
+                else torch.tensor(rotations(layout, attn.head_dim, [delta])[0])
+            )
             for h, kappa in enumerate(rows[rows["layer"] == layer]["lipschitz_factor"]):
+
                 def logit(x, y):  # noqa: B023 (called within the loop)
                     q, k = _normalised(attn, "q", x)[..., h, :], _normalised(attn, "k", y)[..., h // group, :]
                     return factor * ((q @ m) * k).sum(dim=-1, keepdim=True)
+
                 for side in (0, 1):
                     found = measured_lipschitz(logit, [(1, attn.config.hidden_size)] * 2, [side], restarts=1, steps=20)
                     assert 0 < found <= kappa, (family, layer, h, delta, side, found / kappa)
@@ -197,7 +218,7 @@ def _kept(a):
         mine = sv[sv["matrix"] == i]
         kind = "horn_envelope" if (mine["kind"] == "horn_envelope").any() else "singular_value"
         values = np.sort(mine[mine["kind"] == kind]["sigma"].to_numpy())[::-1]
-        out.append(values[:row.rank])
+        out.append(values[: row.rank])
     return out
 
 
@@ -216,9 +237,12 @@ def test_the_gap_forms_are_their_written_derivation(analysed):
     grid_m = a.options["grid_m"]
     gaps = a.gap_bound["bounds"]
     confidence = lambda u: math.sqrt((math.log(1 / DELTA) + u) / N_SAMPLES)  # noqa: E731
-    for name, grid, union in (("spectral_adaptive", schatten_grid(grid_m), len(m) * math.log(2 * grid_m + 1)),
-                              ("spectral_fixed_p0", [0.0], 0.0), ("spectral_fixed_p1", [1.0], 0.0),
-                              ("spectral_fixed_p2", [2.0], 0.0)):
+    for name, grid, union in (
+        ("spectral_adaptive", schatten_grid(grid_m), len(m) * math.log(2 * grid_m + 1)),
+        ("spectral_fixed_p0", [0.0], 0.0),
+        ("spectral_fixed_p1", [1.0], 0.0),
+        ("spectral_fixed_p2", [2.0], 0.0),
+    ):
         g = gaps[name]
         integral = adaptive_gap_integral(terms, grid, MARGIN, math.sqrt(dims["L"]))
         assert g["union_cost"] == pytest.approx(union, rel=1e-12), (family, name)

@@ -13,7 +13,9 @@ ROOT = Path(specbound.__file__).resolve().parent
 # Stage of every module or package (first matching prefix wins); an import may only name a module
 # of the same or an earlier stage.  Within a stage, modules may import each other without a cycle.
 STAGES = [
-    ("errors", 0), ("atomic", 0), ("options", 0),
+    ("errors", 0),
+    ("atomic", 0),
+    ("options", 0),
     ("io", 1),
     ("archs", 2),
     ("compute", 3),
@@ -61,7 +63,7 @@ def imported(module: str, path: Path, is_package: bool) -> list[tuple[str, int]]
                 base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
                 target = ".".join([*base, *([node.module] if node.module else [])])
             elif node.module and (node.module == "specbound" or node.module.startswith("specbound.")):
-                target = node.module[len("specbound."):] if node.module != "specbound" else ""
+                target = node.module[len("specbound.") :] if node.module != "specbound" else ""
             else:
                 continue
             # `from pkg import name` names a submodule when there is one, else an object of pkg
@@ -71,7 +73,7 @@ def imported(module: str, path: Path, is_package: bool) -> list[tuple[str, int]]
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("specbound."):
-                    out.append((alias.name[len("specbound."):], node.lineno))
+                    out.append((alias.name[len("specbound.") :], node.lineno))
     return out
 
 
@@ -90,25 +92,31 @@ def test_every_import_flows_down_the_pipeline():
             if target == "":  # `from specbound import __version__` and the like
                 continue
             if stage_of(target) > stage:
-                upward.append(f"{path.relative_to(ROOT.parent)}:{line}: {module} (stage {stage}) imports "
-                              f"{target} (stage {stage_of(target)})")
+                upward.append(
+                    f"{path.relative_to(ROOT.parent)}:{line}: {module} (stage {stage}) imports "
+                    f"{target} (stage {stage_of(target)})"
+                )
     assert not upward, "imports flowing upward:\n" + "\n".join(upward)
 
 
 def test_every_import_names_a_module():
     """A relative import one level off (``from .archs import`` inside ``bounds/``) names no module:
     caught here, before it fails at run time."""
-    missing = [f"{path.relative_to(ROOT.parent)}:{line}: {module} imports specbound.{target}"
-               for module, path, is_package in modules()
-               for target, line in imported(module, path, is_package) if target and not _is_module(target)]
+    missing = [
+        f"{path.relative_to(ROOT.parent)}:{line}: {module} imports specbound.{target}"
+        for module, path, is_package in modules()
+        for target, line in imported(module, path, is_package)
+        if target and not _is_module(target)
+    ]
     assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
 
 
 def test_no_import_cycles_between_modules():
     graph = {}
     for module, path, is_package in modules():
-        graph[module] = {t for t, _ in imported(module, path, is_package) if t and t in dict.fromkeys(
-            m for m, _, _ in modules())}
+        graph[module] = {
+            t for t, _ in imported(module, path, is_package) if t and t in dict.fromkeys(m for m, _, _ in modules())
+        }
     # A package's __init__ re-exporting its modules is not a cycle with them: drop package -> own submodule edges.
     for module in graph:
         graph[module] = {t for t in graph[module] if not t.startswith(module + ".") or module == ""}
@@ -121,7 +129,7 @@ def test_no_import_cycles_between_modules():
         for nxt in sorted(graph.get(node, ())):
             if nxt in graph:
                 if seen.get(nxt) == "active":
-                    cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+                    cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
                 elif nxt not in seen:
                     visit(nxt)
         stack.pop()
@@ -155,7 +163,9 @@ def test_compute_reads_no_config():
     readers = []
     for module, path, is_package in modules():
         if module.startswith("compute"):
-            readers += [f"{path.relative_to(ROOT.parent)}:{line}: {module} imports {target}"
-                        for target, line in imported(module, path, is_package)
-                        if target.startswith("archs") and target != "archs.model"]
+            readers += [
+                f"{path.relative_to(ROOT.parent)}:{line}: {module} imports {target}"
+                for target, line in imported(module, path, is_package)
+                if target.startswith("archs") and target != "archs.model"
+            ]
     assert not readers, "compute imports a module that reads configs:\n" + "\n".join(readers)

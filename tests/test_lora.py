@@ -22,13 +22,27 @@ peft = pytest.importorskip("peft")
 
 MERGED_REL = 1e-12  # the adapter merged by specbound vs by PEFT, both in float64
 DENSE_REL = 1e-9  # the factored W - W0 vs dense SVDs of the difference
-DELTA_COLUMNS = ["delta_rank", "delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1", "delta_norm_1_1",
-                 "delta_p_star", "delta_contribution"]
+DELTA_COLUMNS = [
+    "delta_rank",
+    "delta_spectral_norm",
+    "delta_frobenius_norm",
+    "delta_norm_2_1",
+    "delta_norm_1_1",
+    "delta_p_star",
+    "delta_contribution",
+]
 
 
 def _llama():
-    cfg = transformers.LlamaConfig(vocab_size=40, hidden_size=24, intermediate_size=40, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    cfg = transformers.LlamaConfig(
+        vocab_size=40,
+        hidden_size=24,
+        intermediate_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     return transformers.LlamaForCausalLM(cfg)
 
 
@@ -49,8 +63,7 @@ def assert_same_analysis(ours, theirs, rel):
     for col in a.columns:
         if col.startswith("delta_") or a[col].dtype.kind != "f" or col == "sv_rel_error_bound":
             continue
-        np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=rel, atol=1e-300,
-                                   err_msg=col)
+        np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=rel, atol=1e-300, err_msg=col)
 
 
 def assert_same_deltas(ours, reference, rel):
@@ -63,16 +76,22 @@ def assert_same_deltas(ours, reference, rel):
         else:
             np.testing.assert_allclose(x, y, rtol=rel, atol=1e-12, err_msg=col)
     for col in (c for c in ours.layers.columns if c.startswith("delta_")):
-        np.testing.assert_allclose(ours.layers[col].to_numpy(float), reference.layers[col].to_numpy(float),
-                                   rtol=rel, err_msg=col)
+        np.testing.assert_allclose(
+            ours.layers[col].to_numpy(float), reference.layers[col].to_numpy(float), rtol=rel, err_msg=col
+        )
 
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """LLaMA (grouped-query, gated): every projection adapted, the embedding too, lm_head saved whole."""
-    return build_adapter(tmp_path_factory.mktemp("lora_llama"), _llama, r=3, lora_alpha=5,
-                         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                                         "embed_tokens"], modules_to_save=["lm_head"])
+    return build_adapter(
+        tmp_path_factory.mktemp("lora_llama"),
+        _llama,
+        r=3,
+        lora_alpha=5,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens"],
+        modules_to_save=["lm_head"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,15 +138,28 @@ def _dense_deltas(model, base, layers, heads, kv_heads, turns=None):
     orientation: QK^h = W_Q^h.T W_K^g, OV^h = W_V^g.T W_O^h, a Linear's matrix is its weight.T); with
     ``turns`` (the rotations ``M(delta)`` of every offset, ``(2P - 1, d_h, d_h)``) each QK difference is the
     stack ``W_Q^h.T M(delta) W_K^g - W_Q0^h.T M(delta) W_K0^g`` over the offsets."""
+
     def w(m, name):
         return dict(m.named_parameters())[name].detach().numpy().astype(np.float64)
 
     out = {}
     for layer in range(layers):
         pre = f"model.layers.{layer}."
-        get = {m: {p: w(mod, pre + p + ".weight") for p in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                                          "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                                                          "mlp.down_proj")} for m, mod in (("w", model), ("w0", base))}
+        get = {
+            m: {
+                p: w(mod, pre + p + ".weight")
+                for p in (
+                    "self_attn.q_proj",
+                    "self_attn.k_proj",
+                    "self_attn.v_proj",
+                    "self_attn.o_proj",
+                    "mlp.gate_proj",
+                    "mlp.up_proj",
+                    "mlp.down_proj",
+                )
+            }
+            for m, mod in (("w", model), ("w0", base))
+        }
         q, k, v, o = (("self_attn." + x) for x in ("q_proj", "k_proj", "v_proj", "o_proj"))
         n = get["w"][q].shape[1]
         d = get["w"][q].shape[0] // heads
@@ -135,8 +167,12 @@ def _dense_deltas(model, base, layers, heads, kv_heads, turns=None):
             g = h // (heads // kv_heads)
             rows, kv = slice(h * d, (h + 1) * d), slice(g * d, (g + 1) * d)
             # rotary: the head's difference at every offset, (2P - 1, N, N); else one matrix
-            qk = [get[m][q][rows].T @ get[m][k][kv] if turns is None else
-                  np.einsum("ai,tij,jb->tab", get[m][q][rows].T, turns, get[m][k][kv]) for m in ("w", "w0")]
+            qk = [
+                get[m][q][rows].T @ get[m][k][kv]
+                if turns is None
+                else np.einsum("ai,tij,jb->tab", get[m][q][rows].T, turns, get[m][k][kv])
+                for m in ("w", "w0")
+            ]
             ov = [get[m][v][kv].T @ get[m][o][:, rows].T for m in ("w", "w0")]
             out[(layer, h, "QK")], out[(layer, h, "OV")] = qk[0] - qk[1], ov[0] - ov[1]
             assert qk[0].shape[-2:] == (n, n)
@@ -165,9 +201,12 @@ def test_llama_from_init_table_equals_numpy_svd_of_the_dense_difference(llama, l
         stack = deltas[key] if key[2] == "QK" else deltas[key][None]
         s = np.linalg.svd(stack, compute_uv=False)
         tau = ours.options["rank_tol"] * stack.shape[-1] * np.maximum(s[:, 0], 1.0)
-        expected = {"delta_spectral_norm": s[:, 0], "delta_frobenius_norm": np.sqrt(np.sum(s**2, axis=1)),
-                    "delta_norm_2_1": np.linalg.norm(stack, axis=1).sum(axis=1),
-                    "delta_norm_1_1": np.abs(stack).sum(axis=(1, 2))}
+        expected = {
+            "delta_spectral_norm": s[:, 0],
+            "delta_frobenius_norm": np.sqrt(np.sum(s**2, axis=1)),
+            "delta_norm_2_1": np.linalg.norm(stack, axis=1).sum(axis=1),
+            "delta_norm_1_1": np.abs(stack).sum(axis=(1, 2)),
+        }
         ranks = np.count_nonzero(s > tau[:, None], axis=1)
         for col, value in expected.items():
             if key[2] == "QK":  # a bound at every offset: never below the largest; the spectral norm exact
@@ -180,8 +219,11 @@ def test_llama_from_init_table_equals_numpy_svd_of_the_dense_difference(llama, l
         assert row["delta_rank"] == (6 if key[2] in ("QK", "OV") else 3), key
     # the offset-0 (rotation-blind) spectral norm is below the maximum over offsets on some head
     qk = [k for k in deltas if k[2] == "QK"]
-    ratios = [np.linalg.svd(deltas[k], compute_uv=False)[:, 0].max()
-              / np.linalg.svd(deltas[k][layout.max_positions - 1], compute_uv=False)[0] for k in qk]
+    ratios = [
+        np.linalg.svd(deltas[k], compute_uv=False)[:, 0].max()
+        / np.linalg.svd(deltas[k][layout.max_positions - 1], compute_uv=False)[0]
+        for k in qk
+    ]
     assert max(ratios) > 1.05
 
 
@@ -198,8 +240,9 @@ def test_llama_adapter_records_name_the_adapter_and_its_base(llama, llama_result
     assert record["replaced_tensors"] == ["lm_head.weight", "model.embed_tokens.weight"]
     assert "model.embed_tokens.weight" in record["adapted_tensors"]
     assert doc["options"]["init"] == str(base)
-    assert sorted(record["target_modules"]) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                       "up_proj", "down_proj", "embed_tokens"])
+    assert sorted(record["target_modules"]) == sorted(
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens"]
+    )
 
 
 def test_the_factored_path_forms_no_dense_difference(llama, monkeypatch):
@@ -217,8 +260,9 @@ def test_the_factored_path_forms_no_dense_difference(llama, monkeypatch):
 
 @pytest.mark.parametrize("rslora", [False, True], ids=["lora", "rslora"])
 def test_bert_adapter_plain_and_rslora(tmp_path, rslora):
-    base, adapter, merged = build_adapter(tmp_path, _bert, seed=1, r=4, lora_alpha=3, use_rslora=rslora,
-                                          target_modules=["query", "key", "value", "dense"])
+    base, adapter, merged = build_adapter(
+        tmp_path, _bert, seed=1, r=4, lora_alpha=3, use_rslora=rslora, target_modules=["query", "key", "value", "dense"]
+    )
     scale = 3 / (2.0 if rslora else 4.0)
     ours = analyze(adapter, base=base)
     assert ours.model["adapter"]["scales"] == [pytest.approx(scale)]
@@ -229,8 +273,9 @@ def test_bert_adapter_plain_and_rslora(tmp_path, rslora):
 
 def test_gpt2_fan_in_fan_out_fused_qkv(tmp_path):
     """GPT-2 stores Conv1D weights as (in, out) and its qkv fused: PEFT's fan_in_fan_out update."""
-    base, adapter, merged = build_adapter(tmp_path, _gpt2, seed=2, r=2, lora_alpha=4, fan_in_fan_out=True,
-                                          target_modules=["c_attn", "c_proj", "c_fc"])
+    base, adapter, merged = build_adapter(
+        tmp_path, _gpt2, seed=2, r=2, lora_alpha=4, fan_in_fan_out=True, target_modules=["c_attn", "c_proj", "c_fc"]
+    )
     ours = analyze(adapter, base=base)
     assert ours.model["adapter"]["fan_in_fan_out"] is True
     assert_same_analysis(ours, analyze(merged), MERGED_REL)
@@ -238,28 +283,70 @@ def test_gpt2_fan_in_fan_out_fused_qkv(tmp_path):
 
 
 def _t5():
-    return transformers.T5ForConditionalGeneration(transformers.T5Config(
-        d_model=32, d_kv=8, num_layers=1, num_decoder_layers=2, num_heads=4, d_ff=48, vocab_size=50))
+    return transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            d_model=32, d_kv=8, num_layers=1, num_decoder_layers=2, num_heads=4, d_ff=48, vocab_size=50
+        )
+    )
 
 
 def _qwen3():
-    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(
-        vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=32))
+    return transformers.Qwen3ForCausalLM(
+        transformers.Qwen3Config(
+            vocab_size=40,
+            hidden_size=32,
+            intermediate_size=40,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=32,
+        )
+    )
 
 
 def _phi3():
-    return transformers.Phi3ForCausalLM(transformers.Phi3Config(
-        vocab_size=40, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=32, pad_token_id=0, bos_token_id=0, eos_token_id=0))
+    return transformers.Phi3ForCausalLM(
+        transformers.Phi3Config(
+            vocab_size=40,
+            hidden_size=32,
+            intermediate_size=40,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=32,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
 
 
 def _clip():
-    return transformers.CLIPModel(transformers.CLIPConfig(
-        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
-                         vocab_size=50, max_position_embeddings=16, bos_token_id=0, eos_token_id=0, pad_token_id=0),
-        vision_config=dict(hidden_size=24, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40,
-                           image_size=8, patch_size=4), projection_dim=16))
+    return transformers.CLIPModel(
+        transformers.CLIPConfig(
+            text_config=dict(
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                intermediate_size=48,
+                vocab_size=50,
+                max_position_embeddings=16,
+                bos_token_id=0,
+                eos_token_id=0,
+                pad_token_id=0,
+            ),
+            vision_config=dict(
+                hidden_size=24,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=40,
+                image_size=8,
+                patch_size=4,
+            ),
+            projection_dim=16,
+        )
+    )
 
 
 LAYOUTS = {  # builder, targets: what each case's layout puts between a stored tensor and a matrix
@@ -280,8 +367,11 @@ def test_other_layouts(tmp_path, monkeypatch, case):
     theirs = analyze(merged)
     monkeypatch.setattr(pipeline, "difference_spectra", None)  # every layer from the factors
     ours = analyze(adapter, base=base)
-    pairs = [(ours, theirs, dense)] if hasattr(ours, "matrices") else \
-        [(ours[t], theirs[t], dense[t]) for t in ("text", "vision")]
+    pairs = (
+        [(ours, theirs, dense)]
+        if hasattr(ours, "matrices")
+        else [(ours[t], theirs[t], dense[t]) for t in ("text", "vision")]
+    )
     for one, merged_one, dense_one in pairs:
         assert_same_analysis(one, merged_one, MERGED_REL)
         assert_same_deltas(one, dense_one, DENSE_REL)
@@ -291,8 +381,9 @@ def test_other_layouts(tmp_path, monkeypatch, case):
 def test_pickled_adapter_and_the_base_it_names(tmp_path):
     """adapter_model.bin (read with weights_only=True) and, without base, the base_model_name_or_path
     the adapter names when it is a folder here."""
-    base, adapter, merged = build_adapter(tmp_path, _bert, seed=3, safe=False, r=2, lora_alpha=2,
-                                          target_modules=["query", "value"])
+    base, adapter, merged = build_adapter(
+        tmp_path, _bert, seed=3, safe=False, r=2, lora_alpha=2, target_modules=["query", "value"]
+    )
     assert (adapter / "adapter_model.bin").is_file() and not (adapter / "adapter_model.safetensors").exists()
     cfg = json.loads((adapter / "adapter_config.json").read_text())
     cfg["base_model_name_or_path"] = str(base)
@@ -362,6 +453,7 @@ def test_factored_spectrum_equals_dense():
 
 # --- what is refused, in one line --------------------------------------------------------------
 
+
 def _one_line(exc_info, *needles):
     message = str(exc_info.value)
     assert "\n" not in message
@@ -382,8 +474,9 @@ def test_other_peft_types_are_refused(tmp_path):
         warnings.simplefilter("ignore")
         model = _bert().double()
         model.save_pretrained(tmp_path / "base")
-        peft.get_peft_model(model, peft.IA3Config(target_modules=["query", "value", "dense"],
-                                                  feedforward_modules=["dense"])).save_pretrained(tmp_path / "ia3")
+        peft.get_peft_model(
+            model, peft.IA3Config(target_modules=["query", "value", "dense"], feedforward_modules=["dense"])
+        ).save_pretrained(tmp_path / "ia3")
     with pytest.raises(SpecboundError) as err:
         analyze(tmp_path / "ia3", base=tmp_path / "base")
     _one_line(err, "IA3", "LoRA adapters only", "merge_and_unload")
@@ -394,8 +487,9 @@ def test_prompt_learning_is_refused(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = _llama().double()
-        peft.get_peft_model(model, peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)
-                            ).save_pretrained(tmp_path / "prefix")
+        peft.get_peft_model(
+            model, peft.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)
+        ).save_pretrained(tmp_path / "prefix")
         model.save_pretrained(tmp_path / "base")
     with pytest.raises(SpecboundError) as err:
         analyze(tmp_path / "prefix", base=tmp_path / "base")
@@ -409,10 +503,11 @@ def test_an_adapter_without_its_base_says_what_is_needed(tmp_path, monkeypatch, 
     _, adapter, _ = build_adapter(tmp_path, _bert, r=2, lora_alpha=2, target_modules=["query"])
     cfg_path = adapter / "adapter_config.json"
     cfg = json.loads(cfg_path.read_text())
-    for named, needles in ((None, ["names no base model", "--base BASE"]),
-                           ("nobody-here/not-a-cached-model", ["nobody-here/not-a-cached-model", "--base BASE"]),
-                           ("./no/such/folder", ["neither a path here", "nor in the adapter's folder, nor a hub id",
-                                                 "--base BASE"])):
+    for named, needles in (
+        (None, ["names no base model", "--base BASE"]),
+        ("nobody-here/not-a-cached-model", ["nobody-here/not-a-cached-model", "--base BASE"]),
+        ("./no/such/folder", ["neither a path here", "nor in the adapter's folder, nor a hub id", "--base BASE"]),
+    ):
         cfg["base_model_name_or_path"] = named
         cfg_path.write_text(json.dumps(cfg))
         with pytest.raises(SpecboundError) as err:
@@ -441,8 +536,7 @@ def test_cli_analyses_an_adapter(llama, capsys):
     from specbound.cli import main
 
     base, adapter, _ = llama
-    assert main(["analyze", str(adapter), "--base", str(base), "--format", "json", "--jobs", "1",
-                 "--no-progress"]) == 0
+    assert main(["analyze", str(adapter), "--base", str(base), "--format", "json", "--jobs", "1", "--no-progress"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["model"]["adapter"]["base"] == str(base) and doc["from_init"]["spectral_adaptive"] > 0
     assert main(["analyze", str(adapter), "--base", str(base), "--jobs", "1", "--no-progress"]) == 0
@@ -497,16 +591,28 @@ def _rewrite(adapter, edit):
     save_file(tensors, str(path))
 
 
-@pytest.mark.parametrize("edit, needles", [
-    (lambda t: t.update({k: v.reshape(*v.shape, 1, 1) for k, v in t.items() if "lora_A" in k}),
-     ["convolution", "merge_and_unload"]),
-    (lambda t: t.update({k.replace("lora_A.weight", "lora_magnitude_vector"): np.ones(24)
-                         for k in list(t) if "lora_A" in k}), ["DoRA", "merge_and_unload"]),
-    (lambda t: [t.pop(k) for k in list(t) if "lora_B" in k], ["only one LoRA factor", "save_pretrained"]),
-    (lambda t: t.update({k: np.concatenate([v, v], axis=0) for k, v in t.items() if "lora_A" in k}),
-     ["do not multiply", "save_pretrained"]),
-    (lambda t: t.update({k: np.full_like(v, np.nan) for k, v in t.items() if "lora_B" in k}), ["NaN"]),
-], ids=["conv", "dora_magnitudes", "one_factor", "ranks_differ", "nan"])
+@pytest.mark.parametrize(
+    "edit, needles",
+    [
+        (
+            lambda t: t.update({k: v.reshape(*v.shape, 1, 1) for k, v in t.items() if "lora_A" in k}),
+            ["convolution", "merge_and_unload"],
+        ),
+        (
+            lambda t: t.update(
+                {k.replace("lora_A.weight", "lora_magnitude_vector"): np.ones(24) for k in list(t) if "lora_A" in k}
+            ),
+            ["DoRA", "merge_and_unload"],
+        ),
+        (lambda t: [t.pop(k) for k in list(t) if "lora_B" in k], ["only one LoRA factor", "save_pretrained"]),
+        (
+            lambda t: t.update({k: np.concatenate([v, v], axis=0) for k, v in t.items() if "lora_A" in k}),
+            ["do not multiply", "save_pretrained"],
+        ),
+        (lambda t: t.update({k: np.full_like(v, np.nan) for k, v in t.items() if "lora_B" in k}), ["NaN"]),
+    ],
+    ids=["conv", "dora_magnitudes", "one_factor", "ranks_differ", "nan"],
+)
 def test_malformed_adapters_are_one_line(small_adapter, edit, needles):
     base, adapter = small_adapter
     _rewrite(adapter, edit)
@@ -515,13 +621,17 @@ def test_malformed_adapters_are_one_line(small_adapter, edit, needles):
     _one_line(err, *needles)
 
 
-@pytest.mark.parametrize("change, needles", [
-    ({"r": 0}, ["r=0", "positive number"]),
-    ({"lora_alpha": "sixteen"}, ["lora_alpha='sixteen'", "positive number"]),
-    ({"use_dora": True}, ["use_dora", "DoRA"]),
-    ({"layer_replication": [[0, 2]]}, ["layer_replication"]),
-    ({"alpha_pattern": {"(": 3}}, ["not a regular expression"]),
-], ids=["zero_rank", "alpha_text", "use_dora", "layer_replication", "bad_pattern"])
+@pytest.mark.parametrize(
+    "change, needles",
+    [
+        ({"r": 0}, ["r=0", "positive number"]),
+        ({"lora_alpha": "sixteen"}, ["lora_alpha='sixteen'", "positive number"]),
+        ({"use_dora": True}, ["use_dora", "DoRA"]),
+        ({"layer_replication": [[0, 2]]}, ["layer_replication"]),
+        ({"alpha_pattern": {"(": 3}}, ["not a regular expression"]),
+    ],
+    ids=["zero_rank", "alpha_text", "use_dora", "layer_replication", "bad_pattern"],
+)
 def test_config_values_are_checked(small_adapter, change, needles):
     base, adapter = small_adapter
     path = adapter / "adapter_config.json"
@@ -532,8 +642,9 @@ def test_config_values_are_checked(small_adapter, change, needles):
 
 
 def test_alpha_pattern_overrides_one_module(tmp_path):
-    base, adapter, merged = build_adapter(tmp_path, _bert, seed=7, r=2, lora_alpha=2,
-                                          target_modules=["query", "value"], alpha_pattern={"value": 6})
+    base, adapter, merged = build_adapter(
+        tmp_path, _bert, seed=7, r=2, lora_alpha=2, target_modules=["query", "value"], alpha_pattern={"value": 6}
+    )
     ours = analyze(adapter, base=base)
     assert ours.model["adapter"]["scales"] == [1.0, 3.0]
     assert_same_analysis(ours, analyze(merged), MERGED_REL)
@@ -554,8 +665,7 @@ def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
     with HubServer({"org/tiny-base": base, "org/tiny-lora": adapter}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         fetched = analyze("org/tiny-lora")
-        assert hub.fetched() == {"config.json", "model.safetensors", "adapter_config.json",
-                                 "adapter_model.safetensors"}
+        assert hub.fetched() == {"config.json", "model.safetensors", "adapter_config.json", "adapter_model.safetensors"}
     assert fetched.from_init == pytest.approx(reference.from_init, rel=1e-12)
 
 

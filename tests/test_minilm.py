@@ -7,8 +7,21 @@ import pytest
 import specbound
 from support.oracle import dense_reference
 
-COLUMNS = ["rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
-           "norm_1_1", "downstream_factor", "gamma", "p_star", "contribution", "c_p0", "c_p2"]
+COLUMNS = [
+    "rank",
+    "spectral_norm",
+    "frobenius_norm",
+    "nuclear_norm",
+    "stable_rank",
+    "norm_2_1",
+    "norm_1_1",
+    "downstream_factor",
+    "gamma",
+    "p_star",
+    "contribution",
+    "c_p0",
+    "c_p2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +35,23 @@ def oracle(minilm_dir):
 
 
 def test_model_shape(analysis):
-    assert analysis.model == {"family": "bert", "L": 6, "N": 384, "H": 12, "H_kv": 12, "d_head": 32,
-                              "d_ff": 1536, "activation": "gelu", "block": "sequential", "feed_forward": "plain",
-                              "rotary": None, "modules": [{"path": "1_Pooling", "type": "Pooling", "modes": ["mean_tokens"]},
-                                                          {"path": "2_Normalize", "type": "Normalize"}]}
+    assert analysis.model == {
+        "family": "bert",
+        "L": 6,
+        "N": 384,
+        "H": 12,
+        "H_kv": 12,
+        "d_head": 32,
+        "d_ff": 1536,
+        "activation": "gelu",
+        "block": "sequential",
+        "feed_forward": "plain",
+        "rotary": None,
+        "modules": [
+            {"path": "1_Pooling", "type": "Pooling", "modes": ["mean_tokens"]},
+            {"path": "2_Normalize", "type": "Normalize"},
+        ],
+    }
     assert len(analysis.matrices) == 6 * (12 + 12 + 2)
     assert analysis.options["grid_m"] == 12  # ceil(6 + ln 384) = ceil(11.95)
 
@@ -74,21 +100,33 @@ def test_baselines_and_variants_match_dense_oracle(analysis, oracle):
         return part[col].to_numpy(float)
 
     lam = [1.13 * c(l, "FF_in")[0] * c(l, "FF_out")[0] * np.sum(c(l, "OV") * (1 + 4 * c(l, "QK"))) for l in range(L)]
-    lam_f = [1.13 * c(l, "FF_in", "frobenius_norm")[0] * c(l, "FF_out", "frobenius_norm")[0]
-             * np.sum(c(l, "OV", "frobenius_norm") * (1 + 4 * c(l, "QK", "frobenius_norm"))) for l in range(L)]
+    lam_f = [
+        1.13
+        * c(l, "FF_in", "frobenius_norm")[0]
+        * c(l, "FF_out", "frobenius_norm")[0]
+        * np.sum(c(l, "OV", "frobenius_norm") * (1 + 4 * c(l, "QK", "frobenius_norm")))
+        for l in range(L)
+    ]
     s2 = ref["spectral_norm"].to_numpy(float)
     expected = {
         "spectral_product": np.prod(lam),
         "frobenius_product": np.prod(lam_f),
         "bft": np.prod(lam) * np.sum((ref["norm_2_1"] / s2) ** (2 / 3)) ** 1.5,
-        "nbs": 156 * np.sqrt(d_ff * np.log(156 * d_ff)) * np.prod(lam) * np.sqrt(np.sum((ref["frobenius_norm"] / s2) ** 2)),
+        "nbs": 156
+        * np.sqrt(d_ff * np.log(156 * d_ff))
+        * np.prod(lam)
+        * np.sqrt(np.sum((ref["frobenius_norm"] / s2) ** 2)),
         "param_count": L * (4 * N * N + 2 * N * d_ff),
     }
     for name, value in expected.items():
         assert analysis.baselines[name] == pytest.approx(value, rel=1e-9), name
     scale = ref["gamma"] * ref["downstream_factor"] * L
     c1 = (ref["nuclear_norm"] * scale) ** (1 / 3) * N ** (2 / 3)
-    fixed = {"spectral_fixed_p0": ref["c_p0"].sum(), "spectral_fixed_p1": c1.sum(), "spectral_fixed_p2": ref["c_p2"].sum()}
+    fixed = {
+        "spectral_fixed_p0": ref["c_p0"].sum(),
+        "spectral_fixed_p1": c1.sum(),
+        "spectral_fixed_p2": ref["c_p2"].sum(),
+    }
     for name, total in fixed.items():
         assert analysis.adaptive_variants[name] == pytest.approx(total + np.sqrt(L), rel=1e-9), name
     assert analysis.bounds["spectral_adaptive"] <= min(analysis.adaptive_variants[k] for k in fixed)

@@ -16,11 +16,30 @@ SRC = str(Path(specbound.__file__).resolve().parents[1])
 
 
 def _analyze(*args):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-W", "error", "-m", "specbound.cli", "analyze", *map(str, args),
-                           "--n", "1000000", "--margin", "1", "--threads", "1", "--jobs", "1"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), "OPENBLAS_NUM_THREADS": "1"}
+    return subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-m",
+            "specbound.cli",
+            "analyze",
+            *map(str, args),
+            "--n",
+            "1000000",
+            "--margin",
+            "1",
+            "--threads",
+            "1",
+            "--jobs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_the_default_model_warns_nothing():

@@ -18,8 +18,7 @@ SRC = str(Path(specbound.__file__).resolve().parents[1])
 
 def test_every_figure_call_shows_an_image_in_a_fresh_kernel(tiny_bert_dir, tmp_path):
     cells = [
-        "import specbound\n"
-        f"r = specbound.analyze({str(tiny_bert_dir)!r}, progress=True)",
+        f"import specbound\nr = specbound.analyze({str(tiny_bert_dir)!r}, progress=True)",
         "r",
         "r.plot.spectra()",
         "r.plot.contributions()",
@@ -27,10 +26,16 @@ def test_every_figure_call_shows_an_image_in_a_fresh_kernel(tiny_bert_dir, tmp_p
         f"specbound.compare(r, {str(tiny_bert_dir)!r}, names=['live', 'again'])",  # compare's view
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-           "MPLBACKEND": "", "OPENBLAS_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+        "MPLBACKEND": "",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
     env.pop("MPLBACKEND")
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)  # the kernel inherits this process's environment

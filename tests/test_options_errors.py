@@ -32,12 +32,22 @@ def test_invalid_option(tiny_bert_dir, capsys, args, needles):
     assert_one_line_error(*run_cli(capsys, tiny_bert_dir, *args), needles)
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(grid_m=0), "grid_m"), (dict(grid_m=1.5), "grid_m"), (dict(rank_tol=-1.0), "rank_tol"),
-    (dict(rank_tol=float("nan")), "rank_tol"), (dict(l_phi=float("inf")), "l_phi"),
-    (dict(threads=0), "threads"), (dict(method="exact"), "method"), (dict(jobs=0), "jobs"),
-    (dict(jobs=1.5), "jobs"), (dict(jobs="many"), "jobs"), (dict(jobs=True), "jobs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(grid_m=0), "grid_m"),
+        (dict(grid_m=1.5), "grid_m"),
+        (dict(rank_tol=-1.0), "rank_tol"),
+        (dict(rank_tol=float("nan")), "rank_tol"),
+        (dict(l_phi=float("inf")), "l_phi"),
+        (dict(threads=0), "threads"),
+        (dict(method="exact"), "method"),
+        (dict(jobs=0), "jobs"),
+        (dict(jobs=1.5), "jobs"),
+        (dict(jobs="many"), "jobs"),
+        (dict(jobs=True), "jobs"),
+    ],
+)
 def test_invalid_option_api(tiny_bert_dir, kwargs, needle):
     with pytest.raises(SpecboundError, match=needle):
         specbound.analyze(tiny_bert_dir, **kwargs)
@@ -50,11 +60,18 @@ def test_valid_options_still_work(tiny_bert_dir, capsys):
     assert doc["options"]["grid_m"] == 3 and doc["options"]["rank_tol"] == 0
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(grid_m=10**9), "from 1 to 10000"),  # a grid that size would not fit in memory
-    (dict(grid_m=True), "grid_m"), (dict(rank_tol=True), "rank_tol"), (dict(l_phi=True), "l_phi"),
-    (dict(threads=True), "threads"), (dict(n=True, margin=0.1), "n "), (dict(n=100, margin=True), "margin"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(grid_m=10**9), "from 1 to 10000"),  # a grid that size would not fit in memory
+        (dict(grid_m=True), "grid_m"),
+        (dict(rank_tol=True), "rank_tol"),
+        (dict(l_phi=True), "l_phi"),
+        (dict(threads=True), "threads"),
+        (dict(n=True, margin=0.1), "n "),
+        (dict(n=100, margin=True), "margin"),
+    ],
+)
 def test_absurd_and_boolean_values_are_refused(kwargs, needle):
     from specbound.options import AnalysisOptions
 
@@ -91,9 +108,11 @@ def test_no_option_default_outside_options():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 args = node.args
                 positional = args.posonlyargs + args.args
-                defaults = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+                defaults = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
                 defaults += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-                found += [f"{path.relative_to(root)}:{node.lineno} {node.name}({a.arg}={ast.unparse(d)})"
-                          for a, d in defaults if a.arg in KERNEL_OPTIONS
-                          and not (isinstance(d, ast.Constant) and d.value is None)]
+                found += [
+                    f"{path.relative_to(root)}:{node.lineno} {node.name}({a.arg}={ast.unparse(d)})"
+                    for a, d in defaults
+                    if a.arg in KERNEL_OPTIONS and not (isinstance(d, ast.Constant) and d.value is None)
+                ]
     assert not found, "option defaults outside options.py:\n" + "\n".join(found)

@@ -67,23 +67,28 @@ def test_the_defaults_take_a_layer_per_core_with_one_blas_thread(tiny_bert_dir, 
     monkeypatch.setattr(analysis, "available_cores", lambda: 2)
     seen, jobs_seen = [], []
     original, spectra = analysis.threadpool_limits, analysis.all_layer_spectra
-    monkeypatch.setattr(analysis, "threadpool_limits",
-                        lambda limits=None, **kw: seen.append(limits) or original(limits=limits, **kw))
-    monkeypatch.setattr(analysis, "all_layer_spectra",
-                        lambda *a, jobs, **kw: jobs_seen.append(jobs) or spectra(*a, jobs=jobs, **kw))
+    monkeypatch.setattr(
+        analysis, "threadpool_limits", lambda limits=None, **kw: seen.append(limits) or original(limits=limits, **kw)
+    )
+    monkeypatch.setattr(
+        analysis, "all_layer_spectra", lambda *a, jobs, **kw: jobs_seen.append(jobs) or spectra(*a, jobs=jobs, **kw)
+    )
     default = specbound.analyze(tiny_bert_dir)
     assert seen == [1] and jobs_seen == [2]  # two layers, two cores
     assert default.all_bounds() == specbound.analyze(tiny_bert_dir, threads=1, jobs=1).all_bounds()
 
 
-@pytest.mark.parametrize("files, quota", [
-    ({"cpu.max": "max 100000\n"}, None),
-    ({"cpu.max": "150000 100000\n"}, 1.5),
-    ({"cpu.max": "garbage"}, None),
-    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
-    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "files, quota",
+    [
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "150000 100000\n"}, 1.5),
+        ({"cpu.max": "garbage"}, None),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3.0),
+        ({}, None),
+    ],
+)
 def test_the_cgroup_cpu_quota_is_read_as_the_kernel_writes_it(tmp_path, files, quota):
     from specbound.pipeline import cgroup_cpu_quota
 

@@ -81,7 +81,7 @@ def test_getting_started_lists_the_debian_packages_of_the_makefile():
 def test_sweeps_scaling_sample_has_every_row():
     """Every bound a BERT analysis computes (rotary-only ones aside), then each headline bound per role."""
     page = (DOCS / "sweeps.md").read_text()
-    block = page[page.index("$ specbound scaling --store results/miniatures\n"):]
+    block = page[page.index("$ specbound scaling --store results/miniatures\n") :]
     rows = [l.split()[:2] for l in block.split("```")[0].splitlines()[2:] if l.strip()]
     rotary_only = {"spectral_adaptive_rotation_blind", "edelman_rotation_blind"}
     bounds = [b for g in ("bounds", "adaptive_variants", "baselines") for b in in_group(g) if b not in rotary_only]

@@ -39,6 +39,7 @@ def tiny(tmp_path_factory):
 
 # --- names and text -------------------------------------------------------------------------------
 
+
 def test_default_checkpoint_is_named_by_its_model(default):
     assert default.source == f"{DEFAULT_NAME} (embedded default)"
     assert default.location == str(default_checkpoint())
@@ -99,11 +100,22 @@ def test_summary_header_names_only_the_columns_it_has(default, tiny):
     assert "alpha" not in lines[legend + 1]
 
 
-@pytest.mark.parametrize("x, text", [
-    (20573.03, "20573"), (1.498623e12, "1.4986e+12"), (0.93440, "0.93440"), (384.0, "384.00"),
-    (1330.22, "1330.2"), (99999.6, "1.0000e+05"), (0.000999, "9.9900e-04"), (-5.5, "-5.5000"), (7, "7"),
-    (float("nan"), "-"), (0.0, "0"),
-])
+@pytest.mark.parametrize(
+    "x, text",
+    [
+        (20573.03, "20573"),
+        (1.498623e12, "1.4986e+12"),
+        (0.93440, "0.93440"),
+        (384.0, "384.00"),
+        (1330.22, "1330.2"),
+        (99999.6, "1.0000e+05"),
+        (0.000999, "9.9900e-04"),
+        (-5.5, "-5.5000"),
+        (7, "7"),
+        (float("nan"), "-"),
+        (0.0, "0"),
+    ],
+)
 def test_numbers_in_one_format(x, text):
     assert fmt(x) == text
     if isinstance(x, float) and math.isfinite(x) and x:
@@ -119,21 +131,27 @@ def test_every_float_of_the_summary_has_five_significant_digits(default):
         assert len(digits) == 5 or (n.startswith("0.") and len(re.sub(r"^0\.0*", "", n)) == 5), n
 
 
-@pytest.mark.parametrize("source, name", [
-    ("/home/u/.cache/huggingface/hub/models--google--bert_uncased_L-2_H-128_A-2/snapshots/0123abcd",
-     "google/bert_uncased_L-2_H-128_A-2"),
-    ("/data/runs/exp1/step-1000", "step-1000"),
-    ("/data/runs/exp1/step-1000/model.safetensors", "step-1000/model.safetensors"),
-    ("google/bert_uncased_L-2_H-128_A-2", "google/bert_uncased_L-2_H-128_A-2"),
-    ("google/bert_uncased_L-2_H-128_A-2@" + "0123abcd" * 5, "google/bert_uncased_L-2_H-128_A-2@0123abcd"),
-    ("all-MiniLM-L6-v2 (embedded default)", "all-MiniLM-L6-v2 (embedded default)"),
-])
+@pytest.mark.parametrize(
+    "source, name",
+    [
+        (
+            "/home/u/.cache/huggingface/hub/models--google--bert_uncased_L-2_H-128_A-2/snapshots/0123abcd",
+            "google/bert_uncased_L-2_H-128_A-2",
+        ),
+        ("/data/runs/exp1/step-1000", "step-1000"),
+        ("/data/runs/exp1/step-1000/model.safetensors", "step-1000/model.safetensors"),
+        ("google/bert_uncased_L-2_H-128_A-2", "google/bert_uncased_L-2_H-128_A-2"),
+        ("google/bert_uncased_L-2_H-128_A-2@" + "0123abcd" * 5, "google/bert_uncased_L-2_H-128_A-2@0123abcd"),
+        ("all-MiniLM-L6-v2 (embedded default)", "all-MiniLM-L6-v2 (embedded default)"),
+    ],
+)
 def test_short_names(source, name):
     assert short_name(source) == name
     assert len(short_name("/x/" + "a" * 100)) == 48
 
 
 # --- notebook view ----------------------------------------------------------------------------------
+
 
 def test_repr_html_has_headline_roles_and_a_figure(default):
     page = default._repr_html_()
@@ -155,6 +173,7 @@ def test_repr_html_without_matplotlib(default, monkeypatch):
 
 # --- tables -------------------------------------------------------------------------------------------
 
+
 def test_bounds_frame_is_every_bound(default):
     frame = default.bounds_frame()
     every = default.all_bounds()
@@ -167,8 +186,11 @@ def test_bounds_frame_is_every_bound(default):
     # at log10 = 16.5 and would not have allowed one at a bound near 1 (log10 near 0).
     np.testing.assert_allclose(frame["log10_value"], np.log10(frame["value"]), rtol=1e-14, atol=1e-13)
     for row in frame.itertuples():
-        assert (row.group, row.title, row.reference) == (REGISTRY[row.bound].group, REGISTRY[row.bound].title,
-                                                         REGISTRY[row.bound].reference)
+        assert (row.group, row.title, row.reference) == (
+            REGISTRY[row.bound].group,
+            REGISTRY[row.bound].title,
+            REGISTRY[row.bound].reference,
+        )
 
 
 def test_bounds_frame_with_gap_and_init(tiny, tmp_path):
@@ -242,8 +264,11 @@ def test_no_output_names_a_column_alpha(tiny, tmp_path):
     for name in ("matrices", "layers"):
         assert not any("alpha" in c for c in getattr(a, name).columns)
     verbose = format_summary(a, verbose=True)
-    headers = [line.split() for line in verbose.splitlines()  # the table heads, not the legend line
-               if line.lstrip().startswith(("Lambda", "layer")) and not line.startswith("Lambda =")]
+    headers = [
+        line.split()
+        for line in verbose.splitlines()  # the table heads, not the legend line
+        if line.lstrip().startswith(("Lambda", "layer")) and not line.startswith("Lambda =")
+    ]
     assert headers and not any("alpha" in h for row in headers for h in row)
 
 
@@ -289,6 +314,7 @@ def test_saved_tables_concatenate_into_one_tidy_frame(tmp_path):
 
 # --- tensor names: the named slices are the analysed matrices ---------------------------------------
 
+
 def _slice(name_text):
     name, a, b = re.fullmatch(r"(.+)\[(\d+):(\d+)\]", name_text).groups()
     return name, int(a), int(b)
@@ -300,6 +326,7 @@ def _check_tensor_names(analysis, tensors, layouts):
     ``layouts``: role suffix -> "linear" ((out, in) storage) or "conv1d" ((in, out)); the bracket is
     the head's slice of the output features (q, k, v, fused qkv) or of o's input features.
     """
+
     def out_cols(name, a, b):  # the head's output features, as an (N, d) factor
         w = tensors[name].astype(np.float64)
         return w[a:b, :].T if layouts(name) == "linear" else w[:, a:b]
@@ -321,15 +348,16 @@ def _check_tensor_names(analysis, tensors, layouts):
             m = tensors[parts[0]].astype(np.float64)
         s = np.linalg.svd(m, compute_uv=False)
         assert s[0] == pytest.approx(rec.spectral_norm, rel=1e-5), rec.tensors
-        assert np.sqrt(np.sum(s ** 2)) == pytest.approx(rec.frobenius_norm, rel=1e-5), rec.tensors
+        assert np.sqrt(np.sum(s**2)) == pytest.approx(rec.frobenius_norm, rel=1e-5), rec.tensors
 
 
 def test_tensor_names_of_a_bert(tiny):
     folder, a = tiny
     tensors = load_file(str(folder / "model.safetensors"))
     assert a.matrices["tensors"].notna().all()
-    assert a.matrices.loc[0, "tensors"] == ("encoder.layer.0.attention.self.query.weight[0:4]|"
-                                            "encoder.layer.0.attention.self.key.weight[0:4]")
+    assert a.matrices.loc[0, "tensors"] == (
+        "encoder.layer.0.attention.self.query.weight[0:4]|encoder.layer.0.attention.self.key.weight[0:4]"
+    )
     _check_tensor_names(a, tensors, lambda name: "linear")
 
 
@@ -338,21 +366,39 @@ def test_tensor_names_of_a_fused_gpt2(tmp_path):
     rng = np.random.default_rng(7)
     tensors = {}
     for l in range(L):
-        for name, shape in (("attn.c_attn", (N, 3 * N)), ("attn.c_proj", (N, N)), ("mlp.c_fc", (N, d_ff)),
-                            ("mlp.c_proj", (d_ff, N))):
+        for name, shape in (
+            ("attn.c_attn", (N, 3 * N)),
+            ("attn.c_proj", (N, N)),
+            ("mlp.c_fc", (N, d_ff)),
+            ("mlp.c_proj", (d_ff, N)),
+        ):
             tensors[f"h.{l}.{name}.weight"] = (0.3 * rng.standard_normal(shape)).astype(np.float32)
     folder = tmp_path / "gpt2"
     folder.mkdir()
     save_file(tensors, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": L, "n_embd": N, "n_head": H,
-                                                    "n_inner": d_ff, "activation_function": "gelu_new"}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "n_layer": L,
+                "n_embd": N,
+                "n_head": H,
+                "n_inner": d_ff,
+                "activation_function": "gelu_new",
+            }
+        )
+    )
     a = specbound.analyze(folder, threads=1, jobs=1)
     d = N // H
-    assert a.matrices.loc[1, "tensors"] == f"h.0.attn.c_attn.weight[{d}:{2 * d}]|h.0.attn.c_attn.weight[{N + d}:{N + 2 * d}]"
+    assert (
+        a.matrices.loc[1, "tensors"]
+        == f"h.0.attn.c_attn.weight[{d}:{2 * d}]|h.0.attn.c_attn.weight[{N + d}:{N + 2 * d}]"
+    )
     _check_tensor_names(a, tensors, lambda name: "conv1d")
 
 
 # --- figures without a store ------------------------------------------------------------------------
+
 
 def test_one_model_figures(tiny):
     _, a = tiny
@@ -380,6 +426,7 @@ def test_one_model_figures(tiny):
 
 # --- the package and the progress bar ---------------------------------------------------------------
 
+
 def test_dir_lists_the_api():
     names = dir(specbound)
     assert {"analyze", "Analysis", "AnalysisOptions", "SpecboundError", "__version__"} <= set(names)
@@ -399,8 +446,13 @@ def test_progress_true_shows_a_bar_with_its_total(tiny, capsys):
 def test_cli_bar_shows_its_total_from_the_first_frame(tiny):
     folder, _ = tiny
     env = {**os.environ, "PYTHONPATH": str(Path(specbound.__file__).resolve().parents[1]), "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "specbound.cli", "analyze", str(folder), "--progress", "--quiet",
-                           "--threads", "1"], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specbound.cli", "analyze", str(folder), "--progress", "--quiet", "--threads", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     frames = [f for f in re.split(r"[\r\n]", proc.stderr) if "layers" in f]
     assert frames and all("/3" in f for f in frames) and "3/3" in frames[-1]
@@ -461,6 +513,7 @@ def test_plots_compose_into_the_callers_axes(tiny):
 def test_a_long_location_is_shortened_on_the_first_screen(tiny, tmp_path):
     """CI installs the default under a deep venv path: the 'from' line must still fit 100 columns."""
     import shutil
+
     folder, _ = tiny
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "tiny"
     shutil.copytree(folder, deep)

@@ -42,7 +42,7 @@ def documented() -> dict[str, dict[str, str]]:
 def emitted_keys(section: str, obj: dict) -> set[str]:
     keys = set(obj)
     if section == "`layers[]`":  # with init, each per-layer term again on W - W0 as delta_<term>
-        keys = {k[len("delta_"):] if k.startswith("delta_") else k for k in keys}
+        keys = {k[len("delta_") :] if k.startswith("delta_") else k for k in keys}
     return keys
 
 
@@ -63,16 +63,43 @@ def documents(tiny_bert_dir, tmp_path_factory):
     import transformers as t
 
     torch.manual_seed(0)
-    t.T5ForConditionalGeneration(t.T5Config(d_model=32, d_kv=8, num_layers=1, num_decoder_layers=2, num_heads=4,
-                                            d_ff=48, vocab_size=50)).save_pretrained(root / "t5")
-    t.DebertaV2Model(t.DebertaV2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
-                                       vocab_size=50, relative_attention=True, pos_att_type=["p2c", "c2p"],
-                                       norm_rel_ebd="layer_norm", share_att_key=True)).save_pretrained(root / "deberta")
-    t.CLIPModel(t.CLIPConfig(text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                              intermediate_size=48, vocab_size=50, max_position_embeddings=16),
-                             vision_config=dict(hidden_size=24, num_hidden_layers=1, num_attention_heads=2,
-                                                intermediate_size=40, image_size=8, patch_size=4),
-                             projection_dim=16)).save_pretrained(root / "clip")
+    t.T5ForConditionalGeneration(
+        t.T5Config(d_model=32, d_kv=8, num_layers=1, num_decoder_layers=2, num_heads=4, d_ff=48, vocab_size=50)
+    ).save_pretrained(root / "t5")
+    t.DebertaV2Model(
+        t.DebertaV2Config(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=48,
+            vocab_size=50,
+            relative_attention=True,
+            pos_att_type=["p2c", "c2p"],
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+        )
+    ).save_pretrained(root / "deberta")
+    t.CLIPModel(
+        t.CLIPConfig(
+            text_config=dict(
+                hidden_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=4,
+                intermediate_size=48,
+                vocab_size=50,
+                max_position_embeddings=16,
+            ),
+            vision_config=dict(
+                hidden_size=24,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                intermediate_size=40,
+                image_size=8,
+                patch_size=4,
+            ),
+            projection_dim=16,
+        )
+    ).save_pretrained(root / "clip")
     clip = json.loads(specbound.analyze(root / "clip", threads=1).to_json())
     from support.vision_language import build_wrapper
 
@@ -86,8 +113,10 @@ def documents(tiny_bert_dir, tmp_path_factory):
     else:  # a LoRA adapter on the tiny BERT (PEFT starts lora_B at 0: set it, so W - W0 is not 0)
         with warnings.catch_warnings():  # transformers' deprecation note, raised inside PEFT
             warnings.simplefilter("ignore", FutureWarning)
-            wrapped = peft.get_peft_model(t.BertModel.from_pretrained(tiny_bert_dir),
-                                          peft.LoraConfig(r=2, lora_alpha=4, target_modules=["query", "value"]))
+            wrapped = peft.get_peft_model(
+                t.BertModel.from_pretrained(tiny_bert_dir),
+                peft.LoraConfig(r=2, lora_alpha=4, target_modules=["query", "value"]),
+            )
         with torch.no_grad():
             for name, p in wrapped.named_parameters():
                 if "lora_B" in name:
@@ -95,19 +124,22 @@ def documents(tiny_bert_dir, tmp_path_factory):
         wrapped.save_pretrained(root / "adapter")
         adapted[("adapter", "init")] = document(root / "adapter", base=tiny_bert_dir)
     assert set(clip) == {"schema_version", "source", "towers"} and set(clip["towers"]) == {"text", "vision"}
-    return {(): document(tiny_bert_dir),
-            ("stacks",): document(root / "t5"),
-            ("disentangled",): document(root / "deberta"),
-            ("tower",): clip["towers"]["vision"],
-            ("tower", "wrapper", "rotary", "qk_norm"): gemma3["towers"]["text"],
-            ("tower", "wrapper"): gemma3["towers"]["vision"],
-            ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
-            ("rotary", "qk_norm"): document(root / "gemma3_text"),
-            ("alibi",): document(root / "bloom"),
-            ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe"),
-            ("latent", "moe"): document(root / "deepseek_v3"),
-            ("rotary", "grid", "by_layer"): document(root / "qwen2_5_vl_vision"),
-            ("rotary", "mrope"): document(root / "qwen2_vl_text"), **adapted}
+    return {
+        (): document(tiny_bert_dir),
+        ("stacks",): document(root / "t5"),
+        ("disentangled",): document(root / "deberta"),
+        ("tower",): clip["towers"]["vision"],
+        ("tower", "wrapper", "rotary", "qk_norm"): gemma3["towers"]["text"],
+        ("tower", "wrapper"): gemma3["towers"]["vision"],
+        ("init", "gap", "rotary"): document(root / "llama", init=root / "llama", n=1000, margin=1.0),
+        ("rotary", "qk_norm"): document(root / "gemma3_text"),
+        ("alibi",): document(root / "bloom"),
+        ("rotary", "qk_norm", "moe"): document(root / "qwen3_moe"),
+        ("latent", "moe"): document(root / "deepseek_v3"),
+        ("rotary", "grid", "by_layer"): document(root / "qwen2_5_vl_vision"),
+        ("rotary", "mrope"): document(root / "qwen2_vl_text"),
+        **adapted,
+    }
 
 
 def test_the_page_describes_every_section():
@@ -124,8 +156,11 @@ def test_every_emitted_key_is_documented_and_every_always_key_emitted(documents)
                 assert found <= set(keys), (section, sorted(found - set(keys)))
                 always = {k for k, when in keys.items() if when == "always"}
                 assert always <= found, (section, sorted(always - found))
-                wanted = {k for k, when in keys.items()
-                          if when != "always" and set(re.split(r" and ", when)) <= set(conditions)}
+                wanted = {
+                    k
+                    for k, when in keys.items()
+                    if when != "always" and set(re.split(r" and ", when)) <= set(conditions)
+                }
                 assert wanted <= set(obj) | found, (section, conditions, sorted(wanted - found))
 
 

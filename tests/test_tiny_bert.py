@@ -12,8 +12,21 @@ import specbound
 from support.oracle import dense_reference
 
 REL = 1e-9
-COLUMNS = ["rank", "spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1",
-           "norm_1_1", "downstream_factor", "gamma", "p_star", "contribution", "c_p0", "c_p2"]
+COLUMNS = [
+    "rank",
+    "spectral_norm",
+    "frobenius_norm",
+    "nuclear_norm",
+    "stable_rank",
+    "norm_2_1",
+    "norm_1_1",
+    "downstream_factor",
+    "gamma",
+    "p_star",
+    "contribution",
+    "c_p0",
+    "c_p2",
+]
 
 
 def assert_matches_oracle(analysis, bounds, rows):
@@ -109,8 +122,9 @@ def test_bf16_is_upcast_to_float64(tiny_dir, tmp_path):
     assert tensors["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
     as_fp32 = tmp_path / "bf16-as-fp32"
     as_fp32.mkdir()
-    save_file({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()},
-              str(as_fp32 / "model.safetensors"))
+    save_file(
+        {k: v.float() if v.is_floating_point() else v for k, v in tensors.items()}, str(as_fp32 / "model.safetensors")
+    )
     (as_fp32 / "config.json").write_text((bf16 / "config.json").read_text())
 
     result = specbound.analyze(bf16, threads=1)

@@ -54,8 +54,13 @@ def run_notebook(path: Path) -> tuple[str, dict[str, bytes]]:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.pop("MPLBACKEND", None)  # the kernel's inline backend, as a user's Jupyter has it
     try:  # the kernel inherits this process's environment
-        nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
-                                resources={"metadata": {"path": str(path.parent)}}).execute()
+        nbclient.NotebookClient(
+            nb,
+            timeout=600,
+            kernel_name="python3",
+            allow_errors=False,
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     except nbclient.exceptions.CellExecutionError as exc:
         raise PluginError(f"{path.name}: a cell failed: {exc}") from None
     finally:
@@ -63,7 +68,8 @@ def run_notebook(path: Path) -> tuple[str, dict[str, bytes]]:
         os.environ.update(env)
     stem = path.stem
     text, resources = MarkdownExporter().from_notebook_node(
-        nb, resources={"output_files_dir": f"{stem}_files", "unique_key": stem})
+        nb, resources={"output_files_dir": f"{stem}_files", "unique_key": stem}
+    )
     link = f"[{path.name}]({path.name})"
     text = text.replace("\n", f"\n\n*This page is {link} as the site's build ran it, outputs and all.*\n", 1)
     return text, dict(resources.get("outputs", {}))

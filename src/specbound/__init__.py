@@ -16,8 +16,16 @@ Heavy frameworks (torch, transformers, matplotlib) are never imported by ``impor
 from .errors import SpecboundError
 
 __version__ = "0.1.0"
-__all__ = ["analyze", "compare", "Analysis", "AnalysisOptions", "Comparison", "SpecboundError", "TowerAnalyses",
-           "__version__"]
+__all__ = [
+    "analyze",
+    "compare",
+    "Analysis",
+    "AnalysisOptions",
+    "Comparison",
+    "SpecboundError",
+    "TowerAnalyses",
+    "__version__",
+]
 
 
 def __getattr__(name):  # lazy: `import specbound` stays cheap

@@ -84,8 +84,9 @@ def is_stale(path: Path, max_age: float | None = None) -> bool:
         return False
     if max_age is not None and age > max_age:
         return True
-    return len(parts) == 4 and parts[3] == socket.gethostname() and parts[1].isdigit() and not process_alive(
-        int(parts[1]))
+    return (
+        len(parts) == 4 and parts[3] == socket.gethostname() and parts[1].isdigit() and not process_alive(int(parts[1]))
+    )
 
 
 def remove_stale(paths, max_age: float | None = None) -> list[Path]:

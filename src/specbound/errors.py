@@ -60,11 +60,15 @@ def one_line(exc: BaseException, doing: str) -> SpecboundError | None:
     if isinstance(exc, OSError):
         return os_error(exc, doing)
     if isinstance(exc, MemoryError):
-        return SpecboundError(f"ran out of memory trying to {doing}; free memory, analyse fewer layers at once "
-                              f"(--jobs 1), or use a machine with more memory")
+        return SpecboundError(
+            f"ran out of memory trying to {doing}; free memory, analyse fewer layers at once "
+            f"(--jobs 1), or use a machine with more memory"
+        )
     if isinstance(exc, RecursionError):
-        return SpecboundError(f"input nested too deeply to {doing} (Python's recursion limit); a real config, "
-                              f"index or record is a few levels deep: the file is corrupt or hostile")
+        return SpecboundError(
+            f"input nested too deeply to {doing} (Python's recursion limit); a real config, "
+            f"index or record is a few levels deep: the file is corrupt or hostile"
+        )
     return None
 
 
@@ -96,15 +100,19 @@ def refuse_oversized_integers(value, what: str, fix: str) -> None:
     """A one-line error when ``value`` holds an integer of more than :data:`MAX_INT_DIGITS` digits."""
     where = oversized_integer(value, what)
     if where is not None:
-        raise SpecboundError(f"{where} is an integer of more than {MAX_INT_DIGITS:,} digits: no dimension, count or "
-                             f"option is that large; {fix}")
+        raise SpecboundError(
+            f"{where} is an integer of more than {MAX_INT_DIGITS:,} digits: no dimension, count or "
+            f"option is that large; {fix}"
+        )
 
 
 def oversized_integer_text(doing: str, fix: str) -> SpecboundError:
     """The error for a document that Python refused to parse for an integer of more than
     :data:`MAX_INT_DIGITS` digits (its ``ValueError``)."""
-    return SpecboundError(f"cannot {doing}: it holds an integer of more than {MAX_INT_DIGITS:,} digits (Python's "
-                          f"limit for integers written as text); no dimension, count or option is that large: {fix}")
+    return SpecboundError(
+        f"cannot {doing}: it holds an integer of more than {MAX_INT_DIGITS:,} digits (Python's "
+        f"limit for integers written as text); no dimension, count or option is that large: {fix}"
+    )
 
 
 @contextlib.contextmanager
@@ -116,18 +124,27 @@ def os_errors(doing: str):
         raise one_line(exc, doing) from None
 
 
-
 # The optional packages and the extra that installs each (pyproject.toml's optional-dependencies).
-EXTRAS = {"matplotlib": "plot", "torch": "torch", "onnx": "onnx", "h5py": "tf", "msgpack": "flax",
-          "dask": "sweep", "distributed": "sweep", "transformers": "study"}
+EXTRAS = {
+    "matplotlib": "plot",
+    "torch": "torch",
+    "onnx": "onnx",
+    "h5py": "tf",
+    "msgpack": "flax",
+    "dask": "sweep",
+    "distributed": "sweep",
+    "transformers": "study",
+}
 
 
 def missing_extra(feature: str, package: str, extra: str | None = None) -> str:
     """The one-line message for an optional feature whose package is not installed, with the one
     install line that works for a wheel (``pip install 'specbound[EXTRA]'``)."""
     extra = extra or EXTRAS.get(package, package)
-    return (f"{feature} needs {package}, which is not installed: pip install 'specbound[{extra}]' "
-            f"(in a checkout of specbound: pip install -e '.[{extra}]')")
+    return (
+        f"{feature} needs {package}, which is not installed: pip install 'specbound[{extra}]' "
+        f"(in a checkout of specbound: pip install -e '.[{extra}]')"
+    )
 
 
 def missing_module(exc: ModuleNotFoundError, doing: str) -> SpecboundError | None:

@@ -39,6 +39,7 @@ N_MAX = 10**300
 
 # --- constraints -------------------------------------------------------------------------------
 
+
 def _is_int(value) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool)
 
@@ -186,8 +187,21 @@ def _describe(accepted) -> str:
 
 # --- the options -------------------------------------------------------------------------------
 
-def _option(default, help: str, *, key: bool, kind: str, flag: str, accepted: tuple = (), requirement: str | None = None,
-            label: str | None = None, metavar: str | None = None, cli_default: Any = None, group: str | None = None):
+
+def _option(
+    default,
+    help: str,
+    *,
+    key: bool,
+    kind: str,
+    flag: str,
+    accepted: tuple = (),
+    requirement: str | None = None,
+    label: str | None = None,
+    metavar: str | None = None,
+    cli_default: Any = None,
+    group: str | None = None,
+):
     """A dataclass field with its constraint and the metadata the command line and the store read.
 
     ``accepted`` and ``requirement`` are :func:`check`'s (empty: any value); ``label`` names the
@@ -195,9 +209,22 @@ def _option(default, help: str, *, key: bool, kind: str, flag: str, accepted: tu
     text: ``positive_int``, ``number``, ``choice``, ``path`` or ``jobs`` (a positive integer or ``auto``).
     """
     choices = next((c.values for c in accepted if isinstance(c, Choice)), None)
-    return field(default=default, metadata={
-        "help": help, "key": key, "kind": kind, "flag": flag, "metavar": metavar, "cli_default": cli_default,
-        "choices": choices, "group": group, "accepted": accepted, "requirement": requirement, "label": label})
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "key": key,
+            "kind": kind,
+            "flag": flag,
+            "metavar": metavar,
+            "cli_default": cli_default,
+            "choices": choices,
+            "group": group,
+            "accepted": accepted,
+            "requirement": requirement,
+            "label": label,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -249,69 +276,178 @@ class AnalysisOptions:
         devices differ only in rounding, within the proven error bound each record reports.
     """
 
-    grid_m: int | None = _option(None, "Schatten grid resolution (default ceil(L + ln N))", key=True, kind="positive_int",
-                                 flag="--grid-m", metavar="M",
-                                 accepted=(None, Interval(Integral, 1, GRID_M_MAX, cast=True)),
-                                 requirement=f"an integer from 1 to {GRID_M_MAX} (the grid is {{0, 1/m, ..., 2}})")
-    rank_tol: float = _option(DEFAULT_RANK_TOL, "relative rank tolerance (default 1e-10)", key=True, kind="number",
-                              flag="--rank-tol", accepted=(Interval(Real, 0, 1, "left", cast=True),),
-                              requirement="a number in [0, 1)")
-    l_phi: float | None = _option(None, "activation Lipschitz constant (default from hidden_act; GELU 1.13)",
-                                  key=True, kind="number", flag="--l-phi",
-                                  accepted=(None, Interval(Real, 0, math.inf, "neither", cast=True)),
-                                  requirement="a positive finite number (GELU: 1.13)")
-    method: str = _option("factored", "QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs "
-                          "(slow reference)", key=True, kind="choice", flag="--method", accepted=(Choice(METHODS),))
-    gram_rtol: float = _option(DEFAULT_GRAM_RTOL, "feed-forward singular values from the Gram matrix when "
-                               "proven accurate to this relative error (default 1e-8); 0 forces exact SVDs",
-                               key=True, kind="number", flag="--gram-rtol",
-                               accepted=(Interval(Real, 0, 1, "left", cast=True),),
-                               requirement="a number in [0, 1) (0 forces exact SVDs)")
-    arch_spec: Any = _option(None, "architecture spec file for a family not shipped (`specbound arch infer` "
-                             "drafts one)", key=True, kind="path", flag="--arch-spec", metavar="FILE")
-    init: Any = _option(None, "model folder with the initial weights W0: also compute every bound on W - W0",
-                        key=True, kind="path", flag="--init", metavar="SOURCE")
-    base: Any = _option(None, "the base model of a PEFT LoRA adapter SOURCE (a folder, weights file or hub id; "
-                        "default: the adapter's base_model_name_or_path): analyse the merged model, and W - W0 "
-                        "with the base as W0", key=True, kind="path", flag="--base", metavar="BASE")
-    n: int | None = _option(None, "number of training sequences (digits, or e.g. 1e6)", key=True, kind="count", flag="--n",
-                            group="gap",
-                            accepted=(None, Interval(Integral, 2, N_MAX)),
-                            requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",
-                            label="n (the number of training sequences)")
-    margin: float | None = _option(None, "ramp-loss margin > 0", key=True, kind="number", flag="--margin", group="gap",
-                                   accepted=(None, POSITIVE_FINITE),
-                                   requirement="a positive finite number (e.g. --margin 0.1)")
-    delta: float = _option(0.05, "failure probability (default 0.05)", key=True, kind="number", flag="--delta",
-                           group="gap", accepted=(Interval(Real, 0, 1, "neither"),), requirement="in (0, 1)",
-                           label="delta (the failure probability)")
-    lead_constant: float = _option(1.0, "absolute constant of the leading term, unstated by the sources "
-                                   "(default 1)", key=True, kind="number", flag="--lead-constant", group="gap",
-                                   accepted=(POSITIVE_FINITE,), requirement="a positive finite number (default 1)")
-    confidence_constant: float = _option(1.0, "absolute constant of the confidence term, unstated by the "
-                                         "sources (default 1)", key=True, kind="number", flag="--confidence-constant",
-                                         group="gap", accepted=(POSITIVE_FINITE,),
-                                         requirement="a positive finite number (default 1)")
-    tower: str | None = _option(None, "two-tower models (CLIP, SigLIP): analyse only this tower (default both, "
-                                "each a chain of its own)", key=True, kind="choice", flag="--tower",
-                                accepted=(None, Choice(TOWERS)))
-    threads: int | None = _option(None, "BLAS threads per job (default 1: the layers, not BLAS, use the "
-                                  "cores; more only spin on a busy machine)", key=False, kind="positive_int", flag="--threads",
-                                  accepted=(None, POSITIVE_INT))
-    jobs: int | str = _option("auto", "layers analysed at once, in threads: the same numbers, about J times faster "
-                              "on J cores, peak memory J layers (default auto: one per core, as half the "
-                              "available memory allows at a layer's float64 weights each)", key=False, kind="jobs",
-                              flag="--jobs", metavar="J", cli_default="auto", accepted=("auto", POSITIVE_INT),
-                              requirement="a positive integer (layers analysed at once) or 'auto'")
-    device: str = _option("numpy", "where the linear algebra runs: numpy (default), or torch float64 on cpu or "
-                          "cuda (same numbers up to rounding, within the reported error bounds)", key=False,
-                          kind="choice", flag="--device", accepted=(Choice(DEVICES),))
+    grid_m: int | None = _option(
+        None,
+        "Schatten grid resolution (default ceil(L + ln N))",
+        key=True,
+        kind="positive_int",
+        flag="--grid-m",
+        metavar="M",
+        accepted=(None, Interval(Integral, 1, GRID_M_MAX, cast=True)),
+        requirement=f"an integer from 1 to {GRID_M_MAX} (the grid is {{0, 1/m, ..., 2}})",
+    )
+    rank_tol: float = _option(
+        DEFAULT_RANK_TOL,
+        "relative rank tolerance (default 1e-10)",
+        key=True,
+        kind="number",
+        flag="--rank-tol",
+        accepted=(Interval(Real, 0, 1, "left", cast=True),),
+        requirement="a number in [0, 1)",
+    )
+    l_phi: float | None = _option(
+        None,
+        "activation Lipschitz constant (default from hidden_act; GELU 1.13)",
+        key=True,
+        kind="number",
+        flag="--l-phi",
+        accepted=(None, Interval(Real, 0, math.inf, "neither", cast=True)),
+        requirement="a positive finite number (GELU: 1.13)",
+    )
+    method: str = _option(
+        "factored",
+        "QK/OV spectra from d_h x d_h cores (default) or dense N x N SVDs (slow reference)",
+        key=True,
+        kind="choice",
+        flag="--method",
+        accepted=(Choice(METHODS),),
+    )
+    gram_rtol: float = _option(
+        DEFAULT_GRAM_RTOL,
+        "feed-forward singular values from the Gram matrix when "
+        "proven accurate to this relative error (default 1e-8); 0 forces exact SVDs",
+        key=True,
+        kind="number",
+        flag="--gram-rtol",
+        accepted=(Interval(Real, 0, 1, "left", cast=True),),
+        requirement="a number in [0, 1) (0 forces exact SVDs)",
+    )
+    arch_spec: Any = _option(
+        None,
+        "architecture spec file for a family not shipped (`specbound arch infer` drafts one)",
+        key=True,
+        kind="path",
+        flag="--arch-spec",
+        metavar="FILE",
+    )
+    init: Any = _option(
+        None,
+        "model folder with the initial weights W0: also compute every bound on W - W0",
+        key=True,
+        kind="path",
+        flag="--init",
+        metavar="SOURCE",
+    )
+    base: Any = _option(
+        None,
+        "the base model of a PEFT LoRA adapter SOURCE (a folder, weights file or hub id; "
+        "default: the adapter's base_model_name_or_path): analyse the merged model, and W - W0 "
+        "with the base as W0",
+        key=True,
+        kind="path",
+        flag="--base",
+        metavar="BASE",
+    )
+    n: int | None = _option(
+        None,
+        "number of training sequences (digits, or e.g. 1e6)",
+        key=True,
+        kind="count",
+        flag="--n",
+        group="gap",
+        accepted=(None, Interval(Integral, 2, N_MAX)),
+        requirement="an integer from 2 to 1e300 (the gap bound is computed in floating point)",
+        label="n (the number of training sequences)",
+    )
+    margin: float | None = _option(
+        None,
+        "ramp-loss margin > 0",
+        key=True,
+        kind="number",
+        flag="--margin",
+        group="gap",
+        accepted=(None, POSITIVE_FINITE),
+        requirement="a positive finite number (e.g. --margin 0.1)",
+    )
+    delta: float = _option(
+        0.05,
+        "failure probability (default 0.05)",
+        key=True,
+        kind="number",
+        flag="--delta",
+        group="gap",
+        accepted=(Interval(Real, 0, 1, "neither"),),
+        requirement="in (0, 1)",
+        label="delta (the failure probability)",
+    )
+    lead_constant: float = _option(
+        1.0,
+        "absolute constant of the leading term, unstated by the sources (default 1)",
+        key=True,
+        kind="number",
+        flag="--lead-constant",
+        group="gap",
+        accepted=(POSITIVE_FINITE,),
+        requirement="a positive finite number (default 1)",
+    )
+    confidence_constant: float = _option(
+        1.0,
+        "absolute constant of the confidence term, unstated by the sources (default 1)",
+        key=True,
+        kind="number",
+        flag="--confidence-constant",
+        group="gap",
+        accepted=(POSITIVE_FINITE,),
+        requirement="a positive finite number (default 1)",
+    )
+    tower: str | None = _option(
+        None,
+        "two-tower models (CLIP, SigLIP): analyse only this tower (default both, each a chain of its own)",
+        key=True,
+        kind="choice",
+        flag="--tower",
+        accepted=(None, Choice(TOWERS)),
+    )
+    threads: int | None = _option(
+        None,
+        "BLAS threads per job (default 1: the layers, not BLAS, use the cores; more only spin on a busy machine)",
+        key=False,
+        kind="positive_int",
+        flag="--threads",
+        accepted=(None, POSITIVE_INT),
+    )
+    jobs: int | str = _option(
+        "auto",
+        "layers analysed at once, in threads: the same numbers, about J times faster "
+        "on J cores, peak memory J layers (default auto: one per core, as half the "
+        "available memory allows at a layer's float64 weights each)",
+        key=False,
+        kind="jobs",
+        flag="--jobs",
+        metavar="J",
+        cli_default="auto",
+        accepted=("auto", POSITIVE_INT),
+        requirement="a positive integer (layers analysed at once) or 'auto'",
+    )
+    device: str = _option(
+        "numpy",
+        "where the linear algebra runs: numpy (default), or torch float64 on cpu or "
+        "cuda (same numbers up to rounding, within the reported error bounds)",
+        key=False,
+        kind="choice",
+        flag="--device",
+        accepted=(Choice(DEVICES),),
+    )
 
     def __post_init__(self):
         for f in fields(self):
             if f.metadata["accepted"]:
-                value = check(f.metadata["label"] or f.name, getattr(self, f.name), *f.metadata["accepted"],
-                              requirement=f.metadata["requirement"])
+                value = check(
+                    f.metadata["label"] or f.name,
+                    getattr(self, f.name),
+                    *f.metadata["accepted"],
+                    requirement=f.metadata["requirement"],
+                )
                 object.__setattr__(self, f.name, value)  # frozen: the checked (converted) value
         if (self.n is None) != (self.margin is None):
             missing = "n (the sample size)" if self.n is None else "margin"
@@ -328,12 +464,15 @@ class AnalysisOptions:
         elif isinstance(options, Mapping):
             base, overrides = cls(), {**options, **overrides}
         else:
-            raise SpecboundError(f"options must be an AnalysisOptions or a mapping of option names, "
-                                 f"found {type(options).__name__}")
+            raise SpecboundError(
+                f"options must be an AnalysisOptions or a mapping of option names, found {type(options).__name__}"
+            )
         unknown = sorted(set(overrides) - set(option_names()))
         if unknown:
-            raise SpecboundError(f"unknown analysis option(s) {', '.join(map(str, unknown))}; expected some of "
-                                 f"{', '.join(option_names())}")
+            raise SpecboundError(
+                f"unknown analysis option(s) {', '.join(map(str, unknown))}; expected some of "
+                f"{', '.join(option_names())}"
+            )
         return replace(base, **overrides) if overrides else base
 
     @property
@@ -377,8 +516,12 @@ class KernelOptions:
     def __post_init__(self):
         for f in fields(AnalysisOptions):
             if f.name in KERNEL_OPTIONS:
-                value = check(f.metadata["label"] or f.name, getattr(self, f.name), *f.metadata["accepted"],
-                              requirement=f.metadata["requirement"])
+                value = check(
+                    f.metadata["label"] or f.name,
+                    getattr(self, f.name),
+                    *f.metadata["accepted"],
+                    requirement=f.metadata["requirement"],
+                )
                 object.__setattr__(self, f.name, value)
 
 

@@ -55,9 +55,17 @@ from .bounds.schatten import default_grid_m
 from .bounds.assumptions import AssumptionContext, assumptions
 from .records import Analysis, TowerAnalyses, build_analysis
 
-def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | None = None, *,
-            config: dict | None = None, progress: "bool | Callable[[int, int], None] | None" = None,
-            stream: bool = False, disk_budget: int | str | None = None, **overrides) -> Analysis:
+
+def analyze(
+    source: Any = None,
+    options: AnalysisOptions | Mapping[str, Any] | None = None,
+    *,
+    config: dict | None = None,
+    progress: "bool | Callable[[int, int], None] | None" = None,
+    stream: bool = False,
+    disk_budget: int | str | None = None,
+    **overrides,
+) -> Analysis:
     """Analyse a checkpoint: every spectral quantity and every registered bound.
 
     Parameters
@@ -89,8 +97,15 @@ def analyze(source: Any = None, options: AnalysisOptions | Mapping[str, Any] | N
         by tower name (:class:`~specbound.records.TowerAnalyses`).
     """
     opts = AnalysisOptions.build(options, **overrides)
-    models = open_models(default_checkpoint() if source is None else source, arch_spec=opts.arch_spec,
-                         config=config, tower=opts.tower, stream=stream, disk_budget=disk_budget, base=opts.base)
+    models = open_models(
+        default_checkpoint() if source is None else source,
+        arch_spec=opts.arch_spec,
+        config=config,
+        tower=opts.tower,
+        stream=stream,
+        disk_budget=disk_budget,
+        base=opts.base,
+    )
     name = f"{DEFAULT_NAME} (embedded default)" if source is None else None
     try:
         for model in models:  # an activation without a known constant: refused before any weight is read
@@ -120,7 +135,7 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
     jobs = opts.jobs if opts.jobs != "auto" else auto_jobs(model, readers=1 if init_model is None else 2)
     threads = cap_threads(opts.threads)
     if threads is None:  # the layers use the cores, not BLAS: its threads spin when a core is busy
-        threads = 1      # (17.6 s against 1.0 s on a loaded 2-core machine; docs/benchmarks.md)
+        threads = 1  # (17.6 s against 1.0 s on a loaded 2-core machine; docs/benchmarks.md)
     bar, on_layer = _progress_callback(progress)
     try:
         with threadpool_limits(limits=threads), _torch_threads(opts.device, threads):
@@ -128,8 +143,9 @@ def _analyze_one(model: OpenModel, opts: AnalysisOptions, progress, name: str | 
             model.ckpt.close()
             if init_model is not None:
                 init_model.opened_checkpoint.close()
-            return assemble(model, layers, opts, init=(init_model, deltas) if init_model is not None else None,
-                            name=name)
+            return assemble(
+                model, layers, opts, init=(init_model, deltas) if init_model is not None else None, name=name
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -177,8 +193,15 @@ class LayersBar:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            self.bar = tqdm_class()(desc="layers", unit="layer", total=total, file=sys.stderr,
-                                    dynamic_ncols=True, disable=not self.enabled, mininterval=0)
+            self.bar = tqdm_class()(
+                desc="layers",
+                unit="layer",
+                total=total,
+                file=sys.stderr,
+                dynamic_ncols=True,
+                disable=not self.enabled,
+                mininterval=0,
+            )
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
@@ -260,8 +283,14 @@ class OpenModel:
         return [] if self.rotary_by_layer is None else [l for l, r in enumerate(self.rotary_by_layer) if r is None]
 
 
-def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
-               config: dict | None = None, tower: str | None = None, base: Any = None) -> OpenModel:
+def open_model(
+    source: Any,
+    *,
+    arch_spec: str | Path | ArchSpec | None = None,
+    config: dict | None = None,
+    tower: str | None = None,
+    base: Any = None,
+) -> OpenModel:
     """Open ``source``, pick its family spec, read its dimensions and account for every tensor.
 
     Only config.json and the tensor headers are read; no weight is loaded yet.  A two-tower model
@@ -270,15 +299,24 @@ def open_model(source: Any, *, arch_spec: str | Path | ArchSpec | None = None,
     models = open_models(source, arch_spec=arch_spec, config=config, tower=tower, base=base)
     if len(models) > 1:
         models[0].opened_checkpoint.close()
-        raise SpecboundError(f"{models[0].ckpt.location} holds the {' and '.join(m.tower for m in models)} towers of a "
-                             f"two-tower {models[0].parent_spec.family} model; pass tower='text' or tower='vision' "
-                             f"(--tower) to analyse one")
+        raise SpecboundError(
+            f"{models[0].ckpt.location} holds the {' and '.join(m.tower for m in models)} towers of a "
+            f"two-tower {models[0].parent_spec.family} model; pass tower='text' or tower='vision' "
+            f"(--tower) to analyse one"
+        )
     return models[0]
 
 
-def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, config: dict | None = None,
-                tower: str | None = None, stream: bool = False, disk_budget: int | str | None = None,
-                base: Any = None) -> list[OpenModel]:
+def open_models(
+    source: Any,
+    *,
+    arch_spec: str | Path | ArchSpec | None = None,
+    config: dict | None = None,
+    tower: str | None = None,
+    stream: bool = False,
+    disk_budget: int | str | None = None,
+    base: Any = None,
+) -> list[OpenModel]:
     """:func:`open_model`, every tower of a two-tower model (or the one named ``tower``) opened as a
     chain of its own on the one checkpoint; one chain for any other model (``stream``,
     ``disk_budget``: how a hub id is read, :func:`~specbound.io.open_checkpoint`; ``base``: a LoRA
@@ -298,8 +336,10 @@ def open_models(source: Any, *, arch_spec: str | Path | ArchSpec | None = None, 
         views = tower_views(spec, ckpt, tower)
         if not views:  # a spec of fewer towers than the options name (an mmproj file: the vision tower alone)
             held = " and ".join(t.name for t in spec.towers)
-            raise SpecboundError(f"{ckpt.location} holds only the {held} tower of a {spec.family} model, not the "
-                                 f"{tower} tower; leave tower out or pass tower={spec.towers[0].name!r}")
+            raise SpecboundError(
+                f"{ckpt.location} holds only the {held} tower of a {spec.family} model, not the "
+                f"{tower} tower; leave tower out or pass tower={spec.towers[0].name!r}"
+            )
         return [_open_tower(t, view, spec) for t, view in views]
     except BaseException:
         ckpt.close()
@@ -310,9 +350,11 @@ def _gguf_pair_models(pair: dict[str, Path], arch_spec: Any, tower: str | None) 
     """The text GGUF model and its mmproj file (:func:`~.io.gguf_mmproj.gguf_pair`) opened as the text and
     vision towers of one model, or the one named ``tower``."""
     if arch_spec is not None:
-        raise SpecboundError(f"--arch-spec names one chain's family, but {pair['text'].parent} holds a text GGUF and "
-                             f"its mmproj file; analyse the file itself: specbound analyze {pair['text']} "
-                             f"--arch-spec ...")
+        raise SpecboundError(
+            f"--arch-spec names one chain's family, but {pair['text'].parent} holds a text GGUF and "
+            f"its mmproj file; analyse the file itself: specbound analyze {pair['text']} "
+            f"--arch-spec ..."
+        )
     models: list[OpenModel] = []
     try:
         for name, path in pair.items():
@@ -334,8 +376,9 @@ def _open_tower(tower: TowerSpec, view, parent: ArchSpec) -> OpenModel:
     except SpecboundError as exc:
         if tower.family is None or str(exc).startswith(f"the {tower.name} tower"):
             raise
-        raise SpecboundError(f"the {tower.name} tower ({' or '.join(tower.config_sections)} of config.json): "
-                             f"{exc}") from None
+        raise SpecboundError(
+            f"the {tower.name} tower ({' or '.join(tower.config_sections)} of config.json): {exc}"
+        ) from None
 
 
 def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
@@ -344,10 +387,14 @@ def _check_tower(spec: ArchSpec, tower: str | None, ckpt) -> None:
     if tower is None or tower == spec.tower:
         return
     if spec.tower is None:
-        raise SpecboundError(f"tower={tower!r} (--tower) picks a tower of a two-tower model (CLIP, SigLIP); "
-                             f"{ckpt.location} is a {spec.family} checkpoint, one chain: leave tower out")
-    raise SpecboundError(f"{ckpt.location} holds only the {spec.tower} tower of a {spec.family} model, not the "
-                         f"{tower} tower; leave tower out or pass tower={spec.tower!r}")
+        raise SpecboundError(
+            f"tower={tower!r} (--tower) picks a tower of a two-tower model (CLIP, SigLIP); "
+            f"{ckpt.location} is a {spec.family} checkpoint, one chain: leave tower out"
+        )
+    raise SpecboundError(
+        f"{ckpt.location} holds only the {spec.tower} tower of a {spec.family} model, not the "
+        f"{tower} tower; leave tower out or pass tower={spec.tower!r}"
+    )
 
 
 def _config_where(ckpt) -> str:
@@ -372,8 +419,9 @@ def _bound(spec: ArchSpec, ckpt, *, parent: ArchSpec | None = None) -> OpenModel
     return OpenModel(ckpt, spec, dims, prefix, first, None if len(set(layouts)) == 1 else layouts, **extra)
 
 
-def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False,
-                        weights: LayerWeights | None = None) -> LayerSpectra:
+def model_layer_spectra(
+    model: OpenModel, layer: int, kernel: KernelOptions, *, prefetch: bool = False, weights: LayerWeights | None = None
+) -> LayerSpectra:
     """Read layer ``layer`` of an opened model and compute its spectra as ``kernel`` says.
 
     Independent of every other layer, so a sweep can run the layers of a large model as separate
@@ -385,8 +433,16 @@ def model_layer_spectra(model: OpenModel, layer: int, kernel: KernelOptions, *, 
     if weights is None:
         weights = read_layer(model, layer)
     dims = model.layer_dims(layer)
-    return layer_spectra(weights, kernel, group=dims.H // dims.H_kv, block=dims.block, release=True,
-                         rotary=model.rotary_for(layer), prefetch=prefetch, position_terms=dims.position_terms)
+    return layer_spectra(
+        weights,
+        kernel,
+        group=dims.H // dims.H_kv,
+        block=dims.block,
+        release=True,
+        rotary=model.rotary_for(layer),
+        prefetch=prefetch,
+        position_terms=dims.position_terms,
+    )
 
 
 def read_layer(model: OpenModel, layer: int) -> LayerWeights:
@@ -394,9 +450,14 @@ def read_layer(model: OpenModel, layer: int) -> LayerWeights:
     return read_layer_weights(model.spec, model.ckpt, model.dims, model.prefix, layer)
 
 
-def all_layer_spectra(model: OpenModel, init_model: OpenModel | None, kernel: KernelOptions, *, jobs: int,
-                      progress: Callable[[int, int], None] | None = None
-                      ) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
+def all_layer_spectra(
+    model: OpenModel,
+    init_model: OpenModel | None,
+    kernel: KernelOptions,
+    *,
+    jobs: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[LayerSpectra], list[LayerSpectra]]:
     """Every layer's spectra (and, with ``init_model``, those of ``W - W0``), ``jobs`` layers at a time,
     computed as ``kernel`` says.
 
@@ -495,8 +556,9 @@ def cap_threads(threads: int | None) -> int | None:
     said in a :class:`~specbound.errors.SpecboundWarning`."""
     cores = available_cores()
     if threads is not None and threads > cores:
-        warnings.warn(SpecboundWarning(f"{threads} threads capped at the {cores} core(s) this process may use"),
-                      stacklevel=3)
+        warnings.warn(
+            SpecboundWarning(f"{threads} threads capped at the {cores} core(s) this process may use"), stacklevel=3
+        )
         return cores
     return threads
 
@@ -516,6 +578,7 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     """CPUs the cgroup quota allows (quota / period), or None without one: cgroup v2's ``cpu.max``
     (``"200000 100000"``; ``"max 100000"`` is none), else cgroup v1's ``cpu/cpu.cfs_quota_us`` and
     ``cpu/cpu.cfs_period_us`` (a quota of -1 is none).  Unreadable or malformed files: None."""
+
     def read(name: str) -> list[str] | None:
         try:
             return (root / name).read_text().split()
@@ -523,8 +586,7 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
             return None
 
     v2, v1 = read("cpu.max"), (read("cpu/cpu.cfs_quota_us"), read("cpu/cpu.cfs_period_us"))
-    quota, period = (v2 if v2 is not None and len(v2) == 2
-                     else (v1[0][0], v1[1][0]) if v1[0] and v1[1] else (None, None))
+    quota, period = v2 if v2 is not None and len(v2) == 2 else (v1[0][0], v1[1][0]) if v1[0] and v1[1] else (None, None)
     try:
         quota, period = float(quota), float(period)
     except (TypeError, ValueError):  # "max", or nothing readable
@@ -542,8 +604,10 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
     updates = adapter_updates(model, init_model, layer, kernel)
     if raw.latent is not None:  # latent attention: each block of the rows minus its initial value
         if updates is not None:
-            raise SpecboundError("a LoRA adapter on a multi-head latent attention model is not supported: merge it "
-                                 "and pass the base with --init")
+            raise SpecboundError(
+                "a LoRA adapter on a multi-head latent attention model is not supported: merge it "
+                "and pass the base with --init"
+            )
         return LayerSpectra(layer, *latent_difference_spectra(raw, raw0, kernel), dims.block)
     weights, w0 = logit_factors(raw, a), logit_factors(raw0, a)
     if updates is not None:  # a LoRA adapter on its base: W - W0 from the factors (docs/theory.md 3k)
@@ -552,8 +616,17 @@ def _difference_spectra(model: OpenModel, init_model: OpenModel, layer: int, ker
         delta = difference_spectra(weights, w0, kernel, group=group, block=dims.block)
     if rotary is None or raw.qk_norm is not None or raw.latent is not None:  # rotation-free rows (theory 3d, 3l)
         return delta
-    return replace(delta, qk=rotary_difference_spectra(weights, w0, rotary, group=group, rank_tol=kernel.rank_tol,
-                                                       updates=None if updates is None else updates.heads))
+    return replace(
+        delta,
+        qk=rotary_difference_spectra(
+            weights,
+            w0,
+            rotary,
+            group=group,
+            rank_tol=kernel.rank_tol,
+            updates=None if updates is None else updates.heads,
+        ),
+    )
 
 
 def adapter_base(model: OpenModel) -> OpenModel | None:
@@ -573,8 +646,11 @@ def adapter_updates(model: OpenModel, init_model: OpenModel, layer: int, kernel:
     base (not a ``--init`` of other weights), the method is factored and no tensor of the layer is
     replaced whole (``modules_to_save``); None otherwise (the differences come from the weights)."""
     ckpt = model.opened_checkpoint
-    if kernel.method != "factored" or not isinstance(ckpt, LoraCheckpoint) or \
-            init_model.opened_checkpoint is not ckpt.base_ckpt:
+    if (
+        kernel.method != "factored"
+        or not isinstance(ckpt, LoraCheckpoint)
+        or init_model.opened_checkpoint is not ckpt.base_ckpt
+    ):
         return None
     try:
         return read_layer_updates(model.spec, model.ckpt, model.dims, model.prefix, layer)
@@ -582,8 +658,14 @@ def adapter_updates(model: OpenModel, init_model: OpenModel, layer: int, kernel:
         return None
 
 
-def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOptions | None = None, *,
-             init: tuple[OpenModel, list[LayerSpectra]] | None = None, name: str | None = None) -> Analysis:
+def assemble(
+    model: OpenModel,
+    layers: list[LayerSpectra],
+    options: AnalysisOptions | None = None,
+    *,
+    init: tuple[OpenModel, list[LayerSpectra]] | None = None,
+    name: str | None = None,
+) -> Analysis:
     """Propagation factors, every registered bound and the records, from all layers' spectra
     (``init``: the initial-weights model and the spectra of ``W - W0``; ``name``: the analysis'
     ``source``, default where the weights were read from)."""
@@ -597,9 +679,14 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     if init is not None:
         init_measures = measures.measured_from(init[1])
         from_init = (init_measures, compute_all(init_measures, only_distance=True))
-    recorded = {"grid_m": measures.grid_m, "rank_tol": opts.rank_tol, "l_phi": l_phi,
-                "l_phi_source": l_phi_source, "method": opts.method,
-                "gram_rtol": opts.gram_rtol if opts.method == "factored" else 0.0}
+    recorded = {
+        "grid_m": measures.grid_m,
+        "rank_tol": opts.rank_tol,
+        "l_phi": l_phi,
+        "l_phi_source": l_phi_source,
+        "method": opts.method,
+        "gram_rtol": opts.gram_rtol if opts.method == "factored" else 0.0,
+    }
     if init is not None:
         recorded["init"] = str(init[0].ckpt.location)
 
@@ -617,16 +704,25 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     sentence = model.ckpt.facts.sentence_modules
     if sentence is not None and sentence.after:  # sentence-transformers' Pooling, Dense, Normalize after the model
         model_extra["modules"] = modules_record(sentence, opts.rank_tol)
-    rotary = None if model.rotary is None else {
-        "rotary_dim": model.rotary.rotary_dim, "pairing": model.rotary.pairing, "base": model.rotary.base,
-        "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
-        "scaling": model.rotary.scaling,
-        "attention_factor": model.rotary.attention_factor,
-        "qk_spectral_norm": qk_spectral_norm_counts(layers),
-    }
+    rotary = (
+        None
+        if model.rotary is None
+        else {
+            "rotary_dim": model.rotary.rotary_dim,
+            "pairing": model.rotary.pairing,
+            "base": model.rotary.base,
+            "max_positions": None if model.rotary.max_positions == UNBOUNDED_POSITIONS else model.rotary.max_positions,
+            "scaling": model.rotary.scaling,
+            "attention_factor": model.rotary.attention_factor,
+            "qk_spectral_norm": qk_spectral_norm_counts(layers),
+        }
+    )
     if model.rotary is not None and "mrope" in model.spec.rotary_options:  # M-RoPE (docs/rotary.md section 7)
-        rotary["mrope"] = {"kind": model.spec.rotary_options["mrope"]["kind"], "axes": list(model.rotary.axes),
-                           "grid": None if model.rotary.grid is None else list(model.rotary.grid)}
+        rotary["mrope"] = {
+            "kind": model.spec.rotary_options["mrope"]["kind"],
+            "axes": list(model.rotary.axes),
+            "grid": None if model.rotary.grid is None else list(model.rotary.grid),
+        }
     elif model.rotary is not None and model.rotary.axes is not None:  # a vision tower's 2D grid (docs/rotary.md 9)
         rotary["grid"] = _grid_record(model.rotary)
     qk_norm = _qk_norm_summary(model, layers)
@@ -635,11 +731,18 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
     if dims.latent is not None:
         model_extra["latent_attention"] = _latent_summary(dims, layers)
     if model.rotary_by_layer is not None:  # layers of several kinds: each one's settings
-        rotary["by_layer"] = [None if r is None else  # a NoPE layer: no rotation
-                              {"base": r.base, "scaling": r.scaling, "attention_factor": r.attention_factor,
-                               **({} if r.axes is None or "mrope" in model.spec.rotary_options else
-                                  {"grid": _grid_record(r)})}
-                              for r in model.rotary_by_layer]
+        rotary["by_layer"] = [
+            None
+            if r is None
+            # a NoPE layer: no rotation
+            else {
+                "base": r.base,
+                "scaling": r.scaling,
+                "attention_factor": r.attention_factor,
+                **({} if r.axes is None or "mrope" in model.spec.rotary_options else {"grid": _grid_record(r)}),
+            }
+            for r in model.rotary_by_layer
+        ]
     model_extra["rotary"] = rotary
     if dims.position_terms:
         model_extra["position_terms"] = dims.position_terms
@@ -651,17 +754,34 @@ def assemble(model: OpenModel, layers: list[LayerSpectra], options: AnalysisOpti
         model_extra["wrapper"] = model.parent_spec.family
     source = name or model.ckpt.facts.hub_source or location  # a hub id: ORG/NAME@commit
     context = AssumptionContext(
-        dims, rotary=model.rotary is not None, gap=gap_params is not None, notes=model.notes, l_phi=l_phi,
-        l_phi_source=l_phi_source, rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
-        rope=tuple(model.rotary_layouts()), qk_norm=qk_norm,
+        dims,
+        rotary=model.rotary is not None,
+        gap=gap_params is not None,
+        notes=model.notes,
+        l_phi=l_phi,
+        l_phi_source=l_phi_source,
+        rotary_methods=None if rotary is None else rotary["qk_spectral_norm"],
+        rope=tuple(model.rotary_layouts()),
+        qk_norm=qk_norm,
         structure=model_structure(model.spec.structure, model.ckpt.config, _config_where(model.ckpt)),
-        tower=model.tower, nope_layers=tuple(model.nope_layers()), modules=model_extra.get("modules"),
-        wrapper=model.parent_spec)
-    return build_analysis(source, model.spec.family, measures, results, recorded,
-                          from_init=from_init, gap=gap, location=location,
-                          tensors=tensor_names(model.spec, dims, model.prefix),
-                          model_extra={**model_extra, **_structure_extra(model)},
-                          assumptions=assumptions(context))
+        tower=model.tower,
+        nope_layers=tuple(model.nope_layers()),
+        modules=model_extra.get("modules"),
+        wrapper=model.parent_spec,
+    )
+    return build_analysis(
+        source,
+        model.spec.family,
+        measures,
+        results,
+        recorded,
+        from_init=from_init,
+        gap=gap,
+        location=location,
+        tensors=tensor_names(model.spec, dims, model.prefix),
+        model_extra={**model_extra, **_structure_extra(model)},
+        assumptions=assumptions(context),
+    )
 
 
 def _grid_record(layout) -> dict[str, Any]:
@@ -695,9 +815,15 @@ def _qk_norm_summary(model: OpenModel, layers: list[LayerSpectra]) -> dict[str, 
     if rule is None:
         return None
     factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
-    return {"span": rule.span, "gain": rule.gain, "eps": qk_norm_eps(model.spec, model.ckpt.config),
-            **({} if rule.layers == "all" else {"layers": rule.layers}),
-            "max_factor": factor, "layer": layer, "head": head}
+    return {
+        "span": rule.span,
+        "gain": rule.gain,
+        "eps": qk_norm_eps(model.spec, model.ckpt.config),
+        **({} if rule.layers == "all" else {"layers": rule.layers}),
+        "max_factor": factor,
+        "layer": layer,
+        "head": head,
+    }
 
 
 def _latent_summary(dims: ModelDims, layers: list[LayerSpectra]) -> dict[str, Any]:
@@ -705,9 +831,19 @@ def _latent_summary(dims: ModelDims, layers: list[LayerSpectra]) -> dict[str, An
     ``lipschitz_factor``, docs/theory.md 3l), for ``model["latent_attention"]``."""
     lat = dims.latent
     factor, layer, head = max((s.lipschitz_factor, l.layer, h) for l in layers for h, s in enumerate(l.qk))
-    return {"q_rank": lat.q_rank, "kv_rank": lat.kv_rank, "d_nope": lat.d_nope, "d_rope": lat.d_rope, "d_v": lat.d_v,
-            "logit_scale": lat.logit_scale, "rope_factor": lat.rope_factor, "eps": lat.kv_eps,
-            "max_factor": factor, "layer": layer, "head": head}
+    return {
+        "q_rank": lat.q_rank,
+        "kv_rank": lat.kv_rank,
+        "d_nope": lat.d_nope,
+        "d_rope": lat.d_rope,
+        "d_v": lat.d_v,
+        "logit_scale": lat.logit_scale,
+        "rope_factor": lat.rope_factor,
+        "eps": lat.kv_eps,
+        "max_factor": factor,
+        "layer": layer,
+        "head": head,
+    }
 
 
 def _structure_extra(model: OpenModel) -> dict[str, Any]:
@@ -720,15 +856,19 @@ def _structure_extra(model: OpenModel) -> dict[str, Any]:
     if dims.moe is not None:
         gate = spec.experts.shared_gate
         extra["experts"] = {
-            "experts": dims.moe.experts, "top_k": dims.moe.top_k, "d_ff": dims.d_ff,
+            "experts": dims.moe.experts,
+            "top_k": dims.moe.top_k,
+            "d_ff": dims.d_ff,
             "shared_d_ff": dims.moe.shared_d_ff,
             **({} if dims.moe.layers is None else {"layers": list(dims.moe.layers), "dense_d_ff": dims.moe.dense_d_ff}),
             **({} if dims.moe.gate_sum == 1 else {"gate_sum": dims.moe.gate_sum}),
             **({} if dims.moe.gate_max == 1 else {"gate_max": dims.moe.gate_max}),
             **({} if dims.moe.scoring == "softmax" else {"scoring": dims.moe.scoring}),
-            "router": None if dims.moe.layers == () else
-            spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
-            "shared_gate": None if gate is None else gate.name_for(0, model.prefix)}
+            "router": None
+            if dims.moe.layers == ()
+            else spec.experts.router.name_for(next(l for l in range(dims.L) if dims.routed(l)), model.prefix),
+            "shared_gate": None if gate is None else gate.name_for(0, model.prefix),
+        }
     return extra
 
 
@@ -764,10 +904,18 @@ def modules_record(modules: SentenceModules, rank_tol: float) -> list[dict[str, 
         if m.weight is not None:
             s = dense_spectrum(np.ascontiguousarray(m.weight.T))
             name, lipschitz = DENSE_ACTIVATIONS.get(m.activation, (m.activation, None))
-            entry.update({"in_features": int(m.weight.shape[1]), "out_features": int(m.weight.shape[0]),
-                          "activation": name, "activation_lipschitz": lipschitz, "bias": m.bias,
-                          "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
-                          "nuclear_norm": s.nuclear_norm(rank_tol),
-                          "rank": numerical_rank(s.singular_values, s.dim, rank_tol)})
+            entry.update(
+                {
+                    "in_features": int(m.weight.shape[1]),
+                    "out_features": int(m.weight.shape[0]),
+                    "activation": name,
+                    "activation_lipschitz": lipschitz,
+                    "bias": m.bias,
+                    "spectral_norm": s.spectral_norm,
+                    "frobenius_norm": s.frobenius_norm,
+                    "nuclear_norm": s.nuclear_norm(rank_tol),
+                    "rank": numerical_rank(s.singular_values, s.dim, rank_tol),
+                }
+            )
         out.append(entry)
     return out

@@ -23,6 +23,7 @@ from support.same_numbers import numbers
 def numbers_without_family(result):
     return numbers(result, family=False)
 
+
 N, L, H, D_FF = 32, 2, 4, 48
 
 
@@ -33,57 +34,167 @@ def _build(family):
     transformers.logging.set_verbosity_error()
     T = transformers
     models = {
-        "bert": lambda: T.BertForSequenceClassification(T.BertConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
-        "llama": lambda: T.LlamaForCausalLM(T.LlamaConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
-            intermediate_size=D_FF, vocab_size=50)),
-        "opt": lambda: T.OPTForCausalLM(T.OPTConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, ffn_dim=D_FF, word_embed_proj_dim=N,
-            vocab_size=50, max_position_embeddings=16)),
-        "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=N, n_layer=L, n_head=H, n_inner=None, vocab_size=50,
-                                                       n_positions=16)),
-        "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
-        "phi": lambda: T.PhiForCausalLM(T.PhiConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
-        "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
-            vocab_size=50, pad_token_id=0)),
-        "gptj": lambda: T.GPTJForCausalLM(T.GPTJConfig(n_embd=N, n_layer=L, n_head=H, rotary_dim=4, vocab_size=50,
-                                                       n_positions=16)),
+        "bert": lambda: T.BertForSequenceClassification(
+            T.BertConfig(
+                hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+            )
+        ),
+        "llama": lambda: T.LlamaForCausalLM(
+            T.LlamaConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+            )
+        ),
+        "opt": lambda: T.OPTForCausalLM(
+            T.OPTConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                ffn_dim=D_FF,
+                word_embed_proj_dim=N,
+                vocab_size=50,
+                max_position_embeddings=16,
+            )
+        ),
+        "gpt2": lambda: T.GPT2LMHeadModel(
+            T.GPT2Config(n_embd=N, n_layer=L, n_head=H, n_inner=None, vocab_size=50, n_positions=16)
+        ),
+        "gpt_neox": lambda: T.GPTNeoXForCausalLM(
+            T.GPTNeoXConfig(
+                hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+            )
+        ),
+        "phi": lambda: T.PhiForCausalLM(
+            T.PhiConfig(
+                hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+            )
+        ),
+        "phi3": lambda: T.Phi3ForCausalLM(
+            T.Phi3Config(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                pad_token_id=0,
+            )
+        ),
+        "gptj": lambda: T.GPTJForCausalLM(
+            T.GPTJConfig(n_embd=N, n_layer=L, n_head=H, rotary_dim=4, vocab_size=50, n_positions=16)
+        ),
         "bloom": lambda: T.BloomForCausalLM(T.BloomConfig(hidden_size=N, n_layer=L, n_head=H, vocab_size=50)),
-        "falcon": lambda: T.FalconForCausalLM(T.FalconConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_kv_heads=2, new_decoder_architecture=True,
-            vocab_size=50)),
-        "mixtral": lambda: T.MixtralForCausalLM(T.MixtralConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=D_FF,
-            vocab_size=50, num_local_experts=3, num_experts_per_tok=2)),
-        "qwen2_moe": lambda: T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, intermediate_size=64,
-            moe_intermediate_size=D_FF, shared_expert_intermediate_size=40, vocab_size=50, num_experts=3,
-            num_experts_per_tok=2)),
-        "qwen3_moe": lambda: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
-            intermediate_size=64, moe_intermediate_size=D_FF, vocab_size=50, num_experts=3, num_experts_per_tok=2,
-            max_position_embeddings=32)),
-        "qwen3": lambda: T.Qwen3ForCausalLM(T.Qwen3Config(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
-            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
-        "olmo2": lambda: T.Olmo2ForCausalLM(T.Olmo2Config(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
-            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
-        "gemma3_text": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2, head_dim=16,
-            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32)),
+        "falcon": lambda: T.FalconForCausalLM(
+            T.FalconConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_kv_heads=2,
+                new_decoder_architecture=True,
+                vocab_size=50,
+            )
+        ),
+        "mixtral": lambda: T.MixtralForCausalLM(
+            T.MixtralConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                num_local_experts=3,
+                num_experts_per_tok=2,
+            )
+        ),
+        "qwen2_moe": lambda: T.Qwen2MoeForCausalLM(
+            T.Qwen2MoeConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                moe_intermediate_size=D_FF,
+                shared_expert_intermediate_size=40,
+                vocab_size=50,
+                num_experts=3,
+                num_experts_per_tok=2,
+            )
+        ),
+        "qwen3_moe": lambda: T.Qwen3MoeForCausalLM(
+            T.Qwen3MoeConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                head_dim=16,
+                intermediate_size=64,
+                moe_intermediate_size=D_FF,
+                vocab_size=50,
+                num_experts=3,
+                num_experts_per_tok=2,
+                max_position_embeddings=32,
+            )
+        ),
+        "qwen3": lambda: T.Qwen3ForCausalLM(
+            T.Qwen3Config(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                head_dim=16,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                max_position_embeddings=32,
+            )
+        ),
+        "olmo2": lambda: T.Olmo2ForCausalLM(
+            T.Olmo2Config(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                max_position_embeddings=32,
+            )
+        ),
+        "gemma3_text": lambda: T.Gemma3ForCausalLM(
+            T.Gemma3TextConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                head_dim=16,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                max_position_embeddings=32,
+            )
+        ),
         # disentangled attention: its position terms are in config.json, not in the weights
-        "deberta_v2": lambda: T.DebertaV2ForSequenceClassification(T.DebertaV2Config(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
-            relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=8, max_relative_positions=16,
-            norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)),
+        "deberta_v2": lambda: T.DebertaV2ForSequenceClassification(
+            T.DebertaV2Config(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                relative_attention=True,
+                pos_att_type=["p2c", "c2p"],
+                position_buckets=8,
+                max_relative_positions=16,
+                norm_rel_ebd="layer_norm",
+                share_att_key=True,
+                position_biased_input=False,
+            )
+        ),
         # every matrix square (d_ff = N): nothing reveals the layout
-        "bert_square": lambda: T.BertModel(T.BertConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=N, vocab_size=50)),
+        "bert_square": lambda: T.BertModel(
+            T.BertConfig(hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=N, vocab_size=50)
+        ),
     }
     torch.manual_seed(0)
     model = models[family]()
@@ -129,18 +240,41 @@ def _expert_names(spec):
             return {}
         out = {r: t["name"] for r, t in experts["tensors"].items()} | {"router": experts["router"]["name"]}
         shared = experts.get("shared", {})
-        return out | {f"shared {r}": t["name"] for r, t in shared.get("tensors", {}).items()} | \
-            ({"shared gate": shared["gate"]["name"]} if "gate" in shared else {})
+        return (
+            out
+            | {f"shared {r}": t["name"] for r, t in shared.get("tensors", {}).items()}
+            | ({"shared gate": shared["gate"]["name"]} if "gate" in shared else {})
+        )
     if spec.experts is None:
         return {}
     e = spec.experts
-    return {r: t.name for r, t in e.tensors.items()} | {"router": e.router.name} | \
-        {f"shared {r}": t.name for r, t in (e.shared or {}).items()} | \
-        ({"shared gate": e.shared_gate.name} if e.shared_gate else {})
+    return (
+        {r: t.name for r, t in e.tensors.items()}
+        | {"router": e.router.name}
+        | {f"shared {r}": t.name for r, t in (e.shared or {}).items()}
+        | ({"shared gate": e.shared_gate.name} if e.shared_gate else {})
+    )
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "opt", "gpt2", "gpt_neox", "phi", "phi3", "gptj", "bloom",
-                                    "falcon", "mixtral", "qwen2_moe", "qwen3_moe", "deberta_v2"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        "bert",
+        "llama",
+        "opt",
+        "gpt2",
+        "gpt_neox",
+        "phi",
+        "phi3",
+        "gptj",
+        "bloom",
+        "falcon",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+        "deberta_v2",
+    ],
+)
 def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys):
     original, copy = renamed(family)
     with pytest.raises(SpecboundError, match="specbound arch infer"):
@@ -155,12 +289,15 @@ def test_draft_analyses_like_the_shipped_spec(family, renamed, tmp_path, capsys)
     assert "self-check on this checkpoint: ok" in report
     # the draft finds the shipped spec's tensors, and no ignore pattern can swallow one of them
     reference_spec = builtin_specs()[family]
-    assert {r: t["name"] for r, t in drafted["tensors"].items()} == \
-        {r: t.name for r, t in reference_spec.tensors.items()}
+    assert {r: t["name"] for r, t in drafted["tensors"].items()} == {
+        r: t.name for r, t in reference_spec.tensors.items()
+    }
     assert _expert_names(drafted) == _expert_names(reference_spec)
     assert drafted.get("rotary", {}).get("pairing") == reference_spec.rotary
-    roles = [t["name"].replace("${layer}", "0").replace("${expert}", "1")
-             for t in [*drafted["tensors"].values(), *drafted.get("experts", {}).get("tensors", {}).values()]]
+    roles = [
+        t["name"].replace("${layer}", "0").replace("${expert}", "1")
+        for t in [*drafted["tensors"].values(), *drafted.get("experts", {}).get("tensors", {}).values()]
+    ]
     assert not [(p, n) for p in drafted["ignore"] for n in roles if re.search(p, n)]
     # every number equals the shipped spec's analysis of the same weights
     ours = numbers_without_family(specbound.analyze(copy, arch_spec=spec_file, threads=1))
@@ -188,20 +325,33 @@ def test_query_key_norms_are_drafted_not_ignored(family, span, renamed, tmp_path
     assert "VERIFY  qk_norm gain" in report and "self-check on this checkpoint: ok" in report
     norms = [drafted["qk_norm"][w].replace("${layer}", "0") for w in "qk"]
     assert not [(p, n) for p in drafted["ignore"] for n in norms if re.search(p, n)]
-    ours, theirs = (numbers_without_family(a) for a in (specbound.analyze(copy, arch_spec=spec_file, threads=1),
-                                                        specbound.analyze(original, threads=1)))
+    ours, theirs = (
+        numbers_without_family(a)
+        for a in (specbound.analyze(copy, arch_spec=spec_file, threads=1), specbound.analyze(original, threads=1))
+    )
     # the shipped spec also names what the weights cannot show (norms after each sublayer, ...)
     seen = {e["name"] for e in ours["assumptions"]}
     theirs["assumptions"] = [e for e in theirs["assumptions"] if e["name"] in seen]
     assert "qk_norm" in seen and ours == theirs
 
 
-@pytest.mark.parametrize("extra, needle", [
-    ({"attention.q_norm.weight": (4,), "attention.k_norm.weight": (4,), "attention.q_norm.bias": (4,),
-      "attention.k_norm.bias": (4,)}, "with a bias"),
-    ({"attention.q_norm.weight": (4,)}, "one q and one k gain"),
-    ({"attention.q_norm.weight": (3,), "attention.k_norm.weight": (3,)}, "normalise something else"),
-], ids=["layernorm", "q-only", "odd-size"])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (
+            {
+                "attention.q_norm.weight": (4,),
+                "attention.k_norm.weight": (4,),
+                "attention.q_norm.bias": (4,),
+                "attention.k_norm.bias": (4,),
+            },
+            "with a bias",
+        ),
+        ({"attention.q_norm.weight": (4,)}, "one q and one k gain"),
+        ({"attention.q_norm.weight": (3,), "attention.k_norm.weight": (3,)}, "normalise something else"),
+    ],
+    ids=["layernorm", "q-only", "odd-size"],
+)
 def test_a_query_key_norm_that_cannot_be_drafted_is_refused_naming_it(tmp_path, capsys, extra, needle):
     folder = _fake(tmp_path / "m", _layers("layers.{}", {**META, **extra}), **CONFIG)
     capsys.readouterr()
@@ -244,6 +394,7 @@ def test_a_square_model_is_drafted_linear_and_flagged(renamed, tmp_path, capsys)
 
 # --- fabricated checkpoints: names only ----------------------------------------------------------------
 
+
 def _fake(folder, shapes, **config):
     folder.mkdir()
     save_file({k: np.zeros(s, dtype=np.float32) for k, s in shapes.items()}, str(folder / "model.safetensors"))
@@ -255,28 +406,52 @@ def _layers(template, shapes, layers=2):
     return {f"{template.format(i)}.{rest}": s for i in range(layers) for rest, s in shapes.items()}
 
 
-META = {"attention.wq.weight": (8, 8), "attention.wk.weight": (8, 8), "attention.wv.weight": (8, 8),
-        "attention.wo.weight": (8, 8), "feed_forward.w1.weight": (12, 8), "feed_forward.w2.weight": (8, 12),
-        "feed_forward.w3.weight": (12, 8), "attention_norm.weight": (8,), "ffn_norm.weight": (8,)}
+META = {
+    "attention.wq.weight": (8, 8),
+    "attention.wk.weight": (8, 8),
+    "attention.wv.weight": (8, 8),
+    "attention.wo.weight": (8, 8),
+    "feed_forward.w1.weight": (12, 8),
+    "feed_forward.w2.weight": (8, 12),
+    "feed_forward.w3.weight": (12, 8),
+    "attention_norm.weight": (8,),
+    "ffn_norm.weight": (8,),
+}
 CONFIG = dict(dim=8, n_layers=2, n_heads=2, hidden_dim=12, hidden_act="silu")
 ATTENTION = {k: v for k, v in META.items() if not k.startswith("feed_forward")}
-EXPERTS = {f"feed_forward.experts.{e}.{w}.weight": s for e in range(2)
-           for w, s in (("w1", (12, 8)), ("w2", (8, 12)), ("w3", (12, 8)))}
+EXPERTS = {
+    f"feed_forward.experts.{e}.{w}.weight": s
+    for e in range(2)
+    for w, s in (("w1", (12, 8)), ("w2", (8, 12)), ("w3", (12, 8)))
+}
 
 
 def test_meta_llama_names(tmp_path):
-    shapes = {**_layers("layers.{}", META), "tok_embeddings.weight": (10, 8), "norm.weight": (8,),
-              "output.weight": (10, 8)}
+    shapes = {
+        **_layers("layers.{}", META),
+        "tok_embeddings.weight": (10, 8),
+        "norm.weight": (8,),
+        "output.weight": (10, 8),
+    }
     draft = infer_spec(open_checkpoint(_fake(tmp_path / "m", shapes, **CONFIG)))
     tensors = {r: t["name"] for r, t in draft.spec["tensors"].items()}
-    assert tensors == {"q": "layers.${layer}.attention.wq.weight", "k": "layers.${layer}.attention.wk.weight",
-                       "v": "layers.${layer}.attention.wv.weight", "o": "layers.${layer}.attention.wo.weight",
-                       "ff_gate": "layers.${layer}.feed_forward.w1.weight",
-                       "ff_up": "layers.${layer}.feed_forward.w3.weight",
-                       "ff_out": "layers.${layer}.feed_forward.w2.weight"}
+    assert tensors == {
+        "q": "layers.${layer}.attention.wq.weight",
+        "k": "layers.${layer}.attention.wk.weight",
+        "v": "layers.${layer}.attention.wv.weight",
+        "o": "layers.${layer}.attention.wo.weight",
+        "ff_gate": "layers.${layer}.feed_forward.w1.weight",
+        "ff_up": "layers.${layer}.feed_forward.w3.weight",
+        "ff_out": "layers.${layer}.feed_forward.w2.weight",
+    }
     assert draft.spec["feed_forward"] == "gated"
-    assert draft.spec["config"] == {"num_layers": ["n_layers"], "hidden_size": ["dim"], "num_heads": ["n_heads"],
-                                    "ff_size": ["hidden_dim"], "activation": ["hidden_act"]}
+    assert draft.spec["config"] == {
+        "num_layers": ["n_layers"],
+        "hidden_size": ["dim"],
+        "num_heads": ["n_heads"],
+        "ff_size": ["hidden_dim"],
+        "activation": ["hidden_act"],
+    }
     assert any(g.topic == "roles w1/w2/w3" and g.verify for g in draft.guesses)
     assert draft.check.startswith("ok")
     assert set(draft.spec["ignore"]) >= {r"^tok_embeddings\.", r"^norm\.", r"^output\."}
@@ -293,27 +468,71 @@ def test_unmatched_layer_weight_is_ignored_loudly(tmp_path):
 def test_missing_config_key_is_named_and_the_self_check_fails(tmp_path):
     config = {k: v for k, v in CONFIG.items() if k != "hidden_dim"}
     draft = infer_spec(open_checkpoint(_fake(tmp_path / "m", _layers("layers.{}", META), **config)))
-    assert any(g.topic == "config ff_size" and g.verify and "add intermediate_size = 12" in g.evidence
-               for g in draft.guesses)
+    assert any(
+        g.topic == "config ff_size" and g.verify and "add intermediate_size = 12" in g.evidence for g in draft.guesses
+    )
     assert draft.check.startswith("FAILS: config.json needs a positive integer intermediate_size")
 
 
-@pytest.mark.parametrize("shapes, needle", [
-    ({"embed.weight": (10, 8), "head.weight": (3, 8)}, "no repeated layer found"),
-    ({**_layers("encoder.block.{}", META), **_layers("decoder.block.{}", META)}, "encoder-decoder"),
-    (_layers("layers.{}", {**ATTENTION, **EXPERTS}), "their router cannot be told"),
-    (_layers("layers.{}", {**ATTENTION, **EXPERTS, "feed_forward.gate.weight": (2, 8),
-                           "feed_forward.experts.1.w4.weight": (12, 8)}), "not numbered 0..E-1 with the same tensors"),
-    (_layers("layers.{}", {**META, **EXPERTS, "feed_forward.gate.weight": (2, 8)}),
-     "a layer holds feed-forward weights beside its experts"),
-    (_layers("layers.{}", {**ATTENTION, "feed_forward.gate.weight": (2, 8),
-                           "feed_forward.experts.gate_up_proj": (2, 24, 8), "feed_forward.experts.down_proj": (2, 8, 12)}),
-     "is a 3-D tensor (2, 8, 12): a bank of expert weights"),
-    (_layers("layers.{}", {**ATTENTION, "feed_forward.gate.weight": (2, 8), "feed_forward.experts.0.w2.weight": (8, 12),
-                           "feed_forward.experts.1.w2.weight": (8, 12)}), "an expert's 2-D weights are w2.weight"),
-    (_layers("layers.{}", {k: v for k, v in META.items() if "feed_forward" not in k}), "ff_in, ff_out"),
-], ids=["no-layers", "two-stacks", "no-router", "uneven-experts", "dense-beside-experts", "expert-bank",
-        "expert-without-gate", "no-feed-forward"])
+@pytest.mark.parametrize(
+    "shapes, needle",
+    [
+        ({"embed.weight": (10, 8), "head.weight": (3, 8)}, "no repeated layer found"),
+        ({**_layers("encoder.block.{}", META), **_layers("decoder.block.{}", META)}, "encoder-decoder"),
+        (_layers("layers.{}", {**ATTENTION, **EXPERTS}), "their router cannot be told"),
+        (
+            _layers(
+                "layers.{}",
+                {
+                    **ATTENTION,
+                    **EXPERTS,
+                    "feed_forward.gate.weight": (2, 8),
+                    "feed_forward.experts.1.w4.weight": (12, 8),
+                },
+            ),
+            "not numbered 0..E-1 with the same tensors",
+        ),
+        (
+            _layers("layers.{}", {**META, **EXPERTS, "feed_forward.gate.weight": (2, 8)}),
+            "a layer holds feed-forward weights beside its experts",
+        ),
+        (
+            _layers(
+                "layers.{}",
+                {
+                    **ATTENTION,
+                    "feed_forward.gate.weight": (2, 8),
+                    "feed_forward.experts.gate_up_proj": (2, 24, 8),
+                    "feed_forward.experts.down_proj": (2, 8, 12),
+                },
+            ),
+            "is a 3-D tensor (2, 8, 12): a bank of expert weights",
+        ),
+        (
+            _layers(
+                "layers.{}",
+                {
+                    **ATTENTION,
+                    "feed_forward.gate.weight": (2, 8),
+                    "feed_forward.experts.0.w2.weight": (8, 12),
+                    "feed_forward.experts.1.w2.weight": (8, 12),
+                },
+            ),
+            "an expert's 2-D weights are w2.weight",
+        ),
+        (_layers("layers.{}", {k: v for k, v in META.items() if "feed_forward" not in k}), "ff_in, ff_out"),
+    ],
+    ids=[
+        "no-layers",
+        "two-stacks",
+        "no-router",
+        "uneven-experts",
+        "dense-beside-experts",
+        "expert-bank",
+        "expert-without-gate",
+        "no-feed-forward",
+    ],
+)
 def test_what_cannot_be_drafted_is_a_one_line_error(tmp_path, capsys, shapes, needle):
     folder = _fake(tmp_path / "m", shapes, **CONFIG)
     capsys.readouterr()
@@ -334,8 +553,11 @@ def test_onnx_source_layouts_are_fixed_by_the_graph(tmp_path):
 
 def test_cli_usage_errors_are_one_line(renamed, tmp_path, capsys):
     _, copy = renamed("bert")
-    for argv, needle in ((["arch"], "infer"), (["arch", "infer"], "source"),
-                         (["arch", "infer", str(copy), "--out", str(tmp_path / "missing" / "x.json")], "cannot write")):
+    for argv, needle in (
+        (["arch"], "infer"),
+        (["arch", "infer"], "source"),
+        (["arch", "infer", str(copy), "--out", str(tmp_path / "missing" / "x.json")], "cannot write"),
+    ):
         capsys.readouterr()
         assert main(argv) == 2
         out, err = capsys.readouterr()
@@ -344,25 +566,65 @@ def test_cli_usage_errors_are_one_line(renamed, tmp_path, capsys):
 
 # --- two chains: encoder-decoders and two-tower models ------------------------------------------
 
+
 def _seq2seq(name):
     import transformers as t
 
-    seq = dict(vocab_size=60, max_position_embeddings=16, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-               decoder_start_token_id=2)
-    sizes = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
-                 encoder_ffn_dim=48, decoder_ffn_dim=40)
-    text = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, vocab_size=50,
-                max_position_embeddings=16)
-    vision = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8,
-                  patch_size=4)
+    seq = dict(
+        vocab_size=60,
+        max_position_embeddings=16,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    sizes = dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=40,
+    )
+    text = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        vocab_size=50,
+        max_position_embeddings=16,
+    )
+    vision = dict(
+        hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8, patch_size=4
+    )
     return {
-        "t5": lambda: t.T5ForConditionalGeneration(t.T5Config(
-            d_model=32, d_kv=8, num_layers=2, num_decoder_layers=3, num_heads=4, d_ff=48, vocab_size=50,
-            feed_forward_proj="gated-gelu")),
+        "t5": lambda: t.T5ForConditionalGeneration(
+            t.T5Config(
+                d_model=32,
+                d_kv=8,
+                num_layers=2,
+                num_decoder_layers=3,
+                num_heads=4,
+                d_ff=48,
+                vocab_size=50,
+                feed_forward_proj="gated-gelu",
+            )
+        ),
         "bart": lambda: t.BartForConditionalGeneration(t.BartConfig(**sizes, **seq)),
-        "whisper": lambda: t.WhisperForConditionalGeneration(t.WhisperConfig(
-            **sizes, vocab_size=60, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
-            num_mel_bins=8, max_source_positions=8, max_target_positions=8)),
+        "whisper": lambda: t.WhisperForConditionalGeneration(
+            t.WhisperConfig(
+                **sizes,
+                vocab_size=60,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+                decoder_start_token_id=1,
+                num_mel_bins=8,
+                max_source_positions=8,
+                max_target_positions=8,
+            )
+        ),
         "clip": lambda: t.CLIPModel(t.CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)),
         "siglip": lambda: t.SiglipModel(t.SiglipConfig(text_config=text, vision_config=vision)),
     }[name]()
@@ -401,8 +663,10 @@ def test_two_chains_are_drafted_and_analyse_as_the_shipped_family(tmp_path, name
 
 
 def test_a_decoder_whose_second_attention_is_unnamed_is_refused_naming_it(tmp_path, capsys):
-    shapes = {**_layers("encoder.block.{}", META), **_layers("decoder.block.{}", {
-        **META, "other_attention.q.weight": (8, 8), "other_attention.k.weight": (8, 8)})}
+    shapes = {
+        **_layers("encoder.block.{}", META),
+        **_layers("decoder.block.{}", {**META, "other_attention.q.weight": (8, 8), "other_attention.k.weight": (8, 8)}),
+    }
     folder = _fake(tmp_path / "m", shapes, **CONFIG)
     capsys.readouterr()
     assert main(["arch", "infer", str(folder)]) == 2
@@ -417,8 +681,9 @@ def test_a_one_layer_stack_is_refused_naming_it(tmp_path, capsys):
     torch = pytest.importorskip("torch")
     t = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    t.T5ForConditionalGeneration(t.T5Config(d_model=32, d_kv=8, num_layers=2, num_decoder_layers=1, num_heads=4,
-                                            d_ff=48, vocab_size=50)).save_pretrained(tmp_path / "m")
+    t.T5ForConditionalGeneration(
+        t.T5Config(d_model=32, d_kv=8, num_layers=2, num_decoder_layers=1, num_heads=4, d_ff=48, vocab_size=50)
+    ).save_pretrained(tmp_path / "m")
     capsys.readouterr()
     assert main(["arch", "infer", str(tmp_path / "m")]) == 2
     out, err = capsys.readouterr()

@@ -5,8 +5,14 @@ import json
 import pytest
 
 import specbound
-from support.one_line import (assert_api_error, assert_broken_checkpoint_error, assert_one_line_error, config_of, run_cli,
-                      write_config)
+from support.one_line import (
+    assert_api_error,
+    assert_broken_checkpoint_error,
+    assert_one_line_error,
+    config_of,
+    run_cli,
+    write_config,
+)
 from importlib import resources
 
 
@@ -27,7 +33,8 @@ def no_model_type(d):
 
 
 FAMILY_CASES = [
-    unsupported_family, no_model_type,
+    unsupported_family,
+    no_model_type,
 ]
 
 
@@ -49,21 +56,35 @@ def _without(d, key):
 SPEC_CASES = {
     "bad_json": ('{"family": "bert",', ["architecture spec", "as JSON"]),
     "not_an_object": ([1, 2], ["JSON object"]),
-    "unknown_role": (lambda s: {**s, "tensors": {**s["tensors"], "qkvo": s["tensors"]["q"]}},
-                     ["unknown role 'qkvo'", "'ff_in'"]),
-    "fused_without_layout": (lambda s: {**s, "tensors": {**s["tensors"], "qkv": s["tensors"]["q"]}},
-                             ["'fused' for qkv must be one of ['concat', 'per_head', 'per_group']"]),
-    "fused_and_separate": (lambda s: {**s, "tensors": {**s["tensors"], "qkv": {**s["tensors"]["q"], "fused": "concat"}}},
-                           ["unexpected ['q', 'k', 'v']"]),
-    "gated_roles_in_plain": (lambda s: {**s, "tensors": {**s["tensors"], "ff_gate": s["tensors"]["ff_in"]}},
-                             ["plain feed-forward", "unexpected ['ff_gate']"]),
+    "unknown_role": (
+        lambda s: {**s, "tensors": {**s["tensors"], "qkvo": s["tensors"]["q"]}},
+        ["unknown role 'qkvo'", "'ff_in'"],
+    ),
+    "fused_without_layout": (
+        lambda s: {**s, "tensors": {**s["tensors"], "qkv": s["tensors"]["q"]}},
+        ["'fused' for qkv must be one of ['concat', 'per_head', 'per_group']"],
+    ),
+    "fused_and_separate": (
+        lambda s: {**s, "tensors": {**s["tensors"], "qkv": {**s["tensors"]["q"], "fused": "concat"}}},
+        ["unexpected ['q', 'k', 'v']"],
+    ),
+    "gated_roles_in_plain": (
+        lambda s: {**s, "tensors": {**s["tensors"], "ff_gate": s["tensors"]["ff_in"]}},
+        ["plain feed-forward", "unexpected ['ff_gate']"],
+    ),
     "missing_role": (lambda s: {**s, "tensors": _without(s["tensors"], "ff_out")}, ["missing ['ff_out']"]),
-    "name_not_a_string": (lambda s: {**s, "tensors": {**s["tensors"], "q": {"name": 3, "layout": "linear"}}},
-                          ["'q'", "${layer}"]),
-    "name_without_layer": (lambda s: {**s, "tensors": {**s["tensors"], "q": {"name": "q.weight", "layout": "linear"}}},
-                           ["'q'", "${layer}"]),
-    "unknown_layout": (lambda s: {**s, "tensors": {**s["tensors"], "o": {"name": "${layer}.o", "layout": "fused"}}},
-                       ["layout", "'fused'"]),
+    "name_not_a_string": (
+        lambda s: {**s, "tensors": {**s["tensors"], "q": {"name": 3, "layout": "linear"}}},
+        ["'q'", "${layer}"],
+    ),
+    "name_without_layer": (
+        lambda s: {**s, "tensors": {**s["tensors"], "q": {"name": "q.weight", "layout": "linear"}}},
+        ["'q'", "${layer}"],
+    ),
+    "unknown_layout": (
+        lambda s: {**s, "tensors": {**s["tensors"], "o": {"name": "${layer}.o", "layout": "fused"}}},
+        ["layout", "'fused'"],
+    ),
     "unknown_key": (lambda s: {**s, "temperature": True}, ["unknown keys ['temperature']"]),
     "bad_rotary": (lambda s: {**s, "rotary": True}, ["'rotary' must be an object"]),
     "missing_config_field": (lambda s: {**s, "config": _without(s["config"], "ff_size")}, ["'ff_size'"]),
@@ -71,12 +92,23 @@ SPEC_CASES = {
     # lists where strings belong (were TypeError: unhashable type 'list')
     "feed_forward_a_list": (lambda s: {**s, "feed_forward": ["plain"]}, ["'feed_forward'", "['plain']"]),
     "block_a_list": (lambda s: {**s, "block": ["sequential"]}, ["'block'", "['sequential']"]),
-    "block_switch_a_list": (lambda s: {**s, "block_switch": {"config_key": "x", "default": False,
-                                                             "if_true": ["parallel"], "if_false": "sequential"}},
-                            ["'if_true'", "['parallel']"]),
-    "fused_a_list": (lambda s: {**s, "tensors": {**{k: v for k, v in s["tensors"].items() if k not in "qkv"},
-                                                 "qkv": {"name": "${layer}.qkv", "layout": "linear", "fused": ["concat"]}}},
-                     ["'fused' for qkv", "['concat']"]),
+    "block_switch_a_list": (
+        lambda s: {
+            **s,
+            "block_switch": {"config_key": "x", "default": False, "if_true": ["parallel"], "if_false": "sequential"},
+        },
+        ["'if_true'", "['parallel']"],
+    ),
+    "fused_a_list": (
+        lambda s: {
+            **s,
+            "tensors": {
+                **{k: v for k, v in s["tensors"].items() if k not in "qkv"},
+                "qkv": {"name": "${layer}.qkv", "layout": "linear", "fused": ["concat"]},
+            },
+        },
+        ["'fused' for qkv", "['concat']"],
+    ),
     "description_a_list": (lambda s: {**s, "description": ["x"]}, ["'description'", "['x']"]),
     "ignore_a_string": (lambda s: {**s, "ignore": "^pooler"}, ["'ignore' must be a list of strings"]),
     "deep_json": ("[" * 5000 + "]" * 5000, ["architecture spec", "nested more than"]),

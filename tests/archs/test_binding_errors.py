@@ -19,8 +19,12 @@ def config_says_more_layers(d):
 
 def no_layer_tensors(d):  # layer tensors under other names: not this family's layout
     edit_tensors(d, lambda t: t.update({k.replace("encoder.layer.", "encoder.block."): t.pop(k) for k in list(t)}))
-    return d, ["encoder.layer.0.attention.self.query.weight", "bert.encoder.layer.0", "--arch-spec",
-               "specbound arch infer SOURCE"]
+    return d, [
+        "encoder.layer.0.attention.self.query.weight",
+        "bert.encoder.layer.0",
+        "--arch-spec",
+        "specbound arch infer SOURCE",
+    ]
 
 
 def two_wrapped_models(d):  # a wrapper prefix is accepted only when it is unambiguous
@@ -28,6 +32,7 @@ def two_wrapped_models(d):  # a wrapper prefix is accepted only when it is unamb
         for k in list(t):
             t["student." + k] = t[k].copy()
             t["teacher." + k] = t.pop(k)
+
     edit_tensors(d, edit)
     return d, ["ambiguous", "'student.'", "'teacher.'"]
 
@@ -65,8 +70,16 @@ def config_says_absurdly_many_layers(d):
 
 
 EXTRACT_CASES = [
-    missing_tensor, config_says_more_layers, no_layer_tensors, two_wrapped_models, ff_size_mismatch,
-    hidden_size_mismatch, heads_do_not_divide, config_not_an_integer, stray_tensor, config_says_absurdly_many_layers,
+    missing_tensor,
+    config_says_more_layers,
+    no_layer_tensors,
+    two_wrapped_models,
+    ff_size_mismatch,
+    hidden_size_mismatch,
+    heads_do_not_divide,
+    config_not_an_integer,
+    stray_tensor,
+    config_says_absurdly_many_layers,
 ]
 
 

@@ -27,9 +27,19 @@ D = N // H
 def _model(pos_att_type=("p2c", "c2p")):
     torch.manual_seed(3)
     config = transformers.DebertaV2Config(
-        hidden_size=N, num_hidden_layers=2, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
-        relative_attention=True, pos_att_type=list(pos_att_type), position_buckets=4, max_relative_positions=8,
-        norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)
+        hidden_size=N,
+        num_hidden_layers=2,
+        num_attention_heads=H,
+        intermediate_size=D_FF,
+        vocab_size=50,
+        relative_attention=True,
+        pos_att_type=list(pos_att_type),
+        position_buckets=4,
+        max_relative_positions=8,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        position_biased_input=False,
+    )
     model = transformers.DebertaV2Model(config).eval()
     for name, p in model.named_parameters():
         torch.nn.init.normal_(p, std=0.3)
@@ -66,12 +76,12 @@ def _formula_logits(model, x, terms):
         p = enc.get_rel_embedding().numpy()
         rel_pos = enc.get_rel_pos(torch.tensor(x[None])).numpy().reshape(T, T)
     span = att.pos_ebd_size
-    c2p = np.clip(rel_pos + span, 0, 2 * span - 1)   # row of p in x_i QK p^T for query i, key j
+    c2p = np.clip(rel_pos + span, 0, 2 * span - 1)  # row of p in x_i QK p^T for query i, key j
     p2c = np.clip(-rel_pos + span, 0, 2 * span - 1)  # row of p in p QK x_j^T, indexed [j, i]
     wq, wk = _row(att.query_proj), _row(att.key_proj)
     out = []
     for h in range(H):
-        qk = wq[:, h * D:(h + 1) * D] @ wk[:, h * D:(h + 1) * D].T
+        qk = wq[:, h * D : (h + 1) * D] @ wk[:, h * D : (h + 1) * D].T
         a = x @ qk @ x.T
         if "c2p" in terms:
             a = a + np.einsum("in,ijn->ij", x @ qk, p[c2p])
@@ -98,7 +108,15 @@ def test_position_terms_reuse_the_heads_qk(terms):
     x = _unit_rows(np.random.default_rng(0))
     np.testing.assert_allclose(_module_logits(model, x), _formula_logits(model, x, terms), rtol=0, atol=1e-9)
     # without the position terms the module's logits are not reproduced: the terms are really there
-    assert np.max(np.abs(_module_logits(model, x) - _formula_logits(model, x, ()) * _module_scale(1) / _module_scale(1 + len(terms)))) > 1e-3
+    assert (
+        np.max(
+            np.abs(
+                _module_logits(model, x)
+                - _formula_logits(model, x, ()) * _module_scale(1) / _module_scale(1 + len(terms))
+            )
+        )
+        > 1e-3
+    )
 
 
 def test_logit_spread_obeys_the_lipschitz_inequality():
@@ -110,7 +128,7 @@ def test_logit_spread_obeys_the_lipschitz_inequality():
     with torch.no_grad():
         rho = float(np.linalg.norm(model.encoder.get_rel_embedding().numpy(), axis=1).max())
     wq, wk = _row(att.query_proj), _row(att.key_proj)
-    c = np.array([np.linalg.norm(wq[:, h * D:(h + 1) * D] @ wk[:, h * D:(h + 1) * D].T, 2) for h in range(H)])
+    c = np.array([np.linalg.norm(wq[:, h * D : (h + 1) * D] @ wk[:, h * D : (h + 1) * D].T, 2) for h in range(H)])
     rng = np.random.default_rng(1)
     for _ in range(20):
         x = _unit_rows(rng)
@@ -138,11 +156,14 @@ def test_analysis_puts_the_position_terms_into_lambda_and_gamma(tmp_path):
         np.testing.assert_allclose(gamma_qk, 2 * (1 + 2) * c["OV"] * c["FF_in"][0] * c["FF_out"][0], rtol=1e-12)
 
 
-@pytest.mark.parametrize("change, needle", [
-    ({"share_att_key": False}, "share_att_key"),
-    ({"norm_rel_ebd": "none"}, "norm_rel_ebd"),
-    ({"pos_att_type": ["c2p", "x2y"]}, "x2y"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"share_att_key": False}, "share_att_key"),
+        ({"norm_rel_ebd": "none"}, "norm_rel_ebd"),
+        ({"pos_att_type": ["c2p", "x2y"]}, "x2y"),
+    ],
+)
 def test_configs_outside_the_derivation_are_refused(tmp_path, change, needle, capsys):
     import json
 
@@ -161,10 +182,20 @@ def test_convolution_layer_is_refused_naming_it(tmp_path, capsys):
     from specbound.cli import main
 
     torch.manual_seed(0)
-    transformers.DebertaV2Model(transformers.DebertaV2Config(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
-        relative_attention=True, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm", share_att_key=True,
-        conv_kernel_size=3)).save_pretrained(tmp_path)
+    transformers.DebertaV2Model(
+        transformers.DebertaV2Config(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            intermediate_size=D_FF,
+            vocab_size=50,
+            relative_attention=True,
+            pos_att_type=["p2c", "c2p"],
+            norm_rel_ebd="layer_norm",
+            share_att_key=True,
+            conv_kernel_size=3,
+        )
+    ).save_pretrained(tmp_path)
     capsys.readouterr()  # save_pretrained's progress bar
     assert main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -227,9 +258,17 @@ def test_without_relative_attention_the_terms_are_off(tmp_path):
     term (its logits are ``x QK x^T`` over its scale), and the analysis is the plain chain's
     (``1 + 4 c(QK)``, no ``disentangled_attention``)."""
     torch.manual_seed(4)
-    model = transformers.DebertaV2Model(transformers.DebertaV2Config(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
-        relative_attention=False, pos_att_type=["p2c", "c2p"])).eval()
+    model = transformers.DebertaV2Model(
+        transformers.DebertaV2Config(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            intermediate_size=D_FF,
+            vocab_size=50,
+            relative_attention=False,
+            pos_att_type=["p2c", "c2p"],
+        )
+    ).eval()
     for name, p in model.named_parameters():
         torch.nn.init.normal_(p, std=0.3)
         if name.endswith("_proj.bias"):
@@ -243,9 +282,10 @@ def test_without_relative_attention_the_terms_are_off(tmp_path):
     logits = torch.log(probs[0]).numpy()
     wq, wk = _row(att.query_proj), _row(att.key_proj)
     for h in range(H):
-        plain = x @ wq[:, h * D:(h + 1) * D] @ wk[:, h * D:(h + 1) * D].T @ x.T / _module_scale(3)
-        np.testing.assert_allclose(logits[h] - logits[h].mean(-1, keepdims=True),
-                                   plain - plain.mean(-1, keepdims=True), rtol=0, atol=1e-9)
+        plain = x @ wq[:, h * D : (h + 1) * D] @ wk[:, h * D : (h + 1) * D].T @ x.T / _module_scale(3)
+        np.testing.assert_allclose(
+            logits[h] - logits[h].mean(-1, keepdims=True), plain - plain.mean(-1, keepdims=True), rtol=0, atol=1e-9
+        )
     result = specbound.analyze(tmp_path, threads=1)
     assert "position_terms" not in result.model
     assert "disentangled_attention" not in {a["name"] for a in result.assumptions if a["applies"]}

@@ -33,9 +33,17 @@ def _attention(mod, names):
 
 def _t5(gated, cls="T5ForConditionalGeneration", cfg="T5Config", **extra):
     def build():
-        config = getattr(transformers, cfg)(d_model=N, d_kv=8, num_layers=L_E, num_decoder_layers=L_D, num_heads=H,
-                                            d_ff=D_FF, vocab_size=50,
-                                            feed_forward_proj="gated-gelu" if gated else "relu", **extra)
+        config = getattr(transformers, cfg)(
+            d_model=N,
+            d_kv=8,
+            num_layers=L_E,
+            num_decoder_layers=L_D,
+            num_heads=H,
+            d_ff=D_FF,
+            vocab_size=50,
+            feed_forward_proj="gated-gelu" if gated else "relu",
+            **extra,
+        )
         return getattr(transformers, cls)(config)
 
     def ff(block):
@@ -46,32 +54,59 @@ def _t5(gated, cls="T5ForConditionalGeneration", cfg="T5Config", **extra):
 
     def refs(m):
         enc = [{**_attention(b.layer[0].SelfAttention, "qkvo"), **ff(b.layer[1])} for b in m.encoder.block]
-        dec = [{**_attention(b.layer[0].SelfAttention, "qkvo"), **ff(b.layer[2]),
-                "cross": _attention(b.layer[1].EncDecAttention, "qkvo")} for b in m.decoder.block]
+        dec = [
+            {
+                **_attention(b.layer[0].SelfAttention, "qkvo"),
+                **ff(b.layer[2]),
+                "cross": _attention(b.layer[1].EncDecAttention, "qkvo"),
+            }
+            for b in m.decoder.block
+        ]
         return enc, dec
+
     return build, refs
 
 
 def _bart(cls, cfg, base="model", d_ff_dec=40, **extra):
     def build():
-        return getattr(transformers, cls)(getattr(transformers, cfg)(
-            d_model=N, encoder_layers=L_E, decoder_layers=L_D, encoder_attention_heads=H, decoder_attention_heads=H,
-            encoder_ffn_dim=D_FF, decoder_ffn_dim=d_ff_dec, **extra))
+        return getattr(transformers, cls)(
+            getattr(transformers, cfg)(
+                d_model=N,
+                encoder_layers=L_E,
+                decoder_layers=L_D,
+                encoder_attention_heads=H,
+                decoder_attention_heads=H,
+                encoder_ffn_dim=D_FF,
+                decoder_ffn_dim=d_ff_dec,
+                **extra,
+            )
+        )
 
     names = ("q_proj", "k_proj", "v_proj", "out_proj")
 
     def refs(m):
         core = getattr(m, base)
-        enc = [{**_attention(b.self_attn, names), "FF_in": _proj(b.fc1, N), "FF_out": _proj(b.fc2, D_FF)}
-               for b in core.encoder.layers]
-        dec = [{**_attention(b.self_attn, names), "FF_in": _proj(b.fc1, N), "FF_out": _proj(b.fc2, d_ff_dec),
-                "cross": _attention(b.encoder_attn, names)} for b in core.decoder.layers]
+        enc = [
+            {**_attention(b.self_attn, names), "FF_in": _proj(b.fc1, N), "FF_out": _proj(b.fc2, D_FF)}
+            for b in core.encoder.layers
+        ]
+        dec = [
+            {
+                **_attention(b.self_attn, names),
+                "FF_in": _proj(b.fc1, N),
+                "FF_out": _proj(b.fc2, d_ff_dec),
+                "cross": _attention(b.encoder_attn, names),
+            }
+            for b in core.decoder.layers
+        ]
         return enc, dec
+
     return build, refs
 
 
-_SEQ = dict(vocab_size=60, max_position_embeddings=16, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-            decoder_start_token_id=2)
+_SEQ = dict(
+    vocab_size=60, max_position_embeddings=16, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2
+)
 FAMILIES = {
     "t5": ("t5", *_t5(gated=False)),
     "flan_t5": ("t5", *_t5(gated=True)),
@@ -79,9 +114,21 @@ FAMILIES = {
     "bart": ("bart", *_bart("BartForConditionalGeneration", "BartConfig", **_SEQ)),
     "mbart": ("bart", *_bart("MBartForConditionalGeneration", "MBartConfig", **_SEQ)),
     "marian": ("bart", *_bart("MarianMTModel", "MarianConfig", **_SEQ)),
-    "whisper": ("whisper", *_bart("WhisperForConditionalGeneration", "WhisperConfig", vocab_size=60, pad_token_id=0,
-                                  bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, num_mel_bins=8,
-                                  max_source_positions=8, max_target_positions=8)),
+    "whisper": (
+        "whisper",
+        *_bart(
+            "WhisperForConditionalGeneration",
+            "WhisperConfig",
+            vocab_size=60,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+            num_mel_bins=8,
+            max_source_positions=8,
+            max_target_positions=8,
+        ),
+    ),
 }
 
 
@@ -89,9 +136,15 @@ def reference_rows(enc, dec):
     """``[(stack, layer, role, matrix)]`` in the analysis' order: encoder layers, then decoder layers
     numbered on; per layer QK heads, OV heads, cross QK and OV heads, feed-forward."""
     d = N // H
-    cols = lambda m, h: m[:, h * d:(h + 1) * d]  # noqa: E731
-    heads = lambda w: ([("QK", cols(w["q"], h) @ cols(w["k"], h).T) for h in range(H)]  # noqa: E731
-                       + [("OV", cols(w["v"], h) @ w["o"][h * d:(h + 1) * d]) for h in range(H)])
+
+    def cols(m, h):
+        return m[:, h * d : (h + 1) * d]
+
+    def heads(w):
+        return [("QK", cols(w["q"], h) @ cols(w["k"], h).T) for h in range(H)] + [
+            ("OV", cols(w["v"], h) @ w["o"][h * d : (h + 1) * d]) for h in range(H)
+        ]
+
     rows = []
     for stack, layers, first in (("encoder", enc, 0), ("decoder", dec, len(enc))):
         for i, w in enumerate(layers):
@@ -139,8 +192,10 @@ def test_every_matrix_matches_the_module(saved, analysed):
     qk = m["role"].isin(["QK", "QK_cross"]).sum()
     assert qk == H * (L_E + 2 * L_D)
     assert analysed.model["L"] == L_E + L_D
-    assert [(s["stack"], s["first_layer"], s["L"], s["cross_attention"]) for s in analysed.model["stacks"]] == \
-        [("encoder", 0, L_E, False), ("decoder", L_E, L_D, True)]
+    assert [(s["stack"], s["first_layer"], s["L"], s["cross_attention"]) for s in analysed.model["stacks"]] == [
+        ("encoder", 0, L_E, False),
+        ("decoder", L_E, L_D, True),
+    ]
     names = {a["name"] for a in analysed.assumptions if a["applies"]}
     assert "encoder_decoder_chain" in names
     assert ("front_end_as_embedding" in names) == (family == "whisper")
@@ -202,7 +257,9 @@ def test_propagation_factors_match_the_oracle(analysed):
         assert (m[m["layer"] == layer]["downstream_factor"] == row["downstream_factor"]).all()
     # the chain baselines multiply along the two stacks: the spectral product is K itself
     assert analysed.baselines["spectral_product"] == pytest.approx(k_total, rel=1e-10)
-    assert math.isfinite(analysed.bounds["spectral_adaptive"]) and analysed.bounds["spectral_adaptive"] > math.sqrt(L_E + L_D)
+    assert math.isfinite(analysed.bounds["spectral_adaptive"]) and analysed.bounds["spectral_adaptive"] > math.sqrt(
+        L_E + L_D
+    )
 
 
 def test_outputs_round_trip(analysed, tmp_path):
@@ -229,16 +286,30 @@ def test_cross_attention_lipschitz_constants_on_the_module():
     eps moves the output by at most 2 sum_h c(OV) c(QK) eps; moving the keys and values (the encoder's
     output) by at most sum_h c(OV) (1 + 2 c(QK)) eps (the 1/sqrt(d_h) scaling only shrinks these)."""
     torch.manual_seed(4)
-    model = transformers.BartModel(transformers.BartConfig(
-        d_model=N, encoder_layers=1, decoder_layers=1, encoder_attention_heads=H, decoder_attention_heads=H,
-        encoder_ffn_dim=D_FF, decoder_ffn_dim=D_FF, vocab_size=50, max_position_embeddings=16)).double().eval()
+    model = (
+        transformers.BartModel(
+            transformers.BartConfig(
+                d_model=N,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=H,
+                decoder_attention_heads=H,
+                encoder_ffn_dim=D_FF,
+                decoder_ffn_dim=D_FF,
+                vocab_size=50,
+                max_position_embeddings=16,
+            )
+        )
+        .double()
+        .eval()
+    )
     att = model.decoder.layers[0].encoder_attn
     for name, p in att.named_parameters():
         torch.nn.init.normal_(p, std=0.0 if name.endswith("bias") else 0.4)
     w = _attention(att, ("q_proj", "k_proj", "v_proj", "out_proj"))
     d = N // H
-    qk = [np.linalg.norm(w["q"][:, h * d:(h + 1) * d] @ w["k"][:, h * d:(h + 1) * d].T, 2) for h in range(H)]
-    ov = [np.linalg.norm(w["v"][:, h * d:(h + 1) * d] @ w["o"][h * d:(h + 1) * d], 2) for h in range(H)]
+    qk = [np.linalg.norm(w["q"][:, h * d : (h + 1) * d] @ w["k"][:, h * d : (h + 1) * d].T, 2) for h in range(H)]
+    ov = [np.linalg.norm(w["v"][:, h * d : (h + 1) * d] @ w["o"][h * d : (h + 1) * d], 2) for h in range(H)]
     by_query = sum(2 * o * q for o, q in zip(ov, qk))
     by_memory = sum(o * (1 + 2 * q) for o, q in zip(ov, qk))
     rng = np.random.default_rng(0)
@@ -247,6 +318,7 @@ def test_cross_attention_lipschitz_constants_on_the_module():
     def out(y, z):
         with torch.no_grad():
             return att(torch.tensor(y[None]), key_value_states=torch.tensor(z[None]))[0][0].numpy()
+
     for _ in range(20):
         y, z = unit(rng.standard_normal((5, N))), unit(rng.standard_normal((7, N)))
         eps = 10.0 ** rng.uniform(-4, -1)
@@ -260,9 +332,18 @@ def test_encoder_only_export_is_read_as_its_encoder(tmp_path):
     """T5EncoderModel (the text encoder of diffusion models) holds no decoder tensor: its encoder is
     analysed as one chain, matching the module."""
     torch.manual_seed(2)
-    model = transformers.T5EncoderModel(transformers.T5Config(
-        d_model=N, d_kv=8, num_layers=L_E, num_decoder_layers=L_D, num_heads=H, d_ff=D_FF, vocab_size=50,
-        feed_forward_proj="gated-gelu"))
+    model = transformers.T5EncoderModel(
+        transformers.T5Config(
+            d_model=N,
+            d_kv=8,
+            num_layers=L_E,
+            num_decoder_layers=L_D,
+            num_heads=H,
+            d_ff=D_FF,
+            vocab_size=50,
+            feed_forward_proj="gated-gelu",
+        )
+    )
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.2)
     model.save_pretrained(tmp_path)
@@ -270,7 +351,9 @@ def test_encoder_only_export_is_read_as_its_encoder(tmp_path):
     assert result.model["L"] == L_E and set(result.matrices["stack"]) == {"encoder"}
     assert "encoder layers 0-1" in str(result)
     assert "QK_cross" not in set(result.matrices["role"])
-    enc, _ = _t5(gated=True)[1](type("M", (), {"encoder": model.double().encoder, "decoder": type("D", (), {"block": []})})())
+    enc, _ = _t5(gated=True)[1](
+        type("M", (), {"encoder": model.double().encoder, "decoder": type("D", (), {"block": []})})()
+    )
     ref = reference_rows(enc, [])
     for (_, _, role, w), s in zip(ref, result.matrices["spectral_norm"]):
         assert s == pytest.approx(np.linalg.norm(w, 2), rel=1e-9), role
@@ -313,15 +396,25 @@ def test_older_t5_configs_name_the_activation_by_feed_forward_proj(tmp_path):
     assert older.all_bounds() == current.all_bounds()
 
 
-@pytest.mark.parametrize("proj, l_phi", [("gated-gelu_pytorch_tanh", 1.13), ("gated-quick_gelu", 1.0999),
-                                         ("gelu", 1.13)])
+@pytest.mark.parametrize(
+    "proj, l_phi", [("gated-gelu_pytorch_tanh", 1.13), ("gated-quick_gelu", 1.0999), ("gelu", 1.13)]
+)
 def test_any_gated_activation_t5_accepts_is_a_gated_block(tmp_path, proj, l_phi):
     """T5Config takes any ``gated-<activation>`` (is_gated_act, dense_act_fn): wi_0 the gate, wi_1 the up
     projection, whatever the activation, each matrix the module's; a plain ``<activation>`` is one wi."""
     torch.manual_seed(2)
-    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
-        d_model=N, d_kv=8, num_layers=1, num_decoder_layers=1, num_heads=H, d_ff=D_FF, vocab_size=50,
-        feed_forward_proj=proj)).eval()
+    model = transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            d_model=N,
+            d_kv=8,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=H,
+            d_ff=D_FF,
+            vocab_size=50,
+            feed_forward_proj=proj,
+        )
+    ).eval()
     model.save_pretrained(tmp_path)
     m = specbound.analyze(tmp_path, threads=1)
     assert m.options["l_phi"] == l_phi
@@ -330,7 +423,10 @@ def test_any_gated_activation_t5_accepts_is_a_gated_block(tmp_path, proj, l_phi)
         names = {"FF_gate": (d.wi_0, N), "FF_up": (d.wi_1, N)} if proj.startswith("gated") else {"FF_in": (d.wi, N)}
         for role, (module, n_in) in {**names, "FF_out": (d.wo, D_FF)}.items():
             row = m.matrices[(m.matrices["layer"] == layer) & (m.matrices["role"] == role)].iloc[0]
-            assert row["spectral_norm"] == pytest.approx(np.linalg.norm(_proj(module, n_in), 2), rel=1e-9), (layer, role)
+            assert row["spectral_norm"] == pytest.approx(np.linalg.norm(_proj(module, n_in), 2), rel=1e-9), (
+                layer,
+                role,
+            )
 
 
 def test_configs_written_before_is_gated_act_take_any_gated_activation(tmp_path):
@@ -342,13 +438,27 @@ def test_configs_written_before_is_gated_act_take_any_gated_activation(tmp_path)
     from specbound.compute.propagation import ACTIVATIONS
 
     doc = json.loads((files("specbound.archs") / "data" / "t5.json").read_text())
-    listed = next(c["feed_forward_proj"] for v in doc["variants"] if isinstance(v["when"], list)
-                  for c in v["when"] if "feed_forward_proj" in c)
+    listed = next(
+        c["feed_forward_proj"]
+        for v in doc["variants"]
+        if isinstance(v["when"], list)
+        for c in v["when"]
+        if "feed_forward_proj" in c
+    )
     assert {f"gated-{a}" for a in ACTIVATIONS} == set(listed) == set(doc["activation_names"])
     torch.manual_seed(3)
-    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
-        d_model=N, d_kv=8, num_layers=1, num_decoder_layers=1, num_heads=H, d_ff=D_FF, vocab_size=50,
-        feed_forward_proj="gated-gelu_pytorch_tanh")).eval()
+    model = transformers.T5ForConditionalGeneration(
+        transformers.T5Config(
+            d_model=N,
+            d_kv=8,
+            num_layers=1,
+            num_decoder_layers=1,
+            num_heads=H,
+            d_ff=D_FF,
+            vocab_size=50,
+            feed_forward_proj="gated-gelu_pytorch_tanh",
+        )
+    ).eval()
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     del config["is_gated_act"], config["dense_act_fn"]

@@ -75,8 +75,16 @@ class TheoremT5:
 @pytest.fixture(scope="module", params=["relu", "gated-gelu"])
 def t5(request, tmp_path_factory):
     torch.manual_seed(1)
-    config = transformers.T5Config(d_model=N, d_kv=D_KV, num_layers=L_E, num_decoder_layers=L_D, num_heads=H,
-                                   d_ff=D_FF, vocab_size=30, feed_forward_proj=request.param)
+    config = transformers.T5Config(
+        d_model=N,
+        d_kv=D_KV,
+        num_layers=L_E,
+        num_decoder_layers=L_D,
+        num_heads=H,
+        d_ff=D_FF,
+        vocab_size=30,
+        feed_forward_proj=request.param,
+    )
     model = transformers.T5ForConditionalGeneration(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -113,8 +121,9 @@ def test_the_encoder_s_output_factor_z_bounds_the_decoder(t5):
     model, analysis = t5
     lambdas = analysis.layers["lambda"].to_numpy()
     decoder = [_layer(analysis, L_E + j) for j in range(L_D)]
-    z_factor = sum(math.prod(lambdas[L_E + k] for k in range(j + 1, L_D)) * decoder[j]["memory_lipschitz"]
-                   for j in range(L_D))
+    z_factor = sum(
+        math.prod(lambdas[L_E + k] for k in range(j + 1, L_D)) * decoder[j]["memory_lipschitz"] for j in range(L_D)
+    )
     # the encoder's last layer has alpha = Z (nothing of the encoder after it)
     assert _layer(analysis, L_E - 1)["downstream_factor"] == pytest.approx(z_factor, rel=1e-12)
     shapes = [(N_ENC, N), (N_DEC, N)]
@@ -146,22 +155,28 @@ def _perturbations(model):
     gen = torch.Generator().manual_seed(7)
     out = []
     enc, dec = model.model.encoder.block, model.model.decoder.block
-    for name, layer, role, att in (("enc QK", 0, "QK", enc[0].layer[0].SelfAttention),
-                                   ("dec QK", L_E, "QK", dec[0].layer[0].SelfAttention),
-                                   ("dec QK_cross", L_E, "QK_cross", dec[0].layer[1].EncDecAttention)):
+    for name, layer, role, att in (
+        ("enc QK", 0, "QK", enc[0].layer[0].SelfAttention),
+        ("dec QK", L_E, "QK", dec[0].layer[0].SelfAttention),
+        ("dec QK_cross", L_E, "QK_cross", dec[0].layer[1].EncDecAttention),
+    ):
         delta = torch.zeros_like(att.q.weight)
         delta[_head_rows(1)] = torch.randn(D_KV, N, dtype=torch.float64, generator=gen)
         dm = delta[_head_rows(1)].T @ att.k.weight[_head_rows(1)].detach()
         out.append((name, layer, role, 1, att.q.weight, delta, dm))
-    for name, layer, role, att in (("enc OV", 0, "OV", enc[0].layer[0].SelfAttention),
-                                   ("dec OV", L_E, "OV", dec[0].layer[0].SelfAttention),
-                                   ("dec OV_cross", L_E + 1, "OV_cross", dec[1].layer[1].EncDecAttention)):
+    for name, layer, role, att in (
+        ("enc OV", 0, "OV", enc[0].layer[0].SelfAttention),
+        ("dec OV", L_E, "OV", dec[0].layer[0].SelfAttention),
+        ("dec OV_cross", L_E + 1, "OV_cross", dec[1].layer[1].EncDecAttention),
+    ):
         delta = torch.zeros_like(att.o.weight)
         delta[:, _head_rows(0)] = torch.randn(N, D_KV, dtype=torch.float64, generator=gen)
         dm = att.v.weight[_head_rows(0)].detach().T @ delta[:, _head_rows(0)].T
         out.append((name, layer, role, 0, att.o.weight, delta, dm))
-    for name, layer, ff in (("enc FF_out", 1, enc[1].layer[1].DenseReluDense),
-                            ("dec FF_out", L_E + 1, dec[1].layer[2].DenseReluDense)):
+    for name, layer, ff in (
+        ("enc FF_out", 1, enc[1].layer[1].DenseReluDense),
+        ("dec FF_out", L_E + 1, dec[1].layer[2].DenseReluDense),
+    ):
         delta = torch.randn(*ff.wo.weight.shape, dtype=torch.float64, generator=gen)
         out.append((name, layer, "FF_out", None, ff.wo.weight, delta, delta.T))
     first = dec[0].layer[2].DenseReluDense  # FF_in, or the gated block's FF_gate

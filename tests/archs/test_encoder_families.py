@@ -27,9 +27,23 @@ def _save(model, folder):
 def modernbert(tmp_path_factory):
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("modernbert")
-    model = _save(transformers.ModernBertModel(transformers.ModernBertConfig(
-        hidden_size=N, num_hidden_layers=4, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)), folder)
+    model = _save(
+        transformers.ModernBertModel(
+            transformers.ModernBertConfig(
+                hidden_size=N,
+                num_hidden_layers=4,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=60,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+                cls_token_id=1,
+                sep_token_id=2,
+            )
+        ),
+        folder,
+    )
     return folder, model
 
 
@@ -72,8 +86,11 @@ def test_modernbert_config_before_transformers_5_reads_the_same(modernbert, tmp_
     params = config.pop("rope_parameters")
     types = config.pop("layer_types")
     every = types[1:].index("full_attention") + 1
-    config.update(global_rope_theta=params["full_attention"]["rope_theta"],
-                  local_rope_theta=params["sliding_attention"]["rope_theta"], global_attn_every_n_layers=every)
+    config.update(
+        global_rope_theta=params["full_attention"]["rope_theta"],
+        local_rope_theta=params["sliding_attention"]["rope_theta"],
+        global_attn_every_n_layers=every,
+    )
     (tmp_path / "config.json").write_text(json.dumps(config))
     new, old = specbound.analyze(folder, threads=1), specbound.analyze(tmp_path, threads=1)
     assert old.model["rotary"] == new.model["rotary"]
@@ -84,8 +101,11 @@ def test_dinov2_bounds_see_the_scaled_matrices(tmp_path):
     """LayerScale folded: with lambda = t * ones the OV and FF_out matrices are t times the unscaled
     ones, exactly; lambda = 1 gives the unscaled numbers."""
     torch.manual_seed(1)
-    model = transformers.Dinov2Model(transformers.Dinov2Config(
-        hidden_size=N, num_hidden_layers=2, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4))
+    model = transformers.Dinov2Model(
+        transformers.Dinov2Config(
+            hidden_size=N, num_hidden_layers=2, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4
+        )
+    )
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.2)
     results = {}
@@ -101,15 +121,37 @@ def test_dinov2_bounds_see_the_scaled_matrices(tmp_path):
     np.testing.assert_allclose(quarter["spectral_norm"][~scaled], one["spectral_norm"][~scaled], rtol=0)
 
 
-@pytest.mark.parametrize("family, build, structure", [
-    ("mpnet", lambda: transformers.MPNetModel(transformers.MPNetConfig(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
-     "relative_position_bias"),
-    ("wav2vec2", lambda: transformers.HubertModel(transformers.HubertConfig(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, conv_dim=(8,),
-        conv_stride=(2,), conv_kernel=(3,), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2)),
-     "front_end_as_embedding"),
-])
+@pytest.mark.parametrize(
+    "family, build, structure",
+    [
+        (
+            "mpnet",
+            lambda: transformers.MPNetModel(
+                transformers.MPNetConfig(
+                    hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+                )
+            ),
+            "relative_position_bias",
+        ),
+        (
+            "wav2vec2",
+            lambda: transformers.HubertModel(
+                transformers.HubertConfig(
+                    hidden_size=N,
+                    num_hidden_layers=1,
+                    num_attention_heads=H,
+                    intermediate_size=D_FF,
+                    conv_dim=(8,),
+                    conv_stride=(2,),
+                    conv_kernel=(3,),
+                    num_conv_pos_embeddings=4,
+                    num_conv_pos_embedding_groups=2,
+                )
+            ),
+            "front_end_as_embedding",
+        ),
+    ],
+)
 def test_structures_are_said(tmp_path, family, build, structure):
     torch.manual_seed(0)
     build().save_pretrained(tmp_path)
@@ -123,10 +165,22 @@ def test_wav2vec2_adapter_is_refused_naming_it(tmp_path, capsys):
     from specbound.cli import main
 
     torch.manual_seed(0)
-    transformers.Wav2Vec2Model(transformers.Wav2Vec2Config(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=D_FF, conv_dim=(8,),
-        conv_stride=(2,), conv_kernel=(3,), num_conv_pos_embeddings=4, num_conv_pos_embedding_groups=2,
-        add_adapter=True, output_hidden_size=N, num_adapter_layers=1)).save_pretrained(tmp_path)
+    transformers.Wav2Vec2Model(
+        transformers.Wav2Vec2Config(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            intermediate_size=D_FF,
+            conv_dim=(8,),
+            conv_stride=(2,),
+            conv_kernel=(3,),
+            num_conv_pos_embeddings=4,
+            num_conv_pos_embedding_groups=2,
+            add_adapter=True,
+            output_hidden_size=N,
+            num_adapter_layers=1,
+        )
+    ).save_pretrained(tmp_path)
     capsys.readouterr()
     assert main(["analyze", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
@@ -143,27 +197,52 @@ def test_modernbert_rotary_qk_norm_is_the_max_over_every_position_pair(tmp_path)
 
     positions = 12
     torch.manual_seed(3)
-    model = _save(transformers.ModernBertModel(transformers.ModernBertConfig(
-        hidden_size=N, num_hidden_layers=5, num_attention_heads=H, intermediate_size=D_FF, vocab_size=60,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=3,
-        local_attention=4, max_position_embeddings=positions, global_rope_theta=300.0, local_rope_theta=20.0)),
-        tmp_path)
+    model = _save(
+        transformers.ModernBertModel(
+            transformers.ModernBertConfig(
+                hidden_size=N,
+                num_hidden_layers=5,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=60,
+                pad_token_id=0,
+                bos_token_id=1,
+                eos_token_id=2,
+                cls_token_id=1,
+                sep_token_id=2,
+                global_attn_every_n_layers=3,
+                local_attention=4,
+                max_position_embeddings=positions,
+                global_rope_theta=300.0,
+                local_rope_theta=20.0,
+            )
+        ),
+        tmp_path,
+    )
     matrices = specbound.analyze(tmp_path, threads=1).matrices
     config, d = model.config, N // H
-    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention", "full_attention",
-                                  "sliding_attention"]
+    assert config.layer_types == [
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+        "sliding_attention",
+    ]
     eye = torch.eye(N, dtype=torch.float64)
     for i, layer in enumerate(model.layers):
         base = config.rope_parameters[layer.attention_type]["rope_theta"]
-        angles = torch.arange(positions, dtype=torch.float64)[:, None] / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+        angles = torch.arange(positions, dtype=torch.float64)[:, None] / base ** (
+            torch.arange(0, d, 2, dtype=torch.float64) / d
+        )
         emb = torch.cat([angles, angles], dim=-1)[None, :, None]  # (1, positions, 1, d)
         module_cos, _ = model.rotary_emb(eye[None, :positions], torch.arange(positions)[None], layer.attention_type)
         np.testing.assert_allclose(module_cos[0].numpy(), emb.cos()[0, :, 0].numpy(), rtol=0, atol=1e-6)
         with torch.no_grad():
             q, k, _ = (layer.attn.Wqkv(eye) - layer.attn.Wqkv(0 * eye[:1])).view(N, 3, H, d).unbind(1)
             # every basis row at every position: (1, positions, N, H, d) -> rotated
-            rq, rk = apply_rotary_pos_emb(q.expand(1, positions, N, H, d), k.expand(1, positions, N, H, d),
-                                          emb.cos(), emb.sin(), unsqueeze_dim=2)
+            rq, rk = apply_rotary_pos_emb(
+                q.expand(1, positions, N, H, d), k.expand(1, positions, N, H, d), emb.cos(), emb.sin(), unsqueeze_dim=2
+            )
         reported = matrices[(matrices["layer"] == i) & (matrices["role"] == "QK")]["spectral_norm"].to_numpy()
         for h in range(H):
             logits = torch.einsum("tnd,smd->tsnm", rq[0, :, :, h], rk[0, :, :, h])  # (t, s, N, N)
@@ -175,9 +254,17 @@ def test_dinov2_swiglu_is_analysed_with_the_activation_its_module_applies(tmp_pa
     """DINOv2's SwiGLU block computes ``silu(x W_g) * (x W_u)`` whatever ``hidden_act`` says (GELU by
     default): the analysis names SiLU and uses its constant (1.0999), not GELU's 1.13.  The module is
     checked to apply SiLU, so a transformers that honoured hidden_act there would fail this test."""
-    model = transformers.Dinov2Model(transformers.Dinov2Config(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, mlp_ratio=2, image_size=8, patch_size=4,
-        use_swiglu_ffn=True))
+    model = transformers.Dinov2Model(
+        transformers.Dinov2Config(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            mlp_ratio=2,
+            image_size=8,
+            patch_size=4,
+            use_swiglu_ffn=True,
+        )
+    )
     assert model.config.hidden_act == "gelu"
     mlp = model.encoder.layer[0].mlp
     x = torch.randn(3, N)

@@ -11,8 +11,20 @@ transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
 
-from support.families import (D_FF, FAMILIES, FAMILY_OF, HEAD_DIM, TOWER, H, N, ROTARY, build_family,  # noqa: E402
-                               num_layers, reference_matrices, save_family)
+from support.families import (
+    D_FF,
+    FAMILIES,
+    FAMILY_OF,
+    HEAD_DIM,
+    TOWER,
+    H,
+    N,
+    ROTARY,
+    build_family,  # noqa: E402
+    num_layers,
+    reference_matrices,
+    save_family,
+)
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -22,7 +34,9 @@ def saved_family(request, tmp_path_factory):
     accessor = FAMILIES[request.param][1]
     model = model.double()  # the saved float32 weights, upcast exactly; references in float64
     get = accessor(model)
-    kv = get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H) if "q" in get(0) else H  # latent attention: H  # key/value heads as the module splits them
+    kv = (
+        get(0)["k"].shape[1] // (get(0)["q"].shape[1] // H) if "q" in get(0) else H
+    )  # latent attention: H  # key/value heads as the module splits them
     return request.param, folder, reference_matrices(get, H, kv, num_layers(model))
 
 
@@ -100,9 +114,16 @@ def test_kv_heads_inferred_when_config_omits_them(tmp_path):
     import json
 
     torch.manual_seed(0)
-    model = transformers.MistralForCausalLM(transformers.MistralConfig(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=2,
-        intermediate_size=D_FF, vocab_size=50))
+    model = transformers.MistralForCausalLM(
+        transformers.MistralConfig(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            num_key_value_heads=2,
+            intermediate_size=D_FF,
+            vocab_size=50,
+        )
+    )
     model.save_pretrained(tmp_path)
     with_key = specbound.analyze(tmp_path, threads=1)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -118,17 +139,28 @@ def test_shared_count_equals_headline_without_sharing_and_never_exceeds_it(tmp_p
     weights are shared, and at most the headline bound for an ALBERT, strictly below with sharing."""
     bert_folder = tmp_path / "bert"
     torch.manual_seed(1)
-    transformers.BertModel(transformers.BertConfig(hidden_size=N, num_hidden_layers=3, num_attention_heads=H,
-                                                   intermediate_size=D_FF, vocab_size=50)).save_pretrained(bert_folder)
+    transformers.BertModel(
+        transformers.BertConfig(
+            hidden_size=N, num_hidden_layers=3, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+        )
+    ).save_pretrained(bert_folder)
     unshared = specbound.analyze(bert_folder, threads=1).all_bounds()
     assert unshared["spectral_shared"] == pytest.approx(unshared["spectral_adaptive"], rel=1e-12)
 
     for groups in (1, 2):
         folder = tmp_path / f"albert{groups}"
         torch.manual_seed(2)
-        model = transformers.AlbertModel(transformers.AlbertConfig(
-            embedding_size=16, hidden_size=N, num_hidden_layers=4, num_hidden_groups=groups,
-            num_attention_heads=H, intermediate_size=D_FF, vocab_size=50))
+        model = transformers.AlbertModel(
+            transformers.AlbertConfig(
+                embedding_size=16,
+                hidden_size=N,
+                num_hidden_layers=4,
+                num_hidden_groups=groups,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=50,
+            )
+        )
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.2)
         model.save_pretrained(folder)
@@ -142,8 +174,9 @@ def test_family_layers_in_parallel_are_identical(saved_family):
     family, folder, _ = saved_family
     one = specbound.analyze(folder, threads=1, tower=TOWER.get(family))
     seen = []
-    many = specbound.analyze(folder, threads=1, jobs=3, tower=TOWER.get(family),
-                             progress=lambda done, total: seen.append((done, total)))
+    many = specbound.analyze(
+        folder, threads=1, jobs=3, tower=TOWER.get(family), progress=lambda done, total: seen.append((done, total))
+    )
     assert many.all_bounds() == one.all_bounds()
     pd.testing.assert_frame_equal(many.matrices, one.matrices, check_exact=True)
     L = one.model["L"]

@@ -21,27 +21,58 @@ N, H, P = 16, 2, 10  # hidden size, heads (d_h = 8), positions
 
 
 def _gptj():
-    return transformers.GPTJForCausalLM(transformers.GPTJConfig(
-        n_embd=N, n_layer=1, n_head=H, rotary_dim=6, vocab_size=32, n_positions=P, attn_implementation="eager"))
+    return transformers.GPTJForCausalLM(
+        transformers.GPTJConfig(
+            n_embd=N, n_layer=1, n_head=H, rotary_dim=6, vocab_size=32, n_positions=P, attn_implementation="eager"
+        )
+    )
 
 
 def _phi():
-    return transformers.PhiForCausalLM(transformers.PhiConfig(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, intermediate_size=24, vocab_size=32,
-        max_position_embeddings=P, attn_implementation="eager"))  # partial_rotary_factor 0.5
+    return transformers.PhiForCausalLM(
+        transformers.PhiConfig(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            intermediate_size=24,
+            vocab_size=32,
+            max_position_embeddings=P,
+            attn_implementation="eager",
+        )
+    )  # partial_rotary_factor 0.5
 
 
 def _phi3():
-    return transformers.Phi3ForCausalLM(transformers.Phi3Config(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=1, intermediate_size=24,
-        vocab_size=32, pad_token_id=0, max_position_embeddings=P, original_max_position_embeddings=P,
-        attn_implementation="eager", partial_rotary_factor=0.75))
+    return transformers.Phi3ForCausalLM(
+        transformers.Phi3Config(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            num_key_value_heads=1,
+            intermediate_size=24,
+            vocab_size=32,
+            pad_token_id=0,
+            max_position_embeddings=P,
+            original_max_position_embeddings=P,
+            attn_implementation="eager",
+            partial_rotary_factor=0.75,
+        )
+    )
 
 
 def _falcon():
-    return transformers.FalconForCausalLM(transformers.FalconConfig(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_kv_heads=1, new_decoder_architecture=True,
-        vocab_size=32, max_position_embeddings=P, bias=True))
+    return transformers.FalconForCausalLM(
+        transformers.FalconConfig(
+            hidden_size=N,
+            num_hidden_layers=1,
+            num_attention_heads=H,
+            num_kv_heads=1,
+            new_decoder_architecture=True,
+            vocab_size=32,
+            max_position_embeddings=P,
+            bias=True,
+        )
+    )
 
 
 def _inputs():
@@ -89,14 +120,18 @@ def _rotated(kind, model, monkeypatch):
     else:
         attn, rope = model.model.layers[0].self_attn, model.model.rotary_emb
     with torch.no_grad():
-        return _captured_by_attention_interface(monkeypatch, modeling,
-                                                lambda: attn(x, position_embeddings=rope(x, pos), attention_mask=None))
+        return _captured_by_attention_interface(
+            monkeypatch, modeling, lambda: attn(x, position_embeddings=rope(x, pos), attention_mask=None)
+        )
 
 
-@pytest.mark.parametrize("kind, build, pairing", [("gptj", _gptj, "interleaved"), ("phi", _phi, "half"),
-                                                  ("phi3", _phi3, "half"), ("falcon", _falcon, "half")])
-def test_every_offset_of_the_models_own_rotation_stays_below_the_reported_quantities(kind, build, pairing,
-                                                                                    tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "kind, build, pairing",
+    [("gptj", _gptj, "interleaved"), ("phi", _phi, "half"), ("phi3", _phi3, "half"), ("falcon", _falcon, "half")],
+)
+def test_every_offset_of_the_models_own_rotation_stays_below_the_reported_quantities(
+    kind, build, pairing, tmp_path, monkeypatch
+):
     torch.manual_seed(4)
     model = build().eval()
     for p in model.parameters():

@@ -21,8 +21,18 @@ def configs(draw, family):
     L = draw(st.integers(1, 3))
     kv = draw(st.sampled_from([1, 2, 4]))
     types = draw(st.lists(st.sampled_from(["sliding_attention", "full_attention"]), min_size=L, max_size=L))
-    common = dict(hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=kv, vocab_size=40,
-                  pad_token_id=0, bos_token_id=1, eos_token_id=2, max_position_embeddings=32, intermediate_size=12)
+    common = dict(
+        hidden_size=N,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        num_key_value_heads=kv,
+        vocab_size=40,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        max_position_embeddings=32,
+        intermediate_size=12,
+    )
     extra = {}
     if family in ("olmo3", "exaone4", "cohere2", "gpt_oss"):
         extra.update(layer_types=types, sliding_window=draw(st.sampled_from([4, None])) if family != "gpt_oss" else 4)
@@ -34,17 +44,30 @@ def configs(draw, family):
         extra.update(num_local_experts=3, num_experts_per_tok=draw(st.integers(1, 3)), head_dim=N // H)
     if family == "llama4_text":
         experts = draw(st.lists(st.integers(0, L - 1), max_size=L, unique=True))
-        extra.update(num_local_experts=3, num_experts_per_tok=draw(st.integers(1, 2)), head_dim=N // H,
-                     intermediate_size_mlp=20, moe_layers=experts,
-                     no_rope_layers=draw(st.lists(st.sampled_from([0, 1]), min_size=L, max_size=L)),
-                     use_qk_norm=draw(st.booleans()), attn_temperature_tuning=draw(st.booleans()), floor_scale=4)
+        extra.update(
+            num_local_experts=3,
+            num_experts_per_tok=draw(st.integers(1, 2)),
+            head_dim=N // H,
+            intermediate_size_mlp=20,
+            moe_layers=experts,
+            no_rope_layers=draw(st.lists(st.sampled_from([0, 1]), min_size=L, max_size=L)),
+            use_qk_norm=draw(st.booleans()),
+            attn_temperature_tuning=draw(st.booleans()),
+            floor_scale=4,
+        )
     return family, common, extra
 
 
-_CLASSES = {"starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config"), "granite": ("GraniteForCausalLM", "GraniteConfig"),
-            "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config"), "olmo3": ("Olmo3ForCausalLM", "Olmo3Config"),
-            "exaone4": ("Exaone4ForCausalLM", "Exaone4Config"), "cohere2": ("Cohere2ForCausalLM", "Cohere2Config"),
-            "gpt_oss": ("GptOssForCausalLM", "GptOssConfig"), "llama4_text": ("Llama4ForCausalLM", "Llama4TextConfig")}
+_CLASSES = {
+    "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config"),
+    "granite": ("GraniteForCausalLM", "GraniteConfig"),
+    "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config"),
+    "olmo3": ("Olmo3ForCausalLM", "Olmo3Config"),
+    "exaone4": ("Exaone4ForCausalLM", "Exaone4Config"),
+    "cohere2": ("Cohere2ForCausalLM", "Cohere2Config"),
+    "gpt_oss": ("GptOssForCausalLM", "GptOssConfig"),
+    "llama4_text": ("Llama4ForCausalLM", "Llama4TextConfig"),
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -75,21 +98,56 @@ def _check(case, tmp_path_factory):
     assert mixed == any(e["name"] == "nope_layers" and e["applies"] for e in a.assumptions)
 
 
-_COMMON = dict(hidden_size=N, num_attention_heads=H, vocab_size=40, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-               max_position_embeddings=32, intermediate_size=12)
+_COMMON = dict(
+    hidden_size=N,
+    num_attention_heads=H,
+    vocab_size=40,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    max_position_embeddings=32,
+    intermediate_size=12,
+)
 
 
-@pytest.mark.parametrize("case", [
-    ("llama4_text", dict(_COMMON, num_hidden_layers=3, num_key_value_heads=2),
-     dict(num_local_experts=3, num_experts_per_tok=2, head_dim=4, intermediate_size_mlp=20, moe_layers=[0, 2],
-          no_rope_layers=[1, 0, 1], use_qk_norm=True, attn_temperature_tuning=True, floor_scale=4)),
-    ("smollm3", dict(_COMMON, num_hidden_layers=3, num_key_value_heads=1), dict(no_rope_layers=[1, 0, 1])),
-    ("cohere2", dict(_COMMON, num_hidden_layers=3, num_key_value_heads=4),
-     dict(layer_types=["full_attention", "sliding_attention", "full_attention"], sliding_window=4)),
-    ("gpt_oss", dict(_COMMON, num_hidden_layers=3, num_key_value_heads=4),
-     dict(layer_types=["sliding_attention", "full_attention", "sliding_attention"], sliding_window=4,
-          num_local_experts=3, num_experts_per_tok=3, head_dim=4)),
-], ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "llama4_text",
+            dict(_COMMON, num_hidden_layers=3, num_key_value_heads=2),
+            dict(
+                num_local_experts=3,
+                num_experts_per_tok=2,
+                head_dim=4,
+                intermediate_size_mlp=20,
+                moe_layers=[0, 2],
+                no_rope_layers=[1, 0, 1],
+                use_qk_norm=True,
+                attn_temperature_tuning=True,
+                floor_scale=4,
+            ),
+        ),
+        ("smollm3", dict(_COMMON, num_hidden_layers=3, num_key_value_heads=1), dict(no_rope_layers=[1, 0, 1])),
+        (
+            "cohere2",
+            dict(_COMMON, num_hidden_layers=3, num_key_value_heads=4),
+            dict(layer_types=["full_attention", "sliding_attention", "full_attention"], sliding_window=4),
+        ),
+        (
+            "gpt_oss",
+            dict(_COMMON, num_hidden_layers=3, num_key_value_heads=4),
+            dict(
+                layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                sliding_window=4,
+                num_local_experts=3,
+                num_experts_per_tok=3,
+                head_dim=4,
+            ),
+        ),
+    ],
+    ids=lambda c: c[0],
+)
 def test_a_chosen_mixed_configuration_analyses_with_every_head_and_expert(case, tmp_path_factory):
     """The mixes the drawn ones may miss: experts in two layers of three beside a dense one, NoPE between
     rotating layers, all of a gpt-oss layer's experts chosen."""

@@ -100,8 +100,9 @@ def test_the_softmax_with_a_sink_moves_by_at_most_twice_the_largest_logit_change
 def test_the_clamped_gate_activations_constants_hold_on_the_module(limit, alpha):
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 
-    config = transformers.GptOssConfig(hidden_size=8, intermediate_size=4, num_local_experts=1, swiglu_limit=limit,
-                                       swiglu_alpha=alpha)
+    config = transformers.GptOssConfig(
+        hidden_size=8, intermediate_size=4, num_local_experts=1, swiglu_limit=limit, swiglu_alpha=alpha
+    )
     experts = GptOssExperts(config)
     l_phi, c_phi = clamped_swiglu_constants(limit, alpha)
     t = torch.linspace(-40, 40, 400001, dtype=torch.float64)
@@ -127,6 +128,7 @@ def test_an_experts_whole_map_stays_below_the_gated_factor_plus_its_offset_term(
 
         def f(x):  # noqa: B023 (called within the loop): the module's expert e, routing frozen
             return experts._apply_gate(x @ experts.gate_up_proj[e]) @ experts.down_proj[e]
+
         found = measured_lipschitz(f, [(1, model.config.hidden_size)], [0], restarts=2, steps=40, seed=e)
         assert 0 < found <= (l_phi + c_phi) * c_g * c_u * c_d + l_phi * c_g * c_d, (e, found)
 
@@ -168,12 +170,14 @@ def test_a_feed_forward_with_a_small_up_projection_stays_below_the_reported_fact
 
             def f(x):  # noqa: B023 (called within the loop): (tokens, N) -> (tokens, N), routing frozen on e
                 return mlp(x[None])[0][0]
+
             for _ in range(4):
                 x = unit_rows((1, model.config.hidden_size), float(torch.rand(1, generator=gen)), gen)[0]
                 jacobian = torch.autograd.functional.jacobian(lambda v: f(v[None])[0], x)  # noqa: B023
                 found = max(found, float(torch.linalg.matrix_norm(jacobian, ord=2)))
-            found = max(found, measured_lipschitz(f, [(1, model.config.hidden_size)], [0], restarts=2, steps=40,
-                                                  seed=e))
+            found = max(
+                found, measured_lipschitz(f, [(1, model.config.hidden_size)], [0], restarts=2, steps=40, seed=e)
+            )
         assert 0.5 < found <= factor, (layer, found, factor)
 
 
@@ -224,12 +228,17 @@ def _gpt_oss_doc():
     return json.loads(resources.files("specbound.archs").joinpath("data/gpt_oss.json").read_text())
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda d: d["tensors"]["o"].update(layout="bank"), "'bank' only for routed experts"),
-    (lambda d: d["experts"]["tensors"]["ff_out"].update(name="layers.${layer}.experts.${expert}.down"),
-     "must not contain \\$\\{expert\\}"),
-    (lambda d: d["experts"]["tensors"]["ff_gate_up"].update(fused="alternating"), "'fused' for ff_gate_up"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda d: d["tensors"]["o"].update(layout="bank"), "'bank' only for routed experts"),
+        (
+            lambda d: d["experts"]["tensors"]["ff_out"].update(name="layers.${layer}.experts.${expert}.down"),
+            "must not contain \\$\\{expert\\}",
+        ),
+        (lambda d: d["experts"]["tensors"]["ff_gate_up"].update(fused="alternating"), "'fused' for ff_gate_up"),
+    ],
+)
 def test_a_bad_bank_rule_is_refused_when_the_spec_loads(edit, message):
     doc = _gpt_oss_doc()
     edit(doc)
@@ -260,7 +269,9 @@ def test_mxfp4_experts_are_refused_in_one_line(tmp_path):
     for layer in (0, 1):
         bank = tensors.pop(f"model.layers.{layer}.mlp.experts.gate_up_proj")
         tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj_blocks"] = torch.zeros(bank.shape, dtype=torch.uint8)
-        tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj_scales"] = torch.zeros(bank.shape[:2], dtype=torch.uint8)
+        tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj_scales"] = torch.zeros(
+            bank.shape[:2], dtype=torch.uint8
+        )
     save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(SpecboundError, match="MXFP4-quantized.*Mxfp4Config\\(dequantize=True\\)") as err:
         specbound.analyze(tmp_path, threads=1)

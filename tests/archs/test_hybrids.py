@@ -51,13 +51,19 @@ def test_the_refused_layers_are_transformers_own(model_type, kwargs, tmp_path):
     assert "refused as a whole" in message and "docs/families.md" in message
 
 
-@pytest.mark.parametrize("model_type,legacy", [
-    ("qwen3_next", {"full_attention_interval": 4, "num_hidden_layers": 8}),
-    ("kimi_linear", {"num_hidden_layers": 5, "linear_attn_config": {"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]}}),
-    ("nemotron_h", {"hybrid_override_pattern": "M-M*-ME*M"}),
-    ("granitemoehybrid", {"num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"]}),
-    ("lfm2", {"num_hidden_layers": 6, "full_attn_idxs": [2, 5]}),
-])
+@pytest.mark.parametrize(
+    "model_type,legacy",
+    [
+        ("qwen3_next", {"full_attention_interval": 4, "num_hidden_layers": 8}),
+        (
+            "kimi_linear",
+            {"num_hidden_layers": 5, "linear_attn_config": {"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]}},
+        ),
+        ("nemotron_h", {"hybrid_override_pattern": "M-M*-ME*M"}),
+        ("granitemoehybrid", {"num_hidden_layers": 4, "layer_types": ["mamba", "attention", "mamba", "mamba"]}),
+        ("lfm2", {"num_hidden_layers": 6, "full_attn_idxs": [2, 5]}),
+    ],
+)
 def test_older_config_files(model_type, legacy):
     """The config.json files released before transformers wrote layer_types: the layers transformers
     reads from them."""
@@ -82,9 +88,24 @@ def test_every_refused_family_is_read_and_none_is_shipped():
     from specbound.archs import supported_model_types
 
     families = refused_families()
-    assert {f.family for f in families} >= {"qwen3_next", "kimi_linear", "nemotron_h", "granitemoehybrid",
-                                             "falcon_h1", "jamba", "lfm2", "qwen3_5", "olmo_hybrid", "minimax",
-                                             "mamba", "mamba2", "bamba", "zamba", "recurrent_gemma", "rwkv"}
+    assert {f.family for f in families} >= {
+        "qwen3_next",
+        "kimi_linear",
+        "nemotron_h",
+        "granitemoehybrid",
+        "falcon_h1",
+        "jamba",
+        "lfm2",
+        "qwen3_5",
+        "olmo_hybrid",
+        "minimax",
+        "mamba",
+        "mamba2",
+        "bamba",
+        "zamba",
+        "recurrent_gemma",
+        "rwkv",
+    }
 
     types = [t for f in families for t in f.model_types]
     assert len(types) == len(set(types)) and not set(types) & set(supported_model_types())
@@ -95,8 +116,14 @@ def test_every_refused_family_is_read_and_none_is_shipped():
 
 def test_olmo_hybrid():
     """The layer_types transformers writes (linear attention but every fourth layer, and the last)."""
-    types = ["linear_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention",
-             "full_attention"]
+    types = [
+        "linear_attention",
+        "linear_attention",
+        "linear_attention",
+        "full_attention",
+        "linear_attention",
+        "full_attention",
+    ]
     with pytest.raises(SpecboundError, match=r"layers 0-2, 4 of 6 are gated DeltaNet linear-attention layers"):
         spec_for_config({"model_type": "olmo_hybrid", "layer_types": types, "num_hidden_layers": 6})
 
@@ -121,10 +148,19 @@ def test_a_tiny_qwen3_next_model_is_refused(tmp_path):
     import torch
 
     torch.manual_seed(0)
-    config = transformers.Qwen3NextConfig(**SMALL, num_hidden_layers=4, head_dim=8, linear_num_value_heads=2,
-                                          linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
-                                          num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
-                                          shared_expert_intermediate_size=16)
+    config = transformers.Qwen3NextConfig(
+        **SMALL,
+        num_hidden_layers=4,
+        head_dim=8,
+        linear_num_value_heads=2,
+        linear_num_key_heads=2,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+    )
     transformers.Qwen3NextForCausalLM(config).save_pretrained(tmp_path)
     assert_api_error(["layers 0-2 of 4 are gated DeltaNet", "layer" + "s.N.linear_attn.*"], tmp_path)
 
@@ -134,23 +170,43 @@ def test_a_tiny_qwen3_next_model_is_refused(tmp_path):
 # (model_type, config kwargs, the weight's leaf name that is refused first, the words of its kind)
 INFER_CASES = [
     ("qwen3_next", dict(num_hidden_layers=4), "linear_attn.A_log", "linear-attention or state-space"),
-    ("kimi_linear", dict(num_hidden_layers=5, linear_attn_config={"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]}),
-     "A_log", "linear-attention or state-space"),
+    (
+        "kimi_linear",
+        dict(num_hidden_layers=5, linear_attn_config={"kda_layers": [1, 2, 4, 5], "full_attn_layers": [3]}),
+        "A_log",
+        "linear-attention or state-space",
+    ),
     ("nemotron_h", dict(hybrid_override_pattern="*M-M"), "mixer.A_log", "linear-attention or state-space"),
-    ("granitemoehybrid", dict(num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"]), "mamba.A_log",
-     "linear-attention or state-space"),
+    (
+        "granitemoehybrid",
+        dict(num_hidden_layers=3, layer_types=["mamba", "attention", "mamba"]),
+        "mamba.A_log",
+        "linear-attention or state-space",
+    ),
     ("falcon_h1", dict(num_hidden_layers=2), "mamba.A_log", "linear-attention or state-space"),
-    ("jamba", dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1), "mamba.A_log",
-     "linear-attention or state-space"),
-    ("lfm2", dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"]), "conv.conv.weight",
-     "causal convolution over the tokens"),
+    (
+        "jamba",
+        dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1),
+        "mamba.A_log",
+        "linear-attention or state-space",
+    ),
+    (
+        "lfm2",
+        dict(num_hidden_layers=4, layer_types=["conv", "full_attention", "conv", "conv"]),
+        "conv.conv.weight",
+        "causal convolution over the tokens",
+    ),
     ("qwen3_5_text", dict(num_hidden_layers=4), "linear_attn.A_log", "linear-attention or state-space"),
     ("minimax", dict(num_hidden_layers=4), "self_attn.slope_rate", "linear-attention or state-space"),
     ("mamba", dict(num_hidden_layers=2), "mixer.A_log", "linear-attention or state-space"),
     ("mamba2", dict(num_hidden_layers=2), "mixer.A_log", "linear-attention or state-space"),
     ("bamba", dict(num_hidden_layers=3, attn_layer_indices=[1]), "mamba.A_log", "linear-attention or state-space"),
-    ("zamba2", dict(num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"]), "A_log",
-     "linear-attention or state-space"),
+    (
+        "zamba2",
+        dict(num_hidden_layers=3, layers_block_type=["mamba", "hybrid", "mamba"]),
+        "A_log",
+        "linear-attention or state-space",
+    ),
     ("recurrent_gemma", dict(num_hidden_layers=3), "rg_lru.recurrent_param", "linear-attention or state-space"),
     ("rwkv", dict(num_hidden_layers=2), "attention.time_decay", "linear-attention or state-space"),
 ]
@@ -167,56 +223,97 @@ def _names_only(model_type, kwargs, folder):
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     folder.mkdir()
-    save_file({k: np.zeros(tuple(v.shape), np.float32) for k, v in model.state_dict().items()},
-              str(folder / "model.safetensors"))
+    save_file(
+        {k: np.zeros(tuple(v.shape), np.float32) for k, v in model.state_dict().items()},
+        str(folder / "model.safetensors"),
+    )
     config.save_pretrained(folder)
     return config
 
 
 @pytest.mark.parametrize("model_type,kwargs,weight,kind", INFER_CASES, ids=[c[0] for c in INFER_CASES])
-def test_arch_infer_refuses_a_hybrid_naming_the_weight_and_its_layers(model_type, kwargs, weight, kind, tmp_path,
-                                                                      capsys):
+def test_arch_infer_refuses_a_hybrid_naming_the_weight_and_its_layers(
+    model_type, kwargs, weight, kind, tmp_path, capsys
+):
     config = _names_only(model_type, kwargs, tmp_path / "m")
     layers, depth = refused_family(model_type).refused_layers(json.loads((tmp_path / "m" / "config.json").read_text()))
-    line = assert_one_line_error(*run_cli(capsys, "infer", tmp_path / "m", command="arch"),
-                                 [kind, "no spec can describe it", "docs/families.md"])
+    line = assert_one_line_error(
+        *run_cli(capsys, "infer", tmp_path / "m", command="arch"), [kind, "no spec can describe it", "docs/families.md"]
+    )
     first = re.search(r"error: (\S+) is ", line)[1]
     assert first.endswith(weight) and f".{layers[0]}." in first
     assert f"{'layer' if len(layers) == 1 else 'layers'} {ranges(layers)} of {depth}:" in line
     assert config.num_hidden_layers == depth
 
 
-@pytest.mark.parametrize("extra, needle", [
-    ({"self_attn.q_a_proj.weight": (4, 8), "self_attn.q_a_layernorm.weight": (4,), "self_attn.q_b_proj.weight": (8, 4)},
-     "multi-head latent attention projection"),
-    ({"self_attn.kv_a_proj_with_mqa.weight": (6, 8), "self_attn.kv_b_proj.weight": (16, 4)},
-     "multi-head latent attention projection"),
-    ({"self_attn.sinks": (2,)}, "attention sinks"),
-    ({"mlp.gate.e_score_correction_bias": (4,)}, "score-correction bias"),
-    ({"mixer.dt_bias": (2,)}, "linear-attention or state-space"),
-    ({"mixer.conv1d.weight": (16, 1, 4)}, "causal convolution"),
-], ids=["q_a_proj", "kv_a_proj_with_mqa", "sinks", "e_score_correction_bias", "dt_bias", "conv1d"])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (
+            {
+                "self_attn.q_a_proj.weight": (4, 8),
+                "self_attn.q_a_layernorm.weight": (4,),
+                "self_attn.q_b_proj.weight": (8, 4),
+            },
+            "multi-head latent attention projection",
+        ),
+        (
+            {"self_attn.kv_a_proj_with_mqa.weight": (6, 8), "self_attn.kv_b_proj.weight": (16, 4)},
+            "multi-head latent attention projection",
+        ),
+        ({"self_attn.sinks": (2,)}, "attention sinks"),
+        ({"mlp.gate.e_score_correction_bias": (4,)}, "score-correction bias"),
+        ({"mixer.dt_bias": (2,)}, "linear-attention or state-space"),
+        ({"mixer.conv1d.weight": (16, 1, 4)}, "causal convolution"),
+    ],
+    ids=["q_a_proj", "kv_a_proj_with_mqa", "sinks", "e_score_correction_bias", "dt_bias", "conv1d"],
+)
 def test_arch_infer_refuses_each_kind_naming_the_weight(extra, needle, tmp_path, capsys):
     """A plain LLaMA-like layer stack with one such weight in its second layer only."""
     import numpy as np
     from safetensors.numpy import save_file
 
-    base = {"self_attn.q_proj.weight": (8, 8), "self_attn.k_proj.weight": (8, 8), "self_attn.v_proj.weight": (8, 8),
-            "self_attn.o_proj.weight": (8, 8), "mlp.gate_proj.weight": (12, 8), "mlp.up_proj.weight": (12, 8),
-            "mlp.down_proj.weight": (8, 12), "input_layernorm.weight": (8,)}
+    base = {
+        "self_attn.q_proj.weight": (8, 8),
+        "self_attn.k_proj.weight": (8, 8),
+        "self_attn.v_proj.weight": (8, 8),
+        "self_attn.o_proj.weight": (8, 8),
+        "mlp.gate_proj.weight": (12, 8),
+        "mlp.up_proj.weight": (12, 8),
+        "mlp.down_proj.weight": (8, 12),
+        "input_layernorm.weight": (8,),
+    }
     shapes = {f"model.layers.{i}.{k}": s for i in range(3) for k, s in base.items()}
     shapes.update({f"model.layers.1.{k}": s for k, s in extra.items()})
     folder = tmp_path / "m"
     folder.mkdir()
     save_file({k: np.zeros(s, np.float32) for k, s in shapes.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(dict(model_type="mine", hidden_size=8, num_hidden_layers=3,
-                                                        num_attention_heads=2, intermediate_size=12, hidden_act="silu")))
-    first = sorted(extra)[0] if needle != "multi-head latent attention projection" else \
-        next(k for k in sorted(extra) if k.endswith("proj.weight") or k.endswith("mqa.weight"))
-    fix = "no spec can describe it" if needle in ("linear-attention or state-space", "causal convolution") else \
-        "write the spec by hand"
-    line = assert_one_line_error(*run_cli(capsys, "infer", folder, command="arch"),
-                                 [f"model.layers.1.{first} is", needle, "in layer 1 of 3:", fix])
+    (folder / "config.json").write_text(
+        json.dumps(
+            dict(
+                model_type="mine",
+                hidden_size=8,
+                num_hidden_layers=3,
+                num_attention_heads=2,
+                intermediate_size=12,
+                hidden_act="silu",
+            )
+        )
+    )
+    first = (
+        sorted(extra)[0]
+        if needle != "multi-head latent attention projection"
+        else next(k for k in sorted(extra) if k.endswith("proj.weight") or k.endswith("mqa.weight"))
+    )
+    fix = (
+        "no spec can describe it"
+        if needle in ("linear-attention or state-space", "causal convolution")
+        else "write the spec by hand"
+    )
+    line = assert_one_line_error(
+        *run_cli(capsys, "infer", folder, command="arch"),
+        [f"model.layers.1.{first} is", needle, "in layer 1 of 3:", fix],
+    )
     # without it, the same stack drafts
     for k in extra:
         shapes.pop(f"model.layers.1.{k}")
@@ -227,18 +324,34 @@ def test_arch_infer_refuses_each_kind_naming_the_weight(extra, needle, tmp_path,
     assert main(["arch", "infer", str(folder)]) == 0, line
 
 
-VALUES = st.recursive(st.none() | st.booleans() | st.integers(-3, 40) | st.text(max_size=12)
-                      | st.sampled_from(["linear_attention", "mamba", "conv", "full_attention", "M", "*-M"]),
-                      lambda inner: st.lists(inner, max_size=12) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
-                      max_leaves=20)
-KEYS = ["layer_types", "layers_block_type", "hybrid_override_pattern", "linear_attn_config", "full_attn_idxs",
-        "attn_layer_period", "attn_layer_offset", "full_attention_interval", "num_hidden_layers"]
+VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 40)
+    | st.text(max_size=12)
+    | st.sampled_from(["linear_attention", "mamba", "conv", "full_attention", "M", "*-M"]),
+    lambda inner: st.lists(inner, max_size=12) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=20,
+)
+KEYS = [
+    "layer_types",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "linear_attn_config",
+    "full_attn_idxs",
+    "attn_layer_period",
+    "attn_layer_offset",
+    "full_attention_interval",
+    "num_hidden_layers",
+]
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
-@given(model_type=st.sampled_from([t for f in refused_families() for t in f.model_types]),
-       config=st.dictionaries(st.sampled_from(KEYS), VALUES | st.integers(10**5, 10**12), max_size=4),
-       kda=st.lists(st.integers(-2, 50) | st.text(max_size=3), max_size=6))
+@given(
+    model_type=st.sampled_from([t for f in refused_families() for t in f.model_types]),
+    config=st.dictionaries(st.sampled_from(KEYS), VALUES | st.integers(10**5, 10**12), max_size=4),
+    kda=st.lists(st.integers(-2, 50) | st.text(max_size=3), max_size=6),
+)
 def test_any_config_of_a_refused_family_is_one_line(model_type, config, kda):
     """Whatever config.json holds under the keys the rules read, the refusal is one line."""
     config = {**config, "model_type": model_type}
@@ -266,19 +379,38 @@ def test_a_spec_that_ignores_a_state_space_weight_is_refused(healthy, tmp_path, 
     spec["ignore"] = [*spec.get("ignore", []), r"\.mixer\."]
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    needles = ["encoder.layer.0.mixer.A_log is a weight of a linear-attention or state-space block", "in layers 0-1,",
-               f"the bert spec ({spec_file}) ignores it", "docs/families.md"]
+    needles = [
+        "encoder.layer.0.mixer.A_log is a weight of a linear-attention or state-space block",
+        "in layers 0-1,",
+        f"the bert spec ({spec_file}) ignores it",
+        "docs/families.md",
+    ]
     line = assert_one_line_error(*run_cli(capsys, healthy, "--arch-spec", spec_file), needles)
     assert assert_api_error(needles, healthy, arch_spec=spec_file) == line.removeprefix("specbound: error: ")
 
 
-@pytest.mark.parametrize("bad", [{"types": "layer_types"}, {"period": "p", "offset": "o"}, {"all": True, "kept": "k"},
-                                 {"cycle": "block_types", "refused": ["recurrent"]}, {}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"types": "layer_types"},
+        {"period": "p", "offset": "o"},
+        {"all": True, "kept": "k"},
+        {"cycle": "block_types", "refused": ["recurrent"]},
+        {},
+    ],
+)
 def test_a_malformed_refused_family_file_is_one_line(bad):
     from specbound.archs.hybrids import _parse
 
-    raw = {"family": "f", "description": "d", "model_types": ["f"], "block": "b", "tensors": "t", "reason": "r",
-           "layers": [bad]}
+    raw = {
+        "family": "f",
+        "description": "d",
+        "model_types": ["f"],
+        "block": "b",
+        "tensors": "t",
+        "reason": "r",
+        "layers": [bad],
+    }
     with pytest.raises(SpecboundError, match=r"^x\.json: each 'layers' rule names exactly one of"):
         _parse(raw, "x.json")
 
@@ -286,9 +418,11 @@ def test_a_malformed_refused_family_file_is_one_line(bad):
 def test_arch_infer_refuses_gpt_oss_sinks_naming_them(tmp_path, capsys):
     """transformers' own gpt-oss names: the sink logits are refused by name (a draft would ignore them),
     before the expert banks."""
-    _names_only("gpt_oss", dict(num_hidden_layers=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1),
-                tmp_path / "m")
-    line = assert_one_line_error(*run_cli(capsys, "infer", tmp_path / "m", command="arch"),
-                                 ["model.layers.0.self_attn.sinks is attention sinks", "in layers 0-1 of 2",
-                                  "write the spec by hand"])
+    _names_only(
+        "gpt_oss", dict(num_hidden_layers=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1), tmp_path / "m"
+    )
+    line = assert_one_line_error(
+        *run_cli(capsys, "infer", tmp_path / "m", command="arch"),
+        ["model.layers.0.self_attn.sinks is attention sinks", "in layers 0-1 of 2", "write the spec by hand"],
+    )
     assert "gpt_oss" not in {f.family for f in refused_families()} and line

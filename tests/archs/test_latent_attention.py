@@ -22,18 +22,39 @@ from specbound.pipeline import open_model  # noqa: E402
 from support.lipschitz import measured_lipschitz  # noqa: E402
 
 N, H, RQ, RKV, NOPE, ROPE, DV = 16, 2, 8, 6, 4, 4, 3
-YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
-        "mscale": 1.0, "mscale_all_dim": 0.5}
+YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 16,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.5,
+}
 
 
 def _build(q_lora=True, yarn=False, eps=None):
     config = transformers.DeepseekV3Config(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=H, intermediate_size=20,
+        hidden_size=N,
+        num_hidden_layers=1,
+        num_attention_heads=H,
+        num_key_value_heads=H,
+        intermediate_size=20,
         moe_intermediate_size=8,
-        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=1,
-        q_lora_rank=RQ if q_lora else None, kv_lora_rank=RKV, qk_rope_head_dim=ROPE, qk_nope_head_dim=NOPE,
-        v_head_dim=DV, vocab_size=32, max_position_embeddings=64, rope_parameters=YARN if yarn else None,
-        attn_implementation="eager")
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        q_lora_rank=RQ if q_lora else None,
+        kv_lora_rank=RKV,
+        qk_rope_head_dim=ROPE,
+        qk_nope_head_dim=NOPE,
+        v_head_dim=DV,
+        vocab_size=32,
+        max_position_embeddings=64,
+        rope_parameters=YARN if yarn else None,
+        attn_implementation="eager",
+    )
     model = transformers.DeepseekV3ForCausalLM(config)
     torch.manual_seed(0)
     for p in model.parameters():
@@ -88,6 +109,7 @@ def _logit(model, h, pos_x, pos_y):
     def f(x, y):
         q, k, _, m = _parts(attn, x, y, pos_x, pos_y, rotary)
         return m * (q[:, h] * k[:, h]).sum(dim=-1, keepdim=True)
+
     return f
 
 
@@ -98,8 +120,9 @@ def _value(model, h):
     def f(y):
         _, _, v, _ = _parts(attn, y, y, 0, 0, model.model.rotary_emb)
         z = torch.zeros(y.shape[0], H * DV, dtype=torch.float64)
-        z[:, h * DV:(h + 1) * DV] = v[:, h]
+        z[:, h * DV : (h + 1) * DV] = v[:, h]
         return attn.o_proj(z)
+
     return f
 
 
@@ -133,10 +156,12 @@ def test_a_token_in_the_latents_null_space_moves_the_logit_most_and_stays_below_
     attn = model.model.layers[0].self_attn
     gen = torch.Generator().manual_seed(0)
     best, e = 0.0, 1e-7
-    sides = [(1, attn.kv_a_proj_with_mqa.weight[:RKV])] + ([(0, attn.q_a_proj.weight)] if attn.q_a_proj is not None else [])
+    sides = [(1, attn.kv_a_proj_with_mqa.weight[:RKV])] + (
+        [(0, attn.q_a_proj.weight)] if attn.q_a_proj is not None else []
+    )
     for side, w in sides:
         _, _, vt = torch.linalg.svd(w.detach())
-        null, d = vt[w.shape[0]:], vt[0]
+        null, d = vt[w.shape[0] :], vt[0]
         for _ in range(30):
             z = null.T @ torch.randn(null.shape[0], dtype=torch.float64, generator=gen)
             z = 0.5 * z / z.norm()
@@ -146,7 +171,7 @@ def test_a_token_in_the_latents_null_space_moves_the_logit_most_and_stays_below_
                 logit = _logit(model, h, 5, 0)
                 with torch.no_grad():
                     pair = ((z + e * d, other), (z, other)) if side == 0 else ((other, z + e * d), (other, z))
-                    moved = (logit(pair[0][0][None], pair[0][1][None]) - logit(pair[1][0][None], pair[1][1][None]))
+                    moved = logit(pair[0][0][None], pair[0][1][None]) - logit(pair[1][0][None], pair[1][1][None])
                 ratio = moved.abs().item() / e / f.kappa[h]
                 assert ratio <= 1, (case, side, h, ratio)
                 best = max(best, ratio)
@@ -192,7 +217,7 @@ def test_the_rows_sensitivities_hold_for_a_change_of_every_block(mla):
             q_b = attn.q_b_proj if attn.q_a_proj is not None else attn.q_proj
             rows = slice(h * (NOPE + ROPE), h * (NOPE + ROPE) + NOPE)
             rot = slice(h * (NOPE + ROPE) + NOPE, (h + 1) * (NOPE + ROPE))
-            c_n = attn.kv_b_proj.weight[h * (NOPE + DV):h * (NOPE + DV) + NOPE]  # (NOPE, RKV)
+            c_n = attn.kv_b_proj.weight[h * (NOPE + DV) : h * (NOPE + DV) + NOPE]  # (NOPE, RKV)
             # X_h = B_n^T C_n changed by t in spectral norm through B_n: dB_n^T C_n with ||.|| = t
             d_b = torch.randn(NOPE, q_b.weight.shape[1], dtype=torch.float64, generator=gen)
             d_b *= t / torch.linalg.matrix_norm(d_b.T @ c_n, ord=2)
@@ -206,7 +231,7 @@ def test_the_rows_sensitivities_hold_for_a_change_of_every_block(mla):
                 p.copy_(saved[n])
             # the OV row: W_kv's latent rows and Y_h = C_v^T O_h, the latter through C_v
             c_v = slice(h * (NOPE + DV) + NOPE, (h + 1) * (NOPE + DV))
-            o_h = attn.o_proj.weight[:, h * DV:(h + 1) * DV].T  # (DV, N)
+            o_h = attn.o_proj.weight[:, h * DV : (h + 1) * DV].T  # (DV, N)
             d_c = torch.randn(DV, RKV, dtype=torch.float64, generator=gen)
             d_c *= t / torch.linalg.matrix_norm(d_c.T @ o_h, ord=2)
             attn.kv_b_proj.weight[c_v] += d_c
@@ -230,6 +255,7 @@ def test_the_attention_modules_lipschitz_constant_holds(mla):
     def whole(xs):
         emb = rotary(xs[None], positions)
         return attn(xs[None], position_embeddings=emb, attention_mask=None)[0][0]
+
     found = measured_lipschitz(whole, [(4, N)], [0], restarts=1, steps=15)
     assert 0 < found <= bound, (case, found / bound)
     rows = a.matrices[a.matrices["layer"] == 0]
@@ -251,11 +277,14 @@ def test_the_rows_are_their_blocks_and_count_the_stored_weights(mla):
         if row.role not in ("QK", "OV"):
             continue
         h = row.head
-        blocks = ([lat.q_a] if lat.q_a is not None else []) + [lat.kv_a, xs[h], brs[h]] if row.role == "QK" \
+        blocks = (
+            ([lat.q_a] if lat.q_a is not None else []) + [lat.kv_a, xs[h], brs[h]]
+            if row.role == "QK"
             else [lat.kv_a[:RKV], ys[h]]
+        )
         expected = np.sort(np.concatenate([np.linalg.svd(b, compute_uv=False) for b in blocks]))[::-1]
         got = np.sort(sv[(sv["matrix"] == i) & (sv["kind"] == "singular_value")]["sigma"].to_numpy())[::-1]
-        np.testing.assert_allclose(got, expected[:got.size], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(got, expected[: got.size], rtol=1e-9, atol=1e-12)
         assert row.spectral_norm == pytest.approx(max(np.linalg.norm(b, 2) for b in blocks), rel=1e-12)
     del model
     import tempfile
@@ -263,8 +292,11 @@ def test_the_rows_are_their_blocks_and_count_the_stored_weights(mla):
     with tempfile.TemporaryDirectory() as folder:
         _build(**CASES[case]).save_pretrained(folder)
         with safe_open(f"{folder}/model.safetensors", "np") as f:
-            counted = sum(int(np.prod(f.get_slice(n).get_shape())) for n in f.keys()
-                          if "layers." in n and n.endswith("proj.weight") or "kv_a_proj_with_mqa.weight" in n)
+            counted = sum(
+                int(np.prod(f.get_slice(n).get_shape()))
+                for n in f.keys()
+                if "layers." in n and n.endswith("proj.weight") or "kv_a_proj_with_mqa.weight" in n
+            )
     assert a.all_bounds()["param_count"] == counted
 
 
@@ -291,10 +323,27 @@ def test_deepseek_v32s_indexer_is_named_and_its_layer_types_followed(tmp_path):
     """DeepSeek-V3.2: the indexer's weights are stored but not analysed, the assumption says the key selection is
     held fixed, and mlp_layer_types decides which layers hold experts, as the modules are built."""
     config = transformers.DeepseekV32Config(
-        hidden_size=N, num_hidden_layers=3, num_attention_heads=H, intermediate_size=20, moe_intermediate_size=8,
-        n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, q_lora_rank=RQ, kv_lora_rank=RKV,
-        qk_rope_head_dim=ROPE, qk_nope_head_dim=NOPE, v_head_dim=DV, index_topk=2, index_head_dim=4, index_n_heads=2,
-        mlp_layer_types=["sparse", "dense", "sparse"], vocab_size=32, max_position_embeddings=64)
+        hidden_size=N,
+        num_hidden_layers=3,
+        num_attention_heads=H,
+        intermediate_size=20,
+        moe_intermediate_size=8,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        q_lora_rank=RQ,
+        kv_lora_rank=RKV,
+        qk_rope_head_dim=ROPE,
+        qk_nope_head_dim=NOPE,
+        v_head_dim=DV,
+        index_topk=2,
+        index_head_dim=4,
+        index_n_heads=2,
+        mlp_layer_types=["sparse", "dense", "sparse"],
+        vocab_size=32,
+        max_position_embeddings=64,
+    )
     model = transformers.DeepseekV32ForCausalLM(config)
     transformers.logging.set_verbosity_error()
     model.save_pretrained(tmp_path)
@@ -303,7 +352,9 @@ def test_deepseek_v32s_indexer_is_named_and_its_layer_types_followed(tmp_path):
     assert applies["sparse_attention_fixed"] and applies["latent_attention"] and applies["mixture_of_experts"]
     for layer, block in enumerate(model.model.layers):
         roles = set(a.matrices[a.matrices["layer"] == layer]["role"])
-        assert ("FF_gate[e0]" in roles) == hasattr(block.mlp, "experts") and ("FF_gate" in roles) != ("FF_gate[e0]" in roles)
+        assert ("FF_gate[e0]" in roles) == hasattr(block.mlp, "experts") and ("FF_gate" in roles) != (
+            "FF_gate[e0]" in roles
+        )
     opened = open_model(tmp_path)
     assert any(".indexer." in n for n in opened.ckpt.names)  # read, accounted for as ignored, never a row
     opened.ckpt.close()
@@ -330,8 +381,12 @@ def test_init_measures_each_rows_blocks_differences(tmp_path):
     (lat, (xs, brs, ys)), (lat0, (xs0, brs0, ys0)) = heads
     for row in a.matrices.itertuples():
         if row.role == "QK":
-            blocks = [lat.q_a - lat0.q_a, lat.kv_a - lat0.kv_a, xs[row.head] - xs0[row.head],
-                      brs[row.head] - brs0[row.head]]
+            blocks = [
+                lat.q_a - lat0.q_a,
+                lat.kv_a - lat0.kv_a,
+                xs[row.head] - xs0[row.head],
+                brs[row.head] - brs0[row.head],
+            ]
         elif row.role == "OV":
             blocks = [lat.kv_a[:RKV] - lat0.kv_a[:RKV], ys[row.head] - ys0[row.head]]
         else:

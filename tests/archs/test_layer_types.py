@@ -26,9 +26,16 @@ LOCAL = {"rope_type": "default", "rope_theta": 1e4}
 @pytest.fixture(scope="module")
 def gemma3(tmp_path_factory):
     config = transformers.Gemma3TextConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV, head_dim=D,
-        intermediate_size=48, vocab_size=50, max_position_embeddings=P,
-        rope_parameters={"full_attention": dict(GLOBAL), "sliding_attention": dict(LOCAL)})
+        hidden_size=N,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        head_dim=D,
+        intermediate_size=48,
+        vocab_size=50,
+        max_position_embeddings=P,
+        rope_parameters={"full_attention": dict(GLOBAL), "sliding_attention": dict(LOCAL)},
+    )
     torch.manual_seed(0)
     model = transformers.Gemma3ForCausalLM(config).eval()
     for p in model.parameters():
@@ -42,8 +49,12 @@ def gemma3(tmp_path_factory):
 def _legacy(config):
     """The same model's config as transformers 4 wrote it (flat rope settings, no layer_types)."""
     old = {k: v for k, v in config.items() if k not in ("rope_parameters", "layer_types")}
-    old.update(rope_theta=GLOBAL["rope_theta"], rope_local_base_freq=LOCAL["rope_theta"], sliding_window_pattern=6,
-               rope_scaling={"rope_type": "linear", "factor": GLOBAL["factor"]})
+    old.update(
+        rope_theta=GLOBAL["rope_theta"],
+        rope_local_base_freq=LOCAL["rope_theta"],
+        sliding_window_pattern=6,
+        rope_scaling={"rope_type": "linear", "factor": GLOBAL["factor"]},
+    )
     return old
 
 

@@ -34,14 +34,22 @@ def saved(tmp_path_factory):
 def test_layers_of_experts_and_dense_layers_as_the_config_says(saved):
     folder, model = saved
     a = specbound.analyze(folder, threads=1)
-    assert a.model["experts"]["layers"] == [1] and a.model["experts"]["dense_d_ff"] == model.config.intermediate_size_mlp
+    assert (
+        a.model["experts"]["layers"] == [1] and a.model["experts"]["dense_d_ff"] == model.config.intermediate_size_mlp
+    )
     assert a.model["experts"]["gate_sum"] == 2
     roles = a.matrices.groupby("layer")["role"].apply(set)
     assert roles[0] == {"QK", "OV", "FF_gate", "FF_up", "FF_out"}
     assert "FF_gate[e3]" in roles[1] and "FF_out[shared]" in roles[1] and "FF_gate" not in roles[1]
     assert a.model["qk_norm"]["layers"] == "rotary" and a.model["qk_norm"]["gain"] == "none"
     names = {e["name"] for e in a.assumptions if e["applies"]}
-    assert {"nope_layers", "qk_norm", "chunked_attention", "attention_temperature_tuning", "mixture_of_experts"} <= names
+    assert {
+        "nope_layers",
+        "qk_norm",
+        "chunked_attention",
+        "attention_temperature_tuning",
+        "mixture_of_experts",
+    } <= names
 
 
 def test_the_nope_layers_attention_with_its_temperature_stays_below_the_factor(saved):
@@ -65,6 +73,7 @@ def test_a_layer_of_experts_with_its_routing_frozen_stays_below_its_factor(saved
 
     def lip(branch):
         return (L_PHI + 1) * rows[f"FF_gate[{branch}]"] * rows[f"FF_up[{branch}]"] * rows[f"FF_out[{branch}]"]
+
     factor = 2 * max(lip(f"e{e}") for e in range(E)) + lip("shared")
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
@@ -78,6 +87,7 @@ def test_a_layer_of_experts_with_its_routing_frozen_stays_below_its_factor(saved
         def f(x):  # noqa: B023 (called within the loop): Llama4TextMoe.forward with the scores held
             routed = moe.experts(x.repeat(E, 1) * gates.reshape(-1, 1))
             return moe.shared_expert(x) + routed.reshape(E, -1, N).sum(dim=0)
+
         worst = max(worst, measured_lipschitz(f, [(1, N)], [0], restarts=1, steps=30, seed=trial))
     assert 0 < worst <= factor, (worst, factor)
 
@@ -94,8 +104,9 @@ def test_a_config_without_the_l2_norm_has_plain_heads(tmp_path):
     assert qk["sv_method"].str.startswith("rotary").all() and (qk["cols"] == model.config.hidden_size).all()
 
 
-@pytest.mark.parametrize("moe_layers, message", [([5], "moe_layers=\\[5\\] must list the indices"),
-                                                 ("all", "moe_layers='all' must list")])
+@pytest.mark.parametrize(
+    "moe_layers, message", [([5], "moe_layers=\\[5\\] must list the indices"), ("all", "moe_layers='all' must list")]
+)
 def test_a_bad_list_of_expert_layers_is_one_line(tmp_path, moe_layers, message):
     build_family("llama4_text").save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -111,8 +122,11 @@ def test_a_dense_layer_where_the_checkpoint_holds_experts_is_one_line(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     config["moe_layers"] = []
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(SpecboundError, match="missing tensor 'model.layers.1.feed_forward.gate_proj.weight' "
-                                             "\\(ff_gate of the dense feed-forward of layer 1\\)"):
+    with pytest.raises(
+        SpecboundError,
+        match="missing tensor 'model.layers.1.feed_forward.gate_proj.weight' "
+        "\\(ff_gate of the dense feed-forward of layer 1\\)",
+    ):
         specbound.analyze(tmp_path, threads=1)
 
 
@@ -145,8 +159,13 @@ def test_scouts_rope_scaling_analyses(tmp_path):
     model = build_family("llama4_text", seed=2)
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    scout = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
-             "original_max_position_embeddings": 8}
+    scout = {
+        "rope_type": "llama3",
+        "factor": 16.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 1.0,
+        "original_max_position_embeddings": 8,
+    }
     config["rope_parameters"] = {**scout, "rope_theta": config["rope_parameters"]["rope_theta"]}
     (tmp_path / "config.json").write_text(json.dumps(config))
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
@@ -157,5 +176,6 @@ def test_scouts_rope_scaling_analyses(tmp_path):
     default = 1.0 / config["rope_parameters"]["rope_theta"] ** (np.arange(0, d, 2) / d)
     assert (module < 0.5 * default).any() and np.isclose(module, default).any()  # some scaled, some not
     from specbound.archs.rotary import parse_rotary
+
     ours = parse_rotary(config, reloaded.config.head_dim, "interleaved")
     np.testing.assert_allclose(ours.thetas, module, rtol=2e-6)

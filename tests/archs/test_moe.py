@@ -24,24 +24,51 @@ N, H, E, K, D_FF, SHARED = 16, 2, 4, 2, 12, 20
 
 def _build(kind):
     if kind == "mixtral":
-        config = transformers.MixtralConfig(hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
-                                            num_key_value_heads=1, intermediate_size=D_FF, vocab_size=32,
-                                            num_local_experts=E, num_experts_per_tok=K, max_position_embeddings=8,
-                                            experts_implementation="eager")
+        config = transformers.MixtralConfig(
+            hidden_size=N,
+            num_hidden_layers=2,
+            num_attention_heads=H,
+            num_key_value_heads=1,
+            intermediate_size=D_FF,
+            vocab_size=32,
+            num_local_experts=E,
+            num_experts_per_tok=K,
+            max_position_embeddings=8,
+            experts_implementation="eager",
+        )
         model = transformers.MixtralForCausalLM(config)
     elif kind == "qwen3_moe":  # per-head query/key RMSNorms, no shared expert
-        config = transformers.Qwen3MoeConfig(hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
-                                             num_key_value_heads=1, head_dim=8, intermediate_size=24,
-                                             moe_intermediate_size=D_FF, vocab_size=32, num_experts=E,
-                                             num_experts_per_tok=K, max_position_embeddings=8, norm_topk_prob=True,
-                                             experts_implementation="eager")
+        config = transformers.Qwen3MoeConfig(
+            hidden_size=N,
+            num_hidden_layers=2,
+            num_attention_heads=H,
+            num_key_value_heads=1,
+            head_dim=8,
+            intermediate_size=24,
+            moe_intermediate_size=D_FF,
+            vocab_size=32,
+            num_experts=E,
+            num_experts_per_tok=K,
+            max_position_embeddings=8,
+            norm_topk_prob=True,
+            experts_implementation="eager",
+        )
         model = transformers.Qwen3MoeForCausalLM(config)
     else:
-        config = transformers.Qwen2MoeConfig(hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
-                                             num_key_value_heads=1, intermediate_size=24, moe_intermediate_size=D_FF,
-                                             shared_expert_intermediate_size=SHARED, vocab_size=32, num_experts=E,
-                                             num_experts_per_tok=K, max_position_embeddings=8,
-                                             experts_implementation="eager")
+        config = transformers.Qwen2MoeConfig(
+            hidden_size=N,
+            num_hidden_layers=2,
+            num_attention_heads=H,
+            num_key_value_heads=1,
+            intermediate_size=24,
+            moe_intermediate_size=D_FF,
+            shared_expert_intermediate_size=SHARED,
+            vocab_size=32,
+            num_experts=E,
+            num_experts_per_tok=K,
+            max_position_embeddings=8,
+            experts_implementation="eager",
+        )
         model = transformers.Qwen2MoeForCausalLM(config)
     torch.manual_seed(0)
     for p in model.parameters():
@@ -86,7 +113,7 @@ def _block(ff, router, shared_gate, x, norm_topk, frozen=None):
     out = np.zeros_like(x)
     for t in range(x.shape[0]):
         for e, w in zip(top[t], weights[t]):
-            out[t] += w * _expert(ff, f"e{e}", x[t:t + 1])[0]
+            out[t] += w * _expert(ff, f"e{e}", x[t : t + 1])[0]
     if shared_gate is not None:
         out += scale * _expert(ff, "shared", x)
     return out, (top, weights, scale)
@@ -172,8 +199,10 @@ def test_the_feed_forward_factor_holds_for_every_frozen_routing_and_not_across_a
             a0 = mid
         else:
             a1 = mid
-    jump = np.linalg.norm(_block(ff, router, shared_gate, a1[None], norm_topk)[0]
-                          - _block(ff, router, shared_gate, a0[None], norm_topk)[0]) / np.linalg.norm(a1 - a0)
+    jump = np.linalg.norm(
+        _block(ff, router, shared_gate, a1[None], norm_topk)[0]
+        - _block(ff, router, shared_gate, a0[None], norm_topk)[0]
+    ) / np.linalg.norm(a1 - a0)
     assert jump > 1e6 * factor
     opened.ckpt.close()
 
@@ -183,8 +212,9 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     a = specbound.analyze(folder, threads=1)
     experts = a.model["experts"]
     assert experts["experts"] == E and experts["top_k"] == K and experts["d_ff"] == D_FF
-    assert experts["router"] == ("model.layers.0.block_sparse_moe.gate.weight" if kind == "mixtral"
-                                 else "model.layers.0.mlp.gate.weight")
+    assert experts["router"] == (
+        "model.layers.0.block_sparse_moe.gate.weight" if kind == "mixtral" else "model.layers.0.mlp.gate.weight"
+    )
     assert ("qk_norm" in a.model) == (kind == "qwen3_moe")
     assert experts["shared_d_ff"] == (SHARED if kind == "qwen2_moe" else None)
     applying = {e["name"]: e for e in a.assumptions if e["applies"]}
@@ -193,8 +223,11 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     roles = set(a.matrices["role"])
     assert {"FF_gate[e0]", "FF_out[e3]"} <= roles and ("FF_up[shared]" in roles) == (kind == "qwen2_moe")
     tensors = a.matrices.set_index("role")["tensors"]
-    assert tensors["FF_gate[e3]"].iloc[0].endswith("experts.3.w1.weight" if kind == "mixtral"
-                                                   else "experts.3.gate_proj.weight")
+    assert (
+        tensors["FF_gate[e3]"]
+        .iloc[0]
+        .endswith("experts.3.w1.weight" if kind == "mixtral" else "experts.3.gate_proj.weight")
+    )
     # the summary sums each role over the routed experts (a model with 64 experts keeps its tables narrow)
     from specbound.records.view import per_layer_frame, per_role_frame
 
@@ -203,7 +236,8 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
     roles = per_role_frame(a)
     assert roles.loc["FF_up[experts]", "matrices"] == 2 * E  # 2 layers
     assert roles.loc["FF_up[experts]", "contribution"] == pytest.approx(
-        a.matrices[a.matrices["role"].str.match(r"FF_up\[e\d\]")]["contribution"].sum(), rel=1e-12)
+        a.matrices[a.matrices["role"].str.match(r"FF_up\[e\d\]")]["contribution"].sum(), rel=1e-12
+    )
     # every expert's stored weights are counted (the router's are not analysed matrices)
     widths = E * D_FF + (SHARED if kind == "qwen2_moe" else 0)
     attention = N * H * (N // H) * 2 + N * 1 * (N // H) * 2
@@ -224,7 +258,11 @@ def _rewrite_config(folder, tmp_path, **changes):
 def test_what_the_families_do_not_model_is_refused_in_one_line(moe, tmp_path):
     kind, folder, _ = moe
     key = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts", "qwen3_moe": "num_local_experts"}[kind]
-    with pytest.raises(SpecboundError, match=r"gate\.weight' has shape \(4, 16\), but config.json .*5 experts.*\) implies \(5, 16\) for a linear router") as info:
+    with pytest.raises(
+        SpecboundError,
+        match=r"gate\.weight' has shape \(4, 16\), but config.json .*5 experts.*\) "
+        r"implies \(5, 16\) for a linear router",
+    ) as info:
         specbound.analyze(_rewrite_config(folder, tmp_path, **{key: 5}), threads=1)
     assert "\n" not in str(info.value)
     if kind != "mixtral":
@@ -236,7 +274,10 @@ def test_an_in_memory_mixture_of_experts_is_refused_with_what_to_do(moe):
     """transformers 5 holds a loaded model's experts as 3-D banks (``mlp.experts.gate_up_proj``); its
     files hold one tensor per expert, which the spec names: the module is refused, saying to save it."""
     kind, folder, model = moe
-    with pytest.raises(SpecboundError, match=r"holds its experts as 3-D banks \(model\.layers\.0\.mlp\.experts\.down_proj .*save the "
-                                             r"model with save_pretrained") as info:
+    with pytest.raises(
+        SpecboundError,
+        match=r"holds its experts as 3-D banks \(model\.layers\.0\.mlp\.experts\.down_proj .*save the "
+        r"model with save_pretrained",
+    ) as info:
         specbound.analyze(model, threads=1)
     assert "\n" not in str(info.value)

@@ -23,19 +23,45 @@ N, H, E, K, D_FF, DENSE = 16, 2, 4, 2, 12, 20
 
 
 def _glm(layers=3, **extra):
-    config = dict(hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=1, head_dim=8,
-                  intermediate_size=DENSE, moe_intermediate_size=D_FF, n_routed_experts=E, num_experts_per_tok=K,
-                  n_group=2, topk_group=1, first_k_dense_replace=1, n_shared_experts=2, routed_scaling_factor=2.5,
-                  vocab_size=32, max_position_embeddings=8, experts_implementation="eager")
+    config = dict(
+        hidden_size=N,
+        num_hidden_layers=layers,
+        num_attention_heads=H,
+        num_key_value_heads=1,
+        head_dim=8,
+        intermediate_size=DENSE,
+        moe_intermediate_size=D_FF,
+        n_routed_experts=E,
+        num_experts_per_tok=K,
+        n_group=2,
+        topk_group=1,
+        first_k_dense_replace=1,
+        n_shared_experts=2,
+        routed_scaling_factor=2.5,
+        vocab_size=32,
+        max_position_embeddings=8,
+        experts_implementation="eager",
+    )
     config.update(extra)
     return transformers.Glm4MoeForCausalLM(transformers.Glm4MoeConfig(**config))
 
 
 def _ernie(layers=4, **extra):
-    config = dict(hidden_size=N, num_hidden_layers=layers, num_attention_heads=H, num_key_value_heads=1,
-                  intermediate_size=DENSE, moe_intermediate_size=D_FF, moe_num_experts=E, moe_k=K,
-                  moe_layer_start_index=1, moe_num_shared_experts=1, vocab_size=32, max_position_embeddings=8,
-                  experts_implementation="eager")
+    config = dict(
+        hidden_size=N,
+        num_hidden_layers=layers,
+        num_attention_heads=H,
+        num_key_value_heads=1,
+        intermediate_size=DENSE,
+        moe_intermediate_size=D_FF,
+        moe_num_experts=E,
+        moe_k=K,
+        moe_layer_start_index=1,
+        moe_num_shared_experts=1,
+        vocab_size=32,
+        max_position_embeddings=8,
+        experts_implementation="eager",
+    )
     config.update(extra)
     return transformers.Ernie4_5_MoeForCausalLM(transformers.Ernie4_5_MoeConfig(**config))
 
@@ -78,7 +104,7 @@ def _frozen_block(ff, top, weights, x):
     out = _expert(ff, "shared", x)
     for t in range(x.shape[0]):
         for e, w in zip(top[t], weights[t]):
-            out[t] += w * _expert(ff, f"e{e}", x[t:t + 1])[0]
+            out[t] += w * _expert(ff, f"e{e}", x[t : t + 1])[0]
     return out
 
 
@@ -179,12 +205,15 @@ def test_the_parameter_count_is_the_stored_analysed_tensors(saved):
     assert a.all_bounds()["param_count"] == counted
 
 
-@pytest.mark.parametrize("build, flags", [
-    (lambda: _glm(layers=3, first_k_dense_replace=0), [True, True, True]),
-    (lambda: _glm(layers=3, first_k_dense_replace=3), [False, False, False]),
-    (lambda: _ernie(layers=6, moe_layer_start_index=1, moe_layer_interval=2), None),
-    (lambda: _ernie(layers=6, moe_layer_start_index=0, moe_layer_end_index=3), None),
-])
+@pytest.mark.parametrize(
+    "build, flags",
+    [
+        (lambda: _glm(layers=3, first_k_dense_replace=0), [True, True, True]),
+        (lambda: _glm(layers=3, first_k_dense_replace=3), [False, False, False]),
+        (lambda: _ernie(layers=6, moe_layer_start_index=1, moe_layer_interval=2), None),
+        (lambda: _ernie(layers=6, moe_layer_start_index=0, moe_layer_end_index=3), None),
+    ],
+)
 def test_the_layer_rule_matches_the_modules_for_each_config(build, flags, tmp_path):
     model = _save(build(), tmp_path)
     opened = open_model(tmp_path)
@@ -194,15 +223,20 @@ def test_the_layer_rule_matches_the_modules_for_each_config(build, flags, tmp_pa
     a = specbound.analyze(tmp_path, threads=1)
     assert len(a.matrices) == opened.dims.matrix_count()
     applies = {e["name"]: e["applies"] for e in a.assumptions}
-    assert applies.get("mixture_of_experts", False) == any(truth) and applies.get("moe_routing_fixed", False) == any(truth)
+    assert applies.get("mixture_of_experts", False) == any(truth) and applies.get("moe_routing_fixed", False) == any(
+        truth
+    )
     assert a.model["experts"]["layers"] == [l for l, t in enumerate(truth) if t]
     opened.ckpt.close()
 
 
-@pytest.mark.parametrize("key, value, says", [
-    ("routed_scaling_factor", -1.0, "routed_scaling_factor=-1.0 must be a positive number"),
-    ("first_k_dense_replace", 1.5, "first_k_dense_replace=1.5 must be an integer"),
-])
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("routed_scaling_factor", -1.0, "routed_scaling_factor=-1.0 must be a positive number"),
+        ("first_k_dense_replace", 1.5, "first_k_dense_replace=1.5 must be an integer"),
+    ],
+)
 def test_bad_routing_config_is_one_line(key, value, says, tmp_path):
     _save(_glm(layers=2), tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -224,15 +258,20 @@ def test_no_shared_expert_when_the_config_counts_none(tmp_path):
     assert a.model["experts"]["shared_d_ff"] is None
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda d: d["experts"].update(gates={"scoring": "relu"}), "'experts.gates' must be"),
-    (lambda d: d["experts"]["dense"].pop("layers"), "'experts.dense' must be an object with 'tensors'"),
-    (lambda d: d["experts"]["dense"].update(layers={"first": "first_k_dense_replace", "phase": 2}),
-     "'experts.dense' must be an object with 'tensors'"),
-    (lambda d: d["config"].pop("dense_ff_size"), "needs the config fields \\['dense_ff_size'\\]"),
-    (lambda d: d["latent_attention"]["tensors"].pop("kv_b"), "'latent_attention' tensors must name exactly"),
-    (lambda d: d["latent_attention"].update(eps_default=0), "eps_default must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda d: d["experts"].update(gates={"scoring": "relu"}), "'experts.gates' must be"),
+        (lambda d: d["experts"]["dense"].pop("layers"), "'experts.dense' must be an object with 'tensors'"),
+        (
+            lambda d: d["experts"]["dense"].update(layers={"first": "first_k_dense_replace", "phase": 2}),
+            "'experts.dense' must be an object with 'tensors'",
+        ),
+        (lambda d: d["config"].pop("dense_ff_size"), "needs the config fields \\['dense_ff_size'\\]"),
+        (lambda d: d["latent_attention"]["tensors"].pop("kv_b"), "'latent_attention' tensors must name exactly"),
+        (lambda d: d["latent_attention"].update(eps_default=0), "eps_default must be a positive number"),
+    ],
+)
 def test_a_bad_spec_for_the_new_keys_is_one_line(change, says):
     import copy
     from importlib.resources import files

@@ -15,39 +15,77 @@ from support.drawn_configs import analysed, check_drawn  # noqa: E402
 
 N, H, E = 16, 2, 4
 FAMILIES = ("glm4_moe", "ernie4_5_moe", "deepseek_v3", "deepseek_v32")
-_CLASSES = {"glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeConfig"),
-            "ernie4_5_moe": ("Ernie4_5_MoeForCausalLM", "Ernie4_5_MoeConfig"),
-            "deepseek_v3": ("DeepseekV3ForCausalLM", "DeepseekV3Config"),
-            "deepseek_v32": ("DeepseekV32ForCausalLM", "DeepseekV32Config")}
+_CLASSES = {
+    "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeConfig"),
+    "ernie4_5_moe": ("Ernie4_5_MoeForCausalLM", "Ernie4_5_MoeConfig"),
+    "deepseek_v3": ("DeepseekV3ForCausalLM", "DeepseekV3Config"),
+    "deepseek_v32": ("DeepseekV32ForCausalLM", "DeepseekV32Config"),
+}
 
 
 @st.composite
 def configs(draw, family):
     L = draw(st.integers(1, 4))
-    common = dict(hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=20, vocab_size=40,
-                  max_position_embeddings=32, moe_intermediate_size=8)
+    common = dict(
+        hidden_size=N,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        intermediate_size=20,
+        vocab_size=40,
+        max_position_embeddings=32,
+        moe_intermediate_size=8,
+    )
     top_k = draw(st.integers(1, 2))
     if family == "glm4_moe":
-        extra = dict(num_key_value_heads=draw(st.sampled_from([1, 2])), head_dim=8, n_routed_experts=E,
-                     num_experts_per_tok=top_k, n_group=draw(st.sampled_from([1, 2])), topk_group=1,
-                     first_k_dense_replace=draw(st.integers(0, L)), n_shared_experts=draw(st.integers(1, 2)),
-                     routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])), norm_topk_prob=draw(st.booleans()),
-                     use_qk_norm=draw(st.booleans()), attention_bias=draw(st.booleans()))
+        extra = dict(
+            num_key_value_heads=draw(st.sampled_from([1, 2])),
+            head_dim=8,
+            n_routed_experts=E,
+            num_experts_per_tok=top_k,
+            n_group=draw(st.sampled_from([1, 2])),
+            topk_group=1,
+            first_k_dense_replace=draw(st.integers(0, L)),
+            n_shared_experts=draw(st.integers(1, 2)),
+            routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])),
+            norm_topk_prob=draw(st.booleans()),
+            use_qk_norm=draw(st.booleans()),
+            attention_bias=draw(st.booleans()),
+        )
     elif family == "ernie4_5_moe":
-        extra = dict(num_key_value_heads=draw(st.sampled_from([1, 2])), moe_num_experts=E, moe_k=top_k,
-                     moe_layer_start_index=draw(st.integers(0, L)), moe_layer_interval=draw(st.integers(1, 2)),
-                     moe_layer_end_index=draw(st.sampled_from([-1, L - 1, max(L - 2, 0)])),
-                     moe_num_shared_experts=draw(st.integers(0, 1)))
+        extra = dict(
+            num_key_value_heads=draw(st.sampled_from([1, 2])),
+            moe_num_experts=E,
+            moe_k=top_k,
+            moe_layer_start_index=draw(st.integers(0, L)),
+            moe_layer_interval=draw(st.integers(1, 2)),
+            moe_layer_end_index=draw(st.sampled_from([-1, L - 1, max(L - 2, 0)])),
+            moe_num_shared_experts=draw(st.integers(0, 1)),
+        )
     else:
-        extra = dict(num_key_value_heads=H, n_routed_experts=E, num_experts_per_tok=top_k, n_group=1, topk_group=1,
-                     n_shared_experts=1, kv_lora_rank=6, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=3,
-                     routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])), norm_topk_prob=draw(st.booleans()))
+        extra = dict(
+            num_key_value_heads=H,
+            n_routed_experts=E,
+            num_experts_per_tok=top_k,
+            n_group=1,
+            topk_group=1,
+            n_shared_experts=1,
+            kv_lora_rank=6,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=4,
+            v_head_dim=3,
+            routed_scaling_factor=draw(st.sampled_from([1.0, 2.5])),
+            norm_topk_prob=draw(st.booleans()),
+        )
         if family == "deepseek_v3":
-            extra.update(first_k_dense_replace=draw(st.integers(0, L)),
-                         q_lora_rank=draw(st.sampled_from([None, 8])))
+            extra.update(first_k_dense_replace=draw(st.integers(0, L)), q_lora_rank=draw(st.sampled_from([None, 8])))
         else:
-            extra.update(q_lora_rank=8, index_topk=2, index_head_dim=4, index_n_heads=2,
-                         mlp_layer_types=draw(st.lists(st.sampled_from(["dense", "sparse"]), min_size=L, max_size=L)))
+            extra.update(
+                q_lora_rank=8,
+                index_topk=2,
+                index_head_dim=4,
+                index_n_heads=2,
+                mlp_layer_types=draw(st.lists(st.sampled_from(["dense", "sparse"]), min_size=L, max_size=L)),
+            )
     return family, common, extra
 
 

@@ -41,9 +41,11 @@ READ_BY = {"qwen2_5_vl_text": "qwen2_vl_text"}
 
 
 def _classes(family):
-    return {"qwen2_vl_text": ("Qwen2VLTextConfig", "Qwen2VLTextModel", "qwen2_vl"),
-            "qwen2_5_vl_text": ("Qwen2_5_VLTextConfig", "Qwen2_5_VLTextModel", "qwen2_5_vl"),
-            "qwen3_vl_text": ("Qwen3VLTextConfig", "Qwen3VLTextModel", "qwen3_vl")}[family]
+    return {
+        "qwen2_vl_text": ("Qwen2VLTextConfig", "Qwen2VLTextModel", "qwen2_vl"),
+        "qwen2_5_vl_text": ("Qwen2_5_VLTextConfig", "Qwen2_5_VLTextModel", "qwen2_5_vl"),
+        "qwen3_vl_text": ("Qwen3VLTextConfig", "Qwen3VLTextModel", "qwen3_vl"),
+    }[family]
 
 
 def _build(family, path, rope=None):
@@ -51,9 +53,19 @@ def _build(family, path, rope=None):
     config_class, model_class, _ = _classes(family)
     rope = rope or {"rope_type": "default", "rope_theta": 100.0, "mrope_section": SECTION}
     config = getattr(transformers, config_class)(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=H_KV, head_dim=D,
-        intermediate_size=24, vocab_size=32, max_position_embeddings=P, rope_parameters=rope,
-        attn_implementation="eager", bos_token_id=None, eos_token_id=None)
+        hidden_size=N,
+        num_hidden_layers=1,
+        num_attention_heads=H,
+        num_key_value_heads=H_KV,
+        head_dim=D,
+        intermediate_size=24,
+        vocab_size=32,
+        max_position_embeddings=P,
+        rope_parameters=rope,
+        attn_implementation="eager",
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     torch.manual_seed(11)
     model = getattr(transformers, model_class)(config).eval()
     for p in model.parameters():
@@ -66,8 +78,7 @@ def _build(family, path, rope=None):
 def _rotated(family, model, positions, monkeypatch):
     """``(q, k, q_rot, k_rot)``, each ``(N + 1, heads, len(positions), d)``: the module's queries and keys before
     and after its rotation for input ``e_i`` (row ``i < N``) or 0 (row ``N``) at every position-id triple."""
-    modeling = __import__(f"transformers.models.{_classes(family)[2]}.modeling_{_classes(family)[2]}",
-                          fromlist=["x"])
+    modeling = __import__(f"transformers.models.{_classes(family)[2]}.modeling_{_classes(family)[2]}", fromlist=["x"])
     seen, original = {}, modeling.apply_rotary_pos_emb
 
     def capture(q, k, cos, sin, *args, **kwargs):
@@ -93,8 +104,10 @@ def _weights(path):
     from safetensors.numpy import load_file
 
     w = load_file(str(path / "model.safetensors"))
-    return (w["layers.0.self_attn.q_proj.weight"].astype(np.float64).reshape(H, D, N),
-            w["layers.0.self_attn.k_proj.weight"].astype(np.float64).reshape(H_KV, D, N))
+    return (
+        w["layers.0.self_attn.q_proj.weight"].astype(np.float64).reshape(H, D, N),
+        w["layers.0.self_attn.k_proj.weight"].astype(np.float64).reshape(H_KV, D, N),
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -152,9 +165,18 @@ def _saved_as_1d(family, model, path):
     """The same weights saved as Qwen2 / Qwen3 (1D rotary, the same base and context)."""
     one_d = "Qwen3" if family == "qwen3_vl_text" else "Qwen2"
     config = getattr(transformers, f"{one_d}Config")(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=H_KV, head_dim=D,
-        intermediate_size=24, vocab_size=32, max_position_embeddings=P,
-        rope_parameters={"rope_type": "default", "rope_theta": 100.0}, bos_token_id=None, eos_token_id=None)
+        hidden_size=N,
+        num_hidden_layers=1,
+        num_attention_heads=H,
+        num_key_value_heads=H_KV,
+        head_dim=D,
+        intermediate_size=24,
+        vocab_size=32,
+        max_position_embeddings=P,
+        rope_parameters={"rope_type": "default", "rope_theta": 100.0},
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     other = getattr(transformers, f"{one_d}Model")(config)
     other.load_state_dict(model.float().state_dict())
     other.save_pretrained(path)
@@ -169,8 +191,11 @@ def test_the_same_weights_read_as_the_1d_family(family, tmp_path):
     assert flat.model["family"] == ("qwen3" if family == "qwen3_vl_text" else "llama")
     a, b = mrope.matrices, flat.matrices
     assert list(a["role"]) == list(b["role"])
-    numeric = [c for c in ("spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1",
-                           "rank") if c in a]
+    numeric = [
+        c
+        for c in ("spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "rank")
+        if c in a
+    ]
     other = a["role"] != "QK"
     np.testing.assert_array_equal(a.loc[other, numeric].to_numpy(float), b.loc[other, numeric].to_numpy(float))
     qk = a["role"] == "QK"
@@ -216,8 +241,12 @@ def test_a_spec_with_a_bad_mrope_is_one_line():
     from specbound.archs.spec import parse_spec
 
     doc = json.loads((Path(specbound.__file__).parent / "archs" / "data" / "qwen2_vl_text.json").read_text())
-    for bad in ({"kind": "diagonal", "default_section": [1, 2, 1]}, {"kind": "sections"},
-                {"kind": "sections", "default_section": [1, -2]}, [16, 24, 24]):
+    for bad in (
+        {"kind": "diagonal", "default_section": [1, 2, 1]},
+        {"kind": "sections"},
+        {"kind": "sections", "default_section": [1, -2]},
+        [16, 24, 24],
+    ):
         doc["rotary"]["mrope"] = bad
         with pytest.raises(SpecboundError, match="'rotary' mrope must be an object") as info:
             parse_spec(doc, "qwen2_vl_text.json")

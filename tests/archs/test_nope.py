@@ -23,8 +23,15 @@ from specbound.errors import SpecboundError  # noqa: E402
 
 from support.families import save_family  # noqa: E402
 
-SIZES = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48, vocab_size=50,
-             pad_token_id=0, max_position_embeddings=64)
+SIZES = dict(
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=48,
+    vocab_size=50,
+    pad_token_id=0,
+    max_position_embeddings=64,
+)
 
 
 def _modeling(name):
@@ -35,23 +42,66 @@ def _modeling(name):
 
 CASES = [  # (family, config class, attention class, module -> rotates, config kwargs)
     ("smollm3", "SmolLM3Config", "SmolLM3Attention", lambda a: bool(a.use_rope), dict(num_hidden_layers=8)),
-    ("smollm3", "SmolLM3Config", "SmolLM3Attention", lambda a: bool(a.use_rope),
-     dict(num_hidden_layers=7, no_rope_layer_interval=3)),
-    ("smollm3", "SmolLM3Config", "SmolLM3Attention", lambda a: bool(a.use_rope),
-     dict(num_hidden_layers=4, no_rope_layers=[0, 1, 0, 1])),
-    ("exaone4", "Exaone4Config", "Exaone4Attention", lambda a: a.sliding_window is None or a.is_sliding,
-     dict(num_hidden_layers=8, sliding_window=8)),
-    ("exaone4", "Exaone4Config", "Exaone4Attention", lambda a: a.sliding_window is None or a.is_sliding,
-     dict(num_hidden_layers=4, sliding_window=None, layer_types=["sliding_attention", "full_attention"] * 2)),
-    ("exaone4", "Exaone4Config", "Exaone4Attention", lambda a: a.sliding_window is None or a.is_sliding,
-     dict(num_hidden_layers=6, sliding_window=8, sliding_window_pattern=3)),
-    ("cohere2", "Cohere2Config", "Cohere2Attention", lambda a: a.sliding_window is not None,
-     dict(num_hidden_layers=8, sliding_window=8)),
-    ("cohere2", "Cohere2Config", "Cohere2Attention", lambda a: a.sliding_window is not None,
-     dict(num_hidden_layers=4, sliding_window=None)),
-    ("cohere2", "Cohere2Config", "Cohere2Attention", lambda a: a.sliding_window is not None,
-     dict(num_hidden_layers=5, sliding_window=8, layer_types=["full_attention", "sliding_attention"] * 2
-          + ["full_attention"])),
+    (
+        "smollm3",
+        "SmolLM3Config",
+        "SmolLM3Attention",
+        lambda a: bool(a.use_rope),
+        dict(num_hidden_layers=7, no_rope_layer_interval=3),
+    ),
+    (
+        "smollm3",
+        "SmolLM3Config",
+        "SmolLM3Attention",
+        lambda a: bool(a.use_rope),
+        dict(num_hidden_layers=4, no_rope_layers=[0, 1, 0, 1]),
+    ),
+    (
+        "exaone4",
+        "Exaone4Config",
+        "Exaone4Attention",
+        lambda a: a.sliding_window is None or a.is_sliding,
+        dict(num_hidden_layers=8, sliding_window=8),
+    ),
+    (
+        "exaone4",
+        "Exaone4Config",
+        "Exaone4Attention",
+        lambda a: a.sliding_window is None or a.is_sliding,
+        dict(num_hidden_layers=4, sliding_window=None, layer_types=["sliding_attention", "full_attention"] * 2),
+    ),
+    (
+        "exaone4",
+        "Exaone4Config",
+        "Exaone4Attention",
+        lambda a: a.sliding_window is None or a.is_sliding,
+        dict(num_hidden_layers=6, sliding_window=8, sliding_window_pattern=3),
+    ),
+    (
+        "cohere2",
+        "Cohere2Config",
+        "Cohere2Attention",
+        lambda a: a.sliding_window is not None,
+        dict(num_hidden_layers=8, sliding_window=8),
+    ),
+    (
+        "cohere2",
+        "Cohere2Config",
+        "Cohere2Attention",
+        lambda a: a.sliding_window is not None,
+        dict(num_hidden_layers=4, sliding_window=None),
+    ),
+    (
+        "cohere2",
+        "Cohere2Config",
+        "Cohere2Attention",
+        lambda a: a.sliding_window is not None,
+        dict(
+            num_hidden_layers=5,
+            sliding_window=8,
+            layer_types=["full_attention", "sliding_attention"] * 2 + ["full_attention"],
+        ),
+    ),
 ]
 
 
@@ -87,9 +137,14 @@ def test_a_model_with_nope_layers_analyses_them_as_plain_heads(tmp_path):
     assert np.isfinite(a.bounds["spectral_adaptive"])
 
 
-@pytest.mark.parametrize("flags, message", [([1], "no_rope_layers must list 0 or 1"),
-                                            ([1, 2], "no_rope_layers must list 0 or 1"),
-                                            ("yes", "no_rope_layers must list 0 or 1")])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ([1], "no_rope_layers must list 0 or 1"),
+        ([1, 2], "no_rope_layers must list 0 or 1"),
+        ("yes", "no_rope_layers must list 0 or 1"),
+    ],
+)
 def test_a_bad_flag_list_is_one_line(tmp_path, flags, message):
     save_family("smollm3", tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
@@ -110,9 +165,16 @@ def test_missing_layer_types_without_a_pattern_is_one_line(tmp_path):
         specbound.analyze(tmp_path, threads=1)
 
 
-@pytest.mark.parametrize("nope", [{"flags": 3}, {"layer_types": [], "window_key": "w", "without_window": "rope"},
-                                  {"layer_types": ["full"], "window_key": "w", "without_window": "maybe"},
-                                  {"flags": "x", "layer_types": ["full"]}, "no_rope_layers"])
+@pytest.mark.parametrize(
+    "nope",
+    [
+        {"flags": 3},
+        {"layer_types": [], "window_key": "w", "without_window": "rope"},
+        {"layer_types": ["full"], "window_key": "w", "without_window": "maybe"},
+        {"flags": "x", "layer_types": ["full"]},
+        "no_rope_layers",
+    ],
+)
 def test_a_bad_nope_rule_is_refused_when_the_spec_loads(nope):
     raw = json.loads(json.dumps({k: v for k, v in _llama_doc().items()}))
     raw["rotary"] = {"pairing": "half", "nope": nope}
@@ -141,7 +203,14 @@ def test_granites_multipliers_scale_exactly_the_matrices_they_multiply(tmp_path)
     want = llama.matrices["role"].map(factor).to_numpy() * llama.matrices["frobenius_norm"].to_numpy()
     np.testing.assert_allclose(granite.matrices["frobenius_norm"].to_numpy(), want, rtol=1e-12)
     names = {e["name"] for e in granite.assumptions if e["applies"]}
-    assert {"residual_multiplier_folded", "attention_multiplier_folded", "embedding_multiplier",
-            "head_logit_scale"} <= names
-    assert not names & {"residual_multiplier_folded", "attention_multiplier_folded"} & \
-        {e["name"] for e in llama.assumptions if e["applies"]}
+    assert {
+        "residual_multiplier_folded",
+        "attention_multiplier_folded",
+        "embedding_multiplier",
+        "head_logit_scale",
+    } <= names
+    assert (
+        not names
+        & {"residual_multiplier_folded", "attention_multiplier_folded"}
+        & {e["name"] for e in llama.assumptions if e["applies"]}
+    )

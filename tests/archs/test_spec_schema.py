@@ -64,20 +64,23 @@ BERT = json.loads((DATA / "bert.json").read_text())
 BART = json.loads((DATA / "bart.json").read_text())
 
 
-@pytest.mark.parametrize("key, value, needles", [
-    ("family", "", ["'family' must be a non-empty string, found ''"]),
-    ("description", 3, ["'description' must be a string, found 3"]),
-    ("model_types", "bert", ["'model_types' must be a list of strings, found 'bert'"]),
-    ("prefixes", [1], ["'prefixes' must be a list of strings, found [1]"]),
-    ("block", "serial", ["'block' must be one of ['sequential', 'parallel'], found 'serial'"]),
-    ("feed_forward", None, ["'feed_forward' must be one of ['plain', 'gated'], found None"]),
-    ("ff_size_multiplier", 0, ["'ff_size_multiplier' must be a positive integer, found 0"]),
-    ("ff_size_multiplier", True, ["'ff_size_multiplier' must be a positive integer, found True"]),
-    ("shared_layers", {"inner_key": "x"}, ["'shared_layers' must be an object with 'groups_key'"]),
-    ("alibi", 1, ["'alibi' must be true, false or a boolean config.json key, found 1"]),
-    ("activation", ["gelu"], ["'activation' must be an activation name", "found ['gelu']"]),
-    ("activation_names", {"a": 1}, ["'activation_names' must be an object mapping", "found {'a': 1}"]),
-])
+@pytest.mark.parametrize(
+    "key, value, needles",
+    [
+        ("family", "", ["'family' must be a non-empty string, found ''"]),
+        ("description", 3, ["'description' must be a string, found 3"]),
+        ("model_types", "bert", ["'model_types' must be a list of strings, found 'bert'"]),
+        ("prefixes", [1], ["'prefixes' must be a list of strings, found [1]"]),
+        ("block", "serial", ["'block' must be one of ['sequential', 'parallel'], found 'serial'"]),
+        ("feed_forward", None, ["'feed_forward' must be one of ['plain', 'gated'], found None"]),
+        ("ff_size_multiplier", 0, ["'ff_size_multiplier' must be a positive integer, found 0"]),
+        ("ff_size_multiplier", True, ["'ff_size_multiplier' must be a positive integer, found True"]),
+        ("shared_layers", {"inner_key": "x"}, ["'shared_layers' must be an object with 'groups_key'"]),
+        ("alibi", 1, ["'alibi' must be true, false or a boolean config.json key, found 1"]),
+        ("activation", ["gelu"], ["'activation' must be an activation name", "found ['gelu']"]),
+        ("activation_names", {"a": 1}, ["'activation_names' must be an object mapping", "found {'a': 1}"]),
+    ],
+)
 def test_a_regular_key_refuses_what_its_constraint_does_not_accept(key, value, needles):
     with pytest.raises(SpecboundError) as err:
         parse_spec({**BERT, key: value}, "fuzzed.json")
@@ -89,8 +92,13 @@ def test_a_regular_key_refuses_what_its_constraint_does_not_accept(key, value, n
 def test_an_absent_key_takes_its_declared_default():
     """Only the required keys given: every other field holds its declared default."""
     spec = parse_spec({k: BERT[k] for k in ("family", "model_types", "config", "tensors")}, "minimal.json")
-    assert (spec.description, spec.prefixes, spec.block, spec.feed_forward, spec.ignore) == \
-        ("", ("",), "sequential", "plain", ())
+    assert (spec.description, spec.prefixes, spec.block, spec.feed_forward, spec.ignore) == (
+        "",
+        ("",),
+        "sequential",
+        "plain",
+        (),
+    )
     assert (spec.alibi, spec.refuse, spec.rotary, spec.rotary_options, spec.experts) == (False, (), None, {}, None)
 
 
@@ -102,8 +110,9 @@ def test_a_stacked_spec_whose_shared_config_is_not_an_object_is_refused(config):
 
 
 def test_keys_a_stacked_spec_does_not_support_are_named():
-    with pytest.raises(SpecboundError, match="'shared_layers', 'rotary' and 'position_terms' are not supported "
-                                             "with 'stacks'"):
+    with pytest.raises(
+        SpecboundError, match="'shared_layers', 'rotary' and 'position_terms' are not supported with 'stacks'"
+    ):
         parse_spec({**BART, "rotary": {"pairing": "half"}}, "bad.json")
 
 

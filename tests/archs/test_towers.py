@@ -14,13 +14,21 @@ transformers = pytest.importorskip("transformers")
 import specbound  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 
-TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, vocab_size=50,
-            max_position_embeddings=16)
-VISION = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8,
-              patch_size=4)
+TEXT = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    vocab_size=50,
+    max_position_embeddings=16,
+)
+VISION = dict(
+    hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8, patch_size=4
+)
 FAMILIES = {
-    "clip": lambda: transformers.CLIPModel(transformers.CLIPConfig(text_config=TEXT, vision_config=VISION,
-                                                                   projection_dim=16)),
+    "clip": lambda: transformers.CLIPModel(
+        transformers.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16)
+    ),
     "siglip": lambda: transformers.SiglipModel(transformers.SiglipConfig(text_config=TEXT, vision_config=VISION)),
 }
 
@@ -35,10 +43,15 @@ def tower_reference(tower_module, n, heads):
     d = n // heads
     rows = []
     for layer, block in enumerate(tower_module.encoder.layers):
-        w = {r: _proj(getattr(block.self_attn, m), n) for r, m in zip("qkvo", ("q_proj", "k_proj", "v_proj", "out_proj"))}
-        rows += [(layer, "QK", w["q"][:, h * d:(h + 1) * d] @ w["k"][:, h * d:(h + 1) * d].T) for h in range(heads)]
-        rows += [(layer, "OV", w["v"][:, h * d:(h + 1) * d] @ w["o"][h * d:(h + 1) * d]) for h in range(heads)]
-        rows += [(layer, "FF_in", _proj(block.mlp.fc1, n)), (layer, "FF_out", _proj(block.mlp.fc2, block.mlp.fc2.in_features))]
+        w = {
+            r: _proj(getattr(block.self_attn, m), n) for r, m in zip("qkvo", ("q_proj", "k_proj", "v_proj", "out_proj"))
+        }
+        rows += [(layer, "QK", w["q"][:, h * d : (h + 1) * d] @ w["k"][:, h * d : (h + 1) * d].T) for h in range(heads)]
+        rows += [(layer, "OV", w["v"][:, h * d : (h + 1) * d] @ w["o"][h * d : (h + 1) * d]) for h in range(heads)]
+        rows += [
+            (layer, "FF_in", _proj(block.mlp.fc1, n)),
+            (layer, "FF_out", _proj(block.mlp.fc2, block.mlp.fc2.in_features)),
+        ]
     return rows
 
 
@@ -75,8 +88,11 @@ def test_both_towers_match_their_modules(saved, both):
     for tower, module, cfg in (("text", model.text_model, TEXT), ("vision", model.vision_model, VISION)):
         a = both[tower]
         assert a.model["family"] == family and a.model["tower"] == tower
-        assert (a.model["L"], a.model["N"], a.model["H"]) == (cfg["num_hidden_layers"], cfg["hidden_size"],
-                                                             cfg["num_attention_heads"])
+        assert (a.model["L"], a.model["N"], a.model["H"]) == (
+            cfg["num_hidden_layers"],
+            cfg["hidden_size"],
+            cfg["num_attention_heads"],
+        )
         _assert_matches(a, tower_reference(module, cfg["hidden_size"], cfg["num_attention_heads"]))
         assert "two_tower" in {x["name"] for x in a.assumptions if x["applies"]}
         assert np.isfinite(a.bounds["spectral_adaptive"])
@@ -114,16 +130,19 @@ def test_a_checkpoint_of_one_tower_is_that_tower(saved, both, tmp_path):
     that tower alone (model_type clip_text_model, siglip_vision_model, ...)."""
     family, _, model = saved
     cls = {"clip": ("CLIPTextModel", "CLIPVisionModel"), "siglip": ("SiglipTextModel", "SiglipVisionModel")}[family]
-    for tower, name, config in (("text", cls[0], model.config.text_config),
-                                ("vision", cls[1], model.config.vision_config)):
+    for tower, name, config in (
+        ("text", cls[0], model.config.text_config),
+        ("vision", cls[1], model.config.vision_config),
+    ):
         alone = getattr(transformers, name)(config)
         weights = {k: v.float() for k, v in getattr(model, f"{tower}_model").state_dict().items()}
         alone.load_state_dict(weights)  # transformers 5: the tower's modules at the top (saved without prefix)
         alone.save_pretrained(tmp_path / name)
         a = specbound.analyze(tmp_path / name, threads=1)
         assert a.model["tower"] == tower
-        pd.testing.assert_frame_equal(a.matrices.drop(columns="tensors"),
-                                      both[tower].matrices.drop(columns="tensors"), check_exact=True)
+        pd.testing.assert_frame_equal(
+            a.matrices.drop(columns="tensors"), both[tower].matrices.drop(columns="tensors"), check_exact=True
+        )
         # transformers 4 saved the same tower under its prefix (text_model.*, vision_model.*)
         from safetensors.numpy import load_file, save_file
 
@@ -161,10 +180,13 @@ def test_sub_config_defaults_are_the_library_s(saved, tmp_path):
     assert specbound.analyze(tmp_path, threads=1, tower="text").model["activation"] == default_act
 
 
-@pytest.mark.parametrize("call, needle", [
-    (lambda folder, tiny: specbound.analyze(tiny, tower="vision"), "one chain"),
-    (lambda folder, tiny: specbound.analyze(folder, tower="audio"), "unknown tower 'audio'"),
-])
+@pytest.mark.parametrize(
+    "call, needle",
+    [
+        (lambda folder, tiny: specbound.analyze(tiny, tower="vision"), "one chain"),
+        (lambda folder, tiny: specbound.analyze(folder, tower="audio"), "unknown tower 'audio'"),
+    ],
+)
 def test_tower_errors_are_one_line(saved, tiny_bert_dir, call, needle):
     with pytest.raises(SpecboundError, match=needle) as info:
         call(saved[1], tiny_bert_dir)
@@ -191,8 +213,10 @@ def test_a_sweep_analyses_the_tower_it_is_given(saved, tmp_path, capsys):
     assert main(["sweep", str(saved[1]), "--store", str(store), "--no-progress", "--jobs", "1"]) == 1
     assert "pass tower='text' or tower='vision'" in capsys.readouterr().out
     for _ in range(2):  # the second run finds the record stored (config.json and weights unchanged)
-        assert main(["sweep", str(saved[1]), "--tower", "vision", "--store", str(store), "--no-progress",
-                     "--jobs", "1"]) == 0
+        assert (
+            main(["sweep", str(saved[1]), "--tower", "vision", "--store", str(store), "--no-progress", "--jobs", "1"])
+            == 0
+        )
     out = capsys.readouterr().out
     assert "1 analysed" in out and "1 already in the store" in out
 

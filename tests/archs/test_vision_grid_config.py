@@ -25,8 +25,9 @@ def test_the_grid_is_image_size_over_patch_size_on_each_side():
     assert pixtral.grid == (110, 110) and pixtral.max_offset_count == 219**2 and not pixtral.grid_origin
     (wide,) = layouts("pixtral_vision", {"image_size": [336, 448], "patch_size": 14, **AXIAL})
     assert wide.grid == (24, 32) and wide.max_positions == 32
-    (llama4,) = layouts("llama4_vision", {"image_size": 448, "patch_size": 14, "rope_parameters": {"rope_theta": 1e4}},
-                        d_head=88)
+    (llama4,) = layouts(
+        "llama4_vision", {"image_size": 448, "patch_size": 14, "rope_parameters": {"rope_theta": 1e4}}, d_head=88
+    )
     assert llama4.grid == (32, 32) and llama4.grid_origin and llama4.pairing == "interleaved"
     assert llama4.axes == (1,) * 22 + (0,) * 22  # its first half turns with the column
     assert llama4.max_offset_count == 63**2 + 2 * 63
@@ -47,21 +48,35 @@ def test_window_attention_layers_get_the_windows_grid():
     assert grids == [(8, 8), UNBOUNDED, (8, 8), UNBOUNDED, (8, 8)]
 
 
-@pytest.mark.parametrize("family, config, named", [
-    ("pixtral_vision", {"image_size": 1024, "patch_size": 16, "rope_parameters": {"rope_type": "yarn"}}, "rope_type"),
-    ("pixtral_vision", {"image_size": 8, "patch_size": 16, **AXIAL}, "no patch fits"),
-    ("pixtral_vision", {"image_size": 2**60, "patch_size": 16, **AXIAL}, "image_size"),
-    ("pixtral_vision", {"image_size": [1024], "patch_size": 16, **AXIAL}, "image_size"),
-    ("pixtral_vision", {"image_size": 1024, "patch_size": True, **AXIAL}, "patch_size"),
-    ("pixtral_vision", {"image_size": 1024, "patch_size": 16, "head_dim": 32, **AXIAL}, "head_dim"),
-    ("llama4_vision", {"image_size": None, "patch_size": 14}, "image_size"),
-    ("qwen2_vl_vision", {"rope_parameters": {"rope_theta": -1.0, "rope_type": "axial"}}, "rope_theta"),
-    ("qwen2_vl_vision", {"rope_parameters": [1]}, "rope_parameters"),
-    ("qwen2_5_vl_vision", {"window_size": 20, "spatial_merge_size": 2, "patch_size": 14, **AXIAL}, "window_size"),
-    ("qwen2_5_vl_vision", {"window_size": 112, "spatial_merge_size": 0, "patch_size": 14, **AXIAL}, "spatial_merge"),
-    ("qwen2_5_vl_vision", {"window_size": 112, "spatial_merge_size": 2, "patch_size": 14,
-                           "fullatt_block_indexes": "all", **AXIAL}, "fullatt_block_indexes"),
-])
+@pytest.mark.parametrize(
+    "family, config, named",
+    [
+        (
+            "pixtral_vision",
+            {"image_size": 1024, "patch_size": 16, "rope_parameters": {"rope_type": "yarn"}},
+            "rope_type",
+        ),
+        ("pixtral_vision", {"image_size": 8, "patch_size": 16, **AXIAL}, "no patch fits"),
+        ("pixtral_vision", {"image_size": 2**60, "patch_size": 16, **AXIAL}, "image_size"),
+        ("pixtral_vision", {"image_size": [1024], "patch_size": 16, **AXIAL}, "image_size"),
+        ("pixtral_vision", {"image_size": 1024, "patch_size": True, **AXIAL}, "patch_size"),
+        ("pixtral_vision", {"image_size": 1024, "patch_size": 16, "head_dim": 32, **AXIAL}, "head_dim"),
+        ("llama4_vision", {"image_size": None, "patch_size": 14}, "image_size"),
+        ("qwen2_vl_vision", {"rope_parameters": {"rope_theta": -1.0, "rope_type": "axial"}}, "rope_theta"),
+        ("qwen2_vl_vision", {"rope_parameters": [1]}, "rope_parameters"),
+        ("qwen2_5_vl_vision", {"window_size": 20, "spatial_merge_size": 2, "patch_size": 14, **AXIAL}, "window_size"),
+        (
+            "qwen2_5_vl_vision",
+            {"window_size": 112, "spatial_merge_size": 0, "patch_size": 14, **AXIAL},
+            "spatial_merge",
+        ),
+        (
+            "qwen2_5_vl_vision",
+            {"window_size": 112, "spatial_merge_size": 2, "patch_size": 14, "fullatt_block_indexes": "all", **AXIAL},
+            "fullatt_block_indexes",
+        ),
+    ],
+)
 def test_a_bad_vision_setting_is_one_line_naming_it(family, config, named):
     with pytest.raises(SpecboundError) as err:
         layouts(family, config)
@@ -74,11 +89,18 @@ def test_a_head_qwen_cannot_split_in_four_is_refused():
         layouts("qwen3_vl_vision", AXIAL, d_head=70)
 
 
-@pytest.mark.parametrize("grid", [{"frequencies": "diagonal"}, {"image_size": "image_size"},
-                                  {"frequencies": "split", "image_size": "image_size"},
-                                  {"frequencies": "split", "first_axis": "depth"},
-                                  {"frequencies": "split", "window": {"size": "window_size"}},
-                                  {"frequencies": "split", "class_token": "yes"}, "split"])
+@pytest.mark.parametrize(
+    "grid",
+    [
+        {"frequencies": "diagonal"},
+        {"image_size": "image_size"},
+        {"frequencies": "split", "image_size": "image_size"},
+        {"frequencies": "split", "first_axis": "depth"},
+        {"frequencies": "split", "window": {"size": "window_size"}},
+        {"frequencies": "split", "class_token": "yes"},
+        "split",
+    ],
+)
 def test_a_malformed_grid_rule_is_one_line(grid):
     raw = json.loads((resources.files("specbound.archs") / "data" / "qwen2_vl_vision.json").read_text())
     raw["rotary"]["grid"] = grid
@@ -109,8 +131,11 @@ def test_a_key_config_json_leaves_out_takes_the_config_classs_default():
     """As transformers reads it: Pixtral 1024 / 16, Llama 4 448 / 14, Qwen2.5-VL's 112-pixel windows and full
     attention in layers 7, 15, 23, 31 (checked against the config classes); a null is refused, not defaulted."""
     transformers = pytest.importorskip("transformers")
-    pixtral, llama4, qwen = (transformers.PixtralVisionConfig(), transformers.Llama4VisionConfig(),
-                             transformers.Qwen2_5_VLVisionConfig())
+    pixtral, llama4, qwen = (
+        transformers.PixtralVisionConfig(),
+        transformers.Llama4VisionConfig(),
+        transformers.Qwen2_5_VLVisionConfig(),
+    )
     assert layouts("pixtral_vision", AXIAL)[0].grid == (pixtral.image_size // pixtral.patch_size,) * 2
     assert layouts("llama4_vision", {})[0].grid == (llama4.image_size // llama4.patch_size,) * 2
     grids = [l.grid for l in layouts("qwen2_5_vl_vision", AXIAL, layers=32)]

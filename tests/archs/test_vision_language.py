@@ -18,8 +18,14 @@ from specbound.archs.registry import builtin_specs  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 
 from support.same_numbers import assert_close_tree, numbers  # noqa: E402
-from support.vision_language import (WRAPPER_OF, WRAPPERS, build_wrapper, save_causal_lm,  # noqa: E402
-                                     save_text_alone, save_vision_alone)
+from support.vision_language import (
+    WRAPPER_OF,
+    WRAPPERS,
+    build_wrapper,
+    save_causal_lm,  # noqa: E402
+    save_text_alone,
+    save_vision_alone,
+)
 
 # wrappers whose modules hold the names transformers 5 saves
 HELD_AS_SAVED = ("idefics3", "llama4", "smolvlm", "qwen3_vl")
@@ -48,8 +54,9 @@ def tower_numbers(result) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("tower_name, index, save_alone", [("text", 0, save_text_alone),
-                                                           ("vision", 1, save_vision_alone)])
+@pytest.mark.parametrize(
+    "tower_name, index, save_alone", [("text", 0, save_text_alone), ("vision", 1, save_vision_alone)]
+)
 def test_each_tower_is_its_family_exactly(saved, tmp_path, tower_name, index, save_alone):
     """Every row and bound of a tower equals the same weights saved alone as its family."""
     name, model, folder = saved
@@ -112,8 +119,12 @@ def test_a_tower_whose_family_is_not_shipped_is_one_line_and_the_other_tower_ana
     spec = json.loads((specbound_data() / "gemma3.json").read_text())
     spec["towers"]["vision"]["family"] = "nonesuch_vision"
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    _one_line(lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", threads=1),
-              "'nonesuch_vision'", "vision tower", "--tower")
+    _one_line(
+        lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", threads=1),
+        "'nonesuch_vision'",
+        "vision tower",
+        "--tower",
+    )
     text = specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower="text", threads=1)
     assert text.model["family"] == "gemma3_text"
 
@@ -124,19 +135,28 @@ def specbound_data():
     return resources.files("specbound.archs") / "data"
 
 
-@pytest.mark.parametrize("section, value, needles", [
-    ("text_config", None, ["text_config", "text tower"]),
-    ("text_config", [1, 2], ["text_config", "text tower"]),
-    ("text_config", {"model_type": "gemma3_text", "num_hidden_layers": "two"},
-     ["the text tower (text_config of config.json)", "num_hidden_layers", "'two'"]),
-    ("text_config", {"model_type": "gemma3_text", "hidden_size": -32}, ["text_config", "hidden_size", "-32"]),
-    ("text_config", {"model_type": "gemma3_text", "rms_norm_eps": float("inf")}, ["text_config", "rms_norm_eps"]),
-    ("text_config", {"model_type": "gemma3_text", "sliding_window": 1e400}, ["text_config", "sliding_window"]),
-    ("text_config", {"model_type": "no_such_lm"}, ["'no_such_lm'", "text tower"]),
-    ("text_config", {"model_type": "siglip"}, ["siglip", "text tower"]),
-    ("vision_config", {"model_type": "siglip_vision_model", "num_attention_heads": 10 ** 30},
-     ["the vision tower (vision_config of config.json)", "num_heads"]),
-])
+@pytest.mark.parametrize(
+    "section, value, needles",
+    [
+        ("text_config", None, ["text_config", "text tower"]),
+        ("text_config", [1, 2], ["text_config", "text tower"]),
+        (
+            "text_config",
+            {"model_type": "gemma3_text", "num_hidden_layers": "two"},
+            ["the text tower (text_config of config.json)", "num_hidden_layers", "'two'"],
+        ),
+        ("text_config", {"model_type": "gemma3_text", "hidden_size": -32}, ["text_config", "hidden_size", "-32"]),
+        ("text_config", {"model_type": "gemma3_text", "rms_norm_eps": float("inf")}, ["text_config", "rms_norm_eps"]),
+        ("text_config", {"model_type": "gemma3_text", "sliding_window": 1e400}, ["text_config", "sliding_window"]),
+        ("text_config", {"model_type": "no_such_lm"}, ["'no_such_lm'", "text tower"]),
+        ("text_config", {"model_type": "siglip"}, ["siglip", "text tower"]),
+        (
+            "vision_config",
+            {"model_type": "siglip_vision_model", "num_attention_heads": 10**30},
+            ["the vision tower (vision_config of config.json)", "num_heads"],
+        ),
+    ],
+)
 def test_a_hostile_tower_config_is_one_line(tmp_path, section, value, needles):
     folder, config = _wrapper_folder(tmp_path)
     tower = "text" if section == "text_config" else "vision"
@@ -147,28 +167,85 @@ def test_a_hostile_tower_config_is_one_line(tmp_path, section, value, needles):
     _one_line(lambda: specbound.analyze(folder, tower=tower, threads=1), *needles)
 
 
-@pytest.mark.parametrize("doc, needle", [
-    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]},
-                 "vision": {"config_section": "vision_config", "prefixes": ["v."], "config": {}, "tensors": {}}}},
-     "every tower names a 'family'"),
-    ({"towers": {"text": {"family": "../gemma", "config_section": "text_config", "prefixes": ["m."]}}},
-     "'family' must name a shipped family"),
-    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."],
-                          "tensors": {}}}}, "tower 'text' must be an object"),
-    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
-      "block": "parallel"}, "only the keys"),
-    ({"towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
-      "projector": {"prefixes": "p."}}, "'projector' must be an object"),
-    ({"projector": {"prefixes": ["p."], "description": "a map"}, "config": {}, "tensors": {}}, "'projector' belongs"),
-    ({"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."]}}, "ignore": 3},
-     "'ignore' must be a list of strings"),
-    ({"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."]}}, "ignore": None},
-     "'ignore' must be a list of strings"),
-    ({"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."], "ignore": 5}}},
-     "'ignore' must be a list of strings"),
-    ({"towers": {"text": {"config_section": "text_config", "prefixes": ["m."], "config": {}, "tensors": {},
-                          "ignore": "x"}}, "block": "sequential"}, "'ignore' must be a list of strings"),
-])
+@pytest.mark.parametrize(
+    "doc, needle",
+    [
+        (
+            {
+                "towers": {
+                    "text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]},
+                    "vision": {"config_section": "vision_config", "prefixes": ["v."], "config": {}, "tensors": {}},
+                }
+            },
+            "every tower names a 'family'",
+        ),
+        (
+            {"towers": {"text": {"family": "../gemma", "config_section": "text_config", "prefixes": ["m."]}}},
+            "'family' must name a shipped family",
+        ),
+        (
+            {
+                "towers": {
+                    "text": {
+                        "family": "gemma3_text",
+                        "config_section": "text_config",
+                        "prefixes": ["m."],
+                        "tensors": {},
+                    }
+                }
+            },
+            "tower 'text' must be an object",
+        ),
+        (
+            {
+                "towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
+                "block": "parallel",
+            },
+            "only the keys",
+        ),
+        (
+            {
+                "towers": {"text": {"family": "gemma3_text", "config_section": "text_config", "prefixes": ["m."]}},
+                "projector": {"prefixes": "p."},
+            },
+            "'projector' must be an object",
+        ),
+        (
+            {"projector": {"prefixes": ["p."], "description": "a map"}, "config": {}, "tensors": {}},
+            "'projector' belongs",
+        ),
+        (
+            {"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."]}}, "ignore": 3},
+            "'ignore' must be a list of strings",
+        ),
+        (
+            {
+                "towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."]}},
+                "ignore": None,
+            },
+            "'ignore' must be a list of strings",
+        ),
+        (
+            {"towers": {"text": {"family": "llama", "config_section": "text_config", "prefixes": ["m."], "ignore": 5}}},
+            "'ignore' must be a list of strings",
+        ),
+        (
+            {
+                "towers": {
+                    "text": {
+                        "config_section": "text_config",
+                        "prefixes": ["m."],
+                        "config": {},
+                        "tensors": {},
+                        "ignore": "x",
+                    }
+                },
+                "block": "sequential",
+            },
+            "'ignore' must be a list of strings",
+        ),
+    ],
+)
 def test_a_bad_wrapper_spec_is_one_line(tmp_path, doc, needle):
     from specbound.archs.spec import parse_spec
 
@@ -184,8 +261,11 @@ def test_the_text_tower_of_a_family_that_is_two_towers_is_refused(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     del config["text_config"]["model_type"]  # the tower's family is then the one the spec names
     (folder / "config.json").write_text(json.dumps(config))
-    _one_line(lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower="text", threads=1),
-              "siglip", "not one chain")
+    _one_line(
+        lambda: specbound.analyze(folder, arch_spec=tmp_path / "spec.json", tower="text", threads=1),
+        "siglip",
+        "not one chain",
+    )
 
 
 def test_the_outputs_show_both_towers(tmp_path, capsys):
@@ -216,12 +296,26 @@ def _audio_language(folder):
     """Qwen2-Audio built tiny and saved: a Qwen2 text model beside an audio tower no family reads."""
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    text = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, model_type="qwen2")
-    audio = dict(d_model=16, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=24, num_mel_bins=8,
-                 max_source_positions=8)
+    text = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        model_type="qwen2",
+    )
+    audio = dict(
+        d_model=16,
+        encoder_layers=1,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=24,
+        num_mel_bins=8,
+        max_source_positions=8,
+    )
     model = transformers.Qwen2AudioForConditionalGeneration(
-        transformers.Qwen2AudioConfig(text_config=text, audio_config=audio)).eval()
+        transformers.Qwen2AudioConfig(text_config=text, audio_config=audio)
+    ).eval()
     with torch.no_grad():
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.2)
@@ -231,9 +325,13 @@ def _audio_language(folder):
 
 def test_an_unsupported_wrapper_is_one_line_and_its_known_text_tower_analyses(tmp_path):
     model = _audio_language(tmp_path / "audio")
-    _one_line(lambda: specbound.analyze(tmp_path / "audio", threads=1), "model_type='qwen2_audio'",
-              "audio_config model_type='qwen2_audio_encoder' (audio towers are not analysed)", "--tower text",
-              "the llama family")
+    _one_line(
+        lambda: specbound.analyze(tmp_path / "audio", threads=1),
+        "model_type='qwen2_audio'",
+        "audio_config model_type='qwen2_audio_encoder' (audio towers are not analysed)",
+        "--tower text",
+        "the llama family",
+    )
     _one_line(lambda: specbound.analyze(tmp_path / "audio", tower="vision", threads=1), "--tower text")
     text = specbound.analyze(tmp_path / "audio", tower="text", threads=1)
     save_causal_lm(model.model.language_model if hasattr(model, "model") else model.language_model, tmp_path / "alone")
@@ -242,14 +340,28 @@ def test_an_unsupported_wrapper_is_one_line_and_its_known_text_tower_analyses(tm
     assert_close_tree(tower_numbers(text), tower_numbers(alone), rel=1e-12)
 
 
-@pytest.mark.parametrize("change, needles", [
-    ({"model_type": "gemma3n", "text_config": {"model_type": "gemma3n_text"},
-      "audio_config": {"model_type": "gemma3n_audio"}},
-     ["model_type='gemma3n'", "text_config model_type='gemma3n_text'", "audio towers are not analysed",
-      "No section names a family"]),
-    ({"model_type": "internvl_chat", "auto_map": {"AutoModel": "modeling_internvl_chat.InternVLChatModel"}},
-     ["model_type='internvl_chat'", "remote code", "--tower text"]),
-])
+@pytest.mark.parametrize(
+    "change, needles",
+    [
+        (
+            {
+                "model_type": "gemma3n",
+                "text_config": {"model_type": "gemma3n_text"},
+                "audio_config": {"model_type": "gemma3n_audio"},
+            },
+            [
+                "model_type='gemma3n'",
+                "text_config model_type='gemma3n_text'",
+                "audio towers are not analysed",
+                "No section names a family",
+            ],
+        ),
+        (
+            {"model_type": "internvl_chat", "auto_map": {"AutoModel": "modeling_internvl_chat.InternVLChatModel"}},
+            ["model_type='internvl_chat'", "remote code", "--tower text"],
+        ),
+    ],
+)
 def test_a_wrapper_no_family_reads_is_refused_naming_what_is_missing(tmp_path, change, needles):
     folder, config = _wrapper_folder(tmp_path)
     for key, value in change.items():
@@ -294,8 +406,12 @@ def test_arch_infer_of_a_wrapper_whose_text_family_is_unknown_drafts_one_chain(t
     assert "towers" not in spec and "tensors" in spec and "VERIFY  projector" not in report
 
 
-DEFAULTS = [(name, tower) for name, spec in sorted(builtin_specs().items()) for tower in spec.towers or ()
-            if tower.family is not None and tower.defaults]
+DEFAULTS = [
+    (name, tower)
+    for name, spec in sorted(builtin_specs().items())
+    for tower in spec.towers or ()
+    if tower.family is not None and tower.defaults
+]
 
 
 @pytest.mark.parametrize("name, tower", DEFAULTS, ids=[f"{n}-{t.name}" for n, t in DEFAULTS])

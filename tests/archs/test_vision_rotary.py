@@ -33,8 +33,12 @@ COLUMNS = ("spectral_norm", "frobenius_norm", "nuclear_norm", "norm_2_1", "norm_
 def _capture(model, attention_modules):
     """A forward pre-hook on each attention module, recording its positional and keyword arguments by layer."""
     seen = {}
-    handles = [m.register_forward_pre_hook(lambda mod, args, kwargs, l=l: seen.__setitem__(l, (args, kwargs)),
-                                           with_kwargs=True) for l, m in enumerate(attention_modules)]
+    handles = [
+        m.register_forward_pre_hook(
+            lambda mod, args, kwargs, l=l: seen.__setitem__(l, (args, kwargs)), with_kwargs=True
+        )
+        for l, m in enumerate(attention_modules)
+    ]
     return seen, handles
 
 
@@ -60,8 +64,9 @@ def _pixtral(model):
     for l, b in enumerate(layers):
         args, kwargs = seen[l]
         x = kwargs["hidden_states"][0]
-        q, k = (_bias_free(getattr(b.attention, f"{w}_proj"), x).view(1, -1, H, N // H).transpose(1, 2)
-                for w in ("q", "k"))
+        q, k = (
+            _bias_free(getattr(b.attention, f"{w}_proj"), x).view(1, -1, H, N // H).transpose(1, 2) for w in ("q", "k")
+        )
         cos, sin = kwargs["position_embeddings"]
         q, k = apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=0)
         out.append((x, q[0].transpose(0, 1), k[0].transpose(0, 1), positions, np.ones((len(x), len(x)), bool)))
@@ -126,18 +131,27 @@ def _qwen2_5(model):
     return _qwen(model, max(8, side), max(8, side) + 4, windows=True)
 
 
-FORWARDS = {"pixtral_vision": _pixtral, "llama4_vision": _llama4,
-            "qwen2_vl_vision": lambda m: _qwen(m, 6, 8), "qwen3_vl_vision": lambda m: _qwen(m, 6, 8),
-            "qwen2_5_vl_vision": _qwen2_5}
+FORWARDS = {
+    "pixtral_vision": _pixtral,
+    "llama4_vision": _llama4,
+    "qwen2_vl_vision": lambda m: _qwen(m, 6, 8),
+    "qwen3_vl_vision": lambda m: _qwen(m, 6, 8),
+    "qwen2_5_vl_vision": _qwen2_5,
+}
 
 
 def _dense(stack, rank_tol):
     s = np.linalg.svd(stack, compute_uv=False)
     frob = np.sqrt(np.sum(s**2, axis=1))
-    return {"spectral_norm": s[:, 0], "frobenius_norm": frob, "nuclear_norm": s.sum(axis=1),
-            "norm_2_1": np.linalg.norm(stack, axis=1).sum(axis=1), "norm_1_1": np.abs(stack).sum(axis=(1, 2)),
-            "rank": np.count_nonzero(s > rank_tol * stack.shape[1] * np.maximum(s[:, :1], 1.0), axis=1),
-            "stable_rank": np.where(s[:, 0] > 0, frob**2 / np.where(s[:, 0] > 0, s[:, 0], 1) ** 2, 0.0)}
+    return {
+        "spectral_norm": s[:, 0],
+        "frobenius_norm": frob,
+        "nuclear_norm": s.sum(axis=1),
+        "norm_2_1": np.linalg.norm(stack, axis=1).sum(axis=1),
+        "norm_1_1": np.abs(stack).sum(axis=(1, 2)),
+        "rank": np.count_nonzero(s > rank_tol * stack.shape[1] * np.maximum(s[:, :1], 1.0), axis=1),
+        "stable_rank": np.where(s[:, 0] > 0, frob**2 / np.where(s[:, 0] > 0, s[:, 0], 1) ** 2, 0.0),
+    }
 
 
 def _tower(family, model, folder):
@@ -172,7 +186,7 @@ def _check_logits(tower):
         m = rotations(opened.rotary_for(layer), d, offsets).reshape(len(x), len(x), d, d)
         xs = x.numpy()
         for h in range(H):
-            a, b = xs @ w["q"][:, h * d:(h + 1) * d], xs @ w["k"][:, h * d:(h + 1) * d]
+            a, b = xs @ w["q"][:, h * d : (h + 1) * d], xs @ w["k"][:, h * d : (h + 1) * d]
             dense = np.einsum("ti,tsij,sj->ts", a, m, b)
             module = (q[:, h] @ k[:, h].T).numpy()
             assert np.abs(module - dense).max() <= LOGIT_ATOL * np.abs(dense).max(), (family, layer, h)
@@ -182,8 +196,13 @@ def test_every_qk_number_holds_at_every_offset_the_module_uses(tower):
     """Each QK row against ``W_Q^T M(delta) W_K`` at every offset of the pairs that attend: never below, and the
     spectral norm their maximum where the row says exact, whose offsets are exactly the layout's."""
     methods = _check_numbers(tower)
-    expected = {"pixtral_vision": {"exact"}, "llama4_vision": {"exact"}, "qwen2_5_vl_vision": {"exact", "product"},
-                "qwen2_vl_vision": {"product"}, "qwen3_vl_vision": {"product"}}[tower[0]]
+    expected = {
+        "pixtral_vision": {"exact"},
+        "llama4_vision": {"exact"},
+        "qwen2_5_vl_vision": {"exact", "product"},
+        "qwen2_vl_vision": {"product"},
+        "qwen3_vl_vision": {"product"},
+    }[tower[0]]
     assert methods == {f"rotary_{m}_over_offsets" if m == "exact" else f"rotary_{m}_bound" for m in expected}
 
 
@@ -201,7 +220,7 @@ def _check_numbers(tower):
         w = get(layer)
         for row in rows[rows["layer"] == layer].itertuples():
             h = int(row.head)
-            stack = np.einsum("ai,tij,bj->tab", w["q"][:, h * d:(h + 1) * d], m, w["k"][:, h * d:(h + 1) * d])
+            stack = np.einsum("ai,tij,bj->tab", w["q"][:, h * d : (h + 1) * d], m, w["k"][:, h * d : (h + 1) * d])
             truth = _dense(stack, analysis.options["rank_tol"])
             for column in COLUMNS:
                 assert getattr(row, column) >= truth[column].max() * (1 - REL), (family, layer, h, column)
@@ -223,8 +242,13 @@ def test_the_grid_is_recorded_and_named_among_the_assumptions(tower):
     (entry,) = [a for a in analysis.assumptions if a["name"] == "rotary_grid"]
     assert ("every rotation" in entry["effect"]) == (not bounded) and "section 9" in entry["effect"]
     projector = [a["effect"] for a in analysis.assumptions if a["name"] == "projector_outside"]
-    named = {"pixtral_vision": None, "llama4_vision": "pixel-shuffle adapter", "qwen3_vl_vision": "deepstack mergers",
-             "qwen2_vl_vision": "patch merger", "qwen2_5_vl_vision": "patch merger"}[family]
+    named = {
+        "pixtral_vision": None,
+        "llama4_vision": "pixel-shuffle adapter",
+        "qwen3_vl_vision": "deepstack mergers",
+        "qwen2_vl_vision": "patch merger",
+        "qwen2_5_vl_vision": "patch merger",
+    }[family]
     assert (named in projector[0]) if named else not projector  # Pixtral's tower holds no projector
     if family == "qwen2_5_vl_vision":
         assert [layer["grid"]["rows"] for layer in analysis.model["rotary"]["by_layer"]] == [4, None]
@@ -238,31 +262,74 @@ def _drawn_config(family, draw_from):
     axial = theta.map(lambda t: {"rope_parameters": {"rope_theta": t, "rope_type": "axial"}})
     if family == "pixtral_vision":
         sides = st.sampled_from([16, 32, 48, 80])
-        return st.fixed_dictionaries({"image_size": st.one_of(sides, st.lists(sides, min_size=2, max_size=2)),
-                                      "num_hidden_layers": st.integers(1, 2)}).flatmap(
-            lambda c: axial.map(lambda r: {**c, **r, "hidden_size": N, "intermediate_size": 48,
-                                           "num_attention_heads": H, "patch_size": 16}))
+        return st.fixed_dictionaries(
+            {
+                "image_size": st.one_of(sides, st.lists(sides, min_size=2, max_size=2)),
+                "num_hidden_layers": st.integers(1, 2),
+            }
+        ).flatmap(
+            lambda c: axial.map(
+                lambda r: {
+                    **c,
+                    **r,
+                    "hidden_size": N,
+                    "intermediate_size": 48,
+                    "num_attention_heads": H,
+                    "patch_size": 16,
+                }
+            )
+        )
     if family == "llama4_vision":
-        return st.fixed_dictionaries({"image_size": st.sampled_from([28, 56]), "num_hidden_layers": st.integers(1, 2),
-                                      "rope_parameters": theta.map(lambda t: {"rope_theta": t})}).map(
-            lambda c: {**c, "hidden_size": N, "intermediate_size": 4 * N, "num_attention_heads": H, "patch_size": 14,
-                       "vision_output_dim": 24, "projector_input_dim": 16, "projector_output_dim": 16})
-    width = {"embed_dim": N, "hidden_size": 24, "mlp_ratio": 2} if family == "qwen2_vl_vision" else \
-        {"hidden_size": N, "out_hidden_size": 24, "intermediate_size": 48}
+        return st.fixed_dictionaries(
+            {
+                "image_size": st.sampled_from([28, 56]),
+                "num_hidden_layers": st.integers(1, 2),
+                "rope_parameters": theta.map(lambda t: {"rope_theta": t}),
+            }
+        ).map(
+            lambda c: {
+                **c,
+                "hidden_size": N,
+                "intermediate_size": 4 * N,
+                "num_attention_heads": H,
+                "patch_size": 14,
+                "vision_output_dim": 24,
+                "projector_input_dim": 16,
+                "projector_output_dim": 16,
+            }
+        )
+    width = (
+        {"embed_dim": N, "hidden_size": 24, "mlp_ratio": 2}
+        if family == "qwen2_vl_vision"
+        else {"hidden_size": N, "out_hidden_size": 24, "intermediate_size": 48}
+    )
     extra = {"deepstack_visual_indexes": [0], "num_position_embeddings": 16} if family == "qwen3_vl_vision" else {}
     depth = st.integers(1, 3)
     if family == "qwen2_5_vl_vision":
-        windows = depth.flatmap(lambda d: st.fixed_dictionaries({
-            "depth": st.just(d), "window_size": st.sampled_from([28, 56, 84, 112]),
-            "fullatt_block_indexes": st.lists(st.integers(0, d - 1), unique=True, max_size=d)}))
-        return windows.flatmap(lambda c: axial.map(lambda r: {**c, **r, **width, "num_heads": H, "patch_size": 14,
-                                                              "spatial_merge_size": 2}))
+        windows = depth.flatmap(
+            lambda d: st.fixed_dictionaries(
+                {
+                    "depth": st.just(d),
+                    "window_size": st.sampled_from([28, 56, 84, 112]),
+                    "fullatt_block_indexes": st.lists(st.integers(0, d - 1), unique=True, max_size=d),
+                }
+            )
+        )
+        return windows.flatmap(
+            lambda c: axial.map(
+                lambda r: {**c, **r, **width, "num_heads": H, "patch_size": 14, "spatial_merge_size": 2}
+            )
+        )
     return depth.flatmap(lambda d: axial.map(lambda r: {**r, **width, **extra, "depth": d, "num_heads": H}))
 
 
-CONFIG_CLASSES = {"pixtral_vision": "PixtralVisionConfig", "llama4_vision": "Llama4VisionConfig",
-                  "qwen2_vl_vision": "Qwen2VLVisionConfig", "qwen2_5_vl_vision": "Qwen2_5_VLVisionConfig",
-                  "qwen3_vl_vision": "Qwen3VLVisionConfig"}
+CONFIG_CLASSES = {
+    "pixtral_vision": "PixtralVisionConfig",
+    "llama4_vision": "Llama4VisionConfig",
+    "qwen2_vl_vision": "Qwen2VLVisionConfig",
+    "qwen2_5_vl_vision": "Qwen2_5_VLVisionConfig",
+    "qwen3_vl_vision": "Qwen3VLVisionConfig",
+}
 
 
 @pytest.mark.parametrize("family", VISION_2D)
@@ -280,8 +347,11 @@ def test_drawn_towers_hold_by_brute_force(family, tmp_path_factory):
         transformers.logging.set_verbosity_error()
         torch.manual_seed(0)
         cfg = getattr(transformers, CONFIG_CLASSES[family])(**config)
-        model = (transformers.PixtralVisionModel if family == "pixtral_vision" else
-                 _vision_classes()[family.removesuffix("_vision")])(cfg)
+        model = (
+            transformers.PixtralVisionModel
+            if family == "pixtral_vision"
+            else _vision_classes()[family.removesuffix("_vision")]
+        )(cfg)
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.2)
         folder = tmp_path_factory.mktemp(family)
@@ -302,8 +372,11 @@ def test_the_summary_names_the_grid(tower):
 
     family, _, analysis, _, _ = tower
     line = next(l for l in format_summary(analysis).splitlines() if "2D rotary over the patch grid" in l)
-    expected = {"pixtral_vision": "of 4 x 4 patches (", "llama4_vision": "of 4 x 4 patches and a class token (",
-                "qwen2_5_vl_vision": "of 4 x 4 patches or an unbounded grid (the bounds for every rotation) (",
-                "qwen2_vl_vision": "of an unbounded grid (the bounds for every rotation) (",
-                "qwen3_vl_vision": "of an unbounded grid (the bounds for every rotation) ("}[family]
+    expected = {
+        "pixtral_vision": "of 4 x 4 patches (",
+        "llama4_vision": "of 4 x 4 patches and a class token (",
+        "qwen2_5_vl_vision": "of 4 x 4 patches or an unbounded grid (the bounds for every rotation) (",
+        "qwen2_vl_vision": "of an unbounded grid (the bounds for every rotation) (",
+        "qwen3_vl_vision": "of an unbounded grid (the bounds for every rotation) (",
+    }[family]
     assert expected in line and "docs/rotary.md 9" in line

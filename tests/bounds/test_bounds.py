@@ -44,7 +44,8 @@ def test_bft(hand):
     terms = 5 * 2 ** (2 / 3) + 2 * 1.5 ** (2 / 3) + (4 / 3) ** (2 / 3)
     assert r["bft"].value == pytest.approx(180 * terms**1.5, rel=REL)
     assert r["bft"].per_layer["bft_terms"] == pytest.approx(
-        [3 * 2 ** (2 / 3) + 1.5 ** (2 / 3), 2 * 2 ** (2 / 3) + 1.5 ** (2 / 3) + (4 / 3) ** (2 / 3)], rel=REL)
+        [3 * 2 ** (2 / 3) + 1.5 ** (2 / 3), 2 * 2 ** (2 / 3) + 1.5 ** (2 / 3) + (4 / 3) ** (2 / 3)], rel=REL
+    )
 
 
 def test_nbs(hand):
@@ -89,10 +90,10 @@ def test_fixed_p_variants(hand):
     assert r["spectral_fixed_p0"].value == pytest.approx(3 * math.sqrt(8) + 5 * 2 + math.sqrt(2), rel=REL)
     # scale = gamma* alpha L; gamma*: layer 0 (8, 2, 1, 1), layer 1 (6, 3, 3, 1); alpha (9, 1); L = 2
     scales = [144, 36, 18, 18, 12, 6, 6, 2]
-    s2 = [1.25, 4, 5, 1, .25, 2, 1, 9]  # S_2 = ||W||_F^2
-    c2 = [s ** 0.25 * k ** 0.5 * 4 ** 0.75 for s, k in zip(s2, scales)]
+    s2 = [1.25, 4, 5, 1, 0.25, 2, 1, 9]  # S_2 = ||W||_F^2
+    c2 = [s**0.25 * k**0.5 * 4**0.75 for s, k in zip(s2, scales)]
     assert r["spectral_fixed_p2"].value == pytest.approx(sum(c2) + math.sqrt(2), rel=REL)
-    s1 = [1.5, 2, 3, 1, .5, 2, 1, 3]  # nuclear norms
+    s1 = [1.5, 2, 3, 1, 0.5, 2, 1, 3]  # nuclear norms
     c1 = [s ** (1 / 3) * k ** (1 / 3) * 4 ** (2 / 3) for s, k in zip(s1, scales)]
     assert r["spectral_fixed_p1"].value == pytest.approx(sum(c1) + math.sqrt(2), rel=REL)
     assert r["spectral_fixed_p1"].per_layer["adaptive_p1"] == pytest.approx([sum(c1[:4]), sum(c1[4:])], rel=REL)
@@ -115,9 +116,16 @@ def test_three_type_picks_a_positive_index_when_the_scale_is_small():
     # one layer, tiny norms: the block's C_F(p) is minimised away from p = 0
     nn, nf, fn = (64, 64), (64, 64), (64, 64)
     s = 1e-3 * np.ones(64)
-    layer = LayerSpectra(0, qk=[spec(nn, s, 1, 1)], ov=[spec(nn, s, 1, 1)], ff={"FF_in": spec(nf, s, 1, 1),
-                                                                             "FF_out": spec(fn, s, 1, 1)})
-    ms = measure([layer], ModelDims(L=1, N=64, H=1, H_kv=1, d_head=64, d_ff=64), l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(1, 64))
+    layer = LayerSpectra(
+        0, qk=[spec(nn, s, 1, 1)], ov=[spec(nn, s, 1, 1)], ff={"FF_in": spec(nf, s, 1, 1), "FF_out": spec(fn, s, 1, 1)}
+    )
+    ms = measure(
+        [layer],
+        ModelDims(L=1, N=64, H=1, H_kv=1, d_head=64, d_ff=64),
+        l_phi=1.0,
+        rank_tol=1e-10,
+        grid_m=default_grid_m(1, 64),
+    )
     res = REGISTRY["spectral_three_type"].compute(ms)
     p = res.per_layer["three_type_ff_p_star"][0]
     assert p > 0
@@ -128,14 +136,18 @@ def test_three_type_picks_a_positive_index_when_the_scale_is_small():
 
 def test_groups_and_references():
     assert set(in_group("bounds")) == {"spectral_adaptive", "edelman"}
-    assert {"bft", "nbs", "l11_proxy", "frobenius_product", "spectral_product", "param_count"} <= set(in_group("baselines"))
+    assert {"bft", "nbs", "l11_proxy", "frobenius_product", "spectral_product", "param_count"} <= set(
+        in_group("baselines")
+    )
     assert {"spectral_fixed_p0", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"} <= set(
-        in_group("adaptive_variants"))
+        in_group("adaptive_variants")
+    )
     for bound in REGISTRY.values():
         assert bound.reference and bound.title and bound.needs, bound.name
 
 
 # ---- properties on random layers built from real matrices --------------------------------------
+
 
 def random_weights(rng, layer, n, heads, d_head, d_ff, scales):
     q, k, v, o, fi, fo = scales
@@ -143,8 +155,14 @@ def random_weights(rng, layer, n, heads, d_head, d_ff, scales):
     def g(*shape):
         return rng.standard_normal(shape)
 
-    return LayerWeights(layer, q * g(heads, d_head, n), k * g(heads, d_head, n), v * g(heads, d_head, n),
-                        o * g(heads, d_head, n), {"FF_in": fi * g(n, d_ff), "FF_out": fo * g(d_ff, n)})
+    return LayerWeights(
+        layer,
+        q * g(heads, d_head, n),
+        k * g(heads, d_head, n),
+        v * g(heads, d_head, n),
+        o * g(heads, d_head, n),
+        {"FF_in": fi * g(n, d_ff), "FF_out": fo * g(d_ff, n)},
+    )
 
 
 @st.composite
@@ -225,11 +243,24 @@ def test_monotone_in_the_last_feed_forward_norm(model, t):
     weights, dims = model
     _, base = results_for(weights, dims)
     last = weights[-1]
-    w = weights[:-1] + [LayerWeights(last.layer, last.q, last.k, last.v, last.o,
-                                     {"FF_in": last.ff["FF_in"], "FF_out": t * last.ff["FF_out"]})]
+    w = weights[:-1] + [
+        LayerWeights(
+            last.layer, last.q, last.k, last.v, last.o, {"FF_in": last.ff["FF_in"], "FF_out": t * last.ff["FF_out"]}
+        )
+    ]
     _, grown = results_for(w, dims)
-    for name in ("spectral_adaptive", "edelman", "bft", "nbs", "l11_proxy", "frobenius_product",
-                 "spectral_product", "spectral_fixed_p1", "spectral_fixed_p2", "spectral_three_type"):
+    for name in (
+        "spectral_adaptive",
+        "edelman",
+        "bft",
+        "nbs",
+        "l11_proxy",
+        "frobenius_product",
+        "spectral_product",
+        "spectral_fixed_p1",
+        "spectral_fixed_p2",
+        "spectral_three_type",
+    ):
         assert grown[name].value >= base[name].value * (1 - 1e-12), name
 
 
@@ -254,9 +285,13 @@ def test_continuous_minima_batch_equals_one_at_a_time():
     from specbound.bounds.schatten import ContributionCurve, continuous_minima
 
     rng = np.random.default_rng(3)
-    curves = [ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], log_scale=rng.uniform(-5, 25), n=384)
-              for r in (1, 5, 64, 300)]
-    curves.append(ContributionCurve.from_kept(np.array([]), log_scale=math.log(10.0), n=384))  # nothing above the rank tolerance
+    curves = [
+        ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], log_scale=rng.uniform(-5, 25), n=384)
+        for r in (1, 5, 64, 300)
+    ]
+    curves.append(
+        ContributionCurve.from_kept(np.array([]), log_scale=math.log(10.0), n=384)
+    )  # nothing above the rank tolerance
     p, value = continuous_minima(curves)
     for i, curve in enumerate(curves):
         assert curve.continuous_minimum() == (p[i], value[i])
@@ -292,8 +327,13 @@ def test_param_count_is_the_documented_formula_for_gated_blocks_experts_and_late
     from specbound.bounds.param_count import parameter_count
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "bounds.md").read_text()
-    for phrase in ("`k = 3` for a gated block", "`F_l = k N (E d_ff + d_ff_shared)`", "`k N d_ff_dense`",
-                   "`N r_q + r_q H (d_nope +\n    d_rope)`", "`+ r_kv H (d_nope + d_v)`"):
+    for phrase in (
+        "`k = 3` for a gated block",
+        "`F_l = k N (E d_ff + d_ff_shared)`",
+        "`k N d_ff_dense`",
+        "`N r_q + r_q H (d_nope +\n    d_rope)`",
+        "`+ r_kv H (d_nope + d_v)`",
+    ):
         assert phrase in text, phrase
     N, H, H_kv, d_h, d_ff, E, shared, dense = 16, 4, 2, 4, 12, 5, 24, 40
     count = lambda dims: parameter_count(SimpleNamespace(dims=dims))  # noqa: E731

@@ -17,6 +17,7 @@ from support.numpy_bert import row_weights, write_tiny_bert
 def _strict(text):
     def refuse(token):
         raise ValueError(f"non-strict JSON token {token}")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -28,18 +29,21 @@ def test_deep_bert_matches_the_log_space_oracle(tmp_path, L):
         a = specbound.analyze(folder, threads=1)
         text = str(a.to_json())
         from specbound.records.view import format_summary
+
         summary = format_summary(a)
     rows = []
     for layer in range(L):
         w = row_weights(folder, layer)
         d = 8
-        rows += [("QK", w["q"][:, h * d:(h + 1) * d] @ w["k"][:, h * d:(h + 1) * d].T) for h in range(2)]
-        rows += [("OV", w["v"][:, h * d:(h + 1) * d] @ w["o"][h * d:(h + 1) * d, :]) for h in range(2)]
+        rows += [("QK", w["q"][:, h * d : (h + 1) * d] @ w["k"][:, h * d : (h + 1) * d].T) for h in range(2)]
+        rows += [("OV", w["v"][:, h * d : (h + 1) * d] @ w["o"][h * d : (h + 1) * d, :]) for h in range(2)]
         rows += [("FF_in", w["ff_in"]), ("FF_out", w["ff_out"])]
     oracle = log_bounds(rows, L=L, N=16, heads=2)
     assert a.bounds["spectral_adaptive"] == pytest.approx(oracle["adaptive"], rel=1e-9)
     assert math.isinf(a.bounds["edelman"])  # beyond float64 ...
-    assert a.log10_bounds["edelman"] == pytest.approx(oracle["log_edelman"] / math.log(10), rel=1e-10)  # ... exact in logs
+    assert a.log10_bounds["edelman"] == pytest.approx(
+        oracle["log_edelman"] / math.log(10), rel=1e-10
+    )  # ... exact in logs
     assert a.log10_bounds["spectral_fixed_p2"] == pytest.approx(oracle["log_fixed_p2"] / math.log(10), rel=1e-10)
     doc = _strict(text)
     assert doc["bounds"]["edelman"] is None and doc["log10_bounds"]["edelman"] > 308

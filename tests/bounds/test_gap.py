@@ -26,8 +26,9 @@ def test_gap_terms_by_hand():
     assert t["gap"] == pytest.approx(4.2) and t["vacuous"] is True
     t = gap_terms(0.1, 2.0, 3.0, params)
     assert t["gap"] == pytest.approx(0.24) and t["vacuous"] is False
-    t = gap_terms(10.0, 2.0, 3.0, GapParameters(n=100, margin=0.5, delta=math.exp(-1), lead_constant=0.5,
-                                                  confidence_constant=2.0))
+    t = gap_terms(
+        10.0, 2.0, 3.0, GapParameters(n=100, margin=0.5, delta=math.exp(-1), lead_constant=0.5, confidence_constant=2.0)
+    )
     assert t["gap"] == pytest.approx(2.0 + 0.4)
 
 
@@ -50,8 +51,11 @@ def _entropy_oracle(ms, margin, fixed_p=None):
         scale = mm.scale * t / ms.dims.L
         values = [entropy_integral(s, *mm.target.shape, p, scale / margin) for p in grid]
         p = grid[int(np.argmin(values))]
-        complexity += float(np.sum(s**p) if p else s.size) ** (1 / (p + 2)) * (scale / margin) ** (p / (p + 2)) \
+        complexity += (
+            float(np.sum(s**p) if p else s.size) ** (1 / (p + 2))
+            * (scale / margin) ** (p / (p + 2))
             * n ** ((p + 1) / (p + 2))
+        )
         integral += min(values)
     return complexity, integral
 
@@ -76,13 +80,15 @@ def test_gap_bounds_on_hand_model():
     g = gaps["spectral_adaptive"]
     assert g["complexity"] == pytest.approx(b, rel=1e-12) == complexity  # margin 1: the bound itself
     assert g["log_factor"] == pytest.approx(integral / b, rel=1e-9) and g["log_factor"] > 1
-    assert g["gap"] == pytest.approx(integral / math.sqrt(n) + math.sqrt((math.log(100) + 8 * math.log(9)) / n),
-                                     rel=1e-9)
+    assert g["gap"] == pytest.approx(
+        integral / math.sqrt(n) + math.sqrt((math.log(100) + 8 * math.log(9)) / n), rel=1e-9
+    )
     for p in (0, 1, 2):
         complexity, integral = _entropy_oracle(ms, 1.0, fixed_p=p)
         assert gaps[f"spectral_fixed_p{p}"]["leading"] == pytest.approx(integral / math.sqrt(n), rel=1e-9)
     assert {k for k, v in gaps.items() if v["margin_form"].startswith("inside")} == {
-        k for k in gaps if k.startswith("spectral_")}
+        k for k in gaps if k.startswith("spectral_")
+    }
 
 
 @pytest.mark.parametrize("margin", [0.01, 0.3, 1.8, 100.0])
@@ -100,8 +106,12 @@ def test_the_margin_is_inside_each_term(margin):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.floats(0.01, 100.0), st.sampled_from(["spectral_adaptive", "spectral_three_type", "spectral_fixed_p0",
-                                                "spectral_fixed_p2", "spectral_shared"]))
+@given(
+    st.floats(0.01, 100.0),
+    st.sampled_from(
+        ["spectral_adaptive", "spectral_three_type", "spectral_fixed_p0", "spectral_fixed_p2", "spectral_shared"]
+    ),
+)
 def test_a_wider_margin_never_widens_the_adaptive_gap(margin, name):
     ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(HAND_DIMS.L, HAND_DIMS.N))
     results = compute_all(ms)
@@ -131,12 +141,19 @@ def test_gap_shrinks_with_n_and_margin(value, n, margin):
     assert base["vacuous"] == (base["gap"] >= 1)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(n=1, margin=1.0), "n "), (dict(n=10.5, margin=1.0), "n "), (dict(n=True, margin=1.0), "n "),
-    (dict(n=10, margin=0.0), "margin"), (dict(n=10, margin=math.inf), "margin"),
-    (dict(n=10, margin=1.0, delta=1.0), "delta"), (dict(n=10, margin=1.0, delta=0), "delta"),
-    (dict(n=10, margin=1.0, lead_constant=-1), "lead_constant"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(n=1, margin=1.0), "n "),
+        (dict(n=10.5, margin=1.0), "n "),
+        (dict(n=True, margin=1.0), "n "),
+        (dict(n=10, margin=0.0), "margin"),
+        (dict(n=10, margin=math.inf), "margin"),
+        (dict(n=10, margin=1.0, delta=1.0), "delta"),
+        (dict(n=10, margin=1.0, delta=0), "delta"),
+        (dict(n=10, margin=1.0, lead_constant=-1), "lead_constant"),
+    ],
+)
 def test_invalid_gap_parameters(kwargs, message):
     with pytest.raises(SpecboundError, match=message):
         GapParameters(**kwargs)
@@ -154,8 +171,13 @@ def test_gap_bound_in_json(tiny_pair):
     a = specbound.analyze(src, n=5000, margin=0.25, delta=0.1, threads=1)
     doc = json.loads(a.to_json())
     g = doc["gap_bound"]
-    assert g["parameters"] == {"n": 5000, "margin": 0.25, "delta": 0.1, "lead_constant": 1.0,
-                               "confidence_constant": 1.0}
+    assert g["parameters"] == {
+        "n": 5000,
+        "margin": 0.25,
+        "delta": 0.1,
+        "lead_constant": 1.0,
+        "confidence_constant": 1.0,
+    }
     assert g["loss_range"] == [0.0, 1.0] and "unstated" in g["assumptions"]
     assert g["kind"] != "theorem" and "theorems' forms" not in g["assumptions"] and "proxies" in g["assumptions"]
     for name, terms in g["bounds"].items():
@@ -180,12 +202,14 @@ def test_covering_terms_restate_each_bound():
     for name in family:
         terms = REGISTRY[name].covering_terms(ms)
         assert sum(grid_minimum(t.curve, t.grid)[1] for t in terms) + root_l == pytest.approx(
-            results[name].value, rel=1e-12), name
+            results[name].value, rel=1e-12
+        ), name
         assert {t.budget_parts for t in terms} == {HAND_DIMS.L}, name  # nothing shared on the hand model
     terms = REGISTRY["spectral_fixed_p2"].covering_terms(ms)
     form = gap_complexity(terms, root_l, 1.0)
     assert len(terms) == 8 and form["complexity"] - root_l == pytest.approx(
-        (results["spectral_fixed_p2"].value - root_l) * math.sqrt(8 / HAND_DIMS.L), rel=1e-12)
+        (results["spectral_fixed_p2"].value - root_l) * math.sqrt(8 / HAND_DIMS.L), rel=1e-12
+    )
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +267,17 @@ def _table_terms(a):
     from specbound.bounds.covering import matrix_term
 
     sv = a.singular_values
-    return [matrix_term(MatrixSpectrum((row.rows, row.cols), sv[sv["matrix"] == i]["sigma"].to_numpy(), 0.0, 0.0),
-                        log_scale=row.log10_scale * math.log(10), n=a.model["N"], rank_tol=a.options["rank_tol"],
-                        grid=[0.0], budget_parts=a.model["L"]) for i, row in enumerate(a.matrices.itertuples())]
+    return [
+        matrix_term(
+            MatrixSpectrum((row.rows, row.cols), sv[sv["matrix"] == i]["sigma"].to_numpy(), 0.0, 0.0),
+            log_scale=row.log10_scale * math.log(10),
+            n=a.model["N"],
+            rank_tol=a.options["rank_tol"],
+            grid=[0.0],
+            budget_parts=a.model["L"],
+        )
+        for i, row in enumerate(a.matrices.itertuples())
+    ]
 
 
 def test_the_entropy_is_never_below_a_lower_bound_of_its_class(minilm_gaps):
@@ -276,22 +308,39 @@ def test_the_entropy_is_never_below_a_lower_bound_of_its_class(minilm_gaps):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 9), st.integers(1, 9), st.lists(st.floats(-6, 3), min_size=1, max_size=9),
-       st.integers(0, 24), st.floats(-10, 60), st.floats(-30, 0))
+@given(
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.lists(st.floats(-6, 3), min_size=1, max_size=9),
+    st.integers(0, 24),
+    st.floats(-10, 60),
+    st.floats(-30, 0),
+)
 def test_the_entropy_bounds_a_lower_bound_on_random_classes(a, b, logs, index, log_scale, log_eps):
     from specbound.bounds.covering import log_covering_number, matrix_term
 
-    s = np.sort(np.exp(np.array(logs[:min(a, b)])))[::-1]
-    term = matrix_term(MatrixSpectrum((a, b), s, 0.0, 0.0), log_scale=log_scale, n=max(a, b), rank_tol=1e-10,
-                       grid=[0.0], budget_parts=1)
+    s = np.sort(np.exp(np.array(logs[: min(a, b)])))[::-1]
+    term = matrix_term(
+        MatrixSpectrum((a, b), s, 0.0, 0.0),
+        log_scale=log_scale,
+        n=max(a, b),
+        rank_tol=1e-10,
+        grid=[0.0],
+        budget_parts=1,
+    )
     p = index / 12
     upper = float(log_covering_number(term, p, np.array([math.exp(log_eps)]), log_scale)[0])
     assert upper >= _lower_entropy(term.curve.kept, a, b, p, log_eps - log_scale)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 7), st.integers(1, 7), st.lists(st.floats(-4, 2), min_size=1, max_size=7),
-       st.integers(1, 24), st.floats(-5, 40))
+@given(
+    st.integers(1, 7),
+    st.integers(1, 7),
+    st.lists(st.floats(-4, 2), min_size=1, max_size=7),
+    st.integers(1, 24),
+    st.floats(-5, 40),
+)
 def test_the_closed_form_integral_is_the_entropys_integral(a, b, logs, index, log_scale):
     """``term_integral`` (the Abel sum over truncation ranks) against quadrature of ``log_covering_number``
     between its breakpoints."""
@@ -299,9 +348,15 @@ def test_the_closed_form_integral_is_the_entropys_integral(a, b, logs, index, lo
 
     from specbound.bounds.covering import log_covering_number, matrix_term, term_integral
 
-    s = np.sort(np.exp(np.array(logs[:min(a, b)])))[::-1]
-    term = matrix_term(MatrixSpectrum((a, b), s, 0.0, 0.0), log_scale=log_scale, n=max(a, b), rank_tol=1e-10, grid=[0.0],
-                       budget_parts=1)
+    s = np.sort(np.exp(np.array(logs[: min(a, b)])))[::-1]
+    term = matrix_term(
+        MatrixSpectrum((a, b), s, 0.0, 0.0),
+        log_scale=log_scale,
+        n=max(a, b),
+        rank_tol=1e-10,
+        grid=[0.0],
+        budget_parts=1,
+    )
     p = index / 12
     s = term.curve.kept
     f = lambda u: math.sqrt(float(log_covering_number(term, p, np.array([math.exp(-u)]), log_scale)[0])) * math.exp(-u)  # noqa: E731

@@ -18,8 +18,9 @@ REL = 1e-6
 
 def curve(s, scale, n):
     s = np.asarray(s, dtype=float)
-    return ContributionCurve(MatrixSpectrum((s.size, s.size), s, math.nan, math.nan), log_scale=math.log(scale), n=n,
-                             rank_tol=1e-10)
+    return ContributionCurve(
+        MatrixSpectrum((s.size, s.size), s, math.nan, math.nan), log_scale=math.log(scale), n=n, rank_tol=1e-10
+    )
 
 
 def grid_minimum(c, m):
@@ -63,19 +64,38 @@ def _norm_only(c, n21):
 
 def test_vector_b():
     layers = [
-        LayerSpectra(0, qk=[_norm_only(0.25, 3), _norm_only(1, 4)], ov=[_norm_only(1, 5), _norm_only(0.5, 6)],
-                     ff={"FF_in": _norm_only(2, 10), "FF_out": _norm_only(1.5, 12)}),
-        LayerSpectra(1, qk=[_norm_only(0.5, 2), _norm_only(0.1, 2.5)], ov=[_norm_only(0.7, 4), _norm_only(0.9, 4.5)],
-                     ff={"FF_in": _norm_only(1.2, 8), "FF_out": _norm_only(0.8, 9)}),
+        LayerSpectra(
+            0,
+            qk=[_norm_only(0.25, 3), _norm_only(1, 4)],
+            ov=[_norm_only(1, 5), _norm_only(0.5, 6)],
+            ff={"FF_in": _norm_only(2, 10), "FF_out": _norm_only(1.5, 12)},
+        ),
+        LayerSpectra(
+            1,
+            qk=[_norm_only(0.5, 2), _norm_only(0.1, 2.5)],
+            ov=[_norm_only(0.7, 4), _norm_only(0.9, 4.5)],
+            ff={"FF_in": _norm_only(1.2, 8), "FF_out": _norm_only(0.8, 9)},
+        ),
     ]
     dims = ModelDims(L=2, N=4, H=2, H_kv=2, d_head=2, d_ff=4)
     ms = measure(layers, dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
     assert ms.lambdas == pytest.approx([15.255, 3.644928], rel=REL)
     assert ms.alphas == pytest.approx([3.644928, 1.0], rel=REL)
     gammas = {(mm.layer, mm.role, mm.head): mm.gamma for mm in ms.matrices}
-    expected = {(0, "QK", 0): 6, (0, "QK", 1): 3, (0, "OV", 0): 3, (0, "OV", 1): 3, (0, "FF_in", None): 1.5,
-                (0, "FF_out", None): 1, (1, "QK", 0): 1.344, (1, "QK", 1): 1.728, (1, "OV", 0): 0.96,
-                (1, "OV", 1): 0.96, (1, "FF_in", None): 0.8, (1, "FF_out", None): 1}
+    expected = {
+        (0, "QK", 0): 6,
+        (0, "QK", 1): 3,
+        (0, "OV", 0): 3,
+        (0, "OV", 1): 3,
+        (0, "FF_in", None): 1.5,
+        (0, "FF_out", None): 1,
+        (1, "QK", 0): 1.344,
+        (1, "QK", 1): 1.728,
+        (1, "OV", 0): 0.96,
+        (1, "OV", 1): 0.96,
+        (1, "FF_in", None): 0.8,
+        (1, "FF_out", None): 1,
+    }
     for key, value in expected.items():
         assert gammas[key] == pytest.approx(value, rel=REL), key
     # scale = gamma * alpha * L
@@ -103,8 +123,12 @@ def test_shared_count_by_hand():
     gamma = {"QK": 2 * 1.5 * 1.2 * 2.0, "OV": 1.2 * 2.0, "FF_in": 1.2, "FF_out": 1.0}
     grid = schatten_grid(ms.grid_m)
     expected = math.sqrt(2)
-    for role, s in (("QK", layer["qk"][0]), ("OV", layer["ov"][0]), ("FF_in", layer["ff"]["FF_in"]),
-                    ("FF_out", layer["ff"]["FF_out"])):
+    for role, s in (
+        ("QK", layer["qk"][0]),
+        ("OV", layer["ov"][0]),
+        ("FF_in", layer["ff"]["FF_in"]),
+        ("FF_out", layer["ff"]["FF_out"]),
+    ):
         scale = 1 * (gamma[role] * lam + gamma[role] * 1.0)
         expected += min(ContributionCurve(s, log_scale=math.log(scale), n=4, rank_tol=1e-10)(float(p)) for p in grid)
     assert REGISTRY["spectral_shared"].compute(ms).value == pytest.approx(expected, rel=1e-12)

@@ -107,12 +107,15 @@ def test_a_hostile_summary_is_one_line(saved, tmp_path, case):
     assert isinstance(outcome, SpecboundError) and needle in str(outcome), outcome
 
 
-@pytest.mark.parametrize("raw, needle", [
-    ("[" * 100_000, "RecursionError"),
-    ('{"schema_version": NaN}', "non-standard JSON constant NaN"),
-    ('{"schema_version": 1, "x": ' + "9" * 5000 + "}", "ValueError"),
-    ("\udcff", "UnicodeDecodeError"),
-])
+@pytest.mark.parametrize(
+    "raw, needle",
+    [
+        ("[" * 100_000, "RecursionError"),
+        ('{"schema_version": NaN}', "non-standard JSON constant NaN"),
+        ('{"schema_version": 1, "x": ' + "9" * 5000 + "}", "ValueError"),
+        ("\udcff", "UnicodeDecodeError"),
+    ],
+)
 def test_an_unreadable_summary_is_one_line(saved, tmp_path, raw, needle):
     folder = shutil.copytree(saved, tmp_path / "bad")
     (folder / "summary.json").write_bytes(raw.encode("utf-8", "surrogateescape"))
@@ -166,7 +169,7 @@ def _paths(doc, prefix=()):
 
 
 @FUZZ
-@given(data=st.data(), value=JSON | st.integers(-2**80, 2**80) | st.just(10**400), delete=st.booleans())
+@given(data=st.data(), value=JSON | st.integers(-(2**80), 2**80) | st.just(10**400), delete=st.booleans())
 def test_any_value_anywhere_in_the_summary(saved, tmp_path_factory, data, value, delete):
     doc = _summary(saved)
     path = data.draw(st.sampled_from(sorted(_paths(doc))))

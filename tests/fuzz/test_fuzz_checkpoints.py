@@ -15,6 +15,7 @@ import specbound
 from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
 from support.numpy_bert import write_tiny_bert
 
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """A tiny BERT (L=1, N=8, 2 heads): each analysis takes milliseconds."""
@@ -44,9 +45,21 @@ def test_mutated_safetensors(model, tmp_path_factory, edits, in_header):
 
 
 @FUZZ
-@given(key=st.sampled_from(["num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                            "model_type", "hidden_act", "head_dim", "num_key_value_heads"]),
-       value=JSON | st.integers(-10, 10**40))
+@given(
+    key=st.sampled_from(
+        [
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "intermediate_size",
+            "model_type",
+            "hidden_act",
+            "head_dim",
+            "num_key_value_heads",
+        ]
+    ),
+    value=JSON | st.integers(-10, 10**40),
+)
 def test_config_values(model, tmp_path_factory, key, value):
     """Any JSON value under any key config.json's dimensions are read from (10**30 layers included)."""
     folder = shutil.copytree(model, tmp_path_factory.mktemp("cfg") / "m")
@@ -65,8 +78,10 @@ def test_config_documents(model, tmp_path_factory, document):
 
 
 @FUZZ
-@given(weight_map=JSON | st.dictionaries(st.text(max_size=40), st.text(max_size=40) | JSON, max_size=5),
-       pickle_index=st.booleans())
+@given(
+    weight_map=JSON | st.dictionaries(st.text(max_size=40), st.text(max_size=40) | JSON, max_size=5),
+    pickle_index=st.booleans(),
+)
 def test_shard_indexes(model, tmp_path_factory, weight_map, pickle_index):
     folder = shutil.copytree(model, tmp_path_factory.mktemp("idx") / "m")
     (folder / "model.safetensors").rename(folder / "shard-1.safetensors")
@@ -110,12 +125,19 @@ def onnx_model(model, tmp_path_factory):
     nodes, inits = [], []
     for i, (name, w) in enumerate(sorted(weights.items())):
         if name.endswith(".weight") and w.ndim == 2 and ".layer." in name:
-            nodes.append(helper.make_node("MatMul", ["x", f"W{i}"], [f"y{i}"],
-                                          name="/" + "/".join(name.split(".")[:-1]) + "/MatMul"))
+            nodes.append(
+                helper.make_node(
+                    "MatMul", ["x", f"W{i}"], [f"y{i}"], name="/" + "/".join(name.split(".")[:-1]) + "/MatMul"
+                )
+            )
             inits.append(numpy_helper.from_array(np.ascontiguousarray(w.T), f"W{i}"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-                              initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     folder = tmp_path_factory.mktemp("onnx") / "m"
     folder.mkdir()
     onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
@@ -133,7 +155,9 @@ def test_mutated_onnx(onnx_model, tmp_path_factory, edits):
 
 
 @FUZZ
-@given(state=st.dictionaries(st.text(max_size=30) | st.integers(), JSON | st.just(np.zeros((2, 2))), max_size=4),
-       config=JSON)
+@given(
+    state=st.dictionaries(st.text(max_size=30) | st.integers(), JSON | st.just(np.zeros((2, 2))), max_size=4),
+    config=JSON,
+)
 def test_in_memory_state_dicts(state, config):
     clean_outcome(specbound.analyze, state, config=config, threads=1)

@@ -17,10 +17,33 @@ BERT_SPEC = json.loads(resources.files("specbound.archs").joinpath("data", "bert
 
 
 @FUZZ
-@given(path=st.lists(st.sampled_from(["family", "config", "tensors", "q", "name", "layout", "ignore", "block",
-                                      "feed_forward", "block_switch", "shared_layers", "prefixes", "fused",
-                                      "num_layers", "description", "ff_size_multiplier"]), min_size=1, max_size=3),
-       value=JSON)
+@given(
+    path=st.lists(
+        st.sampled_from(
+            [
+                "family",
+                "config",
+                "tensors",
+                "q",
+                "name",
+                "layout",
+                "ignore",
+                "block",
+                "feed_forward",
+                "block_switch",
+                "shared_layers",
+                "prefixes",
+                "fused",
+                "num_layers",
+                "description",
+                "ff_size_multiplier",
+            ]
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+    value=JSON,
+)
 def test_arch_spec_values(path, value):
     """A JSON value put anywhere in the shipped BERT spec: parsed, or refused in one line."""
     from specbound.archs import parse_spec
@@ -57,9 +80,27 @@ def test_sweep_configs(tmp_path_factory, text):
 
 
 @FUZZ
-@given(options=st.dictionaries(st.sampled_from(["grid_m", "rank_tol", "l_phi", "method", "gram_rtol", "arch_spec",
-                                                "n", "margin", "delta", "lead_constant", "confidence_constant"]),
-                               JSON, max_size=3))
+@given(
+    options=st.dictionaries(
+        st.sampled_from(
+            [
+                "grid_m",
+                "rank_tol",
+                "l_phi",
+                "method",
+                "gram_rtol",
+                "arch_spec",
+                "n",
+                "margin",
+                "delta",
+                "lead_constant",
+                "confidence_constant",
+            ]
+        ),
+        JSON,
+        max_size=3,
+    )
+)
 def test_sweep_config_options(tmp_path_factory, options):
     from specbound.sweep.sources import load_sweep_config
 
@@ -74,8 +115,10 @@ def test_sweep_config_options(tmp_path_factory, options):
 
 
 @FUZZ
-@given(pattern=st.text(alphabet="{}.,=*+-/%()0123456789LHAxyz_ ", max_size=40),
-       candidate=st.text(alphabet="0123456789LHA_-xyz", max_size=20))
+@given(
+    pattern=st.text(alphabet="{}.,=*+-/%()0123456789LHAxyz_ ", max_size=40),
+    candidate=st.text(alphabet="0123456789LHA_-xyz", max_size=20),
+)
 def test_source_patterns(pattern, candidate):
     from specbound.sweep.sources import Pattern
 
@@ -97,9 +140,13 @@ def one_record_store(tiny_family, tmp_path_factory):
 
 
 @FUZZ
-@given(target=st.sampled_from(["record.json", "matrices.parquet", "layers.parquet", "singular_values.parquet",
-                               "curves.parquet"]),
-       edits=EDITS, replacement=st.none() | JSON)
+@given(
+    target=st.sampled_from(
+        ["record.json", "matrices.parquet", "layers.parquet", "singular_values.parquet", "curves.parquet"]
+    ),
+    edits=EDITS,
+    replacement=st.none() | JSON,
+)
 def test_damaged_records(one_record_store, tmp_path_factory, target, edits, replacement):
     """Any damage to a stored record: readers see a sound record or none (with a warning), the
     table and the scaling fits never crash, and the damaged record is moved out of the way."""

@@ -22,12 +22,41 @@ from specbound.options import MAX_COUNT, MAX_SCALE
 from specbound.archs.structure import CONFIG_VALUED
 
 # (family, structure field, the config key it reads) of every shipped family, and whether it is a count
-DECLARED = sorted({(family, field, spec.structure[field]) for family, spec in builtin_specs().items()
-                   for field in CONFIG_VALUED if spec.structure and field in spec.structure})
+DECLARED = sorted(
+    {
+        (family, field, spec.structure[field])
+        for family, spec in builtin_specs().items()
+        for field in CONFIG_VALUED
+        if spec.structure and field in spec.structure
+    }
+)
 COUNTS = ("sliding_window", "attention_chunk")
-HOSTILE = st.one_of(JSON, st.sampled_from([math.inf, -math.inf, math.nan, True, False, "12", "", [4], {"a": 1},
-                                           0, -1, 0.0, 2**53 + 1, 2**63, 10**400, 1e301, 4096.5]),
-                    st.floats(), st.integers(-2**70, 2**70))
+HOSTILE = st.one_of(
+    JSON,
+    st.sampled_from(
+        [
+            math.inf,
+            -math.inf,
+            math.nan,
+            True,
+            False,
+            "12",
+            "",
+            [4],
+            {"a": 1},
+            0,
+            -1,
+            0.0,
+            2**53 + 1,
+            2**63,
+            10**400,
+            1e301,
+            4096.5,
+        ]
+    ),
+    st.floats(),
+    st.integers(-(2**70), 2**70),
+)
 
 
 def valid(value, integral: bool) -> bool:
@@ -35,8 +64,11 @@ def valid(value, integral: bool) -> bool:
         return False
     if integral:
         return isinstance(value, int) and 1 <= value <= MAX_COUNT
-    return isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)) \
+    return (
+        isinstance(value, (int, float))
+        and not (isinstance(value, float) and math.isnan(value))
         and 0 < value <= MAX_SCALE
+    )
 
 
 def test_the_families_declare_every_kind_of_value():
@@ -94,12 +126,19 @@ def _with(folder, tmp_path, key, text):
     return out
 
 
-@pytest.mark.parametrize("family, key, text", [
-    ("gemma2", "sliding_window", "1e400"), ("gemma3_text", "sliding_window", "1e400"),
-    ("modernbert", "local_attention", "Infinity"), ("gemma2", "query_pre_attn_scalar", "1e400"),
-    ("gemma2", "attn_logit_softcapping", "1e400"), ("gemma3_text", "query_pre_attn_scalar", "true"),
-    ("gemma2", "final_logit_softcapping", '"30"'), ("modernbert", "local_attention", "128.5"),
-])
+@pytest.mark.parametrize(
+    "family, key, text",
+    [
+        ("gemma2", "sliding_window", "1e400"),
+        ("gemma3_text", "sliding_window", "1e400"),
+        ("modernbert", "local_attention", "Infinity"),
+        ("gemma2", "query_pre_attn_scalar", "1e400"),
+        ("gemma2", "attn_logit_softcapping", "1e400"),
+        ("gemma3_text", "query_pre_attn_scalar", "true"),
+        ("gemma2", "final_logit_softcapping", '"30"'),
+        ("modernbert", "local_attention", "128.5"),
+    ],
+)
 def test_hostile_values_in_config_json(families, tmp_path, capsys, family, key, text):
     folder = _with(families / family, tmp_path, key, text)
     assert_one_line_error(*run_cli(capsys, folder, "--threads", "1"), [key, "config.json", "got"])
@@ -130,22 +169,30 @@ def latent_and_banks(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("family, key, change, needles", [
-    # a latent rank off by one from the tensors: the config value and the tensor's shape, not an AttributeError
-    ("deepseek_v3", "q_lora_rank", 1, ["q_lora_rank=13", "q_a_layernorm.weight", "has shape (12,)", "implies (13,)"]),
-    ("deepseek_v3", "kv_lora_rank", -1, ["kv_lora_rank=9", "kv_a_layernorm.weight", "has shape (10,)"]),
-    ("deepseek_v32", "q_lora_rank", -1, ["q_lora_rank=11", "has shape (12,)", "implies (11,)"]),
-    ("deepseek_v32", "kv_lora_rank", 1, ["kv_lora_rank=11", "has shape (10,)"]),
-    # an expert count past every tensor: refused by the router's and banks' shapes, without a loop over 10**12
-    ("gpt_oss", "num_local_experts", 10**12, ["1000000000000 experts", "router.weight", "has shape (4, 32)"]),
-    ("gpt_oss", "num_local_experts", 2**63, ["experts", "router.weight"]),
-    # layer_types entries that are no type names (lists, objects, null), or too few
-    ("olmo3", "layer_types", [["sliding_attention"], ["full_attention"]], ["layer_types", "type name"]),
-    ("olmo3", "layer_types", [{"t": 1}, "full_attention"], ["layer_types", "type name"]),
-    ("olmo3", "layer_types", [None, None], ["layer_types"]),
-    ("olmo3", "layer_types", ["full_attention"], ["layer_types", "2 layers"]),
-    ("olmo3", "layer_types", "full_attention", ["layer_types"]),
-])
+@pytest.mark.parametrize(
+    "family, key, change, needles",
+    [
+        # a latent rank off by one from the tensors: the config value and the tensor's shape, not an AttributeError
+        (
+            "deepseek_v3",
+            "q_lora_rank",
+            1,
+            ["q_lora_rank=13", "q_a_layernorm.weight", "has shape (12,)", "implies (13,)"],
+        ),
+        ("deepseek_v3", "kv_lora_rank", -1, ["kv_lora_rank=9", "kv_a_layernorm.weight", "has shape (10,)"]),
+        ("deepseek_v32", "q_lora_rank", -1, ["q_lora_rank=11", "has shape (12,)", "implies (11,)"]),
+        ("deepseek_v32", "kv_lora_rank", 1, ["kv_lora_rank=11", "has shape (10,)"]),
+        # an expert count past every tensor: refused by the router's and banks' shapes, without a loop over 10**12
+        ("gpt_oss", "num_local_experts", 10**12, ["1000000000000 experts", "router.weight", "has shape (4, 32)"]),
+        ("gpt_oss", "num_local_experts", 2**63, ["experts", "router.weight"]),
+        # layer_types entries that are no type names (lists, objects, null), or too few
+        ("olmo3", "layer_types", [["sliding_attention"], ["full_attention"]], ["layer_types", "type name"]),
+        ("olmo3", "layer_types", [{"t": 1}, "full_attention"], ["layer_types", "type name"]),
+        ("olmo3", "layer_types", [None, None], ["layer_types"]),
+        ("olmo3", "layer_types", ["full_attention"], ["layer_types", "2 layers"]),
+        ("olmo3", "layer_types", "full_attention", ["layer_types"]),
+    ],
+)
 def test_config_values_the_tensors_contradict(latent_and_banks, tmp_path, capsys, family, key, change, needles):
     folder = latent_and_banks / family
     value = json.loads((folder / "config.json").read_text())[key]

@@ -30,8 +30,9 @@ def _tree():
     layer 0 stored as one plain array (the file chunks it)."""
     from safetensors.numpy import load_file
 
-    tree = msgpack.unpackb((DATA / "tiny_bert_flax" / "flax_model.msgpack").read_bytes(), raw=False,
-                           strict_map_key=False)
+    tree = msgpack.unpackb(
+        (DATA / "tiny_bert_flax" / "flax_model.msgpack").read_bytes(), raw=False, strict_map_key=False
+    )
     weight = load_file(str(DATA / "tiny_bert_safetensors" / "model.safetensors"))
     kernel = np.ascontiguousarray(next(v for k, v in weight.items() if "layer.0.attention.self.query.weight" in k).T)
     _module(tree)["kernel"] = _ext(kernel.shape, "float32", kernel.tobytes())
@@ -69,8 +70,11 @@ def _with_kernel(tree, value):
 
 
 def _chunked(shape, chunk):
-    return {"__msgpack_chunked_array__": True, "shape": {str(i): d for i, d in enumerate(shape)},
-            "chunks": {"0": chunk}}
+    return {
+        "__msgpack_chunked_array__": True,
+        "shape": {str(i): d for i, d in enumerate(shape)},
+        "chunks": {"0": chunk},
+    }
 
 
 GOOD = bytes(4096)
@@ -92,10 +96,14 @@ HOSTILE = {
     "chunk_shape_inf": (lambda t: _chunked([math.inf, 32], _module(t)["kernel"]), ["chunked array's shape"]),
     "chunk_shape_2e63": (lambda t: _chunked([2**63, 32], _module(t)["kernel"]), ["9223372036854775808"]),
     "chunk_shape_wrong": (lambda t: _chunked([64, 64], _module(t)["kernel"]), ["needs 16,384 bytes"]),
-    "no_chunks": (lambda t: {"__msgpack_chunked_array__": True, "shape": {"0": 32}, "chunks": {}},
-                  ["missing or mixed chunks"]),
-    "chunks_not_a_map": (lambda t: {"__msgpack_chunked_array__": True, "shape": [32], "chunks": [1]},
-                         ["without its shape and chunks maps"]),
+    "no_chunks": (
+        lambda t: {"__msgpack_chunked_array__": True, "shape": {"0": 32}, "chunks": {}},
+        ["missing or mixed chunks"],
+    ),
+    "chunks_not_a_map": (
+        lambda t: {"__msgpack_chunked_array__": True, "shape": [32], "chunks": [1]},
+        ["without its shape and chunks maps"],
+    ),
 }
 
 
@@ -137,15 +145,24 @@ def test_a_tree_nested_1000_deep_is_read_without_recursion(tree, tmp_path):
 
 # Any value msgpack can hold (its integers are 64-bit, signed or not).
 MSGPACK_VALUE = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats() | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
     | st.binary(max_size=40),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 
 @FUZZ
-@given(shape=MSGPACK_VALUE | st.lists(st.integers(-2**63, 2**64 - 1), max_size=3), dtype=MSGPACK_VALUE | st.sampled_from(
-    [b"float32", b"float16", b"bfloat16", b"int8", b"V100000000", b"object", b"complex64"]), data=MSGPACK_VALUE)
+@given(
+    shape=MSGPACK_VALUE | st.lists(st.integers(-(2**63), 2**64 - 1), max_size=3),
+    dtype=MSGPACK_VALUE
+    | st.sampled_from([b"float32", b"float16", b"bfloat16", b"int8", b"V100000000", b"object", b"complex64"]),
+    data=MSGPACK_VALUE,
+)
 def test_any_array_extension(tmp_path_factory, shape, dtype, data):
     outcome = _analyse(tmp_path_factory.mktemp("flax"), _with_kernel(_tree(), _ext(shape, dtype, data)))
     if not isinstance(outcome, Exception):

@@ -18,7 +18,22 @@ from hypothesis import strategies as st
 
 import specbound
 from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
-from support.gguf_bytes import ARR, BOOL, F32, F64, GGML_Q8_0, I32, LLAMA, STR, U8, U32, U64, gguf_file, llama_tensors, text
+from support.gguf_bytes import (
+    ARR,
+    BOOL,
+    F32,
+    F64,
+    GGML_Q8_0,
+    I32,
+    LLAMA,
+    STR,
+    U8,
+    U32,
+    U64,
+    gguf_file,
+    llama_tensors,
+    text,
+)
 from specbound.errors import SpecboundError
 from specbound.io.gguf_header import read_header
 
@@ -34,33 +49,46 @@ def _replace(metadata, key, kind, value):
 # name -> (file bytes, words the one-line error must hold)
 HOSTILE = {
     # counts and lengths that the file cannot back: refused before any loop or allocation
-    "u8_array_2e63": (gguf_file([*LLAMA, ("tokenizer.ggml.scores", ARR, (U8, [], 2**63))]),
-                      ["9,223,372,036,854,775,808 UINT8 elements", "truncated or corrupt"]),
-    "string_array_2e63": (gguf_file([*LLAMA, ("tokenizer.ggml.tokens", ARR, (STR, [], 2**63))]),
-                          ["STRING elements"]),
-    "string_2e63": (gguf_file([*LLAMA, ("general.name", STR, b"x")]).replace(text("x"), struct.pack("<Q", 2**63) + b"x"),
-                    ["'general.name'", "9,223,372,036,854,775,808 bytes"]),
+    "u8_array_2e63": (
+        gguf_file([*LLAMA, ("tokenizer.ggml.scores", ARR, (U8, [], 2**63))]),
+        ["9,223,372,036,854,775,808 UINT8 elements", "truncated or corrupt"],
+    ),
+    "string_array_2e63": (gguf_file([*LLAMA, ("tokenizer.ggml.tokens", ARR, (STR, [], 2**63))]), ["STRING elements"]),
+    "string_2e63": (
+        gguf_file([*LLAMA, ("general.name", STR, b"x")]).replace(text("x"), struct.pack("<Q", 2**63) + b"x"),
+        ["'general.name'", "9,223,372,036,854,775,808 bytes"],
+    ),
     "tensor_count_2e62": (gguf_file(counts=(2**62, len(LLAMA))), ["4,611,686,018,427,387,904 tensors"]),
     "key_count_2e62": (gguf_file(counts=(7, 2**62)), ["metadata entries"]),
     "dims_2e32": (gguf_file(dims={"blk.0.attn_q.weight": (2**32,) * 4}), ["past the end"]),
     "five_dims": (gguf_file(dims={"blk.0.attn_q.weight": (1,) * 5}), ["5 dimensions"]),
-    "nested_arrays": (gguf_file(extra_entries=text("general.x") + struct.pack("<I", ARR)
-                                + struct.pack("<IQ", ARR, 1) * 5000), ["nests arrays"]),
+    "nested_arrays": (
+        gguf_file(extra_entries=text("general.x") + struct.pack("<I", ARR) + struct.pack("<IQ", ARR, 1) * 5000),
+        ["nests arrays"],
+    ),
     # strings that are not UTF-8, types that do not exist
     "key_not_utf8": (gguf_file([*LLAMA, (b"general.\xff", U32, 1)]), ["key of metadata entry 7 is not UTF-8"]),
     "value_not_utf8": (gguf_file([*LLAMA, ("general.name", STR, b"\xff\xfe")]), ["'general.name' is not UTF-8"]),
-    "tensor_name_not_utf8": (gguf_file(tensors={**llama_tensors(), b"blk.0.\xff": np.zeros(4, np.float32)}),
-                             ["name of tensor 7 is not UTF-8"]),
-    "unknown_value_type": (gguf_file(extra_entries=text("general.x") + struct.pack("<I", 99) + bytes(8)),
-                           ["unknown value type 99"]),
+    "tensor_name_not_utf8": (
+        gguf_file(tensors={**llama_tensors(), b"blk.0.\xff": np.zeros(4, np.float32)}),
+        ["name of tensor 7 is not UTF-8"],
+    ),
+    "unknown_value_type": (
+        gguf_file(extra_entries=text("general.x") + struct.pack("<I", 99) + bytes(8)),
+        ["unknown value type 99"],
+    ),
     "duplicate_key": (gguf_file([*LLAMA, LLAMA[1]]), ["'llama.block_count' appears twice"]),
-    "duplicate_tensor": (gguf_file(tensors=llama_tensors()) .replace(b"attn_k", b"attn_q"), ["appears twice"]),
+    "duplicate_tensor": (gguf_file(tensors=llama_tensors()).replace(b"attn_k", b"attn_q"), ["appears twice"]),
     "unknown_ggml_type": (gguf_file(types={"blk.0.attn_q.weight": 250}), ["quantization type 250"]),
     # the keys the dimensions are read from, holding the wrong type or NaN
-    "block_count_string": (gguf_file(_replace(LLAMA, "llama.block_count", STR, "1")),
-                           ["'llama.block_count' must hold a non-negative integer", "'1'"]),
-    "head_count_array": (gguf_file(_replace(LLAMA, "llama.attention.head_count", ARR, (U32, [2, 2]))),
-                         ["'llama.attention.head_count'", "an array of 2"]),
+    "block_count_string": (
+        gguf_file(_replace(LLAMA, "llama.block_count", STR, "1")),
+        ["'llama.block_count' must hold a non-negative integer", "'1'"],
+    ),
+    "head_count_array": (
+        gguf_file(_replace(LLAMA, "llama.attention.head_count", ARR, (U32, [2, 2]))),
+        ["'llama.attention.head_count'", "an array of 2"],
+    ),
     "head_count_bool": (gguf_file(_replace(LLAMA, "llama.attention.head_count", BOOL, True)), ["head_count"]),
     "block_count_nan": (gguf_file(_replace(LLAMA, "llama.block_count", F32, math.nan)), ["holds nan"]),
     "freq_base_string": (gguf_file([*LLAMA, ("llama.rope.freq_base", STR, "x")]), ["must hold a number"]),
@@ -68,17 +96,24 @@ HOSTILE = {
     "nan_in_a_short_array": (gguf_file([*LLAMA, ("general.x", ARR, (F32, [1.0, math.nan]))]), ["not a finite value"]),
     "split_count_string": (gguf_file([*LLAMA, ("split.count", STR, "3")]), ["'split.count'"]),
     # tensors outside the data section, wrapping around 2^64, overlapping or misaligned
-    "offset_wraps_to_the_header": (gguf_file(offsets={"blk.0.attn_q.weight": 2**64 - DATA_START}),
-                                   ["18,446,744,073,709,551,616", "past the end"]),
+    "offset_wraps_to_the_header": (
+        gguf_file(offsets={"blk.0.attn_q.weight": 2**64 - DATA_START}),
+        ["18,446,744,073,709,551,616", "past the end"],
+    ),
     "offset_past_the_end": (gguf_file(offsets={"blk.0.attn_q.weight": 2**40}), ["past the end"]),
     "overlap": (gguf_file(offsets={"blk.0.attn_k.weight": 0}), ["'blk.0.attn_q.weight'", "overlap"]),
     "misaligned": (gguf_file(offsets={"blk.0.attn_k.weight": 260}), ["offset 260", "alignment 32"]),
     "alignment_3": (gguf_file([*LLAMA, ("general.alignment", U32, 3)]), ["power of two"]),
     "alignment_string": (gguf_file([*LLAMA, ("general.alignment", STR, "32")]), ["UINT32 power of two"]),
     "alignment_u64": (gguf_file([*LLAMA, ("general.alignment", U64, 32)]), ["(UINT64)"]),
-    "quantized_rows_not_blocks": (gguf_file(tensors={**llama_tensors(), "blk.0.x": np.zeros(34, np.uint8)},
-                                            types={"blk.0.x": GGML_Q8_0}, dims={"blk.0.x": (31,)}),
-                                  ["not a multiple of its block size 32"]),
+    "quantized_rows_not_blocks": (
+        gguf_file(
+            tensors={**llama_tensors(), "blk.0.x": np.zeros(34, np.uint8)},
+            types={"blk.0.x": GGML_Q8_0},
+            dims={"blk.0.x": (31,)},
+        ),
+        ["not a multiple of its block size 32"],
+    ),
     "version_7": (b"GGUF" + struct.pack("<I", 7) + gguf_file()[8:], ["version 7"]),
     "not_gguf": (b"GGUX" + gguf_file()[4:], ["magic"]),
     "too_short": (b"GGUF\x03\x00", ["6 bytes"]),
@@ -162,7 +197,7 @@ def _blocks(array, kind):
         rng = np.random.default_rng(1)
         blocks = rng.integers(0, 256, (array.size // block, size), dtype=np.uint8)
         for at in BIG_ENDIAN_FIELDS[kind.name]:
-            blocks[:, at:at + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+            blocks[:, at : at + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
         return blocks.reshape(array.shape[0], -1)
 
 
@@ -170,8 +205,14 @@ def _write_quantized(path, types, N=256, endianess=None):
     """A one-block llama (width ``N``) written by gguf's own GGUFWriter, ``types``: role -> ggml type."""
     Q = gguf.GGMLQuantizationType
     writer = gguf.GGUFWriter(str(path), "llama", endianess=endianess or gguf.GGUFEndian.LITTLE)
-    for key, value in [("block_count", 1), ("context_length", 64), ("embedding_length", N),
-                       ("feed_forward_length", N), ("attention.head_count", 2), ("attention.head_count_kv", 2)]:
+    for key, value in [
+        ("block_count", 1),
+        ("context_length", 64),
+        ("embedding_length", N),
+        ("feed_forward_length", N),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 2),
+    ]:
         writer.add_uint32(f"llama.{key}", value)
     for name, array in llama_tensors(N=N, d_ff=N, scale=0.05).items():
         kind = types.get(name.split(".")[2])
@@ -201,8 +242,14 @@ def test_big_endian_files_give_the_little_endian_numbers(tmp_path, monkeypatch):
     """The old reader decoded a big-endian file's fp16 scales in the wrong byte order (a wrong bound,
     or NaN); the converter's file now analyses to the same numbers as the file it converted."""
     Q = gguf.GGMLQuantizationType
-    types = {"attn_q": Q.Q8_0, "attn_k": Q.Q4_0, "attn_v": Q.F16, "attn_output": Q.BF16, "ffn_gate": Q.Q4_K,
-             "ffn_up": Q.Q6_K}
+    types = {
+        "attn_q": Q.Q8_0,
+        "attn_k": Q.Q4_0,
+        "attn_v": Q.F16,
+        "attn_output": Q.BF16,
+        "ffn_gate": Q.Q4_K,
+        "ffn_up": Q.Q6_K,
+    }
     little = _write_quantized(tmp_path / "little.gguf", types)
     big = shutil.copy(little, tmp_path / "big.gguf")
     _to_big_endian(big, monkeypatch)
@@ -237,19 +284,45 @@ def test_mutated_gguf_header(tmp_path_factory, edits):
 
 
 SCALARS = st.sampled_from([U8, U32, U64, I32, F32, F64, BOOL]).flatmap(
-    lambda kind: st.tuples(st.just(kind), {U8: st.integers(0, 255), U32: st.integers(0, 2**32 - 1),
-                                           U64: st.integers(0, 2**64 - 1), I32: st.integers(-2**31, 2**31 - 1),
-                                           F32: st.floats(width=32), F64: st.floats(), BOOL: st.booleans()}[kind]))
-VALUES = SCALARS | st.tuples(st.just(STR), st.binary(max_size=12)) | st.tuples(
-    st.just(ARR), st.tuples(st.just(U32), st.lists(st.integers(0, 2**32 - 1), max_size=3)))
+    lambda kind: st.tuples(
+        st.just(kind),
+        {
+            U8: st.integers(0, 255),
+            U32: st.integers(0, 2**32 - 1),
+            U64: st.integers(0, 2**64 - 1),
+            I32: st.integers(-(2**31), 2**31 - 1),
+            F32: st.floats(width=32),
+            F64: st.floats(),
+            BOOL: st.booleans(),
+        }[kind],
+    )
+)
+VALUES = (
+    SCALARS
+    | st.tuples(st.just(STR), st.binary(max_size=12))
+    | st.tuples(st.just(ARR), st.tuples(st.just(U32), st.lists(st.integers(0, 2**32 - 1), max_size=3)))
+)
 
 
 @FUZZ
-@given(key=st.sampled_from(["llama.block_count", "llama.embedding_length", "llama.attention.head_count",
-                            "llama.attention.head_count_kv", "llama.feed_forward_length", "llama.context_length",
-                            "llama.rope.freq_base", "llama.rope.dimension_count", "general.alignment",
-                            "split.count", "general.architecture"]),
-       typed=VALUES)
+@given(
+    key=st.sampled_from(
+        [
+            "llama.block_count",
+            "llama.embedding_length",
+            "llama.attention.head_count",
+            "llama.attention.head_count_kv",
+            "llama.feed_forward_length",
+            "llama.context_length",
+            "llama.rope.freq_base",
+            "llama.rope.dimension_count",
+            "general.alignment",
+            "split.count",
+            "general.architecture",
+        ]
+    ),
+    typed=VALUES,
+)
 def test_any_value_under_the_keys_the_config_reads(tmp_path_factory, key, typed):
     kind, value = typed
     metadata = [m for m in LLAMA if m[0] != key] + [(key, kind, value)]

@@ -51,8 +51,9 @@ def test_a_block_count_past_the_tensors_is_refused_before_any_list(tmp_path, nam
     assert "holds tensors of 1" in str(outcome) or "at most 2^53" in str(outcome)
 
 
-@pytest.mark.parametrize("kind, value", [(STR, "10000"), (ARR, (F32, [1.0, 2.0])), (BOOL, True), (F64, 1e301),
-                                         (ARR, (STR, ["a"]))])
+@pytest.mark.parametrize(
+    "kind, value", [(STR, "10000"), (ARR, (F32, [1.0, 2.0])), (BOOL, True), (F64, 1e301), (ARR, (STR, ["a"]))]
+)
 def test_gemma3_local_rope_base_of_the_wrong_type(tmp_path, kind, value):
     outcome = _one_line(tmp_path, gguf_file(with_key(GEMMA3, "gemma3.rope.freq_base_swa", kind, value)))
     assert isinstance(outcome, SpecboundError), outcome
@@ -66,15 +67,31 @@ def test_a_good_local_rope_base_is_read(tmp_path):
     assert config["rope_parameters"]["sliding_attention"]["rope_theta"] == 20000.0
 
 
-KEYS = ["block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-        "attention.head_count_kv", "attention.sliding_window", "rope.freq_base", "rope.freq_base_swa",
-        "rope.scaling.factor", "attn_logit_softcapping", "final_logit_softcapping", "attention.layer_norm_rms_eps"]
+KEYS = [
+    "block_count",
+    "context_length",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.sliding_window",
+    "rope.freq_base",
+    "rope.freq_base_swa",
+    "rope.scaling.factor",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "attention.layer_norm_rms_eps",
+]
 VALUES = st.one_of(
-    st.tuples(st.just(U32), st.integers(0, 2**32 - 1)), st.tuples(st.just(U64), st.integers(0, 2**64 - 1)),
-    st.tuples(st.just(I32), st.integers(-2**31, 2**31 - 1)), st.tuples(st.just(F32), st.floats(width=32)),
-    st.tuples(st.just(F64), st.floats()), st.tuples(st.just(STR), st.text(max_size=8)),
+    st.tuples(st.just(U32), st.integers(0, 2**32 - 1)),
+    st.tuples(st.just(U64), st.integers(0, 2**64 - 1)),
+    st.tuples(st.just(I32), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(F32), st.floats(width=32)),
+    st.tuples(st.just(F64), st.floats()),
+    st.tuples(st.just(STR), st.text(max_size=8)),
     st.tuples(st.just(BOOL), st.booleans()),
-    st.tuples(st.just(ARR), st.tuples(st.just(U32), st.lists(st.integers(0, 9), max_size=3))))
+    st.tuples(st.just(ARR), st.tuples(st.just(U32), st.lists(st.integers(0, 9), max_size=3))),
+)
 
 
 @FUZZ
@@ -89,8 +106,12 @@ def test_any_metadata_value_is_a_result_or_one_line(tmp_path_factory, name, key,
 
 
 def _llama4_moe(base, experts, step=1):
-    for key, value in (("expert_count", experts), ("interleave_moe_layer_step", step),
-                       ("expert_feed_forward_length", 12), ("expert_used_count", 1)):
+    for key, value in (
+        ("expert_count", experts),
+        ("interleave_moe_layer_step", step),
+        ("expert_feed_forward_length", 12),
+        ("expert_used_count", 1),
+    ):
         base = with_key(base, f"llama4.{key}", U64, value)
     return base
 
@@ -107,10 +128,19 @@ def test_an_expert_count_past_the_tensors_is_refused_before_any_list(tmp_path, e
 # the keys the llama4 and deepseek2 readers map to Hugging Face settings of their own (a llama4 file's MoE step
 # and expert count, which size the layers holding experts; deepseek2's YaRN keys and latent sizes), over a
 # llama file's tensors: whatever they hold, a result or one line
-ARCH_KEYS = {"llama4": ["expert_count", "interleave_moe_layer_step", "attention.sliding_window", "block_count"],
-             "deepseek2": ["rope.scaling.type", "rope.scaling.factor", "rope.scaling.yarn_log_multiplier",
-                           "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor",
-                           "rope.scaling.original_context_length", "attention.key_length_mla", "rope.dimension_count"]}
+ARCH_KEYS = {
+    "llama4": ["expert_count", "interleave_moe_layer_step", "attention.sliding_window", "block_count"],
+    "deepseek2": [
+        "rope.scaling.type",
+        "rope.scaling.factor",
+        "rope.scaling.yarn_log_multiplier",
+        "rope.scaling.yarn_attn_factor",
+        "rope.scaling.yarn_ext_factor",
+        "rope.scaling.original_context_length",
+        "attention.key_length_mla",
+        "rope.dimension_count",
+    ],
+}
 
 
 @FUZZ
@@ -122,9 +152,11 @@ def test_any_value_of_an_architectures_own_keys_is_a_result_or_one_line(tmp_path
     if name == "llama4":
         base = _llama4_moe(base, 4)
     else:
-        base = with_key(with_key(base, "deepseek2.rope.scaling.type", STR, "yarn"), "deepseek2.rope.scaling.factor",
-                        F32, 4.0)
-    outcome = _one_line(tmp_path_factory.mktemp("g"), gguf_file(with_key(base, f"{name}.{key}", kind, item)),
-                        seconds=10.0)
+        base = with_key(
+            with_key(base, "deepseek2.rope.scaling.type", STR, "yarn"), "deepseek2.rope.scaling.factor", F32, 4.0
+        )
+    outcome = _one_line(
+        tmp_path_factory.mktemp("g"), gguf_file(with_key(base, f"{name}.{key}", kind, item)), seconds=10.0
+    )
     if not isinstance(outcome, SpecboundError):
         assert all(math.isfinite(v) for v in outcome.bounds.values())

@@ -47,6 +47,7 @@ def _virtual(outside):
         layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
         layout[...] = h5py.VirtualSource(str(outside / "other.h5"), "w", shape=shape)
         group.create_virtual_dataset(QUERY, layout)
+
     return edit
 
 
@@ -54,29 +55,45 @@ def _external_layer(outside):
     def edit(f, group, shape, dtype):
         f.move("bert", "bert_moved")
         f["bert"] = h5py.ExternalLink(str(outside / "fifo"), "/bert")
+
     return edit
 
 
 # name -> (edit(f, group, shape, dtype) given the outside folder, words the one line must hold)
 HOSTILE = {
-    "external_link": (lambda o: lambda f, g, s, d: g.__setitem__(QUERY, h5py.ExternalLink(str(o / "other.h5"), "/w")),
-                      ["is an external link", "other.h5"]),
-    "external_link_to_a_fifo": (lambda o: lambda f, g, s, d: g.__setitem__(QUERY, h5py.ExternalLink(str(o / "fifo"), "/w")),
-                                ["is an external link", "fifo"]),
+    "external_link": (
+        lambda o: lambda f, g, s, d: g.__setitem__(QUERY, h5py.ExternalLink(str(o / "other.h5"), "/w")),
+        ["is an external link", "other.h5"],
+    ),
+    "external_link_to_a_fifo": (
+        lambda o: lambda f, g, s, d: g.__setitem__(QUERY, h5py.ExternalLink(str(o / "fifo"), "/w")),
+        ["is an external link", "fifo"],
+    ),
     "external_layer_group": (_external_layer, ["'bert' is an external link"]),
-    "external_storage_dev_zero": (lambda o: lambda f, g, s, d: g.create_dataset(
-        QUERY, s, d, external=[("/dev/zero", 0, h5py.h5f.UNLIMITED)]), ["external storage", "/dev/zero"]),
-    "external_storage_fifo": (lambda o: lambda f, g, s, d: g.create_dataset(
-        QUERY, s, d, external=[(str(o / "fifo"), 0, h5py.h5f.UNLIMITED)]), ["external storage", "fifo"]),
+    "external_storage_dev_zero": (
+        lambda o: lambda f, g, s, d: g.create_dataset(QUERY, s, d, external=[("/dev/zero", 0, h5py.h5f.UNLIMITED)]),
+        ["external storage", "/dev/zero"],
+    ),
+    "external_storage_fifo": (
+        lambda o: lambda f, g, s, d: g.create_dataset(QUERY, s, d, external=[(str(o / "fifo"), 0, h5py.h5f.UNLIMITED)]),
+        ["external storage", "fifo"],
+    ),
     "virtual_dataset": (_virtual, ["virtual dataset", "other.h5"]),
-    "dangling_soft_link": (lambda o: lambda f, g, s, d: g.__setitem__(QUERY, h5py.SoftLink("/nowhere")),
-                           ["listed but absent", "soft link"]),
-    "soft_link_loop": (lambda o: lambda f, g, s, d: (f.__setitem__("a", h5py.SoftLink("/b")),
-                                                     f.__setitem__("b", h5py.SoftLink("/a")),
-                                                     g.__setitem__(QUERY, h5py.SoftLink("/a"))),
-                       ["soft links (a loop?)"]),
-    "null_dataspace": (lambda o: lambda f, g, s, d: g.create_dataset(QUERY, data=h5py.Empty("f4")),
-                       ["null dataspace"]),
+    "dangling_soft_link": (
+        lambda o: lambda f, g, s, d: g.__setitem__(QUERY, h5py.SoftLink("/nowhere")),
+        ["listed but absent", "soft link"],
+    ),
+    "soft_link_loop": (
+        lambda o: (
+            lambda f, g, s, d: (
+                f.__setitem__("a", h5py.SoftLink("/b")),
+                f.__setitem__("b", h5py.SoftLink("/a")),
+                g.__setitem__(QUERY, h5py.SoftLink("/a")),
+            )
+        ),
+        ["soft links (a loop?)"],
+    ),
+    "null_dataspace": (lambda o: lambda f, g, s, d: g.create_dataset(QUERY, data=h5py.Empty("f4")), ["null dataspace"]),
     "group_for_a_dataset": (lambda o: lambda f, g, s, d: g.create_group(QUERY), ["is a Group, not a dataset"]),
 }
 

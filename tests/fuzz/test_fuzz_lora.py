@@ -59,8 +59,9 @@ def assert_reads_as_peft_merges(adapter, base, merged, adapted):
 
 
 def test_fan_in_fan_out_on_a_square_linear_is_reset_as_peft_resets_it(tmp_path):
-    base, adapter, merged = build(tmp_path, _bert, r=2, lora_alpha=4, fan_in_fan_out=True,
-                                  target_modules=["query", "value"])
+    base, adapter, merged = build(
+        tmp_path, _bert, r=2, lora_alpha=4, fan_in_fan_out=True, target_modules=["query", "value"]
+    )
     # PEFT resets the flag before saving; an adapter config written by hand (or an older PEFT) keeps it
     cfg_path = adapter / "adapter_config.json"
     cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), "fan_in_fan_out": True}))
@@ -78,19 +79,30 @@ def test_fan_in_fan_out_on_a_square_linear_is_reset_as_peft_resets_it(tmp_path):
 def test_gpt2_conv1d_is_merged_transposed_whatever_the_flag(tmp_path, flag):
     """GPT-2's square attn.c_proj (Conv1D, stored (in, out)): PEFT sets fan_in_fan_out and merges
     (B A)^T, also when the adapter's config says false."""
-    base, adapter, merged = build(tmp_path, _gpt2, seed=1, r=2, lora_alpha=4, fan_in_fan_out=flag,
-                                  target_modules=["c_proj", "c_attn"])
+    base, adapter, merged = build(
+        tmp_path, _gpt2, seed=1, r=2, lora_alpha=4, fan_in_fan_out=flag, target_modules=["c_proj", "c_attn"]
+    )
     cfg_path = adapter / "adapter_config.json"
     cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), "fan_in_fan_out": flag}))
-    assert_reads_as_peft_merges(adapter, base, merged, ["h.0.attn.c_proj.weight", "h.0.attn.c_attn.weight",
-                                                        "h.0.mlp.c_proj.weight"])
+    assert_reads_as_peft_merges(
+        adapter, base, merged, ["h.0.attn.c_proj.weight", "h.0.attn.c_attn.weight", "h.0.mlp.c_proj.weight"]
+    )
 
 
 def test_rank_and_alpha_patterns_are_merged_as_peft_merges(tmp_path):
-    base, adapter, merged = build(tmp_path, _bert, seed=4, r=2, lora_alpha=4, rank_pattern={"value": 3},
-                                  alpha_pattern={"value": 9}, target_modules=["query", "value"])
-    assert_reads_as_peft_merges(adapter, base, merged, ["layer.0.attention.self.query.weight",
-                                                        "layer.0.attention.self.value.weight"])
+    base, adapter, merged = build(
+        tmp_path,
+        _bert,
+        seed=4,
+        r=2,
+        lora_alpha=4,
+        rank_pattern={"value": 3},
+        alpha_pattern={"value": 9},
+        target_modules=["query", "value"],
+    )
+    assert_reads_as_peft_merges(
+        adapter, base, merged, ["layer.0.attention.self.query.weight", "layer.0.attention.self.value.weight"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +129,7 @@ def copy_adapter(small, root, edit_config=None, edit_tensors=None):
 
 def opened(adapter, base):
     """Open the adapter with its base and read one adapted tensor; the tensor or the error."""
+
     def run():
         ckpt = open_checkpoint(adapter, base=base)
         try:
@@ -140,8 +153,11 @@ def _rank_zero(tensors):
             tensors[key] = np.zeros((tensors[key].shape[0], 0), tensors[key].dtype)
 
 
-@pytest.mark.parametrize("edit, needles", [(_duplicate, ["two lora_A factors", "encoder.layer.0"]),
-                                           (_rank_zero, ["rank 0"])], ids=["duplicate", "rank_zero"])
+@pytest.mark.parametrize(
+    "edit, needles",
+    [(_duplicate, ["two lora_A factors", "encoder.layer.0"]), (_rank_zero, ["rank 0"])],
+    ids=["duplicate", "rank_zero"],
+)
 def test_hostile_factors_are_one_line(small, tmp_path, edit, needles):
     base, adapter = copy_adapter(small, tmp_path, edit_tensors=edit)
     outcome = opened(adapter, base)
@@ -149,23 +165,26 @@ def test_hostile_factors_are_one_line(small, tmp_path, edit, needles):
     assert all(n in str(outcome) for n in needles), str(outcome)
 
 
-@pytest.mark.parametrize("change, needles", [
-    ({"lora_alpha": 1e308}, ["lora_alpha=1e+308", "at most 1e+06"]),
-    ({"lora_alpha": float("inf")}, ["lora_alpha=inf"]),
-    ({"lora_alpha": True}, ["lora_alpha=True"]),
-    ({"r": 2.5}, ["r=2.5", "whole rank"]),
-    ({"alpha_pattern": {"query": 1e300}}, ["alpha_pattern['query']=1e+300"]),
-    ({"alpha_pattern": {"query": "3"}}, ["alpha_pattern['query']='3'"]),
-    ({"alpha_pattern": ["query"]}, ["alpha_pattern as ['query']"]),
-    ({"rank_pattern": {"query": 2.5}}, ["rank_pattern['query']=2.5"]),
-    ({"alpha_pattern": {f"m{i}": 1 for i in range(20_000)}}, ["20,000 keys", "at most 1,000"]),
-    ({"target_modules": {"query": 1}}, ["target_modules="]),
-    ({"modules_to_save": 3}, ["modules_to_save=3"]),
-    ({"use_rslora": "yes"}, ["use_rslora='yes'"]),
-    ({"alpha_pattern": {"(a+)+$" + "x" * 30: 2}}, []),
-    ({"r": 4}, ["have rank 2", "declares r=4"]),
-    ({"rank_pattern": {"query": 3}}, ["attention.self.query", "declares r=3"]),
-])
+@pytest.mark.parametrize(
+    "change, needles",
+    [
+        ({"lora_alpha": 1e308}, ["lora_alpha=1e+308", "at most 1e+06"]),
+        ({"lora_alpha": float("inf")}, ["lora_alpha=inf"]),
+        ({"lora_alpha": True}, ["lora_alpha=True"]),
+        ({"r": 2.5}, ["r=2.5", "whole rank"]),
+        ({"alpha_pattern": {"query": 1e300}}, ["alpha_pattern['query']=1e+300"]),
+        ({"alpha_pattern": {"query": "3"}}, ["alpha_pattern['query']='3'"]),
+        ({"alpha_pattern": ["query"]}, ["alpha_pattern as ['query']"]),
+        ({"rank_pattern": {"query": 2.5}}, ["rank_pattern['query']=2.5"]),
+        ({"alpha_pattern": {f"m{i}": 1 for i in range(20_000)}}, ["20,000 keys", "at most 1,000"]),
+        ({"target_modules": {"query": 1}}, ["target_modules="]),
+        ({"modules_to_save": 3}, ["modules_to_save=3"]),
+        ({"use_rslora": "yes"}, ["use_rslora='yes'"]),
+        ({"alpha_pattern": {"(a+)+$" + "x" * 30: 2}}, []),
+        ({"r": 4}, ["have rank 2", "declares r=4"]),
+        ({"rank_pattern": {"query": 3}}, ["attention.self.query", "declares r=3"]),
+    ],
+)
 def test_hostile_config_values_are_one_line(small, tmp_path, change, needles):
     base, adapter = copy_adapter(small, tmp_path, edit_config=lambda c: c.update(change))
     started = time.perf_counter()
@@ -192,9 +211,22 @@ VALUES = st.one_of(JSON, st.sampled_from([math.inf, math.nan, 1e300, 1e308, -1, 
 
 
 @FUZZ
-@given(key=st.sampled_from(["r", "lora_alpha", "alpha_pattern", "rank_pattern", "target_modules",
-                            "modules_to_save", "use_rslora", "fan_in_fan_out", "base_model_name_or_path"]),
-       value=VALUES)
+@given(
+    key=st.sampled_from(
+        [
+            "r",
+            "lora_alpha",
+            "alpha_pattern",
+            "rank_pattern",
+            "target_modules",
+            "modules_to_save",
+            "use_rslora",
+            "fan_in_fan_out",
+            "base_model_name_or_path",
+        ]
+    ),
+    value=VALUES,
+)
 def test_any_config_value_is_merged_finite_or_one_line(small, tmp_path_factory, key, value):
     base, adapter = copy_adapter(small, tmp_path_factory.mktemp("f"), edit_config=lambda c: c.update({key: value}))
     outcome = opened(adapter, base)
@@ -221,7 +253,8 @@ def test_a_relative_base_leading_outside_is_refused(small, tmp_path):
     shutil.copytree(base, tmp_path / "outside" / "base")
     nest = tmp_path / "a" / "b"
     nest.mkdir(parents=True)
-    _, adapter = copy_adapter(small, nest,
-                              edit_config=lambda c: c.update(base_model_name_or_path="../../../outside/base"))
+    _, adapter = copy_adapter(
+        small, nest, edit_config=lambda c: c.update(base_model_name_or_path="../../../outside/base")
+    )
     outcome = clean_outcome(open_checkpoint, adapter)
     assert isinstance(outcome, SpecboundError) and "leads outside the folder holding the adapter" in str(outcome)

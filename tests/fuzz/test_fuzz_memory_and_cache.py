@@ -25,8 +25,9 @@ def state(tmp_path_factory):
 
 def test_a_meta_tensor_is_one_line(state):
     tensors, config = state
-    outcome = clean_outcome(specbound.analyze, {**tensors, QUERY: torch.empty(8, 8, device="meta")}, config=config,
-                            threads=1)
+    outcome = clean_outcome(
+        specbound.analyze, {**tensors, QUERY: torch.empty(8, 8, device="meta")}, config=config, threads=1
+    )
     assert isinstance(outcome, SpecboundError)
     assert QUERY in str(outcome) and "meta tensor" in str(outcome)
 

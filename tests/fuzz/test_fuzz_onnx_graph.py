@@ -39,13 +39,21 @@ def external(values, location, dims=None):
 
 
 HOSTILE = {
-    "reshape_nan": (dict(reshapes=[const([0, 0, np.nan, 4], np.float32)]), ["'shape0' = [0.0, 0.0, nan, 4.0]", "FLOAT"]),
+    "reshape_nan": (
+        dict(reshapes=[const([0, 0, np.nan, 4], np.float32)]),
+        ["'shape0' = [0.0, 0.0, nan, 4.0]", "FLOAT"],
+    ),
     "reshape_inf": (dict(reshapes=[const([0, 0, np.inf, 4], np.float64)]), ["inf", "DOUBLE", "not an int64 shape"]),
     "reshape_float": (dict(reshapes=[const([0, 0, 2.5, 4], np.float32)]), ["2.5", "not an int64 shape"]),
     "gelu_not_utf8": (dict(gelu_approximate=b"\xff\xfe"), ["Gelu node", "not UTF-8"]),
-    "contradictory_reshapes": (dict(reshapes=[const([0, 0, 2, 4], np.int64), const([0, 0, 4, 2], np.int64)]),
-                               ["contradict", "[0, 0, 2, 4] (2 heads of 4)", "[0, 0, 4, 2] (4 heads of 2)"]),
-    "scale_1e300_only": (dict(reshapes=[], scale=const(1e300, np.float64)), ["does not show the number of attention heads"]),
+    "contradictory_reshapes": (
+        dict(reshapes=[const([0, 0, 2, 4], np.int64), const([0, 0, 4, 2], np.int64)]),
+        ["contradict", "[0, 0, 2, 4] (2 heads of 4)", "[0, 0, 4, 2] (4 heads of 2)"],
+    ),
+    "scale_1e300_only": (
+        dict(reshapes=[], scale=const(1e300, np.float64)),
+        ["does not show the number of attention heads"],
+    ),
     "scale_inf_only": (dict(reshapes=[], scale=const(np.inf, np.float32)), ["does not show"]),
     "scale_nan_only": (dict(reshapes=[], scale=const(np.nan, np.float32)), ["does not show"]),
 }
@@ -110,7 +118,7 @@ def test_a_huge_external_constant_is_no_hint_and_is_not_read(tmp_path):
 
 
 TYPES = st.sampled_from([np.int64, np.int32, np.float32, np.float64, np.float16, np.uint8, np.bool_])
-NUMBERS = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2**63, 2**63 - 1)
+NUMBERS = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**63), 2**63 - 1)
 
 
 def _array(values, dtype):
@@ -122,8 +130,9 @@ def _array(values, dtype):
 
 
 @FUZZ
-@given(target=st.lists(NUMBERS, max_size=5), target_type=TYPES, scale=NUMBERS, scale_type=TYPES,
-       with_reshape=st.booleans())
+@given(
+    target=st.lists(NUMBERS, max_size=5), target_type=TYPES, scale=NUMBERS, scale_type=TYPES, with_reshape=st.booleans()
+)
 def test_any_reshape_target_and_scale(tmp_path_factory, target, target_type, scale, scale_type, with_reshape):
     reshapes = [numpy_helper.from_array(_array(target, target_type))] if with_reshape else []
     graph = bert_graph(reshapes=reshapes, scale=numpy_helper.from_array(_array([scale], scale_type).reshape(())))

@@ -55,12 +55,18 @@ def gptq(tmp_path_factory):
     return root / "gptq"
 
 
-QUANT_KEYS = st.fixed_dictionaries({}, optional={
-    "quant_method": st.sampled_from(["gptq", "awq", "compressed-tensors", "bitsandbytes", "mlx", "hqq", 3]),
-    "bits": st.one_of(st.integers(-2, 40), JSON), "group_size": st.one_of(st.integers(-2, 200), JSON),
-    "checkpoint_format": st.sampled_from(["gptq", "gptq_v2", "marlin"]), "version": st.sampled_from(["gemm", "gemv"]),
-    "format": st.sampled_from(["pack-quantized", "float-quantized", "dense", "sparse"]), "config_groups": JSON,
-})
+QUANT_KEYS = st.fixed_dictionaries(
+    {},
+    optional={
+        "quant_method": st.sampled_from(["gptq", "awq", "compressed-tensors", "bitsandbytes", "mlx", "hqq", 3]),
+        "bits": st.one_of(st.integers(-2, 40), JSON),
+        "group_size": st.one_of(st.integers(-2, 200), JSON),
+        "checkpoint_format": st.sampled_from(["gptq", "gptq_v2", "marlin"]),
+        "version": st.sampled_from(["gemm", "gemv"]),
+        "format": st.sampled_from(["pack-quantized", "float-quantized", "dense", "sparse"]),
+        "config_groups": JSON,
+    },
+)
 
 
 @FUZZ
@@ -86,16 +92,28 @@ def quantized(gptq):
     qw.write_awq(model, root / "awq", 32)
     qw.write_mlx(model, root / "mlx", 3, 32)
     # "weight" beside a module's quantized tensors: a leftover float (or any) weight for the same matrix
-    out = {"gptq": (gptq, ["qweight", "qzeros", "scales", "g_idx", "weight"]),
-           "awq": (root / "awq", ["qweight", "qzeros", "scales", "weight"]),
-           "mlx": (root / "mlx", ["weight", "scales", "biases"])}
+    out = {
+        "gptq": (gptq, ["qweight", "qzeros", "scales", "g_idx", "weight"]),
+        "awq": (root / "awq", ["qweight", "qzeros", "scales", "weight"]),
+        "mlx": (root / "mlx", ["weight", "scales", "biases"]),
+    }
     if __import__("importlib").util.find_spec("compressed_tensors"):
-        qw.write_compressed(model, root / "ct-pack", dict(num_bits=4, type="int", strategy="group", group_size=16,
-                                                          symmetric=False), "pack-quantized")
-        qw.write_compressed(model, root / "ct-fp4", dict(num_bits=4, type="float", strategy="tensor_group",
-                                                         group_size=16, symmetric=True), "nvfp4-pack-quantized")
-        out["ct-pack"] = (root / "ct-pack", ["weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
-                                             "weight"])
+        qw.write_compressed(
+            model,
+            root / "ct-pack",
+            dict(num_bits=4, type="int", strategy="group", group_size=16, symmetric=False),
+            "pack-quantized",
+        )
+        qw.write_compressed(
+            model,
+            root / "ct-fp4",
+            dict(num_bits=4, type="float", strategy="tensor_group", group_size=16, symmetric=True),
+            "nvfp4-pack-quantized",
+        )
+        out["ct-pack"] = (
+            root / "ct-pack",
+            ["weight_packed", "weight_scale", "weight_zero_point", "weight_shape", "weight"],
+        )
         out["ct-fp4"] = (root / "ct-fp4", ["weight_packed", "weight_scale", "weight_global_scale", "weight"])
     return out
 
@@ -104,8 +122,9 @@ DTYPES = st.sampled_from([np.int32, np.uint32, np.int8, np.uint8, np.float16, np
 
 
 @FUZZ
-@given(data=st.data(), shape=st.lists(st.integers(0, 70), min_size=0, max_size=3), dtype=DTYPES,
-       seed=st.integers(0, 2**16))
+@given(
+    data=st.data(), shape=st.lists(st.integers(0, 70), min_size=0, max_size=3), dtype=DTYPES, seed=st.integers(0, 2**16)
+)
 def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data, shape, dtype, seed):
     """One stored tensor of q_proj replaced (or, for a "weight" beside quantized tensors, added) by
     values of any shape and dtype, in every format."""
@@ -121,7 +140,9 @@ def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data
     shutil.copy(source / "config.json", folder / "config.json")
     tensors = load_file(str(source / "model.safetensors"))
     rng = np.random.default_rng(seed)
-    tensors[f"model.layers.0.self_attn.q_proj.{role}"] = torch.from_numpy(rng.integers(-100, 100, size=shape).astype(dtype))
+    tensors[f"model.layers.0.self_attn.q_proj.{role}"] = torch.from_numpy(
+        rng.integers(-100, 100, size=shape).astype(dtype)
+    )
     save_file(tensors, str(folder / "model.safetensors"))
     outcome = clean_outcome(_open_and_read, folder)
     if role == "weight" and kind != "mlx":  # two tensors for one matrix: refused, never one silently read
@@ -168,17 +189,46 @@ def test_quantization_scales_of_any_value(quantized, tmp_path_factory, data, val
     _quiet(_open_and_read, folder)
 
 
-TARGETS = st.one_of(st.sampled_from(["Linear", "re:.*", "re:(", "re:^(.|.)*[A-Z]$", "re:model\\..*proj", "re:[",
-                                     "model.layers.0.self_attn.q_proj", "re:(?<=a+)b", "re:" + "(" * 300]),
-                    JSON)
+TARGETS = st.one_of(
+    st.sampled_from(
+        [
+            "Linear",
+            "re:.*",
+            "re:(",
+            "re:^(.|.)*[A-Z]$",
+            "re:model\\..*proj",
+            "re:[",
+            "model.layers.0.self_attn.q_proj",
+            "re:(?<=a+)b",
+            "re:" + "(" * 300,
+        ]
+    ),
+    JSON,
+)
 
 
 @FUZZ
-@given(groups=st.one_of(JSON, st.dictionaries(st.text(max_size=5), st.fixed_dictionaries(
-    {"targets": st.one_of(TARGETS, st.lists(TARGETS, max_size=3))},
-    optional={"weights": st.one_of(JSON, st.just({"num_bits": 4, "type": "int", "strategy": "group",
-                                                   "group_size": 16, "symmetric": False})),
-              "format": st.sampled_from(["pack-quantized", "dense", "marlin-24"])}), max_size=3)))
+@given(
+    groups=st.one_of(
+        JSON,
+        st.dictionaries(
+            st.text(max_size=5),
+            st.fixed_dictionaries(
+                {"targets": st.one_of(TARGETS, st.lists(TARGETS, max_size=3))},
+                optional={
+                    "weights": st.one_of(
+                        JSON,
+                        st.just(
+                            {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 16, "symmetric": False}
+                        ),
+                    ),
+                    "format": st.sampled_from(["pack-quantized", "dense", "marlin-24"]),
+                },
+            ),
+            max_size=3,
+        ),
+    )
+)
 def test_compressed_tensors_config_groups_of_any_shape(quantized, tmp_path_factory, groups):
     """config_groups of any JSON and targets of any kind (bad and backtracking ``re:`` patterns
     included) on a pack-quantized folder: the weights or one line, within the example's time limit."""
@@ -196,12 +246,21 @@ def test_compressed_tensors_config_groups_of_any_shape(quantized, tmp_path_facto
 
 
 @FUZZ
-@given(settings_=st.fixed_dictionaries({}, optional={
-    "bits": st.one_of(st.integers(-1, 9), JSON), "group_size": st.one_of(st.integers(-2, 70), JSON),
-    "mode": st.sampled_from(["affine", "mxfp4"]),
-    "model.layers.0.self_attn.q_proj": st.one_of(st.booleans(), JSON,
-                                                 st.fixed_dictionaries({"bits": st.integers(0, 9),
-                                                                        "group_size": st.integers(-1, 70)}))}))
+@given(
+    settings_=st.fixed_dictionaries(
+        {},
+        optional={
+            "bits": st.one_of(st.integers(-1, 9), JSON),
+            "group_size": st.one_of(st.integers(-2, 70), JSON),
+            "mode": st.sampled_from(["affine", "mxfp4"]),
+            "model.layers.0.self_attn.q_proj": st.one_of(
+                st.booleans(),
+                JSON,
+                st.fixed_dictionaries({"bits": st.integers(0, 9), "group_size": st.integers(-1, 70)}),
+            ),
+        },
+    )
+)
 def test_mlx_quantization_settings_of_any_value(quantized, tmp_path_factory, settings_):
     """MLX's bits (1-8 and beyond), group_size (0, negative, not dividing) and per-module overrides."""
     import shutil
@@ -226,8 +285,10 @@ def ct2_int8(tmp_path_factory):
 
 
 @FUZZ
-@given(data=st.data(), edits=st.lists(st.sampled_from(["rank0", "rank1", "rank3", "twice", "alias", "scale"]),
-                                      min_size=1, max_size=3))
+@given(
+    data=st.data(),
+    edits=st.lists(st.sampled_from(["rank0", "rank1", "rank3", "twice", "alias", "scale"]), min_size=1, max_size=3),
+)
 def test_ctranslate2_variables_of_any_rank_or_repeated(ct2_int8, tmp_path_factory, data, edits):
     """Variables re-serialized with another rank, held twice, aliased twice or with hostile scales."""
     from support.ct2_models import rewrite_model_bin
@@ -236,7 +297,7 @@ def test_ctranslate2_variables_of_any_rank_or_repeated(ct2_int8, tmp_path_factor
         for kind in edits:
             row = variables[data.draw(st.integers(0, len(variables) - 1))]
             if kind == "rank0":
-                row[1], row[3] = (), row[3][:np.dtype(np.float32).itemsize if row[2] == 0 else 1]
+                row[1], row[3] = (), row[3][: np.dtype(np.float32).itemsize if row[2] == 0 else 1]
                 row[2] = 0 if row[2] == 0 else 1
             elif kind == "rank1":
                 row[1] = (int(np.prod(row[1])),)

@@ -37,8 +37,13 @@ def make_hostile(path, kind, limit):
         path.write_text("[" * 100_000 + "]" * 100_000)
 
 
-NEEDLE = {"fifo": "not a regular file", "dev_zero": "not a regular file", "folder": "not a regular file",
-          "oversize": "bytes, more than any", "deep": "nested more than"}
+NEEDLE = {
+    "fifo": "not a regular file",
+    "dev_zero": "not a regular file",
+    "folder": "not a regular file",
+    "oversize": "bytes, more than any",
+    "deep": "nested more than",
+}
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -108,9 +113,11 @@ def test_sentence_transformers_modules_json(tmp_path, kind):
 @pytest.mark.parametrize("kind", HOSTILE)
 def test_sentence_transformers_module_configs(tmp_path, kind, module):
     """A Pooling or Dense module's config.json (read whenever modules.json names the module): one line naming it."""
-    entries = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-               {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]
+    entries = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+    ]
     (tmp_path / "modules.json").write_text(json.dumps(entries))
     for entry in entries[1:]:
         (tmp_path / entry["path"]).mkdir()
@@ -128,9 +135,25 @@ def test_a_config_integer_past_the_int_string_limit_is_named(tmp_path):
 
 def test_towers_json_of_every_json_shape_is_one_line(tmp_path):
     """A towers.json of any JSON value: one line, naming the file."""
-    for doc in (None, 1, "text", [], {}, {"towers": None}, {"towers": {}}, {"towers": [1]}, {"towers": [""]},
-                {"towers": ["../x"]}, {"towers": ["/etc"]}, {"towers": ["a/b"]}, {"towers": [".."]},
-                {"towers": ["text", "text"]}, {"towers": ["x"] * 1000}, {"towers": [[]]}, {"towers": [True]}):
+    for doc in (
+        None,
+        1,
+        "text",
+        [],
+        {},
+        {"towers": None},
+        {"towers": {}},
+        {"towers": [1]},
+        {"towers": [""]},
+        {"towers": ["../x"]},
+        {"towers": ["/etc"]},
+        {"towers": ["a/b"]},
+        {"towers": [".."]},
+        {"towers": ["text", "text"]},
+        {"towers": ["x"] * 1000},
+        {"towers": [[]]},
+        {"towers": [True]},
+    ):
         (tmp_path / "towers.json").write_text(json.dumps(doc))
         outcome = clean_outcome(specbound.TowerAnalyses.load, tmp_path)
         assert isinstance(outcome, SpecboundError) and "towers.json" in str(outcome), doc
@@ -142,6 +165,7 @@ def test_sweep_config(tmp_path, capsys, kind):
     if kind == "deep":  # TOML, not JSON: nested arrays are the TOML reader's own one line
         (tmp_path / "s.toml").write_text("sources = " + "[" * 100_000 + "]" * 100_000)
     with time_limit(20):
-        outcome = run_cli(capsys, "--config", tmp_path / "s.toml", "--store", tmp_path / "st", "--dry-run",
-                          command="sweep")
+        outcome = run_cli(
+            capsys, "--config", tmp_path / "s.toml", "--store", tmp_path / "st", "--dry-run", command="sweep"
+        )
     assert_one_line_error(*outcome, ["sweep config"] + ([] if kind == "deep" else [NEEDLE[kind]]))

@@ -31,8 +31,9 @@ def family(tmp_path_factory):
     sources = []
     for L in (1, 2):
         for N in (8, 16):
-            folder = write_tiny_bert(root / f"m_L{L}_N{N}", seed=10 * L + N, L=L, N=N, H=2, d_ff=2 * N,
-                                     std=1e30 if (L, N) == HUGE else 0.3)
+            folder = write_tiny_bert(
+                root / f"m_L{L}_N{N}", seed=10 * L + N, L=L, N=N, H=2, d_ff=2 * N, std=1e30 if (L, N) == HUGE else 0.3
+            )
             sources.append(Source(f"m_L{L}_N{N}", str(folder), {"L": L, "N": N}))
     return sources
 
@@ -229,16 +230,33 @@ def test_the_checksum_is_of_the_written_contents(store):
     for key in Store(store).keys():
         meta = Store(store).load_meta(key)
         assert meta["checksum"] == meta_checksum(meta) and set(meta["tables"]) == {
-            "matrices", "layers", "singular_values", "curves"}
+            "matrices",
+            "layers",
+            "singular_values",
+            "curves",
+        }
 
 
-FIELDS = [("model", "L"), ("model", "N"), ("model", "family"), ("model", "H"), ("labels", "L"), ("bounds", "edelman"),
-          ("log10_bounds", "edelman"), ("run", "seconds"), ("analysis", "options"), ("options", "grid_m"),
-          ("source",), ("weights_sha256",), ("labels",), ("bounds",)]
+FIELDS = [
+    ("model", "L"),
+    ("model", "N"),
+    ("model", "family"),
+    ("model", "H"),
+    ("labels", "L"),
+    ("bounds", "edelman"),
+    ("log10_bounds", "edelman"),
+    ("run", "seconds"),
+    ("analysis", "options"),
+    ("options", "grid_m"),
+    ("source",),
+    ("weights_sha256",),
+    ("labels",),
+    ("bounds",),
+]
 
 
 @FUZZ
-@given(field=st.sampled_from(FIELDS), value=JSON | st.integers(-2**80, 2**80) | st.just(10**400))
+@given(field=st.sampled_from(FIELDS), value=JSON | st.integers(-(2**80), 2**80) | st.just(10**400))
 def test_any_value_in_a_legacy_record(store, tmp_path_factory, field, value):
     """Without a checksum to catch the edit, any JSON value under any field a reader uses: the
     store's table, the fits and the report table see a sound record or none, and hold no infinity."""

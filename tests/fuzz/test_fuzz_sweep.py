@@ -29,8 +29,9 @@ def sources(tmp_path_factory):
     from onnx import numpy_helper
 
     root = tmp_path_factory.mktemp("hostile_sweep")
-    good = [Source(f"good{i}", str(write_tiny_bert(root / f"good{i}", seed=i, L=1, N=8, H=2, d_ff=12)))
-            for i in range(2)]
+    good = [
+        Source(f"good{i}", str(write_tiny_bert(root / f"good{i}", seed=i, L=1, N=8, H=2, d_ff=12))) for i in range(2)
+    ]
     (root / "gguf").mkdir()
     (root / "gguf" / "model.gguf").write_bytes(gguf_file([*LLAMA, ("tokenizer.ggml.scores", ARR, (U8, [], 2**63))]))
     tf = shutil.copytree(DATA / "tiny_bert_tf", root / "tf")
@@ -44,12 +45,18 @@ def sources(tmp_path_factory):
     flax = shutil.copytree(DATA / "tiny_bert_flax", root / "flax")
     tree = msgpack.unpackb((flax / "flax_model.msgpack").read_bytes(), raw=False, strict_map_key=False)
     tree["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"] = msgpack.ExtType(
-        1, msgpack.packb(([math.inf, 32], "float32", bytes(4096)), use_bin_type=True))
+        1, msgpack.packb(([math.inf, 32], "float32", bytes(4096)), use_bin_type=True)
+    )
     (flax / "flax_model.msgpack").write_bytes(msgpack.packb(tree, use_bin_type=True))
-    onnx_path = save(bert_graph(reshapes=[numpy_helper.from_array(np.array([0, 0, np.nan, 4], np.float32))]),
-                     root / "onnx")
-    hostile = [Source("gguf", str(root / "gguf" / "model.gguf")), Source("tf", str(tf)), Source("flax", str(flax)),
-               Source("onnx", str(onnx_path.parent))]
+    onnx_path = save(
+        bert_graph(reshapes=[numpy_helper.from_array(np.array([0, 0, np.nan, 4], np.float32))]), root / "onnx"
+    )
+    hostile = [
+        Source("gguf", str(root / "gguf" / "model.gguf")),
+        Source("tf", str(tf)),
+        Source("flax", str(flax)),
+        Source("onnx", str(onnx_path.parent)),
+    ]
     return good, hostile
 
 

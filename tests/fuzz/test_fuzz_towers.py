@@ -50,9 +50,16 @@ def test_a_saved_pair_reopens(saved, analysis):
     assert list(back) == ["text", "vision"] and back["text"].all_bounds() == analysis.all_bounds()
 
 
-NAMES = st.one_of(st.text(max_size=12), st.sampled_from(["..", ".", "../outside", "/etc", "a/b", "a\\b", "", " ",
-                                                         "text/..", "text\x00", "~", "-x", "text" * 20]),
-                  st.integers(), st.none(), st.booleans(), st.lists(st.text(max_size=3), max_size=2))
+NAMES = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        ["..", ".", "../outside", "/etc", "a/b", "a\\b", "", " ", "text/..", "text\x00", "~", "-x", "text" * 20]
+    ),
+    st.integers(),
+    st.none(),
+    st.booleans(),
+    st.lists(st.text(max_size=3), max_size=2),
+)
 
 
 @FUZZ
@@ -116,16 +123,22 @@ def test_schema_1_alpha_of_numbers_still_loads(saved, tmp_path):
 
 
 @FUZZ
-@given(table=st.sampled_from(["matrices", "layers", "singular_values"]), pick=st.integers(0, 100),
-       kind=st.sampled_from(["str", "bool", "object"]))
+@given(
+    table=st.sampled_from(["matrices", "layers", "singular_values"]),
+    pick=st.integers(0, 100),
+    kind=st.sampled_from(["str", "bool", "object"]),
+)
 def test_any_numeric_column_holding_non_numbers_is_refused(saved, tmp_path_factory, table, pick, kind):
     frame = pd.read_parquet(saved / "outside" / f"{table}.parquet")
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c])]
     column = numeric[pick % len(numeric)]
 
     def edit(f):
-        f[column] = {"str": f[column].astype(str), "bool": f[column].notna(),
-                     "object": pd.Series([[1.0]] * len(f), dtype=object)}[kind]
+        f[column] = {
+            "str": f[column].astype(str),
+            "bool": f[column].notna(),
+            "object": pd.Series([[1.0]] * len(f), dtype=object),
+        }[kind]
 
     folder = _with_table(saved, tmp_path_factory.mktemp("c"), table, edit)
     outcome = clean_outcome(Analysis.load, folder)

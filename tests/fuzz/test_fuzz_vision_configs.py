@@ -18,18 +18,50 @@ from specbound.errors import SpecboundError
 from support.fuzz import FUZZ, JSON, clean_outcome
 
 FAMILIES = ("pixtral_vision", "qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision", "llama4_vision")
-KEYS = ("image_size", "patch_size", "window_size", "spatial_merge_size", "fullatt_block_indexes", "rope_parameters",
-        "rope_theta", "head_dim")
-VALUES = st.one_of(JSON, st.sampled_from([math.inf, -math.inf, math.nan, True, 0, -14, 14, 16, 56, 112, 448, 2**53,
-                                          2**53 + 1, 10**400, [448, 336], [14], [0, 1], [2**62], {"rope_type": "axial"},
-                                          {"rope_theta": math.inf, "rope_type": "axial"}, {"rope_type": "mrope"}]),
-                   st.integers(-2**70, 2**70))
+KEYS = (
+    "image_size",
+    "patch_size",
+    "window_size",
+    "spatial_merge_size",
+    "fullatt_block_indexes",
+    "rope_parameters",
+    "rope_theta",
+    "head_dim",
+)
+VALUES = st.one_of(
+    JSON,
+    st.sampled_from(
+        [
+            math.inf,
+            -math.inf,
+            math.nan,
+            True,
+            0,
+            -14,
+            14,
+            16,
+            56,
+            112,
+            448,
+            2**53,
+            2**53 + 1,
+            10**400,
+            [448, 336],
+            [14],
+            [0, 1],
+            [2**62],
+            {"rope_type": "axial"},
+            {"rope_theta": math.inf, "rope_type": "axial"},
+            {"rope_type": "mrope"},
+        ]
+    ),
+    st.integers(-(2**70), 2**70),
+)
 CONFIGS = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=len(KEYS))
 
 
 @FUZZ
-@given(family=st.sampled_from(FAMILIES), config=CONFIGS, d_head=st.sampled_from([8, 10, 64]),
-       layers=st.integers(1, 6))
+@given(family=st.sampled_from(FAMILIES), config=CONFIGS, d_head=st.sampled_from([8, 10, 64]), layers=st.integers(1, 6))
 def test_any_vision_config_reads_to_valid_layouts_or_one_line(family, config, d_head, layers):
     outcome = clean_outcome(rotary_layouts, builtin_specs()[family], config, d_head, layers, where="m")
     if isinstance(outcome, SpecboundError):

@@ -21,11 +21,50 @@ from support.vision_language import build_wrapper  # noqa: E402
 
 NAMES = sorted(("gemma3", "paligemma", "llava", "idefics3", "llama4", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 # the keys a tower's family reads from its section (dimensions, norms' eps, rotary, windows), and the type
-KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "num_key_value_heads",
-        "head_dim", "model_type", "rms_norm_eps", "rope_theta", "rope_parameters", "sliding_window", "hidden_act",
-        "layer_types", "layer_norm_eps", "num_local_experts", "num_experts_per_tok", "moe_layers", "use_qk_norm")
-HOSTILE = st.one_of(JSON, st.sampled_from([float("inf"), float("nan"), True, 0, -1, 2**63, 10**30, 1e300, "", "x",
-                                           [], {}, None, "siglip", "gemma3", "llama", "clip_vision_model"]))
+KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "num_key_value_heads",
+    "head_dim",
+    "model_type",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_parameters",
+    "sliding_window",
+    "hidden_act",
+    "layer_types",
+    "layer_norm_eps",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_layers",
+    "use_qk_norm",
+)
+HOSTILE = st.one_of(
+    JSON,
+    st.sampled_from(
+        [
+            float("inf"),
+            float("nan"),
+            True,
+            0,
+            -1,
+            2**63,
+            10**30,
+            1e300,
+            "",
+            "x",
+            [],
+            {},
+            None,
+            "siglip",
+            "gemma3",
+            "llama",
+            "clip_vision_model",
+        ]
+    ),
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +87,12 @@ def _open(folder, tower):
 
 
 @FUZZ
-@given(name=st.sampled_from(NAMES), section=st.sampled_from(["text_config", "vision_config"]),
-       key=st.one_of(st.none(), st.sampled_from(KEYS)), value=HOSTILE)
+@given(
+    name=st.sampled_from(NAMES),
+    section=st.sampled_from(["text_config", "vision_config"]),
+    key=st.one_of(st.none(), st.sampled_from(KEYS)),
+    value=HOSTILE,
+)
 def test_a_hostile_tower_section_opens_or_is_one_line(wrappers, tmp_path_factory, name, section, key, value):
     folder, config = wrappers[name]
     target = tmp_path_factory.mktemp("c")
@@ -94,25 +137,40 @@ def test_a_renamed_prefix_reads_the_same_weights_or_is_one_line(wrappers, tmp_pa
         (model,) = outcome
         reference = _open(folder, tower)[0]
         assert (model.spec.family, model.dims) == (reference.spec.family, reference.dims)
-        assert all(model.ckpt.shape(n) == reference.ckpt.shape(m) for n, m in zip(
-            sorted(k for k in moved if k.startswith(model.prefix)), sorted(k for k in tensors
-                                                                           if k.startswith(reference.prefix))))
+        assert all(
+            model.ckpt.shape(n) == reference.ckpt.shape(m)
+            for n, m in zip(
+                sorted(k for k in moved if k.startswith(model.prefix)),
+                sorted(k for k in tensors if k.startswith(reference.prefix)),
+            )
+        )
     else:
         assert isinstance(outcome, SpecboundError)
 
 
-TOWER_DOC = st.fixed_dictionaries({"family": st.one_of(st.sampled_from(["gemma3_text", "siglip.vision", "llama",
-                                                                          "siglip", "bert.text", "a.b.c", ""]), JSON),
-                                    "config_section": st.one_of(st.just(["text_config"]), JSON),
-                                    "prefixes": st.one_of(st.just(["m."]), JSON)},
-                                   optional={"model_types": JSON, "defaults": JSON, "tensors": JSON,
-                                             "ignore": st.one_of(st.sampled_from([5, None, "x"]), JSON)})
+TOWER_DOC = st.fixed_dictionaries(
+    {
+        "family": st.one_of(
+            st.sampled_from(["gemma3_text", "siglip.vision", "llama", "siglip", "bert.text", "a.b.c", ""]), JSON
+        ),
+        "config_section": st.one_of(st.just(["text_config"]), JSON),
+        "prefixes": st.one_of(st.just(["m."]), JSON),
+    },
+    optional={
+        "model_types": JSON,
+        "defaults": JSON,
+        "tensors": JSON,
+        "ignore": st.one_of(st.sampled_from([5, None, "x"]), JSON),
+    },
+)
 
 
 @FUZZ
-@given(towers=st.dictionaries(st.sampled_from(["text", "vision", "audio", ""]), TOWER_DOC, max_size=3),
-       projector=st.one_of(st.none(), JSON, st.fixed_dictionaries({"prefixes": JSON, "description": JSON})),
-       ignore=st.one_of(st.just([]), st.sampled_from([3, None, "x", [1], {"a": 1}]), JSON))
+@given(
+    towers=st.dictionaries(st.sampled_from(["text", "vision", "audio", ""]), TOWER_DOC, max_size=3),
+    projector=st.one_of(st.none(), JSON, st.fixed_dictionaries({"prefixes": JSON, "description": JSON})),
+    ignore=st.one_of(st.just([]), st.sampled_from([3, None, "x", [1], {"a": 1}]), JSON),
+)
 def test_a_hostile_wrapper_spec_parses_or_is_one_line(towers, projector, ignore):
     doc = {"family": "w", "model_types": ["w"], "towers": towers, "ignore": ignore}
     if projector is not None:

@@ -22,8 +22,13 @@ def token_batches(count: int, *, seed: int = 0, batch: int = 4, length: int = 8)
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    return [{"input_ids": torch.randint(0, 64, (batch, length), generator=g),
-             "labels": torch.randint(0, 3, (batch,), generator=g)} for _ in range(count)]
+    return [
+        {
+            "input_ids": torch.randint(0, 64, (batch, length), generator=g),
+            "labels": torch.randint(0, 3, (batch,), generator=g),
+        }
+        for _ in range(count)
+    ]
 
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:

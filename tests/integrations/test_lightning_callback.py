@@ -35,9 +35,17 @@ class _Module(lightning.LightningModule):
 def _trainer(tmp_path, callback):
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    return lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, callbacks=[callback],
-                             logger=TensorBoardLogger(str(tmp_path / "tb"), name="run"), log_every_n_steps=1,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    return lightning.Trainer(
+        max_steps=STEPS,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=TensorBoardLogger(str(tmp_path / "tb"), name="run"),
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
 
 
 def test_lightning_logs_the_bounds_to_its_loggers_and_the_store(tmp_path):
@@ -85,11 +93,18 @@ def test_a_module_without_a_transformer_is_one_line(tmp_path):
         SpecboundCallback(every_n_steps=1, quiet=True)._transformer(Plain())
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(bounds=5), "bounds must be"), (dict(bounds=None), "bounds must be"), (dict(store=5), "store must be"),
-    (dict(store=["s"]), "store must be"), (dict(model_attr=3), "model_attr must name"),
-    (dict(model_attr=""), "model_attr must name"), (dict(run_name=None), "run_name must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(bounds=5), "bounds must be"),
+        (dict(bounds=None), "bounds must be"),
+        (dict(store=5), "store must be"),
+        (dict(store=["s"]), "store must be"),
+        (dict(model_attr=3), "model_attr must name"),
+        (dict(model_attr=""), "model_attr must name"),
+        (dict(run_name=None), "run_name must be"),
+    ],
+)
 def test_bad_arguments_are_one_line_before_training(kwargs, message):
     from specbound.integrations.lightning import SpecboundCallback
 

@@ -20,11 +20,24 @@ from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches  # n
 def _train(tmp_path, callback, report_to=("tensorboard",)):
     from transformers import Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=4,
-                             logging_steps=2, report_to=list(report_to), save_strategy="no", use_cpu=True,
-                             disable_tqdm=True, learning_rate=5e-2, run_name="tiny")
-    trainer = Trainer(model=tiny_classifier(), args=args, train_dataset=_Dataset(token_batches(4 * STEPS, batch=1)),
-                      callbacks=[callback])
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=STEPS,
+        per_device_train_batch_size=4,
+        logging_steps=2,
+        report_to=list(report_to),
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=5e-2,
+        run_name="tiny",
+    )
+    trainer = Trainer(
+        model=tiny_classifier(),
+        args=args,
+        train_dataset=_Dataset(token_batches(4 * STEPS, batch=1)),
+        callbacks=[callback],
+    )
     trainer.train()
     return trainer
 
@@ -59,8 +72,9 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
             assert value == pytest.approx(entry["bounds"][bound], rel=1e-6)  # TensorBoard keeps float32
 
     records = sorted(Store(tmp_path / "store").records(tables=()), key=lambda r: r.meta["labels"]["step"])
-    assert [r.meta["labels"] for r in records] == [{"run": "tiny", "step": s, "model": "BertForSequenceClassification"}
-                                                   for s in steps]
+    assert [r.meta["labels"] for r in records] == [
+        {"run": "tiny", "step": s, "model": "BertForSequenceClassification"} for s in steps
+    ]
     assert records[0].bounds["spectral_adaptive"] != records[-1].bounds["spectral_adaptive"]  # it trained
     # the loss the Trainer logs at an analysed step (after the analysis: logging_steps=2, so step 6 only)
     # is in that step's record; the end-of-training mean (the summary's train_loss) is not
@@ -101,19 +115,29 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
     assert (tmp_path / "report" / "figures" / "trajectory.png").exists()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(every_n_steps=0), "every_n_steps must be a positive integer"),
-    (dict(init="somewhere"), "take no init= option"),
-    (dict(bounds=["no_such_bound"]), "bounds must be"),
-    (dict(grid_m=-1), "grid_m"),
-    (dict(bounds=5), "bounds must be .* found 5"), (dict(bounds=None), "bounds must be .* found None"),
-    (dict(bounds=[]), "bounds must be"), (dict(bounds=[5]), "bounds must be"), (dict(bounds=b"edelman"), "bounds"),
-    (dict(bounds={"edelman": 1}), "bounds must be"), (dict(bounds="edelman"), "bounds must be"),
-    (dict(store=5), "store must be a results store folder .* found 5"),
-    (dict(store=["a", "b"]), "store must be .* found \\['a', 'b'\\]"), (dict(store=""), "store must be"),
-    (dict(run_name=5), "run_name must be a non-empty string"), (dict(at_start="yes"), "at_start must be True"),
-    (dict(quiet=1), "quiet must be True or False"), (dict(log_dir=3.5), "log_dir must be the TensorBoard folder"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(every_n_steps=0), "every_n_steps must be a positive integer"),
+        (dict(init="somewhere"), "take no init= option"),
+        (dict(bounds=["no_such_bound"]), "bounds must be"),
+        (dict(grid_m=-1), "grid_m"),
+        (dict(bounds=5), "bounds must be .* found 5"),
+        (dict(bounds=None), "bounds must be .* found None"),
+        (dict(bounds=[]), "bounds must be"),
+        (dict(bounds=[5]), "bounds must be"),
+        (dict(bounds=b"edelman"), "bounds"),
+        (dict(bounds={"edelman": 1}), "bounds must be"),
+        (dict(bounds="edelman"), "bounds must be"),
+        (dict(store=5), "store must be a results store folder .* found 5"),
+        (dict(store=["a", "b"]), "store must be .* found \\['a', 'b'\\]"),
+        (dict(store=""), "store must be"),
+        (dict(run_name=5), "run_name must be a non-empty string"),
+        (dict(at_start="yes"), "at_start must be True"),
+        (dict(quiet=1), "quiet must be True or False"),
+        (dict(log_dir=3.5), "log_dir must be the TensorBoard folder"),
+    ],
+)
 def test_bad_arguments_are_one_line_before_training(kwargs, message):
     from specbound.integrations.transformers import SpecboundCallback
 
@@ -126,9 +150,16 @@ def test_the_trainer_metrics_of_a_log():
     from specbound.integrations.transformers import trainer_metrics
 
     assert trainer_metrics({"loss": 0.5, "grad_norm": 2.0, "learning_rate": 1e-3, "epoch": 1.0}) == {"train_loss": 0.5}
-    assert trainer_metrics({"eval_loss": 0.7, "eval_accuracy": 0.8, "eval_runtime": 3.0,
-                            "eval_samples_per_second": 9.0, "eval_steps_per_second": 1.0, "epoch": 1.0}) == \
-        {"eval_loss": 0.7, "eval_accuracy": 0.8}
+    assert trainer_metrics(
+        {
+            "eval_loss": 0.7,
+            "eval_accuracy": 0.8,
+            "eval_runtime": 3.0,
+            "eval_samples_per_second": 9.0,
+            "eval_steps_per_second": 1.0,
+            "epoch": 1.0,
+        }
+    ) == {"eval_loss": 0.7, "eval_accuracy": 0.8}
     assert trainer_metrics({"train_runtime": 4.0, "train_loss": 1.3, "epoch": 1.0}) == {}  # the run's summary
 
 
@@ -173,9 +204,15 @@ def test_the_bounds_reach_weights_and_biases_in_offline_mode(tmp_path, monkeypat
     wandb = pytest.importorskip("wandb")
     from specbound.integrations.transformers import SpecboundCallback
 
-    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
-                       "WANDB_PROJECT": "specbound-test", "WANDB_DISABLE_CODE": "true",
-                       "WANDB_CONFIG_DIR": str(tmp_path / "config"), "WANDB_CACHE_DIR": str(tmp_path / "cache")}.items():
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_SILENT": "true",
+        "WANDB_PROJECT": "specbound-test",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_CONFIG_DIR": str(tmp_path / "config"),
+        "WANDB_CACHE_DIR": str(tmp_path / "cache"),
+    }.items():
         monkeypatch.setenv(key, value)
     callback = SpecboundCallback(every_n_steps=EVERY, grid_m=4)
     try:

@@ -17,8 +17,9 @@ def _saved(folder, w):
     return open_checkpoint(folder)
 
 
-@pytest.mark.parametrize("dtype, compact_dtype", [(np.float32, np.float32), (np.float16, np.float32),
-                                                  (np.float64, np.float64)])
+@pytest.mark.parametrize(
+    "dtype, compact_dtype", [(np.float32, np.float32), (np.float16, np.float32), (np.float64, np.float64)]
+)
 def test_a_safetensors_tensor_read_compact_holds_the_same_values(tmp_path, dtype, compact_dtype):
     w = (np.random.default_rng(0).standard_normal((24, 40)) * 0.02).astype(dtype)
     ckpt = _saved(tmp_path, w)

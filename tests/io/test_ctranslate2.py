@@ -31,6 +31,7 @@ def folders(tmp_path_factory):
         if key not in built:
             built[key] = convert(built[kind][0], root / f"{kind}_ct2_{quantization}", quantization)
         return built[kind][0], built[key], built[kind][1]
+
     return get
 
 
@@ -54,7 +55,8 @@ def test_whisper_reads_every_head_of_both_stacks(folders):
     for name in ckpt.names:  # the fused [q | k | v] and [k | v] split back into the model's own matrices
         np.testing.assert_array_equal(ckpt.read(name), state[name].double().numpy(), err_msg=name)
     assert {n for n in ckpt.names if "encoder_attn" in n} >= {
-        f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight" for i in range(2) for p in ("q", "k", "v", "out")}
+        f"model.decoder.layers.{i}.encoder_attn.{p}_proj.weight" for i in range(2) for p in ("q", "k", "v", "out")
+    }
 
 
 def _ct2_int8(w):
@@ -75,7 +77,11 @@ def test_int8_conversion_is_dequantized_and_named(folders, kind, quantization):
     ckpt = open_checkpoint(ct2)
     state = model.state_dict()
     q_name = "model.layers.0.self_attn.q_proj.weight" if kind == "llama" else "model.encoder.layers.0.fc1.weight"
-    fused = "model.layers.0.self_attn.k_proj.weight" if kind == "llama" else "model.decoder.layers.1.encoder_attn.v_proj.weight"
+    fused = (
+        "model.layers.0.self_attn.k_proj.weight"
+        if kind == "llama"
+        else "model.decoder.layers.1.encoder_attn.v_proj.weight"
+    )
     for name in (q_name, fused):
         w = state[name].numpy()
         if name == fused and kind == "llama":  # quantized as one fused [q | k | v]: its rows' own scales
@@ -113,8 +119,10 @@ def test_int8_dequantization_is_ctranslate2s_own(folders, tmp_path):
     ckpt = open_checkpoint(ct2)
     ours = copy.deepcopy(model)
     state = ours.state_dict()
-    extra = {"embeddings.token_type_embeddings.weight": "encoder/embeddings_1/weight",
-             "pooler.dense.weight": "pooler_dense/weight"}
+    extra = {
+        "embeddings.token_type_embeddings.weight": "encoder/embeddings_1/weight",
+        "pooler.dense.weight": "pooler_dense/weight",
+    }
     with torch.no_grad():
         for name in ckpt.names:
             state[name].copy_(torch.from_numpy(ckpt.read(name)))
@@ -127,8 +135,14 @@ def test_int8_dequantization_is_ctranslate2s_own(folders, tmp_path):
             shutil.copy(file, tmp_path / "ours" / file.name)
     float_ct2 = convert(tmp_path / "ours", tmp_path / "ours_ct2")
     tokens = [["t1", "t5", "t9", "t3", "t2"], ["t7", "t2"]]
-    outputs = [np.array(ctranslate2.Encoder(str(folder), device="cpu", compute_type="float32", intra_threads=1)
-                        .forward_batch(tokens).last_hidden_state) for folder in (ct2, float_ct2)]
+    outputs = [
+        np.array(
+            ctranslate2.Encoder(str(folder), device="cpu", compute_type="float32", intra_threads=1)
+            .forward_batch(tokens)
+            .last_hidden_state
+        )
+        for folder in (ct2, float_ct2)
+    ]
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
@@ -190,7 +204,8 @@ def test_other_conversions_read_as_ctranslate2_stores_them(folders, quantization
         expected = _ct2_int8(w.numpy())
     np.testing.assert_array_equal(ckpt.read(name), expected)
     assert any(e["name"] == "quantized_weights" for e in specbound.analyze(ct2, threads=1).assumptions) == (
-        quantization.startswith("int"))
+        quantization.startswith("int")
+    )
 
 
 def _refused_in_one_line(capsys, folder, needles):
@@ -221,13 +236,19 @@ def test_a_variable_or_alias_held_twice_is_refused_naming_it(folders, tmp_path, 
     _refused_in_one_line(capsys, rewrite_model_bin(ct2, tmp_path / "alias", alias_twice), ["'a/weight'", "also"])
 
 
-@pytest.mark.parametrize("kind, name", [
-    ("whisper", "encoder/layer_0/self_attention/linear_1/weight"), ("whisper", "decoder/embeddings/weight"),
-    ("bert", "encoder/layer_0/self_attention/linear_1/weight"), ("bert", "encoder/layer_0/ffn/linear_0/weight"),
-    ("bart", "encoder/layer_0/self_attention/linear_1/weight"), ("bart", "decoder/layer_1/attention/linear_1/weight"),
-    ("llama", "decoder/layer_0/self_attention/linear_1/weight"),
-    ("llama", "decoder/layer_0/self_attention/linear_0/weight"),
-])
+@pytest.mark.parametrize(
+    "kind, name",
+    [
+        ("whisper", "encoder/layer_0/self_attention/linear_1/weight"),
+        ("whisper", "decoder/embeddings/weight"),
+        ("bert", "encoder/layer_0/self_attention/linear_1/weight"),
+        ("bert", "encoder/layer_0/ffn/linear_0/weight"),
+        ("bart", "encoder/layer_0/self_attention/linear_1/weight"),
+        ("bart", "decoder/layer_1/attention/linear_1/weight"),
+        ("llama", "decoder/layer_0/self_attention/linear_1/weight"),
+        ("llama", "decoder/layer_0/self_attention/linear_0/weight"),
+    ],
+)
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_vector_or_scalar_where_a_matrix_belongs_is_one_line(folders, tmp_path, capsys, kind, name, rank):
     _, ct2, _ = folders(kind)

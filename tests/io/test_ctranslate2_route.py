@@ -37,8 +37,12 @@ def test_the_documented_route_converts_and_analyses(kind, tmp_path):
     script = re.sub(r"^python ", f"{sys.executable} ", script, flags=re.M)
     script = re.sub(r"^specbound ", f"{sys.executable} -m specbound.cli ", script, flags=re.M)
     src = Path(specbound.__file__).resolve().parents[1]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "OPENBLAS_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "spectral_adaptive" in proc.stdout, proc.stdout[-2000:]

@@ -9,7 +9,8 @@ Q8_0 file analyses to the numbers of a safetensors checkpoint holding the weight
 hand (fp16 scale times int8, block by block).  The rotary QK quantities (the llama family's
 ``rotary`` pairing) depend on the order of Q's and K's rows: without the un-permutation the
 Edelman-style bound of the float32 file differs from the Hugging Face one (32072 vs 31546 here), so
-the number comparison checks the un-permutation as well as the matrices do.  Bad files (truncated, not GGUF, an unknown or
+the number comparison checks the un-permutation as well as the matrices do.  Bad files (truncated, not GGUF, an
+unknown or
 undecodable quantization, another architecture) are one-line errors.
 """
 
@@ -32,16 +33,28 @@ def assert_same_numbers_gguf(a, b, rel=1e-9):
     """Same numbers, the family's name aside (llama vs llama_gguf: the same blocks)."""
     assert_same_numbers(a, b, rel, family=False)
 
+
 gguf = pytest.importorskip("gguf")
 
 L, N, H, H_KV, D_FF, VOCAB = 2, 32, 4, 2, 64, 64
 
 
-_GLOBAL = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
-_PER_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+_GLOBAL = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_PER_LAYER = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
 
 
 def gguf_name(hf_name):
@@ -57,9 +70,15 @@ def llama(tmp_path_factory):
     save_pretrained, its weights large enough that Q8_0 rounding shows."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = transformers.LlamaConfig(hidden_size=N, intermediate_size=D_FF, num_hidden_layers=L,
-                                      num_attention_heads=H, num_key_value_heads=H_KV, vocab_size=VOCAB,
-                                      max_position_embeddings=64)
+    config = transformers.LlamaConfig(
+        hidden_size=N,
+        intermediate_size=D_FF,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        num_key_value_heads=H_KV,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(3)
     model = transformers.LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -114,8 +133,15 @@ def write_gguf(path, state, types=None, arch="llama", split_max_tensors=0):
 
 def assert_same_matrices(folder_a, source_b):
     a, b = open_model(folder_a), open_model(source_b)
-    assert (a.dims.L, a.dims.N, a.dims.H, a.dims.H_kv, a.dims.d_head, a.dims.d_ff, a.dims.activation) == \
-           (b.dims.L, b.dims.N, b.dims.H, b.dims.H_kv, b.dims.d_head, b.dims.d_ff, b.dims.activation)
+    assert (a.dims.L, a.dims.N, a.dims.H, a.dims.H_kv, a.dims.d_head, a.dims.d_ff, a.dims.activation) == (
+        b.dims.L,
+        b.dims.N,
+        b.dims.H,
+        b.dims.H_kv,
+        b.dims.d_head,
+        b.dims.d_ff,
+        b.dims.activation,
+    )
     assert_same_layer_weights(a, b, L, ordered=False)
 
 
@@ -191,8 +217,12 @@ def test_q8_0_gguf_analyses_the_dequantized_weights(llama, tmp_path):
             restored[order] = values
             values = restored
         reference[name] = values
-    assert np.abs(reference["model.layers.0.self_attn.q_proj.weight"]
-                  - state["model.layers.0.self_attn.q_proj.weight"]).max() > 1e-5  # really quantized
+    assert (
+        np.abs(
+            reference["model.layers.0.self_attn.q_proj.weight"] - state["model.layers.0.self_attn.q_proj.weight"]
+        ).max()
+        > 1e-5
+    )  # really quantized
     config = transformers.LlamaConfig.from_pretrained(str(folder))
     model = transformers.LlamaForCausalLM(config)
     model.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in reference.items()})
@@ -209,6 +239,7 @@ def test_q8_0_gguf_analyses_the_dequantized_weights(llama, tmp_path):
 
 
 # --- bad files --------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def good_file(llama, tmp_path_factory):
@@ -245,7 +276,7 @@ def _patch_type(source, tmp_path, tensor, code):
     info = next(t for t in reader.tensors if t.name == tensor).field
     offset = info.offset + sum(int(p.nbytes) for p in info.parts[:4])  # name len, name, n_dims, dims
     data = bytearray(source.read_bytes())
-    data[offset:offset + 4] = int(code).to_bytes(4, "little")
+    data[offset : offset + 4] = int(code).to_bytes(4, "little")
     path = tmp_path / f"type{code}.gguf"
     path.write_bytes(bytes(data))
     return path
@@ -312,8 +343,10 @@ def test_gguf_analysis_needs_only_the_base_install(good_file):
     import subprocess
     import sys
 
-    code = ("import sys, specbound; specbound.analyze(sys.argv[1], threads=1); "
-            "heavy = [m for m in ('torch', 'onnx', 'transformers', 'h5py', 'msgpack', 'dask', 'matplotlib') "
-            "if m in sys.modules]; assert not heavy, heavy")
+    code = (
+        "import sys, specbound; specbound.analyze(sys.argv[1], threads=1); "
+        "heavy = [m for m in ('torch', 'onnx', 'transformers', 'h5py', 'msgpack', 'dask', 'matplotlib') "
+        "if m in sys.modules]; assert not heavy, heavy"
+    )
     done = subprocess.run([sys.executable, "-c", code, str(good_file)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

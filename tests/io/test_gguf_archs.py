@@ -27,8 +27,10 @@ ROWS = list(ARCHS.values())
 
 def _file(tmp_path, name, extra=()):
     """A one-block file of architecture ``name`` (the llama keys under its prefix)."""
-    metadata = [("general.architecture", STR, name),
-                *((k.replace("llama.", f"{name}."), t, v) for k, t, v in LLAMA[1:])]
+    metadata = [
+        ("general.architecture", STR, name),
+        *((k.replace("llama.", f"{name}."), t, v) for k, t, v in LLAMA[1:]),
+    ]
     path = tmp_path / f"{name}.gguf"
     path.write_bytes(gguf_file([*metadata, *extra]))
     return path

@@ -31,29 +31,67 @@ FAMILIES = {  # HF model class, config class, GGUF architecture, extra config
     "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", "qwen3", {"head_dim": D}, 2),
     "gemma": ("GemmaForCausalLM", "GemmaConfig", "gemma", {"head_dim": D}, 2),
     "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", "gemma2", {"head_dim": D, "sliding_window": 8}, 2),
-    "gemma3_text": ("Gemma3ForCausalLM", "Gemma3TextConfig", "gemma3",
-                    {"head_dim": D, "sliding_window": 8, "rope_parameters": {
-                        "full_attention": {"rope_type": "linear", "factor": GLOBAL_SCALING, "rope_theta": 1e6},
-                        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}, 6),
+    "gemma3_text": (
+        "Gemma3ForCausalLM",
+        "Gemma3TextConfig",
+        "gemma3",
+        {
+            "head_dim": D,
+            "sliding_window": 8,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": GLOBAL_SCALING, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        },
+        6,
+    ),
     "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", "olmo2", {}, 2),
-    "smollm3": ("SmolLM3ForCausalLM", "SmolLM3Config", "smollm3", {"head_dim": D, "pad_token_id": 0}, 4),  # layer 3: NoPE
+    "smollm3": (
+        "SmolLM3ForCausalLM",
+        "SmolLM3Config",
+        "smollm3",
+        {"head_dim": D, "pad_token_id": 0},
+        4,
+    ),  # layer 3: NoPE
     # multipliers exact in float32 (the file stores them so)
-    "granite": ("GraniteForCausalLM", "GraniteConfig", "granite", {"residual_multiplier": 0.5, "attention_multiplier": 0.25,
-                                                                  "embedding_multiplier": 8.0, "logits_scaling": 2.0}, 2),
-    "exaone4": ("Exaone4ForCausalLM", "Exaone4Config", "exaone4", {"head_dim": D, "sliding_window": 8,
-                                                                  "sliding_window_pattern": 4, "pad_token_id": 0}, 4),
+    "granite": (
+        "GraniteForCausalLM",
+        "GraniteConfig",
+        "granite",
+        {"residual_multiplier": 0.5, "attention_multiplier": 0.25, "embedding_multiplier": 8.0, "logits_scaling": 2.0},
+        2,
+    ),
+    "exaone4": (
+        "Exaone4ForCausalLM",
+        "Exaone4Config",
+        "exaone4",
+        {"head_dim": D, "sliding_window": 8, "sliding_window_pattern": 4, "pad_token_id": 0},
+        4,
+    ),
     # llama.cpp fixes Cohere2's pattern at 4: the folder's config says the same (layer 3 global, unrotated)
-    "cohere2": ("Cohere2ForCausalLM", "Cohere2Config", "cohere2", {"head_dim": D, "sliding_window": 8,
-                                                                  "logit_scale": 0.5, "pad_token_id": 0}, 4),
+    "cohere2": (
+        "Cohere2ForCausalLM",
+        "Cohere2Config",
+        "cohere2",
+        {"head_dim": D, "sliding_window": 8, "logit_scale": 0.5, "pad_token_id": 0},
+        4,
+    ),
     "starcoder2": ("Starcoder2ForCausalLM", "Starcoder2Config", "starcoder2", {"sliding_window": 8}, 2),
 }
 
 
 def _hf_model(family, tmp_path):
     cls, cfg, _, extra, layers = FAMILIES[family]
-    config = getattr(transformers, cfg)(hidden_size=N, num_hidden_layers=layers, num_attention_heads=H,
-                                        num_key_value_heads=KV, intermediate_size=D_FF, vocab_size=VOCAB,
-                                        max_position_embeddings=CONTEXT, **extra)
+    config = getattr(transformers, cfg)(
+        hidden_size=N,
+        num_hidden_layers=layers,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        intermediate_size=D_FF,
+        vocab_size=VOCAB,
+        max_position_embeddings=CONTEXT,
+        **extra,
+    )
     torch.manual_seed(7)
     model = getattr(transformers, cls)(config).eval()
     with torch.no_grad():
@@ -107,11 +145,24 @@ def test_rope_freqs_are_the_models_frequencies(tmp_path):
     """Llama 3.1 in GGUF: no rope.scaling.type, a rope_freqs tensor of per-pair divisors (the
     converter's factors theta_default / theta_llama3); the analysis equals the Hugging Face llama3
     model's, whose frequencies transformers computes."""
-    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "rope_theta": 10000.0, "original_max_position_embeddings": 8}
-    config = transformers.LlamaConfig(hidden_size=N, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
-                                      rope_parameters=rope)
+    rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": 8,
+    }
+    config = transformers.LlamaConfig(
+        hidden_size=N,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=64,
+        rope_parameters=rope,
+    )
     torch.manual_seed(3)
     model = transformers.LlamaForCausalLM(config).eval()
     with torch.no_grad():
@@ -122,8 +173,9 @@ def test_rope_freqs_are_the_models_frequencies(tmp_path):
     model.save_pretrained(str(folder))
     llama3 = model.model.rotary_emb.inv_freq.double().numpy()
     default = 10000.0 ** -(np.arange(0, N // 4, 2) / (N // 4))
-    path = write_converted(tmp_path / "llama31.gguf", model, "llama",
-                           extra_tensors={"rope_freqs.weight": default / llama3})
+    path = write_converted(
+        tmp_path / "llama31.gguf", model, "llama", extra_tensors={"rope_freqs.weight": default / llama3}
+    )
     ours = specbound.analyze(path, threads=1)
     assert ours.model["rotary"]["scaling"] == "rope_freqs"
     hf = specbound.analyze(folder, threads=1)
@@ -142,8 +194,14 @@ def test_a_yarn_attention_factor_llama_cpp_would_change_is_refused(tmp_path):
     assert "rope_scaling" not in reader_config
     # the same file with YaRN metadata and an attn_factor: one line, naming the key
     writer = gguf.GGUFWriter(str(tmp_path / "yarn2.gguf"), "qwen3")
-    for key, value in (("block_count", 2), ("context_length", CONTEXT), ("embedding_length", N),
-                       ("feed_forward_length", D_FF), ("attention.head_count", H), ("attention.head_count_kv", KV)):
+    for key, value in (
+        ("block_count", 2),
+        ("context_length", CONTEXT),
+        ("embedding_length", N),
+        ("feed_forward_length", D_FF),
+        ("attention.head_count", H),
+        ("attention.head_count_kv", KV),
+    ):
         writer.add_uint32(f"qwen3.{key}", value)
     writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     writer.add_rope_scaling_factor(4.0)

@@ -48,8 +48,12 @@ def test_a_hybrid_gguf_is_refused_naming_its_layers(arch, recurrent, depth, word
 
     path = _write(tmp_path / f"{arch}.gguf", arch, recurrent, depth)
     noun = "layer" if len(recurrent) == 1 else "layers"
-    needles = [f"GGUF architecture {arch!r} is refused as a whole", f"{noun} {index_ranges(recurrent)} of {depth} are",
-               words, "docs/families.md"]
+    needles = [
+        f"GGUF architecture {arch!r} is refused as a whole",
+        f"{noun} {index_ranges(recurrent)} of {depth} are",
+        words,
+        "docs/families.md",
+    ]
     line = assert_one_line_error(*run_cli(capsys, path), needles)
     assert assert_api_error(needles, path) == line.removeprefix("specbound: error: ")
 

@@ -21,8 +21,14 @@ transformers = pytest.importorskip("transformers")
 N, H, KV, D, L, E, MOE_FF, D_FF, VOCAB = 32, 4, 2, 16, 4, 4, 16, 48, 64
 # a context past floor_scale (8192): the NoPE layers' query temperature is 1 + 0.1 ln 5, not 1
 CONTEXT = 32768
-LLAMA3 = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 16.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+}
 CASES = {  # name -> (Hugging Face config keys, relative tolerance)
     "every_layer_moe": ({"interleave_moe_layer_step": 1, "num_experts_per_tok": 2}, 1e-9),
     "interleaved": ({"interleave_moe_layer_step": 2, "num_experts_per_tok": 1}, 1e-9),
@@ -39,9 +45,19 @@ def build(root, case, **meta_changes):
     from safetensors.numpy import load_file
 
     config = transformers.Llama4TextConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV, head_dim=D,
-        intermediate_size=MOE_FF, intermediate_size_mlp=D_FF, num_local_experts=E, vocab_size=VOCAB,
-        max_position_embeddings=CONTEXT, rms_norm_eps=1e-5, **CASES[case][0])
+        hidden_size=N,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        head_dim=D,
+        intermediate_size=MOE_FF,
+        intermediate_size_mlp=D_FF,
+        num_local_experts=E,
+        vocab_size=VOCAB,
+        max_position_embeddings=CONTEXT,
+        rms_norm_eps=1e-5,
+        **CASES[case][0],
+    )
     torch.manual_seed(11)
     model = transformers.Llama4ForCausalLM(config).eval()
     with torch.no_grad():
@@ -92,8 +108,13 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
     result.assumptions = [e for e in result.assumptions if e["name"] != "gguf_llama4_constants"]
     hf = specbound.analyze(folder, threads=1)
     names = {e["name"] for e in hf.assumptions if e["applies"]}
-    assert {"nope_layers", "qk_norm", "chunked_attention", "attention_temperature_tuning",
-            "mixture_of_experts"} <= names
+    assert {
+        "nope_layers",
+        "qk_norm",
+        "chunked_attention",
+        "attention_temperature_tuning",
+        "mixture_of_experts",
+    } <= names
     if case == "llama3_rope":  # the scaling's name differs (llama3 / llama.cpp's rope_freqs), its frequencies not
         for a in (hf, result):
             a.model["rotary"]["scaling"] = None
@@ -116,15 +137,22 @@ def test_llama_cpp_turns_the_query_key_norm_off_for_128_experts(experts, on):
     keys, conventions = llama4_keys(None, {"expert_count": experts, "interleave_moe_layer_step": 2})
     assert keys["use_qk_norm"] is on
     assert {k: keys[k] for k in ("no_rope_layer_interval", "attention_chunk_size", "floor_scale", "attn_scale")} == {
-        "no_rope_layer_interval": 4, "attention_chunk_size": 8192, "floor_scale": 8192, "attn_scale": 0.1}
+        "no_rope_layer_interval": 4,
+        "attention_chunk_size": 8192,
+        "floor_scale": 8192,
+        "attn_scale": 0.1,
+    }
     assert keys["attn_temperature_tuning"] is True
     assert f"norm {'on' if on else 'off'} ({experts} experts" in conventions["gguf_llama4_constants"]
 
 
-@pytest.mark.parametrize("meta, match", [
-    ({"sliding_window": 0}, "sliding_window 0"),  # llama.cpp's MobileLLM variant
-    ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step"),
-])
+@pytest.mark.parametrize(
+    "meta, match",
+    [
+        ({"sliding_window": 0}, "sliding_window 0"),  # llama.cpp's MobileLLM variant
+        ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step"),
+    ],
+)
 def test_an_unmodelled_or_malformed_file_is_refused_in_one_line(tmp_path, meta, match):
     _, path, _, _ = build(tmp_path, "interleaved", **meta)
     with pytest.raises(SpecboundError, match=match) as info:

@@ -18,19 +18,37 @@ from specbound.errors import SpecboundError  # noqa: E402
 from support.gguf_convert import write_mmproj  # noqa: E402
 from support.same_numbers import assert_close_tree, numbers  # noqa: E402
 
-VISION = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8,
-              patch_size=4)
+VISION = dict(
+    hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8, patch_size=4
+)
 TEXT_WIDTH = 16
 # kind -> (the encoder's transformers classes, its config's extra keys, the projector's tensors as the converter
 # names them, with their shapes)
 KINDS = {
-    "llava": ("CLIPVisionModel", "CLIPVisionConfig", {},  # LLaVA 1.5: a two-layer MLP (LLaVA-NeXT: and a newline)
-              {"mm.0.weight": (TEXT_WIDTH, 24), "mm.0.bias": (TEXT_WIDTH,), "mm.2.weight": (TEXT_WIDTH, TEXT_WIDTH),
-               "mm.2.bias": (TEXT_WIDTH,), "model.image_newline": (TEXT_WIDTH,)}),
-    "gemma3": ("SiglipVisionModel", "SiglipVisionConfig", {"vision_use_head": False},
-               {"mm.input_projection.weight": (24, TEXT_WIDTH), "mm.soft_emb_norm.weight": (24,)}),
-    "idefics3": ("SiglipVisionModel", "SiglipVisionConfig", {"vision_use_head": False},
-                 {"mm.model.fc.weight": (TEXT_WIDTH, 24 * 4)}),
+    "llava": (
+        "CLIPVisionModel",
+        "CLIPVisionConfig",
+        {},  # LLaVA 1.5: a two-layer MLP (LLaVA-NeXT: and a newline)
+        {
+            "mm.0.weight": (TEXT_WIDTH, 24),
+            "mm.0.bias": (TEXT_WIDTH,),
+            "mm.2.weight": (TEXT_WIDTH, TEXT_WIDTH),
+            "mm.2.bias": (TEXT_WIDTH,),
+            "model.image_newline": (TEXT_WIDTH,),
+        },
+    ),
+    "gemma3": (
+        "SiglipVisionModel",
+        "SiglipVisionConfig",
+        {"vision_use_head": False},
+        {"mm.input_projection.weight": (24, TEXT_WIDTH), "mm.soft_emb_norm.weight": (24,)},
+    ),
+    "idefics3": (
+        "SiglipVisionModel",
+        "SiglipVisionConfig",
+        {"vision_use_head": False},
+        {"mm.model.fc.weight": (TEXT_WIDTH, 24 * 4)},
+    ),
 }
 
 
@@ -56,8 +74,13 @@ def pair(request, tmp_path_factory):
         torch.nn.init.normal_(p, std=0.2)
     folder = tmp_path_factory.mktemp(kind)
     rng = np.random.default_rng(1)
-    mmproj = write_mmproj(folder / f"mmproj-{kind}.gguf", model, kind,
-                          {name: rng.normal(size=shape) for name, shape in projector.items()}, text_width=TEXT_WIDTH)
+    mmproj = write_mmproj(
+        folder / f"mmproj-{kind}.gguf",
+        model,
+        kind,
+        {name: rng.normal(size=shape) for name, shape in projector.items()},
+        text_width=TEXT_WIDTH,
+    )
     hf = folder / "hf"
     _folder_model(model, VISION["num_hidden_layers"] - (kind == "llava")).save_pretrained(hf)
     return kind, hf, mmproj, model
@@ -78,10 +101,12 @@ def _oracle_rows(model, layers: int) -> list:
     for layer, block in enumerate(encoder.layers[:layers]):
         w = {r: getattr(block.self_attn, f"{r}_proj").weight.detach().double().numpy() for r in "qkv"}
         o = block.self_attn.out_proj.weight.detach().double().numpy()
-        rows += [(layer, "QK", w["q"][h * d:(h + 1) * d].T @ w["k"][h * d:(h + 1) * d]) for h in range(heads)]
-        rows += [(layer, "OV", w["v"][h * d:(h + 1) * d].T @ o[:, h * d:(h + 1) * d].T) for h in range(heads)]
-        rows += [(layer, role, getattr(block.mlp, fc).weight.detach().double().numpy())
-                 for role, fc in (("FF_in", "fc1"), ("FF_out", "fc2"))]
+        rows += [(layer, "QK", w["q"][h * d : (h + 1) * d].T @ w["k"][h * d : (h + 1) * d]) for h in range(heads)]
+        rows += [(layer, "OV", w["v"][h * d : (h + 1) * d].T @ o[:, h * d : (h + 1) * d].T) for h in range(heads)]
+        rows += [
+            (layer, role, getattr(block.mlp, fc).weight.detach().double().numpy())
+            for role, fc in (("FF_in", "fc1"), ("FF_out", "fc2"))
+        ]
     return rows
 
 
@@ -134,6 +159,7 @@ def test_the_projector_is_named_among_the_assumptions(pair):
 
 # --- what is refused, in one line: projector types without a family, metadata that cannot be the encoder's ---
 
+
 def _mmproj(tmp_path, metadata=None, tensors=None):
     from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
 
@@ -164,15 +190,18 @@ def test_the_tiny_file_analyses_as_a_vision_tower(tmp_path):
     assert specbound.analyze(_mmproj(tmp_path), threads=1, tower="vision").bounds == result.bounds
 
 
-@pytest.mark.parametrize("projector, needles", [
-    ("pixtral", ["'pixtral'", "Pixtral's vision encoder", "2D rotary", "no family"]),
-    ("qwen2.5vl_merger", ["'qwen2.5vl_merger'", "Qwen2.5-VL's vision transformer", "window attention"]),
-    ("qwen2vl_merger", ["'qwen2vl_merger'", "Qwen2-VL's vision transformer", "patch merger"]),
-    ("qwen3vl_merger", ["'qwen3vl_merger'", "Qwen3-VL", "deepstack"]),
-    ("llama4", ["'llama4'", "Llama 4's vision encoder", "pixel-shuffle"]),
-    ("ultravox", ["'ultravox'", "an audio encoder"]),
-    ("no-such-projector", ["'no-such-projector'", "a vision encoder specbound does not know"]),
-])
+@pytest.mark.parametrize(
+    "projector, needles",
+    [
+        ("pixtral", ["'pixtral'", "Pixtral's vision encoder", "2D rotary", "no family"]),
+        ("qwen2.5vl_merger", ["'qwen2.5vl_merger'", "Qwen2.5-VL's vision transformer", "window attention"]),
+        ("qwen2vl_merger", ["'qwen2vl_merger'", "Qwen2-VL's vision transformer", "patch merger"]),
+        ("qwen3vl_merger", ["'qwen3vl_merger'", "Qwen3-VL", "deepstack"]),
+        ("llama4", ["'llama4'", "Llama 4's vision encoder", "pixel-shuffle"]),
+        ("ultravox", ["'ultravox'", "an audio encoder"]),
+        ("no-such-projector", ["'no-such-projector'", "a vision encoder specbound does not know"]),
+    ],
+)
 def test_an_unsupported_projector_type_is_one_line_naming_it(tmp_path, projector, needles):
     from support.gguf_bytes import STR
 
@@ -184,27 +213,37 @@ def test_an_unsupported_projector_type_is_one_line_naming_it(tmp_path, projector
 def test_the_mixed_modality_key_names_the_vision_projector(tmp_path):
     from support.gguf_bytes import BOOL, STR
 
-    metadata = _with("clip.projector_type", STR, "qwen2.5o") + [("clip.vision.projector_type", STR, "gemma3"),
-                                                              ("clip.has_audio_encoder", BOOL, True)]
+    metadata = _with("clip.projector_type", STR, "qwen2.5o") + [
+        ("clip.vision.projector_type", STR, "gemma3"),
+        ("clip.has_audio_encoder", BOOL, True),
+    ]
     assert specbound.analyze(_mmproj(tmp_path, metadata), threads=1).model["L"] == 1
 
 
-@pytest.mark.parametrize("key, kind, value, needles", [
-    ("clip.vision.block_count", None, None, ["'clip.vision.block_count' must hold a positive integer", "no such key"]),
-    ("clip.vision.embedding_length", None, None, ["'clip.vision.embedding_length'", "no such key"]),
-    ("clip.vision.feed_forward_length", None, None, ["'clip.vision.feed_forward_length'", "no such key"]),
-    ("clip.vision.attention.head_count", None, None, ["'clip.vision.attention.head_count'", "no such key"]),
-    ("clip.projector_type", None, None, ["'clip.projector_type' must name the projector type", "no such key"]),
-    ("clip.vision.block_count", "U64", 2**63, ["'clip.vision.block_count'", "at most 2^53"]),
-    ("clip.vision.block_count", "U32", 4_000_000_000, ["declares 4,000,000,000 blocks", "tensors of 1"]),
-    ("clip.vision.block_count", "U32", 0, ["'clip.vision.block_count' must hold a positive integer", "0"]),
-    ("clip.vision.attention.head_count", "U32", 3, ["embedding_length 8 is not a multiple", "head_count 3"]),
-    ("clip.vision.embedding_length", "STR", "8", ["'clip.vision.embedding_length'", "'8' (str)"]),
-    ("clip.vision.attention.layer_norm_epsilon", "F32", float("nan"), ["layer_norm_epsilon", "finite positive"]),
-    ("clip.use_silu", "BOOL", True, ["both clip.use_gelu and clip.use_silu"]),
-    ("clip.use_gelu", "U32", 1, ["'clip.use_gelu' must hold a boolean"]),
-    ("clip.has_vision_encoder", "BOOL", False, ["clip.has_vision_encoder", "specbound analyses vision encoders"]),
-])
+@pytest.mark.parametrize(
+    "key, kind, value, needles",
+    [
+        (
+            "clip.vision.block_count",
+            None,
+            None,
+            ["'clip.vision.block_count' must hold a positive integer", "no such key"],
+        ),
+        ("clip.vision.embedding_length", None, None, ["'clip.vision.embedding_length'", "no such key"]),
+        ("clip.vision.feed_forward_length", None, None, ["'clip.vision.feed_forward_length'", "no such key"]),
+        ("clip.vision.attention.head_count", None, None, ["'clip.vision.attention.head_count'", "no such key"]),
+        ("clip.projector_type", None, None, ["'clip.projector_type' must name the projector type", "no such key"]),
+        ("clip.vision.block_count", "U64", 2**63, ["'clip.vision.block_count'", "at most 2^53"]),
+        ("clip.vision.block_count", "U32", 4_000_000_000, ["declares 4,000,000,000 blocks", "tensors of 1"]),
+        ("clip.vision.block_count", "U32", 0, ["'clip.vision.block_count' must hold a positive integer", "0"]),
+        ("clip.vision.attention.head_count", "U32", 3, ["embedding_length 8 is not a multiple", "head_count 3"]),
+        ("clip.vision.embedding_length", "STR", "8", ["'clip.vision.embedding_length'", "'8' (str)"]),
+        ("clip.vision.attention.layer_norm_epsilon", "F32", float("nan"), ["layer_norm_epsilon", "finite positive"]),
+        ("clip.use_silu", "BOOL", True, ["both clip.use_gelu and clip.use_silu"]),
+        ("clip.use_gelu", "U32", 1, ["'clip.use_gelu' must hold a boolean"]),
+        ("clip.has_vision_encoder", "BOOL", False, ["clip.has_vision_encoder", "specbound analyses vision encoders"]),
+    ],
+)
 def test_hostile_metadata_is_one_line_naming_the_key(tmp_path, key, kind, value, needles):
     from support import gguf_bytes
 
@@ -226,6 +265,7 @@ def test_a_gated_encoder_under_a_supported_type_is_refused_by_its_stray_tensor(t
 
 
 # --- a text GGUF and its mmproj file side by side: the text and vision towers of one model ---
+
 
 def _pair_folder(tmp_path, *extra):
     from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
@@ -252,8 +292,10 @@ def test_a_folder_of_a_text_gguf_and_its_mmproj_is_two_towers(tmp_path):
     both = specbound.analyze(folder, threads=1)
     assert isinstance(both, specbound.TowerAnalyses) and list(both) == ["text", "vision"]
     assert (both["text"].model["tower"], both["vision"].model["tower"]) == ("text", "vision")
-    alone = {"text": specbound.analyze(folder / "model-Q8_0.gguf", threads=1),
-             "vision": specbound.analyze(folder / "mmproj-model-f16.gguf", threads=1)}
+    alone = {
+        "text": specbound.analyze(folder / "model-Q8_0.gguf", threads=1),
+        "vision": specbound.analyze(folder / "mmproj-model-f16.gguf", threads=1),
+    }
     assert alone["text"].model["family"] == both["text"].model["family"] == "llama_gguf"
     pair_entry = {a["name"]: a for a in json.loads(both["text"].to_json())["assumptions"]}["gguf_mmproj_pair"]
     assert "mmproj-model-f16.gguf beside it is its vision tower" in pair_entry["effect"]

@@ -28,27 +28,77 @@ T = transformers
 
 
 def _glm():
-    return T.Glm4MoeForCausalLM(T.Glm4MoeConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV, head_dim=16,
-        intermediate_size=D_FF, moe_intermediate_size=MOE_FF, n_routed_experts=E, num_experts_per_tok=TOP_K,
-        n_group=2, topk_group=1, first_k_dense_replace=1, n_shared_experts=1, routed_scaling_factor=2.5,
-        use_qk_norm=True, attention_bias=True, num_nextn_predict_layers=1, rms_norm_eps=1e-5, vocab_size=VOCAB,
-        max_position_embeddings=64))
+    return T.Glm4MoeForCausalLM(
+        T.Glm4MoeConfig(
+            hidden_size=N,
+            num_hidden_layers=L,
+            num_attention_heads=H,
+            num_key_value_heads=KV,
+            head_dim=16,
+            intermediate_size=D_FF,
+            moe_intermediate_size=MOE_FF,
+            n_routed_experts=E,
+            num_experts_per_tok=TOP_K,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            n_shared_experts=1,
+            routed_scaling_factor=2.5,
+            use_qk_norm=True,
+            attention_bias=True,
+            num_nextn_predict_layers=1,
+            rms_norm_eps=1e-5,
+            vocab_size=VOCAB,
+            max_position_embeddings=64,
+        )
+    )
 
 
 def _ernie():  # layer 0 dense (moe_layer_start_index), then every layer; two shared experts
-    return T.Ernie4_5_MoeForCausalLM(T.Ernie4_5_MoeConfig(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV, intermediate_size=D_FF,
-        moe_intermediate_size=MOE_FF, moe_num_experts=E, moe_k=TOP_K, moe_layer_start_index=1,
-        moe_num_shared_experts=2, rms_norm_eps=1e-5, vocab_size=VOCAB, max_position_embeddings=64))
+    return T.Ernie4_5_MoeForCausalLM(
+        T.Ernie4_5_MoeConfig(
+            hidden_size=N,
+            num_hidden_layers=L,
+            num_attention_heads=H,
+            num_key_value_heads=KV,
+            intermediate_size=D_FF,
+            moe_intermediate_size=MOE_FF,
+            moe_num_experts=E,
+            moe_k=TOP_K,
+            moe_layer_start_index=1,
+            moe_num_shared_experts=2,
+            rms_norm_eps=1e-5,
+            vocab_size=VOCAB,
+            max_position_embeddings=64,
+        )
+    )
 
 
 def _deepseek(**config):  # families.py's DeepSeek-V3 layout: latents of 12 and 10, 6 + 4 key features, 5 value features
-    return T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
-        hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF,
-        moe_intermediate_size=MOE_FF, n_routed_experts=E, num_experts_per_tok=TOP_K, n_group=2, topk_group=1,
-        first_k_dense_replace=1, n_shared_experts=1, q_lora_rank=12, kv_lora_rank=10, qk_rope_head_dim=4,
-        qk_nope_head_dim=6, v_head_dim=5, rms_norm_eps=1e-6, vocab_size=VOCAB, max_position_embeddings=64, **config))
+    return T.DeepseekV3ForCausalLM(
+        T.DeepseekV3Config(
+            hidden_size=N,
+            num_hidden_layers=L,
+            num_attention_heads=H,
+            intermediate_size=D_FF,
+            moe_intermediate_size=MOE_FF,
+            n_routed_experts=E,
+            num_experts_per_tok=TOP_K,
+            n_group=2,
+            topk_group=1,
+            first_k_dense_replace=1,
+            n_shared_experts=1,
+            q_lora_rank=12,
+            kv_lora_rank=10,
+            qk_rope_head_dim=4,
+            qk_nope_head_dim=6,
+            v_head_dim=5,
+            rms_norm_eps=1e-6,
+            vocab_size=VOCAB,
+            max_position_embeddings=64,
+            **config,
+        )
+    )
 
 
 def _yarn_meta(rope):
@@ -56,10 +106,16 @@ def _yarn_meta(rope):
     the config states) and DeepseekV2Model's yarn_log_multiplier, 0.1 mscale_all_dim when the config has it."""
     if rope.get("rope_type") != "yarn":
         return {}
-    meta = dict(rope_scaling_type=gguf.RopeScalingType.YARN, rope_scaling_factor=rope["factor"],
-                rope_scaling_orig_ctx_len=rope["original_max_position_embeddings"])
-    for ours, theirs in (("yarn_ext_factor", "extrapolation_factor"), ("yarn_beta_fast", "beta_fast"),
-                         ("yarn_beta_slow", "beta_slow")):
+    meta = dict(
+        rope_scaling_type=gguf.RopeScalingType.YARN,
+        rope_scaling_factor=rope["factor"],
+        rope_scaling_orig_ctx_len=rope["original_max_position_embeddings"],
+    )
+    for ours, theirs in (
+        ("yarn_ext_factor", "extrapolation_factor"),
+        ("yarn_beta_fast", "beta_fast"),
+        ("yarn_beta_slow", "beta_slow"),
+    ):
         if rope.get(theirs) is not None:
             meta[f"rope_scaling_{ours}"] = rope[theirs]
     if rope.get("attention_factor", rope.get("attn_factor")) is not None:
@@ -72,52 +128,89 @@ def _yarn_meta(rope):
 def _deepseek_meta(c):
     """DeepseekV2Model.set_gguf_parameters: one key/value head, the absorbed key/value lengths and the MLA
     ones, the gating function by scoring_func, the rope scaling (:func:`_yarn_meta`)."""
-    return dict(**_yarn_meta(c.rope_parameters),
-                block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
-                feed_forward_length=c.intermediate_size, head_count=H, head_count_kv=1,
-                layer_norm_rms_eps=c.rms_norm_eps, rope_freq_base=c.rope_parameters["rope_theta"],
-                leading_dense_block_count=c.first_k_dense_replace, q_lora_rank=c.q_lora_rank,
-                kv_lora_rank=c.kv_lora_rank, key_length=c.kv_lora_rank + c.qk_rope_head_dim,
-                value_length=c.kv_lora_rank, key_length_mla=c.qk_nope_head_dim + c.qk_rope_head_dim,
-                value_length_mla=c.v_head_dim, expert_feed_forward_length=c.moe_intermediate_size,
-                expert_count=c.n_routed_experts, expert_used_count=c.num_experts_per_tok,
-                expert_shared_count=c.n_shared_experts, expert_weights_scale=c.routed_scaling_factor,
-                expert_weights_norm=c.norm_topk_prob, expert_gating_func=gguf.ExpertGatingFuncType.SIGMOID,
-                rope_dimension_count=c.qk_rope_head_dim)
+    return dict(
+        **_yarn_meta(c.rope_parameters),
+        block_count=c.num_hidden_layers,
+        context_length=c.max_position_embeddings,
+        embedding_length=N,
+        feed_forward_length=c.intermediate_size,
+        head_count=H,
+        head_count_kv=1,
+        layer_norm_rms_eps=c.rms_norm_eps,
+        rope_freq_base=c.rope_parameters["rope_theta"],
+        leading_dense_block_count=c.first_k_dense_replace,
+        q_lora_rank=c.q_lora_rank,
+        kv_lora_rank=c.kv_lora_rank,
+        key_length=c.kv_lora_rank + c.qk_rope_head_dim,
+        value_length=c.kv_lora_rank,
+        key_length_mla=c.qk_nope_head_dim + c.qk_rope_head_dim,
+        value_length_mla=c.v_head_dim,
+        expert_feed_forward_length=c.moe_intermediate_size,
+        expert_count=c.n_routed_experts,
+        expert_used_count=c.num_experts_per_tok,
+        expert_shared_count=c.n_shared_experts,
+        expert_weights_scale=c.routed_scaling_factor,
+        expert_weights_norm=c.norm_topk_prob,
+        expert_gating_func=gguf.ExpertGatingFuncType.SIGMOID,
+        rope_dimension_count=c.qk_rope_head_dim,
+    )
 
 
 def _glm_meta(c):
     """Glm4MoeModel.set_gguf_parameters (after TextModel's): block_count counts the MTP layers."""
-    return dict(block_count=c.num_hidden_layers + c.num_nextn_predict_layers, context_length=c.max_position_embeddings,
-                embedding_length=N, feed_forward_length=c.intermediate_size, head_count=H, head_count_kv=KV,
-                key_length=c.head_dim, value_length=c.head_dim, layer_norm_rms_eps=c.rms_norm_eps,
-                rope_freq_base=c.rope_parameters["rope_theta"],
-                rope_dimension_count=int(c.head_dim * c.rope_parameters["partial_rotary_factor"]),
-                expert_count=c.n_routed_experts, expert_used_count=c.num_experts_per_tok,
-                expert_feed_forward_length=c.moe_intermediate_size, expert_shared_count=c.n_shared_experts,
-                leading_dense_block_count=c.first_k_dense_replace,
-                expert_gating_func=gguf.ExpertGatingFuncType.SIGMOID,
-                expert_weights_scale=c.routed_scaling_factor, expert_weights_norm=c.norm_topk_prob,
-                nextn_predict_layers=c.num_nextn_predict_layers)
+    return dict(
+        block_count=c.num_hidden_layers + c.num_nextn_predict_layers,
+        context_length=c.max_position_embeddings,
+        embedding_length=N,
+        feed_forward_length=c.intermediate_size,
+        head_count=H,
+        head_count_kv=KV,
+        key_length=c.head_dim,
+        value_length=c.head_dim,
+        layer_norm_rms_eps=c.rms_norm_eps,
+        rope_freq_base=c.rope_parameters["rope_theta"],
+        rope_dimension_count=int(c.head_dim * c.rope_parameters["partial_rotary_factor"]),
+        expert_count=c.n_routed_experts,
+        expert_used_count=c.num_experts_per_tok,
+        expert_feed_forward_length=c.moe_intermediate_size,
+        expert_shared_count=c.n_shared_experts,
+        leading_dense_block_count=c.first_k_dense_replace,
+        expert_gating_func=gguf.ExpertGatingFuncType.SIGMOID,
+        expert_weights_scale=c.routed_scaling_factor,
+        expert_weights_norm=c.norm_topk_prob,
+        nextn_predict_layers=c.num_nextn_predict_layers,
+    )
 
 
 def _ernie_meta(c):
     """Ernie4_5MoeModel.set_gguf_parameters (after TextModel's), its shared width included:
     intermediate_size // num_key_value_heads, which the reader does not use (the shared block's width is
     expert_shared_count experts of expert_feed_forward_length, as the Hugging Face family reads it)."""
-    return dict(block_count=c.num_hidden_layers, context_length=c.max_position_embeddings, embedding_length=N,
-                feed_forward_length=c.intermediate_size, head_count=H, head_count_kv=KV,
-                layer_norm_rms_eps=c.rms_norm_eps, rope_freq_base=c.rope_parameters["rope_theta"],
-                expert_count=c.moe_num_experts, expert_used_count=c.moe_k,
-                interleave_moe_layer_step=c.moe_layer_interval, leading_dense_block_count=c.moe_layer_start_index,
-                expert_feed_forward_length=c.moe_intermediate_size, expert_shared_count=c.moe_num_shared_experts,
-                expert_shared_feed_forward_length=c.intermediate_size // c.num_key_value_heads)
+    return dict(
+        block_count=c.num_hidden_layers,
+        context_length=c.max_position_embeddings,
+        embedding_length=N,
+        feed_forward_length=c.intermediate_size,
+        head_count=H,
+        head_count_kv=KV,
+        layer_norm_rms_eps=c.rms_norm_eps,
+        rope_freq_base=c.rope_parameters["rope_theta"],
+        expert_count=c.moe_num_experts,
+        expert_used_count=c.moe_k,
+        interleave_moe_layer_step=c.moe_layer_interval,
+        leading_dense_block_count=c.moe_layer_start_index,
+        expert_feed_forward_length=c.moe_intermediate_size,
+        expert_shared_count=c.moe_num_shared_experts,
+        expert_shared_feed_forward_length=c.intermediate_size // c.num_key_value_heads,
+    )
 
 
 # name -> (GGUF architecture, gguf MODEL_ARCH, Hugging Face model, metadata)
-MODELS = {"glm4_moe": ("glm4moe", "GLM4_MOE", _glm, _glm_meta),
-          "ernie4_5_moe": ("ernie4_5-moe", "ERNIE4_5_MOE", _ernie, _ernie_meta),
-          "deepseek_v3": ("deepseek2", "DEEPSEEK2", _deepseek, _deepseek_meta)}
+MODELS = {
+    "glm4_moe": ("glm4moe", "GLM4_MOE", _glm, _glm_meta),
+    "ernie4_5_moe": ("ernie4_5-moe", "ERNIE4_5_MOE", _ernie, _ernie_meta),
+    "deepseek_v3": ("deepseek2", "DEEPSEEK2", _deepseek, _deepseek_meta),
+}
 
 
 def split_kv_b(kv_b, config):
@@ -142,7 +235,7 @@ def convert(state, arch_id, blocks, config=None):
             continue
         if ".mlp.experts." in name:  # model.layers.{l}.mlp.experts.{e}.{role}_proj.weight
             parts = name.split(".")
-            banks.setdefault((int(parts[2]), parts[6][:-len("_proj")]), {})[int(parts[5])] = array
+            banks.setdefault((int(parts[2]), parts[6][: -len("_proj")]), {})[int(parts[5])] = array
             continue
         name = name.replace("e_score_correction_bias", "e_score_correction.bias")
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
@@ -158,12 +251,19 @@ def mtp_block(tensors, layer, rng):
     """A multi-token-prediction block as the GLM-4.5 checkpoint's layer ``num_hidden_layers`` converts: a whole
     layer's tensors (the last layer's shapes, random values) and the nextn tensors."""
     last = layer - 1
-    out = {n.replace(f"blk.{last}.", f"blk.{layer}.", 1): rng.normal(size=a.shape).astype(np.float32)
-           for n, a in tensors.items() if n.startswith(f"blk.{last}.")}
-    out.update({f"blk.{layer}.nextn.eh_proj.weight": rng.normal(size=(N, 2 * N)).astype(np.float32),
-                f"blk.{layer}.nextn.enorm.weight": np.ones(N, np.float32),
-                f"blk.{layer}.nextn.hnorm.weight": np.ones(N, np.float32),
-                f"blk.{layer}.nextn.shared_head_norm.weight": np.ones(N, np.float32)})
+    out = {
+        n.replace(f"blk.{last}.", f"blk.{layer}.", 1): rng.normal(size=a.shape).astype(np.float32)
+        for n, a in tensors.items()
+        if n.startswith(f"blk.{last}.")
+    }
+    out.update(
+        {
+            f"blk.{layer}.nextn.eh_proj.weight": rng.normal(size=(N, 2 * N)).astype(np.float32),
+            f"blk.{layer}.nextn.enorm.weight": np.ones(N, np.float32),
+            f"blk.{layer}.nextn.hnorm.weight": np.ones(N, np.float32),
+            f"blk.{layer}.nextn.shared_head_norm.weight": np.ones(N, np.float32),
+        }
+    )
     return out
 
 
@@ -240,8 +340,9 @@ def test_glms_multi_token_prediction_block_is_not_a_layer(tmp_path):
     opened = open_model(path)
     assert opened.dims.L == L and opened.ckpt.config["layer_count"] == L
     assert "mtp.blk.3.nextn.eh_proj.weight" in opened.ckpt.names and "blk.3.attn_q.weight" not in opened.ckpt.names
-    np.testing.assert_array_equal(opened.ckpt.read("mtp.blk.3.nextn.eh_proj.weight"),
-                                  tensors["blk.3.nextn.eh_proj.weight"])  # renamed, still its own bytes
+    np.testing.assert_array_equal(
+        opened.ckpt.read("mtp.blk.3.nextn.eh_proj.weight"), tensors["blk.3.nextn.eh_proj.weight"]
+    )  # renamed, still its own bytes
     moe = opened.dims.moe
     assert (moe.scoring, moe.gate_max, moe.gate_sum, moe.shared_d_ff) == ("sigmoid", 2.5, 2.5, MOE_FF)
 
@@ -259,18 +360,35 @@ def test_glm_gates_not_renormalised_without_expert_weights_norm(tmp_path):
     assert open_model(path).dims.moe.gate_sum == 2.5 * TOP_K
 
 
-@pytest.mark.parametrize("name, meta, match", [
-    ("glm4_moe", {"nextn_predict_layers": L + 1}, "nextn_predict_layers"),
-    ("glm4_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),
-    ("ernie4_5_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SIGMOID}, "expert_gating_func"),
-    ("deepseek_v3", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),  # V2's
-    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.LINEAR, "rope_scaling_factor": 4.0}, "'yarn'"),
-    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.YARN, "rope_scaling_factor": 4.0,
-                     "rope_scaling_yarn_ext_factor": 0.5}, "yarn_ext_factor"),
-    ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.YARN, "rope_scaling_factor": 4.0,
-                     "rope_scaling_yarn_log_mul": -0.1}, "yarn_log_multiplier"),
-    ("deepseek_v3", {"key_length_mla": 4}, "key_length_mla"),  # not above the 4 rotated features
-])
+@pytest.mark.parametrize(
+    "name, meta, match",
+    [
+        ("glm4_moe", {"nextn_predict_layers": L + 1}, "nextn_predict_layers"),
+        ("glm4_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),
+        ("ernie4_5_moe", {"expert_gating_func": gguf.ExpertGatingFuncType.SIGMOID}, "expert_gating_func"),
+        ("deepseek_v3", {"expert_gating_func": gguf.ExpertGatingFuncType.SOFTMAX}, "expert_gating_func"),  # V2's
+        ("deepseek_v3", {"rope_scaling_type": gguf.RopeScalingType.LINEAR, "rope_scaling_factor": 4.0}, "'yarn'"),
+        (
+            "deepseek_v3",
+            {
+                "rope_scaling_type": gguf.RopeScalingType.YARN,
+                "rope_scaling_factor": 4.0,
+                "rope_scaling_yarn_ext_factor": 0.5,
+            },
+            "yarn_ext_factor",
+        ),
+        (
+            "deepseek_v3",
+            {
+                "rope_scaling_type": gguf.RopeScalingType.YARN,
+                "rope_scaling_factor": 4.0,
+                "rope_scaling_yarn_log_mul": -0.1,
+            },
+            "yarn_log_multiplier",
+        ),
+        ("deepseek_v3", {"key_length_mla": 4}, "key_length_mla"),  # not above the 4 rotated features
+    ],
+)
 def test_a_malformed_or_unmodelled_file_is_refused_in_one_line(tmp_path, name, meta, match):
     _, path, _, _ = build(name, tmp_path, **meta)
     with pytest.raises(SpecboundError, match=match) as info:
@@ -298,8 +416,11 @@ def test_deepseeks_kv_b_is_joined_from_the_converters_halves(tmp_path):
 
 # DeepSeek-V3's and Kimi-K2's YaRN (mscale = mscale_all_dim = 1), DeepSeek-V2's (0.707), and one without mscale_all_dim
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1}
-YARN_CASES = {"v3": {"mscale": 1.0, "mscale_all_dim": 1.0}, "v2": {"mscale": 0.707, "mscale_all_dim": 0.707},
-              "no_mscale": {}}
+YARN_CASES = {
+    "v3": {"mscale": 1.0, "mscale_all_dim": 1.0},
+    "v2": {"mscale": 0.707, "mscale_all_dim": 0.707},
+    "no_mscale": {},
+}
 
 
 @pytest.mark.parametrize("case", sorted(YARN_CASES))
@@ -346,6 +467,9 @@ def test_mscale_all_dim_is_the_decimal_the_config_stated(stated):
     from specbound.io.gguf_archs import deepseek2_yarn
 
     stored = float(np.float32(0.1 * stated))  # the file's float32, read back as a float
-    config = {"rope.scaling.type": "yarn", "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
-              "rope.scaling.yarn_log_multiplier": stored}
+    config = {
+        "rope.scaling.type": "yarn",
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+        "rope.scaling.yarn_log_multiplier": stored,
+    }
     assert deepseek2_yarn(None, config)[0]["rope_scaling"]["mscale_all_dim"] == stated

@@ -79,8 +79,9 @@ def test_refs_written_and_read_by_other_tools(tmp_path, hub_env):
     # this process: nothing but the cache answers (the server is gone as well)
     hub_env.setattr(constants, "HF_HUB_OFFLINE", True)
     hub_env.setenv("HF_HUB_OFFLINE", "1")
-    model = transformers.AutoModel.from_pretrained(REPO, cache_dir=str(cache), local_files_only=True,
-                                                   ignore_mismatched_sizes=True)
+    model = transformers.AutoModel.from_pretrained(
+        REPO, cache_dir=str(cache), local_files_only=True, ignore_mismatched_sizes=True
+    )
     loaded = model.encoder.layer[0].attention.self.query.weight.detach().numpy()
     expected = load_file(str(local / "model.safetensors"))["encoder.layer.0.attention.self.query.weight"]
     np.testing.assert_array_equal(loaded, expected)
@@ -88,8 +89,9 @@ def test_refs_written_and_read_by_other_tools(tmp_path, hub_env):
 
 def test_not_found_and_unauthorised_say_private(tmp_path, hub_env):
     local = write_tiny_bert(tmp_path / "local", seed=24)
-    with HubServer({REPO: local, "org/plain404": local, "org/secret": local},
-                   bare_status={"org/plain404": 404, "org/secret": 401}) as hub:
+    with HubServer(
+        {REPO: local, "org/plain404": local, "org/secret": local}, bare_status={"org/plain404": 404, "org/secret": 401}
+    ) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
         for repo in ("org/absent", "org/plain404", "org/secret"):
             with pytest.raises(SpecboundError) as info:

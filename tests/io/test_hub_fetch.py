@@ -69,15 +69,18 @@ def test_fetch_sharded_by_revision(tmp_path, hub_env):
     reference = specbound.analyze(local, threads=1)
     tensors = load_file(str(local / "model.safetensors"))
     names = sorted(tensors)
-    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
-              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    shards = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     sharded = tmp_path / "sharded"
     sharded.mkdir()
     shutil.copy(local / "config.json", sharded)
     for shard, keys in shards.items():
         save_file({k: tensors[k] for k in keys}, str(sharded / shard))
-    (sharded / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}}))
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": {k: s for s, keys in shards.items() for k in keys}})
+    )
     commit = "b" * 40
     with HubServer({REPO: _served(tmp_path, sharded)}, commit=commit) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
@@ -98,7 +101,7 @@ def test_resumes_after_dropped_connection(tmp_path, hub_env):
         _same(reference, specbound.analyze(REPO, threads=1))
     gets = [r for m, p, r in hub.log if m == "GET" and p.endswith("/model.safetensors")]
     assert len(gets) == 2 and gets[0] == "" and gets[1].startswith("bytes="), gets
-    assert 0 < int(gets[1][len("bytes="):].rstrip("-")) <= half
+    assert 0 < int(gets[1][len("bytes=") :].rstrip("-")) <= half
 
 
 def test_errors_are_one_line(tmp_path, hub_env):
@@ -134,14 +137,29 @@ def test_cli_fetch_revision_option(tmp_path, hub_env):
     """The CLI: ``--revision`` is the same as ``@REV``; an error is one line with exit status 2."""
     local = write_tiny_bert(tmp_path / "local", seed=7)
     with HubServer({REPO: local}) as hub:
-        env = {**__import__("os").environ, "HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache"),
-               "HF_HUB_DISABLE_XET": "1", "PYTHONPATH": ":".join(p for p in sys.path if p)}
-        run = subprocess.run([sys.executable, "-m", "specbound.cli", "analyze", REPO, "--revision", "a" * 40],
-                             env=env, capture_output=True, text=True, timeout=300)
+        env = {
+            **__import__("os").environ,
+            "HF_ENDPOINT": hub.url,
+            "HF_HUB_CACHE": str(tmp_path / "cache"),
+            "HF_HUB_DISABLE_XET": "1",
+            "PYTHONPATH": ":".join(p for p in sys.path if p),
+        }
+        run = subprocess.run(
+            [sys.executable, "-m", "specbound.cli", "analyze", REPO, "--revision", "a" * 40],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         assert hub.fetched() == {"config.json", "model.safetensors"}
-        bad = subprocess.run([sys.executable, "-m", "specbound.cli", "analyze", "org/absent"],
-                             env=env, capture_output=True, text=True, timeout=300)
+        bad = subprocess.run(
+            [sys.executable, "-m", "specbound.cli", "analyze", "org/absent"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1 and "is not a model on" in bad.stderr
 

@@ -62,10 +62,14 @@ HOSTILE_INFO = {
     "absolute sha": ({"sha": "ABSOLUTE"}, "the commit"),
     "no sha": ({"sha": None}, "the commit"),
     "siblings an object": ({"siblings": {"config.json": {"size": 3}}}, "model info"),
-    "sizes strings": ({"siblings": [{"rfilename": "config.json", "size": "12"},
-                                    {"rfilename": "model.safetensors", "size": "1e9"}]}, "the size"),
-    "sibling escaping": ({"siblings": [{"rfilename": "../config.json", "size": 3},
-                                       {"rfilename": "model.safetensors", "size": 3}]}, "sibling file name"),
+    "sizes strings": (
+        {"siblings": [{"rfilename": "config.json", "size": "12"}, {"rfilename": "model.safetensors", "size": "1e9"}]},
+        "the size",
+    ),
+    "sibling escaping": (
+        {"siblings": [{"rfilename": "../config.json", "size": 3}, {"rfilename": "model.safetensors", "size": 3}]},
+        "sibling file name",
+    ),
     "sibling absolute": ({"siblings": [{"rfilename": "/etc/config.json", "size": 3}]}, "sibling file name"),
 }
 
@@ -194,8 +198,14 @@ def _cli(capfd, *args):
     return rc, out, err.splitlines()
 
 
-@pytest.mark.parametrize("server", [{"cut_always": ("config.json",)}, {"get_patch": {"Content-Length": "100"}},
-                                    {"get_patch": {"Content-Length": "100000"}}])
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"cut_always": ("config.json",)},
+        {"get_patch": {"Content-Length": "100"}},
+        {"get_patch": {"Content-Length": "100000"}},
+    ],
+)
 def test_cut_short_or_wrong_length_is_one_line(world, model, monkeypatch, capfd, caplog, server):
     """huggingface_hub's retry lines (a body cut short, a GET whose Content-Length the HEAD did not
     say) are kept off stderr: one line, exit 2; --verbose shows them.  A later run against an honest

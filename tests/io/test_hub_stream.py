@@ -33,7 +33,9 @@ LAYERS = 4
 
 def _tree_bytes(*folders: Path) -> int:
     """Bytes of the files under ``folders`` (a cache snapshot's links to its blobs not counted twice)."""
-    return sum(p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file() and not p.is_symlink())
+    return sum(
+        p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file() and not p.is_symlink()
+    )
 
 
 def _layer_bytes(folder: Path) -> dict[int, int]:
@@ -116,8 +118,10 @@ def test_stream_reads_ranges_disk_below_a_layer_and_equals_local(tmp_path, hub_e
     # then one per matrix read: q, k, v, o, ff_in, ff_out of each layer; biases, norms and embeddings
     # are never read
     assert 2 * 1 + 6 * LAYERS <= len(ranges) <= 2 * 2 + 6 * LAYERS < 2 * 2 + tensors
-    print(f"\nbytes sent: --stream {stream_sent:,}, full fetch {full_sent:,}; peak disk --stream {stream_peak:,} "
-          f"(one layer: {min(layer.values()):,} bytes)")
+    print(
+        f"\nbytes sent: --stream {stream_sent:,}, full fetch {full_sent:,}; peak disk --stream {stream_peak:,} "
+        f"(one layer: {min(layer.values()):,} bytes)"
+    )
     assert stream_sent < full_sent
 
 
@@ -127,8 +131,11 @@ def test_auto_stream_over_disk_budget(tmp_path, hub_env):
     reference = specbound.analyze(local, threads=1, jobs=1)
     with HubServer({REPO: local}) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
-        with pytest.warns(SpecboundWarning, match=r"exceed the disk budget \(0\.00 GB\): streaming them by HTTP "
-                                                  r"range requests.*--disk-budget") as caught:
+        with pytest.warns(
+            SpecboundWarning,
+            match=r"exceed the disk budget \(0\.00 GB\): streaming them by HTTP "
+            r"range requests.*--disk-budget",
+        ) as caught:
             streamed = specbound.analyze(REPO, disk_budget="1kB", threads=1, jobs=1)
         assert len(caught) == 1 and "\n" not in str(caught[0].message)
         assert not (tmp_path / "cache" / "models--org--tiny-bert").exists()
@@ -142,8 +149,10 @@ def test_auto_stream_over_disk_budget(tmp_path, hub_env):
     assert (tmp_path / "cache" / "models--org--tiny-bert").is_dir()
 
 
-@pytest.mark.parametrize("text, expected", [("20GB", 20 * 10**9), ("1.5GiB", 3 * 2**29), ("500M", 5 * 10**8),
-                                            ("1000", 1000), ("2 kB", 2000), (7, 7)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [("20GB", 20 * 10**9), ("1.5GiB", 3 * 2**29), ("500M", 5 * 10**8), ("1000", 1000), ("2 kB", 2000), (7, 7)],
+)
 def test_parse_size(text, expected):
     from specbound.io.hub_fetch import parse_size
 
@@ -172,13 +181,19 @@ def test_dropped_connections_retried_then_one_line(tmp_path, hub_env):
     with HubServer({REPO: local}, cut_ranges=2) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
         assert numbers(specbound.analyze(REPO, stream=True, threads=1, jobs=1)) == numbers(reference)
-        asked = [tuple(map(int, r[len("bytes="):].split("-"))) for m, p, r in hub.log
-                 if m == "GET" and p.endswith(".safetensors")]
+        asked = [
+            tuple(map(int, r[len("bytes=") :].split("-")))
+            for m, p, r in hub.log
+            if m == "GET" and p.endswith(".safetensors")
+        ]
         resumed = [(a, b) for a, b in asked if any(a0 < a and b0 == b for a0, b0 in asked)]
         assert hub.cut_ranges == 0 and len(resumed) == 2  # each retry asks for the bytes not received only
         hub.cut_ranges = 10**6
-        with pytest.raises(SpecboundError, match=r"^the connection to http://127.0.0.1:\d+ dropped 4 times while "
-                                                 r"reading model.safetensors of org/tiny-bert .*check the network"):
+        with pytest.raises(
+            SpecboundError,
+            match=r"^the connection to http://127.0.0.1:\d+ dropped 4 times while "
+            r"reading model.safetensors of org/tiny-bert .*check the network",
+        ):
             specbound.analyze(REPO, stream=True, threads=1, jobs=1)
 
 
@@ -188,25 +203,33 @@ def test_wrong_length_lying_header_gated_offline_are_one_line(tmp_path, hub_env)
     shutil.copytree(local, lying)
     data = (lying / "model.safetensors").read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     name = "encoder.layer.1.output.dense.weight"
     start, end = header[name]["data_offsets"]
     header[name]["data_offsets"] = [start + 10**9, end + 10**9]  # far beyond the file
     raw = json.dumps(header).encode()
-    (lying / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n:])
+    (lying / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + n :])
     n = len(raw)
-    with HubServer({REPO: local, "org/lying": lying, "org/short": local, "org/gated": local},
-                   gated=("org/gated",)) as hub:
+    with HubServer(
+        {REPO: local, "org/lying": lying, "org/short": local, "org/gated": local}, gated=("org/gated",)
+    ) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
-        with pytest.raises(SpecboundError, match=r"^cannot read the safetensors header of model.safetensors "
-                                                 r"\(org/lying, [\d,]+ bytes as the server reports\): tensor "
-                                                 rf"'{re.escape(name)}' lies at data bytes .* beyond"):
+        with pytest.raises(
+            SpecboundError,
+            match=r"^cannot read the safetensors header of model.safetensors "
+            r"\(org/lying, [\d,]+ bytes as the server reports\): tensor "
+            rf"'{re.escape(name)}' lies at data bytes .* beyond",
+        ):
             specbound.analyze("org/lying", stream=True)
-        assert not any(r and int(r.split("=")[1].split("-")[0]) > 8 + n for m, p, r in hub.log
-                       if "org/lying" in p and m == "GET")  # refused before any tensor's bytes
+        assert not any(
+            r and int(r.split("=")[1].split("-")[0]) > 8 + n for m, p, r in hub.log if "org/lying" in p and m == "GET"
+        )  # refused before any tensor's bytes
         hub.short.add("model.safetensors")
-        with pytest.raises(SpecboundError, match=r"answered the range bytes=\d+-\d+ of model.safetensors "
-                                                 r"\(org/tiny-bert\) with [\d,]+ bytes, expected HTTP 206 and [\d,]+"):
+        with pytest.raises(
+            SpecboundError,
+            match=r"answered the range bytes=\d+-\d+ of model.safetensors "
+            r"\(org/tiny-bert\) with [\d,]+ bytes, expected HTTP 206 and [\d,]+",
+        ):
             specbound.analyze(REPO, stream=True)
         hub.short.clear()
 
@@ -214,6 +237,7 @@ def test_wrong_length_lying_header_gated_offline_are_one_line(tmp_path, hub_env)
             method, _, asked = hub.log[-1]
             if method == "GET" and asked and int(asked.split("=")[1].split("-")[0]) > 8 + n:
                 hub.gated.add(REPO)
+
         hub.on_request = revoke_at_first_tensor
         with pytest.raises(SpecboundError, match=r"^org/tiny-bert is gated on .*accept its terms"):
             specbound.analyze(REPO, stream=True)
@@ -222,10 +246,14 @@ def test_wrong_length_lying_header_gated_offline_are_one_line(tmp_path, hub_env)
             specbound.analyze("org/gated", stream=True)
         hub_env.setenv("HF_TOKEN", "hf_granted")
         assert numbers(specbound.analyze("org/gated", stream=True, threads=1, jobs=1)) == numbers(
-            specbound.analyze(local, threads=1, jobs=1))
+            specbound.analyze(local, threads=1, jobs=1)
+        )
     hub_env.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(SpecboundError, match=r"^--stream reads org/tiny-bert over the network and HF_HUB_OFFLINE "
-                                             r"is set"):
+    with pytest.raises(
+        SpecboundError,
+        match=r"^--stream reads org/tiny-bert over the network and HF_HUB_OFFLINE "
+        r"is set",
+    ):
         specbound.analyze(REPO, stream=True)
     with pytest.raises(SpecboundError, match=r"reads a hub id ORG/NAME by HTTP range requests; .*local"):
         specbound.analyze(local, stream=True)
@@ -294,10 +322,17 @@ def test_cli_stream_and_disk_budget(tmp_path, hub_env):
     """The CLI: ``--stream`` prints the same tables as the local folder; an unreadable budget is a
     usage error naming the forms it takes."""
     local = write_tiny_bert(tmp_path / "local", seed=18, L=2)
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "cache"), "HF_HUB_DISABLE_XET": "1",
-           "PYTHONPATH": ":".join(p for p in sys.path if p)}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "specbound.cli", "analyze", *a, "--threads", "1"],  # noqa: E731
-                                    env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(tmp_path / "cache"),
+        "HF_HUB_DISABLE_XET": "1",
+        "PYTHONPATH": ":".join(p for p in sys.path if p),
+    }
+
+    def run(*args):
+        command = [sys.executable, "-m", "specbound.cli", "analyze", *args, "--threads", "1"]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
     with HubServer({REPO: local}) as hub:
         env["HF_ENDPOINT"] = hub.url
         streamed = run(REPO, "--stream", "--format", "json")
@@ -359,8 +394,9 @@ def test_an_index_of_thousands_of_shards_is_one_line_at_once(tmp_path, hub_env, 
     with HubServer({REPO: sharded}) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
         start = time.perf_counter()
-        with pytest.raises(SpecboundError, match=f"names 3,002 shard files; specbound fetches or streams at most "
-                                                 f"{MAX_SHARDS:,}") as exc:
+        with pytest.raises(
+            SpecboundError, match=f"names 3,002 shard files; specbound fetches or streams at most {MAX_SHARDS:,}"
+        ) as exc:
             specbound.analyze(REPO, threads=1, stream=stream)
         assert time.perf_counter() - start < 30 and "\n" not in str(exc.value)
         assert not [p for _, p, _ in hub.log if p.endswith(".safetensors")]  # no shard requested

@@ -33,8 +33,10 @@ def _by_tower(local, served):
     served.mkdir()
     (served / "config.json").write_text((local / "config.json").read_text())
     text = {k for k in tensors if any(m in k for m in TEXT_MARKS)}
-    shards = {"model-00001-of-00002.safetensors": sorted(text),
-              "model-00002-of-00002.safetensors": sorted(set(tensors) - text)}
+    shards = {
+        "model-00001-of-00002.safetensors": sorted(text),
+        "model-00002-of-00002.safetensors": sorted(set(tensors) - text),
+    }
     weight_map = {}
     for shard, keys in shards.items():
         assert keys

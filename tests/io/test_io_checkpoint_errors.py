@@ -11,8 +11,16 @@ import pytest
 
 import specbound
 from specbound import SpecboundError
-from support.one_line import (INDEX, WEIGHTS, assert_api_error, assert_broken_checkpoint_error, assert_one_line_error,
-                      data_start, edit_tensors, run_cli)
+from support.one_line import (
+    INDEX,
+    WEIGHTS,
+    assert_api_error,
+    assert_broken_checkpoint_error,
+    assert_one_line_error,
+    data_start,
+    edit_tensors,
+    run_cli,
+)
 
 
 def missing_path(d):
@@ -53,6 +61,7 @@ def only_stray_pickle(d):
 def nan_weight(d):
     def edit(t):
         t["encoder.layer.1.attention.self.key.weight"][3, 4] = np.nan
+
     edit_tensors(d, edit)
     return d, ["'encoder.layer.1.attention.self.key.weight'", "NaN/Inf", WEIGHTS]
 
@@ -61,6 +70,7 @@ def inf_weight(d):
     def edit(t):
         t["encoder.layer.0.intermediate.dense.weight"][0, 0] = -np.inf
         t["encoder.layer.0.intermediate.dense.weight"][5, 1] = np.inf
+
     edit_tensors(d, edit)
     return d, ["'encoder.layer.0.intermediate.dense.weight'", "2 NaN/Inf"]
 
@@ -68,6 +78,7 @@ def inf_weight(d):
 def quantized_weight(d):
     def edit(t):
         t["encoder.layer.0.attention.self.value.weight"] = np.ones((32, 32), dtype=np.int8)
+
     edit_tensors(d, edit)
     return d, ["'encoder.layer.0.attention.self.value.weight'", "I8", "dequantize"]
 
@@ -108,9 +119,21 @@ def header_not_json(d):
 
 
 IO_CASES = [
-    missing_path, a_file_not_a_folder, no_config, config_not_json, config_no_weights, only_pytorch_bin,
-    only_stray_pickle, nan_weight, inf_weight, quantized_weight, truncated, empty_file, garbage_header,
-    header_length_past_end, header_not_json,
+    missing_path,
+    a_file_not_a_folder,
+    no_config,
+    config_not_json,
+    config_no_weights,
+    only_pytorch_bin,
+    only_stray_pickle,
+    nan_weight,
+    inf_weight,
+    quantized_weight,
+    truncated,
+    empty_file,
+    garbage_header,
+    header_length_past_end,
+    header_not_json,
 ]
 
 
@@ -125,8 +148,7 @@ def test_the_healthy_copy_is_analysed(healthy, capsys):
     assert json.loads(out)["model"]["L"] == 2
 
 
-@pytest.mark.parametrize("breaker", [nan_weight, inf_weight, quantized_weight, truncated],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("breaker", [nan_weight, inf_weight, quantized_weight, truncated], ids=lambda f: f.__name__)
 def test_broken_layer_with_layers_in_parallel(breaker, healthy, capsys):
     """A layer failing in a worker thread is the same one-line error, not a traceback."""
     source, needles = breaker(healthy)
@@ -137,6 +159,7 @@ def test_broken_layer_with_layers_in_parallel(breaker, healthy, capsys):
 
 
 # --- sharded checkpoints ---
+
 
 @pytest.fixture
 def sharded(tiny_dir, tmp_path):
@@ -173,8 +196,11 @@ def test_truncated_shard_names_file_and_tensor(sharded, capsys):
     start = data_start(shard)
     shard.write_bytes(data[: start + (len(data) - start) // 2])
     # the shard is opened lazily, when its first tensor is needed: the message names both
-    first_in_shard = sorted(n for n, s in _weight_map(sharded).items() if s == shard.name
-                            and n.endswith(".weight") and "LayerNorm" not in n and n.startswith("encoder."))
+    first_in_shard = sorted(
+        n
+        for n, s in _weight_map(sharded).items()
+        if s == shard.name and n.endswith(".weight") and "LayerNorm" not in n and n.startswith("encoder.")
+    )
     needles = [str(shard), "truncated or corrupt", "tensor '"]
     line = assert_one_line_error(*run_cli(capsys, sharded), needles)
     assert any(f"'{n}'" in line for n in first_in_shard), line
@@ -192,8 +218,15 @@ def test_index_maps_a_tensor_to_the_wrong_shard(sharded, capsys):
     assert_api_error(needles, sharded)
 
 
-@pytest.mark.parametrize("text", ['{"weight_map": ["a", "b"]}', '{"metadata": {}}', "not json",
-                                  '{"weight_map": {"encoder.layer.0.attention.self.query.weight": 3}}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"weight_map": ["a", "b"]}',
+        '{"metadata": {}}',
+        "not json",
+        '{"weight_map": {"encoder.layer.0.attention.self.query.weight": 3}}',
+    ],
+)
 def test_malformed_shard_index(sharded, capsys, text):
     (sharded / INDEX).write_text(text)
     needles = [str(sharded / INDEX), "weight_map"]

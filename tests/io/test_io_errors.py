@@ -33,6 +33,7 @@ def _as_pickle(folder, **save_kwargs):
 
 # --- a zip .bin whose tensor bytes were altered ---------------------------------------------------
 
+
 def test_zip_pickle_with_altered_bytes_is_refused(healthy):
     """torch.load(mmap=True) never checks CRCs: a flipped weight byte was analysed silently."""
     folder = _as_pickle(healthy)
@@ -58,6 +59,7 @@ def test_legacy_torch_save_is_read(healthy, tiny_bert_dir):
 
 
 # --- declared sizes bounded before allocation -----------------------------------------------------
+
 
 def test_stride_zero_giant_pickled_tensor_is_refused(healthy):
     """A 2 kB pickle holding a 10^6 x 10^6 stride-0 view: refused before its float64 copy."""
@@ -98,6 +100,7 @@ def test_a_tensor_larger_than_memory_is_refused(healthy, monkeypatch):
 
 
 # --- paths confined ---------------------------------------------------------------------------------
+
 
 def _cache(root, repo_id, folder, ref_text):
     repo = root / ("models--" + repo_id.replace("/", "--"))
@@ -150,6 +153,7 @@ def test_pickle_index_of_the_wrong_types(healthy, weight_map):
 
 # --- malformed folders and files --------------------------------------------------------------------
 
+
 def test_a_folder_named_model_safetensors(healthy):
     (healthy / "model.safetensors").unlink()
     (healthy / "model.safetensors").mkdir()
@@ -189,6 +193,7 @@ def test_unreadable_files_are_one_line(healthy, monkeypatch):
 
 
 # --- in-memory sources --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("source", [123, 1.5, None.__class__, object()])
 def test_analyze_of_a_non_model(source):

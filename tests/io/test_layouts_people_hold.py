@@ -15,9 +15,14 @@ def _sentence_transformers_folder(tiny_bert_dir, root, module_path="0_Transforme
     shutil.copytree(tiny_bert_dir, root / module_path)
     (root / "1_Pooling").mkdir()
     (root / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 16}))
-    (root / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": module_path, "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (root / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": module_path, "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     (root / "config_sentence_transformers.json").write_text("{}")
     return root
 
@@ -30,7 +35,9 @@ def test_the_older_sentence_transformers_layout_follows_modules_json(tiny_bert_d
     root = _sentence_transformers_folder(tiny_bert_dir, tmp_path / "st")
     a, b = (numbers(specbound.analyze(folder, threads=1)) for folder in (root, tiny_bert_dir))
     assert a["model"].pop("modules") == [{"path": "1_Pooling", "type": "Pooling", "modes": []}]
-    assert [e["name"] for e in a["assumptions"]] == [e["name"] for e in b["assumptions"]] + ["sentence_transformers_modules"]
+    assert [e["name"] for e in a["assumptions"]] == [e["name"] for e in b["assumptions"]] + [
+        "sentence_transformers_modules"
+    ]
     a["assumptions"].pop()
     assert_close_tree(a, b)
 
@@ -55,16 +62,25 @@ def test_a_modules_json_without_a_transformer_says_so(tmp_path):
 def test_a_tokenizer_only_folder_says_it_holds_no_weights(tmp_path):
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
         (tmp_path / name).write_text("{}")
-    with pytest.raises(SpecboundError, match=r"holds a tokenizer only \(tokenizer.json, tokenizer_config.json, "
-                                             r"vocab.txt\): no model weights"):
+    with pytest.raises(
+        SpecboundError,
+        match=r"holds a tokenizer only \(tokenizer.json, tokenizer_config.json, "
+        r"vocab.txt\): no model weights",
+    ):
         specbound.analyze(tmp_path)
 
 
 def test_a_whole_pickled_module_is_named_and_the_trusted_path_works(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=24, max_position_embeddings=16)
+    config = transformers.BertConfig(
+        vocab_size=32,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=24,
+        max_position_embeddings=16,
+    )
     torch.manual_seed(0)
     model = transformers.BertModel(config).eval()
     folder = tmp_path / "whole"
@@ -88,29 +104,48 @@ def _with_projection_heads(tiny_bert_dir, root, dense_out=(24, 8), activation="t
     from safetensors.numpy import save_file
 
     shutil.copytree(tiny_bert_dir, root)
-    entries = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    entries = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (root / "1_Pooling").mkdir()
-    (root / "1_Pooling" / "config.json").write_text(json.dumps({
-        "word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
-        "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
-        "pooling_mode_weightedmean_tokens": False, "pooling_mode_lasttoken": False, "include_prompt": True}))
+    (root / "1_Pooling" / "config.json").write_text(
+        json.dumps(
+            {
+                "word_embedding_dimension": 32,
+                "pooling_mode_cls_token": False,
+                "pooling_mode_mean_tokens": True,
+                "pooling_mode_max_tokens": False,
+                "pooling_mode_mean_sqrt_len_tokens": False,
+                "pooling_mode_weightedmean_tokens": False,
+                "pooling_mode_lasttoken": False,
+                "include_prompt": True,
+            }
+        )
+    )
     rng = np.random.default_rng(0)
     n_in, weights = 32, {}
     for i, n_out in enumerate(dense_out, start=2):
         path = f"{i}_Dense"
         (root / path).mkdir()
-        (root / path / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out, "bias": True,
-                                                             "activation_function": activation}))
+        (root / path / "config.json").write_text(
+            json.dumps({"in_features": n_in, "out_features": n_out, "bias": True, "activation_function": activation})
+        )
         w = rng.standard_normal((n_out, n_in)).astype(np.float32)
-        save_file({"linear.weight": w, "linear.bias": np.zeros(n_out, np.float32)}, str(root / path / "model.safetensors"))
+        save_file(
+            {"linear.weight": w, "linear.bias": np.zeros(n_out, np.float32)}, str(root / path / "model.safetensors")
+        )
         entries.append({"idx": i, "name": str(i), "path": path, "type": "sentence_transformers.models.Dense"})
         weights[path], n_in = w.astype(np.float64), n_out
     i = len(entries)
     (root / f"{i}_Normalize").mkdir()
-    entries.append({"idx": i, "name": str(i), "path": f"{i}_Normalize", "type": "sentence_transformers.models.Normalize"})
+    entries.append(
+        {"idx": i, "name": str(i), "path": f"{i}_Normalize", "type": "sentence_transformers.models.Normalize"}
+    )
     (root / "modules.json").write_text(json.dumps(entries, indent=2))
-    (root / "config_sentence_transformers.json").write_text(json.dumps({"__version__": {"sentence_transformers": "3.0.1"}}))
+    (root / "config_sentence_transformers.json").write_text(
+        json.dumps({"__version__": {"sentence_transformers": "3.0.1"}})
+    )
     (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 16, "do_lower_case": False}))
     return root, weights
 
@@ -126,8 +161,12 @@ def test_a_folder_with_its_own_config_still_reads_modules_json_and_reports_its_d
     a, plain = specbound.analyze(root, threads=1), specbound.analyze(tiny_bert_dir, threads=1)
     assert a.bounds == plain.bounds
     modules = a.model["modules"]
-    assert [(m["path"], m["type"]) for m in modules] == [("1_Pooling", "Pooling"), ("2_Dense", "Dense"),
-                                                         ("3_Dense", "Dense"), ("4_Normalize", "Normalize")]
+    assert [(m["path"], m["type"]) for m in modules] == [
+        ("1_Pooling", "Pooling"),
+        ("2_Dense", "Dense"),
+        ("3_Dense", "Dense"),
+        ("4_Normalize", "Normalize"),
+    ]
     assert modules[0]["modes"] == ["mean_tokens"]
     for m in modules[1:3]:
         w = weights[m["path"]]
@@ -139,21 +178,37 @@ def test_a_folder_with_its_own_config_still_reads_modules_json_and_reports_its_d
         assert m["activation"] == "tanh" and m["activation_lipschitz"] == 1.0
     effect = {e["name"]: e for e in a.assumptions}["sentence_transformers_modules"]
     assert effect["applies"] and effect["kind"] == "theorem"
-    for needle in ("2_Dense (Dense 32 -> 24, tanh", "3_Dense (Dense 24 -> 8", "4_Normalize (Normalize)",
-                   "1_Pooling (Pooling: mean_tokens)", "not in the complexity", "sup |phi'| ||W||_2"):
+    for needle in (
+        "2_Dense (Dense 32 -> 24, tanh",
+        "3_Dense (Dense 24 -> 8",
+        "4_Normalize (Normalize)",
+        "1_Pooling (Pooling: mean_tokens)",
+        "not in the complexity",
+        "sup |phi'| ||W||_2",
+    ):
         assert needle in effect["effect"], needle
-    assert "modules" not in plain.model and "sentence_transformers_modules" not in {e["name"] for e in plain.assumptions}
+    assert "modules" not in plain.model and "sentence_transformers_modules" not in {
+        e["name"] for e in plain.assumptions
+    }
 
 
-@pytest.mark.parametrize("edit, expected", [
-    (lambda root: (root / "2_Dense" / "model.safetensors").unlink(), "has no weights"),
-    (lambda root: (root / "2_Dense" / "config.json").write_text('{"in_features": 32, "out_features": 25, '
-                                                              '"activation_function": "x"}'),
-     "linear.weight has shape \\(24, 32\\), but its config.json .* says \\(25, 32\\)"),
-    (lambda root: (root / "2_Dense" / "config.json").write_text('{"in_features": true, "out_features": 24}'),
-     "in_features=True"),
-    (lambda root: (root / "2_Dense" / "config.json").write_text("[]"), "config.json is missing or not an object"),
-])
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda root: (root / "2_Dense" / "model.safetensors").unlink(), "has no weights"),
+        (
+            lambda root: (root / "2_Dense" / "config.json").write_text(
+                '{"in_features": 32, "out_features": 25, "activation_function": "x"}'
+            ),
+            "linear.weight has shape \\(24, 32\\), but its config.json .* says \\(25, 32\\)",
+        ),
+        (
+            lambda root: (root / "2_Dense" / "config.json").write_text('{"in_features": true, "out_features": 24}'),
+            "in_features=True",
+        ),
+        (lambda root: (root / "2_Dense" / "config.json").write_text("[]"), "config.json is missing or not an object"),
+    ],
+)
 def test_a_broken_dense_module_is_one_line(tiny_bert_dir, tmp_path, edit, expected):
     root, _ = _with_projection_heads(tiny_bert_dir, tmp_path / "st")
     edit(root)

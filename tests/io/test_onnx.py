@@ -26,11 +26,20 @@ from support.same_numbers import assert_same_numbers
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from support.onnx_graphs import (BERT_LINEARS, N, RNG, bert_layer, export, initializer, matmul_graph,  # noqa: E402
-                                 plain_matmul)
+from support.onnx_graphs import (
+    BERT_LINEARS,
+    N,
+    RNG,
+    bert_layer,
+    export,
+    initializer,
+    matmul_graph,  # noqa: E402
+    plain_matmul,
+)
 
 
 # --- exports of tiny transformers models ------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
@@ -40,8 +49,11 @@ def bert(tiny_bert_dir):
     return build_tiny_model("bert"), specbound.analyze(tiny_bert_dir, threads=1)
 
 
-@pytest.mark.parametrize("dynamo, wrap, fold", [(False, True, True), (False, True, False), (True, False, True)],
-                         ids=["legacy", "legacy-unfolded", "dynamo"])
+@pytest.mark.parametrize(
+    "dynamo, wrap, fold",
+    [(False, True, True), (False, True, False), (True, False, True)],
+    ids=["legacy", "legacy-unfolded", "dynamo"],
+)
 def test_bert_export_matches_safetensors(bert, tmp_path, dynamo, wrap, fold):
     model, reference = bert
     kwargs = {} if dynamo else {"do_constant_folding": fold}
@@ -85,14 +97,17 @@ def _family(name):
     transformers.logging.set_verbosity_error()
     common = dict(vocab_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40)
     if name == "gpt2":
-        model = transformers.GPT2Model(transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
-                                                               n_positions=40, n_inner=48))
+        model = transformers.GPT2Model(
+            transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=40, n_inner=48)
+        )
     elif name == "llama":
-        model = transformers.LlamaModel(transformers.LlamaConfig(hidden_size=32, num_key_value_heads=2,
-                                                                 intermediate_size=48, **common))
+        model = transformers.LlamaModel(
+            transformers.LlamaConfig(hidden_size=32, num_key_value_heads=2, intermediate_size=48, **common)
+        )
     else:
-        model = transformers.OPTModel(transformers.OPTConfig(hidden_size=32, ffn_dim=48, word_embed_proj_dim=32,
-                                                             **common))
+        model = transformers.OPTModel(
+            transformers.OPTConfig(hidden_size=32, ffn_dim=48, word_embed_proj_dim=32, **common)
+        )
     torch.manual_seed(3)
     with torch.no_grad():
         for p in model.parameters():  # spread the spectra (default inits give near-uniform ones)
@@ -101,8 +116,9 @@ def _family(name):
 
 
 # GPT-2 and LLaMA fail the legacy exporter (aten::diff in their masks); OPT passes both.
-@pytest.mark.parametrize("family, dynamo, layout", [("gpt2", True, "conv1d"), ("llama", True, "conv1d"),
-                                                    ("opt", False, "linear")])
+@pytest.mark.parametrize(
+    "family, dynamo, layout", [("gpt2", True, "conv1d"), ("llama", True, "conv1d"), ("opt", False, "linear")]
+)
 def test_decoder_export_matches_safetensors(family, dynamo, layout, tmp_path):
     pytest.importorskip("torch")
     model = _family(family)
@@ -110,8 +126,11 @@ def test_decoder_export_matches_safetensors(family, dynamo, layout, tmp_path):
     reference = specbound.analyze(tmp_path / "st", threads=1)
     folder = export(model, tmp_path / "onnx", dynamo, wrap=True)
     ckpt = open_checkpoint(folder)
-    ff_out = {"gpt2": "m.h.1.mlp.c_proj.weight", "llama": "m.layers.1.mlp.down_proj.weight",
-              "opt": "m.decoder.layers.1.fc2.weight"}[family]
+    ff_out = {
+        "gpt2": "m.h.1.mlp.c_proj.weight",
+        "llama": "m.layers.1.mlp.down_proj.weight",
+        "opt": "m.decoder.layers.1.fc2.weight",
+    }[family]
     assert ckpt.layout(ff_out) == layout  # Gemm transB=0 / MatMul: (in, out); Gemm transB=1: (out, in)
     assert_same_numbers(reference, specbound.analyze(folder, threads=1))
 
@@ -126,21 +145,42 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
     """Each Linear stored a different way: MatMul of (in, out), MatMul behind a Transpose of
     (out, in), Gemm transB=1 of fp16 (out, in) through a Cast, Gemm transB=0 of bf16 (in, out)
     through an Identity."""
+
     def how(path, w, x, i):
         out = f"y{i}"
         kind = i % 4
         if kind == 0:
-            return [helper.make_node("MatMul", [x, f"W{i}"], [out], name=f"{path}/MatMul")], [initializer(f"W{i}", w.T)], out
+            return (
+                [helper.make_node("MatMul", [x, f"W{i}"], [out], name=f"{path}/MatMul")],
+                [initializer(f"W{i}", w.T)],
+                out,
+            )
         if kind == 1:
-            return ([helper.make_node("Transpose", [f"W{i}"], [f"t{i}"], perm=[1, 0], name=f"{path}/Transpose"),
-                     helper.make_node("MatMul", [x, f"t{i}"], [out], name=f"{path}/MatMul")], [initializer(f"W{i}", w)], out)
+            return (
+                [
+                    helper.make_node("Transpose", [f"W{i}"], [f"t{i}"], perm=[1, 0], name=f"{path}/Transpose"),
+                    helper.make_node("MatMul", [x, f"t{i}"], [out], name=f"{path}/MatMul"),
+                ],
+                [initializer(f"W{i}", w)],
+                out,
+            )
         if kind == 2:
-            return ([helper.make_node("Cast", [f"W{i}"], [f"c{i}"], to=TensorProto.FLOAT, name=f"{path}/Cast"),
-                     helper.make_node("Gemm", [x, f"c{i}"], [out], transB=1, name=f"{path}/Gemm")],
-                    [initializer(f"W{i}", w, np.float16)], out)
-        return ([helper.make_node("Identity", [f"W{i}"], [f"d{i}"]),
-                 helper.make_node("Gemm", [x, f"d{i}"], [out], transB=0, name=f"{path}/Gemm")],
-                [initializer(f"W{i}", w.T, BF16)], out)
+            return (
+                [
+                    helper.make_node("Cast", [f"W{i}"], [f"c{i}"], to=TensorProto.FLOAT, name=f"{path}/Cast"),
+                    helper.make_node("Gemm", [x, f"c{i}"], [out], transB=1, name=f"{path}/Gemm"),
+                ],
+                [initializer(f"W{i}", w, np.float16)],
+                out,
+            )
+        return (
+            [
+                helper.make_node("Identity", [f"W{i}"], [f"d{i}"]),
+                helper.make_node("Gemm", [x, f"d{i}"], [out], transB=0, name=f"{path}/Gemm"),
+            ],
+            [initializer(f"W{i}", w.T, BF16)],
+            out,
+        )
 
     weights, nodes, inits = bert_layer(how)
     folder = matmul_graph(tmp_path / "m", nodes, inits)
@@ -155,18 +195,24 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
         np.testing.assert_array_equal(rows, stored.T)  # row-vector orientation: x -> x @ weight.T
     # and the whole layer analyses to the same numbers as the torch-layout state dict
     config = json.loads((folder / "config.json").read_text())
-    state = {f"encoder.layer.0.{p.replace('/', '.')}.weight": w.astype(STORED[i % 4]).astype(np.float32)
-             for i, (p, w) in enumerate(weights.items())}
+    state = {
+        f"encoder.layer.0.{p.replace('/', '.')}.weight": w.astype(STORED[i % 4]).astype(np.float32)
+        for i, (p, w) in enumerate(weights.items())
+    }
     assert_same_numbers(specbound.analyze(state, config=config, threads=1), specbound.analyze(folder, threads=1))
 
 
 def test_generated_constants_are_skipped_and_parameters_kept(tmp_path):
     weights, nodes, inits = bert_layer(plain_matmul)
-    inits += [initializer("embeddings.word_embeddings.weight", RNG.normal(size=(10, N))),
-              initializer("embedding_2", RNG.normal(size=(1, 5, N))),  # a folded position table
-              numpy_helper.from_array(np.array([1, 5, N], dtype=np.int64), "val_7")]
+    inits += [
+        initializer("embeddings.word_embeddings.weight", RNG.normal(size=(10, N))),
+        initializer("embedding_2", RNG.normal(size=(1, 5, N))),  # a folded position table
+        numpy_helper.from_array(np.array([1, 5, N], dtype=np.int64), "val_7"),
+    ]
     ckpt = open_checkpoint(matmul_graph(tmp_path / "m", nodes, inits))
-    assert "embeddings.word_embeddings.weight" in ckpt.names and ckpt.layout("embeddings.word_embeddings.weight") is None
+    assert (
+        "embeddings.word_embeddings.weight" in ckpt.names and ckpt.layout("embeddings.word_embeddings.weight") is None
+    )
     assert set(ckpt.skipped) == {"embedding_2", "val_7"}
     assert "W0" not in ckpt.names and "W0" not in ckpt.skipped  # exposed under its module's name
 
@@ -190,7 +236,10 @@ def test_name_scopes_metadata_names_the_module(tmp_path):
     weights, nodes, inits = bert_layer(plain_matmul)
     nodes[2].name = "node_MatMul_12"
     entry = nodes[2].metadata_props.add()
-    entry.key, entry.value = "pkg.torch.onnx.name_scopes", "['', 'encoder', 'encoder.layer.0.attention.self.value', 'linear_2']"
+    entry.key, entry.value = (
+        "pkg.torch.onnx.name_scopes",
+        "['', 'encoder', 'encoder.layer.0.attention.self.value', 'linear_2']",
+    )
     ckpt = open_checkpoint(matmul_graph(tmp_path / "m", nodes, inits))
     assert ckpt.where("encoder.layer.0.attention.self.value.weight").count("node_MatMul_12") == 1
 
@@ -213,8 +262,9 @@ def test_missing_external_data(tmp_path):
     weights, nodes, inits = bert_layer(plain_matmul)
     folder = matmul_graph(tmp_path / "m", nodes, inits)
     model = onnx.load(str(folder / "model.onnx"))
-    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data",
-              size_threshold=0)
+    onnx.save(
+        model, str(folder / "model.onnx"), save_as_external_data=True, location="model.onnx.data", size_threshold=0
+    )
     assert specbound.analyze(folder, threads=1).model["L"] == 1
     (folder / "model.onnx.data").unlink()
     message = _error(folder)
@@ -237,8 +287,10 @@ def test_onnx_file_among_other_files_is_named_in_the_hint(tmp_path):
 
 def test_onnx_analysis_imports_no_torch(tmp_path):
     folder = matmul_graph(tmp_path / "m", *bert_layer(plain_matmul)[1:])
-    code = ("import specbound, sys; specbound.analyze(sys.argv[1], threads=1); "
-            "assert 'onnx' in sys.modules; heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
-            "assert not heavy, heavy")
+    code = (
+        "import specbound, sys; specbound.analyze(sys.argv[1], threads=1); "
+        "assert 'onnx' in sys.modules; heavy = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -18,9 +18,13 @@ CONFIG = dict(model_type="bert", num_hidden_layers=1, hidden_size=N, num_attenti
 
 
 def _save(folder, nodes, initializers=()):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
-                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-                              initializer=list(initializers))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=list(initializers),
+    )
     folder.mkdir(exist_ok=True)
     onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
     (folder / "config.json").write_text(json.dumps(CONFIG))
@@ -40,23 +44,29 @@ def _open_quickly(folder):
 
 
 def test_identity_self_loop_on_a_matmul_weight(tmp_path):
-    nodes = [helper.make_node("Identity", ["w"], ["w"], name="loop"),
-             helper.make_node("MatMul", ["x", "w"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul")]
+    nodes = [
+        helper.make_node("Identity", ["w"], ["w"], name="loop"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul"),
+    ]
     with pytest.raises(SpecboundError, match="no MatMul/Gemm node with a stored floating-point weight"):
         _open_quickly(_save(tmp_path / "m", nodes))
 
 
 def test_two_node_cycle_on_a_matmul_weight(tmp_path):
-    nodes = [helper.make_node("Identity", ["b"], ["a"], name="one"),
-             helper.make_node("Cast", ["a"], ["b"], name="two", to=TensorProto.FLOAT),
-             helper.make_node("MatMul", ["x", "a"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul")]
+    nodes = [
+        helper.make_node("Identity", ["b"], ["a"], name="one"),
+        helper.make_node("Cast", ["a"], ["b"], name="two", to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["x", "a"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul"),
+    ]
     with pytest.raises(SpecboundError, match="no MatMul/Gemm node"):
         _open_quickly(_save(tmp_path / "m", nodes))
 
 
 def test_identity_without_input(tmp_path):
-    nodes = [helper.make_node("Identity", [], ["encoder.layer.0.attention.self.key.weight"], name="empty"),
-             helper.make_node("MatMul", ["x", "W"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul")]
+    nodes = [
+        helper.make_node("Identity", [], ["encoder.layer.0.attention.self.key.weight"], name="empty"),
+        helper.make_node("MatMul", ["x", "W"], ["y"], name="/encoder/layer.0/attention/self/query/MatMul"),
+    ]
     ckpt = _open_quickly(_save(tmp_path / "m", nodes, [_weight()]))
     assert ckpt.names == ["encoder.layer.0.attention.self.query.weight"]
 

@@ -67,8 +67,11 @@ def bert(tiny_bert_dir):
     return build_tiny_model("bert"), specbound.analyze(tiny_bert_dir, threads=1)
 
 
-@pytest.mark.parametrize("dynamo, deeper", [(False, False), (True, False), (False, True)],
-                         ids=["legacy", "dynamo", "legacy-model.0.auto_model"])
+@pytest.mark.parametrize(
+    "dynamo, deeper",
+    [(False, False), (True, False), (False, True)],
+    ids=["legacy", "dynamo", "legacy-model.0.auto_model"],
+)
 def test_sentence_transformers_export_without_config(bert, tmp_path, dynamo, deeper):
     model, reference = bert
     path = export_alone(model, tmp_path / "st" / "model.onnx", dynamo, deeper)
@@ -106,8 +109,15 @@ def test_llama_export_without_config(tmp_path):
     """Gated SiLU feed-forward (Sigmoid in the graph) and grouped-query attention (k/v narrower)."""
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
-    config = transformers.LlamaConfig(hidden_size=32, num_key_value_heads=2, intermediate_size=48, vocab_size=64,
-                                      num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=40)
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        vocab_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=40,
+    )
     torch.manual_seed(3)
     model = transformers.LlamaModel(config).eval()
     with torch.no_grad():
@@ -147,14 +157,26 @@ def test_heads_not_in_the_graph_is_a_one_line_error(tmp_path):
     n, d_ff = 4, 6
     rng = np.random.default_rng(0)
     nodes, inits, x = [], [], "x"
-    for i, (module, shape) in enumerate([("attention/self/query", (n, n)), ("attention/self/key", (n, n)),
-                                         ("attention/self/value", (n, n)), ("attention/output/dense", (n, n)),
-                                         ("intermediate/dense", (n, d_ff)), ("output/dense", (d_ff, n))]):
+    for i, (module, shape) in enumerate(
+        [
+            ("attention/self/query", (n, n)),
+            ("attention/self/key", (n, n)),
+            ("attention/self/value", (n, n)),
+            ("attention/output/dense", (n, n)),
+            ("intermediate/dense", (n, d_ff)),
+            ("output/dense", (d_ff, n)),
+        ]
+    ):
         inits.append(numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), f"w{i}"))
         nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"/encoder/layer.0/{module}/MatMul"))
         x = f"y{i}"
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     path = tmp_path / "alone.onnx"
     onnx.save(helper.make_model(graph), str(path))
     with pytest.raises(SpecboundError) as info:

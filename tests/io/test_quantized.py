@@ -50,15 +50,18 @@ def _check(folder, expected, hf_analysis, words, tolerance):
 CT = {
     "fp8-tensor": ("float-quantized", dict(num_bits=8, type="float", strategy="tensor", symmetric=True)),
     "fp8-channel": ("float-quantized", dict(num_bits=8, type="float", strategy="channel", symmetric=True)),
-    "fp8-block": ("float-quantized", dict(num_bits=8, type="float", strategy="block", block_structure=[16, 32],
-                                          symmetric=True)),
+    "fp8-block": (
+        "float-quantized",
+        dict(num_bits=8, type="float", strategy="block", block_structure=[16, 32], symmetric=True),
+    ),
     "int8-channel": ("int-quantized", dict(num_bits=8, type="int", strategy="channel", symmetric=True)),
     "w4a16-group": ("pack-quantized", dict(num_bits=4, type="int", strategy="group", group_size=32, symmetric=True)),
-    "w4-asym-group": ("pack-quantized", dict(num_bits=4, type="int", strategy="group", group_size=16,
-                                             symmetric=False)),
+    "w4-asym-group": ("pack-quantized", dict(num_bits=4, type="int", strategy="group", group_size=16, symmetric=False)),
     "w3-channel": ("pack-quantized", dict(num_bits=3, type="int", strategy="channel", symmetric=True)),
-    "nvfp4": ("nvfp4-pack-quantized", dict(num_bits=4, type="float", strategy="tensor_group", group_size=16,
-                                           symmetric=True)),
+    "nvfp4": (
+        "nvfp4-pack-quantized",
+        dict(num_bits=4, type="float", strategy="tensor_group", group_size=16, symmetric=True),
+    ),
 }
 
 
@@ -71,13 +74,21 @@ def test_compressed_tensors_reads_as_the_librarys_decompression(base, variant):
     expected = qw.write_compressed(model, folder, args, fmt)
     _check(folder, expected, hf, ["compressed-tensors", fmt], 0.6 if "4" in variant or "3" in variant else 0.2)
     kind = {"float-quantized": "fp8", "nvfp4-pack-quantized": "fp4"}.get(fmt, "int")
-    qw.assert_within_format_error(model, expected, kind, args["strategy"], args.get("group_size"),
-                                  args.get("block_structure"), args["num_bits"])
+    qw.assert_within_format_error(
+        model, expected, kind, args["strategy"], args.get("group_size"), args.get("block_structure"), args["num_bits"]
+    )
 
 
-@pytest.mark.parametrize("bits, group, sym, act_order, v2", [
-    (4, 32, True, False, False), (4, 16, False, True, False), (3, 32, False, True, False), (2, 32, True, False, False),
-    (8, 32, False, True, True)])
+@pytest.mark.parametrize(
+    "bits, group, sym, act_order, v2",
+    [
+        (4, 32, True, False, False),
+        (4, 16, False, True, False),
+        (3, 32, False, True, False),
+        (2, 32, True, False, False),
+        (8, 32, False, True, True),
+    ],
+)
 def test_gptq_reads_as_autogptqs_dequantization(base, bits, group, sym, act_order, v2):
     root, model, hf = base
     folder = root / f"gptq-{bits}-{group}-{sym}-{act_order}-{v2}"
@@ -178,17 +189,35 @@ def _requant(base, name, mutate, key="quantization_config"):
     return folder
 
 
-@pytest.mark.parametrize("name, mutate, words", [
-    ("hqq", lambda c: c["quantization_config"].update(quant_method="hqq"), "quant_method 'hqq'"),
-    ("marlin", lambda c: c["quantization_config"].update(checkpoint_format="marlin"), "checkpoint_format 'marlin'"),
-    ("bits", lambda c: c["quantization_config"].update(bits=5), "bits = 5"),
-    ("awq-gemv", lambda c: c.update(quantization_config={"quant_method": "awq", "bits": 4, "group_size": 32,
-                                                         "version": "gemv"}), "AWQ version 'gemv'"),
-    ("ct-sparse", lambda c: c.update(quantization_config={"quant_method": "compressed-tensors", "format": "marlin-24",
-                                                          "config_groups": {}}), "format .marlin-24."),
-    ("mlx-mode", lambda c: c.update(quantization={"bits": 4, "group_size": 32, "mode": "mxfp4"}) or
-     c.pop("quantization_config"), "mode 'mxfp4'"),
-])
+@pytest.mark.parametrize(
+    "name, mutate, words",
+    [
+        ("hqq", lambda c: c["quantization_config"].update(quant_method="hqq"), "quant_method 'hqq'"),
+        ("marlin", lambda c: c["quantization_config"].update(checkpoint_format="marlin"), "checkpoint_format 'marlin'"),
+        ("bits", lambda c: c["quantization_config"].update(bits=5), "bits = 5"),
+        (
+            "awq-gemv",
+            lambda c: c.update(
+                quantization_config={"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemv"}
+            ),
+            "AWQ version 'gemv'",
+        ),
+        (
+            "ct-sparse",
+            lambda c: c.update(
+                quantization_config={"quant_method": "compressed-tensors", "format": "marlin-24", "config_groups": {}}
+            ),
+            "format .marlin-24.",
+        ),
+        (
+            "mlx-mode",
+            lambda c: (
+                c.update(quantization={"bits": 4, "group_size": 32, "mode": "mxfp4"}) or c.pop("quantization_config")
+            ),
+            "mode 'mxfp4'",
+        ),
+    ],
+)
 def test_variants_not_read_are_refused_in_one_line(base, name, mutate, words):
     folder = _requant(base, name, mutate)
     with pytest.raises(SpecboundError, match=words) as info:

@@ -28,8 +28,12 @@ CONFIGS = {
     "fp4": dict(load_in_4bit=True, bnb_4bit_quant_type="fp4"),
     "int8": dict(load_in_8bit=True),
     # QLoRA with FSDP: the packed bytes in bfloat16 words (bnb_4bit_quant_storage)
-    "nf4-bf16-storage": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                             bnb_4bit_quant_storage=torch.bfloat16),
+    "nf4-bf16-storage": dict(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_quant_storage=torch.bfloat16,
+    ),
 }
 NAMES = [f"model.layers.{layer}.{proj}.weight" for layer in range(2) for proj in qw.PROJ]
 
@@ -44,8 +48,11 @@ def saved(tmp_path_factory):
     out = {}
     for name, kwargs in CONFIGS.items():
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(root / "hf"), quantization_config=transformers.BitsAndBytesConfig(**kwargs), device_map="cpu",
-            dtype=torch.float16)
+            str(root / "hf"),
+            quantization_config=transformers.BitsAndBytesConfig(**kwargs),
+            device_map="cpu",
+            dtype=torch.float16,
+        )
         model.save_pretrained(str(root / name))
         out[name] = root / name
     original = {k: v.astype(np.float64) for k, v in load_file(str(root / "hf" / "model.safetensors")).items()}
@@ -73,8 +80,9 @@ def _layout(tensors, name, w):
         assert float(d.offset) == pytest.approx(true.mean(), rel=len(true) * 2.0**-23), name
         chunks = np.arange(len(true)) // d.state["nested_blocksize"]
         for c, s2 in enumerate(d.nested_absmax):
-            assert float(s2) == pytest.approx(np.abs(true[chunks == c] - d.offset).max(),
-                                              abs=2.0**-22 * (true.max() + float(d.offset))), name
+            assert float(s2) == pytest.approx(
+                np.abs(true[chunks == c] - d.offset).max(), abs=2.0**-22 * (true.max() + float(d.offset))
+            ), name
     return d.values, bl.four_bit_bound(w, d)
 
 
@@ -118,7 +126,7 @@ def _bnb_dequantize(folder, name):
     prefix = name[: -len(".weight")]
     if f"{prefix}.SCB" in state:
         return bnb.functional.int8_vectorwise_dequant(state[name], state[f"{prefix}.SCB"]).double().numpy()
-    parts = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")}
+    parts = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
     qs = bnb.functional.QuantState.from_dict(parts, device=torch.device("cpu"))
     return bnb.functional.dequantize_4bit(state[name].view(torch.uint8), qs).double().numpy()
 
@@ -147,8 +155,9 @@ def _qlora_adapter(saved, folder):
     root, _, folders, _ = saved
     torch.manual_seed(1)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(root / "hf"), dtype=torch.float32)
-    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                         init_lora_weights=False))
+    wrapped = peft.get_peft_model(
+        model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     wrapped.save_pretrained(str(folder))
     config = json.loads((folder / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = str(folders["nf4-nested"])
@@ -193,10 +202,15 @@ def test_a_qlora_adapters_base_is_its_own_opened_checkpoint(saved, tmp_path):
         opened.opened_checkpoint.close()
 
 
-@pytest.mark.parametrize("state, words", [
-    (b"[" * 5000 + b"]" * 5000, "nested more than"), (b"\xff\xfe", "JSON"), (b"[1, 2]", "holds no JSON object"),
-    (json.dumps({"shape": [64, 64], "blocksize": 0, "dtype": "float16"}).encode(), "blocksize 0"),
-])
+@pytest.mark.parametrize(
+    "state, words",
+    [
+        (b"[" * 5000 + b"]" * 5000, "nested more than"),
+        (b"\xff\xfe", "JSON"),
+        (b"[1, 2]", "holds no JSON object"),
+        (json.dumps({"shape": [64, 64], "blocksize": 0, "dtype": "float16"}).encode(), "blocksize 0"),
+    ],
+)
 def test_a_hostile_quant_state_is_one_line(saved, tmp_path, state, words):
     import shutil
 
@@ -207,7 +221,8 @@ def test_a_hostile_quant_state_is_one_line(saved, tmp_path, state, words):
     shutil.copytree(folders["fp4"], folder)
     tensors = load_file(str(folder / "model.safetensors"))
     tensors["model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__fp4"] = torch.frombuffer(
-        bytearray(state), dtype=torch.uint8)
+        bytearray(state), dtype=torch.uint8
+    )
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(specbound.SpecboundError, match=words) as info:
         open_checkpoint(folder)

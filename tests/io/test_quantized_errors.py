@@ -101,8 +101,11 @@ def test_gptq_qweight_rows_short_blames_qweight(model):
         t[f"{Q}.qweight"] = t[f"{Q}.qweight"][:7]
 
     folder = _edit(_gptq(model, "qweight-short"), short)
-    with pytest.raises(SpecboundError, match=rf"'{Q}.qweight' has 7 rows, 56 4-bit inputs, where its g_idx and scales "
-                                             rf"say 64"):
+    with pytest.raises(
+        SpecboundError,
+        match=rf"'{Q}.qweight' has 7 rows, 56 4-bit inputs, where its g_idx and scales "
+        rf"say 64",
+    ):
         open_checkpoint(folder)
 
 
@@ -115,10 +118,15 @@ def nvfp4(model):
     return root / "nvfp4"
 
 
-@pytest.mark.parametrize("value, needles", [
-    (np.array([np.inf], dtype=np.float32), ["1 NaN/Inf"]), (np.array([0.0], dtype=np.float32), ["1 non-positive"]),
-    (np.zeros(0, dtype=np.float32), ["no value"]), (np.array([1.0, 2.0], dtype=np.float32), ["2 values, expected one"]),
-])
+@pytest.mark.parametrize(
+    "value, needles",
+    [
+        (np.array([np.inf], dtype=np.float32), ["1 NaN/Inf"]),
+        (np.array([0.0], dtype=np.float32), ["1 non-positive"]),
+        (np.zeros(0, dtype=np.float32), ["no value"]),
+        (np.array([1.0, 2.0], dtype=np.float32), ["2 values, expected one"]),
+    ],
+)
 def test_nvfp4_global_scale_finite_positive_one(nvfp4, tmp_path, capsys, value, needles):
     import shutil
 
@@ -144,11 +152,16 @@ def test_a_float_weight_beside_a_packed_weight_is_refused_naming_both(ct_pack, t
     _one_line(capsys, folder, [f"'{Q}.weight'", f"'{Q}.weight_packed'", "stored twice"])
 
 
-@pytest.mark.parametrize("groups, needles", [
-    ([1, 2], ["config_groups is a list"]), ("Linear", ["config_groups is a str"]), (7, ["config_groups is a int"]),
-    ({"g": {"targets": [3], "weights": {}}}, ["the target 3"]),
-    ({"g": {"targets": ["re:("], "weights": {}}}, ["'('", "not a valid regular expression"]),
-])
+@pytest.mark.parametrize(
+    "groups, needles",
+    [
+        ([1, 2], ["config_groups is a list"]),
+        ("Linear", ["config_groups is a str"]),
+        (7, ["config_groups is a int"]),
+        ({"g": {"targets": [3], "weights": {}}}, ["the target 3"]),
+        ({"g": {"targets": ["re:("], "weights": {}}}, ["'('", "not a valid regular expression"]),
+    ],
+)
 def test_compressed_tensors_config_groups_of_the_wrong_kind(ct_pack, tmp_path, capsys, groups, needles):
     import shutil
 
@@ -163,8 +176,12 @@ def test_compressed_tensors_backtracking_target_is_bounded(ct_pack, tmp_path, ca
 
     folder = shutil.copytree(ct_pack, tmp_path / "ct")
     target = "re:^(.|.)*[A-Z]$"
-    groups = {"g": {"targets": [target], "weights": {"num_bits": 4, "type": "int", "strategy": "group",
-                                                     "group_size": 16, "symmetric": True}}}
+    groups = {
+        "g": {
+            "targets": [target],
+            "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 16, "symmetric": True},
+        }
+    }
     _edit(folder, config=lambda c: c["quantization_config"].update(config_groups=groups))
     start = time.monotonic()
     _one_line(capsys, folder, ["'^(.|.)*[A-Z]$'", "catastrophic backtracking"])
@@ -209,12 +226,18 @@ def bnb_saves(model):
 
     root, _ = model
     out = {}
-    kinds = {"nf4": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4"), "int8": dict(load_in_8bit=True),
-             "nf4-nested": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)}
+    kinds = {
+        "nf4": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4"),
+        "int8": dict(load_in_8bit=True),
+        "nf4-nested": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True),
+    }
     for name, kwargs in kinds.items():
         saved = transformers.AutoModelForCausalLM.from_pretrained(
-            str(root / "hf"), quantization_config=transformers.BitsAndBytesConfig(**kwargs), device_map="cpu",
-            dtype=torch.float16)
+            str(root / "hf"),
+            quantization_config=transformers.BitsAndBytesConfig(**kwargs),
+            device_map="cpu",
+            dtype=torch.float16,
+        )
         saved.save_pretrained(str(root / f"bnb-{name}"))
         out[name] = root / f"bnb-{name}"
     return out

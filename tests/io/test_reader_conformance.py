@@ -59,9 +59,17 @@ def _gguf(tmp_path):
     from support.gguf_convert import write_converted
 
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=64, max_position_embeddings=24)).eval()
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=64,
+            max_position_embeddings=24,
+        )
+    ).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)
@@ -79,8 +87,15 @@ def _ctranslate2(tmp_path):
     return convert(tmp_path / "hf", tmp_path / "ct2"), tmp_path / "hf", {}
 
 
-WRITERS = {"safetensors": _safetensors, "pytorch": _pytorch, "tf": _tf, "flax": _flax, "onnx": _onnx, "gguf": _gguf,
-           "ctranslate2": _ctranslate2}
+WRITERS = {
+    "safetensors": _safetensors,
+    "pytorch": _pytorch,
+    "tf": _tf,
+    "flax": _flax,
+    "onnx": _onnx,
+    "gguf": _gguf,
+    "ctranslate2": _ctranslate2,
+}
 
 
 def test_every_format_has_a_writer():

@@ -33,8 +33,14 @@ def base():
 
 def test_a_lora_adapter_forwards_every_fact_but_the_source(base):
     """The adapter's source is its own folder (or hub id, set by the opener), not its base's."""
-    factors = TensorMapCheckpoint("adapter", {}, {"base_model.model.encoder.query.lora_A.weight": np.ones((1, 2)),
-                                                  "base_model.model.encoder.query.lora_B.weight": np.ones((2, 1))})
+    factors = TensorMapCheckpoint(
+        "adapter",
+        {},
+        {
+            "base_model.model.encoder.query.lora_A.weight": np.ones((1, 2)),
+            "base_model.model.encoder.query.lora_B.weight": np.ones((2, 1)),
+        },
+    )
     adapter = LoraCheckpoint(Path("adapter"), {"r": 1, "lora_alpha": 1}, factors, base, "base", "given")
     assert list(adapter.updates) == ["encoder.query.weight"]
     assert adapter.facts == replace(base.facts, hub_source=None)

@@ -125,9 +125,11 @@ def write_flax(path, tree, chunk=None):
         array = node[chunk[-1]]
         flat = array.ravel()
         half = flat.size // 2
-        node[chunk[-1]] = {"__msgpack_chunked_array__": True,
-                           "shape": {str(i): d for i, d in enumerate(array.shape)},
-                           "chunks": {"0": flat[:half], "1": flat[half:]}}
+        node[chunk[-1]] = {
+            "__msgpack_chunked_array__": True,
+            "shape": {str(i): d for i, d in enumerate(array.shape)},
+            "chunks": {"0": flat[:half], "1": flat[half:]},
+        }
 
     def default(obj):
         if isinstance(obj, np.ndarray):
@@ -148,10 +150,14 @@ def _folder_with(tmp_path, source_dir, name):
 def test_tf_variable_names_follow_transformers():
     from specbound.io.tf_file import pt_name
 
-    assert tf_variable("encoder.layer.1.attention.self.query.weight") == \
-        ("tf_bert_model/bert/encoder/layer_._1/attention/self/query/kernel:0", True)
-    assert pt_name("tf_bert_model/bert/encoder/layer_._1/attention/self/query/kernel:0") == \
-        ("bert.encoder.layer.1.attention.self.query.weight", True)
+    assert tf_variable("encoder.layer.1.attention.self.query.weight") == (
+        "tf_bert_model/bert/encoder/layer_._1/attention/self/query/kernel:0",
+        True,
+    )
+    assert pt_name("tf_bert_model/bert/encoder/layer_._1/attention/self/query/kernel:0") == (
+        "bert.encoder.layer.1.attention.self.query.weight",
+        True,
+    )
     assert pt_name("tf_bert_model/bert/embeddings/LayerNorm/gamma:0") == ("bert.embeddings.LayerNorm.weight", False)
     assert pt_name("tf_bart_model/model/decoder___shared/weight:0")[0] == "model.shared.weight"
 
@@ -164,8 +170,10 @@ def test_keras_h5_matches_safetensors(bert_state, tmp_path, split):
     ckpt = open_checkpoint(folder)
     query = "bert.encoder.layer.0.attention.self.query.weight"
     assert ckpt.layout(query) == "conv1d" and ckpt.shape(query) == (32, 32)
-    np.testing.assert_array_equal(ckpt.read("bert.encoder.layer.0.intermediate.dense.weight"),
-                                  state["encoder.layer.0.intermediate.dense.weight"].T.astype(np.float64))
+    np.testing.assert_array_equal(
+        ckpt.read("bert.encoder.layer.0.intermediate.dense.weight"),
+        state["encoder.layer.0.intermediate.dense.weight"].T.astype(np.float64),
+    )
     check_reader(folder, reference_dir)
     check_reader(folder / "tf_model.h5", reference_dir)
 
@@ -177,8 +185,9 @@ def test_keras_h5_float16(bert_state, tmp_path):
     ckpt = open_checkpoint(folder)
     name = "bert.encoder.layer.1.output.dense.weight"
     assert ckpt.dtype(name) == "F16"
-    np.testing.assert_array_equal(ckpt.read(name), state["encoder.layer.1.output.dense.weight"].T.astype(np.float16)
-                                  .astype(np.float64))
+    np.testing.assert_array_equal(
+        ckpt.read(name), state["encoder.layer.1.output.dense.weight"].T.astype(np.float16).astype(np.float64)
+    )
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["arrays", "chunked"])
@@ -220,6 +229,7 @@ def test_flax_bfloat16_is_read_exactly(bert_state, tmp_path):
 
 
 # --- bad files --------------------------------------------------------------------------------------
+
 
 def _one_line_error(source, *needles):
     with pytest.raises(SpecboundError) as info:
@@ -296,7 +306,9 @@ def test_real_flax_file_holds_chunked_arrays():
     tf_model.h5 written by TFBertModel.save_pretrained are read as their safetensors twin:
     tests/io/test_reader_conformance.py)."""
     flax = open_checkpoint(DATA / "tiny_bert_flax")
-    big = [a for a in flax.arrays.values() if 4 * int(np.prod(a.shape)) > 256]  # over the chunk size it was written with
+    big = [
+        a for a in flax.arrays.values() if 4 * int(np.prod(a.shape)) > 256
+    ]  # over the chunk size it was written with
     assert big and all(len(a.parts) > 1 for a in big)
 
 

@@ -14,22 +14,25 @@ from support.run_store import run_store  # noqa: F401  (a fixture)
 
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
-pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless browser: `make browser` installs Debian's "
-                                                        "chromium (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    BROWSER is None, reason="no headless browser: `make browser` installs Debian's chromium (apt-get install chromium)"
+)
 
 # Put in the page's <head> before anything loads: a content security policy that allows only what
 # the file carries itself (inline styles, data: images), a listener recording every request the
 # policy blocked, and, once the page has loaded, the layout's measurements written into the DOM.
-PROBE = ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
-         "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
-         "<script>window.__blocked=[];document.addEventListener('securitypolicyviolation',"
-         "e=>window.__blocked.push(e.blockedURI));"
-         "window.addEventListener('load',()=>{const d=document.documentElement;"
-         "const boxes=[...document.querySelectorAll('.scroll')];const o=document.createElement('pre');"
-         "o.id='probe';o.textContent=JSON.stringify({scrollWidth:d.scrollWidth,clientWidth:d.clientWidth,"
-         "blocked:window.__blocked,images:[...document.images].map(i=>({done:i.complete,w:i.naturalWidth,"
-         "right:i.getBoundingClientRect().right,shown:i.getBoundingClientRect().width,alt:i.alt})),boxes:boxes.map(b=>({right:b.getBoundingClientRect().right,"
-         "scrolls:b.scrollWidth>b.clientWidth}))});document.body.appendChild(o);});</script>")
+PROBE = (
+    '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+    "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+    "<script>window.__blocked=[];document.addEventListener('securitypolicyviolation',"
+    "e=>window.__blocked.push(e.blockedURI));"
+    "window.addEventListener('load',()=>{const d=document.documentElement;"
+    "const boxes=[...document.querySelectorAll('.scroll')];const o=document.createElement('pre');"
+    "o.id='probe';o.textContent=JSON.stringify({scrollWidth:d.scrollWidth,clientWidth:d.clientWidth,"
+    "blocked:window.__blocked,images:[...document.images].map(i=>({done:i.complete,w:i.naturalWidth,"
+    "right:i.getBoundingClientRect().right,shown:i.getBoundingClientRect().width,alt:i.alt})),boxes:boxes.map(b=>({right:b.getBoundingClientRect().right,"
+    "scrolls:b.scrollWidth>b.clientWidth}))});document.body.appendChild(o);});</script>"
+)
 
 
 def render(page_path, tmp_path, width: int, height: int = 800) -> dict:
@@ -37,10 +40,24 @@ def render(page_path, tmp_path, width: int, height: int = 800) -> dict:
     page = page_path.read_text()
     probed = tmp_path / f"probe-{width}.html"
     probed.write_text(page.replace("<head>", "<head>" + PROBE, 1))
-    proc = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--no-first-run", "--disable-extensions", f"--window-size={width},{height}",
-                           "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-extensions",
+            f"--window-size={width},{height}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            probed.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'<pre id="probe">(.*?)</pre>', proc.stdout, re.S)
     assert found, f"the page did not finish loading in {BROWSER}: {proc.stderr[-2000:]}"
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
@@ -89,8 +106,10 @@ def test_probe_catches_overflow_and_outside_requests(tmp_path):
     """The same probe on a page that is too wide and loads an image from elsewhere reports both."""
     bad = tmp_path / "bad.html"
     row = "".join(f"<td>{'9.9999e+99' * 3}</td>" for _ in range(40))
-    bad.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><table><tr>{row}</tr></table>'
-                   f'<img alt="x" src="https://example.invalid/figure.png"></body></html>')
+    bad.write_text(
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><table><tr>{row}</tr></table>'
+        f'<img alt="x" src="https://example.invalid/figure.png"></body></html>'
+    )
     result = render(bad, tmp_path, 1024)
     assert result["scrollWidth"] > result["clientWidth"]
     assert result["blocked"] and result["blocked"][0].startswith("https://example.invalid")

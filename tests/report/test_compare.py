@@ -36,8 +36,9 @@ def test_two_folders_side_by_side_equal_their_own_analyses(tiny_bert_dir, tiny_b
     assert list(layers.index) == [0, 1, 2] and math.isnan(layers.loc[2, "small"])
     for layer, row in a.layers.set_index("layer").iterrows():
         assert layers.loc[layer, "small"] == pytest.approx(row["adaptive"])
-        assert layers.loc[layer, "cls - small"] == pytest.approx(b.layers.set_index("layer").loc[layer, "adaptive"]
-                                                                 - row["adaptive"])
+        assert layers.loc[layer, "cls - small"] == pytest.approx(
+            b.layers.set_index("layer").loc[layer, "adaptive"] - row["adaptive"]
+        )
     roles = c.roles_frame()
     for role in ("QK", "OV", "FF_in", "FF_out"):  # a plain sum over the matrices table, the oracle
         mine = a.matrices.loc[a.matrices["role"] == role, "contribution"].sum()
@@ -65,8 +66,9 @@ def test_a_saved_analysis_and_a_store_record_compare_as_the_checkpoint(tiny_bert
         assert bounds[f"{name} / live"].to_numpy() == pytest.approx(1.0, rel=1e-12)
     assert (c.layers_frame()["stored - live"].abs() < 1e-9).all()
     (key,) = Store(tmp_path / "store").keys()
-    assert compare(a, f"{tmp_path / 'store'}#{key[:8]}").bounds_frame().iloc[:, -1].to_numpy() == \
-        pytest.approx(1.0, rel=1e-12)
+    assert compare(a, f"{tmp_path / 'store'}#{key[:8]}").bounds_frame().iloc[:, -1].to_numpy() == pytest.approx(
+        1.0, rel=1e-12
+    )
     with pytest.raises(SpecboundError, match="no record with that key"):
         compare(a, f"{tmp_path / 'store'}#nothing-like-it")
 
@@ -79,10 +81,12 @@ def test_a_base_and_its_adapter(tmp_path):
     c = compare(base, adapter, names=["base", "adapter"], base=str(base), threads=1)
     merged = _analyze(adapter, base=base)
     assert c.bounds_frame().loc["spectral_adaptive", "adapter"] == pytest.approx(
-        merged.bounds["spectral_adaptive"], rel=1e-12)
+        merged.bounds["spectral_adaptive"], rel=1e-12
+    )
     frame = c.bounds_frame()
     assert frame.loc["spectral_adaptive (W - W0)", "adapter"] == pytest.approx(
-        merged.from_init["spectral_adaptive"], rel=1e-12)
+        merged.from_init["spectral_adaptive"], rel=1e-12
+    )
     assert math.isnan(frame.loc["spectral_adaptive (W - W0)", "base"])  # the base has no W0
     assert "LoRA adapter" in c.models_frame().loc["adapter", "note"]
 
@@ -116,7 +120,7 @@ def test_figure_axes_and_notebook_view(pair):
     assert c.plot_ratios(ax=ratios) is ratios
     (drawn,) = [line for line in ratios.lines if line.get_label() == "b / a"]  # the reference line at 1 aside
     expected = [b / a for a, b in zip(pair[0].all_bounds().values(), pair[1].all_bounds().values())]
-    assert drawn.get_ydata()[:len(expected)] == pytest.approx(expected, rel=1e-9)
+    assert drawn.get_ydata()[: len(expected)] == pytest.approx(expected, rel=1e-9)
     assert c.plot_layers() is not None
     html = c._repr_html_()
     assert "<img src='data:image/png;base64," in html and "per role" in html and "b / a" in html
@@ -148,8 +152,12 @@ def test_analyses_made_with_different_options_are_flagged(tiny_bert_dir, tiny_be
     coarse = _analyze(tiny_bert_dir, grid_m=12, rank_tol=1e-8, n=1000, margin=0.5)
     c = Comparison({"default": a, "coarse": coarse})
     differ = c.option_differences()
-    assert differ == {"grid_m": {"default": "default", "coarse": 12}, "rank_tol": {"default": 1e-10, "coarse": 1e-8},
-                      "n": {"default": None, "coarse": 1000}, "margin": {"default": None, "coarse": 0.5}}
+    assert differ == {
+        "grid_m": {"default": "default", "coarse": 12},
+        "rank_tol": {"default": 1e-10, "coarse": 1e-8},
+        "n": {"default": None, "coarse": 1000},
+        "margin": {"default": None, "coarse": 0.5},
+    }
     (line,) = [line for line in str(c).splitlines() if line.startswith("options differ")]
     assert "grid_m (A default, B 12)" in line and "rank_tol (A 1e-10, B 1e-08)" in line
     assert "grid_m (default default, coarse 12)" in c._repr_html_()

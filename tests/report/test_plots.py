@@ -45,7 +45,12 @@ def test_every_figure_has_its_axes(tiny_store, no_checkpoints):
     lines = [l for l in scaling.get_lines() if len(l.get_xdata()) > 1]
     assert len(lines) == 2 * 3 and all(l.get_ydata()[0] == 1 for l in lines)
     assert [a.get_ylabel() for a in figures["norms_vs_width"].axes[:3]] == ["(2,1)-norm", "(1,1)-norm", "spectral norm"]
-    assert [a.get_title() for a in figures["contribution_curves"].axes] == ["QK (per head)", "OV (per head)", "FF_in", "FF_out"]
+    assert [a.get_title() for a in figures["contribution_curves"].axes] == [
+        "QK (per head)",
+        "OV (per head)",
+        "FF_in",
+        "FF_out",
+    ]
     # the heat map shows the stored p* (mean over heads) of the largest model
     key = pick_record(tiny_store)
     mats = tiny_store.load(key, tables=("matrices",)).matrices
@@ -76,14 +81,34 @@ def test_cli_plot_and_report(tiny_store, tmp_path, capsys, monkeypatch):
 
     calls = []  # the CLI only passes its arguments on (the drawing itself is tested above)
     monkeypatch.setattr(specbound.report.plots, "render_all", lambda store, out, **kw: calls.append((out, kw)) or [out])
-    monkeypatch.setattr(specbound.report.html, "write_report",
-                        lambda store, out, **kw: calls.append((out, kw)) or {"html": "r.html", "markdown": "r.md",
-                                                                             "figures": "f"})
-    assert main(["plot", "--store", str(tiny_store.root), "--out", "f", "--model", "m", "--fixed-l", "2",
-                 "--bound", "edelman"]) == 0
+    monkeypatch.setattr(
+        specbound.report.html,
+        "write_report",
+        lambda store, out, **kw: calls.append((out, kw)) or {"html": "r.html", "markdown": "r.md", "figures": "f"},
+    )
+    assert (
+        main(
+            [
+                "plot",
+                "--store",
+                str(tiny_store.root),
+                "--out",
+                "f",
+                "--model",
+                "m",
+                "--fixed-l",
+                "2",
+                "--bound",
+                "edelman",
+            ]
+        )
+        == 0
+    )
     assert main(["report", "--store", str(tiny_store.root), "--out", "r", "--confidence", "0.9"]) == 0
-    assert calls == [("f", {"model": "m", "fixed_L": 2, "bounds": ["edelman"]}),
-                     ("r", {"model": None, "fixed_L": None, "bounds": None, "confidence": 0.9})]
+    assert calls == [
+        ("f", {"model": "m", "fixed_L": 2, "bounds": ["edelman"]}),
+        ("r", {"model": None, "fixed_L": None, "bounds": None, "confidence": 0.9}),
+    ]
     assert "report: r.html" in capsys.readouterr().out
     monkeypatch.undo()
     assert main(["plot", "--store", str(tmp_path / "empty")]) == 2
@@ -106,11 +131,14 @@ def test_the_headline_bound_is_drawn_last_and_distinct(tiny_store, no_checkpoint
     ring = max(lines, key=lambda l: l.get_zorder())
     assert list(ring.get_xdata()[::-1]) == pytest.approx(list(natural_order_values(table, HEADLINE)))
     assert ring.get_markerfacecolor() == "none" and ring.get_markersize() > 1.5 * max(
-        l.get_markersize() for l in lines if l is not ring)
+        l.get_markersize() for l in lines if l is not ring
+    )
     assert all(l.get_marker() != ring.get_marker() for l in lines if l is not ring)
     legend = fig.legends[0]
-    assert legend.get_texts()[0].get_text().startswith("Spectrum-adaptive (Sakai") and "headline" in \
-        legend.get_texts()[0].get_text()
+    assert (
+        legend.get_texts()[0].get_text().startswith("Spectrum-adaptive (Sakai")
+        and "headline" in legend.get_texts()[0].get_text()
+    )
 
 
 def natural_order_values(table, name):
@@ -144,8 +172,9 @@ def test_a_model_name_with_dollars_does_not_break_the_mathtext():
 
     from specbound.records.plot import figure_contributions
 
-    curves = pd.DataFrame({"matrix": [0] * 3, "layer": [0] * 3, "role": ["QK"] * 3, "p": [0.0, 1.0, 2.0],
-                           "c_over_c0": [1.0, 2.0, 3.0]})
+    curves = pd.DataFrame(
+        {"matrix": [0] * 3, "layer": [0] * 3, "role": ["QK"] * 3, "p": [0.0, 1.0, 2.0], "c_over_c0": [1.0, 2.0, 3.0]}
+    )
     fig = figure_contributions(curves, pd.DataFrame({"p_star": [0.0]}), "runs/$HOME/$x_1", grid_m=1, n_layers=1)
     fig.savefig(io.BytesIO(), format="png")  # a bad mathtext string raises here
     assert fig._suptitle.get_text().endswith(r"runs/\$HOME/\$x_1")
@@ -159,8 +188,10 @@ def test_the_store_figures_compose_into_the_caller_s_axes(tiny_store, no_checkpo
 
     from specbound.report.plots import figure_bound_scaling, figure_bounds_side_by_side
 
-    for draw in (lambda **kw: figure_bound_scaling(tiny_store, x="N", **kw),
-                 lambda **kw: figure_bounds_side_by_side(tiny_store, **kw)):
+    for draw in (
+        lambda **kw: figure_bound_scaling(tiny_store, x="N", **kw),
+        lambda **kw: figure_bounds_side_by_side(tiny_store, **kw),
+    ):
         own = draw()
         fig = Figure()
         left, right = fig.subplots(1, 2)

@@ -29,8 +29,12 @@ def init_store(tmp_path_factory):
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     save_tiny(model, root / "trained")
-    run_sweep(expand_sources([str(root / "trained")]), root / "store", option_sets=[{}, {"init": str(root / "init")}],
-              progress=False)
+    run_sweep(
+        expand_sources([str(root / "trained")]),
+        root / "store",
+        option_sets=[{}, {"init": str(root / "init")}],
+        progress=False,
+    )
     return root
 
 

@@ -9,8 +9,7 @@ import pytest
 
 from specbound import SpecboundError
 from specbound.cli import main
-from specbound.report.scaling import (group_slopes, loglog_fit, quantities, scaling_fits, scaling_table,
-                                      summary_table)
+from specbound.report.scaling import group_slopes, loglog_fit, quantities, scaling_fits, scaling_table, summary_table
 from specbound.sweep.store import Record, Store
 
 DEPTHS = (2, 4, 6, 8, 10, 12)
@@ -25,12 +24,24 @@ def synthetic_store(root, law, noise=0.0, seed=0):
     for L in DEPTHS:
         for N in WIDTHS:
             bounds = {name: f(L, N) * math.exp(noise * rng.standard_normal()) for name, f in law.items()}
-            meta = {"format": 1, "key": f"k{L:02d}{N:04d}", "source": f"synthetic/L{L}-N{N}", "labels": {"step": L * N},
-                    "model": {"family": "bert", "L": L, "N": N, "H": N // 64, "H_kv": N // 64, "d_head": 64,
-                              "d_ff": 4 * N},
-                    "options": {"grid_m": None, "rank_tol": 1e-10, "l_phi": None, "method": "factored",
-                                "gram_rtol": 1e-8, "arch_spec": None},
-                    "analysis": {"options": {"grid_m": 20}}, "bounds": bounds, "run": {"seconds": 0.0}}
+            meta = {
+                "format": 1,
+                "key": f"k{L:02d}{N:04d}",
+                "source": f"synthetic/L{L}-N{N}",
+                "labels": {"step": L * N},
+                "model": {"family": "bert", "L": L, "N": N, "H": N // 64, "H_kv": N // 64, "d_head": 64, "d_ff": 4 * N},
+                "options": {
+                    "grid_m": None,
+                    "rank_tol": 1e-10,
+                    "l_phi": None,
+                    "method": "factored",
+                    "gram_rtol": 1e-8,
+                    "arch_spec": None,
+                },
+                "analysis": {"options": {"grid_m": 20}},
+                "bounds": bounds,
+                "run": {"seconds": 0.0},
+            }
             st.put(Record(meta, empty))
     return st
 
@@ -42,7 +53,7 @@ def test_exact_power_laws_are_recovered_exactly(tmp_path):
     st = synthetic_store(tmp_path / "s", LAW)
     fits = scaling_table(st, per_group=True).set_index(["bound", "against", "fixed"])
     for bound, (a, b) in {"power": (1.5, 0.25), "flat_in_depth": (0.0, 2.0)}.items():
-        for (against, slope) in (("L", a), ("N", b)):
+        for against, slope in (("L", a), ("N", b)):
             rows = fits.loc[bound].loc[against]
             np.testing.assert_allclose(rows["slope"], slope, atol=1e-10)
             fitted = rows.drop(index=f"median over {'N' if against == 'L' else 'L'}")  # the median has none
@@ -145,8 +156,9 @@ def test_median_over_groups_is_the_median_of_each_groups_own_slope(tmp_path):
     median = fits.loc["median over N"]
     assert median["slope"] == pytest.approx(1.5, abs=1e-10) and math.isnan(median["ci_low"])
     assert median["points"] == len(DEPTHS) * len(WIDTHS)
-    levels, slopes = group_slopes(np.array([1.0, 2.0, 1.0, 1.0, 4.0]), np.array([1.0, 8.0, 5.0, 5.0, 5.0]),
-                                  np.array(["a", "a", "b", "b", "c"]))
+    levels, slopes = group_slopes(
+        np.array([1.0, 2.0, 1.0, 1.0, 4.0]), np.array([1.0, 8.0, 5.0, 5.0, 5.0]), np.array(["a", "a", "b", "b", "c"])
+    )
     assert levels == ["a", "b", "c"] and slopes[0] == pytest.approx(3.0) and np.isnan(slopes[1:]).all()
 
 

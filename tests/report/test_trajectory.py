@@ -17,8 +17,6 @@ from specbound.report.trajectory import figure_trajectory, trajectory_axis, traj
 from support.run_store import RUN_STEPS, run_store  # noqa: F401  (a fixture)
 
 
-
-
 def test_scaling_names_the_label_to_fit_against(run_store, capsys):
     with pytest.raises(SpecboundError, match=r"--against label_step") as info:
         scaling_table(run_store)
@@ -77,8 +75,11 @@ def test_the_headline_is_on_top_and_equal_variants_are_named_not_drawn(run_store
     assert headline[0].get_zorder() > max(line.get_zorder() for line in lines if line is not headline[0])
     assert headline[0].get_linewidth() > max(line.get_linewidth() for line in lines if line is not headline[0])
     frame = trajectory_frame(run_store)
-    equal = [n for n in run_store.bound_names() if n != "spectral_adaptive"
-             and (frame[n] == frame["spectral_adaptive"]).all()]
+    equal = [
+        n
+        for n in run_store.bound_names()
+        if n != "spectral_adaptive" and (frame[n] == frame["spectral_adaptive"]).all()
+    ]
     assert equal  # on these small checkpoints some variant coincides (spectral_shared: no shared weights)
     drawn = {line.get_label() for line in lines}
     assert not drawn & {bound_label(n) for n in equal}
@@ -106,9 +107,9 @@ def test_the_run_s_own_numbers_share_the_step_axis(tmp_path):
     for i, step in enumerate(steps):
         write_tiny_bert(tmp_path / "run" / f"step-{step}", seed=i, L=2, N=16, H=4, d_ff=24, std=0.1 * (1 + i))
         (tmp_path / "run" / f"step-{step}" / "metrics.json").write_text(
-            json.dumps({"train_loss": losses[i], "eval_accuracy": accuracies[i]}))
-    run_sweep(expand_sources([str(tmp_path / "run" / "step-{step=100..400..100}")]), tmp_path / "store",
-              progress=False)
+            json.dumps({"train_loss": losses[i], "eval_accuracy": accuracies[i]})
+        )
+    run_sweep(expand_sources([str(tmp_path / "run" / "step-{step=100..400..100}")]), tmp_path / "store", progress=False)
     fig = figure_trajectory(Store(tmp_path / "store"))
     top, numbers, strip = fig.axes[:3]
     assert numbers.get_title().startswith("The run's own numbers")

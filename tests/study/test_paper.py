@@ -10,8 +10,7 @@ from scipy import stats
 
 from specbound import SpecboundError
 from specbound.records.style import bound_color
-from specbound.study.paper import (PAPER_BOUNDS, figure_paper, paper_fits, store_points, study_points,
-                                    verdicts)
+from specbound.study.paper import PAPER_BOUNDS, figure_paper, paper_fits, store_points, study_points, verdicts
 from specbound.sweep.store import Store
 from support.numpy_bert import write_tiny_bert
 from support.one_line import assert_one_line_error, run_cli
@@ -59,8 +58,9 @@ def test_slopes_are_the_least_squares_fit_of_the_stored_bounds(paper_run):
     assert sorted(zip(table["L"], table["N"])) == [(L, N) for L in DEPTHS for N in WIDTHS]  # read from the models
     for axis, other in (("L", "N"), ("N", "L")):
         for bound in PAPER_BOUNDS:
-            slope, low, high = direct_fit(table[axis].to_numpy(float), table[bound].to_numpy(float),
-                                          table[other].tolist())
+            slope, low, high = direct_fit(
+                table[axis].to_numpy(float), table[bound].to_numpy(float), table[other].tolist()
+            )
             row = slopes.loc[(axis, bound)]
             np.testing.assert_allclose([row["slope"], row["ci_low"], row["ci_high"]], [slope, low, high], rtol=1e-9)
             assert row["points"] == 6 and row["groups"] == (2 if axis == "L" else 3)
@@ -92,8 +92,9 @@ def test_the_figure_has_its_layers(paper_run):
             assert to_rgba(line.get_color()) == to_rgba(bound_color(bound))
             x, y = line.get_data()
             np.testing.assert_allclose(y, (x / x_min) ** fit["slope"], rtol=1e-12)
-            assert f"grows as {axis}^{fit['slope']:.2f}, 95% interval [{fit['ci_low']:.2f}, " \
-                   f"{fit['ci_high']:.2f}]" in texts
+            assert (
+                f"grows as {axis}^{fit['slope']:.2f}, 95% interval [{fit['ci_low']:.2f}, {fit['ci_high']:.2f}]" in texts
+            )
         # the points: each group's residuals about the pooled line average to one (log residuals to zero)
         for marker in markers:
             x, y = (np.asarray(v, float) for v in marker.get_data())
@@ -103,8 +104,10 @@ def test_the_figure_has_its_layers(paper_run):
         legend = ax.get_legend()
         assert legend is not None and len(legend.get_texts()) == groups  # which marker is which group
     bound_legend = fig.legends[0]
-    assert [t.get_text() for t in bound_legend.get_texts()] == ["Spectrum-adaptive (Sakai & Imaizumi 2026)",
-                                                                 "Edelman-style norm proxy"]
+    assert [t.get_text() for t in bound_legend.get_texts()] == [
+        "Spectrum-adaptive (Sakai & Imaizumi 2026)",
+        "Edelman-style norm proxy",
+    ]
     assert all(isinstance(h, Line2D) for h in bound_legend.legend_handles)
     assert fig._suptitle.get_text() == "tiny"
 
@@ -134,26 +137,35 @@ def test_too_few_points_for_an_interval_is_one_line(bert_grid, tmp_path, capsys)
     from specbound.sweep.run import run_sweep
     from specbound.sweep.sources import expand_sources
 
-    run_sweep(expand_sources([str(bert_grid / "L1-N16"), str(bert_grid / "L2-N16")]), tmp_path / "store",
-              progress=False)
+    run_sweep(
+        expand_sources([str(bert_grid / "L1-N16"), str(bert_grid / "L2-N16")]), tmp_path / "store", progress=False
+    )
     rc, out, err = run_cli(capsys, "--store", tmp_path / "store", "--out", tmp_path / "out", command="paper")
-    assert_one_line_error(rc, out, err, ["too few checkpoints to fit the growth in depth L", "2 usable value(s)",
-                                         "three or more L values at one N"])
+    assert_one_line_error(
+        rc,
+        out,
+        err,
+        ["too few checkpoints to fit the growth in depth L", "2 usable value(s)", "three or more L values at one N"],
+    )
 
 
-@pytest.mark.parametrize("args, needles", [
-    ((), ["paper needs checkpoints (SOURCE ...), --store DIR or --study DIR"]),
-    (("--study", "nowhere"), ["no runs.csv in nowhere"]),
-    (("--study", "s", "--store", "t"), ["pass either it or SOURCEs / --store, not both"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        ((), ["paper needs checkpoints (SOURCE ...), --store DIR or --study DIR"]),
+        (("--study", "nowhere"), ["no runs.csv in nowhere"]),
+        (("--study", "s", "--store", "t"), ["pass either it or SOURCEs / --store, not both"]),
+    ],
+)
 def test_bad_requests_are_one_line(args, needles, capsys):
     rc, out, err = run_cli(capsys, *args, command="paper")
     assert_one_line_error(rc, out, err, needles)
 
 
 def test_an_unknown_bound_is_one_line(paper_run, capsys):
-    rc, out, err = run_cli(capsys, "--store", paper_run / "store", "--bound", "nope", "--out",
-                           paper_run / "x", command="paper")
+    rc, out, err = run_cli(
+        capsys, "--store", paper_run / "store", "--bound", "nope", "--out", paper_run / "x", command="paper"
+    )
     assert_one_line_error(rc, out, err, ["unknown bound(s) nope for --bound", "spectral_adaptive"])
 
 
@@ -167,10 +179,20 @@ def synthetic_runs(law):
             for b, base in enumerate(bases):
                 for change in ({}, {"depth": 6}, {"depth": 3}, {"width": 128}, {"width": 16}):
                     hp = {**base, **change}
-                    rows.append({"task": task, "seed": seed, "train_size": 100, "batch_size": 8,
-                                 "weight_decay": 0.0, "dropout": 0.0, **hp, "converged": True,
-                                 "run": f"{task}-{seed}-{b}-{hp['depth']}-{hp['width']}",
-                                 **{k: f(hp["depth"], hp["width"], b + 3 * seed) for k, f in law.items()}})
+                    rows.append(
+                        {
+                            "task": task,
+                            "seed": seed,
+                            "train_size": 100,
+                            "batch_size": 8,
+                            "weight_decay": 0.0,
+                            "dropout": 0.0,
+                            **hp,
+                            "converged": True,
+                            "run": f"{task}-{seed}-{b}-{hp['depth']}-{hp['width']}",
+                            **{k: f(hp["depth"], hp["width"], b + 3 * seed) for k, f in law.items()},
+                        }
+                    )
     runs = pd.DataFrame(rows).drop_duplicates(["task", "seed", "depth", "width", "lr"]).reset_index(drop=True)
     runs.loc[0, "converged"] = False
     runs.loc[0, "spectral_adaptive"] = 1e30  # would break the exact fit if it were not left out
@@ -178,11 +200,17 @@ def synthetic_runs(law):
 
 
 def test_a_study_grid_recovers_exact_power_laws():
-    law = {"spectral_adaptive": lambda L, N, b: (1 + b) * L ** 1.0 * N ** 0.5,
-           "edelman": lambda L, N, b: (2 + b) * L ** 6.0 * N ** 3.0}
+    law = {
+        "spectral_adaptive": lambda L, N, b: (1 + b) * L**1.0 * N**0.5,
+        "edelman": lambda L, N, b: (2 + b) * L**6.0 * N**3.0,
+    }
     fits = paper_fits(study_points(synthetic_runs(law))).set_index(["axis", "bound"])
-    for (axis, bound), slope in {("L", "spectral_adaptive"): 1.0, ("N", "spectral_adaptive"): 0.5,
-                                 ("L", "edelman"): 6.0, ("N", "edelman"): 3.0}.items():
+    for (axis, bound), slope in {
+        ("L", "spectral_adaptive"): 1.0,
+        ("N", "spectral_adaptive"): 0.5,
+        ("L", "edelman"): 6.0,
+        ("N", "edelman"): 3.0,
+    }.items():
         np.testing.assert_allclose(fits.loc[(axis, bound), "slope"], slope, atol=1e-10)
         assert fits.loc[(axis, bound), "ci_high"] - fits.loc[(axis, bound), "ci_low"] < 1e-8
     assert fits.loc[("L", "edelman"), "groups"] == 12  # 2 tasks x 2 seeds x 3 bases: each varies in depth
@@ -199,31 +227,51 @@ def test_the_study_slopes_are_the_studys_pooled_slopes():
     study = study[study["task"] == "all"].set_index(["axis", "bound"])
     for axis, name in (("L", "depth"), ("N", "width")):
         for bound in PAPER_BOUNDS:
-            np.testing.assert_allclose(fits.loc[(axis, bound), "slope"], study.loc[(name, bound), "pooled"],
-                                       rtol=1e-9)
+            np.testing.assert_allclose(fits.loc[(axis, bound), "slope"], study.loc[(name, bound), "pooled"], rtol=1e-9)
             assert fits.loc[(axis, bound), "groups"] == study.loc[(name, bound), "groups"]
 
 
 def test_study_runs_without_the_columns_are_one_line():
     with pytest.raises(SpecboundError, match="the study's runs.csv has no column depth, width"):
-        study_points(pd.DataFrame({"task": ["a"], "run": ["r"], "converged": [True], "spectral_adaptive": [1.0],
-                                   "edelman": [2.0]}))
+        study_points(
+            pd.DataFrame(
+                {"task": ["a"], "run": ["r"], "converged": [True], "spectral_adaptive": [1.0], "edelman": [2.0]}
+            )
+        )
 
 
-@pytest.mark.parametrize("adaptive, proxy, says", [
-    ((1.0, 0.9, 1.1), (5.0, 4.0, 6.0),
-     "spectral_adaptive grows more slowly (the intervals do not overlap): the paper's claim holds here"),
-    ((1.0, 0.5, 3.0), (2.0, 1.5, 2.5),
-     "spectral_adaptive and edelman: the intervals overlap, this grid does not decide"),
-    ((5.0, 4.0, 6.0), (1.0, 0.9, 1.1),
-     "spectral_adaptive grows faster (the intervals do not overlap): the paper's claim fails here"),
-])
+@pytest.mark.parametrize(
+    "adaptive, proxy, says",
+    [
+        (
+            (1.0, 0.9, 1.1),
+            (5.0, 4.0, 6.0),
+            "spectral_adaptive grows more slowly (the intervals do not overlap): the paper's claim holds here",
+        ),
+        (
+            (1.0, 0.5, 3.0),
+            (2.0, 1.5, 2.5),
+            "spectral_adaptive and edelman: the intervals overlap, this grid does not decide",
+        ),
+        (
+            (5.0, 4.0, 6.0),
+            (1.0, 0.9, 1.1),
+            "spectral_adaptive grows faster (the intervals do not overlap): the paper's claim fails here",
+        ),
+    ],
+)
 def test_verdicts(adaptive, proxy, says):
-    fits = pd.DataFrame([{"axis": "L", "bound": b, "slope": s, "ci_low": lo, "ci_high": hi}
-                         for b, (s, lo, hi) in zip(PAPER_BOUNDS, (adaptive, proxy))])
+    fits = pd.DataFrame(
+        [
+            {"axis": "L", "bound": b, "slope": s, "ci_low": lo, "ci_high": hi}
+            for b, (s, lo, hi) in zip(PAPER_BOUNDS, (adaptive, proxy))
+        ]
+    )
     slopes, claim = verdicts(fits)
-    assert slopes == (f"depth L: spectral_adaptive ~ L^{adaptive[0]:.2f} [{adaptive[1]:.2f}, {adaptive[2]:.2f}], "
-                      f"edelman ~ L^{proxy[0]:.2f} [{proxy[1]:.2f}, {proxy[2]:.2f}]")
+    assert slopes == (
+        f"depth L: spectral_adaptive ~ L^{adaptive[0]:.2f} [{adaptive[1]:.2f}, {adaptive[2]:.2f}], "
+        f"edelman ~ L^{proxy[0]:.2f} [{proxy[1]:.2f}, {proxy[2]:.2f}]"
+    )
     assert claim == f"  {says}"
 
 
@@ -238,9 +286,15 @@ def test_a_llama_grid_from_transformers(tmp_path, capsys):
     for L in DEPTHS:
         for N in WIDTHS:
             torch.manual_seed(L * 100 + N)
-            config = transformers.LlamaConfig(hidden_size=N, num_hidden_layers=L, num_attention_heads=4,
-                                              num_key_value_heads=2, intermediate_size=3 * N, vocab_size=40,
-                                              initializer_range=0.1)
+            config = transformers.LlamaConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=3 * N,
+                vocab_size=40,
+                initializer_range=0.1,
+            )
             save_tiny(transformers.LlamaForCausalLM(config).eval(), tmp_path / "llama" / f"L{L}-N{N}")
     rc, out, err = run_cli(capsys, str(tmp_path / "llama" / "L*-N*"), "--out", tmp_path / "out", command="paper")
     assert rc == 0, err
@@ -251,8 +305,9 @@ def test_a_llama_grid_from_transformers(tmp_path, capsys):
     for axis, other in (("L", "N"), ("N", "L")):
         for bound in PAPER_BOUNDS:
             expected = direct_fit(table[axis].to_numpy(float), table[bound].to_numpy(float), table[other].tolist())
-            np.testing.assert_allclose(slopes.loc[(axis, bound), ["slope", "ci_low", "ci_high"]].to_numpy(float),
-                                       expected, rtol=1e-9)
+            np.testing.assert_allclose(
+                slopes.loc[(axis, bound), ["slope", "ci_low", "ci_high"]].to_numpy(float), expected, rtol=1e-9
+            )
 
 
 def test_a_grid_varying_in_depth_alone_draws_one_panel(bert_grid, tmp_path):
@@ -272,6 +327,9 @@ def test_a_study_without_runs_differing_in_one_axis_is_one_line():
     law = {"spectral_adaptive": lambda L, N, b: 1.0 * L * N, "edelman": lambda L, N, b: 2.0 * L * N}
     runs = synthetic_runs(law)
     one_each = runs.drop_duplicates(["task", "seed", "lr"])  # one run per base point: nothing differs in one axis
-    with pytest.raises(SpecboundError, match=r"vary neither depth L nor width N \(no two differ in depth or width "
-                                             r"alone\)"):
+    with pytest.raises(
+        SpecboundError,
+        match=r"vary neither depth L nor width N \(no two differ in depth or width "
+        r"alone\)",
+    ):
         paper_fits(study_points(one_each))

@@ -9,9 +9,19 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from specbound.study.correlate import (_codes, cluster_draws, clusters, correlations, environment_errors,
-                                      environments, granulated, groups_differing_in, k_score, kendall,
-                                      normalised_cmi)
+from specbound.study.correlate import (
+    _codes,
+    cluster_draws,
+    clusters,
+    correlations,
+    environment_errors,
+    environments,
+    granulated,
+    groups_differing_in,
+    k_score,
+    kendall,
+    normalised_cmi,
+)
 from specbound.study.grid import DEFAULT_BASES, DEFAULT_SEEDS, HPARAMS, make_grid
 
 
@@ -62,9 +72,9 @@ def test_groups_differ_in_exactly_one_hyperparameter():
 def test_granulated_knows_which_hyperparameter_matters():
     runs = _factorial_runs()
     half = len(runs) // 2
-    runs["data_measure"] = 1 / runs["train_size"]          # follows the gap along n, constant otherwise
+    runs["data_measure"] = 1 / runs["train_size"]  # follows the gap along n, constant otherwise
     runs["anti"] = -runs["gap"]
-    runs["depth_measure"] = runs["depth"]                    # unrelated to the gap
+    runs["depth_measure"] = runs["depth"]  # unrelated to the gap
     assert granulated(runs, "data_measure", "gap", "train_size") == (1.0, half)
     assert granulated(runs, "anti", "gap", "lr") == (-1.0, half)
     assert granulated(runs, "data_measure", "gap", "lr") == (0.0, half)  # blind to what changes the gap
@@ -149,13 +159,16 @@ def test_correlation_table_with_intervals():
     assert len(finite) > 0 and (finite["value_lo"] <= finite["value_hi"] + 1e-12).all()
     assert ((finite["value"] >= finite["value_lo"] - 0.35) & (finite["value"] <= finite["value_hi"] + 0.35)).all()
     exact = corr[(corr["measure"] == "exact") & (corr["scope"] == "t")].set_index("statistic")
-    assert exact.loc["overall", "value"] == pytest.approx(1.0) and exact.loc["overall", "value_lo"] == pytest.approx(1.0)
+    assert exact.loc["overall", "value"] == pytest.approx(1.0) and exact.loc["overall", "value_lo"] == pytest.approx(
+        1.0
+    )
     assert exact.loc["K", "value"] == pytest.approx(1.0) and exact.loc["sign_error_max", "value"] == 0.0
     noisy = corr[(corr["measure"] == "m") & (corr["scope"] == "t")].set_index("statistic")
     assert noisy.loc["overall", "value_lo"] < noisy.loc["overall", "value"] < noisy.loc["overall", "value_hi"]
     psi = corr[(corr["scope"] == "all") & (corr["statistic"].isin(HPARAMS)) & (corr["measure"] == "m")]["value"]
-    assert corr.loc[(corr["scope"] == "all") & (corr["statistic"] == "Psi") & (corr["measure"] == "m"),
-                    "value"].item() == pytest.approx(np.nanmean(psi))
+    assert corr.loc[
+        (corr["scope"] == "all") & (corr["statistic"] == "Psi") & (corr["measure"] == "m"), "value"
+    ].item() == pytest.approx(np.nanmean(psi))
 
 
 def _grid_frame(tasks=("fmnist", "langid")):
@@ -195,8 +208,14 @@ def test_the_bootstrap_resamples_clusters_not_runs():
     every replicate of a cluster bootstrap reproduces the statistic (a run bootstrap would not); a
     single cluster gets no interval at all; the robust sign-error never gets one."""
     rng = np.random.default_rng(3)
-    one = pd.DataFrame({"depth": [1, 2, 3, 1, 1, 1, 1], "width": [1, 1, 1, 2, 3, 1, 1],
-                        "train_size": [1, 1, 1, 1, 1, 2, 3], "gap": rng.normal(size=7)})
+    one = pd.DataFrame(
+        {
+            "depth": [1, 2, 3, 1, 1, 1, 1],
+            "width": [1, 1, 1, 2, 3, 1, 1],
+            "train_size": [1, 1, 1, 1, 1, 2, 3],
+            "gap": rng.normal(size=7),
+        }
+    )
     one["m"] = one["gap"] + rng.normal(size=7)
     hparams = ("depth", "width", "train_size")
     runs = pd.concat([one.assign(seed=s, task="t") for s in range(4)], ignore_index=True)
@@ -210,6 +229,7 @@ def test_the_bootstrap_resamples_clusters_not_runs():
     assert math.isnan(t.loc["sign_error_max", "value_lo"]) and math.isnan(t.loc["sign_error_max", "value_hi"])
     # three axes x three pairs of values, each coupled over the four seeds
     assert t.loc["sign_error_max", "environments"] == 9 and t.loc["sign_error_max", "pairs"] == 9 * 4
-    single = correlations(runs[runs["seed"] == 0], measures, gaps=("gap",), hparams=hparams, bootstrap=40,
-                          bootstrap_k=10)
+    single = correlations(
+        runs[runs["seed"] == 0], measures, gaps=("gap",), hparams=hparams, bootstrap=40, bootstrap_k=10
+    )
     assert single["value_lo"].isna().all() and (single["clusters"] == 1).all()

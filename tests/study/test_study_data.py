@@ -63,8 +63,13 @@ def test_language_identification():
 
 
 def test_word_lists_drop_ambiguous_and_non_alphabetic_words(tmp_path):
-    for name, words in (("american-english", "the\ncat\ncat's\nBerlin\nx\n"), ("ngerman", "der\nberlin\nkatze\n"),
-                        ("french", "le\nchat\n"), ("italian", "il\ngatto\n"), ("spanish", "el\ngato\n")):
+    for name, words in (
+        ("american-english", "the\ncat\ncat's\nBerlin\nx\n"),
+        ("ngerman", "der\nberlin\nkatze\n"),
+        ("french", "le\nchat\n"),
+        ("italian", "il\ngatto\n"),
+        ("spanish", "el\ngato\n"),
+    ):
         (tmp_path / name).write_text(words, encoding="utf-8")
     assert data.read_word_list(tmp_path / "american-english") == {"the", "cat", "berlin"}
     data.WORDS_TEST_PER_CLASS, saved = 1, data.WORDS_TEST_PER_CLASS

@@ -7,8 +7,17 @@ import pytest
 
 from specbound.errors import SpecboundError
 from specbound.study.correlate import clusters, groups_differing_in
-from specbound.study.grid import (AXES, DEEP_DEPTHS, DEFAULT_BASES, DEFAULT_SEEDS, HPARAMS, RunConfig, make_grid,
-                                  one_at_a_time, with_seeds)
+from specbound.study.grid import (
+    AXES,
+    DEEP_DEPTHS,
+    DEFAULT_BASES,
+    DEFAULT_SEEDS,
+    HPARAMS,
+    RunConfig,
+    make_grid,
+    one_at_a_time,
+    with_seeds,
+)
 
 
 def _frame(configs):
@@ -80,24 +89,39 @@ def test_with_seeds():
 
 
 def test_key_is_stable_and_covers_every_field():
-    c = RunConfig(task="fmnist", depth=1, width=32, train_size=200, lr=1e-3, batch_size=64, weight_decay=0.0,
-                  dropout=0.0, seed=0)
+    c = RunConfig(
+        task="fmnist", depth=1, width=32, train_size=200, lr=1e-3, batch_size=64, weight_decay=0.0, dropout=0.0, seed=0
+    )
     # Changing how keys are computed orphans every recorded run: bump STUDY_VERSION on purpose instead.
     assert c.key == "96bb91ce9354"
     assert c.name == f"fmnist-{c.key}"
-    for field, value in (("seed", 1), ("lr", 2e-3), ("weight_decay", 1.0), ("task", "langid"), ("dropout", 0.1),
-                         ("max_steps", 10)):
+    for field, value in (
+        ("seed", 1),
+        ("lr", 2e-3),
+        ("weight_decay", 1.0),
+        ("task", "langid"),
+        ("dropout", 0.1),
+        ("max_steps", 10),
+    ):
         assert RunConfig(**{**c.to_dict(), field: value}).key != c.key
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(task="cifar"), "unknown task"), (dict(depth=0), "depth"), (dict(width=30), "multiple of heads"),
-    (dict(weight_decay=-1.0), "weight_decay"), (dict(dropout=1.0), "dropout"), (dict(seed=-1), "seed"),
-    (dict(max_steps=0), "max_steps"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(task="cifar"), "unknown task"),
+        (dict(depth=0), "depth"),
+        (dict(width=30), "multiple of heads"),
+        (dict(weight_decay=-1.0), "weight_decay"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(seed=-1), "seed"),
+        (dict(max_steps=0), "max_steps"),
+    ],
+)
 def test_run_config_validation(bad, match):
-    args = dict(task="fmnist", depth=1, width=32, train_size=200, lr=1e-3, batch_size=64, weight_decay=0.0,
-                dropout=0.0, seed=0)
+    args = dict(
+        task="fmnist", depth=1, width=32, train_size=200, lr=1e-3, batch_size=64, weight_decay=0.0, dropout=0.0, seed=0
+    )
     with pytest.raises(SpecboundError, match=match):
         RunConfig(**{**args, **bad})
 

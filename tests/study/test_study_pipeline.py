@@ -67,7 +67,8 @@ def test_every_run_has_a_complete_record(quick, runs):
         if metrics["converged"]:
             assert metrics["steps"] <= c.max_steps and metrics["margin"] > 0
             assert metrics["margin"] == pytest.approx(
-                metrics["margin_logit"] / (metrics["head_lipschitz"] * metrics["row_norm_max"]))
+                metrics["margin_logit"] / (metrics["head_lipschitz"] * metrics["row_norm_max"])
+            )
         else:
             assert metrics["steps"] == c.max_steps
         assert bool(runs.set_index("run").loc[c.name, "converged"]) == metrics["converged"]
@@ -89,12 +90,12 @@ def test_analysis_is_the_analyze_code_path(quick):
     path = folder / "runs" / c.name
     metrics = json.loads((path / "metrics.json").read_text())
     stored = json.loads((path / "analysis.json").read_text())
-    fresh = specbound.analyze(path / "model", init=path / "init", n=c.train_size, margin=metrics["margin"],
-                              threads=1)
+    fresh = specbound.analyze(path / "model", init=path / "init", n=c.train_size, margin=metrics["margin"], threads=1)
     assert stored["bounds"] == pytest.approx(fresh.bounds, rel=1e-12)
     assert stored["from_init"] == pytest.approx(fresh.from_init, rel=1e-12)
     assert stored["gap_bound"]["bounds"]["spectral_adaptive"]["gap"] == pytest.approx(
-        fresh.gap_bound["bounds"]["spectral_adaptive"]["gap"], rel=1e-12)
+        fresh.gap_bound["bounds"]["spectral_adaptive"]["gap"], rel=1e-12
+    )
     assert stored["model"]["family"] == "vit"
 
 
@@ -114,8 +115,14 @@ def test_correlations_use_only_converged_runs_and_carry_intervals(runs, corr):
     assert ((taus["value"] >= -1) & (taus["value"] <= 1)).all()
     both = finite.dropna(subset=["value_lo", "value_hi"])
     assert (both["value_lo"] <= both["value_hi"] + 1e-12).all()
-    assert {"spectral_adaptive", "edelman", "gap:spectral_adaptive", "pacbayes_flatness", "inverse_margin",
-            "pacbayes_init"} <= set(corr["measure"])
+    assert {
+        "spectral_adaptive",
+        "edelman",
+        "gap:spectral_adaptive",
+        "pacbayes_flatness",
+        "inverse_margin",
+        "pacbayes_init",
+    } <= set(corr["measure"])
 
 
 def test_report_tables_and_figures(quick, runs):
@@ -152,8 +159,19 @@ def test_rerun_reuses_every_run_and_reanalyses_a_missing_analysis(quick, runs):
 def test_quick_study_writes_growth_exponents_that_match_a_fit_by_hand(quick, runs):
     folder, out, _ = quick
     scaling = pd.read_csv(folder / "scaling.csv")
-    assert list(scaling.columns) == ["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "pooled", "pooled_lo",
-                                     "pooled_hi", "groups", "clusters"]
+    assert list(scaling.columns) == [
+        "task",
+        "bound",
+        "axis",
+        "slope",
+        "slope_lo",
+        "slope_hi",
+        "pooled",
+        "pooled_lo",
+        "pooled_hi",
+        "groups",
+        "clusters",
+    ]
     table = scaling.set_index(["task", "bound", "axis"])
     for scope in ("fmnist", "all"):
         for bound in ("spectral_adaptive", "edelman"):
@@ -167,8 +185,11 @@ def test_quick_study_writes_growth_exponents_that_match_a_fit_by_hand(quick, run
     ok = runs[runs["converged"]]
     for axis in ("depth", "width"):  # by hand: a line through each seed's pair of runs, then the median
         keys = [h for h in HPARAMS if h != axis] + ["seed"]
-        slopes = [np.polyfit(np.log(g[axis]), np.log(g["spectral_adaptive"]), 1)[0] for _, g in ok.groupby(keys)
-                  if g[axis].nunique() > 1]
+        slopes = [
+            np.polyfit(np.log(g[axis]), np.log(g["spectral_adaptive"]), 1)[0]
+            for _, g in ok.groupby(keys)
+            if g[axis].nunique() > 1
+        ]
         assert table.loc[("fmnist", "spectral_adaptive", axis), "slope"] == pytest.approx(np.median(slopes), rel=1e-9)
         # two runs a group: each group's slope is the pair's, and the pooled within-group slope is their
         # average weighted by the squared spread of log x (the same spread in every group: the mean)
@@ -227,8 +248,18 @@ def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path)
     # Easy on purpose: 32 examples, width 64, a gentle lr.  Such runs meet the criterion (no training
     # mistake) in 70-350 steps on every seed and thread count tried, so the 2,000-step cap leaves a
     # margin of more than 5x: the test checks the measurements, not where a training run lands.
-    c = RunConfig(task=task, depth=1, width=64, train_size=32, lr=2e-3, batch_size=16, weight_decay=0.0,
-                  dropout=0.0, seed=0, max_steps=2000)
+    c = RunConfig(
+        task=task,
+        depth=1,
+        width=64,
+        train_size=32,
+        lr=2e-3,
+        batch_size=16,
+        weight_decay=0.0,
+        dropout=0.0,
+        seed=0,
+        max_steps=2000,
+    )
     data = load_task(task)
     metrics = train_run(c, data, tmp_path)
     assert metrics["converged"] and (metrics["train_error"] <= 0.01 or metrics["train_loss"] <= 0.01), metrics
@@ -246,11 +277,13 @@ def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path)
     assert metrics["row_norm_max"] == pytest.approx(norms.max(), rel=1e-5)
     margins = np.load(tmp_path / "train_margins.npy")
     assert metrics["margin_logit"] == pytest.approx(float(np.quantile(margins, 0.1)), rel=1e-5)
-    assert metrics["margin"] * metrics["head_lipschitz"] * metrics["row_norm_max"] == pytest.approx(metrics["margin_logit"])
+    assert metrics["margin"] * metrics["head_lipschitz"] * metrics["row_norm_max"] == pytest.approx(
+        metrics["margin_logit"]
+    )
     # head_lipschitz is a Lipschitz constant of every f_y - f_j in the row: checked on all pairs of rows
     f = logits.double().numpy()
-    d = f[:, :, None] - f[:, None, :]                                   # (n, C, C)
-    change = np.abs(d[:, None] - d[None, :]).max(axis=(2, 3))          # (n, n)
+    d = f[:, :, None] - f[:, None, :]  # (n, C, C)
+    change = np.abs(d[:, None] - d[None, :]).max(axis=(2, 3))  # (n, n)
     distance = np.linalg.norm(rows.double().numpy()[:, None] - rows.double().numpy()[None, :], axis=2)
     assert np.all(change <= metrics["head_lipschitz"] * distance + 1e-5)
     # flatness: the bisection's sigma keeps the error within the target, and the other end of its
@@ -262,9 +295,9 @@ def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path)
     # the run's own 10-step bisection on the same examples and draws: 12 steps only refine its bracket
     width = math.log(FLAT_BRACKET[1]) - math.log(FLAT_BRACKET[0])
     assert metrics["sigma_flat"] <= found["sigma_flat"] * (1 + 1e-12)
-    assert found["sigma_flat"] < metrics["sigma_flat"] * math.exp(width / 2 ** FLAT_STEPS) * (1 + 1e-12)
+    assert found["sigma_flat"] < metrics["sigma_flat"] * math.exp(width / 2**FLAT_STEPS) * (1 + 1e-12)
     assert found["flat_error_at_sigma"] <= found["flat_base_error"] + FLAT_TARGET
-    upper = math.exp(math.log(found["sigma_flat"]) + width / 2 ** steps)
+    upper = math.exp(math.log(found["sigma_flat"]) + width / 2**steps)
     above = flatness_sigma(net, data, xt, yt, seed=0, steps=0, bracket=(upper, upper))
     assert above["sigma_censored"] == -1  # the bracket's upper end raises the error by more than the target
 
@@ -275,8 +308,17 @@ def test_runs_as_dask_tasks_on_a_local_cluster(tmp_path):
     still two tasks, and a second worker would only add its own torch import (half this test's
     CPU time); two processes writing one run store at once is what the quick study does."""
     pytest.importorskip("dask.distributed")
-    base = dict(task="fmnist", depth=1, width=16, train_size=64, lr=3e-3, batch_size=32, weight_decay=0.0,
-                dropout=0.0, max_steps=4)
+    base = dict(
+        task="fmnist",
+        depth=1,
+        width=16,
+        train_size=64,
+        lr=3e-3,
+        batch_size=32,
+        weight_decay=0.0,
+        dropout=0.0,
+        max_steps=4,
+    )
     grid = [RunConfig(seed=s, **base) for s in (0, 1)]
     result = run_study(tmp_path, grid=grid, workers=1, figures=False, bootstrap=5, log=lambda line: None)
     assert result.timing["trained"] == 2 and result.timing["dask"] == "LocalCluster(1)"
@@ -287,8 +329,10 @@ def test_runs_as_dask_tasks_on_a_local_cluster(tmp_path):
 
 
 def test_study_imports_no_torch_in_the_calling_process():
-    code = ("import sys, specbound.cli, specbound.study.pipeline, specbound.study.report; "
-            "heavy = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; assert not heavy, heavy")
+    code = (
+        "import sys, specbound.cli, specbound.study.pipeline, specbound.study.report; "
+        "heavy = [m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules]; assert not heavy, heavy"
+    )
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -321,7 +365,7 @@ def test_the_criterion_counts_mistakes_exactly_and_is_inclusive():
     for n, wrong in ((100, 1), (300, 3), (1000, 10), (100, 2)):
         y = torch.zeros(n, dtype=torch.long)
         logits = torch.tensor([[5.0, 0.0]] * n)
-        logits[:wrong] = torch.tensor([0.0, 5.0])            # `wrong` mistakes
+        logits[:wrong] = torch.tensor([0.0, 5.0])  # `wrong` mistakes
         result = evaluate(Fixed(), task, logits[:, None, :], y)
         assert result["error"] == wrong / n
         assert meets_criterion(result) == (wrong / n <= CRITERION_ERROR) == (wrong * 100 <= n)

@@ -13,8 +13,9 @@ import pytest
 from specbound.study import runs
 from specbound.study.grid import RunConfig
 
-CONFIG = RunConfig(task="fmnist", depth=1, width=32, train_size=192, lr=1e-3, batch_size=32, weight_decay=0.0, dropout=0.0,
-                   seed=0)
+CONFIG = RunConfig(
+    task="fmnist", depth=1, width=32, train_size=192, lr=1e-3, batch_size=32, weight_decay=0.0, dropout=0.0, seed=0
+)
 
 
 def _fake_train(calls, fail=False):
@@ -26,6 +27,7 @@ def _fake_train(calls, fail=False):
             raise KeyboardInterrupt("killed halfway")  # what a Ctrl-C mid-run looks like
         np.save(out_dir / "train_margins.npy", np.ones(3, dtype=np.float32))
         return {"margin": 0.5}
+
     return train_run
 
 
@@ -59,8 +61,9 @@ def test_a_finished_run_is_skipped(tmp_path, monkeypatch, no_data):
 def test_stale_temp_folders_of_dead_processes_are_removed(tmp_path):
     folder = tmp_path / runs.RUNS_DIR
     folder.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = folder / f"{runs.TMP_PREFIX}{CONFIG.name}+{dead}+abcd1234+{socket.gethostname()}"
     live = folder / f"{runs.TMP_PREFIX}{CONFIG.name}+{os.getpid()}+abcd1234+{socket.gethostname()}"
     stale.mkdir()

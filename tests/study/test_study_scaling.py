@@ -65,8 +65,11 @@ def test_the_slopes_equal_a_fit_by_hand():
     table = scaling_slopes(runs, ["noisy"], bootstrap=20).set_index(["task", "axis"])
     others = {axis: [h for h in HPARAMS if h != axis] + ["task", "seed"] for axis in ("depth", "width")}
     for axis, keys in others.items():
-        slopes = [np.polyfit(np.log(g[axis]), np.log(g["noisy"]), 1)[0] for _, g in runs.groupby(keys)
-                  if g[axis].nunique() > 1]
+        slopes = [
+            np.polyfit(np.log(g[axis]), np.log(g["noisy"]), 1)[0]
+            for _, g in runs.groupby(keys)
+            if g[axis].nunique() > 1
+        ]
         assert len(slopes) == 6
         assert table.loc[("fmnist", axis), "slope"] == pytest.approx(np.median(slopes), rel=1e-10)
 
@@ -76,7 +79,7 @@ def test_missing_and_non_positive_values_leave_their_group_out():
     label = axis_groups(runs, "depth")
     first, second = np.flatnonzero(label == 0), np.flatnonzero(label == 1)
     runs.loc[first[:2], "B"] = np.nan  # one value left: no slope for that group
-    runs.loc[second[0], "B"] = -1.0    # two values left: the slope of those two
+    runs.loc[second[0], "B"] = -1.0  # two values left: the slope of those two
     per = slopes_by_group(runs, "B", "depth").set_index("group")
     assert math.isnan(per.loc[0, "slope"]) and np.isfinite(per.loc[1, "slope"])
     row = scaling_slopes(runs, ["B"], axes=("depth",), bootstrap=10).set_index("task").loc["fmnist"]

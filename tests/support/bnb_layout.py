@@ -28,14 +28,33 @@ from pathlib import Path
 import numpy as np
 
 # QLoRA's NormalFloat4 (Dettmers et al. 2023, appendix E), the float32 values bitsandbytes ships.
-NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
-                -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
-                0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
-                0.7229568362236023, 1.0], dtype=np.float32)
+NF4 = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=np.float32,
+)
 # FP4 E2M1 without infinities or NaN (sign, 2 exponent bits with bias 2, 1 mantissa bit), nibbles 0-7
 # positive and 8-15 their negatives, normalized by the largest magnitude (12).
-FP4 = (np.array([0, 0.0625, 8, 12, 4, 6, 2, 3], dtype=np.float32)[np.arange(16) % 8]
-       * np.where(np.arange(16) < 8, 1, -1).astype(np.float32)) / np.float32(12)
+FP4 = (
+    np.array([0, 0.0625, 8, 12, 4, 6, 2, 3], dtype=np.float32)[np.arange(16) % 8]
+    * np.where(np.arange(16) < 8, 1, -1).astype(np.float32)
+) / np.float32(12)
 CODE_BOOKS = {"nf4": NF4, "fp4": FP4}
 ROUNDING = 2.0**-20  # slack for a quantizer's float32 normalization (a few ulps of 2^-24, times 16)
 
@@ -45,10 +64,13 @@ def safetensors_bytes(path: Path) -> dict:
     read from its header (8-byte length, JSON) and byte buffer without any tensor library."""
     data = Path(path).read_bytes()
     (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + length])
-    body = data[8 + length:]
-    return {name: (entry["dtype"], tuple(entry["shape"]), body[entry["data_offsets"][0]:entry["data_offsets"][1]])
-            for name, entry in header.items() if name != "__metadata__"}
+    header = json.loads(data[8 : 8 + length])
+    body = data[8 + length :]
+    return {
+        name: (entry["dtype"], tuple(entry["shape"]), body[entry["data_offsets"][0] : entry["data_offsets"][1]])
+        for name, entry in header.items()
+        if name != "__metadata__"
+    }
 
 
 def _f32(raw: bytes) -> np.ndarray:
@@ -114,8 +136,9 @@ class Decoded:
             self.absmax = (self.nested_map[index] * scale2) + self.offset  # two float32 roundings
             # bitsandbytes' 8-bit quantizer (a binary search) picks one of the two codes around a value, not
             # always the nearer (0.184383 went to 0.177344, not 0.191406, in a test save): one full gap
-            self.absmax_error = (scale2.astype(np.float64) * (2 * max_half_gap(self.nested_map) + ROUNDING)
-                                 + 2.0**-22 * (np.abs(self.absmax) + abs(float(self.offset))))
+            self.absmax_error = scale2.astype(np.float64) * (
+                2 * max_half_gap(self.nested_map) + ROUNDING
+            ) + 2.0**-22 * (np.abs(self.absmax) + abs(float(self.offset)))
         else:
             self.nested_map = None
             self.absmax = _f32(tensors[f"{name}.absmax"][2])
@@ -155,7 +178,7 @@ def block_absmax(weights: np.ndarray, decoded: Decoded) -> np.ndarray:
     cast = _round_to_dtype(weights.astype(np.float32).reshape(-1), decoded.state["dtype"])
     blocks = -(-cast.size // decoded.blocksize)
     padded = np.zeros(blocks * decoded.blocksize)
-    padded[:cast.size] = np.abs(cast)
+    padded[: cast.size] = np.abs(cast)
     return padded.reshape(blocks, decoded.blocksize).max(axis=1)
 
 
@@ -180,17 +203,22 @@ def bnb_round_trip(shape, quant_type: str, nested: bool, blocksize: int = 64, se
     import bitsandbytes as bnb
 
     w = torch.from_numpy(np.random.default_rng(seed).normal(0, 0.3, shape).astype(np.float32))
-    packed, qs = bnb.functional.quantize_4bit(w.half(), blocksize=blocksize, quant_type=quant_type,
-                                              compress_statistics=nested)
-    tensors = {f"w.{k}": ("", tuple(v.shape), v.contiguous().view(torch.uint8).numpy().tobytes())
-               for k, v in qs.as_dict(packed=True).items()}
+    packed, qs = bnb.functional.quantize_4bit(
+        w.half(), blocksize=blocksize, quant_type=quant_type, compress_statistics=nested
+    )
+    tensors = {
+        f"w.{k}": ("", tuple(v.shape), v.contiguous().view(torch.uint8).numpy().tobytes())
+        for k, v in qs.as_dict(packed=True).items()
+    }
     tensors["w"] = ("U8", tuple(packed.shape), packed.contiguous().numpy().tobytes())
     ours = Decoded(tensors, "w")
     theirs = kernel(ours) if kernel else bnb.functional.dequantize_4bit(packed, qs).double().numpy()
     weights = w.double().numpy()
-    return {"ratio": float(np.max(np.abs(weights - theirs) / four_bit_bound(weights, ours))),
-            "relative_error": float(np.linalg.norm(weights - theirs) / np.linalg.norm(weights)),
-            "equals_decode": bool(np.array_equal(theirs, ours.values))}
+    return {
+        "ratio": float(np.max(np.abs(weights - theirs) / four_bit_bound(weights, ours))),
+        "relative_error": float(np.linalg.norm(weights - theirs) / np.linalg.norm(weights)),
+        "equals_decode": bool(np.array_equal(theirs, ours.values)),
+    }
 
 
 def row_block_kernel(decoded: Decoded) -> np.ndarray:
@@ -218,16 +246,20 @@ def main():
     import torch
     import bitsandbytes as bnb
 
-    print(f"bitsandbytes {bnb.__version__}, torch {torch.__version__} (CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}), {platform.processor() or platform.machine()}")
+    print(
+        f"bitsandbytes {bnb.__version__}, torch {torch.__version__} (CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}), {platform.processor() or platform.machine()}"
+    )
     print("shape      type  nested  max |w - deq| / bound  rel. Frobenius error  equals the layout decode")
     for shape in SHAPES:
         for quant_type in ("nf4", "fp4"):
             for nested in (False, True):
                 r = bnb_round_trip(shape, quant_type, nested)
                 flag = "" if r["ratio"] <= 1 and r["equals_decode"] else "   <- wrong"
-                print(f"{str(shape):10} {quant_type}   {str(nested):6}  {r['ratio']:21.3f}  {r['relative_error']:20.4f}"
-                      f"  {r['equals_decode']}{flag}")
+                print(
+                    f"{str(shape):10} {quant_type}   {str(nested):6}  {r['ratio']:21.3f}  {r['relative_error']:20.4f}"
+                    f"  {r['equals_decode']}{flag}"
+                )
     print("On an AVX-512 CPU the shapes whose row length is a multiple of 16 but not of the block size (64)")
     print("come out wrong: the AVX-512 kernel reads row r's scales from absmax[r * (n // 64) + c // 64].")
     print("That indexing, computed here without the kernel, gives these relative errors:")

@@ -33,8 +33,16 @@ def check_contract(ckpt) -> None:
         assert any(f in where for f in files), (name, where, files)
 
 
-def check_reader(source, twin, *, rel: float = 1e-12, atol: float = 1e-9, family: bool = True,
-                 ordered: bool = True, notes: tuple[str, ...] = ()) -> None:
+def check_reader(
+    source,
+    twin,
+    *,
+    rel: float = 1e-12,
+    atol: float = 1e-9,
+    family: bool = True,
+    ordered: bool = True,
+    notes: tuple[str, ...] = (),
+) -> None:
     """The model read from ``source`` (a file or folder of any format) conforms and equals the one read
     from ``twin`` (its float safetensors folder): :func:`check_contract`, the same
     :class:`~specbound.archs.model.ModelDims`, every layer's role matrices to ``atol``, and every number of the
@@ -55,8 +63,10 @@ def check_reader(source, twin, *, rel: float = 1e-12, atol: float = 1e-9, family
     finally:
         opened.ckpt.close()
         reference.ckpt.close()
-    read, expected = numbers(specbound.analyze(source, threads=1), family=family), \
-        numbers(specbound.analyze(twin, threads=1), family=family)
+    read, expected = (
+        numbers(specbound.analyze(source, threads=1), family=family),
+        numbers(specbound.analyze(twin, threads=1), family=family),
+    )
     listed = {e["name"]: e for e in read["assumptions"]}
     assert {n: (listed[n]["kind"], listed[n]["effect"]) for n in notes} == {n: ("convention", said[n]) for n in notes}
     read["assumptions"] = [e for e in read["assumptions"] if e["name"] not in notes]

@@ -14,10 +14,12 @@ from hypothesis import given, settings
 
 def check_drawn(strategy, check, *, examples: int = 2) -> None:
     """``check(case)`` on ``examples`` cases drawn from ``strategy``, the same ones every run."""
+
     @settings(max_examples=examples, deadline=None, derandomize=True, database=None)
     @given(case=strategy)
     def run(case):
         check(case)
+
     run()
 
 

@@ -18,14 +18,19 @@ EXAMPLE_SECONDS = 20
 # ones every run (CI must not flake).  A long local hunt draws new ones:
 #   SPECBOUND_FUZZ_EXAMPLES=2000 SPECBOUND_FUZZ_RANDOM=1 python -m pytest tests/fuzz
 # and every failure it finds becomes a file in tests/fuzz/corpus/ (test_fuzz_corpus.py).
-FUZZ = settings(max_examples=int(os.environ.get("SPECBOUND_FUZZ_EXAMPLES", 25)), deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-                derandomize=not os.environ.get("SPECBOUND_FUZZ_RANDOM"), database=None)
+FUZZ = settings(
+    max_examples=int(os.environ.get("SPECBOUND_FUZZ_EXAMPLES", 25)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    derandomize=not os.environ.get("SPECBOUND_FUZZ_RANDOM"),
+    database=None,
+)
 
 
 @contextlib.contextmanager
 def time_limit(seconds: float = EXAMPLE_SECONDS):
     """Fail (rather than hang) when the block runs longer than ``seconds`` (main thread, Unix)."""
+
     def expired(signum, frame):
         raise TimeoutError(f"a fuzz example ran for more than {seconds} s (a hang?)")
 
@@ -52,10 +57,11 @@ def clean_outcome(call, *args, **kwargs):
 
 
 # A JSON value of any shape (the documents a hostile file may hold).
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
-                    | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-                    max_leaves=12)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
 
 
 def mutate(data: bytes, edits) -> bytes:
@@ -72,5 +78,8 @@ def mutate(data: bytes, edits) -> bytes:
     return bytes(out)
 
 
-EDITS = st.lists(st.tuples(st.sampled_from(["set", "truncate", "insert"]), st.integers(0, 2**31),
-                           st.binary(min_size=1, max_size=8)), min_size=1, max_size=4)
+EDITS = st.lists(
+    st.tuples(st.sampled_from(["set", "truncate", "insert"]), st.integers(0, 2**31), st.binary(min_size=1, max_size=8)),
+    min_size=1,
+    max_size=4,
+)

@@ -36,7 +36,9 @@ def entropy_integral(s, a, b, p, scale_over_margin):
     where the entropy's log reaches 0), in which the integrand is smooth."""
     log_s = math.log(scale_over_margin)
     u0 = -(log_s + math.log(9 * math.sqrt(float(np.sum(s**2))) * (2 if p else 1)))
-    breaks = [-math.log(2) - log_s - math.log(float(np.sum(s**p)) / j) / p for j in range(1, min(a, b) + 1)] if p else []
+    breaks = (
+        [-math.log(2) - log_s - math.log(float(np.sum(s**p)) / j) / p for j in range(1, min(a, b) + 1)] if p else []
+    )
     start = max(0.0, u0)
     edges = np.array([start] + sorted(u for u in breaks if start < u < U_MAX) + [U_MAX])
     v_lo, v_hi = np.sqrt(edges[:-1] - u0), np.sqrt(edges[1:] - u0)
@@ -50,5 +52,6 @@ def adaptive_gap_integral(terms, grid, margin, sqrt_l):
     """``sum_t min_p int_0^1 sqrt(ln N_t) + sqrt(L)``: ``terms`` are ``(kept values, a, b, scale_T)`` with
     the budget split over the terms already in ``scale_T``; each term at the grid index with the smallest
     integral (docs/bounds.md 9)."""
-    return sqrt_l + sum(min(entropy_integral(s, a, b, p, scale / margin) for p in grid)
-                        for s, a, b, scale in terms if s.size)
+    return sqrt_l + sum(
+        min(entropy_integral(s, a, b, p, scale / margin) for p in grid) for s, a, b, scale in terms if s.size
+    )

@@ -24,9 +24,11 @@ def permute(weights, n_head, n_head_kv):
     to k_proj with ``(n_head, n_head_kv)``)."""
     if n_head_kv is not None and n_head != n_head_kv:
         n_head = n_head_kv
-    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-            .swapaxes(1, 2)
-            .reshape(weights.shape))
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def write_converted(path, model, arch: str, *, extra_tensors: dict | None = None):
@@ -127,14 +129,24 @@ def llama4_metadata(config) -> dict:
     ``default`` and ``llama3`` write no scaling keys: llama3's factors become the ``rope_freqs`` tensor),
     LlamaModel's vocabulary size and rotated dimensions (``head_dim``), the MoE step, and a sliding window 0
     when every layer type is full attention."""
-    meta = dict(block_count=config.num_hidden_layers, context_length=config.max_position_embeddings,
-                embedding_length=config.hidden_size, feed_forward_length=config.intermediate_size_mlp,
-                head_count=config.num_attention_heads, head_count_kv=config.num_key_value_heads,
-                rope_freq_base=config.rope_parameters["rope_theta"], layer_norm_rms_eps=config.rms_norm_eps,
-                expert_count=config.num_local_experts, expert_used_count=config.num_experts_per_tok,
-                key_length=config.head_dim, value_length=config.head_dim, vocab_size=config.vocab_size,
-                rope_dimension_count=config.head_dim, interleave_moe_layer_step=config.interleave_moe_layer_step,
-                expert_feed_forward_length=config.intermediate_size)
+    meta = dict(
+        block_count=config.num_hidden_layers,
+        context_length=config.max_position_embeddings,
+        embedding_length=config.hidden_size,
+        feed_forward_length=config.intermediate_size_mlp,
+        head_count=config.num_attention_heads,
+        head_count_kv=config.num_key_value_heads,
+        rope_freq_base=config.rope_parameters["rope_theta"],
+        layer_norm_rms_eps=config.rms_norm_eps,
+        expert_count=config.num_local_experts,
+        expert_used_count=config.num_experts_per_tok,
+        key_length=config.head_dim,
+        value_length=config.head_dim,
+        vocab_size=config.vocab_size,
+        rope_dimension_count=config.head_dim,
+        interleave_moe_layer_step=config.interleave_moe_layer_step,
+        expert_feed_forward_length=config.intermediate_size,
+    )
     if getattr(config, "layer_types", None) and all(t == "full_attention" for t in config.layer_types):
         meta["sliding_window"] = 0
     return meta
@@ -202,9 +214,18 @@ def llama4_tensors(state: dict, config) -> dict:
 
 
 # llama.cpp's multimodal projector files (mmproj-*.gguf): how each converter names a vision encoder's tensors
-_LEGACY_CLIP_NAMES = (("vision_model.", "v."), ("encoder.layers", "blk"), ("embeddings.", ""), ("_proj", ""),
-                      ("self_attn.", "attn_"), ("layer_norm", "ln"), ("mlp.fc1", "ffn_down"), ("mlp.fc2", "ffn_up"),
-                      ("embedding", "embd"), ("pre_layrnorm", "pre_ln"))
+_LEGACY_CLIP_NAMES = (
+    ("vision_model.", "v."),
+    ("encoder.layers", "blk"),
+    ("embeddings.", ""),
+    ("_proj", ""),
+    ("self_attn.", "attn_"),
+    ("layer_norm", "ln"),
+    ("mlp.fc1", "ffn_down"),
+    ("mlp.fc2", "ffn_up"),
+    ("embedding", "embd"),
+    ("pre_layrnorm", "pre_ln"),
+)
 _MMPROJ_PREFIX = {"gemma3": "vision_tower.", "idefics3": "model."}  # the wrapper's prefix of vision_model.*
 
 
@@ -270,5 +291,6 @@ def write_mmproj(path, vision, kind: str, projector: dict, *, text_width: int = 
 def _vision_state(vision):
     """The encoder's tensors under ``vision_model.*``, as the original checkpoints name them (transformers 5's
     ``*VisionModel`` state dict may leave the prefix out)."""
-    return [("vision_model." + name.removeprefix("vision_model."), tensor)
-            for name, tensor in vision.state_dict().items()]
+    return [
+        ("vision_model." + name.removeprefix("vision_model."), tensor) for name, tensor in vision.state_dict().items()
+    ]

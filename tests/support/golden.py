@@ -45,42 +45,115 @@ def _families():
     import transformers as t
 
     fam = {
-        "bert": lambda: t.BertForSequenceClassification(t.BertConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
-        "electra": lambda: t.ElectraForPreTraining(t.ElectraConfig(
-            embedding_size=16, hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF,
-            vocab_size=50)),
-        "vit": lambda: t.ViTForImageClassification(t.ViTConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, image_size=8,
-            patch_size=4, num_labels=3)),
-        "distilbert": lambda: t.DistilBertForSequenceClassification(t.DistilBertConfig(
-            dim=N, n_layers=L, n_heads=H, hidden_dim=D_FF, vocab_size=50)),
+        "bert": lambda: t.BertForSequenceClassification(
+            t.BertConfig(
+                hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+            )
+        ),
+        "electra": lambda: t.ElectraForPreTraining(
+            t.ElectraConfig(
+                embedding_size=16,
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=50,
+            )
+        ),
+        "vit": lambda: t.ViTForImageClassification(
+            t.ViTConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                image_size=8,
+                patch_size=4,
+                num_labels=3,
+            )
+        ),
+        "distilbert": lambda: t.DistilBertForSequenceClassification(
+            t.DistilBertConfig(dim=N, n_layers=L, n_heads=H, hidden_dim=D_FF, vocab_size=50)
+        ),
         "gpt2": lambda: t.GPT2LMHeadModel(t.GPT2Config(n_embd=N, n_layer=L, n_head=H, vocab_size=50, n_positions=16)),
-        "gpt_neox": lambda: t.GPTNeoXForCausalLM(t.GPTNeoXConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50)),
-        "gpt_neox_partial_short": lambda: t.GPTNeoXForCausalLM(t.GPTNeoXConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50,
-            rotary_pct=0.5, max_position_embeddings=24)),
-        "opt": lambda: t.OPTForCausalLM(t.OPTConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, ffn_dim=D_FF, word_embed_proj_dim=N,
-            vocab_size=50, max_position_embeddings=16)),
-        "albert": lambda: t.AlbertForSequenceClassification(t.AlbertConfig(
-            embedding_size=16, hidden_size=N, num_hidden_layers=4, num_hidden_groups=2, num_attention_heads=H,
-            intermediate_size=D_FF, vocab_size=50, num_labels=2)),
-        "llama_short": lambda: t.LlamaForCausalLM(t.LlamaConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
-            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32, rope_theta=500.0)),
-        "llama_scaled": lambda: t.LlamaForCausalLM(t.LlamaConfig(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
-            intermediate_size=D_FF, vocab_size=50, max_position_embeddings=32,
-            rope_scaling={"rope_type": "linear", "factor": 2.0})),
+        "gpt_neox": lambda: t.GPTNeoXForCausalLM(
+            t.GPTNeoXConfig(
+                hidden_size=N, num_hidden_layers=L, num_attention_heads=H, intermediate_size=D_FF, vocab_size=50
+            )
+        ),
+        "gpt_neox_partial_short": lambda: t.GPTNeoXForCausalLM(
+            t.GPTNeoXConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                rotary_pct=0.5,
+                max_position_embeddings=24,
+            )
+        ),
+        "opt": lambda: t.OPTForCausalLM(
+            t.OPTConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                ffn_dim=D_FF,
+                word_embed_proj_dim=N,
+                vocab_size=50,
+                max_position_embeddings=16,
+            )
+        ),
+        "albert": lambda: t.AlbertForSequenceClassification(
+            t.AlbertConfig(
+                embedding_size=16,
+                hidden_size=N,
+                num_hidden_layers=4,
+                num_hidden_groups=2,
+                num_attention_heads=H,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                num_labels=2,
+            )
+        ),
+        "llama_short": lambda: t.LlamaForCausalLM(
+            t.LlamaConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                max_position_embeddings=32,
+                rope_theta=500.0,
+            )
+        ),
+        "llama_scaled": lambda: t.LlamaForCausalLM(
+            t.LlamaConfig(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+                max_position_embeddings=32,
+                rope_scaling={"rope_type": "linear", "factor": 2.0},
+            )
+        ),
     }
-    for name, cls, cfg in (("llama", "LlamaForCausalLM", "LlamaConfig"), ("mistral", "MistralForCausalLM",
-                                                                         "MistralConfig"),
-                           ("qwen2", "Qwen2ForCausalLM", "Qwen2Config")):
-        fam[name] = (lambda c=cls, g=cfg: getattr(t, c)(getattr(t, g)(
-            hidden_size=N, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=2,
-            intermediate_size=D_FF, vocab_size=50)))
+    for name, cls, cfg in (
+        ("llama", "LlamaForCausalLM", "LlamaConfig"),
+        ("mistral", "MistralForCausalLM", "MistralConfig"),
+        ("qwen2", "Qwen2ForCausalLM", "Qwen2Config"),
+    ):
+        fam[name] = lambda c=cls, g=cfg: getattr(t, c)(
+            getattr(t, g)(
+                hidden_size=N,
+                num_hidden_layers=L,
+                num_attention_heads=H,
+                num_key_value_heads=2,
+                intermediate_size=D_FF,
+                vocab_size=50,
+            )
+        )
     return fam
 
 
@@ -153,9 +226,20 @@ def minilm(dump: Dump) -> None:
     here = default_checkpoint()
     dump.analysis("MiniLM default", specbound.analyze(threads=1), figures=True)
     analyze(dump, "MiniLM init=itself n=100000 margin=0.5", None, init=here, n=100_000, margin=0.5)
-    analyze(dump, "MiniLM dense grid_m=20 rank_tol=1e-8 l_phi=1.5 delta=0.1 n=5000 margin=2 lead=3 conf=0.5",
-            None, method="dense", grid_m=20, rank_tol=1e-8, l_phi=1.5, delta=0.1, n=5000, margin=2.0,
-            lead_constant=3.0, confidence_constant=0.5)
+    analyze(
+        dump,
+        "MiniLM dense grid_m=20 rank_tol=1e-8 l_phi=1.5 delta=0.1 n=5000 margin=2 lead=3 conf=0.5",
+        None,
+        method="dense",
+        grid_m=20,
+        rank_tol=1e-8,
+        l_phi=1.5,
+        delta=0.1,
+        n=5000,
+        margin=2.0,
+        lead_constant=3.0,
+        confidence_constant=0.5,
+    )
     analyze(dump, "MiniLM device=cpu gram_rtol=0 jobs=2", None, device="cpu", gram_rtol=0.0, jobs=2)
 
 
@@ -238,8 +322,12 @@ def sweep(dump: Dump, tmp: Path) -> None:
     root = tmp / "minis"
     write_miniatures(root, layout="folders", depths=(1, 2), widths=(32,), head_size=16, vocab=32)
     option_sets = [{}, {"grid_m": 9, "method": "dense"}, {"n": 1000, "margin": 0.5, "l_phi": 1.0}]
-    report = run_sweep(expand_sources([str(root / "bert_uncased_L-{1..2}_H-{32}_A-{H/16}")]), tmp / "store",
-                       option_sets=option_sets, progress=False)
+    report = run_sweep(
+        expand_sources([str(root / "bert_uncased_L-{1..2}_H-{32}_A-{H/16}")]),
+        tmp / "store",
+        option_sets=option_sets,
+        progress=False,
+    )
     dump.write(f"\n===== {report.summary()}".split(" in ")[0])
     store = Store(tmp / "store")
     for key in sorted(store.keys()):

@@ -25,12 +25,46 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "bounds" / "data" / "assumptions_golden.json"
 # case -> (family of support.families, analysis options)
-CASES = {name: (name, {}) for name in (
-    "albert", "cohere2", "deberta_v2", "deepseek_v32", "dinov2", "ernie4_5_moe", "exaone4", "falcon", "gemma2",
-    "gemma3", "gemma3_text", "glm4_moe", "gpt_oss", "granite", "hubert", "idefics3", "kimi_k25", "llama4",
-    "llama4_text", "llama4_vision", "llava", "mistral3", "modernbert", "mpnet", "olmo2", "opt", "paligemma",
-    "pixtral_vision", "qwen2_5_vl_text", "qwen2_5_vl_vision", "qwen2_moe", "qwen2_vl_text", "qwen2_vl_vision",
-    "qwen3_vl_text", "qwen3_vl_vision")}
+CASES = {
+    name: (name, {})
+    for name in (
+        "albert",
+        "cohere2",
+        "deberta_v2",
+        "deepseek_v32",
+        "dinov2",
+        "ernie4_5_moe",
+        "exaone4",
+        "falcon",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "glm4_moe",
+        "gpt_oss",
+        "granite",
+        "hubert",
+        "idefics3",
+        "kimi_k25",
+        "llama4",
+        "llama4_text",
+        "llama4_vision",
+        "llava",
+        "mistral3",
+        "modernbert",
+        "mpnet",
+        "olmo2",
+        "opt",
+        "paligemma",
+        "pixtral_vision",
+        "qwen2_5_vl_text",
+        "qwen2_5_vl_vision",
+        "qwen2_moe",
+        "qwen2_vl_text",
+        "qwen2_vl_vision",
+        "qwen3_vl_text",
+        "qwen3_vl_vision",
+    )
+}
 CASES["bert_gap_given_l_phi"] = ("bert", {"n": 1000, "margin": 0.5, "l_phi": 1.5})
 _WEIGHT_DERIVED = re.compile(r"\(largest [^,]+, layer \d+ head \d+;")
 
@@ -56,17 +90,22 @@ def current(folder: Path) -> dict[str, dict[str, list[dict]]]:
                 save_family(family, path)
         result = specbound.analyze(path, threads=1, **options)
         analyses = dict(result) if isinstance(result, TowerAnalyses) else {"": result}
-        out[case] = {tower: [{**e, "effect": masked(e["effect"])} for e in a.assumptions]
-                     for tower, a in analyses.items()}
+        out[case] = {
+            tower: [{**e, "effect": masked(e["effect"])} for e in a.assumptions] for tower, a in analyses.items()
+        }
     return out
 
 
 def load() -> dict[str, dict[str, list[dict]]]:
     """The stored golden assumptions, in :func:`current`'s form."""
     stored = json.loads(GOLDEN.read_text())
-    return {case: {tower: [{"name": n, "applies": a, "kind": k, "effect": stored["effects"][i]}
-                           for n, a, k, i in entries] for tower, entries in towers.items()}
-            for case, towers in stored["cases"].items()}
+    return {
+        case: {
+            tower: [{"name": n, "applies": a, "kind": k, "effect": stored["effects"][i]} for n, a, k, i in entries]
+            for tower, entries in towers.items()
+        }
+        for case, towers in stored["cases"].items()
+    }
 
 
 def write(found: dict[str, dict[str, list[dict]]]) -> None:

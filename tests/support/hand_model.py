@@ -23,8 +23,16 @@ HAND_DIMS = ModelDims(L=2, N=4, H=1, H_kv=1, d_head=2, d_ff=8)
 def hand_layers():
     nn, nf, fn = (4, 4), (4, 8), (8, 4)
     return [
-        LayerSpectra(0, qk=[spec(nn, [1, .5], 2, 3)], ov=[spec(nn, [2], 3, 4)],
-                     ff={"FF_in": spec(nf, [2, 1], 4, 6), "FF_out": spec(fn, [1], 2, 2.5)}),
-        LayerSpectra(1, qk=[spec(nn, [.5], 1, 1.5)], ov=[spec(nn, [1, 1], 2, 3)],
-                     ff={"FF_in": spec(nf, [1], 1.5, 2), "FF_out": spec(fn, [3], 4, 5)}),
+        LayerSpectra(
+            0,
+            qk=[spec(nn, [1, 0.5], 2, 3)],
+            ov=[spec(nn, [2], 3, 4)],
+            ff={"FF_in": spec(nf, [2, 1], 4, 6), "FF_out": spec(fn, [1], 2, 2.5)},
+        ),
+        LayerSpectra(
+            1,
+            qk=[spec(nn, [0.5], 1, 1.5)],
+            ov=[spec(nn, [1, 1], 2, 3)],
+            ff={"FF_in": spec(nf, [1], 1.5, 2), "FF_out": spec(fn, [3], 4, 5)},
+        ),
     ]

@@ -58,14 +58,24 @@ def walk_outside(root: Path, cache: Path) -> dict[str, tuple]:
 
 class HubServer:
     """``repos``: ``{"org/name": folder}``; every repository has one revision ``main`` at ``commit``.
-    ``gated``: ids answered 403 GatedRepo unless the request carries ``Authorization: Bearer hf_granted``.  ``cut``: file names whose first full GET stops after
+    ``gated``: ids answered 403 GatedRepo unless the request carries ``Authorization: Bearer hf_granted``.  ``cut``:
+    file names whose first full GET stops after
     half the bytes and drops the connection (a network failure mid-download)."""
 
-    def __init__(self, repos: dict[str, Path], commit: str = "a" * 40, gated: tuple[str, ...] = (),
-                 cut: tuple[str, ...] = (), cut_ranges: int = 0, short: tuple[str, ...] = (),
-                 info_patch: dict | None = None, header_patch: dict | None = None,
-                 get_patch: dict | None = None, cut_always: tuple[str, ...] = (),
-                 bare_status: dict[str, int] | None = None):
+    def __init__(
+        self,
+        repos: dict[str, Path],
+        commit: str = "a" * 40,
+        gated: tuple[str, ...] = (),
+        cut: tuple[str, ...] = (),
+        cut_ranges: int = 0,
+        short: tuple[str, ...] = (),
+        info_patch: dict | None = None,
+        header_patch: dict | None = None,
+        get_patch: dict | None = None,
+        cut_always: tuple[str, ...] = (),
+        bare_status: dict[str, int] | None = None,
+    ):
         self.repos, self.commit, self.gated = {k: Path(v) for k, v in repos.items()}, commit, set(gated)
         # A hostile server: info_patch replaces fields of the model info (a hostile "sha", "siblings"),
         # header_patch the headers of every resolve answer (a hostile ETag, X-Linked-Etag, X-Repo-Commit).
@@ -140,10 +150,17 @@ class HubServer:
             found = [base]
         else:
             found = sorted(base.rglob("*") if recursive else base.iterdir()) if base.is_dir() else []
-        return [{"type": "file", "path": str(p.relative_to(folder)), "size": p.stat().st_size,
-                 "oid": hashlib.sha1(p.read_bytes()).hexdigest()} if p.is_file()
-                else {"type": "directory", "path": str(p.relative_to(folder)), "oid": "0" * 40, "size": 0}
-                for p in found]
+        return [
+            {
+                "type": "file",
+                "path": str(p.relative_to(folder)),
+                "size": p.stat().st_size,
+                "oid": hashlib.sha1(p.read_bytes()).hexdigest(),
+            }
+            if p.is_file()
+            else {"type": "directory", "path": str(p.relative_to(folder)), "oid": "0" * 40, "size": 0}
+            for p in found
+        ]
 
     def _answer(self, h, body: bool) -> None:
         parts = urlsplit(h.path)
@@ -173,15 +190,27 @@ class HubServer:
         folder = self.repos[repo_id]
         if info:
             files = sorted(p for p in folder.rglob("*") if p.is_file())
-            return self._json(h, {"id": repo_id, "modelId": repo_id, "sha": self.commit, "private": False,
-                                  "siblings": [{"rfilename": str(p.relative_to(folder)), "size": p.stat().st_size}
-                                               for p in files], **self.info_patch}, body)
+            return self._json(
+                h,
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": self.commit,
+                    "private": False,
+                    "siblings": [{"rfilename": str(p.relative_to(folder)), "size": p.stat().st_size} for p in files],
+                    **self.info_patch,
+                },
+                body,
+            )
         if tree:
             return self._json(h, self._entries(folder, tree.group(3), "recursive=true" in parts.query.lower()), body)
         if paths_info:
-            asked = [unquote(v) for k, v in (f.partition("=")[::2] for f in payload.decode().split("&")) if k == "paths"]
-            return self._json(h, [e for p in asked for e in self._entries(folder, p, False)[:1]
-                                  if e["path"] == p], body)
+            asked = [
+                unquote(v) for k, v in (f.partition("=")[::2] for f in payload.decode().split("&")) if k == "paths"
+            ]
+            return self._json(
+                h, [e for p in asked for e in self._entries(folder, p, False)[:1] if e["path"] == p], body
+            )
         file = folder / resolve.group(3)
         if not file.is_file():
             return self._error(h, 404, "EntryNotFound")
@@ -190,8 +219,11 @@ class HubServer:
         asked = h.headers.get("Range")
         if asked is not None:
             ranged = re.fullmatch(r"bytes=(\d+)-(\d*)", asked.strip())
-            if ranged is None or int(ranged.group(1)) >= len(data) or (
-                    ranged.group(2) and int(ranged.group(2)) < int(ranged.group(1))):
+            if (
+                ranged is None
+                or int(ranged.group(1)) >= len(data)
+                or (ranged.group(2) and int(ranged.group(2)) < int(ranged.group(1)))
+            ):
                 h.send_response(416)  # not understood or not satisfiable: refused, never guessed
                 h.send_header("Content-Range", f"bytes */{len(data)}")
                 h.send_header("Content-Length", "0")
@@ -203,9 +235,13 @@ class HubServer:
         if status == 206 and name in self.short and end > start:
             end -= 1  # one byte short, consistently declared
         h.send_response(status)
-        headers = {"ETag": '"' + hashlib.sha256(data).hexdigest() + '"', "X-Repo-Commit": self.commit,
-                   "Content-Length": str(end - start + 1), **self.header_patch,
-                   **(self.get_patch if body else {})}
+        headers = {
+            "ETag": '"' + hashlib.sha256(data).hexdigest() + '"',
+            "X-Repo-Commit": self.commit,
+            "Content-Length": str(end - start + 1),
+            **self.header_patch,
+            **(self.get_patch if body else {}),
+        }
         for key, value in headers.items():
             h.send_header(key, value)
         if status == 206:
@@ -213,8 +249,11 @@ class HubServer:
         h.end_headers()
         if not body:
             return None
-        cut = name in self.cut_always or (status == 200 and name in self.cut) or (status == 206 and self.cut_ranges > 0
-                                                       and name.endswith(".safetensors") and end - start > 64)
+        cut = (
+            name in self.cut_always
+            or (status == 200 and name in self.cut)
+            or (status == 206 and self.cut_ranges > 0 and name.endswith(".safetensors") and end - start > 64)
+        )
         if cut:
             if name in self.cut_always:
                 pass
@@ -222,12 +261,12 @@ class HubServer:
                 self.cut.discard(name)
             else:
                 self.cut_ranges -= 1
-            h.wfile.write(data[start:start + (end - start + 1) // 2])
+            h.wfile.write(data[start : start + (end - start + 1) // 2])
             h.wfile.flush()
             self.sent += (end - start + 1) // 2
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
             return None
-        h.wfile.write(data[start:end + 1])
+        h.wfile.write(data[start : end + 1])
         self.sent += end - start + 1
         return None

@@ -61,4 +61,5 @@ def measured_attention(model, layer: int, tokens: int, **ascent) -> float:
     def f(x):
         out = attn(x[None], position_embeddings=model.model.rotary_emb(x[None], pos), attention_mask=None)[0]
         return out[0]
+
     return measured_lipschitz(f, [(tokens, model.config.hidden_size)], [0], **ascent)

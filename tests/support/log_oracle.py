@@ -18,7 +18,7 @@ def _lse(x):
 def log_bounds(rows, *, L, N, heads, block="sequential", l_phi=L_PHI_GELU, rank_tol=1e-10):
     """``{"adaptive": value, "log_edelman": ln B, "log_fixed_p2": ln B}`` from ``rows``: per layer a
     list of ``(role, matrix)`` (QK heads, OV heads, FF matrices; row-vector orientation)."""
-    per_layer = [rows[i * len(rows) // L:(i + 1) * len(rows) // L] for i in range(L)]
+    per_layer = [rows[i * len(rows) // L : (i + 1) * len(rows) // L] for i in range(L)]
     svals = [[(role, np.linalg.svd(m, compute_uv=False), m) for role, m in layer] for layer in per_layer]
     log_lambda, info = [], []
     for layer in svals:
@@ -55,7 +55,7 @@ def log_bounds(rows, *, L, N, heads, block="sequential", l_phi=L_PHI_GELU, rank_
             kept = s[s > tau]
             logs = []
             for p in grid:
-                sp = kept.size if p == 0 else float(np.sum(kept ** p))
+                sp = kept.size if p == 0 else float(np.sum(kept**p))
                 logs.append((math.log(sp) + (p * log_scale if p else 0.0) + (p + 1) * math.log(N)) / (p + 2))
             adaptive += math.exp(min(logs))
             p2_logs.append(logs[-1])
@@ -63,6 +63,8 @@ def log_bounds(rows, *, L, N, heads, block="sequential", l_phi=L_PHI_GELU, rank_
             w = g / 2 if role == "QK" else g
             xi_logs.append((2 / 3) * (math.log(w) + math.log(col)))
         edelman_terms.append((2 / 3) * log_alpha[l] + _lse(xi_logs))
-    return {"adaptive": adaptive + math.sqrt(L),
-            "log_edelman": 1.5 * _lse(edelman_terms + [0.0]),
-            "log_fixed_p2": _lse(p2_logs + [0.5 * math.log(L)])}
+    return {
+        "adaptive": adaptive + math.sqrt(L),
+        "log_edelman": 1.5 * _lse(edelman_terms + [0.0]),
+        "log_fixed_p2": _lse(p2_logs + [0.5 * math.log(L)]),
+    }

@@ -14,21 +14,28 @@ import numpy as np
 from safetensors.numpy import save_file
 
 ROLE_NAMES = {
-    "q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-    "o": "attention.output.dense", "ff_in": "intermediate.dense", "ff_out": "output.dense",
+    "q": "attention.self.query",
+    "k": "attention.self.key",
+    "v": "attention.self.value",
+    "o": "attention.output.dense",
+    "ff_in": "intermediate.dense",
+    "ff_out": "output.dense",
 }
 
 
-def write_tiny_bert(folder, *, seed: int, L: int = 2, N: int = 16, H: int = 4, d_ff: int = 24,
-                    std: float = 0.3) -> Path:
+def write_tiny_bert(
+    folder, *, seed: int, L: int = 2, N: int = 16, H: int = 4, d_ff: int = 24, std: float = 0.3
+) -> Path:
     """Write ``config.json`` + ``model.safetensors`` of a random BERT encoder to ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     shapes = {"q": (N, N), "k": (N, N), "v": (N, N), "o": (N, N), "ff_in": (d_ff, N), "ff_out": (N, d_ff)}
-    tensors = {"embeddings.word_embeddings.weight": rng.standard_normal((30, N)).astype(np.float32),
-               "embeddings.LayerNorm.weight": np.ones(N, np.float32),
-               "embeddings.LayerNorm.bias": np.zeros(N, np.float32)}
+    tensors = {
+        "embeddings.word_embeddings.weight": rng.standard_normal((30, N)).astype(np.float32),
+        "embeddings.LayerNorm.weight": np.ones(N, np.float32),
+        "embeddings.LayerNorm.bias": np.zeros(N, np.float32),
+    }
     for layer in range(L):
         for role, (out_dim, in_dim) in shapes.items():
             name = f"encoder.layer.{layer}.{ROLE_NAMES[role]}"
@@ -38,8 +45,15 @@ def write_tiny_bert(folder, *, seed: int, L: int = 2, N: int = 16, H: int = 4, d
             tensors[f"encoder.layer.{layer}.{ln}.weight"] = np.ones(N, np.float32)
             tensors[f"encoder.layer.{layer}.{ln}.bias"] = np.zeros(N, np.float32)
     save_file(tensors, str(folder / "model.safetensors"))
-    config = {"model_type": "bert", "architectures": ["BertModel"], "num_hidden_layers": L, "hidden_size": N,
-              "num_attention_heads": H, "intermediate_size": d_ff, "hidden_act": "gelu"}
+    config = {
+        "model_type": "bert",
+        "architectures": ["BertModel"],
+        "num_hidden_layers": L,
+        "hidden_size": N,
+        "num_attention_heads": H,
+        "intermediate_size": d_ff,
+        "hidden_act": "gelu",
+    }
     (folder / "config.json").write_text(json.dumps(config))
     return folder
 

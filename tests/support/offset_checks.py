@@ -14,7 +14,7 @@ def check_offset_matrix(x: np.ndarray, row, envelope: np.ndarray, slack: float) 
     kept = sing[sing > 1e-10 * n * max(sing[0], 1)]
     assert kept.size <= row["rank"]
     for p in (0.1, 1.0, 2.0):
-        assert np.sum(kept ** p) <= np.sum(envelope ** p) * slack
+        assert np.sum(kept**p) <= np.sum(envelope**p) * slack
     assert np.linalg.norm(x, axis=0).sum() <= row["norm_2_1"] * slack
     assert np.abs(x).sum() <= row["norm_1_1"] * slack
     return float(sing[0])

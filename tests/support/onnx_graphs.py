@@ -16,18 +16,34 @@ RNG = np.random.default_rng(0)
 
 def matmul_graph(folder, nodes, initializers, config=None):
     """A one-layer BERT-named graph; ``nodes``/``initializers`` are the onnx protos."""
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
-                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-                              initializer=initializers)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=initializers,
+    )
     folder.mkdir(exist_ok=True)
     onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
-    (folder / "config.json").write_text(json.dumps(config or dict(
-        model_type="bert", num_hidden_layers=1, hidden_size=N, num_attention_heads=2, intermediate_size=D_FF)))
+    (folder / "config.json").write_text(
+        json.dumps(
+            config
+            or dict(
+                model_type="bert", num_hidden_layers=1, hidden_size=N, num_attention_heads=2, intermediate_size=D_FF
+            )
+        )
+    )
     return folder
 
 
-BERT_LINEARS = {"attention/self/query": (N, N), "attention/self/key": (N, N), "attention/self/value": (N, N),
-                "attention/output/dense": (N, N), "intermediate/dense": (D_FF, N), "output/dense": (N, D_FF)}
+BERT_LINEARS = {
+    "attention/self/query": (N, N),
+    "attention/self/key": (N, N),
+    "attention/self/value": (N, N),
+    "attention/output/dense": (N, N),
+    "intermediate/dense": (D_FF, N),
+    "output/dense": (N, D_FF),
+}
 
 
 def bert_layer(how):
@@ -47,7 +63,11 @@ def initializer(name, array, dtype=np.float32):
 
 
 def plain_matmul(path, w, x, i):
-    return [helper.make_node("MatMul", [x, f"W{i}"], [f"y{i}"], name=f"{path}/MatMul")], [initializer(f"W{i}", w.T)], f"y{i}"
+    return (
+        [helper.make_node("MatMul", [x, f"W{i}"], [f"y{i}"], name=f"{path}/MatMul")],
+        [initializer(f"W{i}", w.T)],
+        f"y{i}",
+    )
 
 
 def export(model, folder, dynamo, wrap, **kwargs):
@@ -70,8 +90,15 @@ def export(model, folder, dynamo, wrap, **kwargs):
     try:
         with warnings.catch_warnings():  # tracer warnings about transformers' Python control flow
             warnings.simplefilter("ignore")
-            torch.onnx.export(target, args, str(folder / "model.onnx"), kwargs=kw or None, dynamo=dynamo,
-                              **({"opset_version": 17} if not dynamo else {}), **kwargs)
+            torch.onnx.export(
+                target,
+                args,
+                str(folder / "model.onnx"),
+                kwargs=kw or None,
+                dynamo=dynamo,
+                **({"opset_version": 17} if not dynamo else {}),
+                **kwargs,
+            )
     except ImportError as exc:  # onnxscript missing: no dynamo exporter
         pytest.skip(f"torch.onnx.export(dynamo={dynamo}) unavailable: {exc}")
     model.config.to_json_file(str(folder / "config.json"))

@@ -14,16 +14,27 @@ import numpy as np
 
 N, H, D_FF = 8, 2, 12
 SELF = "/encoder/layer.0/attention/self"
-ROLES = {"query": f"{SELF}/query", "key": f"{SELF}/key", "value": f"{SELF}/value",
-         "attention.output.dense": "/encoder/layer.0/attention/output/dense",
-         "intermediate.dense": "/encoder/layer.0/intermediate/dense", "output.dense": "/encoder/layer.0/output/dense"}
+ROLES = {
+    "query": f"{SELF}/query",
+    "key": f"{SELF}/key",
+    "value": f"{SELF}/value",
+    "attention.output.dense": "/encoder/layer.0/attention/output/dense",
+    "intermediate.dense": "/encoder/layer.0/intermediate/dense",
+    "output.dense": "/encoder/layer.0/output/dense",
+}
 
 
 def layer_weights(seed=0):
     """Role -> ``(out, in)`` float32 weight of the one layer."""
     rng = np.random.default_rng(seed)
-    shapes = {"query": (N, N), "key": (N, N), "value": (N, N), "attention.output.dense": (N, N),
-              "intermediate.dense": (D_FF, N), "output.dense": (N, D_FF)}
+    shapes = {
+        "query": (N, N),
+        "key": (N, N),
+        "value": (N, N),
+        "attention.output.dense": (N, N),
+        "intermediate.dense": (D_FF, N),
+        "output.dense": (N, D_FF),
+    }
     return {role: (0.3 * rng.standard_normal(shape)).astype(np.float32) for role, shape in shapes.items()}
 
 
@@ -53,12 +64,18 @@ def bert_graph(reshapes=None, scale=None, gelu_approximate=None, extra_nodes=(),
     if gelu_approximate is None:
         nodes.append(helper.make_node("Erf", ["y4"], ["act"], name=f"{act}/Erf"))
     else:
-        nodes.append(helper.make_node("Gelu", ["y4"], ["act"], name=f"{act}/Gelu", domain="",
-                                      approximate=gelu_approximate))
+        nodes.append(
+            helper.make_node("Gelu", ["y4"], ["act"], name=f"{act}/Gelu", domain="", approximate=gelu_approximate)
+        )
     nodes += list(extra_nodes)
     inits += list(extra_initializers)
-    graph = helper.make_graph(nodes, "bert", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)], initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "bert",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     return helper.make_model(graph)
 
 

@@ -52,17 +52,23 @@ def dense_reference(folder, prefix="", l_phi=1.13, rank_tol=1e-10, m=None):
     def c(l, role, head=None):
         return next(s[0] for r, h, _, s in layers[l] if r == role and h == head)
 
-    lam = [l_phi * c(k, "FF_in") * c(k, "FF_out") * sum(c(k, "OV", h) * (1 + 4 * c(k, "QK", h)) for h in range(H))
-           for k in range(L)]
-    alpha = [float(np.prod(lam[l + 1:])) for l in range(L)]
+    lam = [
+        l_phi * c(k, "FF_in") * c(k, "FF_out") * sum(c(k, "OV", h) * (1 + 4 * c(k, "QK", h)) for h in range(H))
+        for k in range(L)
+    ]
+    alpha = [float(np.prod(lam[l + 1 :])) for l in range(L)]
 
     rows, total, xi_sum = [], 0.0, 0.0
     for l in range(L):
         cin, cout = c(l, "FF_in"), c(l, "FF_out")
         xi = 0.0
         for role, head, W, s in layers[l]:
-            gamma = {"QK": lambda: 2 * c(l, "OV", head) * cout * cin, "OV": lambda: cout * cin,
-                     "FF_in": lambda: cout, "FF_out": lambda: 1.0}[role]()
+            gamma = {
+                "QK": lambda: 2 * c(l, "OV", head) * cout * cin,
+                "OV": lambda: cout * cin,
+                "FF_in": lambda: cout,
+                "FF_out": lambda: 1.0,
+            }[role]()
             scale = max(gamma * alpha[l] * L, np.finfo(float).tiny)
             r, kept = _rank_and_kept(s, rank_tol)
             cs = []
@@ -72,11 +78,26 @@ def dense_reference(folder, prefix="", l_phi=1.13, rank_tol=1e-10, m=None):
             best = int(np.argmin(cs))
             total += cs[best]
             n21 = float(np.linalg.norm(W, axis=0).sum())
-            rows.append(dict(layer=l, head=head, role=role, rank=r, spectral_norm=s[0],
-                             frobenius_norm=float(np.linalg.norm(W)), nuclear_norm=float(kept.sum()),
-                             stable_rank=float((s**2).sum() / s[0] ** 2), norm_2_1=n21,
-                             norm_1_1=float(np.abs(W).sum()), downstream_factor=alpha[l], gamma=gamma,
-                             p_star=grid[best], contribution=cs[best], c_p0=cs[0], c_p2=cs[-1]))
+            rows.append(
+                dict(
+                    layer=l,
+                    head=head,
+                    role=role,
+                    rank=r,
+                    spectral_norm=s[0],
+                    frobenius_norm=float(np.linalg.norm(W)),
+                    nuclear_norm=float(kept.sum()),
+                    stable_rank=float((s**2).sum() / s[0] ** 2),
+                    norm_2_1=n21,
+                    norm_1_1=float(np.abs(W).sum()),
+                    downstream_factor=alpha[l],
+                    gamma=gamma,
+                    p_star=grid[best],
+                    contribution=cs[best],
+                    c_p0=cs[0],
+                    c_p2=cs[-1],
+                )
+            )
             if role == "QK":
                 xi += (cout * cin * c(l, "OV", head) * n21) ** (2 / 3)
             elif role == "OV":

@@ -10,16 +10,23 @@ import warnings
 def tiny_bert():
     import transformers
 
-    cfg = transformers.BertConfig(vocab_size=40, hidden_size=24, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=40, max_position_embeddings=32)
+    cfg = transformers.BertConfig(
+        vocab_size=40,
+        hidden_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=40,
+        max_position_embeddings=32,
+    )
     return transformers.BertModel(cfg, add_pooling_layer=False)
 
 
 def tiny_gpt2():
     import transformers
 
-    cfg = transformers.GPT2Config(vocab_size=40, n_embd=24, n_layer=2, n_head=4, n_positions=32,
-                                  bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(
+        vocab_size=40, n_embd=24, n_layer=2, n_head=4, n_positions=32, bos_token_id=0, eos_token_id=0
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 

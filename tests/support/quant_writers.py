@@ -11,8 +11,15 @@ from pathlib import Path
 import numpy as np
 
 N, H, KV, D_FF, VOCAB = 64, 4, 2, 96, 64
-PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-        "mlp.up_proj", "mlp.down_proj")
+PROJ = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
 
 
 def tiny_llama(folder: Path, seed: int = 0):
@@ -22,9 +29,17 @@ def tiny_llama(folder: Path, seed: int = 0):
 
     transformers.logging.set_verbosity_error()
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        hidden_size=N, intermediate_size=D_FF, num_hidden_layers=2, num_attention_heads=H, num_key_value_heads=KV,
-        vocab_size=VOCAB, max_position_embeddings=16)).eval()
+    model = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            hidden_size=N,
+            intermediate_size=D_FF,
+            num_hidden_layers=2,
+            num_attention_heads=H,
+            num_key_value_heads=KV,
+            vocab_size=VOCAB,
+            max_position_embeddings=16,
+        )
+    ).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)
@@ -33,8 +48,11 @@ def tiny_llama(folder: Path, seed: int = 0):
 
 
 def _linears(model):
-    return {f"model.layers.{i}.{p}": dict(model.named_modules())[f"model.layers.{i}.{p}"]
-            for i in range(len(model.model.layers)) for p in PROJ}
+    return {
+        f"model.layers.{i}.{p}": dict(model.named_modules())[f"model.layers.{i}.{p}"]
+        for i in range(len(model.model.layers))
+        for p in PROJ
+    }
 
 
 def _save(folder: Path, model, tensors: dict, quantization_config: dict, key: str = "quantization_config"):
@@ -47,8 +65,12 @@ def _save(folder: Path, model, tensors: dict, quantization_config: dict, key: st
     for name in list(state):
         if name.endswith(".weight") and name[: -len(".weight")] in _linears(model):
             del state[name]
-    state.update({k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))).contiguous()
-                  for k, v in tensors.items()})
+    state.update(
+        {
+            k: (v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))).contiguous()
+            for k, v in tensors.items()
+        }
+    )
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads(json.dumps(model.config.to_dict()))
     config[key] = quantization_config
@@ -57,21 +79,27 @@ def _save(folder: Path, model, tensors: dict, quantization_config: dict, key: st
 
 # ----------------------------------------------------------------------------------- compressed-tensors
 
+
 def write_compressed(model, folder: Path, args: dict, fmt: str) -> dict:
     """Every Linear of the blocks compressed by compressed-tensors' own compressor for ``fmt`` with
     the weight ``args`` (bfloat16 weights, scales from the library's calculate_qparams); returns
     name -> the library's decompressed weight (float64)."""
     import torch
-    from compressed_tensors.compressors.naive_quantized.base import (FloatQuantizationCompressor,
-                                                                     IntQuantizationCompressor)
+    from compressed_tensors.compressors.naive_quantized.base import (
+        FloatQuantizationCompressor,
+        IntQuantizationCompressor,
+    )
     from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
     from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
     from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
 
-    compressor = {"float-quantized": FloatQuantizationCompressor, "int-quantized": IntQuantizationCompressor,
-                  "pack-quantized": PackedQuantizationCompressor,
-                  "nvfp4-pack-quantized": NVFP4PackedCompressor}[fmt]
+    compressor = {
+        "float-quantized": FloatQuantizationCompressor,
+        "int-quantized": IntQuantizationCompressor,
+        "pack-quantized": PackedQuantizationCompressor,
+        "nvfp4-pack-quantized": NVFP4PackedCompressor,
+    }[fmt]
     qargs = QuantizationArgs(**args)
     scheme = QuantizationScheme(targets=["Linear"], weights=qargs)
     tensors, expected = {}, {}
@@ -99,13 +127,16 @@ def write_compressed(model, folder: Path, args: dict, fmt: str) -> dict:
         compressed = compressor.compress(state, scheme)
         expected[f"{name}.weight"] = compressor.decompress(dict(compressed), scheme)["weight"].double().numpy()
         tensors.update({f"{name}.{k}": v for k, v in compressed.items()})
-    config = QuantizationConfig(config_groups={"group_0": scheme}, format=fmt, ignore=["lm_head"]).model_dump(mode="json")
+    config = QuantizationConfig(config_groups={"group_0": scheme}, format=fmt, ignore=["lm_head"]).model_dump(
+        mode="json"
+    )
     config["quant_method"] = "compressed-tensors"
     _save(folder, model, tensors, config)
     return expected
 
 
 # ----------------------------------------------------------------------------------------------- GPTQ
+
 
 def gptq_pack_rows(intweight: np.ndarray, bits: int) -> np.ndarray:
     """AutoGPTQ's ``QuantLinear.pack`` loop (qlinear_cuda_old.py), transcribed: ``intweight``
@@ -197,8 +228,19 @@ def gptqmodel_v1_to_v2(qzeros: np.ndarray, bits: int) -> np.ndarray:
     return ((qzeros.view(np.uint32).astype(np.int64) + offset) % 2**32).astype(np.uint32).view(np.int32)
 
 
-def write_gptq(model, folder: Path, bits: int, group: int, sym: bool, act_order: bool, v2: bool = False,
-               seed: int = 0, writer: str = "autogptq", zero_every: int = 0, meta: bool = True) -> dict:
+def write_gptq(
+    model,
+    folder: Path,
+    bits: int,
+    group: int,
+    sym: bool,
+    act_order: bool,
+    v2: bool = False,
+    seed: int = 0,
+    writer: str = "autogptq",
+    zero_every: int = 0,
+    meta: bool = True,
+) -> dict:
     """GPTQ-quantized Linears (round-to-nearest per group, which is the format GPTQ stores whatever
     the solver), packed as AutoGPTQ packs (``writer="autogptq"``) or as GPTQModel saves v1
     (``"gptqmodel"``: packed as v2, then its v2-to-v1 conversion; ``meta``: its config names it in
@@ -245,8 +287,14 @@ def write_gptq(model, folder: Path, bits: int, group: int, sym: bool, act_order:
         tensors[f"{name}.scales"] = scales
         tensors[f"{name}.g_idx"] = g_idx
         expected[f"{name}.weight"] = (s.astype(np.float16) * (q - read[g_idx].T).astype(np.float16)).astype(np.float64)
-    config = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order, "sym": sym,
-              "checkpoint_format": "gptq_v2" if v2 else "gptq"}
+    config = {
+        "quant_method": "gptq",
+        "bits": bits,
+        "group_size": group,
+        "desc_act": act_order,
+        "sym": sym,
+        "checkpoint_format": "gptq_v2" if v2 else "gptq",
+    }
     if writer == "gptqmodel" and meta:
         config["meta"] = {"quantizer": ["gptqmodel:7.7.0"], "uri": "https://github.com/modelcloud/gptqmodel"}
     _save(folder, model, tensors, config)
@@ -254,6 +302,7 @@ def write_gptq(model, folder: Path, bits: int, group: int, sym: bool, act_order:
 
 
 # ------------------------------------------------------------------------------------------------ AWQ
+
 
 def awq_pack_columns(intweight: np.ndarray) -> np.ndarray:
     """AutoAWQ's ``WQLinear_GEMM.from_linear`` packing, transcribed: ``intweight`` (rows, cols) of
@@ -285,12 +334,17 @@ def write_awq(model, folder: Path, group: int) -> dict:
         tensors[f"{name}.scales"] = scales
         zr, sr = np.repeat(zeros, group, 0), np.repeat(scales, group, 0)
         expected[f"{name}.weight"] = ((q - zr).astype(np.float16) * sr).astype(np.float64).T
-    _save(folder, model, tensors, {"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
-                                   "zero_point": True})
+    _save(
+        folder,
+        model,
+        tensors,
+        {"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm", "zero_point": True},
+    )
     return expected
 
 
 # ------------------------------------------------------------------------------------------------ MLX
+
 
 def mlx_pack_rows(values: np.ndarray, bits: int) -> np.ndarray:
     """``values`` (rows, cols) of unsigned ``bits``-bit integers as mlx stores them: each row a
@@ -318,8 +372,11 @@ def write_mlx(model, folder: Path, bits: int, group: int) -> dict:
         lo, hi = g.min(-1), g.max(-1)
         scales = ((hi - lo) / maxq).astype(np.float16)
         biases = lo.astype(np.float16)
-        q = np.clip(np.rint((g - biases[..., None].astype(np.float32)) / scales[..., None].astype(np.float32)),
-                    0, maxq).astype(np.int64).reshape(out, n_in)
+        q = (
+            np.clip(np.rint((g - biases[..., None].astype(np.float32)) / scales[..., None].astype(np.float32)), 0, maxq)
+            .astype(np.int64)
+            .reshape(out, n_in)
+        )
         tensors[f"{name}.weight"] = mlx_pack_rows(q, bits)
         tensors[f"{name}.scales"] = scales
         tensors[f"{name}.biases"] = biases
@@ -341,8 +398,9 @@ def write_mlx_native(model, folder: Path, bits: int, group: int) -> dict:
         tensors[f"{name}.weight"] = np.array(q)
         tensors[f"{name}.scales"] = np.array(scales)
         tensors[f"{name}.biases"] = np.array(biases)
-        expected[f"{name}.weight"] = np.array(mx.dequantize(q, scales, biases, group_size=group,
-                                                            bits=bits)).astype(np.float64)
+        expected[f"{name}.weight"] = np.array(mx.dequantize(q, scales, biases, group_size=group, bits=bits)).astype(
+            np.float64
+        )
     _save(folder, model, tensors, {"group_size": group, "bits": bits}, key="quantization")
     return expected
 
@@ -364,14 +422,23 @@ def write_finegrained_fp8(model, folder: Path, block) -> dict:
         q = (blocks / scale[:, None, :, None]).reshape(out, n_in).to(torch.float8_e4m3fn)
         scale = scale if block else scale.reshape(())
         tensors[f"{name}.weight"], tensors[f"{name}.weight_scale_inv"] = q, scale
-        expected[f"{name}.weight"] = Fp8Dequantize(None)._dequantize_one(
-            q, scale if block else scale.reshape(1, 1), torch.float32).double().numpy()
-    _save(folder, model, tensors, {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                   "weight_block_size": list(block) if block else None})
+        expected[f"{name}.weight"] = (
+            Fp8Dequantize(None)
+            ._dequantize_one(q, scale if block else scale.reshape(1, 1), torch.float32)
+            .double()
+            .numpy()
+        )
+    _save(
+        folder,
+        model,
+        tensors,
+        {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": list(block) if block else None},
+    )
     return expected
 
 
 # ------------------------------------------------------------------------- the format's error, per value
+
 
 def group_absmax(w: np.ndarray, strategy: str, group: int | None = None, block=None) -> np.ndarray:
     """Each value's quantization group's largest ``|w|``, broadcast to ``w``'s shape: ``tensor``,

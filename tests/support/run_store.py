@@ -18,9 +18,8 @@ def run_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     for i, step in enumerate(RUN_STEPS):
         write_tiny_bert(root / "run" / f"step-{step}", seed=i, L=2, N=16, H=4, d_ff=24, std=0.1 * (1 + step / 200))
-    report = run_sweep(expand_sources([str(root / "run" / "step-{step=100..1000..100}")]), root / "store",
-                       progress=False)
+    report = run_sweep(
+        expand_sources([str(root / "run" / "step-{step=100..1000..100}")]), root / "store", progress=False
+    )
     assert len(report.written) == len(RUN_STEPS), report.summary()
     return Store(root / "store")
-
-

@@ -56,6 +56,10 @@ def assert_same_layer_weights(a, b, layers: int, *, atol: float = 1e-9, ordered:
         y = layer_weights(b.spec, b.ckpt, b.dims, b.prefix, layer)
         for role in "qkvo":
             np.testing.assert_allclose(getattr(y, role), getattr(x, role), rtol=0, atol=atol, err_msg=role)
-        assert (list(x.ff) == list(y.ff)) if ordered else (sorted(x.ff) == sorted(y.ff)), (layer, list(x.ff), list(y.ff))
+        assert (list(x.ff) == list(y.ff)) if ordered else (sorted(x.ff) == sorted(y.ff)), (
+            layer,
+            list(x.ff),
+            list(y.ff),
+        )
         for role in x.ff:
             np.testing.assert_allclose(y.ff[role], x.ff[role], rtol=0, atol=atol, err_msg=role)

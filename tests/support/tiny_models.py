@@ -11,14 +11,27 @@ pay for the import.
 # init scale (BERT's default is 0.02) is chosen per model so that the grid minimisers p* are spread
 # over (0, 2) rather than all at one end: the oracle comparison then exercises every branch.
 TINY_MODELS = {
-    "bert": ("BertModel", "BertConfig",
-             dict(hidden_size=32, num_hidden_layers=2, intermediate_size=48, initializer_range=0.08), 0, ""),
-    "bert_cls": ("BertForSequenceClassification", "BertConfig",
-                 dict(hidden_size=48, num_hidden_layers=3, intermediate_size=80, num_labels=3,
-                      initializer_range=0.06), 1, "bert."),
-    "roberta_mlm": ("RobertaForMaskedLM", "RobertaConfig",
-                    dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, initializer_range=0.06),
-                    2, "roberta."),
+    "bert": (
+        "BertModel",
+        "BertConfig",
+        dict(hidden_size=32, num_hidden_layers=2, intermediate_size=48, initializer_range=0.08),
+        0,
+        "",
+    ),
+    "bert_cls": (
+        "BertForSequenceClassification",
+        "BertConfig",
+        dict(hidden_size=48, num_hidden_layers=3, intermediate_size=80, num_labels=3, initializer_range=0.06),
+        1,
+        "bert.",
+    ),
+    "roberta_mlm": (
+        "RobertaForMaskedLM",
+        "RobertaConfig",
+        dict(hidden_size=64, num_hidden_layers=2, intermediate_size=96, initializer_range=0.06),
+        2,
+        "roberta.",
+    ),
 }
 
 
@@ -29,7 +42,11 @@ def build_tiny_model(name: str):
 
     model_cls, config_cls, overrides, seed, _ = TINY_MODELS[name]
     config = getattr(transformers, config_cls)(
-        num_attention_heads=4, vocab_size=64, max_position_embeddings=40, type_vocab_size=2, **overrides,
+        num_attention_heads=4,
+        vocab_size=64,
+        max_position_embeddings=40,
+        type_vocab_size=2,
+        **overrides,
     )
     torch.manual_seed(seed)
     model = getattr(transformers, model_cls)(config)

@@ -9,10 +9,19 @@ text model (the decoder the causal LM wraps, Llama 4: the causal LM itself), ``v
 
 from __future__ import annotations
 
-TEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
-VISION = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, image_size=28,
-              patch_size=14)
+TEXT = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+)
+VISION = dict(
+    hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=14
+)
 MROPE = dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[1, 1, 2]))
 
 
@@ -33,60 +42,163 @@ def _qwen_vision(**extra):
 
 
 WRAPPERS = {
-    "gemma3": (lambda layers=2: _t().Gemma3ForConditionalGeneration(_t().Gemma3Config(
-        text_config=_text(layers, sliding_window=8,
-                          layer_types=(["sliding_attention", "full_attention"] * layers)[:layers]),
-        vision_config=VISION, mm_tokens_per_image=4)),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("gemma3_text", "siglip")),
-    "paligemma": (lambda layers=2: _t().PaliGemmaForConditionalGeneration(_t().PaliGemmaConfig(
-        text_config=_text(layers, model_type="gemma"), vision_config=dict(VISION, projection_dim=32))),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("gemma", "siglip")),
-    "paligemma2": (lambda layers=2: _t().PaliGemmaForConditionalGeneration(_t().PaliGemmaConfig(
-        text_config=_text(layers, model_type="gemma2", sliding_window=8),
-        vision_config=dict(VISION, projection_dim=32))),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("gemma2", "siglip")),
-    "llava": (lambda layers=2: _t().LlavaForConditionalGeneration(_t().LlavaConfig(
-        text_config=_text(layers, model_type="llama"), vision_config=dict(VISION, model_type="clip_vision_model"))),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "clip")),
-    "llava_mistral": (lambda layers=2: _t().LlavaForConditionalGeneration(_t().LlavaConfig(
-        text_config=_text(layers, model_type="mistral", sliding_window=None),
-        vision_config=dict(VISION, model_type="siglip_vision_model"))),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "siglip")),
-    "llava_next": (lambda layers=2: _t().LlavaNextForConditionalGeneration(_t().LlavaNextConfig(
-        text_config=_text(layers, model_type="llama"), vision_config=dict(VISION, model_type="clip_vision_model"),
-        image_grid_pinpoints=[[28, 28]])),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "clip")),
-    "llava_onevision": (lambda layers=2: _t().LlavaOnevisionForConditionalGeneration(_t().LlavaOnevisionConfig(
-        text_config=_text(layers, model_type="qwen2"), vision_config=dict(VISION, model_type="siglip_vision_model"),
-        image_grid_pinpoints=[[28, 28]])),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "siglip")),
-    "smolvlm": (lambda layers=2: _t().SmolVLMForConditionalGeneration(_t().SmolVLMConfig(
-        text_config=_text(layers, model_type="llama"), vision_config=VISION, scale_factor=2)),
-        lambda m: m.model.text_model, lambda m: m.model.vision_model, ("llama", "siglip")),
-    "idefics3": (lambda layers=2: _t().Idefics3ForConditionalGeneration(_t().Idefics3Config(
-        text_config=_text(layers, model_type="llama"), vision_config=VISION, scale_factor=2)),
-        lambda m: m.model.text_model, lambda m: m.model.vision_model, ("llama", "siglip")),
-    "llama4": (lambda layers=2: _t().Llama4ForConditionalGeneration(_t().Llama4Config(
-        text_config=_text(layers, intermediate_size_mlp=40, num_local_experts=2, num_experts_per_tok=1,
-                          interleave_moe_layer_step=2),
-        vision_config=dict(VISION, num_attention_heads=2, vision_output_dim=32, projector_input_dim=32,
-                           projector_output_dim=32))),  # 2D rotary: a head dimension (12) divisible by 4
-        lambda m: m.language_model, lambda m: m.vision_model, ("llama4_text", "llama4_vision")),
-    "mistral3": (lambda layers=2: _t().Mistral3ForConditionalGeneration(_t().Mistral3Config(
-        text_config=_text(layers, model_type="mistral", sliding_window=None),
-        vision_config=dict(VISION, num_attention_heads=2, head_dim=12))),
-        lambda m: m.model.language_model, lambda m: m.model.vision_tower, ("llama", "pixtral_vision")),
-    "qwen2_vl": (lambda layers=2: _t().Qwen2VLForConditionalGeneration(_t().Qwen2VLConfig(
-        text_config=_text(layers, **MROPE),
-        vision_config=dict(depth=2, embed_dim=24, hidden_size=32, num_heads=2, mlp_ratio=2))),
-        lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen2_vl_text", "qwen2_vl_vision")),
-    "qwen2_5_vl": (lambda layers=2: _t().Qwen2_5_VLForConditionalGeneration(_t().Qwen2_5_VLConfig(
-        text_config=_text(layers, **MROPE), vision_config=_qwen_vision(intermediate_size=40))),
-        lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen2_vl_text", "qwen2_5_vl_vision")),
-    "qwen3_vl": (lambda layers=2: _t().Qwen3VLForConditionalGeneration(_t().Qwen3VLConfig(
-        text_config=_text(layers, rope_parameters=dict(MROPE["rope_parameters"], mrope_interleaved=True)),
-        vision_config=_qwen_vision(intermediate_size=40, deepstack_visual_indexes=[0]))),
-        lambda m: m.model.language_model, lambda m: m.model.visual, ("qwen3_vl_text", "qwen3_vl_vision")),
+    "gemma3": (
+        lambda layers=2: _t().Gemma3ForConditionalGeneration(
+            _t().Gemma3Config(
+                text_config=_text(
+                    layers, sliding_window=8, layer_types=(["sliding_attention", "full_attention"] * layers)[:layers]
+                ),
+                vision_config=VISION,
+                mm_tokens_per_image=4,
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("gemma3_text", "siglip"),
+    ),
+    "paligemma": (
+        lambda layers=2: _t().PaliGemmaForConditionalGeneration(
+            _t().PaliGemmaConfig(
+                text_config=_text(layers, model_type="gemma"), vision_config=dict(VISION, projection_dim=32)
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("gemma", "siglip"),
+    ),
+    "paligemma2": (
+        lambda layers=2: _t().PaliGemmaForConditionalGeneration(
+            _t().PaliGemmaConfig(
+                text_config=_text(layers, model_type="gemma2", sliding_window=8),
+                vision_config=dict(VISION, projection_dim=32),
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("gemma2", "siglip"),
+    ),
+    "llava": (
+        lambda layers=2: _t().LlavaForConditionalGeneration(
+            _t().LlavaConfig(
+                text_config=_text(layers, model_type="llama"),
+                vision_config=dict(VISION, model_type="clip_vision_model"),
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("llama", "clip"),
+    ),
+    "llava_mistral": (
+        lambda layers=2: _t().LlavaForConditionalGeneration(
+            _t().LlavaConfig(
+                text_config=_text(layers, model_type="mistral", sliding_window=None),
+                vision_config=dict(VISION, model_type="siglip_vision_model"),
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("llama", "siglip"),
+    ),
+    "llava_next": (
+        lambda layers=2: _t().LlavaNextForConditionalGeneration(
+            _t().LlavaNextConfig(
+                text_config=_text(layers, model_type="llama"),
+                vision_config=dict(VISION, model_type="clip_vision_model"),
+                image_grid_pinpoints=[[28, 28]],
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("llama", "clip"),
+    ),
+    "llava_onevision": (
+        lambda layers=2: _t().LlavaOnevisionForConditionalGeneration(
+            _t().LlavaOnevisionConfig(
+                text_config=_text(layers, model_type="qwen2"),
+                vision_config=dict(VISION, model_type="siglip_vision_model"),
+                image_grid_pinpoints=[[28, 28]],
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("llama", "siglip"),
+    ),
+    "smolvlm": (
+        lambda layers=2: _t().SmolVLMForConditionalGeneration(
+            _t().SmolVLMConfig(text_config=_text(layers, model_type="llama"), vision_config=VISION, scale_factor=2)
+        ),
+        lambda m: m.model.text_model,
+        lambda m: m.model.vision_model,
+        ("llama", "siglip"),
+    ),
+    "idefics3": (
+        lambda layers=2: _t().Idefics3ForConditionalGeneration(
+            _t().Idefics3Config(text_config=_text(layers, model_type="llama"), vision_config=VISION, scale_factor=2)
+        ),
+        lambda m: m.model.text_model,
+        lambda m: m.model.vision_model,
+        ("llama", "siglip"),
+    ),
+    "llama4": (
+        lambda layers=2: _t().Llama4ForConditionalGeneration(
+            _t().Llama4Config(
+                text_config=_text(
+                    layers,
+                    intermediate_size_mlp=40,
+                    num_local_experts=2,
+                    num_experts_per_tok=1,
+                    interleave_moe_layer_step=2,
+                ),
+                vision_config=dict(
+                    VISION, num_attention_heads=2, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32
+                ),
+            )
+        ),  # 2D rotary: a head dimension (12) divisible by 4
+        lambda m: m.language_model,
+        lambda m: m.vision_model,
+        ("llama4_text", "llama4_vision"),
+    ),
+    "mistral3": (
+        lambda layers=2: _t().Mistral3ForConditionalGeneration(
+            _t().Mistral3Config(
+                text_config=_text(layers, model_type="mistral", sliding_window=None),
+                vision_config=dict(VISION, num_attention_heads=2, head_dim=12),
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.vision_tower,
+        ("llama", "pixtral_vision"),
+    ),
+    "qwen2_vl": (
+        lambda layers=2: _t().Qwen2VLForConditionalGeneration(
+            _t().Qwen2VLConfig(
+                text_config=_text(layers, **MROPE),
+                vision_config=dict(depth=2, embed_dim=24, hidden_size=32, num_heads=2, mlp_ratio=2),
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.visual,
+        ("qwen2_vl_text", "qwen2_vl_vision"),
+    ),
+    "qwen2_5_vl": (
+        lambda layers=2: _t().Qwen2_5_VLForConditionalGeneration(
+            _t().Qwen2_5_VLConfig(text_config=_text(layers, **MROPE), vision_config=_qwen_vision(intermediate_size=40))
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.visual,
+        ("qwen2_vl_text", "qwen2_5_vl_vision"),
+    ),
+    "qwen3_vl": (
+        lambda layers=2: _t().Qwen3VLForConditionalGeneration(
+            _t().Qwen3VLConfig(
+                text_config=_text(layers, rope_parameters=dict(MROPE["rope_parameters"], mrope_interleaved=True)),
+                vision_config=_qwen_vision(intermediate_size=40, deepstack_visual_indexes=[0]),
+            )
+        ),
+        lambda m: m.model.language_model,
+        lambda m: m.model.visual,
+        ("qwen3_vl_text", "qwen3_vl_vision"),
+    ),
 }
 # the wrapper each test variant is (LLaVA with a Mistral text model and a SigLIP vision tower, PaliGemma 2's Gemma 2)
 WRAPPER_OF = {"llava_mistral": "llava", "smolvlm": "idefics3", "paligemma2": "paligemma"}
@@ -130,8 +242,16 @@ def save_vision_alone(model, name: str, folder) -> None:
     SiglipVisionModel (the same modules, without the attention-pooling head)."""
     vision = WRAPPERS[name][2](model)
     if vision.config.model_type in ("idefics3_vision", "smolvlm_vision"):
-        keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
-                "patch_size", "hidden_act", "layer_norm_eps")
+        keys = (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "image_size",
+            "patch_size",
+            "hidden_act",
+            "layer_norm_eps",
+        )
         config = _t().SiglipVisionConfig(vision_use_head=False, **{k: getattr(vision.config, k) for k in keys})
         alone = _t().SiglipVisionModel(config)
         alone.load_state_dict(vision.state_dict())

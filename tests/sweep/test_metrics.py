@@ -37,11 +37,25 @@ def metrics_store(tiny_family, tmp_path_factory):
     # three checkpoints carry a metrics.json (a string entry is left out), the other three get theirs from a CSV
     for i, folder in enumerate(folders[:3]):
         (folder / "metrics.json").write_text(json.dumps({"eval_loss": 0.1 * (i + 1) ** 2, "note": "x"}))
-    rows = ["source,eval_loss,accuracy"] + [f"{f.name},{0.5 + 0.3 * i},{0.9 - 0.1 * i}" for i, f in enumerate(folders[3:])]
+    rows = ["source,eval_loss,accuracy"] + [
+        f"{f.name},{0.5 + 0.3 * i},{0.9 - 0.1 * i}" for i, f in enumerate(folders[3:])
+    ]
     (root / "metrics.csv").write_text("\n".join(rows) + "\n")
     store = root / "store"
-    assert main(["sweep", str(family / TINY_PATTERN), "--store", str(store), "--metrics", str(root / "metrics.csv"),
-                 "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                str(family / TINY_PATTERN),
+                "--store",
+                str(store),
+                "--metrics",
+                str(root / "metrics.csv"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return root, folders
 
 

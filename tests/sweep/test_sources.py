@@ -13,34 +13,44 @@ from support.tiny_models import TINY_PATTERN
 
 def test_the_miniatures_pattern_matches_exactly_the_24_ids():
     pattern = Pattern.parse(HUB_PATTERN)
-    good = [f"google/bert_uncased_L-{L}_H-{N}_A-{N // 64}" for L in (2, 4, 6, 8, 10, 12)
-            for N in (128, 256, 512, 768)]
+    good = [f"google/bert_uncased_L-{L}_H-{N}_A-{N // 64}" for L in (2, 4, 6, 8, 10, 12) for N in (128, 256, 512, 768)]
     assert all(pattern.match(g) for g in good)
     assert pattern.match(good[0]) == {"L": 2, "H": 128, "A": 2}
-    for bad in ("google/bert_uncased_L-12_H-768_A-11", "google/bert_uncased_L-14_H-128_A-2",
-                "google/bert_uncased_L-2_H-1024_A-16", "google/bert_uncased_L-2_H-130_A-2",
-                "google/bert_cased_L-2_H-128_A-2", "google/bert_uncased_L-2_H-128_A-2/extra"):
+    for bad in (
+        "google/bert_uncased_L-12_H-768_A-11",
+        "google/bert_uncased_L-14_H-128_A-2",
+        "google/bert_uncased_L-2_H-1024_A-16",
+        "google/bert_uncased_L-2_H-130_A-2",
+        "google/bert_cased_L-2_H-128_A-2",
+        "google/bert_uncased_L-2_H-128_A-2/extra",
+    ):
         assert pattern.match(bad) is None, bad
 
 
-@pytest.mark.parametrize("text, candidate, labels", [
-    ("run/step-{1000..5000..1000}", "run/step-3000", {"step": 3000}),
-    ("run/step-{1000..5000..1000}", "run/step-3500", None),
-    ("ft/{cola,sst2}-seed{0..2}", "ft/sst2-seed1", {"g0": "sst2", "seed": 1}),
-    ("ft/{task=cola,sst2}-*", "ft/cola-anything", {"task": "cola"}),
-    ("m/L{L=1..4}-N{N=8,16}-H{N/8}", "m/L2-N16-H2", {"L": 2, "N": 16, "H": 2}),
-    ("m/L{L=1..4}-N{N=8,16}-H{N/8}", "m/L2-N16-H3", None),
-    ("m/x{3..1}", "m/x2", {"x": 2}),
-])
+@pytest.mark.parametrize(
+    "text, candidate, labels",
+    [
+        ("run/step-{1000..5000..1000}", "run/step-3000", {"step": 3000}),
+        ("run/step-{1000..5000..1000}", "run/step-3500", None),
+        ("ft/{cola,sst2}-seed{0..2}", "ft/sst2-seed1", {"g0": "sst2", "seed": 1}),
+        ("ft/{task=cola,sst2}-*", "ft/cola-anything", {"task": "cola"}),
+        ("m/L{L=1..4}-N{N=8,16}-H{N/8}", "m/L2-N16-H2", {"L": 2, "N": 16, "H": 2}),
+        ("m/L{L=1..4}-N{N=8,16}-H{N/8}", "m/L2-N16-H3", None),
+        ("m/x{3..1}", "m/x2", {"x": 2}),
+    ],
+)
 def test_pattern_groups(text, candidate, labels):
     assert Pattern.parse(text).match(candidate) == labels
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("a/{}", "cannot read the pattern group"),
-    ("a/{x..y}", "cannot read the pattern group"),
-    ("a/{1..3", "unbalanced braces"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("a/{}", "cannot read the pattern group"),
+        ("a/{x..y}", "cannot read the pattern group"),
+        ("a/{1..3", "unbalanced braces"),
+    ],
+)
 def test_bad_patterns(text, needle):
     with pytest.raises(SpecboundError, match=needle):
         Pattern.parse(text).match("a/1")
@@ -71,8 +81,9 @@ def test_hub_ids_resolve_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert len(cached_model_ids()) == 4
     sources = expand_pattern("google/bert_uncased_L-{2..12}_H-{64..768}_A-{H/32}")
-    assert [s.name.partition("@")[0] for s in sources] == [f"google/bert_uncased_L-{L}_H-{N}_A-{N // 32}"
-                                                           for L in (2, 4) for N in (64, 128)]
+    assert [s.name.partition("@")[0] for s in sources] == [
+        f"google/bert_uncased_L-{L}_H-{N}_A-{N // 32}" for L in (2, 4) for N in (64, 128)
+    ]
     for s in sources:  # recorded as ORG/NAME@commit
         assert s.name.partition("@")[2] == os.path.basename(s.target)
     for s in sources:
@@ -86,8 +97,10 @@ def test_hub_ids_resolve_from_the_cache(tmp_path, monkeypatch):
 
 def test_config_file(tmp_path, tiny_family):
     cfg = tmp_path / "sweep.toml"
-    cfg.write_text(f'sources = ["{tiny_family}/{TINY_PATTERN}", "google/some-id"]\nstore = "out"\n'
-                   "[[options]]\nrank_tol = 1e-12\n[[options]]\ngrid_m = 5\n")
+    cfg.write_text(
+        f'sources = ["{tiny_family}/{TINY_PATTERN}", "google/some-id"]\nstore = "out"\n'
+        "[[options]]\nrank_tol = 1e-12\n[[options]]\ngrid_m = 5\n"
+    )
     config = load_sweep_config(cfg)
     assert config.sources == [f"{tiny_family}/{TINY_PATTERN}", "google/some-id"]
     assert config.option_sets == [{"rank_tol": 1e-12}, {"grid_m": 5}]
@@ -98,6 +111,6 @@ def test_config_file(tmp_path, tiny_family):
     cfg.write_text('sources = "a"\n')
     with pytest.raises(SpecboundError, match="non-empty list"):
         load_sweep_config(cfg)
-    cfg.write_text('sources = [\n')
+    cfg.write_text("sources = [\n")
     with pytest.raises(SpecboundError, match="TOML"):
         load_sweep_config(cfg)

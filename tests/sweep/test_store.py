@@ -25,8 +25,16 @@ def member(tiny_family):
 def record(member):
     task = plan_task(Source("m", str(member), {"L": 2}), {})
     analysis = specbound.analyze(member, threads=1)
-    return record_from_analysis(analysis, key=task.key, source="m", labels={"L": 2},
-                                weights_sha256=task.weights_sha256, options={}, seconds=0.1, mode="local")
+    return record_from_analysis(
+        analysis,
+        key=task.key,
+        source="m",
+        labels={"L": 2},
+        weights_sha256=task.weights_sha256,
+        options={},
+        seconds=0.1,
+        mode="local",
+    )
 
 
 def test_key_depends_on_the_weights_and_the_options_not_the_name(member, tmp_path):
@@ -123,8 +131,9 @@ def test_leftovers_of_dead_writers_are_cleaned(record, tmp_path):
     import subprocess
     import sys
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = st.incoming_dir / f"{record.key}+{dead}+abcd1234+{socket.gethostname()}"
     (stale / "sub").mkdir(parents=True)
     live = st.incoming_dir / f"{record.key}+{os.getpid()}+abcd1234+{socket.gethostname()}"
@@ -143,16 +152,35 @@ def test_a_store_that_is_a_file(tmp_path):
 # Record format 1's contract: a key is the first 24 hex digits of SHA-256 over this JSON (sorted
 # keys, no spaces).  Each case: the options asked for, and the options the key holds.
 FORMAT_1_KEYS = [
-    ({}, {"grid_m": None, "rank_tol": 1e-10, "l_phi": None, "method": "factored", "gram_rtol": 1e-08,
-          "arch_spec": None}, "c77e414eaf052fa196466717"),
-    ({"grid_m": 9, "method": "dense"}, {"grid_m": 9, "rank_tol": 1e-10, "l_phi": None, "method": "dense",
-                                        "gram_rtol": 1e-08, "arch_spec": None}, "461f199d87bedeade74d9821"),
-    ({"n": 1000, "margin": 0.5, "l_phi": 1.0}, {"grid_m": None, "rank_tol": 1e-10, "l_phi": 1.0, "method": "factored",
-                                                "gram_rtol": 1e-08, "arch_spec": None, "n": 1000, "margin": 0.5},
-     "63596ce63eb886fe863a0848"),
-    ({"jobs": 3, "device": "cpu", "threads": 2}, {"grid_m": None, "rank_tol": 1e-10, "l_phi": None,
-                                                  "method": "factored", "gram_rtol": 1e-08, "arch_spec": None},
-     "c77e414eaf052fa196466717"),
+    (
+        {},
+        {"grid_m": None, "rank_tol": 1e-10, "l_phi": None, "method": "factored", "gram_rtol": 1e-08, "arch_spec": None},
+        "c77e414eaf052fa196466717",
+    ),
+    (
+        {"grid_m": 9, "method": "dense"},
+        {"grid_m": 9, "rank_tol": 1e-10, "l_phi": None, "method": "dense", "gram_rtol": 1e-08, "arch_spec": None},
+        "461f199d87bedeade74d9821",
+    ),
+    (
+        {"n": 1000, "margin": 0.5, "l_phi": 1.0},
+        {
+            "grid_m": None,
+            "rank_tol": 1e-10,
+            "l_phi": 1.0,
+            "method": "factored",
+            "gram_rtol": 1e-08,
+            "arch_spec": None,
+            "n": 1000,
+            "margin": 0.5,
+        },
+        "63596ce63eb886fe863a0848",
+    ),
+    (
+        {"jobs": 3, "device": "cpu", "threads": 2},
+        {"grid_m": None, "rank_tol": 1e-10, "l_phi": None, "method": "factored", "gram_rtol": 1e-08, "arch_spec": None},
+        "c77e414eaf052fa196466717",
+    ),
 ]
 
 

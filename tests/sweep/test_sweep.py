@@ -73,10 +73,12 @@ def test_per_layer_tasks_on_an_existing_scheduler_give_identical_records(local_s
 
     from dask.distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
-        report = run_sweep(sources, tmp_path / "layers", scheduler=cluster.scheduler_address,
-                           per_layer="always", progress=False)
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    ) as cluster:
+        report = run_sweep(
+            sources, tmp_path / "layers", scheduler=cluster.scheduler_address, per_layer="always", progress=False
+        )
     assert len(report.written) == 6 and not report.failed
     st = Store(tmp_path / "layers")
     assert_same_records(local_store, st)
@@ -115,8 +117,9 @@ def test_rerun_reads_no_weights_again(local_store, sources, monkeypatch):
 
 def test_cli_sweep_with_a_config_file(tiny_family, tmp_path, capsys):
     cfg = tmp_path / "fam.toml"
-    cfg.write_text(f'sources = ["{tiny_family}/bert_uncased_L-{{1..2}}_H-32_A-2"]\nstore = "out"\n'
-                   "[options]\nrank_tol = 1e-12\n")
+    cfg.write_text(
+        f'sources = ["{tiny_family}/bert_uncased_L-{{1..2}}_H-32_A-2"]\nstore = "out"\n[options]\nrank_tol = 1e-12\n'
+    )
     assert main(["sweep", "--config", str(cfg), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert out.count("to do") == 2 and "layers=1 matrices=6  L=1\n" in out
@@ -143,8 +146,16 @@ def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
     family = tmp_path / "family"  # enough members that the kill lands mid-way
     write_miniatures(family, layout="folders", depths=(4, 5, 6, 7), widths=(64, 96), head_size=16, vocab=16)
     store = Store(tmp_path / "store")
-    cmd = [sys.executable, "-m", "specbound.cli", "sweep", str(family / "*"), "--store", str(store.root),
-           "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specbound.cli",
+        "sweep",
+        str(family / "*"),
+        "--store",
+        str(store.root),
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": SRC, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
@@ -164,14 +175,21 @@ def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
 
 
 def test_a_local_sweep_imports_neither_dask_nor_matplotlib(tiny_family, tmp_path):
-    code = ("import sys; from specbound.sweep.sources import expand_sources; from specbound.sweep.run import run_sweep; "
-            "import specbound.report.plots, specbound.report.html, specbound.report.scaling; "
-            "r = run_sweep(expand_sources([sys.argv[1]]), sys.argv[2], progress=False); assert len(r.written) == 2; "
-            "heavy = [m for m in ('dask', 'distributed', 'matplotlib', 'torch') if m in sys.modules]; "
-            "assert not heavy, heavy")
+    code = (
+        "import sys; from specbound.sweep.sources import expand_sources; from specbound.sweep.run import run_sweep; "
+        "import specbound.report.plots, specbound.report.html, specbound.report.scaling; "
+        "r = run_sweep(expand_sources([sys.argv[1]]), sys.argv[2], progress=False); assert len(r.written) == 2; "
+        "heavy = [m for m in ('dask', 'distributed', 'matplotlib', 'torch') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
     env = {**os.environ, "PYTHONPATH": SRC, "OPENBLAS_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, str(tiny_family / "bert_uncased_L-1_*"), str(tmp_path / "s")],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_family / "bert_uncased_L-1_*"), str(tmp_path / "s")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -243,8 +261,9 @@ def test_a_sweep_on_the_torch_device_stores_the_same_records(tiny_family, tmp_pa
     stores = {}
     for device in ("numpy", "cpu"):
         store = tmp_path / device
-        assert main(["sweep", pattern, "--store", str(store), "--device", device, "--no-progress",
-                     "--threads", "1"]) == 0
+        assert (
+            main(["sweep", pattern, "--store", str(store), "--device", device, "--no-progress", "--threads", "1"]) == 0
+        )
         stores[device] = Store(store)
     assert stores["numpy"].keys() == stores["cpu"].keys() and len(stores["cpu"].keys()) == 6
     for key in stores["numpy"].keys():

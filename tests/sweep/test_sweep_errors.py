@@ -42,9 +42,10 @@ def test_bad_sweep_config_is_one_line_exit_2(tmp_path, capsys, case):
     text, needles = BAD_CONFIGS[case]
     (tmp_path / "spec.json").write_text("[1, 2]")
     path = _toml(tmp_path, text)
-    assert_one_line_error(*run_cli(capsys, "--config", path, "--store", tmp_path / "s", command="sweep"),
-                          [str(path), *needles] if case not in ("not utf-8", "deeply nested", "not toml")
-                          else needles)
+    assert_one_line_error(
+        *run_cli(capsys, "--config", path, "--store", tmp_path / "s", command="sweep"),
+        [str(path), *needles] if case not in ("not utf-8", "deeply nested", "not toml") else needles,
+    )
 
 
 def test_arch_spec_in_a_config_is_relative_to_the_config(tiny_family, tmp_path):
@@ -58,13 +59,16 @@ def test_arch_spec_in_a_config_is_relative_to_the_config(tiny_family, tmp_path):
     assert config.option_sets == [{"arch_spec": str(tmp_path / "specs" / "bert.json")}]
 
 
-@pytest.mark.parametrize("pattern, needle", [
-    ("m_L-{1..3}_H-{L**2}", "found Pow"),
-    ("m_L-{1..3}_H-{L.real}", "found Attribute"),
-    ("m_{True}", "found Constant"),
-    ("m_{__import__('os')}", "found Call"),
-    ("m_{" + "(" * 300 + "1" + ")" * 300 + "}", "cannot read the pattern group"),
-])
+@pytest.mark.parametrize(
+    "pattern, needle",
+    [
+        ("m_L-{1..3}_H-{L**2}", "found Pow"),
+        ("m_L-{1..3}_H-{L.real}", "found Attribute"),
+        ("m_{True}", "found Constant"),
+        ("m_{__import__('os')}", "found Call"),
+        ("m_{" + "(" * 300 + "1" + ")" * 300 + "}", "cannot read the pattern group"),
+    ],
+)
 def test_pattern_expressions_are_checked_when_parsed(pattern, needle):
     with pytest.raises(SpecboundError, match=needle.replace("(", r"\(")):
         Pattern.parse(pattern)
@@ -76,8 +80,12 @@ def test_pattern_division_by_zero_matches_nothing():
 
 
 def test_sweep_pattern_with_a_power_is_one_line(tiny_family, tmp_path, capsys):
-    assert_one_line_error(*run_cli(capsys, str(tiny_family) + "/bert_uncased_L-{1..3}_H-{L**2}", "--store",
-                                   tmp_path / "s", command="sweep"), ["{L**2}", "found Pow"])
+    assert_one_line_error(
+        *run_cli(
+            capsys, str(tiny_family) + "/bert_uncased_L-{1..3}_H-{L**2}", "--store", tmp_path / "s", command="sweep"
+        ),
+        ["{L**2}", "found Pow"],
+    )
 
 
 def test_an_unwritable_store_fails_before_any_analysis(tiny_family, tmp_path, capsys, monkeypatch):
@@ -92,21 +100,27 @@ def test_an_unwritable_store_fails_before_any_analysis(tiny_family, tmp_path, ca
     monkeypatch.setattr(pathlib.Path, "mkdir", deny)
     monkeypatch.setattr(specbound.sweep.run, "analyze_task", lambda *a, **k: pytest.fail("analysed"))
     source = tiny_family / TINY_PATTERN.replace("{1..3}", "1").replace("{32..64}", "32").replace("{H/16}", "2")
-    assert_one_line_error(*run_cli(capsys, source, "--store", tmp_path / "s", command="sweep"),
-                          ["cannot write to the results store", "Permission denied"])
+    assert_one_line_error(
+        *run_cli(capsys, source, "--store", tmp_path / "s", command="sweep"),
+        ["cannot write to the results store", "Permission denied"],
+    )
 
 
 def test_a_store_below_a_file(tiny_family, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     source = next(tiny_family.iterdir())
-    assert_one_line_error(*run_cli(capsys, source, "--store", tmp_path / "file" / "store", command="sweep"),
-                          ["cannot write to the results store", "Not a directory"])
+    assert_one_line_error(
+        *run_cli(capsys, source, "--store", tmp_path / "file" / "store", command="sweep"),
+        ["cannot write to the results store", "Not a directory"],
+    )
 
 
 def test_sweep_over_a_missing_arch_spec_flag_is_one_line(tiny_family, tmp_path, capsys):
     source = next(tiny_family.iterdir())
-    assert_one_line_error(*run_cli(capsys, source, "--store", tmp_path / "s", "--arch-spec", tmp_path / "no.json",
-                                   command="sweep"), ["no.json", "not found"])
+    assert_one_line_error(
+        *run_cli(capsys, source, "--store", tmp_path / "s", "--arch-spec", tmp_path / "no.json", command="sweep"),
+        ["no.json", "not found"],
+    )
 
 
 def test_the_digest_cache_unreadable_is_only_a_cache(tiny_family, tmp_path):

@@ -45,6 +45,7 @@ def _rewrite_same_size(path: Path, keep_times: bool = True) -> None:
 
 # --- the key is the digest of the bytes analysed -------------------------------------------------
 
+
 def test_same_size_rewrite_with_the_old_mtime_is_hashed_again(member):
     """The remembered hash was keyed on (path, size, mtime, inode): this rewrite kept all four."""
     path = member / "model.safetensors"
@@ -99,10 +100,14 @@ def test_a_changed_config_after_planning_fails_the_task(member):
 
 # --- one bad checkpoint never stops a sweep --------------------------------------------------------
 
-@pytest.mark.parametrize("error", [MemoryError(), RecursionError("maximum recursion depth exceeded"),
-                                   PermissionError(13, "Permission denied")])
-def test_an_environment_error_in_one_checkpoint_is_reported_and_the_sweep_goes_on(sources, tmp_path,
-                                                                                   monkeypatch, error):
+
+@pytest.mark.parametrize(
+    "error",
+    [MemoryError(), RecursionError("maximum recursion depth exceeded"), PermissionError(13, "Permission denied")],
+)
+def test_an_environment_error_in_one_checkpoint_is_reported_and_the_sweep_goes_on(
+    sources, tmp_path, monkeypatch, error
+):
     from specbound.io.base import Checkpoint
 
     real = Checkpoint.read
@@ -125,10 +130,12 @@ CORRUPTIONS = {
     "truncated json": lambda d: (d / "record.json").write_bytes((d / "record.json").read_bytes()[:100]),
     "binary json": lambda d: (d / "record.json").write_bytes(bytes(range(256)) * 4),
     "json list": lambda d: (d / "record.json").write_text("[1, 2]"),
-    "missing bounds": lambda d: (d / "record.json").write_text(json.dumps(
-        {k: v for k, v in json.loads((d / "record.json").read_text()).items() if k != "bounds"})),
-    "bound not a number": lambda d: (d / "record.json").write_text(json.dumps(
-        {**json.loads((d / "record.json").read_text()), "bounds": {"edelman": [1]}})),
+    "missing bounds": lambda d: (d / "record.json").write_text(
+        json.dumps({k: v for k, v in json.loads((d / "record.json").read_text()).items() if k != "bounds"})
+    ),
+    "bound not a number": lambda d: (d / "record.json").write_text(
+        json.dumps({**json.loads((d / "record.json").read_text()), "bounds": {"edelman": [1]}})
+    ),
     "bad parquet": lambda d: (d / "matrices.parquet").write_bytes(b"PAR1 not really"),
     "truncated parquet": lambda d: (d / "curves.parquet").write_bytes((d / "curves.parquet").read_bytes()[:50]),
     "record.json a folder": lambda d: ((d / "record.json").unlink(), (d / "record.json").mkdir()),
@@ -157,6 +164,7 @@ def test_a_corrupt_record_is_quarantined_recomputed_and_never_crashes_a_report(s
 
 # --- two sweeps on one store --------------------------------------------------------------------------
 
+
 def test_two_sweeps_on_one_store_count_every_task_once(sources, tmp_path, monkeypatch):
     """Sweep B publishes every record while sweep A is still analysing: A's counts still add up."""
     root = tmp_path / "store"
@@ -181,10 +189,13 @@ def test_two_sweeps_on_one_store_count_every_task_once(sources, tmp_path, monkey
 def test_summary_counts_sources_that_cannot_be_opened(sources, tmp_path):
     (tmp_path / "empty").mkdir()
     report = run_sweep(sources[:1] + [Source("empty", str(tmp_path / "empty"))], tmp_path / "store", progress=False)
-    assert report.summary().startswith("sweep: 2 checkpoint(s) x option set(s): 1 analysed, 0 already in the store, 1 failed")
+    assert report.summary().startswith(
+        "sweep: 2 checkpoint(s) x option set(s): 1 analysed, 0 already in the store, 1 failed"
+    )
 
 
 # --- ONNX folders ---------------------------------------------------------------------------------------
+
 
 def _onnx_copy(folder: Path, target: Path) -> Path:
     """``folder``'s BERT Linear weights as MatMul initializers of an ONNX graph (legacy exporter
@@ -200,9 +211,13 @@ def _onnx_copy(folder: Path, target: Path) -> Path:
             path = "/" + "/".join(name.split(".")[:-1])
             nodes.append(helper.make_node("MatMul", ["x", f"W{i}"], [f"y{i}"], name=f"{path}/MatMul"))
             inits.append(numpy_helper.from_array(np.ascontiguousarray(w.T), f"W{i}"))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
-                              initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     target.mkdir()
     onnx.save(helper.make_model(graph), str(target / "model.onnx"))
     shutil.copy(folder / "config.json", target / "config.json")

@@ -39,8 +39,10 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
     head_dim = latent.d_v if latent is not None else need("head_dim", optional=True)
     d_head = head_dim or (N // H)
     if not head_dim and N % H:
-        raise SpecboundError(f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
-                             f"head size is undefined: fix the config to match the saved model")
+        raise SpecboundError(
+            f"config.json: hidden_size={N} is not divisible by num_heads={H}, so the "
+            f"head size is undefined: fix the config to match the saved model"
+        )
     H_kv = need("num_kv_heads", optional=True) or H
     if H % H_kv:
         raise SpecboundError(f"config.json: {H} query heads cannot share {H_kv} key/value heads evenly")
@@ -64,14 +66,34 @@ def model_dims(spec: ArchSpec, config: dict) -> ModelDims:
             shared_d_ff = shared_d_ff * count or None
         layers = expert_layers(spec.experts.layers, config, L)
         gate_max, gate_sum, scoring = spec.experts.gate_bounds(config, top_k)
-        moe = MixtureOfExperts(experts=experts, top_k=top_k, shared_d_ff=shared_d_ff,
-                               shared_gate=spec.experts.shared_gate is not None and shared_d_ff is not None,
-                               layers=layers, dense_d_ff=need("dense_ff_size") if layers is not None else None,
-                               gate_max=gate_max, gate_sum=gate_sum, scoring=scoring)
-    return ModelDims(L=L, N=N, H=H, H_kv=H_kv, d_head=int(d_head), d_ff=d_ff, activation=activation,
-                     block=spec.block_for(config), feed_forward=spec.feed_forward, stored=stored, moe=moe,
-                     alibi=spec.alibi_for(config), position_terms=position_term_count(spec, config), latent=latent,
-                     up_offset=1.0 if spec.structure and "swiglu_limit" in spec.structure else 0.0)
+        moe = MixtureOfExperts(
+            experts=experts,
+            top_k=top_k,
+            shared_d_ff=shared_d_ff,
+            shared_gate=spec.experts.shared_gate is not None and shared_d_ff is not None,
+            layers=layers,
+            dense_d_ff=need("dense_ff_size") if layers is not None else None,
+            gate_max=gate_max,
+            gate_sum=gate_sum,
+            scoring=scoring,
+        )
+    return ModelDims(
+        L=L,
+        N=N,
+        H=H,
+        H_kv=H_kv,
+        d_head=int(d_head),
+        d_ff=d_ff,
+        activation=activation,
+        block=spec.block_for(config),
+        feed_forward=spec.feed_forward,
+        stored=stored,
+        moe=moe,
+        alibi=spec.alibi_for(config),
+        position_terms=position_term_count(spec, config),
+        latent=latent,
+        up_offset=1.0 if spec.structure and "swiglu_limit" in spec.structure else 0.0,
+    )
 
 
 def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int, ...] | None:
@@ -86,13 +108,18 @@ def expert_layers(rule: dict | None, config: dict, num_layers: int) -> tuple[int
     if listed is None and "step" in rule:
         step = config.get(rule["step"], rule.get("step_default", 1))
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise SpecboundError(f"config.json: {rule['step']}={step!r} must be a positive integer (every how many "
-                                 f"layers one holds the experts)")
+            raise SpecboundError(
+                f"config.json: {rule['step']}={step!r} must be a positive integer (every how many "
+                f"layers one holds the experts)"
+            )
         return tuple(range(step - 1, num_layers, step))
-    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers
-                                                 for i in listed):
-        raise SpecboundError(f"config.json: {rule.get('list')}={listed!r} must list the indices of the layers "
-                             f"holding the experts, each in [0, {num_layers})")
+    if not isinstance(listed, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in listed
+    ):
+        raise SpecboundError(
+            f"config.json: {rule.get('list')}={listed!r} must list the indices of the layers "
+            f"holding the experts, each in [0, {num_layers})"
+        )
     return tuple(sorted(set(listed)))
 
 
@@ -104,8 +131,9 @@ def _ranged_layers(rule: dict, config: dict, num_layers: int) -> tuple[int, ...]
     types = config.get(rule["types"]) if rule.get("types") else None
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers or not all(isinstance(t, str) for t in types):
-            raise SpecboundError(f"config.json: {rule['types']} must list one type per layer ({num_layers}), "
-                                 f"found {types!r}")
+            raise SpecboundError(
+                f"config.json: {rule['types']} must list one type per layer ({num_layers}), found {types!r}"
+            )
         return tuple(l for l, t in enumerate(types) if t == rule["expert_type"])
 
     def value(key: str, default: int) -> int:
@@ -119,8 +147,10 @@ def _ranged_layers(rule: dict, config: dict, num_layers: int) -> tuple[int, ...]
     first, last, interval = value("first", 0), value("last", num_layers - 1), value("interval", 1)
     last = last + num_layers if last < 0 else last  # ERNIE's moe_layer_end_index -1: the last layer
     if interval < 1 or first < 0:
-        raise SpecboundError(f"config.json: experts from layer {first} every {interval} layers: the first layer "
-                             f"must be >= 0 and the interval >= 1")
+        raise SpecboundError(
+            f"config.json: experts from layer {first} every {interval} layers: the first layer "
+            f"must be >= 0 and the interval >= 1"
+        )
     phase = rule.get("phase", 0)
     return tuple(l for l in range(max(first, 0), min(last, num_layers - 1) + 1) if (l + phase) % interval == 0)
 
@@ -142,13 +172,16 @@ def position_term_count(spec: ArchSpec, config: dict) -> int:
     if isinstance(listed, str):
         listed = listed.split("|")
     if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
-        raise SpecboundError(f"config.json: {terms['config_key']}={listed!r} must list the attention's position "
-                             f"terms (c2p, p2c)")
+        raise SpecboundError(
+            f"config.json: {terms['config_key']}={listed!r} must list the attention's position terms (c2p, p2c)"
+        )
     listed = {t.strip().lower() for t in listed}
     unknown = sorted(listed - {"c2p", "p2c", "", "c2c"})
     if unknown:
-        raise SpecboundError(f"config.json: {terms['config_key']} names the position term(s) {unknown}, which "
-                             f"specbound does not model (c2p, p2c are)")
+        raise SpecboundError(
+            f"config.json: {terms['config_key']} names the position term(s) {unknown}, which "
+            f"specbound does not model (c2p, p2c are)"
+        )
     count = len(listed & {"c2p", "p2c"})
     if count == 0:
         return 0
@@ -156,9 +189,11 @@ def position_term_count(spec: ArchSpec, config: dict) -> int:
         value = config.get(key)
         entries = [v.strip().lower() for v in value.split("|")] if isinstance(value, str) else [value]
         if wanted not in entries:
-            raise SpecboundError(f"config.json: {key}={value!r}, but the {spec.family} derivation needs {key} "
-                                 f"to include {wanted!r} (docs/theory.md 3h): otherwise the attention logits hold "
-                                 f"matrices or norms that the chain does not measure")
+            raise SpecboundError(
+                f"config.json: {key}={value!r}, but the {spec.family} derivation needs {key} "
+                f"to include {wanted!r} (docs/theory.md 3h): otherwise the attention logits hold "
+                f"matrices or norms that the chain does not measure"
+            )
     return count
 
 
@@ -180,8 +215,11 @@ def infer_kv_heads(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: st
         if twice_kv > 0 and twice_kv % 2 == 0 and dims.H % (twice_kv // 2) == 0:
             return replace(dims, H_kv=twice_kv // 2)
         return dims
-    if "k" not in spec.tensors or spec.config_value(ckpt.config, "num_kv_heads") is not None \
-            or "num_kv_heads" not in spec.config_keys:
+    if (
+        "k" not in spec.tensors
+        or spec.config_value(ckpt.config, "num_kv_heads") is not None
+        or "num_kv_heads" not in spec.config_keys
+    ):
         return dims
     rule = spec.tensors["k"]
     shape = ckpt.shape(rule.name_for(0, prefix))
@@ -203,8 +241,10 @@ def infer_from_shapes(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix:
     layout = ckpt.layout(name) or rule.layout if shape else rule.layout
     d_ff = (shape[1] if layout == "linear" else shape[0]) if len(shape) == 2 else 0
     if d_ff <= 0:
-        raise SpecboundError(f"cannot read the feed-forward width of {ckpt.location} from {name!r} (found shape "
-                             f"{shape or 'no such tensor'}): the {spec.family} family reads it from that weight")
+        raise SpecboundError(
+            f"cannot read the feed-forward width of {ckpt.location} from {name!r} (found shape "
+            f"{shape or 'no such tensor'}): the {spec.family} family reads it from that weight"
+        )
     return replace(dims, d_ff=int(d_ff))
 
 
@@ -212,14 +252,25 @@ def _expected_shapes(dims: ModelDims, d_ff: int | None = None) -> dict[str, tupl
     """Row-vector-orientation shape of each role's matrix (``d_ff``: a shared expert's own width)."""
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
     d_ff = dims.d_ff if d_ff is None else d_ff
-    return {"q": (dims.N, hd), "k": (dims.N, kvd), "v": (dims.N, kvd), "qkv": (dims.N, hd + 2 * kvd),
-            "o": (hd, dims.N), "ff_in": (dims.N, d_ff), "ff_gate": (dims.N, d_ff),
-            "ff_up": (dims.N, d_ff), "ff_gate_up": (dims.N, 2 * d_ff), "ff_out": (d_ff, dims.N),
-            "router": (dims.N, dims.moe.experts if dims.moe else 0), "gate": (dims.N, 1)}
+    return {
+        "q": (dims.N, hd),
+        "k": (dims.N, kvd),
+        "v": (dims.N, kvd),
+        "qkv": (dims.N, hd + 2 * kvd),
+        "o": (hd, dims.N),
+        "ff_in": (dims.N, d_ff),
+        "ff_gate": (dims.N, d_ff),
+        "ff_up": (dims.N, d_ff),
+        "ff_gate_up": (dims.N, 2 * d_ff),
+        "ff_out": (d_ff, dims.N),
+        "router": (dims.N, dims.moe.experts if dims.moe else 0),
+        "gate": (dims.N, 1),
+    }
 
 
-def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
-                ) -> list[tuple[str, str, TensorRule, tuple[int, int]]]:
+def layer_rules(
+    spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
+) -> list[tuple[str, str, TensorRule, tuple[int, int]]]:
     """Every tensor a stored layer must hold: ``(name, what, rule, row-oriented shape)``, ``what``
     naming it in messages (``ff_gate of expert 3``).  With a mixture of experts: the attention roles,
     the router, every expert's feed-forward roles, the shared expert's and its gate."""
@@ -232,20 +283,28 @@ def layer_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = ""
         return out
     if not dims.routed(layer):  # a dense layer of a model whose experts are in some layers only (Llama 4)
         dense = _expected_shapes(dims, dims.moe.dense_d_ff)
-        return out + [(rule.name_for(layer, prefix), f"{role} of the dense feed-forward", rule, dense[role])
-                      for role, rule in experts.dense.items()]
+        return out + [
+            (rule.name_for(layer, prefix), f"{role} of the dense feed-forward", rule, dense[role])
+            for role, rule in experts.dense.items()
+        ]
     out.append((experts.router.name_for(layer, prefix), "router", experts.router, expected["router"]))
     banks = {role: rule for role, rule in experts.tensors.items() if rule.layout == BANK}
-    out += [(rule.name_for(layer, prefix), f"{role} of every expert (a bank)", rule, expected[role])
-            for role, rule in banks.items()]
+    out += [
+        (rule.name_for(layer, prefix), f"{role} of every expert (a bank)", rule, expected[role])
+        for role, rule in banks.items()
+    ]
     single = {role: rule for role, rule in experts.tensors.items() if role not in banks}
     for e in range(dims.moe.experts) if single else ():  # banks only: no loop over a count the banks still check
-        out += [(rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
-                for role, rule in single.items()]
+        out += [
+            (rule.name_for(layer, prefix, e), f"{role} of expert {e}", rule, expected[role])
+            for role, rule in single.items()
+        ]
     if experts.shared and dims.moe.shared_d_ff:
         shared = _expected_shapes(dims, dims.moe.shared_d_ff)
-        out += [(rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
-                for role, rule in experts.shared.items()]
+        out += [
+            (rule.name_for(layer, prefix), f"{role} of the shared expert", rule, shared[role])
+            for role, rule in experts.shared.items()
+        ]
     if experts.shared_gate is not None and dims.moe.shared_d_ff:
         rule = experts.shared_gate
         out.append((rule.name_for(layer, prefix), "the shared expert's gate", rule, expected["gate"]))
@@ -266,7 +325,7 @@ def detect_prefix(spec: ArchSpec, ckpt: Checkpoint) -> str:
         if probe.name_for(0, prefix) in names:
             return prefix
     bare = probe.name_for(0)
-    wrapped = sorted({n[:-len(bare)] for n in names if n.endswith("." + bare)})
+    wrapped = sorted({n[: -len(bare)] for n in names if n.endswith("." + bare)})
     if len(wrapped) == 1:
         return wrapped[0]
     tried = [probe.name_for(0, p) for p in spec.prefixes]
@@ -289,8 +348,9 @@ def account_for_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefi
     check_strays(spec, ckpt, prefix, role_tensors(spec, ckpt, dims, prefix))
 
 
-def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, *,
-                 rules: dict | None = None, suffix: str = "") -> set[str]:
+def role_tensors(
+    spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, *, rules: dict | None = None, suffix: str = ""
+) -> set[str]:
     """The names of every tensor the spec reads at every stored layer (its roles, a mixture's experts,
     output scales, query/key norm gains), each checked to exist with the shape ``dims`` implies; with
     ``rules``, those rules' tensors only (a decoder's cross-attention, ``suffix`` ``_cross`` naming
@@ -300,8 +360,13 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     stored_layers = dims.L if dims.stored is None else len(set(dims.stored))
     per_layer = len(rules) if rules is not None else len(spec.tensors)
     # one tensor per expert (a bank: one for all) in each layer holding experts: every layer, or the listed ones
-    per_expert_layer = 0 if rules is not None or dims.moe is None else 1 if any(
-        r.layout == BANK for r in spec.experts.tensors.values()) else dims.moe.experts
+    per_expert_layer = (
+        0
+        if rules is not None or dims.moe is None
+        else 1
+        if any(r.layout == BANK for r in spec.experts.tensors.values())
+        else dims.moe.experts
+    )
     expert_layers = 0
     if per_expert_layer and dims.moe.layers is None:
         per_layer += per_expert_layer
@@ -309,8 +374,11 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
         expert_layers = len(dims.moe.layers)
     # before listing every layer or expert: L or E may be 10**30
     if stored_layers * per_layer + expert_layers * per_expert_layer > len(names):
-        experts = (f" and {expert_layers:,} layers holding experts, {per_expert_layer:,} expert tensors each"
-                   if expert_layers else "")
+        experts = (
+            f" and {expert_layers:,} layers holding experts, {per_expert_layer:,} expert tensors each"
+            if expert_layers
+            else ""
+        )
         raise SpecboundError(
             f"config.json says {dims.L} layers{'' if dims.stored is None else f' ({stored_layers} stored)'} of "
             f"{per_layer} role tensors each{experts}, "
@@ -320,8 +388,11 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
     expected = _expected_shapes(dims)
     wanted, scales = {}, {}
     for layer in sorted({dims.stored_layer(l) for l in range(dims.L)}):
-        entries = layer_rules(spec, dims, layer, prefix) if rules is None else \
-            [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in rules.items()]
+        entries = (
+            layer_rules(spec, dims, layer, prefix)
+            if rules is None
+            else [(rule.name_for(layer, prefix), role, rule, expected[role]) for role, rule in rules.items()]
+        )
         for name, what, rule, shape in entries:
             wanted[name] = (what + suffix, rule.layout, layer, shape)
             if rule.output_scale is not None:
@@ -330,28 +401,37 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
         shape = ckpt.shape(name) if name in names else None
         if shape is None or tuple(shape) != (dims.N,):
             found = "is missing" if shape is None else f"has shape {tuple(shape)}"
-            raise SpecboundError(f"tensor {name!r} (the output scale of {role} in layer {layer}) {found}; the "
-                                 f"{spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
-                                 f"incomplete or its config does not match it")
+            raise SpecboundError(
+                f"tensor {name!r} (the output scale of {role} in layer {layer}) {found}; the "
+                f"{spec.family} family needs a ({dims.N},) vector there: the checkpoint is "
+                f"incomplete or its config does not match it"
+            )
     gains = qk_norm_shapes(spec, dims, prefix) if rules is None else {}
     for name, (role, layer, shape) in gains.items():
         if name not in names:
             raise SpecboundError(
                 f"missing tensor {name!r} ({role} of layer {layer}): the {spec.family} family normalises "
                 f"{'its latents' if spec.latent else 'queries and keys (qk_norm in ' + spec.origin + ')'}; the "
-                f"checkpoint is incomplete or of another family")
+                f"checkpoint is incomplete or of another family"
+            )
         if tuple(ckpt.shape(name)) != shape and spec.latent is not None:
             raise SpecboundError(
                 f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but config.json ({_latent_said(spec, dims)}) "
-                f"implies {shape} for {role} of layer {layer}: the config does not describe these weights")
+                f"implies {shape} for {role} of layer {layer}: the config does not describe these weights"
+            )
         if tuple(ckpt.shape(name)) != shape:
             raise SpecboundError(
                 f"tensor {name!r} has shape {tuple(ckpt.shape(name))}, but a {role} over "
                 f"{'each head' if spec.qk_norm.span == 'head' else 'the whole projection'} with heads={dims.H}, "
                 f"kv heads={dims.H_kv}, head_dim={dims.d_head} has {shape}: the config or the spec's qk_norm span "
-                f"does not describe these weights")
+                f"does not describe these weights"
+            )
     for name, (role, layout, layer, (rows, cols)) in wanted.items():
-        if name not in names and dims.moe is not None and not any(r.layout == BANK for r in spec.experts.tensors.values()):
+        if (
+            name not in names
+            and dims.moe is not None
+            and not any(r.layout == BANK for r in spec.experts.tensors.values())
+        ):
             _refuse_expert_banks(ckpt, names)  # a bank where the spec names one tensor per expert
         if name not in names:
             raise SpecboundError(
@@ -360,7 +440,9 @@ def role_tensors(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str,
             )
         stored = ckpt.shape(name)
         layout = ckpt.layout(name) or layout  # the format's own orientation (ONNX) wins
-        want = (dims.moe.experts, rows, cols) if layout == BANK else (cols, rows) if layout == "linear" else (rows, cols)
+        want = (
+            (dims.moe.experts, rows, cols) if layout == BANK else (cols, rows) if layout == "linear" else (rows, cols)
+        )
         if stored != want:
             raise SpecboundError(
                 f"tensor {name!r} has shape {stored}, but config.json (hidden_size={dims.N}, "
@@ -395,7 +477,8 @@ def _refuse_expert_banks(ckpt: Checkpoint, names: set[str]) -> None:
             f"{ckpt.location} holds its experts as 3-D banks ({banks[0]} {tuple(ckpt.shape(banks[0]))}, every expert "
             f"along the first axis), as transformers 5 keeps a loaded mixture of experts in memory; the family spec "
             f"names one tensor per expert, as the saved files hold them: save the model with save_pretrained and "
-            f"analyse the folder")
+            f"analyse the folder"
+        )
 
 
 def _latent_said(spec: ArchSpec, dims: ModelDims) -> str:
@@ -407,7 +490,6 @@ def _experts_said(dims: ModelDims) -> str:
         return ""
     shared = f", a shared expert of width {dims.moe.shared_d_ff}" if dims.moe.shared_d_ff else ""
     return f", {dims.moe.experts} experts{shared}"
-
 
 
 def qk_norm_shapes(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[str, tuple[str, int, tuple[int]]]:
@@ -434,5 +516,6 @@ def qk_norm_eps(spec: ArchSpec, config: dict) -> float:
         raise SpecboundError(
             f"config.json needs a positive {' or '.join(rule.eps)} for the {spec.family} family's query/key "
             f"normalisation, found {value!r}: with eps = 0 the normalised logit has no Lipschitz constant "
-            f"(docs/theory.md section 3d)")
+            f"(docs/theory.md section 3d)"
+        )
     return float(value)

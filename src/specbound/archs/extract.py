@@ -22,8 +22,9 @@ def _row_oriented(array: np.ndarray, layout: str) -> np.ndarray:
     return array.T if layout == "linear" else array
 
 
-def read_rule(rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | None = None, *,
-              compact: bool = False) -> np.ndarray:
+def read_rule(
+    rule, ckpt: Checkpoint, stored: int, prefix: str, expert: int | None = None, *, compact: bool = False
+) -> np.ndarray:
     """The row-oriented matrix of one tensor rule at stored layer ``stored`` (of expert ``expert``),
     its output scale (LayerScale) folded in: ``(x W) diag(lambda)``.  ``compact``: in float32 where
     that holds the stored values exactly and the format reads them so (:meth:`Checkpoint.read`), and
@@ -57,11 +58,14 @@ def split_fused_qkv(w: np.ndarray, fused: str, dims: ModelDims) -> tuple[np.ndar
     hd, kvd = dims.H * dims.d_head, dims.H_kv * dims.d_head
     n = w.shape[0]  # N for a weight; the rank r for the right factor of a low-rank update (archs.low_rank)
     if fused == "concat":
-        return w[:, :hd], w[:, hd:hd + kvd], w[:, hd + kvd:]
+        return w[:, :hd], w[:, hd : hd + kvd], w[:, hd + kvd :]
     if fused == "per_group":
         grouped = w.reshape(n, dims.H_kv, dims.H // dims.H_kv + 2, dims.d_head)
-        return (grouped[:, :, :-2, :].reshape(n, hd), grouped[:, :, -2, :].reshape(n, kvd),
-                grouped[:, :, -1, :].reshape(n, kvd))
+        return (
+            grouped[:, :, :-2, :].reshape(n, hd),
+            grouped[:, :, -2, :].reshape(n, kvd),
+            grouped[:, :, -1, :].reshape(n, kvd),
+        )
     if dims.H_kv != dims.H:
         raise SpecboundError("a per-head fused qkv layout needs as many key/value heads as query heads")
     per_head = w.reshape(n, dims.H, 3, dims.d_head)
@@ -125,12 +129,12 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
 
     def read(rule, expert: int | None = None, compact: bool = False) -> np.ndarray:
         """A rule's matrix, or a role's: ``read("q")``."""
-        return read_rule(spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert,
-                         compact=compact)
+        return read_rule(
+            spec.tensors[rule] if isinstance(rule, str) else rule, ckpt, stored, prefix, expert, compact=compact
+        )
 
     latent = None
     if spec.latent is not None:  # multi-head latent attention: its own factors (docs/theory.md 3l)
-
         latent = read_latent(spec, ckpt, dims, prefix, stored, read("o"))
     elif "qkv" in spec.tensors:
         q, k, v = split_fused_qkv(read("qkv"), spec.tensors["qkv"].fused, dims)
@@ -148,8 +152,9 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         if spec.experts.shared and dims.moe.shared_d_ff:
             loaders.update(_ff_loaders(spec.experts.shared, read, "shared", dims.moe.shared_d_ff))
     if latent is not None:
-        return LayerWeights(layer=layer, q=None, k=None, v=None, o=None, ff=LazyMatrices(loaders, compact),
-                            latent=latent)
+        return LayerWeights(
+            layer=layer, q=None, k=None, v=None, o=None, ff=LazyMatrices(loaders, compact), latent=latent
+        )
     rotates = nope_flags(spec.rotary_options.get("nope"), ckpt.config, dims.L)[layer] if spec.rotary else True
     # Granite's multipliers, Llama 4's query temperature on its NoPE layers
     q_scale, out_scale = folded_scales(spec.structure, ckpt.config, dims.d_head, rotates=rotates)
@@ -158,8 +163,9 @@ def layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
         q = q * q_scale
     if out_scale != 1.0:
         o = o * out_scale
-        loaders = {role: (lambda f=f: f() * out_scale) if role.startswith("FF_out") else f
-                   for role, f in loaders.items()}
+        loaders = {
+            role: (lambda f=f: f() * out_scale) if role.startswith("FF_out") else f for role, f in loaders.items()
+        }
         compact = {role: f for role, f in compact.items() if not role.startswith("FF_out")}  # scaled in float64
     return LayerWeights(
         layer=layer,
@@ -186,16 +192,18 @@ def qk_norm_gains(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     float64 (a per-head gain is shared by every head; Gemma's ``1 + w`` added)."""
     rule = spec.qk_norm
     if rule.gain == "none":  # a weightless norm (Llama 4's L2 norm): every gain 1
-        return QKNorm(np.ones((dims.H, dims.d_head)), np.ones((dims.H_kv, dims.d_head)), qk_norm_eps(spec, ckpt.config),
-                      rule.span)
+        return QKNorm(
+            np.ones((dims.H, dims.d_head)), np.ones((dims.H_kv, dims.d_head)), qk_norm_eps(spec, ckpt.config), rule.span
+        )
     gains = []
     for name, heads in zip(rule.names_for(stored, prefix), (dims.H, dims.H_kv)):
         w = np.asarray(ckpt.read(name), dtype=np.float64)
         # Gemma's RMSNorm computes 1 + w in float32 (``1.0 + self.weight.float()``), as llama.cpp's
         # converter does before storing it: the gain the model multiplies by is that float32 sum
         g = (np.float32(1.0) + w.astype(np.float32)).astype(np.float64) if rule.gain == "one_plus_weight" else w
-        gains.append(np.broadcast_to(g, (heads, dims.d_head)).copy() if rule.span == "head"
-                     else g.reshape(heads, dims.d_head))
+        gains.append(
+            np.broadcast_to(g, (heads, dims.d_head)).copy() if rule.span == "head" else g.reshape(heads, dims.d_head)
+        )
     return QKNorm(gains[0], gains[1], qk_norm_eps(spec, ckpt.config), rule.span)
 
 
@@ -217,9 +225,14 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
     out: dict[tuple[int, int | None, str], str] = {}
     for layer in range(dims.L):
         stored = dims.stored_layer(layer)
-        name = lambda role: spec.tensors[role].name_for(stored, prefix)  # noqa: E731
-        scale = lambda role: "" if spec.tensors[role].output_scale is None else \
-            "|" + spec.tensors[role].scale_for(stored, prefix)  # noqa: E731
+
+        def name(role: str) -> str:
+            return spec.tensors[role].name_for(stored, prefix)
+
+        def scale(role: str) -> str:
+            tensor = spec.tensors[role]
+            return "" if tensor.output_scale is None else "|" + tensor.scale_for(stored, prefix)
+
         for h in range(H):
             g = h // group  # the key/value head query head h uses
             if spec.latent is not None:
@@ -247,8 +260,9 @@ def matrix_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str) -> dict[tu
     return out
 
 
-def _ff_names(rules: dict, layer: int, stored: int, prefix: str, expert: int | None, branch: str | None,
-              d_ff: int) -> dict:
+def _ff_names(
+    rules: dict, layer: int, stored: int, prefix: str, expert: int | None, branch: str | None, d_ff: int
+) -> dict:
     out = {}
     for role in ("ff_in", "ff_gate", "ff_gate_up", "ff_up", "ff_out"):
         if role not in rules:

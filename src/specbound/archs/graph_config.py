@@ -31,8 +31,14 @@ from .spec import ArchSpec
 from .tensor_names import assign_roles, find_layer_stack, module_of
 
 # A feed-forward module's op -> the config's activation name (``compute.propagation``'s table).
-_ACTIVATION_OPS = (("Gelu:tanh", "gelu_new"), ("Gelu:none", "gelu"), ("Erf", "gelu"), ("Tanh", "gelu_new"),
-                   ("Sigmoid", "silu"), ("Relu", "relu"))
+_ACTIVATION_OPS = (
+    ("Gelu:tanh", "gelu_new"),
+    ("Gelu:none", "gelu"),
+    ("Erf", "gelu"),
+    ("Tanh", "gelu_new"),
+    ("Sigmoid", "silu"),
+    ("Relu", "relu"),
+)
 INFERRED_KEY = "specbound_inferred"  # config key: field -> "value (evidence)", for the record
 
 
@@ -57,6 +63,7 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
     for spec in specs.values():
         if wanted in spec.model_types:
             return spec, f"model_type {wanted!r} given"
+
     def held(probe: str) -> bool:
         return any(n == probe or n.endswith("." + probe) for n in names)
 
@@ -78,7 +85,8 @@ def family_by_names(names: list[str], config: dict) -> tuple[ArchSpec, str]:
         raise SpecboundError(
             f"no shipped family's layer-0 weight names are in the checkpoint (it has e.g. {sorted(names)[:4]}); "
             f"name the family with --set model_type=NAME and the dimensions with --config FILE, or draft a spec "
-            f"with `specbound arch infer SOURCE` and pass it with --arch-spec FILE")
+            f"with `specbound arch infer SOURCE` and pass it with --arch-spec FILE"
+        )
     spec = found[0]
     also = f" (also matches {', '.join(s.family for s in found[1:])}: the same tensor names)" if found[1:] else ""
     return spec, f"its layer-0 weights are named as in {spec.origin}{also}"
@@ -121,10 +129,11 @@ def _heads_from_reshapes(module: str, hints, attention: int, kv: int) -> tuple[i
             raise SpecboundError(
                 f"the graph's Reshape targets contradict each other about the {width} heads: {first} ({a[0]} heads "
                 f"of {a[1]}), but {second} ({b[0]} heads of {b[1]}); pass the head count (--set), or the model's "
-                f"config.json")
+                f"config.json"
+            )
     if not splits["query"]:
         return None
-    ((heads, _), evidence), = splits["query"].items()
+    (((heads, _), evidence),) = splits["query"].items()
     kv_heads = next(iter(splits["key/value"]))[0] if splits["key/value"] and kv != attention else None
     return heads, kv_heads, evidence
 
@@ -144,17 +153,23 @@ def _heads_from_scale(module: str, hints, attention: int) -> tuple[int, str] | N
             if not _SCALE_RANGE[0] < value < _SCALE_RANGE[1]:
                 continue
             for power in (-2.0, 2.0, -4.0, 4.0):  # value = d^(1/power)
-                d = value ** power
+                d = value**power
                 if abs(d - round(d)) < 1e-3 * d and round(d) > 1 and attention % round(d) == 0:
                     d_head = round(d)
-                    return attention // d_head, (f"{op} node {node!r} of {scope} scales by {value:.6g} = "
-                                                 f"d_head^(1/{power:g}) with d_head = {d_head}")
+                    return attention // d_head, (
+                        f"{op} node {node!r} of {scope} scales by {value:.6g} = "
+                        f"d_head^(1/{power:g}) with d_head = {d_head}"
+                    )
     return None
 
 
 def _activation(module: str, hints) -> tuple[str, str] | None:
-    ops = [(node, op, scope) for scope, entries in sorted(hints.ops.items())
-           if scope == module or scope.startswith(module + ".") for node, op in entries]
+    ops = [
+        (node, op, scope)
+        for scope, entries in sorted(hints.ops.items())
+        if scope == module or scope.startswith(module + ".")
+        for node, op in entries
+    ]
     for pattern, name in _ACTIVATION_OPS:
         for node, op, scope in ops:
             if op == pattern:
@@ -167,19 +182,35 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
     (module docstring).  Keys already in ``ckpt.config`` are kept as given."""
     given = dict(ckpt.config)
     stack = find_layer_stack(ckpt, _layers_from_config(given))
-    matrices = sorted(r for r in stack.rests[0] if len(ckpt.shape(stack.name(0, r))) == 2
-                      and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES)
+    matrices = sorted(
+        r
+        for r in stack.rests[0]
+        if len(ckpt.shape(stack.name(0, r))) == 2 and ckpt.dtype(stack.name(0, r)) in FLOAT_DTYPES
+    )
     roles = assign_roles(matrices).roles
     shapes = {role: tuple(ckpt.shape(stack.name(0, rest))) for role, rest in roles.items()}
     sizes = role_sizes(shapes, given)
     spec, why = family_by_names(ckpt.names, given)
-    notes = [Inferred("model_type", spec.model_types[0], why),
-             Inferred("num_layers", stack.L, f"the layer index of {stack.path}.<i> runs 0..{stack.L - 1} "
-                                             f"(tensor {stack.name(stack.L - 1, sorted(stack.rests[stack.L - 1])[0])})"),
-             Inferred("hidden_size", sizes.N, f"the width all layer-0 role weights share "
-                                              f"({', '.join(f'{r} {s}' for r, s in shapes.items())})"),
-             Inferred("ff_size", sizes.d_ff, f"the other side of {stack.name(0, roles.get('ff_in') or roles['ff_up'])} "
-                                             f"{shapes.get('ff_in') or shapes['ff_up']}")]
+    notes = [
+        Inferred("model_type", spec.model_types[0], why),
+        Inferred(
+            "num_layers",
+            stack.L,
+            f"the layer index of {stack.path}.<i> runs 0..{stack.L - 1} "
+            f"(tensor {stack.name(stack.L - 1, sorted(stack.rests[stack.L - 1])[0])})",
+        ),
+        Inferred(
+            "hidden_size",
+            sizes.N,
+            f"the width all layer-0 role weights share ({', '.join(f'{r} {s}' for r, s in shapes.items())})",
+        ),
+        Inferred(
+            "ff_size",
+            sizes.d_ff,
+            f"the other side of {stack.name(0, roles.get('ff_in') or roles['ff_up'])} "
+            f"{shapes.get('ff_in') or shapes['ff_up']}",
+        ),
+    ]
     hints = ckpt.facts.graph_hints
     attention_module = module_of(stack.name(0, roles.get("q") or roles["qkv"])).rsplit(".", 1)[0]
     try:
@@ -197,14 +228,19 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
         scaled = _heads_from_scale(attention_module, hints, sizes.attention) if hints else None
         if scaled:
             notes.append(Inferred("num_heads", *scaled))
-    if sizes.kv != sizes.attention and not any(n.field == "num_kv_heads" for n in notes) \
-            and any(n.field == "num_heads" for n in notes):
+    if (
+        sizes.kv != sizes.attention
+        and not any(n.field == "num_kv_heads" for n in notes)
+        and any(n.field == "num_heads" for n in notes)
+    ):
         heads = next(n.value for n in notes if n.field == "num_heads")
         d_head = sizes.attention // heads
         notes.append(Inferred("num_kv_heads", sizes.kv // d_head, f"the key/value width {sizes.kv} / d_head {d_head}"))
     if any(n.field == "num_heads" for n in notes) and sizes.attention != sizes.N:
         heads = next(n.value for n in notes if n.field == "num_heads")
-        notes.append(Inferred("head_dim", sizes.attention // heads, f"the query width {sizes.attention} / {heads} heads"))
+        notes.append(
+            Inferred("head_dim", sizes.attention // heads, f"the query width {sizes.attention} / {heads} heads")
+        )
     ff_module = module_of(stack.name(0, roles.get("ff_in") or roles["ff_gate"])).rsplit(".", 1)[0]
     act = _activation(ff_module, hints) if hints else None
     if act:
@@ -217,17 +253,23 @@ def infer_config(ckpt: Checkpoint) -> tuple[dict[str, Any], list[Inferred]]:
     config[INFERRED_KEY] = {n.field: f"{n.value} ({n.evidence})" for n in notes}
     config.update(given)  # the caller's keys win
     if spec.rotary is not None and not any(k in given for k in ("max_position_embeddings", "n_positions")):
-        notes.append(Inferred("rotary", "context length not in the graph",
-                              "an export keeps only cos/sin tables of its own length: the bounds valid for every "
-                              "rotation are used; for the exact ones pass --set max_position_embeddings=N "
-                              "--set rope_theta=BASE from the model card"))
+        notes.append(
+            Inferred(
+                "rotary",
+                "context length not in the graph",
+                "an export keeps only cos/sin tables of its own length: the bounds valid for every "
+                "rotation are used; for the exact ones pass --set max_position_embeddings=N "
+                "--set rope_theta=BASE from the model card",
+            )
+        )
         config[INFERRED_KEY]["rotary"] = f"{notes[-1].value} ({notes[-1].evidence})"
     missing = [f for f in ("num_heads",) if spec.config_value(config, f) is None]
     if missing:
         keys = spec.config_keys["num_heads"][0]
         raise SpecboundError(
             f"{ckpt.location} has no config.json and its graph does not show the number of attention heads "
-            f"(no constant Reshape target or scale in {attention_module}); pass it: --set {keys}=H")
+            f"(no constant Reshape target or scale in {attention_module}); pass it: --set {keys}=H"
+        )
     return config, notes
 
 

@@ -49,17 +49,31 @@ from ..errors import index_ranges as ranges
 # The weights of a linear-attention or state-space block, by their last name (a decay, a time step, a
 # fused projection no softmax head has): never analysed, so never ignored either (binding.check_strays,
 # infer.refuse_unmodelled)
-RECURRENT_WEIGHT = (r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba|slope_rate|recurrent_param)$"
-                    r"|(?:^|\.)(?:x_proj|dt_proj)\.weight$")
-RECURRENT_WHAT = ("a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated "
-                  "DeltaNet's in_proj_qkvz, in_proj_ba; RWKV's time_decay; lightning attention's slope_rate; RG-LRU's "
-                  "recurrent_param)")
-RECURRENT_WHY = ("its state carries every earlier token through input-dependent decays and gates, and specbound "
-                 "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it")
+RECURRENT_WEIGHT = (
+    r"(?:^|\.)(?:A_log|dt_bias|time_decay|time_first|in_proj_qkvz|in_proj_ba|slope_rate|recurrent_param)$"
+    r"|(?:^|\.)(?:x_proj|dt_proj)\.weight$"
+)
+RECURRENT_WHAT = (
+    "a weight of a linear-attention or state-space block (Mamba's A_log, dt_bias, x_proj, dt_proj; gated "
+    "DeltaNet's in_proj_qkvz, in_proj_ba; RWKV's time_decay; lightning attention's slope_rate; RG-LRU's "
+    "recurrent_param)"
+)
+RECURRENT_WHY = (
+    "its state carries every earlier token through input-dependent decays and gates, and specbound "
+    "derives neither its matrices as terms of the bound nor a Lipschitz factor over sequences for it"
+)
 RULE_KINDS = ("types", "cycle", "pattern", "one_based", "kept", "period", "interval", "all")
 # each kind's other keys
-_RULE_KEYS = {"types": {"refused"}, "cycle": {"refused", "default"}, "pattern": {"refused"}, "one_based": set(),
-              "kept": set(), "period": {"offset", "defaults"}, "interval": {"default"}, "all": set()}
+_RULE_KEYS = {
+    "types": {"refused"},
+    "cycle": {"refused", "default"},
+    "pattern": {"refused"},
+    "one_based": set(),
+    "kept": set(),
+    "period": {"offset", "defaults"},
+    "interval": {"default"},
+    "all": set(),
+}
 _FIELDS = {"family", "description", "model_types", "block", "tensors", "layers", "reason"}
 _MISSING = object()
 MAX_DEPTH = 100_000  # a num_hidden_layers beyond it is not read (as spec.MAX_SHARED_DEPTH: no model is that deep)
@@ -100,14 +114,19 @@ class RefusedFamily:
             layers = None  # numbers outside the model: config.json does not say which layers
         head = f"unsupported model family: config.json has model_type={model_type!r} ({self.description})"
         if layers is not None and not layers:
-            return (f"{head}: this config.json has none of the family's {self.block} layers ({self.tensors}), but "
-                    f"specbound ships no spec for its other layers (docs/families.md)")
+            return (
+                f"{head}: this config.json has none of the family's {self.block} layers ({self.tensors}), but "
+                f"specbound ships no spec for its other layers (docs/families.md)"
+            )
         if layers is None:
             which = f"its {self.block} layers ({self.tensors}; config.json does not say which layers)"
         else:
-            which = f"{'layer' if len(layers) == 1 else 'layers'} {ranges(layers)}{of} are {self.block} layers ({self.tensors})"
-        return (f"{head}, refused as a whole: {which}; {self.reason} (docs/families.md), and a bound over the "
-                f"softmax attention alone would leave them out silently")
+            noun = "layer" if len(layers) == 1 else "layers"
+            which = f"{noun} {ranges(layers)}{of} are {self.block} layers ({self.tensors})"
+        return (
+            f"{head}, refused as a whole: {which}; {self.reason} (docs/families.md), and a bound over the "
+            f"softmax attention alone would leave them out silently"
+        )
 
 
 def _get(config: dict[str, Any], key: str) -> Any:
@@ -178,8 +197,11 @@ def _parse(raw: Any, origin: str) -> RefusedFamily:
     text = ("family", "description", "block", "tensors", "reason")
     if not all(isinstance(raw[k], str) and raw[k] for k in text):
         raise fail(f"{', '.join(text)} must be non-empty strings")
-    if not isinstance(raw["model_types"], list) or not raw["model_types"] or not all(
-            isinstance(t, str) for t in raw["model_types"]):
+    if (
+        not isinstance(raw["model_types"], list)
+        or not raw["model_types"]
+        or not all(isinstance(t, str) for t in raw["model_types"])
+    ):
         raise fail("'model_types' must be a non-empty list of strings")
     rules = raw["layers"]
     if not isinstance(rules, list) or not rules:
@@ -187,10 +209,20 @@ def _parse(raw: Any, origin: str) -> RefusedFamily:
     for rule in rules:
         kinds = [k for k in RULE_KINDS if isinstance(rule, dict) and k in rule]
         if len(kinds) != 1 or set(rule) != {kinds[0], *_RULE_KEYS[kinds[0]]}:
-            raise fail(f"each 'layers' rule names exactly one of {list(RULE_KINDS)} with its keys "
-                       f"({ {k: sorted(v) for k, v in _RULE_KEYS.items()} }), found {rule!r}")
-    return RefusedFamily(raw["family"], raw["description"], tuple(raw["model_types"]), raw["block"],
-                         raw["tensors"], tuple(rules), raw["reason"], origin)
+            raise fail(
+                f"each 'layers' rule names exactly one of {list(RULE_KINDS)} with its keys "
+                f"({ {k: sorted(v) for k, v in _RULE_KEYS.items()} }), found {rule!r}"
+            )
+    return RefusedFamily(
+        raw["family"],
+        raw["description"],
+        tuple(raw["model_types"]),
+        raw["block"],
+        raw["tensors"],
+        tuple(rules),
+        raw["reason"],
+        origin,
+    )
 
 
 @lru_cache(maxsize=1)
@@ -213,9 +245,11 @@ def refuse_ignored_recurrent(names, accounted: set[str], family: str, origin: st
     if hits:
         layers = sorted({int(m[1]) for n in hits if (m := re.search(r"\.(\d+)\.", n))})
         where = f", in layers {ranges(layers)}" if len(layers) > 1 else f", in layer {layers[0]}" if layers else ""
-        raise SpecboundError(f"{hits[0]} is {RECURRENT_WHAT}{where}, and the {family} spec ({origin}) ignores it: "
-                             f"{RECURRENT_WHY}, so a bound over the other layers would leave it out silently "
-                             f"(docs/families.md)")
+        raise SpecboundError(
+            f"{hits[0]} is {RECURRENT_WHAT}{where}, and the {family} spec ({origin}) ignores it: "
+            f"{RECURRENT_WHY}, so a bound over the other layers would leave it out silently "
+            f"(docs/families.md)"
+        )
 
 
 def refused_family(model_type: Any) -> RefusedFamily | None:

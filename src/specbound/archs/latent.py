@@ -34,8 +34,10 @@ def latent_dims(spec: ArchSpec, config: dict) -> LatentDims:
         if v is None and optional:
             return None
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SpecboundError(f"config.json needs a positive integer {' or '.join(keys)} for the {spec.family} "
-                                 f"family's latent attention, found {v!r}")
+            raise SpecboundError(
+                f"config.json needs a positive integer {' or '.join(keys)} for the {spec.family} "
+                f"family's latent attention, found {v!r}"
+            )
         return v
 
     q_rank = value("q_rank", optional=True)
@@ -44,12 +46,18 @@ def latent_dims(spec: ArchSpec, config: dict) -> LatentDims:
         raise SpecboundError(f"config.json: the rotary key has {d_rope} features; rotary pairs need an even number")
     eps = next((config[k] for k in rule.eps if config.get(k) is not None), rule.eps_default)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
-        raise SpecboundError(f"config.json: the latent norms' epsilon {eps!r} must be positive: without it the "
-                             f"normalised latent has no Lipschitz constant (docs/theory.md 3l)")
+        raise SpecboundError(
+            f"config.json: the latent norms' epsilon {eps!r} must be positive: without it the "
+            f"normalised latent has no Lipschitz constant (docs/theory.md 3l)"
+        )
     try:
         kind, params = rope_settings(config, spec.rotary_options.get("rope_type_aliases"))
-        layout = parse_rotary({**config, "head_dim": d_rope, "partial_rotary_factor": None}, d_rope,
-                              spec.rotary or "interleaved", aliases=spec.rotary_options.get("rope_type_aliases"))
+        layout = parse_rotary(
+            {**config, "head_dim": d_rope, "partial_rotary_factor": None},
+            d_rope,
+            spec.rotary or "interleaved",
+            aliases=spec.rotary_options.get("rope_type_aliases"),
+        )
     except ValueError as exc:
         raise SpecboundError(f"config.json: the rotary key's settings cannot be read: {exc}") from None
     scale = 1.0
@@ -58,8 +66,17 @@ def latent_dims(spec: ArchSpec, config: dict) -> LatentDims:
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
             raise SpecboundError(f"config.json: the rope scaling's factor {factor!r} must be a positive number")
         scale = _yarn_mscale(float(factor), float(params["mscale_all_dim"])) ** 2
-    return LatentDims(q_rank=q_rank, kv_rank=kv_rank, d_nope=d_nope, d_rope=d_rope, d_v=d_v, q_eps=float(eps),
-                      kv_eps=float(eps), logit_scale=scale, rope_factor=float(layout.attention_factor))
+    return LatentDims(
+        q_rank=q_rank,
+        kv_rank=kv_rank,
+        d_nope=d_nope,
+        d_rope=d_rope,
+        d_v=d_v,
+        q_eps=float(eps),
+        kv_eps=float(eps),
+        logit_scale=scale,
+        rope_factor=float(layout.attention_factor),
+    )
 
 
 def _rule(spec: ArchSpec, which: str) -> TensorRule:
@@ -69,8 +86,11 @@ def _rule(spec: ArchSpec, which: str) -> TensorRule:
 def latent_tensors(spec: ArchSpec, dims: ModelDims) -> dict[str, tuple[int, ...]]:
     """Each latent tensor's stored shape (``Linear`` ``(out, in)``; a norm's gain ``(n,)``), by name key."""
     lat, N, H = dims.latent, dims.N, dims.H
-    shapes = {"kv_a": (lat.kv_rank + lat.d_rope, N), "kv_a_norm": (lat.kv_rank,),
-              "kv_b": (H * (lat.d_nope + lat.d_v), lat.kv_rank)}
+    shapes = {
+        "kv_a": (lat.kv_rank + lat.d_rope, N),
+        "kv_a_norm": (lat.kv_rank,),
+        "kv_b": (H * (lat.d_nope + lat.d_v), lat.kv_rank),
+    }
     if lat.q_rank is None:
         shapes["q"] = (H * lat.d_qk, N)
     else:
@@ -81,8 +101,11 @@ def latent_tensors(spec: ArchSpec, dims: ModelDims) -> dict[str, tuple[int, ...]
 def latent_rules(spec: ArchSpec, dims: ModelDims, layer: int, prefix: str = "") -> list:
     """The latent projections of stored layer ``layer`` as :func:`~.binding.layer_rules` entries ``(name,
     what, rule, row-oriented shape)`` (the norms' gains: :func:`latent_gain_shapes`)."""
-    return [(_rule(spec, which).name_for(layer, prefix), f"the latent attention's {which}", _rule(spec, which),
-             shape[::-1]) for which, shape in latent_tensors(spec, dims).items() if len(shape) == 2]
+    return [
+        (_rule(spec, which).name_for(layer, prefix), f"the latent attention's {which}", _rule(spec, which), shape[::-1])
+        for which, shape in latent_tensors(spec, dims).items()
+        if len(shape) == 2
+    ]
 
 
 def latent_config_said(spec: ArchSpec, dims: ModelDims) -> str:
@@ -94,12 +117,17 @@ def latent_config_said(spec: ArchSpec, dims: ModelDims) -> str:
 
 def latent_gain_shapes(spec: ArchSpec, dims: ModelDims, prefix: str, layers) -> dict[str, tuple]:
     """Every stored layer's latent norm gains: name -> (what, layer, expected shape)."""
-    return {spec.latent.name_for(which, layer, prefix): (f"the latent attention's {which} gain", layer, shape)
-            for layer in layers for which, shape in latent_tensors(spec, dims).items() if len(shape) == 1}
+    return {
+        spec.latent.name_for(which, layer, prefix): (f"the latent attention's {which} gain", layer, shape)
+        for layer in layers
+        for which, shape in latent_tensors(spec, dims).items()
+        if len(shape) == 1
+    }
 
 
-def read_latent(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, stored: int,
-                o: np.ndarray) -> LatentWeights:
+def read_latent(
+    spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, stored: int, o: np.ndarray
+) -> LatentWeights:
     """Stored layer ``stored``'s latent attention factors; ``o`` its ``(H d_v, N)`` row-oriented output."""
     lat, H = dims.latent, dims.H
 
@@ -112,9 +140,16 @@ def read_latent(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, 
     else:
         q_a, q_gain = read("q_a"), read("q_a_norm").reshape(-1)
         q_b = read("q_b").reshape(H, lat.d_qk, lat.q_rank)
-    return LatentWeights(q_a=q_a, q_gain=q_gain, q_b=q_b, kv_a=read("kv_a"), kv_gain=read("kv_a_norm").reshape(-1),
-                         kv_b=read("kv_b").reshape(H, lat.d_nope + lat.d_v, lat.kv_rank),
-                         o=np.ascontiguousarray(o.reshape(H, lat.d_v, dims.N)), dims=lat)
+    return LatentWeights(
+        q_a=q_a,
+        q_gain=q_gain,
+        q_b=q_b,
+        kv_a=read("kv_a"),
+        kv_gain=read("kv_a_norm").reshape(-1),
+        kv_b=read("kv_b").reshape(H, lat.d_nope + lat.d_v, lat.kv_rank),
+        o=np.ascontiguousarray(o.reshape(H, lat.d_v, dims.N)),
+        dims=lat,
+    )
 
 
 def latent_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str, stored: int, h: int) -> tuple[str, str]:
@@ -129,6 +164,8 @@ def latent_tensor_names(spec: ArchSpec, dims: ModelDims, prefix: str, stored: in
         query = f"{name('q_a')}|{name('q_a_norm')}|{name('q_b')}[{h * lat.d_qk}:{(h + 1) * lat.d_qk}]"
     qk = f"{query}|{name('kv_a')}|{name('kv_a_norm')}|{name('kv_b')}[{h * kv_b}:{h * kv_b + lat.d_nope}]"
     o = spec.tensors["o"].name_for(stored, prefix)
-    ov = (f"{name('kv_a')}[0:{lat.kv_rank}]|{name('kv_a_norm')}|{name('kv_b')}[{h * kv_b + lat.d_nope}:{(h + 1) * kv_b}]"
-          f"|{o}[{h * lat.d_v}:{(h + 1) * lat.d_v}]")
+    ov = (
+        f"{name('kv_a')}[0:{lat.kv_rank}]|{name('kv_a_norm')}|{name('kv_b')}[{h * kv_b + lat.d_nope}:{(h + 1) * kv_b}]"
+        f"|{o}[{h * lat.d_v}:{(h + 1) * lat.d_v}]"
+    )
     return qk, ov

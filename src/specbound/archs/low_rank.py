@@ -57,16 +57,19 @@ def _rows_update(factors, heads: int, d_head: int) -> HeadUpdate | None:
     if factors is None:
         return None
     left, right = factors
-    return HeadUpdate(np.ascontiguousarray(left.reshape(heads, d_head, left.shape[1])),
-                      np.broadcast_to(right, (heads, *right.shape)))
+    return HeadUpdate(
+        np.ascontiguousarray(left.reshape(heads, d_head, left.shape[1])), np.broadcast_to(right, (heads, *right.shape))
+    )
 
 
 def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerUpdates:
     """Layer ``layer``'s updates as factors (``ckpt``: a :class:`~specbound.io.lora.LoraCheckpoint`);
     :class:`DenseUpdate` when a tensor of the layer is replaced whole."""
     if spec.latent is not None:
-        raise SpecboundError(f"a LoRA adapter on a {spec.family} model (multi-head latent attention) is not supported: "
-                             f"merge the adapter into the base and pass the base with --init")
+        raise SpecboundError(
+            f"a LoRA adapter on a {spec.family} model (multi-head latent attention) is not supported: "
+            f"merge the adapter into the base and pass the base with --init"
+        )
     stored = dims.stored_layer(layer)
     rules = spec.tensors
     if folded_scales(spec.structure, ckpt.config, dims.d_head) != (1.0, 1.0):
@@ -90,8 +93,12 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
             q, k, v = ((left, np.ascontiguousarray(part)) for part in parts)
     else:
         q, k, v = factors("q"), factors("k"), factors("v")
-    heads = {"q": _columns_update(q, dims.H, d), "k": _columns_update(k, dims.H_kv, d),
-             "v": _columns_update(v, dims.H_kv, d), "o": _rows_update(factors("o"), dims.H, d)}
+    heads = {
+        "q": _columns_update(q, dims.H, d),
+        "k": _columns_update(k, dims.H_kv, d),
+        "v": _columns_update(v, dims.H_kv, d),
+        "o": _rows_update(factors("o"), dims.H, d),
+    }
     ff: dict = {}
     shapes: dict = {}
     if spec.experts is None:
@@ -99,9 +106,11 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     elif not dims.moe.routed(layer):  # a dense layer between the mixtures
         blocks = [(spec.experts.dense, None, None, dims.moe.dense_d_ff)]
     else:
-        blocks = [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + \
-            ([(spec.experts.shared, None, "shared", dims.moe.shared_d_ff)]
-             if spec.experts.shared and dims.moe.shared_d_ff else [])
+        blocks = [(spec.experts.tensors, e, f"e{e}", dims.d_ff) for e in range(dims.moe.experts)] + (
+            [(spec.experts.shared, None, "shared", dims.moe.shared_d_ff)]
+            if spec.experts.shared and dims.moe.shared_d_ff
+            else []
+        )
     for block_rules, expert, branch, d_ff in blocks:
         for role in ("ff_in", "ff_gate", "ff_gate_up", "ff_up", "ff_out"):
             if role not in block_rules:
@@ -109,11 +118,17 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
             rule = block_rules[role]
             f = _rule_factors(rule, ckpt, stored, prefix, expert)
             name = rule.name_for(stored, prefix, expert)
-            shape = tuple(ckpt.shape(name))[::-1] if (ckpt.layout(name) or rule.layout) == "linear" else \
-                tuple(ckpt.shape(name))
+            shape = (
+                tuple(ckpt.shape(name))[::-1]
+                if (ckpt.layout(name) or rule.layout) == "linear"
+                else tuple(ckpt.shape(name))
+            )
             if role == "ff_gate_up":
-                halves = (None, None) if f is None else ((f[0], np.ascontiguousarray(f[1][:, :d_ff])),
-                                                         (f[0], np.ascontiguousarray(f[1][:, d_ff:])))
+                halves = (
+                    (None, None)
+                    if f is None
+                    else ((f[0], np.ascontiguousarray(f[1][:, :d_ff])), (f[0], np.ascontiguousarray(f[1][:, d_ff:])))
+                )
                 for half, part in zip(("ff_gate", "ff_up"), halves):
                     ff[ff_role_name(half, branch)] = part
                     shapes[ff_role_name(half, branch)] = (shape[0], d_ff)
@@ -123,13 +138,19 @@ def layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str
     return LayerUpdates(heads, ff, shapes)
 
 
-def cross_updates(rules: dict, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> dict[str, HeadUpdate | None]:
+def cross_updates(
+    rules: dict, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int
+) -> dict[str, HeadUpdate | None]:
     """A decoder layer's cross-attention updates (``cross_q``, ``cross_k``, ``cross_v``, ``cross_o``; one
     key/value head per query head)."""
     f = {role: _rule_factors(rule, ckpt, layer, prefix) for role, rule in rules.items()}
     d = dims.d_head
-    return {"cross_q": _columns_update(f["q"], dims.H, d), "cross_k": _columns_update(f["k"], dims.H, d),
-            "cross_v": _columns_update(f["v"], dims.H, d), "cross_o": _rows_update(f["o"], dims.H, d)}
+    return {
+        "cross_q": _columns_update(f["q"], dims.H, d),
+        "cross_k": _columns_update(f["k"], dims.H, d),
+        "cross_v": _columns_update(f["v"], dims.H, d),
+        "cross_o": _rows_update(f["o"], dims.H, d),
+    }
 
 
 def read_layer_updates(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix: str, layer: int) -> LayerUpdates:

@@ -156,8 +156,11 @@ class ModelDims:
         if self.moe is None or self.moe.layers is None:
             return self.L * (2 * self.H + self.ff_matrices)
         routed = sum(1 for l in set(self.moe.layers) if l < self.L)
-        return self.L * 2 * self.H + (routed and routed * self.layer_ff_matrices(self.moe.layers[0])) + \
-            (self.L - routed) * (3 if self.feed_forward == "gated" else 2)
+        return (
+            self.L * 2 * self.H
+            + (routed and routed * self.layer_ff_matrices(self.moe.layers[0]))
+            + (self.L - routed) * (3 if self.feed_forward == "gated" else 2)
+        )
 
     def locate(self, layer: int) -> "tuple[StackDims | None, int]":
         """``(stack, index within it)`` of layer ``layer`` (``(None, layer)`` for one chain)."""
@@ -251,18 +254,28 @@ class RotaryLayout:
             raise ValueError(f"rotary_dim must be a positive even integer, got {rot!r}")
         if self.pairing not in PAIRINGS:
             raise ValueError(f"rotary pairing must be one of {PAIRINGS}, got {self.pairing!r}")
-        if not isinstance(self.base, (int, float, np.floating, np.integer)) or isinstance(self.base, bool) \
-                or not math.isfinite(self.base) or self.base <= 0:
+        if (
+            not isinstance(self.base, (int, float, np.floating, np.integer))
+            or isinstance(self.base, bool)
+            or not math.isfinite(self.base)
+            or self.base <= 0
+        ):
             raise ValueError(f"rotary base (rope_theta) must be a finite positive number, got {self.base!r}")
         if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p <= 0:
             raise ValueError(f"max_positions must be a positive integer, got {p!r}")
         if self.inv_freq is not None:
             freq = np.asarray(self.inv_freq, dtype=np.float64)
             if freq.shape != (rot // 2,) or not np.all(np.isfinite(freq)) or np.any(freq < 0):
-                raise ValueError(f"inv_freq must hold {rot // 2} finite non-negative frequencies, got {self.inv_freq!r}")
+                raise ValueError(
+                    f"inv_freq must hold {rot // 2} finite non-negative frequencies, got {self.inv_freq!r}"
+                )
         a = self.attention_factor
-        if isinstance(a, bool) or not isinstance(a, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(a) or a <= 0:
+        if (
+            isinstance(a, bool)
+            or not isinstance(a, (int, float, np.floating, np.integer))
+            or not math.isfinite(a)
+            or a <= 0
+        ):
             raise ValueError(f"attention_factor must be a finite positive number, got {a!r}")
         if self.axes is None:
             if self.grid is not None or self.grid_origin:
@@ -270,14 +283,19 @@ class RotaryLayout:
             return
         if self.grid_origin and (self.shared_shift or self.grid is None):
             raise ValueError("a class token before the grid (grid_origin) needs a grid without a shared shift")
-        if len(self.axes) != rot // 2 or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-                                                 and x >= 0 for x in self.axes):
-            raise ValueError(f"axes must give a non-negative axis for each of the {rot // 2} rotary pairs, "
-                             f"got {self.axes!r}")
-        if self.grid is not None and (len(self.grid) <= max(self.axes) or not all(
-                isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in self.grid)):
-            raise ValueError(f"grid must give a positive extent for each of at least {max(self.axes) + 1} axes, "
-                             f"got {self.grid!r}")
+        if len(self.axes) != rot // 2 or not all(
+            isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in self.axes
+        ):
+            raise ValueError(
+                f"axes must give a non-negative axis for each of the {rot // 2} rotary pairs, got {self.axes!r}"
+            )
+        if self.grid is not None and (
+            len(self.grid) <= max(self.axes)
+            or not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g > 0 for g in self.grid)
+        ):
+            raise ValueError(
+                f"grid must give a positive extent for each of at least {max(self.axes) + 1} axes, got {self.grid!r}"
+            )
         if not self.offset_invariant:
             raise ValueError("several position axes with an offset-dependent rope type (LongRoPE) are not modelled")
 
@@ -475,8 +493,9 @@ class LazyMatrices(Mapping):
     fp32 weights of a safetensors file): half the memory, for :func:`~specbound.compute.spectra.dense_spectrum`,
     which upcasts a block at a time; indexing always gives float64."""
 
-    def __init__(self, loaders: dict[str, Callable[[], np.ndarray]],
-                 compact: dict[str, Callable[[], np.ndarray]] | None = None):
+    def __init__(
+        self, loaders: dict[str, Callable[[], np.ndarray]], compact: dict[str, Callable[[], np.ndarray]] | None = None
+    ):
         self._loaders = loaders
         self._compact = compact or {}
 

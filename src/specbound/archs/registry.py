@@ -75,23 +75,37 @@ def referenced_family(name: str, *, by_model_type: bool, what: str) -> ArchSpec:
     if by_model_type:
         found = _one_chain_serving(name)
         if found is None:
-            raise SpecboundError(f"{what}: its config names model_type={name!r}, which specbound does not analyse as "
-                                 f"one chain (docs/families.md lists the families); analyse another tower with --tower")
+            raise SpecboundError(
+                f"{what}: its config names model_type={name!r}, which specbound does not analyse as "
+                f"one chain (docs/families.md lists the families); analyse another tower with --tower"
+            )
         return found
     family, _, tower = name.partition(".")
     spec = builtin_specs().get(family)
-    found = None if spec is None else spec if not tower else next(
-        (t.spec for t in spec.towers or () if t.name == tower and t.spec is not None), None)
+    found = (
+        None
+        if spec is None
+        else spec
+        if not tower
+        else next((t.spec for t in spec.towers or () if t.name == tower and t.spec is not None), None)
+    )
     if found is None:
-        raise SpecboundError(f"{what} is the family {name!r}, which this specbound does not ship "
-                             f"({'no such family' if spec is None else f'{family} has no tower {tower!r}'}); "
-                             f"analyse another tower with --tower, or update specbound")
+        raise SpecboundError(
+            f"{what} is the family {name!r}, which this specbound does not ship "
+            f"({'no such family' if spec is None else f'{family} has no tower {tower!r}'}); "
+            f"analyse another tower with --tower, or update specbound"
+        )
     return found
 
 
 # where a multimodal wrapper's text model sits (transformers 5's names, then the saved and older hub ones)
-TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "language_model.", "model.text_model.",
-                 "text_model.")
+TEXT_PREFIXES = (
+    "model.language_model.",
+    "language_model.model.",
+    "language_model.",
+    "model.text_model.",
+    "text_model.",
+)
 _SECTIONS = ("text_config", "vision_config", "audio_config", "speech_config", "thinker_config", "talker_config")
 
 
@@ -108,20 +122,39 @@ def unknown_wrapper(config: dict[str, Any], tower: str | None) -> ArchSpec | Non
     family = _one_chain_serving(text) if text else None
     if tower == "text" and family is not None:
         outside = "|".join(regex.escape(p[:-1]) for p in TEXT_PREFIXES)
-        return parse_spec({
-            "family": str(model_type), "model_types": [str(model_type)],
-            "description": f"the text model of a {model_type} checkpoint, read as the {family.family} family",
-            "towers": {"text": {"family": family.family, "config_section": ["text_config"],
-                                "prefixes": list(TEXT_PREFIXES)}},
-            "projector": {"prefixes": [], "description": "the other towers and whatever maps their outputs into "
-                                                         "the text model's input, not read"},
-            "ignore": [f"^(?!({outside})\\.)", "^(model\\.)?language_model\\.lm_head\\."]},
-            f"the text tower of config.json's model_type={model_type!r}")
-    said = "; ".join(f"{key} model_type={section.get('model_type')!r}" + (
-        " (audio towers are not analysed)" if key in ("audio_config", "speech_config") else "")
-        for key, section in sections.items())
+        return parse_spec(
+            {
+                "family": str(model_type),
+                "model_types": [str(model_type)],
+                "description": f"the text model of a {model_type} checkpoint, read as the {family.family} family",
+                "towers": {
+                    "text": {
+                        "family": family.family,
+                        "config_section": ["text_config"],
+                        "prefixes": list(TEXT_PREFIXES),
+                    }
+                },
+                "projector": {
+                    "prefixes": [],
+                    "description": "the other towers and whatever maps their outputs into "
+                    "the text model's input, not read",
+                },
+                "ignore": [f"^(?!({outside})\\.)", "^(model\\.)?language_model\\.lm_head\\."],
+            },
+            f"the text tower of config.json's model_type={model_type!r}",
+        )
+    said = "; ".join(
+        f"{key} model_type={section.get('model_type')!r}"
+        + (" (audio towers are not analysed)" if key in ("audio_config", "speech_config") else "")
+        for key, section in sections.items()
+    )
     remote = " It needs remote code (auto_map), which specbound never runs." if "auto_map" in config else ""
-    hint = (f"Pass --tower text to analyse its text tower alone (the {family.family} family)" if family is not None
-            else "No section names a family specbound analyses alone; `specbound arch infer SOURCE` drafts a spec")
-    raise SpecboundError(f"unsupported model family: config.json has model_type={model_type!r}, a multimodal model "
-                         f"specbound does not read as a whole ({said}).{remote} {hint}")
+    hint = (
+        f"Pass --tower text to analyse its text tower alone (the {family.family} family)"
+        if family is not None
+        else "No section names a family specbound analyses alone; `specbound arch infer SOURCE` drafts a spec"
+    )
+    raise SpecboundError(
+        f"unsupported model family: config.json has model_type={model_type!r}, a multimodal model "
+        f"specbound does not read as a whole ({said}).{remote} {hint}"
+    )

@@ -46,8 +46,9 @@ def rotary_layout(spec: ArchSpec, config: dict[str, Any], d_head: int, *, where:
     return None if layouts is None else layouts[0]
 
 
-def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_layers: int, *,
-                   where: str) -> tuple[RotaryLayout | None, ...] | None:
+def rotary_layouts(
+    spec: ArchSpec, config: dict[str, Any], d_head: int, num_layers: int, *, where: str
+) -> tuple[RotaryLayout | None, ...] | None:
     """Each layer's rotary layout, ``(L,)``, None at a layer without rotary positions (the spec's
     ``nope``: SmolLM3's and Llama 4's NoPE layers, Cohere2's and EXAONE 4's global layers), or None for
     a family without ``"rotary"`` (or whose ``off_when`` config key switches it off, or whose every
@@ -65,8 +66,10 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
         try:
             return grid_layouts(spec.rotary_options["grid"], config, d_head, pairing, num_layers)
         except ValueError as exc:
-            raise SpecboundError(f"config.json of {where}: {exc}; fix the vision settings (image_size, patch_size, "
-                                 f"rope_parameters, window_size, spatial_merge_size, fullatt_block_indexes)") from None
+            raise SpecboundError(
+                f"config.json of {where}: {exc}; fix the vision settings (image_size, patch_size, "
+                f"rope_parameters, window_size, spatial_merge_size, fullatt_block_indexes)"
+            ) from None
     try:
         configs = _per_layer_configs(config, num_layers, spec.rotary_options.get("legacy_layer_types"))
         aliases = spec.rotary_options.get("rope_type_aliases", {})
@@ -81,9 +84,11 @@ def rotary_layouts(spec: ArchSpec, config: dict[str, Any], d_head: int, num_laye
             out.append(parsed[key] if rope else None)
         return None if all(r is None for r in out) else tuple(out)
     except ValueError as exc:
-        raise SpecboundError(f"config.json of {where}: {exc}; fix the rotary settings (rope_theta, "
-                             f"rope_parameters / rope_scaling, max_position_embeddings, partial_rotary_factor / "
-                             f"rotary_pct)") from None
+        raise SpecboundError(
+            f"config.json of {where}: {exc}; fix the rotary settings (rope_theta, "
+            f"rope_parameters / rope_scaling, max_position_embeddings, partial_rotary_factor / "
+            f"rotary_pct)"
+        ) from None
 
 
 def nope_flags(rule: dict[str, Any] | None, config: dict[str, Any], num_layers: int) -> list[bool]:
@@ -99,13 +104,20 @@ def nope_flags(rule: dict[str, Any] | None, config: dict[str, Any], num_layers: 
         if flags is None or flags == []:  # absent or empty: the config builds it from the interval (Llama 4)
             interval = config.get(rule.get("interval_key", ""), rule.get("interval_default"))
             if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-                raise ValueError(f"{rule['flags']} is missing and {rule.get('interval_key')}={interval!r} is not a "
-                                 f"positive integer: which layers rotate is unknown")
+                raise ValueError(
+                    f"{rule['flags']} is missing and {rule.get('interval_key')}={interval!r} is not a "
+                    f"positive integer: which layers rotate is unknown"
+                )
             return [(i + 1) % interval != 0 for i in range(num_layers)]
-        if not isinstance(flags, list) or len(flags) < num_layers or not all(
-                f in (0, 1) and not isinstance(f, float) for f in flags[:num_layers]):
-            raise ValueError(f"{rule['flags']} must list 0 or 1 (1: the layer rotates) for each of the {num_layers} "
-                             f"layers, got {flags!r}")
+        if (
+            not isinstance(flags, list)
+            or len(flags) < num_layers
+            or not all(f in (0, 1) and not isinstance(f, float) for f in flags[:num_layers])
+        ):
+            raise ValueError(
+                f"{rule['flags']} must list 0 or 1 (1: the layer rotates) for each of the {num_layers} "
+                f"layers, got {flags!r}"
+            )
         return [bool(f) for f in flags[:num_layers]]
     if config.get(rule["window_key"]) is None:
         return [rule["without_window"] == "rope"] * num_layers
@@ -113,12 +125,16 @@ def nope_flags(rule: dict[str, Any] | None, config: dict[str, Any], num_layers: 
     if types is None and "pattern_key" in rule:
         pattern = config.get(rule["pattern_key"], rule.get("pattern_default"))
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-            raise ValueError(f"layer_types is missing and {rule['pattern_key']}={pattern!r} is not a positive integer: "
-                             f"which layers rotate is unknown")
+            raise ValueError(
+                f"layer_types is missing and {rule['pattern_key']}={pattern!r} is not a positive integer: "
+                f"which layers rotate is unknown"
+            )
         return [(i + 1) % pattern != 0 for i in range(num_layers)]
     if types is None:
-        raise ValueError(f"layer_types must name the type of each of the {num_layers} layers (the "
-                         f"{', '.join(rule['layer_types'])} layers have no rotary positions), got None")
+        raise ValueError(
+            f"layer_types must name the type of each of the {num_layers} layers (the "
+            f"{', '.join(rule['layer_types'])} layers have no rotary positions), got None"
+        )
     return [t not in rule["layer_types"] for t in types]
 
 
@@ -129,18 +145,28 @@ def layer_types(config: dict, num_layers: int) -> list[str] | None:
     types = config.get("layer_types")
     if types is None:
         return None
-    if not isinstance(types, list) or len(types) < num_layers or not all(
-            isinstance(t, str) for t in types[:num_layers]):
+    if (
+        not isinstance(types, list)
+        or len(types) < num_layers
+        or not all(isinstance(t, str) for t in types[:num_layers])
+    ):
         shown = repr(types) if len(repr(types)) <= 200 else repr(types)[:200] + "..."
-        raise ValueError(f"layer_types must list a type name (a string such as \"full_attention\") for each of the "
-                         f"{num_layers} layers, got {shown}")
+        raise ValueError(
+            f'layer_types must list a type name (a string such as "full_attention") for each of the '
+            f"{num_layers} layers, got {shown}"
+        )
     return types[:num_layers]
 
 
 def _nested(params: Any) -> bool:
     """Whether ``rope_parameters`` is given per layer type (every value a dict or None)."""
-    return (isinstance(params, dict) and bool(params) and "rope_theta" not in params and "rope_type" not in params
-            and all(isinstance(v, dict) or v is None for v in params.values()))
+    return (
+        isinstance(params, dict)
+        and bool(params)
+        and "rope_theta" not in params
+        and "rope_type" not in params
+        and all(isinstance(v, dict) or v is None for v in params.values())
+    )
 
 
 def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> list[dict]:
@@ -150,12 +176,16 @@ def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> li
     types = layer_types(config, num_layers)
     if _nested(params):
         if types is None:
-            raise ValueError(f"rope_parameters is given per layer type ({sorted(params)}) but layer_types is missing "
-                             f"for {num_layers} layers")
+            raise ValueError(
+                f"rope_parameters is given per layer type ({sorted(params)}) but layer_types is missing "
+                f"for {num_layers} layers"
+            )
         missing = sorted({t for t in types if not isinstance(params.get(t), dict)}, key=str)
         if missing:
-            raise ValueError(f"layer_types names {missing}, which rope_parameters ({sorted(params)}) does not "
-                             f"describe (a layer without rotary positions is not supported)")
+            raise ValueError(
+                f"layer_types names {missing}, which rope_parameters ({sorted(params)}) does not "
+                f"describe (a layer without rotary positions is not supported)"
+            )
         # each type's parameters are complete (transformers merges a flat rope_scaling into them)
         flat = {k: v for k, v in config.items() if k != "rope_scaling"}
         by_type = {t: {**flat, "rope_parameters": params[t]} for t in set(types)}
@@ -168,8 +198,10 @@ def _per_layer_configs(config: dict, num_layers: int, legacy: dict | None) -> li
     local_theta = config.get(legacy["local_theta_key"], legacy["local_theta_default"])
     # HF's conversion of the older form: the top-level rope_theta and rope_scaling are the global
     # layers', the local layers rotate by rope_local_base_freq with no scaling
-    global_cfg = {**config, "rope_theta": config.get(legacy.get("global_theta_key", "rope_theta"),
-                                                     legacy["global_theta_default"])}
+    global_cfg = {
+        **config,
+        "rope_theta": config.get(legacy.get("global_theta_key", "rope_theta"), legacy["global_theta_default"]),
+    }
     local_cfg = {k: v for k, v in config.items() if k not in ("rope_scaling", "rope_theta")}
     local_cfg["rope_theta"] = local_theta
     if types is not None:
@@ -213,8 +245,10 @@ def rope_settings(config: dict, aliases: dict[str, str] | None = None) -> tuple[
     if params is not None and not isinstance(params, dict):
         raise ValueError(f"rope_parameters must be a dict, got {params!r}")
     if _nested(params):
-        raise ValueError("rope_parameters is given per layer type "
-                         f"({sorted(params)}): pass the sub-dict of the layer's type merged into the config")
+        raise ValueError(
+            "rope_parameters is given per layer type "
+            f"({sorted(params)}): pass the sub-dict of the layer's type merged into the config"
+        )
     scaling = config.get("rope_scaling")
     if scaling is not None and not isinstance(scaling, dict):
         raise ValueError(f"rope_scaling must be a dict (with rope_type / type), got {scaling!r}")
@@ -224,24 +258,32 @@ def rope_settings(config: dict, aliases: dict[str, str] | None = None) -> tuple[
         kind = scaling.get("rope_type") or scaling.get("type") or kind  # rope_scaling names the scaling
     kind = (aliases or {}).get(kind, kind)
     if kind not in ROPE_TYPES:
-        raise ValueError(f"rope type {kind!r} is not one specbound models ({', '.join(ROPE_TYPES)}): its angles "
-                         f"would be analysed as another type's")
+        raise ValueError(
+            f"rope type {kind!r} is not one specbound models ({', '.join(ROPE_TYPES)}): its angles "
+            f"would be analysed as another type's"
+        )
     return str(kind), merged
 
 
 def _original_context(config: dict, params: dict, kind: str) -> int:
     """``original_max_position_embeddings`` as transformers' ``standardize_rope_params`` takes it: a
     top-level key wins (Phi-3), then the rope parameters', then ``max_position_embeddings``."""
-    value = config.get("original_max_position_embeddings") or params.get("original_max_position_embeddings") \
+    value = (
+        config.get("original_max_position_embeddings")
+        or params.get("original_max_position_embeddings")
         or config.get("max_position_embeddings")
+    )
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"rope type {kind!r} needs a positive integer original_max_position_embeddings "
-                         f"(or max_position_embeddings), got {value!r}")
+        raise ValueError(
+            f"rope type {kind!r} needs a positive integer original_max_position_embeddings "
+            f"(or max_position_embeddings), got {value!r}"
+        )
     return int(value)
 
 
-def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: int
-                     ) -> tuple[np.ndarray | None, float, np.ndarray | None]:
+def rope_frequencies(
+    kind: str, params: dict, config: dict, base: float, rot: int
+) -> tuple[np.ndarray | None, float, np.ndarray | None]:
     """``(inv_freq, attention_factor, short_inv_freq)`` of one rope type, in float64, by the formulas
     of transformers' ``modeling_rope_utils`` (which evaluates them in float32).
 
@@ -255,7 +297,7 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
     the default frequencies.
     """
     exponents = np.arange(0, rot, 2, dtype=np.float64) / rot
-    default = base ** -exponents
+    default = base**-exponents
     if kind in ("default", "dynamic"):
         return None, 1.0, None
     if kind == "linear":
@@ -270,8 +312,10 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
         scaled = np.where(wavelen > original / low, default / factor, default)
         if high == low:  # Llama 4 Scout: no band to smooth over, a wavelength is scaled or not
             if np.any(wavelen == original / low):  # transformers' smoothing is 0/0 there (NaN)
-                raise ValueError("llama3 rope scaling with high_freq_factor == low_freq_factor puts a rotary "
-                                 "wavelength exactly on the boundary, where the smoothing is undefined")
+                raise ValueError(
+                    "llama3 rope scaling with high_freq_factor == low_freq_factor puts a rotary "
+                    "wavelength exactly on the boundary, where the smoothing is undefined"
+                )
             return scaled, 1.0, None
         smooth = (original / wavelen - low) / (high - low)
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
@@ -289,6 +333,7 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
     if given is not None:
         given = _positive(params, "attention_factor", f"{kind} rope scaling")
     if kind == "yarn":
+
         def mscale(scale, m=1.0):
             return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
 
@@ -323,8 +368,9 @@ def rope_frequencies(kind: str, params: dict, config: dict, base: float, rot: in
     for key in ("long_factor", "short_factor"):
         ext = params.get(key)
         if not isinstance(ext, (list, tuple)) or len(ext) != rot // 2:
-            raise ValueError(f"longrope needs rope_parameters {key} with {rot // 2} numbers (one per rotary pair), "
-                             f"got {ext!r}")
+            raise ValueError(
+                f"longrope needs rope_parameters {key} with {rot // 2} numbers (one per rotary pair), got {ext!r}"
+            )
         ext = np.array([_number(e, key) for e in ext])
         if not np.all(np.isfinite(ext)) or np.any(ext <= 0):
             raise ValueError(f"rope_parameters {key} must hold finite positive numbers")
@@ -344,13 +390,18 @@ def mrope_axes(sections, half: int, kind: str) -> tuple[int, ...]:
     """
     if kind not in MROPE_KINDS:
         raise ValueError(f"M-RoPE kind must be one of {MROPE_KINDS}, got {kind!r}")
-    if not isinstance(sections, (list, tuple)) or not sections or not all(
-            isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in sections):
+    if (
+        not isinstance(sections, (list, tuple))
+        or not sections
+        or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in sections)
+    ):
         raise ValueError(f"mrope_section must list non-negative integers, got {sections!r}")
     if kind == "sections":
         if sum(sections) != half:
-            raise ValueError(f"mrope_section {list(sections)} adds up to {sum(sections)}, not to the {half} rotary "
-                             f"frequencies (head_dim / 2)")
+            raise ValueError(
+                f"mrope_section {list(sections)} adds up to {sum(sections)}, not to the {half} rotary "
+                f"frequencies (head_dim / 2)"
+            )
         return tuple(j % 3 for j, length in enumerate(sections) for _ in range(length))
     if len(sections) != 3:
         raise ValueError(f"interleaved mrope_section must give 3 lengths (time, height, width), got {sections!r}")
@@ -361,8 +412,14 @@ def mrope_axes(sections, half: int, kind: str) -> tuple[int, ...]:
     return tuple(axes)
 
 
-def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, str] | None = None,
-                 mrope: dict[str, Any] | None = None) -> RotaryLayout:
+def parse_rotary(
+    config: dict,
+    d_head: int,
+    pairing: str,
+    *,
+    aliases: dict[str, str] | None = None,
+    mrope: dict[str, Any] | None = None,
+) -> RotaryLayout:
     """The rotary layout of a HF-style ``config.json`` dict of a rotary family.
 
     Keys read: ``rope_theta`` / ``rotary_emb_base`` / ``rope_parameters["rope_theta"]`` (default
@@ -405,9 +462,13 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
     if pairing not in PAIRINGS:
         raise ValueError(f"rotary pairing must be one of {PAIRINGS}, got {pairing!r}")
     if config.get("alibi") or config.get("position_embedding_type") in ("absolute", "alibi", "learned"):
-        stated = "alibi: true" if config.get("alibi") else f"position_embedding_type={config['position_embedding_type']!r}"
-        raise ValueError(f"{stated} says the positions are not rotary, but the family spec declares rotary "
-                         f"position embeddings; pass a spec without \"rotary\" (--arch-spec FILE)")
+        stated = (
+            "alibi: true" if config.get("alibi") else f"position_embedding_type={config['position_embedding_type']!r}"
+        )
+        raise ValueError(
+            f"{stated} says the positions are not rotary, but the family spec declares rotary "
+            f'position embeddings; pass a spec without "rotary" (--arch-spec FILE)'
+        )
     kind, params = rope_settings(config, aliases)
 
     head_dim = config.get("head_dim")
@@ -465,9 +526,17 @@ def parse_rotary(config: dict, d_head: int, pairing: str, *, aliases: dict[str, 
         if short is not None:
             raise ValueError("M-RoPE with rope type 'longrope' (two frequency sets) is not modelled")
         axes = mrope_axes(params.get("mrope_section", mrope["default_section"]), rot // 2, mrope["kind"])
-    return RotaryLayout(rot, pairing, base, int(p), None if kind == "default" else kind,
-                        inv_freq=None if inv_freq is None else tuple(float(x) for x in inv_freq),
-                        attention_factor=float(attention), offset_invariant=short is None, axes=axes)
+    return RotaryLayout(
+        rot,
+        pairing,
+        base,
+        int(p),
+        None if kind == "default" else kind,
+        inv_freq=None if inv_freq is None else tuple(float(x) for x in inv_freq),
+        attention_factor=float(attention),
+        offset_invariant=short is None,
+        axes=axes,
+    )
 
 
 def _is_count(value) -> bool:
@@ -479,8 +548,9 @@ def _grid_count(value, key: str) -> tuple[int, int]:
     """A config size given as one positive integer or as ``[rows, columns]``, as ``(rows, columns)``."""
     values = list(value) if isinstance(value, (list, tuple)) else [value, value]
     if len(values) != 2 or not all(_is_count(v) for v in values):
-        raise ValueError(f"{key} must be a positive integer of at most 2^53 or two of them (rows, columns), "
-                         f"got {value!r}")
+        raise ValueError(
+            f"{key} must be a positive integer of at most 2^53 or two of them (rows, columns), got {value!r}"
+        )
     return int(values[0]), int(values[1])
 
 
@@ -503,14 +573,17 @@ def grid_frequencies(kind: str, base: float, d_head: int) -> tuple[np.ndarray, t
         rows, cols = text[0::2], text[1::2]
     else:
         if d_head % 4:
-            raise ValueError(f"the head dimension {d_head} must be a multiple of 4: the rows and the columns each "
-                             f"rotate d_head/4 pairs (the model's own tables do not fit otherwise)")
+            raise ValueError(
+                f"the head dimension {d_head} must be a multiple of 4: the rows and the columns each "
+                f"rotate d_head/4 pairs (the model's own tables do not fit otherwise)"
+            )
         rows = cols = base ** -(np.arange(0, d_head // 2, 2, dtype=np.float64) / (d_head // 2))
     return np.concatenate([rows, cols]), (0,) * len(rows) + (1,) * len(cols)
 
 
-def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pairing: str,
-                 num_layers: int) -> tuple[RotaryLayout, ...]:
+def grid_layouts(
+    rule: dict[str, Any], config: dict[str, Any], d_head: int, pairing: str, num_layers: int
+) -> tuple[RotaryLayout, ...]:
     """Each layer's 2D rotary layout of a vision tower (docs/rotary.md section 9), by the spec's ``grid`` rule.
 
     The grid is the largest the config allows: ``image_size // patch_size`` patches on each side when the rule
@@ -534,8 +607,10 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
     params = params or {}
     kind = params.get("rope_type", "default" if "rope_types" not in rule else rule["rope_types"][0])
     if "rope_types" in rule and kind not in rule["rope_types"]:
-        raise ValueError(f"rope_type {kind!r}: this vision tower's rotary embedding is "
-                         f"{' or '.join(rule['rope_types'])} only (the model refuses any other)")
+        raise ValueError(
+            f"rope_type {kind!r}: this vision tower's rotary embedding is "
+            f"{' or '.join(rule['rope_types'])} only (the model refuses any other)"
+        )
     key, base = _first(params, "rope_theta")
     if key is None:
         key, base = _first(config, "rope_theta")
@@ -550,8 +625,10 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
         patch = _grid_count(config.get(rule["patch_size"]), rule["patch_size"])
         grid = (image[0] // patch[0], image[1] // patch[1])
         if min(grid) < 1:
-            raise ValueError(f"{rule['image_size']}={config.get(rule['image_size'])!r} is smaller than "
-                             f"{rule['patch_size']}={config.get(rule['patch_size'])!r}: no patch fits")
+            raise ValueError(
+                f"{rule['image_size']}={config.get(rule['image_size'])!r} is smaller than "
+                f"{rule['patch_size']}={config.get(rule['patch_size'])!r}: no patch fits"
+            )
     else:
         grid = (UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS)
     grids = [grid] * num_layers
@@ -560,15 +637,29 @@ def grid_layouts(rule: dict[str, Any], config: dict[str, Any], d_head: int, pair
         merge = _positive_count(config, window["merge"])
         merged = _positive_count(config, window["size"]) // merge // _positive_count(config, window["patch"])
         if merged < 1:
-            raise ValueError(f"{window['size']}={config.get(window['size'])!r} holds no {window['merge']} x "
-                             f"{window['patch']} block of pixels: the model's windows would be empty (it divides by "
-                             f"their size)")
+            raise ValueError(
+                f"{window['size']}={config.get(window['size'])!r} holds no {window['merge']} x "
+                f"{window['patch']} block of pixels: the model's windows would be empty (it divides by "
+                f"their size)"
+            )
         full = config.get(window["full_layers"], [])
         if not isinstance(full, list) or any(isinstance(l, bool) or not isinstance(l, int) for l in full):
             raise ValueError(f"{window['full_layers']} must list layer indices, got {full!r}")
         side = merged * merge
         grids = [grid if l in full else (min(side, grid[0]), min(side, grid[1])) for l in range(num_layers)]
     origin = bool(rule.get("class_token", False))
-    by_grid = {g: RotaryLayout(int(d_head), pairing, base, max(g), inv_freq=tuple(float(t) for t in thetas),
-                               axes=axes, grid=g, shared_shift=False, grid_origin=origin) for g in set(grids)}
+    by_grid = {
+        g: RotaryLayout(
+            int(d_head),
+            pairing,
+            base,
+            max(g),
+            inv_freq=tuple(float(t) for t in thetas),
+            axes=axes,
+            grid=g,
+            shared_shift=False,
+            grid_origin=origin,
+        )
+        for g in set(grids)
+    }
     return tuple(by_grid[g] for g in grids)

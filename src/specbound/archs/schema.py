@@ -27,6 +27,7 @@ def fail(origin: str, what: str) -> SpecboundError:
 
 # --- constraints (besides options.Interval and options.Choice) ------------------------------------
 
+
 @dataclass(frozen=True)
 class Text:
     """A string (``empty=False``: a non-empty one)."""
@@ -83,8 +84,11 @@ class Keys:
     optional: tuple[str, ...] = ()
 
     def accepts(self, value) -> bool:
-        return isinstance(value, dict) and set(self.required) <= set(value) <= {*self.required, *self.optional} \
+        return (
+            isinstance(value, dict)
+            and set(self.required) <= set(value) <= {*self.required, *self.optional}
             and all(isinstance(v, str) for v in value.values())
+        )
 
     def convert(self, value):
         return value
@@ -97,9 +101,19 @@ class Keys:
 DOCUMENTS = ("chain", "stacks", "towers", "wrapper", "variant")
 
 
-def declare(doc: str, *, default: Any = MISSING, accepted: tuple = (), requirement: str | None = None,
-            read: Callable | None = None, name: str | None = None, required: bool = False, absent: Any = MISSING,
-            fills: tuple[str, ...] = (), documents: tuple[str, ...] = ("chain", "stacks", "towers", "variant")):
+def declare(
+    doc: str,
+    *,
+    default: Any = MISSING,
+    accepted: tuple = (),
+    requirement: str | None = None,
+    read: Callable | None = None,
+    name: str | None = None,
+    required: bool = False,
+    absent: Any = MISSING,
+    fills: tuple[str, ...] = (),
+    documents: tuple[str, ...] = ("chain", "stacks", "towers", "variant"),
+):
     """An :class:`~.spec.ArchSpec` field that a spec document's key fills.
 
     ``doc``: the key's line in docs/architectures.md.  ``default``: the field's default (none: a field every
@@ -111,8 +125,17 @@ def declare(doc: str, *, default: Any = MISSING, accepted: tuple = (), requireme
     ``towers``, ``projector``).  ``required``: an absent key is read as None (and so refused); ``absent``: the
     value read when the key is absent from a document (none: the field's default).  ``documents``: the kinds
     of document that may hold the key (:data:`DOCUMENTS`)."""
-    metadata = {"doc": doc, "accepted": accepted, "requirement": requirement, "read": read, "key": name,
-                "required": required, "absent": absent, "fills": fills, "documents": documents}
+    metadata = {
+        "doc": doc,
+        "accepted": accepted,
+        "requirement": requirement,
+        "read": read,
+        "key": name,
+        "required": required,
+        "absent": absent,
+        "fills": fills,
+        "documents": documents,
+    }
     return field(metadata=metadata) if default is MISSING else field(default=default, metadata=metadata)
 
 
@@ -154,8 +177,16 @@ class Reading:
     values: dict
 
 
-def check_key(raw: dict, name: str, accepted: tuple, requirement: str | None, origin: str, *,
-              required: bool = False, absent: Any = None):
+def check_key(
+    raw: dict,
+    name: str,
+    accepted: tuple,
+    requirement: str | None,
+    origin: str,
+    *,
+    required: bool = False,
+    absent: Any = None,
+):
     """``raw[name]`` (``absent`` when it is missing, None when the key is ``required``) if it meets one of
     ``accepted`` (constraints, or None for the value None), converted; else a one-line :func:`fail`."""
     value = raw.get(name, None if required else absent)
@@ -175,8 +206,7 @@ def read_key(cls, raw: dict, name: str, origin: str):
     """The regular key ``name`` that ``cls`` declares, read from the document ``raw`` (:func:`check_key`)."""
     meta = next(d.meta for d in declared(cls) if d.name == name)
     absent = None if meta["absent"] is MISSING else meta["absent"]
-    return check_key(raw, name, meta["accepted"], meta["requirement"], origin, required=meta["required"],
-                     absent=absent)
+    return check_key(raw, name, meta["accepted"], meta["requirement"], origin, required=meta["required"], absent=absent)
 
 
 def read_keys(cls, raw: dict, origin: str) -> dict[str, Any]:

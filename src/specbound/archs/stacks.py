@@ -18,8 +18,7 @@ import numpy as np
 
 from ..errors import SpecboundError
 from ..io import Checkpoint
-from .binding import (account_for_tensors, check_strays, detect_prefix, infer_from_shapes, model_dims,
-                      role_tensors)
+from .binding import account_for_tensors, check_strays, detect_prefix, infer_from_shapes, model_dims, role_tensors
 from .extract import head_columns, layer_weights, matrix_tensor_names, read_rule
 from .model import CrossWeights, LayerWeights, ModelDims, StackDims
 from .spec import ArchSpec, StackSpec
@@ -48,11 +47,19 @@ def bind(spec: ArchSpec, ckpt: Checkpoint) -> tuple[ModelDims, str]:
     check_strays(spec, ckpt, prefix, accounted)
     widths = {p.dims.N for p in parts}
     if len(widths) != 1:
-        raise SpecboundError(f"config.json gives the stacks of {ckpt.location} different widths ({sorted(widths)}): "
-                             f"a decoder's cross-attention reads the encoder's output, so they must agree")
+        raise SpecboundError(
+            f"config.json gives the stacks of {ckpt.location} different widths ({sorted(widths)}): "
+            f"a decoder's cross-attention reads the encoder's output, so they must agree"
+        )
     enc = parts[0].dims
-    return replace(enc, L=first, H=max(p.dims.H for p in parts), H_kv=max(p.dims.H_kv for p in parts),
-                   d_ff=max(p.dims.d_ff for p in parts), stacks=tuple(parts)), prefix
+    return replace(
+        enc,
+        L=first,
+        H=max(p.dims.H for p in parts),
+        H_kv=max(p.dims.H_kv for p in parts),
+        d_ff=max(p.dims.d_ff for p in parts),
+        stacks=tuple(parts),
+    ), prefix
 
 
 def _present(stack: StackSpec, ckpt: Checkpoint, prefix: str) -> bool:
@@ -74,9 +81,12 @@ def read_layer_weights(spec: ArchSpec, ckpt: Checkpoint, dims: ModelDims, prefix
     if part.cross:
         d = part.dims
         read = {role: read_rule(rule, ckpt, local, prefix) for role, rule in st.cross.items()}
-        weights.cross = CrossWeights(q=head_columns(read["q"], d.H, d.d_head), k=head_columns(read["k"], d.H, d.d_head),
-                                     v=head_columns(read["v"], d.H, d.d_head),
-                                     o=np.ascontiguousarray(read["o"].reshape(d.H, d.d_head, d.N)))
+        weights.cross = CrossWeights(
+            q=head_columns(read["q"], d.H, d.d_head),
+            k=head_columns(read["k"], d.H, d.d_head),
+            v=head_columns(read["v"], d.H, d.d_head),
+            o=np.ascontiguousarray(read["o"].reshape(d.H, d.d_head, d.N)),
+        )
     return weights
 
 
@@ -105,5 +115,16 @@ def stacks_record(dims: ModelDims) -> list[dict] | None:
     """The JSON ``model.stacks`` of an encoder-decoder: each stack's name, first layer and dimensions."""
     if dims.stacks is None:
         return None
-    return [{"stack": p.name, "first_layer": p.first, "L": p.dims.L, "H": p.dims.H, "H_kv": p.dims.H_kv,
-             "d_head": p.dims.d_head, "d_ff": p.dims.d_ff, "cross_attention": p.cross} for p in dims.stacks]
+    return [
+        {
+            "stack": p.name,
+            "first_layer": p.first,
+            "L": p.dims.L,
+            "H": p.dims.H,
+            "H_kv": p.dims.H_kv,
+            "d_head": p.dims.d_head,
+            "d_ff": p.dims.d_ff,
+            "cross_attention": p.cross,
+        }
+        for p in dims.stacks
+    ]

@@ -18,25 +18,39 @@ from ..errors import SpecboundError
 from ..options import COUNT, SCALE, check_read
 
 # spec "structure" keys: those naming a config.json key (its value is read) and those naming a fact
-CONFIG_VALUED = ("attention_softcap", "final_softcap", "sliding_window", "attention_scalar",
-                 # Granite's multipliers (residual and attention folded into the matrices they scale), the
-                 # head's logit scale (Granite divides by logits_scaling, Cohere multiplies by logit_scale)
-                 "residual_multiplier", "attention_multiplier", "embedding_multiplier", "logit_divisor",
-                 "logit_scale",
-                 # gpt-oss's clamped SwiGLU: (clamp(u, -l, l) + 1) * g sigmoid(alpha g), g = min(gate, l)
-                 "swiglu_limit", "swiglu_alpha",
-                 # Llama 4's chunked attention: queries attend within their chunk of this many tokens
-                 "attention_chunk")
-FIXED = {"embedding_scale": ("sqrt_hidden",), "norm_gain": ("weight", "one_plus_weight"),
-         "sublayer_norms": ("before", "after", "before_and_after"), "position_bias": ("relative",),
-         "layer_scale": ("folded",), "front_end": ("convolutional",),
-         "attention_sinks": ("learned",),  # gpt-oss: a learned logit per head in the softmax's denominator
-         # Llama 4: the NoPE layers' queries times 1 + attn_scale log(1 + floor((t + 1) / floor_scale))
-         "temperature_tuning": ("llama4",),
-         "key_selection": ("indexer",),  # DeepSeek-V3.2: a top-k indexer picks each query's keys
-         # a vision tower's projector after its chain (docs/rotary.md section 9): Qwen's patch merger, Qwen3-VL's
-         # merger and deepstack taps, Llama 4's pixel-shuffle adapter
-         "projector": ("patch_merger", "deepstack", "pixel_shuffle")}
+CONFIG_VALUED = (
+    "attention_softcap",
+    "final_softcap",
+    "sliding_window",
+    "attention_scalar",
+    # Granite's multipliers (residual and attention folded into the matrices they scale), the
+    # head's logit scale (Granite divides by logits_scaling, Cohere multiplies by logit_scale)
+    "residual_multiplier",
+    "attention_multiplier",
+    "embedding_multiplier",
+    "logit_divisor",
+    "logit_scale",
+    # gpt-oss's clamped SwiGLU: (clamp(u, -l, l) + 1) * g sigmoid(alpha g), g = min(gate, l)
+    "swiglu_limit",
+    "swiglu_alpha",
+    # Llama 4's chunked attention: queries attend within their chunk of this many tokens
+    "attention_chunk",
+)
+FIXED = {
+    "embedding_scale": ("sqrt_hidden",),
+    "norm_gain": ("weight", "one_plus_weight"),
+    "sublayer_norms": ("before", "after", "before_and_after"),
+    "position_bias": ("relative",),
+    "layer_scale": ("folded",),
+    "front_end": ("convolutional",),
+    "attention_sinks": ("learned",),  # gpt-oss: a learned logit per head in the softmax's denominator
+    # Llama 4: the NoPE layers' queries times 1 + attn_scale log(1 + floor((t + 1) / floor_scale))
+    "temperature_tuning": ("llama4",),
+    "key_selection": ("indexer",),  # DeepSeek-V3.2: a top-k indexer picks each query's keys
+    # a vision tower's projector after its chain (docs/rotary.md section 9): Qwen's patch merger, Qwen3-VL's
+    # merger and deepstack taps, Llama 4's pixel-shuffle adapter
+    "projector": ("patch_merger", "deepstack", "pixel_shuffle"),
+}
 
 
 @dataclass(frozen=True)
@@ -123,8 +137,9 @@ def validate_structure(raw: Any) -> dict[str, str] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict) or not set(raw) <= set(CONFIG_VALUED) | set(FIXED):
-        raise ValueError(f"'structure' must be an object with keys among {sorted(set(CONFIG_VALUED) | set(FIXED))}, "
-                         f"found {raw!r}")
+        raise ValueError(
+            f"'structure' must be an object with keys among {sorted(set(CONFIG_VALUED) | set(FIXED))}, found {raw!r}"
+        )
     for key, value in raw.items():
         if key in FIXED and value not in FIXED[key]:
             raise ValueError(f"'structure' {key} must be one of {list(FIXED[key])}, found {value!r}")
@@ -168,8 +183,10 @@ def model_structure(declared: dict[str, str] | None, config: dict[str, Any], whe
         projector=declared.get("projector"),
         attention_sinks=declared.get("attention_sinks"),
         temperature=temperature_max(config) if declared.get("temperature_tuning") else None,
-        **{key: _read(config, declared.get(key), COUNT if key == "attention_chunk" else SCALE, where)
-           for key in CONFIG_VALUED[4:]},
+        **{
+            key: _read(config, declared.get(key), COUNT if key == "attention_chunk" else SCALE, where)
+            for key in CONFIG_VALUED[4:]
+        },
     )
 
 
@@ -182,16 +199,23 @@ def temperature_max(config: dict[str, Any]) -> float | None:
         return None
     scale, floor, positions = (config.get(k) for k in ("attn_scale", "floor_scale", "max_position_embeddings"))
     for key, value in (("attn_scale", scale), ("floor_scale", floor), ("max_position_embeddings", positions)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
-                key != "attn_scale" and value <= 0):
-            raise SpecboundError(f"config.json: {key}={value!r}: attn_temperature_tuning needs a finite attn_scale and "
-                                 f"positive floor_scale and max_position_embeddings (the query temperature's size)")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or (key != "attn_scale" and value <= 0)
+        ):
+            raise SpecboundError(
+                f"config.json: {key}={value!r}: attn_temperature_tuning needs a finite attn_scale and "
+                f"positive floor_scale and max_position_embeddings (the query temperature's size)"
+            )
     ends = [1.0 + scale * math.log1p(math.floor((t + 1) / floor)) for t in (0, int(positions) - 1)]
     return max(abs(e) for e in ends)
 
 
-def folded_scales(declared: dict[str, str] | None, config: dict[str, Any], d_head: int, *,
-                  rotates: bool = True) -> tuple[float, float]:
+def folded_scales(
+    declared: dict[str, str] | None, config: dict[str, Any], d_head: int, *, rotates: bool = True
+) -> tuple[float, float]:
     """``(q_scale, out_scale)``: the scalars folded exactly into the matrices they scale (docs/theory.md
     3e).  Granite's residual multiplier ``r`` multiplies each sublayer's output, so every OV and FF_out
     matrix becomes ``r W``; its attention multiplier ``m`` replaces the ``1/sqrt(d_h)`` that every family's
@@ -200,7 +224,7 @@ def folded_scales(declared: dict[str, str] | None, config: dict[str, Any], d_hea
     ``max_t |tau(t)|``, scales the query factors: every QK quantity then bounds the logit's at every
     position up to the context."""
     st = model_structure(declared, config)
-    q_scale = 1.0 if st.attention_multiplier is None else st.attention_multiplier * d_head ** 0.5
+    q_scale = 1.0 if st.attention_multiplier is None else st.attention_multiplier * d_head**0.5
     if st.temperature is not None and not rotates:
         q_scale *= st.temperature
     return q_scale, 1.0 if st.residual_multiplier is None else st.residual_multiplier

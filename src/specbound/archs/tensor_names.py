@@ -82,11 +82,19 @@ def _indexed_paths(ckpt: Checkpoint) -> tuple[dict[str, dict[int, set[str]]], li
         parts = name.split(".")
         for i, part in enumerate(parts[:-1]):
             if part.isdigit():
-                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1:]))
+                stacks[".".join(parts[:i])][int(part)].add(".".join(parts[i + 1 :]))
     # a mixture of experts' experts are inside a layer, never the layer stack
-    candidates = [p for p, by in stacks.items() if p and set(by) == set(range(len(by))) and not _is_expert_path(p)
-                  and not (len(by) == 1 and any(q.startswith(p + ".") and len(stacks[q]) > 1 and not _is_expert_path(q)
-                                                for q in stacks))]
+    candidates = [
+        p
+        for p, by in stacks.items()
+        if p
+        and set(by) == set(range(len(by)))
+        and not _is_expert_path(p)
+        and not (
+            len(by) == 1
+            and any(q.startswith(p + ".") and len(stacks[q]) > 1 and not _is_expert_path(q) for q in stacks)
+        )
+    ]
     return stacks, candidates
 
 
@@ -130,17 +138,25 @@ def find_layer_stacks(ckpt: Checkpoint) -> list[LayerStack]:
     ``vision_model.encoder.layers``)."""
     stacks, candidates = _indexed_paths(ckpt)
     inner = re.compile(r"\.\d+\.")
-    top = [p for p in candidates
-           if not any(p.startswith(q + ".") and inner.match(p[len(q):] + ".") for q in candidates if q != p)]
+    top = [
+        p
+        for p in candidates
+        if not any(p.startswith(q + ".") and inner.match(p[len(q) :] + ".") for q in candidates if q != p)
+    ]
     scored = [(m, p) for p in top if (m := _matrix_count(ckpt, p, stacks[p]))]
-    return [LayerStack(p, len(stacks[p]), {i: frozenset(r) for i, r in stacks[p].items()})
-            for _, p in sorted(scored, key=lambda x: (-x[0], x[1]))]
+    return [
+        LayerStack(p, len(stacks[p]), {i: frozenset(r) for i, r in stacks[p].items()})
+        for _, p in sorted(scored, key=lambda x: (-x[0], x[1]))
+    ]
 
 
 # A decoder layer's cross-attention module (queries from its stream, keys and values from the
 # encoder's output): BART/Whisper encoder_attn, T5 EncDecAttention, BERT-generation crossattention.
-CROSS_ATTENTION = re.compile(r"(?:^|\.)(?:encoder_attn|encdecattention|cross_?attn|crossattention|cross_attention"
-                             r"|enc_dec_attn|src_attn)(?:\.|$)", re.IGNORECASE)
+CROSS_ATTENTION = re.compile(
+    r"(?:^|\.)(?:encoder_attn|encdecattention|cross_?attn|crossattention|cross_attention"
+    r"|enc_dec_attn|src_attn)(?:\.|$)",
+    re.IGNORECASE,
+)
 
 
 def is_cross_attention(rest: str) -> bool:
@@ -153,15 +169,22 @@ def assign_attention_roles(matrices: list[str]) -> dict[str, str]:
     :data:`ROLE_RULES`; anything else, or a role seen twice or missing, is an error naming them."""
     found: dict[str | None, list[str]] = defaultdict(list)
     for rest in matrices:
-        role = next((r for r, rule in ROLE_RULES if r in ("q", "k", "v", "qkv", "o")
-                     and re.search(rule, module_of(rest), re.IGNORECASE)), None)
+        role = next(
+            (
+                r
+                for r, rule in ROLE_RULES
+                if r in ("q", "k", "v", "qkv", "o") and re.search(rule, module_of(rest), re.IGNORECASE)
+            ),
+            None,
+        )
         found[role].append(rest)
     roles = {r: names[0] for r, names in found.items() if r is not None and len(names) == 1}
     needed = ("qkv", "o") if "qkv" in roles else ("q", "k", "v", "o")
     if found.get(None) or any(len(n) > 1 for r, n in found.items() if r) or set(roles) != set(needed):
         raise SpecboundError(
             f"cannot place the cross-attention weights {', '.join(matrices)} as q, k, v, o (recognised: "
-            f"{', '.join(f'{r}={n}' for r, n in roles.items()) or 'none'}); write the spec by hand")
+            f"{', '.join(f'{r}={n}' for r, n in roles.items()) or 'none'}); write the spec by hand"
+        )
     return roles
 
 
@@ -177,8 +200,11 @@ def wrapper_prefix(stack_path: str, config: dict) -> str:
     if not rest:
         return ""
     classes = [str(a).lower() for a in config.get("architectures") or []]  # GPTNeoXForCausalLM: gpt_neox.
-    if first in _WRAPPERS or first == config.get("model_type") or any(
-            c.startswith(first.lower().replace("_", "")) for c in classes):
+    if (
+        first in _WRAPPERS
+        or first == config.get("model_type")
+        or any(c.startswith(first.lower().replace("_", "")) for c in classes)
+    ):
         return first + "."
     return ""
 
@@ -238,8 +264,9 @@ def assign_roles(matrices: list[str], part: str = "layer") -> RoleAssignment:
             )
     roles = {r: found[r][0] for r in ROLES if found.get(r)}
     if "qkv" in roles and {"q", "k", "v"} & set(roles):
-        raise SpecboundError(f"a layer has both a fused qkv weight ({roles['qkv']}) and separate q/k/v weights; "
-                             f"write the spec by hand")
+        raise SpecboundError(
+            f"a layer has both a fused qkv weight ({roles['qkv']}) and separate q/k/v weights; write the spec by hand"
+        )
     attention = ("qkv", "o") if "qkv" in roles else ("q", "k", "v", "o")
     if "ff_gate_up" in roles:
         feed_forward = ("ff_gate_up", "ff_out")
@@ -249,9 +276,11 @@ def assign_roles(matrices: list[str], part: str = "layer") -> RoleAssignment:
     needed = tuple(r for kind in PARTS[part] for r in wanted[kind])
     other = [roles.pop(r) for r in list(roles) if r not in needed]
     if other:
-        where = {"feed_forward": "an expert holds attention-like weights",
-                 "attention": "a layer holds feed-forward weights beside its experts",
-                 "layer": "a layer holds more feed-forward weights than one block has"}[part]
+        where = {
+            "feed_forward": "an expert holds attention-like weights",
+            "attention": "a layer holds feed-forward weights beside its experts",
+            "layer": "a layer holds more feed-forward weights than one block has",
+        }[part]
         raise SpecboundError(f"{where} ({', '.join(other)}): not one chain of matrices; write the spec by hand")
     missing = [r for r in needed if r not in roles]
     if missing:
@@ -305,12 +334,16 @@ def find_expert_stack(layer_rests: frozenset[str]) -> ExpertStack | None:
     if not stacks:
         return None
     if len(stacks) > 1:
-        raise SpecboundError(f"a layer holds several expert stacks ({', '.join(sorted(stacks))}): not one mixture "
-                             f"of experts; write the spec by hand")
+        raise SpecboundError(
+            f"a layer holds several expert stacks ({', '.join(sorted(stacks))}): not one mixture "
+            f"of experts; write the spec by hand"
+        )
     path, by_index = next(iter(stacks.items()))
     if set(by_index) != set(range(len(by_index))) or len({frozenset(r) for r in by_index.values()}) != 1:
-        raise SpecboundError(f"the experts under {path} are not numbered 0..E-1 with the same tensors each "
-                             f"(indices {sorted(by_index)[:8]}): write the spec by hand")
+        raise SpecboundError(
+            f"the experts under {path} are not numbered 0..E-1 with the same tensors each "
+            f"(indices {sorted(by_index)[:8]}): write the spec by hand"
+        )
     return ExpertStack(path, len(by_index), frozenset(by_index[0]))
 
 
@@ -319,13 +352,16 @@ def norms_per_layer(stack: LayerStack) -> int:
     return sum(1 for rest in stack.everywhere if _NORM.search(rest))
 
 
-def ignore_patterns(names: list[str], stack: LayerStack, prefix: str, role_rests: set[str]) -> tuple[list[str], list[str]]:
+def ignore_patterns(
+    names: list[str], stack: LayerStack, prefix: str, role_rests: set[str]
+) -> tuple[list[str], list[str]]:
     """:func:`stacks_ignore_patterns` of one stack."""
     return stacks_ignore_patterns(names, [(stack, role_rests)], prefix)
 
 
-def stacks_ignore_patterns(names: list[str], stacks: list[tuple[LayerStack, set[str]]],
-                           prefix: str) -> tuple[list[str], list[str]]:
+def stacks_ignore_patterns(
+    names: list[str], stacks: list[tuple[LayerStack, set[str]]], prefix: str
+) -> tuple[list[str], list[str]]:
     """Patterns for every tensor that is not a role weight, and the per-layer rests they cover.
 
     ``\\.bias$``; each other per-layer tensor exactly (``^encoder\\.layer\\.\\d+\\.output\\.LayerNorm\\.weight$``);
@@ -336,16 +372,16 @@ def stacks_ignore_patterns(names: list[str], stacks: list[tuple[LayerStack, set[
     patterns = [r"\.bias$"] if any(n.endswith(".bias") for n in names) else []
     in_layer = []
     for stack, role_rests in stacks:
-        stack_rel = stack.path[len(prefix):]
+        stack_rel = stack.path[len(prefix) :]
         rests = sorted(r for r in stack.anywhere - role_rests if not r.endswith(".bias"))
         patterns += [f"^{re.escape(stack_rel)}\\.\\d+\\.{re.escape(rest)}$" for rest in rests]
         in_layer += rests
-    all_parts = [stack.path[len(prefix):].split(".") for stack, _ in stacks]
+    all_parts = [stack.path[len(prefix) :].split(".") for stack, _ in stacks]
     outside = set()
     for name in names:
         if any(name.startswith(stack.path + ".") for stack, _ in stacks) or name.endswith(".bias"):
             continue
-        parts = (name[len(prefix):] if prefix and name.startswith(prefix) else name).split(".")
+        parts = (name[len(prefix) :] if prefix and name.startswith(prefix) else name).split(".")
         k = max(_diverges(parts, stack_parts) for stack_parts in all_parts)
         outside.add(f"^{re.escape('.'.join(parts[:k]))}" + ("\\." if k < len(parts) else "$"))
     return patterns + sorted(outside), in_layer
@@ -353,6 +389,6 @@ def stacks_ignore_patterns(names: list[str], stacks: list[tuple[LayerStack, set[
 
 def _diverges(parts: list[str], stack_parts: list[str]) -> int:
     """How many leading components of a name make a path that is not on the stack's path."""
-    if parts == stack_parts[:len(parts)]:
+    if parts == stack_parts[: len(parts)]:
         return len(parts)
     return next(i + 1 for i in range(len(parts)) if i >= len(stack_parts) or parts[i] != stack_parts[i])

@@ -64,8 +64,11 @@ def tower_spec(tower: TowerSpec, config: dict[str, Any]) -> ArchSpec:
     if tower.spec is not None:
         return tower.spec.for_config(config)
     named = names_family(tower, config)
-    found = referenced_family(tower.family if named else config["model_type"], by_model_type=not named,
-                              what=f"the {tower.name} tower of {tower.origin}")
+    found = referenced_family(
+        tower.family if named else config["model_type"],
+        by_model_type=not named,
+        what=f"the {tower.name} tower of {tower.origin}",
+    )
     return as_tower(found, tower).for_config(config)
 
 

@@ -10,7 +10,8 @@ each matrix takes its own minimiser (ties to the smallest p) and
 
 Margin-bound form (docs/spec.md section 7, :mod:`specbound.bounds.gap`): the margin inside each term and
 each term's entropy integral (:mod:`.covering`, :func:`matrix_terms`), and the post-hoc choice of one of
-``2m + 1`` indices for each matrix costs ``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial weights, ``S_p`` is that
+``2m + 1`` indices for each matrix costs ``#matrices * ln(2m + 1)`` in the confidence term.  Measured from initial
+weights, ``S_p`` is that
 of ``W - W0`` while ``scale`` keeps the trained network's propagation factors (docs/bounds.md).
 """
 
@@ -29,17 +30,28 @@ from .schatten import ContributionCurve, continuous_minima, schatten_grid
 def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
     """Per-matrix grid minimiser, its value, C(0), C(2) and the continuous diagnostic."""
     grid = schatten_grid(measures.grid_m)
-    cols = {k: [] for k in ("p_star", "contribution", "c_p0", "c_p1", "c_p2", "p_continuous",
-                            "contribution_continuous", "scale")}
-    curves = [ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol)
-              for mm in measures.matrices]
+    cols = {
+        k: []
+        for k in ("p_star", "contribution", "c_p0", "c_p1", "c_p2", "p_continuous", "contribution_continuous", "scale")
+    }
+    curves = [
+        ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol)
+        for mm in measures.matrices
+    ]
     p_conts, c_conts = continuous_minima(curves)
     for mm, curve, p_cont, c_cont in zip(measures.matrices, curves, p_conts, c_conts):
         values = curve.on_grid(grid)
         best = int(np.argmin(values))  # first minimum: ties go to the smallest p
-        for key, val in (("p_star", grid[best]), ("contribution", values[best]), ("c_p0", values[0]),
-                         ("c_p1", values[measures.grid_m]), ("c_p2", values[-1]), ("p_continuous", p_cont),
-                         ("contribution_continuous", c_cont), ("scale", mm.scale)):
+        for key, val in (
+            ("p_star", grid[best]),
+            ("contribution", values[best]),
+            ("c_p0", values[0]),
+            ("c_p1", values[measures.grid_m]),
+            ("c_p2", values[-1]),
+            ("p_continuous", p_cont),
+            ("contribution_continuous", c_cont),
+            ("scale", mm.scale),
+        ):
             cols[key].append(val)
     return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
 
@@ -47,17 +59,26 @@ def optimise_matrices(measures: ModelMeasures) -> dict[str, np.ndarray]:
 def _compute(measures: ModelMeasures) -> BoundResult:
     per_matrix = optimise_matrices(measures)
     value = float(np.sum(per_matrix["contribution"]) + math.sqrt(measures.dims.L))
-    return BoundResult(value=value, per_matrix=per_matrix,
-                       per_layer={"adaptive": measures.per_layer_sum(per_matrix["contribution"])})
+    return BoundResult(
+        value=value, per_matrix=per_matrix, per_layer={"adaptive": measures.per_layer_sum(per_matrix["contribution"])}
+    )
 
 
 def matrix_terms(measures: ModelMeasures, grid: np.ndarray | None = None) -> list[CoveringTerm]:
     """One covering term per matrix, each on ``grid`` (default the post-hoc grid ``P_m``): the terms
     of the gap form (:mod:`.covering`; docs/bounds.md section 9)."""
     grid = schatten_grid(measures.grid_m) if grid is None else grid
-    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid,
-                        budget_parts=measures.dims.L)
-            for mm in measures.matrices]
+    return [
+        matrix_term(
+            mm.target,
+            log_scale=mm.log_scale,
+            n=measures.dims.N,
+            rank_tol=measures.rank_tol,
+            grid=grid,
+            budget_parts=measures.dims.L,
+        )
+        for mm in measures.matrices
+    ]
 
 
 def index_choices_cost(measures: ModelMeasures, choices: int) -> float:

@@ -26,8 +26,12 @@ FIXED_P = (0, 1, 2)
 def fixed_p_log_contributions(measures: ModelMeasures, p: float) -> np.ndarray:
     """``ln C(p)`` of every matrix, shape (#matrices,)."""
     n = measures.dims.N
-    return np.array([ContributionCurve(mm.target, log_scale=mm.log_scale, n=n, rank_tol=measures.rank_tol).log_at(float(p))
-                     for mm in measures.matrices])
+    return np.array(
+        [
+            ContributionCurve(mm.target, log_scale=mm.log_scale, n=n, rank_tol=measures.rank_tol).log_at(float(p))
+            for mm in measures.matrices
+        ]
+    )
 
 
 def fixed_p_contributions(measures: ModelMeasures, p: float) -> np.ndarray:
@@ -43,6 +47,7 @@ def _compute_for(p: int):
             value = float(np.sum(c) + math.sqrt(measures.dims.L))
         log_value = None if value < math.inf else log_sum(np.append(logs, 0.5 * math.log(measures.dims.L)))
         return BoundResult(value=value, log_value=log_value, per_layer={f"adaptive_p{p}": measures.per_layer_sum(c)})
+
     return compute
 
 

@@ -58,11 +58,23 @@ def covering_terms(measures: ModelMeasures) -> list[CoveringTerm]:
             log_scale = math.log(scale)
         else:
             with np.errstate(divide="ignore"):
-                logs = [math.log(measures.matrices[i].gamma) + measures.matrices[i].log_alpha if measures.matrices[i].gamma > 0
-                        else -math.inf for i in members]
+                logs = [
+                    math.log(measures.matrices[i].gamma) + measures.matrices[i].log_alpha
+                    if measures.matrices[i].gamma > 0
+                    else -math.inf
+                    for i in members
+                ]
             log_scale = max(math.log(stored) + log_sum(logs), LOG_TINY)
-        out.append(matrix_term(first.target, log_scale=log_scale, n=measures.dims.N, rank_tol=measures.rank_tol,
-                               grid=grid, budget_parts=stored))
+        out.append(
+            matrix_term(
+                first.target,
+                log_scale=log_scale,
+                n=measures.dims.N,
+                rank_tol=measures.rank_tol,
+                grid=grid,
+                budget_parts=stored,
+            )
+        )
     return out
 
 
@@ -75,14 +87,16 @@ def _union_cost(measures: ModelMeasures, n: int) -> float:
     return index_choices_cost(measures, len(shared_groups(measures)))
 
 
-BOUNDS = (Bound(
-    name="spectral_shared",
-    title="Spectrum-adaptive, shared weights counted once",
-    reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1, each stored matrix covered once with its "
-              "summed sensitivity (our derivation; docs/theory.md 3b)",
-    compute=_compute,
-    group="adaptive_variants",
-    needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    covering_terms=covering_terms,
-    union_cost=_union_cost,
-),)
+BOUNDS = (
+    Bound(
+        name="spectral_shared",
+        title="Spectrum-adaptive, shared weights counted once",
+        reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1, each stored matrix covered once with its "
+        "summed sensitivity (our derivation; docs/theory.md 3b)",
+        compute=_compute,
+        group="adaptive_variants",
+        needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
+        covering_terms=covering_terms,
+        union_cost=_union_cost,
+    ),
+)

@@ -78,22 +78,39 @@ def covering_terms(measures: ModelMeasures) -> list[CoveringTerm]:
     """The QK and OV matrices' terms and one term per feed-forward block (docs/bounds.md 9)."""
     attention = [mm for mm in measures.matrices if not _is_ff(mm.role)]
     grid = schatten_grid(measures.grid_m)
-    return [matrix_term(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol, grid=grid,
-                        budget_parts=measures.dims.L) for mm in attention] + feed_forward_blocks(measures)
+    return [
+        matrix_term(
+            mm.target,
+            log_scale=mm.log_scale,
+            n=measures.dims.N,
+            rank_tol=measures.rank_tol,
+            grid=grid,
+            budget_parts=measures.dims.L,
+        )
+        for mm in attention
+    ] + feed_forward_blocks(measures)
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
     grid = schatten_grid(measures.grid_m)
-    attention = np.array([
-        grid_minimum(ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N,
-                                       rank_tol=measures.rank_tol), grid)[1]
-        if not _is_ff(mm.role) else 0.0
-        for mm in measures.matrices])
+    attention = np.array(
+        [
+            grid_minimum(
+                ContributionCurve(mm.target, log_scale=mm.log_scale, n=measures.dims.N, rank_tol=measures.rank_tol),
+                grid,
+            )[1]
+            if not _is_ff(mm.role)
+            else 0.0
+            for mm in measures.matrices
+        ]
+    )
     ff_p, ff_value = feed_forward_block_terms(measures)
     per_layer = measures.per_layer_sum(attention) + ff_value
     value = float(np.sum(per_layer) + math.sqrt(measures.dims.L))
-    return BoundResult(value=value, per_layer={"adaptive_three_type": per_layer, "three_type_ff": ff_value,
-                                               "three_type_ff_p_star": ff_p})
+    return BoundResult(
+        value=value,
+        per_layer={"adaptive_three_type": per_layer, "three_type_ff": ff_value, "three_type_ff_p_star": ff_p},
+    )
 
 
 def _union_cost(measures: ModelMeasures, n: int) -> float:
@@ -101,14 +118,16 @@ def _union_cost(measures: ModelMeasures, n: int) -> float:
     return index_choices_cost(measures, attention + measures.dims.L)
 
 
-BOUNDS = (Bound(
-    name="spectral_three_type",
-    title="Spectrum-adaptive, theory's 3 types (FF block)",
-    reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 with one FF matrix per layer "
-              "(FF_in, FF_out as diag block; docs/bounds.md)",
-    compute=_compute,
-    group="adaptive_variants",
-    needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
-    covering_terms=covering_terms,
-    union_cost=_union_cost,
-),)
+BOUNDS = (
+    Bound(
+        name="spectral_three_type",
+        title="Spectrum-adaptive, theory's 3 types (FF block)",
+        reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 with one FF matrix per layer "
+        "(FF_in, FF_out as diag block; docs/bounds.md)",
+        compute=_compute,
+        group="adaptive_variants",
+        needs=("singular_values", "rank", "Lambda", "alpha", "gamma*"),
+        covering_terms=covering_terms,
+        union_cost=_union_cost,
+    ),
+)

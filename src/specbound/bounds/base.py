@@ -31,7 +31,9 @@ class BoundResult:
         # bound computes it in logs and ``value`` is ``inf``; otherwise it is ``ln value``.
         if self.log_value is None:
             v = self.value
-            object.__setattr__(self, "log_value", math.log(v) if 0 < v < math.inf else (-math.inf if v == 0 else math.inf))
+            object.__setattr__(
+                self, "log_value", math.log(v) if 0 < v < math.inf else (-math.inf if v == 0 else math.inf)
+            )
         elif not self.value < math.inf and math.isfinite(self.log_value):
             object.__setattr__(self, "value", math.inf)
 

@@ -36,16 +36,19 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     if not correction > 0:
         return BoundResult(value=0.0, per_layer={"bft_terms": measures.per_layer_sum(terms)})
     log_value = log_lipschitz(measures) + float(np.log(correction))
-    return BoundResult(value=safe_exp(log_value), log_value=log_value,
-                       per_layer={"bft_terms": measures.per_layer_sum(terms)})
+    return BoundResult(
+        value=safe_exp(log_value), log_value=log_value, per_layer={"bft_terms": measures.per_layer_sum(terms)}
+    )
 
 
-BOUNDS = (Bound(
-    name="bft",
-    title="Bartlett-Foster-Telgarsky spectral complexity",
-    reference="Bartlett, Foster & Telgarsky, NeurIPS 2017, Theorem 1.1 (R_A on the transformer chain)",
-    compute=_compute,
-    group="baselines",
-    needs=("spectral_norm", "norm_2_1", "Lambda"),
-    log_factor=covering_log_factor,
-),)
+BOUNDS = (
+    Bound(
+        name="bft",
+        title="Bartlett-Foster-Telgarsky spectral complexity",
+        reference="Bartlett, Foster & Telgarsky, NeurIPS 2017, Theorem 1.1 (R_A on the transformer chain)",
+        compute=_compute,
+        group="baselines",
+        needs=("spectral_norm", "norm_2_1", "Lambda"),
+        log_factor=covering_log_factor,
+    ),
+)

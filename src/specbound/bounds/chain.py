@@ -19,8 +19,12 @@ import numpy as np
 from ..archs.model import ModelDims
 from ..compute.layer_spectra import LayerSpectra
 from ..compute.measures import ModelMeasures, layer_norms
-from ..compute.propagation import (encoder_decoder_factors, encoder_decoder_log_lipschitz, layer_lipschitz,
-                                    memory_lipschitz)
+from ..compute.propagation import (
+    encoder_decoder_factors,
+    encoder_decoder_log_lipschitz,
+    layer_lipschitz,
+    memory_lipschitz,
+)
 
 
 def layer_factor(layer: LayerSpectra, dims: ModelDims, l_phi: float, norm) -> float:
@@ -52,8 +56,14 @@ def log_chain_factor(measures: ModelMeasures, norm) -> tuple[float, np.ndarray]:
     factors = np.array([layer_factor(layer, measures.dims, measures.l_phi, norm) for layer in measures.layers])
     if measures.log_lipschitz is None:
         return log_product(factors), factors
-    memory = np.array([memory_lipschitz(layer_norms(layer, measures.dims, norm), measures.l_phi)
-                       if layer.cross_qk is not None else math.nan for layer in measures.layers])
+    memory = np.array(
+        [
+            memory_lipschitz(layer_norms(layer, measures.dims, norm), measures.l_phi)
+            if layer.cross_qk is not None
+            else math.nan
+            for layer in measures.layers
+        ]
+    )
     first = int(np.argmax(~np.isnan(memory)))
     _, _, log_z = encoder_decoder_factors(factors, memory, first)
     return encoder_decoder_log_lipschitz(factors, log_z, first), factors

@@ -40,7 +40,8 @@ like ``sqrt(ln A)``, with depth through ``scale``.
 ``sqrt(ln prod_t N_t) <= sum_t sqrt(ln N_t)``, so the terms add.  Each term takes the index of its grid
 whose integral is smallest (ties to the smallest ``p``; a post-hoc choice like the headline's ``p*``, paid
 by the same union cost), so the gap never widens with the margin, and ``log_factor`` is the ratio of the
-integral to ``B_margin = sum_t C_t(p_t; scale_T / margin) + sqrt(L)`` at those indices.  ``sqrt(L)`` is not a covering term and is kept as it is.  Dudley's absolute constant stays in
+integral to ``B_margin = sum_t C_t(p_t; scale_T / margin) + sqrt(L)`` at those indices.  ``sqrt(L)`` is not a
+covering term and is kept as it is.  Dudley's absolute constant stays in
 ``c_lead``.
 """
 
@@ -98,14 +99,21 @@ def rank_class_dimension(rows: int, cols: int, rank: int) -> int:
     return int(min(rank * (rows + cols + 1), rows * cols)) if rank > 0 else 0
 
 
-def matrix_term(spectrum, *, log_scale: float, n: int, rank_tol: float, grid: np.ndarray,
-                budget_parts: int) -> CoveringTerm:
+def matrix_term(
+    spectrum, *, log_scale: float, n: int, rank_tol: float, grid: np.ndarray, budget_parts: int
+) -> CoveringTerm:
     """The covering term of one matrix (``spectrum``: what its complexity measures; ``log_scale`` the
     headline's, which splits the budget into ``budget_parts``)."""
     curve = ContributionCurve(spectrum, log_scale=log_scale, n=n, rank_tol=rank_tol)
     rows, cols = spectrum.shape
-    return CoveringTerm(curve, np.asarray(grid, dtype=np.float64), rank_class_dimension(rows, cols, curve.kept.size),
-                        (int(rows), int(cols)), int(rows) * int(cols), int(budget_parts))
+    return CoveringTerm(
+        curve,
+        np.asarray(grid, dtype=np.float64),
+        rank_class_dimension(rows, cols, curve.kept.size),
+        (int(rows), int(cols)),
+        int(rows) * int(cols),
+        int(budget_parts),
+    )
 
 
 def dudley_log_integral(a):
@@ -114,8 +122,9 @@ def dudley_log_integral(a):
     a = np.asarray(a, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         root = np.sqrt(np.maximum(a, 0.0))
-        out = np.where(a <= 0, np.exp(np.minimum(a, 0.0)) * math.sqrt(math.pi) / 2,
-                       root + math.sqrt(math.pi) / 2 * erfcx(root))
+        out = np.where(
+            a <= 0, np.exp(np.minimum(a, 0.0)) * math.sqrt(math.pi) / 2, root + math.sqrt(math.pi) / 2 * erfcx(root)
+        )
     return float(out) if out.ndim == 0 else out
 
 
@@ -142,7 +151,8 @@ def log_covering_number(term: CoveringTerm, p: float, eps, log_scale: float) -> 
     if kept.size == 0:
         return np.zeros_like(eps)
     log_a = log_radius(ContributionCurve.from_kept(kept, log_scale=log_scale, n=term.curve.n)) + (
-        0.0 if p == 0 else math.log(2.0))
+        0.0 if p == 0 else math.log(2.0)
+    )
     if p == 0:
         dims = np.full_like(eps, float(term.dimension))
     else:  # k(eps) = #{j <= k_max : eps < e_j}

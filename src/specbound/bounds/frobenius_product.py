@@ -31,12 +31,14 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=safe_exp(log_value), log_value=log_value, per_layer={"lambda_frobenius": factors})
 
 
-BOUNDS = (Bound(
-    name="frobenius_product",
-    title="Frobenius-norm product over the chain",
-    reference="Neyshabur, Tomioka & Srebro, COLT 2015; Golowich et al., COLT 2018 (measure only)",
-    compute=_compute,
-    group="baselines",
-    needs=("lipschitz_factor_frobenius",),
-    distance=False,
-),)
+BOUNDS = (
+    Bound(
+        name="frobenius_product",
+        title="Frobenius-norm product over the chain",
+        reference="Neyshabur, Tomioka & Srebro, COLT 2015; Golowich et al., COLT 2018 (measure only)",
+        compute=_compute,
+        group="baselines",
+        needs=("lipschitz_factor_frobenius",),
+        distance=False,
+    ),
+)

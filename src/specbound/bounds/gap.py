@@ -80,16 +80,26 @@ class GapParameters:
     confidence_constant: float = 1.0
 
     def __post_init__(self):  # validated where every option is (options.AnalysisOptions)
-        AnalysisOptions(n=self.n, margin=self.margin, delta=self.delta, lead_constant=self.lead_constant,
-                        confidence_constant=self.confidence_constant)
+        AnalysisOptions(
+            n=self.n,
+            margin=self.margin,
+            delta=self.delta,
+            lead_constant=self.lead_constant,
+            confidence_constant=self.confidence_constant,
+        )
 
     @classmethod
     def from_options(cls, options: AnalysisOptions) -> "GapParameters | None":
         """The gap parameters of ``options`` (None when no gap bound is asked for)."""
         if not options.gap_requested:
             return None
-        return cls(n=options.n, margin=options.margin, delta=options.delta, lead_constant=options.lead_constant,
-                   confidence_constant=options.confidence_constant)
+        return cls(
+            n=options.n,
+            margin=options.margin,
+            delta=options.delta,
+            lead_constant=options.lead_constant,
+            confidence_constant=options.confidence_constant,
+        )
 
 
 def gap_terms(value: float, log_factor: float, union_cost: float, params: GapParameters) -> dict[str, float | bool]:
@@ -98,8 +108,15 @@ def gap_terms(value: float, log_factor: float, union_cost: float, params: GapPar
     leading = params.lead_constant * value * log_factor / (params.margin * math.sqrt(n)) if value else 0.0
     confidence = params.confidence_constant * math.sqrt((math.log(1 / params.delta) + union_cost) / n)
     gap = leading + confidence
-    return {"complexity": value, "log_factor": log_factor, "union_cost": union_cost, "leading": leading,
-            "confidence": confidence, "gap": gap, "vacuous": not gap < LOSS_RANGE[1] - LOSS_RANGE[0]}
+    return {
+        "complexity": value,
+        "log_factor": log_factor,
+        "union_cost": union_cost,
+        "leading": leading,
+        "confidence": confidence,
+        "gap": gap,
+        "vacuous": not gap < LOSS_RANGE[1] - LOSS_RANGE[0],
+    }
 
 
 def covering_gap_terms(terms: list, sqrt_l: float, union_cost: float, params: GapParameters) -> dict:
@@ -109,9 +126,16 @@ def covering_gap_terms(terms: list, sqrt_l: float, union_cost: float, params: Ga
     leading = params.lead_constant * form["integral"] / math.sqrt(params.n) if form["complexity"] else 0.0
     confidence = params.confidence_constant * math.sqrt((math.log(1 / params.delta) + union_cost) / params.n)
     gap = leading + confidence
-    return {"complexity": form["complexity"], "log_factor": form["log_factor"], "union_cost": union_cost,
-            "leading": leading, "confidence": confidence, "gap": gap,
-            "vacuous": not gap < LOSS_RANGE[1] - LOSS_RANGE[0], "margin_form": MARGIN_INSIDE}
+    return {
+        "complexity": form["complexity"],
+        "log_factor": form["log_factor"],
+        "union_cost": union_cost,
+        "leading": leading,
+        "confidence": confidence,
+        "gap": gap,
+        "vacuous": not gap < LOSS_RANGE[1] - LOSS_RANGE[0],
+        "margin_form": MARGIN_INSIDE,
+    }
 
 
 # How the margin enters each bound's leading term (the ``margin_form`` of every gap entry).
@@ -128,17 +152,27 @@ def gap_bounds(measures: ModelMeasures, results: dict[str, BoundResult], params:
             continue
         union_cost = bound.union_cost(measures, params.n)
         if bound.covering_terms is not None:
-            out[name] = covering_gap_terms(bound.covering_terms(measures), math.sqrt(measures.dims.L), union_cost,
-                                           params)
+            out[name] = covering_gap_terms(
+                bound.covering_terms(measures), math.sqrt(measures.dims.L), union_cost, params
+            )
         else:
-            out[name] = {**gap_terms(result.value, bound.log_factor(measures, params.n), union_cost, params),
-                         "margin_form": MARGIN_OUTSIDE}
+            out[name] = {
+                **gap_terms(result.value, bound.log_factor(measures, params.n), union_cost, params),
+                "margin_form": MARGIN_OUTSIDE,
+            }
     return out
 
 
 def describe(params: GapParameters) -> dict:
     """The parameters and assumptions, for the output."""
-    return {"parameters": asdict(params), "loss_range": list(LOSS_RANGE), "assumptions": ASSUMPTIONS, "kind": KIND,
-            "unpaid_unions": list(UNPAID_UNIONS),
-            "unstated_constants": {"lead_constant": params.lead_constant,
-                                   "confidence_constant": params.confidence_constant}}
+    return {
+        "parameters": asdict(params),
+        "loss_range": list(LOSS_RANGE),
+        "assumptions": ASSUMPTIONS,
+        "kind": KIND,
+        "unpaid_unions": list(UNPAID_UNIONS),
+        "unstated_constants": {
+            "lead_constant": params.lead_constant,
+            "confidence_constant": params.confidence_constant,
+        },
+    }

@@ -53,8 +53,10 @@ def stable_ranks(measures: ModelMeasures) -> np.ndarray:
     ``Lambda_l(delta) <= Lambda_l`` (which reads the maxima), and ``sr_W(delta) <= stable_rank_sup``.
     Dividing a bound on ``||X||_F`` by the maximum of ``||X||_2`` would not be (docs/bounds.md 6)."""
     from_init = relative_norms(measures, lambda s: s.frobenius_norm) ** 2
-    return np.array([mm.spectrum.stable_rank if mm.delta is None else r
-                     for mm, r in zip(measures.matrices, from_init)], dtype=np.float64)
+    return np.array(
+        [mm.spectrum.stable_rank if mm.delta is None else r for mm, r in zip(measures.matrices, from_init)],
+        dtype=np.float64,
+    )
 
 
 def _compute(measures: ModelMeasures) -> BoundResult:
@@ -63,21 +65,24 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     if total == 0:
         return BoundResult(value=0.0, per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})
     log_value = math.log(depth_width_factor(measures)) + log_lipschitz(measures) + 0.5 * math.log(total)
-    return BoundResult(value=safe_exp(log_value), log_value=log_value,
-                       per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)})
+    return BoundResult(
+        value=safe_exp(log_value), log_value=log_value, per_layer={"nbs_stable_ranks": measures.per_layer_sum(stable)}
+    )
 
 
 def _union_cost(measures: ModelMeasures, n: int) -> float:
     return math.log(len(measures.matrices) * n)
 
 
-BOUNDS = (Bound(
-    name="nbs",
-    title="Neyshabur-Bhojanapalli-Srebro PAC-Bayes",
-    reference="Neyshabur, Bhojanapalli & Srebro, ICLR 2018, Theorem 1 (on the transformer chain)",
-    compute=_compute,
-    group="baselines",
-    needs=("spectral_norm", "frobenius_norm", "Lambda"),
-    log_factor=lambda measures, n: 1.0,
-    union_cost=_union_cost,
-),)
+BOUNDS = (
+    Bound(
+        name="nbs",
+        title="Neyshabur-Bhojanapalli-Srebro PAC-Bayes",
+        reference="Neyshabur, Bhojanapalli & Srebro, ICLR 2018, Theorem 1 (on the transformer chain)",
+        compute=_compute,
+        group="baselines",
+        needs=("spectral_norm", "frobenius_norm", "Lambda"),
+        log_factor=lambda measures, n: 1.0,
+        union_cost=_union_cost,
+    ),
+)

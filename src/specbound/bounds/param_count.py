@@ -9,7 +9,8 @@ between mixtures (DeepSeek's first layers) ``k N d_ff_dense``; an
 encoder-decoder sums its stacks, a decoder layer's cross-attention counted like its self-attention.
 
 Multi-head latent attention counts its stored projections (``q_a_proj``, ``q_b_proj`` or ``q_proj``,
-``kv_a_proj_with_mqa``, ``kv_b_proj``, ``o_proj``).  The stored factors are counted, not the ``N x N`` per-head products (whose entries are not free
+``kv_a_proj_with_mqa``, ``kv_b_proj``, ``o_proj``).  The stored factors are counted, not the ``N x N`` per-head
+products (whose entries are not free
 parameters).  Biases, normalisation parameters and embeddings are outside the analysed matrices and
 are not counted.  Classical VC-type bounds scale as ``sqrt(P ln n / n)`` up to depth factors
 (Bartlett et al., JMLR 2019, for piecewise-linear networks); softmax attention is outside their
@@ -36,8 +37,11 @@ def _stack_count(d, *, cross: bool = False) -> int:
     if d.moe is not None and d.moe.layers is not None:  # dense and expert layers (Llama 4)
         routed = sum(1 for l in set(d.moe.layers) if l < d.L)
         dense = next(l for l in range(d.L + 1) if l not in d.moe.layers)
-        return d.L * attention * (2 if cross else 1) + (routed and routed * d.layer_ff_parameters(d.moe.layers[0])) + \
-            (d.L - routed) * (0 if dense >= d.L else d.layer_ff_parameters(dense))
+        return (
+            d.L * attention * (2 if cross else 1)
+            + (routed and routed * d.layer_ff_parameters(d.moe.layers[0]))
+            + (d.L - routed) * (0 if dense >= d.L else d.layer_ff_parameters(dense))
+        )
     per_layer = attention * (2 if cross else 1) + d.ff_parameters
     return d.L * per_layer
 
@@ -46,12 +50,14 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=float(parameter_count(measures)))
 
 
-BOUNDS = (Bound(
-    name="param_count",
-    title="Parameter count (analysed tensors)",
-    reference="stored weights of the query/key/value/output and feed-forward tensors (measure only)",
-    compute=_compute,
-    group="baselines",
-    needs=("dims",),
-    distance=False,
-),)
+BOUNDS = (
+    Bound(
+        name="param_count",
+        title="Parameter count (analysed tensors)",
+        reference="stored weights of the query/key/value/output and feed-forward tensors (measure only)",
+        compute=_compute,
+        group="baselines",
+        needs=("dims",),
+        distance=False,
+    ),
+)

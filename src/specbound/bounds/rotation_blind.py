@@ -24,6 +24,7 @@ def _rotation_blind(bound: Bound):
     def compute(measures: ModelMeasures) -> BoundResult:
         result = bound.compute(measures.rotation_blind or measures)
         return BoundResult(value=result.value, log_value=result.log_value)  # no per-matrix columns
+
     return compute
 
 
@@ -32,7 +33,7 @@ BOUNDS = (
         name="spectral_adaptive_rotation_blind",
         title="Spectrum-adaptive, QK as if unrotated (rotary models)",
         reference="Sakai & Imaizumi, arXiv:2605.07297, Theorem 3.1 on W_Q^T W_K, ignoring rotary positions "
-                  "(a proxy, not a bound, for rotary models; docs/rotary.md)",
+        "(a proxy, not a bound, for rotary models; docs/rotary.md)",
         compute=_rotation_blind(SPECTRAL_ADAPTIVE),
         group="adaptive_variants",
         needs=SPECTRAL_ADAPTIVE.needs,

@@ -143,8 +143,9 @@ class ContributionCurve:
         return float(p[0]), float(value[0])
 
 
-def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
-                      max_steps: int = 200) -> tuple[np.ndarray, np.ndarray]:
+def continuous_minima(
+    curves: list[ContributionCurve], *, tol: float = 1e-13, max_steps: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
     """The minimiser over ``[0, 2]`` and the minimum of ``C`` for every curve at once.
 
     ``ln C(p) = g(p) / (p + 2)`` with ``g(p) = ln S_p + p ln(scale) + (p + 1) ln N``.  ``ln S_p``
@@ -170,7 +171,7 @@ def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
         mask = np.arange(width)[None, :] < ranks[:, None]
         logs = np.zeros((count, width))
         for i, c in enumerate(curves):
-            logs[i, :c.kept.size] = np.log(c.kept)
+            logs[i, : c.kept.size] = np.log(c.kept)
         top = np.where(mask, logs, -np.inf).max(axis=1, initial=-np.inf)
         top = np.where(ranks > 0, top, 0.0)
         shifted = np.where(mask, logs - top[:, None], 0.0)  # <= 0: no overflow in exp
@@ -213,5 +214,3 @@ def continuous_minima(curves: list[ContributionCurve], *, tol: float = 1e-13,
         candidates = [(c(0.0), 0.0), (c(2.0), 2.0), (c(float(p[i])), float(p[i]))]
         values[i], p[i] = min(candidates)
     return p, values
-
-

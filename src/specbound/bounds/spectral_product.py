@@ -18,12 +18,14 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return BoundResult(value=safe_exp(log_value), log_value=log_value)
 
 
-BOUNDS = (Bound(
-    name="spectral_product",
-    title="Spectral-norm product over the chain",
-    reference="prod_l Lambda_l (docs/spec.md section 3); Jiang et al., ICLR 2020 (measure only)",
-    compute=_compute,
-    group="baselines",
-    needs=("Lambda",),
-    distance=False,
-),)
+BOUNDS = (
+    Bound(
+        name="spectral_product",
+        title="Spectral-norm product over the chain",
+        reference="prod_l Lambda_l (docs/spec.md section 3); Jiang et al., ICLR 2020 (measure only)",
+        compute=_compute,
+        group="baselines",
+        needs=("Lambda",),
+        distance=False,
+    ),
+)

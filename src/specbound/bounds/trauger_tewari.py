@@ -30,12 +30,14 @@ def _compute(measures: ModelMeasures) -> BoundResult:
     return chain_result(measures, xi, {"xi_1_1": xi})
 
 
-BOUNDS = (Bound(
-    name="l11_proxy",
-    title="(1,1)-norm proxy (Trauger & Tewari style)",
-    reference="after Trauger & Tewari, AISTATS 2024 ((1,1)-norm covering), in the chain of docs/spec.md section 5",
-    compute=_compute,
-    group="baselines",
-    needs=("lipschitz_factor", "norm_1_1", "alpha"),
-    log_factor=covering_log_factor,
-),)
+BOUNDS = (
+    Bound(
+        name="l11_proxy",
+        title="(1,1)-norm proxy (Trauger & Tewari style)",
+        reference="after Trauger & Tewari, AISTATS 2024 ((1,1)-norm covering), in the chain of docs/spec.md section 5",
+        compute=_compute,
+        group="baselines",
+        needs=("lipschitz_factor", "norm_1_1", "alpha"),
+        log_factor=covering_log_factor,
+    ),
+)

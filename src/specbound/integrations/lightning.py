@@ -39,15 +39,27 @@ class SpecboundCallback(Callback):
         ``.config``.
     """
 
-    def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None, bounds="headline",
-                 run_name: str = "train", at_start: bool = True, quiet: bool = False, model_attr: str = "model",
-                 **options: Any):
+    def __init__(
+        self,
+        every_n_steps: int = 100,
+        *,
+        store: str | Path | None = None,
+        bounds="headline",
+        run_name: str = "train",
+        at_start: bool = True,
+        quiet: bool = False,
+        model_attr: str = "model",
+        **options: Any,
+    ):
         super().__init__()
-        self.monitor = BoundMonitor(every_n_steps, store=store, bounds=bounds, run_name=run_name,
-                                    at_start=at_start, quiet=quiet, **options)
+        self.monitor = BoundMonitor(
+            every_n_steps, store=store, bounds=bounds, run_name=run_name, at_start=at_start, quiet=quiet, **options
+        )
         if not isinstance(model_attr, str) or not model_attr:
-            raise SpecboundError(f"model_attr must name the LightningModule's attribute holding the model (a "
-                                 f"non-empty string), found {model_attr!r}")
+            raise SpecboundError(
+                f"model_attr must name the LightningModule's attribute holding the model (a "
+                f"non-empty string), found {model_attr!r}"
+            )
         self.model_attr = model_attr
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -61,8 +73,9 @@ class SpecboundCallback(Callback):
 
     def _analyse(self, trainer, pl_module) -> None:
         # the numbers the module logged (self.log: the training loss, validation metrics), latest values
-        scalars = self.monitor.measure(self._transformer(pl_module), trainer.global_step,
-                                       metrics=dict(trainer.callback_metrics))
+        scalars = self.monitor.measure(
+            self._transformer(pl_module), trainer.global_step, metrics=dict(trainer.callback_metrics)
+        )
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=trainer.global_step)
             logger.save()
@@ -75,5 +88,6 @@ class SpecboundCallback(Callback):
             raise SpecboundError(
                 f"SpecboundCallback analyses a transformer with a .config: {type(pl_module).__name__} has none "
                 f"and its attribute {self.model_attr!r} is {type(inner).__name__}; pass model_attr='NAME' "
-                f"naming the attribute that holds it")
+                f"naming the attribute that holds it"
+            )
         return inner

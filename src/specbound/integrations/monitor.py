@@ -68,16 +68,27 @@ class BoundMonitor:
         ``threads``, ...), checked here.
     """
 
-    def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None,
-                 bounds: str | Iterable[str] = "headline", run_name: str = "train", at_start: bool = True,
-                 quiet: bool = False, **options: Any):
+    def __init__(
+        self,
+        every_n_steps: int = 100,
+        *,
+        store: str | Path | None = None,
+        bounds: str | Iterable[str] = "headline",
+        run_name: str = "train",
+        at_start: bool = True,
+        quiet: bool = False,
+        **options: Any,
+    ):
         if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
-            raise SpecboundError(f"every_n_steps must be a positive integer (analyse every that many steps), "
-                                 f"found {every_n_steps!r}")
+            raise SpecboundError(
+                f"every_n_steps must be a positive integer (analyse every that many steps), found {every_n_steps!r}"
+            )
         given = sorted(set(options) & set(_NOT_HERE))
         if given:
-            raise SpecboundError(f"the training callbacks analyse the model in memory and take no {given[0]}= "
-                                 f"option; analyse a saved checkpoint with specbound.analyze(path, {given[0]}=...)")
+            raise SpecboundError(
+                f"the training callbacks analyse the model in memory and take no {given[0]}= "
+                f"option; analyse a saved checkpoint with specbound.analyze(path, {given[0]}=...)"
+            )
         check_path_argument(store, "store", "a results store folder")
         if not isinstance(run_name, str) or not run_name:
             raise SpecboundError(f"run_name must be a non-empty string (the records' run label), found {run_name!r}")
@@ -103,8 +114,9 @@ class BoundMonitor:
     def _bound_names(bounds) -> tuple[str, ...] | None:
         if bounds == "all":
             return None
-        wrong = SpecboundError(f"bounds must be 'headline', 'all' or a list of bound names ({', '.join(REGISTRY)}), "
-                               f"found {bounds!r}")
+        wrong = SpecboundError(
+            f"bounds must be 'headline', 'all' or a list of bound names ({', '.join(REGISTRY)}), found {bounds!r}"
+        )
         if isinstance(bounds, str):
             if bounds != "headline":
                 raise wrong
@@ -126,8 +138,9 @@ class BoundMonitor:
             return False
         return self.at_start and step == 0 if start else step > 0 and step % self.every_n_steps == 0
 
-    def measure(self, model: Any, step: int, *, metrics: Mapping[str, Any] | None = None,
-                hold: bool = False) -> dict[str, float]:
+    def measure(
+        self, model: Any, step: int, *, metrics: Mapping[str, Any] | None = None, hold: bool = False
+    ) -> dict[str, float]:
         """Analyse ``model`` (an ``nn.Module`` with a ``.config``) as it is at ``step``; append its
         record to the store; return the scalars to log, ``{"specbound/<bound>": value}`` and
         ``{"specbound/log10_<bound>": log10 value}`` (the log is finite however large the bound).
@@ -164,8 +177,10 @@ class BoundMonitor:
         if step > 0 and not self._said and not self.quiet:  # once, when a step's cost is known to set it against
             self._said = True
             per_step = training / step
-            say(f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
-                f"{self.every_n_steps} steps adds about {share(seconds / (per_step * self.every_n_steps))}")
+            say(
+                f"specbound: one analysis took {seconds:.2f} s, a training step {per_step:.3g} s: every "
+                f"{self.every_n_steps} steps adds about {share(seconds / (per_step * self.every_n_steps))}"
+            )
         return scalars
 
     def add_metrics(self, step: int, metrics: Mapping[str, Any]) -> None:
@@ -184,9 +199,16 @@ class BoundMonitor:
     def _record(self, model: Any, analysis, step: int, seconds: float, cpu_seconds: float):
         digest = state_digest(model)
         return record_from_analysis(
-            analysis, key=record_key(digest, self.options), source=f"{self.run_name}/step-{step}",
-            labels={"run": self.run_name, "step": int(step), "model": model_name(model)}, weights_sha256=digest,
-            options=self.options, seconds=seconds, cpu_seconds=cpu_seconds, mode="callback")
+            analysis,
+            key=record_key(digest, self.options),
+            source=f"{self.run_name}/step-{step}",
+            labels={"run": self.run_name, "step": int(step), "model": model_name(model)},
+            weights_sha256=digest,
+            options=self.options,
+            seconds=seconds,
+            cpu_seconds=cpu_seconds,
+            mode="callback",
+        )
 
 
 def _finite_number(value: Any) -> bool:

@@ -46,12 +46,28 @@ class SpecboundCallback(TrainerCallback):
         includes ``tensorboard``.
     """
 
-    def __init__(self, every_n_steps: int = 100, *, store: str | Path | None = None, bounds="headline",
-                 run_name: str | None = None, at_start: bool = True, quiet: bool = False,
-                 log_dir: str | Path | None = None, **options: Any):
+    def __init__(
+        self,
+        every_n_steps: int = 100,
+        *,
+        store: str | Path | None = None,
+        bounds="headline",
+        run_name: str | None = None,
+        at_start: bool = True,
+        quiet: bool = False,
+        log_dir: str | Path | None = None,
+        **options: Any,
+    ):
         check_path_argument(log_dir, "log_dir", "the TensorBoard folder")
-        self.monitor = BoundMonitor(every_n_steps, store=store, bounds=bounds, run_name=run_name or "train",
-                                    at_start=at_start, quiet=quiet, **options)
+        self.monitor = BoundMonitor(
+            every_n_steps,
+            store=store,
+            bounds=bounds,
+            run_name=run_name or "train",
+            at_start=at_start,
+            quiet=quiet,
+            **options,
+        )
         self._run_name_given = run_name is not None
         self._log_dir = None if log_dir is None else Path(log_dir)
         self._writer = None

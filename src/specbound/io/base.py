@@ -20,8 +20,24 @@ from ..errors import SpecboundError, os_errors, oversized_integer_text
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 # Bytes per stored value, by safetensors dtype code; an unknown code counts as 1 (the least a
 # declared value can take, so the size check never refuses a tensor that could fit).
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E8M0": 1}
+_ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+    "F8_E8M0": 1,
+}
 # JSON nesting beyond this is refused before parsing (Python's parser recurses once per level, and
 # a real config.json or shard index is a few levels deep).
 MAX_JSON_DEPTH = 200
@@ -131,8 +147,10 @@ class Checkpoint:
         """
         shape = self.shape(name)
         if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} declares the shape {shape}: expected "
-                                 f"non-negative integer dimensions; the checkpoint is corrupt, re-save it")
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} declares the shape {shape}: expected "
+                f"non-negative integer dimensions; the checkpoint is corrupt, re-save it"
+            )
         count = math.prod(int(d) for d in shape)
         stored = count * _ITEMSIZE.get(self.dtype(name), 1)
         # A missing file is left to the reader, whose message says which file and why.
@@ -198,8 +216,10 @@ class Checkpoint:
         part alone (:meth:`_raw_part`) reads only its bytes, so a bank of 128 experts is never held whole."""
         shape = self.shape(name)
         if not shape or not 0 <= index < int(shape[0]):
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} has shape {tuple(shape)}: it holds no "
-                                 f"part {index} along its first axis")
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} has shape {tuple(shape)}: it holds no "
+                f"part {index} along its first axis"
+            )
         with self._read_lock, os_errors(f"read part {index} of tensor {name!r} from {self.where(name)}"):
             raw = self._raw_part(name, index) if self.dtype(name) in FLOAT_DTYPES else None
         if raw is None:
@@ -211,7 +231,8 @@ class Checkpoint:
             raise SpecboundError(
                 f"tensor {name!r} in {self.where(name)} holds {int(np.count_nonzero(~np.isfinite(array)))} NaN/Inf "
                 f"value(s) in part {index}; the bounds are undefined for non-finite weights: re-export the "
-                f"checkpoint from a healthy training state")
+                f"checkpoint from a healthy training state"
+            )
         return array
 
     def _raw_compact(self, name: str) -> np.ndarray | None:
@@ -240,7 +261,6 @@ class Checkpoint:
 
     def close(self) -> None:
         """Release open files and cached shards."""
-
 
 
 def fingerprint(path: Path) -> str:
@@ -293,8 +313,9 @@ MAX_JSON_BYTES = 256 << 20
 MAX_SMALL_FILE_BYTES = 16 << 20
 
 
-def read_regular_file(path: Path, limit: int = MAX_SMALL_FILE_BYTES, what: str = "file",
-                      fix: str = "pass a regular file") -> bytes:
+def read_regular_file(
+    path: Path, limit: int = MAX_SMALL_FILE_BYTES, what: str = "file", fix: str = "pass a regular file"
+) -> bytes:
     """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes: checked with
     ``stat`` before it is opened (a FIFO would block the read, ``/dev/zero`` never end it), and read
     no further than ``limit`` (a file that grows meanwhile).  The one reader of every small file
@@ -306,8 +327,9 @@ def read_regular_file(path: Path, limit: int = MAX_SMALL_FILE_BYTES, what: str =
         if not stat.S_ISREG(info.st_mode):
             raise SpecboundError(f"the {what} {path} is not a regular file (a FIFO, a device or a folder); {fix}")
         if info.st_size > limit:
-            raise SpecboundError(f"the {what} {path} is {info.st_size:,} bytes, more than any {what} holds "
-                                 f"({limit:,}); {fix}")
+            raise SpecboundError(
+                f"the {what} {path} is {info.st_size:,} bytes, more than any {what} holds ({limit:,}); {fix}"
+            )
         with path.open("rb") as handle:
             data = handle.read(limit + 1)
     if len(data) > limit:
@@ -334,11 +356,9 @@ def decode_json(data: bytes, where: str, fix: str) -> Any:
     except ValueError as exc:
         if "integer string conversion" in str(exc):  # Python's int-string limit (errors.MAX_INT_DIGITS)
             raise oversized_integer_text(f"read {where}", fix) from None
-        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
-                             f"{str(exc)[:200]}); {fix}") from None
+        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: {str(exc)[:200]}); {fix}") from None
     except RecursionError as exc:
-        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: "
-                             f"{str(exc)[:200]}); {fix}") from None
+        raise SpecboundError(f"cannot read {where} as JSON ({type(exc).__name__}: {str(exc)[:200]}); {fix}") from None
 
 
 def _json_depth(text: str) -> int:
@@ -364,8 +384,9 @@ def read_config(folder: Path) -> dict[str, Any]:
             f"{folder} has no config.json: a Hugging Face model folder needs config.json beside "
             f"its weights (save the model with save_pretrained)"
         )
-    return check_config(load_json(cfg_path, "model config", "re-save the model with save_pretrained",
-                                  MAX_SMALL_FILE_BYTES), cfg_path)
+    return check_config(
+        load_json(cfg_path, "model config", "re-save the model with save_pretrained", MAX_SMALL_FILE_BYTES), cfg_path
+    )
 
 
 def check_config(config: Any, where: Any) -> dict[str, Any]:
@@ -373,5 +394,3 @@ def check_config(config: Any, where: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise SpecboundError(f"{where} must hold a JSON object, found {type(config).__name__}")
     return config
-
-

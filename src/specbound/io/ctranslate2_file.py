@@ -48,8 +48,14 @@ from .base import WEIGHTS_NOTE, Checkpoint, ReaderFacts, load_json
 
 BINARY_VERSIONS = (6,)
 # dtype id -> (numpy dtype, safetensors code), in the order of ctranslate2's DataType enum
-_DTYPES = {0: ("<f4", "F32"), 1: ("<i1", "I8"), 2: ("<i2", "I16"), 3: ("<i4", "I32"), 4: ("<f2", "F16"),
-           5: ("<u2", "BF16")}
+_DTYPES = {
+    0: ("<f4", "F32"),
+    1: ("<i1", "I8"),
+    2: ("<i2", "I16"),
+    3: ("<i4", "I32"),
+    4: ("<f2", "F16"),
+    5: ("<u2", "BF16"),
+}
 MAX_VARIABLES = 1_000_000
 MAX_RANK = 8
 MAX_ALIASES = 1_000_000
@@ -67,8 +73,10 @@ class Variable:
 
 
 def _corrupt(path: Path, why: str) -> SpecboundError:
-    return SpecboundError(f"cannot read {path} as a CTranslate2 model.bin: {why}; the file is truncated or corrupt, "
-                          f"re-convert the model with ct2-transformers-converter")
+    return SpecboundError(
+        f"cannot read {path} as a CTranslate2 model.bin: {why}; the file is truncated or corrupt, "
+        f"re-convert the model with ct2-transformers-converter"
+    )
 
 
 def read_model_bin(path: Path) -> tuple[str, dict[str, Variable], dict[str, str]]:
@@ -103,9 +111,11 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, Variable], dict[str, str]
 
         version = u("I")
         if version not in BINARY_VERSIONS:
-            raise SpecboundError(f"{path} is a CTranslate2 model.bin of binary version {version}; specbound reads "
-                                 f"version {', '.join(map(str, BINARY_VERSIONS))} (CTranslate2 >= 3): re-convert the "
-                                 f"model with a current ct2-transformers-converter")
+            raise SpecboundError(
+                f"{path} is a CTranslate2 model.bin of binary version {version}; specbound reads "
+                f"version {', '.join(map(str, BINARY_VERSIONS))} (CTranslate2 >= 3): re-convert the "
+                f"model with a current ct2-transformers-converter"
+            )
         spec = text()
         u("I")  # the spec's revision
         count = u("I")
@@ -123,14 +133,21 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, Variable], dict[str, str]
                 raise _corrupt(path, f"variable {name!r} has the unknown dtype id {dtype}")
             n_bytes = u("I")
             if n_bytes != math.prod(shape) * np.dtype(_DTYPES[dtype][0]).itemsize:
-                raise _corrupt(path, f"variable {name!r} of shape {shape} as {_DTYPES[dtype][1]} spans {n_bytes:,} "
-                                     f"bytes, not {math.prod(shape) * np.dtype(_DTYPES[dtype][0]).itemsize:,}")
+                raise _corrupt(
+                    path,
+                    f"variable {name!r} of shape {shape} as {_DTYPES[dtype][1]} spans {n_bytes:,} "
+                    f"bytes, not {math.prod(shape) * np.dtype(_DTYPES[dtype][0]).itemsize:,}",
+                )
             if pos + n_bytes > size:
-                raise _corrupt(path, f"variable {name!r} lies at bytes {pos:,}..{pos + n_bytes:,}, beyond its "
-                                     f"{size:,} bytes")
+                raise _corrupt(
+                    path, f"variable {name!r} lies at bytes {pos:,}..{pos + n_bytes:,}, beyond its {size:,} bytes"
+                )
             if name in variables:
-                raise _corrupt(path, f"it holds the variable {name!r} twice (at bytes {variables[name].start:,} and "
-                                     f"{pos:,}), and a reader would take either")
+                raise _corrupt(
+                    path,
+                    f"it holds the variable {name!r} twice (at bytes {variables[name].start:,} and "
+                    f"{pos:,}), and a reader would take either",
+                )
             variables[name] = Variable(shape, dtype, pos, n_bytes)
             f.seek(n_bytes, 1)
             pos += n_bytes
@@ -143,8 +160,11 @@ def read_model_bin(path: Path) -> tuple[str, dict[str, Variable], dict[str, str]
             if target not in variables:
                 raise _corrupt(path, f"the alias {alias!r} names {target!r}, which it does not hold")
             if alias in aliases or alias in variables:
-                raise _corrupt(path, f"the alias {alias!r} names {target!r} and is also "
-                                     f"{'an alias of ' + repr(aliases[alias]) if alias in aliases else 'a variable'}")
+                raise _corrupt(
+                    path,
+                    f"the alias {alias!r} names {target!r} and is also "
+                    f"{'an alias of ' + repr(aliases[alias]) if alias in aliases else 'a variable'}",
+                )
             aliases[alias] = target
     return spec, variables, aliases
 
@@ -195,10 +215,14 @@ class CTranslate2Checkpoint(Checkpoint):
         if not quantized:
             return {}
         kinds = sorted({"int8" if c == "I8" else "int16" for c in quantized.values()})
-        return {WEIGHTS_NOTE: (
-            f"quantized CTranslate2 model ({', '.join(kinds)} weights with weight_scale; {len(quantized)} tensors): "
-            f"the weights analysed are the dequantized values float32(q) * (1 / scale) CTranslate2 computes with "
-            f"on CPU, so the bounds are of the quantized model")}
+        return {
+            WEIGHTS_NOTE: (
+                f"quantized CTranslate2 model ({', '.join(kinds)} weights with weight_scale; {len(quantized)} "
+                "tensors): "
+                f"the weights analysed are the dequantized values float32(q) * (1 / scale) CTranslate2 computes with "
+                f"on CPU, so the bounds are of the quantized model"
+            )
+        }
 
     def shape(self, name: str) -> tuple[int, ...]:
         var, a, b = self.parts[name]
@@ -228,10 +252,12 @@ class CTranslate2Checkpoint(Checkpoint):
         v = self.variables[var]
         if self._map is None:
             self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        data = self._map[v.start:v.start + v.n_bytes]
+        data = self._map[v.start : v.start + v.n_bytes]
         if data.size != v.n_bytes:
-            raise SpecboundError(f"cannot read {self.path}: variable {var!r} lies beyond its end (truncated while "
-                                 f"read); re-convert the model")
+            raise SpecboundError(
+                f"cannot read {self.path}: variable {var!r} lies beyond its end (truncated while "
+                f"read); re-convert the model"
+            )
         words = data.view(_DTYPES[v.dtype][0]).reshape(v.shape)
         if v.dtype == 5:
             return (words.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -245,14 +271,18 @@ class CTranslate2Checkpoint(Checkpoint):
             scale = self._values(scale_name) if scale_name in self.variables else None
             rows = values.shape[0] if values.ndim else 1
             if scale is None or scale.size not in (1, rows) or not np.all(np.isfinite(scale)) or np.any(scale == 0):
-                raise SpecboundError(f"cannot dequantize {self.where(name)}: its weight_scale is missing, zero, "
-                                     f"non-finite or not one per row; re-convert the model")
+                raise SpecboundError(
+                    f"cannot dequantize {self.where(name)}: its weight_scale is missing, zero, "
+                    f"non-finite or not one per row; re-convert the model"
+                )
             with np.errstate(all="ignore"):  # a scale so small that 1 / scale overflows: refused below, unwarned
                 values = dequantize(values, scale)
                 finite = np.isfinite(values.sum())
             if not finite:
-                raise SpecboundError(f"cannot dequantize {self.where(name)}: its weight_scale holds a value so near 0 "
-                                     f"that 1 / scale overflows float32; the file is corrupt: re-convert the model")
+                raise SpecboundError(
+                    f"cannot dequantize {self.where(name)}: its weight_scale holds a value so near 0 "
+                    f"that 1 / scale overflows float32; the file is corrupt: re-convert the model"
+                )
         return values[a:b] if values.ndim else values
 
     def close(self) -> None:
@@ -283,7 +313,7 @@ def _looks_like_ct2(path: Path) -> bool:
     if len(head) < 8:
         return False
     version, n = struct.unpack_from("<IH", head)
-    return 1 <= version <= 64 and 2 <= n <= 58 and head[6:6 + n - 1].decode("ascii", "replace").endswith("Spec")
+    return 1 <= version <= 64 and 2 <= n <= 58 and head[6 : 6 + n - 1].decode("ascii", "replace").endswith("Spec")
 
 
 def open_ctranslate2_folder(folder: Path, config: dict[str, Any] | None = None) -> CTranslate2Checkpoint:
@@ -295,9 +325,11 @@ def open_ctranslate2(path: Path, config: dict[str, Any] | None = None) -> CTrans
     """A CTranslate2 ``model.bin`` (its folder's config.json, CTranslate2's own, read beside it;
     ``config``: keys that override the rebuilt Hugging Face config)."""
     if not _looks_like_ct2(path):
-        raise SpecboundError(f"{path} is not a CTranslate2 model.bin (it does not start with a binary version and a "
-                             f"spec name); a PyTorch state dict is read from pytorch_model.bin in a folder, or when "
-                             f"named as a file: specbound analyze folder/weights.bin")
+        raise SpecboundError(
+            f"{path} is not a CTranslate2 model.bin (it does not start with a binary version and a "
+            f"spec name); a PyTorch state dict is read from pytorch_model.bin in a folder, or when "
+            f"named as a file: specbound analyze folder/weights.bin"
+        )
     spec, variables, aliases = read_model_bin(path)
     ct2_config: dict[str, Any] = {}
     if (path.parent / "config.json").is_file():
@@ -314,15 +346,19 @@ def open_ctranslate2(path: Path, config: dict[str, Any] | None = None) -> CTrans
     elif spec == "TransformerSpec":
         hf_config, parts = _seq2seq(scalars, ct2_config)
     else:
-        raise SpecboundError(f"{path} is a CTranslate2 {spec}; specbound reads {', '.join(SPECS)} (Whisper, LLaMA-style "
-                             f"decoders, BERT-style encoders, Transformer encoder-decoders): analyse the Hugging Face "
-                             f"model it was converted from")
+        raise SpecboundError(
+            f"{path} is a CTranslate2 {spec}; specbound reads {', '.join(SPECS)} (Whisper, LLaMA-style "
+            f"decoders, BERT-style encoders, Transformer encoder-decoders): analyse the Hugging Face "
+            f"model it was converted from"
+        )
     for name, (var, a, b) in parts.items():
         v = variables[var]
         if v.dtype == 3:
-            raise SpecboundError(f"{path}: CTranslate2 variable {var!r} is stored as int32 (pre-quantized AWQ weights "
-                                 f"in CTranslate2), which specbound does not read; analyse the AWQ checkpoint itself or "
-                                 f"convert the float model")
+            raise SpecboundError(
+                f"{path}: CTranslate2 variable {var!r} is stored as int32 (pre-quantized AWQ weights "
+                f"in CTranslate2), which specbound does not read; analyse the AWQ checkpoint itself or "
+                f"convert the float model"
+            )
         if not v.shape or not 0 <= a < b <= v.shape[0]:
             raise _corrupt(path, f"variable {var!r} of shape {v.shape} does not hold rows {a}..{b} of {name}")
     hf_config["ctranslate2_spec"] = spec
@@ -342,8 +378,10 @@ class _Scalars:
 
     def var(self, name: str) -> str:
         if name not in self.resolve:
-            raise SpecboundError(f"{self.path} holds no variable {name!r}, which every such CTranslate2 spec has; "
-                                 f"the file is corrupt or of a spec specbound does not read: re-convert the model")
+            raise SpecboundError(
+                f"{self.path} holds no variable {name!r}, which every such CTranslate2 spec has; "
+                f"the file is corrupt or of a spec specbound does not read: re-convert the model"
+            )
         return self.resolve[name]
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -449,10 +487,14 @@ def _whisper(s: _Scalars) -> tuple[dict[str, Any], dict]:
     parts: dict = {}
     cfg = _stacks(s, parts, "model.")
     conv1 = s.shape("encoder/conv1/weight")
-    cfg.update(model_type="whisper", activation_function=s.activation("decoder/activation"),
-               vocab_size=s.rows("decoder/embeddings/weight"), num_mel_bins=conv1[1] if len(conv1) == 3 else None,
-               max_source_positions=s.rows("encoder/position_encodings/encodings"),
-               max_target_positions=s.rows("decoder/position_encodings/encodings"))
+    cfg.update(
+        model_type="whisper",
+        activation_function=s.activation("decoder/activation"),
+        vocab_size=s.rows("decoder/embeddings/weight"),
+        num_mel_bins=conv1[1] if len(conv1) == 3 else None,
+        max_source_positions=s.rows("encoder/position_encodings/encodings"),
+        max_target_positions=s.rows("decoder/position_encodings/encodings"),
+    )
     for name in ("conv1", "conv2"):
         _whole(parts, s, f"encoder/{name}/weight", f"model.encoder.{name}.weight")
     _whole(parts, s, "decoder/embeddings/weight", "model.decoder.embed_tokens.weight")
@@ -463,16 +505,22 @@ def _seq2seq(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
     parts: dict = {}
     cfg = _stacks(s, parts, "model.")
     pre_norm = bool(s.scalar("decoder/pre_norm", 0))
-    cfg.update(model_type="bart", activation_function=s.activation("decoder/activation"),
-               normalize_before=pre_norm, vocab_size=s.rows(_first_embedding(s, "decoder")))
+    cfg.update(
+        model_type="bart",
+        activation_function=s.activation("decoder/activation"),
+        normalize_before=pre_norm,
+        vocab_size=s.rows(_first_embedding(s, "decoder")),
+    )
     _whole(parts, s, _first_embedding(s, "encoder"), "model.encoder.embed_tokens.weight")
     return cfg, parts
 
 
 def _first_embedding(s: _Scalars, stack: str) -> str:
     """The token embedding of ``stack`` (``embeddings`` or, with several inputs, ``embeddings_0``)."""
-    return next((n for n in (f"{stack}/embeddings/weight", f"{stack}/embeddings_0/weight") if s.has(n)),
-                f"{stack}/embeddings/weight")
+    return next(
+        (n for n in (f"{stack}/embeddings/weight", f"{stack}/embeddings_0/weight") if s.has(n)),
+        f"{stack}/embeddings/weight",
+    )
 
 
 def _llama(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
@@ -480,33 +528,56 @@ def _llama(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
     gated = s.has(f"{layer0}/ffn/linear_0_noact/weight")
     rms = not s.has(f"{layer0}/self_attention/layer_norm/beta")
     rotary = s.has(f"{layer0}/self_attention/rotary_dim")
-    extra = [n for n in ("q_norm", "k_norm", "pre_feedforward_layer_norm", "post_attention_layer_norm")
-             if any(k.startswith(f"{layer0}/") and f"/{n}/" in k for k in s.resolve)]
+    extra = [
+        n
+        for n in ("q_norm", "k_norm", "pre_feedforward_layer_norm", "post_attention_layer_norm")
+        if any(k.startswith(f"{layer0}/") and f"/{n}/" in k for k in s.resolve)
+    ]
     if not (gated and rms and rotary) or s.has("decoder/position_encodings/encodings") or extra:
-        style = ", ".join(f for f, ok in (("a gated feed-forward", gated), ("RMS norms", rms), ("rotary attention", rotary))
-                          if not ok) or f"the extra {', '.join(extra) or 'position table'}"
-        raise SpecboundError(f"{s.path} is a CTranslate2 TransformerDecoderSpec without LLaMA's layout (it lacks "
-                             f"or has {style}): specbound reads LLaMA-style decoders (Llama, Mistral, Qwen2) from "
-                             f"CTranslate2; analyse the Hugging Face model it was converted from")
+        style = (
+            ", ".join(
+                f
+                for f, ok in (("a gated feed-forward", gated), ("RMS norms", rms), ("rotary attention", rotary))
+                if not ok
+            )
+            or f"the extra {', '.join(extra) or 'position table'}"
+        )
+        raise SpecboundError(
+            f"{s.path} is a CTranslate2 TransformerDecoderSpec without LLaMA's layout (it lacks "
+            f"or has {style}): specbound reads LLaMA-style decoders (Llama, Mistral, Qwen2) from "
+            f"CTranslate2; analyse the Hugging Face model it was converted from"
+        )
     d = s.rows(f"{layer0}/self_attention/linear_1/weight")
     heads = _heads(s, "decoder/num_heads", d)
     kv = int(s.scalar(f"{layer0}/self_attention/num_heads_kv", heads))
     qkv = s.rows(f"{layer0}/self_attention/linear_0/weight")
-    head_dim = int(s.scalar(f"{layer0}/self_attention/head_dim", d // heads)) if s.has(f"{layer0}/self_attention/head_dim") \
+    head_dim = (
+        int(s.scalar(f"{layer0}/self_attention/head_dim", d // heads))
+        if s.has(f"{layer0}/self_attention/head_dim")
         else s.matrix(f"{layer0}/self_attention/linear_1/weight")[1] // heads
+    )
     if kv <= 0 or heads % kv or qkv != (heads + 2 * kv) * head_dim:
-        raise _corrupt(s.path, f"its fused attention has {qkv} rows, not (heads {heads} + 2 x kv heads {kv}) x "
-                               f"head_dim {head_dim}")
+        raise _corrupt(
+            s.path, f"its fused attention has {qkv} rows, not (heads {heads} + 2 x kv heads {kv}) x head_dim {head_dim}"
+        )
     rotary_dim = int(s.scalar(f"{layer0}/self_attention/rotary_dim"))
     if rotary_dim not in (0, head_dim) or bool(s.scalar(f"{layer0}/self_attention/rotary_interleave", 0)):
-        raise SpecboundError(f"{s.path}: the CTranslate2 decoder rotates {rotary_dim} of {head_dim} dimensions"
-                             f"{' interleaved' if s.scalar(f'{layer0}/self_attention/rotary_interleave', 0) else ''}; "
-                             f"specbound reads LLaMA's full rotate-half rotary from CTranslate2")
+        raise SpecboundError(
+            f"{s.path}: the CTranslate2 decoder rotates {rotary_dim} of {head_dim} dimensions"
+            f"{' interleaved' if s.scalar(f'{layer0}/self_attention/rotary_interleave', 0) else ''}; "
+            f"specbound reads LLaMA's full rotate-half rotary from CTranslate2"
+        )
     n = s.count("decoder")
     cfg: dict[str, Any] = {
-        "model_type": "llama", "hidden_size": d, "num_hidden_layers": n, "num_attention_heads": heads,
-        "num_key_value_heads": kv, "head_dim": head_dim, "intermediate_size": s.rows(f"{layer0}/ffn/linear_0/weight"),
-        "hidden_act": s.activation("decoder/activation"), "vocab_size": s.rows("decoder/embeddings/weight"),
+        "model_type": "llama",
+        "hidden_size": d,
+        "num_hidden_layers": n,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": head_dim,
+        "intermediate_size": s.rows(f"{layer0}/ffn/linear_0/weight"),
+        "hidden_act": s.activation("decoder/activation"),
+        "vocab_size": s.rows("decoder/embeddings/weight"),
         "rope_theta": float(s.scalar(f"{layer0}/self_attention/rotary_base", 10000.0)),
     }
     if "layer_norm_epsilon" in ct2:
@@ -515,15 +586,22 @@ def _llama(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
         kind = int(s.scalar(f"{layer0}/self_attention/rotary_scaling_type"))
         factor = float(s.scalar(f"{layer0}/self_attention/rotary_scaling_factor", 1.0))
         if kind != 0:
-            raise SpecboundError(f"{s.path}: the CTranslate2 decoder's rotary scaling type {kind} (Su/LongRoPE or "
-                                 f"Llama 3) keeps settings the spec does not store in full; specbound reads linear "
-                                 f"scaling only from CTranslate2: analyse the Hugging Face model it was converted from")
+            raise SpecboundError(
+                f"{s.path}: the CTranslate2 decoder's rotary scaling type {kind} (Su/LongRoPE or "
+                f"Llama 3) keeps settings the spec does not store in full; specbound reads linear "
+                f"scaling only from CTranslate2: analyse the Hugging Face model it was converted from"
+            )
         cfg["rope_scaling"] = {"rope_type": "linear", "factor": factor}
     parts: dict = {}
     for i in range(n):
         src, dst = f"decoder/layer_{i}", f"model.layers.{i}"
-        _split(parts, s, f"{src}/self_attention/linear_0/weight",
-               [f"{dst}.self_attn.{p}_proj.weight" for p in "qkv"], [heads * head_dim, kv * head_dim, kv * head_dim])
+        _split(
+            parts,
+            s,
+            f"{src}/self_attention/linear_0/weight",
+            [f"{dst}.self_attn.{p}_proj.weight" for p in "qkv"],
+            [heads * head_dim, kv * head_dim, kv * head_dim],
+        )
         _whole(parts, s, f"{src}/self_attention/linear_1/weight", f"{dst}.self_attn.o_proj.weight")
         _whole(parts, s, f"{src}/ffn/linear_0/weight", f"{dst}.mlp.gate_proj.weight")
         _whole(parts, s, f"{src}/ffn/linear_0_noact/weight", f"{dst}.mlp.up_proj.weight")
@@ -538,9 +616,12 @@ def _bert(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
     n = s.count("encoder")
     emb = next((e for e in ("encoder/embeddings_0/weight", "encoder/embeddings/weight") if s.has(e)), None)
     cfg: dict[str, Any] = {
-        "model_type": "bert", "hidden_size": d, "num_hidden_layers": n,
+        "model_type": "bert",
+        "hidden_size": d,
+        "num_hidden_layers": n,
         "num_attention_heads": _heads(s, "encoder/num_heads", d),
-        "intermediate_size": s.rows(f"{layer0}/ffn/linear_0/weight"), "hidden_act": s.activation("encoder/activation"),
+        "intermediate_size": s.rows(f"{layer0}/ffn/linear_0/weight"),
+        "hidden_act": s.activation("encoder/activation"),
         "vocab_size": s.rows(emb) if emb else None,
     }
     if s.has("encoder/position_encodings/encodings"):
@@ -552,8 +633,13 @@ def _bert(s: _Scalars, ct2: dict) -> tuple[dict[str, Any], dict]:
     parts: dict = {}
     for i in range(n):
         src, dst = f"encoder/layer_{i}", f"encoder.layer.{i}"
-        _split(parts, s, f"{src}/self_attention/linear_0/weight",
-               [f"{dst}.attention.self.{p}.weight" for p in ("query", "key", "value")], [d, d, d])
+        _split(
+            parts,
+            s,
+            f"{src}/self_attention/linear_0/weight",
+            [f"{dst}.attention.self.{p}.weight" for p in ("query", "key", "value")],
+            [d, d, d],
+        )
         _whole(parts, s, f"{src}/self_attention/linear_1/weight", f"{dst}.attention.output.dense.weight")
         _whole(parts, s, f"{src}/ffn/linear_0/weight", f"{dst}.intermediate.dense.weight")
         _whole(parts, s, f"{src}/ffn/linear_1/weight", f"{dst}.output.dense.weight")

@@ -23,27 +23,47 @@ from .lora import is_adapter_folder, open_adapter
 from .pytorch import from_memory
 from .quantized import maybe_quantized  # GPTQ, AWQ, compressed-tensors, bitsandbytes, MLX
 from .sentence_modules import read_sentence_modules
-from .formats import (CTRANSLATE2, FOLDER_FILES, FORMATS, GGUF, INDEX_FILES, ONNX, PYTORCH, SAFETENSORS, WEIGHT_SUFFIXES,
-                      format_of)
+from .formats import (
+    CTRANSLATE2,
+    FOLDER_FILES,
+    FORMATS,
+    GGUF,
+    INDEX_FILES,
+    ONNX,
+    PYTORCH,
+    SAFETENSORS,
+    WEIGHT_SUFFIXES,
+    format_of,
+)
 
 
-def open_checkpoint(source: Any, config: dict[str, Any] | None = None, *, stream: bool = False,
-                    disk_budget: int | str | None = None, base: Any = None) -> Checkpoint:
+def open_checkpoint(
+    source: Any,
+    config: dict[str, Any] | None = None,
+    *,
+    stream: bool = False,
+    disk_budget: int | str | None = None,
+    base: Any = None,
+) -> Checkpoint:
     """Resolve ``source`` to a :class:`Checkpoint`.
 
     ``source`` is a Hugging Face model folder (safetensors, single or sharded, else PyTorch
     ``pytorch_model.bin`` single or sharded, else an ONNX export ``model.onnx``), a weights file
     (``.safetensors``, ``.bin``, ``.pt``, ``.pth``, ``.onnx``) with config.json beside it, a hub id
-    (``org/name[@revision]``) from the local Hugging Face cache or fetched (:mod:`.hub_fetch`), or an in-memory ``torch.nn.Module`` / state dict (``config`` needed for a
+    (``org/name[@revision]``) from the local Hugging Face cache or fetched (:mod:`.hub_fetch`), or an in-memory
+    ``torch.nn.Module`` / state dict (``config`` needed for a
     bare state dict).  ``stream``: a hub id not in the cache is read by HTTP range requests, never
     downloaded; ``disk_budget`` (bytes, or ``"20GB"``): a hub id whose files exceed it is streamed
-    (default: the free space of the cache's filesystem) (:mod:`.hub_fetch`).  A PEFT LoRA adapter folder (``adapter_config.json``) is merged into ``base``
+    (default: the free space of the cache's filesystem) (:mod:`.hub_fetch`).  A PEFT LoRA adapter folder
+    (``adapter_config.json``) is merged into ``base``
     (any source above; None: the base the adapter names) as it is read (:mod:`.lora`).
     """
     refuse_oversized_integers(config, "config", "pass the dimensions as config.json holds them")
     if stream and (not isinstance(source, (str, os.PathLike)) or Path(source).expanduser().exists()):
-        raise SpecboundError(f"stream=True (--stream) reads a hub id ORG/NAME by HTTP range requests; "
-                             f"{_shown(source)} is not one: leave --stream out for a local model")
+        raise SpecboundError(
+            f"stream=True (--stream) reads a hub id ORG/NAME by HTTP range requests; "
+            f"{_shown(source)} is not one: leave --stream out for a local model"
+        )
     if disk_budget is not None:  # a budget that does not parse is an error, cached model or not
         disk_budget = parse_size(disk_budget)
     if not isinstance(source, (str, os.PathLike)):
@@ -62,13 +82,21 @@ def _shown(source: Any) -> str:
 
 def _refuse_base(base: Any, what: str) -> None:
     if base is not None:
-        raise SpecboundError(f"base={base!s} (--base) names the base model of a PEFT LoRA adapter, but {what} is "
-                             f"not an adapter folder (adapter_config.json + adapter_model.safetensors); leave base "
-                             f"out, or pass initial weights with init (--init)")
+        raise SpecboundError(
+            f"base={base!s} (--base) names the base model of a PEFT LoRA adapter, but {what} is "
+            f"not an adapter folder (adapter_config.json + adapter_model.safetensors); leave base "
+            f"out, or pass initial weights with init (--init)"
+        )
 
 
-def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stream: bool = False,
-               disk_budget: int | str | None = None, base: Any = None) -> Checkpoint:
+def _open_path(
+    source: str | os.PathLike,
+    config: dict[str, Any] | None,
+    *,
+    stream: bool = False,
+    disk_budget: int | str | None = None,
+    base: Any = None,
+) -> Checkpoint:
     path = Path(source).expanduser()
     if not path.exists():
         if not looks_like_hub_id(str(source)):
@@ -79,8 +107,9 @@ def _open_path(source: str | os.PathLike, config: dict[str, Any] | None, *, stre
         try:
             path = resolve_hub_id(str(source), stream=stream, disk_budget=disk_budget)
         except SpecboundError as exc:  # say both readings: no such local path, and what the hub said
-            raise SpecboundError(f"{exc}; no local folder or file {source!s} exists either (looked in "
-                                 f"{Path.cwd()})") from None
+            raise SpecboundError(
+                f"{exc}; no local folder or file {source!s} exists either (looked in {Path.cwd()})"
+            ) from None
         if isinstance(path, Checkpoint):  # streamed: config.json read from the server
             _refuse_base(base, f"the streamed model {source!s}")
             return maybe_quantized(path)  # keeps the streamed checkpoint's hub_source
@@ -117,8 +146,17 @@ def _open_folder(path: Path, config: dict[str, Any] | None) -> Checkpoint:
     _no_weights(path)
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
-                   "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "special_tokens_map.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "special_tokens_map.json",
+)
 
 
 def _refuse_tokenizer_only(folder: Path) -> None:
@@ -127,8 +165,10 @@ def _refuse_tokenizer_only(folder: Path) -> None:
     tokenizer = sorted(names & set(TOKENIZER_FILES))
     weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES) or n.endswith(".index.json")]
     if tokenizer and not weights and "onnx" not in names:
-        raise SpecboundError(f"{folder} holds a tokenizer only ({', '.join(tokenizer)}): no model weights and no "
-                             f"config.json; point specbound at the model's folder (config.json + model.safetensors)")
+        raise SpecboundError(
+            f"{folder} holds a tokenizer only ({', '.join(tokenizer)}): no model weights and no "
+            f"config.json; point specbound at the model's folder (config.json + model.safetensors)"
+        )
 
 
 def _with_config(ckpt: Checkpoint, folder: Path) -> Checkpoint:
@@ -142,8 +182,10 @@ def _refuse_folders_named_like_files(folder: Path) -> None:
     """A folder where a weights file or index belongs is an error naming it (not "no weights")."""
     for name in (*FOLDER_FILES, *INDEX_FILES):
         if (folder / name).is_dir():
-            raise SpecboundError(f"{folder / name} is a folder, not a file: a model folder holds its weights "
-                                 f"in the file {name}; move the folder away or put the weights file there")
+            raise SpecboundError(
+                f"{folder / name} is a folder, not a file: a model folder holds its weights "
+                f"in the file {name}; move the folder away or put the weights file there"
+            )
 
 
 def _open_file(path: Path, config: dict[str, Any] | None = None) -> Checkpoint:
@@ -170,11 +212,15 @@ def _no_weights(folder: Path):
     present = sorted(p.name for p in folder.iterdir())
     hint = "save the model with save_pretrained (safetensors is its default format)"
     if any(name.endswith((*PYTORCH.suffixes, ".ckpt")) for name in present):
-        hint = (f"PyTorch weights are read from {PYTORCH.folder_files[0]} (or its index) in a folder, or when "
-                "named as a file: specbound analyze folder/weights.pt")
+        hint = (
+            f"PyTorch weights are read from {PYTORCH.folder_files[0]} (or its index) in a folder, or when "
+            "named as a file: specbound analyze folder/weights.pt"
+        )
     if any(name.endswith(ONNX.suffixes) for name in present):
-        hint = (f"ONNX exports are read from {' or '.join(ONNX.folder_files)} in a folder, or when named as a "
-                f"file: specbound analyze folder/exported.onnx")
+        hint = (
+            f"ONNX exports are read from {' or '.join(ONNX.folder_files)} in a folder, or when named as a "
+            f"file: specbound analyze folder/exported.onnx"
+        )
     shown = present[:20] + (["..."] if len(present) > 20 else [])
     others = [f.folder_files[0] for f in FORMATS[1:] if f.folder_files]
     raise SpecboundError(

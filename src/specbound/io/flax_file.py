@@ -36,8 +36,10 @@ def _import_msgpack():
     try:
         import msgpack
     except ImportError:
-        raise SpecboundError(f"reading Flax flax_model.msgpack weights needs msgpack: {FLAX.install_hint()} (or "
-                             f"analyse the model's safetensors weights)") from None
+        raise SpecboundError(
+            f"reading Flax flax_model.msgpack weights needs msgpack: {FLAX.install_hint()} (or "
+            f"analyse the model's safetensors weights)"
+        ) from None
     return msgpack
 
 
@@ -69,8 +71,10 @@ class _Packed:
         itemsize = _itemsize(self.dtype)
         held = sum(len(p) for p in self.parts)
         if itemsize is not None and held != itemsize * math.prod(self.shape):
-            raise ValueError(f"a {self.dtype} array of shape {self.shape} needs {itemsize * math.prod(self.shape):,} "
-                             f"bytes but its buffer holds {held:,}")
+            raise ValueError(
+                f"a {self.dtype} array of shape {self.shape} needs {itemsize * math.prod(self.shape):,} "
+                f"bytes but its buffer holds {held:,}"
+            )
 
 
 def _itemsize(dtype: str) -> int | None:
@@ -179,8 +183,10 @@ class FlaxCheckpoint(Checkpoint):
         try:
             return self.arrays[name].array()
         except (ValueError, TypeError) as exc:
-            raise SpecboundError(f"cannot read {self.where(name)}: the msgpack file is corrupt ({exc}); "
-                                 f"re-download it or re-save the model") from None
+            raise SpecboundError(
+                f"cannot read {self.where(name)}: the msgpack file is corrupt ({exc}); "
+                f"re-download it or re-save the model"
+            ) from None
 
 
 def open_flax(path: Path, config: dict[str, Any]) -> FlaxCheckpoint:
@@ -196,8 +202,10 @@ def open_flax(path: Path, config: dict[str, Any]) -> FlaxCheckpoint:
         tree = msgpack.unpackb(path.read_bytes(), ext_hook=ext_hook, raw=False, strict_map_key=False)
         leaves = flatten(tree)
     except (ValueError, TypeError, KeyError, OSError, msgpack.UnpackException) as exc:
-        raise SpecboundError(f"cannot read {path} as Flax msgpack weights: truncated or corrupt "
-                             f"({type(exc).__name__}: {exc}); re-download it, or re-save the model") from None
+        raise SpecboundError(
+            f"cannot read {path} as Flax msgpack weights: truncated or corrupt "
+            f"({type(exc).__name__}: {exc}); re-download it, or re-save the model"
+        ) from None
     if not isinstance(tree, dict) or not leaves:
         raise SpecboundError(f"{path} holds no arrays; expected the flax_model.msgpack that save_pretrained writes")
     arrays: dict[str, _Packed] = {}
@@ -206,13 +214,17 @@ def open_flax(path: Path, config: dict[str, Any]) -> FlaxCheckpoint:
     for key_path, packed in leaves.items():
         name, flip = pt_name(key_path)
         if name in arrays:  # a module's `kernel` and `weight`: which one is the weight cannot be told
-            raise SpecboundError(f"{path}: two arrays map to the parameter {name!r} ({'/'.join(sources[name])!r}, "
-                                 f"{'/'.join(key_path)!r}); not a transformers Flax checkpoint: re-save the model")
+            raise SpecboundError(
+                f"{path}: two arrays map to the parameter {name!r} ({'/'.join(sources[name])!r}, "
+                f"{'/'.join(key_path)!r}); not a transformers Flax checkpoint: re-save the model"
+            )
         try:
             packed.check()
         except ValueError as exc:
-            raise SpecboundError(f"cannot read {path} (array {name!r}): the msgpack file is corrupt ({exc}); "
-                                 f"re-download it or re-save the model") from None
+            raise SpecboundError(
+                f"cannot read {path} (array {name!r}): the msgpack file is corrupt ({exc}); "
+                f"re-download it or re-save the model"
+            ) from None
         arrays[name], sources[name] = packed, key_path
         if flip:
             transposed.add(name)

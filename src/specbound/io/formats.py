@@ -66,10 +66,23 @@ class Format:
         return f"pip install 'specbound[{self.extra}]'"
 
 
-SAFETENSORS = Format("safetensors", (".safetensors",), ("model.safetensors",), ("model.safetensors.index.json",),
-                     opener="safetensors_file:open_safetensors_file", folder_opener="safetensors_file:open_safetensors_folder")
-PYTORCH = Format("pytorch", (".bin", ".pt", ".pth"), ("pytorch_model.bin",), ("pytorch_model.bin.index.json",),
-                 opener="pytorch:from_pickle_file", folder_opener="pytorch:open_pickle_folder", extra="torch")
+SAFETENSORS = Format(
+    "safetensors",
+    (".safetensors",),
+    ("model.safetensors",),
+    ("model.safetensors.index.json",),
+    opener="safetensors_file:open_safetensors_file",
+    folder_opener="safetensors_file:open_safetensors_folder",
+)
+PYTORCH = Format(
+    "pytorch",
+    (".bin", ".pt", ".pth"),
+    ("pytorch_model.bin",),
+    ("pytorch_model.bin.index.json",),
+    opener="pytorch:from_pickle_file",
+    folder_opener="pytorch:open_pickle_folder",
+    extra="torch",
+)
 # onnx/model.onnx: where sentence-transformers / Optimum repositories keep an export
 ONNX = Format("onnx", (".onnx",), ("model.onnx", "onnx/model.onnx"), opener="onnx_graph:open_onnx", extra="onnx")
 GGUF = Format("gguf", (".gguf",), (), opener="gguf_mmproj:open_gguf_file")
@@ -77,8 +90,13 @@ TF = Format("tf", (".h5",), ("tf_model.h5",), opener="tf_file:open_h5", extra="t
 FLAX = Format("flax", (".msgpack",), ("flax_model.msgpack",), opener="flax_file:open_flax", extra="flax")
 # CTranslate2 (faster-whisper, OpenNMT): model.bin, told from a PyTorch .bin by its first bytes
 # (dispatch), its config rebuilt from the spec (config.json is CTranslate2's own).
-CTRANSLATE2 = Format("ctranslate2", (), ("model.bin",), opener="ctranslate2_file:open_ctranslate2",
-                     folder_opener="ctranslate2_file:open_ctranslate2_folder")
+CTRANSLATE2 = Format(
+    "ctranslate2",
+    (),
+    ("model.bin",),
+    opener="ctranslate2_file:open_ctranslate2",
+    folder_opener="ctranslate2_file:open_ctranslate2_folder",
+)
 
 # In the order a model folder is probed: the first format it holds is read.
 FORMATS = (SAFETENSORS, PYTORCH, ONNX, GGUF, TF, FLAX, CTRANSLATE2)

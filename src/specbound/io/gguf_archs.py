@@ -110,8 +110,12 @@ def window_layers(config: dict[str, Any]) -> dict[str, Any]:
     """``layer_types`` from ``attention.sliding_window_pattern``'s per-layer flags (EXAONE 4), when the
     file has them and a window; none otherwise."""
     layers, pattern = config.get("block_count"), config.get("attention.sliding_window_pattern")
-    if not isinstance(layers, int) or not isinstance(pattern, list) or len(pattern) < layers \
-            or config.get("attention.sliding_window") is None:
+    if (
+        not isinstance(layers, int)
+        or not isinstance(pattern, list)
+        or len(pattern) < layers
+        or config.get("attention.sliding_window") is None
+    ):
         return {}
     return {"layer_types": ["sliding_attention" if bool(f) else "full_attention" for f in pattern[:layers]]}
 
@@ -136,9 +140,9 @@ def gemma3_layers(config: dict[str, Any]) -> dict[str, Any]:
     return {"layer_types": types, "rope_parameters": {"full_attention": glob, "sliding_attention": local}}
 
 
-
-def nextn_blocks(path: Path, config: dict[str, Any], tensors: dict[str, TensorInfo],
-                  files: dict[str, Path]) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
+def nextn_blocks(
+    path: Path, config: dict[str, Any], tensors: dict[str, TensorInfo], files: dict[str, Path]
+) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
     """GLM-4.5's multi-token-prediction blocks: ``Glm4MoeModel`` writes ``block_count`` as the model's
     layers plus ``nextn_predict_layers`` and stores those last blocks (``blk.L.nextn.*`` and a whole
     layer beside them) as ``blk.L.*``; llama.cpp runs them only to draft tokens, not in the model's
@@ -150,16 +154,20 @@ def nextn_blocks(path: Path, config: dict[str, Any], tensors: dict[str, TensorIn
     if not isinstance(blocks, int):
         return tensors, files
     if extra >= blocks:
-        raise SpecboundError(f"{path}: the metadata key 'glm4moe.nextn_predict_layers' says {extra:,} of the "
-                             f"{blocks:,} blocks are multi-token-prediction blocks, leaving no model layer; the "
-                             f"file is corrupt or hand-edited: re-convert the model")
+        raise SpecboundError(
+            f"{path}: the metadata key 'glm4moe.nextn_predict_layers' says {extra:,} of the "
+            f"{blocks:,} blocks are multi-token-prediction blocks, leaving no model layer; the "
+            f"file is corrupt or hand-edited: re-convert the model"
+        )
     config["layer_count"] = layers = blocks - extra
     out, where = {}, {}
     for name, t in tensors.items():
         m = BLOCK.match(name)
         new = f"mtp.{name}" if m and int(m.group(1)) >= layers else name
-        out[new], where[new] = (t if new == name else TensorInfo(new, t.kind, t.shape, t.start, t.n_bytes,
-                                                                 t.n_elements)), files[name]
+        out[new], where[new] = (
+            (t if new == name else TensorInfo(new, t.kind, t.shape, t.start, t.n_bytes, t.n_elements)),
+            files[name],
+        )
     return out, where
 
 
@@ -175,9 +183,11 @@ def deepseek2_keys(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], 
     d_v = config.get("attention.value_length_mla" if mla else "attention.value_length")
     d_rope = config.get("rope.dimension_count")
     if not all(isinstance(v, int) for v in (d_qk, d_v, d_rope)) or not 0 < d_rope < d_qk:
-        raise SpecboundError(f"{path}: a deepseek2 file needs the integers deepseek2.attention.key_length_mla (or "
-                             f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
-                             f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model")
+        raise SpecboundError(
+            f"{path}: a deepseek2 file needs the integers deepseek2.attention.key_length_mla (or "
+            f"key_length) above deepseek2.rope.dimension_count > 0 and value_length_mla (or "
+            f"value_length), found {d_qk!r}, {d_rope!r}, {d_v!r}: re-convert the model"
+        )
     keys: dict[str, Any] = {"qk_nope_head_dim": d_qk - d_rope, "qk_rope_head_dim": d_rope, "v_head_dim": d_v}
     rope, conventions = deepseek2_yarn(path, config)
     return {**keys, **rope}, conventions
@@ -210,20 +220,26 @@ def deepseek2_yarn(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], 
     if scaling in (None, "none", ""):
         return {}, {}
     if scaling != "yarn":
-        raise SpecboundError(f"{path}: a deepseek2 file with rope.scaling.type {scaling!r}: DeepSeek's converter "
-                             f"writes 'yarn' (or no scaling); another type is not modelled for this architecture: "
-                             f"re-convert the model or analyse its Hugging Face safetensors weights")
+        raise SpecboundError(
+            f"{path}: a deepseek2 file with rope.scaling.type {scaling!r}: DeepSeek's converter "
+            f"writes 'yarn' (or no scaling); another type is not modelled for this architecture: "
+            f"re-convert the model or analyse its Hugging Face safetensors weights"
+        )
     rope = dict(config["rope_scaling"])
     for key in ("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_log_multiplier"):
         value = config.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise SpecboundError(f"{path}: the metadata key 'deepseek2.{key}' must hold a non-negative number, found "
-                                 f"{value!r}; the file is corrupt or hand-edited: re-convert the model")
+            raise SpecboundError(
+                f"{path}: the metadata key 'deepseek2.{key}' must hold a non-negative number, found "
+                f"{value!r}; the file is corrupt or hand-edited: re-convert the model"
+            )
     ext = config.get("rope.scaling.yarn_ext_factor")
     if ext not in (None, 1.0):
-        raise SpecboundError(f"{path}: deepseek2.rope.scaling.yarn_ext_factor = {ext!r}: YaRN's extrapolation mix is "
-                             f"1 in transformers' model (the only value modelled), found another; analyse the model's "
-                             f"Hugging Face safetensors weights instead")
+        raise SpecboundError(
+            f"{path}: deepseek2.rope.scaling.yarn_ext_factor = {ext!r}: YaRN's extrapolation mix is "
+            f"1 in transformers' model (the only value modelled), found another; analyse the model's "
+            f"Hugging Face safetensors weights instead"
+        )
     if config.get("rope.scaling.yarn_attn_factor") is not None:
         rope["attention_factor"] = float(config["rope.scaling.yarn_attn_factor"])
     stored = config.get("rope.scaling.yarn_log_multiplier")
@@ -231,11 +247,14 @@ def deepseek2_yarn(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], 
         return {"rope_scaling": rope}, {}
     m_all = _decimal_of_float32(stored / _YARN_LOG_MUL, lambda m: np.float32(_YARN_LOG_MUL * m) == np.float32(stored))
     rope.update(mscale=m_all, mscale_all_dim=m_all)
-    return {"rope_scaling": rope}, {"gguf_yarn_mscale": (
-        f"the file stores DeepSeek's YaRN logit scale as rope.scaling.yarn_log_multiplier = 0.1 mscale_all_dim "
-        f"(read as mscale_all_dim = {m_all:g}) and not mscale, which is assumed equal to it (as llama.cpp's "
-        f"deepseek2 graph assumes): the rotary attention factor is then 1 and the logits carry "
-        f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale")}
+    return {"rope_scaling": rope}, {
+        "gguf_yarn_mscale": (
+            f"the file stores DeepSeek's YaRN logit scale as rope.scaling.yarn_log_multiplier = 0.1 mscale_all_dim "
+            f"(read as mscale_all_dim = {m_all:g}) and not mscale, which is assumed equal to it (as llama.cpp's "
+            f"deepseek2 graph assumes): the rotary attention factor is then 1 and the logits carry "
+            f"(1 + 0.1 mscale_all_dim ln factor)^2, the Hugging Face model's softmax scale"
+        )
+    }
 
 
 def _decimal_of_float32(value: float, matches: Any) -> float:
@@ -250,8 +269,13 @@ def _decimal_of_float32(value: float, matches: Any) -> float:
 
 # llama.cpp's llama4 graph: constants the file does not store (llama_hparams and the LLM_ARCH_LLAMA4 case
 # of llama-model.cpp), under the Hugging Face keys, with the value each takes there
-_LLAMA4_FIXED = {"no_rope_layer_interval": 4, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
-                 "floor_scale": 8192, "attn_scale": 0.1}
+_LLAMA4_FIXED = {
+    "no_rope_layer_interval": 4,
+    "attention_chunk_size": 8192,
+    "attn_temperature_tuning": True,
+    "floor_scale": 8192,
+    "attn_scale": 0.1,
+}
 # llama.cpp turns the query/key norm off for this expert count (its 17B-128E type, Llama 4 Maverick)
 _LLAMA4_NO_QK_NORM_EXPERTS = 128
 
@@ -270,22 +294,29 @@ def llama4_keys(path: Path, config: dict[str, Any]) -> tuple[dict[str, Any], dic
     every layer rotated by its own rule) or without experts is refused in one line."""
     experts, step = config.get("expert_count"), config.get("interleave_moe_layer_step")
     if config.get("attention.sliding_window") == 0:
-        raise SpecboundError(f"{path}: a llama4 file with attention.sliding_window 0 (llama.cpp's MobileLLM variant: "
-                             f"no attention chunks, its own rotary layers) is not modelled; analyse the model's "
-                             f"Hugging Face safetensors weights instead")
+        raise SpecboundError(
+            f"{path}: a llama4 file with attention.sliding_window 0 (llama.cpp's MobileLLM variant: "
+            f"no attention chunks, its own rotary layers) is not modelled; analyse the model's "
+            f"Hugging Face safetensors weights instead"
+        )
     if not isinstance(experts, int) or experts < 1 or not isinstance(step, int) or step < 1:
-        raise SpecboundError(f"{path}: a llama4 file needs the positive integers llama4.expert_count and "
-                             f"llama4.interleave_moe_layer_step, found {experts!r} and {step!r}: re-convert the model")
+        raise SpecboundError(
+            f"{path}: a llama4 file needs the positive integers llama4.expert_count and "
+            f"llama4.interleave_moe_layer_step, found {experts!r} and {step!r}: re-convert the model"
+        )
     use_qk_norm = experts != _LLAMA4_NO_QK_NORM_EXPERTS
     fixed = _LLAMA4_FIXED
-    return {**fixed, "use_qk_norm": use_qk_norm}, {"gguf_llama4_constants": (
-        f"the file stores none of Llama 4's NoPE step, attention chunk, query temperature or query/key-norm "
-        f"switch: llama.cpp's llama4 graph fixes them and so does the reader (the values of Llama 4 Scout's and "
-        f"Maverick's configs): every {fixed['no_rope_layer_interval']}th layer unrotated, chunks of "
-        f"{fixed['attention_chunk_size']} tokens, attn_temperature_tuning with floor_scale {fixed['floor_scale']} "
-        f"and attn_scale {fixed['attn_scale']:g}, the weightless query/key norm "
-        f"{'on' if use_qk_norm else 'off'} ({experts} experts; llama.cpp turns it off for "
-        f"{_LLAMA4_NO_QK_NORM_EXPERTS})")}
+    return {**fixed, "use_qk_norm": use_qk_norm}, {
+        "gguf_llama4_constants": (
+            f"the file stores none of Llama 4's NoPE step, attention chunk, query temperature or query/key-norm "
+            f"switch: llama.cpp's llama4 graph fixes them and so does the reader (the values of Llama 4 Scout's and "
+            f"Maverick's configs): every {fixed['no_rope_layer_interval']}th layer unrotated, chunks of "
+            f"{fixed['attention_chunk_size']} tokens, attn_temperature_tuning with floor_scale {fixed['floor_scale']} "
+            f"and attn_scale {fixed['attn_scale']:g}, the weightless query/key norm "
+            f"{'on' if use_qk_norm else 'off'} ({experts} experts; llama.cpp turns it off for "
+            f"{_LLAMA4_NO_QK_NORM_EXPERTS})"
+        )
+    }
 
 
 _KB = re.compile(r"^blk\.(\d+)\.attn_k_b\.weight$")
@@ -302,9 +333,11 @@ def joined_kv_b(path: Path, tensors: dict[str, TensorInfo]) -> dict[str, tuple[s
         v_b = f"blk.{m[1]}.attn_v_b.weight"
         k, v = tensors[name].shape, tensors[v_b].shape if v_b in tensors else None
         if v is None or len(k) != 3 or len(v) != 3 or k[0] != v[0] or k[1] != v[2]:
-            raise SpecboundError(f"{path}: {name!r} {k} and {v_b!r} {v or 'missing'} are not the (heads, rank, "
-                                 f"d_nope) and (heads, d_v, rank) halves of one kv_b_proj; the file is corrupt or "
-                                 f"hand-edited: re-convert the model")
+            raise SpecboundError(
+                f"{path}: {name!r} {k} and {v_b!r} {v or 'missing'} are not the (heads, rank, "
+                f"d_nope) and (heads, d_v, rank) halves of one kv_b_proj; the file is corrupt or "
+                f"hand-edited: re-convert the model"
+            )
         joined[f"blk.{m[1]}.attn_kv_b.weight"] = (name, v_b)
     return joined
 
@@ -317,30 +350,33 @@ GELU = "gelu_pytorch_tanh"
 # rotation is llama.cpp's interleaved one), Falcon, Phi and Qwen; SmolLM3Model and GraniteModel are
 # LlamaModels; Llama4Model is one with the permutation turned off, as Llama 4 rotates adjacent pairs itself.
 # Mistral, Llama derivatives and most fine-tunes are "llama".
-ARCHS: dict[str, GGUFArch] = {row.name: row for row in (
-    GGUFArch("llama", "llama_gguf", permuted=True, experts_family="mixtral_gguf"),
-    GGUFArch("qwen2", "llama_gguf"),
-    GGUFArch("qwen3", "qwen3_gguf"),
-    GGUFArch("gemma", "gemma_gguf", activation=GELU),
-    GGUFArch("gemma2", "gemma2_gguf", activation=GELU),
-    GGUFArch("gemma3", "gemma3_gguf", activation=GELU, layers=gemma3_layers),
-    GGUFArch("olmo2", "olmo2_gguf"),
-    GGUFArch("phi2", "phi2_gguf", activation=GELU),
-    GGUFArch("phi3", "phi3_gguf"),
-    GGUFArch("gptj", "gptj_gguf", activation=GELU),
-    GGUFArch("falcon", "falcon_gguf", activation=GELU),
-    GGUFArch("bloom", "bloom_gguf", activation=GELU),
-    GGUFArch("qwen2moe", "qwen2_moe_gguf"),
-    GGUFArch("qwen3moe", "qwen3_moe_gguf"),
-    GGUFArch("starcoder2", "starcoder2_gguf", activation=GELU),
-    GGUFArch("smollm3", "smollm3_gguf", permuted=True),
-    GGUFArch("granite", "granite_gguf", permuted=True),
-    GGUFArch("exaone4", "exaone4_gguf", layers=window_layers),
-    GGUFArch("cohere2", "cohere2_gguf"),
-    # the clamped SwiGLU as llama.cpp's graph computes it (ggml_swiglu_oai's constants, the Hugging Face defaults)
-    GGUFArch("gpt-oss", "gpt_oss_gguf", fixed={"swiglu_limit": 7.0, "swiglu_alpha": 1.702}),
-    GGUFArch("glm4moe", "glm4_moe_gguf", blocks=nextn_blocks),
-    GGUFArch("ernie4_5-moe", "ernie4_5_moe_gguf"),
-    GGUFArch("deepseek2", "deepseek_v3_gguf", keys=deepseek2_keys, joined=joined_kv_b),
-    GGUFArch("llama4", "llama4_gguf", keys=llama4_keys),
-)}
+ARCHS: dict[str, GGUFArch] = {
+    row.name: row
+    for row in (
+        GGUFArch("llama", "llama_gguf", permuted=True, experts_family="mixtral_gguf"),
+        GGUFArch("qwen2", "llama_gguf"),
+        GGUFArch("qwen3", "qwen3_gguf"),
+        GGUFArch("gemma", "gemma_gguf", activation=GELU),
+        GGUFArch("gemma2", "gemma2_gguf", activation=GELU),
+        GGUFArch("gemma3", "gemma3_gguf", activation=GELU, layers=gemma3_layers),
+        GGUFArch("olmo2", "olmo2_gguf"),
+        GGUFArch("phi2", "phi2_gguf", activation=GELU),
+        GGUFArch("phi3", "phi3_gguf"),
+        GGUFArch("gptj", "gptj_gguf", activation=GELU),
+        GGUFArch("falcon", "falcon_gguf", activation=GELU),
+        GGUFArch("bloom", "bloom_gguf", activation=GELU),
+        GGUFArch("qwen2moe", "qwen2_moe_gguf"),
+        GGUFArch("qwen3moe", "qwen3_moe_gguf"),
+        GGUFArch("starcoder2", "starcoder2_gguf", activation=GELU),
+        GGUFArch("smollm3", "smollm3_gguf", permuted=True),
+        GGUFArch("granite", "granite_gguf", permuted=True),
+        GGUFArch("exaone4", "exaone4_gguf", layers=window_layers),
+        GGUFArch("cohere2", "cohere2_gguf"),
+        # the clamped SwiGLU as llama.cpp's graph computes it (ggml_swiglu_oai's constants, the Hugging Face defaults)
+        GGUFArch("gpt-oss", "gpt_oss_gguf", fixed={"swiglu_limit": 7.0, "swiglu_alpha": 1.702}),
+        GGUFArch("glm4moe", "glm4_moe_gguf", blocks=nextn_blocks),
+        GGUFArch("ernie4_5-moe", "ernie4_5_moe_gguf"),
+        GGUFArch("deepseek2", "deepseek_v3_gguf", keys=deepseek2_keys, joined=joined_kv_b),
+        GGUFArch("llama4", "llama4_gguf", keys=llama4_keys),
+    )
+}

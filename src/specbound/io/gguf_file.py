@@ -78,8 +78,7 @@ from ..errors import SpecboundError, index_ranges, os_errors
 from ..options import MAX_COUNT, MAX_SCALE
 from .base import WEIGHTS_NOTE, Checkpoint, ReaderFacts
 from .gguf_archs import ARCHS, BLOCK
-from .gguf_header import (BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf,
-                          read_header)
+from .gguf_header import BIG_ENDIAN_FIELDS, GGUF_MAGIC, GGUFHeader, SkippedArray, TensorInfo, import_gguf, read_header
 
 # 3-D expert banks, exposed one expert at a time as ``blk.N.ffn_gate_exps.weight[e]``
 _BANK = re.compile(r"^blk\.\d+\.ffn_(?:gate|up|down|gate_up)_exps\.weight$")
@@ -89,19 +88,47 @@ _NUMPY = {"F32": "f4", "F16": "f2", "F64": "f8"}
 _INTEGER = ("I8", "I16", "I32", "I64")
 # The metadata keys the config is read from (without the ``{arch}.`` prefix), by the type they must
 # hold: a count stored as a string, an array or a float is refused by name instead of failing later.
-_COUNT_KEYS = ("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
-               "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.dimension_count",
-               "expert_count", "expert_used_count", "expert_feed_forward_length",
-               "expert_shared_feed_forward_length", "rope.scaling.original_context_length",
-               "attention.sliding_window", "nextn_predict_layers", "leading_dense_block_count",
-               "interleave_moe_layer_step", "expert_shared_count", "expert_gating_func",
-               "attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length_mla",
-               "attention.value_length_mla")
-_NUMBER_KEYS = ("rope.freq_base", "rope.freq_base_swa", "rope.scaling.factor", "rope.scaling.yarn_log_multiplier",
-                "rope.scaling.yarn_attn_factor", "rope.scaling.yarn_ext_factor", "rope.scaling.yarn_beta_fast",
-                "rope.scaling.yarn_beta_slow", "attention.layer_norm_rms_eps",
-                "attention.layer_norm_epsilon", "attn_logit_softcapping", "final_logit_softcapping",
-                "expert_weights_scale")
+_COUNT_KEYS = (
+    "block_count",
+    "context_length",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "attention.value_length",
+    "rope.dimension_count",
+    "expert_count",
+    "expert_used_count",
+    "expert_feed_forward_length",
+    "expert_shared_feed_forward_length",
+    "rope.scaling.original_context_length",
+    "attention.sliding_window",
+    "nextn_predict_layers",
+    "leading_dense_block_count",
+    "interleave_moe_layer_step",
+    "expert_shared_count",
+    "expert_gating_func",
+    "attention.q_lora_rank",
+    "attention.kv_lora_rank",
+    "attention.key_length_mla",
+    "attention.value_length_mla",
+)
+_NUMBER_KEYS = (
+    "rope.freq_base",
+    "rope.freq_base_swa",
+    "rope.scaling.factor",
+    "rope.scaling.yarn_log_multiplier",
+    "rope.scaling.yarn_attn_factor",
+    "rope.scaling.yarn_ext_factor",
+    "rope.scaling.yarn_beta_fast",
+    "rope.scaling.yarn_beta_slow",
+    "attention.layer_norm_rms_eps",
+    "attention.layer_norm_epsilon",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "expert_weights_scale",
+)
 _TEXT_KEYS = ("rope.scaling.type",)
 
 
@@ -132,8 +159,7 @@ def unpermute_rows(weight: np.ndarray, n_head: int) -> np.ndarray:
         Heads of this projection (``head_count`` for Q, ``head_count_kv`` for K).
     """
     rows = weight.shape[0]
-    return (weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:])
-            .swapaxes(1, 2).reshape(weight.shape))
+    return weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
 def gguf_facts(quantized: dict[str, str], conventions: dict[str, str]) -> ReaderFacts:
@@ -143,9 +169,11 @@ def gguf_facts(quantized: dict[str, str], conventions: dict[str, str]) -> Reader
     notes = dict(conventions)
     if quantized:
         kinds = sorted(set(quantized.values()))
-        notes[WEIGHTS_NOTE] = (f"quantized GGUF ({', '.join(kinds)}; {len(quantized)} tensors): the weights analysed "
-                               f"are the dequantized values llama.cpp computes with, so the bounds are of the "
-                               f"quantized model")
+        notes[WEIGHTS_NOTE] = (
+            f"quantized GGUF ({', '.join(kinds)}; {len(quantized)} tensors): the weights analysed "
+            f"are the dequantized values llama.cpp computes with, so the bounds are of the "
+            f"quantized model"
+        )
     return ReaderFacts(notes=notes)
 
 
@@ -222,9 +250,11 @@ class GGUFCheckpoint(Checkpoint):
         with os_errors(f"check the size of {self.where(name)}"):
             held = self._stored_in(name).stat().st_size
         if tensor.start + tensor.n_bytes > held:
-            raise SpecboundError(f"tensor {name!r} in {self.where(name)} lies at bytes {tensor.start:,}.."
-                                 f"{tensor.start + tensor.n_bytes:,} but its file holds {held:,}: the GGUF file is "
-                                 f"truncated or corrupt; re-download it")
+            raise SpecboundError(
+                f"tensor {name!r} in {self.where(name)} lies at bytes {tensor.start:,}.."
+                f"{tensor.start + tensor.n_bytes:,} but its file holds {held:,}: the GGUF file is "
+                f"truncated or corrupt; re-download it"
+            )
         return self.check_memory(name, tensor.n_elements)
 
     def _bytes(self, name: str) -> np.ndarray:
@@ -233,7 +263,7 @@ class GGUFCheckpoint(Checkpoint):
         if part not in self._maps:
             self._maps[part] = np.memmap(part, dtype=np.uint8, mode="r")
         tensor = self._tensors[name]
-        data = self._maps[part][tensor.start:tensor.start + tensor.n_bytes]
+        data = self._maps[part][tensor.start : tensor.start + tensor.n_bytes]
         if data.size != tensor.n_bytes:
             raise ValueError(f"{data.size:,} of its {tensor.n_bytes:,} bytes are in the file")
         return data
@@ -263,10 +293,13 @@ class GGUFCheckpoint(Checkpoint):
             raise SpecboundError(
                 f"cannot dequantize {self.where(name)}: the gguf package has no dequantization for {kind}; "
                 f"re-quantize the model with llama-quantize to a supported type (Q8_0, Q4_K, ...) or "
-                f"upgrade gguf (pip install -U gguf)") from None
+                f"upgrade gguf (pip install -U gguf)"
+            ) from None
         except (ValueError, OSError) as exc:
-            raise SpecboundError(f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
-                                 f"({exc}); re-download or re-convert it") from None
+            raise SpecboundError(
+                f"cannot read {self.where(name)}: the GGUF file is truncated or corrupt "
+                f"({exc}); re-download or re-convert it"
+            ) from None
         row = ARCHS.get(self.arch)  # none for an mmproj file (arch 'clip': gguf_mmproj.py), whose rows are as stored
         if row is not None and row.permuted:
             heads = _permuted_heads(name, self.config)
@@ -307,17 +340,21 @@ def read_metadata(header: GGUFHeader, tensor_names: Any = None) -> tuple[str, di
     path = header.path
     arch = header.metadata.get("general.architecture")
     if not isinstance(arch, str):
-        raise SpecboundError(f"{path} has no general.architecture metadata: it is not a model GGUF file "
-                             f"(a LoRA adapter or vocabulary-only file?); convert the model with "
-                             f"llama.cpp's convert_hf_to_gguf.py")
+        raise SpecboundError(
+            f"{path} has no general.architecture metadata: it is not a model GGUF file "
+            f"(a LoRA adapter or vocabulary-only file?); convert the model with "
+            f"llama.cpp's convert_hf_to_gguf.py"
+        )
     config: dict[str, Any] = {}
     for key, value in header.metadata.items():
         if key.startswith(("tokenizer.", "split.")) or isinstance(value, SkippedArray):
             continue
         if not _finite(value):
-            raise SpecboundError(f"{path}: the metadata key {key!r} holds {value!r}, not a finite value; the file "
-                                 f"is corrupt: re-convert the model")
-        config[key[len(arch) + 1:] if key.startswith(arch + ".") else key] = value
+            raise SpecboundError(
+                f"{path}: the metadata key {key!r} holds {value!r}, not a finite value; the file "
+                f"is corrupt: re-convert the model"
+            )
+        config[key[len(arch) + 1 :] if key.startswith(arch + ".") else key] = value
     for key in (*_COUNT_KEYS, *_NUMBER_KEYS, *_TEXT_KEYS):
         if key in config:
             _check_type(path, f"{arch}.{key}", config[key], key in _COUNT_KEYS, key in _NUMBER_KEYS)
@@ -354,8 +391,10 @@ def _check_type(path: Path, key: str, value: Any, count: bool, number: bool) -> 
     else:
         return
     shown = repr(value) if not isinstance(value, list) else f"an array of {len(value)}"
-    raise SpecboundError(f"{path}: the metadata key {key!r} must hold {expected}, found {shown[:80]} "
-                         f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model")
+    raise SpecboundError(
+        f"{path}: the metadata key {key!r} must hold {expected}, found {shown[:80]} "
+        f"({type(value).__name__}); the file is corrupt or hand-edited: re-convert the model"
+    )
 
 
 def _check_block_count(path: Path, tensor_names: Any, arch: str, config: dict[str, Any]) -> None:
@@ -367,10 +406,11 @@ def _check_block_count(path: Path, tensor_names: Any, arch: str, config: dict[st
         return
     held = {int(m.group(1)) for name in tensor_names if (m := BLOCK.match(name))}
     if declared > (max(held) + 1 if held else 0):
-        raise SpecboundError(f"{path}: the metadata key '{arch}.block_count' declares {declared:,} blocks "
-                             f"but the file holds tensors of {len(held):,} (blk.0 to blk.{max(held, default=-1)}); "
-                             f"the file is corrupt or hand-edited: re-convert the model")
-
+        raise SpecboundError(
+            f"{path}: the metadata key '{arch}.block_count' declares {declared:,} blocks "
+            f"but the file holds tensors of {len(held):,} (blk.0 to blk.{max(held, default=-1)}); "
+            f"the file is corrupt or hand-edited: re-convert the model"
+        )
 
 
 def _rotary_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -393,11 +433,16 @@ def _rotary_keys(config: dict[str, Any], path: Path) -> dict[str, Any]:
         if scaling == "yarn":
             attn = config.get("rope.scaling.attn_factor", 1.0)
             if attn not in (None, 1.0):
-                raise SpecboundError(f"{path}: YaRN with rope.scaling.attn_factor = {attn!r}: llama.cpp's attention "
-                                     f"factor then differs from transformers' and is not modelled; analyse the model's "
-                                     f"Hugging Face safetensors weights instead")
+                raise SpecboundError(
+                    f"{path}: YaRN with rope.scaling.attn_factor = {attn!r}: llama.cpp's attention "
+                    f"factor then differs from transformers' and is not modelled; analyse the model's "
+                    f"Hugging Face safetensors weights instead"
+                )
             rope["original_max_position_embeddings"] = config.get("rope.scaling.original_context_length")
-            for ours, theirs in (("beta_fast", "rope.scaling.yarn_beta_fast"), ("beta_slow", "rope.scaling.yarn_beta_slow")):
+            for ours, theirs in (
+                ("beta_fast", "rope.scaling.yarn_beta_fast"),
+                ("beta_slow", "rope.scaling.yarn_beta_slow"),
+            ):
                 if config.get(theirs) is not None:
                     rope[ours] = config[theirs]
         keys["rope_scaling"] = rope
@@ -410,8 +455,10 @@ _SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 def _split_count(header: GGUFHeader) -> int:
     count = header.metadata.get("split.count", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise SpecboundError(f"{header.path}: the metadata key 'split.count' must hold a positive integer, found "
-                             f"{count!r}; the file is corrupt: re-download it")
+        raise SpecboundError(
+            f"{header.path}: the metadata key 'split.count' must hold a positive integer, found "
+            f"{count!r}; the file is corrupt: re-download it"
+        )
     return count
 
 
@@ -423,13 +470,17 @@ def _shards(path: Path, header: GGUFHeader) -> list[GGUFHeader]:
         return [header]
     match = _SHARD.match(path.name)
     if match is None or int(match["count"]) != count:
-        raise SpecboundError(f"{path} is part of a GGUF model split into {count} files, but its name does not say "
-                             f"which (expected <name>-NNNNN-of-{count:05d}.gguf); keep the parts' original names")
+        raise SpecboundError(
+            f"{path} is part of a GGUF model split into {count} files, but its name does not say "
+            f"which (expected <name>-NNNNN-of-{count:05d}.gguf); keep the parts' original names"
+        )
     parts = [path.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
-        raise SpecboundError(f"{path} is part 1..{count} of a split GGUF model, but {', '.join(missing)} "
-                             f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}: download every part")
+        raise SpecboundError(
+            f"{path} is part 1..{count} of a split GGUF model, but {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}: download every part"
+        )
     return [header if p == path else read_header(p) for p in parts]
 
 
@@ -447,14 +498,17 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None, header: GGUFHead
         _refuse_recurrent(path, arch, config, [n for h in headers for n in h.tensors])
         raise SpecboundError(
             f"{path}: GGUF architecture {arch!r} is not supported (supported: {', '.join(ARCHS)}); "
-            f"analyse the model's Hugging Face safetensors weights instead")
+            f"analyse the model's Hugging Face safetensors weights instead"
+        )
     tensors: dict[str, TensorInfo] = {}
     files: dict[str, Path] = {}
     for header in headers:
         for name, tensor in header.tensors.items():
             if name in tensors:
-                raise SpecboundError(f"{path}: tensor {name!r} is stored in two parts of the split model; "
-                                     f"the parts belong to different models: re-download them")
+                raise SpecboundError(
+                    f"{path}: tensor {name!r} is stored in two parts of the split model; "
+                    f"the parts belong to different models: re-download them"
+                )
             tensors[name], files[name] = tensor, header.path
     if row.blocks:
         tensors, files = row.blocks(path, config, tensors, files)
@@ -465,10 +519,18 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None, header: GGUFHead
     tensors, files = _expert_slices(tensors, files)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     _refuse_big_endian_blocks(headers, files, quantized)
-    ckpt = GGUFCheckpoint(location=str(path), config=config, path=path, arch=arch,
-                          _headers={h.path: h for h in headers}, _tensors=tensors, quantized=quantized, _files=files,
-                          _joined=row.joined(path, tensors) if row.joined else {},
-                          facts=gguf_facts(quantized, conventions))
+    ckpt = GGUFCheckpoint(
+        location=str(path),
+        config=config,
+        path=path,
+        arch=arch,
+        _headers={h.path: h for h in headers},
+        _tensors=tensors,
+        quantized=quantized,
+        _files=files,
+        _joined=row.joined(path, tensors) if row.joined else {},
+        facts=gguf_facts(quantized, conventions),
+    )
     if "rope_freqs.weight" in tensors:  # Llama 3.1's rope scaling, as llama.cpp's frequency divisors
         ckpt.config["rope_freq_factors"] = [float(x) for x in ckpt.read("rope_freqs.weight").ravel()]
     ckpt.config.update(_longrope_keys(ckpt))
@@ -477,9 +539,11 @@ def open_gguf(path: Path, config: dict[str, Any] | None = None, header: GGUFHead
 
 # llama.cpp's tensors of the blocks that are not softmax attention (qwen3next, kimi-linear, mamba,
 # mamba2, jamba, nemotron_h, granitehybrid, falcon-h1, lfm2, rwkv*): what each is, and its names
-_RECURRENT = (("ssm_", "state-space or linear-attention", "blk.N.ssm_*"),
-              ("shortconv.", "gated short-convolution", "blk.N.shortconv.*"),
-              ("time_mix_", "RWKV time-mixing", "blk.N.time_mix_*"))
+_RECURRENT = (
+    ("ssm_", "state-space or linear-attention", "blk.N.ssm_*"),
+    ("shortconv.", "gated short-convolution", "blk.N.shortconv.*"),
+    ("time_mix_", "RWKV time-mixing", "blk.N.time_mix_*"),
+)
 
 
 def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list[str]) -> None:
@@ -496,12 +560,13 @@ def _refuse_recurrent(path: Path, arch: str, config: dict[str, Any], names: list
                 f"{kind} layers ({pattern}); their state carries every earlier token through input-dependent "
                 f"decays and gates, and specbound derives neither their matrices as terms of the bound nor a "
                 f"Lipschitz factor over sequences for them (docs/families.md), and a bound over the softmax "
-                f"attention alone would leave them out silently")
+                f"attention alone would leave them out silently"
+            )
 
 
-
-def _expert_slices(tensors: dict[str, TensorInfo], files: dict[str, Path]
-                   ) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
+def _expert_slices(
+    tensors: dict[str, TensorInfo], files: dict[str, Path]
+) -> tuple[dict[str, TensorInfo], dict[str, Path]]:
     """Every 3-D expert bank replaced by its experts' slices ``name[e]`` (module docstring): expert
     ``e``'s bytes are the ``e``-th of ``E`` equal contiguous parts of the bank's."""
     out, where = {}, {}
@@ -525,11 +590,13 @@ def _longrope_keys(ckpt: GGUFCheckpoint) -> dict[str, Any]:
         return {}
     if len(present) == 1:
         missing = next(n for n in _LONGROPE if n not in present)
-        raise SpecboundError(f"{ckpt.path} holds {present[0]} but not {missing}: LongRoPE needs both factor sets; "
-                             f"re-convert the model")
+        raise SpecboundError(
+            f"{ckpt.path} holds {present[0]} but not {missing}: LongRoPE needs both factor sets; re-convert the model"
+        )
     long_factor, short_factor = ([float(x) for x in ckpt.read(n).ravel()] for n in _LONGROPE)
-    keys: dict[str, Any] = {"rope_scaling": {"rope_type": "longrope", "long_factor": long_factor,
-                                             "short_factor": short_factor}}
+    keys: dict[str, Any] = {
+        "rope_scaling": {"rope_type": "longrope", "long_factor": long_factor, "short_factor": short_factor}
+    }
     original = ckpt.config.get("rope.scaling.original_context_length")
     if isinstance(original, int) and not isinstance(original, bool):
         keys["original_max_position_embeddings"] = original
@@ -540,11 +607,13 @@ def _refuse_big_endian_blocks(headers: list[GGUFHeader], files: dict[str, Path],
     """A big-endian file's quantized blocks are read only for the types whose byte-swapped fields
     are known (:data:`~.gguf_header.BIG_ENDIAN_FIELDS`); any other would decode to wrong scales."""
     big = {h.path for h in headers if h.big_endian}
-    unknown = sorted((kind, name) for name, kind in quantized.items()
-                     if files[name] in big and kind not in BIG_ENDIAN_FIELDS)
+    unknown = sorted(
+        (kind, name) for name, kind in quantized.items() if files[name] in big and kind not in BIG_ENDIAN_FIELDS
+    )
     if unknown:
         kind, name = unknown[0]
         raise SpecboundError(
             f"{files[name]} is a big-endian GGUF file holding {kind} tensors (e.g. {name!r}), whose block layout "
             f"this reader cannot byte-swap (it reads {', '.join(BIG_ENDIAN_FIELDS)} big-endian); convert it "
-            f"with gguf_convert_endian.py FILE little, or re-convert the model")
+            f"with gguf_convert_endian.py FILE little, or re-convert the model"
+        )

@@ -49,9 +49,21 @@ MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_LIST = 64  # arrays longer than this (vocabularies, merges) are stepped over, not decoded
 MAX_NESTING = 4  # arrays of arrays: a real file has none
 # GGUF value types: code -> (name, struct format or None for the variable-size ones).
-VALUE_TYPES = {0: ("UINT8", "B"), 1: ("INT8", "b"), 2: ("UINT16", "H"), 3: ("INT16", "h"), 4: ("UINT32", "I"),
-               5: ("INT32", "i"), 6: ("FLOAT32", "f"), 7: ("BOOL", "?"), 8: ("STRING", None), 9: ("ARRAY", None),
-               10: ("UINT64", "Q"), 11: ("INT64", "q"), 12: ("FLOAT64", "d")}
+VALUE_TYPES = {
+    0: ("UINT8", "B"),
+    1: ("INT8", "b"),
+    2: ("UINT16", "H"),
+    3: ("INT16", "h"),
+    4: ("UINT32", "I"),
+    5: ("INT32", "i"),
+    6: ("FLOAT32", "f"),
+    7: ("BOOL", "?"),
+    8: ("STRING", None),
+    9: ("ARRAY", None),
+    10: ("UINT64", "Q"),
+    11: ("INT64", "q"),
+    12: ("FLOAT64", "d"),
+}
 _STRING, _ARRAY, _UINT32 = 8, 9, 4
 # Bytes of one tensor info at least: an empty name (8), no dimension (4), the type (4), the offset (8).
 _MIN_TENSOR_INFO = 24
@@ -163,7 +175,7 @@ class _Cursor:
         if not decode:
             return None
         try:
-            return bytes(self.buffer[start:self.at]).decode("utf-8")
+            return bytes(self.buffer[start : self.at]).decode("utf-8")
         except UnicodeDecodeError:
             raise _Bad(f"{what} is not UTF-8", start) from None
 
@@ -240,17 +252,23 @@ def read_header(path: Path) -> GGUFHeader:
     with os_errors(f"read the GGUF file {path}"):
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
-            raise SpecboundError(f"{path} is not a regular file (a FIFO, a device or a socket?); a GGUF model "
-                                 f"is a file on disk: pass its path")
+            raise SpecboundError(
+                f"{path} is not a regular file (a FIFO, a device or a socket?); a GGUF model "
+                f"is a file on disk: pass its path"
+            )
         if info.st_size < 24:
-            raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt (it has {info.st_size} "
-                                 f"bytes, a GGUF header at least 24); re-download or re-convert it")
+            raise SpecboundError(
+                f"cannot read {path} as a GGUF file: truncated or corrupt (it has {info.st_size} "
+                f"bytes, a GGUF header at least 24); re-download or re-convert it"
+            )
         with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as buffer:
             try:
                 return _parse(buffer, path)
             except _Bad as bad:
-                raise SpecboundError(f"cannot read {path} as a GGUF file: truncated or corrupt ({bad}, at byte "
-                                     f"{bad.at:,}); re-download or re-convert it") from None
+                raise SpecboundError(
+                    f"cannot read {path} as a GGUF file: truncated or corrupt ({bad}, at byte "
+                    f"{bad.at:,}); re-download or re-convert it"
+                ) from None
 
 
 def _parse(buffer, path: Path) -> GGUFHeader:
@@ -267,11 +285,11 @@ def _parse(buffer, path: Path) -> GGUFHeader:
     n_tensors = cur.scalar("Q", "the tensor count")
     n_keys = cur.scalar("Q", "the metadata count")
     if n_keys * _MIN_ENTRY > cur.left():
-        raise _Bad(f"the header declares {n_keys:,} metadata entries, more than the file's {cur.left():,} bytes "
-                   f"can hold", 16)
+        raise _Bad(
+            f"the header declares {n_keys:,} metadata entries, more than the file's {cur.left():,} bytes can hold", 16
+        )
     if n_tensors * _MIN_TENSOR_INFO > cur.left():
-        raise _Bad(f"the header declares {n_tensors:,} tensors, more than the file's {cur.left():,} bytes can "
-                   f"hold", 8)
+        raise _Bad(f"the header declares {n_tensors:,} tensors, more than the file's {cur.left():,} bytes can hold", 8)
     header = GGUFHeader(path=path, byteorder=order, metadata={}, types={}, size=cur.size)
     for i in range(n_keys):
         start = cur.at
@@ -322,27 +340,40 @@ def _check_tensors(infos: list, data_start: int, alignment: int, size: int, path
             raise SpecboundError(
                 f"{path}: tensor {name!r} is stored in the quantization type {code}, which this gguf package does "
                 f"not know; "
-                f"upgrade gguf (pip install -U gguf) or re-quantize the model with llama-quantize") from None
+                f"upgrade gguf (pip install -U gguf) or re-quantize the model with llama-quantize"
+            ) from None
         block, type_size = sizes[kind]
         kind_name = kind.name
         count = math.prod(dims)
         if block > 1 and not dims:
             raise _Bad(f"tensor {name!r} ({kind_name}) has no dimension: a quantized tensor is rows of blocks", at)
         if dims and dims[0] % block:
-            raise _Bad(f"tensor {name!r} ({kind_name}) has rows of {dims[0]:,} values, not a multiple of its block size "
-                       f"{block}", at)
+            raise _Bad(
+                f"tensor {name!r} ({kind_name}) has rows of {dims[0]:,} values, not a multiple of its block size "
+                f"{block}",
+                at,
+            )
         n_bytes = count // block * type_size
         if offset % alignment:
-            raise _Bad(f"tensor {name!r} starts at offset {offset:,} of the data section, not a multiple of the "
-                       f"alignment {alignment}", at)
+            raise _Bad(
+                f"tensor {name!r} starts at offset {offset:,} of the data section, not a multiple of the "
+                f"alignment {alignment}",
+                at,
+            )
         start = data_start + offset
         if start + n_bytes > size:
-            raise _Bad(f"tensor {name!r} ({kind_name}, {count:,} values) lies at bytes {start:,}..{start + n_bytes:,}, "
-                       f"past the end of the {size:,}-byte file", at)
+            raise _Bad(
+                f"tensor {name!r} ({kind_name}, {count:,} values) lies at bytes {start:,}..{start + n_bytes:,}, "
+                f"past the end of the {size:,}-byte file",
+                at,
+            )
         tensors[name] = TensorInfo(name, kind_name, tuple(reversed(dims)), start, n_bytes, count)
     placed = sorted((t for t in tensors.values() if t.n_bytes), key=lambda t: t.start)
     for before, after in zip(placed, placed[1:]):
         if after.start < before.start + before.n_bytes:
-            raise _Bad(f"tensors {before.name!r} (bytes {before.start:,}..{before.start + before.n_bytes:,}) and "
-                       f"{after.name!r} (from byte {after.start:,}) overlap", after.start)
+            raise _Bad(
+                f"tensors {before.name!r} (bytes {before.start:,}..{before.start + before.n_bytes:,}) and "
+                f"{after.name!r} (from byte {after.start:,}) overlap",
+                after.start,
+            )
     return tensors

@@ -65,13 +65,28 @@ MISSING = {
     "ldp": "MobileVLM's lightweight downsample projector's CLIP variant",
     "ldpv2": "MobileVLM v2's projector's CLIP variant",
 }
-_AUDIO = ("ultravox", "qwen2a", "qwen3a", "glma", "voxtral", "meralion", "lfm2a", "musicflamingo", "granite_speech",
-          "gemma3na", "gemma4a")
+_AUDIO = (
+    "ultravox",
+    "qwen2a",
+    "qwen3a",
+    "glma",
+    "voxtral",
+    "meralion",
+    "lfm2a",
+    "musicflamingo",
+    "granite_speech",
+    "gemma3na",
+    "gemma4a",
+)
 # clip.cpp's projector types whose feed-forward names may be the legacy converter's swapped ones
 SWAPPED_FFN_TYPES = ("mlp", "mlp_norm", "ldp", "ldpv2", "gemma3", "idefics3")
 # the counts the vision config is read from (without the ``clip.vision.`` prefix) and its keys
-_COUNTS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
-           "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads"}
+_COUNTS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "attention.head_count": "num_attention_heads",
+}
 _OPTIONAL_COUNTS = {"image_size": "image_size", "patch_size": "patch_size", "projection_dim": "projection_dim"}
 _EPS = "attention.layer_norm_epsilon"
 _BLOCK = re.compile(r"^v\.blk\.(\d{1,9})\.")
@@ -98,8 +113,10 @@ def open_mmproj(path: Path, header: GGUFHeader):
     :class:`~.gguf_file.GGUFCheckpoint` whose config nests it as ``vision_config``."""
     meta = header.metadata
     if meta.get("split.count", 1) != 1:
-        raise SpecboundError(f"{path}: split.count is {meta['split.count']!r:.40}, expected 1 (an mmproj file is "
-                             f"read whole); merge the parts with llama-gguf-split --merge")
+        raise SpecboundError(
+            f"{path}: split.count is {meta['split.count']!r:.40}, expected 1 (an mmproj file is "
+            f"read whole); merge the parts with llama-gguf-split --merge"
+        )
     projector = _projector_type(path, meta)
     vision = _vision_config(path, header, projector)
     tensors = dict(header.tensors)
@@ -108,16 +125,27 @@ def open_mmproj(path: Path, header: GGUFHeader):
         conventions["gguf_mmproj_ffn_names"] = (
             "the file names each block's first feed-forward matrix (fc1, embedding width in) ffn_down and the "
             "second ffn_up, as LLaVA's converter wrote them; read swapped back by their shapes, as llama.cpp's "
-            "clip.cpp does")
+            "clip.cpp does"
+        )
     config = {k: v for k, v in meta.items() if not isinstance(v, SkippedArray)}
     config.update(model_type=MODEL_TYPE, vision_config=vision)
     quantized = {n: t.kind for n, t in tensors.items() if t.kind not in _EXACT and t.kind not in _INTEGER}
     if header.big_endian and quantized:
-        raise SpecboundError(f"{path} is a big-endian mmproj file with quantized tensors; specbound reads a "
-                             f"big-endian GGUF's float tensors only: convert it back to little-endian")
-    return GGUFCheckpoint(location=str(path), config=config, path=path, arch=ARCH, _headers={path: header},
-                          _tensors=tensors, quantized=quantized, _files={n: path for n in tensors},
-                          facts=gguf_facts(quantized, conventions))
+        raise SpecboundError(
+            f"{path} is a big-endian mmproj file with quantized tensors; specbound reads a "
+            f"big-endian GGUF's float tensors only: convert it back to little-endian"
+        )
+    return GGUFCheckpoint(
+        location=str(path),
+        config=config,
+        path=path,
+        arch=ARCH,
+        _headers={path: header},
+        _tensors=tensors,
+        quantized=quantized,
+        _files={n: path for n in tensors},
+        facts=gguf_facts(quantized, conventions),
+    )
 
 
 def _projector_type(path: Path, meta: dict[str, Any]) -> str:
@@ -127,15 +155,19 @@ def _projector_type(path: Path, meta: dict[str, Any]) -> str:
         audio = meta.get("clip.has_audio_encoder") is True
         flag = meta.get("clip.has_vision_encoder")
         found = "an audio encoder only" if audio else f"clip.has_vision_encoder = {flag!r:.40}"
-        raise SpecboundError(f"{path}: expected an mmproj file holding a vision encoder (clip.has_vision_encoder "
-                             f"true), found {found}; specbound analyses vision encoders: pass a vision model's "
-                             f"mmproj file")
+        raise SpecboundError(
+            f"{path}: expected an mmproj file holding a vision encoder (clip.has_vision_encoder "
+            f"true), found {found}; specbound analyses vision encoders: pass a vision model's "
+            f"mmproj file"
+        )
     key = "clip.vision.projector_type" if "clip.vision.projector_type" in meta else "clip.projector_type"
     projector = meta.get(key)
     if not isinstance(projector, str):
         found = "no such key" if projector is None else f"{projector!r} ({type(projector).__name__})"
-        raise SpecboundError(f"{path}: the mmproj metadata key 'clip.projector_type' must name the projector type "
-                             f"(a string such as 'mlp' or 'gemma3'), found {found}; {_REENCODE}")
+        raise SpecboundError(
+            f"{path}: the mmproj metadata key 'clip.projector_type' must name the projector type "
+            f"(a string such as 'mlp' or 'gemma3'), found {found}; {_REENCODE}"
+        )
     if projector in ENCODERS:
         return projector
     shown = projector[:60]
@@ -146,9 +178,11 @@ def _projector_type(path: Path, meta: dict[str, Any]) -> str:
     else:
         what = "a vision encoder specbound does not know"
     supported = ", ".join(f"{k} ({e[1]}: {e[0]})" for k, e in ENCODERS.items())
-    raise SpecboundError(f"{path}: mmproj projector type {shown!r} is not supported: its encoder is {what}; "
-                         f"supported projector types: {supported}; analyse the model's Hugging Face weights "
-                         f"(--tower text for its text tower) instead")
+    raise SpecboundError(
+        f"{path}: mmproj projector type {shown!r} is not supported: its encoder is {what}; "
+        f"supported projector types: {supported}; analyse the model's Hugging Face weights "
+        f"(--tower text for its text tower) instead"
+    )
 
 
 def _count(path: Path, meta: dict[str, Any], key: str, required: bool) -> int | None:
@@ -157,18 +191,29 @@ def _count(path: Path, meta: dict[str, Any], key: str, required: bool) -> int | 
     if value is None and not required:
         return None
     if not (isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_COUNT):
-        found = "no such key" if value is None else (f"an array of {len(value)}" if isinstance(value, list)
-                                                     else f"{value!r}"[:80] + f" ({type(value).__name__})")
-        raise SpecboundError(f"{path}: the mmproj metadata key {full!r} must hold a positive integer (at most 2^53), "
-                             f"found {found}; {_REENCODE}")
+        found = (
+            "no such key"
+            if value is None
+            else (
+                f"an array of {len(value)}"
+                if isinstance(value, list)
+                else f"{value!r}"[:80] + f" ({type(value).__name__})"
+            )
+        )
+        raise SpecboundError(
+            f"{path}: the mmproj metadata key {full!r} must hold a positive integer (at most 2^53), "
+            f"found {found}; {_REENCODE}"
+        )
     return value
 
 
 def _flag(path: Path, meta: dict[str, Any], key: str) -> bool:
     value = meta.get(key, False)
     if not isinstance(value, bool):
-        raise SpecboundError(f"{path}: the mmproj metadata key {key!r} must hold a boolean, found {value!r:.80} "
-                             f"({type(value).__name__}); {_REENCODE}")
+        raise SpecboundError(
+            f"{path}: the mmproj metadata key {key!r} must hold a boolean, found {value!r:.80} "
+            f"({type(value).__name__}); {_REENCODE}"
+        )
     return value
 
 
@@ -177,8 +222,10 @@ def _activation(path: Path, meta: dict[str, Any]) -> str:
     neither the quick GELU."""
     gelu, silu = _flag(path, meta, "clip.use_gelu"), _flag(path, meta, "clip.use_silu")
     if gelu and silu:
-        raise SpecboundError(f"{path}: the mmproj metadata sets both clip.use_gelu and clip.use_silu; llama.cpp "
-                             f"refuses such a file: {_REENCODE}")
+        raise SpecboundError(
+            f"{path}: the mmproj metadata sets both clip.use_gelu and clip.use_silu; llama.cpp "
+            f"refuses such a file: {_REENCODE}"
+        )
     return "gelu_pytorch_tanh" if gelu else "silu" if silu else "quick_gelu"
 
 
@@ -189,22 +236,28 @@ def _vision_config(path: Path, header: GGUFHeader, projector: str) -> dict[str, 
     vision.update({hf: v for key, hf in _OPTIONAL_COUNTS.items() if (v := _count(path, meta, key, False))})
     width, heads = vision["hidden_size"], vision["num_attention_heads"]
     if width % heads:
-        raise SpecboundError(f"{path}: clip.vision.embedding_length {width:,} is not a multiple of "
-                             f"clip.vision.attention.head_count {heads:,}; {_REENCODE}")
+        raise SpecboundError(
+            f"{path}: clip.vision.embedding_length {width:,} is not a multiple of "
+            f"clip.vision.attention.head_count {heads:,}; {_REENCODE}"
+        )
     eps = meta.get(f"clip.vision.{_EPS}")
     if eps is not None:
-        if not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and math.isfinite(eps)
-                and 0 < eps <= MAX_SCALE):
-            raise SpecboundError(f"{path}: the mmproj metadata key 'clip.vision.{_EPS}' must hold a finite positive "
-                                 f"number, found {eps!r:.80} ({type(eps).__name__}); {_REENCODE}")
+        if not (
+            isinstance(eps, (int, float)) and not isinstance(eps, bool) and math.isfinite(eps) and 0 < eps <= MAX_SCALE
+        ):
+            raise SpecboundError(
+                f"{path}: the mmproj metadata key 'clip.vision.{_EPS}' must hold a finite positive "
+                f"number, found {eps!r:.80} ({type(eps).__name__}); {_REENCODE}"
+            )
         vision["layer_norm_eps"] = eps
     held = {int(m.group(1)) for name in header.tensors if (m := _BLOCK.match(name))}
     declared = vision["num_hidden_layers"]
     if declared > (max(held) + 1 if held else 0):
-        raise SpecboundError(f"{path}: clip.vision.block_count declares {declared:,} blocks but the file holds "
-                             f"tensors of {len(held):,} (v.blk.0 to v.blk.{max(held, default=-1)}); {_REENCODE}")
-    vision.update(hidden_act=_activation(path, meta), projector_type=projector,
-                  encoder=ENCODERS[projector][0].lower())
+        raise SpecboundError(
+            f"{path}: clip.vision.block_count declares {declared:,} blocks but the file holds "
+            f"tensors of {len(held):,} (v.blk.0 to v.blk.{max(held, default=-1)}); {_REENCODE}"
+        )
+    vision.update(hidden_act=_activation(path, meta), projector_type=projector, encoder=ENCODERS[projector][0].lower())
     return vision
 
 
@@ -230,9 +283,11 @@ def _projector_sentence(projector: str, tensors: dict) -> str:
     names = sorted(n for n in tensors if n.startswith("mm.") or n == _IMAGE_NEWLINE)
     held = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "") if names else "none"
     encoder, model = ENCODERS[projector]
-    return (f"the {model} projector (type {projector}; tensors {held}) maps the {encoder} encoder's output into the "
-            f"text model's embeddings once, after the last block: like a classifier head it is outside the chain "
-            f"of blocks the bound is over, and is not analysed")
+    return (
+        f"the {model} projector (type {projector}; tensors {held}) maps the {encoder} encoder's output into the "
+        f"text model's embeddings once, after the last block: like a classifier head it is outside the chain "
+        f"of blocks the bound is over, and is not analysed"
+    )
 
 
 def gguf_pair(source: Any) -> dict[str, Path] | None:
@@ -255,16 +310,21 @@ def gguf_pair(source: Any) -> dict[str, Path] | None:
         return None  # GGUF text models only: not a pair (a folder is no GGUF source of its own)
     if len(found["text"]) != 1 or len(found["vision"]) > 1:
         listed = "; ".join(f"{k}: {', '.join(p.name for p in v) or 'none'}" for k, v in found.items())
-        raise SpecboundError(f"{folder} is read as a text GGUF model and its mmproj file, so it must hold one text "
-                             f"model and one mmproj file; found {listed}; name one file (specbound analyze "
-                             f"{folder}/FILE.gguf) or make a folder holding the pair to analyse")
+        raise SpecboundError(
+            f"{folder} is read as a text GGUF model and its mmproj file, so it must hold one text "
+            f"model and one mmproj file; found {listed}; name one file (specbound analyze "
+            f"{folder}/FILE.gguf) or make a folder holding the pair to analyse"
+        )
     return {"text": found["text"][0], "vision": found["vision"][0]}
 
 
 def pair_notes(pair: dict[str, Path]) -> dict[str, str]:
     """The note the text model of a :func:`gguf_pair` adds to its reader's notes (one more assumption of its
     analysis): the mmproj file beside it is its vision tower."""
-    return {"gguf_mmproj_pair": (
-        f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it is its vision "
-        f"tower, whose projector's output enters this chain as input tokens, outside the bound like the token "
-        f"embeddings; each tower is bounded as a chain of its own, and no whole-model number is given")}
+    return {
+        "gguf_mmproj_pair": (
+            f"the text model of a vision-language pair: the mmproj file {pair['vision'].name} beside it is its vision "
+            f"tower, whose projector's output enters this chain as input tokens, outside the bound like the token "
+            f"embeddings; each tower is bounded as a chain of its own, and no whole-model number is given"
+        )
+    }

@@ -22,8 +22,10 @@ MAX_HOPS = 32  # soft links followed for one path (HDF5's own limit is 16 nested
 
 
 def _refuse(path: Path, where: str, what: str, fix: str = "re-save the model with save_pretrained") -> SpecboundError:
-    return SpecboundError(f"{path}: {where} {what}; specbound reads only what is stored in the file itself "
-                          f"(Keras never writes this): {fix}")
+    return SpecboundError(
+        f"{path}: {where} {what}; specbound reads only what is stored in the file itself "
+        f"(Keras never writes this): {fix}"
+    )
 
 
 def resolve(h5py, handle, location: str, path: Path) -> str:
@@ -41,15 +43,18 @@ def resolve(h5py, handle, location: str, path: Path) -> str:
             raise _refuse(path, f"{location!r}:", f"{'/'.join(done)!r} is not a group", "re-download it")
         link = group.get(name, getlink=True)
         if link is None:
-            raise SpecboundError(f"{path}: {location!r} is listed but absent ({'/'.join([*done, name])!r} is not in "
-                                 f"the file{via}); the file is truncated or corrupt: re-download it")
+            raise SpecboundError(
+                f"{path}: {location!r} is listed but absent ({'/'.join([*done, name])!r} is not in "
+                f"the file{via}); the file is truncated or corrupt: re-download it"
+            )
         if isinstance(link, h5py.HardLink):
             done.append(name)
         elif isinstance(link, h5py.SoftLink):
             hops += 1
             if hops > MAX_HOPS:
-                raise _refuse(path, f"{location!r}", f"passes more than {MAX_HOPS} soft links (a loop?)",
-                              "re-download it")
+                raise _refuse(
+                    path, f"{location!r}", f"passes more than {MAX_HOPS} soft links (a loop?)", "re-download it"
+                )
             via = f", reached through the soft link {'/'.join([*done, name])!r} -> {link.path!r}"
             target = [p for p in str(link.path).split("/") if p]
             if str(link.path).startswith("/"):
@@ -69,14 +74,18 @@ def confined_dataset(h5py, handle, location: str, path: Path) -> str:
     obj = handle[hard]
     where = f"the dataset {location!r}"
     if not isinstance(obj, h5py.Dataset):
-        raise SpecboundError(f"{path}: {location!r} is a {type(obj).__name__}, not a dataset; the file is not "
-                             f"Keras weights: re-save the model with save_pretrained")
+        raise SpecboundError(
+            f"{path}: {location!r} is a {type(obj).__name__}, not a dataset; the file is not "
+            f"Keras weights: re-save the model with save_pretrained"
+        )
     if obj.is_virtual:
         sources = sorted({m.file_name for m in obj.virtual_sources()})
         raise _refuse(path, where, f"is a virtual dataset mapped onto {', '.join(map(repr, sources[:3]))}")
     if obj.external:
         raise _refuse(path, where, f"keeps its bytes in external storage ({obj.external[0][0]!r})")
     if obj.shape is None:
-        raise SpecboundError(f"{path}: {where} has a null dataspace (no shape, no values); the file is "
-                             f"corrupt: re-save the model with save_pretrained")
+        raise SpecboundError(
+            f"{path}: {where} has a null dataspace (no shape, no values); the file is "
+            f"corrupt: re-save the model with save_pretrained"
+        )
     return hard

@@ -43,9 +43,11 @@ def _shown(value: Any) -> str:
 
 
 def refuse(host: str, what: str, value: Any, expected: str) -> SpecboundError:
-    return SpecboundError(f"the hub server {host} answered {what} {_shown(value)}, expected {expected}: "
-                          f"refused before anything is written (a broken or hostile HF_ENDPOINT, mirror or proxy); "
-                          f"check HF_ENDPOINT, or download the model yourself and pass the folder")
+    return SpecboundError(
+        f"the hub server {host} answered {what} {_shown(value)}, expected {expected}: "
+        f"refused before anything is written (a broken or hostile HF_ENDPOINT, mirror or proxy); "
+        f"check HF_ENDPOINT, or download the model yourself and pass the folder"
+    )
 
 
 def check_commit(value: Any, host: str, what: str = "the commit") -> str:
@@ -61,12 +63,22 @@ def check_etag(value: Any, host: str, what: str = "the ETag") -> str:
 
 
 def check_filename(value: Any, host: str, what: str = "the file name") -> str:
-    ok = (isinstance(value, str) and 0 < len(value) <= MAX_NAME and not _CONTROL.search(value)
-          and not value.startswith("/") and not re.match(r"[A-Za-z]:", value)
-          and all(part not in ("", ".", "..") for part in value.split("/")))
+    ok = (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_NAME
+        and not _CONTROL.search(value)
+        and not value.startswith("/")
+        and not re.match(r"[A-Za-z]:", value)
+        and all(part not in ("", ".", "..") for part in value.split("/"))
+    )
     if not ok:
-        raise refuse(host, what, value, f"a relative path of at most {MAX_NAME} characters with no '..', '.', "
-                                        f"empty component, backslash or control character")
+        raise refuse(
+            host,
+            what,
+            value,
+            f"a relative path of at most {MAX_NAME} characters with no '..', '.', "
+            f"empty component, backslash or control character",
+        )
     return value
 
 
@@ -136,10 +148,12 @@ def _hook(response) -> None:
     filename = unquote(path.split("/resolve/", 1)[1].partition("/")[2])
     expected = sizes.get(filename)
     told = response.headers.get("X-Linked-Size") or (
-        None if 300 <= response.status_code < 400 else response.headers.get("Content-Length"))
+        None if 300 <= response.status_code < 400 else response.headers.get("Content-Length")
+    )
     if expected is not None and told is not None and int(told) != expected:
-        raise refuse(host, f"a size of {filename!r}:", int(told),
-                     f"{expected:,} bytes, as its own listing (model_info) says")
+        raise refuse(
+            host, f"a size of {filename!r}:", int(told), f"{expected:,} bytes, as its own listing (model_info) says"
+        )
 
 
 def _add_hook(session) -> None:
@@ -158,6 +172,7 @@ def _install() -> None:
 
     factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
     if callable(factory) and not getattr(factory, "_specbound_checked", False):
+
         def checked_factory(make=factory):
             session = make()
             _add_hook(session)

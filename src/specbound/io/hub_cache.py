@@ -50,8 +50,11 @@ def cached_model_ids(cache: Path | None = None) -> list[str]:
     cache = cache_dir() if cache is None else cache
     if not cache.is_dir():
         return []
-    return sorted(e.name[len("models--"):].replace("--", "/") for e in cache.iterdir()
-                  if e.name.startswith("models--") and e.is_dir())
+    return sorted(
+        e.name[len("models--") :].replace("--", "/")
+        for e in cache.iterdir()
+        if e.name.startswith("models--") and e.is_dir()
+    )
 
 
 def confined_snapshots(repo_id: str, cache: Path | None = None) -> Path:
@@ -63,8 +66,10 @@ def confined_snapshots(repo_id: str, cache: Path | None = None) -> Path:
     snapshots = repo / "snapshots"
     for folder, parent in ((repo, cache), (snapshots, repo)):
         if folder.exists() and not inside(parent, folder):
-            raise SpecboundError(f"the cache entry {folder} of {repo_id} is a link leading out of {parent}; a Hugging "
-                                 f"Face cache entry holds its own files: remove the link and download the model again")
+            raise SpecboundError(
+                f"the cache entry {folder} of {repo_id} is a link leading out of {parent}; a Hugging "
+                f"Face cache entry holds its own files: remove the link and download the model again"
+            )
     return snapshots
 
 
@@ -78,14 +83,17 @@ def find_snapshot(repo_id: str, revision: str = "main", cache: Path | None = Non
         return None
     ref = repo / "refs" / revision
     if not inside(repo / "refs", ref):
-        raise SpecboundError(f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a "
-                             f"branch, tag or commit hash")
+        raise SpecboundError(
+            f"revision {revision!r} of {repo_id} leaves the cache's refs folder; pass a branch, tag or commit hash"
+        )
     commit = read_ref(repo_id, revision, repo.parent) or revision
     if not _COMMIT.match(commit):
         if not ref.is_file():
             return None  # a revision that is no ref here and cannot be a snapshot's name: not cached
-        raise SpecboundError(f"{ref} names {commit[:60]!r}, not a commit hash; the cache entry {repo} is "
-                             f"corrupt: download the model again")
+        raise SpecboundError(
+            f"{ref} names {commit[:60]!r}, not a commit hash; the cache entry {repo} is "
+            f"corrupt: download the model again"
+        )
     if (snapshots / commit).is_dir() and inside(snapshots, snapshots / commit):
         return snapshots / commit
     found = sorted(p for p in snapshots.iterdir() if p.is_dir() and inside(snapshots, p))
@@ -115,8 +123,10 @@ def read_ref(repo_id: str, revision: str, cache: Path) -> str | None:
     if not os.path.lexists(ref):
         return None
     if not inside(repo / "refs", ref):
-        raise SpecboundError(f"the cache ref {ref} of {repo_id} leads out of the cache's refs folder (a link); "
-                             f"remove it and download the model again")
+        raise SpecboundError(
+            f"the cache ref {ref} of {repo_id} leads out of the cache's refs folder (a link); "
+            f"remove it and download the model again"
+        )
     if ref.is_dir():
         return None  # refs/pr holds refs/pr/N: a folder of refs, not one
     fix = f"the cache entry {repo} is corrupt: remove the ref and download the model again"
@@ -129,21 +139,27 @@ def check_snapshot_links(snapshot: Path, repo_id: str) -> None:
     outside the repository's cache folder: what is read must be what the cache holds."""
     repo = snapshot.parent.parent
     if not inside(repo / "snapshots", snapshot):
-        raise SpecboundError(f"the snapshot {snapshot} of {repo_id} leads out of the Hugging Face cache; remove "
-                             f"the link and download the model again")
+        raise SpecboundError(
+            f"the snapshot {snapshot} of {repo_id} leads out of the Hugging Face cache; remove "
+            f"the link and download the model again"
+        )
     count = 0
     for folder, dirs, files in os.walk(snapshot):  # links to folders are listed, never followed
         for name in (*dirs, *files):
             count += 1
             if count > MAX_SNAPSHOT_ENTRIES:
-                raise SpecboundError(f"the snapshot {snapshot} of {repo_id} holds more than "
-                                     f"{MAX_SNAPSHOT_ENTRIES:,} files: not a model's cache entry; pass the model "
-                                     f"folder you mean")
+                raise SpecboundError(
+                    f"the snapshot {snapshot} of {repo_id} holds more than "
+                    f"{MAX_SNAPSHOT_ENTRIES:,} files: not a model's cache entry; pass the model "
+                    f"folder you mean"
+                )
             path = Path(folder) / name
             if path.is_symlink() and not inside(repo, path):
-                raise SpecboundError(f"the cached file {path} of {repo_id} is a link leading out of its cache "
-                                     f"entry {repo} (to {os.path.realpath(path)[:120]}): refused; remove it and "
-                                     f"download the model again")
+                raise SpecboundError(
+                    f"the cached file {path} of {repo_id} is a link leading out of its cache "
+                    f"entry {repo} (to {os.path.realpath(path)[:120]}): refused; remove it and "
+                    f"download the model again"
+                )
 
 
 def complete_snapshot(snapshot: Path) -> bool:
@@ -189,12 +205,16 @@ def resolve_hub_id(source: str, *, stream: bool = False, disk_budget: int | str 
     A snapshot already in the cache is read from there, streamed or not: nothing is downloaded."""
     repo_id, at, revision = source.partition("@")
     if at and not revision.strip():
-        raise SpecboundError(f"the hub id {source!r} names an empty revision: pass ORG/NAME for the main branch, "
-                             f"or ORG/NAME@REV with a branch, tag or commit hash")
+        raise SpecboundError(
+            f"the hub id {source!r} names an empty revision: pass ORG/NAME for the main branch, "
+            f"or ORG/NAME@REV with a branch, tag or commit hash"
+        )
     revision = revision or "main"
     if ".." in repo_id.split("/") or ".." in revision.split("/") or revision.startswith("/"):
-        raise SpecboundError(f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
-                             f"inside the local Hugging Face cache")
+        raise SpecboundError(
+            f"the hub id {source!r} has a '..' component: a hub id is org/name[@revision] "
+            f"inside the local Hugging Face cache"
+        )
     confined_snapshots(repo_id)
     read_ref(repo_id, revision, cache_dir())  # a FIFO or /dev/zero there: refused before huggingface_hub reads it
     found = hub_library_snapshot(repo_id, revision, cache_dir())

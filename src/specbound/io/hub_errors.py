@@ -74,30 +74,43 @@ def hub_errors(repo_id: str, revision: str, endpoint: str | None, doing: str = "
     try:
         yield
     except hf_errors.GatedRepoError:
-        raise SpecboundError(f"{name} is gated on {host}: accept its terms on the model page, then set "
-                             f"HF_TOKEN to a token of that account (or run `hf auth login`)") from None
+        raise SpecboundError(
+            f"{name} is gated on {host}: accept its terms on the model page, then set "
+            f"HF_TOKEN to a token of that account (or run `hf auth login`)"
+        ) from None
     except hf_errors.RepositoryNotFoundError:
-        raise SpecboundError(f"{repo_id} is not a model on {host}: no such repository, or it is private: check "
-                             f"the id, or set HF_TOKEN to a token that can read it") from None
+        raise SpecboundError(
+            f"{repo_id} is not a model on {host}: no such repository, or it is private: check "
+            f"the id, or set HF_TOKEN to a token that can read it"
+        ) from None
     except hf_errors.RevisionNotFoundError:
-        raise SpecboundError(f"{repo_id} has no revision {revision!r} on {host}: pass a branch, tag or "
-                             f"commit hash that exists") from None
+        raise SpecboundError(
+            f"{repo_id} has no revision {revision!r} on {host}: pass a branch, tag or commit hash that exists"
+        ) from None
     except hf_errors.HfHubHTTPError as e:
         status = getattr(getattr(e, "response", None), "status_code", "?")
         if status in (401, 403, 404):  # a mirror's plain answer, without the Hub's error code
-            raise SpecboundError(f"{host} answered HTTP {status} for {name}: no such repository, or it is private "
-                                 f"(or gated): check the id, or set HF_TOKEN to a token that can read it") from None
-        raise SpecboundError(f"{host} answered HTTP {status} while {doing} {name}: retry later, or "
-                             f"download it yourself and pass the folder") from None
+            raise SpecboundError(
+                f"{host} answered HTTP {status} for {name}: no such repository, or it is private "
+                f"(or gated): check the id, or set HF_TOKEN to a token that can read it"
+            ) from None
+        raise SpecboundError(
+            f"{host} answered HTTP {status} while {doing} {name}: retry later, or "
+            f"download it yourself and pass the folder"
+        ) from None
     except (OSError, ValueError) as e:  # network down, DNS, a refused connection, a full disk
         detail = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached, or its answer was "
-                             f"not what it declared ({detail}); check "
-                             f"the network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder") from None
+        raise SpecboundError(
+            f"could not fetch {name} from {host}: the hub could not be reached, or its answer was "
+            f"not what it declared ({detail}); check "
+            f"the network (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass a local model folder"
+        ) from None
     except Exception as e:  # (the HTTP client's transport errors are not OSError)
         if not transport_error(e):
             raise
         detail = (str(e).splitlines() or [""])[0][:160]
-        raise SpecboundError(f"could not fetch {name} from {host}: the hub could not be reached, or its answer "
-                             f"was cut short ({type(e).__name__}{': ' + detail if detail else ''}); check the network "
-                             f"(or HF_ENDPOINT), or pass a local model folder (--verbose shows each retry)") from None
+        raise SpecboundError(
+            f"could not fetch {name} from {host}: the hub could not be reached, or its answer "
+            f"was cut short ({type(e).__name__}{': ' + detail if detail else ''}); check the network "
+            f"(or HF_ENDPOINT), or pass a local model folder (--verbose shows each retry)"
+        ) from None

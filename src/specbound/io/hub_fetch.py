@@ -61,7 +61,8 @@ def _token() -> str | None:
 
 def needed_files(files: list[str], read_index) -> list[str]:
     """The files of a repository listing (``files``: paths relative to its root) that the analysis
-    reads, in download order; ``read_index()`` returns the shard index's ``weight_map`` values.  Raises when the repository holds no config.json or no safetensors."""
+    reads, in download order; ``read_index()`` returns the shard index's ``weight_map`` values.  Raises when the
+    repository holds no config.json or no safetensors."""
     present = set(files)
     if CONFIG not in present and ADAPTER_CONFIG in present:  # a PEFT adapter: merged into its base (io.lora)
         if ADAPTER_WEIGHTS not in present:
@@ -73,15 +74,17 @@ def needed_files(files: list[str], read_index) -> list[str]:
         shards = sorted(set(read_index()))
         missing = [s for s in shards if s not in present]
         if missing or not shards:
-            raise SpecboundError(f"its {INDEX} names shards the repository does not hold "
-                                 f"({', '.join(missing[:3]) or 'none named'})")
+            raise SpecboundError(
+                f"its {INDEX} names shards the repository does not hold ({', '.join(missing[:3]) or 'none named'})"
+            )
         return [CONFIG, INDEX, *shards]
     if SINGLE in present:
         return [CONFIG, SINGLE]
     if CT2_MODEL in present:  # a CTranslate2 repository (faster-whisper): read by io.ctranslate2_file
         return [CONFIG, CT2_MODEL]
-    raise SpecboundError("no safetensors weights (" + (", ".join(sorted(f for f in present if "/" not in f)[:6])
-                                                       or "no files") + ")")
+    raise SpecboundError(
+        "no safetensors weights (" + (", ".join(sorted(f for f in present if "/" not in f)[:6]) or "no files") + ")"
+    )
 
 
 def parse_size(text: str | int) -> int:
@@ -96,8 +99,10 @@ def parse_size(text: str | int) -> int:
     scale = 1024 ** _UNITS.index(unit[0]) if unit.endswith("I") else 1000 ** _UNITS.index(unit[:1])
     value = float(match.group(1)) * scale
     if not value <= MAX_BUDGET:  # 1e400 is inf; inf and nan are no number of bytes
-        raise SpecboundError(f"the size {text!r} is more bytes than any disk holds (at most {MAX_BUDGET:.0e}): "
-                             f"pass a size such as 20GB, 500MiB or 1000000000")
+        raise SpecboundError(
+            f"the size {text!r} is more bytes than any disk holds (at most {MAX_BUDGET:.0e}): "
+            f"pass a size such as 20GB, 500MiB or 1000000000"
+        )
     return int(value)
 
 
@@ -119,8 +124,9 @@ def free_disk(cache: Path) -> int | None:
     return None
 
 
-def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = False,
-                 disk_budget: int | str | None = None):
+def fetch_hub_id(
+    repo_id: str, revision: str, cache: Path, *, stream: bool = False, disk_budget: int | str | None = None
+):
     """Download what the analysis needs of ``repo_id`` at ``revision`` into ``cache``: the snapshot
     folder holding it.  With ``stream``, or when those files exceed ``disk_budget`` bytes (default:
     the free space of the cache's filesystem), nothing is downloaded: the
@@ -131,15 +137,21 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
     budget = None if disk_budget is None else parse_size(disk_budget)
     if offline():
         if stream:
-            raise SpecboundError(f"--stream reads {name} over the network and HF_HUB_OFFLINE is set: unset "
-                                 f"HF_HUB_OFFLINE, or pass a model folder or a hub id in the local cache")
-        raise SpecboundError(f"{name} is not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE "
-                             f"is set: unset HF_HUB_OFFLINE to download it, or pass a local model folder")
+            raise SpecboundError(
+                f"--stream reads {name} over the network and HF_HUB_OFFLINE is set: unset "
+                f"HF_HUB_OFFLINE, or pass a model folder or a hub id in the local cache"
+            )
+        raise SpecboundError(
+            f"{name} is not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE "
+            f"is set: unset HF_HUB_OFFLINE to download it, or pass a local model folder"
+        )
     try:
         from huggingface_hub import HfApi, hf_hub_download
     except ImportError:
-        raise SpecboundError(f"{name} is not in the local Hugging Face cache and huggingface_hub is not "
-                             f"installed to fetch it: pip install huggingface_hub") from None
+        raise SpecboundError(
+            f"{name} is not in the local Hugging Face cache and huggingface_hub is not "
+            f"installed to fetch it: pip install huggingface_hub"
+        ) from None
 
     endpoint, token = _endpoint(), _token()
     host = endpoint or "huggingface.co"
@@ -154,42 +166,54 @@ def fetch_hub_id(repo_id: str, revision: str, cache: Path, *, stream: bool = Fal
         weight_map = read_json_weight_map(remote) if INDEX in sizes and CONFIG in sizes else None
         shards = len(set(weight_map.values())) if isinstance(weight_map, dict) else 0
         if shards > MAX_SHARDS:
-            raise SpecboundError(f"the hub model {name}'s {INDEX} names {shards:,} shard files; specbound fetches or "
-                                 f"streams at most {MAX_SHARDS:,} (published models have a few hundred at most): "
-                                 f"download it yourself (`hf download {repo_id}`) and pass the folder")
+            raise SpecboundError(
+                f"the hub model {name}'s {INDEX} names {shards:,} shard files; specbound fetches or "
+                f"streams at most {MAX_SHARDS:,} (published models have a few hundred at most): "
+                f"download it yourself (`hf download {repo_id}`) and pass the folder"
+            )
         try:
-            wanted = needed_files(list(sizes), lambda: [check_filename(v, host, "a shard name of the index")
-                                                        for v in weight_map.values()])
+            wanted = needed_files(
+                list(sizes), lambda: [check_filename(v, host, "a shard name of the index") for v in weight_map.values()]
+            )
         except SpecboundError as e:
             if str(e).startswith("the hub server "):
                 raise
-            raise SpecboundError(f"the hub model {name} holds {e}: specbound reads only config.json and "
-                                 f"safetensors weights; download it yourself and pass the folder") from None
+            raise SpecboundError(
+                f"the hub model {name} holds {e}: specbound reads only config.json and "
+                f"safetensors weights; download it yourself and pass the folder"
+            ) from None
         if not stream:
             stream = _over_budget(name, [sizes[f] for f in wanted], budget, cache)
         if stream and CT2_MODEL in wanted:
-            raise SpecboundError(f"{name} is a CTranslate2 model (model.bin), which is read from disk, never "
-                                 f"streamed: leave --stream out, or raise --disk-budget to download it")
+            raise SpecboundError(
+                f"{name} is a CTranslate2 model (model.bin), which is read from disk, never "
+                f"streamed: leave --stream out, or raise --disk-budget to download it"
+            )
         if stream:
             return open_streamed(remote, weight_map, sizes)
+
         def download(filename: str) -> Path:
             with guarded(host) as checked:  # (each worker thread checks the answers it gets)
                 checked.update(sizes)
-                return Path(hf_hub_download(repo_id, filename, revision=commit, cache_dir=str(cache),
-                                            endpoint=endpoint, token=token))
+                return Path(
+                    hf_hub_download(
+                        repo_id, filename, revision=commit, cache_dir=str(cache), endpoint=endpoint, token=token
+                    )
+                )
 
         if len(wanted) <= 2:
             paths = [download(f) for f in wanted]
         else:  # thousands of small shards: their round trips overlap, as huggingface_hub's snapshot_download does
-
             with ThreadPoolExecutor(min(DOWNLOAD_WORKERS, len(wanted))) as pool:
                 paths = list(pool.map(download, wanted))
     snapshot = _repo_folder(repo_id, cache) / "snapshots" / commit
     for path, filename in zip(paths, wanted):
         if path != snapshot / filename:
-            raise SpecboundError(f"the hub server {host} served {filename} of {name} at another commit than "
-                                 f"{commit} (it named {path.parent.name[:40]!r}): the answers of one analysis "
-                                 f"must be of one commit; check HF_ENDPOINT, or download the model yourself")
+            raise SpecboundError(
+                f"the hub server {host} served {filename} of {name} at another commit than "
+                f"{commit} (it named {path.parent.name[:40]!r}): the answers of one analysis "
+                f"must be of one commit; check HF_ENDPOINT, or download the model yourself"
+            )
     write_ref(_repo_folder(repo_id, cache), revision, commit)
     return snapshot
 
@@ -205,9 +229,11 @@ def _model_info(api, repo_id: str, revision: str, host: str):
     try:
         return api.model_info(repo_id, revision=revision, files_metadata=True)
     except (TypeError, AttributeError, KeyError, IndexError) as exc:
-        raise SpecboundError(f"the hub server {host} answered a malformed model info for {repo_id} "
-                             f"({type(exc).__name__}: {str(exc)[:80]}): refused; check HF_ENDPOINT, or download "
-                             f"the model yourself and pass the folder") from None
+        raise SpecboundError(
+            f"the hub server {host} answered a malformed model info for {repo_id} "
+            f"({type(exc).__name__}: {str(exc)[:80]}): refused; check HF_ENDPOINT, or download "
+            f"the model yourself and pass the folder"
+        ) from None
 
 
 def write_ref(repo: Path, revision: str, commit: str) -> None:
@@ -219,8 +245,9 @@ def write_ref(repo: Path, revision: str, commit: str) -> None:
     refs = repo / "refs"
     ref = refs / revision
     if not inside(refs, ref.parent) or ref.name in ("", ".", ".."):
-        raise SpecboundError(f"revision {revision!r} of {repo.name} leaves the cache's refs folder; pass a "
-                             f"branch, tag or commit hash")
+        raise SpecboundError(
+            f"revision {revision!r} of {repo.name} leaves the cache's refs folder; pass a branch, tag or commit hash"
+        )
 
     with os_errors(f"write the cache ref {ref}"):
         ref.parent.mkdir(parents=True, exist_ok=True)
@@ -241,9 +268,13 @@ def _over_budget(name: str, sizes: list[int | None], budget: int | None, cache: 
         return False
 
     where = f" free in {cache}" if budget is None else ""
-    warnings.warn(SpecboundWarning(
-        f"the weights of {name} ({sum(sizes) / 1e9:.2f} GB) exceed the disk budget ({room / 1e9:.2f} GB{where}): "
-        f"streaming them by HTTP range requests instead of downloading (--disk-budget sets the budget)"), stacklevel=4)
+    warnings.warn(
+        SpecboundWarning(
+            f"the weights of {name} ({sum(sizes) / 1e9:.2f} GB) exceed the disk budget ({room / 1e9:.2f} GB{where}): "
+            f"streaming them by HTTP range requests instead of downloading (--disk-budget sets the budget)"
+        ),
+        stacklevel=4,
+    )
     return True
 
 

@@ -92,11 +92,14 @@ class HubFiles:
             from huggingface_hub import get_hf_file_metadata
 
             with self._errors():
-                meta = self._retried(lambda: get_hf_file_metadata(self.url(filename), token=self.token,
-                                                                  endpoint=self.endpoint))
+                meta = self._retried(
+                    lambda: get_hf_file_metadata(self.url(filename), token=self.token, endpoint=self.endpoint)
+                )
             if meta.size is None:
-                raise SpecboundError(f"the server of {self.name} reports no size for {filename} (no Content-Length "
-                                     f"on its HEAD answer): streaming needs it; download the model instead")
+                raise SpecboundError(
+                    f"the server of {self.name} reports no size for {filename} (no Content-Length "
+                    f"on its HEAD answer): streaming needs it; download the model instead"
+                )
             self._sizes[filename] = int(meta.size)
         return self._sizes[filename]
 
@@ -123,7 +126,8 @@ class HubFiles:
                             f"the connection to {self._host()} dropped {failures} times while reading {filename} "
                             f"of {self.name} (bytes {start + got:,}..{start + length - 1:,}; last: "
                             f"{type(exc).__name__}): check the network and run again, or download the model "
-                            f"instead of --stream") from None
+                            f"instead of --stream"
+                        ) from None
                     time.sleep(_BACKOFF_S * 2 ** (failures - 1))
 
     def read(self, filename: str, start: int, length: int) -> bytes:
@@ -142,8 +146,11 @@ class HubFiles:
                 hf_raise_for_status(response)
             told = response.headers.get("Content-Range", "")
             size = self._sizes.get(filename)
-            if response.status_code != 206 or told.split("/")[0] != f"bytes {start}-{end}" or (
-                    size is not None and told.split("/")[-1] not in (str(size), "*")):
+            if (
+                response.status_code != 206
+                or told.split("/")[0] != f"bytes {start}-{end}"
+                or (size is not None and told.split("/")[-1] not in (str(size), "*"))
+            ):
                 raise self._wrong(filename, start, end, f"HTTP {response.status_code}, Content-Range {told or 'none'}")
             got = 0
             for piece in response.iter_bytes(_BODY_CHUNK):
@@ -156,9 +163,11 @@ class HubFiles:
                 raise self._wrong(filename, start, end, f"{got:,} bytes")
 
     def _wrong(self, filename: str, start: int, end: int, found: str) -> SpecboundError:
-        return SpecboundError(f"{self._host()} answered the range bytes={start}-{end} of {filename} ({self.name}) "
-                              f"with {found}, expected HTTP 206 and {end - start + 1:,} bytes: the server (or a "
-                              f"proxy) does not serve byte ranges faithfully; download the model instead of --stream")
+        return SpecboundError(
+            f"{self._host()} answered the range bytes={start}-{end} of {filename} ({self.name}) "
+            f"with {found}, expected HTTP 206 and {end - start + 1:,} bytes: the server (or a "
+            f"proxy) does not serve byte ranges faithfully; download the model instead of --stream"
+        )
 
     def _retried(self, call):
         for failures in range(RETRIES + 1):
@@ -167,7 +176,7 @@ class HubFiles:
             except Exception as exc:  # the network failing is retried, anything else raised
                 if not transport_error(exc) or failures == RETRIES:
                     raise
-                time.sleep(_BACKOFF_S * 2 ** failures)
+                time.sleep(_BACKOFF_S * 2**failures)
         raise AssertionError("unreachable")
 
     def _host(self) -> str:
@@ -179,8 +188,9 @@ def read_json(files: HubFiles, filename: str, what: str) -> Any:
     fix = f"the repository's {filename} is corrupt; download the model instead of --stream"
     size = files.size(filename)
     if size > MAX_JSON_BYTES:
-        raise SpecboundError(f"{filename} of {files.name} is {size:,} bytes, more than any {what} holds "
-                             f"({MAX_JSON_BYTES:,}); {fix}")
+        raise SpecboundError(
+            f"{filename} of {files.name} is {size:,} bytes, more than any {what} holds ({MAX_JSON_BYTES:,}); {fix}"
+        )
     return decode_json(files.read(filename, 0, size), f"the {what} {filename} of {files.name}", fix)
 
 
@@ -218,21 +228,24 @@ class StreamedCheckpoint(Checkpoint):
             try:
                 first = self.remote.read(shard, 0, min(HEADER_GUESS, size))  # the header too, mostly
                 n = header_length(first[:8], size)
-                raw = first[8:8 + n] if len(first) >= 8 + n else self.remote.read(shard, 8, n)
+                raw = first[8 : 8 + n] if len(first) >= 8 + n else self.remote.read(shard, 8, n)
                 self._headers[shard] = n, check_header(raw, size)
             except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-                raise SpecboundError(f"cannot read the safetensors header of {shard} ({self.remote.name}, "
-                                     f"{size:,} bytes as the server reports): {str(exc)[:200]}; the shard is "
-                                     f"corrupt or not the file its index names: download the model to check it"
-                                     ) from None
+                raise SpecboundError(
+                    f"cannot read the safetensors header of {shard} ({self.remote.name}, "
+                    f"{size:,} bytes as the server reports): {str(exc)[:200]}; the shard is "
+                    f"corrupt or not the file its index names: download the model to check it"
+                ) from None
         return self._headers[shard]
 
     def _entry(self, name: str) -> dict:
         header = self.header(self.shards[name])[1]
         if name not in header:
-            raise SpecboundError(f"{self.shards[name]} of {self.remote.name} does not contain the tensor {name!r}, "
-                                 f"but the shard index maps it there: the index and its shards do not belong "
-                                 f"together; report it to the repository's owner")
+            raise SpecboundError(
+                f"{self.shards[name]} of {self.remote.name} does not contain the tensor {name!r}, "
+                f"but the shard index maps it there: the index and its shards do not belong "
+                f"together; report it to the repository's owner"
+            )
         return header[name]
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -248,21 +261,27 @@ class StreamedCheckpoint(Checkpoint):
         try:
             return upcast(entry, self.remote.chunks(shard, 8 + header_len + start, end - start))
         except ValueError as exc:
-            raise SpecboundError(f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
-                                 f"the model instead of --stream") from None
+            raise SpecboundError(
+                f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
+                f"the model instead of --stream"
+            ) from None
 
     def stored(self, name: str) -> np.ndarray:
         """``name``'s stored values in their own dtype (a quantized checkpoint's: :mod:`.quantized`)."""
         shard, entry = self.shards[name], self._entry(name)
         start, end = entry["data_offsets"]
         if entry["dtype"] not in STORED_DTYPES:
-            raise SpecboundError(f"tensor {name!r} of {shard} ({self.remote.name}) is stored as {entry['dtype']}, "
-                                 f"which no reader of specbound decodes")
+            raise SpecboundError(
+                f"tensor {name!r} of {shard} ({self.remote.name}) is stored as {entry['dtype']}, "
+                f"which no reader of specbound decodes"
+            )
         try:
             return stored_values(entry, self.remote.chunks(shard, 8 + self.header(shard)[0] + start, end - start))
         except ValueError as exc:
-            raise SpecboundError(f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
-                                 f"the model instead of --stream") from None
+            raise SpecboundError(
+                f"cannot read tensor {name!r} of {shard} ({self.remote.name}): {exc}; download "
+                f"the model instead of --stream"
+            ) from None
 
     def close(self) -> None:
         self._headers.clear()
@@ -274,8 +293,9 @@ def read_json_weight_map(remote: HubFiles) -> dict[str, str]:
     return check_weight_map(read_json(remote, index, "shard index"), f"{index} of {remote.name}")
 
 
-def open_streamed(remote: HubFiles, weight_map: dict[str, str] | None,
-                  sizes: dict[str, int | None] | None = None) -> StreamedCheckpoint:
+def open_streamed(
+    remote: HubFiles, weight_map: dict[str, str] | None, sizes: dict[str, int | None] | None = None
+) -> StreamedCheckpoint:
     """The checkpoint of ``remote``'s config.json and safetensors weights: the shards of
     ``weight_map`` (its shard index's, checked to be in the repository), or ``model.safetensors``
     when None.  Only config.json and every shard's header are read now."""

@@ -55,7 +55,7 @@ _UNSUPPORTED = {
     "target_parameters": "target_parameters adapts raw nn.Parameters (fused experts), not Linear modules",
     "trainable_token_indices": "trainable_token_indices trains single embedding rows beside the adapter",
     "alora_invocation_tokens": "activated LoRA applies the update only after its invocation tokens, so the adapted "
-                               "model is not one merged weight",
+    "model is not one merged weight",
     "use_qalora": "QA-LoRA pools the input of quantized layers before lora_A",
     "use_bdlora": "BD-LoRA's block-diagonal factors",
     "arrow_config": "Arrow routing mixes several adapters per token",
@@ -109,8 +109,15 @@ class LoraCheckpoint(Checkpoint):
 
     _read_lock = contextlib.nullcontext()
 
-    def __init__(self, folder: Path, adapter_config: dict[str, Any], adapter: Checkpoint, base: Checkpoint,
-                 base_name: str, base_found: str):
+    def __init__(
+        self,
+        folder: Path,
+        adapter_config: dict[str, Any],
+        adapter: Checkpoint,
+        base: Checkpoint,
+        base_name: str,
+        base_found: str,
+    ):
         self.folder, self.adapter_config, self.adapter, self.base_ckpt = folder, adapter_config, adapter, base
         self.base_name, self.base_found = base_name, base_found
         self.location = str(folder)
@@ -209,13 +216,19 @@ class LoraCheckpoint(Checkpoint):
         """The adapter, for the records' ``model.adapter``."""
         cfg, low_rank = self.adapter_config, [u for u in self.updates.values() if u.a_name is not None]
         return {
-            "path": str(self.folder), "peft_type": "LORA", "base": self.base_name,
-            "base_found": self.base_found, "base_location": str(self.base_ckpt.location),
-            "r": cfg.get("r"), "lora_alpha": cfg.get("lora_alpha"), "use_rslora": bool(cfg.get("use_rslora")),
+            "path": str(self.folder),
+            "peft_type": "LORA",
+            "base": self.base_name,
+            "base_found": self.base_found,
+            "base_location": str(self.base_ckpt.location),
+            "r": cfg.get("r"),
+            "lora_alpha": cfg.get("lora_alpha"),
+            "use_rslora": bool(cfg.get("use_rslora")),
             "fan_in_fan_out": bool(cfg.get("fan_in_fan_out")),
             "target_modules": _listed(cfg.get("target_modules")),
             "modules_to_save": _listed(cfg.get("modules_to_save")),
-            "ranks": sorted({u.rank for u in low_rank}), "scales": sorted({u.scale for u in low_rank}),
+            "ranks": sorted({u.rank for u in low_rank}),
+            "scales": sorted({u.scale for u in low_rank}),
             "adapted_tensors": sorted(u.target for u in low_rank),
             "replaced_tensors": sorted(u.target for u in self.updates.values() if u.replace_name is not None),
         }
@@ -235,15 +248,18 @@ def adapter_summary(cfg: dict[str, Any]) -> str:
     """``"a PEFT LoRA adapter (r=8, lora_alpha=16, targets q_proj, v_proj)"`` for messages."""
     targets = _listed(cfg.get("target_modules"))
     shown = targets if isinstance(targets, str) or targets is None else ", ".join(targets)
-    return (f"a PEFT {cfg.get('peft_type', '?')} adapter (r={cfg.get('r')}, lora_alpha={cfg.get('lora_alpha')}, "
-            f"targets {shown})")
+    return (
+        f"a PEFT {cfg.get('peft_type', '?')} adapter (r={cfg.get('r')}, lora_alpha={cfg.get('lora_alpha')}, "
+        f"targets {shown})"
+    )
 
 
 def read_adapter_config(folder: Path) -> dict[str, Any]:
     """``adapter_config.json``, checked to describe an adapter specbound can merge (one line naming
     what is unsupported otherwise)."""
-    cfg = load_json(folder / ADAPTER_CONFIG, "PEFT adapter config", "re-save the adapter with save_pretrained",
-                    MAX_SMALL_FILE_BYTES)
+    cfg = load_json(
+        folder / ADAPTER_CONFIG, "PEFT adapter config", "re-save the adapter with save_pretrained", MAX_SMALL_FILE_BYTES
+    )
     if not isinstance(cfg, dict):
         raise SpecboundError(f"{folder / ADAPTER_CONFIG} must hold a JSON object, found {type(cfg).__name__}")
     kind = str(cfg.get("peft_type", "")).upper()
@@ -252,11 +268,14 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
             f"{folder} is a PEFT {cfg.get('peft_type') or 'adapter of no peft_type'} adapter: specbound reads LoRA "
             f"adapters only (peft_type LORA); an adapter that merges into its base (IA3, LoHa, ...): "
             f"merge_and_unload(), save_pretrained and analyse the merged model; prompt learning (prefix or "
-            f"prompt tuning) changes no weight matrix")
+            f"prompt tuning) changes no weight matrix"
+        )
     for key, reason in _UNSUPPORTED.items():
         if cfg.get(key):
-            raise SpecboundError(f"{folder} is {adapter_summary(cfg)} with {key}: {reason}; merge it "
-                                 f"(merge_and_unload(), save_pretrained) and analyse the merged model")
+            raise SpecboundError(
+                f"{folder} is {adapter_summary(cfg)} with {key}: {reason}; merge it "
+                f"(merge_and_unload(), save_pretrained) and analyse the merged model"
+            )
     where = folder / ADAPTER_CONFIG
     _check_number(where, "r", cfg.get("r"), integral=True)
     _check_number(where, "lora_alpha", cfg.get("lora_alpha"), integral=False)
@@ -265,18 +284,25 @@ def read_adapter_config(folder: Path) -> dict[str, Any]:
             raise SpecboundError(f"{where} gives {key}={shown(cfg[key])}: expected true or false; {_RESAVE}")
     for key in ("target_modules", "modules_to_save"):
         value = cfg.get(key)
-        if value is not None and not isinstance(value, str) and not (
-                isinstance(value, list) and len(value) <= MAX_PATTERNS and all(isinstance(v, str) for v in value)):
-            raise SpecboundError(f"{where} gives {key}={shown(value)}: expected a module name, a regular expression "
-                                 f"or a list of at most {MAX_PATTERNS:,} module names; {_RESAVE}")
+        if (
+            value is not None
+            and not isinstance(value, str)
+            and not (isinstance(value, list) and len(value) <= MAX_PATTERNS and all(isinstance(v, str) for v in value))
+        ):
+            raise SpecboundError(
+                f"{where} gives {key}={shown(value)}: expected a module name, a regular expression "
+                f"or a list of at most {MAX_PATTERNS:,} module names; {_RESAVE}"
+            )
     for key, integral in (("rank_pattern", True), ("alpha_pattern", False)):
         value = cfg.get(key)
         if value is None:
             continue
         if not isinstance(value, dict) or len(value) > MAX_PATTERNS:
             found = f"{len(value):,} keys" if isinstance(value, dict) else shown(value)
-            raise SpecboundError(f"{where} gives {key} as {found}: expected an object of at most {MAX_PATTERNS:,} "
-                                 f"module patterns, each a number; {_RESAVE}")
+            raise SpecboundError(
+                f"{where} gives {key} as {found}: expected an object of at most {MAX_PATTERNS:,} "
+                f"module patterns, each a number; {_RESAVE}"
+            )
         for pattern, number in value.items():
             _check_number(where, f"{key}[{pattern[:60]!r}]", number, integral=integral)
     return cfg
@@ -296,8 +322,11 @@ def _check_number(where: Path, key: str, value: Any, *, integral: bool) -> None:
     :data:`MAX_ALPHA`), in the vocabulary of :mod:`specbound.options`; one line otherwise."""
     accepted = COUNT if integral else Interval(Real, 0, MAX_ALPHA, "right")
     if not accepted.accepts(value):
-        expected = ("a positive number: a whole rank of at most 2^53" if integral
-                    else f"a positive number: finite, at most {MAX_ALPHA:g}")
+        expected = (
+            "a positive number: a whole rank of at most 2^53"
+            if integral
+            else f"a positive number: finite, at most {MAX_ALPHA:g}"
+        )
         raise SpecboundError(f"{where} gives {key}={shown(value)}: expected {expected}; {_RESAVE}")
 
 
@@ -311,8 +340,10 @@ def adapter_weights(folder: Path) -> Checkpoint:
                 return open_safetensors_file(path, {})
             return from_pickle_file(path, {})
     present = sorted(p.name for p in folder.iterdir())[:20]
-    raise SpecboundError(f"{folder} has {ADAPTER_CONFIG} but no adapter weights: expected "
-                         f"{' or '.join(ADAPTER_WEIGHTS)}, found {present}; re-save the adapter with save_pretrained")
+    raise SpecboundError(
+        f"{folder} has {ADAPTER_CONFIG} but no adapter weights: expected "
+        f"{' or '.join(ADAPTER_WEIGHTS)}, found {present}; re-save the adapter with save_pretrained"
+    )
 
 
 def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None, open_checkpoint) -> LoraCheckpoint:
@@ -328,8 +359,10 @@ def open_adapter(folder: Path, base: Any, config: dict[str, Any] | None, open_ch
     else:
         base_name = str(base) if isinstance(base, (str, Path)) else f"in-memory {type(base).__name__}"
     if isinstance(base, (str, Path)) and is_adapter_folder(Path(base).expanduser()):
-        raise SpecboundError(f"the base {base} is itself a PEFT adapter folder; pass the base model the adapter "
-                             f"{folder} was trained on (a model folder, weights file or hub id)")
+        raise SpecboundError(
+            f"the base {base} is itself a PEFT adapter folder; pass the base model the adapter "
+            f"{folder} was trained on (a model folder, weights file or hub id)"
+        )
     base_ckpt = open_checkpoint(base, config)
     try:
         adapter = adapter_weights(folder)
@@ -360,8 +393,10 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> tuple[Any, str
     relative to the adapter's folder, then a hub id; one line saying what is needed otherwise."""
     what = f"{folder} is {adapter_summary(cfg)}"
     if not isinstance(named, str) or not named.strip():
-        raise SpecboundError(f"{what} and names no base model (base_model_name_or_path is empty); pass the base "
-                             f"it was trained on with --base BASE (a model folder, weights file or hub id)")
+        raise SpecboundError(
+            f"{what} and names no base model (base_model_name_or_path is empty); pass the base "
+            f"it was trained on with --base BASE (a model folder, weights file or hub id)"
+        )
     path = Path(named).expanduser()
     if path.exists():  # as written: what PEFT's from_pretrained loads first
         return path, "as named"
@@ -371,11 +406,15 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> tuple[Any, str
         path = folder / path
         if path.exists() or path.is_symlink():
             if not inside(folder.absolute().parent, path):
-                raise SpecboundError(f"{what} for the base model {named[:200]!r}, which leads outside the folder "
-                                     f"holding the adapter ({folder.absolute().parent}); pass the base with --base BASE")
+                raise SpecboundError(
+                    f"{what} for the base model {named[:200]!r}, which leads outside the folder "
+                    f"holding the adapter ({folder.absolute().parent}); pass the base with --base BASE"
+                )
             return path, "adapter folder"
-    not_here = (f"{what} for the base model {named[:200]!r}, which is neither a path here ({Path.cwd()}) nor in "
-                f"the adapter's folder")
+    not_here = (
+        f"{what} for the base model {named[:200]!r}, which is neither a path here ({Path.cwd()}) nor in "
+        f"the adapter's folder"
+    )
     fix = "pass the base with --base BASE (a model folder, weights file or hub id)"
     if looks_like_hub_id(named):
         try:
@@ -389,12 +428,18 @@ def _named_base(folder: Path, cfg: dict[str, Any], named: Any) -> tuple[Any, str
 def _module_of(key: str) -> tuple[str, str] | None:
     """``(module path, part)`` of an adapter tensor name, ``part`` one of ``A``, ``B``, ``EA``, ``EB``
     (embedding factors), ``magnitude`` (DoRA), ``other``; None for a ``modules_to_save`` tensor."""
-    name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
-    for marker, part in ((".lora_A.", "A"), (".lora_B.", "B"), (".lora_embedding_A", "EA"),
-                         (".lora_embedding_B", "EB"), (".lora_magnitude_vector", "magnitude")):
+    name = key[len(_PEFT_PREFIX) :] if key.startswith(_PEFT_PREFIX) else key
+    for marker, part in (
+        (".lora_A.", "A"),
+        (".lora_B.", "B"),
+        (".lora_embedding_A", "EA"),
+        (".lora_embedding_B", "EB"),
+        (".lora_magnitude_vector", "magnitude"),
+    ):
         if marker in name:
-            return name.split(marker)[0], part + ("" if part in ("EA", "EB", "magnitude") or
-                                                   name.endswith(".weight") else ".bias")
+            return name.split(marker)[0], part + (
+                "" if part in ("EA", "EB", "magnitude") or name.endswith(".weight") else ".bias"
+            )
     if ".lora_" in name:
         return name.split(".lora_")[0], "other"
     return None
@@ -404,7 +449,7 @@ def _saved_target(key: str) -> str:
     """The module tensor a saved whole tensor replaces (``classifier.modules_to_save.weight`` and
     ``classifier.weight`` both name ``classifier.weight``, ``embed_tokens.base_layer.weight``
     ``embed_tokens.weight``)."""
-    name = key[len(_PEFT_PREFIX):] if key.startswith(_PEFT_PREFIX) else key
+    name = key[len(_PEFT_PREFIX) :] if key.startswith(_PEFT_PREFIX) else key
     for marker in (".modules_to_save.default.", ".modules_to_save.", ".base_layer."):
         name = name.replace(marker, ".")
     return name
@@ -443,8 +488,10 @@ class _Patterns:
         self.deadline = time.monotonic() + _PATTERN_BUDGET
 
     def _refuse(self, key: str):
-        raise SpecboundError(f"the adapter's pattern {key[:80]!r} is not a regular expression specbound can match "
-                             f"within {_PATTERN_BUDGET:g} s (in {self.what} of {ADAPTER_CONFIG})") from None
+        raise SpecboundError(
+            f"the adapter's pattern {key[:80]!r} is not a regular expression specbound can match "
+            f"within {_PATTERN_BUDGET:g} s (in {self.what} of {ADAPTER_CONFIG})"
+        ) from None
 
     def value(self, module: str, default: float) -> float:
         for key, pattern, value in self.compiled:
@@ -456,8 +503,9 @@ class _Patterns:
         return default
 
 
-def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, folder: Path,
-                   base_name: str) -> dict[str, LoraUpdate]:
+def _match_updates(
+    cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, folder: Path, base_name: str
+) -> dict[str, LoraUpdate]:
     """Every adapter tensor matched to the base tensor it updates, shapes checked (one line for an
     adapter tensor without a base tensor, a shape that does not fit, or an unsupported kind)."""
     names = set(base.names)
@@ -475,7 +523,8 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         if found is None:
             raise SpecboundError(
                 f"the adapter tensor {key} in {folder} updates {candidate}, which the base {base_name} does not "
-                f"hold: the adapter was trained on another model; pass its base with --base BASE")
+                f"hold: the adapter was trained on another model; pass its base with --base BASE"
+            )
         return found
 
     for key in adapter.names:
@@ -483,26 +532,36 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         if found is None:
             target = target_of(_saved_target(key), key)
             if adapter.shape(key) != base.shape(target):
-                raise SpecboundError(f"the adapter's modules_to_save tensor {key} has the shape {adapter.shape(key)} "
-                                     f"but the base's {target} is {base.shape(target)}: the adapter was trained on "
-                                     f"another model; pass its base with --base BASE")
+                raise SpecboundError(
+                    f"the adapter's modules_to_save tensor {key} has the shape {adapter.shape(key)} "
+                    f"but the base's {target} is {base.shape(target)}: the adapter was trained on "
+                    f"another model; pass its base with --base BASE"
+                )
             if target in replaced:
-                raise SpecboundError(f"{folder} replaces {target} twice ({replaced[target]} and {key}); re-save the "
-                                     f"adapter with save_pretrained")
+                raise SpecboundError(
+                    f"{folder} replaces {target} twice ({replaced[target]} and {key}); re-save the "
+                    f"adapter with save_pretrained"
+                )
             replaced[target] = key
             continue
         module, part = found
         if part == "magnitude":
-            raise SpecboundError(f"{folder} holds DoRA magnitudes ({key}): DoRA rescales every merged column, so "
-                                 f"W - W0 is not s B A; merge_and_unload() and analyse the merged model")
+            raise SpecboundError(
+                f"{folder} holds DoRA magnitudes ({key}): DoRA rescales every merged column, so "
+                f"W - W0 is not s B A; merge_and_unload() and analyse the merged model"
+            )
         if part in ("other", "A.bias", "B.bias"):
-            raise SpecboundError(f"{folder} holds the adapter tensor {key}, which is not a LoRA factor specbound "
-                                 f"merges (lora_A.weight, lora_B.weight, lora_embedding_A/B); merge_and_unload() "
-                                 f"and analyse the merged model")
+            raise SpecboundError(
+                f"{folder} holds the adapter tensor {key}, which is not a LoRA factor specbound "
+                f"merges (lora_A.weight, lora_B.weight, lora_embedding_A/B); merge_and_unload() "
+                f"and analyse the merged model"
+            )
         held = modules.setdefault(module, {})
         if part in held:  # base_model.model.X.lora_A.weight and X.lora_A.weight: PEFT would load one
-            raise SpecboundError(f"{folder} holds two lora_{part[-1]} factors of {module} ({held[part]} and {key}); "
-                                 f"which one PEFT loads depends on their order: {_RESAVE}")
+            raise SpecboundError(
+                f"{folder} holds two lora_{part[-1]} factors of {module} ({held[part]} and {key}); "
+                f"which one PEFT loads depends on their order: {_RESAVE}"
+            )
         held[part] = key
     fan_in_fan_out = bool(cfg.get("fan_in_fan_out"))
     alpha_patterns = _Patterns(cfg.get("alpha_pattern"), "alpha_pattern")
@@ -511,25 +570,35 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
         embedding = "EA" in parts or "EB" in parts
         a_key, b_key = (parts.get("EA"), parts.get("EB")) if embedding else (parts.get("A"), parts.get("B"))
         if a_key is None or b_key is None:
-            raise SpecboundError(f"{folder} holds only one LoRA factor of {module} ({a_key or b_key}): an adapter "
-                                 f"has both lora_A and lora_B; re-save it with save_pretrained")
+            raise SpecboundError(
+                f"{folder} holds only one LoRA factor of {module} ({a_key or b_key}): an adapter "
+                f"has both lora_A and lora_B; re-save it with save_pretrained"
+            )
         a_shape, b_shape = adapter.shape(a_key), adapter.shape(b_key)
         if len(a_shape) != 2 or len(b_shape) != 2:
-            raise SpecboundError(f"the LoRA factors of {module} in {folder} have the shapes {a_shape} and {b_shape}: "
-                                 f"LoRA on a convolution is not supported (only Linear, Conv1D and Embedding "
-                                 f"modules); merge_and_unload() and analyse the merged model")
+            raise SpecboundError(
+                f"the LoRA factors of {module} in {folder} have the shapes {a_shape} and {b_shape}: "
+                f"LoRA on a convolution is not supported (only Linear, Conv1D and Embedding "
+                f"modules); merge_and_unload() and analyse the merged model"
+            )
         rank = a_shape[0]
         if rank == 0:
-            raise SpecboundError(f"the LoRA factors of {module} in {folder} have rank 0 (lora_A is {a_shape}): "
-                                 f"PEFT's scale alpha / r is undefined; {_RESAVE}")
+            raise SpecboundError(
+                f"the LoRA factors of {module} in {folder} have rank 0 (lora_A is {a_shape}): "
+                f"PEFT's scale alpha / r is undefined; {_RESAVE}"
+            )
         if b_shape[1] != rank:
-            raise SpecboundError(f"the LoRA factors of {module} in {folder} do not multiply: lora_A is {a_shape} "
-                                 f"and lora_B is {b_shape}; re-save the adapter with save_pretrained")
+            raise SpecboundError(
+                f"the LoRA factors of {module} in {folder} do not multiply: lora_A is {a_shape} "
+                f"and lora_B is {b_shape}; re-save the adapter with save_pretrained"
+            )
         declared = rank_patterns.value(module, cfg["r"])
         if rank != declared:  # PEFT scales by the declared r and could not load these factors
-            raise SpecboundError(f"the LoRA factors of {module} in {folder} have rank {rank} (lora_A is {a_shape}) but "
-                                 f"{ADAPTER_CONFIG} declares r={declared} for it (r or rank_pattern): PEFT would not "
-                                 f"load them, and its scale alpha / r would not be this rank's; {_RESAVE}")
+            raise SpecboundError(
+                f"the LoRA factors of {module} in {folder} have rank {rank} (lora_A is {a_shape}) but "
+                f"{ADAPTER_CONFIG} declares r={declared} for it (r or rank_pattern): PEFT would not "
+                f"load them, and its scale alpha / r would not be this rank's; {_RESAVE}"
+            )
         target = target_of(module + ".weight", a_key)
         stored = tuple(base.shape(target))
         # PEFT merges s (B A)^T into a Conv1D and an embedding, s B A into an nn.Linear whatever
@@ -550,17 +619,22 @@ def _match_updates(cfg: dict[str, Any], adapter: Checkpoint, base: Checkpoint, f
             raise SpecboundError(
                 f"the LoRA update of {module} in {folder} is {delta_shape}{layout} but the base's {target} is "
                 f"{stored}: the adapter was trained on another model (or fan_in_fan_out is "
-                f"wrong); pass its base with --base BASE")
+                f"wrong); pass its base with --base BASE"
+            )
         alpha = float(alpha_patterns.value(module, cfg["lora_alpha"]))
         scale = alpha / math.sqrt(rank) if cfg.get("use_rslora") else alpha / rank
         if target in updates:
-            raise SpecboundError(f"{folder} holds two LoRA updates of {target}; re-save the adapter with "
-                                 f"save_pretrained")
-        updates[target] = LoraUpdate(target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None),
-                                     square)
+            raise SpecboundError(
+                f"{folder} holds two LoRA updates of {target}; re-save the adapter with save_pretrained"
+            )
+        updates[target] = LoraUpdate(
+            target, a_key, b_key, rank, alpha, scale, transposed, replaced.pop(target, None), square
+        )
     for target, key in replaced.items():
         updates[target] = LoraUpdate(target, replace_name=key)
     if not any(u.a_name is not None for u in updates.values()):
-        raise SpecboundError(f"{folder} is {adapter_summary(cfg)} but holds no LoRA factors (lora_A/lora_B); "
-                             f"re-save the adapter with save_pretrained")
+        raise SpecboundError(
+            f"{folder} is {adapter_summary(cfg)} but holds no LoRA factors (lora_A/lora_B); "
+            f"re-save the adapter with save_pretrained"
+        )
     return updates

@@ -26,7 +26,9 @@ def bounded_search(pattern: regex.Pattern, text: str, anchored: bool = False) ->
     try:
         found = (pattern.match if anchored else pattern.search)(text, timeout=PATTERN_TIMEOUT)
     except TimeoutError:
-        raise ValueError(f"pattern {pattern.pattern!r} takes more than {PATTERN_TIMEOUT} s on {text!r} "
-                         f"(catastrophic backtracking, e.g. a repeated group that can match the same text in many "
-                         f"ways); anchor it and avoid nested repeats") from None
+        raise ValueError(
+            f"pattern {pattern.pattern!r} takes more than {PATTERN_TIMEOUT} s on {text!r} "
+            f"(catastrophic backtracking, e.g. a repeated group that can match the same text in many "
+            f"ways); anchor it and avoid nested repeats"
+        ) from None
     return found is not None

@@ -36,9 +36,11 @@ def _to_numpy(tensor: Any, name: str, where: str) -> np.ndarray:
     if isinstance(tensor, np.ndarray):
         return tensor
     if getattr(tensor, "is_meta", False):
-        raise SpecboundError(f"tensor {name!r} in {where} is a meta tensor: it has a shape but no values (a model "
-                             f"built on the meta device, or loaded with device_map/low_cpu_mem_usage and never "
-                             f"materialised); load the weights first (from_pretrained on the CPU) and pass that model")
+        raise SpecboundError(
+            f"tensor {name!r} in {where} is a meta tensor: it has a shape but no values (a model "
+            f"built on the meta device, or loaded with device_map/low_cpu_mem_usage and never "
+            f"materialised); load the weights first (from_pretrained on the CPU) and pass that model"
+        )
     t = tensor.detach().cpu()
     if str(getattr(t, "layout", "torch.strided")) != "torch.strided":
         t = t.to_dense()
@@ -85,8 +87,10 @@ class PickleCheckpoint(ShardedCheckpoint):
         try:
             return self._loaded[path][name]
         except KeyError:
-            raise SpecboundError(f"{path.name} does not contain the tensor {name!r}, but the shard index "
-                                 f"maps it there: re-download or re-save the checkpoint") from None
+            raise SpecboundError(
+                f"{path.name} does not contain the tensor {name!r}, but the shard index "
+                f"maps it there: re-download or re-save the checkpoint"
+            ) from None
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(int(d) for d in self._tensor(name).shape)
@@ -142,11 +146,15 @@ def load_state_dict(path: Path) -> Mapping[str, Any]:
             f"file, re-save its state dict with safetensors"
         ) from None
     for candidate in (obj, *(obj.get(k) for k in ("state_dict", "model") if isinstance(obj, Mapping))):
-        if isinstance(candidate, Mapping) and candidate and all(
-                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in candidate.items()):
+        if (
+            isinstance(candidate, Mapping)
+            and candidate
+            and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in candidate.items())
+        ):
             return candidate
-    raise SpecboundError(f"{path} holds no state dict (a mapping of tensor names to tensors), found "
-                         f"{type(obj).__name__}")
+    raise SpecboundError(
+        f"{path} holds no state dict (a mapping of tensor names to tensors), found {type(obj).__name__}"
+    )
 
 
 def _verify_zip(path: Path) -> bool:
@@ -231,8 +239,10 @@ def from_memory(model: Any, config: dict[str, Any] | None) -> TensorMapCheckpoin
             f"to torch tensors or numpy arrays; pass model.state_dict()"
         )
     if config is None:
-        raise SpecboundError(f"analysing an {what} needs its config: pass config=dict(model_type=..., "
-                             f"num_hidden_layers=..., ...) as in config.json")
+        raise SpecboundError(
+            f"analysing an {what} needs its config: pass config=dict(model_type=..., "
+            f"num_hidden_layers=..., ...) as in config.json"
+        )
     if not isinstance(config, Mapping):
         raise SpecboundError(f"config must be a mapping like config.json, found {type(config).__name__}")
     return TensorMapCheckpoint(what, dict(config), dict(tensors))

@@ -48,14 +48,13 @@ def unpack_bits(words: np.ndarray, bits: int, count: int) -> np.ndarray:
     ``(k + 1) * bits - 1``, crossing word boundaries when 32 is not a multiple of ``bits``)."""
     words = np.ascontiguousarray(words).astype("<u4", copy=False)
     if count * bits > words.shape[-1] * 32:
-        raise ValueError(f"{words.shape[-1]} words hold {words.shape[-1] * 32 // bits} {bits}-bit values, "
-                         f"not {count}")
+        raise ValueError(f"{words.shape[-1]} words hold {words.shape[-1] * 32 // bits} {bits}-bit values, not {count}")
     if 32 % bits == 0:  # word by word
         per = 32 // bits
         shifts = np.arange(per, dtype=np.uint32) * bits
         values = (words[..., None] >> shifts) & np.uint32((1 << bits) - 1)
         return values.reshape(*words.shape[:-1], -1)[..., :count].astype(np.int64)
-    stream = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little")[..., :count * bits]
+    stream = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little")[..., : count * bits]
     stream = stream.reshape(*words.shape[:-1], count, bits).astype(np.int64)
     return (stream << np.arange(bits, dtype=np.int64)).sum(axis=-1)
 
@@ -167,10 +166,16 @@ class QuantizedCheckpoint(Checkpoint):
         return sorted({n for n in self.stored_ckpt.names if n not in self._hidden} | set(self.modules))
 
     def _note(self) -> str:
-        aside = (f"; {len(self.set_aside)} activation / KV-cache quantization scales set aside (the bounds are of the "
-                 f"weights)" if self.set_aside else "")
-        return (f"quantized checkpoint ({self.description}; {len(self.modules)} tensors{aside}): the weights analysed "
-                f"are the dequantized values its library computes with, so the bounds are of the quantized model")
+        aside = (
+            f"; {len(self.set_aside)} activation / KV-cache quantization scales set aside (the bounds are of the "
+            f"weights)"
+            if self.set_aside
+            else ""
+        )
+        return (
+            f"quantized checkpoint ({self.description}; {len(self.modules)} tensors{aside}): the weights analysed "
+            f"are the dequantized values its library computes with, so the bounds are of the quantized model"
+        )
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.modules[name].shape if name in self.modules else self.stored_ckpt.shape(name)
@@ -221,17 +226,22 @@ class QuantizedCheckpoint(Checkpoint):
             with np.errstate(all="ignore"):  # an overflow is refused below, without numpy's warnings first
                 out = module.dequantize(self, module)
         except ValueError as exc:
-            raise SpecboundError(f"cannot dequantize {self.where(name)}: {exc}; the checkpoint is corrupt or "
-                                 f"not what its quantization_config says: re-download or re-quantize it") from None
+            raise SpecboundError(
+                f"cannot dequantize {self.where(name)}: {exc}; the checkpoint is corrupt or "
+                f"not what its quantization_config says: re-download or re-quantize it"
+            ) from None
         if out.shape != module.shape:
-            raise SpecboundError(f"cannot dequantize {self.where(name)}: it dequantizes to {out.shape}, not "
-                                 f"{module.shape}")
+            raise SpecboundError(
+                f"cannot dequantize {self.where(name)}: it dequantizes to {out.shape}, not {module.shape}"
+            )
         with np.errstate(all="ignore"):
             bad = int(np.count_nonzero(~np.isfinite(out))) if not np.isfinite(out.sum()) else 0
         if bad:
-            raise SpecboundError(f"cannot dequantize {self.where(name)}: {bad} of its dequantized values are NaN/Inf "
-                                 f"(a NaN stored value, or its scales times its integers overflowing "
-                                 f"{module.out_dtype}); the checkpoint is corrupt: re-download or re-quantize it")
+            raise SpecboundError(
+                f"cannot dequantize {self.where(name)}: {bad} of its dequantized values are NaN/Inf "
+                f"(a NaN stored value, or its scales times its integers overflowing "
+                f"{module.out_dtype}); the checkpoint is corrupt: re-download or re-quantize it"
+            )
         return out
 
     def _raw_part(self, name: str, index: int) -> np.ndarray | None:
@@ -249,17 +259,23 @@ def _finite(q: QuantizedCheckpoint, m: Module, role: str, positive: bool = False
     with np.errstate(all="ignore"):
         bad = values.size == 0 or not np.isfinite(values.sum()) or (positive and not np.all(values > 0))
     if bad:
-        found = ("no value" if values.size == 0 else
-                 f"{int(np.count_nonzero(~np.isfinite(values)))} NaN/Inf and "
-                 f"{int(np.count_nonzero(values <= 0))} non-positive of {values.size} values")
-        raise ValueError(f"its {role} {m.parts[role]!r} holds {found}, expected finite"
-                         f"{' positive' if positive else ''} numbers")
+        found = (
+            "no value"
+            if values.size == 0
+            else f"{int(np.count_nonzero(~np.isfinite(values)))} NaN/Inf and "
+            f"{int(np.count_nonzero(values <= 0))} non-positive of {values.size} values"
+        )
+        raise ValueError(
+            f"its {role} {m.parts[role]!r} holds {found}, expected finite{' positive' if positive else ''} numbers"
+        )
     return values
 
 
 def _refuse(where: str, what: str, reads: str) -> SpecboundError:
-    return SpecboundError(f"{where}: {what} is not read by specbound (it reads {reads}); dequantize the model "
-                          f"and save it in float16/bfloat16/float32, or analyse the float model it came from")
+    return SpecboundError(
+        f"{where}: {what} is not read by specbound (it reads {reads}); dequantize the model "
+        f"and save it in float16/bfloat16/float32, or analyse the float model it came from"
+    )
 
 
 def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
@@ -282,37 +298,49 @@ def maybe_quantized(ckpt: Checkpoint) -> Checkpoint:
     if method not in METHODS:
         raise _refuse(where, f"quant_method {qc.get('quant_method')!r}", ", ".join(METHODS))
     if not ckpt.reads_stored:
-        raise SpecboundError(f"{where}: a {method} checkpoint is read from safetensors files; this one is "
-                             f"{type(ckpt).__name__}: save it with save_pretrained (safetensors)")
+        raise SpecboundError(
+            f"{where}: a {method} checkpoint is read from safetensors files; this one is "
+            f"{type(ckpt).__name__}: save it with save_pretrained (safetensors)"
+        )
     try:
         description, modules = METHODS[method].build(ckpt, qc, where)
     except (ValueError, TypeError, IndexError, KeyError) as exc:  # a shape or setting of the wrong kind
-        raise SpecboundError(f"{where}: its {method} tensors do not have the shapes and types its quantization "
-                             f"config implies ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is corrupt "
-                             f"or not what its quantization_config says") from None
+        raise SpecboundError(
+            f"{where}: its {method} tensors do not have the shapes and types its quantization "
+            f"config implies ({type(exc).__name__}: {str(exc)[:200]}); the checkpoint is corrupt "
+            f"or not what its quantization_config says"
+        ) from None
     if not modules:  # a dequantized save that kept its quantization_config: float weights as stored
         return ckpt
     names = set(ckpt.names)
     for name, module in modules.items():  # a float weight and a quantized one for the same matrix
         if name in names and name not in module.parts.values():
-            raise SpecboundError(f"{where}: {name!r} is stored twice, as the {ckpt.dtype(name)} tensor {name!r} and as "
-                                 f"the {method} tensors {', '.join(repr(p) for p in module.parts.values())}; one of "
-                                 f"them is left over from another save: keep one and re-save the model")
+            raise SpecboundError(
+                f"{where}: {name!r} is stored twice, as the {ckpt.dtype(name)} tensor {name!r} and as "
+                f"the {method} tensors {', '.join(repr(p) for p in module.parts.values())}; one of "
+                f"them is left over from another save: keep one and re-save the model"
+            )
     aside = frozenset(n for n in ckpt.names if _ACTIVATION_SCALE.search(n))
-    return QuantizedCheckpoint(stored_ckpt=ckpt, method=method, description=description, modules=modules, set_aside=aside)
+    return QuantizedCheckpoint(
+        stored_ckpt=ckpt, method=method, description=description, modules=modules, set_aside=aside
+    )
 
 
 # Scales of activations and of the KV cache that quantized checkpoints store beside the weights
 # (compressed-tensors W8A8, FP8 KV cache): read by an inference engine, not weights.
-_ACTIVATION_SCALE = re.compile(r"\.(input_scale|input_zero_point|input_global_scale|output_scale|output_zero_point|"
-                               r"k_scale|v_scale|q_scale|kv_scale|activation_scale)$")
+_ACTIVATION_SCALE = re.compile(
+    r"\.(input_scale|input_zero_point|input_global_scale|output_scale|output_zero_point|"
+    r"k_scale|v_scale|q_scale|kv_scale|activation_scale)$"
+)
 
 
 def _int(qc: dict, key: str, where: str, default: Any = None, allowed: tuple = ()) -> Any:
     value = qc.get(key, default)
     if value is None or isinstance(value, bool) or not isinstance(value, int) or (allowed and value not in allowed):
-        raise SpecboundError(f"{where}: {key} = {value!r}, expected "
-                             f"{'one of ' + ', '.join(map(str, allowed)) if allowed else 'an integer'}")
+        raise SpecboundError(
+            f"{where}: {key} = {value!r}, expected "
+            f"{'one of ' + ', '.join(map(str, allowed)) if allowed else 'an integer'}"
+        )
     return value
 
 
@@ -323,16 +351,20 @@ def _modules_with(ckpt: Checkpoint, suffix: str) -> list[str]:
 def _matrix(ckpt: Checkpoint, name: str, where: str) -> tuple[int, int]:
     shape = tuple(ckpt.shape(name))
     if len(shape) != 2:
-        raise SpecboundError(f"{where}: tensor {name!r} has the shape {shape}, not a matrix; the checkpoint is "
-                             f"corrupt or not what its quantization_config says")
+        raise SpecboundError(
+            f"{where}: tensor {name!r} has the shape {shape}, not a matrix; the checkpoint is "
+            f"corrupt or not what its quantization_config says"
+        )
     return shape
 
 
 def _expect(ckpt: Checkpoint, name: str, shape: tuple[int, ...], dtypes: tuple[str, ...], where: str) -> None:
     found, dtype = tuple(ckpt.shape(name)), ckpt.dtype(name)
     if found != tuple(shape) or dtype not in dtypes:
-        raise SpecboundError(f"{where}: tensor {name!r} is {dtype} {found}, expected {'/'.join(dtypes)} "
-                             f"{tuple(shape)}; the checkpoint is corrupt or not what its quantization_config says")
+        raise SpecboundError(
+            f"{where}: tensor {name!r} is {dtype} {found}, expected {'/'.join(dtypes)} "
+            f"{tuple(shape)}; the checkpoint is corrupt or not what its quantization_config says"
+        )
 
 
 _SCALES = ("F16", "BF16", "F32")
@@ -360,17 +392,25 @@ def _gptq(ckpt: Checkpoint, qc: dict, where: str):
         rows, out = _matrix(ckpt, parts["qweight"], where)
         _expect(ckpt, parts["qweight"], (rows, out), ("I32", "U32"), where)
         if rows * 32 % bits or out * bits % 32:
-            raise SpecboundError(f"{where}: {parts['qweight']!r} has the shape {(rows, out)}: its {rows} rows are "
-                                 f"not a whole number of {bits}-bit values or its {out} columns do not pack into "
-                                 f"32-bit qzeros words")
+            raise SpecboundError(
+                f"{where}: {parts['qweight']!r} has the shape {(rows, out)}: its {rows} rows are "
+                f"not a whole number of {bits}-bit values or its {out} columns do not pack into "
+                f"32-bit qzeros words"
+            )
         n_in = rows * 32 // bits
         if "g_idx" in parts:
             _gptq_check_inputs(ckpt, parts, n_in, bits, group, where)
         groups = math.ceil(n_in / group) if group > 0 else 1
         _expect(ckpt, parts["scales"], (groups, out), _SCALES, where)  # before qzeros: a short scales is named
         _expect(ckpt, parts["qzeros"], (groups, out * bits // 32), ("I32", "U32"), where)
-        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), ckpt.dtype(parts["scales"]),
-                                             _dequantize_gptq, {"bits": bits, "group": group, "v1": v1})
+        modules[f"{prefix}.weight"] = Module(
+            f"{prefix}.weight",
+            parts,
+            (out, n_in),
+            ckpt.dtype(parts["scales"]),
+            _dequantize_gptq,
+            {"bits": bits, "group": group, "v1": v1},
+        )
     act = " act-order" if qc.get("desc_act") else ""
     sym = "symmetric" if qc.get("sym", True) else "asymmetric"
     text = f"GPTQ {bits}-bit, group size {group}{act}, {sym}, {fmt}"
@@ -388,9 +428,11 @@ def _gptq_check_inputs(ckpt: Checkpoint, parts: dict, n_in: int, bits: int, grou
     if len(found) == 1 and found[0] != n_in:
         scales = tuple(ckpt.shape(parts["scales"]))
         if group > 0 and len(scales) == 2 and math.ceil(found[0] / group) == scales[0]:
-            raise SpecboundError(f"{where}: {parts['qweight']!r} has {n_in * bits // 32} rows, {n_in} {bits}-bit "
-                                 f"inputs, where its g_idx and scales say {found[0]} inputs "
-                                 f"({found[0] * bits // 32} rows); the checkpoint is corrupt")
+            raise SpecboundError(
+                f"{where}: {parts['qweight']!r} has {n_in * bits // 32} rows, {n_in} {bits}-bit "
+                f"inputs, where its g_idx and scales say {found[0]} inputs "
+                f"({found[0] * bits // 32} rows); the checkpoint is corrupt"
+            )
     _expect(ckpt, parts["g_idx"], (n_in,), ("I32", "I64"), where)
 
 
@@ -425,8 +467,12 @@ class V1Zeros:
             return V1Zeros(writer, bits, "GPTQModel reads them: each field plus 1 modulo 8")
         kernel = "qlinear_cuda" if act_order else "qlinear_cuda_old"
         masked = bits != 3 and not act_order
-        return V1Zeros(writer, bits, f"AutoGPTQ's {kernel} reads them: each field plus 1"
-                                     f"{' modulo 2^bits' if masked else ''}", masked=masked)
+        return V1Zeros(
+            writer,
+            bits,
+            f"AutoGPTQ's {kernel} reads them: each field plus 1{' modulo 2^bits' if masked else ''}",
+            masked=masked,
+        )
 
     def read(self, words: np.ndarray, count: int) -> np.ndarray:
         if self.word_offset:
@@ -466,10 +512,12 @@ def _gptq_v1_ambiguity(ckpt: Checkpoint, modules, v1: V1Zeros) -> str:
     if not count:
         return ""
     read = 0 if v1.masked else 1 << v1.bits
-    return (f"; {count} of its {total} zero points are stored as all ones (a zero point of 0 or {1 << v1.bits}) and "
-            f"its config does not name the library that wrote it (no meta.quantizer): read as {read}, as AutoGPTQ "
-            f"computes; a file written by GPTQModel stores a zero point of 0 with a borrow from the next field, and "
-            f"its own loader would read those fields and their neighbours differently")
+    return (
+        f"; {count} of its {total} zero points are stored as all ones (a zero point of 0 or {1 << v1.bits}) and "
+        f"its config does not name the library that wrote it (no meta.quantizer): read as {read}, as AutoGPTQ "
+        f"computes; a file written by GPTQModel stores a zero point of 0 with a borrow from the next field, and "
+        f"its own loader would read those fields and their neighbours differently"
+    )
 
 
 def _dequantize_gptq(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
@@ -527,8 +575,14 @@ def _awq(ckpt: Checkpoint, qc: dict, where: str):
         _expect(ckpt, parts["qweight"], (n_in, packed), ("I32", "U32"), where)
         _expect(ckpt, parts["qzeros"], (n_in // group, packed), ("I32", "U32"), where)
         _expect(ckpt, parts["scales"], (n_in // group, out), _SCALES, where)
-        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), ckpt.dtype(parts["scales"]),
-                                             _dequantize_awq, {"bits": bits, "group": group})
+        modules[f"{prefix}.weight"] = Module(
+            f"{prefix}.weight",
+            parts,
+            (out, n_in),
+            ckpt.dtype(parts["scales"]),
+            _dequantize_awq,
+            {"bits": bits, "group": group},
+        )
     return f"AWQ {bits}-bit GEMM, group size {group}", modules
 
 
@@ -561,25 +615,35 @@ CT_STRATEGIES = ("tensor", "channel", "group", "tensor_group", "block")
 def _ct_scheme(qc: dict, module: str, where: str) -> dict:
     groups = qc.get("config_groups") or {}
     if not isinstance(groups, dict):
-        raise SpecboundError(f"{where}: config_groups is a {type(groups).__name__}, expected a JSON object of named "
-                             f"groups (each with targets and weights); re-save the model with llm-compressor")
+        raise SpecboundError(
+            f"{where}: config_groups is a {type(groups).__name__}, expected a JSON object of named "
+            f"groups (each with targets and weights); re-save the model with llm-compressor"
+        )
     for name, group in groups.items():
         if not isinstance(group, dict):
             continue
         targets = group.get("targets") or []
         for target in targets if isinstance(targets, list) else [targets]:
             if not isinstance(target, str):
-                raise SpecboundError(f"{where}: config group {name!r} has the target {target!r}, expected a module "
-                                     f"name, a class name (Linear) or 're:<pattern>'")
-            if target == "Linear" or target == module or (target.startswith("re:") and _ct_match(target[3:], module,
-                                                                                                   name, where)):
+                raise SpecboundError(
+                    f"{where}: config group {name!r} has the target {target!r}, expected a module "
+                    f"name, a class name (Linear) or 're:<pattern>'"
+                )
+            if (
+                target == "Linear"
+                or target == module
+                or (target.startswith("re:") and _ct_match(target[3:], module, name, where))
+            ):
                 weights = group.get("weights")
                 if not isinstance(weights, dict):
-                    raise SpecboundError(f"{where}: config group {name!r} quantizes no weights but {module!r} is "
-                                         f"stored quantized")
+                    raise SpecboundError(
+                        f"{where}: config group {name!r} quantizes no weights but {module!r} is stored quantized"
+                    )
                 return {**weights, "_format": group.get("format")}
-    raise SpecboundError(f"{where}: no config group's targets name the quantized module {module!r} (targets of "
-                         f"module classes other than Linear are not resolved); the config and weights disagree")
+    raise SpecboundError(
+        f"{where}: no config group's targets name the quantized module {module!r} (targets of "
+        f"module classes other than Linear are not resolved); the config and weights disagree"
+    )
 
 
 def _ct_match(pattern: str, module: str, group: str, where: str) -> bool:
@@ -610,16 +674,28 @@ def _compressed(ckpt: Checkpoint, qc: dict, where: str):
             raise _refuse(where, f"compressed-tensors weight strategy {strategy!r}", ", ".join(CT_STRATEGIES))
         bits = _int(scheme, "num_bits", where)
         kind = str(scheme.get("type", "int"))
-        parts = {r: f"{prefix}.{r}" for r in ("weight", "weight_packed", "weight_shape", "weight_scale",
-                                              "weight_zero_point", "weight_global_scale", "weight_g_idx")
-                 if f"{prefix}.{r}" in names}
+        parts = {
+            r: f"{prefix}.{r}"
+            for r in (
+                "weight",
+                "weight_packed",
+                "weight_shape",
+                "weight_scale",
+                "weight_zero_point",
+                "weight_global_scale",
+                "weight_g_idx",
+            )
+            if f"{prefix}.{r}" in names
+        }
         if fmt in ("pack-quantized", "nvfp4-pack-quantized"):
             parts.pop("weight", None)  # the packed weight is the matrix: a "weight" beside it is refused as a second
         scale_code = ckpt.dtype(parts["weight_scale"])
         if fmt == "pack-quantized":
             if "weight_packed" not in parts or "weight_shape" not in parts or kind != "int" or not 1 <= bits <= 8:
-                raise SpecboundError(f"{where}: pack-quantized module {prefix!r} needs weight_packed, weight_shape and "
-                                     f"int 1-8 bit weights")
+                raise SpecboundError(
+                    f"{where}: pack-quantized module {prefix!r} needs weight_packed, weight_shape and "
+                    f"int 1-8 bit weights"
+                )
             shape_values = ckpt.stored(parts["weight_shape"]).reshape(-1)
             if shape_values.size != 2 or shape_values.min() < 0 or shape_values.max() > 2**40:
                 raise SpecboundError(f"{where}: {parts['weight_shape']!r} holds {shape_values[:4]}, not (out, in)")
@@ -639,17 +715,26 @@ def _compressed(ckpt: Checkpoint, qc: dict, where: str):
             shape = tuple(ckpt.shape(parts["weight"]))
             want = ("F8_E4M3",) if kind == "float" and bits == 8 else ("I8",) if kind == "int" and bits <= 8 else ()
             if not want:
-                raise _refuse(where, f"compressed-tensors {kind} {bits}-bit weights in format {fmt!r}",
-                              "FP8 E4M3 float-quantized and int8 int-quantized weights")
+                raise _refuse(
+                    where,
+                    f"compressed-tensors {kind} {bits}-bit weights in format {fmt!r}",
+                    "FP8 E4M3 float-quantized and int8 int-quantized weights",
+                )
             if len(shape) != 2:
                 raise SpecboundError(f"{where}: {parts['weight']!r} has the shape {shape}, not (out, in)")
             _expect(ckpt, parts["weight"], shape, want, where)
             out_code = scale_code
         if scale_code not in (*_SCALES, "F8_E4M3"):
             raise SpecboundError(f"{where}: {parts['weight_scale']!r} is stored as {scale_code}")
-        params = {"bits": bits, "strategy": strategy, "group": scheme.get("group_size"),
-                  "block": scheme.get("block_structure"), "symmetric": scheme.get("symmetric", True), "fmt": fmt,
-                  "scale_code": scale_code}
+        params = {
+            "bits": bits,
+            "strategy": strategy,
+            "group": scheme.get("group_size"),
+            "block": scheme.get("block_structure"),
+            "symmetric": scheme.get("symmetric", True),
+            "fmt": fmt,
+            "scale_code": scale_code,
+        }
         _ct_check_scale(ckpt, parts, shape, params, where)
         modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, shape, out_code, _dequantize_ct, params)
         kinds.add(f"{fmt} {kind}{bits} {strategy}")
@@ -677,14 +762,18 @@ def _ct_check_scale(ckpt: Checkpoint, parts: dict, shape: tuple, p: dict, where:
     want = _ct_scale_shape(shape, p, where)
     found = tuple(ckpt.shape(parts["weight_scale"]))
     if math.prod(found) != math.prod(want) or (len(want) > 1 and found not in (want, want[:1])):
-        raise SpecboundError(f"{where}: {parts['weight_scale']!r} has the shape {found}, not the {want} of "
-                             f"{p['strategy']} scales for a {shape} weight")
+        raise SpecboundError(
+            f"{where}: {parts['weight_scale']!r} has the shape {found}, not the {want} of "
+            f"{p['strategy']} scales for a {shape} weight"
+        )
     if "weight_zero_point" in parts and not p["symmetric"]:
         zp = tuple(ckpt.shape(parts["weight_zero_point"]))
         if p["fmt"] == "pack-quantized" and p["strategy"] in ("group", "channel"):
             rows = math.ceil(shape[0] * p["bits"] / 32)
             if zp != (rows, want[1]):
-                raise SpecboundError(f"{where}: {parts['weight_zero_point']!r} has the shape {zp}, not {(rows, want[1])}")
+                raise SpecboundError(
+                    f"{where}: {parts['weight_zero_point']!r} has the shape {zp}, not {(rows, want[1])}"
+                )
         elif math.prod(zp) != math.prod(want):
             raise SpecboundError(f"{where}: {parts['weight_zero_point']!r} has the shape {zp}, not {want}")
 
@@ -703,8 +792,10 @@ def _expand(values: np.ndarray, shape: tuple[int, int], p: dict, g_idx: np.ndarr
     if p["strategy"] in ("group", "tensor_group"):
         if g_idx is not None:
             if g_idx.shape != (n_in,) or g_idx.min(initial=0) < 0 or g_idx.max(initial=0) >= values.shape[1]:
-                raise ValueError(f"weight_g_idx of shape {g_idx.shape} does not name one of the {values.shape[1]} "
-                                 f"groups for each of the {n_in} columns")
+                raise ValueError(
+                    f"weight_g_idx of shape {g_idx.shape} does not name one of the {values.shape[1]} "
+                    f"groups for each of the {n_in} columns"
+                )
             return values[:, g_idx]
         return np.repeat(values, p["group"], axis=1)
     rows, cols = p["block"]
@@ -739,7 +830,9 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         x = E4M3[q.part(m, "weight").astype(np.int64)]
     else:
         x = q.part(m, "weight").astype(np.int64)
-    g_idx = q.part(m, "weight_g_idx").astype(np.int64) if "weight_g_idx" in m.parts and p["strategy"] == "group" else None
+    g_idx = (
+        q.part(m, "weight_g_idx").astype(np.int64) if "weight_g_idx" in m.parts and p["strategy"] == "group" else None
+    )
     scale = _finite(q, m, "weight_scale")
     if p["scale_code"] == "F8_E4M3":
         scale = round_to(scale, "BF16")
@@ -761,8 +854,11 @@ def _dequantize_ct(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
 
 def _fp8(ckpt: Checkpoint, qc: dict, where: str):
     block = qc.get("weight_block_size")
-    if block is not None and not (isinstance(block, list) and len(block) == 2
-                                  and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+    if block is not None and not (
+        isinstance(block, list)
+        and len(block) == 2
+        and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+    ):
         raise SpecboundError(f"{where}: weight_block_size = {block!r}, expected [rows, columns] or null")
     modules = {}
     for prefix in _modules_with(ckpt, ".weight_scale_inv"):
@@ -770,16 +866,22 @@ def _fp8(ckpt: Checkpoint, qc: dict, where: str):
         if parts["weight"] not in set(ckpt.names):
             raise SpecboundError(f"{where}: {parts['scale']!r} has no weight beside it")
         if ckpt.dtype(parts["weight"]) != "F8_E4M3":
-            raise _refuse(where, f"fine-grained FP8 weights stored as {ckpt.dtype(parts['weight'])} ({prefix!r}: "
-                                 f"MXFP4 experts)", "FP8 E4M3 weights")
+            raise _refuse(
+                where,
+                f"fine-grained FP8 weights stored as {ckpt.dtype(parts['weight'])} ({prefix!r}: MXFP4 experts)",
+                "FP8 E4M3 weights",
+            )
         out, n_in = _matrix(ckpt, parts["weight"], where)
         rows, cols = (math.ceil(out / block[0]), math.ceil(n_in / block[1])) if block else (1, 1)
         found = tuple(ckpt.shape(parts["scale"]))
         if math.prod(found) != rows * cols or ckpt.dtype(parts["scale"]) not in ("F32", "BF16", "F16", "U8", "F8_E8M0"):
-            raise SpecboundError(f"{where}: {parts['scale']!r} is {ckpt.dtype(parts['scale'])} {found}, not the "
-                                 f"{(rows, cols)} float scales of {block or 'one tensor'} blocks")
-        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (out, n_in), "F32", _dequantize_fp8,
-                                             {"grid": (rows, cols)})
+            raise SpecboundError(
+                f"{where}: {parts['scale']!r} is {ckpt.dtype(parts['scale'])} {found}, not the "
+                f"{(rows, cols)} float scales of {block or 'one tensor'} blocks"
+            )
+        modules[f"{prefix}.weight"] = Module(
+            f"{prefix}.weight", parts, (out, n_in), "F32", _dequantize_fp8, {"grid": (rows, cols)}
+        )
     return f"fine-grained FP8 E4M3, blocks {block or 'per tensor'}", modules
 
 
@@ -791,8 +893,9 @@ def _dequantize_fp8(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
     rows, cols = m.params["grid"]
     code = q.stored_ckpt.dtype(m.parts["scale"])
     stored = q.part(m, "scale")
-    scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0")
-             else _finite(q, m, "scale")).reshape(rows, cols)
+    scale = (np.exp2(stored.astype(np.float64) - 127) if code in ("U8", "F8_E8M0") else _finite(q, m, "scale")).reshape(
+        rows, cols
+    )
     block_r, block_c = math.ceil(out / rows), math.ceil(n_in / cols)
     expanded = np.repeat(np.repeat(scale, block_r, axis=0), block_c, axis=1)[:out, :n_in]
     return round_to(E4M3[q.part(m, "weight").astype(np.int64)] * expanded, "F32")
@@ -813,31 +916,52 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
         raw = ckpt.stored(state)
         if raw.dtype != np.uint8 or raw.size > 1 << 16:
             raise SpecboundError(f"{where}: {state!r} is not the packed quant_state (uint8 JSON bytes)")
-        info = decode_json(raw.tobytes(), f"the bitsandbytes quant_state {state!r} of {ckpt.location}",
-                           "re-save the model with save_pretrained")
+        info = decode_json(
+            raw.tobytes(),
+            f"the bitsandbytes quant_state {state!r} of {ckpt.location}",
+            "re-save the model with save_pretrained",
+        )
         if not isinstance(info, dict):
             raise SpecboundError(f"{where}: {state!r} holds no JSON object")
         shape = info.get("shape")
         block = info.get("blocksize")
         dtype = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}.get(str(info.get("dtype")))
-        if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d > 0 for d in shape)
-                and isinstance(block, int) and block > 0 and dtype):
-            raise SpecboundError(f"{where}: {state!r} says shape {shape!r}, blocksize {block!r}, dtype "
-                                 f"{info.get('dtype')!r}: expected (out, in), a positive block size and a float type")
+        if not (
+            isinstance(shape, list)
+            and len(shape) == 2
+            and all(isinstance(d, int) and d > 0 for d in shape)
+            and isinstance(block, int)
+            and block > 0
+            and dtype
+        ):
+            raise SpecboundError(
+                f"{where}: {state!r} says shape {shape!r}, blocksize {block!r}, dtype "
+                f"{info.get('dtype')!r}: expected (out, in), a positive block size and a float type"
+            )
         n = math.prod(shape)
-        parts = {"weight": f"{prefix}.weight", "absmax": f"{prefix}.weight.absmax",
-                 "quant_map": f"{prefix}.weight.quant_map", "state": state}
+        parts = {
+            "weight": f"{prefix}.weight",
+            "absmax": f"{prefix}.weight.absmax",
+            "quant_map": f"{prefix}.weight.quant_map",
+            "state": state,
+        }
         nested = f"{prefix}.weight.nested_absmax" in names
         if nested:
-            parts.update(nested_absmax=f"{prefix}.weight.nested_absmax",
-                         nested_quant_map=f"{prefix}.weight.nested_quant_map")
+            parts.update(
+                nested_absmax=f"{prefix}.weight.nested_absmax", nested_quant_map=f"{prefix}.weight.nested_quant_map"
+            )
         if not all(v in names for v in parts.values()):
-            raise SpecboundError(f"{where}: the 4-bit module {prefix!r} lacks {[v for v in parts.values() if v not in names]}")
+            raise SpecboundError(
+                f"{where}: the 4-bit module {prefix!r} lacks {[v for v in parts.values() if v not in names]}"
+            )
         storage = ckpt.dtype(parts["weight"])  # bnb_4bit_quant_storage: the packed bytes in words of another type
         size = {"U8": 1, "I8": 1, "F16": 2, "BF16": 2, "F32": 4}.get(storage)
         if size is None:
-            raise _refuse(where, f"4-bit weights stored as {storage} ({parts['weight']!r})",
-                          "bnb_4bit_quant_storage uint8, int8, float16, bfloat16 or float32")
+            raise _refuse(
+                where,
+                f"4-bit weights stored as {storage} ({parts['weight']!r})",
+                "bnb_4bit_quant_storage uint8, int8, float16, bfloat16 or float32",
+            )
         _expect(ckpt, parts["weight"], (math.ceil(math.ceil(n / 2) / size), 1), (storage,), where)
         blocks = math.ceil(n / block)
         _expect(ckpt, parts["quant_map"], (16,), ("F32",), where)
@@ -845,15 +969,23 @@ def _bnb(ckpt: Checkpoint, qc: dict, where: str):
             nb = info.get("nested_blocksize")
             offset = info.get("nested_offset")
             if not isinstance(nb, int) or nb <= 0 or not isinstance(offset, (int, float)) or not abs(offset) < 3.4e38:
-                raise SpecboundError(f"{where}: {state!r} has no nested_blocksize / nested_offset (a float32 number): "
-                                     f"{nb!r:.40} / {offset!r:.40}")
+                raise SpecboundError(
+                    f"{where}: {state!r} has no nested_blocksize / nested_offset (a float32 number): "
+                    f"{nb!r:.40} / {offset!r:.40}"
+                )
             _expect(ckpt, parts["absmax"], (blocks,), ("U8",), where)
             _expect(ckpt, parts["nested_absmax"], (math.ceil(blocks / nb),), ("F32",), where)
             _expect(ckpt, parts["nested_quant_map"], (256,), ("F32",), where)
         else:
             _expect(ckpt, parts["absmax"], (blocks,), ("F32",), where)
-        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, tuple(shape), dtype, _dequantize_bnb4,
-                                             {"block": block, "nested": nested, "info": info})
+        modules[f"{prefix}.weight"] = Module(
+            f"{prefix}.weight",
+            parts,
+            tuple(shape),
+            dtype,
+            _dequantize_bnb4,
+            {"block": block, "nested": nested, "info": info},
+        )
         kinds.add(f"{quant.upper()}{' nested' if nested else ''} blocksize {block}")
     for scb in sorted(n for n in names if n.endswith(".SCB")):
         prefix = scb[:-4]
@@ -888,7 +1020,7 @@ def _dequantize_bnb4(q: QuantizedCheckpoint, m: Module) -> np.ndarray:
         info = m.params["info"]
         nb = info["nested_blocksize"]
         inner = _finite(q, m, "nested_quant_map").astype(np.float32)[q.part(m, "absmax").astype(np.int64)]
-        scale2 = np.repeat(_finite(q, m, "nested_absmax").astype(np.float32), nb)[:inner.size]
+        scale2 = np.repeat(_finite(q, m, "nested_absmax").astype(np.float32), nb)[: inner.size]
         absmax = inner * scale2 + np.float32(info["nested_offset"])
     else:
         absmax = _finite(q, m, "absmax").astype(np.float32)
@@ -929,14 +1061,19 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
         override = qc.get(prefix)
         if override is False:
             continue
-        local = {**({"bits": default_bits, "group_size": default_group}), **(override if isinstance(override, dict) else {})}
+        local = {
+            **({"bits": default_bits, "group_size": default_group}),
+            **(override if isinstance(override, dict) else {}),
+        }
         if str(local.get("mode", "affine")) != "affine":
             raise _refuse(where, f"MLX quantization mode {local.get('mode')!r} of {prefix!r}", "affine")
         bits = _int(local, "bits", where, allowed=MLX_BITS)
         group = _int(local, "group_size", where)
         if group <= 0:
-            raise SpecboundError(f"{where}: group_size = {group} (for {prefix!r}), expected a positive number of "
-                                 f"values per scale (mlx-lm writes 32, 64 or 128)")
+            raise SpecboundError(
+                f"{where}: group_size = {group} (for {prefix!r}), expected a positive number of "
+                f"values per scale (mlx-lm writes 32, 64 or 128)"
+            )
         parts = {"weight": f"{prefix}.weight", "scales": f"{prefix}.scales", "biases": f"{prefix}.biases"}
         if parts["biases"] not in names:
             raise SpecboundError(f"{where}: MLX module {prefix!r} has scales but no biases")
@@ -948,8 +1085,14 @@ def _mlx(ckpt: Checkpoint, qc: dict, where: str):
             raise SpecboundError(f"{where}: {n_in} inputs of {prefix!r} are not whole groups of {group}")
         _expect(ckpt, parts["scales"], (shape[0], n_in // group), _SCALES, where)
         _expect(ckpt, parts["biases"], (shape[0], n_in // group), (ckpt.dtype(parts["scales"]),), where)
-        modules[f"{prefix}.weight"] = Module(f"{prefix}.weight", parts, (shape[0], n_in),
-                                             ckpt.dtype(parts["scales"]), _dequantize_mlx, {"bits": bits, "group": group})
+        modules[f"{prefix}.weight"] = Module(
+            f"{prefix}.weight",
+            parts,
+            (shape[0], n_in),
+            ckpt.dtype(parts["scales"]),
+            _dequantize_mlx,
+            {"bits": bits, "group": group},
+        )
         kinds.add(f"{bits}-bit group {group}")
     return f"MLX affine {', '.join(sorted(kinds))}", modules
 
@@ -978,7 +1121,15 @@ class QuantMethod:
     build: Callable[[Checkpoint, dict, str], tuple[str, dict[str, Module]]]
 
 
-METHODS = {m.name: m for m in (QuantMethod("gptq", _gptq), QuantMethod("awq", _awq),
-                               QuantMethod("compressed-tensors", _compressed), QuantMethod("fp8", _fp8),
-                               QuantMethod("bitsandbytes", _bnb), QuantMethod("mlx", _mlx))}
+METHODS = {
+    m.name: m
+    for m in (
+        QuantMethod("gptq", _gptq),
+        QuantMethod("awq", _awq),
+        QuantMethod("compressed-tensors", _compressed),
+        QuantMethod("fp8", _fp8),
+        QuantMethod("bitsandbytes", _bnb),
+        QuantMethod("mlx", _mlx),
+    )
+}
 QUANT_METHODS = tuple(METHODS)

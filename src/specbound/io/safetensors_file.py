@@ -20,7 +20,6 @@ from .formats import SAFETENSORS
 from .shard_index import read_weight_map
 
 
-
 @dataclass
 class SafetensorsCheckpoint(ShardedCheckpoint):
     """Single or sharded safetensors files, read lazily through ``safetensors`` (numpy).
@@ -104,8 +103,10 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
             self._slice(name)  # raises: the index maps the tensor to a shard that lacks it
         entry = header[name]
         if entry["dtype"] not in STORED_DTYPES:
-            raise SpecboundError(f"tensor {name!r} in {path} is stored as {entry['dtype']}, which no reader of "
-                                 f"specbound decodes; re-save the checkpoint")
+            raise SpecboundError(
+                f"tensor {name!r} in {path} is stored as {entry['dtype']}, which no reader of "
+                f"specbound decodes; re-save the checkpoint"
+            )
         start, end = entry["data_offsets"]
         try:
             with open(path, "rb") as f:
@@ -125,7 +126,11 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
         start, end = entry["data_offsets"]
         parts = int(entry["shape"][0])
         size = (end - start) // parts
-        part = {**entry, "shape": list(entry["shape"][1:]), "data_offsets": [start + index * size, start + (index + 1) * size]}
+        part = {
+            **entry,
+            "shape": list(entry["shape"][1:]),
+            "data_offsets": [start + index * size, start + (index + 1) * size],
+        }
         try:
             return _read_float_tensor(path, header_len, {name: part}, name)
         except (OSError, ValueError, KeyError) as exc:
@@ -135,13 +140,25 @@ class SafetensorsCheckpoint(ShardedCheckpoint):
         self._handles.clear()
 
 
-
 # Stored dtype -> numpy dtype of the raw little-endian words (BF16 is the top half of a float32).
 _RAW_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 # Every dtype's raw words, for the stored values of a quantized checkpoint (packed integers, 8-bit
 # floats as their bytes): read as stored, never upcast (:func:`stored_values`).
-STORED_DTYPES = {**_RAW_DTYPES, "I8": "<i1", "U8": "<u1", "I16": "<i2", "U16": "<u2", "I32": "<i4", "U32": "<u4",
-                 "I64": "<i8", "U64": "<u8", "F8_E4M3": "<u1", "F8_E5M2": "<u1", "F8_E8M0": "<u1", "BOOL": "<u1"}
+STORED_DTYPES = {
+    **_RAW_DTYPES,
+    "I8": "<i1",
+    "U8": "<u1",
+    "I16": "<i2",
+    "U16": "<u2",
+    "I32": "<i4",
+    "U32": "<u4",
+    "I64": "<i8",
+    "U64": "<u8",
+    "F8_E4M3": "<u1",
+    "F8_E5M2": "<u1",
+    "F8_E8M0": "<u1",
+    "BOOL": "<u1",
+}
 _CHUNK = 1 << 22  # values converted at a time (32 MB of float64)
 # The safetensors format's own limit on the JSON header (the Rust reader refuses longer ones).
 MAX_HEADER_BYTES = 100_000_000
@@ -154,8 +171,9 @@ def header_length(first8: bytes, file_size: int) -> int:
         raise ValueError(f"a safetensors file starts with an 8-byte header length; this one has {file_size} bytes")
     (n,) = struct.unpack("<Q", first8)
     if n > MAX_HEADER_BYTES or 8 + n > file_size:
-        raise ValueError(f"its header length {n:,} exceeds the file's {file_size:,} bytes "
-                         f"(or the format's {MAX_HEADER_BYTES:,})")
+        raise ValueError(
+            f"its header length {n:,} exceeds the file's {file_size:,} bytes (or the format's {MAX_HEADER_BYTES:,})"
+        )
     return n
 
 
@@ -172,19 +190,27 @@ def check_header(raw: bytes, file_size: int) -> dict:
     for name, entry in header.items():
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
         shape = entry.get("shape") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
-                and isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
-                and isinstance(entry.get("dtype"), str)):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int for o in offsets)
+            and isinstance(shape, list)
+            and all(type(d) is int and d >= 0 for d in shape)
+            and isinstance(entry.get("dtype"), str)
+        ):
             raise ValueError(f"tensor {name!r} has no dtype, shape and data_offsets [start, end]")
         start, end = offsets
         if not 0 <= start <= end <= data:
-            raise ValueError(f"tensor {name!r} lies at data bytes {start:,}..{end:,}, beyond the "
-                             f"{max(data, 0):,} bytes of data the file holds")
+            raise ValueError(
+                f"tensor {name!r} lies at data bytes {start:,}..{end:,}, beyond the "
+                f"{max(data, 0):,} bytes of data the file holds"
+            )
         if entry["dtype"] in STORED_DTYPES:
             stored = math.prod(shape) * np.dtype(STORED_DTYPES[entry["dtype"]]).itemsize
             if end - start != stored:
-                raise ValueError(f"{entry['dtype']} tensor {name!r} of shape {shape} spans {end - start:,} "
-                                 f"bytes, not {stored:,}")
+                raise ValueError(
+                    f"{entry['dtype']} tensor {name!r} of shape {shape} spans {end - start:,} bytes, not {stored:,}"
+                )
     return header
 
 
@@ -214,8 +240,10 @@ def upcast(entry: dict, chunks, dtype=np.float64) -> np.ndarray:
         if filled + n > count:
             raise ValueError(f"expected {count} values, the bytes hold more")
         words = np.frombuffer(buf, dtype=raw_dtype, count=n)
-        out[filled:filled + n] = (words.astype(np.uint32) << 16).view(np.float32) if entry["dtype"] == "BF16" else words
-        filled, carry = filled + n, bytes(buf[n * raw_dtype.itemsize:])
+        out[filled : filled + n] = (
+            (words.astype(np.uint32) << 16).view(np.float32) if entry["dtype"] == "BF16" else words
+        )
+        filled, carry = filled + n, bytes(buf[n * raw_dtype.itemsize :])
     if filled != count or carry:
         raise ValueError(f"expected {count} values, the file ends after {filled}")
     return out.reshape(entry["shape"])
@@ -244,6 +272,7 @@ def _read_float_tensor(path: Path, header_len: int, header: dict, name: str, dty
             f.seek(8 + header_len + start)
             for at in range(start, end, step):
                 yield f.read(min(step, end - at))
+
     return upcast(entry, chunks(), dtype)
 
 
@@ -253,7 +282,6 @@ def _corrupt(path: Path, exc: Exception, name: str | None = None) -> SpecboundEr
         f"cannot read {what}{path}: the safetensors file is truncated or corrupt ({exc}); "
         f"re-download or re-save the checkpoint"
     )
-
 
 
 def safetensors_names(path: Path) -> list[str]:

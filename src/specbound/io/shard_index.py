@@ -14,8 +14,9 @@ FIX = "re-download or re-save the checkpoint"
 def read_weight_map(index: Path) -> dict[str, Path]:
     """Tensor name -> shard file of the index ``index``; every shard it names must exist in its folder."""
     folder = index.parent
-    weight_map = check_weight_map(load_json(index, "shard index", f"expected a JSON object with a 'weight_map'; {FIX}"),
-                                  index)
+    weight_map = check_weight_map(
+        load_json(index, "shard index", f"expected a JSON object with a 'weight_map'; {FIX}"), index
+    )
     outside = sorted({shard for shard in weight_map.values() if not _inside(folder, shard)})
     if outside:
         raise SpecboundError(
@@ -38,12 +39,13 @@ def check_weight_map(doc, index) -> dict[str, str]:
     tensor names to shard file names, both non-empty strings."""
     if not isinstance(doc, dict) or "weight_map" not in doc:
         found = "an object without one" if isinstance(doc, dict) else f"a JSON {type(doc).__name__}"
-        raise SpecboundError(f"cannot read the shard index {index}: expected a JSON object with a "
-                             f"'weight_map', found {found}; {FIX}")
+        raise SpecboundError(
+            f"cannot read the shard index {index}: expected a JSON object with a 'weight_map', found {found}; {FIX}"
+        )
     weight_map = doc["weight_map"]
     bad = (None if isinstance(weight_map, dict) else type(weight_map).__name__) or next(
-        (f"{k!r}: {v!r}" for k, v in weight_map.items() if not (isinstance(k, str) and isinstance(v, str) and v)),
-        None)
+        (f"{k!r}: {v!r}" for k, v in weight_map.items() if not (isinstance(k, str) and isinstance(v, str) and v)), None
+    )
     if bad is not None:
         raise SpecboundError(
             f"the shard index {index} is malformed: its 'weight_map' must map tensor names to shard "
@@ -70,4 +72,3 @@ def inside(folder: Path, path: Path) -> bool:
     except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte: nothing to follow
         return False
     return target == root or root in target.parents
-

@@ -36,8 +36,10 @@ def _import_h5py():
     try:
         import h5py
     except ImportError:
-        raise SpecboundError(f"reading TF/Keras tf_model.h5 weights needs h5py: {TF.install_hint()} (or analyse "
-                             f"the model's safetensors weights)") from None
+        raise SpecboundError(
+            f"reading TF/Keras tf_model.h5 weights needs h5py: {TF.install_hint()} (or analyse "
+            f"the model's safetensors weights)"
+        ) from None
     return h5py
 
 
@@ -129,8 +131,10 @@ class H5Checkpoint(Checkpoint):
         try:
             return np.asarray(self._h5()[self.sources[name]][()])
         except (OSError, ValueError, KeyError) as exc:
-            raise SpecboundError(f"cannot read {self.where(name)}: the HDF5 file is truncated or corrupt ({exc}); "
-                                 f"re-download or re-save it") from None
+            raise SpecboundError(
+                f"cannot read {self.where(name)}: the HDF5 file is truncated or corrupt ({exc}); "
+                f"re-download or re-save it"
+            ) from None
 
     def close(self) -> None:
         if self._file is not None:
@@ -144,38 +148,50 @@ def open_h5(path: Path, config: dict[str, Any]) -> H5Checkpoint:
     try:
         handle = h5py.File(path, "r")
     except OSError as exc:
-        raise SpecboundError(f"cannot read {path} as an HDF5 file: truncated or corrupt ({exc}); re-download it, "
-                             f"or re-save the model with save_pretrained") from None
+        raise SpecboundError(
+            f"cannot read {path} as an HDF5 file: truncated or corrupt ({exc}); re-download it, "
+            f"or re-save the model with save_pretrained"
+        ) from None
     try:
         layers = _attribute_list(handle.attrs, "layer_names")
         if layers is None:
-            raise SpecboundError(f"{path} is an HDF5 file but not Keras weights (no layer_names attribute); expected "
-                                 f"the tf_model.h5 that TFPreTrainedModel.save_pretrained writes")
+            raise SpecboundError(
+                f"{path} is an HDF5 file but not Keras weights (no layer_names attribute); expected "
+                f"the tf_model.h5 that TFPreTrainedModel.save_pretrained writes"
+            )
         sources: dict[str, str] = {}
         transposed: set[str] = set()
         for layer in layers:
             if not isinstance(layer, str) or not layer.strip("/"):
-                raise SpecboundError(f"{path}: layer_names lists {layer!r}, not a layer group's name; the file is "
-                                     f"corrupt: re-download it")
+                raise SpecboundError(
+                    f"{path}: layer_names lists {layer!r}, not a layer group's name; the file is "
+                    f"corrupt: re-download it"
+                )
             group = handle[resolve(h5py, handle, layer, path)]
             if not isinstance(group, h5py.Group):
-                raise SpecboundError(f"{path}: layer {layer!r} listed in layer_names is a {type(group).__name__}, not a "
-                                     f"group; the file is truncated or corrupt: re-download it")
+                raise SpecboundError(
+                    f"{path}: layer {layer!r} listed in layer_names is a {type(group).__name__}, not a "
+                    f"group; the file is truncated or corrupt: re-download it"
+                )
             for weight in _attribute_list(group.attrs, "weight_names") or []:
                 location = confined_dataset(h5py, handle, f"{group.name}/{weight}", path)
                 name, flip = pt_name(weight)
                 if name in sources:
-                    raise SpecboundError(f"{path}: two variables map to the parameter {name!r} ({sources[name]!r}, "
-                                         f"{layer}/{weight!r}); not a transformers TF checkpoint")
+                    raise SpecboundError(
+                        f"{path}: two variables map to the parameter {name!r} ({sources[name]!r}, "
+                        f"{layer}/{weight!r}); not a transformers TF checkpoint"
+                    )
                 sources[name] = location
                 if flip:
                     transposed.add(name)
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as exc:
-        raise SpecboundError(f"cannot read {path}: the HDF5 file is truncated or corrupt ({exc}); "
-                             f"re-download it") from None
+        raise SpecboundError(
+            f"cannot read {path}: the HDF5 file is truncated or corrupt ({exc}); re-download it"
+        ) from None
     finally:
         handle.close()
     if not sources:
-        raise SpecboundError(f"{path} holds no weights (its layers list no variables); expected a tf_model.h5 "
-                             f"written by save_pretrained")
+        raise SpecboundError(
+            f"{path} holds no weights (its layers list no variables); expected a tf_model.h5 written by save_pretrained"
+        )
     return H5Checkpoint(location=str(path), config=config, path=path, sources=sources, transposed=transposed)

@@ -20,10 +20,22 @@ from ..bounds import REGISTRY
 from ..errors import SpecboundError, os_errors
 from ..io.base import read_regular_file
 from .plot import AnalysisPlots
-from .schema import (ID_COLUMNS, SCHEMA_VERSION, TABLE_NAMES, document_problem, from_json_number, from_json_tree,
-                     json_dict, json_number, json_tree, read_table, table_problem)
+from .schema import (
+    ID_COLUMNS,
+    SCHEMA_VERSION,
+    TABLE_NAMES,
+    document_problem,
+    from_json_number,
+    from_json_tree,
+    json_dict,
+    json_number,
+    json_tree,
+    read_table,
+    table_problem,
+)
 from .style import optional_png
 from .view import analysis_html, format_summary, short_name
+
 
 @dataclass(repr=False)
 class Analysis:
@@ -173,8 +185,14 @@ class Analysis:
         rows = []
         for name, value in self.all_bounds().items():
             bound = REGISTRY[name]
-            row = {"bound": name, "group": bound.group, "title": bound.title, "reference": bound.reference,
-                   "value": float(value), "log10_value": float(log10[name]) if name in log10 else _log10(value)}
+            row = {
+                "bound": name,
+                "group": bound.group,
+                "title": bound.title,
+                "reference": bound.reference,
+                "value": float(value),
+                "log10_value": float(log10[name]) if name in log10 else _log10(value),
+            }
             if self.from_init is not None:
                 row["from_init"] = float(self.from_init.get(name, math.nan))
             if self.gap_bound is not None:
@@ -196,10 +214,16 @@ class Analysis:
         m = self.model
         bounds = ", ".join(f"{k}={v:.4g}" for k, v in self.bounds.items())
         adapter = m.get("adapter")
-        what = (f" (LoRA adapter r={'/'.join(str(r) for r in adapter['ranks'])} merged into "
-                f"{short_name(str(adapter['base']))}; from_init = W - W0)" if adapter else "")
-        return (f"<specbound.Analysis of {short_name(self.source)}{what}: {m['family']} L={m['L']} N={m['N']}, "
-                f"{len(self.matrices)} matrices; {bounds}>")
+        what = (
+            f" (LoRA adapter r={'/'.join(str(r) for r in adapter['ranks'])} merged into "
+            f"{short_name(str(adapter['base']))}; from_init = W - W0)"
+            if adapter
+            else ""
+        )
+        return (
+            f"<specbound.Analysis of {short_name(self.source)}{what}: {m['family']} L={m['L']} N={m['N']}, "
+            f"{len(self.matrices)} matrices; {bounds}>"
+        )
 
     def _repr_html_(self) -> str:
         # a small spectrum figure, 600 px wide: legible, about 60 kB
@@ -218,8 +242,9 @@ _SAVED_BYTES = {"summary.json": 256 << 20, "table": 4 << 30}
 
 
 def _saved_bytes(path: Path, what: str) -> bytes:
-    return read_regular_file(path, _SAVED_BYTES.get(path.name, _SAVED_BYTES["table"]), what,
-                             "write the folder again with Analysis.save")
+    return read_regular_file(
+        path, _SAVED_BYTES.get(path.name, _SAVED_BYTES["table"]), what, "write the folder again with Analysis.save"
+    )
 
 
 def _no_constant(name: str):
@@ -234,15 +259,19 @@ def load_analysis(out_dir: str | Path) -> Analysis:
     summary = folder / "summary.json"
     if not summary.is_file():
         if (folder / "towers.json").is_file():  # a two-tower model's folder: one analysis per tower below it
-            raise SpecboundError(f"{folder} holds a two-tower model's analyses (towers.json); open it with "
-                                 f"TowerAnalyses.load, or one tower's subfolder with Analysis.load")
-        raise SpecboundError(f"{folder} holds no summary.json; pass a folder written by Analysis.save or "
-                             f"`specbound analyze --out`")
+            raise SpecboundError(
+                f"{folder} holds a two-tower model's analyses (towers.json); open it with "
+                f"TowerAnalyses.load, or one tower's subfolder with Analysis.load"
+            )
+        raise SpecboundError(
+            f"{folder} holds no summary.json; pass a folder written by Analysis.save or `specbound analyze --out`"
+        )
     try:
         doc = json.loads(_saved_bytes(summary, "analysis summary").decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise SpecboundError(f"cannot read {summary} ({type(exc).__name__}: {str(exc)[:200]}); write it again "
-                             f"with Analysis.save") from None
+        raise SpecboundError(
+            f"cannot read {summary} ({type(exc).__name__}: {str(exc)[:200]}); write it again with Analysis.save"
+        ) from None
     problem = document_problem(doc)
     if problem:
         raise SpecboundError(f"{summary} is not a saved analysis: {problem}; write it again with Analysis.save")
@@ -254,13 +283,16 @@ def load_analysis(out_dir: str | Path) -> Analysis:
         except SpecboundError:
             raise
         except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a damaged file)
-            raise SpecboundError(f"cannot read {path} ({type(exc).__name__}: {str(exc)[:200]}); write the folder "
-                                 f"again with Analysis.save") from None
+            raise SpecboundError(
+                f"cannot read {path} ({type(exc).__name__}: {str(exc)[:200]}); write the folder "
+                f"again with Analysis.save"
+            ) from None
         table = read_table(name, table.drop(columns=[c for c in ID_COLUMNS if c in table.columns]))
         problem = table_problem(name, table, doc["model"]["L"])
         if problem:
-            raise SpecboundError(f"{path} is not a saved analysis table: {problem}; write the folder again with "
-                                 f"Analysis.save")
+            raise SpecboundError(
+                f"{path} is not a saved analysis table: {problem}; write the folder again with Analysis.save"
+            )
         tables[name] = table
     return analysis_from_document(doc, tables)
 
@@ -269,8 +301,10 @@ def analysis_from_document(doc: dict, tables: dict) -> Analysis:
     """The :class:`Analysis` of a checked JSON document (``to_dict()`` without its tables) and its
     tables (``matrices, layers, singular_values``; any ``key``/``source`` columns are dropped):
     what :func:`load_analysis` and a results store's records are reopened with."""
-    tables = {name: read_table(name, tables[name].drop(columns=[c for c in ID_COLUMNS if c in tables[name].columns]))
-              for name in TABLE_NAMES}
+    tables = {
+        name: read_table(name, tables[name].drop(columns=[c for c in ID_COLUMNS if c in tables[name].columns]))
+        for name in TABLE_NAMES
+    }
     log10 = {k: float(v) for k, v in (doc.get("log10_bounds") or {}).items() if v is not None}
 
     def bounds(values):  # a value beyond float64 (null or a string in the document) -> inf, its log10 kept
@@ -280,14 +314,20 @@ def analysis_from_document(doc: dict, tables: dict) -> Analysis:
             out[k] = (math.inf if math.isfinite(log10.get(k, math.nan)) else math.nan) if v is None else float(v)
         return out
 
-    kwargs = dict(source=doc["source"], model=doc["model"],
-                  options={k: from_json_number(v) for k, v in doc["options"].items()},
-                  bounds=bounds(doc["bounds"]), matrices=tables["matrices"], layers=tables["layers"],
-                  singular_values=tables["singular_values"], baselines=bounds(doc.get("baselines")),
-                  adaptive_variants=bounds(doc.get("adaptive_variants")),
-                  from_init=bounds(doc["from_init"]) if "from_init" in doc else None,
-                  gap_bound=from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
-                  location=doc.get("location"))
+    kwargs = dict(
+        source=doc["source"],
+        model=doc["model"],
+        options={k: from_json_number(v) for k, v in doc["options"].items()},
+        bounds=bounds(doc["bounds"]),
+        matrices=tables["matrices"],
+        layers=tables["layers"],
+        singular_values=tables["singular_values"],
+        baselines=bounds(doc.get("baselines")),
+        adaptive_variants=bounds(doc.get("adaptive_variants")),
+        from_init=bounds(doc["from_init"]) if "from_init" in doc else None,
+        gap_bound=from_json_tree(doc["gap_bound"]) if "gap_bound" in doc else None,
+        location=doc.get("location"),
+    )
     # any other field the document carries under its own name (e.g. log10_bounds)
     for f in fields(Analysis):
         if f.name not in kwargs and f.name in doc and f.name not in TABLE_NAMES:

@@ -21,8 +21,9 @@ from .schema import sv_kinds
 CURVE_COLUMNS = ["matrix", "layer", "head", "role", "p", "c", "c_over_c0"]
 
 
-def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *, n: int, grid_m: int,
-                        rank_tol: float) -> pd.DataFrame:
+def contribution_curves(
+    matrices: pd.DataFrame, singular_values: pd.DataFrame, *, n: int, grid_m: int, rank_tol: float
+) -> pd.DataFrame:
     """``C(p)`` for every matrix and every ``p`` in ``P_m = {0, 1/m, ..., 2}``.
 
     Parameters
@@ -55,14 +56,17 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
     rows, cols, scales = (matrices[c].to_numpy() for c in ("rows", "cols", "scale"))
     # ln scale: from the stored scale where it is a normal float (as the bound computed it), else from
     # the stored log10 (a scale that overflows float64 is stored as null)
-    log10_scales = (matrices["log10_scale"].to_numpy(np.float64) if "log10_scale" in matrices
-                    else np.log10(scales.astype(np.float64)))
+    log10_scales = (
+        matrices["log10_scale"].to_numpy(np.float64)
+        if "log10_scale" in matrices
+        else np.log10(scales.astype(np.float64))
+    )
     tiny = np.finfo(np.float64).tiny
     for i in range(len(matrices)):
         scale = float(scales[i])
         log_scale = math.log(scale) if tiny <= scale < math.inf else float(log10_scales[i]) * math.log(10)
         if i in envelopes:
-            kept = np.sort(envelopes[i].to_numpy(np.float64))[::-1][:int(ranks[i])]
+            kept = np.sort(envelopes[i].to_numpy(np.float64))[::-1][: int(ranks[i])]
             curve = ContributionCurve.from_kept(kept, log_scale=log_scale, n=int(n))
         else:
             sigma = by_matrix.get(i)
@@ -76,13 +80,15 @@ def contribution_curves(matrices: pd.DataFrame, singular_values: pd.DataFrame, *
     values = np.where(np.isfinite(values), values, np.nan)  # never an Infinity in a table: null
     ratio = np.where(np.isfinite(ratio), ratio, np.nan)
     k = grid.size
-    out = pd.DataFrame({
-        "matrix": np.repeat(np.arange(len(matrices)), k),
-        "layer": np.repeat(matrices["layer"].to_numpy(), k),
-        "head": pd.array(np.repeat(matrices["head"].to_numpy(), k), dtype="Int64"),
-        "role": np.repeat(matrices["role"].to_numpy(), k),
-        "p": np.tile(grid, len(matrices)),
-        "c": values.ravel(),
-        "c_over_c0": ratio.ravel(),
-    })
+    out = pd.DataFrame(
+        {
+            "matrix": np.repeat(np.arange(len(matrices)), k),
+            "layer": np.repeat(matrices["layer"].to_numpy(), k),
+            "head": pd.array(np.repeat(matrices["head"].to_numpy(), k), dtype="Int64"),
+            "role": np.repeat(matrices["role"].to_numpy(), k),
+            "p": np.tile(grid, len(matrices)),
+            "c": values.ravel(),
+            "c_over_c0": ratio.ravel(),
+        }
+    )
     return out[CURVE_COLUMNS]

@@ -17,9 +17,19 @@ from ..compute.measures import ordered_roles, with_role_groups
 from ..errors import SpecboundError
 from .curves import contribution_curves
 from .schema import sv_kinds
-from .style import (LEGEND_LAYERS, MAX_WIDTH, ROLE_LABELS, drawable, layer_colors, new_figure, note_left_out,
-                    require_matplotlib, style_grid)
+from .style import (
+    LEGEND_LAYERS,
+    MAX_WIDTH,
+    ROLE_LABELS,
+    drawable,
+    layer_colors,
+    new_figure,
+    note_left_out,
+    require_matplotlib,
+    style_grid,
+)
 from .view import short_name
+
 
 def _layer_key(fig, axes, n_layers: int, colors) -> None:
     """Which colour is which layer: a legend up to :data:`LEGEND_LAYERS` layers, else a colour bar."""
@@ -27,8 +37,15 @@ def _layer_key(fig, axes, n_layers: int, colors) -> None:
 
     if n_layers <= LEGEND_LAYERS:
         handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=f"layer {i}") for i in range(n_layers)]
-        fig.legend(handles=handles, loc="outside lower center", frameon=False, fontsize=8,
-                   ncol=min(n_layers, 6), title="colour = layer (0 = input)", title_fontsize=8)
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            frameon=False,
+            fontsize=8,
+            ncol=min(n_layers, 6),
+            title="colour = layer (0 = input)",
+            title_fontsize=8,
+        )
     else:
         from matplotlib import colormaps
         from matplotlib.cm import ScalarMappable
@@ -79,8 +96,13 @@ def plot_spectra(singular_values, role: str, *, ax=None, n_layers: int | None = 
     for (layer, _), g in sv[sv["role"] == role].groupby(["layer", "matrix"], sort=True):
         sigma, beyond = drawable(g["sigma"])  # exact zeros have no place on a log axis
         left_out += beyond
-        ax.plot(g["sv_index"].to_numpy(), sigma, color=colors[int(layer)], linewidth=0.9,
-                alpha=0.45 if role in ("QK", "OV") else 0.95)
+        ax.plot(
+            g["sv_index"].to_numpy(),
+            sigma,
+            color=colors[int(layer)],
+            linewidth=0.9,
+            alpha=0.45 if role in ("QK", "OV") else 0.95,
+        )
     note_left_out(ax, left_out)
     ax.set_yscale("log")
     ax.set_title(ROLE_LABELS.get(role, role), fontsize=9)
@@ -93,7 +115,9 @@ def plot_spectra(singular_values, role: str, *, ax=None, n_layers: int | None = 
 
 def figure_spectra(singular_values, title: str, *, n_layers: int | None = None):
     """:func:`plot_spectra` of every role, one panel each, with the layer key and the model's name."""
-    sv = with_role_groups(singular_values[sv_kinds(singular_values) != "horn_envelope"])  # routed experts: one panel per role
+    sv = with_role_groups(
+        singular_values[sv_kinds(singular_values) != "horn_envelope"]
+    )  # routed experts: one panel per role
     roles = ordered_roles(sv["role"])
     L = _depth(sv, n_layers)
     fig = new_figure((MAX_WIDTH, 2.4 * int(np.ceil(len(roles) / 2)) + 0.7))
@@ -180,8 +204,15 @@ def plot_p_star(matrices, *, n_layers: int, ax=None, title: str | None = None):
         for i in range(len(roles)):
             for j in range(L):
                 if np.isfinite(grid[i, j]):
-                    ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=size,
-                            color="white" if grid[i, j] < 1.2 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{grid[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=size,
+                        color="white" if grid[i, j] < 1.2 else "black",
+                    )
     ax.figure.colorbar(image, ax=ax, label="p* (mean over heads)")
     ax.set_title("Chosen Schatten index p* (mean over heads)" + (f"\n{title}" if title else ""), fontsize=10)
     return ax
@@ -229,11 +260,13 @@ class AnalysisPlots:
         require_matplotlib()
 
         a = self._a
-        curves = contribution_curves(a.matrices, a.singular_values, n=a.model["N"], grid_m=a.options["grid_m"],
-                                     rank_tol=a.options["rank_tol"])
+        curves = contribution_curves(
+            a.matrices, a.singular_values, n=a.model["N"], grid_m=a.options["grid_m"], rank_tol=a.options["rank_tol"]
+        )
         if ax is None and role is None:
-            return figure_contributions(curves, a.matrices, self._title(), grid_m=a.options["grid_m"],
-                                        n_layers=a.model["L"])
+            return figure_contributions(
+                curves, a.matrices, self._title(), grid_m=a.options["grid_m"], n_layers=a.model["L"]
+            )
         return plot_contributions(curves, a.matrices, self._role(curves, role), ax=ax, n_layers=a.model["L"])
 
     def p_star(self, *, ax=None):

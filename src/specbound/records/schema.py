@@ -29,11 +29,36 @@ RENAMED_COLUMNS = {"alpha": "downstream_factor", "log10_alpha": "log10_downstrea
 DERIVED_COLUMNS = {"lipschitz_factor": "spectral_norm", "lipschitz_factor_frobenius": "frobenius_norm"}
 
 MATRIX_COLUMNS = [
-    "layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm", "frobenius_norm",
-    "nuclear_norm", "stable_rank", "norm_2_1", "norm_1_1", "lipschitz_factor", "lipschitz_factor_frobenius",
-    "downstream_factor", "gamma", "scale", "p_star",
-    "contribution", "c_p0", "c_p2", "p_continuous", "contribution_continuous", "c_p1", "sv_method",
-    "sv_rel_error_bound", "log10_downstream_factor", "log10_scale", "argmax_offset",
+    "layer",
+    "head",
+    "role",
+    "tensors",
+    "rows",
+    "cols",
+    "rank",
+    "spectral_norm",
+    "frobenius_norm",
+    "nuclear_norm",
+    "stable_rank",
+    "norm_2_1",
+    "norm_1_1",
+    "lipschitz_factor",
+    "lipschitz_factor_frobenius",
+    "downstream_factor",
+    "gamma",
+    "scale",
+    "p_star",
+    "contribution",
+    "c_p0",
+    "c_p2",
+    "p_continuous",
+    "contribution_continuous",
+    "c_p1",
+    "sv_method",
+    "sv_rel_error_bound",
+    "log10_downstream_factor",
+    "log10_scale",
+    "argmax_offset",
 ]
 # What a row of the singular_values table holds (its ``kind`` column).  Only ``singular_value`` rows are
 # singular values; a rotary QK head has ``sigma_bound`` rows (per-index bounds at every offset) and
@@ -47,11 +72,20 @@ def sv_kinds(singular_values: pd.DataFrame) -> pd.Series:
     if "kind" in singular_values.columns:
         return singular_values["kind"]
     return pd.Series("singular_value", index=singular_values.index)
+
+
 LN10 = math.log(10)
 # Added when the analysis is measured from initial weights: norms of W - W0 and the adaptive
 # bound's choice on them.
-DELTA_COLUMNS = ["delta_rank", "delta_spectral_norm", "delta_frobenius_norm", "delta_norm_2_1",
-                 "delta_norm_1_1", "delta_p_star", "delta_contribution"]
+DELTA_COLUMNS = [
+    "delta_rank",
+    "delta_spectral_norm",
+    "delta_frobenius_norm",
+    "delta_norm_2_1",
+    "delta_norm_1_1",
+    "delta_p_star",
+    "delta_contribution",
+]
 
 
 # Columns an analysis' saved tables and a store's tables carry besides the analysis' own: which record
@@ -110,7 +144,9 @@ def read_table(name: str, table: pd.DataFrame) -> pd.DataFrame:
         if old:
             table = table.rename(columns=old)
     if name == "matrices":
-        missing = {new: old for new, old in DERIVED_COLUMNS.items() if new not in table.columns and old in table.columns}
+        missing = {
+            new: old for new, old in DERIVED_COLUMNS.items() if new not in table.columns and old in table.columns
+        }
         if missing:
             table = table.copy()
             at = table.columns.get_loc("norm_1_1") + 1 if "norm_1_1" in table.columns else len(table.columns)
@@ -142,8 +178,12 @@ def _is_count(value, low: int = 1) -> bool:
 
 def _is_finite(value) -> bool:
     """A number a float holds: finite, and (an integer) at most the largest float (compared exactly, no overflow)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= sys.float_info.max \
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and abs(value) <= sys.float_info.max
         and math.isfinite(value)
+    )
 
 
 def _is_bound(value) -> bool:
@@ -151,11 +191,17 @@ def _is_bound(value) -> bool:
 
 
 # summary.json: field -> (what it must be, check)
-_MODEL = {"family": ("a string", lambda v: isinstance(v, str)),
-          **{k: ("a positive integer below 2^53", _is_count) for k in ("L", "N", "H", "H_kv", "d_head", "d_ff")}}
-_OPTIONS = {"grid_m": ("a positive integer below 2^53", _is_count),
-            "rank_tol": ("a finite number", _is_finite), "l_phi": ("a finite number", _is_finite),
-            "l_phi_source": ("a string", lambda v: isinstance(v, str)), "method": ("a string", lambda v: isinstance(v, str))}
+_MODEL = {
+    "family": ("a string", lambda v: isinstance(v, str)),
+    **{k: ("a positive integer below 2^53", _is_count) for k in ("L", "N", "H", "H_kv", "d_head", "d_ff")},
+}
+_OPTIONS = {
+    "grid_m": ("a positive integer below 2^53", _is_count),
+    "rank_tol": ("a finite number", _is_finite),
+    "l_phi": ("a finite number", _is_finite),
+    "l_phi_source": ("a string", lambda v: isinstance(v, str)),
+    "method": ("a string", lambda v: isinstance(v, str)),
+}
 _ASSUMPTION = {"name": str, "applies": bool, "kind": str, "effect": str}
 _GAP_PARAMETERS = ("n", "margin", "delta", "lead_constant", "confidence_constant")
 
@@ -186,8 +232,11 @@ def _bounds_problem(doc: dict) -> str | None:
                 return f"{group} names the unknown bound {name!r:.40}"
             if not _is_bound(value):
                 return f"{group}[{name!r:.40}] is {str(value)[:40]!r}, not a number or null"
-    if "spectral_adaptive" in doc["bounds"] and not _is_finite(doc["bounds"]["spectral_adaptive"]) \
-            and doc["bounds"]["spectral_adaptive"] is not None:
+    if (
+        "spectral_adaptive" in doc["bounds"]
+        and not _is_finite(doc["bounds"]["spectral_adaptive"])
+        and doc["bounds"]["spectral_adaptive"] is not None
+    ):
         return "bounds['spectral_adaptive'] is not a finite number"
     return None
 
@@ -195,7 +244,11 @@ def _bounds_problem(doc: dict) -> str | None:
 def _gap_problem(gap) -> str | None:
     if gap is None:
         return None
-    if not isinstance(gap, dict) or not isinstance(gap.get("parameters"), dict) or not isinstance(gap.get("bounds"), dict):
+    if (
+        not isinstance(gap, dict)
+        or not isinstance(gap.get("parameters"), dict)
+        or not isinstance(gap.get("bounds"), dict)
+    ):
         return "gap_bound lacks its parameters and bounds objects"
     for name in _GAP_PARAMETERS:
         if not _is_finite(gap["parameters"].get(name)):
@@ -211,19 +264,26 @@ def document_problem(doc: Any) -> str | None:
     if not isinstance(doc, dict):
         return f"it holds a JSON {type(doc).__name__}, not an object"
     if doc.get("schema_version") not in READABLE_VERSIONS or isinstance(doc.get("schema_version"), bool):
-        return (f"it has schema version {str(doc.get('schema_version'))[:20]!r}; this specbound reads versions "
-                f"{', '.join(map(str, READABLE_VERSIONS))}")
+        return (
+            f"it has schema version {str(doc.get('schema_version'))[:20]!r}; this specbound reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
+        )
     if not isinstance(doc.get("source"), str):
         return "it has no string 'source'"
     if doc.get("location") is not None and not isinstance(doc["location"], str):
         return "its 'location' is neither a string nor null"
-    problem = (_fields_problem("model", doc.get("model"), _MODEL) or _fields_problem("options", doc.get("options"), _OPTIONS)
-               or _bounds_problem(doc) or _gap_problem(doc.get("gap_bound")))
+    problem = (
+        _fields_problem("model", doc.get("model"), _MODEL)
+        or _fields_problem("options", doc.get("options"), _OPTIONS)
+        or _bounds_problem(doc)
+        or _gap_problem(doc.get("gap_bound"))
+    )
     if problem:
         return problem
     assumptions = doc.get("assumptions", [])
     if not isinstance(assumptions, list) or not all(
-            isinstance(e, dict) and all(isinstance(e.get(k), kind) for k, kind in _ASSUMPTION.items()) for e in assumptions):
+        isinstance(e, dict) and all(isinstance(e.get(k), kind) for k, kind in _ASSUMPTION.items()) for e in assumptions
+    ):
         return "assumptions is not a list of {name, applies, kind, effect} objects"
     return None
 
@@ -231,11 +291,28 @@ def document_problem(doc: Any) -> str | None:
 # table -> (column -> "int" (integers, no nulls), "int?" (integers or null), "num" (finite numbers),
 # "num?" (numbers or null), "str" (text))
 _TABLE_COLUMNS = {
-    "matrices": {"layer": "int", "head": "int?", "role": "str", "rows": "int", "cols": "int", "rank": "int",
-                 "p_star": "num", "contribution": "num?"},
-    "layers": {"layer": "int", "lambda": "num?", "downstream_factor": "num?", "xi": "num?", "adaptive": "num?",
-               "adaptive_p0": "num?", "adaptive_p1": "num?", "adaptive_p2": "num?", "adaptive_three_type": "num?",
-               "three_type_ff_p_star": "num"},
+    "matrices": {
+        "layer": "int",
+        "head": "int?",
+        "role": "str",
+        "rows": "int",
+        "cols": "int",
+        "rank": "int",
+        "p_star": "num",
+        "contribution": "num?",
+    },
+    "layers": {
+        "layer": "int",
+        "lambda": "num?",
+        "downstream_factor": "num?",
+        "xi": "num?",
+        "adaptive": "num?",
+        "adaptive_p0": "num?",
+        "adaptive_p1": "num?",
+        "adaptive_p2": "num?",
+        "adaptive_three_type": "num?",
+        "three_type_ff_p_star": "num",
+    },
     "singular_values": {"matrix": "int", "layer": "int", "role": "str", "sigma": "num?"},
 }
 
@@ -279,8 +356,9 @@ def table_problem(name: str, table: pd.DataFrame, L: int) -> str | None:
             return f"{name}[{column!r}] has missing values"
         if not np.isfinite(present).all():
             return f"{name}[{column!r}] holds an infinity or NaN"
-        if kind.startswith("int") and ((present != np.round(present)).any() or (np.abs(present) >= _MAX_INT).any()
-                                       or (present < 0).any()):
+        if kind.startswith("int") and (
+            (present != np.round(present)).any() or (np.abs(present) >= _MAX_INT).any() or (present < 0).any()
+        ):
             return f"{name}[{column!r}] holds values that are not non-negative integers below 2^53"
     if (table["layer"] >= L).any():
         return f"{name} has layers beyond the model's L = {L}"

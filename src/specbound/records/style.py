@@ -18,10 +18,22 @@ import numpy as np
 from ..bounds import REGISTRY
 from ..errors import SpecboundError, missing_extra
 
-ROLE_COLORS = {"QK": "#d62728", "OV": "#1f77b4", "FF_in": "#556b2f", "FF_out": "#8fbc8f",
-               "FF_gate": "#9467bd", "FF_up": "#bcbd22"}
-ROLE_LABELS = {"QK": "QK (per head)", "OV": "OV (per head)", "FF_in": "FF_in", "FF_out": "FF_out",
-               "FF_gate": "FF_gate", "FF_up": "FF_up"}
+ROLE_COLORS = {
+    "QK": "#d62728",
+    "OV": "#1f77b4",
+    "FF_in": "#556b2f",
+    "FF_out": "#8fbc8f",
+    "FF_gate": "#9467bd",
+    "FF_up": "#bcbd22",
+}
+ROLE_LABELS = {
+    "QK": "QK (per head)",
+    "OV": "OV (per head)",
+    "FF_in": "FF_in",
+    "FF_out": "FF_out",
+    "FF_gate": "FF_gate",
+    "FF_up": "FF_up",
+}
 # TrueType (Type 42) fonts in PDF and PostScript: journals refuse Type 3, and text stays editable.
 PRINT_RC = {"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}
 PRINT_DPI = 200
@@ -90,8 +102,16 @@ def drawable(values) -> tuple:
 def note_left_out(ax, count: int) -> None:
     """Say on ``ax`` how many values :func:`drawable` left out (nothing when none)."""
     if count:
-        ax.text(0.99, 0.01, f"{count} value(s) beyond 10^{DRAWABLE_LOG10} not drawn (see the tables)",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=6, color="dimgrey")
+        ax.text(
+            0.99,
+            0.01,
+            f"{count} value(s) beyond 10^{DRAWABLE_LOG10} not drawn (see the tables)",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=6,
+            color="dimgrey",
+        )
 
 
 def style_grid(ax) -> None:
@@ -140,7 +160,6 @@ def png_base64(fig, *, dpi: int = 80) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-
 def bound_color(name: str):
     """The one colour of bound ``name`` in every figure: the headline spectrum-adaptive bound black,
     every other registered bound its own shade of tab20 in registry order (dark shades first), and a
@@ -169,12 +188,19 @@ def model_colors(n: int) -> list:
 def natural_order(table):
     """Records by depth, width, every pattern label, then source with its numbers compared as numbers
     (``step-200`` before ``step-1000``)."""
+
     def key(text: str):
         return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(text)))
 
-    order = sorted(range(len(table)), key=lambda i: (
-        int(table["L"].iloc[i]), int(table["N"].iloc[i]),
-        *[key(table[c].iloc[i]) for c in table.columns if c.startswith("label_")], key(table["source"].iloc[i])))
+    order = sorted(
+        range(len(table)),
+        key=lambda i: (
+            int(table["L"].iloc[i]),
+            int(table["N"].iloc[i]),
+            *[key(table[c].iloc[i]) for c in table.columns if c.startswith("label_")],
+            key(table["source"].iloc[i]),
+        ),
+    )
     return table.iloc[order].reset_index(drop=True)
 
 

@@ -33,16 +33,19 @@ def tower_name_problem(name: Any) -> str | None:
     if not isinstance(name, str):
         return f"a tower name must be a string, found {type(name).__name__} {str(name)[:40]!r}"
     if not _TOWER_NAME.fullmatch(name):
-        return (f"the tower name {name[:80]!r} is not a plain name (letters, digits, '_' and '-', at most 64, "
-                f"no path separator, no '..')")
+        return (
+            f"the tower name {name[:80]!r} is not a plain name (letters, digits, '_' and '-', at most 64, "
+            f"no path separator, no '..')"
+        )
     return None
 
 
 def check_tower_names(names: Any, where: str, fix: str) -> list[str]:
     """``names`` as a list of distinct plain tower names (:func:`tower_name_problem`); one line otherwise."""
     if not isinstance(names, (list, tuple)) or not names:
-        raise SpecboundError(f"{where}: 'towers' must be a non-empty list of tower names, found "
-                             f"{type(names).__name__}; {fix}")
+        raise SpecboundError(
+            f"{where}: 'towers' must be a non-empty list of tower names, found {type(names).__name__}; {fix}"
+        )
     if len(names) > MAX_TOWERS:
         raise SpecboundError(f"{where} names {len(names):,} towers, more than any model has ({MAX_TOWERS}); {fix}")
     for name in names:
@@ -103,8 +106,11 @@ class TowerAnalyses(Mapping):
 
     def to_dict(self) -> dict[str, Any]:
         """``{"schema_version", "source", "towers": {tower: the tower's Analysis.to_dict()}}``."""
-        return {"schema_version": SCHEMA_VERSION, "source": self.source,
-                "towers": {t: a.to_dict() for t, a in self.towers.items()}}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "source": self.source,
+            "towers": {t: a.to_dict() for t, a in self.towers.items()},
+        }
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -115,8 +121,14 @@ class TowerAnalyses(Mapping):
         written = []
         for tower, a in self.towers.items():
             written += a.save(_inside(out, tower, out))
-        written.append(atomic_write(out / TOWERS_FILE, lambda p: Path(p).write_text(
-            json.dumps({"schema_version": SCHEMA_VERSION, "towers": list(self.towers)}))))
+        written.append(
+            atomic_write(
+                out / TOWERS_FILE,
+                lambda p: Path(p).write_text(
+                    json.dumps({"schema_version": SCHEMA_VERSION, "towers": list(self.towers)})
+                ),
+            )
+        )
         return written
 
     @classmethod
@@ -126,11 +138,15 @@ class TowerAnalyses(Mapping):
         path = folder / TOWERS_FILE
         if not path.exists() and not path.is_symlink():
             raise SpecboundError(f"{folder} holds no {TOWERS_FILE}; {_LOAD_FIX}")
-        doc = decode_json(read_regular_file(path, TOWERS_FILE_MAX_BYTES, "towers file", _LOAD_FIX),
-                          f"the towers file {path}", _LOAD_FIX)
+        doc = decode_json(
+            read_regular_file(path, TOWERS_FILE_MAX_BYTES, "towers file", _LOAD_FIX),
+            f"the towers file {path}",
+            _LOAD_FIX,
+        )
         if not isinstance(doc, dict) or "towers" not in doc:
-            raise SpecboundError(f"{path} must hold a JSON object with a 'towers' list, found "
-                                 f"{type(doc).__name__}; {_LOAD_FIX}")
+            raise SpecboundError(
+                f"{path} must hold a JSON object with a 'towers' list, found {type(doc).__name__}; {_LOAD_FIX}"
+            )
         towers = check_tower_names(doc["towers"], str(path), _LOAD_FIX)
         return cls({t: load_analysis(_inside(folder, t, path)) for t in towers})
 
@@ -146,8 +162,11 @@ class TowerAnalyses(Mapping):
         return self.summary()
 
     def __repr__(self) -> str:
-        return f"<specbound.TowerAnalyses of {len(self)} towers: " + "; ".join(
-            f"{t}: {a!r}" for t, a in self.towers.items()) + ">"
+        return (
+            f"<specbound.TowerAnalyses of {len(self)} towers: "
+            + "; ".join(f"{t}: {a!r}" for t, a in self.towers.items())
+            + ">"
+        )
 
     def _repr_html_(self) -> str:
         return "".join(f"<h4>tower {t}</h4>{a._repr_html_()}" for t, a in self.towers.items())
@@ -159,6 +178,8 @@ def _inside(folder: Path, tower: str, where: Any) -> Path:
     sub = folder / tower
     root = folder.resolve()
     if sub.is_symlink() or (sub.exists() and root not in sub.resolve().parents):
-        raise SpecboundError(f"{where}: the tower folder {sub} is a link or leads outside {folder}; "
-                             f"a saved two-tower analysis keeps each tower in a plain subfolder")
+        raise SpecboundError(
+            f"{where}: the tower folder {sub} is a link or leads outside {folder}; "
+            f"a saved two-tower analysis keeps each tower in a plain subfolder"
+        )
     return sub

@@ -25,11 +25,15 @@ from ..io.formats import WEIGHT_SUFFIXES
 from ..io.lora import BASE_FOUND
 
 WIDTH = 100  # columns of the text summary's lines (its prose is wrapped, its bounds table fitted)
-LEGEND = ("Lambda = layer Lipschitz constant; downstream_factor = prod of Lambda over the layers above (the paper's "
-          "alpha_l, not a power-law exponent); xi = the layer's Edelman-style term (docs/spec.md 3, 5)")
-LEGEND_STACKS = ("Lambda = layer Lipschitz constant; M = a decoder layer's Lipschitz constant in the encoder's output "
-                 "(through its cross-attention); downstream_factor = the paper's alpha_l, an encoder layer's carrying "
-                 "Z = sum_j alpha_j M_j over the decoder (docs/theory.md 3i); xi = the layer's Edelman-style term")
+LEGEND = (
+    "Lambda = layer Lipschitz constant; downstream_factor = prod of Lambda over the layers above (the paper's "
+    "alpha_l, not a power-law exponent); xi = the layer's Edelman-style term (docs/spec.md 3, 5)"
+)
+LEGEND_STACKS = (
+    "Lambda = layer Lipschitz constant; M = a decoder layer's Lipschitz constant in the encoder's output "
+    "(through its cross-attention); downstream_factor = the paper's alpha_l, an encoder layer's carrying "
+    "Z = sum_j alpha_j M_j over the decoder (docs/theory.md 3i); xi = the layer's Edelman-style term"
+)
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+?)--([^/]+)(?:/snapshots/[^/]+)?/?$")
 _WEIGHT_FILE = re.compile("(" + "|".join(re.escape(s) for s in WEIGHT_SUFFIXES) + ")$")
 
@@ -65,13 +69,19 @@ def fmt(x: Any, log10: float | None = None) -> str:
 def markdown_table(frame: pd.DataFrame, cell=None) -> str:
     """``frame`` as a Markdown table (no tabulate dependency); ``cell(column, value) -> str`` formats
     each entry (default: numbers as :func:`fmt`, anything else as ``str``)."""
+
     def default(column, value):
         return fmt(value) if isinstance(value, (float, np.floating)) else str(value)
 
     cell = cell or default
-    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |", "|" + "|".join("---" for _ in frame.columns) + "|"]
-    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row)) + " |"
-              for row in frame.itertuples(index=False)]
+    lines = [
+        "| " + " | ".join(str(c) for c in frame.columns) + " |",
+        "|" + "|".join("---" for _ in frame.columns) + "|",
+    ]
+    lines += [
+        "| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row)) + " |"
+        for row in frame.itertuples(index=False)
+    ]
     return "\n".join(lines)
 
 
@@ -96,7 +106,7 @@ def short_name(source: str, limit: int = 48) -> str:
             text = parts[-1]
     if len(text) > limit:
         half = (limit - 1) // 2
-        text = text[:half] + "…" + text[-(limit - 1 - half):]
+        text = text[:half] + "…" + text[-(limit - 1 - half) :]
     return text
 
 
@@ -120,8 +130,12 @@ def comparison_frame(a) -> pd.DataFrame:
             ratio = fmt(value / adaptive)
         else:  # beyond float64: the ratio from the logs, when both are known (null without a log: unknown)
             ratio = fmt(None, log10 - adaptive_log10) if log10 is not None and adaptive_log10 is not None else "-"
-        row = {"bound": name, "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
-               "value": fmt(value, log10), "/ adaptive": ratio}
+        row = {
+            "bound": name,
+            "group": bound.group.replace("adaptive_variants", "variant").rstrip("s"),
+            "value": fmt(value, log10),
+            "/ adaptive": ratio,
+        }
         if a.from_init is not None:
             row["from init"] = fmt(a.from_init[name]) if name in a.from_init else "-"
         if a.gap_bound is not None:
@@ -135,8 +149,14 @@ def comparison_frame(a) -> pd.DataFrame:
 def wrap(text: str, indent: str = "") -> list[str]:
     """``text`` as lines of at most :data:`WIDTH` columns, the first indented by ``indent``, the
     others by two more."""
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_on_hyphens=False, break_long_words=False) or [""]
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    ) or [""]
 
 
 def fitted_table(frame: pd.DataFrame, column: str = "title") -> str:
@@ -146,7 +166,7 @@ def fitted_table(frame: pd.DataFrame, column: str = "title") -> str:
     room = WIDTH - max(map(len, rest.splitlines())) - 2
     if room < 12:
         return rest
-    cut = [t if len(t) <= room else t[:room - 3] + "..." for t in frame[column]]
+    cut = [t if len(t) <= room else t[: room - 3] + "..." for t in frame[column]]
     width = max(map(len, cut + [column]))
     shown = frame.assign(**{column: [t.ljust(width) for t in cut]})
     text = shown.rename(columns={column: column.ljust(width)}).to_string()
@@ -162,18 +182,24 @@ def comparison_table(a) -> list[str]:
         parts.append("gap = the generalisation-gap bound ('-': no margin-bound form)")
     lines = [*wrap("bounds (" + "; ".join(parts) + ")"), fitted_table(comparison_frame(a))]
     if a.gap_bound is None:
-        lines += wrap("B is a complexity term, not an error bound: a gap bound is of order B / (margin sqrt(n)) "
-                      "(docs/bounds.md 9); --n N --margin G gives each bound as a generalisation-gap bound")
-    lines += wrap("which number to report, what to cite with it, and why a variant or baseline can be smaller: "
-                  "specbound docs interpreting (docs/interpreting.md)")
+        lines += wrap(
+            "B is a complexity term, not an error bound: a gap bound is of order B / (margin sqrt(n)) "
+            "(docs/bounds.md 9); --n N --margin G gives each bound as a generalisation-gap bound"
+        )
+    lines += wrap(
+        "which number to report, what to cite with it, and why a variant or baseline can be smaller: "
+        "specbound docs interpreting (docs/interpreting.md)"
+    )
     if a.gap_bound is not None:
         p = a.gap_bound["parameters"]
-        lines += wrap(f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
-                     f"sqrt((ln(1/delta) + union cost) / n); leading = c_lead B_margin log_factor / sqrt(n) for "
-                     f"spectral_* (the margin inside each term, log_factor its entropy integral), c_lead B log_factor "
-                     f"/ (margin sqrt(n)) otherwise (docs/bounds.md 9); c_lead={fmt(p['lead_constant'])}, "
-                     f"c_conf={fmt(p['confidence_constant'])} (constants unstated by the sources; default 1); ramp "
-                     f"loss in [0, 1]: gap >= 1 is vacuous; these forms are proxies, not theorems")
+        lines += wrap(
+            f"gap at n={p['n']}, margin={fmt(p['margin'])}, delta={fmt(p['delta'])} = leading + c_conf "
+            f"sqrt((ln(1/delta) + union cost) / n); leading = c_lead B_margin log_factor / sqrt(n) for "
+            f"spectral_* (the margin inside each term, log_factor its entropy integral), c_lead B log_factor "
+            f"/ (margin sqrt(n)) otherwise (docs/bounds.md 9); c_lead={fmt(p['lead_constant'])}, "
+            f"c_conf={fmt(p['confidence_constant'])} (constants unstated by the sources; default 1); ramp "
+            f"loss in [0, 1]: gap >= 1 is vacuous; these forms are proxies, not theorems"
+        )
     return lines
 
 
@@ -183,10 +209,15 @@ def per_layer_frame(a) -> pd.DataFrame:
     mats = with_role_groups(a.matrices)
     per_role = mats.pivot_table(index="layer", columns="role", values="contribution", aggfunc="sum")
     layers = a.layers
-    alpha = [fmt(x, l) for x, l in zip(layers["downstream_factor"], layers["log10_downstream_factor"])] \
-        if "log10_downstream_factor" in layers else layers["downstream_factor"].to_numpy()
-    table = pd.DataFrame({"Lambda": layers["lambda"].to_numpy(), "downstream_factor": alpha},
-                         index=pd.Index(a.layers["layer"].to_numpy(), name="layer"))
+    alpha = (
+        [fmt(x, l) for x, l in zip(layers["downstream_factor"], layers["log10_downstream_factor"])]
+        if "log10_downstream_factor" in layers
+        else layers["downstream_factor"].to_numpy()
+    )
+    table = pd.DataFrame(
+        {"Lambda": layers["lambda"].to_numpy(), "downstream_factor": alpha},
+        index=pd.Index(a.layers["layer"].to_numpy(), name="layer"),
+    )
     if "stack" in a.layers:  # an encoder-decoder: which stack, and a decoder layer's M_j
         table.insert(0, "stack", a.layers["stack"].to_numpy())
         if "memory_lipschitz" in a.layers:
@@ -207,10 +238,16 @@ def per_role_frame(a) -> pd.DataFrame:
     for role in ordered_roles(mats["role"]):
         part = mats[mats["role"] == role]
         counts = part["p_star"].value_counts().sort_index()
-        rows.append({"role": role, "matrices": len(part), "contribution": part["contribution"].sum(),
-                     "share": f"{100 * part['contribution'].sum() / total:.1f}%" if total else "-",
-                     "median rank": int(part["rank"].median()),
-                     "p* distribution": ", ".join(f"p*={_p_label(p, m)}: {n}" for p, n in counts.items())})
+        rows.append(
+            {
+                "role": role,
+                "matrices": len(part),
+                "contribution": part["contribution"].sum(),
+                "share": f"{100 * part['contribution'].sum() / total:.1f}%" if total else "-",
+                "median rank": int(part["rank"].median()),
+                "p* distribution": ", ".join(f"p*={_p_label(p, m)}: {n}" for p, n in counts.items()),
+            }
+        )
     return pd.DataFrame(rows).set_index("role")
 
 
@@ -222,12 +259,17 @@ def p_star_note(a) -> list[str]:
     if len(p_star) == 0 or (p_star != 0).any():
         return []
     factors = a.layers["downstream_factor"]
-    largest = fmt(factors.max(), a.layers["log10_downstream_factor"].max()) if "log10_downstream_factor" in a.layers \
+    largest = (
+        fmt(factors.max(), a.layers["log10_downstream_factor"].max())
+        if "log10_downstream_factor" in a.layers
         else fmt(factors.max())
-    return wrap(f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
-                f"(up to {largest} here), so counting the rank is cheapest; p* varies on models with "
-                f"small downstream factors, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, "
-                f"then specbound analyze DIR/bert_uncased_L-10_H-128_A-2")
+    )
+    return wrap(
+        f"every matrix chose p* = 0 (its rank): a p > 0 term grows with the matrix's downstream factor "
+        f"(up to {largest} here), so counting the rank is cheapest; p* varies on models with "
+        f"small downstream factors, e.g. a narrow random BERT: specbound miniatures DIR --layout folders, "
+        f"then specbound analyze DIR/bert_uncased_L-10_H-128_A-2"
+    )
 
 
 def _fit(text: str, width: int) -> str:
@@ -235,11 +277,11 @@ def _fit(text: str, width: int) -> str:
     then the middle elided (the full path is in the JSON and in ``result.location``)."""
     home = os.path.expanduser("~")
     if len(text) > width and home not in ("", "/") and text.startswith(home + os.sep):
-        text = "~" + text[len(home):]
+        text = "~" + text[len(home) :]
     if len(text) <= width:
         return text
     keep = width - 3
-    return text[: keep // 3] + "..." + text[len(text) - (keep - keep // 3):]
+    return text[: keep // 3] + "..." + text[len(text) - (keep - keep // 3) :]
 
 
 def _header(a) -> list[str]:
@@ -259,25 +301,46 @@ def _header(a) -> list[str]:
     rotary = m.get("rotary")
     if rotary:
         methods = rotary.get("qk_spectral_norm")
-        counts = (f"QK spectral norm: exact maximum over offsets for {methods.get('exact_over_offsets', 0)} "
-                  f"heads, product bound ||W_Q|| ||W_K|| for {methods.get('product_bound', 0)}"
-                  if isinstance(methods, dict) else f"QK spectral norm: {methods}")
-        lines.append(f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
-                     f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}")
+        counts = (
+            f"QK spectral norm: exact maximum over offsets for {methods.get('exact_over_offsets', 0)} "
+            f"heads, product bound ||W_Q|| ||W_K|| for {methods.get('product_bound', 0)}"
+            if isinstance(methods, dict)
+            else f"QK spectral norm: {methods}"
+        )
+        lines.append(
+            f"rotary   {rotary.get('pairing')} pairs, rotary_dim={rotary.get('rotary_dim')}, "
+            f"base={fmt(rotary.get('base'))}, max_positions={rotary.get('max_positions')}; {counts}"
+        )
         mrope = rotary.get("mrope")
         if isinstance(mrope, dict) and isinstance(mrope.get("axes"), list):  # docs/rotary.md section 7
-            counts = ", ".join(f"{mrope['axes'].count(x)} on {name}"
-                               for x, name in enumerate(("time", "height", "width")))
-            lines.append(f"         M-RoPE ({mrope.get('kind')}): rotary pairs {counts}; QK maxima over (t, h, w) "
-                         f"offset vectors (docs/rotary.md 7)")
-        grids = [g for g in [rotary.get("grid")] + [(r or {}).get("grid") for r in rotary.get("by_layer") or []]
-                 if isinstance(g, dict)]
+            counts = ", ".join(
+                f"{mrope['axes'].count(x)} on {name}" for x, name in enumerate(("time", "height", "width"))
+            )
+            lines.append(
+                f"         M-RoPE ({mrope.get('kind')}): rotary pairs {counts}; QK maxima over (t, h, w) "
+                f"offset vectors (docs/rotary.md 7)"
+            )
+        grids = [
+            g
+            for g in [rotary.get("grid")] + [(r or {}).get("grid") for r in rotary.get("by_layer") or []]
+            if isinstance(g, dict)
+        ]
         if grids:  # a vision tower's 2D rotary: the grids whose (dy, dx) offsets the QK numbers cover
-            sides = sorted({(f"{g['rows']} x {g['columns']} patches" if g.get("rows") and g.get("columns") else
-                             "an unbounded grid (the bounds for every rotation)")
-                            + (" and a class token" if g.get("class_token") else "") for g in grids})
-            lines.append(f"         2D rotary over the patch grid: QK maxima over the (dy, dx) offsets of "
-                         f"{' or '.join(sides)} (docs/rotary.md 9)")
+            sides = sorted(
+                {
+                    (
+                        f"{g['rows']} x {g['columns']} patches"
+                        if g.get("rows") and g.get("columns")
+                        else "an unbounded grid (the bounds for every rotation)"
+                    )
+                    + (" and a class token" if g.get("class_token") else "")
+                    for g in grids
+                }
+            )
+            lines.append(
+                f"         2D rotary over the patch grid: QK maxima over the (dy, dx) offsets of "
+                f"{' or '.join(sides)} (docs/rotary.md 9)"
+            )
     return lines
 
 
@@ -288,9 +351,11 @@ def _adapter_line(model: dict) -> list[str]:
         return []
     ranks = "/".join(str(r) for r in ad["ranks"])
     scales = "/".join(fmt(s) for s in ad["scales"])
-    return [f"adapter  LoRA adapter r={ranks} scale={scales} on {len(ad['adapted_tensors'])} tensors"
-            + (f" (+{len(ad['replaced_tensors'])} saved whole)" if ad["replaced_tensors"] else "")
-            + f", merged into the base {ad['base']}{_base_found(ad)}; from init = W - W0 with the base as W0"]
+    return [
+        f"adapter  LoRA adapter r={ranks} scale={scales} on {len(ad['adapted_tensors'])} tensors"
+        + (f" (+{len(ad['replaced_tensors'])} saved whole)" if ad["replaced_tensors"] else "")
+        + f", merged into the base {ad['base']}{_base_found(ad)}; from init = W - W0 with the base as W0"
+    ]
 
 
 def _base_found(adapter: dict) -> str:
@@ -304,8 +369,11 @@ def _stacks_line(model: dict) -> list[str]:
     stacks = model.get("stacks")
     if not stacks:
         return []
-    parts = [f"{s['stack']} layers {s['first_layer']}-{s['first_layer'] + s['L'] - 1} (heads={s['H']} d_ff={s['d_ff']}"
-             + (", cross-attention)" if s["cross_attention"] else ")") for s in stacks]
+    parts = [
+        f"{s['stack']} layers {s['first_layer']}-{s['first_layer'] + s['L'] - 1} (heads={s['H']} d_ff={s['d_ff']}"
+        + (", cross-attention)" if s["cross_attention"] else ")")
+        for s in stacks
+    ]
     return ["stacks   " + "; ".join(parts)]
 
 
@@ -324,8 +392,12 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
     broken = [e["name"] for e in applying if e["kind"] == "theorem"]
     conditions = [e["name"] for e in applying if e["kind"] == "condition"]
     ours = [e["name"] for e in applying if e["kind"] == "extension"]
-    lines = ["", "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
-             if broken or ours else "assumptions (docs/theory.md section 6)"]
+    lines = [
+        "",
+        "assumptions (docs/theory.md section 6): every bound above is a proxy under these, not a theorem"
+        if broken or ours
+        else "assumptions (docs/theory.md section 6)",
+    ]
     items = []
     if broken:
         items.append("the theorem's, broken by this model: " + ", ".join(broken))
@@ -335,8 +407,12 @@ def assumptions_block(a, *, verbose: bool = False) -> list[str]:
         items.append("our extensions used: " + ", ".join(ours))
     # what changes the numbers themselves, and what a number is of (one tower, no whole-model number), is said in
     # full even without --verbose
-    shown = {"quantized_weights": "weights", "rope_scaling": "rotary", "qk_norm": "qk-norm",
-             "vision_language_tower": "tower"}
+    shown = {
+        "quantized_weights": "weights",
+        "rope_scaling": "rotary",
+        "qk_norm": "qk-norm",
+        "vision_language_tower": "tower",
+    }
     items += [f"{shown[e['name']]}: {e['effect']}" for e in applying if e["name"] in shown]
     if verbose:
         items += [f"- {e['name']} ({e['kind']}): {e['effect']}" for e in applying]
@@ -350,13 +426,23 @@ def format_summary(a, *, verbose: bool = False) -> str:
     o = a.options
     lines = [*_header(a), ""]
     lines += comparison_table(a)
-    lines += ["", *wrap("per layer (each role: sum of min_p C(p) over the layer's matrices; adaptive = the "
-                        "layer's sum of them; spectral_adaptive = the sum over the layers + sqrt(L), "
-                        f"sqrt({a.model['L']}) = {fmt(math.sqrt(a.model['L']))})"),
-              *wrap(LEGEND_STACKS if "memory_lipschitz" in a.layers else LEGEND),
-              per_layer_frame(a).to_string(float_format=fmt)]
-    lines += ["", *wrap("adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the "
-                        "theory's three types (one FF block)")]
+    lines += [
+        "",
+        *wrap(
+            "per layer (each role: sum of min_p C(p) over the layer's matrices; adaptive = the "
+            "layer's sum of them; spectral_adaptive = the sum over the layers + sqrt(L), "
+            f"sqrt({a.model['L']}) = {fmt(math.sqrt(a.model['L']))})"
+        ),
+        *wrap(LEGEND_STACKS if "memory_lipschitz" in a.layers else LEGEND),
+        per_layer_frame(a).to_string(float_format=fmt),
+    ]
+    lines += [
+        "",
+        *wrap(
+            "adaptivity gain per layer: per-matrix p* vs one fixed p for every matrix, and the "
+            "theory's three types (one FF block)"
+        ),
+    ]
     gain = pd.DataFrame({"adaptive": a.layers["adaptive"]})
     for p in (0, 1, 2):
         gain[f"p={p}"] = a.layers[f"adaptive_p{p}"]
@@ -366,16 +452,37 @@ def format_summary(a, *, verbose: bool = False) -> str:
     gain["FF block p*"] = [_p_label(p, o["grid_m"]) for p in a.layers["three_type_ff_p_star"]]
     gain.index.name = "layer"
     lines.append(gain.to_string())
-    lines += ["", "per role: contribution to the adaptive bound and the chosen Schatten index p*",
-              per_role_frame(a).to_string(float_format=fmt)]
+    lines += [
+        "",
+        "per role: contribution to the adaptive bound and the chosen Schatten index p*",
+        per_role_frame(a).to_string(float_format=fmt),
+    ]
     lines += p_star_note(a)
-    lines += wrap("a row for each head's QK and OV and each feed-forward matrix (tensors, rank, p*, "
-                  "contribution): --verbose prints them at the end, --out DIR writes matrices.csv, "
-                  "result.matrices holds them")
+    lines += wrap(
+        "a row for each head's QK and OV and each feed-forward matrix (tensors, rank, p*, "
+        "contribution): --verbose prints them at the end, --out DIR writes matrices.csv, "
+        "result.matrices holds them"
+    )
     lines += assumptions_block(a, verbose=verbose)
     if verbose:
-        cols = [c for c in ("layer", "head", "role", "tensors", "rows", "cols", "rank", "spectral_norm",
-                            "stable_rank", "downstream_factor", "p_star", "contribution") if c in a.matrices.columns]
+        cols = [
+            c
+            for c in (
+                "layer",
+                "head",
+                "role",
+                "tensors",
+                "rows",
+                "cols",
+                "rank",
+                "spectral_norm",
+                "stable_rank",
+                "downstream_factor",
+                "p_star",
+                "contribution",
+            )
+            if c in a.matrices.columns
+        ]
         with pd.option_context("display.max_rows", None, "display.max_colwidth", 90, "display.width", 250):
             lines += ["", "every matrix", a.matrices[cols].to_string(index=False, float_format=fmt)]
     return "\n".join(lines)
@@ -383,20 +490,24 @@ def format_summary(a, *, verbose: bool = False) -> str:
 
 # --- HTML ------------------------------------------------------------------------------------------
 
-_STYLE = ("<style>.specbound-analysis{font-family:system-ui,sans-serif;font-size:13px;max-width:100%}"
-          ".specbound-analysis .sb-scroll{overflow-x:auto;max-width:100%}"
-          ".specbound-analysis table{border-collapse:collapse;margin:0.4em 0}"
-          ".specbound-analysis td,.specbound-analysis th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
-          ".specbound-analysis td:first-child,.specbound-analysis th:first-child{text-align:left}"
-          ".specbound-analysis img{max-width:100%;height:auto}</style>")
+_STYLE = (
+    "<style>.specbound-analysis{font-family:system-ui,sans-serif;font-size:13px;max-width:100%}"
+    ".specbound-analysis .sb-scroll{overflow-x:auto;max-width:100%}"
+    ".specbound-analysis table{border-collapse:collapse;margin:0.4em 0}"
+    ".specbound-analysis td,.specbound-analysis th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+    ".specbound-analysis td:first-child,.specbound-analysis th:first-child{text-align:left}"
+    ".specbound-analysis img{max-width:100%;height:auto}</style>"
+)
 
 
 def html_table(frame: pd.DataFrame, *, index: bool = True) -> str:
     """A table in a horizontally scrolling box (a wide table never widens the page)."""
     frame = frame.reset_index() if index else frame
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v if isinstance(v, str) else fmt(v))}</td>" for v in row)
-                   + "</tr>" for row in frame.itertuples(index=False))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(v if isinstance(v, str) else fmt(v))}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(index=False)
+    )
     return f'<div class="sb-scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -405,13 +516,22 @@ def analysis_html(a, figure_png: str | None = None) -> str:
     ``figure_png``, base64 PNG data, is given) the spectrum figure."""
     header = "<br>".join(html.escape(line) for line in _header(a))
     headline = " &nbsp; ".join(f"<b>{html.escape(k)}</b> = {html.escape(fmt(v))}" for k, v in a.bounds.items())
-    parts = [_STYLE, '<div class="specbound-analysis">', f"<p>{header}</p>", f"<p>{headline}</p>",
-             "<details><summary>every bound</summary>", html_table(comparison_frame(a)), "</details>",
-             "<p>per role: contribution to the adaptive bound and the chosen Schatten index p*</p>",
-             html_table(per_role_frame(a))]
+    parts = [
+        _STYLE,
+        '<div class="specbound-analysis">',
+        f"<p>{header}</p>",
+        f"<p>{headline}</p>",
+        "<details><summary>every bound</summary>",
+        html_table(comparison_frame(a)),
+        "</details>",
+        "<p>per role: contribution to the adaptive bound and the chosen Schatten index p*</p>",
+        html_table(per_role_frame(a)),
+    ]
     if figure_png:
-        alt = (f"Singular values of every matrix of {html.escape(short_name(a.source))}, by role, against "
-               f"their index (log scale)")
+        alt = (
+            f"Singular values of every matrix of {html.escape(short_name(a.source))}, by role, against "
+            f"their index (log scale)"
+        )
         parts.append(f'<img alt="{alt}" width="600" src="data:image/png;base64,{figure_png}">')
     parts.append("</div>")
     return "".join(parts)

@@ -31,8 +31,17 @@ from ..io.lora import is_adapter_folder
 from ..options import AnalysisOptions
 from ..pipeline import analyze
 from ..records import Analysis, TowerAnalyses
-from ..records.style import (MARKERS, drawable, model_colors, new_figure, note_left_out, optional_png,
-                             require_matplotlib, save_figure, style_grid)
+from ..records.style import (
+    MARKERS,
+    drawable,
+    model_colors,
+    new_figure,
+    note_left_out,
+    optional_png,
+    require_matplotlib,
+    save_figure,
+    style_grid,
+)
 from ..records.view import fmt, html_table, short_name
 from ..sweep.store import Store
 
@@ -76,8 +85,9 @@ class Comparison:
                     value = (a.from_init or {}).get(bound)
                     rows.setdefault(bound + INIT_SUFFIX, {})[name] = _log10(value) if value is not None else math.nan
         order = [b for b in REGISTRY if b in rows] + [b for b in rows if b not in REGISTRY]
-        return pd.DataFrame([{n: rows[b].get(n, math.nan) for n in self.names} for b in order],
-                            index=pd.Index(order, name="bound"))
+        return pd.DataFrame(
+            [{n: rows[b].get(n, math.nan) for n in self.names} for b in order], index=pd.Index(order, name="bound")
+        )
 
     def bounds_frame(self) -> pd.DataFrame:
         """Every bound's value for each model, then each other model's ratio to the reference
@@ -85,11 +95,13 @@ class Comparison:
         logs = self.log10_frame()
         out = pd.DataFrame(index=logs.index)
         for name in self.names:
-            out[name] = [10.0 ** v if math.isfinite(v) and v < 308 else (math.inf if v >= 308 else math.nan)
-                         for v in logs[name]]
+            out[name] = [
+                10.0**v if math.isfinite(v) and v < 308 else (math.inf if v >= 308 else math.nan) for v in logs[name]
+            ]
         for name in self.names[1:]:
-            out[f"{name} / {self.reference}"] = [10.0 ** d if math.isfinite(d) and abs(d) < 308 else math.nan
-                                                 for d in logs[name] - logs[self.reference]]
+            out[f"{name} / {self.reference}"] = [
+                10.0**d if math.isfinite(d) and abs(d) < 308 else math.nan for d in logs[name] - logs[self.reference]
+            ]
         return out
 
     def layers_frame(self) -> pd.DataFrame:
@@ -102,8 +114,10 @@ class Comparison:
     def roles_frame(self) -> pd.DataFrame:
         """Each model's adaptive contribution per role (summed over layers and heads; routed experts
         together per role), and each other model's difference from the reference."""
-        sums = {name: with_role_groups(a.matrices).groupby("role")["contribution"].sum()
-                for name, a in self.analyses.items()}
+        sums = {
+            name: with_role_groups(a.matrices).groupby("role")["contribution"].sum()
+            for name, a in self.analyses.items()
+        }
         out = pd.concat(sums, axis=1)
         out = out.loc[ordered_roles(out.index)]
         out.index.name = "role"
@@ -120,8 +134,11 @@ class Comparison:
         that model's default read ``"default"``).  Empty when every model was analysed alike."""
         settings = {name: analysis_settings(a) for name, a in self.analyses.items()}
         options = list(dict.fromkeys(k for s in settings.values() for k in s))
-        return {k: {name: s.get(k, "default") for name, s in settings.items()} for k in options
-                if len({repr(s.get(k, "default")) for s in settings.values()}) > 1}
+        return {
+            k: {name: s.get(k, "default") for name, s in settings.items()}
+            for k in options
+            if len({repr(s.get(k, "default")) for s in settings.values()}) > 1
+        }
 
     def _options_line(self, letters: bool) -> list[str]:
         """The warning that the models were analysed with different options (none when alike)."""
@@ -129,10 +146,13 @@ class Comparison:
         if not differ:
             return []
         names = {name: _letter(i) if letters else name for i, name in enumerate(self.names)}
-        parts = [f"{option} ({', '.join(f'{names[n]} {v}' for n, v in values.items())})"
-                 for option, values in differ.items()]
-        return [f"options differ: {'; '.join(parts)}: the bounds differ by these settings as well as by the "
-                f"weights; analyse the models alike to compare the weights alone"]
+        parts = [
+            f"{option} ({', '.join(f'{names[n]} {v}' for n, v in values.items())})" for option, values in differ.items()
+        ]
+        return [
+            f"options differ: {'; '.join(parts)}: the bounds differ by these settings as well as by the "
+            f"weights; analyse the models alike to compare the weights alone"
+        ]
 
     # --- views --------------------------------------------------------------------------------
 
@@ -142,10 +162,23 @@ class Comparison:
         rows = []
         for name, a in self.analyses.items():
             m = a.model
-            what = "LoRA adapter merged into its base" if m.get("adapter") else (
-                "with W - W0" if a.from_init is not None else "")
-            rows.append({"model": name, "source": short_name(a.source, 60), "family": m["family"], "L": m["L"],
-                         "N": m["N"], "H": m["H"], "matrices": len(a.matrices), "note": what})
+            what = (
+                "LoRA adapter merged into its base"
+                if m.get("adapter")
+                else ("with W - W0" if a.from_init is not None else "")
+            )
+            rows.append(
+                {
+                    "model": name,
+                    "source": short_name(a.source, 60),
+                    "family": m["family"],
+                    "L": m["L"],
+                    "N": m["N"],
+                    "H": m["H"],
+                    "matrices": len(a.matrices),
+                    "note": what,
+                }
+            )
         return pd.DataFrame(rows).set_index("model")
 
     def _bounds_text(self) -> pd.DataFrame:
@@ -155,8 +188,9 @@ class Comparison:
             text[name] = [fmt(v, l) if math.isfinite(l) else "-" for v, l in zip(values[name], logs[name])]
         for name in self.names[1:]:
             diff = logs[name] - logs[self.reference]
-            text[f"{name} / {self.reference}"] = [fmt(10.0 ** d) if abs(d) < 300 else fmt(None, d) if math.isfinite(d)
-                                                  else "-" for d in diff]
+            text[f"{name} / {self.reference}"] = [
+                fmt(10.0**d) if abs(d) < 300 else fmt(None, d) if math.isfinite(d) else "-" for d in diff
+            ]
         return text
 
     def _letters(self, frame: pd.DataFrame) -> pd.DataFrame:
@@ -180,14 +214,21 @@ class Comparison:
         models = self.models_frame()
         models.insert(0, "name", models.index)
         models.index = pd.Index([_letter(i) for i in range(len(models))], name="model")
-        lines = [f"specbound compare: {len(self.analyses)} models; ratios (B / A) and differences (B - A) against "
-                 f"A, the first", models.to_string(), *self._options_line(letters=True), "",
-                 "bounds (value = the complexity term B of each model; B / A = its ratio to the first model's)",
-                 self._letters(self._bounds_text()).to_string(), "",
-                 "per layer (adaptive = sum of min_p C(p) over the layer's matrices)",
-                 self._letters(_format(self.layers_frame())).to_string(), "",
-                 "per role (adaptive contribution, summed over layers and heads)",
-                 self._letters(_format(self.roles_frame())).to_string()]
+        lines = [
+            f"specbound compare: {len(self.analyses)} models; ratios (B / A) and differences (B - A) against "
+            f"A, the first",
+            models.to_string(),
+            *self._options_line(letters=True),
+            "",
+            "bounds (value = the complexity term B of each model; B / A = its ratio to the first model's)",
+            self._letters(self._bounds_text()).to_string(),
+            "",
+            "per layer (adaptive = sum of min_p C(p) over the layer's matrices)",
+            self._letters(_format(self.layers_frame())).to_string(),
+            "",
+            "per role (adaptive contribution, summed over layers and heads)",
+            self._letters(_format(self.roles_frame())).to_string(),
+        ]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -195,12 +236,18 @@ class Comparison:
 
     def _repr_html_(self) -> str:
         figure = optional_png(self.figure, dpi=80)
-        parts = ["<div class='specbound-analysis'>",
-                 f"<b>specbound compare</b>: ratios and differences against <b>{_escape(self.reference)}</b>",
-                 html_table(self.models_frame()), *(f"<p><b>{_escape(line)}</b></p>" for line in
-                                                    self._options_line(letters=False)), "<b>bounds</b>", html_table(self._bounds_text()),
-                 "<b>per layer</b> (adaptive contribution)", html_table(_format(self.layers_frame())),
-                 "<b>per role</b>", html_table(_format(self.roles_frame()))]
+        parts = [
+            "<div class='specbound-analysis'>",
+            f"<b>specbound compare</b>: ratios and differences against <b>{_escape(self.reference)}</b>",
+            html_table(self.models_frame()),
+            *(f"<p><b>{_escape(line)}</b></p>" for line in self._options_line(letters=False)),
+            "<b>bounds</b>",
+            html_table(self._bounds_text()),
+            "<b>per layer</b> (adaptive contribution)",
+            html_table(_format(self.layers_frame())),
+            "<b>per role</b>",
+            html_table(_format(self.roles_frame())),
+        ]
         if figure:
             parts.append(f"<img src='data:image/png;base64,{figure}' style='max-width:100%'>")
         return "\n".join(parts + ["</div>"])
@@ -208,14 +255,18 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """The JSON document of ``specbound compare --format json``: the models, every bound's log10
         per model, the per-layer and per-role tables (finite numbers or null)."""
+
         def records(frame):
             return {str(i): {c: _finite(v) for c, v in row.items()} for i, row in frame.iterrows()}
 
-        return {"reference": self.reference, "models": {n: {"source": a.source, "model": a.model}
-                                                        for n, a in self.analyses.items()},
-                "options_differ": self.option_differences(),
-                "log10_bounds": records(self.log10_frame()), "layers": records(self.layers_frame()),
-                "roles": records(self.roles_frame())}
+        return {
+            "reference": self.reference,
+            "models": {n: {"source": a.source, "model": a.model} for n, a in self.analyses.items()},
+            "options_differ": self.option_differences(),
+            "log10_bounds": records(self.log10_frame()),
+            "layers": records(self.layers_frame()),
+            "roles": records(self.roles_frame()),
+        }
 
     # --- figures ------------------------------------------------------------------------------
 
@@ -225,8 +276,7 @@ class Comparison:
         logs = self.log10_frame()
         ax = ax if ax is not None else new_figure((7.0, 3.6)).subplots()
         for i, name in enumerate(self.names):
-            ax.plot(self._dodged(len(logs), i), logs[name].to_numpy(), linestyle="none", label=name,
-                    **self._marker(i))
+            ax.plot(self._dodged(len(logs), i), logs[name].to_numpy(), linestyle="none", label=name, **self._marker(i))
         self._bound_ticks(ax, logs.index)
         ax.set_ylabel(r"$\log_{10} B$")
         ax.set_title("every bound, per model", fontsize=9)
@@ -245,8 +295,13 @@ class Comparison:
             with np.errstate(over="ignore", invalid="ignore"):
                 ratio, beyond = drawable(10.0 ** np.clip((logs[name] - logs[self.reference]).to_numpy(), -400, 400))
             left_out += beyond
-            ax.plot(self._dodged(len(logs), i - 1, len(self.names) - 1), ratio, linestyle="none",
-                    label=f"{name} / {self.reference}", **self._marker(i))
+            ax.plot(
+                self._dodged(len(logs), i - 1, len(self.names) - 1),
+                ratio,
+                linestyle="none",
+                label=f"{name} / {self.reference}",
+                **self._marker(i),
+            )
         ax.set_yscale("log")
         self._bound_ticks(ax, logs.index)
         ax.set_ylabel(f"B / B({self.reference})")
@@ -273,8 +328,13 @@ class Comparison:
     def _marker(self, i: int) -> dict:
         color = model_colors(len(self.names))[i]
         filled = i == 0
-        return {"marker": MARKERS[i % len(MARKERS)], "color": color, "markersize": 6 if filled else 7,
-                "markerfacecolor": color if filled else "none", "markeredgewidth": 1.3}
+        return {
+            "marker": MARKERS[i % len(MARKERS)],
+            "color": color,
+            "markersize": 6 if filled else 7,
+            "markerfacecolor": color if filled else "none",
+            "markeredgewidth": 1.3,
+        }
 
     @staticmethod
     def _dodged(n: int, i: int, k: int | None = None) -> np.ndarray:
@@ -301,9 +361,14 @@ class Comparison:
         out = Path(out_dir)
         with os_errors(f"write the comparison to {out}"):
             out.mkdir(parents=True, exist_ok=True)
-            written = [atomic_write(out / f"{name}.csv", lambda p, t=table: t.to_csv(p))
-                       for name, table in (("bounds", self.bounds_frame()), ("layers", self.layers_frame()),
-                                           ("roles", self.roles_frame()))]
+            written = [
+                atomic_write(out / f"{name}.csv", lambda p, t=table: t.to_csv(p))
+                for name, table in (
+                    ("bounds", self.bounds_frame()),
+                    ("layers", self.layers_frame()),
+                    ("roles", self.roles_frame()),
+                )
+            ]
             try:
                 import matplotlib  # noqa: F401
             except ImportError:
@@ -312,8 +377,9 @@ class Comparison:
             return written + save_figure(self.figure(), out / "compare")
 
 
-def compare(*sources: Any, names: list[str] | None = None, options=None, progress: bool | None = None,
-            **overrides) -> Comparison:
+def compare(
+    *sources: Any, names: list[str] | None = None, options=None, progress: bool | None = None, **overrides
+) -> Comparison:
     """Analyse (or reopen) two or more models and put them side by side.
 
     Parameters
@@ -334,8 +400,9 @@ def compare(*sources: Any, names: list[str] | None = None, options=None, progres
     Comparison
     """
     if len(sources) < 2:
-        raise SpecboundError(f"compare needs two or more models, found {len(sources)}; e.g. "
-                             f"specbound.compare('base/', 'finetuned/')")
+        raise SpecboundError(
+            f"compare needs two or more models, found {len(sources)}; e.g. specbound.compare('base/', 'finetuned/')"
+        )
     if names is not None and len(names) != len(sources):
         raise SpecboundError(f"names gives {len(names)} name(s) for {len(sources)} models; give one per model")
     found = [_analysis_of(source, options, overrides, progress) for source in sources]
@@ -363,8 +430,10 @@ def _analysis_of(source: Any, options, overrides: dict, progress: bool | None = 
         given.pop("base")  # --base names the base of the adapters among the sources
     result = analyze(source, options, progress=progress, **given)
     if isinstance(result, TowerAnalyses):
-        raise SpecboundError(f"{short_name(str(source))} is a two-tower model; compare one tower of it: "
-                             f"pass --tower text or --tower vision")
+        raise SpecboundError(
+            f"{short_name(str(source))} is a two-tower model; compare one tower of it: "
+            f"pass --tower text or --tower vision"
+        )
     return result, result.source
 
 
@@ -379,8 +448,10 @@ def store_analysis(store: str, selector: str) -> tuple[dict[str, Any], Analysis]
         chosen = [k for k in keys if st.load_meta(k)["source"] == selector]
     if len(chosen) != 1:
         found = "no record" if not chosen else f"{len(chosen)} records"
-        raise SpecboundError(f"{store}#{selector}: {found} with that key, key prefix or source name in the store "
-                             f"({len(keys)} records); `specbound report --store {store}` lists them")
+        raise SpecboundError(
+            f"{store}#{selector}: {found} with that key, key prefix or source name in the store "
+            f"({len(keys)} records); `specbound report --store {store}` lists them"
+        )
     record = st.load(chosen[0])
     analysis = record.analysis()
     analysis.source = record_name(record.meta)
@@ -451,8 +522,10 @@ def _log10(value) -> float:
 
 def _log10_bounds(a: Analysis) -> dict[str, float]:
     known = a.log10_bounds or {}
-    return {name: float(known[name]) if known.get(name) is not None else _log10(value)
-            for name, value in a.all_bounds().items()}
+    return {
+        name: float(known[name]) if known.get(name) is not None else _log10(value)
+        for name, value in a.all_bounds().items()
+    }
 
 
 def _format(frame: pd.DataFrame) -> pd.DataFrame:

@@ -44,7 +44,7 @@ def from_init_frame(store) -> pd.DataFrame:
             row[bound] = fmt(whole, logs.get(bound)) if whole is not None or logs.get(bound) is not None else "-"
             row[f"{bound} (W - W0)"] = "-" if delta is None else fmt(delta)
             ratio = _log10(delta) - (logs.get(bound) if logs.get(bound) is not None else _log10(whole))
-            row[f"(W - W0) / W, {bound}"] = fmt(10.0 ** ratio) if math.isfinite(ratio) else "-"
+            row[f"(W - W0) / W, {bound}"] = fmt(10.0**ratio) if math.isfinite(ratio) else "-"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -74,16 +74,25 @@ def figure_from_init(store, *, ax=None):
             color = bound_color(bound)
             ax.plot(values, [y, y], color=color, linewidth=1, alpha=0.5)
             ax.plot(values[0], y, "o", color=color, markersize=7, label=f"{bound_label(bound)}: W" if i == 0 else None)
-            ax.plot(values[1], y, "o", markerfacecolor="white", markeredgecolor=color, markeredgewidth=1.5,
-                    markersize=7, label=f"{bound_label(bound)}: W - W0" if i == 0 else None)
+            ax.plot(
+                values[1],
+                y,
+                "o",
+                markerfacecolor="white",
+                markeredgecolor=color,
+                markeredgewidth=1.5,
+                markersize=7,
+                label=f"{bound_label(bound)}: W - W0" if i == 0 else None,
+            )
             ys.append(y)
             labels.append(f"{source}  {bound}")
     ax.set_xscale("log")
     ax.set_yticks(ys, labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("bound (log scale)")
-    ax.set_title("Headline bounds on W and on W - W0 (distance from the initial weights or the adapter's base)",
-                 fontsize=9)
+    ax.set_title(
+        "Headline bounds on W and on W - W0 (distance from the initial weights or the adapter's base)", fontsize=9
+    )
     style_grid(ax)
     ax.legend(fontsize=7, frameon=False, loc="best")
     note_left_out(ax, left_out)

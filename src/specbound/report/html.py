@@ -28,47 +28,47 @@ from .trajectory import trajectory_axis, trajectory_frame
 
 CAPTIONS = {
     "bounds_vs_width": "Each bound against the hidden size N at fixed depth L, divided by its value at the "
-                       "smallest N (log scale).",
+    "smallest N (log scale).",
     "bounds_vs_depth": "Each bound against the depth L at fixed hidden size N, divided by its value at the "
-                       "smallest L (log scale).",
+    "smallest L (log scale).",
     "spectral_decay": "Raw singular values of every matrix of one model, by role.",
     "norms_vs_width": "(2,1)-, (1,1)- and spectral norms of every matrix against N at fixed depth.",
     "contribution_curves": "C(p)/C(0) on the post-hoc grid for every matrix of one model; dots mark the grid "
-                           "minimiser p*.",
+    "minimiser p*.",
     "p_star_heatmap": "The chosen Schatten index p* over layers and roles (mean over heads).",
     "bounds_side_by_side": "Every bound of every checkpoint.",
     "trajectory": "Every bound along the run's checkpoints (log scale), and the share of the matrices choosing "
-                  "each Schatten index p*.",
+    "each Schatten index p*.",
     "from_init": "The headline bounds on W (filled) and on W - W0 (open) of each record measured from initial "
-                 "weights (--init, or a LoRA adapter with its base as W0).",
+    "weights (--init, or a LoRA adapter with its base as W0).",
     "metrics": "Each headline bound against each of your metrics (metrics.json or sweep --metrics), one dot per "
-               "record, Kendall's tau in each panel's title.",
+    "record, Kendall's tau in each panel's title.",
 }
 ONE_MODEL = ("spectral_decay", "contribution_curves", "p_star_heatmap")  # figures of the record --model names
 # What each figure shows, for a reader who cannot see it (the img alt text).
 ALT = {
     "bounds_vs_width": "Line chart, log-log: each bound divided by its value at the smallest hidden size N, against "
-                       "N, one colour per bound and one marker per fixed depth L.",
+    "N, one colour per bound and one marker per fixed depth L.",
     "bounds_vs_depth": "Line chart, log-log: each bound divided by its value at the smallest depth L, against L, "
-                       "one colour per bound and one marker per fixed hidden size N.",
+    "one colour per bound and one marker per fixed hidden size N.",
     "spectral_decay": "Four-panel line chart: the singular values of every matrix of one model against their "
-                      "index, log scale, one panel per role (QK, OV, feed-forward), one colour per layer.",
+    "index, log scale, one panel per role (QK, OV, feed-forward), one colour per layer.",
     "norms_vs_width": "Three-panel line chart, log-log: the (2,1)-, (1,1)- and spectral norm of every matrix "
-                      "against the hidden size N at one depth, coloured by role.",
+    "against the hidden size N at one depth, coloured by role.",
     "contribution_curves": "Panel line chart: C(p)/C(0) against the Schatten index p from 0 to 2, log scale, "
-                           "one line per matrix, one panel per role, one colour per layer; dots at each "
-                           "matrix's chosen p*.",
+    "one line per matrix, one panel per role, one colour per layer; dots at each "
+    "matrix's chosen p*.",
     "p_star_heatmap": "Heat map: the chosen Schatten index p* (0 to 2) of each role (rows) in each layer "
-                      "(columns), mean over heads, each cell annotated with its value.",
+    "(columns), mean over heads, each cell annotated with its value.",
     "bounds_side_by_side": "Dot plot: one row per checkpoint, the value of every bound on a log axis, one "
-                           "colour and marker per bound.",
+    "colour and marker per bound.",
     "trajectory": "Two panels: above, every bound against the training step on a log scale, one colour per "
-                  "bound; below, a stacked area chart of the share of matrices choosing each p* at each step.",
+    "bound; below, a stacked area chart of the share of matrices choosing each p* at each step.",
     "from_init": "Dot plot, log scale: for each record measured from initial weights, two rows (the spectrum-"
-                 "adaptive bound, the Edelman-style proxy), a filled dot at the bound on W and an open dot at the "
-                 "bound on W - W0.",
+    "adaptive bound, the Edelman-style proxy), a filled dot at the bound on W and an open dot at the "
+    "bound on W - W0.",
     "metrics": "Scatter plots, log vertical axis: one panel per headline bound and metric, the bound of each "
-               "record against its metric, Kendall's tau in the panel's title.",
+    "record against its metric, Kendall's tau in the panel's title.",
 }
 
 
@@ -85,8 +85,13 @@ def _records_table(store, bounds):
     table["source"] = [short_name(s) for s in table["source"]]
     shapes = ("L", "N", "H", "d_ff")
     # a pattern's labels that only repeat a shape column (bert_uncased_L-{L}_H-{H}: label_H is N) are left out
-    labels = [c for c in table.columns if c.startswith("label_") and table[c].nunique() > 1
-              and not any(s in table and table[c].astype(str).tolist() == table[s].astype(str).tolist() for s in shapes)]
+    labels = [
+        c
+        for c in table.columns
+        if c.startswith("label_")
+        and table[c].nunique() > 1
+        and not any(s in table and table[c].astype(str).tolist() == table[s].astype(str).tolist() for s in shapes)
+    ]
     for name in bounds:  # a bound beyond float64 as 10^k, from its stored log10
         if f"log10_{name}" in table:
             table[name] = [fmt(v, l) for v, l in zip(table[name], table[f"log10_{name}"])]
@@ -104,8 +109,10 @@ def _bound_tables(records, bounds) -> list[tuple[str, object]]:
     ident = [c for c in records.columns if c not in bounds and c != "seconds"]
     if not first or not rest:
         return [("", records)]
-    return [("Spectrum-adaptive bound, its variants and the Edelman-style proxy", records[ident + first]),
-            ("Baselines from the literature", records[[c for c in ("source", "L", "N") if c in records] + rest])]
+    return [
+        ("Spectrum-adaptive bound, its variants and the Edelman-style proxy", records[ident + first]),
+        ("Baselines from the literature", records[[c for c in ("source", "L", "N") if c in records] + rest]),
+    ]
 
 
 def _html_header(name) -> str:
@@ -116,8 +123,10 @@ def _html_header(name) -> str:
 
 def _html_table(frame) -> str:
     head = "".join(f"<th>{_html_header(c)}</th>" for c in frame.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
-                   for row in frame.itertuples(index=False))
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(index=False)
+    )
     # a wide table scrolls inside its own box; the page never gets wider than the screen
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
@@ -144,8 +153,15 @@ def _overview(store, table) -> list[str]:
     ]
 
 
-def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_L: int | None = None,
-                 bounds: list[str] | None = None, confidence: float = 0.95) -> dict[str, Path]:
+def write_report(
+    store,
+    out_dir: str | Path,
+    *,
+    model: str | None = None,
+    fixed_L: int | None = None,
+    bounds: list[str] | None = None,
+    confidence: float = 0.95,
+) -> dict[str, Path]:
     """Write ``report.html`` (self-contained), ``report.md`` and ``figures/*.png|pdf`` to ``out_dir``.
 
     Parameters
@@ -181,18 +197,25 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     if along is None:  # a family: growth with depth and width
         fits = summary_table(scaling_table(store, bounds=bounds, confidence=confidence))
         section = "Scaling"
-        intro = (f"Log-log slope of every bound (and of each bound restricted to one role) in L at fixed N and in "
-                 f"N at fixed L, pooled over the fixed values, with {level} confidence intervals")
+        intro = (
+            f"Log-log slope of every bound (and of each bound restricted to one role) in L at fixed N and in "
+            f"N at fixed L, pooled over the fixed values, with {level} confidence intervals"
+        )
         md_intro = intro + " (`specbound scaling --detail` gives one fit per fixed value)."
         second = fits
     else:  # one shape: a run's checkpoints along a label
-        step = along[len("label_"):] if along.startswith("label_") else along
+        step = along[len("label_") :] if along.startswith("label_") else along
         section = "Trajectory"
-        intro = (f"All {len(table)} records have one shape (L={int(table['L'].iloc[0])}, N={int(table['N'].iloc[0])}), "
-                 f"so there is no growth with depth or width to fit; every bound and the share of the matrices "
-                 f"choosing each Schatten index p* along {step}")
-        fit_hint = (f" (`specbound scaling --against {along}` fits each bound's log-log slope in {step})"
-                    if along.startswith("label_") else "")
+        intro = (
+            f"All {len(table)} records have one shape (L={int(table['L'].iloc[0])}, N={int(table['N'].iloc[0])}), "
+            f"so there is no growth with depth or width to fit; every bound and the share of the matrices "
+            f"choosing each Schatten index p* along {step}"
+        )
+        fit_hint = (
+            f" (`specbound scaling --against {along}` fits each bound's log-log slope in {step})"
+            if along.startswith("label_")
+            else ""
+        )
         md_intro = intro + fit_hint + "."
 
         headline = bounds or [n for n in names if n in in_group("bounds")] or names
@@ -202,14 +225,21 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     parts = _bound_tables(records, names)
     distance = from_init_frame(store)
     shown = short_name(store.load_meta(pick_record(store, model))["source"])
-    captions = {name: CAPTIONS.get(name, "") + (f" The model shown: {shown} (`--model SOURCE` picks another)."
-                                                if name in ONE_MODEL else "") for name in figures}
+    captions = {
+        name: CAPTIONS.get(name, "")
+        + (f" The model shown: {shown} (`--model SOURCE` picks another)." if name in ONE_MODEL else "")
+        for name in figures
+    }
     correlations = metric_correlations(table, names) if metric_names(table) else None
-    metrics_intro = ("Kendall's tau between every bound and each of your metrics (metrics.json beside each checkpoint, "
-                     "or sweep --metrics), over the records that have both, with its two-sided p-value; a rank "
-                     "correlation, it needs no model of how a bound relates to the metric.")
-    distance_intro = ("Records measured from initial weights (`--init`, or a LoRA adapter with its base as W0): the "
-                      "headline bounds on W and on W - W0, and their ratio.")
+    metrics_intro = (
+        "Kendall's tau between every bound and each of your metrics (metrics.json beside each checkpoint, "
+        "or sweep --metrics), over the records that have both, with its two-sided p-value; a rank "
+        "correlation, it needs no model of how a bound relates to the metric."
+    )
+    distance_intro = (
+        "Records measured from initial weights (`--init`, or a LoRA adapter with its base as W0): the "
+        "headline bounds on W and on W - W0, and their ratio."
+    )
     md = ["# specbound report", "", *overview, "", "## Bounds", ""]
     for title, part in parts:
         md += [f"### {title}", ""] if title else []
@@ -221,39 +251,67 @@ def write_report(store, out_dir: str | Path, *, model: str | None = None, fixed_
     md += [f"## {section}", "", md_intro, "", markdown_table(second), ""]
     md += ["## Figures", ""]
     for name, png in figures.items():
-        md += [f"### {name}", "", captions[name], "", f"![{ALT.get(name, name)}](figures/{png.name})",
-               f"([PDF](figures/{png.with_suffix('.pdf').name}))", ""]
+        md += [
+            f"### {name}",
+            "",
+            captions[name],
+            "",
+            f"![{ALT.get(name, name)}](figures/{png.name})",
+            f"([PDF](figures/{png.with_suffix('.pdf').name}))",
+            "",
+        ]
     markdown = out / "report.md"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(markdown, lambda p: Path(p).write_text("\n".join(md)))
 
     # Fits a laptop screen: the text column is at most 1100 px and shrinks with the window; tables
     # wider than it scroll inside their box (.scroll); figures scale down to the column.
-    style = ("*{box-sizing:border-box}"
-             "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
-             "overflow-wrap:anywhere}"
-             ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"
-             "table{border-collapse:collapse;font-size:13px}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f3f3}"
-             "td:first-child,th:first-child{text-align:left}img{height:auto}figure{margin:1.5em 0}"
-             "figcaption{color:#555;font-size:14px}code{background:#f3f3f3;padding:1px 4px}")
-    body = ["<h1>specbound report</h1>", *(f"<p>{html.escape(line).replace('`', '')}</p>" for line in overview),
-            "<h2>Bounds</h2>", *(f"<h3>{html.escape(title)}</h3>{_html_table(part)}" if title else _html_table(part)
-                                 for title, part in parts),
-            *([f"<h2>Distance from initialisation (W - W0)</h2><p>{html.escape(distance_intro).replace('`', '')}</p>",
-               _html_table(distance)] if len(distance) else []),
-            *([f"<h2>Your metrics</h2><p>{html.escape(metrics_intro)}</p>", _html_table(correlations)]
-              if correlations is not None else []), f"<h2>{section}</h2>",
-            f"<p>{html.escape(md_intro).replace('`', '')}</p>", _html_table(second), "<h2>Figures</h2>"]
+    style = (
+        "*{box-sizing:border-box}"
+        "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;"
+        "overflow-wrap:anywhere}"
+        ".scroll{overflow-x:auto;max-width:100%;margin:1em 0}"
+        "table{border-collapse:collapse;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f3f3f3}"
+        "td:first-child,th:first-child{text-align:left}img{height:auto}figure{margin:1.5em 0}"
+        "figcaption{color:#555;font-size:14px}code{background:#f3f3f3;padding:1px 4px}"
+    )
+    body = [
+        "<h1>specbound report</h1>",
+        *(f"<p>{html.escape(line).replace('`', '')}</p>" for line in overview),
+        "<h2>Bounds</h2>",
+        *(f"<h3>{html.escape(title)}</h3>{_html_table(part)}" if title else _html_table(part) for title, part in parts),
+        *(
+            [
+                f"<h2>Distance from initialisation (W - W0)</h2><p>{html.escape(distance_intro).replace('`', '')}</p>",
+                _html_table(distance),
+            ]
+            if len(distance)
+            else []
+        ),
+        *(
+            [f"<h2>Your metrics</h2><p>{html.escape(metrics_intro)}</p>", _html_table(correlations)]
+            if correlations is not None
+            else []
+        ),
+        f"<h2>{section}</h2>",
+        f"<p>{html.escape(md_intro).replace('`', '')}</p>",
+        _html_table(second),
+        "<h2>Figures</h2>",
+    ]
     for name, png in figures.items():
         data = base64.b64encode(png.read_bytes()).decode()
         alt = html.escape(ALT.get(name, CAPTIONS.get(name, name)), quote=True)
-        body.append(f'<figure><img alt="{alt}" style="{_figure_width(inches[name])}" src="data:image/png;base64,{data}">'
-                    f"<figcaption><b>{name}</b>: {html.escape(captions[name]).replace('`', '')} "
-                    f'(<a href="figures/{png.with_suffix(".pdf").name}">PDF</a>)</figcaption></figure>')
-    page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>specbound report</title><style>{style}</style></head><body>{''.join(body)}</body></html>")
+        body.append(
+            f'<figure><img alt="{alt}" style="{_figure_width(inches[name])}" src="data:image/png;base64,{data}">'
+            f"<figcaption><b>{name}</b>: {html.escape(captions[name]).replace('`', '')} "
+            f'(<a href="figures/{png.with_suffix(".pdf").name}">PDF</a>)</figcaption></figure>'
+        )
+    page = (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>specbound report</title><style>{style}</style></head><body>{''.join(body)}</body></html>"
+    )
     report = out / "report.html"
     atomic_write(report, lambda p: Path(p).write_text(page))
     return {"html": report, "markdown": markdown, "figures": figures_dir}

@@ -21,7 +21,7 @@ PREFIX = "metric_"
 
 def metric_names(table) -> list[str]:
     """The metrics a store's table carries (``metric_<name>`` columns with a value in two or more records)."""
-    return [c[len(PREFIX):] for c in table.columns if c.startswith(PREFIX) and table[c].notna().sum() >= 2]
+    return [c[len(PREFIX) :] for c in table.columns if c.startswith(PREFIX) and table[c].notna().sum() >= 2]
 
 
 def _log10_column(table, bound: str) -> np.ndarray:
@@ -72,8 +72,7 @@ def figure_metrics(store, *, bounds: list[str] | None = None):
             ax.plot(table[PREFIX + metric].to_numpy(float), y, "o", color=bound_color(bound), markersize=4)
             ax.set_yscale("log")
             tau = taus.get((bound, metric), math.nan)
-            ax.set_title(f"{bound}: tau = {tau:+.2f}" if math.isfinite(tau) else f"{bound}: tau undefined",
-                         fontsize=8)
+            ax.set_title(f"{bound}: tau = {tau:+.2f}" if math.isfinite(tau) else f"{bound}: tau undefined", fontsize=8)
             ax.set_xlabel(metric, fontsize=8)
             style_grid(ax)
     note_left_out(axes[-1][-1], left_out)

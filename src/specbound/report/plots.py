@@ -27,8 +27,20 @@ from ..bounds import in_group
 from ..errors import SpecboundError
 from ..compute.measures import ordered_roles
 from ..records.plot import figure_contributions, figure_p_star, figure_spectra
-from ..records.style import (MARKERS, MAX_WIDTH, ROLE_COLORS, ROLE_LABELS, bound_color, bound_label, drawable,
-                             natural_order, new_figure, note_left_out, save_figure, style_grid)
+from ..records.style import (
+    MARKERS,
+    MAX_WIDTH,
+    ROLE_COLORS,
+    ROLE_LABELS,
+    bound_color,
+    bound_label,
+    drawable,
+    natural_order,
+    new_figure,
+    note_left_out,
+    save_figure,
+    style_grid,
+)
 from ..records.view import short_name
 from .distance import figure_from_init
 from .metrics import figure_metrics
@@ -57,7 +69,6 @@ def pick_record(store, model: str | None = None) -> str:
     if table.empty:
         raise SpecboundError(f"the results store {store.root} holds no records; run `specbound sweep` first")
     if model is None:  # the largest model; of a run's checkpoints (one shape), the last along the run
-
         along = trajectory_axis(table)
         if along is not None:
             ordered = natural_order(table) if along == ORDER else table.sort_values(along, kind="stable")
@@ -68,26 +79,32 @@ def pick_record(store, model: str | None = None) -> str:
         hits = table[table["source"].str.contains(model, regex=False)]
     if len(hits) != 1:
         shown = ", ".join(table["source"].head(8))
-        raise SpecboundError(f"--model {model!r} names {len(hits)} records; name one by source or key "
-                             f"(the store has {shown}{', ...' if len(table) > 8 else ''})")
+        raise SpecboundError(
+            f"--model {model!r} names {len(hits)} records; name one by source or key "
+            f"(the store has {shown}{', ...' if len(table) > 8 else ''})"
+        )
     return hits.iloc[0]["key"]
 
 
 # --- one model (drawn by specbound.records.plot, which result.plot uses too) ---------------------
 
+
 def figure_spectral_decay(store, key: str):
     """Raw singular values against their index, every matrix of one model, one panel per role."""
     record = store.load(key, tables=("singular_values",))
-    return figure_spectra(record.tables["singular_values"], _model_title(record.meta),
-                          n_layers=int(record.model["L"]))
+    return figure_spectra(record.tables["singular_values"], _model_title(record.meta), n_layers=int(record.model["L"]))
 
 
 def figure_contribution_curves(store, key: str):
     """``C(p)/C(0)`` over the post-hoc grid, every matrix of one model; one panel per role."""
     record = store.load(key, tables=("curves", "matrices"))
-    return figure_contributions(record.tables["curves"], record.tables["matrices"], _model_title(record.meta),
-                                grid_m=record.meta["analysis"]["options"]["grid_m"],
-                                n_layers=int(record.model["L"]))
+    return figure_contributions(
+        record.tables["curves"],
+        record.tables["matrices"],
+        _model_title(record.meta),
+        grid_m=record.meta["analysis"]["options"]["grid_m"],
+        n_layers=int(record.model["L"]),
+    )
 
 
 def figure_p_star_heatmap(store, key: str):
@@ -97,6 +114,7 @@ def figure_p_star_heatmap(store, key: str):
 
 
 # --- the family --------------------------------------------------------------------------------
+
 
 def _bounds_long(store, bounds, *, headline_only: bool = True):
     """The family table and the bounds to draw: those asked for, else the headline ones (the
@@ -139,8 +157,7 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
             with np.errstate(over="ignore", invalid="ignore"):  # from the logs: finite where B overflows
                 ratio, beyond = drawable(10.0 ** np.clip(log10 - log10[0], -400, 400))
             left_out += beyond
-            ax.plot(part[x], ratio, color=colors[bi],
-                    marker=MARKERS[gi % len(MARKERS)], linewidth=1.6, markersize=5)
+            ax.plot(part[x], ratio, color=colors[bi], marker=MARKERS[gi % len(MARKERS)], linewidth=1.6, markersize=5)
             drawn += 1
     if not drawn:
         raise SpecboundError(f"no {other} value has records at two or more {x} values: nothing to plot")
@@ -151,19 +168,29 @@ def figure_bound_scaling(store, *, x: str = "N", bounds: list[str] | None = None
     _integer_ticks(ax, xs)
     ax.set_xlabel("hidden size N" if x == "N" else "depth L")
     ax.set_ylabel(f"bound / bound at smallest {x}")
-    ax.set_title(f"Growth with {'width N at fixed depth L' if x == 'N' else 'depth L at fixed width N'}",
-                 fontsize=11)
+    ax.set_title(f"Growth with {'width N at fixed depth L' if x == 'N' else 'depth L at fixed width N'}", fontsize=11)
     style_grid(ax)
-    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=bound_label(n))
-                     for i, n in enumerate(names)]
-    group_handles = [Line2D([0], [0], color="dimgrey", marker=MARKERS[i % len(MARKERS)], linestyle="",
-                            label=f"{other}={v}") for i, v in enumerate(groups)]
+    bound_handles = [Line2D([0], [0], color=colors[i], linewidth=2, label=bound_label(n)) for i, n in enumerate(names)]
+    group_handles = [
+        Line2D([0], [0], color="dimgrey", marker=MARKERS[i % len(MARKERS)], linestyle="", label=f"{other}={v}")
+        for i, v in enumerate(groups)
+    ]
     # every curve starts at (smallest x, 1): the upper left is where no data goes
     legend = ax.legend(handles=bound_handles, loc="upper left", frameon=False, fontsize=8)
     ax.add_artist(legend)
-    ax.legend(handles=group_handles, loc="upper left", bbox_to_anchor=(0.0, 0.98 - 0.065 * len(names)),
-              frameon=False, fontsize=8, ncol=min(len(groups), 6), handletextpad=0.2, columnspacing=0.8,
-              title=f"fixed {other}", title_fontsize=8, alignment="left")
+    ax.legend(
+        handles=group_handles,
+        loc="upper left",
+        bbox_to_anchor=(0.0, 0.98 - 0.065 * len(names)),
+        frameon=False,
+        fontsize=8,
+        ncol=min(len(groups), 6),
+        handletextpad=0.2,
+        columnspacing=0.8,
+        title=f"fixed {other}",
+        title_fontsize=8,
+        alignment="left",
+    )
     return fig
 
 
@@ -191,8 +218,15 @@ def figure_norms_vs_width(store, *, L: int | None = None):
     for ax, (column, title) in zip(axes, NORMS):
         for (role, layer, head), g in mats.groupby(["role", "layer", "head"], dropna=False, sort=True):
             g = g.sort_values("N")
-            ax.plot(g["N"], g[column], color=ROLE_COLORS.get(role, "grey"), marker="o", markersize=3,
-                    linewidth=0.9, alpha=0.35 if role in ("QK", "OV") else 0.9)
+            ax.plot(
+                g["N"],
+                g[column],
+                color=ROLE_COLORS.get(role, "grey"),
+                marker="o",
+                markersize=3,
+                linewidth=0.9,
+                alpha=0.35 if role in ("QK", "OV") else 0.9,
+            )
         ax.set_xscale("log", base=2)
         _integer_ticks(ax, sorted(mats["N"].unique()))
         ax.set_yscale("log")
@@ -200,8 +234,11 @@ def figure_norms_vs_width(store, *, L: int | None = None):
         ax.set_ylabel(title)
         ax.set_title(title, fontsize=10)
         style_grid(ax)
-    axes[0].legend(handles=[Line2D([0], [0], color=ROLE_COLORS.get(r, "grey"), label=ROLE_LABELS.get(r, r))
-                            for r in roles], frameon=False, fontsize=8)
+    axes[0].legend(
+        handles=[Line2D([0], [0], color=ROLE_COLORS.get(r, "grey"), label=ROLE_LABELS.get(r, r)) for r in roles],
+        frameon=False,
+        fontsize=8,
+    )
     fig.suptitle(f"Norms of every matrix against N at depth L={L}", fontsize=11)
     return fig
 
@@ -223,8 +260,14 @@ def _overflowed(table, name: str) -> int:
 
 
 HEADLINE = "spectral_adaptive"  # the paper's bound: drawn last, as a ring no other bound uses
-HEADLINE_STYLE = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "markeredgecolor": "black",
-                  "markeredgewidth": 1.8, "color": "black"}
+HEADLINE_STYLE = {
+    "marker": "o",
+    "markersize": 11,
+    "markerfacecolor": "none",
+    "markeredgecolor": "black",
+    "markeredgewidth": 1.8,
+    "color": "black",
+}
 
 
 def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None, ax=None):
@@ -267,20 +310,29 @@ def figure_bounds_side_by_side(store, *, bounds: list[str] | None = None, ax=Non
     ax.set_title("Every bound of every checkpoint", fontsize=11)
     style_grid(ax)
     ax.grid(True, axis="y", linewidth=0.4, alpha=0.25)
-    handles = [Line2D([0], [0], linestyle="", label=bound_label(n) + (" [headline]" if n == HEADLINE else ""),
-                      **styles[n]) for n in names]
+    handles = [
+        Line2D([0], [0], linestyle="", label=bound_label(n) + (" [headline]" if n == HEADLINE else ""), **styles[n])
+        for n in names
+    ]
     if given:
         ax.legend(handles=handles, loc="best", frameon=False, fontsize=6)
     else:
-        fig.legend(handles=handles, loc="outside lower center", ncol=2 if len(names) > 4 else len(names),
-                   frameon=False, fontsize=7)
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncol=2 if len(names) > 4 else len(names),
+            frameon=False,
+            fontsize=7,
+        )
     return fig
 
 
 # --- all of them -------------------------------------------------------------------------------
 
-def build_figures(store, *, model: str | None = None, fixed_L: int | None = None,
-                  bounds: list[str] | None = None) -> dict[str, object]:
+
+def build_figures(
+    store, *, model: str | None = None, fixed_L: int | None = None, bounds: list[str] | None = None
+) -> dict[str, object]:
     """Every figure the store supports, by name (the family figures need two or more widths or depths)."""
     key = pick_record(store, model)
     figures = {"spectral_decay": figure_spectral_decay(store, key)}

@@ -48,20 +48,28 @@ def _adaptive_by_role(matrices) -> dict[str, float]:
 def edelman_terms(matrices) -> np.ndarray:
     """Per-matrix term of the Edelman-style proxy from a record's matrices table (the bound's own
     :func:`~specbound.bounds.edelman.matrix_terms`): ``B_edelman = (1 + sum of terms)^(3/2)``."""
-    return matrix_terms(matrices["downstream_factor"].to_numpy(float), matrices["role"].to_numpy(),
-                        matrices["gamma"].to_numpy(float), matrices["norm_2_1"].to_numpy(float))
+    return matrix_terms(
+        matrices["downstream_factor"].to_numpy(float),
+        matrices["role"].to_numpy(),
+        matrices["gamma"].to_numpy(float),
+        matrices["norm_2_1"].to_numpy(float),
+    )
 
 
 def log_edelman_terms(matrices) -> np.ndarray:
     """``ln`` of :func:`edelman_terms`, from the table's ``log10_downstream_factor`` where it has one:
     finite where the downstream factor overflowed float64 (and was stored null)."""
     alpha = matrices["downstream_factor"].to_numpy(float)
-    log_alpha = (matrices["log10_downstream_factor"].to_numpy(float) * LN10 if "log10_downstream_factor" in matrices
-                 else np.full(len(alpha), np.nan))
+    log_alpha = (
+        matrices["log10_downstream_factor"].to_numpy(float) * LN10
+        if "log10_downstream_factor" in matrices
+        else np.full(len(alpha), np.nan)
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         log_alpha = np.where(np.isfinite(log_alpha), log_alpha, np.log(alpha))
-        weighted = edelman_weight(matrices["role"].to_numpy(), matrices["gamma"].to_numpy(float)) \
-            * matrices["norm_2_1"].to_numpy(float)
+        weighted = edelman_weight(matrices["role"].to_numpy(), matrices["gamma"].to_numpy(float)) * matrices[
+            "norm_2_1"
+        ].to_numpy(float)
         return (2 / 3) * (log_alpha + np.log(weighted))
 
 
@@ -93,27 +101,41 @@ def quantities(store, bounds: list[str] | None = None):
     names = bounds or store.bound_names()
     missing = [b for b in names if b not in table.columns]
     if missing:
-        raise SpecboundError(f"no bound named {', '.join(missing)} in the store; it holds "
-                             f"{', '.join(store.bound_names())}")
+        raise SpecboundError(
+            f"no bound named {', '.join(missing)} in the store; it holds {', '.join(store.bound_names())}"
+        )
     ident = ["key", "source", "family", "L", "N"] + [c for c in table.columns if c.startswith("label_")]
     rows = []
     for _, rec in table.iterrows():
         base = {k: rec[k] for k in ident}
         for name in names:
-            rows.append({**base, "bound": name, "role": ALL, "value": float(rec[name]),
-                         "log10_value": float(rec.get(f"log10_{name}", math.nan))})
+            rows.append(
+                {
+                    **base,
+                    "bound": name,
+                    "role": ALL,
+                    "value": float(rec[name]),
+                    "log10_value": float(rec.get(f"log10_{name}", math.nan)),
+                }
+            )
         wanted = [n for n in names if n in ROLE_BREAKDOWN]
         if wanted:
             matrices = store.load(rec["key"], tables=("matrices",)).tables["matrices"]
             for name in wanted:
                 for role, log10 in ROLE_BREAKDOWN[name](matrices).items():
-                    value = 10.0 ** log10 if math.isfinite(log10) and log10 < 300 else math.nan
+                    value = 10.0**log10 if math.isfinite(log10) and log10 < 300 else math.nan
                     rows.append({**base, "bound": name, "role": role, "value": value, "log10_value": float(log10)})
     return pd.DataFrame(rows)
 
 
-def loglog_fit(x: np.ndarray, y: np.ndarray | None, groups: np.ndarray | None = None,
-               confidence: float = 0.95, *, log10_y: np.ndarray | None = None) -> dict[str, float]:
+def loglog_fit(
+    x: np.ndarray,
+    y: np.ndarray | None,
+    groups: np.ndarray | None = None,
+    confidence: float = 0.95,
+    *,
+    log10_y: np.ndarray | None = None,
+) -> dict[str, float]:
     """OLS of ``log y`` on ``log x`` with one intercept per group (``log10_y``: the logs given
     instead of ``y``, finite where ``y`` overflows).
 
@@ -155,8 +177,15 @@ def loglog_fit(x: np.ndarray, y: np.ndarray | None, groups: np.ndarray | None = 
         half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * stderr
     else:
         stderr = half = nan
-    return {"slope": slope, "ci_low": slope - half, "ci_high": slope + half, "stderr": stderr, "r2": r2,
-            "points": n, "dof": dof}
+    return {
+        "slope": slope,
+        "ci_low": slope - half,
+        "ci_high": slope + half,
+        "stderr": stderr,
+        "r2": r2,
+        "points": n,
+        "dof": dof,
+    }
 
 
 def group_slopes(x: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[list, np.ndarray]:
@@ -193,8 +222,10 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
     """
     for col in (x, by):
         if col is not None and col not in data.columns:
-            raise SpecboundError(f"no column {col!r} to fit against; the records have "
-                                 f"{', '.join(c for c in data.columns if c not in ('bound', 'role', 'value'))}")
+            raise SpecboundError(
+                f"no column {col!r} to fit against; the records have "
+                f"{', '.join(c for c in data.columns if c not in ('bound', 'role', 'value'))}"
+            )
     rows = []
     for (bound, role), part in data.groupby(["bound", "role"], sort=False):
         groups = part[by].to_numpy() if by else None
@@ -202,31 +233,53 @@ def scaling_fits(data, *, x: str = "L", by: str | None = "N", confidence: float 
         rows.append({"bound": bound, "role": role, "against": x, "fixed": f"all {by}" if by else "-", **fit})
         if per_group and by:
             for value, sub in part.groupby(by, sort=True):
-                fit = loglog_fit(sub[x].to_numpy(float), None, None, confidence,
-                                 log10_y=sub["log10_value"].to_numpy(float))
+                fit = loglog_fit(
+                    sub[x].to_numpy(float), None, None, confidence, log10_y=sub["log10_value"].to_numpy(float)
+                )
                 rows.append({"bound": bound, "role": role, "against": x, "fixed": f"{by}={value}", **fit})
             _, slopes = group_slopes(part[x].to_numpy(float), part["value"].to_numpy(float), part[by].to_numpy())
             finite = slopes[np.isfinite(slopes)]
             nan = float("nan")
-            rows.append({"bound": bound, "role": role, "against": x, "fixed": f"median over {by}",
-                         "points": len(part), "dof": 0, "slope": float(np.median(finite)) if finite.size else nan,
-                         "ci_low": nan, "ci_high": nan, "stderr": nan, "r2": nan})
+            rows.append(
+                {
+                    "bound": bound,
+                    "role": role,
+                    "against": x,
+                    "fixed": f"median over {by}",
+                    "points": len(part),
+                    "dof": 0,
+                    "slope": float(np.median(finite)) if finite.size else nan,
+                    "ci_low": nan,
+                    "ci_high": nan,
+                    "stderr": nan,
+                    "r2": nan,
+                }
+            )
     cols = ["bound", "role", "against", "fixed", "points", "dof", "slope", "ci_low", "ci_high", "stderr", "r2"]
     return pd.DataFrame(rows, columns=cols)
 
 
-def scaling_table(store, *, bounds: list[str] | None = None, confidence: float = 0.95, per_group: bool = False,
-                  against: list[tuple[str, str | None]] = (("L", "N"), ("N", "L"))):
+def scaling_table(
+    store,
+    *,
+    bounds: list[str] | None = None,
+    confidence: float = 0.95,
+    per_group: bool = False,
+    against: list[tuple[str, str | None]] = (("L", "N"), ("N", "L")),
+):
     """All fits: for each ``(x, by)`` in ``against`` (default: ``L`` at fixed ``N``, ``N`` at fixed ``L``)."""
     data = quantities(store, bounds)
     if all(x in data.columns and data[x].nunique() < 2 for x, _ in against):
         table = store.table()
         if is_same_shape(table):  # a run's checkpoints: say which label to fit against
             raise SpecboundError(no_variation_message(table))
-        raise SpecboundError(f"{', '.join(x for x, _ in against)} take(s) one value over the store's records: "
-                             f"nothing to fit against")
-    fits = pd.concat([scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group)
-                      for x, by in against], ignore_index=True)
+        raise SpecboundError(
+            f"{', '.join(x for x, _ in against)} take(s) one value over the store's records: nothing to fit against"
+        )
+    fits = pd.concat(
+        [scaling_fits(data, x=x, by=by, confidence=confidence, per_group=per_group) for x, by in against],
+        ignore_index=True,
+    )
     # a log-log fit cannot use x <= 0 (a run's step 0): say which records it left out, never silently
     positive = {x: pd.to_numeric(data[x], errors="coerce") > 0 for x, _ in against if x in data.columns}
     fits.attrs["left_out"] = {x: sorted(set(data.loc[~ok, "source"])) for x, ok in positive.items() if not ok.all()}
@@ -235,9 +288,11 @@ def scaling_table(store, *, bounds: list[str] | None = None, confidence: float =
 
 def left_out_note(fits) -> list[str]:
     """One line per fitted column whose non-positive values the fits left out (log of 0)."""
-    return [f"left out of the fits in {x}: {len(sources)} record(s) with {x} <= 0, whose logarithm is undefined "
-            f"({', '.join(str(s) for s in sources[:3])}{', ...' if len(sources) > 3 else ''})"
-            for x, sources in fits.attrs.get("left_out", {}).items()]
+    return [
+        f"left out of the fits in {x}: {len(sources)} record(s) with {x} <= 0, whose logarithm is undefined "
+        f"({', '.join(str(s) for s in sources[:3])}{', ...' if len(sources) > 3 else ''})"
+        for x, sources in fits.attrs.get("left_out", {}).items()
+    ]
 
 
 def _three_places(value: float) -> str:
@@ -255,8 +310,11 @@ def summary_table(fits):
         ci = "" if not math.isfinite(r["ci_low"]) else f" [{_three_places(r['ci_low'])}, {_three_places(r['ci_high'])}]"
         held = "" if r["fixed"] == "-" else f" ({r['fixed'].replace('all ', 'fixed ')})"
         fixed = "" if r["fixed"] == "-" else f" at one fixed {r['fixed'].replace('all ', '')}"
-        slope = (f"{_three_places(r['slope'])}{ci}" if math.isfinite(r["slope"])
-                 else f"no fit (no two positive values at two {r['against']}{fixed})")
+        slope = (
+            f"{_three_places(r['slope'])}{ci}"
+            if math.isfinite(r["slope"])
+            else f"no fit (no two positive values at two {r['against']}{fixed})"
+        )
         row[f"slope in {r['against']}{held}"] = slope
         row[f"points ({r['against']})"] = int(r["points"])
     return pd.DataFrame(list(out.values()))

@@ -14,8 +14,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecboundError
-from ..records.style import (MARKERS, MAX_WIDTH, bound_color, bound_label, drawable, natural_order, new_figure,
-                             note_left_out, style_grid)
+from ..records.style import (
+    MARKERS,
+    MAX_WIDTH,
+    bound_color,
+    bound_label,
+    drawable,
+    natural_order,
+    new_figure,
+    note_left_out,
+    style_grid,
+)
 from ..records.view import short_name
 
 ORDER = "checkpoint"  # the x column when no label varies: the records in source-name order
@@ -47,11 +56,16 @@ def no_variation_message(table) -> str:
     """The one-line explanation for a scaling fit over a store whose depth and width do not vary."""
     labels = varying_labels(table)
     L, N = int(table["L"].iloc[0]), int(table["N"].iloc[0])
-    hint = (f"fit against the label that varies: --against {labels[0]}" if labels else
-            "no pattern label varies either: name the checkpoints with a pattern such as "
-            "'run/step-{step=1000..9000..1000}' and fit with --against label_step")
-    return (f"all {len(table)} records have L={L} and N={N}: depth and width do not vary, so there is no "
-            f"scaling in L or N to fit; {hint} (`specbound plot` draws the trajectory)")
+    hint = (
+        f"fit against the label that varies: --against {labels[0]}"
+        if labels
+        else "no pattern label varies either: name the checkpoints with a pattern such as "
+        "'run/step-{step=1000..9000..1000}' and fit with --against label_step"
+    )
+    return (
+        f"all {len(table)} records have L={L} and N={N}: depth and width do not vary, so there is no "
+        f"scaling in L or N to fit; {hint} (`specbound plot` draws the trajectory)"
+    )
 
 
 def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = None):
@@ -69,16 +83,19 @@ def trajectory_frame(store, *, x: str | None = None, bounds: list[str] | None = 
     table = store.table()
     x = x or trajectory_axis(table)
     if x is None:
-        raise SpecboundError(f"the store {store.root} is not a trajectory: its records have more than one "
-                             f"shape (L in {sorted(set(table['L']))}, N in {sorted(set(table['N']))})")
+        raise SpecboundError(
+            f"the store {store.root} is not a trajectory: its records have more than one "
+            f"shape (L in {sorted(set(table['L']))}, N in {sorted(set(table['N']))})"
+        )
     names = bounds or store.bound_names()
     if x == ORDER:
-
         table = natural_order(table)
         table[ORDER] = np.arange(len(table))
     elif x not in table.columns:
-        raise SpecboundError(f"no column {x!r} in the store; its labels are "
-                             f"{', '.join(c for c in table.columns if c.startswith('label_')) or 'none'}")
+        raise SpecboundError(
+            f"no column {x!r} in the store; its labels are "
+            f"{', '.join(c for c in table.columns if c.startswith('label_')) or 'none'}"
+        )
     table = table.sort_values(x, kind="stable").reset_index(drop=True)
     shares = []
     for key, grid_m in zip(table["key"], table["grid_m"]):
@@ -119,8 +136,9 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     metrics = [c for c in frame.columns if c.startswith("metric_")]
     panels = ["bounds", *(["metrics"] if metrics else []), "p_star"]
     fig = new_figure((MAX_WIDTH, 4.2 + 1.6 * len(metrics[:1]) + 1.0))
-    axes = dict(zip(panels, fig.subplots(len(panels), 1, sharex=True,
-                                         height_ratios=[3.0, 1.5, 0.8][:len(panels) - 1] + [0.8])))
+    axes = dict(
+        zip(panels, fig.subplots(len(panels), 1, sharex=True, height_ratios=[3.0, 1.5, 0.8][: len(panels) - 1] + [0.8]))
+    )
     top = axes["bounds"]
     xs = frame[x].to_numpy(float)
     left_out = 0
@@ -128,13 +146,29 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
         y, beyond = drawable(frame[name])
         left_out += beyond
         headline = name == HEADLINE
-        top.plot(xs, y, color="black" if headline else bound_color(name), marker=MARKERS[i % len(MARKERS)],
-                 markersize=5 if headline else 3.5, linewidth=2.6 if headline else 1.0, alpha=1.0 if headline else 0.8,
-                 zorder=3 if headline else 2, label=bound_label(name) + (" (headline)" if headline else ""))
+        top.plot(
+            xs,
+            y,
+            color="black" if headline else bound_color(name),
+            marker=MARKERS[i % len(MARKERS)],
+            markersize=5 if headline else 3.5,
+            linewidth=2.6 if headline else 1.0,
+            alpha=1.0 if headline else 0.8,
+            zorder=3 if headline else 2,
+            label=bound_label(name) + (" (headline)" if headline else ""),
+        )
     note_left_out(top, left_out)
     if hidden:
-        top.text(0.99, 0.01, f"equal to {HEADLINE} at every checkpoint, not drawn: {', '.join(hidden)}",
-                 transform=top.transAxes, fontsize=6.5, va="bottom", ha="right", color="0.3")
+        top.text(
+            0.99,
+            0.01,
+            f"equal to {HEADLINE} at every checkpoint, not drawn: {', '.join(hidden)}",
+            transform=top.transAxes,
+            fontsize=6.5,
+            va="bottom",
+            ha="right",
+            color="0.3",
+        )
     top.set_yscale("log")
     top.set_ylabel("bound value (log scale)")
     top.set_title(f"Bounds along the trajectory ({len(frame)} checkpoints of one shape)", fontsize=11)
@@ -146,7 +180,7 @@ def figure_trajectory(store, *, x: str | None = None, bounds: list[str] | None =
     _draw_p_star_strip(fig, axes["p_star"], xs, frame)
     bottom = axes["p_star"]
     bottom.set_xlim(*_edges(xs)[[0, -1]])
-    x_name = x[len("label_"):] if x.startswith("label_") else x
+    x_name = x[len("label_") :] if x.startswith("label_") else x
     bottom.set_xlabel(x_name if x != ORDER else "checkpoint (in source-name order)")
     if x == ORDER:
         bottom.set_xticks(xs, [short_name(s, 24) for s in frame["source"]], rotation=45, ha="right", fontsize=7)
@@ -158,8 +192,14 @@ def _draw_metrics(ax, xs, frame, metrics: list[str]) -> None:
     for i, column in enumerate(metrics):
         values = frame[column].to_numpy(float)
         shown = np.isfinite(values)
-        ax.plot(xs[shown], values[shown], marker=MARKERS[i % len(MARKERS)], markersize=3.5, linewidth=1.2,
-                label=column[len("metric_"):])
+        ax.plot(
+            xs[shown],
+            values[shown],
+            marker=MARKERS[i % len(MARKERS)],
+            markersize=3.5,
+            linewidth=1.2,
+            label=column[len("metric_") :],
+        )
     ax.set_ylabel("metric")
     ax.set_title("The run's own numbers (training loss, evaluation metrics)", fontsize=9)
     style_grid(ax)

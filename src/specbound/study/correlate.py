@@ -100,8 +100,15 @@ def group_taus(runs: pd.DataFrame, measure: str, gap: str, groups: list[np.ndarr
     return np.array([kendall(m[rows], g[rows]) for rows in groups], dtype=float)
 
 
-def granulated(runs: pd.DataFrame, measure: str, gap: str, hparam: str,
-               hparams: tuple[str, ...] = HPARAMS, *, groups: list[np.ndarray] | None = None) -> tuple[float, int]:
+def granulated(
+    runs: pd.DataFrame,
+    measure: str,
+    gap: str,
+    hparam: str,
+    hparams: tuple[str, ...] = HPARAMS,
+    *,
+    groups: list[np.ndarray] | None = None,
+) -> tuple[float, int]:
     """``(psi, groups)``: the mean of the taus of the groups that differ only in ``hparam`` and
     could be ranked, and how many there were."""
     if groups is None:
@@ -112,6 +119,7 @@ def granulated(runs: pd.DataFrame, measure: str, gap: str, hparam: str,
 
 
 # --- Jiang et al.'s K ----------------------------------------------------------------------------------
+
 
 def _codes(runs: pd.DataFrame, hparams: tuple[str, ...]) -> dict[tuple[str, ...], np.ndarray]:
     """For each ``S`` with ``|S| <= MAX_SET``: each run's code of its values on ``S`` (0 for S empty)."""
@@ -143,7 +151,7 @@ def normalised_cmi(v_mu: np.ndarray, v_g: np.ndarray, cells: np.ndarray, n_cells
     flat = (cells + offsets[:, None]) * 6 + ((v_mu + 1) * 2 + (v_g > 0))[None, :]
     joint = np.bincount(flat.ravel(), minlength=6 * total).reshape(total, 3, 2) / v_g.size
     p_cell = joint.sum(axis=(1, 2))
-    p_mu, p_g = joint.sum(axis=2), joint.sum(axis=1)                  # (cells, 3), (cells, 2)
+    p_mu, p_g = joint.sum(axis=2), joint.sum(axis=1)  # (cells, 3), (cells, 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = joint * p_cell[:, None, None] / (p_mu[:, :, None] * p_g[:, None, :])
         info = np.where(joint > 0, joint * np.log(ratio), 0.0).sum(axis=(1, 2))
@@ -156,8 +164,9 @@ def normalised_cmi(v_mu: np.ndarray, v_g: np.ndarray, cells: np.ndarray, n_cells
         return np.where(entropy_k > 1e-15, np.maximum(info_k, 0.0) / entropy_k, np.nan)
 
 
-def k_score(measure: np.ndarray, gap: np.ndarray, codes: dict, rows: np.ndarray | None = None
-            ) -> tuple[float, tuple[str, ...]]:
+def k_score(
+    measure: np.ndarray, gap: np.ndarray, codes: dict, rows: np.ndarray | None = None
+) -> tuple[float, tuple[str, ...]]:
     """``(K, S)``: Jiang et al.'s ``min over |S| <= 2`` of the normalised conditional mutual
     information between the measure's and the gap's sign over pairs of runs (positions ``rows``,
     default all; runs with a non-finite measure or gap are left out)."""
@@ -173,7 +182,7 @@ def k_score(measure: np.ndarray, gap: np.ndarray, codes: dict, rows: np.ndarray 
     subsets = list(codes)
     widths = np.array([int(codes[s].max()) + 1 for s in subsets])
     cells = np.stack([codes[s][a] * w + codes[s][b] for s, w in zip(subsets, widths)])
-    values = normalised_cmi(v_mu, v_g, cells, widths ** 2)
+    values = normalised_cmi(v_mu, v_g, cells, widths**2)
     if np.all(np.isnan(values)):
         return math.nan, ()
     best = int(np.nanargmin(values))
@@ -182,8 +191,10 @@ def k_score(measure: np.ndarray, gap: np.ndarray, codes: dict, rows: np.ndarray 
 
 # --- Dziugaite et al.'s sign-error --------------------------------------------------------------------
 
-def environments(runs: pd.DataFrame, gap: str, hparams: tuple[str, ...] = HPARAMS, *,
-                 noise_filter: bool = True) -> list[list[tuple[int, int]]]:
+
+def environments(
+    runs: pd.DataFrame, gap: str, hparams: tuple[str, ...] = HPARAMS, *, noise_filter: bool = True
+) -> list[list[tuple[int, int]]]:
     """Each environment's coupled pairs ``(a, b)`` (row positions; ``a`` has the smaller value of the
     hyper-parameter that differs), keeping pairs whose gap difference exceeds the test noise."""
     runs = runs.reset_index(drop=True)
@@ -221,11 +232,14 @@ def pair_errors(runs: pd.DataFrame, measure: str, gap: str, envs: list[list[tupl
 def environment_errors(runs: pd.DataFrame, measure: str, gap: str, envs: list[list[tuple[int, int]]]) -> np.ndarray:
     """Mean sign-error of each environment (NaN where the measure is not finite): ``(len(envs),)``."""
     with np.errstate(all="ignore"):
-        return np.array([float(np.nanmean(e)) if np.isfinite(e).any() else math.nan
-                         for e in pair_errors(runs, measure, gap, envs)], dtype=float)
+        return np.array(
+            [float(np.nanmean(e)) if np.isfinite(e).any() else math.nan for e in pair_errors(runs, measure, gap, envs)],
+            dtype=float,
+        )
 
 
 # --- clusters: what the bootstrap resamples -------------------------------------------------------------
+
 
 def clusters(runs: pd.DataFrame, hparams: tuple[str, ...] = HPARAMS) -> tuple[np.ndarray, np.ndarray]:
     """``(base, cluster)``: two labels per run, ``(len(runs),)`` each.
@@ -292,6 +306,7 @@ def weighted_mean(values: np.ndarray, weights: np.ndarray) -> float:
 
 # --- the table ----------------------------------------------------------------------------------------
 
+
 def _interval(samples) -> tuple[float, float]:
     s = np.asarray(samples, dtype=float)
     s = s[np.isfinite(s)]
@@ -301,13 +316,33 @@ def _interval(samples) -> tuple[float, float]:
     return float(np.quantile(s, q)), float(np.quantile(s, 1 - q))
 
 
-CORRELATION_COLUMNS = ["gap", "measure", "kind", "scope", "statistic", "value", "value_lo", "value_hi", "groups",
-                       "clusters", "environments", "pairs", "note"]
+CORRELATION_COLUMNS = [
+    "gap",
+    "measure",
+    "kind",
+    "scope",
+    "statistic",
+    "value",
+    "value_lo",
+    "value_hi",
+    "groups",
+    "clusters",
+    "environments",
+    "pairs",
+    "note",
+]
 
 
-def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str, ...],
-                 hparams: tuple[str, ...] = HPARAMS, bootstrap: int = BOOTSTRAP, bootstrap_k: int = BOOTSTRAP_K,
-                 seed: int = 0) -> pd.DataFrame:
+def correlations(
+    runs: pd.DataFrame,
+    measures: pd.DataFrame,
+    *,
+    gaps: tuple[str, ...],
+    hparams: tuple[str, ...] = HPARAMS,
+    bootstrap: int = BOOTSTRAP,
+    bootstrap_k: int = BOOTSTRAP_K,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Long table with :data:`CORRELATION_COLUMNS`.
 
     ``scope``: each task, and ``"all"`` (overall tau ranks every run together; ``psi`` pools the
@@ -326,7 +361,9 @@ def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str,
     sub = {scope: runs.iloc[rows].reset_index(drop=True) for scope, rows in scopes}
     groups = {(s, h): groups_differing_in(sub[s], h, hparams) for s, _ in scopes for h in hparams}
     codes = {t: _codes(sub[t], hparams) for t in tasks}
-    envs = {(t, gap): environments(sub[t], gap, hparams, noise_filter=gap == "error_gap") for t in tasks for gap in gaps}
+    envs = {
+        (t, gap): environments(sub[t], gap, hparams, noise_filter=gap == "error_gap") for t in tasks for gap in gaps
+    }
     rng = np.random.default_rng(seed)
     # one draw of clusters per replicate and scope, shared by every statistic of that replicate
     cl, draws, members = {}, {}, {}
@@ -336,24 +373,36 @@ def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str,
     n_clusters = {scope: len(members[scope]) for scope, _ in scopes}
     weights = {scope: [np.bincount(d, minlength=n_clusters[scope]) for d in draws[scope]] for scope, _ in scopes}
     boot_rows = {scope: [np.concatenate([members[scope][c] for c in d]) for d in draws[scope]] for scope, _ in scopes}
-    group_cluster = {(s, h): np.array([cl[s][g[0]] for g in groups[s, h]], dtype=np.int64) for s, _ in scopes
-                     for h in hparams}
+    group_cluster = {
+        (s, h): np.array([cl[s][g[0]] for g in groups[s, h]], dtype=np.int64) for s, _ in scopes for h in hparams
+    }
     pair_cluster = {k: [cl[k[0]][np.array(p)[:, 0]] for p in v] for k, v in envs.items()}
     rows = []
     for gap in gaps:
         for m in measures.itertuples():
             for scope, _ in scopes:
                 data = sub[scope]
-                base = {"gap": gap, "measure": m.column, "kind": m.kind, "scope": scope,
-                        "clusters": n_clusters[scope]}
+                base = {"gap": gap, "measure": m.column, "kind": m.kind, "scope": scope, "clusters": n_clusters[scope]}
                 x, y = data[m.column].to_numpy(dtype=float), data[gap].to_numpy(dtype=float)
 
                 def add(statistic, value, samples, count, note="", **extra):
                     lo, hi = _interval(samples)
-                    rows.append({**base, "statistic": statistic, "value": value, "value_lo": lo, "value_hi": hi,
-                                 "groups": count, "note": note, **extra})
+                    rows.append(
+                        {
+                            **base,
+                            "statistic": statistic,
+                            "value": value,
+                            "value_lo": lo,
+                            "value_hi": hi,
+                            "groups": count,
+                            "note": note,
+                            **extra,
+                        }
+                    )
 
-                add("overall", kendall(x, y), [kendall(x[r], y[r]) for r in boot_rows[scope]], int(np.isfinite(x).sum()))
+                add(
+                    "overall", kendall(x, y), [kendall(x[r], y[r]) for r in boot_rows[scope]], int(np.isfinite(x).sum())
+                )
                 psis, psi_samples = [], []
                 for h in hparams:
                     taus = group_taus(data, m.column, gap, groups[scope, h])
@@ -365,20 +414,34 @@ def correlations(runs: pd.DataFrame, measures: pd.DataFrame, *, gaps: tuple[str,
                     psi_samples.append(samples if samples else [math.nan] * len(draws[scope]))
                 finite = [p for p in psis if not math.isnan(p)]
                 psi_matrix = np.array(psi_samples, dtype=float)  # (hparams, replicates)
-                psi_boot = [np.nanmean(col) if np.isfinite(col).any() else math.nan for col in psi_matrix.T] \
-                    if draws[scope] else []
+                psi_boot = (
+                    [np.nanmean(col) if np.isfinite(col).any() else math.nan for col in psi_matrix.T]
+                    if draws[scope]
+                    else []
+                )
                 add("Psi", float(np.mean(finite)) if finite else math.nan, psi_boot, len(finite))
                 if scope == "all":
                     continue
                 k, kset = k_score(x, y, codes[scope])
-                add("K", k, [k_score(x, y, codes[scope], r)[0] for r in boot_rows[scope][:bootstrap_k]], len(data),
-                    note="S = {" + ", ".join(kset) + "}")
+                add(
+                    "K",
+                    k,
+                    [k_score(x, y, codes[scope], r)[0] for r in boot_rows[scope][:bootstrap_k]],
+                    len(data),
+                    note="S = {" + ", ".join(kset) + "}",
+                )
                 per_pair = pair_errors(data, m.column, gap, envs[scope, gap])
                 used = [e for e in per_pair if np.isfinite(e).any()]
                 errors = np.array([float(np.nanmean(e)) for e in used], dtype=float)
                 counts = {"environments": len(used), "pairs": int(sum(np.isfinite(e).sum() for e in used))}
-                add("sign_error_max", float(errors.max()) if errors.size else math.nan, [], len(used),
-                    note="a maximum over environments: no bootstrap interval", **counts)
+                add(
+                    "sign_error_max",
+                    float(errors.max()) if errors.size else math.nan,
+                    [],
+                    len(used),
+                    note="a maximum over environments: no bootstrap interval",
+                    **counts,
+                )
                 clusters_of = pair_cluster[scope, gap]
                 samples = []
                 for w in weights[scope]:

@@ -37,16 +37,21 @@ from ..errors import SpecboundError
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_FILES = {
-    "train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte",
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
 }
 # Mean and standard deviation of the Fashion-MNIST training pixels (in [0, 1]).
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 
 DICT_DIR = Path("/usr/share/dict")
 WORD_LISTS = {  # label -> (file, Debian package)
-    "en": ("american-english", "wamerican"), "de": ("ngerman", "wngerman"), "fr": ("french", "wfrench"),
-    "it": ("italian", "witalian"), "es": ("spanish", "wspanish"),
+    "en": ("american-english", "wamerican"),
+    "de": ("ngerman", "wngerman"),
+    "fr": ("french", "wfrench"),
+    "it": ("italian", "witalian"),
+    "es": ("spanish", "wspanish"),
 }
 WORD_MIN_LEN, WORD_MAX_LEN = 2, 20
 WORDS_TEST_PER_CLASS = 2_000
@@ -124,6 +129,7 @@ def load_task(name: str) -> TaskData:
 
 # --- Fashion-MNIST ------------------------------------------------------------------------------
 
+
 def read_idx(path: Path) -> np.ndarray:
     """An idx file (LeCun's format: magic with dtype code and rank, big-endian dims, data), plain
     or gzipped."""
@@ -131,7 +137,7 @@ def read_idx(path: Path) -> np.ndarray:
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise SpecboundError(f"{path} is not an unsigned-byte idx file (magic {raw[:4].hex()})")
     rank = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(rank)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(rank)]
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * rank)
     if data.size != int(np.prod(dims)):
         raise SpecboundError(f"{path}: header says {dims}, file holds {data.size} values")
@@ -144,7 +150,8 @@ def _fashion_file(directory: Path, stem: str) -> Path:
             return candidate
     raise SpecboundError(
         f"Fashion-MNIST file {stem}[.gz] not found in {directory}: install the Debian package "
-        f"with `apt-get install dataset-fashion-mnist` (`make data` does)")
+        f"with `apt-get install dataset-fashion-mnist` (`make data` does)"
+    )
 
 
 @lru_cache(maxsize=2)
@@ -154,14 +161,17 @@ def load_fashion_mnist(directory: str | Path = FASHION_MNIST_DIR) -> TaskData:
     order = np.random.default_rng(DATA_SEED).permutation(len(arrays["train_labels"]))
     return TaskData(
         name="fmnist",
-        x_pool=arrays["train_images"][order], y_pool=arrays["train_labels"][order].astype(np.int64),
-        x_test=arrays["test_images"], y_test=arrays["test_labels"].astype(np.int64), num_labels=10,
-        meta={"image_size": 28, "mean": FASHION_MNIST_MEAN, "std": FASHION_MNIST_STD,
-              "source": str(directory)},
+        x_pool=arrays["train_images"][order],
+        y_pool=arrays["train_labels"][order].astype(np.int64),
+        x_test=arrays["test_images"],
+        y_test=arrays["test_labels"].astype(np.int64),
+        num_labels=10,
+        meta={"image_size": 28, "mean": FASHION_MNIST_MEAN, "std": FASHION_MNIST_STD, "source": str(directory)},
     )
 
 
 # --- language identification --------------------------------------------------------------------
+
 
 def read_word_list(path: Path) -> set[str]:
     """Lower-cased alphabetic words of 2-20 characters from a one-word-a-line UTF-8 list."""
@@ -174,7 +184,7 @@ def encode_words(words: list[str], vocab: dict[str, int], max_len: int = WORD_MA
     ids = np.full((len(words), max_len + 1), PAD_ID, dtype=np.int64)
     ids[:, 0] = CLS_ID
     for i, word in enumerate(words):
-        ids[i, 1:len(word) + 1] = [vocab.get(c, UNK_ID) for c in word]
+        ids[i, 1 : len(word) + 1] = [vocab.get(c, UNK_ID) for c in word]
     return ids
 
 
@@ -190,8 +200,10 @@ def load_language_id(directory: str | Path = DICT_DIR) -> TaskData:
     for label, (filename, package) in WORD_LISTS.items():
         path = directory / filename
         if not path.exists():
-            raise SpecboundError(f"word list {path} not found: install the Debian package with "
-                                 f"`apt-get install {package}` (`make data` does)")
+            raise SpecboundError(
+                f"word list {path} not found: install the Debian package with "
+                f"`apt-get install {package}` (`make data` does)"
+            )
         lists[label] = read_word_list(path)
     seen = Counter(chain.from_iterable(lists.values()))
     rng = np.random.default_rng(DATA_SEED)
@@ -210,15 +222,23 @@ def load_language_id(directory: str | Path = DICT_DIR) -> TaskData:
     vocab = {c: FIRST_CHAR_ID + i for i, c in enumerate(chars)}
     return TaskData(
         name="langid",
-        x_pool=encode_words(pool_words, vocab), y_pool=np.asarray(pool_labels, dtype=np.int64),
-        x_test=encode_words(test_words, vocab), y_test=np.asarray(test_labels, dtype=np.int64),
+        x_pool=encode_words(pool_words, vocab),
+        y_pool=np.asarray(pool_labels, dtype=np.int64),
+        x_test=encode_words(test_words, vocab),
+        y_test=np.asarray(test_labels, dtype=np.int64),
         num_labels=len(WORD_LISTS),
-        meta={"vocab_size": FIRST_CHAR_ID + len(chars), "max_len": WORD_MAX_LEN + 1, "chars": "".join(chars),
-              "labels": list(WORD_LISTS), "source": str(directory)},
+        meta={
+            "vocab_size": FIRST_CHAR_ID + len(chars),
+            "max_len": WORD_MAX_LEN + 1,
+            "chars": "".join(chars),
+            "labels": list(WORD_LISTS),
+            "source": str(directory),
+        },
     )
 
 
 # --- fortunes topics -------------------------------------------------------------------------------
+
 
 def read_fortunes(path: Path) -> list[str]:
     """The items of a ``fortune`` file (separated by lines holding ``%``), whitespace collapsed,
@@ -240,8 +260,10 @@ def load_fortunes(directory: str | Path = FORTUNES_DIR) -> TaskData:
     for topic in FORTUNE_TOPICS:
         path = directory / topic
         if not path.exists():
-            raise SpecboundError(f"fortune file {path} not found: install the Debian package with "
-                                 f"`apt-get install fortunes` (`make data` does)")
+            raise SpecboundError(
+                f"fortune file {path} not found: install the Debian package with "
+                f"`apt-get install fortunes` (`make data` does)"
+            )
         texts[topic] = [item[:FORTUNE_CHARS] for item in read_fortunes(path)]
     seen = Counter(chain.from_iterable(texts.values()))
     rng = np.random.default_rng(DATA_SEED)
@@ -254,17 +276,25 @@ def load_fortunes(directory: str | Path = FORTUNES_DIR) -> TaskData:
         pools.append(unique[FORTUNES_TEST_PER_CLASS:])
     per_class = min(len(p) for p in pools)
     if per_class < 1:
-        raise SpecboundError(f"fortune files in {directory} hold too few items (need more than "
-                             f"{FORTUNES_TEST_PER_CLASS} per topic)")
+        raise SpecboundError(
+            f"fortune files in {directory} hold too few items (need more than {FORTUNES_TEST_PER_CLASS} per topic)"
+        )
     pool_items = [pools[c][i] for i in range(per_class) for c in range(len(pools))]
     pool_labels = [c for _ in range(per_class) for c in range(len(pools))]
     chars = sorted(set("".join(pool_items + test_items)))
     vocab = {c: FIRST_CHAR_ID + i for i, c in enumerate(chars)}
     return TaskData(
         name="fortunes",
-        x_pool=encode_words(pool_items, vocab, FORTUNE_CHARS), y_pool=np.asarray(pool_labels, dtype=np.int64),
-        x_test=encode_words(test_items, vocab, FORTUNE_CHARS), y_test=np.asarray(test_labels, dtype=np.int64),
+        x_pool=encode_words(pool_items, vocab, FORTUNE_CHARS),
+        y_pool=np.asarray(pool_labels, dtype=np.int64),
+        x_test=encode_words(test_items, vocab, FORTUNE_CHARS),
+        y_test=np.asarray(test_labels, dtype=np.int64),
         num_labels=len(FORTUNE_TOPICS),
-        meta={"vocab_size": FIRST_CHAR_ID + len(chars), "max_len": FORTUNE_CHARS + 1, "chars": "".join(chars),
-              "labels": list(FORTUNE_TOPICS), "source": str(directory)},
+        meta={
+            "vocab_size": FIRST_CHAR_ID + len(chars),
+            "max_len": FORTUNE_CHARS + 1,
+            "chars": "".join(chars),
+            "labels": list(FORTUNE_TOPICS),
+            "source": str(directory),
+        },
     )

@@ -91,11 +91,18 @@ class RunConfig:
     def cost(self) -> float:
         """Relative cost (depth x width x examples, times a rough steps-to-criterion factor), for
         scheduling the longest runs first."""
-        return self.depth * self.width * self.train_size * (1.0 + 3.0 * self.dropout) / self.lr ** 0.5
+        return self.depth * self.width * self.train_size * (1.0 + 3.0 * self.dropout) / self.lr**0.5
 
 
-AXES = {"depth": (2, 4, 6), "width": (32, 64, 128), "train_size": (256, 512, 1024), "lr": (5e-4, 1e-3, 2e-3),
-        "batch_size": (32, 64, 128), "weight_decay": (0.0, 0.1, 0.5), "dropout": (0.0, 0.1, 0.2)}
+AXES = {
+    "depth": (2, 4, 6),
+    "width": (32, 64, 128),
+    "train_size": (256, 512, 1024),
+    "lr": (5e-4, 1e-3, 2e-3),
+    "batch_size": (32, 64, 128),
+    "weight_decay": (0.0, 0.1, 0.5),
+    "dropout": (0.0, 0.1, 0.2),
+}
 # Base B's learning rate is 1e-3 and the axis stops at 2e-3: post-LayerNorm BERT at depth 4-6 on
 # fortunes collapses to chance at 2e-3 (train error 0.80 after 3,000 steps, seeds 0-2) and trains
 # to the criterion at 1e-3 (720 steps at depth 4, 1,000 at depth 6; docs/study.md section 10).
@@ -106,18 +113,33 @@ DEFAULT_BASES = (
 DEFAULT_SEEDS = (0, 1, 2)
 DEFAULT_MAX_STEPS = 3000
 
-QUICK_AXES = {"depth": (1, 2), "width": (16, 24), "train_size": (128, 192), "lr": (2e-3, 3e-3),
-              "batch_size": (32, 64), "weight_decay": (0.0, 0.1), "dropout": (0.0, 0.05)}
-QUICK_BASE = {"depth": 1, "width": 16, "train_size": 128, "lr": 3e-3, "batch_size": 32, "weight_decay": 0.0,
-              "dropout": 0.0}
+QUICK_AXES = {
+    "depth": (1, 2),
+    "width": (16, 24),
+    "train_size": (128, 192),
+    "lr": (2e-3, 3e-3),
+    "batch_size": (32, 64),
+    "weight_decay": (0.0, 0.1),
+    "dropout": (0.0, 0.05),
+}
+QUICK_BASE = {
+    "depth": 1,
+    "width": 16,
+    "train_size": 128,
+    "lr": 3e-3,
+    "batch_size": 32,
+    "weight_decay": 0.0,
+    "dropout": 0.0,
+}
 QUICK_SEEDS = (0,)
 QUICK_SCALING_SEEDS = (1,)  # the base and its depth and width changes once more: a second cluster
 QUICK_MAX_STEPS = 1000
 DEEP_DEPTHS = (2, 4, 6, 8, 10, 12)
 
 
-def one_at_a_time(task: str, bases: tuple[dict, ...], axes: dict[str, tuple], seeds: tuple[int, ...],
-                  **fixed) -> list[RunConfig]:
+def one_at_a_time(
+    task: str, bases: tuple[dict, ...], axes: dict[str, tuple], seeds: tuple[int, ...], **fixed
+) -> list[RunConfig]:
     """Each base point and every configuration that changes one hyper-parameter of it to another
     value of its axis, for each seed; a configuration reached from two bases is listed once."""
     configs, seen = [], set()
@@ -133,22 +155,32 @@ def one_at_a_time(task: str, bases: tuple[dict, ...], axes: dict[str, tuple], se
 
 
 def default_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
-    return [c for task in tasks
-            for c in one_at_a_time(task, DEFAULT_BASES, AXES, DEFAULT_SEEDS, max_steps=DEFAULT_MAX_STEPS)]
+    return [
+        c
+        for task in tasks
+        for c in one_at_a_time(task, DEFAULT_BASES, AXES, DEFAULT_SEEDS, max_steps=DEFAULT_MAX_STEPS)
+    ]
 
 
 def quick_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
     scaling_axes = {h: QUICK_AXES[h] for h in ("depth", "width")}
-    return [c for task in tasks
-            for c in (one_at_a_time(task, (QUICK_BASE,), QUICK_AXES, QUICK_SEEDS, max_steps=QUICK_MAX_STEPS)
-                      + one_at_a_time(task, (QUICK_BASE,), scaling_axes, QUICK_SCALING_SEEDS,
-                                      max_steps=QUICK_MAX_STEPS))]
+    return [
+        c
+        for task in tasks
+        for c in (
+            one_at_a_time(task, (QUICK_BASE,), QUICK_AXES, QUICK_SEEDS, max_steps=QUICK_MAX_STEPS)
+            + one_at_a_time(task, (QUICK_BASE,), scaling_axes, QUICK_SCALING_SEEDS, max_steps=QUICK_MAX_STEPS)
+        )
+    ]
 
 
 def deep_grid(tasks: tuple[str, ...] = TASKS) -> list[RunConfig]:
     axes = {**AXES, "depth": DEEP_DEPTHS}
-    return [c for task in tasks
-            for c in one_at_a_time(task, DEFAULT_BASES, axes, DEFAULT_SEEDS, max_steps=DEFAULT_MAX_STEPS)]
+    return [
+        c
+        for task in tasks
+        for c in one_at_a_time(task, DEFAULT_BASES, axes, DEFAULT_SEEDS, max_steps=DEFAULT_MAX_STEPS)
+    ]
 
 
 GRIDS = {"default": default_grid, "quick": quick_grid, "deep": deep_grid}

@@ -23,21 +23,34 @@ PATCH_SIZE = 7
 TEXT_TASKS = ("langid", "fortunes")
 
 
-def build_model(task: str, *, depth: int, width: int, heads: int, ff_mult: int, num_labels: int,
-                meta: dict, dropout: float = 0.0) -> torch.nn.Module:
+def build_model(
+    task: str, *, depth: int, width: int, heads: int, ff_mult: int, num_labels: int, meta: dict, dropout: float = 0.0
+) -> torch.nn.Module:
     """A freshly initialised classifier for ``task`` (call ``torch.manual_seed`` first)."""
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()  # "Writing model shards" on every save
-    common = dict(hidden_size=width, num_hidden_layers=depth, num_attention_heads=heads,
-                  intermediate_size=ff_mult * width, hidden_act="gelu", hidden_dropout_prob=dropout,
-                  attention_probs_dropout_prob=dropout, num_labels=num_labels)
+    common = dict(
+        hidden_size=width,
+        num_hidden_layers=depth,
+        num_attention_heads=heads,
+        intermediate_size=ff_mult * width,
+        hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        num_labels=num_labels,
+    )
     if task == "fmnist":
-        config = transformers.ViTConfig(image_size=meta["image_size"], patch_size=PATCH_SIZE, num_channels=1,
-                                        **common)
+        config = transformers.ViTConfig(image_size=meta["image_size"], patch_size=PATCH_SIZE, num_channels=1, **common)
         return transformers.ViTForImageClassification(config)
     if task in TEXT_TASKS:
-        config = transformers.BertConfig(vocab_size=meta["vocab_size"], max_position_embeddings=meta["max_len"],
-                                         type_vocab_size=1, pad_token_id=0, classifier_dropout=dropout, **common)
+        config = transformers.BertConfig(
+            vocab_size=meta["vocab_size"],
+            max_position_embeddings=meta["max_len"],
+            type_vocab_size=1,
+            pad_token_id=0,
+            classifier_dropout=dropout,
+            **common,
+        )
         return transformers.BertForSequenceClassification(config)
     raise ValueError(f"unknown task {task!r}")
 

@@ -26,8 +26,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import SpecboundError
-from ..records.style import (MARKERS, bound_color, bound_label, drawable, new_figure, note_left_out, require_matplotlib,
-                             save_figure, style_grid)
+from ..records.style import (
+    MARKERS,
+    bound_color,
+    bound_label,
+    drawable,
+    new_figure,
+    note_left_out,
+    require_matplotlib,
+    save_figure,
+    style_grid,
+)
 from ..report.scaling import loglog_fit, quantities
 from .scaling import axis_groups
 
@@ -45,10 +54,19 @@ def store_points(store, bounds=PAPER_BOUNDS) -> pd.DataFrame:
     bound, its group the value of the other dimension (``"N=64"`` for the fit in ``L``)."""
     data = quantities(store, list(bounds))
     data = data[data["role"] == "all"]
-    parts = [pd.DataFrame({"axis": axis, "bound": data["bound"].to_numpy(), "x": data[axis].to_numpy(float),
-                           "group": [f"{other}={v}" for v in data[other]], "log10_value": data["log10_value"],
-                           "source": data["source"].to_numpy()})
-             for axis, other, _ in AXES]
+    parts = [
+        pd.DataFrame(
+            {
+                "axis": axis,
+                "bound": data["bound"].to_numpy(),
+                "x": data[axis].to_numpy(float),
+                "group": [f"{other}={v}" for v in data[other]],
+                "log10_value": data["log10_value"],
+                "source": data["source"].to_numpy(),
+            }
+        )
+        for axis, other, _ in AXES
+    ]
     return pd.concat(parts, ignore_index=True)[POINT_COLUMNS]
 
 
@@ -58,8 +76,10 @@ def study_points(runs: pd.DataFrame, bounds=PAPER_BOUNDS) -> pd.DataFrame:
     (:func:`.scaling.axis_groups`, the study's own scaling groups)."""
     missing = [c for c in ("task", "run", "converged", "depth", "width", *bounds) if c not in runs.columns]
     if missing:
-        raise SpecboundError(f"the study's runs.csv has no column {', '.join(missing)}; pass a folder written by "
-                             f"`specbound study` (its runs.csv), or a results store with --store")
+        raise SpecboundError(
+            f"the study's runs.csv has no column {', '.join(missing)}; pass a folder written by "
+            f"`specbound study` (its runs.csv), or a results store with --store"
+        )
     runs = runs[runs["converged"].astype(bool)].reset_index(drop=True)
     parts = []
     for axis, _, _ in AXES:
@@ -73,9 +93,18 @@ def study_points(runs: pd.DataFrame, bounds=PAPER_BOUNDS) -> pd.DataFrame:
             for bound in bounds:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     log10 = np.log10(sub[bound].to_numpy(float)[inside])
-                parts.append(pd.DataFrame({"axis": axis, "bound": bound, "x": sub[hparam].to_numpy(float)[inside],
-                                           "group": [f"{task}/{k}" for k in label[inside]], "log10_value": log10,
-                                           "source": sub["run"].to_numpy()[inside]}))
+                parts.append(
+                    pd.DataFrame(
+                        {
+                            "axis": axis,
+                            "bound": bound,
+                            "x": sub[hparam].to_numpy(float)[inside],
+                            "group": [f"{task}/{k}" for k in label[inside]],
+                            "log10_value": log10,
+                            "source": sub["run"].to_numpy()[inside],
+                        }
+                    )
+                )
     return pd.concat(parts, ignore_index=True)[POINT_COLUMNS] if parts else pd.DataFrame(columns=POINT_COLUMNS)
 
 
@@ -93,14 +122,21 @@ def paper_fits(points: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFram
         depth = points[points["axis"] == "L"]
         shapes = sorted(set(zip(depth["x"].to_numpy(float).astype(int), depth["group"])))
         shown = ", ".join(f"L={x}, {group}" for x, group in shapes[:4]) or "no two differ in depth or width alone"
-        raise SpecboundError(f"the checkpoints vary neither depth L nor width N ({shown}): the paper's figure "
-                             f"needs checkpoints at two or more depths at one width, or two or more widths at one "
-                             f"depth; add checkpoints of other shapes")
+        raise SpecboundError(
+            f"the checkpoints vary neither depth L nor width N ({shown}): the paper's figure "
+            f"needs checkpoints at two or more depths at one width, or two or more widths at one "
+            f"depth; add checkpoints of other shapes"
+        )
     rows = []
     for axis in varying:
         for bound, part in points[points["axis"] == axis].groupby("bound", sort=False):
-            fit = loglog_fit(part["x"].to_numpy(float), None, part["group"].to_numpy(), confidence,
-                             log10_y=part["log10_value"].to_numpy(float))
+            fit = loglog_fit(
+                part["x"].to_numpy(float),
+                None,
+                part["group"].to_numpy(),
+                confidence,
+                log10_y=part["log10_value"].to_numpy(float),
+            )
             varied = part.groupby("group")["x"].nunique()
             if not fit["dof"] > 0:
                 name = AXIS_NAMES[axis]
@@ -108,9 +144,16 @@ def paper_fits(points: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFram
                     f"too few checkpoints to fit the growth in {name} with an interval: {fit['points']} usable "
                     f"value(s) of {bound} in {int((varied >= 2).sum())} group(s) varying in {axis} leave no degree "
                     f"of freedom; add a third {name.split()[0]} to a group (three or more {axis} values at one "
-                    f"{'N' if axis == 'L' else 'L'})")
-            rows.append({"axis": axis, "bound": bound, "groups": int((varied >= 2).sum()),
-                         **{k: fit[k] for k in ("slope", "ci_low", "ci_high", "points", "dof", "r2")}})
+                    f"{'N' if axis == 'L' else 'L'})"
+                )
+            rows.append(
+                {
+                    "axis": axis,
+                    "bound": bound,
+                    "groups": int((varied >= 2).sum()),
+                    **{k: fit[k] for k in ("slope", "ci_low", "ci_high", "points", "dof", "r2")},
+                }
+            )
     return pd.DataFrame(rows, columns=FIT_COLUMNS)
 
 
@@ -172,16 +215,28 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
             for gi, group in enumerate(groups):
                 mine = g == group
                 if mine.any():
-                    ax.plot(rows["x"].to_numpy(float)[mine], ratio[mine], linestyle="", alpha=0.5 if many else 0.85,
-                            marker="o" if many else MARKERS[gi], color=color, markersize=3.5 if many else 5,
-                            zorder=on_top)
+                    ax.plot(
+                        rows["x"].to_numpy(float)[mine],
+                        ratio[mine],
+                        linestyle="",
+                        alpha=0.5 if many else 0.85,
+                        marker="o" if many else MARKERS[gi],
+                        color=color,
+                        markersize=3.5 if many else 5,
+                        zorder=on_top,
+                    )
             line = np.geomspace(x_min, x_max, 50)
             ax.plot(line, (line / x_min) ** fit.slope, color=color, linewidth=1.8, zorder=on_top)
-            slopes.append((color, f"grows as {axis}^{fit.slope:.2f}, {confidence:.0%} interval "
-                                  f"[{fit.ci_low:.2f}, {fit.ci_high:.2f}]"))
+            slopes.append(
+                (
+                    color,
+                    f"grows as {axis}^{fit.slope:.2f}, {confidence:.0%} interval [{fit.ci_low:.2f}, {fit.ci_high:.2f}]",
+                )
+            )
         for i, (color, text) in enumerate(reversed(slopes)):  # the lower right: below growing data
-            ax.text(0.97, 0.03 + 0.065 * i, text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5,
-                    color=color)
+            ax.text(
+                0.97, 0.03 + 0.065 * i, text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5, color=color
+            )
         note_left_out(ax, left_out)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -195,15 +250,35 @@ def figure_paper(points: pd.DataFrame, fits: pd.DataFrame, *, title: str | None 
         ax.set_title(f"growth with {name} at fixed {held}", fontsize=9)
         style_grid(ax)
         if groups and not many:
-            ax.legend(handles=[Line2D([0], [0], color="dimgrey", marker=MARKERS[i], linestyle="", label=grp)
-                               for i, grp in enumerate(groups)], loc="upper left", frameon=False, fontsize=7,
-                      handletextpad=0.2)
+            ax.legend(
+                handles=[
+                    Line2D([0], [0], color="dimgrey", marker=MARKERS[i], linestyle="", label=grp)
+                    for i, grp in enumerate(groups)
+                ],
+                loc="upper left",
+                frameon=False,
+                fontsize=7,
+                handletextpad=0.2,
+            )
         elif groups:
-            ax.text(0.03, 0.97, f"{len(groups)} groups", transform=ax.transAxes, ha="left", va="top", fontsize=7,
-                    color="dimgrey")
+            ax.text(
+                0.03,
+                0.97,
+                f"{len(groups)} groups",
+                transform=ax.transAxes,
+                ha="left",
+                va="top",
+                fontsize=7,
+                color="dimgrey",
+            )
     bounds = list(dict.fromkeys(fits["bound"]))
-    fig.legend(handles=[Line2D([0], [0], color=bound_color(b), linewidth=1.8, label=bound_label(b)) for b in bounds],
-               loc="outside lower center", ncol=len(bounds), frameon=False, fontsize=8)
+    fig.legend(
+        handles=[Line2D([0], [0], color=bound_color(b), linewidth=1.8, label=bound_label(b)) for b in bounds],
+        loc="outside lower center",
+        ncol=len(bounds),
+        frameon=False,
+        fontsize=8,
+    )
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

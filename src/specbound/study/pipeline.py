@@ -75,11 +75,22 @@ class StudyResult:
     timing: dict = field(default_factory=dict)
 
 
-def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks: tuple[str, ...] = TASKS,
-              threads: int = 2, jobs: int | None = None, workers: int | None = None, scheduler: str | None = None,
-              seeds: tuple[int, ...] | None = None, reanalyze: bool = False, figures: bool = True,
-              bootstrap: int | None = None, command: str | None = None,
-              log: Callable[[str], None] | None = None) -> StudyResult:
+def run_study(
+    out: str | Path,
+    *,
+    grid: str | list[RunConfig] = "default",
+    tasks: tuple[str, ...] = TASKS,
+    threads: int = 2,
+    jobs: int | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    seeds: tuple[int, ...] | None = None,
+    reanalyze: bool = False,
+    figures: bool = True,
+    bootstrap: int | None = None,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> StudyResult:
     """Train the grid's missing runs, analyse them, and write the report into ``out``.
 
     Parameters
@@ -128,39 +139,63 @@ def run_study(out: str | Path, *, grid: str | list[RunConfig] = "default", tasks
     out.mkdir(parents=True, exist_ok=True)
     for tmp in remove_stale_temps(out):
         log(f"removed {tmp.name}: left by an interrupted run")
-    todo = [c for c in configs if reanalyze or not (is_trained(run_path(out, c))
-                                                   and (run_path(out, c) / "analysis.json").exists())]
+    todo = [
+        c
+        for c in configs
+        if reanalyze or not (is_trained(run_path(out, c)) and (run_path(out, c) / "analysis.json").exists())
+    ]
     todo.sort(key=lambda c: -c.cost)  # longest first: the pool finishes together
     if workers is not None or scheduler is not None:
         where = f"Dask scheduler {scheduler}" if scheduler else f"a local Dask cluster of {workers} workers"
-        log(f"study '{grid_name}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
-            f"on {where}")
+        log(
+            f"study '{grid_name}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
+            f"on {where}"
+        )
         outcomes = _execute_dask(todo, out, workers=workers, scheduler=scheduler, reanalyze=reanalyze, log=log)
         jobs_used = workers or 0
     else:
-        log(f"study '{grid_name}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
-            f"({jobs} worker process{'es' if jobs > 1 else ''} x {max(1, threads // jobs)} thread)")
+        log(
+            f"study '{grid_name}': {len(configs)} runs, {len(configs) - len(todo)} already done, {len(todo)} to do "
+            f"({jobs} worker process{'es' if jobs > 1 else ''} x {max(1, threads // jobs)} thread)"
+        )
         outcomes = _execute_all(todo, out, jobs=jobs, threads=max(1, threads // jobs), reanalyze=reanalyze, log=log)
         jobs_used = jobs
     failed = [o for o in outcomes if o.get("error")]
     if failed:
-        raise SpecboundError(f"{len(failed)} of {len(todo)} runs failed (first: {failed[0]['run']}: "
-                             f"{failed[0]['error']}); finished runs are kept, run the study again to retry")
+        raise SpecboundError(
+            f"{len(failed)} of {len(todo)} runs failed (first: {failed[0]['run']}: "
+            f"{failed[0]['error']}); finished runs are kept, run the study again to retry"
+        )
     seconds_runs = time.perf_counter() - start
     records = load_records(out, configs)
     runs, measures = runs_table(records)
     pstar = pstar_table(records)
-    timing = {"seconds": time.perf_counter() - start, "seconds_training_and_analysis": seconds_runs,
-              "trained": sum(o["trained"] for o in outcomes), "analysed": sum(o["analysed"] for o in outcomes),
-              "skipped": len(configs) - len(todo), "jobs": jobs_used, "threads": threads, "grid": grid_name,
-              "tasks": sorted({c.task for c in configs}), "bootstrap": bootstrap,
-              "dask": scheduler or (f"LocalCluster({workers})" if workers else None)}
-    return _analyse_and_report(out, runs, measures, pstar, timing=timing, start=start, figures=figures,
-                               command=command, log=log)
+    timing = {
+        "seconds": time.perf_counter() - start,
+        "seconds_training_and_analysis": seconds_runs,
+        "trained": sum(o["trained"] for o in outcomes),
+        "analysed": sum(o["analysed"] for o in outcomes),
+        "skipped": len(configs) - len(todo),
+        "jobs": jobs_used,
+        "threads": threads,
+        "grid": grid_name,
+        "tasks": sorted({c.task for c in configs}),
+        "bootstrap": bootstrap,
+        "dask": scheduler or (f"LocalCluster({workers})" if workers else None),
+    }
+    return _analyse_and_report(
+        out, runs, measures, pstar, timing=timing, start=start, figures=figures, command=command, log=log
+    )
 
 
-def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool = True, command: str | None = None,
-                 log: Callable[[str], None] | None = None) -> StudyResult:
+def report_study(
+    out: str | Path,
+    *,
+    bootstrap: int | None = None,
+    figures: bool = True,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> StudyResult:
     """Rebuild a study's statistics and report from its stored ``runs.csv`` (and ``pstar.csv`` when
     present) alone: no run folder is read, nothing is trained or analysed.  For a study folder whose
     ``runs/`` is gone (a published one, such as docs/study-default/), or to re-report after a change
@@ -171,8 +206,10 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     path = out / "runs.csv"
     if not path.is_file():
-        raise SpecboundError(f"no {path}: --report-only rebuilds the report of a study folder that holds runs.csv; "
-                             f"run `specbound study --out {out}` first")
+        raise SpecboundError(
+            f"no {path}: --report-only rebuilds the report of a study folder that holds runs.csv; "
+            f"run `specbound study --out {out}` first"
+        )
     start = time.perf_counter()
     runs = pd.read_csv(path)
     missing = [c for c in ("run", "key", "task", *HPARAMS, "seed", "max_steps", *METRICS) if c not in runs.columns]
@@ -185,11 +222,23 @@ def report_study(out: str | Path, *, bootstrap: int | None = None, figures: bool
     pstar = pstar.rename(columns={"log10_alpha": "log10_downstream_factor"})  # written before the rename
     grid = _grid_of(runs)
     log(f"re-reporting {len(runs)} runs from {path}" + ("" if len(pstar) else " (no pstar.csv: no p* table)"))
-    timing = {"seconds": 0.0, "seconds_training_and_analysis": 0.0, "trained": 0, "analysed": 0, "skipped": len(runs),
-              "jobs": 0, "threads": 1, "grid": grid, "tasks": sorted(runs["task"].unique()), "bootstrap": bootstrap,
-              "dask": None, "reported_from": "runs.csv" + (" and pstar.csv" if len(pstar) else "")}
-    return _analyse_and_report(out, runs, measures, pstar, timing=timing, start=start, figures=figures,
-                               command=command, log=log)
+    timing = {
+        "seconds": 0.0,
+        "seconds_training_and_analysis": 0.0,
+        "trained": 0,
+        "analysed": 0,
+        "skipped": len(runs),
+        "jobs": 0,
+        "threads": 1,
+        "grid": grid,
+        "tasks": sorted(runs["task"].unique()),
+        "bootstrap": bootstrap,
+        "dask": None,
+        "reported_from": "runs.csv" + (" and pstar.csv" if len(pstar) else ""),
+    }
+    return _analyse_and_report(
+        out, runs, measures, pstar, timing=timing, start=start, figures=figures, command=command, log=log
+    )
 
 
 def _grid_of(runs: pd.DataFrame) -> str:
@@ -201,29 +250,44 @@ def _grid_of(runs: pd.DataFrame) -> str:
     return "custom (as recorded in runs.csv)"
 
 
-def _analyse_and_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, pstar: pd.DataFrame, *, timing: dict,
-                        start: float, figures: bool, command: str | None, log) -> StudyResult:
+def _analyse_and_report(
+    out: Path,
+    runs: pd.DataFrame,
+    measures: pd.DataFrame,
+    pstar: pd.DataFrame,
+    *,
+    timing: dict,
+    start: float,
+    figures: bool,
+    command: str | None,
+    log,
+) -> StudyResult:
     """Clusters over every run, then correlations and growth exponents over the runs that met the
     criterion, then the report files."""
     bootstrap = timing["bootstrap"]
     base, cluster = clusters(runs)
     runs = runs.assign(base=base, cluster=cluster)
     converged = runs[runs["converged"].astype(bool)]
-    log(f"{len(converged)} of {len(runs)} runs met the training criterion; correlating those "
-        f"({bootstrap} bootstrap replicates over {len(set(converged['cluster']))} clusters)")
+    log(
+        f"{len(converged)} of {len(runs)} runs met the training criterion; correlating those "
+        f"({bootstrap} bootstrap replicates over {len(set(converged['cluster']))} clusters)"
+    )
     if len(converged):
-        corr = correlations(converged, measures, gaps=GAPS, bootstrap=bootstrap,
-                            bootstrap_k=min(bootstrap, BOOTSTRAP_K))
+        corr = correlations(
+            converged, measures, gaps=GAPS, bootstrap=bootstrap, bootstrap_k=min(bootstrap, BOOTSTRAP_K)
+        )
         bounds = measures.loc[measures["kind"] == "complexity", "column"].tolist()
         scaling = scaling_slopes(converged, bounds, bootstrap=bootstrap)
     else:  # nothing to correlate: the report still lists every run and why it is excluded
         corr = pd.DataFrame(columns=CORRELATION_COLUMNS)
         scaling = pd.DataFrame(columns=SCALING_COLUMNS)
-    files = write_report(out, runs, measures, corr, pstar, scaling=scaling, timing=timing, command=command,
-                         figures=figures)
+    files = write_report(
+        out, runs, measures, corr, pstar, scaling=scaling, timing=timing, command=command, figures=figures
+    )
     timing["seconds"] = time.perf_counter() - start
-    return StudyResult(runs=runs, measures=measures, correlations=corr, pstar=pstar, scaling=scaling, files=files,
-                       timing=timing)
+    return StudyResult(
+        runs=runs, measures=measures, correlations=corr, pstar=pstar, scaling=scaling, files=files, timing=timing
+    )
 
 
 def _execute_dask(todo: list[RunConfig], out: Path, *, workers, scheduler, reanalyze: bool, log) -> list[dict]:
@@ -237,14 +301,21 @@ def _execute_dask(todo: list[RunConfig], out: Path, *, workers, scheduler, reana
         from dask.distributed import as_completed
 
         client.run(_init_worker, 1)  # one torch/BLAS thread per worker process, as the local pool
-        futures = {client.submit(_execute, c, str(out.resolve()), reanalyze, pure=False,
-                                 key=f"specbound-study-{c.name}"): c for c in todo}
+        futures = {
+            client.submit(_execute, c, str(out.resolve()), reanalyze, pure=False, key=f"specbound-study-{c.name}"): c
+            for c in todo
+        }
         for i, future in enumerate(as_completed(list(futures)), 1):
             try:
                 outcome = future.result()
             except Exception as exc:  # KilledWorker and the like: the run failed, the others go on
-                outcome = {"run": futures[future].name, "trained": False, "analysed": False,
-                           "error": f"{type(exc).__name__}: {exc}", "seconds": 0.0}
+                outcome = {
+                    "run": futures[future].name,
+                    "trained": False,
+                    "analysed": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "seconds": 0.0,
+                }
             outcomes.append(outcome)
             log(f"[{i}/{len(todo)}] {_describe(futures[future])}: {_outcome_text(outcome)}")
     return outcomes
@@ -255,8 +326,9 @@ def _execute_all(todo: list[RunConfig], out: Path, *, jobs: int, threads: int, r
         return []
     outcomes = []
     ctx = get_context("spawn")  # never fork a process that may hold threads
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker,
-                             initargs=(threads,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=_init_worker, initargs=(threads,)
+    ) as pool:
         futures = {pool.submit(_execute, c, str(out), reanalyze): c for c in todo}
         for i, future in enumerate(as_completed(futures), 1):
             outcome = future.result()
@@ -290,14 +362,17 @@ def _execute(config: RunConfig, out: str, reanalyze: bool) -> dict:
     outcome["seconds"] = time.perf_counter() - start
     if outcome["trained"]:
         metrics = json.loads((run_path(Path(out), config) / "metrics.json").read_text())
-        outcome.update({k: metrics[k] for k in ("train_error", "test_error", "error_gap", "converged", "steps",
-                                                "cpu_seconds")})
+        outcome.update(
+            {k: metrics[k] for k in ("train_error", "test_error", "error_gap", "converged", "steps", "cpu_seconds")}
+        )
     return outcome
 
 
 def _describe(c: RunConfig) -> str:
-    return (f"{c.task} depth={c.depth} width={c.width} n={c.train_size} lr={c.lr:g} batch={c.batch_size} "
-            f"wd={c.weight_decay:g} dropout={c.dropout:g} seed={c.seed}")
+    return (
+        f"{c.task} depth={c.depth} width={c.width} n={c.train_size} lr={c.lr:g} batch={c.batch_size} "
+        f"wd={c.weight_decay:g} dropout={c.dropout:g} seed={c.seed}"
+    )
 
 
 def _outcome_text(o: dict) -> str:
@@ -306,6 +381,8 @@ def _outcome_text(o: dict) -> str:
     done = "trained and analysed" if o["trained"] else ("analysed" if o["analysed"] else "already done")
     text = f"{done} in {o['seconds']:.1f} s"
     if "error_gap" in o:
-        text += (f" ({o['steps']} steps, {'met the criterion' if o['converged'] else 'MISSED the criterion'}; "
-                 f"train error {o['train_error']:.3f}, test error {o['test_error']:.3f}, {o['cpu_seconds']:.0f} CPU s)")
+        text += (
+            f" ({o['steps']} steps, {'met the criterion' if o['converged'] else 'MISSED the criterion'}; "
+            f"train error {o['train_error']:.3f}, test error {o['test_error']:.3f}, {o['cpu_seconds']:.0f} CPU s)"
+        )
     return text

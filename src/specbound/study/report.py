@@ -35,10 +35,25 @@ from .grid import HPARAMS
 from .scaling import SCALING_AXES, axis_groups
 from .table import PRIMARY_GAP
 
-HPARAM_LABELS = {"depth": "depth", "width": "width", "train_size": "n", "lr": "lr", "batch_size": "batch",
-                 "weight_decay": "wd", "dropout": "dropout"}
-HEADLINE = ("spectral_adaptive", "edelman", "bft", "spectral_product", "frobenius_product",
-            "gap:spectral_adaptive", "pacbayes_flatness", "inverse_margin")
+HPARAM_LABELS = {
+    "depth": "depth",
+    "width": "width",
+    "train_size": "n",
+    "lr": "lr",
+    "batch_size": "batch",
+    "weight_decay": "wd",
+    "dropout": "dropout",
+}
+HEADLINE = (
+    "spectral_adaptive",
+    "edelman",
+    "bft",
+    "spectral_product",
+    "frobenius_product",
+    "gap:spectral_adaptive",
+    "pacbayes_flatness",
+    "inverse_margin",
+)
 # the scaling figure's bounds: the paper's two, the norm products, and the parameter count (pure counting)
 SCALING_FIGURE = ("spectral_adaptive", "edelman", "bft", "spectral_product", "frobenius_product", "param_count")
 
@@ -59,6 +74,7 @@ def _ci(v, lo, hi, signed: bool = True) -> str:
 
 # --- tables ---------------------------------------------------------------------------------------
 
+
 def _lookup(corr: pd.DataFrame, gap: str) -> dict:
     sub = corr[corr["gap"] == gap]
     return {(r.measure, r.scope, r.statistic): r for r in sub.itertuples()}
@@ -71,8 +87,13 @@ def task_table(corr: pd.DataFrame, measures: pd.DataFrame, task: str, gap: str =
     rows = []
     for m in measures.itertuples():
         row = {"measure": m.column, "kind": m.kind}
-        for stat, label in (("overall", "tau"), ("Psi", "Psi"), ("K", "K"), ("sign_error_max", "robust sign-error"),
-                            ("sign_error_mean", "mean sign-error")):
+        for stat, label in (
+            ("overall", "tau"),
+            ("Psi", "Psi"),
+            ("K", "K"),
+            ("sign_error_max", "robust sign-error"),
+            ("sign_error_mean", "mean sign-error"),
+        ):
             r = get.get((m.column, task, stat))
             row[label] = _ci(r.value, r.value_lo, r.value_hi, stat in ("overall", "Psi")) if r is not None else "n/a"
         r = get.get((m.column, task, "sign_error_max"))
@@ -125,9 +146,15 @@ def vacuity_table(runs: pd.DataFrame, measures: pd.DataFrame) -> pd.DataFrame:
         flag = m.column.replace("gap:", "vacuous:", 1)
         values = runs[m.column]
         vacuous = runs[flag].fillna(True).astype(bool) if flag in runs else pd.Series(True, index=runs.index)
-        rows.append({"gap bound": m.column, "vacuous in": f"{int(vacuous.sum())}/{len(runs)} runs",
-                     "min": float(values.min()), "median": float(values.median()),
-                     "median bound / gap": float((values[positive] / runs.loc[positive, PRIMARY_GAP]).median())})
+        rows.append(
+            {
+                "gap bound": m.column,
+                "vacuous in": f"{int(vacuous.sum())}/{len(runs)} runs",
+                "min": float(values.min()),
+                "median": float(values.median()),
+                "median bound / gap": float((values[positive] / runs.loc[positive, PRIMARY_GAP]).median()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -155,7 +182,12 @@ def task_summary(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task, sub in runs.groupby("task"):
         ok = _converged(sub)
-        row = {"task": task, "runs": len(sub), "met the criterion": len(ok), "test examples": int(sub["n_test"].iloc[0])}
+        row = {
+            "task": task,
+            "runs": len(sub),
+            "met the criterion": len(ok),
+            "test examples": int(sub["n_test"].iloc[0]),
+        }
         for col in ("steps", "train_error", "test_error", "error_gap", "margin", "row_norm_max"):
             v = ok[col] if len(ok) else sub[col]
             row[col + " (min / median / max)"] = f"{v.min():.3g} / {v.median():.3g} / {v.max():.3g}"
@@ -202,8 +234,13 @@ def pstar_summary(pstar: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.D
     return table.reset_index()
 
 
-PSTAR_BINS = ((0.0, 0.0, "0 (rank)"), (0.0, 0.5, "(0, 1/2]"), (0.5, 1.0, "(1/2, 1]"), (1.0, 2.0 - 1e-12, "(1, 2)"),
-              (2.0 - 1e-12, math.inf, "2"))
+PSTAR_BINS = (
+    (0.0, 0.0, "0 (rank)"),
+    (0.0, 0.5, "(0, 1/2]"),
+    (0.5, 1.0, "(1/2, 1]"),
+    (1.0, 2.0 - 1e-12, "(1, 2)"),
+    (2.0 - 1e-12, math.inf, "2"),
+)
 
 
 def pstar_bin(p: np.ndarray) -> np.ndarray:
@@ -233,6 +270,7 @@ def markdown(df: pd.DataFrame) -> str:
 
 # --- figures --------------------------------------------------------------------------------------
 
+
 def _save(fig, path: Path, dpi: int = PRINT_DPI) -> Path:
     """``path`` (PNG) and the PDF beside it, in the one figure style; the pyplot figure is closed."""
     import matplotlib.pyplot as plt
@@ -242,8 +280,16 @@ def _save(fig, path: Path, dpi: int = PRINT_DPI) -> Path:
     return path
 
 
-def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, title: str, gap: str = PRIMARY_GAP,
-                     ncols: int = 4, panel_size: tuple[float, float] = (1.9, 1.75)) -> Path:
+def plot_against_gap(
+    runs: pd.DataFrame,
+    columns: list[str],
+    path: Path,
+    *,
+    title: str,
+    gap: str = PRIMARY_GAP,
+    ncols: int = 4,
+    panel_size: tuple[float, float] = (1.9, 1.75),
+) -> Path:
     """One panel per measure: log10 of its value (the value itself if not all positive) against the
     measured gap over one task's runs that met the criterion, coloured by depth; the title carries
     Kendall's tau.  Gap bounds get a dashed line at 1 (vacuous to the right)."""
@@ -253,8 +299,9 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, titl
     import matplotlib.pyplot as plt
 
     nrows = max(1, math.ceil(len(columns) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(min(panel_size[0] * ncols, MAX_WIDTH), panel_size[1] * nrows + 0.9),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(min(panel_size[0] * ncols, MAX_WIDTH), panel_size[1] * nrows + 0.9), squeeze=False
+    )
     depths = sorted(runs["depth"].unique())
     cmap = plt.get_cmap("viridis")
     colours = {d: cmap(i / max(len(depths) - 1, 1) * 0.9) for i, d in enumerate(depths)}
@@ -272,7 +319,7 @@ def plot_against_gap(runs: pd.DataFrame, columns: list[str], path: Path, *, titl
         ax.set_xlabel("log10 value" if positive else "value", fontsize=6, labelpad=1)
         ax.set_ylabel(gap.replace("_", " "), fontsize=6, labelpad=1)
         ax.tick_params(labelsize=6)
-    for ax in list(axes.flat)[len(columns):]:
+    for ax in list(axes.flat)[len(columns) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
@@ -302,8 +349,16 @@ def plot_psi(corr: pd.DataFrame, measures: list[str], path: Path, *, gap: str = 
             err = np.vstack([np.where(np.isnan(lo), 0, v - lo), np.where(np.isnan(hi), 0, hi - v)])
             ax.errorbar(x, v, yerr=err, fmt="o", ms=2.5, lw=0.8, color=cmap(k % 10), label=m)
         if not np.isfinite(sub.loc[sub["scope"] == scope, "value"].to_numpy(dtype=float)).any():
-            ax.text(0.5, 0.5, "no group of runs that met the criterion could be ranked", transform=ax.transAxes,
-                    ha="center", va="center", fontsize=7, color="grey")
+            ax.text(
+                0.5,
+                0.5,
+                "no group of runs that met the criterion could be ranked",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="grey",
+            )
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_ylim(-1.05, 1.05)
         ax.set_ylabel(rf"$\psi$ ({scope})", fontsize=7)
@@ -312,7 +367,11 @@ def plot_psi(corr: pd.DataFrame, measures: list[str], path: Path, *, gap: str = 
     axes[-1, 0].set_xlim(-0.5, len(HPARAMS) - 0.5)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=6, frameon=False)
-    fig.suptitle(rf"granulated Kendall $\tau$ ($\psi$) against the {gap.replace('_', ' ')}, 95% bootstrap intervals over clusters", fontsize=8)
+    fig.suptitle(
+        rf"granulated Kendall $\tau$ ($\psi$) against the {gap.replace('_', ' ')}, 95% bootstrap intervals over "
+        rf"clusters",
+        fontsize=8,
+    )
     height = fig.get_figheight()
     fig.subplots_adjust(left=0.09, right=0.99, top=1 - 0.35 / height, bottom=0.75 / height, hspace=0.15)
     return _save(fig, path)
@@ -332,8 +391,9 @@ def plot_pstar(pstar: pd.DataFrame, path: Path, runs: pd.DataFrame | None = None
     values = [label for _, _, label in PSTAR_BINS]
     cmap = plt.get_cmap("plasma")
     colours = {p: cmap(i / max(len(values) - 1, 1) * 0.9) for i, p in enumerate(values)}
-    fig, axes = plt.subplots(1, len(tasks), figsize=(min(max(2.4 * len(tasks), 5.0), MAX_WIDTH), 2.8), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(min(max(2.4 * len(tasks), 5.0), MAX_WIDTH), 2.8), squeeze=False, sharey=True
+    )
     for ax, task in zip(axes[0], tasks):
         t = ok[ok["task"] == task]
         bars = sorted(set(map(tuple, t[keys[1:]].to_numpy().tolist())))  # (base, depth) or (depth,)
@@ -375,7 +435,7 @@ def _spread(ends: dict, ax, gap: float = 0.07) -> dict:
         merged = False
         for i in range(len(blocks) - 1):
             if place(blocks[i])[-1] + step > place(blocks[i + 1])[0]:
-                blocks[i:i + 2] = [blocks[i] + blocks[i + 1]]
+                blocks[i : i + 2] = [blocks[i] + blocks[i + 1]]
                 merged = True
                 break
     return {b: (ends[b][0], y) for block in blocks for b, y in zip(block, place(block))}
@@ -398,11 +458,17 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     get = {(r.task, r.bound, r.axis): r.slope for r in scaling.itertuples()}
     colours = {b: bound_color(b) for b in bounds}
     # an axis along which no task has a group (a depth-only grid) gets no row of empty panels
-    drawn_axes = [a for a in SCALING_AXES
-                  if any((axis_groups(runs[runs["task"] == t].reset_index(drop=True), a) >= 0).any() for t in tasks)] \
-        or list(SCALING_AXES)
-    fig, axes = plt.subplots(len(drawn_axes), len(tasks),
-                             figsize=(min(max(2.45 * len(tasks), 5.0), MAX_WIDTH), 2.6 * len(drawn_axes)), squeeze=False)
+    drawn_axes = [
+        a
+        for a in SCALING_AXES
+        if any((axis_groups(runs[runs["task"] == t].reset_index(drop=True), a) >= 0).any() for t in tasks)
+    ] or list(SCALING_AXES)
+    fig, axes = plt.subplots(
+        len(drawn_axes),
+        len(tasks),
+        figsize=(min(max(2.45 * len(tasks), 5.0), MAX_WIDTH), 2.6 * len(drawn_axes)),
+        squeeze=False,
+    )
     for i, axis in enumerate(drawn_axes):
         for j, task in enumerate(tasks):
             ax = axes[i, j]
@@ -416,8 +482,16 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
                     x, v = rows[axis].to_numpy(dtype=float), rows[bound].to_numpy(dtype=float)
                     ok = np.isfinite(v) & (v > 0)
                     if ok.sum() >= 2:
-                        ax.plot(x[ok], v[ok] / v[ok][0], color=colours[bound], lw=0.5, alpha=0.4, marker="o", ms=1.5,
-                                zorder=2 + z)
+                        ax.plot(
+                            x[ok],
+                            v[ok] / v[ok][0],
+                            color=colours[bound],
+                            lw=0.5,
+                            alpha=0.4,
+                            marker="o",
+                            ms=1.5,
+                            zorder=2 + z,
+                        )
                 slope = get.get((task, bound, axis), math.nan)
                 if grid.size >= 2 and np.isfinite(slope):
                     ax.plot(grid, (grid / grid[0]) ** slope, color=colours[bound], lw=1.4, ls="--", zorder=20 + z)
@@ -426,8 +500,15 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
             ax.set_yscale("log")
             ax.yaxis.set_minor_formatter(NullFormatter())  # a panel spanning under a decade labels minor ticks
             for bound, (slope, y) in _spread(ends, ax).items():
-                ax.annotate(f"{slope:.1f}", (grid[-1], 10 ** y), fontsize=5, color=colours[bound], xytext=(2, 0),
-                            textcoords="offset points", va="center")
+                ax.annotate(
+                    f"{slope:.1f}",
+                    (grid[-1], 10**y),
+                    fontsize=5,
+                    color=colours[bound],
+                    xytext=(2, 0),
+                    textcoords="offset points",
+                    va="center",
+                )
             if grid.size:
                 ax.set_xticks(grid, [f"{v:g}" for v in grid])
                 ax.xaxis.set_minor_formatter(NullFormatter())
@@ -440,22 +521,44 @@ def plot_scaling(runs: pd.DataFrame, scaling: pd.DataFrame, bounds: list[str], p
     handles = [Line2D([], [], color=colours[b], lw=1.4, label=b) for b in bounds]
     wide = fig.get_figwidth() >= 6
     fig.legend(handles=handles, loc="lower center", ncol=min(len(bounds), 6 if wide else 3), fontsize=6, frameon=False)
-    fig.suptitle(f"each bound against {' and '.join(drawn_axes)}, trained runs, log-log\nthin: groups of runs differing "
-                 f"only in that axis; dashed: the median exponent (value at the right)", fontsize=7)
+    fig.suptitle(
+        f"each bound against {' and '.join(drawn_axes)}, trained runs, log-log\nthin: groups of runs differing "
+        f"only in that axis; dashed: the median exponent (value at the right)",
+        fontsize=7,
+    )
     one = len(drawn_axes) == 1
-    fig.subplots_adjust(left=0.12, right=0.96, top=0.78 if one else 0.89, bottom=(0.24 if one else 0.12) if wide
-                        else (0.3 if one else 0.15), wspace=0.35, hspace=0.45)
+    fig.subplots_adjust(
+        left=0.12,
+        right=0.96,
+        top=0.78 if one else 0.89,
+        bottom=(0.24 if one else 0.12) if wide else (0.3 if one else 0.15),
+        wspace=0.35,
+        hspace=0.45,
+    )
     return _save(fig, path)
 
 
 # --- the report -----------------------------------------------------------------------------------
 
-def write_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame, pstar: pd.DataFrame, *,
-                 timing: dict, scaling: pd.DataFrame | None = None, command: str | None = None,
-                 figures: bool = True) -> dict[str, Path]:
+
+def write_report(
+    out: Path,
+    runs: pd.DataFrame,
+    measures: pd.DataFrame,
+    corr: pd.DataFrame,
+    pstar: pd.DataFrame,
+    *,
+    timing: dict,
+    scaling: pd.DataFrame | None = None,
+    command: str | None = None,
+    figures: bool = True,
+) -> dict[str, Path]:
     out = Path(out)
-    scaling = pd.DataFrame(columns=["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "groups"]) \
-        if scaling is None else scaling
+    scaling = (
+        pd.DataFrame(columns=["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "groups"])
+        if scaling is None
+        else scaling
+    )
     names = ["runs.csv", "correlations.csv", "scaling.csv", "study.json", "report.md"]
     if len(pstar) or not timing.get("reported_from"):  # a re-report without pstar.csv writes none
         names.append("pstar.csv")
@@ -472,9 +575,12 @@ def write_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, corr: pd
         columns = [c for c in measures["column"] if not c.endswith("]") and c != "param_count"]
         for task, sub in ok.groupby("task"):
             files[f"bounds_vs_gap_{task}.png"] = plot_against_gap(
-                sub.reset_index(drop=True), columns, fig_dir / f"bounds_vs_gap_{task}.png",
+                sub.reset_index(drop=True),
+                columns,
+                fig_dir / f"bounds_vs_gap_{task}.png",
                 title=f"{task}: every bound, gap bound and reference predictor against the {PRIMARY_GAP} "
-                      f"({len(sub)} runs that met the criterion)")
+                f"({len(sub)} runs that met the criterion)",
+            )
         headline = [c for c in HEADLINE if c in set(measures["column"])]
         files["psi_per_axis.png"] = plot_psi(corr, headline, fig_dir / "psi_per_axis.png")
         drawn = [b for b in SCALING_FIGURE if b in set(scaling["bound"])]
@@ -482,23 +588,44 @@ def write_report(out: Path, runs: pd.DataFrame, measures: pd.DataFrame, corr: pd
             files["bounds_vs_depth_width.png"] = plot_scaling(ok, scaling, drawn, fig_dir / "bounds_vs_depth_width.png")
         if len(pstar):
             files["pstar_by_depth.png"] = plot_pstar(pstar, fig_dir / "pstar_by_depth.png", runs)
-    files["report.md"].write_text(format_report(runs, measures, corr, pstar, scaling=scaling, timing=timing,
-                                                command=command,
-                                                figures=[p.name for k, p in files.items() if k.endswith(".png")]))
+    files["report.md"].write_text(
+        format_report(
+            runs,
+            measures,
+            corr,
+            pstar,
+            scaling=scaling,
+            timing=timing,
+            command=command,
+            figures=[p.name for k, p in files.items() if k.endswith(".png")],
+        )
+    )
     return files
 
 
-def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame, pstar: pd.DataFrame, *,
-                  timing: dict, command: str | None, figures: list[str], scaling: pd.DataFrame | None = None) -> str:
+def format_report(
+    runs: pd.DataFrame,
+    measures: pd.DataFrame,
+    corr: pd.DataFrame,
+    pstar: pd.DataFrame,
+    *,
+    timing: dict,
+    command: str | None,
+    figures: list[str],
+    scaling: pd.DataFrame | None = None,
+) -> str:
     ok = _converged(runs)
     tasks = sorted(runs["task"].unique())
     n_clusters = ok["cluster"].nunique() if "cluster" in ok.columns else "n/a"
     if timing.get("reported_from"):
-        done = (f"rebuilt from the stored {timing['reported_from']} alone (no run folder read, nothing trained or "
-                f"analysed)")
+        done = (
+            f"rebuilt from the stored {timing['reported_from']} alone (no run folder read, nothing trained or analysed)"
+        )
     else:
-        done = (f"{timing['trained']} trained and {timing['analysed']} analysed now, {timing['skipped']} reused; "
-                f"{timing['seconds_training_and_analysis']:.0f} s of training and analysis in this invocation")
+        done = (
+            f"{timing['trained']} trained and {timing['analysed']} analysed now, {timing['skipped']} reused; "
+            f"{timing['seconds_training_and_analysis']:.0f} s of training and analysis in this invocation"
+        )
     parts = [
         "# Does the bound track generalization? Study report",
         "",
@@ -534,28 +661,51 @@ def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame
     missed = excluded_table(runs)
     parts += [markdown(missed) if len(missed) else "None: every run met it.", ""]
     for task in tasks:
-        parts += [f"## {task}: each measure against the error gap", "",
-                  markdown(task_table(corr, measures, task).drop(columns="kind")), "",
-                  f"### {task}: granulated psi per hyper-parameter", "",
-                  markdown(psi_table(corr, measures, task)), ""]
-    parts += ["## All tasks pooled (read the per-task tables first)", "",
-              markdown(pooled_table(corr, measures)), "",
-              "## Against the loss gap (test - train cross-entropy), per task", ""]
+        parts += [
+            f"## {task}: each measure against the error gap",
+            "",
+            markdown(task_table(corr, measures, task).drop(columns="kind")),
+            "",
+            f"### {task}: granulated psi per hyper-parameter",
+            "",
+            markdown(psi_table(corr, measures, task)),
+            "",
+        ]
+    parts += [
+        "## All tasks pooled (read the per-task tables first)",
+        "",
+        markdown(pooled_table(corr, measures)),
+        "",
+        "## Against the loss gap (test - train cross-entropy), per task",
+        "",
+    ]
     for task in tasks:
         t = task_table(corr, measures, task, "loss_gap")[["measure", "tau", "Psi", "K"]]
         parts += [f"### {task}", "", markdown(t), ""]
-    parts += ["## Are the gap bounds vacuous? (runs that met the criterion)", "",
-              markdown(vacuity_table(ok, measures)) if len(ok) else "No run met the criterion.", ""]
+    parts += [
+        "## Are the gap bounds vacuous? (runs that met the criterion)",
+        "",
+        markdown(vacuity_table(ok, measures)) if len(ok) else "No run met the criterion.",
+        "",
+    ]
     if scaling is not None and len(scaling):
         parts += scaling_section(scaling)
     parts += ["## p* along each base point's depth axis (matrices of runs that met the criterion)", ""]
     if len(pstar):
-        parts += ["Only the runs that differ from another run in depth alone, by base point: pooling every run "
-                  "of a depth would compare base points (in the one-at-a-time design most depth-2 runs belong "
-                  "to one base and most deeper ones to the other).", "", markdown(pstar_summary(pstar, runs)), ""]
+        parts += [
+            "Only the runs that differ from another run in depth alone, by base point: pooling every run "
+            "of a depth would compare base points (in the one-at-a-time design most depth-2 runs belong "
+            "to one base and most deeper ones to the other).",
+            "",
+            markdown(pstar_summary(pstar, runs)),
+            "",
+        ]
     else:
-        parts += ["No per-matrix table (`pstar.csv`) in this study folder, so no p* table: it is written by a "
-                  "study that analyses its runs.", ""]
+        parts += [
+            "No per-matrix table (`pstar.csv`) in this study folder, so no p* table: it is written by a "
+            "study that analyses its runs.",
+            "",
+        ]
     if figures:
         parts += ["## Figures", "", "PNG at 200 dpi; each also as PDF beside it (`figures/*.pdf`).", ""]
         parts += [f"![{name}](figures/{name})" for name in figures] + [""]
@@ -564,20 +714,26 @@ def format_report(runs: pd.DataFrame, measures: pd.DataFrame, corr: pd.DataFrame
 
 def scaling_section(scaling: pd.DataFrame) -> list[str]:
     """The report's growth-exponent section: the reading, then a table per axis."""
-    parts = ["## How each bound grows with depth and width (the paper's scaling claim, on trained runs)", "",
-             "Each entry: the median over groups of runs that differ only in that axis (same task, seed and every "
-             "other hyper-parameter) of the group's least-squares slope of log B on log depth (log width), with a "
-             "95% bootstrap interval over clusters and the number of groups; `all` pools every task's groups, "
-             "and `all, pooled within-group` is one least-squares slope over every group's runs at once with an "
-             "intercept per group (`scaling.csv`; the fit is `specbound scaling`'s, `report.scaling.group_slopes`). For contrast, "
-             "the same fit on random checkpoints of the BERT Miniatures' shapes: `specbound miniatures`, "
-             "`specbound sweep`, `specbound scaling --detail` (its `median over` rows; docs/study-results.md).", "",
-             "A slope is the growth rate of a complexity term in this grid's range, not a generalisation "
-             "guarantee: the bounds multiply it by log n / (margin sqrt n), and how it ranks the measured gaps is "
-             "the tables above. Where the adaptive bound chooses p* = 0 (the rank count) each matrix contributes "
-             "about sqrt(rank x N) (docs/bounds.md), so it grows like the number of matrices in depth and, for "
-             "full-rank matrices, like N in width, whatever the training did; the Edelman-style proxy multiplies "
-             "Lipschitz factors through the depth.", ""]
+    parts = [
+        "## How each bound grows with depth and width (the paper's scaling claim, on trained runs)",
+        "",
+        "Each entry: the median over groups of runs that differ only in that axis (same task, seed and every "
+        "other hyper-parameter) of the group's least-squares slope of log B on log depth (log width), with a "
+        "95% bootstrap interval over clusters and the number of groups; `all` pools every task's groups, "
+        "and `all, pooled within-group` is one least-squares slope over every group's runs at once with an "
+        "intercept per group (`scaling.csv`; the fit is `specbound scaling`'s, `report.scaling.group_slopes`). For "
+        "contrast, "
+        "the same fit on random checkpoints of the BERT Miniatures' shapes: `specbound miniatures`, "
+        "`specbound sweep`, `specbound scaling --detail` (its `median over` rows; docs/study-results.md).",
+        "",
+        "A slope is the growth rate of a complexity term in this grid's range, not a generalisation "
+        "guarantee: the bounds multiply it by log n / (margin sqrt n), and how it ranks the measured gaps is "
+        "the tables above. Where the adaptive bound chooses p* = 0 (the rank count) each matrix contributes "
+        "about sqrt(rank x N) (docs/bounds.md), so it grows like the number of matrices in depth and, for "
+        "full-rank matrices, like N in width, whatever the training did; the Edelman-style proxy multiplies "
+        "Lipschitz factors through the depth.",
+        "",
+    ]
     for axis in ("depth", "width"):
         table = scaling_summary(scaling, axis)
         if len(table):
@@ -591,24 +747,34 @@ def format_study(result) -> str:
     runs, measures, corr, timing = result.runs, result.measures, result.correlations, result.timing
     ok = _converged(runs)
     head = measures[measures["column"].isin(HEADLINE)]
-    lines = [f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
-             f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded"]
+    lines = [
+        f"study '{timing['grid']}': {len(runs)} runs ({timing['trained']} trained now, {timing['skipped']} reused) "
+        f"in {timing['seconds']:.0f} s; {len(ok)} met the training criterion, {len(runs) - len(ok)} excluded"
+    ]
     if timing["grid"] == "quick":  # too few runs per task for its correlations to mean anything
-        lines.append("a smoke test: the quick grid checks that training, analysis and statistics run; with this few "
-                     "runs per task its correlations say nothing (the default grid: specbound study)")
+        lines.append(
+            "a smoke test: the quick grid checks that training, analysis and statistics run; with this few "
+            "runs per task its correlations say nothing (the default grid: specbound study)"
+        )
     lines.append("")
     for task in sorted(runs["task"].unique()):
         table = task_table(corr, head, task)[["measure", "tau", "Psi", "K", "robust sign-error"]]
-        lines += [f"{task} (error gap, {int(ok['task'].eq(task).sum())} runs; 95% bootstrap intervals over "
-                  f"clusters):", table.to_string(index=False), ""]
+        lines += [
+            f"{task} (error gap, {int(ok['task'].eq(task).sum())} runs; 95% bootstrap intervals over clusters):",
+            table.to_string(index=False),
+            "",
+        ]
     scaling = getattr(result, "scaling", None)
     if scaling is not None and len(scaling):
         pooled = scaling[(scaling["task"] == "all") & scaling["bound"].isin(("spectral_adaptive", "edelman"))]
-        lines.append("growth exponents, all tasks (median over groups [95% interval], groups; pooled within-group fit):")
+        lines.append(
+            "growth exponents, all tasks (median over groups [95% interval], groups; pooled within-group fit):"
+        )
         for r in pooled.itertuples():
             extra = f"; pooled {_ci(r.pooled, r.pooled_lo, r.pooled_hi, signed=False)}" if hasattr(r, "pooled") else ""
-            lines.append(f"  {r.bound} in {r.axis}: {_ci(r.slope, r.slope_lo, r.slope_hi, signed=False)} ({r.groups})"
-                         + extra)
+            lines.append(
+                f"  {r.bound} in {r.axis}: {_ci(r.slope, r.slope_lo, r.slope_hi, signed=False)} ({r.groups})" + extra
+            )
         lines.append("")
     lines.append("report: " + str(result.files.get("report.md", "")))
     return "\n".join(lines)

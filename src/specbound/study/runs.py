@@ -47,6 +47,7 @@ def is_trained(path: Path) -> bool:
 
 def write_json_atomic(path: Path, doc: dict) -> None:
     """``json.dump`` to a temp file in the same folder, then rename: never a half file."""
+
     def dump(tmp: str) -> None:
         with open(tmp, "w") as f:
             json.dump(doc, f, indent=1, allow_nan=True)
@@ -72,9 +73,17 @@ def train_and_record(config: RunConfig, root: Path) -> bool:
     tmp.mkdir()
     try:
         start = time.perf_counter()
-        (tmp / "config.json").write_text(json.dumps(
-            {"key": config.key, "study_version": STUDY_VERSION, "specbound_version": __version__,
-             "config": config.to_dict()}, indent=1))
+        (tmp / "config.json").write_text(
+            json.dumps(
+                {
+                    "key": config.key,
+                    "study_version": STUDY_VERSION,
+                    "specbound_version": __version__,
+                    "config": config.to_dict(),
+                },
+                indent=1,
+            )
+        )
         metrics = train_run(config, load_task(config.task), tmp)
         metrics["run_seconds"] = time.perf_counter() - start
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1))
@@ -116,8 +125,13 @@ def load_record(path: Path) -> dict:
     metrics = json.loads((path / "metrics.json").read_text())
     analysis_file = path / "analysis.json"
     analysis = json.loads(analysis_file.read_text()) if analysis_file.exists() else None
-    return {"path": str(path), "key": config["key"], "config": config["config"], "metrics": metrics,
-            "analysis": analysis}
+    return {
+        "path": str(path),
+        "key": config["key"],
+        "config": config["config"],
+        "metrics": metrics,
+        "analysis": analysis,
+    }
 
 
 def load_records(root: Path, configs: list[RunConfig] | None = None) -> list[dict]:
@@ -129,6 +143,7 @@ def load_records(root: Path, configs: list[RunConfig] | None = None) -> list[dic
         paths = [run_path(root, c) for c in configs]
         missing = [p.name for p in paths if not is_trained(p)]
         if missing:
-            raise SpecboundError(f"{len(missing)} runs have no record under {runs} (e.g. {missing[0]}); "
-                                 f"run the study to train them")
+            raise SpecboundError(
+                f"{len(missing)} runs have no record under {runs} (e.g. {missing[0]}); run the study to train them"
+            )
     return [load_record(p) for p in paths]

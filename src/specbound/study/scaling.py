@@ -35,8 +35,19 @@ from .correlate import LEVEL, cluster_draws, clusters, groups_differing_in
 from .grid import HPARAMS
 
 SCALING_AXES = ("depth", "width")
-SCALING_COLUMNS = ["task", "bound", "axis", "slope", "slope_lo", "slope_hi", "pooled", "pooled_lo", "pooled_hi",
-                   "groups", "clusters"]
+SCALING_COLUMNS = [
+    "task",
+    "bound",
+    "axis",
+    "slope",
+    "slope_lo",
+    "slope_hi",
+    "pooled",
+    "pooled_lo",
+    "pooled_hi",
+    "groups",
+    "clusters",
+]
 
 
 def axis_groups(runs: pd.DataFrame, axis: str, hparams: tuple[str, ...] = HPARAMS) -> np.ndarray:
@@ -56,12 +67,19 @@ def slopes_by_group(runs: pd.DataFrame, bound: str, axis: str, hparams: tuple[st
     inside = label >= 0
     if not inside.any():
         return pd.DataFrame(columns=["task", "cluster", "group", "runs", "slope"])
-    levels, slopes = group_slopes(runs.loc[inside, axis].to_numpy(float), runs.loc[inside, bound].to_numpy(float),
-                                  label[inside])
+    levels, slopes = group_slopes(
+        runs.loc[inside, axis].to_numpy(float), runs.loc[inside, bound].to_numpy(float), label[inside]
+    )
     first = {k: int(np.flatnonzero(label == k)[0]) for k in levels}
-    return pd.DataFrame({"task": [runs["task"].iloc[first[k]] for k in levels],
-                         "cluster": [runs["cluster"].iloc[first[k]] for k in levels],
-                         "group": levels, "runs": [int((label == k).sum()) for k in levels], "slope": slopes})
+    return pd.DataFrame(
+        {
+            "task": [runs["task"].iloc[first[k]] for k in levels],
+            "cluster": [runs["cluster"].iloc[first[k]] for k in levels],
+            "group": levels,
+            "runs": [int((label == k).sum()) for k in levels],
+            "slope": slopes,
+        }
+    )
 
 
 def median_with_interval(slopes: pd.DataFrame, bootstrap: int, rng) -> tuple[float, float, float, int]:
@@ -74,7 +92,7 @@ def median_with_interval(slopes: pd.DataFrame, bootstrap: int, rng) -> tuple[flo
     codes, draws = cluster_draws(ok["cluster"].to_numpy(), ok["task"].to_numpy(), bootstrap, rng)
     n_clusters = int(codes.max()) + 1
     samples = [np.median(np.repeat(values, np.bincount(d, minlength=n_clusters)[codes])) for d in draws]
-    lo, hi = (np.quantile(samples, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]) if samples else (math.nan, math.nan))
+    lo, hi = np.quantile(samples, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]) if samples else (math.nan, math.nan)
     return float(np.median(values)), float(lo), float(hi), n_clusters
 
 
@@ -91,8 +109,15 @@ def within_group_logs(runs: pd.DataFrame, bound: str, axis: str, hparams: tuple[
         y = sub[bound].to_numpy(float)
         with np.errstate(divide="ignore", invalid="ignore"):
             ok = (label >= 0) & (x > 0) & np.isfinite(y) & (y > 0)
-        frame = pd.DataFrame({"task": task, "cluster": sub["cluster"].to_numpy()[ok], "group": label[ok],
-                              "lx": np.log(x[ok]), "ly": np.log(y[ok])})
+        frame = pd.DataFrame(
+            {
+                "task": task,
+                "cluster": sub["cluster"].to_numpy()[ok],
+                "group": label[ok],
+                "lx": np.log(x[ok]),
+                "ly": np.log(y[ok]),
+            }
+        )
         frame = frame[frame.groupby("group")["lx"].transform(np.ptp) > 0]
         frame["dx"] = frame["lx"] - frame.groupby("group")["lx"].transform("mean")
         frame["dy"] = frame["ly"] - frame.groupby("group")["ly"].transform("mean")
@@ -116,12 +141,19 @@ def pooled_with_interval(logs: pd.DataFrame, bootstrap: int, rng) -> tuple[float
         den = float(w @ (dx * dx))
         if den > 0:
             samples.append(float(w @ (dx * dy)) / den)
-    lo, hi = (np.quantile(samples, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]) if samples else (math.nan, math.nan))
+    lo, hi = np.quantile(samples, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]) if samples else (math.nan, math.nan)
     return slope, float(lo), float(hi)
 
 
-def scaling_slopes(runs: pd.DataFrame, bounds: list[str], *, axes: tuple[str, ...] = SCALING_AXES,
-                   hparams: tuple[str, ...] = HPARAMS, bootstrap: int = 200, seed: int = 0) -> pd.DataFrame:
+def scaling_slopes(
+    runs: pd.DataFrame,
+    bounds: list[str],
+    *,
+    axes: tuple[str, ...] = SCALING_AXES,
+    hparams: tuple[str, ...] = HPARAMS,
+    bootstrap: int = 200,
+    seed: int = 0,
+) -> pd.DataFrame:
     """The table ``scaling.csv``: :data:`SCALING_COLUMNS`, one row per task (and ``all``), bound and
     axis.  ``groups``: groups with a finite slope; ``clusters``: the clusters they fall in.
 
@@ -135,15 +167,29 @@ def scaling_slopes(runs: pd.DataFrame, bounds: list[str], *, axes: tuple[str, ..
     rows = []
     for axis in axes:
         for bound in bounds:
-            per_task = {task: slopes_by_group(sub, bound, axis, hparams) for task, sub in runs.groupby("task", sort=True)}
+            per_task = {
+                task: slopes_by_group(sub, bound, axis, hparams) for task, sub in runs.groupby("task", sort=True)
+            }
             logs = within_group_logs(runs, bound, axis, hparams)
             scopes = list(per_task.items()) + [("all", pd.concat(per_task.values(), ignore_index=True))]
             for scope, slopes in scopes:
                 slope, lo, hi, n_clusters = median_with_interval(slopes, bootstrap, rng)
-                pooled, p_lo, p_hi = pooled_with_interval(logs if scope == "all" else logs[logs["task"] == scope],
-                                                          bootstrap, rng)
-                rows.append({"task": scope, "bound": bound, "axis": axis, "slope": slope, "slope_lo": lo,
-                             "slope_hi": hi, "pooled": pooled, "pooled_lo": p_lo, "pooled_hi": p_hi,
-                             "groups": int(np.isfinite(slopes["slope"].to_numpy(float)).sum()),
-                             "clusters": n_clusters})
+                pooled, p_lo, p_hi = pooled_with_interval(
+                    logs if scope == "all" else logs[logs["task"] == scope], bootstrap, rng
+                )
+                rows.append(
+                    {
+                        "task": scope,
+                        "bound": bound,
+                        "axis": axis,
+                        "slope": slope,
+                        "slope_lo": lo,
+                        "slope_hi": hi,
+                        "pooled": pooled,
+                        "pooled_lo": p_lo,
+                        "pooled_hi": p_hi,
+                        "groups": int(np.isfinite(slopes["slope"].to_numpy(float)).sum()),
+                        "clusters": n_clusters,
+                    }
+                )
     return pd.DataFrame(rows, columns=SCALING_COLUMNS)

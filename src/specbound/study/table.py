@@ -27,10 +27,33 @@ GAPS = ("error_gap", "loss_gap")
 PRIMARY_GAP = "error_gap"
 MEASURE_KINDS = ("complexity", "from_init", "gap_bound", "gap_bound_from_init", "reference")
 REFERENCE = ("pacbayes_flatness", "pacbayes_init", "inverse_margin")
-METRICS = ("converged", "train_loss", "test_loss", "train_error", "test_error", "error_gap", "loss_gap", "margin",
-           "margin_logit", "head_lipschitz", "row_norm_max", "row_norm_median", "train_ramp_loss", "sigma_flat",
-           "sigma_censored", "distance_from_init", "steps", "epochs", "parameters", "n_test", "train_seconds",
-           "eval_seconds", "flat_seconds", "cpu_seconds", "run_seconds")
+METRICS = (
+    "converged",
+    "train_loss",
+    "test_loss",
+    "train_error",
+    "test_error",
+    "error_gap",
+    "loss_gap",
+    "margin",
+    "margin_logit",
+    "head_lipschitz",
+    "row_norm_max",
+    "row_norm_median",
+    "train_ramp_loss",
+    "sigma_flat",
+    "sigma_censored",
+    "distance_from_init",
+    "steps",
+    "epochs",
+    "parameters",
+    "n_test",
+    "train_seconds",
+    "eval_seconds",
+    "flat_seconds",
+    "cpu_seconds",
+    "run_seconds",
+)
 INIT_SUFFIX = "[W-W0]"
 
 
@@ -43,9 +66,15 @@ def runs_table(records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
         if analysis is None:
             continue
         cfg, metrics = rec["config"], rec["metrics"]
-        row = {"run": rec["path"].rsplit("/", 1)[-1], "key": rec["key"], "task": cfg["task"],
-               **{h: cfg[h] for h in HPARAMS}, "seed": cfg["seed"], "max_steps": cfg["max_steps"],
-               **{m: metrics.get(m, math.nan) for m in METRICS}}
+        row = {
+            "run": rec["path"].rsplit("/", 1)[-1],
+            "key": rec["key"],
+            "task": cfg["task"],
+            **{h: cfg[h] for h in HPARAMS},
+            "seed": cfg["seed"],
+            "max_steps": cfg["max_steps"],
+            **{m: metrics.get(m, math.nan) for m in METRICS},
+        }
         values = {**analysis["bounds"], **analysis["adaptive_variants"], **analysis["baselines"]}
         for bound, value in values.items():
             _put(row, catalogue, bound, "complexity", bound, value)
@@ -61,8 +90,9 @@ def runs_table(records: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append(row)
     runs = pd.DataFrame(rows)
     order = {k: i for i, k in enumerate(MEASURE_KINDS)}
-    measures = pd.DataFrame([{"column": c, "kind": k, "bound": b} for c, (k, b) in catalogue.items()],
-                            columns=["column", "kind", "bound"])
+    measures = pd.DataFrame(
+        [{"column": c, "kind": k, "bound": b} for c, (k, b) in catalogue.items()], columns=["column", "kind", "bound"]
+    )
     if len(measures):
         measures = measures.sort_values("kind", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
     return runs, measures
@@ -80,15 +110,16 @@ def measures_from_columns(columns) -> pd.DataFrame:
             continue
         init = c.endswith(INIT_SUFFIX)
         if c.startswith("gap:"):
-            kind, bound = ("gap_bound_from_init" if init else "gap_bound"), c[len("gap:"):]
+            kind, bound = ("gap_bound_from_init" if init else "gap_bound"), c[len("gap:") :]
         elif c in REFERENCE:
             kind, bound = "reference", c
         else:
             kind, bound = ("from_init" if init else "complexity"), c
         catalogue[c] = (kind, bound[: -len(INIT_SUFFIX)] if init else bound)
     order = {k: i for i, k in enumerate(MEASURE_KINDS)}
-    measures = pd.DataFrame([{"column": c, "kind": k, "bound": b} for c, (k, b) in catalogue.items()],
-                            columns=["column", "kind", "bound"])
+    measures = pd.DataFrame(
+        [{"column": c, "kind": k, "bound": b} for c, (k, b) in catalogue.items()], columns=["column", "kind", "bound"]
+    )
     return measures.sort_values("kind", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
@@ -102,12 +133,21 @@ def pstar_table(records: list[dict]) -> pd.DataFrame:
             continue
         run = rec["path"].rsplit("/", 1)[-1]
         for m in rec["analysis"].get("matrices", []):
-            rows.append({"run": run, "task": rec["config"]["task"], "depth": rec["config"]["depth"],
-                         "converged": bool(rec["metrics"].get("converged", False)), "layer": m["layer"],
-                         "role": m["role"], "p_star": m["p_star"],
-                         "log10_downstream_factor": m.get("log10_downstream_factor", m.get("log10_alpha", math.nan))})
-    return pd.DataFrame(rows, columns=["run", "task", "depth", "converged", "layer", "role", "p_star",
-                                       "log10_downstream_factor"])
+            rows.append(
+                {
+                    "run": run,
+                    "task": rec["config"]["task"],
+                    "depth": rec["config"]["depth"],
+                    "converged": bool(rec["metrics"].get("converged", False)),
+                    "layer": m["layer"],
+                    "role": m["role"],
+                    "p_star": m["p_star"],
+                    "log10_downstream_factor": m.get("log10_downstream_factor", m.get("log10_alpha", math.nan)),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=["run", "task", "depth", "converged", "layer", "role", "p_star", "log10_downstream_factor"]
+    )
 
 
 def _put(row: dict, catalogue: dict, column: str, kind: str, bound: str, value) -> None:

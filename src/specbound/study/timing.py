@@ -49,21 +49,31 @@ def estimate_runs(measured: pd.DataFrame, configs: list) -> pd.DataFrame:
         depth = ref["depth"].to_numpy(dtype=float)
         cpu = ref["cpu_seconds"].to_numpy(dtype=float)
         per_step = cpu / np.maximum(ref["steps"].to_numpy(dtype=float), 1.0)
-        rows.append({"task": c.task, **{h: getattr(c, h) for h in HPARAMS}, "seed": c.seed,
-                     "max_steps": c.max_steps, "expected_cpu_s": _linear(depth, cpu, c.depth),
-                     "capped_cpu_s": _linear(depth, per_step, c.depth) * c.max_steps,
-                     "measured_depths": ",".join(str(int(d)) for d in sorted(set(depth.tolist())))})
+        rows.append(
+            {
+                "task": c.task,
+                **{h: getattr(c, h) for h in HPARAMS},
+                "seed": c.seed,
+                "max_steps": c.max_steps,
+                "expected_cpu_s": _linear(depth, cpu, c.depth),
+                "capped_cpu_s": _linear(depth, per_step, c.depth) * c.max_steps,
+                "measured_depths": ",".join(str(int(d)) for d in sorted(set(depth.tolist()))),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def estimate_grid(out: str | Path, *, grid: str = "deep", tasks: tuple[str, ...] | None = None,
-                  seeds: tuple[int, ...] | None = None) -> pd.DataFrame:
+def estimate_grid(
+    out: str | Path, *, grid: str = "deep", tasks: tuple[str, ...] | None = None, seeds: tuple[int, ...] | None = None
+) -> pd.DataFrame:
     """The runs of ``grid`` that ``out/runs.csv`` does not hold, each with its estimate
     (:func:`estimate_runs`)."""
     path = Path(out) / "runs.csv"
     if not path.is_file():
-        raise SpecboundError(f"no {path}: --estimate extrapolates from a study folder's runs.csv; run "
-                             f"`specbound study --out {out}` first (or point --out at docs/study-default)")
+        raise SpecboundError(
+            f"no {path}: --estimate extrapolates from a study folder's runs.csv; run "
+            f"`specbound study --out {out}` first (or point --out at docs/study-default)"
+        )
     measured = pd.read_csv(path)
     configs = make_grid(grid, tuple(tasks or TASKS))
     if seeds is not None:
@@ -79,17 +89,25 @@ def format_estimate(todo: pd.DataFrame, workers: int | None = None) -> str:
         return "nothing to do: runs.csv already holds every run of the grid"
     known = todo.dropna(subset=["expected_cpu_s", "capped_cpu_s"])
     expected, capped = known["expected_cpu_s"].sum(), known["capped_cpu_s"].sum()
-    lines = [f"{len(todo)} runs to do (depths {', '.join(map(str, sorted(set(todo['depth']))))}); ESTIMATE from the "
-             f"measured CPU seconds of the runs that differ from each in depth alone:",
-             f"  {expected:,.0f} CPU s if the steps to the criterion stay as at the measured depths, "
-             f"{capped:,.0f} CPU s if every run hits its step cap"]
+    lines = [
+        f"{len(todo)} runs to do (depths {', '.join(map(str, sorted(set(todo['depth']))))}); ESTIMATE from the "
+        f"measured CPU seconds of the runs that differ from each in depth alone:",
+        f"  {expected:,.0f} CPU s if the steps to the criterion stay as at the measured depths, "
+        f"{capped:,.0f} CPU s if every run hits its step cap",
+    ]
     for task, part in known.groupby("task"):
-        lines.append(f"  {task}: {len(part)} runs, {part['expected_cpu_s'].sum():,.0f} to "
-                     f"{part['capped_cpu_s'].sum():,.0f} CPU s (the longest {part['capped_cpu_s'].max():,.0f} s)")
+        lines.append(
+            f"  {task}: {len(part)} runs, {part['expected_cpu_s'].sum():,.0f} to "
+            f"{part['capped_cpu_s'].sum():,.0f} CPU s (the longest {part['capped_cpu_s'].max():,.0f} s)"
+        )
     for k in sorted({2, workers or 2}):
-        lines.append(f"  wall clock on {k} single-threaded workers (perfect packing, a core each): "
-                     f"{expected / k / 60:,.0f} to {capped / k / 60:,.0f} min")
+        lines.append(
+            f"  wall clock on {k} single-threaded workers (perfect packing, a core each): "
+            f"{expected / k / 60:,.0f} to {capped / k / 60:,.0f} min"
+        )
     if len(known) < len(todo):
-        lines.append(f"  {len(todo) - len(known)} runs have no measured run differing from them in depth alone: "
-                     f"no estimate for those")
+        lines.append(
+            f"  {len(todo) - len(known)} runs have no measured run differing from them in depth alone: "
+            f"no estimate for those"
+        )
     return "\n".join(lines)

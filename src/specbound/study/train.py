@@ -79,19 +79,18 @@ def logit_margins(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, task: TaskData, x: torch.Tensor, y: torch.Tensor, *,
-             rows: bool = False) -> dict:
+def evaluate(model: torch.nn.Module, task: TaskData, x: torch.Tensor, y: torch.Tensor, *, rows: bool = False) -> dict:
     """Mean cross-entropy, accuracy, error (mistakes / n), every example's logit margin and
     (``rows``) the norm of the row the head reads."""
     model.eval()
     losses, margins, norms = [], [], []
     for i in range(0, len(y), EVAL_BATCH):
         if rows:
-            logits, h = forward_with_rows(model, task.name, x[i:i + EVAL_BATCH])
+            logits, h = forward_with_rows(model, task.name, x[i : i + EVAL_BATCH])
             norms.append(torch.linalg.vector_norm(h.double(), dim=1))
         else:
-            logits = forward_logits(model, task.name, x[i:i + EVAL_BATCH])
-        logits, target = logits.double(), y[i:i + EVAL_BATCH]
+            logits = forward_logits(model, task.name, x[i : i + EVAL_BATCH])
+        logits, target = logits.double(), y[i : i + EVAL_BATCH]
         losses.append(F.cross_entropy(logits, target, reduction="none"))
         margins.append(logit_margins(logits, target))
     loss, margin = torch.cat(losses).numpy(), torch.cat(margins).numpy()
@@ -99,8 +98,12 @@ def evaluate(model: torch.nn.Module, task: TaskData, x: torch.Tensor, y: torch.T
     # that k mistakes in 100k examples meet the 0.01 criterion exactly; 1 - accuracy would be
     # 0.010000000000000009 there, just over it.
     mistakes = int(np.count_nonzero(~(margin > 0)))
-    doc = {"loss": float(loss.mean()), "accuracy": float((margin > 0).mean()), "error": mistakes / len(margin),
-           "margins": margin}
+    doc = {
+        "loss": float(loss.mean()),
+        "accuracy": float((margin > 0).mean()),
+        "error": mistakes / len(margin),
+        "margins": margin,
+    }
     if rows:
         doc["row_norms"] = torch.cat(norms).numpy()
     return doc
@@ -121,20 +124,32 @@ def margin_summary(margins: np.ndarray, lipschitz: float, row_norm_max: float) -
     ramp = np.clip(1.0 - margins / gamma_logit, 0.0, 1.0) if ok else np.ones_like(margins)
     return {
         "margin_definition": f"{MARGIN_QUANTILE:g} quantile of the training logit margins, divided by "
-                             "head_lipschitz * row_norm_max",
-        "margin_logit": gamma_logit, "head_lipschitz": lipschitz, "row_norm_max": row_norm_max,
+        "head_lipschitz * row_norm_max",
+        "margin_logit": gamma_logit,
+        "head_lipschitz": lipschitz,
+        "row_norm_max": row_norm_max,
         "margin": gamma_logit / (lipschitz * row_norm_max) if ok else math.nan,
         "train_ramp_loss": float(ramp.mean()),
-        "inverse_margin": 1.0 / gamma_logit ** 2 if ok else math.nan,
-        "margin_quantiles": {f"q{int(q * 100):02d}": float(np.quantile(margins, q))
-                             for q in (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9)},
+        "inverse_margin": 1.0 / gamma_logit**2 if ok else math.nan,
+        "margin_quantiles": {
+            f"q{int(q * 100):02d}": float(np.quantile(margins, q)) for q in (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9)
+        },
     }
 
 
 @torch.no_grad()
-def flatness_sigma(model: torch.nn.Module, task: TaskData, x: torch.Tensor, y: torch.Tensor, *, seed: int,
-                   target: float = FLAT_TARGET, draws: int = FLAT_DRAWS, steps: int = FLAT_STEPS,
-                   bracket: tuple[float, float] = FLAT_BRACKET) -> dict:
+def flatness_sigma(
+    model: torch.nn.Module,
+    task: TaskData,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seed: int,
+    target: float = FLAT_TARGET,
+    draws: int = FLAT_DRAWS,
+    steps: int = FLAT_STEPS,
+    bracket: tuple[float, float] = FLAT_BRACKET,
+) -> dict:
     """The largest ``sigma`` (to within the bisection's resolution) with mean training error under
     ``w + sigma z`` at most the unperturbed error plus ``target``; ``z`` fixed per draw.
 
@@ -152,14 +167,23 @@ def flatness_sigma(model: torch.nn.Module, task: TaskData, x: torch.Tensor, y: t
         for z in noise:
             for p, w, dz in zip(params, saved, z):
                 p.copy_(w + sigma * dz)
-            logits = torch.cat([forward_logits(model, task.name, x[i:i + EVAL_BATCH])
-                                for i in range(0, len(y), EVAL_BATCH)])
+            logits = torch.cat(
+                [forward_logits(model, task.name, x[i : i + EVAL_BATCH]) for i in range(0, len(y), EVAL_BATCH)]
+            )
             errs.append(float((logits.argmax(1) != y).double().mean()))
         return float(np.mean(errs))
 
     try:
-        base = float((torch.cat([forward_logits(model, task.name, x[i:i + EVAL_BATCH])
-                                 for i in range(0, len(y), EVAL_BATCH)]).argmax(1) != y).double().mean())
+        base = float(
+            (
+                torch.cat(
+                    [forward_logits(model, task.name, x[i : i + EVAL_BATCH]) for i in range(0, len(y), EVAL_BATCH)]
+                ).argmax(1)
+                != y
+            )
+            .double()
+            .mean()
+        )
         lo, hi = math.log(bracket[0]), math.log(bracket[1])
         censored = 0
         if error(math.exp(hi)) <= base + target:
@@ -174,8 +198,12 @@ def flatness_sigma(model: torch.nn.Module, task: TaskData, x: torch.Tensor, y: t
                 else:
                     hi = mid
         sigma = math.exp(lo)
-        return {"sigma_flat": sigma, "sigma_censored": censored, "flat_base_error": base,
-                "flat_error_at_sigma": error(sigma)}
+        return {
+            "sigma_flat": sigma,
+            "sigma_censored": censored,
+            "flat_base_error": base,
+            "flat_error_at_sigma": error(sigma),
+        }
     finally:
         for p, w in zip(params, saved):
             p.copy_(w)
@@ -187,14 +215,24 @@ def train_run(config, task: TaskData, out_dir: Path) -> dict:
     metrics."""
     cpu_start = time.process_time()
     torch.manual_seed(config.seed)
-    model = build_model(task.name, depth=config.depth, width=config.width, heads=config.heads,
-                        ff_mult=config.ff_mult, num_labels=task.num_labels, meta=task.meta, dropout=config.dropout)
+    model = build_model(
+        task.name,
+        depth=config.depth,
+        width=config.width,
+        heads=config.heads,
+        ff_mult=config.ff_mult,
+        num_labels=task.num_labels,
+        meta=task.meta,
+        dropout=config.dropout,
+    )
     model.save_pretrained(str(out_dir / "init"))
     init = [p.detach().clone() for p in model.parameters()]
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+    )
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     x_np, y_np = task.train_subset(config.train_size, config.seed)
     x_train, y_train = to_tensor(task, x_np), torch.from_numpy(y_np)
@@ -207,7 +245,7 @@ def train_run(config, task: TaskData, out_dir: Path) -> dict:
         order = torch.randperm(n, generator=generator)
         correct = 0
         for i in range(0, n, config.batch_size):
-            batch = order[i:i + config.batch_size]
+            batch = order[i : i + config.batch_size]
             logits = forward_logits(model, task.name, x_train[batch])
             loss = F.cross_entropy(logits, y_train[batch])
             if not math.isfinite(loss.item()):
@@ -240,18 +278,31 @@ def train_run(config, task: TaskData, out_dir: Path) -> dict:
     np.save(out_dir / "train_margins.npy", train["margins"].astype(np.float32))
     sigma = flat["sigma_flat"]
     metrics = {
-        "converged": bool(converged), "criterion": f"train cross-entropy <= {CRITERION_LOSS:g} or train error <= "
-                                                   f"{CRITERION_ERROR:g} within {config.max_steps} steps",
-        "train_loss": train["loss"], "test_loss": test["loss"],
-        "train_error": train["error"], "test_error": test["error"],
-        "train_accuracy": train["accuracy"], "test_accuracy": test["accuracy"],
-        "loss_gap": test["loss"] - train["loss"], "error_gap": test["error"] - train["error"],
-        "n_train": int(n), "n_test": int(len(task.y_test)), "steps": steps, "epochs": epochs, "checks": checks,
+        "converged": bool(converged),
+        "criterion": f"train cross-entropy <= {CRITERION_LOSS:g} or train error <= "
+        f"{CRITERION_ERROR:g} within {config.max_steps} steps",
+        "train_loss": train["loss"],
+        "test_loss": test["loss"],
+        "train_error": train["error"],
+        "test_error": test["error"],
+        "train_accuracy": train["accuracy"],
+        "test_accuracy": test["accuracy"],
+        "loss_gap": test["loss"] - train["loss"],
+        "error_gap": test["error"] - train["error"],
+        "n_train": int(n),
+        "n_test": int(len(task.y_test)),
+        "steps": steps,
+        "epochs": epochs,
+        "checks": checks,
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "row_norm_median": float(np.median(train["row_norms"])),
-        **flat, "pacbayes_flatness": 1.0 / sigma ** 2,
-        "pacbayes_init": dist2 / (4 * sigma ** 2) + math.log(n / sigma) + 10.0, "distance_from_init": math.sqrt(dist2),
-        "train_seconds": train_seconds, "eval_seconds": eval_seconds, "flat_seconds": flat_seconds,
+        **flat,
+        "pacbayes_flatness": 1.0 / sigma**2,
+        "pacbayes_init": dist2 / (4 * sigma**2) + math.log(n / sigma) + 10.0,
+        "distance_from_init": math.sqrt(dist2),
+        "train_seconds": train_seconds,
+        "eval_seconds": eval_seconds,
+        "flat_seconds": flat_seconds,
         "torch_threads": torch.get_num_threads(),
     }
     metrics.update(margin_summary(train["margins"], head_lipschitz(model), float(train["row_norms"].max())))

@@ -24,11 +24,19 @@ def dask_client(*, workers: int | None, scheduler: str | None, what: str) -> Ite
             try:
                 client = stack.enter_context(Client(scheduler, timeout="20s"))
             except (OSError, TimeoutError) as exc:
-                raise SpecboundError(f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
-                                     f"`dask scheduler` or check the address") from None
+                raise SpecboundError(
+                    f"cannot reach the Dask scheduler at {scheduler} ({exc}); start one with "
+                    f"`dask scheduler` or check the address"
+                ) from None
             yield client, f"dask {scheduler}"
         else:
-            cluster = stack.enter_context(LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                silence_logs=logging.CRITICAL))  # failures are reported by the caller, once
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.CRITICAL,
+                )
+            )  # failures are reported by the caller, once
             yield stack.enter_context(Client(cluster)), f"dask LocalCluster({workers} workers)"

@@ -46,8 +46,10 @@ def checkpoint_metrics(target: str | Path) -> dict[str, float]:
         return {}
     doc = _read_json(file)
     if not isinstance(doc, dict):
-        raise SpecboundError(f"{file} holds a JSON {type(doc).__name__}; a metrics.json is an object of numbers, "
-                             f'e.g. {{"eval_loss": 0.41, "accuracy": 0.87}}')
+        raise SpecboundError(
+            f"{file} holds a JSON {type(doc).__name__}; a metrics.json is an object of numbers, "
+            f'e.g. {{"eval_loss": 0.41, "accuracy": 0.87}}'
+        )
     return _numbers(doc)
 
 
@@ -60,19 +62,25 @@ def read_metrics_file(path: str | Path) -> dict[str, dict[str, float]]:
     if path.suffix.lower() == ".json":
         doc = _read_json(path)
         if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
-            raise SpecboundError(f"--metrics {path} must map each source to an object of numbers, e.g. "
-                                 f'{{"runs/step-100": {{"eval_loss": 0.41}}}}')
+            raise SpecboundError(
+                f"--metrics {path} must map each source to an object of numbers, e.g. "
+                f'{{"runs/step-100": {{"eval_loss": 0.41}}}}'
+            )
         return {str(k): _numbers(v) for k, v in doc.items()}
 
     data = read_regular_file(path, _MAX_BYTES, "metrics file", "pass a CSV with a 'source' column")
     try:
         table = pd.read_csv(io.BytesIO(data))
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
-        raise SpecboundError(f"cannot read --metrics {path} as CSV ({type(exc).__name__}: {str(exc)[:120]}); "
-                             f"pass a CSV with a 'source' column and one column per metric") from None
+        raise SpecboundError(
+            f"cannot read --metrics {path} as CSV ({type(exc).__name__}: {str(exc)[:120]}); "
+            f"pass a CSV with a 'source' column and one column per metric"
+        ) from None
     if "source" not in table.columns:
-        raise SpecboundError(f"--metrics {path} has no 'source' column (found {', '.join(map(str, table.columns))}); "
-                             f"name the checkpoint of each row in a column 'source'")
+        raise SpecboundError(
+            f"--metrics {path} has no 'source' column (found {', '.join(map(str, table.columns))}); "
+            f"name the checkpoint of each row in a column 'source'"
+        )
     numeric = [c for c in table.columns if c != "source" and pd.api.types.is_numeric_dtype(table[c])]
     if not numeric:
         raise SpecboundError(f"--metrics {path} has no numeric column besides 'source'; add one per metric")
@@ -97,8 +105,10 @@ def match_metrics(names: list[str], metrics: dict[str, dict[str, float]]) -> dic
             out[by_base[Path(given.rstrip("/")).name][0]] = values
     if metrics and not out:
         sample = ", ".join(list(metrics)[:3])
-        raise SpecboundError(f"--metrics names no checkpoint of this sweep (it names {sample}, ...; the sweep has "
-                             f"{', '.join(names[:3])}, ...); name each source as the sweep lists it")
+        raise SpecboundError(
+            f"--metrics names no checkpoint of this sweep (it names {sample}, ...; the sweep has "
+            f"{', '.join(names[:3])}, ...); name each source as the sweep lists it"
+        )
     return out
 
 
@@ -107,5 +117,7 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise SpecboundError(f"cannot read {path} as JSON ({type(exc).__name__}: {str(exc)[:120]}); a metrics "
-                             f"file is a JSON object of numbers") from None
+        raise SpecboundError(
+            f"cannot read {path} as JSON ({type(exc).__name__}: {str(exc)[:120]}); a metrics "
+            f"file is a JSON object of numbers"
+        ) from None

@@ -42,8 +42,16 @@ from ..pipeline import analyze, assemble, cap_threads, model_layer_spectra, open
 from .cluster import dask_client
 from .metrics import checkpoint_metrics
 from .sources import Source
-from .store import (Record, Store, canonical_options, check_unchanged, fingerprint, hash_weights, record_from_analysis,
-                    record_key)
+from .store import (
+    Record,
+    Store,
+    canonical_options,
+    check_unchanged,
+    fingerprint,
+    hash_weights,
+    record_from_analysis,
+    record_key,
+)
 
 # A checkpoint whose weight files exceed this many bytes runs as one Dask task per layer.
 PER_LAYER_BYTES = 2 << 30
@@ -119,10 +127,12 @@ class SweepReport:
 
     def summary(self) -> str:
         """What ``specbound sweep`` prints: counts, time, the store, and one line per failure."""
-        lines = [f"sweep: {self.total} checkpoint(s) x option set(s): {len(self.written)} analysed, "
-                 f"{len(self.skipped)} already in the store, {len(self.failed)} failed; "
-                 f"{self.seconds:.1f} s ({self.mode})",
-                 f"store: {self.store} ({len(Store(self.store))} records)"]
+        lines = [
+            f"sweep: {self.total} checkpoint(s) x option set(s): {len(self.written)} analysed, "
+            f"{len(self.skipped)} already in the store, {len(self.failed)} failed; "
+            f"{self.seconds:.1f} s ({self.mode})",
+            f"store: {self.store} ({len(Store(self.store))} records)",
+        ]
         lines += [f"same weights as another source (analysed once): {name}" for name in self.duplicates]
         lines += [f"failed: {source}: {message}" for source, message in self.failed]
         return "\n".join(lines)
@@ -136,6 +146,7 @@ class SweepReport:
 
 
 # --- plan --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Header:
@@ -158,13 +169,15 @@ class Header:
 def read_header(source: Source, options: dict[str, Any]) -> Header:
     """Open ``source`` (headers only; every tensor accounted for) and count its layers and matrices."""
     options = canonical_options(options)
-    model = open_model(source.target, arch_spec=options["arch_spec"], tower=options.get("tower"),
-                       base=options.get("base"))
+    model = open_model(
+        source.target, arch_spec=options["arch_spec"], tower=options.get("tower"), base=options.get("base")
+    )
     model.opened_checkpoint.close()
     files = tuple(sorted({p.resolve() for p in model.ckpt.files()}))
     if not files:
-        raise SpecboundError(f"{source.name} is not stored in files; a sweep analyses model folders, weight "
-                             f"files or hub ids")
+        raise SpecboundError(
+            f"{source.name} is not stored in files; a sweep analyses model folders, weight files or hub ids"
+        )
     cfg_path = model.ckpt.facts.config_path
     side = [cfg_path, *(cfg_path.parent / n for n in INDEX_FILES)] if cfg_path is not None else []
     if options["arch_spec"] is not None:  # the spec's content is in the key: it must not change either
@@ -177,10 +190,14 @@ def read_header(source: Source, options: dict[str, Any]) -> Header:
     if options.get("init") is not None:  # W - W0: the initial weights' bytes are part of the key, and checked
         init_model = open_init(options["init"], model)
         init_model.opened_checkpoint.close()
-        init_sha256, init_prints = hash_weights(init_model.opened_checkpoint.config, sorted(set(init_model.ckpt.files())))
+        init_sha256, init_prints = hash_weights(
+            init_model.opened_checkpoint.config, sorted(set(init_model.ckpt.files()))
+        )
         side_prints = side_prints + init_prints
     dims = model.dims
-    return Header(source, options, model.opened_checkpoint.config, files, dims.L, dims.matrix_count(), side_prints, init_sha256)
+    return Header(
+        source, options, model.opened_checkpoint.config, files, dims.L, dims.matrix_count(), side_prints, init_sha256
+    )
 
 
 def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport) -> list[Header]:
@@ -195,8 +212,9 @@ def read_headers(sources: list[Source], option_sets: list[dict[str, Any]], repor
     return headers
 
 
-def iter_tasks(headers: list[Header], store: Store | None = None,
-               failures: list[tuple[str, str]] | None = None) -> Iterator[Task]:
+def iter_tasks(
+    headers: list[Header], store: Store | None = None, failures: list[tuple[str, str]] | None = None
+) -> Iterator[Task]:
     """The tasks of ``headers`` in order, their weights hashed by a background thread ahead of the
     consumer (hashing reads the files while the previous checkpoint is analysed; it also leaves them
     in the page cache for the analysis).  With ``store``, file hashes it remembers are reused and
@@ -219,8 +237,16 @@ def iter_tasks(headers: list[Header], store: Store | None = None,
             except SpecboundError as exc:  # a file unreadable or changing while hashed: this source only
                 failures.append((h.source.name, str(exc)))
                 continue
-            yield Task(h.source, h.options, record_key(digest, h.options, h.init_sha256), digest, h.layers, h.matrices,
-                       h.weight_bytes, prints + h.side_files)
+            yield Task(
+                h.source,
+                h.options,
+                record_key(digest, h.options, h.init_sha256),
+                digest,
+                h.layers,
+                h.matrices,
+                h.weight_bytes,
+                prints + h.side_files,
+            )
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # waits for the file being hashed, if any
         if store is not None:
@@ -240,8 +266,9 @@ def plan_task(source: Source, options: dict[str, Any]) -> Task:
     return task
 
 
-def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport,
-               store: Store | None = None) -> list[Task]:
+def plan_sweep(
+    sources: list[Source], option_sets: list[dict[str, Any]], report: SweepReport, store: Store | None = None
+) -> list[Task]:
     """Every distinct (source, option set) task; failures noted in ``report`` rather than raised."""
     tasks, seen = [], set()
     for task in iter_tasks(read_headers(sources, option_sets, report), store, report.failed):
@@ -255,6 +282,7 @@ def plan_sweep(sources: list[Source], option_sets: list[dict[str, Any]], report:
 
 # --- what a task runs (here or on a Dask worker) -----------------------------------------------
 
+
 def analyze_task(task: Task, run: AnalysisOptions = TASK_RUN, progress=None, mode: str = "local") -> Record:
     """Analyse one planned task and build its record; ``run`` says how (its ``threads``, ``jobs`` and
     ``device``; its other options are the task's)."""
@@ -263,11 +291,18 @@ def analyze_task(task: Task, run: AnalysisOptions = TASK_RUN, progress=None, mod
     check_unchanged(task.fingerprints, task.source.name)  # the bytes hashed are the bytes analysed
     analysis = analyze(task.source.target, task_options(task, run), progress=progress)
     check_unchanged(task.fingerprints, task.source.name)
-    return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
-                                metrics=task_metrics(task),
-                                weights_sha256=task.weights_sha256, options=task.options,
-                                seconds=time.perf_counter() - start, cpu_seconds=clock() - cpu,
-                                mode=mode)
+    return record_from_analysis(
+        analysis,
+        key=task.key,
+        source=task.source.name,
+        labels=task.source.labels,
+        metrics=task_metrics(task),
+        weights_sha256=task.weights_sha256,
+        options=task.options,
+        seconds=time.perf_counter() - start,
+        cpu_seconds=clock() - cpu,
+        mode=mode,
+    )
 
 
 def task_metrics(task: Task) -> dict[str, float]:
@@ -306,18 +341,36 @@ def assemble_task(task: Task, layer_results: list, run: AnalysisOptions = TASK_R
     check_unchanged(task.fingerprints, task.source.name)
     seconds = time.perf_counter() - start + sum(s for _, s, _ in layer_results)
     cpu_seconds = time.thread_time() - cpu + sum(c for _, _, c in layer_results)
-    return record_from_analysis(analysis, key=task.key, source=task.source.name, labels=task.source.labels,
-                                metrics=task_metrics(task),
-                                weights_sha256=task.weights_sha256, options=task.options, seconds=seconds,
-                                cpu_seconds=cpu_seconds, mode="dask-per-layer")
+    return record_from_analysis(
+        analysis,
+        key=task.key,
+        source=task.source.name,
+        labels=task.source.labels,
+        metrics=task_metrics(task),
+        weights_sha256=task.weights_sha256,
+        options=task.options,
+        seconds=seconds,
+        cpu_seconds=cpu_seconds,
+        mode="dask-per-layer",
+    )
 
 
 # --- run ---------------------------------------------------------------------------------------
 
-def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dict[str, Any]] | None = None,
-              workers: int | None = None, scheduler: str | None = None, per_layer: str = "auto",
-              threads: int | None = 1, jobs: int | str | None = None, progress: bool | None = None,
-              device: str | None = None) -> SweepReport:
+
+def run_sweep(
+    sources: list[Source],
+    store: str | Path,
+    *,
+    option_sets: list[dict[str, Any]] | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    per_layer: str = "auto",
+    threads: int | None = 1,
+    jobs: int | str | None = None,
+    progress: bool | None = None,
+    device: str | None = None,
+) -> SweepReport:
     """Analyse every source with every option set into ``store``, skipping what is there.
 
     Parameters
@@ -365,7 +418,6 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
     if progress is None:
         progress = sys.stderr.isatty()
     if workers is None and scheduler is None:  # a cluster's workers have their own cores
-
         run = AnalysisOptions.build(run, threads=cap_threads(run.threads))
     start = time.perf_counter()
     st = Store(store)
@@ -379,8 +431,16 @@ def run_sweep(sources: list[Source], store: str | Path, *, option_sets: list[dic
         if workers is None and scheduler is None:
             _run_here(tasks, st, report, run, bars)
         else:
-            _run_dask(tasks, st, report, AnalysisOptions.build(run, jobs=1) if run.jobs == "auto" else run, bars,
-                      workers, scheduler, per_layer)
+            _run_dask(
+                tasks,
+                st,
+                report,
+                AnalysisOptions.build(run, jobs=1) if run.jobs == "auto" else run,
+                bars,
+                workers,
+                scheduler,
+                per_layer,
+            )
     finally:
         bars.close()
     report.seconds = time.perf_counter() - start
@@ -440,8 +500,7 @@ def _layer_counter(task: Task, bars):
     return advance
 
 
-def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars, workers, scheduler,
-              per_layer) -> None:
+def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars, workers, scheduler, per_layer) -> None:
     with dask_client(workers=workers, scheduler=scheduler, what="sweep") as (client, mode):
         from dask.distributed import KilledWorker, as_completed
 
@@ -450,19 +509,22 @@ def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars,
         for task in tasks:
             # W - W0 needs both checkpoints in one task: per-layer tasks compute W's spectra only (a LoRA
             # adapter is measured from its base, so it is one task too)
-            split = task.options.get("init") is None and not is_adapter_folder(Path(str(task.source.target))) and (
-                per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES))
+            split = (
+                task.options.get("init") is None
+                and not is_adapter_folder(Path(str(task.source.target)))
+                and (per_layer == "always" or (per_layer == "auto" and task.weight_bytes > PER_LAYER_BYTES))
+            )
             if split:
-                parts = [client.submit(layer_task, task, layer, run, pure=False,
-                                       key=f"specbound-layer-{task.key}-{layer}") for layer in range(task.layers)]
+                parts = [
+                    client.submit(layer_task, task, layer, run, pure=False, key=f"specbound-layer-{task.key}-{layer}")
+                    for layer in range(task.layers)
+                ]
                 for part in parts:
                     layers_of[part.key] = task
                 submitted += parts
-                final = client.submit(assemble_task, task, parts, run, pure=False,
-                                      key=f"specbound-assemble-{task.key}")
+                final = client.submit(assemble_task, task, parts, run, pure=False, key=f"specbound-assemble-{task.key}")
             else:
-                final = client.submit(analyze_task, task, run, None, "dask", pure=False,
-                                      key=f"specbound-{task.key}")
+                final = client.submit(analyze_task, task, run, None, "dask", pure=False, key=f"specbound-{task.key}")
             finals[final.key] = (task, split)
             submitted.append(final)
         for future in as_completed(submitted):
@@ -475,9 +537,11 @@ def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars,
             try:
                 record = future.result()
             except (SpecboundError, KilledWorker, *ENVIRONMENT_ERRORS) as exc:
-                message = (f"the Dask worker analysing it died ({exc}): out of memory, or killed; give the "
-                           f"workers more memory" if isinstance(exc, KilledWorker)
-                           else str(one_line(exc, f"analyse {task.source.name}")))
+                message = (
+                    f"the Dask worker analysing it died ({exc}): out of memory, or killed; give the workers more memory"
+                    if isinstance(exc, KilledWorker)
+                    else str(one_line(exc, f"analyse {task.source.name}"))
+                )
                 report.failed.append((task.source.name, " ".join(message.split())))
                 bars.checkpoint(task, failed=True)
                 continue
@@ -486,6 +550,7 @@ def _run_dask(tasks, st: Store, report: SweepReport, run: AnalysisOptions, bars,
 
 
 # --- progress ----------------------------------------------------------------------------------
+
 
 class _NoBar:
     def update(self, n=1):

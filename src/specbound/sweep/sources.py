@@ -71,6 +71,7 @@ class Source:
 
 # --- patterns ----------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Group:
     name: str
@@ -98,6 +99,7 @@ def _typed(text: str) -> Any:
 
 def _evaluate(expr: ast.Expression, bound: dict[str, Any], text: str) -> int | None:
     """Integer value of a group expression, None when it is not an integer (``130/64``)."""
+
     def ev(node):
         if isinstance(node, ast.Expression):
             return ev(node.body)
@@ -105,22 +107,31 @@ def _evaluate(expr: ast.Expression, bound: dict[str, Any], text: str) -> int | N
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in bound or not isinstance(bound[node.id], int):
-                raise SpecboundError(f"pattern group {{{text}}} uses {node.id}, which no earlier integer "
-                                     f"group binds; name a group with {node.id}={{...}} or place it first")
+                raise SpecboundError(
+                    f"pattern group {{{text}}} uses {node.id}, which no earlier integer "
+                    f"group binds; name a group with {node.id}={{...}} or place it first"
+                )
             return bound[node.id]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
         if isinstance(node, ast.BinOp):
             a, b = ev(node.left), ev(node.right)
-            ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-                   ast.Div: lambda: a / b if b else None, ast.FloorDiv: lambda: a // b if b else None,
-                   ast.Mod: lambda: a % b if b else None}
+            ops = {
+                ast.Add: lambda: a + b,
+                ast.Sub: lambda: a - b,
+                ast.Mult: lambda: a * b,
+                ast.Div: lambda: a / b if b else None,
+                ast.FloorDiv: lambda: a // b if b else None,
+                ast.Mod: lambda: a % b if b else None,
+            }
             if type(node.op) in ops and a is not None and b is not None:
                 return ops[type(node.op)]()
             if a is None or b is None:
                 return None
-        raise SpecboundError(f"pattern group {{{text}}}: only integers, names of earlier groups and "
-                             f"+ - * / // % are allowed")
+        raise SpecboundError(
+            f"pattern group {{{text}}}: only integers, names of earlier groups and + - * / // % are allowed"
+        )
+
     value = ev(expr)
     if value is None or (isinstance(value, float) and not value.is_integer()):
         return None
@@ -147,18 +158,35 @@ def _parse_group(body: str, before: str, index: int) -> _Group:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         expr = None
     if expr is None or not body.strip():
-        raise SpecboundError(f"cannot read the pattern group {{{body[:80]}}}: expected a range {{2..12}}, a list "
-                             f"{{a,b}} or an integer expression of earlier groups {{H/64}}")
+        raise SpecboundError(
+            f"cannot read the pattern group {{{body[:80]}}}: expected a range {{2..12}}, a list "
+            f"{{a,b}} or an integer expression of earlier groups {{H/64}}"
+        )
     for node in ast.walk(expr):
         if not isinstance(node, _EXPR_NODES) or (isinstance(node, ast.Constant) and not _plain_int(node.value)):
-            raise SpecboundError(f"pattern group {{{body}}}: only integers, names of earlier groups and "
-                                 f"+ - * / // % are allowed, found {type(node).__name__}")
+            raise SpecboundError(
+                f"pattern group {{{body}}}: only integers, names of earlier groups and "
+                f"+ - * / // % are allowed, found {type(node).__name__}"
+            )
     return _Group(name, "expr", expr=expr, text=body)
 
 
 # What a group expression may hold: integers, names, unary minus and + - * / // %.
-_EXPR_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.UnaryOp, ast.USub, ast.BinOp, ast.Add,
-               ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod)
+_EXPR_NODES = (
+    ast.Expression,
+    ast.Constant,
+    ast.Name,
+    ast.Load,
+    ast.UnaryOp,
+    ast.USub,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Mod,
+)
 
 
 def _plain_int(value) -> bool:
@@ -186,10 +214,10 @@ class Pattern:
         """Compile ``text``; a malformed group is a :class:`SpecboundError` naming it."""
         groups, regex, globbed, pos = [], [], [], 0
         for i, match in enumerate(_GROUP.finditer(text)):
-            literal = text[pos:match.start()]
+            literal = text[pos : match.start()]
             regex.append(_wildcards_to_regex(literal))
             globbed.append(literal)
-            group = _parse_group(match.group(1), text[:match.start()], i)
+            group = _parse_group(match.group(1), text[: match.start()], i)
             groups.append(group)
             alternatives = "|".join(re.escape(v) for v in group.values) if group.kind == "list" else r"-?\d+"
             regex.append(f"({alternatives})")
@@ -224,6 +252,7 @@ class Pattern:
 
 # --- the Hugging Face cache ----------------------------------------------------------------------
 
+
 def _looks_like_hub_id(text: str) -> bool:
     """``org/name`` (brace groups aside): one slash, not a path that starts from somewhere."""
     bare = _GROUP.sub("0", text)
@@ -232,9 +261,11 @@ def _looks_like_hub_id(text: str) -> bool:
 
 # --- expansion ---------------------------------------------------------------------------------
 
+
 def _natural_key(source: Source):
     return [(0, v, "") if isinstance(v, int) else (1, 0, str(v)) for v in source.labels.values()] + [
-        (2, 0, source.name)]
+        (2, 0, source.name)
+    ]
 
 
 def expand_pattern(text: str) -> list[Source]:
@@ -264,8 +295,10 @@ def expand_pattern(text: str) -> list[Source]:
                     found.append(Source(f"{repo_id}@{snapshot.name}", str(snapshot), labels))
     if not found:
         where = "the file system" + (f" or the Hugging Face cache {cache_dir()}" if _looks_like_hub_id(text) else "")
-        raise SpecboundError(f"the source pattern {text!r} matches no model folder in {where}; check the "
-                             f"pattern (specbound sweep --dry-run lists what it matches)")
+        raise SpecboundError(
+            f"the source pattern {text!r} matches no model folder in {where}; check the "
+            f"pattern (specbound sweep --dry-run lists what it matches)"
+        )
     return sorted(found, key=_natural_key)
 
 
@@ -294,7 +327,6 @@ def expand_sources(patterns: list[str]) -> list[Source]:
 # --- config files ------------------------------------------------------------------------------
 
 
-
 @dataclass(frozen=True)
 class SweepConfig:
     """A sweep described in a TOML file.
@@ -304,7 +336,8 @@ class SweepConfig:
     sources : list of str
         Sources and patterns (relative folders are relative to the config file).
     option_sets : list of dict
-        One or more sets of analysis options (names of :class:`~specbound.options.AnalysisOptions` that change the numbers); every source is analysed with
+        One or more sets of analysis options (names of :class:`~specbound.options.AnalysisOptions` that change the
+        numbers); every source is analysed with
         each set.
     store : str or None
         The results store named by the file, if any.
@@ -318,35 +351,42 @@ class SweepConfig:
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Read a sweep config file::
 
-        sources = ["google/bert_uncased_L-{2..12}_H-{128..768}_A-{H/64}"]
-        store = "results/miniatures"        # optional
+    sources = ["google/bert_uncased_L-{2..12}_H-{128..768}_A-{H/64}"]
+    store = "results/miniatures"        # optional
 
-        [options]                           # optional; or several [[options]] tables
-        grid_m = 20
-        rank_tol = 1e-10
+    [options]                           # optional; or several [[options]] tables
+    grid_m = 20
+    rank_tol = 1e-10
     """
     path = Path(path)
     # a regular file of at most 16 MiB: a FIFO would block the read, /dev/zero never end it
-    raw_bytes = read_regular_file(path, MAX_SMALL_FILE_BYTES, "sweep config", "pass a TOML file (sources, store, [options])")
+    raw_bytes = read_regular_file(
+        path, MAX_SMALL_FILE_BYTES, "sweep config", "pass a TOML file (sources, store, [options])"
+    )
     try:
         doc = tomllib.loads(raw_bytes.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise SpecboundError(f"cannot read the sweep config {path}: it is not UTF-8 text ({exc.reason} at byte "
-                             f"{exc.start}); save it as UTF-8") from None
+        raise SpecboundError(
+            f"cannot read the sweep config {path}: it is not UTF-8 text ({exc.reason} at byte "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecboundError(f"cannot parse the sweep config {path} as TOML: {exc}") from None
     except ValueError:  # an integer beyond Python's int-string limit (TOMLDecodeError is caught above)
         raise oversized_integer_text(f"parse the sweep config {path}", "fix the value") from None
     except RecursionError:
-        raise SpecboundError(f"cannot parse the sweep config {path}: it is nested too deeply to be a sweep "
-                             f"config (sources, store, [options])") from None
+        raise SpecboundError(
+            f"cannot parse the sweep config {path}: it is nested too deeply to be a sweep "
+            f"config (sources, store, [options])"
+        ) from None
     unknown = sorted(set(doc) - {"sources", "options", "store"})
     if unknown:
         raise SpecboundError(f"{path}: unknown key(s) {', '.join(unknown)}; expected sources, options, store")
     sources = doc.get("sources")
     if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
-        raise SpecboundError(f"{path}: 'sources' must be a non-empty list of strings (folders, hub ids or "
-                             f"patterns), found {sources!r}")
+        raise SpecboundError(
+            f"{path}: 'sources' must be a non-empty list of strings (folders, hub ids or patterns), found {sources!r}"
+        )
     base = path.parent
     sources = [_relative_to(base, s) for s in sources]
     raw = doc.get("options", {})
@@ -356,8 +396,9 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SpecboundError(f"{path}: 'options' must be a table or a list of tables, found {options!r}")
         bad = sorted(set(options) - set(option_names(key_only=True)))
         if bad:
-            raise SpecboundError(f"{path}: unknown option(s) {', '.join(bad)}; expected some of "
-                                 f"{', '.join(option_names(key_only=True))}")
+            raise SpecboundError(
+                f"{path}: unknown option(s) {', '.join(bad)}; expected some of {', '.join(option_names(key_only=True))}"
+            )
         spec = options.get("arch_spec")
         if isinstance(spec, str) and not os.path.isabs(os.path.expanduser(spec)):
             options["arch_spec"] = str(base / spec)  # relative to the config file, like its sources

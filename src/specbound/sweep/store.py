@@ -14,7 +14,8 @@ Layout::
 ``key`` is a hash of the weights (config.json and every weight file, byte for byte) and of the
 options that change the numbers, so a record is found again whatever the checkpoint is called
 and a re-run skips it.  A file's hash is remembered in ``digests.json`` under its path, size,
-modification and change times and inode, so a re-run does not read unchanged weights again.  A record is written whole in ``.incoming/`` and then published by one
+modification and change times and inode, so a re-run does not read unchanged weights again.  A record is written
+whole in ``.incoming/`` and then published by one
 ``rename`` of its folder: a reader (or a sweep killed with ``kill -9`` at any moment) sees a
 complete record or none.  Two writers of the same key cannot both publish; the loser's copy is
 dropped.
@@ -61,6 +62,7 @@ _HASH_CHUNK = 1 << 22
 
 # --- keys --------------------------------------------------------------------------------------
 
+
 def canonical_options(options: dict[str, Any] | AnalysisOptions | None) -> dict[str, Any]:
     """The options of a record key (:data:`KEY_OPTIONS`, then every other option that changes the
     numbers and differs from its default; paths as strings), in that order; unknown names and bad
@@ -94,8 +96,9 @@ def file_sha256(path: Path, cache: dict[str, str] | None = None) -> str:
             return cache[before]
         digest = _file_sha256(path).hexdigest()
         if fingerprint(path) != before:
-            raise SpecboundError(f"{path} changed while it was being hashed; wait until it is written "
-                                 f"completely and run the sweep again")
+            raise SpecboundError(
+                f"{path} changed while it was being hashed; wait until it is written completely and run the sweep again"
+            )
     if cache is not None:
         cache[before] = digest
     return digest
@@ -106,8 +109,9 @@ def weights_digest(config: dict[str, Any], weight_files: list[Path], cache: dict
     return hash_weights(config, weight_files, cache)[0]
 
 
-def hash_weights(config: dict[str, Any], weight_files: list[Path],
-                 cache: dict[str, str] | None = None) -> tuple[str, tuple[str, ...]]:
+def hash_weights(
+    config: dict[str, Any], weight_files: list[Path], cache: dict[str, str] | None = None
+) -> tuple[str, tuple[str, ...]]:
     """``(digest, fingerprints)``: :func:`weights_digest` and the :func:`fingerprint` of every
     weight file at the moment its hash was taken, for :func:`check_unchanged` at analysis time."""
     h = hashlib.sha256()
@@ -156,12 +160,14 @@ def record_key(weights_sha256: str, options: dict[str, Any], init_sha256: str | 
         if init_sha256 is None:
             raise SpecboundError("a record key with initial weights needs their digest (init_sha256)")
         options["init"] = init_sha256
-    text = json.dumps({"format": RECORD_FORMAT, "weights": weights_sha256, "options": options},
-                      sort_keys=True, separators=(",", ":"))
+    text = json.dumps(
+        {"format": RECORD_FORMAT, "weights": weights_sha256, "options": options}, sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 # --- records -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Record:
@@ -199,8 +205,9 @@ class Record:
         load it with the ``matrices``, ``layers`` and ``singular_values`` tables)."""
         missing = [t for t in ("matrices", "layers", "singular_values") if t not in self.tables]
         if missing:
-            raise SpecboundError(f"record {self.key} was loaded without its {', '.join(missing)} table(s); "
-                                 f"load it with Store.load(key)")
+            raise SpecboundError(
+                f"record {self.key} was loaded without its {', '.join(missing)} table(s); load it with Store.load(key)"
+            )
         return analysis_from_document(self.meta["analysis"], self.tables)
 
     def __getattr__(self, name: str):
@@ -219,38 +226,70 @@ def bound_values(analysis) -> dict[str, float]:
     return {k: float(v) for k, v in values.items()}
 
 
-def record_from_analysis(analysis, *, key: str, source: str, labels: dict[str, Any], weights_sha256: str,
-                         options: dict[str, Any], seconds: float, mode: str,
-                         cpu_seconds: float | None = None, metrics: dict[str, float] | None = None) -> Record:
+def record_from_analysis(
+    analysis,
+    *,
+    key: str,
+    source: str,
+    labels: dict[str, Any],
+    weights_sha256: str,
+    options: dict[str, Any],
+    seconds: float,
+    mode: str,
+    cpu_seconds: float | None = None,
+    metrics: dict[str, float] | None = None,
+) -> Record:
     """Build the record of one analysis (the contribution curves are evaluated here); ``metrics``:
     the user's own numbers for the checkpoint (:mod:`specbound.sweep.metrics`), not part of the key."""
     doc = analysis.to_dict()
     for big in ("matrices", "layers"):
         doc.pop(big, None)
-    curves = contribution_curves(analysis.matrices, analysis.singular_values, n=analysis.model["N"],
-                                 grid_m=analysis.options["grid_m"], rank_tol=analysis.options["rank_tol"])
+    curves = contribution_curves(
+        analysis.matrices,
+        analysis.singular_values,
+        n=analysis.model["N"],
+        grid_m=analysis.options["grid_m"],
+        rank_tol=analysis.options["rank_tol"],
+    )
     meta = {
-        "format": RECORD_FORMAT, "key": key, "source": source, "labels": labels,
-        "location": getattr(analysis, "location", None) or analysis.source, "weights_sha256": weights_sha256,
-        "options": canonical_options(options), "model": analysis.model,
+        "format": RECORD_FORMAT,
+        "key": key,
+        "source": source,
+        "labels": labels,
+        "location": getattr(analysis, "location", None) or analysis.source,
+        "weights_sha256": weights_sha256,
+        "options": canonical_options(options),
+        "model": analysis.model,
         "bounds": {k: _json_float(v) for k, v in bound_values(analysis).items()},
         "log10_bounds": log10_bounds(analysis),
-        "matrices": int(len(analysis.matrices)), "analysis": doc, "metrics": dict(metrics or {}),
-        "run": {"seconds": seconds, "cpu_seconds": cpu_seconds, "host": socket.gethostname(), "mode": mode,
-                "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        "matrices": int(len(analysis.matrices)),
+        "analysis": doc,
+        "metrics": dict(metrics or {}),
+        "run": {
+            "seconds": seconds,
+            "cpu_seconds": cpu_seconds,
+            "host": socket.gethostname(),
+            "mode": mode,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        },
     }
     # Every table carries its record's key and source first, so the tables of a whole store concatenate
     # into one tidy frame (dask.dataframe.read_parquet("STORE/records/*/matrices.parquet")).
-    tables = {name: analysis.tidy_table(name, key=key, source=source)
-              for name in ("matrices", "layers", "singular_values")}
+    tables = {
+        name: analysis.tidy_table(name, key=key, source=source) for name in ("matrices", "layers", "singular_values")
+    }
     tables["curves"] = _with_ids(curves, key=key, source=source)
     return Record(meta, tables)
 
 
 def _with_ids(table, *, key: str, source: str):
     """``table`` with ``key`` and ``source`` columns first (string dtype)."""
-    ids = pd.DataFrame({"key": pd.Series([key] * len(table), dtype="string"),
-                        "source": pd.Series([source] * len(table), dtype="string")})
+    ids = pd.DataFrame(
+        {
+            "key": pd.Series([key] * len(table), dtype="string"),
+            "source": pd.Series([source] * len(table), dtype="string"),
+        }
+    )
     return pd.concat([ids, table.reset_index(drop=True)], axis=1)
 
 
@@ -277,11 +316,11 @@ def meta_checksum(meta: dict[str, Any]) -> str:
     """SHA-256 of a record's ``record.json`` without its ``checksum`` (canonical JSON): every field,
     the SHA-256 of each table file among them, so that an edit anywhere in a record is noticed."""
     body = {k: v for k, v in meta.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"),
-                                     allow_nan=False).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()).hexdigest()
 
 
 # --- the store ---------------------------------------------------------------------------------
+
 
 class Store:
     """A results store folder (created when missing).
@@ -308,8 +347,10 @@ class Store:
             probe.mkdir()
             probe.rmdir()
         except OSError as exc:
-            raise SpecboundError(f"cannot write to the results store {self.root} ({exc.strerror or exc}); "
-                                 f"pass --store a folder you can write to") from None
+            raise SpecboundError(
+                f"cannot write to the results store {self.root} ({exc.strerror or exc}); "
+                f"pass --store a folder you can write to"
+            ) from None
 
     def keys(self) -> list[str]:
         """Keys of the complete, readable records, sorted; a record that cannot be read is set
@@ -355,8 +396,13 @@ class Store:
         except OSError:
             target = None
         where = f"moved to {target}" if target else "skipped (the store is read-only)"
-        warnings.warn(SpecboundWarning(f"record {key} in {self.root} cannot be read ({problem}): {where}; "
-                                       f"the next sweep over its checkpoint recomputes it"), stacklevel=3)
+        warnings.warn(
+            SpecboundWarning(
+                f"record {key} in {self.root} cannot be read ({problem}): {where}; "
+                f"the next sweep over its checkpoint recomputes it"
+            ),
+            stacklevel=3,
+        )
         return target
 
     def put(self, record: Record) -> bool:
@@ -411,8 +457,10 @@ class Store:
                 data = _read_record_file(self.records_dir / key / f"{t}.parquet")
                 expected = (meta.get("tables") or {}).get(t)
                 if expected is not None and hashlib.sha256(data).hexdigest() != expected:
-                    raise ValueError(f"{t}.parquet is not the file the record was written with (its SHA-256 "
-                                     f"differs from record.json's)")
+                    raise ValueError(
+                        f"{t}.parquet is not the file the record was written with (its SHA-256 "
+                        f"differs from record.json's)"
+                    )
                 read[t] = read_table(t, pd.read_parquet(io.BytesIO(data)))
                 problem = column_types_problem(t, read[t])
                 if problem:  # a record written before the tables' checksums, edited (schema 1's alpha as text)
@@ -421,8 +469,10 @@ class Store:
         except Exception as exc:  # noqa: BLE001  (pyarrow raises many types for a corrupt file)
             problem = f"{type(exc).__name__}: {str(exc)[:200]}"
         self.quarantine(key, problem)
-        raise SpecboundError(f"record {key} in {self.root} cannot be read ({problem}); it was set aside: run "
-                             f"the sweep again to recompute it")
+        raise SpecboundError(
+            f"record {key} in {self.root} cannot be read ({problem}); it was set aside: run "
+            f"the sweep again to recompute it"
+        )
 
     def records(self, tables: tuple[str, ...] = TABLES) -> Iterator[Record]:
         """Every complete record, in key order, with the named tables read."""
@@ -441,8 +491,13 @@ class Store:
             row["grid_m"] = meta["analysis"]["options"]["grid_m"]
             row.update({f"label_{k}": v for k, v in meta.get("labels", {}).items()})
             metrics = meta.get("metrics")
-            row.update({f"metric_{k}": float(v) for k, v in (metrics if isinstance(metrics, dict) else {}).items()
-                        if _is_number(v)})
+            row.update(
+                {
+                    f"metric_{k}": float(v)
+                    for k, v in (metrics if isinstance(metrics, dict) else {}).items()
+                    if _is_number(v)
+                }
+            )
             log10 = meta.get("log10_bounds") or (meta["analysis"].get("log10_bounds") or {})
             for name, value in meta["bounds"].items():
                 row[name] = _finite(value)
@@ -472,8 +527,11 @@ class Store:
         if not isinstance(cache, dict):
             return {}
         # only well-formed entries: a damaged cache costs a re-hash, never a wrong key
-        return {k: v for k, v in cache.items() if isinstance(k, str) and isinstance(v, str)
-                and len(v) == 64 and all(c in "0123456789abcdef" for c in v)}
+        return {
+            k: v
+            for k, v in cache.items()
+            if isinstance(k, str) and isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+        }
 
     def save_digests(self, cache: dict[str, str]) -> None:
         """Write the file-hash cache atomically (the last writer wins; entries never go stale)."""
@@ -493,8 +551,15 @@ class Store:
 
 
 # What every reader of record.json uses (Store.table, the reports), with the type it must have.
-_META_FIELDS = {"key": str, "source": str, "model": dict, "options": dict, "bounds": dict, "analysis": dict,
-                "run": dict}
+_META_FIELDS = {
+    "key": str,
+    "source": str,
+    "model": dict,
+    "options": dict,
+    "bounds": dict,
+    "analysis": dict,
+    "run": dict,
+}
 _MODEL_FIELDS = ("family", "L", "N")
 # Dimensions and integer labels a record may hold: far above any model, far below where converting
 # them to a float (scaling fits, plots) or printing them could fail.
@@ -574,8 +639,10 @@ def meta_problem(meta: Any, key: str) -> str | None:
     model = meta["model"]
     missing = [f for f in _MODEL_FIELDS if f not in model]
     if missing or not isinstance(model["family"], str) or not _is_count(model["L"]) or not _is_count(model["N"]):
-        return (f"record.json's model lacks a family and positive integer L and N below 2^53 "
-                f"({', '.join(missing) or 'wrong type or range'})")
+        return (
+            f"record.json's model lacks a family and positive integer L and N below 2^53 "
+            f"({', '.join(missing) or 'wrong type or range'})"
+        )
     for name in ("H", "H_kv", "d_head", "d_ff"):
         if model.get(name) is not None and not _is_count(model[name]):
             return f"record.json's model {name} is {str(model[name])[:40]!r}, not a positive integer below 2^53"

@@ -29,8 +29,10 @@ _DIRECTIVE = re.compile(r"^:::\s+(?P<name>[A-Za-z_][\w.]*)\s*$")
 def docs_root() -> Path:
     """The folder of the pages (``specbound/_docs``); one line when this install has none."""
     if not (DOCS / "index.md").is_file():
-        raise SpecboundError(f"this installation of specbound has no documentation pages ({DOCS} is missing); "
-                             f"reinstall specbound from its wheel or a checkout ({SITE_BUILD})")
+        raise SpecboundError(
+            f"this installation of specbound has no documentation pages ({DOCS} is missing); "
+            f"reinstall specbound from its wheel or a checkout ({SITE_BUILD})"
+        )
     return DOCS
 
 
@@ -48,8 +50,11 @@ def page_path(topic: str) -> Path:
     if "/" in name or not name or not path.is_file():
         known = list(topics())
         near = difflib.get_close_matches(name, known, n=1)
-        raise SpecboundError(f"no documentation page {topic!r}" + (f"; did you mean {near[0]!r}?" if near else "")
-                             + f" (pages: {', '.join(known)}; `specbound docs` lists them with their titles)")
+        raise SpecboundError(
+            f"no documentation page {topic!r}"
+            + (f"; did you mean {near[0]!r}?" if near else "")
+            + f" (pages: {', '.join(known)}; `specbound docs` lists them with their titles)"
+        )
     return path
 
 
@@ -61,27 +66,34 @@ def section(text: str, key: str) -> str:
     lines = text.splitlines()
     headings = list(_headings(lines))
     start = next((h for h in headings if h[2] == key), None) or next(
-        (h for h in headings if key and key.lower() in h[3].lower()), None)
+        (h for h in headings if key and key.lower() in h[3].lower()), None
+    )
     if start is None:
         numbers = [h[2] for h in headings if h[2]]
-        raise SpecboundError(f"no section {key!r} on this page; its sections: "
-                             + (", ".join(numbers) if numbers else "none numbered: pass words of a heading"))
+        raise SpecboundError(
+            f"no section {key!r} on this page; its sections: "
+            + (", ".join(numbers) if numbers else "none numbered: pass words of a heading")
+        )
     index, level = start[0], start[1]
     end = next((i for i, lv, _, _ in headings if i > index and lv <= level), len(lines))
     return "\n".join(lines[index:end]).rstrip() + "\n"
 
 
-def show(topic: str | None = None, key: str | None = None, *, generated: dict[str, tuple[str, object]] | None = None) \
-        -> str:
+def show(
+    topic: str | None = None, key: str | None = None, *, generated: dict[str, tuple[str, object]] | None = None
+) -> str:
     """What ``specbound docs`` prints: the list of pages, a page, or one section of it.
     ``generated``: ``{topic: (title, callable returning the page's Markdown)}``."""
     generated = generated or {}
     if topic is None:
         listing = topics({name: title for name, (title, _) in generated.items()})
         width = max(map(len, listing))
-        return ("\n".join(f"{name:<{width}}  {title}" for name, title in listing.items())
-                + f"\n\n`specbound docs TOPIC [SECTION]` prints a page or one of its sections (`specbound docs theory 3d`); "
-                  f"the pages are in {docs_root()}; {SITE_BUILD}\n")
+        return (
+            "\n".join(f"{name:<{width}}  {title}" for name, title in listing.items())
+            + "\n\n`specbound docs TOPIC [SECTION]` prints a page or one of its sections "
+            "(`specbound docs theory 3d`); "
+            f"the pages are in {docs_root()}; {SITE_BUILD}\n"
+        )
     name = topic.strip().removeprefix("docs/").removesuffix(".md")
     text = generated[name][1]() if name in generated else page_path(topic).read_text(encoding="utf-8")
     text = expand_directives(text)
@@ -125,8 +137,12 @@ def _reference(dotted: str) -> list[str]:
             pass
         break
     if not found:
-        return [f"### `{dotted}`", "", f"(not importable in this installation: read it in the site's API page; "
-                f"{SITE_BUILD})", ""]
+        return [
+            f"### `{dotted}`",
+            "",
+            f"(not importable in this installation: read it in the site's API page; {SITE_BUILD})",
+            "",
+        ]
     try:
         signature = str(inspect.signature(obj)) if callable(obj) else ""
     except (TypeError, ValueError):

@@ -29,9 +29,17 @@ def miniature_name(L: int, N: int, head_size: int = HEAD_SIZE) -> str:
     return f"bert_uncased_L-{L}_H-{N}_A-{N // head_size}"
 
 
-def write_miniatures(root: str | Path, *, layout: str = "hf-cache", depths=DEPTHS, widths=WIDTHS,
-                     head_size: int = HEAD_SIZE, vocab: int = 512, seed: int = 0,
-                     progress: Callable[[str], None] | None = None) -> list[Path]:
+def write_miniatures(
+    root: str | Path,
+    *,
+    layout: str = "hf-cache",
+    depths=DEPTHS,
+    widths=WIDTHS,
+    head_size: int = HEAD_SIZE,
+    vocab: int = 512,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Write one random BERT checkpoint per ``(L, N)`` in ``depths x widths`` under ``root``.
 
     Parameters
@@ -73,8 +81,9 @@ def write_miniatures(root: str | Path, *, layout: str = "hf-cache", depths=DEPTH
                 (repo / "refs" / "main").write_text(revision)
             else:
                 folder = root / name
-            write_bert_checkpoint(folder, L=L, N=N, H=N // head_size, d_ff=4 * N, vocab=vocab,
-                                  seed=seed * 1_000_003 + L * 10_007 + N)
+            write_bert_checkpoint(
+                folder, L=L, N=N, H=N // head_size, d_ff=4 * N, vocab=vocab, seed=seed * 1_000_003 + L * 10_007 + N
+            )
             written.append(folder)
             if progress:
                 progress(name)

@@ -23,8 +23,9 @@ def main(source: str, target: str) -> None:
     state = load_file(os.path.join(source, "model.safetensors"))
     values = []
     for weight in model.weights:
-        name, transpose = convert_tf_weight_name_to_pt_weight_name(weight.name, start_prefix_to_remove="bert.",
-                                                                   tf_weight_shape=weight.shape)
+        name, transpose = convert_tf_weight_name_to_pt_weight_name(
+            weight.name, start_prefix_to_remove="bert.", tf_weight_shape=weight.shape
+        )
         values.append((weight, apply_transpose(transpose, state[name], weight.shape)))
     K.batch_set_value(values)
     model.save_pretrained(target)
