@@ -202,8 +202,21 @@ def test_kernels_bench_times_every_candidate(capsys):
         assert set(r["gram_block"]) == {"numpy_matmul_float64", "dsyrk_from_float32"}
     json.dumps(report)
     text = format_kernels_bench(report)
-    assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2
+    assert "numpy_dsyevd" in text and "tiles <= 512" in text and text.count("numpy dsyevd") == 2
     assert text.splitlines()[-1].split()[0] == "70" and "dsyrk" in text
+    assert "TWO_STAGE_MIN in use" in text and report["two_stage_min_in_use"] > 70
+
+
+def test_two_stage_crossover_is_where_it_wins_at_every_larger_order():
+    from specbound.tools.bench import two_stage_crossover
+
+    def rows(*pairs):  # (n, numpy seconds, two-stage seconds)
+        return [{"n": n, "eigenvalues": {"numpy_dsyevd": one, "openblas_dsyevd_2stage": two}} for n, one, two in pairs]
+
+    assert two_stage_crossover(rows((768, 1, 2), (2048, 2, 1), (4096, 9, 7))) == 2048
+    assert two_stage_crossover(rows((768, 1, 0.5), (2048, 2, 3), (4096, 9, 7))) == 4096  # a win below a loss
+    assert two_stage_crossover(rows((768, 1, 2), (4096, 9, 9))) is None  # a tie is no win
+    assert two_stage_crossover([{"n": 768, "eigenvalues": {"numpy_dsyevd": 1.0}}]) is None  # not exported
 
 
 def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
@@ -239,20 +252,24 @@ SCENARIO_RUNS = {"bert-base": ("run_bench", "format_bench"), "large": ("run_llam
                  "llama7b": ("run_llama7b_bench", "format_llama7b_bench"),
                  "kernels": ("run_kernels_bench", "format_kernels_bench"),
                  "miniatures": ("run_miniatures_bench", "format_miniatures_bench")}
+OTHER_MODULE_RUNS = {"threads": ("bench_threads", "run_threads_bench", "format_threads_bench"),
+                     "llama70b-layer": ("bench_dask", "run_dask_layer_bench", "format_dask_layer_bench")}
 
 
-@pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, "threads"])
+@pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, *OTHER_MODULE_RUNS])
 def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeypatch):
     """The header (CPU, each BLAS with its kernel and threads, NumPy/SciPy) and the ``machine`` record,
     with the scenario itself replaced: nothing is timed."""
     import numpy
     import scipy
 
-    import specbound.tools.bench as bench
-    import specbound.tools.bench_threads as bench_threads
+    import importlib
 
-    module, (run, fmt) = (bench, SCENARIO_RUNS[scenario]) if scenario != "threads" else (
-        bench_threads, ("run_threads_bench", "format_threads_bench"))
+    if scenario in SCENARIO_RUNS:
+        module, (run, fmt) = importlib.import_module("specbound.tools.bench"), SCENARIO_RUNS[scenario]
+    else:
+        name, run, fmt = OTHER_MODULE_RUNS[scenario]
+        module = importlib.import_module(f"specbound.tools.{name}")
     monkeypatch.setattr(module, run, lambda **kw: {"ran": scenario})
     monkeypatch.setattr(module, fmt, lambda report: f"scenario text {report['ran']}")
     for name in KERNEL_OVERRIDES:  # whatever the machine running the test sets (OPENBLAS_L2_SIZE too)

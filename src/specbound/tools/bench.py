@@ -501,7 +501,7 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
     for role in weights.ff:
         w = clock("read_ff", lambda: weights.ff.compact(role))
         short = w if w.shape[0] <= w.shape[1] else w.T
-        clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
+        clock("ff_norms", lambda: spectra.column_sq_norms_and_abs_sum(w))
         if device != "numpy":
             clock("gram", lambda: spectra.gram_singular_values(short, kernel=kernel))
             continue
@@ -768,20 +768,28 @@ def stage_floors(shape: dict, rates: dict, *, cpu: bool = False) -> dict:
 
 # --- kernels: the measurements behind the kernel choices ---------------------------------------
 
-def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int = 3, head_dim: int = 128) -> dict:
-    """Time the candidate kernels at each size (best of ``repeats``, ``threads`` BLAS threads): the
-    symmetric eigensolvers of a Gram matrix (NumPy's one-stage ``dsyevd``, OpenBLAS's two-stage
-    ``dsyevd_2stage``, torch/MKL's ``eigvalsh``, SciPy's ``evd`` and ``evr`` drivers) and one head's
-    ``N x N`` (1,1)-norm from ``head_dim x N`` factors in 1 MB row blocks against 512 x 512 tiles.
-    The defaults of :mod:`specbound.compute.eigensolvers` and :mod:`specbound.compute.spectra` come
-    from these numbers on the development machine; rerun on yours to check them."""
+KERNEL_SIZES = (768, 1024, 1536, 2048, 3072, 4096)
+
+
+def run_kernels_bench(*, sizes=KERNEL_SIZES, threads: int = 1, repeats: int = 3, head_dim: int = 128) -> dict:
+    """Time the candidate kernels at each size (the least CPU seconds of ``repeats`` runs, all threads
+    of the process, which a shared machine's load does not inflate the way it does wall seconds;
+    ``threads`` BLAS threads): the symmetric eigensolvers of a Gram matrix (NumPy's one-stage
+    ``dsyevd``, OpenBLAS's two-stage ``dsyevd_2stage``, torch/MKL's ``eigvalsh``, SciPy's ``evd`` and
+    ``evr`` drivers) and one head's ``N x N`` (1,1)-norm from ``head_dim x N`` factors in 1 MB row
+    blocks against the tiles of :func:`specbound.compute.spectra._streamed_norm_1_1`.
+    ``two_stage_min_measured``: the least measured order from which on the two-stage driver beat
+    NumPy's at every larger measured order (what :data:`~specbound.compute.eigensolvers.TWO_STAGE_MIN`
+    is set from; None if it never did).  The defaults of :mod:`specbound.compute.eigensolvers` and
+    :mod:`specbound.compute.spectra` come from these numbers on the development machine; rerun on
+    yours to check them."""
     import scipy.linalg
     from threadpoolctl import threadpool_limits
 
     from ..compute import eigensolvers, spectra
 
     def best(fn):
-        return min(_timed(fn)[0] for _ in range(repeats))
+        return min(_timed_cpu(fn)[1] for _ in range(repeats))
 
     rng = np.random.default_rng(0)
     rows = []
@@ -821,23 +829,42 @@ def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int
                          "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms,
                          "gram_block": grams})
     return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
+            "two_stage_min_measured": two_stage_crossover(rows), "two_stage_min_in_use": eigensolvers.TWO_STAGE_MIN,
             "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
 
 
+def two_stage_crossover(rows: list[dict]) -> int | None:
+    """The least order ``n`` of ``rows`` (:func:`run_kernels_bench`'s, ascending) from which on the
+    two-stage driver took less time than NumPy's ``dsyevd`` at every measured order; None if it was
+    slower at the largest (or was not measured)."""
+    found = None
+    for r in reversed(rows):
+        times = r["eigenvalues"]
+        if times.get("openblas_dsyevd_2stage", float("inf")) >= times["numpy_dsyevd"]:
+            break
+        found = r["n"]
+    return found
+
+
 def format_kernels_bench(report: dict) -> str:
-    lines = [f"best of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
-             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "", "eigenvalues of an n x n Gram matrix (s):"]
+    lines = [f"least CPU seconds of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
+             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "",
+             "eigenvalues of an n x n Gram matrix (CPU s):"]
     names = sorted({k for r in report["sizes"] for k in r["eigenvalues"]})
     lines.append(f"{'n':>6} " + " ".join(f"{k:>22}" for k in names) + "   chosen")
     for r in report["sizes"]:
         cells = " ".join(f"{r['eigenvalues'][k]:>22.3f}" if k in r["eigenvalues"] else f"{'-':>22}" for k in names)
         lines.append(f"{r['n']:>6} {cells}   {r['chosen']}")
-    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (s):",
-              f"{'n':>6} {'1 MB row blocks':>16} {'512 x 512 tiles':>16}"]
+    crossover = report["two_stage_min_measured"]
+    lines += [f"two-stage faster from n = {crossover} on (measured); TWO_STAGE_MIN in use: "
+              f"{report['two_stage_min_in_use']}" if crossover else
+              f"two-stage not faster at the largest n measured; TWO_STAGE_MIN in use: {report['two_stage_min_in_use']}"]
+    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (CPU s):",
+              f"{'n':>6} {'1 MB row blocks':>16} {'tiles <= 512':>16}"]
     for r in report["sizes"]:
         v = r["norm_1_1_one_head"]
         lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
-    lines += ["", "one 512-column block of an n-row Gram matrix (s): the product the old path formed (float64) "
+    lines += ["", "one 512-column block of an n-row Gram matrix (CPU s): the product the old path formed (float64) "
                   "and the lower-triangle rank-k update from the stored float32:",
               f"{'n':>6} {'numpy matmul':>16} {'dsyrk':>16}"]
     for r in report["sizes"]:
