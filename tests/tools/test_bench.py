@@ -85,12 +85,17 @@ def test_bert_bench_on_one_and_two_cores(tmp_path):
     for budget in report["budgets"]:
         assert budget["identical_to_one_core"] and budget["seconds"] > 0
         assert budget["speedup_vs_dense"] == budget["dense_seconds"] / budget["seconds"]
+        assert budget["cpu_speedup_vs_dense"] == budget["dense_cpu_seconds"] / budget["cpu_seconds"] > 0
+    assert report["ff_all_cpu_seconds"] == 2 * 2 * report["ff_gram_cpu_seconds"]  # 2 FF matrices a layer
+    assert report["cpu_speedup_ceiling_vs_dense"] == report["budgets"][0]["dense_cpu_seconds"] / report[
+        "ff_all_cpu_seconds"]
     assert report["max_relative_bound_difference_vs_dense"] < 1e-10 and report["ff_shape"] == [64, 128]
     json.dumps(report)
     text = format_bench(report)
     rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["1"], ["2"])]
     assert [r[0] for r in rows] == ["1", "2"] and all(r[3].endswith("x") for r in rows)
-    assert "64 x 128" in text and "WARNING" not in text
+    assert "64 x 128" in text and "WARNING" not in text and "the 4 FF spectra alone" in text
+    assert all(r[-1].endswith("x") for r in rows)
     assert list(tmp_path.iterdir()) == []
 
 
