@@ -189,10 +189,28 @@ def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monke
     ckpt = open_checkpoint(folder)
     embed = ckpt.read("model.embed_tokens.weight").ravel()
     assert embed.size == 2048
-    np.testing.assert_array_equal(embed[1000:2000], embed[:1000])  # a cyclic window of the pool
-    assert not np.array_equal(embed[1:1001], embed[:1000])
+    # the pool: 1000 values, or the largest layer tensor (q, o: 32 x 32) where that is longer
+    np.testing.assert_array_equal(embed[1024:2048], embed[:1024])  # a cyclic window of the pool
+    assert not np.array_equal(embed[1:1025], embed[:1024])
     q = ckpt.read("model.layers.0.self_attn.q_proj.weight")
     assert abs(q.std() - 0.02) < 0.004
+
+
+def test_no_analysed_tensor_wraps_around_the_pool(tmp_path, monkeypatch):
+    """A layer tensor longer than the pool's default length gets a longer pool, so its values do not
+    repeat (a 70B feed-forward matrix is 3.5 times the default pool)."""
+    import specbound.tools.bench as bench
+    from specbound.io import open_checkpoint
+
+    monkeypatch.setattr(bench, "_POOL_VALUES", 500)
+    folder, _ = bench.write_llama_checkpoint(tmp_path / "m", L=2, N=32, H=2, H_kv=1, d_ff=40, vocab=64)
+    ckpt = open_checkpoint(folder)
+    for layer in (0, 1):
+        gate = ckpt.read(f"model.layers.{layer}.mlp.gate_proj.weight").ravel()  # 1280 values, the longest
+        assert gate.size == 1280 and not np.array_equal(gate[500:1000], gate[:500])
+        assert np.unique(gate).size > 600  # 1280 draws rounded to bf16 (780 distinct), not a 500-value cycle
+    embed = ckpt.read("model.embed_tokens.weight").ravel()
+    np.testing.assert_array_equal(embed[1280:2048], embed[:768])  # the embeddings still wrap, at 1280
 
 
 def test_kernels_bench_times_every_candidate(capsys):

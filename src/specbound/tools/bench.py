@@ -322,7 +322,10 @@ LARGE_LAYERS = 4
 SHARD_BYTES = 10 * 10**9
 # Gaussian values drawn once and cut into tensors at random offsets: each matrix is a window of one
 # i.i.d. N(0, 0.02^2) sequence (so i.i.d. Gaussian itself), and 6.7e9 fresh draws (minutes of CPU)
-# are not needed.  Longer than the largest analysed tensor (11008 x 4096), so none repeats a value.
+# are not needed.  At least this long, and never shorter than the largest analysed tensor (11008 x 4096
+# at 7B; 28672 x 8192 at 70B takes a longer pool), so none of them repeats a value: a matrix whose rows
+# wrap around the pool is far from Gaussian (a 70B feed-forward matrix cut from a 2^26 pool missed
+# the Gram path's 1e-8 and fell back to a float64 SVD: 4.7 GB).
 _POOL_VALUES = 1 << 26
 
 
@@ -362,8 +365,9 @@ def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    pool = _to_bf16(0.02 * rng.standard_normal(_POOL_VALUES, dtype=np.float32))
     shapes = _llama_tensor_shapes(L, N, H, H_kv, d_ff, vocab)
+    analysed = max(int(np.prod(shape)) for name, shape in shapes if len(shape) == 2 and ".layers." in name)
+    pool = _to_bf16(0.02 * rng.standard_normal(max(_POOL_VALUES, analysed), dtype=np.float32))
     shards, size = [[]], 0
     for name, shape in shapes:
         nbytes = 2 * int(np.prod(shape))
@@ -394,7 +398,7 @@ def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: 
                     continue
                 # A window starting at a random offset, wrapping around the pool: only tensors
                 # longer than the pool (the embeddings, which no bound reads) repeat values.
-                start = int(rng.integers(0, _POOL_VALUES))
+                start = int(rng.integers(0, pool.size))
                 while count > 0:
                     piece = pool[start:start + count]
                     f.write(piece.tobytes())
