@@ -288,6 +288,7 @@ def column_sq_norms_and_abs_sum(w: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _block_passes(w: np.ndarray, *, with_abs_sum: bool) -> tuple[np.ndarray, float]:
+    """The column norms and (``with_abs_sum``; else 0) the abs-sum of ``w``, block by block."""
     parts, acc, abs_sum = [], np.zeros(w.shape[1]), 0.0
     for axis, block in _row_blocks(w):
         wide = np.asarray(block, dtype=np.float64)
