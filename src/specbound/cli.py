@@ -322,12 +322,15 @@ def _parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="time the analysis against the dense reference method", description=(
         "Time specbound on a synthetic checkpoint against a baseline run in the same process (the dense "
         "reference method, WeightWatcher when installed) and print medians and ratios (docs/benchmarks.md)."))
-    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "kernels", "miniatures", "threads"),
+    be.add_argument("--scenario", choices=("bert-base", "large", "llama7b", "llama70b-layer", "kernels", "miniatures",
+                                            "threads"),
                     default="bert-base",
                     help="bert-base: one BERT-base-shaped checkpoint against the dense reference and "
                          "WeightWatcher (default); large: the llama7b scenario on 4 layers (time per layer, peak "
                          "RSS, stage times); llama7b: a LLaMA-7B-shaped bf16 checkpoint (11.9 GB, written and deleted), "
-                         "the whole analysis, peak RSS, stage times; kernels: the eigensolvers and (1,1)-norm tilings at "
+                         "the whole analysis, peak RSS, stage times; llama70b-layer: one LLaMA-2-70B-shaped layer (1.7 GB) "
+                         "through the Dask per-layer path on one 4 GiB worker (time, worker peak RSS), then its "
+                         "stage times against their floors; kernels: the eigensolvers and (1,1)-norm tilings at "
                          "n = 768, 2048, 4096 (the measurements behind the kernel choices); miniatures: a sweep of the 24 "
                          "BERT-Miniatures shapes, total and per checkpoint; threads: analyze() with its defaults "
                          "against threads=1 and jobs=1 on the embedded checkpoint, interleaved (with --load K busy "
@@ -341,7 +344,7 @@ def _parser() -> argparse.ArgumentParser:
     be.add_argument("--workdir", metavar="DIR", help="where to write the synthetic checkpoint (default: a temp dir)")
     be.add_argument("--layers", type=_positive_int, metavar="L",
                     help="llama7b: write and analyse only L layers (a disk short of 11.9 GB; the 32-layer time "
-                         "is then extrapolated, and says so)")
+                         "is then extrapolated, and says so); llama70b-layer: L layers (default 1)")
     be.add_argument("--device", choices=DEVICES, help="large, llama7b: where the linear algebra runs (default numpy)")
     be.add_argument("--against", metavar="SRC",
                     help="large: time the same analysis with the code in another checkout SRC too (e.g. `git "
@@ -706,7 +709,7 @@ def _study(args) -> int:
 
 
 def _bench(args) -> int:
-    from .tools import bench, bench_threads
+    from .tools import bench, bench_dask, bench_threads
 
     kernel = KernelOptions(**({"device": args.device} if args.device else {}))
 
@@ -718,6 +721,8 @@ def _bench(args) -> int:
             "llama7b": (lambda: bench.run_llama7b_bench(layers=args.layers, threads=args.threads,
                                                         jobs=args.jobs or 2, kernel=kernel, workdir=args.workdir),
                         bench.format_llama7b_bench),
+            "llama70b-layer": (lambda: bench_dask.run_dask_layer_bench(layers=args.layers or 1, workdir=args.workdir),
+                               bench_dask.format_dask_layer_bench),
             "kernels": (lambda: bench.run_kernels_bench(threads=args.threads, repeats=args.repeats),
                         bench.format_kernels_bench),
             "miniatures": (lambda: bench.run_miniatures_bench(threads=args.threads, jobs=args.jobs,

@@ -57,6 +57,18 @@ def test_streamed_norm_1_1_uses_several_tiles(monkeypatch, n_a, n_b):
     assert spectra._streamed_norm_1_1(a, b) == pytest.approx(np.abs(a.T @ b).sum(), rel=1e-12)
 
 
+def test_norm_1_1_tiles_cut_a_side_into_equal_tiles():
+    """At most ``_TILE`` a side, as few tiles as that allows, equal but for the last: N = 768 is two
+    tiles of 384 (not 512 + 256); up to 512, and at multiples of 512, the tiles are what they were."""
+    import specbound.compute.spectra as spectra
+
+    assert [spectra._tile_side(n) for n in (1, 384, 512, 513, 768, 1000, 4096, 8192)] == [
+        1, 384, 512, 257, 384, 500, 512, 512]
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((8, 768)), rng.standard_normal((8, 700))
+    assert spectra._streamed_norm_1_1(a, b) == pytest.approx(np.abs(a.T @ b).sum(), rel=1e-12)
+
+
 def test_schatten_power_definitions():
     s = np.array([3.0, 2.0, 1.0, 0.5, 0.0])
     assert schatten_power(s, 0, 5, RANK_TOL) == 4
@@ -160,6 +172,23 @@ def test_blockwise_norms_match_direct(monkeypatch, order):
     assert sp.norm_1_1 == pytest.approx(np.abs(w).sum(), rel=1e-13)
     assert sp.norm_2_1 == pytest.approx(np.linalg.norm(w, axis=0).sum(), rel=1e-13)
     np.testing.assert_allclose(sp.singular_values, np.linalg.svd(w, compute_uv=False), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_one_pass_norms_equal_two_passes_and_leave_w_alone(monkeypatch, order, dtype):
+    """The column norms and the abs-sum from one pass over the blocks are the two passes' numbers, bit
+    for bit; a float64 ``w``'s blocks are views, made absolute into a temporary, never in place."""
+    import specbound.compute.spectra as spectra
+
+    monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 40)
+    w = np.asarray(np.random.default_rng(6).standard_normal((23, 17)), dtype=dtype, order=order)
+    kept = w.copy()
+    col_sq, abs_sum = spectra.column_sq_norms_and_abs_sum(w)
+    assert np.array_equal(w, kept)
+    assert np.array_equal(col_sq, spectra.column_sq_norms(w))
+    two_pass = sum(np.abs(np.asarray(block, dtype=np.float64)).sum() for _, block in spectra._row_blocks(w))
+    assert abs_sum == two_pass and spectra.dense_spectrum(w).norm_1_1 == two_pass
 
 
 @pytest.mark.parametrize("layout", ["C", "F", "strided"])

@@ -85,12 +85,17 @@ def test_bert_bench_on_one_and_two_cores(tmp_path):
     for budget in report["budgets"]:
         assert budget["identical_to_one_core"] and budget["seconds"] > 0
         assert budget["speedup_vs_dense"] == budget["dense_seconds"] / budget["seconds"]
+        assert budget["cpu_speedup_vs_dense"] == budget["dense_cpu_seconds"] / budget["cpu_seconds"] > 0
+    assert report["ff_all_cpu_seconds"] == 2 * 2 * report["ff_gram_cpu_seconds"]  # 2 FF matrices a layer
+    assert report["cpu_speedup_ceiling_vs_dense"] == report["budgets"][0]["dense_cpu_seconds"] / report[
+        "ff_all_cpu_seconds"]
     assert report["max_relative_bound_difference_vs_dense"] < 1e-10 and report["ff_shape"] == [64, 128]
     json.dumps(report)
     text = format_bench(report)
     rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["1"], ["2"])]
     assert [r[0] for r in rows] == ["1", "2"] and all(r[3].endswith("x") for r in rows)
-    assert "64 x 128" in text and "WARNING" not in text
+    assert "64 x 128" in text and "WARNING" not in text and "the 4 FF spectra alone" in text
+    assert all(r[-1].endswith("x") for r in rows)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -184,10 +189,28 @@ def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monke
     ckpt = open_checkpoint(folder)
     embed = ckpt.read("model.embed_tokens.weight").ravel()
     assert embed.size == 2048
-    np.testing.assert_array_equal(embed[1000:2000], embed[:1000])  # a cyclic window of the pool
-    assert not np.array_equal(embed[1:1001], embed[:1000])
+    # the pool: 1000 values, or the largest layer tensor (q, o: 32 x 32) where that is longer
+    np.testing.assert_array_equal(embed[1024:2048], embed[:1024])  # a cyclic window of the pool
+    assert not np.array_equal(embed[1:1025], embed[:1024])
     q = ckpt.read("model.layers.0.self_attn.q_proj.weight")
     assert abs(q.std() - 0.02) < 0.004
+
+
+def test_no_analysed_tensor_wraps_around_the_pool(tmp_path, monkeypatch):
+    """A layer tensor longer than the pool's default length gets a longer pool, so its values do not
+    repeat (a 70B feed-forward matrix is 3.5 times the default pool)."""
+    import specbound.tools.bench as bench
+    from specbound.io import open_checkpoint
+
+    monkeypatch.setattr(bench, "_POOL_VALUES", 500)
+    folder, _ = bench.write_llama_checkpoint(tmp_path / "m", L=2, N=32, H=2, H_kv=1, d_ff=40, vocab=64)
+    ckpt = open_checkpoint(folder)
+    for layer in (0, 1):
+        gate = ckpt.read(f"model.layers.{layer}.mlp.gate_proj.weight").ravel()  # 1280 values, the longest
+        assert gate.size == 1280 and not np.array_equal(gate[500:1000], gate[:500])
+        assert np.unique(gate).size > 600  # 1280 draws rounded to bf16 (780 distinct), not a 500-value cycle
+    embed = ckpt.read("model.embed_tokens.weight").ravel()
+    np.testing.assert_array_equal(embed[1280:2048], embed[:768])  # the embeddings still wrap, at 1280
 
 
 def test_kernels_bench_times_every_candidate(capsys):
@@ -202,8 +225,21 @@ def test_kernels_bench_times_every_candidate(capsys):
         assert set(r["gram_block"]) == {"numpy_matmul_float64", "dsyrk_from_float32"}
     json.dumps(report)
     text = format_kernels_bench(report)
-    assert "numpy_dsyevd" in text and "512 x 512 tiles" in text and text.count("numpy dsyevd") == 2
+    assert "numpy_dsyevd" in text and "tiles <= 512" in text and text.count("numpy dsyevd") == 2
     assert text.splitlines()[-1].split()[0] == "70" and "dsyrk" in text
+    assert "TWO_STAGE_MIN in use" in text and report["two_stage_min_in_use"] > 70
+
+
+def test_two_stage_crossover_is_where_it_wins_at_every_larger_order():
+    from specbound.tools.bench import two_stage_crossover
+
+    def rows(*pairs):  # (n, numpy seconds, two-stage seconds)
+        return [{"n": n, "eigenvalues": {"numpy_dsyevd": one, "openblas_dsyevd_2stage": two}} for n, one, two in pairs]
+
+    assert two_stage_crossover(rows((768, 1, 2), (2048, 2, 1), (4096, 9, 7))) == 2048
+    assert two_stage_crossover(rows((768, 1, 0.5), (2048, 2, 3), (4096, 9, 7))) == 4096  # a win below a loss
+    assert two_stage_crossover(rows((768, 1, 2), (4096, 9, 9))) is None  # a tie is no win
+    assert two_stage_crossover([{"n": 768, "eigenvalues": {"numpy_dsyevd": 1.0}}]) is None  # not exported
 
 
 def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
@@ -239,20 +275,24 @@ SCENARIO_RUNS = {"bert-base": ("run_bench", "format_bench"), "large": ("run_llam
                  "llama7b": ("run_llama7b_bench", "format_llama7b_bench"),
                  "kernels": ("run_kernels_bench", "format_kernels_bench"),
                  "miniatures": ("run_miniatures_bench", "format_miniatures_bench")}
+OTHER_MODULE_RUNS = {"threads": ("bench_threads", "run_threads_bench", "format_threads_bench"),
+                     "llama70b-layer": ("bench_dask", "run_dask_layer_bench", "format_dask_layer_bench")}
 
 
-@pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, "threads"])
+@pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, *OTHER_MODULE_RUNS])
 def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeypatch):
     """The header (CPU, each BLAS with its kernel and threads, NumPy/SciPy) and the ``machine`` record,
     with the scenario itself replaced: nothing is timed."""
     import numpy
     import scipy
 
-    import specbound.tools.bench as bench
-    import specbound.tools.bench_threads as bench_threads
+    import importlib
 
-    module, (run, fmt) = (bench, SCENARIO_RUNS[scenario]) if scenario != "threads" else (
-        bench_threads, ("run_threads_bench", "format_threads_bench"))
+    if scenario in SCENARIO_RUNS:
+        module, (run, fmt) = importlib.import_module("specbound.tools.bench"), SCENARIO_RUNS[scenario]
+    else:
+        name, run, fmt = OTHER_MODULE_RUNS[scenario]
+        module = importlib.import_module(f"specbound.tools.{name}")
     monkeypatch.setattr(module, run, lambda **kw: {"ran": scenario})
     monkeypatch.setattr(module, fmt, lambda report: f"scenario text {report['ran']}")
     for name in KERNEL_OVERRIDES:  # whatever the machine running the test sets (OPENBLAS_L2_SIZE too)

@@ -37,3 +37,24 @@ def test_per_layer_dask_tasks_give_the_one_process_analysis(tmp_path):
     row = store.table().iloc[0]
     for name, value in direct.bounds.items():
         assert row[name] == value, name
+
+
+def test_the_70b_layer_scenario_on_a_tiny_shape(tmp_path):
+    """``bench --scenario llama70b-layer``'s machinery on a tiny shape: the layers swept as per-layer Dask
+    tasks on one worker (its peak RSS read back), the bounds those of a one-process analysis of the same
+    checkpoint, then layer 0's stages against their floors."""
+    from specbound.tools.bench_dask import format_dask_layer_bench, run_dask_layer_bench
+
+    shape = dict(L=80, N=96, H=6, H_kv=2, d_ff=260)
+    report = run_dask_layer_bench(shape=shape, layers=2, workdir=str(tmp_path))
+    assert report["mode"] == "dask-per-layer" and report["layers"] == 2 and report["memory_limit"] == "4GiB"
+    assert "L=2 of 80" in report["scenario"] and 50 < report["worker_peak_rss_mb"] < 4096
+    assert report["ff_sv_methods"] == {"gram": 6} and report["seconds_per_layer"] > 0
+    folder, _ = write_llama_checkpoint(tmp_path / "same", **{**shape, "L": 2}, vocab=64)  # the same seed
+    assert report["bounds"] == specbound.analyze(folder, threads=1).all_bounds()
+    stages = report["stage_seconds_per_layer"]["1_blas_threads"]
+    assert {"read_attention", "norm_1_1", "gram", "eigenvalues"} <= set(stages)
+    assert set(report["stage_floor_seconds_per_layer"]["1_blas_threads"]) <= set(stages)
+    text = format_dask_layer_bench(report)
+    assert "dask-per-layer" in text and "worker peak RSS" in text and "  gram " in text
+    assert list(tmp_path.iterdir()) == [tmp_path / "same"]  # the checkpoint and the store are deleted

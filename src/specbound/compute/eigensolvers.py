@@ -22,9 +22,12 @@ import functools
 
 import numpy as np
 
-# Smallest order at which the two-stage reduction is faster (between 2048 and 4096 above: the
-# one-stage reduction's matrix-vector products run from memory once G outgrows the 32 MB L3).
-TWO_STAGE_MIN = 3072
+# Smallest order at which the two-stage reduction is faster, from ``bench --scenario kernels`` on the
+# project's AVX2 EPYC (docs/llm-scale.md, run 7): CPU seconds, one BLAS thread, two runs: slower up to
+# n = 1280, a tie at 1536 (0.310 / 0.334 and 0.293 / 0.281), faster from 2048 on (0.687 / 0.779 and
+# 0.681 / 0.793; 4.37 / 6.50 at 4096).  On the AVX-512 EPYC of runs 1-3 it was slower at 2048 and
+# faster at 4096 (the one-stage reduction's matrix-vector products run from memory once G outgrows L3).
+TWO_STAGE_MIN = 2048
 _LAPACK_COL_MAJOR = 102
 
 

@@ -28,10 +28,10 @@ from .eigensolvers import symmetric_eigenvalues
 
 # Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
 _BLOCK_ENTRIES = 1 << 17
-# Tiles of an N x N product for its (1,1)-norm: 512 x 512 (2 MB, one core's L2 cache).  Every BLAS
-# call re-packs its operands, so thin row blocks spanning all N columns would re-pack the whole
+# Tiles of an N x N product for its (1,1)-norm: at most 512 x 512 (2 MB, one core's L2 cache).  Every
+# BLAS call re-packs its operands, so thin row blocks spanning all N columns would re-pack the whole
 # d x N factor each time (timings of the tile sizes: docs/benchmarks.md).  A product with N <= 512
-# is one tile.
+# is one tile; a longer side is cut into equal tiles (N = 768: two of 384, not 512 + 256, 0.8x the time).
 _TILE = 512
 # Columns per block of the feed-forward Gram product (see gram_singular_values): the proven error
 # bound grows with b + k/b, the time with the number of blocks; 512 keeps both small (MiniLM's
@@ -278,23 +278,32 @@ def _row_blocks(w: np.ndarray):
 def column_sq_norms(w: np.ndarray) -> np.ndarray:
     """Squared l2 norm of every column of ``w``, shape (w.shape[1],), computed blockwise in float64
     (a float32 ``w``, as stored, is upcast one block at a time: the same numbers as its float64 copy)."""
-    parts, acc = [], np.zeros(w.shape[1])
+    return _block_passes(w, with_abs_sum=False)[0]
+
+
+def column_sq_norms_and_abs_sum(w: np.ndarray) -> tuple[np.ndarray, float]:
+    """:func:`column_sq_norms` of ``w`` and the sum of its absolute entries, in one pass over its
+    blocks (each upcast once; the same sums, in the same order, as two passes give)."""
+    return _block_passes(w, with_abs_sum=True)
+
+
+def _block_passes(w: np.ndarray, *, with_abs_sum: bool) -> tuple[np.ndarray, float]:
+    """The column norms and (``with_abs_sum``; else 0) the abs-sum of ``w``, block by block."""
+    parts, acc, abs_sum = [], np.zeros(w.shape[1]), 0.0
     for axis, block in _row_blocks(w):
-        block = np.asarray(block, dtype=np.float64)
+        wide = np.asarray(block, dtype=np.float64)
         if axis == 0:
-            acc += np.einsum("ij,ij->j", block, block)
+            acc += np.einsum("ij,ij->j", wide, wide)
         else:
-            parts.append(np.einsum("ij,ij->j", block, block))
-    return np.concatenate(parts) if parts else acc
-
-
-def _blockwise_abs_sum(w: np.ndarray) -> float:
-    return float(sum(np.abs(np.asarray(block, dtype=np.float64)).sum() for _, block in _row_blocks(w)))
+            parts.append(np.einsum("ij,ij->j", wide, wide))
+        if with_abs_sum:  # a fresh upcast is made absolute in place, a view of w into a temporary
+            abs_sum += float(np.abs(wide, out=None if wide is block else wide).sum())
+    return (np.concatenate(parts) if parts else acc), abs_sum
 
 
 def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
-    """``sum |A.T @ B|`` over ``_TILE x _TILE`` tiles, each written into one reused buffer and made
-    absolute in place (no temporaries, no copies of the factors).
+    """``sum |A.T @ B|`` over tiles of at most ``_TILE x _TILE`` (:func:`_tile_side`), each written into
+    one reused buffer and made absolute in place (no temporaries, no copies of the factors).
 
     The tiles are tiles of the transpose ``B.T @ A`` (the same entries): ``B[:, j:j+s].T`` and
     ``A[:, i:i+t]`` go to the BLAS as they are stored.  Each entry is a BLAS dot product of length
@@ -302,7 +311,7 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
     64 sums of 2^18 entries each.
     """
     n_rows, n_cols = a.shape[1], b.shape[1]
-    rows, cols = min(_TILE, max(n_cols, 1)), min(_TILE, max(n_rows, 1))
+    rows, cols = _tile_side(n_cols), _tile_side(n_rows)
     total = 0.0
     buffer = np.empty((rows, cols))
     for j in range(0, n_cols, rows):
@@ -313,6 +322,13 @@ def _streamed_norm_1_1(a: np.ndarray, b: np.ndarray) -> float:
             np.matmul(block, right, out=out)
             total += float(np.abs(out, out=out).sum())
     return total
+
+
+def _tile_side(n: int) -> int:
+    """The side of the tiles an axis of length ``n`` is cut into: ``n`` itself up to ``_TILE``, else
+    the smallest number of tiles of at most ``_TILE`` made equal (the last one shorter by the rest)."""
+    n = max(n, 1)
+    return -(-n // -(-n // _TILE))
 
 
 def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
@@ -422,7 +438,7 @@ def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSp
     in NumPy).
     """
     method, bound = "svd", 0.0
-    col_sq = column_sq_norms(w)
+    col_sq, abs_sum = column_sq_norms_and_abs_sum(w)
     if kernel.gram_rtol > 0:
         svals, bound = gram_singular_values(w, frobenius_sq=float(np.sum(col_sq)), kernel=kernel)
         method = "gram"
@@ -432,7 +448,7 @@ def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSp
         shape=(int(w.shape[0]), int(w.shape[1])),
         singular_values=svals,
         norm_2_1=float(np.sqrt(col_sq).sum()),
-        norm_1_1=_blockwise_abs_sum(w),
+        norm_1_1=abs_sum,
         sv_method=method,
         sv_rel_error_bound=bound,
     )

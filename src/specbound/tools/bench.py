@@ -79,24 +79,29 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
         shape = shape or BERT_BASE
         folder = write_bert_checkpoint(Path(tmp) / "bert-base-random", **shape)
         for cores in core_budgets(jobs):
-            runs = [_timed(lambda: analyze(folder, threads=threads, jobs=cores)) for _ in range(repeats)]
-            seconds = statistics.median(t for t, _ in runs)
-            fast = runs[0][1]
+            runs = [_timed_cpu(lambda: analyze(folder, threads=threads, jobs=cores)) for _ in range(repeats)]
+            seconds, cpu_seconds = statistics.median(t for t, _, _ in runs), statistics.median(c for _, c, _ in runs)
+            fast = runs[0][2]
             if cores == 1:  # VmHWM only grows: the analysis' own peak, before the dense method and WW
                 peak_fast, one_core = _peak_rss_mb(), fast
             identical = fast.all_bounds() == one_core.all_bounds() and fast.matrices.equals(one_core.matrices)
-            dense_seconds, dense = _timed(lambda: analyze(folder, threads=threads, jobs=cores, method="dense"))
+            dense_seconds, dense_cpu, dense = _timed_cpu(lambda: analyze(folder, threads=threads, jobs=cores,
+                                                                         method="dense"))
             ww_seconds, ww_note = _weightwatcher_seconds(folder, threads * cores)
             budgets.append({
                 "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
-                "seconds": seconds, "seconds_all": [t for t, _ in runs],
+                "seconds": seconds, "seconds_all": [t for t, _, _ in runs],
                 "dense_seconds": dense_seconds, "speedup_vs_dense": dense_seconds / seconds,
+                "cpu_seconds": cpu_seconds, "dense_cpu_seconds": dense_cpu, "cpu_speedup_vs_dense": dense_cpu / cpu_seconds,
                 "weightwatcher_seconds": ww_seconds,
                 "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
                 "weightwatcher_note": ww_note,
                 "identical_to_one_core": identical,
             })
         ff_gram, ff_svd = _feed_forward_paths(folder, threads)
+    # The 2 L feed-forward spectra alone, each at its one-matrix CPU time: what the analysis cannot go
+    # below while they are exact float64 spectra, so the dense method's CPU time over it caps the ratio.
+    ff_cpu = 2 * shape["L"] * ff_gram["cpu"]
     return {
         "scenario": "bert-base-shaped random checkpoint (" + ", ".join(f"{k}={v}" for k, v in shape.items())
                     + ", float32)",
@@ -106,26 +111,32 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
         "peak_rss_mb": peak_fast,
         "bounds": fast.bounds,
         "max_relative_bound_difference_vs_dense": max_relative_bound_difference(fast.bounds, dense.bounds),
-        "ff_gram_seconds": ff_gram,
-        "ff_svd_seconds": ff_svd,
-        "ff_gram_speedup": ff_svd / ff_gram,
+        "ff_gram_seconds": ff_gram["wall"],
+        "ff_svd_seconds": ff_svd["wall"],
+        "ff_gram_speedup": ff_svd["wall"] / ff_gram["wall"],
+        "ff_gram_cpu_seconds": ff_gram["cpu"],
+        "ff_all_cpu_seconds": ff_cpu,
+        "cpu_speedup_ceiling_vs_dense": budgets[0]["dense_cpu_seconds"] / ff_cpu,
         "ff_shape": [shape["N"], shape["d_ff"]],
         "load_average_1min": os.getloadavg()[0],
     }
 
 
-def _feed_forward_paths(folder: Path, threads: int, repeats: int = 3) -> tuple[float, float]:
-    """Median seconds of one ``N x d_ff`` feed-forward spectrum by the Gram path and by the SVD."""
+def _feed_forward_paths(folder: Path, threads: int, repeats: int = 3) -> tuple[dict, dict]:
+    """Median wall and CPU seconds (``{"wall", "cpu"}``) of one ``N x d_ff`` feed-forward spectrum by
+    the Gram path and by the SVD."""
     from threadpoolctl import threadpool_limits
 
     from ..io import open_checkpoint
     from ..compute.spectra import dense_spectrum
 
     w = open_checkpoint(folder).read("encoder.layer.0.intermediate.dense.weight").T
+    def medians(kernel):
+        runs = [_timed_cpu(lambda: dense_spectrum(w, kernel)) for _ in range(repeats)]
+        return {"wall": statistics.median(r[0] for r in runs), "cpu": statistics.median(r[1] for r in runs)}
+
     with threadpool_limits(limits=threads):
-        gram = statistics.median(_timed(lambda: dense_spectrum(w, KernelOptions()))[0] for _ in range(repeats))
-        svd = statistics.median(_timed(lambda: dense_spectrum(w, EXACT_SVD))[0] for _ in range(repeats))
-    return gram, svd
+        return medians(KernelOptions()), medians(EXACT_SVD)
 
 
 def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, str]:
@@ -277,15 +288,20 @@ def format_bench(report: dict) -> str:
         f"FF spectrum       Gram {report['ff_gram_seconds']:.3f} s vs SVD {report['ff_svd_seconds']:.3f} s "
         f"({report['ff_gram_speedup']:.1f}x, one {report['ff_shape'][0]} x {report['ff_shape'][1]} matrix, "
         f"{report['threads']} BLAS thread)",
+        f"FF ceiling        the {report['ff_all_cpu_seconds'] / report['ff_gram_cpu_seconds']:.0f} FF spectra alone "
+        f"take {report['ff_all_cpu_seconds']:.2f} CPU s: at most {report['cpu_speedup_ceiling_vs_dense']:.1f}x the "
+        f"dense method's CPU time on one core with every other stage free",
         f"load average      {report['load_average_1min']:.2f} at the end",
         "",
-        f"{'cores':>5} {'specbound s':>12} {'dense s':>9} {'vs dense':>9} {'WeightWatcher s':>16} {'vs WW':>7}",
+        f"{'cores':>5} {'specbound s':>12} {'dense s':>9} {'vs dense':>9} {'WeightWatcher s':>16} {'vs WW':>7}"
+        f" {'CPU s':>8} {'dense CPU s':>12} {'CPU vs dense':>13}",
     ]
     for b in report["budgets"]:
         ww = (f"{b['weightwatcher_seconds']:>16.2f} {b['speedup_vs_weightwatcher']:>6.1f}x"
               if b["weightwatcher_seconds"] else f"{'-':>16} {'-':>7}")
         lines.append(f"{b['cores']:>5} {b['seconds']:>12.3f} {b['dense_seconds']:>9.2f} "
-                     f"{b['speedup_vs_dense']:>8.1f}x {ww}")
+                     f"{b['speedup_vs_dense']:>8.1f}x {ww} {b['cpu_seconds']:>8.3f} {b['dense_cpu_seconds']:>12.2f} "
+                     f"{b['cpu_speedup_vs_dense']:>12.1f}x")
     if not all(b["identical_to_one_core"] for b in report["budgets"]):
         lines.append("WARNING: the results on several cores differ from those on one core")
     lines += ["", f"specbound and the dense reference: --jobs = cores, {report['threads']} BLAS thread(s) per job "
@@ -306,7 +322,10 @@ LARGE_LAYERS = 4
 SHARD_BYTES = 10 * 10**9
 # Gaussian values drawn once and cut into tensors at random offsets: each matrix is a window of one
 # i.i.d. N(0, 0.02^2) sequence (so i.i.d. Gaussian itself), and 6.7e9 fresh draws (minutes of CPU)
-# are not needed.  Longer than the largest analysed tensor (11008 x 4096), so none repeats a value.
+# are not needed.  At least this long, and never shorter than the largest analysed tensor (11008 x 4096
+# at 7B; 28672 x 8192 at 70B takes a longer pool), so none of them repeats a value: a matrix whose rows
+# wrap around the pool is far from Gaussian (a 70B feed-forward matrix cut from a 2^26 pool missed
+# the Gram path's 1e-8 and fell back to a float64 SVD: 4.7 GB).
 _POOL_VALUES = 1 << 26
 
 
@@ -346,8 +365,9 @@ def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    pool = _to_bf16(0.02 * rng.standard_normal(_POOL_VALUES, dtype=np.float32))
     shapes = _llama_tensor_shapes(L, N, H, H_kv, d_ff, vocab)
+    analysed = max(int(np.prod(shape)) for name, shape in shapes if len(shape) == 2 and ".layers." in name)
+    pool = _to_bf16(0.02 * rng.standard_normal(max(_POOL_VALUES, analysed), dtype=np.float32))
     shards, size = [[]], 0
     for name, shape in shapes:
         nbytes = 2 * int(np.prod(shape))
@@ -378,7 +398,7 @@ def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: 
                     continue
                 # A window starting at a random offset, wrapping around the pool: only tensors
                 # longer than the pool (the embeddings, which no bound reads) repeat values.
-                start = int(rng.integers(0, _POOL_VALUES))
+                start = int(rng.integers(0, pool.size))
                 while count > 0:
                     piece = pool[start:start + count]
                     f.write(piece.tobytes())
@@ -501,7 +521,7 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
     for role in weights.ff:
         w = clock("read_ff", lambda: weights.ff.compact(role))
         short = w if w.shape[0] <= w.shape[1] else w.T
-        clock("ff_norms", lambda: (spectra.column_sq_norms(w), spectra._blockwise_abs_sum(w)))
+        clock("ff_norms", lambda: spectra.column_sq_norms_and_abs_sum(w))
         if device != "numpy":
             clock("gram", lambda: spectra.gram_singular_values(short, kernel=kernel))
             continue
@@ -768,20 +788,28 @@ def stage_floors(shape: dict, rates: dict, *, cpu: bool = False) -> dict:
 
 # --- kernels: the measurements behind the kernel choices ---------------------------------------
 
-def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int = 3, head_dim: int = 128) -> dict:
-    """Time the candidate kernels at each size (best of ``repeats``, ``threads`` BLAS threads): the
-    symmetric eigensolvers of a Gram matrix (NumPy's one-stage ``dsyevd``, OpenBLAS's two-stage
-    ``dsyevd_2stage``, torch/MKL's ``eigvalsh``, SciPy's ``evd`` and ``evr`` drivers) and one head's
-    ``N x N`` (1,1)-norm from ``head_dim x N`` factors in 1 MB row blocks against 512 x 512 tiles.
-    The defaults of :mod:`specbound.compute.eigensolvers` and :mod:`specbound.compute.spectra` come
-    from these numbers on the development machine; rerun on yours to check them."""
+KERNEL_SIZES = (768, 1024, 1536, 2048, 3072, 4096)
+
+
+def run_kernels_bench(*, sizes=KERNEL_SIZES, threads: int = 1, repeats: int = 3, head_dim: int = 128) -> dict:
+    """Time the candidate kernels at each size (the least CPU seconds of ``repeats`` runs, all threads
+    of the process, which a shared machine's load does not inflate the way it does wall seconds;
+    ``threads`` BLAS threads): the symmetric eigensolvers of a Gram matrix (NumPy's one-stage
+    ``dsyevd``, OpenBLAS's two-stage ``dsyevd_2stage``, torch/MKL's ``eigvalsh``, SciPy's ``evd`` and
+    ``evr`` drivers) and one head's ``N x N`` (1,1)-norm from ``head_dim x N`` factors in 1 MB row
+    blocks against the tiles of :func:`specbound.compute.spectra._streamed_norm_1_1`.
+    ``two_stage_min_measured``: the least measured order from which on the two-stage driver beat
+    NumPy's at every larger measured order (what :data:`~specbound.compute.eigensolvers.TWO_STAGE_MIN`
+    is set from; None if it never did).  The defaults of :mod:`specbound.compute.eigensolvers` and
+    :mod:`specbound.compute.spectra` come from these numbers on the development machine; rerun on
+    yours to check them."""
     import scipy.linalg
     from threadpoolctl import threadpool_limits
 
     from ..compute import eigensolvers, spectra
 
     def best(fn):
-        return min(_timed(fn)[0] for _ in range(repeats))
+        return min(_timed_cpu(fn)[1] for _ in range(repeats))
 
     rng = np.random.default_rng(0)
     rows = []
@@ -821,23 +849,42 @@ def run_kernels_bench(*, sizes=(768, 2048, 4096), threads: int = 1, repeats: int
                          "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms,
                          "gram_block": grams})
     return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
+            "two_stage_min_measured": two_stage_crossover(rows), "two_stage_min_in_use": eigensolvers.TWO_STAGE_MIN,
             "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
 
 
+def two_stage_crossover(rows: list[dict]) -> int | None:
+    """The least order ``n`` of ``rows`` (:func:`run_kernels_bench`'s, ascending) from which on the
+    two-stage driver took less time than NumPy's ``dsyevd`` at every measured order; None if it was
+    slower at the largest (or was not measured)."""
+    found = None
+    for r in reversed(rows):
+        times = r["eigenvalues"]
+        if times.get("openblas_dsyevd_2stage", float("inf")) >= times["numpy_dsyevd"]:
+            break
+        found = r["n"]
+    return found
+
+
 def format_kernels_bench(report: dict) -> str:
-    lines = [f"best of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
-             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "", "eigenvalues of an n x n Gram matrix (s):"]
+    lines = [f"least CPU seconds of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
+             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "",
+             "eigenvalues of an n x n Gram matrix (CPU s):"]
     names = sorted({k for r in report["sizes"] for k in r["eigenvalues"]})
     lines.append(f"{'n':>6} " + " ".join(f"{k:>22}" for k in names) + "   chosen")
     for r in report["sizes"]:
         cells = " ".join(f"{r['eigenvalues'][k]:>22.3f}" if k in r["eigenvalues"] else f"{'-':>22}" for k in names)
         lines.append(f"{r['n']:>6} {cells}   {r['chosen']}")
-    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (s):",
-              f"{'n':>6} {'1 MB row blocks':>16} {'512 x 512 tiles':>16}"]
+    crossover = report["two_stage_min_measured"]
+    lines += [f"two-stage faster from n = {crossover} on (measured); TWO_STAGE_MIN in use: "
+              f"{report['two_stage_min_in_use']}" if crossover else
+              f"two-stage not faster at the largest n measured; TWO_STAGE_MIN in use: {report['two_stage_min_in_use']}"]
+    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (CPU s):",
+              f"{'n':>6} {'1 MB row blocks':>16} {'tiles <= 512':>16}"]
     for r in report["sizes"]:
         v = r["norm_1_1_one_head"]
         lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
-    lines += ["", "one 512-column block of an n-row Gram matrix (s): the product the old path formed (float64) "
+    lines += ["", "one 512-column block of an n-row Gram matrix (CPU s): the product the old path formed (float64) "
                   "and the lower-triangle rank-k update from the stored float32:",
               f"{'n':>6} {'numpy matmul':>16} {'dsyrk':>16}"]
     for r in report["sizes"]:
