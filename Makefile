@@ -83,6 +83,7 @@ docs: $(DOCS_STAMP)
 
 test: $(STAMP) data browser
 	$(PY) -m ruff check src tests
+	$(PY) -m ruff format --check src tests
 	$(PY) -m pytest -q -n auto
 
 study: $(STAMP) data

@@ -25,8 +25,9 @@ def assert_same_analysis(ours, reference, rtol=1e-12):
     for column in numeric:
         if column == "sv_rel_error_bound":
             continue
-        np.testing.assert_allclose(a[column].to_numpy(float), b[column].to_numpy(float), rtol=rtol, atol=0,
-                                   equal_nan=True, err_msg=column)
+        np.testing.assert_allclose(
+            a[column].to_numpy(float), b[column].to_numpy(float), rtol=rtol, atol=0, equal_nan=True, err_msg=column
+        )
     # The Gram path's bound b = delta / lambda_min divides by the smallest Gram eigenvalue, which each
     # backend knows only to within delta = b lambda_min (the theorem b states): two correct backends'
     # lambda_min differ by up to 2b relative, and their delta (NumPy's ||W||_F^2 on both, plus
@@ -40,8 +41,10 @@ def assert_same_analysis(ours, reference, rtol=1e-12):
         assert ours_bounds[name] == pytest.approx(value, rel=rtol, nan_ok=True), name
 
 
-@pytest.fixture(scope="module", params=["albert", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "llama",
-                                        "mistral", "opt", "qwen2", "vit"])
+@pytest.fixture(
+    scope="module",
+    params=["albert", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "llama", "mistral", "opt", "qwen2", "vit"],
+)
 def family_folder(request, tmp_path_factory):
     from support.families import save_family
 
@@ -63,16 +66,17 @@ def test_torch_cpu_matches_numpy_on_a_llama_shaped_model(tmp_path, monkeypatch):
     from specbound.compute import torch_kernels
     from specbound.tools.bench import write_llama_checkpoint
 
-    folder, _ = write_llama_checkpoint(tmp_path / "llama", L=2, N=96, H=6, H_kv=2, d_ff=260, vocab=64,
-                                       seed=3)
+    folder, _ = write_llama_checkpoint(tmp_path / "llama", L=2, N=96, H=6, H_kv=2, d_ff=260, vocab=64, seed=3)
     monkeypatch.setattr(spectra, "_GRAM_BLOCK", 24)
     monkeypatch.setattr(spectra, "_TILE", 40)
     monkeypatch.setattr(torch_kernels, "_TILE_CPU", (40, 56))
     calls = []
     for name in ("factored_products", "gram_eigenvalues"):
         real = getattr(torch_kernels, name)
-        monkeypatch.setattr(torch_kernels, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name),
-                                                                                         _real(*a, **kw))[1])
+        # spectra binds the kernels at import: patched where they are looked up
+        monkeypatch.setattr(
+            spectra, name, lambda *a, _real=real, _name=name, **kw: (calls.append(_name), _real(*a, **kw))[1]
+        )
     reference = specbound.analyze(folder, threads=1)
     assert calls == []
     ours = specbound.analyze(folder, threads=1, device="cpu")
@@ -124,11 +128,17 @@ def test_gpu_panels_give_the_same_norms(monkeypatch):
     """The GPU's tile shape (whole panels of rows), run on the CPU: uneven panels, the same sums."""
     from specbound.compute import torch_kernels
 
-    assert torch_kernels.tile_shape(4096, "cuda") == (4096, 4096) and torch_kernels.tile_shape(8192, "cuda") == (2048, 8192)
+    assert torch_kernels.tile_shape(4096, "cuda") == (4096, 4096) and torch_kernels.tile_shape(8192, "cuda") == (
+        2048,
+        8192,
+    )
     monkeypatch.setattr(torch_kernels, "_TILE_CUDA_ENTRIES", 23 * 5)  # 5-row panels of a 23 x 23 product
     shapes = []
-    monkeypatch.setattr(torch_kernels, "tile_shape", lambda n, kind, real=torch_kernels.tile_shape:
-                        shapes.append(real(n, "cuda")) or shapes[-1])
+    monkeypatch.setattr(
+        torch_kernels,
+        "tile_shape",
+        lambda n, kind, real=torch_kernels.tile_shape: shapes.append(real(n, "cuda")) or shapes[-1],
+    )
     rng = np.random.default_rng(7)
     q, k = rng.standard_normal((4, 6, 23)), rng.standard_normal((2, 6, 23))
     kv = np.arange(4) // 2
@@ -176,8 +186,11 @@ def test_feed_forward_read_ahead_gives_identical_spectra():
     from specbound.compute.layer_spectra import feed_forward_spectra
 
     rng = np.random.default_rng(6)
-    ff = {"FF_gate": rng.standard_normal((16, 40)), "FF_up": rng.standard_normal((16, 40)),
-          "FF_out": rng.standard_normal((40, 16))}
+    ff = {
+        "FF_gate": rng.standard_normal((16, 40)),
+        "FF_up": rng.standard_normal((16, 40)),
+        "FF_out": rng.standard_normal((40, 16)),
+    }
     plain, ahead = feed_forward_spectra(ff, KernelOptions()), feed_forward_spectra(ff, KernelOptions(), prefetch=True)
     assert list(ahead) == list(plain)
     for role in plain:

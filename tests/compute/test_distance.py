@@ -38,8 +38,9 @@ def test_factored_difference_equals_dense(factors):
         dense = a[h].T @ b[h] - a0[h].T @ b0[h]
         ds = dense_spectrum(dense)
         k = fs.singular_values.size
-        np.testing.assert_allclose(fs.singular_values, ds.singular_values[:k], rtol=1e-9,
-                                   atol=1e-12 * max(ds.spectral_norm, 1))
+        np.testing.assert_allclose(
+            fs.singular_values, ds.singular_values[:k], rtol=1e-9, atol=1e-12 * max(ds.spectral_norm, 1)
+        )
         assert fs.shape == dense.shape
         assert fs.norm_2_1 == pytest.approx(ds.norm_2_1, rel=1e-9)
         assert fs.norm_1_1 == pytest.approx(ds.norm_1_1, rel=1e-9)
@@ -61,11 +62,18 @@ def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
 
     def weights(layer):
         g = rng.standard_normal
-        return LayerWeights(layer, g((2, 2, 8)), g((2, 2, 8)), g((2, 2, 8)), g((2, 2, 8)),
-                            {"FF_in": g((8, 12)), "FF_out": g((12, 8))})
+        return LayerWeights(
+            layer, g((2, 2, 8)), g((2, 2, 8)), g((2, 2, 8)), g((2, 2, 8)), {"FF_in": g((8, 12)), "FF_out": g((12, 8))}
+        )
 
     w = [weights(0), weights(1)]
-    ms = measure([layer_spectra(x, KernelOptions()) for x in w], dims, l_phi=1.13, rank_tol=1e-10, grid_m=default_grid_m(dims.L, dims.N))
+    ms = measure(
+        [layer_spectra(x, KernelOptions()) for x in w],
+        dims,
+        l_phi=1.13,
+        rank_tol=1e-10,
+        grid_m=default_grid_m(dims.L, dims.N),
+    )
     same = ms.measured_from([difference_spectra(x, x, KernelOptions()) for x in w])  # W0 = W
     assert not ms.from_init and same.from_init
     for a, b in zip(ms.matrices, same.matrices):
@@ -200,11 +208,17 @@ def rotary_differences(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     a, b = rng.standard_normal((heads, d, n)), rng.standard_normal((heads, d, n))
     change = draw(st.sampled_from(["dense", "rank1", "none"]))
-    step = {"dense": lambda w: rng.standard_normal(w.shape),
-            "rank1": lambda w: rng.standard_normal((heads, d, 1)) @ rng.standard_normal((heads, 1, n)),
-            "none": lambda w: np.zeros_like(w)}[change]
-    layout = RotaryLayout(rotary_dim=rot, pairing=draw(st.sampled_from(["half", "interleaved"])),
-                          base=draw(st.sampled_from([3.0, 1e4])), max_positions=draw(st.integers(1, 12)))
+    step = {
+        "dense": lambda w: rng.standard_normal(w.shape),
+        "rank1": lambda w: rng.standard_normal((heads, d, 1)) @ rng.standard_normal((heads, 1, n)),
+        "none": lambda w: np.zeros_like(w),
+    }[change]
+    layout = RotaryLayout(
+        rotary_dim=rot,
+        pairing=draw(st.sampled_from(["half", "interleaved"])),
+        base=draw(st.sampled_from([3.0, 1e4])),
+        max_positions=draw(st.integers(1, 12)),
+    )
     return a, b, a - step(a), b - rng.standard_normal(b.shape) * draw(st.sampled_from([0.0, 1.0])), layout
 
 
@@ -233,7 +247,10 @@ def test_a_rotary_heads_difference_holds_at_every_offset(case):
         tau = RANK_TOL * n * np.maximum(sv[:, 0], 1.0)
         rank = np.count_nonzero(sv > tau[:, None], axis=1).max()
         slack = 1 + 1e-9
-        assert s.spectral_norm * slack >= sv[:, 0].max() and s.frobenius_norm * slack >= np.linalg.norm(x, axis=(1, 2)).max()
+        assert (
+            s.spectral_norm * slack >= sv[:, 0].max()
+            and s.frobenius_norm * slack >= np.linalg.norm(x, axis=(1, 2)).max()
+        )
         assert s.nuclear_norm(RANK_TOL) * slack >= sv.sum(axis=1).max() and s.kept.size >= rank
         assert s.norm_2_1 * slack >= np.linalg.norm(x, axis=1).sum(axis=1).max()
         assert s.norm_1_1 * slack >= np.abs(x).sum(axis=(1, 2)).max()

@@ -29,8 +29,17 @@ FAMILIES = {  # model class, config class, modeling module, extra config
 def _model(family, eps, seed=0):
     cls, cfg, _, extra = FAMILIES[family]
     config = getattr(transformers, cfg)(
-        hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=KV, intermediate_size=24,
-        vocab_size=32, max_position_embeddings=P, rms_norm_eps=eps, attn_implementation="eager", **extra)
+        hidden_size=N,
+        num_hidden_layers=1,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        intermediate_size=24,
+        vocab_size=32,
+        max_position_embeddings=P,
+        rms_norm_eps=eps,
+        attn_implementation="eager",
+        **extra,
+    )
     torch.manual_seed(seed)
     model = getattr(transformers, cls)(config).eval()
     for p in model.parameters():
@@ -104,8 +113,12 @@ def test_the_modules_logits_never_exceed_the_reported_factor(analysed):
 def test_the_attention_module_never_exceeds_the_reported_layer_factor(analysed):
     family, model, a, _ = analysed
     rows = a.matrices[a.matrices["layer"] == 0]
-    factor = float(np.sum(rows[rows["role"] == "OV"]["lipschitz_factor"].to_numpy()
-                          * (1 + 4 * rows[rows["role"] == "QK"]["lipschitz_factor"].to_numpy())))
+    factor = float(
+        np.sum(
+            rows[rows["role"] == "OV"]["lipschitz_factor"].to_numpy()
+            * (1 + 4 * rows[rows["role"] == "QK"]["lipschitz_factor"].to_numpy())
+        )
+    )
     rng = np.random.default_rng(2)
     worst = 0.0
     for trial in range(20):
@@ -135,14 +148,14 @@ def test_kappa_is_the_documented_formula():
             wq, wk = s1q, s1k
         else:
             nq, nk = H * D, KV * D
-            wq = np.full(H, min(np.sqrt(np.sum(s1q ** 2)), np.linalg.norm(q)))
-            wk = np.full(KV, min(np.sqrt(np.sum(s1k ** 2)), np.linalg.norm(k)))
+            wq = np.full(H, min(np.sqrt(np.sum(s1q**2)), np.linalg.norm(q)))
+            wk = np.full(KV, min(np.sqrt(np.sum(s1k**2)), np.linalg.norm(k)))
         lq, lk = np.abs(gq).max(1) * wq / np.sqrt(eps), np.abs(gk).max(1) * wk / np.sqrt(eps)
-        rq = np.abs(gq).max(1) * np.sqrt(nq) * s1q / np.sqrt(s1q ** 2 + nq * eps)
-        rk = np.abs(gk).max(1) * np.sqrt(nk) * s1k / np.sqrt(s1k ** 2 + nk * eps)
-        np.testing.assert_allclose(got, a ** 2 * np.maximum(lq * rk[kv], rq * lk[kv]), rtol=1e-12)
+        rq = np.abs(gq).max(1) * np.sqrt(nq) * s1q / np.sqrt(s1q**2 + nq * eps)
+        rk = np.abs(gk).max(1) * np.sqrt(nk) * s1k / np.sqrt(s1k**2 + nk * eps)
+        np.testing.assert_allclose(got, a**2 * np.maximum(lq * rk[kv], rq * lk[kv]), rtol=1e-12)
     # the whole projection's norm bound is no smaller than its exact spectral norm
-    assert np.sqrt(np.sum(s1q ** 2)) >= np.linalg.svd(q.reshape(H * D, N), compute_uv=False)[0]
+    assert np.sqrt(np.sum(s1q**2)) >= np.linalg.svd(q.reshape(H * D, N), compute_uv=False)[0]
 
 
 def _attention_call(model, T):
@@ -157,6 +170,7 @@ def _attention_call(model, T):
     def f(x, params):
         e = tuple(t.expand(x.shape[0], *t.shape[1:]) for t in emb)
         return torch.func.functional_call(attn, params, (x,), {"position_embeddings": e, "attention_mask": None})[0]
+
     return attn, f
 
 
@@ -170,7 +184,7 @@ def _logits(captured, f, x, params):
 
 def _null_rows(w, gen, shape):
     """Random unit-ball rows in the null space of ``w``'s rows (where the norm's Jacobian is largest)."""
-    null = torch.linalg.svd(w, full_matrices=True)[2][w.shape[0]:]
+    null = torch.linalg.svd(w, full_matrices=True)[2][w.shape[0] :]
     x = torch.randn(*shape, dtype=torch.float64, generator=gen)
     return x @ null.T @ null if null.shape[0] else x
 
@@ -188,8 +202,11 @@ def _measured_factor_sensitivity(model, captured, head, per_logit, steps=30, eps
     gen = torch.Generator().manual_seed(seed)
     best = [0.0, 0.0]
     for run, target in ((0, 0), (1, 0), (0, 1), (1, 1)):
-        base = (_null_rows(q_w if d * H == N else q_w[head * d:(head + 1) * d], gen, (1, T, N)) if run == 0
-                else torch.randn(1, T, N, dtype=torch.float64, generator=gen)).requires_grad_()
+        base = (
+            _null_rows(q_w if d * H == N else q_w[head * d : (head + 1) * d], gen, (1, T, N))
+            if run == 0
+            else torch.randn(1, T, N, dtype=torch.float64, generator=gen)
+        ).requires_grad_()
         direction = torch.randn(2 * d, N, dtype=torch.float64, generator=gen).requires_grad_()
         opt = torch.optim.Adam([base, direction], lr=0.05)
         for _ in range(steps):
@@ -232,7 +249,7 @@ def test_the_factors_sensitivity_holds_on_the_real_module(analysed):
     d = q.shape[0] // H
     span = "all_heads" if family == "olmo2" else "head"
     gq, gk = (_gain(getattr(attn, f"{n}_norm"), family) for n in "qk")
-    gq, gk = (np.tile(g, heads)[:heads * d] if g.size == d else g for g, heads in ((gq, H), (gk, KV)))
+    gq, gk = (np.tile(g, heads)[: heads * d] if g.size == d else g for g, heads in ((gq, H), (gk, KV)))
     norm = QKNorm(gq.reshape(H, d), gk.reshape(KV, d), float(_eps(attn.q_norm)), span)
     sens = qk_norm_sensitivity(q.reshape(H, d, N), k.reshape(KV, d, N), np.arange(H) // (H // KV), norm)
     group = np.arange(H) // (H // KV)
@@ -266,8 +283,11 @@ def test_gradient_ascent_on_the_tokens_stays_below_kappa(analysed):
     gen = torch.Generator().manual_seed(0)
     best = torch.zeros(H, dtype=torch.float64)
     for run in range(2):
-        base = (_null_rows(q_w[:d] if d * H != N else q_w, gen, (1, T, N)) if run == 0
-                else torch.randn(1, T, N, dtype=torch.float64, generator=gen)).requires_grad_()
+        base = (
+            _null_rows(q_w[:d] if d * H != N else q_w, gen, (1, T, N))
+            if run == 0
+            else torch.randn(1, T, N, dtype=torch.float64, generator=gen)
+        ).requires_grad_()
         move = torch.randn(1, T, N, dtype=torch.float64, generator=gen).requires_grad_()
         opt = torch.optim.Adam([base, move], lr=0.05)
         for _ in range(40):
@@ -299,7 +319,9 @@ def test_distance_from_init_of_a_qk_norm_head_is_its_stacked_factors_difference(
         rows = a.matrices[a.matrices["role"] == "QK"]
         for h, (_, row) in enumerate(rows.iterrows()):
             g = h // (H // KV)
-            z = np.concatenate([q[h * D:(h + 1) * D] - q0[h * D:(h + 1) * D], k[g * D:(g + 1) * D] - k0[g * D:(g + 1) * D]])
+            z = np.concatenate(
+                [q[h * D : (h + 1) * D] - q0[h * D : (h + 1) * D], k[g * D : (g + 1) * D] - k0[g * D : (g + 1) * D]]
+            )
             s = np.linalg.svd(z, compute_uv=False)
             assert row["delta_spectral_norm"] == pytest.approx(s[0], rel=1e-9)
             assert row["delta_frobenius_norm"] == pytest.approx(np.linalg.norm(z), rel=1e-9)
@@ -327,7 +349,7 @@ def test_gemmas_one_plus_w_query_key_gains_are_described_as_what_the_rows_hold(t
     rows_a, rows_b = (x.matrices[x.matrices["role"] == "QK"].reset_index() for x in (a, b))
     for h in range(H):
         g = h // (H // KV)
-        z = np.concatenate([q[h * D:(h + 1) * D], k[g * D:(g + 1) * D]])
+        z = np.concatenate([q[h * D : (h + 1) * D], k[g * D : (g + 1) * D]])
         for rows in (rows_a, rows_b):
             assert rows["frobenius_norm"][h] == pytest.approx(np.linalg.norm(z), rel=1e-9)
             assert rows["spectral_norm"][h] == pytest.approx(np.linalg.norm(z, ord=2), rel=1e-9)
@@ -335,8 +357,16 @@ def test_gemmas_one_plus_w_query_key_gains_are_described_as_what_the_rows_hold(t
 
 
 def test_a_gemma_without_query_key_norms_says_nothing_of_them(tmp_path):
-    config = transformers.GemmaConfig(hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=KV,
-                                      head_dim=D, intermediate_size=24, vocab_size=32, max_position_embeddings=P)
+    config = transformers.GemmaConfig(
+        hidden_size=N,
+        num_hidden_layers=1,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        head_dim=D,
+        intermediate_size=24,
+        vocab_size=32,
+        max_position_embeddings=P,
+    )
     transformers.GemmaForCausalLM(config).save_pretrained(tmp_path)
     a = specbound.analyze(tmp_path, threads=1)
     effect = {e["name"]: e["effect"] for e in a.assumptions if e["applies"]}["one_plus_weight_norms"]

@@ -41,17 +41,36 @@ TYPES = {
     "linear": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
     "dynamic": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
     "yarn": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0, "original_max_position_embeddings": 8},
-    "longrope": {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 16,
-                 "long_factor": [1.0, 2.5, 4.0, 9.0], "short_factor": [1.0, 1.1, 1.3, 1.7]},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "rope_theta": 10000.0, "original_max_position_embeddings": 16},
+    "longrope": {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": 16,
+        "long_factor": [1.0, 2.5, 4.0, 9.0],
+        "short_factor": [1.0, 1.1, 1.3, 1.7],
+    },
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "rope_theta": 10000.0,
+        "original_max_position_embeddings": 16,
+    },
 }
 
 
 def _config(rope, positions=P):
-    return transformers.LlamaConfig(hidden_size=N, num_hidden_layers=1, num_attention_heads=H, num_key_value_heads=KV,
-                                    intermediate_size=24, vocab_size=32, max_position_embeddings=positions,
-                                    head_dim=D, rope_parameters=dict(rope))
+    return transformers.LlamaConfig(
+        hidden_size=N,
+        num_hidden_layers=1,
+        num_attention_heads=H,
+        num_key_value_heads=KV,
+        intermediate_size=24,
+        vocab_size=32,
+        max_position_embeddings=positions,
+        head_dim=D,
+        rope_parameters=dict(rope),
+    )
 
 
 def _model(rope, seed=0):
@@ -74,7 +93,7 @@ def _cos_sin(model, length):
 def _rotation_maps(cos, sin):
     """C(t) with q_rot = q @ C(t) = q cos_t + rotate_half(q) sin_t, (T, D, D)."""
     eye = np.eye(D)
-    half = np.concatenate([-eye[:, D // 2:], eye[:, :D // 2]], axis=1)  # rotate_half of each row of I
+    half = np.concatenate([-eye[:, D // 2 :], eye[:, : D // 2]], axis=1)  # rotate_half of each row of I
     return eye[None] * cos[:, None, :] + half[None] * sin[:, None, :]
 
 
@@ -85,6 +104,7 @@ def _kept(s, dim):
 # ------------------------------------------------------------------------------------------------
 # The frequencies and the attention factor, as transformers computes them
 # ------------------------------------------------------------------------------------------------
+
 
 def _hf(rope, positions=P):
     kind = rope["rope_type"]
@@ -99,13 +119,25 @@ def _ours(rope, positions=P):
 
 
 @settings(max_examples=40, deadline=None)
-@given(theta=st.floats(100.0, 1e6), factor=st.floats(1.0, 40.0), original=st.integers(4, 64),
-       beta_fast=st.sampled_from([None, 16.0, 32.0]), beta_slow=st.sampled_from([None, 1.0, 2.0]),
-       mscale=st.sampled_from([None, (1.0, 1.0), (0.707, 1.0)]), truncate=st.booleans())
-def test_yarn_frequencies_and_attention_factor_equal_transformers(theta, factor, original, beta_fast, beta_slow,
-                                                                  mscale, truncate):
-    rope = {"rope_type": "yarn", "rope_theta": theta, "factor": factor, "original_max_position_embeddings": original,
-            "truncate": truncate}
+@given(
+    theta=st.floats(100.0, 1e6),
+    factor=st.floats(1.0, 40.0),
+    original=st.integers(4, 64),
+    beta_fast=st.sampled_from([None, 16.0, 32.0]),
+    beta_slow=st.sampled_from([None, 1.0, 2.0]),
+    mscale=st.sampled_from([None, (1.0, 1.0), (0.707, 1.0)]),
+    truncate=st.booleans(),
+)
+def test_yarn_frequencies_and_attention_factor_equal_transformers(
+    theta, factor, original, beta_fast, beta_slow, mscale, truncate
+):
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": theta,
+        "factor": factor,
+        "original_max_position_embeddings": original,
+        "truncate": truncate,
+    }
     if beta_fast:
         rope["beta_fast"] = beta_fast
     if beta_slow:
@@ -135,13 +167,25 @@ def llama3_float32_rtol(factor, low, high):
 
 
 @settings(max_examples=40, deadline=None)
-@given(theta=st.floats(100.0, 1e6), factor=st.floats(1.0, 40.0), low=st.floats(0.5, 2.0), gap=st.floats(0.5, 8.0),
-       original=st.integers(4, 8192))
-@example(theta=684.6788303251644, factor=32.20938266519098, low=1.7634232776445755, gap=0.6210348137111044,
-         original=1488)  # 7.3e-6 relative: beyond the 2e-6 this test used before
+@given(
+    theta=st.floats(100.0, 1e6),
+    factor=st.floats(1.0, 40.0),
+    low=st.floats(0.5, 2.0),
+    gap=st.floats(0.5, 8.0),
+    original=st.integers(4, 8192),
+)
+@example(
+    theta=684.6788303251644, factor=32.20938266519098, low=1.7634232776445755, gap=0.6210348137111044, original=1488
+)  # 7.3e-6 relative: beyond the 2e-6 this test used before
 def test_llama3_and_linear_frequencies_equal_transformers(theta, factor, low, gap, original):
-    llama3 = {"rope_type": "llama3", "rope_theta": theta, "factor": factor, "low_freq_factor": low,
-              "high_freq_factor": low + gap, "original_max_position_embeddings": original}
+    llama3 = {
+        "rope_type": "llama3",
+        "rope_theta": theta,
+        "factor": factor,
+        "low_freq_factor": low,
+        "high_freq_factor": low + gap,
+        "original_max_position_embeddings": original,
+    }
     linear = {"rope_type": "linear", "rope_theta": theta, "factor": factor}
     for rope, rtol in ((llama3, llama3_float32_rtol(factor, low, low + gap)), (linear, 2e-6)):
         inv_freq, attention = _hf(rope)
@@ -151,13 +195,18 @@ def test_llama3_and_linear_frequencies_equal_transformers(theta, factor, low, ga
 
 
 @settings(max_examples=40, deadline=None)
-@given(theta=st.floats(100.0, 1e6), factor=st.floats(1.0, 40.0), low=st.floats(0.5, 4.0),
-       original=st.integers(4, 8192))
+@given(theta=st.floats(100.0, 1e6), factor=st.floats(1.0, 40.0), low=st.floats(0.5, 4.0), original=st.integers(4, 8192))
 def test_llama3_without_a_smoothing_band_equals_transformers(theta, factor, low, original):
     """``high_freq_factor == low_freq_factor`` (Llama 4 Scout: 1.0 and 1.0): every wavelength is scaled
     by the factor or left, as transformers computes it (its smoothing band is empty)."""
-    rope = {"rope_type": "llama3", "rope_theta": theta, "factor": factor, "low_freq_factor": low,
-            "high_freq_factor": low, "original_max_position_embeddings": original}
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": theta,
+        "factor": factor,
+        "low_freq_factor": low,
+        "high_freq_factor": low,
+        "original_max_position_embeddings": original,
+    }
     inv_freq, attention = _hf(rope)
     assume(np.isfinite(inv_freq.numpy()).all())  # a wavelength exactly on the boundary: NaN there (refused below)
     layout = _ours(rope)
@@ -166,21 +215,36 @@ def test_llama3_without_a_smoothing_band_equals_transformers(theta, factor, low,
 
 
 def test_llama4_scouts_rope_equals_transformers():
-    scout = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
-             "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+    scout = {
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 16.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+    }
     inv_freq, _ = _hf(scout)
     assert (inv_freq.double().numpy() < _hf({"rope_type": "default", "rope_theta": 500000.0})[0].double().numpy()).any()
     np.testing.assert_allclose(_ours(scout).thetas, inv_freq.double().numpy(), rtol=2e-6)
 
 
 @settings(max_examples=30, deadline=None)
-@given(theta=st.floats(100.0, 1e6), original=st.integers(4, 64), ratio=st.integers(1, 8),
-       long=st.lists(st.floats(1.0, 30.0), min_size=4, max_size=4),
-       short=st.lists(st.floats(1.0, 3.0), min_size=4, max_size=4),
-       given_factor=st.sampled_from([None, 0.9, 1.7]))
+@given(
+    theta=st.floats(100.0, 1e6),
+    original=st.integers(4, 64),
+    ratio=st.integers(1, 8),
+    long=st.lists(st.floats(1.0, 30.0), min_size=4, max_size=4),
+    short=st.lists(st.floats(1.0, 3.0), min_size=4, max_size=4),
+    given_factor=st.sampled_from([None, 0.9, 1.7]),
+)
 def test_longrope_sets_and_attention_factor_equal_transformers(theta, original, ratio, long, short, given_factor):
-    rope = {"rope_type": "longrope", "rope_theta": theta, "original_max_position_embeddings": original,
-            "long_factor": long, "short_factor": short}
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": theta,
+        "original_max_position_embeddings": original,
+        "long_factor": long,
+        "short_factor": short,
+    }
     if given_factor:
         rope["attention_factor"] = given_factor
     positions = ratio * original
@@ -207,6 +271,7 @@ def test_the_module_uses_the_frequencies_read(kind):
 # ------------------------------------------------------------------------------------------------
 # Brute force over every pair of positions, with the model's own rotary_emb
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module", params=sorted(TYPES))
 def analysed(request, tmp_path_factory):
@@ -238,14 +303,14 @@ def test_no_qk_quantity_is_below_any_pair_of_positions(analysed):
             s = np.linalg.svd(mats, compute_uv=False)
             envelope = np.sort(sv[sv["matrix"] == i]["sigma"].to_numpy())[::-1][: int(row["rank"])]
             assert s[:, 0].max() <= row["spectral_norm"] * (1 + SLACK), (kind, length, h)
-            assert np.sqrt(np.sum(s ** 2, axis=1)).max() <= row["frobenius_norm"] * (1 + SLACK)
+            assert np.sqrt(np.sum(s**2, axis=1)).max() <= row["frobenius_norm"] * (1 + SLACK)
             assert np.linalg.norm(mats, axis=1).sum(axis=1).max() <= row["norm_2_1"] * (1 + SLACK)
             assert np.abs(mats).sum(axis=(1, 2)).max() <= row["norm_1_1"] * (1 + SLACK)
             for sp in s:
                 kept = _kept(sp, N)
                 assert kept.size <= row["rank"]
                 for p in P_GRID:
-                    assert np.sum(kept ** p) <= np.sum(envelope ** p) * (1 + SLACK)
+                    assert np.sum(kept**p) <= np.sum(envelope**p) * (1 + SLACK)
             if kind != "longrope" and length == P:  # exact over the offsets at the model's frequencies
                 assert row["spectral_norm"] == pytest.approx(s[:, 0].max(), rel=1e-4)
 
@@ -279,7 +344,11 @@ def test_an_unknown_rope_type_is_refused_in_one_line(tmp_path):
 def test_the_older_rope_scaling_form_reads_the_same():
     """transformers 4's config.json: rope_theta at the top, rope_scaling = {"type": ..., ...}."""
     v5 = _ours(TYPES["yarn"])
-    old = {"rope_theta": 10000.0, "max_position_embeddings": P, "head_dim": D,
-           "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}}
+    old = {
+        "rope_theta": 10000.0,
+        "max_position_embeddings": P,
+        "head_dim": D,
+        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8},
+    }
     assert parse_rotary(old, D, "half") == v5
     assert math.isclose(v5.attention_factor, 0.1 * math.log(4.0) + 1.0)

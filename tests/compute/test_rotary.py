@@ -22,7 +22,11 @@ from hypothesis import strategies as st
 from specbound.archs.model import RotaryLayout
 from specbound.archs.rotary import parse_rotary
 from specbound.compute.rotary import (
-    DEFAULT_MAX_CORE_SVDS, exact_qk_at_offsets, rotary_qk_envelope, rotation, rotations,
+    DEFAULT_MAX_CORE_SVDS,
+    exact_qk_at_offsets,
+    rotary_qk_envelope,
+    rotation,
+    rotations,
 )
 
 REL = 1e-12
@@ -54,6 +58,7 @@ def dense_qk(wq, wk, layout, delta):
 # ------------------------------------------------------------------------------------------------
 # The rotation against HF transformers
 # ------------------------------------------------------------------------------------------------
+
 
 def _hf_cos_sin_half(layout, positions):
     """cos/sin exactly as HF's default rope builds them (emb = cat(freqs, freqs)), but in float64:
@@ -87,8 +92,15 @@ def test_rotation_matches_hf_llama():
     ml = pytest.importorskip("transformers.models.llama.modeling_llama")
     from transformers import LlamaConfig
 
-    config = LlamaConfig(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
-                         max_position_embeddings=64, intermediate_size=48, num_hidden_layers=1)
+    config = LlamaConfig(
+        hidden_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=64,
+        intermediate_size=48,
+        num_hidden_layers=1,
+    )
     layout = parse_rotary(config.to_dict(), 16, "half")
     assert layout == RotaryLayout(16, "half", 10000.0, 64)
     # HF's own (float32) tables agree with our angles to float32 accuracy.
@@ -115,8 +127,14 @@ def test_rotation_matches_hf_gpt_neox_partial():
     mn = pytest.importorskip("transformers.models.gpt_neox.modeling_gpt_neox")
     from transformers import GPTNeoXConfig
 
-    config = GPTNeoXConfig(hidden_size=32, num_attention_heads=2, rotary_pct=0.25, max_position_embeddings=64,
-                           intermediate_size=48, num_hidden_layers=1)
+    config = GPTNeoXConfig(
+        hidden_size=32,
+        num_attention_heads=2,
+        rotary_pct=0.25,
+        max_position_embeddings=64,
+        intermediate_size=48,
+        num_hidden_layers=1,
+    )
     layout = parse_rotary(config.to_dict(), 16, "half")
     assert (layout.rotary_dim, layout.pairing, layout.max_positions) == (4, "half", 64)
     rope = mn.GPTNeoXRotaryEmbedding(config)
@@ -148,8 +166,9 @@ def test_rotation_matches_hf_gptj_interleaved():
     assert layout == RotaryLayout(8, "interleaved", 10000.0, 64)
     table32 = mj.create_sinusoidal_positions(64, 8)  # (positions, [sin | cos]) in float32
     ang = np.asarray(POSITIONS, dtype=float)[:, None] * layout.thetas[None, :]
-    np.testing.assert_allclose(table32[POSITIONS].double().numpy(), np.concatenate([np.sin(ang), np.cos(ang)], 1),
-                               atol=2e-5)
+    np.testing.assert_allclose(
+        table32[POSITIONS].double().numpy(), np.concatenate([np.sin(ang), np.cos(ang)], 1), atol=2e-5
+    )
 
     rng = np.random.default_rng(2)
     w_q, w_k = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
@@ -170,6 +189,7 @@ def test_rotation_matches_hf_gptj_interleaved():
 # Rotation matrices
 # ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 def test_rotations_group_and_orthogonality(pairing):
     layout = RotaryLayout(6, pairing, 10.0, 32)
@@ -182,8 +202,9 @@ def test_rotations_group_and_orthogonality(pairing):
         np.testing.assert_allclose(m.T, rotation(layout, 8, -t), atol=1e-15)
         np.testing.assert_array_equal(m[6:, 6:], np.eye(2))  # unrotated dims
         assert not m[6:, :6].any() and not m[:6, 6:].any()
-    np.testing.assert_allclose(rotation(layout, 8, 2.5) @ rotation(layout, 8, 3.0), rotation(layout, 8, 5.5),
-                               atol=1e-15)
+    np.testing.assert_allclose(
+        rotation(layout, 8, 2.5) @ rotation(layout, 8, 3.0), rotation(layout, 8, 5.5), atol=1e-15
+    )
     np.testing.assert_array_equal(rotation(layout, 8, 0), np.eye(8))
 
 
@@ -200,6 +221,7 @@ def test_interleaved_is_half_conjugated_by_a_permutation():
 # ------------------------------------------------------------------------------------------------
 # A head whose rotation-blind QK is 0 while its rotary QK is not
 # ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 @pytest.mark.parametrize("pair", [0, 1, 3])
@@ -230,6 +252,7 @@ def test_zero_rotation_blind_qk_but_nonzero_rotary(pairing, pair):
 # Property tests against the dense N x N oracle
 # ------------------------------------------------------------------------------------------------
 
+
 def _random_factor(rng, d, n, rank, scale):
     w = rng.standard_normal((d, n)) * scale
     if rank < min(d, n):  # exactly rank-deficient: project the rows onto a rank-`rank` subspace
@@ -243,8 +266,12 @@ def heads_and_layout(draw):
     d = draw(st.sampled_from([2, 4, 8]))
     n = draw(st.integers(1, 24))
     rot = draw(st.sampled_from([r for r in (2, 4, 6, 8) if r <= d]))
-    layout = RotaryLayout(rot, draw(st.sampled_from(["half", "interleaved"])),
-                          draw(st.sampled_from([10000.0, 100.0, 2.5])), draw(st.integers(1, 64)))
+    layout = RotaryLayout(
+        rot,
+        draw(st.sampled_from(["half", "interleaved"])),
+        draw(st.sampled_from([10000.0, 100.0, 2.5])),
+        draw(st.integers(1, 64)),
+    )
     h_kv = draw(st.integers(1, 2))
     group = draw(st.integers(1, 2))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -273,8 +300,7 @@ def _check_all_bounds(x, env, n):
 def test_reported_bounds_dominate_every_offset(case):
     q, k, kv_index, layout = case
     d, n = q.shape[1:]
-    envs = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True,
-                              max_core_svds=10**6)
+    envs = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True, max_core_svds=10**6)
     rng = np.random.default_rng(0)
     for env in envs:
         wq, wk = q[env.head], k[env.kv_head]
@@ -310,7 +336,7 @@ def test_exact_qk_at_offsets_matches_dense(case):
     got = exact_qk_at_offsets(q[0], k[kv_index[0]], layout, deltas)
     assert got.shape == (5, min(d, n))
     for row, t in zip(got, deltas):
-        s = np.linalg.svd(dense_qk(q[0], k[kv_index[0]], layout, t), compute_uv=False)[:min(d, n)]
+        s = np.linalg.svd(dense_qk(q[0], k[kv_index[0]], layout, t), compute_uv=False)[: min(d, n)]
         np.testing.assert_allclose(row, s, rtol=0, atol=1e-12 * max(s[0], 1e-300) + 1e-300)
 
 
@@ -333,15 +359,22 @@ def test_rank_tolerance_needs_the_factor_rule():
 # Layouts, partial rotary, offsets, budget, grouped-query attention
 # ------------------------------------------------------------------------------------------------
 
+
 def test_layouts_share_envelope_but_not_exact_values():
     rng = np.random.default_rng(3)
     q, k = rng.standard_normal((2, 8, 12)), rng.standard_normal((2, 8, 12))
     half, inter = RotaryLayout(8, "half", 100.0, 32), RotaryLayout(8, "interleaved", 100.0, 32)
-    for a, b in zip(rotary_qk_envelope(q, k, None, half, rank_tol=RANK_TOL),
-                    rotary_qk_envelope(q, k, None, inter, rank_tol=RANK_TOL)):
+    for a, b in zip(
+        rotary_qk_envelope(q, k, None, half, rank_tol=RANK_TOL),
+        rotary_qk_envelope(q, k, None, inter, rank_tol=RANK_TOL),
+    ):
         np.testing.assert_array_equal(a.envelope, b.envelope)
-        assert (a.rank_bound, a.spectral_bound, a.norm_2_1_bound, a.norm_1_1_bound) == \
-            (b.rank_bound, b.spectral_bound, b.norm_2_1_bound, b.norm_1_1_bound)
+        assert (a.rank_bound, a.spectral_bound, a.norm_2_1_bound, a.norm_1_1_bound) == (
+            b.rank_bound,
+            b.spectral_bound,
+            b.norm_2_1_bound,
+            b.norm_1_1_bound,
+        )
     ex_h = exact_qk_at_offsets(q[0], k[0], half, half.offsets)
     ex_i = exact_qk_at_offsets(q[0], k[0], inter, inter.offsets)
     np.testing.assert_allclose(ex_h[half.max_positions - 1], ex_i[half.max_positions - 1], rtol=1e-12)  # delta 0
@@ -388,12 +421,16 @@ def test_budget_and_scaling_select_the_method():
     # a rope scaling's frequencies are modelled: the exact path runs at them ...
     halved = tuple(float(t) / 2 for t in layout.thetas)
     scaled = RotaryLayout(4, "half", 10000.0, 20, scaling="linear", inv_freq=halved)
-    assert all(e.spectral_method == "exact_over_offsets" and e.norm_2_1_method == "exact_over_offsets"
-               for e in rotary_qk_envelope(q, k, None, scaled, rank_tol=RANK_TOL, exact_norm_2_1=True))
+    assert all(
+        e.spectral_method == "exact_over_offsets" and e.norm_2_1_method == "exact_over_offsets"
+        for e in rotary_qk_envelope(q, k, None, scaled, rank_tol=RANK_TOL, exact_norm_2_1=True)
+    )
     # ... but LongRoPE's pairs are not a function of their offset alone: the bounds for every rotation
     mixed = RotaryLayout(4, "half", 10000.0, 20, scaling="longrope", inv_freq=halved, offset_invariant=False)
-    assert all(e.spectral_method == "product_bound" and e.norm_2_1_method == "bound"
-               for e in rotary_qk_envelope(q, k, None, mixed, rank_tol=RANK_TOL, exact_norm_2_1=True))
+    assert all(
+        e.spectral_method == "product_bound" and e.norm_2_1_method == "bound"
+        for e in rotary_qk_envelope(q, k, None, mixed, rank_tol=RANK_TOL, exact_norm_2_1=True)
+    )
 
 
 def test_grouped_query_heads_use_their_kv_head():
@@ -405,19 +442,28 @@ def test_grouped_query_heads_use_their_kv_head():
     repeated = rotary_qk_envelope(q, k[kv_index], None, layout, rank_tol=RANK_TOL, exact_norm_2_1=True)
     for g, r in zip(grouped, repeated):
         assert g.kv_head == kv_index[g.head]
-        for field in ("spectral_sup", "spectral_bound", "rank_bound", "norm_2_1_sup", "norm_2_1_bound",
-                      "norm_1_1_bound"):
+        for field in (
+            "spectral_sup",
+            "spectral_bound",
+            "rank_bound",
+            "norm_2_1_sup",
+            "norm_2_1_bound",
+            "norm_1_1_bound",
+        ):
             assert getattr(g, field) == pytest.approx(getattr(r, field), rel=1e-14), field
     with pytest.raises(ValueError, match="kv_index"):
         rotary_qk_envelope(q, k, [0, 1, 2, 0], layout, rank_tol=RANK_TOL)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(rotary_dim=3, pairing="half", base=1e4, max_positions=8), "rotary_dim"),
-    (dict(rotary_dim=4, pairing="diag", base=1e4, max_positions=8), "pairing"),
-    (dict(rotary_dim=4, pairing="half", base=-2.0, max_positions=8), "base"),
-    (dict(rotary_dim=4, pairing="half", base=1e4, max_positions=0), "max_positions"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(rotary_dim=3, pairing="half", base=1e4, max_positions=8), "rotary_dim"),
+        (dict(rotary_dim=4, pairing="diag", base=1e4, max_positions=8), "pairing"),
+        (dict(rotary_dim=4, pairing="half", base=-2.0, max_positions=8), "base"),
+        (dict(rotary_dim=4, pairing="half", base=1e4, max_positions=0), "max_positions"),
+    ],
+)
 def test_layout_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RotaryLayout(**kwargs)

@@ -45,10 +45,21 @@ def positions(p, grid, shared_shift):
     return out
 
 
-@pytest.mark.parametrize("p, grid, shared_shift", [
-    (5, None, True), (4, (1, 3, 2), True), (6, (2, 2, 2), True), (7, (1, 1, 1), True), (9, (1, 2, 4), True),
-    (3, (5, 1, 2), True), (4, (3, 2), False), (5, (2, 4), False), (3, (7, 1), False), (4, (2, 3), True),
-])
+@pytest.mark.parametrize(
+    "p, grid, shared_shift",
+    [
+        (5, None, True),
+        (4, (1, 3, 2), True),
+        (6, (2, 2, 2), True),
+        (7, (1, 1, 1), True),
+        (9, (1, 2, 4), True),
+        (3, (5, 1, 2), True),
+        (4, (3, 2), False),
+        (5, (2, 4), False),
+        (3, (7, 1), False),
+        (4, (2, 3), True),
+    ],
+)
 def test_offsets_are_the_differences_of_the_positions(p, grid, shared_shift):
     axes = (0, 1, 2) if grid is None or len(grid) == 3 else (0, 1)
     layout = RotaryLayout(2 * len(axes), "half", 100.0, p, axes=axes, grid=grid, shared_shift=shared_shift)
@@ -68,8 +79,10 @@ def test_both_enumerations_of_the_shifted_offsets_agree():
     large = RotaryLayout(6, "half", 100.0, 12, axes=(0, 1, 2), grid=(12, 11, 12))  # the cube
     for layout in (small, large):
         g = layout.extents
-        shifted = (np.arange(-11, 12)[:, None, None] + np.stack(np.meshgrid(
-            *[np.arange(-(x - 1), x) for x in g], indexing="ij"), -1).reshape(1, -1, 3)).reshape(-1, 3)
+        shifted = (
+            np.arange(-11, 12)[:, None, None]
+            + np.stack(np.meshgrid(*[np.arange(-(x - 1), x) for x in g], indexing="ij"), -1).reshape(1, -1, 3)
+        ).reshape(-1, 3)
         want = np.unique(shifted[np.abs(shifted).max(axis=1) <= 11], axis=0)
         np.testing.assert_array_equal(layout.offsets, want)
 
@@ -92,8 +105,9 @@ def test_rotation_of_an_offset_vector(pairing):
         np.testing.assert_allclose(m @ m.T, np.eye(12), atol=1e-15)
         np.testing.assert_allclose(m.T, rotation(layout, 12, [-x for x in delta]), atol=1e-15)
         other = rng.integers(-5, 6, 3)
-        np.testing.assert_allclose(m @ rotation(layout, 12, other), rotation(layout, 12, np.add(delta, other)),
-                                   atol=1e-14)
+        np.testing.assert_allclose(
+            m @ rotation(layout, 12, other), rotation(layout, 12, np.add(delta, other)), atol=1e-14
+        )
     for d in range(-15, 16):  # a text-text offset (d, d, d) is the 1D rotation, to the bit
         np.testing.assert_array_equal(rotation(layout, 12, [d, d, d]), rotation(flat, 12, d))
     stack = rotations(layout, 12, layout.offsets[:40])
@@ -120,8 +134,9 @@ def test_mrope_sections_are_transformers_qwen2_vl(sections, half):
     assert axes == _recomposed_axes(Qwen2_5_VLRotaryEmbedding, sections, half)
 
 
-@pytest.mark.parametrize("sections, half", [([24, 20, 20], 64), ([1, 1, 1], 3), ([2, 1, 1], 4), ([1, 3, 1], 8),
-                                            ([4, 4, 4], 6)])
+@pytest.mark.parametrize(
+    "sections, half", [([24, 20, 20], 64), ([1, 1, 1], 3), ([2, 1, 1], 4), ([1, 3, 1], 8), ([4, 4, 4], 6)]
+)
 def test_mrope_interleaved_is_transformers_qwen3_vl(sections, half):
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
 
@@ -131,11 +146,16 @@ def test_mrope_interleaved_is_transformers_qwen3_vl(sections, half):
         assert axes[:6] == (0, 1, 2, 0, 1, 2) and axes[60:] == (0, 0, 0, 0) and axes.count(1) == 20
 
 
-@pytest.mark.parametrize("sections, half, kind, match", [
-    ([16, 24, 23], 64, "sections", "adds up to 63"), ([2, -1, 1], 2, "sections", "non-negative"),
-    ([1, 1], 4, "interleaved", "3 lengths"), ((1.5, 1, 1), 4, "sections", "non-negative"),
-    ([1, 1, 2], 4, "diagonal", "kind"),
-])
+@pytest.mark.parametrize(
+    "sections, half, kind, match",
+    [
+        ([16, 24, 23], 64, "sections", "adds up to 63"),
+        ([2, -1, 1], 2, "sections", "non-negative"),
+        ([1, 1], 4, "interleaved", "3 lengths"),
+        ((1.5, 1, 1), 4, "sections", "non-negative"),
+        ([1, 1, 2], 4, "diagonal", "kind"),
+    ],
+)
 def test_mrope_axes_refuse_bad_sections(sections, half, kind, match):
     with pytest.raises(ValueError, match=match):
         mrope_axes(sections, half, kind)
@@ -150,9 +170,15 @@ def heads_and_axes_layout(draw):
     axes = tuple(draw(st.lists(st.integers(0, n_axes - 1), min_size=rot // 2, max_size=rot // 2)))
     p = draw(st.integers(1, 5))
     grid = draw(st.one_of(st.none(), st.tuples(*[st.integers(1, 6)] * n_axes)))
-    layout = RotaryLayout(rot, draw(st.sampled_from(["half", "interleaved"])),
-                          draw(st.sampled_from([10000.0, 100.0, 2.5])), p, axes=axes, grid=grid,
-                          shared_shift=draw(st.booleans()))
+    layout = RotaryLayout(
+        rot,
+        draw(st.sampled_from(["half", "interleaved"])),
+        draw(st.sampled_from([10000.0, 100.0, 2.5])),
+        p,
+        axes=axes,
+        grid=grid,
+        shared_shift=draw(st.booleans()),
+    )
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     scale = draw(st.sampled_from([1e-3, 1.0, 30.0]))
     h_kv, group = draw(st.integers(1, 2)), draw(st.integers(1, 2))
@@ -166,10 +192,18 @@ def heads_and_axes_layout(draw):
 def test_reported_bounds_dominate_every_offset_vector(case):
     q, k, kv_index, layout = case
     d, n = q.shape[1:]
-    envs = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL, exact_norm_2_1=True,
-                              max_core_svds=q.shape[0] * layout.max_offset_count)
-    bound = rotary_qk_envelope(q, k, kv_index, layout, rank_tol=RANK_TOL,
-                               max_core_svds=q.shape[0] * layout.max_offset_count - 1)
+    envs = rotary_qk_envelope(
+        q,
+        k,
+        kv_index,
+        layout,
+        rank_tol=RANK_TOL,
+        exact_norm_2_1=True,
+        max_core_svds=q.shape[0] * layout.max_offset_count,
+    )
+    bound = rotary_qk_envelope(
+        q, k, kv_index, layout, rank_tol=RANK_TOL, max_core_svds=q.shape[0] * layout.max_offset_count - 1
+    )
     flat = RotaryLayout(layout.rotary_dim, layout.pairing, layout.base, layout.max_positions)
     flat_envs = rotary_qk_envelope(q, k, kv_index, flat, rank_tol=RANK_TOL, max_core_svds=10**6)
     offsets = layout.offsets
@@ -195,7 +229,7 @@ def test_reported_bounds_dominate_every_offset_vector(case):
             assert leq(f.spectral_sup, env.spectral_sup)
             np.testing.assert_array_equal(env.envelope, f.envelope)
         got = exact_qk_at_offsets(wq, wk, layout, offsets)
-        np.testing.assert_allclose(got, sv[:, :got.shape[1]], rtol=0, atol=1e-12 * max(sv[0, 0], 1e-300) + 1e-300)
+        np.testing.assert_allclose(got, sv[:, : got.shape[1]], rtol=0, atol=1e-12 * max(sv[0, 0], 1e-300) + 1e-300)
 
 
 def test_an_unused_last_axis_changes_no_maximum():
@@ -206,8 +240,10 @@ def test_an_unused_last_axis_changes_no_maximum():
     two = RotaryLayout(8, "half", 30.0, 3, axes=(0, 0, 1, 1))
     three = RotaryLayout(8, "half", 30.0, 3, axes=(0, 0, 1, 1), grid=(3, 3, 3))
     assert (two.n_axes, three.n_axes, len(two.offsets), len(three.offsets)) == (2, 3, 25, 125)
-    for a, b in zip(rotary_qk_envelope(q, k, [0, 0], two, rank_tol=RANK_TOL, max_core_svds=10**4),
-                    rotary_qk_envelope(q, k, [0, 0], three, rank_tol=RANK_TOL, max_core_svds=10**4)):
+    for a, b in zip(
+        rotary_qk_envelope(q, k, [0, 0], two, rank_tol=RANK_TOL, max_core_svds=10**4),
+        rotary_qk_envelope(q, k, [0, 0], three, rank_tol=RANK_TOL, max_core_svds=10**4),
+    ):
         assert a.spectral_method == b.spectral_method == "exact_over_offsets"
         assert a.spectral_sup == pytest.approx(b.spectral_sup, rel=1e-13)
         np.testing.assert_allclose(a.sigma_bounds, b.sigma_bounds, rtol=1e-13)
@@ -250,12 +286,17 @@ def test_the_difference_from_init_at_every_offset_vector(shared_shift):
         assert s.norm_1_1 * slack >= np.abs(x).sum(axis=(1, 2)).max()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(axes=(0, 1)), "axes must give"), (dict(axes=(0, 1, -1)), "axes must give"),
-    (dict(axes=(0, 1, 2), grid=(3, 3)), "grid must give"), (dict(axes=(0, 1, 2), grid=(3, 0, 3)), "grid must give"),
-    (dict(grid=(2, 2)), "needs the pairs' axes"),
-    (dict(axes=(0, 1, 1), offset_invariant=False), "LongRoPE"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(axes=(0, 1)), "axes must give"),
+        (dict(axes=(0, 1, -1)), "axes must give"),
+        (dict(axes=(0, 1, 2), grid=(3, 3)), "grid must give"),
+        (dict(axes=(0, 1, 2), grid=(3, 0, 3)), "grid must give"),
+        (dict(grid=(2, 2)), "needs the pairs' axes"),
+        (dict(axes=(0, 1, 1), offset_invariant=False), "LongRoPE"),
+    ],
+)
 def test_axes_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RotaryLayout(6, "half", 1e4, 8, **kwargs)

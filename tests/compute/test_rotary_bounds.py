@@ -57,8 +57,12 @@ def rotary_layers(draw):
     d = draw(st.sampled_from([2, 4, 6, 8]))
     n = draw(st.integers(1, 20))
     rot = draw(st.sampled_from([r for r in (2, 4, 6, 8) if r <= d]))  # rot < d: partial rotary
-    layout = RotaryLayout(rot, draw(st.sampled_from(["half", "interleaved"])),
-                          draw(st.sampled_from([10000.0, 100.0, 2.5])), draw(st.integers(1, 24)))
+    layout = RotaryLayout(
+        rot,
+        draw(st.sampled_from(["half", "interleaved"])),
+        draw(st.sampled_from([10000.0, 100.0, 2.5])),
+        draw(st.integers(1, 24)),
+    )
     h_kv, group = draw(st.integers(1, 2)), draw(st.sampled_from([1, 2, 3]))  # group > 1: GQA / MQA
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     scale = draw(st.sampled_from([1e-4, 0.05, 1.0, 40.0]))
@@ -102,8 +106,9 @@ def test_no_rotary_bound_is_below_its_value_at_any_offset(case, exact):
     q, k, group, layout = case
     heads, d, n = q.shape
     weights = LayerWeights(0, q, k, np.zeros_like(k), np.zeros_like(q), {})
-    spectra = rotary_qk_spectra(weights, np.arange(heads) // group, layout, rank_tol=RANK_TOL,
-                                max_core_svds=10**6 if exact else 0)
+    spectra = rotary_qk_spectra(
+        weights, np.arange(heads) // group, layout, rank_tol=RANK_TOL, max_core_svds=10**6 if exact else 0
+    )
     for h, spectrum in enumerate(spectra):
         assert spectrum.sv_method == ("rotary_exact_over_offsets" if exact else "rotary_product_bound")
         wq, wk = q[h], k[h // group]
@@ -113,8 +118,7 @@ def test_no_rotary_bound_is_below_its_value_at_any_offset(case, exact):
             assert spectrum.spectral_norm == pytest.approx(max(tops), rel=1e-10, abs=1e-300)
             assert spectrum.stable_rank == pytest.approx(max(stables), rel=1e-8, abs=1e-12)
             x = wq.T @ rotation(layout, d, spectrum.argmax_offset) @ wk
-            assert np.linalg.svd(x, compute_uv=False)[0] == pytest.approx(spectrum.spectral_norm, rel=1e-10,
-                                                                          abs=1e-300)
+            assert np.linalg.svd(x, compute_uv=False)[0] == pytest.approx(spectrum.spectral_norm, rel=1e-10, abs=1e-300)
         else:
             assert spectrum.argmax_offset is None
 
@@ -125,8 +129,13 @@ def test_the_envelope_is_not_a_per_index_bound():
     a, b = np.diag([2.0, 1.0]), np.diag([1.0, 2.0])
     layout = RotaryLayout(2, "half", 10000.0, 4)
     for budget in (10**6, 0):
-        (spectrum,) = rotary_qk_spectra(LayerWeights(0, a[None], b[None], b[None], a[None], {}), np.zeros(1, int),
-                                        layout, rank_tol=RANK_TOL, max_core_svds=budget)
+        (spectrum,) = rotary_qk_spectra(
+            LayerWeights(0, a[None], b[None], b[None], a[None], {}),
+            np.zeros(1, int),
+            layout,
+            rank_tol=RANK_TOL,
+            max_core_svds=budget,
+        )
         np.testing.assert_allclose(spectrum.envelope, [4.0, 1.0])
         s = np.linalg.svd(a.T @ rotation(layout, 2, 0) @ b, compute_uv=False)
         assert s[1] == pytest.approx(2.0) and s[1] > spectrum.envelope[1]

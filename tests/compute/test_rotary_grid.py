@@ -21,8 +21,17 @@ def layouts(draw, max_grid=4):
     axes = tuple(draw(st.lists(st.sampled_from([0, 1]), min_size=half, max_size=half)))
     thetas = tuple(draw(st.lists(st.floats(0.01, 3.0), min_size=half, max_size=half)))
     grid = (draw(st.integers(1, max_grid)), draw(st.integers(1, max_grid)))
-    layout = RotaryLayout(2 * half, draw(st.sampled_from(["half", "interleaved"])), 1e4, max(grid), inv_freq=thetas,
-                          axes=axes, grid=grid, shared_shift=False, grid_origin=draw(st.booleans()))
+    layout = RotaryLayout(
+        2 * half,
+        draw(st.sampled_from(["half", "interleaved"])),
+        1e4,
+        max(grid),
+        inv_freq=thetas,
+        axes=axes,
+        grid=grid,
+        shared_shift=False,
+        grid_origin=draw(st.booleans()),
+    )
     return layout, d
 
 
@@ -63,11 +72,16 @@ def test_rotating_two_positions_is_rotating_by_their_offset(drawn, data):
 
 def test_a_2d_layout_is_checked_when_built():
     base = dict(rotary_dim=4, pairing="half", base=1e4, max_positions=3, inv_freq=(1.0, 0.1))
-    for bad, match in ((dict(grid=(3, 3)), "axes"), (dict(grid_origin=True), "axes"),
-                       (dict(axes=(0,), grid=(3, 3)), "each of the 2"), (dict(axes=(0, -1), grid=(3, 3)), "axis"),
-                       (dict(axes=(0, 1), grid=(3,)), "grid"), (dict(axes=(0, 1), grid=(3, 0)), "grid"),
-                       (dict(axes=(0, 1), grid=(True, 3)), "grid"),
-                       (dict(axes=(0, 1), grid=(3, 3), grid_origin=True), "class token")):
+    for bad, match in (
+        (dict(grid=(3, 3)), "axes"),
+        (dict(grid_origin=True), "axes"),
+        (dict(axes=(0,), grid=(3, 3)), "each of the 2"),
+        (dict(axes=(0, -1), grid=(3, 3)), "axis"),
+        (dict(axes=(0, 1), grid=(3,)), "grid"),
+        (dict(axes=(0, 1), grid=(3, 0)), "grid"),
+        (dict(axes=(0, 1), grid=(True, 3)), "grid"),
+        (dict(axes=(0, 1), grid=(3, 3), grid_origin=True), "class token"),
+    ):
         with pytest.raises(ValueError, match=match):
             RotaryLayout(**base, **bad)
     with pytest.raises(ValueError, match=r"\(K, 2\)"):
@@ -94,22 +108,31 @@ def test_every_qk_number_holds_at_every_offset_and_the_exact_one_is_the_maximum(
             assert env.spectral_sup * SLACK >= s[:, 0].max()
             assert env.frobenius_sup * SLACK >= np.sqrt((s**2).sum(1)).max()
             assert env.nuclear_sup * SLACK >= s.sum(1).max()
-            assert np.all(env.sigma_bounds * SLACK >= s[:, :env.sigma_bounds.size].max(axis=0))
+            assert np.all(env.sigma_bounds * SLACK >= s[:, : env.sigma_bounds.size].max(axis=0))
             assert env.norm_2_1_sup * SLACK >= np.linalg.norm(dense, axis=1).sum(1).max()
             assert env.norm_1_1_bound * SLACK >= np.abs(dense).sum(axis=(1, 2)).max()
             if budget > 1:
                 assert env.spectral_method == "exact_over_offsets"
                 assert env.spectral_sup == pytest.approx(s[:, 0].max(), rel=1e-9)
-                at = np.linalg.svd(q[h].T @ rotations(layout, d, [env.argmax_offset])[0] @ k[0 if kv else h],
-                                   compute_uv=False)[0]
+                at = np.linalg.svd(
+                    q[h].T @ rotations(layout, d, [env.argmax_offset])[0] @ k[0 if kv else h], compute_uv=False
+                )[0]
                 assert at == pytest.approx(env.spectral_sup, rel=1e-9) and isinstance(env.argmax_offset, tuple)
             else:
                 assert env.spectral_method == "product_bound" and env.argmax_offset is None
 
 
 def test_an_unbounded_grid_gets_the_bounds_for_every_rotation_without_listing_offsets():
-    layout = RotaryLayout(4, "half", 1e4, UNBOUNDED_POSITIONS, inv_freq=(1.0, 0.1), axes=(0, 1),
-                          grid=(UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS), shared_shift=False)
+    layout = RotaryLayout(
+        4,
+        "half",
+        1e4,
+        UNBOUNDED_POSITIONS,
+        inv_freq=(1.0, 0.1),
+        axes=(0, 1),
+        grid=(UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS),
+        shared_shift=False,
+    )
     assert layout.max_offset_count > 2**120
     rng = np.random.default_rng(0)
     (env,) = rotary_qk_envelope(rng.normal(size=(1, 4, 5)), rng.normal(size=(1, 4, 5)), None, layout, rank_tol=1e-10)
@@ -138,14 +161,20 @@ def test_the_grid_frequencies_are_the_modules_own():
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLVisionRotaryEmbedding
 
     for d in (8, 10, 12, 64):  # 10: the rows get one pair more
-        pixtral = PixtralVisionRotaryEmbedding(transformers.PixtralVisionConfig(
-            hidden_size=4 * d, num_attention_heads=4, rope_parameters={"rope_theta": 500.0, "rope_type": "axial"}))
+        pixtral = PixtralVisionRotaryEmbedding(
+            transformers.PixtralVisionConfig(
+                hidden_size=4 * d, num_attention_heads=4, rope_parameters={"rope_theta": 500.0, "rope_type": "axial"}
+            )
+        )
         thetas, axes = grid_frequencies("alternating", 500.0, d)
         np.testing.assert_allclose(thetas, pixtral.inv_freq.double().numpy(), rtol=1e-6)
         assert axes == (0,) * ((d + 2) // 4) + (1,) * (d // 4)
         if d % 4 == 0:
-            qwen = Qwen2VLVisionRotaryEmbedding(transformers.Qwen2VLVisionConfig(
-                embed_dim=4 * d, num_heads=4, rope_parameters={"rope_theta": 500.0, "rope_type": "axial"}))
+            qwen = Qwen2VLVisionRotaryEmbedding(
+                transformers.Qwen2VLVisionConfig(
+                    embed_dim=4 * d, num_heads=4, rope_parameters={"rope_theta": 500.0, "rope_type": "axial"}
+                )
+            )
             thetas, axes = grid_frequencies("split", 500.0, d)
             np.testing.assert_allclose(thetas, np.tile(qwen.inv_freq.double().numpy(), 2), rtol=1e-6)
             assert axes == (0,) * (d // 4) + (1,) * (d // 4)

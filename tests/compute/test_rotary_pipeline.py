@@ -20,9 +20,16 @@ N, H, D, P = 16, 2, 8, 24  # hidden size, heads, head size, max positions (small
 
 
 def _llama(seed=0, std=0.3, kv=H):
-    config = transformers.LlamaConfig(hidden_size=N, num_hidden_layers=2, num_attention_heads=H,
-                                      num_key_value_heads=kv, intermediate_size=24, vocab_size=32,
-                                      max_position_embeddings=P, head_dim=D)
+    config = transformers.LlamaConfig(
+        hidden_size=N,
+        num_hidden_layers=2,
+        num_attention_heads=H,
+        num_key_value_heads=kv,
+        intermediate_size=24,
+        vocab_size=32,
+        max_position_embeddings=P,
+        head_dim=D,
+    )
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(config).eval().double()
     for p in model.parameters():
@@ -50,8 +57,8 @@ def test_a_head_blind_to_w_q_w_k_is_seen_through_its_rotation(tmp_path):
         for layer in model.model.layers:  # head 0: W_Q = 3 e_1 e_1^T, W_K = 3 e_2 e_2^T in one rotary pair
             q, k = layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight
             q[:D].zero_(), k[:D].zero_()
-            q[0, 0] = 3.0          # head dim 0 reads input coordinate 0
-            k[D // 2, 1] = 3.0     # head dim d_h/2 (pair 0's partner, HF rotate_half) reads coordinate 1
+            q[0, 0] = 3.0  # head dim 0 reads input coordinate 0
+            k[D // 2, 1] = 3.0  # head dim d_h/2 (pair 0's partner, HF rotate_half) reads coordinate 1
     a = specbound.analyze(_save(model, tmp_path / "m"), threads=1)
     row = a.matrices[(a.matrices["role"] == "QK") & (a.matrices["head"] == 0)].iloc[0]
     exact = 9 * max(abs(math.sin(d)) for d in range(-(P - 1), P))  # theta_0 = 1: logit 9 x_1 y_2 sin(delta)
@@ -86,8 +93,8 @@ def test_every_offset_stays_below_the_reported_quantities(tmp_path, kv):
                 kept = s[s > 1e-10 * N * max(s[0], 1)]
                 assert kept.size <= row["rank"]
                 for p in (0.05, 0.5, 1.0, 1.5, 2.0):
-                    assert np.sum(kept ** p) <= np.sum(envelope ** p) * slack
-                assert np.all(s[:sigma_bound.size] <= sigma_bound * slack + 1e-12 * s[0])
+                    assert np.sum(kept**p) <= np.sum(envelope**p) * slack
+                assert np.all(s[: sigma_bound.size] <= sigma_bound * slack + 1e-12 * s[0])
                 assert np.sqrt(np.sum(s**2)) <= row["frobenius_norm"] * slack
                 assert np.sum(s) <= row["nuclear_norm"] * slack
                 assert np.linalg.norm(x, axis=0).sum() <= row["norm_2_1"] * slack
@@ -131,7 +138,8 @@ def test_curves_from_the_records_restate_each_rotary_contribution(tmp_path):
     from specbound.records.curves import contribution_curves
 
     a = specbound.analyze(_save(_llama(seed=3, kv=1), tmp_path / "m"), threads=1)
-    curves = contribution_curves(a.matrices, a.singular_values, n=N, grid_m=a.options["grid_m"],
-                                 rank_tol=a.options["rank_tol"])
+    curves = contribution_curves(
+        a.matrices, a.singular_values, n=N, grid_m=a.options["grid_m"], rank_tol=a.options["rank_tol"]
+    )
     minima = curves.groupby("matrix")["c"].min().to_numpy()
     np.testing.assert_allclose(minima, a.matrices["contribution"].to_numpy(), rtol=1e-12)

@@ -40,11 +40,14 @@ def test_factored_equals_dense(factors):
         assert fs.norm_2_1 == pytest.approx(np.linalg.norm(dense, axis=0).sum(), rel=1e-9)
         assert fs.norm_1_1 == pytest.approx(np.abs(dense).sum(), rel=1e-9)
         assert fs.frobenius_norm == pytest.approx(np.linalg.norm(dense), rel=1e-9)
-        assert numerical_rank(fs.singular_values, fs.dim, RANK_TOL) == numerical_rank(ds.singular_values, ds.dim, RANK_TOL)
+        assert numerical_rank(fs.singular_values, fs.dim, RANK_TOL) == numerical_rank(
+            ds.singular_values, ds.dim, RANK_TOL
+        )
         assert numerical_rank(ds.singular_values, ds.dim, RANK_TOL) == np.linalg.matrix_rank(dense)
         for p in (0.0, 0.05, 0.5, 1.0, 2.0):
             assert schatten_power(fs.singular_values, p, fs.dim, RANK_TOL) == pytest.approx(
-                schatten_power(ds.singular_values, p, ds.dim, RANK_TOL), rel=1e-9)
+                schatten_power(ds.singular_values, p, ds.dim, RANK_TOL), rel=1e-9
+            )
 
 
 @pytest.mark.parametrize("n_a, n_b", [(10, 10), (7, 11)])
@@ -63,7 +66,15 @@ def test_norm_1_1_tiles_cut_a_side_into_equal_tiles():
     import specbound.compute.spectra as spectra
 
     assert [spectra._tile_side(n) for n in (1, 384, 512, 513, 768, 1000, 4096, 8192)] == [
-        1, 384, 512, 257, 384, 500, 512, 512]
+        1,
+        384,
+        512,
+        257,
+        384,
+        500,
+        512,
+        512,
+    ]
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((8, 768)), rng.standard_normal((8, 700))
     assert spectra._streamed_norm_1_1(a, b) == pytest.approx(np.abs(a.T @ b).sum(), rel=1e-12)
@@ -94,8 +105,9 @@ def test_the_nuclear_norm_is_s1_over_the_values_above_the_tolerance():
     assert spectrum.singular_values[2:].min() > 0.9e-9  # the dense SVD returns the small values
     assert numerical_rank(spectrum.singular_values, spectrum.dim, RANK_TOL) == 2
     assert spectrum.nuclear_norm(RANK_TOL) == pytest.approx(5.0, rel=1e-12)
-    assert spectrum.nuclear_norm(RANK_TOL) == pytest.approx(schatten_power(spectrum.singular_values, 1, 48, RANK_TOL),
-                                                            rel=1e-15)
+    assert spectrum.nuclear_norm(RANK_TOL) == pytest.approx(
+        schatten_power(spectrum.singular_values, 1, 48, RANK_TOL), rel=1e-15
+    )
     assert spectrum.nuclear_norm(1e-12) == pytest.approx(5.0 + 46e-9, rel=1e-12)  # a tolerance below them: counted
 
 
@@ -220,8 +232,11 @@ def test_a_matrix_in_its_stored_precision_gives_the_numbers_of_its_float64_copy(
         ours, copy = dense_spectrum(w, kernel), dense_spectrum(w.astype(np.float64), kernel)
         assert ours.sv_method == copy.sv_method == ("gram" if kernel.gram_rtol else "svd")
         np.testing.assert_array_equal(ours.singular_values, copy.singular_values)
-        assert (ours.norm_1_1, ours.norm_2_1, ours.sv_rel_error_bound) == (copy.norm_1_1, copy.norm_2_1,
-                                                                            copy.sv_rel_error_bound)
+        assert (ours.norm_1_1, ours.norm_2_1, ours.sv_rel_error_bound) == (
+            copy.norm_1_1,
+            copy.norm_2_1,
+            copy.sv_rel_error_bound,
+        )
 
 
 def test_the_gram_path_never_holds_a_float64_copy_of_a_stored_matrix():

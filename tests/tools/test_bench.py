@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 import specbound
-from specbound.tools.bench import (_to_bf16, format_miniatures_bench, run_miniatures_bench, write_bert_checkpoint,
-                             write_llama_checkpoint)
+from specbound.tools.bench import (
+    _to_bf16,
+    format_miniatures_bench,
+    run_miniatures_bench,
+    write_bert_checkpoint,
+    write_llama_checkpoint,
+)
 from specbound.cli import main
 from specbound.tools.bench_machine import KERNEL_OVERRIDES
 
@@ -66,8 +71,9 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
     import specbound.tools.bench
 
     monkeypatch.setattr(specbound.tools.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
-    monkeypatch.setattr(specbound.tools.bench, "format_miniatures_bench",
-                        lambda r: f"miniatures { {'called': r['called']} }")
+    monkeypatch.setattr(
+        specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures { {'called': r['called']} }"
+    )
     assert main(["bench", "--scenario", "miniatures", "--threads", "1"]) == 0
     assert "miniatures {'called': {'threads': 1, 'jobs': None, 'workdir': None}}" in capsys.readouterr().out
     assert main(["bench", "--scenario", "miniatures", "--jobs", "2"]) == 0
@@ -87,8 +93,10 @@ def test_bert_bench_on_one_and_two_cores(tmp_path):
         assert budget["speedup_vs_dense"] == budget["dense_seconds"] / budget["seconds"]
         assert budget["cpu_speedup_vs_dense"] == budget["dense_cpu_seconds"] / budget["cpu_seconds"] > 0
     assert report["ff_all_cpu_seconds"] == 2 * 2 * report["ff_gram_cpu_seconds"]  # 2 FF matrices a layer
-    assert report["cpu_speedup_ceiling_vs_dense"] == report["budgets"][0]["dense_cpu_seconds"] / report[
-        "ff_all_cpu_seconds"]
+    assert (
+        report["cpu_speedup_ceiling_vs_dense"]
+        == report["budgets"][0]["dense_cpu_seconds"] / report["ff_all_cpu_seconds"]
+    )
     assert report["max_relative_bound_difference_vs_dense"] < 1e-10 and report["ff_shape"] == [64, 128]
     json.dumps(report)
     text = format_bench(report)
@@ -112,8 +120,16 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     assert report["max_relative_difference_vs_reference"] < 1e-12
     for key in ("stage_seconds_per_layer", "stage_cpu_seconds_per_layer"):
         assert set(report[key]) == {"1_blas_threads", "2_blas_threads"}
-        assert set(report[key]["1_blas_threads"]) == {"read_attention", "attention_cores", "rotary_qk", "norm_1_1",
-                                                      "read_ff", "ff_norms", "gram", "eigenvalues"}
+        assert set(report[key]["1_blas_threads"]) == {
+            "read_attention",
+            "attention_cores",
+            "rotary_qk",
+            "norm_1_1",
+            "read_ff",
+            "ff_norms",
+            "gram",
+            "eigenvalues",
+        }
     assert report["cpu_seconds"] > 0 and report["cpu_seconds_over_cores"] == report["cpu_seconds"] / 2
     assert report["ff_sv_methods"] == {"gram": 9} and 0 < report["max_ff_sv_rel_error_bound"] <= 1e-8
     assert "extrapolated_seconds_all_layers" not in report
@@ -126,11 +142,14 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     text = format_llama7b_bench(report)
     assert "every bound" in text and "EXTRAPOLATED" not in text
     gram = next(line.split() for line in text.splitlines() if line.strip().startswith("gram "))
-    wall, floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_seconds_per_layer",
-                                                                       "stage_floor_seconds_per_layer"))
+    wall, floor = (
+        report[key]["1_blas_threads"]["gram"] for key in ("stage_seconds_per_layer", "stage_floor_seconds_per_layer")
+    )
     assert gram[3] == f"{wall / floor['seconds']:.1f}x" and "against its floor" in text
-    cpu, cpu_floor = (report[key]["1_blas_threads"]["gram"] for key in ("stage_cpu_seconds_per_layer",
-                                                                          "stage_floor_cpu_seconds_per_layer"))
+    cpu, cpu_floor = (
+        report[key]["1_blas_threads"]["gram"]
+        for key in ("stage_cpu_seconds_per_layer", "stage_floor_cpu_seconds_per_layer")
+    )
     assert gram[6] == f"{cpu / cpu_floor['seconds']:.1f}x"
     assert list(tmp_path.iterdir()) == []
     short = run_llama7b_bench(shape=shape, layers=1, jobs=1, workdir=str(tmp_path), probe_layers=1)
@@ -153,8 +172,9 @@ def test_the_large_scenario_is_llama7b_on_a_few_layers(monkeypatch, capsys):
 def test_llama7b_checkpoint_is_sharded_like_the_real_one(tmp_path):
     from specbound.tools.bench import write_llama_checkpoint
 
-    folder, nbytes = write_llama_checkpoint(tmp_path / "m", L=4, N=64, H=4, H_kv=2, d_ff=96, vocab=64,
-                                              shard_bytes=60_000)
+    folder, nbytes = write_llama_checkpoint(
+        tmp_path / "m", L=4, N=64, H=4, H_kv=2, d_ff=96, vocab=64, shard_bytes=60_000
+    )
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     files = sorted(set(index["weight_map"].values()))
     assert len(files) >= 2 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
@@ -175,8 +195,11 @@ def test_llama7b_bench_refuses_a_short_disk(tmp_path, monkeypatch):
     from specbound.tools.bench import run_llama7b_bench
 
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**11, 10**11 - 10**9, 10**9))
-    with pytest.raises(SpecboundError, match=r"needs 11\.9 GB but .* has 1\.0 GB free: pass --workdir DIR .* "
-                                             r"--layers 1"):
+    with pytest.raises(
+        SpecboundError,
+        match=r"needs 11\.9 GB but .* has 1\.0 GB free: pass --workdir DIR .* "
+        r"--layers 1",
+    ):
         run_llama7b_bench(workdir=str(tmp_path))
 
 
@@ -248,8 +271,7 @@ def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
     from specbound.tools.bench_ab import format_ab_bench, run_ab_bench
 
     here = Path(__file__).resolve().parents[2]
-    report = run_ab_bench(here, layers=2, repeats=2, workdir=str(tmp_path),
-                          shape=dict(L=2, N=64, H=4, H_kv=2, d_ff=96))
+    report = run_ab_bench(here, layers=2, repeats=2, workdir=str(tmp_path), shape=dict(L=2, N=64, H=4, H_kv=2, d_ff=96))
     assert report["layers"] == 2 and report["bounds_compared"] >= 5
     assert report["max_bound_relative_difference"] == 0.0
     assert len(report["seconds"]["new"]) == len(report["seconds"]["old"]) == 2
@@ -271,12 +293,17 @@ def test_ab_bench_refuses_a_folder_without_the_code_and_other_scenarios(tmp_path
     assert len(err.strip().splitlines()) == 1 and "--scenario kernels" in err
 
 
-SCENARIO_RUNS = {"bert-base": ("run_bench", "format_bench"), "large": ("run_llama7b_bench", "format_llama7b_bench"),
-                 "llama7b": ("run_llama7b_bench", "format_llama7b_bench"),
-                 "kernels": ("run_kernels_bench", "format_kernels_bench"),
-                 "miniatures": ("run_miniatures_bench", "format_miniatures_bench")}
-OTHER_MODULE_RUNS = {"threads": ("bench_threads", "run_threads_bench", "format_threads_bench"),
-                     "llama70b-layer": ("bench_dask", "run_dask_layer_bench", "format_dask_layer_bench")}
+SCENARIO_RUNS = {
+    "bert-base": ("run_bench", "format_bench"),
+    "large": ("run_llama7b_bench", "format_llama7b_bench"),
+    "llama7b": ("run_llama7b_bench", "format_llama7b_bench"),
+    "kernels": ("run_kernels_bench", "format_kernels_bench"),
+    "miniatures": ("run_miniatures_bench", "format_miniatures_bench"),
+}
+OTHER_MODULE_RUNS = {
+    "threads": ("bench_threads", "run_threads_bench", "format_threads_bench"),
+    "llama70b-layer": ("bench_dask", "run_dask_layer_bench", "format_dask_layer_bench"),
+}
 
 
 @pytest.mark.parametrize("scenario", [*SCENARIO_RUNS, *OTHER_MODULE_RUNS])

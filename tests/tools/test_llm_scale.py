@@ -20,14 +20,21 @@ def test_per_layer_dask_tasks_give_the_one_process_analysis(tmp_path):
     from specbound.sweep.sources import expand_sources
     from specbound.sweep.store import Store
 
-    folder, _ = write_llama_checkpoint(tmp_path / "llama-small", L=4, N=96, H=6, H_kv=2, d_ff=260, vocab=64,
-                                       shard_bytes=400_000)
+    folder, _ = write_llama_checkpoint(
+        tmp_path / "llama-small", L=4, N=96, H=6, H_kv=2, d_ff=260, vocab=64, shard_bytes=400_000
+    )
     assert len(list(folder.glob("*.safetensors"))) >= 2
     direct = specbound.analyze(folder, threads=1)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster:
-        report = run_sweep(expand_sources([str(folder)]), tmp_path / "store", scheduler=cluster.scheduler_address,
-                           per_layer="always", progress=False)
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    ) as cluster:
+        report = run_sweep(
+            expand_sources([str(folder)]),
+            tmp_path / "store",
+            scheduler=cluster.scheduler_address,
+            per_layer="always",
+            progress=False,
+        )
     assert len(report.written) == 1 and not report.failed
     store = Store(tmp_path / "store")
     (key,) = store.keys()

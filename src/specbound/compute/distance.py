@@ -9,8 +9,8 @@ a product of two ``2d x N`` factors, rank at most ``2d``.  The factors carry the
 ``A - A0`` and ``B - B0`` themselves, not ``A`` and ``-A0``: equal weights give exactly zero blocks,
 so ``W = W0`` has exactly the zero spectrum (every product in the core is ``0 * x``), and close
 weights lose no digits to cancellation (``[A; -A0].T [B; B0]`` subtracts two products of size
-``|W|`` in the core's round-off, ``~1e-16 |W|``, which ``alpha`` then multiplies).  Its spectrum and column norms come from
-the ``2d x 2d`` core exactly as for ``A.T B`` (:func:`~specbound.compute.spectra.factored_spectra` on the
+``|W|`` in the core's round-off, ``~1e-16 |W|``, which ``alpha`` then multiplies).  Its spectrum and column norms come
+from the ``2d x 2d`` core exactly as for ``A.T B`` (:func:`~specbound.compute.spectra.factored_spectra` on the
 factors stacked along ``d``).  Feed-forward differences are dense, and so is a QK-norm head's: its row is
 the stacked raw factors ``Z_h = [W_Q^h; W_K^g]`` (docs/theory.md 3d), so ``Z_h - Z0_h`` is the stacked
 factors' differences, ``2 d_h x N``.
@@ -43,8 +43,15 @@ def stacked_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, b0: np.ndar
     return np.concatenate([a - a0, a0], axis=1), np.concatenate([b, b - b0], axis=1)
 
 
-def difference_spectra(weights: LayerWeights, init: LayerWeights, kernel: KernelOptions, *, group: int = 1,
-                       with_norm_1_1: bool = True, block: str = "sequential") -> LayerSpectra:
+def difference_spectra(
+    weights: LayerWeights,
+    init: LayerWeights,
+    kernel: KernelOptions,
+    *,
+    group: int = 1,
+    with_norm_1_1: bool = True,
+    block: str = "sequential",
+) -> LayerSpectra:
     """Spectra of one layer's ``W - W0`` for every QK/OV head and feed-forward matrix.
 
     ``group`` is the number of query heads per key/value head; ``kernel.method="dense"``
@@ -62,20 +69,36 @@ def difference_spectra(weights: LayerWeights, init: LayerWeights, kernel: Kernel
     if weights.qk_norm is not None:  # the stacked raw factors' differences (docs/theory.md 3d)
         kv = np.arange(weights.q.shape[0]) // group
         del pairs["qk"]
-        spectra["qk"] = [dense_spectrum(z - z0) for z, z0 in zip(qk_norm_factors(weights.q, weights.k, kv),
-                                                                 qk_norm_factors(init.q, init.k, kv))]
+        spectra["qk"] = [
+            dense_spectrum(z - z0)
+            for z, z0 in zip(qk_norm_factors(weights.q, weights.k, kv), qk_norm_factors(init.q, init.k, kv))
+        ]
     for role, (a, b, a0, b0) in pairs.items():
         if kernel.method == "dense":
             spectra[role] = [dense_spectrum(a[h].T @ b[h] - a0[h].T @ b0[h]) for h in range(a.shape[0])]
         else:
             spectra[role] = factored_spectra(*stacked_difference(a, b, a0, b0), with_norm_1_1=with_norm_1_1)
     ff = {role: dense_spectrum(w - init.ff[role]) for role, w in weights.ff.items()}
-    return LayerSpectra(weights.layer, spectra["qk"], spectra["ov"], ff, block, cross_qk=spectra.get("cross_qk"),
-                        cross_ov=spectra.get("cross_ov"))
+    return LayerSpectra(
+        weights.layer,
+        spectra["qk"],
+        spectra["ov"],
+        ff,
+        block,
+        cross_qk=spectra.get("cross_qk"),
+        cross_ov=spectra.get("cross_ov"),
+    )
 
 
-def rotary_difference_spectra(weights: LayerWeights, init: LayerWeights, layout: RotaryLayout, *, group: int = 1,
-                              rank_tol: float, updates: dict | None = None) -> list[RotaryQKSpectrum]:
+def rotary_difference_spectra(
+    weights: LayerWeights,
+    init: LayerWeights,
+    layout: RotaryLayout,
+    *,
+    group: int = 1,
+    rank_tol: float,
+    updates: dict | None = None,
+) -> list[RotaryQKSpectrum]:
     """Per query head, the QK quantities of ``A^T M(delta) B - A0^T M(delta) B0`` valid at every offset
     ``|delta| < max_positions`` (docs/theory.md 3k, docs/rotary.md): ``A = W_Q^h``, ``B = W_K^g`` the logit's
     factors (``weights``, the attention factor folded in; ``init`` the initial ones), ``A - A0`` and ``B - B0``
@@ -92,26 +115,42 @@ def rotary_difference_spectra(weights: LayerWeights, init: LayerWeights, layout:
     if updates is None:
         da, db = a - init.q, b - np.repeat(init.k, group, axis=0)
     else:  # the factors' own updates, never the merged weights' difference; a as logit_factors folds it
-        da, db = (np.zeros_like(w) if u is None else layout.attention_factor * (u.u @ u.v)
-                  for u, w in ((updates["q"], a), (updates["k"], weights.k)))
+        da, db = (
+            np.zeros_like(w) if u is None else layout.attention_factor * (u.u @ u.v)
+            for u, w in ((updates["q"], a), (updates["k"], weights.k))
+        )
         db = np.repeat(db, group, axis=0)
     heads, d, _ = a.shape
     layout2, order = doubled_layout(layout, d)
     f = np.concatenate([da, a - da], axis=1)[:, order]
     g = np.concatenate([b, db], axis=1)[:, order]
-    spectra = rotary_qk_spectra(LayerWeights(weights.layer, f, g, g, f, {}), np.arange(heads), layout2, rank_tol=rank_tol)
+    spectra = rotary_qk_spectra(
+        LayerWeights(weights.layer, f, g, g, f, {}), np.arange(heads), layout2, rank_tol=rank_tol
+    )
     caps = difference_rank_caps(a - da, b, da, db, rank_tol)
     # the two terms' norms: column j of A^T M B is A^T M b_j, entry (i, j) is a_i^T M b_j (vanish with dA, dB)
     cols = lambda w: np.linalg.norm(w, axis=1).sum(axis=1)  # noqa: E731  sum of the N column norms of (H, d, N)
     spec = lambda w: np.linalg.norm(w, ord=2, axis=(1, 2))  # noqa: E731
     n21 = spec(da) * cols(b) + spec(a - da) * cols(db)
     n11 = cols(da) * cols(b) + cols(a - da) * cols(db)
-    return [replace(s, norm_2_1=min(s.norm_2_1, float(x21)), norm_1_1=min(s.norm_1_1, float(x11)),
-                    **({} if s.kept.size <= cap else dict(
-                        kept=s.kept[:cap], stable_rank_sup=min(s.stable_rank_sup, float(cap)),
-                        frobenius_sup=min(s.frobenius_sup, float(np.sqrt(np.sum(s.kept[:cap] ** 2)))),
-                        nuclear_sup=min(s.nuclear_sup, float(np.sum(s.kept[:cap]))))))
-            for s, cap, x21, x11 in zip(spectra, caps, n21, n11)]
+    return [
+        replace(
+            s,
+            norm_2_1=min(s.norm_2_1, float(x21)),
+            norm_1_1=min(s.norm_1_1, float(x11)),
+            **(
+                {}
+                if s.kept.size <= cap
+                else dict(
+                    kept=s.kept[:cap],
+                    stable_rank_sup=min(s.stable_rank_sup, float(cap)),
+                    frobenius_sup=min(s.frobenius_sup, float(np.sqrt(np.sum(s.kept[:cap] ** 2)))),
+                    nuclear_sup=min(s.nuclear_sup, float(np.sum(s.kept[:cap]))),
+                )
+            ),
+        )
+        for s, cap, x21, x11 in zip(spectra, caps, n21, n11)
+    ]
 
 
 def difference_rank_caps(a0: np.ndarray, b: np.ndarray, da: np.ndarray, db: np.ndarray, rank_tol: float) -> list[int]:

@@ -21,6 +21,7 @@ import ctypes
 import functools
 
 import numpy as np
+from threadpoolctl import threadpool_info
 
 # Smallest order at which the two-stage reduction is faster, from ``bench --scenario kernels`` on the
 # project's AVX2 EPYC (docs/llm-scale.md, run 7): CPU seconds, one BLAS thread, two runs: slower up to
@@ -70,10 +71,6 @@ def eigensolver_name(n: int) -> str:
 def _two_stage_driver():
     """``LAPACKE_dsyevd_2stage`` of the OpenBLAS NumPy links, or None where it is not exported
     (another BLAS, or an OpenBLAS built without it)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return None
     for info in threadpool_info():
         if info.get("internal_api") != "openblas" or "numpy" not in info.get("filepath", ""):
             continue
@@ -87,7 +84,14 @@ def _two_stage_driver():
             fn = getattr(lib, name, None)
             if fn is not None:
                 fn.restype = ctypes.c_int64
-                fn.argtypes = [ctypes.c_int, ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_void_p,
-                               ctypes.c_int64, ctypes.c_void_p]
+                fn.argtypes = [
+                    ctypes.c_int,
+                    ctypes.c_char,
+                    ctypes.c_char,
+                    ctypes.c_int64,
+                    ctypes.c_void_p,
+                    ctypes.c_int64,
+                    ctypes.c_void_p,
+                ]
                 return fn
     return None

@@ -31,11 +31,14 @@ def block_diagonal_spectrum(blocks: list[MatrixSpectrum]) -> MatrixSpectrum:
     summed, and the (2,1)- and (1,1)-norms summed (each column and entry belongs to one block)."""
     values = np.sort(np.concatenate([b.singular_values for b in blocks]))[::-1]
     methods = {b.sv_method for b in blocks}
-    return MatrixSpectrum(shape=(sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)),
-                          singular_values=values, norm_2_1=float(sum(b.norm_2_1 for b in blocks)),
-                          norm_1_1=float(sum(b.norm_1_1 for b in blocks)),
-                          sv_method="gram" if "gram" in methods else "svd",
-                          sv_rel_error_bound=max(b.sv_rel_error_bound for b in blocks))
+    return MatrixSpectrum(
+        shape=(sum(b.shape[0] for b in blocks), sum(b.shape[1] for b in blocks)),
+        singular_values=values,
+        norm_2_1=float(sum(b.norm_2_1 for b in blocks)),
+        norm_1_1=float(sum(b.norm_1_1 for b in blocks)),
+        sv_method="gram" if "gram" in methods else "svd",
+        sv_rel_error_bound=max(b.sv_rel_error_bound for b in blocks),
+    )
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,8 @@ def latent_heads(w: LatentWeights) -> tuple[list[np.ndarray], list[np.ndarray], 
     d = w.dims
     xs, brs, ys = [], [], []
     for h in range(w.q_b.shape[0]):
-        b_n, b_r = w.q_b[h, :d.d_nope], w.q_b[h, d.d_nope:]
-        c_n, c_v = w.kv_b[h, :d.d_nope], w.kv_b[h, d.d_nope:]
+        b_n, b_r = w.q_b[h, : d.d_nope], w.q_b[h, d.d_nope :]
+        c_n, c_v = w.kv_b[h, : d.d_nope], w.kv_b[h, d.d_nope :]
         xs.append(b_n.T @ c_n)
         brs.append(b_r)
         ys.append(c_v.T @ w.o[h])
@@ -88,8 +91,8 @@ def latent_factors(w: LatentWeights, *, frobenius: bool = False) -> LatentFactor
     """The per-head factors of :class:`LatentFactors` (``frobenius``: every norm of a factor replaced by its
     Frobenius norm, the Frobenius-side analogues ``>=`` the spectral ones; the sensitivities are spectral)."""
     d = w.dims
-    m, a2 = d.logit_scale, d.rope_factor ** 2
-    kv_c, rope = w.kv_a[:d.kv_rank], w.kv_a[d.kv_rank:]
+    m, a2 = d.logit_scale, d.rope_factor**2
+    kv_c, rope = w.kv_a[: d.kv_rank], w.kv_a[d.kv_rank :]
     jk, lk, rk = _normed(kv_c, w.kv_gain, d.kv_eps, frobenius)
     if w.q_a is None:  # no query latent: the token itself (reach 1, Lipschitz 1)
         jq, lq, rq = 0.0, 1.0, 1.0
@@ -119,13 +122,19 @@ def latent_spectra(w: LatentWeights, kernel: KernelOptions = EXACT_SVD):
     d = w.dims
     spec = lambda m: dense_spectrum(np.ascontiguousarray(m), kernel)  # noqa: E731
     shared_qk = ([spec(w.q_a.T)] if w.q_a is not None else []) + [spec(w.kv_a.T)]
-    shared_ov = spec(w.kv_a[:d.kv_rank].T)
+    shared_ov = spec(w.kv_a[: d.kv_rank].T)
     xs, brs, ys = latent_heads(w)
     f, ff = latent_factors(w), latent_factors(w, frobenius=True)
-    qk = [replace(block_diagonal_spectrum(shared_qk + [spec(x), spec(b.T)]), lipschitz=float(k), lipschitz_frobenius=float(kf))
-          for x, b, k, kf in zip(xs, brs, f.kappa, ff.kappa)]
-    ov = [replace(block_diagonal_spectrum([shared_ov, spec(y)]), lipschitz=float(v), lipschitz_frobenius=float(vf))
-          for y, v, vf in zip(ys, f.value_lipschitz, ff.value_lipschitz)]
+    qk = [
+        replace(
+            block_diagonal_spectrum(shared_qk + [spec(x), spec(b.T)]), lipschitz=float(k), lipschitz_frobenius=float(kf)
+        )
+        for x, b, k, kf in zip(xs, brs, f.kappa, ff.kappa)
+    ]
+    ov = [
+        replace(block_diagonal_spectrum([shared_ov, spec(y)]), lipschitz=float(v), lipschitz_frobenius=float(vf))
+        for y, v, vf in zip(ys, f.value_lipschitz, ff.value_lipschitz)
+    ]
     return qk, ov, np.diag(f.qk_sensitivity), f.value_reach, f.ov_sensitivity
 
 
@@ -138,9 +147,11 @@ def latent_difference_spectra(w, w0, kernel: KernelOptions = EXACT_SVD):
     a, a0 = w.latent, w0.latent
     spec = lambda m: dense_spectrum(np.ascontiguousarray(m), kernel)  # noqa: E731
     shared = ([spec((a.q_a - a0.q_a).T)] if a.q_a is not None else []) + [spec((a.kv_a - a0.kv_a).T)]
-    shared_ov = spec((a.kv_a[:a.dims.kv_rank] - a0.kv_a[:a0.dims.kv_rank]).T)
+    shared_ov = spec((a.kv_a[: a.dims.kv_rank] - a0.kv_a[: a0.dims.kv_rank]).T)
     (xs, brs, ys), (xs0, brs0, ys0) = latent_heads(a), latent_heads(a0)
-    qk = [block_diagonal_spectrum(shared + [spec(x - x0), spec((b - b0).T)]) for x, x0, b, b0 in zip(xs, xs0, brs, brs0)]
+    qk = [
+        block_diagonal_spectrum(shared + [spec(x - x0), spec((b - b0).T)]) for x, x0, b, b0 in zip(xs, xs0, brs, brs0)
+    ]
     ov = [block_diagonal_spectrum([shared_ov, spec(y - y0)]) for y, y0 in zip(ys, ys0)]
     ff = {role: dense_spectrum(m - w0.ff[role]) for role, m in w.ff.items()}
     return qk, ov, ff

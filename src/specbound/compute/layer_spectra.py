@@ -8,6 +8,7 @@ benchmark's baseline).  Feed-forward spectra come from the proven Gram path or L
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from ..archs.model import LayerWeights, RotaryLayout
 from ..errors import SpecboundError
 from ..options import EXACT_SVD, KernelOptions
+from .latent import latent_spectra
 from .propagation import LayerSpectralNorms
 from .qk_logit import logit_factors, qk_norm_factors, qk_norm_lipschitz, qk_norm_sensitivity
 from .rotary import DEFAULT_MAX_CORE_SVDS, rotary_qk_envelope
@@ -51,8 +53,14 @@ class LayerSpectra:
         :attr:`~.spectra.MatrixSpectrum.lipschitz_factor`: the spectral norm, or a QK-norm head's
         ``kappa_h``)."""
         value = (lambda s: s.lipschitz_factor) if norm is None else norm
-        cross = {} if self.cross_qk is None else {"cross_qk": np.array([value(s) for s in self.cross_qk]),
-                                                  "cross_ov": np.array([value(s) for s in self.cross_ov])}
+        cross = (
+            {}
+            if self.cross_qk is None
+            else {
+                "cross_qk": np.array([value(s) for s in self.cross_qk]),
+                "cross_ov": np.array([value(s) for s in self.cross_ov]),
+            }
+        )
         return LayerSpectralNorms(
             qk=np.array([value(s) for s in self.qk]),
             ov=np.array([value(s) for s in self.ov]),
@@ -68,15 +76,25 @@ class LayerSpectra:
     def matrices(self) -> list[tuple[str, int | None, MatrixSpectrum]]:
         """``(role, head, spectrum)`` of every matrix in the order of the analysis' rows: QK heads, OV
         heads, cross-attention QK and OV heads (a decoder layer), feed-forward."""
-        cross = [] if self.cross_qk is None else ([("QK_cross", h, s) for h, s in enumerate(self.cross_qk)]
-                                                  + [("OV_cross", h, s) for h, s in enumerate(self.cross_ov)])
-        return ([("QK", h, s) for h, s in enumerate(self.qk)] + [("OV", h, s) for h, s in enumerate(self.ov)]
-                + cross + [(role, None, s) for role, s in self.ff.items()])
+        cross = (
+            []
+            if self.cross_qk is None
+            else (
+                [("QK_cross", h, s) for h, s in enumerate(self.cross_qk)]
+                + [("OV_cross", h, s) for h, s in enumerate(self.cross_ov)]
+            )
+        )
+        return (
+            [("QK", h, s) for h, s in enumerate(self.qk)]
+            + [("OV", h, s) for h, s in enumerate(self.ov)]
+            + cross
+            + [(role, None, s) for role, s in self.ff.items()]
+        )
 
 
-
-def attention_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 1,
-                      with_norm_1_1: bool = True) -> tuple[list, list]:
+def attention_spectra(
+    weights: LayerWeights, kernel: KernelOptions, *, group: int = 1, with_norm_1_1: bool = True
+) -> tuple[list, list]:
     """Spectra of one layer's per-head QK and OV matrices.
 
     ``kernel.method="factored"`` uses the ``d_h x d_h`` cores (docs/spec.md section 1), on
@@ -86,14 +104,24 @@ def attention_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: in
     """
     kv = np.arange(weights.q.shape[0]) // group  # query head h uses key/value head h // group
     if kernel.method == "factored":
-        return (factored_spectra(weights.q, weights.k, kernel, b_index=kv, with_norm_1_1=with_norm_1_1),
-                factored_spectra(weights.v, weights.o, kernel, a_index=kv, with_norm_1_1=with_norm_1_1))
-    return ([dense_spectrum(weights.q[h].T @ weights.k[g], EXACT_SVD) for h, g in enumerate(kv)],
-            [dense_spectrum(weights.v[g].T @ weights.o[h], EXACT_SVD) for h, g in enumerate(kv)])
+        return (
+            factored_spectra(weights.q, weights.k, kernel, b_index=kv, with_norm_1_1=with_norm_1_1),
+            factored_spectra(weights.v, weights.o, kernel, a_index=kv, with_norm_1_1=with_norm_1_1),
+        )
+    return (
+        [dense_spectrum(weights.q[h].T @ weights.k[g], EXACT_SVD) for h, g in enumerate(kv)],
+        [dense_spectrum(weights.v[g].T @ weights.o[h], EXACT_SVD) for h, g in enumerate(kv)],
+    )
 
 
-def rotary_qk_spectra(weights: LayerWeights, kv: np.ndarray, layout: RotaryLayout, *,
-                      rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS) -> list[RotaryQKSpectrum]:
+def rotary_qk_spectra(
+    weights: LayerWeights,
+    kv: np.ndarray,
+    layout: RotaryLayout,
+    *,
+    rank_tol: float,
+    max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
+) -> list[RotaryQKSpectrum]:
     """Per query head, a QK "spectrum" that holds for ``W_Q^T M(delta) W_K`` at every relative offset
     ``|delta| < max_positions`` (docs/rotary.md): the spectral and Frobenius norms', nuclear norm's,
     stable rank's and each singular value's maximum over the offsets (exact from the ``d_h x d_h``
@@ -107,11 +135,23 @@ def rotary_qk_spectra(weights: LayerWeights, kv: np.ndarray, layout: RotaryLayou
         envelopes = rotary_qk_envelope(weights.q, weights.k, kv, layout, rank_tol=rank_tol, max_core_svds=max_core_svds)
     except ValueError as exc:
         raise SpecboundError(f"rotary layout does not fit layer {weights.layer}: {exc}") from None
-    return [RotaryQKSpectrum((n, n), e.envelope, e.norm_2_1_sup, e.norm_1_1_bound,
-                             sv_method=ROTARY_METHODS[e.spectral_method], kept=e.kept_envelope,
-                             spectral_sup=e.spectral_sup, sigma_bounds=e.sigma_bounds, frobenius_sup=e.frobenius_sup,
-                             nuclear_sup=e.nuclear_sup, stable_rank_sup=e.stable_rank_sup,
-                             argmax_offset=e.argmax_offset) for e in envelopes]
+    return [
+        RotaryQKSpectrum(
+            (n, n),
+            e.envelope,
+            e.norm_2_1_sup,
+            e.norm_1_1_bound,
+            sv_method=ROTARY_METHODS[e.spectral_method],
+            kept=e.kept_envelope,
+            spectral_sup=e.spectral_sup,
+            sigma_bounds=e.sigma_bounds,
+            frobenius_sup=e.frobenius_sup,
+            nuclear_sup=e.nuclear_sup,
+            stable_rank_sup=e.stable_rank_sup,
+            argmax_offset=e.argmax_offset,
+        )
+        for e in envelopes
+    ]
 
 
 def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *, prefetch: bool = False) -> dict:
@@ -130,7 +170,6 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *,
     read = getattr(ff, "compact", ff.__getitem__)
     if not prefetch or len(roles) < 2:
         return {role: dense_spectrum(read(role), kernel) for role in roles}
-    from concurrent.futures import ThreadPoolExecutor
 
     out = {}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbound-read") as reader:
@@ -143,9 +182,18 @@ def feed_forward_spectra(ff: Mapping[str, np.ndarray], kernel: KernelOptions, *,
     return out
 
 
-def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 1, block: str = "sequential",
-                  with_norm_1_1: bool = True, release: bool = False, rotary: RotaryLayout | None = None,
-                  prefetch: bool = False, position_terms: int = 0) -> LayerSpectra:
+def layer_spectra(
+    weights: LayerWeights,
+    kernel: KernelOptions,
+    *,
+    group: int = 1,
+    block: str = "sequential",
+    with_norm_1_1: bool = True,
+    release: bool = False,
+    rotary: RotaryLayout | None = None,
+    prefetch: bool = False,
+    position_terms: int = 0,
+) -> LayerSpectra:
     """Spectra of one layer's QK/OV heads and feed-forward matrices, computed as ``kernel`` says
     (the dense method always uses the SVD in NumPy, feed-forward too).
 
@@ -161,15 +209,14 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
     """
     raw = weights
     if raw.latent is not None:  # multi-head latent attention: rows of raw factors (docs/theory.md 3l)
-        from .latent import latent_spectra
-
         qk, ov, sensitivity, reach, ov_sens = latent_spectra(raw.latent, kernel)
         ff_matrices = weights.ff
         if release:
             raw.latent = None
         ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
-        return LayerSpectra(weights.layer, qk, ov, ff, block, qk_sensitivity=sensitivity, ov_reach=reach,
-                            ov_sensitivity=ov_sens)
+        return LayerSpectra(
+            weights.layer, qk, ov, ff, block, qk_sensitivity=sensitivity, ov_reach=reach, ov_sensitivity=ov_sens
+        )
     kv = np.arange(weights.q.shape[0]) // group
     a = 1.0 if rotary is None else rotary.attention_factor
     # the bilinear logit's factors: the rope attention factor folded in (qk_logit.py)
@@ -195,12 +242,23 @@ def layer_spectra(weights: LayerWeights, kernel: KernelOptions, *, group: int = 
         for w in {id(raw): raw, id(weights): weights}.values():
             w.q = w.k = w.v = w.o = w.cross = None
     ff = feed_forward_spectra(ff_matrices, kernel if kernel.method == "factored" else EXACT_SVD, prefetch=prefetch)
-    return LayerSpectra(weights.layer, qk, ov, ff, block, qk_rotation_blind=blind, position_terms=position_terms,
-                        cross_qk=cross_qk, cross_ov=cross_ov, qk_sensitivity=sensitivity)
+    return LayerSpectra(
+        weights.layer,
+        qk,
+        ov,
+        ff,
+        block,
+        qk_rotation_blind=blind,
+        position_terms=position_terms,
+        cross_qk=cross_qk,
+        cross_ov=cross_ov,
+        qk_sensitivity=sensitivity,
+    )
 
 
-def qk_norm_spectra(weights: LayerWeights, kv: np.ndarray, attention_factor: float,
-                    kernel: KernelOptions) -> list[MatrixSpectrum]:
+def qk_norm_spectra(
+    weights: LayerWeights, kv: np.ndarray, attention_factor: float, kernel: KernelOptions
+) -> list[MatrixSpectrum]:
     """A QK-norm layer's QK rows (docs/theory.md 3d): each head's stacked raw factors ``Z_h^T`` ``(N, 2 d_h)``
     (:func:`~.qk_logit.qk_norm_factors`), every norm its own, whatever the rotation, with the normalised
     logit's Lipschitz factor ``kappa_h`` as ``lipschitz`` and ``kappa_F`` as ``lipschitz_frobenius``."""
@@ -208,5 +266,7 @@ def qk_norm_spectra(weights: LayerWeights, kv: np.ndarray, attention_factor: flo
     kappa = qk_norm_lipschitz(weights.q, weights.k, kv, norm, attention_factor)
     kappa_f = qk_norm_lipschitz(weights.q, weights.k, kv, norm, attention_factor, frobenius=True)
     kernel = kernel if kernel.method == "factored" else EXACT_SVD  # as for the feed-forward matrices
-    return [replace(dense_spectrum(z, kernel), lipschitz=float(c), lipschitz_frobenius=float(f))
-            for z, c, f in zip(qk_norm_factors(weights.q, weights.k, kv), kappa, kappa_f)]
+    return [
+        replace(dense_spectrum(z, kernel), lipschitz=float(c), lipschitz_frobenius=float(f))
+        for z, c, f in zip(qk_norm_factors(weights.q, weights.k, kv), kappa, kappa_f)
+    ]

@@ -43,8 +43,15 @@ def zero_spectrum(shape: tuple[int, int]) -> MatrixSpectrum:
     return MatrixSpectrum((int(shape[0]), int(shape[1])), np.zeros(min(shape)), 0.0, 0.0, sv_method="core")
 
 
-def pair_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, ua: HeadUpdate | None, ub: HeadUpdate | None,
-                    *, with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
+def pair_difference(
+    a: np.ndarray,
+    b: np.ndarray,
+    a0: np.ndarray,
+    ua: HeadUpdate | None,
+    ub: HeadUpdate | None,
+    *,
+    with_norm_1_1: bool = True,
+) -> list[MatrixSpectrum]:
     """Spectra of ``A^T B - A0^T B0`` per head from the updates ``A - A0 = u_a v_a``, ``B - B0 = u_b v_b``
     (``a`` unused but for its shape; ``b`` the updated ``B``, ``a0`` the initial ``A``; each (H, d, N))."""
     heads, _, n = a.shape
@@ -57,12 +64,16 @@ def pair_difference(a: np.ndarray, b: np.ndarray, a0: np.ndarray, ua: HeadUpdate
     if ub is not None:
         left.append(np.swapaxes(ub.u, 1, 2) @ a0)
         right.append(ub.v)
-    return factored_spectra(np.ascontiguousarray(np.concatenate(left, axis=1)),
-                            np.ascontiguousarray(np.concatenate(right, axis=1)), with_norm_1_1=with_norm_1_1)
+    return factored_spectra(
+        np.ascontiguousarray(np.concatenate(left, axis=1)),
+        np.ascontiguousarray(np.concatenate(right, axis=1)),
+        with_norm_1_1=with_norm_1_1,
+    )
 
 
-def stacked_difference(q: np.ndarray, uq: HeadUpdate | None, uk: HeadUpdate | None, *,
-                       with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
+def stacked_difference(
+    q: np.ndarray, uq: HeadUpdate | None, uk: HeadUpdate | None, *, with_norm_1_1: bool = True
+) -> list[MatrixSpectrum]:
     """Spectra of each QK-norm head's ``(Z_h - Z0_h)^T = [v_q; v_k]^T diag(u_q, u_k)^T`` (``N x 2 d_h``) from
     the updates of its query and (already repeated per query head) key factors; ``q`` (H, d, N) for the
     shapes.  A side without an update is a zero block."""
@@ -76,17 +87,25 @@ def stacked_difference(q: np.ndarray, uq: HeadUpdate | None, uk: HeadUpdate | No
             if update is None:
                 continue
             block = np.zeros((update.u.shape[2], 2 * d))
-            block[:, side * d:(side + 1) * d] = update.u[h].T
+            block[:, side * d : (side + 1) * d] = update.u[h].T
             left.append(update.v[h].T)
             right.append(block)
-        out.append(low_rank_spectrum(np.concatenate(left, axis=1), np.concatenate(right, axis=0),
-                                     with_norm_1_1=with_norm_1_1))
+        out.append(
+            low_rank_spectrum(np.concatenate(left, axis=1), np.concatenate(right, axis=0), with_norm_1_1=with_norm_1_1)
+        )
     return out
 
 
-def update_difference_spectra(weights: LayerWeights, init: LayerWeights, updates: LayerUpdates, *, group: int = 1,
-                              block: str = "sequential", attention_factor: float = 1.0,
-                              with_norm_1_1: bool = True) -> LayerSpectra:
+def update_difference_spectra(
+    weights: LayerWeights,
+    init: LayerWeights,
+    updates: LayerUpdates,
+    *,
+    group: int = 1,
+    block: str = "sequential",
+    attention_factor: float = 1.0,
+    with_norm_1_1: bool = True,
+) -> LayerSpectra:
     """The spectra :func:`~.distance.difference_spectra` gives for one layer's ``W - W0``, from the
     updates' factors (``weights``, ``init``: the raw weights, read as the pipeline reads them; their
     feed-forward matrices are never read)."""
@@ -104,16 +123,21 @@ def update_difference_spectra(weights: LayerWeights, init: LayerWeights, updates
     if weights.qk_norm is not None:  # the stacked raw factors (docs/theory.md 3d)
         qk = stacked_difference(weights.q, heads["q"], repeated(heads["k"]), with_norm_1_1=with_norm_1_1)
     else:
-        qk = pair_difference(logit.q, k, logit0.q, scaled(heads["q"]), repeated(scaled(heads["k"])),
-                             with_norm_1_1=with_norm_1_1)
+        qk = pair_difference(
+            logit.q, k, logit0.q, scaled(heads["q"]), repeated(scaled(heads["k"])), with_norm_1_1=with_norm_1_1
+        )
     ov = pair_difference(v, weights.o, v0, repeated(heads["v"]), heads["o"], with_norm_1_1=with_norm_1_1)
     cross = {}
     if weights.cross is not None:
         c, c0 = weights.cross, init.cross
-        cross["cross_qk"] = pair_difference(c.q, c.k, c0.q, heads["cross_q"], heads["cross_k"],
-                                            with_norm_1_1=with_norm_1_1)
-        cross["cross_ov"] = pair_difference(c.v, c.o, c0.v, heads["cross_v"], heads["cross_o"],
-                                            with_norm_1_1=with_norm_1_1)
-    ff = {role: zero_spectrum(updates.ff_shapes[role]) if f is None else low_rank_spectrum(*f)
-          for role, f in updates.ff.items()}
+        cross["cross_qk"] = pair_difference(
+            c.q, c.k, c0.q, heads["cross_q"], heads["cross_k"], with_norm_1_1=with_norm_1_1
+        )
+        cross["cross_ov"] = pair_difference(
+            c.v, c.o, c0.v, heads["cross_v"], heads["cross_o"], with_norm_1_1=with_norm_1_1
+        )
+    ff = {
+        role: zero_spectrum(updates.ff_shapes[role]) if f is None else low_rank_spectrum(*f)
+        for role, f in updates.ff.items()
+    }
     return LayerSpectra(weights.layer, qk, ov, ff, block, **cross)

@@ -9,9 +9,17 @@ import numpy as np
 
 from ..archs.model import ModelDims
 from .layer_spectra import LayerSpectra
-from .propagation import (LayerSpectralNorms, downstream_factors, encoder_decoder_factors,
-                          encoder_decoder_log_lipschitz, layer_lipschitz, log_downstream_factors, memory_lipschitz,
-                          sensitivities, split_role)
+from .propagation import (
+    LayerSpectralNorms,
+    downstream_factors,
+    encoder_decoder_factors,
+    encoder_decoder_log_lipschitz,
+    layer_lipschitz,
+    log_downstream_factors,
+    memory_lipschitz,
+    sensitivities,
+    split_role,
+)
 from .spectra import MatrixSpectrum
 
 ROLE_ORDER = ("QK", "OV", "QK_cross", "OV_cross", "FF_in", "FF_gate", "FF_up", "FF_out")
@@ -115,8 +123,9 @@ class ModelMeasures:
 
     def per_layer_sum(self, values) -> np.ndarray:
         """Sum of a per-matrix array over each layer's matrices, shape (L,)."""
-        return np.bincount(self.layer_of_matrices(), weights=np.asarray(values, dtype=np.float64),
-                           minlength=self.dims.L)
+        return np.bincount(
+            self.layer_of_matrices(), weights=np.asarray(values, dtype=np.float64), minlength=self.dims.L
+        )
 
     def measured_from(self, deltas: list[LayerSpectra]) -> "ModelMeasures":
         """The same measures with the complexity terms on ``W - W0`` (``deltas``: spectra of the
@@ -152,8 +161,9 @@ def layer_norms(layer: LayerSpectra, dims: ModelDims, norm=None) -> LayerSpectra
     return replace(n, up_offset=float(dims.up_offset)) if dims.up_offset else n
 
 
-def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_tol: float,
-            grid_m: int) -> ModelMeasures:
+def measure(
+    layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_tol: float, grid_m: int
+) -> ModelMeasures:
     """Attach ``alpha``, ``gamma*`` and ``scale = gamma* alpha L`` to every matrix, each also as its
     natural log (``log_scale`` is floored at ``ln`` of the smallest positive float, like ``scale``)."""
     norms = [layer_norms(layer, dims) for layer in layers]
@@ -170,20 +180,45 @@ def measure(layers: list[LayerSpectra], dims: ModelDims, *, l_phi: float, rank_t
     matrices = []
     for layer, n, alpha, log_alpha in zip(layers, norms, alphas, log_alphas):
         gamma = sensitivities(n)
-        entries = [(role, head, s, gamma[role] if head is None else gamma[role][head])
-                   for role, head, s in layer.matrices()]
+        entries = [
+            (role, head, s, gamma[role] if head is None else gamma[role][head]) for role, head, s in layer.matrices()
+        ]
         for role, head, spectrum, g in entries:
             scale, log_scale = scale_and_log(float(g), float(alpha), float(log_alpha), dims.L)
-            matrices.append(MatrixMeasure(layer.layer, head, role, spectrum, float(alpha), float(g), scale,
-                                          float(log_alpha), log_scale))
+            matrices.append(
+                MatrixMeasure(
+                    layer.layer, head, role, spectrum, float(alpha), float(g), scale, float(log_alpha), log_scale
+                )
+            )
     blind = None
     if any(layer.qk_rotation_blind is not None for layer in layers):  # rotary: also as if unrotated
         # a layer without rotary positions (NoPE) is its own rotation-blind self
-        blind = measure([layer if layer.qk_rotation_blind is None else
-                         replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None) for layer in layers],
-                        dims, l_phi=l_phi, rank_tol=rank_tol, grid_m=grid_m)
-    return ModelMeasures(dims, l_phi, rank_tol, int(grid_m), layers, lambdas, alphas, log_alphas, matrices,
-                         rotation_blind=blind, memory=memory, log_lipschitz=log_lipschitz)
+        blind = measure(
+            [
+                layer
+                if layer.qk_rotation_blind is None
+                else replace(layer, qk=layer.qk_rotation_blind, qk_rotation_blind=None)
+                for layer in layers
+            ],
+            dims,
+            l_phi=l_phi,
+            rank_tol=rank_tol,
+            grid_m=grid_m,
+        )
+    return ModelMeasures(
+        dims,
+        l_phi,
+        rank_tol,
+        int(grid_m),
+        layers,
+        lambdas,
+        alphas,
+        log_alphas,
+        matrices,
+        rotation_blind=blind,
+        memory=memory,
+        log_lipschitz=log_lipschitz,
+    )
 
 
 _TINY = np.finfo(np.float64).tiny

@@ -33,12 +33,25 @@ from ..errors import SpecboundError
 # Every one but sigmoid has |phi(t)| <= |t|, so c_phi = 1.  relu2 = relu(x)^2 has no global constant
 # (phi' = 2x): it is refused unless --l-phi gives one.
 ACTIVATIONS = {
-    "gelu": (1.13, 1.0), "gelu_python": (1.13, 1.0), "gelu_10": (1.13, 1.0),
-    "gelu_new": (1.13, 1.0), "gelu_fast": (1.13, 1.0), "gelu_pytorch_tanh": (1.13, 1.0),
-    "gelu_accurate": (1.13, 1.0), "gelu_python_tanh": (1.13, 1.0),
-    "silu": (1.0999, 1.0), "swish": (1.0999, 1.0), "quick_gelu": (1.0999, 1.0),
-    "mish": (1.0885, 1.0), "hardswish": (1.5, 1.0), "sigmoid": (0.25, None),
-    "relu": (1.0, 1.0), "relu6": (1.0, 1.0), "leaky_relu": (1.0, 1.0), "tanh": (1.0, 1.0), "linear": (1.0, 1.0),
+    "gelu": (1.13, 1.0),
+    "gelu_python": (1.13, 1.0),
+    "gelu_10": (1.13, 1.0),
+    "gelu_new": (1.13, 1.0),
+    "gelu_fast": (1.13, 1.0),
+    "gelu_pytorch_tanh": (1.13, 1.0),
+    "gelu_accurate": (1.13, 1.0),
+    "gelu_python_tanh": (1.13, 1.0),
+    "silu": (1.0999, 1.0),
+    "swish": (1.0999, 1.0),
+    "quick_gelu": (1.0999, 1.0),
+    "mish": (1.0885, 1.0),
+    "hardswish": (1.5, 1.0),
+    "sigmoid": (0.25, None),
+    "relu": (1.0, 1.0),
+    "relu6": (1.0, 1.0),
+    "leaky_relu": (1.0, 1.0),
+    "tanh": (1.0, 1.0),
+    "linear": (1.0, 1.0),
 }
 ACTIVATION_LIPSCHITZ = {name: constants[0] for name, constants in ACTIVATIONS.items()}
 # A config.json without an activation key: GELU's constant (the paper's), said in the assumptions.
@@ -94,6 +107,7 @@ def clamped_swiglu_constants(limit: float, alpha: float) -> tuple[float, float]:
     limit)`` (docs/theory.md 3n): ``sup |phi'| = sup_{s <= alpha limit} silu'(s)`` (the derivative in ``s =
     alpha t`` is SiLU's whatever ``alpha``; 0 above the clamp), which is SiLU's own supremum once ``alpha
     limit`` passes its argmax ``s* = 2.3994``; and ``sup |phi(t) / t| = sigmoid(alpha limit)``."""
+
     def silu_prime(x: float) -> float:
         sig = 1.0 / (1.0 + math.exp(-x))
         return sig * (1.0 + x * (1.0 - sig))
@@ -120,16 +134,19 @@ def activation_lipschitz(activation: str | None) -> tuple[float, str]:
     raise SpecboundError(
         f"activation {activation!r} (config.json) has no Lipschitz constant in specbound's table "
         f"({', '.join(sorted(ACTIVATIONS))}); pass --l-phi VALUE (API l_phi=VALUE), an upper bound on "
-        f"sup |phi'| over the inputs the model sees, to analyse it with that value")
+        f"sup |phi'| over the inputs the model sees, to analyse it with that value"
+    )
 
 
 def check_gated_activation(activation: str | None, feed_forward: str) -> None:
     """A gated block's Lipschitz bound needs ``|phi(t)| <= c_phi |t|`` (docs/theory.md 3b): refuse an
     activation of the table without such a constant (sigmoid) rather than use ``c_phi = 1``."""
     if feed_forward == "gated" and activation in ACTIVATIONS and ACTIVATIONS[activation][1] is None:
-        raise SpecboundError(f"activation {activation!r} in a gated feed-forward block has no c_phi with "
-                             f"|phi(t)| <= c_phi |t|, which the gated block's Lipschitz bound needs "
-                             f"(docs/theory.md 3b); specbound cannot analyse this block")
+        raise SpecboundError(
+            f"activation {activation!r} in a gated feed-forward block has no c_phi with "
+            f"|phi(t)| <= c_phi |t|, which the gated block's Lipschitz bound needs "
+            f"(docs/theory.md 3b); specbound cannot analyse this block"
+        )
 
 
 def attention_lipschitz(norms: LayerSpectralNorms) -> float:
@@ -168,8 +185,9 @@ def _branch_lipschitz(ff: dict, l_phi: float, c_phi: float, up_offset: float = 0
     return l_phi * ff["FF_in"] * ff["FF_out"]
 
 
-def feed_forward_lipschitz(ff: dict[str, float], l_phi: float, c_phi: float = 1.0, gate_sum: float = 1.0,
-                           up_offset: float = 0.0) -> float:
+def feed_forward_lipschitz(
+    ff: dict[str, float], l_phi: float, c_phi: float = 1.0, gate_sum: float = 1.0, up_offset: float = 0.0
+) -> float:
     """Plain ``act(x W_in) W_out``: ``L_phi c_in c_out``.  Gated
     ``(phi(x W_g) * (x W_u)) W_d`` with ``|phi(t)| <= c_phi |t|``: ``(L_phi + c_phi) c_g c_u c_d``
     (split ``phi(a)b - phi(a')b' = (phi(a) - phi(a'))b + phi(a')(b - b')``; docs/theory.md).  With a
@@ -217,12 +235,14 @@ def layer_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
 def memory_lipschitz(norms: LayerSpectralNorms, l_phi: float) -> float:
     """``M_j``: a decoder layer's Lipschitz constant in the encoder's output, which reaches it only
     through the cross-attention's keys and values: ``cross_memory_lipschitz * Lip(FF)``."""
-    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(norms.ff, l_phi, gate_sum=norms.gate_sum,
-                                                                  up_offset=norms.up_offset)
+    return cross_memory_lipschitz(norms) * feed_forward_lipschitz(
+        norms.ff, l_phi, gate_sum=norms.gate_sum, up_offset=norms.up_offset
+    )
 
 
-def encoder_decoder_factors(lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
-                            ) -> tuple[np.ndarray, np.ndarray, float]:
+def encoder_decoder_factors(
+    lambdas: np.ndarray, memory: np.ndarray, first_decoder: int
+) -> tuple[np.ndarray, np.ndarray, float]:
     """``(alphas, ln alphas, ln Z)`` of an encoder-decoder whose layers ``0 .. first_decoder - 1`` are
     the encoder's and the rest the decoder's (docs/theory.md 3i).
 
@@ -300,12 +320,15 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     not see the attention's output).
     """
     ff = norms.ff
-    after_attention = (1.0 if norms.block == "parallel" else
-                       feed_forward_lipschitz(ff, 1.0, 1.0, norms.gate_sum, norms.up_offset))
+    after_attention = (
+        1.0 if norms.block == "parallel" else feed_forward_lipschitz(ff, 1.0, 1.0, norms.gate_sum, norms.up_offset)
+    )
     cross = {}
     if norms.cross_qk is not None:  # decoder: cross-attention between self-attention and feed-forward
-        cross = {"QK_cross": 2.0 * norms.cross_ov * after_attention,
-                 "OV_cross": np.full_like(norms.cross_ov, after_attention)}
+        cross = {
+            "QK_cross": 2.0 * norms.cross_ov * after_attention,
+            "OV_cross": np.full_like(norms.cross_ov, after_attention),
+        }
         after_attention = cross_query_lipschitz(norms) * after_attention
     # a perturbation of QK moves each logit by at most its norm once per bilinear term it is in:
     # x QK x^T, and with disentangled attention also x QK p^T (c2p) and p QK x^T (p2c)
@@ -315,7 +338,8 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     per_logit = reach if norms.qk_sensitivity is None else reach @ norms.qk_sensitivity
     gamma: dict[str, np.ndarray | float] = {
         "QK": (2.0 * logit_terms if norms.position_terms else 2.0) * per_logit * after_attention,
-        "OV": np.full_like(norms.ov, after_attention) if norms.ov_sensitivity is None
+        "OV": np.full_like(norms.ov, after_attention)
+        if norms.ov_sensitivity is None
         else norms.ov_sensitivity * after_attention,
         **cross,
     }
@@ -327,13 +351,20 @@ def sensitivities(norms: LayerSpectralNorms) -> dict[str, np.ndarray | float]:
     top = norms.gate_max
     for branch, values in feed_forward_branches(ff).items():
         g_max = 1.0 if branch == "shared" else top
-        gamma.update({f"{kind}[{branch}]": (g * g_max if g_max != 1.0 else g)
-                      for kind, g in _branch_sensitivities(values, norms.up_offset).items()})
+        gamma.update(
+            {
+                f"{kind}[{branch}]": (g * g_max if g_max != 1.0 else g)
+                for kind, g in _branch_sensitivities(values, norms.up_offset).items()
+            }
+        )
     return gamma
 
 
 def _branch_sensitivities(ff: dict, up_offset: float = 0.0) -> dict[str, float]:
     if "FF_gate" in ff:  # the gate's perturbation is multiplied by u + up_offset (gpt-oss: clamp(u) + 1)
-        return {"FF_gate": (ff["FF_up"] + up_offset) * ff["FF_out"], "FF_up": ff["FF_gate"] * ff["FF_out"],
-                "FF_out": 1.0}
+        return {
+            "FF_gate": (ff["FF_up"] + up_offset) * ff["FF_out"],
+            "FF_up": ff["FF_gate"] * ff["FF_out"],
+            "FF_out": 1.0,
+        }
     return {"FF_in": ff["FF_out"], "FF_out": 1.0}

@@ -41,8 +41,9 @@ def qk_norm_factors(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray) -> list[
     return [np.concatenate([q[h], k[g]], axis=0).T for h, g in enumerate(np.asarray(kv_index, dtype=int))]
 
 
-def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str, *, frobenius: bool = False
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def _normed_reach(
+    w: np.ndarray, gain: np.ndarray, eps: float, span: str, *, frobenius: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Per head ``(L, R)``: ``L`` bounds the Lipschitz constant of ``x -> nu(x W^T)_h`` and ``R`` its
     norm over the unit ball ``||x|| <= 1`` (docs/theory.md 3d).
 
@@ -75,8 +76,15 @@ def _normed_reach(w: np.ndarray, gain: np.ndarray, eps: float, span: str, *, fro
     return lipschitz, reach
 
 
-def qk_norm_lipschitz(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: QKNorm,
-                      attention_factor: float = 1.0, *, frobenius: bool = False) -> np.ndarray:
+def qk_norm_lipschitz(
+    q: np.ndarray,
+    k: np.ndarray,
+    kv_index: np.ndarray,
+    norm: QKNorm,
+    attention_factor: float = 1.0,
+    *,
+    frobenius: bool = False,
+) -> np.ndarray:
     """Per query head ``kappa_h``, shape ``(H,)``: for unit-norm tokens ``x, x', y, y'`` and every
     orthogonal ``M`` (any offset, any rope scaling's angles), the normalised logit
     ``l(x, y) = a^2 nu_q(x W_Q^T)_h M nu_k(y W_K^T)_g^T`` satisfies
@@ -96,8 +104,9 @@ def qk_norm_lipschitz(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: 
     return attention_factor**2 * np.maximum(lq * rk[kv], rq * lk[kv])
 
 
-def qk_norm_sensitivity(q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: QKNorm,
-                        attention_factor: float = 1.0) -> np.ndarray:
+def qk_norm_sensitivity(
+    q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, norm: QKNorm, attention_factor: float = 1.0
+) -> np.ndarray:
     """``S``, shape ``(H, H)``: ``S[i, h]`` bounds how far query head ``i``'s logits move per unit of
     ``||Delta Z_h||_2``, a change of head ``h``'s stacked factors ``Z_h = [W_Q^h; W_K^g]`` (docs/theory.md 3d).
 

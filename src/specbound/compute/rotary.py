@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+
 # At import time, not inside the QR helper: threadpoolctl limits only the BLAS libraries already
 # loaded when it is entered, and SciPy's own OpenBLAS, loaded later and unlimited, spins against
 # the other threads (docs/benchmarks.md).
@@ -61,8 +62,10 @@ def _offset_array(layout: RotaryLayout, deltas) -> np.ndarray:
         return deltas
     deltas = deltas[None] if deltas.ndim == 1 else deltas
     if deltas.ndim != 2 or deltas.shape[1] != layout.n_axes:
-        raise ValueError(f"offsets of a rotary layout with {layout.n_axes} position axes must be vectors "
-                         f"of shape (K, {layout.n_axes}), got shape {deltas.shape}")
+        raise ValueError(
+            f"offsets of a rotary layout with {layout.n_axes} position axes must be vectors "
+            f"of shape (K, {layout.n_axes}), got shape {deltas.shape}"
+        )
     return deltas
 
 
@@ -128,7 +131,7 @@ def _rotated_r(r_a: np.ndarray, layout: RotaryLayout, deltas: np.ndarray, out: n
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     au, av = r_a[:, u][None], r_a[:, v][None]
     shape = (len(deltas),) + r_a.shape
-    out = np.empty(shape) if out is None else out.reshape(-1)[:math.prod(shape)].reshape(shape)
+    out = np.empty(shape) if out is None else out.reshape(-1)[: math.prod(shape)].reshape(shape)
     out[...] = r_a
     out[:, :, u] = c * au - s * av
     out[:, :, v] = s * au + c * av
@@ -138,7 +141,7 @@ def _rotated_r(r_a: np.ndarray, layout: RotaryLayout, deltas: np.ndarray, out: n
 def _chunks(deltas: np.ndarray, per_delta: int):
     step = max(1, _CHUNK_ENTRIES // max(per_delta, 1))
     for i in range(0, len(deltas), step):
-        yield deltas[i:i + step]
+        yield deltas[i : i + step]
 
 
 def _core_singular_values(r_a, r_b, layout, deltas):
@@ -151,10 +154,10 @@ def _core_singular_values(r_a, r_b, layout, deltas):
     rm_buf = np.empty(min(step, count) * k_a * d)
     core_buf = np.empty((min(step, count) * k_a, k_b))
     for i in range(0, count, step):
-        part = deltas[i:i + step]
+        part = deltas[i : i + step]
         rm = _rotated_r(r_a, layout, part, rm_buf)
-        cores = np.matmul(rm.reshape(-1, d), r_b.T, out=core_buf[:len(part) * k_a])
-        out[i:i + len(part)] = np.linalg.svd(cores.reshape(len(part), k_a, k_b), compute_uv=False)
+        cores = np.matmul(rm.reshape(-1, d), r_b.T, out=core_buf[: len(part) * k_a])
+        out[i : i + len(part)] = np.linalg.svd(cores.reshape(len(part), k_a, k_b), compute_uv=False)
     return out
 
 
@@ -256,7 +259,7 @@ class RotaryHeadEnvelope:
     def kept_envelope(self) -> np.ndarray:
         """``envelope[:rank_bound]``, shape ``(rank_bound,)``: the values whose powers bound the
         thresholded ``S_p`` of every ``X``.  Do not threshold these again (see docs/rotary.md)."""
-        return self.envelope[:self.rank_bound]
+        return self.envelope[: self.rank_bound]
 
     @property
     def frobenius_bound(self) -> float:
@@ -278,7 +281,7 @@ def weyl_horn_bounds(s_a: np.ndarray, s_b: np.ndarray) -> np.ndarray:
     ``s_i(A^T R B) <= f_i`` for every orthogonal ``R`` (Weyl/Horn: ``s_{j+l-1}(XY) <= s_j(X) s_l(Y)``,
     Horn & Johnson, *Topics in Matrix Analysis*, Thm 3.3.16).  Non-increasing, ``f_1 = s_1(A) s_1(B)``."""
     k = min(s_a.size, s_b.size)
-    return np.array([np.min(s_a[:i + 1] * s_b[i::-1]) for i in range(k)], dtype=np.float64)
+    return np.array([np.min(s_a[: i + 1] * s_b[i::-1]) for i in range(k)], dtype=np.float64)
 
 
 def _rank_bound(f: np.ndarray, tau0: float) -> int:
@@ -296,9 +299,16 @@ def _offset_maxima(sv: np.ndarray) -> tuple[np.ndarray, float, float, float]:
     return sv.max(axis=0), float(np.sqrt(frob_sq.max())), float(sv.sum(axis=1).max()), float(stable.max())
 
 
-def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLayout, *,
-                       rank_tol: float, max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
-                       exact_norm_2_1: bool = False) -> list[RotaryHeadEnvelope]:
+def rotary_qk_envelope(
+    q: np.ndarray,
+    k: np.ndarray,
+    kv_index,
+    layout: RotaryLayout,
+    *,
+    rank_tol: float,
+    max_core_svds: int = DEFAULT_MAX_CORE_SVDS,
+    exact_norm_2_1: bool = False,
+) -> list[RotaryHeadEnvelope]:
     """Per query head, bounds on the rotary QK matrices ``W_Q^T M(delta) W_K`` over all offsets.
 
     Parameters
@@ -348,8 +358,11 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
 
     # the offsets are allocated only when the exact path is affordable (P may be huge)
     exact = layout.offset_invariant and heads * layout.max_offset_count <= max_core_svds
-    offsets = layout.offsets.astype(np.float64) if exact or exact_norm_2_1 else np.zeros((0,) + (
-        () if layout.axes is None else (layout.n_axes,)))
+    offsets = (
+        layout.offsets.astype(np.float64)
+        if exact or exact_norm_2_1
+        else np.zeros((0,) + (() if layout.axes is None else (layout.n_axes,)))
+    )
     tau0 = rank_tol * max(n, 1)  # the tolerance's floor: max(s_1, 1) >= 1 at every offset
     out = []
     for h in range(heads):
@@ -377,11 +390,30 @@ def rotary_qk_envelope(q: np.ndarray, k: np.ndarray, kv_index, layout: RotaryLay
             n21, n21_method = _sup_norm_2_1(r_q[h], k[g], layout, offsets), "exact_over_offsets"
         else:
             n21, n21_method = n21_bound, "bound"
-        n11_bound = min(float(colsum_q[h]) * colsum_k[g], math.sqrt(n) * n21_bound,
-                        math.sqrt(n) * s1b * float(colsum_q[h]))
-        out.append(RotaryHeadEnvelope(h, g, n, spectral, method, argmax, product, env,
-                                      _rank_bound(f, tau0), n21, n21_method, n21_bound, n11_bound,
-                                      sigma, fro_sup, nuc_sup, stable_sup))
+        n11_bound = min(
+            float(colsum_q[h]) * colsum_k[g], math.sqrt(n) * n21_bound, math.sqrt(n) * s1b * float(colsum_q[h])
+        )
+        out.append(
+            RotaryHeadEnvelope(
+                h,
+                g,
+                n,
+                spectral,
+                method,
+                argmax,
+                product,
+                env,
+                _rank_bound(f, tau0),
+                n21,
+                n21_method,
+                n21_bound,
+                n11_bound,
+                sigma,
+                fro_sup,
+                nuc_sup,
+                stable_sup,
+            )
+        )
     return out
 
 
@@ -417,5 +449,6 @@ def doubled_layout(layout: RotaryLayout, d_head: int) -> tuple[RotaryLayout, np.
         order = np.concatenate([x[:rot], y[:rot], *rest])
     thetas = np.concatenate([layout.thetas, layout.thetas])
     axes = None if layout.axes is None else tuple(layout.axes) * 2
-    return replace(layout, rotary_dim=2 * rot, inv_freq=tuple(float(t) for t in thetas), attention_factor=1.0,
-                   axes=axes), order
+    return replace(
+        layout, rotary_dim=2 * rot, inv_freq=tuple(float(t) for t in thetas), attention_factor=1.0, axes=axes
+    ), order

@@ -11,8 +11,8 @@ Two kinds of matrix arrive here:
 Everything is computed in float64 (a dense matrix may arrive in float32 or float16, as stored, and is
 upcast a block at a time).  ``device`` says where the heavy linear algebra runs: ``"numpy"`` (NumPy and
 SciPy's LAPACK, the default) or torch on ``"cpu"`` / ``"cuda"`` (:mod:`.torch_kernels`, the same
-method and blocking, so the same proven bounds).  A spectrum keeps the singular values it computed together with ``dim``,
-the length of the full spectrum (``min`` of the represented matrix's shape): a factored ``N x N``
+method and blocking, so the same proven bounds).  A spectrum keeps the singular values it computed together with
+``dim``, the length of the full spectrum (``min`` of the represented matrix's shape): a factored ``N x N``
 product has ``d`` computed values and ``N - d`` exact zeros.  ``dim`` enters the rank tolerance,
 so the factored and the dense route give the same numerical rank.
 """
@@ -22,9 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.linalg import lapack
+from scipy.linalg.blas import dsyrk
 
 from ..options import EXACT_SVD, KernelOptions
 from .eigensolvers import symmetric_eigenvalues
+from .torch_kernels import factored_products, gram_eigenvalues, singular_values
 
 # Entries of a block of a dense matrix held at once for its column norms and abs-sum (1 MB).
 _BLOCK_ENTRIES = 1 << 17
@@ -111,8 +114,11 @@ class MatrixSpectrum:
         """``S_1``: the sum of the singular values above the rank tolerance ``tau`` (docs/spec.md section 2;
         the values ``S_p`` and the rank count, ``kept`` where already decided), not of the rounding noise a
         rank-deficient product's SVD also returns."""
-        kept = self.kept if self.kept is not None else self.singular_values[
-            self.singular_values > rank_threshold(self.singular_values, self.dim, rank_tol)]
+        kept = (
+            self.kept
+            if self.kept is not None
+            else self.singular_values[self.singular_values > rank_threshold(self.singular_values, self.dim, rank_tol)]
+        )
         return float(np.sum(kept))
 
     @property
@@ -204,7 +210,6 @@ def _r_factor(stacked: np.ndarray) -> np.ndarray:
     matrix-vector panel updates.  The ``(N, d)`` slices of a stack of transposed ``(d, N)``
     factors are Fortran-ordered already and go to LAPACK as they are.
     """
-    from scipy.linalg import lapack
 
     heads, n, d = stacked.shape
     k = min(n, d)
@@ -218,9 +223,15 @@ def _r_factor(stacked: np.ndarray) -> np.ndarray:
     return out
 
 
-def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT_SVD, *,
-                     a_index: np.ndarray | None = None, b_index: np.ndarray | None = None,
-                     with_norm_1_1: bool = True) -> list[MatrixSpectrum]:
+def factored_spectra(
+    a: np.ndarray,
+    b: np.ndarray,
+    kernel: KernelOptions = EXACT_SVD,
+    *,
+    a_index: np.ndarray | None = None,
+    b_index: np.ndarray | None = None,
+    with_norm_1_1: bool = True,
+) -> list[MatrixSpectrum]:
     """Spectra of ``A_{i(h)}.T @ B_{j(h)}`` for every head ``h``, never forming the products whole.
 
     Parameters
@@ -247,12 +258,13 @@ def factored_spectra(a: np.ndarray, b: np.ndarray, kernel: KernelOptions = EXACT
     b_index = np.arange(heads) if b_index is None else np.asarray(b_index)
     shape = (int(a.shape[2]), int(b.shape[2]))
     if kernel.device != "numpy":
-        from .torch_kernels import factored_products
-
-        svals, col_norms, n11 = factored_products(a, b, a_index, b_index, with_norm_1_1=with_norm_1_1,
-                                                  device=kernel.device)
-        return [MatrixSpectrum(shape, svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
-                for h in range(heads)]
+        svals, col_norms, n11 = factored_products(
+            a, b, a_index, b_index, with_norm_1_1=with_norm_1_1, device=kernel.device
+        )
+        return [
+            MatrixSpectrum(shape, svals[h], float(col_norms[h].sum()), float(n11[h]), sv_method="core")
+            for h in range(heads)
+        ]
     r_a = _r_factor(np.swapaxes(a, 1, 2))  # (H_a, d', d'), A_i.T = Q_a R_a
     r_b = _r_factor(np.swapaxes(b, 1, 2))
     cores = r_a[a_index] @ np.swapaxes(r_b[b_index], 1, 2)  # same nonzero spectrum as A.T @ B
@@ -272,7 +284,7 @@ def _row_blocks(w: np.ndarray):
     axis = 1 if (w.flags.f_contiguous and not w.flags.c_contiguous) else 0
     step = max(1, _BLOCK_ENTRIES // max(w.shape[1 - axis], 1))
     for i in range(0, w.shape[axis], step):
-        yield axis, (w[i:i + step] if axis == 0 else w[:, i:i + step])
+        yield axis, (w[i : i + step] if axis == 0 else w[:, i : i + step])
 
 
 def column_sq_norms(w: np.ndarray) -> np.ndarray:
@@ -331,8 +343,9 @@ def _tile_side(n: int) -> int:
     return -(-n // -(-n // _TILE))
 
 
-def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
-                         kernel: KernelOptions = EXACT_SVD) -> tuple[np.ndarray, float]:
+def gram_singular_values(
+    w: np.ndarray, frobenius_sq: float | None = None, kernel: KernelOptions = EXACT_SVD
+) -> tuple[np.ndarray, float]:
     """Singular values from the eigenvalues of the smaller Gram matrix, with an error bound.
 
     For ``W`` of shape ``(n, k)``, ``n <= k``, ``G = W W^T`` is accumulated over ``ceil(k / b)``
@@ -365,8 +378,6 @@ def gram_singular_values(w: np.ndarray, frobenius_sq: float | None = None,
     u = np.finfo(np.float64).eps / 2
     width = min(_GRAM_BLOCK, max(k, 1))
     if kernel.device != "numpy":
-        from .torch_kernels import gram_eigenvalues
-
         lam = gram_eigenvalues(short, width, kernel.device)
     else:
         gram = blocked_gram(short, width)
@@ -397,7 +408,7 @@ def blocked_gram(short: np.ndarray, width: int) -> np.ndarray:
     gram = _block_gram(short[:, :width], np.zeros((n, n), order="F"))
     product = np.zeros((n, n), order="F") if k > width else None
     for j in range(width, k, width):
-        _add_lower(gram, _block_gram(short[:, j:j + width], product))
+        _add_lower(gram, _block_gram(short[:, j : j + width], product))
     return gram
 
 
@@ -405,7 +416,6 @@ def _block_gram(block: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``block @ block.T`` (its lower triangle) into the Fortran-ordered float64 ``out``, by ``dsyrk``
     on the block as it is laid out: a Fortran-ordered block as ``A A^T``, any other one as a
     C-ordered float64 copy (``A^T A`` of its transpose), so that the BLAS reads it without a second copy."""
-    from scipy.linalg.blas import dsyrk
 
     if block.flags.f_contiguous:
         a, trans = np.asfortranarray(block, dtype=np.float64), 0
@@ -423,8 +433,8 @@ def _add_lower(gram: np.ndarray, product: np.ndarray) -> None:
     both) of two Fortran-ordered ``(n, n)`` arrays, column tile by column tile."""
     n = gram.shape[0]
     for j in range(0, n, _ADD_COLUMNS):
-        tile = gram[j:, j:j + _ADD_COLUMNS]
-        tile += product[j:, j:j + _ADD_COLUMNS]
+        tile = gram[j:, j : j + _ADD_COLUMNS]
+        tile += product[j:, j : j + _ADD_COLUMNS]
 
 
 def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSpectrum:
@@ -457,6 +467,5 @@ def dense_spectrum(w: np.ndarray, kernel: KernelOptions = EXACT_SVD) -> MatrixSp
 def _singular_values(w: np.ndarray, device: str) -> np.ndarray:
     if device == "numpy":
         return np.linalg.svd(np.asarray(w, dtype=np.float64), compute_uv=False)
-    from .torch_kernels import singular_values
 
     return singular_values(w, device)

@@ -29,12 +29,15 @@ def torch_device(device: str):
     try:
         import torch
     except ImportError:
-        raise SpecboundError(f"device {device!r} needs torch, which is not installed: pip install torch, "
-                             f"or use --device numpy") from None
+        raise SpecboundError(
+            f"device {device!r} needs torch, which is not installed: pip install torch, or use --device numpy"
+        ) from None
     if device == "cuda" and not torch.cuda.is_available():
-        raise SpecboundError("device 'cuda' needs a CUDA GPU visible to torch, found none "
-                             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); "
-                             "use --device cpu or --device numpy")
+        raise SpecboundError(
+            "device 'cuda' needs a CUDA GPU visible to torch, found none "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); "
+            "use --device cpu or --device numpy"
+        )
     return torch.device(device)
 
 
@@ -44,8 +47,9 @@ def _to(array: np.ndarray, device: str):
     return torch.from_numpy(np.asarray(array, dtype=np.float64)).to(torch_device(device))
 
 
-def factored_products(a: np.ndarray, b: np.ndarray, a_index: np.ndarray, b_index: np.ndarray, *,
-                      with_norm_1_1: bool, device: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def factored_products(
+    a: np.ndarray, b: np.ndarray, a_index: np.ndarray, b_index: np.ndarray, *, with_norm_1_1: bool, device: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Spectra and norms of every ``A_{i(h)}.T @ B_{j(h)}``, the factors moved to ``device`` once.
 
     The cores ``R_a R_b.T`` come from batched Householder QR (``geqrf``; R's rows may differ in
@@ -68,8 +72,7 @@ def factored_products(a: np.ndarray, b: np.ndarray, a_index: np.ndarray, b_index
     ai = torch.as_tensor(np.asarray(a_index), device=at.device)
     bi = torch.as_tensor(np.asarray(b_index), device=at.device)
     svals = torch.linalg.svdvals(r_a[ai] @ r_b[bi].transpose(1, 2)).cpu().numpy()
-    col = torch.stack([torch.linalg.vector_norm(r_a[i] @ bt[j], dim=0)
-                       for i, j in zip(a_index, b_index)]).cpu().numpy()
+    col = torch.stack([torch.linalg.vector_norm(r_a[i] @ bt[j], dim=0) for i, j in zip(a_index, b_index)]).cpu().numpy()
     n11 = _norms_1_1(at, bt, a_index, b_index) if with_norm_1_1 else np.full(len(a_index), np.nan)
     return svals, col, n11
 
@@ -93,9 +96,9 @@ def _norms_1_1(at, bt, a_index, b_index) -> np.ndarray:
     for h, (i, j) in enumerate(zip(a_index, b_index)):
         total = torch.zeros((), dtype=torch.float64, device=at.device)
         for r in range(0, n, rows):
-            left = bt[j, :, r:r + rows].T  # rows of (A.T B).T = B.T A: the same entries
+            left = bt[j, :, r : r + rows].T  # rows of (A.T B).T = B.T A: the same entries
             for c in range(0, n, cols):
-                total += (left @ at[i, :, c:c + cols]).abs_().sum()
+                total += (left @ at[i, :, c : c + cols]).abs_().sum()
         out[h] = float(total)
     return out
 
@@ -115,7 +118,7 @@ def gram_eigenvalues(short: np.ndarray, width: int, device: str) -> np.ndarray:
     gram = w[:, :width] @ w[:, :width].T
     product = torch.empty_like(gram) if k > width else None
     for j in range(width, k, width):
-        block = w[:, j:j + width]
+        block = w[:, j : j + width]
         torch.matmul(block, block.T, out=product)
         gram += product
     del product, w

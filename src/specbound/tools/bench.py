@@ -8,16 +8,33 @@ product and take its full SVD.  Both run on the same synthetic BERT-base-shaped 
 from __future__ import annotations
 
 import json
+import logging
+import multiprocessing
 import os
 import resource
+import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
+import scipy.linalg
+from threadpoolctl import threadpool_limits
 
+from ..compute import eigensolvers, spectra
+from ..compute.eigensolvers import symmetric_eigenvalues
+from ..compute.layer_spectra import rotary_qk_spectra
+from ..compute.spectra import dense_spectrum
+from ..errors import SpecboundError
+from ..io import open_checkpoint
 from ..options import EXACT_SVD, KernelOptions
+from ..pipeline import analyze, available_cores, model_layer_spectra, open_model, read_layer
+from ..sweep.run import run_sweep
+from ..sweep.sources import expand_sources
+from ..sweep.store import Store
+from .miniatures import DEPTHS, WIDTHS, write_miniatures
 from .synthetic import write_bert_checkpoint
 
 BERT_BASE = dict(L=12, N=768, H=12, d_ff=3072)
@@ -56,14 +73,19 @@ def max_relative_bound_difference(bounds: dict, reference: dict) -> float:
 def core_budgets(jobs: int | None) -> list[int]:
     """The core counts a benchmark times every contender at: one core, and ``jobs`` (default: all
     the cores this process may use) when that is more."""
-    from ..pipeline import available_cores
 
     jobs = available_cores() if jobs is None else jobs
     return sorted({1, jobs})
 
 
-def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, workdir: str | None = None,
-              shape: dict | None = None) -> dict:
+def run_bench(
+    *,
+    repeats: int = 3,
+    threads: int = 1,
+    jobs: int | None = None,
+    workdir: str | None = None,
+    shape: dict | None = None,
+) -> dict:
     """Time the analysis (median of ``repeats``), the dense reference and WeightWatcher's
     ``analyze()`` (once each) on BERT-base shape, at every core budget of :func:`core_budgets`.
 
@@ -72,7 +94,6 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
     ``c * threads`` BLAS threads: every contender uses the same cores as well as it can.
     ``shape`` (``L, N, H, d_ff``) replaces the BERT-base shape (tests use a tiny one).
     """
-    from ..pipeline import analyze
 
     budgets = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -85,26 +106,36 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
             if cores == 1:  # VmHWM only grows: the analysis' own peak, before the dense method and WW
                 peak_fast, one_core = _peak_rss_mb(), fast
             identical = fast.all_bounds() == one_core.all_bounds() and fast.matrices.equals(one_core.matrices)
-            dense_seconds, dense_cpu, dense = _timed_cpu(lambda: analyze(folder, threads=threads, jobs=cores,
-                                                                         method="dense"))
+            dense_seconds, dense_cpu, dense = _timed_cpu(
+                lambda: analyze(folder, threads=threads, jobs=cores, method="dense")
+            )
             ww_seconds, ww_note = _weightwatcher_seconds(folder, threads * cores)
-            budgets.append({
-                "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
-                "seconds": seconds, "seconds_all": [t for t, _, _ in runs],
-                "dense_seconds": dense_seconds, "speedup_vs_dense": dense_seconds / seconds,
-                "cpu_seconds": cpu_seconds, "dense_cpu_seconds": dense_cpu, "cpu_speedup_vs_dense": dense_cpu / cpu_seconds,
-                "weightwatcher_seconds": ww_seconds,
-                "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
-                "weightwatcher_note": ww_note,
-                "identical_to_one_core": identical,
-            })
+            budgets.append(
+                {
+                    "cores": cores,
+                    "jobs": cores,
+                    "blas_threads_per_job": threads,
+                    "seconds": seconds,
+                    "seconds_all": [t for t, _, _ in runs],
+                    "dense_seconds": dense_seconds,
+                    "speedup_vs_dense": dense_seconds / seconds,
+                    "cpu_seconds": cpu_seconds,
+                    "dense_cpu_seconds": dense_cpu,
+                    "cpu_speedup_vs_dense": dense_cpu / cpu_seconds,
+                    "weightwatcher_seconds": ww_seconds,
+                    "speedup_vs_weightwatcher": ww_seconds / seconds if ww_seconds else None,
+                    "weightwatcher_note": ww_note,
+                    "identical_to_one_core": identical,
+                }
+            )
         ff_gram, ff_svd = _feed_forward_paths(folder, threads)
     # The 2 L feed-forward spectra alone, each at its one-matrix CPU time: what the analysis cannot go
     # below while they are exact float64 spectra, so the dense method's CPU time over it caps the ratio.
     ff_cpu = 2 * shape["L"] * ff_gram["cpu"]
     return {
-        "scenario": "bert-base-shaped random checkpoint (" + ", ".join(f"{k}={v}" for k, v in shape.items())
-                    + ", float32)",
+        "scenario": "bert-base-shaped random checkpoint ("
+        + ", ".join(f"{k}={v}" for k, v in shape.items())
+        + ", float32)",
         "threads": threads,
         "repeats": repeats,
         "budgets": budgets,
@@ -125,12 +156,9 @@ def run_bench(*, repeats: int = 3, threads: int = 1, jobs: int | None = None, wo
 def _feed_forward_paths(folder: Path, threads: int, repeats: int = 3) -> tuple[dict, dict]:
     """Median wall and CPU seconds (``{"wall", "cpu"}``) of one ``N x d_ff`` feed-forward spectrum by
     the Gram path and by the SVD."""
-    from threadpoolctl import threadpool_limits
-
-    from ..io import open_checkpoint
-    from ..compute.spectra import dense_spectrum
 
     w = open_checkpoint(folder).read("encoder.layer.0.intermediate.dense.weight").T
+
     def medians(kernel):
         runs = [_timed_cpu(lambda: dense_spectrum(w, kernel)) for _ in range(repeats)]
         return {"wall": statistics.median(r[0] for r in runs), "cpu": statistics.median(r[1] for r in runs)}
@@ -146,10 +174,6 @@ def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, st
         import weightwatcher
     except ImportError:
         return None, "weightwatcher not installed: `make bench` (pip install -e '.[bench]') adds it"
-    import logging
-    import warnings
-
-    from threadpoolctl import threadpool_limits
 
     transformers.logging.set_verbosity_error()
     logging.getLogger("weightwatcher").setLevel(logging.ERROR)
@@ -164,12 +188,15 @@ def _weightwatcher_seconds(folder: Path, threads: int) -> tuple[float | None, st
             seconds, details = _timed(lambda: weightwatcher.WeightWatcher(model=model).analyze())
     finally:
         torch.set_num_threads(torch_threads)
-    return seconds, (f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers, "
-                     f"{threads} BLAS thread{'s' if threads > 1 else ''}")
+    return seconds, (
+        f"weightwatcher {weightwatcher.__version__} analyze(), defaults, {len(details)} layers, "
+        f"{threads} BLAS thread{'s' if threads > 1 else ''}"
+    )
 
 
-def run_miniatures_bench(*, threads: int = 1, jobs: int | None = None, workdir: str | None = None, depths=None,
-                         widths=None) -> dict:
+def run_miniatures_bench(
+    *, threads: int = 1, jobs: int | None = None, workdir: str | None = None, depths=None, widths=None
+) -> dict:
     """The BERT-Miniatures-shaped sweep against the dense reference, on the same checkpoints, in one run.
 
     Writes the 24 random checkpoints (not timed), then at every core budget ``c`` of
@@ -178,8 +205,6 @@ def run_miniatures_bench(*, threads: int = 1, jobs: int | None = None, workdir: 
     checkpoint again with the dense reference method, ``c`` layers at a time (timed per
     checkpoint); ``threads`` BLAS threads per job.
     """
-    from .miniatures import DEPTHS, WIDTHS, write_miniatures
-    from ..sweep.sources import expand_sources
 
     depths, widths = depths or DEPTHS, widths or WIDTHS
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -187,12 +212,13 @@ def run_miniatures_bench(*, threads: int = 1, jobs: int | None = None, workdir: 
         write_seconds, _ = _timed(lambda: write_miniatures(family, layout="folders", depths=depths, widths=widths))
         groups = ",".join(map(str, depths)), ",".join(map(str, widths))
         sources = expand_sources([str(family / f"bert_uncased_L-{{{groups[0]}}}_H-{{{groups[1]}}}_A-{{H/64}}")])
-        budgets = [_miniatures_at(sources, Path(tmp) / f"store-{cores}", cores, threads)
-                   for cores in core_budgets(jobs)]
+        budgets = [
+            _miniatures_at(sources, Path(tmp) / f"store-{cores}", cores, threads) for cores in core_budgets(jobs)
+        ]
         peak = _peak_rss_mb()
     return {
         "scenario": f"BERT-Miniatures-shaped family: {len(sources)} random checkpoints, L in {list(depths)}, "
-                    f"N in {list(widths)}, N/64 heads, d_ff=4N, float32",
+        f"N in {list(widths)}, N/64 heads, d_ff=4N, float32",
         "threads": threads,
         "checkpoints": len(sources),
         "family_write_seconds": write_seconds,
@@ -204,9 +230,6 @@ def run_miniatures_bench(*, threads: int = 1, jobs: int | None = None, workdir: 
 
 def _miniatures_at(sources, store: Path, cores: int, threads: int) -> dict:
     """One core budget of :func:`run_miniatures_bench`."""
-    from ..pipeline import analyze
-    from ..sweep.store import Store
-    from ..sweep.run import run_sweep
 
     cpu = time.process_time()  # every thread of this process: hashing and writing included
     sweep_seconds, report = _timed(lambda: run_sweep(sources, store, threads=threads, jobs=cores, progress=False))
@@ -221,15 +244,25 @@ def _miniatures_at(sources, store: Path, cores: int, threads: int) -> dict:
         dense_cpu = time.process_time() - cpu
         rec = table.loc[source.name]
         rel = max_relative_bound_difference({name: rec[name] for name in dense.bounds}, dense.bounds)
-        rows.append({"source": source.name, "L": int(rec["L"]), "N": int(rec["N"]),
-                     "sweep_seconds": float(rec["seconds"]), "dense_seconds": dense_seconds,
-                     "speedup": dense_seconds / float(rec["seconds"]),
-                     "sweep_cpu_seconds": float(rec["cpu_seconds"]), "dense_cpu_seconds": dense_cpu,
-                     "max_relative_bound_difference": rel})
+        rows.append(
+            {
+                "source": source.name,
+                "L": int(rec["L"]),
+                "N": int(rec["N"]),
+                "sweep_seconds": float(rec["seconds"]),
+                "dense_seconds": dense_seconds,
+                "speedup": dense_seconds / float(rec["seconds"]),
+                "sweep_cpu_seconds": float(rec["cpu_seconds"]),
+                "dense_cpu_seconds": dense_cpu,
+                "max_relative_bound_difference": rel,
+            }
+        )
     dense_total = sum(r["dense_seconds"] for r in rows)
     speedups = sorted(r["speedup"] for r in rows)
     return {
-        "cores": cores, "jobs": cores, "blas_threads_per_job": threads,
+        "cores": cores,
+        "jobs": cores,
+        "blas_threads_per_job": threads,
         "sweep_seconds": sweep_seconds,
         "sweep_analysis_seconds": sum(r["sweep_seconds"] for r in rows),
         "dense_seconds": dense_total,
@@ -269,12 +302,18 @@ def format_miniatures_bench(report: dict) -> str:
         f"peak RSS          {report['peak_rss_mb']:.0f} MB",
         f"load average      {report['load_average_1min']:.2f} at the end",
         "",
-        f"{'L':>3} {'N':>4}" + "".join(f" | {'sweep s':>8} {'dense s':>8} {'speedup':>8}" for _ in report["budgets"])
-        + "   (" + ", ".join(f"{b['cores']} core{'s' if b['cores'] > 1 else ''}" for b in report["budgets"]) + ")",
+        f"{'L':>3} {'N':>4}"
+        + "".join(f" | {'sweep s':>8} {'dense s':>8} {'speedup':>8}" for _ in report["budgets"])
+        + "   ("
+        + ", ".join(f"{b['cores']} core{'s' if b['cores'] > 1 else ''}" for b in report["budgets"])
+        + ")",
     ]
     for i, r in enumerate(report["budgets"][0]["per_checkpoint"]):
-        cells = "".join(f" | {b['per_checkpoint'][i]['sweep_seconds']:>8.3f} {b['per_checkpoint'][i]['dense_seconds']:>8.3f} "
-                        f"{b['per_checkpoint'][i]['speedup']:>7.1f}x" for b in report["budgets"])
+        cells = "".join(
+            f" | {b['per_checkpoint'][i]['sweep_seconds']:>8.3f} {b['per_checkpoint'][i]['dense_seconds']:>8.3f} "
+            f"{b['per_checkpoint'][i]['speedup']:>7.1f}x"
+            for b in report["budgets"]
+        )
         lines.append(f"{r['L']:>3} {r['N']:>4}{cells}")
     return "\n".join(lines)
 
@@ -297,15 +336,23 @@ def format_bench(report: dict) -> str:
         f" {'CPU s':>8} {'dense CPU s':>12} {'CPU vs dense':>13}",
     ]
     for b in report["budgets"]:
-        ww = (f"{b['weightwatcher_seconds']:>16.2f} {b['speedup_vs_weightwatcher']:>6.1f}x"
-              if b["weightwatcher_seconds"] else f"{'-':>16} {'-':>7}")
-        lines.append(f"{b['cores']:>5} {b['seconds']:>12.3f} {b['dense_seconds']:>9.2f} "
-                     f"{b['speedup_vs_dense']:>8.1f}x {ww} {b['cpu_seconds']:>8.3f} {b['dense_cpu_seconds']:>12.2f} "
-                     f"{b['cpu_speedup_vs_dense']:>12.1f}x")
+        ww = (
+            f"{b['weightwatcher_seconds']:>16.2f} {b['speedup_vs_weightwatcher']:>6.1f}x"
+            if b["weightwatcher_seconds"]
+            else f"{'-':>16} {'-':>7}"
+        )
+        lines.append(
+            f"{b['cores']:>5} {b['seconds']:>12.3f} {b['dense_seconds']:>9.2f} "
+            f"{b['speedup_vs_dense']:>8.1f}x {ww} {b['cpu_seconds']:>8.3f} {b['dense_cpu_seconds']:>12.2f} "
+            f"{b['cpu_speedup_vs_dense']:>12.1f}x"
+        )
     if not all(b["identical_to_one_core"] for b in report["budgets"]):
         lines.append("WARNING: the results on several cores differ from those on one core")
-    lines += ["", f"specbound and the dense reference: --jobs = cores, {report['threads']} BLAS thread(s) per job "
-                  f"(median of {report['repeats']} runs / one run); WeightWatcher: BLAS threads = cores"]
+    lines += [
+        "",
+        f"specbound and the dense reference: --jobs = cores, {report['threads']} BLAS thread(s) per job "
+        f"(median of {report['repeats']} runs / one run); WeightWatcher: BLAS threads = cores",
+    ]
     if not report["budgets"][0]["weightwatcher_seconds"]:
         lines.append(f"WeightWatcher: {report['budgets'][0]['weightwatcher_note']}")
     return "\n".join(lines)
@@ -336,8 +383,10 @@ def llama_vocab(shape: dict) -> int:
 
 def llama_scenario(shape: dict, vocab: int) -> str:
     """The checkpoint a LLaMA scenario analyses, in words (the report's ``scenario`` starts with it)."""
-    return (f"llama-7b-shaped random bf16 checkpoint (L={shape['L']}, N={shape['N']}, H={shape['H']}, "
-            f"H_kv={shape['H_kv']}, d_ff={shape['d_ff']}, vocab={vocab})")
+    return (
+        f"llama-7b-shaped random bf16 checkpoint (L={shape['L']}, N={shape['N']}, H={shape['H']}, "
+        f"H_kv={shape['H_kv']}, d_ff={shape['d_ff']}, vocab={vocab})"
+    )
 
 
 def _llama_tensor_shapes(L: int, N: int, H: int, H_kv: int, d_ff: int, vocab: int) -> list[tuple[str, tuple]]:
@@ -346,16 +395,32 @@ def _llama_tensor_shapes(L: int, N: int, H: int, H_kv: int, d_ff: int, vocab: in
     shapes = [("model.embed_tokens.weight", (vocab, N))]
     for layer in range(L):
         p = f"model.layers.{layer}."
-        shapes += [(p + "self_attn.q_proj.weight", (H * d, N)), (p + "self_attn.k_proj.weight", (H_kv * d, N)),
-                   (p + "self_attn.v_proj.weight", (H_kv * d, N)), (p + "self_attn.o_proj.weight", (N, H * d)),
-                   (p + "mlp.gate_proj.weight", (d_ff, N)), (p + "mlp.up_proj.weight", (d_ff, N)),
-                   (p + "mlp.down_proj.weight", (N, d_ff)), (p + "input_layernorm.weight", (N,)),
-                   (p + "post_attention_layernorm.weight", (N,))]
+        shapes += [
+            (p + "self_attn.q_proj.weight", (H * d, N)),
+            (p + "self_attn.k_proj.weight", (H_kv * d, N)),
+            (p + "self_attn.v_proj.weight", (H_kv * d, N)),
+            (p + "self_attn.o_proj.weight", (N, H * d)),
+            (p + "mlp.gate_proj.weight", (d_ff, N)),
+            (p + "mlp.up_proj.weight", (d_ff, N)),
+            (p + "mlp.down_proj.weight", (N, d_ff)),
+            (p + "input_layernorm.weight", (N,)),
+            (p + "post_attention_layernorm.weight", (N,)),
+        ]
     return shapes + [("model.norm.weight", (N,)), ("lm_head.weight", (vocab, N))]
 
 
-def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: int, d_ff: int,
-                           vocab: int = 32000, shard_bytes: int = SHARD_BYTES, seed: int = 0) -> tuple[Path, int]:
+def write_llama_checkpoint(
+    folder: str | Path,
+    *,
+    L: int,
+    N: int,
+    H: int,
+    H_kv: int,
+    d_ff: int,
+    vocab: int = 32000,
+    shard_bytes: int = SHARD_BYTES,
+    seed: int = 0,
+) -> tuple[Path, int]:
     """A random LLaMA-shaped bf16 checkpoint sharded as Hugging Face shards LLaMA-2-7B: tensors in
     saving order, a new ``model-0000k-of-0000n.safetensors`` whenever the next tensor would pass
     ``shard_bytes`` (so a layer may span two files), and ``model.safetensors.index.json``.
@@ -400,17 +465,30 @@ def write_llama_checkpoint(folder: str | Path, *, L: int, N: int, H: int, H_kv: 
                 # longer than the pool (the embeddings, which no bound reads) repeat values.
                 start = int(rng.integers(0, pool.size))
                 while count > 0:
-                    piece = pool[start:start + count]
+                    piece = pool[start : start + count]
                     f.write(piece.tobytes())
                     count -= piece.size
                     start = 0
         total += 8 + len(blob) + offset
-    (folder / "model.safetensors.index.json").write_text(json.dumps(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": L,
-              "hidden_size": N, "num_attention_heads": H, "num_key_value_heads": H_kv, "head_dim": N // H,
-              "intermediate_size": d_ff, "hidden_act": "silu", "vocab_size": vocab, "torch_dtype": "bfloat16",
-              "rms_norm_eps": 1e-5, "max_position_embeddings": 4096, "rope_theta": 10000.0}
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": L,
+        "hidden_size": N,
+        "num_attention_heads": H,
+        "num_key_value_heads": H_kv,
+        "head_dim": N // H,
+        "intermediate_size": d_ff,
+        "hidden_act": "silu",
+        "vocab_size": vocab,
+        "torch_dtype": "bfloat16",
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     return folder, total
 
@@ -435,7 +513,6 @@ class _ReferenceKernels:
     and the (1,1)-norm in 1 MB row blocks."""
 
     def __enter__(self):
-        from ..compute import eigensolvers, spectra
 
         self._saved = (eigensolvers.TWO_STAGE_MIN, spectra._streamed_norm_1_1)
         eigensolvers.TWO_STAGE_MIN = 1 << 62
@@ -443,7 +520,6 @@ class _ReferenceKernels:
         return self
 
     def __exit__(self, *exc):
-        from ..compute import eigensolvers, spectra
 
         eigensolvers.TWO_STAGE_MIN, spectra._streamed_norm_1_1 = self._saved
 
@@ -454,19 +530,30 @@ _COMPARED = ("spectral_norm", "frobenius_norm", "nuclear_norm", "stable_rank", "
 
 def _llama7b_child(folder: str, threads: int, jobs: int, device: str, queue) -> None:
     """The timed analysis, in a fresh process so that its peak RSS is its own."""
-    from ..pipeline import analyze
 
     start, cpu = time.perf_counter(), time.process_time()
     stamps = [start]
-    result = analyze(folder, threads=threads, jobs=jobs, device=device,
-                     progress=lambda done, total: stamps.append(time.perf_counter()))
+    result = analyze(
+        folder,
+        threads=threads,
+        jobs=jobs,
+        device=device,
+        progress=lambda done, total: stamps.append(time.perf_counter()),
+    )
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     m = result.matrices
-    queue.put({"seconds": seconds, "cpu_seconds": cpu, "analysis_stamps": [t - start for t in stamps[1:]],
-               "peak_rss_mb": _peak_rss_mb(), "bounds": result.all_bounds(),
-               "ff_sv_methods": m[m["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict(),
-               "max_ff_sv_rel_error_bound": float(m["sv_rel_error_bound"].max()),
-               "matrices": m[["layer", "head", "role", *_COMPARED]].to_dict("list")})
+    queue.put(
+        {
+            "seconds": seconds,
+            "cpu_seconds": cpu,
+            "analysis_stamps": [t - start for t in stamps[1:]],
+            "peak_rss_mb": _peak_rss_mb(),
+            "bounds": result.all_bounds(),
+            "ff_sv_methods": m[m["role"].str.startswith("FF")]["sv_method"].value_counts().to_dict(),
+            "max_ff_sv_rel_error_bound": float(m["sv_rel_error_bound"].max()),
+            "matrices": m[["layer", "head", "role", *_COMPARED]].to_dict("list"),
+        }
+    )
 
 
 def _timed_cpu(fn):
@@ -495,9 +582,6 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
     the (1,1)-norms, and per feed-forward matrix its reading, Gram product, eigenvalues and the
     column-norm / abs-sum passes (on a torch device the Gram product and its eigenvalues are timed
     together, under "gram").  Returns ``{"wall": {stage: s}, "cpu": {stage: s}}``."""
-    from ..compute import spectra
-    from ..compute.eigensolvers import symmetric_eigenvalues
-    from ..pipeline import read_layer
 
     clock = _StageClock()
     weights = clock("read_attention", lambda: read_layer(model, layer))
@@ -506,13 +590,13 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
     kernel = KernelOptions(device=device)
 
     def attention(with_norm_1_1):
-        return (spectra.factored_spectra(weights.q, weights.k, kernel, b_index=kv, with_norm_1_1=with_norm_1_1),
-                spectra.factored_spectra(weights.v, weights.o, kernel, a_index=kv, with_norm_1_1=with_norm_1_1))
+        return (
+            spectra.factored_spectra(weights.q, weights.k, kernel, b_index=kv, with_norm_1_1=with_norm_1_1),
+            spectra.factored_spectra(weights.v, weights.o, kernel, a_index=kv, with_norm_1_1=with_norm_1_1),
+        )
 
     clock("attention_cores", lambda: attention(False))
     if model.rotary is not None:  # QK quantities valid at every relative position (docs/rotary.md)
-        from ..compute.layer_spectra import rotary_qk_spectra
-
         clock("rotary_qk", lambda: rotary_qk_spectra(weights, kv, model.rotary, rank_tol=kernel.rank_tol))
     clock("norm_1_1", lambda: attention(True))
     for stage in ("norm_1_1",):  # the second call redid the cores: keep only the norms' share
@@ -533,9 +617,6 @@ def _stage_seconds(model, layer: int, device: str) -> dict:
 def _reference_child(folder: str, layers: list[int], probe_layers: list[int], device: str, queue) -> None:
     """The reference path on ``layers``, and the stage times of ``probe_layers`` at 1 and 2 BLAS
     threads (one layer at a time)."""
-    from threadpoolctl import threadpool_limits
-
-    from ..pipeline import model_layer_spectra, open_model
 
     model = open_model(folder)
     reference = {}
@@ -548,9 +629,13 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
             rows += [(role, None, s) for role, s in spectra.ff.items()]
             for role, head, s in rows:
                 reference[(layer, role, head)] = {
-                    "spectral_norm": s.spectral_norm, "frobenius_norm": s.frobenius_norm,
-                    "nuclear_norm": s.nuclear_norm(kernel.rank_tol), "stable_rank": s.stable_rank,
-                    "norm_2_1": s.norm_2_1, "norm_1_1": s.norm_1_1}
+                    "spectral_norm": s.spectral_norm,
+                    "frobenius_norm": s.frobenius_norm,
+                    "nuclear_norm": s.nuclear_norm(kernel.rank_tol),
+                    "stable_rank": s.stable_rank,
+                    "norm_2_1": s.norm_2_1,
+                    "norm_1_1": s.norm_1_1,
+                }
     reference_seconds, reference_cpu = time.perf_counter() - start, time.process_time() - cpu
     stages, rates = {}, {}
     for threads in (1, 2):
@@ -562,11 +647,16 @@ def _reference_child(folder: str, layers: list[int], probe_layers: list[int], de
             stages[threads] = [_stage_seconds(model, layer, device) for layer in probe_layers]
             rates[threads] = machine_rates()
     model.ckpt.close()
-    queue.put({"reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
-               "reference_seconds": reference_seconds, "reference_cpu_seconds": reference_cpu,
-               "rates": {f"{t}_blas_threads": r for t, r in rates.items()},
-               "stages": {t: [r["wall"] for r in runs] for t, runs in stages.items()},
-               "stages_cpu": {t: [r["cpu"] for r in runs] for t, runs in stages.items()}})
+    queue.put(
+        {
+            "reference": {f"{l}|{r}|{h}": v for (l, r, h), v in reference.items()},
+            "reference_seconds": reference_seconds,
+            "reference_cpu_seconds": reference_cpu,
+            "rates": {f"{t}_blas_threads": r for t, r in rates.items()},
+            "stages": {t: [r["wall"] for r in runs] for t, runs in stages.items()},
+            "stages_cpu": {t: [r["cpu"] for r in runs] for t, runs in stages.items()},
+        }
+    )
 
 
 def _max_relative_difference(matrices: dict, reference: dict) -> tuple[float, int]:
@@ -586,9 +676,17 @@ def _max_relative_difference(matrices: dict, reference: dict) -> tuple[float, in
     return worst, count
 
 
-def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int = 2,
-                      kernel: KernelOptions = KernelOptions(), workdir: str | None = None, reference_layers: int = 2,
-                      probe_layers: int = 2, shape: dict | None = None) -> dict:
+def run_llama7b_bench(
+    *,
+    layers: int | None = None,
+    threads: int = 1,
+    jobs: int = 2,
+    kernel: KernelOptions = KernelOptions(),
+    workdir: str | None = None,
+    reference_layers: int = 2,
+    probe_layers: int = 2,
+    shape: dict | None = None,
+) -> dict:
     """Write a LLaMA-7B-shaped bf16 checkpoint, analyse it (every bound and baseline) in a fresh
     process, and compare ``reference_layers`` layers (the first and the last) with the reference
     path (:class:`_ReferenceKernels`: NumPy's one-stage eigenvalues, 1 MB (1,1)-norm blocks).
@@ -600,10 +698,6 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
     replaces the 7B shape (tests use a tiny one).  ``kernel.device``: where the linear algebra runs.
     The checkpoint is deleted afterwards.
     """
-    import multiprocessing
-    import shutil
-
-    from ..errors import SpecboundError
 
     device = kernel.device
     shape = dict(shape or LLAMA_7B)
@@ -617,19 +711,22 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
     free = shutil.disk_usage(base).free
     if free < 1.05 * need:
         fits = max(0, int((free / 1.05 - 4 * vocab * N) // (need / L)))
-        raise SpecboundError(f"the {L}-layer checkpoint needs {need / 1e9:.1f} GB but {base} has "
-                             f"{free / 1e9:.1f} GB free: pass --workdir DIR on a larger disk, or --layers "
-                             f"{max(fits, 1)} (the time for {full_layers} layers is then extrapolated)")
+        raise SpecboundError(
+            f"the {L}-layer checkpoint needs {need / 1e9:.1f} GB but {base} has "
+            f"{free / 1e9:.1f} GB free: pass --workdir DIR on a larger disk, or --layers "
+            f"{max(fits, 1)} (the time for {full_layers} layers is then extrapolated)"
+        )
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        write_seconds, (folder, nbytes) = _timed(lambda: write_llama_checkpoint(
-            Path(tmp) / "llama7b-bf16", vocab=vocab, **shape))
+        write_seconds, (folder, nbytes) = _timed(
+            lambda: write_llama_checkpoint(Path(tmp) / "llama7b-bf16", vocab=vocab, **shape)
+        )
         queue = ctx.Queue()
         child = ctx.Process(target=_llama7b_child, args=(str(folder), threads, jobs, device, queue))
         child.start()
         out = queue.get()
         child.join()
-        ref_layers = sorted({0, L - 1})[:max(1, reference_layers)]
+        ref_layers = sorted({0, L - 1})[: max(1, reference_layers)]
         probes = list(range(min(probe_layers, L)))
         child = ctx.Process(target=_reference_child, args=(str(folder), ref_layers, probes, device, queue))
         child.start()
@@ -637,9 +734,12 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
         child.join()
         shards = sorted(p.name for p in folder.glob("*.safetensors"))
     worst, compared = _max_relative_difference(out["matrices"], ref["reference"])
+
     def medians(stages):  # {threads: [{stage: seconds} per probed layer]} -> {threads: {stage: median}}
-        return {f"{t}_blas_threads": {stage: statistics.median(r[stage] for r in runs) for stage in runs[0]}
-                for t, runs in stages.items()}
+        return {
+            f"{t}_blas_threads": {stage: statistics.median(r[stage] for r in runs) for stage in runs[0]}
+            for t, runs in stages.items()
+        }
 
     stage_wall, stage_cpu = medians(ref["stages"]), medians(ref["stages_cpu"])
     floors = {t: stage_floors(shape, rate) for t, rate in ref["rates"].items()}
@@ -647,7 +747,9 @@ def run_llama7b_bench(*, layers: int | None = None, threads: int = 1, jobs: int 
     cores = min(jobs * threads, os.cpu_count() or 1)
     report = {
         "scenario": f"{llama_scenario(shape, vocab)}, {len(shards)} shards",
-        "device": device, "threads": threads, "jobs": jobs,
+        "device": device,
+        "threads": threads,
+        "jobs": jobs,
         "layers": L,
         "seconds": out["seconds"],
         "cpu_seconds": out["cpu_seconds"],
@@ -692,8 +794,10 @@ def format_llama7b_bench(report: dict) -> str:
         f"{report['cpu_seconds_over_cores']:.1f} s, the wall time on idle cores were the work spread perfectly",
     ]
     if "extrapolated_seconds_all_layers" in report:
-        lines.append(f"extrapolated      {report['extrapolated_seconds_all_layers']:.0f} s for "
-                     f"{report['extrapolated_to_layers']} layers (EXTRAPOLATED from {report['layers']} layers)")
+        lines.append(
+            f"extrapolated      {report['extrapolated_seconds_all_layers']:.0f} s for "
+            f"{report['extrapolated_to_layers']} layers (EXTRAPOLATED from {report['layers']} layers)"
+        )
     lines += [
         f"peak RSS          {report['peak_rss_mb']:.0f} MB",
         f"vs reference      max relative difference {report['max_relative_difference_vs_reference']:.2e} over "
@@ -709,37 +813,55 @@ def format_llama7b_bench(report: dict) -> str:
     for title, key in (("wall", "stage_seconds_per_layer"), ("CPU", "stage_cpu_seconds_per_layer")):
         stages = report[key]
         names = list(next(iter(stages.values())))
-        lines += ["", f"one layer at a time, median {title} seconds per stage:",
-                  f"{'BLAS threads':>12} " + " ".join(f"{n:>16}" for n in names) + f" {'total':>8}"]
+        lines += [
+            "",
+            f"one layer at a time, median {title} seconds per stage:",
+            f"{'BLAS threads':>12} " + " ".join(f"{n:>16}" for n in names) + f" {'total':>8}",
+        ]
         for threads, values in stages.items():
-            lines.append(f"{threads.split('_')[0]:>12} " + " ".join(f"{values[n]:>16.2f}" for n in names)
-                         + f" {sum(values.values()):>8.2f}")
+            lines.append(
+                f"{threads.split('_')[0]:>12} "
+                + " ".join(f"{values[n]:>16.2f}" for n in names)
+                + f" {sum(values.values()):>8.2f}"
+            )
     return "\n".join(lines + ["", format_stage_floors(report)])
 
 
 def format_stage_floors(report: dict) -> str:
     """Each stage's median wall seconds per layer against its floor (its flops at the measured BLAS
     rate, or its bytes at the measured memory rate), per BLAS thread count: the gap left."""
-    lines = ["each stage against its floor (per layer; floor = work / rate measured in this run; the CPU columns"
-             " at the rates per CPU second, what to read on a shared machine):"]
+    lines = [
+        "each stage against its floor (per layer; floor = work / rate measured in this run; the CPU columns"
+        " at the rates per CPU second, what to read on a shared machine):"
+    ]
     for threads, floors in report["stage_floor_seconds_per_layer"].items():
         rate, cpu_floors = report["machine_rates"][threads], report["stage_floor_cpu_seconds_per_layer"][threads]
         wall, cpu = report["stage_seconds_per_layer"][threads], report["stage_cpu_seconds_per_layer"][threads]
-        lines += [f"{threads.split('_')[0]} BLAS thread(s): dgemm {rate['flops_per_s'] / 1e9:.1f} GFLOP/s "
-                  f"({rate['flops_per_cpu_s'] / 1e9:.1f} per CPU s), memory copy {rate['bytes_per_s'] / 1e9:.1f} GB/s "
-                  f"({rate['bytes_per_cpu_s'] / 1e9:.1f} per CPU s)",
-                  f"  {'stage':<16} {'wall s':>8} {'floor s':>8} {'wall/floor':>10} {'CPU s':>8} {'floor s':>8} "
-                  f"{'CPU/floor':>10}  floor counts"]
+        lines += [
+            f"{threads.split('_')[0]} BLAS thread(s): dgemm {rate['flops_per_s'] / 1e9:.1f} GFLOP/s "
+            f"({rate['flops_per_cpu_s'] / 1e9:.1f} per CPU s), memory copy {rate['bytes_per_s'] / 1e9:.1f} GB/s "
+            f"({rate['bytes_per_cpu_s'] / 1e9:.1f} per CPU s)",
+            f"  {'stage':<16} {'wall s':>8} {'floor s':>8} {'wall/floor':>10} {'CPU s':>8} {'floor s':>8} "
+            f"{'CPU/floor':>10}  floor counts",
+        ]
         rows = [(stage, wall[stage], cpu[stage], floors.get(stage), cpu_floors.get(stage)) for stage in wall]
-        rows.append(("total", sum(wall.values()), sum(cpu.values()),
-                     {"seconds": sum(f["seconds"] for f in floors.values()), "counts": ""},
-                     {"seconds": sum(f["seconds"] for f in cpu_floors.values())}))
+        rows.append(
+            (
+                "total",
+                sum(wall.values()),
+                sum(cpu.values()),
+                {"seconds": sum(f["seconds"] for f in floors.values()), "counts": ""},
+                {"seconds": sum(f["seconds"] for f in cpu_floors.values())},
+            )
+        )
         for stage, w, c, floor, cpu_floor in rows:
             if floor is None:
                 lines.append(f"  {stage:<16} {w:>8.2f} {'-':>8} {'-':>10} {c:>8.2f} {'-':>8} {'-':>10}  (no floor)")
                 continue
-            lines.append(f"  {stage:<16} {w:>8.2f} {floor['seconds']:>8.3g} {w / floor['seconds']:>9.1f}x "
-                         f"{c:>8.2f} {cpu_floor['seconds']:>8.3g} {c / cpu_floor['seconds']:>9.1f}x  {floor['counts']}")
+            lines.append(
+                f"  {stage:<16} {w:>8.2f} {floor['seconds']:>8.3g} {w / floor['seconds']:>9.1f}x "
+                f"{c:>8.2f} {cpu_floor['seconds']:>8.3g} {c / cpu_floor['seconds']:>9.1f}x  {floor['counts']}"
+            )
     return "\n".join(lines)
 
 
@@ -753,9 +875,14 @@ def machine_rates(size: int = 1536, repeats: int = 3) -> dict:
     src, dst = np.ones(1 << 23), np.empty(1 << 23)
     copy = [_timed_cpu(lambda: np.copyto(dst, src))[:2] for _ in range(repeats)]
     flops, moved = 2.0 * size**3, 2.0 * src.nbytes
-    return {"flops_per_s": flops / min(w for w, _ in gemm), "bytes_per_s": moved / min(w for w, _ in copy),
-            "flops_per_cpu_s": flops / max(min(c for _, c in gemm), 1e-9),
-            "bytes_per_cpu_s": moved / max(min(c for _, c in copy), 1e-9), "gemm_size": size, "copy_bytes": src.nbytes}
+    return {
+        "flops_per_s": flops / min(w for w, _ in gemm),
+        "bytes_per_s": moved / min(w for w, _ in copy),
+        "flops_per_cpu_s": flops / max(min(c for _, c in gemm), 1e-9),
+        "bytes_per_cpu_s": moved / max(min(c for _, c in copy), 1e-9),
+        "gemm_size": size,
+        "copy_bytes": src.nbytes,
+    }
 
 
 def stage_floors(shape: dict, rates: dict, *, cpu: bool = False) -> dict:
@@ -769,14 +896,14 @@ def stage_floors(shape: dict, rates: dict, *, cpu: bool = False) -> dict:
     second (what a core does while it runs; the floor of a stage's CPU seconds on a shared machine)."""
     n, h, h_kv, d_ff = shape["N"], shape["H"], shape["H_kv"], shape["d_ff"]
     d = n // h
-    flops, memory = (rates["flops_per_cpu_s"], rates["bytes_per_cpu_s"]) if cpu else (rates["flops_per_s"],
-                                                                                       rates["bytes_per_s"])
+    flops, memory = (
+        (rates["flops_per_cpu_s"], rates["bytes_per_cpu_s"]) if cpu else (rates["flops_per_s"], rates["bytes_per_s"])
+    )
     short, wide = min(n, d_ff), max(n, d_ff)
     attention_values = 2 * n * h * d + 2 * n * h_kv * d
     counts = {
         "read_attention": (2 * attention_values / memory, f"{2 * attention_values / 1e6:.0f} MB of bf16 read once"),
-        "attention_cores": (2 * (2 * h + 2 * h_kv) * n * d * d / flops,
-                            f"QR of {2 * h + 2 * h_kv} factors, {n} x {d}"),
+        "attention_cores": (2 * (2 * h + 2 * h_kv) * n * d * d / flops, f"QR of {2 * h + 2 * h_kv} factors, {n} x {d}"),
         "norm_1_1": (2 * h * 2 * n * n * d / flops, f"{2 * h} products {n} x {d} x {n}"),
         "read_ff": (2 * 3 * n * d_ff / memory, f"{6 * n * d_ff / 1e6:.0f} MB of bf16 read once"),
         "ff_norms": (4 * 3 * n * d_ff / memory, f"{12 * n * d_ff / 1e6:.0f} MB of float32 passed once"),
@@ -803,10 +930,6 @@ def run_kernels_bench(*, sizes=KERNEL_SIZES, threads: int = 1, repeats: int = 3,
     is set from; None if it never did).  The defaults of :mod:`specbound.compute.eigensolvers` and
     :mod:`specbound.compute.spectra` come from these numbers on the development machine; rerun on
     yours to check them."""
-    import scipy.linalg
-    from threadpoolctl import threadpool_limits
-
-    from ..compute import eigensolvers, spectra
 
     def best(fn):
         return min(_timed_cpu(fn)[1] for _ in range(repeats))
@@ -817,9 +940,11 @@ def run_kernels_bench(*, sizes=KERNEL_SIZES, threads: int = 1, repeats: int = 3,
         for n in sizes:
             x = rng.standard_normal((n, n + 64))
             g = x @ x.T
-            times = {"numpy_dsyevd": best(lambda: np.linalg.eigvalsh(g)),
-                     "scipy_evd": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evd")),
-                     "scipy_evr": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evr"))}
+            times = {
+                "numpy_dsyevd": best(lambda: np.linalg.eigvalsh(g)),
+                "scipy_evd": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evd")),
+                "scipy_evr": best(lambda: scipy.linalg.eigh(g, eigvals_only=True, driver="evr")),
+            }
             saved = eigensolvers.TWO_STAGE_MIN
             eigensolvers.TWO_STAGE_MIN = 0
             try:
@@ -838,19 +963,37 @@ def run_kernels_bench(*, sizes=KERNEL_SIZES, threads: int = 1, repeats: int = 3,
             except ImportError:
                 pass
             a, b = rng.standard_normal((head_dim, n)), rng.standard_normal((head_dim, n))
-            norms = {"row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
-                     "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b))}
+            norms = {
+                "row_blocks_1MB": best(lambda: _row_block_norm_1_1(a, b)),
+                "tiles_512": best(lambda: spectra._streamed_norm_1_1(a, b)),
+            }
             block = rng.standard_normal((spectra._GRAM_BLOCK, n)).astype(np.float32).T  # a bf16 Linear's block
             product, lower = np.empty((n, n)), np.zeros((n, n), order="F")
             wide = np.asarray(block, dtype=np.float64)
-            grams = {"numpy_matmul_float64": best(lambda: np.matmul(wide, wide.T, out=product)),
-                     "dsyrk_from_float32": best(lambda: spectra._block_gram(block, lower))}
-            rows.append({"n": n, "eigenvalues": times, "eigenvalues_fastest": min(times, key=times.get),
-                         "chosen": eigensolvers.eigensolver_name(n), "norm_1_1_one_head": norms,
-                         "gram_block": grams})
-    return {"threads": threads, "repeats": repeats, "head_dim": head_dim, "sizes": rows,
-            "two_stage_min_measured": two_stage_crossover(rows), "two_stage_min_in_use": eigensolvers.TWO_STAGE_MIN,
-            "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
+            grams = {
+                "numpy_matmul_float64": best(lambda: np.matmul(wide, wide.T, out=product)),
+                "dsyrk_from_float32": best(lambda: spectra._block_gram(block, lower)),
+            }
+            rows.append(
+                {
+                    "n": n,
+                    "eigenvalues": times,
+                    "eigenvalues_fastest": min(times, key=times.get),
+                    "chosen": eigensolvers.eigensolver_name(n),
+                    "norm_1_1_one_head": norms,
+                    "gram_block": grams,
+                }
+            )
+    return {
+        "threads": threads,
+        "repeats": repeats,
+        "head_dim": head_dim,
+        "sizes": rows,
+        "two_stage_min_measured": two_stage_crossover(rows),
+        "two_stage_min_in_use": eigensolvers.TWO_STAGE_MIN,
+        "load_average_1min": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def two_stage_crossover(rows: list[dict]) -> int | None:
@@ -867,26 +1010,37 @@ def two_stage_crossover(rows: list[dict]) -> int | None:
 
 
 def format_kernels_bench(report: dict) -> str:
-    lines = [f"least CPU seconds of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
-             f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs", "",
-             "eigenvalues of an n x n Gram matrix (CPU s):"]
+    lines = [
+        f"least CPU seconds of {report['repeats']} runs, {report['threads']} BLAS thread(s), load average "
+        f"{report['load_average_1min']:.2f} on {report['cpu_count']} CPUs",
+        "",
+        "eigenvalues of an n x n Gram matrix (CPU s):",
+    ]
     names = sorted({k for r in report["sizes"] for k in r["eigenvalues"]})
     lines.append(f"{'n':>6} " + " ".join(f"{k:>22}" for k in names) + "   chosen")
     for r in report["sizes"]:
         cells = " ".join(f"{r['eigenvalues'][k]:>22.3f}" if k in r["eigenvalues"] else f"{'-':>22}" for k in names)
         lines.append(f"{r['n']:>6} {cells}   {r['chosen']}")
     crossover = report["two_stage_min_measured"]
-    lines += [f"two-stage faster from n = {crossover} on (measured); TWO_STAGE_MIN in use: "
-              f"{report['two_stage_min_in_use']}" if crossover else
-              f"two-stage not faster at the largest n measured; TWO_STAGE_MIN in use: {report['two_stage_min_in_use']}"]
-    lines += ["", f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (CPU s):",
-              f"{'n':>6} {'1 MB row blocks':>16} {'tiles <= 512':>16}"]
+    lines += [
+        f"two-stage faster from n = {crossover} on (measured); TWO_STAGE_MIN in use: {report['two_stage_min_in_use']}"
+        if crossover
+        else f"two-stage not faster at the largest n measured; TWO_STAGE_MIN in use: {report['two_stage_min_in_use']}"
+    ]
+    lines += [
+        "",
+        f"(1,1)-norm of one n x n head product from {report['head_dim']} x n factors (CPU s):",
+        f"{'n':>6} {'1 MB row blocks':>16} {'tiles <= 512':>16}",
+    ]
     for r in report["sizes"]:
         v = r["norm_1_1_one_head"]
         lines.append(f"{r['n']:>6} {v['row_blocks_1MB']:>16.4f} {v['tiles_512']:>16.4f}")
-    lines += ["", "one 512-column block of an n-row Gram matrix (CPU s): the product the old path formed (float64) "
-                  "and the lower-triangle rank-k update from the stored float32:",
-              f"{'n':>6} {'numpy matmul':>16} {'dsyrk':>16}"]
+    lines += [
+        "",
+        "one 512-column block of an n-row Gram matrix (CPU s): the product the old path formed (float64) "
+        "and the lower-triangle rank-k update from the stored float32:",
+        f"{'n':>6} {'numpy matmul':>16} {'dsyrk':>16}",
+    ]
     for r in report["sizes"]:
         v = r["gram_block"]
         lines.append(f"{r['n']:>6} {v['numpy_matmul_float64']:>16.4f} {v['dsyrk_from_float32']:>16.4f}")

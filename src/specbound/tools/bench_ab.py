@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import SpecboundError
+from .bench import LLAMA_7B, llama_scenario, llama_vocab, max_relative_bound_difference, write_llama_checkpoint
 
 # Run in each child: import specbound from its PYTHONPATH, analyse, print one JSON line.
 _CHILD = """
@@ -44,8 +45,10 @@ def code_folder(src: str | Path) -> Path:
     for folder in (src, src / "src"):
         if (folder / "specbound" / "__init__.py").is_file():
             return folder
-    raise SpecboundError(f"--against {src}: expected a checkout of specbound (a folder holding src/specbound/ or "
-                         f"specbound/), found none; make one with `git worktree add --detach DIR COMMIT`")
+    raise SpecboundError(
+        f"--against {src}: expected a checkout of specbound (a folder holding src/specbound/ or "
+        f"specbound/), found none; make one with `git worktree add --detach DIR COMMIT`"
+    )
 
 
 def _child(folder: Path, code: Path | None, threads: int) -> dict:
@@ -53,19 +56,26 @@ def _child(folder: Path, code: Path | None, threads: int) -> dict:
     env["PYTHONPATH"] = str(code) if code else str(Path(__file__).resolve().parents[2])
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[name] = str(threads)
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(folder), str(threads)], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(folder), str(threads)], env=env, capture_output=True, text=True
+    )
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise SpecboundError(f"the analysis with the code at {env['PYTHONPATH']} failed: {tail}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_ab_bench(against: str | Path, *, layers: int, repeats: int = 3, threads: int = 1,
-                 workdir: str | None = None, shape: dict | None = None) -> dict:
+def run_ab_bench(
+    against: str | Path,
+    *,
+    layers: int,
+    repeats: int = 3,
+    threads: int = 1,
+    workdir: str | None = None,
+    shape: dict | None = None,
+) -> dict:
     """Medians of ``repeats`` interleaved rounds of new and old code on one ``layers``-layer LLaMA
     checkpoint (``shape`` replaces the 7B shape: tests use a tiny one)."""
-    from .bench import LLAMA_7B, llama_scenario, llama_vocab, max_relative_bound_difference, write_llama_checkpoint
 
     old = code_folder(against)
     shape = dict(shape or LLAMA_7B, L=layers)
@@ -77,40 +87,50 @@ def run_ab_bench(against: str | Path, *, layers: int, repeats: int = 3, threads:
             order = ("new", "old") if round_ % 2 == 0 else ("old", "new")
             for side in order:
                 runs[side].append(_child(folder, old if side == "old" else None, threads))
-    med = {side: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "cpu_seconds")}
-           for side, rs in runs.items()}
+    med = {
+        side: {k: statistics.median(r[k] for r in rs) for k in ("seconds", "cpu_seconds")} for side, rs in runs.items()
+    }
     new_b, old_b = runs["new"][-1]["bounds"], runs["old"][-1]["bounds"]
     shared = set(new_b) & set(old_b)
-    return {"scenario": f"{llama_scenario(shape, vocab)}, {nbytes / 1e9:.2f} GB",
-            "layers": shape["L"], "repeats": repeats, "threads": threads,
-            "new_code": runs["new"][0]["code"], "old_code": runs["old"][0]["code"],
-            "median": med,
-            "ratio_new_over_old": {k: med["new"][k] / med["old"][k] for k in ("seconds", "cpu_seconds")},
-            "seconds": {side: [r["seconds"] for r in rs] for side, rs in runs.items()},
-            "cpu_seconds": {side: [r["cpu_seconds"] for r in rs] for side, rs in runs.items()},
-            "bounds_compared": len(shared), "bounds_only_new": sorted(set(new_b) - set(old_b)),
-            "bounds_only_old": sorted(set(old_b) - set(new_b)),
-            "max_bound_relative_difference": max_relative_bound_difference(new_b, old_b),
-            "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count()}
+    return {
+        "scenario": f"{llama_scenario(shape, vocab)}, {nbytes / 1e9:.2f} GB",
+        "layers": shape["L"],
+        "repeats": repeats,
+        "threads": threads,
+        "new_code": runs["new"][0]["code"],
+        "old_code": runs["old"][0]["code"],
+        "median": med,
+        "ratio_new_over_old": {k: med["new"][k] / med["old"][k] for k in ("seconds", "cpu_seconds")},
+        "seconds": {side: [r["seconds"] for r in rs] for side, rs in runs.items()},
+        "cpu_seconds": {side: [r["cpu_seconds"] for r in rs] for side, rs in runs.items()},
+        "bounds_compared": len(shared),
+        "bounds_only_new": sorted(set(new_b) - set(old_b)),
+        "bounds_only_old": sorted(set(old_b) - set(new_b)),
+        "max_bound_relative_difference": max_relative_bound_difference(new_b, old_b),
+        "load_average_1min": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
+    }
 
 
 def format_ab_bench(report: dict) -> str:
     """The text of ``specbound bench --scenario large --against SRC``."""
     med, ratio = report["median"], report["ratio_new_over_old"]
-    lines = [f"scenario          {report['scenario']}",
-             f"A/B               {report['repeats']} interleaved rounds, each side in a fresh process, "
-             f"{report['threads']} BLAS thread(s), one layer at a time",
-             f"new code          {Path(report['new_code']).parent}",
-             f"old code          {Path(report['old_code']).parent}",
-             f"{'':17} {'median wall s':>14} {'median CPU s':>14}",
-             f"{'new':17} {med['new']['seconds']:>14.2f} {med['new']['cpu_seconds']:>14.2f}",
-             f"{'old':17} {med['old']['seconds']:>14.2f} {med['old']['cpu_seconds']:>14.2f}",
-             f"{'new / old':17} {ratio['seconds']:>14.3f} {ratio['cpu_seconds']:>14.3f}",
-             f"per run (wall)    new {', '.join(f'{s:.1f}' for s in report['seconds']['new'])}; "
-             f"old {', '.join(f'{s:.1f}' for s in report['seconds']['old'])}",
-             f"bounds            {report['bounds_compared']} compared, largest relative difference "
-             f"{report['max_bound_relative_difference']:.2e}"
-             + (f"; only new: {', '.join(report['bounds_only_new'])}" if report["bounds_only_new"] else "")
-             + (f"; only old: {', '.join(report['bounds_only_old'])}" if report["bounds_only_old"] else ""),
-             f"load average      {report['load_average_1min']:.2f} at the end on {report['cpu_count']} CPUs"]
+    lines = [
+        f"scenario          {report['scenario']}",
+        f"A/B               {report['repeats']} interleaved rounds, each side in a fresh process, "
+        f"{report['threads']} BLAS thread(s), one layer at a time",
+        f"new code          {Path(report['new_code']).parent}",
+        f"old code          {Path(report['old_code']).parent}",
+        f"{'':17} {'median wall s':>14} {'median CPU s':>14}",
+        f"{'new':17} {med['new']['seconds']:>14.2f} {med['new']['cpu_seconds']:>14.2f}",
+        f"{'old':17} {med['old']['seconds']:>14.2f} {med['old']['cpu_seconds']:>14.2f}",
+        f"{'new / old':17} {ratio['seconds']:>14.3f} {ratio['cpu_seconds']:>14.3f}",
+        f"per run (wall)    new {', '.join(f'{s:.1f}' for s in report['seconds']['new'])}; "
+        f"old {', '.join(f'{s:.1f}' for s in report['seconds']['old'])}",
+        f"bounds            {report['bounds_compared']} compared, largest relative difference "
+        f"{report['max_bound_relative_difference']:.2e}"
+        + (f"; only new: {', '.join(report['bounds_only_new'])}" if report["bounds_only_new"] else "")
+        + (f"; only old: {', '.join(report['bounds_only_old'])}" if report["bounds_only_old"] else ""),
+        f"load average      {report['load_average_1min']:.2f} at the end on {report['cpu_count']} CPUs",
+    ]
     return "\n".join(lines)

@@ -10,15 +10,31 @@ their floors (the llama7b scenario's stage table, at one BLAS thread).
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-from .bench import (_llama_tensor_shapes, _peak_rss_mb, _stage_seconds, _timed, format_stage_floors, machine_rates,
-                    stage_floors, write_llama_checkpoint)
+from ..errors import SpecboundError
+from ..pipeline import open_model
+from ..sweep.run import run_sweep
+from ..sweep.sources import expand_sources
+from ..sweep.store import Store
+from .bench import (
+    _llama_tensor_shapes,
+    _peak_rss_mb,
+    _stage_seconds,
+    _timed,
+    format_stage_floors,
+    machine_rates,
+    stage_floors,
+    write_llama_checkpoint,
+)
 
 # LLaMA-2-70B: 80 layers, N = 8192, 64 query heads sharing 8 key/value heads (d_h = 128), d_ff = 28672.
 LLAMA_70B = dict(L=80, N=8192, H=64, H_kv=8, d_ff=28672)
@@ -26,21 +42,20 @@ LLAMA_70B = dict(L=80, N=8192, H=64, H_kv=8, d_ff=28672)
 _VOCAB = 64
 
 
-def run_dask_layer_bench(*, shape: dict | None = None, layers: int = 1, memory_limit: str = "4GiB",
-                         workdir: str | None = None, stages: bool = True) -> dict:
+def run_dask_layer_bench(
+    *,
+    shape: dict | None = None,
+    layers: int = 1,
+    memory_limit: str = "4GiB",
+    workdir: str | None = None,
+    stages: bool = True,
+) -> dict:
     """Write ``layers`` layers of ``shape`` (default :data:`LLAMA_70B`), sweep them as per-layer Dask
     tasks on one worker process with one thread and ``memory_limit``, and (``stages``) time layer 0's
     stages in a fresh process.  Returns the record's seconds, the worker's peak RSS, the bounds and
     the stage table's figures (the keys :func:`~.bench.format_stage_floors` reads)."""
-    import logging
-    import multiprocessing
 
     from dask.distributed import Client, LocalCluster
-
-    from ..errors import SpecboundError
-    from ..sweep.run import run_sweep
-    from ..sweep.sources import expand_sources
-    from ..sweep.store import Store
 
     shape = dict(shape or LLAMA_70B)
     full_layers, shape["L"] = shape["L"], layers
@@ -48,16 +63,35 @@ def run_dask_layer_bench(*, shape: dict | None = None, layers: int = 1, memory_l
     base = Path(workdir or tempfile.gettempdir())
     free = shutil.disk_usage(base).free
     if free < 1.05 * need:
-        raise SpecboundError(f"the {layers}-layer checkpoint needs {need / 1e9:.1f} GB but {base} has "
-                             f"{free / 1e9:.1f} GB free: pass --workdir DIR on a larger disk")
+        raise SpecboundError(
+            f"the {layers}-layer checkpoint needs {need / 1e9:.1f} GB but {base} has "
+            f"{free / 1e9:.1f} GB free: pass --workdir DIR on a larger disk"
+        )
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        write_seconds, (folder, nbytes) = _timed(lambda: write_llama_checkpoint(
-            Path(tmp) / "llama70b-layer-bf16", vocab=_VOCAB, **shape))
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit=memory_limit,
-                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
-            seconds, report = _timed(lambda: run_sweep(expand_sources([str(folder)]), Path(tmp) / "store",
-                                                       scheduler=cluster.scheduler_address, per_layer="always",
-                                                       threads=1, progress=False))
+        write_seconds, (folder, nbytes) = _timed(
+            lambda: write_llama_checkpoint(Path(tmp) / "llama70b-layer-bf16", vocab=_VOCAB, **shape)
+        )
+        with (
+            LocalCluster(
+                n_workers=1,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit=memory_limit,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
+            seconds, report = _timed(
+                lambda: run_sweep(
+                    expand_sources([str(folder)]),
+                    Path(tmp) / "store",
+                    scheduler=cluster.scheduler_address,
+                    per_layer="always",
+                    threads=1,
+                    progress=False,
+                )
+            )
             (worker_peak,) = client.run(_peak_rss_mb).values()
         if report.failed or len(report.written) != 1:
             raise SpecboundError(f"the Dask sweep of the {layers}-layer checkpoint failed: {report.failed}")
@@ -75,34 +109,43 @@ def run_dask_layer_bench(*, shape: dict | None = None, layers: int = 1, memory_l
             child.join()
     ff = record.matrices[record.matrices["role"].str.startswith("FF")]
     out = {
-        "scenario": (f"llama-70b-shaped random bf16 checkpoint (L={layers} of {full_layers}, N={shape['N']}, "
-                     f"H={shape['H']}, H_kv={shape['H_kv']}, d_ff={shape['d_ff']}), {nbytes / 1e9:.2f} GB"),
-        "layers": layers, "mode": run["mode"], "memory_limit": memory_limit,
+        "scenario": (
+            f"llama-70b-shaped random bf16 checkpoint (L={layers} of {full_layers}, N={shape['N']}, "
+            f"H={shape['H']}, H_kv={shape['H_kv']}, d_ff={shape['d_ff']}), {nbytes / 1e9:.2f} GB"
+        ),
+        "layers": layers,
+        "mode": run["mode"],
+        "memory_limit": memory_limit,
         "sweep_seconds": seconds,
-        "record_seconds": float(run["seconds"]), "record_cpu_seconds": float(run["cpu_seconds"]),
+        "record_seconds": float(run["seconds"]),
+        "record_cpu_seconds": float(run["cpu_seconds"]),
         "seconds_per_layer": float(run["seconds"]) / layers,
         "worker_peak_rss_mb": worker_peak,
         "bounds": record.bounds,
         "ff_sv_methods": ff["sv_method"].value_counts().to_dict(),
         "max_ff_sv_rel_error_bound": float(ff["sv_rel_error_bound"].max()),
-        "checkpoint_bytes": nbytes, "write_seconds": write_seconds,
-        "load_average_1min": os.getloadavg()[0], "cpu_count": os.cpu_count(),
+        "checkpoint_bytes": nbytes,
+        "write_seconds": write_seconds,
+        "load_average_1min": os.getloadavg()[0],
+        "cpu_count": os.cpu_count(),
     }
     if probe is not None:
         t = "1_blas_threads"
-        out.update({"stage_seconds_per_layer": {t: probe["wall"]}, "stage_cpu_seconds_per_layer": {t: probe["cpu"]},
-                    "machine_rates": {t: probe["rates"]},
-                    "stage_floor_seconds_per_layer": {t: stage_floors(shape, probe["rates"])},
-                    "stage_floor_cpu_seconds_per_layer": {t: stage_floors(shape, probe["rates"], cpu=True)},
-                    "stage_peak_rss_mb": probe["peak_rss_mb"]})
+        out.update(
+            {
+                "stage_seconds_per_layer": {t: probe["wall"]},
+                "stage_cpu_seconds_per_layer": {t: probe["cpu"]},
+                "machine_rates": {t: probe["rates"]},
+                "stage_floor_seconds_per_layer": {t: stage_floors(shape, probe["rates"])},
+                "stage_floor_cpu_seconds_per_layer": {t: stage_floors(shape, probe["rates"], cpu=True)},
+                "stage_peak_rss_mb": probe["peak_rss_mb"],
+            }
+        )
     return out
 
 
 def _stages_child(folder: str, queue) -> None:
     """Layer 0's stages at one BLAS thread, one after the other, and the machine's rates right after."""
-    from threadpoolctl import threadpool_limits
-
-    from ..pipeline import open_model
 
     model = open_model(folder)
     with threadpool_limits(limits=1):
@@ -129,6 +172,9 @@ def format_dask_layer_bench(report: dict) -> str:
         f"load average      {report['load_average_1min']:.2f} at the end on {report['cpu_count']} CPUs",
     ]
     if "stage_seconds_per_layer" in report:
-        lines += ["", f"layer 0 again, one stage at a time in a fresh process (peak RSS "
-                      f"{report['stage_peak_rss_mb']:.0f} MB):", format_stage_floors(report)]
+        lines += [
+            "",
+            f"layer 0 again, one stage at a time in a fresh process (peak RSS {report['stage_peak_rss_mb']:.0f} MB):",
+            format_stage_floors(report),
+        ]
     return "\n".join(lines)

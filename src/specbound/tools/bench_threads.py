@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..pipeline import analyze, available_cores, cgroup_cpu_quota
+
 # label -> analyze() keywords.  "defaults" is what a user who passes nothing gets.
 CONTENDERS = {
     "defaults": {},
@@ -33,11 +35,9 @@ def run_threads_bench(*, repeats: int = 5, load: int = 0, source=None, max_load_
     """Median seconds of each :data:`CONTENDERS` entry on ``source`` (default: the embedded
     checkpoint), ``repeats`` interleaved rounds, with ``load`` busy processes running meanwhile
     (each stops by itself after ``max_load_seconds`` and is terminated at the end)."""
-    from ..pipeline import analyze, available_cores, cgroup_cpu_quota
 
     analyze(source, **CONTENDERS["defaults"])  # warm: imports, page cache, the pinned files' hashes
-    spinners = [subprocess.Popen([sys.executable, "-c", _SPIN.format(seconds=max_load_seconds)])
-                for _ in range(load)]
+    spinners = [subprocess.Popen([sys.executable, "-c", _SPIN.format(seconds=max_load_seconds)]) for _ in range(load)]
     seconds: dict[str, list[float]] = {label: [] for label in CONTENDERS}
     bounds: dict[str, dict] = {}
     try:
@@ -53,13 +53,26 @@ def run_threads_bench(*, repeats: int = 5, load: int = 0, source=None, max_load_
             spinner.terminate()
             spinner.wait()
     reference = statistics.median(seconds["threads=1"])
-    rows = [{"contender": label, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-             "ratio_to_threads_1": statistics.median(times) / reference, "runs": len(times)}
-            for label, times in seconds.items()]
-    return {"scenario": f"analyze() on {'the embedded default' if source is None else Path(source).name}, {repeats} interleaved "
-                        f"rounds, {load} busy process(es) beside it",
-            "usable_cores": available_cores(), "cgroup_cpu_quota": cgroup_cpu_quota(), "load_processes": load,
-            "rows": rows, "same_numbers": all(_close(b, bounds["threads=1"]) for b in bounds.values())}
+    rows = [
+        {
+            "contender": label,
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            "max_s": max(times),
+            "ratio_to_threads_1": statistics.median(times) / reference,
+            "runs": len(times),
+        }
+        for label, times in seconds.items()
+    ]
+    return {
+        "scenario": f"analyze() on {'the embedded default' if source is None else Path(source).name}, "
+        f"{repeats} interleaved rounds, {load} busy process(es) beside it",
+        "usable_cores": available_cores(),
+        "cgroup_cpu_quota": cgroup_cpu_quota(),
+        "load_processes": load,
+        "rows": rows,
+        "same_numbers": all(_close(b, bounds["threads=1"]) for b in bounds.values()),
+    }
 
 
 def _close(a: dict, b: dict) -> bool:
@@ -70,11 +83,15 @@ def _close(a: dict, b: dict) -> bool:
 def format_threads_bench(report: dict) -> str:
     """The text of ``specbound bench --scenario threads``."""
     quota = report["cgroup_cpu_quota"]
-    lines = [f"scenario          {report['scenario']}",
-             f"usable cores      {report['usable_cores']} (cgroup CPU quota: {'none' if quota is None else quota})",
-             f"{'contender':<36}{'median s':>10}{'min s':>9}{'max s':>9}{'/ threads=1':>13}"]
+    lines = [
+        f"scenario          {report['scenario']}",
+        f"usable cores      {report['usable_cores']} (cgroup CPU quota: {'none' if quota is None else quota})",
+        f"{'contender':<36}{'median s':>10}{'min s':>9}{'max s':>9}{'/ threads=1':>13}",
+    ]
     for row in report["rows"]:
-        lines.append(f"{row['contender']:<36}{row['median_s']:>10.2f}{row['min_s']:>9.2f}{row['max_s']:>9.2f}"
-                     f"{row['ratio_to_threads_1']:>13.2f}")
+        lines.append(
+            f"{row['contender']:<36}{row['median_s']:>10.2f}{row['min_s']:>9.2f}{row['max_s']:>9.2f}"
+            f"{row['ratio_to_threads_1']:>13.2f}"
+        )
     lines.append(f"same bounds from every contender (to 1e-12): {'yes' if report['same_numbers'] else 'NO'}")
     return "\n".join(lines)
