@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -32,10 +33,20 @@ LAYERS = 4
 
 
 def _tree_bytes(*folders: Path) -> int:
-    """Bytes of the files under ``folders`` (a cache snapshot's links to its blobs not counted twice)."""
-    return sum(
-        p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file() and not p.is_symlink()
-    )
+    """Bytes of the files under ``folders`` (a cache snapshot's links to its blobs not counted twice).  Sampled
+    while the client writes: a file removed between the listing and its ``lstat`` (a temporary file, a lock)
+    holds no disk any more and counts 0."""
+    total = 0
+    for folder in folders:
+        for root, _, names in os.walk(folder):
+            for name in names:
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
 
 
 def _layer_bytes(folder: Path) -> dict[int, int]:

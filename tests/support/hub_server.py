@@ -93,6 +93,9 @@ class HubServer:
         self.log: list[tuple[str, str, str]] = []
         self.sent = 0
         self.on_request = None
+        # what on_request raised: re-raised when the server stops, never a dropped connection the client
+        # would report as a network failure
+        self.hook_errors: list[BaseException] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,6 +122,8 @@ class HubServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        if self.hook_errors:
+            raise AssertionError(f"the test's on_request hook raised: {self.hook_errors[0]!r}") from self.hook_errors[0]
 
     def fetched(self) -> set[str]:
         """The files whose bytes were sent (GET on the resolve route)."""
@@ -167,7 +172,10 @@ class HubServer:
         path = unquote(parts.path)
         self.log.append((h.command, path, h.headers.get("Range", "")))
         if self.on_request is not None:
-            self.on_request()
+            try:
+                self.on_request()
+            except Exception as err:  # a test's defect, reported at __exit__
+                self.hook_errors.append(err)
         length = int(h.headers.get("Content-Length") or 0)
         payload = h.rfile.read(length) if h.command == "POST" and length else b""
         info = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/(.+))?", path)
