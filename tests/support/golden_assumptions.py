@@ -1,7 +1,8 @@
 """The golden assumptions: what every analysis says about where its model departs from the theorem's, for
 tiny models of the shipped families (support.families) chosen so that together they say every text the
-families say (each assumption's text once at least; 35 families) and a BERT with a gap bound and a given
-L_phi, stored in tests/bounds/data/assumptions_golden.json and held by
+one-chain and vision-language families say (each assumption's text once at least; 35 families; the two-tower
+and encoder-decoder texts are held by tests/archs/test_towers.py and test_encoder_decoder.py) and a BERT with a
+gap bound and a given L_phi, stored in tests/bounds/data/assumptions_golden.json and held by
 tests/bounds/test_assumptions_golden.py.  After an intended change of an assumption, regenerate the file and
 read its diff:
 

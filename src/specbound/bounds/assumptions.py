@@ -111,8 +111,10 @@ class Assumption:
 @dataclass(frozen=True)
 class Assumptions:
     """Entries of a variable number, or whose name depends on the model (the structure's, the rotary layouts',
-    the reader's notes), from one function of the context."""
+    the reader's notes), from one function of the context; ``names``: the names its entries may have (none declared
+    for the reader's notes, which the readers name)."""
 
+    names: tuple[str, ...]
     entries: Callable[[AssumptionContext], list[dict[str, Any]]]
 
 
@@ -234,172 +236,6 @@ def _note_entries(ctx: AssumptionContext) -> list[dict[str, Any]]:
     others by name."""
     order = sorted(ctx.notes, key=lambda name: (name != WEIGHTS_NOTE, name))
     return [_entry(name, True, ctx.notes[name], "convention") for name in order]
-
-
-# Every assumption, in the order an analysis lists them; ``assumptions`` reads it in one loop.
-ASSUMPTIONS: tuple[Assumption | Assumptions, ...] = (
-    Assumption(
-        "no_residual_connections",
-        "theorem",
-        _always,
-        _text(
-            "the theorem's network has no residual connections; Lambda and alpha are those of the "
-            "residual-free chain of this checkpoint's matrices, so every bound is a proxy for it"
-        ),
-    ),
-    Assumption(
-        "normalisation_as_projection",
-        "theorem",
-        _always,
-        _text(
-            "LayerNorm/RMSNorm is taken as a projection onto the unit ball; its learned gains and biases "
-            "are ignored (they can scale every Lipschitz factor)"
-        ),
-    ),
-    Assumption(
-        "unit_norm_inputs",
-        "theorem",
-        _always,
-        _text("every matrix is assumed to see token rows of norm at most 1; the embeddings' norms are not measured"),
-    ),
-    Assumption(
-        "fixed_embeddings_and_head",
-        "theorem",
-        _always,
-        _text("embeddings, pooler and classifier head are treated as fixed and are not in the complexity"),
-    ),
-    Assumption(
-        "biases_ignored",
-        "convention",
-        _always,
-        _text("biases are outside the analysed matrices (as in the paper's experiment)"),
-    ),
-    Assumption("multi_head_layer_form", "convention", _always, _layer_form_effect),
-    Assumption("activation_constant", "convention", lambda ctx: ctx.l_phi is not None, _activation_constant_effect),
-    Assumption(
-        "iid_samples",
-        "condition",
-        lambda ctx: ctx.gap,
-        _text(
-            "the generalisation-gap bound needs n i.i.d. training sequences and a margin fixed before "
-            "seeing the data (the data-chosen margin's union is not paid; docs/bounds.md)"
-        ),
-    ),
-    Assumption(
-        "gap_forms",
-        "extension",
-        lambda ctx: ctx.gap,
-        _text(
-            "the gap forms are this project's proxies of the sources' theorems, not their statements: the "
-            "spectrum-adaptive family's margin inside each term and entropy integral are derived in "
-            "docs/bounds.md section 9; c_lead and c_conf are unstated constants (default 1)"
-        ),
-    ),
-    Assumption(
-        "gated_feed_forward",
-        "extension",
-        lambda ctx: ctx.gated,
-        _text(
-            "gated blocks down(phi(gate x) * up x): Lip <= (L_phi + c_phi) c_g c_u c_d and the sensitivities "
-            "of docs/theory.md 3b are our derivation"
-        ),
-    ),
-    Assumption(
-        "parallel_block",
-        "extension",
-        lambda ctx: ctx.dims.block == "parallel",
-        _text(
-            "attention and feed-forward on the same input: Lambda = Lip(attn) + Lip(ff), no feed-forward "
-            "factor on attention sensitivities (our derivation, docs/theory.md 3b); one shared normalisation "
-            "(GPT-J, Phi, Falcon-7B) or one per branch (GPT-NeoX, Falcon-40B) give the same factor"
-        ),
-    ),
-    Assumption(
-        "grouped_query_attention",
-        "extension",
-        lambda ctx: ctx.dims.H_kv < ctx.dims.H,
-        lambda ctx: (
-            f"{ctx.dims.H // max(ctx.dims.H_kv, 1)} query heads share each key/value head; every query head is counted "
-            f"as its own QK and OV matrix (our extension)"
-        ),
-    ),
-    Assumption(
-        "shared_weights",
-        "extension",
-        lambda ctx: ctx.dims.stored is not None,
-        _text(
-            "layers share stored weights (ALBERT): the headline counts every depth; the variant "
-            "spectral_shared counts each stored matrix once (our reading of the theorem's error split)"
-        ),
-    ),
-    Assumption("rotary_positions", "extension", lambda ctx: ctx.rotary, _rotary_effect),
-    Assumption(
-        "alibi_positions",
-        "extension",
-        lambda ctx: ctx.dims.alibi,
-        _text(
-            "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
-            "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
-            "input (docs/theory.md 3g)"
-        ),
-    ),
-    Assumption(
-        "nope_layers",
-        "convention",
-        lambda ctx: ctx.nope_layers,
-        lambda ctx: (
-            f"layers {_ranges(list(ctx.nope_layers))} have no rotary positions (NoPE): their QK rows are the "
-            f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
-            f"other layers (docs/theory.md 3e)"
-        ),
-        listed=False,
-    ),
-    Assumptions(lambda ctx: _rope_entries(list(ctx.rope))),
-    Assumptions(lambda ctx: _grid_entries(list(ctx.rope))),
-    Assumptions(lambda ctx: _qk_norm_entries(ctx.qk_norm)),
-    Assumption("latent_attention", "extension", lambda ctx: ctx.dims.latent is not None, _latent_effect, listed=False),
-    Assumptions(lambda ctx: _structure_entries(ctx.structure, ctx.qk_norm)),
-    Assumption(
-        "sentence_transformers_modules",
-        "theorem",
-        lambda ctx: ctx.modules,
-        lambda ctx: _modules_effect(ctx.modules),
-        listed=False,
-    ),
-    Assumption("mixture_of_experts", "extension", _has_experts, _moe_effect, listed=False),
-    Assumption(
-        "moe_routing_fixed",
-        "extension",
-        _has_experts,
-        _text(
-            "the router's choice of experts and its gate values are held fixed: top-k routing is "
-            "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
-            "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
-            "of the chain, and every bound is of the network with its routing frozen"
-            + "; a group limit on the choice or a score correction bias (DeepSeek's, GLM's and ERNIE's "
-            "e_score_correction_bias) changes which experts are chosen, never a gate's value or bound, so the "
-            "frozen network is the same"
-        ),
-        listed=False,
-    ),
-    Assumptions(lambda ctx: _chain_shape_entries(ctx.dims, ctx.tower, ctx.wrapper)),
-    Assumptions(_note_entries),
-)
-
-
-def assumptions(ctx: AssumptionContext) -> list[dict[str, Any]]:
-    """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption (:data:`ASSUMPTIONS`).
-
-    ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
-    numbers are then proxies), ``"condition"`` for one the theorem puts on the data and its use (i.i.d.
-    samples, a margin fixed in advance), which no checkpoint breaks and no analysis can check,
-    ``"extension"`` for a derivation of ours beyond the paper, and ``"convention"`` for a choice the
-    sources leave open.
-    """
-    out: list[dict[str, Any]] = []
-    for row in ASSUMPTIONS:
-        out += row.entries(ctx)
-    return out
 
 
 def _ranges(layers: list[int]) -> str:
@@ -771,6 +607,10 @@ _STRUCTURE_TEXTS = (
 )
 
 
+# The names _structure_entries may give, in order: the fixed texts' and the two computed ones.
+_STRUCTURE_NAMES = (*dict.fromkeys(row[2] for row in _STRUCTURE_TEXTS), "clamped_swiglu", "norm_after_sublayer")
+
+
 def _structure_entries(st: Structure | None, qk_norm: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     if st is None:
         return []
@@ -895,6 +735,188 @@ def _chain_shape_entries(dims: ModelDims, tower: str | None, wrapper: Any = None
                 "convention",
             )
         )
+    return out
+
+
+# Every assumption, in the order an analysis lists them; ``assumptions`` reads it in one loop.
+ASSUMPTIONS: tuple[Assumption | Assumptions, ...] = (
+    Assumption(
+        "no_residual_connections",
+        "theorem",
+        _always,
+        _text(
+            "the theorem's network has no residual connections; Lambda and alpha are those of the "
+            "residual-free chain of this checkpoint's matrices, so every bound is a proxy for it"
+        ),
+    ),
+    Assumption(
+        "normalisation_as_projection",
+        "theorem",
+        _always,
+        _text(
+            "LayerNorm/RMSNorm is taken as a projection onto the unit ball; its learned gains and biases "
+            "are ignored (they can scale every Lipschitz factor)"
+        ),
+    ),
+    Assumption(
+        "unit_norm_inputs",
+        "theorem",
+        _always,
+        _text("every matrix is assumed to see token rows of norm at most 1; the embeddings' norms are not measured"),
+    ),
+    Assumption(
+        "fixed_embeddings_and_head",
+        "theorem",
+        _always,
+        _text("embeddings, pooler and classifier head are treated as fixed and are not in the complexity"),
+    ),
+    Assumption(
+        "biases_ignored",
+        "convention",
+        _always,
+        _text("biases are outside the analysed matrices (as in the paper's experiment)"),
+    ),
+    Assumption("multi_head_layer_form", "convention", _always, _layer_form_effect),
+    Assumption("activation_constant", "convention", lambda ctx: ctx.l_phi is not None, _activation_constant_effect),
+    Assumption(
+        "iid_samples",
+        "condition",
+        lambda ctx: ctx.gap,
+        _text(
+            "the generalisation-gap bound needs n i.i.d. training sequences and a margin fixed before "
+            "seeing the data (the data-chosen margin's union is not paid; docs/bounds.md)"
+        ),
+    ),
+    Assumption(
+        "gap_forms",
+        "extension",
+        lambda ctx: ctx.gap,
+        _text(
+            "the gap forms are this project's proxies of the sources' theorems, not their statements: the "
+            "spectrum-adaptive family's margin inside each term and entropy integral are derived in "
+            "docs/bounds.md section 9; c_lead and c_conf are unstated constants (default 1)"
+        ),
+    ),
+    Assumption(
+        "gated_feed_forward",
+        "extension",
+        lambda ctx: ctx.gated,
+        _text(
+            "gated blocks down(phi(gate x) * up x): Lip <= (L_phi + c_phi) c_g c_u c_d and the sensitivities "
+            "of docs/theory.md 3b are our derivation"
+        ),
+    ),
+    Assumption(
+        "parallel_block",
+        "extension",
+        lambda ctx: ctx.dims.block == "parallel",
+        _text(
+            "attention and feed-forward on the same input: Lambda = Lip(attn) + Lip(ff), no feed-forward "
+            "factor on attention sensitivities (our derivation, docs/theory.md 3b); one shared normalisation "
+            "(GPT-J, Phi, Falcon-7B) or one per branch (GPT-NeoX, Falcon-40B) give the same factor"
+        ),
+    ),
+    Assumption(
+        "grouped_query_attention",
+        "extension",
+        lambda ctx: ctx.dims.H_kv < ctx.dims.H,
+        lambda ctx: (
+            f"{ctx.dims.H // max(ctx.dims.H_kv, 1)} query heads share each key/value head; every query head is counted "
+            f"as its own QK and OV matrix (our extension)"
+        ),
+    ),
+    Assumption(
+        "shared_weights",
+        "extension",
+        lambda ctx: ctx.dims.stored is not None,
+        _text(
+            "layers share stored weights (ALBERT): the headline counts every depth; the variant "
+            "spectral_shared counts each stored matrix once (our reading of the theorem's error split)"
+        ),
+    ),
+    Assumption("rotary_positions", "extension", lambda ctx: ctx.rotary, _rotary_effect),
+    Assumption(
+        "alibi_positions",
+        "extension",
+        lambda ctx: ctx.dims.alibi,
+        _text(
+            "ALiBi adds a fixed position bias m_h (s - t) to every logit: no weight matrix changes and the "
+            "head's Lipschitz bound c(OV)(1 + 4 c(QK)) holds unchanged, since the bias does not depend on the "
+            "input (docs/theory.md 3g)"
+        ),
+    ),
+    Assumption(
+        "nope_layers",
+        "convention",
+        lambda ctx: ctx.nope_layers,
+        lambda ctx: (
+            f"layers {_ranges(list(ctx.nope_layers))} have no rotary positions (NoPE): their QK rows are the "
+            f"plain bilinear W_Q^h^T W_K^g of the theorem, exact, and rotary_positions concerns the "
+            f"other layers (docs/theory.md 3e)"
+        ),
+        listed=False,
+    ),
+    Assumptions(("mrope_positions", "rope_scaling"), lambda ctx: _rope_entries(list(ctx.rope))),
+    Assumptions(("rotary_grid",), lambda ctx: _grid_entries(list(ctx.rope))),
+    Assumptions(("qk_norm",), lambda ctx: _qk_norm_entries(ctx.qk_norm)),
+    Assumption("latent_attention", "extension", lambda ctx: ctx.dims.latent is not None, _latent_effect, listed=False),
+    Assumptions(_STRUCTURE_NAMES, lambda ctx: _structure_entries(ctx.structure, ctx.qk_norm)),
+    Assumption(
+        "sentence_transformers_modules",
+        "theorem",
+        lambda ctx: ctx.modules,
+        lambda ctx: _modules_effect(ctx.modules),
+        listed=False,
+    ),
+    Assumption("mixture_of_experts", "extension", _has_experts, _moe_effect, listed=False),
+    Assumption(
+        "moe_routing_fixed",
+        "extension",
+        _has_experts,
+        _text(
+            "the router's choice of experts and its gate values are held fixed: top-k routing is "
+            "discontinuous in the input, so the network has no finite Lipschitz constant through it; the "
+            "router weights (and the shared expert's gate) are read and shape-checked but are not matrices "
+            "of the chain, and every bound is of the network with its routing frozen"
+            + "; a group limit on the choice or a score correction bias (DeepSeek's, GLM's and ERNIE's "
+            "e_score_correction_bias) changes which experts are chosen, never a gate's value or bound, so the "
+            "frozen network is the same"
+        ),
+        listed=False,
+    ),
+    Assumptions(
+        (
+            "disentangled_attention",
+            "encoder_decoder_chain",
+            "text_model_of_multimodal",
+            "vision_language_tower",
+            "two_tower",
+        ),
+        lambda ctx: _chain_shape_entries(ctx.dims, ctx.tower, ctx.wrapper),
+    ),
+    Assumptions((), _note_entries),
+)
+
+
+def declared_names() -> tuple[str, ...]:
+    """Every name an entry of :data:`ASSUMPTIONS` may have, in order, once each; the readers' notes
+    (:class:`~specbound.io.base.ReaderFacts`) add names of their own (docs/theory.md section 6 lists both)."""
+    found = [n for row in ASSUMPTIONS for n in ((row.name,) if isinstance(row, Assumption) else row.names)]
+    return tuple(dict.fromkeys(found))
+
+
+def assumptions(ctx: AssumptionContext) -> list[dict[str, Any]]:
+    """The list for one analysis: ``{"name", "applies", "kind", "effect"}`` per assumption (:data:`ASSUMPTIONS`).
+
+    ``kind`` is ``"theorem"`` for an assumption of the theorem that a real checkpoint breaks (the
+    numbers are then proxies), ``"condition"`` for one the theorem puts on the data and its use (i.i.d.
+    samples, a margin fixed in advance), which no checkpoint breaks and no analysis can check,
+    ``"extension"`` for a derivation of ours beyond the paper, and ``"convention"`` for a choice the
+    sources leave open.
+    """
+    out: list[dict[str, Any]] = []
+    for row in ASSUMPTIONS:
+        out += row.entries(ctx)
     return out
 
 
