@@ -1,8 +1,15 @@
 import os
+import shutil
 
 import pytest
-
+from support.numpy_bert import write_tiny_bert
 from support.tiny_models import TINY_DEPTHS, TINY_PATTERN, TINY_WIDTHS, build_tiny_model, save_tiny
+
+from specbound.io.default_checkpoint import default_checkpoint
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
+from specbound.tools.miniatures import write_miniatures
 
 # Tests pin BLAS to one thread: test processes side by side otherwise oversubscribe the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -11,8 +18,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 @pytest.fixture(scope="session")
 def minilm_dir():
-    from specbound.io.default_checkpoint import default_checkpoint
-
     return default_checkpoint()
 
 
@@ -76,7 +81,6 @@ def tiny_roberta_dir(tiny_dir):
 @pytest.fixture(scope="session")
 def tiny_family(tmp_path_factory):
     """Folder holding the six tiny family members as plain model folders."""
-    from specbound.tools.miniatures import write_miniatures
 
     root = tmp_path_factory.mktemp("tiny_family")
     write_miniatures(root, layout="folders", depths=TINY_DEPTHS, widths=TINY_WIDTHS, head_size=16, vocab=32)
@@ -86,9 +90,6 @@ def tiny_family(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_store(tiny_family, tmp_path_factory):
     """A results store holding the six tiny family members (a local sweep; never modified by tests)."""
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
-    from specbound.sweep.run import run_sweep
 
     root = tmp_path_factory.mktemp("tiny_store") / "store"
     report = run_sweep(expand_sources([str(tiny_family / TINY_PATTERN)]), root, progress=False)
@@ -100,7 +101,6 @@ def tiny_store(tiny_family, tmp_path_factory):
 def tiny_pair(tmp_path_factory):
     """``(trained, init)``: two tiny random BERT folders of the same architecture (L=2, N=16,
     4 heads, d_ff=24)."""
-    from support.numpy_bert import write_tiny_bert
 
     root = tmp_path_factory.mktemp("numpy_bert")
     return write_tiny_bert(root / "trained", seed=1), write_tiny_bert(root / "init", seed=2)
@@ -109,7 +109,6 @@ def tiny_pair(tmp_path_factory):
 @pytest.fixture
 def healthy(tiny_bert_dir, tmp_path):
     """A writable copy of the tiny BERT checkpoint, for tests that break it."""
-    import shutil
 
     folder = tmp_path / "model"
     shutil.copytree(tiny_bert_dir, folder)

@@ -3,11 +3,13 @@ summary), so a reader can tell which numbers are theorems and which are proxies.
 
 import json
 
+import numpy as np
 import pytest
 
 import specbound
 from specbound.archs.model import ModelDims
 from specbound.bounds.assumptions import AssumptionContext, assumptions, is_theorem
+from specbound.compute.propagation import LayerSpectralNorms, layer_lipschitz
 
 BERT = ModelDims(L=2, N=16, H=4, H_kv=4, d_head=4, d_ff=24)
 
@@ -87,9 +89,6 @@ def test_each_extension_is_named_when_it_is_used(dims, flags, expected):
 )
 def test_each_family_is_told_its_own_layer_form(dims, form):
     """The Lambda the assumptions print is the one compute.propagation.layer_lipschitz uses."""
-    import numpy as np
-
-    from specbound.compute.propagation import LayerSpectralNorms, layer_lipschitz
 
     entry = next(e for e in assumptions(AssumptionContext(dims)) if e["name"] == "multi_head_layer_form")
     assert entry["effect"].startswith(form)

@@ -5,7 +5,9 @@ import os
 import stat
 
 import pytest
+from support.numpy_bert import write_tiny_bert
 
+import specbound
 import specbound.atomic
 from specbound.atomic import atomic_write
 
@@ -60,9 +62,6 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
 
 
 def test_saved_analysis_tables_follow_the_umask(tmp_path, umask):
-    import specbound
-    from support.numpy_bert import write_tiny_bert
-
     umask(0o002)
     folder = write_tiny_bert(tmp_path / "m", seed=0)
     for path in specbound.analyze(folder, threads=1).save(tmp_path / "out"):

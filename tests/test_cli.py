@@ -22,9 +22,13 @@ if sys.version_info >= (3, 11):
 else:  # the base install's tomli (pyproject.toml: python_version < '3.11')
     import tomli as tomllib
 
+from support.numpy_bert import write_tiny_bert
+
 import specbound
 from specbound.cli import main
 from specbound.io.default_checkpoint import default_checkpoint
+from specbound.sweep.store import Store
+from specbound.tools import doc_pages
 
 ROLES = ("QK", "OV", "FF_in", "FF_out")
 MATRIX_KEYS = {
@@ -112,7 +116,6 @@ def test_the_first_screen_says_where_to_read_which_number_to_report(text_run):
     """The demo prints thirteen numbers and says which to cite: right under the
     bounds table, the output names the page that does, and the page exists and ships (``specbound
     docs interpreting``)."""
-    from specbound.tools import doc_pages
 
     _, out, _ = text_run
     lines = out.splitlines()
@@ -359,9 +362,6 @@ def test_no_argument_abbreviations(argv, capsys):
 
 
 def test_sweep_gap_options_land_in_the_records(tmp_path, capsys):
-    from support.numpy_bert import write_tiny_bert
-    from specbound.sweep.store import Store
-
     write_tiny_bert(tmp_path / "m", seed=0)
     args = ["sweep", str(tmp_path / "m"), "--store", str(tmp_path / "s"), "--no-progress", "--threads", "1"]
     assert main(args + ["--n", "5000", "--margin", "0.25", "--delta", "0.01"]) == 0

@@ -1,11 +1,20 @@
 """The command line's own errors (output paths, flags) and the one place it turns environment
 errors into one line."""
 
+import json
+import pathlib
+import shutil
+import socket
+
 import pytest
+from support.hub_server import isolate_hub_environment
+from support.one_line import assert_one_line_error, run_cli
 
 import specbound
+import specbound.pipeline
+import specbound.sweep.run
 from specbound import SpecboundError
-from support.one_line import assert_one_line_error, run_cli
+from specbound.cli import main
 
 
 def test_out_is_a_file(tiny_bert_dir, tmp_path, capsys):
@@ -35,7 +44,6 @@ def test_plot_and_report_onto_a_file(tiny_store, tmp_path, capsys, command):
 @pytest.mark.parametrize("command", ["plot", "report"])
 def test_plot_and_report_into_an_unwritable_folder(tiny_store, tmp_path, capsys, monkeypatch, command):
     """PermissionError (simulated: the tests may run as root, who may write anywhere)."""
-    import pathlib
 
     def deny(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))
@@ -90,8 +98,6 @@ def test_analysis_save_onto_a_file(tiny_bert_dir, tmp_path):
     ],
 )
 def test_environment_errors_are_one_line(tiny_bert_dir, capsys, monkeypatch, error, needles):
-    import specbound.pipeline
-
     def fail(*args, **kwargs):
         raise error
 
@@ -101,8 +107,6 @@ def test_environment_errors_are_one_line(tiny_bert_dir, capsys, monkeypatch, err
 
 def test_a_bug_keeps_its_traceback(tiny_bert_dir, monkeypatch):
     """Only what the environment raises becomes one line; a programming error is not hidden."""
-    import specbound.pipeline
-    from specbound.cli import main
 
     monkeypatch.setattr(specbound.pipeline, "analyze", lambda *a, **k: {}["missing"])
     with pytest.raises(KeyError):
@@ -110,8 +114,6 @@ def test_a_bug_keeps_its_traceback(tiny_bert_dir, monkeypatch):
 
 
 def test_ctrl_c_in_a_sweep_is_one_line(tiny_family, tmp_path, capsys, monkeypatch):
-    import specbound.sweep.run
-
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
@@ -127,7 +129,6 @@ def test_ctrl_c_in_a_sweep_is_one_line(tiny_family, tmp_path, capsys, monkeypatc
 
 def test_specbound_warnings_are_one_line(tiny_store, tmp_path, capsys):
     """A corrupt record is reported as one warning line and the command goes on."""
-    import shutil
 
     root = shutil.copytree(tiny_store.root, tmp_path / "store")
     victim = sorted((root / "records").iterdir())[0]
@@ -144,7 +145,6 @@ def test_specbound_warnings_are_one_line(tiny_store, tmp_path, capsys):
 def test_n_accepts_integral_scientific_notation(tiny_bert_dir, tmp_path, capsys):
     rc, _, err = run_cli(capsys, tiny_bert_dir, "--n", "1e6", "--margin", "1", "--format", "json", "--out", tmp_path)
     assert rc == 0, err
-    import json
 
     assert json.loads((tmp_path / "summary.json").read_text())["gap_bound"]["parameters"]["n"] == 1_000_000
 
@@ -167,9 +167,6 @@ def test_n_that_is_not_a_whole_number_or_is_huge_is_one_line(tiny_bert_dir, caps
 
 def test_a_missing_folder_named_like_a_hub_id_says_both(tmp_path, capsys, monkeypatch):
     """``m/gemma2_qs`` is no local folder, and the hub cannot be reached: the line says both."""
-    import socket
-
-    from support.hub_server import isolate_hub_environment
 
     isolate_hub_environment(monkeypatch, tmp_path)
     with socket.socket() as s:  # a port nothing listens on: the network is down

@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
+import specbound
 from specbound.cli import _parser, main
+from specbound.errors import SpecboundError
 
 
 def _run(*argv):
@@ -68,8 +70,6 @@ def test_an_unknown_option_gets_no_guess():
 
 def test_missing_matplotlib_is_one_install_line(monkeypatch, tiny_bert_dir):
     """As on a base install: the notebook call says `pip install 'specbound[plot]'`."""
-    import specbound
-    from specbound.errors import SpecboundError
 
     tiny_analysis = specbound.analyze(tiny_bert_dir)
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:

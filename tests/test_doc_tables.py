@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import specbound
+from specbound.archs import builtin_specs
+from specbound.archs.hybrids import refused_families
 from specbound.tools.doc_tables import GENERATORS, N_GAP, below_one_at, blocks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -63,8 +65,6 @@ def test_the_sample_size_where_the_gap_falls_below_one():
 def test_the_readme_lists_every_family_once():
     """The README's table: one row per shipped family (Hugging Face and GGUF) and per refused hybrid,
     none missing, none twice, and every model type of theirs once."""
-    from specbound.archs import builtin_specs
-    from specbound.archs.hybrids import refused_families
 
     body = blocks(README.read_text())["readme-families"]
     rows = [line.split(" | ") for line in body.splitlines()[2:]]

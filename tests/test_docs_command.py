@@ -2,12 +2,14 @@
 names a page, and a section of it, that the command can show from an installed package; the pages
 ship in the wheel."""
 
+import inspect
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
+import specbound
 from specbound.cli import main
 from specbound.errors import SpecboundError
 from specbound.tools import doc_pages
@@ -98,10 +100,6 @@ def test_the_pages_ship_in_the_package():
 def test_the_api_page_prints_the_reference_not_the_directives():
     """`specbound docs api` prints no mkdocstrings `::: name` lines; a terminal reader gets
     each object's signature and docstring, as the site shows them."""
-    import inspect
-
-    import specbound
-    from specbound.tools import doc_pages
 
     text = doc_pages.show("api")
     assert not any(line.startswith(":::") for line in text.splitlines())

@@ -20,8 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
-from specbound.bounds.schatten import schatten_grid  # noqa: E402
+from dataclasses import replace
 
 from support.families import (
     FAMILIES,
@@ -32,6 +31,13 @@ from support.families import (
     save_family,  # noqa: E402
     text_view,
 )
+from support.gap_oracle import adaptive_gap_integral
+from support.lipschitz import measured_lipschitz
+
+import specbound  # noqa: E402
+from specbound.bounds.schatten import schatten_grid  # noqa: E402
+from specbound.compute.rotary import rotations
+from specbound.pipeline import open_model
 
 N_SAMPLES, MARGIN, DELTA = 10**6, 1.0, 0.05
 REL = 1e-9  # rounding of the reported norms (float64 spectra of float32 weights)
@@ -99,9 +105,6 @@ def _offset_matrices(factors, layout, attention_factor):
     """``a^2 W_Q^T M(delta) W_K`` at every offset ``|delta| < min(P, MAX_POSITIONS)``, shape ``(2P - 1, N, N)``;
     with several position axes at every offset vector of the layout (docs/rotary.md section 7), or of a vision tower's
     grid (section 9) cut to its first ``MAX_GRID`` positions a side when longer (an unbounded grid)."""
-    from dataclasses import replace
-
-    from specbound.compute.rotary import rotations
 
     q, k = factors  # (N, d) each: W_Q^h.T, W_K^g.T
     p = min(layout.max_positions, MAX_POSITIONS)
@@ -124,7 +127,6 @@ def test_every_bound_claiming_column_holds_for_its_matrix_at_every_offset(analys
     """Each row's norms, rank and stable rank against the module's own matrix (``reference_matrices``:
     the model's modules called on identity inputs), a rotary head's against its matrix at every offset:
     never below it (to rounding), and the Lipschitz factor of a plain matrix is its spectral norm."""
-    from specbound.pipeline import open_model
 
     family, a, model, folder = analysed
     get = FAMILIES[family][1](model)
@@ -175,9 +177,6 @@ def test_a_qk_norm_heads_lipschitz_factor_holds_against_gradient_ascent(analysed
     """``kappa_h`` (the QK row's ``lipschitz_factor``) bounds the normalised logit ``q_h(x) M k_g(y)^T``'s
     change per unit move of either token, at offsets 0 and the last, as gradient ascent over unit-ball
     tokens (tests/support/lipschitz.py) measures it on the module's own projections and norms."""
-    from specbound.compute.rotary import rotations
-    from specbound.pipeline import open_model
-    from support.lipschitz import measured_lipschitz
 
     family, a, model, folder = analysed
     if "qk_norm" not in a.model:
@@ -227,7 +226,6 @@ def test_the_gap_forms_are_their_written_derivation(analysed):
     entropy integral with the budget split over the ``T`` covered matrices (scale_T = scale T / L), each at
     the index with the smallest integral (tests/support/gap_oracle.py), fixed ``p`` at its own index; its
     union cost ``#matrices ln(2m + 1)``; the chain proxies' ``B ln(2W) ln n / (margin sqrt(n))``."""
-    from support.gap_oracle import adaptive_gap_integral
 
     family, a, _, _ = analysed
     m, dims = a.matrices, a.model

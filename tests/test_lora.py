@@ -5,16 +5,24 @@ as ``W0``, computed from the update's factors) equal a dense reference of ``W - 
 the dense differences taken from the torch modules, and specbound's own dense ``--init`` path."""
 
 import json
-
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+from safetensors.numpy import load_file, save_file
+from support.hub_server import HubServer, isolate_hub_environment
+from support.peft_models import build_adapter, tiny_bert, tiny_gpt2
 
 import specbound
+import specbound.pipeline as pipeline
 from specbound import SpecboundError
-from support.peft_models import build_adapter, tiny_bert, tiny_gpt2
+from specbound.cli import main
+from specbound.compute.low_rank import low_rank_spectrum
+from specbound.compute.rotary import rotations
+from specbound.compute.spectra import dense_spectrum
+from specbound.io import open_checkpoint
+from specbound.pipeline import open_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -109,9 +117,6 @@ def test_every_tensor_read_is_peft_merged_tensor(llama):
     """Tensor by tensor, the adapter read with its base is PEFT's merged model: the adapted
     projections, the adapted embedding (on its saved base_layer), lm_head from modules_to_save and
     every tensor the adapter leaves alone."""
-    from safetensors.numpy import load_file
-
-    from specbound.io import open_checkpoint
 
     base, adapter, merged = llama
     theirs = load_file(str(merged / "model.safetensors"))
@@ -185,8 +190,6 @@ def test_llama_from_init_table_equals_numpy_svd_of_the_dense_difference(llama, l
     """Every ``delta_`` column against numpy on the dense ``W - W0`` from the torch modules; a rotary QK
     head's at every offset (docs/theory.md 3c, 3k): never below the largest, the spectral norm its exact
     maximum (the offset-0 value alone was up to 1.77x low on a LLaMA adapter)."""
-    from specbound.compute.rotary import rotations
-    from specbound.pipeline import open_model
 
     base, _, merged = llama
     ours = llama_results[0]
@@ -248,7 +251,6 @@ def test_llama_adapter_records_name_the_adapter_and_its_base(llama, llama_result
 def test_the_factored_path_forms_no_dense_difference(llama, monkeypatch):
     """With the base as W0 the differences come from the factors: the dense W - W0 routine is never
     called (it would materialise B A)."""
-    import specbound.pipeline as pipeline
 
     def refuse(*args, **kwargs):
         raise AssertionError("the dense difference path was used")
@@ -359,8 +361,6 @@ LAYOUTS = {  # builder, targets: what each case's layout puts between a stored t
 
 @pytest.mark.parametrize("case", sorted(LAYOUTS))
 def test_other_layouts(tmp_path, monkeypatch, case):
-    import specbound.pipeline as pipeline
-
     make, targets = LAYOUTS[case]
     base, adapter, merged = build_adapter(tmp_path, make, seed=4, r=2, lora_alpha=4, target_modules=targets)
     dense = analyze(merged, init=base, method="dense")
@@ -404,7 +404,6 @@ def test_a_relative_base_is_found_as_peft_finds_it(tmp_path, monkeypatch, capsys
     folder).  Tried in PEFT's order: as written from the current directory, then from the adapter's
     folder, then as a hub id (the offline cache: nothing fetched); the route used is recorded and
     printed."""
-    from specbound.cli import main
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     training = tmp_path / "training"
@@ -436,9 +435,6 @@ def test_a_relative_base_is_found_as_peft_finds_it(tmp_path, monkeypatch, capsys
 
 
 def test_factored_spectrum_equals_dense():
-    from specbound.compute.low_rank import low_rank_spectrum
-    from specbound.compute.spectra import dense_spectrum
-
     rng = np.random.default_rng(0)
     for m, r, n in ((30, 3, 50), (7, 9, 5), (40, 1, 40)):
         left, right = rng.standard_normal((m, r)), rng.standard_normal((r, n))
@@ -497,8 +493,6 @@ def test_prompt_learning_is_refused(tmp_path):
 
 
 def test_an_adapter_without_its_base_says_what_is_needed(tmp_path, monkeypatch, capsys):
-    from specbound.cli import main
-
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _, adapter, _ = build_adapter(tmp_path, _bert, r=2, lora_alpha=2, target_modules=["query"])
     cfg_path = adapter / "adapter_config.json"
@@ -533,8 +527,6 @@ def test_an_adapter_for_another_model_is_refused(tmp_path, tiny_bert_dir):
 
 
 def test_cli_analyses_an_adapter(llama, capsys):
-    from specbound.cli import main
-
     base, adapter, _ = llama
     assert main(["analyze", str(adapter), "--base", str(base), "--format", "json", "--jobs", "1", "--no-progress"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -545,8 +537,6 @@ def test_cli_analyses_an_adapter(llama, capsys):
 
 
 def test_a_sweep_stores_the_adapter_with_its_base(llama, llama_results, tmp_path, capsys):
-    from specbound.cli import main
-
     base, adapter, _ = llama
     store = tmp_path / "store"
     assert main(["sweep", str(adapter), "--base", str(base), "--store", str(store), "--no-progress"]) == 0
@@ -558,7 +548,6 @@ def test_a_sweep_stores_the_adapter_with_its_base(llama, llama_results, tmp_path
 
 def test_the_base_it_names_as_a_hub_id_is_fetched(tmp_path, monkeypatch):
     """base_model_name_or_path a hub id not in the cache: fetched (from a local stand-in for the Hub)."""
-    from support.hub_server import HubServer, isolate_hub_environment
 
     isolate_hub_environment(monkeypatch, tmp_path)
     base, adapter, _ = build_adapter(tmp_path, _bert, seed=5, r=2, lora_alpha=2, target_modules=["query", "dense"])
@@ -583,7 +572,6 @@ def small_adapter(tmp_path):
 
 def _rewrite(adapter, edit):
     """Rewrite the adapter's safetensors file with ``edit(tensors)`` applied."""
-    from safetensors.numpy import load_file, save_file
 
     path = adapter / "adapter_model.safetensors"
     tensors = load_file(str(path))
@@ -653,7 +641,6 @@ def test_alpha_pattern_overrides_one_module(tmp_path):
 def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
     """An adapter and the base it names, both hub ids not in the cache: each fetched (only the
     adapter's config and safetensors, the base's config.json and safetensors)."""
-    from support.hub_server import HubServer, isolate_hub_environment
 
     isolate_hub_environment(monkeypatch, tmp_path)
     base, adapter, _ = build_adapter(tmp_path, _bert, seed=8, r=2, lora_alpha=2, target_modules=["value"])
@@ -672,7 +659,6 @@ def test_an_adapter_repository_is_fetched_with_its_base(tmp_path, monkeypatch):
 def test_a_folder_here_named_like_a_hub_id_comes_before_the_hub(tmp_path, monkeypatch):
     """As transformers does: a base_model_name_or_path that is both a folder from the current directory
     and a hub id is the folder, and the hub is not asked."""
-    from support.hub_server import HubServer, isolate_hub_environment
 
     isolate_hub_environment(monkeypatch, tmp_path)
     base, adapter, _ = build_adapter(tmp_path, _bert, seed=6, r=2, lora_alpha=2, target_modules=["value"])

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.families import save_family
 
 import specbound
 
@@ -50,7 +51,6 @@ def test_the_default_model_warns_nothing():
 
 def test_a_rotary_model_warns_nothing(tmp_path):
     pytest.importorskip("transformers")
-    from support.families import save_family
 
     save_family("llama", tmp_path / "llama")
     run = _analyze(tmp_path / "llama")

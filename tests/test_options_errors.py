@@ -1,13 +1,16 @@
 """Analysis options (options.AnalysisOptions, and the flags derived from it): bad values are one line."""
 
+import ast
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from support.one_line import assert_one_line_error, run_cli
 
 import specbound
 from specbound import SpecboundError
-from support.one_line import assert_one_line_error, run_cli
+from specbound.options import KERNEL_OPTIONS, AnalysisOptions
 
 OPTION_CASES = [
     (["--grid-m", "0"], ["--grid-m", "positive integer", "'0'"]),
@@ -73,15 +76,11 @@ def test_valid_options_still_work(tiny_bert_dir, capsys):
     ],
 )
 def test_absurd_and_boolean_values_are_refused(kwargs, needle):
-    from specbound.options import AnalysisOptions
-
     with pytest.raises(SpecboundError, match=needle):
         AnalysisOptions(**kwargs)
 
 
 def test_numpy_scalars_are_numbers():
-    from specbound.options import AnalysisOptions
-
     opts = AnalysisOptions(rank_tol=np.float32(1e-10), grid_m=np.int64(7), l_phi=np.float64(1.1))
     assert opts.grid_m == 7 and type(opts.grid_m) is int and type(opts.rank_tol) is float
 
@@ -94,10 +93,6 @@ def test_no_option_default_outside_options():
     """The kernel options' defaults live in specbound/options.py only: no function elsewhere declares
     a default for a parameter of theirs (it takes a KernelOptions, the value is required, or None
     stands for "not given": the option's own default)."""
-    import ast
-    from pathlib import Path
-
-    from specbound.options import KERNEL_OPTIONS
 
     root = Path(specbound.__file__).parent
     found = []

@@ -1,15 +1,19 @@
 """The pipeline's resource decisions: layers at a time and BLAS threads follow the machine."""
 
+import os
+
 import pytest
 
 import specbound
+import specbound.pipeline as analysis
+from specbound.cli import main
 from specbound.errors import SpecboundWarning
+from specbound.pipeline import cgroup_cpu_quota
 
 
 def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
     """jobs="auto" (the command line's default): one layer per core, never more than the layers,
     and no more than half the available memory holds at a layer's float64 weights a job."""
-    import specbound.pipeline as analysis
 
     model = analysis.open_model(tiny_bert_dir)
     assert analysis.layer_float64_bytes(model.dims) == 8 * (2 * 32 * 8 * (4 + 4) + 2 * 32 * 48)  # N=32, 4x8, d_ff=48
@@ -30,8 +34,6 @@ def test_auto_jobs_follow_cores_layers_and_memory(tiny_bert_dir, monkeypatch):
 
 def test_threads_beyond_the_cores_are_capped_and_said(tiny_bert_dir, monkeypatch, capsys):
     """--threads 100000 started that many BLAS threads (72 s instead of 1.2 s)."""
-    import specbound.pipeline as analysis
-    from specbound.cli import main
 
     monkeypatch.setattr(analysis, "available_cores", lambda: 2)
     seen = []
@@ -62,7 +64,6 @@ def test_the_defaults_take_a_layer_per_core_with_one_blas_thread(tiny_bert_dir, 
     """analyze() with defaults once took 8.25 s against 1.62 s with threads=1 on a busy 2-core
     machine (one layer at a time on BLAS's default thread count).  The defaults now run a layer per
     usable core, one BLAS thread each: jobs x threads never exceeds the cores."""
-    import specbound.pipeline as analysis
 
     monkeypatch.setattr(analysis, "available_cores", lambda: 2)
     seen, jobs_seen = [], []
@@ -90,8 +91,6 @@ def test_the_defaults_take_a_layer_per_core_with_one_blas_thread(tiny_bert_dir, 
     ],
 )
 def test_the_cgroup_cpu_quota_is_read_as_the_kernel_writes_it(tmp_path, files, quota):
-    from specbound.pipeline import cgroup_cpu_quota
-
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -99,10 +98,6 @@ def test_the_cgroup_cpu_quota_is_read_as_the_kernel_writes_it(tmp_path, files, q
 
 
 def test_usable_cores_are_the_affinity_within_the_quota(monkeypatch):
-    import os
-
-    import specbound.pipeline as analysis
-
     affinity = len(os.sched_getaffinity(0))
     monkeypatch.setattr(analysis, "cgroup_cpu_quota", lambda: None)
     assert analysis.available_cores() == affinity

@@ -3,6 +3,7 @@ guide; and the pages it points to say what the code and the Makefile do: the tim
 takes (the same number in its --help), the Debian packages `make` installs, the whole `scaling`
 table."""
 
+import argparse
 import re
 from pathlib import Path
 
@@ -16,8 +17,6 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def _subparser(name):
-    import argparse
-
     action = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     return action.choices[name]
 

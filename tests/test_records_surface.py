@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,13 +18,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from safetensors.numpy import load_file, save_file
+from support.numpy_bert import write_tiny_bert
 
 import specbound
-from support.numpy_bert import write_tiny_bert
 from specbound.bounds import REGISTRY
 from specbound.cli import main
 from specbound.io.default_checkpoint import DEFAULT_NAME, default_checkpoint
+from specbound.records.schema import DERIVED_COLUMNS, RENAMED_COLUMNS
 from specbound.records.view import fmt, format_summary, short_name
+from specbound.tools.miniatures import write_miniatures
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +222,6 @@ def _as_schema(folder, version):
     """Rewrite a saved analysis as ``version`` (1 or 2) wrote it: without schema 3's
     ``lipschitz_factor`` columns, and (schema 1) the downstream factor under its old name ``alpha``
     (``log10_alpha``) in the tables and the document."""
-    from specbound.records.schema import DERIVED_COLUMNS, RENAMED_COLUMNS
 
     old = {new: old for old, new in RENAMED_COLUMNS.items()} if version == 1 else {}
     for name in ("matrices", "layers"):
@@ -479,7 +481,6 @@ def test_load_reads_a_null_bound_with_its_log_as_infinite(tiny, tmp_path):
 def test_the_first_screen_says_why_every_p_star_is_zero(default, tmp_path):
     """MiniLM chooses p* = 0 everywhere: the summary says why (the downstream factors) and points
     to a model where p* varies; that model's summary has no such line and does vary."""
-    from specbound.tools.miniatures import write_miniatures
 
     text = str(default)
     line = next(x for x in paragraphs(text) if x.startswith("every matrix chose p* = 0"))
@@ -512,7 +513,6 @@ def test_plots_compose_into_the_callers_axes(tiny):
 
 def test_a_long_location_is_shortened_on_the_first_screen(tiny, tmp_path):
     """CI installs the default under a deep venv path: the 'from' line must still fit 100 columns."""
-    import shutil
 
     folder, _ = tiny
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "tiny"

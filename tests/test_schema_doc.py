@@ -8,8 +8,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from support.families import save_family
+from support.vision_language import build_wrapper
 
 import specbound
+from specbound.records.schema import SCHEMA_VERSION
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "schema.md"
 SECTIONS = {  # heading of docs/schema.md -> the objects of a document that section describes
@@ -50,7 +53,6 @@ def emitted_keys(section: str, obj: dict) -> set[str]:
 def documents(tiny_bert_dir, tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import save_family
 
     root = tmp_path_factory.mktemp("families")
     for name in ("llama", "gemma3_text", "bloom", "qwen3_moe", "deepseek_v3", "qwen2_vl_text", "qwen2_5_vl_vision"):
@@ -101,7 +103,6 @@ def documents(tiny_bert_dir, tmp_path_factory):
         )
     ).save_pretrained(root / "clip")
     clip = json.loads(specbound.analyze(root / "clip", threads=1).to_json())
-    from support.vision_language import build_wrapper
 
     build_wrapper("gemma3").save_pretrained(root / "gemma3")
     gemma3 = json.loads(specbound.analyze(root / "gemma3", threads=1).to_json())
@@ -174,7 +175,6 @@ def test_conditional_keys_are_absent_when_their_condition_is(documents):
 def test_the_documented_schema_version_is_the_one_written(documents):
     """The top-level table's ``schema_version`` value (it said 2 after schema 3 was introduced) and the two-tower
     example's are the version the code writes."""
-    from specbound.records.schema import SCHEMA_VERSION
 
     written = {document["schema_version"] for document in documents.values() if "schema_version" in document}
     assert written == {SCHEMA_VERSION}

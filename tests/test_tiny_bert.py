@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from safetensors import safe_open
+from support.oracle import dense_reference
 
 import specbound
-from support.oracle import dense_reference
 
 REL = 1e-9
 COLUMNS = [
@@ -43,8 +44,6 @@ def assert_matches_oracle(analysis, bounds, rows):
 
 
 def tensor_names(folder):
-    from safetensors import safe_open
-
     with safe_open(str(folder / "model.safetensors"), framework="numpy") as f:
         return list(f.keys())
 
@@ -98,8 +97,6 @@ def test_sharded_equals_single_file(tiny_dir):
 
 
 def test_fp16_is_upcast_to_float64(tiny_dir):
-    from safetensors import safe_open
-
     fp16, fp32 = tiny_dir("bert", "fp16"), tiny_dir("bert")
     with safe_open(str(fp16 / "model.safetensors"), framework="numpy") as f:
         assert f.get_tensor("encoder.layer.0.attention.self.query.weight").dtype == np.float16

@@ -10,14 +10,14 @@ import shutil
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+from support.same_numbers import numbers
 
 import specbound
 from specbound import SpecboundError
-from specbound.archs.infer import infer_spec
 from specbound.archs import builtin_specs, parse_spec
-from specbound.io import open_checkpoint
+from specbound.archs.infer import infer_spec
 from specbound.cli import main
-from support.same_numbers import numbers
+from specbound.io import open_checkpoint
 
 
 def numbers_without_family(result):

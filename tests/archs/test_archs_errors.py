@@ -1,10 +1,10 @@
 """Family specs: configs no shipped family reads, and malformed --arch-spec files."""
 
 import json
+import time
+from importlib import resources
 
 import pytest
-
-import specbound
 from support.one_line import (
     assert_api_error,
     assert_broken_checkpoint_error,
@@ -13,12 +13,13 @@ from support.one_line import (
     run_cli,
     write_config,
 )
-from importlib import resources
+
+import specbound
+from specbound.archs import supported_model_types
 
 
 def unsupported_family(d):
     write_config(d, model_type="xlnet")
-    from specbound.archs import supported_model_types
 
     listed = ", ".join(supported_model_types())
     assert "gpt2" in listed and "llama" in listed and "bert" in listed
@@ -166,7 +167,6 @@ def test_optional_config_field_not_an_integer(healthy, tmp_path, capsys):
 def test_catastrophic_ignore_pattern_is_stopped(tiny_bert_dir, tmp_path, capsys):
     """A backtracking pattern (exponential on a real tensor name) ends in one line, not in minutes:
     ignore patterns are matched with a time limit."""
-    import time
 
     spec = _bert_spec()
     spec["ignore"] = ["^(.|..)*[A-Z]$"] + spec["ignore"]

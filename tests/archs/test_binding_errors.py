@@ -3,8 +3,10 @@ to the checkpoint (archs/binding.py) before any number is computed."""
 
 import numpy as np
 import pytest
-
 from support.one_line import assert_broken_checkpoint_error, edit_tensors, write_config
+
+from specbound import SpecboundError
+from specbound.archs import spec_for_config
 
 
 def missing_tensor(d):
@@ -90,8 +92,6 @@ def test_broken_checkpoint(breaker, healthy, capsys):
 
 def test_shared_layer_depth_is_bounded():
     """ALBERT's depth is not bounded by its stored tensors: a 10**30-deep stack is refused by its spec."""
-    from specbound import SpecboundError
-    from specbound.archs import spec_for_config
 
     spec = spec_for_config({"model_type": "albert"})
     assert spec.stored_layers({"num_hidden_groups": 1}, 12) == [0] * 12

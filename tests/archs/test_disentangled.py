@@ -18,7 +18,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import json
+
+from support.lipschitz import measured_lipschitz, unit_rows
+
 import specbound  # noqa: E402
+from specbound.cli import main
 
 N, H, D_FF, T = 32, 4, 48, 7
 D = N // H
@@ -165,10 +170,6 @@ def test_analysis_puts_the_position_terms_into_lambda_and_gamma(tmp_path):
     ],
 )
 def test_configs_outside_the_derivation_are_refused(tmp_path, change, needle, capsys):
-    import json
-
-    from specbound.cli import main
-
     _model().float().save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
@@ -179,8 +180,6 @@ def test_configs_outside_the_derivation_are_refused(tmp_path, change, needle, ca
 
 
 def test_convolution_layer_is_refused_naming_it(tmp_path, capsys):
-    from specbound.cli import main
-
     torch.manual_seed(0)
     transformers.DebertaV2Model(
         transformers.DebertaV2Config(
@@ -210,7 +209,6 @@ def test_attention_output_obeys_the_factors_by_brute_force(terms):
     theorem's: gradient ascent over the inputs finds no ratio above ``sum_h c(OV_h)(1 + 2 (2 + n)
     c(QK_h))``, and perturbing head 1's ``QK`` by ``Delta`` moves the output by at most
     ``2 (1 + n) c(OV_1) ||Delta||`` (docs/theory.md 3h; the feed-forward factor is section 3's)."""
-    from support.lipschitz import measured_lipschitz, unit_rows
 
     n = len(terms)
     model = _model(terms)

@@ -14,7 +14,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import shutil
+from importlib.resources import files
+
 import specbound  # noqa: E402
+from specbound.archs.spec import parse_spec
+from specbound.cli import main
+from specbound.compute.propagation import ACTIVATIONS
+from specbound.errors import SpecboundError
 
 N, H, D_FF = 32, 4, 48
 L_E, L_D = 2, 3  # unequal, so that a stack read with the other's depth fails
@@ -362,10 +369,6 @@ def test_encoder_only_export_is_read_as_its_encoder(tmp_path):
 
 
 def test_a_stack_of_the_wrong_depth_is_one_line(tmp_path, capsys):
-    import shutil
-
-    from specbound.cli import main
-
     folder, deeper = save_family("bart", tmp_path / "bart")[2], tmp_path / "deeper"
     capsys.readouterr()
     deeper.mkdir()
@@ -380,7 +383,6 @@ def test_a_stack_of_the_wrong_depth_is_one_line(tmp_path, capsys):
 def test_older_t5_configs_name_the_activation_by_feed_forward_proj(tmp_path):
     """T5 v1.1 configs saved before dense_act_fn and is_gated_act existed say only feed_forward_proj =
     gated-gelu, HF's gelu_new: the same gated block, the same L_phi and the same numbers."""
-    import shutil
 
     folder = save_family("flan_t5", tmp_path / "flan_t5")[2]
     current = specbound.analyze(folder, threads=1)
@@ -433,9 +435,6 @@ def test_configs_written_before_is_gated_act_take_any_gated_activation(tmp_path)
     """A config.json saved before T5Config wrote is_gated_act and dense_act_fn names the block only by
     feed_forward_proj: every gated-<activation> whose constant specbound knows is the gated block with
     that activation (gated-gelu: gelu_new, as T5Config maps it); t5.json lists each one."""
-    from importlib.resources import files
-
-    from specbound.compute.propagation import ACTIVATIONS
 
     doc = json.loads((files("specbound.archs") / "data" / "t5.json").read_text())
     listed = next(
@@ -474,10 +473,6 @@ def test_configs_written_before_is_gated_act_take_any_gated_activation(tmp_path)
 def test_a_variant_s_when_may_list_conditions():
     """``when`` as a list: any one condition selects the variant (T5's is_gated_act, or feed_forward_proj
     for configs without it); an entry that is not a non-empty object is a one-line error."""
-    from importlib.resources import files
-
-    from specbound.archs.spec import parse_spec
-    from specbound.errors import SpecboundError
 
     doc = json.loads((files("specbound.archs") / "data" / "t5.json").read_text())
     spec = parse_spec(doc, "t5.json")

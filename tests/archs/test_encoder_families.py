@@ -10,7 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import shutil
+
 import specbound  # noqa: E402
+from specbound.cli import main
 from specbound.pipeline import open_model, read_layer  # noqa: E402
 
 N, H, D_FF = 32, 4, 48
@@ -78,7 +81,6 @@ def test_modernbert_layer_types_each_rotate_with_their_base(modernbert):
 def test_modernbert_config_before_transformers_5_reads_the_same(modernbert, tmp_path):
     """Released ModernBERT configs (transformers 4.x) state global_rope_theta, local_rope_theta and
     global_attn_every_n_layers instead of layer_types and per-type rope_parameters."""
-    import shutil
 
     folder, model = modernbert
     shutil.copy(folder / "model.safetensors", tmp_path / "model.safetensors")
@@ -162,8 +164,6 @@ def test_structures_are_said(tmp_path, family, build, structure):
 
 
 def test_wav2vec2_adapter_is_refused_naming_it(tmp_path, capsys):
-    from specbound.cli import main
-
     torch.manual_seed(0)
     transformers.Wav2Vec2Model(
         transformers.Wav2Vec2Config(

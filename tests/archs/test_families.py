@@ -9,22 +9,25 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
+import json
+import shutil
 
 from support.families import (
     D_FF,
     FAMILIES,
     FAMILY_OF,
     HEAD_DIM,
+    ROTARY,
     TOWER,
     H,
     N,
-    ROTARY,
     build_family,  # noqa: E402
     num_layers,
     reference_matrices,
     save_family,
 )
+
+import specbound  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
@@ -79,7 +82,6 @@ def test_family_matches_module_reference(saved_family):
 
 def test_family_from_pytorch_bin(saved_family, tmp_path):
     """The same weights as a pytorch_model.bin (the saved names, as older checkpoints store them)."""
-    import shutil
 
     from safetensors.torch import load_file
 
@@ -111,7 +113,6 @@ def test_family_block_structure(saved_family):
 def test_kv_heads_inferred_when_config_omits_them(tmp_path):
     """Mistral/Qwen2 configs may omit num_key_value_heads (library defaults 8 and 32, not H): the
     key weight's shape decides, and the numbers equal those with the key present."""
-    import json
 
     torch.manual_seed(0)
     model = transformers.MistralForCausalLM(

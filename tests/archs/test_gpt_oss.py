@@ -19,13 +19,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from importlib import resources
+
+from support.families import build_family  # noqa: E402
+from support.lipschitz import attention_factor, measured_attention, measured_lipschitz, unit_rows  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound.archs.spec import parse_spec  # noqa: E402
 from specbound.compute.propagation import clamped_swiglu_constants  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
-
-from support.families import build_family  # noqa: E402
-from support.lipschitz import attention_factor, measured_attention, measured_lipschitz, unit_rows  # noqa: E402
+from specbound.io.safetensors_file import open_safetensors_file
 
 H = 4
 
@@ -198,8 +201,6 @@ def _bank_file(path, dtype, values):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_one_expert_read_alone_is_the_banks_slice(tmp_path, dtype):
-    from specbound.io.safetensors_file import open_safetensors_file
-
     values = np.random.default_rng(0).standard_normal((5, 3, 7))
     _bank_file(tmp_path / "b.safetensors", getattr(torch, dtype), values)
     ckpt = open_safetensors_file(tmp_path / "b.safetensors", {})
@@ -211,8 +212,6 @@ def test_one_expert_read_alone_is_the_banks_slice(tmp_path, dtype):
 
 
 def test_a_nan_in_one_expert_names_it(tmp_path):
-    from specbound.io.safetensors_file import open_safetensors_file
-
     values = np.ones((3, 2, 2))
     values[2, 1, 0] = math.nan
     _bank_file(tmp_path / "b.safetensors", torch.float32, values)
@@ -223,8 +222,6 @@ def test_a_nan_in_one_expert_names_it(tmp_path):
 
 
 def _gpt_oss_doc():
-    from importlib import resources
-
     return json.loads(resources.files("specbound.archs").joinpath("data/gpt_oss.json").read_text())
 
 

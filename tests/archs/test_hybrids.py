@@ -8,16 +8,21 @@ ones the message names."""
 
 import json
 import re
+from importlib import resources
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.numpy import load_file, save_file
+from support.families import EVERY_LAYER, EXTRA, REFUSED_TYPES, SMALL
+from support.families import REFUSED_CONFIGS as CASES
+from support.one_line import assert_api_error, assert_one_line_error, run_cli
 
 from specbound import SpecboundError
-from specbound.archs import spec_for_config
-from specbound.archs.hybrids import ranges, refused_families, refused_family
-from support.families import EVERY_LAYER, EXTRA, REFUSED_CONFIGS as CASES, REFUSED_TYPES, SMALL
-from support.one_line import assert_api_error, assert_one_line_error, run_cli
+from specbound.archs import spec_for_config, supported_model_types
+from specbound.archs.hybrids import _parse, ranges, refused_families, refused_family
+from specbound.cli import main
 
 transformers = pytest.importorskip("transformers")
 
@@ -85,8 +90,6 @@ def test_what_config_does_not_say_is_said():
 
 
 def test_every_refused_family_is_read_and_none_is_shipped():
-    from specbound.archs import supported_model_types
-
     families = refused_families()
     assert {f.family for f in families} >= {
         "qwen3_next",
@@ -215,9 +218,7 @@ INFER_CASES = [
 def _names_only(model_type, kwargs, folder):
     """The tensor names and shapes of transformers' own model of ``model_type`` (built on the meta
     device), written as zeros, with the config.json transformers writes."""
-    import numpy as np
     import torch
-    from safetensors.numpy import save_file
 
     config = transformers.AutoConfig.for_model(model_type, **SMALL, **EXTRA.get(model_type, {}), **kwargs)
     with torch.device("meta"):
@@ -270,8 +271,6 @@ def test_arch_infer_refuses_a_hybrid_naming_the_weight_and_its_layers(
 )
 def test_arch_infer_refuses_each_kind_naming_the_weight(extra, needle, tmp_path, capsys):
     """A plain LLaMA-like layer stack with one such weight in its second layer only."""
-    import numpy as np
-    from safetensors.numpy import save_file
 
     base = {
         "self_attn.q_proj.weight": (8, 8),
@@ -319,7 +318,6 @@ def test_arch_infer_refuses_each_kind_naming_the_weight(extra, needle, tmp_path,
         shapes.pop(f"model.layers.1.{k}")
     save_file({k: np.zeros(s, np.float32) for k, s in shapes.items()}, str(folder / "model.safetensors"))
     capsys.readouterr()
-    from specbound.cli import main
 
     assert main(["arch", "infer", str(folder)]) == 0, line
 
@@ -366,10 +364,6 @@ def test_any_config_of_a_refused_family_is_one_line(model_type, config, kda):
 def test_a_spec_that_ignores_a_state_space_weight_is_refused(healthy, tmp_path, capsys):
     """A user's spec for a hybrid cannot make its linear-attention layers vanish by ignoring them: the
     tiny BERT with a Mamba-like A_log in two layers, and a spec ignoring it."""
-    from importlib import resources
-
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
 
     tensors = load_file(str(healthy / "model.safetensors"))
     for layer in (0, 1):
@@ -400,8 +394,6 @@ def test_a_spec_that_ignores_a_state_space_weight_is_refused(healthy, tmp_path, 
     ],
 )
 def test_a_malformed_refused_family_file_is_one_line(bad):
-    from specbound.archs.hybrids import _parse
-
     raw = {
         "family": "f",
         "description": "d",

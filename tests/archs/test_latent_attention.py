@@ -13,13 +13,17 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import json
+import tempfile
+
+from safetensors import safe_open
+from support.lipschitz import measured_lipschitz  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402
 from specbound.archs.extract import layer_weights  # noqa: E402
 from specbound.compute.latent import latent_factors, latent_heads  # noqa: E402
 from specbound.pipeline import open_model  # noqa: E402
-
-from support.lipschitz import measured_lipschitz  # noqa: E402
 
 N, H, RQ, RKV, NOPE, ROPE, DV = 16, 2, 8, 6, 4, 4, 3
 YARN = {
@@ -267,7 +271,6 @@ def test_the_attention_modules_lipschitz_constant_holds(mla):
 def test_the_rows_are_their_blocks_and_count_the_stored_weights(mla):
     """Each row's singular values are its blocks' together (the dense block-diagonal's), and the parameter
     count is that of the stored attention and feed-forward projections."""
-    from safetensors import safe_open
 
     case, a, model, weights, _ = mla
     lat = weights.latent
@@ -287,7 +290,6 @@ def test_the_rows_are_their_blocks_and_count_the_stored_weights(mla):
         np.testing.assert_allclose(got, expected[: got.size], rtol=1e-9, atol=1e-12)
         assert row.spectral_norm == pytest.approx(max(np.linalg.norm(b, 2) for b in blocks), rel=1e-12)
     del model
-    import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
         _build(**CASES[case]).save_pretrained(folder)
@@ -301,8 +303,6 @@ def test_the_rows_are_their_blocks_and_count_the_stored_weights(mla):
 
 
 def test_a_missing_latent_dimension_is_one_line(tmp_path):
-    import json
-
     transformers.logging.set_verbosity_error()
     _build().save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())

@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import shutil
+
 import specbound  # noqa: E402
 from specbound.archs import builtin_specs  # noqa: E402
 from specbound.archs.rotary import rotary_layouts  # noqa: E402
@@ -92,7 +94,6 @@ def test_a_qk_norm_layers_rows_are_its_factors_whatever_its_rotation(gemma3, tmp
             assert row["spectral_norm"] == pytest.approx(s[0], rel=1e-9)
             assert row["frobenius_norm"] == pytest.approx(np.linalg.norm(z), rel=1e-9)
             assert row["norm_1_1"] == pytest.approx(np.abs(z).sum(), rel=1e-9)
-    import shutil
 
     for name in ("model.safetensors",):
         shutil.copy(folder / name, tmp_path / name)

@@ -12,11 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
-from specbound.errors import SpecboundError  # noqa: E402
-
 from support.families import build_family  # noqa: E402
 from support.lipschitz import attention_factor, measured_attention, measured_lipschitz  # noqa: E402
+
+import specbound  # noqa: E402
+from specbound.archs.rotary import parse_rotary
+from specbound.errors import SpecboundError  # noqa: E402
 
 L_PHI = 1.0999  # SiLU's, the table's
 
@@ -175,7 +176,6 @@ def test_scouts_rope_scaling_analyses(tmp_path):
     d = reloaded.config.head_dim
     default = 1.0 / config["rope_parameters"]["rope_theta"] ** (np.arange(0, d, 2) / d)
     assert (module < 0.5 * default).any() and np.isclose(module, default).any()  # some scaled, some not
-    from specbound.archs.rotary import parse_rotary
 
     ours = parse_rotary(config, reloaded.config.head_dim, "interleaved")
     np.testing.assert_allclose(ours.thetas, module, rtol=2e-6)

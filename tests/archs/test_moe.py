@@ -13,11 +13,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import shutil
+
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402
 from specbound.archs.extract import layer_weights  # noqa: E402
 from specbound.compute.propagation import feed_forward_lipschitz  # noqa: E402
 from specbound.pipeline import open_model  # noqa: E402
+from specbound.records.view import per_layer_frame, per_role_frame
 
 N, H, E, K, D_FF, SHARED = 16, 2, 4, 2, 12, 20
 
@@ -229,8 +232,6 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
         .endswith("experts.3.w1.weight" if kind == "mixtral" else "experts.3.gate_proj.weight")
     )
     # the summary sums each role over the routed experts (a model with 64 experts keeps its tables narrow)
-    from specbound.records.view import per_layer_frame, per_role_frame
-
     columns = set(per_layer_frame(a).columns)
     assert {"FF_gate[experts]", "FF_out[experts]"} <= columns and not any(re.search(r"\[e\d+\]", c) for c in columns)
     roles = per_role_frame(a)
@@ -245,8 +246,6 @@ def test_the_router_is_named_and_the_structure_is_said(moe):
 
 
 def _rewrite_config(folder, tmp_path, **changes):
-    import shutil
-
     target = tmp_path / "copy"
     shutil.copytree(folder, target)
     config = json.loads((target / "config.json").read_text())

@@ -13,9 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import copy
+from importlib.resources import files
+
+from safetensors import safe_open
+
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402
 from specbound.archs.extract import layer_weights  # noqa: E402
+from specbound.archs.spec import parse_spec
 from specbound.compute.propagation import feed_forward_lipschitz  # noqa: E402
 from specbound.pipeline import open_model  # noqa: E402
 
@@ -193,8 +199,6 @@ def test_the_reported_factor_holds_for_the_frozen_block_and_carries_the_gates(sa
 
 
 def test_the_parameter_count_is_the_stored_analysed_tensors(saved):
-    from safetensors import safe_open
-
     kind, folder, _ = saved
     a = specbound.analyze(folder, threads=1)
     counted = 0
@@ -273,11 +277,6 @@ def test_no_shared_expert_when_the_config_counts_none(tmp_path):
     ],
 )
 def test_a_bad_spec_for_the_new_keys_is_one_line(change, says):
-    import copy
-    from importlib.resources import files
-
-    from specbound.archs.spec import parse_spec
-
     doc = json.loads((files("specbound.archs") / "data" / "deepseek_v3.json").read_text())
     bad = copy.deepcopy(doc)
     change(bad)

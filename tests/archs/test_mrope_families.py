@@ -25,10 +25,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
+from safetensors.numpy import load_file
 from support.offset_checks import check_offset_matrix  # noqa: E402
+
+import specbound  # noqa: E402
 from specbound.archs.registry import builtin_specs, spec_for_config  # noqa: E402
 from specbound.archs.rotary import rotary_layout  # noqa: E402
+from specbound.archs.spec import parse_spec
 from specbound.compute.rotary import rotation  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
 from specbound.records.view import format_summary  # noqa: E402
@@ -101,8 +104,6 @@ def _layout(family, path):
 
 
 def _weights(path):
-    from safetensors.numpy import load_file
-
     w = load_file(str(path / "model.safetensors"))
     return (
         w["layers.0.self_attn.q_proj.weight"].astype(np.float64).reshape(H, D, N),
@@ -238,8 +239,6 @@ def test_a_config_without_sections_gets_transformers_default(tmp_path, monkeypat
 
 
 def test_a_spec_with_a_bad_mrope_is_one_line():
-    from specbound.archs.spec import parse_spec
-
     doc = json.loads((Path(specbound.__file__).parent / "archs" / "data" / "qwen2_vl_text.json").read_text())
     for bad in (
         {"kind": "diagonal", "default_section": [1, 2, 1]},

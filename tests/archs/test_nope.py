@@ -15,13 +15,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import importlib
+from importlib import resources
+
+from support.families import save_family  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound.archs import builtin_specs  # noqa: E402
 from specbound.archs.rotary import rotary_layouts  # noqa: E402
 from specbound.archs.spec import parse_spec  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
-
-from support.families import save_family  # noqa: E402
 
 SIZES = dict(
     hidden_size=32,
@@ -35,8 +38,6 @@ SIZES = dict(
 
 
 def _modeling(name):
-    import importlib
-
     return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
 
 
@@ -183,8 +184,6 @@ def test_a_bad_nope_rule_is_refused_when_the_spec_loads(nope):
 
 
 def _llama_doc():
-    from importlib import resources
-
     return json.loads(resources.files("specbound.archs").joinpath("data/llama.json").read_text())
 
 

@@ -11,8 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import shutil
+
+from safetensors.numpy import load_file, save_file
+
 import specbound  # noqa: E402
+from specbound.archs import builtin_specs
+from specbound.cli import main
 from specbound.errors import SpecboundError  # noqa: E402
+from specbound.pipeline import open_model
 
 TEXT = dict(
     hidden_size=32,
@@ -106,8 +113,6 @@ def test_one_tower_is_the_same_analysis(saved, both):
 
 
 def test_outputs_carry_the_tower(saved, both, tmp_path, capsys):
-    from specbound.cli import main
-
     doc = json.loads(both.to_json())
     assert set(doc["towers"]) == {"text", "vision"} and doc["towers"]["vision"]["model"]["tower"] == "vision"
     table = both.tidy_table("matrices")
@@ -144,8 +149,6 @@ def test_a_checkpoint_of_one_tower_is_that_tower(saved, both, tmp_path):
             a.matrices.drop(columns="tensors"), both[tower].matrices.drop(columns="tensors"), check_exact=True
         )
         # transformers 4 saved the same tower under its prefix (text_model.*, vision_model.*)
-        from safetensors.numpy import load_file, save_file
-
         prefixed = tmp_path / f"{name}-prefixed"
         prefixed.mkdir()
         (prefixed / "config.json").write_text((tmp_path / name / "config.json").read_text())
@@ -160,7 +163,6 @@ def test_a_checkpoint_of_one_tower_is_that_tower(saved, both, tmp_path):
 def test_sub_config_defaults_are_the_library_s(saved, tmp_path):
     """A tower's sub-config may leave out what its config class defaults; the spec's defaults are those
     of transformers' CLIPTextConfig, CLIPVisionConfig, SiglipTextConfig and SiglipVisionConfig."""
-    from specbound.archs import builtin_specs
 
     family, folder, _ = saved
     spec = builtin_specs()[family]
@@ -169,7 +171,6 @@ def test_sub_config_defaults_are_the_library_s(saved, tmp_path):
         library = getattr(transformers, cls)()
         for key, value in spec.tower_spec(tower).spec.config_defaults.items():
             assert getattr(library, key) == value, (family, tower, key)
-    import shutil
 
     shutil.copy(folder / "model.safetensors", tmp_path / "model.safetensors")
     config = json.loads((folder / "config.json").read_text())
@@ -194,8 +195,6 @@ def test_tower_errors_are_one_line(saved, tiny_bert_dir, call, needle):
 
 
 def test_opening_one_chain_of_a_two_tower_model_needs_the_tower(saved):
-    from specbound.pipeline import open_model
-
     with pytest.raises(SpecboundError, match="pass tower='text' or tower='vision'"):
         open_model(saved[1])
     model = open_model(saved[1], tower="text")
@@ -206,7 +205,6 @@ def test_opening_one_chain_of_a_two_tower_model_needs_the_tower(saved):
 def test_a_sweep_analyses_the_tower_it_is_given(saved, tmp_path, capsys):
     """A sweep stores one record per tower asked for (``--tower``); without it the two-tower checkpoint
     is a failed source whose line says to pass one, and the sweep goes on."""
-    from specbound.cli import main
 
     store = tmp_path / "store"
     capsys.readouterr()

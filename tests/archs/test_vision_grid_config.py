@@ -5,12 +5,16 @@ import json
 from importlib import resources
 
 import pytest
+from support.families import save_family
 
+import specbound
+from specbound.archs.infer import infer_spec
 from specbound.archs.model import UNBOUNDED_POSITIONS
 from specbound.archs.registry import builtin_specs
 from specbound.archs.rotary import rotary_layouts
 from specbound.archs.spec import parse_spec
 from specbound.errors import SpecboundError
+from specbound.io import open_checkpoint
 
 AXIAL = {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "axial"}}
 UNBOUNDED = (UNBOUNDED_POSITIONS, UNBOUNDED_POSITIONS)
@@ -113,10 +117,6 @@ def test_a_draft_of_an_axial_tower_says_the_grid_is_missing_and_the_1d_reading_r
     """``specbound arch infer`` on a 2D rotary tower (rope_type axial) drafts 1D rotary pairs, says to verify a
     missing grid rule, and analysing with that draft is one line naming the axial rope type, never 1D numbers."""
     pytest.importorskip("transformers")
-    import specbound
-    from specbound.archs.infer import infer_spec
-    from specbound.io import open_checkpoint
-    from support.families import save_family
 
     save_family("pixtral_vision", tmp_path / "m", layers=1)
     draft = infer_spec(open_checkpoint(tmp_path / "m"))

@@ -13,9 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
-from specbound.archs.registry import builtin_specs  # noqa: E402
-from specbound.errors import SpecboundError  # noqa: E402
+from importlib import resources
 
 from support.same_numbers import assert_close_tree, numbers  # noqa: E402
 from support.vision_language import (
@@ -26,6 +24,16 @@ from support.vision_language import (
     save_text_alone,
     save_vision_alone,
 )
+
+import specbound  # noqa: E402
+from specbound.archs.registry import (
+    builtin_specs,  # noqa: E402
+    referenced_family,
+)
+from specbound.archs.spec import parse_spec
+from specbound.archs.towers import tower_config
+from specbound.cli import main
+from specbound.errors import SpecboundError  # noqa: E402
 
 # wrappers whose modules hold the names transformers 5 saves
 HELD_AS_SAVED = ("idefics3", "llama4", "smolvlm", "qwen3_vl")
@@ -130,8 +138,6 @@ def test_a_tower_whose_family_is_not_shipped_is_one_line_and_the_other_tower_ana
 
 
 def specbound_data():
-    from importlib import resources
-
     return resources.files("specbound.archs") / "data"
 
 
@@ -247,8 +253,6 @@ def test_a_hostile_tower_config_is_one_line(tmp_path, section, value, needles):
     ],
 )
 def test_a_bad_wrapper_spec_is_one_line(tmp_path, doc, needle):
-    from specbound.archs.spec import parse_spec
-
     doc = {"family": "w", "description": "", "model_types": ["w"], **doc}
     _one_line(lambda: parse_spec(doc, "w.json"), needle, "docs/architectures.md")
 
@@ -271,7 +275,6 @@ def test_the_text_tower_of_a_family_that_is_two_towers_is_refused(tmp_path):
 def test_the_outputs_show_both_towers(tmp_path, capsys):
     """The CLI's headline and summary, the JSON document, the saved folder (one document per tower) and the
     notebook's HTML view of a wrapper carry both towers, as a two-tower model's do."""
-    from specbound.cli import main
 
     folder, _ = _wrapper_folder(tmp_path / "gemma3")
     assert main(["analyze", str(folder), "--quiet"]) == 0
@@ -375,7 +378,6 @@ def test_arch_infer_drafts_towers_that_name_the_families_of_the_sections(saved, 
     """``specbound arch infer`` of a wrapper reads its text_config / vision_config: each tower whose model_type a
     shipped family reads references it, under the prefix holding that family's layer-0 query weight; the rest
     is the projector (VERIFY); the draft analyses each tower to the shipped wrapper's numbers."""
-    from specbound.cli import main
 
     name, _, folder = saved
     text_family, vision_family = WRAPPERS[name][3]
@@ -395,7 +397,6 @@ def test_arch_infer_drafts_towers_that_name_the_families_of_the_sections(saved, 
 def test_arch_infer_of_a_wrapper_whose_text_family_is_unknown_drafts_one_chain(tmp_path, capsys):
     """No shipped family reads the text model (text_config's model_type unknown): the draft is the one-chain
     drafter's, from the tensor names, as for any unknown checkpoint."""
-    from specbound.cli import main
 
     folder, config = _wrapper_folder(tmp_path / "w", "llava")
     config["model_type"], config["text_config"]["model_type"] = "my_vlm", "my_lm"
@@ -418,7 +419,6 @@ DEFAULTS = [
 def test_a_towers_defaults_are_its_librarys(name, tower):
     """A wrapper built by transformers from a section holding only its model_type gets exactly the tower's
     ``defaults`` (transformers 5 keeps rope_theta in rope_parameters)."""
-    from specbound.archs.registry import referenced_family
 
     model_type = referenced_family(tower.family, by_model_type=False, what="").model_types[0]
     config = transformers.AutoConfig.for_model(name, **{tower.config_sections[0]: {"model_type": model_type}})
@@ -435,7 +435,6 @@ def test_a_towers_defaults_are_its_librarys(name, tower):
 def test_defaults_fill_only_a_section_of_the_named_familys_own_class(tmp_path):
     """LLaVA 1.5's text_config lists little more than its model_type: LlamaConfig's defaults fill it; a Mistral
     section leaving a key out gets none of them (its library's defaults differ): one line, never Llama's."""
-    from specbound.archs.towers import tower_config
 
     llava = builtin_specs()["llava"].tower_spec("text")
     assert tower_config(llava, {"text_config": {"model_type": "llama"}})["num_attention_heads"] == 32

@@ -19,11 +19,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hypothesis import strategies as st
+from support.drawn_configs import check_drawn
+from support.families import FAMILIES, VISION_2D, H, N, _vision_classes, save_family  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound.compute.rotary import rotations  # noqa: E402
 from specbound.pipeline import open_model  # noqa: E402
-
-from support.families import FAMILIES, VISION_2D, H, N, save_family  # noqa: E402
+from specbound.records.view import format_summary
 
 REL = 1e-9  # float64 numbers of float32 weights
 LOGIT_ATOL = 1e-5  # the modules rotate in float32 (their cos and sin, or q and k cast): relative to the largest logit
@@ -338,10 +341,6 @@ def test_drawn_towers_hold_by_brute_force(family, tmp_path_factory):
     tiles, Qwen2.5-VL's windows of 2 to 8 patches and any set of full-attention layers, bases 10 to 10^4): every
     logit the rotated bilinear form, every QK number at least the dense one at every offset used, exact rows equal
     to the maximum over exactly those offsets."""
-    from hypothesis import strategies as st
-
-    from support.drawn_configs import check_drawn
-    from support.families import _vision_classes
 
     def check(config):
         transformers.logging.set_verbosity_error()
@@ -368,8 +367,6 @@ def test_drawn_towers_hold_by_brute_force(family, tmp_path_factory):
 
 
 def test_the_summary_names_the_grid(tower):
-    from specbound.records.view import format_summary
-
     family, _, analysis, _, _ = tower
     line = next(l for l in format_summary(analysis).splitlines() if "2D rotary over the patch grid" in l)
     expected = {

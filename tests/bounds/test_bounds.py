@@ -2,20 +2,23 @@
 properties it must have (bracketing, invariance under balanced rescaling, monotonicity)."""
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.optimize import minimize_scalar
+from support.hand_model import HAND_DIMS, hand_layers, spec
 
-from specbound.compute.layer_spectra import layer_spectra
+from specbound.archs.model import LatentDims, LayerWeights, MixtureOfExperts, ModelDims
 from specbound.bounds import REGISTRY, compute_all, in_group
-from specbound.archs.model import LayerWeights, ModelDims
-from specbound.bounds.schatten import default_grid_m
-from specbound.compute.layer_spectra import LayerSpectra
+from specbound.bounds.param_count import parameter_count
+from specbound.bounds.schatten import ContributionCurve, continuous_minima, default_grid_m
+from specbound.compute.layer_spectra import LayerSpectra, layer_spectra
 from specbound.compute.measures import measure
 from specbound.options import KernelOptions
-from support.hand_model import HAND_DIMS, hand_layers, spec
 
 REL = 1e-9
 
@@ -269,7 +272,6 @@ def test_monotone_in_the_last_feed_forward_norm(model, t):
 def test_continuous_minimum_is_the_global_minimum(log_s, log_scale, n):
     """ln C is quasiconvex in p, so the minimiser found from the sign of its derivative is global:
     never above C anywhere on a fine grid, nor above any of several other curves' evaluations."""
-    from specbound.bounds.schatten import ContributionCurve, continuous_minima
 
     curve = ContributionCurve.from_kept(np.sort(np.exp(log_s))[::-1], log_scale=log_scale, n=n)
     p, value = continuous_minima([curve])
@@ -282,8 +284,6 @@ def test_continuous_minimum_is_the_global_minimum(log_s, log_scale, n):
 
 
 def test_continuous_minima_batch_equals_one_at_a_time():
-    from specbound.bounds.schatten import ContributionCurve, continuous_minima
-
     rng = np.random.default_rng(3)
     curves = [
         ContributionCurve.from_kept(np.sort(rng.lognormal(0, 1, r))[::-1], log_scale=rng.uniform(-5, 25), n=384)
@@ -302,9 +302,6 @@ def test_continuous_minima_batch_equals_one_at_a_time():
 def test_continuous_minimum_interior_root(log_scale):
     """Where the minimum is interior, d ln C / dp = 0 there (central difference), and a bounded
     scalar search (scipy) finds no smaller value."""
-    from scipy.optimize import minimize_scalar
-
-    from specbound.bounds.schatten import ContributionCurve
 
     curve = ContributionCurve.from_kept(np.array([3.0, 1.0, 0.2, 0.01]), log_scale=log_scale, n=100)
     p, value = curve.continuous_minimum()
@@ -320,11 +317,6 @@ def test_param_count_is_the_documented_formula_for_gated_blocks_experts_and_late
     """docs/bounds.md 8's ``param_count``: ``k = 3`` for a gated block, every routed expert and the shared block
     counted (``k N (E d_ff + d_ff_shared)``), a dense layer among them ``k N d_ff_dense``, latent attention's stored
     projections (the page gave BERT's ``L (2 N H d_h + 2 N H_kv d_h + 2 N d_ff)`` for every family)."""
-    from pathlib import Path
-    from types import SimpleNamespace
-
-    from specbound.archs.model import LatentDims, MixtureOfExperts
-    from specbound.bounds.param_count import parameter_count
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "bounds.md").read_text()
     for phrase in (

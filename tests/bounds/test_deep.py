@@ -8,10 +8,12 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-
-import specbound
+from support.families import FAMILIES, FAMILY_OF, SAME_PATH_AT_DEPTH, save_family
 from support.log_oracle import log_bounds
 from support.numpy_bert import row_weights, write_tiny_bert
+
+import specbound
+from specbound.records.view import format_summary
 
 
 def _strict(text):
@@ -28,7 +30,6 @@ def test_deep_bert_matches_the_log_space_oracle(tmp_path, L):
         warnings.simplefilter("error")  # no RuntimeWarning anywhere on the way
         a = specbound.analyze(folder, threads=1)
         text = str(a.to_json())
-        from specbound.records.view import format_summary
 
         summary = format_summary(a)
     rows = []
@@ -70,10 +71,6 @@ def test_outputs_hold_no_nan_or_infinity(tmp_path):
 def _deep_families() -> list[str]:
     """One model per code path: the test variants (Mistral, Qwen2, Falcon's other layouts) are read by
     the spec of the family they vary, the Gemmas take LLaMA's and Qwen3's paths (SAME_PATH_AT_DEPTH)."""
-    try:
-        from support.families import FAMILIES, FAMILY_OF, SAME_PATH_AT_DEPTH
-    except ImportError:  # no torch/transformers: the test skips below
-        return []
     return sorted(set(FAMILIES) - set(SAME_PATH_AT_DEPTH) - set(FAMILY_OF))
 
 
@@ -83,7 +80,6 @@ def _deep_families() -> list[str]:
 def test_every_shipped_family_gives_finite_bounds_at_depth_200(name, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import save_family
 
     save_family(name, tmp_path / name, layers=200)
     with warnings.catch_warnings():

@@ -7,15 +7,25 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.integrate import quad
+from support.gap_oracle import entropy_integral
+from support.hand_model import HAND_DIMS, hand_layers
 
 import specbound
 from specbound.bounds import REGISTRY, compute_all
-from specbound.errors import SpecboundError
+from specbound.bounds.covering import (
+    dudley_log_integral,
+    gap_complexity,
+    gap_log_scales,
+    log_covering_number,
+    matrix_term,
+    term_integral,
+)
 from specbound.bounds.gap import GapParameters, gap_bounds, gap_terms
-from specbound.bounds.schatten import default_grid_m
+from specbound.bounds.schatten import default_grid_m, grid_minimum, kept_singular_values, schatten_grid
 from specbound.compute.measures import measure
 from specbound.compute.spectra import MatrixSpectrum
-from support.hand_model import HAND_DIMS, hand_layers
+from specbound.errors import SpecboundError
 
 
 def test_gap_terms_by_hand():
@@ -37,8 +47,6 @@ def _entropy_oracle(ms, margin, fixed_p=None):
     gap_oracle.py): the error budget split over the ``T`` covered matrices (``scale_T = scale T / L``), each
     matrix at the index of the grid whose entropy integral is smallest, and ``C(p; scale_T / margin)`` there.
     Returns ``(B_margin, integral)``."""
-    from specbound.bounds.schatten import kept_singular_values, schatten_grid
-    from support.gap_oracle import entropy_integral
 
     grid = schatten_grid(ms.grid_m) if fixed_p is None else np.array([float(fixed_p)])
     n = ms.dims.N
@@ -121,10 +129,6 @@ def test_a_wider_margin_never_widens_the_adaptive_gap(margin, name):
 
 
 def test_dudley_integral_closed_form():
-    from scipy.integrate import quad
-
-    from specbound.bounds.covering import dudley_log_integral
-
     for a in (-30.0, -2.0, -1e-9, 0.0, 1e-9, 0.5, 4.0, 62.0, 700.0, 1e5):
         value, _ = quad(lambda t: math.sqrt(max(0.0, a + t)) * math.exp(-t), max(0.0, -a), math.inf)
         assert dudley_log_integral(a) == pytest.approx(value, rel=1e-9), a
@@ -191,8 +195,6 @@ def test_covering_terms_restate_each_bound():
     bound of the spectrum-adaptive family (the gap form covers the classes the bound measures); the gap
     form splits the budget over the ``T`` terms it sums instead of the headline's ``L`` (or stored
     layers): at fixed ``p = 2`` every term's ``C`` grows by ``(T / L)^(1/2)``."""
-    from specbound.bounds.covering import gap_complexity
-    from specbound.bounds.schatten import grid_minimum
 
     ms = measure(hand_layers(), HAND_DIMS, l_phi=1.0, rank_tol=1e-10, grid_m=default_grid_m(HAND_DIMS.L, HAND_DIMS.N))
     results = compute_all(ms)
@@ -223,7 +225,6 @@ def test_the_default_models_gap_carries_the_derived_entropy_integral(minilm_gaps
     split over the T = 156 covers summed, not the L = 6 layers), restated from the matrices table by
     quadrature: a log factor well above 1, not the former 1.  The gap is the issue's 196.70 (the budget
     split over L printed 187.43)."""
-    from scipy.integrate import quad
 
     a = minilm_gaps[1.0]
     m = a.matrices
@@ -264,7 +265,6 @@ def _lower_entropy(s, a, b, p, log_delta):
 
 def _table_terms(a):
     """Each matrix of an analysis as a covering term, from its tables (singular values, shape, scale)."""
-    from specbound.bounds.covering import matrix_term
 
     sv = a.singular_values
     return [
@@ -286,8 +286,6 @@ def test_the_entropy_is_never_below_a_lower_bound_of_its_class(minilm_gaps):
     volumetric lower bound of :func:`_lower_entropy`, at any index of the grid and any resolution, on
     every matrix of all-MiniLM-L6-v2.  The former ``p > 0`` reading ``C(p)^2 (margin eps)^(-2p/(p+2))``,
     an entropy without a log factor, fell below it at ``p = 1/m``, ``eps = 1`` on all 156 matrices."""
-    from specbound.bounds.covering import gap_log_scales, log_covering_number
-    from specbound.bounds.schatten import schatten_grid
 
     a = minilm_gaps[1.0]
     terms = _table_terms(a)
@@ -317,8 +315,6 @@ def test_the_entropy_is_never_below_a_lower_bound_of_its_class(minilm_gaps):
     st.floats(-30, 0),
 )
 def test_the_entropy_bounds_a_lower_bound_on_random_classes(a, b, logs, index, log_scale, log_eps):
-    from specbound.bounds.covering import log_covering_number, matrix_term
-
     s = np.sort(np.exp(np.array(logs[: min(a, b)])))[::-1]
     term = matrix_term(
         MatrixSpectrum((a, b), s, 0.0, 0.0),
@@ -344,9 +340,6 @@ def test_the_entropy_bounds_a_lower_bound_on_random_classes(a, b, logs, index, l
 def test_the_closed_form_integral_is_the_entropys_integral(a, b, logs, index, log_scale):
     """``term_integral`` (the Abel sum over truncation ranks) against quadrature of ``log_covering_number``
     between its breakpoints."""
-    from scipy.integrate import quad
-
-    from specbound.bounds.covering import log_covering_number, matrix_term, term_integral
 
     s = np.sort(np.exp(np.array(logs[: min(a, b)])))[::-1]
     term = matrix_term(

@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from specbound.bounds.schatten import ContributionCurve, schatten_grid
-from specbound.bounds.edelman import EDELMAN
 from specbound.archs.model import ModelDims
-from specbound.bounds.schatten import default_grid_m
+from specbound.bounds import REGISTRY
+from specbound.bounds.edelman import EDELMAN
+from specbound.bounds.schatten import ContributionCurve, default_grid_m, schatten_grid
 from specbound.compute.layer_spectra import LayerSpectra
 from specbound.compute.measures import measure
 from specbound.compute.spectra import MatrixSpectrum, numerical_rank
@@ -108,8 +108,6 @@ def test_vector_b():
 
 def test_shared_count_by_hand():
     """Two depths sharing one stored layer: each matrix once, scale = 1 * (gamma_0 alpha_0 + gamma_1 alpha_1)."""
-    from specbound.bounds import REGISTRY
-    from specbound.bounds.schatten import ContributionCurve, schatten_grid
 
     def spec(c, s2):
         return MatrixSpectrum((4, 4), np.array([c, s2]), 1.0, 1.0)

@@ -12,9 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 activations = pytest.importorskip("transformers.activations")
 
+import json
+
+from support.one_line import assert_one_line_error, run_cli  # noqa: E402
+
+import specbound
 from specbound.compute.propagation import ACTIVATIONS, activation_lipschitz, check_gated_activation  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
-from support.one_line import assert_one_line_error, run_cli  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
@@ -54,10 +58,6 @@ def test_a_gated_block_needs_c_phi():
 
 
 def test_an_unknown_activation_is_refused_before_any_weight_is_read(healthy, capsys):
-    import json
-
-    import specbound
-
     config = json.loads((healthy / "config.json").read_text())
     (healthy / "config.json").write_text(json.dumps({**config, "hidden_act": "relu2"}))
     assert_one_line_error(*run_cli(capsys, healthy), ["'relu2'", "--l-phi"])

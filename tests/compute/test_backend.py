@@ -5,12 +5,18 @@ eigensolver chosen by size, the tiled (1,1)-norms and the read-ahead change noth
 import numpy as np
 import pandas as pd
 import pytest
+from support.families import save_family
 
 import specbound
-from specbound.compute import spectra
+from specbound.cli import main
+from specbound.compute import eigensolvers, spectra, torch_kernels
+from specbound.compute.eigensolvers import TWO_STAGE_MIN, symmetric_eigenvalues
+from specbound.compute.layer_spectra import feed_forward_spectra
+from specbound.compute.torch_kernels import gram_eigenvalues
 from specbound.errors import SpecboundError
 from specbound.options import AnalysisOptions, KernelOptions
 from specbound.sweep.store import canonical_options
+from specbound.tools.bench import write_llama_checkpoint
 
 torch = pytest.importorskip("torch")
 
@@ -46,8 +52,6 @@ def assert_same_analysis(ours, reference, rtol=1e-12):
     params=["albert", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "llama", "mistral", "opt", "qwen2", "vit"],
 )
 def family_folder(request, tmp_path_factory):
-    from support.families import save_family
-
     folder = tmp_path_factory.mktemp(request.param)
     save_family(request.param, folder)
     return folder
@@ -63,8 +67,6 @@ def test_torch_cpu_matches_numpy_on_a_llama_shaped_model(tmp_path, monkeypatch):
     """A random LLaMA-shaped bf16 model (grouped-query attention, gated feed-forward), with Gram
     blocks narrow enough that every feed-forward Gram is accumulated over many blocks and tiles
     small enough that every (1,1)-norm is summed over many uneven tiles, on both devices."""
-    from specbound.compute import torch_kernels
-    from specbound.tools.bench import write_llama_checkpoint
 
     folder, _ = write_llama_checkpoint(tmp_path / "llama", L=2, N=96, H=6, H_kv=2, d_ff=260, vocab=64, seed=3)
     monkeypatch.setattr(spectra, "_GRAM_BLOCK", 24)
@@ -97,8 +99,6 @@ def test_torch_cpu_matches_numpy_on_a_llama_shaped_model(tmp_path, monkeypatch):
 
 
 def test_torch_gram_eigenvalues_match_a_dense_oracle():
-    from specbound.compute.torch_kernels import gram_eigenvalues
-
     w = np.random.default_rng(1).standard_normal((30, 200))
     lam = gram_eigenvalues(w, 16, "cpu")
     np.testing.assert_allclose(lam, np.linalg.svd(w, compute_uv=False) ** 2, rtol=1e-12)
@@ -109,7 +109,6 @@ def test_torch_gram_eigenvalues_match_a_dense_oracle():
 def test_factored_spectra_match_dense_products_with_grouped_heads(device, monkeypatch):
     """Grouped-query attention (3 query heads per key/value head), uneven (1,1)-norm tiles: every
     head's spectrum and norms equal those of its dense N x N product."""
-    from specbound.compute import torch_kernels
 
     monkeypatch.setattr(spectra, "_TILE", 7)
     monkeypatch.setattr(torch_kernels, "_TILE_CPU", (7, 9))
@@ -126,7 +125,6 @@ def test_factored_spectra_match_dense_products_with_grouped_heads(device, monkey
 
 def test_gpu_panels_give_the_same_norms(monkeypatch):
     """The GPU's tile shape (whole panels of rows), run on the CPU: uneven panels, the same sums."""
-    from specbound.compute import torch_kernels
 
     assert torch_kernels.tile_shape(4096, "cuda") == (4096, 4096) and torch_kernels.tile_shape(8192, "cuda") == (
         2048,
@@ -156,8 +154,6 @@ def test_svd_fallback_runs_on_the_device():
 
 
 def test_two_stage_eigensolver_matches_numpy(monkeypatch):
-    from specbound.compute import eigensolvers
-
     if eigensolvers._two_stage_driver() is None:
         pytest.skip("this NumPy's OpenBLAS does not export LAPACKE_dsyevd_2stage")
     x = np.random.default_rng(4).standard_normal((50, 60))
@@ -174,8 +170,6 @@ def test_two_stage_eigensolver_matches_numpy(monkeypatch):
 
 
 def test_small_orders_keep_numpys_eigensolver_bit_for_bit():
-    from specbound.compute.eigensolvers import TWO_STAGE_MIN, symmetric_eigenvalues
-
     x = np.random.default_rng(5).standard_normal((64, 80))
     g = x @ x.T
     assert 64 < TWO_STAGE_MIN
@@ -183,8 +177,6 @@ def test_small_orders_keep_numpys_eigensolver_bit_for_bit():
 
 
 def test_feed_forward_read_ahead_gives_identical_spectra():
-    from specbound.compute.layer_spectra import feed_forward_spectra
-
     rng = np.random.default_rng(6)
     ff = {
         "FF_gate": rng.standard_normal((16, 40)),
@@ -213,8 +205,6 @@ def test_device_option_is_checked_and_not_part_of_the_key():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_cuda_without_a_gpu_is_a_one_line_error(tiny_dir, capsys):
-    from specbound.cli import main
-
     with pytest.raises(SpecboundError, match="needs a CUDA GPU visible to torch"):
         specbound.analyze(tiny_dir("bert"), device="cuda")
     assert main(["analyze", str(tiny_dir("bert")), "--device", "cuda"]) == 2
@@ -223,8 +213,6 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tiny_dir, capsys):
 
 
 def test_the_two_stage_eigensolver_may_overwrite_a_fortran_ordered_gram(monkeypatch):
-    from specbound.compute import eigensolvers
-
     if eigensolvers._two_stage_driver() is None:
         pytest.skip("this BLAS exports no dsyevd_2stage")
     monkeypatch.setattr(eigensolvers, "TWO_STAGE_MIN", 10)

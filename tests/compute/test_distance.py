@@ -6,14 +6,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.numpy_bert import row_weights, write_tiny_bert
 
 import specbound
-from support.numpy_bert import row_weights, write_tiny_bert
+from specbound.archs.model import LayerWeights, ModelDims, RotaryLayout
 from specbound.bounds import REGISTRY
-from specbound.compute.distance import stacked_difference
-from specbound.errors import SpecboundError
+from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
+from specbound.bounds.schatten import default_grid_m
+from specbound.compute.distance import difference_spectra, rotary_difference_spectra, stacked_difference
+from specbound.compute.layer_spectra import layer_spectra
+from specbound.compute.measures import measure
+from specbound.compute.rotary import doubled_layout, rotations
 from specbound.compute.spectra import dense_spectrum, factored_spectra, numerical_rank
-from specbound.options import DEFAULT_RANK_TOL as RANK_TOL, KernelOptions
+from specbound.errors import SpecboundError
+from specbound.options import DEFAULT_RANK_TOL as RANK_TOL
+from specbound.options import KernelOptions
 
 L, N, H, D_FF = 2, 16, 4, 24
 D_HEAD = N // H
@@ -49,14 +56,6 @@ def test_factored_difference_equals_dense(factors):
 
 
 def test_measured_from_keeps_propagation_and_moves_the_complexity_terms():
-    from specbound.compute.layer_spectra import layer_spectra
-    from specbound.bounds.adaptive import SPECTRAL_ADAPTIVE
-    from specbound.compute.distance import difference_spectra
-    from specbound.archs.model import ModelDims
-    from specbound.archs.model import LayerWeights
-    from specbound.bounds.schatten import default_grid_m
-    from specbound.compute.measures import measure
-
     rng = np.random.default_rng(0)
     dims = ModelDims(L=2, N=8, H=2, H_kv=2, d_head=2, d_ff=12)
 
@@ -200,7 +199,6 @@ def test_layers_in_parallel_from_init(trained_and_init):
 def rotary_differences(draw):
     """Random rotary factors and their initial values: ``(a, b, a0, b0, layout)``, some differences of low
     rank (a factor unchanged, or changed by a rank-1 update)."""
-    from specbound.archs.model import RotaryLayout
 
     d = draw(st.sampled_from([2, 4, 6]))
     rot = draw(st.sampled_from([r for r in (2, 4, 6) if r <= d]))
@@ -228,9 +226,6 @@ def test_a_rotary_heads_difference_holds_at_every_offset(case):
     """``W - W0`` of a rotary head (docs/theory.md 3c): every reported quantity is at least that of the dense
     ``A^T M(delta) B - A0^T M(delta) B0`` at every offset, the spectral norm its exact maximum, and the rank
     bound at least every offset's rank (the doubled layout's ``M2`` is ``diag(M, M)`` up to the permutation)."""
-    from specbound.archs.model import LayerWeights
-    from specbound.compute.distance import rotary_difference_spectra
-    from specbound.compute.rotary import doubled_layout, rotations
 
     a, b, a0, b0, layout = case
     heads, d, n = a.shape
@@ -261,9 +256,6 @@ def test_a_rotary_heads_difference_holds_at_every_offset(case):
 
 
 def test_a_rotary_init_of_equal_weights_is_exactly_zero():
-    from specbound.archs.model import LayerWeights, RotaryLayout
-    from specbound.compute.distance import rotary_difference_spectra
-
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 4, 8))
     w = LayerWeights(0, a, b, b, a, {})

@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import specbound  # noqa: E402
+from specbound.archs.model import QKNorm
+from specbound.compute.qk_logit import qk_norm_lipschitz, qk_norm_sensitivity
 
 N, H, KV, D, P = 16, 4, 2, 8, 24
 
@@ -133,8 +135,6 @@ def test_the_attention_module_never_exceeds_the_reported_layer_factor(analysed):
 def test_kappa_is_the_documented_formula():
     """kappa_h = max(L_q R_k, R_q L_k), L = ||g||_inf ||W_group|| / sqrt(eps), R = ||g||_inf sqrt(n) r /
     sqrt(r^2 + n eps), recomputed here from the raw factors for a per-head and a whole-projection norm."""
-    from specbound.archs.model import QKNorm
-    from specbound.compute.qk_logit import qk_norm_lipschitz
 
     rng = np.random.default_rng(3)
     q, k = rng.standard_normal((H, D, N)), rng.standard_normal((KV, D, N))
@@ -236,8 +236,6 @@ def test_the_factors_sensitivity_holds_on_the_real_module(analysed):
     heads (``gamma_i`` the rows' reported sensitivities, ``F = 2 c_g c_u c_d`` the feed-forward factor they
     carry; a norm over the whole projection reaches every head, and ``gamma_h / F`` alone counts them all),
     found by gradient ascent on the module itself over inputs and directions."""
-    from specbound.archs.model import QKNorm
-    from specbound.compute.qk_logit import qk_norm_sensitivity
 
     family, model, a, captured = analysed
     rows = a.matrices[a.matrices["layer"] == 0]

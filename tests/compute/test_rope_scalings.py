@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402, TID253
 
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402

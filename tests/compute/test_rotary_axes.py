@@ -20,8 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specbound.archs.model import RotaryLayout
+from specbound.archs.model import LayerWeights, RotaryLayout
 from specbound.archs.rotary import mrope_axes
+from specbound.compute.distance import rotary_difference_spectra
 from specbound.compute.rotary import doubled_layout, exact_qk_at_offsets, rotary_qk_envelope, rotation, rotations
 
 REL = 1e-12
@@ -264,8 +265,6 @@ def test_doubled_layout_keeps_the_axes():
 def test_the_difference_from_init_at_every_offset_vector(shared_shift):
     """``--init`` on an M-RoPE head: ``A^T M B - A0^T M B0`` through the doubled layout, against the dense
     differences at every offset vector (as tests/compute/test_distance.py does in 1D)."""
-    from specbound.archs.model import LayerWeights
-    from specbound.compute.distance import rotary_difference_spectra
 
     rng = np.random.default_rng(9)
     heads, d, n = 2, 6, 9

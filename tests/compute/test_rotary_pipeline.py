@@ -11,10 +11,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from support.lipschitz import attention_factor  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound.archs.rotary import parse_rotary  # noqa: E402
 from specbound.compute.rotary import rotation  # noqa: E402
-from support.lipschitz import attention_factor  # noqa: E402
+from specbound.records.curves import contribution_curves
 
 N, H, D, P = 16, 2, 8, 24  # hidden size, heads, head size, max positions (small: the exact path runs)
 
@@ -135,7 +137,6 @@ def test_a_rotary_attention_module_never_exceeds_the_reported_factor(tmp_path):
 def test_curves_from_the_records_restate_each_rotary_contribution(tmp_path):
     """C(p) rebuilt from the stored tables (the Horn envelope cut at the rank, not re-thresholded)
     has the bound's own minimum for every matrix, rotary QK heads included."""
-    from specbound.records.curves import contribution_curves
 
     a = specbound.analyze(_save(_llama(seed=3, kv=1), tmp_path / "m"), threads=1)
     curves = contribution_curves(

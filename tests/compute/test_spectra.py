@@ -1,13 +1,17 @@
 """Factored spectra and norms equal dense ones (SPEC section 1); Schatten and rank rules."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import specbound.compute.spectra as spectra
 from specbound.bounds.schatten import schatten_power
-from specbound.compute.spectra import dense_spectrum, factored_spectra, numerical_rank
-from specbound.options import DEFAULT_RANK_TOL as RANK_TOL, KernelOptions
+from specbound.compute.spectra import dense_spectrum, factored_spectra, gram_singular_values, numerical_rank
+from specbound.options import DEFAULT_RANK_TOL as RANK_TOL
+from specbound.options import KernelOptions
 
 
 @st.composite
@@ -52,8 +56,6 @@ def test_factored_equals_dense(factors):
 
 @pytest.mark.parametrize("n_a, n_b", [(10, 10), (7, 11)])
 def test_streamed_norm_1_1_uses_several_tiles(monkeypatch, n_a, n_b):
-    import specbound.compute.spectra as spectra
-
     monkeypatch.setattr(spectra, "_TILE", 4)  # 4 x 4 tiles, the last ones partial in both directions
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((3, n_a)), rng.standard_normal((3, n_b))
@@ -63,7 +65,6 @@ def test_streamed_norm_1_1_uses_several_tiles(monkeypatch, n_a, n_b):
 def test_norm_1_1_tiles_cut_a_side_into_equal_tiles():
     """At most ``_TILE`` a side, as few tiles as that allows, equal but for the last: N = 768 is two
     tiles of 384 (not 512 + 256); up to 512, and at multiples of 512, the tiles are what they were."""
-    import specbound.compute.spectra as spectra
 
     assert [spectra._tile_side(n) for n in (1, 384, 512, 513, 768, 1000, 4096, 8192)] == [
         1,
@@ -124,8 +125,6 @@ def test_dense_spectrum_norms_row_orientation():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.integers(12, 40), st.booleans())
 def test_gram_path_within_its_proven_bound(seed, n, k, transpose):
-    from specbound.compute.spectra import gram_singular_values
-
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k))
     w = w.T if transpose else w
@@ -141,7 +140,6 @@ def test_gram_path_within_its_proven_bound(seed, n, k, transpose):
 def test_gram_path_in_several_blocks_within_its_proven_bound(seed, n, k, block, transpose):
     """The Gram matrix accumulated over column blocks of any width (uneven last block too) gives
     the SVD's values within the bound, and the bound is the one for that blocking's depth."""
-    import specbound.compute.spectra as spectra
 
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((n, k))
@@ -173,8 +171,6 @@ def test_gram_path_falls_back_to_svd_when_unresolved():
 
 @pytest.mark.parametrize("order", ["C", "F", "strided"])
 def test_blockwise_norms_match_direct(monkeypatch, order):
-    import specbound.compute.spectra as spectra
-
     monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 7)  # many uneven blocks
     rng = np.random.default_rng(5)
     base = rng.standard_normal((13, 9))
@@ -191,7 +187,6 @@ def test_blockwise_norms_match_direct(monkeypatch, order):
 def test_one_pass_norms_equal_two_passes_and_leave_w_alone(monkeypatch, order, dtype):
     """The column norms and the abs-sum from one pass over the blocks are the two passes' numbers, bit
     for bit; a float64 ``w``'s blocks are views, made absolute into a temporary, never in place."""
-    import specbound.compute.spectra as spectra
 
     monkeypatch.setattr(spectra, "_BLOCK_ENTRIES", 40)
     w = np.asarray(np.random.default_rng(6).standard_normal((23, 17)), dtype=dtype, order=order)
@@ -207,7 +202,6 @@ def test_one_pass_norms_equal_two_passes_and_leave_w_alone(monkeypatch, order, d
 def test_blocked_gram_is_the_lower_triangle_of_w_w_transpose(monkeypatch, layout):
     """Symmetric rank-k updates per column block (uneven last block), only the lower triangles added:
     ``W W^T`` to the summation error of the proven bound's depth, the strict upper triangle zero."""
-    import specbound.compute.spectra as spectra
 
     monkeypatch.setattr(spectra, "_ADD_COLUMNS", 5)  # the lower-triangle addition in several column tiles
     rng = np.random.default_rng(7)
@@ -240,8 +234,6 @@ def test_a_matrix_in_its_stored_precision_gives_the_numbers_of_its_float64_copy(
 
 
 def test_the_gram_path_never_holds_a_float64_copy_of_a_stored_matrix():
-    import tracemalloc
-
     w = np.random.default_rng(9).standard_normal((16, 1 << 16)).astype(np.float32)  # float64 copy: 8 MiB
     tracemalloc.start()
     try:

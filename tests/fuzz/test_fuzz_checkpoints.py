@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import specbound
+from safetensors.numpy import load_file
 from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
 from support.numpy_bert import write_tiny_bert
+
+import specbound
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,6 @@ def test_mutated_pytorch_zip(pickled, tmp_path_factory, edits):
 def onnx_model(model, tmp_path_factory):
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
-    from safetensors.numpy import load_file
 
     weights = load_file(str(model / "model.safetensors"))
     nodes, inits = [], []

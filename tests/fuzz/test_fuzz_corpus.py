@@ -15,11 +15,14 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-
-import specbound
 from support.fuzz import clean_outcome
 from support.numpy_bert import write_tiny_bert
+
+import specbound
 from specbound.errors import SpecboundError, SpecboundWarning
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import Pattern, Source, load_sweep_config
+from specbound.sweep.store import Store
 
 CORPUS = Path(__file__).parent / "corpus"
 CASES = sorted(p.relative_to(CORPUS) for p in CORPUS.glob("*/*") if p.is_file())
@@ -32,9 +35,6 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def one_record_store(tiny_family, tmp_path_factory):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import Source
-
     root = tmp_path_factory.mktemp("corpus_store") / "store"
     assert run_sweep([Source("m", str(sorted(tiny_family.iterdir())[0]))], root, progress=False).written
     return root
@@ -75,21 +75,15 @@ def test_corpus_file(case, model, one_record_store, tmp_path):
         path.write_text(json.dumps({**spec, **_object(raw)}))
         clean_outcome(specbound.analyze, model, arch_spec=path, threads=1)
     elif kind == "sweep":
-        from specbound.sweep.sources import load_sweep_config
-
         path = tmp_path / "sweep.toml"
         path.write_bytes(raw)
         assert isinstance(clean_outcome(load_sweep_config, path), SpecboundError)
     elif kind == "pattern":
-        from specbound.sweep.sources import Pattern
-
         for line in raw.decode().splitlines():
             parsed = clean_outcome(Pattern.parse, line)
             if not isinstance(parsed, Exception):
                 clean_outcome(parsed.match, "m_L-2_H-4")
     elif kind == "record":
-        from specbound.sweep.store import Store
-
         root = shutil.copytree(one_record_store, tmp_path / "store")
         (folder,) = (root / "records").iterdir()
         (folder / "record.json").write_bytes(raw.replace(b"KEY", folder.name.encode()))

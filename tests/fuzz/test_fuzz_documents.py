@@ -10,8 +10,13 @@ from importlib import resources
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
+
+from specbound.archs import parse_spec
+from specbound.report.scaling import scaling_table
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import Pattern, Source, load_sweep_config
+from specbound.sweep.store import Store
 
 BERT_SPEC = json.loads(resources.files("specbound.archs").joinpath("data", "bert.json").read_text())
 
@@ -46,7 +51,6 @@ BERT_SPEC = json.loads(resources.files("specbound.archs").joinpath("data", "bert
 )
 def test_arch_spec_values(path, value):
     """A JSON value put anywhere in the shipped BERT spec: parsed, or refused in one line."""
-    from specbound.archs import parse_spec
 
     spec = json.loads(json.dumps(BERT_SPEC))
     node = spec
@@ -61,7 +65,6 @@ def test_arch_spec_values(path, value):
 def test_ignore_patterns(pattern):
     """Any ignore pattern: compiled and matched against real tensor names within the time limit,
     or refused in one line (invalid, or catastrophically slow)."""
-    from specbound.archs import parse_spec
 
     spec = clean_outcome(parse_spec, {**BERT_SPEC, "ignore": [pattern]}, "fuzzed.json")
     if not isinstance(spec, Exception):
@@ -72,8 +75,6 @@ def test_ignore_patterns(pattern):
 @FUZZ
 @given(text=st.text(max_size=200) | st.binary(max_size=200))
 def test_sweep_configs(tmp_path_factory, text):
-    from specbound.sweep.sources import load_sweep_config
-
     path = tmp_path_factory.mktemp("toml") / "sweep.toml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
     clean_outcome(load_sweep_config, path)
@@ -102,8 +103,6 @@ def test_sweep_configs(tmp_path_factory, text):
     )
 )
 def test_sweep_config_options(tmp_path_factory, options):
-    from specbound.sweep.sources import load_sweep_config
-
     tomllib = pytest.importorskip("tomllib")
     del tomllib
     lines = ['sources = ["m"]', "[options]"]
@@ -120,8 +119,6 @@ def test_sweep_config_options(tmp_path_factory, options):
     candidate=st.text(alphabet="0123456789LHA_-xyz", max_size=20),
 )
 def test_source_patterns(pattern, candidate):
-    from specbound.sweep.sources import Pattern
-
     parsed = clean_outcome(Pattern.parse, pattern)
     if not isinstance(parsed, Exception):
         clean_outcome(parsed.match, candidate)
@@ -129,9 +126,6 @@ def test_source_patterns(pattern, candidate):
 
 @pytest.fixture(scope="module")
 def one_record_store(tiny_family, tmp_path_factory):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import Source
-
     root = tmp_path_factory.mktemp("records") / "store"
     source = sorted(tiny_family.iterdir())[0]
     report = run_sweep([Source("m", str(source))], root, progress=False)
@@ -150,8 +144,6 @@ def one_record_store(tiny_family, tmp_path_factory):
 def test_damaged_records(one_record_store, tmp_path_factory, target, edits, replacement):
     """Any damage to a stored record: readers see a sound record or none (with a warning), the
     table and the scaling fits never crash, and the damaged record is moved out of the way."""
-    from specbound.report.scaling import scaling_table
-    from specbound.sweep.store import Store
 
     root = shutil.copytree(one_record_store, tmp_path_factory.mktemp("damaged") / "store")
     (folder,) = (root / "records").iterdir()

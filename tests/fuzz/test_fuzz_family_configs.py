@@ -11,15 +11,15 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
+from support.families import save_family
 from support.fuzz import FUZZ, JSON, clean_outcome, time_limit
 from support.one_line import assert_one_line_error, run_cli
+
+import specbound
 from specbound.archs.registry import builtin_specs
-from specbound.archs.structure import model_structure
+from specbound.archs.structure import CONFIG_VALUED, model_structure
 from specbound.errors import SpecboundError
 from specbound.options import MAX_COUNT, MAX_SCALE
-
-from specbound.archs.structure import CONFIG_VALUED
 
 # (family, structure field, the config key it reads) of every shipped family, and whether it is a count
 DECLARED = sorted(
@@ -105,7 +105,6 @@ def test_a_window_the_config_does_not_use_is_not_checked_twice():
 def families(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import save_family
 
     root = tmp_path_factory.mktemp("families")
     for name in ("gemma2", "gemma3_text", "modernbert"):
@@ -149,7 +148,6 @@ def test_an_extreme_but_finite_scalar_is_analysed_and_printed_finite(families, t
     folder = _with(families / "gemma2", tmp_path, "query_pre_attn_scalar", "1e300")
     assert run_cli(capsys, folder, "--threads", "1", "--format", "json")[0] == 0
     capsys.readouterr()
-    import specbound
 
     result = specbound.analyze(folder, threads=1)
     text = json.dumps(result.assumptions)
@@ -161,7 +159,6 @@ def latent_and_banks(tmp_path_factory):
     """DeepSeek-V3 and V3.2 (latent attention), gpt-oss (expert banks), OLMo 3 (per-type rotary parameters)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import save_family
 
     root = tmp_path_factory.mktemp("latent_and_banks")
     for name in ("deepseek_v3", "deepseek_v32", "gpt_oss", "olmo3"):

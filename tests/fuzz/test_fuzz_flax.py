@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from safetensors.numpy import load_file
+from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
 
 import specbound
-from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
 from specbound.errors import SpecboundError
 
 msgpack = pytest.importorskip("msgpack")
@@ -28,7 +29,6 @@ QUERY = ("encoder", "layer", "0", "attention", "self", "query")
 def _tree():
     """The committed Flax file's tree (arrays left as msgpack extensions), the query kernel of
     layer 0 stored as one plain array (the file chunks it)."""
-    from safetensors.numpy import load_file
 
     tree = msgpack.unpackb(
         (DATA / "tiny_bert_flax" / "flax_model.msgpack").read_bytes(), raw=False, strict_map_key=False

@@ -6,6 +6,7 @@ import argparse
 import builtins
 import logging
 import math
+import os
 import shutil
 import struct
 import time
@@ -15,8 +16,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import specbound
 from support.fuzz import EDITS, FUZZ, clean_outcome, mutate
 from support.gguf_bytes import (
     ARR,
@@ -34,8 +33,10 @@ from support.gguf_bytes import (
     llama_tensors,
     text,
 )
+
+import specbound
 from specbound.errors import SpecboundError
-from specbound.io.gguf_header import read_header
+from specbound.io.gguf_header import BIG_ENDIAN_FIELDS, read_header
 
 gguf = pytest.importorskip("gguf")
 
@@ -144,8 +145,6 @@ def test_the_builder_writes_a_file_the_tool_reads(tmp_path):
 
 
 def test_a_fifo_is_not_opened(tmp_path):
-    import os
-
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)
     with pytest.raises(SpecboundError, match="not a regular file"):
@@ -191,8 +190,6 @@ def _blocks(array, kind):
     try:
         return gguf.quants.quantize(array, kind)
     except (gguf.quants.QuantError, NotImplementedError):
-        from specbound.io.gguf_header import BIG_ENDIAN_FIELDS
-
         block, size = gguf.GGML_QUANT_SIZES[kind]
         rng = np.random.default_rng(1)
         blocks = rng.integers(0, 256, (array.size // block, size), dtype=np.uint8)

@@ -19,11 +19,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
+from safetensors.numpy import load_file, save_file
 from support.fuzz import FUZZ, JSON, clean_outcome, time_limit
 from support.peft_models import build_adapter, tiny_bert, tiny_gpt2
+
 from specbound.errors import SpecboundError
 from specbound.io import open_checkpoint
+from specbound.pipeline import open_models
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -36,7 +38,6 @@ _bert, _gpt2 = tiny_bert, tiny_gpt2
 def build(root, make, seed=0, **lora):
     """``(base, adapter, merged tensors)``: :func:`build_adapter`'s folders, PEFT's own
     ``merge_and_unload()`` read back as float64 arrays."""
-    from safetensors.numpy import load_file
 
     base, adapter, merged = build_adapter(root, make, seed=seed, **lora)
     return base, adapter, load_file(str(merged / "model.safetensors"))
@@ -45,7 +46,6 @@ def build(root, make, seed=0, **lora):
 def assert_reads_as_peft_merges(adapter, base, merged, adapted):
     """Opened as an analysis opens it (the family spec bound, which orients square updates by their
     module's kind), every adapted tensor is PEFT's merged tensor."""
-    from specbound.pipeline import open_models
 
     ckpt = open_models(adapter, base=base)[0].opened_checkpoint
     try:
@@ -119,8 +119,6 @@ def copy_adapter(small, root, edit_config=None, edit_tensors=None):
         edit_config(cfg)
         (out / "adapter_config.json").write_text(json.dumps(cfg))
     if edit_tensors is not None:
-        from safetensors.numpy import load_file, save_file
-
         tensors = load_file(str(out / "adapter_model.safetensors"))
         edit_tensors(tensors)
         save_file(tensors, str(out / "adapter_model.safetensors"))

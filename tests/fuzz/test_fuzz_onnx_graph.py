@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import specbound
 from support.fuzz import FUZZ, clean_outcome
 from support.onnx_hints import H, N, bert_graph, save
+
+import specbound
 from specbound.errors import SpecboundError
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, numpy_helper  # noqa: E402
+from onnx import TensorProto, numpy_helper  # noqa: E402, TID253
 
 
 def const(values, dtype):

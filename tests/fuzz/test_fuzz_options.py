@@ -8,12 +8,13 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import specbound
 from support.fuzz import FUZZ, clean_outcome
 from support.numpy_bert import write_tiny_bert
 from support.one_line import assert_one_line_error, run_cli
+
+import specbound
 from specbound.errors import SpecboundError
+from specbound.integrations.monitor import BoundMonitor
 
 BIG = "9" * 5000  # one digit past nothing: Python's limit is 4,300
 
@@ -116,7 +117,6 @@ CALLBACK_ARGUMENTS = ("bounds", "store", "run_name", "at_start", "quiet")
 def test_a_training_callbacks_arguments_are_taken_or_refused_in_one_line(tmp_path_factory, name, value):
     """Every argument of the training callbacks' monitor (bounds, store, run_name, at_start, quiet), any JSON-ish or
     Python value: built, or one SpecboundError line naming the argument, never a TypeError from deep inside."""
-    from specbound.integrations.monitor import BoundMonitor
 
     if name == "store" and isinstance(value, str) and value:
         value = str(tmp_path_factory.mktemp("store") / value.replace("/", "_").replace("\0", "_"))

@@ -3,15 +3,19 @@ JSON, and stored quantized tensors of any shape and dtype each end in the weight
 SpecboundError line, never a traceback, a hang or an unbounded allocation."""
 
 import json
+import shutil
+import warnings
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import quant_writers as qw
+from support.ct2_models import convert, hf_model, rewrite_model_bin
+from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
 
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
-from support.fuzz import EDITS, FUZZ, JSON, clean_outcome, mutate
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -28,7 +32,6 @@ def _open_and_read(folder):
 @pytest.fixture(scope="module")
 def ct2_bytes(tmp_path_factory):
     pytest.importorskip("ctranslate2")
-    from support.ct2_models import convert, hf_model
 
     root = tmp_path_factory.mktemp("fuzz_ct2")
     hf_model("llama", root / "hf")
@@ -47,8 +50,6 @@ def test_mutated_ctranslate2_model_bin(ct2_bytes, tmp_path_factory, edits):
 
 @pytest.fixture(scope="module")
 def gptq(tmp_path_factory):
-    from support import quant_writers as qw
-
     root = tmp_path_factory.mktemp("fuzz_gptq")
     model = qw.tiny_llama(root / "hf")
     qw.write_gptq(model, root / "gptq", 4, 32, False, True)
@@ -72,8 +73,6 @@ QUANT_KEYS = st.fixed_dictionaries(
 @FUZZ
 @given(qc=st.one_of(QUANT_KEYS, JSON))
 def test_any_quantization_config(gptq, tmp_path_factory, qc):
-    import shutil
-
     folder = tmp_path_factory.mktemp("qc")
     shutil.copy(gptq / "model.safetensors", folder / "model.safetensors")
     config = json.loads((gptq / "config.json").read_text())
@@ -85,7 +84,6 @@ def test_any_quantization_config(gptq, tmp_path_factory, qc):
 @pytest.fixture(scope="module")
 def quantized(gptq):
     """One folder per format, each of the same tiny LLaMA: format -> (folder, roles of q_proj)."""
-    from support import quant_writers as qw
 
     root = gptq.parent
     model = qw.tiny_llama(root / "hf2")
@@ -128,7 +126,6 @@ DTYPES = st.sampled_from([np.int32, np.uint32, np.int8, np.uint8, np.float16, np
 def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data, shape, dtype, seed):
     """One stored tensor of q_proj replaced (or, for a "weight" beside quantized tensors, added) by
     values of any shape and dtype, in every format."""
-    import shutil
 
     import torch
     from safetensors.torch import load_file, save_file
@@ -152,7 +149,6 @@ def test_stored_quantized_tensors_of_any_shape(quantized, tmp_path_factory, data
 def _quiet(call, *args):
     """``clean_outcome`` with numpy's warnings turned into errors: a refusal is one line, with no
     RuntimeWarning printed before it."""
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -168,7 +164,6 @@ HOSTILE_FLOATS = st.sampled_from([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, 1e-
 def test_quantization_scales_of_any_value(quantized, tmp_path_factory, data, values, seed):
     """Scales, biases and global scales of q_proj holding non-finite, zero, tiny or huge values, in
     every format: the dequantized weights, or one line naming the tensor, never a numpy warning."""
-    import shutil
 
     import torch
     from safetensors.torch import load_file, save_file
@@ -232,7 +227,6 @@ TARGETS = st.one_of(
 def test_compressed_tensors_config_groups_of_any_shape(quantized, tmp_path_factory, groups):
     """config_groups of any JSON and targets of any kind (bad and backtracking ``re:`` patterns
     included) on a pack-quantized folder: the weights or one line, within the example's time limit."""
-    import shutil
 
     if "ct-pack" not in quantized:
         pytest.skip("compressed_tensors is not installed")
@@ -263,7 +257,6 @@ def test_compressed_tensors_config_groups_of_any_shape(quantized, tmp_path_facto
 )
 def test_mlx_quantization_settings_of_any_value(quantized, tmp_path_factory, settings_):
     """MLX's bits (1-8 and beyond), group_size (0, negative, not dividing) and per-module overrides."""
-    import shutil
 
     source = quantized["mlx"][0]
     folder = tmp_path_factory.mktemp("mlx")
@@ -277,7 +270,6 @@ def test_mlx_quantization_settings_of_any_value(quantized, tmp_path_factory, set
 @pytest.fixture(scope="module")
 def ct2_int8(tmp_path_factory):
     pytest.importorskip("ctranslate2")
-    from support.ct2_models import convert, hf_model
 
     root = tmp_path_factory.mktemp("fuzz_ct2_edit")
     hf_model("whisper", root / "hf")
@@ -291,7 +283,6 @@ def ct2_int8(tmp_path_factory):
 )
 def test_ctranslate2_variables_of_any_rank_or_repeated(ct2_int8, tmp_path_factory, data, edits):
     """Variables re-serialized with another rank, held twice, aliased twice or with hostile scales."""
-    from support.ct2_models import rewrite_model_bin
 
     def edit(variables, aliases):
         for kind in edits:

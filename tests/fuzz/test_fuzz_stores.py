@@ -14,10 +14,16 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from support.fuzz import FUZZ, JSON, clean_outcome
 from support.numpy_bert import write_tiny_bert
+
+from specbound.cli import main
 from specbound.errors import SpecboundWarning
+from specbound.records.style import png_base64
+from specbound.records.view import markdown_table
+from specbound.report.html import _records_table
+from specbound.report.plots import build_figures
+from specbound.report.scaling import scaling_table
 from specbound.sweep.run import run_sweep
 from specbound.sweep.sources import Source
 from specbound.sweep.store import Store, meta_checksum
@@ -64,9 +70,6 @@ def test_a_bound_beyond_float64_is_null_with_its_log10(store):
 
 
 def test_scaling_fits_every_record_from_the_logs(store, capsys):
-    from specbound.cli import main
-    from specbound.report.scaling import scaling_table
-
     fits = scaling_table(Store(store))
     pooled = fits[(fits["role"] == "all") & (fits["bound"] == "edelman")]
     assert (pooled["points"] == 4).all() and np.isfinite(pooled["slope"]).all()
@@ -80,10 +83,6 @@ def test_the_report_writes_no_infinity(store):
     """The report's bounds table says 10^k for a bound beyond float64, and every figure draws (a
     value near 10^300 on a log axis used to make matplotlib's ticks overflow)."""
     pytest.importorskip("matplotlib")
-    from specbound.records.style import png_base64
-    from specbound.records.view import markdown_table
-    from specbound.report.html import _records_table
-    from specbound.report.plots import build_figures
 
     text = markdown_table(_records_table(Store(store), Store(store).bound_names()))
     assert "10^" in text and "inf" not in text.lower() and "nan" not in text.lower()
@@ -96,7 +95,6 @@ def test_the_report_writes_no_infinity(store):
 def test_no_fit_is_said_in_words(store, tmp_path, capsys):
     """Two records on the diagonal (L=1 N=8, L=2 N=16): no depth has two widths nor width two
     depths, so no slope exists; the summary says so in words, never ``nan``."""
-    from specbound.cli import main
 
     root = Store(_copy(store, tmp_path))
     table = root.table()
@@ -260,8 +258,6 @@ FIELDS = [
 def test_any_value_in_a_legacy_record(store, tmp_path_factory, field, value):
     """Without a checksum to catch the edit, any JSON value under any field a reader uses: the
     store's table, the fits and the report table see a sound record or none, and hold no infinity."""
-    from specbound.report.html import _records_table
-    from specbound.report.scaling import scaling_table
 
     root = shutil.copytree(store, tmp_path_factory.mktemp("legacy") / "store")
     key = sorted(p.name for p in (root / "records").iterdir())[0]

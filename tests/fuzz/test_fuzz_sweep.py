@@ -5,15 +5,16 @@ checkpoints are analysed and stored, locally and on Dask, and each hostile one i
 line."""
 
 import math
+import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from support.gguf_bytes import ARR, LLAMA, U8, gguf_file
 from support.numpy_bert import write_tiny_bert
 from support.onnx_hints import bert_graph, save
+
 from specbound.sweep.run import run_sweep
 from specbound.sweep.sources import Source
 from specbound.sweep.store import Store
@@ -35,7 +36,6 @@ def sources(tmp_path_factory):
     (root / "gguf").mkdir()
     (root / "gguf" / "model.gguf").write_bytes(gguf_file([*LLAMA, ("tokenizer.ggml.scores", ARR, (U8, [], 2**63))]))
     tf = shutil.copytree(DATA / "tiny_bert_tf", root / "tf")
-    import os
 
     os.mkfifo(root / "fifo")
     with h5py.File(tf / "tf_model.h5", "r+") as f:

@@ -10,12 +10,14 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.families import save_family
+from support.fuzz import FUZZ, JSON, clean_outcome
 
+import specbound
 from specbound.archs.model import RotaryLayout
 from specbound.archs.registry import builtin_specs
 from specbound.archs.rotary import rotary_layouts
 from specbound.errors import SpecboundError
-from support.fuzz import FUZZ, JSON, clean_outcome
 
 FAMILIES = ("pixtral_vision", "qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision", "llama4_vision")
 KEYS = (
@@ -78,7 +80,6 @@ def test_any_vision_config_reads_to_valid_layouts_or_one_line(family, config, d_
 def towers(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from support.families import save_family
 
     root = tmp_path_factory.mktemp("towers")
     for name in FAMILIES:
@@ -89,8 +90,6 @@ def towers(tmp_path_factory):
 @FUZZ
 @given(family=st.sampled_from(FAMILIES), changes=CONFIGS)
 def test_a_saved_tower_with_any_config_analyses_or_is_one_line(towers, tmp_path_factory, family, changes):
-    import specbound
-
     folder = tmp_path_factory.mktemp("hostile")
     for item in (towers / family).iterdir():
         (folder / item.name).symlink_to(item)

@@ -9,15 +9,18 @@ import shutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.fuzz import FUZZ, JSON, clean_outcome
 
 from specbound.archs.spec import parse_spec
 from specbound.errors import SpecboundError
-from support.fuzz import FUZZ, JSON, clean_outcome
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from safetensors.numpy import load_file, save_file
 from support.vision_language import build_wrapper  # noqa: E402
+
+from specbound.pipeline import open_models
 
 NAMES = sorted(("gemma3", "paligemma", "llava", "idefics3", "llama4", "mistral3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"))
 # the keys a tower's family reads from its section (dimensions, norms' eps, rotary, windows), and the type
@@ -79,8 +82,6 @@ def wrappers(tmp_path_factory):
 
 
 def _open(folder, tower):
-    from specbound.pipeline import open_models
-
     models = open_models(folder, tower=tower)
     models[0].opened_checkpoint.close()
     return models
@@ -117,7 +118,6 @@ PREFIX = st.text(alphabet="abcdefgilmnorstuvx._", max_size=24)
 @given(name=st.sampled_from(NAMES), prefix=PREFIX, tower=st.sampled_from(["text", "vision"]))
 def test_a_renamed_prefix_reads_the_same_weights_or_is_one_line(wrappers, tmp_path_factory, name, prefix, tower):
     """Every tensor of one tower (its names up to ``layers.``) moved under ``prefix``."""
-    from safetensors.numpy import load_file, save_file
 
     folder, _ = wrappers[name]
     target = tmp_path_factory.mktemp("p")

@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.tiny_models import build_tiny_model
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 STEPS, EVERY = 6, 3
 
 
 def tiny_classifier():
     """A BertForSequenceClassification with L=2, N=32 (the tests' tiny BERT family)."""
-    from support.tiny_models import build_tiny_model
 
     model = build_tiny_model("bert_cls")
     return model.train()
@@ -33,7 +34,6 @@ def token_batches(count: int, *, seed: int = 0, batch: int = 4, length: int = 8)
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar tag of the TensorBoard event files in ``run``: ``{tag: [(step, value), ...]}``."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
     acc.Reload()

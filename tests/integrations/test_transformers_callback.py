@@ -10,8 +10,15 @@ import pytest
 pytest.importorskip("tensorboard")
 transformers = pytest.importorskip("transformers")
 
+import re
+import sys
+
 import specbound  # noqa: E402
+import specbound.report.plots as plots
 from specbound import SpecboundError  # noqa: E402
+from specbound.cli import main
+from specbound.integrations.monitor import BoundMonitor, share, state_digest
+from specbound.report.trajectory import figure_trajectory
 from specbound.sweep.store import Store  # noqa: E402
 
 from .conftest import EVERY, STEPS, scalars, tiny_classifier, token_batches  # noqa: E402
@@ -97,14 +104,11 @@ def test_trainer_logs_the_bounds_to_tensorboard_and_the_store(tmp_path, quiet_tr
     assert err.count("specbound: one analysis took") == 1 and "a training step" in err  # the cost, said once
 
     pytest.importorskip("matplotlib")
-    from specbound.cli import main
 
     capsys.readouterr()
     assert main(["scaling", "--store", str(tmp_path / "store"), "--against", "label_step"]) == 0
     err = capsys.readouterr().err  # step 0 has no logarithm: the fit leaves it out and says so
     assert "left out of the fits in label_step: 1 record(s) with label_step <= 0" in err and "tiny/step-0" in err
-    import specbound.report.plots as plots
-    from specbound.report.trajectory import figure_trajectory
 
     # the report's other figures are tested in tests/report: this one draws the run's trajectory only
     drawn = lambda store, **kw: {"trajectory": figure_trajectory(store, x="label_step")}  # noqa: E731
@@ -164,8 +168,6 @@ def test_the_trainer_metrics_of_a_log():
 
 
 def test_the_digest_is_the_weights(quiet_transformers):
-    from specbound.integrations.monitor import state_digest
-
     a, b = tiny_classifier(), tiny_classifier()
     assert state_digest(a) == state_digest(b)
     import torch
@@ -179,12 +181,8 @@ def test_the_cost_line_is_printed_above_a_progress_bar(capsys):
     """The cost line is not printed inside the Trainer's tqdm bar ("3/40 [...]specbound: one
     analysis took ..."); it is written above the bar, on a line of its own, and a small cost is not
     rounded to "0%"."""
-    import re
-    import sys
 
     from tqdm import tqdm
-
-    from specbound.integrations.monitor import BoundMonitor, share
 
     monitor = BoundMonitor(every_n_steps=2, grid_m=4)
     with tqdm(total=10, file=sys.stderr, ascii=True, mininterval=0) as bar:

@@ -8,6 +8,7 @@ from safetensors.numpy import save_file
 
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
+from specbound.pipeline import open_model, read_layer
 from specbound.tools.bench import write_llama_checkpoint
 
 
@@ -39,8 +40,6 @@ def test_a_compact_read_refuses_nan_like_the_float64_one(tmp_path):
 
 
 def test_a_bf16_layer_gives_its_feed_forward_matrices_as_stored(tmp_path):
-    from specbound.pipeline import open_model, read_layer
-
     folder, _ = write_llama_checkpoint(tmp_path / "llama", L=1, N=64, H=4, H_kv=2, d_ff=96, vocab=64)
     model = open_model(folder)
     ff = read_layer(model, 0).ff

@@ -12,11 +12,18 @@ import pytest
 pytest.importorskip("ctranslate2")
 pytest.importorskip("transformers")
 
+import copy
+import shutil
+import warnings
+
+from support.ct2_models import convert, hf_model, rewrite_model_bin  # noqa: E402
+from support.one_line import assert_one_line_error, run_cli
+from support.same_numbers import assert_same_numbers  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound import SpecboundError  # noqa: E402
 from specbound.io import open_checkpoint  # noqa: E402
-from support.ct2_models import convert, hf_model, rewrite_model_bin  # noqa: E402
-from support.same_numbers import assert_same_numbers  # noqa: E402
+from specbound.io.ctranslate2_file import dequantize
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +114,9 @@ def test_int8_dequantization_is_ctranslate2s_own(folders, tmp_path):
     from the weights specbound reads, the token-type embeddings and pooler (int8 too, not analysed)
     dequantized by the reader's own function.  Both runs are CTranslate2's float32 code on the same
     CPU; the previous reading (q / scale in float64) differs in about a quarter of the weights."""
-    import copy
-    import shutil
 
     import ctranslate2
     import torch
-
-    from specbound.io.ctranslate2_file import dequantize
 
     hf, ct2, model = folders("bert", "int8")
     ckpt = open_checkpoint(ct2)
@@ -210,9 +213,6 @@ def test_other_conversions_read_as_ctranslate2_stores_them(folders, quantization
 
 def _refused_in_one_line(capsys, folder, needles):
     """The CLI's analysis of ``folder``: one error line holding ``needles``, no numpy warning first."""
-    import warnings
-
-    from support.one_line import assert_one_line_error, run_cli
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -9,6 +9,7 @@ import importlib
 import pytest
 
 from specbound import SpecboundError
+from specbound.cli import main
 from specbound.io import default_checkpoint as dc
 
 
@@ -64,8 +65,6 @@ def test_a_missing_package_says_how_to_install_it(monkeypatch):
 
 
 def test_the_cli_prints_the_mismatch_as_one_line(tmp_path, monkeypatch, capsys):
-    from specbound.cli import main
-
     _fake_package(tmp_path, monkeypatch, config_suffix=b"\n")
     assert main(["analyze", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()

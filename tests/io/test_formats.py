@@ -12,9 +12,13 @@ import specbound
 from specbound import SpecboundError
 
 torch = pytest.importorskip("torch")
-from safetensors.numpy import load_file  # noqa: E402
+import os
 
+from safetensors.numpy import load_file  # noqa: E402
 from support.conformance import check_reader  # noqa: E402
+from support.tiny_models import build_tiny_model
+
+from specbound.io import hub_cache
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +86,6 @@ def test_bf16_pickle_is_upcast_exactly(tiny_bert_cls_dir, tmp_path):
 
 class _Boom:
     def __reduce__(self):
-        import os
-
         return (os.system, ("touch PWNED_BY_PICKLE",))
 
 
@@ -135,8 +137,6 @@ def test_hub_id_missing_from_cache(tmp_path, monkeypatch):
 
 
 def test_in_memory_module_and_state_dict(tiny_bert_cls_dir, reference):
-    from support.tiny_models import build_tiny_model
-
     model = build_tiny_model("bert_cls")  # the same seed and config as the saved folder
     _same(reference, specbound.analyze(model, threads=1))
     config = json.loads((tiny_bert_cls_dir / "config.json").read_text())
@@ -160,7 +160,6 @@ def test_hub_id_through_huggingface_hub(tiny_bert_cls_dir, tmp_path, monkeypatch
     """With huggingface_hub installed, its offline lookup resolves tags and refs/pr/N (stored under
     refs/refs/pr/N); without it, this package's own reading of the cache gives the same folder."""
     pytest.importorskip("huggingface_hub")
-    from specbound.io import hub_cache
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     repo_id = "google/bert_uncased_L-2_H-128_A-2"

@@ -15,18 +15,21 @@ undecodable quantization, another architecture) are one-line errors.
 """
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from support.conformance import check_reader
+from support.gguf_convert import permute
+from support.same_numbers import assert_same_layer_weights, assert_same_numbers
 
 import specbound
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
 from specbound.io.base import WEIGHTS_NOTE
+from specbound.io.gguf_file import unpermute_rows
 from specbound.pipeline import open_model
-from support.conformance import check_reader
-from support.gguf_convert import permute
-from support.same_numbers import assert_same_layer_weights, assert_same_numbers
 
 
 def assert_same_numbers_gguf(a, b, rel=1e-9):
@@ -164,8 +167,6 @@ def test_float32_gguf_equals_the_hugging_face_checkpoint(llama, tmp_path):
 
 
 def test_unpermute_inverts_the_converters_permute():
-    from specbound.io.gguf_file import unpermute_rows
-
     rng = np.random.default_rng(0)
     for heads, d_head in [(1, 2), (4, 8), (3, 6)]:
         w = rng.standard_normal((heads * d_head, 5))
@@ -340,8 +341,6 @@ def test_split_gguf_reads_every_part(llama, tmp_path):
 
 def test_gguf_analysis_needs_only_the_base_install(good_file):
     """The light install (make demo) analyses GGUF: no torch, onnx, transformers, h5py or msgpack."""
-    import subprocess
-    import sys
 
     code = (
         "import sys, specbound; specbound.analyze(sys.argv[1], threads=1); "

@@ -5,8 +5,9 @@ llama.cpp's converter gives each architecture (gguf.MODEL_TENSORS)."""
 
 import numpy as np
 import pytest
-
 from support.one_line import assert_api_error, assert_one_line_error, run_cli
+
+from specbound.errors import index_ranges
 
 gguf = pytest.importorskip("gguf")
 
@@ -44,8 +45,6 @@ def _write(path, arch, recurrent, depth):
 
 @pytest.mark.parametrize("arch,recurrent,depth,words", CASES, ids=[c[0] for c in CASES])
 def test_a_hybrid_gguf_is_refused_naming_its_layers(arch, recurrent, depth, words, tmp_path, capsys):
-    from specbound.errors import index_ranges
-
     path = _write(tmp_path / f"{arch}.gguf", arch, recurrent, depth)
     noun = "layer" if len(recurrent) == 1 else "layers"
     needles = [

@@ -11,11 +11,12 @@ activation's name (its Lipschitz constant, 1.13, is the same)."""
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
+from support.gguf_convert import permute
+from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 import specbound
 from specbound.pipeline import open_model
-from support.gguf_convert import permute
-from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -549,7 +550,6 @@ def write_gguf(path, arch, tensors, meta, types=None):
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def converted(request, tmp_path_factory):
     """``(name, Hugging Face folder, GGUF file)``."""
-    from safetensors.numpy import load_file
 
     arch, build, convert = MODELS[request.param]
     torch.manual_seed(7)
@@ -602,7 +602,6 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
 def test_a_quantized_expert_bank_is_read_one_expert_at_a_time(tmp_path):
     """A Q8_0 bank: expert e's slice dequantizes to the rows of the whole bank dequantized at once
     (the oracle: gguf's own dequantize of the stored bytes)."""
-    from safetensors.numpy import load_file
 
     _, build, convert = MODELS["qwen2moe"]
     torch.manual_seed(3)

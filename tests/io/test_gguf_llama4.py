@@ -7,12 +7,14 @@ the folder's, but the family's name, the router's tensor names and the one assum
 (llama.cpp's fixed constants, which the folder's config states as its own)."""
 
 import pytest
+from safetensors.numpy import load_file
+from support.gguf_convert import llama4_metadata, llama4_tensors, write_gguf
+from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 import specbound
 from specbound import SpecboundError
+from specbound.io.gguf_archs import llama4_keys
 from specbound.pipeline import open_model
-from support.gguf_convert import llama4_metadata, llama4_tensors, write_gguf
-from support.same_numbers import assert_close_tree, assert_same_layer_weights, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -42,7 +44,6 @@ CASES = {  # name -> (Hugging Face config keys, relative tolerance)
 
 def build(root, case, **meta_changes):
     """``(Hugging Face folder, GGUF file, tensors, metadata)`` of the tiny Llama 4 of ``case``."""
-    from safetensors.numpy import load_file
 
     config = transformers.Llama4TextConfig(
         hidden_size=N,
@@ -132,7 +133,6 @@ def test_the_analysis_equals_the_hugging_face_checkpoints(converted):
 def test_llama_cpp_turns_the_query_key_norm_off_for_128_experts(experts, on):
     """llama.cpp's llama4 loader: use_kq_norm unless the model is its 17B-128E type (Maverick, whose config
     says use_qk_norm false); the other constants fixed."""
-    from specbound.io.gguf_archs import llama4_keys
 
     keys, conventions = llama4_keys(None, {"expert_count": experts, "interleave_moe_layer_step": 2})
     assert keys["use_qk_norm"] is on

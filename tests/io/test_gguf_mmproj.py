@@ -13,10 +13,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
+from support import gguf_bytes
+from support.fuzz import clean_outcome
+from support.gguf_bytes import BOOL, MMPROJ, STR, gguf_file, mmproj_tensors
+from support.gguf_convert import write_mmproj  # noqa: E402
+from support.one_line import run_cli
+from support.same_numbers import assert_close_tree, numbers  # noqa: E402
+
 import specbound  # noqa: E402
 from specbound.errors import SpecboundError  # noqa: E402
-from support.gguf_convert import write_mmproj  # noqa: E402
-from support.same_numbers import assert_close_tree, numbers  # noqa: E402
 
 VISION = dict(
     hidden_size=24, num_hidden_layers=3, num_attention_heads=2, intermediate_size=40, image_size=8, patch_size=4
@@ -161,8 +166,6 @@ def test_the_projector_is_named_among_the_assumptions(pair):
 
 
 def _mmproj(tmp_path, metadata=None, tensors=None):
-    from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
-
     path = tmp_path / "mmproj-model.gguf"
     metadata, tensors = MMPROJ if metadata is None else metadata, mmproj_tensors() if tensors is None else tensors
     path.write_bytes(gguf_file(metadata, tensors))
@@ -170,14 +173,10 @@ def _mmproj(tmp_path, metadata=None, tensors=None):
 
 
 def _with(key, kind, value):
-    from support.gguf_bytes import MMPROJ
-
     return [(k, t, v) for k, t, v in MMPROJ if k != key] + ([(key, kind, value)] if kind is not None else [])
 
 
 def _refusal(path, **options):
-    from support.fuzz import clean_outcome
-
     outcome = clean_outcome(specbound.analyze, path, threads=1, **options)
     assert isinstance(outcome, SpecboundError), outcome
     return str(outcome)
@@ -203,16 +202,12 @@ def test_the_tiny_file_analyses_as_a_vision_tower(tmp_path):
     ],
 )
 def test_an_unsupported_projector_type_is_one_line_naming_it(tmp_path, projector, needles):
-    from support.gguf_bytes import STR
-
     message = _refusal(_mmproj(tmp_path, _with("clip.projector_type", STR, projector)))
     for needle in [*needles, "supported projector types: mlp (LLaVA 1.5: CLIP), gemma3 (Gemma 3: SigLIP)"]:
         assert needle in message, message
 
 
 def test_the_mixed_modality_key_names_the_vision_projector(tmp_path):
-    from support.gguf_bytes import BOOL, STR
-
     metadata = _with("clip.projector_type", STR, "qwen2.5o") + [
         ("clip.vision.projector_type", STR, "gemma3"),
         ("clip.has_audio_encoder", BOOL, True),
@@ -245,8 +240,6 @@ def test_the_mixed_modality_key_names_the_vision_projector(tmp_path):
     ],
 )
 def test_hostile_metadata_is_one_line_naming_the_key(tmp_path, key, kind, value, needles):
-    from support import gguf_bytes
-
     message = _refusal(_mmproj(tmp_path, _with(key, getattr(gguf_bytes, kind) if kind else None, value)))
     for needle in needles:
         assert needle in message, message
@@ -258,8 +251,6 @@ def test_the_text_tower_of_an_mmproj_file_is_refused_in_one_line(tmp_path):
 
 
 def test_a_gated_encoder_under_a_supported_type_is_refused_by_its_stray_tensor(tmp_path):
-    from support.gguf_bytes import mmproj_tensors
-
     tensors = {**mmproj_tensors(), "v.blk.0.ffn_gate.weight": np.zeros((12, 8), np.float32)}
     assert "v.blk.0.ffn_gate.weight" in _refusal(_mmproj(tmp_path, tensors=tensors))
 
@@ -268,8 +259,6 @@ def test_a_gated_encoder_under_a_supported_type_is_refused_by_its_stray_tensor(t
 
 
 def _pair_folder(tmp_path, *extra):
-    from support.gguf_bytes import MMPROJ, gguf_file, mmproj_tensors
-
     folder = tmp_path / "model-GGUF"
     folder.mkdir()
     (folder / "model-Q8_0.gguf").write_bytes(gguf_file())  # a one-block llama
@@ -306,8 +295,6 @@ def test_a_folder_of_a_text_gguf_and_its_mmproj_is_two_towers(tmp_path):
 
 
 def test_the_cli_reports_both_towers_of_the_pair(tmp_path, capsys):
-    from support.one_line import run_cli
-
     rc, out, err = run_cli(capsys, str(_pair_folder(tmp_path)), "--format", "json", "--threads", "1")
     assert rc == 0, err
     doc = json.loads(out)

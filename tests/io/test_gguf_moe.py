@@ -11,13 +11,15 @@ family's name and the router's tensor names."""
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
+from support import gguf_convert
+from support.same_numbers import assert_close_tree, numbers
 
 import specbound
 from specbound import SpecboundError
 from specbound.archs.extract import layer_weights
+from specbound.io.gguf_archs import deepseek2_yarn
 from specbound.pipeline import open_model
-from support import gguf_convert
-from support.same_numbers import assert_close_tree, numbers
 
 gguf = pytest.importorskip("gguf")
 torch = pytest.importorskip("torch")
@@ -275,7 +277,6 @@ def write_gguf(path, arch, tensors, meta):
 def build(name, root, config=None, **meta_changes):
     """``(Hugging Face folder, GGUF file, tensors, metadata)`` of the tiny model ``name`` (``config``: keys
     given to its Hugging Face config)."""
-    from safetensors.numpy import load_file
 
     arch, arch_id, model_of, meta_of = MODELS[name]
     torch.manual_seed(7)
@@ -399,7 +400,6 @@ def test_a_malformed_or_unmodelled_file_is_refused_in_one_line(tmp_path, name, m
 def test_deepseeks_kv_b_is_joined_from_the_converters_halves(tmp_path):
     """The file holds attn_k_b (H, r, d_nope) and attn_v_b (H, d_v, r) and no attn_kv_b; the reader's
     blk.N.attn_kv_b.weight is the Hugging Face kv_b_proj, exactly; halves of different models: one line."""
-    from safetensors.numpy import load_file
 
     folder, path, tensors, meta = build("deepseek_v3", tmp_path)
     assert "blk.1.attn_kv_b.weight" not in tensors and tensors["blk.1.attn_k_b.weight"].shape == (H, 10, 6)
@@ -464,8 +464,6 @@ def test_deepseeks_yarn_attention_factor_is_read_as_stated(tmp_path):
 
 @pytest.mark.parametrize("stated", [1.0, 0.707, 0.1, 1.3, 0.7071068])  # float32 holds ~7 digits
 def test_mscale_all_dim_is_the_decimal_the_config_stated(stated):
-    from specbound.io.gguf_archs import deepseek2_yarn
-
     stored = float(np.float32(0.1 * stated))  # the file's float32, read back as a float
     config = {
         "rope.scaling.type": "yarn",

@@ -8,12 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from support.hub_server import HubServer
+from support.numpy_bert import write_tiny_bert
 
 import specbound
 from specbound.errors import SpecboundError
 from specbound.records.view import format_summary
-from support.hub_server import HubServer
-from support.numpy_bert import write_tiny_bert
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
 
 pytest.importorskip("huggingface_hub")
 
@@ -36,10 +39,6 @@ def test_hub_analysis_is_named_org_name_at_commit(tmp_path, hub_env):
         assert header[0] == f"specbound: {REPO}@{SHA}", header[:2]
         assert header[1].startswith("from ") and header[1].endswith(f"snapshots/{SHA}"), header[:2]
         assert f"{REPO}@{SHA[:8]}" in a._repr_html_()
-
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
 
     report = run_sweep(expand_sources([REPO]), tmp_path / "store", progress=False)
     assert len(report.written) == 1

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from support.hub_server import HubServer
+from support.numpy_bert import write_tiny_bert
 
 import specbound
 from specbound.errors import SpecboundError
-from support.hub_server import HubServer
-from support.numpy_bert import write_tiny_bert
+from specbound.io.shard_index import _inside
 
 pytest.importorskip("huggingface_hub")
 
@@ -167,7 +168,6 @@ def test_cli_fetch_revision_option(tmp_path, hub_env):
 def test_cache_snapshot_shards_resolve_only_into_blobs(tmp_path):
     """In a cache snapshot the shard index may name links into ``<repo>/blobs``, and nothing else
     outside the snapshot: a link elsewhere, or a name with ``..``, is refused."""
-    from specbound.io.shard_index import _inside
 
     repo = tmp_path / "models--org--m"
     snap, blobs = repo / "snapshots" / ("c" * 40), repo / "blobs"

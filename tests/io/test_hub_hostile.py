@@ -10,12 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-
-import specbound
-from specbound.errors import SpecboundError
 from support.hub_server import HubServer, isolate_hub_environment, walk_outside
 from support.numpy_bert import write_tiny_bert
 from support.one_line import assert_one_line_error, run_cli
+
+import specbound
+from specbound.cli import main
+from specbound.errors import SpecboundError
+from specbound.io.hub_errors import show_details
 
 pytest.importorskip("huggingface_hub")
 
@@ -190,8 +192,6 @@ def test_cli_empty_revision_and_huge_budget(capsys, world):
 
 
 def _cli(capfd, *args):
-    from specbound.cli import main
-
     capfd.readouterr()
     rc = main(["analyze", *args])
     out, err = capfd.readouterr()
@@ -210,7 +210,6 @@ def test_cut_short_or_wrong_length_is_one_line(world, model, monkeypatch, capfd,
     """huggingface_hub's retry lines (a body cut short, a GET whose Content-Length the HEAD did not
     say) are kept off stderr: one line, exit 2; --verbose shows them.  A later run against an honest
     server fetches again: the folder the failed fetch left is not read as the model."""
-    from specbound.io.hub_errors import show_details
 
     root, cache = world
     monkeypatch.setattr("time.sleep", lambda seconds: None)  # huggingface_hub waits 1 s per retry

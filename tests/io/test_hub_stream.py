@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import weakref
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from support.same_numbers import numbers
 
 import specbound
 from specbound.errors import SpecboundError, SpecboundWarning
+from specbound.io import hub_stream
+from specbound.io.hub_fetch import MAX_SHARDS, parse_size
+from specbound.io.hub_stream import StreamedCheckpoint
 
 pytest.importorskip("huggingface_hub")
 
@@ -165,14 +169,10 @@ def test_auto_stream_over_disk_budget(tmp_path, hub_env):
     [("20GB", 20 * 10**9), ("1.5GiB", 3 * 2**29), ("500M", 5 * 10**8), ("1000", 1000), ("2 kB", 2000), (7, 7)],
 )
 def test_parse_size(text, expected):
-    from specbound.io.hub_fetch import parse_size
-
     assert parse_size(text) == expected
 
 
 def test_parse_size_refuses():
-    from specbound.io.hub_fetch import parse_size
-
     for bad in ("twenty", "-5GB", "5 XB", ""):
         with pytest.raises(SpecboundError, match=r"^expected a size in bytes such as 20GB"):
             parse_size(bad)
@@ -183,7 +183,6 @@ def test_parse_size_refuses():
 def test_dropped_connections_retried_then_one_line(tmp_path, hub_env):
     """A range cut mid-body resumes from the byte where it stopped; a connection that keeps dropping
     is one line after ``RETRIES`` retries."""
-    from specbound.io import hub_stream
 
     hub_env.setattr(hub_stream, "_BACKOFF_S", 0.0)
     hub_env.setattr(hub_stream, "_BODY_CHUNK", 64)  # pieces arrive before the cut: the retry resumes
@@ -311,7 +310,6 @@ def test_finished_layers_are_released(tmp_path, hub_env):
     local = write_tiny_bert(tmp_path / "local", seed=17, L=LAYERS)
     with HubServer({REPO: local}) as hub:
         hub_env.setenv("HF_ENDPOINT", hub.url)
-        from specbound.io.hub_stream import StreamedCheckpoint
 
         alive: list[tuple[int, weakref.ref]] = []
         violations = []
@@ -392,9 +390,6 @@ def test_many_shards_one_request_each(tmp_path, hub_env):
 def test_an_index_of_thousands_of_shards_is_one_line_at_once(tmp_path, hub_env, stream):
     """A weight map of 3,000 tiny shards once took 44-91 s to fetch; an index naming more shard
     files than any published model is refused before any shard is requested."""
-    import time
-
-    from specbound.io.hub_fetch import MAX_SHARDS
 
     local = write_tiny_bert(tmp_path / "local", seed=32, L=2, N=8, H=2, d_ff=8)
     sharded = _sharded(local, tmp_path / "sharded", parts=2)

@@ -5,12 +5,11 @@ it names and no other."""
 import json
 import shutil
 import struct
+import warnings
 
 import numpy as np
 import pytest
-
-import specbound
-from specbound import SpecboundError
+from safetensors.numpy import save_file
 from support.one_line import (
     INDEX,
     WEIGHTS,
@@ -21,6 +20,10 @@ from support.one_line import (
     edit_tensors,
     run_cli,
 )
+
+import specbound
+from specbound import SpecboundError
+from specbound.io.safetensors_file import SafetensorsCheckpoint
 
 
 def missing_path(d):
@@ -237,11 +240,6 @@ def test_malformed_shard_index(sharded, capsys, text):
 def test_finite_check_is_exact_for_huge_values(tmp_path):
     """The NaN/Inf check sums first: a sum that overflows on huge finite weights is no error, and
     one NaN among them still is, counted exactly."""
-    import warnings
-
-    from safetensors.numpy import save_file
-
-    from specbound.io.safetensors_file import SafetensorsCheckpoint
 
     path = tmp_path / "w.safetensors"
     save_file({"huge": np.array([1e308, 1e308, -1.0]), "nan": np.array([1e308, np.nan, np.inf, 2.0])}, str(path))

@@ -6,13 +6,16 @@ import json
 import shutil
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import specbound
+import specbound.io.base
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
+from specbound.io.safetensors_file import SafetensorsCheckpoint
 
 torch = pytest.importorskip("torch")
 
@@ -79,7 +82,6 @@ def test_stride_zero_giant_pickled_tensor_is_refused(healthy):
 def test_lying_safetensors_header_is_refused_before_allocation(tmp_path, monkeypatch):
     """A header declaring 10^12 values: whatever the parser lets through, the one size check
     refuses it before any allocation."""
-    from specbound.io.safetensors_file import SafetensorsCheckpoint
 
     path = tmp_path / "model.safetensors"
     header = json.dumps({"w": {"dtype": "F32", "shape": [10**6, 10**6], "data_offsets": [0, 16]}}).encode()
@@ -92,8 +94,6 @@ def test_lying_safetensors_header_is_refused_before_allocation(tmp_path, monkeyp
 
 
 def test_a_tensor_larger_than_memory_is_refused(healthy, monkeypatch):
-    import specbound.io.base
-
     monkeypatch.setattr(specbound.io.base, "available_memory", lambda: 1000)
     with pytest.raises(SpecboundError, match="memory is available"):
         open_checkpoint(healthy).read("encoder.layer.0.attention.self.query.weight")
@@ -178,7 +178,6 @@ def test_config_not_utf8(healthy):
 
 def test_unreadable_files_are_one_line(healthy, monkeypatch):
     """PermissionError (simulated: the tests may run as root, who reads anything)."""
-    from pathlib import Path
 
     real = Path.open
 
@@ -230,8 +229,6 @@ def test_zip_end_record_claiming_several_disks(healthy):
 def test_a_header_backed_by_a_sparse_file_is_refused_by_memory(tmp_path, monkeypatch):
     """A consistent header over a sparse file: 4 GiB of declared float32 (the file really is that
     long, and safetensors accepts it); its 8 GiB float64 healthy is refused before allocation."""
-    import specbound.io.base
-    from specbound.io.safetensors_file import SafetensorsCheckpoint
 
     n = 1 << 15
     path = tmp_path / "model.safetensors"

@@ -4,11 +4,13 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
+from support.same_numbers import assert_close_tree, assert_same_numbers, numbers
 
 import specbound
 from specbound.errors import SpecboundError
-from support.same_numbers import assert_same_numbers
 
 
 def _sentence_transformers_folder(tiny_bert_dir, root, module_path="0_Transformer"):
@@ -30,7 +32,6 @@ def _sentence_transformers_folder(tiny_bert_dir, root, module_path="0_Transforme
 def test_the_older_sentence_transformers_layout_follows_modules_json(tiny_bert_dir, tmp_path):
     """The Transformer's numbers are the plain folder's; the Pooling module after it is named (model.modules and
     its assumption), which is all the two documents differ by."""
-    from support.same_numbers import assert_close_tree, numbers
 
     root = _sentence_transformers_folder(tiny_bert_dir, tmp_path / "st")
     a, b = (numbers(specbound.analyze(folder, threads=1)) for folder in (root, tiny_bert_dir))
@@ -100,8 +101,6 @@ def _with_projection_heads(tiny_bert_dir, root, dense_out=(24, 8), activation="t
     """The layout sentence-transformers saves (sentence-transformers is not installed here: written by hand as its
     save() writes it): the Transformer at the root (its own config.json, path ""), 1_Pooling, 2_Dense, 3_Dense
     (config.json and model.safetensors holding linear.weight (out, in) and linear.bias), 4_Normalize (no files)."""
-    import numpy as np
-    from safetensors.numpy import save_file
 
     shutil.copytree(tiny_bert_dir, root)
     entries = [
@@ -155,7 +154,6 @@ def test_a_folder_with_its_own_config_still_reads_modules_json_and_reports_its_d
     without a word): each module after the Transformer is named in model.modules and the assumptions, a Dense matrix
     with its own norms (those of W^T, in x out, against a dense SVD) and activation; the Transformer's numbers are
     the plain folder's."""
-    import numpy as np
 
     root, weights = _with_projection_heads(tiny_bert_dir, tmp_path / "st")
     a, plain = specbound.analyze(root, threads=1), specbound.analyze(tiny_bert_dir, threads=1)

@@ -17,26 +17,27 @@ import sys
 
 import numpy as np
 import pytest
+from support.same_numbers import assert_same_numbers
 
 import specbound
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
-from support.same_numbers import assert_same_numbers
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from support.onnx_graphs import (
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402, TID253
+from support.onnx_graphs import (  # noqa: TID253
     BERT_LINEARS,
-    N,
     RNG,
+    N,
     bert_layer,
     export,
     initializer,
     matmul_graph,  # noqa: E402
     plain_matmul,
 )
+from support.tiny_models import build_tiny_model
 
+from specbound.archs.extract import _row_oriented
 
 # --- exports of tiny transformers models ------------------------------------------------------------
 
@@ -44,7 +45,6 @@ from support.onnx_graphs import (
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
     pytest.importorskip("torch")
-    from support.tiny_models import build_tiny_model
 
     return build_tiny_model("bert"), specbound.analyze(tiny_bert_dir, threads=1)
 
@@ -186,7 +186,6 @@ def test_orientation_follows_the_node_not_the_shape(tmp_path):
     folder = matmul_graph(tmp_path / "m", nodes, inits)
     ckpt = open_checkpoint(folder)
     assert sorted(ckpt.names) == sorted(f"encoder.layer.0.{p.replace('/', '.')}.weight" for p in BERT_LINEARS)
-    from specbound.archs.extract import _row_oriented
 
     for i, (path, w) in enumerate(weights.items()):
         name = f"encoder.layer.0.{path.replace('/', '.')}.weight"

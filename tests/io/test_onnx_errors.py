@@ -11,7 +11,7 @@ from specbound import SpecboundError
 from specbound.io import open_checkpoint
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402, TID253
 
 N = 8
 CONFIG = dict(model_type="bert", num_hidden_layers=1, hidden_size=N, num_attention_heads=2, intermediate_size=12)

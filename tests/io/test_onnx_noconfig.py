@@ -10,13 +10,17 @@ SentenceTransformer (``nn.Sequential`` whose module ``0`` holds ``auto_model``: 
 import json
 import warnings
 
+import numpy as np
 import pytest
+from support.same_numbers import assert_same_numbers
+from support.tiny_models import build_tiny_model
 
 import specbound
 from specbound import SpecboundError
+from specbound.archs.tensor_names import find_layer_stack
 from specbound.cli import main
 from specbound.io import open_checkpoint
-from support.same_numbers import assert_same_numbers
+from specbound.pipeline import open_model
 
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
@@ -62,8 +66,6 @@ def export_alone(model, path, dynamo, deeper=False):
 
 @pytest.fixture(scope="module")
 def bert(tiny_bert_dir):
-    from support.tiny_models import build_tiny_model
-
     return build_tiny_model("bert"), specbound.analyze(tiny_bert_dir, threads=1)
 
 
@@ -79,7 +81,6 @@ def test_sentence_transformers_export_without_config(bert, tmp_path, dynamo, dee
     assert ckpt.facts.needs_config and ckpt.config == {}
     assert_same_numbers(reference, specbound.analyze(path, threads=1))
     assert_same_numbers(reference, specbound.analyze(path.parent, threads=1))  # the folder, too
-    from specbound.pipeline import open_model
 
     opened = open_model(path)
     assert opened.prefix == ("model." if deeper else "") + "0.auto_model."
@@ -129,7 +130,6 @@ def test_llama_export_without_config(tmp_path):
     # the rotary settings are not in the graph: never guessed; the bounds valid for every rotation apply
     blind = specbound.analyze(path, threads=1)
     assert blind.model["rotary"]["max_positions"] is None
-    from specbound.pipeline import open_model
 
     assert "--set max_position_embeddings=N" in open_model(path).ckpt.config["specbound_inferred"]["rotary"]
     rotary = {"max_position_embeddings": 40, "rope_theta": config.rope_parameters["rope_theta"]}
@@ -151,7 +151,6 @@ def test_arch_infer_picks_the_layer_stack_not_the_wrapper(bert, tmp_path, capsys
 
 def test_heads_not_in_the_graph_is_a_one_line_error(tmp_path):
     """A hand-built graph with the weights but no attention Reshape/scale: the heads must be given."""
-    import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     n, d_ff = 4, 6
@@ -199,8 +198,6 @@ class _Names:
 
 
 def test_layer_stack_prefers_the_configs_layer_count_and_skips_wrappers():
-    from specbound.archs.tensor_names import find_layer_stack
-
     shapes = {f"encoder.layer.{i}.w{j}.weight": (4, 4) for i in range(4) for j in range(2)}
     shapes.update({f"decoder.block.{i}.w{j}.weight": (4, 4) for i in range(2) for j in range(5)})
     assert find_layer_stack(_Names(shapes)).path == "decoder.block"  # the most weights

@@ -14,12 +14,21 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import shutil
+
+from safetensors.numpy import load_file, save_file
+from support import quant_writers as qw  # noqa: E402
+
 import specbound  # noqa: E402
+import specbound.io.base
 from specbound import SpecboundError  # noqa: E402
 from specbound.io import open_checkpoint  # noqa: E402
 from specbound.io.base import WEIGHTS_NOTE  # noqa: E402
-from specbound.io.quantized import unpack_bits  # noqa: E402
-from support import quant_writers as qw  # noqa: E402
+from specbound.io.quantized import (
+    METHODS,
+    QUANT_METHODS,
+    unpack_bits,  # noqa: E402
+)
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +237,6 @@ def test_variants_not_read_are_refused_in_one_line(base, name, mutate, words):
 def test_gptq_shapes_that_disagree_are_refused(base):
     """A group count that does not match the scales, before anything is unpacked."""
     folder = _requant(base, "groups", lambda c: c["quantization_config"].update(group_size=16))
-    from safetensors.numpy import load_file, save_file
 
     # without g_idx the group size is what assigns rows to groups: 16 makes 4 groups of 64 rows, not 2
     tensors = {k: v for k, v in load_file(str(folder / "model.safetensors")).items() if not k.endswith("g_idx")}
@@ -258,8 +266,6 @@ def test_activation_and_kv_cache_scales_are_set_aside_and_said(base):
 
 
 def test_a_dequantized_weight_that_cannot_fit_in_memory_is_refused(base, monkeypatch):
-    import specbound.io.base
-
     root, model, _ = base
     folder = root / "gptq-memory"
     qw.write_gptq(model, folder, 4, 32, True, False)
@@ -284,8 +290,6 @@ def test_a_quantized_model_saved_as_pytorch_bin_is_refused_by_name(base):
 
 
 def test_a_float_save_that_kept_its_quantization_config_reads_its_floats(base):
-    import shutil
-
     root, model, hf = base
     folder = root / "dequantized"
     shutil.copytree(root / "hf", folder)
@@ -330,7 +334,6 @@ def test_compressed_tensors_activation_order_g_idx(base):
 def test_every_method_is_one_row_and_the_refusal_lists_the_rows(base):
     """The methods read are the rows of ``METHODS`` (one each: its quant_method and its builder);
     the refusal of another quant_method lists them, derived from the rows."""
-    from specbound.io.quantized import METHODS, QUANT_METHODS
 
     assert QUANT_METHODS == tuple(METHODS) == ("gptq", "awq", "compressed-tensors", "fp8", "bitsandbytes", "mlx")
     assert all(row.name == name and callable(row.build) for name, row in METHODS.items())

@@ -18,10 +18,17 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 bnb = pytest.importorskip("bitsandbytes")
 
-import specbound  # noqa: E402
-from specbound.io import open_checkpoint  # noqa: E402
+import shutil
+
+from safetensors.numpy import load_file
 from support import bnb_layout as bl  # noqa: E402
 from support import quant_writers as qw  # noqa: E402
+
+import specbound  # noqa: E402
+from specbound.io import open_checkpoint  # noqa: E402
+from specbound.io.quantized import QuantizedCheckpoint
+from specbound.options import KernelOptions
+from specbound.pipeline import adapter_base, adapter_updates, open_model
 
 CONFIGS = {
     "nf4-nested": dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True),
@@ -40,8 +47,6 @@ NAMES = [f"model.layers.{layer}.{proj}.weight" for layer in range(2) for proj in
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    from safetensors.numpy import load_file
-
     root = tmp_path_factory.mktemp("bnb")
     qw.tiny_llama(root / "hf")
     hf = specbound.analyze(root / "hf", threads=1)
@@ -187,9 +192,6 @@ def test_a_qlora_adapter_on_the_4bit_base_analyses_like_any_adapter(saved):
 def test_a_qlora_adapters_base_is_its_own_opened_checkpoint(saved, tmp_path):
     """The adapter's base opened as its initial weights is the quantized checkpoint the adapter holds (not the
     safetensors checkpoint the quantization is stored in), so the update is read from the factors."""
-    from specbound.io.quantized import QuantizedCheckpoint
-    from specbound.options import KernelOptions
-    from specbound.pipeline import adapter_base, adapter_updates, open_model
 
     _qlora_adapter(saved, tmp_path / "adapter")
     opened = open_model(tmp_path / "adapter")
@@ -212,8 +214,6 @@ def test_a_qlora_adapters_base_is_its_own_opened_checkpoint(saved, tmp_path):
     ],
 )
 def test_a_hostile_quant_state_is_one_line(saved, tmp_path, state, words):
-    import shutil
-
     from safetensors.torch import load_file, save_file
 
     _, _, folders, _ = saved

@@ -12,11 +12,14 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import shutil
+
+from support import quant_writers as qw  # noqa: E402
+from support.one_line import assert_one_line_error, run_cli  # noqa: E402
+
 from specbound import SpecboundError  # noqa: E402
 from specbound.io import open_checkpoint  # noqa: E402
 from specbound.io.base import WEIGHTS_NOTE  # noqa: E402
-from support import quant_writers as qw  # noqa: E402
-from support.one_line import assert_one_line_error, run_cli  # noqa: E402
 
 Q = "model.layers.0.self_attn.q_proj"
 
@@ -128,8 +131,6 @@ def nvfp4(model):
     ],
 )
 def test_nvfp4_global_scale_finite_positive_one(nvfp4, tmp_path, capsys, value, needles):
-    import shutil
-
     folder = shutil.copytree(nvfp4, tmp_path / "nvfp4")
     _edit(folder, lambda t: t.update({f"{Q}.weight_global_scale": value}))
     _one_line(capsys, folder, [f"{Q}", "weight_global_scale", *needles])
@@ -145,8 +146,6 @@ def ct_pack(model):
 
 
 def test_a_float_weight_beside_a_packed_weight_is_refused_naming_both(ct_pack, tmp_path, capsys):
-    import shutil
-
     folder = shutil.copytree(ct_pack, tmp_path / "ct")
     _edit(folder, lambda t: t.update({f"{Q}.weight": np.ones((qw.N, qw.N), dtype=np.float32)}))
     _one_line(capsys, folder, [f"'{Q}.weight'", f"'{Q}.weight_packed'", "stored twice"])
@@ -163,8 +162,6 @@ def test_a_float_weight_beside_a_packed_weight_is_refused_naming_both(ct_pack, t
     ],
 )
 def test_compressed_tensors_config_groups_of_the_wrong_kind(ct_pack, tmp_path, capsys, groups, needles):
-    import shutil
-
     folder = shutil.copytree(ct_pack, tmp_path / "ct")
     _edit(folder, config=lambda c: c["quantization_config"].update(config_groups=groups))
     _one_line(capsys, folder, needles)
@@ -172,7 +169,6 @@ def test_compressed_tensors_config_groups_of_the_wrong_kind(ct_pack, tmp_path, c
 
 def test_compressed_tensors_backtracking_target_is_bounded(ct_pack, tmp_path, capsys):
     """A target that backtracks exponentially on a module name (minutes with ``re``) ends in one line."""
-    import shutil
 
     folder = shutil.copytree(ct_pack, tmp_path / "ct")
     target = "re:^(.|.)*[A-Z]$"
@@ -245,8 +241,6 @@ def bnb_saves(model):
 
 @pytest.mark.parametrize("kind, tensor", [("nf4", "weight.absmax"), ("int8", "SCB")])
 def test_bitsandbytes_scales_not_finite_one_line_without_warnings(bnb_saves, tmp_path, capsys, kind, tensor):
-    import shutil
-
     folder = shutil.copytree(bnb_saves[kind], tmp_path / kind)
     _edit(folder, lambda t: t[f"{Q}.{tensor}"].__setitem__(0, float("inf")))
     _one_line(capsys, folder, [f"'{Q}.{tensor}'", "1 NaN/Inf"])
@@ -254,8 +248,6 @@ def test_bitsandbytes_scales_not_finite_one_line_without_warnings(bnb_saves, tmp
 
 @pytest.mark.parametrize("offset", [float("inf"), 10**400, "x"])
 def test_bitsandbytes_nested_offset_not_a_float32_is_one_line(bnb_saves, tmp_path, capsys, offset):
-    import shutil
-
     folder = shutil.copytree(bnb_saves["nf4-nested"], tmp_path / "nested")
     state = f"{Q}.weight.quant_state.bitsandbytes__nf4"
 

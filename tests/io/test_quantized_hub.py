@@ -8,11 +8,13 @@ import pytest
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("transformers")
 
-import specbound  # noqa: E402
-from specbound.errors import SpecboundError  # noqa: E402
 from support import quant_writers as qw  # noqa: E402
+from support.ct2_models import convert, hf_model
 from support.hub_server import HubServer  # noqa: E402
 from support.same_numbers import assert_same_numbers  # noqa: E402
+
+import specbound  # noqa: E402
+from specbound.errors import SpecboundError  # noqa: E402
 
 
 def test_gptq_repository_fetched_and_streamed(tmp_path, hub_env):
@@ -33,7 +35,6 @@ def test_gptq_repository_fetched_and_streamed(tmp_path, hub_env):
 
 def test_ctranslate2_repository_fetches_config_and_model_bin(tmp_path, hub_env):
     pytest.importorskip("ctranslate2")
-    from support.ct2_models import convert, hf_model
 
     hf_model("whisper", tmp_path / "hf")
     folder = convert(tmp_path / "hf", tmp_path / "ct2")

@@ -7,9 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.conformance import check_reader
+from support.ct2_models import convert, hf_model
+from support.gguf_convert import write_converted
 
 from specbound.io.formats import FORMATS
-from support.conformance import check_reader
 
 DATA = Path(__file__).resolve().parent / "data"
 BERT = DATA / "tiny_bert_safetensors"
@@ -44,7 +46,6 @@ def _onnx(tmp_path):
     pytest.importorskip("onnx")
     pytest.importorskip("torch")
     import transformers
-
     from support.onnx_graphs import export
 
     model = transformers.BertModel.from_pretrained(str(BERT)).eval()
@@ -55,8 +56,6 @@ def _gguf(tmp_path):
     pytest.importorskip("gguf")
     torch = pytest.importorskip("torch")
     import transformers
-
-    from support.gguf_convert import write_converted
 
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(
@@ -81,7 +80,6 @@ def _gguf(tmp_path):
 def _ctranslate2(tmp_path):
     pytest.importorskip("ctranslate2")
     pytest.importorskip("transformers")
-    from support.ct2_models import convert, hf_model
 
     hf_model("bert", tmp_path / "hf")
     return convert(tmp_path / "hf", tmp_path / "ct2"), tmp_path / "hf", {}

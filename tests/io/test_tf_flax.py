@@ -19,14 +19,16 @@ byte comparison wherever flax is installed.
 """
 
 import shutil
+import sys
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
+from support.conformance import check_reader
 
 import specbound
 from specbound import SpecboundError
 from specbound.io import open_checkpoint
-from support.conformance import check_reader
 
 h5py = pytest.importorskip("h5py")
 msgpack = pytest.importorskip("msgpack")
@@ -35,7 +37,6 @@ msgpack = pytest.importorskip("msgpack")
 @pytest.fixture(scope="module")
 def bert_state(tiny_bert_dir):
     """The tiny BertModel's tensors (PyTorch names, as stored), read from its safetensors file."""
-    from safetensors.numpy import load_file
 
     return tiny_bert_dir, load_file(str(tiny_bert_dir / "model.safetensors"))
 
@@ -148,7 +149,7 @@ def _folder_with(tmp_path, source_dir, name):
 
 
 def test_tf_variable_names_follow_transformers():
-    from specbound.io.tf_file import pt_name
+    from specbound.io.tf_file import pt_name  # noqa: PLC0415 - the helpers' argument has the same name
 
     assert tf_variable("encoder.layer.1.attention.self.query.weight") == (
         "tf_bert_model/bert/encoder/layer_._1/attention/self/query/kernel:0",
@@ -283,8 +284,6 @@ def test_bad_msgpack_files(bert_state, tmp_path):
 
 
 def test_missing_packages_say_how_to_install(bert_state, tmp_path, monkeypatch):
-    import sys
-
     reference_dir, state = bert_state
     folder = _folder_with(tmp_path, reference_dir, "nopkg")
     write_keras_h5(folder / "tf_model.h5", state)
@@ -313,8 +312,6 @@ def test_real_flax_file_holds_chunked_arrays():
 
 
 def test_real_flax_bfloat16_file():
-    from safetensors.numpy import load_file
-
     bf16 = __import__("ml_dtypes").bfloat16
     state = load_file(str(DATA / "tiny_bert_safetensors" / "model.safetensors"))
     ckpt = open_checkpoint(DATA / "tiny_bert_flax_bf16")

@@ -6,13 +6,19 @@ notebook view holds the tables and the figure."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
+from test_lora import _bert, build_adapter
 
 import specbound
 from specbound import SpecboundError
-from specbound.report.compare import Comparison, compare
+from specbound.cli import main
+from specbound.report.compare import Comparison, compare, default_names
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
 
 
 def _analyze(source, **options):
@@ -52,10 +58,6 @@ def test_two_folders_side_by_side_equal_their_own_analyses(tiny_bert_dir, tiny_b
 
 
 def test_a_saved_analysis_and_a_store_record_compare_as_the_checkpoint(tiny_bert_dir, pair, tmp_path):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
-
     a, _ = pair
     a.save(tmp_path / "saved")
     (source,) = expand_sources([str(tiny_bert_dir)])
@@ -75,7 +77,6 @@ def test_a_saved_analysis_and_a_store_record_compare_as_the_checkpoint(tiny_bert
 
 def test_a_base_and_its_adapter(tmp_path):
     pytest.importorskip("peft")
-    from test_lora import _bert, build_adapter
 
     base, adapter, _ = build_adapter(tmp_path, _bert, seed=3, r=2, lora_alpha=4, target_modules=["query", "value"])
     c = compare(base, adapter, names=["base", "adapter"], base=str(base), threads=1)
@@ -93,9 +94,6 @@ def test_a_base_and_its_adapter(tmp_path):
 
 def test_cli_writes_tables_and_the_figure(tiny_bert_dir, tiny_bert_cls_dir, tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    import json
-
-    from specbound.cli import main
 
     out = tmp_path / "cmp"
     assert main(["compare", str(tiny_bert_dir), str(tiny_bert_cls_dir), "--out", str(out), "--threads", "1"]) == 0
@@ -131,8 +129,6 @@ def test_figure_axes_and_notebook_view(pair):
 
 
 def test_default_names_are_short_and_distinct():
-    from specbound.report.compare import default_names
-
     assert default_names(["minis/bert_L-4", "minis/bert_L-8"]) == ["bert_L-4", "bert_L-8"]
     assert default_names(["a/model", "b/model"]) == ["a/model", "b/model"]
     assert default_names(["x", "x"]) == ["x #1", "x #2"]
@@ -143,7 +139,6 @@ def test_analyses_made_with_different_options_are_flagged(tiny_bert_dir, tiny_be
     page's grid_m=12 against the command line's default).  Each model's own defaults (its grid
     ceil(L + ln N), l_phi from its activation) are alike; a setting given differently is named, with
     each model's value, in the text, the notebook view and the JSON."""
-    from specbound.cli import main
 
     a, b = pair
     assert a.options["grid_m"] != b.options["grid_m"]  # two sizes, two default grids: not a difference

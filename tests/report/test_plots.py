@@ -1,13 +1,27 @@
 """Every figure and the report render from stored records alone (no checkpoint is opened)."""
 
 import base64
+import io
 import re
 
+import pandas as pd
 import pytest
 
+import specbound.io.dispatch
+import specbound.pipeline
+import specbound.report.html
+import specbound.report.plots
 from specbound.cli import main
-from specbound.report.plots import build_figures, pick_record
+from specbound.records.plot import figure_contributions
+from specbound.records.style import natural_order
 from specbound.report.html import write_report
+from specbound.report.plots import (
+    HEADLINE,
+    build_figures,
+    figure_bound_scaling,
+    figure_bounds_side_by_side,
+    pick_record,
+)
 
 EXPECTED = {
     "spectral_decay": ("singular value index i", r"singular value $\sigma_i$"),
@@ -23,8 +37,6 @@ EXPECTED = {
 @pytest.fixture
 def no_checkpoints(monkeypatch):
     """Opening any checkpoint fails: plots and reports must read records only."""
-    import specbound.pipeline
-    import specbound.io.dispatch
 
     def refuse(*args, **kwargs):
         raise AssertionError("a plot or report opened a checkpoint")
@@ -76,9 +88,6 @@ def test_report_is_self_contained(tiny_store, tmp_path, no_checkpoints):
 
 
 def test_cli_plot_and_report(tiny_store, tmp_path, capsys, monkeypatch):
-    import specbound.report.plots
-    import specbound.report.html
-
     calls = []  # the CLI only passes its arguments on (the drawing itself is tested above)
     monkeypatch.setattr(specbound.report.plots, "render_all", lambda store, out, **kw: calls.append((out, kw)) or [out])
     monkeypatch.setattr(
@@ -121,7 +130,6 @@ def test_the_headline_bound_is_drawn_last_and_distinct(tiny_store, no_checkpoint
     """The spectrum-adaptive bound equals some of its variants on every row (spectral_shared without
     sharing, spectral_fixed_p2 where p* = 2): it is drawn on top, as the one open black ring, first in
     the legend, so the variants it equals show inside it instead of hiding it."""
-    from specbound.report.plots import HEADLINE, figure_bounds_side_by_side
 
     fig = figure_bounds_side_by_side(tiny_store)
     ax = fig.axes[0]
@@ -142,14 +150,11 @@ def test_the_headline_bound_is_drawn_last_and_distinct(tiny_store, no_checkpoint
 
 
 def natural_order_values(table, name):
-    from specbound.records.style import natural_order
-
     return natural_order(table)[name].to_numpy(float)
 
 
 def test_axis_labels_are_mathtext_not_underscores(tiny_store, no_checkpoints):
     """No axis label shows a literal underscore (sigma_i, P_m): subscripts are mathtext ($\\sigma_i$)."""
-    import re
 
     figures = build_figures(tiny_store)
     for name, fig in figures.items():
@@ -166,11 +171,6 @@ def test_the_p_star_cells_are_legible(tiny_store, no_checkpoints):
 
 def test_a_model_name_with_dollars_does_not_break_the_mathtext():
     """The contribution figure's title mixes mathtext ($P_m$) with the model's name, taken as plain text."""
-    import io
-
-    import pandas as pd
-
-    from specbound.records.plot import figure_contributions
 
     curves = pd.DataFrame(
         {"matrix": [0] * 3, "layer": [0] * 3, "role": ["QK"] * 3, "p": [0.0, 1.0, 2.0], "c_over_c0": [1.0, 2.0, 3.0]}
@@ -185,8 +185,6 @@ def test_the_store_figures_compose_into_the_caller_s_axes(tiny_store, no_checkpo
     given (a notebook's grid of panels), adds no Axes and no figure, and returns the caller's Figure with
     the same lines as when it makes its own."""
     from matplotlib.figure import Figure
-
-    from specbound.report.plots import figure_bound_scaling, figure_bounds_side_by_side
 
     for draw in (
         lambda **kw: figure_bound_scaling(tiny_store, x="N", **kw),

@@ -5,10 +5,12 @@ figure; the one-model figures say which record they show, the last checkpoint of
 from __future__ import annotations
 
 import pytest
+from support.tiny_models import build_tiny_model, save_tiny
 
 import specbound
-from specbound.report.distance import figure_from_init, from_init_frame
 from specbound.records.view import fmt
+from specbound.report.distance import figure_from_init, from_init_frame
+from specbound.report.html import write_report
 from specbound.sweep.run import run_sweep
 from specbound.sweep.sources import expand_sources
 from specbound.sweep.store import Store
@@ -19,8 +21,6 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def init_store(tmp_path_factory):
-    from support.tiny_models import build_tiny_model, save_tiny
-
     root = tmp_path_factory.mktemp("distance")
     model = build_tiny_model("bert")
     save_tiny(model, root / "init")
@@ -57,8 +57,6 @@ def test_the_table_holds_the_analysis_from_init_bounds(init_store):
 
 
 def test_the_report_shows_w_minus_w0_and_names_the_model_shown(init_store, tmp_path):
-    from specbound.report.html import write_report
-
     paths = write_report(Store(init_store / "store"), tmp_path / "report")
     page, md = paths["html"].read_text(), paths["markdown"].read_text()
     for text in (page, md):
@@ -68,8 +66,6 @@ def test_the_report_shows_w_minus_w0_and_names_the_model_shown(init_store, tmp_p
 
 
 def test_a_store_without_init_has_no_such_section(tiny_store, tmp_path):
-    from specbound.report.html import write_report
-
     assert from_init_frame(tiny_store).empty and figure_from_init(tiny_store) is None
     page = write_report(tiny_store, tmp_path / "report")["html"].read_text()
     assert "W - W0" not in page

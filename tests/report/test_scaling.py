@@ -9,7 +9,15 @@ import pytest
 
 from specbound import SpecboundError
 from specbound.cli import main
-from specbound.report.scaling import group_slopes, loglog_fit, quantities, scaling_fits, scaling_table, summary_table
+from specbound.report.scaling import (
+    _three_places,
+    group_slopes,
+    loglog_fit,
+    quantities,
+    scaling_fits,
+    scaling_table,
+    summary_table,
+)
 from specbound.sweep.store import Record, Store
 
 DEPTHS = (2, 4, 6, 8, 10, 12)
@@ -164,6 +172,5 @@ def test_median_over_groups_is_the_median_of_each_groups_own_slope(tmp_path):
 
 def test_no_minus_zero():
     """scaling prints 0.000, not -0.000, for a slope that rounds to zero."""
-    from specbound.report.scaling import _three_places
 
     assert _three_places(-0.0001) == "0.000" and _three_places(-0.0006) == "-0.001" and _three_places(1.0) == "1.000"

@@ -1,11 +1,14 @@
 """A store of one run's checkpoints (one shape): the scaling fit says which label to fit against, the
 figures and the report show the trajectory, and every table of the store reads back as one tidy frame."""
 
+import json
 from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 import pytest
+from support.numpy_bert import write_tiny_bert
+from support.run_store import RUN_STEPS, run_store  # noqa: F401  (a fixture)
 
 from specbound.cli import main
 from specbound.errors import SpecboundError
@@ -14,7 +17,9 @@ from specbound.report.html import write_report
 from specbound.report.plots import build_figures
 from specbound.report.scaling import scaling_table
 from specbound.report.trajectory import figure_trajectory, trajectory_axis, trajectory_frame
-from support.run_store import RUN_STEPS, run_store  # noqa: F401  (a fixture)
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
 
 
 def test_scaling_names_the_label_to_fit_against(run_store, capsys):
@@ -96,12 +101,6 @@ def test_the_headline_is_on_top_and_equal_variants_are_named_not_drawn(run_store
 def test_the_run_s_own_numbers_share_the_step_axis(tmp_path):
     """Records that carry the run's loss and evaluation metrics (metrics.json beside each checkpoint, or
     a training callback's) get a panel of them on the bounds' step axis."""
-    import json
-
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
-    from support.numpy_bert import write_tiny_bert
 
     steps, losses, accuracies = (100, 200, 400), (1.5, 0.9, 0.4), (0.5, 0.7, 0.8)
     for i, step in enumerate(steps):

@@ -2,18 +2,23 @@
 written in the test (L and N read from the models), against a least-squares fit computed here."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
-
-from specbound import SpecboundError
-from specbound.records.style import bound_color
-from specbound.study.paper import PAPER_BOUNDS, figure_paper, paper_fits, store_points, study_points, verdicts
-from specbound.sweep.store import Store
+from scipy import stats  # noqa: TID253
 from support.numpy_bert import write_tiny_bert
 from support.one_line import assert_one_line_error, run_cli
+from support.tiny_models import save_tiny
+
+from specbound import SpecboundError
+from specbound.cli import main
+from specbound.records.style import bound_color
+from specbound.study.paper import PAPER_BOUNDS, figure_paper, paper_fits, store_points, study_points, verdicts
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
 
 DEPTHS, WIDTHS = (1, 2, 3), (16, 32)
 
@@ -31,7 +36,6 @@ def bert_grid(tmp_path_factory):
 @pytest.fixture(scope="module")
 def paper_run(bert_grid, tmp_path_factory):
     """``specbound paper`` on the grid's folders: ``(out folder, stdout)``."""
-    from specbound.cli import main
 
     out = tmp_path_factory.mktemp("paper_out")
     rc = main(["paper", *sorted(str(p) for p in bert_grid.iterdir()), "--out", str(out), "--format", "csv"])
@@ -122,9 +126,6 @@ def test_the_cli_prints_the_slopes_and_the_verdicts(paper_run, capsys):
 
 
 def test_a_grid_of_one_shape_is_one_line(bert_grid, tmp_path, capsys):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-
     for seed in (1, 2):
         write_tiny_bert(tmp_path / f"seed{seed}", seed=seed, L=2, N=16, H=4, d_ff=32, std=0.1)
     run_sweep(expand_sources([str(tmp_path / "seed1"), str(tmp_path / "seed2")]), tmp_path / "store", progress=False)
@@ -134,9 +135,6 @@ def test_a_grid_of_one_shape_is_one_line(bert_grid, tmp_path, capsys):
 
 
 def test_too_few_points_for_an_interval_is_one_line(bert_grid, tmp_path, capsys):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-
     run_sweep(
         expand_sources([str(bert_grid / "L1-N16"), str(bert_grid / "L2-N16")]), tmp_path / "store", progress=False
     )
@@ -219,7 +217,6 @@ def test_a_study_grid_recovers_exact_power_laws():
 def test_the_study_slopes_are_the_studys_pooled_slopes():
     """On the shipped study (docs/study-default), the same estimator as the study's own ``pooled``
     column of scaling.csv (the fixed-effects slope over groups of runs that differ in one axis)."""
-    from pathlib import Path
 
     folder = Path(__file__).parents[2] / "docs" / "study-default"
     fits = paper_fits(study_points(pd.read_csv(folder / "runs.csv"))).set_index(["axis", "bound"])
@@ -281,8 +278,6 @@ def test_a_llama_grid_from_transformers(tmp_path, capsys):
     import torch
     import transformers
 
-    from support.tiny_models import save_tiny
-
     for L in DEPTHS:
         for N in WIDTHS:
             torch.manual_seed(L * 100 + N)
@@ -311,9 +306,6 @@ def test_a_llama_grid_from_transformers(tmp_path, capsys):
 
 
 def test_a_grid_varying_in_depth_alone_draws_one_panel(bert_grid, tmp_path):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-
     run_sweep(expand_sources([str(bert_grid / f"L{L}-N16") for L in DEPTHS]), tmp_path / "store", progress=False)
     points = store_points(Store(tmp_path / "store"))
     fits = paper_fits(points)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import kendalltau
+from scipy.stats import kendalltau  # noqa: TID253
 
 from specbound.study.correlate import (
     _codes,

@@ -18,6 +18,7 @@ import pytest
 
 import specbound
 from specbound.cli import main
+from specbound.study.data import load_task
 from specbound.study.grid import HPARAMS, RunConfig, make_grid
 from specbound.study.pipeline import run_study
 
@@ -240,7 +241,6 @@ def test_estimate_of_the_deep_grid_from_the_quick_runs(quick):
 def test_text_task_trains_to_the_criterion_and_measures_honestly(task, tmp_path):
     import torch
 
-    from specbound.study.data import load_task
     from specbound.study.models import forward_with_rows
     from specbound.study.train import FLAT_BRACKET, FLAT_STEPS, FLAT_TARGET, flatness_sigma, to_tensor, train_run
 

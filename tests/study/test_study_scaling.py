@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from specbound.study.correlate import clusters
 from specbound.study.grid import DEFAULT_BASES, HPARAMS, make_grid
+from specbound.study.report import plot_scaling
 from specbound.study.scaling import SCALING_COLUMNS, axis_groups, scaling_slopes, slopes_by_group
 from specbound.study.timing import estimate_runs, format_estimate
 
@@ -134,9 +136,6 @@ def test_pooled_within_group_slope_equals_a_fixed_effects_regression():
 
 def test_the_scaling_figure_draws_only_the_axes_the_grid_varies(tmp_path):
     """A depth-only grid (the deep runs) gets no empty row of width panels."""
-    from PIL import Image
-
-    from specbound.study.report import plot_scaling
 
     runs = _runs(("fmnist",))
     depth_only = runs[axis_groups(runs, "depth") >= 0]

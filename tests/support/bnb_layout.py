@@ -22,6 +22,7 @@ docs/development.md, "CPU-independent tests"):
 
 import json
 import math
+import platform
 import struct
 from pathlib import Path
 
@@ -199,8 +200,8 @@ def bnb_round_trip(shape, quant_type: str, nested: bool, blocksize: int = 64, se
     on this CPU (or ``kernel(decoded)`` in place of ``dequantize_4bit``): the largest ratio of
     ``|w - dequantized|`` to :func:`four_bit_bound` (at most 1 when the kernels are right), the relative
     Frobenius error, and whether the dequantization equals the independent decode of the same bytes."""
-    import torch
     import bitsandbytes as bnb
+    import torch
 
     w = torch.from_numpy(np.random.default_rng(seed).normal(0, 0.3, shape).astype(np.float32))
     packed, qs = bnb.functional.quantize_4bit(
@@ -241,10 +242,8 @@ SHAPES = ((64, 64), (64, 96), (96, 64), (64, 32), (32, 48), (128, 80), (16, 16),
 
 
 def main():
-    import platform
-
-    import torch
     import bitsandbytes as bnb
+    import torch
 
     print(
         f"bitsandbytes {bnb.__version__}, torch {torch.__version__} (CPU capability "

@@ -2,14 +2,19 @@
 CTranslate2's own converter (``ctranslate2.converters.TransformersConverter``), for the CTranslate2
 reader's tests.  The converter needs a tokenizer: a word-level one of the model's vocabulary."""
 
+import shutil
+import struct
 from pathlib import Path
+
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from specbound.io.ctranslate2_file import read_model_bin
 
 N, H, KV, D_FF, VOCAB, POSITIONS = 32, 4, 2, 48, 64, 16
 
 
 def save_tokenizer(folder: Path, vocab_size: int) -> None:
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
 
     vocab = {"<unk>": 0, **{f"t{i}": i for i in range(1, vocab_size)}}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -116,10 +121,6 @@ def rewrite_model_bin(src: Path, dst: Path, edit) -> Path:
     binary layout (version 6) after ``edit(variables, aliases)``: ``variables`` a list of
     ``[name, shape, dtype id, bytes]`` in file order (duplicates allowed), ``aliases`` a list of
     ``[alias, target]``."""
-    import shutil
-    import struct
-
-    from specbound.io.ctranslate2_file import read_model_bin
 
     spec, variables, aliases = read_model_bin(src / "model.bin")
     data = (src / "model.bin").read_bytes()

@@ -11,6 +11,8 @@ import math
 
 from hypothesis import given, settings
 
+import specbound
+
 
 def check_drawn(strategy, check, *, examples: int = 2) -> None:
     """``check(case)`` on ``examples`` cases drawn from ``strategy``, the same ones every run."""
@@ -28,8 +30,6 @@ def analysed(case, classes: dict, tmp_path_factory):
     folder and analysed with one thread; asserts the analysis names the family and its bound is finite."""
     import torch
     import transformers
-
-    import specbound
 
     family, common, extra = case
     transformers.logging.set_verbosity_error()

@@ -13,6 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from support.vision_language import VISION, WRAPPERS
 
 N, L, H, D_FF = 32, 2, 4, 48
 # the families with rotary position embeddings
@@ -1009,7 +1012,6 @@ def _kimi_original_names(folder):
     """transformers 5 saves Kimi-K2.5's text layers as ``language_model.model.blocks.N`` (its vision rename
     ``blocks -> layers`` reversed onto every key); the released checkpoints, which its loader reads, hold
     ``language_model.model.layers.N``: the saved file is put back in that layout."""
-    from safetensors.numpy import load_file, save_file
 
     path = Path(folder) / "model.safetensors"
     tensors = load_file(str(path))
@@ -1657,11 +1659,9 @@ TOWER = {name: "text" for name in ("gemma3", "paligemma", "llava", "idefics3", "
 def text_view(name: str, model):
     """``model`` itself, or for a wrapper of :data:`TOWER` an object whose ``model`` is its text decoder and
     whose ``config`` is the decoder's (what the accessors and the invariant tests read)."""
-    from types import SimpleNamespace
 
     if name not in TOWER:
         return model
-    from support.vision_language import WRAPPERS
 
     text = WRAPPERS[name][1](model)
     decoder = text.model if hasattr(text, "lm_head") else text
@@ -1669,14 +1669,11 @@ def text_view(name: str, model):
 
 
 def _wrapped(name: str, accessor):
-    from support.vision_language import WRAPPERS
-
     return (lambda layers: WRAPPERS[name][0](layers)), (lambda m: accessor(text_view(name, m)))
 
 
 def _vision_encoder(name: str):
     """A wrapper's SigLIP / CLIP vision encoder: each layer's attention and two-matrix feed-forward."""
-    from support.vision_language import VISION, WRAPPERS
 
     def accessor(m):
         layers, n = WRAPPERS[name][2](m).encoder.layers, VISION["hidden_size"]

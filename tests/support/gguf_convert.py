@@ -12,6 +12,8 @@ What the converter does and these helpers repeat: tensor names from gguf's own `
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # the architectures convert_hf_to_gguf.py writes with LlamaModel.permute on Q and K (LlamaModel and its
@@ -156,7 +158,6 @@ def llama3_rope_freqs(config) -> np.ndarray | None:
     """``LlamaModel.generate_extra_tensors``: for a ``llama3`` rope type, each rotary pair's divisor (1 at
     short wavelengths, ``factor`` at long ones, smoothed between), with the original context read from the
     config's top level (8192 when absent, as the converter does), else None."""
-    import math
 
     rope = config.rope_parameters
     if rope.get("rope_type", "").lower() != "llama3":

@@ -34,6 +34,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402, F401  (imported after the thread settings above, before any BLAS use)
 
 import specbound  # noqa: E402
+from specbound.io.default_checkpoint import default_checkpoint
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store, canonical_options
+from specbound.tools.miniatures import write_miniatures
+from support.gguf_convert import write_converted
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))  # the other helpers of tests/support, when run as a script
@@ -221,8 +227,6 @@ def analyze(dump: Dump, title: str, source, **options) -> None:
 
 
 def minilm(dump: Dump) -> None:
-    from specbound.io.default_checkpoint import default_checkpoint
-
     here = default_checkpoint()
     dump.analysis("MiniLM default", specbound.analyze(threads=1), figures=True)
     analyze(dump, "MiniLM init=itself n=100000 margin=0.5", None, init=here, n=100_000, margin=0.5)
@@ -307,17 +311,11 @@ def _write_gguf(folder: Path, path: Path):
         return None
     import transformers
 
-    from support.gguf_convert import write_converted
-
     return write_converted(path, transformers.AutoModelForCausalLM.from_pretrained(str(folder)), "llama")
 
 
 def sweep(dump: Dump, tmp: Path) -> None:
     """A store of tiny Miniatures under three option sets: keys, records (run times aside), tables."""
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store, canonical_options
-    from specbound.tools.miniatures import write_miniatures
 
     root = tmp / "minis"
     write_miniatures(root, layout="folders", depths=(1, 2), widths=(32,), head_size=16, vocab=32)

@@ -23,6 +23,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import specbound
+from specbound.records import TowerAnalyses
+from support.families import save_family
+
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "bounds" / "data" / "assumptions_golden.json"
 # case -> (family of support.families, analysis options)
@@ -78,9 +82,6 @@ def masked(effect: str) -> str:
 def current(folder: Path) -> dict[str, dict[str, list[dict]]]:
     """case -> tower ("" for a one-chain model) -> its assumptions, each effect :func:`masked`; the models are
     saved under ``folder``."""
-    import specbound
-    from specbound.records import TowerAnalyses
-    from support.families import save_family
 
     out = {}
     for case, (family, options) in CASES.items():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import threading
@@ -42,7 +43,6 @@ def isolate_hub_environment(monkeypatch, root: Path) -> None:
 def walk_outside(root: Path, cache: Path) -> dict[str, tuple]:
     """Every path under ``root`` outside ``cache``, with its kind, size and modification time: taken
     before and after a hostile answer, the two must be equal (nothing written outside the cache)."""
-    import os
 
     seen = {}
     for folder, dirs, files in os.walk(root):

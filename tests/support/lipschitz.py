@@ -4,6 +4,8 @@ its rows, as in the theorem's factors."""
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def unit_rows(shape, norm, gen):
     """Random rows of the given norm, float64."""
@@ -41,7 +43,6 @@ def measured_lipschitz(f, shapes, moved, eps=1e-4, restarts=2, steps=30, seed=0)
 def attention_factor(analysis, layer: int) -> float:
     """The attention factor the analysis reports for ``layer``: ``sum_h c(OV_h)(1 + 4 c(QK_h))`` over its
     QK and OV rows."""
-    import numpy as np
 
     rows = analysis.matrices[analysis.matrices["layer"] == layer]
     c_qk = rows[rows["role"] == "QK"]["spectral_norm"].to_numpy()

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 
 ROLE_NAMES = {
     "q": "attention.self.query",
@@ -60,7 +60,6 @@ def write_tiny_bert(
 
 def row_weights(folder, layer: int) -> dict[str, np.ndarray]:
     """One layer's role matrices in row-vector orientation, float64 (the tests' dense reference)."""
-    from safetensors.numpy import load_file
 
     w = load_file(str(Path(folder) / "model.safetensors"))
     return {role: w[f"encoder.layer.{layer}.{name}.weight"].astype(np.float64).T for role, name in ROLE_NAMES.items()}

@@ -6,9 +6,9 @@ import json
 import warnings
 
 import numpy as np
-import onnx
+import onnx  # noqa: TID253
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper  # noqa: TID253
 
 N, D_FF = 4, 6
 RNG = np.random.default_rng(0)

@@ -3,6 +3,9 @@ imports it to use it)."""
 
 import pytest
 
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
 from support.numpy_bert import write_tiny_bert
 
 RUN_STEPS = (100, 200, 300, 1000)
@@ -11,9 +14,6 @@ RUN_STEPS = (100, 200, 300, 1000)
 @pytest.fixture(scope="session")
 def run_store(tmp_path_factory):
     """Four checkpoints of one shape whose weights grow with the step, swept into a store."""
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
 
     root = tmp_path_factory.mktemp("run")
     for i, step in enumerate(RUN_STEPS):

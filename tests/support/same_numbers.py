@@ -5,7 +5,10 @@ which an exporter or a wrapper may prefix) and, where asked, the family's name."
 import json
 import math
 
+import numpy as np
 import pytest
+
+from specbound.archs.extract import layer_weights
 
 
 def numbers(result, *, family: bool = True) -> dict:
@@ -47,9 +50,6 @@ def assert_same_layer_weights(a, b, layers: int, *, atol: float = 1e-9, ordered:
     """Every layer's q, k, v, o and feed-forward matrices of two opened models (``open_model``) equal
     to ``atol``: the matrices ``layer_weights`` hands the spectra, not only the numbers after them.
     ``ordered``: the feed-forward roles in the same order, not only the same set."""
-    import numpy as np
-
-    from specbound.archs.extract import layer_weights
 
     for layer in range(layers):
         x = layer_weights(a.spec, a.ckpt, a.dims, a.prefix, layer)

@@ -11,14 +11,15 @@ import shutil
 
 import numpy as np
 import pytest
+from support.tiny_models import TINY_PATTERN
 
+import specbound.report.html as html
+import specbound.report.plots as plots
 from specbound import SpecboundError
 from specbound.cli import main
-from specbound.report.metrics import metric_correlations
+from specbound.report.metrics import figure_metrics, metric_correlations
 from specbound.sweep.metrics import match_metrics, read_metrics_file
 from specbound.sweep.store import Store
-
-from support.tiny_models import TINY_PATTERN
 
 
 def _tau(x, y) -> float:
@@ -85,9 +86,6 @@ def test_kendall_tau_against_a_pair_count(metrics_store):
 
 def test_scaling_and_report_show_the_correlations(metrics_store, tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
-    import specbound.report.html as html
-    import specbound.report.plots as plots
-    from specbound.report.metrics import figure_metrics
 
     figures = plots.build_figures(Store(metrics_store[0] / "store"))
     assert "metrics" in figures  # the report's figures include the metrics figure; the other figures are

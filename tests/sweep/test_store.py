@@ -1,19 +1,36 @@
 """The results store: keys from weights and options, atomic records, leftovers of killed writers,
 and the contribution curves stored with every record."""
 
+import hashlib
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+from support.tiny_models import TINY_PATTERN
 
 import specbound
 from specbound import SpecboundError
-from specbound.sweep.store import TABLES, Store, canonical_options, record_from_analysis, record_key, weights_digest
-from specbound.sweep.sources import Source
-from specbound.sweep.run import plan_task
+from specbound.records.schema import RENAMED_COLUMNS
+from specbound.report.plots import figure_spectral_decay
+from specbound.report.scaling import scaling_table
+from specbound.sweep.run import plan_task, run_sweep
+from specbound.sweep.sources import Source, expand_sources
+from specbound.sweep.store import (
+    TABLES,
+    Store,
+    canonical_options,
+    file_sha256,
+    meta_checksum,
+    record_from_analysis,
+    record_key,
+    weights_digest,
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +71,6 @@ def test_key_depends_on_the_weights_and_the_options_not_the_name(member, tmp_pat
 
 
 def test_remembered_file_hashes_follow_the_file(member, tmp_path):
-    import os
-
-    from specbound.sweep.store import file_sha256
-
     copy = tmp_path / "w.safetensors"
     copy.write_bytes((member / "model.safetensors").read_bytes())
     cache = {}
@@ -127,9 +140,6 @@ def test_a_failed_write_publishes_nothing(record, tmp_path, monkeypatch):
 def test_leftovers_of_dead_writers_are_cleaned(record, tmp_path):
     st = Store(tmp_path / "s")
     st.put(record)
-    import socket
-    import subprocess
-    import sys
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
@@ -188,7 +198,6 @@ FORMAT_1_KEYS = [
 def test_keys_are_those_of_record_format_1(asked, held, key):
     """Existing stores keep their keys: the key of every option set is format 1's (the hash of the
     documented JSON, and the value a store written by format 1 holds)."""
-    import hashlib
 
     weights = "ab" * 32
     text = json.dumps({"format": 1, "weights": weights, "options": held}, sort_keys=True, separators=(",", ":"))
@@ -200,11 +209,6 @@ def test_a_store_with_the_other_spelling_of_format_1_reads_and_keeps_its_keys(ti
     """Schema 1 tables may name the singular values' index ``index``: such a store reads as one in
     today's spelling (``sv_index``, the figures drawn), and a sweep of the same checkpoints finds
     every record under its key."""
-    from specbound.report.plots import figure_spectral_decay
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-
-    from support.tiny_models import TINY_PATTERN
 
     root = tmp_path / "store"
     shutil.copytree(tiny_store.root, root)
@@ -229,15 +233,6 @@ def test_a_store_written_before_the_downstream_factor_was_renamed_reads(tiny_sto
     ``log10_alpha`` in its tables, each table's SHA-256 and the record checksum over those files)
     reads in today's names with the same numbers: its records are sound, the scaling fits equal the
     new store's, and a sweep of the same checkpoints finds every record under its key."""
-    import hashlib
-
-    from specbound.records.schema import RENAMED_COLUMNS
-    from specbound.report.scaling import scaling_table
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import meta_checksum
-
-    from support.tiny_models import TINY_PATTERN
 
     old_names = {new: old for old, new in RENAMED_COLUMNS.items()}
     root = tmp_path / "store"

@@ -1,7 +1,9 @@
 """Sweeps: local and on Dask give identical records; re-runs skip; a killed sweep loses nothing."""
 
+import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,15 +12,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support.numpy_bert import write_tiny_bert
+from support.tiny_models import TINY_PATTERN
 
 import specbound
+import specbound.sweep.store
 from specbound.cli import main
 from specbound.errors import SpecboundError
+from specbound.sweep.run import run_sweep
 from specbound.sweep.sources import expand_sources
 from specbound.sweep.store import TABLES, Store
-from specbound.sweep.run import run_sweep
-
-from support.tiny_models import TINY_PATTERN
+from specbound.tools.miniatures import write_miniatures
 
 SRC = str(Path(specbound.__file__).resolve().parents[1])
 
@@ -69,8 +73,6 @@ def test_dask_local_cluster_gives_identical_records(local_store, sources, tmp_pa
 
 
 def test_per_layer_tasks_on_an_existing_scheduler_give_identical_records(local_store, sources, tmp_path):
-    import logging
-
     from dask.distributed import LocalCluster
 
     with LocalCluster(
@@ -86,8 +88,6 @@ def test_per_layer_tasks_on_an_existing_scheduler_give_identical_records(local_s
 
 
 def test_rerun_skips_and_failures_are_reported(local_store, sources, tmp_path, capsys):
-    import shutil
-
     bad = tmp_path / "not_a_model"
     bad.mkdir()
     twin = shutil.copytree(sources[0].target, tmp_path / "twin")  # the same weights under another name
@@ -104,8 +104,6 @@ def test_rerun_skips_and_failures_are_reported(local_store, sources, tmp_path, c
 
 
 def test_rerun_reads_no_weights_again(local_store, sources, monkeypatch):
-    import specbound.sweep.store
-
     remembered = local_store.load_digests()  # one hash per weight file, by path, size, mtime, inode
     for source in sources:
         path = str(Path(source.target, "model.safetensors").resolve())
@@ -141,8 +139,6 @@ def _records_complete(st: Store, expected: int):
 
 
 def test_a_sweep_killed_with_sigkill_loses_nothing(tmp_path):
-    from specbound.tools.miniatures import write_miniatures
-
     family = tmp_path / "family"  # enough members that the kill lands mid-way
     write_miniatures(family, layout="folders", depths=(4, 5, 6, 7), widths=(64, 96), head_size=16, vocab=16)
     store = Store(tmp_path / "store")
@@ -218,9 +214,6 @@ def test_auto_jobs_sweep(sources, tmp_path):
 def test_a_sweep_from_initial_weights_keys_on_their_bytes(tmp_path):
     """``sweep --init``: the records equal ``analyze(..., init=...)``; the key holds the initial
     weights' digest (a different W0 is a different record, the same bytes elsewhere the same one)."""
-    import shutil
-
-    from support.numpy_bert import write_tiny_bert
 
     trained = write_tiny_bert(tmp_path / "trained", seed=1)
     init = write_tiny_bert(tmp_path / "init", seed=2)
@@ -245,8 +238,6 @@ def test_a_sweep_from_initial_weights_keys_on_their_bytes(tmp_path):
 
 
 def test_a_sweep_refuses_initial_weights_of_another_shape(tmp_path, capsys):
-    from support.numpy_bert import write_tiny_bert
-
     trained = write_tiny_bert(tmp_path / "trained", seed=1)
     other = write_tiny_bert(tmp_path / "other", seed=2, N=32)
     assert main(["sweep", str(trained), "--init", str(other), "--store", str(tmp_path / "st"), "--no-progress"]) == 1

@@ -2,15 +2,19 @@
 patterns, stores it cannot write."""
 
 import json
+import pathlib
 import shutil
+from importlib import resources
 
 import pytest
-
 from support.one_line import assert_one_line_error, run_cli
-from specbound.errors import SpecboundError
-from specbound.sweep.sources import Pattern, load_sweep_config
-
 from support.tiny_models import TINY_PATTERN
+
+import specbound.sweep.run
+from specbound.errors import SpecboundError
+from specbound.sweep.run import iter_tasks, plan_task, read_header, run_sweep
+from specbound.sweep.sources import Pattern, Source, load_sweep_config
+from specbound.sweep.store import Store, file_sha256
 
 
 def _toml(tmp_path, text, name="sweep.toml"):
@@ -49,8 +53,6 @@ def test_bad_sweep_config_is_one_line_exit_2(tmp_path, capsys, case):
 
 
 def test_arch_spec_in_a_config_is_relative_to_the_config(tiny_family, tmp_path):
-    from importlib import resources
-
     (tmp_path / "specs").mkdir()
     spec = resources.files("specbound.archs").joinpath("data", "bert.json").read_text()
     (tmp_path / "specs" / "bert.json").write_text(spec)
@@ -90,9 +92,6 @@ def test_sweep_pattern_with_a_power_is_one_line(tiny_family, tmp_path, capsys):
 
 def test_an_unwritable_store_fails_before_any_analysis(tiny_family, tmp_path, capsys, monkeypatch):
     """Simulated (the tests may run as root): the store's folders cannot be created."""
-    import pathlib
-
-    import specbound.sweep.run
 
     def deny(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))
@@ -124,9 +123,6 @@ def test_sweep_over_a_missing_arch_spec_flag_is_one_line(tiny_family, tmp_path, 
 
 
 def test_the_digest_cache_unreadable_is_only_a_cache(tiny_family, tmp_path):
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import Source
-
     source = next(tiny_family.iterdir())
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "digests.json").write_text(json.dumps([1, 2]))
@@ -138,23 +134,17 @@ def test_the_digest_cache_unreadable_is_only_a_cache(tiny_family, tmp_path):
 
 
 def test_damaged_digest_entries_are_hashed_again(tiny_family, tmp_path):
-    from specbound.sweep.run import plan_task
-    from specbound.sweep.sources import Source
-    from specbound.sweep.store import Store
-
     source = next(tiny_family.iterdir())
     st = Store(tmp_path / "s")
     st._ensure()
     expected = plan_task(Source("m", str(source)), {}).key
     cache = {}
-    from specbound.sweep.store import file_sha256
 
     file_sha256(source / "model.safetensors", cache)
     (key,) = cache
     for bad in (5, None, "not a digest", "0" * 63, ["x"]):
         (st.root / "digests.json").write_text(json.dumps({key: bad}))
         assert st.load_digests() == {}
-    from specbound.sweep.run import iter_tasks, read_header
 
     (st.root / "digests.json").write_text(json.dumps({key: 5}))
     (task,) = iter_tasks([read_header(Source("m", str(source)), {})], st)

@@ -7,18 +7,22 @@ import json
 import os
 import shutil
 import warnings
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
+from support.tiny_models import TINY_PATTERN
 
 import specbound
+import specbound.sweep.run
 from specbound.errors import SpecboundError, SpecboundWarning
+from specbound.io.base import Checkpoint
+from specbound.report.scaling import scaling_table
 from specbound.sweep.run import analyze_task, plan_task, run_sweep
 from specbound.sweep.sources import Source, expand_sources
 from specbound.sweep.store import QUARANTINE, Store, file_sha256
-
-from support.tiny_models import TINY_PATTERN
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +74,6 @@ def test_a_file_replaced_after_planning_is_not_stored_under_the_old_key(member, 
 
 
 def test_a_file_replaced_during_the_analysis_fails_that_task_only(sources, tmp_path, monkeypatch):
-    import specbound.sweep.run
-
     copies = [shutil.copytree(s.target, tmp_path / f"m{i}") for i, s in enumerate(sources)]
     real = specbound.sweep.run.analyze
 
@@ -108,8 +110,6 @@ def test_a_changed_config_after_planning_fails_the_task(member):
 def test_an_environment_error_in_one_checkpoint_is_reported_and_the_sweep_goes_on(
     sources, tmp_path, monkeypatch, error
 ):
-    from specbound.io.base import Checkpoint
-
     real = Checkpoint.read
     bad = str(Path(sources[1].target).resolve())
 
@@ -144,8 +144,6 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("corrupt", list(CORRUPTIONS))
 def test_a_corrupt_record_is_quarantined_recomputed_and_never_crashes_a_report(sources, tmp_path, corrupt):
-    from specbound.report.scaling import scaling_table
-
     root = tmp_path / "store"
     first = run_sweep(sources, root, progress=False)
     assert len(first.written) == 3
@@ -202,7 +200,6 @@ def _onnx_copy(folder: Path, target: Path) -> Path:
     node names), config.json beside it."""
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
-    from safetensors.numpy import load_file
 
     weights = load_file(str(folder / "model.safetensors"))
     nodes, inits = [], []
@@ -235,8 +232,6 @@ def test_a_sweep_over_onnx_folders(sources, tmp_path):
 
 
 def test_a_changed_arch_spec_after_planning_fails_the_task(member, tmp_path):
-    from importlib import resources
-
     spec = tmp_path / "bert.json"
     spec.write_text(resources.files("specbound.archs").joinpath("data", "bert.json").read_text())
     task = plan_task(Source("m", str(member)), {"arch_spec": str(spec)})

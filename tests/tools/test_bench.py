@@ -1,22 +1,41 @@
 """The benchmark's synthetic checkpoints are real checkpoints (they load, bf16 is rounded as torch
 rounds it), and specbound bench --scenario miniatures on a tiny family (the real one takes minutes)."""
 
+import importlib
 import json
+import shutil
 from pathlib import Path
 
+import numpy
 import numpy as np
 import pytest
+import scipy
 
 import specbound
+import specbound.tools.bench
+import specbound.tools.bench as bench
+from specbound.cli import main
+from specbound.errors import SpecboundError
+from specbound.io import open_checkpoint
 from specbound.tools.bench import (
+    LLAMA_7B,
     _to_bf16,
+    core_budgets,
+    format_bench,
+    format_kernels_bench,
+    format_llama7b_bench,
     format_miniatures_bench,
+    run_bench,
+    run_kernels_bench,
+    run_llama7b_bench,
     run_miniatures_bench,
+    stage_floors,
+    two_stage_crossover,
     write_bert_checkpoint,
     write_llama_checkpoint,
 )
-from specbound.cli import main
-from specbound.tools.bench_machine import KERNEL_OVERRIDES
+from specbound.tools.bench_ab import format_ab_bench, run_ab_bench
+from specbound.tools.bench_machine import KERNEL_OVERRIDES, format_machine, machine_info
 
 
 def test_bf16_rounding_matches_torch():
@@ -61,15 +80,11 @@ def test_miniatures_bench_reports_totals_and_every_checkpoint(tmp_path):
 
 
 def test_core_budgets():
-    from specbound.tools.bench import core_budgets
-
     assert core_budgets(1) == [1] and core_budgets(4) == [1, 4]
     assert core_budgets(None)[0] == 1
 
 
 def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
-    import specbound.tools.bench
-
     monkeypatch.setattr(specbound.tools.bench, "run_miniatures_bench", lambda **kw: {"called": kw})
     monkeypatch.setattr(
         specbound.tools.bench, "format_miniatures_bench", lambda r: f"miniatures { {'called': r['called']} }"
@@ -84,7 +99,6 @@ def test_bench_scenarios_on_the_command_line(capsys, monkeypatch):
 def test_bert_bench_on_one_and_two_cores(tmp_path):
     """The bert-base scenario's machinery on a tiny shape: every contender at each core budget, the
     results on two cores identical to one core, the same bounds as the dense method."""
-    from specbound.tools.bench import format_bench, run_bench
 
     report = run_bench(repeats=1, jobs=2, workdir=str(tmp_path), shape=dict(L=2, N=64, H=4, d_ff=128))
     assert [b["cores"] for b in report["budgets"]] == [1, 2]
@@ -111,7 +125,6 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
     """The llama7b scenario's machinery on a tiny shape: sharded like LLaMA-2-7B (a layer split
     between two files), every key of its report, the reference path agreeing, and nothing left
     on disk."""
-    from specbound.tools.bench import format_llama7b_bench, run_llama7b_bench
 
     shape = dict(L=3, N=64, H=4, H_kv=2, d_ff=96)
     report = run_llama7b_bench(shape=shape, jobs=2, workdir=str(tmp_path), probe_layers=1)
@@ -158,8 +171,6 @@ def test_llama7b_bench_on_a_tiny_shape(tmp_path):
 
 
 def test_the_large_scenario_is_llama7b_on_a_few_layers(monkeypatch, capsys):
-    import specbound.tools.bench as bench
-
     calls = []
     monkeypatch.setattr(bench, "run_llama7b_bench", lambda **kw: calls.append(kw) or {"kw": kw})
     monkeypatch.setattr(bench, "format_llama7b_bench", lambda report: "formatted")
@@ -170,8 +181,6 @@ def test_the_large_scenario_is_llama7b_on_a_few_layers(monkeypatch, capsys):
 
 
 def test_llama7b_checkpoint_is_sharded_like_the_real_one(tmp_path):
-    from specbound.tools.bench import write_llama_checkpoint
-
     folder, nbytes = write_llama_checkpoint(
         tmp_path / "m", L=4, N=64, H=4, H_kv=2, d_ff=96, vocab=64, shard_bytes=60_000
     )
@@ -189,11 +198,6 @@ def test_llama7b_checkpoint_is_sharded_like_the_real_one(tmp_path):
 
 
 def test_llama7b_bench_refuses_a_short_disk(tmp_path, monkeypatch):
-    import shutil
-
-    from specbound.errors import SpecboundError
-    from specbound.tools.bench import run_llama7b_bench
-
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**11, 10**11 - 10**9, 10**9))
     with pytest.raises(
         SpecboundError,
@@ -204,9 +208,6 @@ def test_llama7b_bench_refuses_a_short_disk(tmp_path, monkeypatch):
 
 
 def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monkeypatch):
-    import specbound.tools.bench as bench
-    from specbound.io import open_checkpoint
-
     monkeypatch.setattr(bench, "_POOL_VALUES", 1000)  # smaller than the 64 x 32 embeddings
     folder, _ = bench.write_llama_checkpoint(tmp_path / "m", L=1, N=32, H=2, H_kv=1, d_ff=24, vocab=64)
     ckpt = open_checkpoint(folder)
@@ -222,8 +223,6 @@ def test_llama7b_tensors_are_windows_of_the_pool_and_wrap_around(tmp_path, monke
 def test_no_analysed_tensor_wraps_around_the_pool(tmp_path, monkeypatch):
     """A layer tensor longer than the pool's default length gets a longer pool, so its values do not
     repeat (a 70B feed-forward matrix is 3.5 times the default pool)."""
-    import specbound.tools.bench as bench
-    from specbound.io import open_checkpoint
 
     monkeypatch.setattr(bench, "_POOL_VALUES", 500)
     folder, _ = bench.write_llama_checkpoint(tmp_path / "m", L=2, N=32, H=2, H_kv=1, d_ff=40, vocab=64)
@@ -237,8 +236,6 @@ def test_no_analysed_tensor_wraps_around_the_pool(tmp_path, monkeypatch):
 
 
 def test_kernels_bench_times_every_candidate(capsys):
-    from specbound.tools.bench import format_kernels_bench, run_kernels_bench
-
     report = run_kernels_bench(sizes=(40, 70), repeats=1, head_dim=8)
     assert [r["n"] for r in report["sizes"]] == [40, 70]
     for r in report["sizes"]:
@@ -254,8 +251,6 @@ def test_kernels_bench_times_every_candidate(capsys):
 
 
 def test_two_stage_crossover_is_where_it_wins_at_every_larger_order():
-    from specbound.tools.bench import two_stage_crossover
-
     def rows(*pairs):  # (n, numpy seconds, two-stage seconds)
         return [{"n": n, "eigenvalues": {"numpy_dsyevd": one, "openblas_dsyevd_2stage": two}} for n, one, two in pairs]
 
@@ -268,7 +263,6 @@ def test_two_stage_crossover_is_where_it_wins_at_every_larger_order():
 def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
     """``--against``: both sides analyse the same checkpoint in fresh processes; against this very
     checkout the bounds are the same numbers and every round is reported."""
-    from specbound.tools.bench_ab import format_ab_bench, run_ab_bench
 
     here = Path(__file__).resolve().parents[2]
     report = run_ab_bench(here, layers=2, repeats=2, workdir=str(tmp_path), shape=dict(L=2, N=64, H=4, H_kv=2, d_ff=96))
@@ -283,8 +277,6 @@ def test_ab_bench_times_both_codes_interleaved_on_a_tiny_shape(tmp_path):
 
 
 def test_ab_bench_refuses_a_folder_without_the_code_and_other_scenarios(tmp_path, capsys):
-    from specbound.cli import main
-
     assert main(["bench", "--scenario", "large", "--against", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "git worktree add --detach" in err
@@ -310,10 +302,6 @@ OTHER_MODULE_RUNS = {
 def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeypatch):
     """The header (CPU, each BLAS with its kernel and threads, NumPy/SciPy) and the ``machine`` record,
     with the scenario itself replaced: nothing is timed."""
-    import numpy
-    import scipy
-
-    import importlib
 
     if scenario in SCENARIO_RUNS:
         module, (run, fmt) = importlib.import_module("specbound.tools.bench"), SCENARIO_RUNS[scenario]
@@ -342,8 +330,6 @@ def test_every_scenario_prints_and_records_its_machine(scenario, capsys, monkeyp
 
 
 def test_a_forced_blas_kernel_is_named_with_the_command_that_undoes_it(monkeypatch):
-    from specbound.tools.bench_machine import format_machine, machine_info
-
     for name in KERNEL_OVERRIDES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
@@ -360,7 +346,6 @@ def test_a_forced_blas_kernel_is_named_with_the_command_that_undoes_it(monkeypat
 def test_stage_floors_count_the_necessary_work_of_a_7b_layer():
     """At one flop (byte) per second the floors are the work itself: 3 x 185 GFLOP of Gram (symmetric
     rank-11008 updates of order 4096), 3 x 92 GFLOP of tridiagonal reduction, 64 heads' (1,1) products."""
-    from specbound.tools.bench import LLAMA_7B, stage_floors
 
     unit = {"flops_per_s": 1.0, "bytes_per_s": 1.0}
     floors = {stage: f["seconds"] for stage, f in stage_floors(LLAMA_7B, unit).items()}

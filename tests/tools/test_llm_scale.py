@@ -8,17 +8,17 @@ import pandas as pd
 import pytest
 
 import specbound
+from specbound.sweep.run import run_sweep
+from specbound.sweep.sources import expand_sources
+from specbound.sweep.store import Store
 from specbound.tools.bench import write_llama_checkpoint
+from specbound.tools.bench_dask import format_dask_layer_bench, run_dask_layer_bench
 
 pytest.importorskip("dask.distributed")
 
 
 def test_per_layer_dask_tasks_give_the_one_process_analysis(tmp_path):
     from dask.distributed import LocalCluster
-
-    from specbound.sweep.run import run_sweep
-    from specbound.sweep.sources import expand_sources
-    from specbound.sweep.store import Store
 
     folder, _ = write_llama_checkpoint(
         tmp_path / "llama-small", L=4, N=96, H=6, H_kv=2, d_ff=260, vocab=64, shard_bytes=400_000
@@ -50,7 +50,6 @@ def test_the_70b_layer_scenario_on_a_tiny_shape(tmp_path):
     """``bench --scenario llama70b-layer``'s machinery on a tiny shape: the layers swept as per-layer Dask
     tasks on one worker (its peak RSS read back), the bounds those of a one-process analysis of the same
     checkpoint, then layer 0's stages against their floors."""
-    from specbound.tools.bench_dask import format_dask_layer_bench, run_dask_layer_bench
 
     shape = dict(L=80, N=96, H=6, H_kv=2, d_ff=260)
     report = run_dask_layer_bench(shape=shape, layers=2, workdir=str(tmp_path))

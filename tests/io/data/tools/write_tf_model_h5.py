@@ -12,9 +12,9 @@ import sys
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # transformers' TF classes are Keras 2 (tf-keras)
 
 import tf_keras.backend as K  # noqa: E402
-import transformers  # noqa: E402
+import transformers  # noqa: E402, TID253
 from safetensors.numpy import load_file  # noqa: E402
-from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name  # noqa: E402
+from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name  # noqa: E402, TID253
 
 
 def main(source: str, target: str) -> None:
