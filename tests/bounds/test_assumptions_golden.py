@@ -40,6 +40,6 @@ def test_theory_md_lists_every_declared_assumption_and_no_other():
 def test_every_assumption_the_golden_cases_state_is_declared():
     """Each name an analysis gave is one its row declares (Assumptions.names), so the table above is complete."""
     declared = set(declared_names())
-    assert len(declared) == len(declared_names())
+    assert len(declared) == len(declared_names()), "a name declared by two rows"
     stated = {e["name"] for towers in load().values() for entries in towers.values() for e in entries}
     assert stated <= declared, sorted(stated - declared)

@@ -899,10 +899,10 @@ ASSUMPTIONS: tuple[Assumption | Assumptions, ...] = (
 
 
 def declared_names() -> tuple[str, ...]:
-    """Every name an entry of :data:`ASSUMPTIONS` may have, in order, once each; the readers' notes
-    (:class:`~specbound.io.base.ReaderFacts`) add names of their own (docs/theory.md section 6 lists both)."""
-    found = [n for row in ASSUMPTIONS for n in ((row.name,) if isinstance(row, Assumption) else row.names)]
-    return tuple(dict.fromkeys(found))
+    """Every name an entry of :data:`ASSUMPTIONS` may have, row by row in order (a name declared by two rows appears
+    twice: a test holds that none is); the readers' notes (:class:`~specbound.io.base.ReaderFacts`) add names of
+    their own (docs/theory.md section 6 lists both)."""
+    return tuple(n for row in ASSUMPTIONS for n in ((row.name,) if isinstance(row, Assumption) else row.names))
 
 
 def assumptions(ctx: AssumptionContext) -> list[dict[str, Any]]:
